@@ -1,0 +1,5 @@
+//! nodecare-agent: the per-node daemon.
+
+fn main() {
+    println!("nodecare-agent");
+}

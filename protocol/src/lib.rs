@@ -1,0 +1,17 @@
+//! Wire types shared by the nodecare agent and coordinator.
+//!
+//! - [`report`]: the report envelope of Ganeti's monitoring daemon (mond), byte-compatible.
+//! - [`verdict`]: the self-diagnose verdict (`Ok`, `live-repair`, `evacuate`, `evacuate-failover`,
+//!   plus our explicit `unknown`) and how several scripts' verdicts merge into one.
+//! - [`canonical`]: RFC 8785 canonical JSON and verdict fingerprints.
+//! - [`sign`]: the HMAC-SHA256 signed envelope, keyed by the cluster HMAC key.
+
+pub mod canonical;
+pub mod report;
+pub mod sign;
+pub mod verdict;
+
+pub use canonical::{CanonicalError, canonical_bytes, fingerprint_of};
+pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};
+pub use sign::{HmacKey, KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
+pub use verdict::{DiagnoseStatus, MergedVerdict, ScriptVerdict, VerdictError};

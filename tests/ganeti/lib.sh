@@ -1,0 +1,84 @@
+# Shared settings and helpers for the namespace Ganeti cluster scripts.
+# Sourced, never executed. Every name that leaves this machine's root
+# namespace untouched is derived from NODECARE_GNT_STATE and NODECARE_GNT_PREFIX.
+
+NODECARE_GNT_STATE=${NODECARE_GNT_STATE:-/tmp/nodecare-ganeti}
+# Prefix of every network namespace we create (ip netns list shows them).
+NODECARE_GNT_PREFIX=${NODECARE_GNT_PREFIX:-ncg}
+NODECARE_GNT_DOMAIN=${NODECARE_GNT_DOMAIN:-nodecare.test}
+# Loopback ports in the root namespace: RAPI, and base+i for port 1815 of node i.
+NODECARE_GNT_RAPI_PORT=${NODECARE_GNT_RAPI_PORT:-5080}
+NODECARE_GNT_MOND_FWD_BASE=${NODECARE_GNT_MOND_FWD_BASE:-18150}
+
+STATE=$NODECARE_GNT_STATE
+PFX=$NODECARE_GNT_PREFIX
+DOMAIN=$NODECARE_GNT_DOMAIN
+STATE_MARKER=.nodecare-ganeti-state
+ENV_FILE=$STATE/cluster.env
+
+# 198.18.0.0/24 (RFC 2544 benchmark range) exists only inside our namespaces.
+NET_PREFIX=198.18.0
+CLIENT_IP=$NET_PREFIX.2
+CLUSTER_IP=$NET_PREFIX.100
+MAX_NODES=40
+
+# Directories bind-mounted privately in every node, from $STATE/nodes/<i>/<name>.
+NODE_BIND_DIRS=(/var/lib/ganeti /run/ganeti /var/log/ganeti /etc/ganeti /etc/ssh /root/.ssh /srv /run/sshd)
+
+SCRIPT_NAME=${SCRIPT_NAME:-$(basename "$0")}
+
+die() { echo "$SCRIPT_NAME: error: $*" >&2; exit 1; }
+log() { echo "$SCRIPT_NAME: $*" >&2; }
+
+require_root() { [[ $(id -u) -eq 0 ]] || die "must run as root (namespaces and mounts need it)"; }
+
+ns_bridge() { echo "$PFX-br"; }
+ns_client() { echo "$PFX-cl"; }
+ns_node() { echo "$PFX-n$1"; }
+node_name() { echo "node$1.$DOMAIN"; }
+node_short() { echo "node$1"; }
+node_ip() { echo "$NET_PREFIX.$((10 + $1))"; }
+node_dir() { echo "$STATE/nodes/$1"; }
+cluster_name() { echo "cluster.$DOMAIN"; }
+
+# Holder PID of node i: the process whose namespaces are the node.
+holder_pid() {
+  local f
+  f="$(node_dir "$1")/holder.pid"
+  [[ -s $f ]] || die "node $1 has no holder (is the cluster up? state $STATE)"
+  local pid
+  pid=$(<"$f")
+  [[ -d /proc/$pid ]] || die "holder $pid of node $1 is gone (run cluster-down.sh, then cluster-up.sh)"
+  [[ $(ip netns identify "$pid" 2>/dev/null) == "$(ns_node "$1")" ]] ||
+    die "pid $pid is not in namespace $(ns_node "$1") (stale state? run cluster-down.sh)"
+  echo "$pid"
+}
+
+# Run a command inside node i's network, mount and UTS namespaces.
+in_node() {
+  local i=$1
+  shift
+  local pid
+  pid=$(holder_pid "$i")
+  nsenter -t "$pid" -n -m -u -- "$@"
+}
+
+# True when the PID is alive and its command line mentions the state dir,
+# so a recycled PID is never taken for one of ours.
+pid_is_ours() {
+  local pid=$1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  [[ -r /proc/$pid/cmdline ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$STATE"
+}
+
+# Check that the state dir is ours (or absent/empty) before deleting in it.
+check_state_dir() {
+  [[ $STATE == /* ]] || die "NODECARE_GNT_STATE must be an absolute path (got '$STATE')"
+  [[ $STATE != / ]] || die "NODECARE_GNT_STATE must not be /"
+  if [[ -d $STATE && ! -e $STATE/$STATE_MARKER ]] && [[ -n $(ls -A "$STATE" 2>/dev/null) ]]; then
+    die "$STATE exists, is not empty and was not made by these scripts; choose another NODECARE_GNT_STATE"
+  fi
+}
+
+now_ms() { date +%s%3N; }
