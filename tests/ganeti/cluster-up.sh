@@ -286,6 +286,11 @@ n1=$(node_dir 1)/root
 openssl x509 -in "$n1/var/lib/ganeti/rapi.pem" -out "$STATE/rapi-cert.pem"
 cp "$n1/var/lib/ganeti/hmac.key" "$STATE/hmac.key"
 chmod 600 "$STATE/hmac.key"
+# The cluster certificate has no subject alternative names; its CN is what a
+# client must expect (curl --resolve CN:port:127.0.0.1) or it must pin the key.
+RAPI_CERT_CN=$(openssl x509 -in "$STATE/rapi-cert.pem" -noout -subject -nameopt multiline | sed -n 's/^ *commonName *= *//p')
+RAPI_CERT_SHA256=$(openssl x509 -in "$STATE/rapi-cert.pem" -noout -fingerprint -sha256 | sed 's/.*=//; s/://g' | tr 'A-F' 'a-f')
+RAPI_PUBKEY_PIN=$(openssl x509 -in "$STATE/rapi-cert.pem" -noout -pubkey | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64)
 
 {
   q() { printf '%s=%q\n' "$1" "$2"; }
@@ -315,6 +320,9 @@ chmod 600 "$STATE/hmac.key"
   q NODECARE_GNT_RAPI_USER "$RAPI_USER"
   q NODECARE_GNT_RAPI_PASSWORD_FILE "$STATE/rapi-password"
   q NODECARE_GNT_RAPI_CERT "$STATE/rapi-cert.pem"
+  q NODECARE_GNT_RAPI_CERT_CN "$RAPI_CERT_CN"
+  q NODECARE_GNT_RAPI_CERT_SHA256 "$RAPI_CERT_SHA256"
+  q NODECARE_GNT_RAPI_PUBKEY_PIN "sha256//$RAPI_PUBKEY_PIN"
   q NODECARE_GNT_HMAC_KEY "$STATE/hmac.key"
   q NODECARE_GNT_LUXI_SOCKET "$(node_dir 1)/root/run/ganeti/socket/ganeti-query"
   q NODECARE_GNT_MOND_FWD_BASE "$NODECARE_GNT_MOND_FWD_BASE"
@@ -328,9 +336,8 @@ mv "$ENV_FILE.tmp" "$ENV_FILE"
 step "checking RAPI from the root namespace"
 ok=0
 for _ in $(seq 50); do
-  if curl -sf --cacert "$STATE/rapi-cert.pem" --resolve "$(cluster_name):$NODECARE_GNT_RAPI_PORT:127.0.0.1" \
-    -u "$RAPI_USER:$RAPI_PASSWORD" "https://$(cluster_name):$NODECARE_GNT_RAPI_PORT/2/info" >/dev/null 2>&1 ||
-    curl -sfk -u "$RAPI_USER:$RAPI_PASSWORD" "https://127.0.0.1:$NODECARE_GNT_RAPI_PORT/2/info" >/dev/null 2>&1; then
+  if curl -sf --cacert "$STATE/rapi-cert.pem" --resolve "$RAPI_CERT_CN:$NODECARE_GNT_RAPI_PORT:127.0.0.1" \
+    -u "$RAPI_USER:$RAPI_PASSWORD" "https://$RAPI_CERT_CN:$NODECARE_GNT_RAPI_PORT/2/info" >/dev/null 2>&1; then
     ok=1
     break
   fi
