@@ -271,7 +271,7 @@ if [[ $KEEP_MOND -eq 0 ]]; then
     if [[ -s $pidf ]]; then
       mpid=$(<"$pidf")
       if [[ $(ip netns identify "$mpid" 2>/dev/null) == "$(ns_node "$i")" ]]; then kill "$mpid" 2>/dev/null || true; fi
-      for _ in $(seq 40); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.05; done
+      wait_gone "$mpid" 20 || kill -KILL "$mpid" 2>/dev/null || true
       rm -f "$pidf"
     fi
   done

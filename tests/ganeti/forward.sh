@@ -64,10 +64,10 @@ outer=$!
 echo "$outer" >"$STATE/pids/fwd-$name-out.pid"
 for _ in $(seq 50); do
   ss -Hltn "src 127.0.0.1:$lport" 2>/dev/null | grep -q . && break
-  kill -0 "$outer" 2>/dev/null || break
+  pid_alive "$outer" || break
   sleep 0.05
 done
-if ! kill -0 "$outer" 2>/dev/null || ! ss -Hltn "src 127.0.0.1:$lport" | grep -q .; then
+if ! pid_alive "$outer" || ! ss -Hltn "src 127.0.0.1:$lport" | grep -q .; then
   stop_forward "$lport"
   die "could not listen on 127.0.0.1:$lport (see $STATE/logs/fwd-$name.log)"
 fi

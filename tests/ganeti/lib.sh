@@ -63,12 +63,27 @@ in_node() {
   nsenter -t "$pid" -n -m -u -- "$@"
 }
 
+# True while the process exists and is not a zombie (PID 1 of this machine
+# reaps orphans only every second or so, and kill -0 succeeds on zombies).
+pid_alive() {
+  local st
+  st=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null) || return 1
+  [[ -n $st && $st != Z && $st != X ]]
+}
+
+# Wait up to $2 tenths of a second (default 20) for a process to end.
+wait_gone() {
+  local n=${2:-20} k
+  for ((k = 0; k < n * 2; k++)); do pid_alive "$1" || return 0; sleep 0.05; done
+  return 1
+}
+
 # True when the PID is alive and its command line mentions the state dir,
 # so a recycled PID is never taken for one of ours.
 pid_is_ours() {
   local pid=$1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  [[ -r /proc/$pid/cmdline ]] || return 1
+  pid_alive "$pid" || return 1
   tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$STATE"
 }
 

@@ -31,7 +31,7 @@ case $1 in
     [[ $name =~ ^[A-Za-z0-9_.-]+$ ]] || die "bad name '$name' (letters, digits, . _ -)"
     mkdir -p "$STATE/logs" "$STATE/pids"
     pidf="$STATE/pids/bg-$name.pid"
-    if [[ -s $pidf ]] && kill -0 "$(<"$pidf")" 2>/dev/null; then
+    if [[ -s $pidf ]] && pid_alive "$(<"$pidf")"; then
       die "a background command named '$name' is already running (pid $(<"$pidf"))"
     fi
     # nsenter and setsid exec the command, so $! is the command's own PID.
@@ -39,7 +39,7 @@ case $1 in
     pid=$!
     echo "$pid" >"$pidf"
     sleep 0.05
-    kill -0 "$pid" 2>/dev/null || die "'$*' exited at once; see $STATE/logs/bg-$name.log"
+    pid_alive "$pid" || die "'$*' exited at once; see $STATE/logs/bg-$name.log"
     echo "$pid"
     ;;
   --stop)
@@ -49,8 +49,7 @@ case $1 in
     pid=$(<"$pidf")
     if [[ $(ip netns identify "$pid" 2>/dev/null) == "$(ns_node "$idx")" ]]; then
       kill "$pid" 2>/dev/null || true
-      for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
-      kill -KILL "$pid" 2>/dev/null || true
+      wait_gone "$pid" 20 || kill -KILL "$pid" 2>/dev/null || true
     fi
     rm -f "$pidf"
     ;;
