@@ -7,6 +7,7 @@
 //! - [`sign`]: the HMAC-SHA256 signed envelope, keyed by the cluster HMAC key.
 
 pub mod canonical;
+pub mod repair;
 pub mod report;
 pub mod sign;
 pub mod verdict;
