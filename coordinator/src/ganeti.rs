@@ -1,0 +1,671 @@
+//! The slice of Ganeti the coordinator needs, as a trait.
+//!
+//! Two implementations exist: [`crate::rapi`] (Ganeti's HTTPS remote API) and
+//! [`crate::simulation`] (an in-process cluster with fault injection, for the demo and the
+//! crash tests). The coordinator only ever talks to `dyn Ganeti`.
+//!
+//! Every call that submits a Ganeti job takes a [`Reason`]. Its text carries the incident
+//! uuid and an intent key, and it ends up in the job's reason trail, so that after a crash the
+//! coordinator can find out from [`Ganeti::jobs`] which of its intents were already submitted.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+/// Reason-trail source of every job the coordinator submits (maintd used `gnt:daemon:maintd`).
+pub const REASON_SOURCE: &str = "gnt:daemon:nodecare";
+
+/// Prefix of [`Reason::text`], used to recognise our own jobs in the job list.
+pub const REASON_TEXT_PREFIX: &str = "nodecare";
+
+/// A Ganeti job id.
+pub type JobId = u64;
+
+/// Boxed future returned by every [`Ganeti`] method (keeps the trait `dyn`-compatible).
+pub type GanetiFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, GanetiError>> + Send + 'a>>;
+
+/// Why a Ganeti call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GanetiError {
+    /// Could not reach the server at all (connect, TLS, timeout).
+    #[error("cannot reach Ganeti: {0}")]
+    Transport(String),
+    /// The server refused the credentials (HTTP 401/403).
+    #[error("Ganeti refused the credentials: {0}")]
+    Unauthorized(String),
+    /// The named object (node, instance, job) does not exist (HTTP 404).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The server rejected the request (HTTP 4xx other than 401/403/404, e.g. a prerequisite).
+    #[error("Ganeti rejected the request (HTTP {status}): {message}")]
+    Rejected {
+        /// HTTP status code.
+        status: u16,
+        /// Ganeti's message, or the body.
+        message: String,
+    },
+    /// Ganeti failed internally (HTTP 5xx).
+    #[error("Ganeti server error (HTTP {status}): {message}")]
+    Server {
+        /// HTTP status code.
+        status: u16,
+        /// Ganeti's message, or the body.
+        message: String,
+    },
+    /// The answer did not have the expected shape.
+    #[error("unexpected answer from Ganeti: {0}")]
+    Decode(String),
+}
+
+impl GanetiError {
+    /// Whether retrying the same call later can succeed (network trouble, 5xx).
+    pub const fn is_transient(&self) -> bool {
+        matches!(self, Self::Transport(_) | Self::Server { .. })
+    }
+}
+
+/// Cluster-wide facts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterInfo {
+    /// Cluster name (`name`).
+    pub name: String,
+    /// Name of the current master node (`master`).
+    pub master: String,
+    /// Cluster uuid, when the server reports it.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// Default instance allocator (`default_iallocator`, usually `hail`); empty → `None`.
+    #[serde(default)]
+    pub default_iallocator: Option<String>,
+    /// Ganeti software version (`software_version`).
+    #[serde(default)]
+    pub software_version: Option<String>,
+}
+
+/// A node's role letter as RAPI reports it (`role`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum NodeRole {
+    /// `M`: the master.
+    #[serde(rename = "M")]
+    Master,
+    /// `C`: a master candidate.
+    #[serde(rename = "C")]
+    MasterCandidate,
+    /// `R`: a regular node.
+    #[serde(rename = "R")]
+    Regular,
+    /// `D`: drained.
+    #[serde(rename = "D")]
+    Drained,
+    /// `O`: offline.
+    #[serde(rename = "O")]
+    Offline,
+}
+
+impl NodeRole {
+    /// Parses RAPI's one-letter role.
+    pub fn from_letter(letter: &str) -> Option<Self> {
+        match letter {
+            "M" => Some(Self::Master),
+            "C" => Some(Self::MasterCandidate),
+            "R" => Some(Self::Regular),
+            "D" => Some(Self::Drained),
+            "O" => Some(Self::Offline),
+            _ => None,
+        }
+    }
+}
+
+/// A cluster node (RAPI `/2/nodes?bulk=1`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Node {
+    /// Node name (`name`).
+    pub name: String,
+    /// Node uuid (`uuid`).
+    pub uuid: String,
+    /// Role letter (`role`).
+    pub role: NodeRole,
+    /// `drained`.
+    pub drained: bool,
+    /// `offline`.
+    pub offline: bool,
+    /// `master_candidate`.
+    pub master_candidate: bool,
+    /// `vm_capable` (a node that cannot host instances is never an evacuation target).
+    pub vm_capable: bool,
+    /// Primary IP (`pip`).
+    pub primary_ip: String,
+    /// Secondary IP (`sip`).
+    pub secondary_ip: String,
+    /// Node tags (`tags`).
+    pub tags: Vec<String>,
+    /// Node group uuid (`group.uuid`).
+    pub group: String,
+    /// Names of the instances whose primary is this node (`pinst_list`).
+    pub primary_instances: Vec<String>,
+    /// Names of the instances whose secondary is this node (`sinst_list`).
+    pub secondary_instances: Vec<String>,
+    /// Free memory in MiB (`mfree`), when known.
+    pub memory_free: Option<u64>,
+    /// Total memory in MiB (`mtotal`), when known.
+    pub memory_total: Option<u64>,
+}
+
+impl Node {
+    /// Whether the node is usable for instances: online, not drained, vm-capable.
+    pub const fn is_healthy(&self) -> bool {
+        !self.offline && !self.drained && self.vm_capable
+    }
+}
+
+/// Disk template of an instance (`disk_template`). Decides how an instance can move.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskTemplate {
+    /// `diskless`: movable anywhere.
+    Diskless,
+    /// `plain`: local LVM, cannot be relocated.
+    Plain,
+    /// `file`: local files, cannot be relocated.
+    File,
+    /// `drbd`: mirrored; migrate/failover to the secondary, replace-disks for the secondary.
+    Drbd,
+    /// `sharedfile`: shared storage, movable anywhere.
+    Sharedfile,
+    /// `rbd`: shared storage.
+    Rbd,
+    /// `ext`: shared storage.
+    Ext,
+    /// `blockdev`: shared storage.
+    Blockdev,
+    /// `gluster`: shared storage.
+    Gluster,
+    /// Anything else, by name.
+    #[serde(untagged)]
+    Other(String),
+}
+
+impl DiskTemplate {
+    /// Parses Ganeti's template name.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "diskless" => Self::Diskless,
+            "plain" => Self::Plain,
+            "file" => Self::File,
+            "drbd" => Self::Drbd,
+            "sharedfile" => Self::Sharedfile,
+            "rbd" => Self::Rbd,
+            "ext" => Self::Ext,
+            "blockdev" => Self::Blockdev,
+            "gluster" => Self::Gluster,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// Ganeti's name for the template.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Diskless => "diskless",
+            Self::Plain => "plain",
+            Self::File => "file",
+            Self::Drbd => "drbd",
+            Self::Sharedfile => "sharedfile",
+            Self::Rbd => "rbd",
+            Self::Ext => "ext",
+            Self::Blockdev => "blockdev",
+            Self::Gluster => "gluster",
+            Self::Other(name) => name,
+        }
+    }
+
+    /// Whether the instance's disks live on its primary node only (it cannot be relocated).
+    pub const fn is_node_local(&self) -> bool {
+        matches!(self, Self::Plain | Self::File)
+    }
+
+    /// Whether the instance is mirrored to a secondary node.
+    pub const fn is_internally_mirrored(&self) -> bool {
+        matches!(self, Self::Drbd)
+    }
+}
+
+/// An instance (RAPI `/2/instances?bulk=1`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Instance {
+    /// Instance name (`name`).
+    pub name: String,
+    /// Instance uuid (`uuid`).
+    pub uuid: String,
+    /// Disk template (`disk_template`).
+    pub disk_template: DiskTemplate,
+    /// Primary node name (`pnode`).
+    pub primary_node: String,
+    /// Secondary node names (`snodes`).
+    pub secondary_nodes: Vec<String>,
+    /// Administrative state (`admin_state`: `up`, `down`, `offline`).
+    pub admin_state: String,
+    /// Runtime status (`status`: `running`, `ADMIN_down`, `ERROR_nodeoffline`, ...).
+    pub status: String,
+    /// Configured maximum memory in MiB (`beparams.maxmem`), when known.
+    pub memory: Option<u64>,
+    /// Instance tags (`tags`).
+    pub tags: Vec<String>,
+}
+
+/// Which disks `replace-disks` replaces (RAPI `mode`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum ReplaceDisksMode {
+    /// `replace_new_secondary`: move the mirror to a new secondary, chosen by `iallocator` or
+    /// given as `remote_node`.
+    ReplaceNewSecondary {
+        /// Explicit new secondary.
+        remote_node: Option<String>,
+        /// Allocator to choose the new secondary (used when `remote_node` is `None`).
+        iallocator: Option<String>,
+    },
+    /// `replace_on_primary`.
+    ReplaceOnPrimary,
+    /// `replace_on_secondary`.
+    ReplaceOnSecondary,
+    /// `replace_auto`.
+    ReplaceAuto,
+}
+
+impl ReplaceDisksMode {
+    /// Ganeti's name for the mode.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Self::ReplaceNewSecondary { .. } => "replace_new_secondary",
+            Self::ReplaceOnPrimary => "replace_on_primary",
+            Self::ReplaceOnSecondary => "replace_on_secondary",
+            Self::ReplaceAuto => "replace_auto",
+        }
+    }
+}
+
+/// Which instances a node evacuation moves (RAPI `mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EvacuateMode {
+    /// `primary-only`.
+    #[serde(rename = "primary-only")]
+    PrimaryOnly,
+    /// `secondary-only`.
+    #[serde(rename = "secondary-only")]
+    SecondaryOnly,
+    /// `all` (refused by Ganeti 3.0 for most clusters; prefer the other two).
+    #[serde(rename = "all")]
+    All,
+}
+
+impl EvacuateMode {
+    /// Ganeti's name for the mode.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::PrimaryOnly => "primary-only",
+            Self::SecondaryOnly => "secondary-only",
+            Self::All => "all",
+        }
+    }
+}
+
+/// A job's overall status (`status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobStatus {
+    /// `queued`.
+    Queued,
+    /// `waiting` (waiting for locks or dependencies).
+    Waiting,
+    /// `running`.
+    Running,
+    /// `canceling`.
+    Canceling,
+    /// `canceled` (final; counts as failure).
+    Canceled,
+    /// `success` (final).
+    Success,
+    /// `error` (final).
+    Error,
+}
+
+impl JobStatus {
+    /// Parses Ganeti's status name.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "queued" => Some(Self::Queued),
+            "waiting" => Some(Self::Waiting),
+            "running" => Some(Self::Running),
+            "canceling" => Some(Self::Canceling),
+            "canceled" => Some(Self::Canceled),
+            "success" => Some(Self::Success),
+            "error" => Some(Self::Error),
+            _ => None,
+        }
+    }
+
+    /// Ganeti's name for the status.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Queued => "queued",
+            Self::Waiting => "waiting",
+            Self::Running => "running",
+            Self::Canceling => "canceling",
+            Self::Canceled => "canceled",
+            Self::Success => "success",
+            Self::Error => "error",
+        }
+    }
+
+    /// Whether the job will not change any more.
+    pub const fn is_final(self) -> bool {
+        matches!(self, Self::Canceled | Self::Success | Self::Error)
+    }
+}
+
+/// One job (RAPI `/2/jobs/<id>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// Job id.
+    pub id: JobId,
+    /// Overall status.
+    pub status: JobStatus,
+    /// Per-opcode status (`opstatus`).
+    pub opstatus: Vec<String>,
+    /// Per-opcode result (`opresult`); a failed opcode's is e.g. `["OpExecError", [msg]]`.
+    pub opresult: Vec<Value>,
+    /// Human-readable error messages extracted from failed opcodes' results.
+    pub errors: Vec<String>,
+    /// The reason trails of the job's opcodes, flattened.
+    pub reasons: Vec<ReasonEntry>,
+}
+
+/// One job as listed by [`Ganeti::jobs`] (RAPI `/2/jobs?bulk=1` with fields
+/// `id,status,ops` reduced to the reason trails).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSummary {
+    /// Job id.
+    pub id: JobId,
+    /// Overall status.
+    pub status: JobStatus,
+    /// The reason trails of the job's opcodes, flattened in opcode order.
+    pub reasons: Vec<ReasonEntry>,
+}
+
+impl JobSummary {
+    /// The coordinator's reason attached to this job, if any entry of its trail carries one.
+    pub fn nodecare_reason(&self) -> Option<ParsedReason> {
+        self.reasons
+            .iter()
+            .find_map(|entry| Reason::parse_text(&entry.text))
+    }
+}
+
+/// One reason-trail entry: `[source, text, timestamp_ns]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReasonEntry {
+    /// Who added the entry (`gnt:daemon:nodecare`, `gnt:user`, `gnt:opcode:...`).
+    pub source: String,
+    /// Free text.
+    pub text: String,
+    /// Nanoseconds since the epoch.
+    pub timestamp_ns: u64,
+}
+
+/// The reason attached to a job the coordinator submits.
+///
+/// `text()` is `nodecare incident=<uuid> intent=<key>: <description>`; `intent` is unique per
+/// submission the coordinator intends to make, so a job found in Ganeti's job list with the
+/// same incident and intent is that submission (no duplicate after a crash).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reason {
+    /// The incident this job belongs to.
+    pub incident: Uuid,
+    /// Unique key of the intended submission within the incident (no whitespace or `:`).
+    pub intent: String,
+    /// What the job does, for people reading `gnt-job info`.
+    pub description: String,
+}
+
+/// The machine-readable part of a [`Reason`] recovered from a job's trail.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ParsedReason {
+    /// Incident uuid.
+    pub incident: Uuid,
+    /// Intent key.
+    pub intent: String,
+}
+
+impl Reason {
+    /// Builds a reason. Whitespace and `:` in `intent` are replaced by `_` so the text parses back.
+    pub fn new(incident: Uuid, intent: impl Into<String>, description: impl Into<String>) -> Self {
+        let intent: String = intent
+            .into()
+            .chars()
+            .map(|c| {
+                if c.is_whitespace() || c == ':' {
+                    '_'
+                } else {
+                    c
+                }
+            })
+            .collect();
+        Self {
+            incident,
+            intent,
+            description: description.into(),
+        }
+    }
+
+    /// The source to put into the trail entry.
+    pub const fn source(&self) -> &'static str {
+        REASON_SOURCE
+    }
+
+    /// The text to put into the trail entry.
+    pub fn text(&self) -> String {
+        format!(
+            "{REASON_TEXT_PREFIX} incident={} intent={}: {}",
+            self.incident, self.intent, self.description
+        )
+    }
+
+    /// A complete trail entry with the given timestamp.
+    pub fn entry(&self, timestamp_ns: u64) -> ReasonEntry {
+        ReasonEntry {
+            source: REASON_SOURCE.to_owned(),
+            text: self.text(),
+            timestamp_ns,
+        }
+    }
+
+    /// Recovers incident and intent from a trail text written by [`Reason::text`]; the text may
+    /// have been prefixed or embedded by the server, so this searches for the marker.
+    pub fn parse_text(text: &str) -> Option<ParsedReason> {
+        let start = text.find(&format!("{REASON_TEXT_PREFIX} incident="))?;
+        let rest = &text[start + REASON_TEXT_PREFIX.len() + " incident=".len()..];
+        let (incident, rest) = rest.split_once(' ')?;
+        let incident = Uuid::parse_str(incident).ok()?;
+        let rest = rest.strip_prefix("intent=")?;
+        let end = rest
+            .find(|c: char| c == ':' || c.is_whitespace())
+            .unwrap_or(rest.len());
+        let intent = &rest[..end];
+        if intent.is_empty() {
+            return None;
+        }
+        Some(ParsedReason {
+            incident,
+            intent: intent.to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+/// What the coordinator needs from Ganeti. Implemented by the RAPI client and the simulation.
+///
+/// Write methods return the id of the submitted job; they do not wait for it.
+pub trait Ganeti: Send + Sync + fmt::Debug {
+    /// Cluster info, including the master's name (RAPI `GET /2/info`).
+    fn cluster_info(&self) -> GanetiFuture<'_, ClusterInfo>;
+
+    /// All nodes (RAPI `GET /2/nodes?bulk=1`).
+    fn nodes(&self) -> GanetiFuture<'_, Vec<Node>>;
+
+    /// All instances (RAPI `GET /2/instances?bulk=1`).
+    fn instances(&self) -> GanetiFuture<'_, Vec<Instance>>;
+
+    /// A node's tags (RAPI `GET /2/nodes/<node>/tags`).
+    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>>;
+
+    /// Adds tags to a node (RAPI `PUT /2/nodes/<node>/tags?tag=...`).
+    fn add_node_tags<'a>(
+        &'a self,
+        node: &'a str,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Removes tags from a node (RAPI `DELETE /2/nodes/<node>/tags?tag=...`).
+    fn remove_node_tags<'a>(
+        &'a self,
+        node: &'a str,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Sets or clears the drained flag (RAPI `POST /2/nodes/<node>/modify` `{"drained": b}`,
+    /// or `PUT /2/nodes/<node>/role` `"drained"`).
+    fn set_node_drained<'a>(
+        &'a self,
+        node: &'a str,
+        drained: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Sets or clears the offline flag (RAPI `POST /2/nodes/<node>/modify` `{"offline": b}`).
+    fn set_node_offline<'a>(
+        &'a self,
+        node: &'a str,
+        offline: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Live-migrates an instance (RAPI `PUT /2/instances/<i>/migrate` `{"mode":"live"}`), to
+    /// `target` when given (shared storage) or to its DRBD secondary.
+    fn migrate_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Fails an instance over (RAPI `PUT /2/instances/<i>/failover`), to `target` when given.
+    fn failover_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Replaces an instance's disks (RAPI `POST /2/instances/<i>/replace-disks`).
+    fn replace_disks<'a>(
+        &'a self,
+        instance: &'a str,
+        mode: &'a ReplaceDisksMode,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Evacuates a node (RAPI `POST /2/nodes/<node>/evacuate` `{"mode", "iallocator"}`).
+    fn evacuate_node<'a>(
+        &'a self,
+        node: &'a str,
+        mode: EvacuateMode,
+        iallocator: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// One job's status and results (RAPI `GET /2/jobs/<id>`). Unknown or archived →
+    /// [`GanetiError::NotFound`].
+    fn job(&self, id: JobId) -> GanetiFuture<'_, Job>;
+
+    /// Every job Ganeti still knows, with its reason trails (RAPI `GET /2/jobs?bulk=1`), used
+    /// to reconcile the coordinator's intents after a restart.
+    fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reason_text_round_trips() {
+        let incident = Uuid::new_v4();
+        let reason = Reason::new(
+            incident,
+            "migrate inst1:2",
+            "Migrating inst1 away from node1",
+        );
+        assert_eq!(reason.intent, "migrate_inst1_2");
+        let parsed = Reason::parse_text(&reason.text()).unwrap();
+        assert_eq!(
+            parsed,
+            ParsedReason {
+                incident,
+                intent: "migrate_inst1_2".into()
+            }
+        );
+        // Servers may wrap the text; the marker is still found.
+        let wrapped = format!("rapi: {}", reason.text());
+        assert_eq!(Reason::parse_text(&wrapped).unwrap().incident, incident);
+    }
+
+    #[test]
+    fn foreign_reason_texts_do_not_parse() {
+        assert!(Reason::parse_text("init").is_none());
+        assert!(Reason::parse_text("nodecare incident=notauuid intent=x: y").is_none());
+        let id = Uuid::new_v4();
+        assert!(Reason::parse_text(&format!("nodecare incident={id} intent=: y")).is_none());
+    }
+
+    #[test]
+    fn job_summary_finds_our_reason_anywhere_in_the_trail() {
+        let reason = Reason::new(Uuid::new_v4(), "drain", "Draining node1");
+        let summary = JobSummary {
+            id: 7,
+            status: JobStatus::Running,
+            reasons: vec![
+                ReasonEntry {
+                    source: "gnt:user".into(),
+                    text: "x".into(),
+                    timestamp_ns: 1,
+                },
+                reason.entry(2),
+            ],
+        };
+        assert_eq!(summary.nodecare_reason().unwrap().intent, "drain");
+    }
+
+    #[test]
+    fn enums_parse_ganeti_names() {
+        assert_eq!(NodeRole::from_letter("D"), Some(NodeRole::Drained));
+        assert_eq!(JobStatus::from_name("canceled"), Some(JobStatus::Canceled));
+        assert!(JobStatus::Canceled.is_final());
+        assert!(!JobStatus::Waiting.is_final());
+        assert!(DiskTemplate::from_name("plain").is_node_local());
+        assert_eq!(DiskTemplate::from_name("weird").as_str(), "weird");
+    }
+
+    // The coordinator holds `Arc<dyn Ganeti>`: the trait must stay dyn-compatible.
+    #[allow(dead_code)]
+    fn assert_dyn_compatible(_: &dyn Ganeti) {}
+}

@@ -1,0 +1,6 @@
+//! nodecare-coordinator: the master-side daemon that turns signed self-diagnose reports into
+//! Ganeti repair actions (the role of Ganeti's never-released maintd).
+
+pub mod ganeti;
+pub mod rapi;
+pub mod simulation;

@@ -1,0 +1,5 @@
+//! `nodecare-coordinator` daemon entry point.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

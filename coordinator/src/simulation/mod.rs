@@ -1,0 +1,1 @@
+//! In-process simulated Ganeti cluster implementing [`crate::ganeti::Ganeti`].
