@@ -5,6 +5,9 @@
 //! on its own interval with its own timeout and caches the result, so a slow or failing collector
 //! never delays or breaks another one.
 
+pub mod runner;
+pub mod whitelist;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
