@@ -41,13 +41,13 @@ collect_pids() {
 }
 
 killed=0
-for sig in TERM TERM KILL KILL; do
+for sig in TERM KILL KILL; do
   pids=$(collect_pids | sort -u | grep -vx "$$" || true)
   [[ -n $pids ]] || break
   # shellcheck disable=SC2086
   kill "-$sig" $pids 2>/dev/null || true
   killed=1
-  for _ in $(seq 20); do
+  for _ in $(seq 10); do
     [[ -n $(collect_pids) ]] || break
     sleep 0.05
   done

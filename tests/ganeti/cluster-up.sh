@@ -240,28 +240,39 @@ done
 
 if [[ ${#INST_SPECS[@]} -gt 0 ]]; then
   step "instances"
-  # Submit all creations at once and wait for them together.
+  # Submit all creations in parallel (each gnt-* start costs a Python start
+  # up) and wait for the jobs together; the jobs themselves run concurrently.
   jobs_file="$STATE/logs/instance-jobs"
   : >"$jobs_file"
+  submit_pids=()
+  k=0
   for spec in "${INST_SPECS[@]}"; do
     IFS=: read -r iname tmpl nidx <<<"$spec"
     nidx=$(( (nidx - 1) % NODES + 1 ))
     disk_args=()
     if [[ $tmpl != diskless ]]; then disk_args=(--disk 0:size=1G); fi
-    out=$(in_node 1 gnt-instance add --submit -t "$tmpl" "${disk_args[@]}" -o noop \
-      -n "$(node_name "$nidx")" --no-name-check --no-ip-check --no-start \
-      -B memory=128M,vcpus=1 "$iname.$DOMAIN" 2>&1) || die "gnt-instance add $iname failed: $out"
-    jid=$(grep -oE '[0-9]+' <<<"$out" | tail -1)
-    echo "$jid $iname" >>"$jobs_file"
+    in_node 1 gnt-instance add --submit -t "$tmpl" "${disk_args[@]}" -o noop \
+      -n "$(node_name "$nidx")" --no-name-check --no-ip-check \
+      -B memory=128M,vcpus=1 "$iname.$DOMAIN" >"$STATE/logs/instance-add-$k.log" 2>&1 &
+    submit_pids+=($!)
+    k=$((k + 1))
   done
+  k=0
+  for spec in "${INST_SPECS[@]}"; do
+    iname=${spec%%:*}
+    wait "${submit_pids[$k]}" || die "gnt-instance add $iname failed: $(cat "$STATE/logs/instance-add-$k.log")"
+    jid=$(grep -oE '[0-9]+' "$STATE/logs/instance-add-$k.log" | tail -1)
+    [[ -n $jid ]] || die "gnt-instance add $iname printed no job id: $(cat "$STATE/logs/instance-add-$k.log")"
+    echo "$jid $iname" >>"$jobs_file"
+    k=$((k + 1))
+  done
+  mapfile -t jids < <(cut -d' ' -f1 "$jobs_file")
+  for jid in "${jids[@]}"; do in_node 1 gnt-job wait "$jid" >/dev/null 2>&1 || true; done
+  job_status=$(in_node 1 gnt-job list --no-headers -o id,status "${jids[@]}")
   while read -r jid iname; do
-    in_node 1 gnt-job wait "$jid" >/dev/null 2>&1 || true
-    st=$(in_node 1 gnt-job list --no-headers -o status "$jid" 2>/dev/null | tr -d ' ')
+    st=$(awk -v j="$jid" '$1 == j {print $2}' <<<"$job_status")
     [[ $st == success ]] || die "creating instance $iname (job $jid) ended '$st': $(in_node 1 gnt-job info "$jid" 2>&1 | tail -20)"
   done <"$jobs_file"
-  step "starting instances"
-  in_node 1 gnt-instance startup --all --force-multiple >"$STATE/logs/instance-startup.log" 2>&1 ||
-    die "starting instances failed: $(tail -20 "$STATE/logs/instance-startup.log")"
 fi
 
 if [[ $KEEP_MOND -eq 0 ]]; then
