@@ -5,6 +5,7 @@
 //! on its own interval with its own timeout and caches the result, so a slow or failing collector
 //! never delays or breaks another one.
 
+pub mod diagnose;
 pub mod runner;
 pub mod whitelist;
 

@@ -223,6 +223,15 @@ fn kill_group(pgid: Pid) {
     }
 }
 
+/// Kills the process group when dropped, whichever way the run ends.
+struct GroupGuard(Pid);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        kill_group(self.0);
+    }
+}
+
 enum Outcome {
     Finished(std::process::ExitStatus, Vec<u8>),
     Overflow,
@@ -301,6 +310,8 @@ async fn run_unbounded(
         });
     };
     let pgid = Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX));
+    // If this future is dropped (its caller gave up), the group dies with it.
+    let _group = GroupGuard(pgid);
 
     let stdin_task = match (child.stdin.take(), stdin) {
         (Some(mut pipe), Some(bytes)) => Some(tokio::spawn(async move {
