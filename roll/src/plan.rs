@@ -187,7 +187,10 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             if compat {
                 !inst.template.has_secondary()
             } else {
-                inst.template.redundancy() == Redundancy::Local && !inst.status.is_down()
+                let degraded =
+                    inst.template.has_secondary() && inst.snode.is_some_and(|s| offline[s]);
+                (inst.template.redundancy() == Redundancy::Local || degraded)
+                    && !inst.status.is_down()
             }
         })
     };
@@ -324,7 +327,7 @@ impl Prepared<'_> {
         let stats = stats_line(&self.graph, &colourings);
         let online = self.online();
         let sem = semantics(&self.opts);
-        let mut conf = Conf::new(self.cluster);
+        let mut conf = Conf::new(self.cluster, &self.offline);
         let (subgroups, strategy, htools_groups) = match self.opts.mode {
             Mode::HrollerCompat => {
                 let classes = graph::classes(&self.graph, &colourings.named[colourings.chosen].1);

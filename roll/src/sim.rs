@@ -54,6 +54,9 @@ pub(crate) struct Conf<'c> {
     pub cluster: &'c Cluster,
     pub nodes: Vec<SimNode>,
     pub insts: Vec<SimInst>,
+    /// Mirrored instances whose secondary node is offline: they cannot
+    /// migrate, so nodecare treats them as non-redundant.
+    pub degraded: Vec<bool>,
     undo: Vec<Undo>,
 }
 
@@ -70,7 +73,7 @@ fn new_free_spindles(n: &SimNode, inst: &Instance, add: bool) -> i64 {
 }
 
 impl<'c> Conf<'c> {
-    pub(crate) fn new(cluster: &'c Cluster) -> Self {
+    pub(crate) fn new(cluster: &'c Cluster, offline: &[bool]) -> Self {
         let plists = cluster.primary_lists();
         let slists = cluster.secondary_lists();
         let nodes = cluster
@@ -108,10 +111,20 @@ impl<'c> Conf<'c> {
                 snode: i.snode,
             })
             .collect();
+        let degraded = cluster
+            .instances
+            .iter()
+            .map(|i| {
+                i.template.has_secondary()
+                    && i.snode
+                        .is_some_and(|s| offline.get(s).copied().unwrap_or(true))
+            })
+            .collect();
         Self {
             cluster,
             nodes,
             insts,
+            degraded,
             undo: Vec::new(),
         }
     }

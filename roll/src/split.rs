@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::model::{Instance, Redundancy};
+use crate::model::Redundancy;
 use crate::sim::{Conf, Diff};
 
 /// Which instances the planner acts on, so that the same algorithms serve
@@ -20,12 +20,10 @@ pub(crate) struct Semantics {
 
 impl Semantics {
     /// Instances that must be relocated off a node before its reboot.
-    pub(crate) fn relocates(&self, inst: &Instance) -> bool {
-        if inst.template.has_secondary() {
-            return false;
-        }
+    pub(crate) fn relocates(&self, conf: &Conf<'_>, i: usize) -> bool {
+        let inst = &conf.cluster.instances[i];
         if !self.real_redundancy {
-            return self.relocate_non_redundant;
+            return !inst.template.has_secondary() && self.relocate_non_redundant;
         }
         if inst.status.is_down() {
             return false;
@@ -34,18 +32,20 @@ impl Semantics {
             // Shared storage can always be live-migrated, so it is always moved.
             Redundancy::Shared => true,
             Redundancy::Local => self.relocate_non_redundant,
-            Redundancy::Mirrored => false,
+            Redundancy::Mirrored => conf.degraded[i] && self.relocate_non_redundant,
         }
     }
 
     /// Mirrored instances migrated (full evacuation) and re-mirrored.
-    pub(crate) fn evacuates_mirror(&self, inst: &Instance) -> bool {
-        inst.template.has_secondary() && !(self.real_redundancy && inst.status.is_down())
+    pub(crate) fn evacuates_mirror(&self, conf: &Conf<'_>, i: usize) -> bool {
+        let inst = &conf.cluster.instances[i];
+        inst.template.has_secondary()
+            && !(self.real_redundancy && (inst.status.is_down() || conf.degraded[i]))
     }
 
     /// Whether any work exists at all for the non-redundant stage.
     pub(crate) fn any_relocation(&self, conf: &Conf<'_>) -> bool {
-        conf.cluster.instances.iter().any(|i| self.relocates(i))
+        (0..conf.cluster.instances.len()).any(|i| self.relocates(conf, i))
     }
 }
 
@@ -113,7 +113,7 @@ fn relocate_first_fit(sem: Semantics) -> impl Fn(&mut Conf<'_>, usize, &[usize])
             .p_list
             .iter()
             .map(|&i| i as usize)
-            .filter(|&i| sem.relocates(&conf.cluster.instances[i]))
+            .filter(|&i| sem.relocates(conf, i))
             .collect();
         insts
             .into_iter()
@@ -130,7 +130,7 @@ fn secondaries_first_fit(sem: Semantics) -> impl Fn(&mut Conf<'_>, usize, &[usiz
             .filter(|&i| {
                 // htools tries every listed secondary; nodecare only the
                 // mirrored instances it evacuates.
-                !sem.real_redundancy || sem.evacuates_mirror(&conf.cluster.instances[i])
+                !sem.real_redundancy || sem.evacuates_mirror(conf, i)
             })
             .collect();
         insts.into_iter().all(|i| {
@@ -171,14 +171,7 @@ fn migrate_off(conf: &mut Conf<'_>, sem: Semantics, nodes: &[usize]) -> bool {
         .iter()
         .flat_map(|&n| conf.nodes[n].p_list.clone())
         .map(|i| i as usize)
-        .filter(|&i| {
-            let inst = &conf.cluster.instances[i];
-            if sem.real_redundancy {
-                sem.evacuates_mirror(inst)
-            } else {
-                inst.template.has_secondary()
-            }
-        })
+        .filter(|&i| sem.evacuates_mirror(conf, i))
         .collect();
     insts.into_iter().all(|i| conf.migrate(i))
 }
@@ -307,7 +300,7 @@ fn relocation_items(conf: &Conf<'_>, sem: Semantics, node: usize) -> Vec<usize> 
         .p_list
         .iter()
         .map(|&i| i as usize)
-        .filter(|&i| sem.relocates(&conf.cluster.instances[i]))
+        .filter(|&i| sem.relocates(conf, i))
         .collect();
     let size = |i: &usize| {
         let inst = &conf.cluster.instances[*i];
@@ -322,7 +315,7 @@ fn secondary_items(conf: &Conf<'_>, sem: Semantics, node: usize) -> Vec<usize> {
         .s_list
         .iter()
         .map(|&i| i as usize)
-        .filter(|&i| sem.evacuates_mirror(&conf.cluster.instances[i]))
+        .filter(|&i| sem.evacuates_mirror(conf, i))
         .collect();
     items.sort_by_key(|&i| std::cmp::Reverse(conf.cluster.instances[i].dsk));
     items
@@ -496,7 +489,7 @@ pub(crate) fn improved_split(
                 + conf.nodes[n]
                     .p_list
                     .iter()
-                    .filter(|&&i| sem.evacuates_mirror(&conf.cluster.instances[i as usize]))
+                    .filter(|&&i| sem.evacuates_mirror(conf, i as usize))
                     .count()
         } else {
             0
