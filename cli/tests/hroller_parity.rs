@@ -112,7 +112,7 @@ fn run(program: &Path, pre: &[&str], args: &[String]) -> Output {
         .args(pre)
         .args(args)
         .output()
-        .expect("spawn")
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
 }
 
 /// Reboot groups in hroller's text output (header and move lines excluded).
