@@ -76,7 +76,7 @@ on_error() {
 }
 trap on_error ERR
 
-step() { log "[$(( ($(now_ms) - T0) ))ms] $*"; }
+step() { log "[$(( $(now_ms) - T0 ))ms] $*"; }
 
 mkdir -p "$STATE"
 touch "$STATE/$STATE_MARKER"

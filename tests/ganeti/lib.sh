@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # Shared settings and helpers for the namespace Ganeti cluster scripts.
 # Sourced, never executed. Every name that leaves this machine's root
 # namespace untouched is derived from NODECARE_GNT_STATE and NODECARE_GNT_PREFIX.

@@ -4,6 +4,7 @@
 # a node reached through the forward, one live migration, down. Prints timings.
 #   smoke.sh [--keep] [cluster-up.sh options...]
 #     --keep  leave the cluster running (cluster-down.sh removes it)
+# shellcheck disable=SC2153 # NODECARE_GNT_* come from cluster.env
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -36,7 +37,7 @@ T=$(now_ms)
 UP_MS=$(( $(now_ms) - T ))
 echo "cluster-up: ${UP_MS} ms"
 
-# shellcheck disable=SC1090
+# shellcheck disable=SC1090,SC1091
 . "$NODECARE_GNT_STATE/cluster.env"
 N=$NODECARE_GNT_NODES
 PW=$(<"$NODECARE_GNT_RAPI_PASSWORD_FILE")
@@ -82,7 +83,7 @@ master=$(ip netns exec "$NODECARE_GNT_CLIENT_NETNS" /usr/bin/python3 "$HERE/conf
 check "confd of node$N names the master ($master)" test "$master" = "$NODECARE_GNT_MASTER"
 gm=$("$HERE/node-exec.sh" "$N" gnt-cluster getmaster)
 check "gnt-cluster getmaster in node$N ($gm)" test "$gm" = "$NODECARE_GNT_MASTER"
-check "hroller over LUXI from the root namespace" bash -c "hroller -L'$NODECARE_GNT_LUXI_SOCKET' >/dev/null 2>&1"
+[[ $N -lt 2 ]] || check "hroller over LUXI from the root namespace" bash -c "hroller -L'$NODECARE_GNT_LUXI_SOCKET' >/dev/null 2>&1"
 echo "confd/luxi checks: $(( $(now_ms) - T )) ms"
 
 if [[ $NODECARE_GNT_MOND_RUNNING == 0 ]]; then
