@@ -9,6 +9,9 @@ pub mod diagnose;
 pub mod runner;
 pub mod whitelist;
 
+pub mod builtin;
+pub mod confd;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

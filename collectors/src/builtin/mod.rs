@@ -1,0 +1,175 @@
+//! nodecare's built-in collectors: everything Ganeti's mond collects, with mond's names,
+//! categories, kinds and data shapes, without mond's defects.
+//!
+//! Each source has a pure parser (`&str -> Result<T, ParseError>`) and a thin collector that does
+//! the IO. Every path (the proc root, Ganeti's run directory, tool paths) comes from
+//! [`BuiltinConfig`], so tests run on fixtures.
+//!
+//! | name | category | kind | source |
+//! |---|---|---|---|
+//! | `cpu-avg-load` | – | 0 | `/proc/stat`, moving window |
+//! | `xen-cpu-avg-load` | – | 0 | `xl list`, moving window (Xen nodes only) |
+//! | `kvm-inst-rss` | – | 0 | KVM pid files + `/proc/<pid>/statm` |
+//! | `diskstats` | storage | 0 | `/proc/diskstats` (14, 18 or 20 columns) |
+//! | `drbd` | storage | 1 | `/proc/drbd` (8.x) or `drbdsetup status --json` (9.x) |
+//! | `inst-status-xen` | instance | 1 | `xl list` + `xl uptime` (Xen nodes only) |
+//! | `inst-status-kvm` | instance | 1 | KVM pid files, `/proc/<pid>/stat`, QMP |
+//! | `lv` | storage | 0 | `lvs` with a timeout |
+
+pub mod cpu;
+pub mod diskstats;
+pub mod drbd;
+pub mod kvm;
+pub mod lv;
+pub mod systool;
+pub mod xen;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::confd::ViewHandle;
+use crate::{CollectError, Registry};
+
+/// A parse failure that names the line (1-based) and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}, field {field}: {reason}")]
+pub struct ParseError {
+    /// 1-based line number (0 when the input as a whole is wrong).
+    pub line: usize,
+    /// The field that did not parse.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl ParseError {
+    /// A parse error at `line` in `field`.
+    pub fn new(line: usize, field: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self {
+            line,
+            field: field.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Turns this into a collector error for `source`.
+    pub fn into_collect_error(self, source: &Path) -> CollectError {
+        CollectError::Parse {
+            source_name: source.display().to_string(),
+            reason: self.to_string(),
+        }
+    }
+}
+
+/// Parses one unsigned integer field.
+pub(crate) fn parse_u64(line: usize, field: &str, text: &str) -> Result<u64, ParseError> {
+    text.parse::<u64>()
+        .map_err(|_| ParseError::new(line, field, format!("{text:?} is not an unsigned integer")))
+}
+
+/// Paths and limits of the built-in collectors.
+#[derive(Debug, Clone)]
+pub struct BuiltinConfig {
+    /// Where procfs is mounted (`/proc`).
+    pub proc_root: PathBuf,
+    /// Ganeti's run directory (`/var/run/ganeti`): KVM pid files, QMP sockets, reason trails.
+    pub ganeti_run_dir: PathBuf,
+    /// `lvs`.
+    pub lvs_path: PathBuf,
+    /// `drbdsetup` (DRBD 9 status).
+    pub drbdsetup_path: PathBuf,
+    /// `xl` (the Xen toolstack); the Xen collectors exist only where it does.
+    pub xl_path: PathBuf,
+    /// Bounds for every tool run.
+    pub tool_timeout: Duration,
+    /// The moving window of the cpu load averages (mond: 600 s).
+    pub cpu_window: Duration,
+    /// How often collectors run unless the cluster configures another interval (mond: 5 s).
+    pub default_interval: Duration,
+    /// What confd told us about this node and cluster; `None` off a Ganeti cluster.
+    pub cluster: Option<ViewHandle>,
+    /// The least time without CPU progress before an unresponsive instance counts as hung.
+    pub hung_after: Duration,
+}
+
+impl Default for BuiltinConfig {
+    fn default() -> Self {
+        Self {
+            proc_root: PathBuf::from("/proc"),
+            ganeti_run_dir: PathBuf::from("/var/run/ganeti"),
+            lvs_path: PathBuf::from("/sbin/lvs"),
+            drbdsetup_path: PathBuf::from("/usr/sbin/drbdsetup"),
+            xl_path: PathBuf::from("/usr/sbin/xl"),
+            tool_timeout: Duration::from_secs(10),
+            cpu_window: Duration::from_secs(600),
+            default_interval: Duration::from_secs(5),
+            cluster: None,
+            hung_after: Duration::from_secs(30),
+        }
+    }
+}
+
+impl BuiltinConfig {
+    /// The limits for one tool run.
+    pub fn tool_limits(&self) -> systool::ToolLimits {
+        systool::ToolLimits {
+            timeout: self.tool_timeout,
+            ..systool::ToolLimits::default()
+        }
+    }
+
+    /// The spec of a built-in collector with the configured interval and a timeout that leaves
+    /// room for a tool run.
+    pub(crate) fn spec(
+        &self,
+        name: &str,
+        category: Option<&str>,
+        kind: nodecare_protocol::ReportKind,
+    ) -> crate::CollectorSpec {
+        crate::CollectorSpec::builtin(
+            name,
+            category,
+            kind,
+            self.default_interval,
+            self.tool_timeout + Duration::from_secs(2),
+        )
+    }
+
+    /// Whether the Xen toolstack is installed.
+    pub fn has_xen(&self) -> bool {
+        systool::tool_exists(&self.xl_path)
+    }
+}
+
+/// Registers every built-in collector that applies on this node, in mond's list order (the
+/// Xen ones only where `xl` exists).
+pub fn register_all(registry: &mut Registry, config: &BuiltinConfig) {
+    let xen = config.has_xen();
+    registry.register(Arc::new(cpu::CpuAvgLoad::new(config)));
+    if xen {
+        registry.register(Arc::new(xen::XenCpuAvgLoad::new(config)));
+    }
+    registry.register(Arc::new(kvm::KvmInstRss::new(config)));
+    registry.register(Arc::new(diskstats::Diskstats::new(config)));
+    registry.register(Arc::new(drbd::Drbd::new(config)));
+    if xen {
+        registry.register(Arc::new(xen::InstStatusXen::new(config)));
+    }
+    registry.register(Arc::new(kvm::InstStatusKvm::new(config)));
+    registry.register(Arc::new(lv::Lv::new(config)));
+}
+
+/// Reads a whole file as text, as a collector error on failure.
+pub(crate) async fn read_text(path: &Path) -> Result<String, CollectError> {
+    let bytes = tokio::fs::read(path)
+        .await
+        .map_err(|error| CollectError::Source {
+            source_name: path.display().to_string(),
+            reason: error.to_string(),
+        })?;
+    String::from_utf8(bytes).map_err(|_| CollectError::Parse {
+        source_name: path.display().to_string(),
+        reason: "not valid UTF-8".to_owned(),
+    })
+}
