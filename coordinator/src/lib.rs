@@ -2,5 +2,8 @@
 //! Ganeti repair actions (the role of Ganeti's never-released maintd).
 
 pub mod ganeti;
+pub mod incident;
+pub mod plan;
 pub mod rapi;
 pub mod simulation;
+pub mod store;

@@ -1,0 +1,525 @@
+//! Durable state: incidents, intents (jobs the coordinator means to submit or has submitted),
+//! agents' last accepted sequence numbers and the repair-request sequence counter.
+//!
+//! SQLite in WAL mode with `synchronous=FULL`: a committed transaction survives a crash or a
+//! power cut. An intent row is committed before its job is submitted; after a crash, an intent
+//! without a job id is looked up in Ganeti's job list by its reason before anything is
+//! resubmitted (see `reconcile`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ganeti::JobId;
+use crate::incident::Incident;
+use crate::plan::{Lock, Move};
+
+/// Schema version stored in `PRAGMA user_version`.
+const SCHEMA_VERSION: i64 = 1;
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("state database: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// A stored record does not decode.
+    #[error("state database holds a corrupt record: {0}")]
+    Corrupt(String),
+    /// The database was written by a newer version.
+    #[error("state database schema version {0} is newer than this coordinator ({SCHEMA_VERSION})")]
+    TooNew(i64),
+    /// The creating directory failed.
+    #[error("cannot create state directory {path}: {error}")]
+    Directory {
+        /// Directory.
+        path: String,
+        /// Cause.
+        error: String,
+    },
+}
+
+/// What an intent does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum IntentSpec {
+    /// Set the node's drained flag.
+    Drain {
+        /// Node.
+        node: String,
+    },
+    /// Move an instance.
+    Move {
+        /// The move.
+        planned: Move,
+    },
+    /// Add a tag to the node.
+    Tag {
+        /// Node.
+        node: String,
+        /// Tag.
+        tag: String,
+    },
+    /// Ask the node's agent to run a repair command (not a Ganeti job).
+    Repair {
+        /// Node.
+        node: String,
+        /// Repair command.
+        command: String,
+    },
+}
+
+impl IntentSpec {
+    /// Whether this intent's outcome comes from a Ganeti job (the others from the agent).
+    pub const fn is_ganeti_job(&self) -> bool {
+        !matches!(self, Self::Repair { .. })
+    }
+}
+
+/// Where an intent is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IntentState {
+    /// Recorded; submission may or may not have happened (unknown after a crash).
+    Planned,
+    /// Submitted; outcome pending.
+    Submitted,
+    /// Finished successfully.
+    Succeeded,
+    /// Finished unsuccessfully.
+    Failed,
+}
+
+impl IntentState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Planned => "planned",
+            Self::Submitted => "submitted",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, StoreError> {
+        match text {
+            "planned" => Ok(Self::Planned),
+            "submitted" => Ok(Self::Submitted),
+            "succeeded" => Ok(Self::Succeeded),
+            "failed" => Ok(Self::Failed),
+            other => Err(StoreError::Corrupt(format!("intent state {other:?}"))),
+        }
+    }
+
+    /// Whether the intent still holds its locks (submitted and not finished, or unknown).
+    pub const fn is_in_flight(self) -> bool {
+        matches!(self, Self::Planned | Self::Submitted)
+    }
+}
+
+/// One intended or submitted action of an incident.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Intent {
+    /// The incident.
+    pub incident: Uuid,
+    /// Unique within the incident; also written into the job's reason trail.
+    pub key: String,
+    /// What it does.
+    pub spec: IntentSpec,
+    /// Locks held while in flight.
+    pub locks: Vec<Lock>,
+    /// Where it is.
+    pub state: IntentState,
+    /// Ganeti job id, once known.
+    pub job_id: Option<JobId>,
+    /// Unix ms when recorded.
+    pub created_ms: u64,
+    /// Unix ms when submitted.
+    pub submitted_ms: Option<u64>,
+    /// Unix ms when finished.
+    pub finished_ms: Option<u64>,
+    /// Failure message.
+    pub error: Option<String>,
+}
+
+/// The coordinator's state database.
+#[derive(Debug)]
+pub struct Store {
+    connection: Mutex<Connection>,
+}
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}
+
+impl Store {
+    /// Opens (creating if needed) `state.db` in `dir`.
+    pub fn open_dir(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|error| StoreError::Directory {
+            path: dir.display().to_string(),
+            error: error.to_string(),
+        })?;
+        Self::open(&dir.join("state.db"))
+    }
+
+    /// Opens (creating if needed) the database file at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let connection = Connection::open(path)?;
+        connection.busy_timeout(std::time::Duration::from_secs(5))?;
+        connection.pragma_update(None, "journal_mode", "WAL")?;
+        connection.pragma_update(None, "synchronous", "FULL")?;
+        connection.pragma_update(None, "foreign_keys", "ON")?;
+        let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::TooNew(version));
+        }
+        if version < 1 {
+            connection.execute_batch(
+                "BEGIN;
+                 CREATE TABLE IF NOT EXISTS incidents (
+                     uuid TEXT PRIMARY KEY,
+                     node_uuid TEXT NOT NULL,
+                     fingerprint TEXT NOT NULL,
+                     record TEXT NOT NULL);
+                 CREATE INDEX IF NOT EXISTS incidents_identity ON incidents(node_uuid, fingerprint);
+                 CREATE TABLE IF NOT EXISTS intents (
+                     incident TEXT NOT NULL REFERENCES incidents(uuid) ON DELETE CASCADE,
+                     key TEXT NOT NULL,
+                     spec TEXT NOT NULL,
+                     locks TEXT NOT NULL,
+                     state TEXT NOT NULL,
+                     job_id INTEGER,
+                     created_ms INTEGER NOT NULL,
+                     submitted_ms INTEGER,
+                     finished_ms INTEGER,
+                     error TEXT,
+                     PRIMARY KEY (incident, key));
+                 CREATE TABLE IF NOT EXISTS agent_sequences (
+                     node TEXT PRIMARY KEY,
+                     sequence INTEGER NOT NULL);
+                 CREATE TABLE IF NOT EXISTS counters (
+                     name TEXT PRIMARY KEY,
+                     value INTEGER NOT NULL);
+                 PRAGMA user_version = 1;
+                 COMMIT;",
+            )?;
+        }
+        Ok(Self {
+            connection: Mutex::new(connection),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock cannot leave SQLite inconsistent (transactions roll
+        // back), so a poisoned lock is still usable.
+        self.connection
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Every stored incident, oldest first.
+    pub fn incidents(&self) -> Result<Vec<Incident>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare("SELECT record FROM incidents")?;
+        let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+        let mut incidents = Vec::new();
+        for row in rows {
+            let text = row?;
+            let incident: Incident = serde_json::from_str(&text)
+                .map_err(|error| StoreError::Corrupt(format!("incident: {error}")))?;
+            incidents.push(incident);
+        }
+        incidents.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+        Ok(incidents)
+    }
+
+    /// One incident.
+    pub fn incident(&self, uuid: Uuid) -> Result<Option<Incident>, StoreError> {
+        let connection = self.lock();
+        let text: Option<String> = connection
+            .query_row(
+                "SELECT record FROM incidents WHERE uuid = ?1",
+                params![uuid.to_string()],
+                |row| row.get(0),
+            )
+            .optional()?;
+        text.map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|error| StoreError::Corrupt(format!("incident {uuid}: {error}")))
+        })
+        .transpose()
+    }
+
+    /// Inserts or replaces an incident.
+    pub fn save_incident(&self, incident: &Incident) -> Result<(), StoreError> {
+        let connection = self.lock();
+        save_incident(&connection, incident)
+    }
+
+    /// Deletes an incident and its intents.
+    pub fn forget_incident(&self, uuid: Uuid) -> Result<(), StoreError> {
+        let connection = self.lock();
+        connection.execute(
+            "DELETE FROM incidents WHERE uuid = ?1",
+            params![uuid.to_string()],
+        )?;
+        Ok(())
+    }
+
+    /// Records a new intent (state planned), atomically with the incident's new record.
+    pub fn plan_intent(&self, incident: &Incident, intent: &Intent) -> Result<(), StoreError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        save_incident(&transaction, incident)?;
+        save_intent(&transaction, intent)?;
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// Updates an intent, atomically with the incident's new record.
+    pub fn update_intent(&self, incident: &Incident, intent: &Intent) -> Result<(), StoreError> {
+        self.plan_intent(incident, intent)
+    }
+
+    /// Deletes an intent that was never submitted.
+    pub fn drop_intent(&self, incident: Uuid, key: &str) -> Result<(), StoreError> {
+        let connection = self.lock();
+        connection.execute(
+            "DELETE FROM intents WHERE incident = ?1 AND key = ?2",
+            params![incident.to_string(), key],
+        )?;
+        Ok(())
+    }
+
+    /// Every intent, by incident, in creation order.
+    pub fn intents(&self) -> Result<Vec<Intent>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare(
+            "SELECT incident, key, spec, locks, state, job_id, created_ms, submitted_ms,
+                    finished_ms, error
+             FROM intents ORDER BY created_ms, incident, key",
+        )?;
+        let rows = statement.query_map([], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, String>(2)?,
+                row.get::<_, String>(3)?,
+                row.get::<_, String>(4)?,
+                row.get::<_, Option<i64>>(5)?,
+                row.get::<_, i64>(6)?,
+                row.get::<_, Option<i64>>(7)?,
+                row.get::<_, Option<i64>>(8)?,
+                row.get::<_, Option<String>>(9)?,
+            ))
+        })?;
+        let mut intents = Vec::new();
+        for row in rows {
+            let (incident, key, spec, locks, state, job_id, created, submitted, finished, error) =
+                row?;
+            intents.push(Intent {
+                incident: Uuid::parse_str(&incident)
+                    .map_err(|error| StoreError::Corrupt(format!("intent incident: {error}")))?,
+                key,
+                spec: serde_json::from_str(&spec)
+                    .map_err(|error| StoreError::Corrupt(format!("intent spec: {error}")))?,
+                locks: serde_json::from_str(&locks)
+                    .map_err(|error| StoreError::Corrupt(format!("intent locks: {error}")))?,
+                state: IntentState::parse(&state)?,
+                job_id: job_id.map(to_u64),
+                created_ms: to_u64(created),
+                submitted_ms: submitted.map(to_u64),
+                finished_ms: finished.map(to_u64),
+                error,
+            });
+        }
+        Ok(intents)
+    }
+
+    /// Last accepted report sequence per node.
+    pub fn agent_sequences(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare("SELECT node, sequence FROM agent_sequences")?;
+        let rows = statement.query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, to_u64(row.get::<_, i64>(1)?)))
+        })?;
+        let mut sequences = BTreeMap::new();
+        for row in rows {
+            let (node, sequence) = row?;
+            sequences.insert(node, sequence);
+        }
+        Ok(sequences)
+    }
+
+    /// Stores accepted report sequences (only ever raised) in one transaction.
+    pub fn save_agent_sequences(&self, sequences: &[(String, u64)]) -> Result<(), StoreError> {
+        if sequences.is_empty() {
+            return Ok(());
+        }
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        {
+            let mut statement = transaction.prepare_cached(
+                "INSERT INTO agent_sequences (node, sequence) VALUES (?1, ?2)
+                 ON CONFLICT(node) DO UPDATE SET sequence = max(sequence, excluded.sequence)",
+            )?;
+            for (node, sequence) in sequences {
+                statement.execute(params![node, to_i64(*sequence)])?;
+            }
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// Returns a new value of a strictly increasing, durable counter (starting at `floor` if
+    /// that is higher, e.g. the current time in ms, so a lost database never reuses values).
+    pub fn next_counter(&self, name: &str, floor: u64) -> Result<u64, StoreError> {
+        let connection = self.lock();
+        let value: i64 = connection.query_row(
+            "INSERT INTO counters (name, value) VALUES (?1, ?2)
+             ON CONFLICT(name) DO UPDATE SET value = max(value + 1, excluded.value)
+             RETURNING value",
+            params![name, to_i64(floor)],
+            |row| row.get(0),
+        )?;
+        Ok(to_u64(value))
+    }
+}
+
+fn save_incident(connection: &Connection, incident: &Incident) -> Result<(), StoreError> {
+    let record = serde_json::to_string(incident)
+        .map_err(|error| StoreError::Corrupt(format!("encoding incident: {error}")))?;
+    connection.execute(
+        "INSERT INTO incidents (uuid, node_uuid, fingerprint, record) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT(uuid) DO UPDATE SET node_uuid = excluded.node_uuid,
+             fingerprint = excluded.fingerprint, record = excluded.record",
+        params![
+            incident.uuid.to_string(),
+            incident.node_uuid,
+            incident.fingerprint,
+            record
+        ],
+    )?;
+    Ok(())
+}
+
+fn save_intent(connection: &Connection, intent: &Intent) -> Result<(), StoreError> {
+    let spec = serde_json::to_string(&intent.spec)
+        .map_err(|error| StoreError::Corrupt(format!("encoding intent: {error}")))?;
+    let locks = serde_json::to_string(&intent.locks)
+        .map_err(|error| StoreError::Corrupt(format!("encoding locks: {error}")))?;
+    connection.execute(
+        "INSERT INTO intents (incident, key, spec, locks, state, job_id, created_ms,
+                              submitted_ms, finished_ms, error)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT(incident, key) DO UPDATE SET spec = excluded.spec, locks = excluded.locks,
+             state = excluded.state, job_id = excluded.job_id,
+             submitted_ms = excluded.submitted_ms, finished_ms = excluded.finished_ms,
+             error = excluded.error",
+        params![
+            intent.incident.to_string(),
+            intent.key,
+            spec,
+            locks,
+            intent.state.as_str(),
+            intent.job_id.map(to_i64),
+            to_i64(intent.created_ms),
+            intent.submitted_ms.map(to_i64),
+            intent.finished_ms.map(to_i64),
+            intent.error,
+        ],
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incident::{Action, Event};
+    use serde_json::json;
+
+    fn incident(n: u128) -> Incident {
+        Incident::new(
+            Uuid::from_u128(n),
+            "node1",
+            "u1",
+            json!({"status": "evacuate"}),
+            Action::Evacuate,
+            format!("fp{n}"),
+            n as f64,
+        )
+    }
+
+    #[test]
+    fn incidents_and_intents_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = incident(1);
+        {
+            let store = Store::open_dir(dir.path()).unwrap();
+            store.save_incident(&incident(2)).unwrap();
+            first.apply(Event::JobSubmitted(9), 3.0).unwrap();
+            let intent = Intent {
+                incident: first.uuid,
+                key: "drain".into(),
+                spec: IntentSpec::Drain {
+                    node: "node1".into(),
+                },
+                locks: vec![Lock::Node("node1".into())],
+                state: IntentState::Submitted,
+                job_id: Some(9),
+                created_ms: 1,
+                submitted_ms: Some(2),
+                finished_ms: None,
+                error: None,
+            };
+            store.plan_intent(&first, &intent).unwrap();
+            store
+                .save_agent_sequences(&[("node1".into(), 5), ("node2".into(), 7)])
+                .unwrap();
+            store.save_agent_sequences(&[("node1".into(), 3)]).unwrap();
+        }
+        let store = Store::open_dir(dir.path()).unwrap();
+        let incidents = store.incidents().unwrap();
+        assert_eq!(incidents.len(), 2);
+        assert_eq!(incidents[0], first);
+        let intents = store.intents().unwrap();
+        assert_eq!(intents.len(), 1);
+        assert_eq!(intents[0].job_id, Some(9));
+        assert_eq!(intents[0].locks, vec![Lock::Node("node1".into())]);
+        // Sequences only go up.
+        assert_eq!(store.agent_sequences().unwrap()["node1"], 5);
+        store.forget_incident(first.uuid).unwrap();
+        assert!(
+            store.intents().unwrap().is_empty(),
+            "intents are deleted with the incident"
+        );
+        assert!(store.incident(first.uuid).unwrap().is_none());
+    }
+
+    #[test]
+    fn counter_is_strictly_increasing_and_respects_the_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        assert_eq!(store.next_counter("seq", 100).unwrap(), 100);
+        assert_eq!(store.next_counter("seq", 50).unwrap(), 101);
+        assert_eq!(store.next_counter("seq", 500).unwrap(), 500);
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        Connection::open(&path)
+            .unwrap()
+            .pragma_update(None, "user_version", 99)
+            .unwrap();
+        assert!(matches!(Store::open(&path), Err(StoreError::TooNew(99))));
+    }
+}
