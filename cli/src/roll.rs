@@ -90,6 +90,9 @@ pub(crate) struct RollArgs {
     /// PEM file with the cluster's RAPI certificate, pinned for -m https://.
     #[arg(long, value_name = "FILE")]
     rapi_ca: Option<PathBuf>,
+    /// Work budget of the exact colouring search (advanced).
+    #[arg(long, value_name = "UNITS", hide = true)]
+    colouring_budget: Option<u64>,
     #[arg(hide = true)]
     extra: Vec<String>,
 }
@@ -274,6 +277,10 @@ pub(crate) fn run(args: RollArgs) -> ExitCode {
         ..RollOptions::default()
     }
     .with_default_budgets();
+    let opts = RollOptions {
+        colouring_budget: args.colouring_budget.unwrap_or(opts.colouring_budget),
+        ..opts
+    };
     let prepared = match prepare(&cluster, &opts) {
         Ok(p) => p,
         Err(e) => return fail(&e.to_string()),

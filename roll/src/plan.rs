@@ -53,7 +53,7 @@ pub struct RollOptions {
 
 impl RollOptions {
     pub fn with_default_budgets(mut self) -> Self {
-        self.colouring_budget = 200_000_000;
+        self.colouring_budget = 20_000_000;
         self.packing_budget = 2_000_000;
         self
     }
