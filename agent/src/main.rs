@@ -1,5 +1,183 @@
-//! nodecare-agent: the per-node daemon.
+//! nodecare-agent: the per-node daemon and its operator commands.
 
-fn main() {
-    println!("nodecare-agent");
+use std::io::Read;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use nodecare_agent::cli::{Cli, Command};
+use nodecare_agent::config::Config;
+use nodecare_agent::signing::{DiagnoseSigner, load_signer};
+use nodecare_agent::state::StateDir;
+use nodecare_collectors::diagnose::{DiagnoseCollector, now_ms};
+use nodecare_collectors::runner::Runner;
+use nodecare_protocol::{HmacKey, KeyRing, SignedEnvelope, VerifyPolicy};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match cli.config() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("nodecare-agent: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    if cli.check_config {
+        return check_config(&config);
+    }
+    nodecare_agent::logging::init(&config.log);
+    let result = match cli.command.unwrap_or(Command::Serve) {
+        Command::Serve => runtime().and_then(|rt| rt.block_on(serve(config))),
+        Command::Diagnose { once } => runtime().and_then(|rt| rt.block_on(diagnose(config, once))),
+        Command::Verify { node, min_sequence } => {
+            return verify(&config, node.as_deref(), min_sequence);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("nodecare-agent: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    // Two workers are plenty for a per-node agent and keep its footprint small.
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+fn check_config(config: &Config) -> ExitCode {
+    println!("configuration is valid");
+    match toml::to_string(config) {
+        Ok(text) => print!("{text}"),
+        Err(error) => eprintln!("cannot print the configuration: {error}"),
+    }
+    if let Err(error) = HmacKey::from_file(&config.hmac_key) {
+        eprintln!("warning: {error}; signed diagnose reports will be unavailable");
+    }
+    ExitCode::SUCCESS
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let agent = nodecare_agent::serve(config, listener).await?;
+    tracing::info!(address = %agent.local_addr(), "nodecare-agent serving");
+    agent.run_until(shutdown_signal()).await;
+    tracing::info!("nodecare-agent stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            if tokio::signal::ctrl_c().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+async fn diagnose(config: Config, once: bool) -> anyhow::Result<()> {
+    let node = config.resolved_node_name();
+    let state = StateDir::open(&config.state_dir)?;
+    let mut signer = DiagnoseSigner::new(
+        load_signer(&config.hmac_key, &node),
+        state,
+        config.signature_ttl(),
+        config.diagnose_interval(),
+    )?;
+    let collector = DiagnoseCollector::new(
+        config.diagnose(),
+        Runner::new(config.max_concurrent_scripts),
+        None,
+    );
+    loop {
+        let run = collector.run_and_publish().await;
+        let envelope = match signer.sign(&run, false) {
+            Ok(envelope) => serde_json::to_value(envelope)?,
+            Err(error) => {
+                eprintln!("nodecare-agent: not signed: {error}");
+                serde_json::Value::Null
+            }
+        };
+        let output = serde_json::json!({ "verdict": run.verdict, "envelope": envelope });
+        println!("{}", serde_json::to_string_pretty(&output)?);
+        if once {
+            return Ok(());
+        }
+        tokio::time::sleep(config.diagnose_interval()).await;
+    }
+}
+
+/// Accepts a bare envelope, or the output of `diagnose --once` (`{"envelope": …}`).
+fn envelope_text(input: &[u8]) -> Result<Vec<u8>, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(input).map_err(|error| format!("input is not JSON: {error}"))?;
+    let envelope = match value.get("envelope") {
+        Some(inner) if value.get("signature").is_none() => inner.clone(),
+        _ => value,
+    };
+    serde_json::to_vec(&envelope).map_err(|error| error.to_string())
+}
+
+fn verify(config: &Config, node: Option<&str>, min_sequence: Option<u64>) -> ExitCode {
+    let key = match HmacKey::from_file(&config.hmac_key) {
+        Ok(key) => key,
+        Err(error) => {
+            println!("invalid: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut input = Vec::new();
+    if let Err(error) = std::io::stdin().read_to_end(&mut input) {
+        println!("invalid: cannot read stdin: {error}");
+        return ExitCode::FAILURE;
+    }
+    let text = match envelope_text(&input) {
+        Ok(text) => text,
+        Err(error) => {
+            println!("invalid: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ring = KeyRing::single(key);
+    match ring.verify_json(&text, now_ms(), VerifyPolicy::default(), node, min_sequence) {
+        Ok(envelope) => {
+            print_valid(&envelope);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            println!("invalid: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn print_valid(envelope: &SignedEnvelope) {
+    let status = envelope
+        .payload
+        .pointer("/verdict/status")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("?");
+    println!(
+        "valid: node {} sequence {} status {} expires_at {} ms",
+        envelope.node, envelope.sequence, status, envelope.expires_at
+    );
 }

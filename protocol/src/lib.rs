@@ -5,8 +5,10 @@
 //!   plus our explicit `unknown`) and how several scripts' verdicts merge into one.
 //! - [`canonical`]: RFC 8785 canonical JSON and verdict fingerprints.
 //! - [`sign`]: the HMAC-SHA256 signed envelope, keyed by the cluster HMAC key.
+//! - [`diagnose`]: the payload of the signed diagnose report.
 
 pub mod canonical;
+pub mod diagnose;
 pub mod repair;
 pub mod report;
 pub mod sign;

@@ -1,0 +1,164 @@
+//! The latest report of every collector, pre-serialised, and the pre-built bodies HTTP serves.
+//!
+//! Collectors write into the cache when they finish; HTTP only reads it. Reads take a read lock
+//! just long enough to clone an `Arc`, so serving never waits for a collector.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use bytes::Bytes;
+use nodecare_collectors::Registry;
+use nodecare_protocol::report::DEFAULT_CATEGORY;
+use nodecare_protocol::{CollectorListEntry, Report};
+
+/// One cached report.
+#[derive(Debug, Clone)]
+pub struct CachedReport {
+    /// The serialised report envelope.
+    pub body: Bytes,
+    /// When it was collected (for the `Age` header).
+    pub collected: Instant,
+}
+
+/// The cached signed diagnose envelope, or why there is none.
+#[derive(Debug, Clone)]
+pub enum CachedSigned {
+    /// The serialised envelope.
+    Envelope(CachedReport),
+    /// Why there is no envelope (e.g. no key).
+    Unavailable(String),
+}
+
+/// Everything HTTP serves, as of one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// Per collector, in registry order.
+    pub reports: Vec<Option<CachedReport>>,
+    /// `/1/report/all`.
+    pub all: CachedReport,
+    /// `/1/report/node/diagnose/signed`.
+    pub signed: CachedSigned,
+}
+
+/// The cache.
+#[derive(Debug)]
+pub struct ReportCache {
+    index: HashMap<(String, String), usize>,
+    names: Vec<String>,
+    list_body: Bytes,
+    snapshot: RwLock<Arc<Snapshot>>,
+}
+
+fn all_body(reports: &[Option<CachedReport>]) -> CachedReport {
+    let mut body = Vec::with_capacity(reports.iter().flatten().map(|r| r.body.len() + 1).sum());
+    body.push(b'[');
+    let mut first = true;
+    let mut oldest: Option<Instant> = None;
+    for report in reports.iter().flatten() {
+        if !first {
+            body.push(b',');
+        }
+        first = false;
+        body.extend_from_slice(&report.body);
+        oldest = Some(oldest.map_or(report.collected, |old| old.min(report.collected)));
+    }
+    body.push(b']');
+    CachedReport {
+        body: Bytes::from(body),
+        collected: oldest.unwrap_or_else(Instant::now),
+    }
+}
+
+impl ReportCache {
+    /// An empty cache for the collectors of `registry`.
+    pub fn new(registry: &Registry) -> Self {
+        let mut index = HashMap::new();
+        let mut names = Vec::new();
+        let mut list = Vec::new();
+        for (position, collector) in registry.iter().enumerate() {
+            let spec = collector.spec();
+            let category = spec
+                .category
+                .clone()
+                .unwrap_or_else(|| DEFAULT_CATEGORY.to_owned());
+            index.insert((category, spec.name.clone()), position);
+            names.push(spec.name.clone());
+            list.push(CollectorListEntry {
+                name: spec.name.clone(),
+                category: spec.category.clone(),
+                kind: spec.kind,
+            });
+        }
+        let list_body = Bytes::from(serde_json::to_vec(&list).unwrap_or_else(|_| b"[]".to_vec()));
+        let reports = vec![None; names.len()];
+        let all = all_body(&reports);
+        Self {
+            index,
+            names,
+            list_body,
+            snapshot: RwLock::new(Arc::new(Snapshot {
+                reports,
+                all,
+                signed: CachedSigned::Unavailable("no diagnose run has completed yet".into()),
+            })),
+        }
+    }
+
+    /// `/1/list/collectors`.
+    pub fn list_body(&self) -> Bytes {
+        self.list_body.clone()
+    }
+
+    /// Position of the collector with this category (or `default`) and name.
+    pub fn position(&self, category: &str, name: &str) -> Option<usize> {
+        self.index
+            .get(&(category.to_owned(), name.to_owned()))
+            .copied()
+    }
+
+    /// Name of the collector at `position`.
+    pub fn name(&self, position: usize) -> Option<&str> {
+        self.names.get(position).map(String::as_str)
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        match self.snapshot.read() {
+            Ok(guard) => Arc::clone(&guard),
+            Err(poisoned) => Arc::clone(&poisoned.into_inner()),
+        }
+    }
+
+    fn update(&self, change: impl FnOnce(&mut Snapshot)) {
+        let mut guard = match self.snapshot.write() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let mut next = Snapshot::clone(&guard);
+        change(&mut next);
+        *guard = Arc::new(next);
+    }
+
+    /// Stores the report of the collector at `position`, collected at `collected`.
+    pub fn store(&self, position: usize, report: &Report, collected: Instant) {
+        let Ok(body) = serde_json::to_vec(report) else {
+            tracing::error!(collector = %report.name, "cannot serialise report");
+            return;
+        };
+        self.update(|snapshot| {
+            if let Some(slot) = snapshot.reports.get_mut(position) {
+                *slot = Some(CachedReport {
+                    body: Bytes::from(body),
+                    collected,
+                });
+            }
+            snapshot.all = all_body(&snapshot.reports);
+        });
+    }
+
+    /// Stores the signed diagnose envelope (or why there is none).
+    pub fn store_signed(&self, signed: CachedSigned) {
+        self.update(|snapshot| snapshot.signed = signed);
+    }
+}

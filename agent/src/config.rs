@@ -1,0 +1,242 @@
+//! The agent's configuration: one TOML file, every option also a command-line flag.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nodecare_collectors::diagnose::{DEFAULT_DIAGNOSE_DIR, DiagnoseConfig};
+use nodecare_collectors::runner::{DEFAULT_MAX_CONCURRENT, DEFAULT_STDERR_CAP, ExecLimits};
+use nodecare_collectors::whitelist::{Owner, is_valid_name};
+use serde::{Deserialize, Serialize};
+
+/// Default configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/nodecare/agent.toml";
+/// Default listen address: mond's port on every address.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:1815";
+/// Default state directory (sequence number, last verdict).
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/nodecare/agent";
+
+/// Why a configuration is not usable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read configuration {path}: {reason}")]
+    Read {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The file is not valid TOML for this configuration.
+    #[error("invalid configuration {path}: {reason}")]
+    Parse {
+        /// The file.
+        path: String,
+        /// What went wrong (line, unknown field, ...).
+        reason: String,
+    },
+    /// A value is out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The agent's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Node name used in signed envelopes; the host name when absent.
+    pub node_name: Option<String>,
+    /// The cluster HMAC key file.
+    pub hmac_key: PathBuf,
+    /// State directory: sequence number and last verdict.
+    pub state_dir: PathBuf,
+    /// Whitelist directory of diagnose executables.
+    pub diagnose_dir: PathBuf,
+    /// Run only this diagnose executable (Ganeti's single-command mode).
+    pub diagnose_command: Option<String>,
+    /// Seconds between diagnose runs.
+    pub diagnose_interval_secs: u64,
+    /// Seconds one diagnose executable may run.
+    pub diagnose_timeout_secs: u64,
+    /// Maximum bytes of a diagnose executable's stdout.
+    pub diagnose_stdout_cap: usize,
+    /// Consecutive identical runs before a changed non-Ok verdict is published.
+    pub diagnose_confirmations: u32,
+    /// Executables that may run at once.
+    pub max_concurrent_scripts: usize,
+    /// Lifetime of a signed report, in diagnose intervals.
+    pub signature_ttl_intervals: u32,
+    /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` overrides it.
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([0, 0, 0, 0], 1815)),
+            node_name: None,
+            hmac_key: PathBuf::from(nodecare_protocol::sign::DEFAULT_HMAC_KEY_PATH),
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            diagnose_dir: PathBuf::from(DEFAULT_DIAGNOSE_DIR),
+            diagnose_command: None,
+            diagnose_interval_secs: 60,
+            diagnose_timeout_secs: 30,
+            diagnose_stdout_cap: 64 * 1024,
+            diagnose_confirmations: 1,
+            max_concurrent_scripts: DEFAULT_MAX_CONCURRENT,
+            signature_ttl_intervals: 3,
+            log: "info".to_owned(),
+        }
+    }
+}
+
+impl Config {
+    /// Parses TOML text.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|error| ConfigError::Parse {
+            path: path.display().to_string(),
+            reason: error.to_string(),
+        })
+    }
+
+    /// Reads a file. `required = false` makes a missing file mean "all defaults".
+    pub fn load(path: &Path, required: bool) -> Result<Self, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::from_toml(&text, path),
+            Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
+                Ok(Self::default())
+            }
+            Err(error) => Err(ConfigError::Read {
+                path: path.display().to_string(),
+                reason: error.to_string(),
+            }),
+        }
+    }
+
+    /// Checks value ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |text: String| Err(ConfigError::Invalid(text));
+        if self.diagnose_interval_secs == 0 {
+            return invalid("diagnose_interval_secs must be at least 1".into());
+        }
+        if self.diagnose_timeout_secs == 0 {
+            return invalid("diagnose_timeout_secs must be at least 1".into());
+        }
+        if self.diagnose_stdout_cap == 0 {
+            return invalid("diagnose_stdout_cap must be at least 1".into());
+        }
+        if self.max_concurrent_scripts == 0 {
+            return invalid("max_concurrent_scripts must be at least 1".into());
+        }
+        if self.signature_ttl_intervals == 0 {
+            return invalid("signature_ttl_intervals must be at least 1".into());
+        }
+        if let Some(name) = &self.diagnose_command
+            && !is_valid_name(name)
+        {
+            return invalid(format!(
+                "diagnose_command {name:?} must match ^[A-Za-z0-9_-]+$"
+            ));
+        }
+        if let Some(node) = &self.node_name
+            && node.trim().is_empty()
+        {
+            return invalid("node_name must not be empty".into());
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log).is_err() {
+            return invalid(format!("log filter {:?} is not valid", self.log));
+        }
+        Ok(())
+    }
+
+    /// The diagnose interval.
+    pub fn diagnose_interval(&self) -> Duration {
+        Duration::from_secs(self.diagnose_interval_secs)
+    }
+
+    /// Lifetime of a signed report.
+    pub fn signature_ttl(&self) -> Duration {
+        self.diagnose_interval()
+            .saturating_mul(self.signature_ttl_intervals)
+    }
+
+    /// The diagnose collector's configuration (root:root whitelist).
+    pub fn diagnose(&self) -> DiagnoseConfig {
+        DiagnoseConfig {
+            dir: self.diagnose_dir.clone(),
+            owner: Owner::ROOT,
+            only: self.diagnose_command.clone(),
+            limits: ExecLimits {
+                timeout: Duration::from_secs(self.diagnose_timeout_secs),
+                stdout_cap: self.diagnose_stdout_cap,
+                stderr_cap: DEFAULT_STDERR_CAP,
+            },
+            interval: self.diagnose_interval(),
+            confirmations: self.diagnose_confirmations,
+        }
+    }
+
+    /// The node name: configured, or the host name.
+    pub fn resolved_node_name(&self) -> String {
+        if let Some(name) = &self.node_name {
+            return name.clone();
+        }
+        nix::unistd::gethostname()
+            .ok()
+            .and_then(|name| name.into_string().ok())
+            .unwrap_or_else(|| "localhost".to_owned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_full_file() {
+        assert_eq!(
+            DEFAULT_LISTEN.parse::<SocketAddr>().unwrap(),
+            Config::default().listen
+        );
+        let text = r#"
+            listen = "127.0.0.1:9000"
+            node_name = "node1.example.com"
+            hmac_key = "/tmp/key"
+            state_dir = "/tmp/state"
+            diagnose_dir = "/tmp/diag"
+            diagnose_command = "smart"
+            diagnose_interval_secs = 10
+            diagnose_timeout_secs = 5
+            diagnose_stdout_cap = 1000
+            diagnose_confirmations = 2
+            max_concurrent_scripts = 2
+            signature_ttl_intervals = 4
+            log = "debug"
+        "#;
+        let config = Config::from_toml(text, Path::new("x")).unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.signature_ttl(), Duration::from_secs(40));
+        assert_eq!(config.diagnose().only.as_deref(), Some("smart"));
+    }
+
+    #[test]
+    fn unknown_fields_and_bad_values_are_refused() {
+        let error = Config::from_toml("listen_port = 1", Path::new("a.toml")).unwrap_err();
+        assert!(error.to_string().contains("unknown field"), "{error}");
+        let error = Config::from_toml("listen = \"nope\"", Path::new("a.toml")).unwrap_err();
+        assert!(error.to_string().contains("a.toml"), "{error}");
+        for text in [
+            "diagnose_interval_secs = 0",
+            "diagnose_command = \"../x\"",
+            "max_concurrent_scripts = 0",
+            "node_name = \" \"",
+        ] {
+            let config = Config::from_toml(text, Path::new("a.toml")).unwrap();
+            assert!(config.validate().is_err(), "{text}");
+        }
+        assert!(Config::load(Path::new("/nonexistent/agent.toml"), false).is_ok());
+        assert!(Config::load(Path::new("/nonexistent/agent.toml"), true).is_err());
+    }
+}

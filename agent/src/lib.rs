@@ -1,0 +1,277 @@
+//! nodecare-agent as a library: the pieces the daemon is built from, testable in-process.
+//!
+//! [`serve`] starts the whole agent (scheduler, signer, HTTP server) on a given listener, so that
+//! tests and demos can run agents in-process on `127.0.0.1:0`.
+
+pub mod cache;
+pub mod cli;
+pub mod config;
+pub mod http;
+pub mod logging;
+pub mod scheduler;
+pub mod signing;
+pub mod state;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use nodecare_collectors::diagnose::{DiagnoseCollector, DiagnoseRun};
+use nodecare_collectors::runner::Runner;
+use nodecare_collectors::{CollectError, Registry};
+use nodecare_protocol::Report;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::cache::ReportCache;
+use crate::config::Config;
+use crate::http::HttpState;
+use crate::signing::DiagnoseSigner;
+use crate::state::StateDir;
+
+/// Why the agent cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] config::ConfigError),
+    /// The state directory is unusable.
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    /// Signing cannot be set up.
+    #[error(transparent)]
+    Signing(#[from] signing::SigningError),
+    /// The listener is unusable.
+    #[error("listener: {0}")]
+    Listener(String),
+}
+
+/// The collectors an agent runs, built from its configuration.
+#[derive(Debug)]
+pub struct Collectors {
+    /// Every collector in mond's list order (the diagnose collector last, as in Ganeti).
+    pub registry: Registry,
+    /// The diagnose collector (also in `registry`).
+    pub diagnose: Arc<DiagnoseCollector>,
+    /// The verdict persisted before a restart, if any.
+    pub restored: Option<DiagnoseRun>,
+}
+
+/// Builds the diagnose collector (restoring the last verdict) and appends it to `builtin`, the
+/// registry of built-in collectors (possibly empty).
+pub fn collectors(config: &Config, mut builtin: Registry) -> Result<Collectors, AgentError> {
+    let state = StateDir::open(&config.state_dir)?;
+    let restored = match state.load_verdict() {
+        Ok(restored) => restored,
+        Err(error) => {
+            tracing::warn!(%error, "ignoring the persisted verdict");
+            None
+        }
+    };
+    let diagnose = Arc::new(DiagnoseCollector::new(
+        config.diagnose(),
+        Runner::new(config.max_concurrent_scripts),
+        restored.as_ref().map(|run| run.verdict.clone()),
+    ));
+    builtin.register(diagnose.clone());
+    Ok(Collectors {
+        registry: builtin,
+        diagnose,
+        restored,
+    })
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct RunningAgent {
+    local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+    cache: Arc<ReportCache>,
+}
+
+impl RunningAgent {
+    /// The address the HTTP server listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The report cache (for tests).
+    pub fn cache(&self) -> &Arc<ReportCache> {
+        &self.cache
+    }
+
+    /// Stops the scheduler and the server and waits for them (open connections are dropped).
+    pub async fn shutdown(mut self) {
+        self.shutdown.send_replace(true);
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// Runs until `signal` completes, then shuts down.
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) {
+        signal.await;
+        self.shutdown().await;
+    }
+}
+
+fn placeholder(collector: &dyn nodecare_collectors::Collector, reason: &str) -> Report {
+    scheduler::report_for(
+        collector,
+        Err(CollectError::Source {
+            source_name: collector.spec().name.clone(),
+            reason: reason.to_owned(),
+        }),
+    )
+}
+
+/// Starts the agent with `collectors` on `listener`.
+pub async fn serve_with(
+    config: Config,
+    collectors: Collectors,
+    listener: TcpListener,
+) -> Result<RunningAgent, AgentError> {
+    config.validate()?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|error| AgentError::Listener(error.to_string()))?;
+    let node = config.resolved_node_name();
+    let state = StateDir::open(&config.state_dir)?;
+    let signer = signing::load_signer(&config.hmac_key, &node);
+    if let Err(error) = &signer {
+        tracing::error!(%error, "signed diagnose reports are unavailable");
+    }
+    let mut signer = DiagnoseSigner::new(
+        signer,
+        state,
+        config.signature_ttl(),
+        config.diagnose_interval(),
+    )?;
+
+    let Collectors {
+        registry,
+        diagnose,
+        restored,
+    } = collectors;
+    let cache = Arc::new(ReportCache::new(&registry));
+    let now = Instant::now();
+    for (position, collector) in registry.iter().enumerate() {
+        cache.store(
+            position,
+            &placeholder(collector.as_ref(), "not collected yet"),
+            now,
+        );
+    }
+    // Serve the verdict from before the restart, marked stale, until the first fresh run.
+    if let Some(run) = &restored
+        && let Some(position) = cache.position(
+            nodecare_collectors::diagnose::DIAGNOSE_CATEGORY,
+            nodecare_collectors::diagnose::DIAGNOSE_NAME,
+        )
+    {
+        let mut report = scheduler::report_for(
+            diagnose.as_ref(),
+            Ok(nodecare_collectors::diagnose::verdict_data(&run.verdict)),
+        );
+        report.timestamp = run.collected_at_ms.saturating_mul(1_000_000);
+        let age = Duration::from_millis(
+            nodecare_collectors::diagnose::now_ms().saturating_sub(run.collected_at_ms),
+        );
+        cache.store(position, &report, now.checked_sub(age).unwrap_or(now));
+        cache.store_signed(signer.sign_for_cache(run, true));
+        tracing::info!(status = %run.verdict.status, "serving the persisted verdict (stale) until the first run");
+    }
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+
+    // Sign and persist every published verdict.
+    let mut published = diagnose.subscribe();
+    let mut signer_shutdown = shutdown_rx.clone();
+    let signer_cache = Arc::clone(&cache);
+    tasks.spawn(async move {
+        loop {
+            tokio::select! {
+                changed = published.changed() => if changed.is_err() { return },
+                _ = signer_shutdown.changed() => return,
+            }
+            let run = published.borrow_and_update().clone();
+            if let Some(run) = run {
+                signer.persist(&run);
+                signer_cache.store_signed(signer.sign_for_cache(&run, false));
+            }
+        }
+    });
+
+    for (position, collector) in registry.iter().enumerate() {
+        tasks.spawn(scheduler::run_collector(
+            Arc::clone(collector),
+            position,
+            Arc::clone(&cache),
+            node.clone(),
+            shutdown_rx.clone(),
+        ));
+    }
+
+    let http_state = Arc::new(HttpState {
+        cache: Arc::clone(&cache),
+        started: now,
+        node,
+    });
+    let mut accept_shutdown = shutdown_rx.clone();
+    tasks.spawn(async move {
+        let mut connections = JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                accepted = listener.accept() => accepted,
+                _ = accept_shutdown.changed() => break,
+                // Reap finished connection tasks as we go.
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            };
+            let (stream, _peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // E.g. EMFILE: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if let Err(error) = stream.set_nodelay(true) {
+                tracing::debug!(%error, "cannot disable Nagle");
+            }
+            let state = Arc::clone(&http_state);
+            connections.spawn(async move {
+                let service = service_fn(move |request| {
+                    let state = Arc::clone(&state);
+                    async move { Ok::<_, std::convert::Infallible>(http::route(state, request).await) }
+                });
+                let connection = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .keep_alive(true)
+                    .header_read_timeout(Duration::from_secs(10))
+                    .serve_connection(TokioIo::new(stream), service);
+                if let Err(error) = connection.await {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+            });
+        }
+        connections.shutdown().await;
+    });
+
+    Ok(RunningAgent {
+        local_addr,
+        shutdown,
+        tasks,
+        cache,
+    })
+}
+
+/// Starts the agent with its default collectors on `listener`.
+pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent, AgentError> {
+    let collectors = collectors(&config, Registry::new())?;
+    serve_with(config, collectors, listener).await
+}
