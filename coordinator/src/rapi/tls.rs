@@ -20,7 +20,10 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 #[derive(Debug, thiserror::Error)]
 pub enum TlsSetupError {
     #[error("cannot read RAPI certificate {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("RAPI certificate {path} holds no PEM CERTIFICATE block")]
     NoCertificate { path: String },
     #[error("RAPI certificate {path} is not valid PEM: {message}")]
@@ -49,9 +52,14 @@ pub fn crypto_provider() -> Arc<CryptoProvider> {
 
 /// Reads every certificate of a PEM file (a Ganeti `rapi.pem` also holds the private key,
 /// which is skipped). Several certificates allow a rollover: any of them is accepted.
-pub fn load_pinned_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
+pub fn load_pinned_certificates(
+    path: &Path,
+) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
     let shown = path.display().to_string();
-    let pem = std::fs::read(path).map_err(|source| TlsSetupError::Read { path: shown.clone(), source })?;
+    let pem = std::fs::read(path).map_err(|source| TlsSetupError::Read {
+        path: shown.clone(),
+        source,
+    })?;
     parse_pinned_certificates(&pem, &shown)
 }
 
@@ -62,9 +70,14 @@ pub fn parse_pinned_certificates(
 ) -> Result<Vec<CertificateDer<'static>>, TlsSetupError> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsSetupError::BadPem { path: origin.to_owned(), message: e.to_string() })?;
+        .map_err(|e| TlsSetupError::BadPem {
+            path: origin.to_owned(),
+            message: e.to_string(),
+        })?;
     if certs.is_empty() {
-        return Err(TlsSetupError::NoCertificate { path: origin.to_owned() });
+        return Err(TlsSetupError::NoCertificate {
+            path: origin.to_owned(),
+        });
     }
     Ok(certs)
 }
@@ -79,7 +92,10 @@ pub struct PinnedCertVerifier {
 
 impl PinnedCertVerifier {
     pub fn new(pinned: Vec<CertificateDer<'static>>, provider: &CryptoProvider) -> Self {
-        Self { pinned, algorithms: provider.signature_verification_algorithms }
+        Self {
+            pinned,
+            algorithms: provider.signature_verification_algorithms,
+        }
     }
 }
 
@@ -92,10 +108,16 @@ impl ServerCertVerifier for PinnedCertVerifier {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        if self.pinned.iter().any(|pin| pin.as_ref() == end_entity.as_ref()) {
+        if self
+            .pinned
+            .iter()
+            .any(|pin| pin.as_ref() == end_entity.as_ref())
+        {
             Ok(ServerCertVerified::assertion())
         } else {
-            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::ApplicationVerificationFailure))
+            Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ))
         }
     }
 
@@ -143,8 +165,11 @@ mod tests {
 
     #[test]
     fn pem_without_certificate_is_an_error() {
-        let err = parse_pinned_certificates(b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "x")
-            .unwrap_err();
+        let err = parse_pinned_certificates(
+            b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
+            "x",
+        )
+        .unwrap_err();
         assert!(matches!(err, TlsSetupError::NoCertificate { .. }), "{err}");
         let err = parse_pinned_certificates(b"", "x").unwrap_err();
         assert!(matches!(err, TlsSetupError::NoCertificate { .. }));
@@ -159,13 +184,26 @@ mod tests {
     #[test]
     fn verifier_compares_der() {
         let key = rcgen::KeyPair::generate().unwrap();
-        let cert = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap().self_signed(&key).unwrap();
+        let cert = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
         let other_key = rcgen::KeyPair::generate().unwrap();
-        let other =
-            rcgen::CertificateParams::new(Vec::<String>::new()).unwrap().self_signed(&other_key).unwrap();
+        let other = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&other_key)
+            .unwrap();
         let verifier = PinnedCertVerifier::new(vec![cert.der().clone()], &crypto_provider());
         let name = ServerName::try_from("ganeti.example.com").unwrap();
-        assert!(verifier.verify_server_cert(cert.der(), &[], &name, &[], UnixTime::now()).is_ok());
-        assert!(verifier.verify_server_cert(other.der(), &[], &name, &[], UnixTime::now()).is_err());
+        assert!(
+            verifier
+                .verify_server_cert(cert.der(), &[], &name, &[], UnixTime::now())
+                .is_ok()
+        );
+        assert!(
+            verifier
+                .verify_server_cert(other.der(), &[], &name, &[], UnixTime::now())
+                .is_err()
+        );
     }
 }

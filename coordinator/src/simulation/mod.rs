@@ -1,1 +1,915 @@
-//! In-process simulated Ganeti cluster implementing [`crate::ganeti::Ganeti`].
+//! A simulated Ganeti cluster with fault injection.
+//!
+//! * [`Simulation`] holds the cluster ([`model::SimCluster`]: nodes, instances of every disk
+//!   template, tags, capacity, jobs that finish after a configurable delay) and implements
+//!   [`crate::ganeti::Ganeti`] directly, for fast tests.
+//! * [`Simulation::serve`] serves it as a real RAPI v2 over HTTP or HTTPS on loopback, with the
+//!   JSON shapes of Ganeti 3.0.2, for the RAPI client, the demo and the crash tests of the
+//!   coordinator binary (the `nodecare-ganeti-sim` binary wraps it).
+//! * Faults: failing jobs ([`model::JobFailureRule`]), HTTP 5xx answers and hanging requests
+//!   ([`HttpFaults`]), slow jobs ([`Simulation::set_job_delay`]).
+//! * Every submission is recorded with its reason, so tests can assert that no intent was
+//!   submitted twice ([`Simulation::duplicate_intents`]).
+
+pub mod model;
+pub mod rapi_routes;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use crate::ganeti::{
+    self, EvacuateMode, Ganeti, GanetiError, GanetiFuture, JobId, Reason, ReplaceDisksMode,
+};
+use crate::rapi::client::Credentials;
+use crate::rapi::types::{RapiClusterInfo, RapiInstance, RapiJob, RapiNode, reason_query_value};
+use model::{JobFailureRule, SimCluster, SimConfig, Submission};
+use rapi_routes::{SimAnswer, SimRequest};
+
+/// How long RAPI's `/2/jobs/<id>/wait` blocks at most (Ganeti uses 10 s).
+const WAIT_PERIOD: Duration = Duration::from_secs(10);
+
+/// HTTP-level faults; each counter is consumed by matching requests.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpFaults {
+    /// The next N matching requests answer HTTP 502.
+    #[serde(default)]
+    pub fail_5xx: u32,
+    /// The next N matching requests hang for `hang_ms` and then answer 504 (a client with a
+    /// shorter timeout sees a timeout).
+    #[serde(default)]
+    pub hang: u32,
+    #[serde(default = "default_hang_ms")]
+    pub hang_ms: u64,
+    /// Only requests whose path contains this string are affected.
+    #[serde(default)]
+    pub path_contains: Option<String>,
+    /// Only requests with this method are affected.
+    #[serde(default)]
+    pub method: Option<String>,
+}
+
+fn default_hang_ms() -> u64 {
+    60_000
+}
+
+#[derive(Debug)]
+enum FaultAction {
+    None,
+    Fail,
+    Hang(Duration),
+}
+
+impl HttpFaults {
+    fn take(&mut self, method: &str, path: &str) -> FaultAction {
+        let matches = self
+            .path_contains
+            .as_deref()
+            .is_none_or(|p| path.contains(p))
+            && self
+                .method
+                .as_deref()
+                .is_none_or(|m| m.eq_ignore_ascii_case(method));
+        if !matches {
+            return FaultAction::None;
+        }
+        if self.fail_5xx > 0 {
+            self.fail_5xx -= 1;
+            FaultAction::Fail
+        } else if self.hang > 0 {
+            self.hang -= 1;
+            FaultAction::Hang(Duration::from_millis(self.hang_ms))
+        } else {
+            FaultAction::None
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    cluster: Mutex<SimCluster>,
+    faults: Mutex<HttpFaults>,
+    credentials: Mutex<Option<Credentials>>,
+    start: Instant,
+    changed: tokio::sync::Notify,
+}
+
+/// A simulated Ganeti cluster. Cheap to clone (shared state).
+#[derive(Debug, Clone)]
+pub struct Simulation {
+    shared: Arc<Shared>,
+}
+
+/// PEM certificate and key for the simulated RAPI's HTTPS.
+#[derive(Debug, Clone)]
+pub struct SimTls {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl SimTls {
+    /// A certificate shaped like Ganeti's cluster certificate: self-signed, `CA:TRUE`, CN
+    /// `ganeti.example.com`, no subject alternative name.
+    pub fn ganeti_like() -> Result<Self, String> {
+        let key = rcgen::KeyPair::generate().map_err(|e| format!("cannot generate a key: {e}"))?;
+        let mut params =
+            rcgen::CertificateParams::new(Vec::<String>::new()).map_err(|e| e.to_string())?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "ganeti.example.com");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let cert = params
+            .self_signed(&key)
+            .map_err(|e| format!("cannot sign the certificate: {e}"))?;
+        Ok(Self {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        })
+    }
+
+    fn acceptor(&self) -> Result<tokio_rustls::TlsAcceptor, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = CertificateDer::pem_slice_iter(self.cert_pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("bad certificate PEM: {e}"))?;
+        let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
+            .map_err(|e| format!("bad key PEM: {e}"))?;
+        let config =
+            rustls::ServerConfig::builder_with_provider(crate::rapi::tls::crypto_provider())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| e.to_string())?
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .map_err(|e| format!("bad certificate/key: {e}"))?;
+        Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+    }
+}
+
+/// A running simulated RAPI server; stops when dropped or on [`SimServer::stop`].
+#[derive(Debug)]
+pub struct SimServer {
+    pub addr: SocketAddr,
+    /// `http://127.0.0.1:<port>` or `https://127.0.0.1:<port>`.
+    pub url: String,
+    task: JoinHandle<()>,
+}
+
+impl SimServer {
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+impl Drop for SimServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Simulation {
+    pub fn new(config: SimConfig) -> Result<Self, String> {
+        let cluster = SimCluster::new(config)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                cluster: Mutex::new(cluster),
+                faults: Mutex::new(HttpFaults::default()),
+                credentials: Mutex::new(None),
+                start: Instant::now(),
+                changed: tokio::sync::Notify::new(),
+            }),
+        })
+    }
+
+    /// Milliseconds since the simulation started (its clock).
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.shared.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SimCluster> {
+        // A panic while holding the lock cannot leave the model half-updated in a way later
+        // reads care about, so a poisoned lock is simply taken over.
+        let mut guard = self
+            .shared
+            .cluster
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        guard.advance(self.now_ms());
+        guard
+    }
+
+    /// Runs `f` on the cluster state (after advancing the jobs to now) and wakes job waiters.
+    pub fn with_cluster<R>(&self, f: impl FnOnce(&mut SimCluster) -> R) -> R {
+        let result = f(&mut self.lock());
+        self.shared.changed.notify_waiters();
+        result
+    }
+
+    /// Reads the cluster state (after advancing the jobs to now) without waking waiters.
+    fn peek<R>(&self, f: impl FnOnce(&SimCluster) -> R) -> R {
+        f(&self.lock())
+    }
+
+    /// Makes matching jobs fail with an `OpExecError`.
+    pub fn fail_jobs(&self, rule: JobFailureRule) {
+        self.with_cluster(|c| c.failure_rules.push(rule));
+    }
+
+    /// Changes the delay of jobs submitted from now on.
+    pub fn set_job_delay(&self, delay: Duration) {
+        self.with_cluster(|c| c.job_delay = delay);
+    }
+
+    /// Replaces the HTTP faults.
+    pub fn set_http_faults(&self, faults: HttpFaults) {
+        *self
+            .shared
+            .faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = faults;
+    }
+
+    /// Requires basic authentication with these credentials (RAPI answers 401 otherwise).
+    pub fn require_credentials(&self, credentials: Option<Credentials>) {
+        *self
+            .shared
+            .credentials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = credentials;
+    }
+
+    /// Every job submission so far, in order.
+    pub fn submissions(&self) -> Vec<Submission> {
+        self.with_cluster(|c| c.submissions.clone())
+    }
+
+    /// Client intents (`incident/intent`) submitted more than once.
+    pub fn duplicate_intents(&self) -> Vec<String> {
+        self.with_cluster(|c| c.duplicate_intents())
+    }
+
+    /// Waits until every job is finished (or `limit` passes); true if all finished.
+    pub async fn settle(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let next = self.peek(|c| c.next_change_in(self.now_ms()));
+            let Some(ms) = next else { return true };
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(ms.clamp(1, 50))).await;
+        }
+    }
+
+    fn fault(&self, method: &str, path: &str) -> FaultAction {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(method, path)
+    }
+
+    /// Handles one decoded RAPI request (after faults and authentication).
+    pub async fn handle(&self, req: &SimRequest) -> (u16, Value) {
+        let answer = self.with_cluster(|c| rapi_routes::route(c, req, self.now_ms()));
+        match answer {
+            SimAnswer::Now(status, body) => (status, body),
+            SimAnswer::WaitJob { id, previous } => {
+                let deadline = tokio::time::Instant::now() + WAIT_PERIOD;
+                loop {
+                    let notified = self.shared.changed.notified();
+                    let (over, next) = self.peek(|c| {
+                        (
+                            rapi_routes::wait_is_over(c, id, previous.as_deref()),
+                            c.next_change_in(self.now_ms()),
+                        )
+                    });
+                    if over {
+                        let answer = self
+                            .with_cluster(|c| rapi_routes::wait_answer(c, id, previous.as_deref()));
+                        return (200, answer.unwrap_or(Value::Null));
+                    }
+                    if tokio::time::Instant::now() >= deadline {
+                        return (200, Value::Null);
+                    }
+                    let pause = Duration::from_millis(next.unwrap_or(50).clamp(1, 200));
+                    // Either a change was signalled or the pause ended: re-check both ways.
+                    let _signalled = tokio::time::timeout(pause, notified).await.is_ok();
+                }
+            }
+        }
+    }
+
+    /// Serves the simulated RAPI on `addr` (use `127.0.0.1:0`), over HTTPS when `tls` is given.
+    /// Extra endpoints for tests: `GET /sim/submissions`, `GET /sim/duplicates`,
+    /// `POST /sim/http-faults` ([`HttpFaults`]), `POST /sim/fail-jobs` ([`JobFailureRule`]),
+    /// `POST /sim/job-delay` (`{"ms": N}`), `POST /sim/node-memory` (`{"node", "mib"}`).
+    pub async fn serve(&self, addr: SocketAddr, tls: Option<SimTls>) -> std::io::Result<SimServer> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let acceptor = match &tls {
+            Some(t) => Some(t.acceptor().map_err(std::io::Error::other)?),
+            None => None,
+        };
+        let url = format!(
+            "{}://{}",
+            if acceptor.is_some() { "https" } else { "http" },
+            addr
+        );
+        let sim = self.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _peer)) = listener.accept().await else {
+                    continue;
+                };
+                let sim = sim.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let sim = sim.clone();
+                        async move { Ok::<_, std::convert::Infallible>(sim.serve_http(req).await) }
+                    });
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    match acceptor {
+                        Some(acceptor) => {
+                            if let Ok(tls_stream) = acceptor.accept(stream).await {
+                                let io = hyper_util::rt::TokioIo::new(tls_stream);
+                                // A client closing the connection mid-request is not an error here.
+                                let _closed = builder.serve_connection(io, service).await.is_err();
+                            }
+                        }
+                        None => {
+                            let io = hyper_util::rt::TokioIo::new(stream);
+                            let _closed = builder.serve_connection(io, service).await.is_err();
+                        }
+                    }
+                });
+            }
+        });
+        Ok(SimServer { addr, url, task })
+    }
+
+    async fn serve_http(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path().to_owned();
+        let query = req
+            .uri()
+            .query()
+            .map(rapi_routes::parse_query)
+            .unwrap_or_default();
+        let authorized = self.authorized(req.headers().get(hyper::header::AUTHORIZATION));
+        let json_body = req
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json"));
+        let body = match req.into_body().collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                return respond(
+                    400,
+                    &rapi_routes::error(400, "Bad Request", "unreadable body"),
+                );
+            }
+        };
+        if path.starts_with("/sim/") {
+            let (status, value) = self.control(&method, &path, &body);
+            return respond(status, &value);
+        }
+        match self.fault(&method, &path) {
+            FaultAction::None => {}
+            FaultAction::Fail => {
+                return respond(
+                    502,
+                    &rapi_routes::error(502, "Bad Gateway", "injected fault"),
+                );
+            }
+            FaultAction::Hang(d) => {
+                tokio::time::sleep(d).await;
+                return respond(
+                    504,
+                    &rapi_routes::error(504, "Gateway Timeout", "injected hang"),
+                );
+            }
+        }
+        if !authorized {
+            return respond(
+                401,
+                &rapi_routes::error(
+                    401,
+                    "Unauthorized",
+                    "No permission -- see authorization schemes",
+                ),
+            );
+        }
+        let body = if body.is_empty() {
+            None
+        } else if !json_body {
+            return respond(
+                415,
+                &rapi_routes::error(
+                    415,
+                    "Unsupported Media Type",
+                    "Entity body in unsupported format",
+                ),
+            );
+        } else {
+            match serde_json::from_slice::<Value>(&body) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    return respond(
+                        400,
+                        &rapi_routes::error(
+                            400,
+                            "Bad Request",
+                            &format!("Unable to parse JSON data: {e}"),
+                        ),
+                    );
+                }
+            }
+        };
+        let (status, value) = self
+            .handle(&SimRequest {
+                method,
+                path,
+                query,
+                body,
+            })
+            .await;
+        respond(status, &value)
+    }
+
+    fn authorized(&self, header: Option<&hyper::header::HeaderValue>) -> bool {
+        let guard = self
+            .shared
+            .credentials
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(expected) = guard.as_ref() else {
+            return true;
+        };
+        let Some(value) = header.and_then(|h| h.to_str().ok()) else {
+            return false;
+        };
+        let Some(encoded) = value.strip_prefix("Basic ") else {
+            return false;
+        };
+        decode_base64(encoded.trim())
+            .is_some_and(|d| d == format!("{}:{}", expected.user, expected.password).into_bytes())
+    }
+
+    fn control(&self, method: &str, path: &str, body: &[u8]) -> (u16, Value) {
+        let parsed: Result<Value, _> = if body.is_empty() {
+            Ok(Value::Null)
+        } else {
+            serde_json::from_slice(body)
+        };
+        let Ok(parsed) = parsed else {
+            return (400, json!({"error": "body is not JSON"}));
+        };
+        let bad = |e: serde_json::Error| (400, json!({"error": e.to_string()}));
+        match (method, path) {
+            ("GET", "/sim/submissions") => (200, json!(self.submissions())),
+            ("GET", "/sim/duplicates") => (200, json!(self.duplicate_intents())),
+            ("GET", "/sim/state") => (
+                200,
+                self.with_cluster(|c| {
+                    let nodes: Vec<Value> = c
+                        .node_order
+                        .iter()
+                        .filter_map(|n| c.nodes.get(n))
+                        .map(|n| c.node_json(n))
+                        .collect();
+                    let instances: Vec<Value> =
+                        c.instances.values().map(|i| c.instance_json(i)).collect();
+                    json!({"nodes": nodes, "instances": instances})
+                }),
+            ),
+            ("POST", "/sim/http-faults") => match serde_json::from_value::<HttpFaults>(parsed) {
+                Ok(f) => {
+                    self.set_http_faults(f);
+                    (200, json!("ok"))
+                }
+                Err(e) => bad(e),
+            },
+            ("POST", "/sim/fail-jobs") => match serde_json::from_value::<JobFailureRule>(parsed) {
+                Ok(rule) => {
+                    self.fail_jobs(rule);
+                    (200, json!("ok"))
+                }
+                Err(e) => bad(e),
+            },
+            ("POST", "/sim/job-delay") => match parsed.get("ms").and_then(Value::as_u64) {
+                Some(ms) => {
+                    self.set_job_delay(Duration::from_millis(ms));
+                    (200, json!("ok"))
+                }
+                None => (400, json!({"error": "want {\"ms\": N}"})),
+            },
+            ("POST", "/sim/node-memory") => {
+                let node = parsed
+                    .get("node")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let mib = parsed.get("mib").and_then(Value::as_u64);
+                let (Some(node), Some(mib)) = (node, mib) else {
+                    return (400, json!({"error": "want {\"node\", \"mib\"}"}));
+                };
+                let found = self.with_cluster(|c| {
+                    c.nodes
+                        .get_mut(&node)
+                        .map(|n| n.memory_total_mib = mib)
+                        .is_some()
+                });
+                if found {
+                    (200, json!("ok"))
+                } else {
+                    (404, json!({"error": "no such node"}))
+                }
+            }
+            _ => (404, json!({"error": "unknown simulation endpoint"})),
+        }
+    }
+
+    // ---- direct (in-process) access used by the Ganeti trait ----
+
+    async fn direct(
+        &self,
+        method: &str,
+        path: &str,
+        query: Vec<(String, String)>,
+        body: Option<Value>,
+    ) -> Result<Value, GanetiError> {
+        match self.fault(method, path) {
+            FaultAction::None => {}
+            FaultAction::Fail => {
+                return Err(GanetiError::Server {
+                    status: 502,
+                    message: "injected fault".into(),
+                });
+            }
+            FaultAction::Hang(d) => {
+                tokio::time::sleep(d).await;
+                return Err(GanetiError::Transport(format!(
+                    "{method} {path}: injected hang of {d:?}"
+                )));
+            }
+        }
+        let (status, value) = self
+            .handle(&SimRequest {
+                method: method.into(),
+                path: path.into(),
+                query,
+                body,
+            })
+            .await;
+        let message = || {
+            value
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned()
+        };
+        match status {
+            200 => Ok(value),
+            401 | 403 => Err(GanetiError::Unauthorized(message())),
+            404 => Err(GanetiError::NotFound(format!("{path}: {}", message()))),
+            s if s >= 500 => Err(GanetiError::Server {
+                status: s,
+                message: message(),
+            }),
+            s => Err(GanetiError::Rejected {
+                status: s,
+                message: message(),
+            }),
+        }
+    }
+
+    async fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        bulk: bool,
+    ) -> Result<T, GanetiError> {
+        let query = if bulk {
+            vec![("bulk".to_owned(), "1".to_owned())]
+        } else {
+            Vec::new()
+        };
+        let value = self.direct("GET", path, query, None).await?;
+        serde_json::from_value(value).map_err(|e| GanetiError::Decode(format!("{path}: {e}")))
+    }
+
+    async fn submit_direct(
+        &self,
+        method: &str,
+        path: &str,
+        mut query: Vec<(String, String)>,
+        body: Option<Value>,
+        reason: &Reason,
+    ) -> Result<JobId, GanetiError> {
+        query.push(("reason".into(), reason_query_value(reason)));
+        let value = self.direct(method, path, query, body).await?;
+        value
+            .as_u64()
+            .ok_or_else(|| GanetiError::Decode(format!("{path}: expected a job id, got {value}")))
+    }
+
+    fn tag_query(tags: &[String]) -> Vec<(String, String)> {
+        tags.iter().map(|t| ("tag".to_owned(), t.clone())).collect()
+    }
+}
+
+fn respond(status: u16, value: &Value) -> Response<Full<Bytes>> {
+    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    response.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// Standard base64 decoding (for the Authorization header).
+fn decode_base64(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buffer = 0u32;
+    let mut bits = 0;
+    for c in text.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            b'=' => break,
+            _ => return None,
+        };
+        buffer = (buffer << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push(u8::try_from((buffer >> bits) & 0xff).ok()?);
+        }
+    }
+    Some(out)
+}
+
+fn seg(name: &str) -> Result<&str, GanetiError> {
+    if name.is_empty() || name.contains(['/', '?', '#', '%']) {
+        return Err(GanetiError::Rejected {
+            status: 400,
+            message: format!("invalid name `{name}`"),
+        });
+    }
+    Ok(name)
+}
+
+impl Ganeti for Simulation {
+    fn cluster_info(&self) -> GanetiFuture<'_, ganeti::ClusterInfo> {
+        Box::pin(async move { Ok(self.read::<RapiClusterInfo>("/2/info", false).await?.into()) })
+    }
+
+    fn nodes(&self) -> GanetiFuture<'_, Vec<ganeti::Node>> {
+        Box::pin(async move {
+            Ok(self
+                .read::<Vec<RapiNode>>("/2/nodes", true)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
+    }
+
+    fn instances(&self) -> GanetiFuture<'_, Vec<ganeti::Instance>> {
+        Box::pin(async move {
+            Ok(self
+                .read::<Vec<RapiInstance>>("/2/instances", true)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
+    }
+
+    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            self.read(&format!("/2/nodes/{}/tags", seg(node)?), false)
+                .await
+        })
+    }
+
+    fn add_node_tags<'a>(
+        &'a self,
+        node: &'a str,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.submit_direct(
+                "PUT",
+                &format!("/2/nodes/{}/tags", seg(node)?),
+                Self::tag_query(tags),
+                None,
+                reason,
+            )
+            .await
+        })
+    }
+
+    fn remove_node_tags<'a>(
+        &'a self,
+        node: &'a str,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.submit_direct(
+                "DELETE",
+                &format!("/2/nodes/{}/tags", seg(node)?),
+                Self::tag_query(tags),
+                None,
+                reason,
+            )
+            .await
+        })
+    }
+
+    fn set_node_drained<'a>(
+        &'a self,
+        node: &'a str,
+        drained: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let node = seg(node)?;
+            if drained {
+                self.submit_direct(
+                    "PUT",
+                    &format!("/2/nodes/{node}/role"),
+                    Vec::new(),
+                    Some(json!("drained")),
+                    reason,
+                )
+                .await
+            } else {
+                self.submit_direct(
+                    "POST",
+                    &format!("/2/nodes/{node}/modify"),
+                    Vec::new(),
+                    Some(json!({"drained": false})),
+                    reason,
+                )
+                .await
+            }
+        })
+    }
+
+    fn set_node_offline<'a>(
+        &'a self,
+        node: &'a str,
+        offline: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let path = format!("/2/nodes/{}/modify", seg(node)?);
+            self.submit_direct(
+                "POST",
+                &path,
+                Vec::new(),
+                Some(json!({"offline": offline})),
+                reason,
+            )
+            .await
+        })
+    }
+
+    fn migrate_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let path = format!("/2/instances/{}/migrate", seg(instance)?);
+            let body = json!({"mode": "live", "target_node": target});
+            self.submit_direct("PUT", &path, Vec::new(), Some(body), reason)
+                .await
+        })
+    }
+
+    fn failover_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let path = format!("/2/instances/{}/failover", seg(instance)?);
+            self.submit_direct(
+                "PUT",
+                &path,
+                Vec::new(),
+                Some(json!({"target_node": target})),
+                reason,
+            )
+            .await
+        })
+    }
+
+    fn replace_disks<'a>(
+        &'a self,
+        instance: &'a str,
+        mode: &'a ReplaceDisksMode,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let path = format!("/2/instances/{}/replace-disks", seg(instance)?);
+            let remote = match mode {
+                ReplaceDisksMode::ReplaceNewSecondary { remote_node, .. } => remote_node.clone(),
+                _ => None,
+            };
+            let body = json!({"mode": mode.as_str(), "remote_node": remote});
+            self.submit_direct("POST", &path, Vec::new(), Some(body), reason)
+                .await
+        })
+    }
+
+    fn evacuate_node<'a>(
+        &'a self,
+        node: &'a str,
+        mode: EvacuateMode,
+        iallocator: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let path = format!("/2/nodes/{}/evacuate", seg(node)?);
+            let body = json!({"mode": mode.as_str(), "iallocator": iallocator.unwrap_or("hail")});
+            self.submit_direct("POST", &path, Vec::new(), Some(body), reason)
+                .await
+        })
+    }
+
+    fn job(&self, id: JobId) -> GanetiFuture<'_, ganeti::Job> {
+        Box::pin(async move {
+            let value = self
+                .direct("GET", &format!("/2/jobs/{id}"), Vec::new(), None)
+                .await?;
+            if value.get("status").is_none_or(Value::is_null) {
+                return Err(GanetiError::NotFound(format!("job {id}")));
+            }
+            let job: RapiJob = serde_json::from_value(value)
+                .map_err(|e| GanetiError::Decode(format!("job {id}: {e}")))?;
+            Ok(job.into())
+        })
+    }
+
+    fn jobs(&self) -> GanetiFuture<'_, Vec<ganeti::JobSummary>> {
+        Box::pin(async move {
+            Ok(self
+                .read::<Vec<RapiJob>>("/2/jobs", true)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_decodes() {
+        assert_eq!(decode_base64("YWRtaW46c2VjcmV0").unwrap(), b"admin:secret");
+        assert_eq!(decode_base64("YQ==").unwrap(), b"a");
+        assert!(decode_base64("!!").is_none());
+    }
+
+    #[test]
+    fn http_faults_are_consumed() {
+        let mut f = HttpFaults {
+            fail_5xx: 1,
+            hang: 1,
+            hang_ms: 5,
+            path_contains: Some("/2/jobs".into()),
+            method: None,
+        };
+        assert!(matches!(f.take("GET", "/2/info"), FaultAction::None));
+        assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Fail));
+        assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Hang(_)));
+        assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::None));
+    }
+}

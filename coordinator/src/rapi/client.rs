@@ -1,0 +1,1058 @@
+//! Async client for Ganeti's RAPI v2 over HTTPS with a pinned cluster certificate.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use reqwest::{Method, StatusCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::tls::{self, TlsSetupError};
+use super::types::{
+    JobWaitAnswer, MigrationMode, RapiClusterInfo, RapiErrorBody, RapiGroup, RapiInstance, RapiJob,
+    RapiNode, TagTarget, reason_query_value,
+};
+use crate::ganeti::{
+    self, EvacuateMode, Ganeti, GanetiError, GanetiFuture, JobId, JobStatus, Reason,
+    ReplaceDisksMode,
+};
+
+/// Default RAPI address (RAPI listens on the master; nodecare's coordinator runs there).
+pub const DEFAULT_RAPI_URL: &str = "https://localhost:5080";
+/// Allocator used when the caller names none (Ganeti's default).
+pub const DEFAULT_IALLOCATOR: &str = "hail";
+/// How long RAPI itself blocks in `/2/jobs/<id>/wait` before answering "no change".
+pub const RAPI_WAIT_PERIOD: Duration = Duration::from_secs(10);
+
+/// Errors of RAPI calls.
+#[derive(Debug, thiserror::Error)]
+pub enum RapiError {
+    #[error(transparent)]
+    Tls(#[from] TlsSetupError),
+    #[error("bad RAPI configuration: {0}")]
+    Config(String),
+    #[error("cannot read RAPI credentials {path}: {message}")]
+    Credentials { path: String, message: String },
+    #[error("RAPI {method} {path}: {message}")]
+    Transport {
+        method: String,
+        path: String,
+        message: String,
+    },
+    #[error("RAPI {method} {path} timed out after {after:?}")]
+    Timeout {
+        method: String,
+        path: String,
+        after: Duration,
+    },
+    #[error("RAPI {method} {path}: HTTP {status}: {message}")]
+    Http {
+        method: String,
+        path: String,
+        status: u16,
+        message: String,
+    },
+    #[error("RAPI {method} {path}: unexpected answer: {message}")]
+    Decode {
+        method: String,
+        path: String,
+        message: String,
+    },
+    #[error("RAPI job {0} does not exist (never submitted or archived)")]
+    JobNotFound(JobId),
+    #[error("RAPI job {job} did not finish within {after:?} (last status {})", status.as_str())]
+    JobWaitTimeout {
+        job: JobId,
+        after: Duration,
+        status: JobStatus,
+    },
+}
+
+impl RapiError {
+    /// HTTP status of an error answer, if the server gave one.
+    pub fn http_status(&self) -> Option<u16> {
+        match self {
+            Self::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Whether retrying the same call later may succeed (network trouble, timeouts, 5xx).
+    /// Job submissions must not be blindly retried: a lost answer may hide a queued job.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Self::Transport { .. } | Self::Timeout { .. } | Self::JobWaitTimeout { .. } => true,
+            Self::Http { status, .. } => *status >= 500,
+            _ => false,
+        }
+    }
+}
+
+/// RAPI user name and password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// Reads credentials from a file; see [`Self::parse`] for the accepted formats.
+    pub fn from_file(path: &Path) -> Result<Self, RapiError> {
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| RapiError::Credentials {
+            path: shown.clone(),
+            message: e.to_string(),
+        })?;
+        Self::parse(&text).map_err(|message| RapiError::Credentials {
+            path: shown,
+            message,
+        })
+    }
+
+    /// Accepted formats:
+    /// * one line `user:password` (the password may contain `:`);
+    /// * Ganeti's RAPI users file: lines `user password [options]`, `#` comments, the password
+    ///   optionally prefixed `{cleartext}`; the first user with `write` access is taken, else the
+    ///   first user. A `{HA1}` hashed password cannot be used by a client and is refused.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        let Some(first) = lines.first() else {
+            return Err(
+                "no credentials in file (want `user:password` or `user password write`)".into(),
+            );
+        };
+        if lines.len() == 1 && !first.contains(char::is_whitespace) {
+            let (user, password) = first
+                .split_once(':')
+                .ok_or("want `user:password` or Ganeti users-file lines `user password [write]`")?;
+            return Self::checked(user, password);
+        }
+        let mut entries = Vec::new();
+        for line in &lines {
+            let mut fields = line.split_whitespace();
+            let (Some(user), Some(password)) = (fields.next(), fields.next()) else {
+                return Err(format!(
+                    "users-file line without a password: `{}`",
+                    first_word(line)
+                ));
+            };
+            let write = fields.any(|opts| opts.split(',').any(|o| o == "write"));
+            entries.push((user, password, write));
+        }
+        let (user, password, _) = entries
+            .iter()
+            .find(|(_, _, write)| *write)
+            .or_else(|| entries.first())
+            .copied()
+            .ok_or("no credentials in file")?;
+        Self::checked(user, password)
+    }
+
+    fn checked(user: &str, password: &str) -> Result<Self, String> {
+        if user.is_empty() {
+            return Err("empty RAPI user name".into());
+        }
+        let password = if let Some(rest) = strip_prefix_ci(password, "{cleartext}") {
+            rest
+        } else if strip_prefix_ci(password, "{ha1}").is_some() {
+            return Err(format!(
+                "user `{user}` has a {{HA1}} hashed password; a client needs the clear text"
+            ));
+        } else {
+            password
+        };
+        if password.is_empty() {
+            return Err(format!("empty RAPI password for user `{user}`"));
+        }
+        Ok(Self {
+            user: user.to_owned(),
+            password: password.to_owned(),
+        })
+    }
+}
+
+fn strip_prefix_ci<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = text.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix)
+        .then(|| &text[prefix.len()..])
+}
+
+fn first_word(line: &str) -> &str {
+    line.split_whitespace().next().unwrap_or_default()
+}
+
+/// How the client authenticates the server.
+#[derive(Debug, Clone)]
+pub enum ServerTrust {
+    /// HTTPS, trusting exactly the certificates of this PEM file (Ganeti's `rapi.pem` works:
+    /// its private key block is ignored).
+    PinnedCertFile(PathBuf),
+    /// HTTPS, trusting exactly these PEM certificates.
+    PinnedCertPem(Vec<u8>),
+    /// Plain HTTP, for the in-process simulation only; refused for `https://` URLs.
+    PlainHttp,
+}
+
+/// Client settings. Every request has a timeout; job waits are bounded separately.
+#[derive(Debug, Clone)]
+pub struct RapiConfig {
+    pub base_url: String,
+    pub trust: ServerTrust,
+    pub credentials: Option<Credentials>,
+    pub connect_timeout: Duration,
+    /// Bound of every single request (a `/wait` call gets [`RAPI_WAIT_PERIOD`] on top).
+    pub request_timeout: Duration,
+}
+
+impl RapiConfig {
+    pub fn new(base_url: impl Into<String>, trust: ServerTrust) -> Self {
+        Self {
+            base_url: base_url.into(),
+            trust,
+            credentials: None,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
+
+    pub fn with_credentials(mut self, credentials: Credentials) -> Self {
+        self.credentials = Some(credentials);
+        self
+    }
+}
+
+/// Options of an instance migration.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigrateOptions {
+    pub mode: Option<MigrationMode>,
+    pub target_node: Option<String>,
+    pub iallocator: Option<String>,
+    /// Fall back to a failover when the instance cannot be migrated live.
+    pub allow_failover: bool,
+    pub cleanup: bool,
+}
+
+/// Options of an instance failover.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailoverOptions {
+    pub target_node: Option<String>,
+    pub iallocator: Option<String>,
+    pub ignore_consistency: bool,
+}
+
+/// Ganeti RAPI v2 client. Cheap to clone (shares the connection pool).
+#[derive(Debug, Clone)]
+pub struct RapiClient {
+    http: reqwest::Client,
+    base_url: String,
+    credentials: Option<Credentials>,
+    request_timeout: Duration,
+}
+
+impl RapiClient {
+    pub fn new(config: RapiConfig) -> Result<Self, RapiError> {
+        let base_url = config.base_url.trim_end_matches('/').to_owned();
+        let https = base_url.starts_with("https://");
+        if !https && !base_url.starts_with("http://") {
+            return Err(RapiError::Config(format!(
+                "RAPI URL must start with https:// (got `{base_url}`)"
+            )));
+        }
+        let builder = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(config.connect_timeout)
+            .timeout(config.request_timeout + RAPI_WAIT_PERIOD)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .user_agent(concat!("nodecare-coordinator/", env!("CARGO_PKG_VERSION")));
+        let builder = match (&config.trust, https) {
+            (ServerTrust::PlainHttp, true) => {
+                return Err(RapiError::Config(
+                    "an https:// RAPI URL needs a pinned certificate (--rapi-cert)".into(),
+                ));
+            }
+            (ServerTrust::PlainHttp, false) => builder,
+            (_, false) => {
+                return Err(RapiError::Config(format!(
+                    "a pinned certificate was given but the RAPI URL `{base_url}` is not https://"
+                )));
+            }
+            (ServerTrust::PinnedCertFile(path), true) => {
+                let certs = tls::load_pinned_certificates(path)?;
+                builder.use_preconfigured_tls(tls::pinned_client_config(certs)?)
+            }
+            (ServerTrust::PinnedCertPem(pem), true) => {
+                let certs = tls::parse_pinned_certificates(pem, "configured PEM")?;
+                builder.use_preconfigured_tls(tls::pinned_client_config(certs)?)
+            }
+        };
+        // reqwest needs the process-wide provider even with a preconfigured TLS config.
+        let _provider = tls::crypto_provider();
+        let http = builder
+            .build()
+            .map_err(|e| RapiError::Config(format!("cannot build HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base_url,
+            credentials: config.credentials,
+            request_timeout: config.request_timeout,
+        })
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    // ---- reads ----
+
+    /// `GET /2/info`.
+    pub async fn cluster_info(&self) -> Result<RapiClusterInfo, RapiError> {
+        self.get_json("/2/info", &[]).await
+    }
+
+    /// `GET /2/nodes?bulk=1`.
+    pub async fn nodes(&self) -> Result<Vec<RapiNode>, RapiError> {
+        self.get_json("/2/nodes", &[("bulk", "1")]).await
+    }
+
+    /// `GET /2/nodes/<name>`.
+    pub async fn node(&self, name: &str) -> Result<RapiNode, RapiError> {
+        self.get_json(&format!("/2/nodes/{}", segment(name)?), &[])
+            .await
+    }
+
+    /// `GET /2/instances?bulk=1`.
+    pub async fn instances(&self) -> Result<Vec<RapiInstance>, RapiError> {
+        self.get_json("/2/instances", &[("bulk", "1")]).await
+    }
+
+    /// `GET /2/instances/<name>`.
+    pub async fn instance(&self, name: &str) -> Result<RapiInstance, RapiError> {
+        self.get_json(&format!("/2/instances/{}", segment(name)?), &[])
+            .await
+    }
+
+    /// `GET /2/groups?bulk=1`.
+    pub async fn groups(&self) -> Result<Vec<RapiGroup>, RapiError> {
+        self.get_json("/2/groups", &[("bulk", "1")]).await
+    }
+
+    /// `GET .../tags`.
+    pub async fn tags(&self, target: &TagTarget) -> Result<Vec<String>, RapiError> {
+        self.get_json(&tags_path(target)?, &[]).await
+    }
+
+    /// `GET /2/jobs/<id>`. An unknown (or archived) job is [`RapiError::JobNotFound`]: Ganeti
+    /// answers 200 with every field `null` for it.
+    pub async fn job(&self, id: JobId) -> Result<RapiJob, RapiError> {
+        let path = format!("/2/jobs/{id}");
+        let value: Value = match self.get_json(&path, &[]).await {
+            Err(e) if e.http_status() == Some(404) => return Err(RapiError::JobNotFound(id)),
+            other => other?,
+        };
+        if value.get("status").is_none_or(Value::is_null) {
+            return Err(RapiError::JobNotFound(id));
+        }
+        serde_json::from_value(value).map_err(|e| decode_error("GET", &path, &e))
+    }
+
+    /// `GET /2/jobs?bulk=1`: every job still in the queue, with opcodes and reason trails.
+    pub async fn jobs(&self) -> Result<Vec<RapiJob>, RapiError> {
+        let path = "/2/jobs";
+        let values: Vec<Value> = self.get_json(path, &[("bulk", "1")]).await?;
+        // A job archived between listing and reading comes back with null fields: skip it.
+        values
+            .into_iter()
+            .filter(|v| v.get("status").is_some_and(|s| !s.is_null()))
+            .map(|v| serde_json::from_value(v).map_err(|e| decode_error("GET", path, &e)))
+            .collect()
+    }
+
+    /// One `GET /2/jobs/<id>/wait` (with a JSON body, as RAPI wants): blocks up to
+    /// [`RAPI_WAIT_PERIOD`] until the status differs from `previous`. `None` = no change.
+    pub async fn wait_for_job_change(
+        &self,
+        id: JobId,
+        previous: Option<JobStatus>,
+    ) -> Result<Option<JobStatus>, RapiError> {
+        let path = format!("/2/jobs/{id}/wait");
+        let body = json!({
+            "fields": ["status"],
+            "previous_job_info": previous.map(|s| vec![s.as_str()]),
+            "previous_log_serial": Value::Null,
+        });
+        let answer: Option<JobWaitAnswer> = match self
+            .call(
+                Method::GET,
+                &path,
+                &[],
+                Some(&body),
+                self.request_timeout + RAPI_WAIT_PERIOD,
+            )
+            .await
+        {
+            Ok(v) => v,
+            // RAPI answers 500 "Can't load job file" (or 404) for unknown jobs.
+            Err(e) if matches!(e.http_status(), Some(404)) => {
+                return Err(RapiError::JobNotFound(id));
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(answer) = answer else {
+            return Ok(None);
+        };
+        let status = answer
+            .job_info
+            .first()
+            .cloned()
+            .ok_or_else(|| RapiError::Decode {
+                method: "GET".into(),
+                path: path.clone(),
+                message: "empty job_info".into(),
+            })?;
+        let status: JobStatus =
+            serde_json::from_value(status).map_err(|e| decode_error("GET", &path, &e))?;
+        Ok(Some(status))
+    }
+
+    /// Waits until the job is finalized (success, error, canceled) and returns it, or fails
+    /// with [`RapiError::JobWaitTimeout`] after `limit`.
+    pub async fn wait_for_job(&self, id: JobId, limit: Duration) -> Result<RapiJob, RapiError> {
+        let start = Instant::now();
+        let mut job = self.job(id).await?;
+        while !job.status.is_final() {
+            if start.elapsed() >= limit {
+                return Err(RapiError::JobWaitTimeout {
+                    job: id,
+                    after: limit,
+                    status: job.status,
+                });
+            }
+            let remaining = limit.saturating_sub(start.elapsed());
+            match tokio::time::timeout(remaining, self.wait_for_job_change(id, Some(job.status)))
+                .await
+            {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) if e.is_transient() => {
+                    tokio::time::sleep(Duration::from_millis(200).min(remaining)).await
+                }
+                Ok(Err(e)) => return Err(e),
+                Err(_elapsed) => {}
+            }
+            job = self.job(id).await?;
+        }
+        Ok(job)
+    }
+
+    // ---- jobs (every one carries the nodecare reason) ----
+
+    /// `PUT /2/nodes/<n>/role` with body `"drained"` (`?force=1`, as maintd forces it).
+    pub async fn drain_node(&self, node: &str, reason: &Reason) -> Result<JobId, RapiError> {
+        let path = format!("/2/nodes/{}/role", segment(node)?);
+        self.submit(
+            Method::PUT,
+            &path,
+            &[("force", "1")],
+            &json!("drained"),
+            reason,
+        )
+        .await
+    }
+
+    /// `POST /2/nodes/<n>/modify` with `{"drained": <drained>}` (the role resource cannot clear
+    /// just the drained flag).
+    pub async fn set_node_drained(
+        &self,
+        node: &str,
+        drained: bool,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        if drained {
+            return self.drain_node(node, reason).await;
+        }
+        let path = format!("/2/nodes/{}/modify", segment(node)?);
+        self.submit(Method::POST, &path, &[], &json!({"drained": false}), reason)
+            .await
+    }
+
+    /// `POST /2/nodes/<n>/modify` with `{"offline": <offline>}`; `auto_promote` keeps the
+    /// master-candidate pool filled when a candidate goes offline.
+    pub async fn set_node_offline(
+        &self,
+        node: &str,
+        offline: bool,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/nodes/{}/modify", segment(node)?);
+        let body = if offline {
+            json!({"offline": true, "auto_promote": true})
+        } else {
+            json!({"offline": false})
+        };
+        self.submit(Method::POST, &path, &[], &body, reason).await
+    }
+
+    /// `PUT /2/instances/<i>/migrate`.
+    pub async fn migrate_instance(
+        &self,
+        instance: &str,
+        options: &MigrateOptions,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/instances/{}/migrate", segment(instance)?);
+        let mut body = serde_json::Map::new();
+        if let Some(mode) = options.mode {
+            body.insert(
+                "mode".into(),
+                serde_json::to_value(mode).unwrap_or(Value::Null),
+            );
+        }
+        insert_opt(&mut body, "target_node", &options.target_node);
+        insert_opt(&mut body, "iallocator", &options.iallocator);
+        body.insert("allow_failover".into(), options.allow_failover.into());
+        body.insert("cleanup".into(), options.cleanup.into());
+        self.submit(Method::PUT, &path, &[], &Value::Object(body), reason)
+            .await
+    }
+
+    /// `PUT /2/instances/<i>/failover`.
+    pub async fn failover_instance(
+        &self,
+        instance: &str,
+        options: &FailoverOptions,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/instances/{}/failover", segment(instance)?);
+        let mut body = serde_json::Map::new();
+        insert_opt(&mut body, "target_node", &options.target_node);
+        insert_opt(&mut body, "iallocator", &options.iallocator);
+        body.insert(
+            "ignore_consistency".into(),
+            options.ignore_consistency.into(),
+        );
+        self.submit(Method::PUT, &path, &[], &Value::Object(body), reason)
+            .await
+    }
+
+    /// `POST /2/instances/<i>/replace-disks`. The body is never empty, so RAPI does not fall
+    /// back to its legacy query-string interface.
+    pub async fn replace_disks(
+        &self,
+        instance: &str,
+        mode: &ReplaceDisksMode,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/instances/{}/replace-disks", segment(instance)?);
+        let mut body = serde_json::Map::new();
+        body.insert("mode".into(), mode.as_str().into());
+        if let ReplaceDisksMode::ReplaceNewSecondary {
+            remote_node,
+            iallocator,
+        } = mode
+        {
+            insert_opt(&mut body, "remote_node", remote_node);
+            if remote_node.is_none() {
+                let ialloc = iallocator
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_IALLOCATOR.to_owned());
+                body.insert("iallocator".into(), ialloc.into());
+            }
+        }
+        body.insert("early_release".into(), false.into());
+        self.submit(Method::POST, &path, &[], &Value::Object(body), reason)
+            .await
+    }
+
+    /// `POST /2/nodes/<n>/evacuate` (`iallocator` defaults to `hail`). On success the job's
+    /// result lists the per-instance child jobs ([`RapiJob::child_jobs`]), which must be waited
+    /// for as well.
+    pub async fn evacuate_node(
+        &self,
+        node: &str,
+        mode: EvacuateMode,
+        iallocator: Option<&str>,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/nodes/{}/evacuate", segment(node)?);
+        let body = json!({
+            "mode": mode.as_str(),
+            "iallocator": iallocator.unwrap_or(DEFAULT_IALLOCATOR),
+            "early_release": false,
+        });
+        self.submit(Method::POST, &path, &[], &body, reason).await
+    }
+
+    /// `PUT .../tags?tag=...`.
+    pub async fn add_tags(
+        &self,
+        target: &TagTarget,
+        tags: &[String],
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        self.tag_job(Method::PUT, target, tags, reason).await
+    }
+
+    /// `DELETE .../tags?tag=...`.
+    pub async fn remove_tags(
+        &self,
+        target: &TagTarget,
+        tags: &[String],
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        self.tag_job(Method::DELETE, target, tags, reason).await
+    }
+
+    async fn tag_job(
+        &self,
+        method: Method,
+        target: &TagTarget,
+        tags: &[String],
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        if tags.is_empty() {
+            return Err(RapiError::Config(
+                "a tag operation needs at least one tag".into(),
+            ));
+        }
+        let path = tags_path(target)?;
+        let query: Vec<(&str, &str)> = tags.iter().map(|t| ("tag", t.as_str())).collect();
+        self.submit(method, &path, &query, &Value::Null, reason)
+            .await
+    }
+
+    // ---- plumbing ----
+
+    /// Submits a job: the reason goes into the `reason` query parameter, and the answer must be
+    /// a bare job id.
+    async fn submit(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: &Value,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let reason_text = reason_query_value(reason);
+        let mut full_query: Vec<(&str, &str)> = query.to_vec();
+        full_query.push(("reason", &reason_text));
+        let body = (!body.is_null()).then_some(body);
+        let method_name = method.to_string();
+        let id: Value = self
+            .call(method, path, &full_query, body, self.request_timeout)
+            .await?;
+        id.as_u64().ok_or_else(|| RapiError::Decode {
+            method: method_name,
+            path: path.to_owned(),
+            message: format!("expected a job id, got {}", truncate(&id.to_string())),
+        })
+    }
+
+    async fn get_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, &str)],
+    ) -> Result<T, RapiError> {
+        self.call(
+            Method::GET,
+            path,
+            query,
+            None::<&Value>,
+            self.request_timeout,
+        )
+        .await
+    }
+
+    async fn call<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path: &str,
+        query: &[(&str, &str)],
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> Result<T, RapiError> {
+        let method_name = method.to_string();
+        let url = format!("{}{}", self.base_url, path);
+        let mut request = self
+            .http
+            .request(method, &url)
+            .timeout(timeout)
+            .header("Accept", "application/json");
+        if !query.is_empty() {
+            request = request.query(query);
+        }
+        if let Some(creds) = &self.credentials {
+            request = request.basic_auth(&creds.user, Some(&creds.password));
+        }
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| transport_error(&method_name, path, timeout, &e))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| transport_error(&method_name, path, timeout, &e))?;
+        if !status.is_success() {
+            return Err(http_error(&method_name, path, status, &bytes));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| RapiError::Decode {
+            method: method_name,
+            path: path.to_owned(),
+            message: format!("{e} in {}", truncate(&String::from_utf8_lossy(&bytes))),
+        })
+    }
+}
+
+impl From<RapiError> for GanetiError {
+    fn from(e: RapiError) -> Self {
+        match e {
+            RapiError::Http {
+                status: 401 | 403, ..
+            } => Self::Unauthorized(e.to_string()),
+            RapiError::Http { status: 404, .. } | RapiError::JobNotFound(_) => {
+                Self::NotFound(e.to_string())
+            }
+            RapiError::Http { status, .. } if status >= 500 => Self::Server {
+                status,
+                message: e.to_string(),
+            },
+            RapiError::Http { status, .. } => Self::Rejected {
+                status,
+                message: e.to_string(),
+            },
+            RapiError::Config(_) => Self::Rejected {
+                status: 400,
+                message: e.to_string(),
+            },
+            RapiError::Decode { .. } => Self::Decode(e.to_string()),
+            RapiError::Tls(_)
+            | RapiError::Credentials { .. }
+            | RapiError::Transport { .. }
+            | RapiError::Timeout { .. }
+            | RapiError::JobWaitTimeout { .. } => Self::Transport(e.to_string()),
+        }
+    }
+}
+
+impl Ganeti for RapiClient {
+    fn cluster_info(&self) -> GanetiFuture<'_, ganeti::ClusterInfo> {
+        Box::pin(async move { Ok(RapiClient::cluster_info(self).await?.into()) })
+    }
+
+    fn nodes(&self) -> GanetiFuture<'_, Vec<ganeti::Node>> {
+        Box::pin(async move {
+            Ok(RapiClient::nodes(self)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
+    }
+
+    fn instances(&self) -> GanetiFuture<'_, Vec<ganeti::Instance>> {
+        Box::pin(async move {
+            Ok(RapiClient::instances(self)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
+    }
+
+    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
+        Box::pin(async move { Ok(self.tags(&TagTarget::Node(node.to_owned())).await?) })
+    }
+
+    fn add_node_tags<'a>(
+        &'a self,
+        node: &'a str,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            Ok(self
+                .add_tags(&TagTarget::Node(node.to_owned()), tags, reason)
+                .await?)
+        })
+    }
+
+    fn remove_node_tags<'a>(
+        &'a self,
+        node: &'a str,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            Ok(self
+                .remove_tags(&TagTarget::Node(node.to_owned()), tags, reason)
+                .await?)
+        })
+    }
+
+    fn set_node_drained<'a>(
+        &'a self,
+        node: &'a str,
+        drained: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(
+            async move { Ok(RapiClient::set_node_drained(self, node, drained, reason).await?) },
+        )
+    }
+
+    fn set_node_offline<'a>(
+        &'a self,
+        node: &'a str,
+        offline: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(
+            async move { Ok(RapiClient::set_node_offline(self, node, offline, reason).await?) },
+        )
+    }
+
+    fn migrate_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let options = MigrateOptions {
+                mode: Some(MigrationMode::Live),
+                target_node: target.map(str::to_owned),
+                ..MigrateOptions::default()
+            };
+            Ok(RapiClient::migrate_instance(self, instance, &options, reason).await?)
+        })
+    }
+
+    fn failover_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            let options = FailoverOptions {
+                target_node: target.map(str::to_owned),
+                ..FailoverOptions::default()
+            };
+            Ok(RapiClient::failover_instance(self, instance, &options, reason).await?)
+        })
+    }
+
+    fn replace_disks<'a>(
+        &'a self,
+        instance: &'a str,
+        mode: &'a ReplaceDisksMode,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move { Ok(RapiClient::replace_disks(self, instance, mode, reason).await?) })
+    }
+
+    fn evacuate_node<'a>(
+        &'a self,
+        node: &'a str,
+        mode: EvacuateMode,
+        iallocator: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            Ok(RapiClient::evacuate_node(self, node, mode, iallocator, reason).await?)
+        })
+    }
+
+    fn job(&self, id: JobId) -> GanetiFuture<'_, ganeti::Job> {
+        Box::pin(async move { Ok(RapiClient::job(self, id).await?.into()) })
+    }
+
+    fn jobs(&self) -> GanetiFuture<'_, Vec<ganeti::JobSummary>> {
+        Box::pin(async move {
+            Ok(RapiClient::jobs(self)
+                .await?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
+    }
+}
+
+fn insert_opt(body: &mut serde_json::Map<String, Value>, key: &str, value: &Option<String>) {
+    if let Some(v) = value {
+        body.insert(key.to_owned(), Value::String(v.clone()));
+    }
+}
+
+fn tags_path(target: &TagTarget) -> Result<String, RapiError> {
+    Ok(match target {
+        TagTarget::Cluster => "/2/tags".to_owned(),
+        TagTarget::Node(n) => format!("/2/nodes/{}/tags", segment(n)?),
+        TagTarget::Instance(i) => format!("/2/instances/{}/tags", segment(i)?),
+        TagTarget::Group(g) => format!("/2/groups/{}/tags", segment(g)?),
+    })
+}
+
+/// A node, instance or group name as one URL path segment. Ganeti names are host names
+/// (letters, digits, `.`, `-`, `_`); anything else is refused rather than escaped.
+fn segment(name: &str) -> Result<&str, RapiError> {
+    let ok = !name.is_empty()
+        && name.len() <= 255
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+        && name != "."
+        && name != "..";
+    if ok {
+        Ok(name)
+    } else {
+        Err(RapiError::Config(format!(
+            "invalid Ganeti object name `{}`",
+            truncate(name)
+        )))
+    }
+}
+
+fn transport_error(method: &str, path: &str, timeout: Duration, e: &reqwest::Error) -> RapiError {
+    if e.is_timeout() {
+        return RapiError::Timeout {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            after: timeout,
+        };
+    }
+    // The source chain carries the useful part (e.g. the TLS verification failure).
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(inner) = source {
+        message.push_str(": ");
+        message.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    RapiError::Transport {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        message,
+    }
+}
+
+fn http_error(method: &str, path: &str, status: StatusCode, body: &[u8]) -> RapiError {
+    let message = match serde_json::from_slice::<RapiErrorBody>(body) {
+        Ok(parsed) if parsed.explain.is_empty() => parsed.message,
+        Ok(parsed) => format!("{} ({})", parsed.message, parsed.explain),
+        Err(_) => truncate(&String::from_utf8_lossy(body)),
+    };
+    RapiError::Http {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        status: status.as_u16(),
+        message,
+    }
+}
+
+fn decode_error(method: &str, path: &str, e: &serde_json::Error) -> RapiError {
+    RapiError::Decode {
+        method: method.to_owned(),
+        path: path.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+fn truncate(text: &str) -> String {
+    const MAX: usize = 300;
+    if text.len() <= MAX {
+        return text.to_owned();
+    }
+    let mut cut = MAX;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}...", &text[..cut])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_formats() {
+        let c = Credentials::parse("admin:se:cret\n").unwrap();
+        assert_eq!((c.user.as_str(), c.password.as_str()), ("admin", "se:cret"));
+        let c = Credentials::parse("# users\nreader pw1\nadmin {CLEARTEXT}pw2 write\n").unwrap();
+        assert_eq!((c.user.as_str(), c.password.as_str()), ("admin", "pw2"));
+        let c = Credentials::parse("only pw").unwrap();
+        assert_eq!((c.user.as_str(), c.password.as_str()), ("only", "pw"));
+        assert!(
+            Credentials::parse("admin {HA1}abcdef write")
+                .unwrap_err()
+                .contains("HA1")
+        );
+        assert!(Credentials::parse("").is_err());
+        assert!(Credentials::parse("# nothing\n").is_err());
+        assert!(Credentials::parse("nocolon").is_err());
+        assert!(Credentials::parse(":pw").is_err());
+        assert!(Credentials::parse("user:").is_err());
+        assert!(Credentials::parse("a b write\nlonely").is_err());
+        assert!(!format!("{:?}", Credentials::parse("a:secret").unwrap()).contains("secret"));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(segment("node1.example.com").is_ok());
+        assert!(segment("../x").is_err());
+        assert!(segment("a/b").is_err());
+        assert!(segment("").is_err());
+        assert!(segment("a?b").is_err());
+    }
+
+    #[test]
+    fn config_mismatches_are_refused() {
+        let err = RapiClient::new(RapiConfig::new(
+            "https://localhost:5080",
+            ServerTrust::PlainHttp,
+        ))
+        .unwrap_err();
+        assert!(matches!(err, RapiError::Config(_)), "{err}");
+        let err = RapiClient::new(RapiConfig::new("ftp://x", ServerTrust::PlainHttp)).unwrap_err();
+        assert!(matches!(err, RapiError::Config(_)), "{err}");
+        let err = RapiClient::new(RapiConfig::new(
+            "http://localhost:5080",
+            ServerTrust::PinnedCertPem(b"x".to_vec()),
+        ))
+        .unwrap_err();
+        assert!(matches!(err, RapiError::Config(_)), "{err}");
+        let err = RapiClient::new(RapiConfig::new(
+            "https://localhost:5080",
+            ServerTrust::PinnedCertPem(Vec::new()),
+        ))
+        .unwrap_err();
+        assert!(matches!(err, RapiError::Tls(_)), "{err}");
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+        proptest! {
+            #[test]
+            fn credentials_parse_never_panics(text in "(?s).{0,200}") {
+                let _outcome = Credentials::parse(&text).is_ok();
+            }
+        }
+    }
+}

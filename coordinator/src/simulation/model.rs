@@ -1,0 +1,1431 @@
+//! The simulated cluster's state and job engine, free of IO.
+//!
+//! Jobs are evaluated lazily: every access first calls [`SimCluster::advance`] with the current
+//! time, which starts queued jobs and finishes those whose delay has passed. A job's effect is
+//! applied, and its prerequisites checked, when it finishes (as Ganeti checks prerequisites
+//! when the opcode runs), so a job can fail because of what happened while it was queued.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::ganeti::{JobId, JobStatus, Reason};
+
+/// One node of the simulated cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimNode {
+    pub name: String,
+    #[serde(default)]
+    pub uuid: String,
+    #[serde(default)]
+    pub drained: bool,
+    #[serde(default)]
+    pub offline: bool,
+    #[serde(default)]
+    pub master_candidate: bool,
+    #[serde(default = "yes")]
+    pub vm_capable: bool,
+    #[serde(default = "default_memory")]
+    pub memory_total_mib: u64,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    #[serde(default)]
+    pub ip: String,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_memory() -> u64 {
+    4096
+}
+
+/// One instance of the simulated cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimInstance {
+    pub name: String,
+    #[serde(default)]
+    pub uuid: String,
+    /// `diskless`, `sharedfile`, `drbd`, `plain`, `file`, ...
+    pub disk_template: String,
+    pub pnode: String,
+    #[serde(default)]
+    pub snodes: Vec<String>,
+    #[serde(default = "default_instance_memory")]
+    pub memory_mib: u64,
+    #[serde(default = "yes")]
+    pub running: bool,
+    #[serde(default)]
+    pub tags: Vec<String>,
+}
+
+fn default_instance_memory() -> u64 {
+    128
+}
+
+/// Initial layout of a simulated cluster.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    #[serde(default = "default_cluster_name")]
+    pub cluster_name: String,
+    /// The first node is the master.
+    pub nodes: Vec<SimNode>,
+    #[serde(default)]
+    pub instances: Vec<SimInstance>,
+    /// How long a job stays queued, then running (each half of the delay).
+    #[serde(default = "default_job_delay_ms")]
+    pub job_delay_ms: u64,
+}
+
+fn default_cluster_name() -> String {
+    "cluster.sim.test".into()
+}
+fn default_job_delay_ms() -> u64 {
+    50
+}
+
+impl SimConfig {
+    /// `nodes` nodes `node<i>.<domain>` and instances given as `name:template:node-index`
+    /// (the same spec as the real-cluster scripts; `drbd` takes the next node as secondary).
+    pub fn from_spec(nodes: usize, instances: &str, domain: &str) -> Result<Self, String> {
+        if nodes == 0 {
+            return Err("a cluster needs at least one node".into());
+        }
+        let node_name = |i: usize| format!("node{i}.{domain}");
+        let sim_nodes = (1..=nodes)
+            .map(|i| SimNode {
+                name: node_name(i),
+                uuid: String::new(),
+                drained: false,
+                offline: false,
+                master_candidate: i <= 3,
+                vm_capable: true,
+                memory_total_mib: default_memory(),
+                tags: Vec::new(),
+                ip: format!("198.18.0.{}", 10 + i),
+            })
+            .collect();
+        let mut sim_instances = Vec::new();
+        for spec in instances
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+        {
+            let parts: Vec<&str> = spec.split(':').collect();
+            let [name, template, index] = parts.as_slice() else {
+                return Err(format!(
+                    "bad instance spec `{spec}` (want name:template:node-index)"
+                ));
+            };
+            let index: usize = index
+                .parse()
+                .map_err(|_| format!("bad node index in `{spec}`"))?;
+            if index == 0 || index > nodes {
+                return Err(format!("node index {index} of `{spec}` is not 1..{nodes}"));
+            }
+            if !KNOWN_TEMPLATES.contains(template) {
+                return Err(format!("unknown disk template `{template}` in `{spec}`"));
+            }
+            let snodes = if *template == "drbd" {
+                if nodes < 2 {
+                    return Err(format!("drbd instance `{name}` needs two nodes"));
+                }
+                vec![node_name(index % nodes + 1)]
+            } else {
+                Vec::new()
+            };
+            let full = if name.contains('.') {
+                (*name).to_owned()
+            } else {
+                format!("{name}.{domain}")
+            };
+            sim_instances.push(SimInstance {
+                name: full,
+                uuid: String::new(),
+                disk_template: (*template).to_owned(),
+                pnode: node_name(index),
+                snodes,
+                memory_mib: default_instance_memory(),
+                running: true,
+                tags: Vec::new(),
+            });
+        }
+        Ok(Self {
+            cluster_name: format!("cluster.{domain}"),
+            nodes: sim_nodes,
+            instances: sim_instances,
+            job_delay_ms: default_job_delay_ms(),
+        })
+    }
+}
+
+const KNOWN_TEMPLATES: &[&str] = &[
+    "diskless",
+    "plain",
+    "file",
+    "drbd",
+    "sharedfile",
+    "rbd",
+    "ext",
+    "blockdev",
+    "gluster",
+];
+
+fn is_node_local(template: &str) -> bool {
+    matches!(template, "plain" | "file")
+}
+
+fn is_shared(template: &str) -> bool {
+    matches!(
+        template,
+        "diskless" | "sharedfile" | "rbd" | "ext" | "blockdev" | "gluster"
+    )
+}
+
+/// What a simulated job does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SimOp {
+    SetNodeParams {
+        node: String,
+        drained: Option<bool>,
+        offline: Option<bool>,
+    },
+    TagsSet {
+        kind: TagKind,
+        name: String,
+        tags: Vec<String>,
+    },
+    TagsDel {
+        kind: TagKind,
+        name: String,
+        tags: Vec<String>,
+    },
+    InstanceMigrate {
+        instance: String,
+        target: Option<String>,
+        mode: Option<String>,
+    },
+    InstanceFailover {
+        instance: String,
+        target: Option<String>,
+    },
+    ReplaceDisks {
+        instance: String,
+        mode: String,
+        remote_node: Option<String>,
+    },
+    NodeEvacuate {
+        node: String,
+        mode: String,
+    },
+}
+
+/// What a tag belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TagKind {
+    Cluster,
+    Node,
+    Instance,
+}
+
+impl SimOp {
+    /// Ganeti's opcode id.
+    pub fn op_id(&self) -> &'static str {
+        match self {
+            Self::SetNodeParams { .. } => "OP_NODE_SET_PARAMS",
+            Self::TagsSet { .. } => "OP_TAGS_SET",
+            Self::TagsDel { .. } => "OP_TAGS_DEL",
+            Self::InstanceMigrate { .. } => "OP_INSTANCE_MIGRATE",
+            Self::InstanceFailover { .. } => "OP_INSTANCE_FAILOVER",
+            Self::ReplaceDisks { .. } => "OP_INSTANCE_REPLACE_DISKS",
+            Self::NodeEvacuate { .. } => "OP_NODE_EVACUATE",
+        }
+    }
+
+    /// Ganeti's job summary, e.g. `NODE_EVACUATE(node2)`.
+    pub fn summary(&self) -> String {
+        let base = self.op_id().trim_start_matches("OP_");
+        match self {
+            Self::SetNodeParams { node, .. } | Self::NodeEvacuate { node, .. } => {
+                format!("{base}({node})")
+            }
+            Self::InstanceMigrate { instance, .. }
+            | Self::InstanceFailover { instance, .. }
+            | Self::ReplaceDisks { instance, .. } => format!("{base}({instance})"),
+            Self::TagsSet { .. } | Self::TagsDel { .. } => base.to_owned(),
+        }
+    }
+
+    /// The object the job acts on (node or instance name; empty for cluster tags).
+    pub fn target(&self) -> &str {
+        match self {
+            Self::SetNodeParams { node, .. } | Self::NodeEvacuate { node, .. } => node,
+            Self::InstanceMigrate { instance, .. }
+            | Self::InstanceFailover { instance, .. }
+            | Self::ReplaceDisks { instance, .. } => instance,
+            Self::TagsSet { name, .. } | Self::TagsDel { name, .. } => name,
+        }
+    }
+
+    /// The opcode as Ganeti serialises it (parameters only; `OP_ID` and `reason` are added).
+    fn params(&self) -> serde_json::Map<String, Value> {
+        let value = match self {
+            Self::SetNodeParams {
+                node,
+                drained,
+                offline,
+            } => {
+                json!({"node_name": node, "drained": drained, "offline": offline, "force": false, "auto_promote": false})
+            }
+            Self::TagsSet { kind, name, tags } | Self::TagsDel { kind, name, tags } => {
+                let name = if *kind == TagKind::Cluster {
+                    Value::Null
+                } else {
+                    json!(name)
+                };
+                json!({"kind": kind, "name": name, "tags": tags, "dry_run": false})
+            }
+            Self::InstanceMigrate {
+                instance,
+                target,
+                mode,
+            } => {
+                json!({"instance_name": instance, "target_node": target, "mode": mode, "cleanup": false, "allow_failover": false})
+            }
+            Self::InstanceFailover { instance, target } => {
+                json!({"instance_name": instance, "target_node": target, "ignore_consistency": false})
+            }
+            Self::ReplaceDisks {
+                instance,
+                mode,
+                remote_node,
+            } => {
+                json!({"instance_name": instance, "mode": mode, "remote_node": remote_node, "early_release": false})
+            }
+            Self::NodeEvacuate { node, mode } => {
+                json!({"node_name": node, "mode": mode, "iallocator": "hail", "early_release": false})
+            }
+        };
+        match value {
+            Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        }
+    }
+}
+
+/// A Ganeti-style opcode failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SimFailure {
+    pub class: String,
+    pub message: String,
+    pub kind: Option<String>,
+}
+
+impl SimFailure {
+    fn prereq(message: impl Into<String>, kind: &str) -> Self {
+        Self {
+            class: "OpPrereqError".into(),
+            message: message.into(),
+            kind: Some(kind.into()),
+        }
+    }
+    fn exec(message: impl Into<String>) -> Self {
+        Self {
+            class: "OpExecError".into(),
+            message: message.into(),
+            kind: None,
+        }
+    }
+    /// `["OpExecError", [msg]]` or `["OpPrereqError", [msg, kind]]`.
+    pub fn to_opresult(&self) -> Value {
+        match &self.kind {
+            Some(kind) => json!([self.class, [self.message, kind]]),
+            None => json!([self.class, [self.message]]),
+        }
+    }
+}
+
+/// One simulated job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SimJob {
+    pub id: JobId,
+    pub op: SimOp,
+    /// Reason trail `[source, text, ns]` entries.
+    pub reason: Vec<(String, String, u64)>,
+    pub status: JobStatus,
+    pub opresult: Value,
+    pub log: Vec<String>,
+    /// Times in ms since the simulation's start.
+    pub received_ms: u64,
+    pub start_ms: Option<u64>,
+    pub end_ms: Option<u64>,
+    /// When the job starts running and when it finishes (ms since start).
+    run_at_ms: u64,
+    finish_at_ms: u64,
+    /// Set by fault injection: the job ends with this failure whatever it does.
+    forced_failure: Option<SimFailure>,
+}
+
+/// Record of a submission, for "no job submitted twice" assertions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submission {
+    pub job: JobId,
+    pub op_id: String,
+    pub target: String,
+    /// The nodecare reason text, if the submission carried one.
+    pub reason_text: Option<String>,
+    /// `incident/intent` parsed from the reason, if any.
+    pub intent: Option<String>,
+    /// Submitted by the cluster itself (evacuation child jobs), not by a client.
+    pub internal: bool,
+}
+
+/// Rule that makes matching jobs fail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFailureRule {
+    /// Opcode id to match (`OP_NODE_EVACUATE`), or any.
+    #[serde(default)]
+    pub op_id: Option<String>,
+    /// Target (node/instance name) to match, or any.
+    #[serde(default)]
+    pub target: Option<String>,
+    /// How many matching jobs fail (None = all).
+    #[serde(default)]
+    pub count: Option<u32>,
+    #[serde(default = "default_fail_message")]
+    pub message: String,
+}
+
+fn default_fail_message() -> String {
+    "injected failure".into()
+}
+
+/// The simulated cluster.
+#[derive(Debug, Clone)]
+pub struct SimCluster {
+    pub cluster_name: String,
+    pub cluster_uuid: String,
+    pub cluster_tags: Vec<String>,
+    pub nodes: BTreeMap<String, SimNode>,
+    /// Node names in configuration order (the first is the master).
+    pub node_order: Vec<String>,
+    pub instances: BTreeMap<String, SimInstance>,
+    pub jobs: BTreeMap<JobId, SimJob>,
+    pub submissions: Vec<Submission>,
+    pub job_delay: Duration,
+    pub failure_rules: Vec<JobFailureRule>,
+    next_job: JobId,
+}
+
+fn fake_uuid(kind: u8, n: usize) -> String {
+    format!("00000000-0000-4000-8{kind:03x}-{n:012x}")
+}
+
+impl SimCluster {
+    pub fn new(config: SimConfig) -> Result<Self, String> {
+        if config.nodes.is_empty() {
+            return Err("a cluster needs at least one node".into());
+        }
+        let mut nodes = BTreeMap::new();
+        let mut node_order = Vec::new();
+        for (i, mut node) in config.nodes.into_iter().enumerate() {
+            if node.uuid.is_empty() {
+                node.uuid = fake_uuid(1, i + 1);
+            }
+            if nodes.contains_key(&node.name) {
+                return Err(format!("duplicate node `{}`", node.name));
+            }
+            node_order.push(node.name.clone());
+            nodes.insert(node.name.clone(), node);
+        }
+        let mut instances = BTreeMap::new();
+        for (i, mut inst) in config.instances.into_iter().enumerate() {
+            if inst.uuid.is_empty() {
+                inst.uuid = fake_uuid(2, i + 1);
+            }
+            for n in std::iter::once(&inst.pnode).chain(&inst.snodes) {
+                if !nodes.contains_key(n) {
+                    return Err(format!("instance `{}` is on unknown node `{n}`", inst.name));
+                }
+            }
+            if instances.contains_key(&inst.name) {
+                return Err(format!("duplicate instance `{}`", inst.name));
+            }
+            instances.insert(inst.name.clone(), inst);
+        }
+        Ok(Self {
+            cluster_name: config.cluster_name,
+            cluster_uuid: fake_uuid(0, 1),
+            cluster_tags: Vec::new(),
+            nodes,
+            node_order,
+            instances,
+            jobs: BTreeMap::new(),
+            submissions: Vec::new(),
+            job_delay: Duration::from_millis(config.job_delay_ms),
+            failure_rules: Vec::new(),
+            next_job: 1,
+        })
+    }
+
+    pub fn master(&self) -> &str {
+        self.node_order
+            .first()
+            .map(String::as_str)
+            .unwrap_or_default()
+    }
+
+    fn node_role(&self, node: &SimNode) -> &'static str {
+        if node.name == self.master() {
+            "M"
+        } else if node.offline {
+            "O"
+        } else if node.drained {
+            "D"
+        } else if node.master_candidate {
+            "C"
+        } else {
+            "R"
+        }
+    }
+
+    fn memory_used(&self, node: &str) -> u64 {
+        self.instances
+            .values()
+            .filter(|i| i.pnode == node && i.running)
+            .map(|i| i.memory_mib)
+            .sum()
+    }
+
+    fn memory_free(&self, node: &str) -> u64 {
+        let total = self.nodes.get(node).map_or(0, |n| n.memory_total_mib);
+        total.saturating_sub(self.memory_used(node))
+    }
+
+    /// Submits a job; `reason_text` is the client's `reason` (as RAPI's `gnt:user` entry) and
+    /// `resource` names the RAPI resource for the `gnt:library:rlib2:` entry.
+    pub fn submit(
+        &mut self,
+        op: SimOp,
+        reason_text: Option<&str>,
+        resource: &str,
+        now_ms: u64,
+    ) -> JobId {
+        let id = self.next_job;
+        self.next_job += 1;
+        let ns = now_ms.saturating_mul(1_000_000);
+        let mut reason = Vec::new();
+        if let Some(text) = reason_text.filter(|t| !t.is_empty()) {
+            reason.push(("gnt:user".to_owned(), text.to_owned(), ns));
+        }
+        reason.push((format!("gnt:library:rlib2:{resource}"), String::new(), ns));
+        self.push_job(id, op, reason, reason_text, false, now_ms);
+        id
+    }
+
+    fn push_job(
+        &mut self,
+        id: JobId,
+        op: SimOp,
+        reason: Vec<(String, String, u64)>,
+        reason_text: Option<&str>,
+        internal: bool,
+        now_ms: u64,
+    ) {
+        let delay = u64::try_from(self.job_delay.as_millis()).unwrap_or(u64::MAX);
+        let forced_failure = self.take_failure_rule(&op);
+        let intent = reason_text
+            .and_then(Reason::parse_text)
+            .map(|p| format!("{}/{}", p.incident, p.intent));
+        self.submissions.push(Submission {
+            job: id,
+            op_id: op.op_id().to_owned(),
+            target: op.target().to_owned(),
+            reason_text: reason_text.map(str::to_owned),
+            intent,
+            internal,
+        });
+        self.jobs.insert(
+            id,
+            SimJob {
+                id,
+                op,
+                reason,
+                status: JobStatus::Queued,
+                opresult: Value::Null,
+                log: Vec::new(),
+                received_ms: now_ms,
+                start_ms: None,
+                end_ms: None,
+                run_at_ms: now_ms.saturating_add(delay / 2),
+                finish_at_ms: now_ms.saturating_add(delay),
+                forced_failure,
+            },
+        );
+    }
+
+    fn take_failure_rule(&mut self, op: &SimOp) -> Option<SimFailure> {
+        let index = self.failure_rules.iter().position(|rule| {
+            rule.op_id.as_deref().is_none_or(|id| id == op.op_id())
+                && rule.target.as_deref().is_none_or(|t| t == op.target())
+                && rule.count != Some(0)
+        })?;
+        let rule = self.failure_rules.get_mut(index)?;
+        let failure = SimFailure::exec(rule.message.clone());
+        if let Some(count) = rule.count.as_mut() {
+            *count -= 1;
+            if *count == 0 {
+                self.failure_rules.remove(index);
+            }
+        }
+        Some(failure)
+    }
+
+    /// Starts and finishes jobs whose time has come, in id order.
+    pub fn advance(&mut self, now_ms: u64) {
+        let ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        for id in ids {
+            let Some(job) = self.jobs.get_mut(&id) else {
+                continue;
+            };
+            if job.status == JobStatus::Queued && now_ms >= job.run_at_ms {
+                job.status = JobStatus::Running;
+                job.start_ms = Some(job.run_at_ms);
+            }
+            if job.status == JobStatus::Running && now_ms >= job.finish_at_ms {
+                let finish_at = job.finish_at_ms;
+                self.finish_job(id, finish_at);
+            }
+        }
+    }
+
+    /// Milliseconds until the next job changes state, if any job is unfinished.
+    pub fn next_change_in(&self, now_ms: u64) -> Option<u64> {
+        self.jobs
+            .values()
+            .filter_map(|j| match j.status {
+                JobStatus::Queued => Some(j.run_at_ms),
+                JobStatus::Running => Some(j.finish_at_ms),
+                _ => None,
+            })
+            .min()
+            .map(|t| t.saturating_sub(now_ms))
+    }
+
+    fn finish_job(&mut self, id: JobId, at_ms: u64) {
+        let Some(job) = self.jobs.get(&id) else {
+            return;
+        };
+        let op = job.op.clone();
+        let forced = job.forced_failure.clone();
+        let outcome = match forced {
+            Some(failure) => Err(failure),
+            None => self.execute(&op, id, at_ms),
+        };
+        let Some(job) = self.jobs.get_mut(&id) else {
+            return;
+        };
+        job.end_ms = Some(at_ms);
+        match outcome {
+            Ok(result) => {
+                job.status = JobStatus::Success;
+                job.opresult = result;
+            }
+            Err(failure) => {
+                job.status = JobStatus::Error;
+                job.log.push(failure.message.clone());
+                job.opresult = failure.to_opresult();
+            }
+        }
+    }
+
+    fn node(&self, name: &str) -> Result<&SimNode, SimFailure> {
+        self.nodes
+            .get(name)
+            .ok_or_else(|| SimFailure::prereq(format!("Node '{name}' not known"), "unknown_entity"))
+    }
+
+    fn instance(&self, name: &str) -> Result<&SimInstance, SimFailure> {
+        self.instances.get(name).ok_or_else(|| {
+            SimFailure::prereq(format!("Instance '{name}' not known"), "unknown_entity")
+        })
+    }
+
+    /// Applies an opcode; the result is the opcode result, or a Ganeti-style failure.
+    fn execute(&mut self, op: &SimOp, job: JobId, now_ms: u64) -> Result<Value, SimFailure> {
+        match op {
+            SimOp::SetNodeParams {
+                node,
+                drained,
+                offline,
+            } => {
+                self.node(node)?;
+                if node == self.master() && (*drained == Some(true) || *offline == Some(true)) {
+                    return Err(SimFailure::prereq(
+                        "The master role can be changed only via master-failover",
+                        "wrong_input",
+                    ));
+                }
+                let mut changes = Vec::new();
+                let n = self
+                    .nodes
+                    .get_mut(node)
+                    .ok_or_else(|| SimFailure::exec("node vanished"))?;
+                if let Some(d) = drained {
+                    n.drained = *d;
+                    changes.push(json!(["drained", if *d { "True" } else { "False" }]));
+                }
+                if let Some(o) = offline {
+                    n.offline = *o;
+                    changes.push(json!(["offline", if *o { "True" } else { "False" }]));
+                }
+                Ok(Value::Array(changes))
+            }
+            SimOp::TagsSet { kind, name, tags } => {
+                let list = self.tag_list(*kind, name)?;
+                for t in tags {
+                    if !list.contains(t) {
+                        list.push(t.clone());
+                    }
+                }
+                Ok(Value::Null)
+            }
+            SimOp::TagsDel { kind, name, tags } => {
+                let list = self.tag_list(*kind, name)?;
+                let missing: Vec<&String> = tags.iter().filter(|t| !list.contains(t)).collect();
+                if !missing.is_empty() {
+                    return Err(SimFailure::exec(format!("Tag(s) {missing:?} not found")));
+                }
+                list.retain(|t| !tags.contains(t));
+                Ok(Value::Null)
+            }
+            SimOp::InstanceMigrate {
+                instance, target, ..
+            } => {
+                self.move_instance(instance, target.as_deref(), true)?;
+                Ok(Value::Null)
+            }
+            SimOp::InstanceFailover { instance, target } => {
+                self.move_instance(instance, target.as_deref(), false)?;
+                Ok(Value::Null)
+            }
+            SimOp::ReplaceDisks {
+                instance,
+                mode,
+                remote_node,
+            } => {
+                let inst = self.instance(instance)?.clone();
+                if inst.disk_template != "drbd" {
+                    return Err(SimFailure::prereq(
+                        format!(
+                            "Can only run replace disks for DRBD8-based instances, not '{}'",
+                            inst.disk_template
+                        ),
+                        "wrong_input",
+                    ));
+                }
+                if mode == "replace_new_secondary" {
+                    let new = match remote_node {
+                        Some(n) => n.clone(),
+                        None => self
+                            .pick_target(
+                                &inst,
+                                &[vec![inst.pnode.clone()], inst.snodes.clone()].concat(),
+                            )
+                            .ok_or_else(|| {
+                                SimFailure::prereq(
+                                    "No node can take the new secondary",
+                                    "insufficient_resources",
+                                )
+                            })?,
+                    };
+                    let target = self.node(&new)?;
+                    if target.offline || target.drained || new == inst.pnode {
+                        return Err(SimFailure::prereq(
+                            format!("Node '{new}' cannot be the new secondary"),
+                            "wrong_state",
+                        ));
+                    }
+                    if let Some(i) = self.instances.get_mut(instance) {
+                        i.snodes = vec![new];
+                    }
+                }
+                Ok(Value::Null)
+            }
+            SimOp::NodeEvacuate { node, mode } => self.evacuate(node, mode, job, now_ms),
+        }
+    }
+
+    fn tag_list(&mut self, kind: TagKind, name: &str) -> Result<&mut Vec<String>, SimFailure> {
+        match kind {
+            TagKind::Cluster => Ok(&mut self.cluster_tags),
+            TagKind::Node => self
+                .nodes
+                .get_mut(name)
+                .map(|n| &mut n.tags)
+                .ok_or_else(|| {
+                    SimFailure::prereq(format!("Node '{name}' not known"), "unknown_entity")
+                }),
+            TagKind::Instance => self
+                .instances
+                .get_mut(name)
+                .map(|i| &mut i.tags)
+                .ok_or_else(|| {
+                    SimFailure::prereq(format!("Instance '{name}' not known"), "unknown_entity")
+                }),
+        }
+    }
+
+    /// Healthy node with the most free memory that fits the instance, not in `exclude`.
+    fn pick_target(&self, inst: &SimInstance, exclude: &[String]) -> Option<String> {
+        self.node_order
+            .iter()
+            .filter(|n| !exclude.contains(n))
+            .filter_map(|n| self.nodes.get(n))
+            .filter(|n| !n.offline && !n.drained && n.vm_capable)
+            .filter(|n| self.memory_free(&n.name) >= inst.memory_mib)
+            .max_by_key(|n| (self.memory_free(&n.name), std::cmp::Reverse(n.name.clone())))
+            .map(|n| n.name.clone())
+    }
+
+    fn move_instance(
+        &mut self,
+        name: &str,
+        target: Option<&str>,
+        migrate: bool,
+    ) -> Result<(), SimFailure> {
+        let inst = self.instance(name)?.clone();
+        let template = inst.disk_template.as_str();
+        if is_node_local(template) {
+            let what = if migrate { "migrations" } else { "failovers" };
+            return Err(SimFailure::prereq(
+                format!("Instance's disk layout '{template}' does not allow {what}"),
+                "wrong_state",
+            ));
+        }
+        let source = self.node(&inst.pnode)?.clone();
+        if migrate && source.offline {
+            return Err(SimFailure::prereq(
+                format!(
+                    "Cannot migrate instance {name}: its primary node {} is offline",
+                    source.name
+                ),
+                "wrong_state",
+            ));
+        }
+        let target = if template == "drbd" {
+            let secondary = inst.snodes.first().cloned().ok_or_else(|| {
+                SimFailure::exec(format!("Instance {name} has no secondary node"))
+            })?;
+            if let Some(t) = target.filter(|t| *t != secondary) {
+                return Err(SimFailure::prereq(
+                    format!(
+                        "Instances with disk template drbd cannot be moved to {t}, only to their secondary"
+                    ),
+                    "wrong_input",
+                ));
+            }
+            secondary
+        } else if is_shared(template) {
+            match target {
+                Some(t) => t.to_owned(),
+                None => self
+                    .pick_target(&inst, std::slice::from_ref(&inst.pnode))
+                    .ok_or_else(|| {
+                        SimFailure::prereq(
+                            format!(
+                                "Can't compute nodes using iallocator 'hail': no node fits {name}"
+                            ),
+                            "insufficient_resources",
+                        )
+                    })?,
+            }
+        } else {
+            return Err(SimFailure::prereq(
+                format!("Disk template '{template}' cannot be moved"),
+                "wrong_state",
+            ));
+        };
+        let target_node = self.node(&target)?;
+        if target == inst.pnode {
+            return Err(SimFailure::prereq(
+                format!("Instance {name} is already on {target}"),
+                "wrong_input",
+            ));
+        }
+        if target_node.offline || target_node.drained || !target_node.vm_capable {
+            return Err(SimFailure::prereq(
+                format!("Node {target} is offline, drained or not vm-capable"),
+                "wrong_state",
+            ));
+        }
+        if inst.running && self.memory_free(&target) < inst.memory_mib {
+            return Err(SimFailure::prereq(
+                format!(
+                    "Not enough memory on target node {target}: needed {} MiB, available {} MiB",
+                    inst.memory_mib,
+                    self.memory_free(&target)
+                ),
+                "insufficient_resources",
+            ));
+        }
+        if let Some(i) = self.instances.get_mut(name) {
+            if i.disk_template == "drbd" {
+                i.snodes = vec![i.pnode.clone()];
+            }
+            i.pnode = target;
+        }
+        Ok(())
+    }
+
+    /// Ganeti's node evacuation: plans every move first, fails as a whole when an instance
+    /// cannot be relocated, and otherwise submits one child job per instance.
+    fn evacuate(
+        &mut self,
+        node: &str,
+        mode: &str,
+        job: JobId,
+        now_ms: u64,
+    ) -> Result<Value, SimFailure> {
+        self.node(node)?;
+        let (primary, secondary) = match mode {
+            "primary-only" => (true, false),
+            "secondary-only" => (false, true),
+            "all" => {
+                return Err(SimFailure::prereq(
+                    "Due to an issue with the iallocator interface it is not possible to evacuate all instances at once; specify explicitly whether to evacuate primary or secondary instances",
+                    "wrong_input",
+                ));
+            }
+            other => {
+                return Err(SimFailure::prereq(
+                    format!("Unknown evacuation mode '{other}'"),
+                    "wrong_input",
+                ));
+            }
+        };
+        let mut children = Vec::new();
+        let mut planned_free: BTreeMap<String, u64> = self
+            .node_order
+            .iter()
+            .map(|n| (n.clone(), self.memory_free(n)))
+            .collect();
+        let mut unmovable = Vec::new();
+        let instances: Vec<SimInstance> = self.instances.values().cloned().collect();
+        for inst in &instances {
+            if primary && inst.pnode == node {
+                if is_node_local(&inst.disk_template) {
+                    unmovable.push((inst.name.clone(), inst.disk_template.clone()));
+                    continue;
+                }
+                let target = if inst.disk_template == "drbd" {
+                    inst.snodes.first().cloned()
+                } else {
+                    self.node_order
+                        .iter()
+                        .filter(|n| n.as_str() != node)
+                        .filter(|n| {
+                            self.nodes
+                                .get(*n)
+                                .is_some_and(|x| !x.offline && !x.drained && x.vm_capable)
+                        })
+                        .filter(|n| planned_free.get(*n).copied().unwrap_or(0) >= inst.memory_mib)
+                        .max_by_key(|n| {
+                            (
+                                planned_free.get(*n).copied().unwrap_or(0),
+                                std::cmp::Reverse((*n).clone()),
+                            )
+                        })
+                        .cloned()
+                };
+                let Some(target) = target else {
+                    return Err(SimFailure::exec(format!(
+                        "Can't find a node to evacuate instance {} to",
+                        inst.name
+                    )));
+                };
+                if let Some(free) = planned_free.get_mut(&target) {
+                    *free = free.saturating_sub(inst.memory_mib);
+                }
+                let op = if inst.running {
+                    SimOp::InstanceMigrate {
+                        instance: inst.name.clone(),
+                        target: (inst.disk_template != "drbd").then_some(target),
+                        mode: None,
+                    }
+                } else {
+                    SimOp::InstanceFailover {
+                        instance: inst.name.clone(),
+                        target: (inst.disk_template != "drbd").then_some(target),
+                    }
+                };
+                children.push(op);
+            } else if secondary && inst.snodes.iter().any(|s| s == node) {
+                children.push(SimOp::ReplaceDisks {
+                    instance: inst.name.clone(),
+                    mode: "replace_new_secondary".into(),
+                    remote_node: None,
+                });
+            }
+        }
+        if !unmovable.is_empty() {
+            let names: Vec<&str> = unmovable.iter().map(|(n, _)| n.as_str()).collect();
+            let template = unmovable.first().map_or("file", |(_, t)| t.as_str());
+            return Err(SimFailure::exec(format!(
+                "Unable to evacuate instances {} (Instances of type {template} cannot be relocated)",
+                names.join(", ")
+            )));
+        }
+        let parent_reason = self
+            .jobs
+            .get(&job)
+            .map(|j| j.reason.clone())
+            .unwrap_or_default();
+        let mut ids = Vec::new();
+        for op in children {
+            let id = self.next_job;
+            self.next_job += 1;
+            // Ganeti copies the parent's trail into the jobs it submits.
+            let mut reason = parent_reason.clone();
+            reason.push((
+                "gnt:opcode:node_evacuate".into(),
+                format!("job={job};index=0"),
+                now_ms.saturating_mul(1_000_000),
+            ));
+            self.push_job(id, op, reason, None, true, now_ms);
+            ids.push(json!([true, id]));
+        }
+        Ok(json!({"jobs": ids}))
+    }
+
+    /// Intents (`incident/intent`) submitted more than once by clients.
+    pub fn duplicate_intents(&self) -> Vec<String> {
+        let mut seen = BTreeSet::new();
+        let mut dups = BTreeSet::new();
+        for s in self.submissions.iter().filter(|s| !s.internal) {
+            if let Some(intent) = &s.intent
+                && !seen.insert(intent.clone())
+            {
+                dups.insert(intent.clone());
+            }
+        }
+        dups.into_iter().collect()
+    }
+
+    // ---- RAPI JSON views (same keys and types as Ganeti 3.0.2) ----
+
+    pub fn info_json(&self) -> Value {
+        json!({
+            "name": self.cluster_name,
+            "master": self.master(),
+            "uuid": self.cluster_uuid,
+            "software_version": "3.0.2",
+            "protocol_version": 3_000_000,
+            "config_version": 3_000_000,
+            "architecture": ["64bits", "x86_64"],
+            "default_hypervisor": "fake",
+            "enabled_hypervisors": ["fake"],
+            "enabled_disk_templates": ["diskless", "file", "sharedfile", "plain", "drbd"],
+            "default_iallocator": "hail",
+            "master_netdev": "eth0",
+            "tags": self.cluster_tags,
+            "vcs_version": "(nodecare simulation) version 3.0.2",
+        })
+    }
+
+    pub fn node_json(&self, node: &SimNode) -> Value {
+        let pinst: Vec<&str> = self
+            .instances
+            .values()
+            .filter(|i| i.pnode == node.name)
+            .map(|i| i.name.as_str())
+            .collect();
+        let sinst: Vec<&str> = self
+            .instances
+            .values()
+            .filter(|i| i.snodes.contains(&node.name))
+            .map(|i| i.name.as_str())
+            .collect();
+        let (mfree, mtotal, mnode) = if node.offline {
+            (Value::Null, Value::Null, Value::Null)
+        } else {
+            (
+                json!(self.memory_free(&node.name)),
+                json!(node.memory_total_mib),
+                json!(512),
+            )
+        };
+        json!({
+            "name": node.name,
+            "uuid": node.uuid,
+            "role": self.node_role(node),
+            "offline": node.offline,
+            "drained": node.drained,
+            "master_candidate": node.master_candidate || node.name == self.master(),
+            "master_capable": true,
+            "vm_capable": node.vm_capable,
+            "pinst_cnt": pinst.len(),
+            "pinst_list": pinst,
+            "sinst_cnt": sinst.len(),
+            "sinst_list": sinst,
+            "tags": node.tags,
+            "group.uuid": fake_uuid(3, 1),
+            "pip": node.ip,
+            "sip": node.ip,
+            "mfree": mfree,
+            "mtotal": mtotal,
+            "mnode": mnode,
+            "dfree": if node.offline { Value::Null } else { json!(100_000) },
+            "dtotal": if node.offline { Value::Null } else { json!(200_000) },
+            "ctotal": if node.offline { Value::Null } else { json!(2) },
+            "cnodes": if node.offline { Value::Null } else { json!(1) },
+            "csockets": if node.offline { Value::Null } else { json!(1) },
+            "cnos": if node.offline { Value::Null } else { json!(2) },
+            "spfree": Value::Null,
+            "sptotal": Value::Null,
+            "serial_no": 1,
+            "ctime": 0.0,
+            "mtime": 0.0,
+            "ndparams": {"exclusive_storage": false, "spindle_count": 1, "ssh_port": 22},
+        })
+    }
+
+    pub fn instance_json(&self, inst: &SimInstance) -> Value {
+        let pnode = self.nodes.get(&inst.pnode);
+        let status = if pnode.is_some_and(|n| n.offline) {
+            "ERROR_nodeoffline"
+        } else if inst.running {
+            "running"
+        } else {
+            "ADMIN_down"
+        };
+        let disks: Vec<u64> = if inst.disk_template == "diskless" {
+            Vec::new()
+        } else {
+            vec![1024]
+        };
+        json!({
+            "name": inst.name,
+            "uuid": inst.uuid,
+            "pnode": inst.pnode,
+            "snodes": inst.snodes,
+            "disk_template": inst.disk_template,
+            "status": status,
+            "admin_state": if inst.running { "up" } else { "down" },
+            "oper_state": if status == "ERROR_nodeoffline" { Value::Null } else { json!(inst.running) },
+            "oper_ram": if inst.running { json!(inst.memory_mib) } else { Value::Null },
+            "oper_vcpus": if inst.running { json!(1) } else { Value::Null },
+            "os": "noop",
+            "tags": inst.tags,
+            "beparams": {"maxmem": inst.memory_mib, "minmem": inst.memory_mib, "vcpus": 1, "always_failover": false, "auto_balance": true},
+            "disk.sizes": disks,
+            "disk_usage": disks.iter().sum::<u64>(),
+            "nic.macs": ["aa:00:00:00:00:01"],
+            "network_port": Value::Null,
+            "serial_no": 1,
+            "ctime": 0.0,
+            "mtime": 0.0,
+        })
+    }
+
+    pub fn group_json(&self) -> Value {
+        json!({
+            "name": "default",
+            "uuid": fake_uuid(3, 1),
+            "alloc_policy": "preferred",
+            "node_cnt": self.node_order.len(),
+            "node_list": self.node_order,
+            "tags": [],
+            "serial_no": 1,
+        })
+    }
+
+    pub fn job_json(&self, job: &SimJob, with_details: bool) -> Value {
+        let mut op = job.op.params();
+        op.insert("OP_ID".into(), json!(job.op.op_id()));
+        op.insert("comment".into(), Value::Null);
+        op.insert("priority".into(), json!(0));
+        op.insert("depends".into(), Value::Null);
+        op.insert("debug_level".into(), json!(0));
+        let mut reason: Vec<Value> = job
+            .reason
+            .iter()
+            .map(|(s, t, ns)| json!([s, t, ns]))
+            .collect();
+        if let Some(start) = job.start_ms {
+            let tag = job.op.op_id().trim_start_matches("OP_").to_lowercase();
+            reason.push(json!([
+                format!("gnt:opcode:{tag}"),
+                format!("job={};index=0", job.id),
+                start * 1_000_000
+            ]));
+        }
+        op.insert("reason".into(), Value::Array(reason));
+        let ts = |ms: u64| json!([ms / 1000 + SIM_EPOCH_S, (ms % 1000) * 1000]);
+        let opstatus = match job.status {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Success => "success",
+            JobStatus::Error => "error",
+            other => other.as_str(),
+        };
+        let mut v = json!({
+            "id": job.id,
+            "status": job.status.as_str(),
+            "summary": [job.op.summary()],
+            "ops": [Value::Object(op)],
+            "opstatus": [opstatus],
+            "received_ts": ts(job.received_ms),
+            "start_ts": job.start_ms.map(ts),
+            "end_ts": job.end_ms.map(ts),
+        });
+        if with_details && let Value::Object(map) = &mut v {
+            {
+                let log: Vec<Value> = job
+                    .log
+                    .iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        json!([
+                            i + 1,
+                            ts(job.end_ms.unwrap_or(job.received_ms)),
+                            "message",
+                            m
+                        ])
+                    })
+                    .collect();
+                map.insert("oplog".into(), json!([log]));
+                map.insert("opresult".into(), json!([job.opresult]));
+            }
+        }
+        v
+    }
+}
+
+/// Seconds added to the simulation's millisecond clock in job timestamps (plausible epoch).
+const SIM_EPOCH_S: u64 = 1_800_000_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster() -> SimCluster {
+        let config = SimConfig::from_spec(
+            3,
+            "inst1:diskless:2,inst2:sharedfile:2,inst3:file:3,inst4:drbd:2,inst5:plain:1",
+            "sim.test",
+        )
+        .unwrap();
+        SimCluster::new(config).unwrap()
+    }
+
+    fn run(c: &mut SimCluster, op: SimOp) -> JobId {
+        let id = c.submit(op, None, "test", 0);
+        c.advance(1_000_000);
+        id
+    }
+
+    #[test]
+    fn spec_errors_are_reported() {
+        assert!(SimConfig::from_spec(0, "", "x").is_err());
+        assert!(SimConfig::from_spec(2, "a:nosuch:1", "x").is_err());
+        assert!(SimConfig::from_spec(2, "a:diskless:3", "x").is_err());
+        assert!(SimConfig::from_spec(2, "a:diskless", "x").is_err());
+        assert!(SimConfig::from_spec(1, "a:drbd:1", "x").is_err());
+    }
+
+    #[test]
+    fn jobs_go_through_queued_running_success() {
+        let mut c = cluster();
+        let id = c.submit(
+            SimOp::SetNodeParams {
+                node: "node2.sim.test".into(),
+                drained: Some(true),
+                offline: None,
+            },
+            None,
+            "r",
+            0,
+        );
+        assert_eq!(c.jobs[&id].status, JobStatus::Queued);
+        c.advance(25);
+        assert_eq!(c.jobs[&id].status, JobStatus::Running);
+        assert!(!c.nodes["node2.sim.test"].drained, "effect only at the end");
+        c.advance(50);
+        assert_eq!(c.jobs[&id].status, JobStatus::Success);
+        assert!(c.nodes["node2.sim.test"].drained);
+        assert_eq!(c.next_change_in(60), None);
+    }
+
+    #[test]
+    fn evacuation_moves_everything_movable_in_child_jobs() {
+        let mut c = cluster();
+        let id = run(
+            &mut c,
+            SimOp::NodeEvacuate {
+                node: "node2.sim.test".into(),
+                mode: "primary-only".into(),
+            },
+        );
+        assert_eq!(c.jobs[&id].status, JobStatus::Success);
+        let children: Vec<JobId> =
+            crate::rapi::types::child_jobs_of_opresult(&c.jobs[&id].opresult);
+        assert_eq!(children.len(), 3);
+        c.advance(2_000_000);
+        for child in &children {
+            assert_eq!(
+                c.jobs[child].status,
+                JobStatus::Success,
+                "{:?}",
+                c.jobs[child]
+            );
+        }
+        assert!(c.instances.values().all(|i| i.pnode != "node2.sim.test"));
+        // The drbd instance swapped primary and secondary.
+        assert_eq!(c.instances["inst4.sim.test"].pnode, "node3.sim.test");
+        assert_eq!(
+            c.instances["inst4.sim.test"].snodes,
+            vec!["node2.sim.test".to_owned()]
+        );
+        // Then secondary-only replaces the drbd secondary.
+        let id = run(
+            &mut c,
+            SimOp::NodeEvacuate {
+                node: "node2.sim.test".into(),
+                mode: "secondary-only".into(),
+            },
+        );
+        c.advance(3_000_000);
+        assert_eq!(c.jobs[&id].status, JobStatus::Success);
+        assert_eq!(
+            c.instances["inst4.sim.test"].snodes,
+            vec!["node1.sim.test".to_owned()]
+        );
+    }
+
+    #[test]
+    fn file_instances_block_evacuation_and_migration() {
+        let mut c = cluster();
+        let id = run(
+            &mut c,
+            SimOp::NodeEvacuate {
+                node: "node3.sim.test".into(),
+                mode: "primary-only".into(),
+            },
+        );
+        let job = &c.jobs[&id];
+        assert_eq!(job.status, JobStatus::Error);
+        assert_eq!(job.opresult[0], "OpExecError");
+        assert!(
+            job.opresult[1][0]
+                .as_str()
+                .unwrap()
+                .contains("Instances of type file cannot be relocated")
+        );
+        let id = run(
+            &mut c,
+            SimOp::InstanceMigrate {
+                instance: "inst5.sim.test".into(),
+                target: None,
+                mode: None,
+            },
+        );
+        assert_eq!(
+            c.jobs[&id].opresult,
+            json!([
+                "OpPrereqError",
+                [
+                    "Instance's disk layout 'plain' does not allow migrations",
+                    "wrong_state"
+                ]
+            ])
+        );
+        let id = run(
+            &mut c,
+            SimOp::NodeEvacuate {
+                node: "node3.sim.test".into(),
+                mode: "all".into(),
+            },
+        );
+        assert_eq!(c.jobs[&id].opresult[0], "OpPrereqError");
+    }
+
+    #[test]
+    fn capacity_is_respected() {
+        let mut config = SimConfig::from_spec(2, "big:diskless:1", "sim.test").unwrap();
+        config.instances[0].memory_mib = 4000;
+        config.nodes[1].memory_total_mib = 1000;
+        let mut c = SimCluster::new(config).unwrap();
+        let id = run(
+            &mut c,
+            SimOp::InstanceMigrate {
+                instance: "big.sim.test".into(),
+                target: Some("node2.sim.test".into()),
+                mode: None,
+            },
+        );
+        assert_eq!(c.jobs[&id].status, JobStatus::Error);
+        assert_eq!(c.jobs[&id].opresult[1][1], "insufficient_resources");
+        assert_eq!(c.instances["big.sim.test"].pnode, "node1.sim.test");
+    }
+
+    #[test]
+    fn failure_rules_fail_matching_jobs_only() {
+        let mut c = cluster();
+        c.failure_rules.push(JobFailureRule {
+            op_id: Some("OP_TAGS_SET".into()),
+            target: None,
+            count: Some(1),
+            message: "boom".into(),
+        });
+        let tag = |c: &mut SimCluster| {
+            run(
+                c,
+                SimOp::TagsSet {
+                    kind: TagKind::Node,
+                    name: "node1.sim.test".into(),
+                    tags: vec!["t".into()],
+                },
+            )
+        };
+        let first = tag(&mut c);
+        let second = tag(&mut c);
+        assert_eq!(c.jobs[&first].opresult, json!(["OpExecError", ["boom"]]));
+        assert_eq!(c.jobs[&second].status, JobStatus::Success);
+        assert!(c.failure_rules.is_empty());
+    }
+
+    #[test]
+    fn duplicates_are_detected_by_intent() {
+        let mut c = cluster();
+        let reason = Reason::new(uuid::Uuid::new_v4(), "drain", "Draining");
+        let text = format!("gnt:daemon:nodecare {}", reason.text());
+        let op = SimOp::SetNodeParams {
+            node: "node2.sim.test".into(),
+            drained: Some(true),
+            offline: None,
+        };
+        c.submit(op.clone(), Some(&text), "nodes_name_role", 0);
+        assert!(c.duplicate_intents().is_empty());
+        c.submit(op, Some(&text), "nodes_name_role", 1);
+        assert_eq!(c.duplicate_intents().len(), 1);
+    }
+
+    #[test]
+    fn master_cannot_be_drained() {
+        let mut c = cluster();
+        let id = run(
+            &mut c,
+            SimOp::SetNodeParams {
+                node: "node1.sim.test".into(),
+                drained: Some(true),
+                offline: None,
+            },
+        );
+        assert_eq!(c.jobs[&id].status, JobStatus::Error);
+    }
+}

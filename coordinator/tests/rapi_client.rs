@@ -1,0 +1,315 @@
+//! The RAPI client against the simulated RAPI served over HTTPS on loopback with a certificate
+//! shaped like Ganeti's (self-signed, CA:TRUE, no subject alternative name).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use nodecare_coordinator::ganeti::{
+    EvacuateMode, Ganeti, GanetiError, JobStatus, NodeRole, Reason,
+};
+use nodecare_coordinator::rapi::client::{
+    Credentials, RapiClient, RapiConfig, RapiError, ServerTrust,
+};
+use nodecare_coordinator::rapi::types::child_jobs_of_opresult;
+use nodecare_coordinator::simulation::model::{JobFailureRule, SimConfig};
+use nodecare_coordinator::simulation::{HttpFaults, SimServer, SimTls, Simulation};
+use uuid::Uuid;
+
+const INSTANCES: &str = "inst1:diskless:2,inst2:sharedfile:2,inst3:file:3,inst4:diskless:3";
+
+fn creds() -> Credentials {
+    Credentials {
+        user: "nodecare".into(),
+        password: "s3cret".into(),
+    }
+}
+
+async fn start() -> (Simulation, SimServer, SimTls) {
+    let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();
+    sim.set_job_delay(Duration::from_millis(40));
+    sim.require_credentials(Some(creds()));
+    let tls = SimTls::ganeti_like().unwrap();
+    let server = sim
+        .serve("127.0.0.1:0".parse().unwrap(), Some(tls.clone()))
+        .await
+        .unwrap();
+    (sim, server, tls)
+}
+
+fn client(server: &SimServer, cert_pem: &str) -> RapiClient {
+    let mut config = RapiConfig::new(
+        server.url.clone(),
+        ServerTrust::PinnedCertPem(cert_pem.as_bytes().to_vec()),
+    )
+    .with_credentials(creds());
+    config.request_timeout = Duration::from_secs(5);
+    RapiClient::new(config).unwrap()
+}
+
+fn reason(intent: &str) -> Reason {
+    Reason::new(Uuid::new_v4(), intent, format!("test {intent}"))
+}
+
+#[tokio::test]
+async fn pinned_certificate_is_accepted_and_calls_work() {
+    let (sim, server, tls) = start().await;
+    let rapi = client(&server, &tls.cert_pem);
+    let info = Ganeti::cluster_info(&rapi).await.unwrap();
+    assert_eq!(info.master, "node1.sim.test");
+    assert_eq!(info.software_version.as_deref(), Some("3.0.2"));
+    let nodes = Ganeti::nodes(&rapi).await.unwrap();
+    assert_eq!(nodes.len(), 3);
+    assert_eq!(nodes[0].role, NodeRole::Master);
+    let instances = Ganeti::instances(&rapi).await.unwrap();
+    assert_eq!(instances.len(), 4);
+    assert_eq!(rapi.groups().await.unwrap().len(), 1);
+
+    // Drain, then wait for the job through /2/jobs/<id>/wait.
+    let drain = reason("drain");
+    let id = Ganeti::set_node_drained(&rapi, "node2.sim.test", true, &drain)
+        .await
+        .unwrap();
+    let job = rapi
+        .wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(job.status, JobStatus::Success);
+    let node = rapi.node("node2.sim.test").await.unwrap();
+    assert_eq!(node.role, NodeRole::Drained);
+
+    // The reason trail comes back in /2/jobs/<id> and /2/jobs?bulk=1.
+    let job = Ganeti::job(&rapi, id).await.unwrap();
+    let ours = job.reasons.iter().find(|r| r.source == "gnt:user").unwrap();
+    assert!(
+        ours.text
+            .starts_with("gnt:daemon:nodecare nodecare incident="),
+        "{}",
+        ours.text
+    );
+    let listed = Ganeti::jobs(&rapi).await.unwrap();
+    let parsed = listed
+        .iter()
+        .find(|j| j.id == id)
+        .unwrap()
+        .nodecare_reason()
+        .unwrap();
+    assert_eq!(
+        (parsed.incident, parsed.intent.as_str()),
+        (drain.incident, "drain")
+    );
+
+    // Evacuate primaries: child jobs move the instances away.
+    let id = Ganeti::evacuate_node(
+        &rapi,
+        "node2.sim.test",
+        EvacuateMode::PrimaryOnly,
+        None,
+        &reason("evac"),
+    )
+    .await
+    .unwrap();
+    let job = rapi
+        .wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        job.status,
+        JobStatus::Success,
+        "{:?}",
+        job.failure_message()
+    );
+    let children = job.child_jobs();
+    assert_eq!(children.len(), 2);
+    for child in children {
+        let c = rapi
+            .wait_for_job(child, Duration::from_secs(10))
+            .await
+            .unwrap();
+        assert_eq!(c.status, JobStatus::Success);
+    }
+    assert!(
+        rapi.node("node2.sim.test")
+            .await
+            .unwrap()
+            .pinst_list
+            .is_empty()
+    );
+
+    // Tags.
+    let tags = vec!["nodecare:repairready:x".to_owned()];
+    let id = Ganeti::add_node_tags(&rapi, "node2.sim.test", &tags, &reason("tag"))
+        .await
+        .unwrap();
+    rapi.wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        Ganeti::node_tags(&rapi, "node2.sim.test").await.unwrap(),
+        tags
+    );
+    let id = Ganeti::remove_node_tags(&rapi, "node2.sim.test", &tags, &reason("untag"))
+        .await
+        .unwrap();
+    rapi.wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(
+        Ganeti::node_tags(&rapi, "node2.sim.test")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(sim.duplicate_intents().is_empty());
+}
+
+#[tokio::test]
+async fn wrong_certificate_is_rejected() {
+    let (_sim, server, _tls) = start().await;
+    let other = SimTls::ganeti_like().unwrap();
+    let rapi = client(&server, &other.cert_pem);
+    let err = rapi.cluster_info().await.unwrap_err();
+    assert!(matches!(err, RapiError::Transport { .. }), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("certificate"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn wrong_password_is_unauthorized() {
+    let (_sim, server, tls) = start().await;
+    let config = RapiConfig::new(
+        server.url.clone(),
+        ServerTrust::PinnedCertPem(tls.cert_pem.into_bytes()),
+    )
+    .with_credentials(Credentials {
+        user: "nodecare".into(),
+        password: "wrong".into(),
+    });
+    let rapi = RapiClient::new(config).unwrap();
+    let err = Ganeti::nodes(&rapi).await.unwrap_err();
+    assert!(matches!(err, GanetiError::Unauthorized(_)), "{err}");
+}
+
+#[tokio::test]
+async fn failed_jobs_report_ganeti_errors() {
+    let (sim, server, tls) = start().await;
+    let rapi = client(&server, &tls.cert_pem);
+    // A file instance cannot be evacuated.
+    let id = Ganeti::evacuate_node(
+        &rapi,
+        "node3.sim.test",
+        EvacuateMode::PrimaryOnly,
+        None,
+        &reason("evac3"),
+    )
+    .await
+    .unwrap();
+    let job = rapi
+        .wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(job.status, JobStatus::Error);
+    let failures = job.op_failures();
+    assert_eq!(failures[0].class, "OpExecError");
+    assert!(
+        failures[0].message.contains("cannot be relocated"),
+        "{}",
+        failures[0].message
+    );
+    // Injected failure.
+    sim.fail_jobs(JobFailureRule {
+        op_id: Some("OP_INSTANCE_MIGRATE".into()),
+        target: None,
+        count: Some(1),
+        message: "migration aborted".into(),
+    });
+    let id = Ganeti::migrate_instance(&rapi, "inst1.sim.test", None, &reason("mig"))
+        .await
+        .unwrap();
+    let job = Ganeti::job(&rapi, id).await.unwrap();
+    assert!(!job.status.is_final());
+    let job = rapi
+        .wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(job.failure_message(), "OpExecError: migration aborted");
+    assert!(child_jobs_of_opresult(&job.opresult[0]).is_empty());
+    // Unknown jobs.
+    let err = Ganeti::job(&rapi, 9999).await.unwrap_err();
+    assert!(matches!(err, GanetiError::NotFound(_)), "{err}");
+}
+
+#[tokio::test]
+async fn server_faults_and_timeouts_surface_as_transient_errors() {
+    let (sim, server, tls) = start().await;
+    let mut config = RapiConfig::new(
+        server.url.clone(),
+        ServerTrust::PinnedCertPem(tls.cert_pem.into_bytes()),
+    )
+    .with_credentials(creds());
+    config.request_timeout = Duration::from_millis(300);
+    let rapi = RapiClient::new(config).unwrap();
+    sim.set_http_faults(HttpFaults {
+        fail_5xx: 1,
+        ..HttpFaults::default()
+    });
+    let err = Ganeti::nodes(&rapi).await.unwrap_err();
+    assert!(
+        matches!(err, GanetiError::Server { status: 502, .. }),
+        "{err}"
+    );
+    assert!(err.is_transient());
+    assert_eq!(
+        Ganeti::nodes(&rapi).await.unwrap().len(),
+        3,
+        "the fault is consumed"
+    );
+    sim.set_http_faults(HttpFaults {
+        hang: 1,
+        hang_ms: 5_000,
+        ..HttpFaults::default()
+    });
+    let started = std::time::Instant::now();
+    let err = rapi.cluster_info().await.unwrap_err();
+    assert!(matches!(err, RapiError::Timeout { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Slow jobs: waiting is bounded.
+    sim.set_job_delay(Duration::from_secs(30));
+    let id = rapi
+        .drain_node("node3.sim.test", &reason("slow"))
+        .await
+        .unwrap();
+    let err = rapi
+        .wait_for_job(id, Duration::from_millis(400))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RapiError::JobWaitTimeout { .. }), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn simulation_implements_the_trait_in_process() {
+    let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();
+    sim.set_job_delay(Duration::from_millis(10));
+    let g: &dyn Ganeti = &sim;
+    let r = reason("drain");
+    let id = g
+        .set_node_drained("node3.sim.test", true, &r)
+        .await
+        .unwrap();
+    assert!(sim.settle(Duration::from_secs(5)).await);
+    assert_eq!(g.job(id).await.unwrap().status, JobStatus::Success);
+    let summary = g.jobs().await.unwrap();
+    assert_eq!(summary[0].nodecare_reason().unwrap().incident, r.incident);
+    // Submitting the same intent twice is visible to tests.
+    g.set_node_drained("node3.sim.test", true, &r)
+        .await
+        .unwrap();
+    assert_eq!(
+        sim.duplicate_intents(),
+        vec![format!("{}/drain", r.incident)]
+    );
+    let err = g.migrate_instance("nosuch", None, &r).await.unwrap_err();
+    assert!(matches!(err, GanetiError::NotFound(_)), "{err}");
+}
