@@ -1,6 +1,8 @@
 //! `nodecare roll` behaviour beyond hroller: real redundancy, stopped
 //! instances, failure domains, JSON, and error messages.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
+
 use std::io::Write as _;
 use std::process::{Command, Output};
 
@@ -152,8 +154,7 @@ fn rapi_directory_backend() {
     );
     assert!(
         out.lines()
-            .filter(|l| !l.starts_with("  "))
-            .last()
+            .rfind(|l| !l.starts_with("  "))
             .unwrap_or_default()
             .ends_with("node1.gnt.test"),
         "{out}"
