@@ -141,7 +141,8 @@ pub async fn serve_with(
     let node = config.resolved_node_name();
     let state = StateDir::open(&config.state_dir)?;
     let signer = signing::load_signer(&config.hmac_key, &node);
-    if let Err(error) = &signer {
+    let key_problem = signer.as_ref().err().cloned();
+    if let Some(error) = &key_problem {
         tracing::error!(%error, "signed diagnose reports are unavailable");
     }
     let mut signer = DiagnoseSigner::new(
@@ -164,6 +165,9 @@ pub async fn serve_with(
             &placeholder(collector.as_ref(), "not collected yet"),
             now,
         );
+    }
+    if let Some(error) = key_problem {
+        cache.store_signed(cache::CachedSigned::Unavailable(format!("no HMAC key: {error}")));
     }
     // Serve the verdict from before the restart, marked stale, until the first fresh run.
     if let Some(run) = &restored

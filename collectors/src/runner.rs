@@ -1,7 +1,7 @@
 //! The sandboxed runner: executes a [`VerifiedExecutable`] with a timeout, output caps and
 //! bounded concurrency.
 //!
-//! - No shell; no arguments; an empty environment plus a fixed `PATH`; working directory `/`;
+//! - No shell (except `/bin/sh` for a file without `#!`, as `execvp` does); no arguments; an empty environment plus a fixed `PATH`; working directory `/`;
 //!   stdin from `/dev/null` or the given bytes.
 //! - The executed file is the checked descriptor itself (`/proc/self/fd/N`), so a file swapped
 //!   after the whitelist check cannot run. The descriptor stays open across `exec` in the child
@@ -243,9 +243,20 @@ enum Outcome {
     unsafe_code,
     reason = "a pre_exec hook must clear FD_CLOEXEC on the checked descriptor in the child only"
 )]
-fn build_command(executable: &VerifiedExecutable, with_stdin: bool) -> tokio::process::Command {
+fn build_command(
+    executable: &VerifiedExecutable,
+    with_stdin: bool,
+    through_shell: bool,
+) -> tokio::process::Command {
     let fd = executable.raw_fd();
-    let mut command = tokio::process::Command::new(format!("/proc/self/fd/{fd}"));
+    let script = format!("/proc/self/fd/{fd}");
+    let mut command = if through_shell {
+        let mut command = tokio::process::Command::new("/bin/sh");
+        command.arg(&script);
+        command
+    } else {
+        tokio::process::Command::new(&script)
+    };
     command
         .arg0(executable.name())
         .env_clear()
@@ -297,12 +308,17 @@ async fn run_unbounded(
     let name = executable.name().to_owned();
     let started = Instant::now();
     let deadline = tokio::time::Instant::now() + limits.timeout;
-    let mut child = build_command(executable, stdin.is_some())
-        .spawn()
-        .map_err(|error| ExecError::Spawn {
-            name: name.clone(),
-            reason: error.to_string(),
-        })?;
+    // A file without a `#!` line is run by /bin/sh, as execvp(3) does (and so Ganeti).
+    let spawned = match build_command(executable, stdin.is_some(), false).spawn() {
+        Err(error) if error.raw_os_error() == Some(libc::ENOEXEC) => {
+            build_command(executable, stdin.is_some(), true).spawn()
+        }
+        other => other,
+    };
+    let mut child = spawned.map_err(|error| ExecError::Spawn {
+        name: name.clone(),
+        reason: error.to_string(),
+    })?;
     let Some(pid) = child.id() else {
         return Err(ExecError::Spawn {
             name,

@@ -1,0 +1,586 @@
+//! The agent end to end, in-process on 127.0.0.1:0: mond's endpoints, hostile diagnose
+//! scripts, isolation of failing collectors, the signed report and restarts.
+//!
+//! Needs root (the whitelist requires root:root files); skips otherwise.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nodecare_agent::config::Config;
+use nodecare_collectors::{CollectError, CollectFuture, Collector, CollectorSpec, Registry};
+use nodecare_protocol::diagnose::DiagnosePayload;
+use nodecare_protocol::{DiagnoseStatus, HmacKey, KeyRing, ReportKind, VerifyPolicy};
+use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// These tests count child processes, so they run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn am_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    diagnose: PathBuf,
+    key: PathBuf,
+    state: PathBuf,
+}
+
+fn root_dir(path: &Path) {
+    std::fs::create_dir_all(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown(path, Some(0), Some(0)).unwrap();
+}
+
+fn script(dir: &Path, name: &str, body: &str, mode: u32) {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    chown(&path, Some(0), Some(0)).unwrap();
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    root_dir(dir.path());
+    let diagnose = dir.path().join("diagnose");
+    root_dir(&diagnose);
+    let key = dir.path().join("hmac.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef01234567\n").unwrap();
+    Fixture {
+        diagnose,
+        key,
+        state: dir.path().join("state"),
+        _dir: dir,
+    }
+}
+
+fn config(fixture: &Fixture) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        node_name: Some("node1.example.com".into()),
+        hmac_key: fixture.key.clone(),
+        state_dir: fixture.state.clone(),
+        diagnose_dir: fixture.diagnose.clone(),
+        diagnose_timeout_secs: 1,
+        ..Config::default()
+    }
+}
+
+struct HttpAnswer {
+    status: u16,
+    headers: BTreeMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl HttpAnswer {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+async fn request(address: std::net::SocketAddr, method: &str, path: &str) -> HttpAnswer {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let text = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(text.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw))
+        .await
+        .expect("answer within 5 s")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|line| line.split_once(": "))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
+        .collect();
+    HttpAnswer {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    }
+}
+
+async fn get(address: std::net::SocketAddr, path: &str) -> HttpAnswer {
+    request(address, "GET", path).await
+}
+
+/// Waits until the diagnose report is a real verdict (not the start-up placeholder).
+async fn wait_for_verdict(address: std::net::SocketAddr, limit: Duration) -> Value {
+    let started = Instant::now();
+    loop {
+        let data = get(address, "/1/report/node/diagnose").await.json()["data"].clone();
+        if data.get("fingerprint").is_some() {
+            return data;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no verdict within {limit:?}: {data}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn children() -> usize {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read_to_string(entry.path().join("stat")).ok())
+        .filter(|stat| {
+            let after = &stat[stat.rfind(')').unwrap() + 1..];
+            after.split_whitespace().nth(1) == Some(me.as_str())
+        })
+        .count()
+}
+
+const HOSTILE: &[(&str, &str, u32, &str)] = &[
+    (
+        "hangs",
+        "#!/bin/sh\nexec sleep 1000\n",
+        0o755,
+        "timed out after 1s",
+    ),
+    (
+        "grandchild",
+        "#!/bin/sh\n( sleep 1000 ) &\necho '{\"status\":\"Ok\"}'\n",
+        0o755,
+        "timed out",
+    ),
+    (
+        "ten-megabytes",
+        "#!/bin/sh\nhead -c 10000000 /dev/zero | tr '\\0' x\n",
+        0o755,
+        "more than 65536 bytes",
+    ),
+    (
+        "invalid-utf8",
+        "#!/bin/sh\nprintf '\\377{}'\n",
+        0o755,
+        "not valid UTF-8",
+    ),
+    (
+        "invalid-json",
+        "#!/bin/sh\necho '{\"status\":'\n",
+        0o755,
+        "not exactly one JSON value",
+    ),
+    (
+        "two-objects",
+        "#!/bin/sh\necho '{\"status\":\"Ok\"}{\"status\":\"Ok\"}'\n",
+        0o755,
+        "not exactly one JSON value",
+    ),
+    (
+        "exits-nonzero",
+        "#!/bin/sh\necho '{\"status\":\"Ok\"}'\necho 'disk probe failed' >&2\nexit 3\n",
+        0o755,
+        "exit code 3; stderr: disk probe failed",
+    ),
+    (
+        "world-writable",
+        "#!/bin/sh\necho '{\"status\":\"Ok\"}'\n",
+        0o757,
+        "bits outside 0755",
+    ),
+    (
+        "bad.name",
+        "#!/bin/sh\necho '{\"status\":\"Ok\"}'\n",
+        0o755,
+        "name must match",
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    for (name, body, mode, _) in HOSTILE {
+        script(&fixture.diagnose, name, body, *mode);
+    }
+    // No `#!` line: run by /bin/sh, as Ganeti's execvp does.
+    script(
+        &fixture.diagnose,
+        "no-shebang",
+        "echo '{\"status\":\"Ok\"}'\n",
+        0o755,
+    );
+    script(
+        &fixture.diagnose,
+        "healthy",
+        "#!/bin/sh\necho '{\"status\":\"Ok\",\"details\":{\"disks\":2}}'\n",
+        0o755,
+    );
+    // Wrong owner and a symbolic link.
+    script(
+        &fixture.diagnose,
+        "wrong-owner",
+        "#!/bin/sh\necho '{}'\n",
+        0o755,
+    );
+    chown(fixture.diagnose.join("wrong-owner"), Some(65534), Some(0)).unwrap();
+    std::os::unix::fs::symlink("/bin/true", fixture.diagnose.join("symlink")).unwrap();
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let started = Instant::now();
+    let agent = nodecare_agent::serve(config(&fixture), listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+
+    // While the scripts run (and hang), every endpoint answers at once.
+    for path in ["/", "/1/list/collectors", "/1/report/all", "/healthz"] {
+        let asked = Instant::now();
+        assert_eq!(get(address, path).await.status, 200, "{path}");
+        assert!(
+            asked.elapsed() < Duration::from_millis(500),
+            "{path} was slow"
+        );
+    }
+
+    let data = wait_for_verdict(address, Duration::from_secs(4)).await;
+    // Eleven scripts, four at a time, the slowest ones 1 s each.
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(data["status"], "unknown");
+    assert_eq!(data["details"]["healthy"]["status"], "Ok");
+    assert_eq!(data["details"]["no-shebang"]["status"], "Ok");
+    let mut expectations: Vec<(&str, &str)> = HOSTILE
+        .iter()
+        .map(|(name, _, _, reason)| (*name, *reason))
+        .collect();
+    expectations.push(("wrong-owner", "owned by 65534:0"));
+    expectations.push(("symlink", "symbolic link"));
+    for (name, reason) in expectations {
+        let verdict = &data["details"][name];
+        assert_eq!(verdict["status"], "unknown", "{name}: {verdict}");
+        let text = verdict["reason"].as_str().unwrap_or_default();
+        assert!(text.contains(reason), "{name}: {text:?} lacks {reason:?}");
+    }
+
+    // The signed report verifies and carries the same verdict (signed right after the run).
+    let mut signed = get(address, "/1/report/node/diagnose/signed").await;
+    for _ in 0..40 {
+        if signed.status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+        signed = get(address, "/1/report/node/diagnose/signed").await;
+    }
+    assert_eq!(signed.status, 200);
+    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
+    let envelope = ring
+        .verify_json(
+            &signed.body,
+            nodecare_collectors::diagnose::now_ms(),
+            VerifyPolicy::default(),
+            Some("node1.example.com"),
+            None,
+        )
+        .unwrap();
+    let payload: DiagnosePayload = serde_json::from_value(envelope.payload).unwrap();
+    assert!(!payload.stale);
+    assert_eq!(payload.verdict.status, DiagnoseStatus::Unknown);
+    assert_eq!(
+        payload.verdict.fingerprint,
+        data["fingerprint"].as_str().unwrap()
+    );
+    assert!(envelope.expires_at - envelope.issued_at == 180_000);
+
+    agent.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(children(), 0, "children or zombies left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mond_endpoints_errors_head_and_methods() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config(&fixture), listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+
+    let root = get(address, "/").await;
+    assert_eq!(
+        (root.status, root.body.as_slice()),
+        (200, b"[1]".as_slice())
+    );
+    assert_eq!(root.headers["content-type"], "application/json");
+    assert_eq!(get(address, "/1").await.body, b"null");
+    assert_eq!(get(address, "/1/").await.body, b"null");
+    assert_eq!(
+        get(address, "/1/list/collectors").await.json(),
+        serde_json::json!([["diagnose", "node", 1]])
+    );
+    assert_eq!(get(address, "/1/list/collectors/extra").await.status, 200);
+    for (path, body) in [
+        ("/foo", "Resource not found"),
+        ("/1/list", "Resource not found"),
+        (
+            "/1/report/node/nope",
+            "Unable to produce a report for the requested resource",
+        ),
+        (
+            "/1/report/bogus/diagnose",
+            "Unable to produce a report for the requested resource",
+        ),
+        (
+            "/1/report/default/diagnose",
+            "Unable to produce a report for the requested resource",
+        ),
+    ] {
+        let answer = get(address, path).await;
+        assert_eq!(answer.status, 404, "{path}");
+        assert_eq!(String::from_utf8_lossy(&answer.body), body, "{path}");
+    }
+    // No scripts: Ganeti's built-in "always Ok".
+    let data = wait_for_verdict(address, Duration::from_secs(3)).await;
+    assert_eq!(data["status"], "Ok");
+    let report = get(address, "/1/report/node/diagnose").await.json();
+    assert_eq!(report["name"], "diagnose");
+    assert_eq!(report["category"], "node");
+    assert_eq!(report["kind"], 1);
+    assert_eq!(report["version"], "B");
+    assert_eq!(report["format_version"], 1);
+    assert!(report["timestamp"].as_u64().unwrap() % 1000 == 0);
+
+    let head = request(address, "HEAD", "/1/report/all").await;
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    assert_eq!(
+        head.headers["content-length"].parse::<usize>().unwrap(),
+        get(address, "/1/report/all").await.body.len()
+    );
+    assert!(head.headers.contains_key("age"));
+    let post = request(address, "POST", "/1/report/all").await;
+    assert_eq!(post.status, 405);
+    assert_eq!(post.headers["allow"], "GET, HEAD");
+    agent.shutdown().await;
+}
+
+#[derive(Debug)]
+enum Behaviour {
+    Fails,
+    Panics,
+    Hangs,
+    Works,
+}
+
+#[derive(Debug)]
+struct Fake(CollectorSpec, Behaviour);
+
+impl Collector for Fake {
+    fn spec(&self) -> &CollectorSpec {
+        &self.0
+    }
+    fn collect(&self) -> CollectFuture<'_> {
+        Box::pin(async move {
+            match self.1 {
+                Behaviour::Fails => Err(CollectError::Source {
+                    source_name: "/proc/nothing".into(),
+                    reason: "gone".into(),
+                }),
+                Behaviour::Panics => panic!("collector bug"),
+                Behaviour::Hangs => {
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                    Ok(Value::Null)
+                }
+                Behaviour::Works => Ok(serde_json::json!({"cpu_number": 2})),
+            }
+        })
+    }
+}
+
+fn fake(name: &str, category: Option<&str>, behaviour: Behaviour) -> Arc<dyn Collector> {
+    Arc::new(Fake(
+        CollectorSpec::builtin(
+            name,
+            category,
+            ReportKind::Performance,
+            Duration::from_secs(60),
+            Duration::from_millis(300),
+        ),
+        behaviour,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failing_collector_never_breaks_another() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    let mut registry = Registry::new();
+    registry.register(fake("cpu-avg-load", None, Behaviour::Works));
+    registry.register(fake("diskstats", Some("storage"), Behaviour::Fails));
+    registry.register(fake("drbd", Some("storage"), Behaviour::Panics));
+    registry.register(fake("lv", Some("storage"), Behaviour::Hangs));
+    let config = config(&fixture);
+    let collectors = nodecare_agent::collectors(&config, registry).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve_with(config, collectors, listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    let list = get(address, "/1/list/collectors").await.json();
+    assert_eq!(
+        list,
+        serde_json::json!([
+            ["cpu-avg-load", "default", 0],
+            ["diskstats", "storage", 0],
+            ["drbd", "storage", 0],
+            ["lv", "storage", 0],
+            ["diagnose", "node", 1]
+        ])
+    );
+    let all = get(address, "/1/report/all").await;
+    assert_eq!(all.status, 200);
+    let all = all.json();
+    assert_eq!(all[0]["data"], serde_json::json!({"cpu_number": 2}));
+    for (index, message) in [(1, "gone"), (2, "panicked"), (3, "timed out")] {
+        let status = &all[index]["data"]["status"];
+        assert_eq!(status["code"], 2, "{}", all[index]);
+        assert!(
+            status["message"].as_str().unwrap().contains(message),
+            "{status}"
+        );
+    }
+    let cpu = get(address, "/1/report/default/cpu-avg-load").await.json();
+    assert_eq!(cpu["category"], Value::Null);
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_serves_the_persisted_verdict_as_stale_until_a_fresh_run() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    script(
+        &fixture.diagnose,
+        "disk",
+        "#!/bin/sh\necho '{\"status\":\"evacuate\",\"details\":{\"disk\":\"sdc\"}}'\n",
+        0o755,
+    );
+    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
+    let verify = |body: &[u8]| {
+        let envelope = ring
+            .verify_json(
+                body,
+                nodecare_collectors::diagnose::now_ms(),
+                VerifyPolicy::default(),
+                None,
+                None,
+            )
+            .unwrap();
+        let payload: DiagnosePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
+        (envelope.sequence, payload)
+    };
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config(&fixture), listener)
+        .await
+        .unwrap();
+    let first = wait_for_verdict(agent.local_addr(), Duration::from_secs(3)).await;
+    assert_eq!(first["status"], "evacuate");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (first_sequence, payload) = verify(
+        &get(agent.local_addr(), "/1/report/node/diagnose/signed")
+            .await
+            .body,
+    );
+    assert!(!payload.stale);
+    agent.shutdown().await;
+
+    // The script now takes a while: the restarted agent serves the old verdict, stale.
+    script(
+        &fixture.diagnose,
+        "disk",
+        "#!/bin/sh\nsleep 0.8\necho '{\"status\":\"Ok\"}'\n",
+        0o755,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config(&fixture), listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+    let (stale_sequence, stale) =
+        verify(&get(address, "/1/report/node/diagnose/signed").await.body);
+    assert!(stale.stale);
+    assert_eq!(stale.verdict.status, DiagnoseStatus::Evacuate);
+    assert!(stale_sequence > first_sequence);
+    let report = get(address, "/1/report/node/diagnose").await.json();
+    assert_eq!(report["data"]["status"], "evacuate");
+
+    let started = Instant::now();
+    loop {
+        let (sequence, payload) =
+            verify(&get(address, "/1/report/node/diagnose/signed").await.body);
+        if !payload.stale {
+            assert_eq!(payload.verdict.status, DiagnoseStatus::Ok);
+            assert!(sequence > stale_sequence);
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(3));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_key_leaves_mond_endpoints_working() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    let mut config = config(&fixture);
+    config.hmac_key = fixture.state.join("absent.key");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config, listener).await.unwrap();
+    wait_for_verdict(agent.local_addr(), Duration::from_secs(3)).await;
+    let signed = get(agent.local_addr(), "/1/report/node/diagnose/signed").await;
+    assert_eq!(signed.status, 503);
+    assert!(
+        signed.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("absent.key")
+    );
+    assert_eq!(get(agent.local_addr(), "/1/report/all").await.status, 200);
+    agent.shutdown().await;
+}

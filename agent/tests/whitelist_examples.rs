@@ -1,0 +1,203 @@
+//! The example diagnose scripts in `whitelist-examples/diagnose/`, run on canned tool output:
+//! each prints a valid verdict, and the verdict's fingerprint ignores volatile fields.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use nodecare_protocol::{DiagnoseStatus, MergedVerdict, ScriptVerdict};
+
+fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../whitelist-examples/diagnose")
+        .join(name)
+}
+
+/// Runs an example with only `PATH` and the given variables, as the agent would (plus the
+/// test-only overrides).
+fn run(name: &str, env: &[(&str, &Path)]) -> ScriptVerdict {
+    let mut command = std::process::Command::new(example(name));
+    command
+        .env_clear()
+        .env("PATH", nodecare_collectors::runner::FIXED_PATH)
+        .current_dir("/");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{name}: {:?} {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    ScriptVerdict::parse(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "{name}: {error}: {:?}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+fn fingerprint(name: &str, verdict: &ScriptVerdict) -> String {
+    MergedVerdict::merge(BTreeMap::from([(name.to_owned(), verdict.clone())]))
+        .unwrap()
+        .fingerprint
+}
+
+fn write_executable(path: &Path, body: &str) {
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn examples_have_valid_names_and_modes() {
+    for name in ["smart-disks", "ecc-memory", "always-ok"] {
+        assert!(nodecare_collectors::whitelist::is_valid_name(name));
+        let mode = std::fs::metadata(example(name))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777 & !0o755, 0, "{name}: {mode:o}");
+        assert_ne!(mode & 0o100, 0, "{name} not executable");
+    }
+    assert_eq!(run("always-ok", &[]).status, DiagnoseStatus::Ok);
+}
+
+/// A fake smartctl: `--scan` lists sda and sdb; `-H DEV` fails for the devices in FAILING.
+fn fake_smartctl(dir: &Path, failing: &str, temperature: u32) -> PathBuf {
+    let path = dir.join(format!(
+        "smartctl-{}-{temperature}",
+        failing.replace('/', "_")
+    ));
+    write_executable(
+        &path,
+        &format!(
+            r#"#!/bin/sh
+case "$1" in
+--scan)
+    echo "/dev/sda -d scsi # /dev/sda, SCSI device"
+    echo "/dev/sdb -d sat # /dev/sdb [SAT], ATA device"
+    ;;
+-H)
+    echo "smartctl 7.3 2022-02-28 r5338 [x86_64-linux] (local build)"
+    echo "Current Drive Temperature: {temperature} C"
+    case " {failing} " in
+    *" $2 "*)
+        echo "SMART overall-health self-assessment test result: FAILED!"
+        exit 8
+        ;;
+    esac
+    echo "SMART overall-health self-assessment test result: PASSED"
+    ;;
+esac
+"#
+        ),
+    );
+    path
+}
+
+#[test]
+fn smart_disks_on_canned_smartctl_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let healthy = run(
+        "smart-disks",
+        &[("SMARTCTL", &fake_smartctl(dir.path(), "", 30))],
+    );
+    assert_eq!(healthy.status, DiagnoseStatus::Ok);
+    assert_eq!(
+        healthy.details["checked"],
+        serde_json::json!(["/dev/sda", "/dev/sdb"])
+    );
+
+    let failing = run(
+        "smart-disks",
+        &[("SMARTCTL", &fake_smartctl(dir.path(), "/dev/sdb", 30))],
+    );
+    assert_eq!(failing.status, DiagnoseStatus::Evacuate);
+    assert_eq!(failing.details["failing"], serde_json::json!(["/dev/sdb"]));
+    // Same failure, other volatile output: same verdict, stable output.
+    let again = run(
+        "smart-disks",
+        &[("SMARTCTL", &fake_smartctl(dir.path(), "/dev/sdb", 45))],
+    );
+    assert_eq!(
+        fingerprint("smart-disks", &failing),
+        fingerprint("smart-disks", &again)
+    );
+    let other = run(
+        "smart-disks",
+        &[("SMARTCTL", &fake_smartctl(dir.path(), "/dev/sda", 30))],
+    );
+    assert_ne!(
+        fingerprint("smart-disks", &failing),
+        fingerprint("smart-disks", &other)
+    );
+}
+
+#[test]
+fn smart_disks_without_smartctl_fails_visibly() {
+    let output = std::process::Command::new(example("smart-disks"))
+        .env_clear()
+        .env("PATH", "/nonexistent")
+        .env("SMARTCTL", "/nonexistent/smartctl")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("smartctl not found"));
+}
+
+fn sysfs(root: &Path, controllers: &[(&str, u64, u64)]) {
+    let mc = root.join("devices/system/edac/mc");
+    std::fs::create_dir_all(&mc).unwrap();
+    for (name, ue, ce) in controllers {
+        let dir = mc.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("ue_count"), format!("{ue}\n")).unwrap();
+        std::fs::write(dir.join("ce_count"), format!("{ce}\n")).unwrap();
+    }
+}
+
+#[test]
+fn ecc_memory_on_canned_sysfs() {
+    let absent = tempfile::tempdir().unwrap();
+    let verdict = run("ecc-memory", &[("SYSFS_ROOT", absent.path())]);
+    assert_eq!(verdict.status, DiagnoseStatus::Ok);
+    assert_eq!(verdict.details["edac"], "absent");
+
+    let clean = tempfile::tempdir().unwrap();
+    sysfs(clean.path(), &[("mc0", 0, 3), ("mc1", 0, 0)]);
+    let verdict = run("ecc-memory", &[("SYSFS_ROOT", clean.path())]);
+    assert_eq!(verdict.status, DiagnoseStatus::Ok);
+    assert_eq!(verdict.details["counts"]["mc0"]["ce"], 3);
+
+    let broken = tempfile::tempdir().unwrap();
+    sysfs(broken.path(), &[("mc0", 0, 3), ("mc1", 2, 10)]);
+    let first = run("ecc-memory", &[("SYSFS_ROOT", broken.path())]);
+    assert_eq!(first.status, DiagnoseStatus::Evacuate);
+    assert_eq!(first.details["uncorrectable"], serde_json::json!(["mc1"]));
+    // Corrected errors keep counting: the verdict's identity does not change.
+    sysfs(broken.path(), &[("mc0", 0, 50), ("mc1", 3, 99)]);
+    let later = run("ecc-memory", &[("SYSFS_ROOT", broken.path())]);
+    assert_eq!(
+        fingerprint("ecc-memory", &first),
+        fingerprint("ecc-memory", &later)
+    );
+
+    let garbage = tempfile::tempdir().unwrap();
+    sysfs(garbage.path(), &[("mc0", 0, 0)]);
+    std::fs::write(
+        garbage.path().join("devices/system/edac/mc/mc0/ue_count"),
+        "x\n",
+    )
+    .unwrap();
+    let output = std::process::Command::new(example("ecc-memory"))
+        .env_clear()
+        .env("PATH", nodecare_collectors::runner::FIXED_PATH)
+        .env("SYSFS_ROOT", garbage.path())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+}
