@@ -81,8 +81,9 @@ fn no_report() -> HttpResponse {
 
 /// `/1/report/<category>/<name>`.
 fn report(cache: &ReportCache, rest: &str) -> HttpResponse {
+    // As mond: trailing segments after the name are ignored.
     let mut parts = rest.split('/');
-    let (Some(category), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(category), Some(name)) = (parts.next(), parts.next()) else {
         return no_report();
     };
     if category != DEFAULT_CATEGORY && !KNOWN_CATEGORIES.contains(&category) {
@@ -149,8 +150,12 @@ pub async fn route(state: Arc<HttpState>, request: Request<Incoming>) -> HttpRes
         (true, "/") => json(StatusCode::OK, Bytes::from_static(b"[1]")),
         (true, "/1" | "/1/") => json(StatusCode::OK, Bytes::from_static(b"null")),
         (true, "/healthz") => health(&state),
-        (true, "/1/report/all") => cached(&state.cache.snapshot().all),
         (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache),
+        // mond accepts trailing segments here too.
+        (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {
+            cached(&state.cache.snapshot().all)
+        }
+        (true, "/1/report") => no_report(),
         (true, path) if path == "/1/list/collectors" || path.starts_with("/1/list/collectors/") => {
             json(StatusCode::OK, state.cache.list_body())
         }
