@@ -187,8 +187,11 @@ fn source(args: &RollArgs) -> Result<Box<dyn ClusterSource>, String> {
         if let Some(dir) = m.strip_prefix("file://") {
             return Ok(Box::new(RapiDir(PathBuf::from(dir))));
         }
-        let url = if m.contains(':') {
+        // Like htools: a bare host gets https and the default RAPI port.
+        let url = if m.contains("://") {
             m.clone()
+        } else if m.contains(':') {
+            format!("https://{m}")
         } else {
             format!("https://{m}:5080")
         };
