@@ -1,9 +1,34 @@
 //! nodecare-coordinator: the master-side daemon that turns signed self-diagnose reports into
 //! Ganeti repair actions (the role of Ganeti's never-released maintd).
+//!
+//! - [`ganeti`]: the Ganeti operations needed, as a trait ([`rapi`] and [`simulation`]
+//!   implement it).
+//! - [`incident`]: incidents and their lifecycle (pure state machine).
+//! - [`plan`]: evacuation planning and the safety budget (pure).
+//! - [`scrape`]: reading and verifying the agents' signed reports.
+//! - [`repair`]: signed live-repair requests to agents.
+//! - [`store`]: durable state (SQLite).
+//! - [`reconcile`]: the round, an idempotent reconciler.
+//! - [`http`]: the status API; [`daemon`] ties it all together; [`config`]: the configuration.
 
+pub mod config;
+pub mod daemon;
 pub mod ganeti;
+pub mod http;
 pub mod incident;
 pub mod plan;
 pub mod rapi;
+pub mod reconcile;
+pub mod repair;
+pub mod scrape;
 pub mod simulation;
 pub mod store;
+
+/// Installs rustls's `ring` provider as the process default (idempotent). Every HTTP client of
+/// this crate needs it, since reqwest is built without a provider of its own.
+pub fn install_crypto_provider() {
+    // An error only means a provider is installed already.
+    if rustls::crypto::ring::default_provider().install_default().is_err() {
+        tracing::trace!("rustls crypto provider already installed");
+    }
+}

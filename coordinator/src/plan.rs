@@ -501,11 +501,10 @@ impl<'a> Round<'a> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ganeti::NodeRole;
-    use proptest::prelude::*;
+pub(crate) mod tests_support {
+    use crate::ganeti::{Node, NodeRole};
 
+    /// A healthy regular node with 4 GiB free.
     pub(crate) fn node(name: &str) -> Node {
         Node {
             name: name.into(),
@@ -525,6 +524,14 @@ mod tests {
             memory_total: Some(8192),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::node;
+    use super::*;
+    use crate::ganeti::NodeRole;
+    use proptest::prelude::*;
 
     fn inst(name: &str, template: &str, primary: &str, secondaries: &[&str]) -> Instance {
         Instance {

@@ -1,0 +1,338 @@
+//! Configuration: a TOML file (default `/etc/nodecare/coordinator.toml`, unknown keys are
+//! errors) with command-line overrides applied on top by the binary.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::Budget;
+use crate::scrape::{AgentUrls, DEFAULT_AGENT_URL_TEMPLATE};
+
+/// Default configuration file.
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/nodecare/coordinator.toml";
+/// Default state directory.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/nodecare";
+/// Default listen address (maintd's port).
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:1816";
+/// Exit code when not running on the master (Ganeti's `exitNotmaster`).
+pub const EXIT_NOT_MASTER: i32 = 11;
+/// Exit code for configuration errors.
+pub const EXIT_CONFIG: i32 = 2;
+
+/// A configuration problem.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {error}")]
+    Read {
+        /// Path.
+        path: String,
+        /// Cause.
+        error: String,
+    },
+    /// The file does not parse or has unknown keys.
+    #[error("invalid configuration {path}: {error}")]
+    Parse {
+        /// Path.
+        path: String,
+        /// Cause.
+        error: String,
+    },
+    /// A value is out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// The coordinator's configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// This node's name as Ganeti knows it (default: the host name).
+    pub node_name: Option<String>,
+    /// Directory of the state database.
+    pub state_dir: PathBuf,
+    /// Cluster HMAC key (verifies reports, signs repair requests).
+    pub hmac_key: PathBuf,
+    /// HTTP API address.
+    pub listen: SocketAddr,
+    /// Seconds between rounds.
+    pub round_interval: f64,
+    /// Seconds a Ganeti job may run before its incident fails.
+    pub job_timeout: f64,
+    /// Seconds a repair command may run before its incident fails.
+    pub repair_timeout: f64,
+    /// Seconds a round waits for a just-requested repair to finish.
+    pub repair_poll: f64,
+    /// Seconds a signed repair request stays valid.
+    pub repair_request_ttl: f64,
+    /// Most nodes drained or evacuating at once.
+    pub max_disrupted_nodes: usize,
+    /// Fewest healthy nodes an evacuation may leave.
+    pub min_healthy_nodes: usize,
+    /// Agents.
+    pub agents: AgentsConfig,
+    /// Ganeti RAPI.
+    pub rapi: RapiSection,
+}
+
+/// `[agents]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentsConfig {
+    /// Base URL template: `{ip}` = primary IP, `{name}` = node name.
+    pub url_template: String,
+    /// Per-node base URLs.
+    pub overrides: BTreeMap<String, String>,
+    /// Requests at once.
+    pub concurrency: usize,
+    /// Seconds per request.
+    pub timeout: f64,
+    /// Seconds of clock skew tolerated in report freshness.
+    pub max_clock_skew: f64,
+}
+
+/// `[rapi]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RapiSection {
+    /// RAPI base URL.
+    pub url: String,
+    /// PEM file with the cluster certificate to pin (Ganeti's `rapi.pem` works).
+    pub certificate: PathBuf,
+    /// File with `user:password` (or a Ganeti RAPI users file).
+    pub credentials: Option<PathBuf>,
+    /// Allow an `http://` URL (only for the simulation on loopback).
+    pub allow_plain_http: bool,
+    /// Seconds per request.
+    pub timeout: f64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            node_name: None,
+            state_dir: PathBuf::from(DEFAULT_STATE_DIR),
+            hmac_key: PathBuf::from(nodecare_protocol::sign::DEFAULT_HMAC_KEY_PATH),
+            listen: DEFAULT_LISTEN
+                .parse()
+                .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1816))),
+            round_interval: 30.0,
+            job_timeout: 3600.0,
+            repair_timeout: 1800.0,
+            repair_poll: 5.0,
+            repair_request_ttl: 300.0,
+            max_disrupted_nodes: 1,
+            min_healthy_nodes: 2,
+            agents: AgentsConfig::default(),
+            rapi: RapiSection::default(),
+        }
+    }
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        Self {
+            url_template: DEFAULT_AGENT_URL_TEMPLATE.to_owned(),
+            overrides: BTreeMap::new(),
+            concurrency: 64,
+            timeout: 5.0,
+            max_clock_skew: 150.0,
+        }
+    }
+}
+
+impl Default for RapiSection {
+    fn default() -> Self {
+        Self {
+            url: "https://127.0.0.1:5080".to_owned(),
+            certificate: PathBuf::from("/var/lib/ganeti/rapi.pem"),
+            credentials: None,
+            allow_plain_http: false,
+            timeout: 30.0,
+        }
+    }
+}
+
+fn seconds(name: &str, value: f64, min: f64) -> Result<Duration, ConfigError> {
+    if !value.is_finite() || value < min || value > 1e9 {
+        return Err(ConfigError::Invalid(format!(
+            "{name} must be between {min} and 1e9 seconds, got {value}"
+        )));
+    }
+    Ok(Duration::from_secs_f64(value))
+}
+
+impl Config {
+    /// Reads `path`; a missing file is an error only if `required`.
+    pub fn load(path: &Path, required: bool) -> Result<Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Self::default());
+            }
+            Err(error) => {
+                return Err(ConfigError::Read {
+                    path: path.display().to_string(),
+                    error: error.to_string(),
+                });
+            }
+        };
+        Self::parse(&text).map_err(|error| match error {
+            ConfigError::Parse { error, .. } => ConfigError::Parse {
+                path: path.display().to_string(),
+                error,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses TOML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|error| ConfigError::Parse {
+            path: "<text>".into(),
+            error: error.to_string(),
+        })
+    }
+
+    /// Checks value ranges.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.round_interval_duration()?;
+        seconds("job_timeout", self.job_timeout, 1.0)?;
+        seconds("repair_timeout", self.repair_timeout, 1.0)?;
+        seconds("repair_poll", self.repair_poll, 0.0)?;
+        seconds("repair_request_ttl", self.repair_request_ttl, 1.0)?;
+        seconds("agents.timeout", self.agents.timeout, 0.001)?;
+        seconds("agents.max_clock_skew", self.agents.max_clock_skew, 0.0)?;
+        seconds("rapi.timeout", self.rapi.timeout, 0.001)?;
+        if self.agents.concurrency == 0 {
+            return Err(ConfigError::Invalid(
+                "agents.concurrency must be at least 1".into(),
+            ));
+        }
+        if self.max_disrupted_nodes == 0 {
+            return Err(ConfigError::Invalid(
+                "max_disrupted_nodes must be at least 1 (0 would forbid every evacuation)".into(),
+            ));
+        }
+        if !self.agents.url_template.starts_with("http://")
+            && !self.agents.url_template.starts_with("https://")
+        {
+            return Err(ConfigError::Invalid(format!(
+                "agents.url_template must start with http:// or https://, got {:?}",
+                self.agents.url_template
+            )));
+        }
+        let plain = self.rapi.url.starts_with("http://");
+        if !plain && !self.rapi.url.starts_with("https://") {
+            return Err(ConfigError::Invalid(format!(
+                "rapi.url must be an http(s) URL, got {:?}",
+                self.rapi.url
+            )));
+        }
+        if plain && !self.rapi.allow_plain_http {
+            return Err(ConfigError::Invalid(
+                "rapi.url is plain http://; set rapi.allow_plain_http = true only for a simulation"
+                    .into(),
+            ));
+        }
+        if self.node_name.as_deref().is_some_and(str::is_empty) {
+            return Err(ConfigError::Invalid("node_name is empty".into()));
+        }
+        Ok(())
+    }
+
+    /// Round interval.
+    pub fn round_interval_duration(&self) -> Result<Duration, ConfigError> {
+        seconds("round_interval", self.round_interval, 0.01)
+    }
+
+    /// Safety budget.
+    pub const fn budget(&self) -> Budget {
+        Budget {
+            max_disrupted_nodes: self.max_disrupted_nodes,
+            min_healthy_nodes: self.min_healthy_nodes,
+        }
+    }
+
+    /// Agent URLs.
+    pub fn agent_urls(&self) -> AgentUrls {
+        AgentUrls {
+            template: self.agents.url_template.clone(),
+            overrides: self.agents.overrides.clone(),
+        }
+    }
+
+    /// Duration from a seconds field already checked by [`Config::validate`].
+    pub fn duration(value: f64) -> Duration {
+        if value.is_finite() && value >= 0.0 {
+            Duration::from_secs_f64(value.min(1e9))
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_match_maintd() {
+        let config = Config::parse("").unwrap();
+        assert_eq!(config, Config::default());
+        assert_eq!(config.listen.port(), 1816);
+        assert_eq!(config.hmac_key, PathBuf::from("/var/lib/ganeti/hmac.key"));
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let error = Config::parse("round_intervall = 3")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("round_intervall"), "{error}");
+        assert!(Config::parse("[agents]\nbogus = 1").is_err());
+        let config = Config::parse("round_interval = -1").unwrap();
+        assert!(config.validate().is_err());
+        let config = Config::parse("[rapi]\nurl = \"http://127.0.0.1:1\"").unwrap();
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("allow_plain_http")
+        );
+        let config = Config::parse("max_disrupted_nodes = 0").unwrap();
+        assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn full_file_parses() {
+        let config = Config::parse(
+            r#"
+            node_name = "node1.example.com"
+            state_dir = "/tmp/x"
+            round_interval = 0.5
+            max_disrupted_nodes = 2
+            [agents]
+            url_template = "http://{name}:1815"
+            overrides = { "node2.example.com" = "http://127.0.0.1:4000" }
+            [rapi]
+            url = "https://cluster:5080"
+            credentials = "/etc/nodecare/rapi-credentials"
+            "#,
+        )
+        .unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.budget().max_disrupted_nodes, 2);
+        assert_eq!(config.agent_urls().overrides.len(), 1);
+        assert!(Config::load(Path::new("/nonexistent/coordinator.toml"), true).is_err());
+        assert_eq!(
+            Config::load(Path::new("/nonexistent/coordinator.toml"), false).unwrap(),
+            Config::default()
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! Assembling and running the coordinator: the reconciler loop plus the HTTP API. Used by the
+//! binary, and in-process by the demo and the tests with any [`Ganeti`] implementation.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodecare_protocol::{HmacKey, KeyRing, VerifyPolicy};
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::ganeti::Ganeti;
+use crate::http::{ApiState, router};
+use crate::reconcile::{Board, ReconcileSettings, Reconciler, RoundError};
+use crate::repair::RepairClient;
+use crate::scrape::{ScrapeSettings, Scraper};
+use crate::store::{Store, StoreError};
+
+/// Why the coordinator cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// The state database is unusable.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The HTTP client cannot be built.
+    #[error(transparent)]
+    Scraper(#[from] crate::scrape::ScraperError),
+}
+
+/// A coordinator ready to run.
+#[derive(Debug)]
+pub struct Coordinator {
+    reconciler: Reconciler,
+    api: ApiState,
+    interval: Duration,
+}
+
+impl Coordinator {
+    /// Builds a coordinator for `node_name` talking to `ganeti`, trusting and signing with `key`.
+    pub fn new(
+        config: &Config,
+        node_name: String,
+        ganeti: Arc<dyn Ganeti>,
+        key: HmacKey,
+    ) -> Result<Self, StartError> {
+        config.validate()?;
+        let store = Arc::new(Store::open_dir(&config.state_dir)?);
+        let scraper = Scraper::new(
+            KeyRing::single(key.clone()),
+            ScrapeSettings {
+                concurrency: config.agents.concurrency,
+                timeout: Config::duration(config.agents.timeout),
+                policy: VerifyPolicy {
+                    max_clock_skew_ms: Config::duration(config.agents.max_clock_skew)
+                        .as_millis()
+                        .try_into()
+                        .unwrap_or(u64::MAX),
+                },
+            },
+        )?;
+        let repairs = RepairClient::new(
+            scraper.client().clone(),
+            key,
+            Config::duration(config.repair_request_ttl),
+        );
+        let board = Arc::new(Board::default());
+        let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
+        let settings = ReconcileSettings {
+            node_name: node_name.clone(),
+            agent_urls: config.agent_urls(),
+            budget: config.budget(),
+            job_timeout: Config::duration(config.job_timeout),
+            repair_timeout: Config::duration(config.repair_timeout),
+            repair_poll: Config::duration(config.repair_poll),
+        };
+        let reconciler = Reconciler::new(
+            ganeti,
+            Arc::clone(&store),
+            scraper,
+            repairs,
+            settings,
+            Arc::clone(&board),
+            Arc::clone(&incident_lock),
+        );
+        let api = ApiState {
+            store,
+            board,
+            incident_lock,
+            node_name,
+        };
+        Ok(Self {
+            reconciler,
+            api,
+            interval: config.round_interval_duration()?,
+        })
+    }
+
+    /// The API state (for in-process callers).
+    pub fn api(&self) -> &ApiState {
+        &self.api
+    }
+
+    /// Checks mastership now.
+    pub async fn check_master(&self) -> Result<(), RoundError> {
+        self.reconciler.check_master().await
+    }
+
+    /// Runs one round.
+    pub async fn round(&mut self) -> Result<crate::reconcile::RoundSummary, RoundError> {
+        self.reconciler.round().await
+    }
+
+    /// Serves the API on `listener` and runs rounds every interval until `shutdown` completes
+    /// (returns `Ok`) or this node stops being the master (returns [`RoundError::NotMaster`]).
+    /// Other round errors are logged and the next round retries.
+    pub async fn run(
+        mut self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), RoundError> {
+        let app = router(self.api.clone());
+        let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(async move {
+            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+                // Either a send or the sender being dropped stops the server.
+                if api_stopped.await.is_err() {
+                    tracing::debug!("API stop sender dropped");
+                }
+            });
+            if let Err(error) = serve.await {
+                tracing::error!(%error, "HTTP API failed");
+            }
+        });
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        let result = loop {
+            tokio::select! {
+                () = &mut shutdown => break Ok(()),
+                _ = ticker.tick() => {}
+            }
+            match self.reconciler.round().await {
+                Ok(summary) => tracing::debug!(
+                    round = summary.number,
+                    ms = summary.duration_ms,
+                    agents = summary.agents,
+                    failed_agents = summary.agents_failed,
+                    jobs = summary.jobs_submitted,
+                    "round done"
+                ),
+                Err(error @ RoundError::NotMaster { .. }) => break Err(error),
+                Err(error) => tracing::warn!(%error, "round aborted; retrying next round"),
+            }
+        };
+        if stop_api.send(()).is_err() {
+            tracing::debug!("API already stopped");
+        }
+        if let Err(error) = server.await {
+            tracing::debug!(%error, "API task ended abnormally");
+        }
+        result
+    }
+}

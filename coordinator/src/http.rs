@@ -1,0 +1,212 @@
+//! The coordinator's HTTP API (default port 1816), a superset of maintd's.
+//!
+//! | Path | Answer |
+//! |---|---|
+//! | `GET /` | `[1]` |
+//! | `GET /1` | `null` |
+//! | `GET /1/status` | maintd's list of non-cleared incidents; each entry also has `id`, our fields and `agent` (its node's agent status) |
+//! | `GET /1/jobs` | ids of jobs still in flight (maintd: jobs to wait for) |
+//! | `GET /1/agents` | every agent's status (`ok`, `stale`, `unreachable`, `unverifiable`) |
+//! | `GET /1/overview` | `{node, round, incidents, agents, intents}`: what `nodecare status` shows |
+//! | `GET /1/incidents/<uuid>` | one incident with its intents |
+//! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed |
+//!
+//! Every answer is JSON with `Content-Type: application/json`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::incident::Incident;
+use crate::reconcile::{Board, CancelOutcome, cancel_incident};
+use crate::scrape::AgentStatus;
+use crate::store::{Intent, Store};
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct ApiState {
+    /// State database.
+    pub store: Arc<Store>,
+    /// Agents and last round.
+    pub board: Arc<Board>,
+    /// Serialises incident changes with the reconciler.
+    pub incident_lock: Arc<tokio::sync::Mutex<()>>,
+    /// This node's name.
+    pub node_name: String,
+}
+
+/// The API router.
+pub fn router(state: ApiState) -> Router {
+    Router::new()
+        .route("/", get(|| async { Json(json!([1])) }))
+        .route("/1", get(|| async { Json(Value::Null) }))
+        .route("/1/", get(|| async { Json(Value::Null) }))
+        .route("/1/status", get(status))
+        .route("/1/jobs", get(jobs))
+        .route("/1/agents", get(agents))
+        .route("/1/overview", get(overview))
+        .route("/1/incidents/{uuid}", get(incident))
+        .route("/1/incidents/{uuid}/cancel", post(cancel))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found") })
+        .with_state(state)
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({"code": status.as_u16(), "message": message.into()})),
+    )
+        .into_response()
+}
+
+fn internal(error: impl std::fmt::Display) -> Response {
+    error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+}
+
+fn error_response(status: StatusCode, message: String) -> Response {
+    error(status, message)
+}
+
+fn agents_snapshot(board: &Board) -> BTreeMap<String, AgentStatus> {
+    board
+        .agents
+        .read()
+        .map(|agents| agents.clone())
+        .unwrap_or_default()
+}
+
+/// An incident as the API shows it: maintd's fields plus `id` and the node's agent status.
+pub fn incident_view(incident: &Incident, agents: &BTreeMap<String, AgentStatus>) -> Value {
+    let mut value = serde_json::to_value(incident).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("id".into(), Value::String(incident.uuid.to_string()));
+        map.insert(
+            "agent".into(),
+            agents
+                .get(&incident.node)
+                .and_then(|status| serde_json::to_value(status).ok())
+                .unwrap_or(Value::Null),
+        );
+    }
+    value
+}
+
+fn incidents_view(state: &ApiState) -> Result<Vec<Value>, crate::store::StoreError> {
+    let agents = agents_snapshot(&state.board);
+    let incidents = state.store.incidents()?;
+    Ok(incidents
+        .iter()
+        .map(|incident| incident_view(incident, &agents))
+        .collect())
+}
+
+async fn status(State(state): State<ApiState>) -> Response {
+    match incidents_view(&state) {
+        Ok(list) => Json(list).into_response(),
+        Err(e) => internal(e),
+    }
+}
+
+fn in_flight(intents: &[Intent]) -> Vec<u64> {
+    let mut jobs: Vec<u64> = intents
+        .iter()
+        .filter(|i| i.state.is_in_flight())
+        .filter_map(|i| i.job_id)
+        .collect();
+    jobs.sort_unstable();
+    jobs.dedup();
+    jobs
+}
+
+async fn jobs(State(state): State<ApiState>) -> Response {
+    match state.store.intents() {
+        Ok(intents) => Json(in_flight(&intents)).into_response(),
+        Err(e) => internal(e),
+    }
+}
+
+async fn agents(State(state): State<ApiState>) -> Response {
+    let agents: Vec<AgentStatus> = agents_snapshot(&state.board).into_values().collect();
+    Json(agents).into_response()
+}
+
+async fn overview(State(state): State<ApiState>) -> Response {
+    let incidents = match incidents_view(&state) {
+        Ok(list) => list,
+        Err(e) => return internal(e),
+    };
+    let intents = match state.store.intents() {
+        Ok(intents) => intents,
+        Err(e) => return internal(e),
+    };
+    let round = state
+        .board
+        .last_round
+        .read()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    let agents: Vec<AgentStatus> = agents_snapshot(&state.board).into_values().collect();
+    Json(json!({
+        "node": state.node_name,
+        "round": round,
+        "incidents": incidents,
+        "agents": agents,
+        "intents": intents,
+        "jobs": in_flight(&intents),
+    }))
+    .into_response()
+}
+
+fn parse_uuid(text: &str) -> Result<Uuid, String> {
+    Uuid::parse_str(text).map_err(|e| format!("not an incident uuid: {text:?}: {e}"))
+}
+
+async fn incident(State(state): State<ApiState>, Path(text): Path<String>) -> Response {
+    let uuid = match parse_uuid(&text) {
+        Ok(uuid) => uuid,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    let incident = match state.store.incident(uuid) {
+        Ok(Some(incident)) => incident,
+        Ok(None) => return error(StatusCode::NOT_FOUND, format!("no incident {uuid}")),
+        Err(e) => return internal(e),
+    };
+    let intents: Vec<Intent> = match state.store.intents() {
+        Ok(intents) => intents.into_iter().filter(|i| i.incident == uuid).collect(),
+        Err(e) => return internal(e),
+    };
+    let mut view = incident_view(&incident, &agents_snapshot(&state.board));
+    if let Value::Object(map) = &mut view {
+        map.insert(
+            "intents".into(),
+            serde_json::to_value(intents).unwrap_or(Value::Null),
+        );
+    }
+    Json(view).into_response()
+}
+
+async fn cancel(State(state): State<ApiState>, Path(text): Path<String>) -> Response {
+    let uuid = match parse_uuid(&text) {
+        Ok(uuid) => uuid,
+        Err(message) => return error(StatusCode::BAD_REQUEST, message),
+    };
+    match cancel_incident(&state.store, &state.incident_lock, uuid).await {
+        Ok(CancelOutcome::Canceled) => {
+            Json(json!({"id": uuid, "result": "canceled"})).into_response()
+        }
+        Ok(CancelOutcome::Forgotten) => {
+            Json(json!({"id": uuid, "result": "forgotten"})).into_response()
+        }
+        Ok(CancelOutcome::NotFound) => error(StatusCode::NOT_FOUND, format!("no incident {uuid}")),
+        Ok(CancelOutcome::Finalized(message)) => error(StatusCode::CONFLICT, message),
+        Err(e) => internal(e),
+    }
+}

@@ -1,0 +1,1043 @@
+//! The round: an idempotent reconciler.
+//!
+//! Every round re-reads everything (the store, Ganeti, the agents) and takes at most one step
+//! per incident, so restarting after a crash is the same code path as a normal round:
+//!
+//! 1. Check that this node is the master (else stop with [`RoundError::NotMaster`]).
+//! 2. Intents recorded but not known to be submitted (a crash or a lost answer in between) are
+//!    looked up in Ganeti's job list by their reason; found ones are adopted, the others were
+//!    never submitted and are dropped (and planned again below, under the same key).
+//! 3. Submitted jobs are polled; a failed job fails its incident, a job running longer than
+//!    `job_timeout` too.
+//! 4. Every online node's agent is read; verified verdicts create incidents or (un)observe them;
+//!    unreachable or unverifiable agents change nothing.
+//! 5. Tags of finalized incidents are checked (removal acknowledges).
+//! 6. Each node's most severe active incident takes its next step, within the safety budget;
+//!    moves that conflict with jobs in flight wait.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use uuid::Uuid;
+
+use nodecare_protocol::DiagnoseStatus;
+use nodecare_protocol::repair::{RepairRequest, RepairState};
+
+use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
+use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
+use crate::plan::{Budget, EvacuationStep, Lock, Move, Round};
+use crate::repair::{RepairAnswer, RepairClient};
+use crate::scrape::{AgentOutcome, AgentStatus, AgentTarget, AgentUrls, Scraper};
+use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
+
+/// Settings of the reconciler.
+#[derive(Debug, Clone)]
+pub struct ReconcileSettings {
+    /// This node's name; the coordinator acts only while it is the master.
+    pub node_name: String,
+    /// Agent URLs.
+    pub agent_urls: AgentUrls,
+    /// Safety budget.
+    pub budget: Budget,
+    /// A job running longer than this fails its incident.
+    pub job_timeout: Duration,
+    /// A repair command running longer than this fails its incident.
+    pub repair_timeout: Duration,
+    /// How long a round polls a just-started repair before moving on.
+    pub repair_poll: Duration,
+}
+
+/// Why a round stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundError {
+    /// This node is not the master: the daemon must exit with code 11.
+    #[error("this node ({node}) is not the master (the master is {master})")]
+    NotMaster {
+        /// This node.
+        node: String,
+        /// The master.
+        master: String,
+    },
+    /// Ganeti could not be queried; the round is skipped.
+    #[error("Ganeti: {0}")]
+    Ganeti(#[from] GanetiError),
+    /// The state database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// What the last round did, for the status API.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RoundSummary {
+    /// Round number since start.
+    pub number: u64,
+    /// Unix ms when it started.
+    pub started_ms: u64,
+    /// Duration in ms.
+    pub duration_ms: u64,
+    /// Agents read.
+    pub agents: usize,
+    /// Agents that did not give a verified report.
+    pub agents_failed: usize,
+    /// Jobs submitted in this round.
+    pub jobs_submitted: usize,
+    /// Error that ended the round early, if any.
+    pub error: Option<String>,
+}
+
+/// State shared with the HTTP API.
+#[derive(Debug, Default)]
+pub struct Board {
+    /// Agent status per node.
+    pub agents: RwLock<BTreeMap<String, AgentStatus>>,
+    /// Last round.
+    pub last_round: RwLock<RoundSummary>,
+}
+
+/// The reconciler.
+#[derive(Debug)]
+pub struct Reconciler {
+    ganeti: Arc<dyn Ganeti>,
+    store: Arc<Store>,
+    scraper: Scraper,
+    repairs: RepairClient,
+    settings: ReconcileSettings,
+    board: Arc<Board>,
+    /// Serialises incident changes between rounds and the cancel endpoint.
+    incident_lock: Arc<tokio::sync::Mutex<()>>,
+    rounds: u64,
+}
+
+/// Current time in Unix ms.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn severity(action: Action) -> u8 {
+    match action {
+        Action::LiveRepair => 1,
+        Action::Evacuate => 2,
+        Action::EvacuateFailover => 3,
+    }
+}
+
+/// Result of canceling an incident.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelOutcome {
+    /// Canceled (or already canceled); the incident is kept while observed.
+    Canceled,
+    /// Canceled and forgotten at once (no longer observed).
+    Forgotten,
+    /// No such incident.
+    NotFound,
+    /// It is already completed or failed.
+    Finalized(String),
+}
+
+/// Cancels an incident (shared by the HTTP API and tests).
+pub async fn cancel_incident(
+    store: &Store,
+    lock: &tokio::sync::Mutex<()>,
+    uuid: Uuid,
+) -> Result<CancelOutcome, StoreError> {
+    let _guard = lock.lock().await;
+    let Some(mut incident) = store.incident(uuid)? else {
+        return Ok(CancelOutcome::NotFound);
+    };
+    match incident.apply(Event::Cancel, now_s()) {
+        Ok(Disposition::Keep) => {
+            store.save_incident(&incident)?;
+            tracing::info!(incident = %uuid, node = %incident.node, "incident canceled");
+            Ok(CancelOutcome::Canceled)
+        }
+        Ok(Disposition::Forget) => {
+            store.forget_incident(uuid)?;
+            tracing::info!(incident = %uuid, node = %incident.node, "incident canceled and forgotten");
+            Ok(CancelOutcome::Forgotten)
+        }
+        Err(error) => Ok(CancelOutcome::Finalized(error.to_string())),
+    }
+}
+
+/// Applies an event whose refusal is harmless (e.g. progress on a canceled incident).
+fn note(incident: &mut Incident, event: Event) {
+    if let Err(error) = incident.apply(event, now_s()) {
+        tracing::debug!(%error, "event not applied");
+    }
+}
+
+fn next_key(intents: &[&Intent], prefix: &str) -> String {
+    let used = intents.iter().filter(|i| i.key.starts_with(prefix)).count();
+    format!("{prefix}{}", used + 1)
+}
+
+impl Reconciler {
+    /// A reconciler.
+    pub fn new(
+        ganeti: Arc<dyn Ganeti>,
+        store: Arc<Store>,
+        scraper: Scraper,
+        repairs: RepairClient,
+        settings: ReconcileSettings,
+        board: Arc<Board>,
+        incident_lock: Arc<tokio::sync::Mutex<()>>,
+    ) -> Self {
+        Self {
+            ganeti,
+            store,
+            scraper,
+            repairs,
+            settings,
+            board,
+            incident_lock,
+            rounds: 0,
+        }
+    }
+
+    /// The board shared with the HTTP API.
+    pub fn board(&self) -> &Arc<Board> {
+        &self.board
+    }
+
+    /// Checks that this node is the master.
+    pub async fn check_master(&self) -> Result<(), RoundError> {
+        let info = self.ganeti.cluster_info().await?;
+        if info.master != self.settings.node_name {
+            return Err(RoundError::NotMaster {
+                node: self.settings.node_name.clone(),
+                master: info.master,
+            });
+        }
+        Ok(())
+    }
+
+    /// Runs one round and records its summary.
+    pub async fn round(&mut self) -> Result<RoundSummary, RoundError> {
+        self.rounds += 1;
+        let started = std::time::Instant::now();
+        let mut summary = RoundSummary {
+            number: self.rounds,
+            started_ms: now_ms(),
+            ..RoundSummary::default()
+        };
+        let result = self.round_inner(&mut summary).await;
+        summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if let Err(error) = &result {
+            summary.error = Some(error.to_string());
+        }
+        if let Ok(mut last) = self.board.last_round.write() {
+            *last = summary.clone();
+        }
+        result.map(|()| summary)
+    }
+
+    async fn round_inner(&mut self, summary: &mut RoundSummary) -> Result<(), RoundError> {
+        self.check_master().await?;
+        let nodes = self.ganeti.nodes().await?;
+        let instances = self.ganeti.instances().await?;
+        let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
+        self.adopt_or_drop_planned().await?;
+        self.poll_jobs().await?;
+        drop(_guard);
+        self.observe(&nodes, summary).await?;
+        let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
+        self.check_tags(&nodes)?;
+        self.act(&nodes, &instances, summary).await?;
+        Ok(())
+    }
+
+    /// Step 2: planned intents whose submission is uncertain.
+    async fn adopt_or_drop_planned(&self) -> Result<(), RoundError> {
+        let planned: Vec<Intent> = self
+            .store
+            .intents()?
+            .into_iter()
+            .filter(|i| i.state == IntentState::Planned && i.spec.is_ganeti_job())
+            .collect();
+        if planned.is_empty() {
+            return Ok(());
+        }
+        let jobs = self.ganeti.jobs().await?;
+        let mut by_reason: BTreeMap<(Uuid, String), JobId> = BTreeMap::new();
+        for job in &jobs {
+            if let Some(reason) = job.nodecare_reason() {
+                // The lowest id wins should Ganeti ever show two (it cannot: keys are unique).
+                by_reason
+                    .entry((reason.incident, reason.intent))
+                    .or_insert(job.id);
+            }
+        }
+        for mut intent in planned {
+            let Some(mut incident) = self.store.incident(intent.incident)? else {
+                continue;
+            };
+            match by_reason.get(&(intent.incident, intent.key.clone())) {
+                Some(&job) => {
+                    intent.state = IntentState::Submitted;
+                    intent.job_id = Some(job);
+                    intent.submitted_ms = Some(now_ms());
+                    note(&mut incident, Event::JobSubmitted(job));
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job,
+                        "adopted job submitted before a restart");
+                    self.store.update_intent(&incident, &intent)?;
+                }
+                None => {
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key,
+                        "intent was never submitted; planning it again");
+                    self.store.drop_intent(intent.incident, &intent.key)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 3: poll submitted jobs.
+    async fn poll_jobs(&self) -> Result<(), RoundError> {
+        let submitted: Vec<Intent> = self
+            .store
+            .intents()?
+            .into_iter()
+            .filter(|i| i.state == IntentState::Submitted && i.spec.is_ganeti_job())
+            .collect();
+        for mut intent in submitted {
+            let Some(job_id) = intent.job_id else {
+                continue;
+            };
+            let Some(mut incident) = self.store.incident(intent.incident)? else {
+                continue;
+            };
+            let outcome = match self.ganeti.job(job_id).await {
+                Ok(job) if job.status.is_final() => {
+                    if job.status == crate::ganeti::JobStatus::Success {
+                        Some(Ok(()))
+                    } else {
+                        let errors = if job.errors.is_empty() {
+                            job.status.as_str().to_owned()
+                        } else {
+                            job.errors.join("; ")
+                        };
+                        Some(Err(format!(
+                            "job {job_id} {}: {errors}",
+                            job.status.as_str()
+                        )))
+                    }
+                }
+                Ok(job) => {
+                    let age =
+                        now_ms().saturating_sub(intent.submitted_ms.unwrap_or(intent.created_ms));
+                    if age
+                        > u64::try_from(self.settings.job_timeout.as_millis()).unwrap_or(u64::MAX)
+                        && incident.is_active()
+                    {
+                        let why = format!(
+                            "job {job_id} still {} after {}s",
+                            job.status.as_str(),
+                            self.settings.job_timeout.as_secs()
+                        );
+                        tracing::warn!(incident = %incident.uuid, %why, "job timed out");
+                        note(&mut incident, Event::ActionFailed(why));
+                        self.store.save_incident(&incident)?;
+                    }
+                    None
+                }
+                Err(GanetiError::NotFound(_)) => {
+                    Some(Err(format!("job {job_id} vanished from Ganeti's queue")))
+                }
+                Err(error) => {
+                    tracing::warn!(job = job_id, %error, "cannot read job status");
+                    None
+                }
+            };
+            let Some(outcome) = outcome else { continue };
+            intent.finished_ms = Some(now_ms());
+            let is_tag = matches!(intent.spec, IntentSpec::Tag { .. });
+            match outcome {
+                Ok(()) => {
+                    intent.state = IntentState::Succeeded;
+                    let event = if is_tag {
+                        Event::TagApplied
+                    } else {
+                        Event::Progress(format!("job {job_id} ({}) succeeded", intent.key))
+                    };
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, "job succeeded");
+                    note(&mut incident, event);
+                }
+                Err(why) => {
+                    intent.state = IntentState::Failed;
+                    intent.error = Some(why.clone());
+                    tracing::warn!(incident = %incident.uuid, intent = %intent.key, %why, "job failed");
+                    let event = if is_tag {
+                        Event::Progress(format!("tag job failed, will retry: {why}"))
+                    } else {
+                        Event::ActionFailed(why)
+                    };
+                    note(&mut incident, event);
+                }
+            }
+            self.store.update_intent(&incident, &intent)?;
+        }
+        Ok(())
+    }
+
+    /// Step 4: read the agents and update incidents from verified verdicts.
+    async fn observe(&self, nodes: &[Node], summary: &mut RoundSummary) -> Result<(), RoundError> {
+        let targets: Vec<AgentTarget> = nodes
+            .iter()
+            .filter(|node| !node.offline)
+            .map(|node| AgentTarget {
+                node: node.name.clone(),
+                node_uuid: node.uuid.clone(),
+                base_url: self.settings.agent_urls.base(node),
+            })
+            .collect();
+        let sequences = self.store.agent_sequences()?;
+        let results = self.scraper.scrape(targets, &sequences, now_ms).await;
+        summary.agents = results.len();
+        let now = now_ms();
+        let mut accepted = Vec::new();
+        {
+            let mut board = self
+                .board
+                .agents
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let present: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+            board.retain(|node, _| present.contains(node.as_str()));
+            for result in &results {
+                let previous_ok = board.get(&result.node).and_then(|s| s.last_ok_ms);
+                let status = result.status(now, previous_ok);
+                match &result.outcome {
+                    AgentOutcome::Verified(o) | AgentOutcome::Stale(o) => {
+                        accepted.push((result.node.clone(), o.sequence));
+                    }
+                    AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e) => {
+                        summary.agents_failed += 1;
+                        let changed = board
+                            .get(&result.node)
+                            .is_none_or(|s| s.error.as_deref() != Some(e.as_str()));
+                        if changed {
+                            tracing::warn!(node = %result.node, state = %status.state, error = %e, "agent gave no verified report");
+                        }
+                    }
+                }
+                board.insert(result.node.clone(), status);
+            }
+        }
+        self.store.save_agent_sequences(&accepted)?;
+
+        let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
+        let mut incidents = self.store.incidents()?;
+        let node_uuids: BTreeSet<&str> = nodes.iter().map(|n| n.uuid.as_str()).collect();
+        // Incidents of nodes that left the cluster are forgotten (their tag cannot exist).
+        for incident in incidents
+            .iter()
+            .filter(|i| !node_uuids.contains(i.node_uuid.as_str()))
+        {
+            tracing::warn!(incident = %incident.uuid, node = %incident.node, "node left the cluster; forgetting its incident");
+            self.store.forget_incident(incident.uuid)?;
+        }
+        incidents.retain(|i| node_uuids.contains(i.node_uuid.as_str()));
+        let time = now_s();
+        for result in &results {
+            let AgentOutcome::Verified(observation) = &result.outcome else {
+                continue;
+            };
+            let verdict = &observation.verdict;
+            // An unknown verdict says nothing about whether the problem is gone.
+            if verdict.status == DiagnoseStatus::Unknown {
+                continue;
+            }
+            let mut matched = false;
+            for incident in incidents
+                .iter_mut()
+                .filter(|i| i.node_uuid == result.node_uuid)
+            {
+                let event = if incident.fingerprint == verdict.fingerprint {
+                    matched = true;
+                    Event::Observed
+                } else {
+                    Event::NotObserved
+                };
+                let before = incident.serial_no;
+                match incident.apply(event, time) {
+                    Ok(Disposition::Forget) => {
+                        tracing::info!(incident = %incident.uuid, node = %incident.node,
+                            status = incident.repair_status.as_str(), "incident forgotten");
+                        self.store.forget_incident(incident.uuid)?;
+                    }
+                    Ok(Disposition::Keep) if incident.serial_no != before => {
+                        self.store.save_incident(incident)?;
+                    }
+                    _ => {}
+                }
+            }
+            if !matched && let Some(action) = Action::from_status(verdict.status) {
+                let incident = Incident::new(
+                    Uuid::new_v4(),
+                    &result.node,
+                    &result.node_uuid,
+                    observation.original.clone(),
+                    action,
+                    &verdict.fingerprint,
+                    time,
+                );
+                tracing::info!(incident = %incident.uuid, node = %incident.node,
+                    action = action.as_str(), fingerprint = %verdict.fingerprint, "new incident noted");
+                self.store.save_incident(&incident)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5: acknowledgement by tag removal.
+    fn check_tags(&self, nodes: &[Node]) -> Result<(), RoundError> {
+        let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+        for mut incident in self.store.incidents()? {
+            if !incident.tag_applied
+                || !matches!(
+                    incident.repair_status,
+                    RepairStatus::Completed | RepairStatus::Failed
+                )
+            {
+                continue;
+            }
+            let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+                continue;
+            };
+            if node.tags.contains(&incident.tag) {
+                continue;
+            }
+            match incident.apply(Event::TagRemoved, now_s()) {
+                Ok(Disposition::Forget) => {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; incident forgotten");
+                    self.store.forget_incident(incident.uuid)?;
+                }
+                Ok(Disposition::Keep) => {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; acknowledged");
+                    self.store.save_incident(&incident)?;
+                }
+                Err(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 6: one step per incident.
+    async fn act(
+        &self,
+        nodes: &[Node],
+        instances: &[Instance],
+        summary: &mut RoundSummary,
+    ) -> Result<(), RoundError> {
+        let incidents = self.store.incidents()?;
+        let intents = self.store.intents()?;
+        let in_flight: Vec<Lock> = intents
+            .iter()
+            .filter(|i| i.state.is_in_flight())
+            .flat_map(|i| i.locks.iter().cloned())
+            .collect();
+        let evacuating: Vec<String> = incidents
+            .iter()
+            .filter(|i| i.action.is_evacuation() && i.repair_status == RepairStatus::Pending)
+            .map(|i| i.node.clone())
+            .collect();
+        let mut round = Round::new(
+            nodes,
+            instances,
+            in_flight,
+            evacuating,
+            self.settings.budget,
+        );
+        let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+
+        // Failed incidents still owe their failure tag.
+        for incident in incidents
+            .iter()
+            .filter(|i| i.repair_status == RepairStatus::Failed && !i.tag_applied)
+        {
+            let own: Vec<&Intent> = intents
+                .iter()
+                .filter(|i| i.incident == incident.uuid)
+                .collect();
+            let tagging = own
+                .iter()
+                .any(|i| matches!(i.spec, IntentSpec::Tag { .. }) && i.state.is_in_flight());
+            if !tagging && let Some(node) = by_uuid.get(incident.node_uuid.as_str()) {
+                let mut incident = incident.clone();
+                let key = next_key(&own, "tag-failed-");
+                let spec = IntentSpec::Tag {
+                    node: node.name.clone(),
+                    tag: incident.tag.clone(),
+                };
+                summary.jobs_submitted += usize::from(
+                    self.submit(
+                        &mut incident,
+                        key,
+                        spec,
+                        Vec::new(),
+                        "tagging the node as failed",
+                    )
+                    .await?,
+                );
+            }
+        }
+
+        // Most severe first, then oldest; one acting incident per node.
+        let mut active: Vec<&Incident> = incidents.iter().filter(|i| i.is_active()).collect();
+        active.sort_by(|a, b| {
+            severity(b.action)
+                .cmp(&severity(a.action))
+                .then(a.ctime.total_cmp(&b.ctime))
+        });
+        let mut acting_on: BTreeMap<String, Uuid> = BTreeMap::new();
+        for incident in active {
+            let mut incident = incident.clone();
+            let now = now_s();
+            if let Some(first) = acting_on.get(&incident.node_uuid) {
+                let why = format!("incident {first} on the same node is handled first");
+                if incident.apply(Event::Blocked(why), now).is_ok() {
+                    self.store.save_incident(&incident)?;
+                }
+                continue;
+            }
+            acting_on.insert(incident.node_uuid.clone(), incident.uuid);
+            let Some(node) = by_uuid.get(incident.node_uuid.as_str()).copied() else {
+                continue;
+            };
+            let own: Vec<&Intent> = intents
+                .iter()
+                .filter(|i| i.incident == incident.uuid)
+                .collect();
+            // One step at a time: wait for this incident's jobs in flight.
+            if own
+                .iter()
+                .any(|i| i.spec.is_ganeti_job() && i.state.is_in_flight())
+            {
+                continue;
+            }
+            let submitted = match incident.action {
+                Action::LiveRepair => self.step_live_repair(&mut incident, node, &own).await?,
+                Action::Evacuate | Action::EvacuateFailover => {
+                    self.step_evacuation(&mut incident, node, &own, &mut round)
+                        .await?
+                }
+            };
+            summary.jobs_submitted += submitted;
+        }
+        Ok(())
+    }
+
+    async fn step_evacuation(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+        round: &mut Round<'_>,
+    ) -> Result<usize, RoundError> {
+        let now = now_s();
+        let failover = incident.action == Action::EvacuateFailover;
+        let drained_before = own
+            .iter()
+            .any(|i| i.key == "drain" && i.state == IntentState::Succeeded);
+        match round.plan_evacuation(&node.name, failover) {
+            EvacuationStep::Drain => {
+                if drained_before {
+                    self.fail(
+                        incident,
+                        format!("node {} was undrained during the evacuation", node.name),
+                    )?;
+                    return Ok(0);
+                }
+                note(
+                    incident,
+                    Event::ActionStarted(format!("draining {}", node.name)),
+                );
+                let spec = IntentSpec::Drain {
+                    node: node.name.clone(),
+                };
+                let locks = vec![Lock::Node(node.name.clone())];
+                let description =
+                    format!("draining {} for {}", node.name, incident.action.as_str());
+                Ok(usize::from(
+                    self.submit(incident, "drain".into(), spec, locks, &description)
+                        .await?,
+                ))
+            }
+            EvacuationStep::Blocked(why) | EvacuationStep::Wait(why) => {
+                if incident.apply(Event::Blocked(why), now).is_ok() {
+                    self.store.save_incident(incident)?;
+                }
+                Ok(0)
+            }
+            EvacuationStep::Fail(why) => {
+                self.fail(incident, why)?;
+                Ok(0)
+            }
+            EvacuationStep::Moves(moves) => {
+                note(incident, Event::Unblocked);
+                if incident.repair_status == RepairStatus::Noted {
+                    // The node was drained before the incident: the moves are the first action.
+                    note(
+                        incident,
+                        Event::ActionStarted(format!("evacuating {}", node.name)),
+                    );
+                }
+                let mut count = 0;
+                for planned in moves {
+                    let prefix =
+                        format!("{}-{}-", planned.action.verb(), planned.action.instance());
+                    let key = next_key(own, &prefix);
+                    let spec = IntentSpec::Move {
+                        planned: planned.action.clone(),
+                    };
+                    if self
+                        .submit(
+                            incident,
+                            key,
+                            spec,
+                            planned.locks.clone(),
+                            &planned.description,
+                        )
+                        .await?
+                    {
+                        count += 1;
+                    }
+                    if !incident.is_active() {
+                        // A refused submission failed the incident: no further jobs.
+                        break;
+                    }
+                }
+                Ok(count)
+            }
+            EvacuationStep::Done => {
+                if incident.repair_status == RepairStatus::Noted {
+                    note(
+                        incident,
+                        Event::ActionStarted(format!("{} holds no instances", node.name)),
+                    );
+                }
+                self.submit_ready_tag(incident, node, own).await
+            }
+        }
+    }
+
+    async fn submit_ready_tag(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+    ) -> Result<usize, RoundError> {
+        let key = next_key(own, "tag-ready-");
+        let spec = IntentSpec::Tag {
+            node: node.name.clone(),
+            tag: incident.tag.clone(),
+        };
+        note(incident, Event::Unblocked);
+        Ok(usize::from(
+            self.submit(
+                incident,
+                key,
+                spec,
+                Vec::new(),
+                "tagging the node as ready for repair",
+            )
+            .await?,
+        ))
+    }
+
+    async fn step_live_repair(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+    ) -> Result<usize, RoundError> {
+        let base = self.settings.agent_urls.base(node);
+        let repair = own
+            .iter()
+            .find(|i| matches!(i.spec, IntentSpec::Repair { .. }));
+        let mut intent = match repair {
+            Some(intent) if intent.state == IntentState::Succeeded => {
+                return self.submit_ready_tag(incident, node, own).await;
+            }
+            Some(intent) if intent.state == IntentState::Failed => {
+                // Failed earlier but the incident was not marked (crash in between).
+                let why = intent
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "repair failed".into());
+                self.fail(incident, why)?;
+                return Ok(0);
+            }
+            Some(intent) => (*intent).clone(),
+            None => {
+                let Some(command) = incident
+                    .original
+                    .get("command")
+                    .and_then(|c| c.as_str())
+                    .map(str::to_owned)
+                else {
+                    self.fail(
+                        incident,
+                        "the verdict asks for live-repair but names no repair command".into(),
+                    )?;
+                    return Ok(0);
+                };
+                let intent = Intent {
+                    incident: incident.uuid,
+                    key: "repair".into(),
+                    spec: IntentSpec::Repair {
+                        node: node.name.clone(),
+                        command,
+                    },
+                    locks: Vec::new(),
+                    state: IntentState::Planned,
+                    job_id: None,
+                    created_ms: now_ms(),
+                    submitted_ms: None,
+                    finished_ms: None,
+                    error: None,
+                };
+                note(
+                    incident,
+                    Event::ActionStarted(format!("requesting repair on {}", node.name)),
+                );
+                self.store.plan_intent(incident, &intent)?;
+                intent
+            }
+        };
+        let IntentSpec::Repair { command, .. } = intent.spec.clone() else {
+            return Ok(0);
+        };
+        let incident_id = incident.uuid.to_string();
+        let mut answer = if intent.state == IntentState::Planned {
+            let request = RepairRequest {
+                node: node.name.clone(),
+                incident_id: incident_id.clone(),
+                command: command.clone(),
+                input: incident.original.clone(),
+                nonce: Uuid::new_v4().simple().to_string(),
+            };
+            let sequence = self.store.next_counter("repair-sequence", now_ms())?;
+            self.repairs
+                .request(&base, request, sequence, now_ms())
+                .await
+        } else {
+            self.repairs.poll(&base, &incident_id).await
+        };
+        // Short repairs finish within the round.
+        let deadline = std::time::Instant::now() + self.settings.repair_poll;
+        while matches!(&answer, RepairAnswer::Record(r) if r.state == RepairState::Running)
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            answer = self.repairs.poll(&base, &incident_id).await;
+        }
+        let now = now_s();
+        match answer {
+            RepairAnswer::Record(record) => {
+                if intent.state == IntentState::Planned {
+                    intent.state = IntentState::Submitted;
+                    intent.submitted_ms = Some(now_ms());
+                    note(
+                        incident,
+                        Event::Progress(format!(
+                            "repair command {command} started on {}",
+                            node.name
+                        )),
+                    );
+                }
+                match record.state {
+                    RepairState::Running => {
+                        let started = intent.submitted_ms.unwrap_or(intent.created_ms);
+                        let limit = u64::try_from(self.settings.repair_timeout.as_millis())
+                            .unwrap_or(u64::MAX);
+                        if now_ms().saturating_sub(started) > limit {
+                            intent.state = IntentState::Failed;
+                            intent.error = Some(format!(
+                                "repair still running after {}s",
+                                self.settings.repair_timeout.as_secs()
+                            ));
+                            self.store.update_intent(incident, &intent)?;
+                            self.fail(incident, intent.error.clone().unwrap_or_default())?;
+                        } else {
+                            self.store.update_intent(incident, &intent)?;
+                        }
+                        Ok(0)
+                    }
+                    RepairState::Succeeded => {
+                        intent.state = IntentState::Succeeded;
+                        intent.finished_ms = Some(now_ms());
+                        note(
+                            incident,
+                            Event::Progress(format!("repair command {command} exited 0")),
+                        );
+                        self.store.update_intent(incident, &intent)?;
+                        let mut own: Vec<&Intent> = own.to_vec();
+                        own.retain(|i| i.key != intent.key);
+                        own.push(&intent);
+                        self.submit_ready_tag(incident, node, &own).await
+                    }
+                    state => {
+                        let detail = record
+                            .error
+                            .clone()
+                            .or_else(|| record.exit_code.map(|c| format!("exit code {c}")))
+                            .or_else(|| record.signal.map(|s| format!("signal {s}")))
+                            .unwrap_or_default();
+                        let why = format!("repair command {command} {state:?}: {detail}");
+                        intent.state = IntentState::Failed;
+                        intent.finished_ms = Some(now_ms());
+                        intent.error = Some(why.clone());
+                        self.store.update_intent(incident, &intent)?;
+                        self.fail(incident, why)?;
+                        Ok(0)
+                    }
+                }
+            }
+            RepairAnswer::Refused {
+                status,
+                message,
+                transient: false,
+            } => {
+                let why = format!("agent refused the repair (HTTP {status}): {message}");
+                intent.state = IntentState::Failed;
+                intent.error = Some(why.clone());
+                self.store.update_intent(incident, &intent)?;
+                self.fail(incident, why)?;
+                Ok(0)
+            }
+            RepairAnswer::Unknown if intent.state == IntentState::Submitted => {
+                // The agent lost the run (e.g. its state was wiped): ask again.
+                intent.state = IntentState::Planned;
+                self.store.update_intent(incident, &intent)?;
+                Ok(0)
+            }
+            other => {
+                let why = format!("repair request pending: {other:?}");
+                if incident.apply(Event::Blocked(why), now).is_ok() {
+                    self.store.save_incident(incident)?;
+                }
+                Ok(0)
+            }
+        }
+    }
+
+    fn fail(&self, incident: &mut Incident, why: String) -> Result<(), RoundError> {
+        tracing::warn!(incident = %incident.uuid, node = %incident.node, %why, "incident failed");
+        if incident.apply(Event::ActionFailed(why), now_s()).is_ok() {
+            self.store.save_incident(incident)?;
+        }
+        Ok(())
+    }
+
+    /// Records the intent, submits the job and records the outcome. Returns whether a job
+    /// was submitted.
+    async fn submit(
+        &self,
+        incident: &mut Incident,
+        key: String,
+        spec: IntentSpec,
+        locks: Vec<Lock>,
+        description: &str,
+    ) -> Result<bool, RoundError> {
+        let mut intent = Intent {
+            incident: incident.uuid,
+            key: key.clone(),
+            spec: spec.clone(),
+            locks,
+            state: IntentState::Planned,
+            job_id: None,
+            created_ms: now_ms(),
+            submitted_ms: None,
+            finished_ms: None,
+            error: None,
+        };
+        // Durable before the job exists: a crash from here on is resolved by the reason.
+        self.store.plan_intent(incident, &intent)?;
+        let reason = Reason::new(incident.uuid, key.clone(), description);
+        let ganeti = &self.ganeti;
+        let result = match &spec {
+            IntentSpec::Drain { node } => ganeti.set_node_drained(node, true, &reason).await,
+            IntentSpec::Tag { node, tag } => {
+                ganeti
+                    .add_node_tags(node, std::slice::from_ref(tag), &reason)
+                    .await
+            }
+            IntentSpec::Move { planned } => match planned {
+                Move::Migrate { instance, target } => {
+                    ganeti
+                        .migrate_instance(instance, target.as_deref(), &reason)
+                        .await
+                }
+                Move::Failover { instance, target } => {
+                    ganeti
+                        .failover_instance(instance, target.as_deref(), &reason)
+                        .await
+                }
+                Move::ReplaceSecondary {
+                    instance,
+                    remote_node,
+                } => {
+                    let mode = crate::ganeti::ReplaceDisksMode::ReplaceNewSecondary {
+                        remote_node: Some(remote_node.clone()),
+                        iallocator: None,
+                    };
+                    ganeti.replace_disks(instance, &mode, &reason).await
+                }
+            },
+            IntentSpec::Repair { .. } => return Ok(false),
+        };
+        match result {
+            Ok(job) => {
+                intent.state = IntentState::Submitted;
+                intent.job_id = Some(job);
+                intent.submitted_ms = Some(now_ms());
+                note(incident, Event::JobSubmitted(job));
+                note(
+                    incident,
+                    Event::Progress(format!("job {job}: {description}")),
+                );
+                tracing::info!(incident = %incident.uuid, node = %incident.node, intent = %key, job, "{description}");
+                self.store.update_intent(incident, &intent)?;
+                Ok(true)
+            }
+            Err(error) if error.is_transient() => {
+                // The job may exist: the next round looks it up by reason before resubmitting.
+                tracing::warn!(incident = %incident.uuid, intent = %key, %error, "submission uncertain");
+                note(
+                    incident,
+                    Event::Progress(format!("submission of {key} uncertain: {error}")),
+                );
+                self.store.save_incident(incident)?;
+                Ok(false)
+            }
+            Err(error) => {
+                let why = format!("Ganeti refused {description}: {error}");
+                intent.state = IntentState::Failed;
+                intent.error = Some(why.clone());
+                intent.finished_ms = Some(now_ms());
+                if matches!(spec, IntentSpec::Tag { .. }) {
+                    note(
+                        incident,
+                        Event::Progress(format!("tag job refused, will retry: {error}")),
+                    );
+                } else {
+                    note(incident, Event::ActionFailed(why));
+                }
+                tracing::warn!(incident = %incident.uuid, intent = %key, %error, "submission refused");
+                self.store.update_intent(incident, &intent)?;
+                Ok(false)
+            }
+        }
+    }
+}

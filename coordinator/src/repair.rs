@@ -1,0 +1,118 @@
+//! Live repairs: asking a node's agent to run its whitelisted repair command.
+//!
+//! The request is a [`RepairRequest`] signed with the cluster key for the node. The agent runs
+//! the command at most once per incident id, so a request repeated after a crash or a lost
+//! answer returns the first run's record instead of running it again. The command's exit code
+//! decides success (maintd counted a failed repair command as success).
+
+use std::time::Duration;
+
+use nodecare_protocol::repair::{
+    REPAIR_PATH, RepairRecord, RepairRefusal, RepairRequest, sign_repair_request,
+};
+use nodecare_protocol::{HmacKey, Signer};
+
+use crate::scrape::error_chain;
+
+/// What the agent said about a repair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepairAnswer {
+    /// The run's record (running or final).
+    Record(Box<RepairRecord>),
+    /// The agent knows no run for this incident (404 on `GET`).
+    Unknown,
+    /// The agent refused the request; nothing ran.
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The agent's reason and message.
+        message: String,
+        /// Whether asking again later can help (agent busy, server error).
+        transient: bool,
+    },
+    /// No usable answer (connection, timeout, bad body).
+    Unreachable(String),
+}
+
+/// Sends repair requests and polls their records.
+#[derive(Debug, Clone)]
+pub struct RepairClient {
+    client: reqwest::Client,
+    key: HmacKey,
+    ttl: Duration,
+}
+
+impl RepairClient {
+    /// A client signing with `key`; requests stay valid for `ttl`.
+    pub fn new(client: reqwest::Client, key: HmacKey, ttl: Duration) -> Self {
+        Self { client, key, ttl }
+    }
+
+    /// Sends a signed request for `request.node` to the agent at `base_url`.
+    pub async fn request(
+        &self,
+        base_url: &str,
+        request: RepairRequest,
+        sequence: u64,
+        now_ms: u64,
+    ) -> RepairAnswer {
+        let signer = Signer::new(self.key.clone(), request.node.clone());
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        let envelope = match sign_repair_request(&signer, request, sequence, now_ms, ttl_ms) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                return RepairAnswer::Refused {
+                    status: 0,
+                    message: format!("cannot sign the repair request: {error}"),
+                    transient: false,
+                };
+            }
+        };
+        let url = format!("{base_url}{REPAIR_PATH}");
+        let response = match self.client.post(&url).json(&envelope).send().await {
+            Ok(response) => response,
+            Err(error) => {
+                return RepairAnswer::Unreachable(format!("{url}: {}", error_chain(&error)));
+            }
+        };
+        answer(response, &url).await
+    }
+
+    /// Reads the record of `incident_id` from the agent at `base_url`.
+    pub async fn poll(&self, base_url: &str, incident_id: &str) -> RepairAnswer {
+        let url = format!("{base_url}{REPAIR_PATH}/{incident_id}");
+        let response = match self.client.get(&url).send().await {
+            Ok(response) => response,
+            Err(error) => {
+                return RepairAnswer::Unreachable(format!("{url}: {}", error_chain(&error)));
+            }
+        };
+        if response.status() == reqwest::StatusCode::NOT_FOUND {
+            return RepairAnswer::Unknown;
+        }
+        answer(response, &url).await
+    }
+}
+
+async fn answer(response: reqwest::Response, url: &str) -> RepairAnswer {
+    let status = response.status();
+    let body = match response.bytes().await {
+        Ok(body) => body,
+        Err(error) => return RepairAnswer::Unreachable(format!("{url}: {}", error_chain(&error))),
+    };
+    if status.is_success() {
+        return match serde_json::from_slice::<RepairRecord>(&body) {
+            Ok(record) => RepairAnswer::Record(Box::new(record)),
+            Err(error) => RepairAnswer::Unreachable(format!("{url}: not a repair record: {error}")),
+        };
+    }
+    let message = match serde_json::from_slice::<RepairRefusal>(&body) {
+        Ok(refusal) => format!("{:?}: {}", refusal.reason, refusal.message),
+        Err(_) => String::from_utf8_lossy(&body).chars().take(200).collect(),
+    };
+    RepairAnswer::Refused {
+        status: status.as_u16(),
+        message,
+        transient: status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS,
+    }
+}
