@@ -11,6 +11,7 @@ pub mod logging;
 pub mod scheduler;
 pub mod signing;
 pub mod state;
+pub mod systemd;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -278,4 +279,9 @@ pub async fn serve_with(
 pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent, AgentError> {
     let collectors = collectors(&config, Registry::new())?;
     serve_with(config, collectors, listener).await
+}
+
+/// The command-line definition, for generated documentation (man pages, shell completions).
+pub fn command() -> clap::Command {
+    <cli::Cli as clap::CommandFactory>::command()
 }

@@ -69,7 +69,13 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let agent = nodecare_agent::serve(config, listener).await?;
     tracing::info!(address = %agent.local_addr(), "nodecare-agent serving");
-    agent.run_until(shutdown_signal()).await;
+    let _watchdog = nodecare_agent::systemd::notify_ready();
+    agent
+        .run_until(async {
+            shutdown_signal().await;
+            nodecare_agent::systemd::notify_stopping();
+        })
+        .await;
     tracing::info!("nodecare-agent stopped");
     Ok(())
 }
