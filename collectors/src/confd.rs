@@ -409,10 +409,11 @@ impl ConfdClient {
                 }
             }
         }
+        // Without a good answer, say why: an error status or a bad datagram is more useful
+        // than "timeout".
         match best {
             Some(reply) => Ok(reply),
-            None if replies > 0 => Err(last_error.unwrap_or(ConfdError::Timeout(self.timeout))),
-            None => Err(ConfdError::Timeout(self.timeout)),
+            None => Err(last_error.unwrap_or(ConfdError::Timeout(self.timeout))),
         }
     }
 }
