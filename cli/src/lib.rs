@@ -1,0 +1,39 @@
+//! `nodecare`: the command line, one module per subcommand. The binary only calls [`run`];
+//! [`command`] gives the same definition to the man page and completion generator.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod roll;
+mod roll_http;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "nodecare",
+    version,
+    about = "Node maintenance for Ganeti clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Plan rolling reboots (hroller-compatible options and output).
+    Roll(roll::RollArgs),
+}
+
+/// Parses the process's arguments and runs the subcommand.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Roll(args) => roll::run(args),
+    }
+}
+
+/// The command-line definition, for generated documentation (man pages, shell completions).
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
