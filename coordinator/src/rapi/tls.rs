@@ -1,11 +1,13 @@
 //! TLS for Ganeti's RAPI: pin the cluster certificate.
 //!
-//! Ganeti's RAPI certificate is self-signed, marked `CA:TRUE` and has no subject alternative
-//! name, so WebPKI verification (which needs a SAN match and refuses a CA certificate as the
-//! end entity) always rejects it. Instead the server must present exactly one of the
-//! configured certificates (byte-for-byte DER equality). The handshake signature is still
-//! verified against that certificate's key, so a peer that merely replays the public
-//! certificate without its private key fails the handshake.
+//! Ganeti's RAPI certificate is self-signed and names no host in a subject alternative name;
+//! the one Ganeti 3.0.2 really generates is even an X.509 **version 1** certificate (no
+//! extensions at all), which WebPKI cannot parse. So ordinary verification always rejects it.
+//! Instead the server must present exactly one of the configured certificates (byte-for-byte
+//! DER equality). The handshake signature is still verified against that certificate's public
+//! key, so a peer that merely replays the public certificate without its private key fails the
+//! handshake: under TLS 1.3 with the raw public key taken from the pinned certificate (works
+//! for v1 certificates), under TLS 1.2 through WebPKI (v3 certificates only).
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -14,7 +16,7 @@ use rustls::DigitallySignedStruct;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, SubjectPublicKeyInfoDer, UnixTime};
 
 /// Errors loading the pinned certificate.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +30,8 @@ pub enum TlsSetupError {
     NoCertificate { path: String },
     #[error("RAPI certificate {path} is not valid PEM: {message}")]
     BadPem { path: String, message: String },
+    #[error("RAPI certificate {path}: {message}")]
+    BadCertificate { path: String, message: String },
     #[error("cannot build the TLS configuration: {0}")]
     Config(String),
 }
@@ -79,7 +83,73 @@ pub fn parse_pinned_certificates(
             path: origin.to_owned(),
         });
     }
+    for cert in &certs {
+        subject_public_key_info(cert.as_ref()).map_err(|message| {
+            TlsSetupError::BadCertificate {
+                path: origin.to_owned(),
+                message,
+            }
+        })?;
+    }
     Ok(certs)
+}
+
+/// One DER element: (tag, contents, whole element, rest of the input).
+type DerElement<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
+
+fn der_element(input: &[u8]) -> Result<DerElement<'_>, String> {
+    let (&tag, rest) = input.split_first().ok_or("truncated DER")?;
+    let (&first, rest) = rest.split_first().ok_or("truncated DER length")?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n {
+            return Err("unsupported DER length".into());
+        }
+        let (bytes, rest) = rest.split_at(n);
+        (
+            bytes
+                .iter()
+                .fold(0usize, |acc, b| (acc << 8) | usize::from(*b)),
+            rest,
+        )
+    };
+    if rest.len() < len {
+        return Err("DER element longer than its input".into());
+    }
+    let header = input.len() - rest.len();
+    let (contents, after) = rest.split_at(len);
+    Ok((tag, contents, &input[..header + len], after))
+}
+
+/// The `subjectPublicKeyInfo` element of an X.509 certificate (any version).
+pub fn subject_public_key_info(cert_der: &[u8]) -> Result<&[u8], String> {
+    const SEQUENCE: u8 = 0x30;
+    let (tag, certificate, _, _) = der_element(cert_der)?;
+    if tag != SEQUENCE {
+        return Err("not an X.509 certificate (no outer SEQUENCE)".into());
+    }
+    let (tag, tbs, _, _) = der_element(certificate)?;
+    if tag != SEQUENCE {
+        return Err("not an X.509 certificate (no tbsCertificate)".into());
+    }
+    let mut rest = tbs;
+    // [0] EXPLICIT version is absent in version 1 certificates.
+    let (tag, _, _, after) = der_element(rest)?;
+    if tag == 0xa0 {
+        rest = after;
+    }
+    // serialNumber, signature, issuer, validity, subject, then subjectPublicKeyInfo.
+    for _ in 0..5 {
+        let (_, _, _, after) = der_element(rest)?;
+        rest = after;
+    }
+    let (tag, _, whole, _) = der_element(rest)?;
+    if tag != SEQUENCE {
+        return Err("certificate has no subjectPublicKeyInfo".into());
+    }
+    Ok(whole)
 }
 
 /// Accepts exactly the pinned certificates, whatever their shape and validity period; the
@@ -136,7 +206,16 @@ impl ServerCertVerifier for PinnedCertVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+        // Only called after verify_server_cert accepted `cert`, i.e. it is a pinned one.
+        let spki = subject_public_key_info(cert.as_ref()).map_err(|_| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::BadEncoding)
+        })?;
+        rustls::crypto::verify_tls13_signature_with_raw_key(
+            message,
+            &SubjectPublicKeyInfoDer::from(spki),
+            dss,
+            &self.algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
@@ -179,6 +258,38 @@ mod tests {
     fn missing_file_is_an_error() {
         let err = load_pinned_certificates(Path::new("/nonexistent/rapi.pem")).unwrap_err();
         assert!(err.to_string().contains("/nonexistent/rapi.pem"));
+    }
+
+    #[test]
+    fn spki_of_a_version_1_certificate() {
+        // Shape of Ganeti 3.0.2's cluster certificate: X.509 v1, no extensions.
+        let pem = include_str!("../../tests/data/ganeti-v1-cert.pem");
+        let certs = parse_pinned_certificates(pem.as_bytes(), "v1").unwrap();
+        let spki = subject_public_key_info(certs[0].as_ref()).unwrap();
+        assert_eq!(spki[0], 0x30);
+        assert!(spki.len() > 256, "an RSA-2048 key");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let v3 = rcgen::CertificateParams::new(Vec::<String>::new())
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        assert_eq!(
+            subject_public_key_info(v3.der()).unwrap(),
+            key.public_key_der().as_slice()
+        );
+        assert!(subject_public_key_info(b"\x30\x03\x02\x01").is_err());
+        assert!(subject_public_key_info(&[]).is_err());
+    }
+
+    mod props {
+        use super::super::*;
+        use proptest::prelude::*;
+        proptest! {
+            #[test]
+            fn spki_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+                let _parsed = subject_public_key_info(&bytes).is_ok();
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,201 @@
+//! The RAPI client against a real Ganeti 3.0.2 cluster brought up by `tests/ganeti/cluster-up.sh`.
+//! Runs only when `NODECARE_GNT_ENV` names that script's env file (tests/e2e-ganeti/run.sh sets
+//! it); otherwise it prints why and passes. It changes the cluster: it drains and undrains the
+//! last node, migrates a diskless instance there and back, and tags the node.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nodecare_coordinator::ganeti::{Ganeti, JobStatus, NodeRole, Reason};
+use nodecare_coordinator::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use uuid::Uuid;
+
+/// Reads the `KEY=value` lines written by cluster-up.sh (values quoted with bash `%q`).
+fn read_env(path: &str) -> HashMap<String, String> {
+    let text = std::fs::read_to_string(path).unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| {
+            (
+                k.to_owned(),
+                v.replace("\\ ", " ").trim_matches('\'').to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn real_cluster_round_trip() {
+    let Ok(env_path) = std::env::var("NODECARE_GNT_ENV") else {
+        eprintln!("skipped: NODECARE_GNT_ENV is not set (no real Ganeti cluster)");
+        return;
+    };
+    let env = read_env(&env_path);
+    let password = std::fs::read_to_string(&env["NODECARE_GNT_RAPI_PASSWORD_FILE"]).unwrap();
+    let creds = Credentials {
+        user: env["NODECARE_GNT_RAPI_USER"].clone(),
+        password: password.trim().to_owned(),
+    };
+    let config = RapiConfig::new(
+        env["NODECARE_GNT_RAPI_URL"].clone(),
+        ServerTrust::PinnedCertFile(PathBuf::from(&env["NODECARE_GNT_RAPI_CERT"])),
+    )
+    .with_credentials(creds);
+    let rapi = RapiClient::new(config).unwrap();
+    let limit = Duration::from_secs(60);
+
+    let info = Ganeti::cluster_info(&rapi).await.unwrap();
+    assert_eq!(info.software_version.as_deref(), Some("3.0.2"));
+    assert_eq!(info.master, env["NODECARE_GNT_MASTER"]);
+    let nodes = Ganeti::nodes(&rapi).await.unwrap();
+    let target = nodes.last().unwrap().name.clone();
+    assert_ne!(target, info.master);
+    let instances = Ganeti::instances(&rapi).await.unwrap();
+    let diskless = instances
+        .iter()
+        .find(|i| {
+            i.disk_template.as_str() == "diskless"
+                && i.primary_node != target
+                && i.primary_node != info.master
+        })
+        .or_else(|| {
+            instances
+                .iter()
+                .find(|i| i.disk_template.as_str() == "diskless" && i.primary_node != target)
+        })
+        .expect("a diskless instance off the last node")
+        .clone();
+    let incident = Uuid::new_v4();
+
+    // Migrate the diskless instance to the last node and check the reason trail.
+    let reason = Reason::new(
+        incident,
+        "migrate",
+        format!("Migrating {} to {target}", diskless.name),
+    );
+    let id = Ganeti::migrate_instance(&rapi, &diskless.name, Some(&target), &reason)
+        .await
+        .unwrap();
+    let job = rapi.wait_for_job(id, limit).await.unwrap();
+    assert_eq!(job.status, JobStatus::Success, "{}", job.failure_message());
+    let moved = rapi.instance(&diskless.name).await.unwrap();
+    assert_eq!(moved.pnode, target);
+    let listed = Ganeti::jobs(&rapi).await.unwrap();
+    let parsed = listed
+        .iter()
+        .find(|j| j.id == id)
+        .unwrap()
+        .nodecare_reason()
+        .unwrap();
+    assert_eq!(
+        (parsed.incident, parsed.intent.as_str()),
+        (incident, "migrate")
+    );
+    let full = Ganeti::job(&rapi, id).await.unwrap();
+    assert!(
+        full.reasons
+            .iter()
+            .any(|r| r.source == "gnt:user" && r.text.starts_with("gnt:daemon:nodecare "))
+    );
+
+    // Drain the node, then evacuate its primaries (the instance goes away again).
+    let id = Ganeti::set_node_drained(
+        &rapi,
+        &target,
+        true,
+        &Reason::new(incident, "drain", "Draining"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rapi.wait_for_job(id, limit).await.unwrap().status,
+        JobStatus::Success
+    );
+    assert_eq!(rapi.node(&target).await.unwrap().role, NodeRole::Drained);
+
+    // Tag and untag.
+    let tag = vec![format!("nodecare:test:{incident}")];
+    let id = Ganeti::add_node_tags(
+        &rapi,
+        &target,
+        &tag,
+        &Reason::new(incident, "tag", "Tagging"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rapi.wait_for_job(id, limit).await.unwrap().status,
+        JobStatus::Success
+    );
+    assert!(
+        Ganeti::node_tags(&rapi, &target)
+            .await
+            .unwrap()
+            .contains(&tag[0])
+    );
+    let id = Ganeti::remove_node_tags(
+        &rapi,
+        &target,
+        &tag,
+        &Reason::new(incident, "untag", "Untagging"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rapi.wait_for_job(id, limit).await.unwrap().status,
+        JobStatus::Success
+    );
+
+    // Move the instance back (the drained node is only a source now), then undrain.
+    let id = Ganeti::migrate_instance(
+        &rapi,
+        &diskless.name,
+        Some(&diskless.primary_node),
+        &Reason::new(incident, "back", "Back"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rapi.wait_for_job(id, limit).await.unwrap().status,
+        JobStatus::Success
+    );
+    let id = Ganeti::set_node_drained(
+        &rapi,
+        &target,
+        false,
+        &Reason::new(incident, "undrain", "Undraining"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rapi.wait_for_job(id, limit).await.unwrap().status,
+        JobStatus::Success
+    );
+    assert!(!rapi.node(&target).await.unwrap().drained);
+
+    // A job that must fail: migrating a file instance gives OpPrereqError.
+    if let Some(file) = instances
+        .iter()
+        .find(|i| i.disk_template.as_str() == "file")
+    {
+        let id = Ganeti::migrate_instance(
+            &rapi,
+            &file.name,
+            None,
+            &Reason::new(incident, "bad", "Must fail"),
+        )
+        .await
+        .unwrap();
+        let job = rapi.wait_for_job(id, limit).await.unwrap();
+        assert_eq!(job.status, JobStatus::Error);
+        let failure = &job.op_failures()[0];
+        assert_eq!(
+            (failure.class.as_str(), failure.kind.as_deref()),
+            ("OpPrereqError", Some("wrong_state"))
+        );
+    }
+    // Unknown jobs.
+    assert!(Ganeti::job(&rapi, 999_999).await.is_err());
+}
