@@ -11,6 +11,7 @@ pub mod whitelist;
 
 pub mod builtin;
 pub mod confd;
+pub mod plugin;
 
 use std::future::Future;
 use std::pin::Pin;

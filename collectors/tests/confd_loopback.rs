@@ -81,7 +81,7 @@ async fn fake_confd(key: ConfdKey, serial: i64) -> SocketAddr {
                 serial,
             };
             let datagram = encode_reply(&key, &reply, &request.rsalt);
-            let _ = socket.send_to(&datagram, peer).await;
+            drop(socket.send_to(&datagram, peer).await);
         }
     });
     address
@@ -152,7 +152,7 @@ async fn wrong_key_or_silent_server_times_out_quickly() {
                 },
                 &request.rsalt,
             );
-            let _ = socket.send_to(&forged, peer).await;
+            drop(socket.send_to(&forged, peer).await);
         }
     });
     let client = ConfdClient::new(key(), vec![address], Duration::from_millis(300));

@@ -44,33 +44,33 @@ proptest! {
 
     #[test]
     fn no_parser_panics(input in text()) {
-        let _ = cpu::parse_proc_stat(&input);
-        let _ = diskstats::parse_diskstats(&input);
-        let _ = drbd::parse_proc_drbd(&input);
-        let _ = drbd::parse_drbdsetup_json(&input);
-        let _ = lv::parse_lvs(&input);
-        let _ = xen::parse_xl_list(&input);
-        let _ = xen::parse_xl_uptime(&input);
-        let _ = kvm::parse_pid_file(&input);
-        let _ = kvm::parse_statm_rss(&input);
-        let _ = kvm::parse_process_stat(&input);
-        let _ = kvm::parse_qmp_status(&input);
+        drop(cpu::parse_proc_stat(&input));
+        drop(diskstats::parse_diskstats(&input));
+        drop(drbd::parse_proc_drbd(&input));
+        drop(drbd::parse_drbdsetup_json(&input));
+        drop(lv::parse_lvs(&input));
+        drop(xen::parse_xl_list(&input));
+        drop(xen::parse_xl_uptime(&input));
+        drop(kvm::parse_pid_file(&input));
+        drop(kvm::parse_statm_rss(&input));
+        drop(kvm::parse_process_stat(&input));
+        drop(kvm::parse_qmp_status(&input));
         if let Ok(value) = serde_json::from_str::<serde_json::Value>(&input) {
-            let _ = confd::parse_node_drbd(&value);
-            let _ = confd::parse_node_instances(&value);
-            let _ = confd::parse_data_collectors(&value);
-            let _ = confd::logical_volumes_of_disks(&value);
+            drop(confd::parse_node_drbd(&value));
+            drop(confd::parse_node_instances(&value));
+            drop(confd::parse_data_collectors(&value));
+            drop(confd::logical_volumes_of_disks(&value));
         }
     }
 
     #[test]
     fn confd_datagrams_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         let key = confd::ConfdKey::new(b"k\n".to_vec());
-        let _ = confd::decode_reply(&key, &bytes, "salt");
-        let _ = confd::decode_request(&key, &bytes, std::time::SystemTime::now());
+        drop(confd::decode_reply(&key, &bytes, "salt"));
+        drop(confd::decode_request(&key, &bytes, std::time::SystemTime::now()));
         let mut framed = b"plj0".to_vec();
         framed.extend_from_slice(&bytes);
-        let _ = confd::decode_reply(&key, &framed, "salt");
+        drop(confd::decode_reply(&key, &framed, "salt"));
     }
 
     #[test]
