@@ -273,9 +273,10 @@ mod tests {
             .unwrap()
             .self_signed(&key)
             .unwrap();
-        assert_eq!(
-            subject_public_key_info(v3.der()).unwrap(),
-            key.public_key_der().as_slice()
+        assert!(
+            subject_public_key_info(v3.der())
+                .unwrap()
+                .ends_with(key.public_key_raw())
         );
         assert!(subject_public_key_info(b"\x30\x03\x02\x01").is_err());
         assert!(subject_public_key_info(&[]).is_err());
