@@ -5,7 +5,9 @@
 //!   request started the run or it is still running, 200 with the final record once it is over,
 //!   or a 4xx/5xx [`RepairRefusal`] when nothing ran. Refusals caused by the request are answered
 //!   after the invalid-request delay; the delay is a sleep in this request's own task, taken with
-//!   no lock held, so it slows only the connection that sent the bad request.
+//!   no lock held, so it slows only the connection that sent the bad request. At most
+//!   `max_delayed_refusals` refusals wait at once; beyond that a refusal is answered at once and
+//!   its connection closed, so a flood cannot pile up sleeping connections.
 //! - `GET /1/repair/<incident-id>`: the record (progress while running), 404 if unknown. Read-only
 //!   and unauthenticated, like mond's reports: repair commands must not print secrets.
 //!
@@ -19,7 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Body;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use nodecare_protocol::repair::{
     REPAIR_PATH, RefusalReason, RepairRefusal, RepairState, is_canonical_uuid,
@@ -166,7 +168,22 @@ impl RepairService {
             _ => read_body(request.into_body(), limit, self.config().body_timeout).await,
         };
         let answer = match outcome {
-            BodyOutcome::Read(body) => self.submit(&origin, &body).await,
+            // Its own task: a sender that hangs up must not cancel a request half-way (between
+            // claiming the incident and recording the run).
+            BodyOutcome::Read(body) => {
+                let service = Arc::clone(self);
+                let task_origin = origin.clone();
+                match tokio::spawn(async move { service.submit(&task_origin, &body).await }).await {
+                    Ok(answer) => answer,
+                    Err(error) => RepairAnswer::Refused {
+                        refusal: RepairRefusal::new(
+                            RefusalReason::Internal,
+                            format!("the request was not processed: {error}"),
+                        ),
+                        delay: false,
+                    },
+                }
+            }
             BodyOutcome::TooLarge(message) => {
                 self.refuse_unread(&origin, RefusalReason::BodyTooLarge, message)
                     .await
@@ -176,10 +193,18 @@ impl RepairService {
                     .await
             }
         };
+        let mut response = answer_response(&answer);
         if let RepairAnswer::Refused { delay: true, .. } = answer {
-            tokio::time::sleep(self.config().invalid_request_delay).await;
+            match Arc::clone(&self.delayed_refusals).try_acquire_owned() {
+                Ok(_slot) => tokio::time::sleep(self.config().invalid_request_delay).await,
+                Err(_) => {
+                    response
+                        .headers_mut()
+                        .insert(CONNECTION, HeaderValue::from_static("close"));
+                }
+            }
         }
-        answer_response(&answer)
+        response
     }
 
     async fn refuse_unread(

@@ -47,6 +47,8 @@ pub const DEFAULT_REPAIR_TIMEOUT: Duration = Duration::from_secs(600);
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(8);
 /// Default delay before a refused request is answered.
 pub const DEFAULT_INVALID_REQUEST_DELAY: Duration = Duration::from_millis(1500);
+/// Default number of refusals waiting out their delay at once.
+pub const DEFAULT_MAX_DELAYED_REFUSALS: usize = 1024;
 /// Default cap on kept stdout and stderr, each.
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
 /// Default longest validity window of a request (the nonce is kept that long).
@@ -71,6 +73,9 @@ pub struct RepairConfig {
     pub lock_timeout: Duration,
     /// Delay before answering a refused request.
     pub invalid_request_delay: Duration,
+    /// Refusals that may wait out their delay at once; beyond that, a refusal is answered at once
+    /// and its connection closed, so that a flood cannot pile up sleeping connections.
+    pub max_delayed_refusals: usize,
     /// Time limit of a command without its own entry in `command_timeouts`.
     pub default_timeout: Duration,
     /// Per-command time limits.
@@ -105,6 +110,7 @@ impl RepairConfig {
             whitelist_owner: Owner::ROOT,
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
             invalid_request_delay: DEFAULT_INVALID_REQUEST_DELAY,
+            max_delayed_refusals: DEFAULT_MAX_DELAYED_REFUSALS,
             default_timeout: DEFAULT_REPAIR_TIMEOUT,
             command_timeouts: BTreeMap::new(),
             output_grace: Duration::from_secs(2),
@@ -270,6 +276,7 @@ pub struct RepairService {
     files: RecordFiles,
     nonces: Arc<Mutex<NonceStore>>,
     audit: AuditLog,
+    delayed_refusals: Arc<tokio::sync::Semaphore>,
 }
 
 /// Fields of a request as claimed before authentication, for the audit log.
@@ -323,6 +330,11 @@ impl RepairService {
             }),
             nonces: Arc::new(Mutex::new(nonces)),
             audit,
+            delayed_refusals: Arc::new(tokio::sync::Semaphore::new(
+                config
+                    .max_delayed_refusals
+                    .min(tokio::sync::Semaphore::MAX_PERMITS),
+            )),
             keys,
             config,
         }))
