@@ -1,0 +1,867 @@
+//! `/metrics`: the agent's state in the Prometheus text exposition format (version 0.0.4,
+//! also accepted by OpenMetrics scrapers).
+//!
+//! The HTTP layer fills a [`MetricsInput`] from what it already has (cached reports, the latest
+//! diagnose run, signing and refusal counters) and serves [`render`]'s output with
+//! [`CONTENT_TYPE`]. Rendering is pure, so it is tested without a server.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use nodecare_protocol::report::DEFAULT_CATEGORY;
+use nodecare_protocol::{Report, ReportKind};
+use serde_json::Value;
+
+/// The `Content-Type` of the rendered text.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Most numeric leaves exported from one plugin report (keeps a chatty plugin from flooding
+/// the scrape).
+pub const MAX_PLUGIN_VALUES: usize = 500;
+
+/// Everything `/metrics` shows.
+#[derive(Debug, Clone, Default)]
+pub struct MetricsInput {
+    /// The latest report of every collector, with its age.
+    pub reports: Vec<ReportMetrics>,
+    /// The latest run of every diagnose script.
+    pub scripts: Vec<ScriptMetrics>,
+    /// The published diagnose verdict.
+    pub verdict: Option<VerdictMetrics>,
+    /// Signing and refusal counters.
+    pub signatures: SignatureMetrics,
+}
+
+/// One collector's latest report.
+#[derive(Debug, Clone)]
+pub struct ReportMetrics {
+    /// The report.
+    pub report: Report,
+    /// Time since it was collected.
+    pub age: Duration,
+}
+
+/// How a script run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptExit {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal (e.g. after a timeout).
+    Signal(i32),
+    /// Never started (refused by the whitelist, spawn failure).
+    NotStarted,
+}
+
+/// One diagnose script's latest run.
+#[derive(Debug, Clone)]
+pub struct ScriptMetrics {
+    /// Script name.
+    pub name: String,
+    /// Wall-clock duration of the run, if it ran.
+    pub duration: Option<Duration>,
+    /// How it ended.
+    pub exit: ScriptExit,
+    /// Unix time (seconds) of its last successful run.
+    pub last_success_unix: Option<f64>,
+    /// Its verdict status (`Ok`, `unknown`, `live-repair`, …).
+    pub status: String,
+}
+
+/// The published verdict.
+#[derive(Debug, Clone)]
+pub struct VerdictMetrics {
+    /// The merged status.
+    pub status: String,
+    /// Time since the verdict was produced.
+    pub age: Duration,
+    /// Age after which it counts as stale.
+    pub stale_after: Duration,
+}
+
+/// Counters of the signing side.
+#[derive(Debug, Clone, Default)]
+pub struct SignatureMetrics {
+    /// Signed envelopes issued.
+    pub signed_total: u64,
+    /// Signature verifications that failed, by reason (bad MAC, expired, replay, …).
+    pub verify_failures_total: BTreeMap<String, u64>,
+    /// Requests refused, by reason (e.g. repair commands not whitelisted).
+    pub refusals_total: BTreeMap<String, u64>,
+}
+
+/// Every verdict status, so the one-hot status metric always has all series.
+const VERDICT_STATUSES: [&str; 5] = [
+    "Ok",
+    "unknown",
+    "live-repair",
+    "evacuate",
+    "evacuate-failover",
+];
+
+/// The `/proc/diskstats` counters as metric names.
+const DISK_FIELDS: [(&str, &str, &str); 11] = [
+    (
+        "readsNum",
+        "nodecare_disk_reads_completed_total",
+        "Reads completed.",
+    ),
+    (
+        "mergedReads",
+        "nodecare_disk_reads_merged_total",
+        "Reads merged.",
+    ),
+    (
+        "secRead",
+        "nodecare_disk_sectors_read_total",
+        "Sectors read.",
+    ),
+    (
+        "timeRead",
+        "nodecare_disk_read_time_milliseconds_total",
+        "Milliseconds spent reading.",
+    ),
+    (
+        "writes",
+        "nodecare_disk_writes_completed_total",
+        "Writes completed.",
+    ),
+    (
+        "mergedWrites",
+        "nodecare_disk_writes_merged_total",
+        "Writes merged.",
+    ),
+    (
+        "secWritten",
+        "nodecare_disk_sectors_written_total",
+        "Sectors written.",
+    ),
+    (
+        "timeWrite",
+        "nodecare_disk_write_time_milliseconds_total",
+        "Milliseconds spent writing.",
+    ),
+    (
+        "ios",
+        "nodecare_disk_io_in_progress",
+        "I/Os currently in progress.",
+    ),
+    (
+        "timeIO",
+        "nodecare_disk_io_time_milliseconds_total",
+        "Milliseconds spent doing I/O.",
+    ),
+    (
+        "wIOmillis",
+        "nodecare_disk_weighted_io_time_milliseconds_total",
+        "Weighted milliseconds spent doing I/O.",
+    ),
+];
+
+#[derive(Debug)]
+struct Family {
+    help: &'static str,
+    kind: &'static str,
+    samples: Vec<String>,
+}
+
+/// Families in first-use order, samples grouped per family as the format requires.
+#[derive(Debug, Default)]
+struct Families {
+    order: Vec<String>,
+    families: BTreeMap<String, Family>,
+}
+
+impl Families {
+    fn add(
+        &mut self,
+        name: &str,
+        help: &'static str,
+        kind: &'static str,
+        labels: &[(&str, &str)],
+        value: f64,
+    ) {
+        let family = self.families.entry(name.to_owned()).or_insert_with(|| {
+            self.order.push(name.to_owned());
+            Family {
+                help,
+                kind,
+                samples: Vec::new(),
+            }
+        });
+        let mut line = String::from(name);
+        if !labels.is_empty() {
+            line.push('{');
+            for (index, (key, value)) in labels.iter().enumerate() {
+                if index > 0 {
+                    line.push(',');
+                }
+                line.push_str(key);
+                line.push_str("=\"");
+                escape_label(&mut line, value);
+                line.push('"');
+            }
+            line.push('}');
+        }
+        line.push(' ');
+        line.push_str(&format_value(value));
+        family.samples.push(line);
+    }
+
+    fn gauge(&mut self, name: &str, help: &'static str, labels: &[(&str, &str)], value: f64) {
+        self.add(name, help, "gauge", labels, value);
+    }
+
+    fn counter(&mut self, name: &str, help: &'static str, labels: &[(&str, &str)], value: f64) {
+        self.add(name, help, "counter", labels, value);
+    }
+
+    fn render(&self) -> String {
+        let mut out = String::new();
+        for name in &self.order {
+            let Some(family) = self.families.get(name) else {
+                continue;
+            };
+            out.push_str(&format!(
+                "# HELP {name} {}\n# TYPE {name} {}\n",
+                family.help, family.kind
+            ));
+            for sample in &family.samples {
+                out.push_str(sample);
+                out.push('\n');
+            }
+        }
+        out
+    }
+}
+
+fn escape_label(out: &mut String, value: &str) {
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            other => out.push(other),
+        }
+    }
+}
+
+fn format_value(value: f64) -> String {
+    if value.is_nan() {
+        "NaN".to_owned()
+    } else if value == f64::INFINITY {
+        "+Inf".to_owned()
+    } else if value == f64::NEG_INFINITY {
+        "-Inf".to_owned()
+    } else {
+        format!("{value}")
+    }
+}
+
+fn number(value: &Value) -> Option<f64> {
+    value.as_f64()
+}
+
+/// Whether a report is the scheduler's placeholder for a failed collection: only a
+/// `status` with code 2.
+fn is_failure(report: &Report) -> bool {
+    match &report.data {
+        Value::Object(map) => {
+            map.len() == 1
+                && map
+                    .get("status")
+                    .and_then(|s| s.get("code"))
+                    .and_then(Value::as_u64)
+                    == Some(2)
+        }
+        _ => false,
+    }
+}
+
+fn status_code(data: &Value) -> Option<f64> {
+    data.get("status")?.get("code").and_then(number)
+}
+
+fn collector_families(families: &mut Families, entry: &ReportMetrics) {
+    let report = &entry.report;
+    let name = report.name.as_str();
+    let category = report.category.as_deref().unwrap_or(DEFAULT_CATEGORY);
+    let labels = [("collector", name), ("category", category)];
+    families.gauge(
+        "nodecare_collector_age_seconds",
+        "Seconds since the collector's latest report was produced.",
+        &labels,
+        entry.age.as_secs_f64(),
+    );
+    let failed = is_failure(report);
+    families.gauge(
+        "nodecare_collector_failed",
+        "1 if the collector's latest run failed (the report carries status 2 and the error).",
+        &labels,
+        if failed { 1.0 } else { 0.0 },
+    );
+    if report.kind == ReportKind::Status
+        && let Some(code) = status_code(&report.data)
+    {
+        families.gauge(
+            "nodecare_collector_status_code",
+            "mond status code of a status collector: 0 ok, 1 being fixed, 2 unknown, 4 bad.",
+            &labels,
+            code,
+        );
+    }
+    if failed {
+        return;
+    }
+    let data = &report.data;
+    match name {
+        "cpu-avg-load" => {
+            if let Some(cpus) = data.get("cpus").and_then(Value::as_array) {
+                for (index, load) in cpus.iter().enumerate() {
+                    if let Some(load) = number(load) {
+                        let cpu = index.to_string();
+                        families.gauge(
+                            "nodecare_cpu_load",
+                            "CPU load over the moving window, 1.0 = one busy CPU.",
+                            &[("cpu", &cpu)],
+                            load,
+                        );
+                    }
+                }
+            }
+            if let Some(total) = data.get("cpu_total").and_then(number) {
+                families.gauge(
+                    "nodecare_cpu_load_total",
+                    "Load of all CPUs together over the moving window.",
+                    &[],
+                    total,
+                );
+            }
+        }
+        "kvm-inst-rss" => {
+            for (instance, pages) in data.as_object().into_iter().flatten() {
+                if let Some(pages) = number(pages) {
+                    families.gauge(
+                        "nodecare_instance_rss_pages",
+                        "Resident memory of a KVM instance in 4 KiB pages.",
+                        &[("instance", instance)],
+                        pages,
+                    );
+                }
+            }
+        }
+        "xen-cpu-avg-load" => {
+            for (instance, load) in data.as_object().into_iter().flatten() {
+                if let Some(load) = number(load) {
+                    families.gauge(
+                        "nodecare_instance_cpu_load",
+                        "vCPUs used by a Xen instance over the moving window.",
+                        &[("instance", instance)],
+                        load,
+                    );
+                }
+            }
+        }
+        "diskstats" => {
+            for device in data.as_array().into_iter().flatten() {
+                let Some(device_name) = device.get("name").and_then(Value::as_str) else {
+                    continue;
+                };
+                for (field, metric, help) in DISK_FIELDS {
+                    if let Some(value) = device.get(field).and_then(number) {
+                        if metric.ends_with("_total") {
+                            families.counter(metric, help, &[("device", device_name)], value);
+                        } else {
+                            families.gauge(metric, help, &[("device", device_name)], value);
+                        }
+                    }
+                }
+            }
+        }
+        "drbd" => drbd_families(families, data),
+        "lv" => {
+            for volume in data.as_array().into_iter().flatten() {
+                let text = |key: &str| {
+                    volume
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                let (vg, lv, instance) = (text("vg_name"), text("name"), text("instance"));
+                if let Some(size) = volume.get("seg_size").and_then(number) {
+                    let start = text("seg_start_pe");
+                    let start = volume
+                        .get("seg_start_pe")
+                        .map(Value::to_string)
+                        .unwrap_or(start);
+                    families.gauge(
+                        "nodecare_lv_segment_size_bytes",
+                        "Size of a logical volume segment.",
+                        &[
+                            ("vg", &vg),
+                            ("lv", &lv),
+                            ("segment_start_pe", &start),
+                            ("instance", &instance),
+                        ],
+                        size,
+                    );
+                }
+            }
+        }
+        "inst-status-kvm" | "inst-status-xen" => {
+            for instance in data
+                .get("instances")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let text = |key: &str| {
+                    instance
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                };
+                if let Some(code) = status_code(instance) {
+                    families.gauge(
+                        "nodecare_instance_status_code",
+                        "Per-instance status code (0 ok, 2 unknown/hung, 4 bad) with admin and actual state.",
+                        &[("collector", name), ("instance", &text("name")), ("admin_state", &text("adminState")), ("actual_state", &text("actualState"))],
+                        code,
+                    );
+                }
+            }
+        }
+        _ if report.version != nodecare_protocol::report::BUILTIN_COLLECTOR_VERSION
+            && name != "diagnose" =>
+        {
+            let mut leaves = Vec::new();
+            numeric_leaves(data, String::new(), &mut leaves);
+            for (path, value) in leaves.into_iter().take(MAX_PLUGIN_VALUES) {
+                families.gauge(
+                    "nodecare_plugin_value",
+                    "Numeric values of plugin reports, by JSON path.",
+                    &[("collector", name), ("path", &path)],
+                    value,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+fn drbd_families(families: &mut Families, data: &Value) {
+    for device in data
+        .get("deviceInfos")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(minor) = device.get("minor").map(Value::to_string) else {
+            continue;
+        };
+        let instance = device
+            .get("instance")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let state = device
+            .get("connectionState")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        families.gauge(
+            "nodecare_drbd_device_info",
+            "DRBD minor with its connection state and roles (value always 1).",
+            &[
+                ("minor", &minor),
+                ("instance", &instance),
+                ("connection_state", &state),
+                (
+                    "local_role",
+                    device
+                        .get("localRole")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                ),
+                (
+                    "local_disk",
+                    device
+                        .get("localState")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                ),
+                (
+                    "remote_disk",
+                    device
+                        .get("remoteState")
+                        .and_then(Value::as_str)
+                        .unwrap_or(""),
+                ),
+            ],
+            1.0,
+        );
+        let perf = device.get("perfIndicators");
+        let labels = [("minor", minor.as_str()), ("instance", instance.as_str())];
+        if let Some(oos) = perf.and_then(|p| p.get("outOfSync")).and_then(number) {
+            families.gauge(
+                "nodecare_drbd_out_of_sync_kibibytes",
+                "KiB out of sync with the peer.",
+                &labels,
+                oos,
+            );
+        }
+        for (field, metric, help) in [
+            (
+                "networkSend",
+                "nodecare_drbd_network_sent_kibibytes_total",
+                "KiB sent to the peer.",
+            ),
+            (
+                "networkReceive",
+                "nodecare_drbd_network_received_kibibytes_total",
+                "KiB received from the peer.",
+            ),
+            (
+                "diskWrite",
+                "nodecare_drbd_disk_written_kibibytes_total",
+                "KiB written to the local disk.",
+            ),
+            (
+                "diskRead",
+                "nodecare_drbd_disk_read_kibibytes_total",
+                "KiB read from the local disk.",
+            ),
+        ] {
+            if let Some(value) = perf.and_then(|p| p.get(field)).and_then(number) {
+                families.counter(metric, help, &labels, value);
+            }
+        }
+        if let Some(percentage) = device
+            .get("syncStatus")
+            .and_then(|s| s.get("percentage"))
+            .and_then(number)
+        {
+            families.gauge(
+                "nodecare_drbd_sync_percent",
+                "Resynchronisation progress in percent.",
+                &labels,
+                percentage,
+            );
+        }
+    }
+}
+
+fn numeric_leaves(value: &Value, path: String, out: &mut Vec<(String, f64)>) {
+    if out.len() >= MAX_PLUGIN_VALUES {
+        return;
+    }
+    match value {
+        Value::Number(number) => {
+            if let Some(number) = number.as_f64() {
+                out.push((path, number));
+            }
+        }
+        Value::Bool(flag) => out.push((path, if *flag { 1.0 } else { 0.0 })),
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                let child = if path.is_empty() {
+                    index.to_string()
+                } else {
+                    format!("{path}.{index}")
+                };
+                numeric_leaves(item, child, out);
+            }
+        }
+        Value::Object(map) => {
+            for (key, item) in map {
+                let child = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                numeric_leaves(item, child, out);
+            }
+        }
+        Value::Null | Value::String(_) => {}
+    }
+}
+
+/// Renders the whole page.
+pub fn render(input: &MetricsInput) -> String {
+    let mut families = Families::default();
+    for entry in &input.reports {
+        collector_families(&mut families, entry);
+    }
+    for script in &input.scripts {
+        let labels = [("script", script.name.as_str())];
+        if let Some(duration) = script.duration {
+            families.gauge(
+                "nodecare_diagnose_script_duration_seconds",
+                "Duration of the script's latest run.",
+                &labels,
+                duration.as_secs_f64(),
+            );
+        }
+        let (code, signal) = match script.exit {
+            ScriptExit::Code(code) => (f64::from(code), 0.0),
+            ScriptExit::Signal(signal) => (-1.0, f64::from(signal)),
+            ScriptExit::NotStarted => (-1.0, 0.0),
+        };
+        families.gauge(
+            "nodecare_diagnose_script_exit_code",
+            "Exit code of the script's latest run (-1: killed or not started).",
+            &labels,
+            code,
+        );
+        families.gauge(
+            "nodecare_diagnose_script_signal",
+            "Signal that ended the script's latest run (0: none).",
+            &labels,
+            signal,
+        );
+        families.gauge(
+            "nodecare_diagnose_script_started",
+            "1 if the script's latest run started (0: refused by the whitelist or failed to spawn).",
+            &labels,
+            if script.exit == ScriptExit::NotStarted { 0.0 } else { 1.0 },
+        );
+        if let Some(when) = script.last_success_unix {
+            families.gauge(
+                "nodecare_diagnose_script_last_success_timestamp_seconds",
+                "Unix time of the script's last successful run.",
+                &labels,
+                when,
+            );
+        }
+        for status in VERDICT_STATUSES {
+            families.gauge(
+                "nodecare_diagnose_script_verdict",
+                "The script's latest verdict (one series per status, 1 for the current one).",
+                &[("script", script.name.as_str()), ("status", status)],
+                if script.status == status { 1.0 } else { 0.0 },
+            );
+        }
+    }
+    if let Some(verdict) = &input.verdict {
+        families.gauge(
+            "nodecare_verdict_age_seconds",
+            "Seconds since the published verdict was produced.",
+            &[],
+            verdict.age.as_secs_f64(),
+        );
+        families.gauge(
+            "nodecare_verdict_stale",
+            "1 if the published verdict is older than its staleness limit.",
+            &[],
+            if verdict.age > verdict.stale_after {
+                1.0
+            } else {
+                0.0
+            },
+        );
+        for status in VERDICT_STATUSES {
+            families.gauge(
+                "nodecare_verdict_status",
+                "The node's merged verdict (one series per status, 1 for the current one).",
+                &[("status", status)],
+                if verdict.status == status { 1.0 } else { 0.0 },
+            );
+        }
+    }
+    families.counter(
+        "nodecare_signed_envelopes_total",
+        "Signed verdict envelopes issued.",
+        &[],
+        input.signatures.signed_total as f64,
+    );
+    for (reason, count) in &input.signatures.verify_failures_total {
+        families.counter(
+            "nodecare_signature_verify_failures_total",
+            "Signature verifications that failed, by reason.",
+            &[("reason", reason)],
+            *count as f64,
+        );
+    }
+    for (reason, count) in &input.signatures.refusals_total {
+        families.counter(
+            "nodecare_refusals_total",
+            "Requests refused, by reason.",
+            &[("reason", reason)],
+            *count as f64,
+        );
+    }
+    families.render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn report(
+        name: &str,
+        category: Option<&str>,
+        kind: ReportKind,
+        version: &str,
+        data: Value,
+    ) -> ReportMetrics {
+        ReportMetrics {
+            report: Report {
+                name: name.into(),
+                version: version.into(),
+                format_version: 1,
+                timestamp: 0,
+                category: category.map(str::to_owned),
+                kind,
+                data,
+            },
+            age: Duration::from_millis(1500),
+        }
+    }
+
+    /// Minimal exposition-format check: every sample line belongs to the family declared
+    /// right before it and parses as `name{labels} value`.
+    fn assert_well_formed(text: &str) {
+        let mut current = String::new();
+        let mut seen = std::collections::HashSet::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let name = rest.split(' ').next().unwrap().to_owned();
+                assert!(seen.insert(name.clone()), "family {name} declared twice");
+                current = name;
+                continue;
+            }
+            if line.starts_with("# HELP ") {
+                continue;
+            }
+            let name_end = line.find(['{', ' ']).unwrap();
+            assert_eq!(&line[..name_end], current, "{line}");
+            let value = line.rsplit(' ').next().unwrap();
+            assert!(
+                value.parse::<f64>().is_ok() || ["NaN", "+Inf", "-Inf"].contains(&value),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
+    fn renders_collectors_scripts_verdict_and_counters() {
+        let input = MetricsInput {
+            reports: vec![
+                report(
+                    "cpu-avg-load",
+                    None,
+                    ReportKind::Performance,
+                    "B",
+                    json!({"cpu_number": 2, "cpus": [0.5, 0.25], "cpu_total": 0.75}),
+                ),
+                report(
+                    "kvm-inst-rss",
+                    None,
+                    ReportKind::Performance,
+                    "B",
+                    json!({"inst\"1": 2560}),
+                ),
+                report(
+                    "diskstats",
+                    Some("storage"),
+                    ReportKind::Performance,
+                    "B",
+                    json!([{"major": 8, "minor": 0, "name": "sda", "readsNum": 10, "mergedReads": 0, "secRead": 80, "timeRead": 4, "writes": 1, "mergedWrites": 0, "secWritten": 8, "timeWrite": 1, "ios": 0, "timeIO": 5, "wIOmillis": 5}]),
+                ),
+                report(
+                    "drbd",
+                    Some("storage"),
+                    ReportKind::Status,
+                    "B",
+                    json!({"status": {"code": 4, "message": "\n0: x"}, "versionInfo": {}, "deviceInfos": [{"minor": 0, "connectionState": "StandAlone", "localRole": "Primary", "localState": "UpToDate", "remoteState": "DUnknown", "perfIndicators": {"networkSend": 1, "networkReceive": 2, "diskWrite": 3, "diskRead": 4, "outOfSync": 1024}, "instance": "inst1"}, {"minor": 1, "connectionState": "Unconfigured"}]}),
+                ),
+                report(
+                    "lv",
+                    Some("storage"),
+                    ReportKind::Performance,
+                    "B",
+                    json!({"status": {"code": 2, "message": "cannot read lvs: not installed"}}),
+                ),
+                report(
+                    "raid",
+                    Some("storage"),
+                    ReportKind::Status,
+                    "P",
+                    json!({"status": {"code": 0, "message": ""}, "arrays": [{"degraded": false, "disks": 2}]}),
+                ),
+            ],
+            scripts: vec![
+                ScriptMetrics {
+                    name: "smart".into(),
+                    duration: Some(Duration::from_millis(250)),
+                    exit: ScriptExit::Code(0),
+                    last_success_unix: Some(1_700_000_000.0),
+                    status: "Ok".into(),
+                },
+                ScriptMetrics {
+                    name: "hang".into(),
+                    duration: Some(Duration::from_secs(30)),
+                    exit: ScriptExit::Signal(9),
+                    last_success_unix: None,
+                    status: "unknown".into(),
+                },
+            ],
+            verdict: Some(VerdictMetrics {
+                status: "unknown".into(),
+                age: Duration::from_secs(400),
+                stale_after: Duration::from_secs(300),
+            }),
+            signatures: SignatureMetrics {
+                signed_total: 12,
+                verify_failures_total: [("bad-mac".to_owned(), 1)].into(),
+                refusals_total: [("not-whitelisted".to_owned(), 3)].into(),
+            },
+        };
+        let text = render(&input);
+        assert_well_formed(&text);
+        for expected in [
+            "nodecare_cpu_load{cpu=\"1\"} 0.25",
+            "nodecare_cpu_load_total 0.75",
+            "nodecare_instance_rss_pages{instance=\"inst\\\"1\"} 2560",
+            "nodecare_disk_reads_completed_total{device=\"sda\"} 10",
+            "nodecare_disk_io_in_progress{device=\"sda\"} 0",
+            "nodecare_collector_status_code{collector=\"drbd\",category=\"storage\"} 4",
+            "nodecare_drbd_out_of_sync_kibibytes{minor=\"0\",instance=\"inst1\"} 1024",
+            "nodecare_collector_failed{collector=\"lv\",category=\"storage\"} 1",
+            "nodecare_collector_failed{collector=\"drbd\",category=\"storage\"} 0",
+            "nodecare_collector_age_seconds{collector=\"cpu-avg-load\",category=\"default\"} 1.5",
+            "nodecare_plugin_value{collector=\"raid\",path=\"arrays.0.disks\"} 2",
+            "nodecare_plugin_value{collector=\"raid\",path=\"arrays.0.degraded\"} 0",
+            "nodecare_diagnose_script_exit_code{script=\"hang\"} -1",
+            "nodecare_diagnose_script_signal{script=\"hang\"} 9",
+            "nodecare_diagnose_script_last_success_timestamp_seconds{script=\"smart\"} 1700000000",
+            "nodecare_diagnose_script_verdict{script=\"hang\",status=\"unknown\"} 1",
+            "nodecare_verdict_stale 1",
+            "nodecare_verdict_status{status=\"unknown\"} 1",
+            "nodecare_verdict_status{status=\"Ok\"} 0",
+            "nodecare_signed_envelopes_total 12",
+            "nodecare_refusals_total{reason=\"not-whitelisted\"} 3",
+            "nodecare_signature_verify_failures_total{reason=\"bad-mac\"} 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        // Failed collectors export no data series; unconfigured DRBD minors have no counters.
+        assert!(!text.contains("nodecare_lv_segment_size_bytes"));
+        assert!(!text.contains("minor=\"1\",instance=\"\"} "));
+    }
+
+    #[test]
+    fn special_values_and_empty_input() {
+        assert_eq!(format_value(f64::NAN), "NaN");
+        assert_eq!(format_value(f64::INFINITY), "+Inf");
+        assert_eq!(format_value(1e-7), "0.0000001");
+        let text = render(&MetricsInput::default());
+        assert_well_formed(&text);
+        assert!(text.contains("nodecare_signed_envelopes_total 0"));
+        let mut escaped = String::new();
+        escape_label(&mut escaped, "a\\b\"c\nd");
+        assert_eq!(escaped, "a\\\\b\\\"c\\nd");
+    }
+}
