@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod logging;
+pub mod metrics;
 pub mod repair;
 pub mod scheduler;
 pub mod signing;
