@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# End-to-end test of nodecare on a REAL Ganeti 3.0.2 cluster (namespaces on this machine).
+#
+#   tests/e2e-ganeti/run.sh [--no-build] [--keep]
+#
+# Needs root on Debian 12 and the Ganeti packages (tests/ganeti/install-packages.sh, run here
+# when missing). Builds the release binaries unless --no-build (then target/release must hold
+# nodecare-agent and nodecare-coordinator). Prints PASS/FAIL per scenario; exit 1 if any failed.
+#
+# Steps: 1. cluster up (3 nodes; diskless, sharedfile and file instances);
+#        0. RAPI wiring on the real cluster (pinned cert, drain, migrate, tags, job wait,
+#           reason trail read back) through the coordinator's client test;
+#        then an agent in every node (diagnose script reading a state file we flip) and the
+#        coordinator on the master, and the scenarios:
+#        S1 evacuate verdict: node drained, instances migrated away, repairready tag, completed;
+#        S2 live-repair verdict: the repair command runs through the agent;
+#        S3 evacuation that must fail (file instance): incident failed, repairfailed tag, no
+#           further jobs;
+#        S4 stopped agent: shown unreachable, nothing happens to its node.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+GNT=$ROOT/tests/ganeti
+
+BUILD=1
+KEEP=0
+for a in "$@"; do
+  case $a in
+    --no-build) BUILD=0 ;;
+    --keep) KEEP=1 ;;
+    *) echo "usage: $0 [--no-build] [--keep]" >&2; exit 2 ;;
+  esac
+done
+
+# Our own cluster, namespaces and ports: never collide with a developer's default cluster.
+export NODECARE_GNT_STATE=${NODECARE_E2E_STATE:-/tmp/nodecare-e2e}
+export NODECARE_GNT_PREFIX=${NODECARE_E2E_PREFIX:-nce2e}
+export NODECARE_GNT_RAPI_PORT=${NODECARE_E2E_RAPI_PORT:-15180}
+export NODECARE_GNT_MOND_FWD_BASE=${NODECARE_E2E_MOND_FWD_BASE:-25250}
+COORD_PORT=1817
+COORD_FWD=${NODECARE_E2E_COORD_PORT:-15181}
+INSTANCES="inst1:diskless:2,inst2:diskless:2,inst3:sharedfile:2,inst4:diskless:1,inst5:file:3,inst6:diskless:1"
+
+T0=$(date +%s)
+RESULTS=()
+FAILED=0
+log() { echo "e2e[$(( $(date +%s) - T0 ))s]: $*" >&2; }
+pass() { RESULTS+=("PASS $1"); echo "PASS $1"; }
+fail() { RESULTS+=("FAIL $1: $2"); echo "FAIL $1: $2"; FAILED=1; }
+skip() { RESULTS+=("SKIP $1: $2"); echo "SKIP $1: $2"; }
+
+[[ $(id -u) -eq 0 ]] || { echo "e2e: must run as root" >&2; exit 2; }
+
+cleanup() {
+  if [[ $KEEP -eq 0 ]]; then "$GNT/cluster-down.sh" --quiet || true; fi
+}
+trap cleanup EXIT
+
+"$GNT/install-packages.sh" >&2 || { echo "e2e: package installation failed" >&2; exit 1; }
+
+if [[ $BUILD -eq 1 ]]; then
+  log "building release binaries"
+  (cd "$ROOT" && cargo build --release -p nodecare-agent -p nodecare-coordinator) >&2 || { echo "e2e: build failed" >&2; exit 1; }
+fi
+AGENT=$ROOT/target/release/nodecare-agent
+COORD=$ROOT/target/release/nodecare-coordinator
+for b in "$AGENT" "$COORD"; do [[ -x $b ]] || { echo "e2e: $b missing" >&2; exit 1; }; done
+
+log "cluster up"
+"$GNT/cluster-up.sh" --nodes 3 --instances "$INSTANCES" --no-mond >&2 || { echo "e2e: cluster-up failed" >&2; exit 1; }
+# shellcheck disable=SC1091
+. "$NODECARE_GNT_STATE/cluster.env"
+S=$NODECARE_GNT_STATE
+RAPI_PW=$(<"$NODECARE_GNT_RAPI_PASSWORD_FILE")
+printf '%s:%s\n' "$NODECARE_GNT_RAPI_USER" "$RAPI_PW" >"$S/rapi-credentials"
+chmod 600 "$S/rapi-credentials"
+
+rapi() { # METHOD PATH [BODY]
+  local m=$1 p=$2
+  shift 2
+  curl -sk -m 30 -u "$NODECARE_GNT_RAPI_USER:$RAPI_PW" -H 'Content-Type: application/json' -X "$m" \
+    "${@/#/--data=}" "$NODECARE_GNT_RAPI_URL$p"
+}
+jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
+
+# ---- scenario 0: the RAPI client on the real cluster -------------------------------------
+log "S0 RAPI client against the real cluster"
+if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env cargo test --release -p nodecare-coordinator \
+  --test rapi_real_ganeti -- --nocapture) >"$S/logs/s0.log" 2>&1; then
+  pass "S0 RAPI client: pinned v1 cert, drain/undrain, migrate diskless, tags, job wait, reason trail, OpPrereqError"
+else
+  fail "S0 RAPI client" "see $S/logs/s0.log: $(grep -m1 -E 'panicked|error' "$S/logs/s0.log")"
+fi
+
+# ---- agents and coordinator ----------------------------------------------------------------
+# The diagnose verdict of node i is the JSON in $S/e2e/diag-<i>; a repair command writes a
+# marker file so we can see it ran through the agent.
+mkdir -p "$S/e2e"
+for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
+  root_var="NODECARE_GNT_NODE${i}_ROOT"
+  nroot=${!root_var}
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"
+  for d in node-diagnose-commands node-repair-commands; do
+    install -d -o root -g root -m 0755 "$nroot/etc/ganeti/$d"
+  done
+  printf '#!/bin/sh\ncat %s\n' "$S/e2e/diag-$i" >"$nroot/etc/ganeti/node-diagnose-commands/e2e-state"
+  printf '#!/bin/sh\necho "repaired by $0" > %s\necho done\n' "$S/e2e/repaired-$i" >"$nroot/etc/ganeti/node-repair-commands/e2e-fix"
+  chmod 0755 "$nroot/etc/ganeti/node-diagnose-commands/e2e-state" "$nroot/etc/ganeti/node-repair-commands/e2e-fix"
+  ip_var="NODECARE_GNT_NODE${i}_IP"
+  name_var="NODECARE_GNT_NODE${i}_NAME"
+  "$GNT/node-exec.sh" "$i" --bg "agent-$i" "$AGENT" --listen "${!ip_var}:1815" --node-name "${!name_var}" \
+    --hmac-key /var/lib/ganeti/hmac.key --state-dir "$S/e2e/agent-state-$i" \
+    --diagnose-dir /etc/ganeti/node-diagnose-commands --diagnose-interval-secs 2 --log info >/dev/null ||
+    { echo "e2e: agent $i did not start (see $S/logs/bg-agent-$i.log)" >&2; exit 1; }
+done
+"$GNT/node-exec.sh" 1 --bg coordinator "$COORD" --node-name "$NODECARE_GNT_MASTER" --state-dir "$S/e2e/coord-state" \
+  --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --round-interval 2 --hmac-key /var/lib/ganeti/hmac.key \
+  --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" --rapi-certificate /var/lib/ganeti/rapi.pem \
+  --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 1 --min-healthy-nodes 1 >/dev/null ||
+  { echo "e2e: coordinator did not start (see $S/logs/bg-coordinator.log)" >&2; exit 1; }
+"$GNT/forward.sh" 1 "$COORD_PORT" "$COORD_FWD" >/dev/null || { echo "e2e: cannot forward the coordinator port" >&2; exit 1; }
+coord() { curl -s -m 10 "http://127.0.0.1:$COORD_FWD$1"; }
+
+# Wait until the coordinator answers and has seen every agent.
+ready=0
+for _ in $(seq 60); do
+  if coord /1/agents >"$S/e2e/agents.json" 2>/dev/null && [[ -s $S/e2e/agents.json ]]; then ready=1; break; fi
+  sleep 1
+done
+if [[ $ready -ne 1 ]]; then
+  fail "setup" "coordinator API never answered (see $S/logs/bg-coordinator.log)"
+fi
+
+# wait_until SECONDS PYTHON-CONDITION-ON-STATUS-JSON: polls /1/status
+wait_status() {
+  local secs=$1 cond=$2
+  for _ in $(seq "$secs"); do
+    if coord /1/status 2>/dev/null | jq_py "sys.exit(0 if ($cond) else 1)" 2>/dev/null; then return 0; fi
+    sleep 1
+  done
+  return 1
+}
+node_json() { rapi GET "/2/nodes/$1"; }
+
+# ---- S1: evacuate -----------------------------------------------------------------------------
+N2=$NODECARE_GNT_NODE2_NAME
+log "S1 evacuate $N2"
+echo '{"status":"evacuate","details":"e2e: disk controller dying"}' >"$S/e2e/diag-2"
+if wait_status 180 "any(i.get('node')=='$N2' and i.get('repair-status')=='completed' for i in d)"; then
+  nj=$(node_json "$N2")
+  drained=$(jq_py "print(d['drained'])" <<<"$nj")
+  pinst=$(jq_py "print(len(d['pinst_list']))" <<<"$nj")
+  tagged=$(jq_py "print(any(t.startswith('maintd:repairready:') or 'repairready' in t for t in d['tags']))" <<<"$nj")
+  if [[ $drained == True && $pinst == 0 && $tagged == True ]]; then
+    pass "S1 evacuate: $N2 drained, instances migrated away, repairready tag, incident completed"
+  else
+    fail "S1 evacuate" "drained=$drained primaries=$pinst repairready-tag=$tagged"
+  fi
+else
+  fail "S1 evacuate" "no completed incident for $N2 within 180 s: $(coord /1/status | head -c 400)"
+fi
+echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-2"
+
+# ---- S2: live repair --------------------------------------------------------------------------
+N1=$NODECARE_GNT_NODE1_NAME
+log "S2 live-repair on $N1"
+echo '{"status":"live-repair","command":"e2e-fix","details":"e2e: restart a daemon"}' >"$S/e2e/diag-1"
+if wait_status 120 "any(i.get('node')=='$N1' and i.get('action')=='live-repair' and i.get('repair-status') in ('completed','failed') for i in d)"; then
+  if [[ -s $S/e2e/repaired-1 ]] && wait_status 5 "any(i.get('node')=='$N1' and i.get('repair-status')=='completed' for i in d)"; then
+    pass "S2 live-repair: e2e-fix ran through the agent on $N1, incident completed"
+  else
+    fail "S2 live-repair" "incident ended but marker=$(cat "$S/e2e/repaired-1" 2>/dev/null)"
+  fi
+else
+  fail "S2 live-repair" "no finished live-repair incident within 120 s: $(coord /1/status | head -c 400)"
+fi
+echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-1"
+
+# ---- S3: evacuation that must fail (file instance on node3) -----------------------------------
+N3=$NODECARE_GNT_NODE3_NAME
+log "S3 failing evacuation of $N3"
+echo '{"status":"evacuate","details":"e2e: must fail"}' >"$S/e2e/diag-3"
+if wait_status 180 "any(i.get('node')=='$N3' and i.get('repair-status')=='failed' for i in d)"; then
+  tags=$(node_json "$N3" | jq_py "print(' '.join(d['tags']))")
+  jobs_before=$(rapi GET /2/jobs | jq_py "print(len(d))")
+  sleep 8
+  jobs_after=$(rapi GET /2/jobs | jq_py "print(len(d))")
+  if [[ $tags == *repairfailed* && $jobs_before == "$jobs_after" ]]; then
+    pass "S3 failing evacuation: incident failed, repairfailed tag on $N3, no further jobs"
+  else
+    fail "S3 failing evacuation" "tags='$tags' jobs $jobs_before -> $jobs_after"
+  fi
+else
+  fail "S3 failing evacuation" "no failed incident for $N3 within 180 s: $(coord /1/status | head -c 400)"
+fi
+
+# ---- S4: stopped agent ------------------------------------------------------------------------
+log "S4 stopped agent on $N1"
+"$GNT/node-exec.sh" 1 --stop agent-1
+before=$(node_json "$N1" | jq_py "print(d['drained'], sorted(d['tags']))")
+unreachable=0
+for _ in $(seq 30); do
+  if coord /1/agents | jq_py "
+a = d if isinstance(d, list) else d.get('agents', [])
+sys.exit(0 if any(x.get('node', x.get('name')) == '$N1' and not x.get('reachable', True) for x in a) else 1)" 2>/dev/null; then
+    unreachable=1
+    break
+  fi
+  sleep 1
+done
+after=$(node_json "$N1" | jq_py "print(d['drained'], sorted(d['tags']))")
+if [[ $unreachable -eq 1 && $before == "$after" ]]; then
+  pass "S4 stopped agent: $N1 shown unreachable, node untouched"
+else
+  fail "S4 stopped agent" "unreachable=$unreachable before='$before' after='$after': $(coord /1/agents | head -c 300)"
+fi
+
+# ---- summary ---------------------------------------------------------------------------------
+echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"
+printf '%s\n' "${RESULTS[@]}"
+if [[ $FAILED -ne 0 ]]; then
+  echo "logs: $S/logs (bg-agent-*.log, bg-coordinator.log); rerun with --keep to inspect the cluster"
+  [[ $KEEP -eq 1 ]] || cp -r "$S/logs" "/tmp/nodecare-e2e-logs.$$" 2>/dev/null && echo "logs copied to /tmp/nodecare-e2e-logs.$$"
+  exit 1
+fi
+exit 0
