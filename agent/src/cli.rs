@@ -48,6 +48,16 @@ pub enum Command {
         #[arg(long)]
         min_sequence: Option<u64>,
     },
+    /// Run a whitelisted repair command by hand, in the daemon's sandbox and under its repair
+    /// lock, with a verdict JSON on its stdin; print the result. Exit 0 only if it succeeded.
+    Repair {
+        /// The repair command's name in the repair whitelist directory.
+        #[arg(long, value_name = "NAME")]
+        command: String,
+        /// File holding the verdict JSON given to the command on stdin (`-` for stdin).
+        #[arg(long, value_name = "FILE")]
+        input: PathBuf,
+    },
 }
 
 /// Every configuration option as a flag; `None` keeps the file's value.

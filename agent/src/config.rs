@@ -70,6 +70,20 @@ pub struct Config {
     pub signature_ttl_intervals: u32,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` overrides it.
     pub log: String,
+    /// Whitelist directory of repair commands.
+    pub repair_dir: PathBuf,
+    /// The node's repair lock file; `repair.lock` in the state directory when absent.
+    pub repair_lock: Option<PathBuf>,
+    /// Seconds a repair request waits for the repair lock before it is refused as busy.
+    pub repair_lock_timeout_secs: u64,
+    /// Milliseconds before a refused repair request is answered.
+    pub repair_invalid_request_delay_ms: u64,
+    /// Bytes of stdout, and of stderr, kept from a repair command.
+    pub repair_output_cap: usize,
+    /// Seconds a repair command may run, unless listed in `repair_command_timeouts_secs`.
+    pub repair_timeout_secs: u64,
+    /// Per-command time limits in seconds, by repair command name.
+    pub repair_command_timeouts_secs: std::collections::BTreeMap<String, u64>,
 }
 
 impl Default for Config {
@@ -88,6 +102,13 @@ impl Default for Config {
             max_concurrent_scripts: DEFAULT_MAX_CONCURRENT,
             signature_ttl_intervals: 3,
             log: "info".to_owned(),
+            repair_dir: PathBuf::from(nodecare_protocol::repair::DEFAULT_REPAIR_COMMANDS_DIR),
+            repair_lock: None,
+            repair_lock_timeout_secs: 8,
+            repair_invalid_request_delay_ms: 1500,
+            repair_output_cap: 64 * 1024,
+            repair_timeout_secs: 600,
+            repair_command_timeouts_secs: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -145,6 +166,26 @@ impl Config {
         {
             return invalid("node_name must not be empty".into());
         }
+        if self.repair_timeout_secs == 0
+            || self
+                .repair_command_timeouts_secs
+                .values()
+                .any(|secs| *secs == 0)
+        {
+            return invalid("repair timeouts must be at least 1 second".into());
+        }
+        if self.repair_output_cap == 0 {
+            return invalid("repair_output_cap must be at least 1".into());
+        }
+        if let Some(name) = self
+            .repair_command_timeouts_secs
+            .keys()
+            .find(|name| !is_valid_name(name))
+        {
+            return invalid(format!(
+                "repair_command_timeouts_secs: {name:?} must match ^[A-Za-z0-9_-]+$"
+            ));
+        }
         if tracing_subscriber::EnvFilter::try_new(&self.log).is_err() {
             return invalid(format!("log filter {:?} is not valid", self.log));
         }
@@ -176,6 +217,26 @@ impl Config {
             interval: self.diagnose_interval(),
             confirmations: self.diagnose_confirmations,
         }
+    }
+
+    /// The repair path's configuration for `node` (root:root whitelist).
+    pub fn repair(&self, node: &str) -> crate::repair::RepairConfig {
+        let mut repair = crate::repair::RepairConfig::new(node, &self.state_dir);
+        repair.commands_dir = self.repair_dir.clone();
+        if let Some(lock) = &self.repair_lock {
+            repair.lock_path = lock.clone();
+        }
+        repair.lock_timeout = Duration::from_secs(self.repair_lock_timeout_secs);
+        repair.invalid_request_delay = Duration::from_millis(self.repair_invalid_request_delay_ms);
+        repair.stdout_cap = self.repair_output_cap;
+        repair.stderr_cap = self.repair_output_cap;
+        repair.default_timeout = Duration::from_secs(self.repair_timeout_secs);
+        repair.command_timeouts = self
+            .repair_command_timeouts_secs
+            .iter()
+            .map(|(name, secs)| (name.clone(), Duration::from_secs(*secs)))
+            .collect();
+        repair
     }
 
     /// The node name: configured, or the host name.
@@ -219,6 +280,24 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.signature_ttl(), Duration::from_secs(40));
         assert_eq!(config.diagnose().only.as_deref(), Some("smart"));
+        let repair = Config::from_toml(
+            "repair_dir = \"/tmp/rep\"\nrepair_timeout_secs = 60\n\
+             [repair_command_timeouts_secs]\nrescan-scsi-host = 30\n",
+            Path::new("x"),
+        )
+        .unwrap();
+        repair.validate().unwrap();
+        let repair = repair.repair("node1");
+        assert_eq!(repair.commands_dir, Path::new("/tmp/rep"));
+        assert_eq!(
+            repair.timeout_of("rescan-scsi-host"),
+            Duration::from_secs(30)
+        );
+        assert_eq!(repair.timeout_of("other"), Duration::from_secs(60));
+        assert_eq!(
+            repair.lock_path,
+            Path::new(DEFAULT_STATE_DIR).join("repair.lock")
+        );
     }
 
     #[test]
@@ -232,6 +311,8 @@ mod tests {
             "diagnose_command = \"../x\"",
             "max_concurrent_scripts = 0",
             "node_name = \" \"",
+            "repair_timeout_secs = 0",
+            "[repair_command_timeouts_secs]\n\"a/b\" = 5",
         ] {
             let config = Config::from_toml(text, Path::new("a.toml")).unwrap();
             assert!(config.validate().is_err(), "{text}");

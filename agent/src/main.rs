@@ -32,6 +32,9 @@ fn main() -> ExitCode {
         Command::Verify { node, min_sequence } => {
             return verify(&config, node.as_deref(), min_sequence);
         }
+        Command::Repair { command, input } => {
+            runtime().and_then(|rt| rt.block_on(repair(&config, &command, &input)))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -39,6 +42,37 @@ fn main() -> ExitCode {
             eprintln!("nodecare-agent: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `nodecare-agent repair --command NAME --input FILE`.
+async fn repair(config: &Config, command: &str, input: &std::path::Path) -> anyhow::Result<()> {
+    let text = if input == std::path::Path::new("-") {
+        let mut text = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut text)
+            .context("cannot read the verdict from stdin")?;
+        text
+    } else {
+        std::fs::read(input).with_context(|| format!("cannot read {}", input.display()))?
+    };
+    let verdict: serde_json::Value = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not JSON", input.display()))?;
+    let operator = format!("uid={}", nix::unistd::getuid());
+    let repair = config.repair(&config.resolved_node_name());
+    let record =
+        nodecare_agent::repair::run_manually(&repair, command, &verdict, &operator).await?;
+    let mut text = serde_json::to_string_pretty(&record)?;
+    text.push('\n');
+    // A closed stdout (e.g. piped into `head`) must not hide the outcome.
+    let _ignored = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    if record.state.is_success() {
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "repair command {command} {}",
+            nodecare_agent::repair::state_name(record.state)
+        )
     }
 }
 
