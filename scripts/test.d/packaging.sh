@@ -43,8 +43,11 @@ version=$(cargo pkgid --locked -p nodecare-agent | sed 's/.*[#@]//')
 agent_port=1815
 
 # --- build ----------------------------------------------------------------------------------
+# NODECARE_PACKAGING_NO_BUILD=1 reuses an earlier release build (for reruns while developing).
 started=$SECONDS
-packaging/build-packages.sh --out "$out"
+build_args=(--out "$out")
+[ "${NODECARE_PACKAGING_NO_BUILD:-0}" = 1 ] && build_args+=(--no-build)
+packaging/build-packages.sh "${build_args[@]}"
 say "built the packages in $((SECONDS - started)) s"
 
 agent_deb=$out/nodecare-agent_${version}-1_amd64.deb
