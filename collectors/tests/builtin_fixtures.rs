@@ -359,3 +359,55 @@ async fn drbd_collector_flags_missing_module_when_minors_are_expected() {
     let error = drbd::Drbd::new(&config).collect().await.unwrap_err();
     assert!(error.to_string().contains("drbdsetup"), "{error}");
 }
+
+#[tokio::test]
+async fn cluster_configuration_gates_collectors() {
+    use nodecare_collectors::confd::CollectorConfig;
+    let temp = tempfile::tempdir().unwrap();
+    fake_proc(temp.path());
+    let collectors = [
+        (
+            "diskstats".to_owned(),
+            CollectorConfig {
+                active: false,
+                interval: Duration::from_secs(5),
+            },
+        ),
+        (
+            "cpu-avg-load".to_owned(),
+            CollectorConfig {
+                active: true,
+                interval: Duration::from_secs(3600),
+            },
+        ),
+    ];
+    let (sender, view) = ViewHandle::channel(ClusterView {
+        data_collectors: Some(collectors.into_iter().collect()),
+        ..ClusterView::default()
+    });
+    let config = BuiltinConfig {
+        proc_root: temp.path().to_owned(),
+        cluster: Some(view),
+        ..BuiltinConfig::default()
+    };
+    let mut registry = Registry::new();
+    builtin::register_all(&mut registry, &config);
+    let diskstats = registry.find("storage", "diskstats").unwrap();
+    let error = diskstats.collect().await.unwrap_err();
+    assert!(
+        error.to_string().contains("disabled by the cluster"),
+        "{error}"
+    );
+    // A long cluster interval reuses the last result, even when the source changes.
+    let cpu = registry.find("default", "cpu-avg-load").unwrap();
+    let first = cpu.collect().await.unwrap();
+    std::fs::write(
+        temp.path().join("stat"),
+        "cpu 999999 0 0 0\ncpu0 999999 0 0 0\n",
+    )
+    .unwrap();
+    assert_eq!(cpu.collect().await.unwrap(), first);
+    // Re-enabling takes effect on the next run.
+    sender.send_replace(Arc::new(ClusterView::default()));
+    assert!(diskstats.collect().await.is_ok());
+}

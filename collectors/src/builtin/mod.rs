@@ -25,11 +25,11 @@ pub mod systool;
 pub mod xen;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::confd::ViewHandle;
-use crate::{CollectError, Registry};
+use crate::{CollectError, Collector, Registry};
 
 /// A parse failure that names the line (1-based) and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -143,21 +143,88 @@ impl BuiltinConfig {
 }
 
 /// Registers every built-in collector that applies on this node, in mond's list order (the
-/// Xen ones only where `xl` exists).
+/// Xen ones only where `xl` exists). On a Ganeti node (`config.cluster` set) each one follows
+/// the cluster's data collector configuration (see [`ClusterGated`]).
 pub fn register_all(registry: &mut Registry, config: &BuiltinConfig) {
     let xen = config.has_xen();
-    registry.register(Arc::new(cpu::CpuAvgLoad::new(config)));
+    let mut collectors: Vec<Arc<dyn Collector>> = vec![Arc::new(cpu::CpuAvgLoad::new(config))];
     if xen {
-        registry.register(Arc::new(xen::XenCpuAvgLoad::new(config)));
+        collectors.push(Arc::new(xen::XenCpuAvgLoad::new(config)));
     }
-    registry.register(Arc::new(kvm::KvmInstRss::new(config)));
-    registry.register(Arc::new(diskstats::Diskstats::new(config)));
-    registry.register(Arc::new(drbd::Drbd::new(config)));
+    collectors.push(Arc::new(kvm::KvmInstRss::new(config)));
+    collectors.push(Arc::new(diskstats::Diskstats::new(config)));
+    collectors.push(Arc::new(drbd::Drbd::new(config)));
     if xen {
-        registry.register(Arc::new(xen::InstStatusXen::new(config)));
+        collectors.push(Arc::new(xen::InstStatusXen::new(config)));
     }
-    registry.register(Arc::new(kvm::InstStatusKvm::new(config)));
-    registry.register(Arc::new(lv::Lv::new(config)));
+    collectors.push(Arc::new(kvm::InstStatusKvm::new(config)));
+    collectors.push(Arc::new(lv::Lv::new(config)));
+    for collector in collectors {
+        match &config.cluster {
+            Some(view) => registry.register(Arc::new(ClusterGated::new(collector, view.clone()))),
+            None => registry.register(collector),
+        }
+    }
+}
+
+/// Applies the cluster's data collector configuration (`gnt-cluster modify
+/// --enabled-data-collectors` / `--data-collector-interval`, read from confd in the background)
+/// to a collector: a disabled collector does not run and reports why; a cluster interval
+/// longer than the scheduler's reuses the last result until it is due. Collectors the cluster
+/// does not know, or an unreachable confd, leave the collector running on its own schedule.
+#[derive(Debug)]
+pub struct ClusterGated {
+    inner: Arc<dyn Collector>,
+    view: ViewHandle,
+    last: Mutex<Option<(Instant, serde_json::Value)>>,
+}
+
+impl ClusterGated {
+    /// Gates `inner` by the cluster view.
+    pub fn new(inner: Arc<dyn Collector>, view: ViewHandle) -> Self {
+        Self {
+            inner,
+            view,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// Whether the cluster currently enables this collector.
+    pub fn is_active(&self) -> bool {
+        self.view.current().is_active(&self.inner.spec().name)
+    }
+}
+
+impl Collector for ClusterGated {
+    fn spec(&self) -> &crate::CollectorSpec {
+        self.inner.spec()
+    }
+
+    fn collect(&self) -> crate::CollectFuture<'_> {
+        Box::pin(async move {
+            let name = &self.inner.spec().name;
+            let config = self.view.current().collector_config(name);
+            if let Some(config) = config {
+                if !config.active {
+                    return Err(CollectError::NotApplicable(
+                        "disabled by the cluster (gnt-cluster modify --enabled-data-collectors)"
+                            .to_owned(),
+                    ));
+                }
+                if let Ok(last) = self.last.lock()
+                    && let Some((at, value)) = last.as_ref()
+                    && at.elapsed() < config.interval
+                {
+                    return Ok(value.clone());
+                }
+            }
+            let value = self.inner.collect().await?;
+            if let Ok(mut last) = self.last.lock() {
+                *last = Some((Instant::now(), value.clone()));
+            }
+            Ok(value)
+        })
+    }
 }
 
 /// Reads a whole file as text, as a collector error on failure.
