@@ -181,28 +181,43 @@ impl<'c> Conf<'c> {
         &self.cluster.instances[i]
     }
 
+    /// Room left on `n` after adding instance `i` as a primary, as
+    /// `(free disk, free memory, free spindles)`; `None` when memory, local
+    /// disk or exclusive spindles run out (htools' forced checks).
+    pub(crate) fn pri_room(&self, n: &SimNode, i: usize) -> Option<(i64, i64, i64)> {
+        let inst = self.inst(i);
+        if inst.forthcoming {
+            return Some((n.f_dsk, n.free_mem(), n.f_spindles));
+        }
+        let mem = if inst.status.uses_memory() {
+            inst.mem
+        } else {
+            0
+        };
+        let local = inst.template.uses_local_storage();
+        let f_dsk = if local { n.f_dsk - inst.dsk } else { n.f_dsk };
+        let f_sp = new_free_spindles(n, inst, true);
+        let free_mem = n.free_mem() - mem;
+        if free_mem <= 0 || (local && f_dsk <= 0) || (local && n.excl_stor && f_sp < 0) {
+            return None;
+        }
+        Some((f_dsk, free_mem, f_sp))
+    }
+
     /// Forced primary addition: `None` when memory, local disk or exclusive
     /// spindles run out.
     pub(crate) fn add_pri(&self, n: &SimNode, i: usize) -> Option<SimNode> {
+        let (f_dsk, _, f_sp) = self.pri_room(n, i)?;
         let inst = self.inst(i);
-        if inst.forthcoming {
-            return Some(n.clone());
-        }
         let mut out = n.clone();
+        if inst.forthcoming {
+            return Some(out);
+        }
         if inst.status.uses_memory() {
             out.i_mem += inst.mem;
         }
-        let local = inst.template.uses_local_storage();
-        if local {
-            out.f_dsk -= inst.dsk;
-        }
-        out.f_spindles = new_free_spindles(n, inst, true);
-        if out.free_mem() <= 0
-            || (local && out.f_dsk <= 0)
-            || (local && n.excl_stor && out.f_spindles < 0)
-        {
-            return None;
-        }
+        out.f_dsk = f_dsk;
+        out.f_spindles = f_sp;
         out.p_list.insert(0, i as u32);
         Some(out)
     }
@@ -226,21 +241,33 @@ impl<'c> Conf<'c> {
         out
     }
 
-    /// Forced secondary addition (disk and exclusive spindles only).
-    pub(crate) fn add_sec(&self, n: &SimNode, i: usize) -> Option<SimNode> {
+    /// Room left on `n` after adding instance `i` as a secondary, as
+    /// `(free disk, free memory, free spindles)`; `None` when it does not fit.
+    pub(crate) fn sec_room(&self, n: &SimNode, i: usize) -> Option<(i64, i64, i64)> {
         let inst = self.inst(i);
         if !inst.template.has_secondary() {
             return None;
         }
         if inst.forthcoming {
-            return Some(n.clone());
+            return Some((n.f_dsk, n.free_mem(), n.f_spindles));
         }
-        let mut out = n.clone();
-        out.f_dsk -= inst.dsk;
-        out.f_spindles = new_free_spindles(n, inst, true);
-        if out.f_dsk <= 0 || (n.excl_stor && out.f_spindles < 0) {
+        let f_dsk = n.f_dsk - inst.dsk;
+        let f_sp = new_free_spindles(n, inst, true);
+        if f_dsk <= 0 || (n.excl_stor && f_sp < 0) {
             return None;
         }
+        Some((f_dsk, n.free_mem(), f_sp))
+    }
+
+    /// Forced secondary addition (disk and exclusive spindles only).
+    pub(crate) fn add_sec(&self, n: &SimNode, i: usize) -> Option<SimNode> {
+        let (f_dsk, _, f_sp) = self.sec_room(n, i)?;
+        let mut out = n.clone();
+        if self.inst(i).forthcoming {
+            return Some(out);
+        }
+        out.f_dsk = f_dsk;
+        out.f_spindles = f_sp;
         out.s_list.insert(0, i as u32);
         Some(out)
     }

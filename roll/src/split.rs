@@ -277,12 +277,12 @@ fn ranked_targets(
         })
         .filter_map(|t| {
             let n = &conf.nodes[t];
-            let after = if secondary {
-                conf.add_sec(n, inst)
+            let (f_dsk, free_mem, _) = if secondary {
+                conf.sec_room(n, inst)
             } else {
-                conf.add_pri(n, inst)
+                conf.pri_room(n, inst)
             }?;
-            Some((after.f_dsk, after.free_mem(), t))
+            Some((f_dsk, free_mem, t))
         })
         .collect();
     let local = conf.cluster.instances[inst].template.uses_local_storage();
