@@ -150,6 +150,7 @@ pub async fn route(state: Arc<HttpState>, request: Request<Incoming>) -> HttpRes
         (true, "/") => json(StatusCode::OK, Bytes::from_static(b"[1]")),
         (true, "/1" | "/1/") => json(StatusCode::OK, Bytes::from_static(b"null")),
         (true, "/healthz") => health(&state),
+        (true, "/metrics") => crate::metrics::response(&state),
         (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache),
         // mond accepts trailing segments here too.
         (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {

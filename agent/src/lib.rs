@@ -279,7 +279,11 @@ pub async fn serve_with(
 
 /// Starts the agent with its default collectors on `listener`.
 pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent, AgentError> {
-    let collectors = collectors(&config, Registry::new())?;
+    let mut builtin = Registry::new();
+    let node = config.resolved_node_name();
+    let builtin_config = nodecare_collectors::builtin::BuiltinConfig::for_node(&node, &config.hmac_key);
+    nodecare_collectors::builtin::register_all(&mut builtin, &builtin_config);
+    let collectors = collectors(&config, builtin)?;
     serve_with(config, collectors, listener).await
 }
 

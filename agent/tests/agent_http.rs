@@ -335,9 +335,18 @@ async fn mond_endpoints_errors_head_and_methods() {
     assert_eq!(root.headers["content-type"], "application/json");
     assert_eq!(get(address, "/1").await.body, b"null");
     assert_eq!(get(address, "/1/").await.body, b"null");
+    // The built-in collectors in mond's order, the diagnose collector last.
     assert_eq!(
         get(address, "/1/list/collectors").await.json(),
-        serde_json::json!([["diagnose", "node", 1]])
+        serde_json::json!([
+            ["cpu-avg-load", "default", 0],
+            ["kvm-inst-rss", "default", 0],
+            ["diskstats", "storage", 0],
+            ["drbd", "storage", 1],
+            ["inst-status-kvm", "instance", 1],
+            ["lv", "storage", 0],
+            ["diagnose", "node", 1]
+        ])
     );
     assert_eq!(get(address, "/1/list/collectors/extra").await.status, 200);
     for (path, body) in [

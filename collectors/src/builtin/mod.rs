@@ -111,6 +111,32 @@ impl Default for BuiltinConfig {
 }
 
 impl BuiltinConfig {
+    /// The defaults for this machine. On a Ganeti node (ssconf lists master candidates and the
+    /// cluster key is readable) it also starts the background confd refresher, so collectors
+    /// learn the cluster's collector configuration, this node's instances and DRBD minors.
+    /// Must be called inside a Tokio runtime.
+    pub fn for_node(node_name: &str, hmac_key: &Path) -> Self {
+        let mut config = Self::default();
+        let ssconf = Path::new("/var/lib/ganeti");
+        let servers =
+            crate::confd::ConfdClient::servers_from_ssconf(ssconf, crate::confd::DEFAULT_PORT);
+        let key = crate::confd::ConfdKey::from_file(hmac_key);
+        match (servers, key) {
+            (Ok(servers), Ok(key)) => {
+                let client = crate::confd::ConfdClient::new(key, servers, Duration::from_secs(5));
+                config.cluster = Some(crate::confd::spawn_refresher(
+                    client,
+                    node_name.to_owned(),
+                    Duration::from_secs(15),
+                ));
+            }
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::info!(%error, "no confd: built-in collectors use their own configuration");
+            }
+        }
+        config
+    }
+
     /// The limits for one tool run.
     pub fn tool_limits(&self) -> systool::ToolLimits {
         systool::ToolLimits {
