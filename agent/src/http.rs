@@ -31,6 +31,8 @@ pub struct HttpState {
     pub started: Instant,
     /// The node name the agent signs for.
     pub node: String,
+    /// The repair endpoint (`/1/repair`); `None` when it could not start (no HMAC key).
+    pub repair: Option<Arc<crate::repair::RepairService>>,
 }
 
 /// The response type of every handler.
@@ -142,7 +144,20 @@ fn health(state: &HttpState) -> HttpResponse {
 }
 
 /// Routes one request. HEAD is answered as GET; hyper leaves out the body.
-pub async fn route(state: Arc<HttpState>, request: Request<Incoming>) -> HttpResponse {
+pub async fn route(
+    state: Arc<HttpState>,
+    request: Request<Incoming>,
+    peer: std::net::SocketAddr,
+) -> HttpResponse {
+    if crate::repair::http::is_repair_path(request.uri().path()) {
+        return match &state.repair {
+            Some(repair) => repair.handle_http(request, peer).await,
+            None => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "repairs are unavailable on this node (no cluster HMAC key)",
+            ),
+        };
+    }
     let path = request.uri().path();
     let method = request.method();
     let readable = method == Method::GET || method == Method::HEAD;

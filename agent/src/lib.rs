@@ -170,7 +170,9 @@ pub async fn serve_with(
         );
     }
     if let Some(error) = key_problem {
-        cache.store_signed(cache::CachedSigned::Unavailable(format!("no HMAC key: {error}")));
+        cache.store_signed(cache::CachedSigned::Unavailable(format!(
+            "no HMAC key: {error}"
+        )));
     }
     // Serve the verdict from before the restart, marked stale, until the first fresh run.
     if let Some(run) = &restored
@@ -223,10 +225,12 @@ pub async fn serve_with(
         ));
     }
 
+    let repair = repair::open_with_key_file(config.repair(&node), &config.hmac_key);
     let http_state = Arc::new(HttpState {
         cache: Arc::clone(&cache),
         started: now,
         node,
+        repair,
     });
     let mut accept_shutdown = shutdown_rx.clone();
     tasks.spawn(async move {
@@ -238,7 +242,7 @@ pub async fn serve_with(
                 // Reap finished connection tasks as we go.
                 Some(_) = connections.join_next(), if !connections.is_empty() => continue,
             };
-            let (stream, _peer) = match accepted {
+            let (stream, peer) = match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
                     // E.g. EMFILE: back off instead of spinning.
@@ -254,7 +258,9 @@ pub async fn serve_with(
             connections.spawn(async move {
                 let service = service_fn(move |request| {
                     let state = Arc::clone(&state);
-                    async move { Ok::<_, std::convert::Infallible>(http::route(state, request).await) }
+                    async move {
+                        Ok::<_, std::convert::Infallible>(http::route(state, request, peer).await)
+                    }
                 });
                 let connection = http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -281,7 +287,8 @@ pub async fn serve_with(
 pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent, AgentError> {
     let mut builtin = Registry::new();
     let node = config.resolved_node_name();
-    let builtin_config = nodecare_collectors::builtin::BuiltinConfig::for_node(&node, &config.hmac_key);
+    let builtin_config =
+        nodecare_collectors::builtin::BuiltinConfig::for_node(&node, &config.hmac_key);
     nodecare_collectors::builtin::register_all(&mut builtin, &builtin_config);
     let collectors = collectors(&config, builtin)?;
     serve_with(config, collectors, listener).await

@@ -472,3 +472,44 @@ fn request_type_is_what_the_coordinator_signs() {
     keys.sort();
     assert_eq!(keys, ["command", "incident_id", "input", "node", "nonce"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_serves_the_repair_endpoint() {
+    let fixture = Fixture::new();
+    fixture.counting_command("fix", 0);
+    let key = fixture.root.path().join("hmac.key");
+    std::fs::write(&key, KEY).unwrap();
+    let diagnose = fixture.root.path().join("diagnose");
+    std::fs::create_dir(&diagnose).unwrap();
+    let mut config = nodecare_agent::config::Config::default();
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.node_name = Some(NODE.into());
+    config.hmac_key = key;
+    config.state_dir = fixture.state.clone();
+    config.diagnose_dir = diagnose;
+    config.repair_dir = fixture.commands.clone();
+    config.repair_invalid_request_delay_ms = 100;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config, listener).await.unwrap();
+    let addr = agent.local_addr();
+    let reply = post_bytes(addr, b"garbage").await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(reply.body["reason"], "malformed");
+    let id = incident(50);
+    let reply = post(addr, &sign(request(&id, "fix"))).await;
+    // The agent demands a root:root whitelist: as root the command runs, otherwise it is refused.
+    if nix::unistd::geteuid().is_root() {
+        assert_eq!(reply.status, 202, "{reply:?}");
+        assert_eq!(wait_final(addr, &id).await["state"], "succeeded");
+        assert_eq!(fixture.runs_of("fix"), 1);
+    } else {
+        assert_eq!(reply.body["reason"], "not-whitelisted", "{reply:?}");
+        assert_eq!(get(addr, &id).await.status, 404);
+    }
+    assert_eq!(get(addr, &incident(51)).await.status, 404);
+    assert!(
+        fixture.state.join("repair-audit.jsonl").exists(),
+        "the audit log is in the state directory"
+    );
+    agent.shutdown().await;
+}

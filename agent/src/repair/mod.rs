@@ -788,6 +788,25 @@ impl RepairService {
     }
 }
 
+/// Starts the repair service for the agent with the cluster key at `key_path`, or logs why it
+/// cannot (then the endpoint answers 503 and nothing can run).
+pub fn open_with_key_file(config: RepairConfig, key_path: &Path) -> Option<Arc<RepairService>> {
+    let key = match nodecare_protocol::sign::HmacKey::from_file(key_path) {
+        Ok(key) => key,
+        Err(error) => {
+            tracing::error!(%error, "repairs are unavailable");
+            return None;
+        }
+    };
+    match RepairService::open(config, KeyRing::single(key)) {
+        Ok(service) => Some(service),
+        Err(error) => {
+            tracing::error!(%error, "repairs are unavailable");
+            None
+        }
+    }
+}
+
 /// The kebab-case name of a state.
 pub fn state_name(state: RepairState) -> String {
     serde_json::to_value(state)
