@@ -694,6 +694,63 @@ pub fn render(input: &MetricsInput) -> String {
     families.render()
 }
 
+/// Builds the input from the report cache: every collector's report and age, the diagnose
+/// verdict (its age, staleness after `stale_after`) and each script's verdict status.
+/// Script durations, exit statuses and signing counters are added by callers that track them.
+pub fn input_from_cache(cache: &crate::cache::ReportCache, stale_after: Duration) -> MetricsInput {
+    let snapshot = cache.snapshot();
+    let mut input = MetricsInput::default();
+    for cached in snapshot.reports.iter().flatten() {
+        let Ok(report) = serde_json::from_slice::<Report>(&cached.body) else {
+            continue;
+        };
+        let age = cached.collected.elapsed();
+        if report.name == "diagnose" {
+            if let Some(status) = report.data.get("status").and_then(Value::as_str) {
+                input.verdict = Some(VerdictMetrics {
+                    status: status.to_owned(),
+                    age,
+                    stale_after,
+                });
+            }
+            for (script, verdict) in report
+                .data
+                .get("details")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+            {
+                input.scripts.push(ScriptMetrics {
+                    name: script.clone(),
+                    duration: None,
+                    exit: ScriptExit::NotStarted,
+                    last_success_unix: None,
+                    status: verdict
+                        .get("status")
+                        .and_then(Value::as_str)
+                        .unwrap_or("unknown")
+                        .to_owned(),
+                });
+            }
+        }
+        input.reports.push(ReportMetrics { report, age });
+    }
+    input
+}
+
+/// The `/metrics` response.
+pub fn response(state: &crate::http::HttpState) -> crate::http::HttpResponse {
+    let stale_after = nodecare_collectors::diagnose::DEFAULT_DIAGNOSE_INTERVAL * 3;
+    let body = render(&input_from_cache(&state.cache, stale_after));
+    let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
+    if let Ok(value) = hyper::header::HeaderValue::from_str(CONTENT_TYPE) {
+        response
+            .headers_mut()
+            .insert(hyper::header::CONTENT_TYPE, value);
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -864,43 +921,4 @@ mod tests {
         escape_label(&mut escaped, "a\\b\"c\nd");
         assert_eq!(escaped, "a\\\\b\\\"c\\nd");
     }
-}
-
-/// Builds the input from the report cache: every collector's report and age, the diagnose
-/// verdict (its age, staleness after `stale_after`) and each script's verdict status.
-/// Script durations, exit statuses and signing counters are added by callers that track them.
-pub fn input_from_cache(cache: &crate::cache::ReportCache, stale_after: Duration) -> MetricsInput {
-    let snapshot = cache.snapshot();
-    let mut input = MetricsInput::default();
-    for cached in snapshot.reports.iter().flatten() {
-        let Ok(report) = serde_json::from_slice::<Report>(&cached.body) else { continue };
-        let age = cached.collected.elapsed();
-        if report.name == "diagnose" {
-            if let Some(status) = report.data.get("status").and_then(Value::as_str) {
-                input.verdict = Some(VerdictMetrics { status: status.to_owned(), age, stale_after });
-            }
-            for (script, verdict) in report.data.get("details").and_then(Value::as_object).into_iter().flatten() {
-                input.scripts.push(ScriptMetrics {
-                    name: script.clone(),
-                    duration: None,
-                    exit: ScriptExit::NotStarted,
-                    last_success_unix: None,
-                    status: verdict.get("status").and_then(Value::as_str).unwrap_or("unknown").to_owned(),
-                });
-            }
-        }
-        input.reports.push(ReportMetrics { report, age });
-    }
-    input
-}
-
-/// The `/metrics` response.
-pub fn response(state: &crate::http::HttpState) -> crate::http::HttpResponse {
-    let stale_after = nodecare_collectors::diagnose::DEFAULT_DIAGNOSE_INTERVAL * 3;
-    let body = render(&input_from_cache(&state.cache, stale_after));
-    let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
-    if let Ok(value) = hyper::header::HeaderValue::from_str(CONTENT_TYPE) {
-        response.headers_mut().insert(hyper::header::CONTENT_TYPE, value);
-    }
-    response
 }
