@@ -481,14 +481,16 @@ async fn the_agent_serves_the_repair_endpoint() {
     std::fs::write(&key, KEY).unwrap();
     let diagnose = fixture.root.path().join("diagnose");
     std::fs::create_dir(&diagnose).unwrap();
-    let mut config = nodecare_agent::config::Config::default();
-    config.listen = "127.0.0.1:0".parse().unwrap();
-    config.node_name = Some(NODE.into());
-    config.hmac_key = key;
-    config.state_dir = fixture.state.clone();
-    config.diagnose_dir = diagnose;
-    config.repair_dir = fixture.commands.clone();
-    config.repair_invalid_request_delay_ms = 100;
+    let config = nodecare_agent::config::Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        node_name: Some(NODE.into()),
+        hmac_key: key,
+        state_dir: fixture.state.clone(),
+        diagnose_dir: diagnose,
+        repair_dir: fixture.commands.clone(),
+        repair_invalid_request_delay_ms: 100,
+        ..Default::default()
+    };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let agent = nodecare_agent::serve(config, listener).await.unwrap();
     let addr = agent.local_addr();
