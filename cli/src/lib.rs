@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod roll;
 mod roll_http;
+mod status;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -19,10 +20,16 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once per run: the size of the biggest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Plan rolling reboots (hroller-compatible options and output).
     Roll(roll::RollArgs),
+    /// Show the coordinator's incidents, agents and jobs.
+    Status(status::StatusArgs),
+    /// Cancel an incident: no more actions; forgotten once no longer observed.
+    Cancel(status::CancelArgs),
 }
 
 /// Parses the process's arguments and runs the subcommand.
@@ -30,6 +37,8 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Roll(args) => roll::run(args),
+        Command::Status(args) => status::run_status(args),
+        Command::Cancel(args) => status::run_cancel(args),
     }
 }
 

@@ -11,6 +11,7 @@
 //! - [`reconcile`]: the round, an idempotent reconciler.
 //! - [`http`]: the status API; [`daemon`] ties it all together; [`config`]: the configuration.
 
+pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod ganeti;

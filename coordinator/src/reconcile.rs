@@ -8,7 +8,8 @@
 //!    looked up in Ganeti's job list by their reason; found ones are adopted, the others were
 //!    never submitted and are dropped (and planned again below, under the same key).
 //! 3. Submitted jobs are polled; a failed job fails its incident, a job running longer than
-//!    `job_timeout` too.
+//!    `job_timeout` too. Only then are nodes and instances read, so the snapshot is never older
+//!    than the job results it is combined with.
 //! 4. Every online node's agent is read; verified verdicts create incidents or (un)observe them;
 //!    unreachable or unverifiable agents change nothing.
 //! 5. Tags of finalized incidents are checked (removal acknowledges).
@@ -243,12 +244,14 @@ impl Reconciler {
 
     async fn round_inner(&mut self, summary: &mut RoundSummary) -> Result<(), RoundError> {
         self.check_master().await?;
-        let nodes = self.ganeti.nodes().await?;
-        let instances = self.ganeti.instances().await?;
-        let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
+        let guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.adopt_or_drop_planned().await?;
         self.poll_jobs().await?;
-        drop(_guard);
+        drop(guard);
+        // Read the cluster only after the jobs: a snapshot older than a job's "success" would
+        // still show the instance where it was, and the move would be planned again.
+        let nodes = self.ganeti.nodes().await?;
+        let instances = self.ganeti.instances().await?;
         self.observe(&nodes, summary).await?;
         let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.check_tags(&nodes)?;

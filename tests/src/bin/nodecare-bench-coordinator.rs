@@ -1,0 +1,119 @@
+//! Benchmark of one coordinator round over many agents on loopback.
+//!
+//! `serve-agents N FILE`: serve N fake agents (one listener each, canned signed reports) and
+//! write their `node url` lines to FILE, then wait to be killed.
+//! `round FILE [ROUNDS]`: run the coordinator (simulated Ganeti with those nodes) for ROUNDS
+//! rounds over them; print each round's duration and the process's peak RSS.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use nodecare_coordinator::config::{AgentsConfig, Config, RapiSection};
+use nodecare_coordinator::daemon::Coordinator;
+use nodecare_coordinator::ganeti::Ganeti;
+use nodecare_coordinator::simulation::Simulation;
+use nodecare_coordinator::simulation::model::SimConfig;
+use nodecare_tests::fake_agent::FakeAgents;
+use nodecare_tests::harness::{DOMAIN, node, test_key};
+
+fn peak_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmHWM:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+async fn serve_agents(count: usize, file: &str) -> anyhow::Result<()> {
+    let key = test_key();
+    let mut agents = FakeAgents::default();
+    let mut lines = String::new();
+    for i in 1..=count {
+        let agent = agents.start(&node(i), &key, "127.0.0.1:0".parse()?).await?;
+        agent.freeze(Duration::from_secs(3600));
+        lines.push_str(&format!("{} {}\n", node(i), agent.url()));
+    }
+    let partial = format!("{file}.partial");
+    std::fs::write(&partial, lines)?;
+    std::fs::rename(&partial, file)?;
+    eprintln!("serving {count} fake agents");
+    std::future::pending::<()>().await;
+    Ok(())
+}
+
+async fn rounds(file: &str, rounds: usize) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    let overrides: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
+        .collect();
+    let count = overrides.len();
+    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
+        .map_err(anyhow::Error::msg)?;
+    let state = tempfile::tempdir()?;
+    let config = Config {
+        node_name: Some(node(1)),
+        state_dir: state.path().to_path_buf(),
+        agents: AgentsConfig {
+            overrides,
+            ..AgentsConfig::default()
+        },
+        rapi: RapiSection {
+            url: "http://127.0.0.1:1".into(),
+            allow_plain_http: true,
+            ..RapiSection::default()
+        },
+        ..Config::default()
+    };
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim);
+    let mut coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
+    let rss_before = peak_rss_kib();
+    for round in 1..=rounds {
+        let started = Instant::now();
+        let summary = coordinator.round().await?;
+        let elapsed = started.elapsed();
+        if summary.agents != count || summary.agents_failed != 0 {
+            bail!(
+                "round {round}: {} agents read, {} failed",
+                summary.agents,
+                summary.agents_failed
+            );
+        }
+        println!(
+            "agents={count} round={round} seconds={:.3} peak_rss_mib={:.1}",
+            elapsed.as_secs_f64(),
+            peak_rss_kib() as f64 / 1024.0
+        );
+    }
+    println!(
+        "agents={count} peak_rss_mib_before_first_round={:.1}",
+        rss_before as f64 / 1024.0
+    );
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    // The coordinator's own runtime shape: two worker threads (the machine has two cores).
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match args.get(1).map(String::as_str) {
+        Some("serve-agents") => {
+            let count: usize = args.get(2).context("count")?.parse()?;
+            runtime.block_on(serve_agents(count, args.get(3).context("file")?))
+        }
+        Some("round") => {
+            let n: usize = args.get(3).map_or(Ok(3), |s| s.parse())?;
+            runtime.block_on(rounds(args.get(2).context("file")?, n))
+        }
+        _ => bail!("usage: nodecare-bench-coordinator serve-agents N FILE | round FILE [ROUNDS]"),
+    }
+}

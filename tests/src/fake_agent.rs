@@ -1,0 +1,319 @@
+//! Fake nodecare agents: each serves a signed diagnose report whose verdict a test sets, and a
+//! repair endpoint whose outcome a test sets. Many fake agents can run in one process, each on
+//! its own listener.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use nodecare_protocol::repair::{RepairRecord, RepairState, open_repair_request};
+use nodecare_protocol::{
+    HmacKey, KeyRing, MergedVerdict, ScriptVerdict, SignedEnvelope, Signer, VerifyPolicy,
+};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// Current Unix ms.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A merged verdict of one script `disk` with the given status, details and command.
+pub fn verdict(status: &str, details: Value, command: Option<&str>) -> MergedVerdict {
+    let mut script = json!({"status": status, "details": details});
+    if let Some(command) = command {
+        script["command"] = json!(command);
+    }
+    let parsed = ScriptVerdict::from_value(&script)
+        .unwrap_or_else(|e| ScriptVerdict::unknown(e.to_string()));
+    MergedVerdict::merge([("disk".to_owned(), parsed)].into_iter().collect()).unwrap_or_else(|_| {
+        MergedVerdict::merge(BTreeMap::new()).unwrap_or_else(|_| unreachable!())
+    })
+}
+
+/// How the fake agent answers repair requests.
+#[derive(Debug, Clone, Copy)]
+pub struct RepairBehaviour {
+    /// Exit code of the simulated command.
+    pub exit_code: i32,
+    /// How long it "runs".
+    pub duration: Duration,
+}
+
+#[derive(Debug)]
+struct Run {
+    record: RepairRecord,
+    started: Instant,
+}
+
+#[derive(Debug)]
+struct AgentState {
+    node: String,
+    signer: Signer,
+    ring: KeyRing,
+    verdict: Mutex<MergedVerdict>,
+    sequence: Mutex<u64>,
+    /// Canned body (benchmarks): when set, served as is.
+    canned: Mutex<Option<Bytes>>,
+    repair: Mutex<RepairBehaviour>,
+    runs: Mutex<BTreeMap<String, Run>>,
+    requests: Mutex<u64>,
+    down: Mutex<bool>,
+}
+
+/// One fake agent.
+#[derive(Debug, Clone)]
+pub struct FakeAgent {
+    state: Arc<AgentState>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl FakeAgent {
+    /// Sets the verdict served from now on.
+    pub fn set_verdict(&self, verdict: MergedVerdict) {
+        if let Ok(mut v) = self.state.verdict.lock() {
+            *v = verdict;
+        }
+    }
+
+    /// Makes the agent answer 503 (true) or normally (false).
+    pub fn set_down(&self, down: bool) {
+        if let Ok(mut d) = self.state.down.lock() {
+            *d = down;
+        }
+    }
+
+    /// Sets how repairs behave.
+    pub fn set_repair(&self, behaviour: RepairBehaviour) {
+        if let Ok(mut r) = self.state.repair.lock() {
+            *r = behaviour;
+        }
+    }
+
+    /// Incidents for which a repair was requested.
+    pub fn repairs(&self) -> Vec<String> {
+        self.state
+            .runs
+            .lock()
+            .map(|r| r.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Report requests served.
+    pub fn requests(&self) -> u64 {
+        self.state.requests.lock().map(|r| *r).unwrap_or(0)
+    }
+
+    /// Base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Pre-signs one report (valid for `ttl`) and serves it for every request (benchmarks).
+    pub fn freeze(&self, ttl: Duration) {
+        let verdict = self.state.verdict.lock().map(|v| v.clone()).ok();
+        if let Some(verdict) = verdict
+            && let Ok(body) = sign_report(&self.state, &verdict, ttl)
+            && let Ok(mut canned) = self.state.canned.lock()
+        {
+            *canned = Some(Bytes::from(body));
+        }
+    }
+}
+
+fn sign_report(
+    state: &AgentState,
+    verdict: &MergedVerdict,
+    ttl: Duration,
+) -> Result<Vec<u8>, String> {
+    let sequence = {
+        let mut s = state.sequence.lock().map_err(|e| e.to_string())?;
+        *s += 1;
+        *s
+    };
+    let now = now_ms();
+    let payload = json!({
+        "verdict": verdict,
+        "collected_at": now,
+        "age_ms": 0,
+        "stale": false,
+        "interval_ms": 1000,
+    });
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let envelope = state
+        .signer
+        .sign(payload, sequence, now, ttl_ms)
+        .map_err(|e| e.to_string())?;
+    serde_json::to_vec(&envelope).map_err(|e| e.to_string())
+}
+
+async fn report(State(state): State<Arc<AgentState>>) -> Response {
+    if let Ok(mut r) = state.requests.lock() {
+        *r += 1;
+    }
+    if state.down.lock().map(|d| *d).unwrap_or(false) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    if let Some(body) = state.canned.lock().ok().and_then(|c| c.clone()) {
+        return ([("content-type", "application/json")], body).into_response();
+    }
+    let verdict = match state.verdict.lock() {
+        Ok(v) => v.clone(),
+        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    };
+    match sign_report(&state, &verdict, Duration::from_secs(60)) {
+        Ok(body) => ([("content-type", "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
+    }
+}
+
+fn current(run: &mut Run, behaviour: RepairBehaviour) -> RepairRecord {
+    if run.record.state == RepairState::Running && run.started.elapsed() >= behaviour.duration {
+        run.record.state = if behaviour.exit_code == 0 {
+            RepairState::Succeeded
+        } else {
+            RepairState::Failed
+        };
+        run.record.exit_code = Some(behaviour.exit_code);
+        run.record.finished_at = Some(now_ms());
+    }
+    run.record.clone()
+}
+
+async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
+    let envelope: SignedEnvelope = match serde_json::from_slice(&body) {
+        Ok(e) => e,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    let request = match open_repair_request(
+        &state.ring,
+        &envelope,
+        now_ms(),
+        VerifyPolicy::default(),
+        &state.node,
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                    StatusCode::UNAUTHORIZED,
+                    axum::Json(json!({"state": "refused", "reason": "bad-signature", "message": e.to_string()})),
+                )
+                    .into_response();
+        }
+    };
+    let behaviour = state.repair.lock().map(|r| *r).unwrap_or(RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::ZERO,
+    });
+    let Ok(mut runs) = state.runs.lock() else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let run = runs
+        .entry(request.incident_id.clone())
+        .or_insert_with(|| Run {
+            record: RepairRecord::running(&request, now_ms()).unwrap_or_else(|_| unreachable!()),
+            started: Instant::now(),
+        });
+    let record = current(run, behaviour);
+    let status = if record.state == RepairState::Running {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    (status, axum::Json(record)).into_response()
+}
+
+async fn repair_status(State(state): State<Arc<AgentState>>, Path(id): Path<String>) -> Response {
+    let behaviour = state.repair.lock().map(|r| *r).unwrap_or(RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::ZERO,
+    });
+    let Ok(mut runs) = state.runs.lock() else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    match runs.get_mut(&id) {
+        Some(run) => axum::Json(current(run, behaviour)).into_response(),
+        None => (StatusCode::NOT_FOUND, "unknown incident").into_response(),
+    }
+}
+
+/// A set of fake agents and their server tasks.
+#[derive(Debug, Default)]
+pub struct FakeAgents {
+    /// Agents by node name.
+    pub agents: BTreeMap<String, FakeAgent>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl FakeAgents {
+    /// Starts an agent for `node` on `bind` (e.g. `127.0.0.1:0`), healthy (`Ok`).
+    pub async fn start(
+        &mut self,
+        node: &str,
+        key: &HmacKey,
+        bind: SocketAddr,
+    ) -> std::io::Result<FakeAgent> {
+        let listener = TcpListener::bind(bind).await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(AgentState {
+            node: node.to_owned(),
+            signer: Signer::new(key.clone(), node),
+            ring: KeyRing::single(key.clone()),
+            verdict: Mutex::new(verdict("Ok", Value::Null, None)),
+            sequence: Mutex::new(0),
+            canned: Mutex::new(None),
+            repair: Mutex::new(RepairBehaviour {
+                exit_code: 0,
+                duration: Duration::from_millis(200),
+            }),
+            runs: Mutex::new(BTreeMap::new()),
+            requests: Mutex::new(0),
+            down: Mutex::new(false),
+        });
+        let app = Router::new()
+            .route("/1/report/node/diagnose/signed", get(report))
+            .route("/1/repair", post(repair))
+            .route("/1/repair/{id}", get(repair_status))
+            .with_state(Arc::clone(&state));
+        self.tasks.push(tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app).await {
+                tracing::warn!(%error, "fake agent stopped");
+            }
+        }));
+        let agent = FakeAgent { state, addr };
+        self.agents.insert(node.to_owned(), agent.clone());
+        Ok(agent)
+    }
+
+    /// Per-node base URLs, for the coordinator's `[agents] overrides`.
+    pub fn overrides(&self) -> BTreeMap<String, String> {
+        self.agents
+            .iter()
+            .map(|(node, agent)| (node.clone(), agent.url()))
+            .collect()
+    }
+
+    /// The agent of `node`.
+    pub fn get(&self, node: &str) -> Option<&FakeAgent> {
+        self.agents.get(node)
+    }
+}
+
+impl Drop for FakeAgents {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! An in-process cluster: simulated Ganeti, one fake agent per node, and a coordinator.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodecare_coordinator::config::{AgentsConfig, Config, RapiSection};
+use nodecare_coordinator::daemon::Coordinator;
+use nodecare_coordinator::ganeti::Ganeti;
+use nodecare_coordinator::incident::Incident;
+use nodecare_coordinator::reconcile::RoundSummary;
+use nodecare_coordinator::simulation::Simulation;
+use nodecare_coordinator::simulation::model::SimConfig;
+use nodecare_protocol::HmacKey;
+
+use crate::fake_agent::FakeAgents;
+
+/// Domain of simulated node names.
+pub const DOMAIN: &str = "sim.test";
+
+/// Name of node `i` (1-based).
+pub fn node(i: usize) -> String {
+    format!("node{i}.{DOMAIN}")
+}
+
+/// A test cluster.
+#[derive(Debug)]
+pub struct Harness {
+    /// Simulated Ganeti.
+    pub sim: Simulation,
+    /// Fake agents by node.
+    pub agents: FakeAgents,
+    /// Cluster key.
+    pub key: HmacKey,
+    /// Coordinator configuration used.
+    pub config: Config,
+    /// The coordinator.
+    pub coordinator: Coordinator,
+    /// Keeps the state directory alive.
+    pub state_dir: tempfile::TempDir,
+}
+
+/// The cluster key used by harnesses.
+pub fn test_key() -> HmacKey {
+    HmacKey::new(b"nodecare-test-cluster-hmac-key\n".to_vec())
+}
+
+/// A coordinator configuration for a local run.
+pub fn local_config(state_dir: &std::path::Path, agents: &FakeAgents) -> Config {
+    Config {
+        node_name: Some(node(1)),
+        state_dir: state_dir.to_path_buf(),
+        round_interval: 0.2,
+        job_timeout: 30.0,
+        repair_timeout: 30.0,
+        repair_poll: 0.5,
+        agents: AgentsConfig {
+            overrides: agents.overrides(),
+            timeout: 2.0,
+            ..AgentsConfig::default()
+        },
+        rapi: RapiSection {
+            url: "http://127.0.0.1:1".into(),
+            allow_plain_http: true,
+            ..RapiSection::default()
+        },
+        ..Config::default()
+    }
+}
+
+impl Harness {
+    /// `nodes` nodes and instances `name:template:node-index,...`; `tweak` adjusts the config.
+    pub async fn new(
+        nodes: usize,
+        instances: &str,
+        tweak: impl FnOnce(&mut Config),
+    ) -> anyhow::Result<Self> {
+        let sim_config =
+            SimConfig::from_spec(nodes, instances, DOMAIN).map_err(anyhow::Error::msg)?;
+        let sim = Simulation::new(sim_config).map_err(anyhow::Error::msg)?;
+        sim.set_job_delay(Duration::from_millis(20));
+        let key = test_key();
+        let mut agents = FakeAgents::default();
+        for i in 1..=nodes {
+            agents.start(&node(i), &key, "127.0.0.1:0".parse()?).await?;
+        }
+        let state_dir = tempfile::tempdir()?;
+        let mut config = local_config(state_dir.path(), &agents);
+        tweak(&mut config);
+        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.clone());
+        let coordinator = Coordinator::new(&config, node(1), ganeti, key.clone())?;
+        Ok(Self {
+            sim,
+            agents,
+            key,
+            config,
+            coordinator,
+            state_dir,
+        })
+    }
+
+    /// Runs one round, then lets the simulated jobs finish.
+    pub async fn round(&mut self) -> anyhow::Result<RoundSummary> {
+        let summary = self.coordinator.round().await?;
+        self.sim.settle(Duration::from_secs(5)).await;
+        Ok(summary)
+    }
+
+    /// Runs rounds until `done` holds for the incidents (at most `max` rounds).
+    pub async fn until(
+        &mut self,
+        max: usize,
+        done: impl Fn(&[Incident]) -> bool,
+    ) -> anyhow::Result<bool> {
+        for _ in 0..max {
+            self.round().await?;
+            if done(&self.incidents()?) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Stored incidents.
+    pub fn incidents(&self) -> anyhow::Result<Vec<Incident>> {
+        Ok(self.coordinator.api().store.incidents()?)
+    }
+
+    /// Tags of a node in the simulation.
+    pub fn node_tags(&self, name: &str) -> Vec<String> {
+        self.sim.with_cluster(|c| {
+            c.nodes
+                .get(name)
+                .map(|n| n.tags.clone())
+                .unwrap_or_default()
+        })
+    }
+}

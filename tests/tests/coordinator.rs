@@ -1,0 +1,359 @@
+//! Coordinator end to end against the simulated Ganeti and fake agents (one test binary).
+
+mod crash;
+
+use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
+use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};
+use nodecare_coordinator::simulation::model::JobFailureRule;
+use nodecare_tests::fake_agent::{RepairBehaviour, verdict};
+use nodecare_tests::harness::{Harness, node};
+use serde_json::json;
+use std::time::Duration;
+
+fn evacuate() -> nodecare_protocol::MergedVerdict {
+    verdict(
+        "evacuate",
+        json!({"disk": "sdb", "smart": "reallocated sectors"}),
+        None,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
+    let mut h = Harness::new(4, "a:drbd:2,b:diskless:2,c:sharedfile:2,d:drbd:3", |_| {})
+        .await
+        .unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    let done = h
+        .until(20, |i| {
+            i.len() == 1 && i[0].repair_status == RepairStatus::Completed
+        })
+        .await
+        .unwrap();
+    let incident = h.incidents().unwrap().remove(0);
+    assert!(done, "{incident:#?}");
+    assert_eq!(incident.node, node(2));
+    assert!(incident.tag.starts_with(TAG_READY_PREFIX));
+    assert!(h.node_tags(&node(2)).contains(&incident.tag));
+    // Node 2 is drained and empty: d (secondary on node2? no, node3->node4) unaffected, a moved.
+    let (drained, left) = h.sim.with_cluster(|c| {
+        let drained = c.nodes[&node(2)].drained;
+        let left: Vec<String> = c
+            .instances
+            .values()
+            .filter(|i| i.pnode == node(2) || i.snodes.contains(&node(2)))
+            .map(|i| i.name.clone())
+            .collect();
+        (drained, left)
+    });
+    assert!(drained);
+    assert!(left.is_empty(), "{left:?}");
+    assert!(h.sim.duplicate_intents().is_empty());
+    // Every job carries our reason with the incident uuid.
+    let ours: Vec<_> = h
+        .sim
+        .submissions()
+        .into_iter()
+        .filter(|s| !s.internal)
+        .collect();
+    assert!(
+        ours.iter().all(|s| s
+            .intent
+            .as_deref()
+            .is_some_and(|i| i.starts_with(&incident.uuid.to_string()))),
+        "{ours:#?}"
+    );
+    // Removing the tag acknowledges; once no longer observed, it is forgotten.
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
+    h.round().await.unwrap();
+    assert!(h.incidents().unwrap()[0].acknowledged);
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("Ok", json!(null), None));
+    h.round().await.unwrap();
+    assert!(h.incidents().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_instance_fails_the_incident_explicitly() {
+    let mut h = Harness::new(3, "p:plain:2", |_| {}).await.unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    let done = h
+        .until(6, |i| {
+            i.len() == 1 && i[0].repair_status == RepairStatus::Failed && i[0].tag_applied
+        })
+        .await
+        .unwrap();
+    let incident = h.incidents().unwrap().remove(0);
+    assert!(done, "{incident:#?}");
+    assert!(incident.failure.as_deref().unwrap_or("").contains("plain"));
+    assert!(
+        h.node_tags(&node(2))
+            .iter()
+            .any(|t| t.starts_with(TAG_FAILED_PREFIX))
+    );
+    // Nothing was touched: the node was not drained.
+    assert!(!h.sim.with_cluster(|c| c.nodes[&node(2)].drained));
+    // Removing the failure tag forgets at once; the still-present problem starts a new flow.
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
+    h.round().await.unwrap();
+    let now = h.incidents().unwrap();
+    assert!(now.iter().all(|i| i.uuid != incident.uuid));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_failed_job_stops_the_incident() {
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:2", |_| {})
+        .await
+        .unwrap();
+    h.sim.fail_jobs(JobFailureRule {
+        op_id: Some("OP_INSTANCE_MIGRATE".into()),
+        target: None,
+        count: None,
+        message: "no memory".into(),
+    });
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    let done = h
+        .until(8, |i| {
+            i.len() == 1 && i[0].repair_status == RepairStatus::Failed && i[0].tag_applied
+        })
+        .await
+        .unwrap();
+    assert!(done, "{:#?}", h.incidents());
+    let before = h.sim.submissions().len();
+    h.round().await.unwrap();
+    h.round().await.unwrap();
+    assert_eq!(
+        h.sim.submissions().len(),
+        before,
+        "no further jobs after the failure"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_repair_success_and_failure_follow_the_exit_code() {
+    let mut h = Harness::new(3, "", |_| {}).await.unwrap();
+    let agent2 = h.agents.get(&node(2)).unwrap().clone();
+    agent2.set_verdict(verdict("live-repair", json!({"fan": 2}), Some("reset-fan")));
+    let agent3 = h.agents.get(&node(3)).unwrap().clone();
+    agent3.set_verdict(verdict("live-repair", json!({"nic": 1}), Some("reset-nic")));
+    agent3.set_repair(RepairBehaviour {
+        exit_code: 3,
+        duration: Duration::from_millis(50),
+    });
+    let done = h
+        .until(8, |i| {
+            i.len() == 2 && i.iter().all(|i| !i.is_active() && i.tag_applied)
+        })
+        .await
+        .unwrap();
+    let incidents = h.incidents().unwrap();
+    assert!(done, "{incidents:#?}");
+    let on = |n: String| incidents.iter().find(|i| i.node == n).unwrap().clone();
+    assert_eq!(on(node(2)).repair_status, RepairStatus::Completed);
+    assert_eq!(on(node(3)).repair_status, RepairStatus::Failed);
+    assert!(on(node(3)).failure.unwrap().contains("exit code 3"));
+    assert_eq!(agent2.repairs(), vec![on(node(2)).uuid.to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canceled_incident_takes_no_action_and_is_forgotten_when_gone() {
+    let mut h = Harness::new(4, "a:diskless:2", |c| c.max_disrupted_nodes = 1)
+        .await
+        .unwrap();
+    // Node 3 is drained by an operator: the budget blocks node 2's evacuation.
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(3)).unwrap().drained = true);
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    h.round().await.unwrap();
+    let incident = h.incidents().unwrap().remove(0);
+    assert_eq!(incident.repair_status, RepairStatus::Noted);
+    assert!(
+        incident
+            .blocked_by
+            .as_deref()
+            .unwrap_or("")
+            .contains("max_disrupted_nodes"),
+        "{incident:?}"
+    );
+    let api = h.coordinator.api().clone();
+    assert_eq!(
+        cancel_incident(&api.store, &api.incident_lock, incident.uuid)
+            .await
+            .unwrap(),
+        CancelOutcome::Canceled
+    );
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(3)).unwrap().drained = false);
+    h.round().await.unwrap();
+    h.round().await.unwrap();
+    assert!(
+        h.sim.submissions().is_empty(),
+        "a canceled incident submits nothing"
+    );
+    assert_eq!(
+        h.incidents().unwrap()[0].repair_status,
+        RepairStatus::Canceled
+    );
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("Ok", json!(null), None));
+    h.round().await.unwrap();
+    assert!(h.incidents().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_or_forged_reports_never_act_and_are_visible() {
+    let mut h = Harness::new(3, "a:diskless:2", |_| {}).await.unwrap();
+    h.agents.get(&node(2)).unwrap().set_down(true);
+    // Node 3 signs with another key: unverifiable.
+    let forged_key = nodecare_protocol::HmacKey::new(b"not the cluster key".to_vec());
+    let mut forger = nodecare_tests::fake_agent::FakeAgents::default();
+    let fake = forger
+        .start(&node(3), &forged_key, "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    fake.set_verdict(evacuate());
+    let mut config = h.config.clone();
+    config.agents.overrides.insert(node(3), fake.url());
+    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
+        std::sync::Arc::new(h.sim.clone());
+    h.coordinator =
+        nodecare_coordinator::daemon::Coordinator::new(&config, node(1), ganeti, h.key.clone())
+            .unwrap();
+    let summary = h.round().await.unwrap();
+    assert_eq!(summary.agents_failed, 2);
+    assert!(h.incidents().unwrap().is_empty());
+    let agents = h.coordinator.api().board.agents.read().unwrap().clone();
+    assert_eq!(agents[&node(2)].state, "unreachable");
+    assert_eq!(agents[&node(3)].state, "unverifiable");
+    assert!(h.sim.submissions().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn non_master_refuses_to_act() {
+    let h = Harness::new(2, "", |c| c.node_name = Some(node(2)))
+        .await
+        .unwrap();
+    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
+        std::sync::Arc::new(h.sim.clone());
+    let mut coordinator =
+        nodecare_coordinator::daemon::Coordinator::new(&h.config, node(2), ganeti, h.key.clone())
+            .unwrap();
+    assert!(matches!(
+        coordinator.round().await,
+        Err(RoundError::NotMaster { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_api_serves_maintd_shapes_and_cancel() {
+    let mut h = Harness::new(3, "", |_| {}).await.unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(verdict(
+        "live-repair",
+        json!({"x": 1}),
+        Some("fix"),
+    ));
+    h.agents.get(&node(2)).unwrap().set_repair(RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::from_secs(3600),
+    });
+    h.round().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    let root: serde_json::Value = client
+        .get(format!("{base}/"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(root, json!([1]));
+    let status: serde_json::Value = client
+        .get(format!("{base}/1/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let entry = &status[0];
+    for key in [
+        "id",
+        "uuid",
+        "node",
+        "original",
+        "action",
+        "jobs",
+        "repair-status",
+        "tag",
+        "ctime",
+        "mtime",
+        "serial_no",
+        "node_uuid",
+        "fingerprint",
+        "history",
+        "blocked_by",
+        "agent",
+    ] {
+        assert!(entry.get(key).is_some(), "missing {key} in {entry}");
+    }
+    assert_eq!(entry["repair-status"], "pending");
+    let id = entry["id"].as_str().unwrap().to_owned();
+    let jobs: serde_json::Value = client
+        .get(format!("{base}/1/jobs"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(jobs.is_array());
+    let one = client
+        .get(format!("{base}/1/incidents/{id}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(one.status(), 200);
+    let bad = client
+        .get(format!("{base}/1/incidents/nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let canceled = client
+        .post(format!("{base}/1/incidents/{id}/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(canceled.status(), 200);
+    let missing = client
+        .post(format!(
+            "{base}/1/incidents/{}/cancel",
+            uuid::Uuid::new_v4()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let overview: serde_json::Value = client
+        .get(format!("{base}/1/overview"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(overview["incidents"][0]["repair-status"], "canceled");
+    assert_eq!(overview["agents"].as_array().unwrap().len(), 3);
+    server.abort();
+}
