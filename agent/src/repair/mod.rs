@@ -48,7 +48,7 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(8);
 /// Default delay before a refused request is answered.
 pub const DEFAULT_INVALID_REQUEST_DELAY: Duration = Duration::from_millis(1500);
 /// Default number of refusals waiting out their delay at once.
-pub const DEFAULT_MAX_DELAYED_REFUSALS: usize = 1024;
+pub const DEFAULT_MAX_DELAYED_REFUSALS: usize = 256;
 /// Default cap on kept stdout and stderr, each.
 pub const DEFAULT_OUTPUT_CAP: usize = 64 * 1024;
 /// Default longest validity window of a request (the nonce is kept that long).

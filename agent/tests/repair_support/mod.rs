@@ -138,7 +138,7 @@ impl Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, Arc::clone(&service), 512, async move {
+        let task = tokio::spawn(serve(listener, Arc::clone(&service), 4096, async move {
             let _ignored = stopped.await;
         }));
         Self {
