@@ -51,7 +51,7 @@ done
 
 echo "== man pages and completions -> $gen_dir"
 rm -rf "$gen_dir"
-"$release/nodecare-packaging-gen" "$gen_dir"
+"$release/nodecare-packaging-gen" "$gen_dir" >/dev/null
 gzip -9n "$gen_dir"/man/*.[18]
 
 # The glibc floor is the newest GLIBC_x symbol version the binaries import; it goes into both

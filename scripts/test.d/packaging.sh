@@ -17,7 +17,7 @@ if [ "$(id -u)" != 0 ]; then
     say "SKIP: needs root (installs and purges the packages)"
     exit 0
 fi
-if dpkg-query -W -f '${Status}\n' nodecare-agent nodecare-coordinator 2>/dev/null | grep -q installed ||
+if grep -q installed <<<"$(dpkg-query -W -f '${Status}\n' nodecare-agent nodecare-coordinator 2>/dev/null)" ||
     [ -e /etc/nodecare ] || [ -e /var/lib/nodecare ]; then
     say "SKIP: nodecare is already installed here (or /etc/nodecare, /var/lib/nodecare exist);" \
         "this test installs and purges the packages and would destroy that installation"
@@ -73,7 +73,7 @@ expect_lines() { # expect_lines WHAT LISTING LINE...
         grep -qxF -- "$line" <<<"$listing" || fail "$what lacks: $line"
     done
 }
-# Paths only, ./-prefix removed, directories without their trailing slash.
+# Paths only, ./-prefix removed, directories without their trailing slash (tar reads all).
 deb_paths() { dpkg-deb --fsys-tarfile "$1" | tar -t | sed 's|^\./|/|; s|/$||'; }
 
 agent_files=(
@@ -114,18 +114,18 @@ expect_lines "coordinator .deb conffiles" "$(dpkg-deb --ctrl-tarfile "$coordinat
 
 rpm_field() { rpm -qp --queryformat "%{$2}" "$1"; }
 for rpm_file in "$agent_rpm" "$coordinator_rpm"; do
-    rpm -K --nosignature "$rpm_file" | grep -q "digests OK" || fail "$rpm_file: bad digests"
+    grep -q "digests OK" <<<"$(rpm -K --nosignature "$rpm_file")" || fail "$rpm_file: bad digests"
     [ "$(rpm_field "$rpm_file" VERSION)" = "$version" ] || fail "$rpm_file: version is not $version"
     [ "$(rpm_field "$rpm_file" RELEASE)" = 1 ] || fail "$rpm_file: release is not 1"
     [ "$(rpm_field "$rpm_file" ARCH)" = x86_64 ] || fail "$rpm_file: arch is not x86_64"
     [ "$(rpm_field "$rpm_file" LICENSE)" = BSD-2-Clause ] || fail "$rpm_file: license is not BSD-2-Clause"
     requires=$(rpm -qp --requires "$rpm_file")
     expect_lines "$rpm_file requires" "$requires" "glibc >= $glibc_floor" "libc.so.6(GLIBC_$glibc_floor)(64bit)" systemd
-    rpm -qp --scripts "$rpm_file" | grep -q 'systemctl --no-reload preset' || fail "$rpm_file: no %post preset"
+    grep -q 'systemctl --no-reload preset' <<<"$(rpm -qp --scripts "$rpm_file")" || fail "$rpm_file: no %post preset"
 done
 [ "$(rpm_field "$agent_rpm" NAME)" = nodecare-agent ] || fail "agent rpm name"
 [ "$(rpm_field "$coordinator_rpm" NAME)" = nodecare-coordinator ] || fail "coordinator rpm name"
-rpm -qpi "$agent_rpm" | grep -q '^Summary *: nodecare per-node agent' || fail "agent rpm summary"
+grep -q '^Summary *: nodecare per-node agent' <<<"$(rpm -qpi "$agent_rpm")" || fail "agent rpm summary"
 expect_lines "agent .rpm" "$(rpm -qpl "$agent_rpm")" "${agent_files[@]}" \
     /usr/share/zsh/site-functions/_nodecare-agent /etc/ganeti/node-diagnose-commands \
     /etc/ganeti/node-repair-commands /var/lib/nodecare/agent
@@ -133,14 +133,15 @@ expect_lines "coordinator .rpm" "$(rpm -qpl "$coordinator_rpm")" "${coordinator_
     /usr/share/zsh/site-functions/_nodecare-coordinator /usr/share/zsh/site-functions/_nodecare
 expect_lines "agent .rpm config files" "$(rpm -qpc "$agent_rpm")" /etc/nodecare/agent.toml
 expect_lines "coordinator .rpm config files" "$(rpm -qpc "$coordinator_rpm")" /etc/nodecare/coordinator.toml
-rpm -qplv "$agent_rpm" | grep -q '^drwxr-xr-x .* root *root .* /etc/ganeti/node-diagnose-commands$' ||
+grep -q '^drwxr-xr-x .* root *root .* /etc/ganeti/node-diagnose-commands$' <<<"$(rpm -qplv "$agent_rpm")" ||
     fail "agent rpm: /etc/ganeti/node-diagnose-commands is not root:root 0755"
-rpm -qplv "$coordinator_rpm" | grep -q '^-rw-r----- .* root *root .* /etc/nodecare/coordinator.toml$' ||
+grep -q '^-rw-r----- .* root *root .* /etc/nodecare/coordinator.toml$' <<<"$(rpm -qplv "$coordinator_rpm")" ||
     fail "coordinator rpm: coordinator.toml is not root:root 0640"
 say "package contents and metadata OK"
 
 # --- install, run, remove, purge ------------------------------------------------------------
 agent_pid=
+notify_pid=
 created_key=
 created_key_dir=
 pre_existing_dirs=()
@@ -149,6 +150,7 @@ for dir in /etc/ganeti/node-diagnose-commands /etc/ganeti/node-repair-commands; 
 done
 cleanup() {
     if [ -n "$agent_pid" ]; then kill "$agent_pid" 2>/dev/null || true; fi
+    if [ -n "$notify_pid" ]; then kill "$notify_pid" 2>/dev/null || true; fi
     if dpkg-query -W nodecare-agent >/dev/null 2>&1 || dpkg-query -W nodecare-coordinator >/dev/null 2>&1; then
         rm -f /etc/ganeti/node-diagnose-commands/nodecare-test-* 2>/dev/null || true
         dpkg -P nodecare-agent nodecare-coordinator >/dev/null 2>&1 || true
@@ -199,7 +201,31 @@ exec_start=$(sed -n 's/^ExecStart=//p' /usr/lib/systemd/system/nodecare-agent.se
 say "starting the agent as the unit does: $exec_start"
 agent_log=$(mktemp)
 read -r -a exec_argv <<<"$exec_start"
-(cd / && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${exec_argv[@]}") >"$agent_log" 2>&1 &
+# Listen on a notification socket as systemd would, to see READY=1 and the watchdog pings.
+notify_env=()
+if command -v python3 >/dev/null; then
+    notify_dir=$(mktemp -d)
+    python3 - "$notify_dir/notify.sock" "$notify_dir/messages" <<'EOF' &
+import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+sock.bind(sys.argv[1])
+sock.settimeout(30)
+with open(sys.argv[2], "a") as messages:
+    while True:
+        try:
+            message = sock.recv(4096).decode()
+        except socket.timeout:
+            break
+        messages.write(message.strip() + "\n")
+        messages.flush()
+EOF
+    notify_pid=$!
+    for _ in $(seq 1 50); do [ -S "$notify_dir/notify.sock" ] && break; sleep 0.1; done
+    notify_env=(NOTIFY_SOCKET="$notify_dir/notify.sock" WATCHDOG_USEC=1000000)
+else
+    say "no python3 here: READY=1 and WATCHDOG=1 are not checked"
+fi
+(cd / && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${notify_env[@]}" "${exec_argv[@]}") >"$agent_log" 2>&1 &
 agent_pid=$!
 report=
 for _ in $(seq 1 100); do
@@ -212,6 +238,17 @@ done
 [ -n "$report" ] || { cat "$agent_log" >&2; fail "the agent did not answer on port $agent_port"; }
 say "report: $report"
 grep -q "nodecare-test-" <<<"$report" || fail "the report does not mention the enabled example script"
+if [ -n "$notify_pid" ]; then
+    sleep 1.5 # WATCHDOG_USEC=1 s: pings every 0.5 s
+    kill "$notify_pid" 2>/dev/null || true
+    wait "$notify_pid" 2>/dev/null || true
+    notify_pid=
+    messages=$(cat "$notify_dir/messages" 2>/dev/null || true)
+    rm -rf "$notify_dir"
+    grep -qx READY=1 <<<"$messages" || fail "the agent sent no READY=1 (got: $messages)"
+    [ "$(grep -cx WATCHDOG=1 <<<"$messages")" -ge 2 ] || fail "the agent sent no watchdog pings (got: $messages)"
+    say "sd_notify: READY=1 and $(grep -cx WATCHDOG=1 <<<"$messages") watchdog pings"
+fi
 kill "$agent_pid"
 wait "$agent_pid" 2>/dev/null || true
 agent_pid=
