@@ -25,18 +25,17 @@ pub enum CanonicalError {
 fn check_numbers(value: &Value) -> Result<(), CanonicalError> {
     match value {
         Value::Number(number) => {
-            // An integer is safe when the double RFC 8785 turns it into is the same number:
-            // everything up to 2^53, and larger values that happen to be exact doubles.
-            #[allow(clippy::cast_precision_loss, clippy::cast_possible_truncation)]
+            // An integer is safe when RFC 8785, which reads it as a double and prints that
+            // double's shortest form, gives the same digits back: everything up to 2^53, and
+            // larger values that a double prints exactly (such as the canonical form of a float).
+            #[allow(clippy::cast_precision_loss)]
             let safe = if let Some(unsigned) = number.as_u64() {
                 unsigned <= MAX_SAFE_INTEGER
-                    || ((unsigned as f64) < 18_446_744_073_709_551_616.0
-                        && (unsigned as f64) as u64 == unsigned)
+                    || format!("{}", unsigned as f64) == unsigned.to_string()
             } else if let Some(signed) = number.as_i64() {
                 let magnitude = signed.unsigned_abs();
                 magnitude <= MAX_SAFE_INTEGER
-                    || ((magnitude as f64) < 18_446_744_073_709_551_616.0
-                        && (magnitude as f64) as u64 == magnitude)
+                    || format!("{}", magnitude as f64) == magnitude.to_string()
             } else {
                 // A float: JCS formats it as ECMAScript does, which is exact for the double.
                 true
@@ -89,9 +88,10 @@ mod tests {
              \"\u{1f600}\":\"Emoji: Grinning Face\",\
              \"\u{fb33}\":\"Hebrew Letter Dalet With Dagesh\"}"
         );
-        let numbers: Value =
-            serde_json::from_str(r#"[333333333.33333329, 1E30, 4.50, 2e-3, 1e-27, -0.0, 1e21, 1e20]"#)
-                .unwrap();
+        let numbers: Value = serde_json::from_str(
+            r#"[333333333.33333329, 1E30, 4.50, 2e-3, 1e-27, -0.0, 1e21, 1e20]"#,
+        )
+        .unwrap();
         assert_eq!(
             canonical_string(&numbers),
             "[333333333.3333333,1e+30,4.5,0.002,1e-27,0,1e+21,100000000000000000000]"
@@ -101,9 +101,13 @@ mod tests {
     #[test]
     fn whitespace_and_key_order_do_not_change_fingerprint() {
         let a: Value = serde_json::from_str(r#"{"b": [1, 2], "a": {"y": 1, "x": "z"}}"#).unwrap();
-        let b: Value = serde_json::from_str("{\"a\":{\"x\":\"z\",\"y\":1},\n \"b\":[1,2]}").unwrap();
+        let b: Value =
+            serde_json::from_str("{\"a\":{\"x\":\"z\",\"y\":1},\n \"b\":[1,2]}").unwrap();
         assert_eq!(fingerprint_of(&a).unwrap(), fingerprint_of(&b).unwrap());
-        assert_ne!(fingerprint_of(&a).unwrap(), fingerprint_of(&json!({"b": [2, 1]})).unwrap());
+        assert_ne!(
+            fingerprint_of(&a).unwrap(),
+            fingerprint_of(&json!({"b": [2, 1]})).unwrap()
+        );
     }
 
     #[test]
@@ -114,8 +118,10 @@ mod tests {
             canonical_bytes(&json!({"a": [9_007_199_254_740_993_u64]})),
             Err(CanonicalError::UnsafeInteger("9007199254740993".into()))
         );
-        assert!(canonical_bytes(&json!(i64::MIN)).is_ok());
+        assert!(canonical_bytes(&json!(i64::MIN)).is_err());
         assert!(canonical_bytes(&json!(i64::MIN + 1)).is_err());
+        // The canonical form of a float is itself canonical.
+        assert!(canonical_bytes(&json!(-89_757_128_601_382_670_i64)).is_ok());
         assert!(canonical_bytes(&json!(u64::MAX)).is_err());
     }
 
