@@ -220,7 +220,12 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     tracing::info!(node = %node_name, listen = %config.listen, interval_s = config.round_interval,
         "nodecare-coordinator running on the master");
-    match coordinator.run(listener, shutdown_signal()).await {
+    let _watchdog = crate::systemd::notify_ready();
+    let shutdown = async {
+        shutdown_signal().await;
+        crate::systemd::notify_stopping();
+    };
+    match coordinator.run(listener, shutdown).await {
         Ok(()) => Ok(ExitCode::SUCCESS),
         Err(error @ RoundError::NotMaster { .. }) => {
             tracing::error!(%error, "no longer the master; exiting");
@@ -228,6 +233,11 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// The command-line definition, for generated documentation (man pages, shell completions).
+pub fn command() -> clap::Command {
+    <Args as clap::CommandFactory>::command()
 }
 
 /// Parses the command line, runs the daemon and returns its exit code.

@@ -24,6 +24,9 @@ pub mod repair;
 pub mod scrape;
 pub mod simulation;
 pub mod store;
+pub mod systemd;
+
+pub use cli::command;
 
 /// Installs rustls's `ring` provider as the process default (idempotent). Every HTTP client of
 /// this crate needs it, since reqwest is built without a provider of its own.
