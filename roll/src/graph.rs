@@ -75,6 +75,36 @@ impl RebootGraph {
         Some(Self { lo, adj })
     }
 
+    /// The subgraph induced by `members` (ascending node indices, all
+    /// inside this graph's range), over their own index range. Identical to
+    /// building the graph for `members` directly.
+    pub fn induced(&self, members: &[usize]) -> Option<Self> {
+        let lo = *members.first()?;
+        let hi = *members.last()?;
+        if lo < self.lo || hi >= self.lo + self.adj.len() {
+            return None;
+        }
+        let mut member = vec![false; hi - lo + 1];
+        for &m in members {
+            member[m - lo] = true;
+        }
+        let keep = |u: usize| u >= lo && u <= hi && member[u - lo];
+        let adj = (lo..=hi)
+            .map(|v| {
+                if !member[v - lo] {
+                    return Vec::new();
+                }
+                self.adj[v - self.lo]
+                    .iter()
+                    .map(|&u| u as usize + self.lo)
+                    .filter(|&u| keep(u))
+                    .map(|u| (u - lo) as u32)
+                    .collect()
+            })
+            .collect();
+        Some(Self { lo, adj })
+    }
+
     pub fn len(&self) -> usize {
         self.adj.len()
     }
@@ -476,6 +506,24 @@ mod tests {
             for &u in a {
                 assert_ne!(best[v], best[u as usize]);
             }
+        }
+    }
+
+    #[test]
+    fn induced_subgraph_equals_direct_build() {
+        let pairs = [(0, 3), (3, 5), (1, 2), (2, 5), (0, 5), (4, 1), (0, 3)];
+        let shared = vec![vec![], vec![], vec![], vec![0, 2], vec![], vec![3, 2, 0]];
+        let src = EdgeSources {
+            mirrored: &pairs,
+            shared_secondary: Some(&shared),
+        };
+        let all = RebootGraph::build(&[0, 1, 2, 3, 4, 5], src).unwrap();
+        for subset in [vec![0, 3, 5], vec![2, 5], vec![1, 2, 4], vec![3]] {
+            assert_eq!(
+                all.induced(&subset),
+                RebootGraph::build(&subset, src),
+                "{subset:?}"
+            );
         }
     }
 

@@ -129,8 +129,6 @@ pub struct Prepared<'c> {
     offline: Vec<bool>,
     selected: Vec<usize>,
     graph: RebootGraph,
-    mirrored: Vec<(usize, usize)>,
-    shared: Option<Vec<Vec<usize>>>,
     /// Non-fatal messages (e.g. a missing master with `--force`).
     pub warnings: Vec<String>,
 }
@@ -251,8 +249,6 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
         offline,
         selected,
         graph,
-        mirrored,
-        shared,
         warnings,
     })
 }
@@ -428,14 +424,7 @@ impl Prepared<'_> {
             let (g, cols) = if domains.len() == 1 {
                 (&self.graph, None)
             } else {
-                own_graph = RebootGraph::build(
-                    dom,
-                    EdgeSources {
-                        mirrored: &self.mirrored,
-                        shared_secondary: self.shared.as_deref(),
-                    },
-                )
-                .ok_or(PlanError::EmptyGraph)?;
+                own_graph = self.graph.induced(dom).ok_or(PlanError::EmptyGraph)?;
                 (&own_graph, Some(htools_colourings(&own_graph)))
             };
             let cols = cols.as_ref().unwrap_or(global);

@@ -261,12 +261,15 @@ fn ranked_targets(
     inst: usize,
     from: usize,
     excluded: &HashSet<usize>,
-    online: &[usize],
+    online: &[Vec<usize>],
     secondary: bool,
 ) -> Vec<usize> {
     let grp = conf.nodes[from].group;
     let cur = conf.insts[inst];
-    let mut cands: Vec<(i64, i64, usize)> = online
+    let Some(same_group) = online.get(grp) else {
+        return Vec::new();
+    };
+    let mut cands: Vec<(i64, i64, usize)> = same_group
         .iter()
         .copied()
         .filter(|&t| {
@@ -328,7 +331,7 @@ fn place_greedy(
     items: &[usize],
     from: usize,
     excluded: &HashSet<usize>,
-    online: &[usize],
+    online: &[Vec<usize>],
     secondary: bool,
 ) -> bool {
     items.iter().all(|&i| {
@@ -353,7 +356,7 @@ fn place_search<'c>(
     items: &[usize],
     from: usize,
     excluded: &HashSet<usize>,
-    online: &[usize],
+    online: &[Vec<usize>],
     secondary: bool,
     budget: &mut u64,
     then: Continuation<'_, 'c>,
@@ -390,7 +393,7 @@ fn add_member(
     sem: Semantics,
     node: usize,
     excluded: &HashSet<usize>,
-    online: &[usize],
+    online: &[Vec<usize>],
     p: PackParams,
 ) -> Result<(), SplitFailure> {
     let items = relocation_items(conf, sem, node);
@@ -415,7 +418,7 @@ fn add_member_search(
     sem: Semantics,
     node: usize,
     excluded: &HashSet<usize>,
-    online: &[usize],
+    online: &[Vec<usize>],
     p: PackParams,
     budget: &mut u64,
 ) -> Result<(), SplitFailure> {
@@ -475,6 +478,12 @@ pub(crate) fn improved_split(
     p: PackParams,
     budget: &mut u64,
 ) -> Result<Vec<SubGroup>, SplitFailure> {
+    let groups = conf.nodes.iter().map(|n| n.group + 1).max().unwrap_or(0);
+    let mut by_group: Vec<Vec<usize>> = vec![Vec::new(); groups];
+    for &t in online {
+        by_group[conf.nodes[t].group].push(t);
+    }
+    let online = &by_group[..];
     let base = conf.checkpoint();
     if !sem.any_relocation(conf) && !p.full_evacuation {
         return Ok(vec![SubGroup {
