@@ -514,13 +514,13 @@ impl Prepared<'_> {
                 None => return Err(first_err.unwrap_or(SplitFailure::NonRedundant).into()),
             }
         }
-        strategies.dedup();
         let strategy = if domains.len() > 1 {
-            format!(
-                "{} failure domains; {}",
-                domains.len(),
-                strategies.join("; ")
-            )
+            let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+            for s in &strategies {
+                *counts.entry(s.as_str()).or_default() += 1;
+            }
+            let parts: Vec<String> = counts.iter().map(|(s, n)| format!("{s} ({n})")).collect();
+            format!("{} failure domains: {}", domains.len(), parts.join("; "))
         } else {
             strategies.join("; ")
         };
