@@ -421,6 +421,15 @@ pub fn parse(text: &str) -> Result<Cluster, TextError> {
     Ok(cluster)
 }
 
+/// A double the way htools prints it: `1.0`, `1.5`.
+fn haskell_double(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e7 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
 /// Writes a cluster in the text format (groups, nodes, instances, cluster
 /// tags; the ipolicy section is left empty, so defaults apply on reload).
 pub fn serialize(c: &Cluster) -> String {
@@ -446,7 +455,7 @@ pub fn serialize(c: &Cluster) -> String {
         };
         let guuid = c.groups.get(n.group).map_or("", |g| g.uuid.as_str());
         nodes.push_str(&format!(
-            "{}|{:.0}|{}|{}|{:.0}|{}|{:.0}|{flag}|{guuid}|{}|{}|{}|{}|{}|{:.6}\n",
+            "{}|{:.0}|{}|{}|{:.0}|{}|{:.0}|{flag}|{guuid}|{}|{}|{}|{}|{}|{}\n",
             n.name,
             n.t_mem,
             n.n_mem,
@@ -459,7 +468,7 @@ pub fn serialize(c: &Cluster) -> String {
             yn(n.excl_stor),
             n.free_spindles,
             n.nos_cpu,
-            n.cpu_speed
+            haskell_double(n.cpu_speed)
         ));
     }
     let name = |i: usize| c.nodes.get(i).map_or("", |n| n.name.as_str());
