@@ -181,7 +181,14 @@ N3=$NODECARE_GNT_NODE3_NAME
 log "S3 failing evacuation of $N3"
 echo '{"status":"evacuate","details":"e2e: must fail"}' >"$S/e2e/diag-3"
 if wait_status 180 "any(i.get('node')=='$N3' and i.get('repair-status')=='failed' for i in d)"; then
-  tags=$(node_json "$N3" | jq_py "print(' '.join(d['tags']))")
+  # The repairfailed tag is set by a job submitted when the incident fails: let it finish.
+  tags=
+  for _ in $(seq 30); do
+    tags=$(node_json "$N3" | jq_py "print(' '.join(d['tags']))")
+    [[ $tags == *repairfailed* ]] && break
+    sleep 1
+  done
+  sleep 3
   jobs_before=$(rapi GET /2/jobs | jq_py "print(len(d))")
   sleep 8
   jobs_after=$(rapi GET /2/jobs | jq_py "print(len(d))")
@@ -202,7 +209,7 @@ unreachable=0
 for _ in $(seq 30); do
   if coord /1/agents | jq_py "
 a = d if isinstance(d, list) else d.get('agents', [])
-sys.exit(0 if any(x.get('node', x.get('name')) == '$N1' and not x.get('reachable', True) for x in a) else 1)" 2>/dev/null; then
+sys.exit(0 if any(x.get('node') == '$N1' and x.get('state') == 'unreachable' for x in a) else 1)" 2>/dev/null; then
     unreachable=1
     break
   fi
