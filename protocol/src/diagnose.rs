@@ -42,7 +42,10 @@ mod tests {
             interval_ms: 60_000,
         };
         let text = serde_json::to_string(&payload).unwrap();
-        assert_eq!(serde_json::from_str::<DiagnosePayload>(&text).unwrap(), payload);
+        assert_eq!(
+            serde_json::from_str::<DiagnosePayload>(&text).unwrap(),
+            payload
+        );
         let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
         value["extra"] = serde_json::json!(1);
         assert!(serde_json::from_value::<DiagnosePayload>(value).is_err());

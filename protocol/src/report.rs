@@ -217,7 +217,10 @@ mod tests {
     fn bad_kind_and_code_are_rejected() {
         assert!(serde_json::from_str::<ReportKind>("3").is_err());
         assert!(serde_json::from_str::<StatusCode>("3").is_err());
-        assert_eq!(serde_json::from_str::<StatusCode>("4").unwrap(), StatusCode::Bad);
+        assert_eq!(
+            serde_json::from_str::<StatusCode>("4").unwrap(),
+            StatusCode::Bad
+        );
     }
 
     #[test]
@@ -231,8 +234,7 @@ mod tests {
             serde_json::to_string(&entry).unwrap(),
             r#"["cpu-avg-load","default",0]"#
         );
-        let back: CollectorListEntry =
-            serde_json::from_str(r#"["drbd","storage",1]"#).unwrap();
+        let back: CollectorListEntry = serde_json::from_str(r#"["drbd","storage",1]"#).unwrap();
         assert_eq!(back.category.as_deref(), Some("storage"));
     }
 
