@@ -6,10 +6,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
+use nodecare_collectors::Registry;
 use nodecare_collectors::plugin::{PluginConfig, discover, register_plugins};
 use nodecare_collectors::runner::{ExecLimits, Runner};
 use nodecare_collectors::whitelist::Owner;
-use nodecare_collectors::Registry;
 use nodecare_protocol::ReportKind;
 use serde_json::json;
 
