@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use nodecare_protocol::{KeyRing, MergedVerdict, VerifyPolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::ganeti::Node;
@@ -211,32 +210,49 @@ impl Scraper {
         sequences: &BTreeMap<String, u64>,
         now_ms: impl Fn() -> u64 + Send + Sync + Clone + 'static,
     ) -> Vec<AgentResult> {
-        let semaphore = Arc::new(Semaphore::new(self.settings.concurrency.max(1)));
+        // A fixed pool of workers pulls targets from a shared queue: memory stays bounded by
+        // the concurrency, not by the number of nodes.
+        let total = targets.len();
+        let queue = Arc::new(std::sync::Mutex::new(targets.into_iter()));
+        let sequences = Arc::new(sequences.clone());
         let mut tasks = JoinSet::new();
-        for target in targets {
-            let min_sequence = sequences.get(&target.node).copied();
+        for _ in 0..self.settings.concurrency.clamp(1, total.max(1)) {
+            let queue = Arc::clone(&queue);
+            let sequences = Arc::clone(&sequences);
             let client = self.client.clone();
             let ring = Arc::clone(&self.ring);
             let policy = self.settings.policy;
-            let semaphore = Arc::clone(&semaphore);
             let now_ms = now_ms.clone();
             tasks.spawn(async move {
-                // The semaphore is never closed, so acquiring only fails if it were.
-                let _permit = semaphore.acquire_owned().await.ok();
-                let started = Instant::now();
-                let outcome = fetch(&client, &ring, policy, &target, min_sequence, now_ms).await;
-                AgentResult {
-                    node: target.node,
-                    node_uuid: target.node_uuid,
-                    outcome,
-                    elapsed: started.elapsed(),
+                let mut done = Vec::new();
+                loop {
+                    let next = queue.lock().ok().and_then(|mut q| q.next());
+                    let Some(target) = next else { break };
+                    let min_sequence = sequences.get(&target.node).copied();
+                    let started = Instant::now();
+                    let outcome = fetch(
+                        &client,
+                        &ring,
+                        policy,
+                        &target,
+                        min_sequence,
+                        now_ms.clone(),
+                    )
+                    .await;
+                    done.push(AgentResult {
+                        node: target.node,
+                        node_uuid: target.node_uuid,
+                        outcome,
+                        elapsed: started.elapsed(),
+                    });
                 }
+                done
             });
         }
-        let mut results = Vec::new();
+        let mut results = Vec::with_capacity(total);
         while let Some(joined) = tasks.join_next().await {
             match joined {
-                Ok(result) => results.push(result),
+                Ok(done) => results.extend(done),
                 Err(error) => tracing::error!(%error, "agent scrape task failed"),
             }
         }
