@@ -172,6 +172,9 @@ for dir in /etc/ganeti/node-diagnose-commands /etc/ganeti/node-repair-commands; 
     [ "$(stat -c '%U:%G %a' "$dir")" = "root:root 755" ] || fail "$dir is not root:root 0755"
 done
 
+nodecare-agent --config /etc/nodecare/agent.toml --check-config >/dev/null 2>&1 ||
+    fail "the shipped /etc/nodecare/agent.toml is rejected by nodecare-agent --check-config"
+
 analyze_args=()
 command -v man >/dev/null || { analyze_args+=(--man=no); say "no man(1) here: systemd-analyze skips the Documentation= check"; }
 systemd-analyze verify "${analyze_args[@]}" /usr/lib/systemd/system/nodecare-agent.service \
