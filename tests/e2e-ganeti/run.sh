@@ -85,7 +85,8 @@ jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
 
 # ---- scenario 0: the RAPI client on the real cluster -------------------------------------
 log "S0 RAPI client against the real cluster"
-if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env cargo test --release -p nodecare-coordinator \
+# The test profile, so that CI reuses the test binaries its test run has built already.
+if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env cargo test --locked -p nodecare-coordinator \
   --test rapi_real_ganeti -- --nocapture) >"$S/logs/s0.log" 2>&1; then
   pass "S0 RAPI client: pinned v1 cert, drain/undrain, migrate diskless, tags, job wait, reason trail, OpPrereqError"
 else
