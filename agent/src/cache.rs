@@ -35,6 +35,11 @@ pub enum CachedSigned {
 pub struct Snapshot {
     /// Per collector, in registry order.
     pub reports: Vec<Option<CachedReport>>,
+    /// Per collector, whether it is enabled (the cluster can disable built-in collectors);
+    /// disabled ones are left out of the list and `/1/report/all`, as mond does.
+    pub enabled: Vec<bool>,
+    /// `/1/list/collectors`.
+    pub list: Bytes,
     /// `/1/report/all`.
     pub all: CachedReport,
     /// `/1/report/node/diagnose/signed`.
@@ -46,16 +51,30 @@ pub struct Snapshot {
 pub struct ReportCache {
     index: HashMap<(String, String), usize>,
     names: Vec<String>,
-    list_body: Bytes,
+    entries: Vec<CollectorListEntry>,
     snapshot: RwLock<Arc<Snapshot>>,
 }
 
-fn all_body(reports: &[Option<CachedReport>]) -> CachedReport {
-    let mut body = Vec::with_capacity(reports.iter().flatten().map(|r| r.body.len() + 1).sum());
+fn enabled_reports<'a>(
+    reports: &'a [Option<CachedReport>],
+    enabled: &'a [bool],
+) -> impl Iterator<Item = &'a CachedReport> {
+    reports
+        .iter()
+        .zip(enabled)
+        .filter_map(|(report, enabled)| if *enabled { report.as_ref() } else { None })
+}
+
+fn all_body(reports: &[Option<CachedReport>], enabled: &[bool]) -> CachedReport {
+    let mut body = Vec::with_capacity(
+        enabled_reports(reports, enabled)
+            .map(|r| r.body.len() + 1)
+            .sum(),
+    );
     body.push(b'[');
     let mut first = true;
     let mut oldest: Option<Instant> = None;
-    for report in reports.iter().flatten() {
+    for report in enabled_reports(reports, enabled) {
         if !first {
             body.push(b',');
         }
@@ -68,6 +87,15 @@ fn all_body(reports: &[Option<CachedReport>]) -> CachedReport {
         body: Bytes::from(body),
         collected: oldest.unwrap_or_else(Instant::now),
     }
+}
+
+fn list_body(entries: &[CollectorListEntry], enabled: &[bool]) -> Bytes {
+    let listed: Vec<&CollectorListEntry> = entries
+        .iter()
+        .zip(enabled)
+        .filter_map(|(entry, enabled)| enabled.then_some(entry))
+        .collect();
+    Bytes::from(serde_json::to_vec(&listed).unwrap_or_else(|_| b"[]".to_vec()))
 }
 
 impl ReportCache {
@@ -90,15 +118,18 @@ impl ReportCache {
                 kind: spec.kind,
             });
         }
-        let list_body = Bytes::from(serde_json::to_vec(&list).unwrap_or_else(|_| b"[]".to_vec()));
         let reports = vec![None; names.len()];
-        let all = all_body(&reports);
+        let enabled = vec![true; names.len()];
+        let all = all_body(&reports, &enabled);
+        let list_body = list_body(&list, &enabled);
         Self {
             index,
             names,
-            list_body,
+            entries: list,
             snapshot: RwLock::new(Arc::new(Snapshot {
                 reports,
+                enabled,
+                list: list_body,
                 all,
                 signed: CachedSigned::Unavailable("no diagnose run has completed yet".into()),
             })),
@@ -107,7 +138,31 @@ impl ReportCache {
 
     /// `/1/list/collectors`.
     pub fn list_body(&self) -> Bytes {
-        self.list_body.clone()
+        self.snapshot().list.clone()
+    }
+
+    /// Whether the collector at `position` is enabled.
+    pub fn is_enabled(&self, position: usize) -> bool {
+        self.snapshot()
+            .enabled
+            .get(position)
+            .copied()
+            .unwrap_or(false)
+    }
+
+    /// Enables or disables the collector at `position`: a disabled collector is left out of
+    /// the list and of `/1/report/all`, and its own report path answers 404.
+    pub fn set_enabled(&self, position: usize, enabled: bool) {
+        if self.is_enabled(position) == enabled || position >= self.names.len() {
+            return;
+        }
+        self.update(|snapshot| {
+            if let Some(slot) = snapshot.enabled.get_mut(position) {
+                *slot = enabled;
+            }
+            snapshot.list = list_body(&self.entries, &snapshot.enabled);
+            snapshot.all = all_body(&snapshot.reports, &snapshot.enabled);
+        });
     }
 
     /// Position of the collector with this category (or `default`) and name.
@@ -153,7 +208,7 @@ impl ReportCache {
                     collected,
                 });
             }
-            snapshot.all = all_body(&snapshot.reports);
+            snapshot.all = all_body(&snapshot.reports, &snapshot.enabled);
         });
     }
 

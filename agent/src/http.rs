@@ -33,6 +33,14 @@ pub struct HttpState {
     pub node: String,
     /// The repair endpoint (`/1/repair`); `None` when it could not start (no HMAC key).
     pub repair: Option<Arc<crate::repair::RepairService>>,
+    /// The diagnose collector (per-script runs for `/metrics`).
+    pub diagnose: Arc<nodecare_collectors::diagnose::DiagnoseCollector>,
+    /// The signer's counters.
+    pub sign_counters: Arc<crate::signing::SignCounters>,
+    /// Age after which the published verdict counts as stale.
+    pub stale_after: Duration,
+    /// What confd says about this node; `None` off a Ganeti cluster.
+    pub cluster: Option<nodecare_collectors::confd::ViewHandle>,
 }
 
 /// The response type of every handler.
@@ -94,6 +102,10 @@ fn report(cache: &ReportCache, rest: &str) -> HttpResponse {
     let Some(position) = cache.position(category, name) else {
         return no_report();
     };
+    // As mond: a collector the cluster disabled does not resolve.
+    if !cache.is_enabled(position) {
+        return no_report();
+    }
     match cache.snapshot().reports.get(position).cloned().flatten() {
         Some(report) => cached(&report),
         // Not collected yet: the scheduler runs every collector at start, so this is brief.
@@ -128,7 +140,11 @@ fn health(state: &HttpState) -> HttpResponse {
         let age = report.as_ref().map_or(serde_json::Value::Null, |report| {
             report.collected.elapsed().as_secs().into()
         });
-        collectors.insert(name, serde_json::json!({ "age_s": age }));
+        let enabled = snapshot.enabled.get(position).copied().unwrap_or(false);
+        collectors.insert(
+            name,
+            serde_json::json!({ "age_s": age, "enabled": enabled }),
+        );
     }
     let body = serde_json::json!({
         "status": "ok",
@@ -136,11 +152,74 @@ fn health(state: &HttpState) -> HttpResponse {
         "uptime_s": state.started.elapsed().as_secs(),
         "signed_diagnose": matches!(snapshot.signed, CachedSigned::Envelope(_)),
         "collectors": collectors,
+        "confd": state.cluster.as_ref().map(|view| confd_view(&view.current())),
     });
     json(
         StatusCode::OK,
         Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
     )
+}
+
+/// What confd told the agent, as JSON (read-only; for operators and end-to-end tests).
+pub fn confd_view(view: &nodecare_collectors::confd::ClusterView) -> serde_json::Value {
+    use serde_json::json;
+    let instances = |list: &[nodecare_collectors::confd::InstanceInfo]| {
+        list.iter()
+            .map(|instance| {
+                json!({
+                    "name": instance.name,
+                    "admin_state": instance.admin_state,
+                    "hypervisor": instance.hypervisor,
+                })
+            })
+            .collect::<Vec<_>>()
+    };
+    json!({
+        "node": view.node_name,
+        "refreshed_age_s": view
+            .refreshed_at
+            .and_then(|at| at.elapsed().ok())
+            .map(|age| age.as_secs()),
+        "last_error": view.last_error,
+        "data_collectors": view.data_collectors.as_ref().map(|collectors| {
+            collectors
+                .iter()
+                .map(|(name, config)| {
+                    (
+                        name.clone(),
+                        json!({
+                            "active": config.active,
+                            "interval_ms": u64::try_from(config.interval.as_millis()).unwrap_or(u64::MAX),
+                        }),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+        }),
+        "instances": view.instances.as_ref().map(|node| json!({
+            "primary": instances(&node.primary),
+            "secondary": instances(&node.secondary),
+        })),
+        "drbd_minors": view.drbd_minors.as_ref().map(|minors| {
+            minors
+                .iter()
+                .map(|minor| {
+                    json!({
+                        "minor": minor.minor,
+                        "instance": minor.instance,
+                        "disk": minor.iv_name,
+                        "role": minor.role,
+                        "peer": minor.peer,
+                    })
+                })
+                .collect::<Vec<_>>()
+        }),
+        "lv_owners": view.lv_owners.as_ref().map(|owners| {
+            owners
+                .iter()
+                .map(|((vg, lv), instance)| json!({"vg": vg, "lv": lv, "instance": instance}))
+                .collect::<Vec<_>>()
+        }),
+    })
 }
 
 /// Routes one request. HEAD is answered as GET; hyper leaves out the body.
@@ -165,6 +244,13 @@ pub async fn route(
         (true, "/") => json(StatusCode::OK, Bytes::from_static(b"[1]")),
         (true, "/1" | "/1/") => json(StatusCode::OK, Bytes::from_static(b"null")),
         (true, "/healthz") => health(&state),
+        (true, "/1/debug/confd") => match &state.cluster {
+            Some(view) => json(
+                StatusCode::OK,
+                Bytes::from(serde_json::to_vec(&confd_view(&view.current())).unwrap_or_default()),
+            ),
+            None => not_found(),
+        },
         (true, "/metrics") => crate::metrics::response(&state),
         (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache),
         // mond accepts trailing segments here too.

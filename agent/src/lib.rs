@@ -7,13 +7,13 @@ pub mod cache;
 pub mod cli;
 pub mod config;
 pub mod http;
-pub mod logging;
 pub mod metrics;
 pub mod repair;
 pub mod scheduler;
 pub mod signing;
 pub mod state;
-pub mod systemd;
+
+pub use nodecare_daemon::{logging, systemd};
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +62,9 @@ pub struct Collectors {
     pub diagnose: Arc<DiagnoseCollector>,
     /// The verdict persisted before a restart, if any.
     pub restored: Option<DiagnoseRun>,
+    /// What confd says about this node (shown by `/healthz` and `/1/debug/confd`); `None` off
+    /// a Ganeti cluster.
+    pub cluster: Option<nodecare_collectors::confd::ViewHandle>,
 }
 
 /// Builds the diagnose collector (restoring the last verdict) and appends it to `builtin`, the
@@ -85,6 +88,7 @@ pub fn collectors(config: &Config, mut builtin: Registry) -> Result<Collectors, 
         registry: builtin,
         diagnose,
         restored,
+        cluster: None,
     })
 }
 
@@ -159,7 +163,9 @@ pub async fn serve_with(
         registry,
         diagnose,
         restored,
+        cluster,
     } = collectors;
+    let sign_counters = signer.counters();
     let cache = Arc::new(ReportCache::new(&registry));
     let now = Instant::now();
     for (position, collector) in registry.iter().enumerate() {
@@ -231,6 +237,10 @@ pub async fn serve_with(
         started: now,
         node,
         repair,
+        diagnose: Arc::clone(&diagnose),
+        sign_counters,
+        stale_after: config.signature_ttl(),
+        cluster,
     });
     let mut accept_shutdown = shutdown_rx.clone();
     tasks.spawn(async move {
@@ -290,7 +300,8 @@ pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent
     let builtin_config =
         nodecare_collectors::builtin::BuiltinConfig::for_node(&node, &config.hmac_key);
     nodecare_collectors::builtin::register_all(&mut builtin, &builtin_config);
-    let collectors = collectors(&config, builtin)?;
+    let mut collectors = collectors(&config, builtin)?;
+    collectors.cluster = builtin_config.cluster.clone();
     serve_with(config, collectors, listener).await
 }
 

@@ -46,10 +46,34 @@ pub struct ReportMetrics {
 pub enum ScriptExit {
     /// Exited with this code.
     Code(i32),
-    /// Killed by this signal (e.g. after a timeout).
+    /// Killed by this signal, not sent by the agent.
     Signal(i32),
-    /// Never started (refused by the whitelist, spawn failure).
+    /// Ran past its time limit; the agent killed its process group.
+    TimedOut,
+    /// Wrote more than the stdout cap; the agent killed its process group.
+    OutputOverflow,
+    /// Refused by the whitelist: never started.
+    Refused,
+    /// Could not be started, or its output could not be read.
     NotStarted,
+}
+
+impl ScriptExit {
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Code(_) => "exited",
+            Self::Signal(_) => "signalled",
+            Self::TimedOut => "timed-out",
+            Self::OutputOverflow => "output-overflow",
+            Self::Refused => "refused",
+            Self::NotStarted => "not-started",
+        }
+    }
+
+    fn started(self) -> bool {
+        !matches!(self, Self::Refused | Self::NotStarted)
+    }
 }
 
 /// One diagnose script's latest run.
@@ -83,9 +107,15 @@ pub struct VerdictMetrics {
 pub struct SignatureMetrics {
     /// Signed envelopes issued.
     pub signed_total: u64,
-    /// Signature verifications that failed, by reason (bad MAC, expired, replay, …).
+    /// Verdicts that could not be signed.
+    pub sign_failures_total: u64,
+    /// Signature verifications of incoming requests that failed, by reason (bad MAC,
+    /// expired, replay, …).
     pub verify_failures_total: BTreeMap<String, u64>,
-    /// Requests refused, by reason (e.g. repair commands not whitelisted).
+    /// Executables the whitelist refused, by kind (`diagnose-script`, `diagnose-directory`,
+    /// `repair`).
+    pub whitelist_refusals_total: BTreeMap<String, u64>,
+    /// Repair requests refused, by reason.
     pub refusals_total: BTreeMap<String, u64>,
 }
 
@@ -606,7 +636,9 @@ pub fn render(input: &MetricsInput) -> String {
         let (code, signal) = match script.exit {
             ScriptExit::Code(code) => (f64::from(code), 0.0),
             ScriptExit::Signal(signal) => (-1.0, f64::from(signal)),
-            ScriptExit::NotStarted => (-1.0, 0.0),
+            // The agent killed the group with SIGKILL.
+            ScriptExit::TimedOut | ScriptExit::OutputOverflow => (-1.0, 9.0),
+            ScriptExit::Refused | ScriptExit::NotStarted => (-1.0, 0.0),
         };
         families.gauge(
             "nodecare_diagnose_script_exit_code",
@@ -624,7 +656,16 @@ pub fn render(input: &MetricsInput) -> String {
             "nodecare_diagnose_script_started",
             "1 if the script's latest run started (0: refused by the whitelist or failed to spawn).",
             &labels,
-            if script.exit == ScriptExit::NotStarted { 0.0 } else { 1.0 },
+            if script.exit.started() { 1.0 } else { 0.0 },
+        );
+        families.gauge(
+            "nodecare_diagnose_script_outcome",
+            "How the script's latest run ended (value always 1).",
+            &[
+                ("script", script.name.as_str()),
+                ("outcome", script.exit.label()),
+            ],
+            1.0,
         );
         if let Some(when) = script.last_success_unix {
             families.gauge(
@@ -675,18 +716,32 @@ pub fn render(input: &MetricsInput) -> String {
         &[],
         input.signatures.signed_total as f64,
     );
+    families.counter(
+        "nodecare_sign_failures_total",
+        "Verdicts that could not be signed (no key, sequence number not persisted).",
+        &[],
+        input.signatures.sign_failures_total as f64,
+    );
     for (reason, count) in &input.signatures.verify_failures_total {
         families.counter(
             "nodecare_signature_verify_failures_total",
-            "Signature verifications that failed, by reason.",
+            "Signature verifications of incoming requests that failed, by reason.",
             &[("reason", reason)],
+            *count as f64,
+        );
+    }
+    for (kind, count) in &input.signatures.whitelist_refusals_total {
+        families.counter(
+            "nodecare_whitelist_refusals_total",
+            "Executables or directories the whitelist refused, by kind.",
+            &[("kind", kind)],
             *count as f64,
         );
     }
     for (reason, count) in &input.signatures.refusals_total {
         families.counter(
-            "nodecare_refusals_total",
-            "Requests refused, by reason.",
+            "nodecare_repair_refusals_total",
+            "Repair requests refused (nothing ran), by reason.",
             &[("reason", reason)],
             *count as f64,
         );
@@ -700,7 +755,13 @@ pub fn render(input: &MetricsInput) -> String {
 pub fn input_from_cache(cache: &crate::cache::ReportCache, stale_after: Duration) -> MetricsInput {
     let snapshot = cache.snapshot();
     let mut input = MetricsInput::default();
-    for cached in snapshot.reports.iter().flatten() {
+    for (cached, _) in snapshot
+        .reports
+        .iter()
+        .zip(&snapshot.enabled)
+        .filter_map(|(cached, enabled)| cached.as_ref().map(|cached| (cached, *enabled)))
+        .filter(|(_, enabled)| *enabled)
+    {
         let Ok(report) = serde_json::from_slice::<Report>(&cached.body) else {
             continue;
         };
@@ -738,10 +799,88 @@ pub fn input_from_cache(cache: &crate::cache::ReportCache, stale_after: Duration
     input
 }
 
+/// Refusal reasons that are failed signature verifications of an incoming request.
+const VERIFY_FAILURE_REASONS: [&str; 4] = ["bad-signature", "expired", "replayed", "wrong-node"];
+
+/// Adds what the diagnose collector, the signer and the repair service counted to `input`
+/// (whose scripts come from the cached verdict): each script's latest run and last success,
+/// signing counters, whitelist refusals and repair refusals by reason.
+pub fn add_counters(
+    input: &mut MetricsInput,
+    diagnose: &nodecare_collectors::diagnose::DiagnoseStats,
+    signing: &crate::signing::SignCounters,
+    repair_refusals: Option<&BTreeMap<&'static str, u64>>,
+) {
+    use nodecare_collectors::diagnose::ScriptOutcome;
+    use nodecare_collectors::runner::ExitStatus;
+    let mut scripts = Vec::new();
+    for (name, stats) in &diagnose.scripts {
+        let exit = match stats.last.outcome {
+            ScriptOutcome::Exited(ExitStatus::Code(code)) => ScriptExit::Code(code),
+            ScriptOutcome::Exited(ExitStatus::Signal(signal)) => ScriptExit::Signal(signal),
+            ScriptOutcome::TimedOut => ScriptExit::TimedOut,
+            ScriptOutcome::OutputOverflow => ScriptExit::OutputOverflow,
+            ScriptOutcome::Refused => ScriptExit::Refused,
+            ScriptOutcome::Failed => ScriptExit::NotStarted,
+        };
+        scripts.push(ScriptMetrics {
+            name: name.clone(),
+            duration: stats.last.duration,
+            exit,
+            #[allow(
+                clippy::cast_precision_loss,
+                reason = "milliseconds since 1970 fit in f64"
+            )]
+            last_success_unix: stats.last_success_ms.map(|ms| ms as f64 / 1000.0),
+            status: stats.last.status.as_str().to_owned(),
+        });
+    }
+    // Runs since the start know more than the cached verdict (which may be restored from
+    // before a restart, without run details); keep the cached entries only before the first run.
+    if diagnose.runs_total > 0 {
+        input.scripts = scripts;
+    }
+    input.signatures.signed_total = signing.signed();
+    input.signatures.sign_failures_total = signing.failed();
+    input.signatures.whitelist_refusals_total = BTreeMap::from([
+        ("diagnose-script".to_owned(), diagnose.script_refusals_total),
+        (
+            "diagnose-directory".to_owned(),
+            diagnose.directory_refusals_total,
+        ),
+    ]);
+    if let Some(refusals) = repair_refusals {
+        input.signatures.whitelist_refusals_total.insert(
+            "repair".to_owned(),
+            refusals.get("not-whitelisted").copied().unwrap_or(0),
+        );
+        input.signatures.verify_failures_total = VERIFY_FAILURE_REASONS
+            .iter()
+            .map(|reason| {
+                (
+                    (*reason).to_owned(),
+                    refusals.get(reason).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        input.signatures.refusals_total = refusals
+            .iter()
+            .map(|(reason, count)| ((*reason).to_owned(), *count))
+            .collect();
+    }
+}
+
 /// The `/metrics` response.
 pub fn response(state: &crate::http::HttpState) -> crate::http::HttpResponse {
-    let stale_after = nodecare_collectors::diagnose::DEFAULT_DIAGNOSE_INTERVAL * 3;
-    let body = render(&input_from_cache(&state.cache, stale_after));
+    let mut input = input_from_cache(&state.cache, state.stale_after);
+    let refusals = state.repair.as_ref().map(|repair| repair.refusal_counts());
+    add_counters(
+        &mut input,
+        &state.diagnose.stats(),
+        &state.sign_counters,
+        refusals.as_ref(),
+    );
+    let body = render(&input);
     let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
     if let Ok(value) = hyper::header::HeaderValue::from_str(CONTENT_TYPE) {
         response
@@ -874,6 +1013,7 @@ mod tests {
                 signed_total: 12,
                 verify_failures_total: [("bad-mac".to_owned(), 1)].into(),
                 refusals_total: [("not-whitelisted".to_owned(), 3)].into(),
+                ..SignatureMetrics::default()
             },
         };
         let text = render(&input);
@@ -899,7 +1039,7 @@ mod tests {
             "nodecare_verdict_status{status=\"unknown\"} 1",
             "nodecare_verdict_status{status=\"Ok\"} 0",
             "nodecare_signed_envelopes_total 12",
-            "nodecare_refusals_total{reason=\"not-whitelisted\"} 3",
+            "nodecare_repair_refusals_total{reason=\"not-whitelisted\"} 3",
             "nodecare_signature_verify_failures_total{reason=\"bad-mac\"} 1",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");

@@ -11,7 +11,6 @@ use nodecare_protocol::report::with_status;
 use nodecare_protocol::{Report, StatusCode};
 use serde_json::{Map, Value};
 use tokio::sync::watch;
-use tokio::time::MissedTickBehavior;
 
 use crate::cache::ReportCache;
 
@@ -80,7 +79,19 @@ pub async fn collect_once(collector: &Arc<dyn Collector>) -> Result<Value, Colle
     }
 }
 
+/// How often the scheduler re-reads a collector's enablement and interval while it waits, so a
+/// change in the cluster's configuration takes effect within this bound.
+pub const RECHECK: Duration = Duration::from_secs(1);
+
+/// The shortest interval the scheduler runs any collector at.
+pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
+
 /// Runs `collector` (at `position` in the cache) until `shutdown` changes.
+///
+/// Before every run, and at least every [`RECHECK`] while waiting, it reads the collector's
+/// [`Collector::enabled`] and [`Collector::interval`]: a disabled collector is not run and is
+/// left out of the lists; an interval change applies to the run after the current wait
+/// (a shorter one at once).
 pub async fn run_collector(
     collector: Arc<dyn Collector>,
     position: usize,
@@ -88,27 +99,50 @@ pub async fn run_collector(
     node: String,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let spec = collector.spec().clone();
-    let interval = spec.interval.max(Duration::from_millis(100));
-    // The first run starts at once (fresh data, replacing a stale verdict soon); later runs
-    // keep a per-node phase.
-    let first_tick = tokio::time::Instant::now() + interval + jitter(&node, &spec.name, interval);
-    let mut ticker = tokio::time::interval_at(first_tick, interval);
-    ticker.set_missed_tick_behavior(MissedTickBehavior::Skip);
+    let name = collector.spec().name.clone();
+    // A per-node phase, so that the nodes of a cluster do not all run a collector at once.
+    let mut phase = jitter(&node, &name, collector.interval().max(MIN_INTERVAL));
+    let mut last_start: Option<tokio::time::Instant> = None;
     loop {
+        let enabled = collector.enabled();
+        if enabled != cache.is_enabled(position) {
+            tracing::info!(collector = %name, enabled, "collector configuration changed");
+            cache.set_enabled(position, enabled);
+        }
+        let due = if enabled {
+            let interval = collector.interval().max(MIN_INTERVAL);
+            // The first run starts at once (fresh data, replacing a stale verdict soon).
+            last_start.map(|start| start + interval + phase)
+        } else {
+            // Wait until it is enabled again; its next run then starts at once.
+            last_start = None;
+            Some(tokio::time::Instant::now() + RECHECK)
+        };
+        if let Some(due) = due {
+            let now = tokio::time::Instant::now();
+            if due > now {
+                let wake = due.min(now + RECHECK);
+                tokio::select! {
+                    _ = tokio::time::sleep_until(wake) => {}
+                    _ = shutdown.changed() => return,
+                }
+                continue;
+            }
+        }
+        if last_start.is_some() {
+            // The phase shifts the second run only; later runs keep it.
+            phase = Duration::ZERO;
+        }
+        last_start = Some(tokio::time::Instant::now());
         let result = tokio::select! {
             result = collect_once(&collector) => result,
             _ = shutdown.changed() => return,
         };
         if let Err(error) = &result {
-            tracing::warn!(collector = %spec.name, %error, "collection failed");
+            tracing::warn!(collector = %name, %error, "collection failed");
         }
         let report = report_for(collector.as_ref(), result);
         cache.store(position, &report, Instant::now());
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! request), and persists the verdict and the sequence number.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -26,9 +27,31 @@ pub enum SigningError {
     Sign(String),
 }
 
+/// What the signer did since the agent started (for `/metrics`).
+#[derive(Debug, Default)]
+pub struct SignCounters {
+    /// Envelopes signed.
+    pub signed: AtomicU64,
+    /// Verdicts that could not be signed (no key, sequence not persisted, ...).
+    pub failed: AtomicU64,
+}
+
+impl SignCounters {
+    /// Envelopes signed so far.
+    pub fn signed(&self) -> u64 {
+        self.signed.load(Ordering::Relaxed)
+    }
+
+    /// Signing failures so far.
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
+
 /// Signs diagnose runs for one node.
 #[derive(Debug)]
 pub struct DiagnoseSigner {
+    counters: Arc<SignCounters>,
     signer: Result<Signer, String>,
     state: StateDir,
     last_sequence: u64,
@@ -46,6 +69,7 @@ impl DiagnoseSigner {
     ) -> Result<Self, SigningError> {
         let last_sequence = state.load_sequence()?;
         Ok(Self {
+            counters: Arc::default(),
             signer,
             state,
             last_sequence,
@@ -54,8 +78,27 @@ impl DiagnoseSigner {
         })
     }
 
-    /// Builds and signs the payload for `run`.
+    /// The signer's counters.
+    pub fn counters(&self) -> Arc<SignCounters> {
+        Arc::clone(&self.counters)
+    }
+
+    /// Builds and signs the payload for `run`, counting the outcome.
     pub fn sign(&mut self, run: &DiagnoseRun, stale: bool) -> Result<SignedEnvelope, SigningError> {
+        let result = self.sign_uncounted(run, stale);
+        let counter = match result {
+            Ok(_) => &self.counters.signed,
+            Err(_) => &self.counters.failed,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        result
+    }
+
+    fn sign_uncounted(
+        &mut self,
+        run: &DiagnoseRun,
+        stale: bool,
+    ) -> Result<SignedEnvelope, SigningError> {
         let signer = self
             .signer
             .as_ref()

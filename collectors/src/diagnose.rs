@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::runner::{ExecError, ExecLimits, ExecOutput, Runner};
+use crate::runner::{ExecError, ExecLimits, ExecOutput, ExitStatus, Runner};
 use crate::whitelist::{Owner, Whitelist, WhitelistError};
 use crate::{CollectError, CollectFuture, Collector, CollectorSpec};
 
@@ -125,8 +125,80 @@ fn merge_or_unknown(verdicts: BTreeMap<String, ScriptVerdict>) -> MergedVerdict 
     }
 }
 
+/// How one diagnose executable's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptOutcome {
+    /// It exited, or was killed by a signal not sent by the agent.
+    Exited(ExitStatus),
+    /// It ran past its time limit; its process group was killed.
+    TimedOut,
+    /// It wrote more than the stdout cap; its process group was killed.
+    OutputOverflow,
+    /// The whitelist refused it: it did not start.
+    Refused,
+    /// It could not be started, or its output could not be read.
+    Failed,
+}
+
+/// One diagnose executable's run, for monitoring.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptRun {
+    /// The executable's name.
+    pub name: String,
+    /// How the run ended.
+    pub outcome: ScriptOutcome,
+    /// Wall-clock duration, when it started.
+    pub duration: Option<Duration>,
+    /// Its verdict status in this run.
+    pub status: DiagnoseStatus,
+    /// Whether it exited 0 with a valid verdict.
+    pub succeeded: bool,
+    /// When the run ended, Unix milliseconds.
+    pub finished_at_ms: u64,
+}
+
+/// One run of the diagnose executables with each executable's run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetailedRun {
+    /// The merged run.
+    pub run: DiagnoseRun,
+    /// Every executable's run, by name.
+    pub scripts: Vec<ScriptRun>,
+    /// Whether the whitelist refused the directory itself (nothing ran).
+    pub directory_refused: bool,
+}
+
+fn script_run(
+    name: &str,
+    result: &Result<ExecOutput, ExecError>,
+    verdict: &ScriptVerdict,
+    elapsed: Duration,
+) -> ScriptRun {
+    let (outcome, duration) = match result {
+        Ok(output) => (ScriptOutcome::Exited(output.status), Some(output.duration)),
+        Err(ExecError::Timeout { .. }) => (ScriptOutcome::TimedOut, Some(elapsed)),
+        Err(ExecError::StdoutOverflow { .. }) => (ScriptOutcome::OutputOverflow, Some(elapsed)),
+        Err(ExecError::Io { .. }) => (ScriptOutcome::Failed, Some(elapsed)),
+        Err(ExecError::Spawn { .. }) => (ScriptOutcome::Failed, None),
+    };
+    ScriptRun {
+        name: name.to_owned(),
+        outcome,
+        duration,
+        status: verdict.status,
+        succeeded: matches!(outcome, ScriptOutcome::Exited(status) if status.success())
+            && verdict.reason.is_none(),
+        finished_at_ms: now_ms(),
+    }
+}
+
 /// Runs the diagnose executables once and merges their verdicts.
 pub async fn run_once(config: &DiagnoseConfig, runner: &Runner) -> DiagnoseRun {
+    run_once_detailed(config, runner).await.run
+}
+
+/// Runs the diagnose executables once, merges their verdicts and reports each run.
+pub async fn run_once_detailed(config: &DiagnoseConfig, runner: &Runner) -> DetailedRun {
     let whitelist = Whitelist::with_owner(&config.dir, config.owner);
     let names = match &config.only {
         Some(name) => vec![name.clone()],
@@ -138,33 +210,48 @@ pub async fn run_once(config: &DiagnoseConfig, runner: &Runner) -> DiagnoseRun {
                     DIRECTORY_KEY.to_owned(),
                     ScriptVerdict::unknown(error.to_string()),
                 )]);
-                return DiagnoseRun {
-                    verdict: merge_or_unknown(verdicts),
-                    collected_at_ms: now_ms(),
+                return DetailedRun {
+                    run: DiagnoseRun {
+                        verdict: merge_or_unknown(verdicts),
+                        collected_at_ms: now_ms(),
+                    },
+                    scripts: Vec::new(),
+                    directory_refused: true,
                 };
             }
         },
     };
     let mut tasks = tokio::task::JoinSet::new();
     let mut verdicts = BTreeMap::new();
+    let mut scripts = Vec::new();
     for name in names {
         match whitelist.open(&name) {
             Err(error) => {
                 log_refusal(&name, &error);
-                verdicts.insert(name, ScriptVerdict::unknown(error.to_string()));
+                let verdict = ScriptVerdict::unknown(error.to_string());
+                scripts.push(ScriptRun {
+                    name: name.clone(),
+                    outcome: ScriptOutcome::Refused,
+                    duration: None,
+                    status: verdict.status,
+                    succeeded: false,
+                    finished_at_ms: now_ms(),
+                });
+                verdicts.insert(name, verdict);
             }
             Ok(executable) => {
                 let runner = runner.clone();
                 let limits = config.limits;
                 tasks.spawn(async move {
+                    let started = std::time::Instant::now();
                     let result = runner.run(&executable, None, &limits).await;
-                    (name, result)
+                    (name, result, started.elapsed())
                 });
             }
         }
     }
     while let Some(joined) = tasks.join_next().await {
-        let Ok((name, result)) = joined else {
+        let Ok((name, result, elapsed)) = joined else {
             // A panicking run task: its name is lost with it; report it under the directory.
             verdicts.insert(
                 DIRECTORY_KEY.to_owned(),
@@ -186,11 +273,17 @@ pub async fn run_once(config: &DiagnoseConfig, runner: &Runner) -> DiagnoseRun {
                 "diagnose script gave no valid verdict"
             ),
         }
+        scripts.push(script_run(&name, &result, &verdict, elapsed));
         verdicts.insert(name, verdict);
     }
-    DiagnoseRun {
-        verdict: merge_or_unknown(verdicts),
-        collected_at_ms: now_ms(),
+    scripts.sort_by(|a, b| a.name.cmp(&b.name));
+    DetailedRun {
+        run: DiagnoseRun {
+            verdict: merge_or_unknown(verdicts),
+            collected_at_ms: now_ms(),
+        },
+        scripts,
+        directory_refused: false,
     }
 }
 
@@ -264,6 +357,61 @@ impl Hysteresis {
     }
 }
 
+/// A diagnose executable's latest run and its last successful one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScriptStats {
+    /// The latest run.
+    pub last: ScriptRun,
+    /// When it last exited 0 with a valid verdict, Unix milliseconds.
+    pub last_success_ms: Option<u64>,
+}
+
+/// Counters and per-executable state of the diagnose runs since the agent started.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiagnoseStats {
+    /// Executables of the latest run, by name (executables gone from the directory drop out).
+    pub scripts: BTreeMap<String, ScriptStats>,
+    /// Executables the whitelist refused, over all runs.
+    pub script_refusals_total: u64,
+    /// Runs in which the whitelist refused the directory itself.
+    pub directory_refusals_total: u64,
+    /// Completed runs.
+    pub runs_total: u64,
+}
+
+impl DiagnoseStats {
+    /// Folds one run in. Pure.
+    pub fn observe(&mut self, detailed: &DetailedRun) {
+        self.runs_total += 1;
+        if detailed.directory_refused {
+            self.directory_refusals_total += 1;
+        }
+        let mut scripts = BTreeMap::new();
+        for run in &detailed.scripts {
+            if run.outcome == ScriptOutcome::Refused {
+                self.script_refusals_total += 1;
+            }
+            let previous = self
+                .scripts
+                .get(&run.name)
+                .and_then(|stats| stats.last_success_ms);
+            let last_success_ms = if run.succeeded {
+                Some(run.finished_at_ms)
+            } else {
+                previous
+            };
+            scripts.insert(
+                run.name.clone(),
+                ScriptStats {
+                    last: run.clone(),
+                    last_success_ms,
+                },
+            );
+        }
+        self.scripts = scripts;
+    }
+}
+
 /// The self-diagnose collector (`node`/`diagnose`, kind 1): its report data is the merged
 /// verdict. The latest published run is also available typed, for signing.
 #[derive(Debug)]
@@ -273,6 +421,7 @@ pub struct DiagnoseCollector {
     runner: Runner,
     hysteresis: Mutex<Hysteresis>,
     latest: watch::Sender<Option<Arc<DiagnoseRun>>>,
+    stats: Mutex<DiagnoseStats>,
 }
 
 impl DiagnoseCollector {
@@ -298,6 +447,7 @@ impl DiagnoseCollector {
             runner,
             hysteresis: Mutex::new(hysteresis),
             latest: watch::channel(None).0,
+            stats: Mutex::new(DiagnoseStats::default()),
         }
     }
 
@@ -308,7 +458,12 @@ impl DiagnoseCollector {
 
     /// Runs once, applies the hysteresis, publishes and returns the published run.
     pub async fn run_and_publish(&self) -> Arc<DiagnoseRun> {
-        let run = run_once(&self.config, &self.runner).await;
+        let detailed = run_once_detailed(&self.config, &self.runner).await;
+        match self.stats.lock() {
+            Ok(mut stats) => stats.observe(&detailed),
+            Err(poisoned) => poisoned.into_inner().observe(&detailed),
+        }
+        let run = detailed.run;
         let published = match self.hysteresis.lock() {
             Ok(mut hysteresis) => hysteresis.observe(run.verdict),
             Err(poisoned) => poisoned.into_inner().observe(run.verdict),
@@ -319,6 +474,14 @@ impl DiagnoseCollector {
         });
         self.latest.send_replace(Some(Arc::clone(&published)));
         published
+    }
+
+    /// Per-executable runs and counters since the agent started.
+    pub fn stats(&self) -> DiagnoseStats {
+        match self.stats.lock() {
+            Ok(stats) => stats.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
     }
 
     /// The latest published run (`None` before the first run).
@@ -356,7 +519,6 @@ pub fn verdict_data(verdict: &MergedVerdict) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runner::ExitStatus;
 
     fn output(status: ExitStatus, stdout: &[u8], stderr: &[u8]) -> Result<ExecOutput, ExecError> {
         Ok(ExecOutput {
@@ -473,5 +635,86 @@ mod tests {
             restored.observe(merged("evacuate", "sda")).status,
             DiagnoseStatus::Evacuate
         );
+    }
+
+    fn run_of(name: &str, outcome: ScriptOutcome, succeeded: bool, at: u64) -> ScriptRun {
+        ScriptRun {
+            name: name.into(),
+            outcome,
+            duration: Some(Duration::from_millis(5)),
+            status: if succeeded {
+                DiagnoseStatus::Ok
+            } else {
+                DiagnoseStatus::Unknown
+            },
+            succeeded,
+            finished_at_ms: at,
+        }
+    }
+
+    fn detailed(scripts: Vec<ScriptRun>, directory_refused: bool) -> DetailedRun {
+        DetailedRun {
+            run: DiagnoseRun {
+                verdict: merged("Ok", ""),
+                collected_at_ms: 0,
+            },
+            scripts,
+            directory_refused,
+        }
+    }
+
+    #[test]
+    fn stats_keep_the_last_success_and_count_refusals() {
+        let mut stats = DiagnoseStats::default();
+        stats.observe(&detailed(
+            vec![
+                run_of("a", ScriptOutcome::Exited(ExitStatus::Code(0)), true, 100),
+                run_of("b", ScriptOutcome::Refused, false, 100),
+            ],
+            false,
+        ));
+        stats.observe(&detailed(
+            vec![
+                run_of("a", ScriptOutcome::Exited(ExitStatus::Code(3)), false, 200),
+                run_of("b", ScriptOutcome::Refused, false, 200),
+            ],
+            false,
+        ));
+        assert_eq!(stats.runs_total, 2);
+        assert_eq!(stats.script_refusals_total, 2);
+        assert_eq!(stats.scripts["a"].last_success_ms, Some(100));
+        assert_eq!(
+            stats.scripts["a"].last.outcome,
+            ScriptOutcome::Exited(ExitStatus::Code(3))
+        );
+        assert_eq!(stats.scripts["b"].last_success_ms, None);
+        // A refused directory runs nothing: the scripts drop out, the refusal is counted.
+        stats.observe(&detailed(Vec::new(), true));
+        assert!(stats.scripts.is_empty());
+        assert_eq!(stats.directory_refusals_total, 1);
+    }
+
+    #[test]
+    fn script_run_of_each_result() {
+        let ok = output(ExitStatus::Code(0), br#"{"status":"Ok"}"#, b"");
+        let run = script_run("a", &ok, &verdict_of(&ok), Duration::from_secs(9));
+        assert!(run.succeeded);
+        assert_eq!(run.duration, Some(Duration::from_millis(1)));
+        let bad = output(ExitStatus::Code(0), b"nope", b"");
+        assert!(!script_run("a", &bad, &verdict_of(&bad), Duration::ZERO).succeeded);
+        let timeout = Err(ExecError::Timeout {
+            name: "a".into(),
+            timeout: Duration::from_secs(1),
+            stderr: String::new(),
+        });
+        let run = script_run("a", &timeout, &verdict_of(&timeout), Duration::from_secs(1));
+        assert_eq!(run.outcome, ScriptOutcome::TimedOut);
+        assert_eq!(run.duration, Some(Duration::from_secs(1)));
+        let spawn = Err(ExecError::Spawn {
+            name: "a".into(),
+            reason: "x".into(),
+        });
+        let run = script_run("a", &spawn, &verdict_of(&spawn), Duration::ZERO);
+        assert_eq!((run.outcome, run.duration), (ScriptOutcome::Failed, None));
     }
 }

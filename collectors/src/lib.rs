@@ -100,6 +100,19 @@ pub trait Collector: Send + Sync + std::fmt::Debug {
 
     /// Collects once. Stateful collectors (moving averages) keep their state inside.
     fn collect(&self) -> CollectFuture<'_>;
+
+    /// Whether the collector runs and is listed now. The cluster can disable a collector at
+    /// run time (`gnt-cluster modify --enabled-data-collectors`); the scheduler checks this
+    /// before every run and at least once a second.
+    fn enabled(&self) -> bool {
+        true
+    }
+
+    /// How often the scheduler runs the collector now: the spec's interval unless the cluster
+    /// configures another one (`gnt-cluster modify --data-collector-interval`).
+    fn interval(&self) -> Duration {
+        self.spec().interval
+    }
 }
 
 /// The collectors of one agent, in the order mond lists them.

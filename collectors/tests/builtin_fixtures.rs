@@ -393,21 +393,21 @@ async fn cluster_configuration_gates_collectors() {
     let mut registry = Registry::new();
     builtin::register_all(&mut registry, &config);
     let diskstats = registry.find("storage", "diskstats").unwrap();
+    assert!(!diskstats.enabled());
     let error = diskstats.collect().await.unwrap_err();
     assert!(
         error.to_string().contains("disabled by the cluster"),
         "{error}"
     );
-    // A long cluster interval reuses the last result, even when the source changes.
+    // The cluster's interval is what the scheduler runs the collector at.
     let cpu = registry.find("default", "cpu-avg-load").unwrap();
-    let first = cpu.collect().await.unwrap();
-    std::fs::write(
-        temp.path().join("stat"),
-        "cpu 999999 0 0 0\ncpu0 999999 0 0 0\n",
-    )
-    .unwrap();
-    assert_eq!(cpu.collect().await.unwrap(), first);
+    assert!(cpu.enabled());
+    assert_eq!(cpu.interval(), Duration::from_secs(3600));
+    // Collectors the cluster does not configure keep their own interval.
+    let rss = registry.find("default", "kvm-inst-rss").unwrap();
+    assert_eq!(rss.interval(), Duration::from_secs(5));
     // Re-enabling takes effect on the next run.
     sender.send_replace(Arc::new(ClusterView::default()));
+    assert!(diskstats.enabled());
     assert!(diskstats.collect().await.is_ok());
 }

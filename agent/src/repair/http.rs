@@ -175,13 +175,16 @@ impl RepairService {
                 let task_origin = origin.clone();
                 match tokio::spawn(async move { service.submit(&task_origin, &body).await }).await {
                     Ok(answer) => answer,
-                    Err(error) => RepairAnswer::Refused {
-                        refusal: RepairRefusal::new(
-                            RefusalReason::Internal,
-                            format!("the request was not processed: {error}"),
-                        ),
-                        delay: false,
-                    },
+                    Err(error) => {
+                        self.count_refusal(RefusalReason::Internal);
+                        RepairAnswer::Refused {
+                            refusal: RepairRefusal::new(
+                                RefusalReason::Internal,
+                                format!("the request was not processed: {error}"),
+                            ),
+                            delay: false,
+                        }
+                    }
                 }
             }
             BodyOutcome::TooLarge(message) => {

@@ -277,6 +277,29 @@ pub struct RepairService {
     nonces: Arc<Mutex<NonceStore>>,
     audit: AuditLog,
     delayed_refusals: Arc<tokio::sync::Semaphore>,
+    refusals: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+/// Every refusal reason with its wire spelling, for counters that always show every series.
+pub const REFUSAL_REASONS: [(RefusalReason, &str); 10] = [
+    (RefusalReason::BodyTooLarge, "body-too-large"),
+    (RefusalReason::Malformed, "malformed"),
+    (RefusalReason::BadSignature, "bad-signature"),
+    (RefusalReason::Expired, "expired"),
+    (RefusalReason::Replayed, "replayed"),
+    (RefusalReason::WrongNode, "wrong-node"),
+    (RefusalReason::NotWhitelisted, "not-whitelisted"),
+    (RefusalReason::IncidentConflict, "incident-conflict"),
+    (RefusalReason::Busy, "busy"),
+    (RefusalReason::Internal, "internal"),
+];
+
+/// The wire spelling of a refusal reason.
+pub fn refusal_name(reason: RefusalReason) -> &'static str {
+    REFUSAL_REASONS
+        .iter()
+        .find(|(known, _)| *known == reason)
+        .map_or("internal", |(_, name)| name)
 }
 
 /// Fields of a request as claimed before authentication, for the audit log.
@@ -335,6 +358,7 @@ impl RepairService {
                     .max_delayed_refusals
                     .min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
+            refusals: Mutex::new(REFUSAL_REASONS.iter().map(|(_, name)| (*name, 0)).collect()),
             keys,
             config,
         }))
@@ -348,6 +372,23 @@ impl RepairService {
     /// The audit log.
     pub fn audit_log(&self) -> &AuditLog {
         &self.audit
+    }
+
+    /// Refused requests since the agent started, by reason (every reason present).
+    pub fn refusal_counts(&self) -> BTreeMap<&'static str, u64> {
+        self.refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn count_refusal(&self, reason: RefusalReason) {
+        *self
+            .refusals
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(refusal_name(reason))
+            .or_insert(0) += 1;
     }
 
     fn runs(&self) -> std::sync::MutexGuard<'_, Runs> {
@@ -409,6 +450,7 @@ impl RepairService {
         {
             tracing::error!(%error, "cannot audit a refused repair request");
         }
+        self.count_refusal(reason);
         RepairAnswer::refused(reason, message)
     }
 
@@ -948,6 +990,14 @@ pub fn audit_path(state_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refusal_names_are_the_wire_spelling() {
+        for (reason, name) in REFUSAL_REASONS {
+            assert_eq!(serde_json::to_value(reason).unwrap(), Value::from(name));
+            assert_eq!(refusal_name(reason), name);
+        }
+    }
 
     #[test]
     fn every_verify_error_maps_to_a_refusal() {

@@ -25,8 +25,8 @@ pub mod systool;
 pub mod xen;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::confd::ViewHandle;
 use crate::{CollectError, Collector, Registry};
@@ -193,31 +193,43 @@ pub fn register_all(registry: &mut Registry, config: &BuiltinConfig) {
     }
 }
 
+/// The shortest collector interval the agent accepts from the cluster: a misconfigured tiny
+/// interval must not turn a collector into a busy loop.
+pub const MIN_CLUSTER_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Applies the cluster's data collector configuration (`gnt-cluster modify
 /// --enabled-data-collectors` / `--data-collector-interval`, read from confd in the background)
-/// to a collector: a disabled collector does not run and reports why; a cluster interval
-/// longer than the scheduler's reuses the last result until it is due. Collectors the cluster
-/// does not know, or an unreachable confd, leave the collector running on its own schedule.
+/// to a collector: a disabled collector is neither run nor listed (as in mond), and the
+/// cluster's interval is honoured (mond ignores it), floored at [`MIN_CLUSTER_INTERVAL`].
+/// Collectors the cluster does not know, or an unreachable confd, leave the collector on its
+/// own schedule.
 #[derive(Debug)]
 pub struct ClusterGated {
     inner: Arc<dyn Collector>,
     view: ViewHandle,
-    last: Mutex<Option<(Instant, serde_json::Value)>>,
 }
 
 impl ClusterGated {
     /// Gates `inner` by the cluster view.
     pub fn new(inner: Arc<dyn Collector>, view: ViewHandle) -> Self {
-        Self {
-            inner,
-            view,
-            last: Mutex::new(None),
-        }
+        Self { inner, view }
     }
 
     /// Whether the cluster currently enables this collector.
     pub fn is_active(&self) -> bool {
         self.view.current().is_active(&self.inner.spec().name)
+    }
+}
+
+/// The interval to run a collector at: the cluster's, floored, or `own` when the cluster does
+/// not configure it. Pure.
+pub fn effective_interval(
+    cluster: Option<crate::confd::CollectorConfig>,
+    own: Duration,
+) -> Duration {
+    match cluster {
+        Some(config) => config.interval.max(MIN_CLUSTER_INTERVAL),
+        None => own,
     }
 }
 
@@ -228,28 +240,28 @@ impl Collector for ClusterGated {
 
     fn collect(&self) -> crate::CollectFuture<'_> {
         Box::pin(async move {
-            let name = &self.inner.spec().name;
-            let config = self.view.current().collector_config(name);
-            if let Some(config) = config {
-                if !config.active {
-                    return Err(CollectError::NotApplicable(
-                        "disabled by the cluster (gnt-cluster modify --enabled-data-collectors)"
-                            .to_owned(),
-                    ));
-                }
-                if let Ok(last) = self.last.lock()
-                    && let Some((at, value)) = last.as_ref()
-                    && at.elapsed() < config.interval
-                {
-                    return Ok(value.clone());
-                }
+            // The scheduler does not run disabled collectors; this covers a run that was
+            // already due when the cluster disabled it.
+            if !self.is_active() {
+                return Err(CollectError::NotApplicable(
+                    "disabled by the cluster (gnt-cluster modify --enabled-data-collectors)"
+                        .to_owned(),
+                ));
             }
-            let value = self.inner.collect().await?;
-            if let Ok(mut last) = self.last.lock() {
-                *last = Some((Instant::now(), value.clone()));
-            }
-            Ok(value)
+            self.inner.collect().await
         })
+    }
+
+    fn enabled(&self) -> bool {
+        self.is_active() && self.inner.enabled()
+    }
+
+    fn interval(&self) -> Duration {
+        let config = self
+            .view
+            .current()
+            .collector_config(&self.inner.spec().name);
+        effective_interval(config, self.inner.interval())
     }
 }
 
@@ -265,4 +277,94 @@ pub(crate) async fn read_text(path: &Path) -> Result<String, CollectError> {
         source_name: path.display().to_string(),
         reason: "not valid UTF-8".to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::confd::{ClusterView, CollectorConfig};
+    use std::collections::BTreeMap;
+
+    #[derive(Debug)]
+    struct Fixed(crate::CollectorSpec);
+
+    impl Collector for Fixed {
+        fn spec(&self) -> &crate::CollectorSpec {
+            &self.0
+        }
+        fn collect(&self) -> crate::CollectFuture<'_> {
+            Box::pin(async { Ok(serde_json::Value::Null) })
+        }
+    }
+
+    fn config(active: bool, micros: u64) -> CollectorConfig {
+        CollectorConfig {
+            active,
+            interval: Duration::from_micros(micros),
+        }
+    }
+
+    #[test]
+    fn cluster_interval_is_honoured_with_a_floor() {
+        let own = Duration::from_secs(5);
+        assert_eq!(effective_interval(None, own), own);
+        assert_eq!(
+            effective_interval(Some(config(true, 60_000_000)), own),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            effective_interval(Some(config(true, 2_000_000)), own),
+            Duration::from_secs(2)
+        );
+        assert_eq!(
+            effective_interval(Some(config(true, 1)), own),
+            MIN_CLUSTER_INTERVAL
+        );
+        assert_eq!(
+            effective_interval(Some(config(true, 0)), own),
+            MIN_CLUSTER_INTERVAL
+        );
+    }
+
+    #[tokio::test]
+    async fn gate_follows_the_published_view() {
+        let inner: Arc<dyn Collector> = Arc::new(Fixed(crate::CollectorSpec::builtin(
+            "lv",
+            Some("storage"),
+            nodecare_protocol::ReportKind::Performance,
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        )));
+        let (sender, view) = ViewHandle::channel(ClusterView::default());
+        let gated = ClusterGated::new(inner, view);
+        // No answer from confd yet: fail-open, own interval.
+        assert!(gated.enabled());
+        assert_eq!(gated.interval(), Duration::from_secs(5));
+        let publish = |collectors: BTreeMap<String, CollectorConfig>| {
+            sender.send_replace(Arc::new(ClusterView {
+                data_collectors: Some(collectors),
+                ..ClusterView::default()
+            }));
+        };
+        publish(BTreeMap::from([(
+            "lv".to_owned(),
+            config(false, 5_000_000),
+        )]));
+        assert!(!gated.enabled());
+        assert!(matches!(
+            gated.collect().await,
+            Err(CollectError::NotApplicable(_))
+        ));
+        publish(BTreeMap::from([("lv".to_owned(), config(true, 3_000_000))]));
+        assert!(gated.enabled());
+        assert_eq!(gated.interval(), Duration::from_secs(3));
+        assert!(gated.collect().await.is_ok());
+        // A cluster that does not know the collector leaves it alone.
+        publish(BTreeMap::from([(
+            "drbd".to_owned(),
+            config(false, 5_000_000),
+        )]));
+        assert!(gated.enabled());
+        assert_eq!(gated.interval(), Duration::from_secs(5));
+    }
 }

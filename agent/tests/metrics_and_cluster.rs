@@ -1,0 +1,503 @@
+//! `/metrics` after real diagnose runs and repair refusals, and the cluster's data collector
+//! configuration (enablement, intervals) applied to the running agent, in-process on
+//! 127.0.0.1:0.
+//!
+//! Needs root (the whitelist requires root:root files); skips otherwise.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{PermissionsExt, chown};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nodecare_agent::config::Config;
+use nodecare_collectors::builtin::ClusterGated;
+use nodecare_collectors::confd::{ClusterView, CollectorConfig, ViewHandle};
+use nodecare_collectors::{CollectFuture, Collector, CollectorSpec, Registry};
+use nodecare_protocol::repair::{RepairRequest, sign_repair_request};
+use nodecare_protocol::{HmacKey, ReportKind, Signer};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const NODE: &str = "node1.example.com";
+
+fn am_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn root_dir(path: &Path) {
+    std::fs::create_dir_all(path).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    chown(path, Some(0), Some(0)).unwrap();
+}
+
+fn script(dir: &Path, name: &str, body: &str, mode: u32) {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    chown(&path, Some(0), Some(0)).unwrap();
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    diagnose: PathBuf,
+    repair: PathBuf,
+    key: PathBuf,
+    state: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    root_dir(dir.path());
+    let diagnose = dir.path().join("diagnose");
+    root_dir(&diagnose);
+    let repair = dir.path().join("repair");
+    root_dir(&repair);
+    let key = dir.path().join("hmac.key");
+    std::fs::write(&key, "0123456789abcdef0123456789abcdef01234567\n").unwrap();
+    Fixture {
+        diagnose,
+        repair,
+        key,
+        state: dir.path().join("state"),
+        _dir: dir,
+    }
+}
+
+fn config(fixture: &Fixture) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        node_name: Some(NODE.into()),
+        hmac_key: fixture.key.clone(),
+        state_dir: fixture.state.clone(),
+        diagnose_dir: fixture.diagnose.clone(),
+        diagnose_timeout_secs: 2,
+        repair_dir: fixture.repair.clone(),
+        repair_invalid_request_delay_ms: 10,
+        ..Config::default()
+    }
+}
+
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn text(&self) -> String {
+        String::from_utf8(self.body.clone()).unwrap()
+    }
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+}
+
+async fn request(address: std::net::SocketAddr, method: &str, path: &str, body: &[u8]) -> Answer {
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(body).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
+        .await
+        .expect("answer within 10 s")
+        .unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    Answer {
+        status,
+        body: raw[split + 4..].to_vec(),
+    }
+}
+
+async fn get(address: std::net::SocketAddr, path: &str) -> Answer {
+    request(address, "GET", path, b"").await
+}
+
+/// The value of the sample whose line starts with `series ` (exact name and labels).
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        line.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .map(|value| value.parse().unwrap())
+    })
+}
+
+fn repair_request(command: &str, nonce: &str) -> RepairRequest {
+    RepairRequest {
+        node: NODE.into(),
+        incident_id: "3f1c5a2e-8b7d-4c3a-9e1f-0a2b3c4d5e6f".into(),
+        command: command.into(),
+        input: json!({"status": "live-repair"}),
+        nonce: nonce.into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_script_runs_verdict_signatures_and_refusals() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    script(
+        &fixture.diagnose,
+        "healthy",
+        "#!/bin/sh\nsleep 0.2\necho '{\"status\":\"Ok\"}'\n",
+        0o755,
+    );
+    script(
+        &fixture.diagnose,
+        "broken",
+        "#!/bin/sh\necho 'disk gone' >&2\nexit 3\n",
+        0o755,
+    );
+    // Group-writable: the whitelist refuses it.
+    script(
+        &fixture.diagnose,
+        "writable",
+        "#!/bin/sh\necho '{\"status\":\"Ok\"}'\n",
+        0o775,
+    );
+    let config = config(&fixture);
+    let collectors = nodecare_agent::collectors(&config, Registry::new()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let agent = nodecare_agent::serve_with(config, collectors, listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+
+    // Wait for the first run to be published and signed.
+    let started = Instant::now();
+    let metrics = loop {
+        let answer = get(address, "/metrics").await;
+        assert_eq!(answer.status, 200);
+        let text = answer.text();
+        if sample(&text, "nodecare_signed_envelopes_total") >= Some(1.0) {
+            break text;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no signed run:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let after = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+
+    let value = |series: &str| {
+        sample(&metrics, series).unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+    };
+    // The ok script: ran about 0.2 s, exit 0, a last success within the test.
+    let duration = value("nodecare_diagnose_script_duration_seconds{script=\"healthy\"}");
+    assert!((0.15..2.0).contains(&duration), "{duration}");
+    assert_eq!(
+        value("nodecare_diagnose_script_exit_code{script=\"healthy\"}"),
+        0.0
+    );
+    let success =
+        value("nodecare_diagnose_script_last_success_timestamp_seconds{script=\"healthy\"}");
+    assert!(
+        before - 1.0 <= success && success <= after + 1.0,
+        "{success}"
+    );
+    assert_eq!(
+        value("nodecare_diagnose_script_verdict{script=\"healthy\",status=\"Ok\"}"),
+        1.0
+    );
+    // The failing script: exit 3, never succeeded, verdict unknown.
+    assert_eq!(
+        value("nodecare_diagnose_script_exit_code{script=\"broken\"}"),
+        3.0
+    );
+    assert!(value("nodecare_diagnose_script_duration_seconds{script=\"broken\"}") < 2.0);
+    assert_eq!(
+        value("nodecare_diagnose_script_outcome{script=\"broken\",outcome=\"exited\"}"),
+        1.0
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "nodecare_diagnose_script_last_success_timestamp_seconds{script=\"broken\"}"
+        ),
+        None
+    );
+    assert_eq!(
+        value("nodecare_diagnose_script_verdict{script=\"broken\",status=\"unknown\"}"),
+        1.0
+    );
+    // The refused script never started and is counted.
+    assert_eq!(
+        value("nodecare_diagnose_script_started{script=\"writable\"}"),
+        0.0
+    );
+    assert_eq!(
+        value("nodecare_diagnose_script_outcome{script=\"writable\",outcome=\"refused\"}"),
+        1.0
+    );
+    assert_eq!(
+        value("nodecare_whitelist_refusals_total{kind=\"diagnose-script\"}"),
+        1.0
+    );
+    // The merged verdict: unknown, fresh.
+    assert_eq!(value("nodecare_verdict_status{status=\"unknown\"}"), 1.0);
+    assert_eq!(value("nodecare_verdict_status{status=\"Ok\"}"), 0.0);
+    assert!(value("nodecare_verdict_age_seconds") < 5.0);
+    assert_eq!(value("nodecare_verdict_stale"), 0.0);
+    assert_eq!(value("nodecare_sign_failures_total"), 0.0);
+    // Every repair refusal reason is present, at zero.
+    assert_eq!(
+        value("nodecare_repair_refusals_total{reason=\"not-whitelisted\"}"),
+        0.0
+    );
+    assert_eq!(
+        value("nodecare_signature_verify_failures_total{reason=\"bad-signature\"}"),
+        0.0
+    );
+
+    // Two repair refusals: a command that is not whitelisted, and another key's signature.
+    let key = HmacKey::from_file(&fixture.key).unwrap();
+    let ours = Signer::new(key, NODE);
+    let now = nodecare_agent::repair::now_ms();
+    let missing = sign_repair_request(&ours, repair_request("missing", "n1"), 1, now, 60_000);
+    let answer = request(
+        address,
+        "POST",
+        "/1/repair",
+        &serde_json::to_vec(&missing.unwrap()).unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, 403, "{}", answer.text());
+    let stranger = Signer::new(HmacKey::new(b"another key".to_vec()), NODE);
+    let forged = sign_repair_request(&stranger, repair_request("fix", "n2"), 2, now, 60_000);
+    let answer = request(
+        address,
+        "POST",
+        "/1/repair",
+        &serde_json::to_vec(&forged.unwrap()).unwrap(),
+    )
+    .await;
+    assert_eq!(answer.status, 401, "{}", answer.text());
+    let metrics = get(address, "/metrics").await.text();
+    for (series, expected) in [
+        (
+            "nodecare_repair_refusals_total{reason=\"not-whitelisted\"}",
+            1.0,
+        ),
+        (
+            "nodecare_repair_refusals_total{reason=\"bad-signature\"}",
+            1.0,
+        ),
+        ("nodecare_repair_refusals_total{reason=\"replayed\"}", 0.0),
+        (
+            "nodecare_signature_verify_failures_total{reason=\"bad-signature\"}",
+            1.0,
+        ),
+        ("nodecare_whitelist_refusals_total{kind=\"repair\"}", 1.0),
+    ] {
+        assert_eq!(
+            sample(&metrics, series),
+            Some(expected),
+            "{series}\n{metrics}"
+        );
+    }
+    agent.shutdown().await;
+}
+
+/// Counts its runs.
+#[derive(Debug)]
+struct Counting {
+    spec: CollectorSpec,
+    runs: AtomicUsize,
+}
+
+impl Collector for Counting {
+    fn spec(&self) -> &CollectorSpec {
+        &self.spec
+    }
+    fn collect(&self) -> CollectFuture<'_> {
+        let run = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        Box::pin(async move { Ok(json!({ "run": run })) })
+    }
+}
+
+fn counting(name: &str, category: Option<&str>) -> Arc<Counting> {
+    Arc::new(Counting {
+        spec: CollectorSpec::builtin(
+            name,
+            category,
+            ReportKind::Performance,
+            Duration::from_secs(60),
+            Duration::from_secs(1),
+        ),
+        runs: AtomicUsize::new(0),
+    })
+}
+
+fn collectors_config(entries: &[(&str, bool, u64)]) -> ClusterView {
+    ClusterView {
+        data_collectors: Some(
+            entries
+                .iter()
+                .map(|(name, active, micros)| {
+                    (
+                        (*name).to_owned(),
+                        CollectorConfig {
+                            active: *active,
+                            interval: Duration::from_micros(*micros),
+                        },
+                    )
+                })
+                .collect::<BTreeMap<_, _>>(),
+        ),
+        ..ClusterView::default()
+    }
+}
+
+async fn wait_until(limit: Duration, mut done: impl AsyncFnMut() -> bool) {
+    let started = Instant::now();
+    while !done().await {
+        assert!(started.elapsed() < limit, "not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_disables_collectors_and_sets_their_intervals() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    let cpu = counting("cpu-avg-load", None);
+    let lv = counting("lv", Some("storage"));
+    let drbd = counting("drbd", Some("storage"));
+    let (sender, view) = ViewHandle::channel(collectors_config(&[
+        ("cpu-avg-load", true, 1_000_000),
+        ("lv", false, 5_000_000),
+        // Below the floor: runs every second, not every millisecond.
+        ("drbd", true, 1_000),
+    ]));
+    let mut registry = Registry::new();
+    for collector in [&cpu, &lv, &drbd] {
+        let inner: Arc<dyn Collector> = collector.clone();
+        registry.register(Arc::new(ClusterGated::new(inner, view.clone())));
+    }
+    let config = config(&fixture);
+    let mut collectors = nodecare_agent::collectors(&config, registry).unwrap();
+    collectors.cluster = Some(view.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve_with(config, collectors, listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+
+    // The disabled collector is absent everywhere, as in mond.
+    wait_until(Duration::from_secs(5), async || {
+        get(address, "/1/report/all")
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len()
+            == 3
+    })
+    .await;
+    assert_eq!(
+        get(address, "/1/list/collectors").await.json(),
+        json!([
+            ["cpu-avg-load", "default", 0],
+            ["drbd", "storage", 0],
+            ["diagnose", "node", 1]
+        ])
+    );
+    let names: Vec<Value> = get(address, "/1/report/all")
+        .await
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|report| report["name"].clone())
+        .collect();
+    assert_eq!(
+        names,
+        [json!("cpu-avg-load"), json!("drbd"), json!("diagnose")]
+    );
+    let direct = get(address, "/1/report/storage/lv").await;
+    assert_eq!(direct.status, 404);
+    assert_eq!(
+        direct.text(),
+        "Unable to produce a report for the requested resource"
+    );
+    assert_eq!(lv.runs.load(Ordering::SeqCst), 0);
+    let health = get(address, "/healthz").await.json();
+    assert_eq!(health["collectors"]["lv"]["enabled"], false);
+    assert_eq!(health["confd"]["data_collectors"]["drbd"]["interval_ms"], 1);
+    assert!(
+        !get(address, "/metrics")
+            .await
+            .text()
+            .contains("collector=\"lv\"")
+    );
+
+    // The cluster's 1 s interval is honoured although the collector's own is 60 s; the
+    // sub-second one is floored at 1 s.
+    let cpu_before = cpu.runs.load(Ordering::SeqCst);
+    let drbd_before = drbd.runs.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let cpu_runs = cpu.runs.load(Ordering::SeqCst) - cpu_before;
+    let drbd_runs = drbd.runs.load(Ordering::SeqCst) - drbd_before;
+    assert!(
+        (2..=5).contains(&cpu_runs),
+        "cpu ran {cpu_runs} times in 3.5 s"
+    );
+    assert!(
+        (2..=5).contains(&drbd_runs),
+        "drbd ran {drbd_runs} times in 3.5 s"
+    );
+
+    // Re-enable lv, disable drbd, slow cpu down to an hour: effective within the recheck.
+    sender.send_replace(Arc::new(collectors_config(&[
+        ("cpu-avg-load", true, 3_600_000_000),
+        ("lv", true, 5_000_000),
+        ("drbd", false, 5_000_000),
+    ])));
+    let changed = Instant::now();
+    wait_until(Duration::from_secs(3), async || {
+        get(address, "/1/list/collectors").await.json()
+            == json!([
+                ["cpu-avg-load", "default", 0],
+                ["lv", "storage", 0],
+                ["diagnose", "node", 1]
+            ])
+    })
+    .await;
+    wait_until(Duration::from_secs(3), async || {
+        get(address, "/1/report/storage/lv").await.status == 200
+    })
+    .await;
+    assert!(changed.elapsed() < Duration::from_secs(3));
+    assert_eq!(get(address, "/1/report/storage/drbd").await.status, 404);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let cpu_settled = cpu.runs.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(cpu.runs.load(Ordering::SeqCst), cpu_settled);
+    agent.shutdown().await;
+}
