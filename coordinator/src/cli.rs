@@ -243,12 +243,7 @@ pub fn command() -> clap::Command {
 /// Parses the command line, runs the daemon and returns its exit code.
 pub fn main() -> ExitCode {
     let args = Args::parse();
-    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+    nodecare_daemon::logging::init(&args.log);
     let prepared = match prepare(&args) {
         Ok(prepared) => prepared,
         Err(error) => {

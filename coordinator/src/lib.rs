@@ -24,7 +24,8 @@ pub mod repair;
 pub mod scrape;
 pub mod simulation;
 pub mod store;
-pub mod systemd;
+
+pub use nodecare_daemon::systemd;
 
 pub use cli::command;
 
@@ -32,7 +33,10 @@ pub use cli::command;
 /// this crate needs it, since reqwest is built without a provider of its own.
 pub fn install_crypto_provider() {
     // An error only means a provider is installed already.
-    if rustls::crypto::ring::default_provider().install_default().is_err() {
+    if rustls::crypto::ring::default_provider()
+        .install_default()
+        .is_err()
+    {
         tracing::trace!("rustls crypto provider already installed");
     }
 }
