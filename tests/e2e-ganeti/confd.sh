@@ -132,12 +132,15 @@ agent_minors=$(jq -c '.drbd_minors' <<<"$view")
 direct=$(ip netns exec "$NODECARE_GNT_CLIENT_NETNS" "$GNT/confd-query.py" --key "$NODECARE_GNT_HMAC_KEY" \
   --type 8 --query "\"$NODE\"" "$NODECARE_GNT_NODE1_IP" 2>&1)
 direct_primary=$(jq -c '.. | objects | select(has("answer")) | .answer[0] | map(if type == "object" then .name else . end) | sort' <<<"$direct" 2>/dev/null | head -n 1)
-log "gnt-instance: primary $expected secondary $secondary; agent: primary $agent_primary secondary $agent_secondary minors $agent_minors; direct confd: ${direct_primary:-$direct}"
-if [[ $expected != "[]" && $agent_primary == "$expected" && $agent_secondary == "$secondary" && $agent_minors == "[]" ]] \
-  && [[ -z $direct_primary || $direct_primary == "$expected" ]]; then
-  pass "C2 node instances from confd: primary $agent_primary (gnt-instance: $expected), secondary $agent_secondary, DRBD minors $agent_minors"
+direct_drbd=$(ip netns exec "$NODECARE_GNT_CLIENT_NETNS" "$GNT/confd-query.py" --key "$NODECARE_GNT_HMAC_KEY" \
+  --type 7 --query "\"$NODE\"" "$NODECARE_GNT_NODE1_IP" 2>&1)
+direct_minors=$(jq -c '.. | objects | select(has("answer")) | .answer' <<<"$direct_drbd" 2>/dev/null | head -n 1)
+log "gnt-instance: primary $expected secondary $secondary; agent: primary $agent_primary secondary $agent_secondary minors $agent_minors; direct confd: primary ${direct_primary:-$direct} minors ${direct_minors:-$direct_drbd}"
+if [[ $expected != "[]" && $agent_primary == "$expected" && $agent_secondary == "$secondary" ]] \
+  && [[ $direct_primary == "$expected" && $agent_minors == "$direct_minors" && $agent_minors == "[]" ]]; then
+  pass "C2 node instances from confd: primary $agent_primary (gnt-instance and a direct confd query: $expected), secondary $agent_secondary; DRBD pairing $agent_minors (direct confd query: $direct_minors)"
 else
-  fail C2 "agent primary $agent_primary secondary $agent_secondary minors $agent_minors; cluster primary $expected secondary $secondary; direct ${direct_primary:-$direct}"
+  fail C2 "agent primary $agent_primary secondary $agent_secondary minors $agent_minors; cluster primary $expected secondary $secondary; direct ${direct_primary:-$direct} / ${direct_minors:-$direct_drbd}"
 fi
 
 # C3: disabling and re-enabling lv at run time.
