@@ -1061,4 +1061,82 @@ mod tests {
         escape_label(&mut escaped, "a\\b\"c\nd");
         assert_eq!(escaped, "a\\\\b\\\"c\\nd");
     }
+
+    #[test]
+    fn counters_fill_scripts_signatures_and_refusals() {
+        use nodecare_collectors::diagnose::{DiagnoseStats, ScriptOutcome, ScriptRun, ScriptStats};
+        use nodecare_protocol::DiagnoseStatus;
+        let stats_of = |name: &str, outcome, success: Option<u64>| {
+            (
+                name.to_owned(),
+                ScriptStats {
+                    last: ScriptRun {
+                        name: name.to_owned(),
+                        outcome,
+                        duration: Some(Duration::from_millis(1500)),
+                        status: DiagnoseStatus::Unknown,
+                        succeeded: false,
+                        finished_at_ms: 2_000,
+                    },
+                    last_success_ms: success,
+                },
+            )
+        };
+        let diagnose = DiagnoseStats {
+            scripts: [
+                stats_of("slow", ScriptOutcome::TimedOut, Some(1_500)),
+                stats_of("gone", ScriptOutcome::Failed, None),
+            ]
+            .into(),
+            script_refusals_total: 4,
+            directory_refusals_total: 1,
+            runs_total: 7,
+        };
+        let signing = crate::signing::SignCounters::default();
+        signing
+            .signed
+            .store(5, std::sync::atomic::Ordering::Relaxed);
+        let refusals = BTreeMap::from([("bad-signature", 2), ("not-whitelisted", 3), ("busy", 1)]);
+        // Before the first run, the cached verdict's scripts stay.
+        let mut input = MetricsInput {
+            scripts: vec![ScriptMetrics {
+                name: "restored".into(),
+                duration: None,
+                exit: ScriptExit::NotStarted,
+                last_success_unix: None,
+                status: "Ok".into(),
+            }],
+            ..MetricsInput::default()
+        };
+        add_counters(
+            &mut input,
+            &DiagnoseStats::default(),
+            &signing,
+            Some(&refusals),
+        );
+        assert_eq!(input.scripts.len(), 1);
+        add_counters(&mut input, &diagnose, &signing, Some(&refusals));
+        let text = render(&input);
+        assert_well_formed(&text);
+        for expected in [
+            "nodecare_diagnose_script_duration_seconds{script=\"slow\"} 1.5",
+            "nodecare_diagnose_script_signal{script=\"slow\"} 9",
+            "nodecare_diagnose_script_outcome{script=\"slow\",outcome=\"timed-out\"} 1",
+            "nodecare_diagnose_script_last_success_timestamp_seconds{script=\"slow\"} 1.5",
+            "nodecare_diagnose_script_started{script=\"gone\"} 0",
+            "nodecare_signed_envelopes_total 5",
+            "nodecare_sign_failures_total 0",
+            "nodecare_whitelist_refusals_total{kind=\"diagnose-script\"} 4",
+            "nodecare_whitelist_refusals_total{kind=\"diagnose-directory\"} 1",
+            "nodecare_whitelist_refusals_total{kind=\"repair\"} 3",
+            "nodecare_signature_verify_failures_total{reason=\"bad-signature\"} 2",
+            "nodecare_signature_verify_failures_total{reason=\"replayed\"} 0",
+            "nodecare_repair_refusals_total{reason=\"busy\"} 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        assert!(!text.contains("script=\"restored\""));
+        // Busy is a refusal, not a failed verification.
+        assert!(!text.contains("nodecare_signature_verify_failures_total{reason=\"busy\"}"));
+    }
 }
