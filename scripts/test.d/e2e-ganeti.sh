@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# End-to-end: nodecare agents and the coordinator on a real Ganeti 3.0.2 cluster (network
-# namespaces on this machine). Needs root; CI installs Ganeti's packages for it.
+# End-to-end on a real Ganeti 3.0.2 cluster (network namespaces on this machine): nodecare agents
+# and the coordinator through the repair lifecycle (run.sh), and the agent against the real
+# confd (confd.sh). Needs root; CI installs Ganeti's packages for it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ]; then
@@ -10,4 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "e2e-ganeti: skipped (needs root)"; exit 0
 fi
 cargo build --release --locked -p nodecare-agent -p nodecare-coordinator
-tests/e2e-ganeti/run.sh --no-build
+status=0
+tests/e2e-ganeti/run.sh --no-build || status=1
+tests/e2e-ganeti/confd.sh || status=1
+exit "$status"
