@@ -93,6 +93,12 @@ pub struct ConfigOverrides {
     /// Identical runs before a changed non-Ok verdict is published [default: 1].
     #[arg(long, global = true, value_name = "N")]
     pub diagnose_confirmations: Option<u32>,
+    /// Collector plugin whitelist directory [default: /etc/nodecare/collectors.d].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
+    /// Seconds between runs of each collector plugin [default: 60].
+    #[arg(long, global = true, value_name = "SECS")]
+    pub plugin_interval_secs: Option<u64>,
     /// Executables that may run at once [default: 4].
     #[arg(long, global = true, value_name = "N")]
     pub max_concurrent_scripts: Option<usize>,
@@ -123,6 +129,8 @@ impl ConfigOverrides {
             diagnose_timeout_secs,
             diagnose_stdout_cap,
             diagnose_confirmations,
+            plugin_dir,
+            plugin_interval_secs,
             max_concurrent_scripts,
             signature_ttl_intervals,
             log

@@ -64,6 +64,10 @@ pub struct Config {
     pub diagnose_stdout_cap: usize,
     /// Consecutive identical runs before a changed non-Ok verdict is published.
     pub diagnose_confirmations: u32,
+    /// Whitelist directory of external collector plugins (absent directory: no plugins).
+    pub plugin_dir: PathBuf,
+    /// Seconds between runs of each collector plugin.
+    pub plugin_interval_secs: u64,
     /// Executables that may run at once.
     pub max_concurrent_scripts: usize,
     /// Lifetime of a signed report, in diagnose intervals.
@@ -99,6 +103,8 @@ impl Default for Config {
             diagnose_timeout_secs: 30,
             diagnose_stdout_cap: 64 * 1024,
             diagnose_confirmations: 1,
+            plugin_dir: PathBuf::from(nodecare_collectors::plugin::DEFAULT_PLUGIN_DIR),
+            plugin_interval_secs: 60,
             max_concurrent_scripts: DEFAULT_MAX_CONCURRENT,
             signature_ttl_intervals: 3,
             log: "info".to_owned(),
@@ -141,6 +147,9 @@ impl Config {
         let invalid = |text: String| Err(ConfigError::Invalid(text));
         if self.diagnose_interval_secs == 0 {
             return invalid("diagnose_interval_secs must be at least 1".into());
+        }
+        if self.plugin_interval_secs == 0 {
+            return invalid("plugin_interval_secs must be at least 1".into());
         }
         if self.diagnose_timeout_secs == 0 {
             return invalid("diagnose_timeout_secs must be at least 1".into());
@@ -216,6 +225,20 @@ impl Config {
             },
             interval: self.diagnose_interval(),
             confirmations: self.diagnose_confirmations,
+        }
+    }
+
+    /// The collector plugins' configuration (root:root whitelist, the diagnose output cap).
+    pub fn plugins(&self) -> nodecare_collectors::plugin::PluginConfig {
+        let defaults = nodecare_collectors::plugin::PluginConfig::default();
+        nodecare_collectors::plugin::PluginConfig {
+            dir: self.plugin_dir.clone(),
+            owner: Owner::ROOT,
+            interval: Duration::from_secs(self.plugin_interval_secs),
+            limits: ExecLimits {
+                stdout_cap: self.diagnose_stdout_cap,
+                ..defaults.limits
+            },
         }
     }
 

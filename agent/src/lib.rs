@@ -300,6 +300,17 @@ pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent
     let builtin_config =
         nodecare_collectors::builtin::BuiltinConfig::for_node(&node, &config.hmac_key);
     nodecare_collectors::builtin::register_all(&mut builtin, &builtin_config);
+    // Plugins come after the built-ins, in mond's list order; refused ones are only logged.
+    let plugin_runner = Runner::new(config.max_concurrent_scripts);
+    let refused = nodecare_collectors::plugin::register_plugins(
+        &mut builtin,
+        &config.plugins(),
+        &plugin_runner,
+    )
+    .await;
+    for (name, reason) in refused {
+        tracing::warn!(plugin = %name, %reason, "collector plugin refused");
+    }
     let mut collectors = collectors(&config, builtin)?;
     collectors.cluster = builtin_config.cluster.clone();
     serve_with(config, collectors, listener).await

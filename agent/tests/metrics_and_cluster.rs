@@ -501,3 +501,55 @@ async fn cluster_disables_collectors_and_sets_their_intervals() {
     assert_eq!(cpu.runs.load(Ordering::SeqCst), cpu_settled);
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collector_plugins_become_reports_and_refused_ones_do_not() {
+    let _serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return;
+    }
+    let fixture = fixture();
+    let plugins = fixture.state.with_file_name("collectors.d");
+    root_dir(&plugins);
+    script(
+        &plugins,
+        "raid",
+        "#!/bin/sh\necho '{\"name\":\"raid\",\"category\":\"storage\",\"kind\":1,\
+         \"data\":{\"status\":{\"code\":0,\"message\":\"\"},\"arrays\":2}}'\n",
+        0o755,
+    );
+    // Declares another collector's name: refused, never listed.
+    script(
+        &plugins,
+        "impostor",
+        "#!/bin/sh\necho '{\"name\":\"raid\",\"category\":\"storage\",\"kind\":0,\"data\":{}}'\n",
+        0o755,
+    );
+    let config = Config {
+        plugin_dir: plugins,
+        plugin_interval_secs: 1,
+        ..config(&fixture)
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config, listener).await.unwrap();
+    let address = agent.local_addr();
+
+    let list = get(address, "/1/list/collectors").await.json();
+    let entries = list.as_array().unwrap();
+    assert!(entries.contains(&json!(["raid", "storage", 1])), "{list}");
+    assert!(
+        !entries.iter().any(|entry| entry[0] == "impostor"),
+        "{list}"
+    );
+    let mut report = Value::Null;
+    wait_until(Duration::from_secs(10), async || {
+        report = get(address, "/1/report/storage/raid").await.json();
+        report["data"]["arrays"] == 2
+    })
+    .await;
+    assert_eq!(report["name"], "raid");
+    assert_eq!(report["kind"], 1);
+    assert_eq!(report["data"]["status"]["code"], 0);
+    agent.shutdown().await;
+}
