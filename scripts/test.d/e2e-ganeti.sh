@@ -10,7 +10,8 @@ if [ "$(id -u)" -ne 0 ]; then
   fi
   echo "e2e-ganeti: skipped (needs root)"; exit 0
 fi
-cargo build --release --locked -p nodecare-agent -p nodecare-coordinator
+# The same package set as packaging/build-packages.sh, so that its release build is reused.
+cargo build --release --locked -p nodecare-agent -p nodecare-coordinator -p nodecare-cli -p nodecare-packaging-gen
 status=0
 tests/e2e-ganeti/run.sh --no-build || status=1
 tests/e2e-ganeti/confd.sh || status=1
