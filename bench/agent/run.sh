@@ -13,6 +13,12 @@ CONNECTIONS=${2:-16}
 AGENT_PORT=${AGENT_PORT:-18151}
 BARE_PORT=${BARE_PORT:-18152}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 2; }
+# With two or more cores the servers get core 0 and wrk core 1, so that the load generator does
+# not steal the server's CPU and the tail latency measures the server (PIN=0 turns this off).
+PIN_SERVER=() PIN_CLIENT=()
+if [[ ${PIN:-1} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+  PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
+fi
 
 cargo build --release --locked -p nodecare-agent --bin nodecare-agent --example bare_hyper >&2
 BIN=target/release
@@ -20,8 +26,9 @@ BIN=target/release
 WORK=$(mktemp -d)
 AGENT_PID="" BARE_PID=""
 cleanup() {
-  [[ -n $AGENT_PID ]] && kill "$AGENT_PID" 2>/dev/null && wait "$AGENT_PID" 2>/dev/null
-  [[ -n $BARE_PID ]] && kill "$BARE_PID" 2>/dev/null && wait "$BARE_PID" 2>/dev/null
+  # The servers die of the SIGTERM sent here; that is not the benchmark's exit status.
+  if [[ -n $AGENT_PID ]]; then kill "$AGENT_PID" 2>/dev/null; wait "$AGENT_PID" 2>/dev/null || true; fi
+  if [[ -n $BARE_PID ]]; then kill "$BARE_PID" 2>/dev/null; wait "$BARE_PID" 2>/dev/null || true; fi
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -32,7 +39,7 @@ for script in always-ok ecc-memory; do
 done
 head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac.key"; echo >>"$WORK/hmac.key"
 
-"$BIN/nodecare-agent" --listen "127.0.0.1:$AGENT_PORT" --diagnose-dir "$WORK/diagnose" \
+"${PIN_SERVER[@]}" "$BIN/nodecare-agent" --listen "127.0.0.1:$AGENT_PORT" --diagnose-dir "$WORK/diagnose" \
   --hmac-key "$WORK/hmac.key" --state-dir "$WORK/state" --node-name bench --log warn &
 AGENT_PID=$!
 AGENT="http://127.0.0.1:$AGENT_PORT"
@@ -43,7 +50,7 @@ done
 curl -fs "$AGENT/1/report/node/diagnose" >"$WORK/diagnose.json"
 curl -fs "$AGENT/1/report/all" >"$WORK/all.json"
 
-"$BIN/examples/bare_hyper" "127.0.0.1:$BARE_PORT" \
+"${PIN_SERVER[@]}" "$BIN/examples/bare_hyper" "127.0.0.1:$BARE_PORT" \
   "/1/report/node/diagnose=$WORK/diagnose.json" "/1/report/all=$WORK/all.json" &
 BARE_PID=$!
 BARE="http://127.0.0.1:$BARE_PORT"
@@ -51,7 +58,7 @@ sleep 0.3
 
 run() { # label url
   local out rps p99
-  out=$(wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$2")
+  out=$("${PIN_CLIENT[@]}" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$2")
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
@@ -60,7 +67,7 @@ run() { # label url
   echo "$rps" >"$WORK/rps-$(tr ' /' '__' <<<"$1")"
 }
 
-echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s --latency; $(nproc) cores; body sizes:" \
+echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s --latency; $(nproc) cores; pinning: ${PIN_SERVER[*]:-none} / ${PIN_CLIENT[*]:-none}; body sizes:" \
   "diagnose $(wc -c <"$WORK/diagnose.json") B, all $(wc -c <"$WORK/all.json") B"
 run "agent /1/report/node/diagnose" "$AGENT/1/report/node/diagnose"
 run "bare  /1/report/node/diagnose" "$BARE/1/report/node/diagnose"
