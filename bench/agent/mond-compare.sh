@@ -15,6 +15,13 @@ CONNECTIONS=${2:-16}
 AGENT_PORT=${AGENT_PORT:-18161}
 MOND_PORT=${MOND_PORT:-18162}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 2; }
+# With two or more cores the agent gets core 0 and wrk core 1, so that the load generator does
+# not steal the server's CPU (PIN=0 turns this off). mond keeps its own scheduling: pinning it
+# to one core would only slow it further.
+PIN_SERVER=() PIN_CLIENT=()
+if [[ ${PIN:-1} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+  PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
+fi
 [[ -x /usr/sbin/ganeti-mond ]] || { echo "ganeti-mond not found: apt-get install ganeti" >&2; exit 2; }
 
 cargo build --release --locked -p nodecare-agent --bin nodecare-agent >&2
@@ -35,7 +42,7 @@ MOND="http://127.0.0.1:$MOND_PORT"
 install -d -o root -g root -m 0755 "$WORK/diagnose"
 install -o root -g root -m 0755 whitelist-examples/diagnose/always-ok "$WORK/diagnose/always-ok"
 head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac.key"; echo >>"$WORK/hmac.key"
-"$BIN/nodecare-agent" --listen "127.0.0.1:$AGENT_PORT" --diagnose-dir "$WORK/diagnose" \
+"${PIN_SERVER[@]}" "$BIN/nodecare-agent" --listen "127.0.0.1:$AGENT_PORT" --diagnose-dir "$WORK/diagnose" \
   --hmac-key "$WORK/hmac.key" --state-dir "$WORK/state" --node-name bench --log warn &
 AGENT_PID=$!
 AGENT="http://127.0.0.1:$AGENT_PORT"
@@ -49,7 +56,7 @@ for target in "mond $MOND" "agent $AGENT"; do
   echo "$1: /1/report/all -> HTTP $code, $(wc -c <"$WORK/$1.json") bytes, collectors: $names"
 done
 
-bench() { wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1/1/report/all" >"$WORK/$2.wrk"; }
+bench() { "${PIN_CLIENT[@]}" wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1/1/report/all" >"$WORK/$2.wrk"; }
 bench "$MOND" mond
 bench "$AGENT" agent
 rss_kib=$(awk '/^VmRSS/ {print $2}' "/proc/$AGENT_PID/status")
