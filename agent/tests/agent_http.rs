@@ -5,9 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-use std::collections::BTreeMap;
-use std::os::unix::fs::{PermissionsExt, chown};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::chown;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,49 +14,9 @@ use nodecare_collectors::{CollectError, CollectFuture, Collector, CollectorSpec,
 use nodecare_protocol::diagnose::DiagnosePayload;
 use nodecare_protocol::{DiagnoseStatus, HmacKey, KeyRing, ReportKind, VerifyPolicy};
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{Fixture, SERIAL, am_root, fixture, get, request, script};
 
-/// These tests count child processes, so they run one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn am_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    diagnose: PathBuf,
-    key: PathBuf,
-    state: PathBuf,
-}
-
-fn root_dir(path: &Path) {
-    std::fs::create_dir_all(path).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    chown(path, Some(0), Some(0)).unwrap();
-}
-
-fn script(dir: &Path, name: &str, body: &str, mode: u32) {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-    chown(&path, Some(0), Some(0)).unwrap();
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    root_dir(dir.path());
-    let diagnose = dir.path().join("diagnose");
-    root_dir(&diagnose);
-    let key = dir.path().join("hmac.key");
-    std::fs::write(&key, "0123456789abcdef0123456789abcdef01234567\n").unwrap();
-    Fixture {
-        diagnose,
-        key,
-        state: dir.path().join("state"),
-        _dir: dir,
-    }
-}
+mod support;
 
 fn config(fixture: &Fixture) -> Config {
     Config {
@@ -70,53 +28,6 @@ fn config(fixture: &Fixture) -> Config {
         diagnose_timeout_secs: 1,
         ..Config::default()
     }
-}
-
-struct HttpAnswer {
-    status: u16,
-    headers: BTreeMap<String, String>,
-    body: Vec<u8>,
-}
-
-impl HttpAnswer {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-}
-
-async fn request(address: std::net::SocketAddr, method: &str, path: &str) -> HttpAnswer {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    let text = format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    stream.write_all(text.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw))
-        .await
-        .expect("answer within 5 s")
-        .unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let headers = lines
-        .filter_map(|line| line.split_once(": "))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.to_owned()))
-        .collect();
-    HttpAnswer {
-        status,
-        headers,
-        body: raw[split + 4..].to_vec(),
-    }
-}
-
-async fn get(address: std::net::SocketAddr, path: &str) -> HttpAnswer {
-    request(address, "GET", path).await
 }
 
 /// Waits until the diagnose report is a real verdict (not the start-up placeholder).
@@ -380,7 +291,7 @@ async fn mond_endpoints_errors_head_and_methods() {
     assert_eq!(report["format_version"], 1);
     assert!(report["timestamp"].as_u64().unwrap() % 1000 == 0);
 
-    let head = request(address, "HEAD", "/1/report/all").await;
+    let head = request(address, "HEAD", "/1/report/all", b"").await;
     assert_eq!(head.status, 200);
     assert!(head.body.is_empty());
     assert_eq!(
@@ -388,7 +299,7 @@ async fn mond_endpoints_errors_head_and_methods() {
         get(address, "/1/report/all").await.body.len()
     );
     assert!(head.headers.contains_key("age"));
-    let post = request(address, "POST", "/1/report/all").await;
+    let post = request(address, "POST", "/1/report/all", b"").await;
     assert_eq!(post.status, 405);
     assert_eq!(post.headers["allow"], "GET, HEAD");
     agent.shutdown().await;

@@ -7,8 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{PermissionsExt, chown};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -20,54 +18,11 @@ use nodecare_collectors::{CollectFuture, Collector, CollectorSpec, Registry};
 use nodecare_protocol::repair::{RepairRequest, sign_repair_request};
 use nodecare_protocol::{HmacKey, ReportKind, Signer};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::{Fixture, SERIAL, am_root, fixture, get, request, root_dir, script};
 
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+mod support;
 
 const NODE: &str = "node1.example.com";
-
-fn am_root() -> bool {
-    nix::unistd::geteuid().is_root()
-}
-
-fn root_dir(path: &Path) {
-    std::fs::create_dir_all(path).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    chown(path, Some(0), Some(0)).unwrap();
-}
-
-fn script(dir: &Path, name: &str, body: &str, mode: u32) {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-    chown(&path, Some(0), Some(0)).unwrap();
-}
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    diagnose: PathBuf,
-    repair: PathBuf,
-    key: PathBuf,
-    state: PathBuf,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    root_dir(dir.path());
-    let diagnose = dir.path().join("diagnose");
-    root_dir(&diagnose);
-    let repair = dir.path().join("repair");
-    root_dir(&repair);
-    let key = dir.path().join("hmac.key");
-    std::fs::write(&key, "0123456789abcdef0123456789abcdef01234567\n").unwrap();
-    Fixture {
-        diagnose,
-        repair,
-        key,
-        state: dir.path().join("state"),
-        _dir: dir,
-    }
-}
 
 fn config(fixture: &Fixture) -> Config {
     Config {
@@ -81,46 +36,6 @@ fn config(fixture: &Fixture) -> Config {
         repair_invalid_request_delay_ms: 10,
         ..Config::default()
     }
-}
-
-struct Answer {
-    status: u16,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn text(&self) -> String {
-        String::from_utf8(self.body.clone()).unwrap()
-    }
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.body).unwrap()
-    }
-}
-
-async fn request(address: std::net::SocketAddr, method: &str, path: &str, body: &[u8]) -> Answer {
-    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await.unwrap();
-    stream.write_all(body).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut raw))
-        .await
-        .expect("answer within 10 s")
-        .unwrap();
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
-    let head = String::from_utf8(raw[..split].to_vec()).unwrap();
-    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-    Answer {
-        status,
-        body: raw[split + 4..].to_vec(),
-    }
-}
-
-async fn get(address: std::net::SocketAddr, path: &str) -> Answer {
-    request(address, "GET", path, b"").await
 }
 
 /// The value of the sample whose line starts with `series ` (exact name and labels).
