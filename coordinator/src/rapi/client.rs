@@ -756,23 +756,11 @@ impl Ganeti for RapiClient {
     }
 
     fn nodes(&self) -> GanetiFuture<'_, Vec<ganeti::Node>> {
-        Box::pin(async move {
-            Ok(RapiClient::nodes(self)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect())
-        })
+        Box::pin(async move { Ok(converted(RapiClient::nodes(self).await?)) })
     }
 
     fn instances(&self) -> GanetiFuture<'_, Vec<ganeti::Instance>> {
-        Box::pin(async move {
-            Ok(RapiClient::instances(self)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect())
-        })
+        Box::pin(async move { Ok(converted(RapiClient::instances(self).await?)) })
     }
 
     fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
@@ -884,14 +872,13 @@ impl Ganeti for RapiClient {
     }
 
     fn jobs(&self) -> GanetiFuture<'_, Vec<ganeti::JobSummary>> {
-        Box::pin(async move {
-            Ok(RapiClient::jobs(self)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect())
-        })
+        Box::pin(async move { Ok(converted(RapiClient::jobs(self).await?)) })
     }
+}
+
+/// Converts RAPI's records to the trait's types.
+fn converted<R, T: From<R>>(records: Vec<R>) -> Vec<T> {
+    records.into_iter().map(Into::into).collect()
 }
 
 fn insert_opt(body: &mut serde_json::Map<String, Value>, key: &str, value: &Option<String>) {

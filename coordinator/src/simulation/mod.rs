@@ -624,8 +624,26 @@ impl Simulation {
             .ok_or_else(|| GanetiError::Decode(format!("{path}: expected a job id, got {value}")))
     }
 
-    fn tag_query(tags: &[String]) -> Vec<(String, String)> {
-        tags.iter().map(|t| ("tag".to_owned(), t.clone())).collect()
+    /// Reads a bulk list (`?bulk=1`) and converts each entry to the trait's type.
+    async fn read_list<R: serde::de::DeserializeOwned, T: From<R>>(
+        &self,
+        path: &str,
+    ) -> Result<Vec<T>, GanetiError> {
+        let entries: Vec<R> = self.read(path, true).await?;
+        Ok(entries.into_iter().map(Into::into).collect())
+    }
+
+    /// `PUT` (add) or `DELETE` (remove) `/2/nodes/<node>/tags?tag=...`.
+    async fn submit_node_tags(
+        &self,
+        method: &str,
+        node: &str,
+        tags: &[String],
+        reason: &Reason,
+    ) -> Result<JobId, GanetiError> {
+        let query = tags.iter().map(|t| ("tag".to_owned(), t.clone())).collect();
+        let path = format!("/2/nodes/{}/tags", seg(node)?);
+        self.submit_direct(method, &path, query, None, reason).await
     }
 }
 
@@ -682,25 +700,11 @@ impl Ganeti for Simulation {
     }
 
     fn nodes(&self) -> GanetiFuture<'_, Vec<ganeti::Node>> {
-        Box::pin(async move {
-            Ok(self
-                .read::<Vec<RapiNode>>("/2/nodes", true)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect())
-        })
+        Box::pin(async move { self.read_list::<RapiNode, _>("/2/nodes").await })
     }
 
     fn instances(&self) -> GanetiFuture<'_, Vec<ganeti::Instance>> {
-        Box::pin(async move {
-            Ok(self
-                .read::<Vec<RapiInstance>>("/2/instances", true)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect())
-        })
+        Box::pin(async move { self.read_list::<RapiInstance, _>("/2/instances").await })
     }
 
     fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
@@ -716,16 +720,7 @@ impl Ganeti for Simulation {
         tags: &'a [String],
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.submit_direct(
-                "PUT",
-                &format!("/2/nodes/{}/tags", seg(node)?),
-                Self::tag_query(tags),
-                None,
-                reason,
-            )
-            .await
-        })
+        Box::pin(async move { self.submit_node_tags("PUT", node, tags, reason).await })
     }
 
     fn remove_node_tags<'a>(
@@ -734,16 +729,7 @@ impl Ganeti for Simulation {
         tags: &'a [String],
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.submit_direct(
-                "DELETE",
-                &format!("/2/nodes/{}/tags", seg(node)?),
-                Self::tag_query(tags),
-                None,
-                reason,
-            )
-            .await
-        })
+        Box::pin(async move { self.submit_node_tags("DELETE", node, tags, reason).await })
     }
 
     fn set_node_drained<'a>(
@@ -876,14 +862,7 @@ impl Ganeti for Simulation {
     }
 
     fn jobs(&self) -> GanetiFuture<'_, Vec<ganeti::JobSummary>> {
-        Box::pin(async move {
-            Ok(self
-                .read::<Vec<RapiJob>>("/2/jobs", true)
-                .await?
-                .into_iter()
-                .map(Into::into)
-                .collect())
-        })
+        Box::pin(async move { self.read_list::<RapiJob, _>("/2/jobs").await })
     }
 }
 
