@@ -1,5 +1,7 @@
 //! An in-process cluster: simulated Ganeti, one fake agent per node, and a coordinator.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,18 +46,19 @@ pub fn test_key() -> HmacKey {
     HmacKey::new(b"nodecare-test-cluster-hmac-key\n".to_vec())
 }
 
-/// A coordinator configuration for a local run.
-pub fn local_config(state_dir: &std::path::Path, agents: &FakeAgents) -> Config {
+/// A coordinator configuration on `node_name` of a simulated cluster, reaching each agent at
+/// its URL in `overrides`. The RAPI section is a placeholder: the simulation stands in for
+/// Ganeti.
+pub fn simulated_cluster_config(
+    node_name: String,
+    state_dir: PathBuf,
+    overrides: BTreeMap<String, String>,
+) -> Config {
     Config {
-        node_name: Some(node(1)),
-        state_dir: state_dir.to_path_buf(),
-        round_interval: 0.2,
-        job_timeout: 30.0,
-        repair_timeout: 30.0,
-        repair_poll: 0.5,
+        node_name: Some(node_name),
+        state_dir,
         agents: AgentsConfig {
-            overrides: agents.overrides(),
-            timeout: 2.0,
+            overrides,
             ..AgentsConfig::default()
         },
         rapi: RapiSection {
@@ -64,6 +67,22 @@ pub fn local_config(state_dir: &std::path::Path, agents: &FakeAgents) -> Config 
             ..RapiSection::default()
         },
         ..Config::default()
+    }
+}
+
+/// A coordinator configuration for a local run.
+pub fn local_config(state_dir: &Path, agents: &FakeAgents) -> Config {
+    let base = simulated_cluster_config(node(1), state_dir.to_path_buf(), agents.overrides());
+    Config {
+        round_interval: 0.2,
+        job_timeout: 30.0,
+        repair_timeout: 30.0,
+        repair_poll: 0.5,
+        agents: AgentsConfig {
+            timeout: 2.0,
+            ..base.agents
+        },
+        ..base
     }
 }
 

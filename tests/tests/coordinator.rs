@@ -250,6 +250,16 @@ async fn non_master_refuses_to_act() {
     ));
 }
 
+#[allow(clippy::unwrap_used, reason = "test helper")]
+async fn get_json(client: &reqwest::Client, url: String) -> serde_json::Value {
+    client.get(url).send().await.unwrap().json().await.unwrap()
+}
+
+#[allow(clippy::unwrap_used, reason = "test helper")]
+async fn status_of(request: reqwest::RequestBuilder) -> reqwest::StatusCode {
+    request.send().await.unwrap().status()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_api_serves_maintd_shapes_and_cancel() {
     let mut h = Harness::new(3, "", |_| {}).await.unwrap();
@@ -269,23 +279,9 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let client = reqwest::Client::new();
     let base = format!("http://{addr}");
-    let root: serde_json::Value = client
-        .get(format!("{base}/"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let root = get_json(&client, format!("{base}/")).await;
     assert_eq!(root, json!([1]));
-    let status: serde_json::Value = client
-        .get(format!("{base}/1/status"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let status = get_json(&client, format!("{base}/1/status")).await;
     let entry = &status[0];
     for key in [
         "id",
@@ -309,50 +305,29 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     }
     assert_eq!(entry["repair-status"], "pending");
     let id = entry["id"].as_str().unwrap().to_owned();
-    let jobs: serde_json::Value = client
-        .get(format!("{base}/1/jobs"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let jobs = get_json(&client, format!("{base}/1/jobs")).await;
     assert!(jobs.is_array());
-    let one = client
-        .get(format!("{base}/1/incidents/{id}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(one.status(), 200);
-    let bad = client
-        .get(format!("{base}/1/incidents/nope"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(bad.status(), 400);
-    let canceled = client
-        .post(format!("{base}/1/incidents/{id}/cancel"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(canceled.status(), 200);
-    let missing = client
-        .post(format!(
+    assert_eq!(
+        status_of(client.get(format!("{base}/1/incidents/{id}"))).await,
+        200
+    );
+    assert_eq!(
+        status_of(client.get(format!("{base}/1/incidents/nope"))).await,
+        400
+    );
+    assert_eq!(
+        status_of(client.post(format!("{base}/1/incidents/{id}/cancel"))).await,
+        200
+    );
+    assert_eq!(
+        status_of(client.post(format!(
             "{base}/1/incidents/{}/cancel",
             uuid::Uuid::new_v4()
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(missing.status(), 404);
-    let overview: serde_json::Value = client
-        .get(format!("{base}/1/overview"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+        )))
+        .await,
+        404
+    );
+    let overview = get_json(&client, format!("{base}/1/overview")).await;
     assert_eq!(overview["incidents"][0]["repair-status"], "canceled");
     assert_eq!(overview["agents"].as_array().unwrap().len(), 3);
     server.abort();

@@ -10,13 +10,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use nodecare_coordinator::config::{AgentsConfig, Config, RapiSection};
 use nodecare_coordinator::daemon::Coordinator;
 use nodecare_coordinator::ganeti::Ganeti;
 use nodecare_coordinator::simulation::Simulation;
 use nodecare_coordinator::simulation::model::SimConfig;
 use nodecare_tests::fake_agent::FakeAgents;
-use nodecare_tests::harness::{DOMAIN, node, test_key};
+use nodecare_tests::harness::{DOMAIN, node, simulated_cluster_config, test_key};
 
 fn peak_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -57,20 +56,7 @@ async fn rounds(file: &str, rounds: usize) -> anyhow::Result<()> {
     let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
         .map_err(anyhow::Error::msg)?;
     let state = tempfile::tempdir()?;
-    let config = Config {
-        node_name: Some(node(1)),
-        state_dir: state.path().to_path_buf(),
-        agents: AgentsConfig {
-            overrides,
-            ..AgentsConfig::default()
-        },
-        rapi: RapiSection {
-            url: "http://127.0.0.1:1".into(),
-            allow_plain_http: true,
-            ..RapiSection::default()
-        },
-        ..Config::default()
-    };
+    let config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
     let ganeti: Arc<dyn Ganeti> = Arc::new(sim);
     let mut coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
     let rss_before = peak_rss_kib();

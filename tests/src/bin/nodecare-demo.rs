@@ -12,13 +12,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use nodecare_coordinator::config::{AgentsConfig, Config, RapiSection};
+use nodecare_coordinator::config::Config;
 use nodecare_coordinator::daemon::Coordinator;
 use nodecare_coordinator::ganeti::Ganeti;
 use nodecare_coordinator::incident::{Incident, RepairStatus};
 use nodecare_coordinator::simulation::Simulation;
 use nodecare_coordinator::simulation::model::SimConfig;
 use nodecare_protocol::HmacKey;
+use nodecare_tests::harness::simulated_cluster_config;
 use uuid::Uuid;
 
 const DOMAIN: &str = "demo.test";
@@ -161,21 +162,10 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let config = Config {
-        node_name: Some(node(1)),
-        state_dir: work.path().join("coordinator"),
         hmac_key: key_path.clone(),
         round_interval: 1.0,
         repair_poll: 2.0,
-        agents: AgentsConfig {
-            overrides,
-            ..AgentsConfig::default()
-        },
-        rapi: RapiSection {
-            url: "http://127.0.0.1:1".into(),
-            allow_plain_http: true,
-            ..RapiSection::default()
-        },
-        ..Config::default()
+        ..simulated_cluster_config(node(1), work.path().join("coordinator"), overrides)
     };
     let ganeti: Arc<dyn Ganeti> = Arc::new(sim.clone());
     let key = HmacKey::from_file(&key_path)?;
