@@ -103,6 +103,17 @@ impl<'a> Obj<'a> {
             .and_then(|a| a.iter().map(|t| t.as_str().map(str::to_owned)).collect())
             .ok_or_else(|| self.bad(field, "expected a list of strings"))
     }
+    /// Reads the object's `name` (errors name just the `kind`), then names the object in
+    /// later errors as `kind 'name'`.
+    fn named(kind: &str, map: &'a Map<String, Value>) -> Result<(String, Self), RapiError> {
+        let unnamed = Obj {
+            owner: kind.to_owned(),
+            map,
+        };
+        let name = unnamed.str("name")?.to_owned();
+        let owner = format!("{kind} '{name}'");
+        Ok((name, Obj { owner, map }))
+    }
     fn sub(&self, field: &'static str) -> Result<Obj<'a>, RapiError> {
         let map = self
             .req(field)?
@@ -116,15 +127,7 @@ impl<'a> Obj<'a> {
 }
 
 fn parse_group(map: &Map<String, Value>) -> Result<Group, RapiError> {
-    let o = Obj {
-        owner: "group".into(),
-        map,
-    };
-    let name = o.str("name")?.to_owned();
-    let o = Obj {
-        owner: format!("group '{name}'"),
-        map,
-    };
+    let (name, o) = Obj::named("group", map)?;
     Ok(Group {
         uuid: o.str("uuid")?.to_owned(),
         alloc_policy: o.str("alloc_policy")?.to_owned(),
@@ -137,15 +140,7 @@ fn parse_node(
     map: &Map<String, Value>,
     groups: &HashMap<String, usize>,
 ) -> Result<Node, RapiError> {
-    let o = Obj {
-        owner: "node".into(),
-        map,
-    };
-    let name = o.str("name")?.to_owned();
-    let o = Obj {
-        owner: format!("node '{name}'"),
-        map,
-    };
+    let (name, o) = Obj::named("node", map)?;
     let offline = o.bool("offline")?;
     let drained = o.bool("drained")?;
     let vm_capable = match o.opt("vm_capable") {
@@ -208,15 +203,7 @@ fn parse_instance(
     map: &Map<String, Value>,
     nodes: &HashMap<String, usize>,
 ) -> Result<Instance, RapiError> {
-    let o = Obj {
-        owner: "instance".into(),
-        map,
-    };
-    let name = o.str("name")?.to_owned();
-    let o = Obj {
-        owner: format!("instance '{name}'"),
-        map,
-    };
+    let (name, o) = Obj::named("instance", map)?;
     let beparams = o.sub("beparams")?;
     let mem = match o.opt("oper_ram") {
         Some(v) if v.is_number() => o.int("oper_ram")?,
