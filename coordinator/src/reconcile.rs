@@ -259,14 +259,19 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Step 2: planned intents whose submission is uncertain.
-    async fn adopt_or_drop_planned(&self) -> Result<(), RoundError> {
-        let planned: Vec<Intent> = self
+    /// The stored intents in `state` that are Ganeti jobs.
+    fn ganeti_intents(&self, state: IntentState) -> Result<Vec<Intent>, RoundError> {
+        Ok(self
             .store
             .intents()?
             .into_iter()
-            .filter(|i| i.state == IntentState::Planned && i.spec.is_ganeti_job())
-            .collect();
+            .filter(|i| i.state == state && i.spec.is_ganeti_job())
+            .collect())
+    }
+
+    /// Step 2: planned intents whose submission is uncertain.
+    async fn adopt_or_drop_planned(&self) -> Result<(), RoundError> {
+        let planned = self.ganeti_intents(IntentState::Planned)?;
         if planned.is_empty() {
             return Ok(());
         }
@@ -306,12 +311,7 @@ impl Reconciler {
 
     /// Step 3: poll submitted jobs.
     async fn poll_jobs(&self) -> Result<(), RoundError> {
-        let submitted: Vec<Intent> = self
-            .store
-            .intents()?
-            .into_iter()
-            .filter(|i| i.state == IntentState::Submitted && i.spec.is_ganeti_job())
-            .collect();
+        let submitted = self.ganeti_intents(IntentState::Submitted)?;
         for mut intent in submitted {
             let Some(job_id) = intent.job_id else {
                 continue;
