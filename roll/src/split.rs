@@ -109,13 +109,7 @@ fn greedy_pass(
 
 fn relocate_first_fit(sem: Semantics) -> impl Fn(&mut Conf<'_>, usize, &[usize]) -> bool {
     move |conf, ndx, same| {
-        let insts: Vec<usize> = conf.nodes[ndx]
-            .p_list
-            .iter()
-            .map(|&i| i as usize)
-            .filter(|&i| sem.relocates(conf, i))
-            .collect();
-        insts
+        relocated_primaries(conf, sem, ndx)
             .into_iter()
             .all(|i| same.iter().any(|&t| conf.move_primary(i, t)))
     }
@@ -297,14 +291,19 @@ fn ranked_targets(
     cands.into_iter().map(|c| c.2).collect()
 }
 
-/// Work items to clear `node` given the nodes already rebooting together.
-fn relocation_items(conf: &Conf<'_>, sem: Semantics, node: usize) -> Vec<usize> {
-    let mut items: Vec<usize> = conf.nodes[node]
+/// The primary instances on `node` that must move off it.
+fn relocated_primaries(conf: &Conf<'_>, sem: Semantics, node: usize) -> Vec<usize> {
+    conf.nodes[node]
         .p_list
         .iter()
         .map(|&i| i as usize)
         .filter(|&i| sem.relocates(conf, i))
-        .collect();
+        .collect()
+}
+
+/// Work items to clear `node` given the nodes already rebooting together.
+fn relocation_items(conf: &Conf<'_>, sem: Semantics, node: usize) -> Vec<usize> {
+    let mut items = relocated_primaries(conf, sem, node);
     let size = |i: &usize| {
         let inst = &conf.cluster.instances[*i];
         (inst.dsk, inst.mem)
