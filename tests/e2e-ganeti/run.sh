@@ -83,10 +83,37 @@ rapi() { # METHOD PATH [BODY]
 }
 jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
 
+# Before each scenario (and every 20 s while one waits) check the cluster with short timeouts:
+# every node's private mounts, LUXI and wconfd on the master, RAPI. When something is broken
+# (a mount detached by someone removing a mount-point directory in the root namespace; luxid or
+# wconfd not answering), tests/ganeti/master-daemons.sh repairs it and its WARN lines go to the
+# summary. A repair never makes a scenario pass: each scenario's own checks decide.
+REPAIRS=()
+CURRENT=setup
+master_healthy() { # SCENARIO
+  local why warn line
+  CURRENT=${1%% *}
+  if why=$("$GNT/master-daemons.sh" check --timeout 5); then
+    curl -skf -m 15 -u "$NODECARE_GNT_RAPI_USER:$RAPI_PW" "$NODECARE_GNT_RAPI_URL/2/info" >/dev/null ||
+      log "before $1: RAPI /2/info does not answer (LUXI and wconfd do)"
+    return 0
+  fi
+  log "before $1: ${why//$'\n'/; }"
+  warn=$("$GNT/master-daemons.sh" heal --reason "before $1: ${why//$'\n'/; }" 2>&1) ||
+    warn+=$'\n'"ERROR the cluster is still unhealthy before $1"
+  while IFS= read -r line; do
+    [[ -n $line ]] || continue
+    REPAIRS+=("$line (before $1)")
+    echo "$line (before $1)"
+  done <<<"$warn"
+}
+
 # ---- scenario 0: the RAPI client on the real cluster -------------------------------------
+master_healthy S0
 log "S0 RAPI client against the real cluster"
 # The test profile, so that CI reuses the test binaries its test run has built already.
-if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env cargo test --locked -p nodecare-coordinator \
+# When a job wait fails the test repairs the cluster with master-daemons.sh and waits once more.
+if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env NODECARE_GNT_MASTER_HEAL="$GNT/master-daemons.sh" cargo test --locked -p nodecare-coordinator \
   --test rapi_real_ganeti -- --nocapture) >"$S/logs/s0.log" 2>&1; then
   pass "S0 RAPI client: pinned v1 cert, drain/undrain, migrate diskless, tags, job wait, reason trail, OpPrereqError"
 else
@@ -134,9 +161,11 @@ fi
 
 # wait_until SECONDS PYTHON-CONDITION-ON-STATUS-JSON: polls /1/status
 wait_status() {
-  local secs=$1 cond=$2
-  for _ in $(seq "$secs"); do
+  local secs=$1 cond=$2 k
+  for ((k = 1; k <= secs; k++)); do
     if coord /1/status 2>/dev/null | jq_py "sys.exit(0 if ($cond) else 1)" 2>/dev/null; then return 0; fi
+    # A long wait may hide wedged master daemons: look every 20 s.
+    if ((k % 20 == 0)); then master_healthy "$CURRENT (after ${k}s of waiting)"; fi
     sleep 1
   done
   return 1
@@ -145,6 +174,7 @@ node_json() { rapi GET "/2/nodes/$1"; }
 
 # ---- S1: evacuate -----------------------------------------------------------------------------
 N2=$NODECARE_GNT_NODE2_NAME
+master_healthy S1
 log "S1 evacuate $N2"
 echo '{"status":"evacuate","details":"e2e: disk controller dying"}' >"$S/e2e/diag-2"
 if wait_status 180 "any(i.get('node')=='$N2' and i.get('repair-status')=='completed' for i in d)"; then
@@ -164,6 +194,7 @@ echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-2"
 
 # ---- S2: live repair --------------------------------------------------------------------------
 N1=$NODECARE_GNT_NODE1_NAME
+master_healthy S2
 log "S2 live-repair on $N1"
 echo '{"status":"live-repair","command":"e2e-fix","details":"e2e: restart a daemon"}' >"$S/e2e/diag-1"
 if wait_status 120 "any(i.get('node')=='$N1' and i.get('action')=='live-repair' and i.get('repair-status') in ('completed','failed') for i in d)"; then
@@ -179,6 +210,7 @@ echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-1"
 
 # ---- S3: evacuation that must fail (file instance on node3) -----------------------------------
 N3=$NODECARE_GNT_NODE3_NAME
+master_healthy S3
 log "S3 failing evacuation of $N3"
 echo '{"status":"evacuate","details":"e2e: must fail"}' >"$S/e2e/diag-3"
 if wait_status 180 "any(i.get('node')=='$N3' and i.get('repair-status')=='failed' for i in d)"; then
@@ -203,6 +235,7 @@ else
 fi
 
 # ---- S4: stopped agent ------------------------------------------------------------------------
+master_healthy S4
 log "S4 stopped agent on $N1"
 "$GNT/node-exec.sh" 1 --stop agent-1
 before=$(node_json "$N1" | jq_py "print(d['drained'], sorted(d['tags']))")
@@ -226,6 +259,8 @@ fi
 # ---- summary ---------------------------------------------------------------------------------
 echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"
 printf '%s\n' "${RESULTS[@]}"
+while IFS= read -r line; do REPAIRS+=("$line (during S0)"); done < <(grep -E '^(WARN|ERROR) ' "$S/logs/s0.log" 2>/dev/null | grep -v '^WARN cluster repair:')
+[[ ${#REPAIRS[@]} -eq 0 ]] || printf '%s\n' "${REPAIRS[@]}"
 if [[ $FAILED -ne 0 ]]; then
   echo "logs: $S/logs (bg-agent-*.log, bg-coordinator.log); rerun with --keep to inspect the cluster"
   [[ $KEEP -eq 1 ]] || cp -r "$S/logs" "/tmp/nodecare-e2e-logs.$$" 2>/dev/null && echo "logs copied to /tmp/nodecare-e2e-logs.$$"

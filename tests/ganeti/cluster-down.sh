@@ -59,21 +59,8 @@ for ns in $(our_namespaces); do
   ip netns del "$ns" || die "could not delete namespace $ns"
 done
 
-# A directory that is a mount point in another mount namespace must not be
-# removed: since Linux 3.18 rmdir detaches those mounts, which would break any
-# other cluster running from these scripts with another prefix. Remove only
-# empty directories we created that no process has anything mounted on.
-mounted_anywhere() {
-  cat /proc/[0-9]*/mountinfo 2>/dev/null | awk -v d="$1" '$5 == d {found = 1} END {exit !found}'
-}
-if [[ -f $STATE/created-mountpoints ]]; then
-  # Deepest first.
-  sort -r "$STATE/created-mountpoints" | while read -r d; do
-    [[ -n $d && -d $d ]] || continue
-    mounted_anywhere "$d" && continue
-    rmdir "$d" 2>/dev/null || true
-  done
-fi
+# The mount-point directories in the root namespace stay (with their marker, see lib.sh):
+# removing one would detach that mount in every node of every other running cluster.
 
 if [[ $KEEP_STATE -eq 0 && -e $STATE/$STATE_MARKER ]]; then
   rm -rf "$STATE"

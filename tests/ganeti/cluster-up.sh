@@ -83,13 +83,11 @@ touch "$STATE/$STATE_MARKER"
 mkdir -p "$STATE/pids" "$STATE/logs" "$STATE/fwd" "$STATE/ssh" "$STATE/shared-file-storage"
 chmod 700 "$STATE"
 
-# Mount points that must exist in the root filesystem for the private binds.
-: >"$STATE/created-mountpoints"
+# Mount points that must exist in the root filesystem for the private binds; the marker file
+# keeps every rmdir from removing them (and so from detaching the nodes' mounts): see lib.sh.
 for d in "${NODE_BIND_DIRS[@]}"; do
-  if [[ ! -d $d ]]; then
-    mkdir -p "$d"
-    echo "$d" >>"$STATE/created-mountpoints"
-  fi
+  mkdir -p "$d"
+  [[ -e $d/$MOUNTPOINT_MARKER ]] || : >"$d/$MOUNTPOINT_MARKER"
 done
 [[ -f /etc/default/ganeti ]] || die "/etc/default/ganeti missing: is the ganeti package installed?"
 
@@ -148,6 +146,7 @@ for ((i = 1; i <= NODES; i++)); do
   for d in "${NODE_BIND_DIRS[@]}"; do mkdir -p "$nd/root$d"; done
   cp -a /etc/ganeti/. "$nd/root/etc/ganeti/"
   cp -a /var/lib/ganeti/. "$nd/root/var/lib/ganeti/" 2>/dev/null || true
+  rm -f "$nd/root/etc/ganeti/$MOUNTPOINT_MARKER" "$nd/root/var/lib/ganeti/$MOUNTPOINT_MARKER"
   printf '%s\n' /srv/ganeti/file-storage /srv/ganeti/shared-file-storage >"$nd/root/etc/ganeti/file-storage-paths"
   mkdir -p "$nd/root/srv/ganeti/file-storage" "$nd/root/srv/ganeti/shared-file-storage"
   # sshd: Debian's config, shared host keys, our root key.
@@ -160,17 +159,14 @@ for ((i = 1; i <= NODES; i++)); do
   chmod 700 "$nd/root/root/.ssh"
   chmod 600 "$nd/root/root/.ssh/id_rsa" "$nd/root/root/.ssh/authorized_keys"
   chmod 755 "$nd/root/run/sshd"
+  chmod 1777 "$nd/root/run/lock"
   # Daemon arguments: RAPI on every address of the node, with authentication.
   sed -e 's/^RAPI_ARGS=.*/RAPI_ARGS="--require-authentication"/' /etc/default/ganeti >"$nd/default-ganeti"
   grep -q '^RAPI_ARGS=' "$nd/default-ganeti" || echo 'RAPI_ARGS="--require-authentication"' >>"$nd/default-ganeti"
 
   {
     echo 'set -e'
-    for d in "${NODE_BIND_DIRS[@]}"; do echo "mount --bind '$nd/root$d' '$d'"; done
-    echo "mount --bind '$STATE/shared-file-storage' /srv/ganeti/shared-file-storage"
-    echo "mount --bind '$nd/default-ganeti' /etc/default/ganeti"
-    echo "mount --bind '$STATE/hosts' /etc/hosts"
-    echo "mount --bind '$STATE/resolv.conf' /etc/resolv.conf"
+    node_binds "$i" | while IFS=$'\t' read -r src dst; do echo "mount --bind '$src' '$dst'"; done
     echo "hostname '$(node_name "$i")'"
     echo "touch '$nd/ready'"
     echo 'exec sleep infinity'

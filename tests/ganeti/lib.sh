@@ -24,7 +24,15 @@ CLUSTER_IP=$NET_PREFIX.100
 MAX_NODES=40
 
 # Directories bind-mounted privately in every node, from $STATE/nodes/<i>/<name>.
-NODE_BIND_DIRS=(/var/lib/ganeti /run/ganeti /var/log/ganeti /etc/ganeti /etc/ssh /root/.ssh /srv /run/sshd)
+# /run/lock (= /var/lock) holds Ganeti's ssconf lock, which must not be shared between nodes.
+NODE_BIND_DIRS=(/var/lib/ganeti /run/ganeti /var/log/ganeti /etc/ganeti /etc/ssh /root/.ssh /srv /run/sshd /run/lock)
+
+# A file left in each mount-point directory of the root namespace. Removing a directory that
+# is a mount point in another mount namespace detaches that mount there (Linux >= 3.18): one
+# `rmdir /run/ganeti` (another cluster's teardown, a package purge) would silently cut every
+# node of every running cluster off its sockets, pid files and livelocks. rmdir fails on a
+# directory that is not empty, so the marker keeps them in place; nothing removes them.
+MOUNTPOINT_MARKER=.nodecare-ganeti-mountpoint
 
 SCRIPT_NAME=${SCRIPT_NAME:-$(basename "$0")}
 
@@ -98,3 +106,32 @@ check_state_dir() {
 }
 
 now_ms() { date +%s%3N; }
+
+# The private mounts of node i, one "SOURCE<TAB>TARGET" line each, in mount order.
+node_binds() {
+  local nd d
+  nd=$(node_dir "$1")
+  for d in "${NODE_BIND_DIRS[@]}"; do printf '%s\t%s\n' "$nd/root$d" "$d"; done
+  printf '%s\t%s\n' "$STATE/shared-file-storage" /srv/ganeti/shared-file-storage \
+    "$nd/default-ganeti" /etc/default/ganeti "$STATE/hosts" /etc/hosts "$STATE/resolv.conf" /etc/resolv.conf
+}
+
+# Prints the targets of node i's private mounts that are not in place any more (the target
+# inside the node is not the source file or directory), one per line.
+node_binds_missing() {
+  local i=$1 src dst
+  local -a srcs=() dsts=()
+  while IFS=$'\t' read -r src dst; do srcs+=("$src"); dsts+=("$dst"); done < <(node_binds "$i")
+  local want have
+  # One line per file, "-" when it cannot be seen, so both lists stay aligned.
+  local each='for f; do stat -c %d:%i "$f" 2>/dev/null || echo -; done'
+  want=$(sh -c "$each" sh "${srcs[@]}")
+  have=$(in_node "$i" sh -c "$each" sh "${dsts[@]}") || true
+  local -a w h
+  mapfile -t w <<<"$want"
+  mapfile -t h <<<"$have"
+  local k
+  for k in "${!dsts[@]}"; do
+    [[ ${w[$k]:--} != - && ${w[$k]} == "${h[$k]:-}" ]] || echo "${dsts[$k]}"
+  done
+}
