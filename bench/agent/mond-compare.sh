@@ -15,11 +15,10 @@ CONNECTIONS=${2:-16}
 AGENT_PORT=${AGENT_PORT:-18161}
 MOND_PORT=${MOND_PORT:-18162}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 2; }
-# With two or more cores the agent gets core 0 and wrk core 1, so that the load generator does
-# not steal the server's CPU (PIN=0 turns this off). mond keeps its own scheduling: pinning it
-# to one core would only slow it further.
+# PIN=1 puts the agent on core 0 and wrk on core 1 (two or more cores); off by default, as in
+# run.sh. mond keeps its own scheduling: pinning it to one core would only slow it further.
 PIN_SERVER=() PIN_CLIENT=()
-if [[ ${PIN:-1} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+if [[ ${PIN:-0} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
   PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
 fi
 [[ -x /usr/sbin/ganeti-mond ]] || { echo "ganeti-mond not found: apt-get install ganeti" >&2; exit 2; }

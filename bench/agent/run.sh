@@ -13,10 +13,10 @@ CONNECTIONS=${2:-16}
 AGENT_PORT=${AGENT_PORT:-18151}
 BARE_PORT=${BARE_PORT:-18152}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 2; }
-# With two or more cores the servers get core 0 and wrk core 1, so that the load generator does
-# not steal the server's CPU and the tail latency measures the server (PIN=0 turns this off).
+# PIN=1 puts the servers on core 0 and wrk on core 1 (two or more cores). Off by default: on two
+# cores the servers' runtime threads then share one core, which lengthens the tail (PERFORMANCE.md).
 PIN_SERVER=() PIN_CLIENT=()
-if [[ ${PIN:-1} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+if [[ ${PIN:-0} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
   PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
 fi
 
