@@ -1,5 +1,5 @@
 //! The benchmark's upper bound: a bare hyper 1 HTTP/1 server answering fixed bytes, with the
-//! same runtime shape as the agent (two worker threads). Not part of the agent.
+//! same runtime shape as the agent (one worker thread). Not part of the agent.
 //!
 //! `bare_hyper ADDR PATH=FILE...` serves each FILE's bytes at PATH as `application/json`.
 
@@ -28,7 +28,7 @@ fn main() -> anyhow::Result<()> {
     }
     let routes = Arc::new(routes);
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()?;
     runtime.block_on(async move {

@@ -77,9 +77,11 @@ async fn repair(config: &Config, command: &str, input: &std::path::Path) -> anyh
 }
 
 fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    // Two workers are plenty for a per-node agent and keep its footprint small.
+    // One worker serves cached bytes and drives the collectors; blocking work (fsync, whitelist
+    // checks) goes to the blocking pool. A second worker only competes with the node's own load
+    // for the CPU: on 2 cores it tripled the agent's p99 latency (docs/PERFORMANCE.md).
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .context("cannot start the async runtime")

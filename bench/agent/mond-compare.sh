@@ -55,7 +55,7 @@ for target in "mond $MOND" "agent $AGENT"; do
   echo "$1: /1/report/all -> HTTP $code, $(wc -c <"$WORK/$1.json") bytes, collectors: $names"
 done
 
-bench() { "${PIN_CLIENT[@]}" wrk -t2 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1/1/report/all" >"$WORK/$2.wrk"; }
+bench() { "${PIN_CLIENT[@]}" wrk -t1 -c"$CONNECTIONS" -d"${DURATION}s" --latency "$1/1/report/all" >"$WORK/$2.wrk"; }
 bench "$MOND" mond
 bench "$AGENT" agent
 rss_kib=$(awk '/^VmRSS/ {print $2}' "/proc/$AGENT_PID/status")
@@ -69,7 +69,7 @@ summary() {
     /Non-2xx/ {errors=$NF}
     END {printf "%-6s %12s req/s   p50 %-9s p99 %-9s non-2xx %s\n", who, rps, p50, p99, (errors==""?0:errors)}' "$WORK/$1.wrk"
 }
-echo "wrk -t2 -c$CONNECTIONS -d${DURATION}s --latency <url>/1/report/all"
+echo "wrk -t1 -c$CONNECTIONS -d${DURATION}s --latency <url>/1/report/all"
 summary mond
 summary agent
 mond_rps=$(awk '/Requests\/sec/ {print $2}' "$WORK/mond.wrk")
