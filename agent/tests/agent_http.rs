@@ -14,7 +14,7 @@ use nodecare_collectors::{CollectError, CollectFuture, Collector, CollectorSpec,
 use nodecare_protocol::diagnose::DiagnosePayload;
 use nodecare_protocol::{DiagnoseStatus, HmacKey, KeyRing, ReportKind, VerifyPolicy};
 use serde_json::Value;
-use support::{Fixture, SERIAL, am_root, fixture, get, request, script};
+use support::{Fixture, fixture, get, request, root_test, script};
 
 mod support;
 
@@ -118,11 +118,9 @@ const HOSTILE: &[(&str, &str, u32, &str)] = &[
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     for (name, body, mode, _) in HOSTILE {
         script(&fixture.diagnose, name, body, *mode);
@@ -226,11 +224,9 @@ async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mond_endpoints_errors_head_and_methods() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let agent = nodecare_agent::serve(config(&fixture), listener)
@@ -353,11 +349,9 @@ fn fake(name: &str, category: Option<&str>, behaviour: Behaviour) -> Arc<dyn Col
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_failing_collector_never_breaks_another() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     let mut registry = Registry::new();
     registry.register(fake("cpu-avg-load", None, Behaviour::Works));
@@ -403,11 +397,9 @@ async fn one_failing_collector_never_breaks_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_serves_the_persisted_verdict_as_stale_until_a_fresh_run() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     script(
         &fixture.diagnose,
@@ -482,11 +474,9 @@ async fn restart_serves_the_persisted_verdict_as_stale_until_a_fresh_run() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_key_leaves_mond_endpoints_working() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     let mut config = config(&fixture);
     config.hmac_key = fixture.state.join("absent.key");

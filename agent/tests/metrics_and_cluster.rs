@@ -18,7 +18,7 @@ use nodecare_collectors::{CollectFuture, Collector, CollectorSpec, Registry};
 use nodecare_protocol::repair::{RepairRequest, sign_repair_request};
 use nodecare_protocol::{HmacKey, ReportKind, Signer};
 use serde_json::{Value, json};
-use support::{Fixture, SERIAL, am_root, fixture, get, request, root_dir, script};
+use support::{Fixture, fixture, get, request, root_dir, root_test, script};
 
 mod support;
 
@@ -59,11 +59,9 @@ fn repair_request(command: &str, nonce: &str) -> RepairRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_script_runs_verdict_signatures_and_refusals() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     script(
         &fixture.diagnose,
@@ -295,11 +293,9 @@ async fn wait_until(limit: Duration, mut done: impl AsyncFnMut() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_disables_collectors_and_sets_their_intervals() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     let cpu = counting("cpu-avg-load", None);
     let lv = counting("lv", Some("storage"));
@@ -419,11 +415,9 @@ async fn cluster_disables_collectors_and_sets_their_intervals() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn collector_plugins_become_reports_and_refused_ones_do_not() {
-    let _serial = SERIAL.lock().await;
-    if !am_root() {
-        eprintln!("skipped: needs root for root:root whitelist files");
+    let Some(_serial) = root_test().await else {
         return;
-    }
+    };
     let fixture = fixture();
     let plugins = fixture.state.with_file_name("collectors.d");
     root_dir(&plugins);

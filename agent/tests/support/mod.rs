@@ -18,6 +18,17 @@ pub fn am_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// The start of every root-only test: the [`SERIAL`] guard, or `None` (with a note) when not
+/// running as root.
+pub async fn root_test() -> Option<tokio::sync::MutexGuard<'static, ()>> {
+    let serial = SERIAL.lock().await;
+    if !am_root() {
+        eprintln!("skipped: needs root for root:root whitelist files");
+        return None;
+    }
+    Some(serial)
+}
+
 /// Creates `path` as a root-owned directory with mode 0755.
 pub fn root_dir(path: &Path) {
     std::fs::create_dir_all(path).unwrap();
