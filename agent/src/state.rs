@@ -117,7 +117,7 @@ pub const fn next_sequence(last: u64, now_ms: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodecare_protocol::MergedVerdict;
+    use nodecare_protocol::NodeVerdict;
     use std::collections::BTreeMap;
 
     #[test]
@@ -129,7 +129,7 @@ mod tests {
         assert_eq!(state.load_sequence().unwrap(), 41);
         assert!(state.load_verdict().unwrap().is_none());
         let run = DiagnoseRun {
-            verdict: MergedVerdict::merge(BTreeMap::new()).unwrap(),
+            verdict: NodeVerdict::merge(BTreeMap::new()).unwrap(),
             collected_at_ms: 5,
         };
         state.store_verdict(&run).unwrap();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use nodecare_protocol::{DiagnoseStatus, MergedVerdict, ScriptVerdict};
+use nodecare_protocol::{DiagnoseStatus, NodeVerdict, ScriptVerdict};
 
 fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -42,7 +42,7 @@ fn run(name: &str, env: &[(&str, &Path)]) -> ScriptVerdict {
 }
 
 fn fingerprint(name: &str, verdict: &ScriptVerdict) -> String {
-    MergedVerdict::merge(BTreeMap::from([(name.to_owned(), verdict.clone())]))
+    NodeVerdict::merge(BTreeMap::from([(name.to_owned(), verdict.clone())]))
         .unwrap()
         .fingerprint
 }

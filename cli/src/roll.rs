@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
+use nodecare_roll::cluster::Cluster;
+use nodecare_roll::from_rapi::{RapiAnswers, cluster_from_rapi};
 use nodecare_roll::htext;
-use nodecare_roll::model::Cluster;
-use nodecare_roll::plan::{FailureDomains, Mode, RollOptions, prepare};
-use nodecare_roll::rapi::{RapiAnswers, cluster_from_rapi};
 use nodecare_roll::render::{self, TextOptions};
+use nodecare_roll::schedule::{FailureDomains, Mode, RollOptions, prepare};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OutputFormat {

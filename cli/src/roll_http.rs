@@ -74,7 +74,7 @@ pub(crate) fn load(url: &str, ca: Option<&Path>) -> Result<nodecare_roll::Cluste
     let nodes = fetch("/2/nodes?bulk=1")?;
     let instances = fetch("/2/instances?bulk=1")?;
     let info = fetch("/2/info")?;
-    nodecare_roll::rapi::cluster_from_rapi(nodecare_roll::rapi::RapiAnswers {
+    nodecare_roll::from_rapi::cluster_from_rapi(nodecare_roll::from_rapi::RapiAnswers {
         info: &info,
         groups: &groups,
         nodes: &nodes,

@@ -5,7 +5,7 @@
 //! one when configured (Ganeti's single-command mode). Each run becomes a [`ScriptVerdict`]: the
 //! parsed output, or `unknown` with the reason (refused by the whitelist, failed to start, timed
 //! out, output too large, non-zero exit, bad output). The verdicts merge with
-//! [`MergedVerdict::merge`].
+//! [`NodeVerdict::merge`].
 //!
 //! Optional hysteresis ([`Hysteresis`]): a changed non-`Ok` verdict is published only after it
 //! has been seen in that many consecutive runs (same fingerprint), so that one odd run does not
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nodecare_protocol::report::ReportKind;
-use nodecare_protocol::{DiagnoseStatus, MergedVerdict, ScriptVerdict};
+use nodecare_protocol::{DiagnoseStatus, NodeVerdict, ScriptVerdict};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -94,7 +94,7 @@ pub fn verdict_of(result: &Result<ExecOutput, ExecError>) -> ScriptVerdict {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiagnoseRun {
     /// The merged verdict of this run.
-    pub verdict: MergedVerdict,
+    pub verdict: NodeVerdict,
     /// When the run finished, Unix milliseconds.
     pub collected_at_ms: u64,
 }
@@ -107,15 +107,15 @@ pub fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn merge_or_unknown(verdicts: BTreeMap<String, ScriptVerdict>) -> MergedVerdict {
-    match MergedVerdict::merge(verdicts) {
+fn merge_or_unknown(verdicts: BTreeMap<String, ScriptVerdict>) -> NodeVerdict {
+    match NodeVerdict::merge(verdicts) {
         Ok(merged) => merged,
         Err(error) => {
             // Every verdict was checked canonical when parsed, so this is not expected; still,
             // never publish Ok on an internal error.
             let reason = format!("cannot merge verdicts: {error}");
             let only = BTreeMap::from([(DIRECTORY_KEY.to_owned(), ScriptVerdict::unknown(reason))]);
-            MergedVerdict::merge(only).unwrap_or(MergedVerdict {
+            NodeVerdict::merge(only).unwrap_or(NodeVerdict {
                 status: DiagnoseStatus::Unknown,
                 command: None,
                 details: BTreeMap::new(),
@@ -299,7 +299,7 @@ fn log_refusal(name: &str, error: &WhitelistError) {
 #[derive(Debug, Clone)]
 pub struct Hysteresis {
     required: u32,
-    published: Option<MergedVerdict>,
+    published: Option<NodeVerdict>,
     candidate: Option<(String, u32)>,
 }
 
@@ -314,14 +314,14 @@ impl Hysteresis {
     }
 
     /// Starts from a verdict published before (e.g. restored after a restart).
-    pub fn with_published(required: u32, published: MergedVerdict) -> Self {
+    pub fn with_published(required: u32, published: NodeVerdict) -> Self {
         let mut hysteresis = Self::new(required);
         hysteresis.published = Some(published);
         hysteresis
     }
 
     /// Feeds one run; returns the verdict to publish now.
-    pub fn observe(&mut self, fresh: MergedVerdict) -> MergedVerdict {
+    pub fn observe(&mut self, fresh: NodeVerdict) -> NodeVerdict {
         let same_as_published = self
             .published
             .as_ref()
@@ -427,7 +427,7 @@ pub struct DiagnoseCollector {
 impl DiagnoseCollector {
     /// A collector; `restored` is a verdict published before a restart, if any (used as the
     /// hysteresis baseline so a restart does not re-confirm a known verdict).
-    pub fn new(config: DiagnoseConfig, runner: Runner, restored: Option<MergedVerdict>) -> Self {
+    pub fn new(config: DiagnoseConfig, runner: Runner, restored: Option<NodeVerdict>) -> Self {
         // Scripts run in parallel up to the runner's limit; allow for a few rounds of timeouts.
         let timeout = config.limits.timeout.saturating_mul(4) + Duration::from_secs(5);
         let spec = CollectorSpec::builtin(
@@ -512,7 +512,7 @@ impl Collector for DiagnoseCollector {
 }
 
 /// The report data of a verdict (the merged verdict itself).
-pub fn verdict_data(verdict: &MergedVerdict) -> Value {
+pub fn verdict_data(verdict: &NodeVerdict) -> Value {
     serde_json::to_value(verdict).unwrap_or(Value::Null)
 }
 
@@ -584,10 +584,10 @@ mod tests {
         }
     }
 
-    fn merged(status: &str, details: &str) -> MergedVerdict {
+    fn merged(status: &str, details: &str) -> NodeVerdict {
         let text = format!(r#"{{"status":"{status}","details":"{details}"}}"#);
         let verdict = ScriptVerdict::parse(text.as_bytes()).unwrap();
-        MergedVerdict::merge(BTreeMap::from([("s".to_owned(), verdict)])).unwrap()
+        NodeVerdict::merge(BTreeMap::from([("s".to_owned(), verdict)])).unwrap()
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodecare_protocol::{KeyRing, MergedVerdict, VerifyPolicy};
+use nodecare_protocol::{KeyRing, NodeVerdict, VerifyPolicy};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::task::JoinSet;
@@ -65,7 +65,7 @@ pub struct AgentTarget {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
     /// The merged verdict.
-    pub verdict: MergedVerdict,
+    pub verdict: NodeVerdict,
     /// The verdict as JSON (an incident's `original`).
     pub original: Value,
     /// Envelope sequence number.
@@ -325,7 +325,7 @@ pub fn verify_report(
         }
         other => (other.clone(), false, None),
     };
-    let verdict: MergedVerdict = match serde_json::from_value(verdict_value.clone()) {
+    let verdict: NodeVerdict = match serde_json::from_value(verdict_value.clone()) {
         Ok(verdict) => verdict,
         Err(error) => {
             return AgentOutcome::Unverifiable(format!("signed payload is not a verdict: {error}"));
@@ -374,11 +374,11 @@ mod tests {
         HmacKey::new(b"0123456789abcdef0123456789abcdef".to_vec())
     }
 
-    fn verdict(status: &str) -> MergedVerdict {
+    fn verdict(status: &str) -> NodeVerdict {
         let script =
             ScriptVerdict::parse(format!(r#"{{"status":"{status}","details":"d"}}"#).as_bytes())
                 .unwrap();
-        MergedVerdict::merge([("disk".to_owned(), script)].into_iter().collect()).unwrap()
+        NodeVerdict::merge([("disk".to_owned(), script)].into_iter().collect()).unwrap()
     }
 
     fn body(node: &str, sequence: u64, payload: Value) -> Vec<u8> {

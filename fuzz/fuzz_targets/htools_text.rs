@@ -3,7 +3,7 @@
 //! survive a serialise/parse round trip and planning.
 
 use libfuzzer_sys::fuzz_target;
-use nodecare_roll::{htext, plan};
+use nodecare_roll::{htext, schedule};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let again = htext::parse(&htext::serialize(&cluster));
     assert!(again.is_ok(), "round trip failed: {again:?}");
     if cluster.nodes.len() <= 64 && cluster.instances.len() <= 256 {
-        let opts = plan::RollOptions { force: true, ..Default::default() }.with_default_budgets();
-        let _ = plan::plan(&cluster, &opts);
+        let opts = schedule::RollOptions { force: true, ..Default::default() }.with_default_budgets();
+        let _ = schedule::plan(&cluster, &opts);
     }
 });

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::verdict::MergedVerdict;
+use crate::verdict::NodeVerdict;
 
 /// HTTP path of the signed diagnose report on the agent.
 pub const SIGNED_DIAGNOSE_PATH: &str = "/1/report/node/diagnose/signed";
@@ -14,7 +14,7 @@ pub const SIGNED_DIAGNOSE_PATH: &str = "/1/report/node/diagnose/signed";
 #[serde(deny_unknown_fields)]
 pub struct DiagnosePayload {
     /// The merged verdict.
-    pub verdict: MergedVerdict,
+    pub verdict: NodeVerdict,
     /// When the diagnose run that produced the verdict finished, Unix milliseconds.
     pub collected_at: u64,
     /// How old the verdict was when signed, in milliseconds.
@@ -35,7 +35,7 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_unknown_fields() {
         let payload = DiagnosePayload {
-            verdict: MergedVerdict::merge(BTreeMap::new()).unwrap(),
+            verdict: NodeVerdict::merge(BTreeMap::new()).unwrap(),
             collected_at: 1_800_000_000_000,
             age_ms: 12,
             stale: false,

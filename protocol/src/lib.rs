@@ -17,4 +17,4 @@ pub mod verdict;
 pub use canonical::{CanonicalError, canonical_bytes, fingerprint_of};
 pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};
 pub use sign::{HmacKey, KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
-pub use verdict::{DiagnoseStatus, MergedVerdict, ScriptVerdict, VerdictError};
+pub use verdict::{DiagnoseStatus, NodeVerdict, ScriptVerdict, VerdictError};

@@ -246,7 +246,7 @@ impl ScriptVerdict {
 
 /// The one verdict of a node: the merge of every diagnose script's verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MergedVerdict {
+pub struct NodeVerdict {
     /// The most severe status of all scripts.
     pub status: DiagnoseStatus,
     /// The command of the most severe live-repair (first script by name on a tie).
@@ -258,7 +258,7 @@ pub struct MergedVerdict {
     pub fingerprint: String,
 }
 
-impl MergedVerdict {
+impl NodeVerdict {
     /// Merges per-script verdicts. No scripts at all means `Ok`, as Ganeti's built-in default.
     pub fn merge(verdicts: BTreeMap<String, ScriptVerdict>) -> Result<Self, CanonicalError> {
         let status = verdicts
@@ -361,14 +361,14 @@ mod tests {
             ScriptVerdict::parse(br#"{"status":"live-repair","command":"fix-b"}"#).unwrap();
         let ok = ScriptVerdict::parse(br#"{"status":"Ok"}"#).unwrap();
         let merged =
-            MergedVerdict::merge(verdicts(&[("b", live_b), ("a", live), ("c", ok)])).unwrap();
+            NodeVerdict::merge(verdicts(&[("b", live_b), ("a", live), ("c", ok)])).unwrap();
         assert_eq!(merged.status, DiagnoseStatus::LiveRepair);
         assert_eq!(merged.command.as_deref(), Some("fix-a"));
         assert_eq!(merged.details.len(), 3);
 
         let evacuate = ScriptVerdict::parse(br#"{"status":"evacuate"}"#).unwrap();
         let live = ScriptVerdict::parse(br#"{"status":"live-repair","command":"fix-a"}"#).unwrap();
-        let merged = MergedVerdict::merge(verdicts(&[("a", live), ("z", evacuate)])).unwrap();
+        let merged = NodeVerdict::merge(verdicts(&[("a", live), ("z", evacuate)])).unwrap();
         assert_eq!(merged.status, DiagnoseStatus::Evacuate);
         assert_eq!(merged.command, None);
     }
@@ -376,7 +376,7 @@ mod tests {
     #[test]
     fn unknown_is_never_ok_and_never_an_action() {
         let ok = ScriptVerdict::parse(br#"{"status":"Ok"}"#).unwrap();
-        let merged = MergedVerdict::merge(verdicts(&[
+        let merged = NodeVerdict::merge(verdicts(&[
             ("a", ok.clone()),
             ("b", ScriptVerdict::unknown("timed out")),
         ]))
@@ -384,14 +384,14 @@ mod tests {
         assert_eq!(merged.status, DiagnoseStatus::Unknown);
         assert!(!merged.status.is_actionable());
         let evacuate = ScriptVerdict::parse(br#"{"status":"evacuate"}"#).unwrap();
-        let merged = MergedVerdict::merge(verdicts(&[
+        let merged = NodeVerdict::merge(verdicts(&[
             ("a", evacuate),
             ("b", ScriptVerdict::unknown("timed out")),
         ]))
         .unwrap();
         assert_eq!(merged.status, DiagnoseStatus::Evacuate);
         assert_eq!(
-            MergedVerdict::merge(BTreeMap::new()).unwrap().status,
+            NodeVerdict::merge(BTreeMap::new()).unwrap().status,
             DiagnoseStatus::Ok
         );
     }
@@ -411,7 +411,7 @@ mod tests {
         )
         .unwrap();
         let fp = |verdict: &ScriptVerdict| {
-            MergedVerdict::merge(verdicts(&[("smart", verdict.clone())]))
+            NodeVerdict::merge(verdicts(&[("smart", verdict.clone())]))
                 .unwrap()
                 .fingerprint
         };
@@ -422,12 +422,12 @@ mod tests {
     #[test]
     fn flapping_minor_script_keeps_fingerprint() {
         let evacuate = ScriptVerdict::parse(br#"{"status":"evacuate","details":"disk"}"#).unwrap();
-        let first = MergedVerdict::merge(verdicts(&[
+        let first = NodeVerdict::merge(verdicts(&[
             ("a", evacuate.clone()),
             ("b", ScriptVerdict::unknown("timed out")),
         ]))
         .unwrap();
-        let second = MergedVerdict::merge(verdicts(&[
+        let second = NodeVerdict::merge(verdicts(&[
             ("a", evacuate),
             ("b", ScriptVerdict::parse(br#"{"status":"Ok"}"#).unwrap()),
         ]))
@@ -437,14 +437,14 @@ mod tests {
 
     #[test]
     fn merged_verdict_round_trips() {
-        let merged = MergedVerdict::merge(verdicts(&[(
+        let merged = NodeVerdict::merge(verdicts(&[(
             "a",
             ScriptVerdict::parse(br#"{"status":"live-repair","command":"x","details":[1]}"#)
                 .unwrap(),
         )]))
         .unwrap();
         let text = serde_json::to_string(&merged).unwrap();
-        let back: MergedVerdict = serde_json::from_str(&text).unwrap();
+        let back: NodeVerdict = serde_json::from_str(&text).unwrap();
         assert_eq!(back, merged);
     }
 
@@ -461,7 +461,7 @@ mod tests {
             let two = format!(r#"{{"details":{{"n":{n},"disk":"{disk}"}},  "status":"evacuate"}}"#);
             let merge = |text: &str| {
                 let verdict = ScriptVerdict::parse(text.as_bytes()).unwrap();
-                MergedVerdict::merge(BTreeMap::from([("s".to_owned(), verdict)])).unwrap()
+                NodeVerdict::merge(BTreeMap::from([("s".to_owned(), verdict)])).unwrap()
             };
             prop_assert_eq!(merge(&one).fingerprint, merge(&two).fingerprint);
         }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::model::{Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node};
+use crate::cluster::{Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node};
 
 /// A text-backend error, naming the 1-based line and the field at fault.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -1,16 +1,18 @@
 //! Rolling-maintenance planning for Ganeti clusters: which nodes can reboot
 //! together, and which instance moves each reboot group needs.
 //!
-//! Pure library: loaders take text, planners take a [`model::Cluster`].
+//! Pure library: loaders take text, planners take a [`cluster::Cluster`].
 
+mod capacity;
+pub mod cluster;
+pub mod from_rapi;
 pub mod graph;
 pub mod htext;
-pub mod model;
-pub mod plan;
-pub mod rapi;
 pub mod render;
-mod sim;
+pub mod schedule;
 mod split;
 
-pub use model::Cluster;
-pub use plan::{FailureDomains, Mode, Plan, PlanError, RebootGroup, RollOptions, plan, prepare};
+pub use cluster::Cluster;
+pub use schedule::{
+    FailureDomains, Mode, Plan, PlanError, RebootGroup, RollOptions, plan, prepare,
+};

@@ -2,8 +2,8 @@
 
 use serde::Serialize;
 
-use crate::model::Cluster;
-use crate::plan::Plan;
+use crate::cluster::Cluster;
+use crate::schedule::Plan;
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TextOptions {

@@ -3,8 +3,8 @@
 
 use std::collections::HashSet;
 
-use crate::model::Redundancy;
-use crate::sim::{Conf, Diff};
+use crate::capacity::{Conf, Diff};
+use crate::cluster::Redundancy;
 
 /// Which instances the planner acts on, so that the same algorithms serve
 /// the htools-compatible mode and nodecare's semantics.

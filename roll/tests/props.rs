@@ -2,11 +2,11 @@
 
 use std::collections::{HashMap, HashSet};
 
-use nodecare_roll::htext;
-use nodecare_roll::model::{
+use nodecare_roll::cluster::{
     Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node, Redundancy,
 };
-use nodecare_roll::plan::{FailureDomains, Mode, RollOptions, plan, prepare};
+use nodecare_roll::htext;
+use nodecare_roll::schedule::{FailureDomains, Mode, RollOptions, plan, prepare};
 use proptest::prelude::*;
 
 const TEMPLATES: [DiskTemplate; 6] = [

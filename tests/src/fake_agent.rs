@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use nodecare_protocol::repair::{RepairRecord, RepairState, open_repair_request};
 use nodecare_protocol::{
-    HmacKey, KeyRing, MergedVerdict, ScriptVerdict, SignedEnvelope, Signer, VerifyPolicy,
+    HmacKey, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer, VerifyPolicy,
 };
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -29,16 +29,15 @@ pub fn now_ms() -> u64 {
 }
 
 /// A merged verdict of one script `disk` with the given status, details and command.
-pub fn verdict(status: &str, details: Value, command: Option<&str>) -> MergedVerdict {
+pub fn verdict(status: &str, details: Value, command: Option<&str>) -> NodeVerdict {
     let mut script = json!({"status": status, "details": details});
     if let Some(command) = command {
         script["command"] = json!(command);
     }
     let parsed = ScriptVerdict::from_value(&script)
         .unwrap_or_else(|e| ScriptVerdict::unknown(e.to_string()));
-    MergedVerdict::merge([("disk".to_owned(), parsed)].into_iter().collect()).unwrap_or_else(|_| {
-        MergedVerdict::merge(BTreeMap::new()).unwrap_or_else(|_| unreachable!())
-    })
+    NodeVerdict::merge([("disk".to_owned(), parsed)].into_iter().collect())
+        .unwrap_or_else(|_| NodeVerdict::merge(BTreeMap::new()).unwrap_or_else(|_| unreachable!()))
 }
 
 /// How the fake agent answers repair requests.
@@ -61,7 +60,7 @@ struct AgentState {
     node: String,
     signer: Signer,
     ring: KeyRing,
-    verdict: Mutex<MergedVerdict>,
+    verdict: Mutex<NodeVerdict>,
     sequence: Mutex<u64>,
     /// Canned body (benchmarks): when set, served as is.
     canned: Mutex<Option<Bytes>>,
@@ -81,7 +80,7 @@ pub struct FakeAgent {
 
 impl FakeAgent {
     /// Sets the verdict served from now on.
-    pub fn set_verdict(&self, verdict: MergedVerdict) {
+    pub fn set_verdict(&self, verdict: NodeVerdict) {
         if let Ok(mut v) = self.state.verdict.lock() {
             *v = verdict;
         }
@@ -134,7 +133,7 @@ impl FakeAgent {
 
 fn sign_report(
     state: &AgentState,
-    verdict: &MergedVerdict,
+    verdict: &NodeVerdict,
     ttl: Duration,
 ) -> Result<Vec<u8>, String> {
     let sequence = {

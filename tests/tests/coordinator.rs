@@ -10,7 +10,7 @@ use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
 use std::time::Duration;
 
-fn evacuate() -> nodecare_protocol::MergedVerdict {
+fn evacuate() -> nodecare_protocol::NodeVerdict {
     verdict(
         "evacuate",
         json!({"disk": "sdb", "smart": "reallocated sectors"}),

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use crate::capacity::{Conf, Diff, SimInst};
+use crate::cluster::{Cluster, Redundancy};
 use crate::graph::{self, Colouring, EdgeSources, RebootGraph};
-use crate::model::{Cluster, Redundancy};
-use crate::sim::{Conf, Diff, SimInst};
 use crate::split::{self, PackParams, Semantics, SplitFailure, SubGroup};
 
 /// Planner flavour.

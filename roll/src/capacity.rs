@@ -1,7 +1,7 @@
 //! Capacity simulation with htools' forced add/remove semantics, on a
 //! working copy of the cluster with an undo log (cheap checkpoints).
 
-use crate::model::{Cluster, Instance};
+use crate::cluster::{Cluster, Instance};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SimNode {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use crate::model::{Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node};
+use crate::cluster::{Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RapiError {
