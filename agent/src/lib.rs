@@ -192,9 +192,8 @@ pub async fn serve_with(
             Ok(nodecare_collectors::diagnose::verdict_data(&run.verdict)),
         );
         report.timestamp = run.collected_at_ms.saturating_mul(1_000_000);
-        let age = Duration::from_millis(
-            nodecare_collectors::diagnose::now_ms().saturating_sub(run.collected_at_ms),
-        );
+        let age =
+            Duration::from_millis(nodecare_protocol::now_ms().saturating_sub(run.collected_at_ms));
         cache.store(position, &report, now.checked_sub(age).unwrap_or(now));
         cache.store_signed(signer.sign_for_cache(run, true));
         tracing::info!(status = %run.verdict.status, "serving the persisted verdict (stale) until the first run");

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use nodecare_collectors::diagnose::{DiagnoseRun, now_ms};
+use nodecare_collectors::diagnose::DiagnoseRun;
 use nodecare_protocol::diagnose::DiagnosePayload;
+use nodecare_protocol::now_ms;
 use nodecare_protocol::{SignedEnvelope, Signer};
 
 use crate::cache::{CachedReport, CachedSigned};
@@ -106,7 +107,7 @@ impl DiagnoseSigner {
         let now = now_ms();
         let payload = DiagnosePayload {
             verdict: run.verdict.clone(),
-            collected_at: run.collected_at_ms,
+            collected_at_ms: run.collected_at_ms,
             age_ms: now.saturating_sub(run.collected_at_ms),
             stale,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),

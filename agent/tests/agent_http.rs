@@ -202,7 +202,7 @@ async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
     let envelope = ring
         .verify_json(
             &signed.body,
-            nodecare_collectors::diagnose::now_ms(),
+            nodecare_protocol::now_ms(),
             VerifyPolicy::default(),
             Some("node1.example.com"),
             None,
@@ -215,7 +215,7 @@ async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
         payload.verdict.fingerprint,
         data["fingerprint"].as_str().unwrap()
     );
-    assert!(envelope.expires_at - envelope.issued_at == 180_000);
+    assert!(envelope.expires_at_ms - envelope.issued_at_ms == 180_000);
 
     agent.shutdown().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -412,7 +412,7 @@ async fn restart_serves_the_persisted_verdict_as_stale_until_a_fresh_run() {
         let envelope = ring
             .verify_json(
                 body,
-                nodecare_collectors::diagnose::now_ms(),
+                nodecare_protocol::now_ms(),
                 VerifyPolicy::default(),
                 None,
                 None,

@@ -13,20 +13,15 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use nodecare_protocol::now_ms;
 use nodecare_protocol::repair::{RepairRecord, RepairState, open_repair_request};
 use nodecare_protocol::{
-    HmacKey, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer, VerifyPolicy,
+    DiagnosePayload, HmacKey, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer,
+    VerifyPolicy,
 };
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-
-/// Current Unix ms.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// A merged verdict of one script `disk` with the given status, details and command.
 pub fn verdict(status: &str, details: Value, command: Option<&str>) -> NodeVerdict {
@@ -142,13 +137,14 @@ fn sign_report(
         *s
     };
     let now = now_ms();
-    let payload = json!({
-        "verdict": verdict,
-        "collected_at": now,
-        "age_ms": 0,
-        "stale": false,
-        "interval_ms": 1000,
-    });
+    let payload = serde_json::to_value(DiagnosePayload {
+        verdict: verdict.clone(),
+        collected_at_ms: now,
+        age_ms: 0,
+        stale: false,
+        interval_ms: 1000,
+    })
+    .map_err(|e| e.to_string())?;
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     let envelope = state
         .signer
@@ -185,7 +181,7 @@ fn current(run: &mut Run, behaviour: RepairBehaviour) -> RepairRecord {
             RepairState::Failed
         };
         run.record.exit_code = Some(behaviour.exit_code);
-        run.record.finished_at = Some(now_ms());
+        run.record.finished_at_ms = Some(now_ms());
     }
     run.record.clone()
 }

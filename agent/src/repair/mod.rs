@@ -26,9 +26,10 @@ pub mod store;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nodecare_collectors::whitelist::{Owner, Whitelist};
+use nodecare_protocol::now_ms;
 use nodecare_protocol::repair::{
     DEFAULT_REPAIR_COMMANDS_DIR, MAX_REPAIR_BODY_BYTES, RefusalReason, RepairRecord, RepairRefusal,
     RepairRequest, RepairRequestError, RepairState, open_repair_request,
@@ -155,15 +156,6 @@ pub enum RepairError {
     /// The input has no canonical form.
     #[error(transparent)]
     Request(#[from] RepairRequestError),
-}
-
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
 }
 
 /// The refusal reason for a request that did not open.
@@ -486,7 +478,7 @@ impl RepairService {
             }
         };
         claimed.authenticated = true;
-        let window = envelope.expires_at.saturating_sub(envelope.issued_at);
+        let window = envelope.expires_at_ms.saturating_sub(envelope.issued_at_ms);
         if u128::from(window) > self.config.max_request_ttl.as_millis() {
             let message = format!(
                 "validity window {window} ms exceeds the {} ms this node accepts",
@@ -497,8 +489,8 @@ impl RepairService {
                 .await;
         }
         let keep_until = envelope
-            .expires_at
-            .saturating_add(self.config.verify_policy.max_clock_skew_ms);
+            .expires_at_ms
+            .saturating_add(self.config.verify_policy.skew_ms());
         let nonces = Arc::clone(&self.nonces);
         let nonce = request.nonce.clone();
         let checked = tokio::task::spawn_blocking(move || {
@@ -864,7 +856,7 @@ pub fn finished_record(
     duration: Duration,
     now: u64,
 ) -> RepairRecord {
-    record.finished_at = Some(now);
+    record.finished_at_ms = Some(now);
     record.duration_ms = Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
     match end {
         RunEnd::Exited(code) => {
@@ -1010,7 +1002,7 @@ mod tests {
             (VerifyError::BadSignature, RefusalReason::BadSignature),
             (
                 VerifyError::Expired {
-                    expires_at: 1,
+                    expires_at_ms: 1,
                     now: 2,
                     skew: 0,
                 },
@@ -1018,7 +1010,7 @@ mod tests {
             ),
             (
                 VerifyError::ClockSkew {
-                    issued_at: 1,
+                    issued_at_ms: 1,
                     ahead: 2,
                     skew: 0,
                 },
@@ -1074,7 +1066,7 @@ mod tests {
             let record = finished_record(running.clone(), &end, Duration::from_millis(7), 20);
             assert_eq!(record.state, state, "{end:?}");
             assert_eq!(record.duration_ms, Some(7));
-            assert_eq!(record.finished_at, Some(20));
+            assert_eq!(record.finished_at_ms, Some(20));
         }
         assert!(
             !RepairAnswer::refused(RefusalReason::Busy, "x")
