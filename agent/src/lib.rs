@@ -203,22 +203,11 @@ pub async fn serve_with(
     let mut tasks = JoinSet::new();
 
     // Sign and persist every published verdict.
-    let mut published = diagnose.subscribe();
-    let mut signer_shutdown = shutdown_rx.clone();
-    let signer_cache = Arc::clone(&cache);
-    tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                changed = published.changed() => if changed.is_err() { return },
-                _ = signer_shutdown.changed() => return,
-            }
-            let run = published.borrow_and_update().clone();
-            if let Some(run) = run {
-                signer.persist(&run);
-                signer_cache.store_signed(signer.sign_for_cache(&run, false));
-            }
-        }
-    });
+    tasks.spawn(signer.run(
+        diagnose.subscribe(),
+        Arc::clone(&cache),
+        shutdown_rx.clone(),
+    ));
 
     for (position, collector) in registry.iter().enumerate() {
         tasks.spawn(scheduler::run_collector(

@@ -71,10 +71,7 @@ async fn repair(config: &Config, command: &str, input: &std::path::Path) -> anyh
     if record.state.is_success() {
         Ok(())
     } else {
-        anyhow::bail!(
-            "repair command {command} {}",
-            nodecare_agent::repair::state_name(record.state)
-        )
+        anyhow::bail!("repair command {command} {}", record.state.as_str())
     }
 }
 

@@ -1,5 +1,6 @@
 //! Signs every published diagnose verdict with the cluster HMAC key, once per run (never per
-//! request), and persists the verdict and the sequence number.
+//! request), and persists the verdict and the sequence number: [`DiagnoseSigner::run`] is the
+//! agent's signer task.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,7 +12,9 @@ use nodecare_protocol::diagnose::DiagnosePayload;
 use nodecare_protocol::now_ms;
 use nodecare_protocol::{SignedEnvelope, Signer};
 
-use crate::cache::{CachedReport, CachedSigned};
+use tokio::sync::watch;
+
+use crate::cache::{CachedReport, CachedSigned, ReportCache};
 use crate::state::{StateDir, next_sequence};
 
 /// Why a verdict could not be signed.
@@ -137,6 +140,27 @@ impl DiagnoseSigner {
             Err(error) => {
                 tracing::error!(%error, "cannot sign the diagnose verdict");
                 CachedSigned::Unavailable(error.to_string())
+            }
+        }
+    }
+
+    /// Signs and persists every run `published`, storing the envelope in `cache`, until
+    /// `shutdown` changes or the publisher goes away. The agent runs this as one task.
+    pub async fn run(
+        mut self,
+        mut published: watch::Receiver<Option<Arc<DiagnoseRun>>>,
+        cache: Arc<ReportCache>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                changed = published.changed() => if changed.is_err() { return },
+                _ = shutdown.changed() => return,
+            }
+            let run = published.borrow_and_update().clone();
+            if let Some(run) = run {
+                self.persist(&run);
+                cache.store_signed(self.sign_for_cache(&run, false));
             }
         }
     }

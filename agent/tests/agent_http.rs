@@ -247,6 +247,7 @@ async fn mond_endpoints_errors_head_and_methods() {
         get(address, "/1/list/collectors").await.json(),
         serde_json::json!([
             ["cpu-avg-load", "default", 0],
+            ["xen-cpu-avg-load", "default", 0],
             ["kvm-inst-rss", "default", 0],
             ["diskstats", "storage", 0],
             ["drbd", "storage", 1],
@@ -286,6 +287,12 @@ async fn mond_endpoints_errors_head_and_methods() {
     assert_eq!(report["version"], "B");
     assert_eq!(report["format_version"], 1);
     assert!(report["timestamp"].as_u64().unwrap() % 1000 == 0);
+    // As mond on a node without Xen: listed, and reports no instance.
+    let xen = get(address, "/1/report/default/xen-cpu-avg-load").await;
+    assert_eq!(xen.status, 200);
+    let xen = xen.json();
+    assert_eq!(xen["name"], "xen-cpu-avg-load");
+    assert_eq!(xen["data"], serde_json::json!({}));
 
     let head = request(address, "HEAD", "/1/report/all", b"").await;
     assert_eq!(head.status, 200);

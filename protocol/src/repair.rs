@@ -309,6 +309,20 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
+    /// Every reason, for counters that always show every series.
+    pub const ALL: [Self; 10] = [
+        Self::BodyTooLarge,
+        Self::Malformed,
+        Self::BadSignature,
+        Self::Expired,
+        Self::Replayed,
+        Self::WrongNode,
+        Self::NotWhitelisted,
+        Self::IncidentConflict,
+        Self::Busy,
+        Self::Internal,
+    ];
+
     /// The wire spelling.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -528,18 +542,7 @@ mod tests {
         ] {
             assert_eq!(serde_json::to_value(state).unwrap(), json!(state.as_str()));
         }
-        for reason in [
-            R::BodyTooLarge,
-            R::Malformed,
-            R::BadSignature,
-            R::Expired,
-            R::Replayed,
-            R::WrongNode,
-            R::NotWhitelisted,
-            R::IncidentConflict,
-            R::Busy,
-            R::Internal,
-        ] {
+        for reason in R::ALL {
             assert_eq!(
                 serde_json::to_value(reason).unwrap(),
                 json!(reason.as_str())

@@ -272,28 +272,6 @@ pub struct RepairService {
     refusals: Mutex<BTreeMap<&'static str, u64>>,
 }
 
-/// Every refusal reason with its wire spelling, for counters that always show every series.
-pub const REFUSAL_REASONS: [(RefusalReason, &str); 10] = [
-    (RefusalReason::BodyTooLarge, "body-too-large"),
-    (RefusalReason::Malformed, "malformed"),
-    (RefusalReason::BadSignature, "bad-signature"),
-    (RefusalReason::Expired, "expired"),
-    (RefusalReason::Replayed, "replayed"),
-    (RefusalReason::WrongNode, "wrong-node"),
-    (RefusalReason::NotWhitelisted, "not-whitelisted"),
-    (RefusalReason::IncidentConflict, "incident-conflict"),
-    (RefusalReason::Busy, "busy"),
-    (RefusalReason::Internal, "internal"),
-];
-
-/// The wire spelling of a refusal reason.
-pub fn refusal_name(reason: RefusalReason) -> &'static str {
-    REFUSAL_REASONS
-        .iter()
-        .find(|(known, _)| *known == reason)
-        .map_or("internal", |(_, name)| name)
-}
-
 /// Fields of a request as claimed before authentication, for the audit log.
 #[derive(Debug, Default, Clone)]
 struct Claimed {
@@ -350,7 +328,7 @@ impl RepairService {
                     .max_delayed_refusals
                     .min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
-            refusals: Mutex::new(REFUSAL_REASONS.iter().map(|(_, name)| (*name, 0)).collect()),
+            refusals: Mutex::new(RefusalReason::ALL.iter().map(|r| (r.as_str(), 0)).collect()),
             keys,
             config,
         }))
@@ -379,7 +357,7 @@ impl RepairService {
             .refusals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .entry(refusal_name(reason))
+            .entry(reason.as_str())
             .or_insert(0) += 1;
     }
 
@@ -615,7 +593,7 @@ impl RepairService {
             let message = format!(
                 "incident {} already has a {} run of {:?} with input {}; refusing {:?} with input {}",
                 request.incident_id,
-                state_name(record.state),
+                record.state.as_str(),
                 record.command,
                 record.input_fingerprint,
                 request.command,
@@ -630,7 +608,7 @@ impl RepairService {
                 origin,
                 claimed,
                 "duplicate",
-                Some(state_name(record.state)),
+                Some(record.state.as_str().to_owned()),
                 None,
             )
             .await
@@ -787,7 +765,7 @@ impl RepairService {
                 &origin,
                 &claimed,
                 "finished",
-                Some(state_name(record.state)),
+                Some(record.state.as_str().to_owned()),
                 message,
             )
             .await
@@ -839,14 +817,6 @@ pub fn open_with_key_file(config: RepairConfig, key_path: &Path) -> Option<Arc<R
             None
         }
     }
-}
-
-/// The kebab-case name of a state.
-pub fn state_name(state: RepairState) -> String {
-    serde_json::to_value(state)
-        .ok()
-        .and_then(|value| value.as_str().map(str::to_owned))
-        .unwrap_or_default()
 }
 
 /// The final record of a run.
@@ -965,7 +935,7 @@ pub async fn run_manually(
     let record = finished_record(live.snapshot(), &end, duration, now_ms());
     entry.at = now_ms();
     entry.outcome = "finished".into();
-    entry.detail = Some(state_name(record.state));
+    entry.detail = Some(record.state.as_str().to_owned());
     entry.message = record
         .error
         .clone()
@@ -982,14 +952,6 @@ pub fn audit_path(state_dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn refusal_names_are_the_wire_spelling() {
-        for (reason, name) in REFUSAL_REASONS {
-            assert_eq!(serde_json::to_value(reason).unwrap(), Value::from(name));
-            assert_eq!(refusal_name(reason), name);
-        }
-    }
 
     #[test]
     fn every_verify_error_maps_to_a_refusal() {
