@@ -212,9 +212,9 @@ impl Incident {
         verdict: NodeVerdict,
         original: CanonicalJson,
         action: Action,
-        fingerprint: impl Into<String>,
         now: f64,
     ) -> Self {
+        let fingerprint = verdict.fingerprint.clone();
         let mut incident = Self {
             uuid,
             node: node.into(),
@@ -222,7 +222,7 @@ impl Incident {
             original,
             verdict,
             action,
-            fingerprint: fingerprint.into(),
+            fingerprint,
             jobs: Vec::new(),
             repair_status: RepairStatus::Noted,
             tag: ready_tag(uuid),
@@ -456,7 +456,6 @@ mod tests {
             verdict,
             original,
             Action::Evacuate,
-            "fp",
             100.0,
         )
     }

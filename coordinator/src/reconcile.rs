@@ -485,7 +485,6 @@ impl Reconciler {
                     verdict.clone(),
                     observation.original.clone(),
                     action,
-                    &verdict.fingerprint,
                     time,
                 );
                 tracing::info!(incident = %incident.uuid, node = %incident.node,

@@ -476,7 +476,6 @@ mod tests {
             verdict,
             original,
             Action::Evacuate,
-            format!("fp{n}"),
             n as f64,
         )
     }

@@ -7,6 +7,8 @@
 //! After an intended format change, rewrite the files with `NODECARE_BLESS_VECTORS=1 cargo test
 //! -p nodecare-protocol --test vectors` and review the diff.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

@@ -234,8 +234,15 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
     assert!(h.sim.submissions().is_empty());
 }
 
-fn agent_state(h: &Harness, name: &str) -> nodecare_coordinator::scrape::AgentStatus {
-    h.coordinator.api().board.agents.read().unwrap()[name].clone()
+fn agent_state(h: &Harness, name: &str) -> Option<nodecare_coordinator::scrape::AgentStatus> {
+    h.coordinator
+        .api()
+        .board
+        .agents
+        .read()
+        .ok()?
+        .get(name)
+        .cloned()
 }
 
 /// Defect: a static server replaying a stopped agent's last `Ok` kept the node `ok` long after
@@ -247,12 +254,12 @@ async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
     let lifetime = Duration::from_millis(1_500);
     agent.set_ttl(lifetime);
     h.round().await.unwrap();
-    assert_eq!(agent_state(&h, &node(2)).state, "ok");
+    assert_eq!(agent_state(&h, &node(2)).unwrap().state, "ok");
     // The agent stops; something serves its last envelope from now on.
     assert!(agent.replay_last());
     let stopped = std::time::Instant::now();
     h.round().await.unwrap();
-    let first = agent_state(&h, &node(2));
+    let first = agent_state(&h, &node(2)).unwrap();
     if stopped.elapsed() < lifetime {
         // Still within the report's life: the same report read again.
         assert_eq!(first.state, "ok", "{first:?}");
@@ -262,7 +269,7 @@ async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
         .await;
     for _ in 0..3 {
         let summary = h.round().await.unwrap();
-        let status = agent_state(&h, &node(2));
+        let status = agent_state(&h, &node(2)).unwrap();
         assert_eq!(status.state, "stale", "{status:?}");
         assert_eq!(status.verdict.as_deref(), Some("Ok"));
         assert!(
@@ -275,7 +282,7 @@ async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
     // calls it stale.
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     h.round().await.unwrap();
-    assert_eq!(agent_state(&h, &node(2)).state, "stale");
+    assert_eq!(agent_state(&h, &node(2)).unwrap().state, "stale");
     assert!(h.incidents().unwrap().is_empty());
 }
 
@@ -293,7 +300,7 @@ async fn replayed_evacuate_after_expiry_starts_nothing() {
     for _ in 0..2 {
         let summary = h.round().await.unwrap();
         assert_eq!(summary.jobs_submitted, 0);
-        let status = agent_state(&h, &node(2));
+        let status = agent_state(&h, &node(2)).unwrap();
         assert_eq!(status.state, "stale", "{status:?}");
         assert_eq!(status.verdict.as_deref(), Some("evacuate"));
     }
