@@ -142,9 +142,10 @@ fn semantics(opts: &RollOptions) -> Semantics {
     }
 }
 
-/// Checks masters, applies `-O`, selects nodes and builds the reboot graph.
-pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<'c>, PlanError> {
-    let mut warnings = Vec::new();
+/// hroller's first check: exactly one master node. With `force`, a missing
+/// master is a warning (returned) instead of an error. [`prepare`] repeats
+/// it; callers that print warnings as they go call it first.
+pub fn check_masters(cluster: &Cluster, force: bool) -> Result<Vec<String>, PlanError> {
     let masters: Vec<String> = cluster
         .nodes
         .iter()
@@ -152,11 +153,16 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
         .map(|n| n.name.clone())
         .collect();
     match masters.len() {
-        0 if opts.force => warnings.push(PlanError::NoMaster.to_string()),
-        0 => return Err(PlanError::NoMaster),
-        1 => {}
-        _ => return Err(PlanError::MultipleMasters(masters)),
+        0 if force => Ok(vec![PlanError::NoMaster.to_string()]),
+        0 => Err(PlanError::NoMaster),
+        1 => Ok(Vec::new()),
+        _ => Err(PlanError::MultipleMasters(masters)),
     }
+}
+
+/// Checks masters, applies `-O`, selects nodes and builds the reboot graph.
+pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<'c>, PlanError> {
+    let warnings = check_masters(cluster, opts.force)?;
     let mut wrong = Vec::new();
     let mut offline_names = Vec::new();
     for name in opts.offline_nodes.iter().rev() {
