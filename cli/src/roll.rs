@@ -324,6 +324,9 @@ pub(crate) fn run(args: RollArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(&e.to_string()),
     };
+    for w in &plan.warnings {
+        to_stderr(&format!("Warning: {w}\n"));
+    }
     let mut out = String::new();
     if verbosity > 1 {
         out.push_str(&plan.stats_line);
@@ -349,7 +352,15 @@ pub(crate) fn run(args: RollArgs) -> ExitCode {
                 print_moves: args.print_moves,
             },
         ),
-        OutputFormat::Json => render::json(&cluster, &plan, args.one_step_only, &prepared.warnings),
+        OutputFormat::Json => {
+            let warnings: Vec<String> = prepared
+                .warnings
+                .iter()
+                .chain(&plan.warnings)
+                .cloned()
+                .collect();
+            render::json(&cluster, &plan, args.one_step_only, &warnings)
+        }
     });
     if !to_stdout(&out) {
         return ExitCode::from(1);

@@ -119,6 +119,18 @@ pub struct Plan {
     /// Groups the htools algorithm produces under the same semantics, when
     /// it succeeds (improved mode only).
     pub htools_algorithm_groups: Option<usize>,
+    /// Selected nodes left out of the plan (`--skip-non-redundant`): their
+    /// running shared-storage instances cannot be moved anywhere.
+    pub skipped: Vec<usize>,
+    /// Non-fatal messages about the plan (one per skipped node).
+    pub warnings: Vec<String>,
+}
+
+/// Reboot groups of one planning run, before the final ordering.
+struct Solved {
+    groups: Vec<RebootGroup>,
+    strategy: String,
+    htools_groups: Option<usize>,
 }
 
 /// Selection and graph, ready to solve.
@@ -129,6 +141,12 @@ pub struct Prepared<'c> {
     offline: Vec<bool>,
     selected: Vec<usize>,
     graph: RebootGraph,
+    /// `--skip-non-redundant` (nodecare's semantics): selected nodes that
+    /// hroller would skip, because they host instances without a DRBD
+    /// secondary that are stopped or on shared storage (live-migratable).
+    /// They are planned together with the others when that costs those no
+    /// extra group, and apart otherwise (see [`Prepared::solve`]).
+    extras: Vec<usize>,
     /// Non-fatal messages (e.g. a missing master with `--force`).
     pub warnings: Vec<String>,
 }
@@ -249,12 +267,26 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
         },
     )
     .ok_or(PlanError::EmptyGraph)?;
+    let extras = if opts.skip_non_redundant && !compat {
+        selected
+            .iter()
+            .copied()
+            .filter(|&ni| {
+                plists[ni]
+                    .iter()
+                    .any(|&i| !cluster.instances[i].template.has_secondary())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(Prepared {
         cluster,
         opts: opts.clone(),
         offline,
         selected,
         graph,
+        extras,
         warnings,
     })
 }
@@ -308,7 +340,7 @@ fn stats_line(g: &RebootGraph, c: &Colourings) -> String {
     s
 }
 
-impl Prepared<'_> {
+impl<'c> Prepared<'c> {
     /// `Node Graph: …` as `hroller -v -v` prints it.
     pub fn graph_dump(&self) -> String {
         self.graph.show_haskell()
@@ -324,9 +356,150 @@ impl Prepared<'_> {
             .collect()
     }
 
+    /// The same preparation restricted to `members` (ascending, a subset
+    /// of the selected nodes), with no extras of its own.
+    fn restricted(&self, members: &[usize]) -> Result<Prepared<'c>, PlanError> {
+        Ok(Prepared {
+            cluster: self.cluster,
+            opts: self.opts.clone(),
+            offline: self.offline.clone(),
+            selected: members.to_vec(),
+            graph: self.graph.induced(members).ok_or(PlanError::EmptyGraph)?,
+            extras: Vec::new(),
+            warnings: Vec::new(),
+        })
+    }
+
     pub fn solve(&self) -> Result<Plan, PlanError> {
         let colourings = htools_colourings(&self.graph);
         let stats = stats_line(&self.graph, &colourings);
+        let joint = self.solve_groups(&colourings);
+        if self.extras.is_empty() {
+            return Ok(self.finish(joint?, stats, Vec::new()));
+        }
+        // `--skip-non-redundant`: hroller plans only the core nodes. The
+        // extras join them when that costs the core no extra group;
+        // otherwise they are planned apart, after the core (each group's
+        // moves are relative to the original layout, so groups over
+        // disjoint nodes combine freely).
+        let core: Vec<usize> = self
+            .selected
+            .iter()
+            .copied()
+            .filter(|n| !self.extras.contains(n))
+            .collect();
+        let core_solved = if core.is_empty() {
+            None
+        } else {
+            let sub = self.restricted(&core)?;
+            Some(sub.solve_groups(&htools_colourings(&sub.graph)))
+        };
+        if let Ok(j) = &joint {
+            let with_core = j
+                .groups
+                .iter()
+                .filter(|g| g.nodes.iter().any(|n| core.contains(n)))
+                .count();
+            let fine = match &core_solved {
+                Some(Ok(c)) => with_core <= c.groups.len(),
+                _ => true,
+            };
+            if fine {
+                return Ok(self.finish(joint?, stats, Vec::new()));
+            }
+        }
+        let mut solved = match core_solved {
+            Some(c) => c?,
+            None => Solved {
+                groups: Vec::new(),
+                strategy: String::new(),
+                htools_groups: Some(0),
+            },
+        };
+        let (extra, skipped) = self.solve_extras();
+        if let Some(e) = extra {
+            solved.groups.extend(e.groups);
+            solved.htools_groups = solved
+                .htools_groups
+                .zip(e.htools_groups)
+                .map(|(a, b)| a + b);
+            solved.strategy = if solved.strategy.is_empty() {
+                e.strategy
+            } else {
+                format!(
+                    "{}; nodes with stopped or shared-storage instances apart: {}",
+                    solved.strategy, e.strategy
+                )
+            };
+        }
+        if solved.groups.is_empty() {
+            // Nothing could be planned: report why.
+            return Err(joint.err().unwrap_or(PlanError::NonRedundantCapacity));
+        }
+        Ok(self.finish(solved, stats, skipped))
+    }
+
+    /// Plans the extras on their own. Extras whose instances cannot be moved
+    /// even when they reboot alone are skipped (returned second).
+    fn solve_extras(&self) -> (Option<Solved>, Vec<usize>) {
+        let attempt = |members: &[usize]| -> Option<Solved> {
+            let sub = self.restricted(members).ok()?;
+            sub.solve_groups(&htools_colourings(&sub.graph)).ok()
+        };
+        if let Some(s) = attempt(&self.extras) {
+            return (Some(s), Vec::new());
+        }
+        let (kept, mut skipped): (Vec<usize>, Vec<usize>) =
+            self.extras.iter().partition(|&&n| attempt(&[n]).is_some());
+        if kept.is_empty() {
+            return (None, skipped);
+        }
+        match attempt(&kept) {
+            Some(s) => (Some(s), skipped),
+            None => {
+                skipped.extend(kept);
+                skipped.sort_unstable();
+                (None, skipped)
+            }
+        }
+    }
+
+    /// Orders the groups (largest first, master last) and assembles the plan.
+    fn finish(&self, solved: Solved, stats_line: String, skipped: Vec<usize>) -> Plan {
+        let mut groups = solved.groups;
+        groups.sort_by_key(|g| std::cmp::Reverse(g.nodes.len()));
+        let is_master = |n: &usize| self.cluster.nodes[*n].master;
+        for g in &mut groups {
+            let (mut rest, masters): (Vec<usize>, Vec<usize>) =
+                g.nodes.iter().partition(|n| !is_master(n));
+            rest.extend(masters);
+            g.nodes = rest;
+        }
+        let (mut out, with_master): (Vec<RebootGroup>, Vec<RebootGroup>) = groups
+            .into_iter()
+            .partition(|g| !g.nodes.iter().any(is_master));
+        out.extend(with_master);
+        let warnings = skipped
+            .iter()
+            .map(|&n| {
+                format!(
+                    "node {} is skipped: its running instances cannot be moved off it",
+                    self.cluster.nodes[n].name
+                )
+            })
+            .collect();
+        Plan {
+            groups: out,
+            stats_line,
+            strategy: solved.strategy,
+            htools_algorithm_groups: solved.htools_groups,
+            skipped,
+            warnings,
+        }
+    }
+
+    /// Colours and splits the selected nodes; groups are not yet ordered.
+    fn solve_groups(&self, colourings: &Colourings) -> Result<Solved, PlanError> {
         let online = self.online();
         let sem = semantics(&self.opts);
         let mut conf = Conf::new(self.cluster, &self.offline);
@@ -347,7 +520,7 @@ impl Prepared<'_> {
                     None,
                 )
             }
-            Mode::Improved => self.solve_improved(&mut conf, &colourings, &online, sem)?,
+            Mode::Improved => self.solve_improved(&mut conf, colourings, &online, sem)?,
         };
         let member: Vec<bool> = {
             let mut m = vec![false; self.cluster.nodes.len()];
@@ -366,23 +539,10 @@ impl Prepared<'_> {
         if self.opts.mode == Mode::Improved {
             groups.retain(|g| !g.nodes.is_empty());
         }
-        groups.sort_by_key(|g| std::cmp::Reverse(g.nodes.len()));
-        let is_master = |n: &usize| self.cluster.nodes[*n].master;
-        for g in &mut groups {
-            let (mut rest, masters): (Vec<usize>, Vec<usize>) =
-                g.nodes.iter().partition(|n| !is_master(n));
-            rest.extend(masters);
-            g.nodes = rest;
-        }
-        let (mut out, with_master): (Vec<RebootGroup>, Vec<RebootGroup>) = groups
-            .into_iter()
-            .partition(|g| !g.nodes.iter().any(is_master));
-        out.extend(with_master);
-        Ok(Plan {
-            groups: out,
-            stats_line: stats,
+        Ok(Solved {
+            groups,
             strategy,
-            htools_algorithm_groups: htools_groups,
+            htools_groups,
         })
     }
 
