@@ -216,17 +216,42 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             }
         })
     };
+    let candidate = |ni: usize| {
+        let n = &cluster.nodes[ni];
+        !offline[ni]
+            && opts
+                .node_tags
+                .as_ref()
+                .is_none_or(|t| n.tags.iter().any(|x| t.contains(x)))
+            && group.is_none_or(|g| n.group == g)
+    };
+    let mut warnings = warnings;
     let selected: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&ni| candidate(ni))
         .filter(|&ni| {
-            let n = &cluster.nodes[ni];
             let skipped = opts.skip_non_redundant && blocks_skip(ni);
-            !offline[ni]
-                && !skipped
-                && opts
-                    .node_tags
-                    .as_ref()
-                    .is_none_or(|t| n.tags.iter().any(|x| t.contains(x)))
-                && group.is_none_or(|g| n.group == g)
+            // hroller counts a DRBD instance whose secondary is offline as
+            // redundant and would "migrate" it onto the offline node; say
+            // why nodecare skips such a node.
+            if skipped && !compat {
+                let degraded = plists[ni].iter().map(|&i| &cluster.instances[i]).find(|i| {
+                    i.template.has_secondary()
+                        && !i.status.is_down()
+                        && i.snode.is_some_and(|s| offline[s])
+                });
+                let only_drbd = plists[ni]
+                    .iter()
+                    .all(|&i| cluster.instances[i].template.has_secondary());
+                if let (Some(inst), true) = (degraded, only_drbd) {
+                    let sec = inst.snode.map_or("?", |s| cluster.nodes[s].name.as_str());
+                    warnings.push(format!(
+                        "node {} is skipped: its running instance {} cannot migrate \
+                         (its DRBD secondary {sec} is offline)",
+                        cluster.nodes[ni].name, inst.name
+                    ));
+                }
+            }
+            !skipped
         })
         .collect();
     if let Some(FailureDomains::TagPrefix(prefix)) = &opts.failure_domains {
