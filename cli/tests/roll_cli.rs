@@ -105,13 +105,19 @@ fn hroller_error_messages_and_exit_codes() {
         "Warning: No master node found (maybe not supported by backend).\n"
     );
     assert_eq!(stdout(&o), "n1\n");
+    // As in hroller, the missing-master warning comes before a later error.
     let o = roll(&["-f", "-O", "nx", "-O", "ny"], &f);
     assert_eq!(
         stderr(&o),
-        "Error: wrong node name(s) set as offline: ny,nx\n\n"
+        "Warning: No master node found (maybe not supported by backend).\n\
+         Error: wrong node name(s) set as offline: ny,nx\n\n"
     );
     let o = roll(&["-f", "-G", "nogroup"], &f);
-    assert_eq!(stderr(&o), "Error: Cannot find target group.\n");
+    assert_eq!(
+        stderr(&o),
+        "Warning: No master node found (maybe not supported by backend).\n\
+         Error: Cannot find target group.\n"
+    );
     let o = roll(&["-f", "extra"], &f);
     assert_eq!(
         stderr(&o),

@@ -71,6 +71,10 @@ pub enum PlanError {
     GroupNotFound,
     #[error("Cannot create node graph")]
     EmptyGraph,
+    /// Nothing is selected because every candidate node was skipped for a
+    /// reason hroller does not see (one message per node).
+    #[error("Cannot create node graph: {}", .0.join("; "))]
+    AllSkipped(Vec<String>),
     #[error("Not enough capacity to move non-redundant instances")]
     NonRedundantCapacity,
     #[error("Failed to migrate instances off nodes")]
@@ -226,6 +230,7 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             && group.is_none_or(|g| n.group == g)
     };
     let mut warnings = warnings;
+    let master_warnings = warnings.len();
     let selected: Vec<usize> = (0..cluster.nodes.len())
         .filter(|&ni| candidate(ni))
         .filter(|&ni| {
@@ -291,7 +296,10 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             shared_secondary: shared.as_deref(),
         },
     )
-    .ok_or(PlanError::EmptyGraph)?;
+    .ok_or_else(|| match warnings.len() - master_warnings {
+        0 => PlanError::EmptyGraph,
+        _ => PlanError::AllSkipped(warnings[master_warnings..].to_vec()),
+    })?;
     let extras = if opts.skip_non_redundant && !compat {
         selected
             .iter()
