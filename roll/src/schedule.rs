@@ -153,6 +153,8 @@ pub struct Prepared<'c> {
     extras: Vec<usize>,
     /// Non-fatal messages (e.g. a missing master with `--force`).
     pub warnings: Vec<String>,
+    /// The messages of `warnings` that name a skipped node.
+    skip_warnings: Vec<String>,
 }
 
 fn semantics(opts: &RollOptions) -> Semantics {
@@ -319,6 +321,7 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
         offline,
         selected,
         graph,
+        skip_warnings: warnings[master_warnings..].to_vec(),
         extras,
         warnings,
     })
@@ -400,6 +403,7 @@ impl<'c> Prepared<'c> {
             graph: self.graph.induced(members).ok_or(PlanError::EmptyGraph)?,
             extras: Vec::new(),
             warnings: Vec::new(),
+            skip_warnings: Vec::new(),
         })
     }
 
@@ -465,11 +469,17 @@ impl<'c> Prepared<'c> {
                 )
             };
         }
-        if solved.groups.is_empty() {
-            // Nothing could be planned: report why.
-            return Err(joint.err().unwrap_or(PlanError::NonRedundantCapacity));
+        let plan = self.finish(solved, stats, skipped);
+        if plan.groups.is_empty() {
+            // Every node is skipped: say why, node by node.
+            let mut msgs = self.skip_warnings.clone();
+            msgs.extend(plan.warnings);
+            return Err(match msgs.is_empty() {
+                true => joint.err().unwrap_or(PlanError::EmptyGraph),
+                false => PlanError::AllSkipped(msgs),
+            });
         }
-        Ok(self.finish(solved, stats, skipped))
+        Ok(plan)
     }
 
     /// Plans the extras on their own. Extras whose instances cannot be moved
