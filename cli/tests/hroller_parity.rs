@@ -5,6 +5,8 @@
 //! Needs Debian's `ganeti-htools-3.0` and `ganeti-testsuite`. Without them
 //! the tests skip, unless `NODECARE_REQUIRE_GANETI=1` (CI), where they fail.
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
+
 use std::collections::BTreeSet;
 use std::io::{Read as _, Seek as _};
 use std::path::{Path, PathBuf};
