@@ -426,7 +426,7 @@ impl RepairService {
 
     /// Handles the body of `POST /1/repair` (already read within the size limit).
     pub async fn submit(self: &Arc<Self>, origin: &Origin, body: &[u8]) -> RepairAnswer {
-        let envelope: SignedEnvelope = match serde_json::from_slice(body) {
+        let envelope = match SignedEnvelope::from_json(body) {
             Ok(envelope) => envelope,
             Err(error) => {
                 return self
