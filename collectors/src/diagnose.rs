@@ -552,6 +552,15 @@ mod tests {
                 output(ExitStatus::Code(0), b"", b""),
                 "invalid output: output is empty",
             ),
+            // A repeated key is not read by its last value: the verdict is unknown.
+            (
+                output(
+                    ExitStatus::Code(0),
+                    br#"{"status":"evacuate","status":"Ok"}"#,
+                    b"",
+                ),
+                "repeated key \"status\"",
+            ),
             (
                 Err(ExecError::Timeout {
                     name: "x".into(),
