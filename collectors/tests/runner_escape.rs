@@ -1,0 +1,139 @@
+//! Processes that leave the run's process group (`setsid`) are killed with the run, and a run
+//! that times out because of them leaks no descriptor.
+//!
+//! One test binary of its own: it makes the test process a child subreaper, as the agent is.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test helpers")]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nodecare_collectors::runner::{self, ExecError, ExecLimits};
+use nodecare_collectors::whitelist::{Owner, Whitelist};
+
+/// The tests of this binary count descriptors and processes, so they run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn owner() -> Owner {
+    Owner {
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+    }
+}
+
+fn script(dir: &Path, name: &str, body: &str) {
+    let path = dir.join(name);
+    std::fs::write(&path, body).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+/// The pids the escaped grandchildren wrote, one a line.
+fn escaped_pids(file: &Path) -> Vec<i32> {
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| line.trim().parse().ok())
+        .collect()
+}
+
+/// Whether `pid` is a running (not zombie) process.
+fn alive(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat
+        .rfind(')')
+        .and_then(|at| stat[at + 1..].split_whitespace().next().map(str::to_owned));
+    state.as_deref() != Some("Z")
+}
+
+/// Waits up to a second for every pid to be gone; returns the survivors.
+async fn survivors(pids: &[i32]) -> Vec<i32> {
+    let until = Instant::now() + Duration::from_secs(1);
+    loop {
+        let left: Vec<i32> = pids.iter().copied().filter(|pid| alive(*pid)).collect();
+        if left.is_empty() || Instant::now() > until {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn kill_all(pids: &[i32]) {
+    for pid in pids {
+        let _gone = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+fn setup() {
+    runner::init_reaper(None).unwrap();
+}
+
+/// A script whose `setsid` grandchild keeps stdout and stderr open and sleeps; the script
+/// itself `exits` at once or `waits` for it.
+fn escaping_script(pid_file: &Path, script_exits: bool) -> String {
+    let tail = if script_exits { "exit 0" } else { "wait" };
+    format!(
+        "#!/bin/sh\nsetsid sh -c 'echo $$ >> {}; exec sleep 1000' &\necho '{{\"status\":\"Ok\"}}'\n{tail}\n",
+        pid_file.display()
+    )
+}
+
+async fn escapes_are_killed(script_exits: bool) {
+    let _serial = SERIAL.lock().await;
+    setup();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pid_file = dir.path().join("pids.txt");
+    script(
+        dir.path(),
+        "escapes",
+        &escaping_script(&pid_file, script_exits),
+    );
+    script(dir.path(), "warm", "#!/bin/sh\necho '{}'\n");
+    let whitelist = Whitelist::with_owner(dir.path(), owner());
+    let limits = ExecLimits {
+        timeout: Duration::from_millis(500),
+        ..ExecLimits::default()
+    };
+    runner::run(&whitelist.open("warm").unwrap(), None, &limits)
+        .await
+        .unwrap();
+    let fds_before = open_fds();
+    for round in 0..25 {
+        let started = Instant::now();
+        let error = runner::run(&whitelist.open("escapes").unwrap(), None, &limits)
+            .await
+            .unwrap_err();
+        assert!(matches!(error, ExecError::Timeout { .. }), "{error}");
+        assert!(started.elapsed() < limits.timeout + Duration::from_secs(2));
+        let pids = escaped_pids(&pid_file);
+        let left = survivors(&pids).await;
+        kill_all(&left);
+        assert!(
+            left.is_empty(),
+            "round {round}: setsid grandchildren {left:?} outlived the run"
+        );
+    }
+    assert_eq!(escaped_pids(&pid_file).len(), 25, "every round escaped once");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(open_fds(), fds_before, "descriptors leaked over 25 rounds");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setsid_grandchild_of_an_exited_script_is_killed() {
+    escapes_are_killed(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setsid_grandchild_of_a_running_script_is_killed() {
+    escapes_are_killed(false).await;
+}
