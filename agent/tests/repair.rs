@@ -564,3 +564,32 @@ async fn a_repair_command_inherits_no_descriptor_but_0_1_2() {
         record.stdout
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_whitelist_reached_through_a_symlink_or_a_writable_parent_runs_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let fixture = Fixture::new();
+    fixture.command("fix", "echo run >> @MARKS@/fix.runs");
+    let input = json!({"status": "live-repair"});
+    let link = fixture.root.path().join("link");
+    std::os::unix::fs::symlink(fixture.root.path(), &link).unwrap();
+    let mut config = fixture.config();
+    config.commands_dir = link.join("node-repair-commands");
+    let error = run_manually(&config, "fix", &input, "uid=0")
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("is a symbolic link"), "{error}");
+
+    let config = fixture.config();
+    std::fs::set_permissions(fixture.root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let error = run_manually(&config, "fix", &input, "uid=0")
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("writable by group or others"),
+        "{error}"
+    );
+    std::fs::set_permissions(fixture.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(run_manually(&config, "fix", &input, "uid=0").await.is_ok());
+    assert_eq!(fixture.runs_of("fix"), 1);
+}
