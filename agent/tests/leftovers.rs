@@ -119,10 +119,11 @@ async fn a_restarted_agent_kills_what_a_killed_one_left_running() {
         read_pid(&leader).is_some() && read_pid(&escaped).is_some()
     })
     .await;
-    let _ = nix::sys::signal::kill(
+    nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(second.id()).unwrap()),
         nix::sys::signal::Signal::SIGTERM,
-    );
+    )
+    .unwrap();
     let stopped = wait_for(Duration::from_secs(20), || {
         matches!(second.try_wait(), Ok(Some(_)))
     })

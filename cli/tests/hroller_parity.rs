@@ -4,6 +4,11 @@
 //! Needs Debian's `ganeti-htools-3.0` and `ganeti-testsuite`. Without them
 //! the test skips, unless `NODECARE_REQUIRE_GANETI=1` (CI), where it fails.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs hroller and the nodecare binary"
+)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

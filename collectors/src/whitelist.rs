@@ -25,8 +25,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, open, openat};
 use nix::fcntl::AtFlags;
+use nix::fcntl::{OFlag, open, openat};
 use nix::sys::stat::{Mode, fstatat};
 
 /// Mode bits a whitelisted directory or file may have (`rwxr-xr-x`); anything else, including
@@ -295,9 +295,9 @@ impl Whitelist {
         let fd_path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
         // Listed through the checked descriptor, never through the path again.
         let listing = std::fs::read_dir(&fd_path).map_err(|error| WhitelistError::Directory {
-                path: path.clone(),
-                reason: error.to_string(),
-            })?;
+            path: path.clone(),
+            reason: error.to_string(),
+        })?;
         let mut names = Vec::new();
         for entry in listing {
             let entry = entry.map_err(|error| WhitelistError::Directory {
@@ -482,8 +482,11 @@ mod tests {
         let real = dir.path().join("real");
         std::fs::create_dir(&real).unwrap();
         std::fs::create_dir(real.join("commands")).unwrap();
-        std::fs::set_permissions(real.join("commands"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            real.join("commands"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         write(&real.join("commands"), "script", 0o755);
         symlink(&real, dir.path().join("link")).unwrap();
         // Through the real path it is fine; through the link it is refused.
@@ -514,7 +517,9 @@ mod tests {
             std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(mode)).unwrap();
             let error = whitelist.open("script").unwrap_err();
             assert!(
-                error.to_string().contains("parent is writable by group or others"),
+                error
+                    .to_string()
+                    .contains("parent is writable by group or others"),
                 "{mode:o}: {error}"
             );
             assert!(whitelist.list().is_err());

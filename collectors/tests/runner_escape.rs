@@ -123,7 +123,11 @@ async fn escapes_are_killed(script_exits: bool) {
             "round {round}: setsid grandchildren {left:?} outlived the run"
         );
     }
-    assert_eq!(escaped_pids(&pid_file).len(), 25, "every round escaped once");
+    assert_eq!(
+        escaped_pids(&pid_file).len(),
+        25,
+        "every round escaped once"
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(open_fds(), fds_before, "descriptors leaked over 25 rounds");
 }

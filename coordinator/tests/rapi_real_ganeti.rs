@@ -3,6 +3,10 @@
 //! it); otherwise it prints why and passes. It changes the cluster: it drains and undrains the
 //! last node, migrates a diskless instance there and back, and tags the node.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the cluster helper scripts"
+)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -365,14 +365,8 @@ async fn run_unbounded(
         timeout: limits.timeout,
         policy: OutputPolicy::Reject,
     };
-    let (end, duration) = execute(
-        Program::Verified(executable),
-        stdin,
-        &spec,
-        &output,
-        |_| {},
-    )
-    .await;
+    let (end, duration) =
+        execute(Program::Verified(executable), stdin, &spec, &output, |_| {}).await;
     let mut live = lock(&output);
     let stdout = std::mem::take(&mut live.stdout);
     let stderr = std::mem::take(&mut live.stderr);
@@ -589,10 +583,10 @@ fn build_command(
             if libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1_u64, 0_u64, 0_u64, 0_u64) == -1 {
                 return Err(std::io::Error::last_os_error());
             }
-            if let Some(fd) = keep_fd {
-                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
+            if let Some(fd) = keep_fd
+                && libc::fcntl(fd, libc::F_SETFD, 0) == -1
+            {
+                return Err(std::io::Error::last_os_error());
             }
             Ok(())
         });
@@ -693,8 +687,7 @@ pub async fn execute(
     };
     // Whatever happened, nothing of this run may survive it.
     let reaped = matches!(outcome, Outcome::Exited(_));
-    let _killed =
-        tokio::task::spawn_blocking(move || reaper::kill_run_blocking(pid, reaped)).await;
+    let _killed = tokio::task::spawn_blocking(move || reaper::kill_run_blocking(pid, reaped)).await;
     // Reap the first process (already reaped if it exited). SIGKILL makes this prompt.
     let _reaped = child.wait().await;
     reaper::forget(pid);

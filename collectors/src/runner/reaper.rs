@@ -148,7 +148,10 @@ fn kill_descendants(root: i32) {
         }
         std::thread::sleep(PAUSE);
     }
-    tracing::warn!(pid = root, "processes of a run keep appearing; giving up on them");
+    tracing::warn!(
+        pid = root,
+        "processes of a run keep appearing; giving up on them"
+    );
 }
 
 /// Kills every process of the run whose first process is `leader`: its descendants (while it
@@ -242,11 +245,16 @@ pub fn init_reaper(ledger: Option<&Path>) -> io::Result<()> {
                 .file_name()
                 .to_str()
                 .and_then(|name| name.split_once('-'))
-                .and_then(|(pid, start)| Some((pid.parse::<i32>().ok()?, start.parse::<u64>().ok()?)))
+                .and_then(|(pid, start)| {
+                    Some((pid.parse::<i32>().ok()?, start.parse::<u64>().ok()?))
+                })
             {
                 let leftover = read_proc(pid).is_some_and(|process| process.start == start);
                 if leftover && !guard.live.contains_key(&pid) {
-                    tracing::warn!(pid, "killing the processes of a run left by a previous instance");
+                    tracing::warn!(
+                        pid,
+                        "killing the processes of a run left by a previous instance"
+                    );
                     kill_descendants(pid);
                     sigkill_group(pid);
                     sigkill(pid);
@@ -261,7 +269,10 @@ pub fn init_reaper(ledger: Option<&Path>) -> io::Result<()> {
     Ok(())
 }
 
-#[expect(unsafe_code, reason = "prctl(2) has no safe wrapper for PR_SET_CHILD_SUBREAPER")]
+#[expect(
+    unsafe_code,
+    reason = "prctl(2) has no safe wrapper for PR_SET_CHILD_SUBREAPER"
+)]
 fn set_child_subreaper() -> io::Result<()> {
     // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes plain integers and touches no memory.
     let result = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1_u64, 0_u64, 0_u64, 0_u64) };

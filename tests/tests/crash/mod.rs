@@ -2,6 +2,11 @@
 //! while it evacuates one node and live-repairs another against a simulated Ganeti with
 //! injected HTTP faults. No incident may be lost and no job may be submitted twice.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test starts and kills the coordinator binary"
+)]
+
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
