@@ -288,3 +288,44 @@ async fn concurrency_is_bounded_and_group_is_killed_after_the_run() {
         "background process survived the run"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_is_checked_by_name() {
+    use nodecare_collectors::diagnose::{DiagnoseConfig, ScriptCheckError, check_script};
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    script(
+        dir.path(),
+        "evacuates",
+        "#!/bin/sh\necho '{\"status\":\"evacuate\",\"details\":{\"disk\":\"sdc\"}}'\n",
+    );
+    script(dir.path(), "fails", "#!/bin/sh\necho broken >&2\nexit 3\n");
+    script(dir.path(), "hangs", "#!/bin/sh\nexec sleep 1000\n");
+    let config = DiagnoseConfig {
+        dir: dir.path().to_owned(),
+        owner: owner(),
+        limits: ExecLimits {
+            timeout: Duration::from_millis(500),
+            ..ExecLimits::default()
+        },
+        ..DiagnoseConfig::default()
+    };
+    let runner = Runner::new(1);
+    let (verdict, output) = check_script(&config, "evacuates", &runner).await.unwrap();
+    assert_eq!(verdict.status.to_string(), "evacuate");
+    assert!(output.status.success());
+    let error = check_script(&config, "fails", &runner).await.unwrap_err();
+    assert!(
+        matches!(&error, ScriptCheckError::NoVerdict { reason, .. }
+            if reason == "failed with exit code 3; stderr: broken"),
+        "{error}"
+    );
+    let error = check_script(&config, "hangs", &runner).await.unwrap_err();
+    assert!(
+        matches!(error, ScriptCheckError::Run(ExecError::Timeout { .. })),
+        "{error}"
+    );
+    let error = check_script(&config, "absent", &runner).await.unwrap_err();
+    assert!(matches!(error, ScriptCheckError::Refused(_)), "{error}");
+}
