@@ -141,3 +141,47 @@ async fn setsid_grandchild_of_an_exited_script_is_killed() {
 async fn setsid_grandchild_of_a_running_script_is_killed() {
     escapes_are_killed(false).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn setsid_grandchild_of_a_repair_style_run_is_killed_after_the_grace() {
+    use nodecare_collectors::runner::{
+        OutputPolicy, Program, RunEnd, RunSpec, execute, shared_output,
+    };
+    let _serial = SERIAL.lock().await;
+    setup();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pid_file = dir.path().join("pids.txt");
+    script(dir.path(), "escapes", &escaping_script(&pid_file, true));
+    let whitelist = Whitelist::with_owner(dir.path(), owner());
+    let executable = whitelist.open("escapes").unwrap();
+    let spec = RunSpec {
+        timeout: Duration::from_secs(10),
+        policy: OutputPolicy::KeepFirst {
+            grace: Duration::from_millis(300),
+        },
+    };
+    let fds_before = open_fds();
+    for round in 0..5 {
+        let output = shared_output(1024, 1024);
+        let (end, duration) = execute(
+            Program::Verified(&executable),
+            Some(b"{}".to_vec()),
+            &spec,
+            &output,
+            |_| {},
+        )
+        .await;
+        assert_eq!(end, RunEnd::Exited(0));
+        assert!(duration < Duration::from_secs(3), "{duration:?}");
+        assert_eq!(
+            output.lock().unwrap().stdout.text(),
+            "{\"status\":\"Ok\"}\n"
+        );
+        let left = survivors(&escaped_pids(&pid_file)).await;
+        kill_all(&left);
+        assert!(left.is_empty(), "round {round}: {left:?} outlived the run");
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(open_fds(), fds_before, "descriptors leaked");
+}

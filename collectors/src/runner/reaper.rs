@@ -13,12 +13,19 @@
 //!   agent was killed mid-run), checking the start time so that a reused PID is never hit.
 //!
 //! Spawning and sweeping share one lock, so a child that has just been spawned is never taken
-//! for an orphan.
+//! for an orphan. An orphan is not told apart by run: a sweep may kill the escaped process of
+//! another run whose first process already exited, which is then only waiting for its output to
+//! close. What escaped a run and was handed to the agent before the agent itself was killed goes
+//! to PID 1 and is not in the ledger; under systemd, `KillMode=control-group` kills it with the
+//! agent.
+//!
+//! This needs `/proc` of the process's own PID namespace; with another one, only process groups
+//! are killed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -76,12 +83,36 @@ fn parse_stat(pid: i32, text: &str) -> Option<Proc> {
 }
 
 fn read_proc(pid: i32) -> Option<Proc> {
+    if !proc_is_ours() {
+        return None;
+    }
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     parse_stat(pid, &text)
 }
 
-/// Every process visible in `/proc`.
+/// Whether `/proc` shows this process under its own PID (not a `/proc` of another PID
+/// namespace, where PIDs would name other processes). Checked once.
+fn proc_is_ours() -> bool {
+    static OURS: OnceLock<bool> = OnceLock::new();
+    *OURS.get_or_init(|| {
+        let ours = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|text| text.split_whitespace().next()?.parse::<u32>().ok())
+            == Some(std::process::id());
+        if !ours {
+            tracing::warn!(
+                "/proc belongs to another PID namespace: only process groups are killed after a run"
+            );
+        }
+        ours
+    })
+}
+
+/// Every process visible in `/proc` (none when `/proc` is not this PID namespace's).
 fn process_table() -> Vec<Proc> {
+    if !proc_is_ours() {
+        return Vec::new();
+    }
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -192,7 +223,9 @@ pub(crate) fn sweep_orphans() {
     let Ok(me) = i32::try_from(me) else {
         return;
     };
-    let own = read_proc(me);
+    let Some(own) = read_proc(me) else {
+        return;
+    };
     for _ in 0..PASSES {
         let table = process_table();
         let guard = state();
@@ -202,9 +235,7 @@ pub(crate) fn sweep_orphans() {
         let orphans: Vec<Proc> = table
             .iter()
             .filter(|process| process.ppid == me && !guard.live.contains_key(&process.pid))
-            .filter(|process| {
-                own.is_none_or(|own| process.pgrp != own.pgrp || process.session != own.session)
-            })
+            .filter(|process| process.pgrp != own.pgrp || process.session != own.session)
             .copied()
             .collect();
         if orphans.is_empty() {
