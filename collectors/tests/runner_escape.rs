@@ -10,27 +10,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nodecare_collectors::runner::{self, ExecError, ExecLimits};
-use nodecare_collectors::whitelist::{Owner, Whitelist};
+use nodecare_collectors::whitelist::Whitelist;
+use support::{SERIAL, open_fds, owner, script};
 
-/// The tests of this binary count descriptors and processes, so they run one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn owner() -> Owner {
-    Owner {
-        uid: nix::unistd::geteuid().as_raw(),
-        gid: nix::unistd::getegid().as_raw(),
-    }
-}
-
-fn script(dir: &Path, name: &str, body: &str) {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
+mod support;
 
 /// The pids the escaped grandchildren wrote, one a line.
 fn escaped_pids(file: &Path) -> Vec<i32> {
