@@ -223,6 +223,9 @@ pub(crate) fn sweep_orphans() {
     let Ok(me) = i32::try_from(me) else {
         return;
     };
+    if !state().subreaper {
+        return;
+    }
     let Some(own) = read_proc(me) else {
         return;
     };
