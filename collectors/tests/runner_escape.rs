@@ -168,3 +168,46 @@ async fn setsid_grandchild_of_a_repair_style_run_is_killed_after_the_grace() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(open_fds(), fds_before, "descriptors leaked");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweeps_leave_other_runs_alone() {
+    let _serial = SERIAL.lock().await;
+    setup();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let pid_file = dir.path().join("pids.txt");
+    script(dir.path(), "escapes", &escaping_script(&pid_file, true));
+    // A well-behaved script whose own children (one of them in its own session) must live
+    // until it is done with them, however many other runs end meanwhile.
+    script(
+        dir.path(),
+        "slow",
+        "#!/bin/sh\n( sleep 1; echo child ) &\nsetsid sh -c 'sleep 1.2; echo session' &\nwait\necho '{\"status\":\"Ok\"}'\n",
+    );
+    let whitelist = Whitelist::with_owner(dir.path(), owner());
+    let slow = whitelist.open("slow").unwrap();
+    let escapes = whitelist.open("escapes").unwrap();
+    let limits = ExecLimits {
+        timeout: Duration::from_secs(5),
+        ..ExecLimits::default()
+    };
+    let short = ExecLimits {
+        timeout: Duration::from_millis(200),
+        ..ExecLimits::default()
+    };
+    let others = async {
+        for _ in 0..5 {
+            let error = runner::run(&escapes, None, &short).await.unwrap_err();
+            assert!(matches!(error, ExecError::Timeout { .. }), "{error}");
+        }
+    };
+    let (output, ()) = tokio::join!(runner::run(&slow, None, &limits), others);
+    let output = output.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "child\nsession\n{\"status\":\"Ok\"}\n"
+    );
+    let left = survivors(&escaped_pids(&pid_file)).await;
+    kill_all(&left);
+    assert!(left.is_empty(), "{left:?} outlived their runs");
+}
