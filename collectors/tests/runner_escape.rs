@@ -106,11 +106,10 @@ async fn escapes_are_killed(script_exits: bool) {
             "round {round}: setsid grandchildren {left:?} outlived the run"
         );
     }
-    assert_eq!(
-        escaped_pids(&pid_file).len(),
-        25,
-        "every round escaped once"
-    );
+    // A run killed before its grandchild wrote its pid still killed it, unseen; the test only
+    // means something if most rounds were seen.
+    let seen = escaped_pids(&pid_file).len();
+    assert!((20..=25).contains(&seen), "{seen} of 25 rounds escaped");
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(open_fds(), fds_before, "descriptors leaked over 25 rounds");
 }
