@@ -91,6 +91,7 @@ async fn escapes_are_killed(script_exits: bool) {
         .await
         .unwrap();
     let fds_before = open_fds();
+    let mut outlived = Vec::new();
     for round in 0..25 {
         let started = Instant::now();
         let error = runner::run(&whitelist.open("escapes").unwrap(), None, &limits)
@@ -98,20 +99,28 @@ async fn escapes_are_killed(script_exits: bool) {
             .unwrap_err();
         assert!(matches!(error, ExecError::Timeout { .. }), "{error}");
         assert!(started.elapsed() < limits.timeout + Duration::from_secs(2));
-        let pids = escaped_pids(&pid_file);
-        let left = survivors(&pids).await;
-        kill_all(&left);
-        assert!(
-            left.is_empty(),
-            "round {round}: setsid grandchildren {left:?} outlived the run"
-        );
+        let left = survivors(&escaped_pids(&pid_file)).await;
+        if !left.is_empty() {
+            outlived.push((round, left));
+        }
     }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fds_after = open_fds();
+    for (_, left) in &outlived {
+        kill_all(left);
+    }
+    assert_eq!(
+        fds_after, fds_before,
+        "descriptors leaked over 25 rounds: {fds_before} before, {fds_after} after"
+    );
+    assert!(
+        outlived.is_empty(),
+        "setsid grandchildren outlived their runs (round, pids): {outlived:?}"
+    );
     // A run killed before its grandchild wrote its pid still killed it, unseen; the test only
     // means something if most rounds were seen.
     let seen = escaped_pids(&pid_file).len();
     assert!((20..=25).contains(&seen), "{seen} of 25 rounds escaped");
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(open_fds(), fds_before, "descriptors leaked over 25 rounds");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
