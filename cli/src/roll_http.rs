@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use nodecare_coordinator::rapi::tls;
+use nodecare_ganeti::rapi::tls;
 
 fn tls_config(ca: &Path) -> Result<rustls::ClientConfig, String> {
     let pinned = tls::load_pinned_certificates(ca).map_err(|e| e.to_string())?;

@@ -1,5 +1,5 @@
 //! Wire types of Ganeti's RAPI v2 (as served by Ganeti 3.0.2), their conversion into the
-//! [`crate::ganeti`] types, and how a [`Reason`] travels through RAPI.
+//! [`crate`] types, and how a [`Reason`] travels through RAPI.
 //!
 //! Only the fields nodecare reads are modelled; unknown fields are ignored, so newer Ganeti
 //! versions that add fields still parse. Fields that Ganeti reports as `null` for offline nodes
@@ -8,7 +8,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ganeti::{self, JobId, JobStatus, NodeRole, REASON_SOURCE, Reason};
+use crate as ganeti;
+use crate::{JobId, JobStatus, NodeRole, REASON_SOURCE, Reason};
 
 /// Source Ganeti's RAPI gives to the text passed in the `reason` query parameter.
 ///

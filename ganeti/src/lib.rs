@@ -1,8 +1,15 @@
-//! The slice of Ganeti the coordinator needs, as a trait.
+//! nodecare's Ganeti client: the slice of Ganeti nodecare needs, as a trait, and the one
+//! client of Ganeti's remote API (RAPI v2) that implements it.
 //!
-//! Two implementations exist: [`crate::rapi`] (Ganeti's HTTPS remote API) and
-//! [`crate::simulation`] (an in-process cluster with fault injection, for the demo and the
-//! crash tests). The coordinator only ever talks to `dyn Ganeti`.
+//! * This module: the [`Ganeti`] trait and its types ([`Node`], [`Instance`], [`DiskTemplate`],
+//!   [`Job`], [`Reason`], ...). The coordinator only ever talks to `dyn Ganeti`.
+//! * [`rapi::types`]: RAPI's JSON shapes and their decoding, used by every reader of RAPI
+//!   answers (the coordinator through the client, the roll planner from saved or fetched
+//!   answers). Always built, free of IO.
+//! * [`rapi::client`] and [`rapi::tls`] (feature `client`): the RAPI client, which maps every
+//!   operation to its request once, over a [`rapi::transport::Transport`]: HTTPS with the
+//!   cluster certificate pinned for a real cluster, or an in-process simulated cluster
+//!   (`nodecare-ganeti-sim`).
 //!
 //! Every call that submits a Ganeti job takes a [`Reason`]. Its text carries the incident
 //! uuid and an intent key, and it ends up in the job's reason trail, so that after a crash the
@@ -15,6 +22,8 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
+
+pub mod rapi;
 
 /// Reason-trail source of every job the coordinator submits (maintd used `gnt:daemon:maintd`).
 pub const REASON_SOURCE: &str = "gnt:daemon:nodecare";

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::ganeti::{JobId, JobStatus, Reason};
+use nodecare_ganeti::{JobId, JobStatus, Reason};
 
 /// One node of the simulated cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -1273,7 +1273,7 @@ mod tests {
         );
         assert_eq!(c.jobs[&id].status, JobStatus::Success);
         let children: Vec<JobId> =
-            crate::rapi::types::child_jobs_of_opresult(&c.jobs[&id].opresult);
+            nodecare_ganeti::rapi::types::child_jobs_of_opresult(&c.jobs[&id].opresult);
         assert_eq!(children.len(), 3);
         c.advance(2_000_000);
         for child in &children {
