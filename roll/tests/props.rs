@@ -217,7 +217,7 @@ fn check_plan(c: &Cluster, o: &RollOptions) -> Result<(), TestCaseError> {
                     "{} moved without --full-evacuation",
                     inst.name
                 );
-                prop_assert_eq!(inst.template, DiskTemplate::Drbd, "{} moved", &inst.name);
+                prop_assert_eq!(&inst.template, &DiskTemplate::Drbd, "{} moved", &inst.name);
             }
         }
     }
