@@ -11,9 +11,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use nodecare_coordinator::incident::RepairStatus;
-use nodecare_coordinator::simulation::model::SimConfig;
-use nodecare_coordinator::simulation::{HttpFaults, Simulation};
 use nodecare_coordinator::store::Store;
+use nodecare_ganeti_sim::model::SimConfig;
+use nodecare_ganeti_sim::{HttpFaults, Simulation};
 use nodecare_tests::fake_agent::{FakeAgents, RepairBehaviour, verdict};
 use nodecare_tests::harness::{DOMAIN, node, test_key};
 use serde_json::json;

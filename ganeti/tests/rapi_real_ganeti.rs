@@ -12,9 +12,9 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodecare_coordinator::ganeti::{Ganeti, JobId, JobStatus, NodeRole, Reason};
-use nodecare_coordinator::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
-use nodecare_coordinator::rapi::types::RapiJob;
+use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use nodecare_ganeti::rapi::types::RapiJob;
+use nodecare_ganeti::{Ganeti, JobId, JobStatus, NodeRole, Reason};
 use uuid::Uuid;
 
 /// Reads the `KEY=value` lines written by cluster-up.sh (values quoted with bash `%q`).
