@@ -76,6 +76,33 @@ pub struct Config {
     pub agents: AgentsConfig,
     /// Ganeti RAPI.
     pub rapi: RapiSection,
+    /// Notifications of incident changes.
+    pub notify: NotifySection,
+}
+
+/// `[notify]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifySection {
+    /// Where to POST a JSON notification on every incident state change (none when unset).
+    pub webhook_url: Option<String>,
+    /// Seconds per attempt.
+    pub timeout: f64,
+    /// Attempts after a failed one.
+    pub retries: u32,
+    /// Seconds before the first retry; doubles with each retry (at most 300).
+    pub backoff: f64,
+}
+
+impl Default for NotifySection {
+    fn default() -> Self {
+        Self {
+            webhook_url: None,
+            timeout: 10.0,
+            retries: 5,
+            backoff: 2.0,
+        }
+    }
 }
 
 /// `[agents]`.
@@ -129,6 +156,7 @@ impl Default for Config {
             min_healthy_nodes: 2,
             agents: AgentsConfig::default(),
             rapi: RapiSection::default(),
+            notify: NotifySection::default(),
         }
     }
 }
@@ -248,6 +276,16 @@ impl Config {
                     .into(),
             ));
         }
+        seconds("notify.timeout", self.notify.timeout, 0.001)?;
+        seconds("notify.backoff", self.notify.backoff, 0.0)?;
+        if let Some(url) = &self.notify.webhook_url
+            && !url.starts_with("http://")
+            && !url.starts_with("https://")
+        {
+            return Err(ConfigError::Invalid(format!(
+                "notify.webhook_url must be an http(s) URL, got {url:?}"
+            )));
+        }
         if self.node_name.as_deref().is_some_and(str::is_empty) {
             return Err(ConfigError::Invalid("node_name is empty".into()));
         }
@@ -273,6 +311,16 @@ impl Config {
             template: self.agents.url_template.clone(),
             overrides: self.agents.overrides.clone(),
         }
+    }
+
+    /// The webhook settings, when `[notify] webhook_url` is set.
+    pub fn webhook(&self) -> Option<crate::notify::WebhookSettings> {
+        Some(crate::notify::WebhookSettings {
+            url: self.notify.webhook_url.clone()?,
+            timeout: Self::duration(self.notify.timeout),
+            retries: self.notify.retries,
+            backoff: Self::duration(self.notify.backoff),
+        })
     }
 
     /// Duration from a seconds field already checked by [`Config::validate`].
@@ -315,6 +363,14 @@ mod tests {
                 .to_string()
                 .contains("allow_plain_http")
         );
+        let config = Config::parse("[notify]\nwebhook_url = \"ftp://x\"").unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("notify.webhook_url"), "{error}");
+        let config =
+            Config::parse("[notify]\nwebhook_url = \"https://x/hook\"\nretries = 2").unwrap();
+        config.validate().unwrap();
+        assert_eq!(config.webhook().unwrap().retries, 2);
+        assert!(Config::default().webhook().is_none());
         let config = Config::parse("max_disrupted_nodes = 0").unwrap();
         assert!(config.validate().is_err());
         // Clock skew is bounded: it must not stretch a report's lifetime.

@@ -36,6 +36,7 @@ pub struct Coordinator {
     reconciler: Reconciler,
     api: ApiState,
     interval: Duration,
+    webhook: Option<crate::notify::WebhookSettings>,
 }
 
 impl Coordinator {
@@ -95,6 +96,7 @@ impl Coordinator {
             reconciler,
             api,
             interval: config.round_interval_duration()?,
+            webhook: config.webhook(),
         })
     }
 
@@ -121,6 +123,16 @@ impl Coordinator {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), RoundError> {
+        let _webhook = match self.webhook.take() {
+            Some(settings) => match crate::notify::start(settings, &self.api.board) {
+                Ok(handle) => Some(handle),
+                Err(error) => {
+                    tracing::error!(%error, "webhook notifications disabled");
+                    None
+                }
+            },
+            None => None,
+        };
         let app = router(self.api.clone());
         let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(async move {

@@ -10,8 +10,9 @@
 //! | `GET /1/overview` | `{node, round, incidents, agents, intents}`: what `nodecare status` shows |
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
 //! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed |
+//! | `GET /metrics` | Prometheus metrics (OpenMetrics text, see [`crate::metrics`]) |
 //!
-//! Every answer is JSON with `Content-Type: application/json`.
+//! Every other answer is JSON with `Content-Type: application/json`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -55,6 +56,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/overview", get(overview))
         .route("/1/incidents/{uuid}", get(incident))
         .route("/1/incidents/{uuid}/cancel", post(cancel))
+        .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found") })
         .with_state(state)
 }
@@ -209,4 +211,21 @@ async fn cancel(State(state): State<ApiState>, Path(text): Path<String>) -> Resp
         Ok(CancelOutcome::Finalized(message)) => error(StatusCode::CONFLICT, message),
         Err(e) => internal(e),
     }
+}
+
+async fn metrics(State(state): State<ApiState>) -> Response {
+    let incidents = match state.store.incidents() {
+        Ok(incidents) => incidents,
+        Err(e) => return internal(e),
+    };
+    let agents = agents_snapshot(&state.board);
+    let text = state.board.metrics.render(&incidents, agents.values());
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            crate::metrics::CONTENT_TYPE,
+        )],
+        text,
+    )
+        .into_response()
 }

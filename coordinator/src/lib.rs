@@ -9,6 +9,7 @@
 //! - [`repair`]: signed live-repair requests to agents.
 //! - [`store`]: durable state (SQLite).
 //! - [`reconcile`]: the round, an idempotent reconciler.
+//! - [`metrics`]: `/metrics`; [`notify`]: the incident webhook.
 //! - [`http`]: the status API; [`daemon`] ties it all together; [`config`]: the configuration.
 
 pub mod cli;
@@ -16,6 +17,8 @@ pub mod config;
 pub mod daemon;
 pub mod http;
 pub mod incident;
+pub mod metrics;
+pub mod notify;
 pub mod plan;
 pub mod reconcile;
 pub mod repair;

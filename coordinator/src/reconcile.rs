@@ -95,6 +95,10 @@ pub struct Board {
     pub agents: RwLock<BTreeMap<String, AgentStatus>>,
     /// Last round.
     pub last_round: RwLock<RoundSummary>,
+    /// The `/metrics` counters, histograms and gauges.
+    pub metrics: crate::metrics::CoordinatorMetrics,
+    /// Incident state changes: time to heal and webhook notifications.
+    pub changes: crate::notify::Changes,
 }
 
 /// The reconciler.
@@ -229,6 +233,13 @@ impl Reconciler {
         if let Err(error) = &result {
             summary.error = Some(error.to_string());
         }
+        self.board
+            .metrics
+            .round_done(started.elapsed(), result.is_err());
+        match self.store.incidents() {
+            Ok(incidents) => self.board.changes.observe(&incidents, &self.board.metrics),
+            Err(error) => tracing::warn!(%error, "cannot read incidents for notifications"),
+        }
         if let Ok(mut last) = self.board.last_round.write() {
             *last = summary.clone();
         }
@@ -341,6 +352,7 @@ impl Reconciler {
                             self.settings.job_timeout.as_secs()
                         );
                         tracing::warn!(incident = %incident.uuid, %why, "job timed out");
+                        self.board.metrics.job_failed(&intent.spec);
                         note(&mut incident, Event::ActionFailed(why));
                         self.store.save_incident(&incident)?;
                     }
@@ -372,6 +384,7 @@ impl Reconciler {
                     intent.state = IntentState::Failed;
                     intent.error = Some(why.clone());
                     tracing::warn!(incident = %incident.uuid, intent = %intent.key, %why, "job failed");
+                    self.board.metrics.job_failed(&intent.spec);
                     let event = if is_tag {
                         Event::Progress(format!("tag job failed, will retry: {why}"))
                     } else {
@@ -555,6 +568,15 @@ impl Reconciler {
             self.settings.budget,
         );
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+        let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+        self.board.metrics.set_disruptions(
+            round.disrupted().iter().map(|name| {
+                by_name
+                    .get(name.as_str())
+                    .map_or("unknown", |node| node.group.as_str())
+            }),
+            self.settings.budget.max_disrupted_nodes,
+        );
 
         // Failed incidents still owe their failure tag.
         for incident in incidents
@@ -999,6 +1021,7 @@ impl Reconciler {
                     Event::Progress(format!("job {job}: {description}")),
                 );
                 tracing::info!(incident = %incident.uuid, node = %incident.node, intent = %key, job, "{description}");
+                self.board.metrics.job_submitted(&spec);
                 self.store.update_intent(incident, &intent)?;
                 Ok(true)
             }
@@ -1026,6 +1049,7 @@ impl Reconciler {
                     note(incident, Event::ActionFailed(why));
                 }
                 tracing::warn!(incident = %incident.uuid, intent = %key, %error, "submission refused");
+                self.board.metrics.job_failed(&spec);
                 self.store.update_intent(incident, &intent)?;
                 Ok(false)
             }

@@ -1,0 +1,431 @@
+//! The coordinator's `/metrics` (Prometheus/OpenMetrics text, via `prometheus-client`).
+//!
+//! Counters and histograms are recorded where the reconciler acts (rounds, job submissions
+//! and failures, incident state changes); the incident and agent gauges are filled from the
+//! store and the board at scrape time. Every label has a bounded set of values (states,
+//! actions, job kinds, outcomes, node groups): no per-incident series.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::incident::{Action, Incident, RepairStatus};
+use crate::scrape::AgentStatus;
+use crate::store::IntentSpec;
+
+/// The `Content-Type` of [`CoordinatorMetrics::render`]'s text.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Every incident state, so the incident gauge always has all series.
+const STATES: [RepairStatus; 5] = [
+    RepairStatus::Noted,
+    RepairStatus::Pending,
+    RepairStatus::Canceled,
+    RepairStatus::Failed,
+    RepairStatus::Completed,
+];
+/// Every action.
+const ACTIONS: [Action; 3] = [
+    Action::LiveRepair,
+    Action::Evacuate,
+    Action::EvacuateFailover,
+];
+/// Every job kind.
+pub const JOB_KINDS: [&str; 5] = ["drain", "tag", "migrate", "failover", "replace-secondary"];
+/// Every agent outcome.
+pub const AGENT_OUTCOMES: [&str; 4] = ["verified", "stale", "unreachable", "unverifiable"];
+
+type Labels = Vec<(&'static str, String)>;
+
+/// The job kind label of an intent (`None` for repairs, which are not Ganeti jobs).
+pub fn job_kind(spec: &IntentSpec) -> Option<&'static str> {
+    use crate::plan::Move;
+    match spec {
+        IntentSpec::Drain { .. } => Some("drain"),
+        IntentSpec::Tag { .. } => Some("tag"),
+        IntentSpec::Move { planned } => Some(match planned {
+            Move::Migrate { .. } => "migrate",
+            Move::Failover { .. } => "failover",
+            Move::ReplaceSecondary { .. } => "replace-secondary",
+        }),
+        IntentSpec::Repair { .. } => None,
+    }
+}
+
+/// The agent outcome label of an agent status (`ok` is shown as `verified`).
+pub fn agent_outcome(status: &AgentStatus) -> &'static str {
+    match status.state.as_str() {
+        "ok" => "verified",
+        "stale" => "stale",
+        "unreachable" => "unreachable",
+        _ => "unverifiable",
+    }
+}
+
+/// The coordinator's metrics.
+pub struct CoordinatorMetrics {
+    registry: Registry,
+    /// Serialises gauge refresh + encoding of concurrent scrapes.
+    scrape: Mutex<()>,
+    /// Node groups ever seen disrupted (their gauge stays, at 0 when no longer disrupted).
+    groups: Mutex<std::collections::BTreeSet<String>>,
+    rounds: Histogram,
+    round_errors: Counter,
+    jobs_submitted: Family<Labels, Counter>,
+    jobs_failed: Family<Labels, Counter>,
+    heal: Histogram,
+    incidents: Family<Labels, Gauge>,
+    agents: Family<Labels, Gauge>,
+    disrupted: Family<Labels, Gauge>,
+    budget_in_use: Gauge,
+    budget_max: Gauge,
+    notifications: Family<Labels, Counter>,
+}
+
+impl std::fmt::Debug for CoordinatorMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CoordinatorMetrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for CoordinatorMetrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn labels(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, escape(v))).collect()
+}
+
+/// Escapes a label value for the text format (the encoder writes values verbatim).
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+fn gauge_value(count: usize) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
+}
+
+impl CoordinatorMetrics {
+    /// Fresh metrics, every fixed series at zero.
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let rounds = Histogram::new([0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0]);
+        registry.register(
+            "nodecare_coordinator_round_duration_seconds",
+            "Duration of reconciliation rounds",
+            rounds.clone(),
+        );
+        let round_errors = Counter::default();
+        registry.register(
+            "nodecare_coordinator_round_errors",
+            "Rounds ended early by an error (Ganeti unreachable, store failure)",
+            round_errors.clone(),
+        );
+        let jobs_submitted = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_jobs_submitted",
+            "Ganeti jobs submitted, by kind",
+            jobs_submitted.clone(),
+        );
+        let jobs_failed = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_jobs_failed",
+            "Ganeti jobs that failed, timed out, vanished or were refused, by kind",
+            jobs_failed.clone(),
+        );
+        for kind in JOB_KINDS {
+            jobs_submitted
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc_by(0);
+            jobs_failed
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc_by(0);
+        }
+        let heal = Histogram::new([
+            60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0, 43200.0, 86400.0,
+        ]);
+        registry.register(
+            "nodecare_coordinator_time_to_heal_seconds",
+            "Time from an incident's verdict first seen to its completion",
+            heal.clone(),
+        );
+        let incidents = Family::<Labels, Gauge>::default();
+        registry.register(
+            "nodecare_coordinator_incidents",
+            "Incidents in the store, by state and action",
+            incidents.clone(),
+        );
+        let agents = Family::<Labels, Gauge>::default();
+        registry.register(
+            "nodecare_coordinator_agents",
+            "Agents by the outcome of their last read",
+            agents.clone(),
+        );
+        let disrupted = Family::<Labels, Gauge>::default();
+        registry.register(
+            "nodecare_coordinator_disrupted_nodes",
+            "Nodes drained or evacuating at the last round, by node group",
+            disrupted.clone(),
+        );
+        let budget_in_use = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_budget_in_use",
+            "Disrupted nodes counted against the safety budget at the last round",
+            budget_in_use.clone(),
+        );
+        let budget_max = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_budget_max_disrupted_nodes",
+            "The safety budget: most nodes drained or evacuating at once",
+            budget_max.clone(),
+        );
+        let notifications = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_notifications",
+            "Webhook notifications by result (sent, failed after retries, dropped on a full queue)",
+            notifications.clone(),
+        );
+        for result in ["sent", "failed", "dropped"] {
+            notifications
+                .get_or_create(&labels(&[("result", result)]))
+                .inc_by(0);
+        }
+        let metrics = Self {
+            registry,
+            scrape: Mutex::new(()),
+            groups: Mutex::default(),
+            rounds,
+            round_errors,
+            jobs_submitted,
+            jobs_failed,
+            heal,
+            incidents,
+            agents,
+            disrupted,
+            budget_in_use,
+            budget_max,
+            notifications,
+        };
+        metrics.set_incidents(&[]);
+        metrics.set_agents(std::iter::empty());
+        metrics
+    }
+
+    /// A round ended after `duration`, with or without an error.
+    pub fn round_done(&self, duration: Duration, failed: bool) {
+        self.rounds.observe(duration.as_secs_f64());
+        if failed {
+            self.round_errors.inc();
+        }
+    }
+
+    /// A Ganeti job of this intent was submitted.
+    pub fn job_submitted(&self, spec: &IntentSpec) {
+        if let Some(kind) = job_kind(spec) {
+            self.jobs_submitted
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc();
+        }
+    }
+
+    /// A Ganeti job of this intent failed (or was refused, timed out, vanished).
+    pub fn job_failed(&self, spec: &IntentSpec) {
+        if let Some(kind) = job_kind(spec) {
+            self.jobs_failed
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc();
+        }
+    }
+
+    /// An incident completed `seconds` after its verdict was first seen.
+    pub fn healed(&self, seconds: f64) {
+        self.heal.observe(seconds.max(0.0));
+    }
+
+    /// A webhook notification ended with `result` (`sent`, `failed`, `dropped`).
+    pub fn notification(&self, result: &'static str) {
+        self.notifications
+            .get_or_create(&labels(&[("result", result)]))
+            .inc();
+    }
+
+    /// The disruption seen by the last round: disrupted nodes with their group, and the budget.
+    pub fn set_disruptions<'a>(
+        &self,
+        disrupted_groups: impl IntoIterator<Item = &'a str>,
+        max_disrupted_nodes: usize,
+    ) {
+        let mut by_group: BTreeMap<&str, usize> = BTreeMap::new();
+        for group in disrupted_groups {
+            *by_group.entry(group).or_default() += 1;
+        }
+        // Groups that were disrupted before and are no longer show 0.
+        let mut seen = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        for group in seen.iter() {
+            if !by_group.contains_key(group.as_str()) {
+                self.disrupted
+                    .get_or_create(&labels(&[("group", group)]))
+                    .set(0);
+            }
+        }
+        seen.extend(by_group.keys().map(|g| (*g).to_owned()));
+        drop(seen);
+        let total: usize = by_group.values().sum();
+        for (group, count) in by_group {
+            self.disrupted
+                .get_or_create(&labels(&[("group", group)]))
+                .set(gauge_value(count));
+        }
+        self.budget_in_use.set(gauge_value(total));
+        self.budget_max.set(gauge_value(max_disrupted_nodes));
+    }
+
+    /// Sets the incident gauge from the stored incidents.
+    pub fn set_incidents(&self, incidents: &[Incident]) {
+        for state in STATES {
+            for action in ACTIONS {
+                let count = incidents
+                    .iter()
+                    .filter(|i| i.repair_status == state && i.action == action)
+                    .count();
+                self.incidents
+                    .get_or_create(&labels(&[
+                        ("state", state.as_str()),
+                        ("action", action.as_str()),
+                    ]))
+                    .set(gauge_value(count));
+            }
+        }
+    }
+
+    /// Sets the agent gauge from the board's agent statuses.
+    pub fn set_agents<'a>(&self, agents: impl IntoIterator<Item = &'a AgentStatus>) {
+        let mut counts: BTreeMap<&str, usize> = AGENT_OUTCOMES.iter().map(|o| (*o, 0)).collect();
+        for agent in agents {
+            *counts.entry(agent_outcome(agent)).or_default() += 1;
+        }
+        for (outcome, count) in counts {
+            self.agents
+                .get_or_create(&labels(&[("outcome", outcome)]))
+                .set(gauge_value(count));
+        }
+    }
+
+    /// The text exposition, after refreshing the gauges from `incidents` and `agents`.
+    pub fn render<'a>(
+        &self,
+        incidents: &[Incident],
+        agents: impl IntoIterator<Item = &'a AgentStatus>,
+    ) -> String {
+        let _guard = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        self.set_incidents(incidents);
+        self.set_agents(agents);
+        let mut out = String::new();
+        if let Err(error) = encode(&mut out, &self.registry) {
+            tracing::warn!(%error, "cannot encode metrics");
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agent(state: &str) -> AgentStatus {
+        AgentStatus {
+            node: "n".into(),
+            state: state.into(),
+            verdict: None,
+            fingerprint: None,
+            sequence: None,
+            error: None,
+            checked_at_ms: 0,
+            last_ok_ms: None,
+        }
+    }
+
+    #[test]
+    fn fixed_series_help_and_type() {
+        let metrics = CoordinatorMetrics::new();
+        metrics.round_done(Duration::from_millis(300), false);
+        metrics.round_done(Duration::from_secs(3), true);
+        metrics.job_submitted(&IntentSpec::Drain { node: "n1".into() });
+        metrics.job_failed(&IntentSpec::Tag {
+            node: "n1".into(),
+            tag: "t".into(),
+        });
+        metrics.job_failed(&IntentSpec::Repair {
+            node: "n1".into(),
+            command: "c".into(),
+        });
+        metrics.healed(600.0);
+        metrics.set_disruptions(["g1", "g1", "g\"2"], 3);
+        metrics.notification("dropped");
+        let agents = [agent("ok"), agent("ok"), agent("stale"), agent("weird")];
+        let text = metrics.render(&[], agents.iter());
+        for expected in [
+            "# TYPE nodecare_coordinator_round_duration_seconds histogram",
+            "nodecare_coordinator_round_duration_seconds_count 2",
+            "nodecare_coordinator_round_errors_total 1",
+            "nodecare_coordinator_jobs_submitted_total{kind=\"drain\"} 1",
+            "nodecare_coordinator_jobs_submitted_total{kind=\"migrate\"} 0",
+            "nodecare_coordinator_jobs_failed_total{kind=\"tag\"} 1",
+            "nodecare_coordinator_time_to_heal_seconds_bucket{le=\"900.0\"} 1",
+            "nodecare_coordinator_incidents{state=\"failed\",action=\"evacuate\"} 0",
+            "nodecare_coordinator_agents{outcome=\"verified\"} 2",
+            "nodecare_coordinator_agents{outcome=\"unverifiable\"} 1",
+            "nodecare_coordinator_agents{outcome=\"unreachable\"} 0",
+            "nodecare_coordinator_disrupted_nodes{group=\"g1\"} 2",
+            "nodecare_coordinator_disrupted_nodes{group=\"g\\\"2\"} 1",
+            "nodecare_coordinator_budget_in_use 3",
+            "nodecare_coordinator_budget_max_disrupted_nodes 3",
+            "nodecare_coordinator_notifications_total{result=\"dropped\"} 1",
+            "# HELP nodecare_coordinator_incidents Incidents in the store, by state and action.",
+            "# EOF",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+        // Every family has HELP and TYPE.
+        let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
+        let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
+        assert_eq!(helps, types);
+        assert_eq!(types, 11);
+        // Groups no longer disrupted drop to zero.
+        metrics.set_disruptions(["g3"], 1);
+        let text = metrics.render(&[], std::iter::empty());
+        assert!(text.contains("nodecare_coordinator_disrupted_nodes{group=\"g1\"} 0"));
+        assert!(text.contains("nodecare_coordinator_disrupted_nodes{group=\"g3\"} 1"));
+        assert!(text.contains("nodecare_coordinator_budget_in_use 1"));
+    }
+
+    #[test]
+    fn series_are_bounded() {
+        let metrics = CoordinatorMetrics::new();
+        let many: Vec<AgentStatus> = (0..500).map(|_| agent("unreachable")).collect();
+        let text = metrics.render(&[], many.iter());
+        let samples = text.lines().filter(|l| !l.starts_with('#')).count();
+        // 15 incident series, 4 agent outcomes, 10 job series, 3 notification results,
+        // 2 histograms, 3 scalars: independent of the number of nodes and incidents.
+        assert!(samples < 80, "{samples} series:\n{text}");
+        assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
+    }
+}

@@ -1,0 +1,332 @@
+//! Incident state changes: the time-to-heal histogram and the optional webhook.
+//!
+//! After every round, [`Changes::observe`] compares the stored incidents with the previous
+//! round's and turns each change into a [`Notification`]: `noted`, `pending`, `completed`
+//! (the node is ready for the technician: maintd's `repairready`), `failed`, `canceled`,
+//! `acknowledged`. With `[notify] webhook_url` set, a worker task POSTs each one as JSON,
+//! retrying with exponential backoff. The round never waits for it: notifications go through
+//! a bounded queue, and those that do not fit are dropped and counted in `/metrics`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use crate::incident::{Action, Incident, RepairStatus};
+use crate::metrics::CoordinatorMetrics;
+use crate::reconcile::Board;
+
+/// Notifications waiting to be sent at most; more are dropped (and counted).
+pub const QUEUE_CAPACITY: usize = 256;
+/// Longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// What the webhook receives (JSON body of the POST).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Notification {
+    /// `noted`, `pending`, `completed`, `failed`, `canceled` or `acknowledged`.
+    pub event: &'static str,
+    /// The incident's uuid.
+    pub incident: Uuid,
+    /// Node name.
+    pub node: String,
+    /// Requested action (`live-repair`, `evacuate`, `evacuate-failover`).
+    pub action: Action,
+    /// The incident's state after the change.
+    #[serde(rename = "repair-status")]
+    pub repair_status: RepairStatus,
+    /// Whether the node is ready for the technician (the incident completed and is not yet
+    /// acknowledged).
+    pub ready_for_repair: bool,
+    /// The incident's tag.
+    pub tag: String,
+    /// Why it failed, if it did.
+    pub failure: Option<String>,
+    /// Why it waits, if it does.
+    pub blocked_by: Option<String>,
+    /// Unix seconds of the change.
+    pub at: f64,
+}
+
+impl Notification {
+    fn new(event: &'static str, incident: &Incident) -> Self {
+        Self {
+            event,
+            incident: incident.uuid,
+            node: incident.node.clone(),
+            action: incident.action,
+            repair_status: incident.repair_status,
+            ready_for_repair: incident.repair_status == RepairStatus::Completed
+                && !incident.acknowledged,
+            tag: incident.tag.clone(),
+            failure: incident.failure.clone(),
+            blocked_by: incident.blocked_by.clone(),
+            at: incident.mtime,
+        }
+    }
+}
+
+/// What was seen of an incident last time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    status: RepairStatus,
+    acknowledged: bool,
+}
+
+/// The notifications for the change from `before` (absent: a new incident) to `incident`.
+pub fn events(before: Option<(RepairStatus, bool)>, incident: &Incident) -> Vec<Notification> {
+    let mut out = Vec::new();
+    // A new incident is always announced as `noted`, even if it moved on in the same round.
+    let previous = match before {
+        Some((status, _)) => status,
+        None => {
+            out.push(Notification::new("noted", incident));
+            RepairStatus::Noted
+        }
+    };
+    if previous != incident.repair_status {
+        out.push(Notification::new(incident.repair_status.as_str(), incident));
+    }
+    let was_acknowledged = before.is_some_and(|(_, ack)| ack);
+    if incident.acknowledged && !was_acknowledged {
+        out.push(Notification::new("acknowledged", incident));
+    }
+    out
+}
+
+/// Incident states seen after the last round, and where notifications go.
+#[derive(Debug)]
+pub struct Changes {
+    seen: Mutex<Option<BTreeMap<Uuid, Seen>>>,
+    /// Unix seconds when this process started watching: on the first round, only incidents
+    /// changed since are reported (older changes were reported by the previous run).
+    since: f64,
+    sender: OnceLock<mpsc::Sender<Notification>>,
+}
+
+impl Default for Changes {
+    fn default() -> Self {
+        Self {
+            seen: Mutex::new(None),
+            since: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            sender: OnceLock::new(),
+        }
+    }
+}
+
+impl Changes {
+    /// Compares `incidents` with the last round's: records time to heal of the incidents that
+    /// completed and queues a notification per change (when a webhook is configured).
+    pub fn observe(&self, incidents: &[Incident], metrics: &CoordinatorMetrics) {
+        let mut guard = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let first = guard.is_none();
+        let previous = guard.take().unwrap_or_default();
+        let mut now = BTreeMap::new();
+        for incident in incidents {
+            let before = previous
+                .get(&incident.uuid)
+                .map(|seen| (seen.status, seen.acknowledged));
+            now.insert(
+                incident.uuid,
+                Seen {
+                    status: incident.repair_status,
+                    acknowledged: incident.acknowledged,
+                },
+            );
+            if first && incident.mtime < self.since {
+                continue;
+            }
+            for notification in events(before, incident) {
+                if notification.event == "completed" {
+                    metrics.healed(incident.mtime - incident.ctime);
+                }
+                self.send(notification, metrics);
+            }
+        }
+        *guard = Some(now);
+    }
+
+    fn send(&self, notification: Notification, metrics: &CoordinatorMetrics) {
+        let Some(sender) = self.sender.get() else {
+            return;
+        };
+        match sender.try_send(notification) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(dropped)) => {
+                tracing::warn!(incident = %dropped.incident, event = dropped.event, "notification queue full; dropped");
+                metrics.notification("dropped");
+            }
+            Err(mpsc::error::TrySendError::Closed(dropped)) => {
+                tracing::warn!(incident = %dropped.incident, event = dropped.event, "notification worker stopped; dropped");
+                metrics.notification("dropped");
+            }
+        }
+    }
+}
+
+/// Webhook settings (`[notify]`).
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Where to POST.
+    pub url: String,
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// Attempts after the first one.
+    pub retries: u32,
+    /// Wait before the first retry; doubles each time, at most [`MAX_BACKOFF`].
+    pub backoff: Duration,
+}
+
+/// The wait before retry number `retry` (0-based).
+pub fn backoff(first: Duration, retry: u32) -> Duration {
+    first
+        .checked_mul(2u32.saturating_pow(retry))
+        .unwrap_or(MAX_BACKOFF)
+        .min(MAX_BACKOFF)
+}
+
+/// Why the webhook cannot start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the webhook HTTP client: {0}")]
+pub struct WebhookError(String);
+
+/// Starts the webhook worker: from now on, `board`'s changes are POSTed to `settings.url`.
+/// The worker ends when the board is dropped.
+pub fn start(
+    settings: WebhookSettings,
+    board: &Arc<Board>,
+) -> Result<tokio::task::JoinHandle<()>, WebhookError> {
+    crate::install_crypto_provider();
+    let client = reqwest::Client::builder()
+        .timeout(settings.timeout)
+        .build()
+        .map_err(|e| WebhookError(e.to_string()))?;
+    let (sender, mut receiver) = mpsc::channel::<Notification>(QUEUE_CAPACITY);
+    if board.changes.sender.set(sender).is_err() {
+        return Err(WebhookError("a webhook is already running".into()));
+    }
+    let weak = Arc::downgrade(board);
+    Ok(tokio::spawn(async move {
+        while let Some(notification) = receiver.recv().await {
+            let result = deliver(&client, &settings, &notification).await;
+            let Some(board) = weak.upgrade() else { break };
+            match result {
+                Ok(()) => board.metrics.notification("sent"),
+                Err(error) => {
+                    tracing::warn!(incident = %notification.incident, event = notification.event, %error, "webhook notification failed");
+                    board.metrics.notification("failed");
+                }
+            }
+        }
+    }))
+}
+
+async fn deliver(
+    client: &reqwest::Client,
+    settings: &WebhookSettings,
+    notification: &Notification,
+) -> Result<(), String> {
+    let mut last_error = String::new();
+    for attempt in 0..=settings.retries {
+        if attempt > 0 {
+            tokio::time::sleep(backoff(settings.backoff, attempt - 1)).await;
+        }
+        match client.post(&settings.url).json(notification).send().await {
+            Ok(response) if response.status().is_success() => return Ok(()),
+            Ok(response) => last_error = format!("HTTP {}", response.status()),
+            Err(error) => last_error = error.to_string(),
+        }
+        tracing::debug!(attempt, error = %last_error, "webhook attempt failed");
+    }
+    Err(format!(
+        "{} attempts, last: {last_error}",
+        settings.retries + 1
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn incident(status: RepairStatus, acknowledged: bool) -> Incident {
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [(
+                "disk".to_owned(),
+                nodecare_protocol::ScriptVerdict::parse(br#"{"status":"evacuate"}"#).unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap();
+        let original =
+            nodecare_protocol::CanonicalJson::new(&serde_json::to_value(&verdict).unwrap())
+                .unwrap();
+        let mut incident = Incident::new(
+            Uuid::from_u128(7),
+            "node1",
+            "uuid-node1",
+            verdict,
+            original,
+            Action::Evacuate,
+            100.0,
+        );
+        incident.repair_status = status;
+        incident.acknowledged = acknowledged;
+        incident
+    }
+
+    fn names(
+        before: Option<(RepairStatus, bool)>,
+        status: RepairStatus,
+        ack: bool,
+    ) -> Vec<&'static str> {
+        events(before, &incident(status, ack))
+            .iter()
+            .map(|n| n.event)
+            .collect()
+    }
+
+    #[test]
+    fn every_change_is_one_event() {
+        use RepairStatus::{Canceled, Completed, Failed, Noted, Pending};
+        assert_eq!(names(None, Noted, false), ["noted"]);
+        assert_eq!(names(None, Pending, false), ["noted", "pending"]);
+        assert_eq!(
+            names(Some((Noted, false)), Noted, false),
+            Vec::<&str>::new()
+        );
+        assert_eq!(names(Some((Noted, false)), Pending, false), ["pending"]);
+        assert_eq!(
+            names(Some((Pending, false)), Completed, false),
+            ["completed"]
+        );
+        assert_eq!(names(Some((Pending, false)), Failed, false), ["failed"]);
+        assert_eq!(names(Some((Pending, false)), Canceled, false), ["canceled"]);
+        assert_eq!(
+            names(Some((Completed, false)), Completed, true),
+            ["acknowledged"]
+        );
+        assert_eq!(
+            names(Some((Completed, true)), Completed, true),
+            Vec::<&str>::new()
+        );
+        let completed = events(Some((Pending, false)), &incident(Completed, false));
+        assert!(completed[0].ready_for_repair);
+        let acknowledged = events(Some((Completed, false)), &incident(Completed, true));
+        assert!(!acknowledged[0].ready_for_repair);
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let first = Duration::from_secs(2);
+        assert_eq!(backoff(first, 0), Duration::from_secs(2));
+        assert_eq!(backoff(first, 3), Duration::from_secs(16));
+        assert_eq!(backoff(first, 40), MAX_BACKOFF);
+        assert_eq!(backoff(Duration::ZERO, 5), Duration::ZERO);
+    }
+}
