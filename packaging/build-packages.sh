@@ -112,6 +112,8 @@ for bin in nodecare-coordinator nodecare; do
     stage $c 0644 "$gen_dir/completions/_$bin" "/usr/share/zsh/site-functions/_$bin"
     stage $c 0644 "$gen_dir/completions/$bin.fish" "/usr/share/fish/vendor_completions.d/$bin.fish"
 done
+stage $c 0644 packaging/prometheus/nodecare.rules.yml /usr/share/nodecare/prometheus/nodecare.rules.yml
+stage $c 0644 packaging/grafana/nodecare.json /usr/share/nodecare/grafana/nodecare.json
 install -d -m 0755 "$stage_root/$c/var/lib/nodecare"
 
 rpm_top=$target_dir/rpmbuild

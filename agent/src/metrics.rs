@@ -1,5 +1,5 @@
 //! `/metrics`: the agent's state in the Prometheus text exposition format (version 0.0.4,
-//! also accepted by OpenMetrics scrapers).
+//! also accepted by OpenMetrics scrapers), encoded by `prometheus-client`.
 //!
 //! The HTTP layer fills a [`MetricsInput`] from what it already has (cached reports, the latest
 //! diagnose run, signing and refusal counters) and serves [`render`]'s output with
@@ -8,13 +8,19 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use nodecare_daemon::metrics::escape_label;
 use nodecare_protocol::repair::RefusalReason;
 use nodecare_protocol::report::DEFAULT_CATEGORY;
 use nodecare_protocol::{Report, ReportKind};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family as MetricFamily;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use serde_json::Value;
+use std::sync::atomic::AtomicU64;
 
 /// The `Content-Type` of the rendered text.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub use nodecare_daemon::metrics::CONTENT_TYPE;
 
 /// Most numeric leaves exported from one plugin report (keeps a chatty plugin from flooding
 /// the scrape).
@@ -191,8 +197,8 @@ const DISK_FIELDS: [(&str, &str, &str); 11] = [
 #[derive(Debug)]
 struct Family {
     help: &'static str,
-    kind: &'static str,
-    samples: Vec<String>,
+    counter: bool,
+    samples: Vec<(Vec<(String, String)>, f64)>,
 }
 
 /// Families in first-use order, samples grouped per family as the format requires.
@@ -202,12 +208,14 @@ struct Families {
     families: BTreeMap<String, Family>,
 }
 
+type LabelSet = Vec<(String, String)>;
+
 impl Families {
     fn add(
         &mut self,
         name: &str,
         help: &'static str,
-        kind: &'static str,
+        counter: bool,
         labels: &[(&str, &str)],
         value: f64,
     ) {
@@ -215,76 +223,60 @@ impl Families {
             self.order.push(name.to_owned());
             Family {
                 help,
-                kind,
+                counter,
                 samples: Vec::new(),
             }
         });
-        let mut line = String::from(name);
-        if !labels.is_empty() {
-            line.push('{');
-            for (index, (key, value)) in labels.iter().enumerate() {
-                if index > 0 {
-                    line.push(',');
-                }
-                line.push_str(key);
-                line.push_str("=\"");
-                escape_label(&mut line, value);
-                line.push('"');
-            }
-            line.push('}');
-        }
-        line.push(' ');
-        line.push_str(&format_value(value));
-        family.samples.push(line);
+        let labels = labels
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), escape_label(value)))
+            .collect();
+        family.samples.push((labels, value));
     }
 
     fn gauge(&mut self, name: &str, help: &'static str, labels: &[(&str, &str)], value: f64) {
-        self.add(name, help, "gauge", labels, value);
+        self.add(name, help, false, labels, value);
     }
 
     fn counter(&mut self, name: &str, help: &'static str, labels: &[(&str, &str)], value: f64) {
-        self.add(name, help, "counter", labels, value);
+        self.add(name, help, true, labels, value);
     }
 
+    /// The families as a `prometheus-client` registry (a fresh one per scrape: every value
+    /// is a snapshot of the agent's state), in the Prometheus text format.
     fn render(&self) -> String {
-        let mut out = String::new();
+        let mut registry = Registry::default();
         for name in &self.order {
             let Some(family) = self.families.get(name) else {
                 continue;
             };
-            out.push_str(&format!(
-                "# HELP {name} {}\n# TYPE {name} {}\n",
-                family.help, family.kind
-            ));
-            for sample in &family.samples {
-                out.push_str(sample);
-                out.push('\n');
+            // The library adds the final period to the help, and `_total` to counter names.
+            let help = family.help.trim_end_matches('.');
+            let unlabelled = family.samples.iter().all(|(labels, _)| labels.is_empty());
+            let last = family.samples.last().map_or(0.0, |(_, value)| *value);
+            if unlabelled && family.counter {
+                let metric = Counter::<f64, AtomicU64>::default();
+                metric.inc_by(last);
+                registry.register(name.trim_end_matches("_total"), help, metric);
+            } else if unlabelled {
+                let metric = Gauge::<f64, AtomicU64>::default();
+                metric.set(last);
+                registry.register(name.as_str(), help, metric);
+            } else if family.counter {
+                let metric = MetricFamily::<LabelSet, Counter<f64, AtomicU64>>::default();
+                for (labels, value) in &family.samples {
+                    metric.get_or_create(labels).inc_by(*value);
+                }
+                registry.register(name.trim_end_matches("_total"), help, metric);
+            } else {
+                let metric = MetricFamily::<LabelSet, Gauge<f64, AtomicU64>>::default();
+                for (labels, value) in &family.samples {
+                    metric.get_or_create(labels).set(*value);
+                }
+                registry.register(name.as_str(), help, metric);
             }
         }
-        out
-    }
-}
-
-fn escape_label(out: &mut String, value: &str) {
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            other => out.push(other),
-        }
-    }
-}
-
-fn format_value(value: f64) -> String {
-    if value.is_nan() {
-        "NaN".to_owned()
-    } else if value == f64::INFINITY {
-        "+Inf".to_owned()
-    } else if value == f64::NEG_INFINITY {
-        "-Inf".to_owned()
-    } else {
-        format!("{value}")
+        nodecare_daemon::metrics::render(&registry)
     }
 }
 
@@ -935,6 +927,18 @@ mod tests {
         }
     }
 
+    /// Whether `text` has the sample `expected` (`series value`), values compared as numbers.
+    fn has(text: &str, expected: &str) -> bool {
+        let (series, value) = expected.rsplit_once(' ').unwrap();
+        let value: f64 = value.parse().unwrap();
+        text.lines().any(|line| {
+            line.strip_prefix(series)
+                .and_then(|rest| rest.strip_prefix(' '))
+                .and_then(|v| v.parse::<f64>().ok())
+                == Some(value)
+        })
+    }
+
     /// Minimal exposition-format check: every sample line belongs to the family declared
     /// right before it and parses as `name{labels} value`.
     fn assert_well_formed(text: &str) {
@@ -960,9 +964,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn renders_collectors_scripts_verdict_and_counters() {
-        let input = MetricsInput {
+    fn rich_input() -> MetricsInput {
+        MetricsInput {
             reports: vec![
                 report(
                     "cpu-avg-load",
@@ -1034,7 +1037,58 @@ mod tests {
                 refusals_total: [("not-whitelisted".to_owned(), 3)].into(),
                 ..SignatureMetrics::default()
             },
-        };
+        }
+    }
+
+    /// The names, types and help of every metric (values and sample order normalised), as
+    /// scrapers and dashboards see them. `NODECARE_BLESS=1` rewrites the golden file.
+    #[test]
+    fn golden_names_types_and_help() {
+        let mut input = rich_input();
+        input.signatures.whitelist_refusals_total = [("repair".to_owned(), 1)].into();
+        input.signatures.sign_failures_total = 1;
+        let text = render(&input);
+        let mut out = String::new();
+        let mut samples: Vec<String> = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("# HELP ") {
+                samples.sort();
+                samples.dedup();
+                for sample in samples.drain(..) {
+                    out.push_str(&sample);
+                    out.push('\n');
+                }
+                out.push_str(line);
+                out.push('\n');
+            } else if line.starts_with('#') {
+                out.push_str(line);
+                out.push('\n');
+            } else {
+                let series = line.rsplit_once(' ').map_or(line, |(series, _)| series);
+                samples.push(format!("{series} V"));
+            }
+        }
+        samples.sort();
+        for sample in samples {
+            out.push_str(&sample);
+            out.push('\n');
+        }
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metrics.txt");
+        if std::env::var_os("NODECARE_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &out).unwrap();
+        }
+        let golden = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            golden == out,
+            "/metrics names changed (NODECARE_BLESS=1 to accept):\n{out}"
+        );
+    }
+
+    #[test]
+    fn renders_collectors_scripts_verdict_and_counters() {
+        let input = rich_input();
         let text = render(&input);
         assert_well_formed(&text);
         for expected in [
@@ -1061,7 +1115,7 @@ mod tests {
             "nodecare_repair_refusals_total{reason=\"not-whitelisted\"} 3",
             "nodecare_signature_verify_failures_total{reason=\"bad-mac\"} 1",
         ] {
-            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+            assert!(has(&text, expected), "missing {expected:?} in\n{text}");
         }
         // Failed collectors export no data series; unconfigured DRBD minors have no counters.
         assert!(!text.contains("nodecare_lv_segment_size_bytes"));
@@ -1069,16 +1123,10 @@ mod tests {
     }
 
     #[test]
-    fn special_values_and_empty_input() {
-        assert_eq!(format_value(f64::NAN), "NaN");
-        assert_eq!(format_value(f64::INFINITY), "+Inf");
-        assert_eq!(format_value(1e-7), "0.0000001");
+    fn empty_input() {
         let text = render(&MetricsInput::default());
         assert_well_formed(&text);
-        assert!(text.contains("nodecare_signed_envelopes_total 0"));
-        let mut escaped = String::new();
-        escape_label(&mut escaped, "a\\b\"c\nd");
-        assert_eq!(escaped, "a\\\\b\\\"c\\nd");
+        assert!(has(&text, "nodecare_signed_envelopes_total 0"));
     }
 
     #[test]
@@ -1152,7 +1200,7 @@ mod tests {
             "nodecare_signature_verify_failures_total{reason=\"replayed\"} 0",
             "nodecare_repair_refusals_total{reason=\"busy\"} 1",
         ] {
-            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+            assert!(has(&text, expected), "missing {expected:?} in\n{text}");
         }
         assert!(!text.contains("script=\"restored\""));
         // Busy is a refusal, not a failed verification.

@@ -10,7 +10,7 @@
 //! | `GET /1/overview` | `{node, round, incidents, agents, intents}`: what `nodecare status` shows |
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
 //! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed |
-//! | `GET /metrics` | Prometheus metrics (OpenMetrics text, see [`crate::metrics`]) |
+//! | `GET /metrics` | Prometheus metrics (text format 0.0.4, see [`crate::metrics`]) |
 //!
 //! Every other answer is JSON with `Content-Type: application/json`.
 

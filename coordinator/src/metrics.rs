@@ -1,4 +1,4 @@
-//! The coordinator's `/metrics` (Prometheus/OpenMetrics text, via `prometheus-client`).
+//! The coordinator's `/metrics` (Prometheus text format, via `prometheus-client`).
 //!
 //! Counters and histograms are recorded where the reconciler acts (rounds, job submissions
 //! and failures, incident state changes); the incident and agent gauges are filled from the
@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -21,7 +20,7 @@ use crate::scrape::AgentStatus;
 use crate::store::IntentSpec;
 
 /// The `Content-Type` of [`CoordinatorMetrics::render`]'s text.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub use nodecare_daemon::metrics::CONTENT_TYPE;
 
 /// Every incident state, so the incident gauge always has all series.
 const STATES: [RepairStatus; 5] = [
@@ -105,19 +104,7 @@ fn labels(pairs: &[(&'static str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| (*k, escape(v))).collect()
 }
 
-/// Escapes a label value for the text format (the encoder writes values verbatim).
-fn escape(value: &str) -> String {
-    let mut out = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            other => out.push(other),
-        }
-    }
-    out
-}
+use nodecare_daemon::metrics::escape_label as escape;
 
 fn gauge_value(count: usize) -> i64 {
     i64::try_from(count).unwrap_or(i64::MAX)
@@ -338,11 +325,7 @@ impl CoordinatorMetrics {
         let _guard = self.scrape.lock().unwrap_or_else(|e| e.into_inner());
         self.set_incidents(incidents);
         self.set_agents(agents);
-        let mut out = String::new();
-        if let Err(error) = encode(&mut out, &self.registry) {
-            tracing::warn!(%error, "cannot encode metrics");
-        }
-        out
+        nodecare_daemon::metrics::render(&self.registry)
     }
 }
 
@@ -400,7 +383,6 @@ mod tests {
             "nodecare_coordinator_budget_max_disrupted_nodes 3",
             "nodecare_coordinator_notifications_total{result=\"dropped\"} 1",
             "# HELP nodecare_coordinator_incidents Incidents in the store, by state and action.",
-            "# EOF",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }

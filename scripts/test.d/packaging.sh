@@ -96,6 +96,8 @@ coordinator_files=(
     /usr/share/bash-completion/completions/nodecare
     /usr/share/fish/vendor_completions.d/nodecare-coordinator.fish
     /usr/share/fish/vendor_completions.d/nodecare.fish
+    /usr/share/nodecare/prometheus/nodecare.rules.yml
+    /usr/share/nodecare/grafana/nodecare.json
 )
 expect_lines "agent .deb" "$(deb_paths "$agent_deb")" "${agent_files[@]}" \
     /usr/share/zsh/vendor-completions/_nodecare-agent

@@ -122,7 +122,7 @@ async fn metrics_and_webhook_follow_an_evacuation() {
         response.headers()["content-type"]
             .to_str()
             .unwrap()
-            .starts_with("application/openmetrics-text")
+            .starts_with("text/plain; version=0.0.4")
     );
     let text = response.text().await.unwrap();
     if let Some(path) = std::env::var_os("NODECARE_METRICS_OUT") {
