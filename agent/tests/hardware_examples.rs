@@ -607,10 +607,10 @@ fn age_state(root: &FakeRoot, name: &str, seconds: u64) {
             Value::Object(map) => map.values_mut().for_each(|item| shift(item, seconds)),
             Value::Number(number) => {
                 // drbd-standalone keeps first-seen times as plain numbers.
-                if let Some(then) = number.as_f64() {
-                    if then > 1_000_000_000.0 {
-                        *value = json!(then - seconds);
-                    }
+                if let Some(then) = number.as_f64()
+                    && then > 1_000_000_000.0
+                {
+                    *value = json!(then - seconds);
                 }
             }
             _ => {}
