@@ -1170,22 +1170,60 @@ async fn a_hanging_tool_ends_in_the_agents_timeout() {
     if !have_python() {
         return;
     }
-    let root = FakeRoot::new();
-    root.tool("/usr/bin/ipmitool", &[("sdr elist", Reply::Hang)]);
-    let started = Instant::now();
-    let result = run_in_agent_sandbox("ipmi-health", &root, Duration::from_secs(2)).await;
-    assert!(started.elapsed() < Duration::from_secs(10));
-    let verdict = nodecare_collectors::diagnose::verdict_of(&result);
-    assert_eq!(verdict.status, DiagnoseStatus::Unknown);
-    assert!(
-        verdict
-            .reason
-            .as_deref()
-            .unwrap_or("")
-            .contains("timed out"),
-        "{verdict:?}"
-    );
+    // Each script with a tool, its tool never answering (after what else the script needs).
+    let cases: [(&str, &str, &str, fn(&FakeRoot)); 8] = [
+        ("ipmi-health", "/usr/bin/ipmitool", "sdr elist", |_| {}),
+        (
+            "software-raid",
+            "/usr/sbin/mdadm",
+            "--detail /dev/md0",
+            |root| {
+                root.canned("/proc/mdstat", "mdstat/healthy.txt");
+            },
+        ),
+        ("nvme-health", "/usr/sbin/nvme", "list -o json", |_| {}),
+        (
+            "machine-checks",
+            "/usr/sbin/ras-mc-ctl",
+            "--summary",
+            |_| {},
+        ),
+        (
+            "filesystems",
+            "/usr/bin/journalctl",
+            "-k --since=-1h -q -o cat --no-pager",
+            |root| root.canned("/proc/mounts", "mounts/proc-mounts.txt"),
+        ),
+        ("gpu-health", "/usr/bin/nvidia-smi", "-q -x", |root| {
+            journal(root, "kernel-log/empty.txt");
+        }),
+        ("drbd-standalone", "/usr/sbin/drbdadm", "status", |root| {
+            root.canned("/proc/drbd", "drbd/proc-9.txt");
+        }),
+        ("nic-health", "/usr/sbin/ethtool", "-S eno1", |root| {
+            nic(root, "eno1", true, true, 0);
+        }),
+    ];
+    for (name, tool, arguments, prepare) in cases {
+        let root = FakeRoot::new();
+        prepare(&root);
+        root.tool(tool, &[(arguments, Reply::Hang)]);
+        let started = Instant::now();
+        let result = run_in_agent_sandbox(name, &root, Duration::from_secs(1)).await;
+        assert!(started.elapsed() < Duration::from_secs(5), "{name}");
+        let verdict = nodecare_collectors::diagnose::verdict_of(&result);
+        assert_eq!(verdict.status, DiagnoseStatus::Unknown, "{name}");
+        assert!(
+            verdict
+                .reason
+                .as_deref()
+                .unwrap_or("")
+                .contains("timed out"),
+            "{name}: {verdict:?}"
+        );
+    }
     // And a healthy run through the same sandbox gives its verdict.
+    let root = FakeRoot::new();
     ipmi(&root, "ipmi/sdr-healthy.txt", "ipmi/sel-empty.txt");
     let result = run_in_agent_sandbox("ipmi-health", &root, Duration::from_secs(20)).await;
     assert_eq!(
