@@ -1162,6 +1162,9 @@ async fn run_in_agent_sandbox(
     nodecare_collectors::runner::run(&executable, None, &limits).await
 }
 
+/// A script, its tool, the arguments on which the tool hangs, and what else the script needs.
+type HangCase = (&'static str, &'static str, &'static str, fn(&FakeRoot));
+
 #[tokio::test]
 async fn a_hanging_tool_ends_in_the_agents_timeout() {
     let Some(_serial) = support::root_test().await else {
@@ -1171,7 +1174,7 @@ async fn a_hanging_tool_ends_in_the_agents_timeout() {
         return;
     }
     // Each script with a tool, its tool never answering (after what else the script needs).
-    let cases: [(&str, &str, &str, fn(&FakeRoot)); 8] = [
+    let cases: [HangCase; 8] = [
         ("ipmi-health", "/usr/bin/ipmitool", "sdr elist", |_| {}),
         (
             "software-raid",
