@@ -793,6 +793,28 @@ fn ethtool(root: &FakeRoot, name: &str, stats: &'static str, settings: &'static 
 }
 
 #[test]
+fn nic_health_on_ethtool_output_captured_from_a_virtio_nic() {
+    if !have_python() {
+        return;
+    }
+    // Captured with ethtool 6.1 on a virtio NIC: no error counters, "Speed: Unknown!".
+    let root = FakeRoot::new();
+    nic(&root, "eth0", true, true, 2);
+    ethtool(
+        &root,
+        "eth0",
+        "ethtool/stats-virtio-captured.txt",
+        "ethtool/settings-virtio-captured.txt",
+    );
+    let verdict = diagnose("nic-health", &root);
+    assert_eq!(verdict.status, DiagnoseStatus::Ok, "{verdict:?}");
+    assert_eq!(
+        verdict.details["measured"]["eth0"]["speed_mbps"],
+        Value::Null
+    );
+}
+
+#[test]
 fn nic_health_on_canned_sysfs_and_ethtool() {
     if !have_python() {
         return;
