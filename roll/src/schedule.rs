@@ -71,6 +71,10 @@ pub enum PlanError {
     GroupNotFound,
     #[error("Cannot create node graph")]
     EmptyGraph,
+    /// Nothing is selected because every candidate node was skipped for a
+    /// reason hroller does not see (one message per node).
+    #[error("Cannot create node graph: {}", .0.join("; "))]
+    AllSkipped(Vec<String>),
     #[error("Not enough capacity to move non-redundant instances")]
     NonRedundantCapacity,
     #[error("Failed to migrate instances off nodes")]
@@ -119,6 +123,18 @@ pub struct Plan {
     /// Groups the htools algorithm produces under the same semantics, when
     /// it succeeds (improved mode only).
     pub htools_algorithm_groups: Option<usize>,
+    /// Selected nodes left out of the plan (`--skip-non-redundant`): their
+    /// running shared-storage instances cannot be moved anywhere.
+    pub skipped: Vec<usize>,
+    /// Non-fatal messages about the plan (one per skipped node).
+    pub warnings: Vec<String>,
+}
+
+/// Reboot groups of one planning run, before the final ordering.
+struct Solved {
+    groups: Vec<RebootGroup>,
+    strategy: String,
+    htools_groups: Option<usize>,
 }
 
 /// Selection and graph, ready to solve.
@@ -129,8 +145,16 @@ pub struct Prepared<'c> {
     offline: Vec<bool>,
     selected: Vec<usize>,
     graph: RebootGraph,
+    /// `--skip-non-redundant` (nodecare's semantics): selected nodes that
+    /// hroller would skip, because they host instances without a DRBD
+    /// secondary that are stopped or on shared storage (live-migratable).
+    /// They are planned together with the others when that costs those no
+    /// extra group, and apart otherwise (see [`Prepared::solve`]).
+    extras: Vec<usize>,
     /// Non-fatal messages (e.g. a missing master with `--force`).
     pub warnings: Vec<String>,
+    /// The messages of `warnings` that name a skipped node.
+    skip_warnings: Vec<String>,
 }
 
 fn semantics(opts: &RollOptions) -> Semantics {
@@ -142,9 +166,10 @@ fn semantics(opts: &RollOptions) -> Semantics {
     }
 }
 
-/// Checks masters, applies `-O`, selects nodes and builds the reboot graph.
-pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<'c>, PlanError> {
-    let mut warnings = Vec::new();
+/// hroller's first check: exactly one master node. With `force`, a missing
+/// master is a warning (returned) instead of an error. [`prepare`] repeats
+/// it; callers that print warnings as they go call it first.
+pub fn check_masters(cluster: &Cluster, force: bool) -> Result<Vec<String>, PlanError> {
     let masters: Vec<String> = cluster
         .nodes
         .iter()
@@ -152,11 +177,16 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
         .map(|n| n.name.clone())
         .collect();
     match masters.len() {
-        0 if opts.force => warnings.push(PlanError::NoMaster.to_string()),
-        0 => return Err(PlanError::NoMaster),
-        1 => {}
-        _ => return Err(PlanError::MultipleMasters(masters)),
+        0 if force => Ok(vec![PlanError::NoMaster.to_string()]),
+        0 => Err(PlanError::NoMaster),
+        1 => Ok(Vec::new()),
+        _ => Err(PlanError::MultipleMasters(masters)),
     }
+}
+
+/// Checks masters, applies `-O`, selects nodes and builds the reboot graph.
+pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<'c>, PlanError> {
+    let warnings = check_masters(cluster, opts.force)?;
     let mut wrong = Vec::new();
     let mut offline_names = Vec::new();
     for name in opts.offline_nodes.iter().rev() {
@@ -192,17 +222,43 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             }
         })
     };
+    let candidate = |ni: usize| {
+        let n = &cluster.nodes[ni];
+        !offline[ni]
+            && opts
+                .node_tags
+                .as_ref()
+                .is_none_or(|t| n.tags.iter().any(|x| t.contains(x)))
+            && group.is_none_or(|g| n.group == g)
+    };
+    let mut warnings = warnings;
+    let master_warnings = warnings.len();
     let selected: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&ni| candidate(ni))
         .filter(|&ni| {
-            let n = &cluster.nodes[ni];
             let skipped = opts.skip_non_redundant && blocks_skip(ni);
-            !offline[ni]
-                && !skipped
-                && opts
-                    .node_tags
-                    .as_ref()
-                    .is_none_or(|t| n.tags.iter().any(|x| t.contains(x)))
-                && group.is_none_or(|g| n.group == g)
+            // hroller counts a DRBD instance whose secondary is offline as
+            // redundant and would "migrate" it onto the offline node; say
+            // why nodecare skips such a node.
+            if skipped && !compat {
+                let degraded = plists[ni].iter().map(|&i| &cluster.instances[i]).find(|i| {
+                    i.template.has_secondary()
+                        && !i.status.is_down()
+                        && i.snode.is_some_and(|s| offline[s])
+                });
+                let only_drbd = plists[ni]
+                    .iter()
+                    .all(|&i| cluster.instances[i].template.has_secondary());
+                if let (Some(inst), true) = (degraded, only_drbd) {
+                    let sec = inst.snode.map_or("?", |s| cluster.nodes[s].name.as_str());
+                    warnings.push(format!(
+                        "node {} is skipped: its running instance {} cannot migrate \
+                         (its DRBD secondary {sec} is offline)",
+                        cluster.nodes[ni].name, inst.name
+                    ));
+                }
+            }
+            !skipped
         })
         .collect();
     if let Some(FailureDomains::TagPrefix(prefix)) = &opts.failure_domains {
@@ -242,13 +298,31 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             shared_secondary: shared.as_deref(),
         },
     )
-    .ok_or(PlanError::EmptyGraph)?;
+    .ok_or_else(|| match warnings.len() - master_warnings {
+        0 => PlanError::EmptyGraph,
+        _ => PlanError::AllSkipped(warnings[master_warnings..].to_vec()),
+    })?;
+    let extras = if opts.skip_non_redundant && !compat {
+        selected
+            .iter()
+            .copied()
+            .filter(|&ni| {
+                plists[ni]
+                    .iter()
+                    .any(|&i| !cluster.instances[i].template.has_secondary())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(Prepared {
         cluster,
         opts: opts.clone(),
         offline,
         selected,
         graph,
+        skip_warnings: warnings[master_warnings..].to_vec(),
+        extras,
         warnings,
     })
 }
@@ -302,7 +376,7 @@ fn stats_line(g: &RebootGraph, c: &Colourings) -> String {
     s
 }
 
-impl Prepared<'_> {
+impl<'c> Prepared<'c> {
     /// `Node Graph: …` as `hroller -v -v` prints it.
     pub fn graph_dump(&self) -> String {
         self.graph.show_haskell()
@@ -318,9 +392,157 @@ impl Prepared<'_> {
             .collect()
     }
 
+    /// The same preparation restricted to `members` (ascending, a subset
+    /// of the selected nodes), with no extras of its own.
+    fn restricted(&self, members: &[usize]) -> Result<Prepared<'c>, PlanError> {
+        Ok(Prepared {
+            cluster: self.cluster,
+            opts: self.opts.clone(),
+            offline: self.offline.clone(),
+            selected: members.to_vec(),
+            graph: self.graph.induced(members).ok_or(PlanError::EmptyGraph)?,
+            extras: Vec::new(),
+            warnings: Vec::new(),
+            skip_warnings: Vec::new(),
+        })
+    }
+
     pub fn solve(&self) -> Result<Plan, PlanError> {
         let colourings = htools_colourings(&self.graph);
         let stats = stats_line(&self.graph, &colourings);
+        let joint = self.solve_groups(&colourings);
+        if self.extras.is_empty() {
+            return Ok(self.finish(joint?, stats, Vec::new()));
+        }
+        // `--skip-non-redundant`: hroller plans only the core nodes. The
+        // extras join them when that costs the core no extra group;
+        // otherwise they are planned apart, after the core (each group's
+        // moves are relative to the original layout, so groups over
+        // disjoint nodes combine freely).
+        let core: Vec<usize> = self
+            .selected
+            .iter()
+            .copied()
+            .filter(|n| !self.extras.contains(n))
+            .collect();
+        let core_solved = if core.is_empty() {
+            None
+        } else {
+            let sub = self.restricted(&core)?;
+            Some(sub.solve_groups(&htools_colourings(&sub.graph)))
+        };
+        if let Ok(j) = &joint {
+            let with_core = j
+                .groups
+                .iter()
+                .filter(|g| g.nodes.iter().any(|n| core.contains(n)))
+                .count();
+            let fine = match &core_solved {
+                Some(Ok(c)) => with_core <= c.groups.len(),
+                _ => true,
+            };
+            if fine {
+                return Ok(self.finish(joint?, stats, Vec::new()));
+            }
+        }
+        let mut solved = match core_solved {
+            Some(c) => c?,
+            None => Solved {
+                groups: Vec::new(),
+                strategy: String::new(),
+                htools_groups: Some(0),
+            },
+        };
+        let (extra, skipped) = self.solve_extras();
+        if let Some(e) = extra {
+            solved.groups.extend(e.groups);
+            solved.htools_groups = solved
+                .htools_groups
+                .zip(e.htools_groups)
+                .map(|(a, b)| a + b);
+            solved.strategy = if solved.strategy.is_empty() {
+                e.strategy
+            } else {
+                format!(
+                    "{}; nodes with stopped or shared-storage instances apart: {}",
+                    solved.strategy, e.strategy
+                )
+            };
+        }
+        let plan = self.finish(solved, stats, skipped);
+        if plan.groups.is_empty() {
+            // Every node is skipped: say why, node by node.
+            let mut msgs = self.skip_warnings.clone();
+            msgs.extend(plan.warnings);
+            return Err(match msgs.is_empty() {
+                true => joint.err().unwrap_or(PlanError::EmptyGraph),
+                false => PlanError::AllSkipped(msgs),
+            });
+        }
+        Ok(plan)
+    }
+
+    /// Plans the extras on their own. Extras whose instances cannot be moved
+    /// even when they reboot alone are skipped (returned second).
+    fn solve_extras(&self) -> (Option<Solved>, Vec<usize>) {
+        let attempt = |members: &[usize]| -> Option<Solved> {
+            let sub = self.restricted(members).ok()?;
+            sub.solve_groups(&htools_colourings(&sub.graph)).ok()
+        };
+        if let Some(s) = attempt(&self.extras) {
+            return (Some(s), Vec::new());
+        }
+        let (kept, mut skipped): (Vec<usize>, Vec<usize>) =
+            self.extras.iter().partition(|&&n| attempt(&[n]).is_some());
+        if kept.is_empty() {
+            return (None, skipped);
+        }
+        match attempt(&kept) {
+            Some(s) => (Some(s), skipped),
+            None => {
+                skipped.extend(kept);
+                skipped.sort_unstable();
+                (None, skipped)
+            }
+        }
+    }
+
+    /// Orders the groups (largest first, master last) and assembles the plan.
+    fn finish(&self, solved: Solved, stats_line: String, skipped: Vec<usize>) -> Plan {
+        let mut groups = solved.groups;
+        groups.sort_by_key(|g| std::cmp::Reverse(g.nodes.len()));
+        let is_master = |n: &usize| self.cluster.nodes[*n].master;
+        for g in &mut groups {
+            let (mut rest, masters): (Vec<usize>, Vec<usize>) =
+                g.nodes.iter().partition(|n| !is_master(n));
+            rest.extend(masters);
+            g.nodes = rest;
+        }
+        let (mut out, with_master): (Vec<RebootGroup>, Vec<RebootGroup>) = groups
+            .into_iter()
+            .partition(|g| !g.nodes.iter().any(is_master));
+        out.extend(with_master);
+        let warnings = skipped
+            .iter()
+            .map(|&n| {
+                format!(
+                    "node {} is skipped: its running instances cannot be moved off it",
+                    self.cluster.nodes[n].name
+                )
+            })
+            .collect();
+        Plan {
+            groups: out,
+            stats_line,
+            strategy: solved.strategy,
+            htools_algorithm_groups: solved.htools_groups,
+            skipped,
+            warnings,
+        }
+    }
+
+    /// Colours and splits the selected nodes; groups are not yet ordered.
+    fn solve_groups(&self, colourings: &Colourings) -> Result<Solved, PlanError> {
         let online = self.online();
         let sem = semantics(&self.opts);
         let mut conf = Conf::new(self.cluster, &self.offline);
@@ -341,7 +563,7 @@ impl Prepared<'_> {
                     None,
                 )
             }
-            Mode::Improved => self.solve_improved(&mut conf, &colourings, &online, sem)?,
+            Mode::Improved => self.solve_improved(&mut conf, colourings, &online, sem)?,
         };
         let member: Vec<bool> = {
             let mut m = vec![false; self.cluster.nodes.len()];
@@ -360,23 +582,10 @@ impl Prepared<'_> {
         if self.opts.mode == Mode::Improved {
             groups.retain(|g| !g.nodes.is_empty());
         }
-        groups.sort_by_key(|g| std::cmp::Reverse(g.nodes.len()));
-        let is_master = |n: &usize| self.cluster.nodes[*n].master;
-        for g in &mut groups {
-            let (mut rest, masters): (Vec<usize>, Vec<usize>) =
-                g.nodes.iter().partition(|n| !is_master(n));
-            rest.extend(masters);
-            g.nodes = rest;
-        }
-        let (mut out, with_master): (Vec<RebootGroup>, Vec<RebootGroup>) = groups
-            .into_iter()
-            .partition(|g| !g.nodes.iter().any(is_master));
-        out.extend(with_master);
-        Ok(Plan {
-            groups: out,
-            stats_line: stats,
+        Ok(Solved {
+            groups,
             strategy,
-            htools_algorithm_groups: htools_groups,
+            htools_groups,
         })
     }
 
