@@ -473,6 +473,20 @@ fn software_raid_on_canned_mdstat() {
     assert_eq!(inactive.status, DiagnoseStatus::EvacuateFailover);
     assert_eq!(inactive.details["arrays"]["md127"]["state"], "inactive");
 
+    // Intel firmware RAID: the container is always inactive; the array inside is judged.
+    root.canned("/proc/mdstat", "mdstat/imsm.txt");
+    root.tool(
+        "/usr/sbin/mdadm",
+        &[(
+            "--detail /dev/md126",
+            Reply::Canned("mdstat/detail-clean.txt"),
+        )],
+    );
+    let imsm = diagnose("software-raid", &root);
+    assert_eq!(imsm.status, DiagnoseStatus::Ok, "{imsm:?}");
+    assert_eq!(imsm.details["arrays"]["md127"]["state"], "container");
+    assert_eq!(imsm.details["arrays"]["md126"]["state"], "clean");
+
     root.canned("/proc/mdstat", "mdstat/garbage.txt");
     diagnose_unknown("software-raid", &root, "unexpected line");
     root.canned("/proc/mdstat", "mdstat/healthy.txt");
