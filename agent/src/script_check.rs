@@ -605,7 +605,18 @@ pub async fn check_script(
         return Err(CheckError::NotRoot);
     }
     let (facts, metadata) = facts_of(path)?;
-    let whitelist = whitelist_findings(&facts, &dir_facts(path, diagnose_dir), diagnose_dir);
+    let dir = dir_facts(path, diagnose_dir);
+    let mut whitelist = whitelist_findings(&facts, &dir, diagnose_dir);
+    // In place, the agent's own whitelist has the last word (it also checks, for instance,
+    // every directory on the path from /).
+    if dir.is_diagnose_dir
+        && !whitelist
+            .iter()
+            .any(|finding| finding.severity == Severity::Problem)
+        && let Err(error) = Whitelist::new(diagnose_dir).open(&facts.name)
+    {
+        whitelist.push(Finding::problem(format!("the agent refuses it: {error}")));
+    }
     let mut report = Report {
         file: path.display().to_string(),
         sandbox: format!(

@@ -9,6 +9,10 @@
 //! `/usr/bin/python3` is missing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the example scripts directly, as the agent would"
+)]
 
 mod support;
 

@@ -4,6 +4,10 @@
 //! root (the check runs scripts as root, from root-owned copies); skips otherwise.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the nodecare-agent binary"
+)]
 
 use std::os::unix::fs::{PermissionsExt, chown, symlink};
 use std::path::{Path, PathBuf};
