@@ -244,11 +244,18 @@ fn every_example_is_whitelistable_and_documented() {
 }
 
 #[test]
-fn every_new_script_refuses_stray_arguments() {
+fn every_script_refuses_stray_arguments() {
     if !have_python() {
         return;
     }
-    for (kind, names) in [("diagnose", &NEW_DIAGNOSE[..]), ("repair", &NEW_REPAIR[..])] {
+    let older_diagnose = ["smart-disks", "ecc-memory"];
+    let older_repair = ["rescan-scsi-host", "restart-failed-unit"];
+    for (kind, names) in [
+        ("diagnose", &NEW_DIAGNOSE[..]),
+        ("repair", &NEW_REPAIR[..]),
+        ("diagnose", &older_diagnose[..]),
+        ("repair", &older_repair[..]),
+    ] {
         for name in names {
             let output = Command::new(example(kind, name))
                 .arg("--verbose")
