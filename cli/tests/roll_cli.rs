@@ -44,13 +44,23 @@ fn shared_storage_is_redundant() {
         &f,
     );
     assert_eq!(stdout(&compat), "n2\n");
+    // It is live-migrated away before n1 reboots.
+    let ours = roll(&["--no-headers", "--print-moves"], &f);
+    assert!(ours.status.success(), "{}", stderr(&ours));
+    assert_eq!(stdout(&ours), "n2\nn1\n  i1 n2\n");
+    // With --skip-non-redundant, n1 could only reboot in a group of its own,
+    // beyond hroller's one group: it is skipped, and named.
     let ours = roll(
         &["--no-headers", "--skip-non-redundant", "--print-moves"],
         &f,
     );
     assert!(ours.status.success(), "{}", stderr(&ours));
-    // It is still live-migrated away before n1 reboots.
-    assert_eq!(stdout(&ours), "n2\nn1\n  i1 n2\n");
+    assert_eq!(stdout(&ours), "n2\n");
+    assert_eq!(
+        stderr(&ours),
+        "Warning: node n1 is skipped: it would need a reboot group beyond hroller's plan \
+         (run without --skip-non-redundant to include it)\n"
+    );
 }
 
 #[test]
@@ -105,7 +115,8 @@ fn skip_non_redundant_skips_what_cannot_be_kept_up_and_says_so() {
     // n3's rbd instance fits nowhere. hroller skips n2 and n3 for their
     // non-DRBD instances, yet still fails on n3's instance (unselected nodes
     // take part in its simulation). nodecare live-migrates n2's instance
-    // and skips n3 with a warning. n4's DRBD instance has its secondary on
+    // (onto n4, which does not reboot), so n2 joins n1's group, and skips
+    // n3 with a warning. n4's DRBD instance has its secondary on
     // the offline n5: it cannot migrate, so n4 is skipped and named.
     let f = data(&format!(
         "{GROUPS}n1|8192|0|8000|10000|10000|4|M|u\nn2|8192|0|8000|10000|10000|4|N|u\n\
@@ -127,7 +138,7 @@ fn skip_non_redundant_skips_what_cannot_be_kept_up_and_says_so() {
         &f,
     );
     assert!(ours.status.success(), "{}", stderr(&ours));
-    assert_eq!(stdout(&ours), "n2\n  i1 n1\nn1\n");
+    assert_eq!(stdout(&ours), "n2,n1\n  i1 n4\n");
     assert_eq!(
         stderr(&ours),
         "Warning: node n4 is skipped: its running instance i3 cannot migrate \

@@ -123,11 +123,35 @@ pub struct Plan {
     /// Groups the htools algorithm produces under the same semantics, when
     /// it succeeds (improved mode only).
     pub htools_algorithm_groups: Option<usize>,
-    /// Selected nodes left out of the plan (`--skip-non-redundant`): their
-    /// running shared-storage instances cannot be moved anywhere.
+    /// Selected nodes left out of the plan (`--skip-non-redundant`): nodes
+    /// hroller skips for stopped or shared-storage instances whose running
+    /// instances cannot be moved anywhere, or that would need a group
+    /// beyond those of the nodes hroller plans.
     pub skipped: Vec<usize>,
     /// Non-fatal messages about the plan (one per skipped node).
     pub warnings: Vec<String>,
+}
+
+/// Why `--skip-non-redundant` leaves out a node that hroller would skip too
+/// (stopped or shared-storage instances) but nodecare could reboot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    /// Its running instances fit nowhere, even when it reboots alone.
+    CannotMove,
+    /// Rebooting it would add a group to the plan of hroller's nodes.
+    ExtraGroup,
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::CannotMove => "its running instances cannot be moved off it",
+            Self::ExtraGroup => {
+                "it would need a reboot group beyond hroller's plan \
+                 (run without --skip-non-redundant to include it)"
+            }
+        })
+    }
 }
 
 /// Reboot groups of one planning run, before the final ordering.
@@ -148,8 +172,8 @@ pub struct Prepared<'c> {
     /// `--skip-non-redundant` (nodecare's semantics): selected nodes that
     /// hroller would skip, because they host instances without a DRBD
     /// secondary that are stopped or on shared storage (live-migratable).
-    /// They are planned together with the others when that costs those no
-    /// extra group, and apart otherwise (see [`Prepared::solve`]).
+    /// They are planned only where they fit into the others' groups without
+    /// adding one (see [`Prepared::solve`]).
     extras: Vec<usize>,
     /// Non-fatal messages (e.g. a missing master with `--force`).
     pub warnings: Vec<String>,
@@ -415,60 +439,47 @@ impl<'c> Prepared<'c> {
             return Ok(self.finish(joint?, stats, Vec::new()));
         }
         // `--skip-non-redundant`: hroller plans only the core nodes. The
-        // extras join them when that costs the core no extra group;
-        // otherwise they are planned apart, after the core (each group's
-        // moves are relative to the original layout, so groups over
-        // disjoint nodes combine freely).
+        // extras are rebooted only where they fit without adding a group
+        // to the core's plan, so the plan never has more groups than
+        // hroller's; the others are skipped with a warning.
         let core: Vec<usize> = self
             .selected
             .iter()
             .copied()
             .filter(|n| !self.extras.contains(n))
             .collect();
-        let core_solved = if core.is_empty() {
-            None
-        } else {
-            let sub = self.restricted(&core)?;
-            Some(sub.solve_groups(&htools_colourings(&sub.graph)))
-        };
-        if let Ok(j) = &joint {
-            let with_core = j
-                .groups
-                .iter()
-                .filter(|g| g.nodes.iter().any(|n| core.contains(n)))
-                .count();
-            let fine = match &core_solved {
-                Some(Ok(c)) => with_core <= c.groups.len(),
-                _ => true,
-            };
-            if fine {
-                return Ok(self.finish(joint?, stats, Vec::new()));
-            }
-        }
-        let mut solved = match core_solved {
-            Some(c) => c?,
-            None => Solved {
+        let (base, bound) = if core.is_empty() {
+            let base = Solved {
                 groups: Vec::new(),
                 strategy: String::new(),
                 htools_groups: Some(0),
-            },
-        };
-        let (extra, skipped) = self.solve_extras();
-        if let Some(e) = extra {
-            solved.groups.extend(e.groups);
-            solved.htools_groups = solved
-                .htools_groups
-                .zip(e.htools_groups)
-                .map(|(a, b)| a + b);
-            solved.strategy = if solved.strategy.is_empty() {
-                e.strategy
-            } else {
-                format!(
-                    "{}; nodes with stopped or shared-storage instances apart: {}",
-                    solved.strategy, e.strategy
-                )
             };
+            // hroller plans the nodes named in the skip warnings (at least
+            // one group), or nothing at all (then it fails, and there is no
+            // plan to stay within).
+            let bound = (!self.skip_warnings.is_empty()).then_some(1);
+            (base, bound)
+        } else {
+            let sub = self.restricted(&core)?;
+            match sub.solve_groups(&htools_colourings(&sub.graph)) {
+                Ok(c) => {
+                    let n = c.groups.len();
+                    (c, Some(n))
+                }
+                // The core alone fails (hroller has no plan either): the
+                // joint plan, if there is one.
+                Err(e) => return Ok(self.finish(joint.map_err(|_| e)?, stats, Vec::new())),
+            }
+        };
+        if let Ok(j) = &joint
+            && bound.is_none_or(|b| j.groups.len() <= b)
+        {
+            return Ok(self.finish(joint?, stats, Vec::new()));
         }
+        let (solved, skipped) = match bound {
+            Some(b) => self.fit_extras(&core, base, b),
+            None => self.solve_extras(),
+        };
         let plan = self.finish(solved, stats, skipped);
         if plan.groups.is_empty() {
             // Every node is skipped: say why, node by node.
@@ -482,33 +493,90 @@ impl<'c> Prepared<'c> {
         Ok(plan)
     }
 
-    /// Plans the extras on their own. Extras whose instances cannot be moved
-    /// even when they reboot alone are skipped (returned second).
-    fn solve_extras(&self) -> (Option<Solved>, Vec<usize>) {
-        let attempt = |members: &[usize]| -> Option<Solved> {
-            let sub = self.restricted(members).ok()?;
-            sub.solve_groups(&htools_colourings(&sub.graph)).ok()
+    /// Solves `members` (ascending) on their own.
+    fn attempt(&self, members: &[usize]) -> Option<Solved> {
+        let sub = self.restricted(members).ok()?;
+        sub.solve_groups(&htools_colourings(&sub.graph)).ok()
+    }
+
+    /// Adds the extras one by one (ascending) to the core's plan `base`,
+    /// keeping each that leaves the plan within `bound` groups; the others
+    /// are skipped (returned second, with the reason).
+    fn fit_extras(
+        &self,
+        core: &[usize],
+        base: Solved,
+        bound: usize,
+    ) -> (Solved, Vec<(usize, Skip)>) {
+        let mut members = core.to_vec();
+        let mut current = base;
+        let mut fitted = 0;
+        let mut skipped = Vec::new();
+        for &e in &self.extras {
+            let mut trial = members.clone();
+            trial.push(e);
+            trial.sort_unstable();
+            match self.attempt(&trial) {
+                Some(s) if s.groups.len() <= bound => {
+                    members = trial;
+                    current = s;
+                    fitted += 1;
+                }
+                // It can reboot with the others, only not without a group
+                // more.
+                Some(_) => skipped.push((e, Skip::ExtraGroup)),
+                None => {
+                    let why = match self.attempt(&[e]) {
+                        Some(_) => Skip::ExtraGroup,
+                        None => Skip::CannotMove,
+                    };
+                    skipped.push((e, why));
+                }
+            }
+        }
+        if fitted > 0 {
+            current.strategy = format!(
+                "{}; {fitted} of {} nodes with stopped or shared-storage instances \
+                 fitted into those groups",
+                current.strategy,
+                self.extras.len()
+            );
+        }
+        (current, skipped)
+    }
+
+    /// Plans the extras on their own (no core, and hroller plans nothing).
+    /// Extras whose instances cannot be moved even when they reboot alone
+    /// are skipped (returned second).
+    fn solve_extras(&self) -> (Solved, Vec<(usize, Skip)>) {
+        let cannot = |ns: Vec<usize>| ns.into_iter().map(|n| (n, Skip::CannotMove)).collect();
+        let empty = || Solved {
+            groups: Vec::new(),
+            strategy: String::new(),
+            htools_groups: Some(0),
         };
-        if let Some(s) = attempt(&self.extras) {
-            return (Some(s), Vec::new());
+        if let Some(s) = self.attempt(&self.extras) {
+            return (s, Vec::new());
         }
-        let (kept, mut skipped): (Vec<usize>, Vec<usize>) =
-            self.extras.iter().partition(|&&n| attempt(&[n]).is_some());
+        let (kept, mut skipped): (Vec<usize>, Vec<usize>) = self
+            .extras
+            .iter()
+            .partition(|&&n| self.attempt(&[n]).is_some());
         if kept.is_empty() {
-            return (None, skipped);
+            return (empty(), cannot(skipped));
         }
-        match attempt(&kept) {
-            Some(s) => (Some(s), skipped),
+        match self.attempt(&kept) {
+            Some(s) => (s, cannot(skipped)),
             None => {
                 skipped.extend(kept);
                 skipped.sort_unstable();
-                (None, skipped)
+                (empty(), cannot(skipped))
             }
         }
     }
 
     /// Orders the groups (largest first, master last) and assembles the plan.
-    fn finish(&self, solved: Solved, stats_line: String, skipped: Vec<usize>) -> Plan {
+    fn finish(&self, solved: Solved, stats_line: String, skipped: Vec<(usize, Skip)>) -> Plan {
         let mut groups = solved.groups;
         groups.sort_by_key(|g| std::cmp::Reverse(g.nodes.len()));
         let is_master = |n: &usize| self.cluster.nodes[*n].master;
@@ -524,13 +592,9 @@ impl<'c> Prepared<'c> {
         out.extend(with_master);
         let warnings = skipped
             .iter()
-            .map(|&n| {
-                format!(
-                    "node {} is skipped: its running instances cannot be moved off it",
-                    self.cluster.nodes[n].name
-                )
-            })
+            .map(|&(n, why)| format!("node {} is skipped: {why}", self.cluster.nodes[n].name))
             .collect();
+        let skipped = skipped.into_iter().map(|(n, _)| n).collect();
         Plan {
             groups: out,
             stats_line,
