@@ -26,7 +26,14 @@ fn main() -> ExitCode {
         return check_config(&config);
     }
     nodecare_agent::logging::init(&config.log);
-    let result = match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    // Processes that escape a script's process group become ours and die with its run; the
+    // daemon also kills what a previous instance, killed mid-run, left running.
+    let ledger = matches!(command, Command::Serve).then(|| config.state_dir.join("runs"));
+    if let Err(error) = nodecare_collectors::runner::init_reaper(ledger.as_deref()) {
+        tracing::warn!(%error, "cannot collect the orphans of scripts");
+    }
+    let result = match command {
         Command::Serve => runtime().and_then(|rt| rt.block_on(serve(config))),
         Command::Diagnose { once } => runtime().and_then(|rt| rt.block_on(diagnose(config, once))),
         Command::Verify { node, min_sequence } => {

@@ -16,8 +16,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nodecare_collectors::diagnose::{self, DiagnoseConfig, ScriptCheckError};
 use nodecare_collectors::runner::{ExecError, ExecLimits, ExecOutput, Runner};
-use nodecare_collectors::whitelist::{ALLOWED_MODE, Whitelist, is_valid_name};
+use nodecare_collectors::whitelist::{ALLOWED_MODE, Owner, Whitelist, is_valid_name};
 use nodecare_protocol::verdict::VerdictError;
 use nodecare_protocol::{DiagnoseStatus, ScriptVerdict};
 use serde_json::Value;
@@ -640,15 +641,26 @@ pub async fn check_script(
         "script".to_owned()
     };
     let (dir, _copy) = sandbox_copy(path, &name)?;
-    let executable = Whitelist::new(dir.path())
-        .open(&name)
-        .map_err(|error| CheckError::Sandbox(error.to_string()))?;
+    // The copy runs exactly as a diagnose round runs a script: the collector's one-script check.
+    let config = DiagnoseConfig {
+        dir: dir.path().to_path_buf(),
+        owner: Owner::ROOT,
+        only: None,
+        limits,
+        ..DiagnoseConfig::default()
+    };
     let runner = Runner::new(1);
     for index in 0..runs.max(1) {
         if index > 0 {
             tokio::time::sleep(PAUSE_BETWEEN_RUNS).await;
         }
-        let result = runner.run(&executable, None, &limits).await;
+        let result = match diagnose::check_script(&config, &name, &runner).await {
+            Ok((_, output)) | Err(ScriptCheckError::NoVerdict { output, .. }) => Ok(output),
+            Err(ScriptCheckError::Run(error)) => Err(error),
+            Err(ScriptCheckError::Refused(error)) => {
+                return Err(CheckError::Sandbox(error.to_string()));
+            }
+        };
         report.runs.push(examine_run(&result));
     }
     Ok(report)

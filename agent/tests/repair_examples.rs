@@ -3,6 +3,10 @@
 //! `/usr/bin/python3` is missing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the example scripts directly"
+)]
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::config::{Config, DEFAULT_CONFIG_PATH, EXIT_CONFIG, EXIT_NOT_MASTER};
 use crate::daemon::Coordinator;
 use crate::ganeti::Ganeti;
-use crate::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use crate::ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
 use crate::reconcile::RoundError;
 use anyhow::Context as _;
 use clap::Parser;

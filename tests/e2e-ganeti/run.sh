@@ -113,7 +113,7 @@ master_healthy S0
 log "S0 RAPI client against the real cluster"
 # The test profile, so that CI reuses the test binaries its test run has built already.
 # When a job wait fails the test repairs the cluster with master-daemons.sh and waits once more.
-if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env NODECARE_GNT_MASTER_HEAL="$GNT/master-daemons.sh" cargo test --locked -p nodecare-coordinator \
+if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env NODECARE_GNT_MASTER_HEAL="$GNT/master-daemons.sh" cargo test --locked -p nodecare-ganeti \
   --test rapi_real_ganeti -- --nocapture) >"$S/logs/s0.log" 2>&1; then
   pass "S0 RAPI client: pinned v1 cert, drain/undrain, migrate diskless, tags, job wait, reason trail, OpPrereqError"
 else

@@ -4,7 +4,7 @@ mod crash;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};
-use nodecare_coordinator::simulation::model::JobFailureRule;
+use nodecare_ganeti_sim::model::JobFailureRule;
 use nodecare_tests::fake_agent::{RepairBehaviour, verdict};
 use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
@@ -220,8 +220,7 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
     fake.set_verdict(evacuate());
     let mut config = h.config.clone();
     config.agents.overrides.insert(node(3), fake.url());
-    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
-        std::sync::Arc::new(h.sim.clone());
+    let ganeti: std::sync::Arc<dyn nodecare_ganeti::Ganeti> = std::sync::Arc::new(h.sim.client());
     h.coordinator =
         nodecare_coordinator::daemon::Coordinator::new(&config, node(1), ganeti, h.key.clone())
             .unwrap();
@@ -239,8 +238,7 @@ async fn non_master_refuses_to_act() {
     let h = Harness::new(2, "", |c| c.node_name = Some(node(2)))
         .await
         .unwrap();
-    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
-        std::sync::Arc::new(h.sim.clone());
+    let ganeti: std::sync::Arc<dyn nodecare_ganeti::Ganeti> = std::sync::Arc::new(h.sim.client());
     let mut coordinator =
         nodecare_coordinator::daemon::Coordinator::new(&h.config, node(2), ganeti, h.key.clone())
             .unwrap();

@@ -889,6 +889,11 @@ pub fn finished_record(
                 limit.as_secs_f64()
             ));
         }
+        RunEnd::StdoutOverflow(cap) => {
+            // Not under the policy repairs run with; recorded as a failure all the same.
+            record.state = RepairState::Failed;
+            record.error = Some(format!("wrote more than {cap} bytes to stdout"));
+        }
         RunEnd::SpawnFailed(reason) => {
             record.state = RepairState::Failed;
             record.error = Some(format!("cannot start the command: {reason}"));
