@@ -1,8 +1,9 @@
 //! `nodecare-agent script check FILE`: tells a diagnose script's author, in plain words, what the
 //! agent would make of the script.
 //!
-//! The script runs a few times in the agent's own sandbox (the whitelist's checked descriptor,
-//! the runner: as root, empty environment but the fixed `PATH`, time limit, stdout cap), from a
+//! The script runs a few times exactly as a diagnose round runs it
+//! ([`nodecare_collectors::diagnose::check_script`]: the whitelist's checked descriptor in the one
+//! executor, as root, empty environment but the fixed `PATH`, time limit, stdout cap), from a
 //! private root-owned copy so that every problem shows at once, even when the file itself would
 //! be refused. The report has four parts: whitelist problems (name, file type, owner, mode,
 //! location), each run's verdict, output problems (not one JSON object, an unknown status,
