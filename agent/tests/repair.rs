@@ -32,7 +32,7 @@ async fn runs_a_command_with_the_verdict_on_stdin_in_an_empty_environment() {
     assert_eq!(record["state"], "succeeded", "{record}");
     assert_eq!(record["exit_code"], 0);
     assert!(record["duration_ms"].as_u64().is_some());
-    assert!(record["finished_at"].as_u64() >= record["started_at"].as_u64());
+    assert!(record["finished_at_ms"].as_u64() >= record["started_at_ms"].as_u64());
     let stdout = record["stdout"].as_str().unwrap();
     let stdin_line = stdout
         .lines()

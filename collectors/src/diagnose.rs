@@ -17,10 +17,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nodecare_protocol::report::ReportKind;
-use nodecare_protocol::{DiagnoseStatus, NodeVerdict, ScriptVerdict};
+use nodecare_protocol::{DiagnoseStatus, NodeVerdict, ScriptVerdict, now_ms};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -149,14 +149,6 @@ pub struct DiagnoseRun {
     pub verdict: NodeVerdict,
     /// When the run finished, Unix milliseconds.
     pub collected_at_ms: u64,
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 fn merge_or_unknown(verdicts: BTreeMap<String, ScriptVerdict>) -> NodeVerdict {
@@ -611,6 +603,15 @@ mod tests {
             (
                 output(ExitStatus::Code(0), b"", b""),
                 "invalid output: output is empty",
+            ),
+            // A repeated key is not read by its last value: the verdict is unknown.
+            (
+                output(
+                    ExitStatus::Code(0),
+                    br#"{"status":"evacuate","status":"Ok"}"#,
+                    b"",
+                ),
+                "repeated key \"status\"",
             ),
             (
                 Err(ExecError::Timeout {
