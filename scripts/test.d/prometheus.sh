@@ -16,10 +16,9 @@ promtool check rules packaging/prometheus/nodecare.rules.yml
 
 out="target/metrics"
 rm -rf "$out"
-NODECARE_METRICS_OUT="$PWD/$out" cargo nextest run --locked --no-fail-fast \
-  -p nodecare-tests --test coordinator -E 'test(metrics_and_webhook)' >/dev/null
-NODECARE_METRICS_OUT="$PWD/$out" cargo nextest run --locked --no-fail-fast \
-  -p nodecare-agent -E 'test(metrics_show_script_runs)' >/dev/null
+# --workspace: the same build as the workspace's test run, nothing recompiled.
+NODECARE_METRICS_OUT="$PWD/$out" cargo nextest run --workspace --locked --no-fail-fast \
+  -E 'test(metrics_and_webhook_follow_an_evacuation) | test(metrics_show_script_runs)' >/dev/null
 for scraped in coordinator agent; do
   [ -s "$out/$scraped.txt" ] || { echo "prometheus: no scraped $scraped metrics in $out" >&2; exit 1; }
   echo "promtool check metrics: $scraped"
