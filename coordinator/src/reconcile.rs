@@ -554,13 +554,19 @@ impl Reconciler {
             .filter(|i| i.action.is_evacuation() && i.repair_status == RepairStatus::Pending)
             .map(|i| i.node.clone())
             .collect();
+        let with_incidents: Vec<String> = incidents
+            .iter()
+            .filter(|i| i.is_active())
+            .map(|i| i.node.clone())
+            .collect();
         let mut round = Round::new(
             nodes,
             instances,
             in_flight,
             evacuating,
             self.settings.budget,
-        );
+        )
+        .with_active_incidents(with_incidents);
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
 
         // Failed incidents still owe their failure tag.

@@ -134,6 +134,7 @@ impl From<RapiNode> for ganeti::Node {
             secondary_instances: w.sinst_list,
             memory_free: w.mfree,
             memory_total: w.mtotal,
+            disk_free: w.dfree,
         }
     }
 }
@@ -178,6 +179,7 @@ impl From<RapiInstance> for ganeti::Instance {
             status: w.status,
             memory: (w.beparams.maxmem > 0).then_some(w.beparams.maxmem),
             tags: w.tags,
+            disk_sizes: w.disk_sizes,
         }
     }
 }
