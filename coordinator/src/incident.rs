@@ -388,6 +388,18 @@ impl Incident {
         }
     }
 
+    /// Whether the operator removed this incident's tag from the node (whose tags are
+    /// `node_tags`) and the acknowledgement is still to be recorded: at most once per incident.
+    pub fn awaits_acknowledgement(&self, node_tags: &[String]) -> bool {
+        self.tag_applied
+            && !self.acknowledged
+            && matches!(
+                self.repair_status,
+                RepairStatus::Completed | RepairStatus::Failed
+            )
+            && !node_tags.contains(&self.tag)
+    }
+
     /// Whether actions may still be taken.
     pub const fn is_active(&self) -> bool {
         self.repair_status.is_active()
@@ -446,6 +458,28 @@ mod tests {
             "fp",
             100.0,
         )
+    }
+
+    #[test]
+    fn acknowledgement_is_due_once_and_only_when_the_applied_tag_is_gone() {
+        let mut i = incident();
+        let tagged = vec![i.tag.clone()];
+        // Not tagged yet: nothing to acknowledge.
+        assert!(!i.awaits_acknowledgement(&[]));
+        i.apply(Event::ActionStarted("draining".into()), 101.0)
+            .unwrap();
+        i.apply(Event::TagApplied, 102.0).unwrap();
+        assert!(!i.awaits_acknowledgement(&tagged));
+        assert!(i.awaits_acknowledgement(&[]));
+        i.apply(Event::TagRemoved, 103.0).unwrap();
+        // Recorded: never due again.
+        assert!(!i.awaits_acknowledgement(&[]));
+        // A failed incident's tag is acknowledged the same way.
+        let mut f = incident();
+        f.apply(Event::ActionFailed("x".into()), 101.0).unwrap();
+        assert!(!f.awaits_acknowledgement(&[]));
+        f.apply(Event::TagApplied, 102.0).unwrap();
+        assert!(f.awaits_acknowledgement(&["other".into()]));
     }
 
     #[test]

@@ -506,18 +506,10 @@ impl Reconciler {
     fn check_tags(&self, nodes: &[Node]) -> Result<(), RoundError> {
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
         for mut incident in self.store.incidents()? {
-            if !incident.tag_applied
-                || !matches!(
-                    incident.repair_status,
-                    RepairStatus::Completed | RepairStatus::Failed
-                )
-            {
-                continue;
-            }
             let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
                 continue;
             };
-            if node.tags.contains(&incident.tag) {
+            if !incident.awaits_acknowledgement(&node.tags) {
                 continue;
             }
             match incident.apply(Event::TagRemoved, now_s()) {

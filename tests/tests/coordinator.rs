@@ -76,6 +76,129 @@ async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
     assert!(h.incidents().unwrap().is_empty());
 }
 
+/// Collects the coordinator's log lines of the current thread.
+#[derive(Clone, Default)]
+struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogLines {
+    fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Issue 11, defect 6: acknowledging (tag removed) is recorded, saved and logged once, not
+/// every round while the verdict is still observed.
+#[tokio::test(flavor = "current_thread")]
+async fn acknowledgement_happens_once() {
+    let lines = LogLines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut h = Harness::new(4, "b:diskless:2", |_| {}).await.unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    assert!(
+        h.until(20, |i| i.len() == 1
+            && i[0].repair_status == RepairStatus::Completed)
+            .await
+            .unwrap()
+    );
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
+    h.round().await.unwrap();
+    let acknowledged = h.incidents().unwrap().remove(0);
+    assert!(acknowledged.acknowledged);
+    // Still observed: the incident stays, and nothing about it changes any more.
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let later = h.incidents().unwrap().remove(0);
+    assert_eq!(later, acknowledged);
+    let text = lines.text();
+    assert_eq!(
+        text.matches("tag removed; acknowledged").count(),
+        1,
+        "{text}"
+    );
+}
+
+/// Issue 11, defect 1: with one node drained by nodecare's incident, a node drained by hand
+/// whose agent says `evacuate` waits with `blocked_by` while the budget is used, and is emptied
+/// once the operator undrains the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_drained_node_waits_while_the_budget_is_used() {
+    let mut h = Harness::new(4, "a:diskless:3,b:diskless:2,c:sharedfile:2", |_| {})
+        .await
+        .unwrap();
+    h.agents.get(&node(3)).unwrap().set_verdict(evacuate());
+    assert!(
+        h.until(20, |i| i.len() == 1
+            && i[0].repair_status == RepairStatus::Completed)
+            .await
+            .unwrap()
+    );
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().drained = true);
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdc"}), None));
+    for _ in 0..5 {
+        h.round().await.unwrap();
+    }
+    let waiting = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(2))
+        .unwrap();
+    assert!(
+        waiting
+            .blocked_by
+            .as_deref()
+            .is_some_and(|b| b.contains("safety budget") && b.contains(&node(3))),
+        "{waiting:#?}"
+    );
+    assert!(waiting.jobs.is_empty(), "{waiting:#?}");
+    let on_node2 = |h: &Harness| {
+        h.sim
+            .with_cluster(|c| c.instances.values().filter(|i| i.pnode == node(2)).count())
+    };
+    assert_eq!(on_node2(&h), 2);
+    // The operator returns node 3 to service: node 2's evacuation proceeds.
+    h.sim.with_cluster(|c| {
+        let n3 = c.nodes.get_mut(&node(3)).unwrap();
+        n3.drained = false;
+        n3.tags.clear();
+    });
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    assert_eq!(on_node2(&h), 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_instance_fails_the_incident_explicitly() {
     let mut h = Harness::new(3, "p:plain:2", |_| {}).await.unwrap();
