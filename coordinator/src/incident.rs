@@ -146,6 +146,9 @@ pub struct Incident {
     pub tag_applied: bool,
     /// Whether an operator removed the tag (maintd's acknowledgement).
     pub acknowledged: bool,
+    /// When the acknowledgement was seen, Unix seconds.
+    #[serde(default)]
+    pub acknowledged_at: Option<f64>,
     /// Why no action is taken right now (safety budget, node busy), if so.
     pub blocked_by: Option<String>,
     /// Why the incident failed, if it did.
@@ -229,6 +232,7 @@ impl Incident {
             observed: true,
             tag_applied: false,
             acknowledged: false,
+            acknowledged_at: None,
             blocked_by: None,
             failure: None,
             history: Vec::new(),
@@ -344,6 +348,7 @@ impl Incident {
                 }
                 if !self.acknowledged {
                     self.acknowledged = true;
+                    self.acknowledged_at = Some(now);
                     let event = format!("acknowledged: tag {} removed", self.tag);
                     self.touch(now, &event);
                 }

@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use uuid::Uuid;
 
 use nodecare_protocol::DiagnoseStatus;
@@ -70,23 +69,7 @@ pub enum RoundError {
 }
 
 /// What the last round did, for the status API.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RoundSummary {
-    /// Round number since start.
-    pub number: u64,
-    /// Unix ms when it started.
-    pub started_ms: u64,
-    /// Duration in ms.
-    pub duration_ms: u64,
-    /// Agents read.
-    pub agents: usize,
-    /// Agents that did not give a verified report.
-    pub agents_failed: usize,
-    /// Jobs submitted in this round.
-    pub jobs_submitted: usize,
-    /// Error that ended the round early, if any.
-    pub error: Option<String>,
-}
+pub use nodecare_protocol::status::RoundSummary;
 
 /// State shared with the HTTP API.
 #[derive(Debug, Default)]

@@ -6,12 +6,14 @@
 //! - [`canonical`]: RFC 8785 canonical JSON and verdict fingerprints.
 //! - [`sign`]: the HMAC-SHA256 signed envelope, keyed by the cluster HMAC key.
 //! - [`diagnose`]: the payload of the signed diagnose report.
+//! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 
 pub mod canonical;
 pub mod diagnose;
 pub mod repair;
 pub mod report;
 pub mod sign;
+pub mod status;
 pub mod verdict;
 
 pub use canonical::{CanonicalError, canonical_bytes, fingerprint_of};

@@ -352,8 +352,8 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
     assert_eq!(summary.agents_failed, 2);
     assert!(h.incidents().unwrap().is_empty());
     let agents = h.coordinator.api().board.agents.read().unwrap().clone();
-    assert_eq!(agents[&node(2)].state, "unreachable");
-    assert_eq!(agents[&node(3)].state, "unverifiable");
+    assert_eq!(agents[&node(2)].state.as_str(), "unreachable");
+    assert_eq!(agents[&node(3)].state.as_str(), "unverifiable");
     assert!(h.sim.submissions().is_empty());
 }
 
@@ -453,5 +453,10 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     let overview = get_json(&client, format!("{base}/1/overview")).await;
     assert_eq!(overview["incidents"][0]["repair-status"], "canceled");
     assert_eq!(overview["agents"].as_array().unwrap().len(), 3);
+    // What `nodecare status` decodes: the coordinator's answer fits the wire types.
+    let typed: nodecare_protocol::status::Overview =
+        serde_json::from_value(overview.clone()).unwrap();
+    assert_eq!(typed.incidents[0].repair_status, "canceled");
+    assert!(!typed.incidents[0].tag_applied);
     server.abort();
 }
