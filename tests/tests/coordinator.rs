@@ -49,6 +49,11 @@ async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
     assert!(drained);
     assert!(left.is_empty(), "{left:?}");
     assert!(h.sim.duplicate_intents().is_empty());
+    // maintd's /1/evacuated lists what was moved off the node.
+    let moved = nodecare_coordinator::http::evacuated_instances(
+        &h.coordinator.api().store.intents().unwrap(),
+    );
+    assert_eq!(moved, vec!["a.sim.test", "b.sim.test", "c.sim.test"]);
     // Every job carries our reason with the incident uuid.
     let ours: Vec<_> = h
         .sim
@@ -430,6 +435,15 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     let id = entry["id"].as_str().unwrap().to_owned();
     let jobs = get_json(&client, format!("{base}/1/jobs")).await;
     assert!(jobs.is_array());
+    // maintd's /1/evacuated (nothing evacuated here).
+    assert_eq!(
+        status_of(client.get(format!("{base}/1/evacuated"))).await,
+        200
+    );
+    assert_eq!(
+        get_json(&client, format!("{base}/1/evacuated")).await,
+        json!([])
+    );
     assert_eq!(
         status_of(client.get(format!("{base}/1/incidents/{id}"))).await,
         200
