@@ -1,5 +1,6 @@
 //! `nodecare status` against a canned coordinator: the tables people read, compared with golden
 //! files under `tests/status/` (regenerate with `UPDATE_GOLDEN=1`), and clear errors.
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -21,7 +22,7 @@ fn coordinator(answers: Vec<(&'static str, String)>) -> String {
                 line.clear();
             }
             let mut stream = reader.into_inner();
-            let _ = write!(
+            let _ignored = write!(
                 stream,
                 "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                 body.len()
