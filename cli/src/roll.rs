@@ -9,7 +9,7 @@ use nodecare_roll::cluster::Cluster;
 use nodecare_roll::from_rapi::{RapiAnswers, cluster_from_rapi};
 use nodecare_roll::htext;
 use nodecare_roll::render::{self, TextOptions};
-use nodecare_roll::schedule::{FailureDomains, Mode, RollOptions, prepare};
+use nodecare_roll::schedule::{FailureDomains, Mode, RollOptions, check_masters, prepare};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum OutputFormat {
@@ -102,19 +102,29 @@ pub(crate) trait ClusterSource {
     fn load(&self) -> Result<Cluster, String>;
 }
 
-struct TextFile(PathBuf);
+struct TextFile {
+    path: PathBuf,
+    /// Word parse errors as hroller does.
+    hroller_compat: bool,
+}
 
 impl ClusterSource for TextFile {
     fn load(&self) -> Result<Cluster, String> {
-        let path = self.0.display();
-        let bytes = std::fs::read(&self.0).map_err(|e| format!("{path}: {e}"))?;
+        let path = self.path.display();
+        let bytes = std::fs::read(&self.path).map_err(|e| format!("{path}: {e}"))?;
         let text = String::from_utf8(bytes).map_err(|e| {
             format!(
                 "{path}: not valid UTF-8 (at byte {})",
                 e.utf8_error().valid_up_to()
             )
         })?;
-        htext::parse(&text).map_err(|e| format!("{path}: {e}"))
+        htext::parse(&text).map_err(|e| {
+            if self.hroller_compat {
+                e.htools_text()
+            } else {
+                format!("{path}: {e}")
+            }
+        })
     }
 }
 
@@ -181,7 +191,10 @@ fn source(args: &RollArgs) -> Result<Box<dyn ClusterSource>, String> {
         return Err("Only one of the rapi, luxi, and data files options should be given.".into());
     }
     if let Some(t) = &args.text_data {
-        return Ok(Box::new(TextFile(t.clone())));
+        return Ok(Box::new(TextFile {
+            path: t.clone(),
+            hroller_compat: args.hroller_compat,
+        }));
     }
     if let Some(m) = &args.master {
         if let Some(dir) = m.strip_prefix("file://") {
@@ -284,11 +297,19 @@ pub(crate) fn run(args: RollArgs) -> ExitCode {
         colouring_budget: args.colouring_budget.unwrap_or(opts.colouring_budget),
         ..opts
     };
+    // Like hroller, the master warning comes before any later error.
+    let master_warnings = match check_masters(&cluster, opts.force) {
+        Ok(w) => w,
+        Err(e) => return fail(&e.to_string()),
+    };
+    for w in &master_warnings {
+        to_stderr(&format!("Warning: {w}\n"));
+    }
     let prepared = match prepare(&cluster, &opts) {
         Ok(p) => p,
         Err(e) => return fail(&e.to_string()),
     };
-    for w in &prepared.warnings {
+    for w in prepared.warnings.iter().skip(master_warnings.len()) {
         to_stderr(&format!("Warning: {w}\n"));
     }
     if let Some(path) = &args.save
@@ -303,6 +324,9 @@ pub(crate) fn run(args: RollArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(&e.to_string()),
     };
+    for w in &plan.warnings {
+        to_stderr(&format!("Warning: {w}\n"));
+    }
     let mut out = String::new();
     if verbosity > 1 {
         out.push_str(&plan.stats_line);
@@ -328,7 +352,15 @@ pub(crate) fn run(args: RollArgs) -> ExitCode {
                 print_moves: args.print_moves,
             },
         ),
-        OutputFormat::Json => render::json(&cluster, &plan, args.one_step_only, &prepared.warnings),
+        OutputFormat::Json => {
+            let warnings: Vec<String> = prepared
+                .warnings
+                .iter()
+                .chain(&plan.warnings)
+                .cloned()
+                .collect();
+            render::json(&cluster, &plan, args.one_step_only, &warnings)
+        }
     });
     if !to_stdout(&out) {
         return ExitCode::from(1);

@@ -44,13 +44,23 @@ fn shared_storage_is_redundant() {
         &f,
     );
     assert_eq!(stdout(&compat), "n2\n");
+    // It is live-migrated away before n1 reboots.
+    let ours = roll(&["--no-headers", "--print-moves"], &f);
+    assert!(ours.status.success(), "{}", stderr(&ours));
+    assert_eq!(stdout(&ours), "n2\nn1\n  i1 n2\n");
+    // With --skip-non-redundant, n1 could only reboot in a group of its own,
+    // beyond hroller's one group: it is skipped, and named.
     let ours = roll(
         &["--no-headers", "--skip-non-redundant", "--print-moves"],
         &f,
     );
     assert!(ours.status.success(), "{}", stderr(&ours));
-    // It is still live-migrated away before n1 reboots.
-    assert_eq!(stdout(&ours), "n2\nn1\n  i1 n2\n");
+    assert_eq!(stdout(&ours), "n2\n");
+    assert_eq!(
+        stderr(&ours),
+        "Warning: node n1 is skipped: it would need a reboot group beyond hroller's plan \
+         (run without --skip-non-redundant to include it)\n"
+    );
 }
 
 #[test]
@@ -69,6 +79,113 @@ fn stopped_instances_stay_put() {
     let ours = roll(&["--no-headers", "--print-moves", "-q"], &f);
     assert!(ours.status.success(), "{}", stderr(&ours));
     assert_eq!(stdout(&ours), "n2,n1\n");
+}
+
+#[test]
+fn ignore_non_redundant_moves_no_instance_without_a_secondary() {
+    // The rbd instance on n1 fits nowhere else. With --ignore-non-redundant
+    // the operator accepts that it goes down with n1: no move, one group,
+    // as in hroller (ganeti-testsuite shared-n1-restriction.data).
+    let f = data(&format!(
+        "{GROUPS}n1|8192|0|8000|10000|10000|4|M|u\nn2|8192|0|100|10000|100|4|N|u\n\n\
+         i1|4096|0|1|running|Y|n1||rbd||1\ni2|64|500|1|running|Y|n2||plain||1\n\n\n"
+    ));
+    for extra in [&[][..], &["--full-evacuation"][..]] {
+        let args = [
+            &["--no-headers", "--print-moves", "--ignore-non-redundant"][..],
+            extra,
+        ]
+        .concat();
+        let ours = roll(&args, &f);
+        assert!(ours.status.success(), "{}", stderr(&ours));
+        assert_eq!(stdout(&ours), "n2,n1\n");
+        let compat = roll(&[&["--hroller-compat"][..], &args[..]].concat(), &f);
+        assert_eq!(stdout(&compat), "n2,n1\n");
+    }
+    // Without the flag the rbd instance must move, and cannot.
+    let ours = roll(&["--no-headers", "-q"], &f);
+    assert_eq!(
+        stderr(&ours),
+        "Error: Not enough capacity to move non-redundant instances\n"
+    );
+}
+
+#[test]
+fn skip_non_redundant_skips_what_cannot_be_kept_up_and_says_so() {
+    // n3's rbd instance fits nowhere. hroller skips n2 and n3 for their
+    // non-DRBD instances, yet still fails on n3's instance (unselected nodes
+    // take part in its simulation). nodecare live-migrates n2's instance
+    // (onto n4, which does not reboot), so n2 joins n1's group, and skips
+    // n3 with a warning. n4's DRBD instance has its secondary on
+    // the offline n5: it cannot migrate, so n4 is skipped and named.
+    let f = data(&format!(
+        "{GROUPS}n1|8192|0|8000|10000|10000|4|M|u\nn2|8192|0|8000|10000|10000|4|N|u\n\
+         n3|8192|0|8000|10000|10000|4|N|u\nn4|8192|0|8000|10000|10000|4|N|u\n\
+         n5|8192|0|8000|10000|10000|4|Y|u\n\n\
+         i1|512|0|1|running|Y|n2||rbd||1\ni2|8100|0|1|running|Y|n3||rbd||1\n\
+         i3|512|100|1|running|Y|n4|n5|drbd||1\n\n\n"
+    ));
+    let compat = roll(
+        &["--hroller-compat", "--no-headers", "--skip-non-redundant"],
+        &f,
+    );
+    assert_eq!(
+        stderr(&compat),
+        "Error: Not enough capacity to move non-redundant instances\n"
+    );
+    let ours = roll(
+        &["--no-headers", "--print-moves", "--skip-non-redundant"],
+        &f,
+    );
+    assert!(ours.status.success(), "{}", stderr(&ours));
+    assert_eq!(stdout(&ours), "n2,n1\n  i1 n4\n");
+    assert_eq!(
+        stderr(&ours),
+        "Warning: node n4 is skipped: its running instance i3 cannot migrate \
+         (its DRBD secondary n5 is offline)\n\
+         Warning: node n3 is skipped: its running instances cannot be moved off it\n"
+    );
+    let json = roll(&["--skip-non-redundant", "--output", "json"], &f);
+    assert!(
+        stdout(&json).contains("node n3 is skipped"),
+        "{}",
+        stdout(&json)
+    );
+    // Nothing left to reboot: the error names every skipped node.
+    let only = data(&format!(
+        "{GROUPS}n3|8192|0|8000|10000|10000|4|M|u\nn4|8192|0|8000|10000|10000|4|N|u\n\
+         n5|8192|0|8000|10000|10000|4|Y|u\n\n\
+         i2|8100|0|1|running|Y|n3||rbd||1\ni3|512|100|1|running|Y|n4|n5|drbd||1\n\n\n"
+    ));
+    let o = roll(&["--skip-non-redundant"], &only);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).ends_with(
+            "Error: Cannot create node graph: node n4 is skipped: its running instance i3 \
+             cannot migrate (its DRBD secondary n5 is offline); node n3 is skipped: its \
+             running instances cannot be moved off it\n"
+        ),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn hroller_compat_words_load_errors_as_hroller() {
+    let f = data(&format!(
+        "{GROUPS}n1|8192|0|8000|10000|10000|4|M|u\n\ni1|512|0|1|running|Y|n9||plain||1\n\n\n"
+    ));
+    let compat = roll(&["--hroller-compat"], &f);
+    assert_eq!(
+        stderr(&compat),
+        "Error: failed to load data, aborting: Unknown node 'n9' for instance i1\n"
+    );
+    let ours = roll(&[], &f);
+    assert!(
+        stderr(&ours).ends_with(": line 5, field pnode: unknown node 'n9' for instance 'i1'\n"),
+        "{}",
+        stderr(&ours)
+    );
 }
 
 #[test]
@@ -105,13 +222,19 @@ fn hroller_error_messages_and_exit_codes() {
         "Warning: No master node found (maybe not supported by backend).\n"
     );
     assert_eq!(stdout(&o), "n1\n");
+    // As in hroller, the missing-master warning comes before a later error.
     let o = roll(&["-f", "-O", "nx", "-O", "ny"], &f);
     assert_eq!(
         stderr(&o),
-        "Error: wrong node name(s) set as offline: ny,nx\n\n"
+        "Warning: No master node found (maybe not supported by backend).\n\
+         Error: wrong node name(s) set as offline: ny,nx\n\n"
     );
     let o = roll(&["-f", "-G", "nogroup"], &f);
-    assert_eq!(stderr(&o), "Error: Cannot find target group.\n");
+    assert_eq!(
+        stderr(&o),
+        "Warning: No master node found (maybe not supported by backend).\n\
+         Error: Cannot find target group.\n"
+    );
     let o = roll(&["-f", "extra"], &f);
     assert_eq!(
         stderr(&o),

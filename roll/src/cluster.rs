@@ -250,9 +250,14 @@ impl Cluster {
     }
 
     /// Primary instances of every node, in htools order (descending index).
+    /// Forthcoming instances do not exist yet and are in no node's list, as
+    /// in htools.
     pub fn primary_lists(&self) -> Vec<Vec<usize>> {
         let mut lists = vec![Vec::new(); self.nodes.len()];
         for (i, inst) in self.instances.iter().enumerate().rev() {
+            if inst.forthcoming {
+                continue;
+            }
             if let Some(l) = lists.get_mut(inst.pnode) {
                 l.push(i);
             }
@@ -261,10 +266,13 @@ impl Cluster {
     }
 
     /// Secondary instances of every node (any template with a secondary
-    /// node set), in htools order (descending index).
+    /// node set; forthcoming ones excluded), in htools order (descending index).
     pub fn secondary_lists(&self) -> Vec<Vec<usize>> {
         let mut lists = vec![Vec::new(); self.nodes.len()];
         for (i, inst) in self.instances.iter().enumerate().rev() {
+            if inst.forthcoming {
+                continue;
+            }
             if let Some(s) = inst.snode
                 && let Some(l) = lists.get_mut(s)
             {

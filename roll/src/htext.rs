@@ -17,6 +17,18 @@ pub struct TextError {
     /// The column name, when one column is at fault.
     pub field: Option<&'static str>,
     pub message: String,
+    /// hroller's own wording of the same error, where it is known.
+    pub htools_message: Option<String>,
+}
+
+impl TextError {
+    /// The error as hroller 3.0.2 words it (for `--hroller-compat`), or
+    /// the ordinary text when hroller's wording is not known.
+    pub fn htools_text(&self) -> String {
+        self.htools_message
+            .clone()
+            .unwrap_or_else(|| self.to_string())
+    }
 }
 
 impl fmt::Display for TextError {
@@ -34,6 +46,7 @@ fn err(line: usize, field: Option<&'static str>, message: impl Into<String>) -> 
         line,
         field,
         message: message.into(),
+        htools_message: None,
     }
 }
 
@@ -262,8 +275,9 @@ fn parse_instance(
     }
     let name = f[0].to_owned();
     let lookup = |field: &'static str, s: &str| {
-        nodes.get(s).copied().ok_or_else(|| {
-            err(
+        nodes.get(s).copied().ok_or_else(|| TextError {
+            htools_message: Some(format!("Unknown node '{s}' for instance {name}")),
+            ..err(
                 line,
                 Some(field),
                 format!("unknown node '{s}' for instance '{name}'"),
@@ -528,6 +542,21 @@ nonred-1|128|1152|1|running|Y|node-01-003||plain||1\n\n\n\
         assert_eq!(c.instances[3].spindles, None);
         assert!(c.cluster_tags.is_empty());
         assert_eq!(c.primary_lists()[0], vec![2, 0]);
+    }
+
+    #[test]
+    fn unknown_node_has_htools_wording() {
+        let e = parse(
+            "g|u|preferred|\n\nn1|100|0|100|100|100|1|M|u\n\ni1|1|1|1|running|Y|n9||plain|\n\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 5, field pnode: unknown node 'n9' for instance 'i1'"
+        );
+        assert_eq!(e.htools_text(), "Unknown node 'n9' for instance i1");
+        let e = parse("").unwrap_err();
+        assert_eq!(e.htools_text(), e.to_string());
     }
 
     #[test]

@@ -71,6 +71,10 @@ pub enum PlanError {
     GroupNotFound,
     #[error("Cannot create node graph")]
     EmptyGraph,
+    /// Nothing is selected because every candidate node was skipped for a
+    /// reason hroller does not see (one message per node).
+    #[error("Cannot create node graph: {}", .0.join("; "))]
+    AllSkipped(Vec<String>),
     #[error("Not enough capacity to move non-redundant instances")]
     NonRedundantCapacity,
     #[error("Failed to migrate instances off nodes")]
@@ -119,6 +123,42 @@ pub struct Plan {
     /// Groups the htools algorithm produces under the same semantics, when
     /// it succeeds (improved mode only).
     pub htools_algorithm_groups: Option<usize>,
+    /// Selected nodes left out of the plan (`--skip-non-redundant`): nodes
+    /// hroller skips for stopped or shared-storage instances whose running
+    /// instances cannot be moved anywhere, or that would need a group
+    /// beyond those of the nodes hroller plans.
+    pub skipped: Vec<usize>,
+    /// Non-fatal messages about the plan (one per skipped node).
+    pub warnings: Vec<String>,
+}
+
+/// Why `--skip-non-redundant` leaves out a node that hroller would skip too
+/// (stopped or shared-storage instances) but nodecare could reboot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Skip {
+    /// Its running instances fit nowhere, even when it reboots alone.
+    CannotMove,
+    /// Rebooting it would add a group to the plan of hroller's nodes.
+    ExtraGroup,
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::CannotMove => "its running instances cannot be moved off it",
+            Self::ExtraGroup => {
+                "it would need a reboot group beyond hroller's plan \
+                 (run without --skip-non-redundant to include it)"
+            }
+        })
+    }
+}
+
+/// Reboot groups of one planning run, before the final ordering.
+struct Solved {
+    groups: Vec<RebootGroup>,
+    strategy: String,
+    htools_groups: Option<usize>,
 }
 
 /// Selection and graph, ready to solve.
@@ -129,8 +169,16 @@ pub struct Prepared<'c> {
     offline: Vec<bool>,
     selected: Vec<usize>,
     graph: RebootGraph,
+    /// `--skip-non-redundant` (nodecare's semantics): selected nodes that
+    /// hroller would skip, because they host instances without a DRBD
+    /// secondary that are stopped or on shared storage (live-migratable).
+    /// They are planned only where they fit into the others' groups without
+    /// adding one (see [`Prepared::solve`]).
+    extras: Vec<usize>,
     /// Non-fatal messages (e.g. a missing master with `--force`).
     pub warnings: Vec<String>,
+    /// The messages of `warnings` that name a skipped node.
+    skip_warnings: Vec<String>,
 }
 
 fn semantics(opts: &RollOptions) -> Semantics {
@@ -142,9 +190,10 @@ fn semantics(opts: &RollOptions) -> Semantics {
     }
 }
 
-/// Checks masters, applies `-O`, selects nodes and builds the reboot graph.
-pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<'c>, PlanError> {
-    let mut warnings = Vec::new();
+/// hroller's first check: exactly one master node. With `force`, a missing
+/// master is a warning (returned) instead of an error. [`prepare`] repeats
+/// it; callers that print warnings as they go call it first.
+pub fn check_masters(cluster: &Cluster, force: bool) -> Result<Vec<String>, PlanError> {
     let masters: Vec<String> = cluster
         .nodes
         .iter()
@@ -152,11 +201,16 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
         .map(|n| n.name.clone())
         .collect();
     match masters.len() {
-        0 if opts.force => warnings.push(PlanError::NoMaster.to_string()),
-        0 => return Err(PlanError::NoMaster),
-        1 => {}
-        _ => return Err(PlanError::MultipleMasters(masters)),
+        0 if force => Ok(vec![PlanError::NoMaster.to_string()]),
+        0 => Err(PlanError::NoMaster),
+        1 => Ok(Vec::new()),
+        _ => Err(PlanError::MultipleMasters(masters)),
     }
+}
+
+/// Checks masters, applies `-O`, selects nodes and builds the reboot graph.
+pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<'c>, PlanError> {
+    let warnings = check_masters(cluster, opts.force)?;
     let mut wrong = Vec::new();
     let mut offline_names = Vec::new();
     for name in opts.offline_nodes.iter().rev() {
@@ -192,17 +246,43 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             }
         })
     };
+    let candidate = |ni: usize| {
+        let n = &cluster.nodes[ni];
+        !offline[ni]
+            && opts
+                .node_tags
+                .as_ref()
+                .is_none_or(|t| n.tags.iter().any(|x| t.contains(x)))
+            && group.is_none_or(|g| n.group == g)
+    };
+    let mut warnings = warnings;
+    let master_warnings = warnings.len();
     let selected: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&ni| candidate(ni))
         .filter(|&ni| {
-            let n = &cluster.nodes[ni];
             let skipped = opts.skip_non_redundant && blocks_skip(ni);
-            !offline[ni]
-                && !skipped
-                && opts
-                    .node_tags
-                    .as_ref()
-                    .is_none_or(|t| n.tags.iter().any(|x| t.contains(x)))
-                && group.is_none_or(|g| n.group == g)
+            // hroller counts a DRBD instance whose secondary is offline as
+            // redundant and would "migrate" it onto the offline node; say
+            // why nodecare skips such a node.
+            if skipped && !compat {
+                let degraded = plists[ni].iter().map(|&i| &cluster.instances[i]).find(|i| {
+                    i.template.has_secondary()
+                        && !i.status.is_down()
+                        && i.snode.is_some_and(|s| offline[s])
+                });
+                let only_drbd = plists[ni]
+                    .iter()
+                    .all(|&i| cluster.instances[i].template.has_secondary());
+                if let (Some(inst), true) = (degraded, only_drbd) {
+                    let sec = inst.snode.map_or("?", |s| cluster.nodes[s].name.as_str());
+                    warnings.push(format!(
+                        "node {} is skipped: its running instance {} cannot migrate \
+                         (its DRBD secondary {sec} is offline)",
+                        cluster.nodes[ni].name, inst.name
+                    ));
+                }
+            }
+            !skipped
         })
         .collect();
     if let Some(FailureDomains::TagPrefix(prefix)) = &opts.failure_domains {
@@ -242,13 +322,31 @@ pub fn prepare<'c>(cluster: &'c Cluster, opts: &RollOptions) -> Result<Prepared<
             shared_secondary: shared.as_deref(),
         },
     )
-    .ok_or(PlanError::EmptyGraph)?;
+    .ok_or_else(|| match warnings.len() - master_warnings {
+        0 => PlanError::EmptyGraph,
+        _ => PlanError::AllSkipped(warnings[master_warnings..].to_vec()),
+    })?;
+    let extras = if opts.skip_non_redundant && !compat {
+        selected
+            .iter()
+            .copied()
+            .filter(|&ni| {
+                plists[ni]
+                    .iter()
+                    .any(|&i| !cluster.instances[i].template.has_secondary())
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     Ok(Prepared {
         cluster,
         opts: opts.clone(),
         offline,
         selected,
         graph,
+        skip_warnings: warnings[master_warnings..].to_vec(),
+        extras,
         warnings,
     })
 }
@@ -302,7 +400,7 @@ fn stats_line(g: &RebootGraph, c: &Colourings) -> String {
     s
 }
 
-impl Prepared<'_> {
+impl<'c> Prepared<'c> {
     /// `Node Graph: …` as `hroller -v -v` prints it.
     pub fn graph_dump(&self) -> String {
         self.graph.show_haskell()
@@ -318,9 +416,197 @@ impl Prepared<'_> {
             .collect()
     }
 
+    /// The same preparation restricted to `members` (ascending, a subset
+    /// of the selected nodes), with no extras of its own.
+    fn restricted(&self, members: &[usize]) -> Result<Prepared<'c>, PlanError> {
+        Ok(Prepared {
+            cluster: self.cluster,
+            opts: self.opts.clone(),
+            offline: self.offline.clone(),
+            selected: members.to_vec(),
+            graph: self.graph.induced(members).ok_or(PlanError::EmptyGraph)?,
+            extras: Vec::new(),
+            warnings: Vec::new(),
+            skip_warnings: Vec::new(),
+        })
+    }
+
     pub fn solve(&self) -> Result<Plan, PlanError> {
         let colourings = htools_colourings(&self.graph);
         let stats = stats_line(&self.graph, &colourings);
+        let joint = self.solve_groups(&colourings);
+        if self.extras.is_empty() {
+            return Ok(self.finish(joint?, stats, Vec::new()));
+        }
+        // `--skip-non-redundant`: hroller plans only the core nodes. The
+        // extras are rebooted only where they fit without adding a group
+        // to the core's plan, so the plan never has more groups than
+        // hroller's; the others are skipped with a warning.
+        let core: Vec<usize> = self
+            .selected
+            .iter()
+            .copied()
+            .filter(|n| !self.extras.contains(n))
+            .collect();
+        let (base, bound) = if core.is_empty() {
+            let base = Solved {
+                groups: Vec::new(),
+                strategy: String::new(),
+                htools_groups: Some(0),
+            };
+            // hroller plans the nodes named in the skip warnings (at least
+            // one group), or nothing at all (then it fails, and there is no
+            // plan to stay within).
+            let bound = (!self.skip_warnings.is_empty()).then_some(1);
+            (base, bound)
+        } else {
+            let sub = self.restricted(&core)?;
+            match sub.solve_groups(&htools_colourings(&sub.graph)) {
+                Ok(c) => {
+                    let n = c.groups.len();
+                    (c, Some(n))
+                }
+                // The core alone fails (hroller has no plan either): the
+                // joint plan, if there is one.
+                Err(e) => return Ok(self.finish(joint.map_err(|_| e)?, stats, Vec::new())),
+            }
+        };
+        if let Ok(j) = &joint
+            && bound.is_none_or(|b| j.groups.len() <= b)
+        {
+            return Ok(self.finish(joint?, stats, Vec::new()));
+        }
+        let (solved, skipped) = match bound {
+            Some(b) => self.fit_extras(&core, base, b),
+            None => self.solve_extras(),
+        };
+        let plan = self.finish(solved, stats, skipped);
+        if plan.groups.is_empty() {
+            // Every node is skipped: say why, node by node.
+            let mut msgs = self.skip_warnings.clone();
+            msgs.extend(plan.warnings);
+            return Err(match msgs.is_empty() {
+                true => joint.err().unwrap_or(PlanError::EmptyGraph),
+                false => PlanError::AllSkipped(msgs),
+            });
+        }
+        Ok(plan)
+    }
+
+    /// Solves `members` (ascending) on their own.
+    fn attempt(&self, members: &[usize]) -> Option<Solved> {
+        let sub = self.restricted(members).ok()?;
+        sub.solve_groups(&htools_colourings(&sub.graph)).ok()
+    }
+
+    /// Adds the extras one by one (ascending) to the core's plan `base`,
+    /// keeping each that leaves the plan within `bound` groups; the others
+    /// are skipped (returned second, with the reason).
+    fn fit_extras(
+        &self,
+        core: &[usize],
+        base: Solved,
+        bound: usize,
+    ) -> (Solved, Vec<(usize, Skip)>) {
+        let mut members = core.to_vec();
+        let mut current = base;
+        let mut fitted = 0;
+        let mut skipped = Vec::new();
+        for &e in &self.extras {
+            let mut trial = members.clone();
+            trial.push(e);
+            trial.sort_unstable();
+            match self.attempt(&trial) {
+                Some(s) if s.groups.len() <= bound => {
+                    members = trial;
+                    current = s;
+                    fitted += 1;
+                }
+                // It can reboot with the others, only not without a group
+                // more.
+                Some(_) => skipped.push((e, Skip::ExtraGroup)),
+                None => {
+                    let why = match self.attempt(&[e]) {
+                        Some(_) => Skip::ExtraGroup,
+                        None => Skip::CannotMove,
+                    };
+                    skipped.push((e, why));
+                }
+            }
+        }
+        if fitted > 0 {
+            current.strategy = format!(
+                "{}; {fitted} of {} nodes with stopped or shared-storage instances \
+                 fitted into those groups",
+                current.strategy,
+                self.extras.len()
+            );
+        }
+        (current, skipped)
+    }
+
+    /// Plans the extras on their own (no core, and hroller plans nothing).
+    /// Extras whose instances cannot be moved even when they reboot alone
+    /// are skipped (returned second).
+    fn solve_extras(&self) -> (Solved, Vec<(usize, Skip)>) {
+        let cannot = |ns: Vec<usize>| ns.into_iter().map(|n| (n, Skip::CannotMove)).collect();
+        let empty = || Solved {
+            groups: Vec::new(),
+            strategy: String::new(),
+            htools_groups: Some(0),
+        };
+        if let Some(s) = self.attempt(&self.extras) {
+            return (s, Vec::new());
+        }
+        let (kept, mut skipped): (Vec<usize>, Vec<usize>) = self
+            .extras
+            .iter()
+            .partition(|&&n| self.attempt(&[n]).is_some());
+        if kept.is_empty() {
+            return (empty(), cannot(skipped));
+        }
+        match self.attempt(&kept) {
+            Some(s) => (s, cannot(skipped)),
+            None => {
+                skipped.extend(kept);
+                skipped.sort_unstable();
+                (empty(), cannot(skipped))
+            }
+        }
+    }
+
+    /// Orders the groups (largest first, master last) and assembles the plan.
+    fn finish(&self, solved: Solved, stats_line: String, skipped: Vec<(usize, Skip)>) -> Plan {
+        let mut groups = solved.groups;
+        groups.sort_by_key(|g| std::cmp::Reverse(g.nodes.len()));
+        let is_master = |n: &usize| self.cluster.nodes[*n].master;
+        for g in &mut groups {
+            let (mut rest, masters): (Vec<usize>, Vec<usize>) =
+                g.nodes.iter().partition(|n| !is_master(n));
+            rest.extend(masters);
+            g.nodes = rest;
+        }
+        let (mut out, with_master): (Vec<RebootGroup>, Vec<RebootGroup>) = groups
+            .into_iter()
+            .partition(|g| !g.nodes.iter().any(is_master));
+        out.extend(with_master);
+        let warnings = skipped
+            .iter()
+            .map(|&(n, why)| format!("node {} is skipped: {why}", self.cluster.nodes[n].name))
+            .collect();
+        let skipped = skipped.into_iter().map(|(n, _)| n).collect();
+        Plan {
+            groups: out,
+            stats_line,
+            strategy: solved.strategy,
+            htools_algorithm_groups: solved.htools_groups,
+            skipped,
+            warnings,
+        }
+    }
+
+    /// Colours and splits the selected nodes; groups are not yet ordered.
+    fn solve_groups(&self, colourings: &Colourings) -> Result<Solved, PlanError> {
         let online = self.online();
         let sem = semantics(&self.opts);
         let mut conf = Conf::new(self.cluster, &self.offline);
@@ -341,7 +627,7 @@ impl Prepared<'_> {
                     None,
                 )
             }
-            Mode::Improved => self.solve_improved(&mut conf, &colourings, &online, sem)?,
+            Mode::Improved => self.solve_improved(&mut conf, colourings, &online, sem)?,
         };
         let member: Vec<bool> = {
             let mut m = vec![false; self.cluster.nodes.len()];
@@ -360,23 +646,10 @@ impl Prepared<'_> {
         if self.opts.mode == Mode::Improved {
             groups.retain(|g| !g.nodes.is_empty());
         }
-        groups.sort_by_key(|g| std::cmp::Reverse(g.nodes.len()));
-        let is_master = |n: &usize| self.cluster.nodes[*n].master;
-        for g in &mut groups {
-            let (mut rest, masters): (Vec<usize>, Vec<usize>) =
-                g.nodes.iter().partition(|n| !is_master(n));
-            rest.extend(masters);
-            g.nodes = rest;
-        }
-        let (mut out, with_master): (Vec<RebootGroup>, Vec<RebootGroup>) = groups
-            .into_iter()
-            .partition(|g| !g.nodes.iter().any(is_master));
-        out.extend(with_master);
-        Ok(Plan {
-            groups: out,
-            stats_line: stats,
+        Ok(Solved {
+            groups,
             strategy,
-            htools_algorithm_groups: htools_groups,
+            htools_groups,
         })
     }
 

@@ -29,9 +29,11 @@ impl Semantics {
             return false;
         }
         match inst.template.redundancy() {
-            // Shared storage can always be live-migrated, so it is always moved.
-            Redundancy::Shared => true,
-            Redundancy::Local => self.relocate_non_redundant,
+            // Shared storage can be live-migrated anywhere in the group, so
+            // it is moved, unless the operator accepts that instances without
+            // a DRBD secondary go down with their node (hroller's meaning of
+            // `--ignore-non-redundant`).
+            Redundancy::Shared | Redundancy::Local => self.relocate_non_redundant,
             Redundancy::Mirrored => conf.degraded[i] && self.relocate_non_redundant,
         }
     }

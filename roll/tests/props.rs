@@ -6,7 +6,7 @@ use nodecare_roll::cluster::{
     Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node, Redundancy,
 };
 use nodecare_roll::htext;
-use nodecare_roll::schedule::{FailureDomains, Mode, RollOptions, plan, prepare};
+use nodecare_roll::schedule::{FailureDomains, Mode, PlanError, RollOptions, plan, prepare};
 use proptest::prelude::*;
 
 const TEMPLATES: [DiskTemplate; 6] = [
@@ -172,8 +172,7 @@ fn moves_instance(c: &Cluster, inst: &Instance, ignore: bool) -> bool {
     let degraded = inst.snode.is_some_and(|s| c.nodes[s].offline);
     !inst.status.is_down()
         && match inst.template.redundancy() {
-            Redundancy::Shared => true,
-            Redundancy::Local => !ignore,
+            Redundancy::Shared | Redundancy::Local => !ignore,
             Redundancy::Mirrored => degraded && !ignore,
         }
 }
@@ -187,7 +186,8 @@ fn check_plan(c: &Cluster, o: &RollOptions) -> Result<(), TestCaseError> {
     let Ok(p) = prepared.solve() else {
         return Ok(());
     };
-    // Every selected node exactly once.
+    // Every selected node exactly once, except the nodes the plan says it
+    // skips (only with --skip-non-redundant, each with a warning).
     let mut seen = HashSet::new();
     for g in &p.groups {
         prop_assert!(!g.nodes.is_empty());
@@ -195,8 +195,32 @@ fn check_plan(c: &Cluster, o: &RollOptions) -> Result<(), TestCaseError> {
             prop_assert!(seen.insert(n), "node {} twice", n);
         }
     }
-    let sel: HashSet<usize> = selected.iter().copied().collect();
+    prop_assert!(p.skipped.is_empty() || o.skip_non_redundant);
+    prop_assert_eq!(p.skipped.len(), p.warnings.len());
+    for &n in &p.skipped {
+        prop_assert!(selected.contains(&n), "skipped node {} was not selected", n);
+    }
+    let sel: HashSet<usize> = selected
+        .iter()
+        .copied()
+        .filter(|n| !p.skipped.contains(n))
+        .collect();
     prop_assert_eq!(&seen, &sel);
+    // --ignore-non-redundant: instances without a usable DRBD secondary stay
+    // where they are; only full evacuation moves (DRBD) instances at all.
+    if o.ignore_non_redundant {
+        for g in &p.groups {
+            for m in &g.moves {
+                let inst = &c.instances[m.instance];
+                prop_assert!(
+                    o.full_evacuation,
+                    "{} moved without --full-evacuation",
+                    inst.name
+                );
+                prop_assert_eq!(inst.template, DiskTemplate::Drbd, "{} moved", &inst.name);
+            }
+        }
+    }
     // Independent sets of the reboot graph.
     let mut edges: HashSet<(usize, usize)> = HashSet::new();
     let mut per_secondary: HashMap<usize, Vec<usize>> = HashMap::new();
@@ -359,6 +383,79 @@ proptest! {
                 prop_assert_eq!(ours.groups, h.groups);
             }
         }
+    }
+
+    /// `--ignore-non-redundant` without full evacuation: nothing moves, so
+    /// nodecare's groups are colour classes of a subgraph of hroller's
+    /// graph: never more of them than hroller's non-empty groups, on any
+    /// cluster (stopped, shared-storage and degraded instances included).
+    #[test]
+    fn ignore_never_more_groups_than_htools(c in cluster_strategy(false), om in any::<bool>()) {
+        let base = RollOptions {
+            offline_maintenance: om,
+            ignore_non_redundant: true,
+            ..RollOptions::default()
+        }
+        .with_default_budgets();
+        let compat = plan(&c, &RollOptions { mode: Mode::HrollerCompat, ..base.clone() });
+        let ours = plan(&c, &base);
+        if let Ok(h) = compat {
+            let ours = ours.map_err(|e| TestCaseError::fail(format!("nodecare failed where htools did not: {e}")))?;
+            let theirs = h.groups.iter().filter(|g| !g.nodes.is_empty()).count();
+            prop_assert!(ours.groups.len() <= theirs, "{} groups against {}", ours.groups.len(), theirs);
+            prop_assert!(ours.groups.iter().all(|g| g.moves.is_empty()));
+        }
+    }
+
+    /// `--skip-non-redundant`: nodecare plans every node hroller plans
+    /// (except a node whose running DRBD instance cannot migrate, which it
+    /// names), in no more groups than hroller in total: the nodes hroller
+    /// skips for stopped or shared-storage instances join those groups or
+    /// are skipped, and named.
+    #[test]
+    fn skip_covers_htools_nodes_in_no_more_groups(c in cluster_strategy(false), om in any::<bool>()) {
+        let base = RollOptions {
+            offline_maintenance: om,
+            skip_non_redundant: true,
+            ..RollOptions::default()
+        }
+        .with_default_budgets();
+        let compat = plan(&c, &RollOptions { mode: Mode::HrollerCompat, ..base.clone() });
+        let Ok(h) = compat else { return Ok(()) };
+        let theirs: HashSet<usize> = h.groups.iter().flat_map(|g| g.nodes.iter().copied()).collect();
+        let named = |msgs: &[String], n: usize| {
+            msgs.iter().any(|w| w.starts_with(&format!("node {} is skipped: ", c.nodes[n].name)))
+        };
+        let prepared = match prepare(&c, &base) {
+            Ok(p) => p,
+            // Every node hroller plans is skipped, and named.
+            Err(PlanError::AllSkipped(msgs)) => {
+                for &n in &theirs {
+                    prop_assert!(named(&msgs, n), "node {} left out silently", n);
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("nodecare failed where htools did not: {e}"))),
+        };
+        let ours = match prepared.solve() {
+            Ok(p) => p,
+            Err(PlanError::AllSkipped(msgs)) => {
+                for &n in &theirs {
+                    prop_assert!(named(&msgs, n), "node {} left out silently", n);
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(TestCaseError::fail(format!("nodecare failed where htools did not: {e}"))),
+        };
+        let mine: HashSet<usize> = ours.groups.iter().flat_map(|g| g.nodes.iter().copied()).collect();
+        for &n in &theirs {
+            prop_assert!(mine.contains(&n) || named(&prepared.warnings, n), "node {} left out silently", n);
+        }
+        for &n in prepared.selected() {
+            prop_assert!(mine.contains(&n) || named(&ours.warnings, n), "node {} left out silently", n);
+        }
+        let their_count = h.groups.iter().filter(|g| !g.nodes.is_empty()).count();
+        prop_assert!(ours.groups.len() <= their_count, "{} groups against {}", ours.groups.len(), their_count);
     }
 
     #[test]
