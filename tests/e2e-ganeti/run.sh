@@ -241,6 +241,7 @@ fi
 # Waits for a Ganeti job: prints its final status.
 wait_job() { # JOB-ID [SECONDS]
   local id=$1 secs=${2:-120} st k
+  [[ -n $id ]] || { echo "not submitted"; return 0; }
   for ((k = 0; k < secs; k++)); do
     st=$(rapi GET "/2/jobs/$id" | jq_py "print(d.get('status', ''))" 2>/dev/null)
     case $st in success | error | canceled) echo "$st"; return 0 ;; esac
@@ -289,7 +290,7 @@ scenario_budget_hand_drained() {
     [[ $st == success ]] || { fail "S6 budget" "moving $inst to $n3: job $id $st"; return; }
   fi
   # The operator drains node3 by hand; then node3's agent says evacuate.
-  id=$(rapi PUT "/2/nodes/$n3/modify" '{"drained": true}' | job_of)
+  id=$(rapi POST "/2/nodes/$n3/modify" '{"drained": true}' | job_of)
   st=$(wait_job "$id")
   [[ $st == success ]] || { fail "S6 budget" "draining $n3 by hand: job $id $st"; return; }
   before=$(primaries_of "$n3")
@@ -309,7 +310,7 @@ sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'safety budget' 
     return
   fi
   # The operator returns node2 to service (undrain, acknowledge): node3 is emptied now.
-  id=$(rapi PUT "/2/nodes/$n2/modify" '{"drained": false}' | job_of)
+  id=$(rapi POST "/2/nodes/$n2/modify" '{"drained": false}' | job_of)
   st=$(wait_job "$id")
   [[ $st == success ]] || { fail "S6 budget" "undraining $n2: job $id $st"; return; }
   for tag in $(node_json "$n2" | jq_py "print(' '.join(t for t in d['tags'] if t.startswith('maintd:')))"); do
