@@ -256,7 +256,7 @@ primaries_of() { node_json "$1" | jq_py "print(' '.join(sorted(d['pinst_list']))
 # drained by hand and its agent says evacuate: its incident must wait with blocked_by naming the
 # budget, nothing of node3 moves; once the operator returns node2 to service, node3 is emptied.
 scenario_budget_hand_drained() {
-  local n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME tag id st inst before after k
+  local n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME tag id st inst before after k answer
   master_healthy S6
   log "S6 hand-drained $n3 saying evacuate while $n2 uses the budget"
   if [[ $(node_json "$n2" | jq_py "print(d['drained'])") != True ]]; then
@@ -290,9 +290,11 @@ scenario_budget_hand_drained() {
     [[ $st == success ]] || { fail "S6 budget" "moving $inst to $n3: job $id $st"; return; }
   fi
   # The operator drains node3 by hand; then node3's agent says evacuate.
-  id=$(rapi POST "/2/nodes/$n3/modify" '{"drained": true}' | job_of)
+  # As `gnt-node modify --drained yes` (forced, like maintd's drain).
+  answer=$(rapi PUT "/2/nodes/$n3/role?force=1" '"drained"')
+  id=$(job_of <<<"$answer")
   st=$(wait_job "$id")
-  [[ $st == success ]] || { fail "S6 budget" "draining $n3 by hand: job $id $st"; return; }
+  [[ $st == success ]] || { fail "S6 budget" "draining $n3 by hand: job $id $st: $(head -c 300 <<<"$answer")"; return; }
   before=$(primaries_of "$n3")
   echo '{"status":"evacuate","details":"e2e: hand-drained, disk failing"}' >"$S/e2e/diag-3"
   if ! wait_status 60 "any(i.get('node')=='$n3' and 'safety budget' in (i.get('blocked_by') or '') and '$n2' in (i.get('blocked_by') or '') for i in d)"; then
@@ -310,9 +312,10 @@ sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'safety budget' 
     return
   fi
   # The operator returns node2 to service (undrain, acknowledge): node3 is emptied now.
-  id=$(rapi POST "/2/nodes/$n2/modify" '{"drained": false}' | job_of)
+  answer=$(rapi POST "/2/nodes/$n2/modify" '{"drained": false}')
+  id=$(job_of <<<"$answer")
   st=$(wait_job "$id")
-  [[ $st == success ]] || { fail "S6 budget" "undraining $n2: job $id $st"; return; }
+  [[ $st == success ]] || { fail "S6 budget" "undraining $n2: job $id $st: $(head -c 300 <<<"$answer")"; return; }
   for tag in $(node_json "$n2" | jq_py "print(' '.join(t for t in d['tags'] if t.startswith('maintd:')))"); do
     id=$(rapi DELETE "/2/nodes/$n2/tags?tag=$tag" | job_of)
     wait_job "$id" >/dev/null
