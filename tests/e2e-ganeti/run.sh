@@ -79,10 +79,11 @@ printf '%s:%s\n' "$NODECARE_GNT_RAPI_USER" "$RAPI_PW" >"$S/rapi-credentials"
 chmod 600 "$S/rapi-credentials"
 
 rapi() { # METHOD PATH [BODY]
-  local m=$1 p=$2
+  local m=$1 p=$2 data=()
   shift 2
+  [[ $# -eq 0 ]] || data=(--data "$1")
   curl -sk -m 30 -u "$NODECARE_GNT_RAPI_USER:$RAPI_PW" -H 'Content-Type: application/json' -X "$m" \
-    "${@/#/--data=}" "$NODECARE_GNT_RAPI_URL$p"
+    "${data[@]}" "$NODECARE_GNT_RAPI_URL$p"
 }
 jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
 
