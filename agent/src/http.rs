@@ -251,7 +251,17 @@ pub async fn route(
             ),
             None => not_found(),
         },
-        (true, "/metrics") => crate::metrics::response(&state),
+        (true, "/metrics") => response(
+            StatusCode::OK,
+            crate::metrics::CONTENT_TYPE,
+            Bytes::from(crate::metrics::text(crate::metrics::Sources {
+                cache: &state.cache,
+                stale_after: state.stale_after,
+                diagnose: &state.diagnose,
+                sign_counters: &state.sign_counters,
+                repair: state.repair.as_deref(),
+            })),
+        ),
         (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache),
         // mond accepts trailing segments here too.
         (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {

@@ -192,9 +192,8 @@ pub async fn serve_with(
             Ok(nodecare_collectors::diagnose::verdict_data(&run.verdict)),
         );
         report.timestamp = run.collected_at_ms.saturating_mul(1_000_000);
-        let age = Duration::from_millis(
-            nodecare_collectors::diagnose::now_ms().saturating_sub(run.collected_at_ms),
-        );
+        let age =
+            Duration::from_millis(nodecare_protocol::now_ms().saturating_sub(run.collected_at_ms));
         cache.store(position, &report, now.checked_sub(age).unwrap_or(now));
         cache.store_signed(signer.sign_for_cache(run, true));
         tracing::info!(status = %run.verdict.status, "serving the persisted verdict (stale) until the first run");
@@ -204,22 +203,11 @@ pub async fn serve_with(
     let mut tasks = JoinSet::new();
 
     // Sign and persist every published verdict.
-    let mut published = diagnose.subscribe();
-    let mut signer_shutdown = shutdown_rx.clone();
-    let signer_cache = Arc::clone(&cache);
-    tasks.spawn(async move {
-        loop {
-            tokio::select! {
-                changed = published.changed() => if changed.is_err() { return },
-                _ = signer_shutdown.changed() => return,
-            }
-            let run = published.borrow_and_update().clone();
-            if let Some(run) = run {
-                signer.persist(&run);
-                signer_cache.store_signed(signer.sign_for_cache(&run, false));
-            }
-        }
-    });
+    tasks.spawn(signer.run(
+        diagnose.subscribe(),
+        Arc::clone(&cache),
+        shutdown_rx.clone(),
+    ));
 
     for (position, collector) in registry.iter().enumerate() {
         tasks.spawn(scheduler::run_collector(

@@ -9,9 +9,11 @@ use nodecare_agent::cli::{Cli, Command};
 use nodecare_agent::config::Config;
 use nodecare_agent::signing::{DiagnoseSigner, load_signer};
 use nodecare_agent::state::StateDir;
-use nodecare_collectors::diagnose::{DiagnoseCollector, now_ms};
+use nodecare_collectors::diagnose::DiagnoseCollector;
 use nodecare_collectors::runner::Runner;
-use nodecare_protocol::{HmacKey, KeyRing, SignedEnvelope, VerifyPolicy};
+use nodecare_protocol::now_ms;
+use nodecare_protocol::{DiagnosePayload, HmacKey, KeyRing, VerifyPolicy};
+use serde::Deserialize;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -26,7 +28,14 @@ fn main() -> ExitCode {
         return check_config(&config);
     }
     nodecare_agent::logging::init(&config.log);
-    let result = match cli.command.unwrap_or(Command::Serve) {
+    let command = cli.command.unwrap_or(Command::Serve);
+    // Processes that escape a script's process group become ours and die with its run; the
+    // daemon also kills what a previous instance, killed mid-run, left running.
+    let ledger = matches!(command, Command::Serve).then(|| config.state_dir.join("runs"));
+    if let Err(error) = nodecare_collectors::runner::init_reaper(ledger.as_deref()) {
+        tracing::warn!(%error, "cannot collect the orphans of scripts");
+    }
+    let result = match command {
         Command::Serve => runtime().and_then(|rt| rt.block_on(serve(config))),
         Command::Diagnose { once } => runtime().and_then(|rt| rt.block_on(diagnose(config, once))),
         Command::Verify { node, min_sequence } => {
@@ -69,10 +78,7 @@ async fn repair(config: &Config, command: &str, input: &std::path::Path) -> anyh
     if record.state.is_success() {
         Ok(())
     } else {
-        anyhow::bail!(
-            "repair command {command} {}",
-            nodecare_agent::repair::state_name(record.state)
-        )
+        anyhow::bail!("repair command {command} {}", record.state.as_str())
     }
 }
 
@@ -170,8 +176,8 @@ async fn diagnose(config: Config, once: bool) -> anyhow::Result<()> {
 
 /// Accepts a bare envelope, or the output of `diagnose --once` (`{"envelope": …}`).
 fn envelope_text(input: &[u8]) -> Result<Vec<u8>, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(input).map_err(|error| format!("input is not JSON: {error}"))?;
+    let value = nodecare_protocol::json::from_slice(input)
+        .map_err(|error| format!("input is not JSON: {error}"))?;
     let envelope = match value.get("envelope") {
         Some(inner) if value.get("signature").is_none() => inner.clone(),
         _ => value,
@@ -201,25 +207,25 @@ fn verify(config: &Config, node: Option<&str>, min_sequence: Option<u64>) -> Exi
     };
     let ring = KeyRing::single(key);
     match ring.verify_json(&text, now_ms(), VerifyPolicy::default(), node, min_sequence) {
-        Ok(envelope) => {
-            print_valid(&envelope);
-            ExitCode::SUCCESS
-        }
+        Ok(envelope) => match DiagnosePayload::deserialize(&envelope.payload) {
+            Ok(payload) => {
+                println!(
+                    "valid: node {} sequence {} status {} expires_at_ms {}",
+                    envelope.node,
+                    envelope.sequence,
+                    payload.verdict.status,
+                    envelope.expires_at_ms
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                println!("invalid: signed payload is not a diagnose payload: {error}");
+                ExitCode::FAILURE
+            }
+        },
         Err(error) => {
             println!("invalid: {error}");
             ExitCode::FAILURE
         }
     }
-}
-
-fn print_valid(envelope: &SignedEnvelope) {
-    let status = envelope
-        .payload
-        .pointer("/verdict/status")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("?");
-    println!(
-        "valid: node {} sequence {} status {} expires_at {} ms",
-        envelope.node, envelope.sequence, status, envelope.expires_at
-    );
 }

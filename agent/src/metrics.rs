@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use nodecare_protocol::repair::RefusalReason;
 use nodecare_protocol::report::DEFAULT_CATEGORY;
 use nodecare_protocol::{Report, ReportKind};
 use serde_json::Value;
@@ -800,7 +801,12 @@ pub fn input_from_cache(cache: &crate::cache::ReportCache, stale_after: Duration
 }
 
 /// Refusal reasons that are failed signature verifications of an incoming request.
-const VERIFY_FAILURE_REASONS: [&str; 4] = ["bad-signature", "expired", "replayed", "wrong-node"];
+const VERIFY_FAILURE_REASONS: [RefusalReason; 4] = [
+    RefusalReason::BadSignature,
+    RefusalReason::Expired,
+    RefusalReason::Replayed,
+    RefusalReason::WrongNode,
+];
 
 /// Adds what the diagnose collector, the signer and the repair service counted to `input`
 /// (whose scripts come from the cached verdict): each script's latest run and last success,
@@ -852,14 +858,17 @@ pub fn add_counters(
     if let Some(refusals) = repair_refusals {
         input.signatures.whitelist_refusals_total.insert(
             "repair".to_owned(),
-            refusals.get("not-whitelisted").copied().unwrap_or(0),
+            refusals
+                .get(RefusalReason::NotWhitelisted.as_str())
+                .copied()
+                .unwrap_or(0),
         );
         input.signatures.verify_failures_total = VERIFY_FAILURE_REASONS
             .iter()
             .map(|reason| {
                 (
-                    (*reason).to_owned(),
-                    refusals.get(reason).copied().unwrap_or(0),
+                    reason.as_str().to_owned(),
+                    refusals.get(reason.as_str()).copied().unwrap_or(0),
                 )
             })
             .collect();
@@ -870,24 +879,34 @@ pub fn add_counters(
     }
 }
 
-/// The `/metrics` response.
-pub fn response(state: &crate::http::HttpState) -> crate::http::HttpResponse {
-    let mut input = input_from_cache(&state.cache, state.stale_after);
-    let refusals = state.repair.as_ref().map(|repair| repair.refusal_counts());
+/// Where the `/metrics` figures come from.
+#[derive(Debug, Clone, Copy)]
+pub struct Sources<'a> {
+    /// The report cache.
+    pub cache: &'a crate::cache::ReportCache,
+    /// Age after which the published verdict counts as stale.
+    pub stale_after: Duration,
+    /// The diagnose collector.
+    pub diagnose: &'a nodecare_collectors::diagnose::DiagnoseCollector,
+    /// The signer's counters.
+    pub sign_counters: &'a crate::signing::SignCounters,
+    /// The repair service, when it runs.
+    pub repair: Option<&'a crate::repair::RepairService>,
+}
+
+/// The `/metrics` body (served with [`CONTENT_TYPE`]).
+pub fn text(sources: Sources<'_>) -> String {
+    let mut input = input_from_cache(sources.cache, sources.stale_after);
+    let refusals = sources
+        .repair
+        .map(crate::repair::RepairService::refusal_counts);
     add_counters(
         &mut input,
-        &state.diagnose.stats(),
-        &state.sign_counters,
+        &sources.diagnose.stats(),
+        sources.sign_counters,
         refusals.as_ref(),
     );
-    let body = render(&input);
-    let mut response = hyper::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)));
-    if let Ok(value) = hyper::header::HeaderValue::from_str(CONTENT_TYPE) {
-        response
-            .headers_mut()
-            .insert(hyper::header::CONTENT_TYPE, value);
-    }
-    response
+    render(&input)
 }
 
 #[cfg(test)]

@@ -1,16 +1,20 @@
 //! Signs every published diagnose verdict with the cluster HMAC key, once per run (never per
-//! request), and persists the verdict and the sequence number.
+//! request), and persists the verdict and the sequence number: [`DiagnoseSigner::run`] is the
+//! agent's signer task.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use nodecare_collectors::diagnose::{DiagnoseRun, now_ms};
+use nodecare_collectors::diagnose::DiagnoseRun;
 use nodecare_protocol::diagnose::DiagnosePayload;
+use nodecare_protocol::now_ms;
 use nodecare_protocol::{SignedEnvelope, Signer};
 
-use crate::cache::{CachedReport, CachedSigned};
+use tokio::sync::watch;
+
+use crate::cache::{CachedReport, CachedSigned, ReportCache};
 use crate::state::{StateDir, next_sequence};
 
 /// Why a verdict could not be signed.
@@ -106,7 +110,7 @@ impl DiagnoseSigner {
         let now = now_ms();
         let payload = DiagnosePayload {
             verdict: run.verdict.clone(),
-            collected_at: run.collected_at_ms,
+            collected_at_ms: run.collected_at_ms,
             age_ms: now.saturating_sub(run.collected_at_ms),
             stale,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
@@ -136,6 +140,27 @@ impl DiagnoseSigner {
             Err(error) => {
                 tracing::error!(%error, "cannot sign the diagnose verdict");
                 CachedSigned::Unavailable(error.to_string())
+            }
+        }
+    }
+
+    /// Signs and persists every run `published`, storing the envelope in `cache`, until
+    /// `shutdown` changes or the publisher goes away. The agent runs this as one task.
+    pub async fn run(
+        mut self,
+        mut published: watch::Receiver<Option<Arc<DiagnoseRun>>>,
+        cache: Arc<ReportCache>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
+        loop {
+            tokio::select! {
+                changed = published.changed() => if changed.is_err() { return },
+                _ = shutdown.changed() => return,
+            }
+            let run = published.borrow_and_update().clone();
+            if let Some(run) = run {
+                self.persist(&run);
+                cache.store_signed(self.sign_for_cache(&run, false));
             }
         }
     }

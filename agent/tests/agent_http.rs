@@ -202,7 +202,7 @@ async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
     let envelope = ring
         .verify_json(
             &signed.body,
-            nodecare_collectors::diagnose::now_ms(),
+            nodecare_protocol::now_ms(),
             VerifyPolicy::default(),
             Some("node1.example.com"),
             None,
@@ -215,7 +215,7 @@ async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
         payload.verdict.fingerprint,
         data["fingerprint"].as_str().unwrap()
     );
-    assert!(envelope.expires_at - envelope.issued_at == 180_000);
+    assert!(envelope.expires_at_ms - envelope.issued_at_ms == 180_000);
 
     agent.shutdown().await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -247,6 +247,7 @@ async fn mond_endpoints_errors_head_and_methods() {
         get(address, "/1/list/collectors").await.json(),
         serde_json::json!([
             ["cpu-avg-load", "default", 0],
+            ["xen-cpu-avg-load", "default", 0],
             ["kvm-inst-rss", "default", 0],
             ["diskstats", "storage", 0],
             ["drbd", "storage", 1],
@@ -286,6 +287,12 @@ async fn mond_endpoints_errors_head_and_methods() {
     assert_eq!(report["version"], "B");
     assert_eq!(report["format_version"], 1);
     assert!(report["timestamp"].as_u64().unwrap() % 1000 == 0);
+    // As mond on a node without Xen: listed, and reports no instance.
+    let xen = get(address, "/1/report/default/xen-cpu-avg-load").await;
+    assert_eq!(xen.status, 200);
+    let xen = xen.json();
+    assert_eq!(xen["name"], "xen-cpu-avg-load");
+    assert_eq!(xen["data"], serde_json::json!({}));
 
     let head = request(address, "HEAD", "/1/report/all", b"").await;
     assert_eq!(head.status, 200);
@@ -412,7 +419,7 @@ async fn restart_serves_the_persisted_verdict_as_stale_until_a_fresh_run() {
         let envelope = ring
             .verify_json(
                 body,
-                nodecare_collectors::diagnose::now_ms(),
+                nodecare_protocol::now_ms(),
                 VerifyPolicy::default(),
                 None,
                 None,

@@ -7,6 +7,7 @@
 //! unless `NODECARE_REQUIRE_GANETI=1`, where a missing mond is a failure.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+#![allow(clippy::disallowed_methods, reason = "the test runs shell helpers")]
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -187,7 +187,7 @@ async fn metrics_show_script_runs_verdict_signatures_and_refusals() {
     // Two repair refusals: a command that is not whitelisted, and another key's signature.
     let key = HmacKey::from_file(&fixture.key).unwrap();
     let ours = Signer::new(key, NODE);
-    let now = nodecare_agent::repair::now_ms();
+    let now = nodecare_protocol::now_ms();
     let missing = sign_repair_request(&ours, repair_request("missing", "n1"), 1, now, 60_000);
     let answer = request(
         address,

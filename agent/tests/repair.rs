@@ -32,7 +32,7 @@ async fn runs_a_command_with_the_verdict_on_stdin_in_an_empty_environment() {
     assert_eq!(record["state"], "succeeded", "{record}");
     assert_eq!(record["exit_code"], 0);
     assert!(record["duration_ms"].as_u64().is_some());
-    assert!(record["finished_at"].as_u64() >= record["started_at"].as_u64());
+    assert!(record["finished_at_ms"].as_u64() >= record["started_at_ms"].as_u64());
     let stdout = record["stdout"].as_str().unwrap();
     let stdin_line = stdout
         .lines()
@@ -514,4 +514,82 @@ async fn the_agent_serves_the_repair_endpoint() {
         "the audit log is in the state directory"
     );
     agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_command_inherits_no_descriptor_but_0_1_2() {
+    let fixture = Fixture::new();
+    fixture.command("list-fds", "exec ls -l /proc/self/fd/");
+    // A descriptor of the agent without close-on-exec (as a jobserver pipe or a descriptor
+    // inherited from the service manager would be).
+    let marker_dir = tempfile::tempdir().unwrap();
+    let marker = std::fs::File::create(marker_dir.path().join("inherited-marker")).unwrap();
+    nix::fcntl::fcntl(
+        &marker,
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+    )
+    .unwrap();
+    let config = fixture.config();
+    let record = run_manually(&config, "list-fds", &json!({"status": "Ok"}), "uid=0")
+        .await
+        .unwrap();
+    drop(marker);
+    assert_eq!(record.exit_code, Some(0), "{record:?}");
+    // `ls -l`: one `N -> target` line per descriptor.
+    let descriptors: Vec<(String, String)> = record
+        .stdout
+        .lines()
+        .filter_map(|line| line.split_once(" -> "))
+        .map(|(left, target)| {
+            let fd = left.rsplit(' ').next().unwrap_or("").to_owned();
+            (fd, target.to_owned())
+        })
+        .collect();
+    assert!(descriptors.len() >= 3, "{}", record.stdout);
+    for (fd, target) in &descriptors {
+        let allowed = matches!(fd.as_str(), "0" | "1" | "2")
+            // ls's own handle on the directory it lists
+            || (target.starts_with("/proc/") && target.ends_with("/fd"))
+            // the checked script, held by its interpreter
+            || target.ends_with("/list-fds");
+        assert!(
+            allowed,
+            "descriptor {fd} -> {target} reached the repair command:\n{}",
+            record.stdout
+        );
+    }
+    assert!(
+        !record.stdout.contains("inherited-marker"),
+        "{}",
+        record.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_whitelist_reached_through_a_symlink_or_a_writable_parent_runs_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let fixture = Fixture::new();
+    fixture.command("fix", "echo run >> @MARKS@/fix.runs");
+    let input = json!({"status": "live-repair"});
+    let link = fixture.root.path().join("link");
+    std::os::unix::fs::symlink(fixture.root.path(), &link).unwrap();
+    let mut config = fixture.config();
+    config.commands_dir = link.join("node-repair-commands");
+    let error = run_manually(&config, "fix", &input, "uid=0")
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("is a symbolic link"), "{error}");
+
+    let config = fixture.config();
+    std::fs::set_permissions(fixture.root.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let error = run_manually(&config, "fix", &input, "uid=0")
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("writable by group or others"),
+        "{error}"
+    );
+    std::fs::set_permissions(fixture.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(run_manually(&config, "fix", &input, "uid=0").await.is_ok());
+    assert_eq!(fixture.runs_of("fix"), 1);
 }

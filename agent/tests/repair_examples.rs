@@ -2,6 +2,10 @@
 //! `systemctl` first on `PATH`, a fake sysfs root. Skips when `/usr/bin/python3` is missing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the example scripts directly"
+)]
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

@@ -2,6 +2,10 @@
 //! each prints a valid verdict, and the verdict's fingerprint ignores volatile fields.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the example scripts directly"
+)]
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

@@ -1,32 +1,17 @@
-//! Fetching the RAPI answers over HTTPS, pinning the cluster certificate.
+//! Fetching the RAPI answers over HTTPS with nodecare's Ganeti client, pinning the cluster
+//! certificate.
 //!
 //! Ganeti's RAPI certificate is self-signed with no subject alternative name
 //! (an X.509 v1 certificate in Ganeti 3.0.2), so ordinary WebPKI verification
 //! rejects it. Instead the certificate given with `--rapi-ca` (Ganeti's
-//! `rapi.pem`) is pinned with the coordinator's verifier: the server must
-//! present exactly that certificate and prove it holds the key.
+//! `rapi.pem`) is pinned: the server must present exactly that certificate and
+//! prove it holds the key.
 
 use std::path::Path;
 use std::time::Duration;
 
-use nodecare_coordinator::rapi::tls;
-
-fn tls_config(ca: &Path) -> Result<rustls::ClientConfig, String> {
-    let pinned = tls::load_pinned_certificates(ca).map_err(|e| e.to_string())?;
-    tls::pinned_client_config(pinned).map_err(|e| e.to_string())
-}
-
-/// An error with its causes, which is where reqwest puts the useful part.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        cur = c.source();
-    }
-    s
-}
+use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use nodecare_roll::from_rapi::{DecodedAnswers, cluster_from_decoded};
 
 /// Loads the cluster from a RAPI endpoint such as `https://user:pass@host:5080`.
 pub(crate) fn load(url: &str, ca: Option<&Path>) -> Result<nodecare_roll::Cluster, String> {
@@ -41,46 +26,37 @@ pub(crate) fn load(url: &str, ca: Option<&Path>) -> Result<nodecare_roll::Cluste
         ));
     };
     let user = base.username().to_owned();
-    let password = base.password().map(str::to_owned);
+    let password = base.password().unwrap_or_default().to_owned();
     if base.set_username("").is_err() || base.set_password(None).is_err() {
         return Err(format!("{url}: cannot use credentials with this URL"));
     }
-    // reqwest is built without a provider and needs a process-wide one.
-    tls::crypto_provider();
-    let client = reqwest::blocking::Client::builder()
-        .use_preconfigured_tls(tls_config(ca)?)
-        .connect_timeout(Duration::from_secs(15))
-        .timeout(Duration::from_secs(60))
+    let mut config = RapiConfig::new(
+        base.as_str().trim_end_matches('/'),
+        ServerTrust::PinnedCertFile(ca.to_path_buf()),
+    );
+    config.connect_timeout = Duration::from_secs(15);
+    config.request_timeout = Duration::from_secs(60);
+    if !user.is_empty() {
+        config = config.with_credentials(Credentials { user, password });
+    }
+    // Errors name the server without the credentials.
+    let shown = base.as_str().trim_end_matches('/').to_owned();
+    let client = RapiClient::new(config).map_err(|e| format!("{shown}: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
-        .map_err(|e| format!("HTTP client: {e}"))?;
-    let fetch = |path: &str| -> Result<String, String> {
-        let target = base.join(path).map_err(|e| format!("{url}: {e}"))?;
-        let mut req = client.get(target.clone());
-        if !user.is_empty() {
-            req = req.basic_auth(&user, password.as_deref());
-        }
-        let resp = req
-            .send()
-            .map_err(|e| format!("{target}: {}", error_chain(&e)))?;
-        let status = resp.status();
-        let body = resp.text().map_err(|e| format!("{target}: {e}"))?;
-        if !status.is_success() {
-            let snippet: String = body.chars().take(200).collect();
-            return Err(format!("{target}: HTTP {status}: {snippet}"));
-        }
-        Ok(body)
-    };
-    let groups = fetch("/2/groups?bulk=1")?;
-    let nodes = fetch("/2/nodes?bulk=1")?;
-    let instances = fetch("/2/instances?bulk=1")?;
-    let info = fetch("/2/info")?;
-    nodecare_roll::from_rapi::cluster_from_rapi(nodecare_roll::from_rapi::RapiAnswers {
-        info: &info,
-        groups: &groups,
-        nodes: &nodes,
-        instances: &instances,
-    })
-    .map_err(|e| e.to_string())
+        .map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
+    let answers = runtime
+        .block_on(async {
+            Ok::<_, nodecare_ganeti::rapi::RapiError>(DecodedAnswers {
+                groups: client.groups().await?,
+                nodes: client.nodes().await?,
+                instances: client.instances().await?,
+                info: client.cluster_info().await?,
+            })
+        })
+        .map_err(|e| format!("{shown}: {e}"))?;
+    cluster_from_decoded(&answers).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -96,7 +72,7 @@ mod tests {
             b"-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n",
         )
         .unwrap();
-        let e = tls_config(&pem).unwrap_err();
+        let e = load("https://127.0.0.1:5080", Some(&pem)).unwrap_err();
         assert!(e.contains("x.pem"), "{e}");
     }
 

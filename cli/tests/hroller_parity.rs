@@ -6,6 +6,10 @@
 //! the tests skip, unless `NODECARE_REQUIRE_GANETI=1` (CI), where they fail.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs hroller and the nodecare binary"
+)]
 
 use std::collections::BTreeSet;
 use std::io::{Read as _, Seek as _};

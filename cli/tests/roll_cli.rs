@@ -2,6 +2,10 @@
 //! instances, failure domains, JSON, and error messages.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the nodecare binary"
+)]
 
 use std::io::Write as _;
 use std::process::{Command, Output};

@@ -1,6 +1,10 @@
 //! `nodecare status` against a canned coordinator: the tables people read, compared with golden
 //! files under `tests/status/` (regenerate with `UPDATE_GOLDEN=1`), and clear errors.
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the nodecare binary"
+)]
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;

@@ -7,6 +7,9 @@
 //! out, output too large, non-zero exit, bad output). The verdicts merge with
 //! [`NodeVerdict::merge`].
 //!
+//! [`check_script`] runs one script by name, once, the same way, and returns its verdict or why
+//! there is none (for an operator checking a script).
+//!
 //! Optional hysteresis ([`Hysteresis`]): a changed non-`Ok` verdict is published only after it
 //! has been seen in that many consecutive runs (same fingerprint), so that one odd run does not
 //! open an incident.
@@ -14,10 +17,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nodecare_protocol::report::ReportKind;
-use nodecare_protocol::{DiagnoseStatus, NodeVerdict, ScriptVerdict};
+use nodecare_protocol::{DiagnoseStatus, NodeVerdict, ScriptVerdict, now_ms};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::watch;
@@ -90,6 +93,55 @@ pub fn verdict_of(result: &Result<ExecOutput, ExecError>) -> ScriptVerdict {
     }
 }
 
+/// Why [`check_script`] got no verdict from a script.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScriptCheckError {
+    /// The whitelist refused the directory or the script; nothing ran.
+    #[error(transparent)]
+    Refused(#[from] WhitelistError),
+    /// It could not start, timed out or overflowed its stdout cap; every process of the run was
+    /// killed.
+    #[error(transparent)]
+    Run(#[from] ExecError),
+    /// It ran but exited non-zero or printed no valid verdict. `reason` is what a round records
+    /// as the reason of its `unknown` verdict.
+    #[error("{name} gave no valid verdict: {reason}")]
+    NoVerdict {
+        /// The script.
+        name: String,
+        /// Why, as in the `unknown` verdict.
+        reason: String,
+        /// The run, for inspection.
+        output: ExecOutput,
+    },
+}
+
+/// Runs the whitelisted diagnose executable `name` of `config.dir` once, exactly as a diagnose
+/// round does (same whitelist rules, sandbox and limits), and returns its verdict with the run's
+/// output, or why there is none. For operators checking one script (`config.only` is ignored).
+pub async fn check_script(
+    config: &DiagnoseConfig,
+    name: &str,
+    runner: &Runner,
+) -> Result<(ScriptVerdict, ExecOutput), ScriptCheckError> {
+    let whitelist = Whitelist::with_owner(&config.dir, config.owner);
+    let executable = whitelist.open(name)?;
+    let output = runner.run(&executable, None, &config.limits).await?;
+    let parsed = if output.status.success() {
+        ScriptVerdict::parse(&output.stdout).ok()
+    } else {
+        None
+    };
+    match parsed {
+        Some(verdict) => Ok((verdict, output)),
+        None => Err(ScriptCheckError::NoVerdict {
+            name: name.to_owned(),
+            reason: verdict_of(&Ok(output.clone())).reason.unwrap_or_default(),
+            output,
+        }),
+    }
+}
+
 /// One run of the diagnose executables, merged.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DiagnoseRun {
@@ -97,14 +149,6 @@ pub struct DiagnoseRun {
     pub verdict: NodeVerdict,
     /// When the run finished, Unix milliseconds.
     pub collected_at_ms: u64,
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }
 
 fn merge_or_unknown(verdicts: BTreeMap<String, ScriptVerdict>) -> NodeVerdict {
@@ -559,6 +603,15 @@ mod tests {
             (
                 output(ExitStatus::Code(0), b"", b""),
                 "invalid output: output is empty",
+            ),
+            // A repeated key is not read by its last value: the verdict is unknown.
+            (
+                output(
+                    ExitStatus::Code(0),
+                    br#"{"status":"evacuate","status":"Ok"}"#,
+                    b"",
+                ),
+                "repeated key \"status\"",
             ),
             (
                 Err(ExecError::Timeout {

@@ -6,22 +6,28 @@
 //!   mode bits outside `0755`, and are not symbolic links;
 //! - the file is a regular file, executable by its owner.
 //!
-//! Nothing may change between the check and the execution: the directory is opened with
-//! `O_NOFOLLOW`, the file is opened relative to that descriptor with `O_NOFOLLOW`, both
-//! descriptors are checked with `fstat`, and the runner executes the very file descriptor that
-//! was checked (see [`crate::runner`]). Renaming or replacing the file after the check has no
-//! effect on what runs.
+//! - every directory on the path from `/` is owned by root (or the expected owner) and is not
+//!   writable by group or others unless sticky (`/tmp`), so nobody else can swap a path
+//!   component for a link to another directory.
+//!
+//! Nothing may change between the check and the execution: the path is walked one component at
+//! a time from `/` with `openat(O_NOFOLLOW | O_DIRECTORY)` (a symbolic link anywhere on it is
+//! refused), the file is opened relative to the directory's descriptor with `O_NOFOLLOW`, every
+//! descriptor is checked with `fstat`, and the runner executes the very file descriptor that was
+//! checked (see [`crate::runner`]). Renaming or replacing the file after the check has no effect
+//! on what runs.
 
 use std::ffi::OsStr;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
+use nix::fcntl::AtFlags;
 use nix::fcntl::{OFlag, open, openat};
-use nix::sys::stat::Mode;
+use nix::sys::stat::{Mode, fstatat};
 
 /// Mode bits a whitelisted directory or file may have (`rwxr-xr-x`); anything else, including
 /// group/other write and setuid/setgid/sticky, is refused.
@@ -152,6 +158,96 @@ fn check_owner_and_mode(metadata: &std::fs::Metadata, owner: Owner) -> Result<()
     Ok(())
 }
 
+/// Opens the directory `path` one component at a time from `/`, never following a symbolic
+/// link, and refuses it if any directory on the way could be changed by someone other than root
+/// or `owner`: each must be owned by root or by `owner`'s user, and not writable by group or
+/// others unless it is sticky (as `/tmp`: there only an entry's owner may rename or remove it,
+/// and the next component is checked in turn). The last component is returned open, unchecked,
+/// for the caller's own (stricter) checks.
+fn open_trusted_path(path: &Path, owner: Owner) -> Result<File, WhitelistError> {
+    let shown = path.display().to_string();
+    let refused = |reason: String| WhitelistError::DirectoryRefused {
+        path: shown.clone(),
+        reason,
+    };
+    if !path.is_absolute() {
+        return Err(refused("is not an absolute path".into()));
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let root = open("/", flags, Mode::empty()).map_err(|errno| WhitelistError::Directory {
+        path: shown.clone(),
+        reason: format!("cannot open /: {}", describe_errno(errno)),
+    })?;
+    let mut current = File::from(root);
+    let mut walked = PathBuf::from("/");
+    let components: Vec<Component<'_>> = path.components().collect();
+    let last = components
+        .iter()
+        .rposition(|component| matches!(component, Component::Normal(_)));
+    if last.is_some() {
+        check_ancestor(&current, &walked, owner).map_err(&refused)?;
+    }
+    for (index, component) in components.into_iter().enumerate() {
+        let name = match component {
+            Component::RootDir | Component::CurDir => continue,
+            Component::ParentDir => {
+                return Err(refused("contains `..`".into()));
+            }
+            Component::Prefix(_) => return Err(refused("is not a Unix path".into())),
+            Component::Normal(name) => name,
+        };
+        walked.push(name);
+        let fd = openat(&current, name, flags, Mode::empty()).map_err(|errno| match errno {
+            Errno::ELOOP | Errno::ENOTDIR => {
+                let link = fstatat(&current, name, AtFlags::AT_SYMLINK_NOFOLLOW)
+                    .is_ok_and(|stat| stat.st_mode & libc::S_IFMT == libc::S_IFLNK);
+                if link || errno == Errno::ELOOP {
+                    refused(format!("{} is a symbolic link", walked.display()))
+                } else {
+                    refused(format!("{} is not a directory", walked.display()))
+                }
+            }
+            other => WhitelistError::Directory {
+                path: shown.clone(),
+                reason: format!("{}: {}", walked.display(), describe_errno(other)),
+            },
+        })?;
+        current = File::from(fd);
+        if Some(index) != last {
+            check_ancestor(&current, &walked, owner).map_err(&refused)?;
+        }
+    }
+    Ok(current)
+}
+
+/// One directory on the way to a whitelist: owned by root or `owner`'s user, and not writable by
+/// group or others unless sticky.
+fn check_ancestor(dir: &File, walked: &Path, owner: Owner) -> Result<(), String> {
+    let metadata = dir
+        .metadata()
+        .map_err(|error| format!("cannot stat {}: {error}", walked.display()))?;
+    if !metadata.is_dir() {
+        return Err(format!("{} is not a directory", walked.display()));
+    }
+    if metadata.uid() != 0 && metadata.uid() != owner.uid {
+        return Err(format!(
+            "{} is owned by uid {}, not by root",
+            walked.display(),
+            metadata.uid()
+        ));
+    }
+    let mode = metadata.permissions().mode();
+    let sticky = mode & 0o1000 != 0;
+    if mode & 0o022 != 0 && !sticky {
+        return Err(format!(
+            "{} is writable by group or others (mode {:04o})",
+            walked.display(),
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
 impl Whitelist {
     /// A whitelist whose directory and files must be root:root.
     pub fn new(dir: impl Into<PathBuf>) -> Self {
@@ -178,33 +274,11 @@ impl Whitelist {
 
     fn open_dir(&self) -> Result<File, WhitelistError> {
         let path = self.dir.display().to_string();
-        let fd = open(
-            &self.dir,
-            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|errno| {
-            let reason = match errno {
-                Errno::ELOOP => "is a symbolic link".to_owned(),
-                Errno::ENOTDIR => "is not a directory (or a symbolic link)".to_owned(),
-                other => describe_errno(other),
-            };
-            WhitelistError::Directory {
-                path: path.clone(),
-                reason,
-            }
-        })?;
-        let dir = File::from(fd);
+        let dir = open_trusted_path(&self.dir, self.owner)?;
         let metadata = dir.metadata().map_err(|error| WhitelistError::Directory {
             path: path.clone(),
             reason: error.to_string(),
         })?;
-        if !metadata.is_dir() {
-            return Err(WhitelistError::DirectoryRefused {
-                path,
-                reason: "is not a directory".into(),
-            });
-        }
         check_owner_and_mode(&metadata, self.owner)
             .map_err(|reason| WhitelistError::DirectoryRefused { path, reason })?;
         Ok(dir)
@@ -219,12 +293,11 @@ impl Whitelist {
         let dir = self.open_dir()?;
         let path = self.dir.display().to_string();
         let fd_path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
-        let listing = std::fs::read_dir(&fd_path)
-            .or_else(|_| std::fs::read_dir(&self.dir))
-            .map_err(|error| WhitelistError::Directory {
-                path: path.clone(),
-                reason: error.to_string(),
-            })?;
+        // Listed through the checked descriptor, never through the path again.
+        let listing = std::fs::read_dir(&fd_path).map_err(|error| WhitelistError::Directory {
+            path: path.clone(),
+            reason: error.to_string(),
+        })?;
         let mut names = Vec::new();
         for entry in listing {
             let entry = entry.map_err(|error| WhitelistError::Directory {
@@ -401,6 +474,97 @@ mod tests {
             .list()
             .unwrap_err();
         assert!(matches!(missing, WhitelistError::Directory { .. }));
+    }
+
+    #[test]
+    fn a_symlinked_parent_is_refused() {
+        let dir = temp_dir();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::create_dir(real.join("commands")).unwrap();
+        std::fs::set_permissions(
+            real.join("commands"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        write(&real.join("commands"), "script", 0o755);
+        symlink(&real, dir.path().join("link")).unwrap();
+        // Through the real path it is fine; through the link it is refused.
+        assert!(own_whitelist(&real.join("commands")).open("script").is_ok());
+        let through_link = own_whitelist(&dir.path().join("link").join("commands"));
+        for error in [
+            through_link.open("script").unwrap_err(),
+            through_link.list().unwrap_err(),
+        ] {
+            assert!(
+                matches!(&error, WhitelistError::DirectoryRefused { reason, .. }
+                    if reason.contains("link is a symbolic link")),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_writable_parent_is_refused_unless_sticky() {
+        let dir = temp_dir();
+        let parent = dir.path().join("parent");
+        let commands = parent.join("commands");
+        std::fs::create_dir_all(&commands).unwrap();
+        std::fs::set_permissions(&commands, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write(&commands, "script", 0o755);
+        let whitelist = own_whitelist(&commands);
+        for mode in [0o777, 0o775, 0o757] {
+            std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(mode)).unwrap();
+            let error = whitelist.open("script").unwrap_err();
+            assert!(
+                error
+                    .to_string()
+                    .contains("parent is writable by group or others"),
+                "{mode:o}: {error}"
+            );
+            assert!(whitelist.list().is_err());
+        }
+        // Sticky, as /tmp: others cannot rename what they do not own.
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert!(whitelist.open("script").is_ok());
+        std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(whitelist.open("script").is_ok());
+    }
+
+    #[test]
+    fn relative_and_dotdot_paths_are_refused() {
+        for path in ["relative/dir", "/tmp/../etc"] {
+            let error = Whitelist::new(path).list().unwrap_err();
+            assert!(
+                matches!(error, WhitelistError::DirectoryRefused { .. }),
+                "{path}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_parent_owned_by_another_user_is_refused() {
+        if !am_root() {
+            eprintln!("skipped: needs root to chown a parent directory");
+            return;
+        }
+        let dir = temp_dir();
+        let parent = dir.path().join("parent");
+        let commands = parent.join("commands");
+        std::fs::create_dir_all(&commands).unwrap();
+        std::fs::set_permissions(&commands, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write(&commands, "script", 0o755);
+        chown(dir.path(), Some(0), Some(0)).unwrap();
+        chown(&commands, Some(0), Some(0)).unwrap();
+        chown(commands.join("script"), Some(0), Some(0)).unwrap();
+        assert!(Whitelist::new(&commands).open("script").is_ok());
+        // The other user could rename `commands` away and put their own directory there.
+        chown(&parent, Some(65534), Some(0)).unwrap();
+        let error = Whitelist::new(&commands).open("script").unwrap_err();
+        assert!(
+            error.to_string().contains("parent is owned by uid 65534"),
+            "{error}"
+        );
     }
 
     #[test]

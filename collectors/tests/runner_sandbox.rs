@@ -11,27 +11,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nodecare_collectors::runner::{self, ExecError, ExecLimits, ExitStatus, FIXED_PATH, Runner};
-use nodecare_collectors::whitelist::{Owner, Whitelist};
+use nodecare_collectors::whitelist::Whitelist;
+use support::{SERIAL, open_fds, owner, script};
 
-/// The tests of this binary count descriptors and children, so they run one at a time.
-static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn owner() -> Owner {
-    Owner {
-        uid: nix::unistd::geteuid().as_raw(),
-        gid: nix::unistd::getegid().as_raw(),
-    }
-}
-
-fn script(dir: &Path, name: &str, body: &str) {
-    let path = dir.join(name);
-    std::fs::write(&path, body).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
+mod support;
 
 /// Processes whose parent is this process (including zombies).
 fn children() -> Vec<String> {
@@ -287,4 +270,45 @@ async fn concurrency_is_bounded_and_group_is_killed_after_the_run() {
                 .unwrap_or(true),
         "background process survived the run"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_script_is_checked_by_name() {
+    use nodecare_collectors::diagnose::{DiagnoseConfig, ScriptCheckError, check_script};
+    let _serial = SERIAL.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    script(
+        dir.path(),
+        "evacuates",
+        "#!/bin/sh\necho '{\"status\":\"evacuate\",\"details\":{\"disk\":\"sdc\"}}'\n",
+    );
+    script(dir.path(), "fails", "#!/bin/sh\necho broken >&2\nexit 3\n");
+    script(dir.path(), "hangs", "#!/bin/sh\nexec sleep 1000\n");
+    let config = DiagnoseConfig {
+        dir: dir.path().to_owned(),
+        owner: owner(),
+        limits: ExecLimits {
+            timeout: Duration::from_millis(500),
+            ..ExecLimits::default()
+        },
+        ..DiagnoseConfig::default()
+    };
+    let runner = Runner::new(1);
+    let (verdict, output) = check_script(&config, "evacuates", &runner).await.unwrap();
+    assert_eq!(verdict.status.to_string(), "evacuate");
+    assert!(output.status.success());
+    let error = check_script(&config, "fails", &runner).await.unwrap_err();
+    assert!(
+        matches!(&error, ScriptCheckError::NoVerdict { reason, .. }
+            if reason == "failed with exit code 3; stderr: broken"),
+        "{error}"
+    );
+    let error = check_script(&config, "hangs", &runner).await.unwrap_err();
+    assert!(
+        matches!(error, ScriptCheckError::Run(ExecError::Timeout { .. })),
+        "{error}"
+    );
+    let error = check_script(&config, "absent", &runner).await.unwrap_err();
+    assert!(matches!(error, ScriptCheckError::Refused(_)), "{error}");
 }

@@ -14,7 +14,7 @@ use crate::config::{
 };
 use crate::daemon::Coordinator;
 use crate::ganeti::Ganeti;
-use crate::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use crate::ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
 use crate::reconcile::RoundError;
 use crate::scrape::DEFAULT_AGENT_URL_TEMPLATE;
 use anyhow::Context as _;

@@ -100,7 +100,8 @@ pub struct AgentsConfig {
     pub concurrency: usize,
     /// Seconds per request.
     pub timeout: f64,
-    /// Seconds of clock skew tolerated in report freshness.
+    /// Seconds of clock difference tolerated between a node and the coordinator when judging a
+    /// report's freshness (at most 30: it is for clocks, not for a report's lifetime).
     pub max_clock_skew: f64,
 }
 
@@ -149,7 +150,7 @@ impl Default for AgentsConfig {
             overrides: BTreeMap::new(),
             concurrency: 64,
             timeout: 5.0,
-            max_clock_skew: 150.0,
+            max_clock_skew: 2.0,
         }
     }
 }
@@ -215,7 +216,16 @@ impl Config {
         seconds("repair_poll", self.repair_poll, 0.0)?;
         seconds("repair_request_ttl", self.repair_request_ttl, 1.0)?;
         seconds("agents.timeout", self.agents.timeout, 0.001)?;
-        seconds("agents.max_clock_skew", self.agents.max_clock_skew, 0.0)?;
+        let skew = seconds("agents.max_clock_skew", self.agents.max_clock_skew, 0.0)?;
+        let limit = Duration::from_millis(nodecare_protocol::sign::MAX_CLOCK_SKEW_LIMIT_MS);
+        if skew > limit {
+            return Err(ConfigError::Invalid(format!(
+                "agents.max_clock_skew must be at most {} seconds (it tolerates clock differences, \
+                 not old reports), got {}",
+                limit.as_secs(),
+                self.agents.max_clock_skew
+            )));
+        }
         seconds("rapi.timeout", self.rapi.timeout, 0.001)?;
         if self.agents.concurrency == 0 {
             return Err(ConfigError::Invalid(
@@ -317,6 +327,15 @@ mod tests {
         );
         let config = Config::parse("max_disrupted_nodes = 0").unwrap();
         assert!(config.validate().is_err());
+        // Clock skew is bounded: it must not stretch a report's lifetime.
+        assert!(Config::default().agents.max_clock_skew <= 5.0);
+        let config = Config::parse("[agents]\nmax_clock_skew = 150.0").unwrap();
+        let error = config.validate().unwrap_err().to_string();
+        assert!(error.contains("max_clock_skew"), "{error}");
+        Config::parse("[agents]\nmax_clock_skew = 30.0")
+            .unwrap()
+            .validate()
+            .unwrap();
     }
 
     #[test]

@@ -13,10 +13,9 @@
 //! an acknowledged failure is forgotten at once (so a still-present problem starts a new flow).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use uuid::Uuid;
 
-use nodecare_protocol::DiagnoseStatus;
+use nodecare_protocol::{CanonicalJson, DiagnoseStatus, NodeVerdict};
 
 use crate::ganeti::JobId;
 
@@ -121,8 +120,10 @@ pub struct Incident {
     pub node: String,
     /// Node uuid: identity survives a node rename.
     pub node_uuid: String,
-    /// The verdict as the node reported it (the report's `data`).
-    pub original: Value,
+    /// The verdict exactly as the node signed it (its canonical bytes): maintd's `original`.
+    pub original: CanonicalJson,
+    /// The same verdict, decoded.
+    pub verdict: NodeVerdict,
     /// Requested action.
     pub action: Action,
     /// Fingerprint of the verdict's identity (identity is node uuid + fingerprint).
@@ -211,18 +212,20 @@ impl Incident {
         uuid: Uuid,
         node: impl Into<String>,
         node_uuid: impl Into<String>,
-        original: Value,
+        verdict: NodeVerdict,
+        original: CanonicalJson,
         action: Action,
-        fingerprint: impl Into<String>,
         now: f64,
     ) -> Self {
+        let fingerprint = verdict.fingerprint.clone();
         let mut incident = Self {
             uuid,
             node: node.into(),
             node_uuid: node_uuid.into(),
             original,
+            verdict,
             action,
-            fingerprint: fingerprint.into(),
+            fingerprint,
             jobs: Vec::new(),
             repair_status: RepairStatus::Noted,
             tag: ready_tag(uuid),
@@ -451,16 +454,25 @@ pub fn failed_tag(uuid: Uuid) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use serde_json::json;
 
     fn incident() -> Incident {
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [(
+                "disk".to_owned(),
+                nodecare_protocol::ScriptVerdict::parse(br#"{"status":"evacuate"}"#).unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap();
+        let original = CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap();
         Incident::new(
             Uuid::from_u128(7),
             "node1",
             "uuid-node1",
-            json!({"status": "evacuate"}),
+            verdict,
+            original,
             Action::Evacuate,
-            "fp",
             100.0,
         )
     }

@@ -1,8 +1,8 @@
 //! nodecare-coordinator: the master-side daemon that turns signed self-diagnose reports into
 //! Ganeti repair actions (the role of Ganeti's never-released maintd).
 //!
-//! - [`ganeti`]: the Ganeti operations needed, as a trait ([`rapi`] and [`simulation`]
-//!   implement it).
+//! - [`ganeti`]: the Ganeti operations needed, as a trait, and the RAPI client that implements
+//!   it (the `nodecare-ganeti` crate).
 //! - [`incident`]: incidents and their lifecycle (pure state machine).
 //! - [`plan`]: evacuation planning and the safety budget (pure).
 //! - [`scrape`]: reading and verifying the agents' signed reports.
@@ -14,18 +14,17 @@
 pub mod cli;
 pub mod config;
 pub mod daemon;
-pub mod ganeti;
 pub mod http;
 pub mod incident;
 pub mod plan;
-pub mod rapi;
 pub mod reconcile;
 pub mod repair;
 pub mod scrape;
-pub mod simulation;
 pub mod store;
 
 pub use nodecare_daemon::systemd;
+/// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).
+pub use nodecare_ganeti as ganeti;
 
 pub use cli::command;
 

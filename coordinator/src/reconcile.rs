@@ -22,8 +22,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
 
-use nodecare_protocol::DiagnoseStatus;
 use nodecare_protocol::repair::{RepairRequest, RepairState};
+use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
@@ -92,13 +92,6 @@ pub struct Reconciler {
     /// Serialises incident changes between rounds and the cancel endpoint.
     incident_lock: Arc<tokio::sync::Mutex<()>>,
     rounds: u64,
-}
-
-/// Current time in Unix ms.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn now_s() -> f64 {
@@ -472,9 +465,9 @@ impl Reconciler {
                     Uuid::new_v4(),
                     &result.node,
                     &result.node_uuid,
+                    verdict.clone(),
                     observation.original.clone(),
                     action,
-                    &verdict.fingerprint,
                     time,
                 );
                 tracing::info!(incident = %incident.uuid, node = %incident.node,
@@ -764,12 +757,7 @@ impl Reconciler {
             }
             Some(intent) => (*intent).clone(),
             None => {
-                let Some(command) = incident
-                    .original
-                    .get("command")
-                    .and_then(|c| c.as_str())
-                    .map(str::to_owned)
-                else {
+                let Some(command) = incident.verdict.command.clone() else {
                     self.fail(
                         incident,
                         "the verdict asks for live-repair but names no repair command".into(),
@@ -808,7 +796,7 @@ impl Reconciler {
                 node: node.name.clone(),
                 incident_id: incident_id.clone(),
                 command: command.clone(),
-                input: incident.original.clone(),
+                input: incident.original.to_value(),
                 nonce: Uuid::new_v4().simple().to_string(),
             };
             let sequence = self.store.next_counter("repair-sequence", now_ms())?;

@@ -101,13 +101,13 @@ async fn answer(response: reqwest::Response, url: &str) -> RepairAnswer {
         Err(error) => return RepairAnswer::Unreachable(format!("{url}: {}", error_chain(&error))),
     };
     if status.is_success() {
-        return match serde_json::from_slice::<RepairRecord>(&body) {
+        return match nodecare_protocol::json::decode::<RepairRecord>(&body) {
             Ok(record) => RepairAnswer::Record(Box::new(record)),
             Err(error) => RepairAnswer::Unreachable(format!("{url}: not a repair record: {error}")),
         };
     }
     let message = match serde_json::from_slice::<RepairRefusal>(&body) {
-        Ok(refusal) => format!("{:?}: {}", refusal.reason, refusal.message),
+        Ok(refusal) => format!("{}: {}", refusal.reason.as_str(), refusal.message),
         Err(_) => String::from_utf8_lossy(&body).chars().take(200).collect(),
     };
     RepairAnswer::Refused {

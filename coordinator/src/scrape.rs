@@ -2,17 +2,24 @@
 //!
 //! Requests run with bounded concurrency and a per-request timeout. A report counts only if its
 //! HMAC signature verifies with the cluster key, it speaks for the node it was fetched from, it
-//! is fresh, and its sequence number is not below the last one accepted from that node. Anything
-//! else is recorded as the node's agent status (visible in `/1/status` and the CLI) and never
-//! leads to an action.
+//! is fresh, its sequence number is not below the last one accepted from that node, and its
+//! payload decodes as a [`DiagnosePayload`]. Anything else is recorded as the node's agent status
+//! (visible in `/1/status` and the CLI) and never leads to an action.
+//!
+//! Freshness: a report is valid until its `expires_at_ms`, plus a few seconds of tolerated clock
+//! skew for a report never seen before. A report whose sequence number was already accepted is
+//! the same document read again, not a new observation: once past its expiry it makes the agent
+//! `stale` (never `ok`), so a server replaying a stopped agent's last report cannot keep the node
+//! looking healthy, nor start an action.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nodecare_protocol::{DiagnoseStatus, KeyRing, NodeVerdict, VerifyPolicy};
+use nodecare_protocol::{
+    CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, NodeVerdict, VerifyError, VerifyPolicy,
+};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::task::JoinSet;
 
 use crate::ganeti::Node;
@@ -61,17 +68,21 @@ pub struct AgentTarget {
     pub base_url: String,
 }
 
-/// A verified verdict.
+/// A verified verdict: the decoded [`DiagnosePayload`] of one signed report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Observation {
-    /// The merged verdict.
+    /// The node's verdict.
     pub verdict: NodeVerdict,
-    /// The verdict as JSON (an incident's `original`).
-    pub original: Value,
+    /// The verdict exactly as signed (canonical bytes): an incident's `original`.
+    pub original: CanonicalJson,
     /// Envelope sequence number.
     pub sequence: u64,
-    /// When the agent collected it, Unix ms, if reported.
-    pub collected_at: Option<u64>,
+    /// When the agent's diagnose run finished, Unix ms.
+    pub collected_at_ms: u64,
+    /// When the signed report expires, Unix ms.
+    pub expires_at_ms: u64,
+    /// Why the observation is stale, when it is.
+    pub stale_reason: Option<String>,
 }
 
 /// What reading one agent gave.
@@ -79,8 +90,8 @@ pub struct Observation {
 pub enum AgentOutcome {
     /// A verified, fresh verdict.
     Verified(Observation),
-    /// Verified, but the agent marks it stale (it has not diagnosed since its restart): shown,
-    /// not acted on.
+    /// Authentic but not current (the agent marks it stale because it has not diagnosed since
+    /// its restart, or the report expired and is being served again): shown, never acted on.
     Stale(Observation),
     /// No answer (connect error, timeout, HTTP error).
     Unreachable(String),
@@ -108,7 +119,7 @@ impl AgentResult {
     pub fn status(&self, now_ms: u64, previous_ok: Option<u64>) -> AgentStatus {
         let (state, observation, error) = match &self.outcome {
             AgentOutcome::Verified(o) => (AgentState::Ok, Some(o), None),
-            AgentOutcome::Stale(o) => (AgentState::Stale, Some(o), None),
+            AgentOutcome::Stale(o) => (AgentState::Stale, Some(o), o.stale_reason.clone()),
             AgentOutcome::Unreachable(e) => (AgentState::Unreachable, None, Some(e.clone())),
             AgentOutcome::Unverifiable(e) => (AgentState::Unverifiable, None, Some(e.clone())),
         };
@@ -121,7 +132,7 @@ impl AgentResult {
             sequence: observation.map(|o| o.sequence),
             error,
             checked_at_ms: now_ms,
-            last_ok_ms: if observation.is_some() {
+            last_ok_ms: if matches!(self.outcome, AgentOutcome::Verified(_)) {
                 Some(now_ms)
             } else {
                 previous_ok
@@ -306,7 +317,11 @@ async fn fetch(
     verify_report(ring, policy, &target.node, &body, min_sequence, now_ms())
 }
 
-/// Verifies a signed report body for `node` and extracts the verdict. Pure.
+/// Verifies a signed report body for `node` and decodes its [`DiagnosePayload`]. Pure.
+///
+/// `min_sequence` is the last sequence accepted from the node: a lower one is a replay; an equal
+/// one is the same report read again, which is `stale` once past its expiry (with no clock-skew
+/// allowance: the coordinator has already seen it while fresh).
 pub fn verify_report(
     ring: &KeyRing,
     policy: VerifyPolicy,
@@ -315,38 +330,76 @@ pub fn verify_report(
     min_sequence: Option<u64>,
     now_ms: u64,
 ) -> AgentOutcome {
-    let envelope = match ring.verify_json(body, now_ms, policy, Some(node), min_sequence) {
-        Ok(envelope) => envelope,
+    let (envelope, expired) = match ring.verify_json(body, now_ms, policy, Some(node), min_sequence)
+    {
+        Ok(envelope) => (envelope, None),
+        // Authentic (the MAC verified before expiry is checked) but too old: the agent is
+        // stale; its last verdict is shown, never acted on.
+        Err(error @ VerifyError::Expired { .. }) => {
+            match nodecare_protocol::SignedEnvelope::from_json(body) {
+                Ok(envelope) => (envelope, Some(error.to_string())),
+                Err(error) => return AgentOutcome::Unverifiable(error.to_string()),
+            }
+        }
         Err(error) => return AgentOutcome::Unverifiable(error.to_string()),
     };
-    let (verdict_value, stale, collected_at) = match &envelope.payload {
-        Value::Object(map) if map.contains_key("verdict") => (
-            map.get("verdict").cloned().unwrap_or(Value::Null),
-            map.get("stale").and_then(Value::as_bool).unwrap_or(false),
-            map.get("collected_at").and_then(Value::as_u64),
-        ),
-        // A bare mond report envelope with the verdict as `data`.
-        Value::Object(map) if map.contains_key("data") => {
-            (map.get("data").cloned().unwrap_or(Value::Null), false, None)
-        }
-        other => (other.clone(), false, None),
-    };
-    let verdict: NodeVerdict = match serde_json::from_value(verdict_value.clone()) {
-        Ok(verdict) => verdict,
+    let payload: DiagnosePayload = match serde_json::from_value(envelope.payload.clone()) {
+        Ok(payload) => payload,
         Err(error) => {
-            return AgentOutcome::Unverifiable(format!("signed payload is not a verdict: {error}"));
+            return AgentOutcome::Unverifiable(format!(
+                "signed payload is not a diagnose payload: {error}"
+            ));
         }
     };
-    if verdict.fingerprint.is_empty() {
+    if payload.verdict.fingerprint.is_empty() {
         return AgentOutcome::Unverifiable("verdict has an empty fingerprint".into());
     }
-    let observation = Observation {
-        verdict,
-        original: verdict_value,
-        sequence: envelope.sequence,
-        collected_at,
+    let original = match envelope
+        .payload
+        .get("verdict")
+        .map(CanonicalJson::new)
+        .transpose()
+    {
+        Ok(Some(original)) => original,
+        Ok(None) => return AgentOutcome::Unverifiable("signed payload has no verdict".into()),
+        Err(error) => return AgentOutcome::Unverifiable(error.to_string()),
     };
-    if stale {
+    if expired.is_some()
+        && let Some(last) = min_sequence
+        && envelope.sequence < last
+    {
+        return AgentOutcome::Unverifiable(
+            VerifyError::Replay {
+                got: envelope.sequence,
+                last,
+            }
+            .to_string(),
+        );
+    }
+    let repeated = min_sequence == Some(envelope.sequence);
+    let stale_reason = if let Some(expired) = expired {
+        Some(format!("report {expired}"))
+    } else if repeated && now_ms > envelope.expires_at_ms {
+        Some(format!(
+            "report {} expired at {} ms, {} ms ago, and has not been replaced",
+            envelope.sequence,
+            envelope.expires_at_ms,
+            now_ms - envelope.expires_at_ms
+        ))
+    } else if payload.stale {
+        Some("the agent has not diagnosed since it restarted".into())
+    } else {
+        None
+    };
+    let observation = Observation {
+        verdict: payload.verdict,
+        original,
+        sequence: envelope.sequence,
+        collected_at_ms: payload.collected_at_ms,
+        expires_at_ms: envelope.expires_at_ms,
+        stale_reason,
+    };
+    if observation.stale_reason.is_some() {
         AgentOutcome::Stale(observation)
     } else {
         AgentOutcome::Verified(observation)
@@ -372,7 +425,7 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 mod tests {
     use super::*;
     use nodecare_protocol::{HmacKey, ScriptVerdict, Signer};
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const NOW: u64 = 1_800_000_000_000;
 
@@ -395,7 +448,14 @@ mod tests {
     }
 
     fn payload(status: &str, stale: bool) -> Value {
-        json!({"verdict": verdict(status), "collected_at": NOW, "age_ms": 0, "stale": stale, "interval_ms": 1000})
+        serde_json::to_value(DiagnosePayload {
+            verdict: verdict(status),
+            collected_at_ms: NOW,
+            age_ms: 0,
+            stale,
+            interval_ms: 1000,
+        })
+        .unwrap()
     }
 
     /// Issue 11, defect 11: an `unknown` verdict's status row names the failing script and
@@ -417,10 +477,12 @@ mod tests {
             node: "n1".into(),
             node_uuid: "u1".into(),
             outcome: AgentOutcome::Verified(Observation {
-                original: serde_json::to_value(&merged).unwrap(),
+                original: CanonicalJson::new(&serde_json::to_value(&merged).unwrap()).unwrap(),
                 verdict: merged,
                 sequence: 1,
-                collected_at: None,
+                collected_at_ms: NOW,
+                expires_at_ms: NOW + 1000,
+                stale_reason: None,
             }),
             elapsed: Duration::ZERO,
         };
@@ -433,10 +495,13 @@ mod tests {
         // Other verdicts carry no reason.
         let ok = AgentResult {
             outcome: AgentOutcome::Verified(Observation {
-                original: Value::Null,
+                original: CanonicalJson::new(&serde_json::to_value(verdict("Ok")).unwrap())
+                    .unwrap(),
                 verdict: verdict("Ok"),
                 sequence: 2,
-                collected_at: None,
+                collected_at_ms: NOW,
+                expires_at_ms: NOW + 1000,
+                stale_reason: None,
             }),
             ..result
         };
@@ -462,7 +527,92 @@ mod tests {
             observation.verdict.fingerprint,
             verdict("evacuate").fingerprint
         );
-        assert_eq!(observation.original["status"], "evacuate");
+        assert_eq!(observation.original.to_value()["status"], "evacuate");
+        assert_eq!(
+            observation.original.get().as_bytes(),
+            nodecare_protocol::canonical_bytes(&serde_json::to_value(verdict("evacuate")).unwrap())
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn other_payload_shapes_are_unverifiable() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        // A bare verdict, a mond envelope, a payload with extra fields: signed, but not a
+        // diagnose payload.
+        let mut extra = payload("Ok", false);
+        extra["extra"] = json!(1);
+        for shape in [
+            serde_json::to_value(verdict("evacuate")).unwrap(),
+            json!({"data": verdict("evacuate")}),
+            extra,
+        ] {
+            let outcome = verify_report(&ring, policy, "n1", &body("n1", 1, shape), None, NOW);
+            assert!(
+                matches!(&outcome, AgentOutcome::Unverifiable(e) if e.contains("not a diagnose payload")),
+                "{outcome:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_replayed_report_is_stale_after_its_expiry_never_ok() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        // Signed at NOW for 60 s, accepted once as sequence 5.
+        let ok = body("n1", 5, payload("Ok", false));
+        assert!(matches!(
+            verify_report(&ring, policy, "n1", &ok, Some(5), NOW + 59_999),
+            AgentOutcome::Verified(_)
+        ));
+        // Served again one millisecond after expiry: stale, even within the clock skew.
+        let outcome = verify_report(&ring, policy, "n1", &ok, Some(5), NOW + 60_001);
+        let AgentOutcome::Stale(observation) = &outcome else {
+            panic!("{outcome:?}")
+        };
+        assert!(
+            observation
+                .stale_reason
+                .as_deref()
+                .unwrap()
+                .contains("expired")
+        );
+        let status = AgentResult {
+            node: "n1".into(),
+            node_uuid: "u1".into(),
+            outcome: outcome.clone(),
+            elapsed: Duration::ZERO,
+        }
+        .status(NOW + 60_001, Some(NOW));
+        assert_eq!(status.state, AgentState::Stale);
+        assert_eq!(status.last_ok_ms, Some(NOW));
+        assert!(status.error.unwrap().contains("expired"));
+        // Past the skew too: still stale (authentic, old), never ok.
+        assert!(matches!(
+            verify_report(&ring, policy, "n1", &ok, Some(5), NOW + 3_600_000),
+            AgentOutcome::Stale(_)
+        ));
+    }
+
+    #[test]
+    fn an_expired_evacuate_is_never_verified() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        let evacuate = body("n1", 9, payload("evacuate", false));
+        // A report never seen before, 3 s after its expiry (beyond the default skew).
+        for last in [None, Some(8), Some(9)] {
+            let outcome = verify_report(&ring, policy, "n1", &evacuate, last, NOW + 63_000);
+            assert!(
+                matches!(outcome, AgentOutcome::Stale(_)),
+                "{last:?}: {outcome:?}"
+            );
+        }
+        // An old sequence stays a replay.
+        assert!(matches!(
+            verify_report(&ring, policy, "n1", &evacuate, Some(10), NOW + 63_000),
+            AgentOutcome::Unverifiable(_)
+        ));
     }
 
     #[test]
@@ -492,11 +642,6 @@ mod tests {
         let tampered = serde_json::to_vec(&tampered).unwrap();
         assert!(matches!(
             verify_report(&ring, policy, "n1", &tampered, None, NOW),
-            AgentOutcome::Unverifiable(_)
-        ));
-        // Expired.
-        assert!(matches!(
-            verify_report(&ring, policy, "n1", &good, None, NOW + 3_600_000),
             AgentOutcome::Unverifiable(_)
         ));
         // Signed but not a verdict.

@@ -232,7 +232,7 @@ impl Store {
         let mut incidents = Vec::new();
         for row in rows {
             let text = row?;
-            let incident: Incident = serde_json::from_str(&text)
+            let incident = decode_incident(&text)
                 .map_err(|error| StoreError::Corrupt(format!("incident: {error}")))?;
             incidents.push(incident);
         }
@@ -251,7 +251,7 @@ impl Store {
             )
             .optional()?;
         text.map(|text| {
-            serde_json::from_str(&text)
+            decode_incident(&text)
                 .map_err(|error| StoreError::Corrupt(format!("incident {uuid}: {error}")))
         })
         .transpose()
@@ -439,22 +439,56 @@ fn save_intent(connection: &Connection, intent: &Intent) -> Result<(), StoreErro
     Ok(())
 }
 
+/// Reads a stored incident record. Records written before incidents carried the decoded
+/// `verdict` have only `original` (the same verdict as JSON): it is decoded from there.
+fn decode_incident(text: &str) -> Result<Incident, serde_json::Error> {
+    let mut value: serde_json::Value = serde_json::from_str(text)?;
+    if let serde_json::Value::Object(map) = &mut value
+        && !map.contains_key("verdict")
+        && let Some(original) = map.get("original").cloned()
+    {
+        map.insert("verdict".into(), original);
+    }
+    serde_json::from_value(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::incident::{Action, Event};
-    use serde_json::json;
+    use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
 
     fn incident(n: u128) -> Incident {
+        let verdict = NodeVerdict::merge(
+            [(
+                "disk".to_owned(),
+                ScriptVerdict::parse(br#"{"status":"evacuate"}"#).unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap();
+        let original = CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap();
         Incident::new(
             Uuid::from_u128(n),
             "node1",
             "u1",
-            json!({"status": "evacuate"}),
+            verdict,
+            original,
             Action::Evacuate,
-            format!("fp{n}"),
             n as f64,
         )
+    }
+
+    #[test]
+    fn records_without_a_decoded_verdict_are_read_from_original() {
+        let stored = incident(4);
+        let mut value = serde_json::to_value(&stored).unwrap();
+        value.as_object_mut().unwrap().remove("verdict");
+        let back = decode_incident(&value.to_string()).unwrap();
+        assert_eq!(back, stored);
+        value.as_object_mut().unwrap().remove("original");
+        assert!(decode_incident(&value.to_string()).is_err());
     }
 
     #[test]

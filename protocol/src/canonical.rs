@@ -5,7 +5,9 @@
 //! silently merge integers above 2^53; such integers are refused instead, so that no two distinct
 //! documents ever share canonical bytes.
 
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 /// The largest integer magnitude that survives the IEEE-754 round trip of RFC 8785 exactly.
@@ -62,6 +64,55 @@ pub fn canonical_bytes(value: &Value) -> Result<Vec<u8>, CanonicalError> {
 pub fn fingerprint_of(value: &Value) -> Result<String, CanonicalError> {
     let bytes = canonical_bytes(value)?;
     Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+/// A JSON document kept as its exact RFC 8785 canonical bytes: what a MAC covered, byte for
+/// byte. Serialises as that JSON (not as a string); compares by bytes.
+#[derive(Debug, Clone)]
+pub struct CanonicalJson(Box<RawValue>);
+
+impl CanonicalJson {
+    /// The canonical form of `value`.
+    pub fn new(value: &Value) -> Result<Self, CanonicalError> {
+        let bytes = canonical_bytes(value)?;
+        let text = String::from_utf8(bytes)
+            .map_err(|error| CanonicalError::Serialise(error.to_string()))?;
+        RawValue::from_string(text)
+            .map(Self)
+            .map_err(|error| CanonicalError::Serialise(error.to_string()))
+    }
+
+    /// The canonical JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The document as a value.
+    pub fn to_value(&self) -> Value {
+        // Canonical bytes are JSON by construction.
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for CanonicalJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Serialize for CanonicalJson {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for CanonicalJson {
+    /// Reads any JSON document and keeps its canonical form (so that a stored copy stays exact,
+    /// and a hand-edited one becomes canonical).
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Self::new(&value).map_err(serde::de::Error::custom)
+    }
 }
 
 #[cfg(test)]
@@ -123,6 +174,18 @@ mod tests {
         // The canonical form of a float is itself canonical.
         assert!(canonical_bytes(&json!(-89_757_128_601_382_670_i64)).is_ok());
         assert!(canonical_bytes(&json!(u64::MAX)).is_err());
+    }
+
+    #[test]
+    fn canonical_json_keeps_canonical_bytes() {
+        let value: Value = serde_json::from_str(r#"{"b": 1E30, "a": [4.50, "x"]}"#).unwrap();
+        let kept = CanonicalJson::new(&value).unwrap();
+        assert_eq!(kept.get(), r#"{"a":[4.5,"x"],"b":1e+30}"#);
+        let text = serde_json::to_string(&json!({"original": kept})).unwrap();
+        assert_eq!(text, r#"{"original":{"a":[4.5,"x"],"b":1e+30}}"#);
+        let back: CanonicalJson = serde_json::from_str(r#"{ "b":1e30,"a":[4.5,"x"] }"#).unwrap();
+        assert_eq!(back, kept);
+        assert_eq!(kept.to_value(), value);
     }
 
     fn arb_json() -> impl Strategy<Value = Value> {

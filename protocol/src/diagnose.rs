@@ -7,16 +7,16 @@ use crate::verdict::NodeVerdict;
 /// HTTP path of the signed diagnose report on the agent.
 pub const SIGNED_DIAGNOSE_PATH: &str = "/1/report/node/diagnose/signed";
 
-/// What the agent signs: the node's merged verdict and how fresh it is.
+/// What the agent signs: the node's verdict and how fresh it is.
 ///
 /// All integers are below 2^53, so the payload survives any JSON implementation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiagnosePayload {
-    /// The merged verdict.
+    /// The node's verdict.
     pub verdict: NodeVerdict,
     /// When the diagnose run that produced the verdict finished, Unix milliseconds.
-    pub collected_at: u64,
+    pub collected_at_ms: u64,
     /// How old the verdict was when signed, in milliseconds.
     pub age_ms: u64,
     /// `true` while the agent serves the verdict persisted before a restart and has not yet
@@ -36,7 +36,7 @@ mod tests {
     fn round_trips_and_rejects_unknown_fields() {
         let payload = DiagnosePayload {
             verdict: NodeVerdict::merge(BTreeMap::new()).unwrap(),
-            collected_at: 1_800_000_000_000,
+            collected_at_ms: 1_800_000_000_000,
             age_ms: 12,
             stale: false,
             interval_ms: 60_000,

@@ -6,17 +6,24 @@
 //! - [`canonical`]: RFC 8785 canonical JSON and verdict fingerprints.
 //! - [`sign`]: the HMAC-SHA256 signed envelope, keyed by the cluster HMAC key.
 //! - [`diagnose`]: the payload of the signed diagnose report.
+//! - [`repair`]: the signed repair request and the repair record.
+//! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
+//! - [`clock`]: the one wall clock, Unix milliseconds.
 //! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 
 pub mod canonical;
+pub mod clock;
 pub mod diagnose;
+pub mod json;
 pub mod repair;
 pub mod report;
 pub mod sign;
 pub mod status;
 pub mod verdict;
 
-pub use canonical::{CanonicalError, canonical_bytes, fingerprint_of};
+pub use canonical::{CanonicalError, CanonicalJson, canonical_bytes, fingerprint_of};
+pub use clock::now_ms;
+pub use diagnose::DiagnosePayload;
 pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};
 pub use sign::{HmacKey, KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
 pub use verdict::{DiagnoseStatus, NodeVerdict, ScriptVerdict, VerdictError};

@@ -195,6 +195,18 @@ pub enum RepairState {
 }
 
 impl RepairState {
+    /// The wire spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Running => "running",
+            Self::Succeeded => "succeeded",
+            Self::Failed => "failed",
+            Self::TimedOut => "timed-out",
+            Self::Interrupted => "interrupted",
+            Self::Refused => "refused",
+        }
+    }
+
     /// Whether the run is over.
     pub fn is_final(self) -> bool {
         !matches!(self, Self::Running)
@@ -225,9 +237,11 @@ pub struct RepairRecord {
     /// Signal number, when the command was killed by a signal.
     pub signal: Option<i32>,
     /// Unix milliseconds when the run started.
-    pub started_at: u64,
+    #[serde(alias = "started_at")]
+    pub started_at_ms: u64,
     /// Unix milliseconds when it ended.
-    pub finished_at: Option<u64>,
+    #[serde(alias = "finished_at")]
+    pub finished_at_ms: Option<u64>,
     /// Wall-clock duration.
     pub duration_ms: Option<u64>,
     /// Standard output, lossily decoded as UTF-8, at most the configured cap.
@@ -244,7 +258,10 @@ pub struct RepairRecord {
 
 impl RepairRecord {
     /// A record for a run that is starting now.
-    pub fn running(request: &RepairRequest, started_at: u64) -> Result<Self, RepairRequestError> {
+    pub fn running(
+        request: &RepairRequest,
+        started_at_ms: u64,
+    ) -> Result<Self, RepairRequestError> {
         Ok(Self {
             incident_id: request.incident_id.clone(),
             node: request.node.clone(),
@@ -253,8 +270,8 @@ impl RepairRecord {
             state: RepairState::Running,
             exit_code: None,
             signal: None,
-            started_at,
-            finished_at: None,
+            started_at_ms,
+            finished_at_ms: None,
             duration_ms: None,
             stdout: String::new(),
             stderr: String::new(),
@@ -292,6 +309,36 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
+    /// Every reason, for counters that always show every series.
+    pub const ALL: [Self; 10] = [
+        Self::BodyTooLarge,
+        Self::Malformed,
+        Self::BadSignature,
+        Self::Expired,
+        Self::Replayed,
+        Self::WrongNode,
+        Self::NotWhitelisted,
+        Self::IncidentConflict,
+        Self::Busy,
+        Self::Internal,
+    ];
+
+    /// The wire spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::BodyTooLarge => "body-too-large",
+            Self::Malformed => "malformed",
+            Self::BadSignature => "bad-signature",
+            Self::Expired => "expired",
+            Self::Replayed => "replayed",
+            Self::WrongNode => "wrong-node",
+            Self::NotWhitelisted => "not-whitelisted",
+            Self::IncidentConflict => "incident-conflict",
+            Self::Busy => "busy",
+            Self::Internal => "internal",
+        }
+    }
+
     /// The HTTP status the agent answers with.
     pub fn http_status(self) -> u16 {
         match self {
@@ -479,6 +526,28 @@ mod tests {
         );
         assert_eq!(RefusalReason::BodyTooLarge.http_status(), 413);
         assert_eq!(RefusalReason::Replayed.http_status(), 409);
+    }
+
+    #[test]
+    fn as_str_is_the_wire_spelling() {
+        use RefusalReason as R;
+        use RepairState as S;
+        for state in [
+            S::Running,
+            S::Succeeded,
+            S::Failed,
+            S::TimedOut,
+            S::Interrupted,
+            S::Refused,
+        ] {
+            assert_eq!(serde_json::to_value(state).unwrap(), json!(state.as_str()));
+        }
+        for reason in R::ALL {
+            assert_eq!(
+                serde_json::to_value(reason).unwrap(),
+                json!(reason.as_str())
+            );
+        }
     }
 
     #[test]

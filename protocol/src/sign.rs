@@ -1,9 +1,10 @@
 //! The signed envelope: HMAC-SHA256, keyed by the cluster HMAC key, over canonical JSON.
 //!
 //! The MAC covers the RFC 8785 canonical bytes of
-//! `{payload, node, key_id, sequence, issued_at, expires_at}`, so that neither the payload nor the
+//! `{payload, node, key_id, sequence, issued_at_ms, expires_at_ms}`, so that neither the payload nor the
 //! node it speaks for, nor its freshness, can be changed without detection. Times are Unix
-//! milliseconds. Several keys may be trusted at once (by key id) while a cluster rotates its key.
+//! milliseconds (`_ms`). Several keys may be trusted at once (by key id) while a cluster rotates
+//! its key. `docs/PROTOCOL.md` describes the format; `protocol/tests/vectors/` pins it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -113,20 +114,20 @@ pub enum VerifyError {
     #[error("signature mismatch (wrong key or tampered content)")]
     BadSignature,
     /// The envelope has expired.
-    #[error("expired at {expires_at} ms, now {now} ms (allowed skew {skew} ms)")]
+    #[error("expired at {expires_at_ms} ms, now {now} ms (allowed skew {skew} ms)")]
     Expired {
         /// Expiry.
-        expires_at: u64,
+        expires_at_ms: u64,
         /// Verifier's clock.
         now: u64,
         /// Allowed clock skew.
         skew: u64,
     },
     /// Issued in the future beyond the allowed clock skew.
-    #[error("issued at {issued_at} ms, {ahead} ms ahead of this clock (allowed skew {skew} ms)")]
+    #[error("issued at {issued_at_ms} ms, {ahead} ms ahead of this clock (allowed skew {skew} ms)")]
     ClockSkew {
         /// Issue time.
-        issued_at: u64,
+        issued_at_ms: u64,
         /// How far ahead.
         ahead: u64,
         /// Allowed clock skew.
@@ -162,10 +163,10 @@ pub struct SignedEnvelope {
     pub key_id: String,
     /// Strictly increasing per signer, across restarts.
     pub sequence: u64,
-    /// Unix milliseconds.
-    pub issued_at: u64,
-    /// Unix milliseconds.
-    pub expires_at: u64,
+    /// When it was signed, Unix milliseconds.
+    pub issued_at_ms: u64,
+    /// When it stops being valid, Unix milliseconds.
+    pub expires_at_ms: u64,
     /// Always [`ALGORITHM`].
     pub algorithm: String,
     /// Lower-case hex HMAC-SHA256.
@@ -177,17 +178,37 @@ fn signed_bytes(
     node: &str,
     key_id: &str,
     sequence: u64,
-    issued_at: u64,
-    expires_at: u64,
+    issued_at_ms: u64,
+    expires_at_ms: u64,
 ) -> Result<Vec<u8>, CanonicalError> {
     canonical_bytes(&json!({
         "payload": payload,
         "node": node,
         "key_id": key_id,
         "sequence": sequence,
-        "issued_at": issued_at,
-        "expires_at": expires_at,
+        "issued_at_ms": issued_at_ms,
+        "expires_at_ms": expires_at_ms,
     }))
+}
+
+impl SignedEnvelope {
+    /// Reads an envelope from JSON text, strictly: a repeated key anywhere is malformed.
+    pub fn from_json(text: &[u8]) -> Result<Self, VerifyError> {
+        crate::json::decode(text).map_err(|error| VerifyError::Malformed(error.to_string()))
+    }
+
+    /// The bytes the MAC covers: the RFC 8785 canonical form of
+    /// `{payload, node, key_id, sequence, issued_at_ms, expires_at_ms}`.
+    pub fn signed_bytes(&self) -> Result<Vec<u8>, CanonicalError> {
+        signed_bytes(
+            &self.payload,
+            &self.node,
+            &self.key_id,
+            self.sequence,
+            self.issued_at_ms,
+            self.expires_at_ms,
+        )
+    }
 }
 
 /// Signs payloads for one node with one key.
@@ -211,22 +232,22 @@ impl Signer {
         &self.node
     }
 
-    /// Signs `payload` with the given sequence number, valid from `issued_at` for `ttl_ms`.
+    /// Signs `payload` with the given sequence number, valid from `issued_at_ms` for `ttl_ms`.
     pub fn sign(
         &self,
         payload: Value,
         sequence: u64,
-        issued_at: u64,
+        issued_at_ms: u64,
         ttl_ms: u64,
     ) -> Result<SignedEnvelope, SignError> {
-        let expires_at = issued_at.saturating_add(ttl_ms);
+        let expires_at_ms = issued_at_ms.saturating_add(ttl_ms);
         let bytes = signed_bytes(
             &payload,
             &self.node,
             self.key.id(),
             sequence,
-            issued_at,
-            expires_at,
+            issued_at_ms,
+            expires_at_ms,
         )?;
         let signature = hex::encode(self.key.mac(&bytes).finalize().into_bytes());
         Ok(SignedEnvelope {
@@ -234,26 +255,48 @@ impl Signer {
             node: self.node.clone(),
             key_id: self.key.id().to_owned(),
             sequence,
-            issued_at,
-            expires_at,
+            issued_at_ms,
+            expires_at_ms,
             algorithm: ALGORITHM.to_owned(),
             signature,
         })
     }
 }
 
+/// The default tolerated clock difference between signer and verifier, in milliseconds.
+pub const DEFAULT_MAX_CLOCK_SKEW_MS: u64 = 2_000;
+/// The largest clock difference a configuration may tolerate, in milliseconds.
+///
+/// The skew tolerance is for clocks, not for a report's lifetime: past its expiry plus this much
+/// an envelope is refused, whatever the configuration says.
+pub const MAX_CLOCK_SKEW_LIMIT_MS: u64 = 30_000;
+
 /// Freshness rules applied on verification.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VerifyPolicy {
-    /// Tolerated clock difference between signer and verifier, in milliseconds.
+    /// Tolerated clock difference between signer and verifier, in milliseconds (at most
+    /// [`MAX_CLOCK_SKEW_LIMIT_MS`]; larger values are clamped).
     pub max_clock_skew_ms: u64,
+}
+
+impl VerifyPolicy {
+    /// The skew actually applied: the configured one, at most [`MAX_CLOCK_SKEW_LIMIT_MS`].
+    pub const fn skew_ms(self) -> u64 {
+        if self.max_clock_skew_ms > MAX_CLOCK_SKEW_LIMIT_MS {
+            MAX_CLOCK_SKEW_LIMIT_MS
+        } else {
+            self.max_clock_skew_ms
+        }
+    }
 }
 
 impl Default for VerifyPolicy {
     fn default() -> Self {
-        // Ganeti tolerates 150 s of node clock skew; confd allows twice that.
+        // Cluster nodes keep their clocks in sync (Ganeti's cluster verify warns about skew); a
+        // report lives a few diagnose intervals, so tolerating minutes would keep dead agents
+        // looking alive.
         Self {
-            max_clock_skew_ms: 150_000,
+            max_clock_skew_ms: DEFAULT_MAX_CLOCK_SKEW_MS,
         }
     }
 }
@@ -312,15 +355,9 @@ impl KeyRing {
             .ok_or_else(|| VerifyError::UnknownKey(envelope.key_id.clone()))?;
         let tag = hex::decode(&envelope.signature)
             .map_err(|error| VerifyError::Malformed(format!("signature is not hex: {error}")))?;
-        let bytes = signed_bytes(
-            &envelope.payload,
-            &envelope.node,
-            &envelope.key_id,
-            envelope.sequence,
-            envelope.issued_at,
-            envelope.expires_at,
-        )
-        .map_err(|error| VerifyError::Malformed(error.to_string()))?;
+        let bytes = envelope
+            .signed_bytes()
+            .map_err(|error| VerifyError::Malformed(error.to_string()))?;
         // verify_slice compares in constant time.
         key.mac(&bytes)
             .verify_slice(&tag)
@@ -334,22 +371,22 @@ impl KeyRing {
                 expected: expected.to_owned(),
             });
         }
-        let skew = policy.max_clock_skew_ms;
-        if envelope.expires_at < envelope.issued_at {
+        let skew = policy.skew_ms();
+        if envelope.expires_at_ms < envelope.issued_at_ms {
             return Err(VerifyError::Malformed(
-                "expires_at is before issued_at".into(),
+                "expires_at_ms is before issued_at_ms".into(),
             ));
         }
-        if envelope.issued_at > now_ms.saturating_add(skew) {
+        if envelope.issued_at_ms > now_ms.saturating_add(skew) {
             return Err(VerifyError::ClockSkew {
-                issued_at: envelope.issued_at,
-                ahead: envelope.issued_at - now_ms,
+                issued_at_ms: envelope.issued_at_ms,
+                ahead: envelope.issued_at_ms - now_ms,
                 skew,
             });
         }
-        if envelope.expires_at.saturating_add(skew) < now_ms {
+        if envelope.expires_at_ms.saturating_add(skew) < now_ms {
             return Err(VerifyError::Expired {
-                expires_at: envelope.expires_at,
+                expires_at_ms: envelope.expires_at_ms,
                 now: now_ms,
                 skew,
             });
@@ -365,7 +402,8 @@ impl KeyRing {
         Ok(())
     }
 
-    /// Parses and verifies an envelope from JSON text.
+    /// Parses (strictly: a repeated key anywhere is malformed) and verifies an envelope from
+    /// JSON text.
     pub fn verify_json(
         &self,
         text: &[u8],
@@ -374,8 +412,7 @@ impl KeyRing {
         expected_node: Option<&str>,
         min_sequence: Option<u64>,
     ) -> Result<SignedEnvelope, VerifyError> {
-        let envelope: SignedEnvelope = serde_json::from_slice(text)
-            .map_err(|error| VerifyError::Malformed(error.to_string()))?;
+        let envelope = SignedEnvelope::from_json(text)?;
         self.verify(&envelope, now_ms, policy, expected_node, min_sequence)?;
         Ok(envelope)
     }
@@ -450,8 +487,8 @@ mod tests {
             Box::new(|e| e.payload["status"] = json!("Ok")),
             Box::new(|e| e.node = "node2".into()),
             Box::new(|e| e.sequence += 1),
-            Box::new(|e| e.issued_at += 1),
-            Box::new(|e| e.expires_at += 1),
+            Box::new(|e| e.issued_at_ms += 1),
+            Box::new(|e| e.expires_at_ms += 1),
             Box::new(|e| e.signature.replace_range(0..2, "00")),
         ];
         for tamper in tamperings {
@@ -490,6 +527,38 @@ mod tests {
         assert!(matches!(
             ring.verify(&envelope, NOW, policy, Some("node2"), None),
             Err(VerifyError::WrongNode { .. })
+        ));
+    }
+
+    #[test]
+    fn skew_is_clamped_and_defaults_to_seconds() {
+        assert!(VerifyPolicy::default().skew_ms() <= 5_000);
+        let (ring, envelope) = signed();
+        let huge = VerifyPolicy {
+            max_clock_skew_ms: 3_600_000,
+        };
+        assert_eq!(huge.skew_ms(), MAX_CLOCK_SKEW_LIMIT_MS);
+        // Even a configured hour of skew does not extend a report's life past the limit.
+        assert!(matches!(
+            ring.verify(
+                &envelope,
+                NOW + 60_000 + MAX_CLOCK_SKEW_LIMIT_MS + 1,
+                huge,
+                None,
+                None
+            ),
+            Err(VerifyError::Expired { .. })
+        ));
+    }
+
+    #[test]
+    fn repeated_keys_make_an_envelope_malformed() {
+        let (ring, envelope) = signed();
+        let text = String::from_utf8(serde_json::to_vec(&envelope).unwrap()).unwrap();
+        let doubled = text.replacen("\"node\":", "\"node\":\"x\",\"node\":", 1);
+        assert!(matches!(
+            ring.verify_json(doubled.as_bytes(), NOW, VerifyPolicy::default(), None, None),
+            Err(VerifyError::Malformed(message)) if message.contains("repeated key")
         ));
     }
 

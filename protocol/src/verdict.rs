@@ -83,8 +83,8 @@ pub enum VerdictError {
     /// Output is empty or only whitespace.
     #[error("output is empty; expected one JSON object")]
     Empty,
-    /// Output is not exactly one JSON value.
-    #[error("output is not exactly one JSON value: {0}")]
+    /// Output is not exactly one JSON value, or repeats a key.
+    #[error("output is not exactly one JSON value without repeated keys: {0}")]
     InvalidJson(String),
     /// Output is JSON but not an object.
     #[error("output must be a JSON object, got {0}")]
@@ -165,7 +165,8 @@ impl ScriptVerdict {
         if text.trim().is_empty() {
             return Err(VerdictError::Empty);
         }
-        let value: Value = serde_json::from_str(text)
+        // A repeated key (`{"status":"evacuate","status":"Ok"}`) is refused, at any depth.
+        let value = crate::json::from_slice(text.as_bytes())
             .map_err(|error| VerdictError::InvalidJson(error.to_string()))?;
         Self::from_value(&value)
     }
@@ -331,7 +332,15 @@ mod tests {
 
     #[test]
     fn invalid_outputs_are_errors_not_ok() {
-        let cases: [(&[u8], &str); 9] = [
+        let cases: [(&[u8], &str); 11] = [
+            (
+                b"{\"status\":\"evacuate\",\"status\":\"Ok\"}",
+                "repeated key",
+            ),
+            (
+                b"{\"status\":\"Ok\",\"details\":{\"a\":[{\"b\":1,\"b\":2}]}}",
+                "repeated key \"b\"",
+            ),
             (b"", "empty"),
             (b"\xff\xfe{}", "UTF-8"),
             (b"{\"status\":", "JSON"),

@@ -2,89 +2,10 @@
 
 use serde::Serialize;
 
-/// Ganeti disk templates known to htools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DiskTemplate {
-    Diskless,
-    File,
-    SharedFile,
-    Plain,
-    Blockdev,
-    Drbd,
-    Rbd,
-    Ext,
-    Gluster,
-}
-
-/// How an instance survives the reboot of its primary node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Redundancy {
-    /// DRBD: a secondary node holds a replica; migrate to it.
-    Mirrored,
-    /// Storage reachable from every node of the group (rbd, ext, sharedfile,
-    /// gluster, blockdev) or no storage at all: live-migrate to any node.
-    Shared,
-    /// Node-local storage (plain, file): the instance must be moved with downtime.
-    Local,
-}
-
-impl DiskTemplate {
-    /// Parses the htools/RAPI spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "diskless" => Self::Diskless,
-            "file" => Self::File,
-            "sharedfile" => Self::SharedFile,
-            "plain" => Self::Plain,
-            "blockdev" => Self::Blockdev,
-            "drbd" => Self::Drbd,
-            "rbd" => Self::Rbd,
-            "ext" => Self::Ext,
-            "gluster" => Self::Gluster,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Diskless => "diskless",
-            Self::File => "file",
-            Self::SharedFile => "sharedfile",
-            Self::Plain => "plain",
-            Self::Blockdev => "blockdev",
-            Self::Drbd => "drbd",
-            Self::Rbd => "rbd",
-            Self::Ext => "ext",
-            Self::Gluster => "gluster",
-        }
-    }
-
-    /// htools' notion: only DRBD has a secondary.
-    pub fn has_secondary(self) -> bool {
-        self == Self::Drbd
-    }
-
-    /// Templates whose disk space htools accounts on the node (plain, drbd).
-    pub fn uses_local_storage(self) -> bool {
-        matches!(self, Self::Plain | Self::Drbd)
-    }
-
-    /// The real redundancy of the template.
-    pub fn redundancy(self) -> Redundancy {
-        match self {
-            Self::Drbd => Redundancy::Mirrored,
-            Self::Plain | Self::File => Redundancy::Local,
-            Self::Diskless
-            | Self::SharedFile
-            | Self::Blockdev
-            | Self::Rbd
-            | Self::Ext
-            | Self::Gluster => Redundancy::Shared,
-        }
-    }
-}
+/// Ganeti's disk templates and what they mean for a reboot: one type with the coordinator
+/// (`nodecare-ganeti`). The loaders accept only the templates htools knows
+/// ([`DiskTemplate::parse`]).
+pub use nodecare_ganeti::{DiskTemplate, Redundancy};
 
 /// Instance run state as reported by Ganeti.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -1,24 +1,24 @@
 //! Conversion of Ganeti RAPI answers (`/2/info`, `/2/groups?bulk=1`,
 //! `/2/nodes?bulk=1`, `/2/instances?bulk=1`) into the cluster model,
 //! following the field choices of the htools RAPI backend.
+//!
+//! The answers are decoded with the RAPI types of `nodecare-ganeti` (the one
+//! RAPI decoder); this module only applies htools' rules on top: which fields
+//! must be present, which live values an offline node does not report.
 
 use std::collections::HashMap;
 
-use serde_json::{Map, Value};
+use nodecare_ganeti::rapi::types::{RapiClusterInfo, RapiGroup, RapiInstance, RapiNode};
+use serde::de::DeserializeOwned;
 
 use crate::cluster::{Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RapiError {
-    #[error("{resource}: invalid JSON: {message}")]
+    #[error("{resource}: invalid answer: {message}")]
     Json {
         resource: &'static str,
         message: String,
-    },
-    #[error("{resource}: expected {expected}")]
-    Shape {
-        resource: &'static str,
-        expected: &'static str,
     },
     #[error("{owner}: field '{field}': {message}")]
     Field {
@@ -37,271 +37,212 @@ pub struct RapiAnswers<'a> {
     pub instances: &'a str,
 }
 
-fn parse_json(resource: &'static str, body: &str) -> Result<Value, RapiError> {
+/// The four RAPI answers, decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedAnswers {
+    pub info: RapiClusterInfo,
+    pub groups: Vec<RapiGroup>,
+    pub nodes: Vec<RapiNode>,
+    pub instances: Vec<RapiInstance>,
+}
+
+fn decode<T: DeserializeOwned>(resource: &'static str, body: &str) -> Result<T, RapiError> {
     serde_json::from_str(body).map_err(|e| RapiError::Json {
         resource,
         message: e.to_string(),
     })
 }
 
-fn as_array(resource: &'static str, v: &Value) -> Result<Vec<Map<String, Value>>, RapiError> {
-    let shape = || RapiError::Shape {
-        resource,
-        expected: "a JSON array of objects",
-    };
-    v.as_array()
-        .ok_or_else(shape)?
-        .iter()
-        .map(|o| o.as_object().cloned().ok_or_else(shape))
-        .collect()
-}
-
-struct Obj<'a> {
-    owner: String,
-    map: &'a Map<String, Value>,
-}
-
-impl<'a> Obj<'a> {
-    fn bad(&self, field: &'static str, message: &str) -> RapiError {
-        RapiError::Field {
-            owner: self.owner.clone(),
-            field,
-            message: message.to_owned(),
-        }
-    }
-    /// A present, non-null value.
-    fn opt(&self, field: &'static str) -> Option<&'a Value> {
-        self.map.get(field).filter(|v| !v.is_null())
-    }
-    fn req(&self, field: &'static str) -> Result<&'a Value, RapiError> {
-        self.opt(field).ok_or_else(|| self.bad(field, "missing"))
-    }
-    fn str(&self, field: &'static str) -> Result<&'a str, RapiError> {
-        self.req(field)?
-            .as_str()
-            .ok_or_else(|| self.bad(field, "expected a string"))
-    }
-    fn bool(&self, field: &'static str) -> Result<bool, RapiError> {
-        self.req(field)?
-            .as_bool()
-            .ok_or_else(|| self.bad(field, "expected a boolean"))
-    }
-    fn int(&self, field: &'static str) -> Result<i64, RapiError> {
-        let v = self.req(field)?;
-        v.as_i64()
-            .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
-            .ok_or_else(|| self.bad(field, "expected an integer"))
-    }
-    fn num(&self, field: &'static str) -> Result<f64, RapiError> {
-        self.req(field)?
-            .as_f64()
-            .ok_or_else(|| self.bad(field, "expected a number"))
-    }
-    fn strings(&self, field: &'static str) -> Result<Vec<String>, RapiError> {
-        self.req(field)?
-            .as_array()
-            .and_then(|a| a.iter().map(|t| t.as_str().map(str::to_owned)).collect())
-            .ok_or_else(|| self.bad(field, "expected a list of strings"))
-    }
-    /// Reads the object's `name` (errors name just the `kind`), then names the object in
-    /// later errors as `kind 'name'`.
-    fn named(kind: &str, map: &'a Map<String, Value>) -> Result<(String, Self), RapiError> {
-        let unnamed = Obj {
-            owner: kind.to_owned(),
-            map,
-        };
-        let name = unnamed.str("name")?.to_owned();
-        let owner = format!("{kind} '{name}'");
-        Ok((name, Obj { owner, map }))
-    }
-    fn sub(&self, field: &'static str) -> Result<Obj<'a>, RapiError> {
-        let map = self
-            .req(field)?
-            .as_object()
-            .ok_or_else(|| self.bad(field, "expected an object"))?;
-        Ok(Obj {
-            owner: format!("{} {field}", self.owner),
-            map,
+impl RapiAnswers<'_> {
+    /// Decodes the four answers.
+    pub fn decode(&self) -> Result<DecodedAnswers, RapiError> {
+        Ok(DecodedAnswers {
+            info: decode("/2/info", self.info)?,
+            groups: decode("/2/groups", self.groups)?,
+            nodes: decode("/2/nodes", self.nodes)?,
+            instances: decode("/2/instances", self.instances)?,
         })
     }
 }
 
-fn parse_group(map: &Map<String, Value>) -> Result<Group, RapiError> {
-    let (name, o) = Obj::named("group", map)?;
-    Ok(Group {
-        uuid: o.str("uuid")?.to_owned(),
-        alloc_policy: o.str("alloc_policy")?.to_owned(),
-        tags: o.strings("tags")?,
-        name,
-    })
+/// Names the object in errors: `kind 'name'`.
+fn owner(kind: &str, name: &str) -> String {
+    format!("{kind} '{name}'")
 }
 
-fn parse_node(
-    map: &Map<String, Value>,
-    groups: &HashMap<String, usize>,
-) -> Result<Node, RapiError> {
-    let (name, o) = Obj::named("node", map)?;
-    let offline = o.bool("offline")?;
-    let drained = o.bool("drained")?;
-    let vm_capable = match o.opt("vm_capable") {
-        Some(v) => v
-            .as_bool()
-            .ok_or_else(|| o.bad("vm_capable", "expected a boolean"))?,
-        None => true,
-    };
-    let ndparams = o.sub("ndparams")?;
-    let excl_stor = ndparams.bool("exclusive_storage")?;
-    let guuid = o.str("group.uuid")?;
-    let group = *groups
-        .get(guuid)
-        .ok_or_else(|| o.bad("group.uuid", &format!("unknown group uuid '{guuid}'")))?;
-    let live = !offline && vm_capable;
+fn field_error(owner: &str, field: &'static str, message: &str) -> RapiError {
+    RapiError::Field {
+        owner: owner.to_owned(),
+        field,
+        message: message.to_owned(),
+    }
+}
+
+/// A field htools requires.
+fn required<T>(owner: &str, field: &'static str, value: Option<T>) -> Result<T, RapiError> {
+    value.ok_or_else(|| field_error(owner, field, "missing"))
+}
+
+fn int(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn convert_group(g: &RapiGroup) -> Group {
+    Group {
+        uuid: g.uuid.clone(),
+        alloc_policy: g.alloc_policy.clone(),
+        tags: g.tags.clone(),
+        name: g.name.clone(),
+    }
+}
+
+fn convert_node(n: &RapiNode, groups: &HashMap<String, usize>) -> Result<Node, RapiError> {
+    let o = owner("node", &n.name);
+    let ndparams = required(&o, "ndparams", n.ndparams.as_ref())?;
+    let nd_owner = format!("{o} ndparams");
+    let excl_stor = required(&nd_owner, "exclusive_storage", ndparams.exclusive_storage)?;
+    let group = *groups.get(&n.group_uuid).ok_or_else(|| {
+        field_error(
+            &o,
+            "group.uuid",
+            &format!("unknown group uuid '{}'", n.group_uuid),
+        )
+    })?;
+    let live = !n.offline && n.vm_capable;
     // Live values are read only from live nodes; absent (null) optional
     // ones default to zero.
-    let live_int = |f: &'static str| if live { o.int(f) } else { Ok(0) };
-    let live_num = |f: &'static str| if live { o.num(f) } else { Ok(0.0) };
-    let live_int_opt = |f: &'static str| {
-        if live && o.opt(f).is_some() {
-            o.int(f)
+    let live_int = |field: &'static str, v: Option<u64>| {
+        if live {
+            required(&o, field, v).map(int)
         } else {
             Ok(0)
         }
     };
-    let live_num_opt = |f: &'static str| {
-        if live && o.opt(f).is_some() {
-            o.num(f)
-        } else {
-            Ok(0.0)
-        }
-    };
+    let live_num = |field: &'static str, v: Option<u64>| live_int(field, v).map(|v| v as f64);
+    let live_int_opt = |v: Option<u64>| if live { v.map_or(0, int) } else { 0 };
     let spindles = if excl_stor {
-        live_int("sptotal")?
+        live_int("sptotal", n.sptotal)?
     } else {
-        ndparams.int("spindle_count")?
+        int(required(
+            &nd_owner,
+            "spindle_count",
+            ndparams.spindle_count,
+        )?)
     };
     Ok(Node {
-        t_mem: live_num("mtotal")?,
-        n_mem: live_int("mnode")?,
-        f_mem: live_int("mfree")?,
-        t_dsk: live_num_opt("dtotal")?,
-        f_dsk: live_int_opt("dfree")?,
-        t_cpu: live_num("ctotal")?,
-        nos_cpu: live_int("cnos")?,
-        offline: !live || drained,
+        t_mem: live_num("mtotal", n.mtotal)?,
+        n_mem: live_int("mnode", n.mnode)?,
+        f_mem: live_int("mfree", n.mfree)?,
+        t_dsk: live_int_opt(n.dtotal) as f64,
+        f_dsk: live_int_opt(n.dfree),
+        t_cpu: live_num("ctotal", n.ctotal)?,
+        nos_cpu: live_int("cnos", n.cnos)?,
+        offline: !live || n.drained,
         master: false,
         group,
         spindles,
-        free_spindles: live_int_opt("spfree")?,
-        tags: o.strings("tags")?,
+        free_spindles: live_int_opt(n.spfree),
+        tags: n.tags.clone(),
         excl_stor,
         cpu_speed: 1.0,
-        name,
+        name: n.name.clone(),
     })
 }
 
-fn parse_instance(
-    map: &Map<String, Value>,
+fn convert_instance(
+    i: &RapiInstance,
     nodes: &HashMap<String, usize>,
 ) -> Result<Instance, RapiError> {
-    let (name, o) = Obj::named("instance", map)?;
-    let beparams = o.sub("beparams")?;
-    let mem = match o.opt("oper_ram") {
-        Some(v) if v.is_number() => o.int("oper_ram")?,
-        _ => beparams.int("memory").or_else(|_| beparams.int("maxmem"))?,
+    let o = owner("instance", &i.name);
+    let be_owner = format!("{o} beparams");
+    let be = &i.beparams;
+    let mem = match i.oper_ram {
+        Some(ram) => int(ram),
+        None => int(required(&be_owner, "memory", be.memory.or(be.maxmem))?),
     };
     let lookup = |field: &'static str, n: &str| {
         nodes
             .get(n)
             .copied()
-            .ok_or_else(|| o.bad(field, &format!("unknown node '{n}'")))
+            .ok_or_else(|| field_error(&o, field, &format!("unknown node '{n}'")))
     };
-    let pnode = lookup("pnode", o.str("pnode")?)?;
-    let snodes = o.strings("snodes")?;
-    let snode = match snodes.first() {
+    let pnode = lookup("pnode", &i.pnode)?;
+    let snode = match i.snodes.first() {
         Some(s) => Some(lookup("snodes", s)?),
         None => None,
     };
-    let status_s = o.str("status")?;
-    let status = InstanceStatus::parse(status_s)
-        .ok_or_else(|| o.bad("status", &format!("unknown status '{status_s}'")))?;
-    let dt = o.str("disk_template")?;
-    let template = DiskTemplate::parse(dt)
-        .ok_or_else(|| o.bad("disk_template", &format!("unknown disk template '{dt}'")))?;
-    let spindles = match o.opt("disk.spindles").and_then(Value::as_array) {
-        Some(list) => list
-            .iter()
-            .map(Value::as_i64)
-            .try_fold(0i64, |acc, s| s.map(|s| acc + s)),
-        None => None,
-    };
-    let forthcoming = match o.opt("forthcoming") {
-        Some(v) => v.as_bool().unwrap_or(false),
-        None => false,
-    };
+    let status = InstanceStatus::parse(&i.status)
+        .ok_or_else(|| field_error(&o, "status", &format!("unknown status '{}'", i.status)))?;
+    let template = DiskTemplate::parse(&i.disk_template).ok_or_else(|| {
+        field_error(
+            &o,
+            "disk_template",
+            &format!("unknown disk template '{}'", i.disk_template),
+        )
+    })?;
+    let spindles = i.disk_spindles.as_ref().and_then(|list| {
+        list.iter()
+            .try_fold(0i64, |acc, s| s.map(|s| acc.saturating_add(int(s))))
+    });
     Ok(Instance {
         mem,
-        dsk: o.int("disk_usage")?,
-        vcpus: beparams.int("vcpus")?,
+        dsk: int(required(&o, "disk_usage", i.disk_usage)?),
+        vcpus: int(required(&be_owner, "vcpus", be.vcpus)?),
         status,
-        auto_balance: beparams.bool("auto_balance")?,
+        auto_balance: required(&be_owner, "auto_balance", be.auto_balance)?,
         pnode,
         snode,
         template,
-        tags: o.strings("tags")?,
-        spindle_use: beparams.int("spindle_use")?,
+        tags: i.tags.clone(),
+        spindle_use: int(required(&be_owner, "spindle_use", be.spindle_use)?),
         spindles,
-        forthcoming,
-        name,
+        forthcoming: i.forthcoming.unwrap_or(false),
+        name: i.name.clone(),
     })
 }
 
-/// Builds the cluster model from the four RAPI answers.
+/// Builds the cluster model from the four raw RAPI answers.
 pub fn cluster_from_rapi(a: RapiAnswers<'_>) -> Result<Cluster, RapiError> {
-    let info = parse_json("/2/info", a.info)?;
-    let info_map = info.as_object().ok_or(RapiError::Shape {
-        resource: "/2/info",
-        expected: "a JSON object",
-    })?;
-    let info_o = Obj {
-        owner: "/2/info".into(),
-        map: info_map,
-    };
-    let master = info_o.str("master")?.to_owned();
-    let cluster_tags = info_o.strings("tags")?;
+    cluster_from_decoded(&a.decode()?)
+}
 
-    let groups = as_array("/2/groups", &parse_json("/2/groups", a.groups)?)?
-        .iter()
-        .map(parse_group)
-        .collect::<Result<Vec<_>, _>>()?;
+/// Builds the cluster model from the four decoded RAPI answers.
+pub fn cluster_from_decoded(a: &DecodedAnswers) -> Result<Cluster, RapiError> {
+    let groups: Vec<Group> = a.groups.iter().map(convert_group).collect();
     let group_idx: HashMap<String, usize> = groups
         .iter()
         .enumerate()
         .map(|(i, g)| (g.uuid.clone(), i))
         .collect();
-    let mut nodes = as_array("/2/nodes", &parse_json("/2/nodes", a.nodes)?)?
+    let mut nodes = a
+        .nodes
         .iter()
-        .map(|n| parse_node(n, &group_idx))
+        .map(|n| convert_node(n, &group_idx))
         .collect::<Result<Vec<_>, _>>()?;
     let node_idx: HashMap<String, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.name.clone(), i))
         .collect();
-    let instances = as_array("/2/instances", &parse_json("/2/instances", a.instances)?)?
+    let instances = a
+        .instances
         .iter()
-        .map(|i| parse_instance(i, &node_idx))
+        .map(|i| convert_instance(i, &node_idx))
         .collect::<Result<Vec<_>, _>>()?;
-    let m = *node_idx.get(&master).ok_or_else(|| RapiError::Field {
+    let master = &a.info.master;
+    let m = *node_idx.get(master).ok_or_else(|| RapiError::Field {
         owner: "/2/info".into(),
         field: "master",
         message: format!("Master node {master} unknown"),
     })?;
-    nodes[m].master = true;
+    if let Some(node) = nodes.get_mut(m) {
+        node.master = true;
+    }
     Ok(Cluster {
         groups,
         nodes,
         instances,
-        cluster_tags,
+        cluster_tags: a.info.tags.clone(),
     })
 }
 
@@ -377,7 +318,7 @@ mod tests {
     #[test]
     fn rejects_bad_shapes() {
         let e = cluster_from_rapi(RapiAnswers {
-            info: "{\"master\":\"x\",\"tags\":[]}",
+            info: "{\"name\":\"c\",\"master\":\"x\",\"tags\":[]}",
             groups: "{}",
             nodes: "[]",
             instances: "[]",
@@ -385,13 +326,13 @@ mod tests {
         .unwrap_err();
         assert!(matches!(
             e,
-            RapiError::Shape {
+            RapiError::Json {
                 resource: "/2/groups",
                 ..
             }
         ));
         let e = cluster_from_rapi(RapiAnswers {
-            info: "{\"master\":\"x\",\"tags\":[]}",
+            info: "{\"name\":\"c\",\"master\":\"x\",\"tags\":[]}",
             groups: "[]",
             nodes: "[]",
             instances: "[]",

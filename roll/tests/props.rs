@@ -100,7 +100,7 @@ fn cluster_strategy(all_running: bool) -> impl Strategy<Value = Cluster> {
             c.nodes[master].offline = false;
             let n = c.nodes.len();
             for (k, r) in insts.into_iter().enumerate() {
-                let mut template = TEMPLATES[r.template];
+                let mut template = TEMPLATES[r.template].clone();
                 if all_running && !matches!(template, DiskTemplate::Drbd | DiskTemplate::Plain) {
                     template = DiskTemplate::Plain;
                 }
@@ -217,7 +217,7 @@ fn check_plan(c: &Cluster, o: &RollOptions) -> Result<(), TestCaseError> {
                     "{} moved without --full-evacuation",
                     inst.name
                 );
-                prop_assert_eq!(inst.template, DiskTemplate::Drbd, "{} moved", &inst.name);
+                prop_assert_eq!(&inst.template, &DiskTemplate::Drbd, "{} moved", &inst.name);
             }
         }
     }
@@ -225,7 +225,7 @@ fn check_plan(c: &Cluster, o: &RollOptions) -> Result<(), TestCaseError> {
     let mut edges: HashSet<(usize, usize)> = HashSet::new();
     let mut per_secondary: HashMap<usize, Vec<usize>> = HashMap::new();
     for i in &c.instances {
-        if let (DiskTemplate::Drbd, Some(s)) = (i.template, i.snode) {
+        if let (DiskTemplate::Drbd, Some(s)) = (&i.template, i.snode) {
             edges.insert((i.pnode, s));
             edges.insert((s, i.pnode));
             if !i.status.is_down() {
@@ -269,7 +269,7 @@ fn check_plan(c: &Cluster, o: &RollOptions) -> Result<(), TestCaseError> {
         // No mirrored instance loses both nodes at once.
         let members: HashSet<usize> = g.nodes.iter().copied().collect();
         for i in &c.instances {
-            if let (DiskTemplate::Drbd, Some(s)) = (i.template, i.snode) {
+            if let (DiskTemplate::Drbd, Some(s)) = (&i.template, i.snode) {
                 prop_assert!(!(members.contains(&i.pnode) && members.contains(&s)));
             }
         }
@@ -278,7 +278,7 @@ fn check_plan(c: &Cluster, o: &RollOptions) -> Result<(), TestCaseError> {
             c.instances.iter().map(|i| (i.pnode, i.snode)).collect();
         if o.full_evacuation {
             for (k, i) in c.instances.iter().enumerate() {
-                if let (DiskTemplate::Drbd, Some(s)) = (i.template, i.snode)
+                if let (DiskTemplate::Drbd, Some(s)) = (&i.template, i.snode)
                     && members.contains(&i.pnode)
                     && !i.status.is_down()
                     && !c.nodes[s].offline
@@ -465,7 +465,7 @@ proptest! {
         prop_assert_eq!(back.nodes.len(), c.nodes.len());
         prop_assert_eq!(back.instances.len(), c.instances.len());
         for (a, b) in back.instances.iter().zip(&c.instances) {
-            prop_assert_eq!((a.pnode, a.snode, a.template, a.status), (b.pnode, b.snode, b.template, b.status));
+            prop_assert_eq!((a.pnode, a.snode, &a.template, a.status), (b.pnode, b.snode, &b.template, b.status));
         }
         for (a, b) in back.nodes.iter().zip(&c.nodes) {
             prop_assert_eq!((a.f_mem, a.f_dsk, a.offline, a.group), (b.f_mem, b.f_dsk, b.offline, b.group));

@@ -19,7 +19,9 @@
 #        S6 budget (issue 11): with node2 drained by S1's incident, node3 drained by hand and
 #           saying evacuate waits with blocked_by while the budget is used, and is emptied
 #           once node2 is returned to service;
-#        S4 stopped agent: shown unreachable, nothing happens to its node.
+#        S4 stopped agent: shown unreachable, nothing happens to its node;
+#        S5 replayed Ok: a static server replaying a stopped agent's last signed Ok makes the
+#           node read stale/unreachable within one report lifetime, never ok, and starts nothing.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -117,7 +119,7 @@ master_healthy S0
 log "S0 RAPI client against the real cluster"
 # The test profile, so that CI reuses the test binaries its test run has built already.
 # When a job wait fails the test repairs the cluster with master-daemons.sh and waits once more.
-if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env NODECARE_GNT_MASTER_HEAL="$GNT/master-daemons.sh" cargo test --locked -p nodecare-coordinator \
+if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env NODECARE_GNT_MASTER_HEAL="$GNT/master-daemons.sh" cargo test --locked -p nodecare-ganeti \
   --test rapi_real_ganeti -- --nocapture) >"$S/logs/s0.log" 2>&1; then
   pass "S0 RAPI client: pinned v1 cert, drain/undrain, migrate diskless, tags, job wait, reason trail, OpPrereqError"
 else
@@ -128,6 +130,16 @@ fi
 # The diagnose verdict of node i is the JSON in $S/e2e/diag-<i>; a repair command writes a
 # marker file so we can see it ran through the agent.
 mkdir -p "$S/e2e"
+# Agents diagnose every 2 s; a signed report lives 3 intervals.
+AGENT_INTERVAL=2
+REPORT_LIFETIME=$((3 * AGENT_INTERVAL))
+ROUND_INTERVAL=2
+start_agent() { # NODE-INDEX
+  local ip_var="NODECARE_GNT_NODE${1}_IP" name_var="NODECARE_GNT_NODE${1}_NAME"
+  "$GNT/node-exec.sh" "$1" --bg "agent-$1" "$AGENT" --listen "${!ip_var}:1815" --node-name "${!name_var}" \
+    --hmac-key /var/lib/ganeti/hmac.key --state-dir "$S/e2e/agent-state-$1" \
+    --diagnose-dir /etc/ganeti/node-diagnose-commands --diagnose-interval-secs "$AGENT_INTERVAL" --log info >/dev/null
+}
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   root_var="NODECARE_GNT_NODE${i}_ROOT"
   nroot=${!root_var}
@@ -138,15 +150,10 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   printf '#!/bin/sh\ncat %s\n' "$S/e2e/diag-$i" >"$nroot/etc/ganeti/node-diagnose-commands/e2e-state"
   printf '#!/bin/sh\necho "repaired by $0" > %s\necho done\n' "$S/e2e/repaired-$i" >"$nroot/etc/ganeti/node-repair-commands/e2e-fix"
   chmod 0755 "$nroot/etc/ganeti/node-diagnose-commands/e2e-state" "$nroot/etc/ganeti/node-repair-commands/e2e-fix"
-  ip_var="NODECARE_GNT_NODE${i}_IP"
-  name_var="NODECARE_GNT_NODE${i}_NAME"
-  "$GNT/node-exec.sh" "$i" --bg "agent-$i" "$AGENT" --listen "${!ip_var}:1815" --node-name "${!name_var}" \
-    --hmac-key /var/lib/ganeti/hmac.key --state-dir "$S/e2e/agent-state-$i" \
-    --diagnose-dir /etc/ganeti/node-diagnose-commands --diagnose-interval-secs 2 --log info >/dev/null ||
-    { echo "e2e: agent $i did not start (see $S/logs/bg-agent-$i.log)" >&2; exit 1; }
+  start_agent "$i" || { echo "e2e: agent $i did not start (see $S/logs/bg-agent-$i.log)" >&2; exit 1; }
 done
 "$GNT/node-exec.sh" 1 --bg coordinator "$COORD" --node-name "$NODECARE_GNT_MASTER" --state-dir "$S/e2e/coord-state" \
-  --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --round-interval 2 --hmac-key /var/lib/ganeti/hmac.key \
+  --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --round-interval "$ROUND_INTERVAL" --hmac-key /var/lib/ganeti/hmac.key \
   --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" --rapi-certificate /var/lib/ganeti/rapi.pem \
   --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 1 --min-healthy-nodes 1 >/dev/null ||
   { echo "e2e: coordinator did not start (see $S/logs/bg-coordinator.log)" >&2; exit 1; }
@@ -352,6 +359,73 @@ if [[ $unreachable -eq 1 && $before == "$after" ]]; then
 else
   fail "S4 stopped agent" "unreachable=$unreachable before='$before' after='$after': $(coord /1/agents | head -c 300)"
 fi
+
+# ---- S5: a replayed Ok of a stopped agent ---------------------------------------------------
+# The agent of node 2 stops and a static server on its address serves the last envelope it
+# signed (an Ok), byte for byte. Within one report lifetime (plus one round to notice) the node
+# must read stale or unreachable, and never ok again; nothing may happen to the node.
+agent_state() { # NODE-NAME: the coordinator's agent state of the node
+  coord /1/agents | jq_py "
+a = d if isinstance(d, list) else d.get('agents', [])
+print(next((x.get('state') for x in a if x.get('node') == '$1'), 'missing'))" 2>/dev/null
+}
+scenario_replayed_ok() {
+  local n=2 name ip body expires stopped deadline state seen_ok=0 first_bad= first_state= until_ms now before after
+  name=$NODECARE_GNT_NODE2_NAME
+  ip=$NODECARE_GNT_NODE2_IP
+  master_healthy S5
+  log "S5 replayed Ok of the stopped agent of $name"
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$n"
+  for _ in $(seq 30); do [[ $(agent_state "$name") == ok ]] && break; sleep 1; done
+  body=$("$GNT/node-exec.sh" "$n" curl -sf -m 5 "http://$ip:1815/1/report/node/diagnose/signed")
+  expires=$(jq -r '.expires_at_ms' <<<"$body" 2>/dev/null)
+  if [[ $(jq -r '.payload.verdict.status' <<<"$body" 2>/dev/null) != Ok || ! $expires =~ ^[0-9]+$ ]]; then
+    fail "S5 replayed Ok" "no signed Ok from the agent of $name: $(head -c 300 <<<"$body")"
+    return
+  fi
+  printf '%s' "$body" >"$S/e2e/replayed-$n.json"
+  cat >"$S/e2e/replay.py" <<'PY'
+import http.server, sys
+body = open(sys.argv[1], "rb").read()
+class Replay(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer((sys.argv[2], int(sys.argv[3])), Replay).serve_forever()
+PY
+  before=$(node_json "$name" | jq_py "print(d['drained'], sorted(d['tags']))")
+  "$GNT/node-exec.sh" "$n" --stop "agent-$n"
+  stopped=$(date +%s%3N)
+  "$GNT/node-exec.sh" "$n" --bg "replay-$n" python3 "$S/e2e/replay.py" "$S/e2e/replayed-$n.json" "$ip" 1815 >/dev/null ||
+    { fail "S5 replayed Ok" "cannot start the replaying server"; start_agent "$n"; return; }
+  # The report expired at $expires; the coordinator notices at its next round.
+  until_ms=$((expires + (ROUND_INTERVAL + 2) * 1000))
+  deadline=$((until_ms + 10000))
+  while now=$(date +%s%3N); ((now < deadline)); do
+    state=$(agent_state "$name")
+    if [[ $state == stale || $state == unreachable ]]; then
+      [[ -n $first_bad ]] || { first_bad=$((now - stopped)); first_state=$state; }
+    elif ((now > until_ms)); then
+      seen_ok=1
+      log "S5: $name reads '$state' $((now - expires)) ms after the replayed report expired"
+    fi
+    sleep 0.5
+  done
+  after=$(node_json "$name" | jq_py "print(d['drained'], sorted(d['tags']))")
+  "$GNT/node-exec.sh" "$n" --stop "replay-$n"
+  start_agent "$n" || log "S5: agent $n did not restart"
+  if [[ -n $first_bad && $seen_ok -eq 0 && $first_bad -le $(((REPORT_LIFETIME + ROUND_INTERVAL + 2) * 1000)) && $before == "$after" ]]; then
+    pass "S5 replayed Ok: $name read $first_state ${first_bad} ms after its agent stopped (report lifetime ${REPORT_LIFETIME} s), never ok again, node untouched"
+  else
+    fail "S5 replayed Ok" "first stale/unreachable after ${first_bad:-never} ms, ok after expiry=$seen_ok, before='$before' after='$after': $(coord /1/agents | head -c 300)"
+  fi
+}
+scenario_replayed_ok
 
 # ---- summary ---------------------------------------------------------------------------------
 echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"

@@ -13,20 +13,15 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use nodecare_protocol::now_ms;
 use nodecare_protocol::repair::{RepairRecord, RepairState, open_repair_request};
 use nodecare_protocol::{
-    HmacKey, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer, VerifyPolicy,
+    DiagnosePayload, HmacKey, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer,
+    VerifyPolicy,
 };
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-
-/// Current Unix ms.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// A merged verdict of one script `disk` with the given status, details and command.
 pub fn verdict(status: &str, details: Value, command: Option<&str>) -> NodeVerdict {
@@ -62,8 +57,12 @@ struct AgentState {
     ring: KeyRing,
     verdict: Mutex<NodeVerdict>,
     sequence: Mutex<u64>,
-    /// Canned body (benchmarks): when set, served as is.
+    /// Canned body (benchmarks, replays): when set, served as is.
     canned: Mutex<Option<Bytes>>,
+    /// The last body served.
+    last: Mutex<Option<Bytes>>,
+    /// Lifetime of the reports it signs.
+    ttl: Mutex<Duration>,
     repair: Mutex<RepairBehaviour>,
     runs: Mutex<BTreeMap<String, Run>>,
     requests: Mutex<u64>,
@@ -119,6 +118,27 @@ impl FakeAgent {
         format!("http://{}", self.addr)
     }
 
+    /// Sets the lifetime of the reports signed from now on (60 s by default).
+    pub fn set_ttl(&self, ttl: Duration) {
+        if let Ok(mut t) = self.state.ttl.lock() {
+            *t = ttl;
+        }
+    }
+
+    /// Stops signing and serves the last report it served, unchanged, for every request: what
+    /// a static server replaying a stopped agent's last envelope does. Returns whether there
+    /// was a report to replay.
+    pub fn replay_last(&self) -> bool {
+        let last = self.state.last.lock().ok().and_then(|l| l.clone());
+        match (last, self.state.canned.lock()) {
+            (Some(body), Ok(mut canned)) => {
+                *canned = Some(body);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Pre-signs one report (valid for `ttl`) and serves it for every request (benchmarks).
     pub fn freeze(&self, ttl: Duration) {
         let verdict = self.state.verdict.lock().map(|v| v.clone()).ok();
@@ -142,13 +162,14 @@ fn sign_report(
         *s
     };
     let now = now_ms();
-    let payload = json!({
-        "verdict": verdict,
-        "collected_at": now,
-        "age_ms": 0,
-        "stale": false,
-        "interval_ms": 1000,
-    });
+    let payload = serde_json::to_value(DiagnosePayload {
+        verdict: verdict.clone(),
+        collected_at_ms: now,
+        age_ms: 0,
+        stale: false,
+        interval_ms: 1000,
+    })
+    .map_err(|e| e.to_string())?;
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     let envelope = state
         .signer
@@ -171,8 +192,15 @@ async fn report(State(state): State<Arc<AgentState>>) -> Response {
         Ok(v) => v.clone(),
         Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     };
-    match sign_report(&state, &verdict, Duration::from_secs(60)) {
-        Ok(body) => ([("content-type", "application/json")], body).into_response(),
+    let ttl = state.ttl.lock().map_or(Duration::from_secs(60), |t| *t);
+    match sign_report(&state, &verdict, ttl) {
+        Ok(body) => {
+            let body = Bytes::from(body);
+            if let Ok(mut last) = state.last.lock() {
+                *last = Some(body.clone());
+            }
+            ([("content-type", "application/json")], body).into_response()
+        }
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e).into_response(),
     }
 }
@@ -185,7 +213,7 @@ fn current(run: &mut Run, behaviour: RepairBehaviour) -> RepairRecord {
             RepairState::Failed
         };
         run.record.exit_code = Some(behaviour.exit_code);
-        run.record.finished_at = Some(now_ms());
+        run.record.finished_at_ms = Some(now_ms());
     }
     run.record.clone()
 }
@@ -272,6 +300,8 @@ impl FakeAgents {
             verdict: Mutex::new(verdict("Ok", Value::Null, None)),
             sequence: Mutex::new(0),
             canned: Mutex::new(None),
+            last: Mutex::new(None),
+            ttl: Mutex::new(Duration::from_secs(60)),
             repair: Mutex::new(RepairBehaviour {
                 exit_code: 0,
                 duration: Duration::from_millis(200),

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use nodecare_coordinator::config::{AgentsConfig, Config, RapiSection};
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::ganeti::Ganeti;
 use nodecare_coordinator::incident::Incident;
 use nodecare_coordinator::reconcile::RoundSummary;
-use nodecare_coordinator::simulation::Simulation;
-use nodecare_coordinator::simulation::model::SimConfig;
+use nodecare_ganeti::Ganeti;
+use nodecare_ganeti_sim::Simulation;
+use nodecare_ganeti_sim::model::SimConfig;
 use nodecare_protocol::HmacKey;
 
 use crate::fake_agent::FakeAgents;
@@ -105,7 +105,7 @@ impl Harness {
         let state_dir = tempfile::tempdir()?;
         let mut config = local_config(state_dir.path(), &agents);
         tweak(&mut config);
-        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.clone());
+        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
         let coordinator = Coordinator::new(&config, node(1), ganeti, key.clone())?;
         Ok(Self {
             sim,

@@ -4,7 +4,7 @@ mod crash;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};
-use nodecare_coordinator::simulation::model::JobFailureRule;
+use nodecare_ganeti_sim::model::JobFailureRule;
 use nodecare_tests::fake_agent::{RepairBehaviour, verdict};
 use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
@@ -348,8 +348,7 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
     fake.set_verdict(evacuate());
     let mut config = h.config.clone();
     config.agents.overrides.insert(node(3), fake.url());
-    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
-        std::sync::Arc::new(h.sim.clone());
+    let ganeti: std::sync::Arc<dyn nodecare_ganeti::Ganeti> = std::sync::Arc::new(h.sim.client());
     h.coordinator =
         nodecare_coordinator::daemon::Coordinator::new(&config, node(1), ganeti, h.key.clone())
             .unwrap();
@@ -362,13 +361,87 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
     assert!(h.sim.submissions().is_empty());
 }
 
+fn agent_state(h: &Harness, name: &str) -> Option<nodecare_coordinator::scrape::AgentStatus> {
+    h.coordinator
+        .api()
+        .board
+        .agents
+        .read()
+        .ok()?
+        .get(name)
+        .cloned()
+}
+
+/// Defect: a static server replaying a stopped agent's last `Ok` kept the node `ok` long after
+/// the report expired, masking whatever happened to the node since.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
+    let mut h = Harness::new(3, "a:diskless:2", |_| {}).await.unwrap();
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    let lifetime = Duration::from_millis(1_500);
+    agent.set_ttl(lifetime);
+    h.round().await.unwrap();
+    assert_eq!(agent_state(&h, &node(2)).unwrap().state.as_str(), "ok");
+    // The agent stops; something serves its last envelope from now on.
+    assert!(agent.replay_last());
+    let stopped = std::time::Instant::now();
+    h.round().await.unwrap();
+    let first = agent_state(&h, &node(2)).unwrap();
+    if stopped.elapsed() < lifetime {
+        // Still within the report's life: the same report read again.
+        assert_eq!(first.state.as_str(), "ok", "{first:?}");
+    }
+    // Within one report lifetime after the stop, the node reads stale, never ok again.
+    tokio::time::sleep(lifetime.saturating_sub(stopped.elapsed()) + Duration::from_millis(100))
+        .await;
+    for _ in 0..3 {
+        let summary = h.round().await.unwrap();
+        let status = agent_state(&h, &node(2)).unwrap();
+        assert_eq!(status.state.as_str(), "stale", "{status:?}");
+        assert_eq!(status.verdict.map(|v| v.as_str()), Some("Ok"));
+        assert!(
+            status.error.as_deref().unwrap_or("").contains("expired"),
+            "{status:?}"
+        );
+        assert_eq!(summary.jobs_submitted, 0);
+    }
+    // The replayed report is older than the skew: even a coordinator that never saw it
+    // calls it stale.
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    h.round().await.unwrap();
+    assert_eq!(agent_state(&h, &node(2)).unwrap().state.as_str(), "stale");
+    assert!(h.incidents().unwrap().is_empty());
+}
+
+/// Defect: a captured `evacuate` envelope served after its expiry was acted on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replayed_evacuate_after_expiry_starts_nothing() {
+    let mut h = Harness::new(3, "a:diskless:2", |_| {}).await.unwrap();
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    // Seen while fresh only as Ok; an evacuate report signed now but first served late.
+    h.round().await.unwrap();
+    agent.set_verdict(evacuate());
+    agent.freeze(Duration::from_millis(500));
+    // 3 s after its expiry (beyond the default clock skew of 2 s).
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    for _ in 0..2 {
+        let summary = h.round().await.unwrap();
+        assert_eq!(summary.jobs_submitted, 0);
+        let status = agent_state(&h, &node(2)).unwrap();
+        assert_eq!(status.state.as_str(), "stale", "{status:?}");
+        assert_eq!(status.verdict.map(|v| v.as_str()), Some("evacuate"));
+    }
+    assert!(h.incidents().unwrap().is_empty());
+    assert!(h.sim.submissions().is_empty());
+    assert!(!h.sim.with_cluster(|c| c.nodes[&node(2)].drained));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn non_master_refuses_to_act() {
     let h = Harness::new(2, "", |c| c.node_name = Some(node(2)))
         .await
         .unwrap();
-    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
-        std::sync::Arc::new(h.sim.clone());
+    let ganeti: std::sync::Arc<dyn nodecare_ganeti::Ganeti> = std::sync::Arc::new(h.sim.client());
     let mut coordinator =
         nodecare_coordinator::daemon::Coordinator::new(&h.config, node(2), ganeti, h.key.clone())
             .unwrap();
@@ -432,6 +505,18 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
         assert!(entry.get(key).is_some(), "missing {key} in {entry}");
     }
     assert_eq!(entry["repair-status"], "pending");
+    // maintd's `original` is the verdict exactly as the agent signed it; `verdict` is the same,
+    // decoded.
+    let signed =
+        serde_json::to_value(verdict("live-repair", json!({"x": 1}), Some("fix"))).unwrap();
+    assert_eq!(entry["original"], signed);
+    assert_eq!(entry["verdict"], signed);
+    let stored = &h.incidents().unwrap()[0];
+    assert_eq!(
+        stored.original.get().as_bytes(),
+        nodecare_protocol::canonical_bytes(&signed).unwrap()
+    );
+    assert_eq!(stored.verdict.command.as_deref(), Some("fix"));
     let id = entry["id"].as_str().unwrap().to_owned();
     let jobs = get_json(&client, format!("{base}/1/jobs")).await;
     assert!(jobs.is_array());

@@ -7,13 +7,14 @@
 //! valid request for more than one batch. The file is rotated to `repair-audit.jsonl.1` when it
 //! passes a size limit, so that a flood cannot fill the disk.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
+
+use super::store::open_append;
 
 /// The audit log's file name under the state directory.
 pub const AUDIT_FILE_NAME: &str = "repair-audit.jsonl";
@@ -102,15 +103,6 @@ struct Writer {
     file: File,
     size: u64,
     max_bytes: u64,
-}
-
-fn open_append(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
 }
 
 impl Writer {

@@ -26,9 +26,10 @@ pub mod store;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nodecare_collectors::whitelist::{Owner, Whitelist};
+use nodecare_protocol::now_ms;
 use nodecare_protocol::repair::{
     DEFAULT_REPAIR_COMMANDS_DIR, MAX_REPAIR_BODY_BYTES, RefusalReason, RepairRecord, RepairRefusal,
     RepairRequest, RepairRequestError, RepairState, open_repair_request,
@@ -157,15 +158,6 @@ pub enum RepairError {
     Request(#[from] RepairRequestError),
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
-}
-
 /// The refusal reason for a request that did not open.
 pub fn refusal_of(error: &RepairRequestError) -> RefusalReason {
     match error {
@@ -280,28 +272,6 @@ pub struct RepairService {
     refusals: Mutex<BTreeMap<&'static str, u64>>,
 }
 
-/// Every refusal reason with its wire spelling, for counters that always show every series.
-pub const REFUSAL_REASONS: [(RefusalReason, &str); 10] = [
-    (RefusalReason::BodyTooLarge, "body-too-large"),
-    (RefusalReason::Malformed, "malformed"),
-    (RefusalReason::BadSignature, "bad-signature"),
-    (RefusalReason::Expired, "expired"),
-    (RefusalReason::Replayed, "replayed"),
-    (RefusalReason::WrongNode, "wrong-node"),
-    (RefusalReason::NotWhitelisted, "not-whitelisted"),
-    (RefusalReason::IncidentConflict, "incident-conflict"),
-    (RefusalReason::Busy, "busy"),
-    (RefusalReason::Internal, "internal"),
-];
-
-/// The wire spelling of a refusal reason.
-pub fn refusal_name(reason: RefusalReason) -> &'static str {
-    REFUSAL_REASONS
-        .iter()
-        .find(|(known, _)| *known == reason)
-        .map_or("internal", |(_, name)| name)
-}
-
 /// Fields of a request as claimed before authentication, for the audit log.
 #[derive(Debug, Default, Clone)]
 struct Claimed {
@@ -358,7 +328,7 @@ impl RepairService {
                     .max_delayed_refusals
                     .min(tokio::sync::Semaphore::MAX_PERMITS),
             )),
-            refusals: Mutex::new(REFUSAL_REASONS.iter().map(|(_, name)| (*name, 0)).collect()),
+            refusals: Mutex::new(RefusalReason::ALL.iter().map(|r| (r.as_str(), 0)).collect()),
             keys,
             config,
         }))
@@ -387,7 +357,7 @@ impl RepairService {
             .refusals
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .entry(refusal_name(reason))
+            .entry(reason.as_str())
             .or_insert(0) += 1;
     }
 
@@ -456,7 +426,7 @@ impl RepairService {
 
     /// Handles the body of `POST /1/repair` (already read within the size limit).
     pub async fn submit(self: &Arc<Self>, origin: &Origin, body: &[u8]) -> RepairAnswer {
-        let envelope: SignedEnvelope = match serde_json::from_slice(body) {
+        let envelope = match SignedEnvelope::from_json(body) {
             Ok(envelope) => envelope,
             Err(error) => {
                 return self
@@ -486,7 +456,7 @@ impl RepairService {
             }
         };
         claimed.authenticated = true;
-        let window = envelope.expires_at.saturating_sub(envelope.issued_at);
+        let window = envelope.expires_at_ms.saturating_sub(envelope.issued_at_ms);
         if u128::from(window) > self.config.max_request_ttl.as_millis() {
             let message = format!(
                 "validity window {window} ms exceeds the {} ms this node accepts",
@@ -497,8 +467,8 @@ impl RepairService {
                 .await;
         }
         let keep_until = envelope
-            .expires_at
-            .saturating_add(self.config.verify_policy.max_clock_skew_ms);
+            .expires_at_ms
+            .saturating_add(self.config.verify_policy.skew_ms());
         let nonces = Arc::clone(&self.nonces);
         let nonce = request.nonce.clone();
         let checked = tokio::task::spawn_blocking(move || {
@@ -623,7 +593,7 @@ impl RepairService {
             let message = format!(
                 "incident {} already has a {} run of {:?} with input {}; refusing {:?} with input {}",
                 request.incident_id,
-                state_name(record.state),
+                record.state.as_str(),
                 record.command,
                 record.input_fingerprint,
                 request.command,
@@ -638,7 +608,7 @@ impl RepairService {
                 origin,
                 claimed,
                 "duplicate",
-                Some(state_name(record.state)),
+                Some(record.state.as_str().to_owned()),
                 None,
             )
             .await
@@ -795,7 +765,7 @@ impl RepairService {
                 &origin,
                 &claimed,
                 "finished",
-                Some(state_name(record.state)),
+                Some(record.state.as_str().to_owned()),
                 message,
             )
             .await
@@ -849,14 +819,6 @@ pub fn open_with_key_file(config: RepairConfig, key_path: &Path) -> Option<Arc<R
     }
 }
 
-/// The kebab-case name of a state.
-pub fn state_name(state: RepairState) -> String {
-    serde_json::to_value(state)
-        .ok()
-        .and_then(|value| value.as_str().map(str::to_owned))
-        .unwrap_or_default()
-}
-
 /// The final record of a run.
 pub fn finished_record(
     mut record: RepairRecord,
@@ -864,7 +826,7 @@ pub fn finished_record(
     duration: Duration,
     now: u64,
 ) -> RepairRecord {
-    record.finished_at = Some(now);
+    record.finished_at_ms = Some(now);
     record.duration_ms = Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
     match end {
         RunEnd::Exited(code) => {
@@ -888,6 +850,11 @@ pub fn finished_record(
                 "timed out after {} s; its process group was killed",
                 limit.as_secs_f64()
             ));
+        }
+        RunEnd::StdoutOverflow(cap) => {
+            // Not under the policy repairs run with; recorded as a failure all the same.
+            record.state = RepairState::Failed;
+            record.error = Some(format!("wrote more than {cap} bytes to stdout"));
         }
         RunEnd::SpawnFailed(reason) => {
             record.state = RepairState::Failed;
@@ -973,7 +940,7 @@ pub async fn run_manually(
     let record = finished_record(live.snapshot(), &end, duration, now_ms());
     entry.at = now_ms();
     entry.outcome = "finished".into();
-    entry.detail = Some(state_name(record.state));
+    entry.detail = Some(record.state.as_str().to_owned());
     entry.message = record
         .error
         .clone()
@@ -992,14 +959,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn refusal_names_are_the_wire_spelling() {
-        for (reason, name) in REFUSAL_REASONS {
-            assert_eq!(serde_json::to_value(reason).unwrap(), Value::from(name));
-            assert_eq!(refusal_name(reason), name);
-        }
-    }
-
-    #[test]
     fn every_verify_error_maps_to_a_refusal() {
         let cases = [
             (VerifyError::Malformed("x".into()), RefusalReason::Malformed),
@@ -1010,7 +969,7 @@ mod tests {
             (VerifyError::BadSignature, RefusalReason::BadSignature),
             (
                 VerifyError::Expired {
-                    expires_at: 1,
+                    expires_at_ms: 1,
                     now: 2,
                     skew: 0,
                 },
@@ -1018,7 +977,7 @@ mod tests {
             ),
             (
                 VerifyError::ClockSkew {
-                    issued_at: 1,
+                    issued_at_ms: 1,
                     ahead: 2,
                     skew: 0,
                 },
@@ -1074,7 +1033,7 @@ mod tests {
             let record = finished_record(running.clone(), &end, Duration::from_millis(7), 20);
             assert_eq!(record.state, state, "{end:?}");
             assert_eq!(record.duration_ms, Some(7));
-            assert_eq!(record.finished_at, Some(20));
+            assert_eq!(record.finished_at_ms, Some(20));
         }
         assert!(
             !RepairAnswer::refused(RefusalReason::Busy, "x")

@@ -254,13 +254,7 @@ impl NonceStore {
     }
 
     fn open_append(path: &Path) -> Result<File, StoreError> {
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(|error| store_error(path, error))
+        open_append(path).map_err(|error| store_error(path, error))
     }
 
     /// How many nonces are remembered.
@@ -324,6 +318,17 @@ impl NonceStore {
         self.lines_in_file = self.live.len();
         Ok(())
     }
+}
+
+/// Opens (creating, mode 0600) an append-only file of the state directory, never through a
+/// symbolic link.
+pub(crate) fn open_append(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 #[cfg(test)]

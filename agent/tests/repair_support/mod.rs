@@ -98,9 +98,7 @@ pub fn ring() -> KeyRing {
     KeyRing::single(HmacKey::new(KEY.to_vec()))
 }
 
-pub fn now_ms() -> u64 {
-    nodecare_agent::repair::now_ms()
-}
+pub use nodecare_protocol::now_ms;
 
 static NONCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 

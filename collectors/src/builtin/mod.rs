@@ -8,7 +8,7 @@
 //! | name | category | kind | source |
 //! |---|---|---|---|
 //! | `cpu-avg-load` | – | 0 | `/proc/stat`, moving window |
-//! | `xen-cpu-avg-load` | – | 0 | `xl list`, moving window (Xen nodes only) |
+//! | `xen-cpu-avg-load` | – | 0 | `xl list`, moving window (`{}` without Xen, as mond) |
 //! | `kvm-inst-rss` | – | 0 | KVM pid files + `/proc/<pid>/statm` |
 //! | `diskstats` | storage | 0 | `/proc/diskstats` (14, 18 or 20 columns) |
 //! | `drbd` | storage | 1 | `/proc/drbd` (8.x) or `drbdsetup status --json` (9.x) |
@@ -168,15 +168,16 @@ impl BuiltinConfig {
     }
 }
 
-/// Registers every built-in collector that applies on this node, in mond's list order (the
-/// Xen ones only where `xl` exists). On a Ganeti node (`config.cluster` set) each one follows
+/// Registers every built-in collector that applies on this node, in mond's list order
+/// (`xen-cpu-avg-load` everywhere, reporting `{}` without Xen as mond does; `inst-status-xen`
+/// only where `xl` exists, as mond only activates it on Xen clusters). On a Ganeti node (`config.cluster` set) each one follows
 /// the cluster's data collector configuration (see [`ClusterGated`]).
 pub fn register_all(registry: &mut Registry, config: &BuiltinConfig) {
     let xen = config.has_xen();
-    let mut collectors: Vec<Arc<dyn Collector>> = vec![Arc::new(cpu::CpuAvgLoad::new(config))];
-    if xen {
-        collectors.push(Arc::new(xen::XenCpuAvgLoad::new(config)));
-    }
+    let mut collectors: Vec<Arc<dyn Collector>> = vec![
+        Arc::new(cpu::CpuAvgLoad::new(config)),
+        Arc::new(xen::XenCpuAvgLoad::new(config)),
+    ];
     collectors.push(Arc::new(kvm::KvmInstRss::new(config)));
     collectors.push(Arc::new(diskstats::Diskstats::new(config)));
     collectors.push(Arc::new(drbd::Drbd::new(config)));

@@ -1,19 +1,15 @@
 //! Runs a system tool (`lvs`, `drbdsetup`, `xl`) with a timeout and an output cap.
 //!
-//! These are the node's own administration tools, not whitelisted scripts, so they do not go
-//! through the script sandbox; they still never run without bounds: no shell, a fixed `PATH`,
-//! empty stdin, their own process group (killed as a whole on timeout or drop), and a cap on
-//! stdout so a misbehaving tool cannot exhaust the agent's memory.
+//! These are the node's own administration tools, not whitelisted scripts: they run by path
+//! with arguments, but in the executor's sandbox all the same ([`crate::runner`]): no shell,
+//! the fixed `PATH` and `LC_ALL=C`, empty stdin, no inherited descriptor, every process killed
+//! after the run, and a cap on stdout so a misbehaving tool cannot exhaust the agent's memory.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::sync::PoisonError;
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
-
-/// The `PATH` a tool sees; LVM and DRBD tools call helpers by name.
-const TOOL_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+use crate::runner::{OutputPolicy, Program, RunEnd, RunSpec, execute, shared_output};
 
 /// Bounds for one tool run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +76,10 @@ pub fn tool_exists(path: &Path) -> bool {
     path.is_file()
 }
 
-/// Runs `tool args…` and returns its stdout.
+/// How much of a tool's stderr is kept for its error.
+const STDERR_CAP: usize = 4096;
+
+/// Runs `tool args…` in the executor's sandbox and returns its stdout.
 pub async fn run_tool(
     tool: &Path,
     args: &[&str],
@@ -89,128 +88,33 @@ pub async fn run_tool(
     if !tool_exists(tool) {
         return Err(ToolError::Missing(tool.to_owned()));
     }
-    let mut command = Command::new(tool);
-    command
-        .args(args)
-        .env_clear()
-        .env("PATH", TOOL_PATH)
-        .env("LC_ALL", "C")
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|error| ToolError::Spawn {
-        tool: tool.to_owned(),
-        reason: error.to_string(),
-    })?;
-    let pgid = child.id();
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        kill_group(pgid);
-        return Err(ToolError::Spawn {
-            tool: tool.to_owned(),
-            reason: "no output pipes".to_owned(),
-        });
+    let output = shared_output(limits.stdout_cap, STDERR_CAP);
+    let spec = RunSpec {
+        timeout: limits.timeout,
+        policy: OutputPolicy::Reject,
     };
-    let cap = limits.stdout_cap;
-    // stderr is drained concurrently (keeping its start) so a chatty tool cannot block on a
-    // full pipe; the task ends at EOF or is aborted below.
-    let stderr_task = tokio::spawn(drain_keeping_start(stderr, 4096));
-    let work = async {
-        // Read one byte past the cap to detect overflow without buffering it all.
-        let mut out = Vec::new();
-        let mut limited_out = stdout.take(cap as u64 + 1);
-        limited_out
-            .read_to_end(&mut out)
-            .await
-            .map_err(|error| error.to_string())?;
-        if out.len() > cap {
-            return Ok::<_, String>(None);
-        }
-        let status = child.wait().await.map_err(|error| error.to_string())?;
-        Ok(Some((out, status)))
-    };
-    let outcome = tokio::time::timeout(limits.timeout, work).await;
-    let stderr_text = |task: tokio::task::JoinHandle<Vec<u8>>| async move {
-        match tokio::time::timeout(std::time::Duration::from_millis(100), task).await {
-            Ok(Ok(bytes)) => String::from_utf8_lossy(&bytes).trim().to_owned(),
-            _ => String::new(),
+    let program = Program::Tool { path: tool, args };
+    let (end, _duration) = execute(program, None, &spec, &output, |_| {}).await;
+    let mut live = output.lock().unwrap_or_else(PoisonError::into_inner);
+    let stdout = std::mem::take(&mut live.stdout);
+    let stderr = live.stderr.text().trim().to_owned();
+    drop(live);
+    let tool = tool.to_owned();
+    let status = match end {
+        RunEnd::Exited(0) => return Ok(stdout.bytes().to_vec()),
+        RunEnd::Exited(code) => format!("exit code {code}"),
+        RunEnd::Signalled(signal) => format!("signal {signal}"),
+        RunEnd::TimedOut(timeout) => return Err(ToolError::Timeout { tool, timeout }),
+        RunEnd::StdoutOverflow(cap) => return Err(ToolError::OutputTooLarge { tool, cap }),
+        RunEnd::SpawnFailed(reason) | RunEnd::Io(reason) => {
+            return Err(ToolError::Spawn { tool, reason });
         }
     };
-    match outcome {
-        Err(_) => {
-            kill_group(pgid);
-            stderr_task.abort();
-            Err(ToolError::Timeout {
-                tool: tool.to_owned(),
-                timeout: limits.timeout,
-            })
-        }
-        Ok(Err(reason)) => {
-            kill_group(pgid);
-            stderr_task.abort();
-            Err(ToolError::Spawn {
-                tool: tool.to_owned(),
-                reason,
-            })
-        }
-        Ok(Ok(None)) => {
-            kill_group(pgid);
-            stderr_task.abort();
-            Err(ToolError::OutputTooLarge {
-                tool: tool.to_owned(),
-                cap,
-            })
-        }
-        Ok(Ok(Some((out, status)))) => {
-            if status.success() {
-                stderr_task.abort();
-                Ok(out)
-            } else {
-                let status = match (
-                    status.code(),
-                    std::os::unix::process::ExitStatusExt::signal(&status),
-                ) {
-                    (Some(code), _) => format!("exit code {code}"),
-                    (None, Some(signal)) => format!("signal {signal}"),
-                    (None, None) => "unknown status".to_owned(),
-                };
-                Err(ToolError::Failed {
-                    tool: tool.to_owned(),
-                    status,
-                    stderr: stderr_text(stderr_task).await,
-                })
-            }
-        }
-    }
-}
-
-/// Reads a pipe to EOF, keeping only its first `keep` bytes.
-async fn drain_keeping_start(mut pipe: impl tokio::io::AsyncRead + Unpin, keep: usize) -> Vec<u8> {
-    let mut kept = Vec::new();
-    let mut buffer = [0u8; 4096];
-    while let Ok(read) = pipe.read(&mut buffer).await {
-        if read == 0 {
-            break;
-        }
-        let room = keep.saturating_sub(kept.len());
-        kept.extend_from_slice(&buffer[..read.min(room)]);
-    }
-    kept
-}
-
-/// Kills the tool's whole process group (the tool may have forked helpers).
-fn kill_group(pgid: Option<u32>) {
-    if let Some(pgid) = pgid.and_then(|id| i32::try_from(id).ok()) {
-        // The group may already be gone; nothing else to do then.
-        if let Err(errno) = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(pgid),
-            nix::sys::signal::Signal::SIGKILL,
-        ) {
-            tracing::debug!(pgid, %errno, "tool process group already gone");
-        }
-    }
+    Err(ToolError::Failed {
+        tool,
+        status,
+        stderr,
+    })
 }
 
 #[cfg(test)]

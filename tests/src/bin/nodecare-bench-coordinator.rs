@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::ganeti::Ganeti;
-use nodecare_coordinator::simulation::Simulation;
-use nodecare_coordinator::simulation::model::SimConfig;
+use nodecare_ganeti::Ganeti;
+use nodecare_ganeti_sim::Simulation;
+use nodecare_ganeti_sim::model::SimConfig;
 use nodecare_tests::fake_agent::FakeAgents;
 use nodecare_tests::harness::{DOMAIN, node, simulated_cluster_config, test_key};
 
@@ -57,7 +57,7 @@ async fn rounds(file: &str, rounds: usize) -> anyhow::Result<()> {
         .map_err(anyhow::Error::msg)?;
     let state = tempfile::tempdir()?;
     let config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
-    let ganeti: Arc<dyn Ganeti> = Arc::new(sim);
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
     let mut coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
     let rss_before = peak_rss_kib();
     for round in 1..=rounds {

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use nodecare_coordinator::config::Config;
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::ganeti::Ganeti;
 use nodecare_coordinator::incident::{Incident, RepairStatus};
-use nodecare_coordinator::simulation::Simulation;
-use nodecare_coordinator::simulation::model::SimConfig;
+use nodecare_ganeti::Ganeti;
+use nodecare_ganeti_sim::Simulation;
+use nodecare_ganeti_sim::model::SimConfig;
 use nodecare_protocol::HmacKey;
 use nodecare_tests::harness::simulated_cluster_config;
 use uuid::Uuid;
@@ -167,7 +167,7 @@ async fn main() -> anyhow::Result<()> {
         repair_poll: 2.0,
         ..simulated_cluster_config(node(1), work.path().join("coordinator"), overrides)
     };
-    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.clone());
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
     let key = HmacKey::from_file(&key_path)?;
     let mut coordinator = Coordinator::new(&config, node(1), ganeti, key)?;
     coordinator.check_master().await?;

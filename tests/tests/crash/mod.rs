@@ -2,13 +2,18 @@
 //! while it evacuates one node and live-repairs another against a simulated Ganeti with
 //! injected HTTP faults. No incident may be lost and no job may be submitted twice.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test starts and kills the coordinator binary"
+)]
+
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use nodecare_coordinator::incident::RepairStatus;
-use nodecare_coordinator::simulation::model::SimConfig;
-use nodecare_coordinator::simulation::{HttpFaults, Simulation};
 use nodecare_coordinator::store::Store;
+use nodecare_ganeti_sim::model::SimConfig;
+use nodecare_ganeti_sim::{HttpFaults, Simulation};
 use nodecare_tests::fake_agent::{FakeAgents, RepairBehaviour, verdict};
 use nodecare_tests::harness::{DOMAIN, node, test_key};
 use serde_json::json;

@@ -1,8 +1,15 @@
-//! The slice of Ganeti the coordinator needs, as a trait.
+//! nodecare's Ganeti client: the slice of Ganeti nodecare needs, as a trait, and the one
+//! client of Ganeti's remote API (RAPI v2) that implements it.
 //!
-//! Two implementations exist: [`crate::rapi`] (Ganeti's HTTPS remote API) and
-//! [`crate::simulation`] (an in-process cluster with fault injection, for the demo and the
-//! crash tests). The coordinator only ever talks to `dyn Ganeti`.
+//! * This module: the [`Ganeti`] trait and its types ([`Node`], [`Instance`], [`DiskTemplate`],
+//!   [`Job`], [`Reason`], ...). The coordinator only ever talks to `dyn Ganeti`.
+//! * [`rapi::types`]: RAPI's JSON shapes and their decoding, used by every reader of RAPI
+//!   answers (the coordinator through the client, the roll planner from saved or fetched
+//!   answers). Always built, free of IO.
+//! * [`rapi::client`] and [`rapi::tls`] (feature `client`): the RAPI client, which maps every
+//!   operation to its request once, over a [`rapi::transport::Transport`]: HTTPS with the
+//!   cluster certificate pinned for a real cluster, or an in-process simulated cluster
+//!   (`nodecare-ganeti-sim`).
 //!
 //! Every call that submits a Ganeti job takes a [`Reason`]. Its text carries the incident
 //! uuid and an intent key, and it ends up in the job's reason trail, so that after a crash the
@@ -15,6 +22,8 @@ use std::pin::Pin;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
+
+pub mod rapi;
 
 /// Reason-trail source of every job the coordinator submits (maintd used `gnt:daemon:maintd`).
 pub const REASON_SOURCE: &str = "gnt:daemon:nodecare";
@@ -178,7 +187,7 @@ pub enum DiskTemplate {
     /// `drbd`: mirrored; migrate/failover to the secondary, replace-disks for the secondary.
     Drbd,
     /// `sharedfile`: shared storage, movable anywhere.
-    Sharedfile,
+    SharedFile,
     /// `rbd`: shared storage.
     Rbd,
     /// `ext`: shared storage.
@@ -192,21 +201,40 @@ pub enum DiskTemplate {
     Other(String),
 }
 
+/// How an instance survives the reboot of its primary node, by its disk template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Redundancy {
+    /// DRBD: a secondary node holds a replica; migrate to it.
+    Mirrored,
+    /// Storage reachable from every node of the group (rbd, ext, sharedfile, gluster,
+    /// blockdev) or no storage at all: live-migrate to any node.
+    Shared,
+    /// Node-local storage (plain, file), or a template nodecare does not know: the instance
+    /// must be moved with downtime.
+    Local,
+}
+
 impl DiskTemplate {
-    /// Parses Ganeti's template name.
+    /// Parses Ganeti's template name; an unknown name is kept as [`Self::Other`].
     pub fn from_name(name: &str) -> Self {
-        match name {
+        Self::parse(name).unwrap_or_else(|| Self::Other(name.to_owned()))
+    }
+
+    /// Parses one of the templates Ganeti 3.0 (and htools) know; `None` for any other name.
+    pub fn parse(name: &str) -> Option<Self> {
+        Some(match name {
             "diskless" => Self::Diskless,
             "plain" => Self::Plain,
             "file" => Self::File,
             "drbd" => Self::Drbd,
-            "sharedfile" => Self::Sharedfile,
+            "sharedfile" => Self::SharedFile,
             "rbd" => Self::Rbd,
             "ext" => Self::Ext,
             "blockdev" => Self::Blockdev,
             "gluster" => Self::Gluster,
-            other => Self::Other(other.to_owned()),
-        }
+            _ => return None,
+        })
     }
 
     /// Ganeti's name for the template.
@@ -216,7 +244,7 @@ impl DiskTemplate {
             Self::Plain => "plain",
             Self::File => "file",
             Self::Drbd => "drbd",
-            Self::Sharedfile => "sharedfile",
+            Self::SharedFile => "sharedfile",
             Self::Rbd => "rbd",
             Self::Ext => "ext",
             Self::Blockdev => "blockdev",
@@ -233,6 +261,30 @@ impl DiskTemplate {
     /// Whether the instance is mirrored to a secondary node.
     pub const fn is_internally_mirrored(&self) -> bool {
         matches!(self, Self::Drbd)
+    }
+
+    /// htools' notion: only DRBD has a secondary node.
+    pub const fn has_secondary(&self) -> bool {
+        self.is_internally_mirrored()
+    }
+
+    /// Templates whose disk space htools accounts on the node (plain, drbd).
+    pub const fn uses_local_storage(&self) -> bool {
+        matches!(self, Self::Plain | Self::Drbd)
+    }
+
+    /// How an instance with this template survives the reboot of its primary node.
+    pub const fn redundancy(&self) -> Redundancy {
+        match self {
+            Self::Drbd => Redundancy::Mirrored,
+            Self::Plain | Self::File | Self::Other(_) => Redundancy::Local,
+            Self::Diskless
+            | Self::SharedFile
+            | Self::Blockdev
+            | Self::Rbd
+            | Self::Ext
+            | Self::Gluster => Redundancy::Shared,
+        }
     }
 }
 
@@ -669,6 +721,34 @@ mod tests {
         assert!(!JobStatus::Waiting.is_final());
         assert!(DiskTemplate::from_name("plain").is_node_local());
         assert_eq!(DiskTemplate::from_name("weird").as_str(), "weird");
+        assert_eq!(DiskTemplate::parse("weird"), None);
+        for name in [
+            "diskless",
+            "plain",
+            "file",
+            "drbd",
+            "sharedfile",
+            "rbd",
+            "ext",
+            "blockdev",
+            "gluster",
+        ] {
+            let template = DiskTemplate::parse(name).unwrap();
+            assert_eq!(template.as_str(), name);
+            assert_eq!(serde_json::to_value(&template).unwrap(), name);
+            assert_eq!(
+                serde_json::from_value::<DiskTemplate>(name.into()).unwrap(),
+                template
+            );
+        }
+        assert_eq!(
+            DiskTemplate::from_name("sharedfile"),
+            DiskTemplate::SharedFile
+        );
+        assert_eq!(
+            DiskTemplate::Other("x".into()).redundancy(),
+            Redundancy::Local
+        );
     }
 
     // The coordinator holds `Arc<dyn Ganeti>`: the trait must stay dyn-compatible.

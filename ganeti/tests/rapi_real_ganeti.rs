@@ -3,14 +3,18 @@
 //! it); otherwise it prints why and passes. It changes the cluster: it drains and undrains the
 //! last node, migrates a diskless instance there and back, and tags the node.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the cluster helper scripts"
+)]
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use nodecare_coordinator::ganeti::{Ganeti, JobId, JobStatus, NodeRole, Reason};
-use nodecare_coordinator::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
-use nodecare_coordinator::rapi::types::RapiJob;
+use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use nodecare_ganeti::rapi::types::RapiJob;
+use nodecare_ganeti::{Ganeti, JobId, JobStatus, NodeRole, Reason};
 use uuid::Uuid;
 
 /// Reads the `KEY=value` lines written by cluster-up.sh (values quoted with bash `%q`).

@@ -1,14 +1,17 @@
 //! Wire types of Ganeti's RAPI v2 (as served by Ganeti 3.0.2), their conversion into the
-//! [`crate::ganeti`] types, and how a [`Reason`] travels through RAPI.
+//! [`crate`] types, and how a [`Reason`] travels through RAPI.
 //!
-//! Only the fields nodecare reads are modelled; unknown fields are ignored, so newer Ganeti
-//! versions that add fields still parse. Fields that Ganeti reports as `null` for offline nodes
+//! This is the one decoder of RAPI answers in nodecare: the coordinator reads them through
+//! the client, the roll planner decodes saved or fetched answers with these types and converts
+//! them into its planning model. Only the fields nodecare reads are modelled; unknown fields are
+//! ignored, so newer Ganeti versions that add fields still parse. Fields that Ganeti reports as `null` for offline nodes
 //! (memory, disk, CPU counts) are `Option`s.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::ganeti::{self, JobId, JobStatus, NodeRole, REASON_SOURCE, Reason};
+use crate as ganeti;
+use crate::{JobId, JobStatus, NodeRole, REASON_SOURCE, Reason};
 
 /// Source Ganeti's RAPI gives to the text passed in the `reason` query parameter.
 ///
@@ -110,6 +113,27 @@ pub struct RapiNode {
     pub dtotal: Option<u64>,
     #[serde(default)]
     pub ctotal: Option<u64>,
+    /// CPUs reserved for the node itself.
+    #[serde(default)]
+    pub cnos: Option<u64>,
+    /// Total spindles (exclusive storage).
+    #[serde(default)]
+    pub sptotal: Option<u64>,
+    /// Free spindles (exclusive storage).
+    #[serde(default)]
+    pub spfree: Option<u64>,
+    /// Filled node parameters.
+    #[serde(default)]
+    pub ndparams: Option<NodeNdParams>,
+}
+
+/// Filled node parameters of a node (subset).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeNdParams {
+    #[serde(default)]
+    pub exclusive_storage: Option<bool>,
+    #[serde(default)]
+    pub spindle_count: Option<u64>,
 }
 
 fn default_true() -> bool {
@@ -165,6 +189,15 @@ pub struct RapiInstance {
     pub beparams: InstanceBeParams,
     #[serde(rename = "disk.sizes", default)]
     pub disk_sizes: Vec<u64>,
+    /// Spindles of each disk (`null` entries where not set).
+    #[serde(rename = "disk.spindles", default)]
+    pub disk_spindles: Option<Vec<Option<u64>>>,
+    /// Disk space the instance uses on its nodes, in MiB.
+    #[serde(default)]
+    pub disk_usage: Option<u64>,
+    /// Whether the instance is only planned (Ganeti 3.0 forthcoming instances).
+    #[serde(default)]
+    pub forthcoming: Option<bool>,
 }
 
 impl From<RapiInstance> for ganeti::Instance {
@@ -177,7 +210,7 @@ impl From<RapiInstance> for ganeti::Instance {
             secondary_nodes: w.snodes,
             admin_state: w.admin_state,
             status: w.status,
-            memory: (w.beparams.maxmem > 0).then_some(w.beparams.maxmem),
+            memory: w.beparams.maxmem.filter(|m| *m > 0),
             tags: w.tags,
             disk_sizes: w.disk_sizes,
         }
@@ -188,13 +221,20 @@ impl From<RapiInstance> for ganeti::Instance {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InstanceBeParams {
     #[serde(default)]
-    pub maxmem: u64,
+    pub maxmem: Option<u64>,
     #[serde(default)]
-    pub minmem: u64,
+    pub minmem: Option<u64>,
+    /// The older name of `maxmem`, still reported.
     #[serde(default)]
-    pub vcpus: u64,
+    pub memory: Option<u64>,
+    #[serde(default)]
+    pub vcpus: Option<u64>,
     #[serde(default)]
     pub always_failover: bool,
+    #[serde(default)]
+    pub auto_balance: Option<bool>,
+    #[serde(default)]
+    pub spindle_use: Option<u64>,
 }
 
 /// One node group of `/2/groups?bulk=1`.

@@ -4,15 +4,11 @@
 
 use std::time::Duration;
 
-use nodecare_coordinator::ganeti::{
-    EvacuateMode, Ganeti, GanetiError, JobStatus, NodeRole, Reason,
-};
-use nodecare_coordinator::rapi::client::{
-    Credentials, RapiClient, RapiConfig, RapiError, ServerTrust,
-};
-use nodecare_coordinator::rapi::types::child_jobs_of_opresult;
-use nodecare_coordinator::simulation::model::{JobFailureRule, SimConfig};
-use nodecare_coordinator::simulation::{HttpFaults, SimServer, SimTls, Simulation};
+use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, RapiError, ServerTrust};
+use nodecare_ganeti::rapi::types::child_jobs_of_opresult;
+use nodecare_ganeti::{EvacuateMode, Ganeti, GanetiError, JobStatus, NodeRole, Reason};
+use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
+use nodecare_ganeti_sim::{HttpFaults, SimServer, SimTls, Simulation};
 use uuid::Uuid;
 
 const INSTANCES: &str = "inst1:diskless:2,inst2:sharedfile:2,inst3:file:3,inst4:diskless:3";
@@ -289,10 +285,11 @@ async fn server_faults_and_timeouts_surface_as_transient_errors() {
 }
 
 #[tokio::test]
-async fn simulation_implements_the_trait_in_process() {
+async fn the_client_talks_to_the_simulation_in_process() {
     let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();
     sim.set_job_delay(Duration::from_millis(10));
-    let g: &dyn Ganeti = &sim;
+    let client = sim.client();
+    let g: &dyn Ganeti = &client;
     let r = reason("drain");
     let id = g
         .set_node_drained("node3.sim.test", true, &r)
@@ -312,4 +309,35 @@ async fn simulation_implements_the_trait_in_process() {
     );
     let err = g.migrate_instance("nosuch", None, &r).await.unwrap_err();
     assert!(matches!(err, GanetiError::NotFound(_)), "{err}");
+}
+
+#[tokio::test]
+async fn injected_faults_reach_the_in_process_client() {
+    let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();
+    let client = sim.client();
+    let g: &dyn Ganeti = &client;
+    sim.set_http_faults(HttpFaults {
+        fail_5xx: 1,
+        path_contains: Some("/2/nodes".into()),
+        ..HttpFaults::default()
+    });
+    let err = g.nodes().await.unwrap_err();
+    assert!(
+        matches!(err, GanetiError::Server { status: 502, .. }),
+        "{err}"
+    );
+    assert!(err.is_transient());
+    // The fault was consumed.
+    assert_eq!(g.nodes().await.unwrap().len(), 3);
+    // A request that hangs past the client's timeout is a transient transport error.
+    sim.set_http_faults(HttpFaults {
+        hang: 1,
+        hang_ms: 60_000,
+        ..HttpFaults::default()
+    });
+    let short = sim.client_with_timeout(Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    let err = Ganeti::cluster_info(&short).await.unwrap_err();
+    assert!(matches!(err, GanetiError::Transport(_)), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }

@@ -1,11 +1,14 @@
 //! A simulated Ganeti cluster with fault injection.
 //!
 //! * [`Simulation`] holds the cluster ([`model::SimCluster`]: nodes, instances of every disk
-//!   template, tags, capacity, jobs that finish after a configurable delay) and implements
-//!   [`crate::ganeti::Ganeti`] directly, for fast tests.
-//! * [`Simulation::serve`] serves it as a real RAPI v2 over HTTP or HTTPS on loopback, with the
-//!   JSON shapes of Ganeti 3.0.2, for the RAPI client, the demo and the crash tests of the
-//!   coordinator binary (the `nodecare-ganeti-sim` binary wraps it).
+//!   template, tags, capacity, jobs that finish after a configurable delay) and answers RAPI v2
+//!   requests with the JSON shapes of Ganeti 3.0.2 ([`Simulation::answer`], routes in
+//!   [`rapi_routes`]).
+//! * [`Simulation::client`]: nodecare's one RAPI client ([`RapiClient`], which implements
+//!   [`nodecare_ganeti::Ganeti`]) over an in-process transport to that handler, for fast tests.
+//! * [`Simulation::serve`] serves the same handler over HTTP or HTTPS on loopback, for the
+//!   demo and the crash tests of the coordinator binary (the `nodecare-ganeti-sim` binary wraps
+//!   it).
 //! * Faults: failing jobs ([`model::JobFailureRule`]), HTTP 5xx answers and hanging requests
 //!   ([`HttpFaults`]), slow jobs ([`Simulation::set_job_delay`]).
 //! * Every submission is recorded with its reason, so tests can assert that no intent was
@@ -27,12 +30,11 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::ganeti::{
-    self, EvacuateMode, Ganeti, GanetiError, GanetiFuture, JobId, Reason, ReplaceDisksMode,
-};
-use crate::rapi::client::Credentials;
-use crate::rapi::types::{RapiClusterInfo, RapiInstance, RapiJob, RapiNode, reason_query_value};
 use model::{JobFailureRule, SimCluster, SimConfig, Submission};
+use nodecare_ganeti::rapi::client::{Credentials, RapiClient};
+use nodecare_ganeti::rapi::transport::{
+    RapiRequest, RapiResponse, Transport, TransportError, TransportFuture,
+};
 use rapi_routes::{SimAnswer, SimRequest};
 
 /// How long RAPI's `/2/jobs/<id>/wait` blocks at most (Ganeti uses 10 s).
@@ -145,13 +147,14 @@ impl SimTls {
             .map_err(|e| format!("bad certificate PEM: {e}"))?;
         let key = PrivateKeyDer::from_pem_slice(self.key_pem.as_bytes())
             .map_err(|e| format!("bad key PEM: {e}"))?;
-        let config =
-            rustls::ServerConfig::builder_with_provider(crate::rapi::tls::crypto_provider())
-                .with_safe_default_protocol_versions()
-                .map_err(|e| e.to_string())?
-                .with_no_client_auth()
-                .with_single_cert(certs, key)
-                .map_err(|e| format!("bad certificate/key: {e}"))?;
+        let config = rustls::ServerConfig::builder_with_provider(
+            nodecare_ganeti::rapi::tls::crypto_provider(),
+        )
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("bad certificate/key: {e}"))?;
         Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
     }
 }
@@ -386,26 +389,45 @@ impl Simulation {
             let (status, value) = self.control(&method, &path, &body);
             return respond(status, &value);
         }
-        match self.fault(&method, &path) {
+        let (status, value) = self
+            .answer(&method, &path, query, authorized, json_body, &body)
+            .await;
+        respond(status, &value)
+    }
+
+    /// Answers one RAPI request as it came off the wire (method, path, decoded query, whether
+    /// it authenticated, whether the body is declared JSON, body bytes): injected faults first,
+    /// then authentication, body decoding, and the route. Both the HTTP server and the
+    /// in-process transport of [`Self::client`] answer through here.
+    pub async fn answer(
+        &self,
+        method: &str,
+        path: &str,
+        query: Vec<(String, String)>,
+        authorized: bool,
+        json_body: bool,
+        body: &[u8],
+    ) -> (u16, Value) {
+        match self.fault(method, path) {
             FaultAction::None => {}
             FaultAction::Fail => {
-                return respond(
+                return (
                     502,
-                    &rapi_routes::error(502, "Bad Gateway", "injected fault"),
+                    rapi_routes::error(502, "Bad Gateway", "injected fault"),
                 );
             }
             FaultAction::Hang(d) => {
                 tokio::time::sleep(d).await;
-                return respond(
+                return (
                     504,
-                    &rapi_routes::error(504, "Gateway Timeout", "injected hang"),
+                    rapi_routes::error(504, "Gateway Timeout", "injected hang"),
                 );
             }
         }
         if !authorized {
-            return respond(
+            return (
                 401,
-                &rapi_routes::error(
+                rapi_routes::error(
                     401,
                     "Unauthorized",
                     "No permission -- see authorization schemes",
@@ -415,21 +437,21 @@ impl Simulation {
         let body = if body.is_empty() {
             None
         } else if !json_body {
-            return respond(
+            return (
                 415,
-                &rapi_routes::error(
+                rapi_routes::error(
                     415,
                     "Unsupported Media Type",
                     "Entity body in unsupported format",
                 ),
             );
         } else {
-            match serde_json::from_slice::<Value>(&body) {
+            match serde_json::from_slice::<Value>(body) {
                 Ok(v) => Some(v),
                 Err(e) => {
-                    return respond(
+                    return (
                         400,
-                        &rapi_routes::error(
+                        rapi_routes::error(
                             400,
                             "Bad Request",
                             &format!("Unable to parse JSON data: {e}"),
@@ -438,15 +460,28 @@ impl Simulation {
                 }
             }
         };
-        let (status, value) = self
-            .handle(&SimRequest {
-                method,
-                path,
-                query,
-                body,
-            })
-            .await;
-        respond(status, &value)
+        self.handle(&SimRequest {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            query,
+            body,
+        })
+        .await
+    }
+
+    /// nodecare's RAPI client talking to this simulation in process (no sockets). Requests are
+    /// authorized as if they carried the right credentials; faults apply as over HTTP.
+    pub fn client(&self) -> RapiClient {
+        self.client_with_timeout(IN_PROCESS_TIMEOUT)
+    }
+
+    /// [`Self::client`] with another bound on each request.
+    pub fn client_with_timeout(&self, request_timeout: Duration) -> RapiClient {
+        RapiClient::with_transport(
+            Arc::new(InProcess { sim: self.clone() }),
+            IN_PROCESS_URL,
+            request_timeout,
+        )
     }
 
     fn authorized(&self, header: Option<&hyper::header::HeaderValue>) -> bool {
@@ -540,111 +575,6 @@ impl Simulation {
             _ => (404, json!({"error": "unknown simulation endpoint"})),
         }
     }
-
-    // ---- direct (in-process) access used by the Ganeti trait ----
-
-    async fn direct(
-        &self,
-        method: &str,
-        path: &str,
-        query: Vec<(String, String)>,
-        body: Option<Value>,
-    ) -> Result<Value, GanetiError> {
-        match self.fault(method, path) {
-            FaultAction::None => {}
-            FaultAction::Fail => {
-                return Err(GanetiError::Server {
-                    status: 502,
-                    message: "injected fault".into(),
-                });
-            }
-            FaultAction::Hang(d) => {
-                tokio::time::sleep(d).await;
-                return Err(GanetiError::Transport(format!(
-                    "{method} {path}: injected hang of {d:?}"
-                )));
-            }
-        }
-        let (status, value) = self
-            .handle(&SimRequest {
-                method: method.into(),
-                path: path.into(),
-                query,
-                body,
-            })
-            .await;
-        let message = || {
-            value
-                .get("message")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned()
-        };
-        match status {
-            200 => Ok(value),
-            401 | 403 => Err(GanetiError::Unauthorized(message())),
-            404 => Err(GanetiError::NotFound(format!("{path}: {}", message()))),
-            s if s >= 500 => Err(GanetiError::Server {
-                status: s,
-                message: message(),
-            }),
-            s => Err(GanetiError::Rejected {
-                status: s,
-                message: message(),
-            }),
-        }
-    }
-
-    async fn read<T: serde::de::DeserializeOwned>(
-        &self,
-        path: &str,
-        bulk: bool,
-    ) -> Result<T, GanetiError> {
-        let query = if bulk {
-            vec![("bulk".to_owned(), "1".to_owned())]
-        } else {
-            Vec::new()
-        };
-        let value = self.direct("GET", path, query, None).await?;
-        serde_json::from_value(value).map_err(|e| GanetiError::Decode(format!("{path}: {e}")))
-    }
-
-    async fn submit_direct(
-        &self,
-        method: &str,
-        path: &str,
-        mut query: Vec<(String, String)>,
-        body: Option<Value>,
-        reason: &Reason,
-    ) -> Result<JobId, GanetiError> {
-        query.push(("reason".into(), reason_query_value(reason)));
-        let value = self.direct(method, path, query, body).await?;
-        value
-            .as_u64()
-            .ok_or_else(|| GanetiError::Decode(format!("{path}: expected a job id, got {value}")))
-    }
-
-    /// Reads a bulk list (`?bulk=1`) and converts each entry to the trait's type.
-    async fn read_list<R: serde::de::DeserializeOwned, T: From<R>>(
-        &self,
-        path: &str,
-    ) -> Result<Vec<T>, GanetiError> {
-        let entries: Vec<R> = self.read(path, true).await?;
-        Ok(entries.into_iter().map(Into::into).collect())
-    }
-
-    /// `PUT` (add) or `DELETE` (remove) `/2/nodes/<node>/tags?tag=...`.
-    async fn submit_node_tags(
-        &self,
-        method: &str,
-        node: &str,
-        tags: &[String],
-        reason: &Reason,
-    ) -> Result<JobId, GanetiError> {
-        let query = tags.iter().map(|t| ("tag".to_owned(), t.clone())).collect();
-        let path = format!("/2/nodes/{}/tags", seg(node)?);
-        self.submit_direct(method, &path, query, None, reason).await
-    }
 }
 
 fn respond(status: u16, value: &Value) -> Response<Full<Bytes>> {
@@ -684,185 +614,46 @@ fn decode_base64(text: &str) -> Option<Vec<u8>> {
     Some(out)
 }
 
-fn seg(name: &str) -> Result<&str, GanetiError> {
-    if name.is_empty() || name.contains(['/', '?', '#', '%']) {
-        return Err(GanetiError::Rejected {
-            status: 400,
-            message: format!("invalid name `{name}`"),
-        });
-    }
-    Ok(name)
+/// The name [`Simulation::client`]'s client gives its server.
+const IN_PROCESS_URL: &str = "sim://in-process";
+
+/// Request timeout of [`Simulation::client`] (the RAPI client's default).
+const IN_PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The in-process transport of [`Simulation::client`]: the request goes to
+/// [`Simulation::answer`] as its bytes would arrive over HTTP (JSON body, decoded query).
+#[derive(Debug)]
+struct InProcess {
+    sim: Simulation,
 }
 
-impl Ganeti for Simulation {
-    fn cluster_info(&self) -> GanetiFuture<'_, ganeti::ClusterInfo> {
-        Box::pin(async move { Ok(self.read::<RapiClusterInfo>("/2/info", false).await?.into()) })
-    }
-
-    fn nodes(&self) -> GanetiFuture<'_, Vec<ganeti::Node>> {
-        Box::pin(async move { self.read_list::<RapiNode, _>("/2/nodes").await })
-    }
-
-    fn instances(&self) -> GanetiFuture<'_, Vec<ganeti::Instance>> {
-        Box::pin(async move { self.read_list::<RapiInstance, _>("/2/instances").await })
-    }
-
-    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
-        Box::pin(async move {
-            self.read(&format!("/2/nodes/{}/tags", seg(node)?), false)
-                .await
-        })
-    }
-
-    fn add_node_tags<'a>(
-        &'a self,
-        node: &'a str,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move { self.submit_node_tags("PUT", node, tags, reason).await })
-    }
-
-    fn remove_node_tags<'a>(
-        &'a self,
-        node: &'a str,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move { self.submit_node_tags("DELETE", node, tags, reason).await })
-    }
-
-    fn set_node_drained<'a>(
-        &'a self,
-        node: &'a str,
-        drained: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let node = seg(node)?;
-            if drained {
-                self.submit_direct(
-                    "PUT",
-                    &format!("/2/nodes/{node}/role"),
-                    Vec::new(),
-                    Some(json!("drained")),
-                    reason,
-                )
-                .await
-            } else {
-                self.submit_direct(
-                    "POST",
-                    &format!("/2/nodes/{node}/modify"),
-                    Vec::new(),
-                    Some(json!({"drained": false})),
-                    reason,
-                )
-                .await
-            }
-        })
-    }
-
-    fn set_node_offline<'a>(
-        &'a self,
-        node: &'a str,
-        offline: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let path = format!("/2/nodes/{}/modify", seg(node)?);
-            self.submit_direct(
-                "POST",
-                &path,
-                Vec::new(),
-                Some(json!({"offline": offline})),
-                reason,
-            )
+impl InProcess {
+    async fn send_now(&self, request: &RapiRequest) -> Result<RapiResponse, TransportError> {
+        let body = match &request.body {
+            Some(value) => serde_json::to_vec(value)
+                .map_err(|e| TransportError::Failed(format!("cannot encode the body: {e}")))?,
+            None => Vec::new(),
+        };
+        let answer = self.sim.answer(
+            request.method.as_str(),
+            &request.path,
+            request.query.clone(),
+            true,
+            true,
+            &body,
+        );
+        let (status, value) = tokio::time::timeout(request.timeout, answer)
             .await
-        })
+            .map_err(|_elapsed| TransportError::Timeout)?;
+        let body = serde_json::to_vec(&value)
+            .map_err(|e| TransportError::Failed(format!("cannot encode the answer: {e}")))?;
+        Ok(RapiResponse { status, body })
     }
+}
 
-    fn migrate_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let path = format!("/2/instances/{}/migrate", seg(instance)?);
-            let body = json!({"mode": "live", "target_node": target});
-            self.submit_direct("PUT", &path, Vec::new(), Some(body), reason)
-                .await
-        })
-    }
-
-    fn failover_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let path = format!("/2/instances/{}/failover", seg(instance)?);
-            self.submit_direct(
-                "PUT",
-                &path,
-                Vec::new(),
-                Some(json!({"target_node": target})),
-                reason,
-            )
-            .await
-        })
-    }
-
-    fn replace_disks<'a>(
-        &'a self,
-        instance: &'a str,
-        mode: &'a ReplaceDisksMode,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let path = format!("/2/instances/{}/replace-disks", seg(instance)?);
-            let remote = match mode {
-                ReplaceDisksMode::ReplaceNewSecondary { remote_node, .. } => remote_node.clone(),
-                _ => None,
-            };
-            let body = json!({"mode": mode.as_str(), "remote_node": remote});
-            self.submit_direct("POST", &path, Vec::new(), Some(body), reason)
-                .await
-        })
-    }
-
-    fn evacuate_node<'a>(
-        &'a self,
-        node: &'a str,
-        mode: EvacuateMode,
-        iallocator: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let path = format!("/2/nodes/{}/evacuate", seg(node)?);
-            let body = json!({"mode": mode.as_str(), "iallocator": iallocator.unwrap_or("hail")});
-            self.submit_direct("POST", &path, Vec::new(), Some(body), reason)
-                .await
-        })
-    }
-
-    fn job(&self, id: JobId) -> GanetiFuture<'_, ganeti::Job> {
-        Box::pin(async move {
-            let value = self
-                .direct("GET", &format!("/2/jobs/{id}"), Vec::new(), None)
-                .await?;
-            if value.get("status").is_none_or(Value::is_null) {
-                return Err(GanetiError::NotFound(format!("job {id}")));
-            }
-            let job: RapiJob = serde_json::from_value(value)
-                .map_err(|e| GanetiError::Decode(format!("job {id}: {e}")))?;
-            Ok(job.into())
-        })
-    }
-
-    fn jobs(&self) -> GanetiFuture<'_, Vec<ganeti::JobSummary>> {
-        Box::pin(async move { self.read_list::<RapiJob, _>("/2/jobs").await })
+impl Transport for InProcess {
+    fn send<'a>(&'a self, request: &'a RapiRequest) -> TransportFuture<'a> {
+        Box::pin(self.send_now(request))
     }
 }
 

@@ -1,21 +1,21 @@
 //! Async client for Ganeti's RAPI v2 over HTTPS with a pinned cluster certificate.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::{Method, StatusCode};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use super::tls::{self, TlsSetupError};
+use super::tls::TlsSetupError;
+use super::transport::{HttpsTransport, Method, RapiRequest, Transport, TransportError};
 use super::types::{
     JobWaitAnswer, MigrationMode, RapiClusterInfo, RapiErrorBody, RapiGroup, RapiInstance, RapiJob,
     RapiNode, TagTarget, reason_query_value,
 };
-use crate::ganeti::{
-    self, EvacuateMode, Ganeti, GanetiError, GanetiFuture, JobId, JobStatus, Reason,
-    ReplaceDisksMode,
+use crate as ganeti;
+use crate::{
+    EvacuateMode, Ganeti, GanetiError, GanetiFuture, JobId, JobStatus, Reason, ReplaceDisksMode,
 };
 
 /// Default RAPI address (RAPI listens on the master; nodecare's coordinator runs there).
@@ -254,62 +254,39 @@ pub struct FailoverOptions {
     pub ignore_consistency: bool,
 }
 
-/// Ganeti RAPI v2 client. Cheap to clone (shares the connection pool).
+/// Ganeti RAPI v2 client: maps each operation to its RAPI request, and decodes the answers.
+/// Cheap to clone (shares the transport and its connection pool).
 #[derive(Debug, Clone)]
 pub struct RapiClient {
-    http: reqwest::Client,
+    transport: Arc<dyn Transport>,
     base_url: String,
-    credentials: Option<Credentials>,
     request_timeout: Duration,
 }
 
 impl RapiClient {
+    /// A client of the RAPI server at `config.base_url`, over [`HttpsTransport`].
     pub fn new(config: RapiConfig) -> Result<Self, RapiError> {
-        let base_url = config.base_url.trim_end_matches('/').to_owned();
-        let https = base_url.starts_with("https://");
-        if !https && !base_url.starts_with("http://") {
-            return Err(RapiError::Config(format!(
-                "RAPI URL must start with https:// (got `{base_url}`)"
-            )));
-        }
-        let builder = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(config.connect_timeout)
-            .timeout(config.request_timeout + RAPI_WAIT_PERIOD)
-            .pool_idle_timeout(Duration::from_secs(30))
-            .user_agent(concat!("nodecare-coordinator/", env!("CARGO_PKG_VERSION")));
-        let builder = match (&config.trust, https) {
-            (ServerTrust::PlainHttp, true) => {
-                return Err(RapiError::Config(
-                    "an https:// RAPI URL needs a pinned certificate (--rapi-cert)".into(),
-                ));
-            }
-            (ServerTrust::PlainHttp, false) => builder,
-            (_, false) => {
-                return Err(RapiError::Config(format!(
-                    "a pinned certificate was given but the RAPI URL `{base_url}` is not https://"
-                )));
-            }
-            (ServerTrust::PinnedCertFile(path), true) => {
-                let certs = tls::load_pinned_certificates(path)?;
-                builder.use_preconfigured_tls(tls::pinned_client_config(certs)?)
-            }
-            (ServerTrust::PinnedCertPem(pem), true) => {
-                let certs = tls::parse_pinned_certificates(pem, "configured PEM")?;
-                builder.use_preconfigured_tls(tls::pinned_client_config(certs)?)
-            }
-        };
-        // reqwest needs the process-wide provider even with a preconfigured TLS config.
-        let _provider = tls::crypto_provider();
-        let http = builder
-            .build()
-            .map_err(|e| RapiError::Config(format!("cannot build HTTP client: {e}")))?;
+        let transport = HttpsTransport::new(&config)?;
+        let base_url = transport.base_url().to_owned();
         Ok(Self {
-            http,
+            transport: Arc::new(transport),
             base_url,
-            credentials: config.credentials,
             request_timeout: config.request_timeout,
         })
+    }
+
+    /// A client over another transport (e.g. an in-process simulated cluster); `base_url` only
+    /// names the server (in errors and [`Self::base_url`]).
+    pub fn with_transport(
+        transport: Arc<dyn Transport>,
+        base_url: impl Into<String>,
+        request_timeout: Duration,
+    ) -> Self {
+        Self {
+            transport,
+            base_url: base_url.into(),
+            request_timeout,
+        }
     }
 
     pub fn base_url(&self) -> &str {
@@ -396,10 +373,10 @@ impl RapiClient {
         });
         let answer: Option<JobWaitAnswer> = match self
             .call(
-                Method::GET,
+                Method::Get,
                 &path,
                 &[],
-                Some(&body),
+                Some(body),
                 self.request_timeout + RAPI_WAIT_PERIOD,
             )
             .await
@@ -463,7 +440,7 @@ impl RapiClient {
     pub async fn drain_node(&self, node: &str, reason: &Reason) -> Result<JobId, RapiError> {
         let path = format!("/2/nodes/{}/role", segment(node)?);
         self.submit(
-            Method::PUT,
+            Method::Put,
             &path,
             &[("force", "1")],
             &json!("drained"),
@@ -484,7 +461,7 @@ impl RapiClient {
             return self.drain_node(node, reason).await;
         }
         let path = format!("/2/nodes/{}/modify", segment(node)?);
-        self.submit(Method::POST, &path, &[], &json!({"drained": false}), reason)
+        self.submit(Method::Post, &path, &[], &json!({"drained": false}), reason)
             .await
     }
 
@@ -502,7 +479,7 @@ impl RapiClient {
         } else {
             json!({"offline": false})
         };
-        self.submit(Method::POST, &path, &[], &body, reason).await
+        self.submit(Method::Post, &path, &[], &body, reason).await
     }
 
     /// `PUT /2/instances/<i>/migrate`.
@@ -524,7 +501,7 @@ impl RapiClient {
         insert_opt(&mut body, "iallocator", &options.iallocator);
         body.insert("allow_failover".into(), options.allow_failover.into());
         body.insert("cleanup".into(), options.cleanup.into());
-        self.submit(Method::PUT, &path, &[], &Value::Object(body), reason)
+        self.submit(Method::Put, &path, &[], &Value::Object(body), reason)
             .await
     }
 
@@ -543,7 +520,7 @@ impl RapiClient {
             "ignore_consistency".into(),
             options.ignore_consistency.into(),
         );
-        self.submit(Method::PUT, &path, &[], &Value::Object(body), reason)
+        self.submit(Method::Put, &path, &[], &Value::Object(body), reason)
             .await
     }
 
@@ -572,7 +549,7 @@ impl RapiClient {
             }
         }
         body.insert("early_release".into(), false.into());
-        self.submit(Method::POST, &path, &[], &Value::Object(body), reason)
+        self.submit(Method::Post, &path, &[], &Value::Object(body), reason)
             .await
     }
 
@@ -592,7 +569,7 @@ impl RapiClient {
             "iallocator": iallocator.unwrap_or(DEFAULT_IALLOCATOR),
             "early_release": false,
         });
-        self.submit(Method::POST, &path, &[], &body, reason).await
+        self.submit(Method::Post, &path, &[], &body, reason).await
     }
 
     /// `PUT .../tags?tag=...`.
@@ -602,7 +579,7 @@ impl RapiClient {
         tags: &[String],
         reason: &Reason,
     ) -> Result<JobId, RapiError> {
-        self.tag_job(Method::PUT, target, tags, reason).await
+        self.tag_job(Method::Put, target, tags, reason).await
     }
 
     /// `DELETE .../tags?tag=...`.
@@ -612,7 +589,7 @@ impl RapiClient {
         tags: &[String],
         reason: &Reason,
     ) -> Result<JobId, RapiError> {
-        self.tag_job(Method::DELETE, target, tags, reason).await
+        self.tag_job(Method::Delete, target, tags, reason).await
     }
 
     async fn tag_job(
@@ -648,13 +625,12 @@ impl RapiClient {
         let reason_text = reason_query_value(reason);
         let mut full_query: Vec<(&str, &str)> = query.to_vec();
         full_query.push(("reason", &reason_text));
-        let body = (!body.is_null()).then_some(body);
-        let method_name = method.to_string();
+        let body = (!body.is_null()).then(|| body.clone());
         let id: Value = self
             .call(method, path, &full_query, body, self.request_timeout)
             .await?;
         id.as_u64().ok_or_else(|| RapiError::Decode {
-            method: method_name,
+            method: method.to_string(),
             path: path.to_owned(),
             message: format!("expected a job id, got {}", truncate(&id.to_string())),
         })
@@ -665,56 +641,55 @@ impl RapiClient {
         path: &str,
         query: &[(&str, &str)],
     ) -> Result<T, RapiError> {
-        self.call(
-            Method::GET,
-            path,
-            query,
-            None::<&Value>,
-            self.request_timeout,
-        )
-        .await
+        self.call(Method::Get, path, query, None, self.request_timeout)
+            .await
     }
 
-    async fn call<T: DeserializeOwned, B: Serialize + ?Sized>(
+    async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
         query: &[(&str, &str)],
-        body: Option<&B>,
+        body: Option<Value>,
         timeout: Duration,
     ) -> Result<T, RapiError> {
-        let method_name = method.to_string();
-        let url = format!("{}{}", self.base_url, path);
-        let mut request = self
-            .http
-            .request(method, &url)
-            .timeout(timeout)
-            .header("Accept", "application/json");
-        if !query.is_empty() {
-            request = request.query(query);
-        }
-        if let Some(creds) = &self.credentials {
-            request = request.basic_auth(&creds.user, Some(&creds.password));
-        }
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| transport_error(&method_name, path, timeout, &e))?;
-        let status = response.status();
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| transport_error(&method_name, path, timeout, &e))?;
-        if !status.is_success() {
-            return Err(http_error(&method_name, path, status, &bytes));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| RapiError::Decode {
-            method: method_name,
+        let request = RapiRequest {
+            method,
             path: path.to_owned(),
-            message: format!("{e} in {}", truncate(&String::from_utf8_lossy(&bytes))),
+            query: query
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            body,
+            timeout,
+        };
+        let response = self.transport.send(&request).await.map_err(|e| match e {
+            TransportError::Timeout => RapiError::Timeout {
+                method: method.to_string(),
+                path: path.to_owned(),
+                after: timeout,
+            },
+            TransportError::Failed(message) => RapiError::Transport {
+                method: method.to_string(),
+                path: path.to_owned(),
+                message,
+            },
+        })?;
+        if !(200..300).contains(&response.status) {
+            return Err(http_error(
+                method.as_str(),
+                path,
+                response.status,
+                &response.body,
+            ));
+        }
+        serde_json::from_slice(&response.body).map_err(|e| RapiError::Decode {
+            method: method.to_string(),
+            path: path.to_owned(),
+            message: format!(
+                "{e} in {}",
+                truncate(&String::from_utf8_lossy(&response.body))
+            ),
         })
     }
 }
@@ -916,30 +891,7 @@ fn segment(name: &str) -> Result<&str, RapiError> {
     }
 }
 
-fn transport_error(method: &str, path: &str, timeout: Duration, e: &reqwest::Error) -> RapiError {
-    if e.is_timeout() {
-        return RapiError::Timeout {
-            method: method.to_owned(),
-            path: path.to_owned(),
-            after: timeout,
-        };
-    }
-    // The source chain carries the useful part (e.g. the TLS verification failure).
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(inner) = source {
-        message.push_str(": ");
-        message.push_str(&inner.to_string());
-        source = inner.source();
-    }
-    RapiError::Transport {
-        method: method.to_owned(),
-        path: path.to_owned(),
-        message,
-    }
-}
-
-fn http_error(method: &str, path: &str, status: StatusCode, body: &[u8]) -> RapiError {
+fn http_error(method: &str, path: &str, status: u16, body: &[u8]) -> RapiError {
     let message = match serde_json::from_slice::<RapiErrorBody>(body) {
         Ok(parsed) if parsed.explain.is_empty() => parsed.message,
         Ok(parsed) => format!("{} ({})", parsed.message, parsed.explain),
@@ -948,7 +900,7 @@ fn http_error(method: &str, path: &str, status: StatusCode, body: &[u8]) -> Rapi
     RapiError::Http {
         method: method.to_owned(),
         path: path.to_owned(),
-        status: status.as_u16(),
+        status,
         message,
     }
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::ganeti::{JobId, JobStatus, Reason};
+use nodecare_ganeti::{DiskTemplate, JobId, JobStatus, Reason, Redundancy};
 
 /// One node of the simulated cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -125,7 +125,7 @@ impl SimConfig {
             if index == 0 || index > nodes {
                 return Err(format!("node index {index} of `{spec}` is not 1..{nodes}"));
             }
-            if !KNOWN_TEMPLATES.contains(template) {
+            if DiskTemplate::parse(template).is_none() {
                 return Err(format!("unknown disk template `{template}` in `{spec}`"));
             }
             let snodes = if *template == "drbd" {
@@ -161,27 +161,12 @@ impl SimConfig {
     }
 }
 
-const KNOWN_TEMPLATES: &[&str] = &[
-    "diskless",
-    "plain",
-    "file",
-    "drbd",
-    "sharedfile",
-    "rbd",
-    "ext",
-    "blockdev",
-    "gluster",
-];
-
 fn is_node_local(template: &str) -> bool {
-    matches!(template, "plain" | "file")
+    DiskTemplate::from_name(template).is_node_local()
 }
 
 fn is_shared(template: &str) -> bool {
-    matches!(
-        template,
-        "diskless" | "sharedfile" | "rbd" | "ext" | "blockdev" | "gluster"
-    )
+    DiskTemplate::from_name(template).redundancy() == Redundancy::Shared
 }
 
 /// What a simulated job does.
@@ -1273,7 +1258,7 @@ mod tests {
         );
         assert_eq!(c.jobs[&id].status, JobStatus::Success);
         let children: Vec<JobId> =
-            crate::rapi::types::child_jobs_of_opresult(&c.jobs[&id].opresult);
+            nodecare_ganeti::rapi::types::child_jobs_of_opresult(&c.jobs[&id].opresult);
         assert_eq!(children.len(), 3);
         c.advance(2_000_000);
         for child in &children {

@@ -11,9 +11,9 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::Parser;
-use nodecare_coordinator::rapi::client::Credentials;
-use nodecare_coordinator::simulation::model::SimConfig;
-use nodecare_coordinator::simulation::{SimTls, Simulation};
+use nodecare_ganeti::rapi::client::Credentials;
+use nodecare_ganeti_sim::model::SimConfig;
+use nodecare_ganeti_sim::{SimTls, Simulation};
 
 #[derive(Debug, Parser)]
 #[command(

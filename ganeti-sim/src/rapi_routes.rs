@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 
 use super::model::{SimCluster, SimOp, TagKind};
-use crate::ganeti::JobStatus;
+use nodecare_ganeti::JobStatus;
 
 /// A decoded request.
 #[derive(Debug, Clone, PartialEq)]
@@ -441,7 +441,7 @@ pub fn wait_is_over(cluster: &SimCluster, id: u64, previous: Option<&str>) -> bo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::simulation::model::SimConfig;
+    use crate::model::SimConfig;
 
     fn req(method: &str, path: &str, query: &str, body: Option<Value>) -> SimRequest {
         SimRequest {

@@ -1,0 +1,23 @@
+//! Ganeti's remote API (RAPI v2).
+//!
+//! * [`types`]: the RAPI JSON shapes, job failures, and the reason trail that ties every job to
+//!   its incident ([`types::reason_query_value`]). Always built.
+//! * [`transport`] (feature `client`): what carries one request to RAPI and its answer back;
+//!   [`transport::HttpsTransport`] is the real one.
+//! * [`client::RapiClient`] (feature `client`): every call nodecare needs (cluster, nodes,
+//!   instances, groups, tags, jobs, drain/offline, migrate, failover, replace-disks, node
+//!   evacuation), each bounded by a timeout, basic authentication from a credentials file
+//!   ([`client::Credentials`]).
+//! * [`tls`] (feature `client`): the cluster certificate is pinned (Ganeti's self-signed CA
+//!   certificate without subject alternative names fails ordinary verification).
+
+#[cfg(feature = "client")]
+pub mod client;
+#[cfg(feature = "client")]
+pub mod tls;
+#[cfg(feature = "client")]
+pub mod transport;
+pub mod types;
+
+#[cfg(feature = "client")]
+pub use client::{Credentials, RapiClient, RapiConfig, RapiError, ServerTrust};

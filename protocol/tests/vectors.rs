@@ -1,0 +1,199 @@
+//! Known-answer vectors of the wire format: `protocol/tests/vectors/`.
+//!
+//! Each vector fixes the inputs (key, payload, sequence, times) and the exact bytes a conforming
+//! implementation produces: the canonical bytes the MAC covers, the MAC, and the envelope as
+//! served. Any change of wire bytes fails here. `docs/PROTOCOL.md` explains the files.
+//!
+//! After an intended format change, rewrite the files with `NODECARE_BLESS_VECTORS=1 cargo test
+//! -p nodecare-protocol --test vectors` and review the diff.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use nodecare_protocol::repair::{
+    RepairRecord, RepairRequest, RepairState, open_repair_request, sign_repair_request,
+};
+use nodecare_protocol::{
+    DiagnosePayload, HmacKey, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer,
+    VerifyPolicy,
+};
+
+/// Signing time of every vector (2027-01-15T08:00:00Z).
+const ISSUED_AT_MS: u64 = 1_800_000_000_000;
+const TTL_MS: u64 = 180_000;
+const NODE: &str = "node1.example.com";
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
+}
+
+fn bless() -> bool {
+    std::env::var_os("NODECARE_BLESS_VECTORS").is_some()
+}
+
+/// Compares `actual` with the file `name` byte for byte (or writes it when blessing).
+fn check(name: &str, actual: &[u8]) {
+    let path = dir().join(name);
+    if bless() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected =
+        std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+    if expected != actual {
+        let at = expected
+            .iter()
+            .zip(actual)
+            .position(|(a, b)| a != b)
+            .unwrap_or(expected.len().min(actual.len()));
+        panic!(
+            "wire bytes changed: {name} differs from the known answer at byte {at}\n\
+             expected: {}\n  actual: {}",
+            String::from_utf8_lossy(&expected),
+            String::from_utf8_lossy(actual)
+        );
+    }
+}
+
+fn read(name: &str) -> Vec<u8> {
+    std::fs::read(dir().join(name)).unwrap()
+}
+
+fn key() -> HmacKey {
+    let text = String::from_utf8(read("key.hex")).unwrap();
+    HmacKey::new(hex::decode(text.trim()).unwrap())
+}
+
+fn diagnose_payload() -> DiagnosePayload {
+    let disk = ScriptVerdict::parse(
+        br#"{"status":"evacuate","details":{"device":"sda","reallocated_sectors":12,"temperature":41.5},"fingerprint":["/details/device"]}"#,
+    )
+    .unwrap();
+    let net = ScriptVerdict::parse(br#"{"status":"Ok"}"#).unwrap();
+    let slow = ScriptVerdict::unknown("timed out after 30 s");
+    let scripts: BTreeMap<String, ScriptVerdict> = [
+        ("disk".to_owned(), disk),
+        ("net".to_owned(), net),
+        ("slow".to_owned(), slow),
+    ]
+    .into_iter()
+    .collect();
+    DiagnosePayload {
+        verdict: NodeVerdict::merge(scripts).unwrap(),
+        collected_at_ms: ISSUED_AT_MS - 1_500,
+        age_ms: 1_500,
+        stale: false,
+        interval_ms: 60_000,
+    }
+}
+
+fn repair_request() -> RepairRequest {
+    RepairRequest {
+        node: NODE.into(),
+        incident_id: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
+        command: "restart-multipathd".into(),
+        input: serde_json::json!({
+            "status": "live-repair",
+            "command": "restart-multipathd",
+            "details": {"multipath": {"status": "live-repair", "command": "restart-multipathd"}},
+            "fingerprint": "5c1f…"
+        }),
+        nonce: "7d3c9a0e5b2f4c18a6e1d0b9f8c7a6e5".into(),
+    }
+}
+
+/// One signed vector: the signed bytes, the MAC and the envelope, then verification and
+/// decoding of the stored envelope.
+fn check_envelope(prefix: &str, envelope: &SignedEnvelope) {
+    check(
+        &format!("{prefix}.signed-bytes.json"),
+        &envelope.signed_bytes().unwrap(),
+    );
+    check(
+        &format!("{prefix}.mac.hex"),
+        format!("{}\n", envelope.signature).as_bytes(),
+    );
+    check(
+        &format!("{prefix}.envelope.json"),
+        &serde_json::to_vec(envelope).unwrap(),
+    );
+    let stored = read(&format!("{prefix}.envelope.json"));
+    let ring = KeyRing::single(key());
+    let verified = ring
+        .verify_json(
+            &stored,
+            ISSUED_AT_MS + 1,
+            VerifyPolicy::default(),
+            Some(NODE),
+            None,
+        )
+        .unwrap();
+    assert_eq!(&verified, envelope);
+}
+
+#[test]
+fn key_id() {
+    check("key-id.txt", format!("{}\n", key().id()).as_bytes());
+}
+
+#[test]
+fn signed_diagnose_envelope() {
+    let payload = diagnose_payload();
+    check(
+        "diagnose.payload.json",
+        &nodecare_protocol::canonical_bytes(&serde_json::to_value(&payload).unwrap()).unwrap(),
+    );
+    let envelope = Signer::new(key(), NODE)
+        .sign(
+            serde_json::to_value(&payload).unwrap(),
+            1_800_000_000_001,
+            ISSUED_AT_MS,
+            TTL_MS,
+        )
+        .unwrap();
+    check_envelope("diagnose", &envelope);
+    let decoded: DiagnosePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
+    assert_eq!(decoded, payload);
+}
+
+#[test]
+fn signed_repair_request() {
+    let envelope = sign_repair_request(
+        &Signer::new(key(), NODE),
+        repair_request(),
+        42,
+        ISSUED_AT_MS,
+        300_000,
+    )
+    .unwrap();
+    check(
+        "repair-request.payload.json",
+        &nodecare_protocol::canonical_bytes(&envelope.payload).unwrap(),
+    );
+    check_envelope("repair-request", &envelope);
+    let opened = open_repair_request(
+        &KeyRing::single(key()),
+        &envelope,
+        ISSUED_AT_MS + 1,
+        VerifyPolicy::default(),
+        NODE,
+    )
+    .unwrap();
+    assert_eq!(opened, repair_request());
+}
+
+#[test]
+fn repair_record() {
+    let mut record = RepairRecord::running(&repair_request(), ISSUED_AT_MS + 20).unwrap();
+    record.state = RepairState::Failed;
+    record.exit_code = Some(3);
+    record.finished_at_ms = Some(ISSUED_AT_MS + 1_250);
+    record.duration_ms = Some(1_230);
+    record.stdout = "restarting multipathd\n".into();
+    record.stderr = "multipathd: still 1 failed path\n".into();
+    check("repair-record.json", &serde_json::to_vec(&record).unwrap());
+    let stored: RepairRecord = serde_json::from_slice(&read("repair-record.json")).unwrap();
+    assert_eq!(stored, record);
+}
