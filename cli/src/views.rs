@@ -200,7 +200,11 @@ const NODE_FIELDS: &[Field<NodeRow>] = &[
     Field {
         name: "verdict",
         title: "Verdict",
-        cell: |r| r.status.verdict.map(|v| DiagnoseStatus::as_str(v).to_owned()),
+        cell: |r| {
+            r.status
+                .verdict
+                .map(|v| DiagnoseStatus::as_str(v).to_owned())
+        },
     },
     Field {
         name: "age",
@@ -272,21 +276,25 @@ pub(crate) fn run_incidents(args: IncidentsArgs) -> ExitCode {
     if let Some(IncidentsCommand::Show(show)) = args.command {
         return finish("incidents show", show_incident(&show));
     }
-    let result = select(INCIDENT_FIELDS, INCIDENT_DEFAULTS, args.list.output.as_deref())
-        .and_then(|fields| {
-            let url = format!("{}/1/status", base(&args.url));
-            let body = fetch(&url)?;
-            let incidents: Vec<IncidentSummary> = serde_json::from_str(&body)
-                .map_err(|e| format!("{url}: not a list of incidents: {e}"))?;
-            Ok(render(&fields, &incidents, &args.list))
-        });
+    let result = select(
+        INCIDENT_FIELDS,
+        INCIDENT_DEFAULTS,
+        args.list.output.as_deref(),
+    )
+    .and_then(|fields| {
+        let url = format!("{}/1/status", base(&args.url));
+        let body = fetch(&url)?;
+        let incidents: Vec<IncidentSummary> = serde_json::from_str(&body)
+            .map_err(|e| format!("{url}: not a list of incidents: {e}"))?;
+        Ok(render(&fields, &incidents, &args.list))
+    });
     finish("incidents", result)
 }
 
 /// Runs `nodecare nodes`.
 pub(crate) fn run_nodes(args: NodesArgs) -> ExitCode {
-    let result = select(NODE_FIELDS, NODE_DEFAULTS, args.list.output.as_deref()).and_then(
-        |fields| {
+    let result =
+        select(NODE_FIELDS, NODE_DEFAULTS, args.list.output.as_deref()).and_then(|fields| {
             let url = format!("{}/1/agents", base(&args.url));
             let body = fetch(&url)?;
             let agents: Vec<AgentStatus> = serde_json::from_str(&body)
@@ -300,8 +308,7 @@ pub(crate) fn run_nodes(args: NodesArgs) -> ExitCode {
                 })
                 .collect();
             Ok(render(&fields, &rows, &args.list))
-        },
-    );
+        });
     finish("nodes", result)
 }
 
@@ -402,7 +409,10 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
         let job = step
             .job_id
             .map_or_else(|| "no job".to_owned(), |id| format!("job {id}"));
-        let mut text = format!("- {job}: {} {}, {}", step.spec.kind, step.key, step.state);
+        let mut text = format!("- {job}: {}, {}", step.state, step.spec.kind);
+        if step.key != step.spec.kind {
+            let _ignored = write!(text, " {}", step.key);
+        }
         if let Some(error) = &step.error {
             let _ignored = write!(text, ": {error}");
         }
