@@ -57,3 +57,11 @@ pub fn run() -> ExitCode {
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn command_definition_is_consistent() {
+        super::command().debug_assert();
+    }
+}
