@@ -474,8 +474,10 @@ pub(crate) fn run_watch(args: WatchArgs) -> ExitCode {
     }
 }
 
-/// Ends the process cleanly on SIGINT (^C): a final newline on a terminal, exit code 0.
+/// Ends the process cleanly on SIGINT (^C): a final newline on a terminal, exit code 0. The
+/// handler is in place when this returns.
 fn on_interrupt(terminal: bool) {
+    use tokio::signal::unix::{SignalKind, signal};
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build();
@@ -483,9 +485,12 @@ fn on_interrupt(terminal: bool) {
         // Without the handler ^C still ends the process, by the default action.
         return;
     };
+    let Ok(mut interrupt) = runtime.block_on(async { signal(SignalKind::interrupt()) }) else {
+        return;
+    };
     let _thread = std::thread::spawn(move || {
         runtime.block_on(async {
-            if tokio::signal::ctrl_c().await.is_ok() {
+            if interrupt.recv().await.is_some() {
                 if terminal {
                     println!();
                 }

@@ -245,3 +245,35 @@ fn errors_and_exit_codes() {
     assert_eq!(code, Some(1));
     assert!(stderr.contains("not a list of incidents"), "{stderr}");
 }
+
+/// ^C (SIGINT) ends `watch` cleanly: exit code 0, promptly.
+#[test]
+fn watch_ends_cleanly_on_sigint() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_nodecare"))
+        .args(["watch", "--interval", "0.2", "--url", "http://127.0.0.1:9"])
+        .env_remove("NODECARE_COORDINATOR_URL")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    stdout.read_line(&mut first).unwrap();
+    assert!(first.starts_with("--- "), "{first}");
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(0), "{status:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "watch did not end on SIGINT"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
