@@ -40,7 +40,8 @@ struct ShowArgs {
     /// Coordinator API base URL.
     #[arg(long, env = "NODECARE_COORDINATOR_URL", default_value = DEFAULT_URL)]
     url: String,
-    /// Print the coordinator's JSON instead of text.
+    /// Print the incident as JSON (the fields this command shows, as the coordinator gives
+    /// them) instead of text.
     #[arg(long)]
     json: bool,
 }
