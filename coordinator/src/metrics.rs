@@ -60,11 +60,12 @@ pub fn job_kind(spec: &IntentSpec) -> Option<&'static str> {
 
 /// The agent outcome label of an agent status (`ok` is shown as `verified`).
 pub fn agent_outcome(status: &AgentStatus) -> &'static str {
-    match status.state.as_str() {
-        "ok" => "verified",
-        "stale" => "stale",
-        "unreachable" => "unreachable",
-        _ => "unverifiable",
+    use nodecare_protocol::status::AgentState;
+    match status.state {
+        AgentState::Ok => "verified",
+        AgentState::Stale => "stale",
+        AgentState::Unreachable => "unreachable",
+        AgentState::Unverifiable => "unverifiable",
     }
 }
 
@@ -333,10 +334,13 @@ impl CoordinatorMetrics {
 mod tests {
     use super::*;
 
-    fn agent(state: &str) -> AgentStatus {
+    use nodecare_protocol::status::AgentState;
+
+    fn agent(state: AgentState) -> AgentStatus {
         AgentStatus {
             node: "n".into(),
-            state: state.into(),
+            state,
+            reason: None,
             verdict: None,
             fingerprint: None,
             sequence: None,
@@ -363,7 +367,12 @@ mod tests {
         metrics.healed(600.0);
         metrics.set_disruptions(["g1", "g1", "g\"2"], 3);
         metrics.notification("dropped");
-        let agents = [agent("ok"), agent("ok"), agent("stale"), agent("weird")];
+        let agents = [
+            agent(AgentState::Ok),
+            agent(AgentState::Ok),
+            agent(AgentState::Stale),
+            agent(AgentState::Unverifiable),
+        ];
         let text = metrics.render(&[], agents.iter());
         for expected in [
             "# TYPE nodecare_coordinator_round_duration_seconds histogram",
@@ -402,7 +411,7 @@ mod tests {
     #[test]
     fn series_are_bounded() {
         let metrics = CoordinatorMetrics::new();
-        let many: Vec<AgentStatus> = (0..500).map(|_| agent("unreachable")).collect();
+        let many: Vec<AgentStatus> = (0..500).map(|_| agent(AgentState::Unreachable)).collect();
         let text = metrics.render(&[], many.iter());
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         // 15 incident series, 4 agent outcomes, 10 job series, 3 notification results,
