@@ -68,6 +68,9 @@ pub struct Config {
     pub hmac_key: PathBuf,
     /// HTTP API address.
     pub listen: SocketAddr,
+    /// Users file authorising writes (cancel, the web page's actions), in Ganeti RAPI's
+    /// format: `user password [write]`. Read on each write; missing means writes are refused.
+    pub users: PathBuf,
     /// Seconds between rounds.
     pub round_interval: f64,
     /// Seconds a Ganeti job may run before its incident fails.
@@ -130,6 +133,7 @@ impl Default for Config {
             listen: DEFAULT_LISTEN
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1816))),
+            users: PathBuf::from(crate::auth::DEFAULT_USERS_PATH),
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
             repair_timeout: 1800.0,

@@ -90,6 +90,9 @@ impl Coordinator {
             board,
             incident_lock,
             node_name,
+            users: Some(config.users.clone()),
+            csrf_key: crate::http::random_key(),
+            max_disrupted_nodes: config.max_disrupted_nodes,
         };
         Ok(Self {
             reconciler,
