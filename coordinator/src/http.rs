@@ -100,25 +100,28 @@ async fn root(headers: HeaderMap) -> Response {
     }
 }
 
-/// Refuses a write unless the request authenticates a user with `write`.
-fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Response> {
+/// Whether the request authenticates a user with `write` (its name if so).
+fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
-    crate::auth::authorize_write(state.users.as_deref(), authorization).map_err(|refusal| {
-        let status = match refusal {
-            Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-            Refusal::NotWriter(_) | Refusal::Disabled(_) => StatusCode::FORBIDDEN,
-        };
-        let mut response = error(status, refusal.to_string());
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                HeaderValue::from_static("Basic realm=\"nodecare\""),
-            );
-        }
-        response
-    })
+    crate::auth::authorize_write(state.users.as_deref(), authorization)
+}
+
+/// A refused write: 401 (with a Basic challenge) or 403, as a JSON error.
+fn refused(refusal: &Refusal) -> Response {
+    let status = match refusal {
+        Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Refusal::NotWriter(_) | Refusal::Disabled(_) => StatusCode::FORBIDDEN,
+    };
+    let mut response = error(status, refusal.to_string());
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"nodecare\""),
+        );
+    }
+    response
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -286,7 +289,7 @@ async fn cancel(
 ) -> Response {
     let user = match authorize_write(&state, &headers) {
         Ok(user) => user,
-        Err(response) => return response,
+        Err(refusal) => return refused(&refusal),
     };
     let uuid = match parse_uuid(&text) {
         Ok(uuid) => uuid,

@@ -157,11 +157,15 @@ fn intent_what(spec: &IntentSpec) -> String {
     }
 }
 
-/// Whether an incident's node is disrupted now: an active evacuation that has started.
+/// Whether an incident keeps its node out of service: an evacuation whose drain was submitted,
+/// until an operator acknowledges it (the node stays drained after completion).
 fn disrupting(incident: &Incident, intents: &[Intent]) -> bool {
     incident.action.is_evacuation()
-        && incident.repair_status.is_active()
-        && intents.iter().any(|i| i.state != IntentState::Planned)
+        && !incident.acknowledged
+        && intents.iter().any(|i| {
+            matches!(i.spec, IntentSpec::Drain { .. })
+                && matches!(i.state, IntentState::Submitted | IntentState::Succeeded)
+        })
 }
 
 /// The actions of the admin page: who is signed in and the form token.
@@ -263,7 +267,7 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
                         }
                         div.card id="budget" {
                             b { "Disruption budget" } br;
-                            (disrupted.len()) " of " (snapshot.max_disrupted_nodes) " nodes disrupted" br;
+                            (disrupted.len()) " of at most " (snapshot.max_disrupted_nodes) " node(s) drained by incidents" br;
                             @if !disrupted.is_empty() { span.mute { (disrupted.join(", ")) } }
                         }
                     }
