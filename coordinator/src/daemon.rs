@@ -76,6 +76,7 @@ impl Coordinator {
             repair_timeout: Config::duration(config.repair_timeout),
             repair_poll: Config::duration(config.repair_poll),
         };
+        let ganeti_for_api = Arc::clone(&ganeti);
         let reconciler = Reconciler::new(
             ganeti,
             Arc::clone(&store),
@@ -93,6 +94,7 @@ impl Coordinator {
             users: Some(config.users.clone()),
             csrf_key: crate::http::random_key(),
             max_disrupted_nodes: config.max_disrupted_nodes,
+            ganeti: Some(ganeti_for_api),
         };
         Ok(Self {
             reconciler,

@@ -51,6 +51,8 @@ pub struct ApiState {
     pub csrf_key: Arc<[u8; 32]>,
     /// Most nodes disrupted at once (shown on the web page).
     pub max_disrupted_nodes: usize,
+    /// Ganeti, for the web page's acknowledgement (tag removal); `None` disables it.
+    pub ganeti: Option<Arc<dyn crate::ganeti::Ganeti>>,
 }
 
 /// A fresh random key for [`ApiState::csrf_key`].
@@ -83,6 +85,10 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/ui/admin/", get(crate::ui::admin_page))
         .route("/ui/admin/incidents/{uuid}/cancel", post(crate::ui::cancel))
+        .route(
+            "/ui/admin/incidents/{uuid}/acknowledge",
+            post(crate::ui::acknowledge),
+        )
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found") })
         .with_state(state)
 }

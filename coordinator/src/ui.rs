@@ -7,6 +7,7 @@
 //! | `GET /ui/` (and `GET /` asking for `text/html`) | the read-only page |
 //! | `GET /ui/admin/` | the same page with actions; needs HTTP basic auth of a user with `write` |
 //! | `POST /ui/admin/incidents/<uuid>/cancel` | cancels (form field `csrf`), then back to the page |
+//! | `POST /ui/admin/incidents/<uuid>/acknowledge` | removes the incident's tag from its node through Ganeti (what an operator's acknowledgement is), then back to the page |
 //!
 //! The page is built from the same typed state as the JSON API (`/1/overview`): the store's
 //! incidents and intents, the board's agents and last round. Actions are CSRF-protected: the
@@ -384,6 +385,14 @@ fn incident_block(
                 } }
             }
             @if let Some(actions) = actions {
+                @if incident.tag_applied && !incident.acknowledged
+                    && matches!(incident.repair_status, RepairStatus::Completed | RepairStatus::Failed) {
+                    form method="post" action={ (base) "incidents/" (incident.uuid) "/acknowledge" } {
+                        input type="hidden" name="csrf" value=(actions.csrf);
+                        button type="submit" { "Acknowledge (remove the tag)" }
+                    }
+                    " "
+                }
                 @if incident.repair_status.is_active() {
                     form method="post" action={ (base) "incidents/" (incident.uuid) "/cancel" } {
                         input type="hidden" name="csrf" value=(actions.csrf);
@@ -534,6 +543,64 @@ fn form_field<'a>(body: &'a [u8], name: &str) -> Option<&'a str> {
     })
 }
 
+/// Why an action is refused: an HTML page with this status and message.
+#[derive(Debug)]
+struct Refused {
+    status: StatusCode,
+    message: String,
+    challenge: bool,
+}
+
+impl Refused {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            challenge: false,
+        }
+    }
+
+    fn into_response(self) -> Response {
+        refusal_page(self.status, &self.message, self.challenge)
+    }
+}
+
+/// The checks of every action: a user with `write`, the same origin, the user's form token,
+/// and an incident uuid. The user's name and the uuid if they pass.
+fn check_action(
+    state: &ApiState,
+    headers: &HeaderMap,
+    body: &[u8],
+    text: &str,
+) -> Result<(String, Uuid), Refused> {
+    let user = auth::authorize_write(state.users.as_deref(), authorization(headers)).map_err(
+        |refusal| match refusal {
+            Refusal::Unauthenticated(message) => Refused {
+                status: StatusCode::UNAUTHORIZED,
+                message,
+                challenge: true,
+            },
+            other => Refused::new(StatusCode::FORBIDDEN, other.to_string()),
+        },
+    )?;
+    same_origin(headers).map_err(|message| Refused::new(StatusCode::FORBIDDEN, message))?;
+    let expected = csrf_token(state.csrf_key.as_slice(), &user);
+    let submitted = form_field(body, "csrf").unwrap_or("");
+    if expected.is_empty() || !bool::from(expected.as_bytes().ct_eq(submitted.as_bytes())) {
+        return Err(Refused::new(
+            StatusCode::FORBIDDEN,
+            "missing or wrong form token: reload the page and try again",
+        ));
+    }
+    let uuid = Uuid::parse_str(text).map_err(|_| {
+        Refused::new(
+            StatusCode::BAD_REQUEST,
+            format!("not an incident uuid: {text:?}"),
+        )
+    })?;
+    Ok((user, uuid))
+}
+
 /// `POST /ui/admin/incidents/<uuid>/cancel`.
 pub async fn cancel(
     State(state): State<ApiState>,
@@ -541,28 +608,9 @@ pub async fn cancel(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let user = match auth::authorize_write(state.users.as_deref(), authorization(&headers)) {
-        Ok(user) => user,
-        Err(refusal) => return refusal_response(&refusal),
-    };
-    if let Err(message) = same_origin(&headers) {
-        return refusal_page(StatusCode::FORBIDDEN, &message, false);
-    }
-    let expected = csrf_token(state.csrf_key.as_slice(), &user);
-    let submitted = form_field(&body, "csrf").unwrap_or("");
-    if expected.is_empty() || !bool::from(expected.as_bytes().ct_eq(submitted.as_bytes())) {
-        return refusal_page(
-            StatusCode::FORBIDDEN,
-            "missing or wrong form token: reload the page and try again",
-            false,
-        );
-    }
-    let Ok(uuid) = Uuid::parse_str(&text) else {
-        return refusal_page(
-            StatusCode::BAD_REQUEST,
-            &format!("not an incident uuid: {text:?}"),
-            false,
-        );
+    let (user, uuid) = match check_action(&state, &headers, &body, &text) {
+        Ok(checked) => checked,
+        Err(refused) => return refused.into_response(),
     };
     match cancel_incident(&state.store, &state.incident_lock, uuid).await {
         Ok(CancelOutcome::Canceled | CancelOutcome::Forgotten) => {
@@ -576,6 +624,74 @@ pub async fn cancel(
             refusal_page(StatusCode::CONFLICT, &message, false)
         }
         Err(e) => refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false),
+    }
+}
+
+/// `POST /ui/admin/incidents/<uuid>/acknowledge`: removes the incident's tag from its node, as
+/// an operator would with `gnt-node remove-tags`; the next round records the acknowledgement.
+pub async fn acknowledge(
+    State(state): State<ApiState>,
+    Path(text): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (user, uuid) = match check_action(&state, &headers, &body, &text) {
+        Ok(checked) => checked,
+        Err(refused) => return refused.into_response(),
+    };
+    let incident = match state.store.incident(uuid) {
+        Ok(Some(incident)) => incident,
+        Ok(None) => {
+            return refusal_page(StatusCode::NOT_FOUND, &format!("no incident {uuid}"), false);
+        }
+        Err(e) => return refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false),
+    };
+    let finished = matches!(
+        incident.repair_status,
+        RepairStatus::Completed | RepairStatus::Failed
+    );
+    if !incident.tag_applied || incident.acknowledged || !finished {
+        return refusal_page(
+            StatusCode::CONFLICT,
+            &format!(
+                "incident {uuid} has no tag to acknowledge ({}, tag {})",
+                incident.repair_status.as_str(),
+                if incident.acknowledged {
+                    "already removed"
+                } else if incident.tag_applied {
+                    "on the node"
+                } else {
+                    "not on the node"
+                }
+            ),
+            false,
+        );
+    }
+    let Some(ganeti) = &state.ganeti else {
+        return refusal_page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this coordinator has no Ganeti client",
+            false,
+        );
+    };
+    let reason = crate::ganeti::Reason::new(
+        uuid,
+        "acknowledge",
+        format!("acknowledged by {user} on the nodecare web page"),
+    );
+    match ganeti
+        .remove_node_tags(&incident.node, std::slice::from_ref(&incident.tag), &reason)
+        .await
+    {
+        Ok(job) => {
+            tracing::info!(%uuid, %user, job, "tag removal submitted from the web page");
+            Redirect::to("/ui/admin/").into_response()
+        }
+        Err(e) => refusal_page(
+            StatusCode::BAD_GATEWAY,
+            &format!("Ganeti refused to remove the tag: {e}"),
+            false,
+        ),
     }
 }
 
