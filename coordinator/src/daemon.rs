@@ -76,6 +76,9 @@ impl Coordinator {
             repair_timeout: Config::duration(config.repair_timeout),
             repair_poll: Config::duration(config.repair_poll),
         };
+        if let Err(error) = crate::auth::Users::load(&config.users) {
+            tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
+        }
         let ganeti_for_api = Arc::clone(&ganeti);
         let reconciler = Reconciler::new(
             ganeti,
