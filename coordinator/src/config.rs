@@ -313,6 +313,16 @@ mod tests {
     }
 
     #[test]
+    fn users_file_defaults_to_etc_and_can_be_set() {
+        assert_eq!(
+            Config::default().users,
+            PathBuf::from("/etc/nodecare/users")
+        );
+        let config = Config::parse("users = \"/srv/nodecare/users\"\n").unwrap();
+        assert_eq!(config.users, PathBuf::from("/srv/nodecare/users"));
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_errors() {
         let error = Config::parse("round_intervall = 3")
             .unwrap_err()
