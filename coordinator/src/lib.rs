@@ -21,6 +21,7 @@ pub mod reconcile;
 pub mod repair;
 pub mod scrape;
 pub mod store;
+pub mod watch;
 
 pub use nodecare_daemon::systemd;
 /// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).
