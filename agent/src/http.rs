@@ -207,7 +207,10 @@ async fn signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
         // Each waiter holds a receiver and a timer, nothing else; their number is bounded.
         // Dropping the request (client gone, agent stopping) drops both.
         if let Ok(_permit) = Arc::clone(cache.waiters()).try_acquire_owned() {
-            let _ = tokio::time::timeout(watch.wait, sequence.wait_for(newer)).await;
+            let woken = tokio::time::timeout(watch.wait, sequence.wait_for(newer))
+                .await
+                .is_ok_and(|changed| changed.is_ok());
+            tracing::trace!(woken, after = watch.after, "signed report wait ended");
         }
     }
     signed_now(cache, Some(watch.after))

@@ -153,6 +153,15 @@ impl FakeAgent {
         }
     }
 
+    /// Serves a pre-signed report of `verdict` from now on (benchmarks): [`Self::freeze`] with
+    /// another verdict, waking the long-polls only once the new report is served.
+    pub fn refreeze(&self, verdict: NodeVerdict, ttl: Duration) {
+        if let Ok(mut v) = self.state.verdict.lock() {
+            *v = verdict;
+        }
+        self.freeze(ttl);
+    }
+
     /// Pre-signs one report (valid for `ttl`) and serves it for every request (benchmarks).
     pub fn freeze(&self, ttl: Duration) {
         let verdict = self.state.verdict.lock().map(|v| v.clone()).ok();

@@ -437,7 +437,7 @@ async fn a_watched_verdict_change_starts_a_round_at_once() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(h.coordinator.run(listener, async {
-        let _ = stopped.await;
+        stopped.await.ok();
     }));
     let wait_until = |what: &'static str, condition: &dyn Fn() -> bool| {
         let started = std::time::Instant::now();
