@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use serde_json::Value;
+use nodecare_protocol::DiagnoseStatus;
+use nodecare_protocol::status::{AgentState, IncidentSummary, Overview};
+use serde::Deserialize;
 
 /// Default coordinator API (on the master).
 pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:1816";
@@ -52,33 +54,63 @@ fn client() -> Result<reqwest::blocking::Client, String> {
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
-fn fetch(url: &str) -> Result<Value, String> {
+/// The coordinator's error answer (`{"code", "message"}`).
+#[derive(Debug, Deserialize)]
+struct ApiError {
+    message: String,
+}
+
+/// The message of an error answer, or the body itself if it is not one.
+fn message(body: &str) -> String {
+    serde_json::from_str::<ApiError>(body).map_or_else(|_| body.trim().to_owned(), |e| e.message)
+}
+
+/// GETs `url` and returns the body of a successful answer.
+fn fetch(url: &str) -> Result<String, String> {
     let response = client()?
         .get(url)
         .send()
         .map_err(|e| format!("cannot reach the coordinator at {url}: {e}"))?;
     let status = response.status();
-    let body: Value = response
-        .json()
-        .map_err(|e| format!("{url}: answer is not JSON: {e}"))?;
+    let body = response
+        .text()
+        .map_err(|e| format!("{url}: cannot read the answer: {e}"))?;
     if !status.is_success() {
         return Err(format!("{url}: HTTP {status}: {}", message(&body)));
     }
     Ok(body)
 }
 
-fn message(body: &Value) -> String {
-    body.get("message")
-        .and_then(Value::as_str)
-        .map_or_else(|| body.to_string(), str::to_owned)
+fn or_dash(value: Option<&str>) -> String {
+    value.map_or_else(|| "-".to_owned(), str::to_owned)
 }
 
-fn text(value: &Value) -> String {
-    match value {
-        Value::Null => "-".to_owned(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+/// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
+pub(crate) fn utc(unix_seconds: f64) -> String {
+    if !unix_seconds.is_finite() || unix_seconds < 0.0 {
+        return "?".to_owned();
     }
+    // Whole seconds; the float is well within i64 for any real date.
+    #[allow(clippy::cast_possible_truncation)]
+    let secs = unix_seconds.floor() as i64;
+    let days = secs.div_euclid(86_400);
+    let rest = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// Renders rows as an aligned table.
@@ -104,47 +136,74 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// The TAG cell: the tag only while it is on the node (applied and not removed).
+fn tag_cell(incident: &IncidentSummary) -> String {
+    if incident.tag_applied && !incident.acknowledged {
+        incident.tag.clone()
+    } else {
+        "-".to_owned()
+    }
+}
+
+/// The NOTE cell: what holds the incident or how it ended.
+fn note_cell(incident: &IncidentSummary) -> String {
+    let mut notes = Vec::new();
+    if let Some(blocked) = &incident.blocked_by {
+        notes.push(format!("blocked_by: {blocked}"));
+    }
+    if let Some(failure) = &incident.failure {
+        notes.push(format!("failed: {failure}"));
+    }
+    if incident.repair_status == "failed" && !incident.tag_applied {
+        notes.push("failure tag not yet on the node".to_owned());
+    }
+    if incident.acknowledged {
+        notes.push(match incident.acknowledged_at {
+            Some(at) => format!("acknowledged {} (tag removed)", utc(at)),
+            None => "acknowledged (tag removed)".to_owned(),
+        });
+    }
+    notes.join("; ")
+}
+
 /// Renders `/1/overview` for people.
-pub(crate) fn render_overview(overview: &Value, all_agents: bool) -> String {
+pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
     let mut out = String::new();
-    let round = &overview["round"];
+    let round = &overview.round;
     let _ignored = writeln!(
         out,
         "coordinator on {}: round {} took {} ms, {} agents read, {} without a verified report{}",
-        text(&overview["node"]),
-        text(&round["number"]),
-        text(&round["duration_ms"]),
-        text(&round["agents"]),
-        text(&round["agents_failed"]),
-        round["error"]
-            .as_str()
+        overview.node,
+        round.number,
+        round.duration_ms,
+        round.agents,
+        round.agents_failed,
+        round
+            .error
+            .as_deref()
             .map(|e| format!(", error: {e}"))
             .unwrap_or_default(),
     );
-    let empty = Vec::new();
-    let incidents = overview["incidents"].as_array().unwrap_or(&empty);
-    if incidents.is_empty() {
+    if overview.incidents.is_empty() {
         out.push_str("\nno incidents\n");
     } else {
-        let rows: Vec<Vec<String>> = incidents
+        let rows: Vec<Vec<String>> = overview
+            .incidents
             .iter()
             .map(|i| {
-                let note = i["blocked_by"]
-                    .as_str()
-                    .or_else(|| i["failure"].as_str())
-                    .unwrap_or("");
+                let jobs: Vec<String> = i.jobs.iter().map(u64::to_string).collect();
                 vec![
-                    text(&i["id"]),
-                    text(&i["node"]),
-                    text(&i["action"]),
-                    text(&i["repair-status"]),
-                    i["jobs"]
-                        .as_array()
-                        .map(|j| j.iter().map(text).collect::<Vec<_>>().join(","))
-                        .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| "-".into()),
-                    text(&i["tag"]),
-                    note.to_owned(),
+                    i.id.clone(),
+                    i.node.clone(),
+                    i.action.clone(),
+                    i.repair_status.clone(),
+                    if jobs.is_empty() {
+                        "-".to_owned()
+                    } else {
+                        jobs.join(",")
+                    },
+                    tag_cell(i),
+                    note_cell(i),
                 ]
             })
             .collect();
@@ -156,24 +215,28 @@ pub(crate) fn render_overview(overview: &Value, all_agents: bool) -> String {
             &rows,
         ));
     }
-    let agents = overview["agents"].as_array().unwrap_or(&empty);
-    let shown: Vec<Vec<String>> = agents
+    let shown: Vec<Vec<String>> = overview
+        .agents
         .iter()
-        .filter(|a| all_agents || a["state"].as_str() != Some("ok"))
+        .filter(|a| all_agents || a.state != AgentState::Ok)
         .map(|a| {
             vec![
-                text(&a["node"]),
-                text(&a["state"]),
-                text(&a["verdict"]),
-                text(&a["error"]),
+                a.node.clone(),
+                a.state.as_str().to_owned(),
+                or_dash(a.verdict.map(DiagnoseStatus::as_str)),
+                or_dash(a.error.as_deref().or(a.reason.as_deref())),
             ]
         })
         .collect();
     if shown.is_empty() {
-        let _ignored = writeln!(out, "\nall {} agents gave verified reports", agents.len());
+        let _ignored = writeln!(
+            out,
+            "\nall {} agents gave verified reports",
+            overview.agents.len()
+        );
     } else {
         out.push('\n');
-        out.push_str(&table(&["NODE", "AGENT", "VERDICT", "ERROR"], &shown));
+        out.push_str(&table(&["NODE", "AGENT", "VERDICT", "REASON"], &shown));
     }
     out
 }
@@ -181,15 +244,19 @@ pub(crate) fn render_overview(overview: &Value, all_agents: bool) -> String {
 /// Runs `nodecare status`.
 pub(crate) fn run_status(args: StatusArgs) -> ExitCode {
     let url = format!("{}/1/overview", args.url.trim_end_matches('/'));
-    match fetch(&url) {
-        Ok(overview) => {
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&overview).unwrap_or_default()
-                );
-            } else {
-                print!("{}", render_overview(&overview, args.all));
+    let result = fetch(&url).and_then(|body| {
+        if args.json {
+            return Ok(body);
+        }
+        serde_json::from_str::<Overview>(&body)
+            .map(|overview| render_overview(&overview, args.all))
+            .map_err(|e| format!("{url}: not a coordinator overview: {e}"))
+    });
+    match result {
+        Ok(text) => {
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
             }
             ExitCode::SUCCESS
         }
@@ -213,19 +280,27 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
             .send()
             .map_err(|e| format!("cannot reach the coordinator at {url}: {e}"))?;
         let status = response.status();
-        let body: Value = response
-            .json()
-            .map_err(|e| format!("{url}: answer is not JSON: {e}"))?;
+        let body = response
+            .text()
+            .map_err(|e| format!("{url}: cannot read the answer: {e}"))?;
         Ok((status, body))
     });
     match result {
         Ok((status, body)) if status.is_success() => {
             if args.json {
-                println!("{body}");
-            } else {
-                println!("incident {} {}", args.incident, text(&body["result"]));
+                println!("{}", body.trim_end());
+                return ExitCode::SUCCESS;
             }
-            ExitCode::SUCCESS
+            match serde_json::from_str::<CancelAnswer>(&body) {
+                Ok(answer) => {
+                    println!("incident {} {}", args.incident, answer.result);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("nodecare cancel: {url}: unexpected answer: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
         Ok((status, body)) => {
             eprintln!("nodecare cancel: HTTP {status}: {}", message(&body));
@@ -238,35 +313,23 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
     }
 }
 
+/// The coordinator's answer to a cancel (`{"id", "result": "canceled" | "forgotten"}`).
+#[derive(Debug, Deserialize)]
+struct CancelAnswer {
+    result: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
-    fn overview_renders_incidents_and_failing_agents() {
-        let overview = json!({
-            "node": "node1",
-            "round": {"number": 3, "duration_ms": 12, "agents": 2, "agents_failed": 1},
-            "incidents": [{"id": "abc", "node": "node2", "action": "evacuate",
-                "repair-status": "noted", "jobs": [], "tag": "maintd:repairready:abc",
-                "blocked_by": "safety budget"}],
-            "agents": [
-                {"node": "node2", "state": "ok", "verdict": "evacuate", "error": null},
-                {"node": "node3", "state": "unreachable", "verdict": null, "error": "refused"}
-            ]
-        });
-        let text = render_overview(&overview, false);
-        assert!(text.contains("round 3"), "{text}");
-        assert!(
-            text.contains("abc") && text.contains("safety budget"),
-            "{text}"
-        );
-        assert!(
-            text.contains("node3") && text.contains("unreachable"),
-            "{text}"
-        );
-        assert!(!text.contains("node2  ok"), "{text}");
+    fn utc_formats_unix_seconds() {
+        assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(utc(1_795_431_150.7), "2026-11-23 10:52:30 UTC");
+        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00 UTC");
+        assert_eq!(utc(-1.0), "?");
+        assert_eq!(utc(f64::NAN), "?");
     }
 
     #[test]

@@ -7,60 +7,70 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use crate::config::{Config, DEFAULT_CONFIG_PATH, EXIT_CONFIG, EXIT_NOT_MASTER};
+use crate::config::{
+    Config, DEFAULT_CONFIG_PATH, DEFAULT_LISTEN, DEFAULT_MAX_DISRUPTED_NODES,
+    DEFAULT_MIN_HEALTHY_NODES, DEFAULT_RAPI_CERTIFICATE, DEFAULT_RAPI_URL,
+    DEFAULT_ROUND_INTERVAL_SECS, DEFAULT_STATE_DIR, EXIT_CONFIG, EXIT_NOT_MASTER,
+};
 use crate::daemon::Coordinator;
 use crate::ganeti::Ganeti;
 use crate::ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
 use crate::reconcile::RoundError;
+use crate::scrape::DEFAULT_AGENT_URL_TEMPLATE;
 use anyhow::Context as _;
-use clap::Parser;
+use clap::parser::ValueSource;
+use clap::{ArgMatches, FromArgMatches as _, Parser};
 use nodecare_protocol::HmacKey;
+use nodecare_protocol::sign::DEFAULT_HMAC_KEY_PATH;
 
 /// nodecare's master-side daemon: reads signed self-diagnose reports from every node's agent
 /// and repairs nodes through Ganeti (live repair, evacuation), within a safety budget.
+///
+/// Every setting comes from the configuration file; a flag given on the command line overrides
+/// it. The defaults shown are those of an absent file.
 #[derive(Debug, Parser)]
 #[command(name = "nodecare-coordinator", version)]
 struct Args {
     /// Configuration file (TOML). A missing default file means all defaults.
-    #[arg(long, short = 'c')]
-    config: Option<PathBuf>,
+    #[arg(long, short = 'c', default_value = DEFAULT_CONFIG_PATH)]
+    config: PathBuf,
     /// Check the configuration (and that the key, certificate and credentials files are
     /// readable), print the effective configuration and exit.
     #[arg(long)]
     check_config: bool,
-    /// This node's name as Ganeti knows it (default: the host name).
+    /// This node's name as Ganeti knows it [default: the host name].
     #[arg(long)]
     node_name: Option<String>,
     /// State directory.
-    #[arg(long)]
-    state_dir: Option<PathBuf>,
+    #[arg(long, default_value = DEFAULT_STATE_DIR)]
+    state_dir: PathBuf,
     /// HTTP API address.
-    #[arg(long, short = 'b')]
-    listen: Option<std::net::SocketAddr>,
-    /// Seconds between rounds.
-    #[arg(long)]
-    round_interval: Option<f64>,
+    #[arg(long, short = 'b', default_value = DEFAULT_LISTEN)]
+    listen: std::net::SocketAddr,
+    /// Seconds between rounds (each round reads every agent and takes the next step).
+    #[arg(long, default_value_t = DEFAULT_ROUND_INTERVAL_SECS)]
+    round_interval: f64,
     /// Cluster HMAC key file.
-    #[arg(long)]
-    hmac_key: Option<PathBuf>,
+    #[arg(long, default_value = DEFAULT_HMAC_KEY_PATH)]
+    hmac_key: PathBuf,
     /// RAPI base URL.
-    #[arg(long)]
-    rapi_url: Option<String>,
+    #[arg(long, default_value = DEFAULT_RAPI_URL)]
+    rapi_url: String,
     /// PEM file with the RAPI certificate to pin.
-    #[arg(long)]
-    rapi_certificate: Option<PathBuf>,
-    /// RAPI credentials file (`user:password`).
+    #[arg(long, default_value = DEFAULT_RAPI_CERTIFICATE)]
+    rapi_certificate: PathBuf,
+    /// RAPI credentials file (`user:password`) [default: none].
     #[arg(long)]
     rapi_credentials: Option<PathBuf>,
     /// Agent base URL template (`{ip}`, `{name}`).
-    #[arg(long)]
-    agent_url_template: Option<String>,
-    /// Most nodes drained or evacuating at once.
-    #[arg(long)]
-    max_disrupted_nodes: Option<usize>,
+    #[arg(long, default_value = DEFAULT_AGENT_URL_TEMPLATE)]
+    agent_url_template: String,
+    /// Most nodes drained or evacuating at once, whoever drained them.
+    #[arg(long, default_value_t = DEFAULT_MAX_DISRUPTED_NODES)]
+    max_disrupted_nodes: usize,
     /// Fewest healthy nodes an evacuation may leave.
-    #[arg(long)]
-    min_healthy_nodes: Option<usize>,
+    #[arg(long, default_value_t = DEFAULT_MIN_HEALTHY_NODES)]
+    min_healthy_nodes: usize,
     /// Run one round and exit.
     #[arg(long)]
     once: bool,
@@ -69,40 +79,52 @@ struct Args {
     log: String,
 }
 
+/// Whether the argument `id` was given (command line or environment), not defaulted.
+fn given(matches: &ArgMatches, id: &str) -> bool {
+    matches!(
+        matches.value_source(id),
+        Some(ValueSource::CommandLine | ValueSource::EnvVariable)
+    )
+}
+
 impl Args {
-    fn apply(&self, config: &mut Config) {
+    /// Applies the flags given on the command line over the file's values.
+    fn apply(&self, matches: &ArgMatches, config: &mut Config) {
         if let Some(v) = &self.node_name {
             config.node_name = Some(v.clone());
         }
-        if let Some(v) = &self.state_dir {
-            config.state_dir.clone_from(v);
+        if given(matches, "state_dir") {
+            config.state_dir.clone_from(&self.state_dir);
         }
-        if let Some(v) = self.listen {
-            config.listen = v;
+        if given(matches, "listen") {
+            config.listen = self.listen;
         }
-        if let Some(v) = self.round_interval {
-            config.round_interval = v;
+        if given(matches, "round_interval") {
+            config.round_interval = self.round_interval;
         }
-        if let Some(v) = &self.hmac_key {
-            config.hmac_key.clone_from(v);
+        if given(matches, "hmac_key") {
+            config.hmac_key.clone_from(&self.hmac_key);
         }
-        if let Some(v) = &self.rapi_url {
-            config.rapi.url.clone_from(v);
+        if given(matches, "rapi_url") {
+            config.rapi.url.clone_from(&self.rapi_url);
         }
-        if let Some(v) = &self.rapi_certificate {
-            config.rapi.certificate.clone_from(v);
+        if given(matches, "rapi_certificate") {
+            config.rapi.certificate.clone_from(&self.rapi_certificate);
         }
         if let Some(v) = &self.rapi_credentials {
             config.rapi.credentials = Some(v.clone());
         }
-        if let Some(v) = &self.agent_url_template {
-            config.agents.url_template.clone_from(v);
+        if given(matches, "agent_url_template") {
+            config
+                .agents
+                .url_template
+                .clone_from(&self.agent_url_template);
         }
-        if let Some(v) = self.max_disrupted_nodes {
-            config.max_disrupted_nodes = v;
+        if given(matches, "max_disrupted_nodes") {
+            config.max_disrupted_nodes = self.max_disrupted_nodes;
         }
-        if let Some(v) = self.min_healthy_nodes {
-            config.min_healthy_nodes = v;
+        if given(matches, "min_healthy_nodes") {
+            config.min_healthy_nodes = self.min_healthy_nodes;
         }
     }
 }
@@ -121,13 +143,9 @@ struct Prepared {
 }
 
 /// Loads everything that can be wrong in the configuration (exit code 2).
-fn prepare(args: &Args) -> anyhow::Result<Prepared> {
-    let (path, required) = match &args.config {
-        Some(path) => (path.clone(), true),
-        None => (PathBuf::from(DEFAULT_CONFIG_PATH), false),
-    };
-    let mut config = Config::load(&path, required)?;
-    args.apply(&mut config);
+fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
+    let mut config = Config::load(&args.config, given(matches, "config"))?;
+    args.apply(matches, &mut config);
     config.validate()?;
     let node_name = match &config.node_name {
         Some(name) => name.clone(),
@@ -242,9 +260,13 @@ pub fn command() -> clap::Command {
 
 /// Parses the command line, runs the daemon and returns its exit code.
 pub fn main() -> ExitCode {
-    let args = Args::parse();
+    let matches = command().get_matches();
+    let args = match Args::from_arg_matches(&matches) {
+        Ok(args) => args,
+        Err(error) => error.exit(),
+    };
     nodecare_daemon::logging::init(&args.log);
-    let prepared = match prepare(&args) {
+    let prepared = match prepare(&args, &matches) {
         Ok(prepared) => prepared,
         Err(error) => {
             eprintln!("nodecare-coordinator: configuration error: {error:#}");
@@ -279,5 +301,69 @@ pub fn main() -> ExitCode {
             eprintln!("nodecare-coordinator: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(argv: &[&str]) -> (Args, ArgMatches) {
+        let matches = command().try_get_matches_from(argv).unwrap();
+        let args = Args::from_arg_matches(&matches).unwrap();
+        (args, matches)
+    }
+
+    /// Issue 11: `--help` shows the defaults, and they are the configuration's.
+    #[test]
+    fn help_shows_the_defaults() {
+        let help = command().render_long_help().to_string();
+        for default in [
+            "[default: 30]",
+            "[default: 1]",
+            "[default: 2]",
+            "[default: https://127.0.0.1:5080]",
+            "[default: /var/lib/ganeti/rapi.pem]",
+            "[default: /var/lib/ganeti/hmac.key]",
+            "[default: /var/lib/nodecare]",
+            "[default: 0.0.0.0:1816]",
+            "[default: http://{ip}:1815]",
+            "[default: /etc/nodecare/coordinator.toml]",
+        ] {
+            assert!(help.contains(default), "{default} missing from:\n{help}");
+        }
+        let defaults = Config::default();
+        assert_eq!(defaults.rapi.url, DEFAULT_RAPI_URL);
+        assert!((defaults.round_interval - DEFAULT_ROUND_INTERVAL_SECS).abs() < f64::EPSILON);
+        assert_eq!(defaults.max_disrupted_nodes, DEFAULT_MAX_DISRUPTED_NODES);
+    }
+
+    /// A default shown in `--help` never overrides the file; a flag given does.
+    #[test]
+    fn only_given_flags_override_the_file() {
+        let mut config = Config::parse(
+            "round_interval = 5.0\nmax_disrupted_nodes = 3\n[rapi]\nurl = \"https://master:5080\"\n",
+        )
+        .unwrap();
+        let (args, matches) = parse(&["nodecare-coordinator"]);
+        args.apply(&matches, &mut config);
+        assert!((config.round_interval - 5.0).abs() < f64::EPSILON);
+        assert_eq!(config.max_disrupted_nodes, 3);
+        assert_eq!(config.rapi.url, "https://master:5080");
+        assert!(!given(&matches, "config"));
+        let (args, matches) = parse(&[
+            "nodecare-coordinator",
+            "--round-interval",
+            "2",
+            "--max-disrupted-nodes",
+            "1",
+            "-c",
+            "/etc/x.toml",
+        ]);
+        args.apply(&matches, &mut config);
+        assert!((config.round_interval - 2.0).abs() < f64::EPSILON);
+        assert_eq!(config.max_disrupted_nodes, 1);
+        assert_eq!(config.rapi.url, "https://master:5080");
+        assert!(given(&matches, "config"));
     }
 }

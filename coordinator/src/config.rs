@@ -17,6 +17,16 @@ pub const DEFAULT_CONFIG_PATH: &str = "/etc/nodecare/coordinator.toml";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nodecare";
 /// Default listen address (maintd's port).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:1816";
+/// Default seconds between rounds.
+pub const DEFAULT_ROUND_INTERVAL_SECS: f64 = 30.0;
+/// Default most nodes drained or evacuating at once.
+pub const DEFAULT_MAX_DISRUPTED_NODES: usize = 1;
+/// Default fewest healthy nodes an evacuation may leave.
+pub const DEFAULT_MIN_HEALTHY_NODES: usize = 2;
+/// Default RAPI base URL (RAPI on the master itself).
+pub const DEFAULT_RAPI_URL: &str = "https://127.0.0.1:5080";
+/// Default RAPI certificate to pin (Ganeti's).
+pub const DEFAULT_RAPI_CERTIFICATE: &str = "/var/lib/ganeti/rapi.pem";
 /// Exit code when not running on the master (Ganeti's `exitNotmaster`).
 pub const EXIT_NOT_MASTER: i32 = 11;
 /// Exit code for configuration errors.
@@ -123,13 +133,13 @@ impl Default for Config {
             listen: DEFAULT_LISTEN
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1816))),
-            round_interval: 30.0,
+            round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
             repair_timeout: 1800.0,
             repair_poll: 5.0,
             repair_request_ttl: 300.0,
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 2,
+            max_disrupted_nodes: DEFAULT_MAX_DISRUPTED_NODES,
+            min_healthy_nodes: DEFAULT_MIN_HEALTHY_NODES,
             agents: AgentsConfig::default(),
             rapi: RapiSection::default(),
         }
@@ -152,8 +162,8 @@ impl Default for AgentsConfig {
 impl Default for RapiSection {
     fn default() -> Self {
         Self {
-            url: "https://127.0.0.1:5080".to_owned(),
-            certificate: PathBuf::from("/var/lib/ganeti/rapi.pem"),
+            url: DEFAULT_RAPI_URL.to_owned(),
+            certificate: PathBuf::from(DEFAULT_RAPI_CERTIFICATE),
             credentials: None,
             allow_plain_http: false,
             timeout: 30.0,

@@ -6,6 +6,7 @@
 //! | `GET /1` | `null` |
 //! | `GET /1/status` | maintd's list of non-cleared incidents; each entry also has `id`, our fields and `agent` (its node's agent status) |
 //! | `GET /1/jobs` | ids of jobs still in flight (maintd: jobs to wait for) |
+//! | `GET /1/evacuated` | names of the instances moved off evacuated nodes (migrated or failed over) by incidents not yet forgotten, as maintd's list |
 //! | `GET /1/agents` | every agent's status (`ok`, `stale`, `unreachable`, `unverifiable`) |
 //! | `GET /1/overview` | `{node, round, incidents, agents, intents}`: what `nodecare status` shows |
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
@@ -26,9 +27,10 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::incident::Incident;
+use crate::plan::Move;
 use crate::reconcile::{Board, CancelOutcome, cancel_incident};
 use crate::scrape::AgentStatus;
-use crate::store::{Intent, Store};
+use crate::store::{Intent, IntentSpec, IntentState, Store};
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
@@ -51,6 +53,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/", get(|| async { Json(Value::Null) }))
         .route("/1/status", get(status))
         .route("/1/jobs", get(jobs))
+        .route("/1/evacuated", get(evacuated))
         .route("/1/agents", get(agents))
         .route("/1/overview", get(overview))
         .route("/1/incidents/{uuid}", get(incident))
@@ -133,6 +136,30 @@ async fn jobs(State(state): State<ApiState>) -> Response {
     }
 }
 
+/// Instances whose primary move off an evacuated node succeeded, sorted, without repeats.
+pub fn evacuated_instances(intents: &[Intent]) -> Vec<String> {
+    let mut names: Vec<String> = intents
+        .iter()
+        .filter(|i| i.state == IntentState::Succeeded)
+        .filter_map(|i| match &i.spec {
+            IntentSpec::Move {
+                planned: Move::Migrate { instance, .. } | Move::Failover { instance, .. },
+            } => Some(instance.clone()),
+            _ => None,
+        })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+async fn evacuated(State(state): State<ApiState>) -> Response {
+    match state.store.intents() {
+        Ok(intents) => Json(evacuated_instances(&intents)).into_response(),
+        Err(e) => internal(e),
+    }
+}
+
 async fn agents(State(state): State<ApiState>) -> Response {
     let agents: Vec<AgentStatus> = agents_snapshot(&state.board).into_values().collect();
     Json(agents).into_response()
@@ -208,5 +235,65 @@ async fn cancel(State(state): State<ApiState>, Path(text): Path<String>) -> Resp
         Ok(CancelOutcome::NotFound) => error(StatusCode::NOT_FOUND, format!("no incident {uuid}")),
         Ok(CancelOutcome::Finalized(message)) => error(StatusCode::CONFLICT, message),
         Err(e) => internal(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn intent(key: &str, spec: IntentSpec, state: IntentState) -> Intent {
+        Intent {
+            incident: Uuid::from_u128(1),
+            key: key.into(),
+            spec,
+            locks: Vec::new(),
+            state,
+            job_id: None,
+            created_ms: 0,
+            submitted_ms: None,
+            finished_ms: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn evacuated_lists_instances_moved_off_their_node() {
+        let moved = |instance: &str, failover: bool| IntentSpec::Move {
+            planned: if failover {
+                Move::Failover {
+                    instance: instance.into(),
+                    target: None,
+                }
+            } else {
+                Move::Migrate {
+                    instance: instance.into(),
+                    target: Some("n3".into()),
+                }
+            },
+        };
+        let intents = vec![
+            intent(
+                "drain",
+                IntentSpec::Drain { node: "n1".into() },
+                IntentState::Succeeded,
+            ),
+            intent("m-b", moved("b", false), IntentState::Succeeded),
+            intent("m-a", moved("a", true), IntentState::Succeeded),
+            intent("m-a-2", moved("a", false), IntentState::Succeeded),
+            intent("m-c", moved("c", false), IntentState::Submitted),
+            intent("m-d", moved("d", false), IntentState::Failed),
+            intent(
+                "r-e",
+                IntentSpec::Move {
+                    planned: Move::ReplaceSecondary {
+                        instance: "e".into(),
+                        remote_node: "n4".into(),
+                    },
+                },
+                IntentState::Succeeded,
+            ),
+        ];
+        assert_eq!(evacuated_instances(&intents), vec!["a", "b"]);
     }
 }

@@ -147,6 +147,9 @@ pub struct Incident {
     pub tag_applied: bool,
     /// Whether an operator removed the tag (maintd's acknowledgement).
     pub acknowledged: bool,
+    /// When the acknowledgement was seen, Unix seconds.
+    #[serde(default)]
+    pub acknowledged_at: Option<f64>,
     /// Why no action is taken right now (safety budget, node busy), if so.
     pub blocked_by: Option<String>,
     /// Why the incident failed, if it did.
@@ -232,6 +235,7 @@ impl Incident {
             observed: true,
             tag_applied: false,
             acknowledged: false,
+            acknowledged_at: None,
             blocked_by: None,
             failure: None,
             history: Vec::new(),
@@ -347,6 +351,7 @@ impl Incident {
                 }
                 if !self.acknowledged {
                     self.acknowledged = true;
+                    self.acknowledged_at = Some(now);
                     let event = format!("acknowledged: tag {} removed", self.tag);
                     self.touch(now, &event);
                 }
@@ -389,6 +394,18 @@ impl Incident {
         } else {
             Disposition::Keep
         }
+    }
+
+    /// Whether the operator removed this incident's tag from the node (whose tags are
+    /// `node_tags`) and the acknowledgement is still to be recorded: at most once per incident.
+    pub fn awaits_acknowledgement(&self, node_tags: &[String]) -> bool {
+        self.tag_applied
+            && !self.acknowledged
+            && matches!(
+                self.repair_status,
+                RepairStatus::Completed | RepairStatus::Failed
+            )
+            && !node_tags.contains(&self.tag)
     }
 
     /// Whether actions may still be taken.
@@ -458,6 +475,28 @@ mod tests {
             Action::Evacuate,
             100.0,
         )
+    }
+
+    #[test]
+    fn acknowledgement_is_due_once_and_only_when_the_applied_tag_is_gone() {
+        let mut i = incident();
+        let tagged = vec![i.tag.clone()];
+        // Not tagged yet: nothing to acknowledge.
+        assert!(!i.awaits_acknowledgement(&[]));
+        i.apply(Event::ActionStarted("draining".into()), 101.0)
+            .unwrap();
+        i.apply(Event::TagApplied, 102.0).unwrap();
+        assert!(!i.awaits_acknowledgement(&tagged));
+        assert!(i.awaits_acknowledgement(&[]));
+        i.apply(Event::TagRemoved, 103.0).unwrap();
+        // Recorded: never due again.
+        assert!(!i.awaits_acknowledgement(&[]));
+        // A failed incident's tag is acknowledged the same way.
+        let mut f = incident();
+        f.apply(Event::ActionFailed("x".into()), 101.0).unwrap();
+        assert!(!f.awaits_acknowledgement(&[]));
+        f.apply(Event::TagApplied, 102.0).unwrap();
+        assert!(f.awaits_acknowledgement(&["other".into()]));
     }
 
     #[test]

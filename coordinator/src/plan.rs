@@ -6,8 +6,15 @@
 //! its incident owns exclusively (it is drained). Memory on target nodes is reserved as moves
 //! are planned, so one round never overcommits a node.
 //!
-//! The safety budget is checked before a node is drained: at most `max_disrupted_nodes` nodes
-//! drained or evacuating at once, and never fewer than `min_healthy_nodes` healthy nodes left.
+//! The safety budget is checked before every step that disrupts: the drain and each round of
+//! moves. At most `max_disrupted_nodes` nodes drained or evacuating at once, whoever drained
+//! them (an operator's drain counts like nodecare's), and never fewer than `min_healthy_nodes`
+//! healthy nodes left.
+//!
+//! Targets follow maintd's `freeNodes` rule: a node with an active incident (noted or pending)
+//! never receives instances. Capacity is checked, and unknown capacity never fits: free memory
+//! for every move, free disk (disks plus DRBD metadata) for a new DRBD secondary. A move that
+//! lacks only knowledge, or whose only targets have incidents, waits visibly instead of failing.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -125,8 +132,10 @@ pub struct Round<'a> {
     instances: Vec<&'a Instance>,
     locks: BTreeSet<Lock>,
     reserved_memory: BTreeMap<String, u64>,
+    reserved_disk: BTreeMap<String, u64>,
     extra_secondaries: BTreeMap<String, usize>,
     disrupted: BTreeSet<String>,
+    with_incidents: BTreeSet<String>,
     budget: Budget,
 }
 
@@ -157,10 +166,19 @@ impl<'a> Round<'a> {
             instances: sorted,
             locks: in_flight.into_iter().collect(),
             reserved_memory: BTreeMap::new(),
+            reserved_disk: BTreeMap::new(),
             extra_secondaries: BTreeMap::new(),
             disrupted,
+            with_incidents: BTreeSet::new(),
             budget,
         }
+    }
+
+    /// Names the nodes with an active incident (noted or pending): never a move target.
+    #[must_use]
+    pub fn with_active_incidents(mut self, nodes: impl IntoIterator<Item = String>) -> Self {
+        self.with_incidents.extend(nodes);
+        self
     }
 
     /// Nodes currently counted as disrupted.
@@ -175,9 +193,11 @@ impl<'a> Round<'a> {
 
     /// Plans the next step of evacuating `node` (`failover` for evacuate-failover).
     ///
-    /// `drain_done` says whether the incident's drain job already succeeded (or the node was
-    /// drained before); a node not yet drained gets [`EvacuationStep::Drain`] if the budget
-    /// allows. Planned moves take their locks and memory immediately.
+    /// A node not yet drained gets [`EvacuationStep::Drain`] if the budget allows. Every later
+    /// step that moves instances is checked against the budget again, whoever drained the node:
+    /// a node drained by hand whose agent says `evacuate` waits like any other while the budget
+    /// is used. An empty node gets [`EvacuationStep::Done`] (its tag disrupts nothing). Planned
+    /// moves take their locks, memory and disk immediately.
     pub fn plan_evacuation(&mut self, node: &str, failover: bool) -> EvacuationStep {
         let Some(this) = self.nodes.get(node).copied() else {
             return EvacuationStep::Fail(format!("node {node} is no longer in the cluster"));
@@ -212,32 +232,35 @@ impl<'a> Round<'a> {
         if primaries.is_empty() && secondaries.is_empty() {
             return EvacuationStep::Done;
         }
+        if let Some(reason) = self.budget_refusal(this) {
+            return EvacuationStep::Blocked(reason);
+        }
+        self.disrupted.insert(node.to_owned());
         let mut moves = Vec::new();
         let mut waiting = Vec::new();
         for instance in primaries {
             match self.plan_primary(node, instance, failover) {
-                Ok(Some(planned)) => moves.push(planned),
-                Ok(None) => waiting.push(instance.name.clone()),
+                Ok(Attempt::Planned(planned)) => moves.push(planned),
+                Ok(Attempt::Wait(why)) => waiting.push(format!("{} ({why})", instance.name)),
                 Err(reason) => return EvacuationStep::Fail(reason),
             }
         }
         for instance in secondaries {
             match self.plan_secondary(node, instance) {
-                Ok(Some(planned)) => moves.push(planned),
-                Ok(None) => waiting.push(instance.name.clone()),
+                Ok(Attempt::Planned(planned)) => moves.push(planned),
+                Ok(Attempt::Wait(why)) => waiting.push(format!("{} ({why})", instance.name)),
                 Err(reason) => return EvacuationStep::Fail(reason),
             }
         }
         if moves.is_empty() {
-            EvacuationStep::Wait(format!(
-                "waiting for busy nodes or instances to move {}",
-                waiting.join(", ")
-            ))
+            EvacuationStep::Wait(format!("waiting to move {}", waiting.join(", ")))
         } else {
             EvacuationStep::Moves(moves)
         }
     }
 
+    /// Why the budget refuses to disrupt `node` (drain it or move its instances), if it does.
+    /// Every other drained or evacuating node counts, whoever drained it.
     fn budget_refusal(&self, node: &Node) -> Option<String> {
         let others: Vec<&str> = self
             .disrupted
@@ -247,7 +270,7 @@ impl<'a> Round<'a> {
             .collect();
         if others.len() >= self.budget.max_disrupted_nodes {
             return Some(format!(
-                "safety budget: {} node(s) already drained or evacuating ({}), max_disrupted_nodes = {}",
+                "safety budget: {} other node(s) already drained or evacuating ({}), max_disrupted_nodes = {}",
                 others.len(),
                 others.join(", "),
                 self.budget.max_disrupted_nodes
@@ -264,28 +287,76 @@ impl<'a> Round<'a> {
         None
     }
 
-    fn free_memory(&self, node: &Node) -> Option<u64> {
-        let reserved = self.reserved_memory.get(&node.name).copied().unwrap_or(0);
-        node.memory_free.map(|free| free.saturating_sub(reserved))
+    /// Whether `instance`'s memory fits on `node`; with `reserved`, after this round's moves.
+    /// Unknown free memory or an unknown instance size never fits.
+    fn memory_room(&self, node: &Node, instance: &Instance, reserved: bool) -> Room {
+        let Some(needed) = instance.memory else {
+            return Room::Unknown(format!("memory size of instance {} unknown", instance.name));
+        };
+        let Some(free) = node.memory_free else {
+            return Room::Unknown(format!("free memory of {} unknown", node.name));
+        };
+        let taken = if reserved {
+            self.reserved_memory.get(&node.name).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        Room::from_fit(free.saturating_sub(taken) >= needed)
     }
 
-    fn fits(&self, node: &Node, instance: &Instance) -> bool {
-        match (self.free_memory(node), instance.memory) {
-            (Some(free), Some(needed)) => free >= needed,
-            _ => true,
-        }
+    /// Whether `node` has the disk space for a new DRBD secondary of `instance` (its disks plus
+    /// [`DRBD_META_MIB`] per disk); with `reserved`, after this round's moves.
+    fn disk_room(&self, node: &Node, instance: &Instance, reserved: bool) -> Room {
+        let Some(needed) = drbd_disk_need(instance) else {
+            return Room::Unknown(format!("disk sizes of instance {} unknown", instance.name));
+        };
+        let Some(free) = node.disk_free else {
+            return Room::Unknown(format!("free disk of {} unknown", node.name));
+        };
+        let taken = if reserved {
+            self.reserved_disk.get(&node.name).copied().unwrap_or(0)
+        } else {
+            0
+        };
+        Room::from_fit(free.saturating_sub(taken) >= needed)
     }
 
-    fn take(&mut self, locks: &[Lock], memory_on: Option<(&str, u64)>) {
+    fn take(
+        &mut self,
+        locks: &[Lock],
+        memory_on: Option<(&str, u64)>,
+        disk_on: Option<(&str, u64)>,
+    ) {
         self.locks.extend(locks.iter().cloned());
         if let Some((node, memory)) = memory_on {
             *self.reserved_memory.entry(node.to_owned()).or_insert(0) += memory;
         }
+        if let Some((node, disk)) = disk_on {
+            *self.reserved_disk.entry(node.to_owned()).or_insert(0) += disk;
+        }
     }
 
-    /// A node that may receive instances: healthy and not disrupted.
+    /// A node that may receive instances: healthy, not disrupted, no active incident (maintd's
+    /// `freeNodes`).
     fn usable(&self, node: &Node) -> bool {
-        node.is_healthy() && !self.disrupted.contains(&node.name)
+        node.is_healthy()
+            && !self.disrupted.contains(&node.name)
+            && !self.with_incidents.contains(&node.name)
+    }
+
+    /// Healthy, undisrupted nodes held back only by their active incident: moves that could go
+    /// there wait rather than fail.
+    fn held_by_incidents(&self, candidate: impl Fn(&Node) -> bool) -> Vec<&'a str> {
+        self.nodes
+            .values()
+            .filter(|n| {
+                n.is_healthy()
+                    && !self.disrupted.contains(&n.name)
+                    && self.with_incidents.contains(&n.name)
+                    && candidate(n)
+            })
+            .map(|n| n.name.as_str())
+            .collect()
     }
 
     fn plan_primary(
@@ -293,10 +364,10 @@ impl<'a> Round<'a> {
         source: &str,
         instance: &'a Instance,
         failover: bool,
-    ) -> Result<Option<PlannedMove>, String> {
+    ) -> Result<Attempt, String> {
         let instance_lock = Lock::Instance(instance.name.clone());
         if self.is_locked(&instance_lock) {
-            return Ok(None);
+            return Ok(Attempt::Wait("a job on it is in flight".into()));
         }
         // A stopped instance cannot be live-migrated; failover only moves its configuration.
         let use_failover = failover || instance.admin_state != "up";
@@ -319,24 +390,38 @@ impl<'a> Round<'a> {
                     instance.name
                 ));
             }
+            if self.with_incidents.contains(secondary_name) {
+                return Ok(Attempt::Wait(format!(
+                    "its secondary {secondary_name} has an active incident"
+                )));
+            }
             if !self.usable(secondary) {
                 // Drained by another evacuation, which will replace it: wait.
-                return Ok(None);
+                return Ok(Attempt::Wait(format!(
+                    "its secondary {secondary_name} is drained or evacuating"
+                )));
             }
-            if !self.fits_ignoring_reservations(secondary, instance) {
-                return Err(format!(
-                    "secondary {secondary_name} lacks the memory to take over instance {}",
-                    instance.name
-                ));
+            match self.memory_room(secondary, instance, false) {
+                Room::Yes => {}
+                Room::No => {
+                    return Err(format!(
+                        "secondary {secondary_name} lacks the memory to take over instance {}",
+                        instance.name
+                    ));
+                }
+                Room::Unknown(why) => return Ok(Attempt::Wait(why)),
             }
             let node_lock = Lock::Node(secondary_name.clone());
-            if self.is_locked(&node_lock) || !self.fits(secondary, instance) {
-                return Ok(None);
+            if self.is_locked(&node_lock)
+                || self.memory_room(secondary, instance, true) != Room::Yes
+            {
+                return Ok(Attempt::Wait(format!("{secondary_name} is busy")));
             }
             let locks = vec![instance_lock, node_lock];
             self.take(
                 &locks,
                 instance.memory.map(|m| (secondary_name.as_str(), m)),
+                None,
             );
             let action = if use_failover {
                 Move::Failover {
@@ -354,7 +439,7 @@ impl<'a> Round<'a> {
                 action.verb(),
                 instance.name
             );
-            return Ok(Some(PlannedMove {
+            return Ok(Attempt::Planned(PlannedMove {
                 action,
                 locks,
                 description,
@@ -366,16 +451,32 @@ impl<'a> Round<'a> {
             .get(source)
             .map(|n| n.group.clone())
             .unwrap_or_default();
-        let candidates: Vec<&Node> = self
+        let candidates: Vec<&'a Node> = self
             .nodes
             .values()
             .copied()
             .filter(|n| n.name != source && n.group == group && self.usable(n))
             .collect();
-        if !candidates
-            .iter()
-            .any(|n| self.fits_ignoring_reservations(n, instance))
-        {
+        let mut unknown = Vec::new();
+        let mut fitting = false;
+        for candidate in &candidates {
+            match self.memory_room(candidate, instance, false) {
+                Room::Yes => fitting = true,
+                Room::No => {}
+                Room::Unknown(why) => unknown.push(why),
+            }
+        }
+        if !fitting {
+            if !unknown.is_empty() {
+                return Ok(Attempt::Wait(unknown.join("; ")));
+            }
+            let held = self.held_by_incidents(|n| n.name != source && n.group == group);
+            if !held.is_empty() {
+                return Ok(Attempt::Wait(format!(
+                    "only nodes with an active incident could take it: {}",
+                    held.join(", ")
+                )));
+            }
             return Err(format!(
                 "no node in the group of {source} can take instance {} ({} MiB)",
                 instance.name,
@@ -384,22 +485,35 @@ impl<'a> Round<'a> {
                     .map_or_else(|| "?".to_owned(), |m| m.to_string())
             ));
         }
+        let known_free = |n: &Node| {
+            n.memory_free
+                .unwrap_or(0)
+                .saturating_sub(self.reserved_memory.get(&n.name).copied().unwrap_or(0))
+        };
         let best = candidates
             .iter()
             .copied()
-            .filter(|n| !self.is_locked(&Lock::Node(n.name.clone())) && self.fits(n, instance))
+            .filter(|n| {
+                !self.is_locked(&Lock::Node(n.name.clone()))
+                    && self.memory_room(n, instance, true) == Room::Yes
+            })
             .max_by(|a, b| {
-                self.free_memory(a)
-                    .unwrap_or(0)
-                    .cmp(&self.free_memory(b).unwrap_or(0))
+                known_free(a)
+                    .cmp(&known_free(b))
                     .then_with(|| b.name.cmp(&a.name))
             });
         let Some(target) = best else {
-            return Ok(None);
+            return Ok(Attempt::Wait(
+                "every node that could take it is busy".into(),
+            ));
         };
         let target_name = target.name.clone();
         let locks = vec![instance_lock, Lock::Node(target_name.clone())];
-        self.take(&locks, instance.memory.map(|m| (target_name.as_str(), m)));
+        self.take(
+            &locks,
+            instance.memory.map(|m| (target_name.as_str(), m)),
+            None,
+        );
         let action = if use_failover {
             Move::Failover {
                 instance: instance.name.clone(),
@@ -416,25 +530,14 @@ impl<'a> Round<'a> {
             action.verb(),
             instance.name
         );
-        Ok(Some(PlannedMove {
+        Ok(Attempt::Planned(PlannedMove {
             action,
             locks,
             description,
         }))
     }
 
-    fn fits_ignoring_reservations(&self, node: &Node, instance: &Instance) -> bool {
-        match (node.memory_free, instance.memory) {
-            (Some(free), Some(needed)) => free >= needed,
-            _ => true,
-        }
-    }
-
-    fn plan_secondary(
-        &mut self,
-        source: &str,
-        instance: &'a Instance,
-    ) -> Result<Option<PlannedMove>, String> {
+    fn plan_secondary(&mut self, source: &str, instance: &'a Instance) -> Result<Attempt, String> {
         if !matches!(instance.disk_template, DiskTemplate::Drbd) {
             return Err(format!(
                 "instance {} lists {source} as secondary but is not DRBD ({})",
@@ -445,29 +548,57 @@ impl<'a> Round<'a> {
         let instance_lock = Lock::Instance(instance.name.clone());
         let primary_lock = Lock::Node(instance.primary_node.clone());
         if self.is_locked(&instance_lock) || self.is_locked(&primary_lock) {
-            return Ok(None);
+            return Ok(Attempt::Wait(format!(
+                "it or its primary {} is busy",
+                instance.primary_node
+            )));
         }
         let group = self
             .nodes
             .get(instance.primary_node.as_str())
             .map(|n| n.group.clone())
             .unwrap_or_default();
-        let candidates: Vec<&Node> = self
+        let eligible =
+            |n: &Node| n.name != source && n.name != instance.primary_node && n.group == group;
+        let candidates: Vec<&'a Node> = self
             .nodes
             .values()
             .copied()
-            .filter(|n| {
-                n.name != source
-                    && n.name != instance.primary_node
-                    && n.group == group
-                    && self.usable(n)
-            })
+            .filter(|n| eligible(n) && self.usable(n))
             .collect();
-        if candidates.is_empty() {
-            return Err(format!(
-                "no node can take the secondary of instance {} (primary {})",
-                instance.name, instance.primary_node
-            ));
+        let mut unknown = Vec::new();
+        let mut fitting = false;
+        for candidate in &candidates {
+            match self.disk_room(candidate, instance, false) {
+                Room::Yes => fitting = true,
+                Room::No => {}
+                Room::Unknown(why) => unknown.push(why),
+            }
+        }
+        if !fitting {
+            if !unknown.is_empty() {
+                return Ok(Attempt::Wait(unknown.join("; ")));
+            }
+            let held = self.held_by_incidents(eligible);
+            if !held.is_empty() {
+                return Ok(Attempt::Wait(format!(
+                    "only nodes with an active incident could take its secondary: {}",
+                    held.join(", ")
+                )));
+            }
+            return Err(if candidates.is_empty() {
+                format!(
+                    "no node can take the secondary of instance {} (primary {})",
+                    instance.name, instance.primary_node
+                )
+            } else {
+                format!(
+                    "no node has the disk space ({} MiB) for the secondary of instance {} (primary {})",
+                    drbd_disk_need(instance).unwrap_or(0),
+                    instance.name,
+                    instance.primary_node
+                )
+            });
         }
         let load = |n: &Node| {
             n.secondary_instances.len() + self.extra_secondaries.get(&n.name).copied().unwrap_or(0)
@@ -475,14 +606,23 @@ impl<'a> Round<'a> {
         let best = candidates
             .iter()
             .copied()
-            .filter(|n| !self.is_locked(&Lock::Node(n.name.clone())))
+            .filter(|n| {
+                !self.is_locked(&Lock::Node(n.name.clone()))
+                    && self.disk_room(n, instance, true) == Room::Yes
+            })
             .min_by(|a, b| load(a).cmp(&load(b)).then_with(|| a.name.cmp(&b.name)));
         let Some(target) = best else {
-            return Ok(None);
+            return Ok(Attempt::Wait(
+                "every node that could take its secondary is busy".into(),
+            ));
         };
         let remote = target.name.clone();
         let locks = vec![instance_lock, primary_lock, Lock::Node(remote.clone())];
-        self.take(&locks, None);
+        self.take(
+            &locks,
+            None,
+            drbd_disk_need(instance).map(|d| (remote.as_str(), d)),
+        );
         *self.extra_secondaries.entry(remote.clone()).or_insert(0) += 1;
         let action = Move::ReplaceSecondary {
             instance: instance.name.clone(),
@@ -492,12 +632,52 @@ impl<'a> Round<'a> {
             "replace secondary of {} (primary {}) {source} -> {remote}",
             instance.name, instance.primary_node
         );
-        Ok(Some(PlannedMove {
+        Ok(Attempt::Planned(PlannedMove {
             action,
             locks,
             description,
         }))
     }
+}
+
+/// DRBD metadata Ganeti allocates per disk, in MiB (`DRBD_META_SIZE`).
+pub const DRBD_META_MIB: u64 = 128;
+
+/// Disk space a new DRBD secondary of `instance` needs, in MiB; `None` when its disks are not
+/// known.
+fn drbd_disk_need(instance: &Instance) -> Option<u64> {
+    if instance.disk_sizes.is_empty() {
+        return None;
+    }
+    let count = u64::try_from(instance.disk_sizes.len()).unwrap_or(u64::MAX);
+    Some(
+        instance
+            .disk_sizes
+            .iter()
+            .fold(0u64, |sum, size| sum.saturating_add(*size))
+            .saturating_add(DRBD_META_MIB.saturating_mul(count)),
+    )
+}
+
+/// Whether something fits; unknown is never a yes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Room {
+    Yes,
+    No,
+    Unknown(String),
+}
+
+impl Room {
+    const fn from_fit(fits: bool) -> Self {
+        if fits { Self::Yes } else { Self::No }
+    }
+}
+
+/// One instance's move this round, or why it waits.
+#[derive(Debug)]
+enum Attempt {
+    Planned(PlannedMove),
+    Wait(String),
 }
 
 #[cfg(test)]
@@ -522,6 +702,7 @@ pub(crate) mod tests_support {
             secondary_instances: vec![],
             memory_free: Some(4096),
             memory_total: Some(8192),
+            disk_free: Some(100_000),
         }
     }
 }
@@ -544,6 +725,7 @@ mod tests {
             status: "running".into(),
             memory: Some(1024),
             tags: vec![],
+            disk_sizes: vec![1024],
         }
     }
 
@@ -724,6 +906,202 @@ mod tests {
         ));
     }
 
+    /// Issue 11, defect 1: a node drained by hand whose agent says `evacuate` is not emptied
+    /// while another node already uses the budget; every evacuation step counts.
+    #[test]
+    fn hand_drained_node_waits_while_the_budget_is_used() {
+        let nodes = vec![
+            drained(node("n1")),
+            drained(node("n2")),
+            node("n3"),
+            node("n4"),
+        ];
+        let instances = vec![inst("i1", "diskless", "n2", &[])];
+        // n1 is drained by nodecare's incident, n2 by an operator.
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], Budget::default());
+        let EvacuationStep::Blocked(reason) = round.plan_evacuation("n2", false) else {
+            panic!("a hand-drained node was emptied beyond the budget")
+        };
+        assert!(
+            reason.contains("safety budget") && reason.contains("n1"),
+            "{reason}"
+        );
+        // With room in the budget the same node is emptied.
+        let budget = Budget {
+            max_disrupted_nodes: 2,
+            min_healthy_nodes: 1,
+        };
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], budget);
+        assert!(matches!(
+            round.plan_evacuation("n2", false),
+            EvacuationStep::Moves(_)
+        ));
+    }
+
+    /// An evacuation under way stops moving instances when an operator drains another node
+    /// beyond the budget; an empty node still gets its tag (that disrupts nothing).
+    #[test]
+    fn moves_wait_when_the_budget_is_exceeded_midway() {
+        let nodes = vec![drained(node("n1")), drained(node("n2")), node("n3")];
+        let instances = vec![inst("i1", "diskless", "n1", &[])];
+        let budget = Budget {
+            max_disrupted_nodes: 1,
+            min_healthy_nodes: 1,
+        };
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], budget);
+        assert!(matches!(
+            round.plan_evacuation("n1", false),
+            EvacuationStep::Blocked(_)
+        ));
+        let mut round = Round::new(&nodes, &[], [], ["n1".to_owned()], budget);
+        assert_eq!(round.plan_evacuation("n1", false), EvacuationStep::Done);
+    }
+
+    fn roomy() -> Budget {
+        Budget {
+            max_disrupted_nodes: 1,
+            min_healthy_nodes: 1,
+        }
+    }
+
+    /// Issue 11, defect 2: a node with an active incident never receives instances.
+    #[test]
+    fn nodes_with_active_incidents_are_never_targets() {
+        let mut big = node("n2");
+        big.memory_free = Some(60_000);
+        let nodes = vec![drained(node("n1")), big, node("n3"), node("n4")];
+        // Shared storage: n2 has the most memory but an active incident.
+        let instances = vec![inst("s", "sharedfile", "n1", &[])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+            .with_active_incidents(["n1".to_owned(), "n2".to_owned()]);
+        let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
+            panic!("no moves")
+        };
+        assert!(
+            matches!(&moves[0].action, Move::Migrate { target: Some(t), .. } if t != "n2"),
+            "{moves:?}"
+        );
+        // DRBD: migrating onto a secondary with an active incident waits, visibly.
+        let instances = vec![inst("d", "drbd", "n1", &["n2"])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+            .with_active_incidents(["n2".to_owned()]);
+        let EvacuationStep::Wait(reason) = round.plan_evacuation("n1", false) else {
+            panic!("moved onto a node with an active incident")
+        };
+        assert!(
+            reason.contains("n2") && reason.contains("incident"),
+            "{reason}"
+        );
+        // A new secondary is never placed on a node with an active incident.
+        let instances = vec![inst("d", "drbd", "n4", &["n1"])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+            .with_active_incidents(["n2".to_owned()]);
+        let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
+            panic!("no moves")
+        };
+        assert_eq!(
+            moves[0].action,
+            Move::ReplaceSecondary {
+                instance: "d".into(),
+                remote_node: "n3".into()
+            }
+        );
+        // Only nodes with incidents left: wait, never fail.
+        let nodes = vec![drained(node("n1")), node("n2"), node("n3")];
+        let instances = vec![inst("s", "sharedfile", "n1", &[])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+            .with_active_incidents(["n2".to_owned(), "n3".to_owned()]);
+        assert!(matches!(
+            round.plan_evacuation("n1", false),
+            EvacuationStep::Wait(_)
+        ));
+    }
+
+    /// Issue 11, defect 3: unknown free memory means "does not fit" (the move waits, visibly).
+    #[test]
+    fn unknown_free_memory_does_not_fit() {
+        let mut unknown = node("n2");
+        unknown.memory_free = None;
+        let mut small = node("n3");
+        small.memory_free = Some(100);
+        let nodes = vec![drained(node("n1")), unknown, small];
+        let instances = vec![inst("s", "diskless", "n1", &[])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let EvacuationStep::Wait(reason) = round.plan_evacuation("n1", false) else {
+            panic!("moved onto a node of unknown free memory")
+        };
+        assert!(
+            reason.contains("n2") && reason.contains("unknown"),
+            "{reason}"
+        );
+        // DRBD: the secondary's free memory is unknown.
+        let mut unknown = node("n2");
+        unknown.memory_free = None;
+        let nodes = vec![drained(node("n1")), unknown, node("n3")];
+        let instances = vec![inst("d", "drbd", "n1", &["n2"])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        assert!(matches!(
+            round.plan_evacuation("n1", false),
+            EvacuationStep::Wait(_)
+        ));
+        // An instance of unknown size fits nowhere either.
+        let nodes = vec![drained(node("n1")), node("n2")];
+        let mut sized = inst("s", "diskless", "n1", &[]);
+        sized.memory = None;
+        let mut round = Round::new(&nodes, std::slice::from_ref(&sized), [], [], roomy());
+        assert!(matches!(
+            round.plan_evacuation("n1", false),
+            EvacuationStep::Wait(_)
+        ));
+    }
+
+    /// Issue 11, defect 3: a new secondary needs the disk space (disks plus DRBD metadata).
+    #[test]
+    fn new_secondary_needs_disk_space() {
+        let mut full = node("n2");
+        full.disk_free = Some(1024); // 1024 MiB of disk + 128 MiB of metadata do not fit
+        let mut unknown = node("n3");
+        unknown.disk_free = None;
+        let mut busy = node("n4"); // most secondaries already: chosen last by load
+        busy.secondary_instances = vec!["x".into(), "y".into()];
+        let nodes = vec![drained(node("n1")), full, unknown, busy, node("n5")];
+        let instances = vec![inst("d", "drbd", "n5", &["n1"])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
+            panic!("no moves")
+        };
+        assert_eq!(
+            moves[0].action,
+            Move::ReplaceSecondary {
+                instance: "d".into(),
+                remote_node: "n4".into()
+            }
+        );
+        // Two secondaries, room for one: the second waits for the next round.
+        let mut tight = node("n4");
+        tight.disk_free = Some(2000);
+        let nodes = vec![drained(node("n1")), tight, node("n5")];
+        let instances = vec![
+            inst("d", "drbd", "n5", &["n1"]),
+            inst("e", "drbd", "n5", &["n1"]),
+        ];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
+            panic!("no moves")
+        };
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        // No node has the space: the evacuation fails, naming the instance.
+        let mut full = node("n2");
+        full.disk_free = Some(10);
+        let nodes = vec![drained(node("n1")), full, node("n5")];
+        let instances = vec![inst("d", "drbd", "n5", &["n1"])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let EvacuationStep::Fail(reason) = round.plan_evacuation("n1", false) else {
+            panic!("placed a secondary on a full node")
+        };
+        assert!(reason.contains("disk"), "{reason}");
+    }
+
     fn cluster() -> impl Strategy<Value = (Vec<Node>, Vec<Instance>)> {
         let templates = prop_oneof![Just("drbd"), Just("diskless"), Just("sharedfile")];
         (3usize..8).prop_flat_map(move |n_nodes| {
@@ -756,10 +1134,12 @@ mod tests {
         /// Planned moves never share a lock with each other or with jobs in flight, never
         /// target the evacuating node, and never overcommit a node's memory.
         #[test]
-        fn planned_moves_never_conflict((nodes, instances) in cluster(), busy in 0usize..8) {
+        fn planned_moves_never_conflict((nodes, instances) in cluster(), busy in 0usize..8, sick in 1usize..8) {
             let in_flight = vec![Lock::Node(format!("n{busy}"))];
             let budget = Budget { max_disrupted_nodes: 1, min_healthy_nodes: 1 };
-            let mut round = Round::new(&nodes, &instances, in_flight.clone(), ["n0".to_owned()], budget);
+            let sick = format!("n{sick}");
+            let mut round = Round::new(&nodes, &instances, in_flight.clone(), ["n0".to_owned()], budget)
+                .with_active_incidents([sick.clone()]);
             if let EvacuationStep::Moves(moves) = round.plan_evacuation("n0", false) {
                 let mut seen: BTreeSet<Lock> = in_flight.into_iter().collect();
                 let mut memory: BTreeMap<String, u64> = BTreeMap::new();
@@ -769,6 +1149,11 @@ mod tests {
                         prop_assert_ne!(lock, &Lock::Node("n0".into()));
                     }
                     let instance = instances.iter().find(|i| i.name == planned.action.instance()).unwrap();
+                    let target = match &planned.action {
+                        Move::Migrate { target, .. } | Move::Failover { target, .. } => target.clone().unwrap_or_else(|| instance.secondary_nodes[0].clone()),
+                        Move::ReplaceSecondary { remote_node, .. } => remote_node.clone(),
+                    };
+                    prop_assert_ne!(&target, &sick, "moved onto a node with an incident");
                     match &planned.action {
                         Move::Migrate { target, .. } | Move::Failover { target, .. } => {
                             prop_assert_eq!(&instance.primary_node, "n0");

@@ -20,7 +20,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use uuid::Uuid;
 
 use nodecare_protocol::repair::{RepairRequest, RepairState};
@@ -70,23 +69,7 @@ pub enum RoundError {
 }
 
 /// What the last round did, for the status API.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RoundSummary {
-    /// Round number since start.
-    pub number: u64,
-    /// Unix ms when it started.
-    pub started_ms: u64,
-    /// Duration in ms.
-    pub duration_ms: u64,
-    /// Agents read.
-    pub agents: usize,
-    /// Agents that did not give a verified report.
-    pub agents_failed: usize,
-    /// Jobs submitted in this round.
-    pub jobs_submitted: usize,
-    /// Error that ended the round early, if any.
-    pub error: Option<String>,
-}
+pub use nodecare_protocol::status::RoundSummary;
 
 /// State shared with the HTTP API.
 #[derive(Debug, Default)]
@@ -504,18 +487,10 @@ impl Reconciler {
     fn check_tags(&self, nodes: &[Node]) -> Result<(), RoundError> {
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
         for mut incident in self.store.incidents()? {
-            if !incident.tag_applied
-                || !matches!(
-                    incident.repair_status,
-                    RepairStatus::Completed | RepairStatus::Failed
-                )
-            {
-                continue;
-            }
             let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
                 continue;
             };
-            if node.tags.contains(&incident.tag) {
+            if !incident.awaits_acknowledgement(&node.tags) {
                 continue;
             }
             match incident.apply(Event::TagRemoved, now_s()) {
@@ -552,13 +527,19 @@ impl Reconciler {
             .filter(|i| i.action.is_evacuation() && i.repair_status == RepairStatus::Pending)
             .map(|i| i.node.clone())
             .collect();
+        let with_incidents: Vec<String> = incidents
+            .iter()
+            .filter(|i| i.is_active())
+            .map(|i| i.node.clone())
+            .collect();
         let mut round = Round::new(
             nodes,
             instances,
             in_flight,
             evacuating,
             self.settings.budget,
-        );
+        )
+        .with_active_incidents(with_incidents);
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
 
         // Failed incidents still owe their failure tag.

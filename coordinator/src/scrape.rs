@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nodecare_protocol::{
-    CanonicalJson, DiagnosePayload, KeyRing, NodeVerdict, VerifyError, VerifyPolicy,
+    CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, NodeVerdict, VerifyError, VerifyPolicy,
 };
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
@@ -112,40 +112,22 @@ pub struct AgentResult {
     pub elapsed: Duration,
 }
 
-/// An agent's status as shown by the status API.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct AgentStatus {
-    /// Node name.
-    pub node: String,
-    /// `ok`, `stale`, `unreachable` or `unverifiable`.
-    pub state: String,
-    /// Verdict status (`Ok`, `unknown`, `live-repair`, ...) of the last verified report.
-    pub verdict: Option<String>,
-    /// Fingerprint of the last verified report.
-    pub fingerprint: Option<String>,
-    /// Sequence of the last verified report.
-    pub sequence: Option<u64>,
-    /// Error message, when not `ok`.
-    pub error: Option<String>,
-    /// Unix ms of this check.
-    pub checked_at_ms: u64,
-    /// Unix ms of the last verified report.
-    pub last_ok_ms: Option<u64>,
-}
+pub use nodecare_protocol::status::{AgentState, AgentStatus};
 
 impl AgentResult {
     /// The status row for this result; `previous_ok` keeps the last success time.
     pub fn status(&self, now_ms: u64, previous_ok: Option<u64>) -> AgentStatus {
         let (state, observation, error) = match &self.outcome {
-            AgentOutcome::Verified(o) => ("ok", Some(o), None),
-            AgentOutcome::Stale(o) => ("stale", Some(o), o.stale_reason.clone()),
-            AgentOutcome::Unreachable(e) => ("unreachable", None, Some(e.clone())),
-            AgentOutcome::Unverifiable(e) => ("unverifiable", None, Some(e.clone())),
+            AgentOutcome::Verified(o) => (AgentState::Ok, Some(o), None),
+            AgentOutcome::Stale(o) => (AgentState::Stale, Some(o), o.stale_reason.clone()),
+            AgentOutcome::Unreachable(e) => (AgentState::Unreachable, None, Some(e.clone())),
+            AgentOutcome::Unverifiable(e) => (AgentState::Unverifiable, None, Some(e.clone())),
         };
         AgentStatus {
             node: self.node.clone(),
-            state: state.to_owned(),
-            verdict: observation.map(|o| o.verdict.status.as_str().to_owned()),
+            state,
+            verdict: observation.map(|o| o.verdict.status),
+            reason: observation.and_then(|o| unknown_reason(&o.verdict)),
             fingerprint: observation.map(|o| o.verdict.fingerprint.clone()),
             sequence: observation.map(|o| o.sequence),
             error,
@@ -157,6 +139,30 @@ impl AgentResult {
             },
         }
     }
+}
+
+/// Why a verdict is `unknown`, from its scripts: `script: reason` for each script whose own
+/// verdict is `unknown`, joined by `; `. `None` for any other verdict.
+pub fn unknown_reason(verdict: &NodeVerdict) -> Option<String> {
+    if verdict.status != DiagnoseStatus::Unknown {
+        return None;
+    }
+    let reasons: Vec<String> = verdict
+        .details
+        .iter()
+        .filter(|(_, script)| script.status == DiagnoseStatus::Unknown)
+        .map(|(name, script)| {
+            format!(
+                "{name}: {}",
+                script.reason.as_deref().unwrap_or("no reason given")
+            )
+        })
+        .collect();
+    Some(if reasons.is_empty() {
+        "no script says why".to_owned()
+    } else {
+        reasons.join("; ")
+    })
 }
 
 /// Scraper settings.
@@ -452,6 +458,56 @@ mod tests {
         .unwrap()
     }
 
+    /// Issue 11, defect 11: an `unknown` verdict's status row names the failing script and
+    /// what went wrong.
+    #[test]
+    fn unknown_verdict_status_carries_the_scripts_reason() {
+        let scripts = [
+            (
+                "disk".to_owned(),
+                ScriptVerdict::unknown("exit code 2: smartctl not found"),
+            ),
+            (
+                "net".to_owned(),
+                ScriptVerdict::parse(br#"{"status":"Ok"}"#).unwrap(),
+            ),
+        ];
+        let merged = NodeVerdict::merge(scripts.into_iter().collect()).unwrap();
+        let result = AgentResult {
+            node: "n1".into(),
+            node_uuid: "u1".into(),
+            outcome: AgentOutcome::Verified(Observation {
+                original: CanonicalJson::new(&serde_json::to_value(&merged).unwrap()).unwrap(),
+                verdict: merged,
+                sequence: 1,
+                collected_at_ms: NOW,
+                expires_at_ms: NOW + 1000,
+                stale_reason: None,
+            }),
+            elapsed: Duration::ZERO,
+        };
+        let status = result.status(NOW, None);
+        assert_eq!(status.verdict, Some(DiagnoseStatus::Unknown));
+        assert_eq!(
+            status.reason.as_deref(),
+            Some("disk: exit code 2: smartctl not found")
+        );
+        // Other verdicts carry no reason.
+        let ok = AgentResult {
+            outcome: AgentOutcome::Verified(Observation {
+                original: CanonicalJson::new(&serde_json::to_value(verdict("Ok")).unwrap())
+                    .unwrap(),
+                verdict: verdict("Ok"),
+                sequence: 2,
+                collected_at_ms: NOW,
+                expires_at_ms: NOW + 1000,
+                stale_reason: None,
+            }),
+            ..result
+        };
+        assert_eq!(ok.status(NOW, None).reason, None);
+    }
+
     #[test]
     fn verified_report_yields_the_verdict() {
         let ring = KeyRing::single(key());
@@ -529,7 +585,7 @@ mod tests {
             elapsed: Duration::ZERO,
         }
         .status(NOW + 60_001, Some(NOW));
-        assert_eq!(status.state, "stale");
+        assert_eq!(status.state, AgentState::Stale);
         assert_eq!(status.last_ok_ms, Some(NOW));
         assert!(status.error.unwrap().contains("expired"));
         // Past the skew too: still stale (authentic, old), never ok.

@@ -162,6 +162,9 @@ pub struct Node {
     pub memory_free: Option<u64>,
     /// Total memory in MiB (`mtotal`), when known.
     pub memory_total: Option<u64>,
+    /// Free disk in MiB (`dfree`, the default volume group), when known.
+    #[serde(default)]
+    pub disk_free: Option<u64>,
 }
 
 impl Node {
@@ -306,6 +309,9 @@ pub struct Instance {
     pub memory: Option<u64>,
     /// Instance tags (`tags`).
     pub tags: Vec<String>,
+    /// Size of each disk in MiB (`disk.sizes`).
+    #[serde(default)]
+    pub disk_sizes: Vec<u64>,
 }
 
 /// Which disks `replace-disks` replaces (RAPI `mode`).

@@ -9,6 +9,7 @@
 //! - [`repair`]: the signed repair request and the repair record.
 //! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
 //! - [`clock`]: the one wall clock, Unix milliseconds.
+//! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 
 pub mod canonical;
 pub mod clock;
@@ -17,6 +18,7 @@ pub mod json;
 pub mod repair;
 pub mod report;
 pub mod sign;
+pub mod status;
 pub mod verdict;
 
 pub use canonical::{CanonicalError, CanonicalJson, canonical_bytes, fingerprint_of};

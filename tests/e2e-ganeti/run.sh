@@ -16,6 +16,9 @@
 #        S2 live-repair verdict: the repair command runs through the agent;
 #        S3 evacuation that must fail (file instance): incident failed, repairfailed tag, no
 #           further jobs;
+#        S6 budget (issue 11): with node2 drained by S1's incident, node3 drained by hand and
+#           saying evacuate waits with blocked_by while the budget is used, and is emptied
+#           once node2 is returned to service;
 #        S4 stopped agent: shown unreachable, nothing happens to its node;
 #        S5 replayed Ok: a static server replaying a stopped agent's last signed Ok makes the
 #           node read stale/unreachable within one report lifetime, never ok, and starts nothing.
@@ -78,10 +81,11 @@ printf '%s:%s\n' "$NODECARE_GNT_RAPI_USER" "$RAPI_PW" >"$S/rapi-credentials"
 chmod 600 "$S/rapi-credentials"
 
 rapi() { # METHOD PATH [BODY]
-  local m=$1 p=$2
+  local m=$1 p=$2 data=()
   shift 2
+  [[ $# -eq 0 ]] || data=(--data "$1")
   curl -sk -m 30 -u "$NODECARE_GNT_RAPI_USER:$RAPI_PW" -H 'Content-Type: application/json' -X "$m" \
-    "${@/#/--data=}" "$NODECARE_GNT_RAPI_URL$p"
+    "${data[@]}" "$NODECARE_GNT_RAPI_URL$p"
 }
 jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
 
@@ -240,6 +244,99 @@ if wait_status 180 "any(i.get('node')=='$N3' and i.get('repair-status')=='failed
 else
   fail "S3 failing evacuation" "no failed incident for $N3 within 180 s: $(coord /1/status | head -c 400)"
 fi
+
+# ---- S6: the budget holds a hand-drained node (issue 11, defect 1) ---------------------------
+# Waits for a Ganeti job: prints its final status.
+wait_job() { # JOB-ID [SECONDS]
+  local id=$1 secs=${2:-120} st k
+  [[ -n $id ]] || { echo "not submitted"; return 0; }
+  for ((k = 0; k < secs; k++)); do
+    st=$(rapi GET "/2/jobs/$id" | jq_py "print(d.get('status', ''))" 2>/dev/null)
+    case $st in success | error | canceled) echo "$st"; return 0 ;; esac
+    sleep 1
+  done
+  echo "timeout"
+}
+job_of() { jq_py "print(d)" 2>/dev/null | tr -dc '0-9'; }
+primaries_of() { node_json "$1" | jq_py "print(' '.join(sorted(d['pinst_list'])))"; }
+
+# With max_disrupted_nodes = 1 and node2 still drained by S1's completed incident, node3 is
+# drained by hand and its agent says evacuate: its incident must wait with blocked_by naming the
+# budget, nothing of node3 moves; once the operator returns node2 to service, node3 is emptied.
+scenario_budget_hand_drained() {
+  local n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME tag id st inst before after k answer
+  master_healthy S6
+  log "S6 hand-drained $n3 saying evacuate while $n2 uses the budget"
+  if [[ $(node_json "$n2" | jq_py "print(d['drained'])") != True ]]; then
+    fail "S6 budget" "precondition: $n2 is not drained after S1"
+    return
+  fi
+  # Clear S3: node3 reports Ok again, its repairfailed tag is removed (acknowledged, forgotten).
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-3"
+  for ((k = 0; k < 30; k++)); do
+    coord /1/agents | jq_py "sys.exit(0 if any(a['node']=='$n3' and a.get('verdict')=='Ok' for a in d) else 1)" 2>/dev/null && break
+    sleep 1
+  done
+  for tag in $(node_json "$n3" | jq_py "print(' '.join(t for t in d['tags'] if t.startswith('maintd:')))"); do
+    id=$(rapi DELETE "/2/nodes/$n3/tags?tag=$tag" | job_of)
+    st=$(wait_job "$id")
+    [[ $st == success ]] || { fail "S6 budget" "removing tag $tag from $n3: job $id $st"; return; }
+  done
+  wait_status 30 "not any(i.get('node')=='$n3' for i in d)" ||
+    { fail "S6 budget" "the acknowledged failed incident of $n3 was not forgotten: $(coord /1/status | head -c 400)"; return; }
+  # The file instance would fail the evacuation before the budget is even asked: remove it.
+  for inst in $(rapi GET /2/instances | jq_py "print(' '.join(i['id'] for i in d if i['id'].startswith('inst5.')))"); do
+    id=$(rapi DELETE "/2/instances/$inst" | job_of)
+    st=$(wait_job "$id" 180)
+    [[ $st == success ]] || { fail "S6 budget" "removing the file instance $inst: job $id $st"; return; }
+  done
+  # node3 must hold something to move.
+  if [[ -z $(primaries_of "$n3") ]]; then
+    inst=$(rapi GET /2/instances?bulk=1 | jq_py "print(next(i['name'] for i in d if i['disk_template']=='diskless'))")
+    id=$(rapi PUT "/2/instances/$inst/migrate" "{\"target_node\": \"$n3\"}" | job_of)
+    st=$(wait_job "$id" 180)
+    [[ $st == success ]] || { fail "S6 budget" "moving $inst to $n3: job $id $st"; return; }
+  fi
+  # The operator drains node3 by hand; then node3's agent says evacuate.
+  # As `gnt-node modify --drained yes` (forced, like maintd's drain).
+  answer=$(rapi PUT "/2/nodes/$n3/role?force=1" '"drained"')
+  id=$(job_of <<<"$answer")
+  st=$(wait_job "$id")
+  [[ $st == success ]] || { fail "S6 budget" "draining $n3 by hand: job $id $st: $(head -c 300 <<<"$answer")"; return; }
+  before=$(primaries_of "$n3")
+  echo '{"status":"evacuate","details":"e2e: hand-drained, disk failing"}' >"$S/e2e/diag-3"
+  if ! wait_status 60 "any(i.get('node')=='$n3' and 'safety budget' in (i.get('blocked_by') or '') and '$n2' in (i.get('blocked_by') or '') for i in d)"; then
+    fail "S6 budget" "no incident of $n3 blocked by the budget within 60 s: $(coord /1/status | head -c 600)"
+    return
+  fi
+  # Several rounds (2 s each) later it still waits and nothing moved.
+  sleep 10
+  after=$(primaries_of "$n3")
+  if ! coord /1/status | jq_py "
+i = [i for i in d if i.get('node')=='$n3'][0]
+sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'safety budget' in (i.get('blocked_by') or '') else 1)" 2>/dev/null ||
+    [[ $before != "$after" ]]; then
+    fail "S6 budget" "$n3 was acted on beyond the budget: primaries '$before' -> '$after': $(coord /1/status | head -c 600)"
+    return
+  fi
+  # The operator returns node2 to service (undrain, acknowledge): node3 is emptied now.
+  answer=$(rapi POST "/2/nodes/$n2/modify" '{"drained": false}')
+  id=$(job_of <<<"$answer")
+  st=$(wait_job "$id")
+  [[ $st == success ]] || { fail "S6 budget" "undraining $n2: job $id $st: $(head -c 300 <<<"$answer")"; return; }
+  for tag in $(node_json "$n2" | jq_py "print(' '.join(t for t in d['tags'] if t.startswith('maintd:')))"); do
+    id=$(rapi DELETE "/2/nodes/$n2/tags?tag=$tag" | job_of)
+    wait_job "$id" >/dev/null
+  done
+  if wait_status 180 "any(i.get('node')=='$n3' and i.get('repair-status')=='completed' for i in d)" &&
+    [[ -z $(primaries_of "$n3") ]]; then
+    pass "S6 budget: hand-drained $n3 saying evacuate waited (blocked_by names the budget and $n2, nothing moved) while $n2 was drained; emptied once $n2 returned"
+  else
+    fail "S6 budget" "$n3 not emptied after $n2 returned: primaries '$(primaries_of "$n3")': $(coord /1/status | head -c 600)"
+  fi
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-3"
+}
+scenario_budget_hand_drained
 
 # ---- S4: stopped agent ------------------------------------------------------------------------
 master_healthy S4

@@ -49,6 +49,11 @@ async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
     assert!(drained);
     assert!(left.is_empty(), "{left:?}");
     assert!(h.sim.duplicate_intents().is_empty());
+    // maintd's /1/evacuated lists what was moved off the node.
+    let moved = nodecare_coordinator::http::evacuated_instances(
+        &h.coordinator.api().store.intents().unwrap(),
+    );
+    assert_eq!(moved, vec!["a.sim.test", "b.sim.test", "c.sim.test"]);
     // Every job carries our reason with the incident uuid.
     let ours: Vec<_> = h
         .sim
@@ -74,6 +79,129 @@ async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
         .set_verdict(verdict("Ok", json!(null), None));
     h.round().await.unwrap();
     assert!(h.incidents().unwrap().is_empty());
+}
+
+/// Collects the coordinator's log lines of the current thread.
+#[derive(Clone, Default)]
+struct LogLines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogLines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogLines {
+    fn text(&self) -> String {
+        self.0
+            .lock()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Issue 11, defect 6: acknowledging (tag removed) is recorded, saved and logged once, not
+/// every round while the verdict is still observed.
+#[tokio::test(flavor = "current_thread")]
+async fn acknowledgement_happens_once() {
+    let lines = LogLines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let mut h = Harness::new(4, "b:diskless:2", |_| {}).await.unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    assert!(
+        h.until(20, |i| i.len() == 1
+            && i[0].repair_status == RepairStatus::Completed)
+            .await
+            .unwrap()
+    );
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
+    h.round().await.unwrap();
+    let acknowledged = h.incidents().unwrap().remove(0);
+    assert!(acknowledged.acknowledged);
+    // Still observed: the incident stays, and nothing about it changes any more.
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let later = h.incidents().unwrap().remove(0);
+    assert_eq!(later, acknowledged);
+    let text = lines.text();
+    assert_eq!(
+        text.matches("tag removed; acknowledged").count(),
+        1,
+        "{text}"
+    );
+}
+
+/// Issue 11, defect 1: with one node drained by nodecare's incident, a node drained by hand
+/// whose agent says `evacuate` waits with `blocked_by` while the budget is used, and is emptied
+/// once the operator undrains the first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_drained_node_waits_while_the_budget_is_used() {
+    let mut h = Harness::new(4, "a:diskless:3,b:diskless:2,c:sharedfile:2", |_| {})
+        .await
+        .unwrap();
+    h.agents.get(&node(3)).unwrap().set_verdict(evacuate());
+    assert!(
+        h.until(20, |i| i.len() == 1
+            && i[0].repair_status == RepairStatus::Completed)
+            .await
+            .unwrap()
+    );
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().drained = true);
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdc"}), None));
+    for _ in 0..5 {
+        h.round().await.unwrap();
+    }
+    let waiting = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(2))
+        .unwrap();
+    assert!(
+        waiting
+            .blocked_by
+            .as_deref()
+            .is_some_and(|b| b.contains("safety budget") && b.contains(&node(3))),
+        "{waiting:#?}"
+    );
+    assert!(waiting.jobs.is_empty(), "{waiting:#?}");
+    let on_node2 = |h: &Harness| {
+        h.sim
+            .with_cluster(|c| c.instances.values().filter(|i| i.pnode == node(2)).count())
+    };
+    assert_eq!(on_node2(&h), 2);
+    // The operator returns node 3 to service: node 2's evacuation proceeds.
+    h.sim.with_cluster(|c| {
+        let n3 = c.nodes.get_mut(&node(3)).unwrap();
+        n3.drained = false;
+        n3.tags.clear();
+    });
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    assert_eq!(on_node2(&h), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -228,8 +356,8 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
     assert_eq!(summary.agents_failed, 2);
     assert!(h.incidents().unwrap().is_empty());
     let agents = h.coordinator.api().board.agents.read().unwrap().clone();
-    assert_eq!(agents[&node(2)].state, "unreachable");
-    assert_eq!(agents[&node(3)].state, "unverifiable");
+    assert_eq!(agents[&node(2)].state.as_str(), "unreachable");
+    assert_eq!(agents[&node(3)].state.as_str(), "unverifiable");
     assert!(h.sim.submissions().is_empty());
 }
 
@@ -253,7 +381,7 @@ async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
     let lifetime = Duration::from_millis(1_500);
     agent.set_ttl(lifetime);
     h.round().await.unwrap();
-    assert_eq!(agent_state(&h, &node(2)).unwrap().state, "ok");
+    assert_eq!(agent_state(&h, &node(2)).unwrap().state.as_str(), "ok");
     // The agent stops; something serves its last envelope from now on.
     assert!(agent.replay_last());
     let stopped = std::time::Instant::now();
@@ -261,7 +389,7 @@ async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
     let first = agent_state(&h, &node(2)).unwrap();
     if stopped.elapsed() < lifetime {
         // Still within the report's life: the same report read again.
-        assert_eq!(first.state, "ok", "{first:?}");
+        assert_eq!(first.state.as_str(), "ok", "{first:?}");
     }
     // Within one report lifetime after the stop, the node reads stale, never ok again.
     tokio::time::sleep(lifetime.saturating_sub(stopped.elapsed()) + Duration::from_millis(100))
@@ -269,8 +397,8 @@ async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
     for _ in 0..3 {
         let summary = h.round().await.unwrap();
         let status = agent_state(&h, &node(2)).unwrap();
-        assert_eq!(status.state, "stale", "{status:?}");
-        assert_eq!(status.verdict.as_deref(), Some("Ok"));
+        assert_eq!(status.state.as_str(), "stale", "{status:?}");
+        assert_eq!(status.verdict.map(|v| v.as_str()), Some("Ok"));
         assert!(
             status.error.as_deref().unwrap_or("").contains("expired"),
             "{status:?}"
@@ -281,7 +409,7 @@ async fn replayed_ok_of_a_stopped_agent_reads_stale_after_expiry() {
     // calls it stale.
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     h.round().await.unwrap();
-    assert_eq!(agent_state(&h, &node(2)).unwrap().state, "stale");
+    assert_eq!(agent_state(&h, &node(2)).unwrap().state.as_str(), "stale");
     assert!(h.incidents().unwrap().is_empty());
 }
 
@@ -300,8 +428,8 @@ async fn replayed_evacuate_after_expiry_starts_nothing() {
         let summary = h.round().await.unwrap();
         assert_eq!(summary.jobs_submitted, 0);
         let status = agent_state(&h, &node(2)).unwrap();
-        assert_eq!(status.state, "stale", "{status:?}");
-        assert_eq!(status.verdict.as_deref(), Some("evacuate"));
+        assert_eq!(status.state.as_str(), "stale", "{status:?}");
+        assert_eq!(status.verdict.map(|v| v.as_str()), Some("evacuate"));
     }
     assert!(h.incidents().unwrap().is_empty());
     assert!(h.sim.submissions().is_empty());
@@ -392,6 +520,15 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     let id = entry["id"].as_str().unwrap().to_owned();
     let jobs = get_json(&client, format!("{base}/1/jobs")).await;
     assert!(jobs.is_array());
+    // maintd's /1/evacuated (nothing evacuated here).
+    assert_eq!(
+        status_of(client.get(format!("{base}/1/evacuated"))).await,
+        200
+    );
+    assert_eq!(
+        get_json(&client, format!("{base}/1/evacuated")).await,
+        json!([])
+    );
     assert_eq!(
         status_of(client.get(format!("{base}/1/incidents/{id}"))).await,
         200
@@ -415,6 +552,11 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     let overview = get_json(&client, format!("{base}/1/overview")).await;
     assert_eq!(overview["incidents"][0]["repair-status"], "canceled");
     assert_eq!(overview["agents"].as_array().unwrap().len(), 3);
+    // What `nodecare status` decodes: the coordinator's answer fits the wire types.
+    let typed: nodecare_protocol::status::Overview =
+        serde_json::from_value(overview.clone()).unwrap();
+    assert_eq!(typed.incidents[0].repair_status, "canceled");
+    assert!(!typed.incidents[0].tag_applied);
     server.abort();
 }
 

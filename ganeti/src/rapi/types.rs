@@ -158,6 +158,7 @@ impl From<RapiNode> for ganeti::Node {
             secondary_instances: w.sinst_list,
             memory_free: w.mfree,
             memory_total: w.mtotal,
+            disk_free: w.dfree,
         }
     }
 }
@@ -211,6 +212,7 @@ impl From<RapiInstance> for ganeti::Instance {
             status: w.status,
             memory: w.beparams.maxmem.filter(|m| *m > 0),
             tags: w.tags,
+            disk_sizes: w.disk_sizes,
         }
     }
 }

@@ -1,0 +1,136 @@
+//! `nodecare status` against a canned coordinator: the tables people read, compared with golden
+//! files under `tests/status/` (regenerate with `UPDATE_GOLDEN=1`), and clear errors.
+#![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test runs the nodecare binary"
+)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::Command;
+
+/// Serves `answers` (status line, body), one per connection, then stops; returns the base URL.
+fn coordinator(answers: Vec<(&'static str, String)>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for (status, body) in answers {
+            let Ok((stream, _)) = listener.accept() else {
+                return;
+            };
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                line.clear();
+            }
+            let mut stream = reader.into_inner();
+            let _ignored = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/status")
+        .join(name)
+}
+
+fn nodecare(url: &str, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_nodecare"))
+        .arg("status")
+        .args(args)
+        .args(["--url", url])
+        .env_remove("NODECARE_COORDINATOR_URL")
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = fixture(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        actual,
+        expected,
+        "output differs from {} (UPDATE_GOLDEN=1 rewrites it)",
+        path.display()
+    );
+}
+
+/// Every incident state: the tag only when it is on the node, `blocked_by` for blocked
+/// incidents, `acknowledged` and when, failures; agents that are not `ok`.
+#[test]
+fn status_shows_each_incident_state() {
+    let body = std::fs::read_to_string(fixture("overview.json")).unwrap();
+    let url = coordinator(vec![("200 OK", body)]);
+    let (ok, stdout, stderr) = nodecare(&url, &[]);
+    assert!(ok, "{stderr}");
+    golden("status.txt", &stdout);
+}
+
+/// `-a` also lists agents that are fine, and an `unknown` verdict shows its reason.
+#[test]
+fn status_all_shows_the_reason_of_an_unknown_verdict() {
+    let body = std::fs::read_to_string(fixture("overview.json")).unwrap();
+    let url = coordinator(vec![("200 OK", body)]);
+    let (ok, stdout, stderr) = nodecare(&url, &["-a"]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("smart-disk: exit code 2: smartctl: not found"),
+        "{stdout}"
+    );
+    golden("status-all.txt", &stdout);
+}
+
+#[test]
+fn status_without_incidents() {
+    let body = r#"{"node":"n1","round":{"number":1,"started_ms":0,"duration_ms":3,"agents":1,
+        "agents_failed":0,"jobs_submitted":0,"error":null},"incidents":[],"agents":[{"node":"n1",
+        "state":"ok","verdict":"Ok","fingerprint":"a","sequence":1,"error":null,"checked_at_ms":0,
+        "last_ok_ms":0}],"intents":[],"jobs":[]}"#;
+    let url = coordinator(vec![("200 OK", body.to_owned())]);
+    let (ok, stdout, stderr) = nodecare(&url, &[]);
+    assert!(ok, "{stderr}");
+    golden("status-empty.txt", &stdout);
+}
+
+#[test]
+fn errors_are_clear() {
+    let url = coordinator(vec![
+        (
+            "500 Internal Server Error",
+            r#"{"code":500,"message":"database is locked"}"#.to_owned(),
+        ),
+        ("200 OK", r#"{"node":"n1"}"#.to_owned()),
+        ("200 OK", "<html>".to_owned()),
+    ]);
+    let (ok, _, stderr) = nodecare(&url, &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("HTTP 500") && stderr.contains("database is locked"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = nodecare(&url, &[]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("not a coordinator overview") && stderr.contains("round"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = nodecare(&url, &[]);
+    assert!(!ok);
+    assert!(stderr.contains("not a coordinator overview"), "{stderr}");
+}

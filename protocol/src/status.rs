@@ -1,0 +1,169 @@
+//! The coordinator's status API (`/1/status`, `/1/agents`, `/1/overview`): the types the
+//! coordinator serialises and `nodecare status` decodes.
+//!
+//! An incident entry of `/1/status` is maintd's incident record plus nodecare's fields; the
+//! [`IncidentSummary`] here names the fields a reader needs (others, such as `original` and
+//! `history`, are ignored when decoding).
+
+use serde::{Deserialize, Serialize};
+
+use crate::verdict::DiagnoseStatus;
+
+/// How the last read of a node's agent went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AgentState {
+    /// A verified, fresh report.
+    Ok,
+    /// A verified report the agent marks stale (not diagnosed since its restart): not acted on.
+    Stale,
+    /// No answer (connect error, timeout, HTTP error).
+    Unreachable,
+    /// An answer that does not verify or does not parse.
+    Unverifiable,
+}
+
+impl AgentState {
+    /// The wire spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Stale => "stale",
+            Self::Unreachable => "unreachable",
+            Self::Unverifiable => "unverifiable",
+        }
+    }
+}
+
+impl std::fmt::Display for AgentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One agent's status (`/1/agents`, and `agent` of each incident).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    /// Node name.
+    pub node: String,
+    /// How the last read went.
+    pub state: AgentState,
+    /// Verdict status of the last verified report.
+    pub verdict: Option<DiagnoseStatus>,
+    /// Why the verdict is `unknown`, as the report has it: each failing script's name and what
+    /// went wrong (`script: reason; ...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Fingerprint of the last verified report.
+    pub fingerprint: Option<String>,
+    /// Sequence of the last verified report.
+    pub sequence: Option<u64>,
+    /// Error message, when no verified report was read.
+    pub error: Option<String>,
+    /// Unix ms of this check.
+    pub checked_at_ms: u64,
+    /// Unix ms of the last verified report.
+    pub last_ok_ms: Option<u64>,
+}
+
+/// What the coordinator's last round did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RoundSummary {
+    /// Round number since start.
+    pub number: u64,
+    /// Unix ms when it started.
+    pub started_ms: u64,
+    /// Duration in ms.
+    pub duration_ms: u64,
+    /// Agents read.
+    pub agents: usize,
+    /// Agents that did not give a verified report.
+    pub agents_failed: usize,
+    /// Jobs submitted in this round.
+    pub jobs_submitted: usize,
+    /// Error that ended the round early, if any.
+    pub error: Option<String>,
+}
+
+/// An incident as a reader of the status API sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IncidentSummary {
+    /// Incident uuid.
+    pub id: String,
+    /// Node name.
+    pub node: String,
+    /// Requested action (`live-repair`, `evacuate`, `evacuate-failover`).
+    pub action: String,
+    /// maintd's `repair-status` (`noted`, `pending`, `canceled`, `failed`, `completed`).
+    #[serde(rename = "repair-status")]
+    pub repair_status: String,
+    /// Ganeti jobs submitted for the incident.
+    #[serde(default)]
+    pub jobs: Vec<u64>,
+    /// The tag that is, or on success will be, put on the node.
+    pub tag: String,
+    /// Whether the tag is on the node (its job succeeded).
+    #[serde(default)]
+    pub tag_applied: bool,
+    /// Whether an operator removed the tag (acknowledged the incident).
+    #[serde(default)]
+    pub acknowledged: bool,
+    /// When the acknowledgement was seen, Unix seconds.
+    #[serde(default)]
+    pub acknowledged_at: Option<f64>,
+    /// Why no action is taken right now, if so.
+    #[serde(default)]
+    pub blocked_by: Option<String>,
+    /// Why the incident failed, if it did.
+    #[serde(default)]
+    pub failure: Option<String>,
+    /// Last change, Unix seconds.
+    #[serde(default)]
+    pub mtime: f64,
+}
+
+/// `/1/overview`: what `nodecare status` shows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Overview {
+    /// The node the coordinator runs on.
+    pub node: String,
+    /// The last round.
+    pub round: RoundSummary,
+    /// Incidents not yet forgotten.
+    pub incidents: Vec<IncidentSummary>,
+    /// Every agent's status.
+    pub agents: Vec<AgentStatus>,
+    /// Ids of jobs still in flight.
+    #[serde(default)]
+    pub jobs: Vec<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_status_round_trips_and_reason_is_optional() {
+        let text = r#"{"node":"n1","state":"ok","verdict":"unknown","reason":"disk: exit code 2",
+            "fingerprint":"f","sequence":3,"error":null,"checked_at_ms":5,"last_ok_ms":5}"#;
+        let status: AgentStatus = serde_json::from_str(text).unwrap();
+        assert_eq!(status.state, AgentState::Ok);
+        assert_eq!(status.verdict, Some(DiagnoseStatus::Unknown));
+        assert_eq!(status.reason.as_deref(), Some("disk: exit code 2"));
+        let back: AgentStatus =
+            serde_json::from_str(&serde_json::to_string(&status).unwrap()).unwrap();
+        assert_eq!(back, status);
+        let without = r#"{"node":"n1","state":"unreachable","verdict":null,"fingerprint":null,
+            "sequence":null,"error":"refused","checked_at_ms":5,"last_ok_ms":null}"#;
+        let status: AgentStatus = serde_json::from_str(without).unwrap();
+        assert_eq!(status.reason, None);
+        assert!(!serde_json::to_string(&status).unwrap().contains("reason"));
+    }
+
+    #[test]
+    fn unknown_agent_state_is_an_error() {
+        let text = r#"{"node":"n1","state":"fine","verdict":null,"fingerprint":null,
+            "sequence":null,"error":null,"checked_at_ms":5,"last_ok_ms":null}"#;
+        assert!(serde_json::from_str::<AgentStatus>(text).is_err());
+    }
+}
