@@ -574,7 +574,7 @@ async fn a_watched_verdict_change_starts_a_round_at_once() {
             .agents
             .read()
             .ok()
-            .and_then(|agents| agents.get(name).and_then(|a| a.verdict.clone()))
+            .and_then(|agents| agents.get(name).and_then(|a| a.verdict))
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -600,11 +600,17 @@ async fn a_watched_verdict_change_starts_a_round_at_once() {
     wait_until("the watch's first answer", &|| agent.requests() >= 2);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(rounds(), 1, "no round without a change");
-    assert_eq!(verdict_of(&node(2)).as_deref(), Some("Ok"));
+    assert_eq!(
+        verdict_of(&node(2)),
+        Some(nodecare_protocol::DiagnoseStatus::Ok)
+    );
 
     agent.set_verdict(evacuate());
     wait_until("a round started by the watch", &|| rounds() >= 2);
-    assert_eq!(verdict_of(&node(2)).as_deref(), Some("evacuate"));
+    assert_eq!(
+        verdict_of(&node(2)),
+        Some(nodecare_protocol::DiagnoseStatus::Evacuate)
+    );
 
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();

@@ -136,9 +136,9 @@ async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
             .agents
             .read()
             .ok()
-            .and_then(|agents| agents.get(&node(2)).and_then(|a| a.verdict.clone()))
+            .and_then(|agents| agents.get(&node(2)).and_then(|a| a.verdict))
     };
-    while verdict().as_deref() != Some("evacuate") {
+    while verdict() != Some(nodecare_protocol::DiagnoseStatus::Evacuate) {
         if Instant::now() > deadline {
             bail!("the flipped verdict was not seen within 60 s");
         }
