@@ -5,9 +5,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod list;
 mod roll;
 mod roll_http;
 mod status;
+mod views;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -28,6 +30,12 @@ enum Command {
     Roll(roll::RollArgs),
     /// Show the coordinator's incidents, agents and jobs.
     Status(status::StatusArgs),
+    /// List incidents (`incidents show UUID`: one incident with its history, jobs and verdict).
+    Incidents(views::IncidentsArgs),
+    /// List nodes: each agent's latest verdict, its age, and why a verdict is `unknown`.
+    Nodes(views::NodesArgs),
+    /// Live view of `nodecare status`, refreshed every few seconds until ^C.
+    Watch(views::WatchArgs),
     /// Cancel an incident: no more actions; forgotten once no longer observed.
     Cancel(status::CancelArgs),
 }
@@ -38,6 +46,9 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Roll(args) => roll::run(args),
         Command::Status(args) => status::run_status(args),
+        Command::Incidents(args) => views::run_incidents(args),
+        Command::Nodes(args) => views::run_nodes(args),
+        Command::Watch(args) => views::run_watch(args),
         Command::Cancel(args) => status::run_cancel(args),
     }
 }
@@ -45,4 +56,12 @@ pub fn run() -> ExitCode {
 /// The command-line definition, for generated documentation (man pages, shell completions).
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn command_definition_is_consistent() {
+        super::command().debug_assert();
+    }
 }

@@ -66,7 +66,7 @@ fn message(body: &str) -> String {
 }
 
 /// GETs `url` and returns the body of a successful answer.
-fn fetch(url: &str) -> Result<String, String> {
+pub(crate) fn fetch(url: &str) -> Result<String, String> {
     let response = client()?
         .get(url)
         .send()
@@ -137,7 +137,7 @@ pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// The TAG cell: the tag only while it is on the node (applied and not removed).
-fn tag_cell(incident: &IncidentSummary) -> String {
+pub(crate) fn tag_cell(incident: &IncidentSummary) -> String {
     if incident.tag_applied && !incident.acknowledged {
         incident.tag.clone()
     } else {
@@ -146,7 +146,7 @@ fn tag_cell(incident: &IncidentSummary) -> String {
 }
 
 /// The NOTE cell: what holds the incident or how it ended.
-fn note_cell(incident: &IncidentSummary) -> String {
+pub(crate) fn note_cell(incident: &IncidentSummary) -> String {
     let mut notes = Vec::new();
     if let Some(blocked) = &incident.blocked_by {
         notes.push(format!("blocked_by: {blocked}"));
