@@ -11,6 +11,12 @@ mod roll_http;
 mod status;
 mod views;
 
+const VIEW_HELP: &str = "Like gnt-* list commands: -o selects the incidents table's fields (those of \
+`nodecare incidents`), -O the agents table's (those of `nodecare nodes`); `+FIELDS` adds to the \
+defaults. --no-headers and --separator apply to both tables and leave out the summary lines: the \
+incident rows, an empty line, the agent rows. --json prints {\"incidents\": [...], \"agents\": [...]} \
+with the selected fields.";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "nodecare",
@@ -29,12 +35,14 @@ enum Command {
     /// Plan rolling reboots (hroller-compatible options and output).
     Roll(roll::RollArgs),
     /// Show the coordinator's incidents, agents and jobs.
+    #[command(after_help = VIEW_HELP)]
     Status(status::StatusArgs),
     /// List incidents (`incidents show UUID`: one incident with its history, jobs and verdict).
     Incidents(views::IncidentsArgs),
     /// List nodes: each agent's latest verdict, its age, and why a verdict is `unknown`.
     Nodes(views::NodesArgs),
     /// Live view of `nodecare status`, refreshed every few seconds until ^C.
+    #[command(after_help = VIEW_HELP)]
     Watch(views::WatchArgs),
     /// Cancel an incident: no more actions; forgotten once no longer observed.
     Cancel(status::CancelArgs),

@@ -31,6 +31,8 @@ pub(crate) struct Field<T> {
     pub(crate) name: &'static str,
     /// The column title.
     pub(crate) title: &'static str,
+    /// Whether the column is numeric (job ids, sequence numbers): right-aligned, as gnt-* does.
+    pub(crate) numeric: bool,
     /// The cell; `None` is shown as `-` (and `null` in JSON).
     pub(crate) cell: fn(&T) -> Option<String>,
 }
@@ -73,29 +75,66 @@ pub(crate) fn select<'a, T>(
         .collect())
 }
 
+/// How aligned columns look: gnt-* lists (`Title` headers, one space between columns) or the
+/// `nodecare status` tables (`TITLE` headers, two spaces).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Style {
+    /// `nodecare incidents`, `nodecare nodes`.
+    List,
+    /// `nodecare status`, `nodecare watch`.
+    Status,
+}
+
+/// The rows as JSON objects with the selected fields (`null` where the table shows `-`).
+pub(crate) fn json_rows<T>(fields: &[&Field<T>], rows: &[T]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|row| {
+                let map: Map<String, Value> = fields
+                    .iter()
+                    .map(|f| {
+                        (
+                            f.name.to_owned(),
+                            (f.cell)(row).map_or(Value::Null, Value::String),
+                        )
+                    })
+                    .collect();
+                Value::Object(map)
+            })
+            .collect(),
+    )
+}
+
 /// Renders `rows` with `fields` as `args` asks: aligned columns, separated fields or JSON.
 pub(crate) fn render<T>(fields: &[&Field<T>], rows: &[T], args: &ListArgs) -> String {
+    if args.json {
+        let mut text = serde_json::to_string_pretty(&json_rows(fields, rows))
+            .unwrap_or_else(|_| "[]".to_owned());
+        text.push('\n');
+        return text;
+    }
+    render_table(fields, rows, args, Style::List)
+}
+
+/// Renders `rows` as a table (aligned, or separated with `--separator`), with or without the
+/// header line; numeric columns are right-aligned.
+pub(crate) fn render_table<T>(
+    fields: &[&Field<T>],
+    rows: &[T],
+    args: &ListArgs,
+    style: Style,
+) -> String {
     let cells: Vec<Vec<Option<String>>> = rows
         .iter()
         .map(|row| fields.iter().map(|f| (f.cell)(row)).collect())
         .collect();
-    if args.json {
-        let objects: Vec<Value> = cells
-            .into_iter()
-            .map(|row| {
-                let map: Map<String, Value> = fields
-                    .iter()
-                    .zip(row)
-                    .map(|(f, cell)| (f.name.to_owned(), cell.map_or(Value::Null, Value::String)))
-                    .collect();
-                Value::Object(map)
-            })
-            .collect();
-        let mut text = serde_json::to_string_pretty(&objects).unwrap_or_else(|_| "[]".to_owned());
-        text.push('\n');
-        return text;
-    }
-    let header: Vec<String> = fields.iter().map(|f| f.title.to_owned()).collect();
+    let header: Vec<String> = fields
+        .iter()
+        .map(|f| match style {
+            Style::List => f.title.to_owned(),
+            Style::Status => f.title.to_uppercase(),
+        })
+        .collect();
     let body: Vec<Vec<String>> = cells
         .into_iter()
         .map(|row| {
@@ -116,7 +155,11 @@ pub(crate) fn render<T>(fields: &[&Field<T>], rows: &[T], args: &ListArgs) -> St
         }
         return out;
     }
-    // Aligned like gnt-*: columns padded to the widest cell, one space between them.
+    // Aligned like gnt-*: columns padded to the widest cell, numbers to the right.
+    let gap = match style {
+        Style::List => " ",
+        Style::Status => "  ",
+    };
     let mut widths = vec![0; fields.len()];
     for line in &lines {
         for (width, cell) in widths.iter_mut().zip(line) {
@@ -127,9 +170,16 @@ pub(crate) fn render<T>(fields: &[&Field<T>], rows: &[T], args: &ListArgs) -> St
         let padded: Vec<String> = line
             .iter()
             .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
+            .zip(fields)
+            .map(|((cell, width), field)| {
+                if field.numeric {
+                    format!("{cell:>width$}")
+                } else {
+                    format!("{cell:<width$}")
+                }
+            })
             .collect();
-        let _ignored = writeln!(out, "{}", padded.join(" ").trim_end());
+        let _ignored = writeln!(out, "{}", padded.join(gap).trim_end());
     }
     out
 }
@@ -154,11 +204,13 @@ mod tests {
             Field {
                 name: "num",
                 title: "Num",
+                numeric: true,
                 cell: |r| Some(r.0.to_string()),
             },
             Field {
                 name: "name",
                 title: "Name",
+                numeric: false,
                 cell: |r| (!r.1.is_empty()).then(|| r.1.to_owned()),
             },
         ]
@@ -188,7 +240,7 @@ mod tests {
         let selected = select(&f, &["num", "name"], None).unwrap();
         let rows = [(1, "alpha"), (100, "")];
         let plain = render(&selected, &rows, &ListArgs::default());
-        assert_eq!(plain, "Num Name\n1   alpha\n100 -\n");
+        assert_eq!(plain, "Num Name\n  1 alpha\n100 -\n");
         let args = ListArgs {
             no_headers: true,
             separator: Some("|".into()),

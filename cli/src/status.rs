@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use nodecare_protocol::DiagnoseStatus;
 use nodecare_protocol::status::{AgentState, IncidentSummary, Overview};
 use serde::Deserialize;
+
+use crate::list::{Field, ListArgs, Style, json_rows, render_table, select};
+use crate::views::{INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_FIELDS, NodeRow, now_ms};
 
 /// Default coordinator API (on the master).
 pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:1816";
@@ -19,13 +21,55 @@ pub(crate) struct StatusArgs {
     /// Coordinator API base URL.
     #[arg(long, env = "NODECARE_COORDINATOR_URL", default_value = DEFAULT_URL)]
     url: String,
-    /// Print the coordinator's JSON instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    pub(crate) view: ViewArgs,
+}
+
+/// The options of `nodecare status` and `nodecare watch`: the gnt-* list options, `-o` for the
+/// incidents table and `-O` for the agents table.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ViewArgs {
     /// Also list agents that are fine.
     #[arg(long, short = 'a')]
-    all: bool,
+    pub(crate) all: bool,
+    /// Fields of the agents table, comma-separated (those of `nodecare nodes`); a list
+    /// starting with `+` adds to the default ones.
+    #[arg(short = 'O', long = "agent-fields", value_name = "FIELDS")]
+    pub(crate) agent_fields: Option<String>,
+    #[command(flatten)]
+    pub(crate) list: ListArgs,
 }
+
+/// What `-o`/`-O` select for the two tables of the status view.
+pub(crate) struct ViewFields {
+    incidents: Vec<&'static Field<IncidentSummary>>,
+    agents: Vec<&'static Field<NodeRow>>,
+}
+
+impl ViewArgs {
+    /// The selected fields, or an error naming the unknown ones and the valid ones.
+    pub(crate) fn fields(&self) -> Result<ViewFields, String> {
+        Ok(ViewFields {
+            incidents: select(
+                INCIDENT_FIELDS,
+                STATUS_INCIDENT_DEFAULTS,
+                self.list.output.as_deref(),
+            )
+            .map_err(|e| format!("-o: {e}"))?,
+            agents: select(
+                NODE_FIELDS,
+                STATUS_AGENT_DEFAULTS,
+                self.agent_fields.as_deref(),
+            )
+            .map_err(|e| format!("-O: {e}"))?,
+        })
+    }
+}
+
+/// The incidents table's default fields (as `nodecare incidents`).
+const STATUS_INCIDENT_DEFAULTS: &[&str] = INCIDENT_DEFAULTS;
+/// The agents table's default fields.
+const STATUS_AGENT_DEFAULTS: &[&str] = &["node", "agent", "verdict", "reason"];
 
 /// `nodecare cancel`.
 #[derive(Debug, Args)]
@@ -81,10 +125,6 @@ pub(crate) fn fetch(url: &str) -> Result<String, String> {
     Ok(body)
 }
 
-fn or_dash(value: Option<&str>) -> String {
-    value.map_or_else(|| "-".to_owned(), str::to_owned)
-}
-
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
 pub(crate) fn utc(unix_seconds: f64) -> String {
     if !unix_seconds.is_finite() || unix_seconds < 0.0 {
@@ -111,29 +151,6 @@ pub(crate) fn utc(unix_seconds: f64) -> String {
         rest % 3600 / 60,
         rest % 60
     )
-}
-
-/// Renders rows as an aligned table.
-pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: Vec<String>| {
-        let mut parts = Vec::new();
-        for (cell, width) in cells.iter().zip(&widths) {
-            parts.push(format!("{cell:<width$}"));
-        }
-        let _ignored = writeln!(out, "{}", parts.join("  ").trim_end());
-    };
-    line(header.iter().map(|h| (*h).to_owned()).collect());
-    for row in rows {
-        line(row.clone());
-    }
-    out
 }
 
 /// The TAG cell: the tag only while it is on the node (applied and not removed).
@@ -166,8 +183,36 @@ pub(crate) fn note_cell(incident: &IncidentSummary) -> String {
     notes.join("; ")
 }
 
-/// Renders `/1/overview` for people.
-pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
+/// Renders `/1/overview` as `args` asks. By default: the last round, the incidents table and
+/// the agents table (agents that are not `ok`, or all with `-a`). With `--no-headers` or
+/// `--separator`: only the two tables' lines, separated by one empty line. With `--json`: an
+/// object `{"incidents": [...], "agents": [...]}` of rows with the selected fields.
+pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &ViewFields) -> String {
+    let now = now_ms();
+    let agents: Vec<NodeRow> = overview
+        .agents
+        .iter()
+        .filter(|a| args.all || a.state != AgentState::Ok)
+        .map(|a| NodeRow {
+            status: a.clone(),
+            now_ms: now,
+        })
+        .collect();
+    let list = &args.list;
+    if list.json {
+        let object = serde_json::json!({
+            "incidents": json_rows(&fields.incidents, &overview.incidents),
+            "agents": json_rows(&fields.agents, &agents),
+        });
+        let mut text = serde_json::to_string_pretty(&object).unwrap_or_else(|_| "{}".to_owned());
+        text.push('\n');
+        return text;
+    }
+    let incidents = render_table(&fields.incidents, &overview.incidents, list, Style::Status);
+    let agent_table = render_table(&fields.agents, &agents, list, Style::Status);
+    if list.no_headers || list.separator.is_some() {
+        return format!("{incidents}\n{agent_table}");
+    }
     let mut out = String::new();
     let round = &overview.round;
     let _ignored = writeln!(
@@ -187,48 +232,10 @@ pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
     if overview.incidents.is_empty() {
         out.push_str("\nno incidents\n");
     } else {
-        let rows: Vec<Vec<String>> = overview
-            .incidents
-            .iter()
-            .map(|i| {
-                let jobs: Vec<String> = i.jobs.iter().map(u64::to_string).collect();
-                vec![
-                    i.id.clone(),
-                    i.node.clone(),
-                    i.action.clone(),
-                    i.repair_status.clone(),
-                    if jobs.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        jobs.join(",")
-                    },
-                    tag_cell(i),
-                    note_cell(i),
-                ]
-            })
-            .collect();
         out.push('\n');
-        out.push_str(&table(
-            &[
-                "INCIDENT", "NODE", "ACTION", "STATUS", "JOBS", "TAG", "NOTE",
-            ],
-            &rows,
-        ));
+        out.push_str(&incidents);
     }
-    let shown: Vec<Vec<String>> = overview
-        .agents
-        .iter()
-        .filter(|a| all_agents || a.state != AgentState::Ok)
-        .map(|a| {
-            vec![
-                a.node.clone(),
-                a.state.as_str().to_owned(),
-                or_dash(a.verdict.map(DiagnoseStatus::as_str)),
-                or_dash(a.error.as_deref().or(a.reason.as_deref())),
-            ]
-        })
-        .collect();
-    if shown.is_empty() {
+    if agents.is_empty() {
         let _ignored = writeln!(
             out,
             "\nall {} agents gave verified reports",
@@ -236,7 +243,7 @@ pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
         );
     } else {
         out.push('\n');
-        out.push_str(&table(&["NODE", "AGENT", "VERDICT", "REASON"], &shown));
+        out.push_str(&agent_table);
     }
     out
 }
@@ -244,12 +251,10 @@ pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
 /// Runs `nodecare status`.
 pub(crate) fn run_status(args: StatusArgs) -> ExitCode {
     let url = format!("{}/1/overview", args.url.trim_end_matches('/'));
-    let result = fetch(&url).and_then(|body| {
-        if args.json {
-            return Ok(body);
-        }
+    let result = args.view.fields().and_then(|fields| {
+        let body = fetch(&url)?;
         serde_json::from_str::<Overview>(&body)
-            .map(|overview| render_overview(&overview, args.all))
+            .map(|overview| render_overview(&overview, &args.view, &fields))
             .map_err(|e| format!("{url}: not a coordinator overview: {e}"))
     });
     match result {
@@ -330,11 +335,5 @@ mod tests {
         assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(-1.0), "?");
         assert_eq!(utc(f64::NAN), "?");
-    }
-
-    #[test]
-    fn table_aligns_columns() {
-        let t = table(&["A", "BB"], &[vec!["long".into(), "x".into()]]);
-        assert_eq!(t, "A     BB\nlong  x\n");
     }
 }

@@ -11,7 +11,7 @@ use nodecare_protocol::DiagnoseStatus;
 use nodecare_protocol::status::{AgentStatus, IncidentDetail, IncidentSummary, Overview};
 
 use crate::list::{Field, ListArgs, age, render, select};
-use crate::status::{DEFAULT_URL, fetch, note_cell, render_overview, tag_cell, utc};
+use crate::status::{DEFAULT_URL, ViewArgs, fetch, note_cell, render_overview, tag_cell, utc};
 
 /// `nodecare incidents`.
 #[derive(Debug, Args)]
@@ -65,12 +65,11 @@ pub(crate) struct WatchArgs {
     /// Seconds between refreshes.
     #[arg(long, short = 'n', default_value_t = 5.0, value_parser = parse_interval)]
     interval: f64,
-    /// Also list agents that are fine.
-    #[arg(long, short = 'a')]
-    all: bool,
     /// Stop after this many refreshes (0: until interrupted with ^C).
     #[arg(long, default_value_t = 0)]
     count: u64,
+    #[command(flatten)]
+    view: ViewArgs,
 }
 
 fn parse_interval(text: &str) -> Result<f64, String> {
@@ -85,7 +84,7 @@ fn parse_interval(text: &str) -> Result<f64, String> {
 }
 
 /// The time ages are measured from: now, or `NODECARE_NOW_MS` (Unix ms) for reproducible output.
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::env::var("NODECARE_NOW_MS")
         .ok()
         .and_then(|text| text.parse().ok())
@@ -106,75 +105,89 @@ fn non_empty(text: String) -> Option<String> {
 }
 
 /// The fields of `nodecare incidents`.
-const INCIDENT_FIELDS: &[Field<IncidentSummary>] = &[
+pub(crate) const INCIDENT_FIELDS: &[Field<IncidentSummary>] = &[
     Field {
         name: "id",
         title: "Incident",
+        numeric: false,
         cell: |i| Some(i.id.clone()),
     },
     Field {
         name: "node",
         title: "Node",
+        numeric: false,
         cell: |i| Some(i.node.clone()),
     },
     Field {
         name: "action",
         title: "Action",
+        numeric: false,
         cell: |i| Some(i.action.clone()),
     },
     Field {
         name: "status",
         title: "Status",
+        numeric: false,
         cell: |i| Some(i.repair_status.clone()),
     },
     Field {
         name: "jobs",
         title: "Jobs",
+        numeric: true,
         cell: |i| jobs_cell(&i.jobs),
     },
     Field {
         name: "tag",
         title: "Tag",
+        numeric: false,
         cell: |i| non_empty(tag_cell(i)).filter(|t| t != "-"),
     },
     Field {
         name: "tag_name",
         title: "TagName",
+        numeric: false,
         cell: |i| Some(i.tag.clone()),
     },
     Field {
         name: "tag_applied",
         title: "TagApplied",
+        numeric: false,
         cell: |i| Some(yes_no(i.tag_applied)),
     },
     Field {
         name: "acknowledged",
         title: "Acked",
+        numeric: false,
         cell: |i| Some(yes_no(i.acknowledged)),
     },
     Field {
         name: "blocked_by",
         title: "BlockedBy",
+        numeric: false,
         cell: |i| i.blocked_by.clone(),
     },
     Field {
         name: "failure",
         title: "Failure",
+        numeric: false,
         cell: |i| i.failure.clone(),
     },
     Field {
         name: "mtime",
         title: "Modified",
+        numeric: false,
         cell: |i| Some(utc(i.mtime)),
     },
     Field {
         name: "note",
         title: "Note",
+        numeric: false,
         cell: |i| non_empty(note_cell(i)),
     },
 ];
 
-const INCIDENT_DEFAULTS: &[&str] = &["id", "node", "action", "status", "jobs", "tag", "note"];
+pub(crate) const INCIDENT_DEFAULTS: &[&str] =
+    &["id", "node", "action", "status", "jobs", "tag", "note"];
 
 fn yes_no(value: bool) -> String {
     if value { "Y" } else { "N" }.to_owned()
@@ -182,25 +195,28 @@ fn yes_no(value: bool) -> String {
 
 /// A row of `nodecare nodes`: an agent's status and the time ages are measured from.
 pub(crate) struct NodeRow {
-    status: AgentStatus,
-    now_ms: u64,
+    pub(crate) status: AgentStatus,
+    pub(crate) now_ms: u64,
 }
 
 /// The fields of `nodecare nodes`.
-const NODE_FIELDS: &[Field<NodeRow>] = &[
+pub(crate) const NODE_FIELDS: &[Field<NodeRow>] = &[
     Field {
         name: "node",
         title: "Node",
+        numeric: false,
         cell: |r| Some(r.status.node.clone()),
     },
     Field {
         name: "agent",
         title: "Agent",
+        numeric: false,
         cell: |r| Some(r.status.state.as_str().to_owned()),
     },
     Field {
         name: "verdict",
         title: "Verdict",
+        numeric: false,
         cell: |r| {
             r.status
                 .verdict
@@ -210,6 +226,7 @@ const NODE_FIELDS: &[Field<NodeRow>] = &[
     Field {
         name: "age",
         title: "Age",
+        numeric: false,
         cell: |r| {
             r.status
                 .last_ok_ms
@@ -219,37 +236,43 @@ const NODE_FIELDS: &[Field<NodeRow>] = &[
     Field {
         name: "checked",
         title: "Checked",
+        numeric: false,
         cell: |r| Some(age(r.now_ms.saturating_sub(r.status.checked_at_ms))),
     },
     Field {
         name: "reason",
         title: "Reason",
+        numeric: false,
         cell: |r| r.status.error.clone().or_else(|| r.status.reason.clone()),
     },
     Field {
         name: "error",
         title: "Error",
+        numeric: false,
         cell: |r| r.status.error.clone(),
     },
     Field {
         name: "fingerprint",
         title: "Fingerprint",
+        numeric: false,
         cell: |r| r.status.fingerprint.clone(),
     },
     Field {
         name: "sequence",
         title: "Sequence",
+        numeric: true,
         cell: |r| r.status.sequence.map(|s| s.to_string()),
     },
     Field {
         name: "last_ok",
         title: "LastVerified",
+        numeric: false,
         #[allow(clippy::cast_precision_loss)]
         cell: |r| r.status.last_ok_ms.map(|ms| utc(ms as f64 / 1000.0)),
     },
 ];
 
-const NODE_DEFAULTS: &[&str] = &["node", "agent", "verdict", "age", "reason"];
+pub(crate) const NODE_DEFAULTS: &[&str] = &["node", "agent", "verdict", "age", "reason"];
 
 /// Prints `result` (or the error, prefixed with the command) and gives the exit code.
 fn finish(command: &str, result: Result<String, String>) -> ExitCode {
@@ -435,6 +458,13 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
 /// Runs `nodecare watch`: the status view, redrawn on a terminal, otherwise printed when it
 /// changes; ^C ends it with exit code 0.
 pub(crate) fn run_watch(args: WatchArgs) -> ExitCode {
+    let fields = match args.view.fields() {
+        Ok(fields) => fields,
+        Err(error) => {
+            eprintln!("nodecare watch: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let terminal = std::io::stdout().is_terminal();
     on_interrupt(terminal);
     let url = format!("{}/1/overview", base(&args.url));
@@ -443,7 +473,7 @@ pub(crate) fn run_watch(args: WatchArgs) -> ExitCode {
     loop {
         let view = fetch(&url).and_then(|body| {
             serde_json::from_str::<Overview>(&body)
-                .map(|overview| render_overview(&overview, args.all))
+                .map(|overview| render_overview(&overview, &args.view, &fields))
                 .map_err(|e| format!("{url}: not a coordinator overview: {e}"))
         });
         let text = view.unwrap_or_else(|error| format!("error: {error}\n"));

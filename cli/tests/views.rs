@@ -63,6 +63,7 @@ fn body_for(command: &str) -> String {
     match command {
         "incidents" => overview()["incidents"].to_string(),
         "nodes" => overview()["agents"].to_string(),
+        "overview" => std::fs::read_to_string(fixture("status/overview.json")).unwrap(),
         _ => std::fs::read_to_string(fixture("views/incident.json")).unwrap(),
     }
 }
@@ -141,6 +142,58 @@ fn every_list_form_matches_its_golden_file() {
             golden(&format!("{command}-{form}.txt"), &stdout);
         }
     }
+}
+
+/// `status` and `watch` take the list options too: `-o` for the incidents table, `-O` for the
+/// agents table, `--no-headers`/`--separator` for both (no summary lines), `--json` for both.
+#[test]
+fn status_and_watch_take_every_list_form() {
+    let forms: &[(&str, &[&str])] = &[
+        ("no-headers", &["--no-headers"]),
+        ("separator", &["--separator", "|"]),
+        (
+            "separator-no-headers",
+            &["--no-headers", "--separator", ":"],
+        ),
+        (
+            "fields",
+            &["-o", "node,status,jobs", "-O", "node,sequence,age"],
+        ),
+        ("plus-fields", &["-a", "-o", "+mtime", "-O", "+sequence"]),
+        ("json", &["--json"]),
+        (
+            "json-fields",
+            &["--json", "-a", "-o", "node,jobs", "-O", "node,verdict"],
+        ),
+    ];
+    for command in ["status", "watch"] {
+        for (form, options) in forms {
+            let (url, requests) = coordinator(vec![body_for("overview")]);
+            let mut args = vec![command];
+            if command == "watch" {
+                args.extend(["--count", "1"]);
+            }
+            args.extend(*options);
+            let (code, stdout, stderr) = nodecare(&args, &url);
+            assert_eq!(code, Some(0), "{command} {options:?}: {stderr}");
+            assert_eq!(requests.recv().unwrap(), "GET /1/overview HTTP/1.1");
+            if command == "status" && form.starts_with("json") {
+                let view: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+                assert!(
+                    view["incidents"].as_array().is_some_and(|r| !r.is_empty())
+                        && view["agents"].as_array().is_some_and(|r| !r.is_empty()),
+                    "{stdout}"
+                );
+            }
+            golden(&format!("{command}-{form}.txt"), &stdout);
+        }
+    }
+    let (code, _, stderr) = nodecare(&["status", "-O", "node,bogus"], "http://127.0.0.1:9");
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("-O: unknown output field(s) selected: bogus"),
+        "{stderr}"
+    );
 }
 
 /// `nodes` shows the reason of an `unknown` verdict and why an agent gave no verified report.

@@ -1,11 +1,16 @@
-//! The read commands against a live coordinator on the simulated cluster: what the coordinator
-//! serves decodes into the CLI's wire types and shows what happened.
+//! The `nodecare` read commands against a live coordinator on the simulated cluster: what the
+//! coordinator serves decodes into the CLI's wire types and shows what happened.
+//!
+//! The test runs the real `nodecare` binary from this test's target directory
+//! (`target/<profile>/nodecare`, built by `cargo build -p nodecare-cli` or any
+//! `--workspace` build); `NODECARE_BIN` names another one.
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
 #![allow(
     clippy::disallowed_methods,
     reason = "the test runs the nodecare binary"
 )]
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use nodecare_coordinator::incident::RepairStatus;
@@ -13,9 +18,36 @@ use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
 
+/// The `nodecare` binary: `NODECARE_BIN`, else `nodecare` in the profile directory this test
+/// binary was built into (`target/<profile>/deps/cli_live-*` → `target/<profile>/nodecare`).
+fn nodecare_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("NODECARE_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .parent()
+        .filter(|dir| dir.ends_with("deps"))
+        .and_then(|deps| deps.parent())
+        .unwrap_or_else(|| {
+            panic!(
+                "{} is not in a target/<profile>/deps directory",
+                exe.display()
+            )
+        });
+    let bin = profile_dir.join("nodecare");
+    assert!(
+        bin.is_file(),
+        "{} does not exist: build it first with `cargo build -p nodecare-cli` \
+         (same profile as the tests), or set NODECARE_BIN",
+        bin.display()
+    );
+    bin
+}
+
 /// Runs `nodecare ARGS --url URL` off the async workers; returns exit code and stdout/stderr.
 async fn nodecare(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_nodecare"));
+    let mut command = Command::new(nodecare_bin());
     command
         .args(args)
         .args(["--url", url])
@@ -108,6 +140,27 @@ async fn read_commands_show_a_completed_evacuation_and_an_unknown_verdict() {
             .is_some_and(|r| r.contains("disk")),
         "{unknown}"
     );
+
+    let (code, stdout, stderr) = nodecare(
+        &url,
+        &[
+            "status",
+            "-a",
+            "--no-headers",
+            "--separator",
+            "|",
+            "-o",
+            "id,status",
+            "-O",
+            "node,verdict",
+        ],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let (incidents, agents) = stdout.split_once("\n\n").unwrap();
+    assert_eq!(incidents, format!("{id}|completed"));
+    assert_eq!(agents.lines().count(), 4, "{stdout}");
+    assert!(agents.contains(&format!("{}|unknown", node(4))), "{stdout}");
 
     let (code, stdout, stderr) = nodecare(&url, &["watch", "--count", "1"]).await;
     assert_eq!(code, Some(0), "{stderr}");
