@@ -82,6 +82,41 @@ pub(crate) struct CancelArgs {
     /// Print the coordinator's JSON answer.
     #[arg(long)]
     json: bool,
+    /// User of the coordinator's users file (one with the `write` option).
+    #[arg(long, env = "NODECARE_USER")]
+    user: Option<String>,
+    /// File whose first line is the user's password (else `NODECARE_PASSWORD`).
+    #[arg(long, value_name = "FILE")]
+    password_file: Option<std::path::PathBuf>,
+}
+
+/// The credentials of a write: `--user` with the password from `--password-file` or the
+/// `NODECARE_PASSWORD` environment variable.
+fn credentials(
+    user: Option<&str>,
+    password_file: Option<&std::path::Path>,
+    env_password: Option<String>,
+) -> Result<Option<(String, String)>, String> {
+    let Some(user) = user else {
+        if password_file.is_some() {
+            return Err("--password-file needs --user".into());
+        }
+        return Ok(None);
+    };
+    let password = match password_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the password file {}: {e}", path.display()))?;
+            text.lines().next().unwrap_or("").to_owned()
+        }
+        None => env_password.ok_or_else(|| {
+            format!("--user {user} needs a password: --password-file FILE or NODECARE_PASSWORD")
+        })?,
+    };
+    if password.is_empty() {
+        return Err("the password is empty".into());
+    }
+    Ok(Some((user.to_owned(), password)))
 }
 
 fn client() -> Result<reqwest::blocking::Client, String> {
@@ -279,9 +314,24 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
         args.url.trim_end_matches('/'),
         args.incident
     );
+    let credentials = match credentials(
+        args.user.as_deref(),
+        args.password_file.as_deref(),
+        std::env::var("NODECARE_PASSWORD").ok(),
+    ) {
+        Ok(credentials) => credentials,
+        Err(error) => {
+            eprintln!("nodecare cancel: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let anonymous = credentials.is_none();
     let result = client().and_then(|client| {
-        let response = client
-            .post(&url)
+        let mut request = client.post(&url);
+        if let Some((user, password)) = &credentials {
+            request = request.basic_auth(user, Some(password));
+        }
+        let response = request
             .send()
             .map_err(|e| format!("cannot reach the coordinator at {url}: {e}"))?;
         let status = response.status();
@@ -309,6 +359,11 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
         }
         Ok((status, body)) => {
             eprintln!("nodecare cancel: HTTP {status}: {}", message(&body));
+            if anonymous && status == reqwest::StatusCode::UNAUTHORIZED {
+                eprintln!(
+                    "nodecare cancel: give a user with the write option: --user USER and --password-file FILE (or NODECARE_PASSWORD)"
+                );
+            }
             ExitCode::FAILURE
         }
         Err(error) => {
@@ -327,6 +382,39 @@ struct CancelAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credentials_come_from_a_file_or_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret\nignored\n").unwrap();
+        assert_eq!(credentials(None, None, Some("x".into())), Ok(None));
+        assert_eq!(
+            credentials(Some("admin"), Some(&file), Some("env".into())),
+            Ok(Some(("admin".into(), "s3cret".into())))
+        );
+        assert_eq!(
+            credentials(Some("admin"), None, Some("env".into())),
+            Ok(Some(("admin".into(), "env".into())))
+        );
+        assert!(
+            credentials(Some("admin"), None, None)
+                .unwrap_err()
+                .contains("needs a password")
+        );
+        assert!(
+            credentials(None, Some(&file), None)
+                .unwrap_err()
+                .contains("needs --user")
+        );
+        assert!(
+            credentials(Some("admin"), Some(&dir.path().join("missing")), None)
+                .unwrap_err()
+                .contains("cannot read the password file")
+        );
+        std::fs::write(&file, "\n").unwrap();
+        assert!(credentials(Some("admin"), Some(&file), None).is_err());
+    }
 
     #[test]
     fn utc_formats_unix_seconds() {
