@@ -82,6 +82,8 @@ pub struct Board {
     pub metrics: crate::metrics::CoordinatorMetrics,
     /// Incident state changes: time to heal and webhook notifications.
     pub changes: crate::notify::Changes,
+    /// The agents the last round read (what the watches follow).
+    pub targets: RwLock<Vec<AgentTarget>>,
 }
 
 /// The reconciler.
@@ -392,6 +394,9 @@ impl Reconciler {
                 base_url: self.settings.agent_urls.base(node),
             })
             .collect();
+        if let Ok(mut watched) = self.board.targets.write() {
+            watched.clone_from(&targets);
+        }
         let sequences = self.store.agent_sequences()?;
         let results = self.scraper.scrape(targets, &sequences, now_ms).await;
         summary.agents = results.len();
