@@ -654,8 +654,11 @@ impl SimCluster {
                     }
                     Err((status, message)) => {
                         if let Some(job) = self.jobs.get_mut(&id) {
+                            // Ganeti starts the job, which fails before its opcode runs.
+                            let at = now_ms.max(job.received_ms);
                             job.status = status;
-                            job.end_ms = Some(now_ms.max(job.received_ms));
+                            job.start_ms = Some(at);
+                            job.end_ms = Some(at);
                             job.log.push(message.clone());
                             job.opresult = SimFailure::exec(message).to_opresult();
                         }

@@ -131,7 +131,11 @@ fn parse_depends(req: &SimRequest) -> Result<Vec<(u64, Vec<JobStatus>)>, String>
     let Some(value) = req.body_field("depends") else {
         return Ok(Vec::new());
     };
-    let invalid = || "Parameter 'depends' fails validation".to_owned();
+    // Ganeti 3.0.2 names the opcode (`OP_TAGS_SET.depends`); the route does not know it yet.
+    let invalid = || {
+        "Invalid body parameters: (\"Parameter 'depends' fails validation\", 'wrong_input')"
+            .to_owned()
+    };
     let list = value.as_array().ok_or_else(invalid)?;
     list.iter()
         .map(|dep| {
