@@ -58,6 +58,30 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         input: PathBuf,
     },
+    /// Tools for diagnose scripts' authors.
+    Script {
+        /// What to do.
+        #[command(subcommand)]
+        action: ScriptAction,
+    },
+}
+
+/// `nodecare-agent script ...`.
+#[derive(Debug, Subcommand)]
+pub enum ScriptAction {
+    /// Run a diagnose script in the agent's sandbox a few times and say, in plain words, what
+    /// the agent would make of it: whitelist problems, its verdict, output problems and
+    /// unstable fingerprints. Exit 0 when it passes, 1 when it has problems, 2 when it cannot
+    /// be checked.
+    Check {
+        /// The script.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// How many times to run it.
+        #[arg(long, default_value_t = crate::script_check::DEFAULT_RUNS,
+              value_parser = clap::value_parser!(u32).range(1..=20))]
+        runs: u32,
+    },
 }
 
 /// Every configuration option as a flag; `None` keeps the file's value.

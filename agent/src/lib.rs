@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 pub mod repair;
 pub mod scheduler;
+pub mod script_check;
 pub mod signing;
 pub mod state;
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use nodecare_agent::cli::{Cli, Command};
+use nodecare_agent::cli::{Cli, Command, ScriptAction};
 use nodecare_agent::config::Config;
 use nodecare_agent::signing::{DiagnoseSigner, load_signer};
 use nodecare_agent::state::StateDir;
@@ -44,6 +44,9 @@ fn main() -> ExitCode {
         Command::Repair { command, input } => {
             runtime().and_then(|rt| rt.block_on(repair(&config, &command, &input)))
         }
+        Command::Script {
+            action: ScriptAction::Check { file, runs },
+        } => return script_check(&config, &file, runs),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -79,6 +82,39 @@ async fn repair(config: &Config, command: &str, input: &std::path::Path) -> anyh
         Ok(())
     } else {
         anyhow::bail!("repair command {command} {}", record.state.as_str())
+    }
+}
+
+/// `nodecare-agent script check FILE`: 0 pass, 1 fail, 2 cannot check.
+fn script_check(config: &Config, file: &std::path::Path, runs: u32) -> ExitCode {
+    let diagnose = config.diagnose();
+    let checked = runtime()
+        .map_err(|error| format!("{error:#}"))
+        .and_then(|rt| {
+            rt.block_on(nodecare_agent::script_check::check_script(
+                file,
+                &diagnose.dir,
+                diagnose.limits,
+                runs,
+            ))
+            .map_err(|error| error.to_string())
+        });
+    match checked {
+        Ok(report) => {
+            let _ignored = std::io::Write::write_all(
+                &mut std::io::stdout().lock(),
+                report.render().as_bytes(),
+            );
+            if report.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(error) => {
+            eprintln!("nodecare-agent: {error}");
+            ExitCode::from(2)
+        }
     }
 }
 

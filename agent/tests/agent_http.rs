@@ -348,7 +348,9 @@ fn fake(name: &str, category: Option<&str>, behaviour: Behaviour) -> Arc<dyn Col
             category,
             ReportKind::Performance,
             Duration::from_secs(60),
-            Duration::from_millis(300),
+            // Long enough that a loaded machine still runs the failing and panicking collectors
+            // within it; only the hanging one reaches it.
+            Duration::from_secs(3),
         ),
         behaviour,
     ))
@@ -372,7 +374,24 @@ async fn one_failing_collector_never_breaks_another() {
         .await
         .unwrap();
     let address = agent.local_addr();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Wait until every collector has had its first run (the hanging one ends at its timeout),
+    // however slow the machine is.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let all = get(address, "/1/report/all").await.json();
+        let settled = all[0]["data"] == serde_json::json!({"cpu_number": 2})
+            && [(1, "gone"), (2, "panicked"), (3, "timed out")]
+                .iter()
+                .all(|(index, message)| {
+                    all[*index]["data"]["status"]["message"]
+                        .as_str()
+                        .is_some_and(|text| text.contains(message))
+                });
+        if settled || tokio::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     let list = get(address, "/1/list/collectors").await.json();
     assert_eq!(

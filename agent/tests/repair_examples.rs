@@ -1,5 +1,6 @@
-//! The example repair commands in `whitelist-examples/repair/`, run on a fake environment: a fake
-//! `systemctl` first on `PATH`, a fake sysfs root. Skips when `/usr/bin/python3` is missing.
+//! The example repair commands in `whitelist-examples/repair/`, run on a fake root given with
+//! their test-only `--test-root DIR` option: a fake `systemctl`, a fake sysfs. Skips when
+//! `/usr/bin/python3` is missing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(
@@ -35,18 +36,17 @@ struct Outcome {
     stderr: String,
 }
 
-fn run(script: &Path, input: &[u8], path_first: &Path, envs: &[(&str, &Path)]) -> Outcome {
-    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", path_first.display());
+/// Runs `script` as the agent would (empty environment but the fixed `PATH`), on the fake `root`.
+fn run(script: &Path, input: &[u8], root: &Path) -> Outcome {
     let mut command = Command::new(script);
     command
+        .arg("--test-root")
+        .arg(root)
         .env_clear()
-        .env("PATH", path)
+        .env("PATH", nodecare_collectors::runner::FIXED_PATH)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    for (key, value) in envs {
-        command.env(key, value);
-    }
     let mut child = command.spawn().unwrap();
     child.stdin.take().unwrap().write_all(input).unwrap();
     let output = child.wait_with_output().unwrap();
@@ -57,12 +57,14 @@ fn run(script: &Path, input: &[u8], path_first: &Path, envs: &[(&str, &Path)]) -
     }
 }
 
-/// A fake systemctl keeping each unit's state in `<dir>/state/<unit>` ("failed", "active") and
-/// logging every call to `<dir>/calls`. A unit listed in `<dir>/broken` fails to restart.
+/// A fake `<dir>/usr/bin/systemctl` keeping each unit's state in `<dir>/state/<unit>` ("failed",
+/// "active") and logging every call to `<dir>/calls`. A unit listed in `<dir>/broken` fails to
+/// restart.
 fn fake_systemctl(dir: &Path) {
     std::fs::create_dir_all(dir.join("state")).unwrap();
+    std::fs::create_dir_all(dir.join("usr/bin")).unwrap();
     let script = r#"#!/bin/sh
-here=$(dirname "$0")
+here='@DIR@'
 echo "$*" >> "$here/calls"
 verb=$1; shift
 [ "$1" = --quiet ] && shift
@@ -79,8 +81,9 @@ restart)
     echo active > "$here/state/$unit" ;;
 *) echo "unexpected verb $verb" >&2; exit 99 ;;
 esac
-"#;
-    let path = dir.join("systemctl");
+"#
+    .replace("@DIR@", &dir.display().to_string());
+    let path = dir.join("usr/bin/systemctl");
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
@@ -124,7 +127,6 @@ fn restart_failed_unit_restarts_only_failed_units() {
         &example("restart-failed-unit"),
         &input(&verdict),
         dir.path(),
-        &[],
     );
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
     assert_eq!(state(dir.path(), "multipathd.service"), "active");
@@ -156,7 +158,6 @@ fn restart_failed_unit_reports_a_failed_restart() {
         &example("restart-failed-unit"),
         &input(&verdict),
         dir.path(),
-        &[],
     );
     assert_eq!(outcome.code, 1);
     assert!(
@@ -180,7 +181,7 @@ fn restart_failed_unit_refuses_unusable_input() {
         input(&json!({"status": "live-repair", "details": {"unit": "; reboot"}})),
         input(&json!({"status": "live-repair", "details": {"unit": "--force"}})),
     ] {
-        let outcome = run(&example("restart-failed-unit"), &bad, dir.path(), &[]);
+        let outcome = run(&example("restart-failed-unit"), &bad, dir.path());
         assert_eq!(outcome.code, 2, "{}", String::from_utf8_lossy(&bad));
     }
     assert!(
@@ -191,14 +192,14 @@ fn restart_failed_unit_refuses_unusable_input() {
 
 fn fake_sysfs(root: &Path, hosts: &[&str]) {
     for host in hosts {
-        let dir = root.join("class/scsi_host").join(host);
+        let dir = root.join("sys/class/scsi_host").join(host);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("scan"), "").unwrap();
     }
 }
 
 fn scanned(root: &Path, host: &str) -> String {
-    std::fs::read_to_string(root.join("class/scsi_host").join(host).join("scan")).unwrap()
+    std::fs::read_to_string(root.join("sys/class/scsi_host").join(host).join("scan")).unwrap()
 }
 
 #[test]
@@ -209,24 +210,14 @@ fn rescan_scsi_host_writes_the_scan_files() {
     let sysfs = tempfile::tempdir().unwrap();
     fake_sysfs(sysfs.path(), &["host0", "host2", "host3"]);
     let verdict = json!({"status": "live-repair", "details": {"scsi_hosts": ["host2", 3]}});
-    let outcome = run(
-        &example("rescan-scsi-host"),
-        &input(&verdict),
-        sysfs.path(),
-        &[("NODECARE_SYSFS", sysfs.path())],
-    );
+    let outcome = run(&example("rescan-scsi-host"), &input(&verdict), sysfs.path());
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
     assert_eq!(scanned(sysfs.path(), "host2"), "- - -\n");
     assert_eq!(scanned(sysfs.path(), "host3"), "- - -\n");
     assert_eq!(scanned(sysfs.path(), "host0"), "");
 
     let all = json!({"status": "live-repair", "details": {"disks": {"scsi_host": "all"}}});
-    let outcome = run(
-        &example("rescan-scsi-host"),
-        &input(&all),
-        sysfs.path(),
-        &[("NODECARE_SYSFS", sysfs.path())],
-    );
+    let outcome = run(&example("rescan-scsi-host"), &input(&all), sysfs.path());
     assert_eq!(outcome.code, 0, "{}", outcome.stderr);
     assert_eq!(scanned(sysfs.path(), "host0"), "- - -\n");
 }
@@ -238,14 +229,8 @@ fn rescan_scsi_host_fails_on_missing_hosts_and_refuses_bad_names() {
     }
     let sysfs = tempfile::tempdir().unwrap();
     fake_sysfs(sysfs.path(), &["host0"]);
-    let env = [("NODECARE_SYSFS", sysfs.path())];
     let missing = json!({"status": "live-repair", "details": {"scsi_host": "host9"}});
-    let outcome = run(
-        &example("rescan-scsi-host"),
-        &input(&missing),
-        sysfs.path(),
-        &env,
-    );
+    let outcome = run(&example("rescan-scsi-host"), &input(&missing), sysfs.path());
     assert_eq!(outcome.code, 1);
     assert!(outcome.stderr.contains("host9"), "{}", outcome.stderr);
     for bad in [
@@ -253,12 +238,7 @@ fn rescan_scsi_host_fails_on_missing_hosts_and_refuses_bad_names() {
         json!({"status": "live-repair", "details": {}}),
         json!("text"),
     ] {
-        let outcome = run(
-            &example("rescan-scsi-host"),
-            &input(&bad),
-            sysfs.path(),
-            &env,
-        );
+        let outcome = run(&example("rescan-scsi-host"), &input(&bad), sysfs.path());
         assert_eq!(outcome.code, 2, "{bad}");
     }
     assert_eq!(scanned(sysfs.path(), "host0"), "");

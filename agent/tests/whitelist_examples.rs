@@ -19,16 +19,16 @@ fn example(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Runs an example with only `PATH` and the given variables, as the agent would (plus the
-/// test-only overrides).
-fn run(name: &str, env: &[(&str, &Path)]) -> ScriptVerdict {
+/// Runs an example with only `PATH`, as the agent would, on a fake root given with the
+/// test-only `--test-root DIR` option.
+fn run(name: &str, root: Option<&Path>) -> ScriptVerdict {
     let mut command = std::process::Command::new(example(name));
     command
         .env_clear()
         .env("PATH", nodecare_collectors::runner::FIXED_PATH)
         .current_dir("/");
-    for (key, value) in env {
-        command.env(key, value);
+    if let Some(root) = root {
+        command.arg("--test-root").arg(root);
     }
     let output = command.output().unwrap();
     assert!(
@@ -67,15 +67,14 @@ fn examples_have_valid_names_and_modes() {
         assert_eq!(mode & 0o7777 & !0o755, 0, "{name}: {mode:o}");
         assert_ne!(mode & 0o100, 0, "{name} not executable");
     }
-    assert_eq!(run("always-ok", &[]).status, DiagnoseStatus::Ok);
+    assert_eq!(run("always-ok", None).status, DiagnoseStatus::Ok);
 }
 
-/// A fake smartctl: `--scan` lists sda and sdb; `-H DEV` fails for the devices in FAILING.
-fn fake_smartctl(dir: &Path, failing: &str, temperature: u32) -> PathBuf {
-    let path = dir.join(format!(
-        "smartctl-{}-{temperature}",
-        failing.replace('/', "_")
-    ));
+/// A fake `<root>/usr/sbin/smartctl`: `--scan` lists sda and sdb; `-H DEV` fails for the
+/// devices in FAILING.
+fn fake_smartctl(root: &Path, failing: &str, temperature: u32) {
+    std::fs::create_dir_all(root.join("usr/sbin")).unwrap();
+    let path = root.join("usr/sbin/smartctl");
     write_executable(
         &path,
         &format!(
@@ -100,41 +99,40 @@ esac
 "#
         ),
     );
-    path
 }
 
 #[test]
 fn smart_disks_on_canned_smartctl_output() {
     let dir = tempfile::tempdir().unwrap();
-    let healthy = run(
-        "smart-disks",
-        &[("SMARTCTL", &fake_smartctl(dir.path(), "", 30))],
-    );
+    let healthy = {
+        fake_smartctl(dir.path(), "", 30);
+        run("smart-disks", Some(dir.path()))
+    };
     assert_eq!(healthy.status, DiagnoseStatus::Ok);
     assert_eq!(
         healthy.details["checked"],
         serde_json::json!(["/dev/sda", "/dev/sdb"])
     );
 
-    let failing = run(
-        "smart-disks",
-        &[("SMARTCTL", &fake_smartctl(dir.path(), "/dev/sdb", 30))],
-    );
+    let failing = {
+        fake_smartctl(dir.path(), "/dev/sdb", 30);
+        run("smart-disks", Some(dir.path()))
+    };
     assert_eq!(failing.status, DiagnoseStatus::Evacuate);
     assert_eq!(failing.details["failing"], serde_json::json!(["/dev/sdb"]));
     // Same failure, other volatile output: same verdict, stable output.
-    let again = run(
-        "smart-disks",
-        &[("SMARTCTL", &fake_smartctl(dir.path(), "/dev/sdb", 45))],
-    );
+    let again = {
+        fake_smartctl(dir.path(), "/dev/sdb", 45);
+        run("smart-disks", Some(dir.path()))
+    };
     assert_eq!(
         fingerprint("smart-disks", &failing),
         fingerprint("smart-disks", &again)
     );
-    let other = run(
-        "smart-disks",
-        &[("SMARTCTL", &fake_smartctl(dir.path(), "/dev/sda", 30))],
-    );
+    let other = {
+        fake_smartctl(dir.path(), "/dev/sda", 30);
+        run("smart-disks", Some(dir.path()))
+    };
     assert_ne!(
         fingerprint("smart-disks", &failing),
         fingerprint("smart-disks", &other)
@@ -145,8 +143,9 @@ fn smart_disks_on_canned_smartctl_output() {
 fn smart_disks_without_smartctl_fails_visibly() {
     let output = std::process::Command::new(example("smart-disks"))
         .env_clear()
-        .env("PATH", "/nonexistent")
-        .env("SMARTCTL", "/nonexistent/smartctl")
+        .env("PATH", nodecare_collectors::runner::FIXED_PATH)
+        .arg("--test-root")
+        .arg(tempfile::tempdir().unwrap().path())
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
@@ -154,7 +153,7 @@ fn smart_disks_without_smartctl_fails_visibly() {
 }
 
 fn sysfs(root: &Path, controllers: &[(&str, u64, u64)]) {
-    let mc = root.join("devices/system/edac/mc");
+    let mc = root.join("sys/devices/system/edac/mc");
     std::fs::create_dir_all(&mc).unwrap();
     for (name, ue, ce) in controllers {
         let dir = mc.join(name);
@@ -167,24 +166,24 @@ fn sysfs(root: &Path, controllers: &[(&str, u64, u64)]) {
 #[test]
 fn ecc_memory_on_canned_sysfs() {
     let absent = tempfile::tempdir().unwrap();
-    let verdict = run("ecc-memory", &[("SYSFS_ROOT", absent.path())]);
+    let verdict = run("ecc-memory", Some(absent.path()));
     assert_eq!(verdict.status, DiagnoseStatus::Ok);
     assert_eq!(verdict.details["edac"], "absent");
 
     let clean = tempfile::tempdir().unwrap();
     sysfs(clean.path(), &[("mc0", 0, 3), ("mc1", 0, 0)]);
-    let verdict = run("ecc-memory", &[("SYSFS_ROOT", clean.path())]);
+    let verdict = run("ecc-memory", Some(clean.path()));
     assert_eq!(verdict.status, DiagnoseStatus::Ok);
     assert_eq!(verdict.details["counts"]["mc0"]["ce"], 3);
 
     let broken = tempfile::tempdir().unwrap();
     sysfs(broken.path(), &[("mc0", 0, 3), ("mc1", 2, 10)]);
-    let first = run("ecc-memory", &[("SYSFS_ROOT", broken.path())]);
+    let first = run("ecc-memory", Some(broken.path()));
     assert_eq!(first.status, DiagnoseStatus::Evacuate);
     assert_eq!(first.details["uncorrectable"], serde_json::json!(["mc1"]));
     // Corrected errors keep counting: the verdict's identity does not change.
     sysfs(broken.path(), &[("mc0", 0, 50), ("mc1", 3, 99)]);
-    let later = run("ecc-memory", &[("SYSFS_ROOT", broken.path())]);
+    let later = run("ecc-memory", Some(broken.path()));
     assert_eq!(
         fingerprint("ecc-memory", &first),
         fingerprint("ecc-memory", &later)
@@ -193,14 +192,17 @@ fn ecc_memory_on_canned_sysfs() {
     let garbage = tempfile::tempdir().unwrap();
     sysfs(garbage.path(), &[("mc0", 0, 0)]);
     std::fs::write(
-        garbage.path().join("devices/system/edac/mc/mc0/ue_count"),
+        garbage
+            .path()
+            .join("sys/devices/system/edac/mc/mc0/ue_count"),
         "x\n",
     )
     .unwrap();
     let output = std::process::Command::new(example("ecc-memory"))
         .env_clear()
         .env("PATH", nodecare_collectors::runner::FIXED_PATH)
-        .env("SYSFS_ROOT", garbage.path())
+        .arg("--test-root")
+        .arg(garbage.path())
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
