@@ -5,9 +5,17 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod list;
 mod roll;
 mod roll_http;
 mod status;
+mod views;
+
+const VIEW_HELP: &str = "Like gnt-* list commands: -o selects the incidents table's fields (those of \
+`nodecare incidents`), -O the agents table's (those of `nodecare nodes`); `+FIELDS` adds to the \
+defaults. --no-headers and --separator apply to both tables and leave out the summary lines: the \
+incident rows, an empty line, the agent rows. --json prints {\"incidents\": [...], \"agents\": [...]} \
+with the selected fields.";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -27,7 +35,15 @@ enum Command {
     /// Plan rolling reboots (hroller-compatible options and output).
     Roll(roll::RollArgs),
     /// Show the coordinator's incidents, agents and jobs.
+    #[command(after_help = VIEW_HELP)]
     Status(status::StatusArgs),
+    /// List incidents (`incidents show UUID`: one incident with its history, jobs and verdict).
+    Incidents(views::IncidentsArgs),
+    /// List nodes: each agent's latest verdict, its age, and why a verdict is `unknown`.
+    Nodes(views::NodesArgs),
+    /// Live view of `nodecare status`, refreshed every few seconds until ^C.
+    #[command(after_help = VIEW_HELP)]
+    Watch(views::WatchArgs),
     /// Cancel an incident: no more actions; forgotten once no longer observed.
     Cancel(status::CancelArgs),
 }
@@ -38,6 +54,9 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Roll(args) => roll::run(args),
         Command::Status(args) => status::run_status(args),
+        Command::Incidents(args) => views::run_incidents(args),
+        Command::Nodes(args) => views::run_nodes(args),
+        Command::Watch(args) => views::run_watch(args),
         Command::Cancel(args) => status::run_cancel(args),
     }
 }
@@ -45,4 +64,12 @@ pub fn run() -> ExitCode {
 /// The command-line definition, for generated documentation (man pages, shell completions).
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn command_definition_is_consistent() {
+        super::command().debug_assert();
+    }
 }

@@ -6,9 +6,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use nodecare_protocol::DiagnoseStatus;
 use nodecare_protocol::status::{AgentState, IncidentSummary, Overview};
 use serde::Deserialize;
+
+use crate::list::{Field, ListArgs, Style, json_rows, render_table, select};
+use crate::views::{INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_FIELDS, NodeRow, now_ms};
 
 /// Default coordinator API (on the master).
 pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:1816";
@@ -19,13 +21,55 @@ pub(crate) struct StatusArgs {
     /// Coordinator API base URL.
     #[arg(long, env = "NODECARE_COORDINATOR_URL", default_value = DEFAULT_URL)]
     url: String,
-    /// Print the coordinator's JSON instead of tables.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    pub(crate) view: ViewArgs,
+}
+
+/// The options of `nodecare status` and `nodecare watch`: the gnt-* list options, `-o` for the
+/// incidents table and `-O` for the agents table.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ViewArgs {
     /// Also list agents that are fine.
     #[arg(long, short = 'a')]
-    all: bool,
+    pub(crate) all: bool,
+    /// Fields of the agents table, comma-separated (those of `nodecare nodes`); a list
+    /// starting with `+` adds to the default ones.
+    #[arg(short = 'O', long = "agent-fields", value_name = "FIELDS")]
+    pub(crate) agent_fields: Option<String>,
+    #[command(flatten)]
+    pub(crate) list: ListArgs,
 }
+
+/// What `-o`/`-O` select for the two tables of the status view.
+pub(crate) struct ViewFields {
+    incidents: Vec<&'static Field<IncidentSummary>>,
+    agents: Vec<&'static Field<NodeRow>>,
+}
+
+impl ViewArgs {
+    /// The selected fields, or an error naming the unknown ones and the valid ones.
+    pub(crate) fn fields(&self) -> Result<ViewFields, String> {
+        Ok(ViewFields {
+            incidents: select(
+                INCIDENT_FIELDS,
+                STATUS_INCIDENT_DEFAULTS,
+                self.list.output.as_deref(),
+            )
+            .map_err(|e| format!("-o: {e}"))?,
+            agents: select(
+                NODE_FIELDS,
+                STATUS_AGENT_DEFAULTS,
+                self.agent_fields.as_deref(),
+            )
+            .map_err(|e| format!("-O: {e}"))?,
+        })
+    }
+}
+
+/// The incidents table's default fields (as `nodecare incidents`).
+const STATUS_INCIDENT_DEFAULTS: &[&str] = INCIDENT_DEFAULTS;
+/// The agents table's default fields.
+const STATUS_AGENT_DEFAULTS: &[&str] = &["node", "agent", "verdict", "reason"];
 
 /// `nodecare cancel`.
 #[derive(Debug, Args)]
@@ -38,6 +82,41 @@ pub(crate) struct CancelArgs {
     /// Print the coordinator's JSON answer.
     #[arg(long)]
     json: bool,
+    /// User of the coordinator's users file (one with the `write` option).
+    #[arg(long, env = "NODECARE_USER")]
+    user: Option<String>,
+    /// File whose first line is the user's password (else `NODECARE_PASSWORD`).
+    #[arg(long, value_name = "FILE")]
+    password_file: Option<std::path::PathBuf>,
+}
+
+/// The credentials of a write: `--user` with the password from `--password-file` or the
+/// `NODECARE_PASSWORD` environment variable.
+fn credentials(
+    user: Option<&str>,
+    password_file: Option<&std::path::Path>,
+    env_password: Option<String>,
+) -> Result<Option<(String, String)>, String> {
+    let Some(user) = user else {
+        if password_file.is_some() {
+            return Err("--password-file needs --user".into());
+        }
+        return Ok(None);
+    };
+    let password = match password_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the password file {}: {e}", path.display()))?;
+            text.lines().next().unwrap_or("").to_owned()
+        }
+        None => env_password.ok_or_else(|| {
+            format!("--user {user} needs a password: --password-file FILE or NODECARE_PASSWORD")
+        })?,
+    };
+    if password.is_empty() {
+        return Err("the password is empty".into());
+    }
+    Ok(Some((user.to_owned(), password)))
 }
 
 fn client() -> Result<reqwest::blocking::Client, String> {
@@ -66,7 +145,7 @@ fn message(body: &str) -> String {
 }
 
 /// GETs `url` and returns the body of a successful answer.
-fn fetch(url: &str) -> Result<String, String> {
+pub(crate) fn fetch(url: &str) -> Result<String, String> {
     let response = client()?
         .get(url)
         .send()
@@ -79,10 +158,6 @@ fn fetch(url: &str) -> Result<String, String> {
         return Err(format!("{url}: HTTP {status}: {}", message(&body)));
     }
     Ok(body)
-}
-
-fn or_dash(value: Option<&str>) -> String {
-    value.map_or_else(|| "-".to_owned(), str::to_owned)
 }
 
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
@@ -113,31 +188,8 @@ pub(crate) fn utc(unix_seconds: f64) -> String {
     )
 }
 
-/// Renders rows as an aligned table.
-pub(crate) fn table(header: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: Vec<String>| {
-        let mut parts = Vec::new();
-        for (cell, width) in cells.iter().zip(&widths) {
-            parts.push(format!("{cell:<width$}"));
-        }
-        let _ignored = writeln!(out, "{}", parts.join("  ").trim_end());
-    };
-    line(header.iter().map(|h| (*h).to_owned()).collect());
-    for row in rows {
-        line(row.clone());
-    }
-    out
-}
-
 /// The TAG cell: the tag only while it is on the node (applied and not removed).
-fn tag_cell(incident: &IncidentSummary) -> String {
+pub(crate) fn tag_cell(incident: &IncidentSummary) -> String {
     if incident.tag_applied && !incident.acknowledged {
         incident.tag.clone()
     } else {
@@ -146,7 +198,7 @@ fn tag_cell(incident: &IncidentSummary) -> String {
 }
 
 /// The NOTE cell: what holds the incident or how it ended.
-fn note_cell(incident: &IncidentSummary) -> String {
+pub(crate) fn note_cell(incident: &IncidentSummary) -> String {
     let mut notes = Vec::new();
     if let Some(blocked) = &incident.blocked_by {
         notes.push(format!("blocked_by: {blocked}"));
@@ -166,8 +218,36 @@ fn note_cell(incident: &IncidentSummary) -> String {
     notes.join("; ")
 }
 
-/// Renders `/1/overview` for people.
-pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
+/// Renders `/1/overview` as `args` asks. By default: the last round, the incidents table and
+/// the agents table (agents that are not `ok`, or all with `-a`). With `--no-headers` or
+/// `--separator`: only the two tables' lines, separated by one empty line. With `--json`: an
+/// object `{"incidents": [...], "agents": [...]}` of rows with the selected fields.
+pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &ViewFields) -> String {
+    let now = now_ms();
+    let agents: Vec<NodeRow> = overview
+        .agents
+        .iter()
+        .filter(|a| args.all || a.state != AgentState::Ok)
+        .map(|a| NodeRow {
+            status: a.clone(),
+            now_ms: now,
+        })
+        .collect();
+    let list = &args.list;
+    if list.json {
+        let object = serde_json::json!({
+            "incidents": json_rows(&fields.incidents, &overview.incidents),
+            "agents": json_rows(&fields.agents, &agents),
+        });
+        let mut text = serde_json::to_string_pretty(&object).unwrap_or_else(|_| "{}".to_owned());
+        text.push('\n');
+        return text;
+    }
+    let incidents = render_table(&fields.incidents, &overview.incidents, list, Style::Status);
+    let agent_table = render_table(&fields.agents, &agents, list, Style::Status);
+    if list.no_headers || list.separator.is_some() {
+        return format!("{incidents}\n{agent_table}");
+    }
     let mut out = String::new();
     let round = &overview.round;
     let _ignored = writeln!(
@@ -187,48 +267,10 @@ pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
     if overview.incidents.is_empty() {
         out.push_str("\nno incidents\n");
     } else {
-        let rows: Vec<Vec<String>> = overview
-            .incidents
-            .iter()
-            .map(|i| {
-                let jobs: Vec<String> = i.jobs.iter().map(u64::to_string).collect();
-                vec![
-                    i.id.clone(),
-                    i.node.clone(),
-                    i.action.clone(),
-                    i.repair_status.clone(),
-                    if jobs.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        jobs.join(",")
-                    },
-                    tag_cell(i),
-                    note_cell(i),
-                ]
-            })
-            .collect();
         out.push('\n');
-        out.push_str(&table(
-            &[
-                "INCIDENT", "NODE", "ACTION", "STATUS", "JOBS", "TAG", "NOTE",
-            ],
-            &rows,
-        ));
+        out.push_str(&incidents);
     }
-    let shown: Vec<Vec<String>> = overview
-        .agents
-        .iter()
-        .filter(|a| all_agents || a.state != AgentState::Ok)
-        .map(|a| {
-            vec![
-                a.node.clone(),
-                a.state.as_str().to_owned(),
-                or_dash(a.verdict.map(DiagnoseStatus::as_str)),
-                or_dash(a.error.as_deref().or(a.reason.as_deref())),
-            ]
-        })
-        .collect();
-    if shown.is_empty() {
+    if agents.is_empty() {
         let _ignored = writeln!(
             out,
             "\nall {} agents gave verified reports",
@@ -236,7 +278,7 @@ pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
         );
     } else {
         out.push('\n');
-        out.push_str(&table(&["NODE", "AGENT", "VERDICT", "REASON"], &shown));
+        out.push_str(&agent_table);
     }
     out
 }
@@ -244,12 +286,10 @@ pub(crate) fn render_overview(overview: &Overview, all_agents: bool) -> String {
 /// Runs `nodecare status`.
 pub(crate) fn run_status(args: StatusArgs) -> ExitCode {
     let url = format!("{}/1/overview", args.url.trim_end_matches('/'));
-    let result = fetch(&url).and_then(|body| {
-        if args.json {
-            return Ok(body);
-        }
+    let result = args.view.fields().and_then(|fields| {
+        let body = fetch(&url)?;
         serde_json::from_str::<Overview>(&body)
-            .map(|overview| render_overview(&overview, args.all))
+            .map(|overview| render_overview(&overview, &args.view, &fields))
             .map_err(|e| format!("{url}: not a coordinator overview: {e}"))
     });
     match result {
@@ -274,9 +314,24 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
         args.url.trim_end_matches('/'),
         args.incident
     );
+    let credentials = match credentials(
+        args.user.as_deref(),
+        args.password_file.as_deref(),
+        std::env::var("NODECARE_PASSWORD").ok(),
+    ) {
+        Ok(credentials) => credentials,
+        Err(error) => {
+            eprintln!("nodecare cancel: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let anonymous = credentials.is_none();
     let result = client().and_then(|client| {
-        let response = client
-            .post(&url)
+        let mut request = client.post(&url);
+        if let Some((user, password)) = &credentials {
+            request = request.basic_auth(user, Some(password));
+        }
+        let response = request
             .send()
             .map_err(|e| format!("cannot reach the coordinator at {url}: {e}"))?;
         let status = response.status();
@@ -304,6 +359,11 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
         }
         Ok((status, body)) => {
             eprintln!("nodecare cancel: HTTP {status}: {}", message(&body));
+            if anonymous && status == reqwest::StatusCode::UNAUTHORIZED {
+                eprintln!(
+                    "nodecare cancel: give a user with the write option: --user USER and --password-file FILE (or NODECARE_PASSWORD)"
+                );
+            }
             ExitCode::FAILURE
         }
         Err(error) => {
@@ -324,17 +384,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn credentials_come_from_a_file_or_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pw");
+        std::fs::write(&file, "s3cret\nignored\n").unwrap();
+        assert_eq!(credentials(None, None, Some("x".into())), Ok(None));
+        assert_eq!(
+            credentials(Some("admin"), Some(&file), Some("env".into())),
+            Ok(Some(("admin".into(), "s3cret".into())))
+        );
+        assert_eq!(
+            credentials(Some("admin"), None, Some("env".into())),
+            Ok(Some(("admin".into(), "env".into())))
+        );
+        assert!(
+            credentials(Some("admin"), None, None)
+                .unwrap_err()
+                .contains("needs a password")
+        );
+        assert!(
+            credentials(None, Some(&file), None)
+                .unwrap_err()
+                .contains("needs --user")
+        );
+        assert!(
+            credentials(Some("admin"), Some(&dir.path().join("missing")), None)
+                .unwrap_err()
+                .contains("cannot read the password file")
+        );
+        std::fs::write(&file, "\n").unwrap();
+        assert!(credentials(Some("admin"), Some(&file), None).is_err());
+    }
+
+    #[test]
     fn utc_formats_unix_seconds() {
         assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
         assert_eq!(utc(1_795_431_150.7), "2026-11-23 10:52:30 UTC");
         assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00 UTC");
         assert_eq!(utc(-1.0), "?");
         assert_eq!(utc(f64::NAN), "?");
-    }
-
-    #[test]
-    fn table_aligns_columns() {
-        let t = table(&["A", "BB"], &[vec!["long".into(), "x".into()]]);
-        assert_eq!(t, "A     BB\nlong  x\n");
     }
 }

@@ -68,6 +68,9 @@ pub struct Config {
     pub hmac_key: PathBuf,
     /// HTTP API address.
     pub listen: SocketAddr,
+    /// Users file authorising writes (cancel, the web page's actions), in Ganeti RAPI's
+    /// format: `user password [write]`. Read on each write; missing means writes are refused.
+    pub users: PathBuf,
     /// Seconds between rounds.
     pub round_interval: f64,
     /// Seconds a Ganeti job may run before its incident fails.
@@ -133,6 +136,7 @@ impl Default for Config {
             listen: DEFAULT_LISTEN
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1816))),
+            users: PathBuf::from(crate::auth::DEFAULT_USERS_PATH),
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
             repair_timeout: 1800.0,
@@ -310,6 +314,16 @@ mod tests {
         assert_eq!(config.listen.port(), 1816);
         assert_eq!(config.hmac_key, PathBuf::from("/var/lib/ganeti/hmac.key"));
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn users_file_defaults_to_etc_and_can_be_set() {
+        assert_eq!(
+            Config::default().users,
+            PathBuf::from("/etc/nodecare/users")
+        );
+        let config = Config::parse("users = \"/srv/nodecare/users\"\n").unwrap();
+        assert_eq!(config.users, PathBuf::from("/srv/nodecare/users"));
     }
 
     #[test]

@@ -77,6 +77,10 @@ impl Coordinator {
             repair_timeout: Config::duration(config.repair_timeout),
             repair_poll: Config::duration(config.repair_poll),
         };
+        if let Err(error) = crate::auth::Users::load(&config.users) {
+            tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
+        }
+        let ganeti_for_api = Arc::clone(&ganeti);
         let reconciler = Reconciler::new(
             ganeti,
             Arc::clone(&store),
@@ -91,6 +95,10 @@ impl Coordinator {
             board,
             incident_lock,
             node_name,
+            users: Some(config.users.clone()),
+            csrf_key: crate::http::random_key(),
+            max_disrupted_nodes: config.max_disrupted_nodes,
+            ganeti: Some(ganeti_for_api),
         };
         Ok(Self {
             reconciler,

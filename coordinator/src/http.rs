@@ -10,9 +10,10 @@
 //! | `GET /1/agents` | every agent's status (`ok`, `stale`, `unreachable`, `unverifiable`) |
 //! | `GET /1/overview` | `{node, round, incidents, agents, intents}`: what `nodecare status` shows |
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
-//! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed |
+//! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed; needs HTTP basic auth of a user with `write` (401 without or with wrong credentials, 403 for a user without `write` or when no users file is readable) |
 //!
-//! Every answer is JSON with `Content-Type: application/json`.
+//! Every answer is JSON with `Content-Type: application/json`, except the web status page
+//! ([`crate::ui`]: `/ui/`, and `/` when the client asks for `text/html`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,12 +21,13 @@ use std::sync::Arc;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::auth::Refusal;
 use crate::incident::Incident;
 use crate::plan::Move;
 use crate::reconcile::{Board, CancelOutcome, cancel_incident};
@@ -43,12 +45,28 @@ pub struct ApiState {
     pub incident_lock: Arc<tokio::sync::Mutex<()>>,
     /// This node's name.
     pub node_name: String,
+    /// The users file that authorises writes (read on each write); `None` refuses every write.
+    pub users: Option<std::path::PathBuf>,
+    /// Key of the web page's CSRF tokens, drawn at start.
+    pub csrf_key: Arc<[u8; 32]>,
+    /// Most nodes disrupted at once (shown on the web page).
+    pub max_disrupted_nodes: usize,
+    /// Ganeti, for the web page's acknowledgement (tag removal); `None` disables it.
+    pub ganeti: Option<Arc<dyn crate::ganeti::Ganeti>>,
+}
+
+/// A fresh random key for [`ApiState::csrf_key`].
+pub fn random_key() -> Arc<[u8; 32]> {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(Uuid::new_v4().as_bytes());
+    key[16..].copy_from_slice(Uuid::new_v4().as_bytes());
+    Arc::new(key)
 }
 
 /// The API router.
 pub fn router(state: ApiState) -> Router {
     Router::new()
-        .route("/", get(|| async { Json(json!([1])) }))
+        .route("/", get(root))
         .route("/1", get(|| async { Json(Value::Null) }))
         .route("/1/", get(|| async { Json(Value::Null) }))
         .route("/1/status", get(status))
@@ -58,8 +76,58 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/overview", get(overview))
         .route("/1/incidents/{uuid}", get(incident))
         .route("/1/incidents/{uuid}/cancel", post(cancel))
+        // The web status page (crate::ui).
+        .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
+        .route("/ui/", get(crate::ui::page))
+        .route(
+            "/ui/admin",
+            get(|| async { Redirect::permanent("/ui/admin/") }),
+        )
+        .route("/ui/admin/", get(crate::ui::admin_page))
+        .route("/ui/admin/incidents/{uuid}/cancel", post(crate::ui::cancel))
+        .route(
+            "/ui/admin/incidents/{uuid}/acknowledge",
+            post(crate::ui::acknowledge),
+        )
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found") })
         .with_state(state)
+}
+
+/// `GET /`: `[1]`, or the web page for a client that asks for HTML first.
+async fn root(headers: HeaderMap) -> Response {
+    let wants_html = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|accept| accept.trim_start().starts_with("text/html"));
+    if wants_html {
+        Redirect::to("/ui/").into_response()
+    } else {
+        Json(json!([1])).into_response()
+    }
+}
+
+/// Whether the request authenticates a user with `write` (its name if so).
+fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    crate::auth::authorize_write(state.users.as_deref(), authorization)
+}
+
+/// A refused write: 401 (with a Basic challenge) or 403, as a JSON error.
+fn refused(refusal: &Refusal) -> Response {
+    let status = match refusal {
+        Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Refusal::NotWriter(_) | Refusal::Disabled(_) => StatusCode::FORBIDDEN,
+    };
+    let mut response = error(status, refusal.to_string());
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"nodecare\""),
+        );
+    }
+    response
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -220,13 +288,22 @@ async fn incident(State(state): State<ApiState>, Path(text): Path<String>) -> Re
     Json(view).into_response()
 }
 
-async fn cancel(State(state): State<ApiState>, Path(text): Path<String>) -> Response {
+async fn cancel(
+    State(state): State<ApiState>,
+    Path(text): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let user = match authorize_write(&state, &headers) {
+        Ok(user) => user,
+        Err(refusal) => return refused(&refusal),
+    };
     let uuid = match parse_uuid(&text) {
         Ok(uuid) => uuid,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
     match cancel_incident(&state.store, &state.incident_lock, uuid).await {
         Ok(CancelOutcome::Canceled) => {
+            tracing::info!(%uuid, %user, "incident canceled");
             Json(json!({"id": uuid, "result": "canceled"})).into_response()
         }
         Ok(CancelOutcome::Forgotten) => {

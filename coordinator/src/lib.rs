@@ -9,8 +9,10 @@
 //! - [`repair`]: signed live-repair requests to agents.
 //! - [`store`]: durable state (SQLite).
 //! - [`reconcile`]: the round, an idempotent reconciler.
-//! - [`http`]: the status API; [`daemon`] ties it all together; [`config`]: the configuration.
+//! - [`auth`]: the users file and HTTP basic auth of writes.
+//! - [`http`]: the status API; [`ui`]: the web status page; [`daemon`] ties it all together; [`config`]: the configuration.
 
+pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod daemon;
@@ -21,6 +23,7 @@ pub mod reconcile;
 pub mod repair;
 pub mod scrape;
 pub mod store;
+pub mod ui;
 
 pub use nodecare_daemon::systemd;
 /// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::verdict::DiagnoseStatus;
+use crate::verdict::{DiagnoseStatus, NodeVerdict};
 
 /// How the last read of a node's agent went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -120,6 +120,71 @@ pub struct IncidentSummary {
     /// Last change, Unix seconds.
     #[serde(default)]
     pub mtime: f64,
+}
+
+/// One line of an incident's history: a state change or progress, with when and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Unix seconds.
+    pub at: f64,
+    /// maintd's `repair-status` after the event.
+    pub status: String,
+    /// What happened.
+    pub event: String,
+}
+
+/// What a job of an incident does (the `kind` of the coordinator's intent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// `drain`, `move`, `tag` or `repair` (a repair runs on the agent, not as a Ganeti job).
+    pub kind: String,
+}
+
+/// One step the coordinator took or will take for an incident, with its Ganeti job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobStep {
+    /// Unique within the incident; also in the job's reason trail.
+    pub key: String,
+    /// What it does.
+    pub spec: JobSpec,
+    /// `planned`, `submitted`, `succeeded` or `failed`.
+    pub state: String,
+    /// Ganeti job id, once known.
+    #[serde(default)]
+    pub job_id: Option<u64>,
+    /// Unix ms when recorded.
+    pub created_ms: u64,
+    /// Unix ms when submitted.
+    #[serde(default)]
+    pub submitted_ms: Option<u64>,
+    /// Unix ms when finished.
+    #[serde(default)]
+    pub finished_ms: Option<u64>,
+    /// Failure message.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// `/1/incidents/{uuid}`: one incident with its history, verdict, agent and job steps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IncidentDetail {
+    /// The fields of the incident list.
+    #[serde(flatten)]
+    pub summary: IncidentSummary,
+    /// Creation, Unix seconds.
+    #[serde(default)]
+    pub ctime: Option<f64>,
+    /// The node's verdict that opened the incident.
+    pub verdict: NodeVerdict,
+    /// What happened so far, oldest first (the coordinator keeps the most recent entries).
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// The node's agent status, if the coordinator read it.
+    #[serde(default)]
+    pub agent: Option<AgentStatus>,
+    /// Steps taken or planned, with their Ganeti jobs.
+    #[serde(default)]
+    pub intents: Vec<JobStep>,
 }
 
 /// `/1/overview`: what `nodecare status` shows.

@@ -476,12 +476,33 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     h.round().await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let users = h.state_dir.path().join("users");
+    std::fs::write(
+        &users,
+        "# test users\nadmin secret write\nviewer look read\n",
+    )
+    .unwrap();
+    let mut api = h.coordinator.api().clone();
+    api.users = Some(users);
+    let app = nodecare_coordinator::http::router(api);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     let client = reqwest::Client::new();
     let base = format!("http://{addr}");
     let root = get_json(&client, format!("{base}/")).await;
     assert_eq!(root, json!([1]));
+    // A browser asking for HTML is sent to the web page.
+    let browser = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let answer = browser
+        .get(format!("{base}/"))
+        .header("accept", "text/html,application/xhtml+xml,*/*;q=0.8")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 303);
+    assert_eq!(answer.headers()["location"], "/ui/");
     let status = get_json(&client, format!("{base}/1/status")).await;
     let entry = &status[0];
     for key in [
@@ -537,15 +558,67 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
         status_of(client.get(format!("{base}/1/incidents/nope"))).await,
         400
     );
+    // Writes need a user with `write`: each refusal is a JSON error, and nothing changes.
+    let cancel_url = format!("{base}/1/incidents/{id}/cancel");
+    for (request, code, says) in [
+        (
+            client.post(&cancel_url),
+            401,
+            "needs HTTP basic authentication",
+        ),
+        (
+            client.post(&cancel_url).basic_auth("admin", Some("wrong")),
+            401,
+            "unknown user or wrong password",
+        ),
+        (
+            client
+                .post(&cancel_url)
+                .basic_auth("nobody", Some("secret")),
+            401,
+            "unknown user or wrong password",
+        ),
+        (
+            client.post(&cancel_url).basic_auth("viewer", Some("look")),
+            403,
+            "may not write",
+        ),
+        (
+            client.post(&cancel_url).bearer_auth("token"),
+            401,
+            "unsupported authentication scheme",
+        ),
+    ] {
+        let answer = request.send().await.unwrap();
+        assert_eq!(answer.status(), code, "{says}");
+        assert!(
+            answer.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json")
+        );
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["code"], code);
+        assert!(
+            body["message"].as_str().unwrap().contains(says),
+            "{body} should say {says}"
+        );
+    }
+    let overview = get_json(&client, format!("{base}/1/overview")).await;
+    assert_eq!(overview["incidents"][0]["repair-status"], "pending");
     assert_eq!(
-        status_of(client.post(format!("{base}/1/incidents/{id}/cancel"))).await,
+        status_of(client.post(&cancel_url).basic_auth("admin", Some("secret"))).await,
         200
     );
     assert_eq!(
-        status_of(client.post(format!(
-            "{base}/1/incidents/{}/cancel",
-            uuid::Uuid::new_v4()
-        )))
+        status_of(
+            client
+                .post(format!(
+                    "{base}/1/incidents/{}/cancel",
+                    uuid::Uuid::new_v4()
+                ))
+                .basic_auth("admin", Some("secret"))
+        )
         .await,
         404
     );
@@ -661,4 +734,42 @@ async fn failed_chain_names_its_first_failing_job() {
         before,
         "no jobs after the failure"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_users_file_writes_are_refused() {
+    let mut h = Harness::new(2, "", |config| {
+        config.users = std::path::PathBuf::from("/nonexistent/nodecare/users");
+    })
+    .await
+    .unwrap();
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    h.round().await.unwrap();
+    let id = h.incidents().unwrap()[0].uuid;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let answer = reqwest::Client::new()
+        .post(format!("http://{addr}/1/incidents/{id}/cancel"))
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    let message = body["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("writes are disabled: cannot read users file /nonexistent/nodecare/users"),
+        "{message}"
+    );
+    assert_ne!(
+        h.incidents().unwrap()[0].repair_status,
+        RepairStatus::Canceled
+    );
+    server.abort();
 }

@@ -84,8 +84,22 @@ impl Printed {
     }
 }
 
+/// `scripts/demo`: nodecare against a simulated 3-node Ganeti cluster.
+#[derive(Debug, clap::Parser)]
+struct Args {
+    /// After the demo, keep the cluster and the coordinator running (rounds every second) until
+    /// interrupted, so that its web status page can be looked at.
+    #[arg(long)]
+    keep_running: bool,
+    /// Address of the coordinator's HTTP API and web page (default: a free loopback port, or
+    /// 127.0.0.1:1816 with --keep-running).
+    #[arg(long)]
+    listen: Option<std::net::SocketAddr>,
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
     nodecare_coordinator::install_crypto_provider();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::new(
@@ -161,8 +175,12 @@ async fn main() -> anyhow::Result<()> {
         "started 3 nodecare agents (diagnose script `hardware-check`, repair command `reset-fan`)",
     );
 
+    // The users file of writes (cancel, the web page's actions): `admin`, password `demo`.
+    let users_path = work.path().join("users");
+    std::fs::write(&users_path, "admin demo write\n")?;
     let config = Config {
         hmac_key: key_path.clone(),
+        users: users_path,
         round_interval: 1.0,
         repair_poll: 2.0,
         ..simulated_cluster_config(node(1), work.path().join("coordinator"), overrides)
@@ -171,12 +189,21 @@ async fn main() -> anyhow::Result<()> {
     let key = HmacKey::from_file(&key_path)?;
     let mut coordinator = Coordinator::new(&config, node(1), ganeti, key)?;
     coordinator.check_master().await?;
-    let api_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let listen = args.listen.unwrap_or_else(|| {
+        if args.keep_running {
+            std::net::SocketAddr::from(([127, 0, 0, 1], 1816))
+        } else {
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0))
+        }
+    });
+    let api_listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen} (choose another with --listen)"))?;
     let api_addr = api_listener.local_addr()?;
     let app = nodecare_coordinator::http::router(coordinator.api().clone());
     let api = tokio::spawn(async move { axum::serve(api_listener, app).await });
     log.say(format!(
-        "coordinator running on the master node1; status API on http://{api_addr}/1/status"
+        "coordinator running on the master node1; status API on http://{api_addr}/1/status, web page on http://{api_addr}/ui/"
     ));
 
     let mut printed = Printed(BTreeMap::new());
@@ -288,6 +315,23 @@ async fn main() -> anyhow::Result<()> {
             format!(" -- DUPLICATES: {duplicates:?}")
         }
     ));
+    if args.keep_running {
+        log.say(format!(
+            "still running: open http://{api_addr}/ui/ (actions: http://{api_addr}/ui/admin/, user admin, password demo); Ctrl-C stops"
+        ));
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = tick.tick() => {
+                    if let Err(error) = coordinator.round().await {
+                        log.say(format!("round failed: {error}"));
+                    }
+                    printed.show(&log, &coordinator.api().store.incidents()?);
+                }
+            }
+        }
+    }
     api.abort();
     for (agent, _) in agents {
         agent.shutdown().await;

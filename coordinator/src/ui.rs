@@ -1,0 +1,761 @@
+//! The web status page: server-rendered HTML (maud templates compiled into the binary), one
+//! small inline stylesheet, no script, nothing fetched from elsewhere; it reloads itself every
+//! [`REFRESH_SECS`] seconds.
+//!
+//! | Path | Answer |
+//! |---|---|
+//! | `GET /ui/` (and `GET /` asking for `text/html`) | the read-only page |
+//! | `GET /ui/admin/` | the same page with actions; needs HTTP basic auth of a user with `write` |
+//! | `POST /ui/admin/incidents/<uuid>/cancel` | cancels (form field `csrf`), then back to the page |
+//! | `POST /ui/admin/incidents/<uuid>/acknowledge` | removes the incident's tag from its node through Ganeti (what an operator's acknowledgement is), then back to the page |
+//!
+//! The page is built from the same typed state as the JSON API (`/1/overview`): the store's
+//! incidents and intents, the board's agents and last round. Actions are CSRF-protected: the
+//! form carries a token that is an HMAC of the authenticated user under a key drawn at start,
+//! and a request whose `Origin` (or `Referer`) names another host is refused.
+
+use std::collections::BTreeMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Redirect, Response};
+use hmac::{Hmac, KeyInit as _, Mac as _};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use sha2::Sha256;
+use subtle::ConstantTimeEq as _;
+use uuid::Uuid;
+
+use crate::auth::{self, Refusal};
+use crate::http::ApiState;
+use crate::incident::{Incident, RepairStatus};
+use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident};
+use crate::scrape::{AgentState, AgentStatus};
+use crate::store::{Intent, IntentSpec, IntentState};
+
+/// Seconds between reloads of the page.
+pub const REFRESH_SECS: u32 = 10;
+
+const STYLE: &str = "
+:root{color-scheme:light dark;--bad:#c62828;--warn:#ef6c00;--good:#2e7d32;--mute:#777}
+body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:70em;padding:.5em 1em}
+h1{font-size:1.3em;margin:.3em 0}h2{font-size:1.1em;border-bottom:1px solid var(--mute);margin-top:1.2em}
+table{border-collapse:collapse;width:100%;margin:.3em 0}th,td{text-align:left;padding:.2em .4em;border-bottom:1px solid #8884;vertical-align:top}
+.wrap{overflow-x:auto}.mute{color:var(--mute)}.bad{color:var(--bad);font-weight:600}.warn{color:var(--warn);font-weight:600}.good{color:var(--good)}
+.cards{display:flex;flex-wrap:wrap;gap:.5em}.card{border:1px solid #8886;border-radius:.4em;padding:.4em .7em;flex:1 1 12em}
+.incident{border:1px solid #8886;border-radius:.4em;padding:.3em .8em;margin:.6em 0}
+.blocked{border-left:.3em solid var(--warn);padding-left:.5em}
+code{font-size:.9em;word-break:break-all}form{display:inline}button{font:inherit}
+";
+
+/// Everything the page shows, read at one moment.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    /// The coordinator's node.
+    pub node: String,
+    /// Unix ms when read.
+    pub now_ms: u64,
+    /// The last round.
+    pub round: RoundSummary,
+    /// Incidents not yet forgotten, each with its intents.
+    pub incidents: Vec<(Incident, Vec<Intent>)>,
+    /// Every agent's status.
+    pub agents: Vec<AgentStatus>,
+    /// Most nodes disrupted at once (the budget).
+    pub max_disrupted_nodes: usize,
+}
+
+/// Reads the snapshot from the API's state.
+pub fn snapshot(state: &ApiState) -> Result<Snapshot, crate::store::StoreError> {
+    let incidents = state.store.incidents()?;
+    let intents = state.store.intents()?;
+    let mut by_incident: BTreeMap<Uuid, Vec<Intent>> = BTreeMap::new();
+    for intent in intents {
+        by_incident.entry(intent.incident).or_default().push(intent);
+    }
+    let incidents = incidents
+        .into_iter()
+        .map(|incident| {
+            let intents = by_incident.remove(&incident.uuid).unwrap_or_default();
+            (incident, intents)
+        })
+        .collect();
+    let agents = state
+        .board
+        .agents
+        .read()
+        .map(|agents| agents.values().cloned().collect())
+        .unwrap_or_default();
+    let round = state
+        .board
+        .last_round
+        .read()
+        .map(|r| r.clone())
+        .unwrap_or_default();
+    Ok(Snapshot {
+        node: state.node_name.clone(),
+        now_ms: nodecare_protocol::now_ms(),
+        round,
+        incidents,
+        agents,
+        max_disrupted_nodes: state.max_disrupted_nodes,
+    })
+}
+
+/// How old `then_ms` is at `now_ms`, for people (`42s`, `3m`, `2h`, `5d`).
+pub fn age(now_ms: u64, then_ms: u64) -> String {
+    let secs = now_ms.saturating_sub(then_ms) / 1000;
+    match secs {
+        0..120 => format!("{secs}s"),
+        120..7200 => format!("{}m", secs / 60),
+        7200..172_800 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86_400),
+    }
+}
+
+fn status_class(status: RepairStatus) -> &'static str {
+    match status {
+        RepairStatus::Failed => "bad",
+        RepairStatus::Noted | RepairStatus::Pending => "warn",
+        RepairStatus::Canceled => "mute",
+        RepairStatus::Completed => "good",
+    }
+}
+
+fn agent_class(state: AgentState) -> &'static str {
+    match state {
+        AgentState::Ok => "good",
+        AgentState::Stale => "warn",
+        AgentState::Unreachable | AgentState::Unverifiable => "bad",
+    }
+}
+
+fn intent_state(state: IntentState) -> &'static str {
+    match state {
+        IntentState::Planned => "planned",
+        IntentState::Submitted => "running",
+        IntentState::Succeeded => "success",
+        IntentState::Failed => "error",
+    }
+}
+
+fn intent_what(spec: &IntentSpec) -> String {
+    match spec {
+        IntentSpec::Drain { node } => format!("drain {node}"),
+        IntentSpec::Move { planned } => match serde_json::to_value(planned) {
+            Ok(serde_json::Value::Object(map)) => map
+                .iter()
+                .map(|(k, v)| match v {
+                    serde_json::Value::String(s) => format!("{k}={s}"),
+                    other => format!("{k}={other}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            _ => "move".into(),
+        },
+        IntentSpec::Tag { node, tag } => format!("tag {node} {tag}"),
+        IntentSpec::Repair { node, command } => format!("repair on {node}: {command}"),
+    }
+}
+
+/// Whether an incident keeps its node out of service: an evacuation whose drain was submitted,
+/// until an operator acknowledges it (the node stays drained after completion).
+fn disrupting(incident: &Incident, intents: &[Intent]) -> bool {
+    incident.action.is_evacuation()
+        && !incident.acknowledged
+        && intents.iter().any(|i| {
+            matches!(i.spec, IntentSpec::Drain { .. })
+                && matches!(i.state, IntentState::Submitted | IntentState::Succeeded)
+        })
+}
+
+/// The actions of the admin page: who is signed in and the form token.
+#[derive(Debug, Clone)]
+pub struct Actions {
+    /// The authenticated user.
+    pub user: String,
+    /// The CSRF token for the forms.
+    pub csrf: String,
+}
+
+/// Renders the page (pure: the golden test calls it with a fixed snapshot).
+pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
+    let now = snapshot.now_ms;
+    let mut agents_by_state: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut verdicts: BTreeMap<&str, usize> = BTreeMap::new();
+    for agent in &snapshot.agents {
+        *agents_by_state.entry(agent.state.as_str()).or_default() += 1;
+        let verdict = agent.verdict.map_or("none", |v| v.as_str());
+        *verdicts.entry(verdict).or_default() += 1;
+    }
+    let mut incidents_by_state: BTreeMap<&str, usize> = BTreeMap::new();
+    for (incident, _) in &snapshot.incidents {
+        *incidents_by_state
+            .entry(incident.repair_status.as_str())
+            .or_default() += 1;
+    }
+    let disrupted: Vec<&str> = snapshot
+        .incidents
+        .iter()
+        .filter(|(incident, intents)| disrupting(incident, intents))
+        .map(|(incident, _)| incident.node.as_str())
+        .collect();
+    let blocked = snapshot
+        .incidents
+        .iter()
+        .filter(|(i, _)| i.blocked_by.is_some())
+        .count();
+    let troubled: Vec<&AgentStatus> = snapshot
+        .agents
+        .iter()
+        .filter(|a| a.state != AgentState::Ok)
+        .collect();
+    let base = if actions.is_some() {
+        "/ui/admin/"
+    } else {
+        "/ui/"
+    };
+    let page: Markup = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                meta http-equiv="refresh" content=(REFRESH_SECS);
+                title { "nodecare: " (snapshot.node) }
+                style { (PreEscaped(STYLE)) }
+            }
+            body {
+                header {
+                    h1 { "nodecare on " (snapshot.node) }
+                    p.mute {
+                        "Node health and repairs of this Ganeti cluster, as the coordinator sees them. "
+                        "Round " (snapshot.round.number)
+                        @if snapshot.round.started_ms > 0 {
+                            ", " (age(now, snapshot.round.started_ms)) " ago, took "
+                            (snapshot.round.duration_ms) " ms"
+                        }
+                        ". This page reloads every " (REFRESH_SECS) " s. "
+                        @if let Some(actions) = actions {
+                            "Signed in as " b { (actions.user) } " (actions enabled). "
+                            a href="/ui/" { "Read-only view" }
+                        } @else {
+                            "Read-only. " a href="/ui/admin/" { "Sign in for actions" }
+                            " (a user with the write option in the users file)."
+                        }
+                    }
+                    @if let Some(error) = &snapshot.round.error {
+                        p.bad { "Last round ended early: " (error) }
+                    }
+                }
+                section id="glance" {
+                    h2 { "At a glance" }
+                    div.cards {
+                        div.card {
+                            b { "Agents (" (snapshot.agents.len()) ")" } br;
+                            @for (state, n) in &agents_by_state { (state) ": " (n) br; }
+                            @if snapshot.agents.is_empty() { span.mute { "none read yet" } }
+                        }
+                        div.card {
+                            b { "Node verdicts" } br;
+                            @for (verdict, n) in &verdicts { (verdict) ": " (n) br; }
+                        }
+                        div.card {
+                            b { "Incidents (" (snapshot.incidents.len()) ")" } br;
+                            @for (state, n) in &incidents_by_state { (state) ": " (n) br; }
+                            @if blocked > 0 { span.warn { "blocked: " (blocked) } br; }
+                            @if snapshot.incidents.is_empty() { span.good { "none" } }
+                        }
+                        div.card id="budget" {
+                            b { "Disruption budget" } br;
+                            (disrupted.len()) " of at most " (snapshot.max_disrupted_nodes) " node(s) drained by incidents" br;
+                            @if !disrupted.is_empty() { span.mute { (disrupted.join(", ")) } }
+                        }
+                    }
+                }
+                section id="incidents" {
+                    h2 { "Incidents" }
+                    @if snapshot.incidents.is_empty() {
+                        p.mute { "No incident: no node asked for a repair." }
+                    }
+                    @for (incident, intents) in &snapshot.incidents {
+                        (incident_block(incident, intents, actions, base))
+                    }
+                }
+                section id="nodes" {
+                    h2 { "Nodes" }
+                    p.mute { "Each node's latest verified verdict, as its agent signed it." }
+                    div.wrap { table {
+                        thead { tr { th { "node" } th { "agent" } th { "verdict" } th { "verified" } th { "why" } } }
+                        tbody {
+                            @for agent in &snapshot.agents {
+                                tr id={ "node-" (agent.node) } {
+                                    td { (agent.node) }
+                                    td class=(agent_class(agent.state)) { (agent.state.as_str()) }
+                                    td { (agent.verdict.map_or("-", |v| v.as_str())) }
+                                    td { @match agent.last_ok_ms { Some(ms) => { (age(now, ms)) " ago" }, None => "never" } }
+                                    td { (agent.reason.as_deref().or(agent.error.as_deref()).unwrap_or("")) }
+                                }
+                            }
+                        }
+                    } }
+                }
+                section id="agents" {
+                    h2 { "Agents not giving a usable report" }
+                    @if troubled.is_empty() {
+                        p.good { "Every agent gave a fresh, verified report." }
+                    } @else {
+                        p.mute { "Nothing is done on these nodes until they report again: an unreadable report never causes a disruption." }
+                        ul {
+                            @for agent in &troubled {
+                                li {
+                                    b { (agent.node) } ": " span class=(agent_class(agent.state)) { (agent.state.as_str()) }
+                                    @if let Some(error) = &agent.error { " (" (error) ")" }
+                                    @if agent.state == AgentState::Stale { " (not diagnosed since its restart)" }
+                                }
+                            }
+                        }
+                    }
+                }
+                footer.mute { p { "JSON for programs: " a href="/1/overview" { "/1/overview" } ", " a href="/1/status" { "/1/status" } "." } }
+            }
+        }
+    };
+    page.into_string()
+}
+
+fn incident_block(
+    incident: &Incident,
+    intents: &[Intent],
+    actions: Option<&Actions>,
+    base: &str,
+) -> Markup {
+    html! {
+        article.incident id={ "incident-" (incident.uuid) } {
+            h3 {
+                (incident.node) ": " (incident.action.as_str()) " "
+                span class=(status_class(incident.repair_status)) { (incident.repair_status.as_str()) }
+            }
+            p.mute { code { (incident.uuid) } }
+            @if let Some(reason) = &incident.blocked_by {
+                p.blocked { b { "Blocked: " } span.blocked-by { (reason) } }
+            }
+            @if let Some(failure) = &incident.failure {
+                p.bad { "Failed: " (failure) }
+            }
+            p {
+                "Tag " code { (incident.tag) } ": "
+                @if incident.acknowledged { "acknowledged (removed by an operator)" }
+                @else if incident.tag_applied { "on the node; remove it to acknowledge" }
+                @else { "not yet on the node" }
+                @if !incident.observed { span.mute { "; the node no longer reports this verdict" } }
+            }
+            details {
+                summary { "Verdict " (incident.verdict.status.as_str())
+                    @if let Some(command) = &incident.verdict.command { ": " code { (command) } } }
+                div.wrap { table {
+                    thead { tr { th { "script" } th { "status" } th { "details" } } }
+                    tbody { @for (name, script) in &incident.verdict.details {
+                        tr {
+                            td { (name) }
+                            td { (script.status.as_str()) }
+                            td { code { (script.details.to_string()) }
+                                @if let Some(reason) = &script.reason { " " (reason) } }
+                        }
+                    } }
+                } }
+            }
+            @if !intents.is_empty() {
+                div.wrap { table.jobs {
+                    thead { tr { th { "step" } th { "job" } th { "status" } th { "error" } } }
+                    tbody { @for intent in intents {
+                        tr {
+                            td { (intent_what(&intent.spec)) }
+                            td.job-id { @match intent.job_id { Some(id) => { (id) }, None => "-" } }
+                            td { (intent_state(intent.state)) }
+                            td { (intent.error.as_deref().unwrap_or("")) }
+                        }
+                    } }
+                } }
+            }
+            details {
+                summary { "History (" (incident.history.len()) ")" }
+                ol { @for entry in &incident.history {
+                    li { (format_time(entry.at)) " " b { (entry.status.as_str()) } ": " (entry.event) }
+                } }
+            }
+            @if let Some(actions) = actions {
+                @if incident.tag_applied && !incident.acknowledged
+                    && matches!(incident.repair_status, RepairStatus::Completed | RepairStatus::Failed) {
+                    form method="post" action={ (base) "incidents/" (incident.uuid) "/acknowledge" } {
+                        input type="hidden" name="csrf" value=(actions.csrf);
+                        button type="submit" { "Acknowledge (remove the tag)" }
+                    }
+                    " "
+                }
+                @if incident.repair_status.is_active() {
+                    form method="post" action={ (base) "incidents/" (incident.uuid) "/cancel" } {
+                        input type="hidden" name="csrf" value=(actions.csrf);
+                        button type="submit" { "Cancel this incident" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
+fn format_time(secs: f64) -> String {
+    if !secs.is_finite() || secs < 0.0 {
+        return "?".into();
+    }
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let total = secs as u64;
+    let days = total / 86_400;
+    let rem = total % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    #[allow(clippy::cast_possible_wrap)]
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The CSRF token of `user` under `key`.
+pub fn csrf_token(key: &[u8], user: &str) -> String {
+    match Hmac::<Sha256>::new_from_slice(key) {
+        Ok(mut mac) => {
+            mac.update(b"nodecare-ui-csrf\0");
+            mac.update(user.as_bytes());
+            hex::encode(mac.finalize().into_bytes())
+        }
+        // HMAC takes keys of any length; unreachable in practice, and an empty token never
+        // matches a submitted one.
+        Err(_) => String::new(),
+    }
+}
+
+fn html_page(body: String) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+fn refusal_page(status: StatusCode, message: &str, challenge: bool) -> Response {
+    let body = html! {
+        (DOCTYPE)
+        html lang="en" { head { meta charset="utf-8"; title { "nodecare: refused" } }
+            body { h1 { "Refused" } p { (message) } p { a href="/ui/" { "Back to the read-only page" } } } }
+    };
+    let mut response = (status, html_page(body.into_string())).into_response();
+    if challenge {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"nodecare\", charset=\"UTF-8\""),
+        );
+    }
+    response
+}
+
+fn refusal_response(refusal: &Refusal) -> Response {
+    match refusal {
+        Refusal::Unauthenticated(m) => refusal_page(StatusCode::UNAUTHORIZED, m, true),
+        other => refusal_page(StatusCode::FORBIDDEN, &other.to_string(), false),
+    }
+}
+
+fn authorization(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// `GET /ui/`.
+pub async fn page(State(state): State<ApiState>) -> Response {
+    match snapshot(&state) {
+        Ok(snapshot) => html_page(render(&snapshot, None)),
+        Err(e) => refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false),
+    }
+}
+
+/// `GET /ui/admin/`.
+pub async fn admin_page(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    let user = match auth::authorize_write(state.users.as_deref(), authorization(&headers)) {
+        Ok(user) => user,
+        Err(refusal) => return refusal_response(&refusal),
+    };
+    let actions = Actions {
+        csrf: csrf_token(state.csrf_key.as_slice(), &user),
+        user,
+    };
+    match snapshot(&state) {
+        Ok(snapshot) => html_page(render(&snapshot, Some(&actions))),
+        Err(e) => refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false),
+    }
+}
+
+/// Whether the request comes from a page of this host: its `Origin`, or failing that its
+/// `Referer`, must name the `Host` it was sent to; one of them must be present.
+pub fn same_origin(headers: &HeaderMap) -> Result<(), String> {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .ok_or("request without Host")?;
+    let source = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .and_then(|v| v.to_str().ok())
+        .ok_or("request without Origin or Referer: refused (cross-site protection)")?;
+    let rest = source
+        .strip_prefix("http://")
+        .or_else(|| source.strip_prefix("https://"))
+        .ok_or_else(|| format!("request from {source:?}: refused (cross-site protection)"))?;
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.eq_ignore_ascii_case(host) {
+        Ok(())
+    } else {
+        Err(format!(
+            "request from {source:?} to {host:?}: refused (cross-site protection)"
+        ))
+    }
+}
+
+fn form_field<'a>(body: &'a [u8], name: &str) -> Option<&'a str> {
+    std::str::from_utf8(body).ok()?.split('&').find_map(|pair| {
+        let (key, value) = pair.split_once('=')?;
+        (key == name).then_some(value)
+    })
+}
+
+/// Why an action is refused: an HTML page with this status and message.
+#[derive(Debug)]
+struct Refused {
+    status: StatusCode,
+    message: String,
+    challenge: bool,
+}
+
+impl Refused {
+    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            challenge: false,
+        }
+    }
+
+    fn into_response(self) -> Response {
+        refusal_page(self.status, &self.message, self.challenge)
+    }
+}
+
+/// The checks of every action: a user with `write`, the same origin, the user's form token,
+/// and an incident uuid. The user's name and the uuid if they pass.
+fn check_action(
+    state: &ApiState,
+    headers: &HeaderMap,
+    body: &[u8],
+    text: &str,
+) -> Result<(String, Uuid), Refused> {
+    let user = auth::authorize_write(state.users.as_deref(), authorization(headers)).map_err(
+        |refusal| match refusal {
+            Refusal::Unauthenticated(message) => Refused {
+                status: StatusCode::UNAUTHORIZED,
+                message,
+                challenge: true,
+            },
+            other => Refused::new(StatusCode::FORBIDDEN, other.to_string()),
+        },
+    )?;
+    same_origin(headers).map_err(|message| Refused::new(StatusCode::FORBIDDEN, message))?;
+    let expected = csrf_token(state.csrf_key.as_slice(), &user);
+    let submitted = form_field(body, "csrf").unwrap_or("");
+    if expected.is_empty() || !bool::from(expected.as_bytes().ct_eq(submitted.as_bytes())) {
+        return Err(Refused::new(
+            StatusCode::FORBIDDEN,
+            "missing or wrong form token: reload the page and try again",
+        ));
+    }
+    let uuid = Uuid::parse_str(text).map_err(|_| {
+        Refused::new(
+            StatusCode::BAD_REQUEST,
+            format!("not an incident uuid: {text:?}"),
+        )
+    })?;
+    Ok((user, uuid))
+}
+
+/// `POST /ui/admin/incidents/<uuid>/cancel`.
+pub async fn cancel(
+    State(state): State<ApiState>,
+    Path(text): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (user, uuid) = match check_action(&state, &headers, &body, &text) {
+        Ok(checked) => checked,
+        Err(refused) => return refused.into_response(),
+    };
+    match cancel_incident(&state.store, &state.incident_lock, uuid).await {
+        Ok(CancelOutcome::Canceled | CancelOutcome::Forgotten) => {
+            tracing::info!(%uuid, %user, "incident canceled from the web page");
+            Redirect::to("/ui/admin/").into_response()
+        }
+        Ok(CancelOutcome::NotFound) => {
+            refusal_page(StatusCode::NOT_FOUND, &format!("no incident {uuid}"), false)
+        }
+        Ok(CancelOutcome::Finalized(message)) => {
+            refusal_page(StatusCode::CONFLICT, &message, false)
+        }
+        Err(e) => refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false),
+    }
+}
+
+/// `POST /ui/admin/incidents/<uuid>/acknowledge`: removes the incident's tag from its node, as
+/// an operator would with `gnt-node remove-tags`; the next round records the acknowledgement.
+pub async fn acknowledge(
+    State(state): State<ApiState>,
+    Path(text): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let (user, uuid) = match check_action(&state, &headers, &body, &text) {
+        Ok(checked) => checked,
+        Err(refused) => return refused.into_response(),
+    };
+    let incident = match state.store.incident(uuid) {
+        Ok(Some(incident)) => incident,
+        Ok(None) => {
+            return refusal_page(StatusCode::NOT_FOUND, &format!("no incident {uuid}"), false);
+        }
+        Err(e) => return refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false),
+    };
+    let finished = matches!(
+        incident.repair_status,
+        RepairStatus::Completed | RepairStatus::Failed
+    );
+    if !incident.tag_applied || incident.acknowledged || !finished {
+        return refusal_page(
+            StatusCode::CONFLICT,
+            &format!(
+                "incident {uuid} has no tag to acknowledge ({}, tag {})",
+                incident.repair_status.as_str(),
+                if incident.acknowledged {
+                    "already removed"
+                } else if incident.tag_applied {
+                    "on the node"
+                } else {
+                    "not on the node"
+                }
+            ),
+            false,
+        );
+    }
+    let Some(ganeti) = &state.ganeti else {
+        return refusal_page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this coordinator has no Ganeti client",
+            false,
+        );
+    };
+    let reason = crate::ganeti::Reason::new(
+        uuid,
+        "acknowledge",
+        format!("acknowledged by {user} on the nodecare web page"),
+    );
+    match ganeti
+        .remove_node_tags(&incident.node, std::slice::from_ref(&incident.tag), &reason)
+        .await
+    {
+        Ok(job) => {
+            tracing::info!(%uuid, %user, job, "tag removal submitted from the web page");
+            Redirect::to("/ui/admin/").into_response()
+        }
+        Err(e) => refusal_page(
+            StatusCode::BAD_GATEWAY,
+            &format!("Ganeti refused to remove the tag: {e}"),
+            false,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_well() {
+        assert_eq!(age(10_000, 4_000), "6s");
+        assert_eq!(age(1_000_000, 0), "16m");
+        assert_eq!(age(0, 5), "0s");
+        assert_eq!(age(86_400_000 * 3, 0), "3d");
+    }
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(format_time(0.0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(format_time(1_795_000_000.5), "2026-11-18 11:06:40 UTC");
+        assert_eq!(format_time(f64::NAN), "?");
+    }
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(*k, HeaderValue::from_static(v));
+        }
+        map
+    }
+
+    #[test]
+    fn cross_site_requests_are_refused() {
+        assert!(same_origin(&headers(&[("host", "m:1816"), ("origin", "http://m:1816")])).is_ok());
+        assert!(
+            same_origin(&headers(&[
+                ("host", "m:1816"),
+                ("referer", "http://m:1816/ui/admin/")
+            ]))
+            .is_ok()
+        );
+        for bad in [
+            headers(&[("host", "m:1816")]),
+            headers(&[("host", "m:1816"), ("origin", "http://evil:1816")]),
+            headers(&[("host", "m:1816"), ("origin", "null")]),
+            headers(&[("host", "m:1816"), ("referer", "http://m:1816.evil/x")]),
+            headers(&[("origin", "http://m:1816")]),
+        ] {
+            assert!(same_origin(&bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn csrf_tokens_are_per_user_and_key() {
+        let a = csrf_token(b"k1", "admin");
+        assert_eq!(a.len(), 64);
+        assert_eq!(a, csrf_token(b"k1", "admin"));
+        assert_ne!(a, csrf_token(b"k2", "admin"));
+        assert_ne!(a, csrf_token(b"k1", "other"));
+    }
+
+    #[test]
+    fn form_fields_are_found() {
+        assert_eq!(form_field(b"a=1&csrf=ab12", "csrf"), Some("ab12"));
+        assert_eq!(form_field(b"a=1", "csrf"), None);
+        assert_eq!(form_field(&[0xff, 0xfe], "csrf"), None);
+    }
+}

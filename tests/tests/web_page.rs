@@ -1,0 +1,542 @@
+//! The coordinator's web status page: a golden file of the HTML for a fixed state, its actions
+//! (authentication, CSRF token, same origin), and the page in real headless Chromium against a
+//! simulated cluster (skipped when `chromium` is missing, unless `NODECARE_REQUIRE_BROWSER=1`).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nodecare_coordinator::http::{ApiState, router};
+use nodecare_coordinator::incident::{Action, HistoryEntry, Incident, RepairStatus};
+use nodecare_coordinator::plan::Move;
+use nodecare_coordinator::reconcile::RoundSummary;
+use nodecare_coordinator::scrape::{AgentState, AgentStatus};
+use nodecare_coordinator::store::{Intent, IntentSpec, IntentState};
+use nodecare_coordinator::ui::{Actions, Snapshot, render};
+use nodecare_protocol::{CanonicalJson, DiagnoseStatus};
+use nodecare_tests::fake_agent::verdict;
+use nodecare_tests::harness::{Harness, node};
+use serde_json::json;
+use tokio::io::AsyncReadExt as _;
+use uuid::Uuid;
+
+const NOW_MS: u64 = 1_795_000_000_000;
+
+fn incident(n: u128, node: &str, status: &str, details: serde_json::Value) -> Incident {
+    let verdict = verdict(status, details, None);
+    let original = CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap();
+    Incident::new(
+        Uuid::from_u128(n),
+        node,
+        format!("uuid-of-{node}"),
+        verdict,
+        original,
+        Action::Evacuate,
+        1_794_999_000.0,
+    )
+}
+
+fn intent(n: u128, spec: IntentSpec, state: IntentState, job: Option<u64>) -> Intent {
+    Intent {
+        incident: Uuid::from_u128(n),
+        key: format!("k{job:?}"),
+        spec,
+        locks: Vec::new(),
+        state,
+        job_id: job,
+        created_ms: NOW_MS - 60_000,
+        submitted_ms: job.map(|_| NOW_MS - 59_000),
+        finished_ms: None,
+        error: None,
+    }
+}
+
+fn agent(node: &str, state: AgentState, verdict: Option<DiagnoseStatus>) -> AgentStatus {
+    AgentStatus {
+        node: node.into(),
+        state,
+        verdict,
+        reason: None,
+        fingerprint: None,
+        sequence: Some(4),
+        error: (state != AgentState::Ok).then(|| "connection refused".to_owned()),
+        checked_at_ms: NOW_MS - 2_000,
+        last_ok_ms: (state == AgentState::Ok).then_some(NOW_MS - 3_000),
+    }
+}
+
+fn fixed_snapshot() -> Snapshot {
+    let mut running = incident(1, "node2", "evacuate", json!({"disk": "/dev/sdb"}));
+    running.repair_status = RepairStatus::Pending;
+    running.jobs = vec![17, 18];
+    running.history.push(HistoryEntry {
+        at: 1_794_999_100.0,
+        status: RepairStatus::Pending,
+        event: "drain job 17 submitted".into(),
+    });
+    let mut blocked = incident(2, "node3", "evacuate", json!({"psu": 1}));
+    blocked.blocked_by =
+        Some("safety budget: at most 1 node(s) disrupted at once (in use: node2)".into());
+    let intents = vec![
+        intent(
+            1,
+            IntentSpec::Drain {
+                node: "node2".into(),
+            },
+            IntentState::Succeeded,
+            Some(17),
+        ),
+        intent(
+            1,
+            IntentSpec::Move {
+                planned: Move::Migrate {
+                    instance: "web<1>".into(),
+                    target: Some("node4".into()),
+                },
+            },
+            IntentState::Submitted,
+            Some(18),
+        ),
+    ];
+    Snapshot {
+        node: "node1".into(),
+        now_ms: NOW_MS,
+        round: RoundSummary {
+            number: 42,
+            started_ms: NOW_MS - 5_000,
+            duration_ms: 120,
+            agents: 4,
+            agents_failed: 1,
+            jobs_submitted: 1,
+            error: None,
+        },
+        incidents: vec![(running, intents), (blocked, Vec::new())],
+        agents: vec![
+            agent("node1", AgentState::Ok, Some(DiagnoseStatus::Ok)),
+            agent("node2", AgentState::Ok, Some(DiagnoseStatus::Evacuate)),
+            agent("node3", AgentState::Ok, Some(DiagnoseStatus::Evacuate)),
+            agent("node4", AgentState::Unreachable, None),
+        ],
+        max_disrupted_nodes: 1,
+    }
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/web")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, actual).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        expected == actual,
+        "output differs from {} (UPDATE_GOLDEN=1 rewrites it)\n{actual}",
+        path.display()
+    );
+}
+
+/// One tag per line, so that the golden file diffs well.
+fn lines(html: &str) -> String {
+    html.replace('>', ">\n")
+}
+
+#[test]
+fn page_html_matches_golden() {
+    let snapshot = fixed_snapshot();
+    let page = render(&snapshot, None);
+    golden("status.html", &lines(&page));
+    let actions = Actions {
+        user: "admin".into(),
+        csrf: "0123abcd".into(),
+    };
+    golden(
+        "status-admin.html",
+        &lines(&render(&snapshot, Some(&actions))),
+    );
+    // What people look for, and escaping of what agents and Ganeti name.
+    assert!(page.contains("web&lt;1&gt;"));
+    assert!(!page.contains("web<1>"));
+    assert!(page.contains("safety budget"));
+    assert!(!page.contains("<script"));
+    assert!(!page.contains("<form"), "the read-only page has no actions");
+}
+
+#[test]
+fn empty_cluster_page_says_so() {
+    let snapshot = Snapshot {
+        node: "node1".into(),
+        now_ms: NOW_MS,
+        round: RoundSummary::default(),
+        incidents: Vec::new(),
+        agents: Vec::new(),
+        max_disrupted_nodes: 1,
+    };
+    let page = render(&snapshot, None);
+    assert!(page.contains("No incident"), "{page}");
+    assert!(page.contains("none read yet"), "{page}");
+}
+
+/// node3 evacuated (completed, tag on the node), node2 waiting on the budget, node5's agent
+/// down; the API served on a loopback port with a users file.
+async fn scenario() -> (Harness, String, tokio::task::JoinHandle<()>, ApiState) {
+    let mut h = Harness::new(5, "a:diskless:3,b:diskless:2,c:diskless:4", |c| {
+        c.max_disrupted_nodes = 1;
+    })
+    .await
+    .unwrap();
+    h.agents.get(&node(3)).unwrap().set_verdict(verdict(
+        "evacuate",
+        json!({"disk": "/dev/sdb"}),
+        None,
+    ));
+    assert!(
+        h.until(20, |i| i.len() == 1
+            && i[0].repair_status == RepairStatus::Completed)
+            .await
+            .unwrap()
+    );
+    h.agents.get(&node(2)).unwrap().set_verdict(verdict(
+        "evacuate",
+        json!({"psu": "failed"}),
+        None,
+    ));
+    h.agents.get(&node(5)).unwrap().set_down(true);
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let users = h.state_dir.path().join("users");
+    std::fs::write(&users, "admin secret write\nviewer look\n").unwrap();
+    let mut api = h.coordinator.api().clone();
+    api.users = Some(users);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let app = router(api.clone());
+    let server = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            eprintln!("test server: {error}");
+        }
+    });
+    (h, base, server, api)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_need_a_writer_a_form_token_and_the_same_origin() {
+    let (h, base, server, _api) = scenario().await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = client
+        .get(format!("{base}/ui/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!page.contains("<form"), "read-only without authentication");
+    let admin = format!("{base}/ui/admin/");
+    let answer = client.get(&admin).send().await.unwrap();
+    assert_eq!(answer.status(), 401);
+    assert!(
+        answer.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .starts_with("Basic")
+    );
+    let answer = client
+        .get(&admin)
+        .basic_auth("viewer", Some("look"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
+    let page = client
+        .get(&admin)
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let blocked = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(2))
+        .unwrap();
+    let action = format!("/ui/admin/incidents/{}/cancel", blocked.uuid);
+    assert!(page.contains(&action), "{page}");
+    let token = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let url = format!("{base}{action}");
+    let origin = base.clone();
+    let post = |user: &str, password: &str, origin: &str, body: String| {
+        client
+            .post(&url)
+            .basic_auth(user, Some(password))
+            .header("origin", origin)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+    };
+    for (request, code) in [
+        (client.post(&url).body(format!("csrf={token}")), 401),
+        (
+            post("viewer", "look", &origin, format!("csrf={token}")),
+            403,
+        ),
+        (post("admin", "secret", &origin, String::new()), 403),
+        (post("admin", "secret", &origin, "csrf=00".into()), 403),
+        (
+            post(
+                "admin",
+                "secret",
+                "http://elsewhere.example",
+                format!("csrf={token}"),
+            ),
+            403,
+        ),
+    ] {
+        assert_eq!(request.send().await.unwrap().status(), code);
+        let still = h.incidents().unwrap();
+        assert!(
+            still
+                .iter()
+                .any(|i| i.uuid == blocked.uuid && i.repair_status == RepairStatus::Noted),
+            "a refused action changes nothing: {still:#?}"
+        );
+    }
+    let answer = post("admin", "secret", &origin, format!("csrf={token}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 303);
+    assert_eq!(answer.headers()["location"], "/ui/admin/");
+    let canceled = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.uuid == blocked.uuid)
+        .unwrap();
+    assert_eq!(canceled.repair_status, RepairStatus::Canceled);
+    // Acknowledging removes the tag through Ganeti; the next round records it. An incident
+    // without a tag on its node has nothing to acknowledge.
+    let done = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(3))
+        .unwrap();
+    assert!(done.tag_applied && !done.acknowledged, "{done:#?}");
+    let page = client
+        .get(&admin)
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let acknowledge = format!("/ui/admin/incidents/{}/acknowledge", done.uuid);
+    assert!(page.contains(&acknowledge), "{page}");
+    let ack = |uuid: Uuid| {
+        client
+            .post(format!("{base}/ui/admin/incidents/{uuid}/acknowledge"))
+            .basic_auth("admin", Some("secret"))
+            .header("origin", &origin)
+            .body(format!("csrf={token}"))
+    };
+    assert_eq!(ack(blocked.uuid).send().await.unwrap().status(), 409);
+    assert_eq!(ack(done.uuid).send().await.unwrap().status(), 303);
+    let mut h = h;
+    let uuid = done.uuid;
+    assert!(
+        h.until(5, |incidents| incidents
+            .iter()
+            .all(|i| i.uuid != uuid || i.acknowledged))
+            .await
+            .unwrap(),
+        "a round records the acknowledgement"
+    );
+    let tags = h.sim.with_cluster(|c| c.nodes[&node(3)].tags.clone());
+    assert!(!tags.contains(&done.tag), "{tags:?}");
+    server.abort();
+}
+
+/// Hosts Chromium itself talks to, whatever page it shows.
+const BROWSER_SERVICES: &[&str] = &[
+    "clients2.google.com",
+    "update.googleapis.com",
+    "accounts.google.com",
+    "optimizationguide-pa.googleapis.com",
+    "content-autofill.googleapis.com",
+];
+
+fn find_chromium() -> Option<PathBuf> {
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
+/// Records the first line of every request a browser sends to it as its proxy: any request
+/// that is not to the coordinator on loopback ends up here.
+async fn recording_proxy() -> (String, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let record = Arc::clone(&record);
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 4096];
+                let n = stream.read(&mut buffer).await.unwrap_or(0);
+                let text = String::from_utf8_lossy(&buffer[..n]);
+                let first = text.lines().next().unwrap_or("").to_owned();
+                record.lock().unwrap().push(first);
+            });
+        }
+    });
+    (address, seen)
+}
+
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the browser under test is started by the test itself, not by nodecare"
+)]
+async fn chromium(
+    binary: &Path,
+    profile: &Path,
+    proxy: &str,
+    extra: &[String],
+) -> (String, String) {
+    let output = tokio::process::Command::new(binary)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-default-apps",
+            "--no-pings",
+            "--disable-features=NetworkTimeServiceQuerying,OptimizationHints,MediaRouter,Translate",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--proxy-server=http://{proxy}"))
+        .args(extra)
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(120), output)
+        .await
+        .expect("chromium finishes within 2 minutes")
+        .expect("chromium starts");
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn page_in_headless_chromium() {
+    let Some(binary) = find_chromium() else {
+        let required = std::env::var("NODECARE_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "NODECARE_REQUIRE_BROWSER=1 but chromium is missing (apt-get install chromium)"
+        );
+        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let (h, base, server, _api) = scenario().await;
+    let (proxy, requests) = recording_proxy().await;
+    let profile = tempfile::tempdir().unwrap();
+    let url = format!("{base}/ui/");
+    let (dom, log) = chromium(
+        &binary,
+        profile.path(),
+        &proxy,
+        &["--dump-dom".into(), url.clone()],
+    )
+    .await;
+    let incidents = h.incidents().unwrap();
+    let done = incidents.iter().find(|i| i.node == node(3)).unwrap();
+    let waiting = incidents.iter().find(|i| i.node == node(2)).unwrap();
+    assert!(
+        dom.contains(&format!("incident-{}", done.uuid)),
+        "{dom}\n{log}"
+    );
+    assert!(dom.contains(&format!("incident-{}", waiting.uuid)), "{dom}");
+    let reason = waiting.blocked_by.as_deref().unwrap();
+    assert!(reason.contains("safety budget"), "{reason}");
+    assert!(
+        dom.contains(reason),
+        "the blocked incident's reason is shown: {dom}"
+    );
+    let job = done.jobs.first().copied().unwrap();
+    assert!(
+        dom.contains(&format!("<td class=\"job-id\">{job}</td>")),
+        "job {job} is shown: {dom}"
+    );
+    assert!(dom.contains("unreachable"), "node5's agent is down: {dom}");
+    // A phone-sized screenshot for people to look at.
+    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/web-status.png");
+    let (_, shot_log) = chromium(
+        &binary,
+        profile.path(),
+        &proxy,
+        &[
+            format!("--screenshot={}", target.display()),
+            "--window-size=412,1600".into(),
+            "--hide-scrollbars".into(),
+            url,
+        ],
+    )
+    .await;
+    let png = std::fs::read(&target).unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "{shot_log}");
+    // Nothing fetched from anywhere but the coordinator: every request off loopback went to
+    // the recording proxy, and only the browser's own services (clock, updates, accounts) may
+    // be there; the DOM references nothing off the page's origin either.
+    let requests = requests.lock().unwrap().clone();
+    let off: Vec<&String> = requests
+        .iter()
+        .filter(|line| !BROWSER_SERVICES.iter().any(|host| line.contains(host)))
+        .collect();
+    assert!(
+        off.is_empty(),
+        "the page made requests off the coordinator: {off:?}"
+    );
+    for attribute in ["src=\"", "href=\"", "action=\""] {
+        for rest in dom.split(attribute).skip(1) {
+            let target = rest.split('"').next().unwrap_or("");
+            assert!(
+                target.starts_with('/') || target.starts_with('#'),
+                "{attribute}{target}\" leaves the coordinator"
+            );
+        }
+    }
+    assert!(!dom.contains("url("), "no style fetches anything");
+    for text in [&log, &shot_log] {
+        for line in text.lines() {
+            assert!(
+                !(line.contains("CONSOLE") || line.contains("Uncaught")),
+                "script error or console message: {line}"
+            );
+        }
+    }
+    server.abort();
+}
