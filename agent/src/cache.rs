@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
+use tokio::sync::{Semaphore, watch};
+
 use bytes::Bytes;
 use nodecare_collectors::Registry;
 use nodecare_protocol::report::DEFAULT_CATEGORY;
@@ -24,8 +26,13 @@ pub struct CachedReport {
 /// The cached signed diagnose envelope, or why there is none.
 #[derive(Debug, Clone)]
 pub enum CachedSigned {
-    /// The serialised envelope.
-    Envelope(CachedReport),
+    /// The serialised envelope and its sequence number.
+    Envelope {
+        /// The serialised envelope.
+        report: CachedReport,
+        /// The envelope's sequence number (what long-polling waiters compare against).
+        sequence: u64,
+    },
     /// Why there is no envelope (e.g. no key).
     Unavailable(String),
 }
@@ -53,7 +60,16 @@ pub struct ReportCache {
     names: Vec<String>,
     entries: Vec<CollectorListEntry>,
     snapshot: RwLock<Arc<Snapshot>>,
+    /// The sequence of the signed envelope served (0: none yet); waiters of the long-poll
+    /// subscribe to it, one notification wakes them all.
+    signed_sequence: watch::Sender<u64>,
+    /// Bounds the number of requests waiting for a new signed report at once.
+    waiters: Arc<Semaphore>,
 }
+
+/// At most this many requests wait for a new signed report at once; further ones are answered
+/// at once, as if they had not asked to wait.
+pub const MAX_WAITERS: usize = 64;
 
 fn enabled_reports<'a>(
     reports: &'a [Option<CachedReport>],
@@ -133,6 +149,8 @@ impl ReportCache {
                 all,
                 signed: CachedSigned::Unavailable("no diagnose run has completed yet".into()),
             })),
+            signed_sequence: watch::Sender::new(0),
+            waiters: Arc::new(Semaphore::new(MAX_WAITERS)),
         }
     }
 
@@ -214,6 +232,29 @@ impl ReportCache {
 
     /// Stores the signed diagnose envelope (or why there is none).
     pub fn store_signed(&self, signed: CachedSigned) {
+        let sequence = match &signed {
+            CachedSigned::Envelope { sequence, .. } => Some(*sequence),
+            CachedSigned::Unavailable(_) => None,
+        };
         self.update(|snapshot| snapshot.signed = signed);
+        // After the snapshot: a woken waiter reads the new envelope.
+        if let Some(sequence) = sequence {
+            self.signed_sequence.send_replace(sequence);
+        }
+    }
+
+    /// Follows the sequence number of the signed envelope served.
+    pub fn subscribe_signed(&self) -> watch::Receiver<u64> {
+        self.signed_sequence.subscribe()
+    }
+
+    /// The bound on requests waiting for a new signed report.
+    pub fn waiters(&self) -> &Arc<Semaphore> {
+        &self.waiters
+    }
+
+    /// How many requests wait for a new signed report now.
+    pub fn waiting(&self) -> usize {
+        MAX_WAITERS.saturating_sub(self.waiters.available_permits())
     }
 }

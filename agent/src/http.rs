@@ -119,17 +119,101 @@ fn report(cache: &ReportCache, rest: &str) -> HttpResponse {
     }
 }
 
-fn signed(cache: &ReportCache) -> HttpResponse {
+/// The longest a request may wait for a new signed report; a longer `wait` is shortened to it.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// Header of a `304` long-poll answer: the sequence of the envelope served now (0: none).
+pub const SEQUENCE_HEADER: &str = "x-nodecare-sequence";
+
+/// A long-poll of the signed report: `?after=<sequence>[&wait=<seconds>]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SignedWatch {
+    /// Answer with a report whose sequence is above this one.
+    pub after: u64,
+    /// How long to wait for one (already bounded by [`MAX_WAIT`]).
+    pub wait: Duration,
+}
+
+/// Parses the query of the signed report. `Ok(None)`: no query, answer at once as always. Pure.
+pub fn parse_signed_query(query: Option<&str>) -> Result<Option<SignedWatch>, String> {
+    let Some(query) = query.filter(|query| !query.is_empty()) else {
+        return Ok(None);
+    };
+    let mut after = None;
+    let mut wait = None;
+    for pair in query.split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let slot = match name {
+            "after" => &mut after,
+            "wait" => &mut wait,
+            _ => {
+                return Err(format!(
+                    "unknown query parameter {name:?} (expected after=<sequence>&wait=<seconds>)"
+                ));
+            }
+        };
+        if slot.is_some() {
+            return Err(format!("query parameter {name:?} given twice"));
+        }
+        let number = value.parse::<u64>().map_err(|_| {
+            format!("query parameter {name:?} is not an unsigned integer: {value:?}")
+        })?;
+        *slot = Some(number);
+    }
+    let Some(after) = after else {
+        return Err("query parameter \"wait\" needs \"after\"".into());
+    };
+    Ok(Some(SignedWatch {
+        after,
+        wait: Duration::from_secs(wait.unwrap_or(0)).min(MAX_WAIT),
+    }))
+}
+
+fn error_json(status: StatusCode, error: &str) -> HttpResponse {
+    let body = serde_json::json!({ "error": error });
+    json(
+        status,
+        Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
+    )
+}
+
+fn signed_now(cache: &ReportCache, after: Option<u64>) -> HttpResponse {
     match &cache.snapshot().signed {
-        CachedSigned::Envelope(report) => cached(report),
-        CachedSigned::Unavailable(reason) => {
-            let body = serde_json::json!({ "error": reason });
-            json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
-            )
+        CachedSigned::Envelope { report, sequence } => match after {
+            Some(after) if *sequence <= after => {
+                let mut response = Response::new(Full::new(Bytes::new()));
+                *response.status_mut() = StatusCode::NOT_MODIFIED;
+                if let Ok(value) = HeaderValue::from_str(&sequence.to_string()) {
+                    response.headers_mut().insert(SEQUENCE_HEADER, value);
+                }
+                response
+            }
+            _ => cached(report),
+        },
+        CachedSigned::Unavailable(reason) => error_json(StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
+
+/// `/1/report/node/diagnose/signed`, with or without a long-poll query.
+async fn signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
+    let watch = match parse_signed_query(query) {
+        Ok(Some(watch)) => watch,
+        Ok(None) => return signed_now(cache, None),
+        Err(error) => return error_json(StatusCode::BAD_REQUEST, &error),
+    };
+    let mut sequence = cache.subscribe_signed();
+    let newer = |current: &u64| *current > watch.after;
+    if !newer(&sequence.borrow_and_update()) && !watch.wait.is_zero() {
+        // Each waiter holds a receiver and a timer, nothing else; their number is bounded.
+        // Dropping the request (client gone, agent stopping) drops both.
+        if let Ok(_permit) = Arc::clone(cache.waiters()).try_acquire_owned() {
+            let woken = tokio::time::timeout(watch.wait, sequence.wait_for(newer))
+                .await
+                .is_ok_and(|changed| changed.is_ok());
+            tracing::trace!(woken, after = watch.after, "signed report wait ended");
         }
     }
+    signed_now(cache, Some(watch.after))
 }
 
 fn health(state: &HttpState) -> HttpResponse {
@@ -150,7 +234,7 @@ fn health(state: &HttpState) -> HttpResponse {
         "status": "ok",
         "node": state.node,
         "uptime_s": state.started.elapsed().as_secs(),
-        "signed_diagnose": matches!(snapshot.signed, CachedSigned::Envelope(_)),
+        "signed_diagnose": matches!(snapshot.signed, CachedSigned::Envelope { .. }),
         "collectors": collectors,
         "confd": state.cluster.as_ref().map(|view| confd_view(&view.current())),
     });
@@ -262,7 +346,7 @@ pub async fn route(
                 repair: state.repair.as_deref(),
             })),
         ),
-        (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache),
+        (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache, request.uri().query()).await,
         // mond accepts trailing segments here too.
         (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {
             cached(&state.cache.snapshot().all)
@@ -282,5 +366,175 @@ pub async fn route(
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
             response
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+    use crate::cache::CachedReport;
+    use http_body_util::BodyExt;
+    use nodecare_collectors::Registry;
+
+    fn cache() -> Arc<ReportCache> {
+        Arc::new(ReportCache::new(&Registry::new()))
+    }
+
+    fn store(cache: &ReportCache, sequence: u64) {
+        cache.store_signed(CachedSigned::Envelope {
+            report: CachedReport {
+                body: Bytes::from(format!("{{\"sequence\":{sequence}}}")),
+                collected: Instant::now(),
+            },
+            sequence,
+        });
+    }
+
+    async fn body(response: HttpResponse) -> (StatusCode, Option<String>, String) {
+        let status = response.status();
+        let sequence = response
+            .headers()
+            .get(SEQUENCE_HEADER)
+            .map(|value| value.to_str().unwrap().to_owned());
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (status, sequence, String::from_utf8(bytes.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn signed_query_table() {
+        let secs = Duration::from_secs;
+        let watch = |after, wait| Ok(Some(SignedWatch { after, wait }));
+        for (query, expected) in [
+            (None, Ok(None)),
+            (Some(""), Ok(None)),
+            (Some("after=5"), watch(5, secs(0))),
+            (Some("after=5&wait=30"), watch(5, secs(30))),
+            (Some("wait=30&after=0"), watch(0, secs(30))),
+            (Some("after=5&wait=100000"), watch(5, MAX_WAIT)),
+        ] {
+            assert_eq!(parse_signed_query(query), expected, "{query:?}");
+        }
+        for (query, message) in [
+            ("wait=3", "needs \"after\""),
+            ("after=-1", "not an unsigned integer"),
+            ("after=", "not an unsigned integer"),
+            ("after", "not an unsigned integer"),
+            ("after=1&wait=x", "not an unsigned integer"),
+            ("after=18446744073709551616", "not an unsigned integer"),
+            ("after=1&after=2", "given twice"),
+            ("after=1&since=2", "unknown query parameter"),
+        ] {
+            let error = parse_signed_query(Some(query)).unwrap_err();
+            assert!(error.contains(message), "{query}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_query_or_with_a_newer_report_it_answers_at_once() {
+        let cache = cache();
+        let (status, _, text) = body(signed(&cache, None).await).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(text.contains("no diagnose run"), "{text}");
+        store(&cache, 7);
+        for query in [None, Some("after=6&wait=60"), Some("after=0&wait=60")] {
+            let answer = tokio::time::timeout(Duration::from_secs(5), signed(&cache, query))
+                .await
+                .expect("answered at once");
+            assert_eq!(
+                body(answer).await,
+                (StatusCode::OK, None, r#"{"sequence":7}"#.into())
+            );
+        }
+        // Without `wait`: at once, 304 when nothing newer exists.
+        let (status, sequence, text) = body(signed(&cache, Some("after=7")).await).await;
+        assert_eq!(
+            (status, sequence.as_deref(), text.as_str()),
+            (StatusCode::NOT_MODIFIED, Some("7"), "")
+        );
+        let (status, _, text) = body(signed(&cache, Some("after=x")).await).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(text.contains("not an unsigned integer"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_gets_304_at_its_timeout() {
+        let cache = cache();
+        store(&cache, 7);
+        let started = Instant::now();
+        let (status, sequence, _) = body(signed(&cache, Some("after=7&wait=1")).await).await;
+        assert!(started.elapsed() >= Duration::from_secs(1));
+        assert_eq!(
+            (status, sequence.as_deref()),
+            (StatusCode::NOT_MODIFIED, Some("7"))
+        );
+        assert_eq!(cache.waiting(), 0);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn one_new_report_wakes_every_waiter_and_their_number_is_bounded() {
+        let cache = cache();
+        store(&cache, 7);
+        let mut waiters = tokio::task::JoinSet::new();
+        for _ in 0..crate::cache::MAX_WAITERS {
+            let cache = Arc::clone(&cache);
+            waiters.spawn(async move { body(signed(&cache, Some("after=7&wait=60")).await).await });
+        }
+        let started = Instant::now();
+        while cache.waiting() < crate::cache::MAX_WAITERS {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "waiters: {}",
+                cache.waiting()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // One more is answered at once, as if it had not asked to wait.
+        let (status, _, _) = tokio::time::timeout(Duration::from_secs(5), async {
+            body(signed(&cache, Some("after=7&wait=60")).await).await
+        })
+        .await
+        .expect("answered at once beyond the bound");
+        assert_eq!(status, StatusCode::NOT_MODIFIED);
+        // Nobody has answered yet; one new report answers all of them.
+        assert!(waiters.try_join_next().is_none());
+        store(&cache, 8);
+        let mut answered = 0;
+        while let Some(answer) = tokio::time::timeout(Duration::from_secs(10), waiters.join_next())
+            .await
+            .expect("every waiter answers")
+        {
+            assert_eq!(
+                answer.unwrap(),
+                (StatusCode::OK, None, r#"{"sequence":8}"#.into())
+            );
+            answered += 1;
+        }
+        assert_eq!(answered, crate::cache::MAX_WAITERS);
+        assert_eq!(cache.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_waiter_frees_its_slot() {
+        let cache = cache();
+        store(&cache, 7);
+        let waiter = {
+            let cache = Arc::clone(&cache);
+            tokio::spawn(async move { signed(&cache, Some("after=7&wait=60")).await })
+        };
+        while cache.waiting() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+        assert_eq!(cache.waiting(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_report_stays_503_after_the_wait() {
+        let cache = cache();
+        let (status, _, _) = body(signed(&cache, Some("after=0&wait=1")).await).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     }
 }

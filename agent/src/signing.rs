@@ -131,10 +131,13 @@ impl DiagnoseSigner {
     pub fn sign_for_cache(&mut self, run: &DiagnoseRun, stale: bool) -> CachedSigned {
         match self.sign(run, stale) {
             Ok(envelope) => match serde_json::to_vec(&envelope) {
-                Ok(body) => CachedSigned::Envelope(CachedReport {
-                    body: Bytes::from(body),
-                    collected: Instant::now(),
-                }),
+                Ok(body) => CachedSigned::Envelope {
+                    report: CachedReport {
+                        body: Bytes::from(body),
+                        collected: Instant::now(),
+                    },
+                    sequence: envelope.sequence,
+                },
                 Err(error) => CachedSigned::Unavailable(error.to_string()),
             },
             Err(error) => {

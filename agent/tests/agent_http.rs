@@ -520,3 +520,96 @@ async fn missing_key_leaves_mond_endpoints_working() {
     assert_eq!(get(agent.local_addr(), "/1/report/all").await.status, 200);
     agent.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_poll_answers_on_a_new_report_and_a_gone_client_frees_its_wait() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    script(
+        &fixture.diagnose,
+        "disk",
+        "#!/bin/sh\necho '{\"status\":\"Ok\"}'\n",
+        0o755,
+    );
+    let mut config = config(&fixture);
+    config.diagnose_interval_secs = 1;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config, listener).await.unwrap();
+    let address = agent.local_addr();
+    wait_for_verdict(address, Duration::from_secs(3)).await;
+    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
+    let sequence_of = |body: &[u8]| {
+        ring.verify_json(
+            body,
+            nodecare_protocol::now_ms(),
+            VerifyPolicy::default(),
+            None,
+            None,
+        )
+        .unwrap()
+        .sequence
+    };
+    let mut current = get(address, "/1/report/node/diagnose/signed").await;
+    while current.status != 200 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        current = get(address, "/1/report/node/diagnose/signed").await;
+    }
+    let first = sequence_of(&current.body);
+
+    // Nothing newer: 304 at once without `wait`.
+    let answer = get(
+        address,
+        &format!("/1/report/node/diagnose/signed?after={first}"),
+    )
+    .await;
+    assert_eq!(answer.status, 304);
+    assert!(answer.body.is_empty());
+    // A waiter is answered by the next run's report (diagnose every second), well before 30 s.
+    let started = Instant::now();
+    let answer = get(
+        address,
+        &format!("/1/report/node/diagnose/signed?after={first}&wait=30"),
+    )
+    .await;
+    assert_eq!(answer.status, 200);
+    let next = sequence_of(&answer.body);
+    assert!(next > first);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // Bad queries get a clear 400.
+    let answer = get(address, "/1/report/node/diagnose/signed?wait=5").await;
+    assert_eq!(answer.status, 400);
+    assert!(answer.text().contains("needs"), "{}", answer.text());
+
+    // A client that goes away while waiting frees its slot.
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = format!(
+        "GET /1/report/node/diagnose/signed?after={}&wait=60 HTTP/1.1\r\nHost: x\r\n\r\n",
+        u64::MAX - 1
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let started = Instant::now();
+    while agent.cache().waiting() == 0 {
+        assert!(started.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut byte = [0u8; 1];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte))
+            .await
+            .is_err(),
+        "the waiter answered early"
+    );
+    drop(stream);
+    let started = Instant::now();
+    while agent.cache().waiting() != 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the waiter of a gone client is still held"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    agent.shutdown().await;
+}

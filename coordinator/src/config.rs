@@ -109,6 +109,9 @@ pub struct AgentsConfig {
     /// Seconds of clock difference tolerated between a node and the coordinator when judging a
     /// report's freshness (at most 30: it is for clocks, not for a report's lifetime).
     pub max_clock_skew: f64,
+    /// Keep a long-poll open to every agent so that a changed verdict starts a round at once
+    /// (rounds still read every agent).
+    pub watch: bool,
 }
 
 /// `[rapi]`.
@@ -159,6 +162,7 @@ impl Default for AgentsConfig {
             concurrency: 64,
             timeout: 5.0,
             max_clock_skew: 2.0,
+            watch: true,
         }
     }
 }

@@ -15,6 +15,7 @@ use crate::reconcile::{Board, ReconcileSettings, Reconciler, RoundError};
 use crate::repair::RepairClient;
 use crate::scrape::{ScrapeSettings, Scraper};
 use crate::store::{Store, StoreError};
+use crate::watch::{WatchSettings, Watches};
 
 /// Why the coordinator cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,20 @@ pub struct Coordinator {
     reconciler: Reconciler,
     api: ApiState,
     interval: Duration,
+    /// The agents' long-polls; `None`: rounds poll only.
+    watches: Option<Watches>,
+}
+
+/// A watched verdict change starts a round this long after it, so that changes arriving
+/// together (several nodes, a burst) start one round.
+pub const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// Resolves when the watches saw a change (never without watches, or once they are gone).
+async fn changed(changes: Option<&mut tokio::sync::watch::Receiver<u64>>) -> Option<()> {
+    match changes {
+        Some(changes) => changes.changed().await.ok(),
+        None => std::future::pending().await,
+    }
 }
 
 impl Coordinator {
@@ -61,6 +76,21 @@ impl Coordinator {
                 },
             },
         )?;
+        let watches = config.agents.watch.then(|| {
+            Watches::new(
+                Arc::new(scraper.ring().clone()),
+                WatchSettings {
+                    policy: VerifyPolicy {
+                        max_clock_skew_ms: Config::duration(config.agents.max_clock_skew)
+                            .as_millis()
+                            .try_into()
+                            .unwrap_or(u64::MAX),
+                    },
+                    timeout: Config::duration(config.agents.timeout),
+                    ..WatchSettings::default()
+                },
+            )
+        });
         let repairs = RepairClient::new(
             scraper.client().clone(),
             key,
@@ -104,6 +134,7 @@ impl Coordinator {
             reconciler,
             api,
             interval: config.round_interval_duration()?,
+            watches,
         })
     }
 
@@ -145,11 +176,24 @@ impl Coordinator {
         });
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut changes = self.watches.as_ref().map(Watches::subscribe);
         tokio::pin!(shutdown);
         let result = loop {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),
                 _ = ticker.tick() => {}
+                Some(()) = changed(changes.as_mut()) => {
+                    tokio::select! {
+                        () = &mut shutdown => break Ok(()),
+                        () = tokio::time::sleep(DEBOUNCE) => {}
+                    }
+                    if let Some(changes) = changes.as_mut() {
+                        changes.borrow_and_update();
+                    }
+                    tracing::debug!("a watched verdict changed: round now");
+                    // The next interval counts from this round.
+                    ticker.reset();
+                }
             }
             match self.reconciler.round().await {
                 Ok(summary) => tracing::debug!(
@@ -162,6 +206,16 @@ impl Coordinator {
                 ),
                 Err(error @ RoundError::NotMaster { .. }) => break Err(error),
                 Err(error) => tracing::warn!(%error, "round aborted; retrying next round"),
+            }
+            if let Some(watches) = self.watches.as_mut() {
+                let targets = self
+                    .reconciler
+                    .board()
+                    .targets
+                    .read()
+                    .map(|targets| targets.clone())
+                    .unwrap_or_default();
+                watches.sync(&targets);
             }
         };
         if stop_api.send(()).is_err() {

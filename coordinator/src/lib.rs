@@ -24,6 +24,7 @@ pub mod repair;
 pub mod scrape;
 pub mod store;
 pub mod ui;
+pub mod watch;
 
 pub use nodecare_daemon::systemd;
 /// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).

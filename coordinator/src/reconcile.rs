@@ -80,6 +80,8 @@ pub struct Board {
     pub agents: RwLock<BTreeMap<String, AgentStatus>>,
     /// Last round.
     pub last_round: RwLock<RoundSummary>,
+    /// The agents the last round read (what the watches follow).
+    pub targets: RwLock<Vec<AgentTarget>>,
 }
 
 /// The reconciler.
@@ -384,6 +386,9 @@ impl Reconciler {
                 base_url: self.settings.agent_urls.base(node),
             })
             .collect();
+        if let Ok(mut watched) = self.board.targets.write() {
+            watched.clone_from(&targets);
+        }
         let sequences = self.store.agent_sequences()?;
         let results = self.scraper.scrape(targets, &sequences, now_ms).await;
         summary.agents = results.len();

@@ -67,6 +67,17 @@ struct AgentState {
     runs: Mutex<BTreeMap<String, Run>>,
     requests: Mutex<u64>,
     down: Mutex<bool>,
+    /// Long-poll: a watch `after` a sequence below this value is answered at once; raised by
+    /// every change of what is served.
+    mark: tokio::sync::watch::Sender<u64>,
+}
+
+impl AgentState {
+    /// Something new is served from now on: wakes the long-polls.
+    fn changed(&self) {
+        let next = self.sequence.lock().map_or(0, |s| *s) + 1;
+        self.mark.send_modify(|mark| *mark = (*mark).max(next));
+    }
 }
 
 /// One fake agent.
@@ -83,6 +94,7 @@ impl FakeAgent {
         if let Ok(mut v) = self.state.verdict.lock() {
             *v = verdict;
         }
+        self.state.changed();
     }
 
     /// Makes the agent answer 503 (true) or normally (false).
@@ -90,6 +102,7 @@ impl FakeAgent {
         if let Ok(mut d) = self.state.down.lock() {
             *d = down;
         }
+        self.state.changed();
     }
 
     /// Sets how repairs behave.
@@ -123,6 +136,7 @@ impl FakeAgent {
         if let Ok(mut t) = self.state.ttl.lock() {
             *t = ttl;
         }
+        self.state.changed();
     }
 
     /// Stops signing and serves the last report it served, unchanged, for every request: what
@@ -139,6 +153,15 @@ impl FakeAgent {
         }
     }
 
+    /// Serves a pre-signed report of `verdict` from now on (benchmarks): [`Self::freeze`] with
+    /// another verdict, waking the long-polls only once the new report is served.
+    pub fn refreeze(&self, verdict: NodeVerdict, ttl: Duration) {
+        if let Ok(mut v) = self.state.verdict.lock() {
+            *v = verdict;
+        }
+        self.freeze(ttl);
+    }
+
     /// Pre-signs one report (valid for `ttl`) and serves it for every request (benchmarks).
     pub fn freeze(&self, ttl: Duration) {
         let verdict = self.state.verdict.lock().map(|v| v.clone()).ok();
@@ -147,6 +170,10 @@ impl FakeAgent {
             && let Ok(mut canned) = self.state.canned.lock()
         {
             *canned = Some(Bytes::from(body));
+            let sequence = self.state.sequence.lock().map_or(0, |s| *s);
+            self.state
+                .mark
+                .send_modify(|mark| *mark = (*mark).max(sequence));
         }
     }
 }
@@ -178,9 +205,34 @@ fn sign_report(
     serde_json::to_vec(&envelope).map_err(|e| e.to_string())
 }
 
-async fn report(State(state): State<Arc<AgentState>>) -> Response {
+/// The agent's long-poll (`?after=<sequence>&wait=<seconds>`): waits until something newer is
+/// served, or answers 304 at the end of the wait.
+async fn report(
+    State(state): State<Arc<AgentState>>,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+) -> Response {
     if let Ok(mut r) = state.requests.lock() {
         *r += 1;
+    }
+    let mut after = None;
+    let mut wait = 0u64;
+    for pair in query.as_deref().unwrap_or_default().split('&') {
+        match pair.split_once('=') {
+            Some(("after", value)) => after = value.parse::<u64>().ok(),
+            Some(("wait", value)) => wait = value.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    if let Some(after) = after {
+        let mut mark = state.mark.subscribe();
+        let waited = tokio::time::timeout(
+            Duration::from_secs(wait.min(60)),
+            mark.wait_for(|mark| after < *mark),
+        )
+        .await;
+        if !matches!(waited, Ok(Ok(_))) {
+            return StatusCode::NOT_MODIFIED.into_response();
+        }
     }
     if state.down.lock().map(|d| *d).unwrap_or(false) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
@@ -309,6 +361,7 @@ impl FakeAgents {
             runs: Mutex::new(BTreeMap::new()),
             requests: Mutex::new(0),
             down: Mutex::new(false),
+            mark: tokio::sync::watch::Sender::new(1),
         });
         let app = Router::new()
             .route("/1/report/node/diagnose/signed", get(report))

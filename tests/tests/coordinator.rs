@@ -736,6 +736,62 @@ async fn failed_chain_names_its_first_failing_job() {
     );
 }
 
+/// A changed verdict reaches the coordinator through the agent's long-poll and starts a round
+/// at once: with rounds every hour, only the watch can start the second round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_verdict_change_starts_a_round_at_once() {
+    let h = Harness::new(3, "a:drbd:2", |config| config.round_interval = 3600.0)
+        .await
+        .unwrap();
+    let board = std::sync::Arc::clone(&h.coordinator.api().board);
+    let rounds = || board.last_round.read().map(|r| r.number).unwrap_or(0);
+    let verdict_of = |name: &str| {
+        board
+            .agents
+            .read()
+            .ok()
+            .and_then(|agents| agents.get(name).and_then(|a| a.verdict))
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(h.coordinator.run(listener, async {
+        stopped.await.ok();
+    }));
+    let wait_until = |what: &'static str, condition: &dyn Fn() -> bool| {
+        let started = std::time::Instant::now();
+        let ok = loop {
+            if condition() {
+                break true;
+            }
+            if started.elapsed() > Duration::from_secs(20) {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(ok, "{what}");
+    };
+    wait_until("the first round", &|| rounds() == 1);
+    let agent = h.agents.get(&node(2)).unwrap();
+    // The watch is open once the agent has answered it (after the round's read).
+    wait_until("the watch's first answer", &|| agent.requests() >= 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(rounds(), 1, "no round without a change");
+    assert_eq!(
+        verdict_of(&node(2)),
+        Some(nodecare_protocol::DiagnoseStatus::Ok)
+    );
+
+    agent.set_verdict(evacuate());
+    wait_until("a round started by the watch", &|| rounds() >= 2);
+    assert_eq!(
+        verdict_of(&node(2)),
+        Some(nodecare_protocol::DiagnoseStatus::Evacuate)
+    );
+
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_users_file_writes_are_refused() {
     let mut h = Harness::new(2, "", |config| {

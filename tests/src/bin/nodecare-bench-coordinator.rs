@@ -4,6 +4,9 @@
 //! write their `node url` lines to FILE, then wait to be killed.
 //! `round FILE [ROUNDS]`: run the coordinator (simulated Ganeti with those nodes) for ROUNDS
 //! rounds over them; print each round's duration and the process's peak RSS.
+//! `watch FILE`: run the coordinator daemon (rounds every hour, one long-poll watch per agent),
+//! then flip one agent's verdict (through `FILE.flip`, which `serve-agents` obeys) and print how
+//! long after the flip the round started and the new verdict was seen, and the RSS.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -42,7 +45,126 @@ async fn serve_agents(count: usize, file: &str) -> anyhow::Result<()> {
     std::fs::write(&partial, lines)?;
     std::fs::rename(&partial, file)?;
     eprintln!("serving {count} fake agents");
+    // `FILE.flip` appears: node 2 says `evacuate` from now on; `FILE.flipped` gets the time.
+    let flip = format!("{file}.flip");
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if std::path::Path::new(&flip).exists() {
+            break;
+        }
+    }
+    if let Some(agent) = agents.get(&node(2)) {
+        let flipped_ms = nodecare_protocol::now_ms();
+        agent.refreeze(
+            nodecare_tests::fake_agent::verdict(
+                "evacuate",
+                serde_json::json!({"disk": "sdb"}),
+                None,
+            ),
+            Duration::from_secs(3600),
+        );
+        let partial = format!("{file}.flipped.partial");
+        std::fs::write(&partial, flipped_ms.to_string())?;
+        std::fs::rename(&partial, format!("{file}.flipped"))?;
+    }
     std::future::pending::<()>().await;
+    Ok(())
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| {
+                line.strip_prefix("VmRSS:")
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            })
+        })
+        .unwrap_or(0)
+}
+
+async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    let overrides: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
+        .collect();
+    let count = overrides.len();
+    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
+        .map_err(anyhow::Error::msg)?;
+    let state = tempfile::tempdir()?;
+    let mut config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
+    config.round_interval = 3600.0;
+    config.agents.watch = true;
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
+    let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
+    let board = Arc::clone(&coordinator.api().board);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(coordinator.run(listener, async {
+        stopped.await.ok();
+    }));
+    let last_round = || {
+        board
+            .last_round
+            .read()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    };
+    while last_round().number < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let first = last_round();
+    println!(
+        "agents={count} first_round_seconds={:.3} agents_read={} failed={}",
+        first.duration_ms as f64 / 1000.0,
+        first.agents,
+        first.agents_failed
+    );
+    // Every watch connects and gets its first answer, then waits.
+    tokio::time::sleep(settle).await;
+    println!(
+        "agents={count} watching rss_mib={:.1} peak_rss_mib={:.1}",
+        rss_kib() as f64 / 1024.0,
+        peak_rss_kib() as f64 / 1024.0
+    );
+    std::fs::write(format!("{file}.flip"), "")?;
+    let flipped = format!("{file}.flipped");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let verdict = || {
+        board
+            .agents
+            .read()
+            .ok()
+            .and_then(|agents| agents.get(&node(2)).and_then(|a| a.verdict))
+    };
+    while verdict() != Some(nodecare_protocol::DiagnoseStatus::Evacuate) {
+        if Instant::now() > deadline {
+            bail!("the flipped verdict was not seen within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let seen_ms = nodecare_protocol::now_ms();
+    let flipped_ms: u64 = std::fs::read_to_string(&flipped)
+        .with_context(|| format!("reading {flipped}"))?
+        .trim()
+        .parse()?;
+    // The round that saw it records its summary when it ends.
+    while last_round().number < 2 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let round = last_round();
+    println!(
+        "agents={count} flip_to_round_start_ms={} flip_to_verdict_seen_ms={} round={} round_seconds={:.3} rss_mib={:.1} peak_rss_mib={:.1}",
+        round.started_ms.saturating_sub(flipped_ms),
+        seen_ms.saturating_sub(flipped_ms),
+        round.number,
+        round.duration_ms as f64 / 1000.0,
+        rss_kib() as f64 / 1024.0,
+        peak_rss_kib() as f64 / 1024.0
+    );
+    stop.send(()).ok();
+    running.await??;
     Ok(())
 }
 
@@ -100,6 +222,15 @@ fn main() -> anyhow::Result<()> {
             let n: usize = args.get(3).map_or(Ok(3), |s| s.parse())?;
             runtime.block_on(rounds(args.get(2).context("file")?, n))
         }
-        _ => bail!("usage: nodecare-bench-coordinator serve-agents N FILE | round FILE [ROUNDS]"),
+        Some("watch") => {
+            let settle: u64 = args.get(3).map_or(Ok(10), |s| s.parse())?;
+            runtime.block_on(watch(
+                args.get(2).context("file")?,
+                Duration::from_secs(settle),
+            ))
+        }
+        _ => bail!(
+            "usage: nodecare-bench-coordinator serve-agents N FILE | round FILE [ROUNDS] | watch FILE [SETTLE_SECONDS]"
+        ),
     }
 }

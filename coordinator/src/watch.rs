@@ -1,0 +1,427 @@
+//! Watching every agent's signed report (the agent's long-poll), so that a changed verdict starts
+//! a round at once instead of at the next interval.
+//!
+//! One task per agent keeps one `GET …/signed?after=<sequence>&wait=<seconds>` open. While it
+//! waits it holds a socket and a few hundred bytes, no buffer: the answer is read only once the
+//! socket is readable. Every answer is verified exactly as a scraped report
+//! ([`crate::scrape::verify_report`]); only a verified or stale report whose verdict (fingerprint,
+//! freshness) differs from the one this watch saw before counts as a change. A change only wakes
+//! the round loop: the round then reads the agents and judges them as always, so a watch never
+//! acts by itself, and the poll of every round stays the fallback. Errors back off (1 s doubling
+//! to 30 s); an answer that is not newer than the last one is an error (no busy loop).
+//!
+//! Only `http://` agent URLs are watched; others are read by the rounds alone.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodecare_protocol::{KeyRing, VerifyPolicy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::scrape::{AgentOutcome, AgentTarget, MAX_REPORT_BYTES, SIGNED_DIAGNOSE_PATH};
+
+/// Watch settings.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchSettings {
+    /// How long the agent is asked to hold each request (the agent caps it at 60 s).
+    pub wait: Duration,
+    /// Connect and answer timeout on top of `wait`.
+    pub timeout: Duration,
+    /// First delay after an error; doubles up to `backoff_max`.
+    pub backoff_min: Duration,
+    /// Longest delay after errors.
+    pub backoff_max: Duration,
+    /// Clock-skew tolerance (as the scraper's).
+    pub policy: VerifyPolicy,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        Self {
+            wait: Duration::from_secs(25),
+            timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+            policy: VerifyPolicy::default(),
+        }
+    }
+}
+
+/// What one watch request gave.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WatchAnswer {
+    /// Nothing newer within the wait (304).
+    NotModified,
+    /// A report, judged as a scraped one.
+    Report(AgentOutcome),
+    /// No usable answer.
+    Failed(String),
+}
+
+/// The watches of every agent.
+#[derive(Debug)]
+pub struct Watches {
+    ring: Arc<KeyRing>,
+    settings: WatchSettings,
+    running: BTreeMap<String, (AgentTarget, AbortHandle)>,
+    changes: Arc<watch::Sender<u64>>,
+}
+
+impl Drop for Watches {
+    fn drop(&mut self) {
+        for (_, (_, handle)) in std::mem::take(&mut self.running) {
+            handle.abort();
+        }
+    }
+}
+
+impl Watches {
+    /// No watches yet, trusting `ring`.
+    pub fn new(ring: Arc<KeyRing>, settings: WatchSettings) -> Self {
+        Self {
+            ring,
+            settings,
+            running: BTreeMap::new(),
+            changes: Arc::new(watch::Sender::new(0)),
+        }
+    }
+
+    /// Counts verdict changes seen; `changed()` on it wakes the round loop.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// How many agents are watched.
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether no agent is watched.
+    pub fn is_empty(&self) -> bool {
+        self.running.is_empty()
+    }
+
+    /// Watches exactly `targets` (the agents the last round read): starts the new ones, stops
+    /// those gone or whose URL changed. Must run inside a Tokio runtime.
+    pub fn sync(&mut self, targets: &[AgentTarget]) {
+        let wanted: BTreeMap<&str, &AgentTarget> = targets
+            .iter()
+            .filter(|target| target.base_url.starts_with("http://"))
+            .map(|target| (target.node.as_str(), target))
+            .collect();
+        self.running.retain(|node, (target, handle)| {
+            let keep = wanted.get(node.as_str()) == Some(&&*target);
+            if !keep {
+                handle.abort();
+            }
+            keep
+        });
+        for (node, target) in wanted {
+            if self.running.contains_key(node) {
+                continue;
+            }
+            let task = tokio::spawn(watch_agent(
+                target.clone(),
+                Arc::clone(&self.ring),
+                self.settings,
+                Arc::clone(&self.changes),
+            ));
+            self.running
+                .insert(node.to_owned(), (target.clone(), task.abort_handle()));
+        }
+    }
+}
+
+/// What a watch remembers of the last report: enough to tell a change, nothing more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Seen {
+    fingerprint: String,
+    fresh: bool,
+}
+
+async fn watch_agent(
+    target: AgentTarget,
+    ring: Arc<KeyRing>,
+    settings: WatchSettings,
+    changes: Arc<watch::Sender<u64>>,
+) {
+    let mut after = 0u64;
+    let mut seen: Option<Seen> = None;
+    let mut backoff = settings.backoff_min;
+    loop {
+        let answer = watch_once(&target, &ring, settings, after).await;
+        let failure = match answer {
+            WatchAnswer::NotModified => None,
+            WatchAnswer::Report(AgentOutcome::Verified(o) | AgentOutcome::Stale(o))
+                if after > 0 && o.sequence <= after =>
+            {
+                Some(format!(
+                    "answered sequence {} to a watch after {after}",
+                    o.sequence
+                ))
+            }
+            WatchAnswer::Report(outcome @ (AgentOutcome::Verified(_) | AgentOutcome::Stale(_))) => {
+                let (AgentOutcome::Verified(o) | AgentOutcome::Stale(o)) = &outcome else {
+                    continue;
+                };
+                after = o.sequence;
+                let now = Seen {
+                    fingerprint: o.verdict.fingerprint.clone(),
+                    fresh: matches!(outcome, AgentOutcome::Verified(_)),
+                };
+                if seen.as_ref().is_some_and(|before| *before != now) {
+                    tracing::info!(node = %target.node, sequence = after, status = %o.verdict.status, "watched verdict changed");
+                    changes.send_modify(|count| *count = count.wrapping_add(1));
+                }
+                seen = Some(now);
+                None
+            }
+            WatchAnswer::Report(AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e))
+            | WatchAnswer::Failed(e) => Some(e),
+        };
+        match failure {
+            None => backoff = settings.backoff_min,
+            Some(error) => {
+                tracing::debug!(node = %target.node, %error, ?backoff, "watch failed; retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(settings.backoff_max);
+            }
+        }
+    }
+}
+
+/// Host and port of an `http://` base URL.
+fn host_port(base_url: &str) -> Result<(String, u16), String> {
+    let url = reqwest::Url::parse(base_url).map_err(|error| format!("{base_url}: {error}"))?;
+    if url.scheme() != "http" {
+        return Err(format!("{base_url}: only http:// agents are watched"));
+    }
+    let Some(host) = url.host_str() else {
+        return Err(format!("{base_url}: no host"));
+    };
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    Ok((host, url.port_or_known_default().unwrap_or(80)))
+}
+
+/// One watch request: `after` is the last sequence accepted by this watch (0: none).
+pub async fn watch_once(
+    target: &AgentTarget,
+    ring: &KeyRing,
+    settings: WatchSettings,
+    after: u64,
+) -> WatchAnswer {
+    let limit = settings.wait + settings.timeout;
+    match tokio::time::timeout(limit, request(target, settings, after)).await {
+        Ok(Ok((status, body))) => judge(ring, settings.policy, target, status, &body, after),
+        Ok(Err(error)) => WatchAnswer::Failed(error),
+        Err(_) => WatchAnswer::Failed(format!("{}: no answer within {limit:?}", target.base_url)),
+    }
+}
+
+/// Judges one answer. Pure.
+pub fn judge(
+    ring: &KeyRing,
+    policy: VerifyPolicy,
+    target: &AgentTarget,
+    status: u16,
+    body: &[u8],
+    after: u64,
+) -> WatchAnswer {
+    match status {
+        304 => WatchAnswer::NotModified,
+        200 => WatchAnswer::Report(crate::scrape::verify_report(
+            ring,
+            policy,
+            &target.node,
+            body,
+            (after > 0).then_some(after),
+            nodecare_protocol::now_ms(),
+        )),
+        status => {
+            let text: String = String::from_utf8_lossy(body).chars().take(200).collect();
+            WatchAnswer::Failed(format!(
+                "{}: HTTP {status}: {}",
+                target.base_url,
+                text.trim()
+            ))
+        }
+    }
+}
+
+/// Sends the request and reads the answer (status, body). The connection is closed by the
+/// agent after the answer; nothing is buffered before the socket is readable.
+async fn request(
+    target: &AgentTarget,
+    settings: WatchSettings,
+    after: u64,
+) -> Result<(u16, Vec<u8>), String> {
+    let (host, port) = host_port(&target.base_url)?;
+    let url = &target.base_url;
+    let connect = async {
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => tokio::net::TcpStream::connect(SocketAddr::new(ip, port)).await,
+            Err(_) => tokio::net::TcpStream::connect((host.as_str(), port)).await,
+        }
+    };
+    let mut stream = tokio::time::timeout(settings.timeout, connect)
+        .await
+        .map_err(|_| format!("{url}: connect timed out"))?
+        .map_err(|error| format!("{url}: {error}"))?;
+    let host_header = if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    };
+    let head = format!(
+        "GET {SIGNED_DIAGNOSE_PATH}?after={after}&wait={} HTTP/1.1\r\nHost: {host_header}\r\nConnection: close\r\n\r\n",
+        settings.wait.as_secs()
+    );
+    stream
+        .write_all(head.as_bytes())
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    // Wait without a buffer; then read the whole answer, bounded.
+    stream
+        .readable()
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    let mut raw = Vec::new();
+    let limit = u64::try_from(MAX_REPORT_BYTES + 16 * 1024).unwrap_or(u64::MAX);
+    (&mut stream)
+        .take(limit + 1)
+        .read_to_end(&mut raw)
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    if raw.len() as u64 > limit {
+        return Err(format!("{url}: answer larger than {limit} bytes"));
+    }
+    parse_answer(&raw).map_err(|error| format!("{url}: {error}"))
+}
+
+/// Splits a whole HTTP/1.1 answer (connection closed after it) into status and body. Pure.
+pub fn parse_answer(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
+    let split = raw
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .ok_or("incomplete HTTP answer")?;
+    let head = std::str::from_utf8(&raw[..split]).map_err(|_| "HTTP head is not UTF-8")?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let mut parts = status_line.split(' ');
+    if !parts
+        .next()
+        .is_some_and(|version| version.starts_with("HTTP/1."))
+    {
+        return Err(format!("not an HTTP/1 answer: {status_line:?}"));
+    }
+    let status: u16 = parts
+        .next()
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("bad HTTP status line: {status_line:?}"))?;
+    let mut body = raw[split + 4..].to_vec();
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err("chunked answers are not supported".into());
+        }
+        if name.eq_ignore_ascii_case("content-length") {
+            let length: usize = value
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad content-length: {value:?}"))?;
+            if body.len() < length {
+                return Err(format!(
+                    "answer cut short: {} of {length} bytes",
+                    body.len()
+                ));
+            }
+            body.truncate(length);
+        }
+    }
+    Ok((status, body))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+
+    #[test]
+    fn answers_parse_or_fail_clearly() {
+        assert_eq!(
+            parse_answer(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").unwrap(),
+            (200, b"{}".to_vec())
+        );
+        assert_eq!(
+            parse_answer(b"HTTP/1.1 304 Not Modified\r\nx-nodecare-sequence: 7\r\n\r\n").unwrap(),
+            (304, Vec::new())
+        );
+        for (raw, message) in [
+            (&b"HTTP/1.1 200 OK\r\n"[..], "incomplete"),
+            (b"SSH-2.0\r\n\r\n", "not an HTTP/1 answer"),
+            (b"HTTP/1.1 abc\r\n\r\n", "bad HTTP status"),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n{}",
+                "cut short",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n{}",
+                "bad content-length",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n",
+                "chunked",
+            ),
+        ] {
+            let error = parse_answer(raw).unwrap_err();
+            assert!(error.contains(message), "{error}");
+        }
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            host_port("http://10.0.0.1:1815").unwrap(),
+            ("10.0.0.1".into(), 1815)
+        );
+        assert_eq!(
+            host_port("http://[fd00::1]:1815").unwrap(),
+            ("fd00::1".into(), 1815)
+        );
+        assert_eq!(host_port("http://n1").unwrap(), ("n1".into(), 80));
+        assert!(host_port("https://n1").unwrap_err().contains("only http"));
+    }
+
+    #[test]
+    fn answers_are_judged_as_scraped_reports() {
+        let ring = KeyRing::single(nodecare_protocol::HmacKey::new(b"k".repeat(32)));
+        let target = AgentTarget {
+            node: "n1".into(),
+            node_uuid: "u1".into(),
+            base_url: "http://127.0.0.1:1".into(),
+        };
+        let policy = VerifyPolicy::default();
+        assert_eq!(
+            judge(&ring, policy, &target, 304, b"", 3),
+            WatchAnswer::NotModified
+        );
+        assert!(matches!(
+            judge(&ring, policy, &target, 200, b"{}", 3),
+            WatchAnswer::Report(AgentOutcome::Unverifiable(_))
+        ));
+        assert!(matches!(
+            judge(&ring, policy, &target, 503, b"{\"error\":\"no key\"}", 3),
+            WatchAnswer::Failed(e) if e.contains("HTTP 503") && e.contains("no key")
+        ));
+    }
+}
