@@ -85,6 +85,9 @@ pub struct Config {
     pub max_disrupted_nodes: usize,
     /// Fewest healthy nodes an evacuation may leave.
     pub min_healthy_nodes: usize,
+    /// Submit an evacuation as one Ganeti job chain per round (drain, moves, tag depending on
+    /// each other); `false` submits one step per round, each after the previous step's jobs.
+    pub job_chains: bool,
     /// Agents.
     pub agents: AgentsConfig,
     /// Ganeti RAPI.
@@ -171,6 +174,7 @@ impl Default for Config {
             repair_request_ttl: 300.0,
             max_disrupted_nodes: DEFAULT_MAX_DISRUPTED_NODES,
             min_healthy_nodes: DEFAULT_MIN_HEALTHY_NODES,
+            job_chains: true,
             agents: AgentsConfig::default(),
             rapi: RapiSection::default(),
             notify: NotifySection::default(),

@@ -103,6 +103,7 @@ impl Coordinator {
             node_name: node_name.clone(),
             agent_urls: config.agent_urls(),
             budget: config.budget(),
+            job_chains: config.job_chains,
             job_timeout: Config::duration(config.job_timeout),
             repair_timeout: Config::duration(config.repair_timeout),
             repair_poll: Config::duration(config.repair_poll),

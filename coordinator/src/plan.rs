@@ -123,6 +123,24 @@ pub enum EvacuationStep {
     Fail(String),
     /// The node holds no instance any more.
     Done,
+    /// Submit this chain of jobs in one round (never empty); see
+    /// [`Round::plan_evacuation_chain`].
+    Chain(EvacuationChain),
+}
+
+/// An evacuation planned as one Ganeti job chain: each part runs only after the part before it
+/// succeeded (RAPI `depends`), so Ganeti runs them back to back and a failure stops the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvacuationChain {
+    /// First drain the node.
+    pub drain: bool,
+    /// Waves of moves: the moves of one wave run in parallel, after the drain and the wave
+    /// before.
+    pub waves: Vec<Vec<PlannedMove>>,
+    /// Finally tag the node repairready (every instance is planned).
+    pub tag: bool,
+    /// Instances left for a later round, and why.
+    pub waiting: Vec<String>,
 }
 
 /// The cluster as seen this round, with what is already taken.
@@ -236,27 +254,144 @@ impl<'a> Round<'a> {
             return EvacuationStep::Blocked(reason);
         }
         self.disrupted.insert(node.to_owned());
+        match self.plan_wave(node, &primaries, &secondaries, failover, &BTreeSet::new()) {
+            Err(reason) => EvacuationStep::Fail(reason),
+            Ok((moves, waiting)) if moves.is_empty() => {
+                EvacuationStep::Wait(format!("waiting to move {}", waiting.join(", ")))
+            }
+            Ok((moves, _)) => EvacuationStep::Moves(moves),
+        }
+    }
+
+    /// Plans the whole evacuation of `node` that can be planned now as one job chain: the
+    /// drain (when the node is not drained yet), then waves of moves, each wave depending on
+    /// the one before (a target node or instance busy in one wave is free again in the next),
+    /// then the repairready tag when every instance is planned and nothing is left for a later
+    /// round. Reservations and budget checks are those of [`Self::plan_evacuation`]; the locks
+    /// of every planned move stay taken for the rest of the round.
+    ///
+    /// Answers [`EvacuationStep::Chain`] when at least one job is planned, otherwise what
+    /// [`Self::plan_evacuation`] would answer.
+    pub fn plan_evacuation_chain(&mut self, node: &str, failover: bool) -> EvacuationStep {
+        let Some(this) = self.nodes.get(node).copied() else {
+            return EvacuationStep::Fail(format!("node {node} is no longer in the cluster"));
+        };
+        let primaries: Vec<&'a Instance> = self
+            .instances
+            .iter()
+            .copied()
+            .filter(|i| i.primary_node == node)
+            .collect();
+        let secondaries: Vec<&'a Instance> = self
+            .instances
+            .iter()
+            .copied()
+            .filter(|i| i.secondary_nodes.iter().any(|s| s == node))
+            .collect();
+        if let Some(stuck) = primaries.iter().find(|i| i.disk_template.is_node_local()) {
+            return EvacuationStep::Fail(format!(
+                "instance {} has disk template {} and cannot be relocated off {node}",
+                stuck.name,
+                stuck.disk_template.as_str()
+            ));
+        }
+        if this.drained && primaries.is_empty() && secondaries.is_empty() {
+            return EvacuationStep::Done;
+        }
+        if let Some(reason) = self.budget_refusal(this) {
+            return EvacuationStep::Blocked(reason);
+        }
+        self.disrupted.insert(node.to_owned());
+        let drain = !this.drained;
+        // Nothing of a failing evacuation is submitted: it gives back all it took.
+        let taken = (
+            self.locks.clone(),
+            self.reserved_memory.clone(),
+            self.reserved_disk.clone(),
+            self.extra_secondaries.clone(),
+        );
+        let mut planned: BTreeSet<String> = BTreeSet::new();
+        let mut waves: Vec<Vec<PlannedMove>> = Vec::new();
+        let waiting = loop {
+            match self.plan_wave(node, &primaries, &secondaries, failover, &planned) {
+                Err(reason) => {
+                    (
+                        self.locks,
+                        self.reserved_memory,
+                        self.reserved_disk,
+                        self.extra_secondaries,
+                    ) = taken;
+                    return EvacuationStep::Fail(reason);
+                }
+                Ok((moves, left)) => {
+                    if moves.is_empty() {
+                        break left;
+                    }
+                    // The next wave runs after this one: its locks are free again by then.
+                    for planned_move in &moves {
+                        planned.insert(planned_move.action.instance().to_owned());
+                        for lock in &planned_move.locks {
+                            self.locks.remove(lock);
+                        }
+                    }
+                    waves.push(moves);
+                }
+            }
+        };
+        // Held for the rest of the round: other incidents must not plan on them.
+        for wave in &waves {
+            for planned_move in wave {
+                self.locks.extend(planned_move.locks.iter().cloned());
+            }
+        }
+        // A DRBD primary moved to its secondary leaves this node as its new secondary, which a
+        // later round replaces: the tag waits for that round.
+        let drbd_left = primaries
+            .iter()
+            .any(|i| i.disk_template.is_internally_mirrored());
+        let tag = waiting.is_empty() && !drbd_left;
+        if !drain && waves.is_empty() {
+            return EvacuationStep::Wait(format!("waiting to move {}", waiting.join(", ")));
+        }
+        EvacuationStep::Chain(EvacuationChain {
+            drain,
+            waves,
+            tag,
+            waiting,
+        })
+    }
+
+    /// One wave of non-conflicting moves off `node`, skipping the instances in `skip`: the
+    /// moves planned and, for people, the instances that must wait.
+    fn plan_wave(
+        &mut self,
+        node: &str,
+        primaries: &[&'a Instance],
+        secondaries: &[&'a Instance],
+        failover: bool,
+        skip: &BTreeSet<String>,
+    ) -> Result<(Vec<PlannedMove>, Vec<String>), String> {
         let mut moves = Vec::new();
         let mut waiting = Vec::new();
-        for instance in primaries {
-            match self.plan_primary(node, instance, failover) {
-                Ok(Attempt::Planned(planned)) => moves.push(planned),
-                Ok(Attempt::Wait(why)) => waiting.push(format!("{} ({why})", instance.name)),
-                Err(reason) => return EvacuationStep::Fail(reason),
+        for instance in primaries.iter().copied() {
+            if skip.contains(&instance.name) {
+                continue;
+            }
+            match self.plan_primary(node, instance, failover)? {
+                Attempt::Planned(planned) => moves.push(planned),
+                Attempt::Wait(why) => waiting.push(format!("{} ({why})", instance.name)),
             }
         }
-        for instance in secondaries {
-            match self.plan_secondary(node, instance) {
-                Ok(Attempt::Planned(planned)) => moves.push(planned),
-                Ok(Attempt::Wait(why)) => waiting.push(format!("{} ({why})", instance.name)),
-                Err(reason) => return EvacuationStep::Fail(reason),
+        for instance in secondaries.iter().copied() {
+            if skip.contains(&instance.name) {
+                continue;
+            }
+            match self.plan_secondary(node, instance)? {
+                Attempt::Planned(planned) => moves.push(planned),
+                Attempt::Wait(why) => waiting.push(format!("{} ({why})", instance.name)),
             }
         }
-        if moves.is_empty() {
-            EvacuationStep::Wait(format!("waiting to move {}", waiting.join(", ")))
-        } else {
-            EvacuationStep::Moves(moves)
-        }
+        Ok((moves, waiting))
     }
 
     /// Why the budget refuses to disrupt `node` (drain it or move its instances), if it does.
@@ -733,6 +868,131 @@ mod tests {
         n.drained = true;
         n.role = NodeRole::Drained;
         n
+    }
+
+    fn chain(step: EvacuationStep) -> EvacuationChain {
+        match step {
+            EvacuationStep::Chain(chain) => chain,
+            other => panic!("expected a chain, got {other:?}"),
+        }
+    }
+
+    fn wave_instances(chain: &EvacuationChain) -> Vec<Vec<String>> {
+        chain
+            .waves
+            .iter()
+            .map(|w| w.iter().map(|m| m.action.instance().to_owned()).collect())
+            .collect()
+    }
+
+    #[test]
+    fn chain_drains_moves_in_waves_and_tags() {
+        // 5 instances, 3 usable targets (one move per target node at a time): two waves.
+        let nodes = vec![node("n1"), node("n2"), node("n3"), node("n4")];
+        let instances: Vec<Instance> = (1..=5)
+            .map(|i| inst(&format!("i{i}"), "diskless", "n1", &[]))
+            .collect();
+        let mut round = Round::new(&nodes, &instances, [], [], Budget::default());
+        let c = chain(round.plan_evacuation_chain("n1", false));
+        assert!(c.drain && c.tag, "{c:?}");
+        assert!(c.waiting.is_empty());
+        assert_eq!(
+            wave_instances(&c),
+            vec![vec!["i1", "i2", "i3"], vec!["i4", "i5"]]
+        );
+        // Memory is reserved across waves: 4096 MiB free per target, 1024 per instance.
+        let mut per_target: BTreeMap<String, usize> = BTreeMap::new();
+        for m in c.waves.iter().flatten() {
+            if let Move::Migrate {
+                target: Some(t), ..
+            } = &m.action
+            {
+                *per_target.entry(t.clone()).or_default() += 1;
+            }
+        }
+        assert_eq!(per_target.values().sum::<usize>(), 5);
+        // The chain's locks stay taken for the rest of the round.
+        assert!(round.is_locked(&Lock::Instance("i5".into())));
+        // And the budget counts n1.
+        assert!(matches!(
+            round.plan_evacuation_chain("n2", false),
+            EvacuationStep::Blocked(_)
+        ));
+    }
+
+    #[test]
+    fn chain_without_room_for_everything_leaves_the_rest_and_the_tag() {
+        let mut small = node("n2");
+        small.memory_free = Some(2048);
+        let nodes = vec![drained(node("n1")), small];
+        let mut instances: Vec<Instance> = (1..=3)
+            .map(|i| inst(&format!("i{i}"), "diskless", "n1", &[]))
+            .collect();
+        let budget = Budget {
+            max_disrupted_nodes: 1,
+            min_healthy_nodes: 1,
+        };
+        let mut round = Round::new(&nodes, &instances, [], [], budget);
+        let c = chain(round.plan_evacuation_chain("n1", false));
+        // n2 takes two of them, one after the other; the third waits, and so does the tag.
+        assert_eq!(wave_instances(&c), vec![vec!["i1"], vec!["i2"]]);
+        assert!(!c.tag);
+        assert_eq!(c.waiting.len(), 1);
+        assert!(c.waiting[0].starts_with("i3 "), "{:?}", c.waiting);
+        // An instance no node can ever take fails the evacuation, and nothing stays locked.
+        instances[2].memory = Some(8192);
+        let mut round = Round::new(&nodes, &instances, [], [], budget);
+        let step = round.plan_evacuation_chain("n1", false);
+        assert!(matches!(step, EvacuationStep::Fail(_)), "{step:?}");
+        assert!(!round.is_locked(&Lock::Instance("i1".into())));
+        assert!(!round.is_locked(&Lock::Node("n2".into())));
+    }
+
+    #[test]
+    fn chain_waits_for_busy_targets_and_drbd_keeps_the_tag_for_later() {
+        let nodes = vec![drained(node("n1")), node("n2"), node("n3")];
+        let instances = vec![
+            inst("d1", "drbd", "n1", &["n2"]),
+            inst("i1", "diskless", "n1", &[]),
+        ];
+        let budget = Budget {
+            max_disrupted_nodes: 1,
+            min_healthy_nodes: 1,
+        };
+        // An instance with a job in flight waits for a later round.
+        let mut round = Round::new(
+            &nodes,
+            &instances,
+            [Lock::Instance("i1".into())],
+            [],
+            budget,
+        );
+        let c = chain(round.plan_evacuation_chain("n1", false));
+        assert!(!c.drain && !c.tag);
+        assert_eq!(wave_instances(&c), vec![vec!["d1"]]);
+        assert_eq!(c.waiting.len(), 1, "{c:?}");
+        // Everything movable, but a DRBD primary leaves n1 as its secondary: no tag yet.
+        let mut round = Round::new(&nodes, &instances, [], [], budget);
+        let c = chain(round.plan_evacuation_chain("n1", false));
+        assert!(c.waiting.is_empty() && !c.tag, "{c:?}");
+        // An empty drained node is done; nothing planned at all waits.
+        let empty: Vec<Instance> = vec![];
+        let mut round = Round::new(&nodes, &empty, [], [], budget);
+        assert_eq!(
+            round.plan_evacuation_chain("n1", false),
+            EvacuationStep::Done
+        );
+        let mut round = Round::new(
+            &nodes,
+            &instances,
+            [Lock::Instance("i1".into()), Lock::Instance("d1".into())],
+            [],
+            budget,
+        );
+        assert!(matches!(
+            round.plan_evacuation_chain("n1", false),
+            EvacuationStep::Wait(_)
+        ));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
-use crate::plan::{Budget, EvacuationStep, Lock, Move, Round};
+use crate::plan::{Budget, EvacuationChain, EvacuationStep, Lock, Move, Round};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::{AgentOutcome, AgentStatus, AgentTarget, AgentUrls, Scraper};
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
@@ -41,6 +41,8 @@ pub struct ReconcileSettings {
     pub agent_urls: AgentUrls,
     /// Safety budget.
     pub budget: Budget,
+    /// Plan and submit an evacuation as one job chain per round.
+    pub job_chains: bool,
     /// A job running longer than this fails its incident.
     pub job_timeout: Duration,
     /// A repair command running longer than this fails its incident.
@@ -300,7 +302,10 @@ impl Reconciler {
 
     /// Step 3: poll submitted jobs.
     async fn poll_jobs(&self) -> Result<(), RoundError> {
-        let submitted = self.ganeti_intents(IntentState::Submitted)?;
+        let mut submitted = self.ganeti_intents(IntentState::Submitted)?;
+        // In job order: in a chain, the first job that failed is seen (and names the failure)
+        // before the jobs that failed because they depended on it.
+        submitted.sort_by_key(|intent| intent.job_id);
         for mut intent in submitted {
             let Some(job_id) = intent.job_id else {
                 continue;
@@ -653,7 +658,22 @@ impl Reconciler {
         let drained_before = own
             .iter()
             .any(|i| i.key == "drain" && i.state == IntentState::Succeeded);
-        match round.plan_evacuation(&node.name, failover) {
+        let step = if self.settings.job_chains {
+            round.plan_evacuation_chain(&node.name, failover)
+        } else {
+            round.plan_evacuation(&node.name, failover)
+        };
+        match step {
+            EvacuationStep::Chain(chain) => {
+                if chain.drain && drained_before {
+                    self.fail(
+                        incident,
+                        format!("node {} was undrained during the evacuation", node.name),
+                    )?;
+                    return Ok(0);
+                }
+                self.submit_chain(incident, node, own, chain).await
+            }
             EvacuationStep::Drain => {
                 if drained_before {
                     self.fail(
@@ -733,6 +753,116 @@ impl Reconciler {
                 self.submit_ready_tag(incident, node, own).await
             }
         }
+    }
+
+    /// Submits an evacuation chain: the drain, each wave of moves depending on the jobs of the
+    /// step before, then the repairready tag depending on the last wave. Each job's intent is
+    /// recorded before it is submitted, as for single jobs. A submission that yields no job
+    /// (refused, or uncertain until the next round looks it up by reason) ends the chain
+    /// there: what follows would depend on a job that may not exist, and is planned again in
+    /// a later round once this incident's jobs are done.
+    async fn submit_chain(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+        chain: EvacuationChain,
+    ) -> Result<usize, RoundError> {
+        note(incident, Event::Unblocked);
+        let mut count = 0;
+        let mut previous: Vec<JobId> = Vec::new();
+        if chain.drain {
+            note(
+                incident,
+                Event::ActionStarted(format!("draining {}", node.name)),
+            );
+            let spec = IntentSpec::Drain {
+                node: node.name.clone(),
+            };
+            let locks = vec![Lock::Node(node.name.clone())];
+            let description = format!("draining {} for {}", node.name, incident.action.as_str());
+            let Some(job) = self
+                .submit_after(
+                    incident,
+                    "drain".into(),
+                    spec,
+                    locks,
+                    &description,
+                    Vec::new(),
+                )
+                .await?
+            else {
+                return Ok(count);
+            };
+            count += 1;
+            previous.push(job);
+        } else if incident.repair_status == RepairStatus::Noted {
+            // The node was drained before the incident: the moves are the first action.
+            note(
+                incident,
+                Event::ActionStarted(format!("evacuating {}", node.name)),
+            );
+        }
+        for wave in chain.waves {
+            let mut jobs = Vec::new();
+            for planned in wave {
+                let prefix = format!("{}-{}-", planned.action.verb(), planned.action.instance());
+                let key = next_key(own, &prefix);
+                let spec = IntentSpec::Move {
+                    planned: planned.action.clone(),
+                };
+                let job = self
+                    .submit_after(
+                        incident,
+                        key,
+                        spec,
+                        planned.locks.clone(),
+                        &planned.description,
+                        previous.clone(),
+                    )
+                    .await?;
+                if !incident.is_active() {
+                    // A refused submission failed the incident: no further jobs.
+                    return Ok(count + jobs.len());
+                }
+                let Some(job) = job else {
+                    return Ok(count + jobs.len());
+                };
+                jobs.push(job);
+            }
+            count += jobs.len();
+            previous = jobs;
+        }
+        if chain.tag {
+            let key = next_key(own, "tag-ready-");
+            let spec = IntentSpec::Tag {
+                node: node.name.clone(),
+                tag: incident.tag.clone(),
+            };
+            if self
+                .submit_after(
+                    incident,
+                    key,
+                    spec,
+                    Vec::new(),
+                    "tagging the node as ready for repair",
+                    previous,
+                )
+                .await?
+                .is_some()
+            {
+                count += 1;
+            }
+        } else if !chain.waiting.is_empty() {
+            note(
+                incident,
+                Event::Progress(format!(
+                    "left for a later round: {}",
+                    chain.waiting.join(", ")
+                )),
+            );
+        }
+        Ok(count)
     }
 
     async fn submit_ready_tag(
@@ -949,6 +1079,23 @@ impl Reconciler {
         locks: Vec<Lock>,
         description: &str,
     ) -> Result<bool, RoundError> {
+        Ok(self
+            .submit_after(incident, key, spec, locks, description, Vec::new())
+            .await?
+            .is_some())
+    }
+
+    /// [`Self::submit`] for a job that runs only after the jobs in `depends` succeeded;
+    /// returns the submitted job's id.
+    async fn submit_after(
+        &self,
+        incident: &mut Incident,
+        key: String,
+        spec: IntentSpec,
+        locks: Vec<Lock>,
+        description: &str,
+        depends: Vec<JobId>,
+    ) -> Result<Option<JobId>, RoundError> {
         let mut intent = Intent {
             incident: incident.uuid,
             key: key.clone(),
@@ -963,7 +1110,7 @@ impl Reconciler {
         };
         // Durable before the job exists: a crash from here on is resolved by the reason.
         self.store.plan_intent(incident, &intent)?;
-        let reason = Reason::new(incident.uuid, key.clone(), description);
+        let reason = Reason::new(incident.uuid, key.clone(), description).after(depends);
         let ganeti = &self.ganeti;
         let result = match &spec {
             IntentSpec::Drain { node } => ganeti.set_node_drained(node, true, &reason).await,
@@ -994,7 +1141,7 @@ impl Reconciler {
                     ganeti.replace_disks(instance, &mode, &reason).await
                 }
             },
-            IntentSpec::Repair { .. } => return Ok(false),
+            IntentSpec::Repair { .. } => return Ok(None),
         };
         match result {
             Ok(job) => {
@@ -1009,7 +1156,7 @@ impl Reconciler {
                 tracing::info!(incident = %incident.uuid, node = %incident.node, intent = %key, job, "{description}");
                 self.board.metrics.job_submitted(&spec);
                 self.store.update_intent(incident, &intent)?;
-                Ok(true)
+                Ok(Some(job))
             }
             Err(error) if error.is_transient() => {
                 // The job may exist: the next round looks it up by reason before resubmitting.
@@ -1019,7 +1166,7 @@ impl Reconciler {
                     Event::Progress(format!("submission of {key} uncertain: {error}")),
                 );
                 self.store.save_incident(incident)?;
-                Ok(false)
+                Ok(None)
             }
             Err(error) => {
                 let why = format!("Ganeti refused {description}: {error}");
@@ -1037,7 +1184,7 @@ impl Reconciler {
                 tracing::warn!(incident = %incident.uuid, intent = %key, %error, "submission refused");
                 self.board.metrics.job_failed(&spec);
                 self.store.update_intent(incident, &intent)?;
-                Ok(false)
+                Ok(None)
             }
         }
     }

@@ -353,6 +353,12 @@ pub struct SimJob {
     finish_at_ms: u64,
     /// Set by fault injection: the job ends with this failure whatever it does.
     forced_failure: Option<SimFailure>,
+    /// RAPI `depends`: jobs and the final statuses they must end in before this job runs.
+    #[serde(default)]
+    pub depends: Vec<(JobId, Vec<JobStatus>)>,
+    /// Whether `depends` has been satisfied (the job may run).
+    #[serde(default)]
+    depends_met: bool,
 }
 
 /// Record of a submission, for "no job submitted twice" assertions.
@@ -549,8 +555,64 @@ impl SimCluster {
                 run_at_ms: now_ms.saturating_add(delay / 2),
                 finish_at_ms: now_ms.saturating_add(delay),
                 forced_failure,
+                depends: Vec::new(),
+                depends_met: false,
             },
         );
+    }
+
+    /// Id the next submitted job gets.
+    pub const fn next_job_id(&self) -> JobId {
+        self.next_job
+    }
+
+    /// Makes job `id` (still queued) wait for `depends`, as Ganeti's job scheduler does: it
+    /// stays `queued` until every dependency is final, then runs if each ended in one of the
+    /// wanted statuses; otherwise it fails without running (`canceled` when a dependency was
+    /// canceled and that was not wanted).
+    pub fn set_depends(&mut self, id: JobId, depends: Vec<(JobId, Vec<JobStatus>)>) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.depends = depends;
+        }
+    }
+
+    /// Whether a queued job's dependencies let it run (`Ok(Some(t))`: the last one ended at
+    /// `t`), make it wait (`Ok(None)`), or fail it (`Err`, with Ganeti's status and message).
+    fn dependency_state(&self, job: &SimJob) -> Result<Option<u64>, (JobStatus, String)> {
+        let mut ready_at = 0;
+        for (dep, wanted) in &job.depends {
+            if *dep == job.id {
+                return Err((JobStatus::Error, "Job can't depend on itself".into()));
+            }
+            let Some(other) = self.jobs.get(dep) else {
+                return Err((
+                    JobStatus::Error,
+                    format!("Dependency error: Job {dep} not found"),
+                ));
+            };
+            if !other.status.is_final() {
+                return Ok(None);
+            }
+            if other.status == JobStatus::Canceled && !wanted.contains(&JobStatus::Canceled) {
+                return Err((
+                    JobStatus::Canceled,
+                    format!("Dependency job {dep} was cancelled"),
+                ));
+            }
+            if !wanted.is_empty() && !wanted.contains(&other.status) {
+                let wanted: Vec<&str> = wanted.iter().map(|s| s.as_str()).collect();
+                return Err((
+                    JobStatus::Error,
+                    format!(
+                        "Dependency job {dep} finished with status '{}', not one of '{}' as required",
+                        other.status.as_str(),
+                        wanted.join(", ")
+                    ),
+                ));
+            }
+            ready_at = ready_at.max(other.end_ms.unwrap_or(0));
+        }
+        Ok(Some(ready_at))
     }
 
     fn take_failure_rule(&mut self, op: &SimOp) -> Option<SimFailure> {
@@ -574,6 +636,36 @@ impl SimCluster {
     pub fn advance(&mut self, now_ms: u64) {
         let ids: Vec<JobId> = self.jobs.keys().copied().collect();
         for id in ids {
+            if let Some(job) = self.jobs.get(&id)
+                && job.status == JobStatus::Queued
+                && !job.depends.is_empty()
+                && !job.depends_met
+            {
+                match self.dependency_state(job) {
+                    Ok(None) => continue,
+                    Ok(Some(ready_at)) => {
+                        let delay = u64::try_from(self.job_delay.as_millis()).unwrap_or(u64::MAX);
+                        if let Some(job) = self.jobs.get_mut(&id) {
+                            job.depends_met = true;
+                            let start = ready_at.max(job.received_ms);
+                            job.run_at_ms = start.saturating_add(delay / 2);
+                            job.finish_at_ms = start.saturating_add(delay);
+                        }
+                    }
+                    Err((status, message)) => {
+                        if let Some(job) = self.jobs.get_mut(&id) {
+                            // Ganeti starts the job, which fails before its opcode runs.
+                            let at = now_ms.max(job.received_ms);
+                            job.status = status;
+                            job.start_ms = Some(at);
+                            job.end_ms = Some(at);
+                            job.log.push(message.clone());
+                            job.opresult = SimFailure::exec(message).to_opresult();
+                        }
+                        continue;
+                    }
+                }
+            }
             let Some(job) = self.jobs.get_mut(&id) else {
                 continue;
             };
@@ -593,6 +685,11 @@ impl SimCluster {
         self.jobs
             .values()
             .filter_map(|j| match j.status {
+                // A waiting job changes when its dependencies do (they are listed too), or
+                // at once when they are all final.
+                JobStatus::Queued if !j.depends.is_empty() && !j.depends_met => self
+                    .dependency_state(j)
+                    .map_or(Some(0), |ready| ready.map(|_| 0)),
                 JobStatus::Queued => Some(j.run_at_ms),
                 JobStatus::Running => Some(j.finish_at_ms),
                 _ => None,
@@ -1134,7 +1231,22 @@ impl SimCluster {
         op.insert("OP_ID".into(), json!(job.op.op_id()));
         op.insert("comment".into(), Value::Null);
         op.insert("priority".into(), json!(0));
-        op.insert("depends".into(), Value::Null);
+        let depends: Vec<Value> = job
+            .depends
+            .iter()
+            .map(|(id, wanted)| {
+                let wanted: Vec<&str> = wanted.iter().map(|s| s.as_str()).collect();
+                json!([id, wanted])
+            })
+            .collect();
+        op.insert(
+            "depends".into(),
+            if depends.is_empty() {
+                Value::Null
+            } else {
+                Value::Array(depends)
+            },
+        );
         op.insert("debug_level".into(), json!(0));
         let mut reason: Vec<Value> = job
             .reason

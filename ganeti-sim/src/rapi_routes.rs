@@ -125,12 +125,62 @@ pub fn parse_query(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Routes one request against the cluster (already advanced to `now_ms`).
+/// Decodes RAPI's `depends` body parameter, `[[job_id, [final_status, ...]], ...]`, which RAPI
+/// adds to the parameters of every opcode resource whose body is a JSON object.
+fn parse_depends(req: &SimRequest) -> Result<Vec<(u64, Vec<JobStatus>)>, String> {
+    let Some(value) = req.body_field("depends") else {
+        return Ok(Vec::new());
+    };
+    // Ganeti 3.0.2 names the opcode (`OP_TAGS_SET.depends`); the route does not know it yet.
+    let invalid = || {
+        "Invalid body parameters: (\"Parameter 'depends' fails validation\", 'wrong_input')"
+            .to_owned()
+    };
+    let list = value.as_array().ok_or_else(invalid)?;
+    list.iter()
+        .map(|dep| {
+            let [id, statuses] = dep.as_array().map(Vec::as_slice).ok_or_else(invalid)? else {
+                return Err(invalid());
+            };
+            let id = id.as_u64().ok_or_else(invalid)?;
+            let statuses = statuses
+                .as_array()
+                .ok_or_else(invalid)?
+                .iter()
+                .map(|s| {
+                    s.as_str()
+                        .and_then(JobStatus::from_name)
+                        .filter(|s| s.is_final())
+                        .ok_or_else(invalid)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((id, statuses))
+        })
+        .collect()
+}
+
+/// Routes one request against the cluster (already advanced to `now_ms`). A job the request
+/// submits waits for the body's `depends`, as Ganeti's does.
 pub fn route(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> SimAnswer {
     // RAPI builds the reason trail itself; a body `reason` is refused.
     if req.body_field("reason").is_some() {
         return bad_request("Can't overwrite static parameters {'reason'}");
     }
+    let depends = match parse_depends(req) {
+        Ok(depends) => depends,
+        Err(message) => return bad_request(&message),
+    };
+    let first_new = cluster.next_job_id();
+    let answer = route_request(cluster, req, now_ms);
+    if !depends.is_empty() {
+        for id in first_new..cluster.next_job_id() {
+            cluster.set_depends(id, depends.clone());
+        }
+    }
+    answer
+}
+
+fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> SimAnswer {
     let parts: Vec<&str> = req
         .path
         .trim_matches('/')

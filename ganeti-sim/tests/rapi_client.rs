@@ -341,3 +341,125 @@ async fn injected_faults_reach_the_in_process_client() {
     assert!(matches!(err, GanetiError::Transport(_)), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// RAPI `depends`: a chain runs back to back, in order, and a failed job fails its
+/// dependents without running them, naming the dependency, as Ganeti 3.0.2 does.
+#[tokio::test]
+async fn chained_jobs_wait_for_their_dependencies_and_fail_with_them() {
+    let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();
+    sim.set_job_delay(Duration::from_millis(30));
+    let rapi = sim.client();
+    let node = "node2.sim.test";
+    let drain = Ganeti::set_node_drained(&rapi, node, true, &reason("drain"))
+        .await
+        .unwrap();
+    let m1 = Ganeti::migrate_instance(&rapi, "inst1.sim.test", None, &reason("m1").after([drain]))
+        .await
+        .unwrap();
+    let m2 = Ganeti::failover_instance(&rapi, "inst2.sim.test", None, &reason("m2").after([drain]))
+        .await
+        .unwrap();
+    let tag = Ganeti::add_node_tags(
+        &rapi,
+        node,
+        &["nodecare:test".to_owned()],
+        &reason("tag").after([m1, m2]),
+    )
+    .await
+    .unwrap();
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let jobs = sim.with_cluster(|c| c.jobs.clone());
+    for id in [drain, m1, m2, tag] {
+        assert_eq!(jobs[&id].status, JobStatus::Success, "job {id}");
+    }
+    // Each step starts only after the steps it depends on ended.
+    let start = |id: u64| jobs[&id].start_ms.unwrap();
+    let end = |id: u64| jobs[&id].end_ms.unwrap();
+    assert!(start(m1) >= end(drain) && start(m2) >= end(drain));
+    assert!(start(tag) >= end(m1).max(end(m2)));
+    // The dependency shows in the job's opcode, as RAPI lists it.
+    let listed = Ganeti::job(&rapi, tag).await.unwrap();
+    assert_eq!(listed.status, JobStatus::Success);
+    let detail = sim.with_cluster(|c| c.job_json(&c.jobs[&tag], true));
+    assert_eq!(
+        detail["ops"][0]["depends"],
+        serde_json::json!([[m1, ["success"]], [m2, ["success"]]])
+    );
+
+    // A failing step fails everything after it, and nothing after it runs.
+    sim.fail_jobs(JobFailureRule {
+        op_id: Some("OP_INSTANCE_MIGRATE".into()),
+        target: None,
+        count: Some(1),
+        message: "migration aborted".into(),
+    });
+    let undrain = Ganeti::set_node_drained(&rapi, "node3.sim.test", true, &reason("d3"))
+        .await
+        .unwrap();
+    let bad = Ganeti::migrate_instance(
+        &rapi,
+        "inst4.sim.test",
+        None,
+        &reason("m4").after([undrain]),
+    )
+    .await
+    .unwrap();
+    let after = Ganeti::add_node_tags(
+        &rapi,
+        "node3.sim.test",
+        &["nodecare:after".to_owned()],
+        &reason("tag3").after([bad]),
+    )
+    .await
+    .unwrap();
+    let last = Ganeti::remove_node_tags(
+        &rapi,
+        "node3.sim.test",
+        &["nodecare:after".to_owned()],
+        &reason("untag3").after([after]),
+    )
+    .await
+    .unwrap();
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let bad_job = Ganeti::job(&rapi, bad).await.unwrap();
+    assert_eq!(bad_job.status, JobStatus::Error);
+    let after_job = Ganeti::job(&rapi, after).await.unwrap();
+    assert_eq!(after_job.status, JobStatus::Error);
+    let message = after_job.errors.join("; ");
+    assert!(
+        message.contains(&format!(
+            "Dependency job {bad} finished with status 'error', not one of 'success' as required"
+        )),
+        "{message}"
+    );
+    assert_eq!(
+        Ganeti::job(&rapi, last).await.unwrap().status,
+        JobStatus::Error
+    );
+    let tags = Ganeti::node_tags(&rapi, "node3.sim.test").await.unwrap();
+    assert!(!tags.iter().any(|t| t == "nodecare:after"), "{tags:?}");
+    // As on Ganeti 3.0.2, the dependent job starts and ends at once, its opcode never run.
+    let (started, ended) = sim.with_cluster(|c| (c.jobs[&after].start_ms, c.jobs[&after].end_ms));
+    assert_eq!(started, ended);
+    assert!(started.is_some());
+}
+
+#[tokio::test]
+async fn malformed_depends_is_refused() {
+    let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();
+    for body in [
+        serde_json::json!({"depends": 3}),
+        serde_json::json!({"depends": [[1]]}),
+        serde_json::json!({"depends": [[1, ["running"]]]}),
+        serde_json::json!({"depends": [[-1, ["success"]]]}),
+    ] {
+        let req = nodecare_ganeti_sim::rapi_routes::SimRequest {
+            method: "PUT".into(),
+            path: "/2/nodes/node2.sim.test/tags".into(),
+            query: vec![("tag".into(), "x".into())],
+            body: Some(body.clone()),
+        };
+        let (status, _) = sim.handle(&req).await;
+        assert_eq!(status, 400, "{body}");
+    }
+}

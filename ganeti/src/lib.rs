@@ -479,6 +479,10 @@ pub struct ReasonEntry {
 /// `text()` is `nodecare incident=<uuid> intent=<key>: <description>`; `intent` is unique per
 /// submission the coordinator intends to make, so a job found in Ganeti's job list with the
 /// same incident and intent is that submission (no duplicate after a crash).
+///
+/// `depends` chains jobs: the job is submitted with RAPI's `depends` body parameter
+/// (`[[job_id, ["success"]], ...]`), so Ganeti starts it only once every listed job has
+/// succeeded, and fails it (without running it) when one of them fails.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reason {
     /// The incident this job belongs to.
@@ -487,6 +491,9 @@ pub struct Reason {
     pub intent: String,
     /// What the job does, for people reading `gnt-job info`.
     pub description: String,
+    /// Jobs that must succeed before this one runs (empty: runs as soon as Ganeti can).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub depends: Vec<JobId>,
 }
 
 /// The machine-readable part of a [`Reason`] recovered from a job's trail.
@@ -516,7 +523,17 @@ impl Reason {
             incident,
             intent,
             description: description.into(),
+            depends: Vec::new(),
         }
+    }
+
+    /// The same reason for a job that runs only after every job in `jobs` has succeeded.
+    #[must_use]
+    pub fn after(mut self, jobs: impl IntoIterator<Item = JobId>) -> Self {
+        self.depends = jobs.into_iter().collect();
+        self.depends.sort_unstable();
+        self.depends.dedup();
+        self
     }
 
     /// The source to put into the trail entry.

@@ -634,6 +634,109 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     server.abort();
 }
 
+/// With job chains (the default), a node's whole evacuation is submitted in its first acting
+/// round: drain, every move (in waves when targets are busy), repairready tag, each depending on
+/// the step before; round by round, the same evacuation takes a round per step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn evacuation_is_one_job_chain_in_one_round() {
+    let instances = "a:diskless:2,b:diskless:2,c:sharedfile:2,d:diskless:2,e:diskless:2";
+    for chains in [true, false] {
+        let mut h = Harness::new(5, instances, |c| c.job_chains = chains)
+            .await
+            .unwrap();
+        h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+        let mut per_round = Vec::new();
+        for _ in 0..10 {
+            per_round.push(h.round().await.unwrap().jobs_submitted);
+            let incidents = h.incidents().unwrap();
+            if incidents.len() == 1 && incidents[0].repair_status == RepairStatus::Completed {
+                break;
+            }
+        }
+        let incident = h.incidents().unwrap().remove(0);
+        assert_eq!(
+            incident.repair_status,
+            RepairStatus::Completed,
+            "{incident:#?}"
+        );
+        assert!(h.node_tags(&node(2)).contains(&incident.tag));
+        let acting: Vec<usize> = per_round.iter().copied().filter(|n| *n > 0).collect();
+        if chains {
+            // 1 drain + 5 moves (4 targets: two waves) + 1 tag, all in one round.
+            assert_eq!(acting, vec![7], "{per_round:?}");
+            let submissions = h.sim.submissions();
+            let ours: Vec<_> = submissions.iter().filter(|s| !s.internal).collect();
+            let depends = h.sim.with_cluster(|c| {
+                ours.iter()
+                    .map(|s| c.jobs[&s.job].depends.len())
+                    .collect::<Vec<_>>()
+            });
+            // Drain: none; first wave: the drain; second wave: the 4 first moves; tag: the
+            // second wave.
+            assert_eq!(depends, vec![0, 1, 1, 1, 1, 4, 1], "{ours:#?}");
+        } else {
+            // Drain, moves (two rounds: 4 targets), tag: one round each.
+            assert_eq!(acting, vec![1, 4, 1, 1], "{per_round:?}");
+        }
+        assert!(h.sim.duplicate_intents().is_empty());
+    }
+}
+
+/// A failed job in a chain fails the jobs depending on it (Ganeti does), and the incident
+/// names the job that failed first, not the dependents.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_chain_names_its_first_failing_job() {
+    let mut h = Harness::new(
+        4,
+        "a:diskless:2,b:diskless:2,c:diskless:2,d:diskless:2",
+        |_| {},
+    )
+    .await
+    .unwrap();
+    h.sim.fail_jobs(JobFailureRule {
+        op_id: Some("OP_INSTANCE_MIGRATE".into()),
+        target: Some("b.sim.test".into()),
+        count: None,
+        message: "no memory".into(),
+    });
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    let done = h
+        .until(8, |i| {
+            i.len() == 1 && i[0].repair_status == RepairStatus::Failed && i[0].tag_applied
+        })
+        .await
+        .unwrap();
+    let incident = h.incidents().unwrap().remove(0);
+    assert!(done, "{incident:#?}");
+    let failed_job = h
+        .sim
+        .submissions()
+        .iter()
+        .find(|s| s.target == "b.sim.test")
+        .map(|s| s.job)
+        .unwrap();
+    let failure = incident.failure.clone().unwrap_or_default();
+    assert!(
+        failure.starts_with(&format!("job {failed_job} error")) && failure.contains("no memory"),
+        "{failure}"
+    );
+    assert!(incident.tag.starts_with(TAG_FAILED_PREFIX));
+    assert!(h.node_tags(&node(2)).contains(&incident.tag));
+    assert!(
+        !h.node_tags(&node(2))
+            .iter()
+            .any(|t| t.starts_with(TAG_READY_PREFIX)),
+        "the chained repairready tag never ran"
+    );
+    let before = h.sim.submissions().len();
+    h.round().await.unwrap();
+    assert_eq!(
+        h.sim.submissions().len(),
+        before,
+        "no jobs after the failure"
+    );
+}
+
 /// A changed verdict reaches the coordinator through the agent's long-poll and starts a round
 /// at once: with rounds every hour, only the watch can start the second round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -457,12 +457,18 @@ impl RapiClient {
         drained: bool,
         reason: &Reason,
     ) -> Result<JobId, RapiError> {
-        if drained {
+        if drained && reason.depends.is_empty() {
             return self.drain_node(node, reason).await;
         }
+        // The role resource's body is a bare string, which cannot carry `depends`: a chained
+        // drain goes through the modify resource.
         let path = format!("/2/nodes/{}/modify", segment(node)?);
-        self.submit(Method::Post, &path, &[], &json!({"drained": false}), reason)
-            .await
+        let body = if drained {
+            json!({"drained": true, "force": true})
+        } else {
+            json!({"drained": false})
+        };
+        self.submit(Method::Post, &path, &[], &body, reason).await
     }
 
     /// `POST /2/nodes/<n>/modify` with `{"offline": <offline>}`; `auto_promote` keeps the
@@ -612,8 +618,9 @@ impl RapiClient {
 
     // ---- plumbing ----
 
-    /// Submits a job: the reason goes into the `reason` query parameter, and the answer must be
-    /// a bare job id.
+    /// Submits a job: the reason goes into the `reason` query parameter, its dependencies into
+    /// the body's `depends` (`[[id, ["success"]], ...]`, which RAPI adds to every opcode
+    /// resource's parameters), and the answer must be a bare job id.
     async fn submit(
         &self,
         method: Method,
@@ -625,7 +632,8 @@ impl RapiClient {
         let reason_text = reason_query_value(reason);
         let mut full_query: Vec<(&str, &str)> = query.to_vec();
         full_query.push(("reason", &reason_text));
-        let body = (!body.is_null()).then(|| body.clone());
+        let body = with_depends(body, &reason.depends)
+            .map_err(|message| RapiError::Config(format!("{method} {path}: {message}")))?;
         let id: Value = self
             .call(method, path, &full_query, body, self.request_timeout)
             .await?;
@@ -873,6 +881,22 @@ fn tags_path(target: &TagTarget) -> Result<String, RapiError> {
 
 /// A node, instance or group name as one URL path segment. Ganeti names are host names
 /// (letters, digits, `.`, `-`, `_`); anything else is refused rather than escaped.
+/// The request body with RAPI's `depends` parameter added (`None` for an empty body). RAPI
+/// reads `depends` only from a JSON object body, so a bare-value body cannot carry it.
+fn with_depends(body: &Value, depends: &[JobId]) -> Result<Option<Value>, String> {
+    if depends.is_empty() {
+        return Ok((!body.is_null()).then(|| body.clone()));
+    }
+    let list: Vec<Value> = depends.iter().map(|id| json!([id, ["success"]])).collect();
+    let mut map = match body {
+        Value::Null => serde_json::Map::new(),
+        Value::Object(map) => map.clone(),
+        _ => return Err("this resource's body cannot carry job dependencies".into()),
+    };
+    map.insert("depends".into(), Value::Array(list));
+    Ok(Some(Value::Object(map)))
+}
+
 fn segment(name: &str) -> Result<&str, RapiError> {
     let ok = !name.is_empty()
         && name.len() <= 255
@@ -928,6 +952,26 @@ fn truncate(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn depends_goes_into_an_object_body() {
+        assert_eq!(with_depends(&Value::Null, &[]), Ok(None));
+        assert_eq!(
+            with_depends(&json!({"mode": "live"}), &[]),
+            Ok(Some(json!({"mode": "live"})))
+        );
+        assert_eq!(
+            with_depends(&Value::Null, &[4, 7]),
+            Ok(Some(
+                json!({"depends": [[4, ["success"]], [7, ["success"]]]})
+            ))
+        );
+        assert_eq!(
+            with_depends(&json!({"mode": "live"}), &[4]),
+            Ok(Some(json!({"mode": "live", "depends": [[4, ["success"]]]})))
+        );
+        assert!(with_depends(&json!("drained"), &[4]).is_err());
+    }
 
     #[test]
     fn credentials_formats() {

@@ -1,6 +1,9 @@
 //! Crash safety: the coordinator binary is killed with SIGKILL at random points, 100 times,
 //! while it evacuates one node and live-repairs another against a simulated Ganeti with
-//! injected HTTP faults. No incident may be lost and no job may be submitted twice.
+//! injected HTTP faults. No incident may be lost and no job may be submitted twice. The
+//! evacuation is submitted as job chains (the default), so kills also land in the middle of
+//! submitting a chain: every job must depend only on jobs of its own incident submitted before
+//! it, and the node must still be emptied.
 
 #![allow(
     clippy::disallowed_methods,
@@ -227,6 +230,35 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
             submission.job
         );
     }
+    // Chains: some jobs waited for others, always earlier jobs of the same incident.
+    let (chained, strays) = sim.with_cluster(|c| {
+        let intent_of = |job: u64| {
+            c.submissions
+                .iter()
+                .find(|s| s.job == job)
+                .and_then(|s| s.intent.clone())
+                .and_then(|i| i.split_once('/').map(|(incident, _)| incident.to_owned()))
+        };
+        let mut chained = 0;
+        let mut strays = Vec::new();
+        for job in c.jobs.values() {
+            for (dep, _) in &job.depends {
+                chained += 1;
+                if *dep >= job.id
+                    || intent_of(*dep).is_none()
+                    || intent_of(*dep) != intent_of(job.id)
+                {
+                    strays.push((job.id, *dep));
+                }
+            }
+        }
+        (chained, strays)
+    });
+    assert!(chained > 0, "no job was submitted as part of a chain");
+    assert!(
+        strays.is_empty(),
+        "jobs depending on foreign or later jobs: {strays:?}"
+    );
     // The live repair ran once (the agent is idempotent per incident; the request was resent at most).
     assert_eq!(repairing.repairs().len(), 1);
     let empty = sim.with_cluster(|c| {
