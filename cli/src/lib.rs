@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod fields;
 mod list;
 mod roll;
 mod roll_http;

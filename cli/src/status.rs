@@ -9,8 +9,8 @@ use clap::Args;
 use nodecare_protocol::status::{AgentState, IncidentSummary, Overview};
 use serde::Deserialize;
 
+use crate::fields::{INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_FIELDS, NodeRow, now_ms};
 use crate::list::{Field, ListArgs, Style, json_rows, render_table, select};
-use crate::views::{INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_FIELDS, NodeRow, now_ms};
 
 /// Default coordinator API (on the master).
 pub(crate) const DEFAULT_URL: &str = "http://127.0.0.1:1816";
@@ -158,64 +158,6 @@ pub(crate) fn fetch(url: &str) -> Result<String, String> {
         return Err(format!("{url}: HTTP {status}: {}", message(&body)));
     }
     Ok(body)
-}
-
-/// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
-pub(crate) fn utc(unix_seconds: f64) -> String {
-    if !unix_seconds.is_finite() || unix_seconds < 0.0 {
-        return "?".to_owned();
-    }
-    // Whole seconds; the float is well within i64 for any real date.
-    #[allow(clippy::cast_possible_truncation)]
-    let secs = unix_seconds.floor() as i64;
-    let days = secs.div_euclid(86_400);
-    let rest = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// The TAG cell: the tag only while it is on the node (applied and not removed).
-pub(crate) fn tag_cell(incident: &IncidentSummary) -> String {
-    if incident.tag_applied && !incident.acknowledged {
-        incident.tag.clone()
-    } else {
-        "-".to_owned()
-    }
-}
-
-/// The NOTE cell: what holds the incident or how it ended.
-pub(crate) fn note_cell(incident: &IncidentSummary) -> String {
-    let mut notes = Vec::new();
-    if let Some(blocked) = &incident.blocked_by {
-        notes.push(format!("blocked_by: {blocked}"));
-    }
-    if let Some(failure) = &incident.failure {
-        notes.push(format!("failed: {failure}"));
-    }
-    if incident.repair_status == "failed" && !incident.tag_applied {
-        notes.push("failure tag not yet on the node".to_owned());
-    }
-    if incident.acknowledged {
-        notes.push(match incident.acknowledged_at {
-            Some(at) => format!("acknowledged {} (tag removed)", utc(at)),
-            None => "acknowledged (tag removed)".to_owned(),
-        });
-    }
-    notes.join("; ")
 }
 
 /// Renders `/1/overview` as `args` asks. By default: the last round, the incidents table and
@@ -382,6 +324,7 @@ struct CancelAnswer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fields::utc;
 
     #[test]
     fn credentials_come_from_a_file_or_the_environment() {

@@ -164,7 +164,7 @@ impl Coordinator {
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), RoundError> {
         let _webhook = match self.webhook.take() {
-            Some(settings) => match crate::notify::start(settings, &self.api.board) {
+            Some(settings) => match self.api.board.start_webhook(settings) {
                 Ok(handle) => Some(handle),
                 Err(error) => {
                     tracing::error!(%error, "webhook notifications disabled");

@@ -17,7 +17,6 @@
 //! ([`crate::ui`]: `/ui/`, and `/` when the client asks for `text/html`).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
@@ -31,38 +30,11 @@ use uuid::Uuid;
 use crate::auth::Refusal;
 use crate::incident::Incident;
 use crate::plan::Move;
-use crate::reconcile::{Board, CancelOutcome, cancel_incident};
+use crate::reconcile::{Board, CancelOutcome, RoundSummary, cancel_incident};
 use crate::scrape::AgentStatus;
-use crate::store::{Intent, IntentSpec, IntentState, Store};
+use crate::store::{Intent, IntentSpec, IntentState};
 
-/// What the handlers share.
-#[derive(Debug, Clone)]
-pub struct ApiState {
-    /// State database.
-    pub store: Arc<Store>,
-    /// Agents and last round.
-    pub board: Arc<Board>,
-    /// Serialises incident changes with the reconciler.
-    pub incident_lock: Arc<tokio::sync::Mutex<()>>,
-    /// This node's name.
-    pub node_name: String,
-    /// The users file that authorises writes (read on each write); `None` refuses every write.
-    pub users: Option<std::path::PathBuf>,
-    /// Key of the web page's CSRF tokens, drawn at start.
-    pub csrf_key: Arc<[u8; 32]>,
-    /// Most nodes disrupted at once (shown on the web page).
-    pub max_disrupted_nodes: usize,
-    /// Ganeti, for the web page's acknowledgement (tag removal); `None` disables it.
-    pub ganeti: Option<Arc<dyn crate::ganeti::Ganeti>>,
-}
-
-/// A fresh random key for [`ApiState::csrf_key`].
-pub fn random_key() -> Arc<[u8; 32]> {
-    let mut key = [0u8; 32];
-    key[..16].copy_from_slice(Uuid::new_v4().as_bytes());
-    key[16..].copy_from_slice(Uuid::new_v4().as_bytes());
-    Arc::new(key)
-}
+pub use crate::api::{ApiState, random_key};
 
 /// The API router.
 pub fn router(state: ApiState) -> Router {
@@ -157,33 +129,42 @@ fn agents_snapshot(board: &Board) -> BTreeMap<String, AgentStatus> {
 }
 
 /// An incident as the API shows it: maintd's fields plus `id` and the node's agent status.
-pub fn incident_view(incident: &Incident, agents: &BTreeMap<String, AgentStatus>) -> Value {
-    let mut value = serde_json::to_value(incident).unwrap_or(Value::Null);
-    if let Value::Object(map) = &mut value {
-        map.insert("id".into(), Value::String(incident.uuid.to_string()));
-        map.insert(
-            "agent".into(),
-            agents
-                .get(&incident.node)
-                .and_then(|status| serde_json::to_value(status).ok())
-                .unwrap_or(Value::Null),
-        );
-    }
-    value
+///
+/// Serialised directly (never through `serde_json::Value`), so that `original` is served with
+/// exactly the bytes the agent signed.
+#[derive(Debug, serde::Serialize)]
+pub struct IncidentView<'a> {
+    /// The incident's fields.
+    #[serde(flatten)]
+    pub incident: &'a Incident,
+    /// The incident's uuid, again, under the name the CLI reads.
+    pub id: String,
+    /// Its node's agent status.
+    pub agent: Option<&'a AgentStatus>,
 }
 
-fn incidents_view(state: &ApiState) -> Result<Vec<Value>, crate::store::StoreError> {
-    let agents = agents_snapshot(&state.board);
-    let incidents = state.store.incidents()?;
-    Ok(incidents
-        .iter()
-        .map(|incident| incident_view(incident, &agents))
-        .collect())
+/// [`IncidentView`] of `incident`.
+pub fn incident_view<'a>(
+    incident: &'a Incident,
+    agents: &'a BTreeMap<String, AgentStatus>,
+) -> IncidentView<'a> {
+    IncidentView {
+        incident,
+        id: incident.uuid.to_string(),
+        agent: agents.get(&incident.node),
+    }
 }
 
 async fn status(State(state): State<ApiState>) -> Response {
-    match incidents_view(&state) {
-        Ok(list) => Json(list).into_response(),
+    let agents = agents_snapshot(&state.board);
+    match state.store.incidents() {
+        Ok(incidents) => {
+            let list: Vec<IncidentView<'_>> = incidents
+                .iter()
+                .map(|incident| incident_view(incident, &agents))
+                .collect();
+            Json(list).into_response()
+        }
         Err(e) => internal(e),
     }
 }
@@ -236,7 +217,16 @@ async fn agents(State(state): State<ApiState>) -> Response {
 }
 
 async fn overview(State(state): State<ApiState>) -> Response {
-    let incidents = match incidents_view(&state) {
+    #[derive(serde::Serialize)]
+    struct OverviewView<'a> {
+        node: &'a str,
+        round: RoundSummary,
+        incidents: Vec<IncidentView<'a>>,
+        agents: Vec<&'a AgentStatus>,
+        intents: &'a [Intent],
+        jobs: Vec<u64>,
+    }
+    let stored = match state.store.incidents() {
         Ok(list) => list,
         Err(e) => return internal(e),
     };
@@ -250,15 +240,18 @@ async fn overview(State(state): State<ApiState>) -> Response {
         .read()
         .map(|r| r.clone())
         .unwrap_or_default();
-    let agents: Vec<AgentStatus> = agents_snapshot(&state.board).into_values().collect();
-    Json(json!({
-        "node": state.node_name,
-        "round": round,
-        "incidents": incidents,
-        "agents": agents,
-        "intents": intents,
-        "jobs": in_flight(&intents),
-    }))
+    let agents = agents_snapshot(&state.board);
+    Json(OverviewView {
+        node: &state.node_name,
+        round,
+        incidents: stored
+            .iter()
+            .map(|incident| incident_view(incident, &agents))
+            .collect(),
+        agents: agents.values().collect(),
+        intents: &intents,
+        jobs: in_flight(&intents),
+    })
     .into_response()
 }
 
@@ -280,14 +273,18 @@ async fn incident(State(state): State<ApiState>, Path(text): Path<String>) -> Re
         Ok(intents) => intents.into_iter().filter(|i| i.incident == uuid).collect(),
         Err(e) => return internal(e),
     };
-    let mut view = incident_view(&incident, &agents_snapshot(&state.board));
-    if let Value::Object(map) = &mut view {
-        map.insert(
-            "intents".into(),
-            serde_json::to_value(intents).unwrap_or(Value::Null),
-        );
+    #[derive(serde::Serialize)]
+    struct Detail<'a> {
+        #[serde(flatten)]
+        view: IncidentView<'a>,
+        intents: &'a [Intent],
     }
-    Json(view).into_response()
+    let agents = agents_snapshot(&state.board);
+    Json(Detail {
+        view: incident_view(&incident, &agents),
+        intents: &intents,
+    })
+    .into_response()
 }
 
 async fn cancel(
@@ -337,6 +334,47 @@ async fn metrics(State(state): State<ApiState>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_serves_original_with_the_signed_bytes() {
+        // serde_json's own number formatting differs from RFC 8785 for large doubles (1e21 vs
+        // 1e+21): going through a `Value` would change the bytes.
+        let details = serde_json::json!({"counter": 1e21, "name": "sd\u{e9}"});
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [(
+                "disk".to_owned(),
+                nodecare_protocol::ScriptVerdict::from_value(
+                    &serde_json::json!({"status": "evacuate", "details": details}),
+                )
+                .unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap();
+        let original = nodecare_protocol::canonical::CanonicalJson::new(
+            &serde_json::to_value(&verdict).unwrap(),
+        )
+        .unwrap();
+        let signed = original.get().to_owned();
+        let incident = Incident::new(
+            Uuid::from_u128(7),
+            "node1",
+            "uuid-node1",
+            verdict,
+            original,
+            crate::incident::Action::Evacuate,
+            100.0,
+        );
+        let agents = BTreeMap::new();
+        let served = serde_json::to_string(&vec![incident_view(&incident, &agents)]).unwrap();
+        assert!(
+            served.contains(&format!("\"original\":{signed}")),
+            "{served}"
+        );
+        assert!(signed.contains("1e+21"), "{signed}");
+        assert!(served.contains("\"id\":\"00000000-0000-0000-0000-000000000007\""));
+    }
 
     fn intent(key: &str, spec: IntentSpec, state: IntentState) -> Intent {
         Intent {

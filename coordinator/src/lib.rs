@@ -13,7 +13,9 @@
 //! - [`metrics`]: `/metrics`; [`notify`]: the incident webhook.
 //! - [`http`]: the status API; [`ui`]: the web status page; [`daemon`] ties it all together; [`config`]: the configuration.
 
+pub mod api;
 pub mod auth;
+pub mod board;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -8,7 +8,7 @@
 //! a bounded queue, and those that do not fit are dropped and counted in `/metrics`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -17,7 +17,6 @@ use uuid::Uuid;
 
 use crate::incident::{Action, Incident, RepairStatus};
 use crate::metrics::CoordinatorMetrics;
-use crate::reconcile::Board;
 
 /// Notifications waiting to be sent at most; more are dropped (and counted).
 pub const QUEUE_CAPACITY: usize = 256;
@@ -104,7 +103,7 @@ pub struct Changes {
     /// Unix seconds when this process started watching: on the first round, only incidents
     /// changed since are reported (older changes were reported by the previous run).
     since: f64,
-    sender: OnceLock<mpsc::Sender<Notification>>,
+    pub(crate) sender: OnceLock<mpsc::Sender<Notification>>,
 }
 
 impl Default for Changes {
@@ -193,40 +192,9 @@ pub fn backoff(first: Duration, retry: u32) -> Duration {
 /// Why the webhook cannot start.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot build the webhook HTTP client: {0}")]
-pub struct WebhookError(String);
+pub struct WebhookError(pub(crate) String);
 
-/// Starts the webhook worker: from now on, `board`'s changes are POSTed to `settings.url`.
-/// The worker ends when the board is dropped.
-pub fn start(
-    settings: WebhookSettings,
-    board: &Arc<Board>,
-) -> Result<tokio::task::JoinHandle<()>, WebhookError> {
-    crate::install_crypto_provider();
-    let client = reqwest::Client::builder()
-        .timeout(settings.timeout)
-        .build()
-        .map_err(|e| WebhookError(e.to_string()))?;
-    let (sender, mut receiver) = mpsc::channel::<Notification>(QUEUE_CAPACITY);
-    if board.changes.sender.set(sender).is_err() {
-        return Err(WebhookError("a webhook is already running".into()));
-    }
-    let weak = Arc::downgrade(board);
-    Ok(tokio::spawn(async move {
-        while let Some(notification) = receiver.recv().await {
-            let result = deliver(&client, &settings, &notification).await;
-            let Some(board) = weak.upgrade() else { break };
-            match result {
-                Ok(()) => board.metrics.notification("sent"),
-                Err(error) => {
-                    tracing::warn!(incident = %notification.incident, event = notification.event, %error, "webhook notification failed");
-                    board.metrics.notification("failed");
-                }
-            }
-        }
-    }))
-}
-
-async fn deliver(
+pub(crate) async fn deliver(
     client: &reqwest::Client,
     settings: &WebhookSettings,
     notification: &Notification,

@@ -17,7 +17,7 @@
 //!    moves that conflict with jobs in flight wait.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use uuid::Uuid;
@@ -29,7 +29,7 @@ use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
 use crate::plan::{Budget, EvacuationChain, EvacuationStep, Lock, Move, Round};
 use crate::repair::{RepairAnswer, RepairClient};
-use crate::scrape::{AgentOutcome, AgentStatus, AgentTarget, AgentUrls, Scraper};
+use crate::scrape::{AgentOutcome, AgentTarget, AgentUrls, Scraper};
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
 
 /// Settings of the reconciler.
@@ -73,20 +73,7 @@ pub enum RoundError {
 /// What the last round did, for the status API.
 pub use nodecare_protocol::status::RoundSummary;
 
-/// State shared with the HTTP API.
-#[derive(Debug, Default)]
-pub struct Board {
-    /// Agent status per node.
-    pub agents: RwLock<BTreeMap<String, AgentStatus>>,
-    /// Last round.
-    pub last_round: RwLock<RoundSummary>,
-    /// The `/metrics` counters, histograms and gauges.
-    pub metrics: crate::metrics::CoordinatorMetrics,
-    /// Incident state changes: time to heal and webhook notifications.
-    pub changes: crate::notify::Changes,
-    /// The agents the last round read (what the watches follow).
-    pub targets: RwLock<Vec<AgentTarget>>,
-}
+pub use crate::board::Board;
 
 /// The reconciler.
 #[derive(Debug)]

@@ -26,8 +26,8 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
 use uuid::Uuid;
 
+use crate::api::ApiState;
 use crate::auth::{self, Refusal};
-use crate::http::ApiState;
 use crate::incident::{Incident, RepairStatus};
 use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident};
 use crate::scrape::{AgentState, AgentStatus};

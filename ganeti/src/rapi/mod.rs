@@ -14,6 +14,8 @@
 #[cfg(feature = "client")]
 pub mod client;
 #[cfg(feature = "client")]
+pub mod config;
+#[cfg(feature = "client")]
 pub mod tls;
 #[cfg(feature = "client")]
 pub mod transport;

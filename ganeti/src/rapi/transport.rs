@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::client::{Credentials, RAPI_WAIT_PERIOD, RapiConfig, RapiError, ServerTrust};
+use super::config::{Credentials, RAPI_WAIT_PERIOD, RapiConfig, RapiError, ServerTrust};
 use super::tls;
 
 /// The HTTP methods RAPI uses.

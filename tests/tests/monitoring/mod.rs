@@ -51,16 +51,17 @@ async fn metrics_and_webhook_follow_an_evacuation() {
         .route("/hook", axum::routing::post(receive))
         .with_state(receiver.clone());
     let hook_server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let worker = nodecare_coordinator::notify::start(
-        WebhookSettings {
+    let worker = h
+        .coordinator
+        .api()
+        .board
+        .start_webhook(WebhookSettings {
             url: format!("http://{hook}/hook"),
             timeout: Duration::from_secs(5),
             retries: 3,
             backoff: Duration::from_millis(20),
-        },
-        &h.coordinator.api().board,
-    )
-    .unwrap();
+        })
+        .unwrap();
 
     h.agents
         .get(&node(2))

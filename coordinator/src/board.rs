@@ -1,0 +1,59 @@
+//! The board: what the round shares with the HTTP API, the watches and the notifier.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::mpsc;
+
+use crate::notify::{Notification, QUEUE_CAPACITY, WebhookError, WebhookSettings};
+use crate::scrape::{AgentStatus, AgentTarget};
+use nodecare_protocol::status::RoundSummary;
+
+/// State shared with the HTTP API.
+#[derive(Debug, Default)]
+pub struct Board {
+    /// Agent status per node.
+    pub agents: RwLock<BTreeMap<String, AgentStatus>>,
+    /// Last round.
+    pub last_round: RwLock<RoundSummary>,
+    /// The `/metrics` counters, histograms and gauges.
+    pub metrics: crate::metrics::CoordinatorMetrics,
+    /// Incident state changes: time to heal and webhook notifications.
+    pub changes: crate::notify::Changes,
+    /// The agents the last round read (what the watches follow).
+    pub targets: RwLock<Vec<AgentTarget>>,
+}
+
+impl Board {
+    /// Starts the webhook worker: from now on, the board's changes are POSTed to `settings.url`.
+    /// The worker ends when the board is dropped.
+    pub fn start_webhook(
+        self: &Arc<Self>,
+        settings: WebhookSettings,
+    ) -> Result<tokio::task::JoinHandle<()>, WebhookError> {
+        let board = self;
+        crate::install_crypto_provider();
+        let client = reqwest::Client::builder()
+            .timeout(settings.timeout)
+            .build()
+            .map_err(|e| WebhookError(e.to_string()))?;
+        let (sender, mut receiver) = mpsc::channel::<Notification>(QUEUE_CAPACITY);
+        if board.changes.sender.set(sender).is_err() {
+            return Err(WebhookError("a webhook is already running".into()));
+        }
+        let weak = Arc::downgrade(board);
+        Ok(tokio::spawn(async move {
+            while let Some(notification) = receiver.recv().await {
+                let result = crate::notify::deliver(&client, &settings, &notification).await;
+                let Some(board) = weak.upgrade() else { break };
+                match result {
+                    Ok(()) => board.metrics.notification("sent"),
+                    Err(error) => {
+                        tracing::warn!(incident = %notification.incident, event = notification.event, %error, "webhook notification failed");
+                        board.metrics.notification("failed");
+                    }
+                }
+            }
+        }))
+    }
+}
