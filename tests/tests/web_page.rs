@@ -494,6 +494,9 @@ async fn page_in_headless_chromium() {
     assert!(dom.contains("unreachable"), "node5's agent is down: {dom}");
     // A phone-sized screenshot for people to look at.
     let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/web-status.png");
+    if let Some(dir) = target.parent() {
+        std::fs::create_dir_all(dir).unwrap();
+    }
     let (_, shot_log) = chromium(
         &binary,
         profile.path(),
