@@ -209,16 +209,17 @@ impl<'a> Round<'a> {
         self.locks.contains(lock)
     }
 
-    /// Plans the next step of evacuating `node` (`failover` for evacuate-failover).
-    ///
-    /// A node not yet drained gets [`EvacuationStep::Drain`] if the budget allows. Every later
-    /// step that moves instances is checked against the budget again, whoever drained the node:
-    /// a node drained by hand whose agent says `evacuate` waits like any other while the budget
-    /// is used. An empty node gets [`EvacuationStep::Done`] (its tag disrupts nothing). Planned
-    /// moves take their locks, memory and disk immediately.
-    pub fn plan_evacuation(&mut self, node: &str, failover: bool) -> EvacuationStep {
+    /// The node to evacuate with its primary and secondary instances; a [`EvacuationStep::Fail`]
+    /// when it left the cluster or holds an instance that cannot move (checked before anything
+    /// is touched).
+    fn evacuation_subject(
+        &self,
+        node: &str,
+    ) -> Result<(&'a Node, Vec<&'a Instance>, Vec<&'a Instance>), EvacuationStep> {
         let Some(this) = self.nodes.get(node).copied() else {
-            return EvacuationStep::Fail(format!("node {node} is no longer in the cluster"));
+            return Err(EvacuationStep::Fail(format!(
+                "node {node} is no longer in the cluster"
+            )));
         };
         let primaries: Vec<&'a Instance> = self
             .instances
@@ -232,14 +233,28 @@ impl<'a> Round<'a> {
             .copied()
             .filter(|i| i.secondary_nodes.iter().any(|s| s == node))
             .collect();
-        // Instances that cannot move fail the incident before anything is touched.
         if let Some(stuck) = primaries.iter().find(|i| i.disk_template.is_node_local()) {
-            return EvacuationStep::Fail(format!(
+            return Err(EvacuationStep::Fail(format!(
                 "instance {} has disk template {} and cannot be relocated off {node}",
                 stuck.name,
                 stuck.disk_template.as_str()
-            ));
+            )));
         }
+        Ok((this, primaries, secondaries))
+    }
+
+    /// Plans the next step of evacuating `node` (`failover` for evacuate-failover).
+    ///
+    /// A node not yet drained gets [`EvacuationStep::Drain`] if the budget allows. Every later
+    /// step that moves instances is checked against the budget again, whoever drained the node:
+    /// a node drained by hand whose agent says `evacuate` waits like any other while the budget
+    /// is used. An empty node gets [`EvacuationStep::Done`] (its tag disrupts nothing). Planned
+    /// moves take their locks, memory and disk immediately.
+    pub fn plan_evacuation(&mut self, node: &str, failover: bool) -> EvacuationStep {
+        let (this, primaries, secondaries) = match self.evacuation_subject(node) {
+            Ok(subject) => subject,
+            Err(step) => return step,
+        };
         if !this.drained {
             if let Some(reason) = self.budget_refusal(this) {
                 return EvacuationStep::Blocked(reason);
@@ -273,28 +288,10 @@ impl<'a> Round<'a> {
     /// Answers [`EvacuationStep::Chain`] when at least one job is planned, otherwise what
     /// [`Self::plan_evacuation`] would answer.
     pub fn plan_evacuation_chain(&mut self, node: &str, failover: bool) -> EvacuationStep {
-        let Some(this) = self.nodes.get(node).copied() else {
-            return EvacuationStep::Fail(format!("node {node} is no longer in the cluster"));
+        let (this, primaries, secondaries) = match self.evacuation_subject(node) {
+            Ok(subject) => subject,
+            Err(step) => return step,
         };
-        let primaries: Vec<&'a Instance> = self
-            .instances
-            .iter()
-            .copied()
-            .filter(|i| i.primary_node == node)
-            .collect();
-        let secondaries: Vec<&'a Instance> = self
-            .instances
-            .iter()
-            .copied()
-            .filter(|i| i.secondary_nodes.iter().any(|s| s == node))
-            .collect();
-        if let Some(stuck) = primaries.iter().find(|i| i.disk_template.is_node_local()) {
-            return EvacuationStep::Fail(format!(
-                "instance {} has disk template {} and cannot be relocated off {node}",
-                stuck.name,
-                stuck.disk_template.as_str()
-            ));
-        }
         if this.drained && primaries.is_empty() && secondaries.is_empty() {
             return EvacuationStep::Done;
         }
