@@ -589,18 +589,12 @@ impl<'a> Round<'a> {
             .copied()
             .filter(|n| n.name != source && n.group == group && self.usable(n))
             .collect();
-        let mut unknown = Vec::new();
-        let mut fitting = false;
-        for candidate in &candidates {
-            match self.memory_room(candidate, instance, false) {
-                Room::Yes => fitting = true,
-                Room::No => {}
-                Room::Unknown(why) => unknown.push(why),
-            }
-        }
-        if !fitting {
-            if !unknown.is_empty() {
-                return Ok(Attempt::Wait(unknown.join("; ")));
+        let room = Room::among(&candidates, |candidate| {
+            self.memory_room(candidate, instance, false)
+        });
+        if !matches!(room, Room::Yes) {
+            if let Room::Unknown(why) = room {
+                return Ok(Attempt::Wait(why));
             }
             let held = self.held_by_incidents(|n| n.name != source && n.group == group);
             if !held.is_empty() {
@@ -698,18 +692,12 @@ impl<'a> Round<'a> {
             .copied()
             .filter(|n| eligible(n) && self.usable(n))
             .collect();
-        let mut unknown = Vec::new();
-        let mut fitting = false;
-        for candidate in &candidates {
-            match self.disk_room(candidate, instance, false) {
-                Room::Yes => fitting = true,
-                Room::No => {}
-                Room::Unknown(why) => unknown.push(why),
-            }
-        }
-        if !fitting {
-            if !unknown.is_empty() {
-                return Ok(Attempt::Wait(unknown.join("; ")));
+        let room = Room::among(&candidates, |candidate| {
+            self.disk_room(candidate, instance, false)
+        });
+        if !matches!(room, Room::Yes) {
+            if let Room::Unknown(why) = room {
+                return Ok(Attempt::Wait(why));
             }
             let held = self.held_by_incidents(eligible);
             if !held.is_empty() {
@@ -800,6 +788,24 @@ enum Room {
 }
 
 impl Room {
+    /// Whether any of `candidates` has room: `Yes` as soon as one has, `Unknown` (every reason)
+    /// when none has for sure but some cannot be known, else `No`.
+    fn among(candidates: &[&Node], room: impl Fn(&Node) -> Room) -> Room {
+        let mut unknown = Vec::new();
+        for candidate in candidates {
+            match room(candidate) {
+                Room::Yes => return Room::Yes,
+                Room::No => {}
+                Room::Unknown(why) => unknown.push(why),
+            }
+        }
+        if unknown.is_empty() {
+            Room::No
+        } else {
+            Room::Unknown(unknown.join("; "))
+        }
+    }
+
     const fn from_fit(fits: bool) -> Self {
         if fits { Self::Yes } else { Self::No }
     }
