@@ -19,6 +19,7 @@ pub mod board;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod gate;
 pub mod http;
 pub mod incident;
 pub mod metrics;

@@ -1,0 +1,816 @@
+//! The gate: which proposed disruptions may start this round, and what holds the others. Pure,
+//! no IO.
+//!
+//! Every duty (node repair, instance repair, rolling maintenance, balancing) turns what it wants
+//! into [`Proposal`]s; other tools' admission requests (`POST /1/disruptions`) are proposals too.
+//! [`decide`] judges them in maintd's order (node repairs, then instance repairs, then rolling
+//! maintenance, then balancing; within a duty the most invasive first, then the oldest) against
+//! the disruptions already in force ([`InForce`]), adding each admitted proposal to them before
+//! the next is judged. Every refused proposal gets a [`BlockedBy`] naming exactly what holds it.
+//!
+//! The rules, in the order they are checked for a proposal that opens a new disruption:
+//!
+//! 1. **Storm breaker**: while it is open nothing new starts (work in flight goes on).
+//! 2. **Failure domains**: disrupted nodes (drained, offline, evacuating, rebooting, being
+//!    repaired, whoever did it) sit in one failure domain at a time. An operator override of a
+//!    domain waives this rule (and the caps) for that domain until it expires.
+//! 3. **Caps**: per node group and cluster-wide, the absolute and percentage caps on disrupted
+//!    vm-capable nodes and `min_healthy_nodes`.
+//! 4. **Storage health**: a new failure domain opens only while all storage is whole (every DRBD
+//!    disk connected and up to date, no instance with a secondary on a drained or offline node);
+//!    more nodes of the busy domain only while every storage problem involves a node that domain
+//!    already holds disrupted. Storage health that cannot be known blocks like bad health.
+//! 5. **Capacity**: the memory of the instances to move must fit on the healthy nodes left in
+//!    the node group (N+1 for the moved instances); unknown free memory never fits.
+//!
+//! A proposal that only continues a disruption its holder already holds (the next moves of an
+//! admitted evacuation) is a continuation: it is checked only against proposals admitted earlier
+//! in the round on the same nodes, never against the breaker, the domains or the caps, so work
+//! in flight finishes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+/// A duty of the coordinator, in the order the gate serves them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Duty {
+    /// Node repair: incidents from the agents' verdicts (maintd).
+    NodeRepair,
+    /// Instance auto-repair (harep's tags).
+    InstanceRepair,
+    /// Rolling maintenance campaigns.
+    Maintenance,
+    /// Balancing (hbal's moves).
+    Balancing,
+    /// Another tool's admission request (`POST /1/disruptions`).
+    Admission,
+}
+
+impl Duty {
+    /// The wire and log spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::NodeRepair => "node-repair",
+            Self::InstanceRepair => "instance-repair",
+            Self::Maintenance => "maintenance",
+            Self::Balancing => "balancing",
+            Self::Admission => "admission",
+        }
+    }
+}
+
+/// Who holds a node disrupted.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Holder {
+    /// A node-repair incident.
+    Incident {
+        /// The incident.
+        id: Uuid,
+    },
+    /// An instance repair.
+    InstanceRepair {
+        /// The repair's uuid (as in its `pending:` tag).
+        id: Uuid,
+    },
+    /// A rolling-maintenance campaign.
+    Campaign {
+        /// The campaign.
+        id: Uuid,
+    },
+    /// A balancing run.
+    Balancing {
+        /// The run.
+        id: Uuid,
+    },
+    /// An admission granted to another tool.
+    Grant {
+        /// The grant.
+        id: Uuid,
+        /// Who asked (`requester` of the request).
+        requester: String,
+    },
+    /// Someone else: the node is drained or offline in Ganeti and nodecare holds nothing there.
+    Someone {
+        /// `drained` or `offline`.
+        flag: String,
+    },
+}
+
+impl Holder {
+    /// The record uuid, when nodecare holds the node.
+    pub const fn id(&self) -> Option<Uuid> {
+        match self {
+            Self::Incident { id }
+            | Self::InstanceRepair { id }
+            | Self::Campaign { id }
+            | Self::Balancing { id }
+            | Self::Grant { id, .. } => Some(*id),
+            Self::Someone { .. } => None,
+        }
+    }
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Incident { id } => write!(f, "incident {id}"),
+            Self::InstanceRepair { id } => write!(f, "instance repair {id}"),
+            Self::Campaign { id } => write!(f, "maintenance campaign {id}"),
+            Self::Balancing { id } => write!(f, "balancing {id}"),
+            Self::Grant { id, requester } => write!(f, "admission {id} of {requester}"),
+            Self::Someone { flag } => write!(f, "{flag} outside nodecare"),
+        }
+    }
+}
+
+/// Whether a node's storage is whole, as far as the gate can tell.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageProblem {
+    /// The nodes involved (both nodes of a DRBD pair, or the node whose report is missing).
+    pub nodes: BTreeSet<String>,
+    /// What is wrong, for people (`inst3: minor 0 on node2 StandAlone`, `node7 (unreachable)`).
+    pub what: String,
+    /// Health cannot be known (report missing, stale, unverifiable), rather than known bad.
+    pub unknown: bool,
+}
+
+/// What the gate knows of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFacts {
+    /// Node name.
+    pub name: String,
+    /// Node group (name, or uuid when the name is not known).
+    pub group: String,
+    /// Failure domain ([`DomainSource`]).
+    pub domain: String,
+    /// Ganeti's `vm_capable`.
+    pub vm_capable: bool,
+    /// Ganeti's `drained`.
+    pub drained: bool,
+    /// Ganeti's `offline`.
+    pub offline: bool,
+    /// Free memory in MiB, when known.
+    pub memory_free: Option<u64>,
+    /// Memory of the running instances whose primary this node is, in MiB (`None` when an
+    /// instance's size is unknown).
+    pub primary_memory: Option<u64>,
+}
+
+impl NodeFacts {
+    /// Online, undrained and vm-capable.
+    pub const fn is_healthy(&self) -> bool {
+        self.vm_capable && !self.drained && !self.offline
+    }
+}
+
+/// Where failure domains come from.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DomainSource {
+    /// One domain per node group (the default).
+    #[default]
+    NodeGroup,
+    /// The value of the first node tag with this prefix (`rack:` → `rack:r1`); nodes without
+    /// such a tag form the domain `<prefix>?` (one domain, so that an unlabelled node never
+    /// escapes the rule).
+    TagPrefix(String),
+}
+
+impl DomainSource {
+    /// Parses `--failure-domains`/`failure_domains`: `group` or a tag prefix such as `rack:`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "" => Err("failure domains: empty".into()),
+            "group" | "node-group" => Ok(Self::NodeGroup),
+            prefix if prefix.ends_with(':') => Ok(Self::TagPrefix(prefix.to_owned())),
+            other => Err(format!(
+                "failure domains: {other:?} is neither `group` nor a tag prefix ending in `:`"
+            )),
+        }
+    }
+
+    /// The domain of a node with `group` and `tags`.
+    pub fn domain_of(&self, group: &str, tags: &[String]) -> String {
+        match self {
+            Self::NodeGroup => format!("group:{group}"),
+            Self::TagPrefix(prefix) => tags
+                .iter()
+                .find(|tag| tag.starts_with(prefix.as_str()) && tag.len() > prefix.len())
+                .cloned()
+                .unwrap_or_else(|| format!("{prefix}?")),
+        }
+    }
+}
+
+/// Caps on disrupted nodes, for one node group or the whole cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Caps {
+    /// Most vm-capable nodes disrupted at once.
+    pub max_disrupted_nodes: usize,
+    /// Most vm-capable nodes disrupted at once, in percent of the vm-capable nodes (rounded
+    /// down, at least one node).
+    pub max_disrupted_percent: Option<f64>,
+    /// Fewest healthy (online, undrained, vm-capable, undisrupted) nodes left.
+    pub min_healthy_nodes: usize,
+}
+
+impl Default for Caps {
+    fn default() -> Self {
+        Self {
+            max_disrupted_nodes: 1,
+            max_disrupted_percent: None,
+            min_healthy_nodes: 2,
+        }
+    }
+}
+
+/// An operator's override of one failure domain: its proposals are exempt from the one-domain
+/// rule and the caps until `until_ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Override {
+    /// The override.
+    pub id: Uuid,
+    /// The failure domain.
+    pub domain: String,
+    /// Unix ms when it expires.
+    pub until_ms: u64,
+    /// Why (audited: in the log, the job reasons and status).
+    pub reason: String,
+    /// Who set it (the authenticated user).
+    pub who: String,
+    /// Unix ms when it was set.
+    pub created_ms: u64,
+}
+
+/// The gate's policy.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Policy {
+    /// Cluster-wide caps.
+    pub cluster: Caps,
+    /// Caps per node group (by the group as in [`NodeFacts::group`]); the cluster caps apply too.
+    pub groups: BTreeMap<String, Caps>,
+    /// Operator overrides in force (expired ones are ignored).
+    pub overrides: Vec<Override>,
+    /// Why the storm breaker is open, if it is.
+    pub breaker: Option<String>,
+}
+
+/// The cluster as the gate sees it this round.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct View {
+    /// Every node, by name.
+    pub nodes: BTreeMap<String, NodeFacts>,
+    /// Storage problems (empty: storage is whole).
+    pub storage: Vec<StorageProblem>,
+    /// Unix ms of this round (overrides expire against it).
+    pub now_ms: u64,
+}
+
+/// The disruptions in force: who holds which node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct InForce {
+    /// Node name → holder.
+    pub nodes: BTreeMap<String, Holder>,
+}
+
+impl InForce {
+    /// The disruptions in force from nodecare's own holds plus every node Ganeti shows drained
+    /// or offline that nodecare does not hold ([`Holder::Someone`]).
+    pub fn new(view: &View, held: impl IntoIterator<Item = (String, Holder)>) -> Self {
+        let mut nodes: BTreeMap<String, Holder> = held
+            .into_iter()
+            .filter(|(node, _)| view.nodes.contains_key(node))
+            .collect();
+        for facts in view.nodes.values() {
+            if nodes.contains_key(&facts.name) {
+                continue;
+            }
+            let flag = if facts.offline {
+                "offline"
+            } else if facts.drained {
+                "drained"
+            } else {
+                continue;
+            };
+            nodes.insert(
+                facts.name.clone(),
+                Holder::Someone {
+                    flag: flag.to_owned(),
+                },
+            );
+        }
+        Self { nodes }
+    }
+
+    /// The failure domains with disrupted nodes, each with its nodes and their holders.
+    pub fn domains<'a>(&'a self, view: &View) -> BTreeMap<String, Vec<(&'a str, &'a Holder)>> {
+        let mut domains: BTreeMap<String, Vec<(&str, &Holder)>> = BTreeMap::new();
+        for (node, holder) in &self.nodes {
+            let domain = view
+                .nodes
+                .get(node)
+                .map_or_else(|| "?".to_owned(), |facts| facts.domain.clone());
+            domains
+                .entry(domain)
+                .or_default()
+                .push((node.as_str(), holder));
+        }
+        domains
+    }
+}
+
+/// Something a duty wants to do, with what it disrupts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proposal {
+    /// The duty proposing it.
+    pub duty: Duty,
+    /// Who will hold the disrupted nodes (the duty's record).
+    pub holder: Holder,
+    /// What it acts on, for people (`node node3`, `instance inst1`).
+    pub subject: String,
+    /// How invasive (higher first within a duty): live-repair 1, evacuate 2, evacuate-failover 3.
+    pub invasiveness: u8,
+    /// Unix ms when the need arose (older first within the same invasiveness).
+    pub since_ms: u64,
+    /// Nodes it drains, offlines, reboots or repairs.
+    pub disrupts: BTreeSet<String>,
+    /// Memory in MiB of the instances it moves off `disrupts` (N+1 check); `None` when unknown,
+    /// `Some(0)` when nothing moves.
+    pub moves_memory: Option<u64>,
+    /// Why, for people.
+    pub reason: String,
+}
+
+/// Why a proposal may not start now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum BlockedBy {
+    /// The storm breaker is open.
+    Breaker {
+        /// Why it opened.
+        why: String,
+    },
+    /// Another failure domain is disrupted.
+    Domain {
+        /// The busy domain.
+        busy: String,
+        /// Its disrupted nodes and their holders, for people.
+        holders: Vec<String>,
+        /// The domain the proposal would open.
+        wanted: String,
+    },
+    /// A cap on disrupted nodes.
+    Cap {
+        /// Which cap and its figures.
+        what: String,
+    },
+    /// Storage is not whole.
+    Storage {
+        /// The problems.
+        what: Vec<String>,
+        /// Whether health is unknown rather than known bad.
+        unknown: bool,
+    },
+    /// The moved instances would not fit on the healthy nodes left.
+    Capacity {
+        /// Figures.
+        what: String,
+    },
+    /// A proposal admitted earlier in the round holds the node.
+    Conflict {
+        /// The node.
+        node: String,
+        /// Its holder.
+        holder: String,
+    },
+    /// A node it needs is not in the cluster.
+    UnknownNode {
+        /// The node.
+        node: String,
+    },
+}
+
+impl fmt::Display for BlockedBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Breaker { why } => write!(f, "storm breaker open: {why}"),
+            Self::Domain {
+                busy,
+                holders,
+                wanted,
+            } => write!(
+                f,
+                "failure domain {busy} is disrupted ({}); {wanted} waits",
+                holders.join(", ")
+            ),
+            Self::Cap { what } => write!(f, "cap: {what}"),
+            Self::Storage { what, unknown } => {
+                if *unknown {
+                    write!(f, "storage health unknown: {}", what.join("; "))
+                } else {
+                    write!(f, "storage not whole: {}", what.join("; "))
+                }
+            }
+            Self::Capacity { what } => write!(f, "capacity: {what}"),
+            Self::Conflict { node, holder } => {
+                write!(f, "{node} is taken this round by {holder}")
+            }
+            Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
+        }
+    }
+}
+
+/// How a proposal was admitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Admitted {
+    /// It opens a new disruption.
+    New,
+    /// It continues a disruption its holder already holds.
+    Continuation,
+    /// It opens a new disruption under an operator override of its domain.
+    Override {
+        /// The override.
+        id: Uuid,
+    },
+}
+
+/// The gate's answer for one proposal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Judgement {
+    /// The proposal.
+    pub proposal: Proposal,
+    /// Admitted, or what blocks it.
+    pub outcome: Result<Admitted, BlockedBy>,
+}
+
+/// One failure domain as the gate left it, for status pages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainState {
+    /// The domain.
+    pub domain: String,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+    /// Its disrupted nodes, each with its holder.
+    pub disrupted: Vec<(String, String)>,
+    /// An override in force, if any.
+    pub override_until_ms: Option<u64>,
+}
+
+/// What the gate decided this round.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct Decision {
+    /// Every proposal in the order judged.
+    pub judgements: Vec<Judgement>,
+    /// The disruptions in force after the admitted proposals.
+    pub in_force: InForce,
+}
+
+impl Decision {
+    /// The admitted proposals.
+    pub fn admitted(&self) -> impl Iterator<Item = &Judgement> {
+        self.judgements.iter().filter(|j| j.outcome.is_ok())
+    }
+
+    /// The refused proposals with what blocks them.
+    pub fn refused(&self) -> impl Iterator<Item = (&Proposal, &BlockedBy)> {
+        self.judgements
+            .iter()
+            .filter_map(|j| j.outcome.as_ref().err().map(|b| (&j.proposal, b)))
+    }
+
+    /// The judgement of `holder`'s proposal, if it made one.
+    pub fn of(&self, holder: &Holder) -> Option<&Judgement> {
+        self.judgements
+            .iter()
+            .find(|j| &j.proposal.holder == holder)
+    }
+}
+
+/// The caps of `group` (the cluster's when the group has none of its own).
+fn caps_limit(caps: &Caps, vm_capable: usize) -> usize {
+    let by_percent = caps.max_disrupted_percent.map_or(usize::MAX, |percent| {
+        // Rounded down, at least one node: a percentage never forbids all maintenance.
+        let share = (vm_capable as f64 * percent / 100.0).floor();
+        if share.is_finite() && share >= 1.0 {
+            share as usize
+        } else {
+            1
+        }
+    });
+    caps.max_disrupted_nodes.min(by_percent)
+}
+
+/// Why `caps` refuse disrupting `adding` more nodes among `scope` (a node group or the whole
+/// cluster), if they do.
+fn cap_refusal(
+    scope: &str,
+    caps: &Caps,
+    nodes: &[&NodeFacts],
+    in_force: &InForce,
+    adding: &BTreeSet<String>,
+) -> Option<String> {
+    let vm_capable: Vec<&&NodeFacts> = nodes.iter().filter(|n| n.vm_capable).collect();
+    let disrupted: BTreeSet<&str> = vm_capable
+        .iter()
+        .filter(|n| in_force.nodes.contains_key(&n.name))
+        .map(|n| n.name.as_str())
+        .collect();
+    let new: BTreeSet<&str> = vm_capable
+        .iter()
+        .filter(|n| adding.contains(&n.name) && !disrupted.contains(n.name.as_str()))
+        .map(|n| n.name.as_str())
+        .collect();
+    if new.is_empty() {
+        return None;
+    }
+    let limit = caps_limit(caps, vm_capable.len());
+    let after = disrupted.len() + new.len();
+    if after > limit {
+        let others: Vec<&str> = disrupted.iter().copied().collect();
+        let percent = caps
+            .max_disrupted_percent
+            .map(|p| format!(", max_disrupted_percent = {p}% of {}", vm_capable.len()))
+            .unwrap_or_default();
+        return Some(format!(
+            "{scope}: {} node(s) already disrupted ({}), at most {limit} at once (max_disrupted_nodes = {}{percent})",
+            others.len(),
+            if others.is_empty() {
+                "none".to_owned()
+            } else {
+                others.join(", ")
+            },
+            caps.max_disrupted_nodes,
+        ));
+    }
+    let healthy_after = vm_capable
+        .iter()
+        .filter(|n| {
+            n.is_healthy() && !disrupted.contains(n.name.as_str()) && !new.contains(n.name.as_str())
+        })
+        .count();
+    if healthy_after < caps.min_healthy_nodes {
+        return Some(format!(
+            "{scope}: disrupting {} would leave {healthy_after} healthy node(s), min_healthy_nodes = {}",
+            new.iter().copied().collect::<Vec<_>>().join(", "),
+            caps.min_healthy_nodes
+        ));
+    }
+    None
+}
+
+/// Judges one proposal against the disruptions in force.
+fn judge(
+    view: &View,
+    policy: &Policy,
+    in_force: &InForce,
+    proposal: &Proposal,
+) -> Result<Admitted, BlockedBy> {
+    for node in &proposal.disrupts {
+        if !view.nodes.contains_key(node) {
+            return Err(BlockedBy::UnknownNode { node: node.clone() });
+        }
+    }
+    // Held by someone else this round (or before): never two holders on one node.
+    for node in &proposal.disrupts {
+        if let Some(holder) = in_force.nodes.get(node) {
+            let ours = holder == &proposal.holder;
+            let someone = matches!(holder, Holder::Someone { .. });
+            if !ours && !someone {
+                return Err(BlockedBy::Conflict {
+                    node: node.clone(),
+                    holder: holder.to_string(),
+                });
+            }
+        }
+    }
+    let new: BTreeSet<String> = proposal
+        .disrupts
+        .iter()
+        .filter(|node| in_force.nodes.get(*node) != Some(&proposal.holder))
+        .cloned()
+        .collect();
+    if new.is_empty() {
+        return Ok(Admitted::Continuation);
+    }
+    if let Some(why) = &policy.breaker {
+        return Err(BlockedBy::Breaker { why: why.clone() });
+    }
+    let wanted: BTreeSet<&str> = new
+        .iter()
+        .filter_map(|node| view.nodes.get(node))
+        .map(|facts| facts.domain.as_str())
+        .collect();
+    let override_of = |domain: &str| {
+        policy
+            .overrides
+            .iter()
+            .filter(|o| o.domain == domain && o.until_ms > view.now_ms)
+            .max_by_key(|o| o.until_ms)
+    };
+    let overridden: Option<Uuid> = if wanted.len() == 1 {
+        wanted
+            .iter()
+            .next()
+            .and_then(|domain| override_of(domain))
+            .map(|o| o.id)
+    } else {
+        None
+    };
+    let busy = in_force.domains(view);
+    if overridden.is_none() {
+        // One failure domain at a time.
+        let wanted_list: Vec<&str> = wanted.iter().copied().collect();
+        if wanted.len() > 1 {
+            return Err(BlockedBy::Domain {
+                busy: wanted_list[1..].join(", "),
+                holders: vec![format!("{} spans several domains", proposal.subject)],
+                wanted: wanted_list[0].to_owned(),
+            });
+        }
+        if let Some((domain, holders)) = busy
+            .iter()
+            .find(|(domain, _)| !wanted.contains(domain.as_str()))
+        {
+            return Err(BlockedBy::Domain {
+                busy: domain.clone(),
+                holders: holders
+                    .iter()
+                    .map(|(node, holder)| format!("{node}: {holder}"))
+                    .collect(),
+                wanted: wanted_list
+                    .first()
+                    .map_or_else(String::new, |d| (*d).to_owned()),
+            });
+        }
+        // Caps: per node group, then cluster-wide.
+        let mut groups: BTreeMap<&str, Vec<&NodeFacts>> = BTreeMap::new();
+        for facts in view.nodes.values() {
+            groups.entry(facts.group.as_str()).or_default().push(facts);
+        }
+        for (group, caps) in &policy.groups {
+            let Some(members) = groups.get(group.as_str()) else {
+                continue;
+            };
+            if let Some(what) = cap_refusal(
+                &format!("node group {group}"),
+                caps,
+                members,
+                in_force,
+                &new,
+            ) {
+                return Err(BlockedBy::Cap { what });
+            }
+        }
+        let all: Vec<&NodeFacts> = view.nodes.values().collect();
+        if let Some(what) = cap_refusal("cluster", &policy.cluster, &all, in_force, &new) {
+            return Err(BlockedBy::Cap { what });
+        }
+    }
+    // Storage health: a new domain needs it whole; the busy domain tolerates only problems
+    // that involve nodes it holds disrupted.
+    let held_in_wanted: BTreeSet<&str> = in_force
+        .nodes
+        .keys()
+        .filter(|node| {
+            view.nodes
+                .get(*node)
+                .is_some_and(|facts| wanted.contains(facts.domain.as_str()))
+        })
+        .map(String::as_str)
+        .collect();
+    let blocking: Vec<&StorageProblem> = view
+        .storage
+        .iter()
+        .filter(|problem| {
+            !problem
+                .nodes
+                .iter()
+                .any(|n| held_in_wanted.contains(n.as_str()))
+        })
+        .collect();
+    if !blocking.is_empty() {
+        let unknown = blocking.iter().any(|p| p.unknown);
+        let what = blocking
+            .iter()
+            .filter(|p| p.unknown == unknown)
+            .map(|p| p.what.clone())
+            .collect();
+        return Err(BlockedBy::Storage { what, unknown });
+    }
+    // N+1 for the moved instances: they must fit on the healthy, undisrupted nodes of the
+    // node groups they leave.
+    if let Some(what) = capacity_refusal(view, in_force, proposal, &new) {
+        return Err(BlockedBy::Capacity { what });
+    }
+    Ok(overridden.map_or(Admitted::New, |id| Admitted::Override { id }))
+}
+
+fn capacity_refusal(
+    view: &View,
+    in_force: &InForce,
+    proposal: &Proposal,
+    new: &BTreeSet<String>,
+) -> Option<String> {
+    let needed = match proposal.moves_memory {
+        Some(0) => return None,
+        Some(needed) => needed,
+        None => {
+            return Some(format!(
+                "memory of the instances on {} unknown",
+                proposal.subject
+            ));
+        }
+    };
+    let groups: BTreeSet<&str> = new
+        .iter()
+        .filter_map(|n| view.nodes.get(n))
+        .map(|f| f.group.as_str())
+        .collect();
+    let mut free: u64 = 0;
+    for facts in view.nodes.values().filter(|f| {
+        groups.contains(f.group.as_str())
+            && f.is_healthy()
+            && !in_force.nodes.contains_key(&f.name)
+            && !new.contains(&f.name)
+    }) {
+        match facts.memory_free {
+            Some(memory) => free = free.saturating_add(memory),
+            None => return Some(format!("free memory of {} unknown", facts.name)),
+        }
+    }
+    (free < needed).then(|| {
+        format!(
+            "the instances of {} need {needed} MiB, the healthy nodes left have {free} MiB free",
+            proposal.subject
+        )
+    })
+}
+
+/// Sorts proposals into the order the gate serves them.
+pub fn order(proposals: &mut [Proposal]) {
+    proposals.sort_by(|a, b| {
+        a.duty
+            .cmp(&b.duty)
+            .then(b.invasiveness.cmp(&a.invasiveness))
+            .then(a.since_ms.cmp(&b.since_ms))
+            .then(a.subject.cmp(&b.subject))
+    });
+}
+
+/// Decides which `proposals` start this round (see the module documentation).
+pub fn decide(
+    view: &View,
+    policy: &Policy,
+    in_force: &InForce,
+    mut proposals: Vec<Proposal>,
+) -> Decision {
+    order(&mut proposals);
+    let mut in_force = in_force.clone();
+    let mut judgements = Vec::with_capacity(proposals.len());
+    for proposal in proposals {
+        let outcome = judge(view, policy, &in_force, &proposal);
+        if outcome.is_ok() {
+            for node in &proposal.disrupts {
+                in_force.nodes.insert(node.clone(), proposal.holder.clone());
+            }
+        }
+        judgements.push(Judgement { proposal, outcome });
+    }
+    Decision {
+        judgements,
+        in_force,
+    }
+}
+
+/// Every failure domain with its nodes, disruptions and override, for status pages.
+pub fn domain_states(view: &View, policy: &Policy, in_force: &InForce) -> Vec<DomainState> {
+    let mut states: BTreeMap<&str, DomainState> = BTreeMap::new();
+    for facts in view.nodes.values() {
+        let state = states
+            .entry(facts.domain.as_str())
+            .or_insert_with(|| DomainState {
+                domain: facts.domain.clone(),
+                nodes: Vec::new(),
+                disrupted: Vec::new(),
+                override_until_ms: policy
+                    .overrides
+                    .iter()
+                    .filter(|o| o.domain == facts.domain && o.until_ms > view.now_ms)
+                    .map(|o| o.until_ms)
+                    .max(),
+            });
+        state.nodes.push(facts.name.clone());
+        if let Some(holder) = in_force.nodes.get(&facts.name) {
+            state
+                .disrupted
+                .push((facts.name.clone(), holder.to_string()));
+        }
+    }
+    states.into_values().collect()
+}
