@@ -22,6 +22,8 @@ pub struct Board {
     pub changes: crate::notify::Changes,
     /// The agents the last round read (what the watches follow).
     pub targets: RwLock<Vec<AgentTarget>>,
+    /// What the gate saw and decided in the last round (none before the first round).
+    pub gate: RwLock<Option<crate::gate::GateSnapshot>>,
 }
 
 impl Board {

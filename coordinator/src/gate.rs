@@ -492,6 +492,20 @@ impl Decision {
     }
 }
 
+/// What the gate saw and decided in one round, kept for the API (admission requests are judged
+/// against it) and status pages.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct GateSnapshot {
+    /// The cluster as the gate saw it.
+    pub view: View,
+    /// The policy it applied.
+    pub policy: Policy,
+    /// The disruptions in force before the round's proposals.
+    pub in_force: InForce,
+    /// What it decided.
+    pub decision: Decision,
+}
+
 /// The caps of `group` (the cluster's when the group has none of its own).
 fn caps_limit(caps: &Caps, vm_capable: usize) -> usize {
     let by_percent = caps.max_disrupted_percent.map_or(usize::MAX, |percent| {
