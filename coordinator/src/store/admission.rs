@@ -454,7 +454,7 @@ impl Store {
                 row.get(0)
             })
             .optional()?;
-        if !open.is_some_and(|open| open != 0) {
+        if open.is_none_or(|open| open == 0) {
             return Ok(false);
         }
         transaction.execute(
