@@ -276,11 +276,11 @@ fn snapshot_of(state: &ApiState) -> Option<GateSnapshot> {
 
 /// An error answer (`{"code", "message"}`), small enough to pass around in a `Result`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Failed {
+pub struct Failed {
     /// HTTP status.
-    pub(crate) status: StatusCode,
+    pub status: StatusCode,
     /// What is wrong.
-    pub(crate) message: String,
+    pub message: String,
 }
 
 impl Failed {

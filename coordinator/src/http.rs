@@ -79,6 +79,12 @@ pub fn router(state: ApiState) -> Router {
             "/ui/admin/incidents/{uuid}/acknowledge",
             post(crate::ui::acknowledge),
         )
+        .route("/ui/admin/overrides", post(crate::ui::set_override))
+        .route(
+            "/ui/admin/overrides/{id}/revoke",
+            post(crate::ui::revoke_override),
+        )
+        .route("/ui/admin/breaker/reset", post(crate::ui::reset_breaker))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found") })
         .with_state(state)
 }
