@@ -209,6 +209,7 @@ impl DomainSource {
 
 /// Caps on disrupted nodes, for one node group or the whole cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Caps {
     /// Most vm-capable nodes disrupted at once.
     pub max_disrupted_nodes: usize,
@@ -269,6 +270,64 @@ pub struct View {
     pub storage: Vec<StorageProblem>,
     /// Unix ms of this round (overrides expire against it).
     pub now_ms: u64,
+}
+
+impl View {
+    /// The view of a cluster as RAPI shows it: each node's group (by name when `group_names`
+    /// knows it), failure domain, flags and memory.
+    pub fn from_cluster(
+        nodes: &[crate::ganeti::Node],
+        instances: &[crate::ganeti::Instance],
+        group_names: &BTreeMap<String, String>,
+        domains: &DomainSource,
+        storage: Vec<StorageProblem>,
+        now_ms: u64,
+    ) -> Self {
+        let nodes = nodes
+            .iter()
+            .map(|node| {
+                let group = group_names
+                    .get(&node.group)
+                    .cloned()
+                    .unwrap_or_else(|| node.group.clone());
+                let primary_memory = instances
+                    .iter()
+                    .filter(|i| i.primary_node == node.name)
+                    .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)));
+                let facts = NodeFacts {
+                    name: node.name.clone(),
+                    domain: domains.domain_of(&group, &node.tags),
+                    group,
+                    vm_capable: node.vm_capable,
+                    drained: node.drained,
+                    offline: node.offline,
+                    memory_free: node.memory_free,
+                    primary_memory,
+                };
+                (node.name.clone(), facts)
+            })
+            .collect();
+        Self {
+            nodes,
+            storage,
+            now_ms,
+        }
+    }
+}
+
+/// The caps per node group of `configured` (keyed by group name or uuid), keyed as
+/// [`NodeFacts::group`] is.
+pub fn group_caps(
+    configured: &BTreeMap<String, Caps>,
+    group_names: &BTreeMap<String, String>,
+) -> BTreeMap<String, Caps> {
+    configured
+        .iter()
+        .map(|(key, caps)| {
+            let name = group_names.get(key).cloned().unwrap_or_else(|| key.clone());
+            (name, *caps)
+        })
+        .collect()
 }
 
 /// The disruptions in force: who holds which node.
@@ -530,14 +589,16 @@ fn cap_refusal(
     adding: &BTreeSet<String>,
 ) -> Option<String> {
     let vm_capable: Vec<&&NodeFacts> = nodes.iter().filter(|n| n.vm_capable).collect();
-    let disrupted: BTreeSet<&str> = vm_capable
-        .iter()
-        .filter(|n| in_force.nodes.contains_key(&n.name))
-        .map(|n| n.name.as_str())
-        .collect();
+    // Taking over a node someone else disrupted counts like disrupting it: the others are
+    // judged against the cap with it.
     let new: BTreeSet<&str> = vm_capable
         .iter()
-        .filter(|n| adding.contains(&n.name) && !disrupted.contains(n.name.as_str()))
+        .filter(|n| adding.contains(&n.name))
+        .map(|n| n.name.as_str())
+        .collect();
+    let disrupted: BTreeSet<&str> = vm_capable
+        .iter()
+        .filter(|n| in_force.nodes.contains_key(&n.name) && !new.contains(n.name.as_str()))
         .map(|n| n.name.as_str())
         .collect();
     if new.is_empty() {
