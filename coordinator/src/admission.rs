@@ -593,8 +593,10 @@ pub async fn breaker(State(state): State<ApiState>) -> Response {
     }
 }
 
-/// Closes the breaker by `who`: its new state, or the error answer.
-pub(crate) fn reset(state: &ApiState, who: &str, why: &str) -> Result<BreakerView, Failed> {
+/// Closes the breaker by `who` (serialised with the round, which updates the breaker too): its
+/// new state, or the error answer.
+pub(crate) async fn reset(state: &ApiState, who: &str, why: &str) -> Result<BreakerView, Failed> {
+    let _guard = state.incident_lock.lock().await;
     match state
         .store
         .reset_breaker(who, why, nodecare_protocol::now_ms())
@@ -633,7 +635,7 @@ pub async fn reset_breaker(
         .reason
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "reset by an operator".into());
-    match reset(&state, &who, &why) {
+    match reset(&state, &who, &why).await {
         Ok(view) => Json(view).into_response(),
         Err(response) => response.into_response(),
     }

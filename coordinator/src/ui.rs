@@ -843,7 +843,7 @@ pub async fn reset_breaker(
         .and_then(form_decode)
         .filter(|r| !r.trim().is_empty())
         .unwrap_or_else(|| "reset by an operator on the web page".to_owned());
-    match crate::admission::reset(&state, &user, &reason) {
+    match crate::admission::reset(&state, &user, &reason).await {
         Ok(_) => Redirect::to("/ui/admin/").into_response(),
         Err(failed) => failed_page(failed),
     }

@@ -8,13 +8,9 @@
     reason = "the test runs the documented shell script"
 )]
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nodecare_coordinator::gate::{
-    Caps, DomainSource, GateSnapshot, InForce, NodeFacts, Policy, View,
-};
 use nodecare_protocol::gate::{BreakerView, Grant, OverrideView, Refusal};
 use nodecare_protocol::status::Overview;
 use nodecare_tests::harness::{Harness, node};
@@ -66,59 +62,10 @@ fn lines(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// After a round, the board has the gate's view. A round that does not publish one yet gets a
-/// snapshot of the simulated cluster with the configured caps (as the round would build it).
-async fn ensure_gate_view(h: &mut Harness) {
+/// A round publishes the gate's view on the board.
+async fn gate_view(h: &mut Harness) {
     h.round().await.unwrap();
-    let board = &h.coordinator.api().board;
-    if board.gate.read().unwrap().is_some() {
-        return;
-    }
-    let client = h.sim.client();
-    let nodes = nodecare_ganeti::Ganeti::nodes(&client).await.unwrap();
-    let facts: BTreeMap<String, NodeFacts> = nodes
-        .iter()
-        .map(|n| {
-            (
-                n.name.clone(),
-                NodeFacts {
-                    name: n.name.clone(),
-                    group: n.group.clone(),
-                    domain: DomainSource::NodeGroup.domain_of(&n.group, &n.tags),
-                    vm_capable: n.vm_capable,
-                    drained: n.drained,
-                    offline: n.offline,
-                    memory_free: n.memory_free,
-                    primary_memory: Some(0),
-                },
-            )
-        })
-        .collect();
-    let view = View {
-        nodes: facts,
-        storage: Vec::new(),
-        now_ms: nodecare_protocol::now_ms(),
-    };
-    let in_force = InForce::new(&view, Vec::new());
-    let snapshot = GateSnapshot {
-        policy: Policy {
-            cluster: Caps {
-                max_disrupted_nodes: h.config.max_disrupted_nodes,
-                max_disrupted_percent: None,
-                min_healthy_nodes: h.config.min_healthy_nodes,
-            },
-            ..Policy::default()
-        },
-        decision: nodecare_coordinator::gate::decide(
-            &view,
-            &Policy::default(),
-            &in_force,
-            Vec::new(),
-        ),
-        in_force,
-        view,
-    };
-    *board.gate.write().unwrap() = Some(snapshot);
+    assert!(h.coordinator.api().board.gate.read().unwrap().is_some());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -148,17 +95,15 @@ async fn the_reboot_script_is_admitted_refused_and_admitted_again() {
         .send()
         .await
         .unwrap();
-    if h.coordinator.api().board.gate.read().unwrap().is_none() {
-        assert_eq!(answer.status(), 503);
-        assert!(
-            answer
-                .text()
-                .await
-                .unwrap()
-                .contains("not finished a round")
-        );
-    }
-    ensure_gate_view(&mut h).await;
+    assert_eq!(answer.status(), 503);
+    assert!(
+        answer
+            .text()
+            .await
+            .unwrap()
+            .contains("not finished a round")
+    );
+    gate_view(&mut h).await;
 
     // Writes need a writer.
     let answer = client

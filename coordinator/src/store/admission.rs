@@ -5,8 +5,15 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{Store, StoreError, to_i64, to_u64};
+use crate::breaker::BreakerState;
 use crate::gate::{Holder, Override};
 use nodecare_protocol::gate::{BreakerView, Grant, OverrideView};
+
+/// The store document holding the storm breaker's state ([`BreakerState`]).
+pub const BREAKER_DOCUMENT: &str = "breaker";
+
+/// The audit log's `what` of an operator's breaker reset.
+const RESET_WHAT: &str = "reset the storm breaker";
 
 /// Who the coordinator itself is in the audit log (expiry, automatic breaker changes).
 pub const SYSTEM: &str = "nodecare";
@@ -33,13 +40,6 @@ pub(super) fn migrate(connection: &Connection) -> Result<(), StoreError> {
              created_ms INTEGER NOT NULL,
              revoked_ms INTEGER,
              revoked_by TEXT);
-         CREATE TABLE IF NOT EXISTS breaker (
-             id INTEGER PRIMARY KEY CHECK (id = 1),
-             open INTEGER NOT NULL,
-             since_ms INTEGER,
-             why TEXT,
-             reset_by TEXT,
-             reset_ms INTEGER);
          CREATE TABLE IF NOT EXISTS audit (
              seq INTEGER PRIMARY KEY AUTOINCREMENT,
              at_ms INTEGER NOT NULL,
@@ -400,68 +400,88 @@ impl Store {
             .collect()
     }
 
-    /// The storm breaker (closed and never opened when nothing is stored).
-    pub fn breaker(&self) -> Result<BreakerView, StoreError> {
-        let connection = self.lock();
-        let found = connection
+    /// The storm breaker's state (the round's [`BreakerState`], closed when nothing is stored).
+    fn breaker_state(connection: &Connection) -> Result<BreakerState, StoreError> {
+        let text: Option<String> = connection
             .query_row(
-                "SELECT open, since_ms, why, reset_by, reset_ms FROM breaker WHERE id = 1",
-                [],
-                |row| {
-                    Ok(BreakerView {
-                        open: row.get::<_, i64>(0)? != 0,
-                        since_ms: row.get::<_, Option<i64>>(1)?.map(to_u64),
-                        why: row.get(2)?,
-                        reset_by: row.get(3)?,
-                        reset_ms: row.get::<_, Option<i64>>(4)?.map(to_u64),
-                    })
-                },
+                "SELECT record FROM documents WHERE name = ?1",
+                params![BREAKER_DOCUMENT],
+                |row| row.get(0),
             )
             .optional()?;
-        Ok(found.unwrap_or_default())
+        text.map_or_else(
+            || Ok(BreakerState::default()),
+            |text| {
+                serde_json::from_str(&text).map_err(|error| {
+                    StoreError::Corrupt(format!("document {BREAKER_DOCUMENT}: {error}"))
+                })
+            },
+        )
     }
 
-    /// Opens the storm breaker (a no-op when it is open already); whether it opened now.
+    fn save_breaker_state(connection: &Connection, state: &BreakerState) -> Result<(), StoreError> {
+        let text = serde_json::to_string(state)
+            .map_err(|error| StoreError::Corrupt(format!("encoding breaker: {error}")))?;
+        connection.execute(
+            "INSERT INTO documents (name, record) VALUES (?1, ?2)
+             ON CONFLICT(name) DO UPDATE SET record = excluded.record",
+            params![BREAKER_DOCUMENT, text],
+        )?;
+        Ok(())
+    }
+
+    /// The storm breaker as status pages show it: open or not, since when and why, and the
+    /// last operator reset (who from the audit log).
+    pub fn breaker(&self) -> Result<BreakerView, StoreError> {
+        let connection = self.lock();
+        let state = Self::breaker_state(&connection)?;
+        let reset_by: Option<String> = connection
+            .query_row(
+                "SELECT who FROM audit WHERE what = ?1 ORDER BY seq DESC LIMIT 1",
+                params![RESET_WHAT],
+                |row| row.get(0),
+            )
+            .optional()?;
+        let (since_ms, why) = state
+            .open
+            .map_or((None, None), |(since, why)| (Some(since), Some(why)));
+        Ok(BreakerView {
+            open: since_ms.is_some(),
+            since_ms,
+            why,
+            reset_by: state.reset_ms.and(reset_by),
+            reset_ms: state.reset_ms,
+        })
+    }
+
+    /// Opens the storm breaker (a no-op when it is open already), with an audit line; whether
+    /// it opened now.
     pub fn set_breaker_open(&self, why: &str, now_ms: u64) -> Result<bool, StoreError> {
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
-        let open: Option<i64> = transaction
-            .query_row("SELECT open FROM breaker WHERE id = 1", [], |row| {
-                row.get(0)
-            })
-            .optional()?;
-        if open.is_some_and(|open| open != 0) {
+        let mut state = Self::breaker_state(&transaction)?;
+        if state.open.is_some() {
             return Ok(false);
         }
-        transaction.execute(
-            "INSERT INTO breaker (id, open, since_ms, why) VALUES (1, 1, ?1, ?2)
-             ON CONFLICT(id) DO UPDATE SET open = 1, since_ms = excluded.since_ms,
-                 why = excluded.why",
-            params![to_i64(now_ms), why],
-        )?;
+        state.open = Some((now_ms, why.to_owned()));
+        state.quiet_since_ms = None;
+        Self::save_breaker_state(&transaction, &state)?;
         audit(&transaction, now_ms, SYSTEM, "open the storm breaker", why)?;
         transaction.commit()?;
         Ok(true)
     }
 
-    /// Closes the storm breaker (`who`: the operator, or [`SYSTEM`] when the storm ended);
-    /// whether it was open.
+    /// An operator closes the storm breaker ([`crate::breaker::reset`]: incidents opened before
+    /// now no longer count), with an audit line; whether it was open.
     pub fn reset_breaker(&self, who: &str, why: &str, now_ms: u64) -> Result<bool, StoreError> {
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
-        let open: Option<i64> = transaction
-            .query_row("SELECT open FROM breaker WHERE id = 1", [], |row| {
-                row.get(0)
-            })
-            .optional()?;
-        if open.is_none_or(|open| open == 0) {
+        let state = Self::breaker_state(&transaction)?;
+        if state.open.is_none() {
             return Ok(false);
         }
-        transaction.execute(
-            "UPDATE breaker SET open = 0, reset_by = ?1, reset_ms = ?2 WHERE id = 1",
-            params![who, to_i64(now_ms)],
-        )?;
-        audit(&transaction, now_ms, who, "reset the storm breaker", why)?;
+        Self::save_breaker_state(&transaction, &crate::breaker::reset(state, now_ms))?;
+        audit(&transaction, now_ms, who, RESET_WHAT, why)?;
         transaction.commit()?;
         Ok(true)
     }
@@ -637,6 +657,10 @@ mod tests {
         {
             let store = Store::open_dir(dir.path()).unwrap();
             assert_eq!(store.breaker().unwrap(), BreakerView::default());
+            assert_eq!(
+                store.document::<BreakerState>(BREAKER_DOCUMENT).unwrap(),
+                None
+            );
             assert!(!store.reset_breaker("ops", "nothing to reset", 500).unwrap());
             assert!(
                 store
@@ -651,6 +675,9 @@ mod tests {
         assert_eq!(breaker.since_ms, Some(1_000));
         assert_eq!(breaker.why.as_deref(), Some("30 of 60 nodes want evacuate"));
         assert!(store.reset_breaker("ops", "detector fixed", 3_000).unwrap());
+        // The round's state: closed, incidents before the reset no longer count.
+        let state: BreakerState = store.document(BREAKER_DOCUMENT).unwrap().unwrap();
+        assert_eq!((state.open, state.reset_ms), (None, Some(3_000)));
         let breaker = store.breaker().unwrap();
         assert!(!breaker.open);
         assert_eq!(
