@@ -926,4 +926,112 @@ mod tests {
             assert_ne!(decoded, Blocked::Other);
         }
     }
+
+    /// Random clusters (domains of random sizes, some nodes drained by hand), random caps and
+    /// a random stream of requests and releases: a grant never opens a second failure domain,
+    /// never exceeds the cluster cap, never starts while the breaker is open, and every refusal
+    /// names what blocks it.
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn cluster(
+            sizes: &[usize],
+            drained: &[bool],
+            cap: usize,
+            min_healthy: usize,
+        ) -> GateSnapshot {
+            let mut nodes = BTreeMap::new();
+            let mut i = 0;
+            for (d, size) in sizes.iter().enumerate() {
+                for _ in 0..*size {
+                    let name = format!("n{i}");
+                    let mut f = facts(&name, &format!("rack:{d}"));
+                    f.drained = drained.get(i).copied().unwrap_or(false);
+                    nodes.insert(name, f);
+                    i += 1;
+                }
+            }
+            let view = View {
+                nodes,
+                storage: Vec::new(),
+                now_ms: NOW - 1_000,
+            };
+            let in_force = InForce::new(&view, Vec::new());
+            let policy = Policy {
+                cluster: Caps {
+                    max_disrupted_nodes: cap,
+                    max_disrupted_percent: None,
+                    min_healthy_nodes: min_healthy,
+                },
+                ..Policy::default()
+            };
+            GateSnapshot {
+                decision: crate::gate::decide(&view, &policy, &in_force, Vec::new()),
+                view,
+                policy,
+                in_force,
+            }
+        }
+
+        proptest! {
+            #[test]
+            fn grants_keep_the_gates_rules(
+                sizes in proptest::collection::vec(1usize..5, 1..4),
+                drained in proptest::collection::vec(proptest::bool::weighted(0.1), 16),
+                cap in 1usize..4,
+                min_healthy in 0usize..3,
+                breaker_open in proptest::bool::weighted(0.2),
+                steps in proptest::collection::vec((0usize..16, proptest::bool::weighted(0.3)), 1..20),
+            ) {
+                let snapshot = cluster(&sizes, &drained, cap, min_healthy);
+                let names: Vec<String> = snapshot.view.nodes.keys().cloned().collect();
+                let breaker = BreakerView {
+                    open: breaker_open,
+                    why: breaker_open.then(|| "storm".to_owned()),
+                    ..BreakerView::default()
+                };
+                let mut grants: Vec<(String, Holder)> = Vec::new();
+                for (n, (pick, release)) in steps.into_iter().enumerate() {
+                    let node = &names[pick % names.len()];
+                    if release {
+                        grants.retain(|(held, _)| held != node);
+                        continue;
+                    }
+                    let holder = grant(n as u128 + 100);
+                    let before = in_force_now(&snapshot, grants.clone());
+                    let outcome = judge_request(
+                        Some(&snapshot), grants.clone(), Vec::new(), &breaker,
+                        &request(node), holder.clone(), NOW,
+                    );
+                    match outcome {
+                        Ok(decision) => {
+                            prop_assert!(!breaker_open);
+                            let domains: BTreeSet<&str> = decision
+                                .in_force
+                                .nodes
+                                .keys()
+                                .filter_map(|n| snapshot.view.nodes.get(n))
+                                .map(|f| f.domain.as_str())
+                                .collect();
+                            prop_assert!(domains.len() <= 1, "{domains:?}");
+                            if !before.nodes.contains_key(node) {
+                                prop_assert!(decision.in_force.nodes.len() <= cap);
+                            }
+                            grants.push((node.clone(), holder));
+                        }
+                        Err(NotAdmitted::Blocked(blocked)) => {
+                            prop_assert!(!blocked.to_string().is_empty());
+                            if breaker_open && !before.nodes.contains_key(node) {
+                                let is_breaker = matches!(blocked, BlockedBy::Breaker { .. });
+                                prop_assert!(is_breaker, "{blocked:?}");
+                            }
+                        }
+                        Err(other) => prop_assert!(false, "{other:?}"),
+                    }
+                }
+            }
+        }
+    }
 }
