@@ -349,6 +349,21 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         Err(e) => return internal(e),
     };
     let agents = agents_snapshot(&state.board);
+    let now = nodecare_protocol::now_ms();
+    let gate = (
+        state.store.breaker(),
+        state.store.grants(now),
+        state.store.overrides_in_force(now),
+    );
+    match gate {
+        (Ok(breaker), Ok(grants), Ok(overrides)) => {
+            state
+                .board
+                .metrics
+                .set_gate(breaker.open, grants.len(), overrides.len());
+        }
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return internal(e),
+    }
     let text = state.board.metrics.render(&incidents, agents.values());
     (
         [(
