@@ -11,6 +11,7 @@
 //! | `GET /1/overrides` | overrides in force or ended within the last day |
 //! | `DELETE /1/overrides/<id>` | revokes: `200`, `404`, `409` when it already ended |
 //! | `GET /1/breaker` | the storm breaker ([`BreakerView`]) |
+//! | `GET /1/audit[?limit=N]` | the last `N` (default 100, at most 1000) lines of the audit log of these writes, oldest first |
 //! | `POST /1/breaker/reset` | optional body [`BreakerReset`]: closes it, `200`; `409` when it is closed |
 //!
 //! Writes need HTTP basic auth of a user with `write` in the users file (as `cancel`); every
@@ -26,7 +27,7 @@ use std::collections::BTreeSet;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -39,8 +40,8 @@ use crate::gate::{
 use crate::http::{authorize_write, error, internal, refused};
 use crate::store::Revoked;
 use nodecare_protocol::gate::{
-    Blocked, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus, Grant,
-    OverrideRequest, OverrideView, Refusal as GateRefusal, Waiting,
+    AuditEntry, Blocked, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus,
+    Grant, OverrideRequest, OverrideView, Refusal as GateRefusal, Waiting,
 };
 
 /// How old the last round's view may be for an admission request to be judged against it.
@@ -199,7 +200,12 @@ pub struct GateStatus {
     pub overrides: Vec<OverrideView>,
     /// The storm breaker.
     pub breaker: BreakerView,
+    /// The last lines of the audit log, oldest first.
+    pub audit: Vec<AuditEntry>,
 }
+
+/// How many audit lines status pages show.
+pub const AUDIT_SHOWN: usize = 20;
 
 /// The failure domains and refused proposals of `snapshot`, with the grants, overrides and
 /// breaker as they are now (pure).
@@ -246,6 +252,7 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
     let grants = store.grants(now)?;
     let overrides = store.overrides(now, now.saturating_sub(ENDED_OVERRIDES_SHOWN_MS))?;
     let breaker = store.breaker()?;
+    let audit = store.audit_log(AUDIT_SHOWN)?;
     let (domains, waiting) = match snapshot_of(state) {
         Some(snapshot) => domains_and_waiting(
             &snapshot,
@@ -262,7 +269,29 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         grants,
         overrides,
         breaker,
+        audit,
     })
+}
+
+/// `GET /1/audit[?limit=N]`: the last `N` (default 100, at most 1000) lines of the audit log,
+/// oldest first.
+pub async fn audit(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
+    let asked = query.as_deref().and_then(|query| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix("limit="))
+    });
+    let limit = match asked.map(str::parse::<usize>) {
+        None => 100,
+        Some(Ok(limit)) if (1..=1000).contains(&limit) => limit,
+        Some(_) => {
+            return error(StatusCode::BAD_REQUEST, "limit: a number from 1 to 1000");
+        }
+    };
+    match state.store.audit_log(limit) {
+        Ok(entries) => Json(entries).into_response(),
+        Err(e) => internal(e),
+    }
 }
 
 fn snapshot_of(state: &ApiState) -> Option<GateSnapshot> {

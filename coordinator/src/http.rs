@@ -11,7 +11,7 @@
 //! | `GET /1/overview` | `{node, round, incidents, agents, intents, jobs, domains, waiting, grants, overrides, breaker}`: what `nodecare status` shows |
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
 //! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed; needs HTTP basic auth of a user with `write` (401 without or with wrong credentials, 403 for a user without `write` or when no users file is readable) |
-//! | `/1/disruptions`, `/1/overrides`, `/1/breaker` | the gate's admission API, overrides and storm breaker ([`crate::admission`]) |
+//! | `/1/disruptions`, `/1/overrides`, `/1/breaker`, `/1/audit` | the gate's admission API, overrides and storm breaker ([`crate::admission`]) |
 //! | `GET /metrics` | Prometheus metrics (text format 0.0.4, see [`crate::metrics`]) |
 //!
 //! Every answer is JSON with `Content-Type: application/json`, except `/metrics` and the web status page
@@ -65,6 +65,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/1/breaker", get(crate::admission::breaker))
         .route("/1/breaker/reset", post(crate::admission::reset_breaker))
+        .route("/1/audit", get(crate::admission::audit))
         .route("/metrics", get(metrics))
         // The web status page (crate::ui).
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))

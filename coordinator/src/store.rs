@@ -20,7 +20,8 @@ use crate::incident::Incident;
 use crate::plan::{Lock, Move};
 
 mod admission;
-pub use admission::{AuditEntry, BREAKER_DOCUMENT, Revoked, SYSTEM};
+pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
+pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 2;

@@ -445,6 +445,19 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                 }
             }
         }
+        section id="audit" {
+            h2 { "Audit log" }
+            @if gate.audit.is_empty() {
+                p.mute { "No grant, override or breaker change yet." }
+            } @else {
+                details {
+                    summary { "The last " (gate.audit.len()) " changes to grants, overrides and the breaker" }
+                    ol { @for e in &gate.audit {
+                        li { (format_time(e.at_ms as f64 / 1000.0)) " " b { (e.who) } ": " (e.what) " (" (e.why) ")" }
+                    } }
+                }
+            }
+        }
     }
 }
 

@@ -265,6 +265,23 @@ pub struct Waiting {
     pub blocked_by: String,
 }
 
+/// One line of the coordinator's audit log of gate writes (`GET /1/audit`, and the last ones in
+/// `/1/overview`): grants, renewals, releases and expiries, overrides and their revocation, the
+/// breaker's opening and reset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Order of writing.
+    pub seq: u64,
+    /// Unix ms.
+    pub at_ms: u64,
+    /// The authenticated user, or `nodecare` for the coordinator itself.
+    pub who: String,
+    /// What was done (`grant disruption <id> of node3 to kured until ... ms`).
+    pub what: String,
+    /// Why (the reason given).
+    pub why: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::{BreakerView, DomainStatus, Grant, OverrideView, Waiting};
+use crate::gate::{AuditEntry, BreakerView, DomainStatus, Grant, OverrideView, Waiting};
 use crate::verdict::{DiagnoseStatus, NodeVerdict};
 
 /// How the last read of a node's agent went.
@@ -218,6 +218,9 @@ pub struct Overview {
     /// The storm breaker.
     #[serde(default)]
     pub breaker: BreakerView,
+    /// The last lines of the audit log of gate writes, oldest first.
+    #[serde(default)]
+    pub audit: Vec<AuditEntry>,
 }
 
 #[cfg(test)]

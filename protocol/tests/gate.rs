@@ -9,8 +9,8 @@ use std::fmt::Debug;
 use std::path::PathBuf;
 
 use nodecare_protocol::gate::{
-    Blocked, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus, Grant,
-    OverrideRequest, OverrideView, Refusal, Waiting,
+    AuditEntry, Blocked, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus,
+    Grant, OverrideRequest, OverrideView, Refusal, Waiting,
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -135,6 +135,16 @@ fn overrides_and_breaker() {
                 holder: format!("admission {ID} of reboot@node2"),
             }],
             override_until_ms: Some(1_795_438_350_000),
+        },
+    );
+    check(
+        "audit-entry",
+        &AuditEntry {
+            seq: 7,
+            at_ms: 1_795_431_150_000,
+            who: "ops".into(),
+            what: format!("release disruption {ID} of node3.example.com (requester reboot@node3)"),
+            why: "released".into(),
         },
     );
     check(

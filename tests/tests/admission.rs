@@ -320,5 +320,20 @@ async fn the_reboot_script_is_admitted_refused_and_admitted_again() {
         "{log:#?}"
     );
     assert!(log.iter().all(|e| !e.who.is_empty()));
+    let served: Vec<nodecare_protocol::gate::AuditEntry> = client
+        .get(format!("{url}/1/audit?limit=3"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(served, log[log.len() - 3..]);
+    let answer = client
+        .get(format!("{url}/1/audit?limit=0"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
     server.abort();
 }

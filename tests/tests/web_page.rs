@@ -15,7 +15,9 @@ use nodecare_coordinator::reconcile::RoundSummary;
 use nodecare_coordinator::scrape::{AgentState, AgentStatus};
 use nodecare_coordinator::store::{Intent, IntentSpec, IntentState};
 use nodecare_coordinator::ui::{Actions, Snapshot, render};
-use nodecare_protocol::gate::{BreakerView, Disrupted, DomainStatus, Grant, OverrideView, Waiting};
+use nodecare_protocol::gate::{
+    AuditEntry, BreakerView, Disrupted, DomainStatus, Grant, OverrideView, Waiting,
+};
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus};
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
@@ -179,6 +181,17 @@ fn fixed_gate() -> GateStatus {
             reset_by: None,
             reset_ms: None,
         },
+        audit: vec![AuditEntry {
+            seq: 1,
+            at_ms: NOW_MS - 60_000,
+            who: "admin".into(),
+            what: format!(
+                "override {} of failure domain rack:b until {} ms",
+                Uuid::from_u128(10),
+                NOW_MS + 3_600_000
+            ),
+            why: "firmware campaign".into(),
+        }],
     }
 }
 
@@ -231,6 +244,7 @@ fn page_html_matches_golden() {
         "kernel &lt;update&gt;",
         "firmware campaign",
         "3 of 4 agents unreachable",
+        "id=\"audit\"",
     ] {
         assert!(page.contains(needle), "{needle:?} not on the page");
     }

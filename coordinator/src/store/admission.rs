@@ -7,7 +7,7 @@ use uuid::Uuid;
 use super::{Store, StoreError, to_i64, to_u64};
 use crate::breaker::BreakerState;
 use crate::gate::{Holder, Override};
-use nodecare_protocol::gate::{BreakerView, Grant, OverrideView};
+use nodecare_protocol::gate::{AuditEntry, BreakerView, Grant, OverrideView};
 
 /// The store document holding the storm breaker's state ([`BreakerState`]).
 pub const BREAKER_DOCUMENT: &str = "breaker";
@@ -50,21 +50,6 @@ pub(super) fn migrate(connection: &Connection) -> Result<(), StoreError> {
          COMMIT;",
     )?;
     Ok(())
-}
-
-/// One line of the audit log.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct AuditEntry {
-    /// Order of writing.
-    pub seq: u64,
-    /// Unix ms.
-    pub at_ms: u64,
-    /// The authenticated user, or [`SYSTEM`].
-    pub who: String,
-    /// What was done (`grant <id> node3 to kured`, `override <id> of rack:r2 until ...`).
-    pub what: String,
-    /// Why (the reason given).
-    pub why: String,
 }
 
 /// What revoking an override found.
