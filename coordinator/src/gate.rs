@@ -827,6 +827,35 @@ fn capacity_refusal(
     })
 }
 
+/// The grace of planned disruptions (Ceph's `noout`): for each planned disruption (an
+/// admission grant, a maintenance reboot) of a node, started at Unix ms `started`, every node
+/// of that node's failure domain is in grace until `started + grace_ms`. Nodes in grace that
+/// report a problem or go silent open no incident and count for no storm. Returns node → end
+/// of its grace (only graces still running at `view.now_ms`).
+pub fn grace(view: &View, planned: &[(String, u64)], grace_ms: u64) -> BTreeMap<String, u64> {
+    let mut until_by_domain: BTreeMap<&str, u64> = BTreeMap::new();
+    for (node, started) in planned {
+        let Some(facts) = view.nodes.get(node) else {
+            continue;
+        };
+        let until = started.saturating_add(grace_ms);
+        if until > view.now_ms {
+            let entry = until_by_domain
+                .entry(facts.domain.as_str())
+                .or_insert(until);
+            *entry = (*entry).max(until);
+        }
+    }
+    view.nodes
+        .values()
+        .filter_map(|facts| {
+            until_by_domain
+                .get(facts.domain.as_str())
+                .map(|until| (facts.name.clone(), *until))
+        })
+        .collect()
+}
+
 /// Sorts proposals into the order the gate serves them.
 pub fn order(proposals: &mut [Proposal]) {
     proposals.sort_by(|a, b| {
@@ -1266,6 +1295,38 @@ mod tests {
         assert_eq!(
             refused,
             [format!("n1 is taken this round by incident {}", id(1))]
+        );
+    }
+
+    #[test]
+    fn grace_covers_the_planned_disruptions_domain_until_it_ends() {
+        let view = view();
+        let planned = vec![("n3".to_owned(), 500), ("gone".to_owned(), 900)];
+        let graced = grace(&view, &planned, 1_000);
+        assert_eq!(
+            graced,
+            BTreeMap::from([("n3".to_owned(), 1_500), ("n4".to_owned(), 1_500)])
+        );
+        assert!(grace(&view, &planned, 500).is_empty(), "ended at 1000");
+    }
+
+    #[test]
+    fn taking_over_a_human_drain_counts_against_the_cap() {
+        let mut view = view();
+        view.nodes.get_mut("n2").expect("n2").drained = true;
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 1,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let decision = decide(&view, &policy, &in_force, vec![repair(2, "n2")]);
+        assert_eq!(
+            outcome(&decision, 2),
+            Err("cap: cluster: 1 node(s) already disrupted (n1), at most 1 at once (max_disrupted_nodes = 1)".into())
         );
     }
 
