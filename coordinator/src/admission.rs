@@ -173,6 +173,7 @@ pub fn judge_request(
         invasiveness: 0,
         since_ms: now_ms,
         disrupts: BTreeSet::from([request.node.clone()]),
+        touches: BTreeSet::new(),
         moves_memory: Some(0),
         reason: format!("{} (requested by {})", request.reason, request.requester),
     };

@@ -253,10 +253,28 @@ impl Reconciler {
                 BTreeMap::new()
             }
         };
-        self.observe(&nodes, summary).await?;
+        let view = gate::View::from_cluster(
+            &nodes,
+            &instances,
+            &group_names,
+            &self.settings.gate.domains,
+            Vec::new(),
+            now_ms(),
+        );
+        let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
+        let graced = gate::grace(&view, &self.planned_disruptions()?, grace_ms);
+        let failed_outside_grace = self.observe(&nodes, &graced, summary).await?;
         let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.check_tags(&nodes)?;
-        self.act(&nodes, &instances, &group_names, summary).await?;
+        self.act(
+            &nodes,
+            &instances,
+            &group_names,
+            view,
+            failed_outside_grace,
+            summary,
+        )
+        .await?;
         Ok(())
     }
 
@@ -399,7 +417,19 @@ impl Reconciler {
     }
 
     /// Step 4: read the agents and update incidents from verified verdicts.
-    async fn observe(&self, nodes: &[Node], summary: &mut RoundSummary) -> Result<(), RoundError> {
+    /// Planned disruptions in force (node, Unix ms when it started): admission grants and
+    /// maintenance reboots, whose failure domains get a grace.
+    fn planned_disruptions(&self) -> Result<Vec<(String, u64)>, RoundError> {
+        Ok(Vec::new())
+    }
+
+    /// Step 4; returns how many agents outside a grace gave no verified report.
+    async fn observe(
+        &self,
+        nodes: &[Node],
+        graced: &BTreeMap<String, u64>,
+        summary: &mut RoundSummary,
+    ) -> Result<usize, RoundError> {
         let targets: Vec<AgentTarget> = nodes
             .iter()
             .filter(|node| !node.offline)
@@ -417,6 +447,7 @@ impl Reconciler {
         summary.agents = results.len();
         let now = now_ms();
         let mut accepted = Vec::new();
+        let mut failed_outside_grace = 0;
         {
             let mut board = self
                 .board
@@ -434,6 +465,9 @@ impl Reconciler {
                     }
                     AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e) => {
                         summary.agents_failed += 1;
+                        if !graced.contains_key(&result.node) {
+                            failed_outside_grace += 1;
+                        }
                         let changed = board
                             .get(&result.node)
                             .is_none_or(|s| s.error.as_deref() != Some(e.as_str()));
@@ -493,6 +527,14 @@ impl Reconciler {
                     _ => {}
                 }
             }
+            if !matched
+                && Action::from_status(verdict.status).is_some()
+                && let Some(until) = graced.get(&result.node)
+            {
+                tracing::info!(node = %result.node, verdict = verdict.status.as_str(), grace_until_ms = until,
+                    "verdict not acted on: the node's failure domain is in the grace of a planned disruption");
+                continue;
+            }
             if !matched && let Some(action) = Action::from_status(verdict.status) {
                 let incident = Incident::new(
                     Uuid::new_v4(),
@@ -508,7 +550,7 @@ impl Reconciler {
                 self.store.save_incident(&incident)?;
             }
         }
-        Ok(())
+        Ok(failed_outside_grace)
     }
 
     /// Step 5: acknowledgement by tag removal.
@@ -541,7 +583,8 @@ impl Reconciler {
         &self,
         nodes: &[Node],
         incidents: &[Incident],
-        summary: &RoundSummary,
+        agents: usize,
+        agents_failed: usize,
     ) -> Result<BreakerState, RoundError> {
         let state: BreakerState = self.store.document(BREAKER_DOCUMENT)?.unwrap_or_default();
         let signals = breaker::Signals {
@@ -550,8 +593,8 @@ impl Reconciler {
                 .iter()
                 .map(|i| (i.node.clone(), (i.ctime.max(0.0) * 1000.0) as u64))
                 .collect(),
-            agents: summary.agents,
-            agents_failed: summary.agents_failed,
+            agents,
+            agents_failed,
         };
         let (next, change) = breaker::step(
             &self.settings.gate.breaker,
@@ -580,6 +623,8 @@ impl Reconciler {
         nodes: &[Node],
         instances: &[Instance],
         group_names: &BTreeMap<String, String>,
+        view: gate::View,
+        failed_outside_grace: usize,
         summary: &mut RoundSummary,
     ) -> Result<(), RoundError> {
         let incidents = self.store.incidents()?;
@@ -598,16 +643,9 @@ impl Reconciler {
 
         // The gate: what is disrupted, by whom, and which proposals may start.
         let settings = &self.settings.gate;
-        let view = gate::View::from_cluster(
-            nodes,
-            instances,
-            group_names,
-            &settings.domains,
-            Vec::new(),
-            now_ms(),
-        );
         let in_force = InForce::new(&view, node_repair::holds(&incidents, nodes));
-        let breaker = self.breaker_round(nodes, &incidents, summary)?;
+        let breaker =
+            self.breaker_round(nodes, &incidents, summary.agents, failed_outside_grace)?;
         let policy = gate::Policy {
             cluster: settings.cluster,
             groups: gate::group_caps(&settings.groups, group_names),

@@ -1,6 +1,7 @@
 //! Coordinator end to end against the simulated Ganeti and fake agents (one test binary).
 
 mod crash;
+mod gate;
 mod monitoring;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
