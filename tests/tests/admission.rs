@@ -231,6 +231,38 @@ async fn the_reboot_script_is_admitted_refused_and_admitted_again() {
     assert_eq!(code, Some(0), "{stdout}{stderr}");
     let (code, _, _) = reboot(&url, dir.path(), "finish", &node(3)).await;
     assert_eq!(code, Some(0));
+    // A failed drain gives the grant back: nothing is rebooted, nothing stays held.
+    let failing = dir.path().join("failing");
+    std::fs::create_dir_all(&failing).unwrap();
+    std::fs::copy(dir.path().join("password"), failing.join("password")).unwrap();
+    let mut command = Command::new("sh");
+    command
+        .arg(script())
+        .args(["start", &node(4)])
+        .env("NODECARE_URL", &url)
+        .env("NODECARE_USER", "ops")
+        .env("NODECARE_PASSWORD_FILE", failing.join("password"))
+        .env("NODECARE_STATE_DIR", failing.join("state"))
+        .env("DRAIN_COMMAND", "exit 7")
+        .env(
+            "REBOOT_COMMAND",
+            format!("touch {}", failing.join("rebooted").display()),
+        );
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    assert!(!failing.join("rebooted").exists());
+    let grants: Vec<Grant> = client
+        .get(format!("{url}/1/disruptions"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(grants.is_empty(), "{grants:?}");
     // finish without a grant is a no-op.
     let (code, stdout, _) = reboot(&url, dir.path(), "finish", &node(3)).await;
     assert_eq!(code, Some(0));
@@ -315,7 +347,8 @@ async fn the_reboot_script_is_admitted_refused_and_admitted_again() {
     assert_eq!(
         whats,
         [
-            "grant", "renew", "release", "grant", "release", "override", "revoke", "open", "reset"
+            "grant", "renew", "release", "grant", "release", "grant", "release", "override",
+            "revoke", "open", "reset"
         ],
         "{log:#?}"
     );
