@@ -33,6 +33,8 @@ pub struct HttpState {
     pub node: String,
     /// The repair endpoint (`/1/repair`); `None` when it could not start (no HMAC key).
     pub repair: Option<Arc<crate::repair::RepairService>>,
+    /// The check endpoint (`/1/check`); `None` without an HMAC key.
+    pub check: Option<Arc<crate::check::CheckService>>,
     /// The diagnose collector (per-script runs for `/metrics`).
     pub diagnose: Arc<nodecare_collectors::diagnose::DiagnoseCollector>,
     /// The signer's counters.
@@ -312,6 +314,15 @@ pub async fn route(
     request: Request<Incoming>,
     peer: std::net::SocketAddr,
 ) -> HttpResponse {
+    if request.uri().path() == nodecare_protocol::repair::CHECK_PATH {
+        return match &state.check {
+            Some(check) => check.handle_http(request).await,
+            None => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "checks are unavailable on this node (no cluster HMAC key)",
+            ),
+        };
+    }
     if crate::repair::http::is_repair_path(request.uri().path()) {
         return match &state.repair {
             Some(repair) => repair.handle_http(request, peer).await,

@@ -4,6 +4,7 @@
 //! tests and demos can run agents in-process on `127.0.0.1:0`.
 
 pub mod cache;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod http;
@@ -210,6 +211,11 @@ pub async fn serve_with(
         shutdown_rx.clone(),
     ));
 
+    let diagnose_position = cache.position(
+        nodecare_collectors::diagnose::DIAGNOSE_CATEGORY,
+        nodecare_collectors::diagnose::DIAGNOSE_NAME,
+    );
+    let wake_diagnose = Arc::new(tokio::sync::Notify::new());
     for (position, collector) in registry.iter().enumerate() {
         tasks.spawn(scheduler::run_collector(
             Arc::clone(collector),
@@ -217,8 +223,23 @@ pub async fn serve_with(
             Arc::clone(&cache),
             node.clone(),
             shutdown_rx.clone(),
+            (Some(position) == diagnose_position).then(|| Arc::clone(&wake_diagnose)),
         ));
     }
+    let check = match nodecare_protocol::sign::HmacKey::from_file(&config.hmac_key) {
+        Ok(key) => Some(Arc::new(check::CheckService::new(
+            nodecare_protocol::KeyRing::single(key),
+            node.clone(),
+            config.repair(&node).verify_policy,
+            check::DEFAULT_MIN_CHECK_INTERVAL,
+            wake_diagnose,
+            Arc::clone(&cache),
+        ))),
+        Err(error) => {
+            tracing::error!(%error, "signed checks are unavailable");
+            None
+        }
+    };
 
     let repair = repair::open_with_key_file(config.repair(&node), &config.hmac_key);
     let http_state = Arc::new(HttpState {
@@ -226,6 +247,7 @@ pub async fn serve_with(
         started: now,
         node,
         repair,
+        check,
         diagnose: Arc::clone(&diagnose),
         sign_counters,
         stale_after: config.signature_ttl(),

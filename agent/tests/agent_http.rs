@@ -613,3 +613,63 @@ async fn long_poll_answers_on_a_new_report_and_a_gone_client_frees_its_wait() {
     }
     agent.shutdown().await;
 }
+
+/// `nodecare check`: a signed check request runs the diagnose scripts at once (the interval is
+/// an hour here), its answer names the sequence after which the new verdict appears, a second
+/// check within the rate limit is refused with 429, and an unsigned one with 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_check_runs_the_diagnose_scripts_at_once() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let state = fixture.key.with_file_name("verdict");
+    std::fs::write(&state, "{\"status\":\"Ok\"}\n").unwrap();
+    script(
+        &fixture.diagnose,
+        "disk",
+        &format!("#!/bin/sh\ncat {}\n", state.display()),
+        0o755,
+    );
+    let mut config = config(&fixture);
+    config.diagnose_interval_secs = 3600;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config, listener).await.unwrap();
+    let address = agent.local_addr();
+    wait_for_verdict(address, Duration::from_secs(5)).await;
+    let key = HmacKey::from_file(&fixture.key).unwrap();
+    let signer = nodecare_protocol::Signer::new(key, "node1.example.com");
+    let envelope = |nonce: &str| {
+        let now = nodecare_protocol::now_ms();
+        let request = nodecare_protocol::repair::CheckRequest {
+            node: "node1.example.com".into(),
+            check_nonce: nonce.into(),
+        };
+        serde_json::to_vec(
+            &nodecare_protocol::repair::sign_check_request(&signer, request, now, now, 60_000)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    std::fs::write(&state, "{\"status\":\"evacuate\",\"details\":\"disk\"}\n").unwrap();
+    let started = Instant::now();
+    let answer = request(address, "POST", "/1/check", &envelope("first")).await;
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    let after = answer.json()["after_sequence"].as_u64().unwrap();
+    let report = get(
+        address,
+        &format!("/1/report/node/diagnose/signed?after={after}&wait=30"),
+    )
+    .await;
+    assert_eq!(report.status, 200);
+    let envelope_json: Value = serde_json::from_slice(&report.body).unwrap();
+    let payload: DiagnosePayload =
+        serde_json::from_value(envelope_json["payload"].clone()).unwrap();
+    assert_eq!(payload.verdict.status, DiagnoseStatus::Evacuate);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let again = request(address, "POST", "/1/check", &envelope("second")).await;
+    assert_eq!(again.status, 429, "{}", again.text());
+    assert!(again.json()["retry_after_ms"].as_u64().is_some());
+    let forged = request(address, "POST", "/1/check", b"{\"node\":\"x\"}").await;
+    assert_eq!(forged.status, 400, "{}", forged.text());
+}

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod fields;
 mod gate;
 mod list;
@@ -59,6 +60,8 @@ enum Command {
     /// The storm breaker: show it, or reset it once the cause of the storm is understood.
     #[command(after_help = EXIT_HELP)]
     Breaker(gate::BreakerArgs),
+    /// Run a node's diagnose scripts now (through its agent, signed by the coordinator).
+    Check(check::CheckArgs),
 }
 
 const EXIT_HELP: &str = "Exit codes: 0 done (granted, renewed, released, set, revoked, reset); 3 \
@@ -79,6 +82,7 @@ pub fn run() -> ExitCode {
         Command::Disruption(args) => gate::run_disruption(args),
         Command::Budget(args) => gate::run_budget(args),
         Command::Breaker(args) => gate::run_breaker(args),
+        Command::Check(args) => check::run_check(args),
     }
 }
 
