@@ -24,6 +24,7 @@
 //! both open a failure domain.
 
 use std::collections::BTreeSet;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -44,8 +45,15 @@ use nodecare_protocol::gate::{
     Grant, OverrideRequest, OverrideView, Refusal as GateRefusal, Waiting,
 };
 
-/// How old the last round's view may be for an admission request to be judged against it.
-pub const MAX_SNAPSHOT_AGE_MS: u64 = 300_000;
+/// The least time the last round's view stays usable for admission requests.
+pub const MIN_VIEW_MAX_AGE: Duration = Duration::from_secs(300);
+
+/// How old the last round's view may be for an admission request to be judged against it:
+/// three round intervals, and at least [`MIN_VIEW_MAX_AGE`]. An older view means the rounds
+/// fail or are stuck: requests get `503` rather than a judgement on stale facts.
+pub fn view_max_age(round_interval: Duration) -> Duration {
+    round_interval.saturating_mul(3).max(MIN_VIEW_MAX_AGE)
+}
 
 /// How long ended overrides stay listed.
 const ENDED_OVERRIDES_SHOWN_MS: u64 = 86_400_000;
@@ -133,10 +141,32 @@ pub fn policy_now(
     policy
 }
 
-/// Judges an admission request (pure): the gate's decision for the proposal of `holder` to
-/// disrupt `request.node` now.
-pub fn judge_request(
+/// The last round's view if there is one and it is recent enough (`max_age`, see
+/// [`view_max_age`]) to judge a request at `now_ms`.
+pub fn fresh_view(
     snapshot: Option<&GateSnapshot>,
+    now_ms: u64,
+    max_age: Duration,
+) -> Result<&GateSnapshot, NotAdmitted> {
+    let Some(snapshot) = snapshot else {
+        return Err(NotAdmitted::Unavailable(
+            "the coordinator has not finished a round yet: the gate has no view of the cluster; retry later".into(),
+        ));
+    };
+    let age = now_ms.saturating_sub(snapshot.view.now_ms);
+    if u128::from(age) > max_age.as_millis() {
+        return Err(NotAdmitted::Unavailable(format!(
+            "the gate's view of the cluster is {} s old (rounds are failing or stuck); retry later",
+            age / 1000
+        )));
+    }
+    Ok(snapshot)
+}
+
+/// Judges an admission request (pure): the gate's decision for the proposal of `holder` to
+/// disrupt `request.node` now, against the last round's view (see [`fresh_view`]).
+pub fn judge_request(
+    snapshot: &GateSnapshot,
     grants: Vec<(String, Holder)>,
     overrides: Vec<Override>,
     breaker: &BreakerView,
@@ -144,18 +174,6 @@ pub fn judge_request(
     holder: Holder,
     now_ms: u64,
 ) -> Result<Decision, NotAdmitted> {
-    let Some(snapshot) = snapshot else {
-        return Err(NotAdmitted::Unavailable(
-            "the coordinator has not finished a round yet: the gate has no view of the cluster; retry later".into(),
-        ));
-    };
-    let age = now_ms.saturating_sub(snapshot.view.now_ms);
-    if age > MAX_SNAPSHOT_AGE_MS {
-        return Err(NotAdmitted::Unavailable(format!(
-            "the gate's view of the cluster is {} s old (rounds are failing or stuck); retry later",
-            age / 1000
-        )));
-    }
     if !snapshot.view.nodes.contains_key(&request.node) {
         return Err(NotAdmitted::UnknownNode(format!(
             "node {} is not in the cluster",
@@ -389,15 +407,9 @@ pub async fn request(State(state): State<ApiState>, headers: HeaderMap, body: By
         requester: request.requester.clone(),
     };
     let snapshot = snapshot_of(&state);
-    match judge_request(
-        snapshot.as_ref(),
-        grants,
-        overrides,
-        &breaker,
-        &request,
-        holder,
-        now,
-    ) {
+    let judged = fresh_view(snapshot.as_ref(), now, state.gate_view_max_age)
+        .and_then(|view| judge_request(view, grants, overrides, &breaker, &request, holder, now));
+    match judged {
         Ok(decision) => {
             let how = decision
                 .judgements
@@ -754,16 +766,19 @@ mod tests {
         breaker: &BreakerView,
         node: &str,
     ) -> Result<Admitted, NotAdmitted> {
-        judge_request(
-            Some(snapshot),
-            grants,
-            overrides,
-            breaker,
-            &request(node),
-            grant(99),
-            NOW,
-        )
-        .map(|d| d.judgements[0].outcome.clone().unwrap_or(Admitted::New))
+        fresh_view(Some(snapshot), NOW, MIN_VIEW_MAX_AGE)
+            .and_then(|view| {
+                judge_request(
+                    view,
+                    grants,
+                    overrides,
+                    breaker,
+                    &request(node),
+                    grant(99),
+                    NOW,
+                )
+            })
+            .map(|d| d.judgements[0].outcome.clone().unwrap_or(Admitted::New))
     }
 
     #[test]
@@ -873,17 +888,22 @@ mod tests {
     #[test]
     fn no_or_old_view_and_unknown_nodes_are_not_judged() {
         let closed = BreakerView::default();
-        let missing = judge_request(None, vec![], vec![], &closed, &request("n1"), grant(1), NOW);
+        let missing = fresh_view(None, NOW, MIN_VIEW_MAX_AGE).map(|_| ());
         assert!(
             matches!(&missing, Err(NotAdmitted::Unavailable(m)) if m.contains("not finished a round")),
             "{missing:?}"
         );
         let mut old = snapshot();
-        old.view.now_ms = NOW - MAX_SNAPSHOT_AGE_MS - 1;
+        old.view.now_ms = NOW - 300_001;
         assert!(matches!(
             judge(&old, vec![], vec![], &closed, "n1"),
             Err(NotAdmitted::Unavailable(_))
         ));
+        assert_eq!(view_max_age(Duration::from_secs(30)), MIN_VIEW_MAX_AGE);
+        assert_eq!(
+            view_max_age(Duration::from_secs(600)),
+            Duration::from_secs(1800)
+        );
         assert!(matches!(
             judge(&snapshot(), vec![], vec![], &closed, "n9"),
             Err(NotAdmitted::UnknownNode(_))
@@ -1032,7 +1052,7 @@ mod tests {
                     let holder = grant(n as u128 + 100);
                     let before = in_force_now(&snapshot, grants.clone());
                     let outcome = judge_request(
-                        Some(&snapshot), grants.clone(), Vec::new(), &breaker,
+                        &snapshot, grants.clone(), Vec::new(), &breaker,
                         &request(node), holder.clone(), NOW,
                     );
                     match outcome {
