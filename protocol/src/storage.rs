@@ -41,7 +41,9 @@ pub struct StoragePayload {
 #[serde(tag = "state", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum DrbdState {
     /// No `/proc/drbd`: the DRBD module is not loaded, so no DRBD disk can be degraded here.
-    NotInstalled,
+    ///
+    /// (A struct variant, so that unknown fields are refused here too.)
+    NotInstalled {},
     /// The minors DRBD shows, in minor order (possibly none).
     Minors {
         /// One entry per minor.
@@ -104,7 +106,9 @@ impl DrbdMinor {
 
     /// Whether the mirror is whole: connected, both disks up to date.
     pub fn is_whole(&self) -> bool {
-        self.connection == CONNECTED && self.local_disk == UP_TO_DATE && self.peer_disk == UP_TO_DATE
+        self.connection == CONNECTED
+            && self.local_disk == UP_TO_DATE
+            && self.peer_disk == UP_TO_DATE
     }
 
     /// The state for people: `StandAlone, disks UpToDate/DUnknown`, `SyncTarget 45.2%, disks
@@ -143,7 +147,7 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_unknown_fields() {
         for drbd in [
-            DrbdState::NotInstalled,
+            DrbdState::NotInstalled {},
             DrbdState::Minors {
                 minors: vec![minor(), DrbdMinor::unconfigured(3)],
             },
@@ -171,13 +175,21 @@ mod tests {
         assert!(
             serde_json::from_value::<DrbdState>(json!({"state": "not-installed", "x": 1})).is_err()
         );
+        assert!(
+            serde_json::from_value::<DrbdState>(json!({"state": "minors", "minors": [], "x": 1}))
+                .is_err()
+        );
         assert!(serde_json::from_value::<DrbdState>(json!({"state": "weird"})).is_err());
+        assert_eq!(
+            serde_json::from_value::<DrbdState>(json!({"state": "not-installed"})).unwrap(),
+            DrbdState::NotInstalled {}
+        );
     }
 
     #[test]
     fn a_diagnose_payload_is_not_a_storage_payload_nor_the_reverse() {
         let storage = serde_json::to_value(StoragePayload {
-            drbd: DrbdState::NotInstalled,
+            drbd: DrbdState::NotInstalled {},
             collected_at_ms: 1,
             interval_ms: 1,
         })

@@ -16,8 +16,8 @@ use nodecare_protocol::repair::{
     RepairRecord, RepairRequest, RepairState, open_repair_request, sign_repair_request,
 };
 use nodecare_protocol::{
-    DiagnosePayload, DrbdMinor, DrbdState, HmacKey, StoragePayload, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer,
-    VerifyPolicy,
+    DiagnosePayload, DrbdMinor, DrbdState, HmacKey, KeyRing, NodeVerdict, ScriptVerdict,
+    SignedEnvelope, Signer, StoragePayload, VerifyPolicy,
 };
 
 /// Signing time of every vector (2027-01-15T08:00:00Z).
