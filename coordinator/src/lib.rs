@@ -6,6 +6,7 @@
 //! - [`incident`]: incidents and their lifecycle (pure state machine).
 //! - [`plan`]: evacuation planning and the safety budget (pure).
 //! - [`scrape`]: reading and verifying the agents' signed reports.
+//! - [`storage`]: storage health (DRBD, instances on drained or offline nodes) for the gate (pure).
 //! - [`repair`]: signed live-repair requests to agents.
 //! - [`store`]: durable state (SQLite).
 //! - [`reconcile`]: the round, an idempotent reconciler.
@@ -28,6 +29,7 @@ pub mod plan;
 pub mod reconcile;
 pub mod repair;
 pub mod scrape;
+pub mod storage;
 pub mod store;
 pub mod ui;
 pub mod watch;
