@@ -317,6 +317,63 @@ impl Scraper {
     }
 }
 
+/// The age past which a verified storage reading counts as stale (six of the agent's default
+/// storage intervals; its envelope expires sooner unless the agent keeps signing an old reading).
+pub const DEFAULT_STORAGE_MAX_AGE_MS: u64 = 60_000;
+
+/// One round's storage health.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StorageHealth {
+    /// Per node holding DRBD instances, what its report gave.
+    pub readings: BTreeMap<String, StorageReading>,
+    /// The storage problems, for [`crate::gate::View::storage`].
+    pub problems: Vec<crate::gate::StorageProblem>,
+    /// The last accepted storage report sequence per node, to pass to the next round.
+    pub sequences: BTreeMap<String, u64>,
+}
+
+impl Scraper {
+    /// Reads the storage report of every node holding DRBD instances and judges the cluster's
+    /// storage ([`crate::storage::storage_problems`]). `sequences` are the last accepted
+    /// storage report sequences (those of the previous round's [`StorageHealth`]).
+    pub async fn storage_health(
+        &self,
+        nodes: &[Node],
+        instances: &[Instance],
+        urls: &AgentUrls,
+        sequences: &BTreeMap<String, u64>,
+        now_ms: impl Fn() -> u64 + Send + Sync + Clone + 'static,
+        max_age_ms: u64,
+    ) -> StorageHealth {
+        let targets = storage_targets(nodes, instances, urls);
+        let results = self
+            .scrape_storage(targets, sequences, now_ms.clone())
+            .await;
+        let present: std::collections::BTreeSet<&str> =
+            nodes.iter().map(|n| n.name.as_str()).collect();
+        let mut next: BTreeMap<String, u64> = sequences
+            .iter()
+            .filter(|(node, _)| present.contains(node.as_str()))
+            .map(|(node, sequence)| (node.clone(), *sequence))
+            .collect();
+        let mut readings = BTreeMap::new();
+        for result in results {
+            if let Some(sequence) = result.sequence {
+                let last = next.entry(result.node.clone()).or_insert(sequence);
+                *last = (*last).max(sequence);
+            }
+            readings.insert(result.node, result.reading);
+        }
+        let problems =
+            crate::storage::storage_problems(nodes, instances, &readings, now_ms(), max_age_ms);
+        StorageHealth {
+            readings,
+            problems,
+            sequences: next,
+        }
+    }
+}
+
 /// The result of reading one agent's storage report.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StorageResult {
@@ -1051,7 +1108,8 @@ mod tests {
             template: DEFAULT_AGENT_URL_TEMPLATE.into(),
             overrides: BTreeMap::from([("n1".into(), good), ("n2".into(), down)]),
         };
-        let targets = storage_targets(&nodes, &[instance, plain], &urls);
+        let instances = [instance, plain];
+        let targets = storage_targets(&nodes, &instances, &urls);
         assert_eq!(
             targets.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(),
             ["n1", "n2"]
@@ -1082,6 +1140,27 @@ mod tests {
             results[1]
         );
         assert_eq!(results[1].sequence, None);
+        // The whole round: n2's missing report makes storage health unknown there.
+        let health = scraper
+            .storage_health(
+                &nodes,
+                &instances,
+                &urls,
+                &BTreeMap::from([("n1".into(), 6), ("gone".into(), 3)]),
+                || NOW,
+                DEFAULT_STORAGE_MAX_AGE_MS,
+            )
+            .await;
+        assert_eq!(health.sequences, BTreeMap::from([("n1".into(), 7)]));
+        assert_eq!(health.readings.len(), 2);
+        assert_eq!(
+            health
+                .problems
+                .iter()
+                .map(|p| (p.what.as_str(), p.unknown))
+                .collect::<Vec<_>>(),
+            [("n2 (unreachable)", true)]
+        );
     }
 
     #[tokio::test]
