@@ -17,6 +17,7 @@
 pub mod api;
 pub mod auth;
 pub mod board;
+pub mod breaker;
 pub mod cli;
 pub mod config;
 pub mod daemon;
