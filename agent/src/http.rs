@@ -250,6 +250,7 @@ fn health(state: &HttpState) -> HttpResponse {
         "node": state.node,
         "uptime_s": state.started.elapsed().as_secs(),
         "signed_diagnose": matches!(snapshot.signed, CachedSigned::Envelope { .. }),
+        "signed_storage": matches!(snapshot.storage, CachedSigned::Envelope { .. }),
         "collectors": collectors,
         "confd": state.cluster.as_ref().map(|view| confd_view(&view.current())),
     });

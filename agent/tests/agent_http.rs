@@ -636,6 +636,10 @@ async fn signed_storage_report_verifies_and_replays_are_refused() {
     assert_eq!(get(address, "/metrics").await.status, 200);
     assert_eq!(get(address, "/1/report/all").await.status, 200);
     assert_eq!(
+        get(address, "/healthz").await.json()["signed_storage"],
+        true
+    );
+    assert_eq!(
         request(address, "POST", "/1/report/storage/drbd/signed", b"")
             .await
             .status,
