@@ -559,6 +559,81 @@ mod tests {
         assert!(storage_problems(&nodes, &instances, &readings, NOW, MAX_AGE).is_empty());
     }
 
+    /// What the gate makes of it: a node's unreachable storage report holds a new failure
+    /// domain with the words; once whole, the same proposal is admitted.
+    #[test]
+    fn the_gate_fails_closed_on_unknown_storage() {
+        use crate::gate::{self, Duty, Holder, InForce, NodeFacts, Policy, Proposal, View};
+        let (nodes, instances) = cluster();
+        let mut readings = whole_readings();
+        readings.insert(
+            "node2".into(),
+            StorageReading::Missing(Missing::Unreachable("connection refused".into())),
+        );
+        let view = |storage| View {
+            nodes: nodes
+                .iter()
+                .map(|n| {
+                    (
+                        n.name.clone(),
+                        NodeFacts {
+                            name: n.name.clone(),
+                            group: "g".into(),
+                            domain: format!("rack:{}", n.name),
+                            vm_capable: true,
+                            drained: false,
+                            offline: false,
+                            memory_free: Some(100_000),
+                            primary_memory: Some(0),
+                        },
+                    )
+                })
+                .collect(),
+            storage,
+            now_ms: NOW,
+        };
+        let proposal = Proposal {
+            duty: Duty::NodeRepair,
+            holder: Holder::Incident {
+                id: uuid::Uuid::from_u128(1),
+            },
+            subject: "node node4".into(),
+            invasiveness: 2,
+            since_ms: NOW,
+            disrupts: set(&["node4"]),
+            moves_memory: Some(0),
+            reason: "evacuate".into(),
+        };
+        let policy = Policy {
+            cluster: gate::Caps {
+                max_disrupted_nodes: 1,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let unknown = view(storage_problems(
+            &nodes, &instances, &readings, NOW, MAX_AGE,
+        ));
+        let decision = gate::decide(
+            &unknown,
+            &policy,
+            &InForce::new(&unknown, []),
+            vec![proposal.clone()],
+        );
+        let refused: Vec<String> = decision.refused().map(|(_, b)| b.to_string()).collect();
+        assert_eq!(refused, ["storage health unknown: node2 (unreachable)"]);
+        let whole = view(storage_problems(
+            &nodes,
+            &instances,
+            &whole_readings(),
+            NOW,
+            MAX_AGE,
+        ));
+        let decision = gate::decide(&whole, &policy, &InForce::new(&whole, []), vec![proposal]);
+        assert_eq!(decision.admitted().count(), 1);
+    }
+
     const STATES: &[(&str, &str, &str)] = &[
         WHOLE,
         WHOLE,
