@@ -91,14 +91,11 @@ impl StorageSigner {
             .map_err(|error| SigningError::Sign(error.to_string()))
     }
 
-    /// Signs one reading and returns what the cache should serve; logs failures.
+    /// Signs one reading and returns what the cache should serve.
     pub fn sign_for_cache(&self, drbd: DrbdState, collected_at_ms: u64) -> CachedSigned {
         let envelope = match self.sign(drbd, collected_at_ms) {
             Ok(envelope) => envelope,
-            Err(error) => {
-                tracing::error!(%error, "cannot sign the storage report");
-                return CachedSigned::Unavailable(error.to_string());
-            }
+            Err(error) => return CachedSigned::Unavailable(error.to_string()),
         };
         match serde_json::to_vec(&envelope) {
             Ok(body) => CachedSigned::Envelope {
@@ -113,7 +110,8 @@ impl StorageSigner {
     }
 
     /// Reads DRBD (bounded by the collector's timeout), signs and caches the result every
-    /// interval, until `shutdown` changes. The agent runs this as one task.
+    /// interval, until `shutdown` changes. A failure to read or to sign is logged when it
+    /// starts or changes, not at every interval. The agent runs this as one task.
     pub async fn run(
         self,
         source: StorageSource,
@@ -121,6 +119,8 @@ impl StorageSigner {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let timeout = source.drbd.spec().timeout;
+        let mut last_read_error: Option<String> = None;
+        let mut last_sign_error: Option<String> = None;
         let mut ticks = tokio::time::interval(source.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -134,11 +134,27 @@ impl StorageSigner {
                 }
                 _ = shutdown.changed() => return,
             };
-            if let Err(error) = &reading {
-                tracing::warn!(%error, "cannot read the DRBD state");
+            let read_error = reading.as_ref().err().map(ToString::to_string);
+            if read_error != last_read_error {
+                match &read_error {
+                    Some(error) => tracing::warn!(%error, "cannot read the DRBD state"),
+                    None => tracing::info!("the DRBD state is readable again"),
+                }
+                last_read_error = read_error;
             }
-            let collected_at_ms = now_ms();
-            cache.store_storage(self.sign_for_cache(drbd_state(reading), collected_at_ms));
+            let signed = self.sign_for_cache(drbd_state(reading), now_ms());
+            let sign_error = match &signed {
+                CachedSigned::Unavailable(error) => Some(error.clone()),
+                CachedSigned::Envelope { .. } => None,
+            };
+            if sign_error != last_sign_error {
+                match &sign_error {
+                    Some(error) => tracing::error!(%error, "cannot sign the storage report"),
+                    None => tracing::info!("the storage report is signed again"),
+                }
+                last_sign_error = sign_error;
+            }
+            cache.store_storage(signed);
         }
     }
 }
