@@ -1,7 +1,8 @@
 //! The storm breaker (pure): mass failure usually means a broken detector, not broken hardware.
 //!
 //! The breaker opens when, within a window, more than `max_incident_nodes` nodes or more than
-//! `max_incident_percent` of the nodes opened actionable incidents, or when more than
+//! `max_incident_percent` of the nodes (and at least `min_incident_nodes`) opened actionable
+//! incidents, or when more than
 //! `max_unreachable_percent` of the agents gave no verified report. While it is open the gate
 //! starts no new disruption; work in flight finishes. It stays open until an operator resets it
 //! (`nodecare breaker reset`: incidents opened before the reset no longer count) or, when
@@ -15,8 +16,12 @@ use serde::{Deserialize, Serialize};
 pub struct BreakerPolicy {
     /// Open when more than this many nodes opened incidents within the window.
     pub max_incident_nodes: usize,
-    /// Open when more than this percentage of the nodes opened incidents within the window.
+    /// Open when more than this percentage of the nodes opened incidents within the window
+    /// (and at least `min_incident_nodes` did).
     pub max_incident_percent: f64,
+    /// The percentage rule needs at least this many nodes with incidents (a small cluster's
+    /// two incidents are not a storm).
+    pub min_incident_nodes: usize,
     /// The window, in seconds.
     pub window_secs: f64,
     /// Open when more than this percentage of the agents are unreachable or unverifiable (at
@@ -31,8 +36,9 @@ impl Default for BreakerPolicy {
     fn default() -> Self {
         Self {
             max_incident_nodes: 5,
-            max_incident_percent: 50.0,
-            window_secs: 600.0,
+            max_incident_percent: 30.0,
+            min_incident_nodes: 3,
+            window_secs: 120.0,
             max_unreachable_percent: 50.0,
             auto_close_secs: None,
         }
@@ -100,7 +106,9 @@ pub fn storm(
     recent.sort_unstable();
     recent.dedup();
     let share = percent(recent.len(), signals.nodes);
-    if recent.len() > policy.max_incident_nodes || share > policy.max_incident_percent {
+    if recent.len() > policy.max_incident_nodes
+        || (recent.len() >= policy.min_incident_nodes && share > policy.max_incident_percent)
+    {
         return Some(format!(
             "{} of {} nodes opened incidents within {} s (limits: {} nodes, {}%)",
             recent.len(),
@@ -182,8 +190,9 @@ mod tests {
         let policy = BreakerPolicy::default();
         let state = BreakerState::default();
         let table = [
-            (2, 5, false),   // 40 % of a small cluster: no storm
+            (2, 5, false),   // 40 % of a small cluster, but only two nodes: no storm
             (3, 5, true),    // 60 %
+            (3, 20, false),  // 15 %
             (5, 100, false), // five nodes is the limit
             (6, 100, true),
             (50, 100, true),
@@ -196,7 +205,7 @@ mod tests {
             );
         }
         // Outside the window they do not count.
-        assert!(storm(&policy, &state, &signals(50, 100, 1_000), 1_000 + 601_000).is_none());
+        assert!(storm(&policy, &state, &signals(50, 100, 1_000), 1_000 + 121_000).is_none());
         let mut unreachable = signals(0, 10, 0);
         unreachable.agents_failed = 6;
         assert_eq!(

@@ -209,6 +209,7 @@ impl DomainSource {
 
 /// Caps on disrupted nodes, for one node group or the whole cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Caps {
     /// Most vm-capable nodes disrupted at once.
     pub max_disrupted_nodes: usize,
@@ -269,6 +270,64 @@ pub struct View {
     pub storage: Vec<StorageProblem>,
     /// Unix ms of this round (overrides expire against it).
     pub now_ms: u64,
+}
+
+impl View {
+    /// The view of a cluster as RAPI shows it: each node's group (by name when `group_names`
+    /// knows it), failure domain, flags and memory.
+    pub fn from_cluster(
+        nodes: &[crate::ganeti::Node],
+        instances: &[crate::ganeti::Instance],
+        group_names: &BTreeMap<String, String>,
+        domains: &DomainSource,
+        storage: Vec<StorageProblem>,
+        now_ms: u64,
+    ) -> Self {
+        let nodes = nodes
+            .iter()
+            .map(|node| {
+                let group = group_names
+                    .get(&node.group)
+                    .cloned()
+                    .unwrap_or_else(|| node.group.clone());
+                let primary_memory = instances
+                    .iter()
+                    .filter(|i| i.primary_node == node.name)
+                    .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)));
+                let facts = NodeFacts {
+                    name: node.name.clone(),
+                    domain: domains.domain_of(&group, &node.tags),
+                    group,
+                    vm_capable: node.vm_capable,
+                    drained: node.drained,
+                    offline: node.offline,
+                    memory_free: node.memory_free,
+                    primary_memory,
+                };
+                (node.name.clone(), facts)
+            })
+            .collect();
+        Self {
+            nodes,
+            storage,
+            now_ms,
+        }
+    }
+}
+
+/// The caps per node group of `configured` (keyed by group name or uuid), keyed as
+/// [`NodeFacts::group`] is.
+pub fn group_caps(
+    configured: &BTreeMap<String, Caps>,
+    group_names: &BTreeMap<String, String>,
+) -> BTreeMap<String, Caps> {
+    configured
+        .iter()
+        .map(|(key, caps)| {
+            let name = group_names.get(key).cloned().unwrap_or_else(|| key.clone());
+            (name, *caps)
+        })
+        .collect()
 }
 
 /// The disruptions in force: who holds which node.
@@ -339,6 +398,11 @@ pub struct Proposal {
     pub since_ms: u64,
     /// Nodes it drains, offlines, reboots or repairs.
     pub disrupts: BTreeSet<String>,
+    /// Nodes it moves instances off or onto without disrupting them (a balancing move, an
+    /// instance repair's failover): never a node another holder disrupts, and never while
+    /// storage is not whole.
+    #[serde(default)]
+    pub touches: BTreeSet<String>,
     /// Memory in MiB of the instances it moves off `disrupts` (N+1 check); `None` when unknown,
     /// `Some(0)` when nothing moves.
     pub moves_memory: Option<u64>,
@@ -381,7 +445,7 @@ pub enum BlockedBy {
         /// Figures.
         what: String,
     },
-    /// A proposal admitted earlier in the round holds the node.
+    /// Another holder (in force, or admitted earlier in the round) holds the node.
     Conflict {
         /// The node.
         node: String,
@@ -418,7 +482,7 @@ impl fmt::Display for BlockedBy {
             }
             Self::Capacity { what } => write!(f, "capacity: {what}"),
             Self::Conflict { node, holder } => {
-                write!(f, "{node} is taken this round by {holder}")
+                write!(f, "{node} is held by {holder}")
             }
             Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
         }
@@ -530,14 +594,16 @@ fn cap_refusal(
     adding: &BTreeSet<String>,
 ) -> Option<String> {
     let vm_capable: Vec<&&NodeFacts> = nodes.iter().filter(|n| n.vm_capable).collect();
-    let disrupted: BTreeSet<&str> = vm_capable
-        .iter()
-        .filter(|n| in_force.nodes.contains_key(&n.name))
-        .map(|n| n.name.as_str())
-        .collect();
+    // Taking over a node someone else disrupted counts like disrupting it: the others are
+    // judged against the cap with it.
     let new: BTreeSet<&str> = vm_capable
         .iter()
-        .filter(|n| adding.contains(&n.name) && !disrupted.contains(n.name.as_str()))
+        .filter(|n| adding.contains(&n.name))
+        .map(|n| n.name.as_str())
+        .collect();
+    let disrupted: BTreeSet<&str> = vm_capable
+        .iter()
+        .filter(|n| in_force.nodes.contains_key(&n.name) && !new.contains(n.name.as_str()))
         .map(|n| n.name.as_str())
         .collect();
     if new.is_empty() {
@@ -603,17 +669,45 @@ fn judge(
             }
         }
     }
+    for node in &proposal.touches {
+        if !view.nodes.contains_key(node) {
+            return Err(BlockedBy::UnknownNode { node: node.clone() });
+        }
+        if let Some(holder) = in_force.nodes.get(node)
+            && holder != &proposal.holder
+        {
+            return Err(BlockedBy::Conflict {
+                node: node.clone(),
+                holder: holder.to_string(),
+            });
+        }
+    }
     let new: BTreeSet<String> = proposal
         .disrupts
         .iter()
         .filter(|node| in_force.nodes.get(*node) != Some(&proposal.holder))
         .cloned()
         .collect();
-    if new.is_empty() {
+    if new.is_empty() && !proposal.disrupts.is_empty() {
         return Ok(Admitted::Continuation);
     }
     if let Some(why) = &policy.breaker {
         return Err(BlockedBy::Breaker { why: why.clone() });
+    }
+    if new.is_empty() {
+        // Moves that disrupt no node: no domain or cap is used, but storage must be whole.
+        return match view
+            .storage
+            .iter()
+            .find(|p| p.unknown)
+            .or(view.storage.first())
+        {
+            Some(problem) => Err(BlockedBy::Storage {
+                what: vec![problem.what.clone()],
+                unknown: problem.unknown,
+            }),
+            None => Ok(Admitted::New),
+        };
     }
     let wanted: BTreeSet<&str> = new
         .iter()
@@ -766,6 +860,35 @@ fn capacity_refusal(
     })
 }
 
+/// The grace of planned disruptions (Ceph's `noout`): for each planned disruption (an
+/// admission grant, a maintenance reboot) of a node, started at Unix ms `started`, every node
+/// of that node's failure domain is in grace until `started + grace_ms`. Nodes in grace that
+/// report a problem or go silent open no incident and count for no storm. Returns node → end
+/// of its grace (only graces still running at `view.now_ms`).
+pub fn grace(view: &View, planned: &[(String, u64)], grace_ms: u64) -> BTreeMap<String, u64> {
+    let mut until_by_domain: BTreeMap<&str, u64> = BTreeMap::new();
+    for (node, started) in planned {
+        let Some(facts) = view.nodes.get(node) else {
+            continue;
+        };
+        let until = started.saturating_add(grace_ms);
+        if until > view.now_ms {
+            let entry = until_by_domain
+                .entry(facts.domain.as_str())
+                .or_insert(until);
+            *entry = (*entry).max(until);
+        }
+    }
+    view.nodes
+        .values()
+        .filter_map(|facts| {
+            until_by_domain
+                .get(facts.domain.as_str())
+                .map(|until| (facts.name.clone(), *until))
+        })
+        .collect()
+}
+
 /// Sorts proposals into the order the gate serves them.
 pub fn order(proposals: &mut [Proposal]) {
     proposals.sort_by(|a, b| {
@@ -879,6 +1002,7 @@ mod tests {
             invasiveness: 2,
             since_ms: u64::try_from(n).unwrap_or(0),
             disrupts: [node.to_owned()].into(),
+            touches: BTreeSet::new(),
             moves_memory: Some(1024),
             reason: "evacuate".into(),
         }
@@ -1204,7 +1328,87 @@ mod tests {
         let refused: Vec<String> = decision.refused().map(|(_, b)| b.to_string()).collect();
         assert_eq!(
             refused,
-            [format!("n1 is taken this round by incident {}", id(1))]
+            [format!("n1 is held by incident {}", id(1))]
+        );
+    }
+
+    #[test]
+    fn moves_that_disrupt_no_node_avoid_disrupted_nodes_and_bad_storage_and_stop_for_the_breaker() {
+        let mut view = view();
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let balance = |n: u128, touches: &[&str]| Proposal {
+            duty: Duty::Balancing,
+            holder: Holder::Balancing { id: id(n) },
+            subject: format!("instance i{n}"),
+            invasiveness: 1,
+            since_ms: 0,
+            disrupts: BTreeSet::new(),
+            touches: touches.iter().map(|t| (*t).to_owned()).collect(),
+            moves_memory: Some(0),
+            reason: "balance".into(),
+        };
+        let judged = |view: &View, policy: &Policy, p: Proposal| {
+            decide(view, policy, &in_force, vec![p]).judgements[0]
+                .outcome
+                .clone()
+                .map_err(|b| b.to_string())
+        };
+        assert_eq!(
+            judged(&view, &roomy(), balance(2, &["n3", "n4"])),
+            Ok(Admitted::New)
+        );
+        assert_eq!(
+            judged(&view, &roomy(), balance(3, &["n1", "n4"])),
+            Err(format!("n1 is held by incident {}", id(1)))
+        );
+        let stormy = Policy {
+            breaker: Some("storm".into()),
+            ..roomy()
+        };
+        assert_eq!(
+            judged(&view, &stormy, balance(2, &["n3"])),
+            Err("storm breaker open: storm".into())
+        );
+        view.storage.push(StorageProblem {
+            nodes: ["n1".to_owned()].into(),
+            what: "inst1 degraded".into(),
+            unknown: false,
+        });
+        assert_eq!(
+            judged(&view, &roomy(), balance(2, &["n3"])),
+            Err("storage not whole: inst1 degraded".into())
+        );
+    }
+
+    #[test]
+    fn grace_covers_the_planned_disruptions_domain_until_it_ends() {
+        let view = view();
+        let planned = vec![("n3".to_owned(), 500), ("gone".to_owned(), 900)];
+        let graced = grace(&view, &planned, 1_000);
+        assert_eq!(
+            graced,
+            BTreeMap::from([("n3".to_owned(), 1_500), ("n4".to_owned(), 1_500)])
+        );
+        assert!(grace(&view, &planned, 500).is_empty(), "ended at 1000");
+    }
+
+    #[test]
+    fn taking_over_a_human_drain_counts_against_the_cap() {
+        let mut view = view();
+        view.nodes.get_mut("n2").expect("n2").drained = true;
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 1,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let decision = decide(&view, &policy, &in_force, vec![repair(2, "n2")]);
+        assert_eq!(
+            outcome(&decision, 2),
+            Err("cap: cluster: 1 node(s) already disrupted (n1), at most 1 at once (max_disrupted_nodes = 1)".into())
         );
     }
 
