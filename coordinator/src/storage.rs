@@ -601,6 +601,7 @@ mod tests {
             invasiveness: 2,
             since_ms: NOW,
             disrupts: set(&["node4"]),
+            touches: BTreeSet::new(),
             moves_memory: Some(0),
             reason: "evacuate".into(),
         };
