@@ -98,6 +98,7 @@ impl Coordinator {
             Config::duration(config.repair_request_ttl),
         );
         let board = Arc::new(Board::default());
+        let watches = watches.map(|watches| watches.with_board(&board));
         let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
         let settings = ReconcileSettings {
             node_name: node_name.clone(),
