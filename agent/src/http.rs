@@ -1,5 +1,5 @@
 //! The HTTP API: mond's endpoints (same paths, JSON shapes and error bodies as Ganeti's mond),
-//! plus the signed diagnose report and a health check. Every answer comes from the cache; no
+//! plus the signed diagnose and storage reports and a health check. Every answer comes from the cache; no
 //! request runs a collector.
 //!
 //! Routing is one `match` on (method, path) in [`route`]; add endpoints there.
@@ -14,6 +14,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use nodecare_protocol::diagnose::SIGNED_DIAGNOSE_PATH;
 use nodecare_protocol::report::{DEFAULT_CATEGORY, KNOWN_CATEGORIES};
+use nodecare_protocol::storage::SIGNED_DRBD_PATH;
 
 use crate::cache::{CachedReport, CachedSigned, ReportCache};
 
@@ -218,6 +219,20 @@ async fn signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
     signed_now(cache, Some(watch.after))
 }
 
+/// `/1/report/storage/drbd/signed`: the latest signed DRBD reading (no query accepted).
+fn storage_signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
+    if query.is_some_and(|query| !query.is_empty()) {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            "the signed storage report takes no query parameters",
+        );
+    }
+    match &cache.snapshot().storage {
+        CachedSigned::Envelope { report, .. } => cached(report),
+        CachedSigned::Unavailable(reason) => error_json(StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
+
 fn health(state: &HttpState) -> HttpResponse {
     let snapshot = state.cache.snapshot();
     let mut collectors = serde_json::Map::new();
@@ -237,6 +252,7 @@ fn health(state: &HttpState) -> HttpResponse {
         "node": state.node,
         "uptime_s": state.started.elapsed().as_secs(),
         "signed_diagnose": matches!(snapshot.signed, CachedSigned::Envelope { .. }),
+        "signed_storage": matches!(snapshot.storage, CachedSigned::Envelope { .. }),
         "collectors": collectors,
         "confd": state.cluster.as_ref().map(|view| confd_view(&view.current())),
     });
@@ -358,6 +374,7 @@ pub async fn route(
             })),
         ),
         (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache, request.uri().query()).await,
+        (true, SIGNED_DRBD_PATH) => storage_signed(&state.cache, request.uri().query()),
         // mond accepts trailing segments here too.
         (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {
             cached(&state.cache.snapshot().all)

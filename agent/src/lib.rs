@@ -14,6 +14,7 @@ pub mod scheduler;
 pub mod script_check;
 pub mod signing;
 pub mod state;
+pub mod storage;
 
 pub use nodecare_daemon::{logging, systemd};
 
@@ -67,6 +68,8 @@ pub struct Collectors {
     /// What confd says about this node (shown by `/healthz` and `/1/debug/confd`); `None` off
     /// a Ganeti cluster.
     pub cluster: Option<nodecare_collectors::confd::ViewHandle>,
+    /// Where the signed storage report reads DRBD; `None`: the report answers 503.
+    pub storage: Option<storage::StorageSource>,
 }
 
 /// Builds the diagnose collector (restoring the last verdict) and appends it to `builtin`, the
@@ -91,6 +94,7 @@ pub fn collectors(config: &Config, mut builtin: Registry) -> Result<Collectors, 
         diagnose,
         restored,
         cluster: None,
+        storage: None,
     })
 }
 
@@ -150,6 +154,7 @@ pub async fn serve_with(
     let node = config.resolved_node_name();
     let state = StateDir::open(&config.state_dir)?;
     let signer = signing::load_signer(&config.hmac_key, &node);
+    let signer_key = signer.clone();
     let key_problem = signer.as_ref().err().cloned();
     if let Some(error) = &key_problem {
         tracing::error!(%error, "signed diagnose reports are unavailable");
@@ -166,7 +171,16 @@ pub async fn serve_with(
         diagnose,
         restored,
         cluster,
+        storage: storage_source,
     } = collectors;
+    let storage_signer = storage::StorageSigner::new(
+        signer_key.clone(),
+        signer.sequencer(),
+        storage_source
+            .as_ref()
+            .map_or(storage::STORAGE_INTERVAL, |source| source.interval),
+        config.signature_ttl_intervals,
+    );
     let sign_counters = signer.counters();
     let cache = Arc::new(ReportCache::new(&registry));
     let now = Instant::now();
@@ -181,6 +195,11 @@ pub async fn serve_with(
         cache.store_signed(cache::CachedSigned::Unavailable(format!(
             "no HMAC key: {error}"
         )));
+    }
+    if storage_source.is_none() {
+        cache.store_storage(cache::CachedSigned::Unavailable(
+            "this agent does not read DRBD".into(),
+        ));
     }
     // Serve the verdict from before the restart, marked stale, until the first fresh run.
     if let Some(run) = &restored
@@ -210,6 +229,11 @@ pub async fn serve_with(
         Arc::clone(&cache),
         shutdown_rx.clone(),
     ));
+
+    // Read, sign and cache the DRBD state.
+    if let Some(source) = storage_source {
+        tasks.spawn(storage_signer.run(source, Arc::clone(&cache), shutdown_rx.clone()));
+    }
 
     let diagnose_position = cache.position(
         nodecare_collectors::diagnose::DIAGNOSE_CATEGORY,
@@ -324,6 +348,12 @@ pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent
     }
     let mut collectors = collectors(&config, builtin)?;
     collectors.cluster = builtin_config.cluster.clone();
+    collectors.storage = Some(storage::StorageSource {
+        drbd: Arc::new(nodecare_collectors::builtin::drbd::Drbd::new(
+            &builtin_config,
+        )),
+        interval: storage::STORAGE_INTERVAL,
+    });
     serve_with(config, collectors, listener).await
 }
 

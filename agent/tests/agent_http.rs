@@ -518,6 +518,133 @@ async fn missing_key_leaves_mond_endpoints_working() {
             .contains("absent.key")
     );
     assert_eq!(get(agent.local_addr(), "/1/report/all").await.status, 200);
+    // The storage report, too, is never served unsigned.
+    let started = Instant::now();
+    loop {
+        let storage = get(agent.local_addr(), "/1/report/storage/drbd/signed").await;
+        assert_eq!(storage.status, 503);
+        let error = storage.json()["error"].as_str().unwrap().to_owned();
+        if error.contains("absent.key") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    agent.shutdown().await;
+}
+
+/// The signed storage report: verifies, decodes as a storage payload, shares the node's one
+/// sequence with the diagnose report, refreshes, and an older envelope is a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_storage_report_verifies_and_replays_are_refused() {
+    use nodecare_protocol::{DrbdState, StoragePayload, VerifyError};
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let proc_root = fixture.state.with_file_name("proc");
+    std::fs::create_dir_all(&proc_root).unwrap();
+    std::fs::write(
+        proc_root.join("drbd"),
+        "version: 8.4.11 (api:1/proto:86-101)\n 0: cs:WFConnection ro:Primary/Unknown ds:UpToDate/DUnknown C r-----\n    ns:0 nr:0 dw:0 dr:0 al:0 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:2048\n",
+    )
+    .unwrap();
+    let config = config(&fixture);
+    let mut collectors = nodecare_agent::collectors(&config, Registry::new()).unwrap();
+    let builtin = nodecare_collectors::builtin::BuiltinConfig {
+        proc_root: proc_root.clone(),
+        ..Default::default()
+    };
+    collectors.storage = Some(nodecare_agent::storage::StorageSource {
+        drbd: Arc::new(nodecare_collectors::builtin::drbd::Drbd::new(&builtin)),
+        interval: Duration::from_millis(200),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve_with(config, collectors, listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
+    let read = |body: Vec<u8>, min_sequence: Option<u64>| {
+        ring.verify_json(
+            &body,
+            nodecare_protocol::now_ms(),
+            VerifyPolicy::default(),
+            Some("node1.example.com"),
+            min_sequence,
+        )
+    };
+    let started = Instant::now();
+    let first = loop {
+        let answer = get(address, "/1/report/storage/drbd/signed").await;
+        if answer.status == 200 {
+            break read(answer.body, None).unwrap();
+        }
+        assert_eq!(answer.status, 503);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let payload: StoragePayload = serde_json::from_value(first.payload.clone()).unwrap();
+    let DrbdState::Minors { minors } = &payload.drbd else {
+        panic!("{payload:?}")
+    };
+    assert_eq!(minors.len(), 1);
+    assert_eq!(minors[0].connection, "WFConnection");
+    assert_eq!(minors[0].out_of_sync_kib, Some(2048));
+    assert!(!minors[0].is_whole());
+    assert_eq!(payload.interval_ms, 200);
+    // Not a diagnose payload.
+    assert!(serde_json::from_value::<DiagnosePayload>(first.payload.clone()).is_err());
+
+    // The module goes away: the next reading says so, with a higher sequence.
+    std::fs::remove_file(proc_root.join("drbd")).unwrap();
+    let started = Instant::now();
+    let second = loop {
+        let envelope = read(
+            get(address, "/1/report/storage/drbd/signed").await.body,
+            None,
+        )
+        .unwrap();
+        let payload: StoragePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
+        if payload.drbd == (DrbdState::NotInstalled {}) {
+            break envelope;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(second.sequence > first.sequence);
+    // The first again, after the second was accepted: a replay.
+    assert!(matches!(
+        read(serde_json::to_vec(&first).unwrap(), Some(second.sequence)),
+        Err(VerifyError::Replay { .. })
+    ));
+    // The diagnose report's sequence comes from the same counter: never equal to a storage one.
+    let diagnose = loop {
+        let answer = get(address, "/1/report/node/diagnose/signed").await;
+        if answer.status == 200 {
+            break read(answer.body, None).unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(diagnose.sequence, first.sequence);
+    assert_ne!(diagnose.sequence, second.sequence);
+    // No query is accepted; the mond endpoints and /metrics are unchanged.
+    let bad = get(address, "/1/report/storage/drbd/signed?after=1").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.json()["error"].as_str().unwrap().contains("no query"));
+    assert_eq!(get(address, "/metrics").await.status, 200);
+    assert_eq!(get(address, "/1/report/all").await.status, 200);
+    assert_eq!(
+        get(address, "/healthz").await.json()["signed_storage"],
+        true
+    );
+    assert_eq!(
+        request(address, "POST", "/1/report/storage/drbd/signed", b"")
+            .await
+            .status,
+        405
+    );
     agent.shutdown().await;
 }
 
