@@ -16,6 +16,7 @@ pub mod canonical;
 pub mod clock;
 pub mod diagnose;
 pub mod json;
+pub mod notify;
 pub mod repair;
 pub mod report;
 pub mod sign;
