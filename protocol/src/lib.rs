@@ -18,6 +18,7 @@ pub mod clock;
 pub mod diagnose;
 pub mod gate;
 pub mod json;
+pub mod notify;
 pub mod repair;
 pub mod report;
 pub mod sign;
