@@ -422,7 +422,8 @@ impl Random {
         self.0
     }
     fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % u64::try_from(n.max(1)).unwrap()).unwrap()
+        let n = u64::try_from(n.max(1)).unwrap_or(u64::MAX);
+        usize::try_from(self.next() % n).unwrap_or(0)
     }
 }
 
