@@ -251,7 +251,8 @@ fn is_note(text: &str) -> bool {
     text == "Cluster is not N+1 happy, continuing but no guarantee that the cluster will end N+1 happy."
         || (text.starts_with("The cluster contains ") && text.ends_with(" policy-violating nodes."))
         || text == "Continuing, ignoring soft errors."
-        || text == "Continuing, but the set of moves might be too restricted; consider using the --ignore-soft-errors option."
+        || text
+            == "Continuing, but the set of moves might be too restricted; consider using the --ignore-soft-errors option."
 }
 
 /// Where `ops` take an instance placed at `from` (`None`: an operation that cannot apply).
@@ -359,12 +360,8 @@ pub fn parse(stdout: &str) -> Result<HbalPlan, HbalError> {
                 "unexpected lines in the well-balanced message",
             );
         }
-        plan.notes.push(
-            rest.iter()
-                .map(|(_, t)| *t)
-                .collect::<Vec<_>>()
-                .join(" "),
-        );
+        plan.notes
+            .push(rest.iter().map(|(_, t)| *t).collect::<Vec<_>>().join(" "));
         plan.final_score = initial;
         return Ok(plan);
     }
@@ -488,7 +485,10 @@ pub fn parse(stdout: &str) -> Result<HbalPlan, HbalError> {
     let mut moves = moves.into_iter();
     for ((n, set), count) in jobs.into_iter().zip(announced) {
         if set.len() as u64 != count {
-            return err(n, format!("job set announces {count} jobs, has {}", set.len()));
+            return err(
+                n,
+                format!("job set announces {count} jobs, has {}", set.len()),
+            );
         }
         let mut out = Vec::new();
         for (n, instance, ops) in set {
@@ -501,7 +501,10 @@ pub fn parse(stdout: &str) -> Result<HbalPlan, HbalError> {
             if mv.instance != instance {
                 return err(
                     n,
-                    format!("job of {instance} where move {} is of {}", mv.rank, mv.instance),
+                    format!(
+                        "job of {instance} where move {} is of {}",
+                        mv.rank, mv.instance
+                    ),
                 );
             }
             if apply(&mv.from, &ops).as_ref() != Some(&mv.to) {
@@ -725,10 +728,12 @@ mod tests {
             .iter()
             .map(|n| format!("{n}.dom.example"))
             .collect();
-        let instances: Vec<String> = ["inst-p1", "inst-p2", "inst-s1", "inst-32a", "inst-s2", "inst-s3"]
-            .iter()
-            .map(|n| format!("{n}.dom.example"))
-            .collect();
+        let instances: Vec<String> = [
+            "inst-p1", "inst-p2", "inst-s1", "inst-32a", "inst-s2", "inst-s3",
+        ]
+        .iter()
+        .map(|n| format!("{n}.dom.example"))
+        .collect();
         let full = plan.resolve(&nodes, &instances).unwrap();
         assert_eq!(full.jobsets[0][0].instance, "inst-p2.dom.example");
         assert_eq!(full.jobsets[0][0].to.primary, "node-1.dom.example");
