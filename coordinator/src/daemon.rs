@@ -118,7 +118,7 @@ impl Coordinator {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }
         let ganeti_for_api = Arc::clone(&ganeti);
-        let reconciler = Reconciler::new(
+        let mut reconciler = Reconciler::new(
             ganeti,
             Arc::clone(&store),
             scraper,
@@ -127,6 +127,12 @@ impl Coordinator {
             Arc::clone(&board),
             Arc::clone(&incident_lock),
         );
+        if config.balancing.enabled {
+            reconciler = reconciler.with_balancer(crate::balance::Balancer::new(
+                config.balancing.clone(),
+                None,
+            ));
+        }
         let api = ApiState {
             store,
             board,
@@ -144,6 +150,14 @@ impl Coordinator {
             webhook: config.webhook(),
             watches,
         })
+    }
+
+    /// The same coordinator with the balancing duty reading the cluster from `source` (the
+    /// RAPI client; without it an enabled duty reports that it has no source).
+    #[must_use]
+    pub fn with_cluster_source(mut self, source: Arc<dyn crate::balance::ClusterSource>) -> Self {
+        self.reconciler.set_cluster_source(source);
+        self
     }
 
     /// The API state (for in-process callers).

@@ -1326,10 +1326,7 @@ mod tests {
             vec![repair(1, "n1"), grant],
         );
         let refused: Vec<String> = decision.refused().map(|(_, b)| b.to_string()).collect();
-        assert_eq!(
-            refused,
-            [format!("n1 is held by incident {}", id(1))]
-        );
+        assert_eq!(refused, [format!("n1 is held by incident {}", id(1))]);
     }
 
     #[test]

@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod balance;
 pub mod board;
 pub mod breaker;
 pub mod cli;

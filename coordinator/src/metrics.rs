@@ -87,6 +87,8 @@ pub struct CoordinatorMetrics {
     budget_in_use: Gauge,
     budget_max: Gauge,
     notifications: Family<Labels, Counter>,
+    /// The balancing duty's runs and moves.
+    pub balancing: crate::balance::BalancingMetrics,
 }
 
 impl std::fmt::Debug for CoordinatorMetrics {
@@ -196,6 +198,7 @@ impl CoordinatorMetrics {
                 .get_or_create(&labels(&[("result", result)]))
                 .inc_by(0);
         }
+        let balancing = crate::balance::BalancingMetrics::register(&mut registry);
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -211,6 +214,7 @@ impl CoordinatorMetrics {
             budget_in_use,
             budget_max,
             notifications,
+            balancing,
         };
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());

@@ -217,6 +217,14 @@ impl Store {
                  name TEXT PRIMARY KEY,
                  record TEXT NOT NULL);",
         )?;
+        // Balancing moves (one row per Ganeti operation, see `crate::balance`).
+        connection.execute_batch(
+            "CREATE TABLE IF NOT EXISTS balancing_moves (
+                 run TEXT NOT NULL,
+                 key TEXT NOT NULL,
+                 record TEXT NOT NULL,
+                 PRIMARY KEY (run, key));",
+        )?;
         Ok(Self {
             connection: Mutex::new(connection),
         })
@@ -255,6 +263,44 @@ impl Store {
              ON CONFLICT(name) DO UPDATE SET record = excluded.record",
             params![name, text],
         )?;
+        Ok(())
+    }
+
+    /// Every stored balancing move, oldest run first, in key order within a run.
+    pub fn balancing_moves(&self) -> Result<Vec<crate::balance::BalanceMove>, StoreError> {
+        let connection = self.lock();
+        let mut statement =
+            connection.prepare("SELECT record FROM balancing_moves ORDER BY rowid")?;
+        let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+        let mut moves = Vec::new();
+        for row in rows {
+            let text = row?;
+            moves.push(
+                serde_json::from_str(&text)
+                    .map_err(|error| StoreError::Corrupt(format!("balancing move: {error}")))?,
+            );
+        }
+        Ok(moves)
+    }
+
+    /// Stores (inserts or replaces) balancing moves, all at once.
+    pub fn save_balancing_moves(
+        &self,
+        moves: &[crate::balance::BalanceMove],
+    ) -> Result<(), StoreError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        for m in moves {
+            let text = serde_json::to_string(m).map_err(|error| {
+                StoreError::Corrupt(format!("encoding balancing move: {error}"))
+            })?;
+            transaction.execute(
+                "INSERT INTO balancing_moves (run, key, record) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(run, key) DO UPDATE SET record = excluded.record",
+                params![m.run.to_string(), m.key, text],
+            )?;
+        }
+        transaction.commit()?;
         Ok(())
     }
 

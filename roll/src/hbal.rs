@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What went wrong reading hbal's output.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,7 +33,7 @@ fn err<T>(line: usize, message: impl Into<String>) -> Result<T, HbalError> {
 }
 
 /// An instance's nodes: primary and, for DRBD, secondary.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Placement {
     /// Primary node.
     pub primary: String,
@@ -72,7 +72,7 @@ impl fmt::Display for Placement {
 }
 
 /// One Ganeti operation of a move, as hbal writes it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum HbalOp {
     /// `gnt-instance migrate -f [-n NODE] INST` (live migration of a running instance).
@@ -255,6 +255,9 @@ fn is_note(text: &str) -> bool {
             == "Continuing, but the set of moves might be too restricted; consider using the --ignore-soft-errors option."
 }
 
+/// A job as listed: its line, its instance, its operations.
+type RawJob = (usize, String, Vec<HbalOp>);
+
 /// Where `ops` take an instance placed at `from` (`None`: an operation that cannot apply).
 fn apply(from: &Placement, ops: &[HbalOp]) -> Option<Placement> {
     let mut at = from.clone();
@@ -426,7 +429,7 @@ pub fn parse(stdout: &str) -> Result<HbalPlan, HbalError> {
         _ => return err(last_line, "output ends before the commands"),
     }
     // The commands: job sets, their jobs, each job's commands.
-    let mut jobs: Vec<(usize, Vec<(usize, String, Vec<HbalOp>)>)> = Vec::new();
+    let mut jobs: Vec<(usize, Vec<RawJob>)> = Vec::new();
     let mut announced: Vec<u64> = Vec::new();
     for (n, text) in it {
         let trimmed = text.trim_start();
@@ -555,7 +558,7 @@ impl HbalPlan {
         let suffix = common_suffix(nodes.iter().chain(instances).map(String::as_str));
         let lookup = |known: &[String], what: &str, alias: &str| -> Result<String, HbalError> {
             let full = format!("{alias}{suffix}");
-            if known.iter().any(|k| *k == full) {
+            if known.contains(&full) {
                 Ok(full)
             } else if known.iter().any(|k| k == alias) {
                 Ok(alias.to_owned())
