@@ -156,8 +156,13 @@ impl Coordinator {
     /// RAPI client; without it an enabled duty reports that it has no source).
     #[must_use]
     pub fn with_cluster_source(mut self, source: Arc<dyn crate::balance::ClusterSource>) -> Self {
-        self.reconciler.set_cluster_source(source);
+        self.set_cluster_source(source);
         self
+    }
+
+    /// Where the balancing duty reads the cluster from now on.
+    pub fn set_cluster_source(&mut self, source: Arc<dyn crate::balance::ClusterSource>) {
+        self.reconciler.set_cluster_source(source);
     }
 
     /// The API state (for in-process callers).
