@@ -337,3 +337,49 @@ async fn missing_or_unreadable_hbal_is_reported_and_nothing_moves() {
         assert!(metrics.contains("nodecare_coordinator_balancing_runs_total{result=\"failed\"} 1"));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moves_stored_before_a_crash_are_adopted_or_given_up() {
+    use nodecare_coordinator::balance::BalanceMove;
+    use nodecare_ganeti::{Ganeti, Reason};
+    use nodecare_roll::hbal::HbalOp;
+    let mut h = Harness::new(3, "a:drbd:1,b:drbd:1", |config| {
+        config.balancing.enabled = true;
+        config.balancing.hbal = "/nonexistent/hbal".into();
+    })
+    .await
+    .unwrap();
+    let run = uuid::Uuid::new_v4();
+    let stored = |key: &str, instance: &str| BalanceMove {
+        run,
+        key: key.into(),
+        holder: run,
+        group: "default".into(),
+        instance: instance.into(),
+        op: HbalOp::Migrate { target: None },
+        state: MoveState::Planned,
+        job_id: None,
+        created_ms: 1,
+        finished_ms: None,
+        error: None,
+    };
+    let a = format!("a.{}", nodecare_tests::harness::DOMAIN);
+    let b = format!("b.{}", nodecare_tests::harness::DOMAIN);
+    let store = Arc::clone(&h.coordinator.api().store);
+    store
+        .save_balancing_moves(&[stored("a-1", &a), stored("b-1", &b)])
+        .unwrap();
+    // The crash came after a-1 was submitted and before its job id was stored.
+    let client = h.sim.client();
+    let job = Ganeti::migrate_instance(&client, &a, None, &Reason::new(run, "a-1", "balancing"))
+        .await
+        .unwrap();
+    h.round().await.unwrap();
+    h.round().await.unwrap();
+    let moves = store.balancing_moves().unwrap();
+    assert_eq!(moves[0].job_id, Some(job));
+    assert_eq!(moves[0].state, MoveState::Succeeded, "{moves:#?}");
+    assert_eq!(moves[1].state, MoveState::Failed);
+    assert_eq!(moves[1].error.as_deref(), Some("never submitted"));
+    assert_eq!(h.sim.submissions().len(), 1);
+}
