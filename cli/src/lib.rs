@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod balance;
+mod check;
 mod fields;
 mod list;
 mod roll;
@@ -50,6 +51,8 @@ enum Command {
     Watch(views::WatchArgs),
     /// Cancel an incident: no more actions; forgotten once no longer observed.
     Cancel(status::CancelArgs),
+    /// Run a node's diagnose scripts now (through its agent, signed by the coordinator).
+    Check(check::CheckArgs),
 }
 
 /// Parses the process's arguments and runs the subcommand.
@@ -63,6 +66,7 @@ pub fn run() -> ExitCode {
         Command::Nodes(args) => views::run_nodes(args),
         Command::Watch(args) => views::run_watch(args),
         Command::Cancel(args) => status::run_cancel(args),
+        Command::Check(args) => check::run_check(args),
     }
 }
 
