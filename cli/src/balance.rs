@@ -128,7 +128,7 @@ fn score(s: Option<f64>) -> String {
 fn render(groups: &[GroupDryRun]) -> String {
     let mut out = String::new();
     for g in groups {
-        let _ = writeln!(
+        let _ignored = writeln!(
             out,
             "Node group {}: score {} -> {} (hbal's solution: {} job set(s))",
             g.group,
@@ -137,19 +137,19 @@ fn render(groups: &[GroupDryRun]) -> String {
             g.jobsets
         );
         for note in &g.notes {
-            let _ = writeln!(out, "  hbal: {note}");
+            let _ignored = writeln!(out, "  hbal: {note}");
         }
         if g.first.jobs.is_empty() && g.first.left_out.is_empty() {
-            let _ = writeln!(out, "  Nothing to do.");
+            let _ignored = writeln!(out, "  Nothing to do.");
             continue;
         }
-        let _ = writeln!(out, "  First job set (proposed):");
+        let _ignored = writeln!(out, "  First job set (proposed):");
         if g.first.jobs.is_empty() {
-            let _ = writeln!(out, "    none");
+            let _ignored = writeln!(out, "    none");
         }
         for job in &g.first.jobs {
             let ops: Vec<String> = job.ops.iter().map(ToString::to_string).collect();
-            let _ = writeln!(
+            let _ignored = writeln!(
                 out,
                 "    {}  {} => {}  [{}]  score after {:.8}",
                 job.instance,
@@ -160,9 +160,9 @@ fn render(groups: &[GroupDryRun]) -> String {
             );
         }
         if !g.first.left_out.is_empty() {
-            let _ = writeln!(out, "  Left out:");
+            let _ignored = writeln!(out, "  Left out:");
             for (job, why) in &g.first.left_out {
-                let _ = writeln!(
+                let _ignored = writeln!(
                     out,
                     "    {}  {} => {}  ({why})",
                     job.instance, job.from, job.to
