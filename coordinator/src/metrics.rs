@@ -396,6 +396,9 @@ mod tests {
             "nodecare_coordinator_budget_max_disrupted_nodes 3",
             "nodecare_coordinator_notifications_total{result=\"dropped\"} 1",
             "# HELP nodecare_coordinator_incidents Incidents in the store, by state and action.",
+            "nodecare_coordinator_balancing_runs_total{result=\"failed\"} 0",
+            "nodecare_coordinator_balancing_moves_total{outcome=\"submitted\"} 0",
+            "nodecare_coordinator_balancing_hbal_ok 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -403,7 +406,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 11);
+        assert_eq!(types, 14);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());

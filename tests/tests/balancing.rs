@@ -218,6 +218,21 @@ async fn the_duty_proposes_hbals_first_jobset_and_carries_it_out() {
         .collect();
     assert_eq!(placed, wanted);
     assert!(h.sim.duplicate_intents().is_empty());
+    // The API shows the run and its moves.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let body: serde_json::Value = reqwest::get(format!("http://{addr}/1/balancing"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    server.abort();
+    assert_eq!(body["status"]["proposed"], serde_json::json!(want));
+    assert_eq!(body["moves"].as_array().unwrap().len(), moves.len());
+    assert_eq!(body["moves"][0]["state"], "succeeded");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
