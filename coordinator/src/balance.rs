@@ -557,10 +557,12 @@ impl Balancer {
                     }
                 }
             }
-            started.push(format!(
-                "{}: {} => {}",
-                proposed.job.instance, proposed.job.from, proposed.job.to
-            ));
+            if previous.is_some() {
+                started.push(format!(
+                    "{}: {} => {}",
+                    proposed.job.instance, proposed.job.from, proposed.job.to
+                ));
+            }
         }
         board.metrics.balancing.moves("refused", refused.len());
         board.metrics.balancing.moves("submitted", started.len());
