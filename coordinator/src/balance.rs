@@ -43,6 +43,9 @@ use crate::gate::{Decision, Holder, InForce};
 use crate::incident::Incident;
 use crate::store::{Store, StoreError};
 
+/// How long finished balancing moves are kept (for the status and the API).
+const MOVES_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
+
 /// Most bytes of hbal output read.
 const HBAL_STDOUT_CAP: usize = 4 * 1024 * 1024;
 
@@ -664,6 +667,10 @@ impl Balancer {
         }
         if !changed.is_empty() {
             store.save_balancing_moves(&changed)?;
+        }
+        let forgotten = store.prune_balancing_moves(now_ms.saturating_sub(MOVES_KEPT_MS))?;
+        if forgotten > 0 {
+            tracing::debug!(forgotten, "balancing: old finished moves forgotten");
         }
         let in_flight = moves
             .iter()
