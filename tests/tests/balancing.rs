@@ -374,7 +374,7 @@ async fn moves_stored_before_a_crash_are_adopted_or_given_up() {
         op: HbalOp::Migrate { target: None },
         state: MoveState::Planned,
         job_id: None,
-        created_ms: 1,
+        created_ms: nodecare_protocol::now_ms(),
         finished_ms: None,
         error: None,
     };
