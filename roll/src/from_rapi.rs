@@ -243,6 +243,7 @@ pub fn cluster_from_decoded(a: &DecodedAnswers) -> Result<Cluster, RapiError> {
         nodes,
         instances,
         cluster_tags: a.info.tags.clone(),
+        ipolicies: Vec::new(),
     })
 }
 
