@@ -16,9 +16,9 @@
 //! adopted when Ganeti shows a job with its reason, and given up otherwise (the next run plans
 //! again from the cluster as it is).
 //!
-//! Left out: dynamic load (hbal balances on the static resources Ganeti reports: memory, disk,
-//! CPUs; the agents' CPU load and instance memory are not fed to it) and the instance policies
-//! from RAPI (htools' default policy applies).
+//! Left out: dynamic load. hbal balances on the static resources Ganeti reports (memory, disk,
+//! CPUs) under the cluster's and groups' instance policies; the agents' CPU load and instance
+//! memory are not fed to it.
 
 use std::collections::BTreeMap;
 use std::fmt;

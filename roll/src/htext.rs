@@ -437,7 +437,7 @@ pub fn parse(text: &str) -> Result<Cluster, TextError> {
 }
 
 /// A double the way htools prints it: `1.0`, `1.5`.
-fn haskell_double(v: f64) -> String {
+pub(crate) fn haskell_double(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e7 {
         format!("{v:.1}")
     } else {
