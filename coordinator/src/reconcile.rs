@@ -75,7 +75,7 @@ pub struct GateSettings {
 pub const STORAGE_SEQUENCES_DOCUMENT: &str = "storage-sequences";
 
 /// The store document holding the storm breaker's state.
-pub const BREAKER_DOCUMENT: &str = "breaker";
+pub use crate::store::BREAKER_DOCUMENT;
 
 /// Why a round stopped.
 #[derive(Debug, thiserror::Error)]
