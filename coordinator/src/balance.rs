@@ -118,6 +118,16 @@ pub async fn plans(
             present.insert(group.name.clone(), group.uuid.clone());
         }
     }
+    // A configured group that is gone (or empty) is said, not skipped silently.
+    if let Some(missing) = config.groups.iter().find(|wanted| {
+        !present
+            .iter()
+            .any(|(name, uuid)| name == *wanted || uuid == *wanted)
+    }) {
+        return Err(BalanceError::Cluster(format!(
+            "node group {missing} (balancing.groups) not found or without nodes"
+        )));
+    }
     let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
     let instances: Vec<String> = cluster.instances.iter().map(|i| i.name.clone()).collect();
     let limits = ToolLimits {

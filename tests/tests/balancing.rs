@@ -309,10 +309,18 @@ async fn missing_or_unreadable_hbal_is_reported_and_nothing_moves() {
             "/bin/false",
             "hbal failed: node group default: /bin/false failed (exit code 1): ",
         ),
+        (
+            "nogroup",
+            "cannot read the cluster: node group nope (balancing.groups) not found or without nodes",
+        ),
     ] {
         let mut h = Harness::new(3, "a:drbd:1,b:drbd:1,e:sharedfile:1", |config| {
             config.balancing.enabled = true;
-            config.balancing.hbal = hbal.into();
+            if hbal == "nogroup" {
+                config.balancing.groups = vec!["nope".into()];
+            } else {
+                config.balancing.hbal = hbal.into();
+            }
         })
         .await
         .unwrap();
