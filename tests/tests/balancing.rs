@@ -406,3 +406,52 @@ async fn moves_stored_before_a_crash_are_adopted_or_given_up() {
     assert_eq!(moves[1].error.as_deref(), Some("never submitted"));
     assert_eq!(h.sim.submissions().len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_of_several_operations_is_one_chain_of_jobs() {
+    if !have_hbal() {
+        return;
+    }
+    // Every DRBD instance on node1 with its secondary on node2; node3 and node4 empty. With disk
+    // moves allowed, hbal moves secondaries (and primaries) to the empty nodes.
+    let mut h = Harness::new(
+        4,
+        "a:drbd:1,b:drbd:1,c:drbd:1,d:drbd:1,e:drbd:1,f:drbd:1",
+        |config| {
+            config.balancing.enabled = true;
+            config.balancing.interval = 3600.0;
+            config.balancing.disk_moves = true;
+        },
+    )
+    .await
+    .unwrap();
+    h.coordinator
+        .set_cluster_source(Arc::new(SimSource(h.sim.clone())));
+    h.round().await.unwrap();
+    let moves = h.coordinator.api().store.balancing_moves().unwrap();
+    let chained: Vec<_> = moves.iter().filter(|m| m.key.ends_with("-2")).collect();
+    assert!(
+        !chained.is_empty(),
+        "no move of several operations: {moves:#?}"
+    );
+    for second in chained {
+        let first = moves
+            .iter()
+            .find(|m| m.run == second.run && m.key == second.key.replace("-2", "-1"))
+            .unwrap();
+        let depends = h
+            .sim
+            .with_cluster(|c| c.jobs[&second.job_id.unwrap()].depends.clone());
+        assert_eq!(
+            depends.iter().map(|(job, _)| *job).collect::<Vec<_>>(),
+            [first.job_id.unwrap()],
+            "{second:#?}"
+        );
+    }
+    h.round().await.unwrap();
+    let moves = h.coordinator.api().store.balancing_moves().unwrap();
+    assert!(
+        moves.iter().all(|m| m.state == MoveState::Succeeded),
+        "{moves:#?}"
+    );
+}
