@@ -96,6 +96,29 @@ fn dry_run_shows_scores_first_jobset_and_left_out_moves() {
     }
 }
 
+/// The RAPI answers of a real Ganeti 3.0.2 cluster (roll's samples, instance policies included)
+/// go through the RAPI loader and the text writer to hbal.
+#[test]
+fn dry_run_on_real_rapi_answers() {
+    if !have_ganeti() {
+        return;
+    }
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../roll/tests/rapi");
+    let dir = tempfile::tempdir().unwrap();
+    for (from, to) in [
+        ("02-info.json", "info.json"),
+        ("15-groups-bulk.json", "groups.json"),
+        ("06-nodes-bulk.json", "nodes.json"),
+        ("11-instances-bulk.json", "instances.json"),
+    ] {
+        std::fs::copy(samples.join(from), dir.path().join(to)).unwrap();
+    }
+    let master = format!("file://{}", dir.path().display());
+    let (code, stdout, stderr) = nodecare(&["balance", "--dry-run", "-m", &master]);
+    assert_eq!(code, Some(0), "{stderr}");
+    golden("rapi-samples.txt", &stdout);
+}
+
 #[test]
 fn errors_are_clear() {
     let data = fixture("tiny.data");
