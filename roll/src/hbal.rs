@@ -754,6 +754,19 @@ mod tests {
         assert_eq!(first.left_out[0].1, "nodeC: incident x");
     }
 
+    proptest::proptest! {
+        /// Any text, and any line of a real output replaced by any text, reads as a plan or an
+        /// error, never a panic.
+        #[test]
+        fn never_panics(text in ".{0,400}", line in 0usize..40, junk in ".{0,80}") {
+            let _ignored = parse(&text);
+            let mut lines: Vec<&str> = EVAC.lines().collect();
+            let at = line % lines.len();
+            lines[at] = &junk;
+            let _ignored = parse(&lines.join("\n"));
+        }
+    }
+
     #[test]
     fn arguments() {
         let options = HbalOptions {
