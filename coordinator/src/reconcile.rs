@@ -732,11 +732,11 @@ impl Reconciler {
         proposals.extend(balancing.proposals.proposals.iter().cloned());
         let decision = gate::decide(&view, &policy, &in_force, proposals);
         self.board.metrics.set_disruptions(
-            decision
-                .in_force
-                .nodes
-                .keys()
-                .map(|name| view.nodes.get(name).map_or("unknown", |f| f.group.as_str())),
+            decision.in_force.nodes.keys().map(|name| {
+                view.nodes
+                    .get(name)
+                    .map_or("unknown", |f| f.domain.as_str())
+            }),
             settings.cluster.max_disrupted_nodes,
         );
         let disrupted: Vec<String> = decision.in_force.nodes.keys().cloned().collect();
