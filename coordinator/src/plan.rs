@@ -219,6 +219,16 @@ impl<'a> Round<'a> {
         Ok((this, primaries, secondaries))
     }
 
+    /// Why evacuating `node` cannot succeed whatever the gate decides (it left the cluster, or
+    /// holds an instance that cannot move), if so: such an incident fails at once instead of
+    /// waiting for the gate.
+    pub fn cannot_evacuate(&self, node: &str) -> Option<String> {
+        match self.evacuation_subject(node) {
+            Err(EvacuationStep::Fail(why)) => Some(why),
+            _ => None,
+        }
+    }
+
     /// Plans the next step of evacuating `node` (`failover` for evacuate-failover).
     ///
     /// Called only for an evacuation the gate admitted. A node not yet drained gets

@@ -802,6 +802,16 @@ impl Reconciler {
             let mut incident = (*incident).clone();
             let admitted = match &judgement.outcome {
                 Ok(admitted) => *admitted,
+                Err(_)
+                    if incident.action.is_evacuation()
+                        && let Some(why) = by_uuid
+                            .get(incident.node_uuid.as_str())
+                            .and_then(|node| round.cannot_evacuate(&node.name)) =>
+                {
+                    // It could never succeed: fail now rather than wait for the gate.
+                    self.fail(&mut incident, why)?;
+                    continue;
+                }
                 Err(blocked) => {
                     if incident
                         .apply(Event::Blocked(blocked.to_string()), now_s())
