@@ -37,7 +37,17 @@ const ACTIONS: [Action; 3] = [
     Action::EvacuateFailover,
 ];
 /// Every job kind.
-pub const JOB_KINDS: [&str; 5] = ["drain", "tag", "migrate", "failover", "replace-secondary"];
+pub const JOB_KINDS: [&str; 9] = [
+    "drain",
+    "tag",
+    "migrate",
+    "failover",
+    "replace-secondary",
+    "offline",
+    "online",
+    "undrain",
+    "shutdown",
+];
 /// Every agent outcome.
 pub const AGENT_OUTCOMES: [&str; 4] = ["verified", "stale", "unreachable", "unverifiable"];
 
@@ -49,6 +59,10 @@ pub fn job_kind(spec: &IntentSpec) -> Option<&'static str> {
     match spec {
         IntentSpec::Drain { .. } => Some("drain"),
         IntentSpec::Tag { .. } => Some("tag"),
+        IntentSpec::Offline { .. } => Some("offline"),
+        IntentSpec::Online { .. } => Some("online"),
+        IntentSpec::Undrain { .. } => Some("undrain"),
+        IntentSpec::Shutdown { .. } => Some("shutdown"),
         IntentSpec::Move { planned } => Some(match planned {
             Move::Migrate { .. } => "migrate",
             Move::Failover { .. } => "failover",

@@ -108,6 +108,63 @@ impl Default for Budget {
     }
 }
 
+/// What an evacuation does with instances that cannot leave the node (node-local disk
+/// templates: `plain`, `file`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImmovablePolicy {
+    /// The evacuation fails before anything is touched, naming the instance.
+    #[default]
+    Fail,
+    /// Everything else is evacuated; they stay on the node, which is not set offline; the
+    /// incident completes with a warning naming them.
+    Leave,
+    /// Everything else is evacuated, then they are shut down (before the node is offlined).
+    Shutdown,
+}
+
+impl ImmovablePolicy {
+    /// The configuration spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Fail => "fail",
+            Self::Leave => "leave",
+            Self::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// How an evacuation ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvacuationPolicy {
+    /// Instances that cannot move.
+    pub immovable: ImmovablePolicy,
+    /// Set the emptied node offline before the repairready tag (maintd's "evacuate and
+    /// offline").
+    pub offline_after_evacuation: bool,
+}
+
+impl Default for EvacuationPolicy {
+    fn default() -> Self {
+        Self {
+            immovable: ImmovablePolicy::Fail,
+            offline_after_evacuation: true,
+        }
+    }
+}
+
+/// The last steps of an evacuation once every instance that can move is off the node (or
+/// planned off it): shut down what cannot move, offline the node, then tag it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvacuationFinish {
+    /// Node-local instances still running, to shut down first (policy `shutdown`).
+    pub shutdown: Vec<String>,
+    /// Set the node offline (policy `offline_after_evacuation`, nothing left running on it).
+    pub offline: bool,
+    /// Node-local instances that stay on the node (policy `leave`), as `name (template)`.
+    pub left: Vec<String>,
+}
+
 /// What one evacuating incident does this round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EvacuationStep {
@@ -139,6 +196,8 @@ pub struct EvacuationChain {
     pub waves: Vec<Vec<PlannedMove>>,
     /// Finally tag the node repairready (every instance is planned).
     pub tag: bool,
+    /// When `tag`: what comes between the last wave and the tag.
+    pub finish: EvacuationFinish,
     /// Instances left for a later round, and why.
     pub waiting: Vec<String>,
 }
@@ -155,6 +214,7 @@ pub struct Round<'a> {
     disrupted: BTreeSet<String>,
     with_incidents: BTreeSet<String>,
     budget: Budget,
+    policy: EvacuationPolicy,
 }
 
 impl<'a> Round<'a> {
@@ -189,7 +249,14 @@ impl<'a> Round<'a> {
             disrupted,
             with_incidents: BTreeSet::new(),
             budget,
+            policy: EvacuationPolicy::default(),
         }
+    }
+
+    /// Sets how evacuations end (immovable instances, offlining); the default is
+    /// [`EvacuationPolicy::default`].
+    pub fn set_evacuation_policy(&mut self, policy: EvacuationPolicy) {
+        self.policy = policy;
     }
 
     /// Names the nodes with an active incident (noted or pending): never a move target.
@@ -233,14 +300,55 @@ impl<'a> Round<'a> {
             .copied()
             .filter(|i| i.secondary_nodes.iter().any(|s| s == node))
             .collect();
-        if let Some(stuck) = primaries.iter().find(|i| i.disk_template.is_node_local()) {
+        if self.policy.immovable == ImmovablePolicy::Fail
+            && let Some(stuck) = primaries.iter().find(|i| i.disk_template.is_node_local())
+        {
             return Err(EvacuationStep::Fail(format!(
-                "instance {} has disk template {} and cannot be relocated off {node}",
+                "instance {} has disk template {} and cannot be relocated off {node} \
+                 (immovable_instances = fail)",
                 stuck.name,
                 stuck.disk_template.as_str()
             )));
         }
-        Ok((this, primaries, secondaries))
+        // Under `leave` and `shutdown` they stay where they are: see `evacuation_finish`.
+        let movable = primaries
+            .into_iter()
+            .filter(|i| !i.disk_template.is_node_local())
+            .collect();
+        Ok((this, movable, secondaries))
+    }
+
+    /// The last steps of evacuating `node` once its movable instances are off it (or planned
+    /// off it): node-local instances to shut down or to leave (by the policy), and whether to
+    /// set the node offline. An instance left running on the node keeps it online.
+    pub fn evacuation_finish(&self, node: &str) -> EvacuationFinish {
+        let local: Vec<&Instance> = self
+            .instances
+            .iter()
+            .copied()
+            .filter(|i| i.primary_node == node && i.disk_template.is_node_local())
+            .collect();
+        let offline_now = self.nodes.get(node).is_some_and(|n| n.offline);
+        let mut finish = EvacuationFinish::default();
+        match self.policy.immovable {
+            ImmovablePolicy::Fail => {}
+            ImmovablePolicy::Leave => {
+                finish.left = local
+                    .iter()
+                    .map(|i| format!("{} ({})", i.name, i.disk_template.as_str()))
+                    .collect();
+            }
+            ImmovablePolicy::Shutdown => {
+                finish.shutdown = local
+                    .iter()
+                    .filter(|i| i.admin_state == "up")
+                    .map(|i| i.name.clone())
+                    .collect();
+            }
+        }
+        finish.offline =
+            self.policy.offline_after_evacuation && !offline_now && finish.left.is_empty();
+        finish
     }
 
     /// Plans the next step of evacuating `node` (`failover` for evacuate-failover).
@@ -255,7 +363,8 @@ impl<'a> Round<'a> {
             Ok(subject) => subject,
             Err(step) => return step,
         };
-        if !this.drained {
+        // An offline node (offlined at the end of its evacuation) is out of service too.
+        if !this.drained && !this.offline {
             if let Some(reason) = self.budget_refusal(this) {
                 return EvacuationStep::Blocked(reason);
             }
@@ -292,14 +401,15 @@ impl<'a> Round<'a> {
             Ok(subject) => subject,
             Err(step) => return step,
         };
-        if this.drained && primaries.is_empty() && secondaries.is_empty() {
+        let out_of_service = this.drained || this.offline;
+        if out_of_service && primaries.is_empty() && secondaries.is_empty() {
             return EvacuationStep::Done;
         }
         if let Some(reason) = self.budget_refusal(this) {
             return EvacuationStep::Blocked(reason);
         }
         self.disrupted.insert(node.to_owned());
-        let drain = !this.drained;
+        let drain = !out_of_service;
         // Nothing of a failing evacuation is submitted: it gives back all it took.
         let taken = (
             self.locks.clone(),
@@ -350,10 +460,16 @@ impl<'a> Round<'a> {
         if !drain && waves.is_empty() {
             return EvacuationStep::Wait(format!("waiting to move {}", waiting.join(", ")));
         }
+        let finish = if tag {
+            self.evacuation_finish(node)
+        } else {
+            EvacuationFinish::default()
+        };
         EvacuationStep::Chain(EvacuationChain {
             drain,
             waves,
             tag,
+            finish,
             waiting,
         })
     }
@@ -758,6 +874,70 @@ impl<'a> Round<'a> {
             description,
         }))
     }
+}
+
+/// Where one of the jobs that return a node to service is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceJob {
+    /// Recorded or submitted, not finished.
+    InFlight,
+    /// Finished successfully.
+    Succeeded,
+    /// Failed, with Ganeti's message.
+    Failed(String),
+}
+
+/// What is known when an acknowledged incident's node is to return to service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceFacts {
+    /// The node is offline now.
+    pub offline: bool,
+    /// The node is drained now.
+    pub drained: bool,
+    /// The incident set it offline (its offline job succeeded).
+    pub offlined_by_incident: bool,
+    /// The incident drained it (its drain job succeeded).
+    pub drained_by_incident: bool,
+    /// The incident's online job, if any.
+    pub online: Option<ServiceJob>,
+    /// The incident's undrain job, if any.
+    pub undrain: Option<ServiceJob>,
+}
+
+/// The next step of returning an acknowledged incident's node to service
+/// (`undrain_on_ack`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceStep {
+    /// Set the node online (Ganeti makes it a regular node: not drained either).
+    Online,
+    /// Clear the drained flag.
+    Undrain,
+    /// A job of ours is in flight.
+    Wait,
+    /// A job of ours failed: nothing more is tried (the message says why).
+    Failed(String),
+    /// Nothing (more) to do: the node is in service, or nodecare did not take it out.
+    Done,
+}
+
+/// Decides the next step of returning a node to service. Only what the incident did is
+/// undone: a node offlined or drained by someone else stays so. Each job is tried once.
+pub fn return_to_service(facts: &ServiceFacts) -> ServiceStep {
+    for job in [&facts.online, &facts.undrain].into_iter().flatten() {
+        match job {
+            ServiceJob::InFlight => return ServiceStep::Wait,
+            ServiceJob::Failed(why) => return ServiceStep::Failed(why.clone()),
+            ServiceJob::Succeeded => {}
+        }
+    }
+    if facts.offline && facts.offlined_by_incident && facts.online.is_none() {
+        return ServiceStep::Online;
+    }
+    let ours = facts.drained_by_incident || facts.offlined_by_incident;
+    if facts.drained && !facts.offline && ours && facts.undrain.is_none() {
+        return ServiceStep::Undrain;
+    }
+    ServiceStep::Done
 }
 
 /// DRBD metadata Ganeti allocates per disk, in MiB (`DRBD_META_SIZE`).
