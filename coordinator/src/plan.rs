@@ -220,7 +220,7 @@ pub struct Round<'a> {
 impl<'a> Round<'a> {
     /// Starts a round. `in_flight` are the locks of jobs still running; `evacuating` are nodes
     /// whose evacuation has started (they count as disrupted even before Ganeti shows the
-    /// drain).
+    /// drain). Drained and offline nodes count as disrupted, whoever set the flag.
     pub fn new(
         nodes: &'a [Node],
         instances: &'a [Instance],
@@ -230,7 +230,7 @@ impl<'a> Round<'a> {
     ) -> Self {
         let mut disrupted: BTreeSet<String> = nodes
             .iter()
-            .filter(|node| node.drained)
+            .filter(|node| node.drained || node.offline)
             .map(|node| node.name.clone())
             .collect();
         disrupted.extend(evacuating);
