@@ -510,21 +510,24 @@ impl Reconciler {
                 .any(|i| i.node_uuid == result.node_uuid && i.fingerprint == verdict.fingerprint);
             // A new, more invasive verdict escalates the node's open incident instead of
             // opening a second one; a less invasive one never de-escalates it.
-            let escalated = match action {
+            let target = match action {
                 Some(action) if !matched => {
-                    escalation_target(&incidents, &result.node_uuid, action).map(|i| i.uuid)
+                    escalation_target(&incidents, &result.node_uuid, action)
                 }
                 _ => None,
             };
-            if let Some(uuid) = escalated
-                && tagging.contains(&uuid)
+            if let Some(target) = target
+                && !target.action.is_evacuation()
+                && tagging.contains(&target.uuid)
             {
-                // Its repairready tag is on its way: it completes, and the next round opens a
-                // new incident for the new verdict.
-                tracing::info!(incident = %uuid, node = %result.node,
+                // Its live repair succeeded and its repairready tag is on its way: it
+                // completes, and the next round opens a new incident for the new verdict. (An
+                // evacuation's tag ends it evacuated and offline, as the escalation wants.)
+                tracing::info!(incident = %target.uuid, node = %result.node,
                     "more invasive verdict; waiting for the incident's tag job first");
                 continue;
             }
+            let escalated = target.map(|i| i.uuid);
             for incident in incidents
                 .iter_mut()
                 .filter(|i| i.node_uuid == result.node_uuid)

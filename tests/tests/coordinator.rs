@@ -2,6 +2,7 @@
 
 mod crash;
 mod monitoring;
+mod node_repair;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};
