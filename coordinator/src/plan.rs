@@ -1068,6 +1068,209 @@ mod tests {
             .collect()
     }
 
+    fn policy(immovable: ImmovablePolicy, offline: bool) -> EvacuationPolicy {
+        EvacuationPolicy {
+            immovable,
+            offline_after_evacuation: offline,
+        }
+    }
+
+    #[test]
+    fn immovable_policy_decides_the_end_of_an_evacuation() {
+        let nodes = vec![node("n1"), node("n2"), node("n3")];
+        let mut stopped = inst("s", "plain", "n1", &[]);
+        stopped.admin_state = "down".into();
+        let instances = vec![
+            inst("p", "plain", "n1", &[]),
+            inst("f", "file", "n1", &[]),
+            stopped,
+            inst("m", "diskless", "n1", &[]),
+        ];
+        let budget = Budget {
+            max_disrupted_nodes: 1,
+            min_healthy_nodes: 1,
+        };
+        // policy -> chain planned?, shutdown, offline, left
+        type Row<'a> = (EvacuationPolicy, bool, &'a [&'a str], bool, &'a [&'a str]);
+        let table: [Row<'_>; 5] = [
+            (policy(ImmovablePolicy::Fail, true), false, &[], false, &[]),
+            (
+                policy(ImmovablePolicy::Leave, true),
+                true,
+                &[],
+                false,
+                &["f (file)", "p (plain)", "s (plain)"],
+            ),
+            (
+                policy(ImmovablePolicy::Shutdown, true),
+                true,
+                &["f", "p"],
+                true,
+                &[],
+            ),
+            (
+                policy(ImmovablePolicy::Shutdown, false),
+                true,
+                &["f", "p"],
+                false,
+                &[],
+            ),
+            (
+                policy(ImmovablePolicy::Leave, false),
+                true,
+                &[],
+                false,
+                &["f (file)", "p (plain)", "s (plain)"],
+            ),
+        ];
+        for (policy, planned, shutdown, offline, left) in table {
+            let mut round = Round::new(&nodes, &instances, [], [], budget);
+            round.set_evacuation_policy(policy);
+            let step = round.plan_evacuation_chain("n1", false);
+            if !planned {
+                let EvacuationStep::Fail(why) = step else {
+                    panic!("{policy:?}: {step:?}");
+                };
+                assert!(why.contains("immovable_instances = fail"), "{why}");
+                assert!(!round.is_locked(&Lock::Instance("m".into())));
+                continue;
+            }
+            let c = chain(step);
+            assert!(c.drain && c.tag, "{policy:?}: {c:?}");
+            // Only the movable instance moves.
+            assert_eq!(wave_instances(&c), vec![vec!["m"]], "{policy:?}");
+            assert_eq!(c.finish.shutdown, shutdown, "{policy:?}");
+            assert_eq!(c.finish.offline, offline, "{policy:?}");
+            assert_eq!(c.finish.left, left, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn offline_node_counts_as_out_of_service_and_finishes_once() {
+        let mut gone = node("n1");
+        gone.offline = true;
+        let nodes = vec![gone, node("n2"), node("n3")];
+        let none: Vec<Instance> = vec![];
+        let budget = Budget {
+            max_disrupted_nodes: 1,
+            min_healthy_nodes: 1,
+        };
+        for chains in [true, false] {
+            let mut round = Round::new(&nodes, &none, [], [], budget);
+            let step = if chains {
+                round.plan_evacuation_chain("n1", false)
+            } else {
+                round.plan_evacuation("n1", false)
+            };
+            // Not drained again: it is done, and offlining is not asked twice.
+            assert_eq!(step, EvacuationStep::Done);
+            assert_eq!(round.evacuation_finish("n1"), EvacuationFinish::default());
+            // The offline node counts against the budget.
+            assert!(round.disrupted().contains("n1"));
+            assert!(matches!(
+                round.plan_evacuation_chain("n2", false),
+                EvacuationStep::Blocked(_)
+            ));
+        }
+        // An online, drained, empty node is done too, and still to be offlined.
+        let nodes = vec![drained(node("n1")), node("n2")];
+        let round = Round::new(&nodes, &none, [], [], budget);
+        assert!(round.evacuation_finish("n1").offline);
+    }
+
+    #[test]
+    fn returning_to_service_undoes_only_what_the_incident_did_once() {
+        let base = ServiceFacts::default();
+        let failed = ServiceJob::Failed("Node is being de-offlined but fails".into());
+        let table: Vec<(ServiceFacts, ServiceStep)> = vec![
+            // Not taken out of service by the incident: nothing.
+            (base.clone(), ServiceStep::Done),
+            (
+                ServiceFacts {
+                    drained: true,
+                    ..base.clone()
+                },
+                ServiceStep::Done,
+            ),
+            (
+                ServiceFacts {
+                    offline: true,
+                    drained_by_incident: true,
+                    ..base.clone()
+                },
+                ServiceStep::Done,
+            ),
+            // Offlined by it: online (Ganeti clears drained with it).
+            (
+                ServiceFacts {
+                    offline: true,
+                    offlined_by_incident: true,
+                    drained_by_incident: true,
+                    ..base.clone()
+                },
+                ServiceStep::Online,
+            ),
+            (
+                ServiceFacts {
+                    offline: true,
+                    offlined_by_incident: true,
+                    online: Some(ServiceJob::InFlight),
+                    ..base.clone()
+                },
+                ServiceStep::Wait,
+            ),
+            (
+                ServiceFacts {
+                    offline: true,
+                    offlined_by_incident: true,
+                    online: Some(failed),
+                    ..base.clone()
+                },
+                ServiceStep::Failed("Node is being de-offlined but fails".into()),
+            ),
+            // Online again; drained by it: undrain, once.
+            (
+                ServiceFacts {
+                    drained: true,
+                    drained_by_incident: true,
+                    ..base.clone()
+                },
+                ServiceStep::Undrain,
+            ),
+            (
+                ServiceFacts {
+                    drained: true,
+                    drained_by_incident: true,
+                    undrain: Some(ServiceJob::Succeeded),
+                    ..base.clone()
+                },
+                ServiceStep::Done,
+            ),
+            (
+                ServiceFacts {
+                    drained: true,
+                    offlined_by_incident: true,
+                    online: Some(ServiceJob::Succeeded),
+                    ..base.clone()
+                },
+                ServiceStep::Undrain,
+            ),
+            // Back in service.
+            (
+                ServiceFacts {
+                    offlined_by_incident: true,
+                    drained_by_incident: true,
+                    online: Some(ServiceJob::Succeeded),
+                    ..base
+                },
+                ServiceStep::Done,
+            ),
+        ];
+        for (facts, step) in table {
+            assert_eq!(return_to_service(&facts), step, "{facts:?}");
+        }
+    }
+
     #[test]
     fn chain_drains_moves_in_waves_and_tags() {
         // 5 instances, 3 usable targets (one move per target node at a time): two waves.

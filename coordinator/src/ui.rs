@@ -347,6 +347,9 @@ fn incident_block(
             @if let Some(failure) = &incident.failure {
                 p.bad { "Failed: " (failure) }
             }
+            @if let Some(warning) = &incident.warning {
+                p.blocked { b { "Warning: " } (warning) }
+            }
             p {
                 "Tag " code { (incident.tag) } ": "
                 @if incident.acknowledged { "acknowledged (removed by an operator)" }
