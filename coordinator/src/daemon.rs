@@ -102,7 +102,13 @@ impl Coordinator {
         let settings = ReconcileSettings {
             node_name: node_name.clone(),
             agent_urls: config.agent_urls(),
-            budget: config.budget(),
+            gate: crate::reconcile::GateSettings {
+                domains: config.domain_source(),
+                cluster: config.caps(),
+                groups: config.group_caps.clone(),
+                breaker: config.breaker,
+                grace: crate::config::Config::duration(config.grace),
+            },
             job_chains: config.job_chains,
             evacuation: config.evacuation_policy(),
             undrain_on_ack: config.undrain_on_ack,

@@ -103,7 +103,7 @@ impl Action {
     }
 
     /// How invasive the action is: live-repair 1, evacuate 2, evacuate-failover 3.
-    pub const fn severity(self) -> u8 {
+    pub const fn invasiveness(self) -> u8 {
         match self {
             Self::LiveRepair => 1,
             Self::Evacuate => 2,
@@ -113,7 +113,7 @@ impl Action {
 
     /// Whether `self` asks for more than `other` (an incident asking for `other` escalates).
     pub const fn is_more_invasive_than(self, other: Self) -> bool {
-        self.severity() > other.severity()
+        self.invasiveness() > other.invasiveness()
     }
 }
 
@@ -167,7 +167,7 @@ pub struct Incident {
     /// When the acknowledgement was seen, Unix seconds.
     #[serde(default)]
     pub acknowledged_at: Option<f64>,
-    /// Why no action is taken right now (safety budget, node busy), if so.
+    /// Why no action is taken right now (what the gate says blocks it, node busy), if so.
     pub blocked_by: Option<String>,
     /// Why the incident failed, if it did.
     pub failure: Option<String>,
@@ -864,7 +864,7 @@ mod tests {
                     Ok(disposition) => {
                         prop_assert!(rank(i.repair_status) >= rank(before.repair_status));
                         // Never de-escalated.
-                        prop_assert!(i.action.severity() >= before.action.severity());
+                        prop_assert!(i.action.invasiveness() >= before.action.invasiveness());
                         if rank(before.repair_status) == 2 {
                             prop_assert_eq!(i.repair_status, before.repair_status);
                         }

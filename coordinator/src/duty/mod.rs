@@ -1,0 +1,5 @@
+//! The duties: pure planners that turn what the coordinator knows into [`crate::gate::Proposal`]s.
+//!
+//! - [`node_repair`]: incidents from the agents' verdicts (maintd's node repair).
+
+pub mod node_repair;
