@@ -98,6 +98,7 @@ impl Coordinator {
             Config::duration(config.repair_request_ttl),
         );
         let board = Arc::new(Board::default());
+        let watches = watches.map(|watches| watches.with_board(&board));
         let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
         let settings = ReconcileSettings {
             node_name: node_name.clone(),
@@ -120,6 +121,7 @@ impl Coordinator {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }
         let ganeti_for_api = Arc::clone(&ganeti);
+        let agents_for_api = repairs.clone();
         let reconciler = Reconciler::new(
             ganeti,
             Arc::clone(&store),
@@ -138,6 +140,8 @@ impl Coordinator {
             csrf_key: crate::http::random_key(),
             max_disrupted_nodes: config.max_disrupted_nodes,
             ganeti: Some(ganeti_for_api),
+            agents: Some(agents_for_api),
+            gate_view_max_age: crate::admission::view_max_age(config.round_interval_duration()?),
         };
         Ok(Self {
             reconciler,

@@ -398,6 +398,11 @@ pub struct Proposal {
     pub since_ms: u64,
     /// Nodes it drains, offlines, reboots or repairs.
     pub disrupts: BTreeSet<String>,
+    /// Nodes it moves instances off or onto without disrupting them (a balancing move, an
+    /// instance repair's failover): never a node another holder disrupts, and never while
+    /// storage is not whole.
+    #[serde(default)]
+    pub touches: BTreeSet<String>,
     /// Memory in MiB of the instances it moves off `disrupts` (N+1 check); `None` when unknown,
     /// `Some(0)` when nothing moves.
     pub moves_memory: Option<u64>,
@@ -440,7 +445,7 @@ pub enum BlockedBy {
         /// Figures.
         what: String,
     },
-    /// A proposal admitted earlier in the round holds the node.
+    /// Another holder (in force, or admitted earlier in the round) holds the node.
     Conflict {
         /// The node.
         node: String,
@@ -477,7 +482,7 @@ impl fmt::Display for BlockedBy {
             }
             Self::Capacity { what } => write!(f, "capacity: {what}"),
             Self::Conflict { node, holder } => {
-                write!(f, "{node} is taken this round by {holder}")
+                write!(f, "{node} is held by {holder}")
             }
             Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
         }
@@ -664,17 +669,45 @@ fn judge(
             }
         }
     }
+    for node in &proposal.touches {
+        if !view.nodes.contains_key(node) {
+            return Err(BlockedBy::UnknownNode { node: node.clone() });
+        }
+        if let Some(holder) = in_force.nodes.get(node)
+            && holder != &proposal.holder
+        {
+            return Err(BlockedBy::Conflict {
+                node: node.clone(),
+                holder: holder.to_string(),
+            });
+        }
+    }
     let new: BTreeSet<String> = proposal
         .disrupts
         .iter()
         .filter(|node| in_force.nodes.get(*node) != Some(&proposal.holder))
         .cloned()
         .collect();
-    if new.is_empty() {
+    if new.is_empty() && !proposal.disrupts.is_empty() {
         return Ok(Admitted::Continuation);
     }
     if let Some(why) = &policy.breaker {
         return Err(BlockedBy::Breaker { why: why.clone() });
+    }
+    if new.is_empty() {
+        // Moves that disrupt no node: no domain or cap is used, but storage must be whole.
+        return match view
+            .storage
+            .iter()
+            .find(|p| p.unknown)
+            .or(view.storage.first())
+        {
+            Some(problem) => Err(BlockedBy::Storage {
+                what: vec![problem.what.clone()],
+                unknown: problem.unknown,
+            }),
+            None => Ok(Admitted::New),
+        };
     }
     let wanted: BTreeSet<&str> = new
         .iter()
@@ -969,6 +1002,7 @@ mod tests {
             invasiveness: 2,
             since_ms: u64::try_from(n).unwrap_or(0),
             disrupts: [node.to_owned()].into(),
+            touches: BTreeSet::new(),
             moves_memory: Some(1024),
             reason: "evacuate".into(),
         }
@@ -1292,9 +1326,54 @@ mod tests {
             vec![repair(1, "n1"), grant],
         );
         let refused: Vec<String> = decision.refused().map(|(_, b)| b.to_string()).collect();
+        assert_eq!(refused, [format!("n1 is held by incident {}", id(1))]);
+    }
+
+    #[test]
+    fn moves_that_disrupt_no_node_avoid_disrupted_nodes_and_bad_storage_and_stop_for_the_breaker() {
+        let mut view = view();
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let balance = |n: u128, touches: &[&str]| Proposal {
+            duty: Duty::Balancing,
+            holder: Holder::Balancing { id: id(n) },
+            subject: format!("instance i{n}"),
+            invasiveness: 1,
+            since_ms: 0,
+            disrupts: BTreeSet::new(),
+            touches: touches.iter().map(|t| (*t).to_owned()).collect(),
+            moves_memory: Some(0),
+            reason: "balance".into(),
+        };
+        let judged = |view: &View, policy: &Policy, p: Proposal| {
+            decide(view, policy, &in_force, vec![p]).judgements[0]
+                .outcome
+                .clone()
+                .map_err(|b| b.to_string())
+        };
         assert_eq!(
-            refused,
-            [format!("n1 is taken this round by incident {}", id(1))]
+            judged(&view, &roomy(), balance(2, &["n3", "n4"])),
+            Ok(Admitted::New)
+        );
+        assert_eq!(
+            judged(&view, &roomy(), balance(3, &["n1", "n4"])),
+            Err(format!("n1 is held by incident {}", id(1)))
+        );
+        let stormy = Policy {
+            breaker: Some("storm".into()),
+            ..roomy()
+        };
+        assert_eq!(
+            judged(&view, &stormy, balance(2, &["n3"])),
+            Err("storm breaker open: storm".into())
+        );
+        view.storage.push(StorageProblem {
+            nodes: ["n1".to_owned()].into(),
+            what: "inst1 degraded".into(),
+            unknown: false,
+        });
+        assert_eq!(
+            judged(&view, &roomy(), balance(2, &["n3"])),
+            Err("storage not whole: inst1 degraded".into())
         );
     }
 

@@ -8,13 +8,17 @@
 //! - [`gate`]: which proposed disruptions start this round: failure domains, caps, storage
 //!   health, the storm breaker ([`breaker`]), overrides (pure); [`duty`]: the duties that propose.
 //! - [`scrape`]: reading and verifying the agents' signed reports.
+//! - [`storage`]: storage health (DRBD, instances on drained or offline nodes) for the gate (pure).
 //! - [`repair`]: signed live-repair requests to agents.
 //! - [`store`]: durable state (SQLite).
 //! - [`reconcile`]: the round, an idempotent reconciler.
 //! - [`auth`]: the users file and HTTP basic auth of writes.
 //! - [`metrics`]: `/metrics`; [`notify`]: the incident webhook.
+//! - [`admission`]: the gate's write API (other tools' admission requests, overrides, the
+//!   storm breaker's reset).
 //! - [`http`]: the status API; [`ui`]: the web status page; [`daemon`] ties it all together; [`config`]: the configuration.
 
+pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod board;
@@ -32,6 +36,7 @@ pub mod plan;
 pub mod reconcile;
 pub mod repair;
 pub mod scrape;
+pub mod storage;
 pub mod store;
 pub mod ui;
 pub mod watch;

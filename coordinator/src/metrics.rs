@@ -101,6 +101,9 @@ pub struct CoordinatorMetrics {
     budget_in_use: Gauge,
     budget_max: Gauge,
     notifications: Family<Labels, Counter>,
+    breaker_open: Gauge,
+    grants: Gauge,
+    overrides: Gauge,
 }
 
 impl std::fmt::Debug for CoordinatorMetrics {
@@ -210,6 +213,24 @@ impl CoordinatorMetrics {
                 .get_or_create(&labels(&[("result", result)]))
                 .inc_by(0);
         }
+        let breaker_open = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_breaker_open",
+            "1 while the storm breaker is open (no new disruption starts), else 0",
+            breaker_open.clone(),
+        );
+        let grants = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_grants",
+            "Disruptions granted to other tools (POST /1/disruptions) in force",
+            grants.clone(),
+        );
+        let overrides = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_overrides_active",
+            "Operator overrides of failure domains in force",
+            overrides.clone(),
+        );
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -225,6 +246,9 @@ impl CoordinatorMetrics {
             budget_in_use,
             budget_max,
             notifications,
+            breaker_open,
+            grants,
+            overrides,
         };
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
@@ -298,6 +322,13 @@ impl CoordinatorMetrics {
         }
         self.budget_in_use.set(gauge_value(total));
         self.budget_max.set(gauge_value(max_disrupted_nodes));
+    }
+
+    /// Sets the gate's gauges: the storm breaker, the grants and overrides in force.
+    pub fn set_gate(&self, breaker_open: bool, grants: usize, overrides: usize) {
+        self.breaker_open.set(i64::from(breaker_open));
+        self.grants.set(gauge_value(grants));
+        self.overrides.set(gauge_value(overrides));
     }
 
     /// Sets the incident gauge from the stored incidents.
@@ -381,6 +412,7 @@ mod tests {
         metrics.healed(600.0);
         metrics.set_disruptions(["g1", "g1", "g\"2"], 3);
         metrics.notification("dropped");
+        metrics.set_gate(true, 2, 1);
         let agents = [
             agent(AgentState::Ok),
             agent(AgentState::Ok),
@@ -392,6 +424,10 @@ mod tests {
             "# TYPE nodecare_coordinator_round_duration_seconds histogram",
             "nodecare_coordinator_round_duration_seconds_count 2",
             "nodecare_coordinator_round_errors_total 1",
+            "# HELP nodecare_coordinator_breaker_open 1 while the storm breaker is open (no new disruption starts), else 0.",
+            "nodecare_coordinator_breaker_open 1",
+            "nodecare_coordinator_grants 2",
+            "nodecare_coordinator_overrides_active 1",
             "nodecare_coordinator_jobs_submitted_total{kind=\"drain\"} 1",
             "nodecare_coordinator_jobs_submitted_total{kind=\"migrate\"} 0",
             "nodecare_coordinator_jobs_failed_total{kind=\"tag\"} 1",
@@ -413,7 +449,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 11);
+        assert_eq!(types, 14);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());

@@ -80,6 +80,7 @@ pub fn propose(incidents: &[Incident], nodes: &[Node], instances: &[Instance]) -
             invasiveness: invasiveness(incident.action),
             since_ms: seconds_to_ms(incident.ctime),
             disrupts: BTreeSet::from([node.name.clone()]),
+            touches: BTreeSet::new(),
             moves_memory,
             reason: format!(
                 "{} ({})",
