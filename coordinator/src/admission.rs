@@ -41,8 +41,8 @@ use crate::gate::{
 use crate::http::{authorize_write, error, internal, refused};
 use crate::store::Revoked;
 use nodecare_protocol::gate::{
-    AuditEntry, Blocked, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus,
-    Grant, OverrideRequest, OverrideView, Refusal as GateRefusal, Waiting,
+    AuditEntry, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus, Grant,
+    OverrideRequest, OverrideView, Refusal as GateRefusal, Waiting,
 };
 
 /// The least time the last round's view stays usable for admission requests.
@@ -67,27 +67,6 @@ pub enum NotAdmitted {
     UnknownNode(String),
     /// The gate refuses: `429`.
     Blocked(BlockedBy),
-}
-
-/// The typed mirror of a [`BlockedBy`] on the wire.
-pub fn blocked_wire(blocked: &BlockedBy) -> Blocked {
-    match blocked.clone() {
-        BlockedBy::Breaker { why } => Blocked::Breaker { why },
-        BlockedBy::Domain {
-            busy,
-            holders,
-            wanted,
-        } => Blocked::Domain {
-            busy,
-            holders,
-            wanted,
-        },
-        BlockedBy::Cap { what } => Blocked::Cap { what },
-        BlockedBy::Storage { what, unknown } => Blocked::Storage { what, unknown },
-        BlockedBy::Capacity { what } => Blocked::Capacity { what },
-        BlockedBy::Conflict { node, holder } => Blocked::Conflict { node, holder },
-        BlockedBy::UnknownNode { node } => Blocked::UnknownNode { node },
-    }
 }
 
 /// The disruptions in force now: the last round's (after its admissions), with its grants
@@ -437,7 +416,7 @@ pub async fn request(State(state): State<ApiState>, headers: HeaderMap, body: By
                 StatusCode::TOO_MANY_REQUESTS,
                 Json(GateRefusal {
                     blocked_by: blocked.to_string(),
-                    blocked: blocked_wire(&blocked),
+                    blocked: blocked.clone(),
                 }),
             )
                 .into_response()
@@ -971,9 +950,9 @@ mod tests {
         ];
         for blocked in table {
             let text = serde_json::to_string(&blocked).unwrap();
-            let decoded: Blocked = serde_json::from_str(&text).unwrap();
-            assert_eq!(decoded, blocked_wire(&blocked), "{text}");
-            assert_ne!(decoded, Blocked::Other);
+            let decoded: BlockedBy = serde_json::from_str(&text).unwrap();
+            assert_eq!(decoded, blocked, "{text}");
+            assert_ne!(decoded, BlockedBy::Other);
         }
     }
 

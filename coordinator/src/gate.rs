@@ -23,6 +23,10 @@
 //! 5. **Capacity**: the memory of the instances to move must fit on the healthy nodes left in
 //!    the node group (N+1 for the moved instances); unknown free memory never fits.
 //!
+//! A proposal that disrupts no node (a live repair, whose instances keep running; a balancing
+//! move) only `touches` nodes: it is refused on a node another holder holds and while the
+//! breaker is open, and, when it moves instances, while storage is not whole.
+//!
 //! A proposal that only continues a disruption its holder already holds (the next moves of an
 //! admitted evacuation) is a continuation: it is checked only against proposals admitted earlier
 //! in the round on the same nodes, never against the breaker, the domains or the caps, so work
@@ -410,84 +414,8 @@ pub struct Proposal {
     pub reason: String,
 }
 
-/// Why a proposal may not start now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum BlockedBy {
-    /// The storm breaker is open.
-    Breaker {
-        /// Why it opened.
-        why: String,
-    },
-    /// Another failure domain is disrupted.
-    Domain {
-        /// The busy domain.
-        busy: String,
-        /// Its disrupted nodes and their holders, for people.
-        holders: Vec<String>,
-        /// The domain the proposal would open.
-        wanted: String,
-    },
-    /// A cap on disrupted nodes.
-    Cap {
-        /// Which cap and its figures.
-        what: String,
-    },
-    /// Storage is not whole.
-    Storage {
-        /// The problems.
-        what: Vec<String>,
-        /// Whether health is unknown rather than known bad.
-        unknown: bool,
-    },
-    /// The moved instances would not fit on the healthy nodes left.
-    Capacity {
-        /// Figures.
-        what: String,
-    },
-    /// Another holder (in force, or admitted earlier in the round) holds the node.
-    Conflict {
-        /// The node.
-        node: String,
-        /// Its holder.
-        holder: String,
-    },
-    /// A node it needs is not in the cluster.
-    UnknownNode {
-        /// The node.
-        node: String,
-    },
-}
-
-impl fmt::Display for BlockedBy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Breaker { why } => write!(f, "storm breaker open: {why}"),
-            Self::Domain {
-                busy,
-                holders,
-                wanted,
-            } => write!(
-                f,
-                "failure domain {busy} is disrupted ({}); {wanted} waits",
-                holders.join(", ")
-            ),
-            Self::Cap { what } => write!(f, "cap: {what}"),
-            Self::Storage { what, unknown } => {
-                if *unknown {
-                    write!(f, "storage health unknown: {}", what.join("; "))
-                } else {
-                    write!(f, "storage not whole: {}", what.join("; "))
-                }
-            }
-            Self::Capacity { what } => write!(f, "capacity: {what}"),
-            Self::Conflict { node, holder } => {
-                write!(f, "{node} is held by {holder}")
-            }
-            Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
-        }
-    }
-}
+/// Why a proposal may not start now: the wire type, named the same at both ends.
+pub use nodecare_protocol::gate::BlockedBy;
 
 /// How a proposal was admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -695,7 +623,11 @@ fn judge(
         return Err(BlockedBy::Breaker { why: why.clone() });
     }
     if new.is_empty() {
-        // Moves that disrupt no node: no domain or cap is used, but storage must be whole.
+        // Disrupts no node: no domain or cap is used. Work that moves nothing (a live repair:
+        // its instances keep running) needs nothing more; moves need storage whole.
+        if proposal.moves_memory == Some(0) {
+            return Ok(Admitted::New);
+        }
         return match view
             .storage
             .iter()
@@ -1341,7 +1273,7 @@ mod tests {
             since_ms: 0,
             disrupts: BTreeSet::new(),
             touches: touches.iter().map(|t| (*t).to_owned()).collect(),
-            moves_memory: Some(0),
+            moves_memory: Some(512),
             reason: "balance".into(),
         };
         let judged = |view: &View, policy: &Policy, p: Proposal| {
@@ -1375,6 +1307,10 @@ mod tests {
             judged(&view, &roomy(), balance(2, &["n3"])),
             Err("storage not whole: inst1 degraded".into())
         );
+        // A live repair moves nothing: storage health does not hold it.
+        let mut live = balance(4, &["n3"]);
+        live.moves_memory = Some(0);
+        assert_eq!(judged(&view, &roomy(), live), Ok(Admitted::New));
     }
 
     #[test]

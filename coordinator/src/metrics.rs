@@ -89,7 +89,7 @@ pub struct CoordinatorMetrics {
     /// Serialises gauge refresh + encoding of concurrent scrapes.
     scrape: Mutex<()>,
     /// Node groups ever seen disrupted (their gauge stays, at 0 when no longer disrupted).
-    groups: Mutex<std::collections::BTreeSet<String>>,
+    domains: Mutex<std::collections::BTreeSet<String>>,
     rounds: Histogram,
     round_errors: Counter,
     jobs_submitted: Family<Labels, Counter>,
@@ -104,6 +104,8 @@ pub struct CoordinatorMetrics {
     breaker_open: Gauge,
     grants: Gauge,
     overrides: Gauge,
+    /// The balancing duty's runs and moves.
+    pub balancing: crate::balance::BalancingMetrics,
 }
 
 impl std::fmt::Debug for CoordinatorMetrics {
@@ -187,19 +189,19 @@ impl CoordinatorMetrics {
         let disrupted = Family::<Labels, Gauge>::default();
         registry.register(
             "nodecare_coordinator_disrupted_nodes",
-            "Nodes drained or evacuating at the last round, by node group",
+            "Disrupted nodes (drained, offline, evacuating, being repaired, granted) at the last round, by failure domain",
             disrupted.clone(),
         );
         let budget_in_use = Gauge::default();
         registry.register(
             "nodecare_coordinator_budget_in_use",
-            "Disrupted nodes counted against the safety budget at the last round",
+            "Disrupted nodes counted against the cluster cap at the last round",
             budget_in_use.clone(),
         );
         let budget_max = Gauge::default();
         registry.register(
             "nodecare_coordinator_budget_max_disrupted_nodes",
-            "The safety budget: most nodes drained or evacuating at once",
+            "The cluster cap: most nodes disrupted at once (max_disrupted_nodes)",
             budget_max.clone(),
         );
         let notifications = Family::<Labels, Counter>::default();
@@ -231,10 +233,11 @@ impl CoordinatorMetrics {
             "Operator overrides of failure domains in force",
             overrides.clone(),
         );
+        let balancing = crate::balance::BalancingMetrics::register(&mut registry);
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
-            groups: Mutex::default(),
+            domains: Mutex::default(),
             rounds,
             round_errors,
             jobs_submitted,
@@ -249,6 +252,7 @@ impl CoordinatorMetrics {
             breaker_open,
             grants,
             overrides,
+            balancing,
         };
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
@@ -293,31 +297,31 @@ impl CoordinatorMetrics {
             .inc();
     }
 
-    /// The disruption seen by the last round: disrupted nodes with their group, and the budget.
+    /// The disruption seen by the last round: disrupted nodes with their failure domain, and the cap.
     pub fn set_disruptions<'a>(
         &self,
-        disrupted_groups: impl IntoIterator<Item = &'a str>,
+        disrupted_domains: impl IntoIterator<Item = &'a str>,
         max_disrupted_nodes: usize,
     ) {
-        let mut by_group: BTreeMap<&str, usize> = BTreeMap::new();
-        for group in disrupted_groups {
-            *by_group.entry(group).or_default() += 1;
+        let mut by_domain: BTreeMap<&str, usize> = BTreeMap::new();
+        for domain in disrupted_domains {
+            *by_domain.entry(domain).or_default() += 1;
         }
-        // Groups that were disrupted before and are no longer show 0.
-        let mut seen = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        for group in seen.iter() {
-            if !by_group.contains_key(group.as_str()) {
+        // Domains that were disrupted before and are no longer show 0.
+        let mut seen = self.domains.lock().unwrap_or_else(|e| e.into_inner());
+        for domain in seen.iter() {
+            if !by_domain.contains_key(domain.as_str()) {
                 self.disrupted
-                    .get_or_create(&labels(&[("group", group)]))
+                    .get_or_create(&labels(&[("domain", domain)]))
                     .set(0);
             }
         }
-        seen.extend(by_group.keys().map(|g| (*g).to_owned()));
+        seen.extend(by_domain.keys().map(|g| (*g).to_owned()));
         drop(seen);
-        let total: usize = by_group.values().sum();
-        for (group, count) in by_group {
+        let total: usize = by_domain.values().sum();
+        for (domain, count) in by_domain {
             self.disrupted
-                .get_or_create(&labels(&[("group", group)]))
+                .get_or_create(&labels(&[("domain", domain)]))
                 .set(gauge_value(count));
         }
         self.budget_in_use.set(gauge_value(total));
@@ -436,12 +440,15 @@ mod tests {
             "nodecare_coordinator_agents{outcome=\"verified\"} 2",
             "nodecare_coordinator_agents{outcome=\"unverifiable\"} 1",
             "nodecare_coordinator_agents{outcome=\"unreachable\"} 0",
-            "nodecare_coordinator_disrupted_nodes{group=\"g1\"} 2",
-            "nodecare_coordinator_disrupted_nodes{group=\"g\\\"2\"} 1",
+            "nodecare_coordinator_disrupted_nodes{domain=\"g1\"} 2",
+            "nodecare_coordinator_disrupted_nodes{domain=\"g\\\"2\"} 1",
             "nodecare_coordinator_budget_in_use 3",
             "nodecare_coordinator_budget_max_disrupted_nodes 3",
             "nodecare_coordinator_notifications_total{result=\"dropped\"} 1",
             "# HELP nodecare_coordinator_incidents Incidents in the store, by state and action.",
+            "nodecare_coordinator_balancing_runs_total{result=\"failed\"} 0",
+            "nodecare_coordinator_balancing_moves_total{outcome=\"submitted\"} 0",
+            "nodecare_coordinator_balancing_hbal_ok 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -449,12 +456,12 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 14);
+        assert_eq!(types, 17);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
-        assert!(text.contains("nodecare_coordinator_disrupted_nodes{group=\"g1\"} 0"));
-        assert!(text.contains("nodecare_coordinator_disrupted_nodes{group=\"g3\"} 1"));
+        assert!(text.contains("nodecare_coordinator_disrupted_nodes{domain=\"g1\"} 0"));
+        assert!(text.contains("nodecare_coordinator_disrupted_nodes{domain=\"g3\"} 1"));
         assert!(text.contains("nodecare_coordinator_budget_in_use 1"));
     }
 

@@ -69,11 +69,12 @@ pub struct Grant {
     pub who: String,
 }
 
-/// What refuses a proposal, as the coordinator's gate names it (the `blocked` field of a `429`
-/// answer); [`Blocked::Other`] stands for kinds a newer coordinator may add.
+/// What refuses a proposal: the coordinator's gate gives it to every refused proposal (an
+/// incident's `blocked_by` is its text) and it is the `blocked` field of a `429` answer;
+/// [`BlockedBy::Other`] stands for kinds a newer coordinator may add (the gate never makes it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Blocked {
+pub enum BlockedBy {
     /// The storm breaker is open.
     Breaker {
         /// Why it opened.
@@ -122,13 +123,42 @@ pub enum Blocked {
     Other,
 }
 
+impl std::fmt::Display for BlockedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Breaker { why } => write!(f, "storm breaker open: {why}"),
+            Self::Domain {
+                busy,
+                holders,
+                wanted,
+            } => write!(
+                f,
+                "failure domain {busy} is disrupted ({}); {wanted} waits",
+                holders.join(", ")
+            ),
+            Self::Cap { what } => write!(f, "cap: {what}"),
+            Self::Storage { what, unknown } => {
+                if *unknown {
+                    write!(f, "storage health unknown: {}", what.join("; "))
+                } else {
+                    write!(f, "storage not whole: {}", what.join("; "))
+                }
+            }
+            Self::Capacity { what } => write!(f, "capacity: {what}"),
+            Self::Conflict { node, holder } => write!(f, "{node} is held by {holder}"),
+            Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
+            Self::Other => f.write_str("blocked (for a reason this version cannot name)"),
+        }
+    }
+}
+
 /// The body of a `429 Too Many Requests` answer to `POST /1/disruptions`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal {
     /// What blocks the request, for people.
     pub blocked_by: String,
     /// The same, typed.
-    pub blocked: Blocked,
+    pub blocked: BlockedBy,
 }
 
 /// `POST /1/overrides`: exempt one failure domain from the one-domain rule and the caps until
@@ -343,14 +373,15 @@ mod tests {
 
     #[test]
     fn unknown_blocked_kinds_decode_as_other() {
-        let known: Blocked = serde_json::from_str(r#"{"kind":"cap","what":"cluster: 1"}"#).unwrap();
+        let known: BlockedBy =
+            serde_json::from_str(r#"{"kind":"cap","what":"cluster: 1"}"#).unwrap();
         assert_eq!(
             known,
-            Blocked::Cap {
+            BlockedBy::Cap {
                 what: "cluster: 1".into()
             }
         );
-        let later: Blocked = serde_json::from_str(r#"{"kind":"moon-phase","x":1}"#).unwrap();
-        assert_eq!(later, Blocked::Other);
+        let later: BlockedBy = serde_json::from_str(r#"{"kind":"moon-phase","x":1}"#).unwrap();
+        assert_eq!(later, BlockedBy::Other);
     }
 }

@@ -9,7 +9,7 @@ use std::fmt::Debug;
 use std::path::PathBuf;
 
 use nodecare_protocol::gate::{
-    AuditEntry, Blocked, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus,
+    AuditEntry, BlockedBy, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus,
     Grant, OverrideRequest, OverrideView, Refusal, Waiting,
 };
 use serde::Serialize;
@@ -65,7 +65,7 @@ fn admission() {
         &Refusal {
             blocked_by: "failure domain rack:r2 is disrupted (node7: incident 5b2e); rack:r1 waits"
                 .into(),
-            blocked: Blocked::Domain {
+            blocked: BlockedBy::Domain {
                 busy: "rack:r2".into(),
                 holders: vec!["node7: incident 5b2e".into()],
                 wanted: "rack:r1".into(),
@@ -76,7 +76,7 @@ fn admission() {
         "refusal-storage",
         &Refusal {
             blocked_by: "storage health unknown: node7 (unreachable)".into(),
-            blocked: Blocked::Storage {
+            blocked: BlockedBy::Storage {
                 what: vec!["node7 (unreachable)".into()],
                 unknown: true,
             },
