@@ -20,12 +20,12 @@ fn rack_of(i: usize) -> String {
     format!("rack:r{}", (i - 1) / 10)
 }
 
-/// Nodes drained in the simulation.
+/// Nodes out of service: drained, or offline (where an evacuation ends).
 fn drained(h: &Harness) -> BTreeSet<String> {
     h.sim.with_cluster(|c| {
         c.nodes
             .values()
-            .filter(|n| n.drained)
+            .filter(|n| n.drained || n.offline)
             .map(|n| n.name.clone())
             .collect()
     })
@@ -263,6 +263,7 @@ async fn one_failure_domain_at_a_time() {
         for i in [2, 3] {
             let n = c.nodes.get_mut(&node(i)).unwrap();
             n.drained = false;
+            n.offline = false;
             n.tags.retain(|t| !t.starts_with("maintd:"));
         }
     });
