@@ -122,6 +122,9 @@ pub struct Reconciler {
     rounds: u64,
     /// The balancing duty (none: off).
     balancer: Option<crate::balance::Balancer>,
+    /// While an incident admitted under an operator override takes its step: the override, who
+    /// set it and why, added to its jobs' reason trail.
+    override_note: std::sync::Mutex<Option<String>>,
 }
 
 fn now_s() -> f64 {
@@ -248,6 +251,7 @@ impl Reconciler {
             incident_lock,
             rounds: 0,
             balancer: None,
+            override_note: std::sync::Mutex::new(None),
         }
     }
 
@@ -887,6 +891,19 @@ impl Reconciler {
             overrides: self.store.overrides_in_force(now)?,
             breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
         };
+        let override_notes: BTreeMap<Uuid, String> = policy
+            .overrides
+            .iter()
+            .map(|o| {
+                (
+                    o.id,
+                    format!(
+                        "under override {} of {} by {}: {}",
+                        o.id, o.domain, o.who, o.reason
+                    ),
+                )
+            })
+            .collect();
         let evacuating: BTreeSet<Uuid> = intents
             .iter()
             .filter(|i| {
@@ -1021,12 +1038,24 @@ impl Reconciler {
             {
                 continue;
             }
-            if let Admitted::Override { id } = admitted {
-                note(
-                    &mut incident,
-                    Event::Progress(format!("admitted under operator override {id}")),
-                );
-            }
+            let override_note = match admitted {
+                Admitted::Override { id } => {
+                    let text = override_notes
+                        .get(&id)
+                        .cloned()
+                        .unwrap_or_else(|| format!("under override {id}"));
+                    note(
+                        &mut incident,
+                        Event::Progress(format!("admitted by the operator: {text}")),
+                    );
+                    Some(text)
+                }
+                _ => None,
+            };
+            *self
+                .override_note
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = override_note;
             let submitted = match incident.action {
                 Action::LiveRepair => self.step_live_repair(&mut incident, node, &own).await?,
                 Action::Evacuate | Action::EvacuateFailover => {
@@ -1034,6 +1063,10 @@ impl Reconciler {
                         .await?
                 }
             };
+            *self
+                .override_note
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
             summary.jobs_submitted += submitted;
         }
         if let Some(balancer) = &self.balancer {
@@ -1713,7 +1746,16 @@ impl Reconciler {
         };
         // Durable before the job exists: a crash from here on is resolved by the reason.
         self.store.plan_intent(incident, &intent)?;
-        let reason = Reason::new(incident.uuid, key.clone(), description).after(depends);
+        let noted = self
+            .override_note
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let reason_text = match noted {
+            Some(note) => format!("{description} ({note})"),
+            None => description.to_owned(),
+        };
+        let reason = Reason::new(incident.uuid, key.clone(), reason_text).after(depends);
         let ganeti = &self.ganeti;
         let result = match &spec {
             IntentSpec::Drain { node } => ganeti.set_node_drained(node, true, &reason).await,

@@ -538,7 +538,7 @@ scenario_gate() {
   fi
   if wait_status 60 "any(i.get('node')=='$second' and i.get('repair-status') in ('pending', 'completed') for i in d)"; then
     id=$(coord /1/status | jq_py "print(next(i['id'] for i in d if i.get('node')=='$second'))")
-    if coord "/1/incidents/$id" | grep -q "operator override"; then
+    if coord "/1/incidents/$id" | grep -qE "operator override|under override"; then
       pass "S7 override: $second started under the override of $second_rack (its history says so)"
     else
       fail "S7 override" "no override in $second's history: $(coord "/1/incidents/$id" | head -c 400)"

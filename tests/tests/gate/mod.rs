@@ -624,3 +624,77 @@ async fn an_evacuation_that_cannot_succeed_fails_at_once_even_when_the_gate_hold
     );
     assert!(!drained(&h).contains(&node(3)));
 }
+
+/// An operator override lets a second failure domain start; the override (who, why) is in the
+/// incident's history and in every job's reason trail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_is_in_the_history_and_the_job_reasons() {
+    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5", |config| {
+        config.failure_domains = "rack:".into();
+        config.max_disrupted_nodes = 1;
+        config.breaker.max_incident_percent = 100.0;
+    })
+    .await
+    .unwrap();
+    h.sim.with_cluster(|c| {
+        for i in 1..=6 {
+            let rack = if i <= 3 { "rack:a" } else { "rack:b" };
+            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
+        }
+    });
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    h.agents.get(&node(5)).unwrap().set_verdict(evacuate(5));
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    let now = nodecare_protocol::now_ms();
+    h.coordinator
+        .api()
+        .store
+        .add_override(&nodecare_coordinator::gate::Override {
+            id: uuid::Uuid::from_u128(5),
+            domain: "rack:b".into(),
+            until_ms: now + 600_000,
+            reason: "firmware deadline".into(),
+            who: "alice".into(),
+            created_ms: now,
+        })
+        .unwrap();
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(5) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    let incident = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(5))
+        .unwrap();
+    assert!(
+        incident.history.iter().any(|e| e.event.contains("under override 00000000-0000-0000-0000-000000000005 of rack:b by alice: firmware deadline")),
+        "{:#?}",
+        incident.history
+    );
+    let reasons: Vec<String> = h
+        .sim
+        .submissions()
+        .into_iter()
+        .filter(|s| {
+            s.intent
+                .as_deref()
+                .is_some_and(|i| i.starts_with(&incident.uuid.to_string()))
+        })
+        .filter_map(|s| s.reason_text)
+        .collect();
+    assert!(!reasons.is_empty());
+    for reason in reasons {
+        assert!(reason.contains("by alice: firmware deadline"), "{reason}");
+    }
+}
