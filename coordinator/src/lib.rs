@@ -22,6 +22,7 @@ pub mod daemon;
 pub mod gate;
 pub mod http;
 pub mod incident;
+pub mod instance_repair;
 pub mod metrics;
 pub mod notify;
 pub mod plan;
