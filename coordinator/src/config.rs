@@ -94,6 +94,16 @@ pub struct Config {
     pub rapi: RapiSection,
     /// Notifications of incident changes.
     pub notify: NotifySection,
+    /// Instance auto-repair (harep's duty).
+    pub instance_repair: InstanceRepairSection,
+}
+
+/// `[instance_repair]`: harep's duty, driven by the `ganeti:watcher:autorepair:*` tags.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InstanceRepairSection {
+    /// Run the duty each round (off by default: harep's tags are then left to harep).
+    pub enabled: bool,
 }
 
 /// `[notify]`.
@@ -178,6 +188,7 @@ impl Default for Config {
             agents: AgentsConfig::default(),
             rapi: RapiSection::default(),
             notify: NotifySection::default(),
+            instance_repair: InstanceRepairSection::default(),
         }
     }
 }

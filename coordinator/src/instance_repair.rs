@@ -765,16 +765,16 @@ pub fn detect(
                     &[],
                     false,
                 ))
-            } else if let Some(why) = degraded {
-                Some(detected(
-                    RepairType::FixStorage,
-                    vec![new_secondary()],
-                    format!("DRBD degraded with both nodes online: {why}"),
-                    &[],
-                    false,
-                ))
             } else {
-                None
+                degraded.map(|why| {
+                    detected(
+                        RepairType::FixStorage,
+                        vec![new_secondary()],
+                        format!("DRBD degraded with both nodes online: {why}"),
+                        &[],
+                        false,
+                    )
+                })
             })
         }
         DiskTemplate::Plain => Ok(primary.offline.then(|| {

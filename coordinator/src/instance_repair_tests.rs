@@ -671,7 +671,8 @@ const F2: &str = "ganeti:watcher:autorepair:result:reinstall:bbbb:210:failure:2"
 #[test]
 fn initial_state_follows_harep_precedence() {
     // (tags, state name, tag of the state's data, tags to remove, conflict)
-    let cases: &[(&[&str], &str, Option<&str>, &[&str], bool)] = &[
+    type Case<'a> = (&'a [&'a str], &'a str, Option<&'a str>, &'a [&'a str], bool);
+    let cases: &[Case<'_>] = &[
         (&[], "Healthy", None, &[], false),
         (&["unrelated"], "Healthy", None, &[], false),
         (&[P1], "Pending repair", Some(P1), &[], false),
@@ -704,7 +705,8 @@ fn pending_repairs_end_as_harep_ends_them() {
     let data =
         RepairData::parse_tag("ganeti:watcher:autorepair:pending:failover:u:100:1+2").unwrap();
     let k = JobState::Known;
-    let cases: &[(&[(JobId, JobState)], Option<RepairResult>)] = &[
+    type Case<'a> = (&'a [(JobId, JobState)], Option<RepairResult>);
+    let cases: &[Case<'_>] = &[
         (
             &[(1, k(JobStatus::Success)), (2, k(JobStatus::Running))],
             None,
@@ -771,7 +773,7 @@ fn pending_repairs_end_as_harep_ends_them() {
 
 #[test]
 fn detection_table() {
-    let nodes = vec![
+    let nodes = [
         node("up1", false, false),
         node("up2", false, false),
         node("off1", true, false),
@@ -782,7 +784,15 @@ fn detection_table() {
     let map: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
     use RepairType::*;
     // (template, primary, secondary, degraded, repair, disrupts)
-    let cases: &[(&str, &str, &[&str], bool, Option<RepairType>, &[&str])] = &[
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        &'a [&'a str],
+        bool,
+        Option<RepairType>,
+        &'a [&'a str],
+    );
+    let cases: &[Case<'_>] = &[
         ("drbd", "up1", &["up2"], false, None, &[]),
         (
             "drbd",

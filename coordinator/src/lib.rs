@@ -23,6 +23,7 @@ pub mod gate;
 pub mod http;
 pub mod incident;
 pub mod instance_repair;
+pub mod instance_repair_exec;
 pub mod metrics;
 pub mod notify;
 pub mod plan;

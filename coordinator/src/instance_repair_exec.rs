@@ -1,0 +1,578 @@
+//! Instance auto-repair, the executor: reads what the duty ([`crate::instance_repair`]) needs
+//! from Ganeti, and runs what it decided: tag changes at once, repairs once the gate admits
+//! them.
+//!
+//! A repair runs as harep's, through RAPI: one job per operation (RAPI has no multi-opcode
+//! job), each waiting for the success of the one before, then the `pending:` tag naming the
+//! jobs, then the removal of the tags it supersedes. Every job carries the reason
+//! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
+//! <version> ...` under `gnt:daemon:nodecare`.
+//!
+//! Between the submission of a repair and the moment Ganeti shows its pending tag, the
+//! instance is *in flight*: a record in the state database (table `instance_repairs`) says so,
+//! and the duty leaves the instance alone. The record also makes a crash harmless: a repair
+//! whose jobs were only partly submitted is completed from the jobs Ganeti already has with its
+//! uuid (found by their reason), and a pending tag whose job failed is written again. Tag
+//! changes are recorded the same way until their jobs are final, so that a result is never
+//! written twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ganeti::{Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Reason, TagTarget};
+use crate::gate::{Decision, Holder};
+use crate::instance_repair::{
+    Assessment, JobState, RepairData, RepairOp, RepairPlan, TAG_PREFIX, TagChange,
+};
+use crate::store::Store;
+
+/// Intent prefix of every instance-repair job.
+pub const INTENT_PREFIX: &str = "instance-repair";
+
+/// What the executor keeps until Ganeti shows the outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Record {
+    /// A repair: its plan, the job of each operation once submitted, the pending tag's job.
+    Repair {
+        /// The plan.
+        plan: RepairPlan,
+        /// Job per operation (`None`: not submitted yet).
+        jobs: Vec<Option<JobId>>,
+        /// The job adding the pending tag.
+        tag_job: Option<JobId>,
+    },
+    /// A tag change and its jobs.
+    Tags {
+        /// The change.
+        change: TagChange,
+        /// Its jobs.
+        jobs: Vec<JobId>,
+    },
+}
+
+impl Record {
+    fn target(&self) -> TagTarget {
+        match self {
+            Self::Repair { plan, .. } => TagTarget::Instance(plan.instance.clone()),
+            Self::Tags { change, .. } => change.target.clone(),
+        }
+    }
+}
+
+/// What the duty reads from Ganeti besides nodes and instances.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// Cluster tags.
+    pub cluster_tags: Vec<String>,
+    /// Node groups.
+    pub groups: Vec<Group>,
+    /// Status of the jobs of pending repairs.
+    pub jobs: BTreeMap<JobId, JobState>,
+    /// Instances with a repair or tag change in flight.
+    pub in_flight: BTreeSet<String>,
+    /// Cluster and group tag changes in flight.
+    pub targets_in_flight: BTreeSet<TagTarget>,
+    /// Problems met (the round goes on without them).
+    pub errors: Vec<String>,
+}
+
+/// Reads the cluster and group tags, the status of every pending repair's jobs, and the
+/// records of work in flight (forgetting those Ganeti now shows done).
+pub async fn collect(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    instances: &[Instance],
+) -> Result<Collected, GanetiError> {
+    let mut collected = Collected {
+        cluster_tags: ganeti.tags(&TagTarget::Cluster).await?,
+        groups: ganeti.groups().await?,
+        ..Collected::default()
+    };
+    for id in Assessment::jobs_to_query(instances) {
+        match ganeti.job(id).await {
+            Ok(job) => {
+                collected.jobs.insert(id, JobState::Known(job.status));
+            }
+            Err(GanetiError::NotFound(_)) => {
+                collected.jobs.insert(id, JobState::Lost);
+            }
+            // Unknown this round: the repair waits.
+            Err(error) => collected.errors.push(format!("job {id}: {error}")),
+        }
+    }
+    let by_name: BTreeMap<&str, &Instance> =
+        instances.iter().map(|i| (i.name.as_str(), i)).collect();
+    let records = match store.instance_repairs() {
+        Ok(records) => records,
+        Err(error) => {
+            // Without the records, nothing can be known to be out of flight: wait.
+            collected
+                .errors
+                .push(format!("instance repair records: {error}"));
+            collected
+                .in_flight
+                .extend(instances.iter().map(|i| i.name.clone()));
+            return Ok(collected);
+        }
+    };
+    for (id, _, text) in records {
+        let record: Record = match serde_json::from_str(&text) {
+            Ok(record) => record,
+            Err(error) => {
+                collected
+                    .errors
+                    .push(format!("instance repair record {id} is corrupt: {error}"));
+                continue;
+            }
+        };
+        let done = match &record {
+            Record::Repair { plan, .. } => match by_name.get(plan.instance.as_str()) {
+                // Gone: nothing left to wait for.
+                None => true,
+                Some(instance) => {
+                    let uuid = plan.uuid.to_string();
+                    instance
+                        .tags
+                        .iter()
+                        .any(|tag| RepairData::parse_tag(tag).is_some_and(|data| data.uuid == uuid))
+                }
+            },
+            Record::Tags { jobs, .. } => {
+                let mut done = true;
+                for job in jobs {
+                    match ganeti.job(*job).await {
+                        Ok(job) if !job.status.is_final() => done = false,
+                        Ok(_) | Err(GanetiError::NotFound(_)) => {}
+                        Err(error) => {
+                            collected.errors.push(format!("job {job}: {error}"));
+                            done = false;
+                        }
+                    }
+                }
+                done
+            }
+        };
+        if done {
+            if let Err(error) = store.forget_instance_repair(&id) {
+                collected.errors.push(error.to_string());
+            }
+            continue;
+        }
+        match record.target() {
+            TagTarget::Instance(name) => {
+                collected.in_flight.insert(name);
+            }
+            other => {
+                collected.targets_in_flight.insert(other);
+            }
+        }
+    }
+    Ok(collected)
+}
+
+/// What one run of the executor did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// harep's progress lines (`Executing ArFailover repair on inst3`, `>>> Adding ...`).
+    pub lines: Vec<String>,
+    /// Repairs submitted: instance, repair uuid, jobs.
+    pub submitted: Vec<(String, Uuid, Vec<JobId>)>,
+    /// Repairs the gate refused: instance, why.
+    pub blocked: Vec<(String, String)>,
+    /// Failures (each also leaves its record, so the next round goes on from there).
+    pub errors: Vec<String>,
+}
+
+fn reason(uuid: Uuid, intent: &str, what: &str) -> Reason {
+    Reason::new(
+        uuid,
+        format!("{INTENT_PREFIX}-{intent}"),
+        format!(
+            "automated repairs by nodecare {} ({what})",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+}
+
+fn tag_lines(lines: &mut Vec<String>, target: &TagTarget, add: Option<&str>, remove: &[String]) {
+    let name = match target {
+        TagTarget::Instance(name) | TagTarget::Node(name) | TagTarget::Group(name) => name,
+        TagTarget::Cluster => "the cluster",
+    };
+    if let Some(add) = add {
+        lines.push(format!(">>> Adding the following tag to {name}:"));
+        lines.push(format!("{add:?}"));
+    }
+    if !remove.is_empty() {
+        lines.push(format!(">>> Removing the following tags from {name}:"));
+        lines.extend(remove.iter().map(|t| format!("{t:?}")));
+    }
+}
+
+/// Runs the tag changes and admitted repairs of `assessment`, and completes repairs left
+/// unfinished by an earlier run. With `dry_run` nothing is submitted or recorded: the report
+/// says what would be (harep's `--dry-run`).
+pub async fn run_instance_repairs(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    assessment: &Assessment,
+    decision: &Decision,
+    collected: &Collected,
+    dry_run: bool,
+) -> RunReport {
+    let mut report = RunReport::default();
+    if !dry_run {
+        resume(ganeti, store, collected, &mut report).await;
+    }
+    for change in &assessment.tag_changes {
+        if collected.targets_in_flight.contains(&change.target) {
+            continue;
+        }
+        report.lines.extend(change.message.clone());
+        tag_lines(
+            &mut report.lines,
+            &change.target,
+            change.add.as_deref(),
+            &change.remove,
+        );
+        if dry_run {
+            continue;
+        }
+        let record = Record::Tags {
+            change: change.clone(),
+            jobs: Vec::new(),
+        };
+        let id = Uuid::new_v4();
+        if let Err(error) = save(store, id, &record) {
+            report.errors.push(error);
+            continue;
+        }
+        let data = change.add.as_deref().and_then(RepairData::parse_tag);
+        let uuid = data
+            .as_ref()
+            .and_then(|d| Uuid::parse_str(&d.uuid).ok())
+            .unwrap_or(id);
+        let intent = match data.and_then(|d| d.result) {
+            Some(result) => result.as_str(),
+            None => "suspend",
+        };
+        let jobs = submit_tags(
+            ganeti,
+            &change.target,
+            change.add.as_deref(),
+            &change.remove,
+            uuid,
+            intent,
+            &[],
+            &mut report,
+        )
+        .await;
+        let record = Record::Tags {
+            change: change.clone(),
+            jobs,
+        };
+        if let Err(error) = save(store, id, &record) {
+            report.errors.push(error);
+        }
+    }
+    for repair in &assessment.repairs {
+        let plan = &repair.plan;
+        let holder = Holder::InstanceRepair { id: plan.uuid };
+        match decision.of(&holder).map(|j| &j.outcome) {
+            Some(Ok(_)) => {}
+            Some(Err(blocked)) => {
+                report
+                    .blocked
+                    .push((plan.instance.clone(), blocked.to_string()));
+                continue;
+            }
+            None => {
+                report
+                    .blocked
+                    .push((plan.instance.clone(), "not judged by the gate".into()));
+                continue;
+            }
+        }
+        report.lines.push(plan.message.clone());
+        if dry_run {
+            report.lines.push(format!(
+                "jobs: [{}]",
+                crate::instance_repair::harep_job(&plan.instance, &plan.ops, 0)
+            ));
+            tag_lines(
+                &mut report.lines,
+                &TagTarget::Instance(plan.instance.clone()),
+                plan.pending_tag(&[]).as_deref(),
+                &plan.remove,
+            );
+            continue;
+        }
+        let mut record = Record::Repair {
+            plan: plan.clone(),
+            jobs: vec![None; plan.ops.len()],
+            tag_job: None,
+        };
+        if let Err(error) = save(store, plan.uuid, &record) {
+            report.errors.push(error);
+            continue;
+        }
+        advance(ganeti, store, &mut record, &BTreeMap::new(), &mut report).await;
+    }
+    report
+}
+
+fn save(store: &Store, id: Uuid, record: &Record) -> Result<(), String> {
+    let instance = match record.target() {
+        TagTarget::Instance(name) => name,
+        other => other.to_string(),
+    };
+    let text = serde_json::to_string(record).map_err(|e| format!("record {id}: {e}"))?;
+    store
+        .save_instance_repair(&id.to_string(), &instance, &text)
+        .map_err(|e| format!("record {id}: {e}"))
+}
+
+async fn submit_op(
+    ganeti: &dyn Ganeti,
+    instance: &str,
+    op: &RepairOp,
+    reason: &Reason,
+) -> Result<JobId, GanetiError> {
+    match op {
+        RepairOp::RecreateDisks { iallocator } => {
+            ganeti
+                .recreate_instance_disks(instance, iallocator, reason)
+                .await
+        }
+        RepairOp::Reinstall { start } => ganeti.reinstall_instance(instance, *start, reason).await,
+        RepairOp::Failover => ganeti.failover_instance(instance, None, reason).await,
+        RepairOp::Migrate => ganeti.migrate_instance(instance, None, reason).await,
+        RepairOp::ReplaceDisks(mode) => ganeti.replace_disks(instance, mode, reason).await,
+    }
+}
+
+/// Adds `add`, then (after it) removes `remove`; the jobs submitted.
+#[allow(clippy::too_many_arguments)]
+async fn submit_tags(
+    ganeti: &dyn Ganeti,
+    target: &TagTarget,
+    add: Option<&str>,
+    remove: &[String],
+    uuid: Uuid,
+    intent: &str,
+    after: &[JobId],
+    report: &mut RunReport,
+) -> Vec<JobId> {
+    let mut jobs = Vec::new();
+    if let Some(tag) = add {
+        let tags = [tag.to_owned()];
+        let why = reason(uuid, &format!("{intent}-tag"), &format!("tag {target}"))
+            .after(after.iter().copied());
+        match ganeti.add_tags(target, &tags, &why).await {
+            Ok(job) => jobs.push(job),
+            Err(error) => {
+                report
+                    .errors
+                    .push(format!("adding {tag:?} to {target}: {error}"));
+                return jobs;
+            }
+        }
+    }
+    if !remove.is_empty() {
+        let why = reason(uuid, &format!("{intent}-untag"), &format!("untag {target}"))
+            .after(after.iter().chain(&jobs).copied());
+        match ganeti.remove_tags(target, remove, &why).await {
+            Ok(job) => jobs.push(job),
+            Err(error) => report
+                .errors
+                .push(format!("removing {remove:?} from {target}: {error}")),
+        }
+    }
+    jobs
+}
+
+/// Submits what a repair record still lacks: its operations' jobs (each after the one
+/// before), then its pending tag and the removal of the tags it supersedes. `known`: jobs
+/// Ganeti already has for this repair, by intent (after a crash).
+async fn advance(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    record: &mut Record,
+    known: &BTreeMap<String, JobId>,
+    report: &mut RunReport,
+) {
+    let Record::Repair {
+        plan,
+        jobs,
+        tag_job,
+    } = record
+    else {
+        return;
+    };
+    let plan = plan.clone();
+    let mut previous: Option<JobId> = None;
+    for (index, op) in plan.ops.iter().enumerate() {
+        let intent = format!("{}-{index}", plan.kind);
+        let full_intent = format!("{INTENT_PREFIX}-{intent}");
+        let slot = jobs.get(index).copied().flatten();
+        let job = match slot.or_else(|| known.get(&full_intent).copied()) {
+            Some(job) => job,
+            None => {
+                let why = reason(
+                    plan.uuid,
+                    &intent,
+                    &format!("{} of {}: {}", plan.kind, plan.instance, op.describe()),
+                )
+                .after(previous);
+                match submit_op(ganeti, &plan.instance, op, &why).await {
+                    Ok(job) => job,
+                    Err(error) => {
+                        report.errors.push(format!(
+                            "{} of {}: {}: {error}",
+                            plan.kind,
+                            plan.instance,
+                            op.describe()
+                        ));
+                        break;
+                    }
+                }
+            }
+        };
+        if let Some(entry) = jobs.get_mut(index) {
+            *entry = Some(job);
+        }
+        previous = Some(job);
+        let snapshot = Record::Repair {
+            plan: plan.clone(),
+            jobs: jobs.clone(),
+            tag_job: *tag_job,
+        };
+        if let Err(error) = save(store, plan.uuid, &snapshot) {
+            report.errors.push(error);
+        }
+    }
+    let submitted: Option<Vec<JobId>> = jobs.iter().copied().collect();
+    let Some(submitted) = submitted else {
+        if jobs.iter().all(Option::is_none) {
+            // Nothing reached Ganeti: forget the repair, the next round decides again.
+            if let Err(error) = store.forget_instance_repair(&plan.uuid.to_string()) {
+                report.errors.push(error.to_string());
+            }
+        }
+        return;
+    };
+    if tag_job.is_none() {
+        let Some(tag) = plan.pending_tag(&submitted) else {
+            report.errors.push(format!(
+                "{}: pending tag of repair {} too long",
+                plan.instance, plan.uuid
+            ));
+            return;
+        };
+        let target = TagTarget::Instance(plan.instance.clone());
+        tag_lines(&mut report.lines, &target, Some(&tag), &plan.remove);
+        let tag_jobs = submit_tags(
+            ganeti,
+            &target,
+            Some(&tag),
+            &plan.remove,
+            plan.uuid,
+            "pending",
+            &[],
+            report,
+        )
+        .await;
+        *tag_job = tag_jobs.first().copied();
+        if tag_job.is_some() {
+            report
+                .submitted
+                .push((plan.instance.clone(), plan.uuid, submitted));
+        }
+        let snapshot = Record::Repair {
+            plan: plan.clone(),
+            jobs: jobs.clone(),
+            tag_job: *tag_job,
+        };
+        if let Err(error) = save(store, plan.uuid, &snapshot) {
+            report.errors.push(error);
+        }
+    }
+}
+
+/// Completes repairs an earlier run left unfinished: missing jobs (found in Ganeti by their
+/// reason, else submitted), and pending tags whose job failed.
+async fn resume(ganeti: &dyn Ganeti, store: &Store, collected: &Collected, report: &mut RunReport) {
+    let records = match store.instance_repairs() {
+        Ok(records) => records,
+        Err(error) => {
+            report.errors.push(error.to_string());
+            return;
+        }
+    };
+    let mut ours: Option<BTreeMap<Uuid, BTreeMap<String, JobId>>> = None;
+    for (_, instance, text) in records {
+        if !collected.in_flight.contains(&instance) {
+            continue;
+        }
+        let Ok(mut record) = serde_json::from_str::<Record>(&text) else {
+            continue;
+        };
+        let Record::Repair {
+            plan,
+            jobs,
+            tag_job,
+        } = &mut record
+        else {
+            continue;
+        };
+        let uuid = plan.uuid;
+        if let Some(job) = *tag_job {
+            match ganeti.job(job).await {
+                Ok(j) if j.status == JobStatus::Error || j.status == JobStatus::Canceled => {
+                    *tag_job = None;
+                }
+                Err(GanetiError::NotFound(_)) => *tag_job = None,
+                // Running, or done (Ganeti shows the tag next round), or unknown: wait.
+                _ => continue,
+            }
+        }
+        let known = if jobs.iter().any(Option::is_none) {
+            if ours.is_none() {
+                match ganeti.jobs().await {
+                    Ok(list) => {
+                        let mut map: BTreeMap<Uuid, BTreeMap<String, JobId>> = BTreeMap::new();
+                        for job in list {
+                            if let Some(parsed) = job.nodecare_reason() {
+                                map.entry(parsed.incident)
+                                    .or_default()
+                                    .insert(parsed.intent, job.id);
+                            }
+                        }
+                        ours = Some(map);
+                    }
+                    Err(error) => {
+                        report
+                            .errors
+                            .push(format!("listing jobs to resume repairs: {error}"));
+                        continue;
+                    }
+                }
+            }
+            ours.as_ref()
+                .and_then(|m| m.get(&uuid))
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            BTreeMap::new()
+        };
+        advance(ganeti, store, &mut record, &known, report).await;
+    }
+}
+
+/// Whether a tag belongs to the auto-repair system (for status pages).
+pub fn is_autorepair_tag(tag: &str) -> bool {
+    tag.starts_with(TAG_PREFIX)
+}
