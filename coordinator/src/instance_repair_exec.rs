@@ -21,10 +21,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ganeti::{Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Reason, TagTarget};
-use crate::gate::{Decision, Holder};
+use crate::ganeti::{
+    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Reason, TagTarget,
+};
+use crate::gate::{Decision, DomainSource, Holder, InForce, NodeFacts, Policy, View};
 use crate::instance_repair::{
-    Assessment, JobState, RepairData, RepairOp, RepairPlan, TAG_PREFIX, TagChange,
+    Assessment, Inputs, JobState, RepairData, RepairOp, RepairPlan, RepairResult, TAG_PREFIX,
+    TagChange,
 };
 use crate::store::Store;
 
@@ -227,101 +230,168 @@ pub async fn run_instance_repairs(
     if !dry_run {
         resume(ganeti, store, collected, &mut report).await;
     }
+    // harep's order: finished repairs first, then per instance its repair or enoperm result,
+    // then (nodecare only) expired suspends.
+    let mut actions: Vec<(u8, &str, Action<'_>)> = Vec::new();
     for change in &assessment.tag_changes {
-        if collected.targets_in_flight.contains(&change.target) {
-            continue;
-        }
-        report.lines.extend(change.message.clone());
-        tag_lines(
-            &mut report.lines,
-            &change.target,
-            change.add.as_deref(),
-            &change.remove,
-        );
-        if dry_run {
-            continue;
-        }
-        let record = Record::Tags {
-            change: change.clone(),
-            jobs: Vec::new(),
+        let phase = match (&change.target, change.add.is_some()) {
+            (_, true)
+                if change.add.as_deref().is_some_and(|t| {
+                    RepairData::parse_tag(t)
+                        .is_some_and(|d| d.result == Some(RepairResult::Enoperm))
+                }) =>
+            {
+                1
+            }
+            (TagTarget::Instance(_), true) => 0,
+            _ => 2,
         };
-        let id = Uuid::new_v4();
-        if let Err(error) = save(store, id, &record) {
-            report.errors.push(error);
-            continue;
-        }
-        let data = change.add.as_deref().and_then(RepairData::parse_tag);
-        let uuid = data
-            .as_ref()
-            .and_then(|d| Uuid::parse_str(&d.uuid).ok())
-            .unwrap_or(id);
-        let intent = match data.and_then(|d| d.result) {
-            Some(result) => result.as_str(),
-            None => "suspend",
+        let name = match &change.target {
+            TagTarget::Instance(name) => name.as_str(),
+            _ => "",
         };
-        let jobs = submit_tags(
-            ganeti,
-            &change.target,
-            change.add.as_deref(),
-            &change.remove,
-            uuid,
-            intent,
-            &[],
-            &mut report,
-        )
-        .await;
-        let record = Record::Tags {
-            change: change.clone(),
-            jobs,
-        };
-        if let Err(error) = save(store, id, &record) {
-            report.errors.push(error);
-        }
+        actions.push((phase, name, Action::Tags(change)));
     }
     for repair in &assessment.repairs {
-        let plan = &repair.plan;
-        let holder = Holder::InstanceRepair { id: plan.uuid };
-        match decision.of(&holder).map(|j| &j.outcome) {
-            Some(Ok(_)) => {}
-            Some(Err(blocked)) => {
-                report
-                    .blocked
-                    .push((plan.instance.clone(), blocked.to_string()));
-                continue;
+        actions.push((1, repair.plan.instance.as_str(), Action::Repair(repair)));
+    }
+    actions.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    for (_, _, action) in actions {
+        match action {
+            Action::Tags(change) => {
+                run_tag_change(ganeti, store, change, collected, dry_run, &mut report).await;
             }
-            None => {
-                report
-                    .blocked
-                    .push((plan.instance.clone(), "not judged by the gate".into()));
-                continue;
+            Action::Repair(repair) => {
+                run_repair(ganeti, store, repair, decision, dry_run, &mut report).await;
             }
         }
-        report.lines.push(plan.message.clone());
-        if dry_run {
-            report.lines.push(format!(
-                "jobs: [{}]",
-                crate::instance_repair::harep_job(&plan.instance, &plan.ops, 0)
-            ));
-            tag_lines(
-                &mut report.lines,
-                &TagTarget::Instance(plan.instance.clone()),
-                plan.pending_tag(&[]).as_deref(),
-                &plan.remove,
-            );
-            continue;
-        }
-        let mut record = Record::Repair {
-            plan: plan.clone(),
-            jobs: vec![None; plan.ops.len()],
-            tag_job: None,
-        };
-        if let Err(error) = save(store, plan.uuid, &record) {
-            report.errors.push(error);
-            continue;
-        }
-        advance(ganeti, store, &mut record, &BTreeMap::new(), &mut report).await;
     }
     report
+}
+
+enum Action<'a> {
+    Tags(&'a TagChange),
+    Repair(&'a crate::instance_repair::PlannedRepair),
+}
+
+async fn run_tag_change(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    change: &TagChange,
+    collected: &Collected,
+    dry_run: bool,
+    report: &mut RunReport,
+) {
+    if collected.targets_in_flight.contains(&change.target) {
+        return;
+    }
+    report.lines.extend(change.message.clone());
+    tag_lines(
+        &mut report.lines,
+        &change.target,
+        change.add.as_deref(),
+        &change.remove,
+    );
+    if dry_run {
+        return;
+    }
+    let record = Record::Tags {
+        change: change.clone(),
+        jobs: Vec::new(),
+    };
+    let id = Uuid::new_v4();
+    if let Err(error) = save(store, id, &record) {
+        report.errors.push(error);
+        return;
+    }
+    let data = change.add.as_deref().and_then(RepairData::parse_tag);
+    let uuid = data
+        .as_ref()
+        .and_then(|d| Uuid::parse_str(&d.uuid).ok())
+        .unwrap_or(id);
+    let intent = match data.and_then(|d| d.result) {
+        Some(result) => result.as_str(),
+        None => "suspend",
+    };
+    let jobs = submit_tags(
+        ganeti,
+        &change.target,
+        change.add.as_deref(),
+        &change.remove,
+        uuid,
+        intent,
+        &[],
+        report,
+    )
+    .await;
+    let record = Record::Tags {
+        change: change.clone(),
+        jobs,
+    };
+    if let Err(error) = save(store, id, &record) {
+        report.errors.push(error);
+    }
+}
+
+async fn run_repair(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    repair: &crate::instance_repair::PlannedRepair,
+    decision: &Decision,
+    dry_run: bool,
+    report: &mut RunReport,
+) {
+    let plan = &repair.plan;
+    let holder = Holder::InstanceRepair { id: plan.uuid };
+    match decision.of(&holder).map(|j| &j.outcome) {
+        Some(Ok(_)) => {}
+        Some(Err(blocked)) => {
+            report.lines.push(format!(
+                "Not repairing {} now: {} repair held by the gate: {blocked}",
+                plan.instance,
+                plan.kind.harep_name()
+            ));
+            report
+                .blocked
+                .push((plan.instance.clone(), blocked.to_string()));
+            return;
+        }
+        None => {
+            report
+                .blocked
+                .push((plan.instance.clone(), "not judged by the gate".into()));
+            return;
+        }
+    }
+    report.lines.push(plan.message.clone());
+    if dry_run {
+        // The jobs nodecare submits: one per operation, each after the one before.
+        let jobs: Vec<String> = plan
+            .ops
+            .iter()
+            .map(|op| {
+                crate::instance_repair::harep_job(&plan.instance, std::slice::from_ref(op), 0)
+            })
+            .collect();
+        report.lines.push(format!("jobs: [{}]", jobs.join(",")));
+        tag_lines(
+            &mut report.lines,
+            &TagTarget::Instance(plan.instance.clone()),
+            plan.pending_tag(&[]).as_deref(),
+            &plan.remove,
+        );
+        return;
+    }
+    let mut record = Record::Repair {
+        plan: plan.clone(),
+        jobs: vec![None; plan.ops.len()],
+        tag_job: None,
+    };
+    if let Err(error) = save(store, plan.uuid, &record) {
+        report.errors.push(error);
+        return;
+    }
+    advance(ganeti, store, &mut record, &BTreeMap::new(), report).await;
 }
 
 fn save(store: &Store, id: Uuid, record: &Record) -> Result<(), String> {
@@ -570,6 +640,115 @@ async fn resume(ganeti: &dyn Ganeti, store: &Store, collected: &Collected, repor
         };
         advance(ganeti, store, &mut record, &known, report).await;
     }
+}
+
+/// The gate's view of `nodes` for a one-shot run: failure domains by node group, no storage
+/// reports (the one-shot reads none).
+pub fn view_of(nodes: &[Node], now_ms: u64) -> View {
+    View {
+        nodes: nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    NodeFacts {
+                        name: n.name.clone(),
+                        group: n.group.clone(),
+                        domain: DomainSource::NodeGroup.domain_of(&n.group, &n.tags),
+                        vm_capable: n.vm_capable,
+                        drained: n.drained,
+                        offline: n.offline,
+                        memory_free: n.memory_free,
+                        primary_memory: None,
+                    },
+                )
+            })
+            .collect(),
+        storage: Vec::new(),
+        now_ms,
+    }
+}
+
+/// What one harep-style run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OneShot {
+    /// What the duty found.
+    pub assessment: Assessment,
+    /// What the executor did.
+    pub report: RunReport,
+}
+
+impl OneShot {
+    /// harep's `Instance status count` after the run: a repair the gate held counts as
+    /// `Healthy` (nothing was written), as harep counts a repair it may not do.
+    pub fn status_counts(&self) -> BTreeMap<String, usize> {
+        let held: BTreeSet<&str> = self
+            .report
+            .blocked
+            .iter()
+            .map(|(i, _)| i.as_str())
+            .collect();
+        let mut counts = BTreeMap::new();
+        for report in &self.assessment.instances {
+            let state = if held.contains(report.instance.as_str()) {
+                "Healthy"
+            } else {
+                report.state.as_str()
+            };
+            *counts.entry(state.to_owned()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// harep's output: progress lines, then the status count table.
+    pub fn harep_output(&self) -> String {
+        let mut out = String::new();
+        for line in &self.report.lines {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str("---------------------\nInstance status count\n---------------------\n");
+        for (state, count) in self.status_counts() {
+            out.push_str(&format!("{state}: {count}\n"));
+        }
+        out
+    }
+}
+
+/// One run of the duty, the gate and the executor, as `harep` runs from cron: reads the
+/// cluster, decides, judges the repairs against `policy` (nothing else in force but what
+/// Ganeti shows drained or offline), and runs (or, with `dry_run`, prints) what is admitted.
+/// DRBD degradation is not checked (it needs the agents' reports, which the daemon reads).
+pub async fn run_once(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    policy: &Policy,
+    dry_run: bool,
+    now_ms: u64,
+) -> Result<OneShot, GanetiError> {
+    let nodes = ganeti.nodes().await?;
+    let instances = ganeti.instances().await?;
+    let collected = collect(ganeti, store, &instances).await?;
+    let degraded = BTreeMap::new();
+    let now = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
+    let inputs = Inputs {
+        now,
+        cluster_tags: &collected.cluster_tags,
+        groups: &collected.groups,
+        nodes: &nodes,
+        instances: &instances,
+        jobs: &collected.jobs,
+        degraded: &degraded,
+        in_flight: &collected.in_flight,
+    };
+    let assessment = crate::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+    let view = view_of(&nodes, now_ms);
+    let in_force = InForce::new(&view, Vec::new());
+    let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
+    let mut report =
+        run_instance_repairs(ganeti, store, &assessment, &decision, &collected, dry_run).await;
+    report.errors.splice(0..0, collected.errors);
+    Ok(OneShot { assessment, report })
 }
 
 /// Whether a tag belongs to the auto-repair system (for status pages).

@@ -424,3 +424,50 @@ async fn expired_suspends_are_removed_from_instance_group_and_cluster() {
         assert_eq!(c.group_tags, vec![format!("{PREFIX}suspend:5000")]);
     });
 }
+
+#[tokio::test]
+async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
+    let sim = sim("inst1:drbd:2,inst2:plain:2,inst3:drbd:3");
+    tag(&sim, "inst1.sim.test", &["failover"]);
+    sim.with_cluster(|c| {
+        c.cluster_tags.push(format!("{PREFIX}fix-storage"));
+        c.nodes.get_mut("node2.sim.test").unwrap().offline = true;
+    });
+    let (_dir, store) = open_store();
+    let client = sim.client();
+    let one = instance_repair_exec::run_once(&client, &store, &Policy::default(), true, 1_000_000)
+        .await
+        .unwrap();
+    let out = one.harep_output();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "Executing ArFailover repair on inst1.sim.test",
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with(
+            r#"jobs: [[{"OP_ID":"OP_INSTANCE_FAILOVER","instance_name":"inst1.sim.test""#
+        ),
+        "{out}"
+    );
+    assert_eq!(lines[2], ">>> Adding the following tag to inst1.sim.test:");
+    assert!(lines[3].starts_with("\"ganeti:watcher:autorepair:pending:failover:"));
+    assert!(lines[3].ends_with(":1000:\""), "{out}");
+    assert_eq!(
+        lines[4],
+        "Not performing a repair of type ArReinstall on inst2.sim.test because only repairs up to ArFixStorage are allowed"
+    );
+    assert_eq!(
+        lines[lines.len() - 6..],
+        [
+            "---------------------",
+            "Instance status count",
+            "---------------------",
+            "Healthy: 1",
+            "Needs repair: 1",
+            "Pending repair: 1",
+        ]
+    );
+    assert!(sim.submissions().is_empty());
+    assert!(store.instance_repairs().unwrap().is_empty());
+}
