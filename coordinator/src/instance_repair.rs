@@ -31,7 +31,9 @@
 //! of the mirror and never touches the running instance), `migrate` and `failover` disrupt the
 //! instance's primary (the node it leaves, usually already drained or offline), `reinstall`
 //! disrupts the primary and, for DRBD, the secondary. Moves count the instance's memory for
-//! the gate's N+1 check.
+//! the gate's N+1 check. Repairs that disrupt the same nodes share one holder (the first
+//! one's uuid) and are judged as one proposal, as harep repairs every instance of an offline
+//! node in one run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -885,9 +887,27 @@ pub struct Assessment {
 }
 
 impl Assessment {
-    /// The proposals for the gate.
+    /// The proposals for the gate: one per holder (repairs that disrupt the same nodes share
+    /// one, see [`assess`]), their memory added up, the most invasive first.
     pub fn proposals(&self) -> Vec<Proposal> {
-        self.repairs.iter().map(|r| r.proposal.clone()).collect()
+        let mut merged: Vec<Proposal> = Vec::new();
+        for repair in &self.repairs {
+            let p = &repair.proposal;
+            match merged.iter_mut().find(|m| m.holder == p.holder) {
+                None => merged.push(p.clone()),
+                Some(m) => {
+                    m.subject = format!("{}, {}", m.subject, p.subject);
+                    m.invasiveness = m.invasiveness.max(p.invasiveness);
+                    m.since_ms = m.since_ms.min(p.since_ms);
+                    m.moves_memory = m
+                        .moves_memory
+                        .zip(p.moves_memory)
+                        .map(|(a, b)| a.saturating_add(b));
+                    m.reason = format!("{}; {}", m.reason, p.reason);
+                }
+            }
+        }
+        merged
     }
 
     /// harep's `Instance status count` (state name → instances).
@@ -1139,6 +1159,18 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
         report.state = state.name().to_owned();
         report.note = notes.join("; ");
         out.instances.push(report);
+    }
+    // Repairs that disrupt the same nodes (instances leaving one offline node) are judged
+    // together: one holder, so the gate does not take them for rivals over the node.
+    let mut holders: BTreeMap<BTreeSet<String>, Holder> = BTreeMap::new();
+    for repair in &mut out.repairs {
+        if repair.proposal.disrupts.is_empty() {
+            continue;
+        }
+        let holder = holders
+            .entry(repair.proposal.disrupts.clone())
+            .or_insert_with(|| repair.proposal.holder.clone());
+        repair.proposal.holder = holder.clone();
     }
     out.tag_changes = pending_changes;
     out.tag_changes.extend(repair_changes);

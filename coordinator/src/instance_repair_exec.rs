@@ -24,7 +24,7 @@ use uuid::Uuid;
 use crate::ganeti::{
     Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Reason, TagTarget,
 };
-use crate::gate::{Decision, DomainSource, Holder, InForce, NodeFacts, Policy, View};
+use crate::gate::{Decision, DomainSource, InForce, NodeFacts, Policy, View};
 use crate::instance_repair::{
     Assessment, Inputs, JobState, RepairData, RepairOp, RepairPlan, RepairResult, TAG_PREFIX,
     TagChange,
@@ -342,8 +342,7 @@ async fn run_repair(
     report: &mut RunReport,
 ) {
     let plan = &repair.plan;
-    let holder = Holder::InstanceRepair { id: plan.uuid };
-    match decision.of(&holder).map(|j| &j.outcome) {
+    match decision.of(&repair.proposal.holder).map(|j| &j.outcome) {
         Some(Ok(_)) => {}
         Some(Err(blocked)) => {
             report.lines.push(format!(

@@ -132,40 +132,29 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
         ..Policy::default()
     };
 
-    // Both repairs disrupt node2: the gate admits one per round, the most invasive first.
+    // Both repairs leave node2: one proposal, admitted at once, as harep repairs both.
     let first = round(&sim, &store, 1000, &policy).await;
     assert_eq!(first.assessment.repairs.len(), 2, "{:?}", first.assessment);
-    assert_eq!(first.report.submitted.len(), 1, "{:?}", first.report);
-    assert_eq!(first.report.submitted[0].0, "inst2.sim.test");
-    assert_eq!(first.report.blocked.len(), 1, "{:?}", first.report);
-    assert!(first.report.blocked[0].1.contains("taken this round"));
+    assert_eq!(first.assessment.proposals().len(), 1);
+    assert_eq!(first.assessment.proposals()[0].moves_memory, Some(256));
+    assert_eq!(first.report.submitted.len(), 2, "{:?}", first.report);
     let counts = first.assessment.status_counts();
     assert_eq!(counts.get("Pending repair"), Some(&2));
     assert_eq!(counts.get("Healthy"), Some(&2));
-
-    // Until its pending tag shows, inst2 is in flight and left alone; inst1 goes now.
-    let second = round(&sim, &store, 1000, &policy).await;
-    assert_eq!(
-        second.assessment.repairs.len(),
-        1,
-        "{:?}",
-        second.assessment
-    );
-    assert_eq!(second.report.submitted.len(), 1, "{:?}", second.report);
     assert!(
-        second
+        first
             .report
             .lines
             .contains(&"Executing ArFailover repair on inst1.sim.test".to_owned())
     );
-    let first = Round {
-        report: RunReport {
-            submitted: [first.report.submitted, second.report.submitted].concat(),
-            ..RunReport::default()
-        },
-        ..first
-    };
 
+    // Until their pending tags show, both are in flight: a second round does nothing.
+    let second = round(&sim, &store, 1001, &policy).await;
+    assert!(
+        second.assessment.repairs.is_empty(),
+        "{:?}",
+        second.assessment
+    );
     assert!(sim.settle(Duration::from_secs(10)).await);
     let (_, uuid1, jobs1) = first
         .report
@@ -206,9 +195,9 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
     assert_eq!(
         ops,
         vec![
+            ("OP_INSTANCE_FAILOVER", "inst1.sim.test"),
             ("OP_INSTANCE_RECREATE_DISKS", "inst2.sim.test"),
             ("OP_INSTANCE_REINSTALL", "inst2.sim.test"),
-            ("OP_INSTANCE_FAILOVER", "inst1.sim.test"),
         ]
     );
     // Every job carries the reason trail with the repair uuid.
@@ -336,8 +325,7 @@ async fn drained_primary_is_migrated_and_a_failed_job_ends_in_failure() {
     let again = round(&sim, &store, 1250, &policy).await;
     assert!(again.assessment.tag_changes.is_empty(), "{again:?}");
 
-    // Failover permitted; the first failover job fails. One repair per disrupted node and
-    // round (the gate), so the two go in turn.
+    // Failover permitted; the first failover job fails.
     sim.with_cluster(|c| c.cluster_tags = vec![format!("{PREFIX}failover")]);
     sim.fail_jobs(JobFailureRule {
         op_id: Some("OP_INSTANCE_FAILOVER".into()),
