@@ -24,7 +24,7 @@ use nodecare_protocol::HmacKey;
 use nodecare_protocol::sign::DEFAULT_HMAC_KEY_PATH;
 
 /// nodecare's master-side daemon: reads signed self-diagnose reports from every node's agent
-/// and repairs nodes through Ganeti (live repair, evacuation), within a safety budget.
+/// and repairs nodes through Ganeti (live repair, evacuation), within the gate (failure domains, caps, storage health, storm breaker).
 ///
 /// Every setting comes from the configuration file; a flag given on the command line overrides
 /// it. The defaults shown are those of an absent file.

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::plan::Budget;
+use crate::breaker::BreakerPolicy;
+use crate::gate::{Caps, DomainSource};
 use crate::scrape::{AgentUrls, DEFAULT_AGENT_URL_TEMPLATE};
 
 /// Default configuration file.
@@ -85,6 +86,17 @@ pub struct Config {
     pub max_disrupted_nodes: usize,
     /// Fewest healthy nodes an evacuation may leave.
     pub min_healthy_nodes: usize,
+    /// Most nodes disrupted at once, in percent of the vm-capable nodes (none: no such cap).
+    pub max_disrupted_percent: Option<f64>,
+    /// Failure domains: `group` (one per node group) or a node-tag prefix such as `rack:`.
+    pub failure_domains: String,
+    /// Caps per node group (by name or uuid), besides the cluster-wide ones.
+    pub group_caps: BTreeMap<String, Caps>,
+    /// Seconds after a planned disruption starts (an admission grant, a maintenance reboot)
+    /// during which its domain's nodes opening incidents are not acted on.
+    pub grace: f64,
+    /// The storm breaker.
+    pub breaker: BreakerPolicy,
     /// Submit an evacuation as one Ganeti job chain per round (drain, moves, tag depending on
     /// each other); `false` submits one step per round, each after the previous step's jobs.
     pub job_chains: bool,
@@ -184,6 +196,11 @@ impl Default for Config {
             repair_request_ttl: 300.0,
             max_disrupted_nodes: DEFAULT_MAX_DISRUPTED_NODES,
             min_healthy_nodes: DEFAULT_MIN_HEALTHY_NODES,
+            max_disrupted_percent: None,
+            failure_domains: "group".to_owned(),
+            group_caps: BTreeMap::new(),
+            grace: 600.0,
+            breaker: BreakerPolicy::default(),
             job_chains: true,
             agents: AgentsConfig::default(),
             rapi: RapiSection::default(),
@@ -288,6 +305,42 @@ impl Config {
                 "max_disrupted_nodes must be at least 1 (0 would forbid every evacuation)".into(),
             ));
         }
+        if let Some(percent) = self.max_disrupted_percent
+            && !(percent > 0.0 && percent <= 100.0)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "max_disrupted_percent must be above 0 and at most 100, got {percent}"
+            )));
+        }
+        for (group, caps) in &self.group_caps {
+            if caps.max_disrupted_nodes == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "group_caps.{group}.max_disrupted_nodes must be at least 1"
+                )));
+            }
+        }
+        DomainSource::parse(&self.failure_domains).map_err(ConfigError::Invalid)?;
+        seconds("grace", self.grace, 0.0)?;
+        seconds("breaker.window_secs", self.breaker.window_secs, 1.0)?;
+        if let Some(secs) = self.breaker.auto_close_secs {
+            seconds("breaker.auto_close_secs", secs, 0.0)?;
+        }
+        for (name, value) in [
+            (
+                "breaker.max_incident_percent",
+                self.breaker.max_incident_percent,
+            ),
+            (
+                "breaker.max_unreachable_percent",
+                self.breaker.max_unreachable_percent,
+            ),
+        ] {
+            if !(0.0..=100.0).contains(&value) {
+                return Err(ConfigError::Invalid(format!(
+                    "{name} must be between 0 and 100, got {value}"
+                )));
+            }
+        }
         if !self.agents.url_template.starts_with("http://")
             && !self.agents.url_template.starts_with("https://")
         {
@@ -330,12 +383,18 @@ impl Config {
         seconds("round_interval", self.round_interval, 0.01)
     }
 
-    /// Safety budget.
-    pub const fn budget(&self) -> Budget {
-        Budget {
+    /// The cluster-wide caps.
+    pub const fn caps(&self) -> Caps {
+        Caps {
             max_disrupted_nodes: self.max_disrupted_nodes,
+            max_disrupted_percent: self.max_disrupted_percent,
             min_healthy_nodes: self.min_healthy_nodes,
         }
+    }
+
+    /// Where failure domains come from (checked by [`Config::validate`]; `group` otherwise).
+    pub fn domain_source(&self) -> DomainSource {
+        DomainSource::parse(&self.failure_domains).unwrap_or_default()
     }
 
     /// Agent URLs.
@@ -445,7 +504,7 @@ mod tests {
         )
         .unwrap();
         config.validate().unwrap();
-        assert_eq!(config.budget().max_disrupted_nodes, 2);
+        assert_eq!(config.caps().max_disrupted_nodes, 2);
         assert_eq!(config.agent_urls().overrides.len(), 1);
         assert!(Config::load(Path::new("/nonexistent/coordinator.toml"), true).is_err());
         assert_eq!(

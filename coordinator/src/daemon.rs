@@ -98,11 +98,18 @@ impl Coordinator {
             Config::duration(config.repair_request_ttl),
         );
         let board = Arc::new(Board::default());
+        let watches = watches.map(|watches| watches.with_board(&board));
         let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
         let settings = ReconcileSettings {
             node_name: node_name.clone(),
             agent_urls: config.agent_urls(),
-            budget: config.budget(),
+            gate: crate::reconcile::GateSettings {
+                domains: config.domain_source(),
+                cluster: config.caps(),
+                groups: config.group_caps.clone(),
+                breaker: config.breaker,
+                grace: crate::config::Config::duration(config.grace),
+            },
             job_chains: config.job_chains,
             job_timeout: Config::duration(config.job_timeout),
             repair_timeout: Config::duration(config.repair_timeout),

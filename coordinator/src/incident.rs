@@ -150,7 +150,7 @@ pub struct Incident {
     /// When the acknowledgement was seen, Unix seconds.
     #[serde(default)]
     pub acknowledged_at: Option<f64>,
-    /// Why no action is taken right now (safety budget, node busy), if so.
+    /// Why no action is taken right now (what the gate says blocks it, node busy), if so.
     pub blocked_by: Option<String>,
     /// Why the incident failed, if it did.
     pub failure: Option<String>,

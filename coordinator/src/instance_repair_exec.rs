@@ -1,4 +1,4 @@
-//! Instance auto-repair, the executor: reads what the duty ([`crate::instance_repair`]) needs
+//! Instance auto-repair, the executor: reads what the duty ([`crate::duty::instance_repair`]) needs
 //! from Ganeti, and runs what it decided: tag changes at once, repairs once the gate admits
 //! them.
 //!
@@ -21,14 +21,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::duty::instance_repair::{
+    Assessment, Inputs, JobState, RepairData, RepairOp, RepairPlan, RepairResult, TAG_PREFIX,
+    TagChange,
+};
 use crate::ganeti::{
     Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Reason, TagTarget,
 };
 use crate::gate::{Decision, DomainSource, InForce, NodeFacts, Policy, View};
-use crate::instance_repair::{
-    Assessment, Inputs, JobState, RepairData, RepairOp, RepairPlan, RepairResult, TAG_PREFIX,
-    TagChange,
-};
 use crate::store::Store;
 
 /// Intent prefix of every instance-repair job.
@@ -271,7 +271,7 @@ pub async fn run_instance_repairs(
 
 enum Action<'a> {
     Tags(&'a TagChange),
-    Repair(&'a crate::instance_repair::PlannedRepair),
+    Repair(&'a crate::duty::instance_repair::PlannedRepair),
 }
 
 async fn run_tag_change(
@@ -336,7 +336,7 @@ async fn run_tag_change(
 async fn run_repair(
     ganeti: &dyn Ganeti,
     store: &Store,
-    repair: &crate::instance_repair::PlannedRepair,
+    repair: &crate::duty::instance_repair::PlannedRepair,
     decision: &Decision,
     dry_run: bool,
     report: &mut RunReport,
@@ -369,7 +369,7 @@ async fn run_repair(
             .ops
             .iter()
             .map(|op| {
-                crate::instance_repair::harep_job(&plan.instance, std::slice::from_ref(op), 0)
+                crate::duty::instance_repair::harep_job(&plan.instance, std::slice::from_ref(op), 0)
             })
             .collect();
         report.lines.push(format!("jobs: [{}]", jobs.join(",")));
@@ -740,7 +740,7 @@ pub async fn run_once(
         degraded: &degraded,
         in_flight: &collected.in_flight,
     };
-    let assessment = crate::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+    let assessment = crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
     let view = view_of(&nodes, now_ms);
     let in_force = InForce::new(&view, Vec::new());
     let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());

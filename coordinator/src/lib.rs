@@ -4,7 +4,9 @@
 //! - [`ganeti`]: the Ganeti operations needed, as a trait, and the RAPI client that implements
 //!   it (the `nodecare-ganeti` crate).
 //! - [`incident`]: incidents and their lifecycle (pure state machine).
-//! - [`plan`]: evacuation planning and the safety budget (pure).
+//! - [`plan`]: evacuation planning (pure).
+//! - [`gate`]: which proposed disruptions start this round: failure domains, caps, storage
+//!   health, the storm breaker ([`breaker`]), overrides (pure); [`duty`]: the duties that propose.
 //! - [`scrape`]: reading and verifying the agents' signed reports.
 //! - [`repair`]: signed live-repair requests to agents.
 //! - [`store`]: durable state (SQLite).
@@ -16,13 +18,14 @@
 pub mod api;
 pub mod auth;
 pub mod board;
+pub mod breaker;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod duty;
 pub mod gate;
 pub mod http;
 pub mod incident;
-pub mod instance_repair;
 pub mod instance_repair_exec;
 pub mod metrics;
 pub mod notify;

@@ -6,10 +6,9 @@
 //! its incident owns exclusively (it is drained). Memory on target nodes is reserved as moves
 //! are planned, so one round never overcommits a node.
 //!
-//! The safety budget is checked before every step that disrupts: the drain and each round of
-//! moves. At most `max_disrupted_nodes` nodes drained or evacuating at once, whoever drained
-//! them (an operator's drain counts like nodecare's), and never fewer than `min_healthy_nodes`
-//! healthy nodes left.
+//! Whether a node may be disrupted at all is the gate's decision (`crate::gate`): the planner
+//! runs only for evacuations the gate admitted, and never moves an instance onto a node the
+//! gate counts as disrupted.
 //!
 //! Targets follow maintd's `freeNodes` rule: a node with an active incident (noted or pending)
 //! never receives instances. Capacity is checked, and unknown capacity never fits: free memory
@@ -90,31 +89,11 @@ pub struct PlannedMove {
     pub description: String,
 }
 
-/// Safety limits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Budget {
-    /// Most nodes drained or evacuating at once, cluster-wide.
-    pub max_disrupted_nodes: usize,
-    /// Fewest healthy nodes (online, undrained, vm-capable) an evacuation may leave.
-    pub min_healthy_nodes: usize,
-}
-
-impl Default for Budget {
-    fn default() -> Self {
-        Self {
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 2,
-        }
-    }
-}
-
 /// What one evacuating incident does this round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EvacuationStep {
     /// Drain the node (first step).
     Drain,
-    /// Not allowed to start now; the reason is shown as `blocked_by`.
-    Blocked(String),
     /// Submit these moves (never empty).
     Moves(Vec<PlannedMove>),
     /// Work remains but nothing can be submitted now (targets busy).
@@ -154,26 +133,24 @@ pub struct Round<'a> {
     extra_secondaries: BTreeMap<String, usize>,
     disrupted: BTreeSet<String>,
     with_incidents: BTreeSet<String>,
-    budget: Budget,
 }
 
 impl<'a> Round<'a> {
-    /// Starts a round. `in_flight` are the locks of jobs still running; `evacuating` are nodes
-    /// whose evacuation has started (they count as disrupted even before Ganeti shows the
-    /// drain).
+    /// Starts a round. `in_flight` are the locks of jobs still running; `disrupted` are the
+    /// nodes the gate counts as disrupted after its decision (never move targets; drained
+    /// nodes are added).
     pub fn new(
         nodes: &'a [Node],
         instances: &'a [Instance],
         in_flight: impl IntoIterator<Item = Lock>,
-        evacuating: impl IntoIterator<Item = String>,
-        budget: Budget,
+        disrupted: impl IntoIterator<Item = String>,
     ) -> Self {
-        let mut disrupted: BTreeSet<String> = nodes
+        let mut all_disrupted: BTreeSet<String> = nodes
             .iter()
-            .filter(|node| node.drained)
+            .filter(|node| node.drained || node.offline)
             .map(|node| node.name.clone())
             .collect();
-        disrupted.extend(evacuating);
+        all_disrupted.extend(disrupted);
         let mut sorted: Vec<&Instance> = instances.iter().collect();
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         Self {
@@ -186,9 +163,8 @@ impl<'a> Round<'a> {
             reserved_memory: BTreeMap::new(),
             reserved_disk: BTreeMap::new(),
             extra_secondaries: BTreeMap::new(),
-            disrupted,
+            disrupted: all_disrupted,
             with_incidents: BTreeSet::new(),
-            budget,
         }
     }
 
@@ -245,30 +221,21 @@ impl<'a> Round<'a> {
 
     /// Plans the next step of evacuating `node` (`failover` for evacuate-failover).
     ///
-    /// A node not yet drained gets [`EvacuationStep::Drain`] if the budget allows. Every later
-    /// step that moves instances is checked against the budget again, whoever drained the node:
-    /// a node drained by hand whose agent says `evacuate` waits like any other while the budget
-    /// is used. An empty node gets [`EvacuationStep::Done`] (its tag disrupts nothing). Planned
+    /// Called only for an evacuation the gate admitted. A node not yet drained gets
+    /// [`EvacuationStep::Drain`]. An empty node gets [`EvacuationStep::Done`] (its tag disrupts nothing). Planned
     /// moves take their locks, memory and disk immediately.
     pub fn plan_evacuation(&mut self, node: &str, failover: bool) -> EvacuationStep {
         let (this, primaries, secondaries) = match self.evacuation_subject(node) {
             Ok(subject) => subject,
             Err(step) => return step,
         };
+        self.disrupted.insert(node.to_owned());
         if !this.drained {
-            if let Some(reason) = self.budget_refusal(this) {
-                return EvacuationStep::Blocked(reason);
-            }
-            self.disrupted.insert(node.to_owned());
             return EvacuationStep::Drain;
         }
         if primaries.is_empty() && secondaries.is_empty() {
             return EvacuationStep::Done;
         }
-        if let Some(reason) = self.budget_refusal(this) {
-            return EvacuationStep::Blocked(reason);
-        }
-        self.disrupted.insert(node.to_owned());
         match self.plan_wave(node, &primaries, &secondaries, failover, &BTreeSet::new()) {
             Err(reason) => EvacuationStep::Fail(reason),
             Ok((moves, waiting)) if moves.is_empty() => {
@@ -282,7 +249,7 @@ impl<'a> Round<'a> {
     /// drain (when the node is not drained yet), then waves of moves, each wave depending on
     /// the one before (a target node or instance busy in one wave is free again in the next),
     /// then the repairready tag when every instance is planned and nothing is left for a later
-    /// round. Reservations and budget checks are those of [`Self::plan_evacuation`]; the locks
+    /// round. Reservations are those of [`Self::plan_evacuation`]; the locks
     /// of every planned move stay taken for the rest of the round.
     ///
     /// Answers [`EvacuationStep::Chain`] when at least one job is planned, otherwise what
@@ -294,9 +261,6 @@ impl<'a> Round<'a> {
         };
         if this.drained && primaries.is_empty() && secondaries.is_empty() {
             return EvacuationStep::Done;
-        }
-        if let Some(reason) = self.budget_refusal(this) {
-            return EvacuationStep::Blocked(reason);
         }
         self.disrupted.insert(node.to_owned());
         let drain = !this.drained;
@@ -389,34 +353,6 @@ impl<'a> Round<'a> {
             }
         }
         Ok((moves, waiting))
-    }
-
-    /// Why the budget refuses to disrupt `node` (drain it or move its instances), if it does.
-    /// Every other drained or evacuating node counts, whoever drained it.
-    fn budget_refusal(&self, node: &Node) -> Option<String> {
-        let others: Vec<&str> = self
-            .disrupted
-            .iter()
-            .filter(|name| name.as_str() != node.name)
-            .map(String::as_str)
-            .collect();
-        if others.len() >= self.budget.max_disrupted_nodes {
-            return Some(format!(
-                "safety budget: {} other node(s) already drained or evacuating ({}), max_disrupted_nodes = {}",
-                others.len(),
-                others.join(", "),
-                self.budget.max_disrupted_nodes
-            ));
-        }
-        let healthy = self.nodes.values().filter(|n| n.is_healthy()).count();
-        let after = healthy - usize::from(node.is_healthy());
-        if after < self.budget.min_healthy_nodes {
-            return Some(format!(
-                "safety budget: evacuating {} would leave {after} healthy node(s), min_healthy_nodes = {}",
-                node.name, self.budget.min_healthy_nodes
-            ));
-        }
-        None
     }
 
     /// Whether `instance`'s memory fits on `node`; with `reserved`, after this round's moves.
@@ -843,6 +779,54 @@ pub(crate) mod tests_support {
             disk_free: Some(100_000),
         }
     }
+
+    /// A running diskless instance on `primary` with `memory` MiB.
+    pub(crate) fn instance(name: &str, primary: &str, memory: u64) -> crate::ganeti::Instance {
+        crate::ganeti::Instance {
+            name: name.into(),
+            uuid: format!("uuid-{name}"),
+            disk_template: crate::ganeti::DiskTemplate::Diskless,
+            primary_node: primary.into(),
+            secondary_nodes: vec![],
+            admin_state: "up".into(),
+            status: "running".into(),
+            memory: Some(memory),
+            tags: vec![],
+            disk_sizes: vec![],
+        }
+    }
+
+    /// A noted incident `n` on `node` asking for `action`, created at `ctime`.
+    #[allow(clippy::unwrap_used, clippy::expect_used, reason = "test data")]
+    pub(crate) fn incident_on(
+        n: u128,
+        node: &Node,
+        action: crate::incident::Action,
+        ctime: f64,
+    ) -> crate::incident::Incident {
+        let text = format!(r#"{{"status":"{}"}}"#, action.as_str());
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [(
+                "disk".to_owned(),
+                nodecare_protocol::ScriptVerdict::parse(text.as_bytes()).unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap();
+        let original =
+            nodecare_protocol::CanonicalJson::new(&serde_json::to_value(&verdict).unwrap())
+                .unwrap();
+        crate::incident::Incident::new(
+            uuid::Uuid::from_u128(n),
+            node.name.clone(),
+            node.uuid.clone(),
+            verdict,
+            original,
+            action,
+            ctime,
+        )
+    }
 }
 
 #[cfg(test)]
@@ -895,7 +879,7 @@ mod tests {
         let instances: Vec<Instance> = (1..=5)
             .map(|i| inst(&format!("i{i}"), "diskless", "n1", &[]))
             .collect();
-        let mut round = Round::new(&nodes, &instances, [], [], Budget::default());
+        let mut round = Round::new(&nodes, &instances, [], []);
         let c = chain(round.plan_evacuation_chain("n1", false));
         assert!(c.drain && c.tag, "{c:?}");
         assert!(c.waiting.is_empty());
@@ -916,11 +900,8 @@ mod tests {
         assert_eq!(per_target.values().sum::<usize>(), 5);
         // The chain's locks stay taken for the rest of the round.
         assert!(round.is_locked(&Lock::Instance("i5".into())));
-        // And the budget counts n1.
-        assert!(matches!(
-            round.plan_evacuation_chain("n2", false),
-            EvacuationStep::Blocked(_)
-        ));
+        // And n1 is disrupted now: never a target of a later evacuation this round.
+        assert!(round.disrupted().contains("n1"));
     }
 
     #[test]
@@ -931,11 +912,7 @@ mod tests {
         let mut instances: Vec<Instance> = (1..=3)
             .map(|i| inst(&format!("i{i}"), "diskless", "n1", &[]))
             .collect();
-        let budget = Budget {
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 1,
-        };
-        let mut round = Round::new(&nodes, &instances, [], [], budget);
+        let mut round = Round::new(&nodes, &instances, [], []);
         let c = chain(round.plan_evacuation_chain("n1", false));
         // n2 takes two of them, one after the other; the third waits, and so does the tag.
         assert_eq!(wave_instances(&c), vec![vec!["i1"], vec!["i2"]]);
@@ -944,7 +921,7 @@ mod tests {
         assert!(c.waiting[0].starts_with("i3 "), "{:?}", c.waiting);
         // An instance no node can ever take fails the evacuation, and nothing stays locked.
         instances[2].memory = Some(8192);
-        let mut round = Round::new(&nodes, &instances, [], [], budget);
+        let mut round = Round::new(&nodes, &instances, [], []);
         let step = round.plan_evacuation_chain("n1", false);
         assert!(matches!(step, EvacuationStep::Fail(_)), "{step:?}");
         assert!(!round.is_locked(&Lock::Instance("i1".into())));
@@ -958,29 +935,19 @@ mod tests {
             inst("d1", "drbd", "n1", &["n2"]),
             inst("i1", "diskless", "n1", &[]),
         ];
-        let budget = Budget {
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 1,
-        };
         // An instance with a job in flight waits for a later round.
-        let mut round = Round::new(
-            &nodes,
-            &instances,
-            [Lock::Instance("i1".into())],
-            [],
-            budget,
-        );
+        let mut round = Round::new(&nodes, &instances, [Lock::Instance("i1".into())], []);
         let c = chain(round.plan_evacuation_chain("n1", false));
         assert!(!c.drain && !c.tag);
         assert_eq!(wave_instances(&c), vec![vec!["d1"]]);
         assert_eq!(c.waiting.len(), 1, "{c:?}");
         // Everything movable, but a DRBD primary leaves n1 as its secondary: no tag yet.
-        let mut round = Round::new(&nodes, &instances, [], [], budget);
+        let mut round = Round::new(&nodes, &instances, [], []);
         let c = chain(round.plan_evacuation_chain("n1", false));
         assert!(c.waiting.is_empty() && !c.tag, "{c:?}");
         // An empty drained node is done; nothing planned at all waits.
         let empty: Vec<Instance> = vec![];
-        let mut round = Round::new(&nodes, &empty, [], [], budget);
+        let mut round = Round::new(&nodes, &empty, [], []);
         assert_eq!(
             round.plan_evacuation_chain("n1", false),
             EvacuationStep::Done
@@ -990,7 +957,6 @@ mod tests {
             &instances,
             [Lock::Instance("i1".into()), Lock::Instance("d1".into())],
             [],
-            budget,
         );
         assert!(matches!(
             round.plan_evacuation_chain("n1", false),
@@ -1002,23 +968,9 @@ mod tests {
     fn undrained_node_is_drained_first() {
         let nodes = vec![node("n1"), node("n2"), node("n3")];
         let instances = vec![inst("i1", "diskless", "n1", &[])];
-        let mut round = Round::new(&nodes, &instances, [], [], Budget::default());
+        let mut round = Round::new(&nodes, &instances, [], []);
         assert_eq!(round.plan_evacuation("n1", false), EvacuationStep::Drain);
-        // n1 now counts against the budget: a second evacuation is blocked.
-        assert!(matches!(
-            round.plan_evacuation("n2", false),
-            EvacuationStep::Blocked(_)
-        ));
-    }
-
-    #[test]
-    fn budget_blocks_when_too_few_healthy_nodes_remain() {
-        let nodes = vec![node("n1"), node("n2")];
-        let mut round = Round::new(&nodes, &[], [], [], Budget::default());
-        let EvacuationStep::Blocked(reason) = round.plan_evacuation("n1", false) else {
-            panic!("not blocked")
-        };
-        assert!(reason.contains("min_healthy_nodes"), "{reason}");
+        assert!(round.disrupted().contains("n1"));
     }
 
     #[test]
@@ -1028,7 +980,7 @@ mod tests {
             inst("i1", "plain", "n1", &[]),
             inst("i2", "diskless", "n1", &[]),
         ];
-        let mut round = Round::new(&nodes, &instances, [], [], Budget::default());
+        let mut round = Round::new(&nodes, &instances, [], []);
         let EvacuationStep::Fail(reason) = round.plan_evacuation("n1", false) else {
             panic!("did not fail")
         };
@@ -1053,7 +1005,7 @@ mod tests {
             inst("c", "sharedfile", "n1", &[]),
             inst("d", "drbd", "n5", &["n1"]),
         ];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], Budget::default());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
             panic!("no moves")
         };
@@ -1088,13 +1040,13 @@ mod tests {
         let mut stopped = inst("s", "diskless", "n1", &[]);
         stopped.admin_state = "down".into();
         let instances = vec![inst("a", "drbd", "n1", &["n2"]), stopped];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], Budget::default());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
             panic!()
         };
         assert!(matches!(moves[0].action, Move::Migrate { .. }));
         assert!(matches!(moves[1].action, Move::Failover { .. }));
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], Budget::default());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", true) else {
             panic!()
         };
@@ -1114,7 +1066,6 @@ mod tests {
             &instances,
             [Lock::Node("n2".into())],
             ["n1".to_owned()],
-            Budget::default(),
         );
         assert!(matches!(
             round.plan_evacuation("n1", false),
@@ -1131,11 +1082,7 @@ mod tests {
             inst("a", "diskless", "n1", &[]),
             inst("b", "diskless", "n1", &[]),
         ];
-        let budget = Budget {
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 1,
-        };
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], budget);
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
             panic!()
         };
@@ -1147,11 +1094,7 @@ mod tests {
         let nodes = vec![drained(node("n1")), node("n2")];
         let mut big = inst("big", "diskless", "n1", &[]);
         big.memory = Some(1 << 20);
-        let budget = Budget {
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 1,
-        };
-        let mut round = Round::new(&nodes, std::slice::from_ref(&big), [], [], budget);
+        let mut round = Round::new(&nodes, std::slice::from_ref(&big), [], []);
         assert!(matches!(
             round.plan_evacuation("n1", false),
             EvacuationStep::Fail(_)
@@ -1161,70 +1104,12 @@ mod tests {
     #[test]
     fn empty_drained_node_is_done() {
         let nodes = vec![drained(node("n1")), node("n2")];
-        let mut round = Round::new(&nodes, &[], [], [], Budget::default());
+        let mut round = Round::new(&nodes, &[], [], []);
         assert_eq!(round.plan_evacuation("n1", false), EvacuationStep::Done);
         assert!(matches!(
             round.plan_evacuation("gone", false),
             EvacuationStep::Fail(_)
         ));
-    }
-
-    /// Issue 11, defect 1: a node drained by hand whose agent says `evacuate` is not emptied
-    /// while another node already uses the budget; every evacuation step counts.
-    #[test]
-    fn hand_drained_node_waits_while_the_budget_is_used() {
-        let nodes = vec![
-            drained(node("n1")),
-            drained(node("n2")),
-            node("n3"),
-            node("n4"),
-        ];
-        let instances = vec![inst("i1", "diskless", "n2", &[])];
-        // n1 is drained by nodecare's incident, n2 by an operator.
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], Budget::default());
-        let EvacuationStep::Blocked(reason) = round.plan_evacuation("n2", false) else {
-            panic!("a hand-drained node was emptied beyond the budget")
-        };
-        assert!(
-            reason.contains("safety budget") && reason.contains("n1"),
-            "{reason}"
-        );
-        // With room in the budget the same node is emptied.
-        let budget = Budget {
-            max_disrupted_nodes: 2,
-            min_healthy_nodes: 1,
-        };
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], budget);
-        assert!(matches!(
-            round.plan_evacuation("n2", false),
-            EvacuationStep::Moves(_)
-        ));
-    }
-
-    /// An evacuation under way stops moving instances when an operator drains another node
-    /// beyond the budget; an empty node still gets its tag (that disrupts nothing).
-    #[test]
-    fn moves_wait_when_the_budget_is_exceeded_midway() {
-        let nodes = vec![drained(node("n1")), drained(node("n2")), node("n3")];
-        let instances = vec![inst("i1", "diskless", "n1", &[])];
-        let budget = Budget {
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 1,
-        };
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], budget);
-        assert!(matches!(
-            round.plan_evacuation("n1", false),
-            EvacuationStep::Blocked(_)
-        ));
-        let mut round = Round::new(&nodes, &[], [], ["n1".to_owned()], budget);
-        assert_eq!(round.plan_evacuation("n1", false), EvacuationStep::Done);
-    }
-
-    fn roomy() -> Budget {
-        Budget {
-            max_disrupted_nodes: 1,
-            min_healthy_nodes: 1,
-        }
     }
 
     /// Issue 11, defect 2: a node with an active incident never receives instances.
@@ -1235,7 +1120,7 @@ mod tests {
         let nodes = vec![drained(node("n1")), big, node("n3"), node("n4")];
         // Shared storage: n2 has the most memory but an active incident.
         let instances = vec![inst("s", "sharedfile", "n1", &[])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()])
             .with_active_incidents(["n1".to_owned(), "n2".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
             panic!("no moves")
@@ -1246,7 +1131,7 @@ mod tests {
         );
         // DRBD: migrating onto a secondary with an active incident waits, visibly.
         let instances = vec![inst("d", "drbd", "n1", &["n2"])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()])
             .with_active_incidents(["n2".to_owned()]);
         let EvacuationStep::Wait(reason) = round.plan_evacuation("n1", false) else {
             panic!("moved onto a node with an active incident")
@@ -1257,7 +1142,7 @@ mod tests {
         );
         // A new secondary is never placed on a node with an active incident.
         let instances = vec![inst("d", "drbd", "n4", &["n1"])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()])
             .with_active_incidents(["n2".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
             panic!("no moves")
@@ -1272,7 +1157,7 @@ mod tests {
         // Only nodes with incidents left: wait, never fail.
         let nodes = vec![drained(node("n1")), node("n2"), node("n3")];
         let instances = vec![inst("s", "sharedfile", "n1", &[])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy())
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()])
             .with_active_incidents(["n2".to_owned(), "n3".to_owned()]);
         assert!(matches!(
             round.plan_evacuation("n1", false),
@@ -1289,7 +1174,7 @@ mod tests {
         small.memory_free = Some(100);
         let nodes = vec![drained(node("n1")), unknown, small];
         let instances = vec![inst("s", "diskless", "n1", &[])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Wait(reason) = round.plan_evacuation("n1", false) else {
             panic!("moved onto a node of unknown free memory")
         };
@@ -1302,7 +1187,7 @@ mod tests {
         unknown.memory_free = None;
         let nodes = vec![drained(node("n1")), unknown, node("n3")];
         let instances = vec![inst("d", "drbd", "n1", &["n2"])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         assert!(matches!(
             round.plan_evacuation("n1", false),
             EvacuationStep::Wait(_)
@@ -1311,7 +1196,7 @@ mod tests {
         let nodes = vec![drained(node("n1")), node("n2")];
         let mut sized = inst("s", "diskless", "n1", &[]);
         sized.memory = None;
-        let mut round = Round::new(&nodes, std::slice::from_ref(&sized), [], [], roomy());
+        let mut round = Round::new(&nodes, std::slice::from_ref(&sized), [], []);
         assert!(matches!(
             round.plan_evacuation("n1", false),
             EvacuationStep::Wait(_)
@@ -1329,7 +1214,7 @@ mod tests {
         busy.secondary_instances = vec!["x".into(), "y".into()];
         let nodes = vec![drained(node("n1")), full, unknown, busy, node("n5")];
         let instances = vec![inst("d", "drbd", "n5", &["n1"])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
             panic!("no moves")
         };
@@ -1348,7 +1233,7 @@ mod tests {
             inst("d", "drbd", "n5", &["n1"]),
             inst("e", "drbd", "n5", &["n1"]),
         ];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Moves(moves) = round.plan_evacuation("n1", false) else {
             panic!("no moves")
         };
@@ -1358,7 +1243,7 @@ mod tests {
         full.disk_free = Some(10);
         let nodes = vec![drained(node("n1")), full, node("n5")];
         let instances = vec![inst("d", "drbd", "n5", &["n1"])];
-        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()], roomy());
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()]);
         let EvacuationStep::Fail(reason) = round.plan_evacuation("n1", false) else {
             panic!("placed a secondary on a full node")
         };
@@ -1399,9 +1284,8 @@ mod tests {
         #[test]
         fn planned_moves_never_conflict((nodes, instances) in cluster(), busy in 0usize..8, sick in 1usize..8) {
             let in_flight = vec![Lock::Node(format!("n{busy}"))];
-            let budget = Budget { max_disrupted_nodes: 1, min_healthy_nodes: 1 };
             let sick = format!("n{sick}");
-            let mut round = Round::new(&nodes, &instances, in_flight.clone(), ["n0".to_owned()], budget)
+            let mut round = Round::new(&nodes, &instances, in_flight.clone(), ["n0".to_owned()])
                 .with_active_incidents([sick.clone()]);
             if let EvacuationStep::Moves(moves) = round.plan_evacuation("n0", false) {
                 let mut seen: BTreeSet<Lock> = in_flight.into_iter().collect();

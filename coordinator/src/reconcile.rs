@@ -13,7 +13,8 @@
 //! 4. Every online node's agent is read; verified verdicts create incidents or (un)observe them;
 //!    unreachable or unverifiable agents change nothing.
 //! 5. Tags of finalized incidents are checked (removal acknowledges).
-//! 6. Each node's most severe active incident takes its next step, within the safety budget;
+//! 6. The node-repair duty proposes each node's most severe active incident; the gate decides
+//!    (failure domains, caps, storage health, breaker); admitted incidents take their next step;
 //!    moves that conflict with jobs in flight wait.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -25,9 +26,12 @@ use uuid::Uuid;
 use nodecare_protocol::repair::{RepairRequest, RepairState};
 use nodecare_protocol::{DiagnoseStatus, now_ms};
 
+use crate::breaker::{self, BreakerPolicy, BreakerState};
+use crate::duty::node_repair;
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
+use crate::gate::{self, Admitted, Caps, DomainSource, GateSnapshot, Holder, InForce};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
-use crate::plan::{Budget, EvacuationChain, EvacuationStep, Lock, Move, Round};
+use crate::plan::{EvacuationChain, EvacuationStep, Lock, Move, Round};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::{AgentOutcome, AgentTarget, AgentUrls, Scraper};
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
@@ -39,8 +43,8 @@ pub struct ReconcileSettings {
     pub node_name: String,
     /// Agent URLs.
     pub agent_urls: AgentUrls,
-    /// Safety budget.
-    pub budget: Budget,
+    /// The gate's settings.
+    pub gate: GateSettings,
     /// Plan and submit an evacuation as one job chain per round.
     pub job_chains: bool,
     /// A job running longer than this fails its incident.
@@ -50,6 +54,25 @@ pub struct ReconcileSettings {
     /// How long a round polls a just-started repair before moving on.
     pub repair_poll: Duration,
 }
+
+/// The gate's settings: failure domains, caps, the storm breaker, the grace of planned
+/// disruptions.
+#[derive(Debug, Clone, Default)]
+pub struct GateSettings {
+    /// Where failure domains come from.
+    pub domains: DomainSource,
+    /// Cluster-wide caps.
+    pub cluster: Caps,
+    /// Caps per node group (by name or uuid).
+    pub groups: BTreeMap<String, Caps>,
+    /// The storm breaker.
+    pub breaker: BreakerPolicy,
+    /// How long nodes of a planned disruption's domain opening incidents are not acted on.
+    pub grace: Duration,
+}
+
+/// The store document holding the storm breaker's state.
+pub const BREAKER_DOCUMENT: &str = "breaker";
 
 /// Why a round stopped.
 #[derive(Debug, thiserror::Error)]
@@ -93,14 +116,6 @@ fn now_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
-}
-
-fn severity(action: Action) -> u8 {
-    match action {
-        Action::LiveRepair => 1,
-        Action::Evacuate => 2,
-        Action::EvacuateFailover => 3,
-    }
 }
 
 /// Result of canceling an incident.
@@ -230,10 +245,36 @@ impl Reconciler {
         // still show the instance where it was, and the move would be planned again.
         let nodes = self.ganeti.nodes().await?;
         let instances = self.ganeti.instances().await?;
-        self.observe(&nodes, summary).await?;
+        // Group names only label domains and caps: without them, the groups' uuids serve.
+        let group_names = match self.ganeti.group_names().await {
+            Ok(names) => names,
+            Err(error) => {
+                tracing::warn!(%error, "cannot read node group names; using their uuids");
+                BTreeMap::new()
+            }
+        };
+        let view = gate::View::from_cluster(
+            &nodes,
+            &instances,
+            &group_names,
+            &self.settings.gate.domains,
+            Vec::new(),
+            now_ms(),
+        );
+        let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
+        let graced = gate::grace(&view, &self.planned_disruptions()?, grace_ms);
+        let failed_outside_grace = self.observe(&nodes, &graced, summary).await?;
         let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.check_tags(&nodes)?;
-        self.act(&nodes, &instances, summary).await?;
+        self.act(
+            &nodes,
+            &instances,
+            &group_names,
+            view,
+            failed_outside_grace,
+            summary,
+        )
+        .await?;
         Ok(())
     }
 
@@ -376,7 +417,19 @@ impl Reconciler {
     }
 
     /// Step 4: read the agents and update incidents from verified verdicts.
-    async fn observe(&self, nodes: &[Node], summary: &mut RoundSummary) -> Result<(), RoundError> {
+    /// Planned disruptions in force (node, Unix ms when it started): admission grants and
+    /// maintenance reboots, whose failure domains get a grace.
+    fn planned_disruptions(&self) -> Result<Vec<(String, u64)>, RoundError> {
+        Ok(Vec::new())
+    }
+
+    /// Step 4; returns how many agents outside a grace gave no verified report.
+    async fn observe(
+        &self,
+        nodes: &[Node],
+        graced: &BTreeMap<String, u64>,
+        summary: &mut RoundSummary,
+    ) -> Result<usize, RoundError> {
         let targets: Vec<AgentTarget> = nodes
             .iter()
             .filter(|node| !node.offline)
@@ -394,6 +447,7 @@ impl Reconciler {
         summary.agents = results.len();
         let now = now_ms();
         let mut accepted = Vec::new();
+        let mut failed_outside_grace = 0;
         {
             let mut board = self
                 .board
@@ -411,6 +465,9 @@ impl Reconciler {
                     }
                     AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e) => {
                         summary.agents_failed += 1;
+                        if !graced.contains_key(&result.node) {
+                            failed_outside_grace += 1;
+                        }
                         let changed = board
                             .get(&result.node)
                             .is_none_or(|s| s.error.as_deref() != Some(e.as_str()));
@@ -470,6 +527,14 @@ impl Reconciler {
                     _ => {}
                 }
             }
+            if !matched
+                && Action::from_status(verdict.status).is_some()
+                && let Some(until) = graced.get(&result.node)
+            {
+                tracing::info!(node = %result.node, verdict = verdict.status.as_str(), grace_until_ms = until,
+                    "verdict not acted on: the node's failure domain is in the grace of a planned disruption");
+                continue;
+            }
             if !matched && let Some(action) = Action::from_status(verdict.status) {
                 let incident = Incident::new(
                     Uuid::new_v4(),
@@ -485,7 +550,7 @@ impl Reconciler {
                 self.store.save_incident(&incident)?;
             }
         }
-        Ok(())
+        Ok(failed_outside_grace)
     }
 
     /// Step 5: acknowledgement by tag removal.
@@ -513,11 +578,53 @@ impl Reconciler {
         Ok(())
     }
 
-    /// Step 6: one step per incident.
+    /// The storm breaker after this round's signals (persisted; transitions logged).
+    fn breaker_round(
+        &self,
+        nodes: &[Node],
+        incidents: &[Incident],
+        agents: usize,
+        agents_failed: usize,
+    ) -> Result<BreakerState, RoundError> {
+        let state: BreakerState = self.store.document(BREAKER_DOCUMENT)?.unwrap_or_default();
+        let signals = breaker::Signals {
+            nodes: nodes.len(),
+            incident_opened_ms: incidents
+                .iter()
+                .map(|i| (i.node.clone(), (i.ctime.max(0.0) * 1000.0) as u64))
+                .collect(),
+            agents,
+            agents_failed,
+        };
+        let (next, change) = breaker::step(
+            &self.settings.gate.breaker,
+            state.clone(),
+            &signals,
+            now_ms(),
+        );
+        match change {
+            Some(breaker::Transition::Opened(why)) => {
+                tracing::error!(%why, "storm breaker opened: no new disruption starts until it is reset (nodecare breaker reset)");
+            }
+            Some(breaker::Transition::Closed(why)) => {
+                tracing::warn!(%why, "storm breaker closed");
+            }
+            None => {}
+        }
+        if next != state {
+            self.store.save_document(BREAKER_DOCUMENT, &next)?;
+        }
+        Ok(next)
+    }
+
+    /// Step 6: the duties propose, the gate decides, the executor acts on what it admitted.
     async fn act(
         &self,
         nodes: &[Node],
         instances: &[Instance],
+        group_names: &BTreeMap<String, String>,
+        view: gate::View,
+        failed_outside_grace: usize,
         summary: &mut RoundSummary,
     ) -> Result<(), RoundError> {
         let incidents = self.store.incidents()?;
@@ -527,34 +634,43 @@ impl Reconciler {
             .filter(|i| i.state.is_in_flight())
             .flat_map(|i| i.locks.iter().cloned())
             .collect();
-        let evacuating: Vec<String> = incidents
-            .iter()
-            .filter(|i| i.action.is_evacuation() && i.repair_status == RepairStatus::Pending)
-            .map(|i| i.node.clone())
-            .collect();
         let with_incidents: Vec<String> = incidents
             .iter()
             .filter(|i| i.is_active())
             .map(|i| i.node.clone())
             .collect();
-        let mut round = Round::new(
-            nodes,
-            instances,
-            in_flight,
-            evacuating,
-            self.settings.budget,
-        )
-        .with_active_incidents(with_incidents);
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
-        let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+
+        // The gate: what is disrupted, by whom, and which proposals may start.
+        let settings = &self.settings.gate;
+        let in_force = InForce::new(&view, node_repair::holds(&incidents, nodes));
+        let breaker =
+            self.breaker_round(nodes, &incidents, summary.agents, failed_outside_grace)?;
+        let policy = gate::Policy {
+            cluster: settings.cluster,
+            groups: gate::group_caps(&settings.groups, group_names),
+            overrides: Vec::new(),
+            breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
+        };
+        let duty = node_repair::propose(&incidents, nodes, instances);
+        let decision = gate::decide(&view, &policy, &in_force, duty.proposals);
         self.board.metrics.set_disruptions(
-            round.disrupted().iter().map(|name| {
-                by_name
-                    .get(name.as_str())
-                    .map_or("unknown", |node| node.group.as_str())
-            }),
-            self.settings.budget.max_disrupted_nodes,
+            decision
+                .in_force
+                .nodes
+                .keys()
+                .map(|name| view.nodes.get(name).map_or("unknown", |f| f.group.as_str())),
+            settings.cluster.max_disrupted_nodes,
         );
+        let disrupted: Vec<String> = decision.in_force.nodes.keys().cloned().collect();
+        if let Ok(mut snapshot) = self.board.gate.write() {
+            *snapshot = Some(GateSnapshot {
+                view,
+                policy,
+                in_force,
+                decision: decision.clone(),
+            });
+        }
 
         // Failed incidents still owe their failure tag.
         for incident in incidents
@@ -588,25 +704,37 @@ impl Reconciler {
             }
         }
 
-        // Most severe first, then oldest; one acting incident per node.
-        let mut active: Vec<&Incident> = incidents.iter().filter(|i| i.is_active()).collect();
-        active.sort_by(|a, b| {
-            severity(b.action)
-                .cmp(&severity(a.action))
-                .then(a.ctime.total_cmp(&b.ctime))
-        });
-        let mut acting_on: BTreeMap<String, Uuid> = BTreeMap::new();
-        for incident in active {
-            let mut incident = incident.clone();
-            let now = now_s();
-            if let Some(first) = acting_on.get(&incident.node_uuid) {
-                let why = format!("incident {first} on the same node is handled first");
-                if incident.apply(Event::Blocked(why), now).is_ok() {
+        let by_id: BTreeMap<Uuid, &Incident> = incidents.iter().map(|i| (i.uuid, i)).collect();
+        for (uuid, why) in duty.waiting {
+            if let Some(incident) = by_id.get(&uuid) {
+                let mut incident = (*incident).clone();
+                if incident.apply(Event::Blocked(why), now_s()).is_ok() {
                     self.store.save_incident(&incident)?;
                 }
-                continue;
             }
-            acting_on.insert(incident.node_uuid.clone(), incident.uuid);
+        }
+        let mut round = Round::new(nodes, instances, in_flight, disrupted)
+            .with_active_incidents(with_incidents);
+        for judgement in &decision.judgements {
+            let Holder::Incident { id } = &judgement.proposal.holder else {
+                continue;
+            };
+            let Some(incident) = by_id.get(id) else {
+                continue;
+            };
+            let mut incident = (*incident).clone();
+            let admitted = match &judgement.outcome {
+                Ok(admitted) => *admitted,
+                Err(blocked) => {
+                    if incident
+                        .apply(Event::Blocked(blocked.to_string()), now_s())
+                        .is_ok()
+                    {
+                        self.store.save_incident(&incident)?;
+                    }
+                    continue;
+                }
+            };
             let Some(node) = by_uuid.get(incident.node_uuid.as_str()).copied() else {
                 continue;
             };
@@ -620,6 +748,12 @@ impl Reconciler {
                 .any(|i| i.spec.is_ganeti_job() && i.state.is_in_flight())
             {
                 continue;
+            }
+            if let Admitted::Override { id } = admitted {
+                note(
+                    &mut incident,
+                    Event::Progress(format!("admitted under operator override {id}")),
+                );
             }
             let submitted = match incident.action {
                 Action::LiveRepair => self.step_live_repair(&mut incident, node, &own).await?,
@@ -684,7 +818,7 @@ impl Reconciler {
                         .await?,
                 ))
             }
-            EvacuationStep::Blocked(why) | EvacuationStep::Wait(why) => {
+            EvacuationStep::Wait(why) => {
                 if incident.apply(Event::Blocked(why), now).is_ok() {
                     self.store.save_incident(incident)?;
                 }

@@ -211,6 +211,12 @@ impl Store {
                  COMMIT;",
             )?;
         }
+        // Small typed records (the storm breaker's state): one JSON document per name.
+        connection.execute_batch(
+            "CREATE TABLE IF NOT EXISTS documents (
+                 name TEXT PRIMARY KEY,
+                 record TEXT NOT NULL);",
+        )?;
         // Instance repairs submitted whose pending tag Ganeti may not show yet (additive: no
         // schema version change).
         connection.execute_batch(
@@ -222,6 +228,42 @@ impl Store {
         Ok(Self {
             connection: Mutex::new(connection),
         })
+    }
+
+    /// The document stored under `name`, if any.
+    pub fn document<T: serde::de::DeserializeOwned>(
+        &self,
+        name: &str,
+    ) -> Result<Option<T>, StoreError> {
+        let connection = self.lock();
+        let text: Option<String> = connection
+            .query_row(
+                "SELECT record FROM documents WHERE name = ?1",
+                params![name],
+                |row| row.get(0),
+            )
+            .optional()?;
+        text.map(|text| {
+            serde_json::from_str(&text)
+                .map_err(|error| StoreError::Corrupt(format!("document {name}: {error}")))
+        })
+        .transpose()
+    }
+
+    /// Stores `value` under `name`, replacing what was there.
+    pub fn save_document<T: serde::Serialize>(
+        &self,
+        name: &str,
+        value: &T,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(value)
+            .map_err(|error| StoreError::Corrupt(format!("encoding document {name}: {error}")))?;
+        self.lock().execute(
+            "INSERT INTO documents (name, record) VALUES (?1, ?2)
+             ON CONFLICT(name) DO UPDATE SET record = excluded.record",
+            params![name, text],
+        )?;
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {

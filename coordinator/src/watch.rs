@@ -7,7 +7,9 @@
 //! ([`crate::scrape::verify_report`]); only a verified or stale report whose verdict (fingerprint,
 //! freshness) differs from the one this watch saw before counts as a change. A change only wakes
 //! the round loop: the round then reads the agents and judges them as always, so a watch never
-//! acts by itself, and the poll of every round stays the fallback. Errors back off (1 s doubling
+//! acts by itself, and the poll of every round stays the fallback. A changed verdict is also put
+//! on the board at once (the agents table of `/1/status` and the web page), so that people see
+//! it before the round has read every agent. Errors back off (1 s doubling
 //! to 30 s); an answer that is not newer than the last one is an error (no busy loop).
 //!
 //! Only `http://` agent URLs are watched; others are read by the rounds alone.
@@ -69,6 +71,7 @@ pub struct Watches {
     settings: WatchSettings,
     running: BTreeMap<String, (AgentTarget, AbortHandle)>,
     changes: Arc<watch::Sender<u64>>,
+    board: Option<std::sync::Weak<crate::board::Board>>,
 }
 
 impl Drop for Watches {
@@ -87,7 +90,15 @@ impl Watches {
             settings,
             running: BTreeMap::new(),
             changes: Arc::new(watch::Sender::new(0)),
+            board: None,
         }
+    }
+
+    /// Puts every changed verdict on `board`'s agents table as soon as it is verified.
+    #[must_use]
+    pub fn with_board(mut self, board: &Arc<crate::board::Board>) -> Self {
+        self.board = Some(Arc::downgrade(board));
+        self
     }
 
     /// Counts verdict changes seen; `changed()` on it wakes the round loop.
@@ -129,6 +140,7 @@ impl Watches {
                 Arc::clone(&self.ring),
                 self.settings,
                 Arc::clone(&self.changes),
+                self.board.clone(),
             ));
             self.running
                 .insert(node.to_owned(), (target.clone(), task.abort_handle()));
@@ -148,6 +160,7 @@ async fn watch_agent(
     ring: Arc<KeyRing>,
     settings: WatchSettings,
     changes: Arc<watch::Sender<u64>>,
+    board: Option<std::sync::Weak<crate::board::Board>>,
 ) {
     let mut after = 0u64;
     let mut seen: Option<Seen> = None;
@@ -175,6 +188,9 @@ async fn watch_agent(
                 };
                 if seen.as_ref().is_some_and(|before| *before != now) {
                     tracing::info!(node = %target.node, sequence = after, status = %o.verdict.status, "watched verdict changed");
+                    if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
+                        show(&board, &target, outcome.clone());
+                    }
                     changes.send_modify(|count| *count = count.wrapping_add(1));
                 }
                 seen = Some(now);
@@ -192,6 +208,37 @@ async fn watch_agent(
             }
         }
     }
+}
+
+/// Puts a verified (or stale) watched report on the board's agents table, unless the board
+/// already shows a newer one.
+fn show(board: &crate::board::Board, target: &AgentTarget, outcome: AgentOutcome) {
+    let result = crate::scrape::AgentResult {
+        node: target.node.clone(),
+        node_uuid: target.node_uuid.clone(),
+        outcome,
+        elapsed: Duration::ZERO,
+    };
+    let mut agents = board
+        .agents
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let previous = agents.get(&target.node);
+    let sequence = match &result.outcome {
+        AgentOutcome::Verified(o) | AgentOutcome::Stale(o) => o.sequence,
+        AgentOutcome::Unreachable(_) | AgentOutcome::Unverifiable(_) => return,
+    };
+    if previous
+        .and_then(|p| p.sequence)
+        .is_some_and(|shown| shown >= sequence)
+    {
+        return;
+    }
+    let status = result.status(
+        nodecare_protocol::now_ms(),
+        previous.and_then(|p| p.last_ok_ms),
+    );
+    agents.insert(target.node.clone(), status);
 }
 
 /// Host and port of an `http://` base URL.

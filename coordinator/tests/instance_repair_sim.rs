@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use nodecare_coordinator::duty::instance_repair::{self, Assessment, Inputs};
 use nodecare_coordinator::ganeti::{Ganeti, Node};
 use nodecare_coordinator::gate::{self, Caps, InForce, NodeFacts, Policy, View};
-use nodecare_coordinator::instance_repair::{self, Assessment, Inputs};
 use nodecare_coordinator::instance_repair_exec::{self, RunReport};
 use nodecare_coordinator::store::Store;
 use nodecare_ganeti_sim::Simulation;

@@ -635,6 +635,9 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
     /// All instances (RAPI `GET /2/instances?bulk=1`).
     fn instances(&self) -> GanetiFuture<'_, Vec<Instance>>;
 
+    /// Node group names by uuid (RAPI `GET /2/groups?bulk=1`).
+    fn group_names(&self) -> GanetiFuture<'_, std::collections::BTreeMap<String, String>>;
+
     /// A node's tags (RAPI `GET /2/nodes/<node>/tags`).
     fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>>;
 

@@ -305,7 +305,7 @@ scenario_budget_hand_drained() {
   [[ $st == success ]] || { fail "S6 budget" "draining $n3 by hand: job $id $st: $(head -c 300 <<<"$answer")"; return; }
   before=$(primaries_of "$n3")
   echo '{"status":"evacuate","details":"e2e: hand-drained, disk failing"}' >"$S/e2e/diag-3"
-  if ! wait_status 60 "any(i.get('node')=='$n3' and 'safety budget' in (i.get('blocked_by') or '') and '$n2' in (i.get('blocked_by') or '') for i in d)"; then
+  if ! wait_status 60 "any(i.get('node')=='$n3' and 'cap: cluster' in (i.get('blocked_by') or '') and '$n2' in (i.get('blocked_by') or '') for i in d)"; then
     fail "S6 budget" "no incident of $n3 blocked by the budget within 60 s: $(coord /1/status | head -c 600)"
     return
   fi
@@ -314,7 +314,7 @@ scenario_budget_hand_drained() {
   after=$(primaries_of "$n3")
   if ! coord /1/status | jq_py "
 i = [i for i in d if i.get('node')=='$n3'][0]
-sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'safety budget' in (i.get('blocked_by') or '') else 1)" 2>/dev/null ||
+sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'cap: cluster' in (i.get('blocked_by') or '') else 1)" 2>/dev/null ||
     [[ $before != "$after" ]]; then
     fail "S6 budget" "$n3 was acted on beyond the budget: primaries '$before' -> '$after': $(coord /1/status | head -c 600)"
     return

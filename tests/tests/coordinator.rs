@@ -1,6 +1,7 @@
 //! Coordinator end to end against the simulated Ganeti and fake agents (one test binary).
 
 mod crash;
+mod gate;
 mod monitoring;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
@@ -180,7 +181,7 @@ async fn hand_drained_node_waits_while_the_budget_is_used() {
         waiting
             .blocked_by
             .as_deref()
-            .is_some_and(|b| b.contains("safety budget") && b.contains(&node(3))),
+            .is_some_and(|b| b.starts_with("cap: cluster") && b.contains(&node(3))),
         "{waiting:#?}"
     );
     assert!(waiting.jobs.is_empty(), "{waiting:#?}");

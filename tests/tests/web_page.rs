@@ -481,7 +481,7 @@ async fn page_in_headless_chromium() {
     );
     assert!(dom.contains(&format!("incident-{}", waiting.uuid)), "{dom}");
     let reason = waiting.blocked_by.as_deref().unwrap();
-    assert!(reason.contains("safety budget"), "{reason}");
+    assert!(reason.starts_with("cap: cluster"), "{reason}");
     assert!(
         dom.contains(reason),
         "the blocked incident's reason is shown: {dom}"

@@ -81,7 +81,8 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
         .collect();
     let config = format!(
         "node_name = {:?}\nstate_dir = {:?}\nhmac_key = {:?}\nlisten = \"127.0.0.1:0\"\n\
-         round_interval = 0.03\nrepair_poll = 0.05\njob_timeout = 60\n\
+         round_interval = 0.03\nrepair_poll = 0.05\njob_timeout = 60\nmax_disrupted_nodes = 3\n\
+         [breaker]\nmax_incident_percent = 100.0\n\
          [agents]\ntimeout = 1.0\noverrides = {{ {} }}\n\
          [rapi]\nurl = {:?}\nallow_plain_http = true\ntimeout = 0.25\n",
         node(1),

@@ -791,9 +791,10 @@ fn detection_table() {
         bool,
         Option<RepairType>,
         &'a [&'a str],
+        &'a [&'a str],
     );
     let cases: &[Case<'_>] = &[
-        ("drbd", "up1", &["up2"], false, None, &[]),
+        ("drbd", "up1", &["up2"], false, None, &[], &[]),
         (
             "drbd",
             "off1",
@@ -801,6 +802,7 @@ fn detection_table() {
             false,
             Some(Reinstall),
             &["off1", "off2"],
+            &[],
         ),
         (
             "drbd",
@@ -809,23 +811,72 @@ fn detection_table() {
             false,
             Some(Reinstall),
             &["off1", "dr2"],
+            &[],
         ),
-        ("drbd", "off1", &["up2"], false, Some(Failover), &["off1"]),
-        ("drbd", "dr1", &["up2"], false, Some(Migrate), &["dr1"]),
-        ("drbd", "dr1", &["off2"], false, Some(FixStorage), &[]),
-        ("drbd", "up1", &["off2"], false, Some(FixStorage), &[]),
-        ("drbd", "up1", &["dr2"], false, Some(FixStorage), &[]),
-        ("drbd", "up1", &["up2"], true, Some(FixStorage), &[]),
-        ("plain", "off1", &[], false, Some(Reinstall), &["off1"]),
-        ("plain", "dr1", &[], false, None, &[]),
-        ("plain", "up1", &[], true, None, &[]),
-        ("file", "off1", &[], false, None, &[]),
-        ("rbd", "off1", &[], false, Some(Failover), &["off1"]),
-        ("rbd", "dr1", &[], false, Some(Migrate), &["dr1"]),
-        ("diskless", "dr1", &[], false, Some(Migrate), &["dr1"]),
-        ("sharedfile", "up1", &[], false, None, &[]),
+        (
+            "drbd",
+            "off1",
+            &["up2"],
+            false,
+            Some(Failover),
+            &["off1"],
+            &["up2"],
+        ),
+        (
+            "drbd",
+            "dr1",
+            &["up2"],
+            false,
+            Some(Migrate),
+            &["dr1"],
+            &["up2"],
+        ),
+        (
+            "drbd",
+            "dr1",
+            &["off2"],
+            false,
+            Some(FixStorage),
+            &["off2"],
+            &[],
+        ),
+        (
+            "drbd",
+            "up1",
+            &["off2"],
+            false,
+            Some(FixStorage),
+            &["off2"],
+            &[],
+        ),
+        (
+            "drbd",
+            "up1",
+            &["dr2"],
+            false,
+            Some(FixStorage),
+            &["dr2"],
+            &[],
+        ),
+        (
+            "drbd",
+            "up1",
+            &["up2"],
+            true,
+            Some(FixStorage),
+            &[],
+            &["up1", "up2"],
+        ),
+        ("plain", "off1", &[], false, Some(Reinstall), &["off1"], &[]),
+        ("plain", "dr1", &[], false, None, &[], &[]),
+        ("plain", "up1", &[], true, None, &[], &[]),
+        ("file", "off1", &[], false, None, &[], &[]),
+        ("rbd", "off1", &[], false, Some(Failover), &["off1"], &[]),
+        ("rbd", "dr1", &[], false, Some(Migrate), &["dr1"], &[]),
+        ("diskless", "dr1", &[], false, Some(Migrate), &["dr1"], &[]),
+        ("sharedfile", "up1", &[], false, None, &[], &[]),
     ];
-    for (template, p, s, degraded, kind, disrupts) in cases {
+    for (template, p, s, degraded, kind, disrupts, touches) in cases {
         let i = inst("i", template, p, s, &[]);
         let found = detect(&i, &map, degraded.then_some("minor 0 StandAlone")).unwrap();
         assert_eq!(
@@ -837,6 +888,11 @@ fn detection_table() {
             assert_eq!(
                 found.disrupts,
                 strings(disrupts).into_iter().collect(),
+                "{template} {p} {s:?}"
+            );
+            assert_eq!(
+                found.touches,
+                strings(touches).into_iter().collect(),
                 "{template} {p} {s:?}"
             );
         }
@@ -1034,6 +1090,10 @@ fn degraded_drbd_gets_fix_storage_disrupting_no_node() {
     assert_eq!(repair.plan.instance, "inst1.gnt.test");
     assert_eq!(repair.plan.kind, RepairType::FixStorage);
     assert!(repair.proposal.disrupts.is_empty());
+    assert_eq!(
+        repair.proposal.touches,
+        BTreeSet::from(["node1.gnt.test".to_owned(), "node2.gnt.test".to_owned()])
+    );
     assert_eq!(repair.proposal.moves_memory, Some(0));
     assert!(repair.proposal.reason.contains("StandAlone"));
 }

@@ -27,11 +27,12 @@
 //! `suspend:<ts>` tags are removed (the design asks for it, harep never does). The full list
 //! is in `docs/harep.md`.
 //!
-//! What a repair disrupts, for the gate: `fix-storage` disrupts no node (it rebuilds one side
-//! of the mirror and never touches the running instance), `migrate` and `failover` disrupt the
-//! instance's primary (the node it leaves, usually already drained or offline), `reinstall`
-//! disrupts the primary and, for DRBD, the secondary. Moves count the instance's memory for
-//! the gate's N+1 check. Repairs that disrupt the same nodes share one holder (the first
+//! What a repair disrupts, for the gate: `migrate` and `failover` disrupt the instance's
+//! primary (the node it leaves, already drained or offline) and touch its DRBD secondary (the
+//! node it moves onto, never one another holder disrupts); `reinstall` disrupts the primary
+//! and, for DRBD, the secondary; `fix-storage` disrupts the secondary it replaces when that is
+//! offline or drained, and otherwise (degraded with both nodes online) disrupts nothing and
+//! touches both nodes. Moves count the instance's memory for the gate's N+1 check. Repairs that disrupt the same nodes share one holder (the first
 //! one's uuid) and are judged as one proposal, as harep repairs every instance of an offline
 //! node in one run.
 
@@ -665,6 +666,8 @@ pub struct Detected {
     pub why: String,
     /// Nodes the repair disrupts (see the module docs).
     pub disrupts: BTreeSet<String>,
+    /// Nodes it moves the instance onto or works on without disrupting them.
+    pub touches: BTreeSet<String>,
     /// Whether the instance moves (its memory then counts for the gate's N+1 check).
     pub moves: bool,
 }
@@ -700,13 +703,15 @@ pub fn detect(
         .get(instance.primary_node.as_str())
         .ok_or_else(|| format!("primary node {} of {name} unknown", instance.primary_node))?;
     let p = primary.name.clone();
-    let detected = |kind, ops, why: String, disrupts: &[&String], moves| Detected {
-        kind,
-        ops,
-        why,
-        disrupts: disrupts.iter().map(|n| (*n).clone()).collect(),
-        moves,
-    };
+    let detected =
+        |kind, ops, why: String, disrupts: &[&String], touches: &[&String], moves| Detected {
+            kind,
+            ops,
+            why,
+            disrupts: disrupts.iter().map(|n| (*n).clone()).collect(),
+            touches: touches.iter().map(|n| (*n).clone()).collect(),
+            moves,
+        };
     match &instance.disk_template {
         DiskTemplate::Drbd => {
             let secondary_name = instance
@@ -728,6 +733,7 @@ pub fn detect(
                         flag(secondary)
                     ),
                     &[&p, s],
+                    &[],
                     true,
                 ))
             } else if primary.drained && !primary.offline && secondary_down {
@@ -740,6 +746,7 @@ pub fn detect(
                         "secondary {s} is {} (primary {p} is drained but online)",
                         flag(secondary)
                     ),
+                    &[s],
                     &[],
                     false,
                 ))
@@ -749,6 +756,7 @@ pub fn detect(
                     vec![RepairOp::Failover],
                     format!("primary {p} is offline"),
                     &[&p],
+                    &[s],
                     true,
                 ))
             } else if primary.drained {
@@ -757,6 +765,7 @@ pub fn detect(
                     vec![RepairOp::Migrate],
                     format!("primary {p} is drained"),
                     &[&p],
+                    &[s],
                     true,
                 ))
             } else if secondary_down {
@@ -764,6 +773,7 @@ pub fn detect(
                     RepairType::FixStorage,
                     vec![new_secondary()],
                     format!("secondary {s} is {}", flag(secondary)),
+                    &[s],
                     &[],
                     false,
                 ))
@@ -774,6 +784,7 @@ pub fn detect(
                         vec![new_secondary()],
                         format!("DRBD degraded with both nodes online: {why}"),
                         &[],
+                        &[&p, s],
                         false,
                     )
                 })
@@ -785,6 +796,7 @@ pub fn detect(
                 reinstall_ops(instance),
                 format!("primary {p} of a plain instance is offline"),
                 &[&p],
+                &[],
                 true,
             )
         })),
@@ -794,6 +806,7 @@ pub fn detect(
                 vec![RepairOp::Failover],
                 format!("primary {p} is offline"),
                 &[&p],
+                &[],
                 true,
             ))
         } else if primary.drained {
@@ -802,6 +815,7 @@ pub fn detect(
                 vec![RepairOp::Migrate],
                 format!("primary {p} is drained"),
                 &[&p],
+                &[],
                 true,
             ))
         } else {
@@ -899,6 +913,7 @@ impl Assessment {
                     m.subject = format!("{}, {}", m.subject, p.subject);
                     m.invasiveness = m.invasiveness.max(p.invasiveness);
                     m.since_ms = m.since_ms.min(p.since_ms);
+                    m.touches.extend(p.touches.iter().cloned());
                     m.moves_memory = m
                         .moves_memory
                         .zip(p.moves_memory)
@@ -1130,6 +1145,7 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
                             invasiveness: found.kind.invasiveness(),
                             since_ms: u64::try_from(now).unwrap_or(0).saturating_mul(1000),
                             disrupts: found.disrupts.clone(),
+                            touches: found.touches.clone(),
                             moves_memory,
                             reason: format!("{name}: {}; {}", found.why, found.kind),
                         };

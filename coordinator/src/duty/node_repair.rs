@@ -1,0 +1,198 @@
+//! Node repair (pure): one proposal per node with an active incident, and the nodes incidents
+//! hold disrupted.
+//!
+//! A node's most invasive active incident (then the oldest) is the one that acts; the node's
+//! other active incidents wait for it. A pending incident already holds its node, so its
+//! proposal is a continuation; a noted one asks to disrupt the node (drain and evacuate, or run
+//! a repair command on it).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use crate::ganeti::{Instance, Node};
+use crate::gate::{Duty, Holder, Proposal};
+use crate::incident::{Action, Incident, RepairStatus};
+
+/// How invasive an action is (the gate serves the most invasive first).
+pub const fn invasiveness(action: Action) -> u8 {
+    match action {
+        Action::LiveRepair => 1,
+        Action::Evacuate => 2,
+        Action::EvacuateFailover => 3,
+    }
+}
+
+/// What the node-repair duty proposes this round.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Proposals {
+    /// One proposal per node with an active incident, for the gate.
+    pub proposals: Vec<Proposal>,
+    /// Active incidents that wait for another incident of the same node, and why.
+    pub waiting: Vec<(Uuid, String)>,
+}
+
+fn seconds_to_ms(seconds: f64) -> u64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        (seconds * 1000.0) as u64
+    } else {
+        0
+    }
+}
+
+/// The memory of the instances whose primary is `node` (MiB); `None` when a size is unknown.
+fn primary_memory(node: &str, instances: &[Instance]) -> Option<u64> {
+    instances
+        .iter()
+        .filter(|i| i.primary_node == node)
+        .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)))
+}
+
+/// The proposals of the active incidents in `incidents`.
+pub fn propose(incidents: &[Incident], nodes: &[Node], instances: &[Instance]) -> Proposals {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let mut active: Vec<&Incident> = incidents.iter().filter(|i| i.is_active()).collect();
+    active.sort_by(|a, b| {
+        invasiveness(b.action)
+            .cmp(&invasiveness(a.action))
+            .then(a.ctime.total_cmp(&b.ctime))
+            .then(a.uuid.cmp(&b.uuid))
+    });
+    let mut out = Proposals::default();
+    let mut acting: BTreeMap<&str, Uuid> = BTreeMap::new();
+    for incident in active {
+        if let Some(first) = acting.get(incident.node_uuid.as_str()) {
+            out.waiting.push((
+                incident.uuid,
+                format!("incident {first} on the same node is handled first"),
+            ));
+            continue;
+        }
+        acting.insert(incident.node_uuid.as_str(), incident.uuid);
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        let moves_memory = if incident.action.is_evacuation() {
+            primary_memory(&node.name, instances)
+        } else {
+            Some(0)
+        };
+        out.proposals.push(Proposal {
+            duty: Duty::NodeRepair,
+            holder: Holder::Incident { id: incident.uuid },
+            subject: format!("node {}", node.name),
+            invasiveness: invasiveness(incident.action),
+            since_ms: seconds_to_ms(incident.ctime),
+            disrupts: BTreeSet::from([node.name.clone()]),
+            touches: BTreeSet::new(),
+            moves_memory,
+            reason: format!(
+                "{} ({})",
+                incident.action.as_str(),
+                incident.verdict.status.as_str()
+            ),
+        });
+    }
+    out
+}
+
+/// The nodes incidents hold disrupted: a pending incident's node, and the node of a finished
+/// incident not yet acknowledged while Ganeti still shows it drained or offline.
+pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    let mut sorted: Vec<&Incident> = incidents.iter().collect();
+    sorted.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    for incident in sorted {
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        let holds = match incident.repair_status {
+            RepairStatus::Pending => true,
+            RepairStatus::Completed | RepairStatus::Failed => {
+                !incident.acknowledged && (node.drained || node.offline)
+            }
+            RepairStatus::Noted | RepairStatus::Canceled => false,
+        };
+        if holds {
+            // A pending incident wins over a finished one on the same node.
+            let pending = incident.repair_status == RepairStatus::Pending;
+            if pending || !held.contains_key(&node.name) {
+                held.insert(node.name.clone(), Holder::Incident { id: incident.uuid });
+            }
+        }
+    }
+    held.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests_support::{incident_on, instance, node};
+
+    #[test]
+    fn one_proposal_per_node_most_invasive_first() {
+        let nodes = vec![node("n1"), node("n2")];
+        let instances = vec![instance("i1", "n1", 512), instance("i2", "n1", 256)];
+        let live = incident_on(1, &nodes[0], Action::LiveRepair, 10.0);
+        let evacuate = incident_on(2, &nodes[0], Action::Evacuate, 20.0);
+        let other = incident_on(3, &nodes[1], Action::LiveRepair, 5.0);
+        let out = propose(
+            &[live.clone(), evacuate.clone(), other.clone()],
+            &nodes,
+            &instances,
+        );
+        let holders: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
+        assert_eq!(
+            holders,
+            [
+                Holder::Incident { id: evacuate.uuid },
+                Holder::Incident { id: other.uuid }
+            ]
+        );
+        assert_eq!(out.proposals[0].moves_memory, Some(768));
+        assert_eq!(out.proposals[0].invasiveness, 2);
+        assert_eq!(out.proposals[1].moves_memory, Some(0));
+        assert_eq!(
+            out.waiting,
+            [(
+                live.uuid,
+                format!(
+                    "incident {} on the same node is handled first",
+                    evacuate.uuid
+                )
+            )]
+        );
+    }
+
+    #[test]
+    fn unknown_instance_memory_is_unknown() {
+        let nodes = vec![node("n1")];
+        let mut unknown = instance("i1", "n1", 512);
+        unknown.memory = None;
+        let incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        let out = propose(&[incident], &nodes, &[unknown]);
+        assert_eq!(out.proposals[0].moves_memory, None);
+    }
+
+    #[test]
+    fn pending_and_unacknowledged_drained_nodes_are_held() {
+        let mut nodes = vec![node("n1"), node("n2"), node("n3")];
+        nodes[1].drained = true;
+        let mut pending = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        pending.repair_status = RepairStatus::Pending;
+        let mut done = incident_on(2, &nodes[1], Action::Evacuate, 2.0);
+        done.repair_status = RepairStatus::Completed;
+        let noted = incident_on(3, &nodes[2], Action::Evacuate, 3.0);
+        let mut acked = done.clone();
+        acked.acknowledged = true;
+        assert_eq!(
+            holds(&[pending.clone(), done.clone(), noted.clone()], &nodes),
+            [
+                ("n1".to_owned(), Holder::Incident { id: pending.uuid }),
+                ("n2".to_owned(), Holder::Incident { id: done.uuid })
+            ]
+        );
+        assert_eq!(holds(&[acked], &nodes), []);
+    }
+}

@@ -1,0 +1,276 @@
+//! The gate end to end on the simulated cluster: failure domains and the storm breaker (R5).
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use nodecare_coordinator::breaker::BreakerState;
+use nodecare_coordinator::gate::{Caps, DomainSource};
+use nodecare_coordinator::incident::RepairStatus;
+use nodecare_coordinator::reconcile::BREAKER_DOCUMENT;
+use nodecare_tests::fake_agent::verdict;
+use nodecare_tests::harness::{Harness, node};
+use serde_json::json;
+
+fn evacuate(n: usize) -> nodecare_protocol::NodeVerdict {
+    verdict("evacuate", json!({"disk": format!("sd{n}")}), None)
+}
+
+/// Racks of ten nodes: `rack:r0` … `rack:r9`.
+fn rack_of(i: usize) -> String {
+    format!("rack:r{}", (i - 1) / 10)
+}
+
+/// Nodes drained in the simulation.
+fn drained(h: &Harness) -> BTreeSet<String> {
+    h.sim.with_cluster(|c| {
+        c.nodes
+            .values()
+            .filter(|n| n.drained)
+            .map(|n| n.name.clone())
+            .collect()
+    })
+}
+
+/// Issue 12, R5: 100 nodes, half of them report `evacuate` within one minute. The breaker
+/// opens, at most the cap is disrupted (in one failure domain), nothing else acts, and every
+/// waiting incident says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storm_opens_the_breaker_and_nothing_beyond_the_cap_acts() {
+    const NODES: usize = 100;
+    let spec: Vec<String> = (1..=NODES).map(|i| format!("i{i}:diskless:{i}")).collect();
+    let mut h = Harness::new(NODES, &spec.join(","), |config| {
+        config.failure_domains = "rack:".into();
+        config.max_disrupted_nodes = 3;
+        config.min_healthy_nodes = 2;
+        config.agents.concurrency = 128;
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        h.config.domain_source(),
+        DomainSource::TagPrefix("rack:".into())
+    );
+    assert_eq!(
+        h.config.caps(),
+        Caps {
+            max_disrupted_nodes: 3,
+            max_disrupted_percent: None,
+            min_healthy_nodes: 2
+        }
+    );
+    h.sim.with_cluster(|c| {
+        for i in 1..=NODES {
+            if let Some(n) = c.nodes.get_mut(&node(i)) {
+                n.tags.push(rack_of(i));
+            }
+        }
+    });
+    let started = Instant::now();
+    // The storm: every second node of racks r1.. (node 12, 14, … 100) says evacuate, in five
+    // waves over five rounds (within the breaker's window).
+    let sick: Vec<usize> = (12..=NODES)
+        .step_by(2)
+        .take(45)
+        .chain([2, 4, 6, 8, 10])
+        .collect();
+    assert_eq!(sick.len(), 50);
+    let mut rounds = Vec::new();
+    // The first wave is small (a normal day): it is admitted within the cap.
+    for i in sick.iter().copied().filter(|i| *i <= 10) {
+        h.agents.get(&node(i)).unwrap().set_verdict(evacuate(i));
+    }
+    let t = Instant::now();
+    h.round().await.unwrap();
+    rounds.push(t.elapsed());
+    let breaker: Option<BreakerState> = h
+        .coordinator
+        .api()
+        .store
+        .document(BREAKER_DOCUMENT)
+        .unwrap();
+    assert!(
+        breaker.is_none_or(|b| b.open.is_none()),
+        "five incidents in 100 nodes are no storm"
+    );
+    for wave in sick
+        .iter()
+        .copied()
+        .filter(|i| *i > 10)
+        .collect::<Vec<_>>()
+        .chunks(9)
+    {
+        for i in wave {
+            h.agents.get(&node(*i)).unwrap().set_verdict(evacuate(*i));
+        }
+        let t = Instant::now();
+        h.round().await.unwrap();
+        rounds.push(t.elapsed());
+    }
+    for _ in 0..5 {
+        let t = Instant::now();
+        h.round().await.unwrap();
+        rounds.push(t.elapsed());
+    }
+    let incidents = h.incidents().unwrap();
+    assert_eq!(incidents.len(), 50);
+    let breaker: BreakerState = h
+        .coordinator
+        .api()
+        .store
+        .document(BREAKER_DOCUMENT)
+        .unwrap()
+        .unwrap();
+    let (opened_ms, why) = breaker.open.clone().expect("the breaker is open");
+    assert!(why.contains("nodes opened incidents"), "{why}");
+    // At most the cap is disrupted, all in the first wave's rack (r0), nothing else drained.
+    let drained = drained(&h);
+    assert!(!drained.is_empty() && drained.len() <= 3, "{drained:?}");
+    for name in &drained {
+        let i: usize = name
+            .trim_start_matches("node")
+            .split('.')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(i <= 10, "{name} outside the first domain was drained");
+    }
+    let acting: Vec<_> = incidents
+        .iter()
+        .filter(|i| i.repair_status != RepairStatus::Noted)
+        .collect();
+    assert!(acting.len() <= 3, "{} incidents acted", acting.len());
+    for incident in incidents
+        .iter()
+        .filter(|i| i.repair_status == RepairStatus::Noted)
+    {
+        let why = incident.blocked_by.as_deref().unwrap_or("");
+        assert!(
+            why.starts_with("storm breaker open")
+                || why.starts_with("cap: ")
+                || why.starts_with("failure domain"),
+            "{}: {why:?}",
+            incident.node
+        );
+        assert!(incident.jobs.is_empty());
+    }
+    let jobs = h.sim.submissions().iter().filter(|s| !s.internal).count();
+    let waiting_breaker = incidents
+        .iter()
+        .filter(|i| {
+            i.blocked_by
+                .as_deref()
+                .is_some_and(|b| b.starts_with("storm breaker open"))
+        })
+        .count();
+    let status = h
+        .coordinator
+        .api()
+        .board
+        .gate
+        .read()
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert!(status.policy.breaker.is_some());
+    println!(
+        "R5 storm: {NODES} nodes, 50 evacuate verdicts in {} rounds ({:?}); breaker opened at {opened_ms} ({why}); \
+         {} node(s) drained ({:?}), {} incident(s) acting, {waiting_breaker} waiting on the breaker, {jobs} Ganeti jobs; \
+         round time max {:?}",
+        rounds.len(),
+        started.elapsed(),
+        drained.len(),
+        drained,
+        acting.len(),
+        rounds.iter().max().unwrap(),
+    );
+    // An operator's reset closes it: the storm's incidents no longer count, the cap still holds.
+    let store = std::sync::Arc::clone(&h.coordinator.api().store);
+    store
+        .save_document(
+            BREAKER_DOCUMENT,
+            &nodecare_coordinator::breaker::reset(breaker, nodecare_protocol::now_ms()),
+        )
+        .unwrap();
+    h.round().await.unwrap();
+    let after: BreakerState = store.document(BREAKER_DOCUMENT).unwrap().unwrap();
+    assert!(after.open.is_none(), "{after:?}");
+    assert!(drained_count(&h) <= 3);
+}
+
+fn drained_count(h: &Harness) -> usize {
+    drained(h).len()
+}
+
+/// Two nodes in different domains report evacuate at once: one proceeds, the other waits with
+/// `blocked_by` naming the busy domain, and proceeds once the first is returned to service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failure_domain_at_a_time() {
+    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5,c:diskless:3", |config| {
+        config.failure_domains = "rack:".into();
+        config.max_disrupted_nodes = 3;
+        // Three incidents of six nodes would be a storm: this test is about domains.
+        config.breaker.max_incident_percent = 100.0;
+    })
+    .await
+    .unwrap();
+    h.sim.with_cluster(|c| {
+        for i in 1..=6 {
+            let rack = if i <= 3 { "rack:a" } else { "rack:b" };
+            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
+        }
+    });
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    h.agents.get(&node(5)).unwrap().set_verdict(evacuate(5));
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    let incidents = h.incidents().unwrap();
+    let waiting = incidents.iter().find(|i| i.node == node(5)).unwrap();
+    assert_eq!(waiting.repair_status, RepairStatus::Noted);
+    let why = waiting.blocked_by.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("failure domain rack:a is disrupted (node2.sim.test: incident "),
+        "{why}"
+    );
+    assert!(why.ends_with("rack:b waits"), "{why}");
+    // A third node in the busy domain may go (within the caps).
+    h.agents.get(&node(3)).unwrap().set_verdict(evacuate(3));
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(3) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap(),
+        "{:#?}",
+        h.incidents()
+            .unwrap()
+            .iter()
+            .map(|i| (
+                i.node.clone(),
+                i.repair_status,
+                i.blocked_by.clone(),
+                i.failure.clone()
+            ))
+            .collect::<Vec<_>>()
+    );
+    // The operator returns rack a to service: rack b's node is emptied.
+    h.sim.with_cluster(|c| {
+        for i in [2, 3] {
+            let n = c.nodes.get_mut(&node(i)).unwrap();
+            n.drained = false;
+            n.tags.retain(|t| !t.starts_with("maintd:"));
+        }
+    });
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(5) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+}
