@@ -118,6 +118,8 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
     // inst1: DRBD, primary node2, secondary node3; inst2: plain on node2; inst3: DRBD on node2,
     // suspended; inst4: DRBD on node3/node4, healthy.
     let sim = sim("inst1:drbd:2,inst2:plain:2,inst3:drbd:2,inst4:drbd:3");
+    // Slow enough that the second round surely comes before the tag jobs end.
+    sim.set_job_delay(Duration::from_millis(800));
     tag(&sim, "inst1.sim.test", &["failover"]);
     tag(&sim, "inst2.sim.test", &["reinstall"]);
     tag(&sim, "inst3.sim.test", &["failover", "suspend:"]);
