@@ -255,6 +255,9 @@ pub async fn run_instance_repairs(
     for repair in &assessment.repairs {
         actions.push((1, repair.plan.instance.as_str(), Action::Repair(repair)));
     }
+    for (instance, line) in &assessment.notices {
+        actions.push((1, instance.as_str(), Action::Line(line)));
+    }
     actions.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     for (_, _, action) in actions {
         match action {
@@ -264,12 +267,14 @@ pub async fn run_instance_repairs(
             Action::Repair(repair) => {
                 run_repair(ganeti, store, repair, decision, dry_run, &mut report).await;
             }
+            Action::Line(line) => report.lines.push(line.clone()),
         }
     }
     report
 }
 
 enum Action<'a> {
+    Line(&'a String),
     Tags(&'a TagChange),
     Repair(&'a crate::duty::instance_repair::PlannedRepair),
 }

@@ -898,6 +898,9 @@ pub struct Assessment {
     pub tag_changes: Vec<TagChange>,
     /// Repairs for the gate.
     pub repairs: Vec<PlannedRepair>,
+    /// harep's lines for broken instances it does not repair (`Not repairing inst3 because
+    /// it's in state ArSuspended Forever`): instance, line.
+    pub notices: Vec<(String, String)>,
 }
 
 impl Assessment {
@@ -1160,10 +1163,16 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
                             tag: String::new(),
                         });
                     }
-                    (ArState::Healthy(_), policy) => notes.push(format!(
-                        "{}: not repairing {name} because it's in state {policy}",
-                        found.why
-                    )),
+                    (ArState::Healthy(_), policy) => {
+                        notes.push(format!(
+                            "{}: not repairing {name} because it's in state {policy}",
+                            found.why
+                        ));
+                        out.notices.push((
+                            name.clone(),
+                            format!("Not repairing {name} because it's in state {policy}"),
+                        ));
+                    }
                     (other, _) => notes.push(format!(
                         "{}: not repairing, repair state is {}",
                         found.why,
