@@ -982,7 +982,6 @@ fn suspended_and_unpermitted_instances_are_left_alone() {
             "{:?}",
             a.notices
         );
-        );
     }
 }
 
