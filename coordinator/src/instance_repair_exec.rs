@@ -609,7 +609,15 @@ async fn resume(ganeti: &dyn Ganeti, store: &Store, collected: &Collected, repor
                     *tag_job = None;
                 }
                 Err(GanetiError::NotFound(_)) => *tag_job = None,
-                // Running, or done (Ganeti shows the tag next round), or unknown: wait.
+                // The tag was written (and, as the instance did not show it when this round
+                // read it, removed since, or shown from the next read on): nothing left to do.
+                Ok(j) if j.status == JobStatus::Success => {
+                    if let Err(error) = store.forget_instance_repair(&uuid.to_string()) {
+                        report.errors.push(error.to_string());
+                    }
+                    continue;
+                }
+                // Running, or unknown: wait.
                 _ => continue,
             }
         }
