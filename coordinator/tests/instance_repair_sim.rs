@@ -461,3 +461,66 @@ async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
     assert!(sim.submissions().is_empty());
     assert!(store.instance_repairs().unwrap().is_empty());
 }
+
+/// A crash after the repair job was submitted but before the record said so: the next run
+/// finds the job by its reason, submits nothing twice and writes the pending tag naming it.
+#[tokio::test]
+async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
+    use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
+    use nodecare_coordinator::ganeti::Reason;
+    use nodecare_coordinator::instance_repair_exec::Record;
+
+    let sim = sim("inst1:drbd:2,inst2:drbd:3");
+    tag(&sim, "inst1.sim.test", &["failover"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let uuid = uuid::Uuid::new_v4();
+    let plan = RepairPlan {
+        instance: "inst1.sim.test".into(),
+        kind: RepairType::Failover,
+        uuid,
+        ts: 1000,
+        ops: vec![RepairOp::Failover],
+        remove: Vec::new(),
+        message: "Executing ArFailover repair on inst1.sim.test".into(),
+    };
+    let record = Record::Repair {
+        plan,
+        jobs: vec![None],
+        tag_job: None,
+    };
+    store
+        .save_instance_repair(
+            &uuid.to_string(),
+            "inst1.sim.test",
+            &serde_json::to_string(&record).unwrap(),
+        )
+        .unwrap();
+    let client = sim.client();
+    let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
+    let job = Ganeti::failover_instance(&client, "inst1.sim.test", None, &reason)
+        .await
+        .unwrap();
+
+    let next = round(&sim, &store, 1100, &Policy::default()).await;
+    assert!(next.assessment.repairs.is_empty(), "{:?}", next.assessment);
+    assert_eq!(
+        next.report.submitted,
+        vec![("inst1.sim.test".to_owned(), uuid, vec![job])]
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![
+            format!("{PREFIX}failover"),
+            format!("{PREFIX}pending:failover:{uuid}:1000:{job}"),
+        ]
+    );
+    let failovers = sim
+        .submissions()
+        .iter()
+        .filter(|s| s.op_id == "OP_INSTANCE_FAILOVER")
+        .count();
+    assert_eq!(failovers, 1);
+    assert!(sim.duplicate_intents().is_empty());
+}
