@@ -120,8 +120,8 @@ nodecare_run() {
 # uuids, Unix times and the job lists of pending/result tags are per run.
 normalise() {
   sed -E -e 's/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/<uuid>/g' \
-    -e 's/:[0-9]{10}:/:<ts>:/g' -e 's/(:(pending|result):[^"]*:)[0-9+]*("|$)/\1<jobs>\3/' \
-    -e 's/(:(success|failure|enoperm):)[0-9+]*("|$|,)/\1<jobs>\3/g'
+    -e 's/:[0-9]{10}:/:<ts>:/g' \
+    -e 's/(:(pending|result):[a-z-]+:<uuid>:<ts>:([a-z]+:)?)[0-9+]*/\1<jobs>/g'
 }
 autorepair_tags() {
   for i in inst1 inst2 inst3; do
