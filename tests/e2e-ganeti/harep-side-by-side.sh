@@ -173,12 +173,22 @@ restore_tags
 
 # ---- 3. nodecare, twice ----
 log "nodecare real runs"
+# nodecare does not wait for its tag jobs (harep does): wait until Ganeti shows them.
+wait_tags() {
+  local kind=$1 want=$2
+  for _ in $(seq 1 90); do
+    [[ $(autorepair_tags | grep -o ":$kind:" | wc -l) -ge $want ]] && return 0
+    sleep 1
+  done
+  return 1
+}
 nodecare_run >"$OUT/nodecare-run1.txt"
-sleep 2
+wait_tags pending 2 || fail "nodecare pending tags" "not shown within 90 s"
 mapfile -t NJOBS < <(jobs_in_tags)
 wait_jobs "${NJOBS[@]}"
 nodecare_run >"$OUT/nodecare-run2.txt"
-sleep 3
+wait_tags result 2 || fail "nodecare result tags" "not shown within 90 s"
+sleep 2
 autorepair_tags >"$OUT/nodecare-tags.txt"
 job_ops nodecare "${NJOBS[@]}" >"$OUT/nodecare-ops.txt"
 if grep -q 'gnt:daemon:nodecare nodecare incident=' "$OUT/nodecare-jobs.txt"; then
