@@ -128,7 +128,10 @@ autorepair_tags() {
     echo "$i: $(gnt gnt-instance list-tags "$i.$DOMAIN" | grep "^$P" | sort | tr '\n' ' ')"
   done
 }
-jobs_in_tags() { autorepair_tags | grep -oE ':(pending|success|failure):[0-9+]+' | grep -oE '[0-9]+' | sort -un; }
+# The job ids listed in the pending and result tags (their last field).
+jobs_in_tags() {
+  autorepair_tags | tr ' ' '\n' | grep -E ":(pending|result):" | sed -E 's/.*://' | tr '+' '\n' | grep -E '^[0-9]+$' | sort -un
+}
 wait_jobs() { for j in "$@"; do gnt gnt-job watch "$j" >/dev/null 2>&1 || true; done; }
 # The opcodes of each job (one line per job); the whole `gnt-job info` goes to $OUT/<tag>-jobs.txt.
 job_ops() {
