@@ -23,7 +23,7 @@ pub struct CachedReport {
     pub collected: Instant,
 }
 
-/// The cached signed diagnose envelope, or why there is none.
+/// A cached signed envelope (the diagnose or the storage report), or why there is none.
 #[derive(Debug, Clone)]
 pub enum CachedSigned {
     /// The serialised envelope and its sequence number.
@@ -51,6 +51,8 @@ pub struct Snapshot {
     pub all: CachedReport,
     /// `/1/report/node/diagnose/signed`.
     pub signed: CachedSigned,
+    /// `/1/report/storage/drbd/signed`.
+    pub storage: CachedSigned,
 }
 
 /// The cache.
@@ -148,6 +150,7 @@ impl ReportCache {
                 list: list_body,
                 all,
                 signed: CachedSigned::Unavailable("no diagnose run has completed yet".into()),
+                storage: CachedSigned::Unavailable("DRBD has not been read yet".into()),
             })),
             signed_sequence: watch::Sender::new(0),
             waiters: Arc::new(Semaphore::new(MAX_WAITERS)),
@@ -241,6 +244,11 @@ impl ReportCache {
         if let Some(sequence) = sequence {
             self.signed_sequence.send_replace(sequence);
         }
+    }
+
+    /// Stores the signed storage envelope (or why there is none).
+    pub fn store_storage(&self, signed: CachedSigned) {
+        self.update(|snapshot| snapshot.storage = signed);
     }
 
     /// Follows the sequence number of the signed envelope served.

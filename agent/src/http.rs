@@ -1,5 +1,5 @@
 //! The HTTP API: mond's endpoints (same paths, JSON shapes and error bodies as Ganeti's mond),
-//! plus the signed diagnose report and a health check. Every answer comes from the cache; no
+//! plus the signed diagnose and storage reports and a health check. Every answer comes from the cache; no
 //! request runs a collector.
 //!
 //! Routing is one `match` on (method, path) in [`route`]; add endpoints there.
@@ -14,6 +14,7 @@ use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use nodecare_protocol::diagnose::SIGNED_DIAGNOSE_PATH;
 use nodecare_protocol::report::{DEFAULT_CATEGORY, KNOWN_CATEGORIES};
+use nodecare_protocol::storage::SIGNED_DRBD_PATH;
 
 use crate::cache::{CachedReport, CachedSigned, ReportCache};
 
@@ -33,6 +34,8 @@ pub struct HttpState {
     pub node: String,
     /// The repair endpoint (`/1/repair`); `None` when it could not start (no HMAC key).
     pub repair: Option<Arc<crate::repair::RepairService>>,
+    /// The check endpoint (`/1/check`); `None` without an HMAC key.
+    pub check: Option<Arc<crate::check::CheckService>>,
     /// The diagnose collector (per-script runs for `/metrics`).
     pub diagnose: Arc<nodecare_collectors::diagnose::DiagnoseCollector>,
     /// The signer's counters.
@@ -216,6 +219,20 @@ async fn signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
     signed_now(cache, Some(watch.after))
 }
 
+/// `/1/report/storage/drbd/signed`: the latest signed DRBD reading (no query accepted).
+fn storage_signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
+    if query.is_some_and(|query| !query.is_empty()) {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            "the signed storage report takes no query parameters",
+        );
+    }
+    match &cache.snapshot().storage {
+        CachedSigned::Envelope { report, .. } => cached(report),
+        CachedSigned::Unavailable(reason) => error_json(StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
+
 fn health(state: &HttpState) -> HttpResponse {
     let snapshot = state.cache.snapshot();
     let mut collectors = serde_json::Map::new();
@@ -235,6 +252,7 @@ fn health(state: &HttpState) -> HttpResponse {
         "node": state.node,
         "uptime_s": state.started.elapsed().as_secs(),
         "signed_diagnose": matches!(snapshot.signed, CachedSigned::Envelope { .. }),
+        "signed_storage": matches!(snapshot.storage, CachedSigned::Envelope { .. }),
         "collectors": collectors,
         "confd": state.cluster.as_ref().map(|view| confd_view(&view.current())),
     });
@@ -312,6 +330,15 @@ pub async fn route(
     request: Request<Incoming>,
     peer: std::net::SocketAddr,
 ) -> HttpResponse {
+    if request.uri().path() == nodecare_protocol::repair::CHECK_PATH {
+        return match &state.check {
+            Some(check) => check.handle_http(request).await,
+            None => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "checks are unavailable on this node (no cluster HMAC key)",
+            ),
+        };
+    }
     if crate::repair::http::is_repair_path(request.uri().path()) {
         return match &state.repair {
             Some(repair) => repair.handle_http(request, peer).await,
@@ -347,6 +374,7 @@ pub async fn route(
             })),
         ),
         (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache, request.uri().query()).await,
+        (true, SIGNED_DRBD_PATH) => storage_signed(&state.cache, request.uri().query()),
         // mond accepts trailing segments here too.
         (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {
             cached(&state.cache.snapshot().all)

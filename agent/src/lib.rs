@@ -4,6 +4,7 @@
 //! tests and demos can run agents in-process on `127.0.0.1:0`.
 
 pub mod cache;
+pub mod check;
 pub mod cli;
 pub mod config;
 pub mod http;
@@ -13,6 +14,7 @@ pub mod scheduler;
 pub mod script_check;
 pub mod signing;
 pub mod state;
+pub mod storage;
 
 pub use nodecare_daemon::{logging, systemd};
 
@@ -66,6 +68,8 @@ pub struct Collectors {
     /// What confd says about this node (shown by `/healthz` and `/1/debug/confd`); `None` off
     /// a Ganeti cluster.
     pub cluster: Option<nodecare_collectors::confd::ViewHandle>,
+    /// Where the signed storage report reads DRBD; `None`: the report answers 503.
+    pub storage: Option<storage::StorageSource>,
 }
 
 /// Builds the diagnose collector (restoring the last verdict) and appends it to `builtin`, the
@@ -90,6 +94,7 @@ pub fn collectors(config: &Config, mut builtin: Registry) -> Result<Collectors, 
         diagnose,
         restored,
         cluster: None,
+        storage: None,
     })
 }
 
@@ -149,6 +154,7 @@ pub async fn serve_with(
     let node = config.resolved_node_name();
     let state = StateDir::open(&config.state_dir)?;
     let signer = signing::load_signer(&config.hmac_key, &node);
+    let signer_key = signer.clone();
     let key_problem = signer.as_ref().err().cloned();
     if let Some(error) = &key_problem {
         tracing::error!(%error, "signed diagnose reports are unavailable");
@@ -165,7 +171,16 @@ pub async fn serve_with(
         diagnose,
         restored,
         cluster,
+        storage: storage_source,
     } = collectors;
+    let storage_signer = storage::StorageSigner::new(
+        signer_key.clone(),
+        signer.sequencer(),
+        storage_source
+            .as_ref()
+            .map_or(storage::STORAGE_INTERVAL, |source| source.interval),
+        config.signature_ttl_intervals,
+    );
     let sign_counters = signer.counters();
     let cache = Arc::new(ReportCache::new(&registry));
     let now = Instant::now();
@@ -180,6 +195,11 @@ pub async fn serve_with(
         cache.store_signed(cache::CachedSigned::Unavailable(format!(
             "no HMAC key: {error}"
         )));
+    }
+    if storage_source.is_none() {
+        cache.store_storage(cache::CachedSigned::Unavailable(
+            "this agent does not read DRBD".into(),
+        ));
     }
     // Serve the verdict from before the restart, marked stale, until the first fresh run.
     if let Some(run) = &restored
@@ -210,6 +230,16 @@ pub async fn serve_with(
         shutdown_rx.clone(),
     ));
 
+    // Read, sign and cache the DRBD state.
+    if let Some(source) = storage_source {
+        tasks.spawn(storage_signer.run(source, Arc::clone(&cache), shutdown_rx.clone()));
+    }
+
+    let diagnose_position = cache.position(
+        nodecare_collectors::diagnose::DIAGNOSE_CATEGORY,
+        nodecare_collectors::diagnose::DIAGNOSE_NAME,
+    );
+    let wake_diagnose = Arc::new(tokio::sync::Notify::new());
     for (position, collector) in registry.iter().enumerate() {
         tasks.spawn(scheduler::run_collector(
             Arc::clone(collector),
@@ -217,8 +247,23 @@ pub async fn serve_with(
             Arc::clone(&cache),
             node.clone(),
             shutdown_rx.clone(),
+            (Some(position) == diagnose_position).then(|| Arc::clone(&wake_diagnose)),
         ));
     }
+    let check = match nodecare_protocol::sign::HmacKey::from_file(&config.hmac_key) {
+        Ok(key) => Some(Arc::new(check::CheckService::new(
+            nodecare_protocol::KeyRing::single(key),
+            node.clone(),
+            config.repair(&node).verify_policy,
+            check::DEFAULT_MIN_CHECK_INTERVAL,
+            wake_diagnose,
+            Arc::clone(&cache),
+        ))),
+        Err(error) => {
+            tracing::error!(%error, "signed checks are unavailable");
+            None
+        }
+    };
 
     let repair = repair::open_with_key_file(config.repair(&node), &config.hmac_key);
     let http_state = Arc::new(HttpState {
@@ -226,6 +271,7 @@ pub async fn serve_with(
         started: now,
         node,
         repair,
+        check,
         diagnose: Arc::clone(&diagnose),
         sign_counters,
         stale_after: config.signature_ttl(),
@@ -302,6 +348,12 @@ pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent
     }
     let mut collectors = collectors(&config, builtin)?;
     collectors.cluster = builtin_config.cluster.clone();
+    collectors.storage = Some(storage::StorageSource {
+        drbd: Arc::new(nodecare_collectors::builtin::drbd::Drbd::new(
+            &builtin_config,
+        )),
+        interval: storage::STORAGE_INTERVAL,
+    });
     serve_with(config, collectors, listener).await
 }
 

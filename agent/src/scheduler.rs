@@ -86,7 +86,8 @@ pub const RECHECK: Duration = Duration::from_secs(1);
 /// The shortest interval the scheduler runs any collector at.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 
-/// Runs `collector` (at `position` in the cache) until `shutdown` changes.
+/// Runs `collector` (at `position` in the cache) until `shutdown` changes; a notification on
+/// `wake` starts a run at once (a signed check request).
 ///
 /// Before every run, and at least every [`RECHECK`] while waiting, it reads the collector's
 /// [`Collector::enabled`] and [`Collector::interval`]: a disabled collector is not run and is
@@ -98,7 +99,14 @@ pub async fn run_collector(
     cache: Arc<ReportCache>,
     node: String,
     mut shutdown: watch::Receiver<bool>,
+    wake: Option<Arc<tokio::sync::Notify>>,
 ) {
+    let woken = || async {
+        match &wake {
+            Some(wake) => wake.notified().await,
+            None => std::future::pending().await,
+        }
+    };
     let name = collector.spec().name.clone();
     // A per-node phase, so that the nodes of a cluster do not all run a collector at once.
     let mut phase = jitter(&node, &name, collector.interval().max(MIN_INTERVAL));
@@ -125,6 +133,10 @@ pub async fn run_collector(
                 tokio::select! {
                     _ = tokio::time::sleep_until(wake) => {}
                     _ = shutdown.changed() => return,
+                    () = woken() => {
+                        tracing::info!(collector = %name, "run requested now");
+                        last_start = None;
+                    }
                 }
                 continue;
             }

@@ -1,9 +1,13 @@
 //! Signs every published diagnose verdict with the cluster HMAC key, once per run (never per
 //! request), and persists the verdict and the sequence number: [`DiagnoseSigner::run`] is the
 //! agent's signer task.
+//!
+//! Every signed report of the node (diagnose and storage) takes its number from one
+//! [`Sequencer`]: one strictly increasing sequence per node and key, across report kinds and
+//! restarts.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -52,13 +56,46 @@ impl SignCounters {
     }
 }
 
+/// The node's one sequence counter, persisted before every number it hands out; shared by
+/// the signers of every report kind.
+#[derive(Debug, Clone)]
+pub struct Sequencer {
+    inner: Arc<Mutex<SequenceState>>,
+}
+
+#[derive(Debug)]
+struct SequenceState {
+    state: StateDir,
+    last: u64,
+}
+
+impl Sequencer {
+    /// The counter persisted in `state`.
+    pub fn open(state: StateDir) -> Result<Self, crate::state::StateError> {
+        let last = state.load_sequence()?;
+        Ok(Self {
+            inner: Arc::new(Mutex::new(SequenceState { state, last })),
+        })
+    }
+
+    /// The next sequence number (above every number handed out before, and at least `now_ms`),
+    /// persisted first: a number is never handed out twice, even across a crash.
+    pub fn next(&self, now_ms: u64) -> Result<u64, crate::state::StateError> {
+        let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let sequence = next_sequence(guard.last, now_ms);
+        guard.state.store_sequence(sequence)?;
+        guard.last = sequence;
+        Ok(sequence)
+    }
+}
+
 /// Signs diagnose runs for one node.
 #[derive(Debug)]
 pub struct DiagnoseSigner {
     counters: Arc<SignCounters>,
     signer: Result<Signer, String>,
     state: StateDir,
-    last_sequence: u64,
+    sequencer: Sequencer,
     ttl: Duration,
     interval: Duration,
 }
@@ -71,15 +108,20 @@ impl DiagnoseSigner {
         ttl: Duration,
         interval: Duration,
     ) -> Result<Self, SigningError> {
-        let last_sequence = state.load_sequence()?;
+        let sequencer = Sequencer::open(state.clone())?;
         Ok(Self {
             counters: Arc::default(),
             signer,
             state,
-            last_sequence,
+            sequencer,
             ttl,
             interval,
         })
+    }
+
+    /// The node's sequence counter (shared with the storage report's signer).
+    pub fn sequencer(&self) -> Sequencer {
+        self.sequencer.clone()
     }
 
     /// The signer's counters.
@@ -117,10 +159,7 @@ impl DiagnoseSigner {
         };
         let payload = serde_json::to_value(&payload)
             .map_err(|error| SigningError::Sign(error.to_string()))?;
-        let sequence = next_sequence(self.last_sequence, now);
-        // Persist first: a sequence number is never handed out twice, even across a crash.
-        self.state.store_sequence(sequence)?;
-        self.last_sequence = sequence;
+        let sequence = self.sequencer.next(now)?;
         let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         signer
             .sign(payload, sequence, now, ttl_ms)

@@ -518,6 +518,133 @@ async fn missing_key_leaves_mond_endpoints_working() {
             .contains("absent.key")
     );
     assert_eq!(get(agent.local_addr(), "/1/report/all").await.status, 200);
+    // The storage report, too, is never served unsigned.
+    let started = Instant::now();
+    loop {
+        let storage = get(agent.local_addr(), "/1/report/storage/drbd/signed").await;
+        assert_eq!(storage.status, 503);
+        let error = storage.json()["error"].as_str().unwrap().to_owned();
+        if error.contains("absent.key") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{error}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    agent.shutdown().await;
+}
+
+/// The signed storage report: verifies, decodes as a storage payload, shares the node's one
+/// sequence with the diagnose report, refreshes, and an older envelope is a replay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_storage_report_verifies_and_replays_are_refused() {
+    use nodecare_protocol::{DrbdState, StoragePayload, VerifyError};
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let proc_root = fixture.state.with_file_name("proc");
+    std::fs::create_dir_all(&proc_root).unwrap();
+    std::fs::write(
+        proc_root.join("drbd"),
+        "version: 8.4.11 (api:1/proto:86-101)\n 0: cs:WFConnection ro:Primary/Unknown ds:UpToDate/DUnknown C r-----\n    ns:0 nr:0 dw:0 dr:0 al:0 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:2048\n",
+    )
+    .unwrap();
+    let config = config(&fixture);
+    let mut collectors = nodecare_agent::collectors(&config, Registry::new()).unwrap();
+    let builtin = nodecare_collectors::builtin::BuiltinConfig {
+        proc_root: proc_root.clone(),
+        ..Default::default()
+    };
+    collectors.storage = Some(nodecare_agent::storage::StorageSource {
+        drbd: Arc::new(nodecare_collectors::builtin::drbd::Drbd::new(&builtin)),
+        interval: Duration::from_millis(200),
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve_with(config, collectors, listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
+    let read = |body: Vec<u8>, min_sequence: Option<u64>| {
+        ring.verify_json(
+            &body,
+            nodecare_protocol::now_ms(),
+            VerifyPolicy::default(),
+            Some("node1.example.com"),
+            min_sequence,
+        )
+    };
+    let started = Instant::now();
+    let first = loop {
+        let answer = get(address, "/1/report/storage/drbd/signed").await;
+        if answer.status == 200 {
+            break read(answer.body, None).unwrap();
+        }
+        assert_eq!(answer.status, 503);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let payload: StoragePayload = serde_json::from_value(first.payload.clone()).unwrap();
+    let DrbdState::Minors { minors } = &payload.drbd else {
+        panic!("{payload:?}")
+    };
+    assert_eq!(minors.len(), 1);
+    assert_eq!(minors[0].connection, "WFConnection");
+    assert_eq!(minors[0].out_of_sync_kib, Some(2048));
+    assert!(!minors[0].is_whole());
+    assert_eq!(payload.interval_ms, 200);
+    // Not a diagnose payload.
+    assert!(serde_json::from_value::<DiagnosePayload>(first.payload.clone()).is_err());
+
+    // The module goes away: the next reading says so, with a higher sequence.
+    std::fs::remove_file(proc_root.join("drbd")).unwrap();
+    let started = Instant::now();
+    let second = loop {
+        let envelope = read(
+            get(address, "/1/report/storage/drbd/signed").await.body,
+            None,
+        )
+        .unwrap();
+        let payload: StoragePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
+        if payload.drbd == (DrbdState::NotInstalled {}) {
+            break envelope;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(second.sequence > first.sequence);
+    // The first again, after the second was accepted: a replay.
+    assert!(matches!(
+        read(serde_json::to_vec(&first).unwrap(), Some(second.sequence)),
+        Err(VerifyError::Replay { .. })
+    ));
+    // The diagnose report's sequence comes from the same counter: never equal to a storage one.
+    let diagnose = loop {
+        let answer = get(address, "/1/report/node/diagnose/signed").await;
+        if answer.status == 200 {
+            break read(answer.body, None).unwrap();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_ne!(diagnose.sequence, first.sequence);
+    assert_ne!(diagnose.sequence, second.sequence);
+    // No query is accepted; the mond endpoints and /metrics are unchanged.
+    let bad = get(address, "/1/report/storage/drbd/signed?after=1").await;
+    assert_eq!(bad.status, 400);
+    assert!(bad.json()["error"].as_str().unwrap().contains("no query"));
+    assert_eq!(get(address, "/metrics").await.status, 200);
+    assert_eq!(get(address, "/1/report/all").await.status, 200);
+    assert_eq!(
+        get(address, "/healthz").await.json()["signed_storage"],
+        true
+    );
+    assert_eq!(
+        request(address, "POST", "/1/report/storage/drbd/signed", b"")
+            .await
+            .status,
+        405
+    );
     agent.shutdown().await;
 }
 
@@ -612,4 +739,64 @@ async fn long_poll_answers_on_a_new_report_and_a_gone_client_frees_its_wait() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     agent.shutdown().await;
+}
+
+/// `nodecare check`: a signed check request runs the diagnose scripts at once (the interval is
+/// an hour here), its answer names the sequence after which the new verdict appears, a second
+/// check within the rate limit is refused with 429, and an unsigned one with 403.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signed_check_runs_the_diagnose_scripts_at_once() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let state = fixture.key.with_file_name("verdict");
+    std::fs::write(&state, "{\"status\":\"Ok\"}\n").unwrap();
+    script(
+        &fixture.diagnose,
+        "disk",
+        &format!("#!/bin/sh\ncat {}\n", state.display()),
+        0o755,
+    );
+    let mut config = config(&fixture);
+    config.diagnose_interval_secs = 3600;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config, listener).await.unwrap();
+    let address = agent.local_addr();
+    wait_for_verdict(address, Duration::from_secs(5)).await;
+    let key = HmacKey::from_file(&fixture.key).unwrap();
+    let signer = nodecare_protocol::Signer::new(key, "node1.example.com");
+    let envelope = |nonce: &str| {
+        let now = nodecare_protocol::now_ms();
+        let request = nodecare_protocol::repair::CheckRequest {
+            node: "node1.example.com".into(),
+            check_nonce: nonce.into(),
+        };
+        serde_json::to_vec(
+            &nodecare_protocol::repair::sign_check_request(&signer, request, now, now, 60_000)
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    std::fs::write(&state, "{\"status\":\"evacuate\",\"details\":\"disk\"}\n").unwrap();
+    let started = Instant::now();
+    let answer = request(address, "POST", "/1/check", &envelope("first")).await;
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    let after = answer.json()["after_sequence"].as_u64().unwrap();
+    let report = get(
+        address,
+        &format!("/1/report/node/diagnose/signed?after={after}&wait=30"),
+    )
+    .await;
+    assert_eq!(report.status, 200);
+    let envelope_json: Value = serde_json::from_slice(&report.body).unwrap();
+    let payload: DiagnosePayload =
+        serde_json::from_value(envelope_json["payload"].clone()).unwrap();
+    assert_eq!(payload.verdict.status, DiagnoseStatus::Evacuate);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let again = request(address, "POST", "/1/check", &envelope("second")).await;
+    assert_eq!(again.status, 429, "{}", again.text());
+    assert!(again.json()["retry_after_ms"].as_u64().is_some());
+    let forged = request(address, "POST", "/1/check", b"{\"node\":\"x\"}").await;
+    assert_eq!(forged.status, 400, "{}", forged.text());
 }

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod check;
 mod fields;
 mod list;
 mod roll;
@@ -47,6 +48,8 @@ enum Command {
     Watch(views::WatchArgs),
     /// Cancel an incident: no more actions; forgotten once no longer observed.
     Cancel(status::CancelArgs),
+    /// Run a node's diagnose scripts now (through its agent, signed by the coordinator).
+    Check(check::CheckArgs),
 }
 
 /// Parses the process's arguments and runs the subcommand.
@@ -59,6 +62,7 @@ pub fn run() -> ExitCode {
         Command::Nodes(args) => views::run_nodes(args),
         Command::Watch(args) => views::run_watch(args),
         Command::Cancel(args) => status::run_cancel(args),
+        Command::Check(args) => check::run_check(args),
     }
 }
 

@@ -92,7 +92,7 @@ pub(crate) struct CancelArgs {
 
 /// The credentials of a write: `--user` with the password from `--password-file` or the
 /// `NODECARE_PASSWORD` environment variable.
-fn credentials(
+pub(crate) fn credentials(
     user: Option<&str>,
     password_file: Option<&std::path::Path>,
     env_password: Option<String>,
@@ -119,7 +119,7 @@ fn credentials(
     Ok(Some((user.to_owned(), password)))
 }
 
-fn client() -> Result<reqwest::blocking::Client, String> {
+pub(crate) fn client() -> Result<reqwest::blocking::Client, String> {
     // reqwest is built without a TLS provider of its own; an error means one is installed.
     if rustls::crypto::ring::default_provider()
         .install_default()
@@ -140,7 +140,7 @@ struct ApiError {
 }
 
 /// The message of an error answer, or the body itself if it is not one.
-fn message(body: &str) -> String {
+pub(crate) fn message(body: &str) -> String {
     serde_json::from_str::<ApiError>(body).map_or_else(|_| body.trim().to_owned(), |e| e.message)
 }
 

@@ -27,6 +27,8 @@ pub struct ApiState {
     pub max_disrupted_nodes: usize,
     /// Ganeti, for the web page's acknowledgement (tag removal); `None` disables it.
     pub ganeti: Option<Arc<dyn crate::ganeti::Ganeti>>,
+    /// Signs requests to the agents (`nodecare check`); `None` disables them.
+    pub agents: Option<crate::repair::RepairClient>,
 }
 
 /// A fresh random key for [`ApiState::csrf_key`].

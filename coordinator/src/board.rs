@@ -51,7 +51,7 @@ impl Board {
                 match result {
                     Ok(()) => board.metrics.notification("sent"),
                     Err(error) => {
-                        tracing::warn!(incident = %notification.incident, event = notification.event, %error, "webhook notification failed");
+                        tracing::warn!(incident = %notification.incident, event = notification.event.as_str(), %error, "webhook notification failed");
                         board.metrics.notification("failed");
                     }
                 }

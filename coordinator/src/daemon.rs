@@ -119,6 +119,7 @@ impl Coordinator {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }
         let ganeti_for_api = Arc::clone(&ganeti);
+        let agents_for_api = repairs.clone();
         let reconciler = Reconciler::new(
             ganeti,
             Arc::clone(&store),
@@ -137,6 +138,7 @@ impl Coordinator {
             csrf_key: crate::http::random_key(),
             max_disrupted_nodes: config.max_disrupted_nodes,
             ganeti: Some(ganeti_for_api),
+            agents: Some(agents_for_api),
         };
         Ok(Self {
             reconciler,

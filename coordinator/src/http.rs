@@ -49,6 +49,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/overview", get(overview))
         .route("/1/incidents/{uuid}", get(incident))
         .route("/1/incidents/{uuid}/cancel", post(cancel))
+        .route("/1/nodes/{node}/check", post(check))
         .route("/metrics", get(metrics))
         // The web status page (crate::ui).
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
@@ -311,6 +312,69 @@ async fn cancel(
         Ok(CancelOutcome::NotFound) => error(StatusCode::NOT_FOUND, format!("no incident {uuid}")),
         Ok(CancelOutcome::Finalized(message)) => error(StatusCode::CONFLICT, message),
         Err(e) => internal(e),
+    }
+}
+
+/// `POST /1/nodes/<node>/check`: asks the node's agent (signed) to run its diagnose scripts
+/// now; `202` with the agent's answer (the sequence after which the result appears).
+async fn check(
+    State(state): State<ApiState>,
+    Path(node): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let user = match authorize_write(&state, &headers) {
+        Ok(user) => user,
+        Err(refusal) => return refused(&refusal),
+    };
+    let Some(agents) = &state.agents else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "checks are disabled".to_owned(),
+        );
+    };
+    let target = state
+        .board
+        .targets
+        .read()
+        .ok()
+        .and_then(|targets| targets.iter().find(|t| t.node == node).cloned());
+    let Some(target) = target else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no online node {node} in the last round"),
+        );
+    };
+    let sequence = match state
+        .store
+        .next_counter("repair-sequence", nodecare_protocol::now_ms())
+    {
+        Ok(sequence) => sequence,
+        Err(e) => return internal(e),
+    };
+    match agents
+        .check(
+            &target.base_url,
+            &node,
+            sequence,
+            nodecare_protocol::now_ms(),
+        )
+        .await
+    {
+        crate::repair::CheckOutcome::Started(answer) => {
+            tracing::info!(%node, %user, "diagnose check requested");
+            (StatusCode::ACCEPTED, Json(answer)).into_response()
+        }
+        crate::repair::CheckOutcome::Refused(status, message) => {
+            let status = StatusCode::from_u16(status)
+                .ok()
+                .filter(|s| s.is_client_error() || s.is_server_error())
+                .unwrap_or(StatusCode::BAD_GATEWAY);
+            error(status, format!("the agent of {node} refused: {message}"))
+        }
+        crate::repair::CheckOutcome::Unreachable(message) => error(
+            StatusCode::BAD_GATEWAY,
+            format!("the agent of {node} did not answer: {message}"),
+        ),
     }
 }
 

@@ -8,6 +8,7 @@
 //! - [`gate`]: which proposed disruptions start this round: failure domains, caps, storage
 //!   health, the storm breaker ([`breaker`]), overrides (pure); [`duty`]: the duties that propose.
 //! - [`scrape`]: reading and verifying the agents' signed reports.
+//! - [`storage`]: storage health (DRBD, instances on drained or offline nodes) for the gate (pure).
 //! - [`repair`]: signed live-repair requests to agents.
 //! - [`store`]: durable state (SQLite).
 //! - [`reconcile`]: the round, an idempotent reconciler.
@@ -33,6 +34,7 @@ pub mod plan;
 pub mod reconcile;
 pub mod repair;
 pub mod scrape;
+pub mod storage;
 pub mod store;
 pub mod ui;
 pub mod watch;

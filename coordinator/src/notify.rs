@@ -11,11 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::incident::{Action, Incident, RepairStatus};
+use crate::incident::{Incident, RepairStatus};
 use crate::metrics::CoordinatorMetrics;
 
 /// Notifications waiting to be sent at most; more are dropped (and counted).
@@ -23,48 +22,23 @@ pub const QUEUE_CAPACITY: usize = 256;
 /// Longest wait between two attempts.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
-/// What the webhook receives (JSON body of the POST).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Notification {
-    /// `noted`, `pending`, `completed`, `failed`, `canceled` or `acknowledged`.
-    pub event: &'static str,
-    /// The incident's uuid.
-    pub incident: Uuid,
-    /// Node name.
-    pub node: String,
-    /// Requested action (`live-repair`, `evacuate`, `evacuate-failover`).
-    pub action: Action,
-    /// The incident's state after the change.
-    #[serde(rename = "repair-status")]
-    pub repair_status: RepairStatus,
-    /// Whether the node is ready for the technician (the incident completed and is not yet
-    /// acknowledged).
-    pub ready_for_repair: bool,
-    /// The incident's tag.
-    pub tag: String,
-    /// Why it failed, if it did.
-    pub failure: Option<String>,
-    /// Why it waits, if it does.
-    pub blocked_by: Option<String>,
-    /// Unix seconds of the change.
-    pub at: f64,
-}
+/// What the webhook receives (JSON body of the POST): the wire type of `nodecare-protocol`.
+pub use nodecare_protocol::notify::{Notification, NotificationEvent};
 
-impl Notification {
-    fn new(event: &'static str, incident: &Incident) -> Self {
-        Self {
-            event,
-            incident: incident.uuid,
-            node: incident.node.clone(),
-            action: incident.action,
-            repair_status: incident.repair_status,
-            ready_for_repair: incident.repair_status == RepairStatus::Completed
-                && !incident.acknowledged,
-            tag: incident.tag.clone(),
-            failure: incident.failure.clone(),
-            blocked_by: incident.blocked_by.clone(),
-            at: incident.mtime,
-        }
+/// The notification of `event` for `incident`.
+fn notification(event: NotificationEvent, incident: &Incident) -> Notification {
+    Notification {
+        event,
+        incident: incident.uuid.to_string(),
+        node: incident.node.clone(),
+        action: incident.action.as_str().to_owned(),
+        repair_status: incident.repair_status.as_str().to_owned(),
+        ready_for_repair: incident.repair_status == RepairStatus::Completed
+            && !incident.acknowledged,
+        tag: incident.tag.clone(),
+        failure: incident.failure.clone(),
+        blocked_by: incident.blocked_by.clone(),
+        at: incident.mtime,
     }
 }
 
@@ -75,6 +49,17 @@ struct Seen {
     acknowledged: bool,
 }
 
+/// The event of reaching `status`.
+const fn event_of(status: RepairStatus) -> NotificationEvent {
+    match status {
+        RepairStatus::Noted => NotificationEvent::Noted,
+        RepairStatus::Pending => NotificationEvent::Pending,
+        RepairStatus::Completed => NotificationEvent::Completed,
+        RepairStatus::Failed => NotificationEvent::Failed,
+        RepairStatus::Canceled => NotificationEvent::Canceled,
+    }
+}
+
 /// The notifications for the change from `before` (absent: a new incident) to `incident`.
 pub fn events(before: Option<(RepairStatus, bool)>, incident: &Incident) -> Vec<Notification> {
     let mut out = Vec::new();
@@ -82,16 +67,16 @@ pub fn events(before: Option<(RepairStatus, bool)>, incident: &Incident) -> Vec<
     let previous = match before {
         Some((status, _)) => status,
         None => {
-            out.push(Notification::new("noted", incident));
+            out.push(notification(NotificationEvent::Noted, incident));
             RepairStatus::Noted
         }
     };
     if previous != incident.repair_status {
-        out.push(Notification::new(incident.repair_status.as_str(), incident));
+        out.push(notification(event_of(incident.repair_status), incident));
     }
     let was_acknowledged = before.is_some_and(|(_, ack)| ack);
     if incident.acknowledged && !was_acknowledged {
-        out.push(Notification::new("acknowledged", incident));
+        out.push(notification(NotificationEvent::Acknowledged, incident));
     }
     out
 }
@@ -141,7 +126,7 @@ impl Changes {
                 continue;
             }
             for notification in events(before, incident) {
-                if notification.event == "completed" {
+                if notification.event == NotificationEvent::Completed {
                     metrics.healed(incident.mtime - incident.ctime);
                 }
                 self.send(notification, metrics);
@@ -157,11 +142,11 @@ impl Changes {
         match sender.try_send(notification) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(dropped)) => {
-                tracing::warn!(incident = %dropped.incident, event = dropped.event, "notification queue full; dropped");
+                tracing::warn!(incident = %dropped.incident, event = dropped.event.as_str(), "notification queue full; dropped");
                 metrics.notification("dropped");
             }
             Err(mpsc::error::TrySendError::Closed(dropped)) => {
-                tracing::warn!(incident = %dropped.incident, event = dropped.event, "notification worker stopped; dropped");
+                tracing::warn!(incident = %dropped.incident, event = dropped.event.as_str(), "notification worker stopped; dropped");
                 metrics.notification("dropped");
             }
         }
@@ -240,7 +225,7 @@ mod tests {
             "uuid-node1",
             verdict,
             original,
-            Action::Evacuate,
+            crate::incident::Action::Evacuate,
             100.0,
         );
         incident.repair_status = status;
@@ -255,7 +240,7 @@ mod tests {
     ) -> Vec<&'static str> {
         events(before, &incident(status, ack))
             .iter()
-            .map(|n| n.event)
+            .map(|n| n.event.as_str())
             .collect()
     }
 

@@ -71,6 +71,9 @@ pub struct GateSettings {
     pub grace: Duration,
 }
 
+/// The store document holding the last accepted storage report sequence per node.
+pub const STORAGE_SEQUENCES_DOCUMENT: &str = "storage-sequences";
+
 /// The store document holding the storm breaker's state.
 pub const BREAKER_DOCUMENT: &str = "breaker";
 
@@ -253,12 +256,32 @@ impl Reconciler {
                 BTreeMap::new()
             }
         };
+        // Storage health from the agents' signed DRBD reports (and RAPI): the gate's input.
+        let storage_sequences: BTreeMap<String, u64> = self
+            .store
+            .document(STORAGE_SEQUENCES_DOCUMENT)?
+            .unwrap_or_default();
+        let storage = self
+            .scraper
+            .storage_health(
+                &nodes,
+                &instances,
+                &self.settings.agent_urls,
+                &storage_sequences,
+                now_ms,
+                crate::scrape::DEFAULT_STORAGE_MAX_AGE_MS,
+            )
+            .await;
+        if storage.sequences != storage_sequences {
+            self.store
+                .save_document(STORAGE_SEQUENCES_DOCUMENT, &storage.sequences)?;
+        }
         let view = gate::View::from_cluster(
             &nodes,
             &instances,
             &group_names,
             &self.settings.gate.domains,
-            Vec::new(),
+            storage.problems,
             now_ms(),
         );
         let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);

@@ -94,6 +94,70 @@ impl RepairClient {
     }
 }
 
+/// The agent's answer to a check request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckOutcome {
+    /// Accepted: the diagnose scripts run now.
+    Started(nodecare_protocol::repair::CheckAnswer),
+    /// Refused by the agent (HTTP status and its message).
+    Refused(u16, String),
+    /// No answer.
+    Unreachable(String),
+}
+
+impl RepairClient {
+    /// Asks the agent of `node` at `base_url` to run its diagnose scripts now (signed).
+    pub async fn check(
+        &self,
+        base_url: &str,
+        node: &str,
+        sequence: u64,
+        now_ms: u64,
+    ) -> CheckOutcome {
+        use nodecare_protocol::repair::{
+            CHECK_PATH, CheckAnswer, CheckRequest, sign_check_request,
+        };
+        let signer = Signer::new(self.key.clone(), node);
+        let ttl_ms = u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(300_000);
+        let request = CheckRequest {
+            node: node.to_owned(),
+            check_nonce: uuid::Uuid::new_v4().simple().to_string(),
+        };
+        let envelope = match sign_check_request(&signer, request, sequence, now_ms, ttl_ms) {
+            Ok(envelope) => envelope,
+            Err(error) => return CheckOutcome::Refused(0, error.to_string()),
+        };
+        let url = format!("{base_url}{CHECK_PATH}");
+        let response = match self.client.post(&url).json(&envelope).send().await {
+            Ok(response) => response,
+            Err(error) => {
+                return CheckOutcome::Unreachable(format!("{url}: {}", error_chain(&error)));
+            }
+        };
+        let status = response.status();
+        let body = match response.bytes().await {
+            Ok(body) => body,
+            Err(error) => {
+                return CheckOutcome::Unreachable(format!("{url}: {}", error_chain(&error)));
+            }
+        };
+        if status == reqwest::StatusCode::ACCEPTED {
+            return match nodecare_protocol::json::decode::<CheckAnswer>(&body) {
+                Ok(answer) => CheckOutcome::Started(answer),
+                Err(error) => {
+                    CheckOutcome::Unreachable(format!("{url}: not a check answer: {error}"))
+                }
+            };
+        }
+        CheckOutcome::Refused(
+            status.as_u16(),
+            String::from_utf8_lossy(&body).chars().take(300).collect(),
+        )
+    }
+}
+
 async fn answer(response: reqwest::Response, url: &str) -> RepairAnswer {
     let status = response.status();
     let body = match response.bytes().await {

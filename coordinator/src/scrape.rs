@@ -1,4 +1,5 @@
-//! Reading every online node's signed diagnose report.
+//! Reading every online node's signed diagnose report, and the signed storage (DRBD) report of
+//! every node holding DRBD instances.
 //!
 //! Requests run with bounded concurrency and a per-request timeout. A report counts only if its
 //! HMAC signature verifies with the cluster key, it speaks for the node it was fetched from, it
@@ -11,18 +12,28 @@
 //! the same document read again, not a new observation: once past its expiry it makes the agent
 //! `stale` (never `ok`), so a server replaying a stopped agent's last report cannot keep the node
 //! looking healthy, nor start an action.
+//!
+//! The storage report is verified the same way ([`verify_storage_report`]) and decoded as a
+//! [`StoragePayload`]; anything but a verified, fresh report is a
+//! [`StorageReading::Missing`], which the gate treats as storage health unknown. Agents sign
+//! both kinds of report from one sequence counter, so the last accepted sequence is kept per
+//! node *and per kind*: a diagnose report signed before the latest storage report is not a
+//! replay.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodecare_protocol::storage::SIGNED_DRBD_PATH;
 use nodecare_protocol::{
-    CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, NodeVerdict, VerifyError, VerifyPolicy,
+    CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, NodeVerdict, SignedEnvelope,
+    StoragePayload, VerifyError, VerifyPolicy,
 };
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
-use crate::ganeti::Node;
+use crate::ganeti::{Instance, Node};
+use crate::storage::{Missing, StorageObservation, StorageReading};
 
 /// Path of the signed diagnose report on the agent.
 pub const SIGNED_DIAGNOSE_PATH: &str = "/1/report/node/diagnose/signed";
@@ -227,55 +238,264 @@ impl Scraper {
         sequences: &BTreeMap<String, u64>,
         now_ms: impl Fn() -> u64 + Send + Sync + Clone + 'static,
     ) -> Vec<AgentResult> {
-        // A fixed pool of workers pulls targets from a shared queue: memory stays bounded by
-        // the concurrency, not by the number of nodes.
-        let total = targets.len();
-        let queue = Arc::new(std::sync::Mutex::new(targets.into_iter()));
         let sequences = Arc::new(sequences.clone());
-        let mut tasks = JoinSet::new();
-        for _ in 0..self.settings.concurrency.clamp(1, total.max(1)) {
-            let queue = Arc::clone(&queue);
+        let client = self.client.clone();
+        let ring = Arc::clone(&self.ring);
+        let policy = self.settings.policy;
+        let mut results = for_each_target(self.settings.concurrency, targets, move |target| {
             let sequences = Arc::clone(&sequences);
-            let client = self.client.clone();
-            let ring = Arc::clone(&self.ring);
-            let policy = self.settings.policy;
+            let client = client.clone();
+            let ring = Arc::clone(&ring);
             let now_ms = now_ms.clone();
-            tasks.spawn(async move {
-                let mut done = Vec::new();
-                loop {
-                    let next = queue.lock().ok().and_then(|mut q| q.next());
-                    let Some(target) = next else { break };
-                    let min_sequence = sequences.get(&target.node).copied();
-                    let started = Instant::now();
-                    let outcome = fetch(
-                        &client,
-                        &ring,
-                        policy,
-                        &target,
-                        min_sequence,
-                        now_ms.clone(),
-                    )
-                    .await;
-                    done.push(AgentResult {
-                        node: target.node,
-                        node_uuid: target.node_uuid,
-                        outcome,
-                        elapsed: started.elapsed(),
-                    });
+            async move {
+                let min_sequence = sequences.get(&target.node).copied();
+                let started = Instant::now();
+                let outcome = fetch(&client, &ring, policy, &target, min_sequence, now_ms).await;
+                AgentResult {
+                    node: target.node,
+                    node_uuid: target.node_uuid,
+                    outcome,
+                    elapsed: started.elapsed(),
                 }
-                done
-            });
-        }
-        let mut results = Vec::with_capacity(total);
-        while let Some(joined) = tasks.join_next().await {
-            match joined {
-                Ok(done) => results.extend(done),
-                Err(error) => tracing::error!(%error, "agent scrape task failed"),
             }
-        }
+        })
+        .await;
         results.sort_by(|a, b| a.node.cmp(&b.node));
         results
     }
+
+    /// Reads the signed storage report of every target (the nodes of
+    /// [`crate::storage::drbd_nodes`], see [`storage_targets`]), with the same bounded
+    /// concurrency and timeouts as [`Self::scrape`]; `sequences` holds the last accepted storage
+    /// report sequence per node (kept apart from the diagnose report's).
+    pub async fn scrape_storage(
+        &self,
+        targets: Vec<AgentTarget>,
+        sequences: &BTreeMap<String, u64>,
+        now_ms: impl Fn() -> u64 + Send + Sync + Clone + 'static,
+    ) -> Vec<StorageResult> {
+        let sequences = Arc::new(sequences.clone());
+        let client = self.client.clone();
+        let ring = Arc::clone(&self.ring);
+        let policy = self.settings.policy;
+        let mut results = for_each_target(self.settings.concurrency, targets, move |target| {
+            let sequences = Arc::clone(&sequences);
+            let client = client.clone();
+            let ring = Arc::clone(&ring);
+            let now_ms = now_ms.clone();
+            async move {
+                let min_sequence = sequences.get(&target.node).copied();
+                let started = Instant::now();
+                let url = format!("{}{SIGNED_DRBD_PATH}", target.base_url);
+                let (reading, sequence) = match fetch_body(&client, &url).await {
+                    Ok(body) => verify_storage_report(
+                        &ring,
+                        policy,
+                        &target.node,
+                        &body,
+                        min_sequence,
+                        now_ms(),
+                    ),
+                    Err(BodyError::Unreachable(why)) => {
+                        (StorageReading::Missing(Missing::Unreachable(why)), None)
+                    }
+                    Err(BodyError::Unverifiable(why)) => {
+                        (StorageReading::Missing(Missing::Unverifiable(why)), None)
+                    }
+                };
+                StorageResult {
+                    node: target.node,
+                    reading,
+                    sequence,
+                    elapsed: started.elapsed(),
+                }
+            }
+        })
+        .await;
+        results.sort_by(|a, b| a.node.cmp(&b.node));
+        results
+    }
+}
+
+/// The age past which a verified storage reading counts as stale (six of the agent's default
+/// storage intervals; its envelope expires sooner unless the agent keeps signing an old reading).
+pub const DEFAULT_STORAGE_MAX_AGE_MS: u64 = 60_000;
+
+/// One round's storage health.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct StorageHealth {
+    /// Per node holding DRBD instances, what its report gave.
+    pub readings: BTreeMap<String, StorageReading>,
+    /// The storage problems, for [`crate::gate::View::storage`].
+    pub problems: Vec<crate::gate::StorageProblem>,
+    /// The last accepted storage report sequence per node, to pass to the next round.
+    pub sequences: BTreeMap<String, u64>,
+}
+
+impl Scraper {
+    /// Reads the storage report of every node holding DRBD instances and judges the cluster's
+    /// storage ([`crate::storage::storage_problems`]). `sequences` are the last accepted
+    /// storage report sequences (those of the previous round's [`StorageHealth`]).
+    pub async fn storage_health(
+        &self,
+        nodes: &[Node],
+        instances: &[Instance],
+        urls: &AgentUrls,
+        sequences: &BTreeMap<String, u64>,
+        now_ms: impl Fn() -> u64 + Send + Sync + Clone + 'static,
+        max_age_ms: u64,
+    ) -> StorageHealth {
+        let targets = storage_targets(nodes, instances, urls);
+        let results = self
+            .scrape_storage(targets, sequences, now_ms.clone())
+            .await;
+        let present: std::collections::BTreeSet<&str> =
+            nodes.iter().map(|n| n.name.as_str()).collect();
+        let mut next: BTreeMap<String, u64> = sequences
+            .iter()
+            .filter(|(node, _)| present.contains(node.as_str()))
+            .map(|(node, sequence)| (node.clone(), *sequence))
+            .collect();
+        let mut readings = BTreeMap::new();
+        for result in results {
+            if let Some(sequence) = result.sequence {
+                let last = next.entry(result.node.clone()).or_insert(sequence);
+                *last = (*last).max(sequence);
+            }
+            readings.insert(result.node, result.reading);
+        }
+        let problems =
+            crate::storage::storage_problems(nodes, instances, &readings, now_ms(), max_age_ms);
+        StorageHealth {
+            readings,
+            problems,
+            sequences: next,
+        }
+    }
+}
+
+/// The result of reading one agent's storage report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StorageResult {
+    /// Node name.
+    pub node: String,
+    /// What it gave.
+    pub reading: StorageReading,
+    /// The sequence to remember as the last accepted storage report of the node (authentic
+    /// reports only, stale ones included), if any.
+    pub sequence: Option<u64>,
+    /// Time taken.
+    pub elapsed: Duration,
+}
+
+/// The storage report targets: the nodes holding DRBD instances ([`crate::storage::drbd_nodes`]),
+/// with their agent URLs. Pure.
+pub fn storage_targets(
+    nodes: &[Node],
+    instances: &[Instance],
+    urls: &AgentUrls,
+) -> Vec<AgentTarget> {
+    let wanted = crate::storage::drbd_nodes(nodes, instances);
+    nodes
+        .iter()
+        .filter(|node| wanted.contains(&node.name))
+        .map(|node| AgentTarget {
+            node: node.name.clone(),
+            node_uuid: node.uuid.clone(),
+            base_url: urls.base(node),
+        })
+        .collect()
+}
+
+/// Runs `work` for every target on a fixed pool of `concurrency` workers pulling from a shared
+/// queue: memory stays bounded by the concurrency, not by the number of nodes.
+async fn for_each_target<R, F, Fut>(
+    concurrency: usize,
+    targets: Vec<AgentTarget>,
+    work: F,
+) -> Vec<R>
+where
+    R: Send + 'static,
+    F: Fn(AgentTarget) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = R> + Send,
+{
+    let total = targets.len();
+    let queue = Arc::new(std::sync::Mutex::new(targets.into_iter()));
+    let mut tasks = JoinSet::new();
+    for _ in 0..concurrency.clamp(1, total.max(1)) {
+        let queue = Arc::clone(&queue);
+        let work = work.clone();
+        tasks.spawn(async move {
+            let mut done = Vec::new();
+            loop {
+                let next = queue.lock().ok().and_then(|mut q| q.next());
+                let Some(target) = next else { break };
+                done.push(work(target).await);
+            }
+            done
+        });
+    }
+    let mut results = Vec::with_capacity(total);
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(done) => results.extend(done),
+            Err(error) => tracing::error!(%error, "agent scrape task failed"),
+        }
+    }
+    results
+}
+
+/// Why no report body was read.
+enum BodyError {
+    /// No answer, or an HTTP error.
+    Unreachable(String),
+    /// An answer too large to be a report.
+    Unverifiable(String),
+}
+
+/// GETs `url` and reads the body, at most [`MAX_REPORT_BYTES`].
+async fn fetch_body(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, BodyError> {
+    let response = match client.get(url).send().await {
+        Ok(response) => response,
+        Err(error) => {
+            return Err(BodyError::Unreachable(format!(
+                "{url}: {}",
+                error_chain(&error)
+            )));
+        }
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        let body: String = body.chars().take(200).collect();
+        return Err(BodyError::Unreachable(format!(
+            "{url}: HTTP {status}: {}",
+            body.trim()
+        )));
+    }
+    if response
+        .content_length()
+        .is_some_and(|length| length > MAX_REPORT_BYTES as u64)
+    {
+        return Err(BodyError::Unverifiable(format!(
+            "{url}: report larger than {MAX_REPORT_BYTES} bytes"
+        )));
+    }
+    let body = match response.bytes().await {
+        Ok(body) => body,
+        Err(error) => {
+            return Err(BodyError::Unreachable(format!(
+                "{url}: {}",
+                error_chain(&error)
+            )));
+        }
+    };
+    if body.len() > MAX_REPORT_BYTES {
+        return Err(BodyError::Unverifiable(format!(
+            "{url}: report larger than {MAX_REPORT_BYTES} bytes"
+        )));
+    }
+    Ok(body.into())
 }
 
 async fn fetch(
@@ -287,34 +507,103 @@ async fn fetch(
     now_ms: impl Fn() -> u64,
 ) -> AgentOutcome {
     let url = format!("{}{SIGNED_DIAGNOSE_PATH}", target.base_url);
-    let response = match client.get(&url).send().await {
-        Ok(response) => response,
-        Err(error) => return AgentOutcome::Unreachable(format!("{url}: {}", error_chain(&error))),
-    };
-    let status = response.status();
-    if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        let body: String = body.chars().take(200).collect();
-        return AgentOutcome::Unreachable(format!("{url}: HTTP {status}: {}", body.trim()));
+    match fetch_body(client, &url).await {
+        Ok(body) => verify_report(ring, policy, &target.node, &body, min_sequence, now_ms()),
+        Err(BodyError::Unreachable(why)) => AgentOutcome::Unreachable(why),
+        Err(BodyError::Unverifiable(why)) => AgentOutcome::Unverifiable(why),
     }
-    if response
-        .content_length()
-        .is_some_and(|length| length > MAX_REPORT_BYTES as u64)
+}
+
+/// Verifies a signed envelope for `node`, of either kind: strictly parsed, a trusted key, the
+/// MAC, the node, freshness and the replay rule. Gives the envelope and, for an authentic
+/// report that is no longer current, why it is stale: past `expires_at_ms` plus the skew, or the
+/// sequence already accepted (`min_sequence`) read again past `expires_at_ms` (no skew: the
+/// coordinator saw it while fresh). Pure.
+fn verify_envelope(
+    ring: &KeyRing,
+    policy: VerifyPolicy,
+    node: &str,
+    body: &[u8],
+    min_sequence: Option<u64>,
+    now_ms: u64,
+) -> Result<(SignedEnvelope, Option<String>), String> {
+    let (envelope, expired) = match ring.verify_json(body, now_ms, policy, Some(node), min_sequence)
     {
-        return AgentOutcome::Unverifiable(format!(
-            "{url}: report larger than {MAX_REPORT_BYTES} bytes"
-        ));
-    }
-    let body = match response.bytes().await {
-        Ok(body) => body,
-        Err(error) => return AgentOutcome::Unreachable(format!("{url}: {}", error_chain(&error))),
+        Ok(envelope) => (envelope, None),
+        // Authentic (the MAC verified before expiry is checked) but too old.
+        Err(error @ VerifyError::Expired { .. }) => match SignedEnvelope::from_json(body) {
+            Ok(envelope) => (envelope, Some(error.to_string())),
+            Err(error) => return Err(error.to_string()),
+        },
+        Err(error) => return Err(error.to_string()),
     };
-    if body.len() > MAX_REPORT_BYTES {
-        return AgentOutcome::Unverifiable(format!(
-            "{url}: report larger than {MAX_REPORT_BYTES} bytes"
-        ));
+    if expired.is_some()
+        && let Some(last) = min_sequence
+        && envelope.sequence < last
+    {
+        return Err(VerifyError::Replay {
+            got: envelope.sequence,
+            last,
+        }
+        .to_string());
     }
-    verify_report(ring, policy, &target.node, &body, min_sequence, now_ms())
+    let repeated = min_sequence == Some(envelope.sequence);
+    let stale = if let Some(expired) = expired {
+        Some(format!("report {expired}"))
+    } else if repeated && now_ms > envelope.expires_at_ms {
+        Some(format!(
+            "report {} expired at {} ms, {} ms ago, and has not been replaced",
+            envelope.sequence,
+            envelope.expires_at_ms,
+            now_ms - envelope.expires_at_ms
+        ))
+    } else {
+        None
+    };
+    Ok((envelope, stale))
+}
+
+/// Verifies a signed storage report body for `node` and decodes its [`StoragePayload`]. Pure.
+///
+/// Gives the reading and the sequence to remember as the last accepted one (authentic reports
+/// only). The same rules as [`verify_report`]: `min_sequence` is the last storage report
+/// sequence accepted from the node; anything but a verified, current report is
+/// [`StorageReading::Missing`].
+pub fn verify_storage_report(
+    ring: &KeyRing,
+    policy: VerifyPolicy,
+    node: &str,
+    body: &[u8],
+    min_sequence: Option<u64>,
+    now_ms: u64,
+) -> (StorageReading, Option<u64>) {
+    let (envelope, stale) = match verify_envelope(ring, policy, node, body, min_sequence, now_ms) {
+        Ok(verified) => verified,
+        Err(why) => return (StorageReading::Missing(Missing::Unverifiable(why)), None),
+    };
+    let payload: StoragePayload = match serde_json::from_value(envelope.payload) {
+        Ok(payload) => payload,
+        Err(error) => {
+            return (
+                StorageReading::Missing(Missing::Unverifiable(format!(
+                    "signed payload is not a storage payload: {error}"
+                ))),
+                None,
+            );
+        }
+    };
+    let sequence = Some(envelope.sequence);
+    match stale {
+        Some(why) => (StorageReading::Missing(Missing::Stale(why)), sequence),
+        None => (
+            StorageReading::Verified(StorageObservation {
+                payload,
+                sequence: envelope.sequence,
+                expires_at_ms: envelope.expires_at_ms,
+            }),
+            sequence,
+        ),
+    }
 }
 
 /// Verifies a signed report body for `node` and decodes its [`DiagnosePayload`]. Pure.
@@ -330,18 +619,10 @@ pub fn verify_report(
     min_sequence: Option<u64>,
     now_ms: u64,
 ) -> AgentOutcome {
-    let (envelope, expired) = match ring.verify_json(body, now_ms, policy, Some(node), min_sequence)
-    {
-        Ok(envelope) => (envelope, None),
-        // Authentic (the MAC verified before expiry is checked) but too old: the agent is
-        // stale; its last verdict is shown, never acted on.
-        Err(error @ VerifyError::Expired { .. }) => {
-            match nodecare_protocol::SignedEnvelope::from_json(body) {
-                Ok(envelope) => (envelope, Some(error.to_string())),
-                Err(error) => return AgentOutcome::Unverifiable(error.to_string()),
-            }
-        }
-        Err(error) => return AgentOutcome::Unverifiable(error.to_string()),
+    // Authentic but too old: the agent is stale; its last verdict is shown, never acted on.
+    let (envelope, stale) = match verify_envelope(ring, policy, node, body, min_sequence, now_ms) {
+        Ok(verified) => verified,
+        Err(why) => return AgentOutcome::Unverifiable(why),
     };
     let payload: DiagnosePayload = match serde_json::from_value(envelope.payload.clone()) {
         Ok(payload) => payload,
@@ -364,33 +645,11 @@ pub fn verify_report(
         Ok(None) => return AgentOutcome::Unverifiable("signed payload has no verdict".into()),
         Err(error) => return AgentOutcome::Unverifiable(error.to_string()),
     };
-    if expired.is_some()
-        && let Some(last) = min_sequence
-        && envelope.sequence < last
-    {
-        return AgentOutcome::Unverifiable(
-            VerifyError::Replay {
-                got: envelope.sequence,
-                last,
-            }
-            .to_string(),
-        );
-    }
-    let repeated = min_sequence == Some(envelope.sequence);
-    let stale_reason = if let Some(expired) = expired {
-        Some(format!("report {expired}"))
-    } else if repeated && now_ms > envelope.expires_at_ms {
-        Some(format!(
-            "report {} expired at {} ms, {} ms ago, and has not been replaced",
-            envelope.sequence,
-            envelope.expires_at_ms,
-            now_ms - envelope.expires_at_ms
-        ))
-    } else if payload.stale {
-        Some("the agent has not diagnosed since it restarted".into())
-    } else {
-        None
-    };
+    let stale_reason = stale.or_else(|| {
+        payload
+            .stale
+            .then(|| "the agent has not diagnosed since it restarted".to_owned())
+    });
     let observation = Observation {
         verdict: payload.verdict,
         original,
@@ -686,6 +945,222 @@ mod tests {
         urls.overrides
             .insert("n1".into(), "http://127.0.0.1:4000".into());
         assert_eq!(urls.base(&node), "http://127.0.0.1:4000");
+    }
+
+    fn storage_payload(connection: &str) -> Value {
+        serde_json::to_value(StoragePayload {
+            drbd: nodecare_protocol::DrbdState::Minors {
+                minors: vec![nodecare_protocol::DrbdMinor {
+                    minor: 0,
+                    instance: Some("inst1".into()),
+                    connection: connection.into(),
+                    local_disk: "UpToDate".into(),
+                    peer_disk: "UpToDate".into(),
+                    role: "Primary".into(),
+                    peer_role: "Secondary".into(),
+                    sync_percent: None,
+                    out_of_sync_kib: Some(0),
+                }],
+            },
+            collected_at_ms: NOW - 100,
+            interval_ms: 10_000,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn storage_reports_decode_when_signed_for_the_node() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        let good = body("n1", 7, storage_payload("StandAlone"));
+        let (reading, sequence) = verify_storage_report(&ring, policy, "n1", &good, Some(6), NOW);
+        let StorageReading::Verified(observation) = reading else {
+            panic!("{reading:?}")
+        };
+        assert_eq!(sequence, Some(7));
+        assert_eq!(observation.sequence, 7);
+        assert_eq!(observation.expires_at_ms, NOW + 60_000);
+        let nodecare_protocol::DrbdState::Minors { minors } = &observation.payload.drbd else {
+            panic!("{observation:?}")
+        };
+        assert_eq!(minors[0].connection, "StandAlone");
+        // Read again while fresh: still verified.
+        assert!(matches!(
+            verify_storage_report(&ring, policy, "n1", &good, Some(7), NOW + 1),
+            (StorageReading::Verified(_), Some(7))
+        ));
+    }
+
+    #[test]
+    fn forged_replayed_or_foreign_storage_reports_are_missing() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        let good = body("n1", 7, storage_payload("Connected"));
+        let unverifiable = |body: &[u8], node: &str, last: Option<u64>, now: u64| {
+            let (reading, sequence) = verify_storage_report(&ring, policy, node, body, last, now);
+            match reading {
+                StorageReading::Missing(Missing::Unverifiable(why)) => {
+                    assert_eq!(sequence, None);
+                    why
+                }
+                other => panic!("{other:?}"),
+            }
+        };
+        // Forged: a state changed after signing (StandAlone made Connected would hide it).
+        let mut forged: Value =
+            serde_json::from_slice(&body("n1", 7, storage_payload("StandAlone"))).unwrap();
+        forged["payload"]["drbd"]["minors"][0]["connection"] = json!("Connected");
+        let why = unverifiable(&serde_json::to_vec(&forged).unwrap(), "n1", None, NOW);
+        assert!(why.contains("signature"), "{why}");
+        // Another key, another node, a replay, garbage.
+        let other = KeyRing::single(HmacKey::new(b"another".to_vec()));
+        assert!(matches!(
+            verify_storage_report(&other, policy, "n1", &good, None, NOW).0,
+            StorageReading::Missing(Missing::Unverifiable(_))
+        ));
+        assert!(unverifiable(&good, "n2", None, NOW).contains("expected"));
+        assert!(unverifiable(&good, "n1", Some(8), NOW).contains("replay"));
+        assert!(unverifiable(&good, "n1", Some(8), NOW + 3_600_000).contains("replay"));
+        unverifiable(b"not json", "n1", None, NOW);
+        // The wrong kind of payload: a diagnose report (or anything else) is not a storage
+        // report, even when signed for the node.
+        for shape in [
+            payload("Ok", false),
+            json!({"drbd": {"state": "not-installed"}}),
+            json!({"drbd": {"state": "weird"}, "collected_at_ms": 1, "interval_ms": 1}),
+        ] {
+            let why = unverifiable(&body("n1", 9, shape), "n1", None, NOW);
+            assert!(why.contains("not a storage payload"), "{why}");
+        }
+        // And a storage report is not a diagnose report.
+        let outcome = verify_report(&ring, policy, "n1", &good, None, NOW);
+        assert!(
+            matches!(&outcome, AgentOutcome::Unverifiable(e) if e.contains("not a diagnose payload")),
+            "{outcome:?}"
+        );
+    }
+
+    #[test]
+    fn old_storage_reports_are_stale_never_verified() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        let good = body("n1", 7, storage_payload("Connected"));
+        // Never seen, past expiry and skew; seen, past expiry.
+        for (last, now) in [(None, NOW + 63_000), (Some(7), NOW + 60_001)] {
+            let (reading, sequence) = verify_storage_report(&ring, policy, "n1", &good, last, now);
+            assert!(
+                matches!(&reading, StorageReading::Missing(Missing::Stale(why)) if why.contains("expired")),
+                "{reading:?}"
+            );
+            assert_eq!(sequence, Some(7));
+        }
+    }
+
+    /// A one-shot HTTP server answering every request with `status` and `body`.
+    async fn serve_once(status: &'static str, body: Vec<u8>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let _read = stream.read(&mut request).await;
+                let head = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _head = stream.write_all(head.as_bytes()).await;
+                let _body = stream.write_all(&body).await;
+            }
+        });
+        format!("http://{address}")
+    }
+
+    #[tokio::test]
+    async fn scrape_storage_reads_only_drbd_nodes_and_keeps_sequences_per_kind() {
+        use crate::ganeti::DiskTemplate;
+        let good = serve_once("200 OK", body("n1", 7, storage_payload("Connected"))).await;
+        let down = serve_once("503 Service Unavailable", br#"{"error":"no key"}"#.to_vec()).await;
+        let mut nodes: Vec<Node> = ["n1", "n2", "n3"]
+            .map(crate::plan::tests_support::node)
+            .to_vec();
+        nodes[2].offline = true;
+        let instance = Instance {
+            name: "inst1".into(),
+            uuid: "u".into(),
+            disk_template: DiskTemplate::Drbd,
+            primary_node: "n1".into(),
+            secondary_nodes: vec!["n2".into()],
+            admin_state: "up".into(),
+            status: "running".into(),
+            memory: Some(1),
+            tags: Vec::new(),
+            disk_sizes: Vec::new(),
+        };
+        let plain = Instance {
+            name: "inst2".into(),
+            disk_template: DiskTemplate::Plain,
+            primary_node: "n3".into(),
+            secondary_nodes: Vec::new(),
+            ..instance.clone()
+        };
+        let urls = AgentUrls {
+            template: DEFAULT_AGENT_URL_TEMPLATE.into(),
+            overrides: BTreeMap::from([("n1".into(), good), ("n2".into(), down)]),
+        };
+        let instances = [instance, plain];
+        let targets = storage_targets(&nodes, &instances, &urls);
+        assert_eq!(
+            targets.iter().map(|t| t.node.as_str()).collect::<Vec<_>>(),
+            ["n1", "n2"]
+        );
+        let scraper = Scraper::new(
+            KeyRing::single(key()),
+            ScrapeSettings {
+                concurrency: 2,
+                timeout: Duration::from_secs(5),
+                policy: VerifyPolicy::default(),
+            },
+        )
+        .unwrap();
+        // The diagnose report's last sequence (say 9) is no concern of the storage report's.
+        let results = scraper
+            .scrape_storage(targets, &BTreeMap::from([("n1".into(), 6)]), || NOW)
+            .await;
+        assert_eq!(results.len(), 2);
+        assert!(
+            matches!(results[0].reading, StorageReading::Verified(_)),
+            "{:?}",
+            results[0]
+        );
+        assert_eq!(results[0].sequence, Some(7));
+        assert!(
+            matches!(&results[1].reading, StorageReading::Missing(Missing::Unreachable(why)) if why.contains("503")),
+            "{:?}",
+            results[1]
+        );
+        assert_eq!(results[1].sequence, None);
+        // The whole round: n2's missing report makes storage health unknown there.
+        let health = scraper
+            .storage_health(
+                &nodes,
+                &instances,
+                &urls,
+                &BTreeMap::from([("n1".into(), 6), ("gone".into(), 3)]),
+                || NOW,
+                DEFAULT_STORAGE_MAX_AGE_MS,
+            )
+            .await;
+        assert_eq!(health.sequences, BTreeMap::from([("n1".into(), 7)]));
+        assert_eq!(health.readings.len(), 2);
+        assert_eq!(
+            health
+                .problems
+                .iter()
+                .map(|p| (p.what.as_str(), p.unknown))
+                .collect::<Vec<_>>(),
+            [("n2 (unreachable)", true)]
+        );
     }
 
     #[tokio::test]

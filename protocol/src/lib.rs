@@ -6,6 +6,7 @@
 //! - [`canonical`]: RFC 8785 canonical JSON and verdict fingerprints.
 //! - [`sign`]: the HMAC-SHA256 signed envelope, keyed by the cluster HMAC key.
 //! - [`diagnose`]: the payload of the signed diagnose report.
+//! - [`storage`]: the payload of the signed storage (DRBD) report.
 //! - [`repair`]: the signed repair request and the repair record.
 //! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
 //! - [`clock`]: the one wall clock, Unix milliseconds.
@@ -15,10 +16,12 @@ pub mod canonical;
 pub mod clock;
 pub mod diagnose;
 pub mod json;
+pub mod notify;
 pub mod repair;
 pub mod report;
 pub mod sign;
 pub mod status;
+pub mod storage;
 pub mod verdict;
 
 pub use canonical::{CanonicalError, CanonicalJson, canonical_bytes, fingerprint_of};
@@ -26,4 +29,5 @@ pub use clock::now_ms;
 pub use diagnose::DiagnosePayload;
 pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};
 pub use sign::{HmacKey, KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
+pub use storage::{DrbdMinor, DrbdState, StoragePayload};
 pub use verdict::{DiagnoseStatus, NodeVerdict, ScriptVerdict, VerdictError};

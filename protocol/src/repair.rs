@@ -175,6 +175,85 @@ pub fn open_repair_request(
     Ok(request)
 }
 
+/// Where the agent takes requests to run its diagnose scripts at once.
+pub const CHECK_PATH: &str = "/1/check";
+
+/// A request to run the node's diagnose scripts now instead of at the next interval (`nodecare
+/// check NODE`). The payload of a signed envelope, like a [`RepairRequest`]; its fields differ, so
+/// neither ever reads as the other.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckRequest {
+    /// The node that must run its scripts; equal to the envelope's node.
+    pub node: String,
+    /// Unique per request (`^[A-Za-z0-9_-]{1,128}$`), so that a replayed envelope is refused.
+    pub check_nonce: String,
+}
+
+impl CheckRequest {
+    /// Checks every field's form.
+    pub fn validate(&self) -> Result<(), RepairRequestError> {
+        if self.node.is_empty() || self.node.len() > MAX_NODE_NAME_LEN {
+            return Err(RepairRequestError::BadNode(self.node.clone()));
+        }
+        if self.check_nonce.len() > MAX_NONCE_LEN || !is_valid_command_name(&self.check_nonce) {
+            return Err(RepairRequestError::BadNonce(self.check_nonce.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// Signs a check request for its node: the coordinator's side (see [`sign_repair_request`]).
+pub fn sign_check_request(
+    signer: &Signer,
+    request: CheckRequest,
+    sequence: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<SignedEnvelope, RepairRequestError> {
+    request.validate()?;
+    if request.node != signer.node() {
+        return Err(RepairRequestError::NodeMismatch {
+            request: request.node,
+            envelope: signer.node().to_owned(),
+        });
+    }
+    let payload = serde_json::to_value(&request)
+        .map_err(|error| RepairRequestError::Payload(error.to_string()))?;
+    Ok(signer.sign(payload, sequence, now_ms, ttl_ms)?)
+}
+
+/// Verifies a signed check request for `node`: the agent's side (see [`open_repair_request`]).
+pub fn open_check_request(
+    ring: &KeyRing,
+    envelope: &SignedEnvelope,
+    now_ms: u64,
+    policy: VerifyPolicy,
+    node: &str,
+) -> Result<CheckRequest, RepairRequestError> {
+    ring.verify(envelope, now_ms, policy, Some(node), None)?;
+    let request: CheckRequest = serde_json::from_value(envelope.payload.clone())
+        .map_err(|error| RepairRequestError::Payload(error.to_string()))?;
+    if request.node != envelope.node {
+        return Err(RepairRequestError::NodeMismatch {
+            request: request.node,
+            envelope: envelope.node.clone(),
+        });
+    }
+    request.validate()?;
+    Ok(request)
+}
+
+/// The agent's answer to an accepted check request (`202`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckAnswer {
+    /// The node.
+    pub node: String,
+    /// The sequence of the signed report served when the check was accepted: the check's result
+    /// is the first report with a higher sequence.
+    pub after_sequence: Option<u64>,
+}
+
 /// Where a repair run is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -568,5 +647,44 @@ mod tests {
                 });
             prop_assert_eq!(is_canonical_uuid(&text), reference);
         }
+    }
+}
+
+#[cfg(test)]
+mod check_tests {
+    use super::*;
+    use crate::sign::HmacKey;
+
+    #[test]
+    fn a_check_request_signs_opens_and_never_reads_as_a_repair_request() {
+        let key = HmacKey::new(b"check-test-key".to_vec());
+        let signer = Signer::new(key.clone(), "node1");
+        let ring = KeyRing::single(key);
+        let request = CheckRequest {
+            node: "node1".into(),
+            check_nonce: "n1".into(),
+        };
+        let envelope = sign_check_request(&signer, request.clone(), 7, 1_000, 60_000).unwrap();
+        let policy = VerifyPolicy::default();
+        assert_eq!(
+            open_check_request(&ring, &envelope, 1_000, policy, "node1").unwrap(),
+            request
+        );
+        assert!(matches!(
+            open_check_request(&ring, &envelope, 1_000, policy, "node2"),
+            Err(RepairRequestError::Verify(_))
+        ));
+        assert!(matches!(
+            open_repair_request(&ring, &envelope, 1_000, policy, "node1"),
+            Err(RepairRequestError::Payload(_))
+        ));
+        let bad = CheckRequest {
+            node: "node1".into(),
+            check_nonce: "a b".into(),
+        };
+        assert!(matches!(
+            sign_check_request(&signer, bad, 8, 1_000, 60_000),
+            Err(RepairRequestError::BadNonce(_))
+        ));
     }
 }

@@ -16,8 +16,8 @@ use nodecare_protocol::repair::{
     RepairRecord, RepairRequest, RepairState, open_repair_request, sign_repair_request,
 };
 use nodecare_protocol::{
-    DiagnosePayload, HmacKey, KeyRing, NodeVerdict, ScriptVerdict, SignedEnvelope, Signer,
-    VerifyPolicy,
+    DiagnosePayload, DrbdMinor, DrbdState, HmacKey, KeyRing, NodeVerdict, ScriptVerdict,
+    SignedEnvelope, Signer, StoragePayload, VerifyPolicy,
 };
 
 /// Signing time of every vector (2027-01-15T08:00:00Z).
@@ -89,6 +89,40 @@ fn diagnose_payload() -> DiagnosePayload {
     }
 }
 
+fn storage_payload() -> StoragePayload {
+    StoragePayload {
+        drbd: DrbdState::Minors {
+            minors: vec![
+                DrbdMinor {
+                    minor: 0,
+                    instance: Some("inst1.example.com".into()),
+                    connection: "Connected".into(),
+                    local_disk: "UpToDate".into(),
+                    peer_disk: "UpToDate".into(),
+                    role: "Primary".into(),
+                    peer_role: "Secondary".into(),
+                    sync_percent: None,
+                    out_of_sync_kib: Some(0),
+                },
+                DrbdMinor {
+                    minor: 1,
+                    instance: Some("inst2.example.com".into()),
+                    connection: "SyncSource".into(),
+                    local_disk: "UpToDate".into(),
+                    peer_disk: "Inconsistent".into(),
+                    role: "Secondary".into(),
+                    peer_role: "Primary".into(),
+                    sync_percent: Some(45.2),
+                    out_of_sync_kib: Some(563_200),
+                },
+                DrbdMinor::unconfigured(2),
+            ],
+        },
+        collected_at_ms: ISSUED_AT_MS - 200,
+        interval_ms: 10_000,
+    }
+}
+
 fn repair_request() -> RepairRequest {
     RepairRequest {
         node: NODE.into(),
@@ -156,6 +190,31 @@ fn signed_diagnose_envelope() {
     check_envelope("diagnose", &envelope);
     let decoded: DiagnosePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
     assert_eq!(decoded, payload);
+}
+
+#[test]
+fn signed_storage_envelope() {
+    let payload = storage_payload();
+    check(
+        "storage-drbd.payload.json",
+        &nodecare_protocol::canonical_bytes(&serde_json::to_value(&payload).unwrap()).unwrap(),
+    );
+    // The same sequence counter as the diagnose report: the next number after it.
+    let envelope = Signer::new(key(), NODE)
+        .sign(
+            serde_json::to_value(&payload).unwrap(),
+            1_800_000_000_002,
+            ISSUED_AT_MS,
+            30_000,
+        )
+        .unwrap();
+    check_envelope("storage-drbd", &envelope);
+    let decoded: StoragePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
+    assert_eq!(decoded, payload);
+    // A payload of one kind never decodes as the other.
+    assert!(serde_json::from_value::<DiagnosePayload>(envelope.payload).is_err());
+    let diagnose = serde_json::to_value(diagnose_payload()).unwrap();
+    assert!(serde_json::from_value::<StoragePayload>(diagnose).is_err());
 }
 
 #[test]

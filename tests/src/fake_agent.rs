@@ -67,6 +67,9 @@ struct AgentState {
     runs: Mutex<BTreeMap<String, Run>>,
     requests: Mutex<u64>,
     down: Mutex<bool>,
+    /// The DRBD state its signed storage report shows (whole: no minors, by default).
+    storage: Mutex<nodecare_protocol::DrbdState>,
+    storage_sequence: Mutex<u64>,
     /// Long-poll: a watch `after` a sequence below this value is answered at once; raised by
     /// every change of what is served.
     mark: tokio::sync::watch::Sender<u64>,
@@ -103,6 +106,13 @@ impl FakeAgent {
             *d = down;
         }
         self.state.changed();
+    }
+
+    /// Sets the DRBD state of its signed storage report.
+    pub fn set_storage(&self, drbd: nodecare_protocol::DrbdState) {
+        if let Ok(mut state) = self.state.storage.lock() {
+            *state = drbd;
+        }
     }
 
     /// Sets how repairs behave.
@@ -203,6 +213,41 @@ fn sign_report(
         .sign(payload, sequence, now, ttl_ms)
         .map_err(|e| e.to_string())?;
     serde_json::to_vec(&envelope).map_err(|e| e.to_string())
+}
+
+/// The signed storage (DRBD) report.
+async fn storage_report(State(state): State<Arc<AgentState>>) -> Response {
+    if state.down.lock().map(|d| *d).unwrap_or(false) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    let signed = (|| -> Result<Vec<u8>, String> {
+        let sequence = {
+            let mut s = state.storage_sequence.lock().map_err(|e| e.to_string())?;
+            *s += 1;
+            *s
+        };
+        let drbd = state.storage.lock().map_err(|e| e.to_string())?.clone();
+        let now = now_ms();
+        let payload = serde_json::to_value(nodecare_protocol::StoragePayload {
+            drbd,
+            collected_at_ms: now,
+            interval_ms: 10_000,
+        })
+        .map_err(|e| e.to_string())?;
+        let envelope = state
+            .signer
+            .sign(payload, sequence, now, 30_000)
+            .map_err(|e| e.to_string())?;
+        serde_json::to_vec(&envelope).map_err(|e| e.to_string())
+    })();
+    match signed {
+        Ok(body) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error).into_response(),
+    }
 }
 
 /// The agent's long-poll (`?after=<sequence>&wait=<seconds>`): waits until something newer is
@@ -361,10 +406,16 @@ impl FakeAgents {
             runs: Mutex::new(BTreeMap::new()),
             requests: Mutex::new(0),
             down: Mutex::new(false),
+            storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),
+            storage_sequence: Mutex::new(0),
             mark: tokio::sync::watch::Sender::new(1),
         });
         let app = Router::new()
             .route("/1/report/node/diagnose/signed", get(report))
+            .route(
+                nodecare_protocol::storage::SIGNED_DRBD_PATH,
+                get(storage_report),
+            )
             .route("/1/repair", post(repair))
             .route("/1/repair/{id}", get(repair_status))
             .with_state(Arc::clone(&state));

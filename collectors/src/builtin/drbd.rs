@@ -785,12 +785,12 @@ impl Collector for Drbd {
     fn collect(&self) -> CollectFuture<'_> {
         Box::pin(async move {
             let minors = self.expected_minors();
-            let text = match tokio::fs::read_to_string(&self.proc_drbd).await {
-                Ok(text) => text,
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            match self.read_with(&minors).await? {
+                Some(status) => Ok(to_report_data(&status)),
+                None => {
                     // No DRBD module: fine unless the cluster expects minors on this node.
                     let data = serde_json::json!({"versionInfo": {}, "deviceInfos": []});
-                    return Ok(if minors.is_empty() {
+                    Ok(if minors.is_empty() {
                         with_status(data, StatusCode::Ok, "")
                     } else {
                         with_status(
@@ -801,35 +801,77 @@ impl Collector for Drbd {
                                 minors.len()
                             ),
                         )
-                    });
+                    })
                 }
-                Err(error) => {
-                    return Err(CollectError::Source {
-                        source_name: self.proc_drbd.display().to_string(),
-                        reason: error.to_string(),
-                    });
-                }
-            };
-            let mut status = parse_proc_drbd(&text)
-                .map_err(|error| error.into_collect_error(&self.proc_drbd))?;
-            if status.version.major().is_some_and(|major| major >= 9) {
-                let output = run_tool(&self.drbdsetup, &["status", "--json"], self.limits)
-                    .await
-                    .map_err(|error: ToolError| CollectError::Source {
-                        source_name: "drbdsetup status --json".to_owned(),
-                        reason: error.to_string(),
-                    })?;
-                let text = String::from_utf8_lossy(&output);
-                status.devices =
-                    parse_drbdsetup_json(&text).map_err(|error| CollectError::Parse {
-                        source_name: "drbdsetup status --json".to_owned(),
-                        reason: error.to_string(),
-                    })?;
             }
-            pair_instances(&mut status, &minors);
-            Ok(to_report_data(&status))
         })
     }
+}
+
+impl Drbd {
+    /// Reads the DRBD state, paired with instances through confd: `None` when DRBD is not
+    /// loaded (no `/proc/drbd`). The agent's signed storage report is built from this.
+    pub async fn read(&self) -> Result<Option<DrbdStatus>, CollectError> {
+        self.read_with(&self.expected_minors()).await
+    }
+
+    async fn read_with(&self, minors: &[DrbdMinor]) -> Result<Option<DrbdStatus>, CollectError> {
+        let text = match tokio::fs::read_to_string(&self.proc_drbd).await {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => {
+                return Err(CollectError::Source {
+                    source_name: self.proc_drbd.display().to_string(),
+                    reason: error.to_string(),
+                });
+            }
+        };
+        let mut status =
+            parse_proc_drbd(&text).map_err(|error| error.into_collect_error(&self.proc_drbd))?;
+        if status.version.major().is_some_and(|major| major >= 9) {
+            let output = run_tool(&self.drbdsetup, &["status", "--json"], self.limits)
+                .await
+                .map_err(|error: ToolError| CollectError::Source {
+                    source_name: "drbdsetup status --json".to_owned(),
+                    reason: error.to_string(),
+                })?;
+            let text = String::from_utf8_lossy(&output);
+            status.devices = parse_drbdsetup_json(&text).map_err(|error| CollectError::Parse {
+                source_name: "drbdsetup status --json".to_owned(),
+                reason: error.to_string(),
+            })?;
+        }
+        pair_instances(&mut status, minors);
+        Ok(Some(status))
+    }
+}
+
+/// The minors of `status` as the signed storage report carries them. Pure.
+pub fn to_storage_minors(status: &DrbdStatus) -> Vec<nodecare_protocol::DrbdMinor> {
+    status
+        .devices
+        .iter()
+        .map(|device| match device {
+            DeviceInfo::Unconfigured { minor, .. } => {
+                nodecare_protocol::DrbdMinor::unconfigured(*minor)
+            }
+            DeviceInfo::Configured(device) => nodecare_protocol::DrbdMinor {
+                minor: device.minor,
+                instance: device.instance.clone(),
+                connection: device.connection_state.clone(),
+                local_disk: device.local_state.clone(),
+                peer_disk: device.remote_state.clone(),
+                role: device.local_role.clone(),
+                peer_role: device.remote_role.clone(),
+                sync_percent: device
+                    .sync_status
+                    .as_ref()
+                    .map(|sync| sync.percentage)
+                    .filter(|percent| percent.is_finite()),
+                out_of_sync_kib: device.perf_indicators.out_of_sync,
+            },
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -860,6 +902,63 @@ mod tests {
             data["status"]["message"],
             "\n8: No network config available"
         );
+    }
+
+    #[test]
+    fn storage_minors_carry_states_progress_and_instances() {
+        let mut status = parse_proc_drbd(
+            "version: 8.4.11 (api:1/proto:86-101)\n 0: cs:Connected ro:Primary/Secondary ds:UpToDate/UpToDate C r-----\n    ns:1 nr:0 dw:1 dr:1 al:0 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:0\n 1: cs:SyncSource ro:Primary/Secondary ds:UpToDate/Inconsistent C r-----\n    ns:1 nr:0 dw:1 dr:1 al:0 bm:0 lo:0 pe:0 ua:0 ap:0 ep:1 wo:f oos:563200\n\t[=====>..............] sync'ed: 45.2% (550/1024)M\n\tfinish: 0:00:10 speed: 30,000 (30,000) K/sec\n 2: cs:Unconfigured\n",
+        )
+        .unwrap();
+        pair_instances(
+            &mut status,
+            &[DrbdMinor {
+                node: "node1".into(),
+                minor: 1,
+                instance: "inst2".into(),
+                iv_name: "disk/0".into(),
+                role: "primary".into(),
+                peer: "node2".into(),
+            }],
+        );
+        let minors = to_storage_minors(&status);
+        assert_eq!(minors.len(), 3);
+        assert!(minors[0].is_whole());
+        assert_eq!(minors[0].out_of_sync_kib, Some(0));
+        assert_eq!(minors[0].instance, None);
+        assert!(!minors[1].is_whole());
+        assert_eq!(minors[1].instance.as_deref(), Some("inst2"));
+        assert_eq!(minors[1].sync_percent, Some(45.2));
+        assert_eq!(minors[1].out_of_sync_kib, Some(563_200));
+        assert_eq!(
+            minors[1].describe(),
+            "SyncSource 45.2%, disks UpToDate/Inconsistent"
+        );
+        assert_eq!(
+            (minors[1].role.as_str(), minors[1].peer_role.as_str()),
+            ("Primary", "Secondary")
+        );
+        assert!(minors[2].is_unconfigured());
+    }
+
+    #[tokio::test]
+    async fn read_without_proc_drbd_is_not_installed() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = BuiltinConfig {
+            proc_root: dir.path().to_owned(),
+            ..BuiltinConfig::default()
+        };
+        let drbd = Drbd::new(&config);
+        assert_eq!(drbd.read().await.unwrap(), None);
+        std::fs::write(dir.path().join("drbd"), "garbage\n").unwrap();
+        assert!(drbd.read().await.is_err());
+        std::fs::write(
+            dir.path().join("drbd"),
+            "version: 8.4.11 (api:1/proto:86-101)\n 0: cs:WFConnection ro:Secondary/Unknown ds:UpToDate/DUnknown C r-----\n",
+        )
+        .unwrap();
+        let status = drbd.read().await.unwrap().unwrap();
+        assert_eq!(to_storage_minors(&status)[0].connection, "WFConnection");
     }
 
     #[test]

@@ -274,3 +274,76 @@ async fn one_failure_domain_at_a_time() {
         .unwrap()
     );
 }
+
+/// Storage health gates a new disruption: a DRBD minor reported `StandAlone` blocks it with
+/// the minor named, an unreachable node holding DRBD disks blocks it as unknown, and whole
+/// storage lets it start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_not_whole_or_unknown_blocks_a_new_disruption() {
+    use nodecare_protocol::{DrbdMinor, DrbdState};
+    let mut h = Harness::new(5, "d:drbd:3,i:diskless:2", |config| {
+        config.max_disrupted_nodes = 2;
+    })
+    .await
+    .unwrap();
+    let secondary = h.sim.with_cluster(|c| {
+        c.instances
+            .values()
+            .find(|i| i.name.starts_with("d."))
+            .unwrap()
+            .snodes[0]
+            .clone()
+    });
+    let broken = DrbdState::Minors {
+        minors: vec![DrbdMinor {
+            minor: 0,
+            instance: Some("d.sim.test".into()),
+            connection: "StandAlone".into(),
+            local_disk: "UpToDate".into(),
+            peer_disk: "DUnknown".into(),
+            role: "Primary".into(),
+            peer_role: "Unknown".into(),
+            sync_percent: None,
+            out_of_sync_kib: None,
+        }],
+    };
+    h.agents.get(&node(3)).unwrap().set_storage(broken);
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let why = h.incidents().unwrap()[0]
+        .blocked_by
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("storage not whole: ") && why.contains("StandAlone"),
+        "{why}"
+    );
+    assert!(drained(&h).is_empty());
+    // Whole again, but the secondary's agent is unreachable: unknown, fail closed.
+    h.agents
+        .get(&node(3))
+        .unwrap()
+        .set_storage(DrbdState::Minors { minors: Vec::new() });
+    h.agents.get(&secondary).unwrap().set_down(true);
+    h.round().await.unwrap();
+    let why = h.incidents().unwrap()[0]
+        .blocked_by
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        why.starts_with("storage health unknown: ")
+            && why.contains(&format!("{secondary} (unreachable)")),
+        "{why}"
+    );
+    assert!(drained(&h).is_empty());
+    h.agents.get(&secondary).unwrap().set_down(false);
+    assert!(
+        h.until(20, |i| i[0].repair_status == RepairStatus::Completed)
+            .await
+            .unwrap(),
+        "{:?}",
+        h.incidents().unwrap()[0].blocked_by
+    );
+}

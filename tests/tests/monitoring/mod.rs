@@ -101,6 +101,12 @@ async fn metrics_and_webhook_follow_an_evacuation() {
         receiver.received.lock().unwrap()
     );
     let bodies = receiver.received.lock().unwrap().clone();
+    // Every body decodes as the protocol's wire type (unknown fields refused).
+    for body in &bodies {
+        let typed: nodecare_protocol::notify::Notification =
+            serde_json::from_value(body.clone()).unwrap();
+        assert_eq!(typed.node, node(2));
+    }
     let incident = &h.incidents().unwrap()[0];
     assert_eq!(bodies[2]["incident"], json!(incident.uuid));
     assert_eq!(bodies[2]["node"], json!(node(2)));
