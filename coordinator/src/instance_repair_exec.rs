@@ -3,8 +3,9 @@
 //! them.
 //!
 //! A repair runs as harep's, through RAPI: one job per operation (RAPI has no multi-opcode
-//! job), each waiting for the success of the one before, then the `pending:` tag naming the
-//! jobs, then the removal of the tags it supersedes. Every job carries the reason
+//! job), each submitted once the one before has succeeded (RAPI's reinstall cannot carry
+//! `depends`), then the `pending:` tag naming the jobs, then the removal of the tags it
+//! supersedes. Every job carries the reason
 //! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
 //! <version> ...` under `gnt:daemon:nodecare`.
 //!
@@ -488,6 +489,7 @@ async fn advance(
     };
     let plan = plan.clone();
     let mut previous: Option<JobId> = None;
+    let mut finished_early = false;
     for (index, op) in plan.ops.iter().enumerate() {
         let intent = format!("{}-{index}", plan.kind);
         let full_intent = format!("{INTENT_PREFIX}-{intent}");
@@ -495,12 +497,29 @@ async fn advance(
         let job = match slot.or_else(|| known.get(&full_intent).copied()) {
             Some(job) => job,
             None => {
+                // The next operation starts once the one before has succeeded (RAPI's
+                // reinstall cannot wait for a job itself): until then the repair stays in
+                // flight; if it failed, the pending tag names the jobs so far and the repair
+                // ends in `failure`.
+                if let Some(before) = previous {
+                    match ganeti.job(before).await {
+                        Ok(j) if j.status == JobStatus::Success => {}
+                        Ok(j) if !j.status.is_final() => return,
+                        Ok(_) | Err(GanetiError::NotFound(_)) => {
+                            finished_early = true;
+                            break;
+                        }
+                        Err(error) => {
+                            report.errors.push(format!("job {before}: {error}"));
+                            return;
+                        }
+                    }
+                }
                 let why = reason(
                     plan.uuid,
                     &intent,
                     &format!("{} of {}: {}", plan.kind, plan.instance, op.describe()),
-                )
-                .after(previous);
+                );
                 match submit_op(ganeti, &plan.instance, op, &why).await {
                     Ok(job) => job,
                     Err(error) => {
@@ -528,7 +547,11 @@ async fn advance(
             report.errors.push(error);
         }
     }
-    let submitted: Option<Vec<JobId>> = jobs.iter().copied().collect();
+    let submitted: Option<Vec<JobId>> = if finished_early {
+        Some(jobs.iter().copied().flatten().collect())
+    } else {
+        jobs.iter().copied().collect()
+    };
     let Some(submitted) = submitted else {
         if jobs.iter().all(Option::is_none) {
             // Nothing reached Ganeti: forget the repair, the next round decides again.

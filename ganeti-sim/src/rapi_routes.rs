@@ -370,10 +370,18 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
             )))
         }
         ("POST", ["2", "instances", name, "reinstall"]) => {
-            let start = req
-                .body_field("start")
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
+            // As Ganeti 3.0.2: a body, or query parameters (the legacy interface), never both.
+            let body = req.body.as_ref().filter(|b| !b.is_null());
+            if body.is_some() && !req.query.is_empty() {
+                return bad_request("Can't combine query and body parameters");
+            }
+            let start = match body {
+                Some(_) => req
+                    .body_field("start")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+                None => req.query_value("nostartup").is_none_or(|v| v == "0"),
+            };
             let op = SimOp::InstanceReinstall {
                 instance: (*name).to_owned(),
                 start,

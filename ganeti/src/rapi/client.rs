@@ -414,8 +414,11 @@ impl RapiClient {
         self.submit(Method::Post, &path, &[], &body, reason).await
     }
 
-    /// `POST /2/instances/<i>/reinstall` `{"start": start}` (the OS and its parameters stay
-    /// as they are).
+    /// `POST /2/instances/<i>/reinstall` (the OS and its parameters stay as they are;
+    /// `nostartup=1` unless `start`). Ganeti 3.0.2 refuses a body together with query
+    /// parameters on this resource ("Can't combine query and body parameters"), and the reason
+    /// can only travel as a query parameter, so the request uses the query interface and has
+    /// no body: it cannot carry `depends` either (refused here rather than dropped).
     pub async fn reinstall_instance(
         &self,
         instance: &str,
@@ -423,8 +426,14 @@ impl RapiClient {
         reason: &Reason,
     ) -> Result<JobId, RapiError> {
         let path = format!("/2/instances/{}/reinstall", segment(instance)?);
-        let body = json!({"start": start});
-        self.submit(Method::Post, &path, &[], &body, reason).await
+        if !reason.depends.is_empty() {
+            return Err(RapiError::Config(format!(
+                "POST {path}: RAPI's reinstall cannot wait for other jobs"
+            )));
+        }
+        let query: &[(&str, &str)] = if start { &[] } else { &[("nostartup", "1")] };
+        self.submit(Method::Post, &path, query, &Value::Null, reason)
+            .await
     }
 
     // ---- plumbing ----
