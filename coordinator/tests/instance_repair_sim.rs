@@ -222,8 +222,12 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
             ("OP_INSTANCE_REINSTALL", "inst2.sim.test"),
         ]
     );
-    // Every job carries the reason trail with the repair uuid.
-    for s in &submissions {
+    // Every job carries the reason trail with the repair uuid, except RAPI's reinstall, whose
+    // job Ganeti 3.0.2 builds without the `reason` parameter (as the simulation does).
+    for s in submissions
+        .iter()
+        .filter(|s| s.op_id != "OP_INSTANCE_REINSTALL")
+    {
         let text = s.reason_text.clone().unwrap_or_default();
         assert!(
             text.starts_with("gnt:daemon:nodecare nodecare incident="),

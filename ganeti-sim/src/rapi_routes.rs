@@ -386,9 +386,10 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
                 instance: (*name).to_owned(),
                 start,
             };
+            // Ganeti 3.0.2 builds this job itself and puts no `reason` into its trail.
             ok(json!(cluster.submit(
                 op,
-                reason,
+                None,
                 "instances_name_reinstall",
                 now_ms
             )))

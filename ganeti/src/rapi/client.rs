@@ -418,7 +418,9 @@ impl RapiClient {
     /// `nostartup=1` unless `start`). Ganeti 3.0.2 refuses a body together with query
     /// parameters on this resource ("Can't combine query and body parameters"), and the reason
     /// can only travel as a query parameter, so the request uses the query interface and has
-    /// no body: it cannot carry `depends` either (refused here rather than dropped).
+    /// no body: it cannot carry `depends` either (refused here rather than dropped). Ganeti
+    /// 3.0.2 builds this job (shutdown, reinstall, startup) without the `reason` parameter:
+    /// the job's trail holds only Ganeti's own entries (checked on the real cluster).
     pub async fn reinstall_instance(
         &self,
         instance: &str,
