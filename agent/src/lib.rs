@@ -330,10 +330,23 @@ pub async fn serve_with(
 
 /// Starts the agent with its default collectors on `listener`.
 pub async fn serve(config: Config, listener: TcpListener) -> Result<RunningAgent, AgentError> {
-    let mut builtin = Registry::new();
     let node = config.resolved_node_name();
     let builtin_config =
         nodecare_collectors::builtin::BuiltinConfig::for_node(&node, &config.hmac_key);
+    serve_builtin(config, builtin_config, listener).await
+}
+
+/// Where the built-in collectors read (`/proc`, `drbdsetup`, confd), for [`serve_builtin`].
+pub use nodecare_collectors::builtin::BuiltinConfig;
+
+/// Starts the agent with its default collectors configured by `builtin_config` (where they
+/// read `/proc`, `drbdsetup`, …) on `listener`.
+pub async fn serve_builtin(
+    config: Config,
+    builtin_config: nodecare_collectors::builtin::BuiltinConfig,
+    listener: TcpListener,
+) -> Result<RunningAgent, AgentError> {
+    let mut builtin = Registry::new();
     nodecare_collectors::builtin::register_all(&mut builtin, &builtin_config);
     // Plugins come after the built-ins, in mond's list order; refused ones are only logged.
     let plugin_runner = Runner::new(config.max_concurrent_scripts);

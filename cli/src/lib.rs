@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod check;
 mod fields;
+mod gate;
 mod list;
 mod roll;
 mod roll_http;
@@ -48,9 +49,25 @@ enum Command {
     Watch(views::WatchArgs),
     /// Cancel an incident: no more actions; forgotten once no longer observed.
     Cancel(status::CancelArgs),
+    /// Ask the coordinator's gate for leave to disrupt a node (for reboot scripts and other
+    /// tools), release it, list the grants. Exit code 3: refused, retry later.
+    #[command(after_help = EXIT_HELP)]
+    Disruption(gate::DisruptionArgs),
+    /// Override the disruption budget of one failure domain for a while (audited), revoke,
+    /// list.
+    #[command(after_help = EXIT_HELP)]
+    Budget(gate::BudgetArgs),
+    /// The storm breaker: show it, or reset it once the cause of the storm is understood.
+    #[command(after_help = EXIT_HELP)]
+    Breaker(gate::BreakerArgs),
     /// Run a node's diagnose scripts now (through its agent, signed by the coordinator).
     Check(check::CheckArgs),
 }
+
+const EXIT_HELP: &str = "Exit codes: 0 done (granted, renewed, released, set, revoked, reset); 3 \
+refused by the gate (the reason is printed: retry later); 1 other errors (coordinator unreachable \
+or not ready, authentication, bad input); 2 usage errors. Writes authenticate like `nodecare \
+cancel`: --user (or NODECARE_USER) with --password-file or NODECARE_PASSWORD.";
 
 /// Parses the process's arguments and runs the subcommand.
 pub fn run() -> ExitCode {
@@ -62,6 +79,9 @@ pub fn run() -> ExitCode {
         Command::Nodes(args) => views::run_nodes(args),
         Command::Watch(args) => views::run_watch(args),
         Command::Cancel(args) => status::run_cancel(args),
+        Command::Disruption(args) => gate::run_disruption(args),
+        Command::Budget(args) => gate::run_budget(args),
+        Command::Breaker(args) => gate::run_breaker(args),
         Command::Check(args) => check::run_check(args),
     }
 }

@@ -206,6 +206,7 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
             .map(|e| format!(", error: {e}"))
             .unwrap_or_default(),
     );
+    out.push_str(&render_gate(overview));
     if overview.incidents.is_empty() {
         out.push_str("\nno incidents\n");
     } else {
@@ -221,6 +222,93 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
     } else {
         out.push('\n');
         out.push_str(&agent_table);
+    }
+    out
+}
+
+/// The gate's part of the status view: the failure domains (busy ones with their holders),
+/// what waits and why, the grants, the overrides and the breaker. Empty when the coordinator
+/// shows none of them (before its first round, or an older coordinator).
+pub(crate) fn render_gate(overview: &Overview) -> String {
+    let breaker = &overview.breaker;
+    let anything = !overview.domains.is_empty()
+        || !overview.grants.is_empty()
+        || !overview.overrides.is_empty()
+        || breaker.open
+        || breaker.reset_ms.is_some();
+    if !anything {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ignored = writeln!(out, "\n{}", crate::gate::breaker_line(breaker));
+    if !overview.domains.is_empty() {
+        let busy = overview
+            .domains
+            .iter()
+            .filter(|d| !d.disrupted.is_empty())
+            .count();
+        let _ignored = writeln!(
+            out,
+            "failure domains: {} ({busy} disrupted)",
+            overview.domains.len()
+        );
+        for domain in &overview.domains {
+            let mut line = format!("  {}: {} node(s)", domain.domain, domain.nodes.len());
+            if domain.disrupted.is_empty() {
+                line.push_str(", none disrupted");
+            } else {
+                let held: Vec<String> = domain
+                    .disrupted
+                    .iter()
+                    .map(|d| format!("{} ({})", d.node, d.holder))
+                    .collect();
+                let _ignored = write!(line, ", disrupted: {}", held.join(", "));
+            }
+            if let Some(until) = domain.override_until_ms {
+                let _ignored = write!(line, "; overridden until {}", crate::gate::utc_ms(until));
+            }
+            let _ignored = writeln!(out, "{line}");
+        }
+    }
+    if !overview.waiting.is_empty() {
+        let _ignored = writeln!(out, "waiting:");
+        for waiting in &overview.waiting {
+            let _ignored = writeln!(
+                out,
+                "  {} {}: {}",
+                waiting.duty, waiting.subject, waiting.blocked_by
+            );
+        }
+    }
+    if !overview.grants.is_empty() {
+        let _ignored = writeln!(out, "disruptions granted to other tools:");
+        for grant in &overview.grants {
+            let _ignored = writeln!(
+                out,
+                "  {} {} to {} until {} (by {}): {}",
+                grant.id,
+                grant.node,
+                grant.requester,
+                crate::gate::utc_ms(grant.expires_ms),
+                grant.who,
+                grant.reason
+            );
+        }
+    }
+    if !overview.overrides.is_empty() {
+        let _ignored = writeln!(out, "overrides:");
+        for o in &overview.overrides {
+            let _ignored = writeln!(
+                out,
+                "  {} {} until {}, {} (set by {}): {}",
+                o.id,
+                o.domain,
+                crate::gate::utc_ms(o.until_ms),
+                crate::gate::override_state(o),
+                o.who,
+                o.reason
+            );
+        }
     }
     out
 }

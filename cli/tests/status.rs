@@ -134,3 +134,23 @@ fn errors_are_clear() {
     assert!(!ok);
     assert!(stderr.contains("not a coordinator overview"), "{stderr}");
 }
+
+/// The gate: the breaker, the failure domains (busy ones with their holders, overrides), what
+/// waits and why, the grants and the overrides.
+#[test]
+fn status_shows_the_domains_grants_overrides_and_breaker() {
+    let body = std::fs::read_to_string(fixture("overview-gate.json")).unwrap();
+    let url = coordinator(vec![("200 OK", body)]);
+    let (ok, stdout, stderr) = nodecare(&url, &[]);
+    assert!(ok, "{stderr}");
+    for needle in [
+        "storm breaker OPEN since",
+        "rack:r1: 4 node(s), disrupted: node2.example.com (incident",
+        "node-repair node node3.example.com: failure domain rack:r1 is disrupted",
+        "reboot@node1",
+        "revoked by ops",
+    ] {
+        assert!(stdout.contains(needle), "{needle:?} not in\n{stdout}");
+    }
+    golden("status-gate.txt", &stdout);
+}

@@ -29,6 +29,9 @@ pub struct ApiState {
     pub ganeti: Option<Arc<dyn crate::ganeti::Ganeti>>,
     /// Signs requests to the agents (`nodecare check`); `None` disables them.
     pub agents: Option<crate::repair::RepairClient>,
+    /// How old the last round's view of the cluster may be for an admission request to be
+    /// judged against it ([`crate::admission::view_max_age`]).
+    pub gate_view_max_age: std::time::Duration,
 }
 
 /// A fresh random key for [`ApiState::csrf_key`].

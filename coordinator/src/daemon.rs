@@ -139,6 +139,7 @@ impl Coordinator {
             max_disrupted_nodes: config.max_disrupted_nodes,
             ganeti: Some(ganeti_for_api),
             agents: Some(agents_for_api),
+            gate_view_max_age: crate::admission::view_max_age(config.round_interval_duration()?),
         };
         Ok(Self {
             reconciler,

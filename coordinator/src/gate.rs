@@ -410,84 +410,8 @@ pub struct Proposal {
     pub reason: String,
 }
 
-/// Why a proposal may not start now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum BlockedBy {
-    /// The storm breaker is open.
-    Breaker {
-        /// Why it opened.
-        why: String,
-    },
-    /// Another failure domain is disrupted.
-    Domain {
-        /// The busy domain.
-        busy: String,
-        /// Its disrupted nodes and their holders, for people.
-        holders: Vec<String>,
-        /// The domain the proposal would open.
-        wanted: String,
-    },
-    /// A cap on disrupted nodes.
-    Cap {
-        /// Which cap and its figures.
-        what: String,
-    },
-    /// Storage is not whole.
-    Storage {
-        /// The problems.
-        what: Vec<String>,
-        /// Whether health is unknown rather than known bad.
-        unknown: bool,
-    },
-    /// The moved instances would not fit on the healthy nodes left.
-    Capacity {
-        /// Figures.
-        what: String,
-    },
-    /// Another holder (in force, or admitted earlier in the round) holds the node.
-    Conflict {
-        /// The node.
-        node: String,
-        /// Its holder.
-        holder: String,
-    },
-    /// A node it needs is not in the cluster.
-    UnknownNode {
-        /// The node.
-        node: String,
-    },
-}
-
-impl fmt::Display for BlockedBy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Breaker { why } => write!(f, "storm breaker open: {why}"),
-            Self::Domain {
-                busy,
-                holders,
-                wanted,
-            } => write!(
-                f,
-                "failure domain {busy} is disrupted ({}); {wanted} waits",
-                holders.join(", ")
-            ),
-            Self::Cap { what } => write!(f, "cap: {what}"),
-            Self::Storage { what, unknown } => {
-                if *unknown {
-                    write!(f, "storage health unknown: {}", what.join("; "))
-                } else {
-                    write!(f, "storage not whole: {}", what.join("; "))
-                }
-            }
-            Self::Capacity { what } => write!(f, "capacity: {what}"),
-            Self::Conflict { node, holder } => {
-                write!(f, "{node} is held by {holder}")
-            }
-            Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
-        }
-    }
-}
+/// Why a proposal may not start now: the wire type, named the same at both ends.
+pub use nodecare_protocol::gate::BlockedBy;
 
 /// How a proposal was admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

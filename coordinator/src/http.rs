@@ -8,9 +8,10 @@
 //! | `GET /1/jobs` | ids of jobs still in flight (maintd: jobs to wait for) |
 //! | `GET /1/evacuated` | names of the instances moved off evacuated nodes (migrated or failed over) by incidents not yet forgotten, as maintd's list |
 //! | `GET /1/agents` | every agent's status (`ok`, `stale`, `unreachable`, `unverifiable`) |
-//! | `GET /1/overview` | `{node, round, incidents, agents, intents}`: what `nodecare status` shows |
+//! | `GET /1/overview` | `{node, round, incidents, agents, intents, jobs, domains, waiting, grants, overrides, breaker}`: what `nodecare status` shows |
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
 //! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed; needs HTTP basic auth of a user with `write` (401 without or with wrong credentials, 403 for a user without `write` or when no users file is readable) |
+//! | `/1/disruptions`, `/1/overrides`, `/1/breaker`, `/1/audit` | the gate's admission API, overrides and storm breaker ([`crate::admission`]) |
 //! | `GET /metrics` | Prometheus metrics (text format 0.0.4, see [`crate::metrics`]) |
 //!
 //! Every answer is JSON with `Content-Type: application/json`, except `/metrics` and the web status page
@@ -23,7 +24,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -49,6 +50,22 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/overview", get(overview))
         .route("/1/incidents/{uuid}", get(incident))
         .route("/1/incidents/{uuid}/cancel", post(cancel))
+        .route(
+            "/1/disruptions",
+            get(crate::admission::list).post(crate::admission::request),
+        )
+        .route("/1/disruptions/{id}", delete(crate::admission::release))
+        .route(
+            "/1/overrides",
+            get(crate::admission::overrides).post(crate::admission::set_override),
+        )
+        .route(
+            "/1/overrides/{id}",
+            delete(crate::admission::revoke_override),
+        )
+        .route("/1/breaker", get(crate::admission::breaker))
+        .route("/1/breaker/reset", post(crate::admission::reset_breaker))
+        .route("/1/audit", get(crate::admission::audit))
         .route("/1/nodes/{node}/check", post(check))
         .route("/metrics", get(metrics))
         // The web status page (crate::ui).
@@ -64,6 +81,12 @@ pub fn router(state: ApiState) -> Router {
             "/ui/admin/incidents/{uuid}/acknowledge",
             post(crate::ui::acknowledge),
         )
+        .route("/ui/admin/overrides", post(crate::ui::set_override))
+        .route(
+            "/ui/admin/overrides/{id}/revoke",
+            post(crate::ui::revoke_override),
+        )
+        .route("/ui/admin/breaker/reset", post(crate::ui::reset_breaker))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found") })
         .with_state(state)
 }
@@ -82,7 +105,7 @@ async fn root(headers: HeaderMap) -> Response {
 }
 
 /// Whether the request authenticates a user with `write` (its name if so).
-fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
+pub(crate) fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
@@ -90,7 +113,7 @@ fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refu
 }
 
 /// A refused write: 401 (with a Basic challenge) or 403, as a JSON error.
-fn refused(refusal: &Refusal) -> Response {
+pub(crate) fn refused(refusal: &Refusal) -> Response {
     let status = match refusal {
         Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
         Refusal::NotWriter(_) | Refusal::Disabled(_) => StatusCode::FORBIDDEN,
@@ -105,7 +128,7 @@ fn refused(refusal: &Refusal) -> Response {
     response
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (
         status,
         Json(json!({"code": status.as_u16(), "message": message.into()})),
@@ -113,7 +136,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
         .into_response()
 }
 
-fn internal(error: impl std::fmt::Display) -> Response {
+pub(crate) fn internal(error: impl std::fmt::Display) -> Response {
     error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
 }
 
@@ -226,7 +249,13 @@ async fn overview(State(state): State<ApiState>) -> Response {
         agents: Vec<&'a AgentStatus>,
         intents: &'a [Intent],
         jobs: Vec<u64>,
+        #[serde(flatten)]
+        gate: crate::admission::GateStatus,
     }
+    let gate = match crate::admission::gate_status(&state) {
+        Ok(gate) => gate,
+        Err(e) => return internal(e),
+    };
     let stored = match state.store.incidents() {
         Ok(list) => list,
         Err(e) => return internal(e),
@@ -252,6 +281,7 @@ async fn overview(State(state): State<ApiState>) -> Response {
         agents: agents.values().collect(),
         intents: &intents,
         jobs: in_flight(&intents),
+        gate,
     })
     .into_response()
 }
@@ -384,6 +414,21 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         Err(e) => return internal(e),
     };
     let agents = agents_snapshot(&state.board);
+    let now = nodecare_protocol::now_ms();
+    let gate = (
+        state.store.breaker(),
+        state.store.grants(now),
+        state.store.overrides_in_force(now),
+    );
+    match gate {
+        (Ok(breaker), Ok(grants), Ok(overrides)) => {
+            state
+                .board
+                .metrics
+                .set_gate(breaker.open, grants.len(), overrides.len());
+        }
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return internal(e),
+    }
     let text = state.board.metrics.render(&incidents, agents.values());
     (
         [(

@@ -14,8 +14,11 @@
 //! - [`reconcile`]: the round, an idempotent reconciler.
 //! - [`auth`]: the users file and HTTP basic auth of writes.
 //! - [`metrics`]: `/metrics`; [`notify`]: the incident webhook.
+//! - [`admission`]: the gate's write API (other tools' admission requests, overrides, the
+//!   storm breaker's reset).
 //! - [`http`]: the status API; [`ui`]: the web status page; [`daemon`] ties it all together; [`config`]: the configuration.
 
+pub mod admission;
 pub mod api;
 pub mod auth;
 pub mod board;

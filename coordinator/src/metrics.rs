@@ -75,7 +75,7 @@ pub struct CoordinatorMetrics {
     /// Serialises gauge refresh + encoding of concurrent scrapes.
     scrape: Mutex<()>,
     /// Node groups ever seen disrupted (their gauge stays, at 0 when no longer disrupted).
-    groups: Mutex<std::collections::BTreeSet<String>>,
+    domains: Mutex<std::collections::BTreeSet<String>>,
     rounds: Histogram,
     round_errors: Counter,
     jobs_submitted: Family<Labels, Counter>,
@@ -87,6 +87,9 @@ pub struct CoordinatorMetrics {
     budget_in_use: Gauge,
     budget_max: Gauge,
     notifications: Family<Labels, Counter>,
+    breaker_open: Gauge,
+    grants: Gauge,
+    overrides: Gauge,
 }
 
 impl std::fmt::Debug for CoordinatorMetrics {
@@ -170,19 +173,19 @@ impl CoordinatorMetrics {
         let disrupted = Family::<Labels, Gauge>::default();
         registry.register(
             "nodecare_coordinator_disrupted_nodes",
-            "Nodes drained or evacuating at the last round, by node group",
+            "Disrupted nodes (drained, offline, evacuating, being repaired, granted) at the last round, by failure domain",
             disrupted.clone(),
         );
         let budget_in_use = Gauge::default();
         registry.register(
             "nodecare_coordinator_budget_in_use",
-            "Disrupted nodes counted against the safety budget at the last round",
+            "Disrupted nodes counted against the cluster cap at the last round",
             budget_in_use.clone(),
         );
         let budget_max = Gauge::default();
         registry.register(
             "nodecare_coordinator_budget_max_disrupted_nodes",
-            "The safety budget: most nodes drained or evacuating at once",
+            "The cluster cap: most nodes disrupted at once (max_disrupted_nodes)",
             budget_max.clone(),
         );
         let notifications = Family::<Labels, Counter>::default();
@@ -196,10 +199,28 @@ impl CoordinatorMetrics {
                 .get_or_create(&labels(&[("result", result)]))
                 .inc_by(0);
         }
+        let breaker_open = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_breaker_open",
+            "1 while the storm breaker is open (no new disruption starts), else 0",
+            breaker_open.clone(),
+        );
+        let grants = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_grants",
+            "Disruptions granted to other tools (POST /1/disruptions) in force",
+            grants.clone(),
+        );
+        let overrides = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_overrides_active",
+            "Operator overrides of failure domains in force",
+            overrides.clone(),
+        );
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
-            groups: Mutex::default(),
+            domains: Mutex::default(),
             rounds,
             round_errors,
             jobs_submitted,
@@ -211,6 +232,9 @@ impl CoordinatorMetrics {
             budget_in_use,
             budget_max,
             notifications,
+            breaker_open,
+            grants,
+            overrides,
         };
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
@@ -255,35 +279,42 @@ impl CoordinatorMetrics {
             .inc();
     }
 
-    /// The disruption seen by the last round: disrupted nodes with their group, and the budget.
+    /// The disruption seen by the last round: disrupted nodes with their failure domain, and the cap.
     pub fn set_disruptions<'a>(
         &self,
-        disrupted_groups: impl IntoIterator<Item = &'a str>,
+        disrupted_domains: impl IntoIterator<Item = &'a str>,
         max_disrupted_nodes: usize,
     ) {
-        let mut by_group: BTreeMap<&str, usize> = BTreeMap::new();
-        for group in disrupted_groups {
-            *by_group.entry(group).or_default() += 1;
+        let mut by_domain: BTreeMap<&str, usize> = BTreeMap::new();
+        for domain in disrupted_domains {
+            *by_domain.entry(domain).or_default() += 1;
         }
-        // Groups that were disrupted before and are no longer show 0.
-        let mut seen = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        for group in seen.iter() {
-            if !by_group.contains_key(group.as_str()) {
+        // Domains that were disrupted before and are no longer show 0.
+        let mut seen = self.domains.lock().unwrap_or_else(|e| e.into_inner());
+        for domain in seen.iter() {
+            if !by_domain.contains_key(domain.as_str()) {
                 self.disrupted
-                    .get_or_create(&labels(&[("group", group)]))
+                    .get_or_create(&labels(&[("domain", domain)]))
                     .set(0);
             }
         }
-        seen.extend(by_group.keys().map(|g| (*g).to_owned()));
+        seen.extend(by_domain.keys().map(|g| (*g).to_owned()));
         drop(seen);
-        let total: usize = by_group.values().sum();
-        for (group, count) in by_group {
+        let total: usize = by_domain.values().sum();
+        for (domain, count) in by_domain {
             self.disrupted
-                .get_or_create(&labels(&[("group", group)]))
+                .get_or_create(&labels(&[("domain", domain)]))
                 .set(gauge_value(count));
         }
         self.budget_in_use.set(gauge_value(total));
         self.budget_max.set(gauge_value(max_disrupted_nodes));
+    }
+
+    /// Sets the gate's gauges: the storm breaker, the grants and overrides in force.
+    pub fn set_gate(&self, breaker_open: bool, grants: usize, overrides: usize) {
+        self.breaker_open.set(i64::from(breaker_open));
+        self.grants.set(gauge_value(grants));
+        self.overrides.set(gauge_value(overrides));
     }
 
     /// Sets the incident gauge from the stored incidents.
@@ -367,6 +398,7 @@ mod tests {
         metrics.healed(600.0);
         metrics.set_disruptions(["g1", "g1", "g\"2"], 3);
         metrics.notification("dropped");
+        metrics.set_gate(true, 2, 1);
         let agents = [
             agent(AgentState::Ok),
             agent(AgentState::Ok),
@@ -378,6 +410,10 @@ mod tests {
             "# TYPE nodecare_coordinator_round_duration_seconds histogram",
             "nodecare_coordinator_round_duration_seconds_count 2",
             "nodecare_coordinator_round_errors_total 1",
+            "# HELP nodecare_coordinator_breaker_open 1 while the storm breaker is open (no new disruption starts), else 0.",
+            "nodecare_coordinator_breaker_open 1",
+            "nodecare_coordinator_grants 2",
+            "nodecare_coordinator_overrides_active 1",
             "nodecare_coordinator_jobs_submitted_total{kind=\"drain\"} 1",
             "nodecare_coordinator_jobs_submitted_total{kind=\"migrate\"} 0",
             "nodecare_coordinator_jobs_failed_total{kind=\"tag\"} 1",
@@ -386,8 +422,8 @@ mod tests {
             "nodecare_coordinator_agents{outcome=\"verified\"} 2",
             "nodecare_coordinator_agents{outcome=\"unverifiable\"} 1",
             "nodecare_coordinator_agents{outcome=\"unreachable\"} 0",
-            "nodecare_coordinator_disrupted_nodes{group=\"g1\"} 2",
-            "nodecare_coordinator_disrupted_nodes{group=\"g\\\"2\"} 1",
+            "nodecare_coordinator_disrupted_nodes{domain=\"g1\"} 2",
+            "nodecare_coordinator_disrupted_nodes{domain=\"g\\\"2\"} 1",
             "nodecare_coordinator_budget_in_use 3",
             "nodecare_coordinator_budget_max_disrupted_nodes 3",
             "nodecare_coordinator_notifications_total{result=\"dropped\"} 1",
@@ -399,12 +435,12 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 11);
+        assert_eq!(types, 14);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
-        assert!(text.contains("nodecare_coordinator_disrupted_nodes{group=\"g1\"} 0"));
-        assert!(text.contains("nodecare_coordinator_disrupted_nodes{group=\"g3\"} 1"));
+        assert!(text.contains("nodecare_coordinator_disrupted_nodes{domain=\"g1\"} 0"));
+        assert!(text.contains("nodecare_coordinator_disrupted_nodes{domain=\"g3\"} 1"));
         assert!(text.contains("nodecare_coordinator_budget_in_use 1"));
     }
 

@@ -75,7 +75,7 @@ pub struct GateSettings {
 pub const STORAGE_SEQUENCES_DOCUMENT: &str = "storage-sequences";
 
 /// The store document holding the storm breaker's state.
-pub const BREAKER_DOCUMENT: &str = "breaker";
+pub use crate::store::BREAKER_DOCUMENT;
 
 /// Why a round stopped.
 #[derive(Debug, thiserror::Error)]
@@ -443,7 +443,12 @@ impl Reconciler {
     /// Planned disruptions in force (node, Unix ms when it started): admission grants and
     /// maintenance reboots, whose failure domains get a grace.
     fn planned_disruptions(&self) -> Result<Vec<(String, u64)>, RoundError> {
-        Ok(Vec::new())
+        Ok(self
+            .store
+            .grants(now_ms())?
+            .into_iter()
+            .map(|grant| (grant.node, grant.granted_ms))
+            .collect())
     }
 
     /// Step 4; returns how many agents outside a grace gave no verified report.
@@ -666,23 +671,33 @@ impl Reconciler {
 
         // The gate: what is disrupted, by whom, and which proposals may start.
         let settings = &self.settings.gate;
-        let in_force = InForce::new(&view, node_repair::holds(&incidents, nodes));
+        let now = now_ms();
+        for grant in self.store.expire_grants(now)? {
+            tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
+                "admission expired");
+        }
+        let in_force = InForce::new(
+            &view,
+            node_repair::holds(&incidents, nodes)
+                .into_iter()
+                .chain(self.store.grants_in_force(now)?),
+        );
         let breaker =
             self.breaker_round(nodes, &incidents, summary.agents, failed_outside_grace)?;
         let policy = gate::Policy {
             cluster: settings.cluster,
             groups: gate::group_caps(&settings.groups, group_names),
-            overrides: Vec::new(),
+            overrides: self.store.overrides_in_force(now)?,
             breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
         };
         let duty = node_repair::propose(&incidents, nodes, instances);
         let decision = gate::decide(&view, &policy, &in_force, duty.proposals);
         self.board.metrics.set_disruptions(
-            decision
-                .in_force
-                .nodes
-                .keys()
-                .map(|name| view.nodes.get(name).map_or("unknown", |f| f.group.as_str())),
+            decision.in_force.nodes.keys().map(|name| {
+                view.nodes
+                    .get(name)
+                    .map_or("unknown", |f| f.domain.as_str())
+            }),
             settings.cluster.max_disrupted_nodes,
         );
         let disrupted: Vec<String> = decision.in_force.nodes.keys().cloned().collect();

@@ -1,5 +1,6 @@
 //! Durable state: incidents, intents (jobs the coordinator means to submit or has submitted),
-//! agents' last accepted sequence numbers and the repair-request sequence counter.
+//! agents' last accepted sequence numbers, the repair-request sequence counter, and the gate's
+//! grants, overrides, storm breaker and audit log (`admission`).
 //!
 //! SQLite in WAL mode with `synchronous=FULL`: a committed transaction survives a crash or a
 //! power cut. An intent row is committed before its job is submitted; after a crash, an intent
@@ -18,8 +19,12 @@ use crate::ganeti::JobId;
 use crate::incident::Incident;
 use crate::plan::{Lock, Move};
 
+mod admission;
+pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
+pub use nodecare_protocol::gate::AuditEntry;
+
 /// Schema version stored in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -210,6 +215,9 @@ impl Store {
                  PRAGMA user_version = 1;
                  COMMIT;",
             )?;
+        }
+        if version < 2 {
+            admission::migrate(&connection)?;
         }
         // Small typed records (the storm breaker's state): one JSON document per name.
         connection.execute_batch(

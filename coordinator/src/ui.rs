@@ -8,9 +8,13 @@
 //! | `GET /ui/admin/` | the same page with actions; needs HTTP basic auth of a user with `write` |
 //! | `POST /ui/admin/incidents/<uuid>/cancel` | cancels (form field `csrf`), then back to the page |
 //! | `POST /ui/admin/incidents/<uuid>/acknowledge` | removes the incident's tag from its node through Ganeti (what an operator's acknowledgement is), then back to the page |
+//! | `POST /ui/admin/overrides` | sets an override of a failure domain (form fields `domain`, `hours`, `reason`), audited |
+//! | `POST /ui/admin/overrides/<id>/revoke` | revokes an override, audited |
+//! | `POST /ui/admin/breaker/reset` | closes the storm breaker (form field `reason`), audited |
 //!
 //! The page is built from the same typed state as the JSON API (`/1/overview`): the store's
-//! incidents and intents, the board's agents and last round. Actions are CSRF-protected: the
+//! incidents and intents, the board's agents and last round, and the gate's failure domains,
+//! refused proposals, grants, overrides and breaker ([`crate::admission::GateStatus`]). Actions are CSRF-protected: the
 //! form carries a token that is an HMAC of the authenticated user under a key drawn at start,
 //! and a request whose `Origin` (or `Referer`) names another host is refused.
 
@@ -26,6 +30,7 @@ use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
 use uuid::Uuid;
 
+use crate::admission::GateStatus;
 use crate::api::ApiState;
 use crate::auth::{self, Refusal};
 use crate::incident::{Incident, RepairStatus};
@@ -63,6 +68,8 @@ pub struct Snapshot {
     pub agents: Vec<AgentStatus>,
     /// Most nodes disrupted at once (the budget).
     pub max_disrupted_nodes: usize,
+    /// The gate: failure domains, refused proposals, grants, overrides, the breaker.
+    pub gate: GateStatus,
 }
 
 /// Reads the snapshot from the API's state.
@@ -99,6 +106,7 @@ pub fn snapshot(state: &ApiState) -> Result<Snapshot, crate::store::StoreError> 
         incidents,
         agents,
         max_disrupted_nodes: state.max_disrupted_nodes,
+        gate: crate::admission::gate_status(state)?,
     })
 }
 
@@ -266,6 +274,28 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
                             @if blocked > 0 { span.warn { "blocked: " (blocked) } br; }
                             @if snapshot.incidents.is_empty() { span.good { "none" } }
                         }
+                        div.card id="breaker" {
+                            b { "Storm breaker" } br;
+                            @if snapshot.gate.breaker.open {
+                                span.bad { "OPEN" } ": no new disruption starts" br;
+                                span.mute { (snapshot.gate.breaker.why.as_deref().unwrap_or("")) }
+                                @if let Some(since) = snapshot.gate.breaker.since_ms { br; span.mute { "since " (age(now, since)) " ago" } }
+                                @if let Some(actions) = actions {
+                                    br;
+                                    form method="post" action={ (base) "breaker/reset" } {
+                                        input type="hidden" name="csrf" value=(actions.csrf);
+                                        input type="text" name="reason" placeholder="why (audited)" required;
+                                        " "
+                                        button type="submit" { "Reset the breaker" }
+                                    }
+                                }
+                            } @else {
+                                span.good { "closed" }
+                                @if let (Some(by), Some(at)) = (&snapshot.gate.breaker.reset_by, snapshot.gate.breaker.reset_ms) {
+                                    br; span.mute { "last reset by " (by) ", " (age(now, at)) " ago" }
+                                }
+                            }
+                        }
                         div.card id="budget" {
                             b { "Disruption budget" } br;
                             (disrupted.len()) " of at most " (snapshot.max_disrupted_nodes) " node(s) drained by incidents" br;
@@ -273,6 +303,7 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
                         }
                     }
                 }
+                (gate_section(&snapshot.gate, now, actions, base))
                 section id="incidents" {
                     h2 { "Incidents" }
                     @if snapshot.incidents.is_empty() {
@@ -322,6 +353,112 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
         }
     };
     page.into_string()
+}
+
+/// The failure domains (disrupted nodes and holders), what waits and why, the grants to other
+/// tools and the overrides (with the admin page's forms).
+fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &str) -> Markup {
+    html! {
+        section id="domains" {
+            h2 { "Failure domains" }
+            @if gate.domains.is_empty() {
+                p.mute { "The gate has not judged a round yet." }
+            } @else {
+                p.mute { "Disrupted nodes (drained, offline, evacuating, rebooting, being repaired, by anyone) sit in one failure domain at a time." }
+                div.wrap { table {
+                    thead { tr { th { "domain" } th { "nodes" } th { "disrupted (holder)" } th { "override" } } }
+                    tbody { @for domain in &gate.domains {
+                        tr id={ "domain-" (domain.domain) } {
+                            td { (domain.domain) }
+                            td { (domain.nodes.len()) }
+                            td {
+                                @if domain.disrupted.is_empty() { span.mute { "none" } }
+                                @for d in &domain.disrupted { span.warn { (d.node) } " (" (d.holder) ")" br; }
+                            }
+                            td { @match domain.override_until_ms { Some(until) => { "until " (format_time(until as f64 / 1000.0)) }, None => "-" } }
+                        }
+                    } }
+                } }
+            }
+            @if !gate.waiting.is_empty() {
+                h3 { "Waiting" }
+                ul.waiting { @for w in &gate.waiting {
+                    li.blocked { b { (w.duty) " " (w.subject) } ": " span.blocked-by { (w.blocked_by) } }
+                } }
+            }
+        }
+        section id="grants" {
+            h2 { "Disruptions granted to other tools" }
+            @if gate.grants.is_empty() {
+                p.mute { "None. Tools ask with " code { "POST /1/disruptions" } " (see " code { "nodecare disruption" } ")." }
+            } @else {
+                div.wrap { table {
+                    thead { tr { th { "node" } th { "requester" } th { "reason" } th { "expires" } th { "by" } th { "id" } } }
+                    tbody { @for g in &gate.grants {
+                        tr {
+                            td { (g.node) } td { (g.requester) } td { (g.reason) }
+                            td { "in " (age(g.expires_ms, now)) } td { (g.who) } td { code { (g.id) } }
+                        }
+                    } }
+                } }
+            }
+        }
+        section id="overrides" {
+            h2 { "Overrides" }
+            @if gate.overrides.is_empty() {
+                p.mute { "No failure domain is overridden." }
+            } @else {
+                div.wrap { table {
+                    thead { tr { th { "domain" } th { "until" } th { "state" } th { "set by" } th { "reason" } @if actions.is_some() { th {} } } }
+                    tbody { @for o in &gate.overrides {
+                        tr {
+                            td { (o.domain) }
+                            td { (format_time(o.until_ms as f64 / 1000.0)) }
+                            td { @if o.active { span.warn { "active" } } @else if let Some(by) = &o.revoked_by { "revoked by " (by) } @else { "expired" } }
+                            td { (o.who) }
+                            td { (o.reason) }
+                            @if let Some(actions) = actions {
+                                td { @if o.active {
+                                    form method="post" action={ (base) "overrides/" (o.id) "/revoke" } {
+                                        input type="hidden" name="csrf" value=(actions.csrf);
+                                        button type="submit" { "Revoke" }
+                                    }
+                                } }
+                            }
+                        }
+                    } }
+                } }
+            }
+            @if let Some(actions) = actions {
+                @if !gate.domains.is_empty() {
+                    form.override method="post" action={ (base) "overrides" } {
+                        input type="hidden" name="csrf" value=(actions.csrf);
+                        "Override "
+                        select name="domain" { @for d in &gate.domains { option value=(d.domain) { (d.domain) } } }
+                        " for "
+                        input type="number" name="hours" value="2" min="1" max="168" required;
+                        " hour(s), because "
+                        input type="text" name="reason" placeholder="reason (audited)" required;
+                        " "
+                        button type="submit" { "Set override" }
+                    }
+                }
+            }
+        }
+        section id="audit" {
+            h2 { "Audit log" }
+            @if gate.audit.is_empty() {
+                p.mute { "No grant, override or breaker change yet." }
+            } @else {
+                details {
+                    summary { "The last " (gate.audit.len()) " changes to grants, overrides and the breaker" }
+                    ol { @for e in &gate.audit {
+                        li { (format_time(e.at_ms as f64 / 1000.0)) " " b { (e.who) } ": " (e.what) " (" (e.why) ")" }
+                    } }
+                }
+            }
+        }
+    }
 }
 
 fn incident_block(
@@ -565,14 +702,9 @@ impl Refused {
     }
 }
 
-/// The checks of every action: a user with `write`, the same origin, the user's form token,
-/// and an incident uuid. The user's name and the uuid if they pass.
-fn check_action(
-    state: &ApiState,
-    headers: &HeaderMap,
-    body: &[u8],
-    text: &str,
-) -> Result<(String, Uuid), Refused> {
+/// The checks of every action: a user with `write`, the same origin and the user's form
+/// token. The user's name if they pass.
+fn check_writer(state: &ApiState, headers: &HeaderMap, body: &[u8]) -> Result<String, Refused> {
     let user = auth::authorize_write(state.users.as_deref(), authorization(headers)).map_err(
         |refusal| match refusal {
             Refusal::Unauthenticated(message) => Refused {
@@ -592,6 +724,17 @@ fn check_action(
             "missing or wrong form token: reload the page and try again",
         ));
     }
+    Ok(user)
+}
+
+/// [`check_writer`], and an incident uuid.
+fn check_action(
+    state: &ApiState,
+    headers: &HeaderMap,
+    body: &[u8],
+    text: &str,
+) -> Result<(String, Uuid), Refused> {
+    let user = check_writer(state, headers, body)?;
     let uuid = Uuid::parse_str(text).map_err(|_| {
         Refused::new(
             StatusCode::BAD_REQUEST,
@@ -599,6 +742,124 @@ fn check_action(
         )
     })?;
     Ok((user, uuid))
+}
+
+/// Decodes an `application/x-www-form-urlencoded` value (`+` is a space, `%XX` a byte); `None`
+/// when it is not valid UTF-8 or a `%` escape is broken.
+pub fn form_decode(value: &str) -> Option<String> {
+    let bytes = value.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&byte) = bytes.get(i) {
+        match byte {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3)?;
+                let text = std::str::from_utf8(hex).ok()?;
+                out.push(u8::from_str_radix(text, 16).ok()?);
+                i += 2;
+            }
+            other => out.push(other),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+/// A decoded form field; a `400` naming it when it is missing or malformed.
+fn decoded_field(body: &[u8], name: &str) -> Result<String, Refused> {
+    form_field(body, name).and_then(form_decode).ok_or_else(|| {
+        Refused::new(
+            StatusCode::BAD_REQUEST,
+            format!("form field {name:?} missing or malformed"),
+        )
+    })
+}
+
+/// The answer to a refused API-level action, as a page.
+fn failed_page(failed: crate::admission::Failed) -> Response {
+    refusal_page(failed.status, &failed.message, false)
+}
+
+/// `POST /ui/admin/overrides`: sets an override (fields `domain`, `hours`, `reason`).
+pub async fn set_override(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let user = match check_writer(&state, &headers, &body) {
+        Ok(user) => user,
+        Err(refused) => return refused.into_response(),
+    };
+    let fields = decoded_field(&body, "domain").and_then(|domain| {
+        let hours = decoded_field(&body, "hours")?;
+        let reason = decoded_field(&body, "reason")?;
+        let hours: u64 = hours.trim().parse().map_err(|_| {
+            Refused::new(
+                StatusCode::BAD_REQUEST,
+                format!("not a number of hours: {hours:?}"),
+            )
+        })?;
+        Ok((domain, hours, reason))
+    });
+    let (domain, hours, reason) = match fields {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let request = nodecare_protocol::gate::OverrideRequest {
+        domain,
+        until_ms: None,
+        duration_s: Some(hours.saturating_mul(3600)),
+        reason,
+    };
+    match crate::admission::add_override(&state, &user, &request, nodecare_protocol::now_ms()) {
+        Ok(_) => Redirect::to("/ui/admin/").into_response(),
+        Err(failed) => failed_page(failed),
+    }
+}
+
+/// `POST /ui/admin/overrides/<id>/revoke`.
+pub async fn revoke_override(
+    State(state): State<ApiState>,
+    Path(text): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let user = match check_writer(&state, &headers, &body) {
+        Ok(user) => user,
+        Err(refused) => return refused.into_response(),
+    };
+    let Ok(id) = Uuid::parse_str(&text) else {
+        return refusal_page(
+            StatusCode::BAD_REQUEST,
+            &format!("not an override id: {text:?}"),
+            false,
+        );
+    };
+    match crate::admission::revoke(&state, &user, id) {
+        Ok(_) => Redirect::to("/ui/admin/").into_response(),
+        Err(failed) => failed_page(failed),
+    }
+}
+
+/// `POST /ui/admin/breaker/reset` (field `reason`).
+pub async fn reset_breaker(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let user = match check_writer(&state, &headers, &body) {
+        Ok(user) => user,
+        Err(refused) => return refused.into_response(),
+    };
+    let reason = form_field(&body, "reason")
+        .and_then(form_decode)
+        .filter(|r| !r.trim().is_empty())
+        .unwrap_or_else(|| "reset by an operator on the web page".to_owned());
+    match crate::admission::reset(&state, &user, &reason).await {
+        Ok(_) => Redirect::to("/ui/admin/").into_response(),
+        Err(failed) => failed_page(failed),
+    }
 }
 
 /// `POST /ui/admin/incidents/<uuid>/cancel`.
@@ -750,6 +1011,22 @@ mod tests {
         assert_eq!(a, csrf_token(b"k1", "admin"));
         assert_ne!(a, csrf_token(b"k2", "admin"));
         assert_ne!(a, csrf_token(b"k1", "other"));
+    }
+
+    #[test]
+    fn form_values_are_decoded() {
+        assert_eq!(
+            form_decode("group%3Adefault").as_deref(),
+            Some("group:default")
+        );
+        assert_eq!(
+            form_decode("ticket+4711%2C+firmware").as_deref(),
+            Some("ticket 4711, firmware")
+        );
+        assert_eq!(form_decode("caf%C3%A9").as_deref(), Some("café"));
+        assert_eq!(form_decode("bad%2"), None);
+        assert_eq!(form_decode("bad%zz"), None);
+        assert_eq!(form_decode("%ff"), None);
     }
 
     #[test]

@@ -11,10 +11,12 @@
 //! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
 //! - [`clock`]: the one wall clock, Unix milliseconds.
 //! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
+//! - [`gate`]: the coordinator's admission API, overrides, storm breaker and failure domains.
 
 pub mod canonical;
 pub mod clock;
 pub mod diagnose;
+pub mod gate;
 pub mod json;
 pub mod notify;
 pub mod repair;

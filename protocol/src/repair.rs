@@ -138,16 +138,74 @@ pub fn sign_repair_request(
     now_ms: u64,
     ttl_ms: u64,
 ) -> Result<SignedEnvelope, RepairRequestError> {
+    sign_request(signer, &request, sequence, now_ms, ttl_ms)
+}
+
+/// A request to a node's agent carried in a signed envelope: it names its node and checks its
+/// own fields.
+trait NodeRequest: Serialize + serde::de::DeserializeOwned {
+    fn node(&self) -> &str;
+    fn validate(&self) -> Result<(), RepairRequestError>;
+}
+
+impl NodeRequest for RepairRequest {
+    fn node(&self) -> &str {
+        &self.node
+    }
+    fn validate(&self) -> Result<(), RepairRequestError> {
+        Self::validate(self)
+    }
+}
+
+impl NodeRequest for CheckRequest {
+    fn node(&self) -> &str {
+        &self.node
+    }
+    fn validate(&self) -> Result<(), RepairRequestError> {
+        Self::validate(self)
+    }
+}
+
+/// Signs a well-formed `request` for the signer's node.
+fn sign_request<T: NodeRequest>(
+    signer: &Signer,
+    request: &T,
+    sequence: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<SignedEnvelope, RepairRequestError> {
     request.validate()?;
-    if request.node != signer.node() {
+    if request.node() != signer.node() {
         return Err(RepairRequestError::NodeMismatch {
-            request: request.node,
+            request: request.node().to_owned(),
             envelope: signer.node().to_owned(),
         });
     }
-    let payload = serde_json::to_value(&request)
+    let payload = serde_json::to_value(request)
         .map_err(|error| RepairRequestError::Payload(error.to_string()))?;
     Ok(signer.sign(payload, sequence, now_ms, ttl_ms)?)
+}
+
+/// Verifies a signed request for `node` and decodes it: signature, freshness, the envelope's
+/// node, then a well-formed payload for the same node.
+fn open_request<T: NodeRequest>(
+    ring: &KeyRing,
+    envelope: &SignedEnvelope,
+    now_ms: u64,
+    policy: VerifyPolicy,
+    node: &str,
+) -> Result<T, RepairRequestError> {
+    ring.verify(envelope, now_ms, policy, Some(node), None)?;
+    let request: T = serde_json::from_value(envelope.payload.clone())
+        .map_err(|error| RepairRequestError::Payload(error.to_string()))?;
+    if request.node() != envelope.node {
+        return Err(RepairRequestError::NodeMismatch {
+            request: request.node().to_owned(),
+            envelope: envelope.node.clone(),
+        });
+    }
+    request.validate()?;
+    Ok(request)
 }
 
 /// Verifies a signed repair request for `node` and extracts the request: the agent's side.
@@ -162,17 +220,7 @@ pub fn open_repair_request(
     policy: VerifyPolicy,
     node: &str,
 ) -> Result<RepairRequest, RepairRequestError> {
-    ring.verify(envelope, now_ms, policy, Some(node), None)?;
-    let request: RepairRequest = serde_json::from_value(envelope.payload.clone())
-        .map_err(|error| RepairRequestError::Payload(error.to_string()))?;
-    if request.node != envelope.node {
-        return Err(RepairRequestError::NodeMismatch {
-            request: request.node,
-            envelope: envelope.node.clone(),
-        });
-    }
-    request.validate()?;
-    Ok(request)
+    open_request(ring, envelope, now_ms, policy, node)
 }
 
 /// Where the agent takes requests to run its diagnose scripts at once.
@@ -211,16 +259,7 @@ pub fn sign_check_request(
     now_ms: u64,
     ttl_ms: u64,
 ) -> Result<SignedEnvelope, RepairRequestError> {
-    request.validate()?;
-    if request.node != signer.node() {
-        return Err(RepairRequestError::NodeMismatch {
-            request: request.node,
-            envelope: signer.node().to_owned(),
-        });
-    }
-    let payload = serde_json::to_value(&request)
-        .map_err(|error| RepairRequestError::Payload(error.to_string()))?;
-    Ok(signer.sign(payload, sequence, now_ms, ttl_ms)?)
+    sign_request(signer, &request, sequence, now_ms, ttl_ms)
 }
 
 /// Verifies a signed check request for `node`: the agent's side (see [`open_repair_request`]).
@@ -231,17 +270,7 @@ pub fn open_check_request(
     policy: VerifyPolicy,
     node: &str,
 ) -> Result<CheckRequest, RepairRequestError> {
-    ring.verify(envelope, now_ms, policy, Some(node), None)?;
-    let request: CheckRequest = serde_json::from_value(envelope.payload.clone())
-        .map_err(|error| RepairRequestError::Payload(error.to_string()))?;
-    if request.node != envelope.node {
-        return Err(RepairRequestError::NodeMismatch {
-            request: request.node,
-            envelope: envelope.node.clone(),
-        });
-    }
-    request.validate()?;
-    Ok(request)
+    open_request(ring, envelope, now_ms, policy, node)
 }
 
 /// The agent's answer to an accepted check request (`202`).

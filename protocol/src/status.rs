@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::gate::{AuditEntry, BreakerView, DomainStatus, Grant, OverrideView, Waiting};
 use crate::verdict::{DiagnoseStatus, NodeVerdict};
 
 /// How the last read of a node's agent went.
@@ -201,6 +202,25 @@ pub struct Overview {
     /// Ids of jobs still in flight.
     #[serde(default)]
     pub jobs: Vec<u64>,
+    /// Every failure domain with its disrupted nodes, as the gate last saw them (empty before
+    /// the first round).
+    #[serde(default)]
+    pub domains: Vec<DomainStatus>,
+    /// What the gate refused in its last round and why.
+    #[serde(default)]
+    pub waiting: Vec<Waiting>,
+    /// Disruptions granted to other tools, in force.
+    #[serde(default)]
+    pub grants: Vec<Grant>,
+    /// Operator overrides in force or recently ended.
+    #[serde(default)]
+    pub overrides: Vec<OverrideView>,
+    /// The storm breaker.
+    #[serde(default)]
+    pub breaker: BreakerView,
+    /// The last lines of the audit log of gate writes, oldest first.
+    #[serde(default)]
+    pub audit: Vec<AuditEntry>,
 }
 
 #[cfg(test)]

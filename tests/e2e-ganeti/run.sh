@@ -21,7 +21,12 @@
 #           once node2 is returned to service;
 #        S4 stopped agent: shown unreachable, nothing happens to its node;
 #        S5 replayed Ok: a static server replaying a stopped agent's last signed Ok makes the
-#           node read stale/unreachable within one report lifetime, never ok, and starts nothing.
+#           node read stale/unreachable within one report lifetime, never ok, and starts nothing;
+#        S7 the gate: node2 (rack:a) and node3 (rack:b) say evacuate at once: node2 proceeds,
+#           node3 waits naming rack:a; an admission request (curl) for node1 (rack:c) is refused
+#           with 429 while a domain is busy; an override of rack:b lets node3 start and expires;
+#           once both racks are returned to service, node1's admission is granted and released;
+#           `nodecare check` makes an agent run its diagnose scripts at once.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -65,7 +70,7 @@ trap cleanup EXIT
 
 if [[ $BUILD -eq 1 ]]; then
   log "building release binaries"
-  (cd "$ROOT" && cargo build --release -p nodecare-agent -p nodecare-coordinator) >&2 || { echo "e2e: build failed" >&2; exit 1; }
+  (cd "$ROOT" && cargo build --release -p nodecare-agent -p nodecare-coordinator -p nodecare-cli) >&2 || { echo "e2e: build failed" >&2; exit 1; }
 fi
 AGENT=$ROOT/target/release/nodecare-agent
 COORD=$ROOT/target/release/nodecare-coordinator
@@ -155,8 +160,11 @@ done
 # Failure domains from `rack:` node tags (nodes without one share the domain `rack:?`, as one node
 # group would); a 3-node cluster's scenarios open incidents on most nodes within minutes, which
 # the storm breaker's defaults would take for a storm.
-cat >"$S/e2e/coord.toml" <<'TOML'
+printf 'e2e e2e-secret write\n' >"$S/e2e/users"
+chmod 600 "$S/e2e/users"
+cat >"$S/e2e/coord.toml" <<TOML
 failure_domains = "rack:"
+users = "$S/e2e/users"
 [breaker]
 max_incident_percent = 100.0
 max_incident_nodes = 10
@@ -435,6 +443,136 @@ PY
   fi
 }
 scenario_replayed_ok
+
+# ---- S7: the gate on the real cluster ------------------------------------------------------
+# Writes to the coordinator's API as the e2e user: prints the body, then the HTTP code on the
+# last line.
+coordw() { # METHOD PATH [BODY]
+  local m=$1 p=$2 data=()
+  shift 2
+  [[ $# -eq 0 ]] || data=(--data "$1")
+  curl -s -m 10 -u e2e:e2e-secret -H 'Content-Type: application/json' -X "$m" "${data[@]}" \
+    -w '\n%{http_code}' "http://127.0.0.1:$COORD_FWD$p"
+}
+# Returns a node to service: every maintd: and rack: tag removed, online and undrained.
+return_to_service() { # NODE
+  local n=$1 tag id
+  for tag in $(node_json "$n" | jq_py "print(' '.join(t for t in d['tags'] if t.startswith(('maintd:', 'rack:'))))"); do
+    id=$(rapi DELETE "/2/nodes/$n/tags?tag=$tag" | job_of)
+    wait_job "$id" >/dev/null
+  done
+  if [[ $(node_json "$n" | jq_py "print(d['offline'])") == True ]]; then
+    id=$(rapi POST "/2/nodes/$n/modify" '{"offline": false}' | job_of)
+    wait_job "$id" 180 >/dev/null
+  fi
+  if [[ $(node_json "$n" | jq_py "print(d['drained'])") == True ]]; then
+    id=$(rapi POST "/2/nodes/$n/modify" '{"drained": false}' | job_of)
+    wait_job "$id" >/dev/null
+  fi
+}
+scenario_gate() {
+  local n1=$NODECARE_GNT_NODE1_NAME n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME
+  local ans code body id i k granted=""
+  master_healthy S7
+  log "S7 the gate: $n2 in rack:a, $n3 in rack:b, $n1 in rack:c"
+  for i in 1 2 3; do echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"; done
+  for n in "$n2" "$n3"; do return_to_service "$n"; done
+  if ! wait_status 60 "not any(i.get('repair-status') in ('noted', 'pending') for i in d)"; then
+    fail "S7 gate" "precondition: incidents still active: $(coord /1/status | head -c 400)"
+    return
+  fi
+  for pair in "$n1:rack:c" "$n2:rack:a" "$n3:rack:b"; do
+    id=$(rapi PUT "/2/nodes/${pair%%:*}/tags?tag=${pair#*:}" | job_of)
+    wait_job "$id" >/dev/null
+  done
+  # `nodecare check`: node1's agent runs its scripts at once; the new verdict is printed.
+  if [[ -x $ROOT/target/release/nodecare ]]; then
+    if ans=$(NODECARE_PASSWORD=e2e-secret "$ROOT/target/release/nodecare" check "$n1" --wait 10 \
+      --user e2e --url "http://127.0.0.1:$COORD_FWD" 2>&1) && grep -q ": Ok" <<<"$ans"; then
+      pass "S7 nodecare check: $(tr '\n' ' ' <<<"$ans")"
+    else
+      fail "S7 nodecare check" "$ans"
+    fi
+  fi
+  # Both racks' nodes say evacuate at once: one proceeds, the other waits naming the busy rack
+  # (whichever agent's verdict the coordinator saw first goes first).
+  echo '{"status":"evacuate","details":"e2e: rack a disk"}' >"$S/e2e/diag-2"
+  echo '{"status":"evacuate","details":"e2e: rack b disk"}' >"$S/e2e/diag-3"
+  local first="" second="" first_rack="" second_rack=""
+  for ((k = 0; k < 90; k++)); do
+    for pair in "$n2:rack:a:$n3:rack:b" "$n3:rack:b:$n2:rack:a"; do
+      IFS=: read -r f _ fr s _ sr <<<"$pair"
+      if coord /1/status | jq_py "sys.exit(0 if any(i.get('node')=='$s' and i.get('repair-status')=='noted' and (i.get('blocked_by') or '').startswith('failure domain rack:$fr is disrupted ($f: incident') for i in d) and any(i.get('node')=='$f' and i.get('repair-status') in ('pending', 'completed') for i in d) else 1)" 2>/dev/null; then
+        first=$f second=$s first_rack=rack:$fr second_rack=rack:$sr
+        break 2
+      fi
+    done
+    sleep 1
+  done
+  if [[ -n $first ]]; then
+    pass "S7 one domain at a time: $first ($first_rack) evacuates, $second ($second_rack) waits: $(coord /1/status | jq_py "print(next(i['blocked_by'] for i in d if i.get('node')=='$second'))")"
+  else
+    fail "S7 one domain at a time" "$(coord /1/status | head -c 600)"
+    return
+  fi
+  # Another tool asks to reboot node1 (rack:c): refused while a rack is busy.
+  ans=$(coordw POST /1/disruptions "{\"node\":\"$n1\",\"reason\":\"e2e: kernel update\",\"requester\":\"e2e-reboot\",\"ttl_s\":600}")
+  code=$(tail -n 1 <<<"$ans")
+  body=$(sed '$d' <<<"$ans")
+  if [[ $code == 429 ]] && grep -q "failure domain $first_rack is disrupted" <<<"$body"; then
+    pass "S7 admission refused: 429 $(head -c 200 <<<"$body")"
+  else
+    fail "S7 admission refused" "HTTP $code: $(head -c 300 <<<"$body")"
+  fi
+  # An operator override of the waiting rack lets its node start; it expires by itself.
+  ans=$(coordw POST /1/overrides "{\"domain\":\"$second_rack\",\"duration_s\":30,\"reason\":\"e2e: it cannot wait\"}")
+  code=$(tail -n 1 <<<"$ans")
+  if [[ $code != 201 ]]; then
+    fail "S7 override" "HTTP $code: $(sed '$d' <<<"$ans" | head -c 300)"
+    return
+  fi
+  if wait_status 60 "any(i.get('node')=='$second' and i.get('repair-status') in ('pending', 'completed') for i in d)"; then
+    id=$(coord /1/status | jq_py "print(next(i['id'] for i in d if i.get('node')=='$second'))")
+    if coord "/1/incidents/$id" | grep -q "operator override"; then
+      pass "S7 override: $second started under the override of $second_rack (its history says so)"
+    else
+      fail "S7 override" "no override in $second's history: $(coord "/1/incidents/$id" | head -c 400)"
+    fi
+  else
+    fail "S7 override" "$second did not start: $(coord /1/status | head -c 600)"
+  fi
+  for ((k = 0; k < 60; k++)); do
+    coord /1/overrides | jq_py "sys.exit(0 if d and not any(o.get('active') for o in d) else 1)" 2>/dev/null && break
+    sleep 1
+  done
+  if ((k < 60)); then
+    pass "S7 override expired after its 30 s"
+  else
+    fail "S7 override expiry" "$(coord /1/overrides | head -c 300)"
+  fi
+  # Both racks return to service: node1's admission is granted, then released.
+  for i in 2 3; do echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"; done
+  wait_status 120 "all(i.get('repair-status') in ('completed', 'failed') for i in d if i.get('node') in ('$n2', '$n3'))" || true
+  for n in "$n2" "$n3"; do return_to_service "$n"; done
+  for ((k = 0; k < 60; k++)); do
+    ans=$(coordw POST /1/disruptions "{\"node\":\"$n1\",\"reason\":\"e2e: kernel update\",\"requester\":\"e2e-reboot\",\"ttl_s\":600}")
+    code=$(tail -n 1 <<<"$ans")
+    [[ $code == 201 ]] && { granted=$(sed '$d' <<<"$ans" | jq_py "print(d['id'])"); break; }
+    sleep 1
+  done
+  if [[ -n $granted ]]; then
+    ans=$(coordw DELETE "/1/disruptions/$granted")
+    if [[ $(tail -n 1 <<<"$ans") == 200 ]]; then
+      pass "S7 admission granted once the racks were free ($k s), and released"
+    else
+      fail "S7 admission release" "$(head -c 300 <<<"$ans")"
+    fi
+  else
+    fail "S7 admission granted" "HTTP $code: $(sed '$d' <<<"$ans" | head -c 300)"
+  fi
+  for n in "$n1" "$n2" "$n3"; do return_to_service "$n"; done
+}
+scenario_gate
 
 # ---- summary ---------------------------------------------------------------------------------
 echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"

@@ -70,6 +70,8 @@ struct AgentState {
     /// The DRBD state its signed storage report shows (whole: no minors, by default).
     storage: Mutex<nodecare_protocol::DrbdState>,
     storage_sequence: Mutex<u64>,
+    /// Verified check requests received.
+    checks: Mutex<u64>,
     /// Long-poll: a watch `after` a sequence below this value is answered at once; raised by
     /// every change of what is served.
     mark: tokio::sync::watch::Sender<u64>,
@@ -106,6 +108,11 @@ impl FakeAgent {
             *d = down;
         }
         self.state.changed();
+    }
+
+    /// How many verified check requests it received.
+    pub fn checks(&self) -> u64 {
+        self.state.checks.lock().map_or(0, |c| *c)
     }
 
     /// Sets the DRBD state of its signed storage report.
@@ -315,6 +322,40 @@ fn current(run: &mut Run, behaviour: RepairBehaviour) -> RepairRecord {
     run.record.clone()
 }
 
+/// A signed check request: counted, answered as the agent does (`202`), the report re-signed.
+async fn check(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
+    let envelope: SignedEnvelope = match serde_json::from_slice(&body) {
+        Ok(e) => e,
+        Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
+    };
+    if let Err(e) = nodecare_protocol::repair::open_check_request(
+        &state.ring,
+        &envelope,
+        now_ms(),
+        VerifyPolicy::default(),
+        &state.node,
+    ) {
+        return (
+            StatusCode::FORBIDDEN,
+            axum::Json(json!({"error": e.to_string()})),
+        )
+            .into_response();
+    }
+    if let Ok(mut checks) = state.checks.lock() {
+        *checks += 1;
+    }
+    let after_sequence = state.sequence.lock().map(|s| *s).ok();
+    state.changed();
+    (
+        StatusCode::ACCEPTED,
+        axum::Json(nodecare_protocol::repair::CheckAnswer {
+            node: state.node.clone(),
+            after_sequence,
+        }),
+    )
+        .into_response()
+}
+
 async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
     let envelope: SignedEnvelope = match serde_json::from_slice(&body) {
         Ok(e) => e,
@@ -408,6 +449,7 @@ impl FakeAgents {
             down: Mutex::new(false),
             storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),
             storage_sequence: Mutex::new(0),
+            checks: Mutex::new(0),
             mark: tokio::sync::watch::Sender::new(1),
         });
         let app = Router::new()
@@ -417,6 +459,7 @@ impl FakeAgents {
                 get(storage_report),
             )
             .route("/1/repair", post(repair))
+            .route(nodecare_protocol::repair::CHECK_PATH, post(check))
             .route("/1/repair/{id}", get(repair_status))
             .with_state(Arc::clone(&state));
         self.tasks.push(tokio::spawn(async move {

@@ -831,3 +831,43 @@ async fn without_users_file_writes_are_refused() {
     );
     server.abort();
 }
+
+/// `POST /1/nodes/<node>/check`: with a writer's credentials the coordinator signs a check
+/// request to the node's agent (which verifies it) and answers 202 with the agent's answer;
+/// without credentials 401, for a node it does not know 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_check_request_reaches_the_agent_signed() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "admin secret write\n").unwrap();
+    let mut h = Harness::new(2, "", |config| config.users = users.clone())
+        .await
+        .unwrap();
+    h.round().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/1/nodes/{}/check", node(2));
+    let answer = client.post(&url).send().await.unwrap();
+    assert_eq!(answer.status(), 401);
+    let answer = client
+        .post(&url)
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 202);
+    let body: nodecare_protocol::repair::CheckAnswer = answer.json().await.unwrap();
+    assert_eq!(body.node, node(2));
+    assert_eq!(h.agents.get(&node(2)).unwrap().checks(), 1);
+    let answer = client
+        .post(format!("http://{addr}/1/nodes/nowhere/check"))
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 404);
+    server.abort();
+}

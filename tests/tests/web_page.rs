@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nodecare_coordinator::admission::GateStatus;
 use nodecare_coordinator::http::{ApiState, router};
 use nodecare_coordinator::incident::{Action, HistoryEntry, Incident, RepairStatus};
 use nodecare_coordinator::plan::Move;
@@ -14,6 +15,9 @@ use nodecare_coordinator::reconcile::RoundSummary;
 use nodecare_coordinator::scrape::{AgentState, AgentStatus};
 use nodecare_coordinator::store::{Intent, IntentSpec, IntentState};
 use nodecare_coordinator::ui::{Actions, Snapshot, render};
+use nodecare_protocol::gate::{
+    AuditEntry, BreakerView, Disrupted, DomainStatus, Grant, OverrideView, Waiting,
+};
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus};
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
@@ -119,6 +123,75 @@ fn fixed_snapshot() -> Snapshot {
             agent("node4", AgentState::Unreachable, None),
         ],
         max_disrupted_nodes: 1,
+        gate: fixed_gate(),
+    }
+}
+
+/// node2 held by its incident in rack:a, node3 waiting, a grant, an override of rack:b, the
+/// breaker open.
+fn fixed_gate() -> GateStatus {
+    GateStatus {
+        domains: vec![
+            DomainStatus {
+                domain: "rack:a".into(),
+                nodes: vec!["node1".into(), "node2".into()],
+                disrupted: vec![Disrupted {
+                    node: "node2".into(),
+                    holder: format!("incident {}", Uuid::from_u128(1)),
+                }],
+                override_until_ms: None,
+            },
+            DomainStatus {
+                domain: "rack:b".into(),
+                nodes: vec!["node3".into(), "node4".into()],
+                disrupted: Vec::new(),
+                override_until_ms: Some(NOW_MS + 3_600_000),
+            },
+        ],
+        waiting: vec![Waiting {
+            duty: "node-repair".into(),
+            subject: "node node3".into(),
+            blocked_by: "failure domain rack:a is disrupted (node2: incident 1); rack:b waits"
+                .into(),
+        }],
+        grants: vec![Grant {
+            id: Uuid::from_u128(9).to_string(),
+            node: "node1".into(),
+            reason: "kernel <update>".into(),
+            requester: "reboot@node1".into(),
+            granted_ms: NOW_MS - 60_000,
+            expires_ms: NOW_MS + 600_000,
+            who: "ops".into(),
+        }],
+        overrides: vec![OverrideView {
+            id: Uuid::from_u128(10).to_string(),
+            domain: "rack:b".into(),
+            until_ms: NOW_MS + 3_600_000,
+            reason: "firmware campaign".into(),
+            who: "admin".into(),
+            created_ms: NOW_MS - 60_000,
+            revoked_ms: None,
+            revoked_by: None,
+            active: true,
+        }],
+        breaker: BreakerView {
+            open: true,
+            since_ms: Some(NOW_MS - 120_000),
+            why: Some("3 of 4 agents unreachable".into()),
+            reset_by: None,
+            reset_ms: None,
+        },
+        audit: vec![AuditEntry {
+            seq: 1,
+            at_ms: NOW_MS - 60_000,
+            who: "admin".into(),
+            what: format!(
+                "override {} of failure domain rack:b until {} ms",
+                Uuid::from_u128(10),
+                NOW_MS + 3_600_000
+            ),
+            why: "firmware campaign".into(),
+        }],
     }
 }
 
@@ -162,6 +235,33 @@ fn page_html_matches_golden() {
     assert!(page.contains("safety budget"));
     assert!(!page.contains("<script"));
     assert!(!page.contains("<form"), "the read-only page has no actions");
+    // The gate: the busy domain and its holder, why node3 waits, the grant, the override, the
+    // open breaker.
+    for needle in [
+        "id=\"domain-rack:a\"",
+        "rack:b waits",
+        "reboot@node1",
+        "kernel &lt;update&gt;",
+        "firmware campaign",
+        "3 of 4 agents unreachable",
+        "id=\"audit\"",
+    ] {
+        assert!(page.contains(needle), "{needle:?} not on the page");
+    }
+    let admin = render(
+        &snapshot,
+        Some(&Actions {
+            user: "admin".into(),
+            csrf: "0123abcd".into(),
+        }),
+    );
+    for action in [
+        "action=\"/ui/admin/breaker/reset\"",
+        "action=\"/ui/admin/overrides\"",
+        "/revoke\"",
+    ] {
+        assert!(admin.contains(action), "{action:?} not on the admin page");
+    }
 }
 
 #[test]
@@ -173,6 +273,7 @@ fn empty_cluster_page_says_so() {
         incidents: Vec::new(),
         agents: Vec::new(),
         max_disrupted_nodes: 1,
+        gate: GateStatus::default(),
     };
     let page = render(&snapshot, None);
     assert!(page.contains("No incident"), "{page}");
@@ -368,6 +469,100 @@ async fn actions_need_a_writer_a_form_token_and_the_same_origin() {
     );
     let tags = h.sim.with_cluster(|c| c.nodes[&node(3)].tags.clone());
     assert!(!tags.contains(&done.tag), "{tags:?}");
+
+    // The breaker's reset and the overrides: same checks, audited under the user's name.
+    let store = &h.coordinator.api().store;
+    store
+        .set_breaker_open("test storm", nodecare_protocol::now_ms())
+        .unwrap();
+    let form = |path: &str, body: String| {
+        client
+            .post(format!("{base}{path}"))
+            .basic_auth("admin", Some("secret"))
+            .header("origin", &origin)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+    };
+    assert_eq!(
+        form("/ui/admin/breaker/reset", "reason=x".into())
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        403,
+        "no form token"
+    );
+    assert!(store.breaker().unwrap().open);
+    let answer = form(
+        "/ui/admin/breaker/reset",
+        format!("csrf={token}&reason=detector+fixed"),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 303);
+    let breaker = store.breaker().unwrap();
+    assert!(!breaker.open);
+    assert_eq!(breaker.reset_by.as_deref(), Some("admin"));
+    let domain = h
+        .coordinator
+        .api()
+        .board
+        .gate
+        .read()
+        .unwrap()
+        .as_ref()
+        .and_then(|g| g.view.nodes.values().next().map(|f| f.domain.clone()))
+        .unwrap_or_else(|| "group:default".to_owned());
+    let answer = form(
+        "/ui/admin/overrides",
+        format!(
+            "csrf={token}&domain={}&hours=2&reason=firmware+%26+bios",
+            domain.replace(':', "%3A")
+        ),
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 303);
+    let overrides = store
+        .overrides_in_force(nodecare_protocol::now_ms())
+        .unwrap();
+    assert_eq!(overrides.len(), 1);
+    assert_eq!(
+        (
+            overrides[0].domain.as_str(),
+            overrides[0].reason.as_str(),
+            overrides[0].who.as_str()
+        ),
+        (domain.as_str(), "firmware & bios", "admin")
+    );
+    let page = client
+        .get(&admin)
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let revoke = format!("/ui/admin/overrides/{}/revoke", overrides[0].id);
+    assert!(page.contains(&revoke), "{page}");
+    let answer = form(&revoke, format!("csrf={token}")).send().await.unwrap();
+    assert_eq!(answer.status(), 303);
+    assert!(
+        store
+            .overrides_in_force(nodecare_protocol::now_ms())
+            .unwrap()
+            .is_empty()
+    );
+    let log = store.audit_log(10).unwrap();
+    assert!(
+        log.iter()
+            .filter(|e| !e.what.starts_with("open"))
+            .all(|e| e.who == "admin"),
+        "{log:#?}"
+    );
     server.abort();
 }
 

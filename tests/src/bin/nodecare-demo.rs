@@ -164,8 +164,23 @@ async fn main() -> anyhow::Result<()> {
             listen: "127.0.0.1:0".parse()?,
             ..nodecare_agent::config::Config::default()
         };
+        // Storage health: the demo's nodes show their DRBD disks connected and up to date (this
+        // machine need not run DRBD).
+        let proc_root = dir.join("proc");
+        std::fs::create_dir_all(&proc_root)?;
+        for file in ["stat", "diskstats", "uptime"] {
+            std::os::unix::fs::symlink(Path::new("/proc").join(file), proc_root.join(file))?;
+        }
+        std::fs::write(
+            proc_root.join("drbd"),
+            "version: 8.4.11 (api:1/proto:86-101)\n 0: cs:Connected ro:Primary/Secondary ds:UpToDate/UpToDate C r-----\n",
+        )?;
+        let builtin = nodecare_agent::BuiltinConfig {
+            proc_root,
+            ..nodecare_agent::BuiltinConfig::default()
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let agent = nodecare_agent::serve(config, listener)
+        let agent = nodecare_agent::serve_builtin(config, builtin, listener)
             .await
             .map_err(|e| anyhow::anyhow!("agent {i}: {e}"))?;
         overrides.insert(node(i), format!("http://{}", agent.local_addr()));
@@ -183,6 +198,10 @@ async fn main() -> anyhow::Result<()> {
         users: users_path,
         round_interval: 1.0,
         repair_poll: 2.0,
+        // Three nodes: the evacuation of node2 and the live repair of node3 may run together,
+        // leaving node1 to carry the instances.
+        max_disrupted_nodes: 2,
+        min_healthy_nodes: 1,
         ..simulated_cluster_config(node(1), work.path().join("coordinator"), overrides)
     };
     let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());

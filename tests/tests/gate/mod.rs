@@ -347,3 +347,65 @@ async fn storage_not_whole_or_unknown_blocks_a_new_disruption() {
         h.incidents().unwrap()[0].blocked_by
     );
 }
+
+/// An admission granted to another tool holds its node's domain: an incident in another domain
+/// waits, naming the grant; nodes of the granted domain saying `evacuate` within the grace open
+/// no incident; once the grant is released, the waiting incident proceeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_holds_its_domain_and_its_grace_holds_back_incidents() {
+    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5", |config| {
+        config.failure_domains = "rack:".into();
+        config.max_disrupted_nodes = 3;
+        config.breaker.max_incident_percent = 100.0;
+    })
+    .await
+    .unwrap();
+    h.sim.with_cluster(|c| {
+        for i in 1..=6 {
+            let rack = if i <= 3 { "rack:a" } else { "rack:b" };
+            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
+        }
+    });
+    h.round().await.unwrap();
+    let store = std::sync::Arc::clone(&h.coordinator.api().store);
+    let now = nodecare_protocol::now_ms();
+    let grant = nodecare_protocol::gate::Grant {
+        id: uuid::Uuid::from_u128(77).to_string(),
+        node: node(4),
+        reason: "kernel update".into(),
+        requester: "kured".into(),
+        granted_ms: now,
+        expires_ms: now + 600_000,
+        who: "ops".into(),
+    };
+    store.save_grant(&grant, now, false).unwrap();
+    // Node 2 (rack a) says evacuate: rack b is held by the grant.
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    // Node 5 (rack b, the grant's domain) says evacuate within the grace: no incident.
+    h.agents.get(&node(5)).unwrap().set_verdict(evacuate(5));
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let incidents = h.incidents().unwrap();
+    assert_eq!(incidents.len(), 1, "{incidents:#?}");
+    let why = incidents[0].blocked_by.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("failure domain rack:b is disrupted (node4.sim.test: admission 00000000-0000-0000-0000-00000000004d of kured)"),
+        "{why}"
+    );
+    assert!(drained(&h).is_empty());
+    store
+        .release_grant(
+            &uuid::Uuid::from_u128(77).to_string(),
+            "kured",
+            nodecare_protocol::now_ms(),
+        )
+        .unwrap();
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+}

@@ -1,0 +1,387 @@
+//! The coordinator's disruption gate as other programs see it: admission requests of other
+//! tools (`/1/disruptions`), operator overrides of a failure domain (`/1/overrides`), the storm
+//! breaker (`/1/breaker`), and the failure domains with what holds them (in `/1/overview`).
+//!
+//! Ids are uuids in their hyphenated text form; times are Unix milliseconds.
+
+use serde::{Deserialize, Serialize};
+
+/// Longest time-to-live of a grant, in seconds (one day): a tool that needs longer renews.
+pub const MAX_GRANT_TTL_S: u64 = 86_400;
+/// Longest override, in seconds from now (seven days).
+pub const MAX_OVERRIDE_S: u64 = 7 * 86_400;
+
+/// `POST /1/disruptions`: another tool asks to disrupt one node (drain, reboot, repair).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DisruptionRequest {
+    /// The node (its Ganeti name).
+    pub node: String,
+    /// Why, for people (`kernel update`).
+    pub reason: String,
+    /// Who asks: the tool and its instance (`kured@node3`). A second request of the same
+    /// requester for the same node renews its grant.
+    pub requester: String,
+    /// How long the grant lasts unless renewed or released, in seconds (1 to
+    /// [`MAX_GRANT_TTL_S`]).
+    pub ttl_s: u64,
+}
+
+impl DisruptionRequest {
+    /// Checks the fields, naming the first bad one.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.node.trim().is_empty() {
+            return Err("node: empty".into());
+        }
+        if self.requester.trim().is_empty() {
+            return Err("requester: empty".into());
+        }
+        if self.reason.trim().is_empty() {
+            return Err("reason: empty (say why the node is disrupted)".into());
+        }
+        if self.ttl_s == 0 || self.ttl_s > MAX_GRANT_TTL_S {
+            return Err(format!(
+                "ttl_s: {} is not between 1 and {MAX_GRANT_TTL_S} seconds",
+                self.ttl_s
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A granted disruption: the answer to an admitted [`DisruptionRequest`] (`201`, or `200` when
+/// it renews), and an entry of `GET /1/disruptions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    /// The grant (release it with `DELETE /1/disruptions/<id>`).
+    pub id: String,
+    /// The node.
+    pub node: String,
+    /// Why.
+    pub reason: String,
+    /// Who asked.
+    pub requester: String,
+    /// Unix ms when first granted.
+    pub granted_ms: u64,
+    /// Unix ms when it expires unless renewed.
+    pub expires_ms: u64,
+    /// The authenticated user who asked.
+    pub who: String,
+}
+
+/// What refuses a proposal: the coordinator's gate gives it to every refused proposal (an
+/// incident's `blocked_by` is its text) and it is the `blocked` field of a `429` answer;
+/// [`BlockedBy::Other`] stands for kinds a newer coordinator may add (the gate never makes it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum BlockedBy {
+    /// The storm breaker is open.
+    Breaker {
+        /// Why it opened.
+        why: String,
+    },
+    /// Another failure domain is disrupted.
+    Domain {
+        /// The busy domain.
+        busy: String,
+        /// Its disrupted nodes and their holders.
+        holders: Vec<String>,
+        /// The domain the request would open.
+        wanted: String,
+    },
+    /// A cap on disrupted nodes.
+    Cap {
+        /// Which cap and its figures.
+        what: String,
+    },
+    /// Storage is not whole, or its health is unknown.
+    Storage {
+        /// The problems.
+        what: Vec<String>,
+        /// Whether health is unknown rather than known bad.
+        unknown: bool,
+    },
+    /// The moved instances would not fit on the healthy nodes left.
+    Capacity {
+        /// Figures.
+        what: String,
+    },
+    /// Something else holds the node.
+    Conflict {
+        /// The node.
+        node: String,
+        /// Its holder.
+        holder: String,
+    },
+    /// The node is not in the cluster.
+    UnknownNode {
+        /// The node.
+        node: String,
+    },
+    /// A kind this reader does not know.
+    #[serde(other)]
+    Other,
+}
+
+impl std::fmt::Display for BlockedBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Breaker { why } => write!(f, "storm breaker open: {why}"),
+            Self::Domain {
+                busy,
+                holders,
+                wanted,
+            } => write!(
+                f,
+                "failure domain {busy} is disrupted ({}); {wanted} waits",
+                holders.join(", ")
+            ),
+            Self::Cap { what } => write!(f, "cap: {what}"),
+            Self::Storage { what, unknown } => {
+                if *unknown {
+                    write!(f, "storage health unknown: {}", what.join("; "))
+                } else {
+                    write!(f, "storage not whole: {}", what.join("; "))
+                }
+            }
+            Self::Capacity { what } => write!(f, "capacity: {what}"),
+            Self::Conflict { node, holder } => write!(f, "{node} is held by {holder}"),
+            Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
+            Self::Other => f.write_str("blocked (for a reason this version cannot name)"),
+        }
+    }
+}
+
+/// The body of a `429 Too Many Requests` answer to `POST /1/disruptions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// What blocks the request, for people.
+    pub blocked_by: String,
+    /// The same, typed.
+    pub blocked: BlockedBy,
+}
+
+/// `POST /1/overrides`: exempt one failure domain from the one-domain rule and the caps until
+/// a time (`until_ms`) or for a while (`duration_s`); exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverrideRequest {
+    /// The failure domain (`group:default`, `rack:r2`).
+    pub domain: String,
+    /// Unix ms when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub until_ms: Option<u64>,
+    /// Seconds from now when it ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration_s: Option<u64>,
+    /// Why (audited: in the log, in the jobs' reasons and in status).
+    pub reason: String,
+}
+
+impl OverrideRequest {
+    /// When the override ends, given the time now; or what is wrong with the request.
+    pub fn until(&self, now_ms: u64) -> Result<u64, String> {
+        if self.domain.trim().is_empty() {
+            return Err("domain: empty".into());
+        }
+        if self.reason.trim().is_empty() {
+            return Err("reason: empty (say why the domain is overridden)".into());
+        }
+        let until = match (self.until_ms, self.duration_s) {
+            (Some(until), None) => until,
+            (None, Some(duration)) => now_ms.saturating_add(duration.saturating_mul(1000)),
+            _ => return Err("give exactly one of until_ms and duration_s".into()),
+        };
+        if until <= now_ms {
+            return Err(format!("the override would end in the past ({until} ms)"));
+        }
+        if until - now_ms > MAX_OVERRIDE_S * 1000 {
+            return Err(format!(
+                "an override lasts at most {} days",
+                MAX_OVERRIDE_S / 86_400
+            ));
+        }
+        Ok(until)
+    }
+}
+
+/// An operator override (`GET /1/overrides`, the answer to `POST /1/overrides`, and in
+/// `/1/overview`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OverrideView {
+    /// The override (revoke it with `DELETE /1/overrides/<id>`).
+    pub id: String,
+    /// The failure domain.
+    pub domain: String,
+    /// Unix ms when it ends.
+    pub until_ms: u64,
+    /// Why.
+    pub reason: String,
+    /// Who set it.
+    pub who: String,
+    /// Unix ms when it was set.
+    pub created_ms: u64,
+    /// Unix ms when it was revoked, if it was.
+    #[serde(default)]
+    pub revoked_ms: Option<u64>,
+    /// Who revoked it.
+    #[serde(default)]
+    pub revoked_by: Option<String>,
+    /// Whether it is in force now (not revoked, not expired).
+    pub active: bool,
+}
+
+/// The storm breaker (`GET /1/breaker`, and in `/1/overview`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakerView {
+    /// Whether it is open: no new disruption starts.
+    pub open: bool,
+    /// Unix ms when it last opened.
+    #[serde(default)]
+    pub since_ms: Option<u64>,
+    /// Why it last opened.
+    #[serde(default)]
+    pub why: Option<String>,
+    /// Who last reset it.
+    #[serde(default)]
+    pub reset_by: Option<String>,
+    /// Unix ms of the last reset.
+    #[serde(default)]
+    pub reset_ms: Option<u64>,
+}
+
+/// `POST /1/breaker/reset`'s optional body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BreakerReset {
+    /// Why the operator closes it (audited).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A disrupted node and what holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Disrupted {
+    /// The node.
+    pub node: String,
+    /// Its holder, for people (`incident <uuid>`, `admission <uuid> of kured`, `drained
+    /// outside nodecare`).
+    pub holder: String,
+}
+
+/// One failure domain as the gate last saw it (in `/1/overview`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainStatus {
+    /// The domain.
+    pub domain: String,
+    /// Its nodes.
+    pub nodes: Vec<String>,
+    /// Its disrupted nodes.
+    #[serde(default)]
+    pub disrupted: Vec<Disrupted>,
+    /// When an override of the domain ends, if one is in force.
+    #[serde(default)]
+    pub override_until_ms: Option<u64>,
+}
+
+/// A proposal the gate refused in its last round: who waits and why (in `/1/overview`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The duty (`node-repair`, `admission`, ...).
+    pub duty: String,
+    /// What it acts on (`node node3`).
+    pub subject: String,
+    /// What blocks it.
+    pub blocked_by: String,
+}
+
+/// One line of the coordinator's audit log of gate writes (`GET /1/audit`, and the last ones in
+/// `/1/overview`): grants, renewals, releases and expiries, overrides and their revocation, the
+/// breaker's opening and reset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Order of writing.
+    pub seq: u64,
+    /// Unix ms.
+    pub at_ms: u64,
+    /// The authenticated user, or `nodecare` for the coordinator itself.
+    pub who: String,
+    /// What was done (`grant disruption <id> of node3 to kured until ... ms`).
+    pub what: String,
+    /// Why (the reason given).
+    pub why: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(ttl_s: u64) -> DisruptionRequest {
+        DisruptionRequest {
+            node: "node3".into(),
+            reason: "kernel update".into(),
+            requester: "kured@node3".into(),
+            ttl_s,
+        }
+    }
+
+    #[test]
+    fn requests_are_checked() {
+        assert_eq!(request(600).validate(), Ok(()));
+        assert!(request(0).validate().unwrap_err().contains("ttl_s"));
+        assert!(
+            request(MAX_GRANT_TTL_S + 1)
+                .validate()
+                .unwrap_err()
+                .contains("ttl_s")
+        );
+        let mut bad = request(60);
+        bad.reason = " ".into();
+        assert!(bad.validate().unwrap_err().contains("reason"));
+        let mut bad = request(60);
+        bad.node = String::new();
+        assert!(bad.validate().unwrap_err().contains("node"));
+        let mut bad = request(60);
+        bad.requester = String::new();
+        assert!(bad.validate().unwrap_err().contains("requester"));
+        let text = r#"{"node":"n","reason":"r","requester":"q","ttl_s":5,"ttl":9}"#;
+        assert!(serde_json::from_str::<DisruptionRequest>(text).is_err());
+    }
+
+    #[test]
+    fn override_end_is_exactly_one_of_until_and_duration() {
+        let mut request = OverrideRequest {
+            domain: "group:default".into(),
+            until_ms: None,
+            duration_s: Some(3600),
+            reason: "firmware".into(),
+        };
+        assert_eq!(request.until(1_000), Ok(3_601_000));
+        request.until_ms = Some(5_000);
+        assert!(request.until(1_000).unwrap_err().contains("exactly one"));
+        request.duration_s = None;
+        assert_eq!(request.until(1_000), Ok(5_000));
+        assert!(request.until(5_000).unwrap_err().contains("past"));
+        request.until_ms = Some(1_000 + MAX_OVERRIDE_S * 1000 + 1);
+        assert!(request.until(1_000).unwrap_err().contains("at most"));
+        request.until_ms = None;
+        assert!(request.until(1_000).unwrap_err().contains("exactly one"));
+        request.duration_s = Some(60);
+        request.reason = String::new();
+        assert!(request.until(1_000).unwrap_err().contains("reason"));
+    }
+
+    #[test]
+    fn unknown_blocked_kinds_decode_as_other() {
+        let known: BlockedBy =
+            serde_json::from_str(r#"{"kind":"cap","what":"cluster: 1"}"#).unwrap();
+        assert_eq!(
+            known,
+            BlockedBy::Cap {
+                what: "cluster: 1".into()
+            }
+        );
+        let later: BlockedBy = serde_json::from_str(r#"{"kind":"moon-phase","x":1}"#).unwrap();
+        assert_eq!(later, BlockedBy::Other);
+    }
+}
