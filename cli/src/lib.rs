@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod balance;
 mod check;
 mod fields;
 mod gate;
@@ -37,6 +38,8 @@ struct Cli {
 enum Command {
     /// Plan rolling reboots (hroller-compatible options and output).
     Roll(roll::RollArgs),
+    /// Show what balancing with Ganeti's hbal would do now (`--dry-run`).
+    Balance(balance::BalanceArgs),
     /// Show the coordinator's incidents, agents and jobs.
     #[command(after_help = VIEW_HELP)]
     Status(status::StatusArgs),
@@ -74,6 +77,7 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Roll(args) => roll::run(args),
+        Command::Balance(args) => balance::run(&args),
         Command::Status(args) => status::run_status(args),
         Command::Incidents(args) => views::run_incidents(args),
         Command::Nodes(args) => views::run_nodes(args),

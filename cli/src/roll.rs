@@ -197,21 +197,7 @@ fn source(args: &RollArgs) -> Result<Box<dyn ClusterSource>, String> {
         }));
     }
     if let Some(m) = &args.master {
-        if let Some(dir) = m.strip_prefix("file://") {
-            return Ok(Box::new(RapiDir(PathBuf::from(dir))));
-        }
-        // Like htools: a bare host gets https and the default RAPI port.
-        let url = if m.contains("://") {
-            m.clone()
-        } else if m.contains(':') {
-            format!("https://{m}")
-        } else {
-            format!("https://{m}:5080")
-        };
-        return Ok(Box::new(RapiHttp {
-            url,
-            ca: args.rapi_ca.clone(),
-        }));
+        return Ok(rapi_source(m, args.rapi_ca.as_deref()));
     }
     if args.luxi.is_some() {
         return Err(
@@ -228,6 +214,33 @@ fn source(args: &RollArgs) -> Result<Box<dyn ClusterSource>, String> {
         );
     }
     Err("failed to load data, aborting: No backend selected! Exiting.".into())
+}
+
+/// The source of `-t FILE`.
+pub(crate) fn text_source(path: &Path) -> Box<dyn ClusterSource> {
+    Box::new(TextFile {
+        path: path.to_owned(),
+        hroller_compat: false,
+    })
+}
+
+/// The source of `-m ADDRESS` (`file://DIR`, a host, or a URL), pinning `ca` for https.
+pub(crate) fn rapi_source(master: &str, ca: Option<&Path>) -> Box<dyn ClusterSource> {
+    if let Some(dir) = master.strip_prefix("file://") {
+        return Box::new(RapiDir(PathBuf::from(dir)));
+    }
+    // Like htools: a bare host gets https and the default RAPI port.
+    let url = if master.contains("://") {
+        master.to_owned()
+    } else if master.contains(':') {
+        format!("https://{master}")
+    } else {
+        format!("https://{master}:5080")
+    };
+    Box::new(RapiHttp {
+        url,
+        ca: ca.map(Path::to_path_buf),
+    })
 }
 
 fn save_original(cluster: &Cluster, path: &Path) -> Result<(), String> {

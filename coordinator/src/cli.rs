@@ -211,8 +211,10 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
         key,
         ganeti,
     } = prepared;
+    let source: Arc<dyn crate::balance::ClusterSource> = Arc::new(ganeti.clone());
     let ganeti: Arc<dyn Ganeti> = Arc::new(ganeti);
-    let mut coordinator = Coordinator::new(&config, node_name.clone(), ganeti, key)?;
+    let mut coordinator =
+        Coordinator::new(&config, node_name.clone(), ganeti, key)?.with_cluster_source(source);
     // Master check at start-up; transient RAPI trouble is retried for a while.
     let mut attempt = 0;
     loop {

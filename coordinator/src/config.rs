@@ -106,6 +106,8 @@ pub struct Config {
     pub rapi: RapiSection,
     /// Notifications of incident changes.
     pub notify: NotifySection,
+    /// Balancing with Ganeti's hbal (off by default).
+    pub balancing: crate::duty::balancing::BalancingConfig,
     /// Instance auto-repair (harep's duty).
     pub instance_repair: InstanceRepairSection,
 }
@@ -205,6 +207,7 @@ impl Default for Config {
             agents: AgentsConfig::default(),
             rapi: RapiSection::default(),
             notify: NotifySection::default(),
+            balancing: crate::duty::balancing::BalancingConfig::default(),
             instance_repair: InstanceRepairSection::default(),
         }
     }
@@ -320,6 +323,7 @@ impl Config {
             }
         }
         DomainSource::parse(&self.failure_domains).map_err(ConfigError::Invalid)?;
+        self.balancing.validate().map_err(ConfigError::Invalid)?;
         seconds("grace", self.grace, 0.0)?;
         seconds("breaker.window_secs", self.breaker.window_secs, 1.0)?;
         if let Some(secs) = self.breaker.auto_close_secs {

@@ -120,7 +120,7 @@ impl Coordinator {
         }
         let ganeti_for_api = Arc::clone(&ganeti);
         let agents_for_api = repairs.clone();
-        let reconciler = Reconciler::new(
+        let mut reconciler = Reconciler::new(
             ganeti,
             Arc::clone(&store),
             scraper,
@@ -129,6 +129,12 @@ impl Coordinator {
             Arc::clone(&board),
             Arc::clone(&incident_lock),
         );
+        if config.balancing.enabled {
+            reconciler = reconciler.with_balancer(crate::balance::Balancer::new(
+                config.balancing.clone(),
+                None,
+            ));
+        }
         let api = ApiState {
             store,
             board,
@@ -148,6 +154,19 @@ impl Coordinator {
             webhook: config.webhook(),
             watches,
         })
+    }
+
+    /// The same coordinator with the balancing duty reading the cluster from `source` (the
+    /// RAPI client; without it an enabled duty reports that it has no source).
+    #[must_use]
+    pub fn with_cluster_source(mut self, source: Arc<dyn crate::balance::ClusterSource>) -> Self {
+        self.set_cluster_source(source);
+        self
+    }
+
+    /// Where the balancing duty reads the cluster from now on.
+    pub fn set_cluster_source(&mut self, source: Arc<dyn crate::balance::ClusterSource>) {
+        self.reconciler.set_cluster_source(source);
     }
 
     /// The API state (for in-process callers).

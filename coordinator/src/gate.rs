@@ -23,6 +23,10 @@
 //! 5. **Capacity**: the memory of the instances to move must fit on the healthy nodes left in
 //!    the node group (N+1 for the moved instances); unknown free memory never fits.
 //!
+//! A proposal that disrupts no node (a live repair, whose instances keep running; a balancing
+//! move) only `touches` nodes: it is refused on a node another holder holds and while the
+//! breaker is open, and, when it moves instances, while storage is not whole.
+//!
 //! A proposal that only continues a disruption its holder already holds (the next moves of an
 //! admitted evacuation) is a continuation: it is checked only against proposals admitted earlier
 //! in the round on the same nodes, never against the breaker, the domains or the caps, so work
@@ -619,7 +623,11 @@ fn judge(
         return Err(BlockedBy::Breaker { why: why.clone() });
     }
     if new.is_empty() {
-        // Moves that disrupt no node: no domain or cap is used, but storage must be whole.
+        // Disrupts no node: no domain or cap is used. Work that moves nothing (a live repair:
+        // its instances keep running) needs nothing more; moves need storage whole.
+        if proposal.moves_memory == Some(0) {
+            return Ok(Admitted::New);
+        }
         return match view
             .storage
             .iter()
@@ -1265,7 +1273,7 @@ mod tests {
             since_ms: 0,
             disrupts: BTreeSet::new(),
             touches: touches.iter().map(|t| (*t).to_owned()).collect(),
-            moves_memory: Some(0),
+            moves_memory: Some(512),
             reason: "balance".into(),
         };
         let judged = |view: &View, policy: &Policy, p: Proposal| {
@@ -1299,6 +1307,10 @@ mod tests {
             judged(&view, &roomy(), balance(2, &["n3"])),
             Err("storage not whole: inst1 degraded".into())
         );
+        // A live repair moves nothing: storage health does not hold it.
+        let mut live = balance(4, &["n3"]);
+        live.moves_memory = Some(0);
+        assert_eq!(judged(&view, &roomy(), live), Ok(Admitted::New));
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/jobs", get(jobs))
         .route("/1/evacuated", get(evacuated))
         .route("/1/agents", get(agents))
+        .route("/1/balancing", get(balancing))
         .route("/1/overview", get(overview))
         .route("/1/incidents/{uuid}", get(incident))
         .route("/1/incidents/{uuid}/cancel", post(cancel))
@@ -238,6 +239,21 @@ async fn evacuated(State(state): State<ApiState>) -> Response {
 async fn agents(State(state): State<ApiState>) -> Response {
     let agents: Vec<AgentStatus> = agents_snapshot(&state.board).into_values().collect();
     Json(agents).into_response()
+}
+
+/// The balancing duty: what its last run proposed, left out and submitted (`null` while it is
+/// off or before its first run), and its stored moves.
+async fn balancing(State(state): State<ApiState>) -> Response {
+    let status = state
+        .board
+        .balancing
+        .read()
+        .map(|s| s.clone())
+        .unwrap_or_else(|e| e.into_inner().clone());
+    match state.store.balancing_moves() {
+        Ok(moves) => Json(json!({ "status": status, "moves": moves })).into_response(),
+        Err(store_error) => internal(store_error),
+    }
 }
 
 async fn overview(State(state): State<ApiState>) -> Response {

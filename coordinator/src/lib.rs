@@ -21,6 +21,7 @@
 pub mod admission;
 pub mod api;
 pub mod auth;
+pub mod balance;
 pub mod board;
 pub mod breaker;
 pub mod cli;

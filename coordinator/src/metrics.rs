@@ -90,6 +90,8 @@ pub struct CoordinatorMetrics {
     breaker_open: Gauge,
     grants: Gauge,
     overrides: Gauge,
+    /// The balancing duty's runs and moves.
+    pub balancing: crate::balance::BalancingMetrics,
 }
 
 impl std::fmt::Debug for CoordinatorMetrics {
@@ -217,6 +219,7 @@ impl CoordinatorMetrics {
             "Operator overrides of failure domains in force",
             overrides.clone(),
         );
+        let balancing = crate::balance::BalancingMetrics::register(&mut registry);
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -235,6 +238,7 @@ impl CoordinatorMetrics {
             breaker_open,
             grants,
             overrides,
+            balancing,
         };
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
@@ -428,6 +432,9 @@ mod tests {
             "nodecare_coordinator_budget_max_disrupted_nodes 3",
             "nodecare_coordinator_notifications_total{result=\"dropped\"} 1",
             "# HELP nodecare_coordinator_incidents Incidents in the store, by state and action.",
+            "nodecare_coordinator_balancing_runs_total{result=\"failed\"} 0",
+            "nodecare_coordinator_balancing_moves_total{outcome=\"submitted\"} 0",
+            "nodecare_coordinator_balancing_hbal_ok 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -435,7 +442,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 14);
+        assert_eq!(types, 17);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());

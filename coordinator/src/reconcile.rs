@@ -113,6 +113,8 @@ pub struct Reconciler {
     /// Serialises incident changes between rounds and the cancel endpoint.
     incident_lock: Arc<tokio::sync::Mutex<()>>,
     rounds: u64,
+    /// The balancing duty (none: off).
+    balancer: Option<crate::balance::Balancer>,
 }
 
 fn now_s() -> f64 {
@@ -191,7 +193,22 @@ impl Reconciler {
             board,
             incident_lock,
             rounds: 0,
+            balancer: None,
         }
+    }
+
+    /// Where the balancing duty reads the cluster (nothing when balancing is off).
+    pub fn set_cluster_source(&mut self, source: Arc<dyn crate::balance::ClusterSource>) {
+        if let Some(balancer) = &mut self.balancer {
+            balancer.set_source(source);
+        }
+    }
+
+    /// The same reconciler with the balancing duty.
+    #[must_use]
+    pub fn with_balancer(mut self, balancer: crate::balance::Balancer) -> Self {
+        self.balancer = Some(balancer);
+        self
     }
 
     /// The board shared with the HTTP API.
@@ -243,6 +260,11 @@ impl Reconciler {
         let guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.adopt_or_drop_planned().await?;
         self.poll_jobs().await?;
+        if let Some(balancer) = &self.balancer {
+            balancer
+                .poll(&*self.ganeti, &self.store, &self.board, now_ms())
+                .await?;
+        }
         drop(guard);
         // Read the cluster only after the jobs: a snapshot older than a job's "success" would
         // still show the instance where it was, and the move would be planned again.
@@ -691,7 +713,24 @@ impl Reconciler {
             breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
         };
         let duty = node_repair::propose(&incidents, nodes, instances);
-        let decision = gate::decide(&view, &policy, &in_force, duty.proposals);
+        let balancing = match &self.balancer {
+            Some(balancer) => {
+                balancer
+                    .propose(
+                        &self.store,
+                        &self.board,
+                        &incidents,
+                        nodes,
+                        &in_force,
+                        now_ms(),
+                    )
+                    .await?
+            }
+            None => crate::balance::BalancingRound::default(),
+        };
+        let mut proposals = duty.proposals;
+        proposals.extend(balancing.proposals.proposals.iter().cloned());
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
         self.board.metrics.set_disruptions(
             decision.in_force.nodes.keys().map(|name| {
                 view.nodes
@@ -801,6 +840,18 @@ impl Reconciler {
                 }
             };
             summary.jobs_submitted += submitted;
+        }
+        if let Some(balancer) = &self.balancer {
+            summary.jobs_submitted += balancer
+                .execute(
+                    &*self.ganeti,
+                    &self.store,
+                    &self.board,
+                    &decision,
+                    &balancing,
+                    now_ms(),
+                )
+                .await?;
         }
         Ok(())
     }

@@ -233,6 +233,14 @@ impl Store {
                  instance TEXT NOT NULL,
                  record TEXT NOT NULL);",
         )?;
+        // Balancing moves (one row per Ganeti operation, see `crate::balance`).
+        connection.execute_batch(
+            "CREATE TABLE IF NOT EXISTS balancing_moves (
+                 run TEXT NOT NULL,
+                 key TEXT NOT NULL,
+                 record TEXT NOT NULL,
+                 PRIMARY KEY (run, key));",
+        )?;
         Ok(Self {
             connection: Mutex::new(connection),
         })
@@ -272,6 +280,67 @@ impl Store {
             params![name, text],
         )?;
         Ok(())
+    }
+
+    /// Every stored balancing move, oldest run first, in key order within a run.
+    pub fn balancing_moves(&self) -> Result<Vec<crate::balance::BalanceMove>, StoreError> {
+        let connection = self.lock();
+        let mut statement =
+            connection.prepare("SELECT record FROM balancing_moves ORDER BY rowid")?;
+        let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+        let mut moves = Vec::new();
+        for row in rows {
+            let text = row?;
+            moves.push(
+                serde_json::from_str(&text)
+                    .map_err(|error| StoreError::Corrupt(format!("balancing move: {error}")))?,
+            );
+        }
+        Ok(moves)
+    }
+
+    /// Stores (inserts or replaces) balancing moves, all at once.
+    pub fn save_balancing_moves(
+        &self,
+        moves: &[crate::balance::BalanceMove],
+    ) -> Result<(), StoreError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        for m in moves {
+            let text = serde_json::to_string(m).map_err(|error| {
+                StoreError::Corrupt(format!("encoding balancing move: {error}"))
+            })?;
+            transaction.execute(
+                "INSERT INTO balancing_moves (run, key, record) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(run, key) DO UPDATE SET record = excluded.record",
+                params![m.run.to_string(), m.key, text],
+            )?;
+        }
+        transaction.commit()?;
+        Ok(())
+    }
+
+    /// Forgets the balancing moves of runs started before `before_ms` whose moves are all
+    /// finished; returns how many were forgotten.
+    pub fn prune_balancing_moves(&self, before_ms: u64) -> Result<usize, StoreError> {
+        let moves = self.balancing_moves()?;
+        let mut runs: BTreeMap<Uuid, bool> = BTreeMap::new();
+        for m in &moves {
+            let old_and_done = m.created_ms < before_ms && !m.state.is_in_flight();
+            let entry = runs.entry(m.run).or_insert(true);
+            *entry = *entry && old_and_done;
+        }
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        let mut forgotten = 0;
+        for (run, _) in runs.iter().filter(|(_, prune)| **prune) {
+            forgotten += transaction.execute(
+                "DELETE FROM balancing_moves WHERE run = ?1",
+                params![run.to_string()],
+            )?;
+        }
+        transaction.commit()?;
+        Ok(forgotten)
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -574,6 +643,42 @@ mod tests {
             Action::Evacuate,
             n as f64,
         )
+    }
+
+    #[test]
+    fn balancing_moves_round_trip_and_old_finished_runs_are_forgotten() {
+        use crate::balance::{BalanceMove, MoveState};
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let stored = |run: u128, key: &str, state: MoveState, created_ms: u64| BalanceMove {
+            run: Uuid::from_u128(run),
+            key: key.into(),
+            holder: Uuid::from_u128(100 + run),
+            group: "default".into(),
+            instance: "inst1".into(),
+            op: nodecare_roll::hbal::HbalOp::ReplaceSecondary { node: "n3".into() },
+            state,
+            job_id: Some(7),
+            created_ms,
+            finished_ms: None,
+            error: None,
+        };
+        let moves = [
+            stored(1, "inst1-1", MoveState::Succeeded, 10),
+            stored(1, "inst1-2", MoveState::Failed, 10),
+            stored(2, "inst1-1", MoveState::Succeeded, 10),
+            stored(2, "inst1-2", MoveState::Submitted, 10),
+            stored(3, "inst1-1", MoveState::Succeeded, 500),
+        ];
+        store.save_balancing_moves(&moves).unwrap();
+        assert_eq!(store.balancing_moves().unwrap(), moves);
+        // Run 1 is old and done; run 2 has a move in flight; run 3 is recent.
+        assert_eq!(store.prune_balancing_moves(100).unwrap(), 2);
+        assert_eq!(store.balancing_moves().unwrap(), moves[2..]);
+        // Reopening keeps the table and its rows.
+        drop(store);
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        assert_eq!(store.balancing_moves().unwrap().len(), 3);
     }
 
     #[test]

@@ -138,6 +138,9 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     pub instances: Vec<Instance>,
     pub cluster_tags: Vec<String>,
+    /// The instance policies as htools text rows (`owner|std|minmax|disk_templates|vcpu_ratio|
+    /// spindle_ratio`, owner empty for the cluster's), checked when read; none: htools' default.
+    pub ipolicies: Vec<String>,
 }
 
 impl Cluster {

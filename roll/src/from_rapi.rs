@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 
-use nodecare_ganeti::rapi::types::{RapiClusterInfo, RapiGroup, RapiInstance, RapiNode};
+use nodecare_ganeti::rapi::types::{
+    RapiClusterInfo, RapiGroup, RapiIPolicy, RapiISpec, RapiInstance, RapiNode,
+};
 use serde::de::DeserializeOwned;
 
 use crate::cluster::{Cluster, DiskTemplate, Group, Instance, InstanceStatus, Node};
@@ -85,6 +87,29 @@ fn required<T>(owner: &str, field: &'static str, value: Option<T>) -> Result<T, 
 
 fn int(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// An instance policy as an htools text row (as htools' `serializeIPolicy` writes it).
+fn ipolicy_row(owner: &str, p: &RapiIPolicy) -> String {
+    let spec = |s: &RapiISpec| {
+        format!(
+            "{},{},{},{},{},{}",
+            s.memory_size, s.cpu_count, s.disk_size, s.disk_count, s.nic_count, s.spindle_use
+        )
+    };
+    let minmax: Vec<String> = p
+        .minmax
+        .iter()
+        .map(|mm| format!("{};{}", spec(&mm.min), spec(&mm.max)))
+        .collect();
+    format!(
+        "{owner}|{}|{}|{}|{}|{}",
+        spec(&p.std),
+        minmax.join(";"),
+        p.disk_templates.join(","),
+        crate::htext::haskell_double(p.vcpu_ratio),
+        crate::htext::haskell_double(p.spindle_ratio)
+    )
 }
 
 fn convert_group(g: &RapiGroup) -> Group {
@@ -243,6 +268,18 @@ pub fn cluster_from_decoded(a: &DecodedAnswers) -> Result<Cluster, RapiError> {
         nodes,
         instances,
         cluster_tags: a.info.tags.clone(),
+        // The cluster's policy, then each group's, as htools writes them; none without the
+        // cluster's (htools' default then applies).
+        ipolicies: match &a.info.ipolicy {
+            Some(cluster) => std::iter::once(ipolicy_row("", cluster))
+                .chain(
+                    a.groups
+                        .iter()
+                        .filter_map(|g| g.ipolicy.as_ref().map(|p| ipolicy_row(&g.name, p))),
+                )
+                .collect(),
+            None => Vec::new(),
+        },
     })
 }
 
@@ -283,6 +320,16 @@ mod tests {
         assert_eq!(c.instances[0].mem, 128);
         assert_eq!(c.instances[4].template, DiskTemplate::SharedFile);
         assert_eq!(c.cluster_tags.len(), 2);
+        // The cluster's and the group's instance policies, as htools writes them.
+        let policy = "128,1,1024,1,1,1|128,1,1024,1,1,1;32768,8,1048576,16,8,12|\
+                      diskless,sharedfile,file|4.0|32.0";
+        assert_eq!(
+            c.ipolicies,
+            [format!("|{policy}"), format!("default|{policy}")]
+        );
+        // They survive the text writer.
+        let again = crate::htext::parse(&crate::htext::serialize(&c)).unwrap();
+        assert_eq!(again.ipolicies, c.ipolicies);
     }
 
     #[test]

@@ -430,13 +430,14 @@ pub fn parse(text: &str) -> Result<Cluster, TextError> {
     if let Some(pols) = sects.get(4) {
         for &(line, row) in pols {
             check_ipolicy(line, row, &cluster.groups)?;
+            cluster.ipolicies.push(row.to_owned());
         }
     }
     Ok(cluster)
 }
 
 /// A double the way htools prints it: `1.0`, `1.5`.
-fn haskell_double(v: f64) -> String {
+pub(crate) fn haskell_double(v: f64) -> String {
     if v.fract() == 0.0 && v.abs() < 1e7 {
         format!("{v:.1}")
     } else {
@@ -445,7 +446,7 @@ fn haskell_double(v: f64) -> String {
 }
 
 /// Writes a cluster in the text format (groups, nodes, instances, cluster
-/// tags; the ipolicy section is left empty, so defaults apply on reload).
+/// tags, instance policies; without policies, htools' defaults apply on reload).
 pub fn serialize(c: &Cluster) -> String {
     let yn = |b: bool| if b { "Y" } else { "N" };
     let mut groups = String::new();
@@ -510,7 +511,12 @@ pub fn serialize(c: &Cluster) -> String {
         tags.push_str(t);
         tags.push('\n');
     }
-    [groups, nodes, insts, tags, String::new()].join("\n")
+    let mut ipolicies = String::new();
+    for row in &c.ipolicies {
+        ipolicies.push_str(row);
+        ipolicies.push('\n');
+    }
+    [groups, nodes, insts, tags, ipolicies].join("\n")
 }
 
 #[cfg(test)]

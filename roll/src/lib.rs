@@ -7,6 +7,7 @@ mod capacity;
 pub mod cluster;
 pub mod from_rapi;
 pub mod graph;
+pub mod hbal;
 pub mod htext;
 pub mod render;
 pub mod schedule;

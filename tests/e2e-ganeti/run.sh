@@ -476,6 +476,9 @@ scenario_gate() {
   master_healthy S7
   log "S7 the gate: $n2 in rack:a, $n3 in rack:b, $n1 in rack:c"
   for i in 1 2 3; do echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"; done
+  # S4 left node1's agent stopped.
+  "$GNT/node-exec.sh" 1 --stop agent-1 >/dev/null 2>&1 || true
+  start_agent 1 || log "S7: agent 1 did not restart"
   for n in "$n2" "$n3"; do return_to_service "$n"; done
   if ! wait_status 60 "not any(i.get('repair-status') in ('noted', 'pending') for i in d)"; then
     fail "S7 gate" "precondition: incidents still active: $(coord /1/status | head -c 400)"

@@ -1,9 +1,11 @@
 //! Runs a system tool (`lvs`, `drbdsetup`, `xl`) with a timeout and an output cap.
 //!
-//! These are the node's own administration tools, not whitelisted scripts: they run by path
-//! with arguments, but in the executor's sandbox all the same ([`crate::runner`]): no shell,
-//! the fixed `PATH` and `LC_ALL=C`, empty stdin, no inherited descriptor, every process killed
-//! after the run, and a cap on stdout so a misbehaving tool cannot exhaust the agent's memory.
+//! These are the node's own administration tools (and Ganeti's `hbal` on the master), not
+//! whitelisted scripts: they run by path with arguments, but in the executor's sandbox all the
+//! same ([`crate::runner`]): no shell, the fixed `PATH` and `LC_ALL=C`, empty stdin (or the given
+//! bytes: the coordinator feeds `hbal` the cluster this way), no inherited descriptor, every
+//! process killed after the run, and a cap on stdout so a misbehaving tool cannot exhaust the
+//! caller's memory.
 
 use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
@@ -85,6 +87,17 @@ pub async fn run_tool(
     args: &[&str],
     limits: ToolLimits,
 ) -> Result<Vec<u8>, ToolError> {
+    run_tool_with_input(tool, args, None, limits).await
+}
+
+/// Runs `tool args…` in the executor's sandbox with `stdin` on its standard input (or
+/// `/dev/null`) and returns its stdout.
+pub async fn run_tool_with_input(
+    tool: &Path,
+    args: &[&str],
+    stdin: Option<Vec<u8>>,
+    limits: ToolLimits,
+) -> Result<Vec<u8>, ToolError> {
     if !tool_exists(tool) {
         return Err(ToolError::Missing(tool.to_owned()));
     }
@@ -94,7 +107,7 @@ pub async fn run_tool(
         policy: OutputPolicy::Reject,
     };
     let program = Program::Tool { path: tool, args };
-    let (end, _duration) = execute(program, None, &spec, &output, |_| {}).await;
+    let (end, _duration) = execute(program, stdin, &spec, &output, |_| {}).await;
     let mut live = output.lock().unwrap_or_else(PoisonError::into_inner);
     let stdout = std::mem::take(&mut live.stdout);
     let stderr = live.stderr.text().trim().to_owned();
@@ -134,6 +147,19 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(out, b"hello\n");
+    }
+
+    #[tokio::test]
+    async fn feeds_stdin() {
+        let out = run_tool_with_input(
+            Path::new("/bin/cat"),
+            &[],
+            Some(b"cluster text\n".to_vec()),
+            limits(5000, 100),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, b"cluster text\n");
     }
 
     #[tokio::test]

@@ -2,9 +2,10 @@
 //! hold disrupted.
 //!
 //! A node's most invasive active incident (then the oldest) is the one that acts; the node's
-//! other active incidents wait for it. A pending incident already holds its node, so its
-//! proposal is a continuation; a noted one asks to disrupt the node (drain and evacuate, or run
-//! a repair command on it).
+//! other active incidents wait for it. An evacuation disrupts its node: a pending one already
+//! holds it, so its proposal is a continuation; a noted one asks to drain it. A live repair keeps
+//! the instances running: it touches the node (no other holder may act there, the breaker stops
+//! it) without opening a failure domain or using a cap.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -77,14 +78,21 @@ pub fn propose(incidents: &[Incident], nodes: &[Node], instances: &[Instance]) -
         } else {
             Some(0)
         };
+        // A live repair keeps the node's instances running: it holds the node (no one else acts
+        // there) but opens no failure domain and uses no cap. An evacuation disrupts the node.
+        let (disrupts, touches) = if incident.action.is_evacuation() {
+            (BTreeSet::from([node.name.clone()]), BTreeSet::new())
+        } else {
+            (BTreeSet::new(), BTreeSet::from([node.name.clone()]))
+        };
         out.proposals.push(Proposal {
             duty: Duty::NodeRepair,
             holder: Holder::Incident { id: incident.uuid },
             subject: format!("node {}", node.name),
             invasiveness: invasiveness(incident.action),
             since_ms: seconds_to_ms(incident.ctime),
-            disrupts: BTreeSet::from([node.name.clone()]),
-            touches: BTreeSet::new(),
+            disrupts,
+            touches,
             moves_memory,
             reason: format!(
                 "{} ({})",
@@ -96,7 +104,8 @@ pub fn propose(incidents: &[Incident], nodes: &[Node], instances: &[Instance]) -
     out
 }
 
-/// The nodes incidents hold disrupted: a pending incident's node, and the node of a finished
+/// The nodes incidents hold: a pending incident's node (evacuating, or running a live repair),
+/// and the node of a finished
 /// incident not yet acknowledged while Ganeti still shows it drained or offline.
 pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
     let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();

@@ -51,6 +51,39 @@ pub struct RapiClusterInfo {
     pub default_iallocator: String,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The cluster's instance policy (htools reads it).
+    #[serde(default)]
+    pub ipolicy: Option<RapiIPolicy>,
+}
+
+/// One instance specification of an instance policy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RapiISpec {
+    pub memory_size: i64,
+    pub cpu_count: i64,
+    pub disk_size: i64,
+    pub disk_count: i64,
+    pub nic_count: i64,
+    pub spindle_use: i64,
+}
+
+/// A minimum and maximum instance specification.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RapiMinMax {
+    pub min: RapiISpec,
+    pub max: RapiISpec,
+}
+
+/// An instance policy (`ipolicy` of `/2/info` and of `/2/groups?bulk=1`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RapiIPolicy {
+    pub std: RapiISpec,
+    pub minmax: Vec<RapiMinMax>,
+    pub disk_templates: Vec<String>,
+    pub vcpu_ratio: f64,
+    pub spindle_ratio: f64,
 }
 
 impl From<RapiClusterInfo> for ganeti::ClusterInfo {
@@ -249,6 +282,9 @@ pub struct RapiGroup {
     pub node_list: Vec<String>,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The group's instance policy, filled with the cluster's (htools reads it).
+    #[serde(default)]
+    pub ipolicy: Option<RapiIPolicy>,
 }
 
 /// One entry of an opcode's reason trail: `[source, text, timestamp in ns]`.

@@ -409,3 +409,177 @@ async fn a_grant_holds_its_domain_and_its_grace_holds_back_incidents() {
         .unwrap()
     );
 }
+
+/// A small deterministic generator (xorshift), so that a failing stream can be replayed from
+/// its seed.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        let n = u64::try_from(n.max(1)).unwrap_or(u64::MAX);
+        usize::try_from(self.next() % n).unwrap_or(0)
+    }
+}
+
+/// Random clusters (racks, DRBD pairs, diskless instances) and random verdict and storage
+/// streams over many rounds on the simulated cluster: after every round at most one failure
+/// domain holds disrupted nodes, never more than the cap, no node is newly disrupted while
+/// storage was not whole or unknown at the round's start (outside the busy domain), and every
+/// incident that waits says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_verdict_streams_keep_the_gate_s_invariants() {
+    use nodecare_protocol::{DrbdMinor, DrbdState};
+    let seeds: Vec<u64> = (1..=10u64)
+        .map(|s| s.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .collect();
+    let (mut disruptions, mut bad_storage_rounds, mut waits) = (0usize, 0usize, 0usize);
+    for seed in seeds {
+        let mut random = Random(seed | 1);
+        let nodes = 5 + random.below(4);
+        let racks = 2 + random.below(2);
+        let max = 1 + random.below(3);
+        let mut spec = Vec::new();
+        for i in 1..=nodes {
+            spec.push(format!("d{i}:diskless:{i}"));
+        }
+        for k in 0..random.below(3) {
+            spec.push(format!("r{k}:drbd:{}", 2 + random.below(nodes - 1)));
+        }
+        let mut h = Harness::new(nodes, &spec.join(","), |config| {
+            config.failure_domains = "rack:".into();
+            config.max_disrupted_nodes = max;
+            config.min_healthy_nodes = 1;
+            config.breaker.max_incident_percent = 100.0;
+            config.breaker.max_incident_nodes = 100;
+        })
+        .await
+        .unwrap();
+        let rack_of = |i: usize| format!("rack:r{}", (i - 1) % racks);
+        h.sim.with_cluster(|c| {
+            for i in 1..=nodes {
+                c.nodes.get_mut(&node(i)).unwrap().tags.push(rack_of(i));
+            }
+        });
+        let broken = |instance: &str| DrbdState::Minors {
+            minors: vec![DrbdMinor {
+                minor: 0,
+                instance: Some(instance.into()),
+                connection: "WFConnection".into(),
+                local_disk: "UpToDate".into(),
+                peer_disk: "DUnknown".into(),
+                role: "Primary".into(),
+                peer_role: "Unknown".into(),
+                sync_percent: None,
+                out_of_sync_kib: None,
+            }],
+        };
+        for round in 0..12 {
+            // The stream: some nodes change their verdict, storage breaks or heals somewhere.
+            for _ in 0..random.below(3) {
+                let i = 2 + random.below(nodes - 1);
+                let verdict = match random.below(4) {
+                    0 => verdict("Ok", json!({}), None),
+                    1 => verdict("live-repair", json!({"fan": i}), Some("reset-fan")),
+                    _ => evacuate(i),
+                };
+                h.agents.get(&node(i)).unwrap().set_verdict(verdict);
+            }
+            // A DRBD disk of r0 breaks on one of its nodes (only nodes holding DRBD disks are read).
+            let r0_nodes: Vec<String> = h.sim.with_cluster(|c| {
+                c.instances
+                    .values()
+                    .filter(|i| i.name == "r0.sim.test")
+                    .flat_map(|i| std::iter::once(i.pnode.clone()).chain(i.snodes.clone()))
+                    .collect()
+            });
+            let storage_bad = !r0_nodes.is_empty() && random.below(4) == 0;
+            let sick = if storage_bad {
+                r0_nodes[random.below(r0_nodes.len())].clone()
+            } else {
+                String::new()
+            };
+            for i in 1..=nodes {
+                let state = if storage_bad && node(i) == sick {
+                    broken("r0.sim.test")
+                } else {
+                    DrbdState::Minors { minors: Vec::new() }
+                };
+                h.agents.get(&node(i)).unwrap().set_storage(state);
+            }
+            let before: BTreeSet<String> = h.sim.with_cluster(|c| {
+                c.nodes
+                    .values()
+                    .filter(|n| n.drained || n.offline)
+                    .map(|n| n.name.clone())
+                    .collect()
+            });
+            h.round().await.unwrap();
+            let after: BTreeSet<String> = h.sim.with_cluster(|c| {
+                c.nodes
+                    .values()
+                    .filter(|n| n.drained || n.offline)
+                    .map(|n| n.name.clone())
+                    .collect()
+            });
+            let rack_of_name = |name: &str| {
+                let i: usize = name
+                    .trim_start_matches("node")
+                    .split('.')
+                    .next()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                rack_of(i)
+            };
+            let context =
+                format!("seed {seed:#x} round {round}: before {before:?} after {after:?}");
+            let domains: BTreeSet<String> = after.iter().map(|n| rack_of_name(n)).collect();
+            assert!(domains.len() <= 1, "two domains disrupted: {context}");
+            assert!(after.len() <= max, "above the cap {max}: {context}");
+            let newly: Vec<&String> = after.difference(&before).collect();
+            disruptions += newly.len();
+            bad_storage_rounds += usize::from(storage_bad);
+            if storage_bad && before.is_empty() {
+                assert!(
+                    newly.is_empty(),
+                    "disrupted while storage was not whole: {context}"
+                );
+            }
+            for incident in h.incidents().unwrap() {
+                if incident.repair_status == RepairStatus::Noted && incident.jobs.is_empty() {
+                    waits += usize::from(incident.blocked_by.is_some());
+                    assert!(
+                        incident.blocked_by.is_some()
+                            || incident.action
+                                == nodecare_coordinator::incident::Action::LiveRepair,
+                        "{} waits without a reason: {context}",
+                        incident.node
+                    );
+                }
+            }
+            // An operator returns repaired nodes to service now and then.
+            if random.below(3) == 0 {
+                h.sim.with_cluster(|c| {
+                    for n in c.nodes.values_mut() {
+                        if n.tags.iter().any(|t| t.starts_with("maintd:repairready:")) {
+                            n.drained = false;
+                            n.offline = false;
+                            n.tags.retain(|t| !t.starts_with("maintd:"));
+                        }
+                    }
+                });
+            }
+        }
+    }
+    println!(
+        "{disruptions} nodes disrupted, {bad_storage_rounds} rounds with storage not whole, {waits} waits with a reason"
+    );
+    // The streams really exercised the gate.
+    assert!(disruptions >= 5 && bad_storage_rounds >= 5 && waits >= 10);
+}

@@ -1,0 +1,696 @@
+//! Balancing (IO): runs Ganeti's `hbal` on the cluster as it is, and carries out the moves the
+//! gate admits.
+//!
+//! Each round the duty is due (enabled, its interval passed, no operation of the last run in
+//! flight), [`Balancer::propose`] reads the cluster through RAPI ([`ClusterSource`]), writes it
+//! in the htools text format, feeds it to `hbal -t /dev/stdin -C -G GROUP …` per node group in
+//! the executor's sandbox (no shell, empty environment, timeout, output cap), reads the plans
+//! strictly and turns their first job sets into proposals ([`crate::duty::balancing`]). A
+//! missing or failing hbal, or an output it cannot read, is reported in the status and the
+//! metrics and nothing else happens.
+//!
+//! [`Balancer::execute`] stores every operation of each admitted job as a [`BalanceMove`]
+//! (durable before anything is submitted), then submits them as Ganeti jobs, each depending on
+//! the one before it, with the reason trail `gnt:daemon:nodecare` naming the run and the move.
+//! [`Balancer::poll`] follows them; after a crash, a move stored but not known as submitted is
+//! adopted when Ganeti shows a job with its reason, and given up otherwise (the next run plans
+//! again from the cluster as it is).
+//!
+//! Left out: dynamic load. hbal balances on the static resources Ganeti reports (memory, disk,
+//! CPUs) under the cluster's and groups' instance policies; the agents' CPU load and instance
+//! memory are not fed to it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nodecare_collectors::builtin::systool::{ToolError, ToolLimits, run_tool_with_input};
+use nodecare_roll::hbal::{self, HbalError, HbalOp, HbalPlan};
+use nodecare_roll::{Cluster, htext};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::board::Board;
+use crate::duty::balancing::{self, BalancingConfig, LeftOut, Proposals};
+use crate::ganeti::{Ganeti, GanetiError, JobId, JobStatus, Node, Reason, ReplaceDisksMode};
+use crate::gate::{Decision, Holder, InForce};
+use crate::incident::Incident;
+use crate::store::{Store, StoreError};
+
+/// How long finished balancing moves are kept (for the status and the API).
+const MOVES_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
+
+/// Most bytes of hbal output read.
+const HBAL_STDOUT_CAP: usize = 4 * 1024 * 1024;
+
+/// A future of a [`ClusterSource`].
+pub type SourceFuture<'a> = Pin<Box<dyn Future<Output = Result<Cluster, String>> + Send + 'a>>;
+
+/// Where the cluster hbal balances comes from.
+pub trait ClusterSource: Send + Sync + fmt::Debug {
+    /// The cluster as htools sees it.
+    fn cluster(&self) -> SourceFuture<'_>;
+}
+
+impl ClusterSource for crate::ganeti::rapi::RapiClient {
+    fn cluster(&self) -> SourceFuture<'_> {
+        Box::pin(async move {
+            let answers = nodecare_roll::from_rapi::DecodedAnswers {
+                info: self.cluster_info().await.map_err(|e| e.to_string())?,
+                groups: self.groups().await.map_err(|e| e.to_string())?,
+                nodes: self.nodes().await.map_err(|e| e.to_string())?,
+                instances: self.instances().await.map_err(|e| e.to_string())?,
+            };
+            nodecare_roll::from_rapi::cluster_from_decoded(&answers).map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// A fixed cluster (tests, a text file).
+#[derive(Debug, Clone)]
+pub struct FixedCluster(pub Cluster);
+
+impl ClusterSource for FixedCluster {
+    fn cluster(&self) -> SourceFuture<'_> {
+        Box::pin(async move { Ok(self.0.clone()) })
+    }
+}
+
+/// Why hbal gave no plan.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BalanceError {
+    /// The cluster could not be read.
+    #[error("cannot read the cluster: {0}")]
+    Cluster(String),
+    /// hbal is not installed.
+    #[error("hbal is missing ({0})")]
+    Missing(String),
+    /// hbal failed (exit code, timeout, too much output).
+    #[error("hbal failed: {0}")]
+    Hbal(String),
+    /// hbal's output is not what it prints.
+    #[error("node group {group}: {error}")]
+    Output {
+        /// The node group.
+        group: String,
+        /// What is wrong.
+        error: HbalError,
+    },
+}
+
+/// Runs hbal on `cluster` for each node group to balance (with nodes), and reads the plans
+/// with full names.
+pub async fn plans(
+    config: &BalancingConfig,
+    cluster: &Cluster,
+) -> Result<Vec<(String, HbalPlan)>, BalanceError> {
+    let text = htext::serialize(cluster);
+    let mut present: BTreeMap<String, String> = BTreeMap::new();
+    for node in &cluster.nodes {
+        if let Some(group) = cluster.groups.get(node.group) {
+            present.insert(group.name.clone(), group.uuid.clone());
+        }
+    }
+    // A configured group that is gone (or empty) is said, not skipped silently.
+    if let Some(missing) = config.groups.iter().find(|wanted| {
+        !present
+            .iter()
+            .any(|(name, uuid)| name == *wanted || uuid == *wanted)
+    }) {
+        return Err(BalanceError::Cluster(format!(
+            "node group {missing} (balancing.groups) not found or without nodes"
+        )));
+    }
+    let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
+    let instances: Vec<String> = cluster.instances.iter().map(|i| i.name.clone()).collect();
+    let limits = ToolLimits {
+        timeout: Duration::from_secs_f64(config.timeout),
+        stdout_cap: HBAL_STDOUT_CAP,
+    };
+    let mut out = Vec::new();
+    for group in config.groups_to_balance(&present) {
+        let args = hbal::hbal_args("/dev/stdin", &config.hbal_options(Some(&group)));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let stdout =
+            run_tool_with_input(&config.hbal, &args, Some(text.clone().into_bytes()), limits)
+                .await
+                .map_err(|error| match error {
+                    ToolError::Missing(path) => BalanceError::Missing(path.display().to_string()),
+                    other => BalanceError::Hbal(format!("node group {group}: {other}")),
+                })?;
+        let stdout = String::from_utf8(stdout).map_err(|_| BalanceError::Output {
+            group: group.clone(),
+            error: HbalError {
+                line: 0,
+                message: "not UTF-8".into(),
+            },
+        })?;
+        let plan = hbal::parse(&stdout)
+            .and_then(|plan| plan.resolve(&nodes, &instances))
+            .map_err(|error| BalanceError::Output {
+                group: group.clone(),
+                error,
+            })?;
+        out.push((group, plan));
+    }
+    Ok(out)
+}
+
+/// Where a balancing move is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveState {
+    /// Stored; its job may or may not have been submitted.
+    Planned,
+    /// Its job was submitted.
+    Submitted,
+    /// Its job succeeded.
+    Succeeded,
+    /// Its job failed, or it was never submitted.
+    Failed,
+}
+
+impl MoveState {
+    /// Planned or submitted.
+    pub const fn is_in_flight(self) -> bool {
+        matches!(self, Self::Planned | Self::Submitted)
+    }
+}
+
+/// One Ganeti operation of an admitted balancing job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BalanceMove {
+    /// The balancing run (one per hbal run; in the reason trail).
+    pub run: Uuid,
+    /// Unique within the run: `<instance>-<n>` (the reason's intent).
+    pub key: String,
+    /// The gate proposal's holder.
+    pub holder: Uuid,
+    /// The node group.
+    pub group: String,
+    /// The instance.
+    pub instance: String,
+    /// The operation.
+    pub op: HbalOp,
+    /// Where it is.
+    pub state: MoveState,
+    /// Its Ganeti job, once submitted.
+    pub job_id: Option<JobId>,
+    /// Unix ms when stored.
+    pub created_ms: u64,
+    /// Unix ms when finished.
+    pub finished_ms: Option<u64>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// One node group's plan, for the status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupPlan {
+    /// The node group.
+    pub group: String,
+    /// hbal's score before.
+    pub initial_score: Option<f64>,
+    /// hbal's score after its whole solution.
+    pub final_score: Option<f64>,
+    /// Job sets in hbal's solution.
+    pub jobsets: usize,
+}
+
+/// What balancing did last, for the status page and the API.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct BalanceStatus {
+    /// Unix ms of the last hbal run.
+    pub last_run_ms: Option<u64>,
+    /// The last run.
+    pub run: Option<Uuid>,
+    /// Why the last run gave no plan (hbal missing or failing, bad output, cluster unreadable).
+    pub error: Option<String>,
+    /// Why balancing waits (operations of the last run in flight).
+    pub waiting: Option<String>,
+    /// The plans of the last run.
+    pub groups: Vec<GroupPlan>,
+    /// The jobs proposed to the gate (`instance: from => to`).
+    pub proposed: Vec<String>,
+    /// Jobs left out, with why.
+    pub left_out: Vec<LeftOut>,
+    /// Jobs the gate refused, with what blocked them.
+    pub refused: Vec<(String, String)>,
+    /// Jobs submitted by the last run.
+    pub submitted: Vec<String>,
+}
+
+/// Balancing metrics.
+#[derive(Clone, Default)]
+pub struct BalancingMetrics {
+    runs: Family<Vec<(&'static str, String)>, Counter>,
+    moves: Family<Vec<(&'static str, String)>, Counter>,
+    hbal_ok: Gauge,
+}
+
+impl fmt::Debug for BalancingMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BalancingMetrics").finish_non_exhaustive()
+    }
+}
+
+impl BalancingMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "nodecare_coordinator_balancing_runs",
+            "hbal runs of the balancing duty, by result (ok, failed)",
+            metrics.runs.clone(),
+        );
+        registry.register(
+            "nodecare_coordinator_balancing_moves",
+            "Balancing jobs by outcome (proposed, left-out, refused, submitted, succeeded, failed)",
+            metrics.moves.clone(),
+        );
+        registry.register(
+            "nodecare_coordinator_balancing_hbal_ok",
+            "1 when the last hbal run gave a plan, 0 when hbal was missing or failed",
+            metrics.hbal_ok.clone(),
+        );
+        for result in ["ok", "failed"] {
+            metrics
+                .runs
+                .get_or_create(&vec![("result", result.to_owned())])
+                .inc_by(0);
+        }
+        for outcome in [
+            "proposed",
+            "left-out",
+            "refused",
+            "submitted",
+            "succeeded",
+            "failed",
+        ] {
+            metrics
+                .moves
+                .get_or_create(&vec![("outcome", outcome.to_owned())])
+                .inc_by(0);
+        }
+        metrics
+    }
+
+    fn run(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.runs
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+        self.hbal_ok.set(i64::from(ok));
+    }
+
+    fn moves(&self, outcome: &str, count: usize) {
+        self.moves
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+    }
+}
+
+/// The balancing duty's proposals of one round.
+#[derive(Debug, Clone, Default)]
+pub struct BalancingRound {
+    /// The run (when hbal ran this round).
+    pub run: Option<Uuid>,
+    /// The proposals and left-out jobs.
+    pub proposals: Proposals,
+}
+
+/// The balancing duty's executor.
+#[derive(Debug)]
+pub struct Balancer {
+    config: BalancingConfig,
+    source: Option<Arc<dyn ClusterSource>>,
+    last_run_ms: Mutex<Option<u64>>,
+}
+
+fn intent_key(instance: &str, n: usize) -> String {
+    // As `Reason::new` writes the intent, so that the trail finds the move back.
+    let instance: String = instance
+        .chars()
+        .map(|c| {
+            if c.is_whitespace() || c == ':' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect();
+    format!("{instance}-{n}")
+}
+
+impl Balancer {
+    /// A balancer reading the cluster from `source`.
+    pub fn new(config: BalancingConfig, source: Option<Arc<dyn ClusterSource>>) -> Self {
+        Self {
+            config,
+            source,
+            last_run_ms: Mutex::new(None),
+        }
+    }
+
+    /// Reads the cluster from `source` from now on.
+    pub fn set_source(&mut self, source: Arc<dyn ClusterSource>) {
+        self.source = Some(source);
+    }
+
+    fn set_status(board: &Board, update: impl FnOnce(&mut BalanceStatus)) {
+        if let Ok(mut status) = board.balancing.write() {
+            update(status.get_or_insert_with(BalanceStatus::default));
+        }
+    }
+
+    /// Runs hbal when due and proposes the first job set of its plans; nothing when balancing
+    /// is off, not due, or waits for the last run's operations.
+    pub async fn propose(
+        &self,
+        store: &Store,
+        board: &Board,
+        incidents: &[Incident],
+        nodes: &[Node],
+        in_force: &InForce,
+        now_ms: u64,
+    ) -> Result<BalancingRound, StoreError> {
+        if !self.config.enabled {
+            return Ok(BalancingRound::default());
+        }
+        let in_flight = store
+            .balancing_moves()?
+            .iter()
+            .filter(|m| m.state.is_in_flight())
+            .count();
+        if in_flight > 0 {
+            Self::set_status(board, |s| {
+                s.waiting = Some(format!(
+                    "{in_flight} operation(s) of the last run in flight"
+                ));
+            });
+            return Ok(BalancingRound::default());
+        }
+        {
+            let mut last = self
+                .last_run_ms
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let interval = (self.config.interval * 1000.0) as u64;
+            if last.is_some_and(|last| now_ms.saturating_sub(last) < interval) {
+                return Ok(BalancingRound::default());
+            }
+            *last = Some(now_ms);
+        }
+        let run = Uuid::new_v4();
+        let result = match &self.source {
+            None => Err(BalanceError::Cluster("no RAPI source configured".into())),
+            Some(source) => match source.cluster().await {
+                Ok(cluster) => plans(&self.config, &cluster).await,
+                Err(error) => Err(BalanceError::Cluster(error)),
+            },
+        };
+        let plans = match result {
+            Ok(plans) => plans,
+            Err(error) => {
+                tracing::warn!(%error, "balancing: no plan");
+                board.metrics.balancing.run(false);
+                Self::set_status(board, |s| {
+                    *s = BalanceStatus {
+                        last_run_ms: Some(now_ms),
+                        run: Some(run),
+                        error: Some(error.to_string()),
+                        ..BalanceStatus::default()
+                    };
+                });
+                return Ok(BalancingRound::default());
+            }
+        };
+        board.metrics.balancing.run(true);
+        let blocked = balancing::blocked_nodes(incidents, nodes, in_force);
+        let proposals = balancing::propose(&plans, &blocked, now_ms, Uuid::new_v4);
+        board
+            .metrics
+            .balancing
+            .moves("proposed", proposals.proposals.len());
+        board
+            .metrics
+            .balancing
+            .moves("left-out", proposals.left_out.len());
+        for left in &proposals.left_out {
+            tracing::info!(instance = %left.job.instance, why = %left.why, "balancing: move left out");
+        }
+        Self::set_status(board, |s| {
+            *s = BalanceStatus {
+                last_run_ms: Some(now_ms),
+                run: Some(run),
+                groups: plans
+                    .iter()
+                    .map(|(group, plan)| GroupPlan {
+                        group: group.clone(),
+                        initial_score: plan.initial_score,
+                        final_score: plan.final_score,
+                        jobsets: plan.jobsets.len(),
+                    })
+                    .collect(),
+                proposed: proposals
+                    .jobs
+                    .iter()
+                    .map(|p| format!("{}: {} => {}", p.job.instance, p.job.from, p.job.to))
+                    .collect(),
+                left_out: proposals.left_out.clone(),
+                ..BalanceStatus::default()
+            };
+        });
+        Ok(BalancingRound {
+            run: Some(run),
+            proposals,
+        })
+    }
+
+    /// Stores and submits the operations of the balancing jobs the gate admitted; returns how
+    /// many Ganeti jobs were submitted.
+    pub async fn execute(
+        &self,
+        ganeti: &dyn Ganeti,
+        store: &Store,
+        board: &Board,
+        decision: &Decision,
+        round: &BalancingRound,
+        now_ms: u64,
+    ) -> Result<usize, StoreError> {
+        let Some(run) = round.run else {
+            return Ok(0);
+        };
+        let mut submitted_jobs = 0;
+        let mut refused = Vec::new();
+        let mut started = Vec::new();
+        for judgement in &decision.judgements {
+            let Holder::Balancing { id } = &judgement.proposal.holder else {
+                continue;
+            };
+            let Some(proposed) = round.proposals.job(*id) else {
+                continue;
+            };
+            if let Err(blocked) = &judgement.outcome {
+                tracing::info!(instance = %proposed.job.instance, %blocked, "balancing: move refused by the gate");
+                refused.push((proposed.job.instance.clone(), blocked.to_string()));
+                continue;
+            }
+            let mut moves: Vec<BalanceMove> = proposed
+                .job
+                .ops
+                .iter()
+                .enumerate()
+                .map(|(n, op)| BalanceMove {
+                    run,
+                    key: intent_key(&proposed.job.instance, n + 1),
+                    holder: *id,
+                    group: proposed.group.clone(),
+                    instance: proposed.job.instance.clone(),
+                    op: op.clone(),
+                    state: MoveState::Planned,
+                    job_id: None,
+                    created_ms: now_ms,
+                    finished_ms: None,
+                    error: None,
+                })
+                .collect();
+            // Durable before anything is submitted.
+            store.save_balancing_moves(&moves)?;
+            let mut previous: Option<JobId> = None;
+            for m in &mut moves {
+                let reason = Reason::new(
+                    run,
+                    m.key.clone(),
+                    format!(
+                        "balancing ({} {} => {}): {} {}",
+                        proposed.group, proposed.job.from, proposed.job.to, m.op, m.instance
+                    ),
+                )
+                .after(previous);
+                let result = match &m.op {
+                    HbalOp::Migrate { target } => {
+                        ganeti
+                            .migrate_instance(&m.instance, target.as_deref(), &reason)
+                            .await
+                    }
+                    HbalOp::Failover { target } => {
+                        ganeti
+                            .failover_instance(&m.instance, target.as_deref(), &reason)
+                            .await
+                    }
+                    HbalOp::ReplaceSecondary { node } => {
+                        let mode = ReplaceDisksMode::ReplaceNewSecondary {
+                            remote_node: Some(node.clone()),
+                            iallocator: None,
+                        };
+                        ganeti.replace_disks(&m.instance, &mode, &reason).await
+                    }
+                };
+                match result {
+                    Ok(job) => {
+                        m.state = MoveState::Submitted;
+                        m.job_id = Some(job);
+                        store.save_balancing_moves(std::slice::from_ref(m))?;
+                        submitted_jobs += 1;
+                        previous = Some(job);
+                        tracing::info!(%run, key = %m.key, job, "balancing: job submitted");
+                    }
+                    Err(error) => {
+                        // Uncertain: the job may exist. The next poll adopts it by its
+                        // reason, or gives the rest of this job up.
+                        tracing::warn!(%run, key = %m.key, %error, "balancing: submission failed");
+                        break;
+                    }
+                }
+            }
+            if previous.is_some() {
+                started.push(format!(
+                    "{}: {} => {}",
+                    proposed.job.instance, proposed.job.from, proposed.job.to
+                ));
+            }
+        }
+        board.metrics.balancing.moves("refused", refused.len());
+        board.metrics.balancing.moves("submitted", started.len());
+        Self::set_status(board, |s| {
+            s.refused = refused;
+            s.submitted = started;
+            s.waiting = None;
+        });
+        Ok(submitted_jobs)
+    }
+
+    /// Follows the stored operations: adopts or gives up those stored but not known as
+    /// submitted, and records the outcome of submitted jobs.
+    pub async fn poll(
+        &self,
+        ganeti: &dyn Ganeti,
+        store: &Store,
+        board: &Board,
+        now_ms: u64,
+    ) -> Result<(), StoreError> {
+        let moves = store.balancing_moves()?;
+        let mut changed: Vec<BalanceMove> = Vec::new();
+        let planned: Vec<&BalanceMove> = moves
+            .iter()
+            .filter(|m| m.state == MoveState::Planned)
+            .collect();
+        if !planned.is_empty() {
+            let jobs = match ganeti.jobs().await {
+                Ok(jobs) => jobs,
+                Err(error) => {
+                    tracing::warn!(%error, "balancing: cannot list jobs");
+                    return Ok(());
+                }
+            };
+            let by_reason: BTreeMap<(Uuid, String), JobId> = jobs
+                .iter()
+                .filter_map(|job| {
+                    job.nodecare_reason()
+                        .map(|r| ((r.incident, r.intent), job.id))
+                })
+                .collect();
+            for m in planned {
+                let mut m = m.clone();
+                match by_reason.get(&(m.run, m.key.clone())) {
+                    Some(&job) => {
+                        m.state = MoveState::Submitted;
+                        m.job_id = Some(job);
+                        tracing::info!(run = %m.run, key = %m.key, job, "balancing: adopted job");
+                    }
+                    None => {
+                        m.state = MoveState::Failed;
+                        m.finished_ms = Some(now_ms);
+                        m.error = Some("never submitted".into());
+                        board.metrics.balancing.moves("failed", 1);
+                    }
+                }
+                changed.push(m);
+            }
+        }
+        for m in moves.iter().filter(|m| m.state == MoveState::Submitted) {
+            let Some(job_id) = m.job_id else { continue };
+            let outcome = match ganeti.job(job_id).await {
+                Ok(job) if job.status.is_final() => {
+                    if job.status == JobStatus::Success {
+                        Ok(())
+                    } else {
+                        let errors = if job.errors.is_empty() {
+                            job.status.as_str().to_owned()
+                        } else {
+                            job.errors.join("; ")
+                        };
+                        Err(format!("job {job_id} {}: {errors}", job.status.as_str()))
+                    }
+                }
+                Ok(_) => continue,
+                Err(GanetiError::NotFound(_)) => {
+                    Err(format!("job {job_id} vanished from Ganeti's queue"))
+                }
+                Err(error) => {
+                    tracing::warn!(job = job_id, %error, "balancing: cannot read job status");
+                    continue;
+                }
+            };
+            let mut m = m.clone();
+            m.finished_ms = Some(now_ms);
+            match outcome {
+                Ok(()) => {
+                    m.state = MoveState::Succeeded;
+                    board.metrics.balancing.moves("succeeded", 1);
+                }
+                Err(why) => {
+                    tracing::warn!(run = %m.run, key = %m.key, %why, "balancing: job failed");
+                    m.state = MoveState::Failed;
+                    m.error = Some(why);
+                    board.metrics.balancing.moves("failed", 1);
+                }
+            }
+            changed.push(m);
+        }
+        if !changed.is_empty() {
+            store.save_balancing_moves(&changed)?;
+        }
+        let forgotten = store.prune_balancing_moves(now_ms.saturating_sub(MOVES_KEPT_MS))?;
+        if forgotten > 0 {
+            tracing::debug!(forgotten, "balancing: old finished moves forgotten");
+        }
+        let in_flight = moves
+            .iter()
+            .filter(|m| m.state.is_in_flight())
+            .count()
+            .saturating_sub(changed.iter().filter(|m| !m.state.is_in_flight()).count());
+        if in_flight == 0 {
+            Self::set_status(board, |s| s.waiting = None);
+        }
+        Ok(())
+    }
+}

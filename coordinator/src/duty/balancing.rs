@@ -1,0 +1,325 @@
+//! Balancing (pure): Ganeti's own balancer decides the moves, this duty turns the first job set
+//! of its plan into proposals for the gate.
+//!
+//! Each round the duty is due, [`crate::balance`] writes the cluster in the htools text format,
+//! runs `hbal` on it per node group and reads the plan ([`nodecare_roll::hbal`]). Only the first
+//! job set is proposed (its jobs touch disjoint nodes); a job that touches a node with an active
+//! incident or held by another holder (an incident, a campaign, a grant, a node drained or
+//! offline outside nodecare) is left out with the reason, and the gate refuses the same jobs on
+//! its own. Every proposal disrupts nothing and touches the job's old and new nodes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use nodecare_roll::hbal::{HbalJob, HbalOptions, HbalPlan};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::ganeti::Node;
+use crate::gate::{Duty, Holder, InForce, Proposal};
+use crate::incident::Incident;
+
+/// `[balancing]`: off by default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BalancingConfig {
+    /// Run hbal and propose its moves.
+    pub enabled: bool,
+    /// Node groups to balance (names or uuids); empty: every group.
+    pub groups: Vec<String>,
+    /// Minimum score gain of a step (hbal `-g`; `--min-gain-limit` is ten times it).
+    pub min_gain: f64,
+    /// Allow moves that copy disks (new DRBD secondaries); by default only migrations and
+    /// failovers.
+    pub disk_moves: bool,
+    /// Seconds between two hbal runs (a run's jobs finish before the next run).
+    pub interval: f64,
+    /// The hbal executable.
+    pub hbal: PathBuf,
+    /// Seconds hbal may take.
+    pub timeout: f64,
+}
+
+impl Default for BalancingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            groups: Vec::new(),
+            min_gain: 0.01,
+            disk_moves: false,
+            interval: 300.0,
+            hbal: PathBuf::from("/usr/bin/hbal"),
+            timeout: 60.0,
+        }
+    }
+}
+
+impl BalancingConfig {
+    /// Checks value ranges.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.min_gain.is_finite() && self.min_gain >= 0.0 && self.min_gain < 1e6) {
+            return Err(format!(
+                "balancing.min_gain must be at least 0, got {}",
+                self.min_gain
+            ));
+        }
+        for (name, value, min) in [
+            ("balancing.interval", self.interval, 1.0),
+            ("balancing.timeout", self.timeout, 1.0),
+        ] {
+            if !(value.is_finite() && value >= min && value <= 1e9) {
+                return Err(format!(
+                    "{name} must be between {min} and 1e9 seconds, got {value}"
+                ));
+            }
+        }
+        if self.groups.iter().any(String::is_empty) {
+            return Err("balancing.groups: empty group name".into());
+        }
+        Ok(())
+    }
+
+    /// hbal's options for `group`.
+    pub fn hbal_options(&self, group: Option<&str>) -> HbalOptions {
+        HbalOptions {
+            group: group.map(str::to_owned),
+            min_gain: self.min_gain,
+            disk_moves: self.disk_moves,
+        }
+    }
+
+    /// The node groups to run hbal on, of the groups `present` (name → uuid) holding nodes.
+    pub fn groups_to_balance(&self, present: &BTreeMap<String, String>) -> Vec<String> {
+        present
+            .iter()
+            .filter(|(name, uuid)| {
+                self.groups.is_empty() || self.groups.iter().any(|g| g == *name || g == *uuid)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+}
+
+/// The nodes balancing must not touch, each with why: nodes with an active incident and nodes
+/// another holder holds (including nodes drained or offline outside nodecare).
+pub fn blocked_nodes(
+    incidents: &[Incident],
+    nodes: &[Node],
+    in_force: &InForce,
+) -> BTreeMap<String, String> {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let mut blocked: BTreeMap<String, String> = BTreeMap::new();
+    for (node, holder) in &in_force.nodes {
+        if !matches!(holder, Holder::Balancing { .. }) {
+            blocked.insert(node.clone(), format!("held by {holder}"));
+        }
+    }
+    for incident in incidents.iter().filter(|i| i.is_active()) {
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        blocked.entry(node.name.clone()).or_insert_with(|| {
+            format!("incident {} ({})", incident.uuid, incident.action.as_str())
+        });
+    }
+    blocked
+}
+
+/// A job of hbal's first job set the duty left out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeftOut {
+    /// The node group.
+    pub group: String,
+    /// The job.
+    pub job: HbalJob,
+    /// Why.
+    pub why: String,
+}
+
+/// A job the duty proposes, with its holder.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Proposed {
+    /// The node group.
+    pub group: String,
+    /// The proposal's holder id.
+    pub id: Uuid,
+    /// The job.
+    pub job: HbalJob,
+}
+
+/// What the balancing duty proposes this round.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Proposals {
+    /// One proposal per job of the first job sets, for the gate.
+    pub proposals: Vec<Proposal>,
+    /// The jobs behind the proposals, by holder id.
+    pub jobs: Vec<Proposed>,
+    /// The jobs left out, each with why.
+    pub left_out: Vec<LeftOut>,
+}
+
+impl Proposals {
+    /// The job of the proposal held by `id`.
+    pub fn job(&self, id: Uuid) -> Option<&Proposed> {
+        self.jobs.iter().find(|p| p.id == id)
+    }
+}
+
+/// The proposals of the first job set of each group's plan (`plans`: group → plan with full
+/// names). `new_id` names each proposal's holder.
+pub fn propose(
+    plans: &[(String, HbalPlan)],
+    blocked: &BTreeMap<String, String>,
+    since_ms: u64,
+    mut new_id: impl FnMut() -> Uuid,
+) -> Proposals {
+    let mut out = Proposals::default();
+    for (group, plan) in plans {
+        let first = plan.first_jobset(blocked);
+        for (job, why) in first.left_out {
+            out.left_out.push(LeftOut {
+                group: group.clone(),
+                job,
+                why,
+            });
+        }
+        for job in first.jobs {
+            let id = new_id();
+            let ops: Vec<String> = job.ops.iter().map(ToString::to_string).collect();
+            out.proposals.push(Proposal {
+                duty: Duty::Balancing,
+                holder: Holder::Balancing { id },
+                subject: format!("instance {}", job.instance),
+                invasiveness: u8::from(job.ops.iter().any(|op| op.is_disk_move())),
+                since_ms,
+                disrupts: BTreeSet::new(),
+                touches: job.nodes(),
+                moves_memory: Some(0),
+                reason: format!(
+                    "hbal: {} {} => {} ({}; score {:.8})",
+                    job.instance,
+                    job.from,
+                    job.to,
+                    ops.join(", "),
+                    job.score_after
+                ),
+            });
+            out.jobs.push(Proposed {
+                group: group.clone(),
+                id,
+                job,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gate::{self, Policy, View};
+    use crate::incident::Action;
+    use crate::plan::tests_support::{incident_on, node};
+
+    const SHARED: &str = include_str!("../../../roll/tests/data/hbal/shared-n1-restriction.out");
+
+    fn counter() -> impl FnMut() -> Uuid {
+        let mut n = 0u128;
+        move || {
+            n += 1;
+            Uuid::from_u128(n)
+        }
+    }
+
+    #[test]
+    fn first_jobset_only_minus_blocked_nodes() {
+        let plan = nodecare_roll::hbal::parse(SHARED).unwrap();
+        let nodes: Vec<Node> = ["nodeA", "nodeB", "nodeC", "nodeD"]
+            .iter()
+            .map(|n| node(n))
+            .collect();
+        let incident = incident_on(1, &nodes[2], Action::Evacuate, 1.0);
+        let blocked = blocked_nodes(std::slice::from_ref(&incident), &nodes, &InForce::default());
+        assert_eq!(
+            blocked,
+            BTreeMap::from([(
+                "nodeC".to_owned(),
+                format!("incident {} (evacuate)", incident.uuid)
+            )])
+        );
+        let out = propose(&[("group-01".into(), plan)], &blocked, 5, counter());
+        assert_eq!(out.proposals.len(), 1);
+        let p = &out.proposals[0];
+        assert_eq!(
+            p.holder,
+            Holder::Balancing {
+                id: Uuid::from_u128(1)
+            }
+        );
+        assert_eq!(p.subject, "instance instB1");
+        assert!(p.disrupts.is_empty());
+        assert_eq!(
+            p.touches,
+            BTreeSet::from(["nodeA".to_owned(), "nodeB".to_owned()])
+        );
+        assert_eq!(out.left_out.len(), 1);
+        assert_eq!(out.left_out[0].job.instance, "instD1");
+        assert!(out.left_out[0].why.starts_with("nodeC: incident "));
+        assert_eq!(out.job(Uuid::from_u128(1)).unwrap().job.instance, "instB1");
+    }
+
+    #[test]
+    fn held_nodes_are_blocked_and_the_gate_agrees() {
+        let plan = nodecare_roll::hbal::parse(SHARED).unwrap();
+        let mut nodes: Vec<Node> = ["nodeA", "nodeB", "nodeC", "nodeD"]
+            .iter()
+            .map(|n| node(n))
+            .collect();
+        nodes[3].drained = true;
+        let view = View::from_cluster(
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            &gate::DomainSource::NodeGroup,
+            Vec::new(),
+            0,
+        );
+        let in_force = InForce::new(&view, Vec::new());
+        let blocked = blocked_nodes(&[], &nodes, &in_force);
+        assert_eq!(
+            blocked.get("nodeD").map(String::as_str),
+            Some("held by drained outside nodecare")
+        );
+        // Without the duty's own filter, the gate refuses the same job.
+        let unfiltered = propose(&[("g".into(), plan)], &BTreeMap::new(), 0, counter());
+        let decision = gate::decide(&view, &Policy::default(), &in_force, unfiltered.proposals);
+        let refused: Vec<&str> = decision
+            .refused()
+            .map(|(p, _)| p.subject.as_str())
+            .collect();
+        assert_eq!(refused, ["instance instD1"]);
+        assert_eq!(decision.admitted().count(), 1);
+    }
+
+    #[test]
+    fn config_defaults_and_validation() {
+        let config = BalancingConfig::default();
+        assert!(!config.enabled);
+        assert!(config.validate().is_ok());
+        let bad = BalancingConfig {
+            min_gain: -1.0,
+            ..BalancingConfig::default()
+        };
+        assert!(bad.validate().is_err());
+        let groups = BTreeMap::from([
+            ("g1".to_owned(), "u1".to_owned()),
+            ("g2".to_owned(), "u2".to_owned()),
+        ]);
+        assert_eq!(config.groups_to_balance(&groups), ["g1", "g2"]);
+        let only = BalancingConfig {
+            groups: vec!["u2".into()],
+            ..BalancingConfig::default()
+        };
+        assert_eq!(only.groups_to_balance(&groups), ["g2"]);
+    }
+}
