@@ -53,6 +53,9 @@ pub(crate) fn note_cell(incident: &IncidentSummary) -> String {
     if let Some(failure) = &incident.failure {
         notes.push(format!("failed: {failure}"));
     }
+    if let Some(warning) = &incident.warning {
+        notes.push(format!("warning: {warning}"));
+    }
     if incident.repair_status == "failed" && !incident.tag_applied {
         notes.push("failure tag not yet on the node".to_owned());
     }

@@ -192,6 +192,9 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
     if let Some(failure) = &i.failure {
         line(2, format!("failure: {failure}"));
     }
+    if let Some(warning) = &i.warning {
+        line(2, format!("warning: {warning}"));
+    }
     if let Some(ctime) = detail.ctime {
         line(2, format!("created: {}", utc(ctime)));
     }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerPolicy;
 use crate::gate::{Caps, DomainSource};
+use crate::plan::{EvacuationPolicy, ImmovablePolicy};
 use crate::scrape::{AgentUrls, DEFAULT_AGENT_URL_TEMPLATE};
 
 /// Default configuration file.
@@ -100,6 +101,16 @@ pub struct Config {
     /// Submit an evacuation as one Ganeti job chain per round (drain, moves, tag depending on
     /// each other); `false` submits one step per round, each after the previous step's jobs.
     pub job_chains: bool,
+    /// Set a node offline once its evacuation emptied it, before tagging it repairready
+    /// (maintd's "evacuate and offline").
+    pub offline_after_evacuation: bool,
+    /// What an evacuation does with instances that cannot leave the node (`plain`, `file`):
+    /// `fail` the incident, `leave` them (the node stays online; the incident completes with
+    /// a warning naming them) or `shutdown` them before the node is offlined.
+    pub immovable_instances: ImmovablePolicy,
+    /// When an operator acknowledges an incident (removes its tag), return the node to
+    /// service: online it if nodecare offlined it, undrain it if nodecare drained it.
+    pub undrain_on_ack: bool,
     /// Agents.
     pub agents: AgentsConfig,
     /// Ganeti RAPI.
@@ -204,6 +215,9 @@ impl Default for Config {
             grace: 600.0,
             breaker: BreakerPolicy::default(),
             job_chains: true,
+            offline_after_evacuation: true,
+            immovable_instances: ImmovablePolicy::Fail,
+            undrain_on_ack: false,
             agents: AgentsConfig::default(),
             rapi: RapiSection::default(),
             notify: NotifySection::default(),
@@ -396,6 +410,14 @@ impl Config {
         }
     }
 
+    /// How evacuations end.
+    pub const fn evacuation_policy(&self) -> EvacuationPolicy {
+        EvacuationPolicy {
+            immovable: self.immovable_instances,
+            offline_after_evacuation: self.offline_after_evacuation,
+        }
+    }
+
     /// Where failure domains come from (checked by [`Config::validate`]; `group` otherwise).
     pub fn domain_source(&self) -> DomainSource {
         DomainSource::parse(&self.failure_domains).unwrap_or_default()
@@ -491,6 +513,32 @@ mod tests {
     }
 
     #[test]
+    fn node_repair_settings_parse_and_bad_values_name_the_key() {
+        for (text, immovable) in [
+            ("fail", ImmovablePolicy::Fail),
+            ("leave", ImmovablePolicy::Leave),
+            ("shutdown", ImmovablePolicy::Shutdown),
+        ] {
+            let config = Config::parse(&format!(
+                "immovable_instances = \"{text}\"\noffline_after_evacuation = false\nundrain_on_ack = true\n"
+            ))
+            .unwrap();
+            config.validate().unwrap();
+            assert_eq!(config.immovable_instances, immovable);
+            assert_eq!(immovable.as_str(), text);
+            assert!(!config.evacuation_policy().offline_after_evacuation);
+            assert!(config.undrain_on_ack);
+        }
+        let error = Config::parse("immovable_instances = \"migrate\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("immovable_instances") || error.contains("migrate"),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn full_file_parses() {
         let config = Config::parse(
             r#"
@@ -511,6 +559,14 @@ mod tests {
         assert_eq!(config.caps().max_disrupted_nodes, 2);
         assert_eq!(config.agent_urls().overrides.len(), 1);
         assert!(Config::load(Path::new("/nonexistent/coordinator.toml"), true).is_err());
+        assert_eq!(
+            config.evacuation_policy(),
+            EvacuationPolicy {
+                immovable: ImmovablePolicy::Fail,
+                offline_after_evacuation: true
+            }
+        );
+        assert!(!config.undrain_on_ack);
         assert_eq!(
             Config::load(Path::new("/nonexistent/coordinator.toml"), false).unwrap(),
             Config::default()

@@ -111,6 +111,8 @@ impl Coordinator {
                 grace: crate::config::Config::duration(config.grace),
             },
             job_chains: config.job_chains,
+            evacuation: config.evacuation_policy(),
+            undrain_on_ack: config.undrain_on_ack,
             job_timeout: Config::duration(config.job_timeout),
             repair_timeout: Config::duration(config.repair_timeout),
             repair_poll: Config::duration(config.repair_poll),

@@ -7,6 +7,9 @@
 //! the node uuid, the fingerprint, a history and `blocked_by`.
 //!
 //! Lifecycle: `noted → pending → completed | failed`, and `noted | pending → canceled`.
+//! A more invasive verdict on the node of an open (noted or pending) incident escalates it
+//! (`live-repair → evacuate → evacuate-failover`): same uuid and tag, the new verdict and
+//! action, a history line; a less invasive verdict never de-escalates one.
 //! Completed and failed incidents carry a node tag (`maintd:repairready:<uuid>` or
 //! `maintd:repairfailed:<uuid>`); removing that tag acknowledges the incident. A canceled,
 //! acknowledged-completed or never-started incident is forgotten once it is no longer observed;
@@ -98,6 +101,20 @@ impl Action {
     pub const fn is_evacuation(self) -> bool {
         matches!(self, Self::Evacuate | Self::EvacuateFailover)
     }
+
+    /// How invasive the action is: live-repair 1, evacuate 2, evacuate-failover 3.
+    pub const fn invasiveness(self) -> u8 {
+        match self {
+            Self::LiveRepair => 1,
+            Self::Evacuate => 2,
+            Self::EvacuateFailover => 3,
+        }
+    }
+
+    /// Whether `self` asks for more than `other` (an incident asking for `other` escalates).
+    pub const fn is_more_invasive_than(self, other: Self) -> bool {
+        self.invasiveness() > other.invasiveness()
+    }
 }
 
 /// One line of an incident's history.
@@ -154,6 +171,9 @@ pub struct Incident {
     pub blocked_by: Option<String>,
     /// Why the incident failed, if it did.
     pub failure: Option<String>,
+    /// What an operator must know about a completed incident (instances left on the node).
+    #[serde(default)]
+    pub warning: Option<String>,
     /// What happened so far, oldest first (at most [`HISTORY_LIMIT`] entries).
     pub history: Vec<HistoryEntry>,
 }
@@ -183,6 +203,18 @@ pub enum Event {
     Blocked(String),
     /// The reason for blocking no longer holds.
     Unblocked,
+    /// The node now reports a more invasive verdict: the open incident asks for `action` from
+    /// now on (same uuid and tag; the verdict, original and fingerprint are replaced).
+    Escalate {
+        /// The new, more invasive action.
+        action: Action,
+        /// The new verdict.
+        verdict: NodeVerdict,
+        /// The new verdict as the node signed it.
+        original: CanonicalJson,
+    },
+    /// Something an operator must know when the incident completes (kept in `warning`).
+    Warning(String),
 }
 
 /// What the owner of the incident should do after an event.
@@ -238,6 +270,7 @@ impl Incident {
             acknowledged_at: None,
             blocked_by: None,
             failure: None,
+            warning: None,
             history: Vec::new(),
         };
         incident.record(
@@ -373,6 +406,42 @@ impl Incident {
                 }
                 Ok(Disposition::Keep)
             }
+            Event::Escalate {
+                action,
+                verdict,
+                original,
+            } => {
+                if !self.repair_status.is_active() {
+                    return Err(self.refuse("escalating"));
+                }
+                if !action.is_more_invasive_than(self.action) {
+                    return Err(self.refuse(&format!(
+                        "changing {} to {} (never de-escalated)",
+                        self.action.as_str(),
+                        action.as_str()
+                    )));
+                }
+                let from = self.action;
+                self.action = action;
+                self.fingerprint.clone_from(&verdict.fingerprint);
+                self.verdict = verdict;
+                self.original = original;
+                self.observed = true;
+                self.blocked_by = None;
+                let event = format!("escalated from {} to {}", from.as_str(), action.as_str());
+                self.touch(now, &event);
+                Ok(Disposition::Keep)
+            }
+            Event::Warning(what) => {
+                if !self.repair_status.is_active() {
+                    return Err(self.refuse("warning"));
+                }
+                if self.warning.as_deref() != Some(what.as_str()) {
+                    self.warning = Some(what.clone());
+                    self.touch(now, &format!("warning: {what}"));
+                }
+                Ok(Disposition::Keep)
+            }
         }
     }
 
@@ -455,26 +524,174 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn incident() -> Incident {
+    /// A verdict with `status` from one script whose details are `details`.
+    fn verdict(status: &str, details: &str) -> (NodeVerdict, CanonicalJson) {
+        let script = format!(r#"{{"status":"{status}","command":"fix","details":"{details}"}}"#);
         let verdict = nodecare_protocol::NodeVerdict::merge(
             [(
                 "disk".to_owned(),
-                nodecare_protocol::ScriptVerdict::parse(br#"{"status":"evacuate"}"#).unwrap(),
+                nodecare_protocol::ScriptVerdict::parse(script.as_bytes()).unwrap(),
             )]
             .into_iter()
             .collect(),
         )
         .unwrap();
         let original = CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap();
+        (verdict, original)
+    }
+
+    fn incident_for(action: Action) -> Incident {
+        let (verdict, original) = verdict(action.as_str(), "x");
         Incident::new(
             Uuid::from_u128(7),
             "node1",
             "uuid-node1",
             verdict,
             original,
-            Action::Evacuate,
+            action,
             100.0,
         )
+    }
+
+    fn incident() -> Incident {
+        incident_for(Action::Evacuate)
+    }
+
+    fn escalate(to: Action, details: &str) -> Event {
+        let (verdict, original) = verdict(to.as_str(), details);
+        Event::Escalate {
+            action: to,
+            verdict,
+            original,
+        }
+    }
+
+    #[test]
+    fn escalation_keeps_the_incident_and_never_goes_back() {
+        // (from, to, status before, allowed)
+        let table = [
+            (
+                Action::LiveRepair,
+                Action::Evacuate,
+                RepairStatus::Noted,
+                true,
+            ),
+            (
+                Action::LiveRepair,
+                Action::EvacuateFailover,
+                RepairStatus::Pending,
+                true,
+            ),
+            (
+                Action::Evacuate,
+                Action::EvacuateFailover,
+                RepairStatus::Pending,
+                true,
+            ),
+            (
+                Action::Evacuate,
+                Action::LiveRepair,
+                RepairStatus::Pending,
+                false,
+            ),
+            (
+                Action::EvacuateFailover,
+                Action::Evacuate,
+                RepairStatus::Noted,
+                false,
+            ),
+            (
+                Action::Evacuate,
+                Action::Evacuate,
+                RepairStatus::Noted,
+                false,
+            ),
+            (
+                Action::LiveRepair,
+                Action::Evacuate,
+                RepairStatus::Completed,
+                false,
+            ),
+            (
+                Action::LiveRepair,
+                Action::Evacuate,
+                RepairStatus::Failed,
+                false,
+            ),
+            (
+                Action::LiveRepair,
+                Action::Evacuate,
+                RepairStatus::Canceled,
+                false,
+            ),
+        ];
+        for (from, to, status, allowed) in table {
+            let mut i = incident_for(from);
+            match status {
+                RepairStatus::Noted => {}
+                RepairStatus::Pending => {
+                    i.apply(Event::JobSubmitted(1), 101.0).unwrap();
+                }
+                RepairStatus::Completed => {
+                    i.apply(Event::JobSubmitted(1), 101.0).unwrap();
+                    i.apply(Event::TagApplied, 101.0).unwrap();
+                }
+                RepairStatus::Failed => {
+                    i.apply(Event::ActionFailed("x".into()), 101.0).unwrap();
+                }
+                RepairStatus::Canceled => {
+                    i.apply(Event::Cancel, 101.0).unwrap();
+                }
+            }
+            i.apply(Event::Blocked("budget".into()), 101.5).ok();
+            let before = i.clone();
+            let result = i.apply(escalate(to, "worse"), 102.0);
+            assert_eq!(
+                result.is_ok(),
+                allowed,
+                "{from:?} -> {to:?} while {status:?}"
+            );
+            if allowed {
+                assert_eq!(i.uuid, before.uuid);
+                assert_eq!(i.tag, before.tag);
+                assert_eq!(i.jobs, before.jobs);
+                assert_eq!(i.repair_status, before.repair_status);
+                assert_eq!(i.action, to);
+                assert_ne!(i.fingerprint, before.fingerprint);
+                assert_eq!(i.fingerprint, i.verdict.fingerprint);
+                assert_eq!(i.original.to_value()["status"], to.as_str());
+                assert!(i.observed && i.blocked_by.is_none());
+                let last = &i.history.last().unwrap().event;
+                assert_eq!(
+                    last,
+                    &format!("escalated from {} to {}", from.as_str(), to.as_str())
+                );
+            } else {
+                assert_eq!(i, before, "a refused escalation changes nothing");
+            }
+        }
+    }
+
+    #[test]
+    fn warning_is_recorded_once_and_kept_on_completion() {
+        let mut i = incident();
+        i.apply(Event::JobSubmitted(1), 101.0).unwrap();
+        i.apply(Event::Warning("left on node1: a (plain)".into()), 102.0)
+            .unwrap();
+        let serial = i.serial_no;
+        i.apply(Event::Warning("left on node1: a (plain)".into()), 103.0)
+            .unwrap();
+        assert_eq!(i.serial_no, serial);
+        i.apply(Event::TagApplied, 104.0).unwrap();
+        assert_eq!(i.repair_status, RepairStatus::Completed);
+        assert_eq!(i.warning.as_deref(), Some("left on node1: a (plain)"));
+        assert!(i.history.iter().any(|h| h.event.starts_with("warning: ")));
+        assert!(i.apply(Event::Warning("late".into()), 105.0).is_err());
+        // Older records without the field still decode.
+        let mut value = serde_json::to_value(&i).unwrap();
+        value.as_object_mut().unwrap().remove("warning");
+        let back: Incident = serde_json::from_value(value).unwrap();
+        assert_eq!(back.warning, None);
     }
 
     #[test]
@@ -616,6 +833,9 @@ mod tests {
             Just(Event::TagRemoved),
             Just(Event::Blocked("b".into())),
             Just(Event::Unblocked),
+            Just(escalate(Action::EvacuateFailover, "e")),
+            Just(escalate(Action::LiveRepair, "l")),
+            Just(Event::Warning("w".into())),
         ]
     }
 
@@ -643,6 +863,8 @@ mod tests {
                     Err(_) => prop_assert_eq!(&i, &before, "refused event changed state"),
                     Ok(disposition) => {
                         prop_assert!(rank(i.repair_status) >= rank(before.repair_status));
+                        // Never de-escalated.
+                        prop_assert!(i.action.invasiveness() >= before.action.invasiveness());
                         if rank(before.repair_status) == 2 {
                             prop_assert_eq!(i.repair_status, before.repair_status);
                         }

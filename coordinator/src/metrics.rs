@@ -37,7 +37,17 @@ const ACTIONS: [Action; 3] = [
     Action::EvacuateFailover,
 ];
 /// Every job kind.
-pub const JOB_KINDS: [&str; 5] = ["drain", "tag", "migrate", "failover", "replace-secondary"];
+pub const JOB_KINDS: [&str; 9] = [
+    "drain",
+    "tag",
+    "migrate",
+    "failover",
+    "replace-secondary",
+    "offline",
+    "online",
+    "undrain",
+    "shutdown",
+];
 /// Every agent outcome.
 pub const AGENT_OUTCOMES: [&str; 4] = ["verified", "stale", "unreachable", "unverifiable"];
 
@@ -49,6 +59,10 @@ pub fn job_kind(spec: &IntentSpec) -> Option<&'static str> {
     match spec {
         IntentSpec::Drain { .. } => Some("drain"),
         IntentSpec::Tag { .. } => Some("tag"),
+        IntentSpec::Offline { .. } => Some("offline"),
+        IntentSpec::Online { .. } => Some("online"),
+        IntentSpec::Undrain { .. } => Some("undrain"),
+        IntentSpec::Shutdown { .. } => Some("shutdown"),
         IntentSpec::Move { planned } => Some(match planned {
             Move::Migrate { .. } => "migrate",
             Move::Failover { .. } => "failover",
@@ -457,9 +471,10 @@ mod tests {
         let many: Vec<AgentStatus> = (0..500).map(|_| agent(AgentState::Unreachable)).collect();
         let text = metrics.render(&[], many.iter());
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
-        // 15 incident series, 4 agent outcomes, 10 job series, 3 notification results,
-        // 2 histograms, 3 scalars: independent of the number of nodes and incidents.
-        assert!(samples < 80, "{samples} series:\n{text}");
+        // 15 incident series, 4 agent outcomes, 18 job series (9 kinds, submitted and
+        // failed), 3 notification results, 2 histograms, scalars: independent of the number of
+        // nodes and incidents.
+        assert!(samples < 90, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

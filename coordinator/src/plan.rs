@@ -89,6 +89,63 @@ pub struct PlannedMove {
     pub description: String,
 }
 
+/// What an evacuation does with instances that cannot leave the node (node-local disk
+/// templates: `plain`, `file`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ImmovablePolicy {
+    /// The evacuation fails before anything is touched, naming the instance.
+    #[default]
+    Fail,
+    /// Everything else is evacuated; they stay on the node, which is not set offline; the
+    /// incident completes with a warning naming them.
+    Leave,
+    /// Everything else is evacuated, then they are shut down (before the node is offlined).
+    Shutdown,
+}
+
+impl ImmovablePolicy {
+    /// The configuration spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Fail => "fail",
+            Self::Leave => "leave",
+            Self::Shutdown => "shutdown",
+        }
+    }
+}
+
+/// How an evacuation ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvacuationPolicy {
+    /// Instances that cannot move.
+    pub immovable: ImmovablePolicy,
+    /// Set the emptied node offline before the repairready tag (maintd's "evacuate and
+    /// offline").
+    pub offline_after_evacuation: bool,
+}
+
+impl Default for EvacuationPolicy {
+    fn default() -> Self {
+        Self {
+            immovable: ImmovablePolicy::Fail,
+            offline_after_evacuation: true,
+        }
+    }
+}
+
+/// The last steps of an evacuation once every instance that can move is off the node (or
+/// planned off it): shut down what cannot move, offline the node, then tag it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvacuationFinish {
+    /// Node-local instances still running, to shut down first (policy `shutdown`).
+    pub shutdown: Vec<String>,
+    /// Set the node offline (policy `offline_after_evacuation`, nothing left running on it).
+    pub offline: bool,
+    /// Node-local instances that stay on the node (policy `leave`), as `name (template)`.
+    pub left: Vec<String>,
+}
+
 /// What one evacuating incident does this round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EvacuationStep {
@@ -118,6 +175,8 @@ pub struct EvacuationChain {
     pub waves: Vec<Vec<PlannedMove>>,
     /// Finally tag the node repairready (every instance is planned).
     pub tag: bool,
+    /// When `tag`: what comes between the last wave and the tag.
+    pub finish: EvacuationFinish,
     /// Instances left for a later round, and why.
     pub waiting: Vec<String>,
 }
@@ -133,6 +192,7 @@ pub struct Round<'a> {
     extra_secondaries: BTreeMap<String, usize>,
     disrupted: BTreeSet<String>,
     with_incidents: BTreeSet<String>,
+    policy: EvacuationPolicy,
 }
 
 impl<'a> Round<'a> {
@@ -165,7 +225,14 @@ impl<'a> Round<'a> {
             extra_secondaries: BTreeMap::new(),
             disrupted: all_disrupted,
             with_incidents: BTreeSet::new(),
+            policy: EvacuationPolicy::default(),
         }
+    }
+
+    /// Sets how evacuations end (immovable instances, offlining); the default is
+    /// [`EvacuationPolicy::default`].
+    pub fn set_evacuation_policy(&mut self, policy: EvacuationPolicy) {
+        self.policy = policy;
     }
 
     /// Names the nodes with an active incident (noted or pending): never a move target.
@@ -209,14 +276,65 @@ impl<'a> Round<'a> {
             .copied()
             .filter(|i| i.secondary_nodes.iter().any(|s| s == node))
             .collect();
-        if let Some(stuck) = primaries.iter().find(|i| i.disk_template.is_node_local()) {
+        if self.policy.immovable == ImmovablePolicy::Fail
+            && let Some(stuck) = primaries.iter().find(|i| i.disk_template.is_node_local())
+        {
             return Err(EvacuationStep::Fail(format!(
-                "instance {} has disk template {} and cannot be relocated off {node}",
+                "instance {} has disk template {} and cannot be relocated off {node} \
+                 (immovable_instances = fail)",
                 stuck.name,
                 stuck.disk_template.as_str()
             )));
         }
-        Ok((this, primaries, secondaries))
+        // Under `leave` and `shutdown` they stay where they are: see `evacuation_finish`.
+        let movable = primaries
+            .into_iter()
+            .filter(|i| !i.disk_template.is_node_local())
+            .collect();
+        Ok((this, movable, secondaries))
+    }
+
+    /// The last steps of evacuating `node` once its movable instances are off it (or planned
+    /// off it): node-local instances to shut down or to leave (by the policy), and whether to
+    /// set the node offline. An instance left running on the node keeps it online.
+    pub fn evacuation_finish(&self, node: &str) -> EvacuationFinish {
+        let local: Vec<&Instance> = self
+            .instances
+            .iter()
+            .copied()
+            .filter(|i| i.primary_node == node && i.disk_template.is_node_local())
+            .collect();
+        let offline_now = self.nodes.get(node).is_some_and(|n| n.offline);
+        let mut finish = EvacuationFinish::default();
+        match self.policy.immovable {
+            ImmovablePolicy::Fail => {}
+            ImmovablePolicy::Leave => {
+                finish.left = local
+                    .iter()
+                    .map(|i| format!("{} ({})", i.name, i.disk_template.as_str()))
+                    .collect();
+            }
+            ImmovablePolicy::Shutdown => {
+                finish.shutdown = local
+                    .iter()
+                    .filter(|i| i.admin_state == "up")
+                    .map(|i| i.name.clone())
+                    .collect();
+            }
+        }
+        finish.offline =
+            self.policy.offline_after_evacuation && !offline_now && finish.left.is_empty();
+        finish
+    }
+
+    /// Why evacuating `node` cannot succeed whatever the gate decides (it left the cluster, or
+    /// holds an instance that cannot move), if so: such an incident fails at once instead of
+    /// waiting for the gate.
+    pub fn cannot_evacuate(&self, node: &str) -> Option<String> {
+        match self.evacuation_subject(node) {
+            Err(EvacuationStep::Fail(why)) => Some(why),
+            _ => None,
+        }
     }
 
     /// Plans the next step of evacuating `node` (`failover` for evacuate-failover).
@@ -230,7 +348,8 @@ impl<'a> Round<'a> {
             Err(step) => return step,
         };
         self.disrupted.insert(node.to_owned());
-        if !this.drained {
+        // An offline node (offlined at the end of its evacuation) is out of service too.
+        if !this.drained && !this.offline {
             return EvacuationStep::Drain;
         }
         if primaries.is_empty() && secondaries.is_empty() {
@@ -259,11 +378,12 @@ impl<'a> Round<'a> {
             Ok(subject) => subject,
             Err(step) => return step,
         };
-        if this.drained && primaries.is_empty() && secondaries.is_empty() {
+        let out_of_service = this.drained || this.offline;
+        if out_of_service && primaries.is_empty() && secondaries.is_empty() {
             return EvacuationStep::Done;
         }
         self.disrupted.insert(node.to_owned());
-        let drain = !this.drained;
+        let drain = !out_of_service;
         // Nothing of a failing evacuation is submitted: it gives back all it took.
         let taken = (
             self.locks.clone(),
@@ -314,10 +434,16 @@ impl<'a> Round<'a> {
         if !drain && waves.is_empty() {
             return EvacuationStep::Wait(format!("waiting to move {}", waiting.join(", ")));
         }
+        let finish = if tag {
+            self.evacuation_finish(node)
+        } else {
+            EvacuationFinish::default()
+        };
         EvacuationStep::Chain(EvacuationChain {
             drain,
             waves,
             tag,
+            finish,
             waiting,
         })
     }
@@ -696,6 +822,70 @@ impl<'a> Round<'a> {
     }
 }
 
+/// Where one of the jobs that return a node to service is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceJob {
+    /// Recorded or submitted, not finished.
+    InFlight,
+    /// Finished successfully.
+    Succeeded,
+    /// Failed, with Ganeti's message.
+    Failed(String),
+}
+
+/// What is known when an acknowledged incident's node is to return to service.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServiceFacts {
+    /// The node is offline now.
+    pub offline: bool,
+    /// The node is drained now.
+    pub drained: bool,
+    /// The incident set it offline (its offline job succeeded).
+    pub offlined_by_incident: bool,
+    /// The incident drained it (its drain job succeeded).
+    pub drained_by_incident: bool,
+    /// The incident's online job, if any.
+    pub online: Option<ServiceJob>,
+    /// The incident's undrain job, if any.
+    pub undrain: Option<ServiceJob>,
+}
+
+/// The next step of returning an acknowledged incident's node to service
+/// (`undrain_on_ack`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServiceStep {
+    /// Set the node online (Ganeti makes it a regular node: not drained either).
+    Online,
+    /// Clear the drained flag.
+    Undrain,
+    /// A job of ours is in flight.
+    Wait,
+    /// A job of ours failed: nothing more is tried (the message says why).
+    Failed(String),
+    /// Nothing (more) to do: the node is in service, or nodecare did not take it out.
+    Done,
+}
+
+/// Decides the next step of returning a node to service. Only what the incident did is
+/// undone: a node offlined or drained by someone else stays so. Each job is tried once.
+pub fn return_to_service(facts: &ServiceFacts) -> ServiceStep {
+    for job in [&facts.online, &facts.undrain].into_iter().flatten() {
+        match job {
+            ServiceJob::InFlight => return ServiceStep::Wait,
+            ServiceJob::Failed(why) => return ServiceStep::Failed(why.clone()),
+            ServiceJob::Succeeded => {}
+        }
+    }
+    if facts.offline && facts.offlined_by_incident && facts.online.is_none() {
+        return ServiceStep::Online;
+    }
+    let ours = facts.drained_by_incident || facts.offlined_by_incident;
+    if facts.drained && !facts.offline && ours && facts.undrain.is_none() {
+        return ServiceStep::Undrain;
+    }
+    ServiceStep::Done
+}
+
 /// DRBD metadata Ganeti allocates per disk, in MiB (`DRBD_META_SIZE`).
 pub const DRBD_META_MIB: u64 = 128;
 
@@ -870,6 +1060,197 @@ mod tests {
             .iter()
             .map(|w| w.iter().map(|m| m.action.instance().to_owned()).collect())
             .collect()
+    }
+
+    fn policy(immovable: ImmovablePolicy, offline: bool) -> EvacuationPolicy {
+        EvacuationPolicy {
+            immovable,
+            offline_after_evacuation: offline,
+        }
+    }
+
+    #[test]
+    fn immovable_policy_decides_the_end_of_an_evacuation() {
+        let nodes = vec![node("n1"), node("n2"), node("n3")];
+        let mut stopped = inst("s", "plain", "n1", &[]);
+        stopped.admin_state = "down".into();
+        let instances = vec![
+            inst("p", "plain", "n1", &[]),
+            inst("f", "file", "n1", &[]),
+            stopped,
+            inst("m", "diskless", "n1", &[]),
+        ];
+        // policy -> chain planned?, shutdown, offline, left
+        type Row<'a> = (EvacuationPolicy, bool, &'a [&'a str], bool, &'a [&'a str]);
+        let table: [Row<'_>; 5] = [
+            (policy(ImmovablePolicy::Fail, true), false, &[], false, &[]),
+            (
+                policy(ImmovablePolicy::Leave, true),
+                true,
+                &[],
+                false,
+                &["f (file)", "p (plain)", "s (plain)"],
+            ),
+            (
+                policy(ImmovablePolicy::Shutdown, true),
+                true,
+                &["f", "p"],
+                true,
+                &[],
+            ),
+            (
+                policy(ImmovablePolicy::Shutdown, false),
+                true,
+                &["f", "p"],
+                false,
+                &[],
+            ),
+            (
+                policy(ImmovablePolicy::Leave, false),
+                true,
+                &[],
+                false,
+                &["f (file)", "p (plain)", "s (plain)"],
+            ),
+        ];
+        for (policy, planned, shutdown, offline, left) in table {
+            let mut round = Round::new(&nodes, &instances, [], []);
+            round.set_evacuation_policy(policy);
+            let step = round.plan_evacuation_chain("n1", false);
+            if !planned {
+                let EvacuationStep::Fail(why) = step else {
+                    panic!("{policy:?}: {step:?}");
+                };
+                assert!(why.contains("immovable_instances = fail"), "{why}");
+                assert!(!round.is_locked(&Lock::Instance("m".into())));
+                continue;
+            }
+            let c = chain(step);
+            assert!(c.drain && c.tag, "{policy:?}: {c:?}");
+            // Only the movable instance moves.
+            assert_eq!(wave_instances(&c), vec![vec!["m"]], "{policy:?}");
+            assert_eq!(c.finish.shutdown, shutdown, "{policy:?}");
+            assert_eq!(c.finish.offline, offline, "{policy:?}");
+            assert_eq!(c.finish.left, left, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn offline_node_counts_as_out_of_service_and_finishes_once() {
+        let mut gone = node("n1");
+        gone.offline = true;
+        let nodes = vec![gone, node("n2"), node("n3")];
+        let none: Vec<Instance> = vec![];
+        for chains in [true, false] {
+            let mut round = Round::new(&nodes, &none, [], []);
+            let step = if chains {
+                round.plan_evacuation_chain("n1", false)
+            } else {
+                round.plan_evacuation("n1", false)
+            };
+            // Not drained again: it is done, and offlining is not asked twice.
+            assert_eq!(step, EvacuationStep::Done);
+            assert_eq!(round.evacuation_finish("n1"), EvacuationFinish::default());
+            // The offline node counts as disrupted: never a move target.
+            assert!(round.disrupted().contains("n1"));
+        }
+        // An online, drained, empty node is done too, and still to be offlined.
+        let nodes = vec![drained(node("n1")), node("n2")];
+        let round = Round::new(&nodes, &none, [], []);
+        assert!(round.evacuation_finish("n1").offline);
+    }
+
+    #[test]
+    fn returning_to_service_undoes_only_what_the_incident_did_once() {
+        let base = ServiceFacts::default();
+        let failed = ServiceJob::Failed("Node is being de-offlined but fails".into());
+        let table: Vec<(ServiceFacts, ServiceStep)> = vec![
+            // Not taken out of service by the incident: nothing.
+            (base.clone(), ServiceStep::Done),
+            (
+                ServiceFacts {
+                    drained: true,
+                    ..base.clone()
+                },
+                ServiceStep::Done,
+            ),
+            (
+                ServiceFacts {
+                    offline: true,
+                    drained_by_incident: true,
+                    ..base.clone()
+                },
+                ServiceStep::Done,
+            ),
+            // Offlined by it: online (Ganeti clears drained with it).
+            (
+                ServiceFacts {
+                    offline: true,
+                    offlined_by_incident: true,
+                    drained_by_incident: true,
+                    ..base.clone()
+                },
+                ServiceStep::Online,
+            ),
+            (
+                ServiceFacts {
+                    offline: true,
+                    offlined_by_incident: true,
+                    online: Some(ServiceJob::InFlight),
+                    ..base.clone()
+                },
+                ServiceStep::Wait,
+            ),
+            (
+                ServiceFacts {
+                    offline: true,
+                    offlined_by_incident: true,
+                    online: Some(failed),
+                    ..base.clone()
+                },
+                ServiceStep::Failed("Node is being de-offlined but fails".into()),
+            ),
+            // Online again; drained by it: undrain, once.
+            (
+                ServiceFacts {
+                    drained: true,
+                    drained_by_incident: true,
+                    ..base.clone()
+                },
+                ServiceStep::Undrain,
+            ),
+            (
+                ServiceFacts {
+                    drained: true,
+                    drained_by_incident: true,
+                    undrain: Some(ServiceJob::Succeeded),
+                    ..base.clone()
+                },
+                ServiceStep::Done,
+            ),
+            (
+                ServiceFacts {
+                    drained: true,
+                    offlined_by_incident: true,
+                    online: Some(ServiceJob::Succeeded),
+                    ..base.clone()
+                },
+                ServiceStep::Undrain,
+            ),
+            // Back in service.
+            (
+                ServiceFacts {
+                    offlined_by_incident: true,
+                    drained_by_incident: true,
+                    online: Some(ServiceJob::Succeeded),
+                    ..base
+                },
+                ServiceStep::Done,
+            ),
+        ];
+        for (facts, step) in table {
+            assert_eq!(return_to_service(&facts), step, "{facts:?}");
+        }
     }
 
     #[test]

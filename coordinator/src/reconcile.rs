@@ -31,7 +31,10 @@ use crate::duty::node_repair;
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{self, Admitted, Caps, DomainSource, GateSnapshot, Holder, InForce};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
-use crate::plan::{EvacuationChain, EvacuationStep, Lock, Move, Round};
+use crate::plan::{
+    EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Move, Round,
+    ServiceFacts, ServiceJob, ServiceStep, return_to_service,
+};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::{AgentOutcome, AgentTarget, AgentUrls, Scraper};
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
@@ -47,6 +50,10 @@ pub struct ReconcileSettings {
     pub gate: GateSettings,
     /// Plan and submit an evacuation as one job chain per round.
     pub job_chains: bool,
+    /// How evacuations end (immovable instances, offlining the node).
+    pub evacuation: EvacuationPolicy,
+    /// Return the node to service when an incident is acknowledged.
+    pub undrain_on_ack: bool,
     /// A job running longer than this fails its incident.
     pub job_timeout: Duration,
     /// A repair command running longer than this fails its incident.
@@ -165,6 +172,53 @@ pub async fn cancel_incident(
 fn note(incident: &mut Incident, event: Event) {
     if let Err(error) = incident.apply(event, now_s()) {
         tracing::debug!(%error, "event not applied");
+    }
+}
+
+/// The open (noted or pending) incident of node `node_uuid` that a new verdict asking for
+/// `action` escalates: the most invasive one less invasive than `action`, the oldest first.
+fn escalation_target<'a>(
+    incidents: &'a [Incident],
+    node_uuid: &str,
+    action: Action,
+) -> Option<&'a Incident> {
+    incidents
+        .iter()
+        .filter(|i| i.node_uuid == node_uuid && i.is_active())
+        .filter(|i| action.is_more_invasive_than(i.action))
+        .max_by(|a, b| {
+            a.action
+                .invasiveness()
+                .cmp(&b.action.invasiveness())
+                .then(b.ctime.total_cmp(&a.ctime))
+        })
+}
+
+/// What the intents of an incident and its node's flags say about returning it to service.
+fn service_facts(node: &Node, own: &[&Intent]) -> ServiceFacts {
+    let succeeded = |wanted: fn(&IntentSpec) -> bool| {
+        own.iter()
+            .any(|i| wanted(&i.spec) && i.state == IntentState::Succeeded)
+    };
+    let job = |wanted: fn(&IntentSpec) -> bool| {
+        own.iter()
+            .filter(|i| wanted(&i.spec))
+            .map(|i| match i.state {
+                IntentState::Planned | IntentState::Submitted => ServiceJob::InFlight,
+                IntentState::Succeeded => ServiceJob::Succeeded,
+                IntentState::Failed => {
+                    ServiceJob::Failed(i.error.clone().unwrap_or_else(|| "job failed".into()))
+                }
+            })
+            .next_back()
+    };
+    ServiceFacts {
+        offline: node.offline,
+        drained: node.drained,
+        offlined_by_incident: succeeded(|s| matches!(s, IntentSpec::Offline { .. })),
+        drained_by_incident: succeeded(|s| matches!(s, IntentSpec::Drain { .. })),
+        online: job(|s| matches!(s, IntentSpec::Online { .. })),
+        undrain: job(|s| matches!(s, IntentSpec::Undrain { .. })),
     }
 }
 
@@ -310,7 +364,7 @@ impl Reconciler {
         let graced = gate::grace(&view, &self.planned_disruptions()?, grace_ms);
         let failed_outside_grace = self.observe(&nodes, &graced, summary).await?;
         let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
-        self.check_tags(&nodes)?;
+        summary.jobs_submitted += self.check_tags(&nodes).await?;
         self.act(
             &nodes,
             &instances,
@@ -543,6 +597,14 @@ impl Reconciler {
             self.store.forget_incident(incident.uuid)?;
         }
         incidents.retain(|i| node_uuids.contains(i.node_uuid.as_str()));
+        // Incidents whose tag job is in flight (they are about to complete).
+        let tagging: BTreeSet<Uuid> = self
+            .store
+            .intents()?
+            .into_iter()
+            .filter(|i| matches!(i.spec, IntentSpec::Tag { .. }) && i.state.is_in_flight())
+            .map(|i| i.incident)
+            .collect();
         let time = now_s();
         for result in &results {
             let AgentOutcome::Verified(observation) = &result.outcome else {
@@ -553,14 +615,48 @@ impl Reconciler {
             if verdict.status == DiagnoseStatus::Unknown {
                 continue;
             }
-            let mut matched = false;
+            let action = Action::from_status(verdict.status);
+            let matched = incidents
+                .iter()
+                .any(|i| i.node_uuid == result.node_uuid && i.fingerprint == verdict.fingerprint);
+            // A new, more invasive verdict escalates the node's open incident instead of
+            // opening a second one; a less invasive one never de-escalates it.
+            // Not during the grace of a planned disruption of the node's domain.
+            let target = match action {
+                Some(action) if !matched && !graced.contains_key(&result.node) => {
+                    escalation_target(&incidents, &result.node_uuid, action)
+                }
+                _ => None,
+            };
+            if let Some(target) = target
+                && !target.action.is_evacuation()
+                && tagging.contains(&target.uuid)
+            {
+                // Its live repair succeeded and its repairready tag is on its way: it
+                // completes, and the next round opens a new incident for the new verdict. (An
+                // evacuation's tag ends it evacuated and offline, as the escalation wants.)
+                tracing::info!(incident = %target.uuid, node = %result.node,
+                    "more invasive verdict; waiting for the incident's tag job first");
+                continue;
+            }
+            let escalated = target.map(|i| i.uuid);
             for incident in incidents
                 .iter_mut()
                 .filter(|i| i.node_uuid == result.node_uuid)
             {
                 let event = if incident.fingerprint == verdict.fingerprint {
-                    matched = true;
                     Event::Observed
+                } else if Some(incident.uuid) == escalated
+                    && let Some(action) = action
+                {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node,
+                        from = incident.action.as_str(), to = action.as_str(),
+                        fingerprint = %verdict.fingerprint, "incident escalated");
+                    Event::Escalate {
+                        action,
+                        verdict: verdict.clone(),
+                        original: observation.original.clone(),
+                    }
                 } else {
                     Event::NotObserved
                 };
@@ -578,14 +674,17 @@ impl Reconciler {
                 }
             }
             if !matched
-                && Action::from_status(verdict.status).is_some()
+                && action.is_some()
                 && let Some(until) = graced.get(&result.node)
             {
                 tracing::info!(node = %result.node, verdict = verdict.status.as_str(), grace_until_ms = until,
                     "verdict not acted on: the node's failure domain is in the grace of a planned disruption");
                 continue;
             }
-            if !matched && let Some(action) = Action::from_status(verdict.status) {
+            if !matched
+                && escalated.is_none()
+                && let Some(action) = action
+            {
                 let incident = Incident::new(
                     Uuid::new_v4(),
                     &result.node,
@@ -603,29 +702,105 @@ impl Reconciler {
         Ok(failed_outside_grace)
     }
 
-    /// Step 5: acknowledgement by tag removal.
-    fn check_tags(&self, nodes: &[Node]) -> Result<(), RoundError> {
+    /// Step 5: acknowledgement by tag removal; with `undrain_on_ack`, an acknowledged
+    /// incident's node returns to service. Returns the jobs submitted.
+    async fn check_tags(&self, nodes: &[Node]) -> Result<usize, RoundError> {
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+        let intents = self.store.intents()?;
+        let mut submitted = 0;
         for mut incident in self.store.incidents()? {
-            let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            let Some(node) = by_uuid.get(incident.node_uuid.as_str()).copied() else {
                 continue;
             };
-            if !incident.awaits_acknowledgement(&node.tags) {
-                continue;
+            let own: Vec<&Intent> = intents
+                .iter()
+                .filter(|i| i.incident == incident.uuid)
+                .collect();
+            let returning = self.settings.undrain_on_ack
+                && !matches!(
+                    return_to_service(&service_facts(node, &own)),
+                    ServiceStep::Done
+                );
+            if incident.awaits_acknowledgement(&node.tags) {
+                match incident.apply(Event::TagRemoved, now_s()) {
+                    Ok(Disposition::Forget) if !returning => {
+                        tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; incident forgotten");
+                        self.store.forget_incident(incident.uuid)?;
+                        continue;
+                    }
+                    Ok(_) => {
+                        tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; acknowledged");
+                        self.store.save_incident(&incident)?;
+                    }
+                    Err(_) => continue,
+                }
             }
-            match incident.apply(Event::TagRemoved, now_s()) {
-                Ok(Disposition::Forget) => {
-                    tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; incident forgotten");
-                    self.store.forget_incident(incident.uuid)?;
-                }
-                Ok(Disposition::Keep) => {
-                    tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; acknowledged");
-                    self.store.save_incident(&incident)?;
-                }
-                Err(_) => {}
+            if returning && incident.acknowledged {
+                submitted += self.return_to_service(&mut incident, node, &own).await?;
             }
         }
-        Ok(())
+        Ok(submitted)
+    }
+
+    /// Returns an acknowledged incident's node to service (`undrain_on_ack`): online it if
+    /// the incident offlined it, else undrain it if the incident drained it; one job per round,
+    /// recorded as intents like every other. An incident due to be forgotten is forgotten once
+    /// nothing is left to do.
+    async fn return_to_service(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+    ) -> Result<usize, RoundError> {
+        let (key, spec, description) = match return_to_service(&service_facts(node, own)) {
+            ServiceStep::Online => (
+                "online",
+                IntentSpec::Online {
+                    node: node.name.clone(),
+                },
+                format!(
+                    "setting {} online: its incident was acknowledged",
+                    node.name
+                ),
+            ),
+            ServiceStep::Undrain => (
+                "undrain",
+                IntentSpec::Undrain {
+                    node: node.name.clone(),
+                },
+                format!("undraining {}: its incident was acknowledged", node.name),
+            ),
+            ServiceStep::Wait => return Ok(0),
+            ServiceStep::Failed(why) => {
+                let what = format!("returning {} to service failed: {why}", node.name);
+                if incident.history.last().is_none_or(|h| h.event != what) {
+                    tracing::warn!(incident = %incident.uuid, node = %node.name, %why, "returning the node to service failed");
+                    note(incident, Event::Progress(what));
+                    self.store.save_incident(incident)?;
+                }
+                return Ok(0);
+            }
+            ServiceStep::Done => {
+                if incident.disposition() == Disposition::Forget {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node, "node back in service; incident forgotten");
+                    self.store.forget_incident(incident.uuid)?;
+                }
+                return Ok(0);
+            }
+        };
+        let submitted = self
+            .submit(
+                incident,
+                key.into(),
+                spec,
+                vec![Lock::Node(node.name.clone())],
+                &description,
+            )
+            .await?;
+        if !submitted {
+            self.store.save_incident(incident)?;
+        }
+        Ok(usize::from(submitted))
     }
 
     /// The storm breaker after this round's signals (persisted; transitions logged).
@@ -802,6 +977,16 @@ impl Reconciler {
             let mut incident = (*incident).clone();
             let admitted = match &judgement.outcome {
                 Ok(admitted) => *admitted,
+                Err(_)
+                    if incident.action.is_evacuation()
+                        && let Some(why) = by_uuid
+                            .get(incident.node_uuid.as_str())
+                            .and_then(|node| round.cannot_evacuate(&node.name)) =>
+                {
+                    // It could never succeed: fail now rather than wait for the gate.
+                    self.fail(&mut incident, why)?;
+                    continue;
+                }
                 Err(blocked) => {
                     if incident
                         .apply(Event::Blocked(blocked.to_string()), now_s())
@@ -863,6 +1048,17 @@ impl Reconciler {
         own: &[&Intent],
         round: &mut Round<'_>,
     ) -> Result<usize, RoundError> {
+        round.set_evacuation_policy(self.settings.evacuation);
+        // Escalated from live-repair: a repair still running is left to finish or time out.
+        if let Some(repair) = own
+            .iter()
+            .find(|i| matches!(i.spec, IntentSpec::Repair { .. }) && i.state.is_in_flight())
+            && !self
+                .settle_superseded_repair(incident, node, (*repair).clone())
+                .await?
+        {
+            return Ok(0);
+        }
         let now = now_s();
         let failover = incident.action == Action::EvacuateFailover;
         let drained_before = own
@@ -957,12 +1153,215 @@ impl Reconciler {
                 if incident.repair_status == RepairStatus::Noted {
                     note(
                         incident,
-                        Event::ActionStarted(format!("{} holds no instances", node.name)),
+                        Event::ActionStarted(format!(
+                            "{} holds no instance that can move",
+                            node.name
+                        )),
                     );
                 }
-                self.submit_ready_tag(incident, node, own).await
+                note(incident, Event::Unblocked);
+                let finish = round.evacuation_finish(&node.name);
+                self.submit_finish(
+                    incident,
+                    node,
+                    own,
+                    finish,
+                    Vec::new(),
+                    self.settings.job_chains,
+                )
+                .await
             }
         }
+    }
+
+    /// An incident escalated from live-repair to an evacuation may still have its repair
+    /// running on the agent: the evacuation waits until it finished or timed out. Returns
+    /// whether the evacuation may proceed; records the repair's end either way.
+    async fn settle_superseded_repair(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        mut intent: Intent,
+    ) -> Result<bool, RoundError> {
+        let base = self.settings.agent_urls.base(node);
+        let answer = self.repairs.poll(&base, &incident.uuid.to_string()).await;
+        let started = intent.submitted_ms.unwrap_or(intent.created_ms);
+        let limit = u64::try_from(self.settings.repair_timeout.as_millis()).unwrap_or(u64::MAX);
+        let timed_out = now_ms().saturating_sub(started) > limit;
+        let end = match answer {
+            RepairAnswer::Record(record) if record.state == RepairState::Running => {
+                if timed_out {
+                    Some((
+                        IntentState::Failed,
+                        format!(
+                            "live repair still running after {}s; evacuating",
+                            self.settings.repair_timeout.as_secs()
+                        ),
+                    ))
+                } else {
+                    None
+                }
+            }
+            RepairAnswer::Record(record) if record.state == RepairState::Succeeded => Some((
+                IntentState::Succeeded,
+                "live repair finished; evacuating as escalated".into(),
+            )),
+            RepairAnswer::Record(record) => Some((
+                IntentState::Failed,
+                format!(
+                    "live repair ended {:?}; evacuating as escalated",
+                    record.state
+                ),
+            )),
+            // The agent never ran it (or lost it): nothing is running.
+            RepairAnswer::Unknown
+            | RepairAnswer::Refused {
+                transient: false, ..
+            } => Some((
+                IntentState::Failed,
+                "live repair superseded by the escalation before it ran".into(),
+            )),
+            // Whether it still runs cannot be known: wait, at most until it would time out.
+            RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) if timed_out => Some((
+                IntentState::Failed,
+                format!(
+                    "live repair unaccounted for after {}s; evacuating",
+                    self.settings.repair_timeout.as_secs()
+                ),
+            )),
+            RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) => None,
+        };
+        let Some((state, what)) = end else {
+            let why = format!(
+                "the live repair on {} is still running; the evacuation follows when it ends",
+                node.name
+            );
+            if incident.apply(Event::Blocked(why), now_s()).is_ok() {
+                self.store.save_incident(incident)?;
+            }
+            return Ok(false);
+        };
+        intent.state = state;
+        intent.finished_ms = Some(now_ms());
+        if state == IntentState::Failed {
+            intent.error = Some(what.clone());
+        }
+        note(incident, Event::Progress(what));
+        self.store.update_intent(incident, &intent)?;
+        Ok(true)
+    }
+
+    /// The end of an evacuation: shut down what cannot move (policy `shutdown`), set the node
+    /// offline (`offline_after_evacuation`), then tag it repairready; instances left on the
+    /// node (policy `leave`) become the incident's warning. `chained`: each stage depends on
+    /// the one before (the first on `previous`), all submitted now; otherwise only the first
+    /// stage still to do is submitted, and later rounds do the rest.
+    async fn submit_finish(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+        finish: EvacuationFinish,
+        mut previous: Vec<JobId>,
+        chained: bool,
+    ) -> Result<usize, RoundError> {
+        let mut count = 0;
+        if !finish.left.is_empty() {
+            note(
+                incident,
+                Event::Warning(format!(
+                    "left on {} (immovable_instances = leave; the node stays online): {}",
+                    node.name,
+                    finish.left.join(", ")
+                )),
+            );
+        }
+        if !finish.shutdown.is_empty() {
+            note(
+                incident,
+                Event::Warning(format!(
+                    "shut down on {} (immovable_instances = shutdown): {}",
+                    node.name,
+                    finish.shutdown.join(", ")
+                )),
+            );
+            let mut jobs = Vec::new();
+            for instance in &finish.shutdown {
+                let key = next_key(own, &format!("shutdown-{instance}-"));
+                let spec = IntentSpec::Shutdown {
+                    instance: instance.clone(),
+                };
+                let description =
+                    format!("shutting down {instance}: it cannot leave {}", node.name);
+                let job = self
+                    .submit_after(
+                        incident,
+                        key,
+                        spec,
+                        vec![Lock::Instance(instance.clone())],
+                        &description,
+                        previous.clone(),
+                    )
+                    .await?;
+                let Some(job) = job.filter(|_| incident.is_active()) else {
+                    return Ok(count + jobs.len());
+                };
+                jobs.push(job);
+            }
+            count += jobs.len();
+            if !chained {
+                return Ok(count);
+            }
+            previous = jobs;
+        }
+        let offlined_before = own.iter().any(|i| {
+            matches!(i.spec, IntentSpec::Offline { .. }) && i.state == IntentState::Succeeded
+        });
+        if finish.offline && !offlined_before {
+            let key = next_key(own, "offline-");
+            let spec = IntentSpec::Offline {
+                node: node.name.clone(),
+            };
+            let description = format!("setting {} offline after its evacuation", node.name);
+            let job = self
+                .submit_after(
+                    incident,
+                    key,
+                    spec,
+                    vec![Lock::Node(node.name.clone())],
+                    &description,
+                    previous,
+                )
+                .await?;
+            let Some(job) = job.filter(|_| incident.is_active()) else {
+                return Ok(count);
+            };
+            count += 1;
+            if !chained {
+                return Ok(count);
+            }
+            previous = vec![job];
+        }
+        let key = next_key(own, "tag-ready-");
+        let spec = IntentSpec::Tag {
+            node: node.name.clone(),
+            tag: incident.tag.clone(),
+        };
+        if self
+            .submit_after(
+                incident,
+                key,
+                spec,
+                Vec::new(),
+                "tagging the node as ready for repair",
+                previous,
+            )
+            .await?
+            .is_some()
+        {
+            count += 1;
+        }
+        Ok(count)
     }
 
     /// Submits an evacuation chain: the drain, each wave of moves depending on the jobs of the
@@ -1044,25 +1443,9 @@ impl Reconciler {
             previous = jobs;
         }
         if chain.tag {
-            let key = next_key(own, "tag-ready-");
-            let spec = IntentSpec::Tag {
-                node: node.name.clone(),
-                tag: incident.tag.clone(),
-            };
-            if self
-                .submit_after(
-                    incident,
-                    key,
-                    spec,
-                    Vec::new(),
-                    "tagging the node as ready for repair",
-                    previous,
-                )
-                .await?
-                .is_some()
-            {
-                count += 1;
-            }
+            count += self
+                .submit_finish(incident, node, own, chain.finish, previous, true)
+                .await?;
         } else if !chain.waiting.is_empty() {
             note(
                 incident,
@@ -1324,6 +1707,10 @@ impl Reconciler {
         let ganeti = &self.ganeti;
         let result = match &spec {
             IntentSpec::Drain { node } => ganeti.set_node_drained(node, true, &reason).await,
+            IntentSpec::Undrain { node } => ganeti.set_node_drained(node, false, &reason).await,
+            IntentSpec::Offline { node } => ganeti.set_node_offline(node, true, &reason).await,
+            IntentSpec::Online { node } => ganeti.set_node_offline(node, false, &reason).await,
+            IntentSpec::Shutdown { instance } => ganeti.shutdown_instance(instance, &reason).await,
             IntentSpec::Tag { node, tag } => {
                 ganeti
                     .add_node_tags(node, std::slice::from_ref(tag), &reason)

@@ -69,6 +69,26 @@ pub enum IntentSpec {
         /// Tag.
         tag: String,
     },
+    /// Set the node offline (after its evacuation).
+    Offline {
+        /// Node.
+        node: String,
+    },
+    /// Set the node online again (it was offlined by this incident; acknowledged).
+    Online {
+        /// Node.
+        node: String,
+    },
+    /// Clear the node's drained flag (acknowledged).
+    Undrain {
+        /// Node.
+        node: String,
+    },
+    /// Shut an instance down (it cannot leave the evacuated node).
+    Shutdown {
+        /// Instance.
+        instance: String,
+    },
     /// Ask the node's agent to run a repair command (not a Ganeti job).
     Repair {
         /// Node.

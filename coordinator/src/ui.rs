@@ -162,6 +162,10 @@ fn intent_what(spec: &IntentSpec) -> String {
             _ => "move".into(),
         },
         IntentSpec::Tag { node, tag } => format!("tag {node} {tag}"),
+        IntentSpec::Offline { node } => format!("offline {node}"),
+        IntentSpec::Online { node } => format!("online {node}"),
+        IntentSpec::Undrain { node } => format!("undrain {node}"),
+        IntentSpec::Shutdown { instance } => format!("shutdown {instance}"),
         IntentSpec::Repair { node, command } => format!("repair on {node}: {command}"),
     }
 }
@@ -479,6 +483,9 @@ fn incident_block(
             }
             @if let Some(failure) = &incident.failure {
                 p.bad { "Failed: " (failure) }
+            }
+            @if let Some(warning) = &incident.warning {
+                p.blocked { b { "Warning: " } (warning) }
             }
             p {
                 "Tag " code { (incident.tag) } ": "

@@ -197,6 +197,9 @@ pub enum SimOp {
         instance: String,
         target: Option<String>,
     },
+    InstanceShutdown {
+        instance: String,
+    },
     ReplaceDisks {
         instance: String,
         mode: String,
@@ -235,6 +238,7 @@ impl SimOp {
             Self::TagsDel { .. } => "OP_TAGS_DEL",
             Self::InstanceMigrate { .. } => "OP_INSTANCE_MIGRATE",
             Self::InstanceFailover { .. } => "OP_INSTANCE_FAILOVER",
+            Self::InstanceShutdown { .. } => "OP_INSTANCE_SHUTDOWN",
             Self::ReplaceDisks { .. } => "OP_INSTANCE_REPLACE_DISKS",
             Self::NodeEvacuate { .. } => "OP_NODE_EVACUATE",
             Self::InstanceRecreateDisks { .. } => "OP_INSTANCE_RECREATE_DISKS",
@@ -251,6 +255,7 @@ impl SimOp {
             }
             Self::InstanceMigrate { instance, .. }
             | Self::InstanceFailover { instance, .. }
+            | Self::InstanceShutdown { instance }
             | Self::ReplaceDisks { instance, .. }
             | Self::InstanceRecreateDisks { instance, .. }
             | Self::InstanceReinstall { instance, .. } => format!("{base}({instance})"),
@@ -264,6 +269,7 @@ impl SimOp {
             Self::SetNodeParams { node, .. } | Self::NodeEvacuate { node, .. } => node,
             Self::InstanceMigrate { instance, .. }
             | Self::InstanceFailover { instance, .. }
+            | Self::InstanceShutdown { instance }
             | Self::ReplaceDisks { instance, .. }
             | Self::InstanceRecreateDisks { instance, .. }
             | Self::InstanceReinstall { instance, .. } => instance,
@@ -298,6 +304,9 @@ impl SimOp {
             }
             Self::InstanceFailover { instance, target } => {
                 json!({"instance_name": instance, "target_node": target, "ignore_consistency": false})
+            }
+            Self::InstanceShutdown { instance } => {
+                json!({"instance_name": instance, "timeout": 120, "no_remember": false})
             }
             Self::ReplaceDisks {
                 instance,
@@ -779,18 +788,38 @@ impl SimCluster {
                         "wrong_input",
                     ));
                 }
+                if *drained == Some(true) && *offline == Some(true) {
+                    return Err(SimFailure::prereq(
+                        "Can't set the node into more than one state at the same time",
+                        "wrong_input",
+                    ));
+                }
                 let mut changes = Vec::new();
                 let n = self
                     .nodes
                     .get_mut(node)
                     .ok_or_else(|| SimFailure::exec("node vanished"))?;
-                if let Some(d) = drained {
-                    n.drained = *d;
-                    changes.push(json!(["drained", if *d { "True" } else { "False" }]));
-                }
-                if let Some(o) = offline {
-                    n.offline = *o;
-                    changes.push(json!(["offline", if *o { "True" } else { "False" }]));
+                // Ganeti's roles are exclusive (LUNodeSetParams `_R2F`): drained or offline
+                // clears the other flags; clearing a flag that is not set changes nothing.
+                if *drained == Some(true) {
+                    n.drained = true;
+                    n.offline = false;
+                    n.master_candidate = false;
+                    changes.push(json!(["drained", "True"]));
+                } else if *offline == Some(true) {
+                    n.offline = true;
+                    n.drained = false;
+                    n.master_candidate = false;
+                    changes.push(json!(["offline", "True"]));
+                } else {
+                    if *drained == Some(false) && n.drained {
+                        n.drained = false;
+                        changes.push(json!(["drained", "False"]));
+                    }
+                    if *offline == Some(false) && n.offline {
+                        n.offline = false;
+                        changes.push(json!(["offline", "False"]));
+                    }
                 }
                 Ok(Value::Array(changes))
             }
@@ -820,6 +849,13 @@ impl SimCluster {
             }
             SimOp::InstanceFailover { instance, target } => {
                 self.move_instance(instance, target.as_deref(), false)?;
+                Ok(Value::Null)
+            }
+            SimOp::InstanceShutdown { instance } => {
+                self.instance(instance)?;
+                if let Some(i) = self.instances.get_mut(instance) {
+                    i.running = false;
+                }
                 Ok(Value::Null)
             }
             SimOp::ReplaceDisks {

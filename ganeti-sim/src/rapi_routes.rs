@@ -341,6 +341,17 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
                 now_ms
             )))
         }
+        ("PUT", ["2", "instances", name, "shutdown"]) => {
+            let op = SimOp::InstanceShutdown {
+                instance: (*name).to_owned(),
+            };
+            ok(json!(cluster.submit(
+                op,
+                reason,
+                "instances_name_shutdown",
+                now_ms
+            )))
+        }
         ("POST", ["2", "instances", name, "replace-disks"]) => {
             let Some(mode) = req.body_str("mode") else {
                 return bad_request("Missing 'mode'");

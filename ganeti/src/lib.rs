@@ -674,6 +674,14 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId>;
 
+    /// Shuts an instance down and marks it down (RAPI `PUT /2/instances/<i>/shutdown`; the
+    /// admin state is remembered, so the watcher does not start it again).
+    fn shutdown_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
     /// Live-migrates an instance (RAPI `PUT /2/instances/<i>/migrate` `{"mode":"live"}`), to
     /// `target` when given (shared storage) or to its DRBD secondary.
     fn migrate_instance<'a>(

@@ -118,6 +118,10 @@ pub struct IncidentSummary {
     /// Why the incident failed, if it did.
     #[serde(default)]
     pub failure: Option<String>,
+    /// What an operator must know about how it ended (instances left on or shut down on
+    /// the node), if anything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
     /// Last change, Unix seconds.
     #[serde(default)]
     pub mtime: f64,

@@ -12,13 +12,14 @@
 #           reason trail read back) through the coordinator's client test;
 #        then an agent in every node (diagnose script reading a state file we flip) and the
 #        coordinator on the master, and the scenarios:
-#        S1 evacuate verdict: node drained, instances migrated away, repairready tag, completed;
+#        S1 evacuate verdict: instances migrated away, node offline (evacuate and offline),
+#           repairready tag, completed;
 #        S2 live-repair verdict: the repair command runs through the agent;
 #        S3 evacuation that must fail (file instance): incident failed, repairfailed tag, no
 #           further jobs;
-#        S6 budget (issue 11): with node2 drained by S1's incident, node3 drained by hand and
+#        S6 budget (issue 11): with node2 offline by S1's incident, node3 drained by hand and
 #           saying evacuate waits with blocked_by while the budget is used, and is emptied
-#           once node2 is returned to service;
+#           once node2 is returned to service (set online);
 #        S4 stopped agent: shown unreachable, nothing happens to its node;
 #        S5 replayed Ok: a static server replaying a stopped agent's last signed Ok makes the
 #           node read stale/unreachable within one report lifetime, never ok, and starts nothing;
@@ -72,8 +73,9 @@ if [[ $BUILD -eq 1 ]]; then
   log "building release binaries"
   (cd "$ROOT" && cargo build --release -p nodecare-agent -p nodecare-coordinator -p nodecare-cli) >&2 || { echo "e2e: build failed" >&2; exit 1; }
 fi
-AGENT=$ROOT/target/release/nodecare-agent
-COORD=$ROOT/target/release/nodecare-coordinator
+# NODECARE_E2E_AGENT / NODECARE_E2E_COORDINATOR: other binaries (e.g. debug builds, --no-build).
+AGENT=${NODECARE_E2E_AGENT:-$ROOT/target/release/nodecare-agent}
+COORD=${NODECARE_E2E_COORDINATOR:-$ROOT/target/release/nodecare-coordinator}
 for b in "$AGENT" "$COORD"; do [[ -x $b ]] || { echo "e2e: $b missing" >&2; exit 1; }; done
 
 log "cluster up"
@@ -207,13 +209,13 @@ log "S1 evacuate $N2"
 echo '{"status":"evacuate","details":"e2e: disk controller dying"}' >"$S/e2e/diag-2"
 if wait_status 180 "any(i.get('node')=='$N2' and i.get('repair-status')=='completed' for i in d)"; then
   nj=$(node_json "$N2")
-  drained=$(jq_py "print(d['drained'])" <<<"$nj")
+  offline=$(jq_py "print(d['offline'])" <<<"$nj")
   pinst=$(jq_py "print(len(d['pinst_list']))" <<<"$nj")
   tagged=$(jq_py "print(any(t.startswith('maintd:repairready:') or 'repairready' in t for t in d['tags']))" <<<"$nj")
-  if [[ $drained == True && $pinst == 0 && $tagged == True ]]; then
-    pass "S1 evacuate: $N2 drained, instances migrated away, repairready tag, incident completed"
+  if [[ $offline == True && $pinst == 0 && $tagged == True ]]; then
+    pass "S1 evacuate: instances migrated away from $N2, node offline, repairready tag, incident completed"
   else
-    fail "S1 evacuate" "drained=$drained primaries=$pinst repairready-tag=$tagged"
+    fail "S1 evacuate" "offline=$offline primaries=$pinst repairready-tag=$tagged"
   fi
 else
   fail "S1 evacuate" "no completed incident for $N2 within 180 s: $(coord /1/status | head -c 400)"
@@ -277,15 +279,15 @@ wait_job() { # JOB-ID [SECONDS]
 job_of() { jq_py "print(d)" 2>/dev/null | tr -dc '0-9'; }
 primaries_of() { node_json "$1" | jq_py "print(' '.join(sorted(d['pinst_list'])))"; }
 
-# With max_disrupted_nodes = 1 and node2 still drained by S1's completed incident, node3 is
+# With max_disrupted_nodes = 1 and node2 still offline by S1's completed incident, node3 is
 # drained by hand and its agent says evacuate: its incident must wait with blocked_by naming the
 # budget, nothing of node3 moves; once the operator returns node2 to service, node3 is emptied.
 scenario_budget_hand_drained() {
   local n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME tag id st inst before after k answer
   master_healthy S6
   log "S6 hand-drained $n3 saying evacuate while $n2 uses the budget"
-  if [[ $(node_json "$n2" | jq_py "print(d['drained'])") != True ]]; then
-    fail "S6 budget" "precondition: $n2 is not drained after S1"
+  if [[ $(node_json "$n2" | jq_py "print(d['offline'])") != True ]]; then
+    fail "S6 budget" "precondition: $n2 is not offline after S1"
     return
   fi
   # Clear S3: node3 reports Ok again, its repairfailed tag is removed (acknowledged, forgotten).
@@ -336,18 +338,18 @@ sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'cap: cluster' i
     fail "S6 budget" "$n3 was acted on beyond the budget: primaries '$before' -> '$after': $(coord /1/status | head -c 600)"
     return
   fi
-  # The operator returns node2 to service (undrain, acknowledge): node3 is emptied now.
-  answer=$(rapi POST "/2/nodes/$n2/modify" '{"drained": false}')
+  # The operator returns node2 to service (online, acknowledge): node3 is emptied now.
+  answer=$(rapi POST "/2/nodes/$n2/modify" '{"offline": false}')
   id=$(job_of <<<"$answer")
   st=$(wait_job "$id")
-  [[ $st == success ]] || { fail "S6 budget" "undraining $n2: job $id $st: $(head -c 300 <<<"$answer")"; return; }
+  [[ $st == success ]] || { fail "S6 budget" "setting $n2 online: job $id $st: $(head -c 300 <<<"$answer")"; return; }
   for tag in $(node_json "$n2" | jq_py "print(' '.join(t for t in d['tags'] if t.startswith('maintd:')))"); do
     id=$(rapi DELETE "/2/nodes/$n2/tags?tag=$tag" | job_of)
     wait_job "$id" >/dev/null
   done
   if wait_status 180 "any(i.get('node')=='$n3' and i.get('repair-status')=='completed' for i in d)" &&
     [[ -z $(primaries_of "$n3") ]]; then
-    pass "S6 budget: hand-drained $n3 saying evacuate waited (blocked_by names the budget and $n2, nothing moved) while $n2 was drained; emptied once $n2 returned"
+    pass "S6 budget: hand-drained $n3 saying evacuate waited (blocked_by names the budget and $n2, nothing moved) while $n2 was offline; emptied once $n2 returned"
   else
     fail "S6 budget" "$n3 not emptied after $n2 returned: primaries '$(primaries_of "$n3")': $(coord /1/status | head -c 600)"
   fi

@@ -3,6 +3,7 @@
 mod crash;
 mod gate;
 mod monitoring;
+mod node_repair;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};
@@ -38,17 +39,18 @@ async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
     assert!(incident.tag.starts_with(TAG_READY_PREFIX));
     assert!(h.node_tags(&node(2)).contains(&incident.tag));
     // Node 2 is drained and empty: d (secondary on node2? no, node3->node4) unaffected, a moved.
-    let (drained, left) = h.sim.with_cluster(|c| {
-        let drained = c.nodes[&node(2)].drained;
+    let (offline, left) = h.sim.with_cluster(|c| {
+        let offline = c.nodes[&node(2)].offline;
         let left: Vec<String> = c
             .instances
             .values()
             .filter(|i| i.pnode == node(2) || i.snodes.contains(&node(2)))
             .map(|i| i.name.clone())
             .collect();
-        (drained, left)
+        (offline, left)
     });
-    assert!(drained);
+    // Evacuate means evacuate and offline (the offline flag replaces the drained one).
+    assert!(offline);
     assert!(left.is_empty(), "{left:?}");
     assert!(h.sim.duplicate_intents().is_empty());
     // maintd's /1/evacuated lists what was moved off the node.
@@ -79,6 +81,11 @@ async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
         .get(&node(2))
         .unwrap()
         .set_verdict(verdict("Ok", json!(null), None));
+    // An offline node's agent is not read: the incident stays until the node is back online.
+    h.round().await.unwrap();
+    assert_eq!(h.incidents().unwrap().len(), 1);
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().offline = false);
     h.round().await.unwrap();
     assert!(h.incidents().unwrap().is_empty());
 }
@@ -193,7 +200,8 @@ async fn hand_drained_node_waits_while_the_budget_is_used() {
     // The operator returns node 3 to service: node 2's evacuation proceeds.
     h.sim.with_cluster(|c| {
         let n3 = c.nodes.get_mut(&node(3)).unwrap();
-        n3.drained = false;
+        assert!(n3.offline && !n3.drained);
+        n3.offline = false;
         n3.tags.clear();
     });
     assert!(
@@ -663,8 +671,8 @@ async fn evacuation_is_one_job_chain_in_one_round() {
         assert!(h.node_tags(&node(2)).contains(&incident.tag));
         let acting: Vec<usize> = per_round.iter().copied().filter(|n| *n > 0).collect();
         if chains {
-            // 1 drain + 5 moves (4 targets: two waves) + 1 tag, all in one round.
-            assert_eq!(acting, vec![7], "{per_round:?}");
+            // 1 drain + 5 moves (4 targets: two waves) + offline + tag, all in one round.
+            assert_eq!(acting, vec![8], "{per_round:?}");
             let submissions = h.sim.submissions();
             let ours: Vec<_> = submissions.iter().filter(|s| !s.internal).collect();
             let depends = h.sim.with_cluster(|c| {
@@ -672,13 +680,21 @@ async fn evacuation_is_one_job_chain_in_one_round() {
                     .map(|s| c.jobs[&s.job].depends.len())
                     .collect::<Vec<_>>()
             });
-            // Drain: none; first wave: the drain; second wave: the 4 first moves; tag: the
-            // second wave.
-            assert_eq!(depends, vec![0, 1, 1, 1, 1, 4, 1], "{ours:#?}");
+            // Drain: none; first wave: the drain; second wave: the 4 first moves; offline: the
+            // second wave; tag: the offline.
+            assert_eq!(depends, vec![0, 1, 1, 1, 1, 4, 1, 1], "{ours:#?}");
+            let ops: Vec<&str> = ours.iter().map(|s| s.op_id.as_str()).collect();
+            assert_eq!(ops[6], "OP_NODE_SET_PARAMS", "{ops:?}");
+            assert_eq!(ops[7], "OP_TAGS_SET", "{ops:?}");
         } else {
-            // Drain, moves (two rounds: 4 targets), tag: one round each.
-            assert_eq!(acting, vec![1, 4, 1, 1], "{per_round:?}");
+            // Drain, moves (two rounds: 4 targets), offline, tag: one round each.
+            assert_eq!(acting, vec![1, 4, 1, 1, 1], "{per_round:?}");
         }
+        // Evacuate means evacuate and offline.
+        let (offline, drained) = h
+            .sim
+            .with_cluster(|c| (c.nodes[&node(2)].offline, c.nodes[&node(2)].drained));
+        assert!(offline && !drained);
         assert!(h.sim.duplicate_intents().is_empty());
     }
 }

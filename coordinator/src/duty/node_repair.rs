@@ -17,11 +17,7 @@ use crate::incident::{Action, Incident, RepairStatus};
 
 /// How invasive an action is (the gate serves the most invasive first).
 pub const fn invasiveness(action: Action) -> u8 {
-    match action {
-        Action::LiveRepair => 1,
-        Action::Evacuate => 2,
-        Action::EvacuateFailover => 3,
-    }
+    action.invasiveness()
 }
 
 /// What the node-repair duty proposes this round.

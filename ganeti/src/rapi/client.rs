@@ -274,6 +274,18 @@ impl RapiClient {
         self.submit(Method::Post, &path, &[], &body, reason).await
     }
 
+    /// `PUT /2/instances/<i>/shutdown` (Ganeti's default timeout; the down state is
+    /// remembered).
+    pub async fn shutdown_instance(
+        &self,
+        instance: &str,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/instances/{}/shutdown", segment(instance)?);
+        self.submit(Method::Put, &path, &[], &json!({}), reason)
+            .await
+    }
+
     /// `PUT /2/instances/<i>/migrate`.
     pub async fn migrate_instance(
         &self,
@@ -628,6 +640,14 @@ impl Ganeti for RapiClient {
         Box::pin(
             async move { Ok(RapiClient::set_node_offline(self, node, offline, reason).await?) },
         )
+    }
+
+    fn shutdown_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move { Ok(RapiClient::shutdown_instance(self, instance, reason).await?) })
     }
 
     fn migrate_instance<'a>(

@@ -20,12 +20,12 @@ fn rack_of(i: usize) -> String {
     format!("rack:r{}", (i - 1) / 10)
 }
 
-/// Nodes drained in the simulation.
+/// Nodes out of service: drained, or offline (where an evacuation ends).
 fn drained(h: &Harness) -> BTreeSet<String> {
     h.sim.with_cluster(|c| {
         c.nodes
             .values()
-            .filter(|n| n.drained)
+            .filter(|n| n.drained || n.offline)
             .map(|n| n.name.clone())
             .collect()
     })
@@ -263,6 +263,7 @@ async fn one_failure_domain_at_a_time() {
         for i in [2, 3] {
             let n = c.nodes.get_mut(&node(i)).unwrap();
             n.drained = false;
+            n.offline = false;
             n.tags.retain(|t| !t.starts_with("maintd:"));
         }
     });
@@ -582,4 +583,44 @@ async fn random_verdict_streams_keep_the_gate_s_invariants() {
     );
     // The streams really exercised the gate.
     assert!(disruptions >= 5 && bad_storage_rounds >= 5 && waits >= 10);
+}
+
+/// An evacuation that could never succeed (an instance with local storage) fails at once, even
+/// while the gate would make it wait: the operator learns it now, and nothing is disrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evacuation_that_cannot_succeed_fails_at_once_even_when_the_gate_holds_it() {
+    let mut h = Harness::new(4, "a:diskless:2,f:file:3", |_| {})
+        .await
+        .unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    // Node 2 is drained (the cap of 1 is used); node 3 holds a file instance.
+    h.agents.get(&node(3)).unwrap().set_verdict(evacuate(3));
+    h.round().await.unwrap();
+    let incident = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(3))
+        .unwrap();
+    assert_eq!(
+        incident.repair_status,
+        RepairStatus::Failed,
+        "{incident:#?}"
+    );
+    assert!(
+        incident
+            .failure
+            .as_deref()
+            .unwrap_or("")
+            .contains("disk template file"),
+        "{incident:#?}"
+    );
+    assert!(!drained(&h).contains(&node(3)));
 }

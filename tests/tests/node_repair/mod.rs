@@ -1,0 +1,410 @@
+//! Node repair semantics against the simulated cluster: escalation, evacuate-and-offline,
+//! instances that cannot move, and returning the node to service on acknowledgement.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodecare_coordinator::daemon::Coordinator;
+use nodecare_coordinator::incident::{Action, Incident, RepairStatus, TAG_FAILED_PREFIX};
+use nodecare_coordinator::plan::ImmovablePolicy;
+use nodecare_ganeti::Ganeti;
+use nodecare_ganeti_sim::model::JobFailureRule;
+use nodecare_tests::fake_agent::{RepairBehaviour, verdict};
+use nodecare_tests::harness::{Harness, node};
+use serde_json::json;
+
+fn on(incidents: &[Incident], n: usize) -> Incident {
+    incidents
+        .iter()
+        .find(|i| i.node == node(n))
+        .cloned()
+        .unwrap_or_else(|| panic!("no incident on {}: {incidents:#?}", node(n)))
+}
+
+/// (offline, drained) of a simulated node.
+fn flags(h: &Harness, n: usize) -> (bool, bool) {
+    h.sim.with_cluster(|c| {
+        let x = &c.nodes[&node(n)];
+        (x.offline, x.drained)
+    })
+}
+
+/// Our submissions' opcode ids for `target`, in order.
+fn ops_on(h: &Harness, target: &str) -> Vec<String> {
+    h.sim
+        .submissions()
+        .into_iter()
+        .filter(|s| !s.internal && s.target == target)
+        .map(|s| s.op_id)
+        .collect()
+}
+
+fn completed(i: &[Incident]) -> bool {
+    i.len() == 1 && i[0].repair_status == RepairStatus::Completed
+}
+
+/// A live repair in flight when the node starts asking for evacuation: the incident is
+/// escalated (same uuid, no second incident), the evacuation waits for the repair to end,
+/// then drains, moves, offlines and tags.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_repair_escalates_to_evacuation_after_the_running_repair() {
+    let mut h = Harness::new(4, "a:diskless:2,b:drbd:2", |_| {})
+        .await
+        .unwrap();
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    agent.set_verdict(verdict("live-repair", json!({"fan": 1}), Some("reset-fan")));
+    agent.set_repair(RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::from_millis(2500),
+    });
+    h.round().await.unwrap();
+    let first = on(&h.incidents().unwrap(), 2);
+    assert_eq!(first.action, Action::LiveRepair);
+    assert_eq!(first.repair_status, RepairStatus::Pending, "{first:#?}");
+
+    agent.set_verdict(verdict("evacuate", json!({"fan": 1, "psu": 2}), None));
+    h.round().await.unwrap();
+    let incidents = h.incidents().unwrap();
+    assert_eq!(
+        incidents.len(),
+        1,
+        "escalated, not a second incident: {incidents:#?}"
+    );
+    let escalated = incidents[0].clone();
+    assert_eq!(escalated.uuid, first.uuid);
+    assert_eq!(escalated.tag, first.tag);
+    assert_eq!(escalated.action, Action::Evacuate);
+    assert_ne!(escalated.fingerprint, first.fingerprint);
+    assert!(
+        escalated
+            .history
+            .iter()
+            .any(|e| e.event == "escalated from live-repair to evacuate"),
+        "{escalated:#?}"
+    );
+    // The repair still runs: nothing is drained yet, and the reason is shown.
+    assert!(
+        escalated
+            .blocked_by
+            .as_deref()
+            .is_some_and(|b| b.contains("live repair")),
+        "{escalated:#?}"
+    );
+    assert!(ops_on(&h, &node(2)).is_empty());
+
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    let done = h.incidents().unwrap().remove(0);
+    assert_eq!(done.uuid, first.uuid);
+    assert!(
+        done.history
+            .iter()
+            .any(|e| e.event.contains("live repair finished")),
+        "{done:#?}"
+    );
+    assert_eq!(flags(&h, 2), (true, false));
+    assert_eq!(agent.repairs(), vec![first.uuid.to_string()]);
+    assert!(h.sim.duplicate_intents().is_empty());
+}
+
+/// A more invasive verdict on an evacuation in progress escalates it to evacuate-failover; a
+/// less invasive one afterwards never de-escalates it (it opens its own incident, which waits).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escalation_never_goes_back() {
+    let mut h = Harness::new(4, "a:diskless:3", |_| {}).await.unwrap();
+    // Jobs stay in flight: the evacuation is pending throughout.
+    h.sim.set_job_delay(Duration::from_secs(600));
+    let agent = h.agents.get(&node(3)).unwrap().clone();
+    agent.set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    h.coordinator.round().await.unwrap();
+    let first = on(&h.incidents().unwrap(), 3);
+    assert_eq!(first.repair_status, RepairStatus::Pending, "{first:#?}");
+    agent.set_verdict(verdict(
+        "evacuate-failover",
+        json!({"disk": "sdb", "nic": 0}),
+        None,
+    ));
+    h.coordinator.round().await.unwrap();
+    let escalated = on(&h.incidents().unwrap(), 3);
+    assert_eq!(escalated.uuid, first.uuid);
+    assert_eq!(escalated.action, Action::EvacuateFailover);
+    assert_eq!(escalated.jobs, first.jobs);
+    assert_eq!(h.incidents().unwrap().len(), 1);
+
+    agent.set_verdict(verdict("live-repair", json!({"fan": 1}), Some("reset-fan")));
+    h.coordinator.round().await.unwrap();
+    let incidents = h.incidents().unwrap();
+    let kept = incidents.iter().find(|i| i.uuid == first.uuid).unwrap();
+    assert_eq!(kept.action, Action::EvacuateFailover, "{incidents:#?}");
+    assert!(!kept.observed);
+    let other = incidents.iter().find(|i| i.uuid != first.uuid).unwrap();
+    assert_eq!(other.action, Action::LiveRepair);
+    assert_eq!(other.repair_status, RepairStatus::Noted, "{other:#?}");
+    assert!(
+        other
+            .blocked_by
+            .as_deref()
+            .is_some_and(|b| b.contains(&first.uuid.to_string())),
+        "{other:#?}"
+    );
+    assert!(agent.repairs().is_empty());
+}
+
+/// `offline_after_evacuation = false` keeps maintd's drained-only end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offlining_can_be_turned_off() {
+    let mut h = Harness::new(4, "a:diskless:2", |c| c.offline_after_evacuation = false)
+        .await
+        .unwrap();
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    assert!(h.until(20, completed).await.unwrap());
+    assert_eq!(flags(&h, 2), (false, true));
+    assert_eq!(
+        ops_on(&h, &node(2)),
+        vec!["OP_NODE_SET_PARAMS", "OP_TAGS_SET"]
+    );
+}
+
+/// Ganeti refusing to offline the node (here: too few master candidates) fails the incident
+/// with Ganeti's message, and the node gets the failure tag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_offline_fails_the_incident_with_ganetis_message() {
+    for chains in [false, true] {
+        let mut h = Harness::new(4, "a:diskless:2", |c| c.job_chains = chains)
+            .await
+            .unwrap();
+        // Drained by hand already: the first node-parameter job is the offline.
+        h.sim
+            .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().drained = true);
+        h.sim.fail_jobs(JobFailureRule {
+            op_id: Some("OP_NODE_SET_PARAMS".into()),
+            target: Some(node(2)),
+            count: Some(1),
+            message: "Not enough master candidates, please pass auto promote option".into(),
+        });
+        h.agents.get(&node(2)).unwrap().set_verdict(verdict(
+            "evacuate",
+            json!({"disk": "sdb"}),
+            None,
+        ));
+        let failed = h
+            .until(10, |i| {
+                i.len() == 1 && i[0].repair_status == RepairStatus::Failed && i[0].tag_applied
+            })
+            .await
+            .unwrap();
+        let incident = h.incidents().unwrap().remove(0);
+        assert!(failed, "chains={chains}: {incident:#?}");
+        let why = incident.failure.clone().unwrap_or_default();
+        assert!(why.contains("Not enough master candidates"), "{why}");
+        assert!(incident.tag.starts_with(TAG_FAILED_PREFIX));
+        assert!(h.node_tags(&node(2)).contains(&incident.tag));
+        assert_eq!(flags(&h, 2), (false, true));
+        // The instance did leave before.
+        assert!(
+            h.sim
+                .with_cluster(|c| c.instances["a.sim.test"].pnode != node(2))
+        );
+    }
+}
+
+/// `immovable_instances`: `fail` touches nothing, `leave` evacuates the rest and keeps the
+/// node online with a warning, `shutdown` stops them, then offlines the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn immovable_instances_fail_leave_or_shutdown() {
+    let instances = "p:plain:2,f:file:2,b:diskless:2,d:drbd:2";
+    for policy in [
+        ImmovablePolicy::Fail,
+        ImmovablePolicy::Leave,
+        ImmovablePolicy::Shutdown,
+    ] {
+        for chains in [true, false] {
+            let mut h = Harness::new(4, instances, |c| {
+                c.immovable_instances = policy;
+                c.job_chains = chains;
+            })
+            .await
+            .unwrap();
+            h.agents.get(&node(2)).unwrap().set_verdict(verdict(
+                "evacuate",
+                json!({"disk": "sdb"}),
+                None,
+            ));
+            let finished = h
+                .until(20, |i| {
+                    i.len() == 1 && !i[0].is_active() && i[0].tag_applied
+                })
+                .await
+                .unwrap();
+            let incident = h.incidents().unwrap().remove(0);
+            assert!(finished, "{policy:?} chains={chains}: {incident:#?}");
+            let where_is = |name: &str| {
+                h.sim.with_cluster(|c| {
+                    let i = &c.instances[&format!("{name}.sim.test")];
+                    (i.pnode.clone(), i.snodes.clone(), i.running)
+                })
+            };
+            match policy {
+                ImmovablePolicy::Fail => {
+                    assert_eq!(incident.repair_status, RepairStatus::Failed);
+                    let why = incident.failure.clone().unwrap_or_default();
+                    assert!(why.contains("immovable_instances = fail"), "{why}");
+                    // Nothing was touched.
+                    assert_eq!(flags(&h, 2), (false, false));
+                    assert_eq!(where_is("b").0, node(2));
+                }
+                ImmovablePolicy::Leave => {
+                    assert_eq!(incident.repair_status, RepairStatus::Completed);
+                    let warning = incident.warning.clone().unwrap_or_default();
+                    assert!(
+                        warning.contains("p.sim.test (plain)")
+                            && warning.contains("f.sim.test (file)"),
+                        "{warning}"
+                    );
+                    assert!(
+                        incident
+                            .history
+                            .iter()
+                            .any(|e| e.event.starts_with("warning: "))
+                    );
+                    // Readers of /1/status (the CLI) get it.
+                    let mut value = serde_json::to_value(&incident).unwrap();
+                    value["id"] = json!(incident.uuid.to_string());
+                    let summary: nodecare_protocol::status::IncidentSummary =
+                        serde_json::from_value(value).unwrap();
+                    assert_eq!(summary.warning, incident.warning);
+                    // The rest left; the node stays online (drained) with them running.
+                    assert_eq!(flags(&h, 2), (false, true));
+                    assert_eq!(where_is("p"), (node(2), vec![], true));
+                    assert_ne!(where_is("b").0, node(2));
+                    let (d_primary, d_secondaries, _) = where_is("d");
+                    assert_ne!(d_primary, node(2));
+                    assert!(!d_secondaries.contains(&node(2)));
+                }
+                ImmovablePolicy::Shutdown => {
+                    assert_eq!(incident.repair_status, RepairStatus::Completed);
+                    assert!(
+                        incident
+                            .warning
+                            .as_deref()
+                            .is_some_and(|w| w.contains("shut down") && w.contains("p.sim.test")),
+                        "{incident:#?}"
+                    );
+                    assert_eq!(where_is("p"), (node(2), vec![], false));
+                    assert!(!where_is("f").2);
+                    assert_eq!(flags(&h, 2), (true, false));
+                    // Shut down before the node went offline.
+                    let ours: Vec<_> = h
+                        .sim
+                        .submissions()
+                        .into_iter()
+                        .filter(|s| !s.internal)
+                        .collect();
+                    let shutdowns: Vec<u64> = ours
+                        .iter()
+                        .filter(|s| s.op_id == "OP_INSTANCE_SHUTDOWN")
+                        .map(|s| s.job)
+                        .collect();
+                    let offline = ours
+                        .iter()
+                        .filter(|s| s.op_id == "OP_NODE_SET_PARAMS")
+                        .map(|s| s.job)
+                        .max()
+                        .unwrap();
+                    assert_eq!(shutdowns.len(), 2, "{ours:#?}");
+                    assert!(shutdowns.iter().all(|j| *j < offline));
+                    if chains {
+                        let depends = h.sim.with_cluster(|c| c.jobs[&offline].depends.clone());
+                        let on: Vec<u64> = depends.iter().map(|(j, _)| *j).collect();
+                        assert_eq!(on, shutdowns);
+                    }
+                }
+            }
+            assert!(h.sim.duplicate_intents().is_empty());
+        }
+    }
+}
+
+/// `undrain_on_ack`: removing the tag of an evacuated, offlined node sets it online again (a
+/// regular node); with `leave`, the drained node is undrained. One job each, across restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgement_returns_the_node_to_service() {
+    for policy in [ImmovablePolicy::Fail, ImmovablePolicy::Leave] {
+        let instances = if policy == ImmovablePolicy::Leave {
+            "p:plain:2,b:diskless:2"
+        } else {
+            "b:diskless:2"
+        };
+        let mut h = Harness::new(4, instances, |c| {
+            c.undrain_on_ack = true;
+            c.immovable_instances = policy;
+        })
+        .await
+        .unwrap();
+        let agent = h.agents.get(&node(2)).unwrap().clone();
+        agent.set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+        assert!(h.until(20, completed).await.unwrap());
+        let out = if policy == ImmovablePolicy::Leave {
+            (false, true)
+        } else {
+            (true, false)
+        };
+        assert_eq!(flags(&h, 2), out);
+        // Nothing happens before the acknowledgement.
+        h.round().await.unwrap();
+        assert_eq!(flags(&h, 2), out);
+        // Acknowledge, and restart the coordinator in between for good measure.
+        h.sim
+            .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
+        h.round().await.unwrap();
+        let ganeti: Arc<dyn Ganeti> = Arc::new(h.sim.client());
+        h.coordinator = Coordinator::new(&h.config, node(1), ganeti, h.key.clone()).unwrap();
+        for _ in 0..3 {
+            h.round().await.unwrap();
+        }
+        assert_eq!(flags(&h, 2), (false, false));
+        let key = if policy == ImmovablePolicy::Leave {
+            "/undrain"
+        } else {
+            "/online"
+        };
+        let returns: Vec<_> = h
+            .sim
+            .submissions()
+            .into_iter()
+            .filter(|s| s.intent.as_deref().is_some_and(|i| i.ends_with(key)))
+            .collect();
+        assert_eq!(returns.len(), 1, "{returns:#?}");
+        assert!(h.sim.duplicate_intents().is_empty());
+        // Repaired: the agent reports Ok and the incident is forgotten.
+        agent.set_verdict(verdict("Ok", json!(null), None));
+        h.round().await.unwrap();
+        assert!(h.incidents().unwrap().is_empty());
+    }
+}
+
+/// Without `undrain_on_ack` (the default) the node stays out of service after the
+/// acknowledgement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledgement_alone_leaves_the_node_offline() {
+    let mut h = Harness::new(4, "b:diskless:2", |_| {}).await.unwrap();
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    assert!(h.until(20, completed).await.unwrap());
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    assert!(h.incidents().unwrap()[0].acknowledged);
+    assert_eq!(flags(&h, 2), (true, false));
+}
