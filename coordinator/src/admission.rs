@@ -171,6 +171,7 @@ pub fn judge_request(
         since_ms: now_ms,
         disrupts: BTreeSet::from([request.node.clone()]),
         touches: BTreeSet::new(),
+        fresh: false,
         moves_memory: Some(0),
         reason: format!("{} (requested by {})", request.reason, request.requester),
     };

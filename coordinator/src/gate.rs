@@ -407,6 +407,10 @@ pub struct Proposal {
     /// storage is not whole.
     #[serde(default)]
     pub touches: BTreeSet<String>,
+    /// It starts a new disruption even where its holder already holds the nodes (an incident
+    /// escalated from a live repair to an evacuation): judged in full, never a continuation.
+    #[serde(default)]
+    pub fresh: bool,
     /// Memory in MiB of the instances it moves off `disrupts` (N+1 check); `None` when unknown,
     /// `Some(0)` when nothing moves.
     pub moves_memory: Option<u64>,
@@ -613,7 +617,7 @@ fn judge(
     let new: BTreeSet<String> = proposal
         .disrupts
         .iter()
-        .filter(|node| in_force.nodes.get(*node) != Some(&proposal.holder))
+        .filter(|node| proposal.fresh || in_force.nodes.get(*node) != Some(&proposal.holder))
         .cloned()
         .collect();
     if new.is_empty() && !proposal.disrupts.is_empty() {
@@ -935,6 +939,7 @@ mod tests {
             since_ms: u64::try_from(n).unwrap_or(0),
             disrupts: [node.to_owned()].into(),
             touches: BTreeSet::new(),
+            fresh: false,
             moves_memory: Some(1024),
             reason: "evacuate".into(),
         }
@@ -1273,6 +1278,7 @@ mod tests {
             since_ms: 0,
             disrupts: BTreeSet::new(),
             touches: touches.iter().map(|t| (*t).to_owned()).collect(),
+            fresh: false,
             moves_memory: Some(512),
             reason: "balance".into(),
         };
@@ -1311,6 +1317,28 @@ mod tests {
         let mut live = balance(4, &["n3"]);
         live.moves_memory = Some(0);
         assert_eq!(judged(&view, &roomy(), live), Ok(Admitted::New));
+    }
+
+    #[test]
+    fn a_fresh_proposal_on_a_node_its_holder_holds_is_judged_in_full() {
+        let view = view();
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let policy = Policy {
+            breaker: Some("storm".into()),
+            ..roomy()
+        };
+        let mut escalated = repair(1, "n1");
+        assert_eq!(
+            decide(&view, &policy, &in_force, vec![escalated.clone()]).judgements[0].outcome,
+            Ok(Admitted::Continuation)
+        );
+        escalated.fresh = true;
+        assert_eq!(
+            decide(&view, &policy, &in_force, vec![escalated]).judgements[0].outcome,
+            Err(BlockedBy::Breaker {
+                why: "storm".into()
+            })
+        );
     }
 
     #[test]

@@ -887,7 +887,17 @@ impl Reconciler {
             overrides: self.store.overrides_in_force(now)?,
             breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
         };
-        let duty = node_repair::propose(&incidents, nodes, instances);
+        let evacuating: BTreeSet<Uuid> = intents
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i.spec,
+                    IntentSpec::Drain { .. } | IntentSpec::Move { .. } | IntentSpec::Offline { .. }
+                )
+            })
+            .map(|i| i.incident)
+            .collect();
+        let duty = node_repair::propose(&incidents, nodes, instances, &evacuating);
         let balancing = match &self.balancer {
             Some(balancer) => {
                 balancer

@@ -602,6 +602,7 @@ mod tests {
             since_ms: NOW,
             disrupts: set(&["node4"]),
             touches: BTreeSet::new(),
+            fresh: false,
             moves_memory: Some(0),
             reason: "evacuate".into(),
         };

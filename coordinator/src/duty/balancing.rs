@@ -194,6 +194,7 @@ pub fn propose(
                 since_ms,
                 disrupts: BTreeSet::new(),
                 touches: job.nodes(),
+                fresh: false,
                 moves_memory: Some(0),
                 reason: format!(
                     "hbal: {} {} => {} ({}; score {:.8})",

@@ -45,8 +45,16 @@ fn primary_memory(node: &str, instances: &[Instance]) -> Option<u64> {
         .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)))
 }
 
-/// The proposals of the active incidents in `incidents`.
-pub fn propose(incidents: &[Incident], nodes: &[Node], instances: &[Instance]) -> Proposals {
+/// The proposals of the active incidents in `incidents`. `evacuating` are the incidents whose
+/// evacuation has begun (a drain, move or offline job recorded): a pending evacuation not among
+/// them (escalated from a live repair) on a node still in service starts anew and is judged in
+/// full by the gate.
+pub fn propose(
+    incidents: &[Incident],
+    nodes: &[Node],
+    instances: &[Instance],
+    evacuating: &BTreeSet<Uuid>,
+) -> Proposals {
     let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
     let mut active: Vec<&Incident> = incidents.iter().filter(|i| i.is_active()).collect();
     active.sort_by(|a, b| {
@@ -89,6 +97,11 @@ pub fn propose(incidents: &[Incident], nodes: &[Node], instances: &[Instance]) -
             since_ms: seconds_to_ms(incident.ctime),
             disrupts,
             touches,
+            fresh: incident.action.is_evacuation()
+                && incident.repair_status == RepairStatus::Pending
+                && !evacuating.contains(&incident.uuid)
+                && !node.drained
+                && !node.offline,
             moves_memory,
             reason: format!(
                 "{} ({})",
@@ -101,8 +114,8 @@ pub fn propose(incidents: &[Incident], nodes: &[Node], instances: &[Instance]) -
 }
 
 /// The nodes incidents hold: a pending incident's node (evacuating, or running a live repair),
-/// and the node of a finished
-/// incident not yet acknowledged while Ganeti still shows it drained or offline.
+/// and the node of a finished incident not yet acknowledged while Ganeti still shows it drained
+/// or offline.
 pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
     let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
     let mut held: BTreeMap<String, Holder> = BTreeMap::new();
@@ -146,6 +159,7 @@ mod tests {
             &[live.clone(), evacuate.clone(), other.clone()],
             &nodes,
             &instances,
+            &BTreeSet::new(),
         );
         let holders: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
         assert_eq!(
@@ -170,13 +184,35 @@ mod tests {
         );
     }
 
+    /// An evacuation escalated from a live repair holds its node already (pending) but has not
+    /// begun: it is judged in full (fresh) until its drain is recorded or the node is drained.
+    #[test]
+    fn an_escalated_evacuation_is_fresh_until_it_begins() {
+        let mut nodes = vec![node("n1")];
+        let mut incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        incident.repair_status = RepairStatus::Pending;
+        let fresh = |incident: &Incident, nodes: &[Node], started: &BTreeSet<Uuid>| {
+            propose(std::slice::from_ref(incident), nodes, &[], started).proposals[0].fresh
+        };
+        assert!(fresh(&incident, &nodes, &BTreeSet::new()));
+        assert!(!fresh(&incident, &nodes, &BTreeSet::from([incident.uuid])));
+        nodes[0].drained = true;
+        assert!(!fresh(&incident, &nodes, &BTreeSet::new()));
+        incident.repair_status = RepairStatus::Noted;
+        nodes[0].drained = false;
+        assert!(
+            !fresh(&incident, &nodes, &BTreeSet::new()),
+            "a noted one is new anyway"
+        );
+    }
+
     #[test]
     fn unknown_instance_memory_is_unknown() {
         let nodes = vec![node("n1")];
         let mut unknown = instance("i1", "n1", 512);
         unknown.memory = None;
         let incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
-        let out = propose(&[incident], &nodes, &[unknown]);
+        let out = propose(&[incident], &nodes, &[unknown], &BTreeSet::new());
         assert_eq!(out.proposals[0].moves_memory, None);
     }
 
