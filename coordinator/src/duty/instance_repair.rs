@@ -1149,6 +1149,7 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
                             since_ms: u64::try_from(now).unwrap_or(0).saturating_mul(1000),
                             disrupts: found.disrupts.clone(),
                             touches: found.touches.clone(),
+                            fresh: false,
                             moves_memory,
                             reason: format!("{name}: {}; {}", found.why, found.kind),
                         };
