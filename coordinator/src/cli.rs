@@ -74,6 +74,13 @@ struct Args {
     /// Run one round and exit.
     #[arg(long)]
     once: bool,
+    /// Run the instance auto-repair duty once, as `harep` does (within the gate's caps), print
+    /// harep's output and exit.
+    #[arg(long, conflicts_with = "once")]
+    harep: bool,
+    /// With `--harep`: submit nothing, print what would be done (harep's `--dry-run`).
+    #[arg(long, requires = "harep")]
+    dry_run: bool,
     /// Log filter (tracing syntax), e.g. `info` or `nodecare_coordinator=debug`.
     #[arg(long, env = "NODECARE_LOG", default_value = "info")]
     log: String,
@@ -255,6 +262,36 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--harep`: one run of the instance auto-repair duty, harep's output on stdout, problems on
+/// stderr (exit 1 when there were any).
+async fn harep(prepared: Prepared, dry_run: bool) -> anyhow::Result<ExitCode> {
+    let Prepared { config, ganeti, .. } = prepared;
+    let store = crate::store::Store::open_dir(&config.state_dir)?;
+    let policy = crate::gate::Policy {
+        cluster: crate::gate::Caps {
+            max_disrupted_nodes: config.max_disrupted_nodes,
+            max_disrupted_percent: None,
+            min_healthy_nodes: config.min_healthy_nodes,
+        },
+        ..crate::gate::Policy::default()
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let one = crate::instance_repair_exec::run_once(&ganeti, &store, &policy, dry_run, now_ms)
+        .await
+        .context("instance auto-repair")?;
+    print!("{}", one.harep_output());
+    for error in &one.report.errors {
+        eprintln!("nodecare-coordinator: {error}");
+    }
+    Ok(if one.report.errors.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
 /// The command-line definition, for generated documentation (man pages, shell completions).
 pub fn command() -> clap::Command {
     <Args as clap::CommandFactory>::command()
@@ -297,6 +334,15 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.harep {
+        return match runtime.block_on(harep(prepared, args.dry_run)) {
+            Ok(code) => code,
+            Err(error) => {
+                eprintln!("nodecare-coordinator: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match runtime.block_on(run(prepared, args.once)) {
         Ok(code) => code,
         Err(error) => {

@@ -119,6 +119,16 @@ pub struct Config {
     pub notify: NotifySection,
     /// Balancing with Ganeti's hbal (off by default).
     pub balancing: crate::duty::balancing::BalancingConfig,
+    /// Instance auto-repair (harep's duty).
+    pub instance_repair: InstanceRepairSection,
+}
+
+/// `[instance_repair]`: harep's duty, driven by the `ganeti:watcher:autorepair:*` tags.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InstanceRepairSection {
+    /// Run the duty each round (off by default: harep's tags are then left to harep).
+    pub enabled: bool,
 }
 
 /// `[notify]`.
@@ -212,6 +222,7 @@ impl Default for Config {
             rapi: RapiSection::default(),
             notify: NotifySection::default(),
             balancing: crate::duty::balancing::BalancingConfig::default(),
+            instance_repair: InstanceRepairSection::default(),
         }
     }
 }

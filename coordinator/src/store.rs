@@ -245,6 +245,14 @@ impl Store {
                  name TEXT PRIMARY KEY,
                  record TEXT NOT NULL);",
         )?;
+        // Instance repairs submitted whose pending tag Ganeti may not show yet (additive: no
+        // schema version change).
+        connection.execute_batch(
+            "CREATE TABLE IF NOT EXISTS instance_repairs (
+                 uuid TEXT PRIMARY KEY,
+                 instance TEXT NOT NULL,
+                 record TEXT NOT NULL);",
+        )?;
         // Balancing moves (one row per Ganeti operation, see `crate::balance`).
         connection.execute_batch(
             "CREATE TABLE IF NOT EXISTS balancing_moves (
@@ -400,6 +408,44 @@ impl Store {
     pub fn save_incident(&self, incident: &Incident) -> Result<(), StoreError> {
         let connection = self.lock();
         save_incident(&connection, incident)
+    }
+
+    /// Every stored instance repair record: (uuid, instance, record JSON).
+    pub fn instance_repairs(&self) -> Result<Vec<(String, String, String)>, StoreError> {
+        let connection = self.lock();
+        let mut statement =
+            connection.prepare("SELECT uuid, instance, record FROM instance_repairs")?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        let mut records = Vec::new();
+        for row in rows {
+            records.push(row?);
+        }
+        Ok(records)
+    }
+
+    /// Inserts or replaces an instance repair record.
+    pub fn save_instance_repair(
+        &self,
+        uuid: &str,
+        instance: &str,
+        record: &str,
+    ) -> Result<(), StoreError> {
+        let connection = self.lock();
+        connection.execute(
+            "INSERT OR REPLACE INTO instance_repairs (uuid, instance, record) VALUES (?1, ?2, ?3)",
+            params![uuid, instance, record],
+        )?;
+        Ok(())
+    }
+
+    /// Deletes an instance repair record.
+    pub fn forget_instance_repair(&self, uuid: &str) -> Result<(), StoreError> {
+        let connection = self.lock();
+        connection.execute(
+            "DELETE FROM instance_repairs WHERE uuid = ?1",
+            params![uuid],
+        )?;
+        Ok(())
     }
 
     /// Deletes an incident and its intents.

@@ -209,6 +209,14 @@ pub enum SimOp {
         node: String,
         mode: String,
     },
+    InstanceRecreateDisks {
+        instance: String,
+        iallocator: Option<String>,
+    },
+    InstanceReinstall {
+        instance: String,
+        start: bool,
+    },
 }
 
 /// What a tag belongs to.
@@ -218,6 +226,7 @@ pub enum TagKind {
     Cluster,
     Node,
     Instance,
+    Group,
 }
 
 impl SimOp {
@@ -232,6 +241,8 @@ impl SimOp {
             Self::InstanceShutdown { .. } => "OP_INSTANCE_SHUTDOWN",
             Self::ReplaceDisks { .. } => "OP_INSTANCE_REPLACE_DISKS",
             Self::NodeEvacuate { .. } => "OP_NODE_EVACUATE",
+            Self::InstanceRecreateDisks { .. } => "OP_INSTANCE_RECREATE_DISKS",
+            Self::InstanceReinstall { .. } => "OP_INSTANCE_REINSTALL",
         }
     }
 
@@ -245,7 +256,9 @@ impl SimOp {
             Self::InstanceMigrate { instance, .. }
             | Self::InstanceFailover { instance, .. }
             | Self::InstanceShutdown { instance }
-            | Self::ReplaceDisks { instance, .. } => format!("{base}({instance})"),
+            | Self::ReplaceDisks { instance, .. }
+            | Self::InstanceRecreateDisks { instance, .. }
+            | Self::InstanceReinstall { instance, .. } => format!("{base}({instance})"),
             Self::TagsSet { .. } | Self::TagsDel { .. } => base.to_owned(),
         }
     }
@@ -257,7 +270,9 @@ impl SimOp {
             Self::InstanceMigrate { instance, .. }
             | Self::InstanceFailover { instance, .. }
             | Self::InstanceShutdown { instance }
-            | Self::ReplaceDisks { instance, .. } => instance,
+            | Self::ReplaceDisks { instance, .. }
+            | Self::InstanceRecreateDisks { instance, .. }
+            | Self::InstanceReinstall { instance, .. } => instance,
             Self::TagsSet { name, .. } | Self::TagsDel { name, .. } => name,
         }
     }
@@ -302,6 +317,15 @@ impl SimOp {
             }
             Self::NodeEvacuate { node, mode } => {
                 json!({"node_name": node, "mode": mode, "iallocator": "hail", "early_release": false})
+            }
+            Self::InstanceRecreateDisks {
+                instance,
+                iallocator,
+            } => {
+                json!({"instance_name": instance, "disks": [], "nodes": [], "iallocator": iallocator})
+            }
+            Self::InstanceReinstall { instance, .. } => {
+                json!({"instance_name": instance, "force_variant": false})
             }
         };
         match value {
@@ -410,6 +434,8 @@ pub struct SimCluster {
     pub cluster_name: String,
     pub cluster_uuid: String,
     pub cluster_tags: Vec<String>,
+    /// Tags of the one node group (`default`).
+    pub group_tags: Vec<String>,
     pub nodes: BTreeMap<String, SimNode>,
     /// Node names in configuration order (the first is the master).
     pub node_order: Vec<String>,
@@ -461,6 +487,7 @@ impl SimCluster {
             cluster_name: config.cluster_name,
             cluster_uuid: fake_uuid(0, 1),
             cluster_tags: Vec::new(),
+            group_tags: Vec::new(),
             nodes,
             node_order,
             instances,
@@ -875,12 +902,77 @@ impl SimCluster {
                 Ok(Value::Null)
             }
             SimOp::NodeEvacuate { node, mode } => self.evacuate(node, mode, job, now_ms),
+            SimOp::InstanceRecreateDisks { instance, .. } => {
+                self.recreate_disks(instance)?;
+                Ok(Value::Null)
+            }
+            SimOp::InstanceReinstall { instance, start } => {
+                let inst = self.instance(instance)?.clone();
+                let primary = self.node(&inst.pnode)?;
+                if primary.offline {
+                    return Err(SimFailure::prereq(
+                        format!("Instance primary node '{}' is offline", inst.pnode),
+                        "wrong_state",
+                    ));
+                }
+                if let Some(i) = self.instances.get_mut(instance) {
+                    i.running = *start;
+                }
+                Ok(Value::Null)
+            }
         }
+    }
+
+    /// Ganeti's disk recreation with an allocator: new nodes for every disk (a new primary,
+    /// and for DRBD a new secondary), chosen among the healthy nodes; the instance is stopped.
+    fn recreate_disks(&mut self, instance: &str) -> Result<(), SimFailure> {
+        let inst = self.instance(instance)?.clone();
+        if is_shared(&inst.disk_template) || inst.disk_template == "diskless" {
+            return Err(SimFailure::prereq(
+                format!(
+                    "Instance's disk layout '{}' has no disks to recreate on new nodes",
+                    inst.disk_template
+                ),
+                "wrong_input",
+            ));
+        }
+        let mut stopped = inst.clone();
+        stopped.running = false;
+        let primary = self.pick_target(&stopped, &[]).ok_or_else(|| {
+            SimFailure::prereq(
+                "Can't compute nodes using iallocator 'hail'",
+                "insufficient_resources",
+            )
+        })?;
+        let secondary = if inst.disk_template == "drbd" {
+            let s = self
+                .pick_target(&stopped, std::slice::from_ref(&primary))
+                .ok_or_else(|| {
+                    SimFailure::prereq(
+                        "Can't compute nodes using iallocator 'hail'",
+                        "insufficient_resources",
+                    )
+                })?;
+            vec![s]
+        } else {
+            Vec::new()
+        };
+        if let Some(i) = self.instances.get_mut(instance) {
+            i.pnode = primary;
+            i.snodes = secondary;
+            i.running = false;
+        }
+        Ok(())
     }
 
     fn tag_list(&mut self, kind: TagKind, name: &str) -> Result<&mut Vec<String>, SimFailure> {
         match kind {
             TagKind::Cluster => Ok(&mut self.cluster_tags),
+            TagKind::Group if name == "default" => Ok(&mut self.group_tags),
+            TagKind::Group => Err(SimFailure::prereq(
+                format!("Node group '{name}' not known"),
+                "unknown_entity",
+            )),
             TagKind::Node => self
                 .nodes
                 .get_mut(name)
@@ -1257,7 +1349,7 @@ impl SimCluster {
             "alloc_policy": "preferred",
             "node_cnt": self.node_order.len(),
             "node_list": self.node_order,
-            "tags": [],
+            "tags": self.group_tags,
             "serial_no": 1,
         })
     }

@@ -368,6 +368,43 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
                 now_ms
             )))
         }
+        ("POST", ["2", "instances", name, "recreate-disks"]) => {
+            let op = SimOp::InstanceRecreateDisks {
+                instance: (*name).to_owned(),
+                iallocator: req.body_str("iallocator"),
+            };
+            ok(json!(cluster.submit(
+                op,
+                reason,
+                "instances_name_recreate_disks",
+                now_ms
+            )))
+        }
+        ("POST", ["2", "instances", name, "reinstall"]) => {
+            // As Ganeti 3.0.2: a body, or query parameters (the legacy interface), never both.
+            let body = req.body.as_ref().filter(|b| !b.is_null());
+            if body.is_some() && !req.query.is_empty() {
+                return bad_request("Can't combine query and body parameters");
+            }
+            let start = match body {
+                Some(_) => req
+                    .body_field("start")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(true),
+                None => req.query_value("nostartup").is_none_or(|v| v == "0"),
+            };
+            let op = SimOp::InstanceReinstall {
+                instance: (*name).to_owned(),
+                start,
+            };
+            // Ganeti 3.0.2 builds this job itself and puts no `reason` into its trail.
+            ok(json!(cluster.submit(
+                op,
+                None,
+                "instances_name_reinstall",
+                now_ms
+            )))
+        }
         (_, ["2", "instances", name, "tags"]) => tags(
             cluster,
             req,
@@ -385,6 +422,15 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
             }
         }
         ("GET", ["2", "groups", "default"]) => ok(cluster.group_json()),
+        (_, ["2", "groups", "default", "tags"]) => tags(
+            cluster,
+            req,
+            TagKind::Group,
+            "default",
+            reason,
+            now_ms,
+            "groups_name_tags",
+        ),
         (_, ["2", "tags"]) => tags(cluster, req, TagKind::Cluster, "", reason, now_ms, "tags"),
         ("GET", ["2", "jobs"]) => {
             let list: Vec<Value> = cluster
@@ -455,6 +501,7 @@ fn tags(
         TagKind::Cluster => Some(cluster.cluster_tags.clone()),
         TagKind::Node => cluster.nodes.get(name).map(|n| n.tags.clone()),
         TagKind::Instance => cluster.instances.get(name).map(|i| i.tags.clone()),
+        TagKind::Group => Some(cluster.group_tags.clone()),
     };
     let Some(current) = current else {
         return not_found();

@@ -586,6 +586,42 @@ impl fmt::Display for Reason {
     }
 }
 
+/// What a tag operation applies to.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "name", rename_all = "lowercase")]
+pub enum TagTarget {
+    /// The cluster (`/2/tags`).
+    Cluster,
+    /// A node, by name.
+    Node(String),
+    /// An instance, by name.
+    Instance(String),
+    /// A node group, by name.
+    Group(String),
+}
+
+impl fmt::Display for TagTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Cluster => f.write_str("the cluster"),
+            Self::Node(name) => write!(f, "node {name}"),
+            Self::Instance(name) => write!(f, "instance {name}"),
+            Self::Group(name) => write!(f, "node group {name}"),
+        }
+    }
+}
+
+/// A node group (RAPI `/2/groups?bulk=1`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Group {
+    /// Group name (`name`).
+    pub name: String,
+    /// Group uuid (`uuid`), as in [`Node::group`].
+    pub uuid: String,
+    /// Group tags (`tags`).
+    pub tags: Vec<String>,
+}
+
 /// What the coordinator needs from Ganeti. Implemented by the RAPI client and the simulation.
 ///
 /// Write methods return the id of the submitted job; they do not wait for it.
@@ -677,6 +713,48 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
         node: &'a str,
         mode: EvacuateMode,
         iallocator: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// All node groups with their tags (RAPI `GET /2/groups?bulk=1`).
+    fn groups(&self) -> GanetiFuture<'_, Vec<Group>>;
+
+    /// The tags of the cluster, a node, an instance or a node group (RAPI `GET .../tags`).
+    fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>>;
+
+    /// Adds tags (RAPI `PUT .../tags?tag=...`, opcode `OP_TAGS_SET`).
+    fn add_tags<'a>(
+        &'a self,
+        target: &'a TagTarget,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Removes tags (RAPI `DELETE .../tags?tag=...`, opcode `OP_TAGS_DEL`).
+    fn remove_tags<'a>(
+        &'a self,
+        target: &'a TagTarget,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Recreates all of an instance's disks on nodes chosen by `iallocator` (RAPI
+    /// `POST /2/instances/<i>/recreate-disks`, opcode `OP_INSTANCE_RECREATE_DISKS` with
+    /// `disks = []`, `nodes = []`).
+    fn recreate_instance_disks<'a>(
+        &'a self,
+        instance: &'a str,
+        iallocator: &'a str,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId>;
+
+    /// Reinstalls an instance with its current OS and parameters (RAPI
+    /// `POST /2/instances/<i>/reinstall`: `OP_INSTANCE_SHUTDOWN`, `OP_INSTANCE_REINSTALL`, and
+    /// `OP_INSTANCE_STARTUP` when `start`).
+    fn reinstall_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        start: bool,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId>;
 

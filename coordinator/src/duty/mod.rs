@@ -1,7 +1,10 @@
 //! The duties: pure planners that turn what the coordinator knows into [`crate::gate::Proposal`]s.
 //!
 //! - [`node_repair`]: incidents from the agents' verdicts (maintd's node repair).
+//! - [`instance_repair`]: harep's instance auto-repair, tag for tag (executed by
+//!   [`crate::instance_repair_exec`]).
 //! - [`balancing`]: the first job set of Ganeti's `hbal` (maintd's balancing).
 
 pub mod balancing;
+pub mod instance_repair;
 pub mod node_repair;

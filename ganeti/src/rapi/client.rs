@@ -414,6 +414,42 @@ impl RapiClient {
             .await
     }
 
+    /// `POST /2/instances/<i>/recreate-disks` `{"disks": [], "nodes": [], "iallocator": ...}`.
+    pub async fn recreate_instance_disks(
+        &self,
+        instance: &str,
+        iallocator: &str,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/instances/{}/recreate-disks", segment(instance)?);
+        let body = json!({"disks": [], "nodes": [], "iallocator": iallocator});
+        self.submit(Method::Post, &path, &[], &body, reason).await
+    }
+
+    /// `POST /2/instances/<i>/reinstall` (the OS and its parameters stay as they are;
+    /// `nostartup=1` unless `start`). Ganeti 3.0.2 refuses a body together with query
+    /// parameters on this resource ("Can't combine query and body parameters"), and the reason
+    /// can only travel as a query parameter, so the request uses the query interface and has
+    /// no body: it cannot carry `depends` either (refused here rather than dropped). Ganeti
+    /// 3.0.2 builds this job (shutdown, reinstall, startup) without the `reason` parameter:
+    /// the job's trail holds only Ganeti's own entries (checked on the real cluster).
+    pub async fn reinstall_instance(
+        &self,
+        instance: &str,
+        start: bool,
+        reason: &Reason,
+    ) -> Result<JobId, RapiError> {
+        let path = format!("/2/instances/{}/reinstall", segment(instance)?);
+        if !reason.depends.is_empty() {
+            return Err(RapiError::Config(format!(
+                "POST {path}: RAPI's reinstall cannot wait for other jobs"
+            )));
+        }
+        let query: &[(&str, &str)] = if start { &[] } else { &[("nostartup", "1")] };
+        self.submit(Method::Post, &path, query, &Value::Null, reason)
+            .await
+    }
+
     // ---- plumbing ----
 
     /// Submits a job: the reason goes into the `reason` query parameter, its dependencies into
@@ -664,6 +700,54 @@ impl Ganeti for RapiClient {
         Box::pin(async move {
             Ok(RapiClient::evacuate_node(self, node, mode, iallocator, reason).await?)
         })
+    }
+
+    fn groups(&self) -> GanetiFuture<'_, Vec<ganeti::Group>> {
+        Box::pin(async move { Ok(converted(RapiClient::groups(self).await?)) })
+    }
+
+    fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>> {
+        Box::pin(async move { Ok(RapiClient::tags(self, target).await?) })
+    }
+
+    fn add_tags<'a>(
+        &'a self,
+        target: &'a TagTarget,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move { Ok(RapiClient::add_tags(self, target, tags, reason).await?) })
+    }
+
+    fn remove_tags<'a>(
+        &'a self,
+        target: &'a TagTarget,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move { Ok(RapiClient::remove_tags(self, target, tags, reason).await?) })
+    }
+
+    fn recreate_instance_disks<'a>(
+        &'a self,
+        instance: &'a str,
+        iallocator: &'a str,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            Ok(RapiClient::recreate_instance_disks(self, instance, iallocator, reason).await?)
+        })
+    }
+
+    fn reinstall_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        start: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(
+            async move { Ok(RapiClient::reinstall_instance(self, instance, start, reason).await?) },
+        )
     }
 
     fn job(&self, id: JobId) -> GanetiFuture<'_, ganeti::Job> {

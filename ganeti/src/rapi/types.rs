@@ -519,13 +519,17 @@ pub enum MigrationMode {
     NonLive,
 }
 
-/// What a tag operation applies to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TagTarget {
-    Cluster,
-    Node(String),
-    Instance(String),
-    Group(String),
+/// What a tag operation applies to (defined beside the [`crate::Ganeti`] trait).
+pub use crate::TagTarget;
+
+impl From<RapiGroup> for ganeti::Group {
+    fn from(w: RapiGroup) -> Self {
+        Self {
+            name: w.name,
+            uuid: w.uuid,
+            tags: w.tags,
+        }
+    }
 }
 
 #[cfg(test)]

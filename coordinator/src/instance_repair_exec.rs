@@ -1,0 +1,792 @@
+//! Instance auto-repair, the executor: reads what the duty ([`crate::duty::instance_repair`]) needs
+//! from Ganeti, and runs what it decided: tag changes at once, repairs once the gate admits
+//! them.
+//!
+//! A repair runs as harep's, through RAPI: one job per operation (RAPI has no multi-opcode
+//! job), each submitted once the one before has succeeded (RAPI's reinstall cannot carry
+//! `depends`), then the `pending:` tag naming the jobs, then the removal of the tags it
+//! supersedes. Every job carries the reason
+//! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
+//! <version> ...` under `gnt:daemon:nodecare`.
+//!
+//! Between the submission of a repair and the moment Ganeti shows its pending tag, the
+//! instance is *in flight*: a record in the state database (table `instance_repairs`) says so,
+//! and the duty leaves the instance alone. The record also makes a crash harmless: a repair
+//! whose jobs were only partly submitted is completed from the jobs Ganeti already has with its
+//! uuid (found by their reason), and a pending tag whose job failed is written again. Tag
+//! changes are recorded the same way until their jobs are final, so that a result is never
+//! written twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::duty::instance_repair::{
+    Assessment, Inputs, JobState, RepairData, RepairOp, RepairPlan, RepairResult, TAG_PREFIX,
+    TagChange,
+};
+use crate::ganeti::{
+    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Reason, TagTarget,
+};
+use crate::gate::{Decision, DomainSource, InForce, NodeFacts, Policy, View};
+use crate::store::Store;
+
+/// Intent prefix of every instance-repair job.
+pub const INTENT_PREFIX: &str = "instance-repair";
+
+/// What the executor keeps until Ganeti shows the outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Record {
+    /// A repair: its plan, the job of each operation once submitted, the pending tag's job.
+    Repair {
+        /// The plan.
+        plan: RepairPlan,
+        /// Job per operation (`None`: not submitted yet).
+        jobs: Vec<Option<JobId>>,
+        /// The job adding the pending tag.
+        tag_job: Option<JobId>,
+    },
+    /// A tag change and its jobs.
+    Tags {
+        /// The change.
+        change: TagChange,
+        /// Its jobs.
+        jobs: Vec<JobId>,
+    },
+}
+
+impl Record {
+    fn target(&self) -> TagTarget {
+        match self {
+            Self::Repair { plan, .. } => TagTarget::Instance(plan.instance.clone()),
+            Self::Tags { change, .. } => change.target.clone(),
+        }
+    }
+}
+
+/// What the duty reads from Ganeti besides nodes and instances.
+#[derive(Debug, Clone, Default)]
+pub struct Collected {
+    /// Cluster tags.
+    pub cluster_tags: Vec<String>,
+    /// Node groups.
+    pub groups: Vec<Group>,
+    /// Status of the jobs of pending repairs.
+    pub jobs: BTreeMap<JobId, JobState>,
+    /// Instances with a repair or tag change in flight.
+    pub in_flight: BTreeSet<String>,
+    /// Cluster and group tag changes in flight.
+    pub targets_in_flight: BTreeSet<TagTarget>,
+    /// Problems met (the round goes on without them).
+    pub errors: Vec<String>,
+}
+
+/// Reads the cluster and group tags, the status of every pending repair's jobs, and the
+/// records of work in flight (forgetting those Ganeti now shows done).
+pub async fn collect(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    instances: &[Instance],
+) -> Result<Collected, GanetiError> {
+    let mut collected = Collected {
+        cluster_tags: ganeti.tags(&TagTarget::Cluster).await?,
+        groups: ganeti.groups().await?,
+        ..Collected::default()
+    };
+    for id in Assessment::jobs_to_query(instances) {
+        match ganeti.job(id).await {
+            Ok(job) => {
+                collected.jobs.insert(id, JobState::Known(job.status));
+            }
+            Err(GanetiError::NotFound(_)) => {
+                collected.jobs.insert(id, JobState::Lost);
+            }
+            // Unknown this round: the repair waits.
+            Err(error) => collected.errors.push(format!("job {id}: {error}")),
+        }
+    }
+    let by_name: BTreeMap<&str, &Instance> =
+        instances.iter().map(|i| (i.name.as_str(), i)).collect();
+    let records = match store.instance_repairs() {
+        Ok(records) => records,
+        Err(error) => {
+            // Without the records, nothing can be known to be out of flight: wait.
+            collected
+                .errors
+                .push(format!("instance repair records: {error}"));
+            collected
+                .in_flight
+                .extend(instances.iter().map(|i| i.name.clone()));
+            return Ok(collected);
+        }
+    };
+    for (id, _, text) in records {
+        let record: Record = match serde_json::from_str(&text) {
+            Ok(record) => record,
+            Err(error) => {
+                collected
+                    .errors
+                    .push(format!("instance repair record {id} is corrupt: {error}"));
+                continue;
+            }
+        };
+        let done = match &record {
+            Record::Repair { plan, .. } => match by_name.get(plan.instance.as_str()) {
+                // Gone: nothing left to wait for.
+                None => true,
+                Some(instance) => {
+                    let uuid = plan.uuid.to_string();
+                    instance
+                        .tags
+                        .iter()
+                        .any(|tag| RepairData::parse_tag(tag).is_some_and(|data| data.uuid == uuid))
+                }
+            },
+            Record::Tags { jobs, .. } => {
+                let mut done = true;
+                for job in jobs {
+                    match ganeti.job(*job).await {
+                        Ok(job) if !job.status.is_final() => done = false,
+                        Ok(_) | Err(GanetiError::NotFound(_)) => {}
+                        Err(error) => {
+                            collected.errors.push(format!("job {job}: {error}"));
+                            done = false;
+                        }
+                    }
+                }
+                done
+            }
+        };
+        if done {
+            if let Err(error) = store.forget_instance_repair(&id) {
+                collected.errors.push(error.to_string());
+            }
+            continue;
+        }
+        match record.target() {
+            TagTarget::Instance(name) => {
+                collected.in_flight.insert(name);
+            }
+            other => {
+                collected.targets_in_flight.insert(other);
+            }
+        }
+    }
+    Ok(collected)
+}
+
+/// What one run of the executor did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// harep's progress lines (`Executing ArFailover repair on inst3`, `>>> Adding ...`).
+    pub lines: Vec<String>,
+    /// Repairs submitted: instance, repair uuid, jobs.
+    pub submitted: Vec<(String, Uuid, Vec<JobId>)>,
+    /// Repairs the gate refused: instance, why.
+    pub blocked: Vec<(String, String)>,
+    /// Failures (each also leaves its record, so the next round goes on from there).
+    pub errors: Vec<String>,
+}
+
+fn reason(uuid: Uuid, intent: &str, what: &str) -> Reason {
+    Reason::new(
+        uuid,
+        format!("{INTENT_PREFIX}-{intent}"),
+        format!(
+            "automated repairs by nodecare {} ({what})",
+            env!("CARGO_PKG_VERSION")
+        ),
+    )
+}
+
+fn tag_lines(lines: &mut Vec<String>, target: &TagTarget, add: Option<&str>, remove: &[String]) {
+    let name = match target {
+        TagTarget::Instance(name) | TagTarget::Node(name) | TagTarget::Group(name) => name,
+        TagTarget::Cluster => "the cluster",
+    };
+    if let Some(add) = add {
+        lines.push(format!(">>> Adding the following tag to {name}:"));
+        lines.push(format!("{add:?}"));
+    }
+    if !remove.is_empty() {
+        lines.push(format!(">>> Removing the following tags from {name}:"));
+        lines.extend(remove.iter().map(|t| format!("{t:?}")));
+    }
+}
+
+/// Runs the tag changes and admitted repairs of `assessment`, and completes repairs left
+/// unfinished by an earlier run. With `dry_run` nothing is submitted or recorded: the report
+/// says what would be (harep's `--dry-run`).
+pub async fn run_instance_repairs(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    assessment: &Assessment,
+    decision: &Decision,
+    collected: &Collected,
+    dry_run: bool,
+) -> RunReport {
+    let mut report = RunReport::default();
+    if !dry_run {
+        resume(ganeti, store, collected, &mut report).await;
+    }
+    // harep's order: finished repairs first, then per instance its repair or enoperm result,
+    // then (nodecare only) expired suspends.
+    let mut actions: Vec<(u8, &str, Action<'_>)> = Vec::new();
+    for change in &assessment.tag_changes {
+        let phase = match (&change.target, change.add.is_some()) {
+            (_, true)
+                if change.add.as_deref().is_some_and(|t| {
+                    RepairData::parse_tag(t)
+                        .is_some_and(|d| d.result == Some(RepairResult::Enoperm))
+                }) =>
+            {
+                1
+            }
+            (TagTarget::Instance(_), true) => 0,
+            _ => 2,
+        };
+        let name = match &change.target {
+            TagTarget::Instance(name) => name.as_str(),
+            _ => "",
+        };
+        actions.push((phase, name, Action::Tags(change)));
+    }
+    for repair in &assessment.repairs {
+        actions.push((1, repair.plan.instance.as_str(), Action::Repair(repair)));
+    }
+    for (instance, line) in &assessment.notices {
+        actions.push((1, instance.as_str(), Action::Line(line)));
+    }
+    actions.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    for (_, _, action) in actions {
+        match action {
+            Action::Tags(change) => {
+                run_tag_change(ganeti, store, change, collected, dry_run, &mut report).await;
+            }
+            Action::Repair(repair) => {
+                run_repair(ganeti, store, repair, decision, dry_run, &mut report).await;
+            }
+            Action::Line(line) => report.lines.push(line.clone()),
+        }
+    }
+    report
+}
+
+enum Action<'a> {
+    Line(&'a String),
+    Tags(&'a TagChange),
+    Repair(&'a crate::duty::instance_repair::PlannedRepair),
+}
+
+async fn run_tag_change(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    change: &TagChange,
+    collected: &Collected,
+    dry_run: bool,
+    report: &mut RunReport,
+) {
+    if collected.targets_in_flight.contains(&change.target) {
+        return;
+    }
+    report.lines.extend(change.message.clone());
+    tag_lines(
+        &mut report.lines,
+        &change.target,
+        change.add.as_deref(),
+        &change.remove,
+    );
+    if dry_run {
+        return;
+    }
+    let record = Record::Tags {
+        change: change.clone(),
+        jobs: Vec::new(),
+    };
+    let id = Uuid::new_v4();
+    if let Err(error) = save(store, id, &record) {
+        report.errors.push(error);
+        return;
+    }
+    let data = change.add.as_deref().and_then(RepairData::parse_tag);
+    let uuid = data
+        .as_ref()
+        .and_then(|d| Uuid::parse_str(&d.uuid).ok())
+        .unwrap_or(id);
+    let intent = match data.and_then(|d| d.result) {
+        Some(result) => result.as_str(),
+        None => "suspend",
+    };
+    let jobs = submit_tags(
+        ganeti,
+        &change.target,
+        change.add.as_deref(),
+        &change.remove,
+        uuid,
+        intent,
+        &[],
+        report,
+    )
+    .await;
+    let record = Record::Tags {
+        change: change.clone(),
+        jobs,
+    };
+    if let Err(error) = save(store, id, &record) {
+        report.errors.push(error);
+    }
+}
+
+async fn run_repair(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    repair: &crate::duty::instance_repair::PlannedRepair,
+    decision: &Decision,
+    dry_run: bool,
+    report: &mut RunReport,
+) {
+    let plan = &repair.plan;
+    match decision.of(&repair.proposal.holder).map(|j| &j.outcome) {
+        Some(Ok(_)) => {}
+        Some(Err(blocked)) => {
+            report.lines.push(format!(
+                "Not repairing {} now: {} repair held by the gate: {blocked}",
+                plan.instance,
+                plan.kind.harep_name()
+            ));
+            report
+                .blocked
+                .push((plan.instance.clone(), blocked.to_string()));
+            return;
+        }
+        None => {
+            report
+                .blocked
+                .push((plan.instance.clone(), "not judged by the gate".into()));
+            return;
+        }
+    }
+    report.lines.push(plan.message.clone());
+    if dry_run {
+        // The jobs nodecare submits: one per operation, each after the one before.
+        let jobs: Vec<String> = plan
+            .ops
+            .iter()
+            .map(|op| {
+                crate::duty::instance_repair::harep_job(&plan.instance, std::slice::from_ref(op), 0)
+            })
+            .collect();
+        report.lines.push(format!("jobs: [{}]", jobs.join(",")));
+        tag_lines(
+            &mut report.lines,
+            &TagTarget::Instance(plan.instance.clone()),
+            plan.pending_tag(&[]).as_deref(),
+            &plan.remove,
+        );
+        return;
+    }
+    let mut record = Record::Repair {
+        plan: plan.clone(),
+        jobs: vec![None; plan.ops.len()],
+        tag_job: None,
+    };
+    if let Err(error) = save(store, plan.uuid, &record) {
+        report.errors.push(error);
+        return;
+    }
+    advance(ganeti, store, &mut record, &BTreeMap::new(), report).await;
+}
+
+fn save(store: &Store, id: Uuid, record: &Record) -> Result<(), String> {
+    let instance = match record.target() {
+        TagTarget::Instance(name) => name,
+        other => other.to_string(),
+    };
+    let text = serde_json::to_string(record).map_err(|e| format!("record {id}: {e}"))?;
+    store
+        .save_instance_repair(&id.to_string(), &instance, &text)
+        .map_err(|e| format!("record {id}: {e}"))
+}
+
+async fn submit_op(
+    ganeti: &dyn Ganeti,
+    instance: &str,
+    op: &RepairOp,
+    reason: &Reason,
+) -> Result<JobId, GanetiError> {
+    match op {
+        RepairOp::RecreateDisks { iallocator } => {
+            ganeti
+                .recreate_instance_disks(instance, iallocator, reason)
+                .await
+        }
+        RepairOp::Reinstall { start } => ganeti.reinstall_instance(instance, *start, reason).await,
+        RepairOp::Failover => ganeti.failover_instance(instance, None, reason).await,
+        RepairOp::Migrate => ganeti.migrate_instance(instance, None, reason).await,
+        RepairOp::ReplaceDisks(mode) => ganeti.replace_disks(instance, mode, reason).await,
+    }
+}
+
+/// Adds `add`, then (after it) removes `remove`; the jobs submitted.
+#[allow(clippy::too_many_arguments)]
+async fn submit_tags(
+    ganeti: &dyn Ganeti,
+    target: &TagTarget,
+    add: Option<&str>,
+    remove: &[String],
+    uuid: Uuid,
+    intent: &str,
+    after: &[JobId],
+    report: &mut RunReport,
+) -> Vec<JobId> {
+    let mut jobs = Vec::new();
+    if let Some(tag) = add {
+        let tags = [tag.to_owned()];
+        let why = reason(uuid, &format!("{intent}-tag"), &format!("tag {target}"))
+            .after(after.iter().copied());
+        match ganeti.add_tags(target, &tags, &why).await {
+            Ok(job) => jobs.push(job),
+            Err(error) => {
+                report
+                    .errors
+                    .push(format!("adding {tag:?} to {target}: {error}"));
+                return jobs;
+            }
+        }
+    }
+    if !remove.is_empty() {
+        let why = reason(uuid, &format!("{intent}-untag"), &format!("untag {target}"))
+            .after(after.iter().chain(&jobs).copied());
+        match ganeti.remove_tags(target, remove, &why).await {
+            Ok(job) => jobs.push(job),
+            Err(error) => report
+                .errors
+                .push(format!("removing {remove:?} from {target}: {error}")),
+        }
+    }
+    jobs
+}
+
+/// Submits what a repair record still lacks: its operations' jobs (each after the one
+/// before), then its pending tag and the removal of the tags it supersedes. `known`: jobs
+/// Ganeti already has for this repair, by intent (after a crash).
+async fn advance(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    record: &mut Record,
+    known: &BTreeMap<String, JobId>,
+    report: &mut RunReport,
+) {
+    let Record::Repair {
+        plan,
+        jobs,
+        tag_job,
+    } = record
+    else {
+        return;
+    };
+    let plan = plan.clone();
+    let mut previous: Option<JobId> = None;
+    let mut finished_early = false;
+    for (index, op) in plan.ops.iter().enumerate() {
+        let intent = format!("{}-{index}", plan.kind);
+        let full_intent = format!("{INTENT_PREFIX}-{intent}");
+        let slot = jobs.get(index).copied().flatten();
+        let job = match slot.or_else(|| known.get(&full_intent).copied()) {
+            Some(job) => job,
+            None => {
+                // The next operation starts once the one before has succeeded (RAPI's
+                // reinstall cannot wait for a job itself): until then the repair stays in
+                // flight; if it failed, the pending tag names the jobs so far and the repair
+                // ends in `failure`.
+                if let Some(before) = previous {
+                    match ganeti.job(before).await {
+                        Ok(j) if j.status == JobStatus::Success => {}
+                        Ok(j) if !j.status.is_final() => return,
+                        Ok(_) | Err(GanetiError::NotFound(_)) => {
+                            finished_early = true;
+                            break;
+                        }
+                        Err(error) => {
+                            report.errors.push(format!("job {before}: {error}"));
+                            return;
+                        }
+                    }
+                }
+                let why = reason(
+                    plan.uuid,
+                    &intent,
+                    &format!("{} of {}: {}", plan.kind, plan.instance, op.describe()),
+                );
+                match submit_op(ganeti, &plan.instance, op, &why).await {
+                    Ok(job) => job,
+                    Err(error) => {
+                        report.errors.push(format!(
+                            "{} of {}: {}: {error}",
+                            plan.kind,
+                            plan.instance,
+                            op.describe()
+                        ));
+                        break;
+                    }
+                }
+            }
+        };
+        if let Some(entry) = jobs.get_mut(index) {
+            *entry = Some(job);
+        }
+        previous = Some(job);
+        let snapshot = Record::Repair {
+            plan: plan.clone(),
+            jobs: jobs.clone(),
+            tag_job: *tag_job,
+        };
+        if let Err(error) = save(store, plan.uuid, &snapshot) {
+            report.errors.push(error);
+        }
+    }
+    let submitted: Option<Vec<JobId>> = if finished_early {
+        Some(jobs.iter().copied().flatten().collect())
+    } else {
+        jobs.iter().copied().collect()
+    };
+    let Some(submitted) = submitted else {
+        if jobs.iter().all(Option::is_none) {
+            // Nothing reached Ganeti: forget the repair, the next round decides again.
+            if let Err(error) = store.forget_instance_repair(&plan.uuid.to_string()) {
+                report.errors.push(error.to_string());
+            }
+        }
+        return;
+    };
+    if tag_job.is_none() {
+        let Some(tag) = plan.pending_tag(&submitted) else {
+            report.errors.push(format!(
+                "{}: pending tag of repair {} too long",
+                plan.instance, plan.uuid
+            ));
+            return;
+        };
+        let target = TagTarget::Instance(plan.instance.clone());
+        tag_lines(&mut report.lines, &target, Some(&tag), &plan.remove);
+        let tag_jobs = submit_tags(
+            ganeti,
+            &target,
+            Some(&tag),
+            &plan.remove,
+            plan.uuid,
+            "pending",
+            &[],
+            report,
+        )
+        .await;
+        *tag_job = tag_jobs.first().copied();
+        if tag_job.is_some() {
+            report
+                .submitted
+                .push((plan.instance.clone(), plan.uuid, submitted));
+        }
+        let snapshot = Record::Repair {
+            plan: plan.clone(),
+            jobs: jobs.clone(),
+            tag_job: *tag_job,
+        };
+        if let Err(error) = save(store, plan.uuid, &snapshot) {
+            report.errors.push(error);
+        }
+    }
+}
+
+/// Completes repairs an earlier run left unfinished: missing jobs (found in Ganeti by their
+/// reason, else submitted), and pending tags whose job failed.
+async fn resume(ganeti: &dyn Ganeti, store: &Store, collected: &Collected, report: &mut RunReport) {
+    let records = match store.instance_repairs() {
+        Ok(records) => records,
+        Err(error) => {
+            report.errors.push(error.to_string());
+            return;
+        }
+    };
+    let mut ours: Option<BTreeMap<Uuid, BTreeMap<String, JobId>>> = None;
+    for (_, instance, text) in records {
+        if !collected.in_flight.contains(&instance) {
+            continue;
+        }
+        let Ok(mut record) = serde_json::from_str::<Record>(&text) else {
+            continue;
+        };
+        let Record::Repair {
+            plan,
+            jobs,
+            tag_job,
+        } = &mut record
+        else {
+            continue;
+        };
+        let uuid = plan.uuid;
+        if let Some(job) = *tag_job {
+            match ganeti.job(job).await {
+                Ok(j) if j.status == JobStatus::Error || j.status == JobStatus::Canceled => {
+                    *tag_job = None;
+                }
+                Err(GanetiError::NotFound(_)) => *tag_job = None,
+                // The tag was written (and, as the instance did not show it when this round
+                // read it, removed since, or shown from the next read on): nothing left to do.
+                Ok(j) if j.status == JobStatus::Success => {
+                    if let Err(error) = store.forget_instance_repair(&uuid.to_string()) {
+                        report.errors.push(error.to_string());
+                    }
+                    continue;
+                }
+                // Running, or unknown: wait.
+                _ => continue,
+            }
+        }
+        let known = if jobs.iter().any(Option::is_none) {
+            if ours.is_none() {
+                match ganeti.jobs().await {
+                    Ok(list) => {
+                        let mut map: BTreeMap<Uuid, BTreeMap<String, JobId>> = BTreeMap::new();
+                        for job in list {
+                            if let Some(parsed) = job.nodecare_reason() {
+                                map.entry(parsed.incident)
+                                    .or_default()
+                                    .insert(parsed.intent, job.id);
+                            }
+                        }
+                        ours = Some(map);
+                    }
+                    Err(error) => {
+                        report
+                            .errors
+                            .push(format!("listing jobs to resume repairs: {error}"));
+                        continue;
+                    }
+                }
+            }
+            ours.as_ref()
+                .and_then(|m| m.get(&uuid))
+                .cloned()
+                .unwrap_or_default()
+        } else {
+            BTreeMap::new()
+        };
+        advance(ganeti, store, &mut record, &known, report).await;
+    }
+}
+
+/// The gate's view of `nodes` for a one-shot run: failure domains by node group, no storage
+/// reports (the one-shot reads none).
+pub fn view_of(nodes: &[Node], now_ms: u64) -> View {
+    View {
+        nodes: nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    NodeFacts {
+                        name: n.name.clone(),
+                        group: n.group.clone(),
+                        domain: DomainSource::NodeGroup.domain_of(&n.group, &n.tags),
+                        vm_capable: n.vm_capable,
+                        drained: n.drained,
+                        offline: n.offline,
+                        memory_free: n.memory_free,
+                        primary_memory: None,
+                    },
+                )
+            })
+            .collect(),
+        storage: Vec::new(),
+        now_ms,
+    }
+}
+
+/// What one harep-style run did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OneShot {
+    /// What the duty found.
+    pub assessment: Assessment,
+    /// What the executor did.
+    pub report: RunReport,
+}
+
+impl OneShot {
+    /// harep's `Instance status count` after the run: a repair the gate held counts as
+    /// `Healthy` (nothing was written), as harep counts a repair it may not do.
+    pub fn status_counts(&self) -> BTreeMap<String, usize> {
+        let held: BTreeSet<&str> = self
+            .report
+            .blocked
+            .iter()
+            .map(|(i, _)| i.as_str())
+            .collect();
+        let mut counts = BTreeMap::new();
+        for report in &self.assessment.instances {
+            let state = if held.contains(report.instance.as_str()) {
+                "Healthy"
+            } else {
+                report.state.as_str()
+            };
+            *counts.entry(state.to_owned()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// harep's output: progress lines, then the status count table.
+    pub fn harep_output(&self) -> String {
+        let mut out = String::new();
+        for line in &self.report.lines {
+            out.push_str(line);
+            out.push('\n');
+        }
+        out.push_str("---------------------\nInstance status count\n---------------------\n");
+        for (state, count) in self.status_counts() {
+            out.push_str(&format!("{state}: {count}\n"));
+        }
+        out
+    }
+}
+
+/// One run of the duty, the gate and the executor, as `harep` runs from cron: reads the
+/// cluster, decides, judges the repairs against `policy` (nothing else in force but what
+/// Ganeti shows drained or offline), and runs (or, with `dry_run`, prints) what is admitted.
+/// DRBD degradation is not checked (it needs the agents' reports, which the daemon reads).
+pub async fn run_once(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    policy: &Policy,
+    dry_run: bool,
+    now_ms: u64,
+) -> Result<OneShot, GanetiError> {
+    let nodes = ganeti.nodes().await?;
+    let instances = ganeti.instances().await?;
+    let collected = collect(ganeti, store, &instances).await?;
+    let degraded = BTreeMap::new();
+    let now = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
+    let inputs = Inputs {
+        now,
+        cluster_tags: &collected.cluster_tags,
+        groups: &collected.groups,
+        nodes: &nodes,
+        instances: &instances,
+        jobs: &collected.jobs,
+        degraded: &degraded,
+        in_flight: &collected.in_flight,
+    };
+    let assessment = crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+    let view = view_of(&nodes, now_ms);
+    let in_force = InForce::new(&view, Vec::new());
+    let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
+    let mut report =
+        run_instance_repairs(ganeti, store, &assessment, &decision, &collected, dry_run).await;
+    report.errors.splice(0..0, collected.errors);
+    Ok(OneShot { assessment, report })
+}
+
+/// Whether a tag belongs to the auto-repair system (for status pages).
+pub fn is_autorepair_tag(tag: &str) -> bool {
+    tag.starts_with(TAG_PREFIX)
+}

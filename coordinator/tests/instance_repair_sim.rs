@@ -1,0 +1,539 @@
+//! The instance auto-repair duty and its executor against the simulated Ganeti: an instance
+//! on an offline node is failed over and tagged as harep tags, a plain one is recreated and
+//! reinstalled, a drained primary's instance is migrated, a suspended one is left alone, and
+//! the gate's refusal holds a repair back.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use nodecare_coordinator::duty::instance_repair::{self, Assessment, Inputs};
+use nodecare_coordinator::ganeti::{Ganeti, Node};
+use nodecare_coordinator::gate::{self, Caps, InForce, NodeFacts, Policy, View};
+use nodecare_coordinator::instance_repair_exec::{self, RunReport};
+use nodecare_coordinator::store::Store;
+use nodecare_ganeti_sim::Simulation;
+use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
+
+const PREFIX: &str = "ganeti:watcher:autorepair:";
+
+fn sim(instances: &str) -> Simulation {
+    let sim = Simulation::new(SimConfig::from_spec(4, instances, "sim.test").unwrap()).unwrap();
+    sim.set_job_delay(Duration::from_millis(20));
+    sim
+}
+
+fn tag(sim: &Simulation, instance: &str, tags: &[&str]) {
+    sim.with_cluster(|c| {
+        let i = c.instances.get_mut(instance).unwrap();
+        i.tags.extend(tags.iter().map(|t| format!("{PREFIX}{t}")));
+    });
+}
+
+fn view(nodes: &[Node]) -> View {
+    View {
+        nodes: nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    NodeFacts {
+                        name: n.name.clone(),
+                        group: n.group.clone(),
+                        domain: format!("group:{}", n.group),
+                        vm_capable: n.vm_capable,
+                        drained: n.drained,
+                        offline: n.offline,
+                        memory_free: n.memory_free,
+                        primary_memory: Some(0),
+                    },
+                )
+            })
+            .collect(),
+        storage: Vec::new(),
+        now_ms: 0,
+    }
+}
+
+#[derive(Debug)]
+struct Round {
+    assessment: Assessment,
+    report: RunReport,
+}
+
+/// One round as the coordinator runs it: read, assess, gate, execute.
+async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
+    let client = sim.client();
+    let ganeti: &dyn Ganeti = &client;
+    let nodes = ganeti.nodes().await.unwrap();
+    let instances = ganeti.instances().await.unwrap();
+    let collected = instance_repair_exec::collect(ganeti, store, &instances)
+        .await
+        .unwrap();
+    assert!(collected.errors.is_empty(), "{:?}", collected.errors);
+    let degraded = BTreeMap::new();
+    let inputs = Inputs {
+        now,
+        cluster_tags: &collected.cluster_tags,
+        groups: &collected.groups,
+        nodes: &nodes,
+        instances: &instances,
+        jobs: &collected.jobs,
+        degraded: &degraded,
+        in_flight: &collected.in_flight,
+    };
+    let assessment = instance_repair::assess(&inputs, &mut uuid::Uuid::new_v4);
+    let view = view(&nodes);
+    let in_force = InForce::new(&view, Vec::new());
+    let decision = gate::decide(&view, policy, &in_force, assessment.proposals());
+    let report = instance_repair_exec::run_instance_repairs(
+        ganeti,
+        store,
+        &assessment,
+        &decision,
+        &collected,
+        false,
+    )
+    .await;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    Round { assessment, report }
+}
+
+fn tags_of(sim: &Simulation, instance: &str) -> Vec<String> {
+    sim.with_cluster(|c| {
+        let mut tags = c.instances.get(instance).unwrap().tags.clone();
+        tags.sort();
+        tags
+    })
+}
+
+fn open_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_dir(dir.path()).unwrap();
+    (dir, store)
+}
+
+#[tokio::test]
+async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
+    // inst1: DRBD, primary node2, secondary node3; inst2: plain on node2; inst3: DRBD on node2,
+    // suspended; inst4: DRBD on node3/node4, healthy.
+    let sim = sim("inst1:drbd:2,inst2:plain:2,inst3:drbd:2,inst4:drbd:3");
+    // Slow enough that the second round surely comes before the tag jobs end.
+    sim.set_job_delay(Duration::from_millis(800));
+    tag(&sim, "inst1.sim.test", &["failover"]);
+    tag(&sim, "inst2.sim.test", &["reinstall"]);
+    tag(&sim, "inst3.sim.test", &["failover", "suspend:"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let policy = Policy {
+        cluster: Caps {
+            max_disrupted_nodes: 2,
+            max_disrupted_percent: None,
+            min_healthy_nodes: 1,
+        },
+        ..Policy::default()
+    };
+
+    // Both repairs leave node2: one proposal, admitted at once, as harep repairs both.
+    let first = round(&sim, &store, 1000, &policy).await;
+    assert_eq!(first.assessment.repairs.len(), 2, "{:?}", first.assessment);
+    assert_eq!(first.assessment.proposals().len(), 1);
+    assert_eq!(first.assessment.proposals()[0].moves_memory, Some(256));
+    // The failover goes at once; the reinstall's first job (recreate-disks) too, its second
+    // once that has succeeded (then the pending tag).
+    assert_eq!(first.report.submitted.len(), 1, "{:?}", first.report);
+    let counts = first.assessment.status_counts();
+    assert_eq!(counts.get("Pending repair"), Some(&2));
+    assert_eq!(counts.get("Healthy"), Some(&2));
+    assert!(
+        first
+            .report
+            .lines
+            .contains(&"Executing ArFailover repair on inst1.sim.test".to_owned())
+    );
+
+    // Until their pending tags show, both are in flight: a second round does nothing.
+    let second = round(&sim, &store, 1001, &policy).await;
+    assert!(
+        second.assessment.repairs.is_empty(),
+        "{:?}",
+        second.assessment
+    );
+    assert!(second.report.submitted.is_empty(), "{:?}", second.report);
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let resumed = round(&sim, &store, 1050, &policy).await;
+    assert!(
+        resumed.assessment.repairs.is_empty(),
+        "{:?}",
+        resumed.assessment
+    );
+    assert_eq!(resumed.report.submitted.len(), 1, "{:?}", resumed.report);
+    assert_eq!(resumed.report.submitted[0].0, "inst2.sim.test");
+    let first = Round {
+        report: RunReport {
+            submitted: [first.report.submitted, resumed.report.submitted].concat(),
+            ..RunReport::default()
+        },
+        ..first
+    };
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    // The failover ended meanwhile: the round that resumed the reinstall recorded its success.
+    let (_, uuid1, jobs1) = first
+        .report
+        .submitted
+        .iter()
+        .find(|(i, _, _)| i == "inst1.sim.test")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![
+            format!("{PREFIX}failover"),
+            format!(
+                "{PREFIX}result:failover:{uuid1}:1050:success:{}",
+                jobs1
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join("+")
+            ),
+        ]
+    );
+    // The reinstall is two chained jobs: recreate-disks, then reinstall.
+    let (_, uuid2, jobs2) = first
+        .report
+        .submitted
+        .iter()
+        .find(|(i, _, _)| i == "inst2.sim.test")
+        .unwrap()
+        .clone();
+    assert_eq!(jobs2.len(), 2);
+    let submissions = sim.submissions();
+    let ops: Vec<(&str, &str)> = submissions
+        .iter()
+        .filter(|s| jobs1.contains(&s.job) || jobs2.contains(&s.job))
+        .map(|s| (s.op_id.as_str(), s.target.as_str()))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![
+            ("OP_INSTANCE_FAILOVER", "inst1.sim.test"),
+            ("OP_INSTANCE_RECREATE_DISKS", "inst2.sim.test"),
+            ("OP_INSTANCE_REINSTALL", "inst2.sim.test"),
+        ]
+    );
+    // Every job carries the reason trail with the repair uuid, except RAPI's reinstall, whose
+    // job Ganeti 3.0.2 builds without the `reason` parameter (as the simulation does).
+    for s in submissions
+        .iter()
+        .filter(|s| s.op_id != "OP_INSTANCE_REINSTALL")
+    {
+        let text = s.reason_text.clone().unwrap_or_default();
+        assert!(
+            text.starts_with("gnt:daemon:nodecare nodecare incident="),
+            "{text}"
+        );
+        assert!(text.contains("automated repairs by nodecare"), "{text}");
+        assert!(
+            text.contains(&uuid1.to_string()) || text.contains(&uuid2.to_string()),
+            "{text}"
+        );
+    }
+    assert!(sim.duplicate_intents().is_empty());
+    // The failover moved inst1 to its secondary.
+    sim.with_cluster(|c| {
+        assert_eq!(c.instances["inst1.sim.test"].pnode, "node3.sim.test");
+        assert_ne!(c.instances["inst2.sim.test"].pnode, "node2.sim.test");
+    });
+
+    // Next round: the reinstall succeeded, its pending tag becomes a success result; inst1
+    // now runs on node3 with its mirror on the offline node2, so a fix-storage follows
+    // (failover, then replace-disks, as the design describes).
+    let third = round(&sim, &store, 1100, &policy).await;
+    assert_eq!(third.report.submitted.len(), 1, "{:?}", third.report);
+    assert_eq!(third.report.submitted[0].0, "inst1.sim.test");
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let inst2 = tags_of(&sim, "inst2.sim.test");
+    assert!(
+        inst2
+            .iter()
+            .any(|t| t.starts_with(&format!("{PREFIX}result:reinstall:{uuid2}:1100:success:"))),
+        "{inst2:?}"
+    );
+    // The suspended instance was never touched.
+    assert_eq!(
+        tags_of(&sim, "inst3.sim.test"),
+        vec![format!("{PREFIX}failover"), format!("{PREFIX}suspend:")]
+    );
+    assert!(
+        !sim.submissions()
+            .iter()
+            .any(|s| s.target == "inst3.sim.test")
+    );
+    let _ = round(&sim, &store, 1300, &policy).await;
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    sim.with_cluster(|c| {
+        assert_eq!(c.instances["inst1.sim.test"].pnode, "node3.sim.test");
+        assert_ne!(
+            c.instances["inst1.sim.test"].snodes,
+            vec!["node2.sim.test".to_owned()]
+        );
+    });
+    // Quiet afterwards.
+    let quiet = round(&sim, &store, 1400, &policy).await;
+    assert!(quiet.assessment.tag_changes.is_empty() && quiet.assessment.repairs.is_empty());
+    assert!(store.instance_repairs().unwrap().is_empty());
+    assert!(
+        sim.duplicate_intents().is_empty(),
+        "{:?}",
+        sim.duplicate_intents()
+    );
+}
+
+#[tokio::test]
+async fn drained_primary_is_migrated_and_a_failed_job_ends_in_failure() {
+    let sim = sim("inst1:drbd:2,inst2:drbd:3");
+    sim.with_cluster(|c| {
+        c.cluster_tags.push(format!("{PREFIX}migrate"));
+        c.nodes.get_mut("node2.sim.test").unwrap().drained = true;
+    });
+    let (_dir, store) = open_store();
+    let policy = Policy::default();
+    let first = round(&sim, &store, 1000, &policy).await;
+    assert_eq!(first.report.submitted.len(), 1, "{:?}", first);
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let migrations: Vec<_> = sim
+        .submissions()
+        .into_iter()
+        .filter(|s| s.op_id == "OP_INSTANCE_MIGRATE")
+        .collect();
+    assert_eq!(migrations.len(), 1);
+    assert_eq!(migrations[0].target, "inst1.sim.test");
+
+    let closed = round(&sim, &store, 1100, &policy).await;
+    assert!(closed.assessment.repairs.is_empty());
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    // node3 goes offline: inst1 (migrated there) and inst2 need a failover, which the
+    // cluster's `migrate` policy does not permit → enoperm, recorded once.
+    sim.with_cluster(|c| {
+        c.nodes.get_mut("node3.sim.test").unwrap().offline = true;
+        c.nodes.get_mut("node2.sim.test").unwrap().drained = false;
+    });
+    let enoperm = round(&sim, &store, 1200, &policy).await;
+    assert!(enoperm.assessment.repairs.is_empty());
+    assert_eq!(
+        enoperm.assessment.status_counts().get("Needs repair"),
+        Some(&2),
+        "{:#?}",
+        enoperm.assessment.instances
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    for instance in ["inst1.sim.test", "inst2.sim.test"] {
+        let tags = tags_of(&sim, instance);
+        assert!(
+            tags.iter()
+                .any(|t| t.starts_with(&format!("{PREFIX}result:failover:"))
+                    && t.ends_with(":1200:enoperm:")),
+            "{tags:?}"
+        );
+    }
+    let again = round(&sim, &store, 1250, &policy).await;
+    assert!(again.assessment.tag_changes.is_empty(), "{again:?}");
+
+    // Failover permitted; the first failover job fails.
+    sim.with_cluster(|c| c.cluster_tags = vec![format!("{PREFIX}failover")]);
+    sim.fail_jobs(JobFailureRule {
+        op_id: Some("OP_INSTANCE_FAILOVER".into()),
+        target: None,
+        count: Some(1),
+        message: "simulated failover failure".into(),
+    });
+    let mut submitted = 0;
+    for now in (1300..1900).step_by(100) {
+        let r = round(&sim, &store, now, &policy).await;
+        submitted += r.report.submitted.len();
+        assert!(sim.settle(Duration::from_secs(10)).await);
+        if r.assessment.repairs.is_empty() && r.assessment.tag_changes.is_empty() {
+            break;
+        }
+    }
+    // Two failovers, and the fix-storage that replaces the mirror left on the offline node
+    // by the one that succeeded.
+    assert_eq!(submitted, 3);
+    let results: Vec<String> = ["inst1.sim.test", "inst2.sim.test"]
+        .iter()
+        .flat_map(|i| tags_of(&sim, i))
+        .filter(|t| t.contains(":result:"))
+        .collect();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(
+        results.iter().filter(|t| t.contains(":failure:")).count(),
+        1,
+        "{results:?}"
+    );
+    assert_eq!(
+        results.iter().filter(|t| t.contains(":success:")).count(),
+        1,
+        "{results:?}"
+    );
+    let after = round(&sim, &store, 2000, &policy).await;
+    assert!(after.assessment.repairs.is_empty() && after.assessment.tag_changes.is_empty());
+    assert!(sim.duplicate_intents().is_empty());
+}
+
+#[tokio::test]
+async fn the_gate_holds_a_repair_back_and_nothing_is_submitted() {
+    let sim = sim("inst1:drbd:2");
+    tag(&sim, "inst1.sim.test", &["failover"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let policy = Policy {
+        breaker: Some("too many incidents".into()),
+        ..Policy::default()
+    };
+    let held = round(&sim, &store, 1000, &policy).await;
+    assert_eq!(held.assessment.repairs.len(), 1);
+    assert!(held.report.submitted.is_empty());
+    assert_eq!(held.report.blocked.len(), 1);
+    assert!(
+        held.report.blocked[0].1.contains("storm breaker"),
+        "{:?}",
+        held.report
+    );
+    assert!(sim.submissions().is_empty());
+    assert!(store.instance_repairs().unwrap().is_empty());
+    // The breaker closes: the repair goes.
+    let go = round(&sim, &store, 1100, &Policy::default()).await;
+    assert_eq!(go.report.submitted.len(), 1);
+}
+
+#[tokio::test]
+async fn expired_suspends_are_removed_from_instance_group_and_cluster() {
+    let sim = sim("inst1:drbd:2");
+    tag(&sim, "inst1.sim.test", &["suspend:999", "suspend:"]);
+    sim.with_cluster(|c| {
+        c.cluster_tags.push(format!("{PREFIX}suspend:5"));
+        c.group_tags.push(format!("{PREFIX}suspend:5000"));
+    });
+    let (_dir, store) = open_store();
+    let _ = round(&sim, &store, 1000, &Policy::default()).await;
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![format!("{PREFIX}suspend:")]
+    );
+    sim.with_cluster(|c| {
+        assert!(c.cluster_tags.is_empty());
+        assert_eq!(c.group_tags, vec![format!("{PREFIX}suspend:5000")]);
+    });
+}
+
+#[tokio::test]
+async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
+    let sim = sim("inst1:drbd:2,inst2:plain:2,inst3:drbd:3");
+    tag(&sim, "inst1.sim.test", &["failover"]);
+    sim.with_cluster(|c| {
+        c.cluster_tags.push(format!("{PREFIX}fix-storage"));
+        c.nodes.get_mut("node2.sim.test").unwrap().offline = true;
+    });
+    let (_dir, store) = open_store();
+    let client = sim.client();
+    let one = instance_repair_exec::run_once(&client, &store, &Policy::default(), true, 1_000_000)
+        .await
+        .unwrap();
+    let out = one.harep_output();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "Executing ArFailover repair on inst1.sim.test",
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with(
+            r#"jobs: [[{"OP_ID":"OP_INSTANCE_FAILOVER","instance_name":"inst1.sim.test""#
+        ),
+        "{out}"
+    );
+    assert_eq!(lines[2], ">>> Adding the following tag to inst1.sim.test:");
+    assert!(lines[3].starts_with("\"ganeti:watcher:autorepair:pending:failover:"));
+    assert!(lines[3].ends_with(":1000:\""), "{out}");
+    assert_eq!(
+        lines[4],
+        "Not performing a repair of type ArReinstall on inst2.sim.test because only repairs up to ArFixStorage are allowed"
+    );
+    assert_eq!(
+        lines[lines.len() - 6..],
+        [
+            "---------------------",
+            "Instance status count",
+            "---------------------",
+            "Healthy: 1",
+            "Needs repair: 1",
+            "Pending repair: 1",
+        ]
+    );
+    assert!(sim.submissions().is_empty());
+    assert!(store.instance_repairs().unwrap().is_empty());
+}
+
+/// A crash after the repair job was submitted but before the record said so: the next run
+/// finds the job by its reason, submits nothing twice and writes the pending tag naming it.
+#[tokio::test]
+async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
+    use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
+    use nodecare_coordinator::ganeti::Reason;
+    use nodecare_coordinator::instance_repair_exec::Record;
+
+    let sim = sim("inst1:drbd:2,inst2:drbd:3");
+    tag(&sim, "inst1.sim.test", &["failover"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let uuid = uuid::Uuid::new_v4();
+    let plan = RepairPlan {
+        instance: "inst1.sim.test".into(),
+        kind: RepairType::Failover,
+        uuid,
+        ts: 1000,
+        ops: vec![RepairOp::Failover],
+        remove: Vec::new(),
+        message: "Executing ArFailover repair on inst1.sim.test".into(),
+    };
+    let record = Record::Repair {
+        plan,
+        jobs: vec![None],
+        tag_job: None,
+    };
+    store
+        .save_instance_repair(
+            &uuid.to_string(),
+            "inst1.sim.test",
+            &serde_json::to_string(&record).unwrap(),
+        )
+        .unwrap();
+    let client = sim.client();
+    let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
+    let job = Ganeti::failover_instance(&client, "inst1.sim.test", None, &reason)
+        .await
+        .unwrap();
+
+    let next = round(&sim, &store, 1100, &Policy::default()).await;
+    assert!(next.assessment.repairs.is_empty(), "{:?}", next.assessment);
+    assert_eq!(
+        next.report.submitted,
+        vec![("inst1.sim.test".to_owned(), uuid, vec![job])]
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![
+            format!("{PREFIX}failover"),
+            format!("{PREFIX}pending:failover:{uuid}:1000:{job}"),
+        ]
+    );
+    let failovers = sim
+        .submissions()
+        .iter()
+        .filter(|s| s.op_id == "OP_INSTANCE_FAILOVER")
+        .count();
+    assert_eq!(failovers, 1);
+    assert!(sim.duplicate_intents().is_empty());
+}
