@@ -116,6 +116,7 @@ impl Coordinator {
             job_timeout: Config::duration(config.job_timeout),
             repair_timeout: Config::duration(config.repair_timeout),
             repair_poll: Config::duration(config.repair_poll),
+            instance_repair: config.instance_repair.enabled,
         };
         if let Err(error) = crate::auth::Users::load(&config.users) {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");

@@ -632,11 +632,19 @@ fn judge(
         if proposal.moves_memory == Some(0) {
             return Ok(Admitted::New);
         }
-        return match view
-            .storage
+        // An instance repair that fixes storage on the nodes it touches is not held back by
+        // that very problem.
+        let repaired_here = |problem: &&StorageProblem| {
+            proposal.duty == Duty::InstanceRepair
+                && problem.nodes.iter().all(|n| proposal.touches.contains(n))
+        };
+        let blocking: Vec<&StorageProblem> =
+            view.storage.iter().filter(|p| !repaired_here(p)).collect();
+        return match blocking
             .iter()
+            .copied()
             .find(|p| p.unknown)
-            .or(view.storage.first())
+            .or(blocking.first().copied())
         {
             Some(problem) => Err(BlockedBy::Storage {
                 what: vec![problem.what.clone()],
@@ -1312,6 +1320,28 @@ mod tests {
         assert_eq!(
             judged(&view, &roomy(), balance(2, &["n3"])),
             Err("storage not whole: inst1 degraded".into())
+        );
+        // An instance repair is not held back by the problem it repairs on its own nodes, only
+        // by others.
+        let mut fix = balance(5, &["n1", "n3"]);
+        fix.duty = Duty::InstanceRepair;
+        fix.holder = Holder::InstanceRepair { id: id(5) };
+        let mut here = view.clone();
+        here.storage = vec![StorageProblem {
+            nodes: ["n3".to_owned(), "n4".to_owned()].into(),
+            what: "inst9 StandAlone".into(),
+            unknown: false,
+        }];
+        fix.touches = ["n3".to_owned(), "n4".to_owned()].into();
+        assert_eq!(judged(&here, &roomy(), fix.clone()), Ok(Admitted::New));
+        here.storage.push(StorageProblem {
+            nodes: ["n5".to_owned()].into(),
+            what: "n5 (unreachable)".into(),
+            unknown: true,
+        });
+        assert_eq!(
+            judged(&here, &roomy(), fix),
+            Err("storage health unknown: n5 (unreachable)".into())
         );
         // A live repair moves nothing: storage health does not hold it.
         let mut live = balance(4, &["n3"]);

@@ -60,6 +60,8 @@ pub struct ReconcileSettings {
     pub repair_timeout: Duration,
     /// How long a round polls a just-started repair before moving on.
     pub repair_poll: Duration,
+    /// Run the instance-repair duty (harep's tags) each round.
+    pub instance_repair: bool,
 }
 
 /// The gate's settings: failure domains, caps, the storm breaker, the grace of planned
@@ -76,6 +78,16 @@ pub struct GateSettings {
     pub breaker: BreakerPolicy,
     /// How long nodes of a planned disruption's domain opening incidents are not acted on.
     pub grace: Duration,
+}
+
+/// What the round learned before acting that only quiets or feeds duties.
+struct Quiet<'a> {
+    /// Agents outside a grace that gave no verified report (the breaker's signal).
+    failed_outside_grace: usize,
+    /// Nodes in the grace of a planned disruption, until when.
+    graced: &'a BTreeMap<String, u64>,
+    /// DRBD instances degraded with both nodes online past [`DEGRADED_GRACE_MS`], and why.
+    degraded: &'a BTreeMap<String, String>,
 }
 
 /// The store document holding the last accepted storage report sequence per node.
@@ -125,7 +137,13 @@ pub struct Reconciler {
     /// While an incident admitted under an operator override takes its step: the override, who
     /// set it and why, added to its jobs' reason trail.
     override_note: std::sync::Mutex<Option<String>>,
+    /// DRBD instances seen degraded with both nodes online, and since when (Unix ms).
+    degraded_since: std::sync::Mutex<BTreeMap<String, u64>>,
 }
+
+/// How long a DRBD instance must stay degraded with both nodes online before the
+/// instance-repair duty replaces the broken side (a resync or a reconnect usually ends sooner).
+pub const DEGRADED_GRACE_MS: u64 = 5 * 60 * 1000;
 
 fn now_s() -> f64 {
     SystemTime::now()
@@ -252,6 +270,7 @@ impl Reconciler {
             rounds: 0,
             balancer: None,
             override_note: std::sync::Mutex::new(None),
+            degraded_since: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -356,6 +375,7 @@ impl Reconciler {
             self.store
                 .save_document(STORAGE_SEQUENCES_DOCUMENT, &storage.sequences)?;
         }
+        let degraded = self.degraded_instances(&nodes, &instances, &storage.readings);
         let view = gate::View::from_cluster(
             &nodes,
             &instances,
@@ -374,7 +394,11 @@ impl Reconciler {
             &instances,
             &group_names,
             view,
-            failed_outside_grace,
+            Quiet {
+                failed_outside_grace,
+                graced: &graced,
+                degraded: &degraded,
+            },
             summary,
         )
         .await?;
@@ -520,6 +544,65 @@ impl Reconciler {
     }
 
     /// Step 4: read the agents and update incidents from verified verdicts.
+    /// DRBD instances whose minors a verified storage report shows degraded while both of their
+    /// nodes are online, for longer than [`DEGRADED_GRACE_MS`]: instance → why.
+    fn degraded_instances(
+        &self,
+        nodes: &[Node],
+        instances: &[Instance],
+        readings: &BTreeMap<String, crate::storage::StorageReading>,
+    ) -> BTreeMap<String, String> {
+        let online: BTreeSet<&str> = nodes
+            .iter()
+            .filter(|n| !n.offline)
+            .map(|n| n.name.as_str())
+            .collect();
+        let mut now_degraded: BTreeMap<String, String> = BTreeMap::new();
+        for (node, reading) in readings {
+            let crate::storage::StorageReading::Verified(observation) = reading else {
+                continue;
+            };
+            let nodecare_protocol::DrbdState::Minors { minors } = &observation.payload.drbd else {
+                continue;
+            };
+            for minor in minors.iter().filter(|m| !m.is_whole()) {
+                let Some(name) = &minor.instance else {
+                    continue;
+                };
+                let Some(instance) = instances.iter().find(|i| &i.name == name) else {
+                    continue;
+                };
+                let both_online = online.contains(instance.primary_node.as_str())
+                    && instance
+                        .secondary_nodes
+                        .iter()
+                        .all(|s| online.contains(s.as_str()));
+                if both_online {
+                    now_degraded
+                        .entry(name.clone())
+                        .or_insert_with(|| format!("{node}: {}", minor.describe()));
+                }
+            }
+        }
+        let now = now_ms();
+        let mut since = self
+            .degraded_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        since.retain(|name, _| now_degraded.contains_key(name));
+        for name in now_degraded.keys() {
+            since.entry(name.clone()).or_insert(now);
+        }
+        now_degraded
+            .into_iter()
+            .filter(|(name, _)| {
+                since
+                    .get(name)
+                    .is_some_and(|first| now.saturating_sub(*first) >= DEGRADED_GRACE_MS)
+            })
+            .collect()
+    }
+
     /// Planned disruptions in force (node, Unix ms when it started): admission grants and
     /// maintenance reboots, whose failure domains get a grace.
     fn planned_disruptions(&self) -> Result<Vec<(String, u64)>, RoundError> {
@@ -853,9 +936,14 @@ impl Reconciler {
         instances: &[Instance],
         group_names: &BTreeMap<String, String>,
         view: gate::View,
-        failed_outside_grace: usize,
+        quiet: Quiet<'_>,
         summary: &mut RoundSummary,
     ) -> Result<(), RoundError> {
+        let Quiet {
+            failed_outside_grace,
+            graced,
+            degraded,
+        } = quiet;
         let incidents = self.store.incidents()?;
         let intents = self.store.intents()?;
         let in_flight: Vec<Lock> = intents
@@ -932,6 +1020,40 @@ impl Reconciler {
         };
         let mut proposals = duty.proposals;
         proposals.extend(balancing.proposals.proposals.iter().cloned());
+        // Instance repair (harep's duty): its repairs are proposals like any other; nodes in
+        // the grace of a planned disruption are left alone.
+        let instance_repair = if self.settings.instance_repair {
+            match crate::instance_repair_exec::collect(&*self.ganeti, &self.store, instances).await
+            {
+                Ok(collected) => {
+                    let inputs = crate::duty::instance_repair::Inputs {
+                        now: i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX),
+                        cluster_tags: &collected.cluster_tags,
+                        groups: &collected.groups,
+                        nodes,
+                        instances,
+                        jobs: &collected.jobs,
+                        degraded,
+                        in_flight: &collected.in_flight,
+                    };
+                    let assessment =
+                        crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+                    proposals.extend(assessment.proposals().into_iter().filter(|p| {
+                        !p.disrupts
+                            .iter()
+                            .chain(p.touches.iter())
+                            .any(|n| graced.contains_key(n))
+                    }));
+                    Some((collected, assessment))
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "instance repair: cannot read Ganeti; skipped this round");
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let decision = gate::decide(&view, &policy, &in_force, proposals);
         self.board.metrics.set_disruptions(
             decision.in_force.nodes.keys().map(|name| {
@@ -1080,6 +1202,28 @@ impl Reconciler {
                     now_ms(),
                 )
                 .await?;
+        }
+        if let Some((collected, assessment)) = instance_repair {
+            let report = crate::instance_repair_exec::run_instance_repairs(
+                &*self.ganeti,
+                &self.store,
+                &assessment,
+                &decision,
+                &collected,
+                false,
+            )
+            .await;
+            for line in &report.lines {
+                tracing::info!(target: "nodecare::instance_repair", "{line}");
+            }
+            for error in collected.errors.iter().chain(report.errors.iter()) {
+                tracing::warn!(%error, "instance repair");
+            }
+            summary.jobs_submitted += report
+                .submitted
+                .iter()
+                .map(|(_, _, jobs)| jobs.len())
+                .sum::<usize>();
         }
         Ok(())
     }

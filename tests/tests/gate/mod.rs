@@ -698,3 +698,61 @@ async fn an_override_is_in_the_history_and_the_job_reasons() {
         assert!(reason.contains("by alice: firmware deadline"), "{reason}");
     }
 }
+
+/// Instance repair runs in the coordinator's round behind the gate: with `[instance_repair]
+/// enabled`, a DRBD instance tagged `ganeti:watcher:autorepair:failover` whose primary went
+/// offline is failed over and gets harep's pending tag; with the duty off nothing happens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instance_repair_runs_in_the_round_behind_the_gate() {
+    for enabled in [false, true] {
+        let mut h = Harness::new(4, "inst1:drbd:2,other:diskless:3", |config| {
+            config.instance_repair.enabled = enabled;
+            config.max_disrupted_nodes = 2;
+            config.min_healthy_nodes = 1;
+        })
+        .await
+        .unwrap();
+        h.sim.with_cluster(|c| {
+            let i = c.instances.get_mut("inst1.sim.test").unwrap();
+            i.tags.push("ganeti:watcher:autorepair:failover".into());
+            c.nodes.get_mut(&node(2)).unwrap().offline = true;
+        });
+        for _ in 0..4 {
+            h.round().await.unwrap();
+        }
+        let (primary, tags) = h.sim.with_cluster(|c| {
+            let i = &c.instances["inst1.sim.test"];
+            (i.pnode.clone(), i.tags.clone())
+        });
+        let failovers = h
+            .sim
+            .submissions()
+            .iter()
+            .filter(|s| !s.internal && s.op_id.contains("FAILOVER"))
+            .count();
+        if enabled {
+            let flags = h.sim.with_cluster(|c| {
+                let i = &c.instances["inst1.sim.test"];
+                (
+                    i.snodes.clone(),
+                    c.nodes
+                        .values()
+                        .map(|n| (n.name.clone(), n.offline, n.drained))
+                        .collect::<Vec<_>>(),
+                )
+            });
+            assert_ne!(primary, node(2), "{tags:?} {flags:?}");
+            assert_eq!(failovers, 1);
+            // Failed over, then (its secondary now the offline node) its mirror replaced: harep's
+            // tags record the last repair.
+            assert!(
+                tags.iter()
+                    .any(|t| t.starts_with("ganeti:watcher:autorepair:result:")),
+                "{tags:?}"
+            );
+        } else {
+            assert_eq!(primary, node(2));
+            assert_eq!(failovers, 0);
+        }
+    }
+}
