@@ -24,6 +24,8 @@ pub struct Board {
     pub targets: RwLock<Vec<AgentTarget>>,
     /// What the gate saw and decided in the last round (none before the first round).
     pub gate: RwLock<Option<crate::gate::GateSnapshot>>,
+    /// What the instance-repair duty found in the last round (instances not healthy).
+    pub instance_repairs: RwLock<Vec<nodecare_protocol::status::InstanceRepairSummary>>,
     /// What balancing did last (none while it is off or before its first run).
     pub balancing: RwLock<Option<crate::balance::BalanceStatus>>,
 }

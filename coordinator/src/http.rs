@@ -267,6 +267,7 @@ async fn overview(State(state): State<ApiState>) -> Response {
         jobs: Vec<u64>,
         #[serde(flatten)]
         gate: crate::admission::GateStatus,
+        instance_repairs: Vec<nodecare_protocol::status::InstanceRepairSummary>,
     }
     let gate = match crate::admission::gate_status(&state) {
         Ok(gate) => gate,
@@ -297,6 +298,12 @@ async fn overview(State(state): State<ApiState>) -> Response {
         agents: agents.values().collect(),
         intents: &intents,
         jobs: in_flight(&intents),
+        instance_repairs: state
+            .board
+            .instance_repairs
+            .read()
+            .map(|r| r.clone())
+            .unwrap_or_default(),
         gate,
     })
     .into_response()

@@ -1204,6 +1204,32 @@ impl Reconciler {
                 .await?;
         }
         if let Some((collected, assessment)) = instance_repair {
+            let blocked: BTreeMap<&str, String> = decision
+                .refused()
+                .filter(|(p, _)| p.duty == gate::Duty::InstanceRepair)
+                .flat_map(|(p, why)| {
+                    assessment
+                        .repairs
+                        .iter()
+                        .filter(move |r| r.proposal.holder == p.holder)
+                        .map(move |r| (r.plan.instance.as_str(), why.to_string()))
+                })
+                .collect();
+            let shown: Vec<nodecare_protocol::status::InstanceRepairSummary> = assessment
+                .instances
+                .iter()
+                .filter(|i| i.state != "Healthy")
+                .map(|i| nodecare_protocol::status::InstanceRepairSummary {
+                    instance: i.instance.clone(),
+                    state: i.state.clone(),
+                    needs: i.needs.map(|t| t.as_str().to_owned()),
+                    note: i.note.clone(),
+                    blocked_by: blocked.get(i.instance.as_str()).cloned(),
+                })
+                .collect();
+            if let Ok(mut board) = self.board.instance_repairs.write() {
+                *board = shown;
+            }
             let report = crate::instance_repair_exec::run_instance_repairs(
                 &*self.ganeti,
                 &self.store,

@@ -70,6 +70,8 @@ pub struct Snapshot {
     pub max_disrupted_nodes: usize,
     /// The gate: failure domains, refused proposals, grants, overrides, the breaker.
     pub gate: GateStatus,
+    /// Instances the instance-repair duty is repairing or would repair.
+    pub instance_repairs: Vec<nodecare_protocol::status::InstanceRepairSummary>,
 }
 
 /// Reads the snapshot from the API's state.
@@ -107,6 +109,12 @@ pub fn snapshot(state: &ApiState) -> Result<Snapshot, crate::store::StoreError> 
         agents,
         max_disrupted_nodes: state.max_disrupted_nodes,
         gate: crate::admission::gate_status(state)?,
+        instance_repairs: state
+            .board
+            .instance_repairs
+            .read()
+            .map(|r| r.clone())
+            .unwrap_or_default(),
     })
 }
 
@@ -315,6 +323,26 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
                     }
                     @for (incident, intents) in &snapshot.incidents {
                         (incident_block(incident, intents, actions, base))
+                    }
+                }
+                @if !snapshot.instance_repairs.is_empty() {
+                    section id="instance-repairs" {
+                        h2 { "Instance repairs" }
+                        p.mute { "Instances harep's tags (ganeti:watcher:autorepair:*) allow to be repaired, as the last round found them." }
+                        div.wrap { table {
+                            thead { tr { th { "instance" } th { "state" } th { "repair" } th { "what happens" } th { "waits for" } } }
+                            tbody {
+                                @for repair in &snapshot.instance_repairs {
+                                    tr id={ "instance-" (repair.instance) } {
+                                        td { (repair.instance) }
+                                        td { (repair.state) }
+                                        td { (repair.needs.as_deref().unwrap_or("-")) }
+                                        td { (repair.note) }
+                                        td { (repair.blocked_by.as_deref().unwrap_or("")) }
+                                    }
+                                }
+                            }
+                        } }
                     }
                 }
                 section id="nodes" {

@@ -192,6 +192,24 @@ pub struct IncidentDetail {
     pub intents: Vec<JobStep>,
 }
 
+/// One instance the instance-repair duty (harep's tags) found broken or repairing in the last
+/// round.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceRepairSummary {
+    /// The instance.
+    pub instance: String,
+    /// harep's state name (`Pending repair`, `Failed repair`, `Needs repair`, ...).
+    pub state: String,
+    /// The repair it needs (`fix-storage`, `migrate`, `failover`, `reinstall`), if broken.
+    #[serde(default)]
+    pub needs: Option<String>,
+    /// What happens and why.
+    pub note: String,
+    /// What the gate says holds its repair back, if anything.
+    #[serde(default)]
+    pub blocked_by: Option<String>,
+}
+
 /// `/1/overview`: what `nodecare status` shows.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Overview {
@@ -225,6 +243,9 @@ pub struct Overview {
     /// The last lines of the audit log of gate writes, oldest first.
     #[serde(default)]
     pub audit: Vec<AuditEntry>,
+    /// Instances the instance-repair duty is repairing or would repair (empty when it is off).
+    #[serde(default)]
+    pub instance_repairs: Vec<InstanceRepairSummary>,
 }
 
 #[cfg(test)]

@@ -124,6 +124,7 @@ fn fixed_snapshot() -> Snapshot {
         ],
         max_disrupted_nodes: 1,
         gate: fixed_gate(),
+        instance_repairs: Vec::new(),
     }
 }
 
@@ -274,6 +275,7 @@ fn empty_cluster_page_says_so() {
         agents: Vec::new(),
         max_disrupted_nodes: 1,
         gate: GateStatus::default(),
+        instance_repairs: Vec::new(),
     };
     let page = render(&snapshot, None);
     assert!(page.contains("No incident"), "{page}");
@@ -737,4 +739,24 @@ async fn page_in_headless_chromium() {
         }
     }
     server.abort();
+}
+
+/// Instance repairs (harep's duty) have their own section: instance, state, the repair, what
+/// happens and what holds it back.
+#[test]
+fn instance_repairs_are_shown_with_what_holds_them() {
+    let mut snapshot = fixed_snapshot();
+    snapshot.instance_repairs = vec![nodecare_protocol::status::InstanceRepairSummary {
+        instance: "inst3.example.com".into(),
+        state: "Needs repair".into(),
+        needs: Some("failover".into()),
+        note: "primary node4.example.com is offline".into(),
+        blocked_by: Some("storm breaker open: 9 of 20 nodes opened incidents within 120 s".into()),
+    }];
+    let html = render(&snapshot, None);
+    assert!(html.contains("id=\"instance-repairs\""), "{html}");
+    assert!(html.contains("id=\"instance-inst3.example.com\""));
+    assert!(html.contains("primary node4.example.com is offline"));
+    assert!(html.contains("storm breaker open: 9 of 20 nodes"));
+    assert!(!render(&fixed_snapshot(), None).contains("Instance repairs"));
 }
