@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nodecare_protocol::repair::CheckAnswer;
 use nodecare_protocol::status::AgentStatus;
 
-use crate::status::{DEFAULT_URL, client, credentials, fetch, message};
+use crate::api::{DEFAULT_URL, client, credentials, fetch, message};
 
 /// `nodecare check`.
 #[derive(Debug, clap::Args)]

@@ -17,9 +17,9 @@ use nodecare_protocol::gate::{
 use reqwest::StatusCode;
 use serde::Serialize;
 
+use crate::api::{DEFAULT_URL, client, credentials, fetch, message};
 use crate::fields::{now_ms, utc};
 use crate::list::{Field, ListArgs, render, select};
-use crate::status::{DEFAULT_URL, client, credentials, fetch, message};
 
 /// Exit code of a request the gate refused.
 pub(crate) const REFUSED: u8 = 3;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod api;
 mod balance;
 mod check;
 mod fields;

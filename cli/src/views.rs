@@ -9,11 +9,12 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use nodecare_protocol::status::{AgentStatus, IncidentDetail, IncidentSummary, Overview};
 
+use crate::api::{DEFAULT_URL, fetch};
 use crate::fields::{
     INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_DEFAULTS, NODE_FIELDS, NodeRow, now_ms, utc,
 };
 use crate::list::{ListArgs, render, select};
-use crate::status::{DEFAULT_URL, ViewArgs, fetch, render_overview};
+use crate::status::{ViewArgs, render_overview};
 
 /// `nodecare incidents`.
 #[derive(Debug, Args)]

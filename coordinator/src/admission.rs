@@ -35,10 +35,10 @@ use serde_json::json;
 use uuid::Uuid;
 
 use crate::api::ApiState;
+use crate::api::{authorize_write, error, internal, refused};
 use crate::gate::{
     BlockedBy, Decision, Duty, GateSnapshot, Holder, InForce, Override, Policy, Proposal,
 };
-use crate::http::{authorize_write, error, internal, refused};
 use crate::store::Revoked;
 use nodecare_protocol::gate::{
     AuditEntry, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus, Grant,

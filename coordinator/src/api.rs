@@ -1,9 +1,15 @@
 //! What the HTTP API's handlers share: the JSON API ([`crate::http`]) and the web status page
-//! ([`crate::ui`]) both take an [`ApiState`].
+//! ([`crate::ui`]) both take an [`ApiState`]; the write check and the JSON error answers.
 
 use std::sync::Arc;
 
+use axum::Json;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
 use uuid::Uuid;
+
+use crate::auth::Refusal;
 
 use crate::board::Board;
 use crate::store::Store;
@@ -40,4 +46,44 @@ pub fn random_key() -> Arc<[u8; 32]> {
     key[..16].copy_from_slice(Uuid::new_v4().as_bytes());
     key[16..].copy_from_slice(Uuid::new_v4().as_bytes());
     Arc::new(key)
+}
+
+/// Whether the request authenticates a user with `write` (its name if so).
+pub(crate) fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    crate::auth::authorize_write(state.users.as_deref(), authorization)
+}
+
+/// A refused write: 401 (with a Basic challenge) or 403, as a JSON error.
+pub(crate) fn refused(refusal: &Refusal) -> Response {
+    let status = match refusal {
+        Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        Refusal::NotWriter(_) | Refusal::Disabled(_) => StatusCode::FORBIDDEN,
+    };
+    let mut response = error(status, refusal.to_string());
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Basic realm=\"nodecare\""),
+        );
+    }
+    response
+}
+
+pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({"code": status.as_u16(), "message": message.into()})),
+    )
+        .into_response()
+}
+
+pub(crate) fn internal(error: impl std::fmt::Display) -> Response {
+    error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
+}
+
+fn error_response(status: StatusCode, message: String) -> Response {
+    error(status, message)
 }

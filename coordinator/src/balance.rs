@@ -30,15 +30,10 @@ use std::time::Duration;
 use nodecare_collectors::builtin::systool::{ToolError, ToolLimits, run_tool_with_input};
 use nodecare_roll::hbal::{self, HbalError, HbalOp, HbalPlan};
 use nodecare_roll::{Cluster, htext};
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::board::Board;
-use crate::duty::balancing::{self, BalancingConfig, LeftOut, Proposals};
+use crate::duty::balancing::{self, BalancingConfig, Proposals};
 use crate::ganeti::{Ganeti, GanetiError, JobId, JobStatus, Node, Reason, ReplaceDisksMode};
 use crate::gate::{Decision, Holder, InForce};
 use crate::incident::Incident;
@@ -163,159 +158,8 @@ pub async fn plans(
     Ok(out)
 }
 
-/// Where a balancing move is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MoveState {
-    /// Stored; its job may or may not have been submitted.
-    Planned,
-    /// Its job was submitted.
-    Submitted,
-    /// Its job succeeded.
-    Succeeded,
-    /// Its job failed, or it was never submitted.
-    Failed,
-}
-
-impl MoveState {
-    /// Planned or submitted.
-    pub const fn is_in_flight(self) -> bool {
-        matches!(self, Self::Planned | Self::Submitted)
-    }
-}
-
-/// One Ganeti operation of an admitted balancing job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct BalanceMove {
-    /// The balancing run (one per hbal run; in the reason trail).
-    pub run: Uuid,
-    /// Unique within the run: `<instance>-<n>` (the reason's intent).
-    pub key: String,
-    /// The gate proposal's holder.
-    pub holder: Uuid,
-    /// The node group.
-    pub group: String,
-    /// The instance.
-    pub instance: String,
-    /// The operation.
-    pub op: HbalOp,
-    /// Where it is.
-    pub state: MoveState,
-    /// Its Ganeti job, once submitted.
-    pub job_id: Option<JobId>,
-    /// Unix ms when stored.
-    pub created_ms: u64,
-    /// Unix ms when finished.
-    pub finished_ms: Option<u64>,
-    /// Why it failed.
-    pub error: Option<String>,
-}
-
-/// One node group's plan, for the status.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct GroupPlan {
-    /// The node group.
-    pub group: String,
-    /// hbal's score before.
-    pub initial_score: Option<f64>,
-    /// hbal's score after its whole solution.
-    pub final_score: Option<f64>,
-    /// Job sets in hbal's solution.
-    pub jobsets: usize,
-}
-
-/// What balancing did last, for the status page and the API.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct BalanceStatus {
-    /// Unix ms of the last hbal run.
-    pub last_run_ms: Option<u64>,
-    /// The last run.
-    pub run: Option<Uuid>,
-    /// Why the last run gave no plan (hbal missing or failing, bad output, cluster unreadable).
-    pub error: Option<String>,
-    /// Why balancing waits (operations of the last run in flight).
-    pub waiting: Option<String>,
-    /// The plans of the last run.
-    pub groups: Vec<GroupPlan>,
-    /// The jobs proposed to the gate (`instance: from => to`).
-    pub proposed: Vec<String>,
-    /// Jobs left out, with why.
-    pub left_out: Vec<LeftOut>,
-    /// Jobs the gate refused, with what blocked them.
-    pub refused: Vec<(String, String)>,
-    /// Jobs submitted by the last run.
-    pub submitted: Vec<String>,
-}
-
-/// Balancing metrics.
-#[derive(Clone, Default)]
-pub struct BalancingMetrics {
-    runs: Family<Vec<(&'static str, String)>, Counter>,
-    moves: Family<Vec<(&'static str, String)>, Counter>,
-    hbal_ok: Gauge,
-}
-
-impl fmt::Debug for BalancingMetrics {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BalancingMetrics").finish_non_exhaustive()
-    }
-}
-
-impl BalancingMetrics {
-    /// The metrics, registered in `registry`.
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
-        registry.register(
-            "nodecare_coordinator_balancing_runs",
-            "hbal runs of the balancing duty, by result (ok, failed)",
-            metrics.runs.clone(),
-        );
-        registry.register(
-            "nodecare_coordinator_balancing_moves",
-            "Balancing jobs by outcome (proposed, left-out, refused, submitted, succeeded, failed)",
-            metrics.moves.clone(),
-        );
-        registry.register(
-            "nodecare_coordinator_balancing_hbal_ok",
-            "1 when the last hbal run gave a plan, 0 when hbal was missing or failed",
-            metrics.hbal_ok.clone(),
-        );
-        for result in ["ok", "failed"] {
-            metrics
-                .runs
-                .get_or_create(&vec![("result", result.to_owned())])
-                .inc_by(0);
-        }
-        for outcome in [
-            "proposed",
-            "left-out",
-            "refused",
-            "submitted",
-            "succeeded",
-            "failed",
-        ] {
-            metrics
-                .moves
-                .get_or_create(&vec![("outcome", outcome.to_owned())])
-                .inc_by(0);
-        }
-        metrics
-    }
-
-    fn run(&self, ok: bool) {
-        let result = if ok { "ok" } else { "failed" };
-        self.runs
-            .get_or_create(&vec![("result", result.to_owned())])
-            .inc();
-        self.hbal_ok.set(i64::from(ok));
-    }
-
-    fn moves(&self, outcome: &str, count: usize) {
-        self.moves
-            .get_or_create(&vec![("outcome", outcome.to_owned())])
-            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
-    }
-}
+pub use crate::duty::balancing::{BalanceMove, BalanceStatus, GroupPlan, MoveState};
+pub use crate::metrics::BalancingMetrics;
 
 /// The balancing duty's proposals of one round.
 #[derive(Debug, Clone, Default)]

@@ -27,7 +27,7 @@ pub struct Board {
     /// What the instance-repair duty found in the last round (instances not healthy).
     pub instance_repairs: RwLock<Vec<nodecare_protocol::status::InstanceRepairSummary>>,
     /// What balancing did last (none while it is off or before its first run).
-    pub balancing: RwLock<Option<crate::balance::BalanceStatus>>,
+    pub balancing: RwLock<Option<crate::duty::balancing::BalanceStatus>>,
 }
 
 impl Board {

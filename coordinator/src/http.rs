@@ -22,13 +22,13 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::Router;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-use crate::auth::Refusal;
+pub(crate) use crate::api::{authorize_write, error, internal, refused};
 use crate::incident::Incident;
 use crate::plan::Move;
 use crate::reconcile::{Board, CancelOutcome, RoundSummary, cancel_incident};
@@ -103,46 +103,6 @@ async fn root(headers: HeaderMap) -> Response {
     } else {
         Json(json!([1])).into_response()
     }
-}
-
-/// Whether the request authenticates a user with `write` (its name if so).
-pub(crate) fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
-    let authorization = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    crate::auth::authorize_write(state.users.as_deref(), authorization)
-}
-
-/// A refused write: 401 (with a Basic challenge) or 403, as a JSON error.
-pub(crate) fn refused(refusal: &Refusal) -> Response {
-    let status = match refusal {
-        Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        Refusal::NotWriter(_) | Refusal::Disabled(_) => StatusCode::FORBIDDEN,
-    };
-    let mut response = error(status, refusal.to_string());
-    if status == StatusCode::UNAUTHORIZED {
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"nodecare\""),
-        );
-    }
-    response
-}
-
-pub(crate) fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(json!({"code": status.as_u16(), "message": message.into()})),
-    )
-        .into_response()
-}
-
-pub(crate) fn internal(error: impl std::fmt::Display) -> Response {
-    error_response(StatusCode::INTERNAL_SERVER_ERROR, error.to_string())
-}
-
-fn error_response(status: StatusCode, message: String) -> Response {
-    error(status, message)
 }
 
 fn agents_snapshot(board: &Board) -> BTreeMap<String, AgentStatus> {

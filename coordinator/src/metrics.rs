@@ -6,6 +6,7 @@
 //! actions, job kinds, outcomes, node groups): no per-incident series.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -105,7 +106,7 @@ pub struct CoordinatorMetrics {
     grants: Gauge,
     overrides: Gauge,
     /// The balancing duty's runs and moves.
-    pub balancing: crate::balance::BalancingMetrics,
+    pub balancing: BalancingMetrics,
 }
 
 impl std::fmt::Debug for CoordinatorMetrics {
@@ -233,7 +234,7 @@ impl CoordinatorMetrics {
             "Operator overrides of failure domains in force",
             overrides.clone(),
         );
-        let balancing = crate::balance::BalancingMetrics::register(&mut registry);
+        let balancing = BalancingMetrics::register(&mut registry);
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -476,5 +477,75 @@ mod tests {
         // nodes and incidents.
         assert!(samples < 90, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
+    }
+}
+
+/// Balancing metrics.
+#[derive(Clone, Default)]
+pub struct BalancingMetrics {
+    runs: Family<Vec<(&'static str, String)>, Counter>,
+    moves: Family<Vec<(&'static str, String)>, Counter>,
+    hbal_ok: Gauge,
+}
+
+impl fmt::Debug for BalancingMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BalancingMetrics").finish_non_exhaustive()
+    }
+}
+
+impl BalancingMetrics {
+    /// The metrics, registered in `registry`.
+    pub fn register(registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            "nodecare_coordinator_balancing_runs",
+            "hbal runs of the balancing duty, by result (ok, failed)",
+            metrics.runs.clone(),
+        );
+        registry.register(
+            "nodecare_coordinator_balancing_moves",
+            "Balancing jobs by outcome (proposed, left-out, refused, submitted, succeeded, failed)",
+            metrics.moves.clone(),
+        );
+        registry.register(
+            "nodecare_coordinator_balancing_hbal_ok",
+            "1 when the last hbal run gave a plan, 0 when hbal was missing or failed",
+            metrics.hbal_ok.clone(),
+        );
+        for result in ["ok", "failed"] {
+            metrics
+                .runs
+                .get_or_create(&vec![("result", result.to_owned())])
+                .inc_by(0);
+        }
+        for outcome in [
+            "proposed",
+            "left-out",
+            "refused",
+            "submitted",
+            "succeeded",
+            "failed",
+        ] {
+            metrics
+                .moves
+                .get_or_create(&vec![("outcome", outcome.to_owned())])
+                .inc_by(0);
+        }
+        metrics
+    }
+
+    pub(crate) fn run(&self, ok: bool) {
+        let result = if ok { "ok" } else { "failed" };
+        self.runs
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+        self.hbal_ok.set(i64::from(ok));
+    }
+
+    pub(crate) fn moves(&self, outcome: &str, count: usize) {
+        self.moves
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
     }
 }

@@ -303,7 +303,7 @@ impl Store {
     }
 
     /// Every stored balancing move, oldest run first, in key order within a run.
-    pub fn balancing_moves(&self) -> Result<Vec<crate::balance::BalanceMove>, StoreError> {
+    pub fn balancing_moves(&self) -> Result<Vec<crate::duty::balancing::BalanceMove>, StoreError> {
         let connection = self.lock();
         let mut statement =
             connection.prepare("SELECT record FROM balancing_moves ORDER BY rowid")?;
@@ -322,7 +322,7 @@ impl Store {
     /// Stores (inserts or replaces) balancing moves, all at once.
     pub fn save_balancing_moves(
         &self,
-        moves: &[crate::balance::BalanceMove],
+        moves: &[crate::duty::balancing::BalanceMove],
     ) -> Result<(), StoreError> {
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
@@ -667,7 +667,7 @@ mod tests {
 
     #[test]
     fn balancing_moves_round_trip_and_old_finished_runs_are_forgotten() {
-        use crate::balance::{BalanceMove, MoveState};
+        use crate::duty::balancing::{BalanceMove, MoveState};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.db")).unwrap();
         let stored = |run: u128, key: &str, state: MoveState, created_ms: u64| BalanceMove {

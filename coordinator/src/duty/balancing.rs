@@ -11,11 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use nodecare_roll::hbal::{HbalJob, HbalOptions, HbalPlan};
+use nodecare_roll::hbal::{HbalJob, HbalOp, HbalOptions, HbalPlan};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ganeti::Node;
+use crate::ganeti::{JobId, Node};
 use crate::gate::{Duty, Holder, InForce, Proposal};
 use crate::incident::Incident;
 
@@ -323,4 +323,88 @@ mod tests {
         };
         assert_eq!(only.groups_to_balance(&groups), ["g2"]);
     }
+}
+
+/// Where a balancing move is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MoveState {
+    /// Stored; its job may or may not have been submitted.
+    Planned,
+    /// Its job was submitted.
+    Submitted,
+    /// Its job succeeded.
+    Succeeded,
+    /// Its job failed, or it was never submitted.
+    Failed,
+}
+
+impl MoveState {
+    /// Planned or submitted.
+    pub const fn is_in_flight(self) -> bool {
+        matches!(self, Self::Planned | Self::Submitted)
+    }
+}
+
+/// One Ganeti operation of an admitted balancing job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BalanceMove {
+    /// The balancing run (one per hbal run; in the reason trail).
+    pub run: Uuid,
+    /// Unique within the run: `<instance>-<n>` (the reason's intent).
+    pub key: String,
+    /// The gate proposal's holder.
+    pub holder: Uuid,
+    /// The node group.
+    pub group: String,
+    /// The instance.
+    pub instance: String,
+    /// The operation.
+    pub op: HbalOp,
+    /// Where it is.
+    pub state: MoveState,
+    /// Its Ganeti job, once submitted.
+    pub job_id: Option<JobId>,
+    /// Unix ms when stored.
+    pub created_ms: u64,
+    /// Unix ms when finished.
+    pub finished_ms: Option<u64>,
+    /// Why it failed.
+    pub error: Option<String>,
+}
+
+/// One node group's plan, for the status.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GroupPlan {
+    /// The node group.
+    pub group: String,
+    /// hbal's score before.
+    pub initial_score: Option<f64>,
+    /// hbal's score after its whole solution.
+    pub final_score: Option<f64>,
+    /// Job sets in hbal's solution.
+    pub jobsets: usize,
+}
+
+/// What balancing did last, for the status page and the API.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct BalanceStatus {
+    /// Unix ms of the last hbal run.
+    pub last_run_ms: Option<u64>,
+    /// The last run.
+    pub run: Option<Uuid>,
+    /// Why the last run gave no plan (hbal missing or failing, bad output, cluster unreadable).
+    pub error: Option<String>,
+    /// Why balancing waits (operations of the last run in flight).
+    pub waiting: Option<String>,
+    /// The plans of the last run.
+    pub groups: Vec<GroupPlan>,
+    /// The jobs proposed to the gate (`instance: from => to`).
+    pub proposed: Vec<String>,
+    /// Jobs left out, with why.
+    pub left_out: Vec<LeftOut>,
+    /// Jobs the gate refused, with what blocked them.
+    pub refused: Vec<(String, String)>,
+    /// Jobs submitted by the last run.
+    pub submitted: Vec<String>,
 }
