@@ -87,6 +87,31 @@ pub(crate) struct CancelArgs {
     password_file: Option<std::path::PathBuf>,
 }
 
+/// The instance repairs (harep's duty) of the last round, one line each: instance, state, the
+/// repair, what happens and what holds it; nothing when there are none.
+fn render_instance_repairs(overview: &Overview) -> String {
+    let mut out = String::new();
+    if overview.instance_repairs.is_empty() {
+        return out;
+    }
+    out.push_str("\ninstance repairs:\n");
+    for repair in &overview.instance_repairs {
+        let _ignored = write!(
+            out,
+            "  {} {} ({}): {}",
+            repair.instance,
+            repair.state,
+            repair.needs.as_deref().unwrap_or("-"),
+            repair.note
+        );
+        if let Some(blocked) = &repair.blocked_by {
+            let _ignored = write!(out, "; waits: {blocked}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// Renders `/1/overview` as `args` asks. By default: the last round, the incidents table and
 /// the agents table (agents that are not `ok`, or all with `-a`). With `--no-headers` or
 /// `--separator`: only the two tables' lines, separated by one empty line. With `--json`: an
@@ -140,6 +165,7 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
         out.push('\n');
         out.push_str(&incidents);
     }
+    out.push_str(&render_instance_repairs(overview));
     if agents.is_empty() {
         let _ignored = writeln!(
             out,
@@ -339,6 +365,27 @@ struct CancelAnswer {
 #[cfg(test)]
 mod tests {
     use crate::fields::utc;
+
+    #[test]
+    fn instance_repairs_are_listed_with_what_holds_them() {
+        let mut overview: nodecare_protocol::status::Overview = serde_json::from_value(serde_json::json!({
+            "node": "node1", "round": {"number": 1, "started_ms": 0, "duration_ms": 5, "agents": 2,
+            "agents_failed": 0, "jobs_submitted": 0, "error": null}, "incidents": [], "agents": []
+        }))
+        .unwrap();
+        assert_eq!(super::render_instance_repairs(&overview), "");
+        overview.instance_repairs = vec![nodecare_protocol::status::InstanceRepairSummary {
+            instance: "inst3".into(),
+            state: "Needs repair".into(),
+            needs: Some("failover".into()),
+            note: "primary node4 is offline".into(),
+            blocked_by: Some("storm breaker open: storm".into()),
+        }];
+        assert_eq!(
+            super::render_instance_repairs(&overview),
+            "\ninstance repairs:\n  inst3 Needs repair (failover): primary node4 is offline; waits: storm breaker open: storm\n"
+        );
+    }
 
     #[test]
     fn utc_formats_unix_seconds() {
