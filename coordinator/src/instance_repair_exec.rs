@@ -83,16 +83,18 @@ pub struct Collected {
     pub errors: Vec<String>,
 }
 
-/// Reads the cluster and group tags, the status of every pending repair's jobs, and the
-/// records of work in flight (forgetting those Ganeti now shows done).
+/// Reads the cluster tags, the status of every pending repair's jobs, and the records of work
+/// in flight (forgetting those Ganeti now shows done); `groups` are the node groups with their
+/// tags, as the caller read them.
 pub async fn collect(
     ganeti: &dyn Ganeti,
     store: &Store,
     instances: &[Instance],
+    groups: Vec<Group>,
 ) -> Result<Collected, GanetiError> {
     let mut collected = Collected {
         cluster_tags: ganeti.tags(&TagTarget::Cluster).await?,
-        groups: ganeti.groups().await?,
+        groups,
         ..Collected::default()
     };
     for id in Assessment::jobs_to_query(instances) {
@@ -763,7 +765,7 @@ pub async fn run_once(
 ) -> Result<OneShot, GanetiError> {
     let nodes = ganeti.nodes().await?;
     let instances = ganeti.instances().await?;
-    let collected = collect(ganeti, store, &instances).await?;
+    let collected = collect(ganeti, store, &instances, ganeti.groups().await?).await?;
     let degraded = BTreeMap::new();
     let now = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
     let inputs = Inputs {

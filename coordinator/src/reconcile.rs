@@ -80,7 +80,7 @@ pub struct GateSettings {
     pub grace: Duration,
 }
 
-/// What the round learned before acting that only quiets or feeds duties.
+/// What the round learned before acting that quiets or feeds the duties.
 struct Quiet<'a> {
     /// Agents outside a grace that gave no verified report (the breaker's signal).
     failed_outside_grace: usize,
@@ -88,6 +88,8 @@ struct Quiet<'a> {
     graced: &'a BTreeMap<String, u64>,
     /// DRBD instances degraded with both nodes online past [`DEGRADED_GRACE_MS`], and why.
     degraded: &'a BTreeMap<String, String>,
+    /// The node groups with their tags (none when they could not be read).
+    groups: Option<Vec<crate::ganeti::Group>>,
 }
 
 /// The store document holding the last accepted storage report sequence per node.
@@ -347,14 +349,20 @@ impl Reconciler {
         // still show the instance where it was, and the move would be planned again.
         let nodes = self.ganeti.nodes().await?;
         let instances = self.ganeti.instances().await?;
-        // Group names only label domains and caps: without them, the groups' uuids serve.
-        let group_names = match self.ganeti.group_names().await {
-            Ok(names) => names,
+        // Group names label domains and caps (without them, the groups' uuids serve); their
+        // tags feed instance repair (which waits for a round that can read them).
+        let groups = match self.ganeti.groups().await {
+            Ok(groups) => Some(groups),
             Err(error) => {
-                tracing::warn!(%error, "cannot read node group names; using their uuids");
-                BTreeMap::new()
+                tracing::warn!(%error, "cannot read node groups; using their uuids as names");
+                None
             }
         };
+        let group_names: BTreeMap<String, String> = groups
+            .iter()
+            .flatten()
+            .map(|group| (group.uuid.clone(), group.name.clone()))
+            .collect();
         // Storage health from the agents' signed DRBD reports (and RAPI): the gate's input.
         let storage_sequences: BTreeMap<String, u64> = self
             .store
@@ -398,6 +406,7 @@ impl Reconciler {
                 failed_outside_grace,
                 graced: &graced,
                 degraded: &degraded,
+                groups,
             },
             summary,
         )
@@ -943,6 +952,7 @@ impl Reconciler {
             failed_outside_grace,
             graced,
             degraded,
+            groups,
         } = quiet;
         let incidents = self.store.incidents()?;
         let intents = self.store.intents()?;
@@ -1022,8 +1032,15 @@ impl Reconciler {
         proposals.extend(balancing.proposals.proposals.iter().cloned());
         // Instance repair (harep's duty): its repairs are proposals like any other; nodes in
         // the grace of a planned disruption are left alone.
-        let instance_repair = if self.settings.instance_repair {
-            match crate::instance_repair_exec::collect(&*self.ganeti, &self.store, instances).await
+        let instance_repair = if let (true, Some(groups)) = (self.settings.instance_repair, groups)
+        {
+            match crate::instance_repair_exec::collect(
+                &*self.ganeti,
+                &self.store,
+                instances,
+                groups,
+            )
+            .await
             {
                 Ok(collected) => {
                     let inputs = crate::duty::instance_repair::Inputs {

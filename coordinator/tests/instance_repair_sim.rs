@@ -67,9 +67,10 @@ async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Ro
     let ganeti: &dyn Ganeti = &client;
     let nodes = ganeti.nodes().await.unwrap();
     let instances = ganeti.instances().await.unwrap();
-    let collected = instance_repair_exec::collect(ganeti, store, &instances)
-        .await
-        .unwrap();
+    let collected =
+        instance_repair_exec::collect(ganeti, store, &instances, ganeti.groups().await.unwrap())
+            .await
+            .unwrap();
     assert!(collected.errors.is_empty(), "{:?}", collected.errors);
     let degraded = BTreeMap::new();
     let inputs = Inputs {

@@ -635,27 +635,36 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
     /// All instances (RAPI `GET /2/instances?bulk=1`).
     fn instances(&self) -> GanetiFuture<'_, Vec<Instance>>;
 
-    /// Node group names by uuid (RAPI `GET /2/groups?bulk=1`).
-    fn group_names(&self) -> GanetiFuture<'_, std::collections::BTreeMap<String, String>>;
+    /// A node's tags ([`Ganeti::tags`] of the node).
+    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
+        Box::pin(async move { self.tags(&TagTarget::Node(node.to_owned())).await })
+    }
 
-    /// A node's tags (RAPI `GET /2/nodes/<node>/tags`).
-    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>>;
-
-    /// Adds tags to a node (RAPI `PUT /2/nodes/<node>/tags?tag=...`).
+    /// Adds tags to a node ([`Ganeti::add_tags`] on the node).
     fn add_node_tags<'a>(
         &'a self,
         node: &'a str,
         tags: &'a [String],
         reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.add_tags(&TagTarget::Node(node.to_owned()), tags, reason)
+                .await
+        })
+    }
 
-    /// Removes tags from a node (RAPI `DELETE /2/nodes/<node>/tags?tag=...`).
+    /// Removes tags from a node ([`Ganeti::remove_tags`] on the node).
     fn remove_node_tags<'a>(
         &'a self,
         node: &'a str,
         tags: &'a [String],
         reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.remove_tags(&TagTarget::Node(node.to_owned()), tags, reason)
+                .await
+        })
+    }
 
     /// Sets or clears the drained flag (RAPI `POST /2/nodes/<node>/modify` `{"drained": b}`,
     /// or `PUT /2/nodes/<node>/role` `"drained"`).

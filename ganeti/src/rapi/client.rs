@@ -580,46 +580,6 @@ impl Ganeti for RapiClient {
         Box::pin(async move { Ok(converted(RapiClient::instances(self).await?)) })
     }
 
-    fn group_names(&self) -> GanetiFuture<'_, std::collections::BTreeMap<String, String>> {
-        Box::pin(async move {
-            Ok(RapiClient::groups(self)
-                .await?
-                .into_iter()
-                .map(|group| (group.uuid, group.name))
-                .collect())
-        })
-    }
-
-    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
-        Box::pin(async move { Ok(self.tags(&TagTarget::Node(node.to_owned())).await?) })
-    }
-
-    fn add_node_tags<'a>(
-        &'a self,
-        node: &'a str,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            Ok(self
-                .add_tags(&TagTarget::Node(node.to_owned()), tags, reason)
-                .await?)
-        })
-    }
-
-    fn remove_node_tags<'a>(
-        &'a self,
-        node: &'a str,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            Ok(self
-                .remove_tags(&TagTarget::Node(node.to_owned()), tags, reason)
-                .await?)
-        })
-    }
-
     fn set_node_drained<'a>(
         &'a self,
         node: &'a str,

@@ -202,14 +202,14 @@ fn drained_count(h: &Harness) -> usize {
     drained(h).len()
 }
 
-/// Two nodes in different domains report evacuate at once: one proceeds, the other waits with
-/// `blocked_by` naming the busy domain, and proceeds once the first is returned to service.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_failure_domain_at_a_time() {
-    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5,c:diskless:3", |config| {
+/// Six nodes in two racks, `rack:a` (nodes 1–3) and `rack:b` (nodes 4–6), the failure domains,
+/// with `instances`, at most `max` nodes disrupted, and no storm breaker in the way (a few
+/// incidents among six nodes would be a storm).
+#[allow(clippy::unwrap_used, reason = "test setup: a failure is the test's failure")]
+async fn two_racks(instances: &str, max: usize) -> Harness {
+    let h = Harness::new(6, instances, |config| {
         config.failure_domains = "rack:".into();
-        config.max_disrupted_nodes = 3;
-        // Three incidents of six nodes would be a storm: this test is about domains.
+        config.max_disrupted_nodes = max;
         config.breaker.max_incident_percent = 100.0;
     })
     .await
@@ -220,6 +220,14 @@ async fn one_failure_domain_at_a_time() {
             c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
         }
     });
+    h
+}
+
+/// Two nodes in different domains report evacuate at once: one proceeds, the other waits with
+/// `blocked_by` naming the busy domain, and proceeds once the first is returned to service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failure_domain_at_a_time() {
+    let mut h = two_racks("a:diskless:2,b:diskless:5,c:diskless:3", 3).await;
     h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
     h.agents.get(&node(5)).unwrap().set_verdict(evacuate(5));
     assert!(
@@ -354,19 +362,7 @@ async fn storage_not_whole_or_unknown_blocks_a_new_disruption() {
 /// no incident; once the grant is released, the waiting incident proceeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_holds_its_domain_and_its_grace_holds_back_incidents() {
-    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5", |config| {
-        config.failure_domains = "rack:".into();
-        config.max_disrupted_nodes = 3;
-        config.breaker.max_incident_percent = 100.0;
-    })
-    .await
-    .unwrap();
-    h.sim.with_cluster(|c| {
-        for i in 1..=6 {
-            let rack = if i <= 3 { "rack:a" } else { "rack:b" };
-            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
-        }
-    });
+    let mut h = two_racks("a:diskless:2,b:diskless:5", 3).await;
     h.round().await.unwrap();
     let store = std::sync::Arc::clone(&h.coordinator.api().store);
     let now = nodecare_protocol::now_ms();
@@ -629,19 +625,7 @@ async fn an_evacuation_that_cannot_succeed_fails_at_once_even_when_the_gate_hold
 /// incident's history and in every job's reason trail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_override_is_in_the_history_and_the_job_reasons() {
-    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5", |config| {
-        config.failure_domains = "rack:".into();
-        config.max_disrupted_nodes = 1;
-        config.breaker.max_incident_percent = 100.0;
-    })
-    .await
-    .unwrap();
-    h.sim.with_cluster(|c| {
-        for i in 1..=6 {
-            let rack = if i <= 3 { "rack:a" } else { "rack:b" };
-            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
-        }
-    });
+    let mut h = two_racks("a:diskless:2,b:diskless:5", 1).await;
     h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
     h.agents.get(&node(5)).unwrap().set_verdict(evacuate(5));
     assert!(
