@@ -205,7 +205,10 @@ fn drained_count(h: &Harness) -> usize {
 /// Six nodes in two racks, `rack:a` (nodes 1–3) and `rack:b` (nodes 4–6), the failure domains,
 /// with `instances`, at most `max` nodes disrupted, and no storm breaker in the way (a few
 /// incidents among six nodes would be a storm).
-#[allow(clippy::unwrap_used, reason = "test setup: a failure is the test's failure")]
+#[allow(
+    clippy::unwrap_used,
+    reason = "test setup: a failure is the test's failure"
+)]
 async fn two_racks(instances: &str, max: usize) -> Harness {
     let h = Harness::new(6, instances, |config| {
         config.failure_domains = "rack:".into();
