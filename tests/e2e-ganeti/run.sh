@@ -59,6 +59,9 @@ log() { echo "e2e[$(( $(date +%s) - T0 ))s]: $*" >&2; }
 pass() { RESULTS+=("PASS $1"); echo "PASS $1"; }
 fail() { RESULTS+=("FAIL $1: $2"); echo "FAIL $1: $2"; FAILED=1; }
 skip() { RESULTS+=("SKIP $1: $2"); echo "SKIP $1: $2"; }
+# NODECARE_E2E_ONLY="gate harep": run only these of the scenarios defined as functions (S1–S3,
+# S4 and the setup always run: later scenarios build on the state they leave).
+want() { [[ -z ${NODECARE_E2E_ONLY:-} || " $NODECARE_E2E_ONLY " == *" $1 "* ]]; }
 
 [[ $(id -u) -eq 0 ]] || { echo "e2e: must run as root" >&2; exit 2; }
 
@@ -355,7 +358,7 @@ sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'cap: cluster' i
   fi
   echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-3"
 }
-scenario_budget_hand_drained
+want budget && scenario_budget_hand_drained
 
 # ---- S4: stopped agent ------------------------------------------------------------------------
 master_healthy S4
@@ -444,7 +447,7 @@ PY
     fail "S5 replayed Ok" "first stale/unreachable after ${first_bad:-never} ms, ok after expiry=$seen_ok, before='$before' after='$after': $(coord /1/agents | head -c 300)"
   fi
 }
-scenario_replayed_ok
+want replayed && scenario_replayed_ok
 
 # ---- S7: the gate on the real cluster ------------------------------------------------------
 # Writes to the coordinator's API as the e2e user: prints the body, then the HTTP code on the
@@ -577,7 +580,16 @@ scenario_gate() {
   fi
   for n in "$n1" "$n2" "$n3"; do return_to_service "$n"; done
 }
-scenario_gate
+want gate && scenario_gate
+
+# Scenarios in their own files (sN-NAME.sh define scenario_NAME), in the order of N.
+while IFS= read -r f; do
+  # shellcheck disable=SC1090
+  . "$f"
+  name=$(basename "$f" .sh)
+  name=${name#s*-}
+  want "$name" && "scenario_$name"
+done < <(find "$HERE" -maxdepth 1 -name 's[0-9]*-*.sh' | sort -V)
 
 # ---- summary ---------------------------------------------------------------------------------
 echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"
