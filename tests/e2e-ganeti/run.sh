@@ -583,13 +583,14 @@ scenario_gate() {
 want gate && scenario_gate
 
 # Scenarios in their own files (sN-NAME.sh define scenario_NAME), in the order of N.
-while IFS= read -r f; do
+mapfile -t SCENARIO_FILES < <(find "$HERE" -maxdepth 1 -name 's[0-9]*-*.sh' | sort -V)
+for f in "${SCENARIO_FILES[@]}"; do
   # shellcheck disable=SC1090
   . "$f"
   name=$(basename "$f" .sh)
   name=${name#s*-}
   want "$name" && "scenario_$name"
-done < <(find "$HERE" -maxdepth 1 -name 's[0-9]*-*.sh' | sort -V)
+done
 
 # ---- summary ---------------------------------------------------------------------------------
 echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"
