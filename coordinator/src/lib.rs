@@ -24,6 +24,7 @@ pub mod auth;
 pub mod balance;
 pub mod board;
 pub mod breaker;
+pub mod campaign;
 pub mod cli;
 pub mod config;
 pub mod daemon;
