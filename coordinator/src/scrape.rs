@@ -713,6 +713,8 @@ mod tests {
             age_ms: 0,
             stale,
             interval_ms: 1000,
+            boot_id: None,
+            reboot_required: None,
         })
         .unwrap()
     }

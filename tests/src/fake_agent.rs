@@ -70,6 +70,8 @@ struct AgentState {
     /// The DRBD state its signed storage report shows (whole: no minors, by default).
     storage: Mutex<nodecare_protocol::DrbdState>,
     storage_sequence: Mutex<u64>,
+    /// The boot id and reboot sentinel its diagnose payload carries (absent by default).
+    boot: Mutex<(Option<String>, Option<bool>)>,
     /// Verified check requests received.
     checks: Mutex<u64>,
     /// Long-poll: a watch `after` a sequence below this value is answered at once; raised by
@@ -120,6 +122,22 @@ impl FakeAgent {
         if let Ok(mut state) = self.state.storage.lock() {
             *state = drbd;
         }
+    }
+
+    /// Sets the boot id its diagnose payload carries from now on (`None`: the field is absent).
+    pub fn set_boot_id(&self, boot_id: Option<&str>) {
+        if let Ok(mut boot) = self.state.boot.lock() {
+            boot.0 = boot_id.map(str::to_owned);
+        }
+        self.state.changed();
+    }
+
+    /// Sets the reboot sentinel its diagnose payload carries from now on (`None`: absent).
+    pub fn set_reboot_required(&self, required: Option<bool>) {
+        if let Ok(mut boot) = self.state.boot.lock() {
+            boot.1 = required;
+        }
+        self.state.changed();
     }
 
     /// Sets how repairs behave.
@@ -206,12 +224,15 @@ fn sign_report(
         *s
     };
     let now = now_ms();
+    let (boot_id, reboot_required) = state.boot.lock().map_err(|e| e.to_string())?.clone();
     let payload = serde_json::to_value(DiagnosePayload {
         verdict: verdict.clone(),
         collected_at_ms: now,
         age_ms: 0,
         stale: false,
         interval_ms: 1000,
+        boot_id,
+        reboot_required,
     })
     .map_err(|e| e.to_string())?;
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
@@ -449,6 +470,7 @@ impl FakeAgents {
             down: Mutex::new(false),
             storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),
             storage_sequence: Mutex::new(0),
+            boot: Mutex::new((None, None)),
             checks: Mutex::new(0),
             mark: tokio::sync::watch::Sender::new(1),
         });
