@@ -161,6 +161,10 @@ pub struct Record {
     pub aborted_nodes: BTreeSet<String>,
     /// The state to return to on resume (paused while running or aborting).
     pub paused_from: Option<CampaignState>,
+    /// Most nodes per group: set when the gate refuses a group for a cap or capacity (a part of
+    /// a reboot group is one too, so planned groups are cut to this size).
+    #[serde(default)]
+    pub max_group: Option<usize>,
 }
 
 /// What the executor sees of one node this round.
@@ -271,6 +275,7 @@ impl Record {
             ops: BTreeMap::new(),
             aborted_nodes: BTreeSet::new(),
             paused_from: None,
+            max_group: None,
         }
     }
 
@@ -433,6 +438,13 @@ impl Record {
                     .collect::<Vec<_>>()
             })
             .filter(|group| !group.is_empty())
+            .flat_map(|group| {
+                let size = self.max_group.unwrap_or(usize::MAX).max(1);
+                group
+                    .chunks(size)
+                    .map(<[String]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
             .collect();
         if !not_required.is_empty() {
             warnings.push(format!(
@@ -443,6 +455,25 @@ impl Record {
         self.campaign.planned = planned;
         self.campaign.warnings = warnings;
         &self.campaign.planned
+    }
+
+    /// The gate refused the next group for a cap or capacity: later groups have at most half
+    /// its nodes. False when it has one node (nothing smaller to try).
+    pub fn shrink_groups(&mut self) -> bool {
+        let Some(head) = self.campaign.planned.first() else {
+            return false;
+        };
+        if head.len() <= 1 {
+            return false;
+        }
+        let size = head.len().div_ceil(2);
+        self.max_group = Some(size);
+        let planned = std::mem::take(&mut self.campaign.planned);
+        self.campaign.planned = planned
+            .iter()
+            .flat_map(|g| g.chunks(size).map(<[String]>::to_vec))
+            .collect();
+        true
     }
 
     /// The planner could not plan: shown, the campaign waits.

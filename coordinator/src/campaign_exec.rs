@@ -206,8 +206,7 @@ fn plan(
     String,
 > {
     let options = campaign::roll_options(&record.campaign.request)?;
-    let plan =
-        nodecare_roll::plan(cluster, &options).map_err(|e| format!("planning: {e}"))?;
+    let plan = nodecare_roll::plan(cluster, &options).map_err(|e| format!("planning: {e}"))?;
     let mut groups = Vec::new();
     let mut moves = BTreeMap::new();
     for group in &plan.groups {
@@ -242,6 +241,14 @@ pub async fn execute(
                             group.nodes.iter().map(|n| n.node.as_str()).collect();
                         tracing::info!(campaign = %id, group = group.index, nodes = %nodes.join(","), "maintenance campaign: group started");
                     }
+                }
+                Err(
+                    blocked @ (crate::gate::BlockedBy::Cap { .. }
+                    | crate::gate::BlockedBy::Capacity { .. }),
+                ) if record.shrink_groups() => {
+                    let why = format!("{blocked}; trying smaller groups");
+                    tracing::info!(campaign = %id, blocked_by = %why, max_group = ?record.max_group, "maintenance campaign: next group too large");
+                    record.set_blocked(Some(why), world.now_ms);
                 }
                 Err(blocked) => {
                     let why = blocked.to_string();
@@ -388,7 +395,12 @@ async fn send_hook(
     let input = match serde_json::to_value(context) {
         Ok(input) => input,
         Err(error) => {
-            finish_op(record, &op.key, Err(format!("hook context: {error}")), now_ms);
+            finish_op(
+                record,
+                &op.key,
+                Err(format!("hook context: {error}")),
+                now_ms,
+            );
             return Ok(false);
         }
     };

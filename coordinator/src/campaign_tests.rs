@@ -612,6 +612,34 @@ fn replanning_leaves_out_nodes_already_taken_and_not_required() {
 }
 
 #[test]
+fn groups_refused_for_size_are_cut_in_halves_and_stay_cut() {
+    let w = world();
+    let mut r = Record::new(Uuid::from_u128(4), request(), "x", T0);
+    let plan = || {
+        vec![
+            vec!["a".to_owned(), "b".to_owned(), "c".to_owned()],
+            vec!["d".to_owned()],
+        ]
+    };
+    r.set_plan(plan(), vec![], &w);
+    assert!(r.shrink_groups());
+    assert_eq!(
+        r.campaign.planned,
+        vec![vec!["a", "b"], vec!["c"], vec!["d"]]
+    );
+    // Re-planning keeps the cut.
+    r.set_plan(plan(), vec![], &w);
+    assert_eq!(r.campaign.planned.len(), 3);
+    assert!(r.shrink_groups());
+    r.set_plan(plan(), vec![], &w);
+    assert_eq!(
+        r.campaign.planned,
+        vec![vec!["a"], vec!["b"], vec!["c"], vec!["d"]]
+    );
+    assert!(!r.shrink_groups());
+}
+
+#[test]
 fn completes_when_nothing_is_left() {
     let mut w = world();
     let mut r = started(request(), &w);

@@ -54,12 +54,7 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Byte
             ),
         );
     }
-    let record = Record::new(
-        Uuid::new_v4(),
-        request,
-        &who,
-        nodecare_protocol::now_ms(),
-    );
+    let record = Record::new(Uuid::new_v4(), request, &who, nodecare_protocol::now_ms());
     if let Err(e) = state.store.save_campaign(&record) {
         return internal(e);
     }
@@ -85,10 +80,7 @@ fn find(state: &ApiState, text: &str) -> Result<Record, Box<Response>> {
             format!("{text:?} is not a campaign id (a uuid)"),
         ))
     })?;
-    let records = state
-        .store
-        .campaigns()
-        .map_err(|e| Box::new(internal(e)))?;
+    let records = state.store.campaigns().map_err(|e| Box::new(internal(e)))?;
     records
         .into_iter()
         .find(|r| r.id() == id)

@@ -108,7 +108,12 @@ mod tests {
         ]);
         let p = propose(&record(vec![vec!["n1", "n2"], vec!["n3"]]), &v).unwrap();
         assert_eq!(p.duty, Duty::Maintenance);
-        assert_eq!(p.holder, Holder::Campaign { id: Uuid::from_u128(9) });
+        assert_eq!(
+            p.holder,
+            Holder::Campaign {
+                id: Uuid::from_u128(9)
+            }
+        );
         assert_eq!(p.disrupts, BTreeSet::from(["n1".into(), "n2".into()]));
         assert_eq!(p.moves_memory, Some(1536));
         assert_eq!(p.subject, "reboot group 1 of 2 (n1, n2)");
