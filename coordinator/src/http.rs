@@ -422,6 +422,14 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         }
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return internal(e),
     }
+    let campaigns = match state.store.campaigns() {
+        Ok(records) => records
+            .into_iter()
+            .map(|record| record.campaign)
+            .collect::<Vec<_>>(),
+        Err(e) => return internal(e),
+    };
+    state.board.metrics.set_campaigns(&campaigns);
     let text = state.board.metrics.render(&incidents, agents.values());
     (
         [(

@@ -13,7 +13,7 @@
 //! | `POST /ui/admin/breaker/reset` | closes the storm breaker (form field `reason`), audited |
 //!
 //! The page is built from the same typed state as the JSON API (`/1/overview`): the store's
-//! incidents and intents, the board's agents and last round, and the gate's failure domains,
+//! incidents, intents and maintenance campaigns, the board's agents and last round, and the gate's failure domains,
 //! refused proposals, grants, overrides and breaker ([`crate::admission::GateStatus`]). Actions are CSRF-protected: the
 //! form carries a token that is an HMAC of the authenticated user under a key drawn at start,
 //! and a request whose `Origin` (or `Referer`) names another host is refused.
@@ -118,7 +118,12 @@ pub fn snapshot(state: &ApiState) -> Result<Snapshot, crate::store::StoreError> 
             .read()
             .map(|r| r.clone())
             .unwrap_or_default(),
-        campaigns: Vec::new(),
+        campaigns: state
+            .store
+            .campaigns()?
+            .into_iter()
+            .map(|record| record.campaign)
+            .collect(),
     })
 }
 
