@@ -88,8 +88,11 @@ scenario_campaign() {
       >"${!root_var}/etc/ganeti/node-repair-commands/e2e-reboot"
     chmod 0755 "${!root_var}/etc/ganeti/node-repair-commands/e2e-reboot"
   done
-  # A file instance cannot move: it is stopped (a stopped instance stays where it is).
-  for n in $(rapi GET "/2/instances?bulk=1" | jq_py "print(' '.join(i['name'] for i in d if i['disk_template'] in ('file', 'plain') and i['admin_state'] == 'up'))"); do
+  # A file instance cannot move: it is stopped for the campaign (a stopped instance stays where
+  # it is), and started again at the end.
+  local stopped
+  stopped=$(rapi GET "/2/instances?bulk=1" | jq_py "print(' '.join(i['name'] for i in d if i['disk_template'] in ('file', 'plain') and i['admin_state'] == 'up'))")
+  for n in $stopped; do
     wait_job "$(rapi PUT "/2/instances/$n/shutdown" | job_of)" >/dev/null
   done
   if ! wait_status 90 "not any(i.get('repair-status') in ('noted', 'pending') for i in d)"; then
@@ -177,6 +180,9 @@ print('TWICE' if any(v > 2 for v in m.values()) or any(v > 1 for v in dr.values(
   [[ ! -s $S/e2e/campaign-down.log ]] || bad+=" instances seen down: $(head -n 3 "$S/e2e/campaign-down.log" | tr '\n' ' ');"
   [[ $killed == 1 ]] || bad+=" the coordinator was never killed mid-group;"
   [[ $state == completed && $rc == 0 ]] || bad+=" campaign $state, roll status --wait exit $rc: $(tail -n 5 "$S/e2e/campaign-status.log" | tr '\n' ' ');"
+  for n in $stopped; do
+    wait_job "$(rapi PUT "/2/instances/$n/startup" | job_of)" >/dev/null
+  done
   if [[ -z $bad ]]; then
     pass "S10 campaign $id over $NODECARE_GNT_NODES nodes completed across a kill -9 of the coordinator: hooks ran once each ($hooks ), instances back on their primaries, none seen down (${running_instances// /,}), $(head -n 1 <<<"$counts")"
   else
