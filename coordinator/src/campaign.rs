@@ -217,6 +217,9 @@ pub struct World {
     pub agents: BTreeMap<String, AgentNow>,
     /// Storage problems: the nodes involved and what is wrong (health unknown counts).
     pub storage: Vec<(BTreeSet<String>, String)>,
+    /// The master node: Ganeti cannot drain it (only a master failover changes its role), so
+    /// its drain step is skipped; its primaries still move away before its hook.
+    pub master: String,
 }
 
 impl World {
@@ -744,6 +747,10 @@ impl Record {
                     return;
                 }
                 let key = format!("{prefix}-drain");
+                if name == world.master && !self.ops.contains_key(&key) {
+                    self.set_step(name, NodeStep::MovePrimaries, now);
+                    return;
+                }
                 match self.op_outcome(&key) {
                     Err(why) => self.fail(name, format!("drain: {why}"), now, planned),
                     Ok(None) if facts.drained => self.set_step(name, NodeStep::MovePrimaries, now),

@@ -62,10 +62,12 @@ pub fn world(
     instances: &[Instance],
     agents: BTreeMap<String, AgentNow>,
     storage: &[StorageProblem],
+    master: &str,
     now_ms: u64,
 ) -> World {
     World {
         now_ms,
+        master: master.to_owned(),
         nodes: nodes
             .iter()
             .map(|n| {

@@ -421,6 +421,22 @@ fn every_step_times_out_with_node_step_and_why() {
 }
 
 #[test]
+fn the_master_is_not_drained() {
+    let mut w = world();
+    w.master = "a".into();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    let planned = r.advance(&w);
+    assert!(!planned.iter().any(|k| k.contains("-a-drain")));
+    assert!(planned.iter().any(|k| k.contains("-b-drain")));
+    // a moved on to its migrations in the same round.
+    assert!(planned.iter().any(|k| k.contains("-a-move-i1")));
+    run(&mut r, &mut w, 20);
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+    assert!(!r.ops.keys().any(|k| k.contains("-a-undrain")));
+}
+
+#[test]
 fn a_failed_operation_fails_the_node() {
     let mut w = world();
     let mut r = started(request(), &w);

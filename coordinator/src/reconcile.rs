@@ -1062,7 +1062,14 @@ impl Reconciler {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let world = crate::campaign_exec::world(nodes, instances, agents_seen, &view.storage, now);
+        let world = crate::campaign_exec::world(
+            nodes,
+            instances,
+            agents_seen,
+            &view.storage,
+            &self.settings.node_name,
+            now,
+        );
         let campaign_ctx = crate::campaign_exec::Context {
             ganeti: &*self.ganeti,
             store: &self.store,
