@@ -36,20 +36,28 @@ harep_tag() { # INSTANCE TAG...
   st=$(wait_job "$id")
   [[ $st == success ]] || { echo "tagging $inst: job $id $st"; return 1; }
 }
+# Removing a tag Ganeti no longer has fails the whole job: when the coordinator's own tag job
+# (the removal of a pending tag once its result is written) ran in between, list and try again.
 harep_untag_all() { # INSTANCE: remove every autorepair tag
-  local inst=$1 q="" t id
-  for t in $(harep_tags "$inst"); do q+="${q:+&}tag=$t"; done
-  [[ -n $q ]] || return 0
-  id=$(rapi DELETE "/2/instances/$inst/tags?$q" | job_of)
-  wait_job "$id" >/dev/null
+  local inst=$1 q t id k
+  for ((k = 0; k < 10; k++)); do
+    q=""
+    for t in $(harep_tags "$inst"); do q+="${q:+&}tag=$t"; done
+    [[ -n $q ]] || return 0
+    id=$(rapi DELETE "/2/instances/$inst/tags?$q" | job_of)
+    [[ $(wait_job "$id") == success ]] && return 0
+    sleep 1
+  done
 }
-# Waits until INSTANCE has a result tag of TYPE; prints the tags seen (pending first if seen).
+# Waits until INSTANCE has a result tag of TYPE and no pending tag; prints the tags seen
+# (the pending ones first, if a poll caught them).
 harep_wait_result() { # INSTANCE TYPE SECONDS
   local inst=$1 type=$2 secs=$3 k tags seen=""
   for ((k = 0; k < secs * 2; k++)); do
     tags=$(harep_tags "$inst")
     [[ $tags == *":pending:$type:"* && $seen != *":pending:"* ]] && seen="$tags"
-    if [[ $tags == *":result:$type:"* ]]; then
+    # Done as harep leaves it: the result written and the pending tag removed.
+    if [[ $tags == *":result:$type:"* && $tags != *":pending:"* ]]; then
       echo "${seen:+$seen | }$tags"
       return 0
     fi
