@@ -11,6 +11,7 @@ mod campaign;
 mod check;
 mod fields;
 mod gate;
+mod harep;
 mod list;
 mod roll;
 mod roll_http;
@@ -43,6 +44,9 @@ enum Command {
     Roll(roll::RollArgs),
     /// Show what balancing with Ganeti's hbal would do now (`--dry-run`).
     Balance(balance::BalanceArgs),
+    /// Repair instances once, as Ganeti's harep does (its options, tags and output), with the
+    /// coordinator's instance auto-repair duty, within its gate.
+    Harep(harep::HarepArgs),
     /// Show the coordinator's incidents, agents and jobs.
     #[command(after_help = VIEW_HELP)]
     Status(status::StatusArgs),
@@ -81,6 +85,7 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Roll(args) => roll::run(args),
         Command::Balance(args) => balance::run(&args),
+        Command::Harep(args) => harep::run(args),
         Command::Status(args) => status::run_status(args),
         Command::Incidents(args) => views::run_incidents(args),
         Command::Nodes(args) => views::run_nodes(args),

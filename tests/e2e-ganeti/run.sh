@@ -178,6 +178,9 @@ users = "$S/e2e/users"
 [breaker]
 max_incident_percent = 100.0
 max_incident_nodes = 10
+# S8: inert until an instance, node group or the cluster carries an autorepair tag.
+[instance_repair]
+enabled = true
 TOML
 "$GNT/node-exec.sh" 1 --bg coordinator "$COORD" --config "$S/e2e/coord.toml" --node-name "$NODECARE_GNT_MASTER" --state-dir "$S/e2e/coord-state" \
   --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --round-interval "$ROUND_INTERVAL" --hmac-key /var/lib/ganeti/hmac.key \
