@@ -11,7 +11,8 @@
 #
 # Checks: the campaign completes (`nodecare roll status ID --wait` exits 0 across the restart);
 # each node's hook ran exactly once; every instance is back on its original primary; no
-# instance that ran at the start was ever seen not running; no instance was migrated more than
+# instance that ran at the start was seen not running except during one of its own migration
+# jobs (the fake hypervisor's gap, see campaign_downtime); no instance was migrated more than
 # twice (away and back) and no node drained more than once (no job twice after the kill).
 
 # Starts the coordinator in node 1 as run.sh does.
@@ -53,19 +54,47 @@ campaign_reboot_watcher() {
   done
 }
 
-# Polls every instance running at the start once a second; prints each one seen not running.
+# Polls every instance running at the start once a second; logs each one seen not running
+# ("T0 T1 NAME STATUS PNODE", T0..T1 the Unix times around the read). `ERROR_wrongnode` is
+# running: found on the node it migrates to before Ganeti's configuration says so.
 campaign_instance_watcher() { # INSTANCES...
-  local want=" $* "
+  local want=" $* " t0 t1 answer
   while [[ ! -e $S/e2e/campaign-stop ]]; do
-    rapi GET "/2/instances?bulk=1" | jq_py "
+    t0=$(date +%s.%N)
+    answer=$(rapi GET "/2/instances?bulk=1")
+    t1=$(date +%s.%N)
+    jq_py "
 want = set('''$want'''.split())
 for i in d:
-    if i['name'] in want and not (i.get('oper_state') and i.get('status') == 'running'):
-        print(i['name'], i.get('status'), i.get('pnode'))" 2>/dev/null | while read -r line; do
-      [[ -n $line ]] && echo "$(date +%T) $line" >>"$S/e2e/campaign-down.log"
-    done
+    if i['name'] in want and i.get('status') not in ('running', 'ERROR_wrongnode'):
+        print('$t0', '$t1', i['name'], i.get('status'), i.get('pnode'))" <<<"$answer" 2>/dev/null >>"$S/e2e/campaign-down.log"
     sleep 1
   done
+}
+
+# The instances seen not running outside one of their own migration jobs. Ganeti's fake
+# hypervisor marks a migrating instance down on the source before it marks it up on the target
+# (FinalizeMigrationSource, then FinalizeMigrationDst), so a read during the job may see it
+# down: that is the fake hypervisor, not an outage. Prints "OUTSIDE ..." lines and a summary.
+campaign_downtime() { # FIRST-JOB-ID
+  rapi GET "/2/jobs?bulk=1" | jq_py "
+jobs = []
+for j in d:
+    if int(j['id']) <= $1: continue
+    ts = lambda t: t[0] + t[1] / 1e6 if t else None
+    for op in j.get('ops', []):
+        if op.get('OP_ID') == 'OP_INSTANCE_MIGRATE':
+            jobs.append((op.get('instance_name'), ts(j.get('start_ts')), ts(j.get('end_ts'))))
+during = outside = 0
+for line in open('$S/e2e/campaign-down.log'):
+    t0, t1, name, status, pnode = line.split()
+    t0, t1 = float(t0), float(t1)
+    if any(n == name and s is not None and s <= t1 and (e is None or t0 <= e) for n, s, e in jobs):
+        during += 1
+    else:
+        outside += 1
+        print('OUTSIDE', name, status, pnode)
+print(f'{during} read(s) during a migration job of the instance, {outside} outside')"
 }
 
 scenario_campaign() {
@@ -177,14 +206,17 @@ print('migrations', dict(m), 'drains', dict(dr))
 print('TWICE' if any(v > 2 for v in m.values()) or any(v > 1 for v in dr.values()) else 'ok')" 2>&1)
   [[ $(tail -n 1 <<<"$counts") == ok ]] || bad+=" a job ran twice: $(head -n 1 <<<"$counts");"
   [[ $before == "$after" ]] || bad+=" primaries before '$before' after '$after';"
-  [[ ! -s $S/e2e/campaign-down.log ]] || bad+=" instances seen down: $(head -n 3 "$S/e2e/campaign-down.log" | tr '\n' ' ');"
+  local downtime
+  touch "$S/e2e/campaign-down.log"
+  downtime=$(campaign_downtime "$last_job" 2>&1)
+  ! grep -q OUTSIDE <<<"$downtime" || bad+=" instances seen down outside their migrations: $(grep OUTSIDE <<<"$downtime" | head -n 3 | tr '\n' ' ');"
   [[ $killed == 1 ]] || bad+=" the coordinator was never killed mid-group;"
   [[ $state == completed && $rc == 0 ]] || bad+=" campaign $state, roll status --wait exit $rc: $(tail -n 5 "$S/e2e/campaign-status.log" | tr '\n' ' ');"
   for n in $stopped; do
     wait_job "$(rapi PUT "/2/instances/$n/startup" | job_of)" >/dev/null
   done
   if [[ -z $bad ]]; then
-    pass "S10 campaign $id over $NODECARE_GNT_NODES nodes completed across a kill -9 of the coordinator: hooks ran once each ($hooks ), instances back on their primaries, none seen down (${running_instances// /,}), $(head -n 1 <<<"$counts")"
+    pass "S10 campaign $id over $NODECARE_GNT_NODES nodes completed across a kill -9 of the coordinator: hooks ran once each ($hooks ), instances back on their primaries, none down but inside its own migration job (${running_instances// /,}: $(tail -n 1 <<<"$downtime")), $(head -n 1 <<<"$counts")"
   else
     fail "S10 campaign" "$bad"
   fi
