@@ -186,13 +186,14 @@ pub(crate) fn execute(selection: &Selection, args: &ExecuteArgs) -> ExitCode {
     );
     answer(COMMAND, args.write.json, result, |_, c: Campaign| {
         let (_, nodes) = c.nodes_progress();
+        let planned = match c.groups_total() {
+            0 => "its groups are planned at the coordinator's next round".to_owned(),
+            groups => format!("{groups} groups, {nodes} nodes planned"),
+        };
         format!(
-            "started campaign {}: {} groups, {nodes} nodes planned, hook {}\n\
+            "started campaign {}: {planned}, hook {}\n\
              follow it with: nodecare roll status {}",
-            c.id,
-            c.groups_total(),
-            c.request.hook,
-            c.id
+            c.id, c.request.hook, c.id
         )
     })
 }
