@@ -334,7 +334,20 @@ async fn submit(
         let outcome = send_hook(ctx, record, &op, request_id, context, now_ms).await?;
         return Ok(outcome);
     }
-    let reason = reason(record, &op);
+    let mut reason = reason(record, &op);
+    // Migrations back wait for the node's undrain job (Ganeti refuses a drained target).
+    if op.step == nodecare_protocol::maintenance::NodeStep::MigrateBack
+        && let Some(undrain) = record
+            .ops
+            .values()
+            .find(|o| o.node == op.node && o.kind == OpKind::Undrain)
+    {
+        match (undrain.state, undrain.job_id) {
+            (OpState::Planned, _) => return Ok(false),
+            (OpState::Submitted, Some(job)) => reason = reason.after([job]),
+            _ => {}
+        }
+    }
     let g = ctx.ganeti;
     let result = match &op.kind {
         OpKind::Drain => g.set_node_drained(&op.node, true, &reason).await,

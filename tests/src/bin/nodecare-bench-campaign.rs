@@ -105,7 +105,12 @@ async fn main() -> anyhow::Result<()> {
     );
 
     let (before, _) = layout(&h);
-    let record = Record::new(uuid::Uuid::new_v4(), request, "bench", nodecare_protocol::now_ms());
+    let record = Record::new(
+        uuid::Uuid::new_v4(),
+        request,
+        "bench",
+        nodecare_protocol::now_ms(),
+    );
     h.coordinator.api().store.save_campaign(&record)?;
     let started = Instant::now();
     let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
