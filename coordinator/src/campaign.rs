@@ -1020,7 +1020,7 @@ impl Record {
                 }
             }
             NodeStep::MigrateBack => {
-                let pending = match self.plan_back(name, &prefix, &node, world, planned) {
+                let pending = match self.plan_back(name, &prefix, node, world, planned) {
                     Ok(pending) => pending,
                     Err(why) => {
                         self.fail(name, why, now, planned);
