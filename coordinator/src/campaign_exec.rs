@@ -270,14 +270,19 @@ pub async fn execute(
         if record == before {
             continue;
         }
-        // Durable before anything is submitted.
+        // Durable before anything is submitted; the job ids are stored once all are submitted
+        // (a crash in between leaves operations planned, which the next round adopts by their
+        // reason trail).
         ctx.store.save_campaign(&record)?;
+        if planned.is_empty() {
+            continue;
+        }
         for key in planned {
             if submit(ctx, &mut record, &key, world.now_ms).await? {
                 submitted += 1;
             }
-            ctx.store.save_campaign(&record)?;
         }
+        ctx.store.save_campaign(&record)?;
     }
     Ok(submitted)
 }
@@ -513,22 +518,34 @@ async fn follow(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<()
     if in_flight.is_empty() {
         return Ok(());
     }
+    // One bulk read of Ganeti's jobs serves the whole campaign (a group moves thousands of
+    // instances; reading each job on its own would make the round slow).
+    let jobs = if in_flight.iter().any(|op| op.kind.is_ganeti_job()) {
+        match ctx.ganeti.jobs().await {
+            Ok(jobs) => Some(jobs),
+            Err(error) => {
+                tracing::warn!(%error, "maintenance campaign: cannot list jobs; trying next round");
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    let statuses: BTreeMap<u64, JobStatus> = jobs
+        .iter()
+        .flatten()
+        .map(|job| (job.id, job.status))
+        .collect();
     // Jobs recorded but not known to be submitted: adopted by their reason, else submitted.
     let leftovers: Vec<&Op> = in_flight
         .iter()
         .filter(|op| op.state == OpState::Planned && op.kind.is_ganeti_job())
         .collect();
     if !leftovers.is_empty() {
-        let jobs = match ctx.ganeti.jobs().await {
-            Ok(jobs) => jobs,
-            Err(error) => {
-                tracing::warn!(%error, "maintenance campaign: cannot list jobs; trying next round");
-                return Ok(());
-            }
-        };
         let id = record.id();
         let by_intent: BTreeMap<String, u64> = jobs
             .iter()
+            .flatten()
             .filter_map(|job| {
                 job.nodecare_reason()
                     .filter(|r| r.incident == id)
@@ -568,6 +585,15 @@ async fn follow(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<()
                 let Some(job_id) = record.ops.get(&op.key).and_then(|o| o.job_id) else {
                     continue;
                 };
+                match statuses.get(&job_id) {
+                    Some(JobStatus::Success) => {
+                        finish_op(record, &op.key, Ok(false), now_ms);
+                        continue;
+                    }
+                    Some(status) if !status.is_final() => continue,
+                    // Failed (its errors are read below), or no longer listed.
+                    _ => {}
+                }
                 let outcome = match ctx.ganeti.job(job_id).await {
                     Ok(job) if job.status.is_final() => {
                         if job.status == JobStatus::Success {
