@@ -692,6 +692,132 @@ impl Record {
         self.set_step(name, NodeStep::Undrain, now_ms);
     }
 
+    /// Plans the node's moves still needed (not while aborting) and returns what they wait
+    /// for; the why of a failed one. Called from the drain step too: the moves need not wait
+    /// for the drain job (it only keeps new instances off the node), so they run alongside it.
+    fn plan_moves(
+        &mut self,
+        name: &str,
+        prefix: &str,
+        world: &World,
+        planned: &mut Vec<String>,
+    ) -> Result<Vec<String>, String> {
+        let now = world.now_ms;
+        let aborting = self.state() == CampaignState::Aborting;
+        let moves = self.moves.get(name).cloned().unwrap_or_default();
+        let full = self.campaign.request.full_evacuation;
+        let mut pending = Vec::new();
+        for mv in &moves {
+            let Some(inst) = world.instances.get(&mv.instance) else {
+                continue;
+            };
+            let (key, kind, what) = if inst.running && inst.primary == name {
+                let target = if inst.mirrored {
+                    None
+                } else {
+                    mv.target.clone()
+                };
+                if !inst.mirrored && target.is_none() {
+                    // Nowhere planned: the planner leaves it (it reboots with the node, as
+                    // the selection flags asked).
+                    continue;
+                }
+                (
+                    sanitize(&format!("{prefix}-move-{}-migrate", mv.instance)),
+                    OpKind::Migrate {
+                        instance: mv.instance.clone(),
+                        target,
+                    },
+                    format!("migration of {}", mv.instance),
+                )
+            } else if let (true, true, Some(secondary)) = (
+                full,
+                inst.secondaries.iter().any(|s| s == name),
+                mv.new_secondary.as_ref(),
+            ) {
+                (
+                    sanitize(&format!("{prefix}-move-{}-secondary", mv.instance)),
+                    OpKind::ReplaceSecondary {
+                        instance: mv.instance.clone(),
+                        secondary: secondary.clone(),
+                    },
+                    format!("new secondary of {}", mv.instance),
+                )
+            } else {
+                continue;
+            };
+            match self.op_outcome(&key) {
+                Err(why) => return Err(format!("{what}: {why}")),
+                Ok(None) if !aborting => {
+                    self.plan_op(&key, name, NodeStep::MovePrimaries, kind, now);
+                    planned.push(key);
+                    pending.push(what);
+                }
+                // Succeeded but Ganeti does not show it yet, or in flight.
+                Ok(_) => pending.push(what),
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Plans the migrations of the node's original primaries back to it and returns those
+    /// not back yet; the why of a failed one. Called from the undrain step too: they are
+    /// submitted to run once the undrain job has succeeded (Ganeti's job dependencies).
+    fn plan_back(
+        &mut self,
+        name: &str,
+        prefix: &str,
+        node: &CampaignNode,
+        world: &World,
+        planned: &mut Vec<String>,
+    ) -> Result<Vec<String>, String> {
+        let mut pending = Vec::new();
+        for instance in &node.original_primaries {
+            let Some(inst) = world.instances.get(instance) else {
+                continue;
+            };
+            if !inst.running || inst.primary == name {
+                continue;
+            }
+            let (suffix, kind) = if !inst.mirrored {
+                (
+                    "migrate",
+                    OpKind::Migrate {
+                        instance: instance.clone(),
+                        target: Some(name.to_owned()),
+                    },
+                )
+            } else if inst.secondaries.iter().any(|s| s == name) {
+                (
+                    "migrate",
+                    OpKind::Migrate {
+                        instance: instance.clone(),
+                        target: None,
+                    },
+                )
+            } else {
+                (
+                    "secondary",
+                    OpKind::ReplaceSecondary {
+                        instance: instance.clone(),
+                        secondary: name.to_owned(),
+                    },
+                )
+            };
+            let key = sanitize(&format!("{prefix}-back-{instance}-{suffix}"));
+            match self.op_outcome(&key) {
+                Err(why) => return Err(format!("migrating {instance} back: {why}")),
+                Ok(None) => {
+                    self.plan_op(&key, name, NodeStep::MigrateBack, kind, world.now_ms);
+                    planned.push(key);
+                }
+                Ok(Some(_)) => {}
+            }
+            pending.push(instance.clone());
+        }
+        Ok(pending)
+    }
+
     fn advance_node(&mut self, gi: usize, name: &str, world: &World, planned: &mut Vec<String>) {
         let now = world.now_ms;
         let Some(node) = self.node(name).cloned() else {
@@ -764,64 +890,20 @@ impl Record {
                     }
                     Ok(Some(_)) => self.wait(name, "the drain job".into()),
                 }
+                if self.node(name).map(|n| n.step) == Some(NodeStep::Drain)
+                    && let Err(why) = self.plan_moves(name, &prefix, world, planned)
+                {
+                    self.fail(name, why, now, planned);
+                }
             }
             NodeStep::MovePrimaries => {
-                let moves = self.moves.get(name).cloned().unwrap_or_default();
-                let full = self.campaign.request.full_evacuation;
-                let mut pending = Vec::new();
-                for mv in &moves {
-                    let Some(inst) = world.instances.get(&mv.instance) else {
-                        continue;
-                    };
-                    let (key, kind, what) = if inst.running && inst.primary == name {
-                        let target = if inst.mirrored {
-                            None
-                        } else {
-                            mv.target.clone()
-                        };
-                        if !inst.mirrored && target.is_none() {
-                            // Nowhere planned: the planner leaves it (it reboots with the
-                            // node, as the selection flags asked).
-                            continue;
-                        }
-                        (
-                            sanitize(&format!("{prefix}-move-{}-migrate", mv.instance)),
-                            OpKind::Migrate {
-                                instance: mv.instance.clone(),
-                                target,
-                            },
-                            format!("migration of {}", mv.instance),
-                        )
-                    } else if let (true, true, Some(secondary)) = (
-                        full,
-                        inst.secondaries.iter().any(|s| s == name),
-                        mv.new_secondary.as_ref(),
-                    ) {
-                        (
-                            sanitize(&format!("{prefix}-move-{}-secondary", mv.instance)),
-                            OpKind::ReplaceSecondary {
-                                instance: mv.instance.clone(),
-                                secondary: secondary.clone(),
-                            },
-                            format!("new secondary of {}", mv.instance),
-                        )
-                    } else {
-                        continue;
-                    };
-                    match self.op_outcome(&key) {
-                        Err(why) => {
-                            self.fail(name, format!("{what}: {why}"), now, planned);
-                            return;
-                        }
-                        Ok(None) if !aborting => {
-                            self.plan_op(&key, name, NodeStep::MovePrimaries, kind, now);
-                            planned.push(key);
-                            pending.push(what);
-                        }
-                        // Succeeded but Ganeti does not show it yet, or in flight.
-                        Ok(_) => pending.push(what),
+                let pending = match self.plan_moves(name, &prefix, world, planned) {
+                    Ok(pending) => pending,
+                    Err(why) => {
+                        self.fail(name, why, now, planned);
+                        return;
                     }
-                }
+                };
                 if aborting && !self.node_in_flight(name) {
                     self.abort_node(name, now);
                 } else if pending.is_empty() {
@@ -922,7 +1004,7 @@ impl Record {
                     Ok(None) if !facts.drained => self.set_step(name, NodeStep::MigrateBack, now),
                     Ok(None) => {
                         self.plan_op(&key, name, NodeStep::Undrain, OpKind::Undrain, now);
-                        planned.push(key);
+                        planned.push(key.clone());
                         self.wait(name, "the undrain job".into());
                     }
                     Ok(Some(true)) if !facts.drained => {
@@ -930,62 +1012,21 @@ impl Record {
                     }
                     Ok(Some(_)) => self.wait(name, "the undrain job".into()),
                 }
+                if self.node(name).map(|n| n.step) == Some(NodeStep::Undrain)
+                    && self.ops.contains_key(&key)
+                    && let Err(why) = self.plan_back(name, &prefix, node, world, planned)
+                {
+                    self.fail(name, why, now, planned);
+                }
             }
             NodeStep::MigrateBack => {
-                let mut pending = Vec::new();
-                for instance in &node.original_primaries {
-                    let Some(inst) = world.instances.get(instance) else {
-                        continue;
-                    };
-                    if !inst.running || inst.primary == name {
-                        continue;
+                let pending = match self.plan_back(name, &prefix, node, world, planned) {
+                    Ok(pending) => pending,
+                    Err(why) => {
+                        self.fail(name, why, now, planned);
+                        return;
                     }
-                    let (suffix, kind) = if inst.mirrored {
-                        if inst.secondaries.iter().any(|s| s == name) {
-                            (
-                                "migrate",
-                                OpKind::Migrate {
-                                    instance: instance.clone(),
-                                    target: None,
-                                },
-                            )
-                        } else {
-                            (
-                                "secondary",
-                                OpKind::ReplaceSecondary {
-                                    instance: instance.clone(),
-                                    secondary: name.to_owned(),
-                                },
-                            )
-                        }
-                    } else {
-                        (
-                            "migrate",
-                            OpKind::Migrate {
-                                instance: instance.clone(),
-                                target: Some(name.to_owned()),
-                            },
-                        )
-                    };
-                    let key = sanitize(&format!("{prefix}-back-{instance}-{suffix}"));
-                    match self.op_outcome(&key) {
-                        Err(why) => {
-                            self.fail(
-                                name,
-                                format!("migrating {instance} back: {why}"),
-                                now,
-                                planned,
-                            );
-                            return;
-                        }
-                        Ok(None) => {
-                            self.plan_op(&key, name, NodeStep::MigrateBack, kind, now);
-                            planned.push(key);
-                        }
-                        Ok(Some(_)) => {}
-                    }
-                    pending.push(instance.clone());
-                }
+                };
                 if pending.is_empty() {
                     let end = if self.aborted_nodes.contains(name) {
                         NodeStep::Skipped

@@ -270,14 +270,19 @@ pub async fn execute(
         if record == before {
             continue;
         }
-        // Durable before anything is submitted.
+        // Durable before anything is submitted; the job ids are stored once all are submitted
+        // (a crash in between leaves operations planned, which the next round adopts by their
+        // reason trail).
         ctx.store.save_campaign(&record)?;
+        if planned.is_empty() {
+            continue;
+        }
         for key in planned {
             if submit(ctx, &mut record, &key, world.now_ms).await? {
                 submitted += 1;
             }
-            ctx.store.save_campaign(&record)?;
         }
+        ctx.store.save_campaign(&record)?;
     }
     Ok(submitted)
 }
@@ -334,7 +339,20 @@ async fn submit(
         let outcome = send_hook(ctx, record, &op, request_id, context, now_ms).await?;
         return Ok(outcome);
     }
-    let reason = reason(record, &op);
+    let mut reason = reason(record, &op);
+    // Migrations back wait for the node's undrain job (Ganeti refuses a drained target).
+    if op.step == nodecare_protocol::maintenance::NodeStep::MigrateBack
+        && let Some(undrain) = record
+            .ops
+            .values()
+            .find(|o| o.node == op.node && o.kind == OpKind::Undrain)
+    {
+        match (undrain.state, undrain.job_id) {
+            (OpState::Planned, _) => return Ok(false),
+            (OpState::Submitted, Some(job)) => reason = reason.after([job]),
+            _ => {}
+        }
+    }
     let g = ctx.ganeti;
     let result = match &op.kind {
         OpKind::Drain => g.set_node_drained(&op.node, true, &reason).await,
@@ -500,22 +518,34 @@ async fn follow(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<()
     if in_flight.is_empty() {
         return Ok(());
     }
+    // One bulk read of Ganeti's jobs serves the whole campaign (a group moves thousands of
+    // instances; reading each job on its own would make the round slow).
+    let jobs = if in_flight.iter().any(|op| op.kind.is_ganeti_job()) {
+        match ctx.ganeti.jobs().await {
+            Ok(jobs) => Some(jobs),
+            Err(error) => {
+                tracing::warn!(%error, "maintenance campaign: cannot list jobs; trying next round");
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    let statuses: BTreeMap<u64, JobStatus> = jobs
+        .iter()
+        .flatten()
+        .map(|job| (job.id, job.status))
+        .collect();
     // Jobs recorded but not known to be submitted: adopted by their reason, else submitted.
     let leftovers: Vec<&Op> = in_flight
         .iter()
         .filter(|op| op.state == OpState::Planned && op.kind.is_ganeti_job())
         .collect();
     if !leftovers.is_empty() {
-        let jobs = match ctx.ganeti.jobs().await {
-            Ok(jobs) => jobs,
-            Err(error) => {
-                tracing::warn!(%error, "maintenance campaign: cannot list jobs; trying next round");
-                return Ok(());
-            }
-        };
         let id = record.id();
         let by_intent: BTreeMap<String, u64> = jobs
             .iter()
+            .flatten()
             .filter_map(|job| {
                 job.nodecare_reason()
                     .filter(|r| r.incident == id)
@@ -555,6 +585,15 @@ async fn follow(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<()
                 let Some(job_id) = record.ops.get(&op.key).and_then(|o| o.job_id) else {
                     continue;
                 };
+                match statuses.get(&job_id) {
+                    Some(JobStatus::Success) => {
+                        finish_op(record, &op.key, Ok(false), now_ms);
+                        continue;
+                    }
+                    Some(status) if !status.is_final() => continue,
+                    // Failed (its errors are read below), or no longer listed.
+                    _ => {}
+                }
                 let outcome = match ctx.ganeti.job(job_id).await {
                     Ok(job) if job.status.is_final() => {
                         if job.status == JobStatus::Success {
@@ -583,4 +622,175 @@ async fn follow(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<()
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodecare_protocol::maintenance::{
+        CampaignRequest, HOOK_CONTEXT_KIND, HookContext, NodeStep,
+    };
+    use nodecare_protocol::repair::RepairRecord;
+
+    fn record_with_hook() -> Record {
+        let mut r = Record::new(Uuid::from_u128(5), CampaignRequest::new("reboot"), "x", 1);
+        r.ops.insert(
+            "k".into(),
+            Op {
+                key: "k".into(),
+                node: "n1".into(),
+                step: NodeStep::Hook,
+                kind: OpKind::Hook {
+                    request_id: Uuid::from_u128(6).to_string(),
+                    context: HookContext {
+                        kind: HOOK_CONTEXT_KIND.into(),
+                        campaign: Uuid::from_u128(5).to_string(),
+                        node: "n1".into(),
+                        hook: "reboot".into(),
+                        group: 0,
+                        groups_total: 1,
+                        group_nodes: vec!["n1".into()],
+                        reboot_required: None,
+                        reason: None,
+                    },
+                },
+                state: OpState::Planned,
+                job_id: None,
+                created_ms: 1,
+                finished_ms: None,
+                error: None,
+                no_reboot: false,
+            },
+        );
+        r
+    }
+
+    fn run(state: RepairState, exit_code: Option<i32>, stdout: &str) -> RepairAnswer {
+        RepairAnswer::Record(Box::new(RepairRecord {
+            incident_id: Uuid::from_u128(6).to_string(),
+            node: "n1".into(),
+            command: "reboot".into(),
+            input_fingerprint: String::new(),
+            state,
+            exit_code,
+            signal: None,
+            started_at_ms: 1,
+            finished_at_ms: None,
+            duration_ms: None,
+            stdout: stdout.into(),
+            stderr: "disk full".into(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            error: None,
+        }))
+    }
+
+    #[test]
+    fn hook_answers_map_to_operation_states() {
+        type Want = (OpState, bool, Option<&'static str>);
+        let cases: Vec<(&str, RepairAnswer, bool, Want)> = vec![
+            (
+                "running",
+                run(RepairState::Running, None, ""),
+                true,
+                (OpState::Submitted, false, None),
+            ),
+            (
+                "rebooting hook",
+                run(RepairState::Succeeded, Some(0), "rebooting\n"),
+                true,
+                (OpState::Succeeded, false, None),
+            ),
+            (
+                "no reboot",
+                run(
+                    RepairState::Succeeded,
+                    Some(0),
+                    "up to date\nnodecare:no-reboot\n",
+                ),
+                true,
+                (OpState::Succeeded, true, None),
+            ),
+            (
+                "interrupted by the reboot",
+                run(RepairState::Interrupted, None, ""),
+                true,
+                (OpState::Succeeded, false, None),
+            ),
+            (
+                "failed",
+                run(RepairState::Failed, Some(3), ""),
+                true,
+                (OpState::Failed, false, Some("reboot exit code 3 disk full")),
+            ),
+            (
+                "not whitelisted",
+                RepairAnswer::Refused {
+                    status: 403,
+                    message: "not-whitelisted".into(),
+                    transient: false,
+                },
+                false,
+                (
+                    OpState::Failed,
+                    false,
+                    Some("the agent refused the hook (403): not-whitelisted"),
+                ),
+            ),
+            (
+                "busy",
+                RepairAnswer::Refused {
+                    status: 503,
+                    message: "busy".into(),
+                    transient: true,
+                },
+                false,
+                (OpState::Planned, false, None),
+            ),
+            (
+                "unreachable",
+                RepairAnswer::Unreachable("connection refused".into()),
+                false,
+                (OpState::Planned, false, None),
+            ),
+        ];
+        for (name, answer, accepted, (state, no_reboot, error)) in cases {
+            let mut r = record_with_hook();
+            assert_eq!(hook_answer(&mut r, "k", answer, 9), accepted, "{name}");
+            let op = &r.ops["k"];
+            assert_eq!(op.state, state, "{name}");
+            assert_eq!(op.no_reboot, no_reboot, "{name}");
+            assert_eq!(op.error.as_deref(), error, "{name}");
+        }
+    }
+
+    #[test]
+    fn drained_problems_of_the_campaign_are_not_storage_problems_for_it() {
+        let storage = vec![
+            StorageProblem {
+                nodes: ["n1".to_owned()].into(),
+                what: "i1: secondary n1 is drained".into(),
+                unknown: false,
+            },
+            StorageProblem {
+                nodes: ["n1".to_owned(), "n2".to_owned()].into(),
+                what: "i2: minor 0 on n2 SyncTarget 40%".into(),
+                unknown: false,
+            },
+            StorageProblem {
+                nodes: ["n3".to_owned()].into(),
+                what: "n3 (unreachable) is drained".into(),
+                unknown: true,
+            },
+        ];
+        let w = world(&[], &[], BTreeMap::new(), &storage, "n0", 5);
+        let kept: Vec<&str> = w.storage.iter().map(|(_, what)| what.as_str()).collect();
+        assert_eq!(
+            kept,
+            vec![
+                "i2: minor 0 on n2 SyncTarget 40%",
+                "n3 (unreachable) is drained"
+            ]
+        );
+    }
 }

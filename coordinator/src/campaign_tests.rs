@@ -115,6 +115,25 @@ fn execute_all(r: &mut Record, w: &mut World) {
     }
 }
 
+/// Like [`execute_all`], but only the operations of each node's current step (those planned
+/// ahead for a later step wait), so that every step shows.
+fn execute_current(r: &mut Record, w: &mut World) {
+    for agent in w.agents.values_mut() {
+        agent.ok = true;
+    }
+    let keys: Vec<String> = r
+        .in_flight()
+        .filter(|op| r.node(&op.node).map(|n| n.step) == Some(op.step))
+        .map(|op| op.key.clone())
+        .collect();
+    for key in keys {
+        let op = r.ops.get_mut(&key).unwrap();
+        apply(op, w);
+        op.state = OpState::Succeeded;
+        op.finished_ms = Some(w.now_ms);
+    }
+}
+
 fn apply(op: &Op, w: &mut World) {
     match &op.kind {
         OpKind::Drain => w.nodes.get_mut(&op.node).unwrap().drained = true,
@@ -175,7 +194,7 @@ fn a_group_goes_through_every_step_in_order() {
         if seen.last() != Some(&step) {
             seen.push(step);
         }
-        execute_all(&mut r, &mut w);
+        execute_current(&mut r, &mut w);
         if r.current().is_none() {
             break;
         }
@@ -233,14 +252,23 @@ fn each_step_plans_exactly_its_operations() {
             })
             .collect()
     };
+    // The moves are planned with the drain (they need not wait for it), the migrations back
+    // with the undrain (submitted to run after it).
     let expected: Vec<Vec<&str>> = vec![
-        vec!["drain a", "drain b"],
-        // DRBD to its secondary (target ignored), shared to the planned node.
-        vec!["migrate i1 to None", "migrate i2 to Some(\"c\")"],
+        vec![
+            "drain a",
+            "migrate i1 to None",
+            "drain b",
+            "migrate i2 to Some(\"c\")",
+        ],
         vec!["hook a", "hook b"],
         vec![],
-        vec!["undrain a", "undrain b"],
-        vec!["migrate i1 to None", "migrate i2 to Some(\"b\")"],
+        vec![
+            "undrain a",
+            "migrate i1 to None",
+            "undrain b",
+            "migrate i2 to Some(\"b\")",
+        ],
         vec![],
     ];
     for want in expected {
@@ -333,7 +361,7 @@ fn wait_healthy_needs_every_condition() {
     for (name, spoil, want) in cases {
         let mut w = world();
         let mut r = started(request(), &w);
-        for _ in 0..4 {
+        for _ in 0..3 {
             w.now_ms += 1000;
             r.advance(&w);
             execute_all(&mut r, &mut w);
@@ -373,7 +401,7 @@ fn every_step_times_out_with_node_step_and_why() {
         for _ in 0..n {
             w.now_ms += 1000;
             r.advance(&w);
-            execute_all(&mut r, &mut w);
+            execute_current(&mut r, &mut w);
         }
         w.now_ms += 1000;
         r.advance(&w);
@@ -466,7 +494,7 @@ fn continue_on_failure_leaves_the_node_drained_and_goes_on() {
         },
         &w,
     );
-    for _ in 0..4 {
+    for _ in 0..3 {
         w.now_ms += 1000;
         r.advance(&w);
         execute_all(&mut r, &mut w);
@@ -515,17 +543,14 @@ fn abort_before_the_hook_sends_nodes_back_and_skips_them() {
     let mut w = world();
     let mut r = started(request(), &w);
     w.now_ms += 1000;
-    r.advance(&w); // drains planned
-    execute_all(&mut r, &mut w);
-    w.now_ms += 1000;
-    r.advance(&w); // migrations planned
+    r.advance(&w); // drains and migrations planned
     r.abort(w.now_ms).unwrap();
     assert_eq!(r.state(), CampaignState::Aborting);
     assert!(r.campaign.planned.is_empty());
-    // The migrations in flight finish first.
+    // The jobs in flight finish first.
     w.now_ms += 1000;
     assert!(r.advance(&w).is_empty());
-    assert_eq!(step_of(&r, "a"), NodeStep::MovePrimaries);
+    assert_eq!(step_of(&r, "a"), NodeStep::Drain);
     execute_all(&mut r, &mut w);
     run(&mut r, &mut w, 10);
     assert_eq!(r.state(), CampaignState::Aborted);
@@ -545,7 +570,7 @@ fn abort_before_the_hook_sends_nodes_back_and_skips_them() {
 fn abort_after_the_hook_lets_the_node_come_back() {
     let mut w = world();
     let mut r = started(request(), &w);
-    for _ in 0..4 {
+    for _ in 0..3 {
         w.now_ms += 1000;
         r.advance(&w);
         execute_all(&mut r, &mut w);
@@ -715,7 +740,7 @@ fn full_evacuation_replaces_secondaries_and_brings_them_back() {
     r.advance(&w);
     execute_all(&mut r, &mut w);
     // i1 migrates first (a is then its secondary), then its secondary goes to d; i3's too.
-    for _ in 0..3 {
+    for _ in 0..2 {
         w.now_ms += 1000;
         r.advance(&w);
         execute_all(&mut r, &mut w);
@@ -734,7 +759,7 @@ fn full_evacuation_replaces_secondaries_and_brings_them_back() {
 fn hook_waits_for_a_boot_id_and_a_reboot_during_the_hook_counts() {
     let mut w = world();
     let mut r = started(request(), &w);
-    for _ in 0..2 {
+    for _ in 0..1 {
         w.now_ms += 1000;
         r.advance(&w);
         execute_all(&mut r, &mut w);

@@ -1,11 +1,12 @@
 //! Benchmark of a rolling maintenance campaign on the simulated cluster.
 //!
-//! `nodecare-bench-campaign [NODES] [INSTANCES] [JOB_S] [REBOOT_S]` (defaults 200 4000 0.5 20):
+//! `nodecare-bench-campaign [NODES] [INSTANCES] [JOB_S] [REBOOT_S] [BUDGET_%]` (defaults 200
+//! 4000 0.5 20 50):
 //! NODES nodes (16 GiB each) with fake agents, INSTANCES instances spread over them (70 %
 //! DRBD, 20 % sharedfile, 10 % diskless), every Ganeti job (drain, migration, undrain) taking
 //! JOB_S seconds and every hook "rebooting" its node for REBOOT_S seconds (the agent does not
 //! answer, then comes back with a new boot id). The coordinator runs rounds back to back under
-//! a budget of half the nodes disrupted at once.
+//! a budget of BUDGET_% of the nodes disrupted at once.
 //!
 //! Prints the campaign's wall time against the plan's lower bound, groups × (longest
 //! migration + reboot), and checks every budget at every round: nodes disrupted at once,
@@ -50,10 +51,11 @@ async fn main() -> anyhow::Result<()> {
     let instances: usize = arg(&args, 2, 4000)?;
     let job_s: f64 = arg(&args, 3, 0.5)?;
     let reboot_s: f64 = arg(&args, 4, 20.0)?;
+    let budget_percent: usize = arg(&args, 5, 50)?;
     if nodes < 4 {
         bail!("at least 4 nodes");
     }
-    let max_disrupted = nodes / 2;
+    let max_disrupted = (nodes * budget_percent / 100).max(1);
     let mut h = Harness::new(nodes, &spec(nodes, instances), |config| {
         config.max_disrupted_nodes = max_disrupted;
         config.min_healthy_nodes = 2;
@@ -190,6 +192,18 @@ async fn main() -> anyhow::Result<()> {
         wall.as_secs_f64(),
         round_time.as_secs_f64() * 1000.0 / rounds.max(1) as f64,
     );
+    for g in &state.campaign.groups {
+        let (Some(start), Some(end)) = (g.started_ms, g.finished_ms) else {
+            continue;
+        };
+        println!(
+            "group {}: {} nodes, {:.1} s (started {:.1} s after the campaign)",
+            g.index,
+            g.nodes.len(),
+            end.saturating_sub(start) as f64 / 1000.0,
+            start.saturating_sub(state.campaign.created_ms) as f64 / 1000.0
+        );
+    }
     println!(
         "parallelism: lower bound / wall = {:.1} %",
         100.0 * lower_bound.as_secs_f64() / wall.as_secs_f64()

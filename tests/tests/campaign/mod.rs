@@ -236,15 +236,18 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
     );
     h.coordinator.api().store.save_campaign(&record).unwrap();
     let mut runs = BTreeMap::new();
-    // Until the first group moves its primaries.
+    // Until the first group's migrations are in flight.
     for _ in 0..20 {
         h.coordinator.round().await.unwrap();
         reboot_after_hooks(&h, &mut runs);
-        let c = campaign(&h);
-        if c.groups
-            .first()
-            .is_some_and(|g| g.nodes.iter().any(|n| n.step == NodeStep::MovePrimaries))
-        {
+        let stored = h.coordinator.api().store.campaigns().unwrap().remove(0);
+        if stored.ops.values().any(|op| {
+            op.state == OpState::Submitted
+                && matches!(
+                    op.kind,
+                    nodecare_coordinator::campaign::OpKind::Migrate { .. }
+                )
+        }) {
             break;
         }
     }
@@ -253,7 +256,14 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
     let submitted: Vec<String> = stored
         .ops
         .values()
-        .filter(|op| op.state == OpState::Submitted && op.job_id.is_some())
+        .filter(|op| {
+            op.state == OpState::Submitted
+                && op.job_id.is_some()
+                && matches!(
+                    op.kind,
+                    nodecare_coordinator::campaign::OpKind::Migrate { .. }
+                )
+        })
         .map(|op| op.key.clone())
         .collect();
     assert!(!submitted.is_empty(), "{:#?}", stored.campaign);
