@@ -31,6 +31,7 @@ pub mod duty;
 pub mod gate;
 pub mod http;
 pub mod incident;
+pub mod load;
 pub mod instance_repair_exec;
 pub mod metrics;
 pub mod notify;
