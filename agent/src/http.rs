@@ -13,8 +13,8 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use nodecare_protocol::diagnose::SIGNED_DIAGNOSE_PATH;
-use nodecare_protocol::report::{DEFAULT_CATEGORY, KNOWN_CATEGORIES};
 use nodecare_protocol::load::SIGNED_LOAD_PATH;
+use nodecare_protocol::report::{DEFAULT_CATEGORY, KNOWN_CATEGORIES};
 use nodecare_protocol::storage::SIGNED_DRBD_PATH;
 
 use crate::cache::{CachedReport, CachedSigned, ReportCache};

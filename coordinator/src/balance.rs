@@ -325,12 +325,7 @@ impl Balancer {
             .collect();
         let online: Vec<Node> = nodes
             .iter()
-            .filter(|n| {
-                !n.offline
-                    && load_nodes
-                        .iter()
-                        .any(|l| l.name == n.name && !l.offline)
-            })
+            .filter(|n| !n.offline && load_nodes.iter().any(|l| l.name == n.name && !l.offline))
             .cloned()
             .collect();
         let readings = match &self.load {

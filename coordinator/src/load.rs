@@ -117,10 +117,7 @@ fn unusable(payload: &LoadPayload, now_ms: u64, max_age_ms: u64) -> Option<Strin
     // mond's timestamp is in nanoseconds.
     let age_ms = now_ms.saturating_sub(report.timestamp / 1_000_000);
     if age_ms > max_age_ms {
-        return Some(format!(
-            "{CPU_AVG_LOAD} collected {} s ago",
-            age_ms / 1000
-        ));
+        return Some(format!("{CPU_AVG_LOAD} collected {} s ago", age_ms / 1000));
     }
     None
 }
@@ -147,9 +144,7 @@ pub fn mond_data(
             continue;
         }
         match readings.get(&node.name) {
-            None => out
-                .missing
-                .push((node.name.clone(), "not read".to_owned())),
+            None => out.missing.push((node.name.clone(), "not read".to_owned())),
             Some(LoadReading::Missing(why)) => {
                 out.missing.push((node.name.clone(), why.to_string()));
             }
@@ -256,7 +251,9 @@ mod tests {
                 "unreachable: timeout",
             ),
             (
-                Some(LoadReading::Missing(Missing::Unverifiable("bad MAC".into()))),
+                Some(LoadReading::Missing(Missing::Unverifiable(
+                    "bad MAC".into(),
+                ))),
                 "unverifiable report: bad MAC",
             ),
             (Some(verified(1.0, NOW - 120_000)), "collected 120 s ago"),
@@ -296,7 +293,11 @@ mod tests {
             assert_eq!(data.file, None, "{why}");
             assert_eq!(data.missing.len(), 1, "{why}");
             assert_eq!(data.missing[0].0, "n2");
-            assert!(data.missing[0].1.contains(why), "{:?} vs {why}", data.missing);
+            assert!(
+                data.missing[0].1.contains(why),
+                "{:?} vs {why}",
+                data.missing
+            );
             assert!(data.describe().contains("static resources only"), "{why}");
             assert!(data.describe().contains(why), "{why}");
         }

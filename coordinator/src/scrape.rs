@@ -1093,7 +1093,11 @@ mod tests {
         let policy = VerifyPolicy::default();
         let good = body("n1", 7, load_payload(0.5));
         let (reading, sequence) = verify_load_report(&ring, policy, "n1", &good, Some(6), NOW);
-        let LoadReading::Verified { payload, sequence: 7 } = reading else {
+        let LoadReading::Verified {
+            payload,
+            sequence: 7,
+        } = reading
+        else {
             panic!("{reading:?}")
         };
         assert_eq!(sequence, Some(7));

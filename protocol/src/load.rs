@@ -103,7 +103,10 @@ mod tests {
             serde_json::json!({"cpu_number": -1, "cpus": [], "cpu_total": 1.0}),
             serde_json::json!(null),
         ] {
-            assert!(CpuAvgLoad::from_report(&report(CPU_AVG_LOAD, data.clone())).is_err(), "{data}");
+            assert!(
+                CpuAvgLoad::from_report(&report(CPU_AVG_LOAD, data.clone())).is_err(),
+                "{data}"
+            );
         }
     }
 
@@ -115,7 +118,10 @@ mod tests {
             interval_ms: 10_000,
         };
         let value = serde_json::to_value(&payload).unwrap();
-        assert_eq!(serde_json::from_value::<LoadPayload>(value).unwrap(), payload);
+        assert_eq!(
+            serde_json::from_value::<LoadPayload>(value).unwrap(),
+            payload
+        );
         assert!(payload.report(KVM_INST_RSS).is_some());
         assert!(payload.report(CPU_AVG_LOAD).is_none());
         let storage = serde_json::json!({"drbd": {"state": "not-installed"}, "collected_at_ms": 1, "interval_ms": 1});
