@@ -100,11 +100,14 @@ impl LoadSigner {
         }
     }
 
-    /// Signs and caches the load reports every interval until `shutdown` changes. A failure to
+    /// Signs and caches the load reports every interval (the first one interval after the
+    /// start) until `shutdown` changes. A failure to
     /// sign is logged when it starts or changes. The agent runs this as one task.
     pub async fn run(self, cache: Arc<ReportCache>, mut shutdown: watch::Receiver<bool>) {
         let mut last_error: Option<String> = None;
-        let mut ticks = tokio::time::interval(self.interval);
+        // The first signing one interval after the start: the collectors have data by then.
+        let mut ticks =
+            tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
