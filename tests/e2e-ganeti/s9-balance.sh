@@ -6,11 +6,12 @@
 # node3 then holds an open incident (a slow live repair) while node2 is acknowledged and
 # returned to service. The duty moves instances back until hbal finds no move above the
 # threshold: no balancing job may touch node3 while its incident is open; the final score is
-# what the real `hbal -L` on the master reports with the same options and the same load file;
-# hbal -L finds nothing more to do.
+# what Ganeti's hbal reports on the cluster with the same options and load file (exactly on one
+# RAPI snapshot, -m file://; within the drift of live free memory for hbal -L on the master),
+# and neither finds a move left.
 scenario_balance() {
   local n1=$NODECARE_GNT_NODE1_NAME n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME
-  local i k id st open_from open_to group score hbal_out hbal_score moved bad
+  local i k open_from open_to group moved bad
   master_healthy S9
   log "S9 balancing after $n2 returns to service, with an open incident on $n3"
   for i in 1 2 3; do echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"; done
@@ -81,6 +82,7 @@ s = d['status'] or {}
 moves = d['moves']
 last_end = max([m.get('finished_ms') or 0 for m in moves] or [0])
 ok = (s.get('error') is None and s.get('groups') and all(g['jobsets'] == 0 for g in s['groups'])
+      and (s.get('load') or '').startswith('cpu-avg-load of ')
       and not any(m['state'] in ('planned', 'submitted') for m in moves)
       and any(m['state'] == 'succeeded' for m in moves)
       and (s.get('last_run_ms') or 0) > last_end)
@@ -117,22 +119,42 @@ print(sum(1 for j in d if 'balancing (' in json.dumps(j.get('ops', [])) and 'gnt
   else
     fail "S9 open incident" "balancing jobs touching $n3 while its incident was open: '${bad}' (of $balancing_jobs)"
   fi
-  # The final score is what the real hbal reports on the cluster (LUXI, master), with the same
-  # options and the same load file.
+  # The final score. On one snapshot of the cluster's RAPI answers, Ganeti's own hbal (its RAPI
+  # backend, -m file://DIR) and the duty's path (nodecare's RAPI loader and htools text writer,
+  # as `nodecare balance --dry-run`) with the same options and load file give the same score
+  # and find no move. The live hbal -L (LUXI, on the master) and the duty's last run read the
+  # cluster at other moments: the fake hypervisor reports the host's free memory and disk, which
+  # drift between reads, so those must agree to 1e-3 and find no move either.
+  local snap=$S/e2e/rapi-final cli=${NODECARE_E2E_CLI:-$ROOT/target/release/nodecare} opts p
+  local duty_score hbal_m hbal_m_score ours ours_score live live_score
   group=$(jq_py "print(d['status']['groups'][0]['group'])" <<<"$status")
-  score=$(jq_py "print('%.8f' % d['status']['groups'][0]['initial_score'])" <<<"$status")
+  duty_score=$(jq_py "print('%.8f' % d['status']['groups'][0]['initial_score'])" <<<"$status")
   coord /1/balancing/mond-data >"$S/e2e/mond-data.json"
-  hbal_out=$("$GNT/node-exec.sh" 1 hbal -L -G "$group" -g 0.01 --min-gain-limit 0.1 --no-disk-moves \
-    --mond=yes --mond-data "$S/e2e/mond-data.json" --exit-on-missing-mond-data 2>&1)
-  printf '%s\n' "$hbal_out" >"$S/e2e/hbal-L.out"
-  hbal_score=$(sed -n 's/^Initial score: \([0-9.]*\)$/\1/p' <<<"$hbal_out" | head -n 1)
-  log "S9: plain hbal -L (static only): $("$GNT/node-exec.sh" 1 hbal -L -G "$group" --no-disk-moves 2>&1 | grep -E 'score' | tr '\n' ' ')"
-  if [[ -n $hbal_score && $hbal_score == "$score" ]] &&
-    grep -qE 'already well balanced|Solution length=0|No solution found' <<<"$hbal_out" &&
-    ! grep -q 'gnt-instance' <<<"$hbal_out"; then
-    pass "S9 final score $score equals hbal -L's on $group (same load file), and hbal -L finds no move"
+  mkdir -p "$snap"
+  for p in info:/2/info groups:/2/groups?bulk=1 nodes:/2/nodes?bulk=1 instances:/2/instances?bulk=1; do
+    rapi GET "${p#*:}" >"$snap/${p%%:*}.json"
+  done
+  opts=(-G "$group" -g 0.01 --min-gain-limit 0.1 --no-disk-moves --mond=yes --mond-data "$S/e2e/mond-data.json" --exit-on-missing-mond-data)
+  hbal_m=$(hbal -m "file://$snap" "${opts[@]}" 2>&1)
+  live=$("$GNT/node-exec.sh" 1 hbal -L "${opts[@]}" 2>&1)
+  ours=$("$cli" balance --dry-run -m "file://$snap" -G "$group" --min-gain 0.01 --mond-data "$S/e2e/mond-data.json" --json 2>&1)
+  printf '%s\n' "$hbal_m" >"$S/e2e/hbal-m.out"
+  printf '%s\n' "$live" >"$S/e2e/hbal-L.out"
+  printf '%s\n' "$ours" >"$S/e2e/nodecare-balance.json"
+  hbal_m_score=$(sed -n 's/^Initial score: \([0-9.]*\)$/\1/p' <<<"$hbal_m" | head -n 1)
+  live_score=$(sed -n 's/^Initial score: \([0-9.]*\)$/\1/p' <<<"$live" | head -n 1)
+  ours_score=$(jq_py "print('%.8f' % d[0]['initial_score'] if d[0]['jobsets'] == 0 else 'moves: ' + str(d[0]['jobsets']))" <<<"$ours" 2>/dev/null)
+  log "S9 scores: duty's last run $duty_score, nodecare on the snapshot $ours_score, hbal -m on the snapshot $hbal_m_score, hbal -L live $live_score"
+  log "S9: plain hbal -L (static resources only): $("$GNT/node-exec.sh" 1 hbal -L -G "$group" --no-disk-moves 2>&1 | grep -E 'score' | tr '\n' ' ')"
+  local no_move='already well balanced|Solution length=0|No solution found'
+  if [[ -n $hbal_m_score && $ours_score == "$hbal_m_score" ]] &&
+    grep -qE "$no_move" <<<"$hbal_m" && ! grep -q 'gnt-instance' <<<"$hbal_m" &&
+    grep -qE "$no_move" <<<"$live" && ! grep -q 'gnt-instance' <<<"$live" &&
+    python3 -c "import sys; a, b, c = map(float, sys.argv[1:]); sys.exit(0 if abs(a - c) < 1e-3 and abs(b - c) < 1e-3 else 1)" \
+      "$duty_score" "$live_score" "$hbal_m_score" 2>/dev/null; then
+    pass "S9 final score: $hbal_m_score from both hbal -m and the duty's writer on one RAPI snapshot (same load file), no move left; hbal -L live $live_score, duty's last run $duty_score"
   else
-    fail "S9 final score" "duty $score vs hbal -L '${hbal_score}': $(tr '\n' ' ' <<<"$hbal_out" | head -c 600)"
+    fail "S9 final score" "duty $duty_score, ours '$ours_score', hbal -m '$hbal_m_score', hbal -L '$live_score': $(tr '\n' ' ' <<<"$hbal_m$live" | head -c 800)"
   fi
   wait_status 90 "not any(i.get('node')=='$n3' and i.get('repair-status') in ('noted', 'pending') for i in d)" || true
   return_to_service "$n3"
