@@ -323,9 +323,14 @@ impl Balancer {
                 offline: n.offline,
             })
             .collect();
+        let wanted: std::collections::BTreeSet<&str> = load_nodes
+            .iter()
+            .filter(|l| !l.offline)
+            .map(|l| l.name.as_str())
+            .collect();
         let online: Vec<Node> = nodes
             .iter()
-            .filter(|n| !n.offline && load_nodes.iter().any(|l| l.name == n.name && !l.offline))
+            .filter(|n| !n.offline && wanted.contains(n.name.as_str()))
             .cloned()
             .collect();
         let readings = match &self.load {
