@@ -173,6 +173,9 @@ users = "$S/e2e/users"
 [breaker]
 max_incident_percent = 100.0
 max_incident_nodes = 10
+# S8: inert until an instance, node group or the cluster carries an autorepair tag.
+[instance_repair]
+enabled = true
 TOML
 # Scenarios may restart it (same state) with more in coord.toml.
 start_coordinator() {
