@@ -3,6 +3,13 @@
 //! jobs the gate refuses (each with its reason), and carries the admitted ones out as chained
 //! jobs with the run's reason.
 //!
+//! With the agents' signed load: hbal run directly with the same reports in a `--mond-data` file
+//! (Ganeti's `MonD.hs` format) gives the first job set the duty proposes, and a different one
+//! than without the load; when one node's load is missing, the duty balances on the static
+//! resources and says why. (hbal's own `--mond=yes` asks each node by name on port 1815, so a
+//! real `ganeti-mond` on loopback cannot serve a multi-node cluster here; the real-cluster test
+//! `tests/e2e-ganeti/s9-balance.sh` runs it against the agents.)
+//!
 //! Needs Debian's `ganeti-htools-3.0` (`/usr/bin/hbal`); without it the tests skip, unless
 //! `NODECARE_REQUIRE_GANETI=1` (CI), where they fail.
 
