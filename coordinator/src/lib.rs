@@ -34,6 +34,7 @@ pub mod gate;
 pub mod http;
 pub mod incident;
 pub mod instance_repair_exec;
+pub mod load;
 pub mod maintenance_api;
 pub mod metrics;
 pub mod notify;
