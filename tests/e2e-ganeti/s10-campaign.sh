@@ -138,7 +138,7 @@ scenario_campaign() {
   campaign_instance_watcher $running_instances &
   local watch_pid=$!
 
-  ans=$(NODECARE_PASSWORD=e2e-secret "$ROOT/target/release/nodecare" roll --execute --hook e2e-reboot \
+  ans=$(NODECARE_PASSWORD=e2e-secret "${NODECARE_E2E_CLI:-$ROOT/target/release/nodecare}" roll --execute --hook e2e-reboot \
     --healthy-timeout 5m --hook-timeout 2m --reason "e2e campaign" --user e2e \
     --url "http://127.0.0.1:$COORD_FWD" --json 2>&1)
   id=$(jq_py "print(d['id'])" <<<"$ans" 2>/dev/null)
@@ -150,7 +150,7 @@ scenario_campaign() {
   fi
   log "S10 campaign $id: $(jq_py "print(len(d['groups']) + len(d['planned']), 'groups:', d['planned'])" <<<"$ans")"
   # The CLI follows it through the restart, and exits 0 only if it completes.
-  "$ROOT/target/release/nodecare" roll status "$id" --wait --interval 2 --url "http://127.0.0.1:$COORD_FWD" \
+  "${NODECARE_E2E_CLI:-$ROOT/target/release/nodecare}" roll status "$id" --wait --interval 2 --url "http://127.0.0.1:$COORD_FWD" \
     >"$S/e2e/campaign-status.log" 2>&1 &
   waitpid=$!
 
