@@ -15,14 +15,6 @@
 # jobs (the fake hypervisor's gap, see campaign_downtime); no instance was migrated more than
 # twice (away and back) and no node drained more than once (no job twice after the kill).
 
-# Starts the coordinator in node 1 as run.sh does.
-campaign_start_coordinator() {
-  "$GNT/node-exec.sh" 1 --bg coordinator "$COORD" --config "$S/e2e/coord.toml" --node-name "$NODECARE_GNT_MASTER" --state-dir "$S/e2e/coord-state" \
-    --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --round-interval "$ROUND_INTERVAL" --hmac-key /var/lib/ganeti/hmac.key \
-    --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" --rapi-certificate /var/lib/ganeti/rapi.pem \
-    --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 1 --min-healthy-nodes 1 >/dev/null
-}
-
 # The "reboot" of node i: agent down, Ganeti node daemons restarted, new boot id, agent up.
 campaign_reboot_node() { # NODE-INDEX
   local i=$1 d
@@ -164,7 +156,7 @@ print(d['state'], ' '.join(n['step'] for n in g))" 2>/dev/null)
       log "S10: coordinator killed (-9) while the first group was at: $state"
       sleep 1
       rm -f "$S/pids/bg-coordinator.pid"
-      campaign_start_coordinator || log "S10: the coordinator did not start again"
+      start_coordinator || log "S10: the coordinator did not start again"
       break
     fi
     [[ $state == running* || -z $state ]] || break
