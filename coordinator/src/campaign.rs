@@ -300,19 +300,59 @@ impl Record {
             .filter(|g| g.nodes.iter().any(|n| !n.step.is_final()))
     }
 
-    /// Whether the next group is due: running and no group in flight.
-    pub fn needs_group(&self) -> bool {
-        self.state() == CampaignState::Running && self.current().is_none()
+    /// Whether a node at `step` is disrupted: from its drain until its undrain job has ended. A
+    /// node whose original primaries are migrating back (undrained, healthy) is not.
+    pub const fn disrupts(step: NodeStep) -> bool {
+        !step.is_final() && !matches!(step, NodeStep::MigrateBack)
     }
 
-    /// The nodes the campaign holds disrupted: those of the group in flight not finished.
+    /// Whether some node of some group is not finished (the migrations back of a group may
+    /// still run while the next group goes through its steps).
+    pub fn unfinished(&self) -> bool {
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .any(|n| !n.step.is_final())
+    }
+
+    /// Whether the next group is due: running and no node disrupted (the previous group's
+    /// nodes are all undrained and healthy; their migrations back may still run).
+    pub fn needs_group(&self) -> bool {
+        self.state() == CampaignState::Running
+            && !self
+                .campaign
+                .groups
+                .iter()
+                .flat_map(|g| g.nodes.iter())
+                .any(|n| Self::disrupts(n.step))
+    }
+
+    /// The nodes the campaign holds disrupted: those between their drain and their undrain.
     pub fn holds(&self) -> Vec<(String, Holder)> {
         let holder = Holder::Campaign { id: self.id() };
-        self.current()
-            .into_iter()
+        self.campaign
+            .groups
+            .iter()
             .flat_map(|g| g.nodes.iter())
-            .filter(|n| !n.step.is_final())
+            .filter(|n| Self::disrupts(n.step))
             .map(|n| (n.node.clone(), holder.clone()))
+            .collect()
+    }
+
+    /// The original primaries not back yet of the nodes past their hook, by instance: the node
+    /// each goes back to.
+    pub fn pending_back(&self) -> BTreeMap<String, String> {
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| matches!(n.step, NodeStep::Undrain | NodeStep::MigrateBack))
+            .flat_map(|n| {
+                n.original_primaries
+                    .iter()
+                    .map(|i| (i.clone(), n.node.clone()))
+            })
             .collect()
     }
 
@@ -368,7 +408,7 @@ impl Record {
             CampaignState::Paused => {
                 self.campaign.state = self.paused_from.take().unwrap_or(CampaignState::Running);
                 let timeouts = self.campaign.request.timeouts;
-                if let Some(group) = self.campaign.groups.last_mut() {
+                for group in &mut self.campaign.groups {
                     for node in group.nodes.iter_mut().filter(|n| !n.step.is_final()) {
                         node.step_started_ms = Some(now_ms);
                         node.step_deadline_ms =
@@ -391,7 +431,7 @@ impl Record {
         match self.state() {
             CampaignState::Running | CampaignState::Paused | CampaignState::Aborting => {
                 self.paused_from = None;
-                if self.current().is_some() {
+                if self.unfinished() {
                     self.campaign.state = CampaignState::Aborting;
                     self.campaign.planned.clear();
                     self.campaign.blocked_by = None;
@@ -489,7 +529,7 @@ impl Record {
 
     /// Ends a running campaign with no group in flight and nothing left to plan.
     pub fn complete_if_done(&mut self, now_ms: u64) -> bool {
-        if self.needs_group() && self.campaign.planned.is_empty() {
+        if self.needs_group() && self.campaign.planned.is_empty() && !self.unfinished() {
             self.finish(CampaignState::Completed, now_ms);
             return true;
         }
@@ -504,10 +544,23 @@ impl Record {
         }
         let nodes = self.campaign.planned.remove(0);
         let now = world.now_ms;
+        // Instances still migrating back to an earlier group's node belong there, not to the
+        // node they are leaving.
+        let back = self.pending_back();
         let timeouts = self.campaign.request.timeouts;
-        // Finished operations of earlier groups are forgotten (their keys never come back).
-        self.ops.retain(|_, op| op.state.is_in_flight());
-        self.aborted_nodes.clear();
+        // Finished operations of earlier groups are forgotten (their keys never come back),
+        // but for nodes still migrating their primaries back (their outcomes are still read).
+        let busy: BTreeSet<String> = self
+            .campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| !n.step.is_final())
+            .map(|n| n.node.clone())
+            .collect();
+        self.ops
+            .retain(|_, op| op.state.is_in_flight() || busy.contains(&op.node));
+        self.aborted_nodes.retain(|n| busy.contains(n));
         self.moves = moves
             .into_iter()
             .filter(|(node, _)| nodes.contains(node))
@@ -523,7 +576,11 @@ impl Record {
                     step_deadline_ms: timeouts
                         .of_ms(NodeStep::Drain)
                         .map(|t| now.saturating_add(t)),
-                    original_primaries: world.primaries_of(node),
+                    original_primaries: world
+                        .primaries_of(node)
+                        .into_iter()
+                        .filter(|i| back.get(i).is_none_or(|home| home == node))
+                        .collect(),
                     boot_id_before: None,
                     waiting_for: None,
                     failure: None,
@@ -545,17 +602,20 @@ impl Record {
         if !matches!(state, CampaignState::Running | CampaignState::Aborting) {
             return planned;
         }
-        let Some(group) = self.campaign.groups.last() else {
-            return planned;
-        };
-        let gi = group.index;
-        let names: Vec<String> = group
-            .nodes
+        // The nodes not finished: the last group's, and those of earlier groups whose
+        // primaries are still migrating back.
+        let names: Vec<(usize, String)> = self
+            .campaign
+            .groups
             .iter()
-            .filter(|n| !n.step.is_final())
-            .map(|n| n.node.clone())
+            .flat_map(|g| {
+                g.nodes
+                    .iter()
+                    .filter(|n| !n.step.is_final())
+                    .map(move |n| (g.index, n.node.clone()))
+            })
             .collect();
-        for name in names {
+        for (gi, name) in names {
             if self.state().is_final() {
                 break;
             }
@@ -569,30 +629,34 @@ impl Record {
                 }
             }
         }
-        if let Some(group) = self.campaign.groups.last_mut()
-            && group.finished_ms.is_none()
-            && group.nodes.iter().all(|n| n.step.is_final())
-        {
-            group.finished_ms = Some(world.now_ms);
-            if self.campaign.state == CampaignState::Aborting {
-                self.finish(CampaignState::Aborted, world.now_ms);
+        let mut ended = false;
+        for group in &mut self.campaign.groups {
+            if group.finished_ms.is_none() && group.nodes.iter().all(|n| n.step.is_final()) {
+                group.finished_ms = Some(world.now_ms);
+                ended = true;
             }
+        }
+        if ended && self.campaign.state == CampaignState::Aborting && !self.unfinished() {
+            self.finish(CampaignState::Aborted, world.now_ms);
         }
         planned
     }
 
+    /// The node `name` in the groups started (a node is in one group only).
     fn node(&self, name: &str) -> Option<&CampaignNode> {
         self.campaign
             .groups
-            .last()
-            .and_then(|g| g.nodes.iter().find(|n| n.node == name))
+            .iter()
+            .rev()
+            .find_map(|g| g.nodes.iter().find(|n| n.node == name))
     }
 
     fn node_mut(&mut self, name: &str) -> Option<&mut CampaignNode> {
         self.campaign
             .groups
-            .last_mut()
-            .and_then(|g| g.nodes.iter_mut().find(|n| n.node == name))
+            .iter_mut()
+            .rev()
+            .find_map(|g| g.nodes.iter_mut().find(|n| n.node == name))
     }
 
     fn set_step(&mut self, name: &str, step: NodeStep, now_ms: u64) {
@@ -706,11 +770,21 @@ impl Record {
         let aborting = self.state() == CampaignState::Aborting;
         let moves = self.moves.get(name).cloned().unwrap_or_default();
         let full = self.campaign.request.full_evacuation;
+        let back = self.pending_back();
         let mut pending = Vec::new();
         for mv in &moves {
             let Some(inst) = world.instances.get(&mv.instance) else {
                 continue;
             };
+            // An instance migrating back to a node of an earlier group is not moved again
+            // until it is there (then it is no longer on this node).
+            if let Some(home) = back.get(&mv.instance)
+                && home != name
+                && inst.primary != *home
+            {
+                pending.push(format!("{} to be back on {home}", mv.instance));
+                continue;
+            }
             let (key, kind, what) = if inst.running && inst.primary == name {
                 let target = if inst.mirrored {
                     None
@@ -753,6 +827,10 @@ impl Record {
                     planned.push(key);
                     pending.push(what);
                 }
+                // Succeeded: done, whether or not the instance list (read earlier in the
+                // round) shows it yet; unless a full evacuation still replaces the secondary
+                // once the migration shows.
+                Ok(Some(true)) if !(full && mv.new_secondary.is_some()) => {}
                 // Succeeded but Ganeti does not show it yet, or in flight.
                 Ok(_) => pending.push(what),
             }
@@ -811,6 +889,9 @@ impl Record {
                     self.plan_op(&key, name, NodeStep::MigrateBack, kind, world.now_ms);
                     planned.push(key);
                 }
+                // A migration back that succeeded is done (the instance list may have been
+                // read before it ended); a new secondary is followed by the migration.
+                Ok(Some(true)) if matches!(kind, OpKind::Migrate { .. }) => continue,
                 Ok(Some(_)) => {}
             }
             pending.push(instance.clone());
@@ -885,9 +966,9 @@ impl Record {
                         planned.push(key);
                         self.wait(name, "the drain job".into());
                     }
-                    Ok(Some(true)) if facts.drained => {
-                        self.set_step(name, NodeStep::MovePrimaries, now);
-                    }
+                    // The job's success is Ganeti's word (the node list may have been read
+                    // before it ended).
+                    Ok(Some(true)) => self.set_step(name, NodeStep::MovePrimaries, now),
                     Ok(Some(_)) => self.wait(name, "the drain job".into()),
                 }
                 if self.node(name).map(|n| n.step) == Some(NodeStep::Drain)
@@ -1007,9 +1088,7 @@ impl Record {
                         planned.push(key.clone());
                         self.wait(name, "the undrain job".into());
                     }
-                    Ok(Some(true)) if !facts.drained => {
-                        self.set_step(name, NodeStep::MigrateBack, now);
-                    }
+                    Ok(Some(true)) => self.set_step(name, NodeStep::MigrateBack, now),
                     Ok(Some(_)) => self.wait(name, "the undrain job".into()),
                 }
                 if self.node(name).map(|n| n.step) == Some(NodeStep::Undrain)

@@ -163,9 +163,25 @@ pub async fn prepare(
         let before = record.clone();
         follow(ctx, &mut record, world.now_ms).await?;
         if record.needs_group() {
-            let cluster = cluster.get_or_insert_with(|| {
-                campaign::roll_cluster(ctx.nodes, instances, groups, master)
-            });
+            // Instances still migrating back to an earlier group's node are planned where
+            // they go (their memory is that node's again).
+            let back = record.pending_back();
+            let landed;
+            let instances = if back.is_empty() {
+                instances
+            } else {
+                landed = as_back(instances, &back);
+                &landed[..]
+            };
+            let fresh;
+            let cluster = if back.is_empty() {
+                &*cluster.get_or_insert_with(|| {
+                    campaign::roll_cluster(ctx.nodes, instances, groups, master)
+                })
+            } else {
+                fresh = campaign::roll_cluster(ctx.nodes, instances, groups, master);
+                &fresh
+            };
             match plan(cluster, &record) {
                 Ok((groups, moves, warnings)) => {
                     record.set_plan(groups, warnings, world);
@@ -191,6 +207,28 @@ pub async fn prepare(
         }
     }
     Ok(round)
+}
+
+/// `instances` with those migrating back (instance → node) already on their node: DRBD ones
+/// with their current primary as secondary.
+fn as_back(instances: &[Instance], back: &BTreeMap<String, String>) -> Vec<Instance> {
+    instances
+        .iter()
+        .map(|i| {
+            let mut i = i.clone();
+            if let Some(home) = back.get(&i.name)
+                && i.primary_node != *home
+            {
+                let old = std::mem::replace(&mut i.primary_node, home.clone());
+                if !i.secondary_nodes.is_empty() {
+                    i.secondary_nodes.retain(|s| s != home);
+                    i.secondary_nodes.insert(0, old);
+                    i.secondary_nodes.truncate(1);
+                }
+            }
+            i
+        })
+        .collect()
 }
 
 /// Plans the campaign's selection on `cluster`: the groups (node names, in order), the planned
@@ -288,7 +326,12 @@ pub async fn execute(
 }
 
 fn reason(record: &Record, op: &Op) -> Reason {
-    let group = record.campaign.groups.len().saturating_sub(1);
+    let group = record
+        .campaign
+        .groups
+        .iter()
+        .find(|g| g.nodes.iter().any(|n| n.node == op.node))
+        .map_or(record.campaign.groups.len().saturating_sub(1), |g| g.index);
     let what = match &op.kind {
         OpKind::Drain => format!("draining {}", op.node),
         OpKind::Undrain => format!("undraining {}", op.node),

@@ -849,3 +849,242 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn the_next_group_starts_while_the_migrations_back_run() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    // Group 0 (a, b) up to its migrations back, which stay in flight.
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        if ["a", "b"]
+            .iter()
+            .all(|n| step_of(&r, n) == NodeStep::MigrateBack)
+        {
+            break;
+        }
+        let keys: Vec<String> = r
+            .in_flight()
+            .filter(|op| op.step != NodeStep::MigrateBack)
+            .map(|op| op.key.clone())
+            .collect();
+        for key in keys {
+            let op = r.ops.get_mut(&key).unwrap();
+            apply(op, &mut w);
+            op.state = OpState::Succeeded;
+        }
+        for agent in w.agents.values_mut() {
+            agent.ok = true;
+        }
+    }
+    assert_eq!(step_of(&r, "a"), NodeStep::MigrateBack);
+    assert_eq!(w.instances["i1"].primary, "c", "i1 still on c");
+    // Undrained and healthy: not disrupted any more, the next group is due.
+    assert_eq!(r.holds(), vec![]);
+    assert!(r.needs_group());
+    assert!(!r.complete_if_done(w.now_ms), "migrations back still run");
+    assert_eq!(r.pending_back().get("i1").map(String::as_str), Some("a"));
+    // Group 1 (c) was planned with i1 on c: its move waits for i1 to be back on a.
+    r.start_group(
+        BTreeMap::from([(
+            "c".to_owned(),
+            vec![
+                PlannedMove {
+                    instance: "i1".into(),
+                    target: None,
+                    new_secondary: None,
+                },
+                PlannedMove {
+                    instance: "i3".into(),
+                    target: None,
+                    new_secondary: None,
+                },
+            ],
+        )]),
+        &w,
+    );
+    assert_eq!(r.campaign.groups.len(), 2);
+    w.now_ms += 1000;
+    let planned = r.advance(&w);
+    assert!(planned.iter().any(|k| k == "g1-c-drain"), "{planned:?}");
+    assert!(
+        planned.iter().any(|k| k == "g1-c-move-i3-migrate"),
+        "{planned:?}"
+    );
+    assert!(
+        !planned.iter().any(|k| k.starts_with("g1-c-move-i1")),
+        "i1 is not moved while it migrates back: {planned:?}"
+    );
+    // Both groups advance: the back migration ends, then c moves on to its hook.
+    run(&mut r, &mut w, 30);
+    for _ in 0..10 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+    assert_eq!(step_of(&r, "c"), NodeStep::Done);
+    assert!(r.campaign.groups.iter().all(|g| g.finished_ms.is_some()));
+    assert_eq!(w.instances["i1"].primary, "a");
+    assert_eq!(w.instances["i3"].primary, "c");
+    assert!(!r.ops.keys().any(|k| k.starts_with("g1-c-move-i1")));
+    assert!(r.complete_if_done(w.now_ms));
+}
+
+/// Six nodes `n0`…`n5` in two groups (even, odd); DRBD instances `d<k>` on `n<k>` with
+/// `n<k+1>` as secondary, shared ones `s<k>` on `n<k>`.
+fn ring() -> World {
+    let mut w = World {
+        now_ms: T0,
+        ..World::default()
+    };
+    for k in 0..6 {
+        let n = format!("n{k}");
+        w.nodes.insert(n.clone(), NodeNow::default());
+        w.agents.insert(
+            n.clone(),
+            AgentNow {
+                boot_id: Some(format!("{n}-boot-1")),
+                reboot_required: Some(true),
+                ok: true,
+                collected_at_ms: T0,
+            },
+        );
+        w.instances.insert(
+            format!("d{k}"),
+            InstanceNow {
+                primary: n.clone(),
+                secondaries: vec![format!("n{}", (k + 1) % 6)],
+                running: true,
+                mirrored: true,
+                memory: Some(128),
+            },
+        );
+        w.instances.insert(
+            format!("s{k}"),
+            InstanceNow {
+                primary: n,
+                secondaries: vec![],
+                running: true,
+                mirrored: false,
+                memory: Some(128),
+            },
+        );
+    }
+    w
+}
+
+/// The moves a re-plan gives `group` against `w` as it is: DRBD to the secondary, shared to
+/// the first node outside the group.
+fn ring_moves(group: &[String], w: &World) -> BTreeMap<String, Vec<PlannedMove>> {
+    group
+        .iter()
+        .map(|node| {
+            let outside = w
+                .nodes
+                .keys()
+                .find(|n| !group.contains(n))
+                .cloned()
+                .unwrap();
+            let moves = w
+                .primaries_of(node)
+                .into_iter()
+                .map(|instance| PlannedMove {
+                    target: (!w.instances[&instance].mirrored).then(|| outside.clone()),
+                    instance,
+                    new_secondary: None,
+                })
+                .collect();
+            (node.clone(), moves)
+        })
+        .collect()
+}
+
+proptest! {
+    /// Groups overlapping with the previous group's migrations back: a node is never drained
+    /// (nor draining) while an instance is migrating back onto it, only one group's nodes are
+    /// disrupted at a time (the budget the gate admitted), an instance is never in two
+    /// migrations at once, no operation is planned twice, and every instance ends home.
+    #[test]
+    fn overlapping_groups_keep_budgets_and_never_drain_a_node_migrated_back_to(
+        script in proptest::collection::vec(proptest::collection::vec(any::<bool>(), 24), 1..80)
+    ) {
+        let mut w = ring();
+        let home: BTreeMap<String, String> = w
+            .instances
+            .iter()
+            .map(|(i, s)| (i.clone(), s.primary.clone()))
+            .collect();
+        let mut r = Record::new(Uuid::from_u128(9), request(), "x", T0);
+        let even: Vec<String> = (0..6).step_by(2).map(|k| format!("n{k}")).collect();
+        let odd: Vec<String> = (1..6).step_by(2).map(|k| format!("n{k}")).collect();
+        r.set_plan(vec![even, odd], vec![], &w);
+        let mut ever: BTreeSet<String> = BTreeSet::new();
+        let rounds = script.len();
+        for (round, picks) in script.into_iter().chain(std::iter::repeat_n(vec![true; 24], 40)).enumerate() {
+            w.now_ms += 1000;
+            if r.needs_group() && !r.campaign.planned.is_empty() {
+                let moves = ring_moves(&r.campaign.planned[0].clone(), &w);
+                r.start_group(moves, &w);
+            }
+            for key in r.advance(&w) {
+                prop_assert!(ever.insert(key.clone()), "{key} planned twice");
+            }
+            // Disrupted nodes belong to one group.
+            let disrupted: BTreeSet<usize> = r
+                .campaign.groups.iter()
+                .filter(|g| g.nodes.iter().any(|n| Record::disrupts(n.step)))
+                .map(|g| g.index)
+                .collect();
+            prop_assert!(disrupted.len() <= 1, "groups {disrupted:?} disrupted at once");
+            prop_assert!(r.holds().len() <= 3);
+            let in_flight: Vec<Op> = r.in_flight().cloned().collect();
+            let mut migrating: BTreeSet<&str> = BTreeSet::new();
+            for op in &in_flight {
+                if let OpKind::Migrate { instance, .. } = &op.kind {
+                    prop_assert!(migrating.insert(instance), "{instance} in two migrations");
+                }
+                if op.step == NodeStep::MigrateBack {
+                    let step = r.node(&op.node).map(|n| n.step);
+                    prop_assert!(
+                        matches!(step, Some(NodeStep::Undrain | NodeStep::MigrateBack)),
+                        "{} at {step:?} while {} migrates back", op.node, op.key
+                    );
+                    prop_assert!(
+                        !in_flight.iter().any(|o| o.node == op.node && o.kind == OpKind::Drain),
+                        "{} draining while {} migrates back", op.node, op.key
+                    );
+                }
+            }
+            // Ganeti: some operations end this round (a migration back only after the undrain).
+            for agent in w.agents.values_mut() {
+                agent.ok = true;
+            }
+            for (k, op) in in_flight.iter().enumerate() {
+                if !picks.get(k % 24).copied().unwrap_or(true) && round < rounds {
+                    continue;
+                }
+                if op.step == NodeStep::MigrateBack && w.nodes[&op.node].drained {
+                    continue;
+                }
+                if let Some(op) = r.ops.get_mut(&op.key) {
+                    apply(op, &mut w);
+                    op.state = OpState::Succeeded;
+                    op.finished_ms = Some(w.now_ms);
+                }
+            }
+            if r.complete_if_done(w.now_ms) {
+                break;
+            }
+        }
+        prop_assert_eq!(r.state(), CampaignState::Completed);
+        let now: BTreeMap<String, String> = w
+            .instances
+            .iter()
+            .map(|(i, s)| (i.clone(), s.primary.clone()))
+            .collect();
+        prop_assert_eq!(now, home);
+        prop_assert!(w.nodes.values().all(|n| !n.drained));
+    }
+}
