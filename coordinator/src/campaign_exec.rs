@@ -162,11 +162,6 @@ pub async fn prepare(
     for mut record in records {
         let before = record.clone();
         follow(ctx, &mut record, world.now_ms).await?;
-        // Steps whose operations ended move on now: a group whose nodes are all undrained
-        // leaves them free for the gate this round, and the next group starts this round.
-        if record != before {
-            advance_and_submit(ctx, &mut record, &before, world).await?;
-        }
         if record.needs_group() {
             // Instances still migrating back to an earlier group's node are planned where
             // they go (their memory is that node's again).
@@ -304,42 +299,29 @@ pub async fn execute(
                 }
             }
         }
-        submitted += advance_and_submit(ctx, &mut record, &before, world).await?;
-    }
-    Ok(submitted)
-}
-
-/// Advances `record` and submits what it plans; stores it when it changed since `before`.
-/// Returns how many operations were submitted.
-async fn advance_and_submit(
-    ctx: Context<'_>,
-    record: &mut Record,
-    before: &Record,
-    world: &World,
-) -> Result<usize, StoreError> {
-    let planned = record.advance(world);
-    if let Some(failure) = &record.campaign.failure
-        && before.campaign.failure.is_none()
-    {
-        tracing::error!(campaign = %record.campaign.id, node = %failure.node, step = %failure.step, why = %failure.why, "maintenance campaign failed");
-    }
-    if record == before {
-        return Ok(0);
-    }
-    // Durable before anything is submitted; the job ids are stored once all are submitted
-    // (a crash in between leaves operations planned, which the next round adopts by their
-    // reason trail).
-    ctx.store.save_campaign(record)?;
-    if planned.is_empty() {
-        return Ok(0);
-    }
-    let mut submitted = 0;
-    for key in planned {
-        if submit(ctx, record, &key, world.now_ms).await? {
-            submitted += 1;
+        let planned = record.advance(world);
+        if let Some(failure) = &record.campaign.failure
+            && before.campaign.failure.is_none()
+        {
+            tracing::error!(campaign = %id, node = %failure.node, step = %failure.step, why = %failure.why, "maintenance campaign failed");
         }
+        if record == before {
+            continue;
+        }
+        // Durable before anything is submitted; the job ids are stored once all are submitted
+        // (a crash in between leaves operations planned, which the next round adopts by their
+        // reason trail).
+        ctx.store.save_campaign(&record)?;
+        if planned.is_empty() {
+            continue;
+        }
+        for key in planned {
+            if submit(ctx, &mut record, &key, world.now_ms).await? {
+                submitted += 1;
+            }
+        }
+        ctx.store.save_campaign(&record)?;
     }
-    ctx.store.save_campaign(record)?;
     Ok(submitted)
 }
 

@@ -1004,38 +1004,6 @@ impl Reconciler {
             tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
                 "admission expired");
         }
-        // Rolling maintenance: campaigns follow their operations (before the disruptions in
-        // force are counted: nodes undrained this round are free) and, due for their next
-        // group, propose it.
-        let agents_seen = self
-            .agents_seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        let world = crate::campaign_exec::world(
-            nodes,
-            instances,
-            agents_seen,
-            &view.storage,
-            &self.settings.node_name,
-            now,
-        );
-        let campaign_ctx = crate::campaign_exec::Context {
-            ganeti: &*self.ganeti,
-            store: &self.store,
-            repairs: &self.repairs,
-            agent_urls: &self.settings.agent_urls,
-            nodes,
-        };
-        let campaigns = crate::campaign_exec::prepare(
-            campaign_ctx,
-            &world,
-            &view,
-            instances,
-            groups.as_deref().unwrap_or_default(),
-            &self.settings.node_name,
-        )
-        .await?;
         let in_force = InForce::new(
             &view,
             node_repair::holds(&incidents, nodes)
@@ -1092,6 +1060,36 @@ impl Reconciler {
         };
         let mut proposals = duty.proposals;
         proposals.extend(balancing.proposals.proposals.iter().cloned());
+        // Rolling maintenance: campaigns due for their next group propose it.
+        let agents_seen = self
+            .agents_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let world = crate::campaign_exec::world(
+            nodes,
+            instances,
+            agents_seen,
+            &view.storage,
+            &self.settings.node_name,
+            now,
+        );
+        let campaign_ctx = crate::campaign_exec::Context {
+            ganeti: &*self.ganeti,
+            store: &self.store,
+            repairs: &self.repairs,
+            agent_urls: &self.settings.agent_urls,
+            nodes,
+        };
+        let campaigns = crate::campaign_exec::prepare(
+            campaign_ctx,
+            &world,
+            &view,
+            instances,
+            groups.as_deref().unwrap_or_default(),
+            &self.settings.node_name,
+        )
+        .await?;
         proposals.extend(campaigns.proposals.iter().cloned());
         // Instance repair (harep's duty): its repairs are proposals like any other; nodes in
         // the grace of a planned disruption are left alone.
