@@ -2,7 +2,8 @@
 //! nodes to the gate (pure). The gate judges it with the other duties' proposals (after node and
 //! instance repairs, before balancing); a refused group waits, its campaign showing what blocks
 //! it. A group in flight is not proposed again: its nodes are held by the campaign
-//! ([`crate::campaign::Record::holds`]) until each is done.
+//! ([`crate::campaign::Record::holds`]) until each is undrained (its original primaries then
+//! migrate back while the next group may already be proposed).
 
 use std::collections::BTreeSet;
 
