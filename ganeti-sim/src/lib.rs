@@ -96,8 +96,22 @@ impl HttpFaults {
     }
 }
 
+/// A write sent to the RAPI daemon of a node ([`Simulation::client_on`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// The node whose RAPI daemon it was sent to.
+    pub via: String,
+    /// The master when it arrived.
+    pub master: String,
+    pub method: String,
+    pub path: String,
+    /// Whether it reached the cluster (only the master's RAPI answers).
+    pub accepted: bool,
+}
+
 #[derive(Debug)]
 struct Shared {
+    writes: Mutex<Vec<Write>>,
     cluster: Mutex<SimCluster>,
     faults: Mutex<HttpFaults>,
     credentials: Mutex<Option<Credentials>>,
@@ -185,6 +199,7 @@ impl Simulation {
         let cluster = SimCluster::new(config)?;
         Ok(Self {
             shared: Arc::new(Shared {
+                writes: Mutex::new(Vec::new()),
                 cluster: Mutex::new(cluster),
                 faults: Mutex::new(HttpFaults::default()),
                 credentials: Mutex::new(None),
@@ -478,10 +493,47 @@ impl Simulation {
     /// [`Self::client`] with another bound on each request.
     pub fn client_with_timeout(&self, request_timeout: Duration) -> RapiClient {
         RapiClient::with_transport(
-            Arc::new(InProcess { sim: self.clone() }),
+            Arc::new(InProcess {
+                sim: self.clone(),
+                on: None,
+            }),
             IN_PROCESS_URL,
             request_timeout,
         )
+    }
+
+    /// A client of the RAPI daemon on `node` (a coordinator's default `https://127.0.0.1:5080`):
+    /// it answers only while `node` is the master, like Ganeti's RAPI, which runs on the master
+    /// alone; otherwise the connection is refused. Every write (`POST`, `PUT`, `DELETE`) is
+    /// recorded ([`Self::writes`]).
+    pub fn client_on(&self, node: &str) -> RapiClient {
+        RapiClient::with_transport(
+            Arc::new(InProcess {
+                sim: self.clone(),
+                on: Some(node.to_owned()),
+            }),
+            IN_PROCESS_URL,
+            IN_PROCESS_TIMEOUT,
+        )
+    }
+
+    /// Makes `node` the master (`gnt-cluster master-failover` on it).
+    pub fn set_master(&self, node: &str) -> Result<(), String> {
+        self.with_cluster(|c| c.set_master(node))
+    }
+
+    /// The master now.
+    pub fn master(&self) -> String {
+        self.peek(|c| c.master().to_owned())
+    }
+
+    /// Every write sent through a [`Self::client_on`] client, in order.
+    pub fn writes(&self) -> Vec<Write> {
+        self.shared
+            .writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn authorized(&self, header: Option<&hyper::header::HeaderValue>) -> bool {
@@ -625,10 +677,36 @@ const IN_PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 struct InProcess {
     sim: Simulation,
+    /// The node whose RAPI daemon this is; `None`: the master's, wherever it is.
+    on: Option<String>,
 }
 
 impl InProcess {
     async fn send_now(&self, request: &RapiRequest) -> Result<RapiResponse, TransportError> {
+        if let Some(node) = &self.on {
+            let master = self.sim.master();
+            let method = request.method.as_str();
+            let accepted = *node == master;
+            if !matches!(method, "GET" | "HEAD") {
+                self.sim
+                    .shared
+                    .writes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Write {
+                        via: node.clone(),
+                        master,
+                        method: method.to_owned(),
+                        path: request.path.clone(),
+                        accepted,
+                    });
+            }
+            if !accepted {
+                return Err(TransportError::Failed(format!(
+                    "connection refused: no RAPI daemon on {node} (not the master)"
+                )));
+            }
+        }
         let body = match &request.body {
             Some(value) => serde_json::to_vec(value)
                 .map_err(|e| TransportError::Failed(format!("cannot encode the body: {e}")))?,

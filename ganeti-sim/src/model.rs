@@ -499,6 +499,21 @@ impl SimCluster {
         })
     }
 
+    /// Makes `name` the master, as `gnt-cluster master-failover` run on it does (the old master
+    /// stays a master candidate).
+    pub fn set_master(&mut self, name: &str) -> Result<(), String> {
+        let Some(at) = self.node_order.iter().position(|n| n == name) else {
+            return Err(format!("unknown node `{name}`"));
+        };
+        let old = self.master().to_owned();
+        if let Some(node) = self.nodes.get_mut(&old) {
+            node.master_candidate = true;
+        }
+        let node = self.node_order.remove(at);
+        self.node_order.insert(0, node);
+        Ok(())
+    }
+
     pub fn master(&self) -> &str {
         self.node_order
             .first()

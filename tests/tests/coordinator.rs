@@ -1,9 +1,11 @@
 //! Coordinator end to end against the simulated Ganeti and fake agents (one test binary).
 
 mod crash;
+mod failover;
 mod gate;
 mod monitoring;
 mod node_repair;
+mod watchdog;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};
