@@ -2,6 +2,7 @@
 
 mod crash;
 mod failover;
+mod faults;
 mod gate;
 mod monitoring;
 mod node_repair;
