@@ -6,6 +6,7 @@ mod faults;
 mod gate;
 mod monitoring;
 mod node_repair;
+mod soak;
 mod watchdog;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
