@@ -308,13 +308,13 @@ impl Reconciler {
     /// Checks that this node is the master: ssconf's `ssconf_master_node` (when readable) must
     /// name this node, and so must RAPI's cluster information, which decides.
     pub async fn check_master(&self) -> Result<(), RoundError> {
-        if let Some(master) = self.settings.ssconf_dir.as_deref().and_then(ssconf_master) {
-            if master != self.settings.node_name {
-                return Err(RoundError::NotMaster {
-                    node: self.settings.node_name.clone(),
-                    master,
-                });
-            }
+        if let Some(master) = self.settings.ssconf_dir.as_deref().and_then(ssconf_master)
+            && master != self.settings.node_name
+        {
+            return Err(RoundError::NotMaster {
+                node: self.settings.node_name.clone(),
+                master,
+            });
         }
         let info = self.ganeti.cluster_info().await?;
         if info.master != self.settings.node_name {

@@ -792,6 +792,7 @@ mod tests {
     #[test]
     fn http_faults_are_consumed() {
         let mut f = HttpFaults {
+            reset: 1,
             fail_5xx: 1,
             hang: 1,
             hang_ms: 5,
@@ -799,6 +800,7 @@ mod tests {
             method: None,
         };
         assert!(matches!(f.take("GET", "/2/info"), FaultAction::None));
+        assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Reset));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Fail));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Hang(_)));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::None));

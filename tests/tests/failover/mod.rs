@@ -4,6 +4,12 @@
 //! coordinator acts at a time, the standby never writes, neither exits, and the new master
 //! takes the evacuation up.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure is the test failing"
+)]
+
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -51,7 +57,7 @@ async fn start(sim: &Simulation, agents: &FakeAgents, on: &str, master: &str) ->
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(coordinator.run(listener, async {
-        let _ = stopped.await;
+        let _stopped = stopped.await;
     }));
     let running = Running {
         board,

@@ -3,6 +3,12 @@
 //! flap, and node clocks that jump. Nothing lost, nothing submitted twice, every stuck thing
 //! visible with a reason.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure is the test failing"
+)]
+
 use std::time::Duration;
 
 use nodecare_coordinator::incident::RepairStatus;

@@ -5,6 +5,12 @@
 //! the state database's size. Fails on a round error that no injected fault explains, on memory
 //! growth (last minute vs first) and on an unbounded database.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure is the test failing"
+)]
+
 use std::time::{Duration, Instant};
 
 use nodecare_ganeti_sim::HttpFaults;
@@ -83,7 +89,7 @@ async fn coordinator_soak() {
     while Instant::now() < deadline {
         // Verdict flips: one node in four changes its mind each round.
         for i in 1..=nodes {
-            if random.next() % 4 != 0 {
+            if !random.next().is_multiple_of(4) {
                 continue;
             }
             let agent = h.agents.get(&node(i)).unwrap();
@@ -101,14 +107,14 @@ async fn coordinator_soak() {
             }
         }
         // The operator acknowledges finished incidents now and then.
-        if random.next() % 10 == 0 {
+        if random.next().is_multiple_of(10) {
             h.sim.with_cluster(|c| {
                 for n in c.nodes.values_mut() {
                     n.tags.retain(|t| !t.starts_with("maintd:"));
                 }
             });
         }
-        let fault = random.next() % 50 == 0;
+        let fault = random.next().is_multiple_of(50);
         if fault {
             faulted += 1;
             h.sim.set_http_faults(HttpFaults {
@@ -167,7 +173,10 @@ async fn coordinator_soak() {
         "{:?}",
         h.sim.duplicate_intents()
     );
-    assert!(max_incidents <= 2 * nodes, "incidents pile up: {max_incidents}");
+    assert!(
+        max_incidents <= 2 * nodes,
+        "incidents pile up: {max_incidents}"
+    );
     if rows.len() >= 3 {
         let (first, last) = (rows[1], rows[rows.len() - 1]);
         assert!(

@@ -4,6 +4,11 @@
 //! once the round ends.
 
 #![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure is the test failing"
+)]
+#![allow(
     clippy::disallowed_methods,
     reason = "the test starts the coordinator binary"
 )]
@@ -86,7 +91,7 @@ async fn a_hung_round_starves_the_watchdog() {
         ..HttpFaults::default()
     });
     // Within the stall limit (1 s) the loop may still ping; after it, never.
-    let _ = pings(&socket, Duration::from_millis(1600)).await;
+    let _within_limit = pings(&socket, Duration::from_millis(1600)).await;
     let hung = pings(&socket, Duration::from_millis(1500)).await;
     assert_eq!(hung, 0, "a hung round must not feed the watchdog");
 
@@ -94,5 +99,5 @@ async fn a_hung_round_starves_the_watchdog() {
     let again = pings(&socket, Duration::from_secs(4)).await;
     assert!(again >= 3, "pings resume once the round ends, got {again}");
     child.start_kill().unwrap();
-    let _ = child.wait().await;
+    let _status = child.wait().await;
 }
