@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Accelerated coordinator soak over the simulated cluster: rounds back to back, random verdict
-# flips on 8 nodes, acknowledgements, RAPI connection resets now and then (tests/tests/soak).
-# Prints one JSON line per minute (rounds, errors, RSS, state database size) and a summary;
-# fails on a round error no injected fault explains, memory growth, an unbounded database or a
-# job submitted twice.
+# Accelerated coordinator soak: the coordinator binary, rounds every 20 ms, random verdict
+# flips on 8 simulated nodes every 20 ms, acknowledgements (tests/tests/soak).
+# Prints one JSON line per minute (the coordinator's RSS, the state database's size, jobs) and a
+# summary; fails if the coordinator logs a warning or an error, dies, submits an intent twice, or
+# its memory or database grows.
 #
 #   bench/soak/coordinator.sh              # one hour (SOAK_SECONDS=3600)
 #   SOAK_SECONDS=900 bench/soak/coordinator.sh
