@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Accelerated coordinator soak: the coordinator binary, rounds every 20 ms, random verdict
-# flips on 8 simulated nodes every 20 ms, acknowledgements (tests/tests/soak).
+# flips on 8 simulated nodes (about 2 a second), acknowledgements (tests/tests/soak).
 # Prints one JSON line per minute (the coordinator's RSS, the state database's size, jobs) and a
 # summary; fails if the coordinator logs a warning or an error, dies, submits an intent twice, or
 # its memory or database grows.
