@@ -26,13 +26,13 @@ for target in "${targets[@]}"; do
   nice -n 19 cargo fuzz run -s none -O ${FEATURES:+--features "$FEATURES"} "$target" "corpus/$target" -- \
     -runs="$RUNS" -max_total_time="$LIMIT" -print_final_stats=1 >"$log" 2>&1
   rc=$?
-  execs=$(awk -F: '/stat::number_of_executed_units/ {gsub(/ /,"",$2); print $2}' "$log")
-  rate=$(awk -F: '/stat::average_exec_per_sec/ {gsub(/ /,"",$2); print $2}' "$log")
+  execs=$(awk '/stat::number_of_executed_units/ {print $NF}' "$log")
+  rate=$(awk '/stat::average_exec_per_sec/ {print $NF}' "$log")
   crashes=$(grep -c "^==[0-9]*== ERROR\|panicked at\|deadly signal" "$log")
   corpus=$(ls "corpus/$target" | wc -l)
   printf '%-20s executions %12s  exec/s %8s  seconds %5s  corpus %6s  crashes %s  rc %s\n' \
     "$target" "${execs:-?}" "${rate:-?}" "$(( $(date +%s) - start ))" "$corpus" "$crashes" "$rc"
   if [[ $rc -ne 0 ]]; then status=1; tail -n 30 "$log"; fi
-  rm -f "$log"
+  if [[ -n ${KEEP_LOGS:-} ]]; then mv "$log" "$KEEP_LOGS/$target.log"; else rm -f "$log"; fi
 done
 exit $status
