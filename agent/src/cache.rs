@@ -23,7 +23,7 @@ pub struct CachedReport {
     pub collected: Instant,
 }
 
-/// A cached signed envelope (the diagnose or the storage report), or why there is none.
+/// A cached signed envelope (the diagnose, storage or load report), or why there is none.
 #[derive(Debug, Clone)]
 pub enum CachedSigned {
     /// The serialised envelope and its sequence number.
@@ -53,6 +53,8 @@ pub struct Snapshot {
     pub signed: CachedSigned,
     /// `/1/report/storage/drbd/signed`.
     pub storage: CachedSigned,
+    /// `/1/report/default/load/signed`.
+    pub load: CachedSigned,
 }
 
 /// The cache.
@@ -151,6 +153,7 @@ impl ReportCache {
                 all,
                 signed: CachedSigned::Unavailable("no diagnose run has completed yet".into()),
                 storage: CachedSigned::Unavailable("DRBD has not been read yet".into()),
+                load: CachedSigned::Unavailable("the load has not been signed yet".into()),
             })),
             signed_sequence: watch::Sender::new(0),
             waiters: Arc::new(Semaphore::new(MAX_WAITERS)),
@@ -249,6 +252,11 @@ impl ReportCache {
     /// Stores the signed storage envelope (or why there is none).
     pub fn store_storage(&self, signed: CachedSigned) {
         self.update(|snapshot| snapshot.storage = signed);
+    }
+
+    /// Stores the signed load envelope (or why there is none).
+    pub fn store_load(&self, signed: CachedSigned) {
+        self.update(|snapshot| snapshot.load = signed);
     }
 
     /// Follows the sequence number of the signed envelope served.

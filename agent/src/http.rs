@@ -13,6 +13,7 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use nodecare_protocol::diagnose::SIGNED_DIAGNOSE_PATH;
+use nodecare_protocol::load::SIGNED_LOAD_PATH;
 use nodecare_protocol::report::{DEFAULT_CATEGORY, KNOWN_CATEGORIES};
 use nodecare_protocol::storage::SIGNED_DRBD_PATH;
 
@@ -233,6 +234,20 @@ fn storage_signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
     }
 }
 
+/// `/1/report/default/load/signed`: the latest signed load reports (no query accepted).
+fn load_signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
+    if query.is_some_and(|query| !query.is_empty()) {
+        return error_json(
+            StatusCode::BAD_REQUEST,
+            "the signed load report takes no query parameters",
+        );
+    }
+    match &cache.snapshot().load {
+        CachedSigned::Envelope { report, .. } => cached(report),
+        CachedSigned::Unavailable(reason) => error_json(StatusCode::SERVICE_UNAVAILABLE, reason),
+    }
+}
+
 fn health(state: &HttpState) -> HttpResponse {
     let snapshot = state.cache.snapshot();
     let mut collectors = serde_json::Map::new();
@@ -253,6 +268,7 @@ fn health(state: &HttpState) -> HttpResponse {
         "uptime_s": state.started.elapsed().as_secs(),
         "signed_diagnose": matches!(snapshot.signed, CachedSigned::Envelope { .. }),
         "signed_storage": matches!(snapshot.storage, CachedSigned::Envelope { .. }),
+        "signed_load": matches!(snapshot.load, CachedSigned::Envelope { .. }),
         "collectors": collectors,
         "confd": state.cluster.as_ref().map(|view| confd_view(&view.current())),
     });
@@ -375,6 +391,7 @@ pub async fn route(
         ),
         (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache, request.uri().query()).await,
         (true, SIGNED_DRBD_PATH) => storage_signed(&state.cache, request.uri().query()),
+        (true, SIGNED_LOAD_PATH) => load_signed(&state.cache, request.uri().query()),
         // mond accepts trailing segments here too.
         (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {
             cached(&state.cache.snapshot().all)

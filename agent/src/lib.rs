@@ -8,6 +8,7 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod load;
 pub mod metrics;
 pub mod repair;
 pub mod scheduler;
@@ -181,6 +182,12 @@ pub async fn serve_with(
             .map_or(storage::STORAGE_INTERVAL, |source| source.interval),
         config.signature_ttl_intervals,
     );
+    let load_signer = load::LoadSigner::new(
+        signer_key.clone(),
+        signer.sequencer(),
+        load::LOAD_INTERVAL,
+        config.signature_ttl_intervals,
+    );
     let sign_counters = signer.counters();
     let cache = Arc::new(ReportCache::new(&registry));
     let now = Instant::now();
@@ -234,6 +241,9 @@ pub async fn serve_with(
     if let Some(source) = storage_source {
         tasks.spawn(storage_signer.run(source, Arc::clone(&cache), shutdown_rx.clone()));
     }
+
+    // Sign the load collectors' reports for the balancer.
+    tasks.spawn(load_signer.run(Arc::clone(&cache), shutdown_rx.clone()));
 
     let diagnose_position = cache.position(
         nodecare_collectors::diagnose::DIAGNOSE_CATEGORY,

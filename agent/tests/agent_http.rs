@@ -764,6 +764,13 @@ async fn a_signed_check_runs_the_diagnose_scripts_at_once() {
     let agent = nodecare_agent::serve(config, listener).await.unwrap();
     let address = agent.local_addr();
     wait_for_verdict(address, Duration::from_secs(5)).await;
+    // The first verdict is signed just after it is published: the check answers the sequence
+    // of the signed report it then serves.
+    let signed_by = Instant::now() + Duration::from_secs(5);
+    while get(address, "/1/report/node/diagnose/signed").await.status != 200 {
+        assert!(Instant::now() < signed_by, "no signed report within 5 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let key = HmacKey::from_file(&fixture.key).unwrap();
     let signer = nodecare_protocol::Signer::new(key, "node1.example.com");
     let envelope = |nonce: &str| {

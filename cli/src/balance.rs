@@ -38,6 +38,10 @@ pub(crate) struct BalanceArgs {
     /// The htools text cluster data FILE.
     #[arg(short = 't', long = "text-data", value_name = "FILE")]
     text_data: Option<PathBuf>,
+    /// Dynamic load: a file of mond reports as `hbal --mond-data` reads it (the coordinator
+    /// serves the one it used last at `/1/balancing/mond-data`).
+    #[arg(long = "mond-data", value_name = "FILE")]
+    mond_data: Option<PathBuf>,
     /// PEM file with the cluster's RAPI certificate, pinned for -m https://.
     #[arg(long, value_name = "FILE")]
     rapi_ca: Option<PathBuf>,
@@ -97,6 +101,10 @@ async fn plan_group(
         group: Some(group.to_owned()),
         min_gain: args.min_gain,
         disk_moves: args.disk_moves,
+        mond_data: args
+            .mond_data
+            .as_ref()
+            .map(|path| path.display().to_string()),
     };
     let argv = hbal::hbal_args("/dev/stdin", &options);
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();

@@ -10,6 +10,7 @@ mod balance;
 mod check;
 mod fields;
 mod gate;
+mod harep;
 mod list;
 mod roll;
 mod roll_http;
@@ -41,6 +42,9 @@ enum Command {
     Roll(roll::RollArgs),
     /// Show what balancing with Ganeti's hbal would do now (`--dry-run`).
     Balance(balance::BalanceArgs),
+    /// Repair instances once, as Ganeti's harep does (its options, tags and output), with the
+    /// coordinator's instance auto-repair duty, within its gate.
+    Harep(harep::HarepArgs),
     /// Show the coordinator's incidents, agents and jobs.
     #[command(after_help = VIEW_HELP)]
     Status(status::StatusArgs),
@@ -79,6 +83,7 @@ pub fn run() -> ExitCode {
     match cli.command {
         Command::Roll(args) => roll::run(args),
         Command::Balance(args) => balance::run(&args),
+        Command::Harep(args) => harep::run(args),
         Command::Status(args) => status::run_status(args),
         Command::Incidents(args) => views::run_incidents(args),
         Command::Nodes(args) => views::run_nodes(args),

@@ -13,8 +13,9 @@ use std::time::Duration;
 use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
 use nodecare_roll::from_rapi::{DecodedAnswers, cluster_from_decoded};
 
-/// Loads the cluster from a RAPI endpoint such as `https://user:pass@host:5080`.
-pub(crate) fn load(url: &str, ca: Option<&Path>) -> Result<nodecare_roll::Cluster, String> {
+/// A RAPI client for `url` (`https://user:pass@host:port`), pinning the certificate in `ca`;
+/// also the address to name in errors (without the credentials).
+pub(crate) fn client(url: &str, ca: Option<&Path>) -> Result<(RapiClient, String), String> {
     let mut base = reqwest::Url::parse(url).map_err(|e| format!("{url}: invalid URL: {e}"))?;
     if base.scheme() != "https" {
         return Err(format!("{url}: only https:// RAPI addresses are supported"));
@@ -42,6 +43,12 @@ pub(crate) fn load(url: &str, ca: Option<&Path>) -> Result<nodecare_roll::Cluste
     // Errors name the server without the credentials.
     let shown = base.as_str().trim_end_matches('/').to_owned();
     let client = RapiClient::new(config).map_err(|e| format!("{shown}: {e}"))?;
+    Ok((client, shown))
+}
+
+/// Loads the cluster from a RAPI endpoint such as `https://user:pass@host:5080`.
+pub(crate) fn load(url: &str, ca: Option<&Path>) -> Result<nodecare_roll::Cluster, String> {
+    let (client, shown) = client(url, ca)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -16,9 +16,12 @@
 //! adopted when Ganeti shows a job with its reason, and given up otherwise (the next run plans
 //! again from the cluster as it is).
 //!
-//! Left out: dynamic load. hbal balances on the static resources Ganeti reports (memory, disk,
-//! CPUs) under the cluster's and groups' instance policies; the agents' CPU load and instance
-//! memory are not fed to it.
+//! Dynamic load: with `load = true` (the default) the run reads every online node's signed load
+//! report ([`LoadSource`], the agents' `cpu-avg-load` and `kvm-inst-rss`), verifies it, and
+//! gives it to hbal as maintd did (`--mond=yes --mond-data FILE`, [`crate::load`]), with
+//! `--exit-on-missing-mond-data` so that hbal never drops it silently. When a node's load is
+//! missing, unverifiable or old, the load is left out (hbal balances on the static resources
+//! alone) and the status and `/metrics` say so and why.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -100,12 +103,101 @@ pub enum BalanceError {
     },
 }
 
-/// Runs hbal on `cluster` for each node group to balance (with nodes), and reads the plans
-/// with full names.
+/// A future of a [`LoadSource`].
+pub type LoadFuture<'a> =
+    Pin<Box<dyn Future<Output = BTreeMap<String, crate::load::LoadReading>> + Send + 'a>>;
+
+/// Where the agents' load reports come from.
+pub trait LoadSource: Send + Sync + fmt::Debug {
+    /// The load readings of `nodes` (the online nodes), by node name.
+    fn load<'a>(&'a self, nodes: &'a [Node], now_ms: u64) -> LoadFuture<'a>;
+}
+
+/// The agents' signed load reports, read and verified by the scraper.
+#[derive(Debug)]
+pub struct AgentLoad {
+    scraper: crate::scrape::Scraper,
+    urls: crate::scrape::AgentUrls,
+    /// The last accepted load report sequence per node.
+    sequences: Mutex<BTreeMap<String, u64>>,
+}
+
+impl AgentLoad {
+    /// Reads the agents at `urls` through `scraper`.
+    pub fn new(scraper: crate::scrape::Scraper, urls: crate::scrape::AgentUrls) -> Self {
+        Self {
+            scraper,
+            urls,
+            sequences: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl LoadSource for AgentLoad {
+    fn load<'a>(&'a self, nodes: &'a [Node], now_ms: u64) -> LoadFuture<'a> {
+        Box::pin(async move {
+            let targets: Vec<crate::scrape::AgentTarget> = nodes
+                .iter()
+                .map(|node| crate::scrape::AgentTarget {
+                    node: node.name.clone(),
+                    node_uuid: node.uuid.clone(),
+                    base_url: self.urls.base(node),
+                })
+                .collect();
+            let sequences = self
+                .sequences
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            let results = self.scraper.scrape_load(targets, &sequences, now_ms).await;
+            let mut sequences = self
+                .sequences
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            results
+                .into_iter()
+                .map(|(node, (reading, sequence))| {
+                    if let Some(sequence) = sequence {
+                        sequences.insert(node.clone(), sequence);
+                    }
+                    (node, reading)
+                })
+                .collect()
+        })
+    }
+}
+
+/// A verified load report older than this is not current (six of the agent's signing
+/// intervals).
+pub const LOAD_MAX_AGE_MS: u64 = 60_000;
+
+/// Runs hbal on `cluster` for each node group to balance (with nodes), with the dynamic load in
+/// `mond_data` (the contents of a `--mond-data` file) when given, and reads the plans with full
+/// names.
 pub async fn plans(
     config: &BalancingConfig,
     cluster: &Cluster,
+    mond_data: Option<&str>,
 ) -> Result<Vec<(String, HbalPlan)>, BalanceError> {
+    // A private file (0600, removed when dropped) for the whole run.
+    let mond_file = match mond_data {
+        None => None,
+        Some(data) => {
+            use std::io::Write as _;
+            let mut file = tempfile::Builder::new()
+                .prefix("nodecare-mond-data-")
+                .suffix(".json")
+                .tempfile()
+                .map_err(|e| BalanceError::Hbal(format!("cannot write the load file: {e}")))?;
+            file.write_all(data.as_bytes())
+                .and_then(|()| file.flush())
+                .map_err(|e| BalanceError::Hbal(format!("cannot write the load file: {e}")))?;
+            Some(file)
+        }
+    };
+    let mond_path = mond_file
+        .as_ref()
+        .map(|file| file.path().display().to_string());
     let text = htext::serialize(cluster);
     let mut present: BTreeMap<String, String> = BTreeMap::new();
     for node in &cluster.nodes {
@@ -131,7 +223,9 @@ pub async fn plans(
     };
     let mut out = Vec::new();
     for group in config.groups_to_balance(&present) {
-        let args = hbal::hbal_args("/dev/stdin", &config.hbal_options(Some(&group)));
+        let mut options = config.hbal_options(Some(&group));
+        options.mond_data.clone_from(&mond_path);
+        let args = hbal::hbal_args("/dev/stdin", &options);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let stdout =
             run_tool_with_input(&config.hbal, &args, Some(text.clone().into_bytes()), limits)
@@ -175,6 +269,7 @@ pub struct BalancingRound {
 pub struct Balancer {
     config: BalancingConfig,
     source: Option<Arc<dyn ClusterSource>>,
+    load: Option<Arc<dyn LoadSource>>,
     last_run_ms: Mutex<Option<u64>>,
 }
 
@@ -199,8 +294,55 @@ impl Balancer {
         Self {
             config,
             source,
+            load: None,
             last_run_ms: Mutex::new(None),
         }
+    }
+
+    /// Reads the agents' load from `load` from now on (with `load = true`).
+    pub fn set_load_source(&mut self, load: Arc<dyn LoadSource>) {
+        self.load = Some(load);
+    }
+
+    /// The dynamic load for hbal: none when `load = false`, else the agents' verified reports
+    /// for the nodes of `cluster` (left out, with why, when one is missing).
+    async fn mond_data(
+        &self,
+        cluster: &Cluster,
+        nodes: &[Node],
+        now_ms: u64,
+    ) -> Option<crate::load::MondData> {
+        if !self.config.load {
+            return None;
+        }
+        let load_nodes: Vec<crate::load::LoadNode> = cluster
+            .nodes
+            .iter()
+            .map(|n| crate::load::LoadNode {
+                name: n.name.clone(),
+                offline: n.offline,
+            })
+            .collect();
+        let wanted: std::collections::BTreeSet<&str> = load_nodes
+            .iter()
+            .filter(|l| !l.offline)
+            .map(|l| l.name.as_str())
+            .collect();
+        let online: Vec<Node> = nodes
+            .iter()
+            .filter(|n| !n.offline && wanted.contains(n.name.as_str()))
+            .cloned()
+            .collect();
+        let readings = match &self.load {
+            Some(source) => source.load(&online, now_ms).await,
+            None => BTreeMap::new(),
+        };
+        Some(crate::load::mond_data(
+            &load_nodes,
+            &readings,
+            now_ms,
+            LOAD_MAX_AGE_MS,
+        ))
     }
 
     /// Reads the cluster from `source` from now on.
@@ -253,13 +395,33 @@ impl Balancer {
             *last = Some(now_ms);
         }
         let run = Uuid::new_v4();
+        let mut load = None;
         let result = match &self.source {
             None => Err(BalanceError::Cluster("no RAPI source configured".into())),
             Some(source) => match source.cluster().await {
-                Ok(cluster) => plans(&self.config, &cluster).await,
+                Ok(cluster) => {
+                    load = self.mond_data(&cluster, nodes, now_ms).await;
+                    let file = load.as_ref().and_then(|l| l.file.as_deref());
+                    plans(&self.config, &cluster, file).await
+                }
                 Err(error) => Err(BalanceError::Cluster(error)),
             },
         };
+        let load_text = load.as_ref().map_or_else(
+            || "off (balancing.load = false)".to_owned(),
+            crate::load::MondData::describe,
+        );
+        match &load {
+            Some(data) if data.file.is_none() => {
+                tracing::warn!(load = %load_text, "balancing: dynamic load left out");
+            }
+            _ => {}
+        }
+        board
+            .metrics
+            .balancing
+            .load(load.as_ref().map(|l| (l.file.is_some(), l.missing.len())));
+        let mond_data = load.and_then(|l| l.file);
         let plans = match result {
             Ok(plans) => plans,
             Err(error) => {
@@ -270,6 +432,8 @@ impl Balancer {
                         last_run_ms: Some(now_ms),
                         run: Some(run),
                         error: Some(error.to_string()),
+                        load: Some(load_text),
+                        mond_data,
                         ..BalanceStatus::default()
                     };
                 });
@@ -309,6 +473,8 @@ impl Balancer {
                     .map(|p| format!("{}: {} => {}", p.job.instance, p.job.from, p.job.to))
                     .collect(),
                 left_out: proposals.left_out.clone(),
+                load: Some(load_text),
+                mond_data,
                 ..BalanceStatus::default()
             };
         });

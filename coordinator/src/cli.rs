@@ -160,10 +160,21 @@ fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
         None => hostname()?,
     };
     let key = HmacKey::from_file(&config.hmac_key)?;
+    let ganeti = rapi_client(&config)?;
+    Ok(Prepared {
+        config,
+        node_name,
+        key,
+        ganeti,
+    })
+}
+
+/// The RAPI client of the configuration's `[rapi]` section: the certificate pinned (read now,
+/// so that a missing one is a configuration error), the credentials file read.
+pub fn rapi_client(config: &Config) -> anyhow::Result<RapiClient> {
     let trust = if config.rapi.url.starts_with("http://") {
         ServerTrust::PlainHttp
     } else {
-        // Read now so that a missing certificate is a configuration error.
         let pem = std::fs::read(&config.rapi.certificate).with_context(|| {
             format!(
                 "cannot read the RAPI certificate {}",
@@ -178,13 +189,28 @@ fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
         rapi = rapi.with_credentials(Credentials::from_file(path)?);
     }
     crate::install_crypto_provider();
-    let ganeti = RapiClient::new(rapi)?;
-    Ok(Prepared {
-        config,
-        node_name,
-        key,
-        ganeti,
-    })
+    Ok(RapiClient::new(rapi)?)
+}
+
+/// The gate policy of a one-shot instance auto-repair run (`--harep`, `nodecare harep`): the
+/// configuration's cluster caps; nothing else is in force but what Ganeti shows drained or
+/// offline.
+pub fn one_shot_policy(config: &Config) -> crate::gate::Policy {
+    crate::gate::Policy {
+        cluster: crate::gate::Caps {
+            max_disrupted_nodes: config.max_disrupted_nodes,
+            max_disrupted_percent: None,
+            min_healthy_nodes: config.min_healthy_nodes,
+        },
+        ..crate::gate::Policy::default()
+    }
+}
+
+/// The milliseconds since the Unix epoch now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 async fn shutdown_signal() {
@@ -267,18 +293,8 @@ async fn once_round(coordinator: &mut Coordinator) -> anyhow::Result<ExitCode> {
 async fn harep(prepared: Prepared, dry_run: bool) -> anyhow::Result<ExitCode> {
     let Prepared { config, ganeti, .. } = prepared;
     let store = crate::store::Store::open_dir(&config.state_dir)?;
-    let policy = crate::gate::Policy {
-        cluster: crate::gate::Caps {
-            max_disrupted_nodes: config.max_disrupted_nodes,
-            max_disrupted_percent: None,
-            min_healthy_nodes: config.min_healthy_nodes,
-        },
-        ..crate::gate::Policy::default()
-    };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let one = crate::instance_repair_exec::run_once(&ganeti, &store, &policy, dry_run, now_ms)
+    let policy = one_shot_policy(&config);
+    let one = crate::instance_repair_exec::run_once(&ganeti, &store, &policy, dry_run, now_ms())
         .await
         .context("instance auto-repair")?;
     print!("{}", one.harep_output());

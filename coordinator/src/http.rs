@@ -48,6 +48,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/evacuated", get(evacuated))
         .route("/1/agents", get(agents))
         .route("/1/balancing", get(balancing))
+        .route("/1/balancing/mond-data", get(balancing_mond_data))
         .route("/1/overview", get(overview))
         .route("/1/incidents/{uuid}", get(incident))
         .route("/1/incidents/{uuid}/cancel", post(cancel))
@@ -214,6 +215,21 @@ async fn balancing(State(state): State<ApiState>) -> Response {
         Ok(moves) => Json(json!({ "status": status, "moves": moves })).into_response(),
         Err(store_error) => internal(store_error),
     }
+}
+
+/// The dynamic load the last hbal run had (`--mond-data`: one object per node with its mond
+/// reports), `null` when it had none.
+async fn balancing_mond_data(State(state): State<ApiState>) -> Response {
+    let data = state
+        .board
+        .balancing
+        .read()
+        .map(|s| s.as_ref().and_then(|s| s.mond_data.clone()))
+        .unwrap_or_else(|e| e.into_inner().as_ref().and_then(|s| s.mond_data.clone()));
+    let value = data
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .unwrap_or(serde_json::Value::Null);
+    Json(value).into_response()
 }
 
 async fn overview(State(state): State<ApiState>) -> Response {

@@ -223,15 +223,25 @@ pub struct RunReport {
     pub errors: Vec<String>,
 }
 
-fn reason(uuid: Uuid, intent: &str, what: &str) -> Reason {
-    Reason::new(
-        uuid,
-        format!("{INTENT_PREFIX}-{intent}"),
-        format!(
-            "automated repairs by nodecare {} ({what})",
-            env!("CARGO_PKG_VERSION")
-        ),
-    )
+/// How a run of the executor goes beyond what the duty decided.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunOptions {
+    /// Submit nothing, record nothing: say what would be done (harep's `--dry-run`).
+    pub dry_run: bool,
+    /// The operator's reason (harep's `--reason`), added to every job's reason trail.
+    pub note: Option<String>,
+}
+
+fn reason(uuid: Uuid, intent: &str, what: &str, note: Option<&str>) -> Reason {
+    let mut description = format!(
+        "automated repairs by nodecare {} ({what})",
+        env!("CARGO_PKG_VERSION")
+    );
+    if let Some(note) = note {
+        description.push_str(": ");
+        description.push_str(note);
+    }
+    Reason::new(uuid, format!("{INTENT_PREFIX}-{intent}"), description)
 }
 
 fn tag_lines(lines: &mut Vec<String>, target: &TagTarget, add: Option<&str>, remove: &[String]) {
@@ -260,9 +270,27 @@ pub async fn run_instance_repairs(
     collected: &Collected,
     dry_run: bool,
 ) -> RunReport {
+    let options = RunOptions {
+        dry_run,
+        note: None,
+    };
+    run_instance_repairs_with(ganeti, store, assessment, decision, collected, &options).await
+}
+
+/// [`run_instance_repairs`] with [`RunOptions`].
+pub async fn run_instance_repairs_with(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    assessment: &Assessment,
+    decision: &Decision,
+    collected: &Collected,
+    options: &RunOptions,
+) -> RunReport {
     let mut report = RunReport::default();
+    let dry_run = options.dry_run;
+    let note = options.note.as_deref();
     if !dry_run {
-        resume(ganeti, store, collected, &mut report).await;
+        resume(ganeti, store, collected, note, &mut report).await;
     }
     // harep's order: finished repairs first, then per instance its repair or enoperm result,
     // then (nodecare only) expired suspends.
@@ -296,10 +324,10 @@ pub async fn run_instance_repairs(
     for (_, _, action) in actions {
         match action {
             Action::Tags(change) => {
-                run_tag_change(ganeti, store, change, collected, dry_run, &mut report).await;
+                run_tag_change(ganeti, store, change, collected, options, &mut report).await;
             }
             Action::Repair(repair) => {
-                run_repair(ganeti, store, repair, decision, dry_run, &mut report).await;
+                run_repair(ganeti, store, repair, decision, options, &mut report).await;
             }
             Action::Line(line) => report.lines.push(line.clone()),
         }
@@ -318,9 +346,10 @@ async fn run_tag_change(
     store: &Store,
     change: &TagChange,
     collected: &Collected,
-    dry_run: bool,
+    options: &RunOptions,
     report: &mut RunReport,
 ) {
+    let dry_run = options.dry_run;
     if collected.targets_in_flight.contains(&change.target) {
         return;
     }
@@ -352,6 +381,7 @@ async fn run_tag_change(
         uuid,
         intent,
         &[],
+        options.note.as_deref(),
         report,
     )
     .await;
@@ -369,9 +399,10 @@ async fn run_repair(
     store: &Store,
     repair: &crate::duty::instance_repair::PlannedRepair,
     decision: &Decision,
-    dry_run: bool,
+    options: &RunOptions,
     report: &mut RunReport,
 ) {
+    let dry_run = options.dry_run;
     let plan = &repair.plan;
     match decision.of(&repair.proposal.holder).map(|j| &j.outcome) {
         Some(Ok(_)) => {}
@@ -421,7 +452,15 @@ async fn run_repair(
         report.errors.push(error);
         return;
     }
-    advance(ganeti, store, &mut record, &BTreeMap::new(), report).await;
+    advance(
+        ganeti,
+        store,
+        &mut record,
+        &BTreeMap::new(),
+        options.note.as_deref(),
+        report,
+    )
+    .await;
 }
 
 fn save(store: &Store, id: Uuid, record: &Record) -> Result<(), String> {
@@ -464,13 +503,19 @@ async fn submit_tags(
     uuid: Uuid,
     intent: &str,
     after: &[JobId],
+    note: Option<&str>,
     report: &mut RunReport,
 ) -> Vec<JobId> {
     let mut jobs = Vec::new();
     if let Some(tag) = add {
         let tags = [tag.to_owned()];
-        let why = reason(uuid, &format!("{intent}-tag"), &format!("tag {target}"))
-            .after(after.iter().copied());
+        let why = reason(
+            uuid,
+            &format!("{intent}-tag"),
+            &format!("tag {target}"),
+            note,
+        )
+        .after(after.iter().copied());
         match ganeti.add_tags(target, &tags, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => {
@@ -482,8 +527,13 @@ async fn submit_tags(
         }
     }
     if !remove.is_empty() {
-        let why = reason(uuid, &format!("{intent}-untag"), &format!("untag {target}"))
-            .after(after.iter().chain(&jobs).copied());
+        let why = reason(
+            uuid,
+            &format!("{intent}-untag"),
+            &format!("untag {target}"),
+            note,
+        )
+        .after(after.iter().chain(&jobs).copied());
         match ganeti.remove_tags(target, remove, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => report
@@ -502,6 +552,7 @@ async fn advance(
     store: &Store,
     record: &mut Record,
     known: &BTreeMap<String, JobId>,
+    note: Option<&str>,
     report: &mut RunReport,
 ) {
     let Record::Repair {
@@ -544,6 +595,7 @@ async fn advance(
                     plan.uuid,
                     &intent,
                     &format!("{} of {}: {}", plan.kind, plan.instance, op.describe()),
+                    note,
                 );
                 match submit_op(ganeti, &plan.instance, op, &why).await {
                     Ok(job) => job,
@@ -634,6 +686,7 @@ async fn advance(
             plan.uuid,
             "pending",
             &[],
+            note,
             report,
         )
         .await;
@@ -702,7 +755,13 @@ async fn adopt_tag_jobs(
 
 /// Completes repairs an earlier run left unfinished: missing jobs (found in Ganeti by their
 /// reason, else submitted), and pending tags whose job failed.
-async fn resume(ganeti: &dyn Ganeti, store: &Store, collected: &Collected, report: &mut RunReport) {
+async fn resume(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    collected: &Collected,
+    note: Option<&str>,
+    report: &mut RunReport,
+) {
     let records = match store.instance_repairs() {
         Ok(records) => records,
         Err(error) => {
@@ -775,7 +834,7 @@ async fn resume(ganeti: &dyn Ganeti, store: &Store, collected: &Collected, repor
         } else {
             BTreeMap::new()
         };
-        advance(ganeti, store, &mut record, &known, report).await;
+        advance(ganeti, store, &mut record, &known, note, report).await;
     }
 }
 
@@ -863,6 +922,23 @@ pub async fn run_once(
     dry_run: bool,
     now_ms: u64,
 ) -> Result<OneShot, GanetiError> {
+    let options = RunOptions {
+        dry_run,
+        note: None,
+    };
+    run_once_with(ganeti, store, policy, &options, now_ms, &mut Uuid::new_v4).await
+}
+
+/// [`run_once`] with [`RunOptions`] and the source of new repair uuids (tests inject fixed
+/// ones for byte-exact output).
+pub async fn run_once_with(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    policy: &Policy,
+    options: &RunOptions,
+    now_ms: u64,
+    new_uuid: &mut dyn FnMut() -> Uuid,
+) -> Result<OneShot, GanetiError> {
     let nodes = ganeti.nodes().await?;
     let instances = ganeti.instances().await?;
     let collected = collect(ganeti, store, &instances, ganeti.groups().await?).await?;
@@ -878,12 +954,12 @@ pub async fn run_once(
         degraded: &degraded,
         in_flight: &collected.in_flight,
     };
-    let assessment = crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+    let assessment = crate::duty::instance_repair::assess(&inputs, new_uuid);
     let view = view_of(&nodes, now_ms);
     let in_force = InForce::new(&view, Vec::new());
     let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
     let mut report =
-        run_instance_repairs(ganeti, store, &assessment, &decision, &collected, dry_run).await;
+        run_instance_repairs_with(ganeti, store, &assessment, &decision, &collected, options).await;
     report.errors.splice(0..0, collected.errors);
     Ok(OneShot { assessment, report })
 }

@@ -32,6 +32,7 @@ pub mod gate;
 pub mod http;
 pub mod incident;
 pub mod instance_repair_exec;
+pub mod load;
 pub mod metrics;
 pub mod notify;
 pub mod plan;

@@ -450,6 +450,8 @@ mod tests {
             "nodecare_coordinator_balancing_runs_total{result=\"failed\"} 0",
             "nodecare_coordinator_balancing_moves_total{outcome=\"submitted\"} 0",
             "nodecare_coordinator_balancing_hbal_ok 0",
+            "nodecare_coordinator_balancing_load 0",
+            "nodecare_coordinator_balancing_load_missing_nodes 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -457,7 +459,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 17);
+        assert_eq!(types, 19);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -486,6 +488,8 @@ pub struct BalancingMetrics {
     runs: Family<Vec<(&'static str, String)>, Counter>,
     moves: Family<Vec<(&'static str, String)>, Counter>,
     hbal_ok: Gauge,
+    load: Gauge,
+    load_missing: Gauge,
 }
 
 impl fmt::Debug for BalancingMetrics {
@@ -512,6 +516,17 @@ impl BalancingMetrics {
             "nodecare_coordinator_balancing_hbal_ok",
             "1 when the last hbal run gave a plan, 0 when hbal was missing or failed",
             metrics.hbal_ok.clone(),
+        );
+        registry.register(
+            "nodecare_coordinator_balancing_load",
+            "1 when the last hbal run had the agents' verified load (cpu-avg-load), 0 when it was \
+             left out (a node's missing) or off",
+            metrics.load.clone(),
+        );
+        registry.register(
+            "nodecare_coordinator_balancing_load_missing_nodes",
+            "Online nodes without a verified, current load report at the last hbal run",
+            metrics.load_missing.clone(),
         );
         for result in ["ok", "failed"] {
             metrics
@@ -541,6 +556,14 @@ impl BalancingMetrics {
             .get_or_create(&vec![("result", result.to_owned())])
             .inc();
         self.hbal_ok.set(i64::from(ok));
+    }
+
+    /// The last run's load: `(given to hbal, nodes without it)`, none when off.
+    pub(crate) fn load(&self, load: Option<(bool, usize)>) {
+        let (given, missing) = load.unwrap_or((false, 0));
+        self.load.set(i64::from(given));
+        self.load_missing
+            .set(i64::try_from(missing).unwrap_or(i64::MAX));
     }
 
     pub(crate) fn moves(&self, outcome: &str, count: usize) {

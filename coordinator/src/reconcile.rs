@@ -295,7 +295,11 @@ impl Reconciler {
 
     /// The same reconciler with the balancing duty.
     #[must_use]
-    pub fn with_balancer(mut self, balancer: crate::balance::Balancer) -> Self {
+    pub fn with_balancer(mut self, mut balancer: crate::balance::Balancer) -> Self {
+        balancer.set_load_source(Arc::new(crate::balance::AgentLoad::new(
+            self.scraper.clone(),
+            self.settings.agent_urls.clone(),
+        )));
         self.balancer = Some(balancer);
         self
     }

@@ -24,15 +24,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nodecare_protocol::load::SIGNED_LOAD_PATH;
 use nodecare_protocol::storage::SIGNED_DRBD_PATH;
 use nodecare_protocol::{
-    CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, NodeVerdict, SignedEnvelope,
-    StoragePayload, VerifyError, VerifyPolicy,
+    CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, LoadPayload, NodeVerdict,
+    SignedEnvelope, StoragePayload, VerifyError, VerifyPolicy,
 };
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
 use crate::ganeti::{Instance, Node};
+use crate::load::LoadReading;
 use crate::storage::{Missing, StorageObservation, StorageReading};
 
 /// Path of the signed diagnose report on the agent.
@@ -314,6 +316,47 @@ impl Scraper {
         .await;
         results.sort_by(|a, b| a.node.cmp(&b.node));
         results
+    }
+}
+
+impl Scraper {
+    /// Reads the signed load report of every target with the same bounded concurrency and
+    /// timeouts as [`Self::scrape`]; `sequences` holds the last accepted load report sequence
+    /// per node (kept apart from the other kinds'). Gives each node's reading and the sequence
+    /// to remember.
+    pub async fn scrape_load(
+        &self,
+        targets: Vec<AgentTarget>,
+        sequences: &BTreeMap<String, u64>,
+        now_ms: u64,
+    ) -> BTreeMap<String, (LoadReading, Option<u64>)> {
+        let sequences = Arc::new(sequences.clone());
+        let client = self.client.clone();
+        let ring = Arc::clone(&self.ring);
+        let policy = self.settings.policy;
+        let results = for_each_target(self.settings.concurrency, targets, move |target| {
+            let sequences = Arc::clone(&sequences);
+            let client = client.clone();
+            let ring = Arc::clone(&ring);
+            async move {
+                let min_sequence = sequences.get(&target.node).copied();
+                let url = format!("{}{SIGNED_LOAD_PATH}", target.base_url);
+                let result = match fetch_body(&client, &url).await {
+                    Ok(body) => {
+                        verify_load_report(&ring, policy, &target.node, &body, min_sequence, now_ms)
+                    }
+                    Err(BodyError::Unreachable(why)) => {
+                        (LoadReading::Missing(Missing::Unreachable(why)), None)
+                    }
+                    Err(BodyError::Unverifiable(why)) => {
+                        (LoadReading::Missing(Missing::Unverifiable(why)), None)
+                    }
+                };
+                (target.node, result)
+            }
+        })
+        .await;
+        results.into_iter().collect()
     }
 }
 
@@ -601,6 +644,47 @@ pub fn verify_storage_report(
                 sequence: envelope.sequence,
                 expires_at_ms: envelope.expires_at_ms,
             }),
+            sequence,
+        ),
+    }
+}
+
+/// Verifies a signed load report body for `node` and decodes its [`LoadPayload`]. Pure.
+///
+/// The same rules as [`verify_storage_report`]: `min_sequence` is the last load report
+/// sequence accepted from the node; anything but a verified, current report is
+/// [`LoadReading::Missing`]. Gives the reading and the sequence to remember.
+pub fn verify_load_report(
+    ring: &KeyRing,
+    policy: VerifyPolicy,
+    node: &str,
+    body: &[u8],
+    min_sequence: Option<u64>,
+    now_ms: u64,
+) -> (LoadReading, Option<u64>) {
+    let (envelope, stale) = match verify_envelope(ring, policy, node, body, min_sequence, now_ms) {
+        Ok(verified) => verified,
+        Err(why) => return (LoadReading::Missing(Missing::Unverifiable(why)), None),
+    };
+    let payload: LoadPayload = match serde_json::from_value(envelope.payload) {
+        Ok(payload) => payload,
+        Err(error) => {
+            return (
+                LoadReading::Missing(Missing::Unverifiable(format!(
+                    "signed payload is not a load payload: {error}"
+                ))),
+                None,
+            );
+        }
+    };
+    let sequence = Some(envelope.sequence);
+    match stale {
+        Some(why) => (LoadReading::Missing(Missing::Stale(why)), sequence),
+        None => (
+            LoadReading::Verified {
+                payload,
+                sequence: envelope.sequence,
+            },
             sequence,
         ),
     }
@@ -988,6 +1072,63 @@ mod tests {
         assert!(matches!(
             verify_storage_report(&ring, policy, "n1", &good, Some(7), NOW + 1),
             (StorageReading::Verified(_), Some(7))
+        ));
+    }
+
+    fn load_payload(cpu_total: f64) -> Value {
+        json!({
+            "load": [{
+                "name": "cpu-avg-load", "version": "B", "format_version": 1,
+                "timestamp": (NOW - 100) * 1_000_000, "category": null, "kind": 0,
+                "data": {"cpu_number": 0, "cpus": [cpu_total], "cpu_total": cpu_total}
+            }],
+            "collected_at_ms": NOW - 100,
+            "interval_ms": 10_000
+        })
+    }
+
+    #[test]
+    fn load_reports_verify_or_are_missing() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        let good = body("n1", 7, load_payload(0.5));
+        let (reading, sequence) = verify_load_report(&ring, policy, "n1", &good, Some(6), NOW);
+        let LoadReading::Verified {
+            payload,
+            sequence: 7,
+        } = reading
+        else {
+            panic!("{reading:?}")
+        };
+        assert_eq!(sequence, Some(7));
+        assert_eq!(payload.load[0].data["cpu_total"], 0.5);
+        // Forged load (a busy node made idle).
+        let mut forged: Value = serde_json::from_slice(&good).unwrap();
+        forged["payload"]["load"][0]["data"]["cpu_total"] = json!(0.0);
+        let forged = serde_json::to_vec(&forged).unwrap();
+        assert!(matches!(
+            verify_load_report(&ring, policy, "n1", &forged, None, NOW),
+            (LoadReading::Missing(Missing::Unverifiable(_)), None)
+        ));
+        // Another node's, a replay, another kind of payload.
+        assert!(matches!(
+            verify_load_report(&ring, policy, "n2", &good, None, NOW),
+            (LoadReading::Missing(Missing::Unverifiable(_)), None)
+        ));
+        assert!(matches!(
+            verify_load_report(&ring, policy, "n1", &good, Some(8), NOW),
+            (LoadReading::Missing(Missing::Unverifiable(_)), None)
+        ));
+        let storage = body("n1", 9, storage_payload("Connected"));
+        let (reading, _) = verify_load_report(&ring, policy, "n1", &storage, None, NOW);
+        assert!(
+            matches!(&reading, LoadReading::Missing(Missing::Unverifiable(why)) if why.contains("not a load payload")),
+            "{reading:?}"
+        );
+        // Read again past its expiry: stale.
+        assert!(matches!(
+            verify_load_report(&ring, policy, "n1", &good, Some(7), NOW + 61_000),
+            (LoadReading::Missing(Missing::Stale(_)), Some(7))
         ));
     }
 

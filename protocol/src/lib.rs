@@ -7,6 +7,7 @@
 //! - [`sign`]: the HMAC-SHA256 signed envelope, keyed by the cluster HMAC key.
 //! - [`diagnose`]: the payload of the signed diagnose report.
 //! - [`storage`]: the payload of the signed storage (DRBD) report.
+//! - [`load`]: the payload of the signed load report (mond's `cpu-avg-load` and `kvm-inst-rss`).
 //! - [`repair`]: the signed repair request and the repair record.
 //! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
 //! - [`clock`]: the one wall clock, Unix milliseconds.
@@ -18,6 +19,7 @@ pub mod clock;
 pub mod diagnose;
 pub mod gate;
 pub mod json;
+pub mod load;
 pub mod notify;
 pub mod repair;
 pub mod report;
@@ -29,6 +31,7 @@ pub mod verdict;
 pub use canonical::{CanonicalError, CanonicalJson, canonical_bytes, fingerprint_of};
 pub use clock::now_ms;
 pub use diagnose::DiagnosePayload;
+pub use load::{CpuAvgLoad, LoadPayload};
 pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};
 pub use sign::{HmacKey, KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
 pub use storage::{DrbdMinor, DrbdState, StoragePayload};

@@ -631,6 +631,9 @@ pub struct HbalOptions {
     pub min_gain: f64,
     /// Allow moves that copy disks (new DRBD secondaries); otherwise `--no-disk-moves`.
     pub disk_moves: bool,
+    /// A file of mond reports (dynamic load) for `--mond=yes --mond-data FILE`, with
+    /// `--exit-on-missing-mond-data`: hbal fails rather than silently balance without it.
+    pub mond_data: Option<String>,
 }
 
 /// The arguments of `hbal` reading the cluster from `data` (an htools text file).
@@ -649,6 +652,14 @@ pub fn hbal_args(data: &str, options: &HbalOptions) -> Vec<String> {
     }
     if !options.disk_moves {
         args.push("--no-disk-moves".to_owned());
+    }
+    if let Some(file) = &options.mond_data {
+        args.extend([
+            "--mond=yes".to_owned(),
+            "--mond-data".to_owned(),
+            file.clone(),
+            "--exit-on-missing-mond-data".to_owned(),
+        ]);
     }
     args
 }
@@ -773,10 +784,20 @@ mod tests {
             group: Some("g1".into()),
             min_gain: 0.01,
             disk_moves: false,
+            mond_data: None,
         };
         assert_eq!(
             hbal_args("/dev/stdin", &options).join(" "),
             "-t /dev/stdin -C -G g1 -g 0.01 --min-gain-limit 0.1 --no-disk-moves"
+        );
+        let options = HbalOptions {
+            mond_data: Some("/tmp/load.json".into()),
+            ..options
+        };
+        assert_eq!(
+            hbal_args("/dev/stdin", &options).join(" "),
+            "-t /dev/stdin -C -G g1 -g 0.01 --min-gain-limit 0.1 --no-disk-moves \
+             --mond=yes --mond-data /tmp/load.json --exit-on-missing-mond-data"
         );
     }
 }

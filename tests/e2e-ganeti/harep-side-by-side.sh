@@ -9,9 +9,10 @@
 # offline and tagged `failover` (inst1, DRBD) and `reinstall` (inst2, plain); inst3 (DRBD
 # with the same primary, tagged `failover` and `suspend:`) must be left alone by both.
 #
-#   1. dry runs: `harep --dry-run` and `nodecare-coordinator --harep --dry-run`, normalised
-#      (uuids, times, job ids), must print the same lines except the `jobs:` lines (harep's
-#      one job with OP_TEST_DELAY vs nodecare's one job per opcode, see docs/harep.md);
+#   1. dry runs: `harep -L --dry-run` and `nodecare harep -L --dry-run` (-L: nodecare reaches
+#      the master through the RAPI settings of its configuration file), normalised (uuids,
+#      times, job ids), must print the same lines except the `jobs:` lines (harep's one job
+#      with OP_TEST_DELAY vs nodecare's one job per opcode, see docs/harep.md);
 #   2. real runs: harep twice (repair, then results), the tags and jobs read back; the tags
 #      restored; nodecare until it has nothing left to do; the tags left (normalised) must be
 #      equal, and the repair opcodes run the same (harep's delay opcode and RAPI's reinstall
@@ -53,10 +54,10 @@ trap cleanup EXIT
 
 "$GNT/install-packages.sh" >&2 || { echo "harep-side-by-side: package installation failed" >&2; exit 1; }
 if [[ $BUILD -eq 1 ]]; then
-  (cd "$ROOT" && cargo build -p nodecare-coordinator) >&2 || { echo "harep-side-by-side: build failed" >&2; exit 1; }
+  (cd "$ROOT" && cargo build -p nodecare-cli) >&2 || { echo "harep-side-by-side: build failed" >&2; exit 1; }
 fi
-COORD=${NODECARE_COORDINATOR:-$ROOT/target/debug/nodecare-coordinator}
-[[ -x $COORD ]] || { echo "harep-side-by-side: $COORD missing" >&2; exit 1; }
+NODECARE=${NODECARE_CLI:-$ROOT/target/debug/nodecare}
+[[ -x $NODECARE ]] || { echo "harep-side-by-side: $NODECARE missing" >&2; exit 1; }
 
 "$GNT/cluster-up.sh" --nodes 3 --instances "$INSTANCES" --no-mond >&2 || { echo "harep-side-by-side: cluster-up failed" >&2; exit 1; }
 # shellcheck disable=SC1091
@@ -112,12 +113,17 @@ gnt gnt-instance add-tags "inst2.$DOMAIN" "$P:reinstall" >&2
 gnt gnt-instance add-tags "inst3.$DOMAIN" "$P:failover" "$P:suspend:" >&2
 
 harep_run() { harep -L"$NODECARE_GNT_LUXI_SOCKET" "$@" 2>&1 | grep -v -e '^Warning: cluster has inconsistent data' -e '^  - node ' -e '^$'; }
-nodecare_run() {
-  "$COORD" -c /dev/null --node-name "$NODECARE_GNT_MASTER" --state-dir "$OUT/nodecare-state" \
-    --hmac-key "$NODECARE_GNT_HMAC_KEY" --rapi-url "$NODECARE_GNT_RAPI_URL" \
-    --rapi-certificate "$NODECARE_GNT_RAPI_CERT" --rapi-credentials "$S/rapi-credentials" \
-    --max-disrupted-nodes 1 --min-healthy-nodes 1 --harep "$@" 2>&1
-}
+# The coordinator's configuration as on the master: its [rapi] section is what -L uses.
+cat >"$OUT/coordinator.toml" <<TOML
+state_dir = "$OUT/nodecare-state"
+max_disrupted_nodes = 1
+min_healthy_nodes = 1
+[rapi]
+url = "$NODECARE_GNT_RAPI_URL"
+certificate = "$NODECARE_GNT_RAPI_CERT"
+credentials = "$S/rapi-credentials"
+TOML
+nodecare_run() { "$NODECARE" harep -L -c "$OUT/coordinator.toml" "$@" 2>&1; }
 # uuids, Unix times and the job lists of pending/result tags are per run.
 normalise() {
   sed -E -e 's/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/<uuid>/g' \
@@ -189,7 +195,7 @@ wait_all_jobs() {
 }
 : >"$OUT/nodecare-runs.txt"
 for n in 1 2 3 4; do
-  nodecare_run >"$OUT/nodecare-run$n.txt"
+  nodecare_run --job-delay=0 >"$OUT/nodecare-run$n.txt"
   cat "$OUT/nodecare-run$n.txt" >>"$OUT/nodecare-runs.txt"
   wait_all_jobs || fail "nodecare jobs" "still running after 120 s"
   [[ $(autorepair_tags | grep -o ':result:' | wc -l) -ge 2 ]] && break

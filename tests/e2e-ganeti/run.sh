@@ -173,12 +173,18 @@ users = "$S/e2e/users"
 [breaker]
 max_incident_percent = 100.0
 max_incident_nodes = 10
+# S8: inert until an instance, node group or the cluster carries an autorepair tag.
+[instance_repair]
+enabled = true
 TOML
-"$GNT/node-exec.sh" 1 --bg coordinator "$COORD" --config "$S/e2e/coord.toml" --node-name "$NODECARE_GNT_MASTER" --state-dir "$S/e2e/coord-state" \
-  --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --round-interval "$ROUND_INTERVAL" --hmac-key /var/lib/ganeti/hmac.key \
-  --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" --rapi-certificate /var/lib/ganeti/rapi.pem \
-  --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 1 --min-healthy-nodes 1 >/dev/null ||
-  { echo "e2e: coordinator did not start (see $S/logs/bg-coordinator.log)" >&2; exit 1; }
+# Scenarios may restart it (same state) with more in coord.toml.
+start_coordinator() {
+  "$GNT/node-exec.sh" 1 --bg coordinator "$COORD" --config "$S/e2e/coord.toml" --node-name "$NODECARE_GNT_MASTER" --state-dir "$S/e2e/coord-state" \
+    --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --round-interval "$ROUND_INTERVAL" --hmac-key /var/lib/ganeti/hmac.key \
+    --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" --rapi-certificate /var/lib/ganeti/rapi.pem \
+    --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 1 --min-healthy-nodes 1 >/dev/null
+}
+start_coordinator || { echo "e2e: coordinator did not start (see $S/logs/bg-coordinator.log)" >&2; exit 1; }
 "$GNT/forward.sh" 1 "$COORD_PORT" "$COORD_FWD" >/dev/null || { echo "e2e: cannot forward the coordinator port" >&2; exit 1; }
 coord() { curl -s -m 10 "http://127.0.0.1:$COORD_FWD$1"; }
 

@@ -70,6 +70,9 @@ struct AgentState {
     /// The DRBD state its signed storage report shows (whole: no minors, by default).
     storage: Mutex<nodecare_protocol::DrbdState>,
     storage_sequence: Mutex<u64>,
+    /// The mond reports its signed load report carries (none: it answers 503, as an agent
+    /// without a key).
+    load: Mutex<Option<Vec<nodecare_protocol::Report>>>,
     /// Verified check requests received.
     checks: Mutex<u64>,
     /// How far the node's clock is off, in milliseconds (a clock jump).
@@ -121,6 +124,13 @@ impl FakeAgent {
     pub fn set_storage(&self, drbd: nodecare_protocol::DrbdState) {
         if let Ok(mut state) = self.state.storage.lock() {
             *state = drbd;
+        }
+    }
+
+    /// Sets the reports of its signed load report (`None`: the report answers 503).
+    pub fn set_load(&self, load: Option<Vec<nodecare_protocol::Report>>) {
+        if let Ok(mut state) = self.state.load.lock() {
+            *state = load;
         }
     }
 
@@ -249,6 +259,43 @@ async fn storage_report(State(state): State<Arc<AgentState>>) -> Response {
         let now = now_ms();
         let payload = serde_json::to_value(nodecare_protocol::StoragePayload {
             drbd,
+            collected_at_ms: now,
+            interval_ms: 10_000,
+        })
+        .map_err(|e| e.to_string())?;
+        let envelope = state
+            .signer
+            .sign(payload, sequence, now, 30_000)
+            .map_err(|e| e.to_string())?;
+        serde_json::to_vec(&envelope).map_err(|e| e.to_string())
+    })();
+    match signed {
+        Ok(body) => (
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error).into_response(),
+    }
+}
+
+/// The signed load report.
+async fn load_report(State(state): State<Arc<AgentState>>) -> Response {
+    if state.down.lock().map(|d| *d).unwrap_or(false) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    let Some(load) = state.load.lock().ok().and_then(|l| l.clone()) else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "no load").into_response();
+    };
+    let signed = (|| -> Result<Vec<u8>, String> {
+        let sequence = {
+            let mut s = state.storage_sequence.lock().map_err(|e| e.to_string())?;
+            *s += 1;
+            *s
+        };
+        let now = now_ms();
+        let payload = serde_json::to_value(nodecare_protocol::LoadPayload {
+            load,
             collected_at_ms: now,
             interval_ms: 10_000,
         })
@@ -461,6 +508,7 @@ impl FakeAgents {
             down: Mutex::new(false),
             storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),
             storage_sequence: Mutex::new(0),
+            load: Mutex::new(None),
             checks: Mutex::new(0),
             clock_offset_ms: Mutex::new(0),
             mark: tokio::sync::watch::Sender::new(1),
@@ -471,6 +519,7 @@ impl FakeAgents {
                 nodecare_protocol::storage::SIGNED_DRBD_PATH,
                 get(storage_report),
             )
+            .route(nodecare_protocol::load::SIGNED_LOAD_PATH, get(load_report))
             .route("/1/repair", post(repair))
             .route(nodecare_protocol::repair::CHECK_PATH, post(check))
             .route("/1/repair/{id}", get(repair_status))

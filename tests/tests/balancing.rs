@@ -3,6 +3,13 @@
 //! jobs the gate refuses (each with its reason), and carries the admitted ones out as chained
 //! jobs with the run's reason.
 //!
+//! With the agents' signed load: hbal run directly with the same reports in a `--mond-data` file
+//! (Ganeti's `MonD.hs` format) gives the first job set the duty proposes, and a different one
+//! than without the load; when one node's load is missing, the duty balances on the static
+//! resources and says why. (hbal's own `--mond=yes` asks each node by name on port 1815, so a
+//! real `ganeti-mond` on loopback cannot serve a multi-node cluster here; the real-cluster test
+//! `tests/e2e-ganeti/s9-balance.sh` runs it against the agents.)
+//!
 //! Needs Debian's `ganeti-htools-3.0` (`/usr/bin/hbal`); without it the tests skip, unless
 //! `NODECARE_REQUIRE_GANETI=1` (CI), where they fail.
 
@@ -119,8 +126,8 @@ fn have_hbal() -> bool {
     false
 }
 
-/// hbal run directly on the simulated cluster, as an operator would.
-async fn hbal_directly(h: &Harness, blocked: &[(&str, &str)]) -> FirstJobset {
+/// hbal run directly on the simulated cluster, as an operator would (with `extra` arguments).
+async fn hbal_directly(h: &Harness, blocked: &[(&str, &str)], extra: &[&str]) -> FirstJobset {
     let cluster = SimSource(h.sim.clone()).cluster().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cluster.data");
@@ -139,8 +146,10 @@ async fn hbal_directly(h: &Harness, blocked: &[(&str, &str)]) -> FirstJobset {
             "0.1",
             "--no-disk-moves",
         ])
+        .args(extra)
         .output()
         .unwrap();
+    assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8(output.stdout).unwrap();
     eprintln!("{stdout}");
     let nodes: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
@@ -173,7 +182,7 @@ async fn the_duty_proposes_hbals_first_jobset_and_carries_it_out() {
     .unwrap();
     h.coordinator
         .set_cluster_source(Arc::new(SimSource(h.sim.clone())));
-    let expected = hbal_directly(&h, &[]).await;
+    let expected = hbal_directly(&h, &[], &[]).await;
     assert!(!expected.jobs.is_empty(), "hbal finds nothing to do");
     h.round().await.unwrap();
     let status = h
@@ -259,7 +268,7 @@ async fn moves_onto_a_node_with_an_incident_are_left_out_with_the_reason() {
         serde_json::json!({"disk": "sdb"}),
         None,
     ));
-    let expected = hbal_directly(&h, &[(&node3, "incident")]).await;
+    let expected = hbal_directly(&h, &[(&node3, "incident")], &[]).await;
     assert!(
         expected.jobs.is_empty() && expected.left_out.len() == 1,
         "{expected:#?}"
@@ -454,4 +463,174 @@ async fn a_move_of_several_operations_is_one_chain_of_jobs() {
         moves.iter().all(|m| m.state == MoveState::Succeeded),
         "{moves:#?}"
     );
+}
+
+/// A `cpu-avg-load` report of `cpu_total` CPUs, as the agent's collector makes it now.
+fn cpu_report(cpu_total: f64) -> nodecare_protocol::Report {
+    nodecare_protocol::Report {
+        name: "cpu-avg-load".into(),
+        version: "B".into(),
+        format_version: 1,
+        timestamp: nodecare_protocol::now_ms() * 1_000_000,
+        category: None,
+        kind: nodecare_protocol::ReportKind::Performance,
+        data: serde_json::json!({"cpu_number": 1, "cpus": [cpu_total / 2.0, cpu_total / 2.0], "cpu_total": cpu_total}),
+    }
+}
+
+/// Three instances on node1, one on each other node: hbal moves one off node1, onto node2 by
+/// the static resources alone, onto node4 when node2 and node3 are busy.
+const LOPSIDED: &str =
+    "a:sharedfile:1,b:sharedfile:1,c:sharedfile:1,d:sharedfile:2,e:sharedfile:3,f:sharedfile:4";
+const LOADS: [(usize, f64); 4] = [(1, 0.3), (2, 4.0), (3, 4.0), (4, 0.1)];
+
+fn jobs(first: &FirstJobset) -> Vec<String> {
+    first
+        .jobs
+        .iter()
+        .map(|j| format!("{}: {} => {}", j.instance, j.from, j.to))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_signed_load_reaches_hbal_as_mond_data() {
+    if !have_hbal() {
+        return;
+    }
+    let mut h = Harness::new(4, LOPSIDED, |config| {
+        config.balancing.enabled = true;
+        config.balancing.interval = 3600.0;
+    })
+    .await
+    .unwrap();
+    h.coordinator
+        .set_cluster_source(Arc::new(SimSource(h.sim.clone())));
+    // The file an operator would give hbal (Ganeti's MonD.hs format), written here from the
+    // same reports the agents sign.
+    let mut file = Vec::new();
+    for (i, load) in LOADS {
+        let node = nodecare_tests::harness::node(i);
+        let report = cpu_report(load);
+        h.agents
+            .get(&node)
+            .unwrap()
+            .set_load(Some(vec![report.clone()]));
+        file.push(serde_json::json!({"node": node, "reports": [report]}));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mond.json");
+    std::fs::write(&path, serde_json::to_vec(&file).unwrap()).unwrap();
+    let path = path.display().to_string();
+    let static_only = hbal_directly(&h, &[], &[]).await;
+    let with_load = hbal_directly(
+        &h,
+        &[],
+        &[
+            "--mond=yes",
+            "--mond-data",
+            &path,
+            "--exit-on-missing-mond-data",
+        ],
+    )
+    .await;
+    assert!(!with_load.jobs.is_empty());
+    assert_ne!(
+        jobs(&static_only),
+        jobs(&with_load),
+        "the load changes nothing"
+    );
+    h.round().await.unwrap();
+    let status = h
+        .coordinator
+        .api()
+        .board
+        .balancing
+        .read()
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(status.error, None, "{status:#?}");
+    assert_eq!(
+        status.load.as_deref(),
+        Some("cpu-avg-load of 4 node(s) from signed agent reports")
+    );
+    assert_eq!(status.proposed, jobs(&with_load));
+    // The file the coordinator gave hbal holds the same load.
+    let served: serde_json::Value =
+        serde_json::from_str(status.mond_data.as_deref().unwrap()).unwrap();
+    for (i, load) in LOADS {
+        let node = nodecare_tests::harness::node(i);
+        let entry = served
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["node"] == node.as_str())
+            .unwrap();
+        assert_eq!(entry["reports"][0]["data"]["cpu_total"], load);
+    }
+    let metrics = h
+        .coordinator
+        .api()
+        .board
+        .metrics
+        .render(&[], std::iter::empty());
+    assert!(
+        metrics.contains("nodecare_coordinator_balancing_load 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("nodecare_coordinator_balancing_load_missing_nodes 0"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_without_load_leaves_the_load_out_and_says_so() {
+    if !have_hbal() {
+        return;
+    }
+    let mut h = Harness::new(4, LOPSIDED, |config| {
+        config.balancing.enabled = true;
+        config.balancing.interval = 3600.0;
+    })
+    .await
+    .unwrap();
+    h.coordinator
+        .set_cluster_source(Arc::new(SimSource(h.sim.clone())));
+    // node4's agent has no load report (a forged or stale one would be the same: unverified).
+    for (i, load) in &LOADS[..3] {
+        h.agents
+            .get(&nodecare_tests::harness::node(*i))
+            .unwrap()
+            .set_load(Some(vec![cpu_report(*load)]));
+    }
+    let static_only = hbal_directly(&h, &[], &[]).await;
+    h.round().await.unwrap();
+    let status = h
+        .coordinator
+        .api()
+        .board
+        .balancing
+        .read()
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(status.error, None, "{status:#?}");
+    let load = status.load.clone().unwrap();
+    let node4 = nodecare_tests::harness::node(4);
+    assert!(
+        load.starts_with("left out, static resources only (no verified load for ")
+            && load.contains(&format!("{node4}: unreachable")),
+        "{load}"
+    );
+    assert_eq!(status.mond_data, None);
+    assert_eq!(status.proposed, jobs(&static_only));
+    let metrics = h
+        .coordinator
+        .api()
+        .board
+        .metrics
+        .render(&[], std::iter::empty());
+    assert!(
+        metrics.contains("nodecare_coordinator_balancing_load 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("nodecare_coordinator_balancing_load_missing_nodes 1"));
 }

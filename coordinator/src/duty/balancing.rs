@@ -38,6 +38,9 @@ pub struct BalancingConfig {
     pub hbal: PathBuf,
     /// Seconds hbal may take.
     pub timeout: f64,
+    /// Give hbal the dynamic load of the agents' signed reports (`cpu-avg-load`,
+    /// `kvm-inst-rss`) as maintd did; left out (and said so) when a node's is missing.
+    pub load: bool,
 }
 
 impl Default for BalancingConfig {
@@ -50,6 +53,7 @@ impl Default for BalancingConfig {
             interval: 300.0,
             hbal: PathBuf::from("/usr/bin/hbal"),
             timeout: 60.0,
+            load: true,
         }
     }
 }
@@ -85,6 +89,7 @@ impl BalancingConfig {
             group: group.map(str::to_owned),
             min_gain: self.min_gain,
             disk_moves: self.disk_moves,
+            mond_data: None,
         }
     }
 
@@ -407,4 +412,9 @@ pub struct BalanceStatus {
     pub refused: Vec<(String, String)>,
     /// Jobs submitted by the last run.
     pub submitted: Vec<String>,
+    /// The dynamic load given to hbal, or why it was left out.
+    pub load: Option<String>,
+    /// The `--mond-data` file given to hbal (served at `/1/balancing/mond-data`).
+    #[serde(skip)]
+    pub mond_data: Option<String>,
 }
