@@ -655,6 +655,7 @@ async fn advance(
                 plan.uuid,
                 "pending",
                 &[job],
+                note,
                 report,
             )
             .await;
