@@ -20,6 +20,15 @@ if [[ ${#targets[@]} -eq 0 ]]; then
 fi
 status=0
 for target in "${targets[@]}"; do
+  case $target in
+    agent_query) needs=agent ;;
+    harep_tags) needs=coordinator ;;
+    *) needs= ;;
+  esac
+  if [[ -n $needs && ,$FEATURES, != *,$needs,* ]]; then
+    printf '%-20s skipped (needs FEATURES=%s)\n' "$target" "$needs"
+    continue
+  fi
   mkdir -p "corpus/$target"
   log=$(mktemp)
   start=$(date +%s)
