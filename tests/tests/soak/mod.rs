@@ -129,8 +129,9 @@ async fn coordinator_soak() {
     let mut minute_rss: Vec<u64> = Vec::new();
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        // Verdict flips: about two a second across the cluster.
-        for i in 1..=nodes {
+        // Verdict flips: about two a second across the cluster, the master (node1) left alone
+        // (an evacuation of the master fails in Ganeti: docs/RELIABILITY.md, findings).
+        for i in 2..=nodes {
             if !random.next().is_multiple_of(200) {
                 continue;
             }
