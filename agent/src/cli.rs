@@ -132,6 +132,12 @@ pub struct ConfigOverrides {
     /// Log filter [default: info].
     #[arg(long, global = true, value_name = "FILTER")]
     pub log: Option<String>,
+    /// Boot id file [default: /proc/sys/kernel/random/boot_id].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub boot_id_path: Option<PathBuf>,
+    /// Reboot sentinel [default: /var/run/reboot-required].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub reboot_required_path: Option<PathBuf>,
 }
 
 impl ConfigOverrides {
@@ -157,7 +163,9 @@ impl ConfigOverrides {
             plugin_interval_secs,
             max_concurrent_scripts,
             signature_ttl_intervals,
-            log
+            log,
+            boot_id_path,
+            reboot_required_path
         );
         if let Some(name) = &self.node_name {
             config.node_name = Some(name.clone());

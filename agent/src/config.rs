@@ -88,6 +88,10 @@ pub struct Config {
     pub repair_timeout_secs: u64,
     /// Per-command time limits in seconds, by repair command name.
     pub repair_command_timeouts_secs: std::collections::BTreeMap<String, u64>,
+    /// The node's boot id file, reported in the signed diagnose payload.
+    pub boot_id_path: PathBuf,
+    /// The reboot sentinel: its existence is reported in the signed diagnose payload.
+    pub reboot_required_path: PathBuf,
 }
 
 impl Default for Config {
@@ -115,6 +119,8 @@ impl Default for Config {
             repair_output_cap: 64 * 1024,
             repair_timeout_secs: 600,
             repair_command_timeouts_secs: std::collections::BTreeMap::new(),
+            boot_id_path: PathBuf::from(crate::boot::DEFAULT_BOOT_ID_PATH),
+            reboot_required_path: PathBuf::from(crate::boot::DEFAULT_REBOOT_REQUIRED_PATH),
         }
     }
 }
@@ -262,6 +268,14 @@ impl Config {
         repair
     }
 
+    /// Where the boot id and the reboot sentinel are read.
+    pub fn boot(&self) -> crate::boot::BootSource {
+        crate::boot::BootSource {
+            boot_id_path: Some(self.boot_id_path.clone()),
+            reboot_required_path: Some(self.reboot_required_path.clone()),
+        }
+    }
+
     /// The node name: configured, or the host name.
     pub fn resolved_node_name(&self) -> String {
         if let Some(name) = &self.node_name {
@@ -298,9 +312,19 @@ mod tests {
             max_concurrent_scripts = 2
             signature_ttl_intervals = 4
             log = "debug"
+            boot_id_path = "/tmp/node1/boot_id"
+            reboot_required_path = "/tmp/node1/reboot-required"
         "#;
         let config = Config::from_toml(text, Path::new("x")).unwrap();
         config.validate().unwrap();
+        assert_eq!(
+            config.boot().boot_id_path.as_deref(),
+            Some(Path::new("/tmp/node1/boot_id"))
+        );
+        assert_eq!(
+            Config::default().boot().reboot_required_path.as_deref(),
+            Some(Path::new("/var/run/reboot-required"))
+        );
         assert_eq!(config.signature_ttl(), Duration::from_secs(40));
         assert_eq!(config.diagnose().only.as_deref(), Some("smart"));
         let repair = Config::from_toml(

@@ -3,6 +3,7 @@
 //! [`serve`] starts the whole agent (scheduler, signer, HTTP server) on a given listener, so that
 //! tests and demos can run agents in-process on `127.0.0.1:0`.
 
+pub mod boot;
 pub mod cache;
 pub mod check;
 pub mod cli;
@@ -165,7 +166,8 @@ pub async fn serve_with(
         state,
         config.signature_ttl(),
         config.diagnose_interval(),
-    )?;
+    )?
+    .with_boot(config.boot());
 
     let Collectors {
         registry,

@@ -186,7 +186,8 @@ async fn diagnose(config: Config, once: bool) -> anyhow::Result<()> {
         state,
         config.signature_ttl(),
         config.diagnose_interval(),
-    )?;
+    )?
+    .with_boot(config.boot());
     let collector = DiagnoseCollector::new(
         config.diagnose(),
         Runner::new(config.max_concurrent_scripts),

@@ -18,6 +18,7 @@ use nodecare_protocol::{SignedEnvelope, Signer};
 
 use tokio::sync::watch;
 
+use crate::boot::BootSource;
 use crate::cache::{CachedReport, CachedSigned, ReportCache};
 use crate::state::{StateDir, next_sequence};
 
@@ -98,6 +99,7 @@ pub struct DiagnoseSigner {
     sequencer: Sequencer,
     ttl: Duration,
     interval: Duration,
+    boot: BootSource,
 }
 
 impl DiagnoseSigner {
@@ -116,7 +118,15 @@ impl DiagnoseSigner {
             sequencer,
             ttl,
             interval,
+            boot: BootSource::default(),
         })
+    }
+
+    /// Reports the boot id and reboot sentinel read from `boot` in every payload (none by
+    /// default).
+    pub fn with_boot(mut self, boot: BootSource) -> Self {
+        self.boot = boot;
+        self
     }
 
     /// The node's sequence counter (shared with the storage report's signer).
@@ -150,12 +160,15 @@ impl DiagnoseSigner {
             .as_ref()
             .map_err(|error| SigningError::NoKey(error.clone()))?;
         let now = now_ms();
+        let boot = self.boot.read();
         let payload = DiagnosePayload {
             verdict: run.verdict.clone(),
             collected_at_ms: run.collected_at_ms,
             age_ms: now.saturating_sub(run.collected_at_ms),
             stale,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
+            boot_id: boot.boot_id,
+            reboot_required: boot.reboot_required,
         };
         let payload = serde_json::to_value(&payload)
             .map_err(|error| SigningError::Sign(error.to_string()))?;
@@ -224,3 +237,66 @@ pub fn load_signer(key_file: &std::path::Path, node: &str) -> Result<Signer, Str
 
 /// Shared handle for tests and callers that sign outside the agent loop.
 pub type SharedSigner = Arc<tokio::sync::Mutex<DiagnoseSigner>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::boot::BootSource;
+    use nodecare_protocol::{HmacKey, NodeVerdict};
+
+    #[test]
+    fn payload_carries_the_boot_id_and_the_reboot_sentinel() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&dir.path().join("state")).unwrap();
+        let boot_id = dir.path().join("boot_id");
+        let sentinel = dir.path().join("reboot-required");
+        std::fs::write(&boot_id, "11111111-2222-3333-4444-555555555555\n").unwrap();
+        let signer = Signer::new(HmacKey::new(b"k\n".to_vec()), "node1");
+        let run = DiagnoseRun {
+            verdict: NodeVerdict::merge(std::collections::BTreeMap::new()).unwrap(),
+            collected_at_ms: now_ms(),
+        };
+        let mut plain = DiagnoseSigner::new(
+            Ok(signer.clone()),
+            state.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+        .unwrap();
+        let payload = |envelope: SignedEnvelope| -> DiagnosePayload {
+            serde_json::from_value(envelope.payload).unwrap()
+        };
+        let without = payload(plain.sign(&run, false).unwrap());
+        assert_eq!((without.boot_id, without.reboot_required), (None, None));
+
+        let mut signer = DiagnoseSigner::new(
+            Ok(signer),
+            state,
+            Duration::from_secs(60),
+            Duration::from_secs(60),
+        )
+        .unwrap()
+        .with_boot(BootSource {
+            boot_id_path: Some(boot_id.clone()),
+            reboot_required_path: Some(sentinel.clone()),
+        });
+        let first = payload(signer.sign(&run, false).unwrap());
+        assert_eq!(
+            first.boot_id.as_deref(),
+            Some("11111111-2222-3333-4444-555555555555")
+        );
+        assert_eq!(first.reboot_required, Some(false));
+        // Read at every signing: a new boot id and a sentinel show at once.
+        std::fs::write(&boot_id, "66666666-2222-3333-4444-555555555555\n").unwrap();
+        std::fs::write(&sentinel, "").unwrap();
+        let second = payload(signer.sign(&run, true).unwrap());
+        assert_eq!(
+            second.boot_id.as_deref(),
+            Some("66666666-2222-3333-4444-555555555555")
+        );
+        assert_eq!(second.reboot_required, Some(true));
+        // An unreadable boot id is absent, never a made-up value.
+        std::fs::remove_file(&boot_id).unwrap();
+        assert_eq!(payload(signer.sign(&run, false).unwrap()).boot_id, None);
+    }
+}

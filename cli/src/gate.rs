@@ -29,16 +29,16 @@ pub(crate) const REFUSED: u8 = 3;
 pub(crate) struct WriteArgs {
     /// Coordinator API base URL.
     #[arg(long, env = "NODECARE_COORDINATOR_URL", default_value = DEFAULT_URL)]
-    url: String,
+    pub(crate) url: String,
     /// User of the coordinator's users file (one with the `write` option).
     #[arg(long, env = "NODECARE_USER")]
-    user: Option<String>,
+    pub(crate) user: Option<String>,
     /// File whose first line is the user's password (else `NODECARE_PASSWORD`).
     #[arg(long, value_name = "FILE")]
-    password_file: Option<std::path::PathBuf>,
+    pub(crate) password_file: Option<std::path::PathBuf>,
     /// Print the coordinator's JSON answer.
     #[arg(long)]
-    json: bool,
+    pub(crate) json: bool,
 }
 
 /// `nodecare disruption`.
@@ -300,7 +300,7 @@ pub(crate) fn utc_ms(ms: u64) -> String {
 }
 
 /// Sends a write and returns the status and body.
-fn send(
+pub(crate) fn send(
     command: &str,
     write: &WriteArgs,
     method: reqwest::Method,
@@ -337,13 +337,13 @@ fn send(
     Ok((status, text))
 }
 
-fn fail(command: &str, error: &str) -> ExitCode {
+pub(crate) fn fail(command: &str, error: &str) -> ExitCode {
     eprintln!("nodecare {command}: {error}");
     ExitCode::FAILURE
 }
 
 /// Decodes a successful answer into `T` and prints it with `show` (or as is with `--json`).
-fn answer<T: serde::de::DeserializeOwned>(
+pub(crate) fn answer<T: serde::de::DeserializeOwned>(
     command: &str,
     json: bool,
     result: Result<(StatusCode, String), String>,

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod api;
 mod balance;
+mod campaign;
 mod check;
 mod fields;
 mod gate;
@@ -38,7 +39,8 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Plan rolling reboots (hroller-compatible options and output).
+    /// Plan rolling reboots (hroller-compatible options and output); with `--execute`, run
+    /// them as a campaign on the coordinator (`roll status|pause|resume|abort` follow it).
     Roll(roll::RollArgs),
     /// Show what balancing with Ganeti's hbal would do now (`--dry-run`).
     Balance(balance::BalanceArgs),

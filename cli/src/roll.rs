@@ -18,8 +18,12 @@ pub(crate) enum OutputFormat {
 }
 
 #[derive(Debug, Args)]
-#[command(disable_version_flag = true)]
+#[command(disable_version_flag = true, args_conflicts_with_subcommands = true)]
 pub(crate) struct RollArgs {
+    /// Campaigns: follow and control (`nodecare roll status|pause|resume|abort`).
+    #[command(subcommand)]
+    action: Option<crate::campaign::RollAction>,
+
     /// Collect data via Luxi (not supported; use -m or -t).
     #[arg(short = 'L', long = "luxi", num_args = 0..=1, value_name = "SOCKET")]
     luxi: Option<Option<String>>,
@@ -95,6 +99,8 @@ pub(crate) struct RollArgs {
     colouring_budget: Option<u64>,
     #[arg(hide = true)]
     extra: Vec<String>,
+    #[command(flatten)]
+    execute: crate::campaign::ExecuteArgs,
 }
 
 /// Where the cluster description comes from.
@@ -256,6 +262,24 @@ fn save_original(cluster: &Cluster, path: &Path) -> Result<(), String> {
 }
 
 pub(crate) fn run(args: RollArgs) -> ExitCode {
+    if let Some(action) = args.action {
+        return crate::campaign::run(action);
+    }
+    if args.execute.execute {
+        if !args.extra.is_empty() {
+            return fail("This program doesn't take any arguments.");
+        }
+        let selection = crate::campaign::Selection {
+            group: args.group.clone(),
+            offline: args.offline.clone(),
+            node_tags: args.node_tags.clone(),
+            failure_domains: args.failure_domains.clone(),
+            skip_non_redundant: args.skip_non_redundant,
+            ignore_non_redundant: args.ignore_non_redundant,
+            full_evacuation: args.full_evacuation,
+        };
+        return crate::campaign::execute(&selection, &args.execute);
+    }
     if !args.extra.is_empty() {
         return fail("This program doesn't take any arguments.");
     }

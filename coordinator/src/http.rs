@@ -12,6 +12,7 @@
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
 //! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed; needs HTTP basic auth of a user with `write` (401 without or with wrong credentials, 403 for a user without `write` or when no users file is readable) |
 //! | `/1/disruptions`, `/1/overrides`, `/1/breaker`, `/1/audit` | the gate's admission API, overrides and storm breaker ([`crate::admission`]) |
+//! | `/1/maintenance` | rolling maintenance campaigns ([`crate::maintenance_api`]) |
 //! | `GET /metrics` | Prometheus metrics (text format 0.0.4, see [`crate::metrics`]) |
 //!
 //! Every answer is JSON with `Content-Type: application/json`, except `/metrics` and the web status page
@@ -69,6 +70,15 @@ pub fn router(state: ApiState) -> Router {
         .route("/1/breaker/reset", post(crate::admission::reset_breaker))
         .route("/1/audit", get(crate::admission::audit))
         .route("/1/nodes/{node}/check", post(check))
+        .route(
+            "/1/maintenance",
+            get(crate::maintenance_api::list).post(crate::maintenance_api::start),
+        )
+        .route("/1/maintenance/{id}", get(crate::maintenance_api::show))
+        .route(
+            "/1/maintenance/{id}/{command}",
+            post(crate::maintenance_api::command),
+        )
         .route("/metrics", get(metrics))
         // The web status page (crate::ui).
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
@@ -428,6 +438,14 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         }
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return internal(e),
     }
+    let campaigns = match state.store.campaigns() {
+        Ok(records) => records
+            .into_iter()
+            .map(|record| record.campaign)
+            .collect::<Vec<_>>(),
+        Err(e) => return internal(e),
+    };
+    state.board.metrics.set_campaigns(&campaigns);
     let text = state.board.metrics.render(&incidents, agents.values());
     (
         [(

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 use crate::incident::{Action, Incident, RepairStatus};
 use crate::scrape::AgentStatus;
 use crate::store::IntentSpec;
+use nodecare_protocol::maintenance::{Campaign, CampaignState, NodeStep};
 
 /// The `Content-Type` of [`CoordinatorMetrics::render`]'s text.
 pub use nodecare_daemon::metrics::CONTENT_TYPE;
@@ -107,7 +108,24 @@ pub struct CoordinatorMetrics {
     overrides: Gauge,
     /// The balancing duty's runs and moves.
     pub balancing: BalancingMetrics,
+    campaigns: Family<Labels, Gauge>,
+    campaign_group: Gauge,
+    campaign_groups: Gauge,
+    campaign_nodes_done: Gauge,
+    campaign_nodes: Gauge,
+    campaign_nodes_failed: Gauge,
+    campaign_blocked: Gauge,
 }
+
+/// Every campaign state, so the campaign gauge always has all series.
+const CAMPAIGN_STATES: [CampaignState; 6] = [
+    CampaignState::Running,
+    CampaignState::Paused,
+    CampaignState::Aborting,
+    CampaignState::Completed,
+    CampaignState::Failed,
+    CampaignState::Aborted,
+];
 
 impl std::fmt::Debug for CoordinatorMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -235,6 +253,47 @@ impl CoordinatorMetrics {
             overrides.clone(),
         );
         let balancing = BalancingMetrics::register(&mut registry);
+        let campaigns = Family::<Labels, Gauge>::default();
+        registry.register(
+            "nodecare_coordinator_campaigns",
+            "Maintenance campaigns in the store, by state",
+            campaigns.clone(),
+        );
+        let campaign_gauge = |registry: &mut Registry, name: &str, help: &str| {
+            let gauge = Gauge::default();
+            registry.register(name, help, gauge.clone());
+            gauge
+        };
+        let campaign_group = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_campaign_group",
+            "Reboot groups started by the campaigns not ended (the group in flight is group k of n)",
+        );
+        let campaign_groups = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_campaign_groups",
+            "Reboot groups in total (started and planned) of the campaigns not ended",
+        );
+        let campaign_nodes_done = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_campaign_nodes_done",
+            "Nodes finished with (done, failed or skipped) by the campaigns not ended",
+        );
+        let campaign_nodes = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_campaign_nodes",
+            "Nodes in total (started and planned) of the campaigns not ended",
+        );
+        let campaign_nodes_failed = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_campaign_nodes_failed",
+            "Nodes that failed in the campaigns not ended (left drained with continue_on_failure)",
+        );
+        let campaign_blocked = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_campaign_blocked",
+            "Campaigns not ended whose next group waits (refused by the gate, planning error)",
+        );
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -254,7 +313,15 @@ impl CoordinatorMetrics {
             grants,
             overrides,
             balancing,
+            campaigns,
+            campaign_group,
+            campaign_groups,
+            campaign_nodes_done,
+            campaign_nodes,
+            campaign_nodes_failed,
+            campaign_blocked,
         };
+        metrics.set_campaigns(&[]);
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
         metrics
@@ -334,6 +401,32 @@ impl CoordinatorMetrics {
         self.breaker_open.set(i64::from(breaker_open));
         self.grants.set(gauge_value(grants));
         self.overrides.set(gauge_value(overrides));
+    }
+
+    /// Sets the campaign gauges from the stored campaigns: how many in each state, and the
+    /// progress of those not ended (group k of n, nodes done of total), summed.
+    pub fn set_campaigns(&self, campaigns: &[Campaign]) {
+        for state in CAMPAIGN_STATES {
+            let count = campaigns.iter().filter(|c| c.state == state).count();
+            self.campaigns
+                .get_or_create(&labels(&[("state", state.as_str())]))
+                .set(gauge_value(count));
+        }
+        let active: Vec<&Campaign> = campaigns.iter().filter(|c| !c.state.is_final()).collect();
+        let sum = |f: &dyn Fn(&Campaign) -> usize| gauge_value(active.iter().map(|c| f(c)).sum());
+        self.campaign_group.set(sum(&|c| c.groups.len()));
+        self.campaign_groups.set(sum(&|c| c.groups_total()));
+        self.campaign_nodes_done.set(sum(&|c| c.nodes_progress().0));
+        self.campaign_nodes.set(sum(&|c| c.nodes_progress().1));
+        self.campaign_nodes_failed.set(sum(&|c| {
+            c.groups
+                .iter()
+                .flat_map(|g| &g.nodes)
+                .filter(|n| n.step == NodeStep::Failed)
+                .count()
+        }));
+        self.campaign_blocked
+            .set(sum(&|c| usize::from(c.blocked_by.is_some())));
     }
 
     /// Sets the incident gauge from the stored incidents.
@@ -459,7 +552,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 19);
+        assert_eq!(types, 26);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -469,15 +562,81 @@ mod tests {
     }
 
     #[test]
+    fn campaign_gauges_count_states_and_progress() {
+        use nodecare_protocol::maintenance::{
+            CampaignGroup, CampaignNode, CampaignRequest, NodeStep,
+        };
+        let node = |name: &str, step: NodeStep| CampaignNode {
+            node: name.into(),
+            step,
+            step_started_ms: None,
+            step_deadline_ms: None,
+            original_primaries: Vec::new(),
+            boot_id_before: None,
+            waiting_for: None,
+            failure: None,
+        };
+        let running = Campaign {
+            id: "c1".into(),
+            request: CampaignRequest::new("reboot"),
+            who: "ops".into(),
+            state: CampaignState::Running,
+            created_ms: 0,
+            updated_ms: 0,
+            finished_ms: None,
+            groups: vec![
+                CampaignGroup {
+                    index: 0,
+                    nodes: vec![node("n1", NodeStep::Done), node("n2", NodeStep::Failed)],
+                    started_ms: Some(1),
+                    finished_ms: Some(2),
+                },
+                CampaignGroup {
+                    index: 1,
+                    nodes: vec![node("n3", NodeStep::Hook)],
+                    started_ms: Some(3),
+                    finished_ms: None,
+                },
+            ],
+            planned: vec![vec!["n4".into(), "n5".into()]],
+            failure: None,
+            failures: Vec::new(),
+            blocked_by: Some("the gate".into()),
+            warnings: Vec::new(),
+        };
+        let mut completed = running.clone();
+        completed.state = CampaignState::Completed;
+        let metrics = CoordinatorMetrics::new();
+        let text = metrics.render(&[], std::iter::empty());
+        assert!(text.contains("nodecare_coordinator_campaigns{state=\"running\"} 0"));
+        assert!(text.contains("nodecare_coordinator_campaign_nodes 0"));
+        metrics.set_campaigns(&[running, completed]);
+        let text = metrics.render(&[], std::iter::empty());
+        for expected in [
+            "nodecare_coordinator_campaigns{state=\"running\"} 1",
+            "nodecare_coordinator_campaigns{state=\"completed\"} 1",
+            "nodecare_coordinator_campaigns{state=\"aborted\"} 0",
+            "nodecare_coordinator_campaign_group 2",
+            "nodecare_coordinator_campaign_groups 3",
+            "nodecare_coordinator_campaign_nodes_done 2",
+            "nodecare_coordinator_campaign_nodes 5",
+            "nodecare_coordinator_campaign_nodes_failed 1",
+            "nodecare_coordinator_campaign_blocked 1",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in\n{text}");
+        }
+    }
+
+    #[test]
     fn series_are_bounded() {
         let metrics = CoordinatorMetrics::new();
         let many: Vec<AgentStatus> = (0..500).map(|_| agent(AgentState::Unreachable)).collect();
         let text = metrics.render(&[], many.iter());
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         // 15 incident series, 4 agent outcomes, 18 job series (9 kinds, submitted and
-        // failed), 3 notification results, 2 histograms, scalars: independent of the number of
-        // nodes and incidents.
-        assert!(samples < 90, "{samples} series:\n{text}");
+        // failed), 3 notification results, 6 campaign states, 2 histograms, scalars:
+        // independent of the number of nodes, incidents and campaigns.
+        assert!(samples < 105, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

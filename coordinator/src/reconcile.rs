@@ -151,6 +151,8 @@ pub struct Reconciler {
     override_note: std::sync::Mutex<Option<String>>,
     /// DRBD instances seen degraded with both nodes online, and since when (Unix ms).
     degraded_since: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// The agents' verified, fresh reports of this round (for the campaigns).
+    agents_seen: std::sync::Mutex<BTreeMap<String, crate::campaign::AgentNow>>,
 }
 
 /// How long a DRBD instance must stay degraded with both nodes online before the
@@ -283,6 +285,7 @@ impl Reconciler {
             balancer: None,
             override_note: std::sync::Mutex::new(None),
             degraded_since: std::sync::Mutex::new(BTreeMap::new()),
+            agents_seen: std::sync::Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -643,6 +646,10 @@ impl Reconciler {
             .grants(now_ms())?
             .into_iter()
             .map(|grant| (grant.node, grant.granted_ms))
+            .chain(crate::campaign_exec::planned_disruptions(
+                &self.store,
+                now_ms(),
+            )?)
             .collect())
     }
 
@@ -703,6 +710,24 @@ impl Reconciler {
             }
         }
         self.store.save_agent_sequences(&accepted)?;
+        *self
+            .agents_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = results
+            .iter()
+            .filter_map(|result| match &result.outcome {
+                AgentOutcome::Verified(o) => Some((
+                    result.node.clone(),
+                    crate::campaign::AgentNow {
+                        boot_id: o.boot_id.clone(),
+                        reboot_required: o.reboot_required,
+                        ok: o.verdict.status == DiagnoseStatus::Ok,
+                        collected_at_ms: o.collected_at_ms,
+                    },
+                )),
+                _ => None,
+            })
+            .collect();
 
         let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
         let mut incidents = self.store.incidents()?;
@@ -1002,7 +1027,8 @@ impl Reconciler {
             &view,
             node_repair::holds(&incidents, nodes)
                 .into_iter()
-                .chain(self.store.grants_in_force(now)?),
+                .chain(self.store.grants_in_force(now)?)
+                .chain(crate::campaign_exec::holds(&self.store)?),
         );
         let breaker =
             self.breaker_round(nodes, &incidents, summary.agents, failed_outside_grace)?;
@@ -1053,6 +1079,37 @@ impl Reconciler {
         };
         let mut proposals = duty.proposals;
         proposals.extend(balancing.proposals.proposals.iter().cloned());
+        // Rolling maintenance: campaigns due for their next group propose it.
+        let agents_seen = self
+            .agents_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let world = crate::campaign_exec::world(
+            nodes,
+            instances,
+            agents_seen,
+            &view.storage,
+            &self.settings.node_name,
+            now,
+        );
+        let campaign_ctx = crate::campaign_exec::Context {
+            ganeti: &*self.ganeti,
+            store: &self.store,
+            repairs: &self.repairs,
+            agent_urls: &self.settings.agent_urls,
+            nodes,
+        };
+        let campaigns = crate::campaign_exec::prepare(
+            campaign_ctx,
+            &world,
+            &view,
+            instances,
+            groups.as_deref().unwrap_or_default(),
+            &self.settings.node_name,
+        )
+        .await?;
+        proposals.extend(campaigns.proposals.iter().cloned());
         // Instance repair (harep's duty): its repairs are proposals like any other; nodes in
         // the grace of a planned disruption are left alone.
         let instance_repair = if let (true, Some(groups)) = (self.settings.instance_repair, groups)
@@ -1243,6 +1300,8 @@ impl Reconciler {
                 )
                 .await?;
         }
+        summary.jobs_submitted +=
+            crate::campaign_exec::execute(campaign_ctx, &decision, &campaigns, &world).await?;
         if let Some((collected, assessment)) = instance_repair {
             let blocked: BTreeMap<&str, String> = decision
                 .refused()

@@ -96,6 +96,10 @@ pub struct Observation {
     pub expires_at_ms: u64,
     /// Why the observation is stale, when it is.
     pub stale_reason: Option<String>,
+    /// The node's boot id, when its agent reports one.
+    pub boot_id: Option<String>,
+    /// Whether the node's reboot sentinel is set, when its agent reports it.
+    pub reboot_required: Option<bool>,
 }
 
 /// What reading one agent gave.
@@ -741,6 +745,8 @@ pub fn verify_report(
         collected_at_ms: payload.collected_at_ms,
         expires_at_ms: envelope.expires_at_ms,
         stale_reason,
+        boot_id: payload.boot_id,
+        reboot_required: payload.reboot_required,
     };
     if observation.stale_reason.is_some() {
         AgentOutcome::Stale(observation)
@@ -797,6 +803,8 @@ mod tests {
             age_ms: 0,
             stale,
             interval_ms: 1000,
+            boot_id: None,
+            reboot_required: None,
         })
         .unwrap()
     }
@@ -826,6 +834,8 @@ mod tests {
                 collected_at_ms: NOW,
                 expires_at_ms: NOW + 1000,
                 stale_reason: None,
+                boot_id: None,
+                reboot_required: None,
             }),
             elapsed: Duration::ZERO,
         };
@@ -845,6 +855,8 @@ mod tests {
                 collected_at_ms: NOW,
                 expires_at_ms: NOW + 1000,
                 stale_reason: None,
+                boot_id: None,
+                reboot_required: None,
             }),
             ..result
         };

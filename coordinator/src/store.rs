@@ -261,6 +261,12 @@ impl Store {
                  record TEXT NOT NULL,
                  PRIMARY KEY (run, key));",
         )?;
+        connection.execute_batch(
+            "CREATE TABLE IF NOT EXISTS campaigns (
+                 id TEXT PRIMARY KEY,
+                 created_ms INTEGER NOT NULL,
+                 record TEXT NOT NULL);",
+        )?;
         Ok(Self {
             connection: Mutex::new(connection),
         })
@@ -361,6 +367,39 @@ impl Store {
         }
         transaction.commit()?;
         Ok(forgotten)
+    }
+
+    /// Every stored maintenance campaign, newest first.
+    pub fn campaigns(&self) -> Result<Vec<crate::campaign::Record>, StoreError> {
+        let connection = self.lock();
+        let mut statement = connection
+            .prepare("SELECT record FROM campaigns ORDER BY created_ms DESC, rowid DESC")?;
+        let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+        let mut campaigns = Vec::new();
+        for row in rows {
+            let text = row?;
+            campaigns.push(
+                serde_json::from_str(&text)
+                    .map_err(|error| StoreError::Corrupt(format!("campaign: {error}")))?,
+            );
+        }
+        Ok(campaigns)
+    }
+
+    /// Stores (inserts or replaces) a maintenance campaign.
+    pub fn save_campaign(&self, record: &crate::campaign::Record) -> Result<(), StoreError> {
+        let text = serde_json::to_string(record)
+            .map_err(|error| StoreError::Corrupt(format!("encoding campaign: {error}")))?;
+        self.lock().execute(
+            "INSERT INTO campaigns (id, created_ms, record) VALUES (?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET record = excluded.record",
+            params![
+                record.campaign.id,
+                i64::try_from(record.campaign.created_ms).unwrap_or(i64::MAX),
+                text
+            ],
+        )?;
+        Ok(())
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {

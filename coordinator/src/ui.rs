@@ -13,7 +13,7 @@
 //! | `POST /ui/admin/breaker/reset` | closes the storm breaker (form field `reason`), audited |
 //!
 //! The page is built from the same typed state as the JSON API (`/1/overview`): the store's
-//! incidents and intents, the board's agents and last round, and the gate's failure domains,
+//! incidents, intents and maintenance campaigns, the board's agents and last round, and the gate's failure domains,
 //! refused proposals, grants, overrides and breaker ([`crate::admission::GateStatus`]). Actions are CSRF-protected: the
 //! form carries a token that is an HMAC of the authenticated user under a key drawn at start,
 //! and a request whose `Origin` (or `Referer`) names another host is refused.
@@ -37,6 +37,7 @@ use crate::incident::{Incident, RepairStatus};
 use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident};
 use crate::scrape::{AgentState, AgentStatus};
 use crate::store::{Intent, IntentSpec, IntentState};
+use nodecare_protocol::maintenance::{Campaign, CampaignNode, CampaignState, NodeStep};
 
 /// Seconds between reloads of the page.
 pub const REFRESH_SECS: u32 = 10;
@@ -72,6 +73,8 @@ pub struct Snapshot {
     pub gate: GateStatus,
     /// Instances the instance-repair duty is repairing or would repair.
     pub instance_repairs: Vec<nodecare_protocol::status::InstanceRepairSummary>,
+    /// Maintenance campaigns, newest first.
+    pub campaigns: Vec<Campaign>,
 }
 
 /// Reads the snapshot from the API's state.
@@ -115,6 +118,12 @@ pub fn snapshot(state: &ApiState) -> Result<Snapshot, crate::store::StoreError> 
             .read()
             .map(|r| r.clone())
             .unwrap_or_default(),
+        campaigns: state
+            .store
+            .campaigns()?
+            .into_iter()
+            .map(|record| record.campaign)
+            .collect(),
     })
 }
 
@@ -316,6 +325,9 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
                     }
                 }
                 (gate_section(&snapshot.gate, now, actions, base))
+                @if !snapshot.campaigns.is_empty() {
+                    (campaigns_section(&snapshot.campaigns, now))
+                }
                 section id="incidents" {
                     h2 { "Incidents" }
                     @if snapshot.incidents.is_empty() {
@@ -385,6 +397,89 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
         }
     };
     page.into_string()
+}
+
+/// Campaigns shown on the page: every one not ended, and the last few that ended.
+pub const CAMPAIGNS_SHOWN_ENDED: usize = 3;
+
+fn campaign_class(state: CampaignState) -> &'static str {
+    match state {
+        CampaignState::Running | CampaignState::Completed => "good",
+        CampaignState::Paused | CampaignState::Aborting | CampaignState::Aborted => "warn",
+        CampaignState::Failed => "bad",
+    }
+}
+
+fn step_class(node: &CampaignNode) -> &'static str {
+    match node.step {
+        NodeStep::Failed => "bad",
+        NodeStep::Done => "good",
+        NodeStep::Pending | NodeStep::Skipped => "mute",
+        _ => "",
+    }
+}
+
+/// The maintenance campaigns (`nodecare roll --execute`): state, group k of n, nodes done,
+/// what blocks the next group, failures, and the steps of the group in flight.
+fn campaigns_section(campaigns: &[Campaign], now: u64) -> Markup {
+    let active = campaigns.iter().filter(|c| !c.state.is_final());
+    let ended = campaigns
+        .iter()
+        .filter(|c| c.state.is_final())
+        .take(CAMPAIGNS_SHOWN_ENDED);
+    let shown: Vec<&Campaign> = active.chain(ended).collect();
+    html! {
+        section id="campaigns" {
+            h2 { "Maintenance campaigns" }
+            p.mute { "Rolling maintenance (" code { "nodecare roll --execute" } "): one reboot group at a time, drained, hook run, back healthy, undrained. " code { "nodecare roll status ID" } " shows every step." }
+            @for c in shown {
+                @let (done, total) = c.nodes_progress();
+                div.incident id={ "campaign-" (c.id) } {
+                    p {
+                        b { "Campaign " code { (c.id) } } " "
+                        span class=(campaign_class(c.state)) { (c.state.as_str()) }
+                        ": group " (c.groups.len()) " of " (c.groups_total())
+                        ", " (done) " of " (total) " node(s) done, hook " code { (c.request.hook) }
+                        ", by " (c.who) ", started " (age(now, c.created_ms)) " ago"
+                        @if let Some(end) = c.finished_ms { ", ended " (age(now, end)) " ago" }
+                    }
+                    @if let Some(blocked) = &c.blocked_by {
+                        p.blocked { "Next group waits: " (blocked) }
+                    }
+                    @if let Some(f) = &c.failure {
+                        p.bad { "Failed: " (f.node) " in " (f.step.as_str()) ": " (f.why) }
+                    }
+                    @for f in &c.failures {
+                        p.warn { "Left drained: " (f.node) " failed in " (f.step.as_str()) ": " (f.why) }
+                    }
+                    @if let Some(group) = c.groups.last().filter(|g| g.finished_ms.is_none() && !c.state.is_final()) {
+                        div.wrap { table {
+                            thead { tr { th { "node" } th { "step" } th { "for" } th { "times out in" } th { "waiting for" } } }
+                            tbody {
+                                @for n in &group.nodes {
+                                    tr {
+                                        td { (n.node) }
+                                        td class=(step_class(n)) { (n.step.as_str()) }
+                                        td { @if let Some(t) = n.step_started_ms { (age(now, t)) } }
+                                        td { @if let Some(t) = n.step_deadline_ms { (age(t, now)) } }
+                                        td { (n.waiting_for.as_deref().or(n.failure.as_ref().map(|f| f.why.as_str())).unwrap_or("")) }
+                                    }
+                                }
+                            }
+                        } }
+                    }
+                    @if !c.planned.is_empty() {
+                        p.mute { "Planned next: "
+                            @for (i, group) in c.planned.iter().enumerate() {
+                                @if i > 0 { "; " }
+                                (group.join(", "))
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The failure domains (disrupted nodes and holders), what waits and why, the grants to other

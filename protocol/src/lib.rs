@@ -13,6 +13,7 @@
 //! - [`clock`]: the one wall clock, Unix milliseconds.
 //! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 //! - [`gate`]: the coordinator's admission API, overrides, storm breaker and failure domains.
+//! - [`maintenance`]: rolling maintenance campaigns (`/1/maintenance`) and the hook's stdin.
 
 pub mod canonical;
 pub mod clock;
@@ -20,6 +21,7 @@ pub mod diagnose;
 pub mod gate;
 pub mod json;
 pub mod load;
+pub mod maintenance;
 pub mod notify;
 pub mod repair;
 pub mod report;

@@ -201,6 +201,8 @@ mod tests {
             age_ms: 0,
             stale: false,
             interval_ms: 1,
+            boot_id: None,
+            reboot_required: None,
         })
         .unwrap();
         assert!(serde_json::from_value::<StoragePayload>(diagnose).is_err());

@@ -86,6 +86,8 @@ fn diagnose_payload() -> DiagnosePayload {
         age_ms: 1_500,
         stale: false,
         interval_ms: 60_000,
+        boot_id: None,
+        reboot_required: None,
     }
 }
 
@@ -190,6 +192,36 @@ fn signed_diagnose_envelope() {
     check_envelope("diagnose", &envelope);
     let decoded: DiagnosePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
     assert_eq!(decoded, payload);
+}
+
+/// The diagnose payload of an agent that reads the boot id and the reboot sentinel: the two
+/// fields are added, every other byte is as above, and the payload without them still decodes.
+#[test]
+fn signed_diagnose_envelope_with_boot_id() {
+    let payload = DiagnosePayload {
+        boot_id: Some("4c6b1e1a-8f1e-4d2a-9b7c-3e5f6a7b8c9d".into()),
+        reboot_required: Some(true),
+        ..diagnose_payload()
+    };
+    check(
+        "diagnose-boot.payload.json",
+        &nodecare_protocol::canonical_bytes(&serde_json::to_value(&payload).unwrap()).unwrap(),
+    );
+    let envelope = Signer::new(key(), NODE)
+        .sign(
+            serde_json::to_value(&payload).unwrap(),
+            1_800_000_000_003,
+            ISSUED_AT_MS,
+            TTL_MS,
+        )
+        .unwrap();
+    check_envelope("diagnose-boot", &envelope);
+    let decoded: DiagnosePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
+    assert_eq!(decoded, payload);
+    // The older payload (no boot fields) decodes with both absent.
+    let old: DiagnosePayload = serde_json::from_slice(&read("diagnose.payload.json")).unwrap();
+    assert_eq!(old.boot_id, None);
+    assert_eq!(old.reboot_required, None);
 }
 
 #[test]

@@ -28,6 +28,8 @@
 #           with 429 while a domain is busy; an override of rack:b lets node3 start and expires;
 #           once both racks are returned to service, node1's admission is granted and released;
 #           `nodecare check` makes an agent run its diagnose scripts at once.
+#        S10 (s10-campaign.sh) a rolling maintenance campaign over every node survives a kill -9
+#           of the coordinator: hooks once each, no instance down, primaries back.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -148,12 +150,15 @@ start_agent() { # NODE-INDEX
   local ip_var="NODECARE_GNT_NODE${1}_IP" name_var="NODECARE_GNT_NODE${1}_NAME"
   "$GNT/node-exec.sh" "$1" --bg "agent-$1" "$AGENT" --listen "${!ip_var}:1815" --node-name "${!name_var}" \
     --hmac-key /var/lib/ganeti/hmac.key --state-dir "$S/e2e/agent-state-$1" \
-    --diagnose-dir /etc/ganeti/node-diagnose-commands --diagnose-interval-secs "$AGENT_INTERVAL" --log info >/dev/null
+    --diagnose-dir /etc/ganeti/node-diagnose-commands --diagnose-interval-secs "$AGENT_INTERVAL" \
+    --boot-id-path "$S/e2e/boot_id-$1" --log info >/dev/null
 }
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   root_var="NODECARE_GNT_NODE${i}_ROOT"
   nroot=${!root_var}
   echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"
+  # Each node's own boot id (the nodes share one kernel): a "reboot" writes a new one.
+  cat /proc/sys/kernel/random/uuid >"$S/e2e/boot_id-$i"
   for d in node-diagnose-commands node-repair-commands; do
     install -d -o root -g root -m 0755 "$nroot/etc/ganeti/$d"
   done

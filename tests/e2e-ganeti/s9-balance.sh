@@ -9,7 +9,7 @@
 # what Ganeti's hbal reports on the cluster with the same options and load file (exactly on one
 # RAPI snapshot, -m file://; within the drift of live free memory for hbal -L on the master),
 # and neither finds a move left.
-scenario_balance() {
+balance_scenario_body() {
   local n1=$NODECARE_GNT_NODE1_NAME n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME
   local i k open_from open_to group moved bad
   master_healthy S9
@@ -36,7 +36,8 @@ scenario_balance() {
     fail "S9 balance" "precondition: $n2 still holds $(primaries_of "$n2")"
     return
   fi
-  # Balancing on from here: the coordinator restarts with it (same state).
+  # Balancing on from here: the coordinator restarts with it (same state); off again at the end.
+  cp "$S/e2e/coord.toml" "$S/e2e/coord.toml.before-s9"
   cat >>"$S/e2e/coord.toml" <<TOML
 [balancing]
 enabled = true
@@ -168,4 +169,16 @@ print(sum(1 for j in d if 'balancing (' in json.dumps(j.get('ops', [])) and 'gnt
   fi
   wait_status 90 "not any(i.get('node')=='$n3' and i.get('repair-status') in ('noted', 'pending') for i in d)" || true
   return_to_service "$n3"
+}
+scenario_balance() {
+  local k
+  balance_scenario_body
+  # Balancing off again, however the scenario ended: later scenarios expect instances to stay
+  # where they put them.
+  if [[ -e $S/e2e/coord.toml.before-s9 ]]; then
+    mv "$S/e2e/coord.toml.before-s9" "$S/e2e/coord.toml"
+    "$GNT/node-exec.sh" 1 --stop coordinator >/dev/null 2>&1
+    start_coordinator || log "S9: the coordinator did not start again"
+    for ((k = 0; k < 60; k++)); do coord /1/agents >/dev/null 2>&1 && break; sleep 1; done
+  fi
 }

@@ -70,6 +70,8 @@ struct AgentState {
     /// The DRBD state its signed storage report shows (whole: no minors, by default).
     storage: Mutex<nodecare_protocol::DrbdState>,
     storage_sequence: Mutex<u64>,
+    /// The boot id and reboot sentinel its diagnose payload carries (absent by default).
+    boot: Mutex<(Option<String>, Option<bool>)>,
     /// The mond reports its signed load report carries (none: it answers 503, as an agent
     /// without a key).
     load: Mutex<Option<Vec<nodecare_protocol::Report>>>,
@@ -125,6 +127,22 @@ impl FakeAgent {
         if let Ok(mut state) = self.state.storage.lock() {
             *state = drbd;
         }
+    }
+
+    /// Sets the boot id its diagnose payload carries from now on (`None`: the field is absent).
+    pub fn set_boot_id(&self, boot_id: Option<&str>) {
+        if let Ok(mut boot) = self.state.boot.lock() {
+            boot.0 = boot_id.map(str::to_owned);
+        }
+        self.state.changed();
+    }
+
+    /// Sets the reboot sentinel its diagnose payload carries from now on (`None`: absent).
+    pub fn set_reboot_required(&self, required: Option<bool>) {
+        if let Ok(mut boot) = self.state.boot.lock() {
+            boot.1 = required;
+        }
+        self.state.changed();
     }
 
     /// Sets the reports of its signed load report (`None`: the report answers 503).
@@ -228,12 +246,15 @@ fn sign_report(
     };
     let offset = state.clock_offset_ms.lock().map_or(0, |o| *o);
     let now = now_ms().saturating_add_signed(offset);
+    let (boot_id, reboot_required) = state.boot.lock().map_err(|e| e.to_string())?.clone();
     let payload = serde_json::to_value(DiagnosePayload {
         verdict: verdict.clone(),
         collected_at_ms: now,
         age_ms: 0,
         stale: false,
         interval_ms: 1000,
+        boot_id,
+        reboot_required,
     })
     .map_err(|e| e.to_string())?;
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
@@ -508,6 +529,7 @@ impl FakeAgents {
             down: Mutex::new(false),
             storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),
             storage_sequence: Mutex::new(0),
+            boot: Mutex::new((None, None)),
             load: Mutex::new(None),
             checks: Mutex::new(0),
             clock_offset_ms: Mutex::new(0),

@@ -170,3 +170,128 @@ async fn read_commands_show_a_completed_evacuation_and_an_unknown_verdict() {
     );
     server.abort();
 }
+
+/// `nodecare roll --execute` starts a campaign on the real coordinator, `roll status` shows it,
+/// `pause`, `resume` and `abort` steer it, and `roll status --wait` ends with exit code 1 once
+/// it is aborted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roll_execute_status_and_control_a_campaign() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "ops secret write\n").unwrap();
+    let users_path = users.clone();
+    let mut h = Harness::new(4, "a:drbd:2,b:drbd:3", move |config| {
+        config.users = users_path;
+    })
+    .await
+    .unwrap();
+    h.round().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let write = |args: &[&str]| {
+        let mut all: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        all.extend(["--user".into(), "ops".into()]);
+        all
+    };
+    let run = |args: Vec<String>| {
+        let url = url.clone();
+        async move {
+            let mut command = Command::new(nodecare_bin());
+            command
+                .args(&args)
+                .args(["--url", &url])
+                .env_remove("NODECARE_COORDINATOR_URL")
+                .env_remove("NODECARE_USER")
+                .env("NODECARE_PASSWORD", "secret");
+            let output = tokio::task::spawn_blocking(move || command.output())
+                .await
+                .unwrap()
+                .unwrap();
+            (
+                output.status.code(),
+                String::from_utf8(output.stdout).unwrap(),
+                String::from_utf8(output.stderr).unwrap(),
+            )
+        }
+    };
+
+    // Without credentials: refused, and told how to give them.
+    let (code, _, stderr) = nodecare(&url, &["roll", "--execute", "--hook", "reboot"]).await;
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("--user"), "{stderr}");
+
+    let (code, stdout, stderr) = run(write(&[
+        "roll",
+        "--execute",
+        "--hook",
+        "reboot",
+        "--reason",
+        "cli test",
+        "--json",
+    ]))
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let started: nodecare_protocol::maintenance::Campaign = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(started.request.hook, "reboot");
+    assert_eq!(started.request.reason.as_deref(), Some("cli test"));
+    assert_eq!(started.who, "ops");
+    let id = started.id.clone();
+
+    let (code, stdout, stderr) = nodecare(
+        &url,
+        &["roll", "status", "--no-headers", "-o", "id,state,hook"],
+    )
+    .await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(stdout, format!("{id} running reboot\n"));
+    let (code, stdout, stderr) = nodecare(&url, &["roll", "status", &id]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.starts_with(&format!(
+            "campaign {id}: running\nhook reboot, by ops, reason: cli test\n"
+        )),
+        "{stdout}"
+    );
+
+    for (verb, state) in [("pause", "paused"), ("resume", "running")] {
+        let (code, stdout, stderr) = run(write(&["roll", verb, &id])).await;
+        assert_eq!(code, Some(0), "{verb}: {stderr}");
+        assert_eq!(stdout, format!("campaign {id}: {state}\n"), "{verb}");
+    }
+    let (code, stdout, stderr) = run(write(&["roll", "abort", &id])).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout == format!("campaign {id}: aborting\n")
+            || stdout == format!("campaign {id}: aborted\n"),
+        "{stdout}"
+    );
+    for _ in 0..20 {
+        h.round().await.unwrap();
+        let (_, stdout, _) =
+            nodecare(&url, &["roll", "status", "--no-headers", "-o", "state"]).await;
+        if stdout.trim() == "aborted" {
+            break;
+        }
+    }
+    let (code, stdout, stderr) =
+        nodecare(&url, &["roll", "status", &id, "--wait", "--interval", "1"]).await;
+    assert_eq!(
+        code,
+        Some(1),
+        "an aborted campaign did not complete: {stdout}{stderr}"
+    );
+    assert!(
+        stdout.contains(&format!("campaign {id}: aborted\n")),
+        "{stdout}"
+    );
+    let (code, _, stderr) = nodecare(
+        &url,
+        &["roll", "status", "0190c0de-0000-7000-8000-000000000000"],
+    )
+    .await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("404"), "{stderr}");
+    server.abort();
+}

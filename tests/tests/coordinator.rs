@@ -1,5 +1,6 @@
 //! Coordinator end to end against the simulated Ganeti and fake agents (one test binary).
 
+mod campaign;
 mod crash;
 mod failover;
 mod faults;

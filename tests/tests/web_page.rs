@@ -18,6 +18,9 @@ use nodecare_coordinator::ui::{Actions, Snapshot, render};
 use nodecare_protocol::gate::{
     AuditEntry, BreakerView, Disrupted, DomainStatus, Grant, OverrideView, Waiting,
 };
+use nodecare_protocol::maintenance::{
+    Campaign, CampaignGroup, CampaignNode, CampaignRequest, CampaignState, Failure, NodeStep,
+};
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus};
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
@@ -125,7 +128,105 @@ fn fixed_snapshot() -> Snapshot {
         max_disrupted_nodes: 1,
         gate: fixed_gate(),
         instance_repairs: Vec::new(),
+        campaigns: fixed_campaigns(),
     }
+}
+
+/// A campaign in its second group (node3 waits for a new boot id, node4 migrates back), one
+/// that failed and one that completed.
+fn fixed_campaigns() -> Vec<Campaign> {
+    let node = |name: &str, step: NodeStep| CampaignNode {
+        node: name.into(),
+        step,
+        step_started_ms: None,
+        step_deadline_ms: None,
+        original_primaries: Vec::new(),
+        boot_id_before: None,
+        waiting_for: None,
+        failure: None,
+    };
+    let mut waiting = node("node3", NodeStep::WaitHealthy);
+    waiting.step_started_ms = Some(NOW_MS - 120_000);
+    waiting.step_deadline_ms = Some(NOW_MS + 1_680_000);
+    waiting.waiting_for = Some("a new boot id (still 4c6b1e1a)".into());
+    let mut back = node("node4", NodeStep::MigrateBack);
+    back.step_started_ms = Some(NOW_MS - 30_000);
+    let running = Campaign {
+        id: Uuid::from_u128(20).to_string(),
+        request: CampaignRequest::new("reboot"),
+        who: "ops".into(),
+        state: CampaignState::Running,
+        created_ms: NOW_MS - 1_800_000,
+        updated_ms: NOW_MS - 30_000,
+        finished_ms: None,
+        groups: vec![
+            CampaignGroup {
+                index: 0,
+                nodes: vec![node("node1", NodeStep::Done)],
+                started_ms: Some(NOW_MS - 1_790_000),
+                finished_ms: Some(NOW_MS - 900_000),
+            },
+            CampaignGroup {
+                index: 1,
+                nodes: vec![waiting, back],
+                started_ms: Some(NOW_MS - 890_000),
+                finished_ms: None,
+            },
+        ],
+        planned: vec![vec!["node2".into()]],
+        failure: None,
+        failures: Vec::new(),
+        blocked_by: None,
+        warnings: Vec::new(),
+    };
+    let failure = Failure {
+        node: "node2".into(),
+        step: NodeStep::Hook,
+        why: "hook exited with status 1: <apt-get update failed>".into(),
+        at_ms: NOW_MS - 86_000_000,
+    };
+    let mut failed_node = node("node2", NodeStep::Failed);
+    failed_node.failure = Some(failure.clone());
+    let failed = Campaign {
+        id: Uuid::from_u128(19).to_string(),
+        request: CampaignRequest::new("apt-upgrade-and-reboot"),
+        state: CampaignState::Failed,
+        created_ms: NOW_MS - 86_400_000,
+        finished_ms: Some(NOW_MS - 86_000_000),
+        groups: vec![CampaignGroup {
+            index: 0,
+            nodes: vec![failed_node],
+            started_ms: Some(NOW_MS - 86_300_000),
+            finished_ms: None,
+        }],
+        planned: vec![vec!["node3".into()]],
+        failure: Some(failure),
+        blocked_by: None,
+        ..running.clone()
+    };
+    let mut completed = running.clone();
+    completed.id = Uuid::from_u128(18).to_string();
+    completed.state = CampaignState::Completed;
+    completed.created_ms = NOW_MS - 172_800_000;
+    completed.finished_ms = Some(NOW_MS - 170_000_000);
+    completed.planned = Vec::new();
+    for group in &mut completed.groups {
+        group.finished_ms = Some(NOW_MS - 170_000_000);
+        for node in &mut group.nodes {
+            *node = CampaignNode {
+                step_started_ms: None,
+                step_deadline_ms: None,
+                waiting_for: None,
+                ..node.clone()
+            };
+            node.step = NodeStep::Done;
+        }
+    }
+    let mut blocked = running.clone();
+    blocked.id = Uuid::from_u128(21).to_string();
+    blocked.blocked_by = Some("failure domain rack:a is disrupted (node2: incident 1)".into());
+    blocked.groups.truncate(1);
+    vec![blocked, running, failed, completed]
 }
 
 /// node2 held by its incident in rack:a, node3 waiting, a grant, an override of rack:b, the
@@ -276,8 +377,10 @@ fn empty_cluster_page_says_so() {
         max_disrupted_nodes: 1,
         gate: GateStatus::default(),
         instance_repairs: Vec::new(),
+        campaigns: Vec::new(),
     };
     let page = render(&snapshot, None);
+    assert!(!page.contains("Maintenance campaigns"), "{page}");
     assert!(page.contains("No incident"), "{page}");
     assert!(page.contains("none read yet"), "{page}");
 }

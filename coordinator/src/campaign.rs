@@ -1,0 +1,1194 @@
+//! Rolling maintenance campaigns: the state machine. Pure, no IO.
+//!
+//! A campaign ([`Record`]) works through reboot groups one at a time. The executor
+//! ([`crate::campaign_exec`]) re-plans the groups left before each group against the cluster as
+//! it is ([`Record::set_plan`]), asks the gate for the next one (the maintenance duty,
+//! [`crate::duty::maintenance`]), starts it when admitted ([`Record::start_group`]), and each
+//! round calls [`Record::advance`] with what it sees ([`World`]); `advance` moves every node of
+//! the group through its steps and plans the operations ([`Op`]) the executor carries out:
+//!
+//! drain → move primaries → hook → wait healthy → undrain → migrate the original primaries
+//! back → done.
+//!
+//! - **Drain**: a job sets the node drained.
+//! - **Move primaries**: each planned move: DRBD instances migrate to their secondary; shared
+//!   storage instances migrate to the node the plan chose; with `full_evacuation` the secondaries
+//!   on the node are replaced by the planned ones.
+//! - **Hook**: the campaign's hook runs on the node through its agent (a signed repair request
+//!   with the [`HookContext`] on stdin); the boot id the agent reported before is kept.
+//! - **Wait healthy**: a new boot id (or the hook said it did not reboot), a fresh signed `Ok`
+//!   verdict collected after the hook, Ganeti sees the node online, and no storage problem
+//!   involves it.
+//! - **Undrain**, then **migrate back** every original primary still running elsewhere (DRBD:
+//!   the node must be its secondary again, else its secondary is first replaced by the node).
+//!
+//! Every step has a timeout ([`StepTimeouts`]): a node that does not finish it fails (node,
+//! step, why) and gets the failure tag; the campaign fails, or with `continue_on_failure` the
+//! node stays as it is (drained) and the others go on. Pause freezes every node at its step
+//! (operations in flight finish; timeouts do not run and restart on resume). Abort lets each
+//! node finish the step in flight, then nodes whose hook has not started are undrained and get
+//! their primaries back (they end `skipped`), nodes past it finish normally, and no new group
+//! starts.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nodecare_protocol::maintenance::{
+    Campaign, CampaignGroup, CampaignNode, CampaignRequest, CampaignState, Failure,
+    HOOK_CONTEXT_KIND, HookContext, NodeStep,
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::gate::Holder;
+
+/// The node tag of a node that failed in a campaign (as an incident's failure tag).
+pub fn failure_tag(campaign: Uuid) -> String {
+    format!("maintd:repairfailed:{campaign}")
+}
+
+/// One instance move the plan asks for while a node reboots.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedMove {
+    /// The instance.
+    pub instance: String,
+    /// Where its primary goes (shared storage); DRBD instances migrate to their secondary.
+    pub target: Option<String>,
+    /// Its new secondary (`full_evacuation`, when the node is its secondary or primary).
+    pub new_secondary: Option<String>,
+}
+
+/// What an operation does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum OpKind {
+    /// Set the node drained.
+    Drain,
+    /// Clear the node's drained flag.
+    Undrain,
+    /// Live-migrate an instance (to its DRBD secondary when `target` is `None`).
+    Migrate {
+        /// The instance.
+        instance: String,
+        /// The target node (shared storage).
+        target: Option<String>,
+    },
+    /// Replace an instance's DRBD secondary by `secondary`.
+    ReplaceSecondary {
+        /// The instance.
+        instance: String,
+        /// The new secondary.
+        secondary: String,
+    },
+    /// Run the hook through the node's agent.
+    Hook {
+        /// The repair request's id (the agent runs it at most once).
+        request_id: String,
+        /// What the hook gets on stdin.
+        context: HookContext,
+    },
+    /// Add the failure tag to the node.
+    Tag {
+        /// The tag.
+        tag: String,
+    },
+}
+
+impl OpKind {
+    /// Whether the operation is a Ganeti job (the hook is not).
+    pub const fn is_ganeti_job(&self) -> bool {
+        !matches!(self, Self::Hook { .. })
+    }
+}
+
+/// Where an operation is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OpState {
+    /// Recorded, not known to be submitted (after a crash: adopted by its reason trail, or
+    /// submitted).
+    Planned,
+    /// Submitted (a Ganeti job, or a repair request the agent accepted).
+    Submitted,
+    /// Finished well.
+    Succeeded,
+    /// Finished badly.
+    Failed,
+}
+
+impl OpState {
+    /// Not finished.
+    pub const fn is_in_flight(self) -> bool {
+        matches!(self, Self::Planned | Self::Submitted)
+    }
+}
+
+/// One operation of a campaign, durable before it is submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    /// Unique within the campaign; the reason trail's intent (no whitespace or `:`).
+    pub key: String,
+    /// The node whose step it serves.
+    pub node: String,
+    /// The campaign step it serves.
+    pub step: NodeStep,
+    /// What it does.
+    pub kind: OpKind,
+    /// Where it is.
+    pub state: OpState,
+    /// The Ganeti job, once submitted.
+    pub job_id: Option<u64>,
+    /// When it was planned.
+    pub created_ms: u64,
+    /// When it finished.
+    pub finished_ms: Option<u64>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// A hook that said it did not reboot the node.
+    #[serde(default)]
+    pub no_reboot: bool,
+}
+
+/// A campaign: what the API shows plus what the executor needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    /// The campaign as the API returns it.
+    pub campaign: Campaign,
+    /// The planned moves of the current group, per node.
+    pub moves: BTreeMap<String, Vec<PlannedMove>>,
+    /// The operations of the current group (and failure tags), by key.
+    pub ops: BTreeMap<String, Op>,
+    /// Nodes of the current group that an abort sends back without their hook.
+    pub aborted_nodes: BTreeSet<String>,
+    /// The state to return to on resume (paused while running or aborting).
+    pub paused_from: Option<CampaignState>,
+    /// Most nodes per group: set when the gate refuses a group for a cap or capacity (a part of
+    /// a reboot group is one too, so planned groups are cut to this size).
+    #[serde(default)]
+    pub max_group: Option<usize>,
+}
+
+/// What the executor sees of one node this round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeNow {
+    /// Ganeti's drained flag.
+    pub drained: bool,
+    /// Ganeti's offline flag.
+    pub offline: bool,
+}
+
+/// What the executor sees of one instance this round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InstanceNow {
+    /// Its primary node.
+    pub primary: String,
+    /// Its secondaries.
+    pub secondaries: Vec<String>,
+    /// Running (its status is `running`).
+    pub running: bool,
+    /// DRBD (migrates to its secondary only).
+    pub mirrored: bool,
+    /// Memory in MiB, when known.
+    pub memory: Option<u64>,
+}
+
+/// A verified, fresh report of a node's agent.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AgentNow {
+    /// Its boot id, when it reports one.
+    pub boot_id: Option<String>,
+    /// Whether a reboot is required (the sentinel), when it says.
+    pub reboot_required: Option<bool>,
+    /// Its verdict is `Ok`.
+    pub ok: bool,
+    /// When its diagnose run finished, Unix ms.
+    pub collected_at_ms: u64,
+}
+
+/// What the executor sees this round.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct World {
+    /// Now, Unix ms.
+    pub now_ms: u64,
+    /// Nodes by name.
+    pub nodes: BTreeMap<String, NodeNow>,
+    /// Instances by name.
+    pub instances: BTreeMap<String, InstanceNow>,
+    /// Agents with a verified, fresh report, by node.
+    pub agents: BTreeMap<String, AgentNow>,
+    /// Storage problems: the nodes involved and what is wrong (health unknown counts).
+    pub storage: Vec<(BTreeSet<String>, String)>,
+    /// The master node: Ganeti cannot drain it (only a master failover changes its role), so
+    /// its drain step is skipped; its primaries still move away before its hook.
+    pub master: String,
+}
+
+impl World {
+    /// The running instances whose primary is `node`.
+    pub fn primaries_of(&self, node: &str) -> Vec<String> {
+        self.instances
+            .iter()
+            .filter(|(_, i)| i.running && i.primary == node)
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+}
+
+/// Why an operator command is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("campaign is {state}: cannot {command}")]
+pub struct ControlError {
+    /// The campaign's state.
+    pub state: CampaignState,
+    /// The command.
+    pub command: &'static str,
+}
+
+fn sanitize(key: &str) -> String {
+    key.chars()
+        .map(|c| {
+            if c.is_whitespace() || c == ':' {
+                '_'
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
+impl Record {
+    /// A new campaign, running, with no group started.
+    pub fn new(id: Uuid, request: CampaignRequest, who: &str, now_ms: u64) -> Self {
+        Self {
+            campaign: Campaign {
+                id: id.to_string(),
+                request,
+                who: who.to_owned(),
+                state: CampaignState::Running,
+                created_ms: now_ms,
+                updated_ms: now_ms,
+                finished_ms: None,
+                groups: Vec::new(),
+                planned: Vec::new(),
+                failure: None,
+                failures: Vec::new(),
+                blocked_by: None,
+                warnings: Vec::new(),
+            },
+            moves: BTreeMap::new(),
+            ops: BTreeMap::new(),
+            aborted_nodes: BTreeSet::new(),
+            paused_from: None,
+            max_group: None,
+        }
+    }
+
+    /// The campaign's id.
+    pub fn id(&self) -> Uuid {
+        Uuid::parse_str(&self.campaign.id).unwrap_or_default()
+    }
+
+    /// The state.
+    pub const fn state(&self) -> CampaignState {
+        self.campaign.state
+    }
+
+    /// The group in flight (started, some node not finished).
+    pub fn current(&self) -> Option<&CampaignGroup> {
+        self.campaign
+            .groups
+            .last()
+            .filter(|g| g.nodes.iter().any(|n| !n.step.is_final()))
+    }
+
+    /// Whether the next group is due: running and no group in flight.
+    pub fn needs_group(&self) -> bool {
+        self.state() == CampaignState::Running && self.current().is_none()
+    }
+
+    /// The nodes the campaign holds disrupted: those of the group in flight not finished.
+    pub fn holds(&self) -> Vec<(String, Holder)> {
+        let holder = Holder::Campaign { id: self.id() };
+        self.current()
+            .into_iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| !n.step.is_final())
+            .map(|n| (n.node.clone(), holder.clone()))
+            .collect()
+    }
+
+    /// Nodes already taken by a group (any step).
+    fn seen_nodes(&self) -> BTreeSet<&str> {
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter().map(|n| n.node.as_str()))
+            .collect()
+    }
+
+    /// Operations not finished.
+    pub fn in_flight(&self) -> impl Iterator<Item = &Op> {
+        self.ops.values().filter(|op| op.state.is_in_flight())
+    }
+
+    fn touch(&mut self, now_ms: u64) {
+        self.campaign.updated_ms = now_ms;
+    }
+
+    fn finish(&mut self, state: CampaignState, now_ms: u64) {
+        self.campaign.state = state;
+        self.campaign.finished_ms = Some(now_ms);
+        self.campaign.blocked_by = None;
+        self.paused_from = None;
+        if state != CampaignState::Completed {
+            self.campaign.planned.clear();
+        }
+        self.touch(now_ms);
+    }
+
+    /// Pauses a running or aborting campaign.
+    pub fn pause(&mut self, now_ms: u64) -> Result<(), ControlError> {
+        match self.state() {
+            CampaignState::Running | CampaignState::Aborting => {
+                self.paused_from = Some(self.state());
+                self.campaign.state = CampaignState::Paused;
+                self.touch(now_ms);
+                Ok(())
+            }
+            CampaignState::Paused => Ok(()),
+            state => Err(ControlError {
+                state,
+                command: "pause",
+            }),
+        }
+    }
+
+    /// Resumes a paused campaign; the steps of its nodes start their timeouts again.
+    pub fn resume(&mut self, now_ms: u64) -> Result<(), ControlError> {
+        match self.state() {
+            CampaignState::Paused => {
+                self.campaign.state = self.paused_from.take().unwrap_or(CampaignState::Running);
+                let timeouts = self.campaign.request.timeouts;
+                if let Some(group) = self.campaign.groups.last_mut() {
+                    for node in group.nodes.iter_mut().filter(|n| !n.step.is_final()) {
+                        node.step_started_ms = Some(now_ms);
+                        node.step_deadline_ms =
+                            timeouts.of_ms(node.step).map(|t| now_ms.saturating_add(t));
+                    }
+                }
+                self.touch(now_ms);
+                Ok(())
+            }
+            CampaignState::Running | CampaignState::Aborting => Ok(()),
+            state => Err(ControlError {
+                state,
+                command: "resume",
+            }),
+        }
+    }
+
+    /// Aborts: the steps in flight finish, then the campaign stops (see the module docs).
+    pub fn abort(&mut self, now_ms: u64) -> Result<(), ControlError> {
+        match self.state() {
+            CampaignState::Running | CampaignState::Paused | CampaignState::Aborting => {
+                self.paused_from = None;
+                if self.current().is_some() {
+                    self.campaign.state = CampaignState::Aborting;
+                    self.campaign.planned.clear();
+                    self.campaign.blocked_by = None;
+                    self.touch(now_ms);
+                } else {
+                    self.finish(CampaignState::Aborted, now_ms);
+                }
+                Ok(())
+            }
+            state => Err(ControlError {
+                state,
+                command: "abort",
+            }),
+        }
+    }
+
+    /// Takes the planner's groups (node names, in order) for the rest of the campaign: nodes of
+    /// groups already started are left out, and with `only_if_required` every node whose agent
+    /// does not report that a reboot is required. Returns the groups left.
+    pub fn set_plan(
+        &mut self,
+        groups: Vec<Vec<String>>,
+        warnings: Vec<String>,
+        world: &World,
+    ) -> &[Vec<String>] {
+        let seen: BTreeSet<String> = self.seen_nodes().into_iter().map(str::to_owned).collect();
+        let only_required = self.campaign.request.only_if_required;
+        let mut warnings = warnings;
+        let mut not_required = Vec::new();
+        let planned: Vec<Vec<String>> = groups
+            .into_iter()
+            .map(|group| {
+                group
+                    .into_iter()
+                    .filter(|node| !seen.contains(node))
+                    .filter(|node| {
+                        let keep = !only_required
+                            || world
+                                .agents
+                                .get(node)
+                                .is_some_and(|a| a.reboot_required == Some(true));
+                        if !keep {
+                            not_required.push(node.clone());
+                        }
+                        keep
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .filter(|group| !group.is_empty())
+            .flat_map(|group| {
+                let size = self.max_group.unwrap_or(usize::MAX).max(1);
+                group
+                    .chunks(size)
+                    .map(<[String]>::to_vec)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        if !not_required.is_empty() {
+            warnings.push(format!(
+                "left out, no reboot required (or not reported): {}",
+                not_required.join(", ")
+            ));
+        }
+        self.campaign.planned = planned;
+        self.campaign.warnings = warnings;
+        &self.campaign.planned
+    }
+
+    /// The gate refused the next group for a cap or capacity: later groups have at most half
+    /// its nodes. False when it has one node (nothing smaller to try).
+    pub fn shrink_groups(&mut self) -> bool {
+        let Some(head) = self.campaign.planned.first() else {
+            return false;
+        };
+        if head.len() <= 1 {
+            return false;
+        }
+        let size = head.len().div_ceil(2);
+        self.max_group = Some(size);
+        let planned = std::mem::take(&mut self.campaign.planned);
+        self.campaign.planned = planned
+            .iter()
+            .flat_map(|g| g.chunks(size).map(<[String]>::to_vec))
+            .collect();
+        true
+    }
+
+    /// The planner could not plan: shown, the campaign waits.
+    pub fn set_blocked(&mut self, why: Option<String>, now_ms: u64) {
+        if self.campaign.blocked_by != why {
+            self.campaign.blocked_by = why;
+            self.touch(now_ms);
+        }
+    }
+
+    /// Ends a running campaign with no group in flight and nothing left to plan.
+    pub fn complete_if_done(&mut self, now_ms: u64) -> bool {
+        if self.needs_group() && self.campaign.planned.is_empty() {
+            self.finish(CampaignState::Completed, now_ms);
+            return true;
+        }
+        false
+    }
+
+    /// Starts the next group (the first planned one, admitted by the gate) with its planned
+    /// moves; records the primaries of its nodes.
+    pub fn start_group(&mut self, moves: BTreeMap<String, Vec<PlannedMove>>, world: &World) {
+        if !self.needs_group() || self.campaign.planned.is_empty() {
+            return;
+        }
+        let nodes = self.campaign.planned.remove(0);
+        let now = world.now_ms;
+        let timeouts = self.campaign.request.timeouts;
+        // Finished operations of earlier groups are forgotten (their keys never come back).
+        self.ops.retain(|_, op| op.state.is_in_flight());
+        self.aborted_nodes.clear();
+        self.moves = moves
+            .into_iter()
+            .filter(|(node, _)| nodes.contains(node))
+            .collect();
+        let group = CampaignGroup {
+            index: self.campaign.groups.len(),
+            nodes: nodes
+                .iter()
+                .map(|node| CampaignNode {
+                    node: node.clone(),
+                    step: NodeStep::Drain,
+                    step_started_ms: Some(now),
+                    step_deadline_ms: timeouts
+                        .of_ms(NodeStep::Drain)
+                        .map(|t| now.saturating_add(t)),
+                    original_primaries: world.primaries_of(node),
+                    boot_id_before: None,
+                    waiting_for: None,
+                    failure: None,
+                })
+                .collect(),
+            started_ms: Some(now),
+            finished_ms: None,
+        };
+        self.campaign.groups.push(group);
+        self.campaign.blocked_by = None;
+        self.touch(now);
+    }
+
+    /// Advances every node of the group in flight by what `world` shows and plans the
+    /// operations to submit; returns the keys of the operations planned.
+    pub fn advance(&mut self, world: &World) -> Vec<String> {
+        let mut planned = Vec::new();
+        let state = self.state();
+        if !matches!(state, CampaignState::Running | CampaignState::Aborting) {
+            return planned;
+        }
+        let Some(group) = self.campaign.groups.last() else {
+            return planned;
+        };
+        let gi = group.index;
+        let names: Vec<String> = group
+            .nodes
+            .iter()
+            .filter(|n| !n.step.is_final())
+            .map(|n| n.node.clone())
+            .collect();
+        for name in names {
+            if self.state().is_final() {
+                break;
+            }
+            // A node moves on as long as its step is done (several steps in one round).
+            for _ in 0..8 {
+                let before = self.node(&name).map(|n| n.step);
+                self.advance_node(gi, &name, world, &mut planned);
+                let after = self.node(&name).map(|n| n.step);
+                if before == after || after.is_none_or(NodeStep::is_final) {
+                    break;
+                }
+            }
+        }
+        if let Some(group) = self.campaign.groups.last_mut()
+            && group.finished_ms.is_none()
+            && group.nodes.iter().all(|n| n.step.is_final())
+        {
+            group.finished_ms = Some(world.now_ms);
+            if self.campaign.state == CampaignState::Aborting {
+                self.finish(CampaignState::Aborted, world.now_ms);
+            }
+        }
+        planned
+    }
+
+    fn node(&self, name: &str) -> Option<&CampaignNode> {
+        self.campaign
+            .groups
+            .last()
+            .and_then(|g| g.nodes.iter().find(|n| n.node == name))
+    }
+
+    fn node_mut(&mut self, name: &str) -> Option<&mut CampaignNode> {
+        self.campaign
+            .groups
+            .last_mut()
+            .and_then(|g| g.nodes.iter_mut().find(|n| n.node == name))
+    }
+
+    fn set_step(&mut self, name: &str, step: NodeStep, now_ms: u64) {
+        let timeouts = self.campaign.request.timeouts;
+        if let Some(node) = self.node_mut(name) {
+            node.step = step;
+            node.step_started_ms = Some(now_ms);
+            node.step_deadline_ms = timeouts.of_ms(step).map(|t| now_ms.saturating_add(t));
+            node.waiting_for = None;
+        }
+        self.touch(now_ms);
+    }
+
+    fn wait(&mut self, name: &str, what: String) {
+        if let Some(node) = self.node_mut(name) {
+            node.waiting_for = Some(what);
+        }
+    }
+
+    /// Fails `name` in its current step: tagged; the campaign fails unless it continues on
+    /// failure.
+    fn fail(&mut self, name: &str, why: String, now_ms: u64, planned: &mut Vec<String>) {
+        let Some(step) = self.node(name).map(|n| n.step) else {
+            return;
+        };
+        let failure = Failure {
+            node: name.to_owned(),
+            step,
+            why,
+            at_ms: now_ms,
+        };
+        if let Some(node) = self.node_mut(name) {
+            node.step = NodeStep::Failed;
+            node.step_deadline_ms = None;
+            node.waiting_for = None;
+            node.failure = Some(failure.clone());
+        }
+        let tag = failure_tag(self.id());
+        let key = sanitize(&format!("tag-failed-{name}"));
+        if !self.ops.contains_key(&key) {
+            self.plan_op(&key, name, NodeStep::Failed, OpKind::Tag { tag }, now_ms);
+            planned.push(key);
+        }
+        if self.campaign.request.continue_on_failure {
+            self.campaign.failures.push(failure);
+            self.touch(now_ms);
+        } else {
+            self.campaign.failure = Some(failure);
+            self.finish(CampaignState::Failed, now_ms);
+        }
+    }
+
+    fn plan_op(&mut self, key: &str, node: &str, step: NodeStep, kind: OpKind, now_ms: u64) {
+        self.ops.insert(
+            key.to_owned(),
+            Op {
+                key: key.to_owned(),
+                node: node.to_owned(),
+                step,
+                kind,
+                state: OpState::Planned,
+                job_id: None,
+                created_ms: now_ms,
+                finished_ms: None,
+                error: None,
+                no_reboot: false,
+            },
+        );
+    }
+
+    /// The operation `key`: `Ok(None)` not planned yet, `Ok(Some(true))` succeeded,
+    /// `Ok(Some(false))` in flight, `Err(why)` failed.
+    fn op_outcome(&self, key: &str) -> Result<Option<bool>, String> {
+        match self.ops.get(key) {
+            None => Ok(None),
+            Some(op) => match op.state {
+                OpState::Succeeded => Ok(Some(true)),
+                OpState::Planned | OpState::Submitted => Ok(Some(false)),
+                OpState::Failed => Err(op
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "operation failed".to_owned())),
+            },
+        }
+    }
+
+    fn node_in_flight(&self, name: &str) -> bool {
+        self.ops
+            .values()
+            .any(|op| op.node == name && op.state.is_in_flight())
+    }
+
+    /// An aborting campaign sends a node that has not reached its hook back: undrain and
+    /// primaries back, then `skipped`.
+    fn abort_node(&mut self, name: &str, now_ms: u64) {
+        self.aborted_nodes.insert(name.to_owned());
+        self.set_step(name, NodeStep::Undrain, now_ms);
+    }
+
+    /// Plans the node's moves still needed (not while aborting) and returns what they wait
+    /// for; the why of a failed one. Called from the drain step too: the moves need not wait
+    /// for the drain job (it only keeps new instances off the node), so they run alongside it.
+    fn plan_moves(
+        &mut self,
+        name: &str,
+        prefix: &str,
+        world: &World,
+        planned: &mut Vec<String>,
+    ) -> Result<Vec<String>, String> {
+        let now = world.now_ms;
+        let aborting = self.state() == CampaignState::Aborting;
+        let moves = self.moves.get(name).cloned().unwrap_or_default();
+        let full = self.campaign.request.full_evacuation;
+        let mut pending = Vec::new();
+        for mv in &moves {
+            let Some(inst) = world.instances.get(&mv.instance) else {
+                continue;
+            };
+            let (key, kind, what) = if inst.running && inst.primary == name {
+                let target = if inst.mirrored {
+                    None
+                } else {
+                    mv.target.clone()
+                };
+                if !inst.mirrored && target.is_none() {
+                    // Nowhere planned: the planner leaves it (it reboots with the node, as
+                    // the selection flags asked).
+                    continue;
+                }
+                (
+                    sanitize(&format!("{prefix}-move-{}-migrate", mv.instance)),
+                    OpKind::Migrate {
+                        instance: mv.instance.clone(),
+                        target,
+                    },
+                    format!("migration of {}", mv.instance),
+                )
+            } else if let (true, true, Some(secondary)) = (
+                full,
+                inst.secondaries.iter().any(|s| s == name),
+                mv.new_secondary.as_ref(),
+            ) {
+                (
+                    sanitize(&format!("{prefix}-move-{}-secondary", mv.instance)),
+                    OpKind::ReplaceSecondary {
+                        instance: mv.instance.clone(),
+                        secondary: secondary.clone(),
+                    },
+                    format!("new secondary of {}", mv.instance),
+                )
+            } else {
+                continue;
+            };
+            match self.op_outcome(&key) {
+                Err(why) => return Err(format!("{what}: {why}")),
+                Ok(None) if !aborting => {
+                    self.plan_op(&key, name, NodeStep::MovePrimaries, kind, now);
+                    planned.push(key);
+                    pending.push(what);
+                }
+                // Succeeded but Ganeti does not show it yet, or in flight.
+                Ok(_) => pending.push(what),
+            }
+        }
+        Ok(pending)
+    }
+
+    /// Plans the migrations of the node's original primaries back to it and returns those
+    /// not back yet; the why of a failed one. Called from the undrain step too: they are
+    /// submitted to run once the undrain job has succeeded (Ganeti's job dependencies).
+    fn plan_back(
+        &mut self,
+        name: &str,
+        prefix: &str,
+        node: &CampaignNode,
+        world: &World,
+        planned: &mut Vec<String>,
+    ) -> Result<Vec<String>, String> {
+        let mut pending = Vec::new();
+        for instance in &node.original_primaries {
+            let Some(inst) = world.instances.get(instance) else {
+                continue;
+            };
+            if !inst.running || inst.primary == name {
+                continue;
+            }
+            let (suffix, kind) = if !inst.mirrored {
+                (
+                    "migrate",
+                    OpKind::Migrate {
+                        instance: instance.clone(),
+                        target: Some(name.to_owned()),
+                    },
+                )
+            } else if inst.secondaries.iter().any(|s| s == name) {
+                (
+                    "migrate",
+                    OpKind::Migrate {
+                        instance: instance.clone(),
+                        target: None,
+                    },
+                )
+            } else {
+                (
+                    "secondary",
+                    OpKind::ReplaceSecondary {
+                        instance: instance.clone(),
+                        secondary: name.to_owned(),
+                    },
+                )
+            };
+            let key = sanitize(&format!("{prefix}-back-{instance}-{suffix}"));
+            match self.op_outcome(&key) {
+                Err(why) => return Err(format!("migrating {instance} back: {why}")),
+                Ok(None) => {
+                    self.plan_op(&key, name, NodeStep::MigrateBack, kind, world.now_ms);
+                    planned.push(key);
+                }
+                Ok(Some(_)) => {}
+            }
+            pending.push(instance.clone());
+        }
+        Ok(pending)
+    }
+
+    fn advance_node(&mut self, gi: usize, name: &str, world: &World, planned: &mut Vec<String>) {
+        let now = world.now_ms;
+        let Some(node) = self.node(name).cloned() else {
+            return;
+        };
+        if let Some(deadline) = node.step_deadline_ms
+            && now > deadline
+        {
+            // Late: the step may still end this round; if it does not, the node fails.
+            let mut trial = self.clone();
+            let mut trial_planned = Vec::new();
+            trial.advance_step(gi, name, &node, world, &mut trial_planned);
+            if trial.node(name).map(|n| n.step) != Some(node.step) {
+                *self = trial;
+                planned.extend(trial_planned);
+                return;
+            }
+            let limit = self.campaign.request.timeouts.of_ms(node.step).unwrap_or(0) / 1000;
+            let waiting = trial
+                .node(name)
+                .and_then(|n| n.waiting_for.clone())
+                .or(node.waiting_for.clone())
+                .unwrap_or_else(|| "no progress".to_owned());
+            let why = format!(
+                "step {} did not finish within {limit}s (waiting for {waiting})",
+                node.step
+            );
+            self.fail(name, why, now, planned);
+            return;
+        }
+        self.advance_step(gi, name, &node, world, planned);
+    }
+
+    fn advance_step(
+        &mut self,
+        gi: usize,
+        name: &str,
+        node: &CampaignNode,
+        world: &World,
+        planned: &mut Vec<String>,
+    ) {
+        let now = world.now_ms;
+        let aborting = self.state() == CampaignState::Aborting;
+        let prefix = sanitize(&format!("g{gi}-{name}"));
+        let Some(facts) = world.nodes.get(name) else {
+            self.wait(name, "the node to be in the cluster".into());
+            return;
+        };
+        match node.step {
+            NodeStep::Drain => {
+                if aborting && !self.node_in_flight(name) {
+                    self.abort_node(name, now);
+                    return;
+                }
+                let key = format!("{prefix}-drain");
+                if name == world.master && !self.ops.contains_key(&key) {
+                    self.set_step(name, NodeStep::MovePrimaries, now);
+                    return;
+                }
+                match self.op_outcome(&key) {
+                    Err(why) => self.fail(name, format!("drain: {why}"), now, planned),
+                    Ok(None) if facts.drained => self.set_step(name, NodeStep::MovePrimaries, now),
+                    Ok(None) => {
+                        self.plan_op(&key, name, NodeStep::Drain, OpKind::Drain, now);
+                        planned.push(key);
+                        self.wait(name, "the drain job".into());
+                    }
+                    Ok(Some(true)) if facts.drained => {
+                        self.set_step(name, NodeStep::MovePrimaries, now);
+                    }
+                    Ok(Some(_)) => self.wait(name, "the drain job".into()),
+                }
+                if self.node(name).map(|n| n.step) == Some(NodeStep::Drain)
+                    && let Err(why) = self.plan_moves(name, &prefix, world, planned)
+                {
+                    self.fail(name, why, now, planned);
+                }
+            }
+            NodeStep::MovePrimaries => {
+                let pending = match self.plan_moves(name, &prefix, world, planned) {
+                    Ok(pending) => pending,
+                    Err(why) => {
+                        self.fail(name, why, now, planned);
+                        return;
+                    }
+                };
+                if aborting && !self.node_in_flight(name) {
+                    self.abort_node(name, now);
+                } else if pending.is_empty() {
+                    self.set_step(name, NodeStep::Hook, now);
+                } else {
+                    self.wait(name, pending.join(", "));
+                }
+            }
+            NodeStep::Hook => {
+                let key = format!("{prefix}-hook");
+                let boot_now = world.agents.get(name).and_then(|a| a.boot_id.clone());
+                let rebooted = node.boot_id_before.is_some()
+                    && boot_now.is_some()
+                    && boot_now != node.boot_id_before;
+                match self.op_outcome(&key) {
+                    Err(why) if !rebooted => {
+                        self.fail(name, format!("hook: {why}"), now, planned);
+                    }
+                    Ok(None) if aborting => self.abort_node(name, now),
+                    Ok(None) => {
+                        let Some(boot_id) = boot_now else {
+                            self.wait(name, "a fresh report of its agent with its boot id".into());
+                            return;
+                        };
+                        let group = self.campaign.groups.last();
+                        let context = HookContext {
+                            kind: HOOK_CONTEXT_KIND.to_owned(),
+                            campaign: self.campaign.id.clone(),
+                            node: name.to_owned(),
+                            hook: self.campaign.request.hook.clone(),
+                            group: gi,
+                            groups_total: self.campaign.groups_total(),
+                            group_nodes: group
+                                .map(|g| g.nodes.iter().map(|n| n.node.clone()).collect())
+                                .unwrap_or_default(),
+                            reboot_required: world.agents.get(name).and_then(|a| a.reboot_required),
+                            reason: self.campaign.request.reason.clone(),
+                        };
+                        let request_id = Uuid::new_v4().to_string();
+                        if let Some(n) = self.node_mut(name) {
+                            n.boot_id_before = Some(boot_id);
+                        }
+                        self.plan_op(
+                            &key,
+                            name,
+                            NodeStep::Hook,
+                            OpKind::Hook {
+                                request_id,
+                                context,
+                            },
+                            now,
+                        );
+                        planned.push(key);
+                        self.wait(name, "the hook".into());
+                    }
+                    _ if rebooted => self.set_step(name, NodeStep::WaitHealthy, now),
+                    Ok(Some(true)) => self.set_step(name, NodeStep::WaitHealthy, now),
+                    _ => self.wait(name, "the hook".into()),
+                }
+            }
+            NodeStep::WaitHealthy => {
+                let key = format!("{prefix}-hook");
+                let no_reboot = self.ops.get(&key).is_some_and(|op| op.no_reboot);
+                let agent = world.agents.get(name);
+                let since = node.step_started_ms.unwrap_or(now);
+                let rebooted = no_reboot
+                    || agent
+                        .is_some_and(|a| a.boot_id.is_some() && a.boot_id != node.boot_id_before);
+                let problems: Vec<&str> = world
+                    .storage
+                    .iter()
+                    .filter(|(nodes, _)| nodes.contains(name))
+                    .map(|(_, what)| what.as_str())
+                    .collect();
+                let missing = if !rebooted {
+                    "a new boot id".to_owned()
+                } else if !agent.is_some_and(|a| a.ok) {
+                    "a fresh signed Ok verdict".to_owned()
+                } else if no_reboot && agent.is_some_and(|a| a.collected_at_ms < since) {
+                    "a verdict collected after the hook".to_owned()
+                } else if facts.offline {
+                    "Ganeti to see the node online".to_owned()
+                } else if !problems.is_empty() {
+                    format!("storage to be whole ({})", problems.join("; "))
+                } else {
+                    String::new()
+                };
+                if missing.is_empty() {
+                    self.set_step(name, NodeStep::Undrain, now);
+                } else {
+                    self.wait(name, missing);
+                }
+            }
+            NodeStep::Undrain => {
+                let key = format!("{prefix}-undrain");
+                match self.op_outcome(&key) {
+                    Err(why) => self.fail(name, format!("undrain: {why}"), now, planned),
+                    Ok(None) if !facts.drained => self.set_step(name, NodeStep::MigrateBack, now),
+                    Ok(None) => {
+                        self.plan_op(&key, name, NodeStep::Undrain, OpKind::Undrain, now);
+                        planned.push(key.clone());
+                        self.wait(name, "the undrain job".into());
+                    }
+                    Ok(Some(true)) if !facts.drained => {
+                        self.set_step(name, NodeStep::MigrateBack, now);
+                    }
+                    Ok(Some(_)) => self.wait(name, "the undrain job".into()),
+                }
+                if self.node(name).map(|n| n.step) == Some(NodeStep::Undrain)
+                    && self.ops.contains_key(&key)
+                    && let Err(why) = self.plan_back(name, &prefix, node, world, planned)
+                {
+                    self.fail(name, why, now, planned);
+                }
+            }
+            NodeStep::MigrateBack => {
+                let pending = match self.plan_back(name, &prefix, node, world, planned) {
+                    Ok(pending) => pending,
+                    Err(why) => {
+                        self.fail(name, why, now, planned);
+                        return;
+                    }
+                };
+                if pending.is_empty() {
+                    let end = if self.aborted_nodes.contains(name) {
+                        NodeStep::Skipped
+                    } else {
+                        NodeStep::Done
+                    };
+                    self.set_step(name, end, now);
+                } else {
+                    self.wait(name, format!("{} back", pending.join(", ")));
+                }
+            }
+            NodeStep::Pending | NodeStep::Done | NodeStep::Failed | NodeStep::Skipped => {}
+        }
+    }
+}
+
+/// The planned moves of one reboot group of a roll [`nodecare_roll::Plan`], by node name.
+pub fn group_moves(
+    cluster: &nodecare_roll::Cluster,
+    group: &nodecare_roll::RebootGroup,
+) -> (Vec<String>, BTreeMap<String, Vec<PlannedMove>>) {
+    let name = |i: usize| cluster.nodes.get(i).map(|n| n.name.clone());
+    let nodes: Vec<String> = group.nodes.iter().filter_map(|&i| name(i)).collect();
+    let mut moves: BTreeMap<String, Vec<PlannedMove>> = BTreeMap::new();
+    for mv in &group.moves {
+        let Some(instance) = cluster.instances.get(mv.instance) else {
+            continue;
+        };
+        let (Some(primary), Some(target)) = (name(instance.pnode), name(mv.primary)) else {
+            continue;
+        };
+        let new_secondary = mv.secondary.and_then(name);
+        let planned = PlannedMove {
+            instance: instance.name.clone(),
+            target: (target != primary).then(|| target.clone()),
+            new_secondary: new_secondary.clone(),
+        };
+        // The move serves the group's node it leaves: its primary, or its secondary when only
+        // the secondary moves (full evacuation).
+        let owner = if nodes.contains(&primary) {
+            Some(primary)
+        } else {
+            instance
+                .snode
+                .and_then(name)
+                .filter(|secondary| nodes.contains(secondary))
+        };
+        if let Some(owner) = owner {
+            moves.entry(owner).or_default().push(planned);
+        }
+    }
+    (nodes, moves)
+}
+
+/// The roll planner's cluster model of the cluster as the coordinator reads it.
+pub fn roll_cluster(
+    nodes: &[crate::ganeti::Node],
+    instances: &[crate::ganeti::Instance],
+    groups: &[crate::ganeti::Group],
+    master: &str,
+) -> nodecare_roll::Cluster {
+    use nodecare_roll::cluster::{Group, Instance, InstanceStatus, Node};
+    let mut cluster = nodecare_roll::Cluster::default();
+    let mut group_index: BTreeMap<&str, usize> = BTreeMap::new();
+    for group in groups {
+        group_index.insert(group.uuid.as_str(), cluster.groups.len());
+        cluster.groups.push(Group {
+            name: group.name.clone(),
+            uuid: group.uuid.clone(),
+            alloc_policy: "preferred".into(),
+            tags: group.tags.clone(),
+        });
+    }
+    let mut node_index: BTreeMap<&str, usize> = BTreeMap::new();
+    for node in nodes {
+        let group = match group_index.get(node.group.as_str()) {
+            Some(&g) => g,
+            None => {
+                group_index.insert(node.group.as_str(), cluster.groups.len());
+                cluster.groups.push(Group {
+                    name: node.group.clone(),
+                    uuid: node.group.clone(),
+                    alloc_policy: "preferred".into(),
+                    tags: Vec::new(),
+                });
+                cluster.groups.len() - 1
+            }
+        };
+        node_index.insert(node.name.as_str(), cluster.nodes.len());
+        let total = node.memory_total.unwrap_or(0);
+        cluster.nodes.push(Node {
+            name: node.name.clone(),
+            t_mem: total as f64,
+            n_mem: 0,
+            f_mem: i64::try_from(node.memory_free.unwrap_or(0)).unwrap_or(i64::MAX),
+            t_dsk: 1_048_576.0,
+            f_dsk: 1_048_576,
+            t_cpu: 8.0,
+            offline: node.offline,
+            master: node.name == master,
+            group,
+            spindles: 1,
+            tags: node.tags.clone(),
+            excl_stor: false,
+            free_spindles: 0,
+            nos_cpu: 1,
+            cpu_speed: 1.0,
+        });
+    }
+    for instance in instances {
+        let Some(&pnode) = node_index.get(instance.primary_node.as_str()) else {
+            continue;
+        };
+        let snode = instance
+            .secondary_nodes
+            .first()
+            .and_then(|s| node_index.get(s.as_str()).copied());
+        let status =
+            InstanceStatus::parse(&instance.status).unwrap_or(if instance.admin_state == "up" {
+                InstanceStatus::ErrorDown
+            } else {
+                InstanceStatus::AdminDown
+            });
+        cluster.instances.push(Instance {
+            name: instance.name.clone(),
+            mem: i64::try_from(instance.memory.unwrap_or(0)).unwrap_or(i64::MAX),
+            dsk: 0,
+            vcpus: 1,
+            status,
+            auto_balance: true,
+            pnode,
+            snode,
+            template: instance.disk_template.clone(),
+            tags: instance.tags.clone(),
+            spindle_use: 1,
+            spindles: None,
+            forthcoming: false,
+        });
+    }
+    cluster
+}
+
+/// The planner's options for a campaign request.
+pub fn roll_options(request: &CampaignRequest) -> Result<nodecare_roll::RollOptions, String> {
+    let failure_domains = match request.failure_domains.as_deref() {
+        None => None,
+        Some("group" | "node-group") => Some(nodecare_roll::FailureDomains::NodeGroup),
+        Some(prefix) => Some(nodecare_roll::FailureDomains::TagPrefix(prefix.to_owned())),
+    };
+    Ok(nodecare_roll::RollOptions {
+        offline_nodes: request.offline.clone(),
+        group: request.group.clone(),
+        node_tags: request.node_tags.clone(),
+        skip_non_redundant: request.skip_non_redundant,
+        ignore_non_redundant: request.ignore_non_redundant,
+        full_evacuation: request.full_evacuation,
+        failure_domains,
+        ..nodecare_roll::RollOptions::default()
+    }
+    .with_default_budgets())
+}
+
+#[cfg(test)]
+#[path = "campaign_tests.rs"]
+mod tests;

@@ -1,0 +1,851 @@
+//! Table and property tests of the campaign state machine.
+
+use super::*;
+use nodecare_protocol::maintenance::StepTimeouts;
+use proptest::prelude::*;
+
+const T0: u64 = 1_000_000;
+
+/// Two nodes `a`, `b` in the group, `c` outside; `i1` (DRBD a→c), `i2` (shared on b),
+/// `i3` (DRBD c→a: a is its secondary).
+fn world() -> World {
+    let mut w = World {
+        now_ms: T0,
+        ..World::default()
+    };
+    for n in ["a", "b", "c"] {
+        w.nodes.insert(n.into(), NodeNow::default());
+        w.agents.insert(
+            n.into(),
+            AgentNow {
+                boot_id: Some(format!("{n}-boot-1")),
+                reboot_required: Some(n != "b"),
+                ok: true,
+                collected_at_ms: T0,
+            },
+        );
+    }
+    w.instances.insert(
+        "i1".into(),
+        InstanceNow {
+            primary: "a".into(),
+            secondaries: vec!["c".into()],
+            running: true,
+            mirrored: true,
+            memory: Some(512),
+        },
+    );
+    w.instances.insert(
+        "i2".into(),
+        InstanceNow {
+            primary: "b".into(),
+            secondaries: vec![],
+            running: true,
+            mirrored: false,
+            memory: Some(256),
+        },
+    );
+    w.instances.insert(
+        "i3".into(),
+        InstanceNow {
+            primary: "c".into(),
+            secondaries: vec!["a".into()],
+            running: true,
+            mirrored: true,
+            memory: Some(128),
+        },
+    );
+    w
+}
+
+fn moves() -> BTreeMap<String, Vec<PlannedMove>> {
+    BTreeMap::from([
+        (
+            "a".to_owned(),
+            vec![PlannedMove {
+                instance: "i1".into(),
+                target: Some("c".into()),
+                new_secondary: None,
+            }],
+        ),
+        (
+            "b".to_owned(),
+            vec![PlannedMove {
+                instance: "i2".into(),
+                target: Some("c".into()),
+                new_secondary: None,
+            }],
+        ),
+    ])
+}
+
+fn request() -> CampaignRequest {
+    CampaignRequest::new("reboot")
+}
+
+fn started(request: CampaignRequest, w: &World) -> Record {
+    let mut r = Record::new(Uuid::from_u128(7), request, "alice", T0);
+    r.set_plan(
+        vec![vec!["a".into(), "b".into()], vec!["c".into()]],
+        vec![],
+        w,
+    );
+    assert!(r.needs_group());
+    r.start_group(moves(), w);
+    r
+}
+
+fn step_of(r: &Record, node: &str) -> NodeStep {
+    r.node(node).map(|n| n.step).unwrap()
+}
+
+/// Plays Ganeti and the agents: every planned or submitted operation succeeds and the world
+/// changes as it says.
+fn execute_all(r: &mut Record, w: &mut World) {
+    // Nodes rebooted by a hook have finished booting by now.
+    for agent in w.agents.values_mut() {
+        agent.ok = true;
+    }
+    let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
+    for key in keys {
+        let op = r.ops.get_mut(&key).unwrap();
+        apply(op, w);
+        op.state = OpState::Succeeded;
+        op.finished_ms = Some(w.now_ms);
+    }
+}
+
+/// Like [`execute_all`], but only the operations of each node's current step (those planned
+/// ahead for a later step wait), so that every step shows.
+fn execute_current(r: &mut Record, w: &mut World) {
+    for agent in w.agents.values_mut() {
+        agent.ok = true;
+    }
+    let keys: Vec<String> = r
+        .in_flight()
+        .filter(|op| r.node(&op.node).map(|n| n.step) == Some(op.step))
+        .map(|op| op.key.clone())
+        .collect();
+    for key in keys {
+        let op = r.ops.get_mut(&key).unwrap();
+        apply(op, w);
+        op.state = OpState::Succeeded;
+        op.finished_ms = Some(w.now_ms);
+    }
+}
+
+fn apply(op: &Op, w: &mut World) {
+    match &op.kind {
+        OpKind::Drain => w.nodes.get_mut(&op.node).unwrap().drained = true,
+        OpKind::Undrain => w.nodes.get_mut(&op.node).unwrap().drained = false,
+        OpKind::Migrate { instance, target } => {
+            let i = w.instances.get_mut(instance).unwrap();
+            let to = match target {
+                Some(t) => t.clone(),
+                None => i.secondaries[0].clone(),
+            };
+            if i.mirrored {
+                let old = std::mem::replace(&mut i.primary, to.clone());
+                i.secondaries = vec![old];
+            } else {
+                i.primary = to;
+            }
+        }
+        OpKind::ReplaceSecondary {
+            instance,
+            secondary,
+        } => {
+            w.instances.get_mut(instance).unwrap().secondaries = vec![secondary.clone()];
+        }
+        OpKind::Hook { .. } => {
+            // The node reboots.
+            let agent = w.agents.get_mut(&op.node).unwrap();
+            agent.boot_id = Some(format!("{}-boot-2", op.node));
+            agent.collected_at_ms = w.now_ms + 1;
+            agent.ok = false;
+        }
+        OpKind::Tag { .. } => {}
+    }
+}
+
+/// Rounds until nothing changes (at most `max`), executing every operation in between.
+fn run(r: &mut Record, w: &mut World, max: usize) {
+    for _ in 0..max {
+        w.now_ms += 1000;
+        r.advance(w);
+        execute_all(r, w);
+        if r.current().is_none() {
+            break;
+        }
+    }
+}
+
+#[test]
+fn a_group_goes_through_every_step_in_order() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    assert_eq!(r.node("a").unwrap().original_primaries, vec!["i1"]);
+    assert_eq!(r.node("b").unwrap().original_primaries, vec!["i2"]);
+    let mut seen: Vec<NodeStep> = vec![step_of(&r, "a")];
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        let step = step_of(&r, "a");
+        if seen.last() != Some(&step) {
+            seen.push(step);
+        }
+        execute_current(&mut r, &mut w);
+        if r.current().is_none() {
+            break;
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![
+            NodeStep::Drain,
+            NodeStep::MovePrimaries,
+            NodeStep::Hook,
+            NodeStep::WaitHealthy,
+            NodeStep::Undrain,
+            NodeStep::MigrateBack,
+            NodeStep::Done
+        ]
+    );
+    assert_eq!(step_of(&r, "b"), NodeStep::Done);
+    // Back on their original primaries, undrained, rebooted.
+    assert_eq!(w.instances["i1"].primary, "a");
+    assert_eq!(w.instances["i2"].primary, "b");
+    assert!(!w.nodes["a"].drained && !w.nodes["b"].drained);
+    assert_eq!(
+        r.node("a").unwrap().boot_id_before.as_deref(),
+        Some("a-boot-1")
+    );
+    // The hook ran once per node.
+    let hooks = r
+        .ops
+        .values()
+        .filter(|op| matches!(op.kind, OpKind::Hook { .. }))
+        .count();
+    assert_eq!(hooks, 2);
+    assert!(r.needs_group());
+    assert_eq!(r.campaign.planned, vec![vec!["c".to_owned()]]);
+}
+
+#[test]
+fn each_step_plans_exactly_its_operations() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    let kinds = |r: &Record, keys: &[String]| -> Vec<String> {
+        keys.iter()
+            .map(|k| match &r.ops[k].kind {
+                OpKind::Drain => format!("drain {}", r.ops[k].node),
+                OpKind::Undrain => format!("undrain {}", r.ops[k].node),
+                OpKind::Migrate { instance, target } => {
+                    format!("migrate {instance} to {target:?}")
+                }
+                OpKind::ReplaceSecondary {
+                    instance,
+                    secondary,
+                } => format!("secondary {instance} {secondary}"),
+                OpKind::Hook { context, .. } => format!("hook {}", context.node),
+                OpKind::Tag { tag } => format!("tag {tag}"),
+            })
+            .collect()
+    };
+    // The moves are planned with the drain (they need not wait for it), the migrations back
+    // with the undrain (submitted to run after it).
+    let expected: Vec<Vec<&str>> = vec![
+        vec![
+            "drain a",
+            "migrate i1 to None",
+            "drain b",
+            "migrate i2 to Some(\"c\")",
+        ],
+        vec!["hook a", "hook b"],
+        vec![],
+        vec![
+            "undrain a",
+            "migrate i1 to None",
+            "undrain b",
+            "migrate i2 to Some(\"b\")",
+        ],
+        vec![],
+    ];
+    for want in expected {
+        w.now_ms += 1000;
+        let keys = r.advance(&w);
+        assert_eq!(kinds(&r, &keys), want);
+        // Nothing is planned twice while in flight.
+        w.now_ms += 10;
+        assert!(r.advance(&w).is_empty());
+        execute_all(&mut r, &mut w);
+    }
+    assert!(r.current().is_none());
+}
+
+#[test]
+fn a_hook_that_did_not_reboot_needs_no_new_boot_id_but_a_newer_verdict() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    for _ in 0..3 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
+        for key in keys {
+            let op = r.ops.get_mut(&key).unwrap();
+            if matches!(op.kind, OpKind::Hook { .. }) {
+                op.no_reboot = true;
+            } else {
+                apply(op, &mut w);
+            }
+            op.state = OpState::Succeeded;
+        }
+    }
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::WaitHealthy);
+    assert_eq!(
+        r.node("a").unwrap().waiting_for.as_deref(),
+        Some("a verdict collected after the hook")
+    );
+    w.agents.get_mut("a").unwrap().collected_at_ms = w.now_ms + 5;
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::Undrain);
+}
+
+/// Drives a node to WaitHealthy with the hook run (rebooted), then checks each missing
+/// condition holds it there.
+#[test]
+fn wait_healthy_needs_every_condition() {
+    type Spoil = fn(&mut World);
+    let cases: Vec<(&str, Spoil, &str)> = vec![
+        (
+            "same boot id",
+            |w| w.agents.get_mut("a").unwrap().boot_id = Some("a-boot-1".into()),
+            "a new boot id",
+        ),
+        (
+            "no boot id",
+            |w| w.agents.get_mut("a").unwrap().boot_id = None,
+            "a new boot id",
+        ),
+        (
+            "agent unreachable",
+            |w| {
+                w.agents.remove("a");
+            },
+            "a new boot id",
+        ),
+        (
+            "verdict not ok",
+            |w| w.agents.get_mut("a").unwrap().ok = false,
+            "a fresh signed Ok verdict",
+        ),
+        (
+            "offline",
+            |w| w.nodes.get_mut("a").unwrap().offline = true,
+            "Ganeti to see the node online",
+        ),
+        (
+            "storage",
+            |w| {
+                w.storage.push((
+                    BTreeSet::from(["a".to_owned(), "c".to_owned()]),
+                    "i1: minor 0 SyncSource".into(),
+                ));
+            },
+            "storage to be whole (i1: minor 0 SyncSource)",
+        ),
+    ];
+    for (name, spoil, want) in cases {
+        let mut w = world();
+        let mut r = started(request(), &w);
+        for _ in 0..3 {
+            w.now_ms += 1000;
+            r.advance(&w);
+            execute_all(&mut r, &mut w);
+        }
+        assert_eq!(step_of(&r, "a"), NodeStep::WaitHealthy, "{name}");
+        let mut spoiled = w.clone();
+        spoil(&mut spoiled);
+        spoiled.now_ms += 1000;
+        r.advance(&spoiled);
+        assert_eq!(step_of(&r, "a"), NodeStep::WaitHealthy, "{name}");
+        assert_eq!(
+            r.node("a").unwrap().waiting_for.as_deref(),
+            Some(want),
+            "{name}"
+        );
+        // Healed, it goes on.
+        w.now_ms = spoiled.now_ms + 1000;
+        r.advance(&w);
+        assert_eq!(step_of(&r, "a"), NodeStep::Undrain, "{name}");
+    }
+}
+
+#[test]
+fn every_step_times_out_with_node_step_and_why() {
+    let steps = [
+        NodeStep::Drain,
+        NodeStep::MovePrimaries,
+        NodeStep::Hook,
+        NodeStep::WaitHealthy,
+        NodeStep::Undrain,
+        NodeStep::MigrateBack,
+    ];
+    for (n, step) in steps.into_iter().enumerate() {
+        let mut w = world();
+        let mut r = started(request(), &w);
+        // Reach `step` with everything succeeding.
+        for _ in 0..n {
+            w.now_ms += 1000;
+            r.advance(&w);
+            execute_current(&mut r, &mut w);
+        }
+        w.now_ms += 1000;
+        r.advance(&w);
+        assert_eq!(step_of(&r, "a"), step);
+        // Now nothing happens any more: the operations hang, the node does not come back.
+        if step == NodeStep::WaitHealthy {
+            w.agents.get_mut("a").unwrap().ok = false;
+        }
+        let deadline = r.node("a").unwrap().step_deadline_ms.unwrap();
+        assert_eq!(
+            deadline - r.node("a").unwrap().step_started_ms.unwrap(),
+            StepTimeouts::default().of_ms(step).unwrap()
+        );
+        w.now_ms = deadline;
+        r.advance(&w);
+        assert_eq!(step_of(&r, "a"), step, "{step} before its timeout");
+        w.now_ms += 2000;
+        r.advance(&w);
+        assert_eq!(step_of(&r, "a"), NodeStep::Failed, "{step}");
+        assert_eq!(r.state(), CampaignState::Failed);
+        let failure = r.campaign.failure.clone().unwrap();
+        assert_eq!(failure.node, "a");
+        assert_eq!(failure.step, step);
+        assert!(
+            failure.why.contains("did not finish within"),
+            "{}",
+            failure.why
+        );
+        // Tagged like an incident.
+        let tag = r
+            .ops
+            .values()
+            .find(|op| op.node == "a" && op.step == NodeStep::Failed);
+        assert_eq!(
+            tag.map(|op| &op.kind),
+            Some(&OpKind::Tag {
+                tag: format!("maintd:repairfailed:{}", Uuid::from_u128(7))
+            })
+        );
+        // Everything else is left as it is: no more operations.
+        w.now_ms += 1000;
+        assert!(r.advance(&w).is_empty());
+        assert!(r.campaign.finished_ms.is_some());
+    }
+}
+
+#[test]
+fn the_master_is_not_drained() {
+    let mut w = world();
+    w.master = "a".into();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    let planned = r.advance(&w);
+    assert!(!planned.iter().any(|k| k.contains("-a-drain")));
+    assert!(planned.iter().any(|k| k.contains("-b-drain")));
+    // a moved on to its migrations in the same round.
+    assert!(planned.iter().any(|k| k.contains("-a-move-i1")));
+    run(&mut r, &mut w, 20);
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+    assert!(!r.ops.keys().any(|k| k.contains("-a-undrain")));
+}
+
+#[test]
+fn a_failed_operation_fails_the_node() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    let key = r.in_flight().find(|op| op.node == "b").unwrap().key.clone();
+    let op = r.ops.get_mut(&key).unwrap();
+    op.state = OpState::Failed;
+    op.error = Some("job 12 error: node locked".into());
+    w.now_ms += 1000;
+    r.advance(&w);
+    let failure = r.campaign.failure.clone().unwrap();
+    assert_eq!(
+        (failure.node.as_str(), failure.step),
+        ("b", NodeStep::Drain)
+    );
+    assert_eq!(failure.why, "drain: job 12 error: node locked");
+}
+
+#[test]
+fn continue_on_failure_leaves_the_node_drained_and_goes_on() {
+    let mut w = world();
+    let mut r = started(
+        CampaignRequest {
+            continue_on_failure: true,
+            ..request()
+        },
+        &w,
+    );
+    for _ in 0..3 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    // b never comes back.
+    w.agents.get_mut("b").unwrap().boot_id = Some("b-boot-1".into());
+    w.now_ms += StepTimeouts::default().healthy_s * 1000 + 5000;
+    let planned = r.advance(&w);
+    assert!(planned.iter().any(|k| k.starts_with("tag-failed-b")));
+    assert_eq!(step_of(&r, "b"), NodeStep::Failed);
+    assert_eq!(r.state(), CampaignState::Running);
+    assert_eq!(r.campaign.failures.len(), 1);
+    run(&mut r, &mut w, 10);
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+    assert!(w.nodes["b"].drained, "the failed node stays drained");
+    assert!(r.needs_group());
+    assert_eq!(r.holds(), vec![]);
+}
+
+#[test]
+fn pause_freezes_steps_and_timeouts_resume_restarts_them() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    r.pause(w.now_ms).unwrap();
+    assert_eq!(r.state(), CampaignState::Paused);
+    // The drain in flight finishes; nothing new starts, however long the pause.
+    execute_all(&mut r, &mut w);
+    w.now_ms += 10 * StepTimeouts::default().move_s * 1000;
+    assert!(r.advance(&w).is_empty());
+    assert_eq!(step_of(&r, "a"), NodeStep::Drain);
+    assert!(!r.needs_group());
+    r.resume(w.now_ms).unwrap();
+    assert_eq!(r.state(), CampaignState::Running);
+    assert_eq!(
+        r.node("a").unwrap().step_deadline_ms,
+        Some(w.now_ms + StepTimeouts::default().drain_s * 1000)
+    );
+    run(&mut r, &mut w, 20);
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+}
+
+#[test]
+fn abort_before_the_hook_sends_nodes_back_and_skips_them() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w); // drains and migrations planned
+    r.abort(w.now_ms).unwrap();
+    assert_eq!(r.state(), CampaignState::Aborting);
+    assert!(r.campaign.planned.is_empty());
+    // The jobs in flight finish first.
+    w.now_ms += 1000;
+    assert!(r.advance(&w).is_empty());
+    assert_eq!(step_of(&r, "a"), NodeStep::Drain);
+    execute_all(&mut r, &mut w);
+    run(&mut r, &mut w, 10);
+    assert_eq!(r.state(), CampaignState::Aborted);
+    assert_eq!(step_of(&r, "a"), NodeStep::Skipped);
+    assert_eq!(step_of(&r, "b"), NodeStep::Skipped);
+    assert!(
+        !r.ops
+            .values()
+            .any(|op| matches!(op.kind, OpKind::Hook { .. }))
+    );
+    assert_eq!(w.instances["i1"].primary, "a");
+    assert_eq!(w.instances["i2"].primary, "b");
+    assert!(!w.nodes["a"].drained && !w.nodes["b"].drained);
+}
+
+#[test]
+fn abort_after_the_hook_lets_the_node_come_back() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    for _ in 0..3 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    assert_eq!(step_of(&r, "a"), NodeStep::WaitHealthy);
+    r.abort(w.now_ms).unwrap();
+    run(&mut r, &mut w, 10);
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+    assert_eq!(r.state(), CampaignState::Aborted);
+    assert_eq!(w.instances["i1"].primary, "a");
+}
+
+#[test]
+fn abort_between_groups_ends_at_once_and_controls_check_the_state() {
+    let w = world();
+    let mut r = Record::new(Uuid::from_u128(1), request(), "bob", T0);
+    r.set_plan(vec![vec!["a".into()]], vec![], &w);
+    r.abort(T0 + 1).unwrap();
+    assert_eq!(r.state(), CampaignState::Aborted);
+    assert_eq!(r.campaign.finished_ms, Some(T0 + 1));
+    for (what, result) in [
+        ("pause", r.pause(T0 + 2)),
+        ("resume", r.resume(T0 + 2)),
+        ("abort", r.abort(T0 + 2)),
+    ] {
+        let error = result.unwrap_err();
+        assert_eq!(error.state, CampaignState::Aborted, "{what}");
+    }
+    let mut r = Record::new(Uuid::from_u128(1), request(), "bob", T0);
+    r.pause(T0).unwrap();
+    r.abort(T0).unwrap();
+    assert_eq!(r.state(), CampaignState::Aborted);
+}
+
+#[test]
+fn pause_while_aborting_resumes_aborting() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    r.abort(w.now_ms).unwrap();
+    r.pause(w.now_ms).unwrap();
+    r.resume(w.now_ms).unwrap();
+    assert_eq!(r.state(), CampaignState::Aborting);
+}
+
+#[test]
+fn replanning_leaves_out_nodes_already_taken_and_not_required() {
+    let mut w = world();
+    let mut r = started(
+        CampaignRequest {
+            only_if_required: true,
+            ..request()
+        },
+        &w,
+    );
+    run(&mut r, &mut w, 20);
+    let left = r
+        .set_plan(
+            vec![vec!["a".into(), "c".into()], vec!["b".into()]],
+            vec![],
+            &w,
+        )
+        .to_vec();
+    assert_eq!(left, vec![vec!["c".to_owned()]]);
+    // b does not require a reboot: left out and said so.
+    let mut r2 = Record::new(
+        Uuid::from_u128(2),
+        CampaignRequest {
+            only_if_required: true,
+            ..request()
+        },
+        "x",
+        T0,
+    );
+    w.agents.remove("c");
+    let left = r2.set_plan(vec![vec!["a".into(), "b".into(), "c".into()]], vec![], &w);
+    assert_eq!(left, &[vec!["a".to_owned()]]);
+    assert!(r2.campaign.warnings[0].contains("b, c"));
+}
+
+#[test]
+fn groups_refused_for_size_are_cut_in_halves_and_stay_cut() {
+    let w = world();
+    let mut r = Record::new(Uuid::from_u128(4), request(), "x", T0);
+    let plan = || {
+        vec![
+            vec!["a".to_owned(), "b".to_owned(), "c".to_owned()],
+            vec!["d".to_owned()],
+        ]
+    };
+    r.set_plan(plan(), vec![], &w);
+    assert!(r.shrink_groups());
+    assert_eq!(
+        r.campaign.planned,
+        vec![vec!["a", "b"], vec!["c"], vec!["d"]]
+    );
+    // Re-planning keeps the cut.
+    r.set_plan(plan(), vec![], &w);
+    assert_eq!(r.campaign.planned.len(), 3);
+    assert!(r.shrink_groups());
+    r.set_plan(plan(), vec![], &w);
+    assert_eq!(
+        r.campaign.planned,
+        vec![vec!["a"], vec!["b"], vec!["c"], vec!["d"]]
+    );
+    assert!(!r.shrink_groups());
+}
+
+#[test]
+fn completes_when_nothing_is_left() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    run(&mut r, &mut w, 20);
+    r.set_plan(vec![vec!["a".into(), "b".into()]], vec![], &w);
+    assert!(r.complete_if_done(w.now_ms));
+    assert_eq!(r.state(), CampaignState::Completed);
+    assert_eq!(r.campaign.nodes_progress(), (2, 2));
+}
+
+#[test]
+fn holds_the_nodes_of_the_group_in_flight() {
+    let w = world();
+    let r = started(request(), &w);
+    let holder = Holder::Campaign {
+        id: Uuid::from_u128(7),
+    };
+    assert_eq!(
+        r.holds(),
+        vec![("a".to_owned(), holder.clone()), ("b".to_owned(), holder)]
+    );
+}
+
+#[test]
+fn full_evacuation_replaces_secondaries_and_brings_them_back() {
+    let mut w = world();
+    let mut r = Record::new(
+        Uuid::from_u128(3),
+        CampaignRequest {
+            full_evacuation: true,
+            ..request()
+        },
+        "x",
+        T0,
+    );
+    w.nodes.insert("d".into(), NodeNow::default());
+    r.set_plan(vec![vec!["a".into()]], vec![], &w);
+    r.start_group(
+        BTreeMap::from([(
+            "a".to_owned(),
+            vec![
+                PlannedMove {
+                    instance: "i1".into(),
+                    target: Some("c".into()),
+                    new_secondary: Some("d".into()),
+                },
+                PlannedMove {
+                    instance: "i3".into(),
+                    target: None,
+                    new_secondary: Some("d".into()),
+                },
+            ],
+        )]),
+        &w,
+    );
+    w.now_ms += 1000;
+    r.advance(&w);
+    execute_all(&mut r, &mut w);
+    // i1 migrates first (a is then its secondary), then its secondary goes to d; i3's too.
+    for _ in 0..2 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    assert_eq!(step_of(&r, "a"), NodeStep::Hook);
+    assert_eq!(w.instances["i1"].primary, "c");
+    assert_eq!(w.instances["i1"].secondaries, vec!["d"]);
+    assert_eq!(w.instances["i3"].secondaries, vec!["d"]);
+    run(&mut r, &mut w, 20);
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+    // i1 back: its secondary replaced by a, then migrated.
+    assert_eq!(w.instances["i1"].primary, "a");
+}
+
+#[test]
+fn hook_waits_for_a_boot_id_and_a_reboot_during_the_hook_counts() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    for _ in 0..1 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    w.agents.get_mut("a").unwrap().boot_id = None;
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::Hook);
+    assert!(!r.ops.contains_key("g0-a-hook"));
+    assert_eq!(
+        r.node("a").unwrap().waiting_for.as_deref(),
+        Some("a fresh report of its agent with its boot id")
+    );
+    w.agents.get_mut("a").unwrap().boot_id = Some("a-boot-1".into());
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert!(r.ops.contains_key("g0-a-hook"));
+    // The agent went down with the node: the hook's record is lost (failed to read), but the
+    // node is back with a new boot id.
+    let op = r.ops.get_mut("g0-a-hook").unwrap();
+    op.state = OpState::Failed;
+    op.error = Some("interrupted".into());
+    w.agents.get_mut("a").unwrap().boot_id = Some("a-boot-2".into());
+    w.agents.get_mut("a").unwrap().ok = false;
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::WaitHealthy);
+}
+
+#[test]
+fn record_round_trips_through_json() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    let text = serde_json::to_string(&r).unwrap();
+    assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r);
+}
+
+proptest! {
+    /// Whatever the operations' outcomes and the order of operator commands, the state machine
+    /// never plans an operation twice, never moves a node backwards (except an abort sending it
+    /// back to undrain), and a failed or finished campaign plans nothing but failure tags.
+    #[test]
+    fn random_outcomes_and_commands_keep_the_invariants(
+        script in proptest::collection::vec((0u8..6, 0u8..4, 0u64..4000), 1..60)
+    ) {
+        let mut w = world();
+        let mut r = started(CampaignRequest { continue_on_failure: true, ..request() }, &w);
+        let mut ever: BTreeSet<String> = BTreeSet::new();
+        for (outcome, command, dt) in script {
+            w.now_ms += dt * 1000;
+            match command {
+                1 => { r.pause(w.now_ms).ok(); }
+                2 => { r.resume(w.now_ms).ok(); }
+                3 if outcome == 0 => { r.abort(w.now_ms).ok(); }
+                _ => {}
+            }
+            let before: BTreeMap<String, NodeStep> = r
+                .campaign.groups.last().unwrap().nodes.iter()
+                .map(|n| (n.node.clone(), n.step)).collect();
+            let final_before = r.state().is_final();
+            let planned = r.advance(&w);
+            for key in &planned {
+                prop_assert!(ever.insert(key.clone()), "{key} planned twice");
+                if final_before {
+                    prop_assert!(key.starts_with("tag-failed-"));
+                }
+            }
+            for n in &r.campaign.groups.last().unwrap().nodes {
+                let was = before[&n.node];
+                prop_assert!(
+                    n.step >= was || (n.step == NodeStep::Undrain && r.aborted_nodes.contains(&n.node)),
+                    "{} went from {was} to {}", n.node, n.step
+                );
+            }
+            // Operations finish one way or the other.
+            let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
+            for key in keys {
+                let op = r.ops.get_mut(&key).unwrap();
+                match outcome {
+                    0 => {}
+                    1 => { op.state = OpState::Failed; op.error = Some("boom".into()); }
+                    _ => { apply(op, &mut w); op.state = OpState::Succeeded; }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The rolling-maintenance duty: a campaign due for its next reboot group proposes the group's
+//! nodes to the gate (pure). The gate judges it with the other duties' proposals (after node and
+//! instance repairs, before balancing); a refused group waits, its campaign showing what blocks
+//! it. A group in flight is not proposed again: its nodes are held by the campaign
+//! ([`crate::campaign::Record::holds`]) until each is done.
+
+use std::collections::BTreeSet;
+
+use crate::campaign::Record;
+use crate::gate::{Duty, Holder, Proposal, View};
+
+/// The proposal of `record`'s next group (the first planned one), when it is due.
+pub fn propose(record: &Record, view: &View) -> Option<Proposal> {
+    if !record.needs_group() {
+        return None;
+    }
+    let group = record.campaign.planned.first()?;
+    let disrupts: BTreeSet<String> = group.iter().cloned().collect();
+    // The memory of the running primaries that move off the group (N+1 on the rest); unknown
+    // when a node or an instance size is unknown.
+    let moves_memory = group.iter().try_fold(0u64, |sum, node| {
+        view.nodes
+            .get(node)
+            .and_then(|facts| facts.primary_memory)
+            .map(|memory| sum.saturating_add(memory))
+    });
+    let index = record.campaign.groups.len();
+    Some(Proposal {
+        duty: Duty::Maintenance,
+        holder: Holder::Campaign { id: record.id() },
+        subject: format!(
+            "reboot group {} of {} ({})",
+            index + 1,
+            record.campaign.groups_total(),
+            group.join(", ")
+        ),
+        invasiveness: 2,
+        since_ms: record.campaign.created_ms,
+        disrupts,
+        touches: BTreeSet::new(),
+        fresh: false,
+        moves_memory,
+        reason: format!(
+            "maintenance campaign {} ({})",
+            record.campaign.id,
+            record
+                .campaign
+                .request
+                .reason
+                .as_deref()
+                .unwrap_or(&record.campaign.request.hook)
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::campaign::World;
+    use crate::gate::{self, Caps, InForce, NodeFacts, Policy};
+    use nodecare_protocol::maintenance::CampaignRequest;
+    use uuid::Uuid;
+
+    fn view(nodes: &[(&str, &str, Option<u64>)]) -> View {
+        View {
+            nodes: nodes
+                .iter()
+                .map(|(name, domain, memory)| {
+                    (
+                        (*name).to_owned(),
+                        NodeFacts {
+                            name: (*name).to_owned(),
+                            group: "default".into(),
+                            domain: (*domain).to_owned(),
+                            vm_capable: true,
+                            drained: false,
+                            offline: false,
+                            memory_free: Some(100_000),
+                            primary_memory: *memory,
+                        },
+                    )
+                })
+                .collect(),
+            storage: Vec::new(),
+            now_ms: 1,
+        }
+    }
+
+    fn record(groups: Vec<Vec<&str>>) -> Record {
+        let mut r = Record::new(Uuid::from_u128(9), CampaignRequest::new("reboot"), "a", 1);
+        r.set_plan(
+            groups
+                .into_iter()
+                .map(|g| g.into_iter().map(str::to_owned).collect())
+                .collect(),
+            vec![],
+            &World::default(),
+        );
+        r
+    }
+
+    #[test]
+    fn proposes_the_next_group_with_its_memory() {
+        let v = view(&[
+            ("n1", "rack:a", Some(1024)),
+            ("n2", "rack:a", Some(512)),
+            ("n3", "rack:b", None),
+        ]);
+        let p = propose(&record(vec![vec!["n1", "n2"], vec!["n3"]]), &v).unwrap();
+        assert_eq!(p.duty, Duty::Maintenance);
+        assert_eq!(
+            p.holder,
+            Holder::Campaign {
+                id: Uuid::from_u128(9)
+            }
+        );
+        assert_eq!(p.disrupts, BTreeSet::from(["n1".into(), "n2".into()]));
+        assert_eq!(p.moves_memory, Some(1536));
+        assert_eq!(p.subject, "reboot group 1 of 2 (n1, n2)");
+        // Unknown memory is unknown, never zero.
+        let p = propose(&record(vec![vec!["n3"]]), &v).unwrap();
+        assert_eq!(p.moves_memory, None);
+    }
+
+    #[test]
+    fn nothing_when_not_due() {
+        let v = view(&[("n1", "rack:a", Some(1))]);
+        assert!(propose(&record(vec![]), &v).is_none());
+        let mut paused = record(vec![vec!["n1"]]);
+        paused.pause(2).unwrap();
+        assert!(propose(&paused, &v).is_none());
+    }
+
+    /// The gate judges a group with the others: two nodes of one domain under a cap of one are
+    /// refused (the group waits), under a cap of two admitted; another domain disrupted
+    /// blocks it.
+    #[test]
+    fn the_gate_judges_groups_like_any_disruption() {
+        let v = view(&[
+            ("n1", "rack:a", Some(1)),
+            ("n2", "rack:a", Some(1)),
+            ("n3", "rack:b", Some(1)),
+            ("n4", "rack:b", Some(1)),
+        ]);
+        let p = propose(&record(vec![vec!["n1", "n2"]]), &v).unwrap();
+        let policy = |max: usize| Policy {
+            cluster: Caps {
+                max_disrupted_nodes: max,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let none = InForce::default();
+        let d = gate::decide(&v, &policy(1), &none, vec![p.clone()]);
+        assert!(matches!(
+            d.judgements[0].outcome,
+            Err(gate::BlockedBy::Cap { .. })
+        ));
+        let d = gate::decide(&v, &policy(2), &none, vec![p.clone()]);
+        assert!(d.judgements[0].outcome.is_ok());
+        let busy = InForce::new(
+            &v,
+            [(
+                "n3".to_owned(),
+                Holder::Incident {
+                    id: Uuid::from_u128(1),
+                },
+            )],
+        );
+        let d = gate::decide(&v, &policy(3), &busy, vec![p]);
+        assert!(matches!(
+            d.judgements[0].outcome,
+            Err(gate::BlockedBy::Domain { .. })
+        ));
+    }
+}

@@ -1,0 +1,297 @@
+//! Rolling maintenance campaigns end to end on the simulated cluster with fake agents: a whole
+//! campaign through the API, and a coordinator restarted in the middle of a group (with a
+//! submission whose answer was lost) that goes on without submitting any job twice.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use nodecare_coordinator::campaign::OpState;
+use nodecare_coordinator::daemon::Coordinator;
+use nodecare_ganeti::Ganeti;
+use nodecare_protocol::maintenance::{Campaign, CampaignState, NodeStep};
+use nodecare_tests::harness::{Harness, node};
+
+const NODES: usize = 4;
+/// DRBD, diskless and sharedfile instances on every node.
+const INSTANCES: &str =
+    "d1:drbd:1,s1:sharedfile:1,d2:drbd:2,l2:diskless:2,d3:drbd:3,s3:sharedfile:3,l4:diskless:4";
+
+async fn cluster(users: &std::path::Path) -> Harness {
+    let users = users.to_path_buf();
+    let h = Harness::new(NODES, INSTANCES, move |config| {
+        config.users = users;
+        config.max_disrupted_nodes = 2;
+        config.min_healthy_nodes = 2;
+    })
+    .await
+    .unwrap();
+    for i in 1..=NODES {
+        h.agents
+            .get(&node(i))
+            .unwrap()
+            .set_boot_id(Some(&format!("boot-{i}-0")));
+    }
+    h
+}
+
+/// Plays the hooks: every node whose agent ran a hook since the last call reboots (a new boot
+/// id). Returns the hook runs per node so far.
+fn reboot_after_hooks(h: &Harness, runs: &mut BTreeMap<String, BTreeSet<String>>) {
+    for i in 1..=NODES {
+        let name = node(i);
+        let agent = h.agents.get(&name).unwrap();
+        let seen = runs.entry(name.clone()).or_default();
+        for id in agent.repairs() {
+            if seen.insert(id) {
+                agent.set_boot_id(Some(&format!("boot-{i}-{}", seen.len())));
+            }
+        }
+    }
+}
+
+/// Primaries by instance, and whether every instance runs.
+fn layout(h: &Harness) -> (BTreeMap<String, String>, bool) {
+    h.sim.with_cluster(|c| {
+        (
+            c.instances
+                .values()
+                .map(|i| (i.name.clone(), i.pnode.clone()))
+                .collect(),
+            c.instances.values().all(|i| i.running),
+        )
+    })
+}
+
+fn campaign(h: &Harness) -> Campaign {
+    h.coordinator
+        .api()
+        .store
+        .campaigns()
+        .unwrap()
+        .remove(0)
+        .campaign
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_reboots_every_node_and_puts_instances_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "ops secret write\nviewer look read\n").unwrap();
+    let mut h = cluster(&users).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let (before, _) = layout(&h);
+
+    // Writes need a writer; bad requests are a clear 400.
+    let body = serde_json::json!({"hook": "reboot", "reason": "kernel 6.12"});
+    let answer = client
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("viewer", Some("look"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
+    let answer = client
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&serde_json::json!({"hook": "re boot"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    assert!(answer.text().await.unwrap().contains("hook"));
+    let answer = client
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    let started: Campaign = answer.json().await.unwrap();
+    assert_eq!(started.state, CampaignState::Running);
+    assert_eq!(started.who, "ops");
+    // One campaign at a time.
+    let answer = client
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 409);
+
+    let mut runs = BTreeMap::new();
+    let mut paused_once = false;
+    for _ in 0..80 {
+        h.round().await.unwrap();
+        reboot_after_hooks(&h, &mut runs);
+        let (_, all_running) = layout(&h);
+        assert!(all_running, "an instance went down: {:#?}", campaign(&h));
+        let now: Campaign = client
+            .get(format!("{url}/1/maintenance/{}", started.id))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        // Pause once in the middle of the first group: nothing moves until resumed.
+        if !paused_once && now.groups.len() == 1 && now.groups[0].nodes[0].step == NodeStep::Hook {
+            paused_once = true;
+            let paused: Campaign = client
+                .post(format!("{url}/1/maintenance/{}/pause", started.id))
+                .basic_auth("ops", Some("secret"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            assert_eq!(paused.state, CampaignState::Paused);
+            h.round().await.unwrap();
+            h.round().await.unwrap();
+            let still = campaign(&h);
+            assert_eq!(still.groups[0].nodes[0].step, NodeStep::Hook);
+            let answer = client
+                .post(format!("{url}/1/maintenance/{}/resume", started.id))
+                .basic_auth("ops", Some("secret"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 200);
+        }
+        if now.state.is_final() {
+            break;
+        }
+    }
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert!(paused_once);
+    // Every node's hook ran exactly once, in groups of at most two nodes.
+    for i in 1..=NODES {
+        assert_eq!(runs[&node(i)].len(), 1, "hooks of {}", node(i));
+    }
+    assert!(done.groups.iter().all(|g| g.nodes.len() <= 2));
+    assert!(
+        done.groups
+            .iter()
+            .flat_map(|g| &g.nodes)
+            .all(|n| n.step == NodeStep::Done)
+    );
+    assert_eq!(done.nodes_progress(), (NODES, NODES));
+    // Instances back on their original primaries, nodes back in service.
+    let (after, all_running) = layout(&h);
+    assert_eq!(after, before);
+    assert!(all_running);
+    assert!(h.sim.with_cluster(|c| c.nodes.values().all(|n| !n.drained)));
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    // The jobs carry the campaign in their reason trail.
+    let ours = h
+        .sim
+        .submissions()
+        .into_iter()
+        .filter(|s| {
+            s.reason_text
+                .as_deref()
+                .is_some_and(|t| t.contains(&format!("maintenance campaign {}", done.id)))
+        })
+        .count();
+    assert!(ours >= 10, "{ours} jobs of the campaign");
+    // A finished campaign takes no command.
+    let answer = client
+        .post(format!("{url}/1/maintenance/{}/abort", started.id))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 409);
+    let list: nodecare_protocol::maintenance::CampaignList = client
+        .get(format!("{url}/1/maintenance"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list.campaigns.len(), 1);
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = cluster(&dir.path().join("no-users")).await;
+    let (before, _) = layout(&h);
+    let record = nodecare_coordinator::campaign::Record::new(
+        uuid::Uuid::new_v4(),
+        nodecare_protocol::maintenance::CampaignRequest::new("reboot"),
+        "ops",
+        nodecare_protocol::now_ms(),
+    );
+    h.coordinator.api().store.save_campaign(&record).unwrap();
+    let mut runs = BTreeMap::new();
+    // Until the first group's migrations are in flight.
+    for _ in 0..20 {
+        h.coordinator.round().await.unwrap();
+        reboot_after_hooks(&h, &mut runs);
+        let stored = h.coordinator.api().store.campaigns().unwrap().remove(0);
+        if stored.ops.values().any(|op| {
+            op.state == OpState::Submitted
+                && matches!(
+                    op.kind,
+                    nodecare_coordinator::campaign::OpKind::Migrate { .. }
+                )
+        }) {
+            break;
+        }
+    }
+    let store = &h.coordinator.api().store;
+    let mut stored = store.campaigns().unwrap().remove(0);
+    let submitted: Vec<String> = stored
+        .ops
+        .values()
+        .filter(|op| {
+            op.state == OpState::Submitted
+                && op.job_id.is_some()
+                && matches!(
+                    op.kind,
+                    nodecare_coordinator::campaign::OpKind::Migrate { .. }
+                )
+        })
+        .map(|op| op.key.clone())
+        .collect();
+    assert!(!submitted.is_empty(), "{:#?}", stored.campaign);
+    // The crash came after a job's submission and before its record: the store knows it only
+    // as planned.
+    let lost = submitted[0].clone();
+    if let Some(op) = stored.ops.get_mut(&lost) {
+        op.state = OpState::Planned;
+        op.job_id = None;
+    }
+    store.save_campaign(&stored).unwrap();
+    // kill -9 and restart: a new coordinator on the same state directory.
+    let ganeti: Arc<dyn Ganeti> = Arc::new(h.sim.client());
+    h.coordinator = Coordinator::new(&h.config, node(1), ganeti, h.key.clone()).unwrap();
+    for _ in 0..80 {
+        h.round().await.unwrap();
+        reboot_after_hooks(&h, &mut runs);
+        if campaign(&h).state.is_final() {
+            break;
+        }
+    }
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    for i in 1..=NODES {
+        assert_eq!(runs[&node(i)].len(), 1, "hooks of {}", node(i));
+    }
+    let (after, all_running) = layout(&h);
+    assert_eq!(after, before);
+    assert!(all_running);
+}
