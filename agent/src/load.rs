@@ -5,16 +5,15 @@
 //! can give `hbal` load it has verified. [`LoadSigner::run`] is the task.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
 use nodecare_protocol::load::LOAD_COLLECTORS;
 use nodecare_protocol::report::DEFAULT_CATEGORY;
 use nodecare_protocol::{LoadPayload, Report, SignedEnvelope, Signer, now_ms};
 use tokio::sync::watch;
 
-use crate::cache::{CachedReport, CachedSigned, ReportCache, Snapshot};
-use crate::signing::{Sequencer, SigningError};
+use crate::cache::{CachedSigned, ReportCache, Snapshot};
+use crate::signing::{Sequencer, SignErrorLog, SigningError, cached_signed, sign_payload};
 
 /// How often the agent signs its load reports.
 pub const LOAD_INTERVAL: Duration = Duration::from_secs(10);
@@ -72,39 +71,19 @@ impl LoadSigner {
             collected_at_ms,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
         };
-        let payload = serde_json::to_value(&payload)
-            .map_err(|error| SigningError::Sign(error.to_string()))?;
-        let now = now_ms();
-        let sequence = self.sequencer.next(now)?;
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        signer
-            .sign(payload, sequence, now, ttl_ms)
-            .map_err(|error| SigningError::Sign(error.to_string()))
+        sign_payload(signer, &self.sequencer, &payload, now_ms(), self.ttl)
     }
 
     /// Signs `load` and returns what the cache should serve.
     pub fn sign_for_cache(&self, load: Vec<Report>, collected_at_ms: u64) -> CachedSigned {
-        let envelope = match self.sign(load, collected_at_ms) {
-            Ok(envelope) => envelope,
-            Err(error) => return CachedSigned::Unavailable(error.to_string()),
-        };
-        match serde_json::to_vec(&envelope) {
-            Ok(body) => CachedSigned::Envelope {
-                report: CachedReport {
-                    body: Bytes::from(body),
-                    collected: Instant::now(),
-                },
-                sequence: envelope.sequence,
-            },
-            Err(error) => CachedSigned::Unavailable(error.to_string()),
-        }
+        cached_signed(self.sign(load, collected_at_ms))
     }
 
     /// Signs and caches the load reports every interval (the first one interval after the
     /// start) until `shutdown` changes. A failure to
     /// sign is logged when it starts or changes. The agent runs this as one task.
     pub async fn run(self, cache: Arc<ReportCache>, mut shutdown: watch::Receiver<bool>) {
-        let mut last_error: Option<String> = None;
+        let mut sign_log = SignErrorLog::new("load report", "the load report is signed");
         // The first signing one interval after the start: the collectors have data by then.
         let mut ticks =
             tokio::time::interval_at(tokio::time::Instant::now() + self.interval, self.interval);
@@ -116,17 +95,7 @@ impl LoadSigner {
             }
             let load = load_reports(&cache, &cache.snapshot());
             let signed = self.sign_for_cache(load, now_ms());
-            let error = match &signed {
-                CachedSigned::Unavailable(error) => Some(error.clone()),
-                CachedSigned::Envelope { .. } => None,
-            };
-            if error != last_error {
-                match &error {
-                    Some(error) => tracing::error!(%error, "cannot sign the load report"),
-                    None => tracing::info!("the load report is signed"),
-                }
-                last_error = error;
-            }
+            sign_log.note(&signed);
             cache.store_load(signed);
         }
     }

@@ -36,6 +36,80 @@ pub enum SigningError {
     Sign(String),
 }
 
+/// Signs `payload` with `signer` and the node's next `sequencer` number, at `now` (ms), the
+/// envelope living `ttl`. Shared by the signers of every report kind.
+pub(crate) fn sign_payload<P: serde::Serialize>(
+    signer: &Signer,
+    sequencer: &Sequencer,
+    payload: &P,
+    now: u64,
+    ttl: Duration,
+) -> Result<SignedEnvelope, SigningError> {
+    let payload =
+        serde_json::to_value(payload).map_err(|error| SigningError::Sign(error.to_string()))?;
+    let sequence = sequencer.next(now)?;
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    signer
+        .sign(payload, sequence, now, ttl_ms)
+        .map_err(|error| SigningError::Sign(error.to_string()))
+}
+
+/// What the cache should serve for a signing result: the serialised envelope, or why there is
+/// none.
+pub(crate) fn cached_signed(signed: Result<SignedEnvelope, SigningError>) -> CachedSigned {
+    let envelope = match signed {
+        Ok(envelope) => envelope,
+        Err(error) => return CachedSigned::Unavailable(error.to_string()),
+    };
+    match serde_json::to_vec(&envelope) {
+        Ok(body) => CachedSigned::Envelope {
+            report: CachedReport {
+                body: Bytes::from(body),
+                collected: Instant::now(),
+            },
+            sequence: envelope.sequence,
+        },
+        Err(error) => CachedSigned::Unavailable(error.to_string()),
+    }
+}
+
+/// Logs a periodic signer's failure to sign when it starts or changes, and its recovery, not at
+/// every interval.
+#[derive(Debug)]
+pub(crate) struct SignErrorLog {
+    /// What is signed, for the log ("load report").
+    what: &'static str,
+    /// What is logged when signing works again.
+    recovered: &'static str,
+    last: Option<String>,
+}
+
+impl SignErrorLog {
+    /// A log for signing `what`, logging `recovered` when signing works again.
+    pub(crate) fn new(what: &'static str, recovered: &'static str) -> Self {
+        Self {
+            what,
+            recovered,
+            last: None,
+        }
+    }
+
+    /// Notes what the cache is given.
+    pub(crate) fn note(&mut self, signed: &CachedSigned) {
+        let error = match signed {
+            CachedSigned::Unavailable(error) => Some(error.clone()),
+            CachedSigned::Envelope { .. } => None,
+        };
+        if error != self.last {
+            match &error {
+                Some(error) => tracing::error!(%error, "cannot sign the {}", self.what),
+                None => tracing::info!("{}", self.recovered),
+            }
+            self.last = error;
+        }
+    }
+}
+
 /// What the signer did since the agent started (for `/metrics`).
 #[derive(Debug, Default)]
 pub struct SignCounters {
@@ -170,33 +244,16 @@ impl DiagnoseSigner {
             boot_id: boot.boot_id,
             reboot_required: boot.reboot_required,
         };
-        let payload = serde_json::to_value(&payload)
-            .map_err(|error| SigningError::Sign(error.to_string()))?;
-        let sequence = self.sequencer.next(now)?;
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        signer
-            .sign(payload, sequence, now, ttl_ms)
-            .map_err(|error| SigningError::Sign(error.to_string()))
+        sign_payload(signer, &self.sequencer, &payload, now, self.ttl)
     }
 
     /// Signs `run` and returns what the cache should serve; logs failures.
     pub fn sign_for_cache(&mut self, run: &DiagnoseRun, stale: bool) -> CachedSigned {
-        match self.sign(run, stale) {
-            Ok(envelope) => match serde_json::to_vec(&envelope) {
-                Ok(body) => CachedSigned::Envelope {
-                    report: CachedReport {
-                        body: Bytes::from(body),
-                        collected: Instant::now(),
-                    },
-                    sequence: envelope.sequence,
-                },
-                Err(error) => CachedSigned::Unavailable(error.to_string()),
-            },
-            Err(error) => {
-                tracing::error!(%error, "cannot sign the diagnose verdict");
-                CachedSigned::Unavailable(error.to_string())
-            }
+        let signed = self.sign(run, stale);
+        if let Err(error) = &signed {
+            tracing::error!(%error, "cannot sign the diagnose verdict");
         }
+        cached_signed(signed)
     }
 
     /// Signs and persists every run `published`, storing the envelope in `cache`, until

@@ -4,16 +4,15 @@
 //! ([`Sequencer`]), and caches the envelope for HTTP. [`StorageSigner::run`] is the task.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use bytes::Bytes;
 use nodecare_collectors::builtin::drbd::{Drbd, DrbdStatus, to_storage_minors};
 use nodecare_collectors::{CollectError, Collector};
 use nodecare_protocol::{DrbdState, SignedEnvelope, Signer, StoragePayload, now_ms};
 use tokio::sync::watch;
 
-use crate::cache::{CachedReport, CachedSigned, ReportCache};
-use crate::signing::{Sequencer, SigningError};
+use crate::cache::{CachedSigned, ReportCache};
+use crate::signing::{Sequencer, SignErrorLog, SigningError, cached_signed, sign_payload};
 
 /// How often the agent reads and signs the DRBD state.
 pub const STORAGE_INTERVAL: Duration = Duration::from_secs(10);
@@ -81,32 +80,12 @@ impl StorageSigner {
             collected_at_ms,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
         };
-        let payload = serde_json::to_value(&payload)
-            .map_err(|error| SigningError::Sign(error.to_string()))?;
-        let now = now_ms();
-        let sequence = self.sequencer.next(now)?;
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
-        signer
-            .sign(payload, sequence, now, ttl_ms)
-            .map_err(|error| SigningError::Sign(error.to_string()))
+        sign_payload(signer, &self.sequencer, &payload, now_ms(), self.ttl)
     }
 
     /// Signs one reading and returns what the cache should serve.
     pub fn sign_for_cache(&self, drbd: DrbdState, collected_at_ms: u64) -> CachedSigned {
-        let envelope = match self.sign(drbd, collected_at_ms) {
-            Ok(envelope) => envelope,
-            Err(error) => return CachedSigned::Unavailable(error.to_string()),
-        };
-        match serde_json::to_vec(&envelope) {
-            Ok(body) => CachedSigned::Envelope {
-                report: CachedReport {
-                    body: Bytes::from(body),
-                    collected: Instant::now(),
-                },
-                sequence: envelope.sequence,
-            },
-            Err(error) => CachedSigned::Unavailable(error.to_string()),
-        }
+        cached_signed(self.sign(drbd, collected_at_ms))
     }
 
     /// Reads DRBD (bounded by the collector's timeout), signs and caches the result every
@@ -120,7 +99,8 @@ impl StorageSigner {
     ) {
         let timeout = source.drbd.spec().timeout;
         let mut last_read_error: Option<String> = None;
-        let mut last_sign_error: Option<String> = None;
+        let mut sign_log =
+            SignErrorLog::new("storage report", "the storage report is signed again");
         let mut ticks = tokio::time::interval(source.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -143,17 +123,7 @@ impl StorageSigner {
                 last_read_error = read_error;
             }
             let signed = self.sign_for_cache(drbd_state(reading), now_ms());
-            let sign_error = match &signed {
-                CachedSigned::Unavailable(error) => Some(error.clone()),
-                CachedSigned::Envelope { .. } => None,
-            };
-            if sign_error != last_sign_error {
-                match &sign_error {
-                    Some(error) => tracing::error!(%error, "cannot sign the storage report"),
-                    None => tracing::info!("the storage report is signed again"),
-                }
-                last_sign_error = sign_error;
-            }
+            sign_log.note(&signed);
             cache.store_storage(signed);
         }
     }

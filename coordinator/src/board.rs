@@ -28,6 +28,9 @@ pub struct Board {
     pub instance_repairs: RwLock<Vec<nodecare_protocol::status::InstanceRepairSummary>>,
     /// What balancing did last (none while it is off or before its first run).
     pub balancing: RwLock<Option<crate::duty::balancing::BalanceStatus>>,
+    /// Whether this coordinator is acting (its last mastership check found this node the
+    /// master); a coordinator on another master candidate stands by.
+    pub acting: std::sync::atomic::AtomicBool,
 }
 
 impl Board {

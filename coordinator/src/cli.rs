@@ -1,7 +1,8 @@
 //! The `nodecare-coordinator` command line (the binary is a one-line wrapper, so tests can
 //! build the very same daemon under another name).
 //!
-//! Exit codes: 0 stopped by a signal, 1 runtime failure, 2 bad configuration, 11 not the master.
+//! Exit codes: 0 stopped by a signal, 1 runtime failure, 2 bad configuration, 11 not the master
+//! (`--once` only: the daemon stands by on a node that is not the master).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -241,6 +242,25 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
     let ganeti: Arc<dyn Ganeti> = Arc::new(ganeti);
     let mut coordinator =
         Coordinator::new(&config, node_name.clone(), ganeti, key)?.with_cluster_source(source);
+    if once {
+        return once_round(&mut coordinator).await;
+    }
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    tracing::info!(node = %node_name, listen = %config.listen, interval_s = config.round_interval,
+        "nodecare-coordinator running (it acts while this node is the master)");
+    let _watchdog = crate::systemd::notify_ready_on_progress(coordinator.progress());
+    let shutdown = async {
+        shutdown_signal().await;
+        crate::systemd::notify_stopping();
+    };
+    coordinator.run(listener, shutdown).await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--once`: one round on the master (exit 11 elsewhere).
+async fn once_round(coordinator: &mut Coordinator) -> anyhow::Result<ExitCode> {
     // Master check at start-up; transient RAPI trouble is retried for a while.
     let mut attempt = 0;
     loop {
@@ -258,32 +278,12 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
             Err(error) => return Err(error).context("cannot check mastership"),
         }
     }
-    if once {
-        return match coordinator.round().await {
-            Ok(summary) => {
-                println!("{}", serde_json::to_string_pretty(&summary)?);
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(RoundError::NotMaster { .. }) => Ok(ExitCode::from(EXIT_NOT_MASTER as u8)),
-            Err(error) => Err(error.into()),
-        };
-    }
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
-    tracing::info!(node = %node_name, listen = %config.listen, interval_s = config.round_interval,
-        "nodecare-coordinator running on the master");
-    let _watchdog = crate::systemd::notify_ready();
-    let shutdown = async {
-        shutdown_signal().await;
-        crate::systemd::notify_stopping();
-    };
-    match coordinator.run(listener, shutdown).await {
-        Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(error @ RoundError::NotMaster { .. }) => {
-            tracing::error!(%error, "no longer the master; exiting");
-            Ok(ExitCode::from(EXIT_NOT_MASTER as u8))
+    match coordinator.round().await {
+        Ok(summary) => {
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+            Ok(ExitCode::SUCCESS)
         }
+        Err(RoundError::NotMaster { .. }) => Ok(ExitCode::from(EXIT_NOT_MASTER as u8)),
         Err(error) => Err(error.into()),
     }
 }

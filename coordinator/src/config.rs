@@ -27,6 +27,10 @@ pub const DEFAULT_MAX_DISRUPTED_NODES: usize = 1;
 pub const DEFAULT_MIN_HEALTHY_NODES: usize = 2;
 /// Default RAPI base URL (RAPI on the master itself).
 pub const DEFAULT_RAPI_URL: &str = "https://127.0.0.1:5080";
+/// Default seconds a round may run before the daemon counts itself hung.
+pub const DEFAULT_ROUND_STALL_TIMEOUT_SECS: f64 = 600.0;
+/// Ganeti's ssconf directory.
+pub const DEFAULT_SSCONF_DIR: &str = "/var/lib/ganeti";
 /// Default RAPI certificate to pin (Ganeti's).
 pub const DEFAULT_RAPI_CERTIFICATE: &str = "/var/lib/ganeti/rapi.pem";
 /// Exit code when not running on the master (Ganeti's `exitNotmaster`).
@@ -77,6 +81,12 @@ pub struct Config {
     pub round_interval: f64,
     /// Seconds a Ganeti job may run before its incident fails.
     pub job_timeout: f64,
+    /// Seconds a round may run before the daemon counts itself hung: the systemd watchdog is
+    /// then no longer fed, and systemd restarts the service.
+    pub round_stall_timeout: f64,
+    /// Ganeti's ssconf directory: `ssconf_master_node` there names the master. A coordinator on
+    /// another node waits (standby) without asking RAPI.
+    pub ssconf_dir: PathBuf,
     /// Seconds a repair command may run before its incident fails.
     pub repair_timeout: f64,
     /// Seconds a round waits for a just-requested repair to finish.
@@ -204,6 +214,8 @@ impl Default for Config {
             users: PathBuf::from(crate::auth::DEFAULT_USERS_PATH),
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
+            round_stall_timeout: DEFAULT_ROUND_STALL_TIMEOUT_SECS,
+            ssconf_dir: PathBuf::from(DEFAULT_SSCONF_DIR),
             repair_timeout: 1800.0,
             repair_poll: 5.0,
             repair_request_ttl: 300.0,
@@ -297,6 +309,7 @@ impl Config {
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.round_interval_duration()?;
         seconds("job_timeout", self.job_timeout, 1.0)?;
+        seconds("round_stall_timeout", self.round_stall_timeout, 0.1)?;
         seconds("repair_timeout", self.repair_timeout, 1.0)?;
         seconds("repair_poll", self.repair_poll, 0.0)?;
         seconds("repair_request_ttl", self.repair_request_ttl, 1.0)?;

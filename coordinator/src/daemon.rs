@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use nodecare_protocol::{HmacKey, KeyRing, VerifyPolicy};
@@ -40,6 +41,8 @@ pub struct Coordinator {
     webhook: Option<crate::notify::WebhookSettings>,
     /// The agents' long-polls; `None`: rounds poll only.
     watches: Option<Watches>,
+    /// The round loop's progress, which feeds the systemd watchdog.
+    progress: Arc<nodecare_daemon::systemd::Progress>,
 }
 
 /// A watched verdict change starts a round this long after it, so that changes arriving
@@ -117,6 +120,7 @@ impl Coordinator {
             repair_timeout: Config::duration(config.repair_timeout),
             repair_poll: Config::duration(config.repair_poll),
             instance_repair: config.instance_repair.enabled,
+            ssconf_dir: Some(config.ssconf_dir.clone()),
         };
         if let Err(error) = crate::auth::Users::load(&config.users) {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
@@ -150,12 +154,18 @@ impl Coordinator {
             agents: Some(agents_for_api),
             gate_view_max_age: crate::admission::view_max_age(config.round_interval_duration()?),
         };
+        let interval = config.round_interval_duration()?;
+        let stall = Config::duration(config.round_stall_timeout);
         Ok(Self {
             reconciler,
             api,
-            interval: config.round_interval_duration()?,
+            interval,
             webhook: config.webhook(),
             watches,
+            progress: Arc::new(nodecare_daemon::systemd::Progress::new(
+                stall,
+                interval.saturating_add(stall),
+            )),
         })
     }
 
@@ -170,6 +180,12 @@ impl Coordinator {
     /// Where the balancing duty reads the cluster from now on.
     pub fn set_cluster_source(&mut self, source: Arc<dyn crate::balance::ClusterSource>) {
         self.reconciler.set_cluster_source(source);
+    }
+
+    /// The round loop's progress: what feeds the systemd watchdog
+    /// ([`crate::systemd::notify_ready_on_progress`]).
+    pub fn progress(&self) -> Arc<nodecare_daemon::systemd::Progress> {
+        Arc::clone(&self.progress)
     }
 
     /// The API state (for in-process callers).
@@ -187,9 +203,12 @@ impl Coordinator {
         self.reconciler.round().await
     }
 
-    /// Serves the API on `listener` and runs rounds every interval until `shutdown` completes
-    /// (returns `Ok`) or this node stops being the master (returns [`RoundError::NotMaster`]).
-    /// Other round errors are logged and the next round retries.
+    /// Serves the API on `listener` and runs rounds every interval until `shutdown` completes.
+    ///
+    /// Each round starts with the mastership check: while this node is not the master the
+    /// coordinator stands by (acts on nothing, follows no agent, checks again next interval) and
+    /// starts acting when it becomes the master; a master that stops being it stops acting at its
+    /// next round. Other round errors are logged and the next round retries.
     pub async fn run(
         mut self,
         listener: TcpListener,
@@ -222,6 +241,7 @@ impl Coordinator {
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut changes = self.watches.as_ref().map(Watches::subscribe);
         tokio::pin!(shutdown);
+        let mut announced_standby = false;
         let result = loop {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),
@@ -239,16 +259,40 @@ impl Coordinator {
                     ticker.reset();
                 }
             }
-            match self.reconciler.round().await {
-                Ok(summary) => tracing::debug!(
-                    round = summary.number,
-                    ms = summary.duration_ms,
-                    agents = summary.agents,
-                    failed_agents = summary.agents_failed,
-                    jobs = summary.jobs_submitted,
-                    "round done"
-                ),
-                Err(error @ RoundError::NotMaster { .. }) => break Err(error),
+            self.progress.busy();
+            let outcome = self.reconciler.round().await;
+            self.progress.idle();
+            let was_acting = self.api.board.acting.load(Ordering::Relaxed);
+            match outcome {
+                Ok(summary) => {
+                    if !was_acting {
+                        announced_standby = false;
+                        tracing::info!(node = %self.api.node_name, "this node is the master: acting");
+                        self.api.board.acting.store(true, Ordering::Relaxed);
+                    }
+                    tracing::debug!(
+                        round = summary.number,
+                        ms = summary.duration_ms,
+                        agents = summary.agents,
+                        failed_agents = summary.agents_failed,
+                        jobs = summary.jobs_submitted,
+                        "round done"
+                    );
+                }
+                Err(error @ RoundError::NotMaster { .. }) => {
+                    if was_acting {
+                        tracing::warn!(%error, "no longer the master: standing by");
+                    } else if !announced_standby {
+                        tracing::info!(%error, "standing by until this node is the master");
+                    }
+                    announced_standby = true;
+                    self.api.board.acting.store(false, Ordering::Relaxed);
+                    // A standby follows no agent.
+                    if let Some(watches) = self.watches.as_mut() {
+                        watches.sync(&[]);
+                    }
+                    continue;
+                }
                 Err(error) => tracing::warn!(%error, "round aborted; retrying next round"),
             }
             if let Some(watches) = self.watches.as_mut() {

@@ -124,6 +124,8 @@ pub async fn collect(
             return Ok(collected);
         }
     };
+    // Ganeti's job list, read once if a tag change's jobs must be looked up.
+    let mut listing: Option<Vec<crate::ganeti::JobSummary>> = None;
     for (id, _, text) in records {
         let record: Record = match serde_json::from_str(&text) {
             Ok(record) => record,
@@ -146,9 +148,38 @@ pub async fn collect(
                         .any(|tag| RepairData::parse_tag(tag).is_some_and(|data| data.uuid == uuid))
                 }
             },
-            Record::Tags { jobs, .. } => {
+            Record::Tags { change, jobs } => {
                 let mut done = true;
-                for job in jobs {
+                let mut jobs = jobs.clone();
+                let expected =
+                    usize::from(change.add.is_some()) + usize::from(!change.remove.is_empty());
+                if jobs.len() < expected {
+                    // Submitted but not recorded (a crash, or an answer lost on the way back):
+                    // Ganeti's job list says which were, by their reason. None there: never
+                    // submitted, and planned again.
+                    match adopt_tag_jobs(ganeti, &mut listing, change, &id).await {
+                        Ok(found) if found.len() > jobs.len() => {
+                            jobs = found;
+                            let adopted = Record::Tags {
+                                change: change.clone(),
+                                jobs: jobs.clone(),
+                            };
+                            if let Ok(uuid) = Uuid::parse_str(&id)
+                                && let Err(error) = save(store, uuid, &adopted)
+                            {
+                                collected.errors.push(error);
+                            }
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            collected
+                                .errors
+                                .push(format!("listing jobs for tag change {id}: {error}"));
+                            done = false;
+                        }
+                    }
+                }
+                for job in &jobs {
                     match ganeti.job(*job).await {
                         Ok(job) if !job.status.is_final() => done = false,
                         Ok(_) | Err(GanetiError::NotFound(_)) => {}
@@ -341,15 +372,7 @@ async fn run_tag_change(
         report.errors.push(error);
         return;
     }
-    let data = change.add.as_deref().and_then(RepairData::parse_tag);
-    let uuid = data
-        .as_ref()
-        .and_then(|d| Uuid::parse_str(&d.uuid).ok())
-        .unwrap_or(id);
-    let intent = match data.and_then(|d| d.result) {
-        Some(result) => result.as_str(),
-        None => "suspend",
-    };
+    let (uuid, intent) = tag_identity(change, id);
     let jobs = submit_tags(
         ganeti,
         &change.target,
@@ -615,6 +638,38 @@ async fn advance(
         }
         return;
     };
+    let target = TagTarget::Instance(plan.instance.clone());
+    if tag_job.is_none()
+        && let Some(&job) = known.get(&format!("{INTENT_PREFIX}-pending-tag"))
+    {
+        // Submitted before a crash, not recorded: adopt it (and submit the removal of the
+        // superseded tags if that was not submitted yet).
+        *tag_job = Some(job);
+        if !plan.remove.is_empty() && !known.contains_key(&format!("{INTENT_PREFIX}-pending-untag"))
+        {
+            submit_tags(
+                ganeti,
+                &target,
+                None,
+                &plan.remove,
+                plan.uuid,
+                "pending",
+                &[job],
+                note,
+                report,
+            )
+            .await;
+        }
+        let snapshot = Record::Repair {
+            plan: plan.clone(),
+            jobs: jobs.clone(),
+            tag_job: *tag_job,
+        };
+        if let Err(error) = save(store, plan.uuid, &snapshot) {
+            report.errors.push(error);
+        }
+        return;
+    }
     if tag_job.is_none() {
         let Some(tag) = plan.pending_tag(&submitted) else {
             report.errors.push(format!(
@@ -623,7 +678,6 @@ async fn advance(
             ));
             return;
         };
-        let target = TagTarget::Instance(plan.instance.clone());
         tag_lines(&mut report.lines, &target, Some(&tag), &plan.remove);
         let tag_jobs = submit_tags(
             ganeti,
@@ -652,6 +706,52 @@ async fn advance(
             report.errors.push(error);
         }
     }
+}
+
+/// Who a tag change's jobs are submitted as: the repair's uuid (from the tag it adds) or the
+/// record's, and the intent (the result it writes, or `suspend`).
+fn tag_identity(change: &TagChange, id: Uuid) -> (Uuid, &'static str) {
+    let data = change.add.as_deref().and_then(RepairData::parse_tag);
+    let uuid = data
+        .as_ref()
+        .and_then(|d| Uuid::parse_str(&d.uuid).ok())
+        .unwrap_or(id);
+    let intent = match data.and_then(|d| d.result) {
+        Some(result) => result.as_str(),
+        None => "suspend",
+    };
+    (uuid, intent)
+}
+
+/// The jobs in Ganeti's job list submitted for the tag change recorded as `id`.
+async fn adopt_tag_jobs(
+    ganeti: &dyn Ganeti,
+    listing: &mut Option<Vec<crate::ganeti::JobSummary>>,
+    change: &TagChange,
+    id: &str,
+) -> Result<Vec<JobId>, GanetiError> {
+    let Ok(record) = Uuid::parse_str(id) else {
+        return Ok(Vec::new());
+    };
+    let (uuid, intent) = tag_identity(change, record);
+    let intents = [
+        format!("{INTENT_PREFIX}-{intent}-tag"),
+        format!("{INTENT_PREFIX}-{intent}-untag"),
+    ];
+    if listing.is_none() {
+        *listing = Some(ganeti.jobs().await?);
+    }
+    let mut found: Vec<JobId> = listing
+        .iter()
+        .flatten()
+        .filter(|job| {
+            job.nodecare_reason()
+                .is_some_and(|r| r.incident == uuid && intents.contains(&r.intent))
+        })
+        .map(|job| job.id)
+        .collect();
+    found.sort_unstable();
+    Ok(found)
 }
 
 /// Completes repairs an earlier run left unfinished: missing jobs (found in Ganeti by their
@@ -705,7 +805,8 @@ async fn resume(
                 _ => continue,
             }
         }
-        let known = if jobs.iter().any(Option::is_none) {
+        // Jobs (operations or the pending tag) possibly submitted but not recorded: look them up.
+        let known = if jobs.iter().any(Option::is_none) || tag_job.is_none() {
             if ours.is_none() {
                 match ganeti.jobs().await {
                     Ok(list) => {

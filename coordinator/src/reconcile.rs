@@ -62,6 +62,9 @@ pub struct ReconcileSettings {
     pub repair_poll: Duration,
     /// Run the instance-repair duty (harep's tags) each round.
     pub instance_repair: bool,
+    /// Ganeti's ssconf directory, read for `ssconf_master_node` before asking RAPI (a
+    /// non-master's RAPI may not answer at all); `None`: RAPI only.
+    pub ssconf_dir: Option<std::path::PathBuf>,
 }
 
 /// The gate's settings: failure domains, caps, the storm breaker, the grace of planned
@@ -115,6 +118,13 @@ pub enum RoundError {
     /// The state database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The master named by `<dir>/ssconf_master_node`, if that file is there and names one.
+pub fn ssconf_master(dir: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("ssconf_master_node")).ok()?;
+    let name = text.trim();
+    (!name.is_empty()).then(|| name.to_owned())
 }
 
 /// What the last round did, for the status API.
@@ -302,8 +312,17 @@ impl Reconciler {
         &self.board
     }
 
-    /// Checks that this node is the master.
+    /// Checks that this node is the master: ssconf's `ssconf_master_node` (when readable) must
+    /// name this node, and so must RAPI's cluster information, which decides.
     pub async fn check_master(&self) -> Result<(), RoundError> {
+        if let Some(master) = self.settings.ssconf_dir.as_deref().and_then(ssconf_master)
+            && master != self.settings.node_name
+        {
+            return Err(RoundError::NotMaster {
+                node: self.settings.node_name.clone(),
+                master,
+            });
+        }
         let info = self.ganeti.cluster_info().await?;
         if info.master != self.settings.node_name {
             return Err(RoundError::NotMaster {

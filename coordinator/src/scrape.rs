@@ -610,6 +610,50 @@ fn verify_envelope(
     Ok((envelope, stale))
 }
 
+/// Verifies a signed report body of one kind for `node` and decodes its payload `P`, described
+/// as `kind` in errors ("storage"). Pure. The rules of [`verify_report`]; `min_sequence` is the
+/// last sequence of this kind accepted from the node.
+///
+/// Gives the reading (`verified` of the payload, its sequence and expiry; `missing` of why
+/// anything but a verified, current report is missing) and the sequence to remember as the last
+/// accepted one (authentic reports only).
+#[allow(clippy::too_many_arguments)]
+fn verify_kind_report<P: serde::de::DeserializeOwned, R>(
+    ring: &KeyRing,
+    policy: VerifyPolicy,
+    node: &str,
+    body: &[u8],
+    min_sequence: Option<u64>,
+    now_ms: u64,
+    kind: &str,
+    missing: impl FnOnce(Missing) -> R,
+    verified: impl FnOnce(P, u64, u64) -> R,
+) -> (R, Option<u64>) {
+    let (envelope, stale) = match verify_envelope(ring, policy, node, body, min_sequence, now_ms) {
+        Ok(verified) => verified,
+        Err(why) => return (missing(Missing::Unverifiable(why)), None),
+    };
+    let payload: P = match serde_json::from_value(envelope.payload) {
+        Ok(payload) => payload,
+        Err(error) => {
+            return (
+                missing(Missing::Unverifiable(format!(
+                    "signed payload is not a {kind} payload: {error}"
+                ))),
+                None,
+            );
+        }
+    };
+    let sequence = Some(envelope.sequence);
+    match stale {
+        Some(why) => (missing(Missing::Stale(why)), sequence),
+        None => (
+            verified(payload, envelope.sequence, envelope.expires_at_ms),
+            sequence,
+        ),
+    }
+}
+
 /// Verifies a signed storage report body for `node` and decodes its [`StoragePayload`]. Pure.
 ///
 /// Gives the reading and the sequence to remember as the last accepted one (authentic reports
@@ -624,33 +668,23 @@ pub fn verify_storage_report(
     min_sequence: Option<u64>,
     now_ms: u64,
 ) -> (StorageReading, Option<u64>) {
-    let (envelope, stale) = match verify_envelope(ring, policy, node, body, min_sequence, now_ms) {
-        Ok(verified) => verified,
-        Err(why) => return (StorageReading::Missing(Missing::Unverifiable(why)), None),
-    };
-    let payload: StoragePayload = match serde_json::from_value(envelope.payload) {
-        Ok(payload) => payload,
-        Err(error) => {
-            return (
-                StorageReading::Missing(Missing::Unverifiable(format!(
-                    "signed payload is not a storage payload: {error}"
-                ))),
-                None,
-            );
-        }
-    };
-    let sequence = Some(envelope.sequence);
-    match stale {
-        Some(why) => (StorageReading::Missing(Missing::Stale(why)), sequence),
-        None => (
+    verify_kind_report(
+        ring,
+        policy,
+        node,
+        body,
+        min_sequence,
+        now_ms,
+        "storage",
+        StorageReading::Missing,
+        |payload: StoragePayload, sequence, expires_at_ms| {
             StorageReading::Verified(StorageObservation {
                 payload,
-                sequence: envelope.sequence,
-                expires_at_ms: envelope.expires_at_ms,
-            }),
-            sequence,
-        ),
-    }
+                sequence,
+                expires_at_ms,
+            })
+        },
+    )
 }
 
 /// Verifies a signed load report body for `node` and decodes its [`LoadPayload`]. Pure.
@@ -666,32 +700,20 @@ pub fn verify_load_report(
     min_sequence: Option<u64>,
     now_ms: u64,
 ) -> (LoadReading, Option<u64>) {
-    let (envelope, stale) = match verify_envelope(ring, policy, node, body, min_sequence, now_ms) {
-        Ok(verified) => verified,
-        Err(why) => return (LoadReading::Missing(Missing::Unverifiable(why)), None),
-    };
-    let payload: LoadPayload = match serde_json::from_value(envelope.payload) {
-        Ok(payload) => payload,
-        Err(error) => {
-            return (
-                LoadReading::Missing(Missing::Unverifiable(format!(
-                    "signed payload is not a load payload: {error}"
-                ))),
-                None,
-            );
-        }
-    };
-    let sequence = Some(envelope.sequence);
-    match stale {
-        Some(why) => (LoadReading::Missing(Missing::Stale(why)), sequence),
-        None => (
-            LoadReading::Verified {
-                payload,
-                sequence: envelope.sequence,
-            },
+    verify_kind_report(
+        ring,
+        policy,
+        node,
+        body,
+        min_sequence,
+        now_ms,
+        "load",
+        LoadReading::Missing,
+        |payload: LoadPayload, sequence, _expires_at_ms| LoadReading::Verified {
+            payload,
             sequence,
-        ),
-    }
+        },
+    )
 }
 
 /// Verifies a signed report body for `node` and decodes its [`DiagnosePayload`]. Pure.

@@ -31,6 +31,115 @@ pub fn notify_ready() -> Option<tokio::task::JoinHandle<()>> {
     }))
 }
 
+/// The main loop's progress, shared with the watchdog task of [`notify_ready_on_progress`]: the
+/// loop marks each unit of work (a round) started and finished; the watchdog is fed only while
+/// the loop is waiting for its next unit, or the current one has not run too long.
+#[derive(Debug)]
+pub struct Progress {
+    state: std::sync::Mutex<Phase>,
+    /// A unit of work running longer than this is hung.
+    busy_limit: Duration,
+    /// Waiting longer than this between units is a hung loop.
+    idle_limit: Duration,
+}
+
+/// What the main loop is doing, since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the next unit of work.
+    Idle(std::time::Instant),
+    /// Running a unit of work.
+    Busy(std::time::Instant),
+}
+
+impl Progress {
+    /// A loop whose units may run `busy_limit` and that starts one at least every `idle_limit`.
+    pub fn new(busy_limit: Duration, idle_limit: Duration) -> Self {
+        Self {
+            state: std::sync::Mutex::new(Phase::Idle(std::time::Instant::now())),
+            busy_limit,
+            idle_limit,
+        }
+    }
+
+    fn set(&self, phase: Phase) {
+        *self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = phase;
+    }
+
+    /// A unit of work starts.
+    pub fn busy(&self) {
+        self.set(Phase::Busy(std::time::Instant::now()));
+    }
+
+    /// The unit of work is done; the loop waits for the next.
+    pub fn idle(&self) {
+        self.set(Phase::Idle(std::time::Instant::now()));
+    }
+
+    /// The phase now.
+    pub fn phase(&self) -> Phase {
+        *self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether the loop is making progress at `now` (the watchdog is fed only then).
+    pub fn alive(&self, now: std::time::Instant) -> bool {
+        alive(self.phase(), now, self.busy_limit, self.idle_limit)
+    }
+}
+
+/// Whether a loop in `phase` is alive at `now`: busy for less than `busy_limit`, or idle for less
+/// than `idle_limit`.
+pub fn alive(
+    phase: Phase,
+    now: std::time::Instant,
+    busy_limit: Duration,
+    idle_limit: Duration,
+) -> bool {
+    match phase {
+        Phase::Busy(since) => now.saturating_duration_since(since) < busy_limit,
+        Phase::Idle(since) => now.saturating_duration_since(since) < idle_limit,
+    }
+}
+
+/// [`notify_ready`] for a daemon whose liveness is its main loop's [`Progress`]: `WATCHDOG=1` is
+/// sent at half the watchdog timeout only while `progress` is alive, so a hung round (or a loop
+/// that stopped starting rounds) stops the pings and systemd restarts the service.
+pub fn notify_ready_on_progress(
+    progress: std::sync::Arc<Progress>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    if let Err(error) = sd_notify::notify(&[NotifyState::Ready]) {
+        tracing::warn!(%error, "cannot send READY=1 to systemd");
+    }
+    let interval = ping_interval(sd_notify::watchdog_enabled())?;
+    tracing::debug!(
+        ?interval,
+        "systemd watchdog enabled, fed by the main loop's progress"
+    );
+    Some(tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(interval);
+        let mut warned = false;
+        loop {
+            ticks.tick().await;
+            if progress.alive(std::time::Instant::now()) {
+                warned = false;
+                if let Err(error) = sd_notify::notify(&[NotifyState::Watchdog]) {
+                    tracing::warn!(%error, "cannot send WATCHDOG=1 to systemd");
+                }
+            } else if !warned {
+                warned = true;
+                tracing::error!(phase = ?progress.phase(),
+                    "the main loop is stuck: no longer feeding the systemd watchdog");
+            }
+        }
+    }))
+}
+
 /// Tells systemd that the daemon is shutting down (so a slow drain is not mistaken for a hang).
 pub fn notify_stopping() {
     if let Err(error) = sd_notify::notify(&[NotifyState::Stopping]) {
@@ -60,6 +169,31 @@ mod tests {
             ping_interval(Some(Duration::from_micros(3))),
             Some(Duration::from_nanos(1500))
         );
+    }
+
+    #[test]
+    fn only_a_progressing_loop_is_alive() {
+        let t0 = std::time::Instant::now();
+        let busy = Duration::from_secs(60);
+        let idle = Duration::from_secs(90);
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        assert!(alive(Phase::Busy(t0), at(0), busy, idle));
+        assert!(alive(Phase::Busy(t0), at(59), busy, idle));
+        assert!(!alive(Phase::Busy(t0), at(60), busy, idle), "a hung round");
+        assert!(alive(Phase::Idle(t0), at(89), busy, idle));
+        assert!(
+            !alive(Phase::Idle(t0), at(90), busy, idle),
+            "a loop that stopped"
+        );
+        // A clock read before the mark (another thread) is not a hang.
+        assert!(alive(Phase::Busy(at(5)), t0, busy, idle));
+        let progress = Progress::new(busy, idle);
+        assert!(progress.alive(std::time::Instant::now()));
+        progress.busy();
+        assert!(matches!(progress.phase(), Phase::Busy(_)));
+        assert!(!progress.alive(std::time::Instant::now() + busy));
+        progress.idle();
+        assert!(progress.alive(std::time::Instant::now() + busy));
     }
 
     #[test]

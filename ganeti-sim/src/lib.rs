@@ -9,8 +9,11 @@
 //! * [`Simulation::serve`] serves the same handler over HTTP or HTTPS on loopback, for the
 //!   demo and the crash tests of the coordinator binary (the `nodecare-ganeti-sim` binary wraps
 //!   it).
-//! * Faults: failing jobs ([`model::JobFailureRule`]), HTTP 5xx answers and hanging requests
-//!   ([`HttpFaults`]), slow jobs ([`Simulation::set_job_delay`]).
+//! * Faults: failing jobs ([`model::JobFailureRule`]), HTTP 5xx answers, hanging requests and
+//!   connection resets ([`HttpFaults`]), slow jobs ([`Simulation::set_job_delay`]), jobs that
+//!   vanish from the queue or stay `running` forever ([`Simulation::vanish_next_jobs`],
+//!   [`Simulation::stick_next_jobs`]), a master that moves ([`Simulation::set_master`]) seen
+//!   through each node's RAPI daemon ([`Simulation::client_on`]).
 //! * Every submission is recorded with its reason, so tests can assert that no intent was
 //!   submitted twice ([`Simulation::duplicate_intents`]).
 
@@ -37,6 +40,10 @@ use nodecare_ganeti::rapi::transport::{
 };
 use rapi_routes::{SimAnswer, SimRequest};
 
+/// The status [`Simulation::answer`] gives for a request whose connection is reset: the HTTP
+/// server closes the connection without an answer, the in-process transport fails.
+pub const RESET: u16 = 0;
+
 /// How long RAPI's `/2/jobs/<id>/wait` blocks at most (Ganeti uses 10 s).
 const WAIT_PERIOD: Duration = Duration::from_secs(10);
 
@@ -52,6 +59,10 @@ pub struct HttpFaults {
     pub hang: u32,
     #[serde(default = "default_hang_ms")]
     pub hang_ms: u64,
+    /// The next N matching requests get no answer: the connection is closed under them (a
+    /// connection reset).
+    #[serde(default)]
+    pub reset: u32,
     /// Only requests whose path contains this string are affected.
     #[serde(default)]
     pub path_contains: Option<String>,
@@ -67,6 +78,7 @@ fn default_hang_ms() -> u64 {
 #[derive(Debug)]
 enum FaultAction {
     None,
+    Reset,
     Fail,
     Hang(Duration),
 }
@@ -84,7 +96,10 @@ impl HttpFaults {
         if !matches {
             return FaultAction::None;
         }
-        if self.fail_5xx > 0 {
+        if self.reset > 0 {
+            self.reset -= 1;
+            FaultAction::Reset
+        } else if self.fail_5xx > 0 {
             self.fail_5xx -= 1;
             FaultAction::Fail
         } else if self.hang > 0 {
@@ -96,8 +111,22 @@ impl HttpFaults {
     }
 }
 
+/// A write sent to the RAPI daemon of a node ([`Simulation::client_on`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Write {
+    /// The node whose RAPI daemon it was sent to.
+    pub via: String,
+    /// The master when it arrived.
+    pub master: String,
+    pub method: String,
+    pub path: String,
+    /// Whether it reached the cluster (only the master's RAPI answers).
+    pub accepted: bool,
+}
+
 #[derive(Debug)]
 struct Shared {
+    writes: Mutex<Vec<Write>>,
     cluster: Mutex<SimCluster>,
     faults: Mutex<HttpFaults>,
     credentials: Mutex<Option<Credentials>>,
@@ -185,6 +214,7 @@ impl Simulation {
         let cluster = SimCluster::new(config)?;
         Ok(Self {
             shared: Arc::new(Shared {
+                writes: Mutex::new(Vec::new()),
                 cluster: Mutex::new(cluster),
                 faults: Mutex::new(HttpFaults::default()),
                 credentials: Mutex::new(None),
@@ -226,6 +256,17 @@ impl Simulation {
     /// Makes matching jobs fail with an `OpExecError`.
     pub fn fail_jobs(&self, rule: JobFailureRule) {
         self.with_cluster(|c| c.failure_rules.push(rule));
+    }
+
+    /// The next `n` jobs submitted by clients vanish from the queue at once (RAPI answers 404
+    /// for them), as a job lost with a master's queue.
+    pub fn vanish_next_jobs(&self, n: u32) {
+        self.with_cluster(|c| c.vanish_next = n);
+    }
+
+    /// The next `n` jobs submitted by clients start and never finish (stuck in `running`).
+    pub fn stick_next_jobs(&self, n: u32) {
+        self.with_cluster(|c| c.stick_next = n);
     }
 
     /// Changes the delay of jobs submitted from now on.
@@ -340,7 +381,14 @@ impl Simulation {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
                         let sim = sim.clone();
-                        async move { Ok::<_, std::convert::Infallible>(sim.serve_http(req).await) }
+                        async move {
+                            sim.serve_http(req).await.ok_or_else(|| {
+                                std::io::Error::new(
+                                    std::io::ErrorKind::ConnectionReset,
+                                    "injected connection reset",
+                                )
+                            })
+                        }
                     });
                     let builder = hyper::server::conn::http1::Builder::new();
                     match acceptor {
@@ -362,7 +410,8 @@ impl Simulation {
         Ok(SimServer { addr, url, task })
     }
 
-    async fn serve_http(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    /// Answers one HTTP request; `None`: close the connection without an answer.
+    async fn serve_http(&self, req: Request<Incoming>) -> Option<Response<Full<Bytes>>> {
         let method = req.method().as_str().to_owned();
         let path = req.uri().path().to_owned();
         let query = req
@@ -379,20 +428,23 @@ impl Simulation {
         let body = match req.into_body().collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(_) => {
-                return respond(
+                return Some(respond(
                     400,
                     &rapi_routes::error(400, "Bad Request", "unreadable body"),
-                );
+                ));
             }
         };
         if path.starts_with("/sim/") {
             let (status, value) = self.control(&method, &path, &body);
-            return respond(status, &value);
+            return Some(respond(status, &value));
         }
         let (status, value) = self
             .answer(&method, &path, query, authorized, json_body, &body)
             .await;
-        respond(status, &value)
+        if status == RESET {
+            return None;
+        }
+        Some(respond(status, &value))
     }
 
     /// Answers one RAPI request as it came off the wire (method, path, decoded query, whether
@@ -410,6 +462,7 @@ impl Simulation {
     ) -> (u16, Value) {
         match self.fault(method, path) {
             FaultAction::None => {}
+            FaultAction::Reset => return (RESET, Value::Null),
             FaultAction::Fail => {
                 return (
                     502,
@@ -478,10 +531,47 @@ impl Simulation {
     /// [`Self::client`] with another bound on each request.
     pub fn client_with_timeout(&self, request_timeout: Duration) -> RapiClient {
         RapiClient::with_transport(
-            Arc::new(InProcess { sim: self.clone() }),
+            Arc::new(InProcess {
+                sim: self.clone(),
+                on: None,
+            }),
             IN_PROCESS_URL,
             request_timeout,
         )
+    }
+
+    /// A client of the RAPI daemon on `node` (a coordinator's default `https://127.0.0.1:5080`):
+    /// it answers only while `node` is the master, like Ganeti's RAPI, which runs on the master
+    /// alone; otherwise the connection is refused. Every write (`POST`, `PUT`, `DELETE`) is
+    /// recorded ([`Self::writes`]).
+    pub fn client_on(&self, node: &str) -> RapiClient {
+        RapiClient::with_transport(
+            Arc::new(InProcess {
+                sim: self.clone(),
+                on: Some(node.to_owned()),
+            }),
+            IN_PROCESS_URL,
+            IN_PROCESS_TIMEOUT,
+        )
+    }
+
+    /// Makes `node` the master (`gnt-cluster master-failover` on it).
+    pub fn set_master(&self, node: &str) -> Result<(), String> {
+        self.with_cluster(|c| c.set_master(node))
+    }
+
+    /// The master now.
+    pub fn master(&self) -> String {
+        self.peek(|c| c.master().to_owned())
+    }
+
+    /// Every write sent through a [`Self::client_on`] client, in order.
+    pub fn writes(&self) -> Vec<Write> {
+        self.shared
+            .writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn authorized(&self, header: Option<&hyper::header::HeaderValue>) -> bool {
@@ -625,10 +715,36 @@ const IN_PROCESS_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug)]
 struct InProcess {
     sim: Simulation,
+    /// The node whose RAPI daemon this is; `None`: the master's, wherever it is.
+    on: Option<String>,
 }
 
 impl InProcess {
     async fn send_now(&self, request: &RapiRequest) -> Result<RapiResponse, TransportError> {
+        if let Some(node) = &self.on {
+            let master = self.sim.master();
+            let method = request.method.as_str();
+            let accepted = *node == master;
+            if !matches!(method, "GET" | "HEAD") {
+                self.sim
+                    .shared
+                    .writes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(Write {
+                        via: node.clone(),
+                        master,
+                        method: method.to_owned(),
+                        path: request.path.clone(),
+                        accepted,
+                    });
+            }
+            if !accepted {
+                return Err(TransportError::Failed(format!(
+                    "connection refused: no RAPI daemon on {node} (not the master)"
+                )));
+            }
+        }
         let body = match &request.body {
             Some(value) => serde_json::to_vec(value)
                 .map_err(|e| TransportError::Failed(format!("cannot encode the body: {e}")))?,
@@ -645,6 +761,11 @@ impl InProcess {
         let (status, value) = tokio::time::timeout(request.timeout, answer)
             .await
             .map_err(|_elapsed| TransportError::Timeout)?;
+        if status == RESET {
+            return Err(TransportError::Failed(
+                "connection reset by peer (injected)".into(),
+            ));
+        }
         let body = serde_json::to_vec(&value)
             .map_err(|e| TransportError::Failed(format!("cannot encode the answer: {e}")))?;
         Ok(RapiResponse { status, body })
@@ -671,6 +792,7 @@ mod tests {
     #[test]
     fn http_faults_are_consumed() {
         let mut f = HttpFaults {
+            reset: 1,
             fail_5xx: 1,
             hang: 1,
             hang_ms: 5,
@@ -678,6 +800,7 @@ mod tests {
             method: None,
         };
         assert!(matches!(f.take("GET", "/2/info"), FaultAction::None));
+        assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Reset));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Fail));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Hang(_)));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::None));

@@ -444,6 +444,12 @@ pub struct SimCluster {
     pub submissions: Vec<Submission>,
     pub job_delay: Duration,
     pub failure_rules: Vec<JobFailureRule>,
+    /// The next this many client jobs vanish from the queue as soon as they are submitted.
+    pub vanish_next: u32,
+    /// The next this many client jobs never finish.
+    pub stick_next: u32,
+    /// Jobs that never finish.
+    pub stuck: std::collections::BTreeSet<JobId>,
     next_job: JobId,
 }
 
@@ -495,8 +501,26 @@ impl SimCluster {
             submissions: Vec::new(),
             job_delay: Duration::from_millis(config.job_delay_ms),
             failure_rules: Vec::new(),
+            vanish_next: 0,
+            stick_next: 0,
+            stuck: std::collections::BTreeSet::new(),
             next_job: 1,
         })
+    }
+
+    /// Makes `name` the master, as `gnt-cluster master-failover` run on it does (the old master
+    /// stays a master candidate).
+    pub fn set_master(&mut self, name: &str) -> Result<(), String> {
+        let Some(at) = self.node_order.iter().position(|n| n == name) else {
+            return Err(format!("unknown node `{name}`"));
+        };
+        let old = self.master().to_owned();
+        if let Some(node) = self.nodes.get_mut(&old) {
+            node.master_candidate = true;
+        }
+        let node = self.node_order.remove(at);
+        self.node_order.insert(0, node);
+        Ok(())
     }
 
     pub fn master(&self) -> &str {
@@ -595,6 +619,13 @@ impl SimCluster {
                 depends_met: false,
             },
         );
+        if !internal && self.vanish_next > 0 {
+            self.vanish_next -= 1;
+            self.jobs.remove(&id);
+        } else if !internal && self.stick_next > 0 {
+            self.stick_next -= 1;
+            self.stuck.insert(id);
+        }
     }
 
     /// Id the next submitted job gets.
@@ -709,7 +740,10 @@ impl SimCluster {
                 job.status = JobStatus::Running;
                 job.start_ms = Some(job.run_at_ms);
             }
-            if job.status == JobStatus::Running && now_ms >= job.finish_at_ms {
+            if job.status == JobStatus::Running
+                && now_ms >= job.finish_at_ms
+                && !self.stuck.contains(&id)
+            {
                 let finish_at = job.finish_at_ms;
                 self.finish_job(id, finish_at);
             }
@@ -727,6 +761,7 @@ impl SimCluster {
                     .dependency_state(j)
                     .map_or(Some(0), |ready| ready.map(|_| 0)),
                 JobStatus::Queued => Some(j.run_at_ms),
+                JobStatus::Running if self.stuck.contains(&j.id) => None,
                 JobStatus::Running => Some(j.finish_at_ms),
                 _ => None,
             })

@@ -7,7 +7,7 @@
 # when missing). Builds the release binaries unless --no-build (then target/release must hold
 # nodecare-agent and nodecare-coordinator). Prints PASS/FAIL per scenario; exit 1 if any failed.
 #
-# Steps: 1. cluster up (3 nodes; diskless, sharedfile and file instances);
+# Steps: 1. cluster up (5 nodes; diskless, sharedfile and file instances);
 #        0. RAPI wiring on the real cluster (pinned cert, drain, migrate, tags, job wait,
 #           reason trail read back) through the coordinator's client test;
 #        then an agent in every node (diagnose script reading a state file we flip) and the
@@ -84,7 +84,7 @@ COORD=${NODECARE_E2E_COORDINATOR:-$ROOT/target/release/nodecare-coordinator}
 for b in "$AGENT" "$COORD"; do [[ -x $b ]] || { echo "e2e: $b missing" >&2; exit 1; }; done
 
 log "cluster up"
-"$GNT/cluster-up.sh" --nodes 3 --instances "$INSTANCES" --no-mond >&2 || { echo "e2e: cluster-up failed" >&2; exit 1; }
+"$GNT/cluster-up.sh" --nodes 5 --instances "$INSTANCES" --no-mond >&2 || { echo "e2e: cluster-up failed" >&2; exit 1; }
 # shellcheck disable=SC1091
 . "$NODECARE_GNT_STATE/cluster.env"
 S=$NODECARE_GNT_STATE
@@ -168,7 +168,7 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   start_agent "$i" || { echo "e2e: agent $i did not start (see $S/logs/bg-agent-$i.log)" >&2; exit 1; }
 done
 # Failure domains from `rack:` node tags (nodes without one share the domain `rack:?`, as one node
-# group would); a 3-node cluster's scenarios open incidents on most nodes within minutes, which
+# group would); a small cluster's scenarios open incidents on most nodes within minutes, which
 # the storm breaker's defaults would take for a storm.
 printf 'e2e e2e-secret write\n' >"$S/e2e/users"
 chmod 600 "$S/e2e/users"

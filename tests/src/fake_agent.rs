@@ -77,6 +77,8 @@ struct AgentState {
     load: Mutex<Option<Vec<nodecare_protocol::Report>>>,
     /// Verified check requests received.
     checks: Mutex<u64>,
+    /// How far the node's clock is off, in milliseconds (a clock jump).
+    clock_offset_ms: Mutex<i64>,
     /// Long-poll: a watch `after` a sequence below this value is answered at once; raised by
     /// every change of what is served.
     mark: tokio::sync::watch::Sender<u64>,
@@ -176,6 +178,15 @@ impl FakeAgent {
         format!("http://{}", self.addr)
     }
 
+    /// Puts the node's clock `offset_ms` off (positive: ahead): the reports it signs from now
+    /// on carry that time.
+    pub fn set_clock_offset(&self, offset_ms: i64) {
+        if let Ok(mut o) = self.state.clock_offset_ms.lock() {
+            *o = offset_ms;
+        }
+        self.state.changed();
+    }
+
     /// Sets the lifetime of the reports signed from now on (60 s by default).
     pub fn set_ttl(&self, ttl: Duration) {
         if let Ok(mut t) = self.state.ttl.lock() {
@@ -233,7 +244,8 @@ fn sign_report(
         *s += 1;
         *s
     };
-    let now = now_ms();
+    let offset = state.clock_offset_ms.lock().map_or(0, |o| *o);
+    let now = now_ms().saturating_add_signed(offset);
     let (boot_id, reboot_required) = state.boot.lock().map_err(|e| e.to_string())?.clone();
     let payload = serde_json::to_value(DiagnosePayload {
         verdict: verdict.clone(),
@@ -520,6 +532,7 @@ impl FakeAgents {
             boot: Mutex::new((None, None)),
             load: Mutex::new(None),
             checks: Mutex::new(0),
+            clock_offset_ms: Mutex::new(0),
             mark: tokio::sync::watch::Sender::new(1),
         });
         let app = Router::new()

@@ -56,6 +56,8 @@ pub fn simulated_cluster_config(
 ) -> Config {
     Config {
         node_name: Some(node_name),
+        // No ssconf: the simulation's RAPI alone says who the master is.
+        ssconf_dir: state_dir.join("no-ssconf"),
         state_dir,
         agents: AgentsConfig {
             overrides,

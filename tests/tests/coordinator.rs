@@ -2,9 +2,13 @@
 
 mod campaign;
 mod crash;
+mod failover;
+mod faults;
 mod gate;
 mod monitoring;
 mod node_repair;
+mod soak;
+mod watchdog;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};

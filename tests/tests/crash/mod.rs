@@ -1,4 +1,5 @@
-//! Crash safety: the coordinator binary is killed with SIGKILL at random points, 100 times,
+//! Crash safety: the coordinator binary is killed with SIGKILL at random points (30 times, or
+//! `NODECARE_CRASH_KILLS`; 100 for the recorded campaign),
 //! while it evacuates one node and live-repairs another against a simulated Ganeti with
 //! injected HTTP faults. No incident may be lost and no job may be submitted twice. The
 //! evacuation is submitted as job chains (the default), so kills also land in the middle of
@@ -21,7 +22,15 @@ use nodecare_tests::fake_agent::{FakeAgents, RepairBehaviour, verdict};
 use nodecare_tests::harness::{DOMAIN, node, test_key};
 use serde_json::json;
 
-const KILLS: usize = 100;
+/// Kills per run: `NODECARE_CRASH_KILLS` (100 for the recorded campaign), else a small count
+/// that fits CI.
+fn kills() -> usize {
+    std::env::var("NODECARE_CRASH_KILLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n >= 2)
+        .unwrap_or(30)
+}
 
 /// A small deterministic generator (xorshift), seeded from the clock; the seed is printed.
 struct Random(u64);
@@ -119,8 +128,12 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
     let mut random = Random(seed);
     let started = Instant::now();
     let mut seen: BTreeSet<uuid::Uuid> = BTreeSet::new();
-    for kill in 0..KILLS {
-        if kill == KILLS / 2 {
+    let kills = kills();
+    // Under load the coordinator may need more lives to get a job out: a few more kills then.
+    let mut kill = 0;
+    while kill < kills || (kill < 4 * kills && sim.submissions().iter().all(|s| s.internal)) {
+        kill += 1;
+        if kill == kills / 2 {
             // New work arrives mid-way.
             agents.get(&node(5)).unwrap().set_verdict(verdict(
                 "live-repair",
@@ -173,7 +186,7 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
     sim.set_http_faults(HttpFaults::default());
     let during = sim.submissions().iter().filter(|s| !s.internal).count();
     println!(
-        "{KILLS} kills in {:?}; {during} jobs submitted meanwhile",
+        "{kill} kills in {:?}; {during} jobs submitted meanwhile",
         started.elapsed()
     );
     assert!(
@@ -269,4 +282,156 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
     });
     assert!(empty, "node 2 was not emptied");
     server.stop();
+}
+
+/// The same with instance repairs (harep's duty): DRBD instances tagged for failover whose
+/// primary went offline, the coordinator killed at random points while it fails them over and
+/// tags them. Every instance is failed over exactly once and gets its result tag; no intent is
+/// submitted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_instance_repairs_repairs_each_instance_once() {
+    let sim = Simulation::new(
+        SimConfig::from_spec(
+            5,
+            "i1:drbd:2,i2:drbd:2,i3:drbd:2,i4:drbd:2,x:diskless:4",
+            DOMAIN,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    sim.set_job_delay(Duration::from_millis(150));
+    let repaired: Vec<String> = (1..=4).map(|i| format!("i{i}.{DOMAIN}")).collect();
+    sim.with_cluster(|c| {
+        for name in &repaired {
+            let i = c.instances.get_mut(name).unwrap();
+            i.tags.push("ganeti:watcher:autorepair:failover".into());
+        }
+        c.nodes.get_mut(&node(2)).unwrap().offline = true;
+    });
+    let server = sim
+        .serve("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let key = test_key();
+    let mut agents = FakeAgents::default();
+    for i in 1..=5 {
+        agents
+            .start(&node(i), &key, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("hmac.key");
+    std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
+    let state_dir = dir.path().join("state");
+    let overrides: Vec<String> = agents
+        .overrides()
+        .iter()
+        .map(|(n, u)| format!("{n:?} = {u:?}"))
+        .collect();
+    let config = format!(
+        "node_name = {:?}\nstate_dir = {:?}\nhmac_key = {:?}\nlisten = \"127.0.0.1:0\"\n\
+         ssconf_dir = {:?}\nround_interval = 0.03\njob_timeout = 60\nmax_disrupted_nodes = 3\n\
+         min_healthy_nodes = 1\n\
+         [breaker]\nmax_incident_percent = 100.0\n\
+         [instance_repair]\nenabled = true\n\
+         [agents]\ntimeout = 1.0\noverrides = {{ {} }}\n\
+         [rapi]\nurl = {:?}\nallow_plain_http = true\ntimeout = 0.25\n",
+        node(1),
+        state_dir,
+        key_path,
+        dir.path().join("no-ssconf"),
+        overrides.join(", "),
+        server.url,
+    );
+    let config_path = dir.path().join("coordinator.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let binary = env!("CARGO_BIN_EXE_nodecare-coordinator-under-test");
+    let spawn = || {
+        tokio::process::Command::new(binary)
+            .arg("--config")
+            .arg(&config_path)
+            .env("NODECARE_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+    let done = || {
+        sim.with_cluster(|c| {
+            repaired.iter().all(|name| {
+                c.instances[name]
+                    .tags
+                    .iter()
+                    .any(|t| t.starts_with("ganeti:watcher:autorepair:result:"))
+            })
+        })
+    };
+    let seed = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_007,
+    )
+    .unwrap()
+        | 1;
+    println!("instance repair crash test seed {seed}");
+    let mut random = Random(seed);
+    let kills = kills();
+    let started = Instant::now();
+    for kill in 0..kills {
+        if kill % 10 == 5 {
+            sim.set_http_faults(HttpFaults {
+                reset: 1,
+                method: Some("PUT".into()),
+                ..HttpFaults::default()
+            });
+        }
+        let mut child = spawn();
+        tokio::time::sleep(Duration::from_millis(random.next() % 200)).await;
+        child.start_kill().unwrap();
+        let status = child.wait().await.unwrap();
+        assert!(
+            status.code().is_none_or(|c| c != 11),
+            "kill {kill}: exited as non-master"
+        );
+    }
+    sim.set_http_faults(HttpFaults::default());
+    let during = sim.submissions().iter().filter(|s| !s.internal).count();
+    println!(
+        "{kills} kills in {:?}; {during} jobs submitted meanwhile",
+        started.elapsed()
+    );
+    let mut child = spawn();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "instance repairs did not finish: {:#?}",
+            sim.with_cluster(|c| repaired
+                .iter()
+                .map(|n| (c.instances[n].pnode.clone(), c.instances[n].tags.clone()))
+                .collect::<Vec<_>>())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    let duplicates = sim.duplicate_intents();
+    assert!(
+        duplicates.is_empty(),
+        "jobs submitted twice: {duplicates:?}"
+    );
+    for name in &repaired {
+        let failovers = sim
+            .submissions()
+            .iter()
+            .filter(|s| !s.internal && s.op_id == "OP_INSTANCE_FAILOVER" && s.target == *name)
+            .count();
+        assert_eq!(failovers, 1, "{name} failed over {failovers} times");
+        let pnode = sim.with_cluster(|c| c.instances[name].pnode.clone());
+        assert_ne!(pnode, node(2), "{name} still on the offline node");
+    }
 }

@@ -1,0 +1,204 @@
+//! Two coordinators on two master candidates of one simulated cluster, each talking to its own
+//! node's RAPI daemon (which answers only on the master, as Ganeti's does) and reading its own
+//! node's ssconf. The master moves in the middle of an evacuation and back: exactly one
+//! coordinator acts at a time, the standby never writes, neither exits, and the new master
+//! takes the evacuation up.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers: a failure is the test failing"
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use nodecare_coordinator::daemon::Coordinator;
+use nodecare_ganeti::Ganeti;
+use nodecare_ganeti_sim::Simulation;
+use nodecare_ganeti_sim::model::SimConfig;
+use nodecare_tests::fake_agent::{FakeAgents, verdict};
+use nodecare_tests::harness::{DOMAIN, local_config, node, test_key};
+use serde_json::json;
+
+struct Running {
+    board: Arc<nodecare_coordinator::reconcile::Board>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), nodecare_coordinator::reconcile::RoundError>>,
+    ssconf: tempfile::TempDir,
+    _state: tempfile::TempDir,
+}
+
+impl Running {
+    fn acting(&self) -> bool {
+        self.board.acting.load(Ordering::Relaxed)
+    }
+
+    fn set_ssconf_master(&self, master: &str) {
+        std::fs::write(
+            self.ssconf.path().join("ssconf_master_node"),
+            format!("{master}\n"),
+        )
+        .unwrap();
+    }
+}
+
+async fn start(sim: &Simulation, agents: &FakeAgents, on: &str, master: &str) -> Running {
+    let state = tempfile::tempdir().unwrap();
+    let ssconf = tempfile::tempdir().unwrap();
+    let mut config = local_config(state.path(), agents);
+    config.node_name = Some(on.to_owned());
+    config.round_interval = 0.05;
+    config.ssconf_dir = ssconf.path().to_path_buf();
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client_on(on));
+    let coordinator = Coordinator::new(&config, on.to_owned(), ganeti, test_key()).unwrap();
+    let board = Arc::clone(&coordinator.api().board);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(coordinator.run(listener, async {
+        let _stopped = stopped.await;
+    }));
+    let running = Running {
+        board,
+        stop,
+        task,
+        ssconf,
+        _state: state,
+    };
+    running.set_ssconf_master(master);
+    running
+}
+
+async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn primaries_on(sim: &Simulation, name: &str) -> usize {
+    sim.with_cluster(|c| c.instances.values().filter(|i| i.pnode == name).count())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_one_coordinator_acts_while_the_master_moves() {
+    let sim = Simulation::new(
+        SimConfig::from_spec(
+            4,
+            "a:diskless:3,b:sharedfile:3,c:diskless:3,d:sharedfile:3,e:diskless:4",
+            DOMAIN,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    sim.set_job_delay(Duration::from_millis(300));
+    let key = test_key();
+    let mut agents = FakeAgents::default();
+    for i in 1..=4 {
+        agents
+            .start(&node(i), &key, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+    }
+    let a = start(&sim, &agents, &node(1), &node(1)).await;
+    let b = start(&sim, &agents, &node(2), &node(1)).await;
+    wait_for("node1 to act", Duration::from_secs(10), || a.acting()).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !b.acting(),
+        "the coordinator on a master candidate stands by"
+    );
+
+    // node3 goes bad: node1's coordinator drains it and starts evacuating.
+    agents
+        .get(&node(3))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdc"}), None));
+    wait_for("an evacuation job", Duration::from_secs(20), || {
+        sim.submissions().iter().any(|s| {
+            s.op_id == "OP_INSTANCE_MIGRATE"
+                || s.op_id == "OP_INSTANCE_FAILOVER"
+                || s.op_id == "OP_NODE_EVACUATE"
+        })
+    })
+    .await;
+    assert!(
+        primaries_on(&sim, &node(3)) > 0,
+        "failover must happen mid-evacuation"
+    );
+    let before = sim.writes();
+    assert!(
+        before.iter().all(|w| w.via == node(1) && w.accepted),
+        "{before:#?}"
+    );
+
+    // master-failover to node2: Ganeti moves the master, node2's ssconf follows at once, node1's
+    // a little later.
+    sim.set_master(&node(2)).unwrap();
+    b.set_ssconf_master(&node(2));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    a.set_ssconf_master(&node(2));
+    let failed_over = before.len();
+    wait_for("node2 to act", Duration::from_secs(10), || b.acting()).await;
+    wait_for("node1 to stand by", Duration::from_secs(10), || !a.acting()).await;
+    let settled = sim.writes().len();
+    // node2 picks the evacuation up: it drains (again) and moves node3's instances. (Carrying
+    // node1's incident and jobs over is the failover state's business, not tested here.)
+    wait_for("node2 to move instances", Duration::from_secs(30), || {
+        sim.writes()[failed_over..]
+            .iter()
+            .any(|w| w.via == node(2) && w.path.ends_with("/migrate"))
+    })
+    .await;
+    let after = sim.writes();
+    let refused: Vec<_> = after[failed_over..]
+        .iter()
+        .filter(|w| !w.accepted)
+        .collect();
+    assert!(
+        refused.iter().all(|w| w.via == node(1)),
+        "only the old master's writes in flight may be refused: {refused:#?}"
+    );
+    assert!(
+        after[settled..]
+            .iter()
+            .all(|w| w.via == node(2) && w.accepted),
+        "once node1 stood by, only node2 writes: {:#?}",
+        &after[settled..]
+    );
+    assert!(
+        after[failed_over..]
+            .iter()
+            .any(|w| w.via == node(2) && w.accepted),
+        "node2 acted"
+    );
+    assert!(
+        !a.task.is_finished() && !b.task.is_finished(),
+        "neither exited"
+    );
+
+    // And back: node1 acts again, node2 stands by.
+    sim.set_master(&node(1)).unwrap();
+    a.set_ssconf_master(&node(1));
+    b.set_ssconf_master(&node(1));
+    wait_for("node1 to act again", Duration::from_secs(10), || a.acting()).await;
+    wait_for("node2 to stand by", Duration::from_secs(10), || !b.acting()).await;
+    let back = sim.writes().len();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        sim.writes()[back..].iter().all(|w| w.via == node(1)),
+        "a standby never writes"
+    );
+    println!(
+        "writes: {} before the failover, {} after ({} refused in flight)",
+        failed_over,
+        after.len() - failed_over,
+        refused.len()
+    );
+    for running in [a, b] {
+        running.stop.send(()).unwrap();
+        running.task.await.unwrap().unwrap();
+    }
+}
