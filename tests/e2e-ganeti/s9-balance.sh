@@ -135,13 +135,17 @@ print(sum(1 for j in d if 'balancing (' in json.dumps(j.get('ops', [])) and 'gnt
   # The final score. On one snapshot of the cluster's RAPI answers, Ganeti's own hbal (its RAPI
   # backend, -m file://DIR) and the duty's path (nodecare's RAPI loader and htools text writer,
   # as `nodecare balance --dry-run`) with the same options and load file give the same score
-  # and find no move. The live hbal -L (LUXI, on the master) and the duty's last run read the
-  # cluster at other moments: the fake hypervisor reports the host's free memory and disk, which
-  # drift between reads, so those must agree to 1e-3 and find no move either.
+  # and find no move. The live hbal -L (LUXI, on the master) reads the cluster at another moment
+  # (the fake hypervisor reports the host's free memory and disk, which drift between reads) with
+  # the same load file, so it must agree to 1e-3 and find no move either. The duty's last run
+  # read an earlier load file (the agents' cpu-avg-load moves from round to round), so its score
+  # is only shown; it must have found no move.
   local snap=$S/e2e/rapi-final cli=${NODECARE_E2E_CLI:-$ROOT/target/release/nodecare} opts p
   local duty_score hbal_m hbal_m_score ours ours_score live live_score
   group=$(jq_py "print(d['status']['groups'][0]['group'])" <<<"$status")
   duty_score=$(jq_py "print('%.8f' % d['status']['groups'][0]['initial_score'])" <<<"$status")
+  local duty_jobsets
+  duty_jobsets=$(jq_py "print(d['status']['groups'][0]['jobsets'])" <<<"$status")
   coord /1/balancing/mond-data >"$S/e2e/mond-data.json"
   mkdir -p "$snap"
   for p in info:/2/info groups:/2/groups?bulk=1 nodes:/2/nodes?bulk=1 instances:/2/instances?bulk=1; do
@@ -163,11 +167,12 @@ print(sum(1 for j in d if 'balancing (' in json.dumps(j.get('ops', [])) and 'gnt
   if [[ -n $hbal_m_score && $ours_score == "$hbal_m_score" ]] &&
     grep -qE "$no_move" <<<"$hbal_m" && ! grep -q 'gnt-instance' <<<"$hbal_m" &&
     grep -qE "$no_move" <<<"$live" && ! grep -q 'gnt-instance' <<<"$live" &&
-    python3 -c "import sys; a, b, c = map(float, sys.argv[1:]); sys.exit(0 if abs(a - c) < 1e-3 and abs(b - c) < 1e-3 else 1)" \
-      "$duty_score" "$live_score" "$hbal_m_score" 2>/dev/null; then
-    pass "S9 final score: $hbal_m_score from both hbal -m and the duty's writer on one RAPI snapshot (same load file), no move left; hbal -L live $live_score, duty's last run $duty_score"
+    [[ $duty_jobsets == 0 ]] &&
+    python3 -c "import sys; b, c = map(float, sys.argv[1:]); sys.exit(0 if abs(b - c) < 1e-3 else 1)" \
+      "$live_score" "$hbal_m_score" 2>/dev/null; then
+    pass "S9 final score: $hbal_m_score from both hbal -m and the duty's writer on one RAPI snapshot (same load file), no move left; hbal -L live $live_score; the duty's last run found no move (score $duty_score on its own load file)"
   else
-    fail "S9 final score" "duty $duty_score, ours '$ours_score', hbal -m '$hbal_m_score', hbal -L '$live_score': $(tr '\n' ' ' <<<"$hbal_m$live" | head -c 800)"
+    fail "S9 final score" "duty $duty_score ($duty_jobsets job sets), ours '$ours_score', hbal -m '$hbal_m_score', hbal -L '$live_score': $(tr '\n' ' ' <<<"$hbal_m$live" | head -c 800)"
   fi
   # hbal asking the nodes' mond API itself (the agents serve mond's unsigned cpu-avg-load on
   # :1815): it must accept every node's report. The load moves between reads, so the score is
