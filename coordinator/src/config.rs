@@ -131,6 +131,8 @@ pub struct Config {
     pub balancing: crate::duty::balancing::BalancingConfig,
     /// Instance auto-repair (harep's duty).
     pub instance_repair: InstanceRepairSection,
+    /// What the state database forgets, and when.
+    pub retention: crate::store::retention::RetentionConfig,
 }
 
 /// `[instance_repair]`: harep's duty, driven by the `ganeti:watcher:autorepair:*` tags.
@@ -235,6 +237,7 @@ impl Default for Config {
             notify: NotifySection::default(),
             balancing: crate::duty::balancing::BalancingConfig::default(),
             instance_repair: InstanceRepairSection::default(),
+            retention: crate::store::retention::RetentionConfig::default(),
         }
     }
 }
@@ -351,6 +354,7 @@ impl Config {
         }
         DomainSource::parse(&self.failure_domains).map_err(ConfigError::Invalid)?;
         self.balancing.validate().map_err(ConfigError::Invalid)?;
+        self.retention.validate().map_err(ConfigError::Invalid)?;
         seconds("grace", self.grace, 0.0)?;
         seconds("breaker.window_secs", self.breaker.window_secs, 1.0)?;
         if let Some(secs) = self.breaker.auto_close_secs {

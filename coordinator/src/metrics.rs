@@ -115,6 +115,8 @@ pub struct CoordinatorMetrics {
     campaign_nodes: Gauge,
     campaign_nodes_failed: Gauge,
     campaign_blocked: Gauge,
+    state_bytes: Gauge,
+    retention_deleted: Family<Labels, Counter>,
 }
 
 /// Every campaign state, so the campaign gauge always has all series.
@@ -294,6 +296,23 @@ impl CoordinatorMetrics {
             "nodecare_coordinator_campaign_blocked",
             "Campaigns not ended whose next group waits (refused by the gate, planning error)",
         );
+        let state_bytes = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_state_bytes",
+            "Size of the state database on disk (file and write-ahead log), in bytes",
+            state_bytes.clone(),
+        );
+        let retention_deleted = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_retention_deleted",
+            "Rows the state database's retention deleted, by kind",
+            retention_deleted.clone(),
+        );
+        for (kind, _) in crate::store::retention::Pruned::default().by_kind() {
+            retention_deleted
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc_by(0);
+        }
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -320,11 +339,28 @@ impl CoordinatorMetrics {
             campaign_nodes,
             campaign_nodes_failed,
             campaign_blocked,
+            state_bytes,
+            retention_deleted,
         };
         metrics.set_campaigns(&[]);
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
         metrics
+    }
+
+    /// The state database's size on disk.
+    pub fn set_state_bytes(&self, bytes: u64) {
+        self.state_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// A retention run deleted these rows.
+    pub fn retention_deleted(&self, pruned: &crate::store::retention::Pruned) {
+        for (kind, count) in pruned.by_kind() {
+            self.retention_deleted
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+        }
     }
 
     /// A round ended after `duration`, with or without an error.
