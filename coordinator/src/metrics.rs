@@ -547,6 +547,13 @@ mod tests {
         metrics.set_disruptions(["g1", "g1", "g\"2"], 3);
         metrics.notification("dropped");
         metrics.set_gate(true, 2, 1);
+        metrics.set_state_bytes(81_920);
+        metrics.retention_deleted(&crate::store::retention::Pruned {
+            incidents: 2,
+            intents: 5,
+            audit: 7,
+            ..Default::default()
+        });
         let agents = [
             agent(AgentState::Ok),
             agent(AgentState::Ok),
@@ -581,6 +588,11 @@ mod tests {
             "nodecare_coordinator_balancing_hbal_ok 0",
             "nodecare_coordinator_balancing_load 0",
             "nodecare_coordinator_balancing_load_missing_nodes 0",
+            "nodecare_coordinator_state_bytes 81920",
+            "nodecare_coordinator_retention_deleted_total{kind=\"incident\"} 2",
+            "nodecare_coordinator_retention_deleted_total{kind=\"intent\"} 5",
+            "nodecare_coordinator_retention_deleted_total{kind=\"audit\"} 7",
+            "nodecare_coordinator_retention_deleted_total{kind=\"campaign\"} 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -588,7 +600,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 26);
+        assert_eq!(types, 28);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
