@@ -282,8 +282,9 @@ impl Coordinator {
         let mut changes = self.watches.as_ref().map(Watches::subscribe);
         tokio::pin!(shutdown);
         let mut announced_standby = false;
-        // The first retention run comes one interval after the start.
-        let mut retention_due = tokio::time::Instant::now() + self.retention.interval();
+        // Retention runs after the first round that acts, then every interval (a coordinator
+        // restarted more often than that still prunes).
+        let mut retention_due = tokio::time::Instant::now();
         let result = loop {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),

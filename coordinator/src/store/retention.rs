@@ -640,6 +640,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_configuration_file_section() {
+        use crate::config::Config;
+        let config = Config::parse(
+            "[retention]\ninterval = 10\nincidents = 30.0\naudit = 60\naudit_rows = 1000\n",
+        )
+        .unwrap();
+        assert!(config.validate().is_ok());
+        assert_eq!(
+            config.retention.policy(),
+            RetentionPolicy {
+                incidents_ms: 30_000,
+                audit_ms: 60_000,
+                audit_rows: 1000
+            }
+        );
+        assert_eq!(
+            Config::parse("").unwrap().retention,
+            RetentionConfig::default()
+        );
+        assert!(
+            Config::parse("[retention]\nincident = 30\n").is_err(),
+            "unknown key"
+        );
+        let error = Config::parse("[retention]\naudit_rows = 0\n")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("retention.audit_rows"), "{error}");
+        // The packaged example, every commented key set as written, is valid.
+        let example = include_str!("../../../packaging/config/coordinator.toml");
+        let section = example
+            .split("[retention]")
+            .nth(1)
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.strip_prefix('#'))
+            .filter(|l| l.contains(" = "))
+            .map(|l| l.split(" #").next().unwrap_or(l))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let packaged = Config::parse(&format!("[retention]\n{section}\n")).unwrap();
+        assert_eq!(packaged.retention, RetentionConfig::default());
+    }
+
     fn file_bytes(path: &std::path::Path) -> u64 {
         std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
     }
@@ -758,7 +804,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         {
+            // As an earlier coordinator left it: WAL mode, no auto-vacuum.
             let connection = Connection::open(&path).unwrap();
+            connection
+                .pragma_update(None, "journal_mode", "WAL")
+                .unwrap();
             connection
                 .execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (1);")
                 .unwrap();
