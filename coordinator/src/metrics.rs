@@ -117,6 +117,9 @@ pub struct CoordinatorMetrics {
     campaign_blocked: Gauge,
     state_bytes: Gauge,
     retention_deleted: Family<Labels, Counter>,
+    /// The state's replication: epoch, master candidates, those holding the current
+    /// generation, and whether the last attempt succeeded.
+    replica: [Gauge; 4],
 }
 
 /// Every campaign state, so the campaign gauge always has all series.
@@ -313,6 +316,30 @@ impl CoordinatorMetrics {
                 .get_or_create(&labels(&[("kind", kind)]))
                 .inc_by(0);
         }
+        let replica = [
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_epoch",
+                "Epoch of the state acted on (grows with every takeover after a master failover); 0 \
+                 while not taken over or with replication off",
+            ),
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_candidates",
+                "Master candidates whose agents keep the coordinator's state",
+            ),
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_kept_by",
+                "Master candidates holding the current generation of the state",
+            ),
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_ok",
+                "1 when the state is taken over and the last push reached a majority of the master \
+                 candidates (writes may proceed), else 0",
+            ),
+        ];
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -341,6 +368,7 @@ impl CoordinatorMetrics {
             campaign_blocked,
             state_bytes,
             retention_deleted,
+            replica,
         };
         metrics.set_campaigns(&[]);
         metrics.set_incidents(&[]);
@@ -496,6 +524,24 @@ impl CoordinatorMetrics {
         }
     }
 
+    /// Sets the replication gauges (none: replication off).
+    pub fn set_replication(&self, status: Option<&crate::replica::ReplicationStatus>) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let values = status.map_or([0; 4], |status| {
+            [
+                status.generation.map_or(0, |generation| {
+                    i64::try_from(generation.epoch).unwrap_or(i64::MAX)
+                }),
+                count(status.candidates.len()),
+                count(status.kept_by.len()),
+                i64::from(status.generation.is_some() && status.error.is_none()),
+            ]
+        });
+        for (gauge, value) in self.replica.iter().zip(values) {
+            gauge.set(value);
+        }
+    }
+
     /// The text exposition, after refreshing the gauges from `incidents` and `agents`.
     pub fn render<'a>(
         &self,
@@ -593,6 +639,8 @@ mod tests {
             "nodecare_coordinator_retention_deleted_total{kind=\"intent\"} 5",
             "nodecare_coordinator_retention_deleted_total{kind=\"audit\"} 7",
             "nodecare_coordinator_retention_deleted_total{kind=\"campaign\"} 0",
+            "nodecare_coordinator_replica_epoch 0",
+            "nodecare_coordinator_replica_ok 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -600,7 +648,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 28);
+        assert_eq!(types, 32);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -682,9 +730,10 @@ mod tests {
         let text = metrics.render(&[], many.iter());
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         // 15 incident series, 4 agent outcomes, 18 job series (9 kinds, submitted and
-        // failed), 3 notification results, 6 campaign states, 2 histograms, scalars:
-        // independent of the number of nodes, incidents and campaigns.
-        assert!(samples < 105, "{samples} series:\n{text}");
+        // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
+        // deletes, 2 histograms, scalars: independent of the number of nodes, incidents and
+        // campaigns.
+        assert!(samples < 112, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

@@ -21,6 +21,7 @@ use crate::plan::{Lock, Move};
 
 mod admission;
 pub mod retention;
+mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 

@@ -327,6 +327,8 @@ impl Store {
     /// the write-ahead log, so the files shrink after deletions.
     pub fn compact(&self) -> Result<(), StoreError> {
         let connection = self.lock();
+        // A state restored from an older replica's image may have brought back another mode.
+        ensure_incremental_vacuum(&connection)?;
         // incremental_vacuum returns a row per freed page batch: step through all of them.
         let mut statement = connection.prepare("PRAGMA incremental_vacuum")?;
         let mut rows = statement.query([])?;
