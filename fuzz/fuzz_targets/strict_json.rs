@@ -1,7 +1,7 @@
 #![no_main]
 //! Strict JSON (every wire document and script output): never a panic; what it accepts,
-//! serde_json reads as the same value; a document it refuses for a repeated key is one where
-//! serde_json would have silently kept the last value.
+//! serde_json reads as the same value. (A document refused for a repeated key may be malformed
+//! further on too: the reader stops at the first problem it meets.)
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -11,10 +11,6 @@ fuzz_target!(|data: &[u8]| {
                 serde_json::from_slice(data).expect("strict accepts only what serde_json accepts");
             assert_eq!(value, loose);
         }
-        Err(error) => {
-            if error.to_string().contains("repeated key") {
-                assert!(serde_json::from_slice::<serde_json::Value>(data).is_ok());
-            }
-        }
+        Err(error) => assert!(!error.to_string().is_empty(), "a refusal says why"),
     }
 });
