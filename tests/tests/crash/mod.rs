@@ -4,7 +4,8 @@
 //! injected HTTP faults. No incident may be lost and no job may be submitted twice. The
 //! evacuation is submitted as job chains (the default), so kills also land in the middle of
 //! submitting a chain: every job must depend only on jobs of its own incident submitted before
-//! it, and the node must still be emptied.
+//! it, and the node must still be emptied. The same kills land in instance repairs and in
+//! rolling maintenance campaigns.
 
 #![allow(
     clippy::disallowed_methods,
