@@ -4,7 +4,8 @@
 //! injected HTTP faults. No incident may be lost and no job may be submitted twice. The
 //! evacuation is submitted as job chains (the default), so kills also land in the middle of
 //! submitting a chain: every job must depend only on jobs of its own incident submitted before
-//! it, and the node must still be emptied.
+//! it, and the node must still be emptied. The same kills land in instance repairs and in
+//! rolling maintenance campaigns.
 
 #![allow(
     clippy::disallowed_methods,
@@ -434,4 +435,282 @@ async fn sigkill_during_instance_repairs_repairs_each_instance_once() {
         let pnode = sim.with_cluster(|c| c.instances[name].pnode.clone());
         assert_ne!(pnode, node(2), "{name} still on the offline node");
     }
+}
+
+/// The same with rolling maintenance campaigns, one after the other (a new one once the last
+/// one finished): four nodes rebooted by a hook in groups of at most two, their instances moved
+/// away and back, the coordinator killed at random points (with 5xx, hangs and resets injected)
+/// while it drains, migrates, runs hooks, waits for the reboots, undrains and moves back. Every
+/// campaign completes and runs each node's hook exactly once; no intent is submitted twice; the
+/// instances are back on their primaries and every node is undrained after each campaign.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_a_campaign_reboots_each_node_once() {
+    use nodecare_protocol::maintenance::{CampaignRequest, CampaignState};
+    use std::collections::BTreeMap;
+
+    const NODES: usize = 4;
+    let sim = Simulation::new(
+        SimConfig::from_spec(
+            NODES,
+            "d1:drbd:1,s1:sharedfile:1,d2:drbd:2,l2:diskless:2,d3:drbd:3,s3:sharedfile:3,d4:drbd:4",
+            DOMAIN,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    sim.set_job_delay(Duration::from_millis(150));
+    let server = sim
+        .serve("127.0.0.1:0".parse().unwrap(), None)
+        .await
+        .unwrap();
+    let key = test_key();
+    let mut agents = FakeAgents::default();
+    for i in 1..=NODES {
+        agents
+            .start(&node(i), &key, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        agents
+            .get(&node(i))
+            .unwrap()
+            .set_boot_id(Some(&format!("boot-{i}-0")));
+    }
+    let layout = || {
+        sim.with_cluster(|c| {
+            c.instances
+                .values()
+                .map(|i| (i.name.clone(), i.pnode.clone()))
+                .collect::<BTreeMap<_, _>>()
+        })
+    };
+    let before = layout();
+
+    // The hook reboots the node: a new boot id once the agent ran it. Runs are counted by the
+    // request's id (the agent runs a request it already knows only once).
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let player = {
+        let agents: Vec<_> = (1..=NODES)
+            .map(|i| (i, agents.get(&node(i)).unwrap().clone()))
+            .collect();
+        tokio::spawn(async move {
+            let mut runs: BTreeMap<usize, BTreeSet<String>> = BTreeMap::new();
+            loop {
+                for (i, agent) in &agents {
+                    let seen = runs.entry(*i).or_default();
+                    for id in agent.repairs() {
+                        if seen.insert(id) {
+                            agent.set_boot_id(Some(&format!("boot-{i}-{}", seen.len())));
+                        }
+                    }
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    _ = stopped.changed() => break runs,
+                }
+            }
+        })
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("hmac.key");
+    std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
+    let state_dir = dir.path().join("state");
+    let overrides: Vec<String> = agents
+        .overrides()
+        .iter()
+        .map(|(n, u)| format!("{n:?} = {u:?}"))
+        .collect();
+    let config = format!(
+        "node_name = {:?}\nstate_dir = {:?}\nhmac_key = {:?}\nlisten = \"127.0.0.1:0\"\n\
+         round_interval = 0.03\nrepair_poll = 0.05\njob_timeout = 60\nmax_disrupted_nodes = 2\n\
+         min_healthy_nodes = 2\n\
+         [breaker]\nmax_incident_percent = 100.0\n\
+         [agents]\ntimeout = 1.0\noverrides = {{ {} }}\n\
+         [rapi]\nurl = {:?}\nallow_plain_http = true\ntimeout = 0.25\n",
+        node(1),
+        state_dir,
+        key_path,
+        overrides.join(", "),
+        server.url,
+    );
+    let config_path = dir.path().join("coordinator.toml");
+    std::fs::write(&config_path, config).unwrap();
+    // A campaign as `POST /1/maintenance` records it; a new one once the last one finished, so
+    // that every kill lands in some campaign.
+    let start_campaign = || {
+        let record = nodecare_coordinator::campaign::Record::new(
+            uuid::Uuid::new_v4(),
+            CampaignRequest::new("reboot"),
+            "ops",
+            nodecare_protocol::now_ms(),
+        );
+        Store::open_dir(&state_dir)
+            .unwrap()
+            .save_campaign(&record)
+            .unwrap();
+        record.campaign.id
+    };
+    let campaign = |id: &str| {
+        Store::open_dir(&state_dir)
+            .unwrap()
+            .campaigns()
+            .unwrap()
+            .into_iter()
+            .find(|r| r.campaign.id == id)
+            .unwrap()
+    };
+    // A finished campaign: completed, every node rebooted, the instances back, nodes in service.
+    let check_finished = |record: &nodecare_coordinator::campaign::Record| {
+        assert_eq!(
+            record.campaign.state,
+            CampaignState::Completed,
+            "{:#?}",
+            record.campaign
+        );
+        assert_eq!(record.campaign.nodes_progress(), (NODES, NODES));
+        assert_eq!(layout(), before, "instances not back on their primaries");
+        assert!(
+            sim.with_cluster(|c| c.instances.values().all(|i| i.running)),
+            "an instance is down"
+        );
+        assert!(
+            sim.with_cluster(|c| c.nodes.values().all(|n| !n.drained && !n.offline)),
+            "a node is still drained or offline"
+        );
+    };
+    let mut campaigns = vec![start_campaign()];
+    let binary = env!("CARGO_BIN_EXE_nodecare-coordinator-under-test");
+    let spawn = || {
+        tokio::process::Command::new(binary)
+            .arg("--config")
+            .arg(&config_path)
+            .env("NODECARE_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    };
+
+    let seed = u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_007,
+    )
+    .unwrap()
+        | 1;
+    println!("campaign crash test seed {seed}");
+    let mut random = Random(seed);
+    let started = Instant::now();
+    let kills = kills();
+    let ours = |sim: &Simulation| {
+        sim.submissions()
+            .into_iter()
+            .filter(|s| {
+                !s.internal
+                    && s.reason_text
+                        .as_deref()
+                        .is_some_and(|t| t.contains("maintenance campaign "))
+            })
+            .count()
+    };
+    let mut kill = 0;
+    // Under load the coordinator may need more lives to get a job out: a few more kills then.
+    while kill < kills || (kill < 4 * kills && ours(&sim) == 0) {
+        kill += 1;
+        match random.next() % 10 {
+            0 => sim.set_http_faults(HttpFaults {
+                fail_5xx: 1,
+                method: Some("PUT".into()),
+                ..HttpFaults::default()
+            }),
+            1 => sim.set_http_faults(HttpFaults {
+                hang: 1,
+                hang_ms: 400,
+                method: Some("POST".into()),
+                ..HttpFaults::default()
+            }),
+            2 => sim.set_http_faults(HttpFaults {
+                reset: 1,
+                method: Some("PUT".into()),
+                ..HttpFaults::default()
+            }),
+            _ => {}
+        }
+        let mut child = spawn();
+        tokio::time::sleep(Duration::from_millis(random.next() % 250)).await;
+        child.start_kill().unwrap();
+        let status = child.wait().await.unwrap();
+        assert!(
+            status.code().is_none_or(|c| c != 11),
+            "kill {kill}: exited as non-master"
+        );
+        let current = campaign(campaigns.last().unwrap());
+        if current.campaign.state.is_final() {
+            check_finished(&current);
+            campaigns.push(start_campaign());
+        }
+    }
+    sim.set_http_faults(HttpFaults::default());
+    let during = ours(&sim);
+    println!(
+        "{kill} kills in {:?}; {during} campaign jobs submitted meanwhile, {} campaigns",
+        started.elapsed(),
+        campaigns.len()
+    );
+    assert!(
+        during > 0,
+        "the coordinator never got to submit a job between kills"
+    );
+
+    // Let it finish undisturbed.
+    let mut child = spawn();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let record = campaign(campaigns.last().unwrap());
+        if record.campaign.state.is_final() {
+            break record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the campaign did not finish: {:#?}",
+            record.campaign
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    child.start_kill().unwrap();
+    child.wait().await.unwrap();
+    stop.send(true).unwrap();
+    let runs = player.await.unwrap();
+
+    check_finished(&done);
+    // Each campaign ran the hook once on every node.
+    for i in 1..=NODES {
+        let hooks = runs.get(&i).map_or(0, BTreeSet::len);
+        assert_eq!(
+            hooks,
+            campaigns.len(),
+            "the hook ran {hooks} times on {} in {} campaigns",
+            node(i),
+            campaigns.len()
+        );
+    }
+    let duplicates = sim.duplicate_intents();
+    assert!(
+        duplicates.is_empty(),
+        "jobs submitted twice: {duplicates:?}"
+    );
+    let submitted = ours(&sim);
+    println!(
+        "{submitted} campaign jobs in all, {:?} in all",
+        started.elapsed()
+    );
+    assert!(
+        submitted >= 10 * campaigns.len(),
+        "{submitted} jobs in {} campaigns",
+        campaigns.len()
+    );
+    server.stop();
 }
