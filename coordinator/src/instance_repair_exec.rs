@@ -136,6 +136,9 @@ pub async fn collect(
                 continue;
             }
         };
+        // Whether a tag change's jobs (recorded or adopted) ended but the instances as read do
+        // not show the change yet.
+        let mut tag_jobs_ended = false;
         let done = match &record {
             Record::Repair { plan, .. } => match by_name.get(plan.instance.as_str()) {
                 // Gone: nothing left to wait for.
@@ -179,6 +182,16 @@ pub async fn collect(
                         }
                     }
                 }
+                // Jobs that ended after the caller read the instances: their tags may not
+                // show the change yet.
+                tag_jobs_ended = !jobs.is_empty()
+                    && match &change.target {
+                        TagTarget::Instance(name) => by_name.get(name.as_str()).is_some_and(|i| {
+                            change.add.as_ref().is_some_and(|tag| !i.tags.contains(tag))
+                                || change.remove.iter().any(|tag| i.tags.contains(tag))
+                        }),
+                        _ => false,
+                    };
                 for job in &jobs {
                     match ganeti.job(*job).await {
                         Ok(job) if !job.status.is_final() => done = false,
@@ -196,7 +209,12 @@ pub async fn collect(
             if let Err(error) = store.forget_instance_repair(&id) {
                 collected.errors.push(error.to_string());
             }
-            continue;
+            // A tag change whose jobs ended after the caller read the instances: the duty,
+            // reading them without the change, would propose it again. Its target waits for the
+            // next round's read.
+            if !tag_jobs_ended {
+                continue;
+            }
         }
         match record.target() {
             TagTarget::Instance(name) => {
