@@ -100,14 +100,16 @@ PY
 
 # Ganeti's jobs after job FIRST with nodecare's reason trail: prints one JSON object with
 # "twice" (intents submitted as more than one job), "incidents" (incident -> job count),
-# "drains" (node -> drain jobs), "migrations" (instance -> migration jobs), "nodes" (incident ->
-# the nodes its jobs name).
-fo_jobs() { # FIRST
+# "drains" (node -> drain jobs), "migrations" (instance -> migration jobs of the incidents that
+# drained or offlined NODE: an instance may move again later for another node's evacuation),
+# "nodes" (incident -> the nodes its jobs name), "last" (incident -> its last job).
+fo_jobs() { # FIRST NODE
   rapi GET "/2/jobs?bulk=1" | jq_py "
 import collections, re
 marker = re.compile(r'nodecare incident=([0-9a-f-]{36}) intent=([^:\s\"]+)')
-per_intent = collections.Counter(); incidents = collections.Counter()
+per_intent = collections.Counter(); incidents = collections.Counter(); last = {}
 drains = collections.Counter(); migrations = collections.Counter(); nodes = collections.defaultdict(set)
+moves = []
 for j in d:
     if int(j['id']) <= $1: continue
     keys = set()
@@ -119,13 +121,17 @@ for j in d:
     for k in keys: per_intent[k] += 1
     for inc in {k[0] for k in keys}:
         incidents[inc] += 1
+        last[inc] = max(last.get(inc, 0), int(j['id']))
         for op in j.get('ops', []):
             for f in ('node_name', 'target_node'):
                 if op.get(f): nodes[inc].add(op[f])
     for op in j.get('ops', []):
         if op.get('OP_ID') == 'OP_NODE_SET_PARAMS' and op.get('drained') is True: drains[op.get('node_name')] += 1
-        if op.get('OP_ID') in ('OP_INSTANCE_MIGRATE', 'OP_INSTANCE_FAILOVER'): migrations[op.get('instance_name')] += 1
-print(json.dumps({'twice': ['%s/%s x%d' % (k[0], k[1], n) for k, n in per_intent.items() if n > 1],
+        if op.get('OP_ID') in ('OP_INSTANCE_MIGRATE', 'OP_INSTANCE_FAILOVER'): moves.append((keys, op.get('instance_name')))
+of_node = {inc for inc, ns in nodes.items() if '$2' in ns}
+for keys, inst in moves:
+    if any(k[0] in of_node for k in keys): migrations[inst] += 1
+print(json.dumps({'last': last, 'twice': ['%s/%s x%d' % (k[0], k[1], n) for k, n in per_intent.items() if n > 1],
                   'intents': len(per_intent), 'jobs': sum(incidents.values()),
                   'incidents': dict(incidents), 'drains': dict(drains), 'migrations': dict(migrations),
                   'nodes': {k: sorted(v) for k, v in nodes.items()}}))"
@@ -138,6 +144,21 @@ print(' '.join(str(j['id']) for j in d if int(j['id']) > $1 and 'nodecare incide
                and any(op.get('OP_ID') == '$3' for op in j.get('ops', []))))" 2>/dev/null
 }
 
+# One line on PORT's replication (`/1/replication`): "taken over <generation>, restored from
+# <node> <generation>", "standby", or "off" (also for a coordinator without that endpoint).
+fo_replication() { # PORT
+  fo_get "$1" /1/replication | jq_py "
+if not isinstance(d, dict) or not d.get('enabled'):
+    print('off')
+elif d.get('generation') is None:
+    print('standby (nothing taken over)')
+else:
+    g = lambda x: '%s.%s' % (x.get('epoch'), x.get('number')) if isinstance(x, dict) else str(x)
+    r = d.get('restored_from')
+    print('taken over, generation', g(d['generation']) + (', restored from %s %s' % (r[0], g(r[1])) if r else ', nothing restored'),
+          '; kept by', len(d.get('kept_by') or []), 'of', len(d.get('candidates') or []))" 2>/dev/null || echo off
+}
+
 # How often node3's repair command ran.
 fo_repairs() { if [[ -e $S/e2e/fo-repairs-3 ]]; then wc -l <"$S/e2e/fo-repairs-3"; else echo 0; fi; }
 
@@ -147,10 +168,10 @@ fo_busy_jobs() {
 }
 
 scenario_failover() {
-  local i n id st k ans code why t0 t_cont t_fo secs first_job since
+  local i n id st k ans code why t0 t_cont t_fo secs first_job since rts=()
   local n1=$NODECARE_GNT_NODE1_NAME n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME
   local n4=${NODECARE_GNT_NODE4_NAME:-} n5=${NODECARE_GNT_NODE5_NAME:-}
-  local inc4 inc5 inc3 inc3b moved repl="" counts writes
+  local inc4="" inc5="" inc3="" inc3b="" moved repl="" counts writes done_job="" r2 d pid tag
   master_healthy S11
   CURRENT=S11
   t0=$(date +%s)
@@ -159,7 +180,19 @@ scenario_failover() {
     skip "S11 failover" "needs 5 nodes"
     return
   fi
-  # Three master candidates at least: node1 (the master), node2, node3.
+  # Every node in service and Ok, no incident active.
+  for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
+    echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"
+    # Started again where a scenario before stopped it (S4 stops node1's).
+    start_agent "$i" 2>/dev/null || true
+    n=NODECARE_GNT_NODE${i}_NAME
+    # Ganeti runs the nodes' jobs side by side.
+    return_to_service "${!n}" &
+    rts+=($!)
+  done
+  wait "${rts[@]}"
+  # Three master candidates at least: node1 (the master), node2, node3 (a node set online again
+  # promotes itself while the pool is not full).
   why=$(rapi GET "/2/nodes?bulk=1" | jq_py "
 c = sorted(n['name'] for n in d if n.get('master_candidate') or n.get('role') == 'M')
 need = {'$n1', '$n2', '$n3'}
@@ -170,35 +203,33 @@ print(len(c), ' '.join(x.split('.')[0] for x in c)); sys.exit(0 if need <= set(c
   fi
   pass "S11 master candidates: $why"
 
-  # Every node in service and Ok, no incident active.
-  for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
-    echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"
-    "$GNT/node-exec.sh" "$i" --stop "agent-$i" >/dev/null 2>&1 || true
-    start_agent "$i" || log "S11: agent $i did not start"
-    n=NODECARE_GNT_NODE${i}_NAME
-    return_to_service "${!n}"
-  done
   # node3's repair command counts its runs.
   printf '#!/bin/sh\necho "$(date +%%s) $0" >> %s\necho done\n' "$S/e2e/fo-repairs-3" \
     >"$NODECARE_GNT_NODE3_ROOT/etc/ganeti/node-repair-commands/e2e-count"
   chmod 0755 "$NODECARE_GNT_NODE3_ROOT/etc/ganeti/node-repair-commands/e2e-count"
   rm -f "$S/e2e/fo-repairs-3"
 
-  # The configuration of all three: run.sh's, one step per round, replication when known.
-  # (Top-level keys before run.sh's tables.)
+  # The configuration of all three: run.sh's, one step per round, replication on (added when
+  # run.sh's has no [replication] and the coordinator knows it). Top-level keys go first.
   { echo "job_chains = false"; cat "$S/e2e/coord.toml"; } >"$S/e2e/coord-fo.toml"
-  { cat "$S/e2e/coord-fo.toml"; printf '[replication]\nenabled = true\n'; } >"$S/e2e/coord-fo-repl.toml"
-  if "$COORD" --check-config --config "$S/e2e/coord-fo-repl.toml" --hmac-key "$S/hmac.key" \
-    --rapi-certificate "$NODECARE_GNT_RAPI_CERT" --rapi-credentials "$S/rapi-credentials" >"$S/e2e/fo-check-config.log" 2>&1; then
-    mv "$S/e2e/coord-fo-repl.toml" "$S/e2e/coord-fo.toml"
-    repl="replication on"
-  else
-    repl="replication unknown to this coordinator ($(grep -m1 -iE 'error|unknown' "$S/e2e/fo-check-config.log" | head -c 160))"
+  if ! grep -q '^\[replication\]' "$S/e2e/coord-fo.toml"; then
+    { cat "$S/e2e/coord-fo.toml"; printf '[replication]\nenabled = true\n'; } >"$S/e2e/coord-fo-repl.toml"
+    if "$COORD" --check-config --config "$S/e2e/coord-fo-repl.toml" --hmac-key "$S/hmac.key" \
+      --rapi-certificate "$NODECARE_GNT_RAPI_CERT" --rapi-credentials "$S/rapi-credentials" >"$S/e2e/fo-check-config.log" 2>&1; then
+      mv "$S/e2e/coord-fo-repl.toml" "$S/e2e/coord-fo.toml"
+    else
+      repl="replication unknown to this coordinator ($(grep -m1 -iE 'error|unknown' "$S/e2e/fo-check-config.log" | head -c 160))"
+    fi
   fi
+  [[ -n $repl ]] || repl="replication $(grep -A3 '^\[replication\]' "$S/e2e/coord-fo.toml" | grep -m1 '^enabled' | tr -d ' ')"
   log "S11: $repl"
   "$GNT/node-exec.sh" 1 --stop coordinator >/dev/null 2>&1 || true
   fo_start 1 coordinator "$S/e2e/coord-state" || { fail "S11 failover" "coordinator A did not start again"; return; }
   rm -rf "$S/e2e/coord-state-2" "$S/e2e/coord-state-3"
+  # What B and C log from now on (a rerun with --keep appends to the same files).
+  local log_b=$S/logs/bg-coordinator-2.log log_c=$S/logs/bg-coordinator-3.log off_b off_c
+  off_b=$(stat -c %s "$log_b" 2>/dev/null || echo 0)
+  off_c=$(stat -c %s "$log_c" 2>/dev/null || echo 0)
   fo_start 2 coordinator-2 "$S/e2e/coord-state-2" || { fail "S11 failover" "coordinator B did not start"; return; }
   fo_start 3 coordinator-3 "$S/e2e/coord-state-3" || { fail "S11 failover" "coordinator C did not start"; return; }
   "$GNT/forward.sh" 2 "$COORD_PORT" "$FO_PORT_B" >/dev/null || { fail "S11 failover" "cannot forward B's port"; return; }
@@ -230,6 +261,7 @@ print(' '.join(c[:3]))")
   done
   first_job=$(rapi GET /2/jobs | jq_py "print(max([int(j['id']) for j in d] or [0]))")
 
+  log "S11: setup done; node3's live repair"
   # ---- d (before): node3's live repair, acknowledged while still reported ----
   echo '{"status":"live-repair","command":"e2e-count","details":"e2e: failover"}' >"$S/e2e/diag-3"
   if ! fo_wait "$COORD_FWD" 90 "any(i.get('node')=='$n3' and i.get('repair-status')=='completed' and i.get('tag_applied') for i in d)"; then
@@ -245,6 +277,7 @@ print(' '.join(c[:3]))")
     return
   fi
 
+  log "S11: node3's incident $inc3 acknowledged; node4 evacuates"
   # ---- b: node4 evacuates; d (before): node5's evacuation, blocked, is canceled ----
   echo '{"status":"evacuate","details":"e2e: failover mid-evacuation"}' >"$S/e2e/diag-4"
   if ! fo_wait "$COORD_FWD" 60 "any(i.get('node')=='$n4' and i.get('repair-status')=='pending' for i in d)"; then
@@ -276,12 +309,17 @@ print(' '.join(c[:3]))")
   log "S11: A frozen after job(s) $(fo_jobs_of "$first_job" "$inc4" OP_INSTANCE_MIGRATE) of $inc4"
   # (a) while node1 was the master: B and C stood by and wrote nothing.
   writes=$(fo_rapi_writes "$since" | grep -vE '^node1 ' | sort | uniq -c)
-  if [[ -z $writes ]] && grep -q "standing by until this node is the master" "$S/logs/bg-coordinator-2.log" &&
-    grep -q "standing by until this node is the master" "$S/logs/bg-coordinator-3.log" &&
-    ! grep -q "this node is the master: acting" "$S/logs/bg-coordinator-2.log" "$S/logs/bg-coordinator-3.log"; then
-    pass "S11a standby: B (node2) and C (node3) stood by while node1 was the master ($(fo_rapi_writes "$since" | grep -c '^node1 ') RAPI writes, all from A in node1)"
+  local new_b new_c standby_repl
+  # With replication, a standby has taken nothing over (/1/replication: no generation yet).
+  standby_repl=$(for p in "$FO_PORT_B" "$FO_PORT_C"; do fo_replication "$p"; done)
+  new_b=$(tail -c +$((off_b + 1)) "$log_b")
+  new_c=$(tail -c +$((off_c + 1)) "$log_c")
+  if [[ -z $writes ]] && grep -q "standing by until this node is the master" <<<"$new_b" &&
+    grep -q "standing by until this node is the master" <<<"$new_c" &&
+    ! grep -q "this node is the master: acting" <<<"$new_b$new_c" && ! grep -q "^taken over" <<<"$standby_repl"; then
+    pass "S11a standby: B (node2) and C (node3) stood by while node1 was the master ($(fo_rapi_writes "$since" | grep -c '^node1 ') RAPI writes, all from A in node1; replication: A $(fo_replication "$COORD_FWD" | tr '\n' ' ')B and C $(tr '\n' ' ' <<<"$standby_repl"))"
   else
-    fail "S11a standby" "writes from other nodes: ${writes:-none}; B: $(grep -m1 -E 'standing by|acting' "$S/logs/bg-coordinator-2.log"); C: $(grep -m1 -E 'standing by|acting' "$S/logs/bg-coordinator-3.log")"
+    fail "S11a standby" "writes from other nodes: ${writes:-none}; replication: $(tr '\n' ' ' <<<"$standby_repl"); B: $(grep -E 'standing by|acting' <<<"$new_b" | tail -n 1); C: $(grep -E 'standing by|acting' <<<"$new_c" | tail -n 1)"
   fi
   # Ganeti loses what jobs running during a failover write: let the queue run empty.
   for ((k = 0; k < 120; k++)); do
@@ -302,13 +340,15 @@ print(' '.join(c[:3]))")
   if fo_wait "$FO_PORT_B" 180 "any(i.get('node')=='$n4' and i.get('repair-status') in ('completed', 'failed') for i in d)"; then
     local nj offline pinst tagged uuid_b
     uuid_b=$(fo_incident "$FO_PORT_B" "$n4" id "i.get('repair-status') in ('completed', 'failed')")
+    done_job=$(rapi GET /2/jobs | jq_py "print(max([int(j['id']) for j in d] or [0]))")
+    log "S11: B finished node4's evacuation ($uuid_b)"
     nj=$(node_json "$n4")
     offline=$(jq_py "print(d['offline'])" <<<"$nj")
     pinst=$(jq_py "print(len(d['pinst_list']))" <<<"$nj")
     tagged=$(jq_py "print(any(t == 'maintd:repairready:$inc4' for t in d['tags']))" <<<"$nj")
     if [[ $uuid_b == "$inc4" && $(fo_incident "$FO_PORT_B" "$n4" repair-status "i.get('id')=='$inc4'") == completed &&
       $offline == True && $pinst == 0 && $tagged == True ]]; then
-      pass "S11b failover: B in node2 finished A's evacuation of node4 (incident $inc4; $steps_before of its jobs by A, $(($(fo_jobs "$first_job" | jq_py "print(d['incidents'].get('$inc4', 0))") - steps_before)) by B): offline, no primary, repairready tag; master-failover $((secs / 10)).$((secs % 10)) s"
+      pass "S11b failover: B in node2 finished A's evacuation of node4 (incident $inc4; $steps_before of its jobs by A, $(($(fo_jobs "$first_job" "$n4" | jq_py "print(d['incidents'].get('$inc4', 0))") - steps_before)) by B): offline, no primary, repairready tag; master-failover $((secs / 10)).$((secs % 10)) s; B's replication: $(fo_replication "$FO_PORT_B")"
     else
       fail "S11b failover" "node4: incident in B $uuid_b (A's: $inc4) $(fo_incident "$FO_PORT_B" "$n4" repair-status), offline=$offline primaries=$pinst tag=$tagged"
     fi
@@ -327,7 +367,7 @@ print(' '.join(c[:3]))")
   fi
 
   # ---- d (after): canceled and acknowledged stay so ----
-  counts=$(fo_jobs "$first_job")
+  counts=$(fo_jobs "$first_job" "$n4")
   why=""
   [[ $(fo_incident "$FO_PORT_B" "$n5" id) == "$inc5" && $(fo_incident "$FO_PORT_B" "$n5" repair-status) == canceled ]] ||
     why+=" node5 in B: $(fo_get "$FO_PORT_B" /1/status | jq_py "print([(i['id'], i['repair-status']) for i in d if i['node']=='$n5'])");"
@@ -343,6 +383,7 @@ print(' jobs of other incidents: ' + '; '.join(bad) if bad else '')" <<<"$counts
     fail "S11d canceled and acknowledged" "$why"
   fi
 
+  log "S11: --no-voting case"
   # ---- e: the master dies; master-failover --no-voting in node1 ----
   local ok_forgotten=0
   echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-3"
@@ -352,9 +393,10 @@ print(' jobs of other incidents: ' + '; '.join(bad) if bad else '')" <<<"$counts
   fo_wait "$FO_PORT_B" 30 "all(i.get('acknowledged') for i in d if i.get('node')=='$n4')" ||
     log "S11: node4's incident not acknowledged in B: $(fo_get "$FO_PORT_B" /1/status | head -c 300)"
   for ((k = 0; k < 30; k++)); do [[ -z $(fo_busy_jobs) ]] && break; sleep 1; done
-  "$GNT/node-exec.sh" 2 --stop coordinator-2 >/dev/null 2>&1 || true
-  kill -KILL "$(<"$S/pids/bg-coordinator-2.pid" 2>/dev/null)" 2>/dev/null || true
-  local r2=$NODECARE_GNT_NODE2_ROOT/run/ganeti d pid
+  pid=$(cat "$S/pids/bg-coordinator-2.pid" 2>/dev/null)
+  [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
+  rm -f "$S/pids/bg-coordinator-2.pid"
+  r2=$NODECARE_GNT_NODE2_ROOT/run/ganeti
   for d in ganeti-rapi ganeti-luxid ganeti-wconfd ganeti-noded; do
     pid=$(cat "$r2/$d.pid" 2>/dev/null)
     [[ -n $pid && $(ip netns identify "$pid" 2>/dev/null) == "$NODECARE_GNT_NODE2_NETNS" ]] && kill -KILL "$pid"
@@ -379,7 +421,7 @@ print(' jobs of other incidents: ' + '; '.join(bad) if bad else '')" <<<"$counts
     [[ $(fo_incident "$COORD_FWD" "$n5" id) == "$inc5" && $(fo_incident "$COORD_FWD" "$n5" repair-status) == canceled ]] ||
       why+=" node5 in A: $(fo_get "$COORD_FWD" /1/status | jq_py "print([(i['id'], i['repair-status']) for i in d if i['node']=='$n5'])");"
     if [[ -z $why ]]; then
-      pass "S11e no-voting: B and node2's Ganeti daemons killed, master-failover --no-voting in node1 ($((secs / 10)).$((secs % 10)) s): A acts again, node3's new live repair $inc3b completed, node5 still canceled"
+      pass "S11e no-voting: B and node2's Ganeti daemons killed, master-failover --no-voting in node1 ($((secs / 10)).$((secs % 10)) s): A acts again ($(fo_replication "$COORD_FWD")), node3's new live repair $inc3b completed, node5 still canceled"
     else
       fail "S11e no-voting" "$why"
     fi
@@ -388,11 +430,13 @@ print(' jobs of other incidents: ' + '; '.join(bad) if bad else '')" <<<"$counts
   fi
 
   # ---- c: no job twice ----
-  counts=$(fo_jobs "$first_job")
+  counts=$(fo_jobs "$first_job" "$n4")
   why=$(jq_py "
 bad = list(d['twice'])
 bad += [f'{n} drained {c} times' for n, c in d['drains'].items() if c > 1]
 bad += [f'{n} migrated {c} times' for n, c in d['migrations'].items() if c > 1]
+if '${done_job:-}' and d['last'].get('$inc4', 0) > int('${done_job:-0}'):
+    bad.append('a job of node4\'s incident $inc4 after it completed (job %d)' % d['last']['$inc4'])
 print('; '.join(bad))" <<<"$counts")
   if [[ -z $why ]]; then
     pass "S11c no job twice: $(jq_py "print(d['jobs'], 'nodecare jobs,', d['intents'], 'intents, each one job; drains', d['drains'], 'migrations', d['migrations'])" <<<"$counts")"
