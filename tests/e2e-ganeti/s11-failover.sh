@@ -225,6 +225,7 @@ print(len(c), ' '.join(x.split('.')[0] for x in c)); sys.exit(0 if need <= set(c
   log "S11: $repl"
   "$GNT/node-exec.sh" 1 --stop coordinator >/dev/null 2>&1 || true
   fo_start 1 coordinator "$S/e2e/coord-state" || { fail "S11 failover" "coordinator A did not start again"; return; }
+  for i in 2 3; do "$GNT/node-exec.sh" "$i" --stop "coordinator-$i" >/dev/null 2>&1 || true; done
   rm -rf "$S/e2e/coord-state-2" "$S/e2e/coord-state-3"
   # What B and C log from now on (a rerun with --keep appends to the same files).
   local log_b=$S/logs/bg-coordinator-2.log log_c=$S/logs/bg-coordinator-3.log off_b off_c
@@ -239,6 +240,12 @@ print(len(c), ' '.join(x.split('.')[0] for x in c)); sys.exit(0 if need <= set(c
       fo_get "$FO_PORT_C" /1/status >/dev/null 2>&1 && break
     sleep 1
   done
+  # A storm breaker left open (every agent stopped at once before) would block every repair.
+  if fo_get "$COORD_FWD" /1/breaker | jq_py "sys.exit(0 if d.get('open') else 1)" 2>/dev/null; then
+    log "S11: storm breaker open ($(fo_get "$COORD_FWD" /1/breaker | jq_py "print(d.get('why'))")): reset"
+    sleep $((2 * AGENT_INTERVAL))
+    fo_post "$COORD_FWD" /1/breaker/reset >/dev/null
+  fi
   if ! fo_wait "$COORD_FWD" 90 "not any(i.get('repair-status') in ('noted', 'pending') for i in d)"; then
     fail "S11 failover" "precondition: incidents still active: $(fo_get "$COORD_FWD" /1/status | head -c 400)"
     return
@@ -305,6 +312,8 @@ print(' '.join(c[:3]))")
     fail "S11 failover" "no migration job of node4's incident $inc4 within 60 s: $(fo_get "$COORD_FWD" /1/status | head -c 400)"
     return
   fi
+  local repl_a
+  repl_a=$(fo_replication "$COORD_FWD")
   kill -STOP "$(<"$S/pids/bg-coordinator.pid")"
   log "S11: A frozen after job(s) $(fo_jobs_of "$first_job" "$inc4" OP_INSTANCE_MIGRATE) of $inc4"
   # (a) while node1 was the master: B and C stood by and wrote nothing.
@@ -317,7 +326,7 @@ print(' '.join(c[:3]))")
   if [[ -z $writes ]] && grep -q "standing by until this node is the master" <<<"$new_b" &&
     grep -q "standing by until this node is the master" <<<"$new_c" &&
     ! grep -q "this node is the master: acting" <<<"$new_b$new_c" && ! grep -q "^taken over" <<<"$standby_repl"; then
-    pass "S11a standby: B (node2) and C (node3) stood by while node1 was the master ($(fo_rapi_writes "$since" | grep -c '^node1 ') RAPI writes, all from A in node1; replication: A $(fo_replication "$COORD_FWD" | tr '\n' ' ')B and C $(tr '\n' ' ' <<<"$standby_repl"))"
+    pass "S11a standby: B (node2) and C (node3) stood by while node1 was the master ($(fo_rapi_writes "$since" | grep -c '^node1 ') RAPI writes, all from A in node1; replication: A $repl_a; B and C $(tr '\n' ' ' <<<"$standby_repl" | sed 's/ $//'))"
   else
     fail "S11a standby" "writes from other nodes: ${writes:-none}; replication: $(tr '\n' ' ' <<<"$standby_repl"); B: $(grep -E 'standing by|acting' <<<"$new_b" | tail -n 1); C: $(grep -E 'standing by|acting' <<<"$new_c" | tail -n 1)"
   fi
