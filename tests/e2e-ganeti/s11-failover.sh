@@ -193,17 +193,17 @@ scenario_failover() {
   wait "${rts[@]}"
   # Three master candidates at least: node1 (the master), node2, node3 (a node set online again
   # promotes itself while the pool is not full).
-  why=$(rapi GET "/2/nodes?bulk=1" | jq_py "
+  if ! why=$(rapi GET "/2/nodes?bulk=1" | jq_py "
 c = sorted(n['name'] for n in d if n.get('master_candidate') or n.get('role') == 'M')
 need = {'$n1', '$n2', '$n3'}
-print(len(c), ' '.join(x.split('.')[0] for x in c)); sys.exit(0 if need <= set(c) else 1)")
-  if [[ $? -ne 0 ]]; then
+print(len(c), ' '.join(x.split('.')[0] for x in c)); sys.exit(0 if need <= set(c) else 1)"); then
     fail "S11 failover" "precondition: node1..3 are not all master candidates: $why"
     return
   fi
   pass "S11 master candidates: $why"
 
   # node3's repair command counts its runs.
+  # shellcheck disable=SC2016 # expanded by the command, not here
   printf '#!/bin/sh\necho "$(date +%%s) $0" >> %s\necho done\n' "$S/e2e/fo-repairs-3" \
     >"$NODECARE_GNT_NODE3_ROOT/etc/ganeti/node-repair-commands/e2e-count"
   chmod 0755 "$NODECARE_GNT_NODE3_ROOT/etc/ganeti/node-repair-commands/e2e-count"
