@@ -4,7 +4,7 @@
 # Prints one line per target: executions, exec/s, corpus size, crashes (a crash stops the run and
 # leaves its input under fuzz/artifacts/<target>/).
 #
-#   fuzz/campaign.sh [TARGET...]              # default: every target
+#   fuzz/campaign.sh [TARGET...]              # default: every target (`cargo fuzz list`)
 #   RUNS=10000000 SECONDS_PER_TARGET=3600 fuzz/campaign.sh repair_request
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz --locked`). agent_query needs FEATURES=agent,
@@ -16,7 +16,7 @@ LIMIT=${SECONDS_PER_TARGET:-3600}
 FEATURES=${FEATURES:-}
 targets=("$@")
 if [[ ${#targets[@]} -eq 0 ]]; then
-  mapfile -t targets < <(cargo fuzz list ${FEATURES:+--features "$FEATURES"} 2>/dev/null)
+  mapfile -t targets < <(cargo fuzz list 2>/dev/null)
 fi
 status=0
 for target in "${targets[@]}"; do

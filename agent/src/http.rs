@@ -37,6 +37,8 @@ pub struct HttpState {
     pub repair: Option<Arc<crate::repair::RepairService>>,
     /// The check endpoint (`/1/check`); `None` without an HMAC key.
     pub check: Option<Arc<crate::check::CheckService>>,
+    /// The replica endpoints (`/1/replica`, `/1/replica/read`); `None` without an HMAC key.
+    pub replica: Option<Arc<crate::replica::ReplicaKeeper>>,
     /// The diagnose collector (per-script runs for `/metrics`).
     pub diagnose: Arc<nodecare_collectors::diagnose::DiagnoseCollector>,
     /// The signer's counters.
@@ -352,6 +354,15 @@ pub async fn route(
             None => text(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "checks are unavailable on this node (no cluster HMAC key)",
+            ),
+        };
+    }
+    if crate::replica::is_replica_path(request.uri().path()) {
+        return match &state.replica {
+            Some(replica) => replica.handle_http(request).await,
+            None => text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "replicas are unavailable on this node (no cluster HMAC key)",
             ),
         };
     }

@@ -12,6 +12,7 @@ pub mod http;
 pub mod load;
 pub mod metrics;
 pub mod repair;
+pub mod replica;
 pub mod scheduler;
 pub mod script_check;
 pub mod signing;
@@ -277,6 +278,21 @@ pub async fn serve_with(
         }
     };
 
+    let replica = match nodecare_protocol::sign::HmacKey::from_file(&config.hmac_key) {
+        Ok(key) => match replica::ReplicaKeeper::open(
+            key,
+            node.clone(),
+            config.repair(&node).verify_policy,
+            config.state_dir.join("replica"),
+        ) {
+            Ok(keeper) => Some(Arc::new(keeper)),
+            Err(error) => {
+                tracing::error!(%error, "replicas of the coordinator's state are unavailable");
+                None
+            }
+        },
+        Err(_) => None,
+    };
     let repair = repair::open_with_key_file(config.repair(&node), &config.hmac_key);
     let http_state = Arc::new(HttpState {
         cache: Arc::clone(&cache),
@@ -284,6 +300,7 @@ pub async fn serve_with(
         node,
         repair,
         check,
+        replica,
         diagnose: Arc::clone(&diagnose),
         sign_counters,
         stale_after: config.signature_ttl(),

@@ -680,6 +680,7 @@ mod tests {
             vm_capable: true,
             drained: false,
             offline: false,
+            master: false,
             memory_free: Some(4096),
             primary_memory: Some(0),
         }

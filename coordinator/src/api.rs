@@ -38,6 +38,8 @@ pub struct ApiState {
     /// How old the last round's view of the cluster may be for an admission request to be
     /// judged against it ([`crate::admission::view_max_age`]).
     pub gate_view_max_age: std::time::Duration,
+    /// The state's replication to the master candidates; `None`: off.
+    pub replicator: Option<Arc<crate::replica::Replicator>>,
 }
 
 /// A fresh random key for [`ApiState::csrf_key`].

@@ -131,6 +131,29 @@ pub struct Config {
     pub balancing: crate::duty::balancing::BalancingConfig,
     /// Instance auto-repair (harep's duty).
     pub instance_repair: InstanceRepairSection,
+    /// The state's replicas on the master candidates (master failover).
+    pub replication: ReplicationSection,
+}
+
+/// `[replication]`: the state kept by the agents of the master candidates, so that the
+/// coordinator of a new master continues where the old one was (`crate::replica`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReplicationSection {
+    /// Replicate (off by default in the code; the packaged configuration turns it on).
+    pub enabled: bool,
+    /// Seconds between pushes of state that changed without a write (new incidents, report
+    /// sequences); writes and operator decisions push at once.
+    pub interval: f64,
+}
+
+impl Default for ReplicationSection {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            interval: 30.0,
+        }
+    }
 }
 
 /// `[instance_repair]`: harep's duty, driven by the `ganeti:watcher:autorepair:*` tags.
@@ -235,6 +258,7 @@ impl Default for Config {
             notify: NotifySection::default(),
             balancing: crate::duty::balancing::BalancingConfig::default(),
             instance_repair: InstanceRepairSection::default(),
+            replication: ReplicationSection::default(),
         }
     }
 }
@@ -314,6 +338,7 @@ impl Config {
         seconds("repair_poll", self.repair_poll, 0.0)?;
         seconds("repair_request_ttl", self.repair_request_ttl, 1.0)?;
         seconds("agents.timeout", self.agents.timeout, 0.001)?;
+        seconds("replication.interval", self.replication.interval, 0.0)?;
         let skew = seconds("agents.max_clock_skew", self.agents.max_clock_skew, 0.0)?;
         let limit = Duration::from_millis(nodecare_protocol::sign::MAX_CLOCK_SKEW_LIMIT_MS);
         if skew > limit {

@@ -38,6 +38,8 @@ pub struct Coordinator {
     reconciler: Reconciler,
     api: ApiState,
     interval: Duration,
+    /// Longest time state changed without a write stays unreplicated.
+    replication_interval: Duration,
     webhook: Option<crate::notify::WebhookSettings>,
     /// The agents' long-polls; `None`: rounds poll only.
     watches: Option<Watches>,
@@ -95,11 +97,35 @@ impl Coordinator {
                 },
             )
         });
-        let repairs = RepairClient::new(
+        let replicator = config.replication.enabled.then(|| {
+            Arc::new(crate::replica::Replicator::new(
+                Arc::clone(&store),
+                Arc::new(crate::replica::HttpPeers::new(
+                    scraper.client().clone(),
+                    Config::duration(config.agents.timeout).max(Duration::from_secs(5)),
+                )),
+                key.clone(),
+                node_name.clone(),
+                config.agent_urls(),
+            ))
+        });
+        // Every write to Ganeti and every request to an agent waits until a majority of the
+        // master candidates keep the state that led to it.
+        let ganeti: Arc<dyn Ganeti> = match &replicator {
+            Some(replicator) => Arc::new(crate::replica::ReplicatedGaneti::new(
+                ganeti,
+                Arc::clone(replicator),
+            )),
+            None => ganeti,
+        };
+        let mut repairs = RepairClient::new(
             scraper.client().clone(),
             key,
             Config::duration(config.repair_request_ttl),
         );
+        if let Some(replicator) = &replicator {
+            repairs = repairs.with_replicator(Arc::clone(replicator));
+        }
         let board = Arc::new(Board::default());
         let watches = watches.map(|watches| watches.with_board(&board));
         let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
@@ -136,6 +162,9 @@ impl Coordinator {
             Arc::clone(&board),
             Arc::clone(&incident_lock),
         );
+        if let Some(replicator) = &replicator {
+            reconciler = reconciler.with_replicator(Arc::clone(replicator));
+        }
         if config.balancing.enabled {
             reconciler = reconciler.with_balancer(crate::balance::Balancer::new(
                 config.balancing.clone(),
@@ -153,6 +182,7 @@ impl Coordinator {
             ganeti: Some(ganeti_for_api),
             agents: Some(agents_for_api),
             gate_view_max_age: crate::admission::view_max_age(config.round_interval_duration()?),
+            replicator,
         };
         let interval = config.round_interval_duration()?;
         let stall = Config::duration(config.round_stall_timeout);
@@ -160,6 +190,7 @@ impl Coordinator {
             reconciler,
             api,
             interval,
+            replication_interval: Config::duration(config.replication.interval),
             webhook: config.webhook(),
             watches,
             progress: Arc::new(nodecare_daemon::systemd::Progress::new(
@@ -294,6 +325,11 @@ impl Coordinator {
                     continue;
                 }
                 Err(error) => tracing::warn!(%error, "round aborted; retrying next round"),
+            }
+            if let Some(replicator) = self.reconciler.replicator()
+                && let Err(error) = replicator.settle(self.replication_interval).await
+            {
+                tracing::warn!(%error, "the state changed in this round is not replicated yet");
             }
             if let Some(watches) = self.watches.as_mut() {
                 let targets = self

@@ -158,6 +158,8 @@ pub struct NodeFacts {
     pub drained: bool,
     /// Ganeti's `offline`.
     pub offline: bool,
+    /// Whether it is the master (Ganeti refuses to drain or offline it).
+    pub master: bool,
     /// Free memory in MiB, when known.
     pub memory_free: Option<u64>,
     /// Memory of the running instances whose primary this node is, in MiB (`None` when an
@@ -305,6 +307,7 @@ impl View {
                     vm_capable: node.vm_capable,
                     drained: node.drained,
                     offline: node.offline,
+                    master: node.role == crate::ganeti::NodeRole::Master,
                     memory_free: node.memory_free,
                     primary_memory,
                 };
@@ -623,6 +626,13 @@ fn judge(
     if new.is_empty() && !proposal.disrupts.is_empty() {
         return Ok(Admitted::Continuation);
     }
+    // An evacuation drains and offlines its node: Ganeti refuses both on the master. (A
+    // campaign reboots the master without draining it; moves off it need no drain.)
+    if let Some(node) = new.iter().find(|node| {
+        proposal.duty == Duty::NodeRepair && view.nodes.get(*node).is_some_and(|facts| facts.master)
+    }) {
+        return Err(BlockedBy::Master { node: node.clone() });
+    }
     if let Some(why) = &policy.breaker {
         return Err(BlockedBy::Breaker { why: why.clone() });
     }
@@ -909,6 +919,7 @@ mod tests {
             vm_capable: true,
             drained: false,
             offline: false,
+            master: false,
             memory_free: Some(4096),
             primary_memory: Some(0),
         }
@@ -990,6 +1001,23 @@ mod tests {
         );
         // Same domain as the admitted one: allowed within the caps.
         assert_eq!(outcome(&decision, 3), Ok(Admitted::New));
+    }
+
+    #[test]
+    fn the_master_waits_for_a_master_failover() {
+        let mut view = view();
+        view.nodes.get_mut("n1").expect("n1").master = true;
+        let decision = decide(
+            &view,
+            &roomy(),
+            &InForce::default(),
+            vec![repair(1, "n1"), repair(2, "n2")],
+        );
+        assert_eq!(
+            outcome(&decision, 1),
+            Err("n1 is the master: move the master first (gnt-cluster master-failover on another master candidate)".to_owned())
+        );
+        assert_eq!(outcome(&decision, 2), Ok(Admitted::New));
     }
 
     #[test]

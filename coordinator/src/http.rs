@@ -40,8 +40,10 @@ pub use crate::api::{ApiState, random_key};
 
 /// The API router.
 pub fn router(state: ApiState) -> Router {
+    let replicate = state.replicator.clone();
     Router::new()
         .route("/", get(root))
+        .route("/1/replication", get(replication))
         .route("/1", get(|| async { Json(Value::Null) }))
         .route("/1/", get(|| async { Json(Value::Null) }))
         .route("/1/status", get(status))
@@ -100,7 +102,63 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/ui/admin/breaker/reset", post(crate::ui::reset_breaker))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "Resource not found") })
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let replicate = replicate.clone();
+                async move { replicate_writes(replicate, request, next).await }
+            },
+        ))
         .with_state(state)
+}
+
+/// After an accepted write to the API (a cancel, an acknowledgement, a grant, an override, a
+/// campaign command), the state goes to the master candidates before the answer: an operator's
+/// decision survives a master failover from the moment it is answered. When a majority cannot be
+/// reached the write stands (nothing is written to Ganeti meanwhile) and the answer says so in
+/// `X-Nodecare-Replication`.
+async fn replicate_writes(
+    replicator: Option<std::sync::Arc<crate::replica::Replicator>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let write = !matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    let mut response = next.run(request).await;
+    if let Some(replicator) = replicator
+        && write
+        && (response.status().is_success() || response.status().is_redirection())
+        && replicator.has_taken_over().await
+    {
+        let outcome = match replicator.ensure().await {
+            Ok(()) => "kept by a majority of the master candidates".to_owned(),
+            Err(error) => {
+                tracing::warn!(%error, "an API write is not replicated yet");
+                format!("pending: {error}")
+            }
+        };
+        if let Ok(value) = axum::http::HeaderValue::from_str(
+            &outcome
+                .chars()
+                .filter(|c| c.is_ascii() && !c.is_ascii_control())
+                .take(500)
+                .collect::<String>(),
+        ) {
+            response
+                .headers_mut()
+                .insert("x-nodecare-replication", value);
+        }
+    }
+    response
+}
+
+/// `GET /1/replication`: where the state's replicas are.
+async fn replication(State(state): State<ApiState>) -> Response {
+    match &state.replicator {
+        Some(replicator) => Json(replicator.status()).into_response(),
+        None => Json(crate::replica::ReplicationStatus::default()).into_response(),
+    }
 }
 
 /// `GET /`: `[1]`, or the web page for a client that asks for HTML first.
@@ -446,6 +504,13 @@ async fn metrics(State(state): State<ApiState>) -> Response {
         Err(e) => return internal(e),
     };
     state.board.metrics.set_campaigns(&campaigns);
+    state.board.metrics.set_replication(
+        state
+            .replicator
+            .as_ref()
+            .map(|replicator| replicator.status())
+            .as_ref(),
+    );
     let text = state.board.metrics.render(&incidents, agents.values());
     (
         [(

@@ -855,6 +855,7 @@ pub fn view_of(nodes: &[Node], now_ms: u64) -> View {
                         vm_capable: n.vm_capable,
                         drained: n.drained,
                         offline: n.offline,
+                        master: n.role == crate::ganeti::NodeRole::Master,
                         memory_free: n.memory_free,
                         primary_memory: None,
                     },

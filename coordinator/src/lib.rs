@@ -41,6 +41,7 @@ pub mod notify;
 pub mod plan;
 pub mod reconcile;
 pub mod repair;
+pub mod replica;
 pub mod scrape;
 pub mod storage;
 pub mod store;

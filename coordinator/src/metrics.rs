@@ -115,6 +115,9 @@ pub struct CoordinatorMetrics {
     campaign_nodes: Gauge,
     campaign_nodes_failed: Gauge,
     campaign_blocked: Gauge,
+    /// The state's replication: epoch, master candidates, those holding the current
+    /// generation, and whether the last attempt succeeded.
+    replica: [Gauge; 4],
 }
 
 /// Every campaign state, so the campaign gauge always has all series.
@@ -294,6 +297,30 @@ impl CoordinatorMetrics {
             "nodecare_coordinator_campaign_blocked",
             "Campaigns not ended whose next group waits (refused by the gate, planning error)",
         );
+        let replica = [
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_epoch",
+                "Epoch of the state acted on (grows with every takeover after a master failover); 0 \
+                 while not taken over or with replication off",
+            ),
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_candidates",
+                "Master candidates whose agents keep the coordinator's state",
+            ),
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_kept_by",
+                "Master candidates holding the current generation of the state",
+            ),
+            campaign_gauge(
+                &mut registry,
+                "nodecare_coordinator_replica_ok",
+                "1 when the state is taken over and the last push reached a majority of the master \
+                 candidates (writes may proceed), else 0",
+            ),
+        ];
         let metrics = Self {
             registry,
             scrape: Mutex::new(()),
@@ -320,6 +347,7 @@ impl CoordinatorMetrics {
             campaign_nodes,
             campaign_nodes_failed,
             campaign_blocked,
+            replica,
         };
         metrics.set_campaigns(&[]);
         metrics.set_incidents(&[]);
@@ -460,6 +488,24 @@ impl CoordinatorMetrics {
         }
     }
 
+    /// Sets the replication gauges (none: replication off).
+    pub fn set_replication(&self, status: Option<&crate::replica::ReplicationStatus>) {
+        let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        let values = status.map_or([0; 4], |status| {
+            [
+                status.generation.map_or(0, |generation| {
+                    i64::try_from(generation.epoch).unwrap_or(i64::MAX)
+                }),
+                count(status.candidates.len()),
+                count(status.kept_by.len()),
+                i64::from(status.generation.is_some() && status.error.is_none()),
+            ]
+        });
+        for (gauge, value) in self.replica.iter().zip(values) {
+            gauge.set(value);
+        }
+    }
+
     /// The text exposition, after refreshing the gauges from `incidents` and `agents`.
     pub fn render<'a>(
         &self,
@@ -545,6 +591,8 @@ mod tests {
             "nodecare_coordinator_balancing_hbal_ok 0",
             "nodecare_coordinator_balancing_load 0",
             "nodecare_coordinator_balancing_load_missing_nodes 0",
+            "nodecare_coordinator_replica_epoch 0",
+            "nodecare_coordinator_replica_ok 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -552,7 +600,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 26);
+        assert_eq!(types, 30);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());

@@ -118,6 +118,9 @@ pub enum RoundError {
     /// The state database failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The state is not (yet) kept by a majority of the master candidates.
+    #[error("replication: {0}")]
+    Replica(#[from] crate::replica::ReplicaError),
 }
 
 /// The master named by `<dir>/ssconf_master_node`, if that file is there and names one.
@@ -153,6 +156,8 @@ pub struct Reconciler {
     degraded_since: std::sync::Mutex<BTreeMap<String, u64>>,
     /// The agents' verified, fresh reports of this round (for the campaigns).
     agents_seen: std::sync::Mutex<BTreeMap<String, crate::campaign::AgentNow>>,
+    /// The state's replication to the master candidates (none: off).
+    replicator: Option<Arc<crate::replica::Replicator>>,
 }
 
 /// How long a DRBD instance must stay degraded with both nodes online before the
@@ -286,6 +291,7 @@ impl Reconciler {
             override_note: std::sync::Mutex::new(None),
             degraded_since: std::sync::Mutex::new(BTreeMap::new()),
             agents_seen: std::sync::Mutex::new(BTreeMap::new()),
+            replicator: None,
         }
     }
 
@@ -294,6 +300,19 @@ impl Reconciler {
         if let Some(balancer) = &mut self.balancer {
             balancer.set_source(source);
         }
+    }
+
+    /// The same reconciler taking over the replicated state before it acts, and telling the
+    /// replication which nodes are master candidates each round.
+    #[must_use]
+    pub fn with_replicator(mut self, replicator: Arc<crate::replica::Replicator>) -> Self {
+        self.replicator = Some(replicator);
+        self
+    }
+
+    /// The state's replication, when on.
+    pub fn replicator(&self) -> Option<&Arc<crate::replica::Replicator>> {
+        self.replicator.as_ref()
     }
 
     /// The same reconciler with the balancing duty.
@@ -361,7 +380,19 @@ impl Reconciler {
     }
 
     async fn round_inner(&mut self, summary: &mut RoundSummary) -> Result<(), RoundError> {
-        self.check_master().await?;
+        if let Err(error) = self.check_master().await {
+            if let (RoundError::NotMaster { .. }, Some(replicator)) = (&error, &self.replicator) {
+                replicator.stand_down().await;
+            }
+            return Err(error);
+        }
+        if let Some(replicator) = &self.replicator
+            && !replicator.has_taken_over().await
+        {
+            // Nothing is read from the store or planned before the newest state is here.
+            let nodes = self.ganeti.nodes().await?;
+            replicator.take_over(&nodes).await?;
+        }
         let guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.adopt_or_drop_planned().await?;
         self.poll_jobs().await?;
@@ -374,6 +405,9 @@ impl Reconciler {
         // Read the cluster only after the jobs: a snapshot older than a job's "success" would
         // still show the instance where it was, and the move would be planned again.
         let nodes = self.ganeti.nodes().await?;
+        if let Some(replicator) = &self.replicator {
+            replicator.set_candidates(&nodes).await;
+        }
         let instances = self.ganeti.instances().await?;
         // Group names label domains and caps (without them, the groups' uuids serve); their
         // tags feed instance repair (which waits for a round that can read them).

@@ -40,12 +40,30 @@ pub struct RepairClient {
     client: reqwest::Client,
     key: HmacKey,
     ttl: Duration,
+    /// Requests wait until the master candidates keep the state that led to them.
+    replicator: Option<std::sync::Arc<crate::replica::Replicator>>,
 }
 
 impl RepairClient {
     /// A client signing with `key`; requests stay valid for `ttl`.
     pub fn new(client: reqwest::Client, key: HmacKey, ttl: Duration) -> Self {
-        Self { client, key, ttl }
+        Self {
+            client,
+            key,
+            ttl,
+            replicator: None,
+        }
+    }
+
+    /// The same client holding back each repair and check request until a majority of the
+    /// master candidates keep the state that led to it.
+    #[must_use]
+    pub fn with_replicator(
+        mut self,
+        replicator: std::sync::Arc<crate::replica::Replicator>,
+    ) -> Self {
+        self.replicator = Some(replicator);
+        self
     }
 
     /// Sends a signed request for `request.node` to the agent at `base_url`.
@@ -56,6 +74,15 @@ impl RepairClient {
         sequence: u64,
         now_ms: u64,
     ) -> RepairAnswer {
+        if let Some(replicator) = &self.replicator
+            && let Err(error) = replicator.ensure().await
+        {
+            return RepairAnswer::Refused {
+                status: 0,
+                message: format!("not sent: {error}"),
+                transient: true,
+            };
+        }
         let signer = Signer::new(self.key.clone(), request.node.clone());
         let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let envelope = match sign_repair_request(&signer, request, sequence, now_ms, ttl_ms) {

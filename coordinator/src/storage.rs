@@ -583,6 +583,7 @@ mod tests {
                             vm_capable: true,
                             drained: false,
                             offline: false,
+                            master: false,
                             memory_free: Some(100_000),
                             primary_memory: Some(0),
                         },

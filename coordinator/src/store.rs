@@ -20,6 +20,7 @@ use crate::incident::Incident;
 use crate::plan::{Lock, Move};
 
 mod admission;
+mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 

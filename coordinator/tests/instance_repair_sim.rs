@@ -44,6 +44,7 @@ fn view(nodes: &[Node]) -> View {
                         vm_capable: n.vm_capable,
                         drained: n.drained,
                         offline: n.offline,
+                        master: false,
                         memory_free: n.memory_free,
                         primary_memory: Some(0),
                     },

@@ -68,12 +68,18 @@ pub enum GanetiError {
     /// The answer did not have the expected shape.
     #[error("unexpected answer from Ganeti: {0}")]
     Decode(String),
+    /// Held back before reaching Ganeti (the coordinator's state is not replicated yet).
+    #[error("not submitted: {0}")]
+    NotSubmitted(String),
 }
 
 impl GanetiError {
     /// Whether retrying the same call later can succeed (network trouble, 5xx).
     pub const fn is_transient(&self) -> bool {
-        matches!(self, Self::Transport(_) | Self::Server { .. })
+        matches!(
+            self,
+            Self::Transport(_) | Self::Server { .. } | Self::NotSubmitted(_)
+        )
     }
 }
 

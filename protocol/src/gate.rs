@@ -118,6 +118,12 @@ pub enum BlockedBy {
         /// The node.
         node: String,
     },
+    /// The node to evacuate is the master: Ganeti drains or offlines it only once the master
+    /// role moved to another master candidate (`gnt-cluster master-failover` there).
+    Master {
+        /// The node.
+        node: String,
+    },
     /// A kind this reader does not know.
     #[serde(other)]
     Other,
@@ -147,6 +153,10 @@ impl std::fmt::Display for BlockedBy {
             Self::Capacity { what } => write!(f, "capacity: {what}"),
             Self::Conflict { node, holder } => write!(f, "{node} is held by {holder}"),
             Self::UnknownNode { node } => write!(f, "node {node} is not in the cluster"),
+            Self::Master { node } => write!(
+                f,
+                "{node} is the master: move the master first (gnt-cluster master-failover on another master candidate)"
+            ),
             Self::Other => f.write_str("blocked (for a reason this version cannot name)"),
         }
     }

@@ -24,6 +24,7 @@ pub mod load;
 pub mod maintenance;
 pub mod notify;
 pub mod repair;
+pub mod replica;
 pub mod report;
 pub mod sign;
 pub mod status;

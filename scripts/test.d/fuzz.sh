@@ -10,4 +10,4 @@ cd "$(dirname "$0")/../.."
 if [ -z "${NODECARE_FUZZ_SECONDS:-}" ] || ! command -v cargo-fuzz >/dev/null 2>&1; then
   echo "fuzz: skipped (set NODECARE_FUZZ_SECONDS and install cargo-fuzz to run)"; exit 0
 fi
-SECONDS_PER_TARGET=$NODECARE_FUZZ_SECONDS RUNS=1000000000 fuzz/campaign.sh
+FEATURES=agent,coordinator SECONDS_PER_TARGET=$NODECARE_FUZZ_SECONDS RUNS=1000000000 fuzz/campaign.sh

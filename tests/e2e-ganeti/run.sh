@@ -186,6 +186,9 @@ max_incident_nodes = 10
 # S8: inert until an instance, node group or the cluster carries an autorepair tag.
 [instance_repair]
 enabled = true
+# As packaged: the state is kept by the master candidates' agents (every node here).
+[replication]
+enabled = true
 TOML
 # Scenarios may restart it (same state) with more in coord.toml.
 start_coordinator() {

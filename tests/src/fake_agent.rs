@@ -77,6 +77,10 @@ struct AgentState {
     load: Mutex<Option<Vec<nodecare_protocol::Report>>>,
     /// Verified check requests received.
     checks: Mutex<u64>,
+    /// The copy of the coordinator's state it keeps: the real agent's keeper, in a temporary
+    /// directory.
+    replica: nodecare_agent::replica::ReplicaKeeper,
+    _replica_dir: tempfile::TempDir,
     /// How far the node's clock is off, in milliseconds (a clock jump).
     clock_offset_ms: Mutex<i64>,
     /// Long-poll: a watch `after` a sequence below this value is answered at once; raised by
@@ -403,6 +407,32 @@ fn current(run: &mut Run, behaviour: RepairBehaviour) -> RepairRecord {
 }
 
 /// A signed check request: counted, answered as the agent does (`202`), the report re-signed.
+/// The real agent's replica keeper behind the fake agent's switch (down: unreachable).
+async fn replica_push(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
+    if state.down.lock().map(|d| *d).unwrap_or(false) {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    state
+        .replica
+        .push(body.to_vec(), now_ms())
+        .await
+        .into_response()
+}
+
+async fn replica_read(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
+    if state.down.lock().map(|d| *d).unwrap_or(false) {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    state.replica.read(&body, now_ms()).await.into_response()
+}
+
+impl FakeAgent {
+    /// The generation of the coordinator's state this agent keeps.
+    pub async fn replica_held(&self) -> Option<nodecare_protocol::replica::Generation> {
+        self.state.replica.held().await
+    }
+}
+
 async fn check(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
     let envelope: SignedEnvelope = match serde_json::from_slice(&body) {
         Ok(e) => e,
@@ -511,6 +541,7 @@ impl FakeAgents {
     ) -> std::io::Result<FakeAgent> {
         let listener = TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
+        let replica_dir = tempfile::tempdir()?;
         let state = Arc::new(AgentState {
             node: node.to_owned(),
             signer: Signer::new(key.clone(), node),
@@ -532,6 +563,14 @@ impl FakeAgents {
             boot: Mutex::new((None, None)),
             load: Mutex::new(None),
             checks: Mutex::new(0),
+            replica: nodecare_agent::replica::ReplicaKeeper::open(
+                key.clone(),
+                node.to_owned(),
+                VerifyPolicy::default(),
+                replica_dir.path().join("replica"),
+            )
+            .map_err(std::io::Error::other)?,
+            _replica_dir: replica_dir,
             clock_offset_ms: Mutex::new(0),
             mark: tokio::sync::watch::Sender::new(1),
         });
@@ -545,6 +584,14 @@ impl FakeAgents {
             .route("/1/repair", post(repair))
             .route(nodecare_protocol::repair::CHECK_PATH, post(check))
             .route("/1/repair/{id}", get(repair_status))
+            .route(
+                nodecare_protocol::replica::REPLICA_PATH,
+                axum::routing::put(replica_push),
+            )
+            .route(
+                nodecare_protocol::replica::REPLICA_READ_PATH,
+                post(replica_read),
+            )
             .with_state(Arc::clone(&state));
         self.tasks.push(tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, app).await {

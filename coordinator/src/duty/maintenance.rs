@@ -76,6 +76,7 @@ mod tests {
                             vm_capable: true,
                             drained: false,
                             offline: false,
+                            master: false,
                             memory_free: Some(100_000),
                             primary_memory: *memory,
                         },

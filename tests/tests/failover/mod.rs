@@ -24,6 +24,9 @@ use serde_json::json;
 
 struct Running {
     board: Arc<nodecare_coordinator::reconcile::Board>,
+    store: Arc<nodecare_coordinator::store::Store>,
+    replicator: Option<Arc<nodecare_coordinator::replica::Replicator>>,
+    addr: std::net::SocketAddr,
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<Result<(), nodecare_coordinator::reconcile::RoundError>>,
     ssconf: tempfile::TempDir,
@@ -45,22 +48,43 @@ impl Running {
 }
 
 async fn start(sim: &Simulation, agents: &FakeAgents, on: &str, master: &str) -> Running {
+    start_with(sim, agents, on, master, false).await
+}
+
+async fn start_with(
+    sim: &Simulation,
+    agents: &FakeAgents,
+    on: &str,
+    master: &str,
+    replication: bool,
+) -> Running {
     let state = tempfile::tempdir().unwrap();
     let ssconf = tempfile::tempdir().unwrap();
     let mut config = local_config(state.path(), agents);
+    config.replication.enabled = replication;
+    config.max_disrupted_nodes = 1;
+    let users = state.path().join("users");
+    std::fs::write(&users, "admin secret write\n").unwrap();
+    config.users = users;
     config.node_name = Some(on.to_owned());
     config.round_interval = 0.05;
     config.ssconf_dir = ssconf.path().to_path_buf();
     let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client_on(on));
     let coordinator = Coordinator::new(&config, on.to_owned(), ganeti, test_key()).unwrap();
     let board = Arc::clone(&coordinator.api().board);
+    let store = Arc::clone(&coordinator.api().store);
+    let replicator = coordinator.api().replicator.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(coordinator.run(listener, async {
         let _stopped = stopped.await;
     }));
     let running = Running {
         board,
+        store,
+        replicator,
+        addr,
         stop,
         task,
         ssconf,
@@ -197,6 +221,164 @@ async fn exactly_one_coordinator_acts_while_the_master_moves() {
         after.len() - failed_over,
         refused.len()
     );
+    for running in [a, b] {
+        running.stop.send(()).unwrap();
+        running.task.await.unwrap().unwrap();
+    }
+}
+
+fn incident_on(
+    store: &nodecare_coordinator::store::Store,
+    name: &str,
+) -> Option<nodecare_coordinator::incident::Incident> {
+    store
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|incident| incident.node == name)
+}
+
+/// The state follows Ganeti's master: an evacuation started by node1's coordinator is finished
+/// by node2's after `master-failover` (the same incident, no intent submitted twice), and an
+/// incident the operator canceled on node1 stays canceled on node2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_follows_the_master() {
+    use nodecare_coordinator::incident::RepairStatus;
+    let sim = Simulation::new(
+        SimConfig::from_spec(
+            4,
+            "a:diskless:4,b:sharedfile:4,c:diskless:4,d:sharedfile:4,e:diskless:3",
+            DOMAIN,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    sim.set_job_delay(Duration::from_millis(1500));
+    let key = test_key();
+    let mut agents = FakeAgents::default();
+    for i in 1..=4 {
+        agents
+            .start(&node(i), &key, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+    }
+    let a = start_with(&sim, &agents, &node(1), &node(1), true).await;
+    let b = start_with(&sim, &agents, &node(2), &node(1), true).await;
+    wait_for("node1 to act", Duration::from_secs(10), || a.acting()).await;
+    // The master candidates (node1..node3) keep node1's first state; node4 is no candidate.
+    let first = agents.get(&node(2)).unwrap().replica_held().await.unwrap();
+    assert_eq!(first.epoch, 1);
+    assert_eq!(agents.get(&node(4)).unwrap().replica_held().await, None);
+    assert!(!b.acting());
+
+    // node4 goes bad and starts evacuating; node3 goes bad too and waits for the budget; the
+    // operator cancels node3's incident on node1.
+    agents
+        .get(&node(4))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdc"}), None));
+    wait_for("an evacuation job", Duration::from_secs(20), || {
+        sim.submissions()
+            .iter()
+            .any(|s| s.op_id == "OP_INSTANCE_MIGRATE")
+    })
+    .await;
+    agents
+        .get(&node(3))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdd"}), None));
+    wait_for("node3's incident", Duration::from_secs(10), || {
+        incident_on(&a.store, &node(3)).is_some()
+    })
+    .await;
+    let waiting = incident_on(&a.store, &node(3)).unwrap();
+    assert_eq!(
+        waiting.repair_status,
+        RepairStatus::Noted,
+        "the budget holds it"
+    );
+    let canceled = reqwest::Client::new()
+        .post(format!(
+            "http://{}/1/incidents/{}/cancel",
+            a.addr, waiting.uuid
+        ))
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert!(canceled.status().is_success(), "{canceled:?}");
+    let replicated = canceled
+        .headers()
+        .get("x-nodecare-replication")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    assert!(replicated.starts_with("kept by a majority"), "{replicated}");
+    assert!(
+        primaries_on(&sim, &node(4)) > 0,
+        "failover must happen mid-evacuation"
+    );
+    let evacuation = incident_on(&a.store, &node(4)).unwrap();
+
+    // master-failover to node2; node1's own node is gone with it (its agent too).
+    sim.set_master(&node(2)).unwrap();
+    b.set_ssconf_master(&node(2));
+    agents.get(&node(1)).unwrap().set_down(true);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    a.set_ssconf_master(&node(2));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !b.acting() {
+        assert!(
+            Instant::now() < deadline,
+            "node2 does not act: {:?}; last round: {:?}",
+            b.replicator.as_ref().unwrap().status(),
+            b.board.last_round.read().unwrap().error
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let status = b.replicator.as_ref().unwrap().status();
+    assert_eq!(status.generation.map(|g| g.epoch), Some(first.epoch + 1));
+    assert!(status.restored_from.is_some(), "{status:?}");
+
+    // node2 finishes node1's evacuation: the same incident, completed.
+    wait_for(
+        "the evacuation to complete on node2",
+        Duration::from_secs(40),
+        || {
+            incident_on(&b.store, &node(4))
+                .is_some_and(|i| i.repair_status == RepairStatus::Completed)
+        },
+    )
+    .await;
+    assert_eq!(
+        incident_on(&b.store, &node(4)).unwrap().uuid,
+        evacuation.uuid
+    );
+    assert_eq!(primaries_on(&sim, &node(4)), 0);
+    // With the budget free again, the canceled incident stays canceled: node3 untouched.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let on_node3 = incident_on(&b.store, &node(3)).unwrap();
+    assert_eq!(on_node3.uuid, waiting.uuid);
+    assert_eq!(on_node3.repair_status, RepairStatus::Canceled);
+    assert!(
+        sim.with_cluster(|c| c
+            .instances
+            .get(&format!("e.{DOMAIN}"))
+            .map(|i| i.pnode.clone()))
+            == Some(node(3))
+            && !sim.with_cluster(|c| c.nodes[&node(3)].drained),
+        "node3 neither drained nor emptied"
+    );
+    assert!(
+        sim.writes().iter().all(|w| !w.path.contains(&node(3))),
+        "nothing written for node3"
+    );
+    assert_eq!(
+        sim.duplicate_intents(),
+        Vec::<String>::new(),
+        "no intent twice"
+    );
+    assert!(!a.acting());
     for running in [a, b] {
         running.stop.send(()).unwrap();
         running.task.await.unwrap().unwrap();

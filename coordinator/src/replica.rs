@@ -1,0 +1,928 @@
+//! The coordinator's state across master failovers: replicas on the master candidates' agents.
+//!
+//! Ganeti elects the master; nodecare's state follows it. The acting coordinator pushes its whole
+//! state (the SQLite database as one snapshot, `Store::snapshot`) to the agent of every master
+//! candidate, numbered with a [`Generation`], and needs a majority of them to keep it
+//! ([`write_quorum`]) before any of its writes reaches Ganeti or an agent ([`Replicator::ensure`],
+//! called by [`ReplicatedGaneti`] for every Ganeti write, by the repair client, after every write
+//! to the API, and at the end of a round when the state changed). A coordinator that becomes the
+//! master reads the copies of the master candidates first ([`Replicator::take_over`]): with
+//! answers from enough of them ([`read_quorum`]: any majority of writes and that many reads
+//! share a node), it restores the newest copy when it is newer than its own state, starts the
+//! next epoch and pushes it to a majority; only then does it act. A copy is kept by an agent only
+//! when it is newer than the one it holds, so a coordinator that lost the master role cannot
+//! reach a majority any more: its writes stop (fencing), whatever it believes.
+//!
+//! Limits: the snapshot is the whole database (kept small by retention); a master candidate
+//! added after the last push holds nothing until the next push; with fewer than a majority of
+//! master candidates' agents reachable, the master writes nothing (visible in the round's error
+//! and `/1/replication`).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use nodecare_protocol::replica::{
+    Generation, PushAccepted, PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReadCopy,
+    ReplicaHeader, ReplicaRead, open_answer, sign_push, sign_read,
+};
+use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
+use serde::Serialize;
+
+use crate::ganeti::{
+    ClusterInfo, EvacuateMode, Ganeti, GanetiError, GanetiFuture, Group, Instance, Job, JobId,
+    JobSummary, Node, Reason, ReplaceDisksMode, TagTarget,
+};
+use crate::scrape::AgentUrls;
+use crate::store::{Store, StoreError};
+
+/// The store document holding the generation of the state (the last one pushed or restored).
+pub const GENERATION_DOCUMENT: &str = "replica-generation";
+
+/// How long a push or read request stays valid.
+const REQUEST_TTL_MS: u64 = 60_000;
+
+/// Copies a majority of `candidates` master candidates must keep before the master writes.
+pub const fn write_quorum(candidates: usize) -> usize {
+    candidates / 2 + 1
+}
+
+/// Answers a new master needs from `candidates` master candidates before it acts: any
+/// [`write_quorum`] of them and this many share at least one node.
+pub const fn read_quorum(candidates: usize) -> usize {
+    candidates.saturating_sub(write_quorum(candidates)) + 1
+}
+
+/// One master candidate's agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Peer {
+    /// Node name.
+    pub node: String,
+    /// Its agent's base URL.
+    pub base_url: String,
+}
+
+/// The master candidates of `nodes` (the master included), with their agents' URLs.
+pub fn candidates(nodes: &[Node], urls: &AgentUrls) -> Vec<Peer> {
+    let mut peers: Vec<Peer> = nodes
+        .iter()
+        .filter(|node| node.master_candidate || node.role == crate::ganeti::NodeRole::Master)
+        .map(|node| Peer {
+            node: node.name.clone(),
+            base_url: urls.base(node),
+        })
+        .collect();
+    peers.sort_by(|a, b| a.node.cmp(&b.node));
+    peers
+}
+
+/// What a new master does with the copies it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakeoverPlan {
+    /// Restore the copy of this node (its generation is newer than the local state's).
+    pub restore_from: Option<(String, Generation)>,
+    /// The generation the new master starts with.
+    pub start: Generation,
+}
+
+/// Plans a takeover from the local state's generation and the copies read (node, generation).
+pub fn plan_takeover(local: Generation, copies: &[(String, Generation)]) -> TakeoverPlan {
+    let newest = copies
+        .iter()
+        .filter(|(_, generation)| *generation > local)
+        .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))
+        .cloned();
+    let epoch = copies
+        .iter()
+        .map(|(_, generation)| generation.epoch)
+        .chain(std::iter::once(local.epoch))
+        .max()
+        .unwrap_or(0);
+    TakeoverPlan {
+        restore_from: newest,
+        start: Generation {
+            epoch: epoch.saturating_add(1),
+            number: 0,
+        },
+    }
+}
+
+/// A push's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushReply {
+    /// Kept (or already held): the generation held now.
+    Accepted(Generation),
+    /// Refused: the node holds this newer (or conflicting) generation.
+    Refused(Generation),
+}
+
+/// A boxed future of a peer call.
+pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// How replicas reach the master candidates' agents: HTTP ([`HttpPeers`]) or, in tests, memory.
+pub trait ReplicaPeers: Send + Sync + std::fmt::Debug {
+    /// Sends a push frame to `peer`.
+    fn push<'a>(&'a self, peer: &'a Peer, frame: Vec<u8>) -> PeerFuture<'a, PushReply>;
+    /// Sends a signed read to `peer`; its answer's bytes.
+    fn read<'a>(&'a self, peer: &'a Peer, body: Vec<u8>) -> PeerFuture<'a, Vec<u8>>;
+}
+
+/// The agents over HTTP (`PUT /1/replica`, `POST /1/replica/read`).
+#[derive(Debug, Clone)]
+pub struct HttpPeers {
+    client: reqwest::Client,
+    timeout: Duration,
+}
+
+impl HttpPeers {
+    /// Peers reached with `client`, each call bounded by `timeout`.
+    pub fn new(client: reqwest::Client, timeout: Duration) -> Self {
+        Self { client, timeout }
+    }
+}
+
+fn short(body: &[u8]) -> String {
+    String::from_utf8_lossy(body).chars().take(300).collect()
+}
+
+impl ReplicaPeers for HttpPeers {
+    fn push<'a>(&'a self, peer: &'a Peer, frame: Vec<u8>) -> PeerFuture<'a, PushReply> {
+        Box::pin(async move {
+            let url = format!("{}{REPLICA_PATH}", peer.base_url);
+            let response = self
+                .client
+                .put(&url)
+                .timeout(self.timeout)
+                .body(frame)
+                .send()
+                .await
+                .map_err(|error| format!("{url}: {error}"))?;
+            let status = response.status();
+            let body = response
+                .bytes()
+                .await
+                .map_err(|error| format!("{url}: {error}"))?;
+            match status {
+                reqwest::StatusCode::OK => nodecare_protocol::json::decode::<PushAccepted>(&body)
+                    .map(|accepted| PushReply::Accepted(accepted.held))
+                    .map_err(|error| format!("{url}: not a push answer: {error}")),
+                reqwest::StatusCode::CONFLICT => {
+                    nodecare_protocol::json::decode::<PushRefused>(&body)
+                        .map(|refused| PushReply::Refused(refused.held))
+                        .map_err(|error| format!("{url}: not a push answer: {error}"))
+                }
+                other => Err(format!("{url}: HTTP {other}: {}", short(&body))),
+            }
+        })
+    }
+
+    fn read<'a>(&'a self, peer: &'a Peer, body: Vec<u8>) -> PeerFuture<'a, Vec<u8>> {
+        Box::pin(async move {
+            let url = format!("{}{REPLICA_READ_PATH}", peer.base_url);
+            let response = self
+                .client
+                .post(&url)
+                .timeout(self.timeout)
+                .body(body)
+                .send()
+                .await
+                .map_err(|error| format!("{url}: {error}"))?;
+            let status = response.status();
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|error| format!("{url}: {error}"))?;
+            if status != reqwest::StatusCode::OK {
+                return Err(format!("{url}: HTTP {status}: {}", short(&bytes)));
+            }
+            Ok(bytes.to_vec())
+        })
+    }
+}
+
+/// Why the state is not (yet) where it must be before a write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplicaError {
+    /// This coordinator has not taken over yet (not the master, or the takeover waits).
+    #[error("the state is not taken over yet")]
+    NotTakenOver,
+    /// Too few master candidates answered a takeover's read.
+    #[error(
+        "takeover waits: copies of the state read from {answered} of {candidates} master candidates, {needed} needed ({errors})"
+    )]
+    ReadQuorum {
+        /// Answers.
+        answered: usize,
+        /// Master candidates.
+        candidates: usize,
+        /// Needed.
+        needed: usize,
+        /// Why the others did not answer.
+        errors: String,
+    },
+    /// Too few master candidates kept the state.
+    #[error(
+        "state generation {generation} kept by {acked} of {candidates} master candidates, {needed} needed ({errors})"
+    )]
+    WriteQuorum {
+        /// The generation pushed.
+        generation: Generation,
+        /// Nodes that kept it.
+        acked: usize,
+        /// Master candidates.
+        candidates: usize,
+        /// Needed.
+        needed: usize,
+        /// Why the others did not keep it.
+        errors: String,
+    },
+    /// A master candidate holds a newer generation: another coordinator took over.
+    #[error(
+        "superseded: {node} holds state generation {held}, newer than this coordinator's {ours}; another coordinator took over"
+    )]
+    Superseded {
+        /// The node.
+        node: String,
+        /// What it holds.
+        held: Generation,
+        /// Ours.
+        ours: Generation,
+    },
+    /// The local state failed.
+    #[error("state database: {0}")]
+    Store(String),
+    /// A copy or a request could not be made.
+    #[error("{0}")]
+    Protocol(String),
+}
+
+impl From<StoreError> for ReplicaError {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error.to_string())
+    }
+}
+
+/// What replication did last, for `/1/replication` and `/metrics`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReplicationStatus {
+    /// Whether replication is on.
+    pub enabled: bool,
+    /// The generation of the state acted on; `None` until taken over.
+    pub generation: Option<Generation>,
+    /// The master candidates last seen.
+    pub candidates: Vec<String>,
+    /// Which of them hold the current generation.
+    pub kept_by: Vec<String>,
+    /// Unix ms of the last push that reached a majority.
+    pub last_push_ms: Option<u64>,
+    /// Pushes that reached a majority.
+    pub pushes: u64,
+    /// Copy restored at the last takeover: the node it came from and its generation.
+    pub restored_from: Option<(String, Generation)>,
+    /// Unix ms of the last takeover.
+    pub taken_over_ms: Option<u64>,
+    /// The last failure (cleared by the next success).
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    candidates: Vec<Peer>,
+    /// The generation acted on; `None`: not taken over.
+    generation: Option<Generation>,
+    /// `Store::changes` when the current generation was pushed.
+    pushed_changes: u64,
+    /// Nodes holding the current generation.
+    kept_by: Vec<String>,
+    last_push_ms: Option<u64>,
+}
+
+/// The replication of the coordinator's state to the master candidates.
+#[derive(Debug)]
+pub struct Replicator {
+    store: Arc<Store>,
+    peers: Arc<dyn ReplicaPeers>,
+    key: HmacKey,
+    ring: KeyRing,
+    node: String,
+    urls: AgentUrls,
+    inner: tokio::sync::Mutex<Inner>,
+    status: RwLock<ReplicationStatus>,
+}
+
+impl Replicator {
+    /// Replication of `store` by the coordinator of `node`, signing with `key`, reaching the
+    /// agents (at `urls`) through `peers`.
+    pub fn new(
+        store: Arc<Store>,
+        peers: Arc<dyn ReplicaPeers>,
+        key: HmacKey,
+        node: String,
+        urls: AgentUrls,
+    ) -> Self {
+        Self {
+            store,
+            peers,
+            ring: KeyRing::single(key.clone()),
+            key,
+            node,
+            urls,
+            inner: tokio::sync::Mutex::new(Inner::default()),
+            status: RwLock::new(ReplicationStatus {
+                enabled: true,
+                ..ReplicationStatus::default()
+            }),
+        }
+    }
+
+    /// What replication did last.
+    pub fn status(&self) -> ReplicationStatus {
+        self.status
+            .read()
+            .map(|status| status.clone())
+            .unwrap_or_default()
+    }
+
+    fn record(&self, change: impl FnOnce(&mut ReplicationStatus)) {
+        if let Ok(mut status) = self.status.write() {
+            change(&mut status);
+        }
+    }
+
+    /// Whether this coordinator has taken over (and may write).
+    pub async fn has_taken_over(&self) -> bool {
+        self.inner.lock().await.generation.is_some()
+    }
+
+    /// This node stopped being the master: nothing is written until the next takeover.
+    pub async fn stand_down(&self) {
+        let mut inner = self.inner.lock().await;
+        if inner.generation.take().is_some() {
+            tracing::info!(
+                "replication: standing down; the next takeover reads the master candidates' copies again"
+            );
+        }
+        self.record(|status| {
+            status.generation = None;
+            status.candidates.clear();
+            status.kept_by.clear();
+        });
+    }
+
+    /// The master candidates among `nodes` (read this round): pushes go to them from now on.
+    pub async fn set_candidates(&self, nodes: &[Node]) {
+        let peers = candidates(nodes, &self.urls);
+        let names = peers.iter().map(|peer| peer.node.clone()).collect();
+        self.inner.lock().await.candidates = peers;
+        self.record(|status| status.candidates = names);
+    }
+
+    /// Takes over as the master: reads the master candidates' copies, restores the newest when
+    /// it is newer than the local state, starts the next epoch and pushes it to a majority.
+    pub async fn take_over(&self, nodes: &[Node]) -> Result<(), ReplicaError> {
+        let result = self.take_over_inner(nodes).await;
+        if let Err(error) = &result {
+            self.record(|status| status.error = Some(error.to_string()));
+        }
+        result
+    }
+
+    async fn take_over_inner(&self, nodes: &[Node]) -> Result<(), ReplicaError> {
+        let mut inner = self.inner.lock().await;
+        if inner.generation.is_some() {
+            return Ok(());
+        }
+        inner.candidates = candidates(nodes, &self.urls);
+        let peers = inner.candidates.clone();
+        let mut reads = tokio::task::JoinSet::new();
+        for peer in peers.clone() {
+            let peers_api = Arc::clone(&self.peers);
+            let key = self.key.clone();
+            let ring = self.ring.clone();
+            reads.spawn(async move {
+                let nonce = uuid::Uuid::new_v4().simple().to_string();
+                let now = now_ms();
+                let read = ReplicaRead {
+                    node: peer.node.clone(),
+                    read_nonce: nonce.clone(),
+                };
+                let result = match sign_read(
+                    &Signer::new(key, peer.node.clone()),
+                    &read,
+                    now,
+                    now,
+                    REQUEST_TTL_MS,
+                ) {
+                    Ok(body) => match peers_api.read(&peer, body).await {
+                        Ok(bytes) => open_answer(
+                            &ring,
+                            &bytes,
+                            now_ms(),
+                            VerifyPolicy::default(),
+                            &peer.node,
+                            &nonce,
+                        )
+                        .map_err(|error| format!("{}: {error}", peer.node)),
+                        Err(error) => Err(format!("{}: {error}", peer.node)),
+                    },
+                    Err(error) => Err(format!("{}: {error}", peer.node)),
+                };
+                (peer.node, result)
+            });
+        }
+        let mut copies: Vec<(String, ReadCopy)> = Vec::new();
+        let mut answered = 0;
+        let mut errors = Vec::new();
+        while let Some(joined) = reads.join_next().await {
+            match joined {
+                Ok((_, Ok(copy))) => {
+                    answered += 1;
+                    if let Some(copy) = copy {
+                        copies.push((copy.header.node.clone(), copy));
+                    }
+                }
+                Ok((_, Err(error))) => errors.push(error),
+                Err(error) => errors.push(error.to_string()),
+            }
+        }
+        errors.sort();
+        let needed = read_quorum(peers.len());
+        if answered < needed {
+            return Err(ReplicaError::ReadQuorum {
+                answered,
+                candidates: peers.len(),
+                needed,
+                errors: errors.join("; "),
+            });
+        }
+        let local: Generation = self
+            .store
+            .document(GENERATION_DOCUMENT)?
+            .unwrap_or_default();
+        let seen: Vec<(String, Generation)> = copies
+            .iter()
+            .map(|(node, copy)| (node.clone(), copy.header.generation))
+            .collect();
+        let plan = plan_takeover(local, &seen);
+        if let Some((node, generation)) = &plan.restore_from
+            && let Some((_, copy)) = copies
+                .iter()
+                .find(|(from, copy)| from == node && copy.header.generation == *generation)
+        {
+            self.store.restore(&copy.snapshot)?;
+            tracing::warn!(from = %node, %generation, local = %local, "took over the state kept by a master candidate (newer than this node's)");
+        } else {
+            tracing::info!(generation = %local, copies = seen.len(), "took over with this node's own state (no master candidate holds a newer one)");
+        }
+        self.push_locked(&mut inner, plan.start).await?;
+        let restored = plan.restore_from.clone();
+        self.record(|status| {
+            status.restored_from = restored;
+            status.taken_over_ms = Some(now_ms());
+        });
+        Ok(())
+    }
+
+    /// Before a write: makes sure a majority of the master candidates keep the current state
+    /// (pushes a new generation when the state changed since the last push).
+    pub async fn ensure(&self) -> Result<(), ReplicaError> {
+        let mut inner = self.inner.lock().await;
+        let Some(current) = inner.generation else {
+            return Err(ReplicaError::NotTakenOver);
+        };
+        let needed = write_quorum(inner.candidates.len());
+        if self.store.changes() == inner.pushed_changes && inner.kept_by.len() >= needed {
+            return Ok(());
+        }
+        let next = Generation {
+            epoch: current.epoch,
+            number: current.number.saturating_add(1),
+        };
+        let result = self.push_locked(&mut inner, next).await;
+        if let Err(error) = &result {
+            self.record(|status| status.error = Some(error.to_string()));
+        }
+        result
+    }
+
+    /// After a round: pushes the state when it changed and the last push is older than
+    /// `interval` (what changed without a write: new incidents, sequences), so that a takeover
+    /// loses at most that much of it.
+    pub async fn settle(&self, interval: Duration) -> Result<(), ReplicaError> {
+        let due = {
+            let inner = self.inner.lock().await;
+            inner.generation.is_some()
+                && self.store.changes() != inner.pushed_changes
+                && inner.last_push_ms.is_none_or(|last| {
+                    now_ms().saturating_sub(last)
+                        >= u64::try_from(interval.as_millis()).unwrap_or(u64::MAX)
+                })
+        };
+        if due { self.ensure().await } else { Ok(()) }
+    }
+
+    async fn push_locked(
+        &self,
+        inner: &mut Inner,
+        generation: Generation,
+    ) -> Result<(), ReplicaError> {
+        self.store.save_document(GENERATION_DOCUMENT, &generation)?;
+        let snapshot = Arc::new(self.store.snapshot()?);
+        let changes = self.store.changes();
+        let created = now_ms();
+        let peers = inner.candidates.clone();
+        let mut pushes = tokio::task::JoinSet::new();
+        for peer in peers.clone() {
+            let header = ReplicaHeader::describe(
+                peer.node.clone(),
+                self.node.clone(),
+                generation,
+                &snapshot,
+                created,
+            );
+            let frame = sign_push(
+                &Signer::new(self.key.clone(), peer.node.clone()),
+                &header,
+                &snapshot,
+                created,
+                created,
+                REQUEST_TTL_MS,
+            )
+            .map_err(|error| ReplicaError::Protocol(error.to_string()))?;
+            let peers_api = Arc::clone(&self.peers);
+            pushes.spawn(async move {
+                let reply = peers_api.push(&peer, frame).await;
+                (peer.node, reply)
+            });
+        }
+        let mut kept_by = Vec::new();
+        let mut errors = Vec::new();
+        let mut superseded = None;
+        while let Some(joined) = pushes.join_next().await {
+            match joined {
+                Ok((node, Ok(PushReply::Accepted(held)))) if held == generation => {
+                    kept_by.push(node);
+                }
+                Ok((node, Ok(PushReply::Accepted(held) | PushReply::Refused(held)))) => {
+                    if held > generation {
+                        superseded = Some((node.clone(), held));
+                    }
+                    errors.push(format!("{node}: holds {held}"));
+                }
+                Ok((node, Err(error))) => errors.push(format!("{node}: {error}")),
+                Err(error) => errors.push(error.to_string()),
+            }
+        }
+        kept_by.sort();
+        errors.sort();
+        if let Some((node, held)) = superseded {
+            inner.generation = None;
+            inner.kept_by.clear();
+            tracing::error!(%node, %held, ours = %generation, "another coordinator took over: standing down");
+            self.record(|status| status.generation = None);
+            return Err(ReplicaError::Superseded {
+                node,
+                held,
+                ours: generation,
+            });
+        }
+        let needed = write_quorum(peers.len());
+        if kept_by.len() < needed {
+            // The state moved on: a later push must carry it, whatever this one reached.
+            inner.pushed_changes = changes.wrapping_sub(1);
+            inner.kept_by.clear();
+            if inner.generation.is_some() {
+                inner.generation = Some(generation);
+            }
+            return Err(ReplicaError::WriteQuorum {
+                generation,
+                acked: kept_by.len(),
+                candidates: peers.len(),
+                needed,
+                errors: errors.join("; "),
+            });
+        }
+        inner.generation = Some(generation);
+        inner.pushed_changes = changes;
+        inner.kept_by.clone_from(&kept_by);
+        inner.last_push_ms = Some(created);
+        tracing::debug!(%generation, bytes = snapshot.len(), kept_by = kept_by.len(), "state replicated");
+        self.record(|status| {
+            status.generation = Some(generation);
+            status.kept_by = kept_by;
+            status.last_push_ms = Some(created);
+            status.pushes += 1;
+            status.error = None;
+        });
+        Ok(())
+    }
+}
+
+/// The one Ganeti client of an acting coordinator with replication on: every write waits until a
+/// majority of the master candidates keep the state that led to it; reads pass through.
+#[derive(Debug)]
+pub struct ReplicatedGaneti {
+    inner: Arc<dyn Ganeti>,
+    replicator: Arc<Replicator>,
+}
+
+impl ReplicatedGaneti {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Ganeti>, replicator: Arc<Replicator>) -> Self {
+        Self { inner, replicator }
+    }
+
+    async fn ensure(&self) -> Result<(), GanetiError> {
+        self.replicator
+            .ensure()
+            .await
+            .map_err(|error| GanetiError::NotSubmitted(error.to_string()))
+    }
+}
+
+impl Ganeti for ReplicatedGaneti {
+    fn cluster_info(&self) -> GanetiFuture<'_, ClusterInfo> {
+        self.inner.cluster_info()
+    }
+
+    fn nodes(&self) -> GanetiFuture<'_, Vec<Node>> {
+        self.inner.nodes()
+    }
+
+    fn instances(&self) -> GanetiFuture<'_, Vec<Instance>> {
+        self.inner.instances()
+    }
+
+    fn set_node_drained<'a>(
+        &'a self,
+        node: &'a str,
+        drained: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.set_node_drained(node, drained, reason).await
+        })
+    }
+
+    fn set_node_offline<'a>(
+        &'a self,
+        node: &'a str,
+        offline: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.set_node_offline(node, offline, reason).await
+        })
+    }
+
+    fn shutdown_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.shutdown_instance(instance, reason).await
+        })
+    }
+
+    fn migrate_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.migrate_instance(instance, target, reason).await
+        })
+    }
+
+    fn failover_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        target: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.failover_instance(instance, target, reason).await
+        })
+    }
+
+    fn replace_disks<'a>(
+        &'a self,
+        instance: &'a str,
+        mode: &'a ReplaceDisksMode,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.replace_disks(instance, mode, reason).await
+        })
+    }
+
+    fn evacuate_node<'a>(
+        &'a self,
+        node: &'a str,
+        mode: EvacuateMode,
+        iallocator: Option<&'a str>,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner
+                .evacuate_node(node, mode, iallocator, reason)
+                .await
+        })
+    }
+
+    fn groups(&self) -> GanetiFuture<'_, Vec<Group>> {
+        self.inner.groups()
+    }
+
+    fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>> {
+        self.inner.tags(target)
+    }
+
+    fn add_tags<'a>(
+        &'a self,
+        target: &'a TagTarget,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.add_tags(target, tags, reason).await
+        })
+    }
+
+    fn remove_tags<'a>(
+        &'a self,
+        target: &'a TagTarget,
+        tags: &'a [String],
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.remove_tags(target, tags, reason).await
+        })
+    }
+
+    fn recreate_instance_disks<'a>(
+        &'a self,
+        instance: &'a str,
+        iallocator: &'a str,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner
+                .recreate_instance_disks(instance, iallocator, reason)
+                .await
+        })
+    }
+
+    fn reinstall_instance<'a>(
+        &'a self,
+        instance: &'a str,
+        start: bool,
+        reason: &'a Reason,
+    ) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.ensure().await?;
+            self.inner.reinstall_instance(instance, start, reason).await
+        })
+    }
+
+    fn job(&self, id: JobId) -> GanetiFuture<'_, Job> {
+        self.inner.job(id)
+    }
+
+    fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>> {
+        self.inner.jobs()
+    }
+}
+
+/// Agents kept in memory, each judging pushes as the real agent does (`decide_push`): for tests
+/// of takeovers, fencing and lost agents without HTTP.
+#[derive(Debug, Default)]
+pub struct MemoryPeers {
+    key: Option<HmacKey>,
+    kept: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
+    down: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl MemoryPeers {
+    /// Agents verifying with `key`.
+    pub fn new(key: HmacKey) -> Self {
+        Self {
+            key: Some(key),
+            ..Self::default()
+        }
+    }
+
+    /// Makes `node`'s agent unreachable (or reachable again).
+    pub fn set_down(&self, node: &str, down: bool) {
+        if let Ok(mut set) = self.down.lock() {
+            if down {
+                set.insert(node.to_owned());
+            } else {
+                set.remove(node);
+            }
+        }
+    }
+
+    /// The generation `node` keeps.
+    pub fn held(&self, node: &str) -> Option<Generation> {
+        let key = self.key.clone()?;
+        let kept = self.kept.lock().ok()?;
+        let frame = kept.get(node)?;
+        nodecare_protocol::replica::open_kept(&KeyRing::single(key), frame, node)
+            .ok()
+            .map(|(header, _)| header.generation)
+    }
+
+    fn is_down(&self, node: &str) -> bool {
+        self.down.lock().is_ok_and(|set| set.contains(node))
+    }
+}
+
+impl ReplicaPeers for MemoryPeers {
+    fn push<'a>(&'a self, peer: &'a Peer, frame: Vec<u8>) -> PeerFuture<'a, PushReply> {
+        Box::pin(async move {
+            if self.is_down(&peer.node) {
+                return Err("connection refused".to_owned());
+            }
+            let key = self.key.clone().ok_or("no key")?;
+            let ring = KeyRing::single(key);
+            let (header, _) = nodecare_protocol::replica::open_push(
+                &ring,
+                &frame,
+                now_ms(),
+                VerifyPolicy::default(),
+                &peer.node,
+            )
+            .map_err(|error| error.to_string())?;
+            let mut kept = self.kept.lock().map_err(|error| error.to_string())?;
+            let held = kept.get(&peer.node).and_then(|frame| {
+                nodecare_protocol::replica::open_kept(&ring, frame, &peer.node)
+                    .ok()
+                    .map(|(header, _)| header)
+            });
+            match nodecare_protocol::replica::decide_push(held.as_ref(), &header) {
+                nodecare_protocol::replica::PushDecision::Keep => {
+                    kept.insert(peer.node.clone(), frame);
+                    Ok(PushReply::Accepted(header.generation))
+                }
+                nodecare_protocol::replica::PushDecision::Same => {
+                    Ok(PushReply::Accepted(header.generation))
+                }
+                nodecare_protocol::replica::PushDecision::Refuse { held } => {
+                    Ok(PushReply::Refused(held))
+                }
+            }
+        })
+    }
+
+    fn read<'a>(&'a self, peer: &'a Peer, body: Vec<u8>) -> PeerFuture<'a, Vec<u8>> {
+        Box::pin(async move {
+            if self.is_down(&peer.node) {
+                return Err("connection refused".to_owned());
+            }
+            let key = self.key.clone().ok_or("no key")?;
+            let ring = KeyRing::single(key.clone());
+            let read = nodecare_protocol::replica::open_read(
+                &ring,
+                &body,
+                now_ms(),
+                VerifyPolicy::default(),
+                &peer.node,
+            )
+            .map_err(|error| error.to_string())?;
+            let kept = self.kept.lock().map_err(|error| error.to_string())?;
+            let held = kept.get(&peer.node).and_then(|frame| {
+                nodecare_protocol::replica::open_kept(&ring, frame, &peer.node)
+                    .ok()
+                    .map(|(header, _)| (header, frame.clone()))
+            });
+            nodecare_protocol::replica::sign_answer(
+                &Signer::new(key, peer.node.clone()),
+                &read.read_nonce,
+                held.as_ref()
+                    .map(|(header, frame)| (header, frame.as_slice())),
+                now_ms(),
+                REQUEST_TTL_MS,
+            )
+            .map_err(|error| error.to_string())
+        })
+    }
+}
+
+#[cfg(test)]
+#[path = "replica_tests.rs"]
+mod tests;

@@ -1,0 +1,277 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use super::*;
+use crate::ganeti::NodeRole;
+
+fn generation(epoch: u64, number: u64) -> Generation {
+    Generation { epoch, number }
+}
+
+#[test]
+fn quorums_intersect() {
+    let table = [
+        (1, 1, 1),
+        (2, 2, 1),
+        (3, 2, 2),
+        (4, 3, 2),
+        (5, 3, 3),
+        (10, 6, 5),
+    ];
+    for (candidates, write, read) in table {
+        assert_eq!(write_quorum(candidates), write, "{candidates}");
+        assert_eq!(read_quorum(candidates), read, "{candidates}");
+        assert!(
+            write + read > candidates,
+            "{candidates}: the sets must share a node"
+        );
+    }
+}
+
+#[test]
+fn takeover_plans() {
+    let local = generation(2, 7);
+    // Nothing newer anywhere: own state, next epoch above every epoch seen.
+    let plan = plan_takeover(
+        local,
+        &[
+            ("b".into(), generation(2, 7)),
+            ("c".into(), generation(1, 9)),
+        ],
+    );
+    assert_eq!(plan.restore_from, None);
+    assert_eq!(plan.start, generation(3, 0));
+    // A newer copy: restored, the newest one (ties: the first node by name).
+    let plan = plan_takeover(
+        local,
+        &[
+            ("c".into(), generation(2, 9)),
+            ("b".into(), generation(2, 9)),
+            ("d".into(), generation(2, 8)),
+        ],
+    );
+    assert_eq!(plan.restore_from, Some(("b".into(), generation(2, 9))));
+    assert_eq!(plan.start, generation(3, 0));
+    // A later epoch wins over a higher number.
+    let plan = plan_takeover(
+        local,
+        &[
+            ("b".into(), generation(4, 0)),
+            ("c".into(), generation(3, 99)),
+        ],
+    );
+    assert_eq!(plan.restore_from, Some(("b".into(), generation(4, 0))));
+    assert_eq!(plan.start, generation(5, 0));
+    // A fresh cluster.
+    let plan = plan_takeover(Generation::default(), &[]);
+    assert_eq!(plan.restore_from, None);
+    assert_eq!(plan.start, generation(1, 0));
+}
+
+fn node(name: &str, candidate: bool, master: bool) -> Node {
+    let mut node: Node = serde_json::from_value(serde_json::json!({
+        "name": name,
+        "uuid": format!("uuid-{name}"),
+        "role": if master { "M" } else if candidate { "C" } else { "R" },
+        "drained": false,
+        "offline": false,
+        "master_candidate": candidate || master,
+        "vm_capable": true,
+        "primary_ip": "192.0.2.1",
+        "secondary_ip": "192.0.2.1",
+        "tags": [],
+        "group": "default",
+        "primary_instances": [],
+        "secondary_instances": [],
+    }))
+    .unwrap();
+    node.role = if master {
+        NodeRole::Master
+    } else if candidate {
+        NodeRole::MasterCandidate
+    } else {
+        NodeRole::Regular
+    };
+    node
+}
+
+fn cluster(master: &str) -> Vec<Node> {
+    ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|name| node(name, *name != "n4", *name == master))
+        .collect()
+}
+
+fn urls() -> AgentUrls {
+    AgentUrls {
+        template: "http://{name}:1815".into(),
+        overrides: BTreeMap::new(),
+    }
+}
+
+fn key() -> HmacKey {
+    HmacKey::new(b"replicator test key".to_vec())
+}
+
+fn replicator(
+    dir: &std::path::Path,
+    name: &str,
+    peers: &Arc<MemoryPeers>,
+) -> (Arc<Store>, Replicator) {
+    let store = Arc::new(Store::open(&dir.join(format!("{name}.db"))).unwrap());
+    let replicator = Replicator::new(
+        Arc::clone(&store),
+        Arc::clone(peers) as Arc<dyn ReplicaPeers>,
+        key(),
+        name.into(),
+        urls(),
+    );
+    (store, replicator)
+}
+
+#[tokio::test]
+async fn writes_wait_for_a_takeover_and_a_majority() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (store, first) = replicator(dir.path(), "n1", &peers);
+    assert_eq!(first.ensure().await, Err(ReplicaError::NotTakenOver));
+    first.take_over(&cluster("n1")).await.unwrap();
+    // Every master candidate (n1..n3, not n4) holds epoch 1.
+    for name in ["n1", "n2", "n3"] {
+        assert_eq!(peers.held(name), Some(generation(1, 0)), "{name}");
+    }
+    assert_eq!(peers.held("n4"), None);
+    // Unchanged state: nothing pushed.
+    first.ensure().await.unwrap();
+    assert_eq!(peers.held("n2"), Some(generation(1, 0)));
+    // A change: the next write pushes it.
+    store.save_document("example", &1).unwrap();
+    first.ensure().await.unwrap();
+    assert_eq!(peers.held("n2"), Some(generation(1, 1)));
+    // One candidate down: 2 of 3 still a majority.
+    peers.set_down("n3", true);
+    store.save_document("example", &2).unwrap();
+    first.ensure().await.unwrap();
+    assert_eq!(peers.held("n3"), Some(generation(1, 1)));
+    // Two down: writes wait, visibly.
+    peers.set_down("n2", true);
+    store.save_document("example", &3).unwrap();
+    let error = first.ensure().await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ReplicaError::WriteQuorum {
+                acked: 1,
+                needed: 2,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(first.status().error.is_some());
+    // And go on once one is back, carrying the change.
+    peers.set_down("n2", false);
+    first.ensure().await.unwrap();
+    assert!(peers.held("n2").unwrap() > generation(1, 2));
+    assert_eq!(first.status().error, None);
+}
+
+#[tokio::test]
+async fn a_new_master_continues_from_the_newest_copy_and_fences_the_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (old_store, old) = replicator(dir.path(), "n1", &peers);
+    let (new_store, new) = replicator(dir.path(), "n2", &peers);
+    // n2's own database holds something stale from long ago.
+    new_store.save_document("decision", &"stale").unwrap();
+    old.take_over(&cluster("n1")).await.unwrap();
+    old_store.save_document("decision", &"canceled").unwrap();
+    old.ensure().await.unwrap();
+
+    // The master fails over to n2; n1's agent is gone with its node.
+    peers.set_down("n1", true);
+    new.take_over(&cluster("n2")).await.unwrap();
+    assert_eq!(
+        new_store.document::<String>("decision").unwrap().as_deref(),
+        Some("canceled"),
+        "the operator's decision survived the failover"
+    );
+    let status = new.status();
+    assert_eq!(status.generation, Some(generation(2, 0)));
+    assert_eq!(
+        status.restored_from.map(|(_, generation)| generation),
+        Some(generation(1, 1))
+    );
+
+    // The old coordinator wakes up believing it is the master: its writes are refused.
+    peers.set_down("n1", false);
+    old_store.save_document("decision", &"revived").unwrap();
+    let error = old.ensure().await.unwrap_err();
+    assert!(matches!(error, ReplicaError::Superseded { .. }), "{error}");
+    assert!(!old.has_taken_over().await);
+    assert_eq!(
+        new_store.document::<String>("decision").unwrap().as_deref(),
+        Some("canceled")
+    );
+    // The new master goes on writing.
+    new_store
+        .save_document("decision", &"acknowledged")
+        .unwrap();
+    new.ensure().await.unwrap();
+    assert_eq!(peers.held("n3"), Some(generation(2, 1)));
+}
+
+#[tokio::test]
+async fn a_takeover_without_enough_answers_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (_, first) = replicator(dir.path(), "n1", &peers);
+    first.take_over(&cluster("n1")).await.unwrap();
+    let (_, second) = replicator(dir.path(), "n2", &peers);
+    peers.set_down("n1", true);
+    peers.set_down("n3", true);
+    let error = second.take_over(&cluster("n2")).await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            ReplicaError::ReadQuorum {
+                answered: 1,
+                needed: 2,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert!(!second.has_taken_over().await);
+    assert_eq!(second.ensure().await, Err(ReplicaError::NotTakenOver));
+    peers.set_down("n3", false);
+    second.take_over(&cluster("n2")).await.unwrap();
+    assert_eq!(second.status().generation, Some(generation(2, 0)));
+}
+
+#[tokio::test]
+async fn ganeti_writes_wait_for_the_state() {
+    use crate::ganeti::Reason;
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (_, replicator) = replicator(dir.path(), "n1", &peers);
+    let replicator = Arc::new(replicator);
+    let sim = nodecare_ganeti_sim::Simulation::new(
+        nodecare_ganeti_sim::model::SimConfig::from_spec(4, "", "sim.test").unwrap(),
+    )
+    .unwrap();
+    let ganeti = ReplicatedGaneti::new(Arc::new(sim.client()), Arc::clone(&replicator));
+    let reason = Reason::new(uuid::Uuid::new_v4(), "drain", "test");
+    let node = ganeti.nodes().await.unwrap()[1].name.clone();
+    // Reads pass; a write before the takeover is held back, transiently.
+    let error = ganeti
+        .set_node_drained(&node, true, &reason)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, GanetiError::NotSubmitted(_)) && error.is_transient(),
+        "{error}"
+    );
+    let nodes = ganeti.nodes().await.unwrap();
+    replicator.take_over(&nodes).await.unwrap();
+    ganeti.set_node_drained(&node, true, &reason).await.unwrap();
+}

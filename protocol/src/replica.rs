@@ -1,0 +1,630 @@
+//! Replicas of the coordinator's state on the master candidates: the wire types of the agent's
+//! `PUT /1/replica` (push) and `POST /1/replica/read` (read).
+//!
+//! The coordinator's state (its SQLite database, as one snapshot) travels to the agent of every
+//! master candidate before any of its writes reaches Ganeti, so that a coordinator that becomes
+//! master after `gnt-cluster master-failover` continues from the newest state (see
+//! `docs/ARCHITECTURE.md`, "State across master failovers").
+//!
+//! A push is a frame: one line of JSON, a [`SignedEnvelope`] signed with the cluster key for the
+//! receiving node whose payload is a [`ReplicaHeader`], then `\n`, then the snapshot's bytes. The
+//! header names the snapshot's [`Generation`] (epoch, number), its size and SHA-256. The agent keeps
+//! the frame exactly as received when its generation is higher than the one it holds
+//! ([`decide_push`]); a lower one is refused, which is how a coordinator learns that another one
+//! took over (fencing).
+//!
+//! A read is a signed [`ReplicaRead`] with a fresh nonce; the agent answers with a frame whose
+//! envelope it signs itself, with a [`ReplicaAnswer`] payload echoing the nonce and naming the
+//! generation it holds, followed by the stored push frame (nothing when it holds none). The
+//! reader checks both signatures, that they agree, and the snapshot's digest.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::repair::{MAX_NODE_NAME_LEN, MAX_NONCE_LEN};
+use crate::sign::{KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
+use crate::verdict::is_valid_command_name;
+
+/// Where the agent takes pushes (`PUT`).
+pub const REPLICA_PATH: &str = "/1/replica";
+/// Where the agent answers reads (`POST`).
+pub const REPLICA_READ_PATH: &str = "/1/replica/read";
+/// Largest snapshot accepted, in bytes.
+pub const MAX_REPLICA_BYTES: u64 = 64 * 1024 * 1024;
+/// Largest envelope line of a frame, in bytes.
+pub const MAX_ENVELOPE_LINE_BYTES: usize = 16 * 1024;
+/// Largest read request body, in bytes.
+pub const MAX_READ_BODY_BYTES: usize = 16 * 1024;
+
+/// A snapshot's place in the order of states: epochs grow with every takeover of a new master,
+/// numbers with every push within an epoch. Compared as (epoch, number).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
+#[serde(deny_unknown_fields)]
+pub struct Generation {
+    /// Grows by one with every coordinator that takes over.
+    pub epoch: u64,
+    /// Grows by one with every push within the epoch.
+    pub number: u64,
+}
+
+impl std::fmt::Display for Generation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.epoch, self.number)
+    }
+}
+
+/// What a pushed snapshot is: the payload of the coordinator-signed envelope of a push.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaHeader {
+    /// The node that keeps the copy; equal to the envelope's node.
+    pub node: String,
+    /// The node whose coordinator pushed it (the master then).
+    pub coordinator: String,
+    /// The snapshot's generation.
+    pub generation: Generation,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Lower-case hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// Unix ms when the snapshot was taken.
+    pub created_ms: u64,
+}
+
+/// A request to read the copy a node keeps: the payload of a coordinator-signed envelope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaRead {
+    /// The node asked; equal to the envelope's node.
+    pub node: String,
+    /// Fresh per read (`^[A-Za-z0-9_-]{1,128}$`); the answer echoes it.
+    pub read_nonce: String,
+}
+
+/// The agent's answer to a read: the payload of the envelope the agent signs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicaAnswer {
+    /// The answering node.
+    pub node: String,
+    /// The read's nonce.
+    pub read_nonce: String,
+    /// The header of the copy it holds, `None` when it holds none.
+    pub held: Option<ReplicaHeader>,
+}
+
+/// The agent's answer to a refused push (`409`): the generation it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushRefused {
+    /// What the node holds, at least the pushed generation.
+    pub held: Generation,
+}
+
+/// The agent's answer to an accepted push (`200`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushAccepted {
+    /// What the node holds now: the pushed generation.
+    pub held: Generation,
+}
+
+/// Why a frame, push or read is not acceptable.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplicaError {
+    /// No `\n` after the envelope line, or the line is too long.
+    #[error("not a replica frame: {0}")]
+    Frame(String),
+    /// The envelope does not verify.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+    /// Signing failed.
+    #[error(transparent)]
+    Sign(#[from] SignError),
+    /// The payload is not the expected type, or a field is malformed.
+    #[error("bad replica payload: {0}")]
+    Payload(String),
+    /// The snapshot's bytes do not match the header.
+    #[error("snapshot does not match its header: {0}")]
+    Digest(String),
+    /// The snapshot is too large.
+    #[error("snapshot of {0} bytes exceeds {MAX_REPLICA_BYTES} bytes")]
+    TooLarge(u64),
+}
+
+/// Lower-case hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+fn check_node(node: &str) -> Result<(), ReplicaError> {
+    if node.is_empty() || node.len() > MAX_NODE_NAME_LEN {
+        return Err(ReplicaError::Payload(format!("bad node name {node:?}")));
+    }
+    Ok(())
+}
+
+impl ReplicaHeader {
+    /// A header describing `snapshot`.
+    pub fn describe(
+        node: impl Into<String>,
+        coordinator: impl Into<String>,
+        generation: Generation,
+        snapshot: &[u8],
+        created_ms: u64,
+    ) -> Self {
+        Self {
+            node: node.into(),
+            coordinator: coordinator.into(),
+            generation,
+            size: u64::try_from(snapshot.len()).unwrap_or(u64::MAX),
+            sha256: sha256_hex(snapshot),
+            created_ms,
+        }
+    }
+
+    /// Checks every field's form.
+    pub fn validate(&self) -> Result<(), ReplicaError> {
+        check_node(&self.node)?;
+        check_node(&self.coordinator)?;
+        if self.size > MAX_REPLICA_BYTES {
+            return Err(ReplicaError::TooLarge(self.size));
+        }
+        if self.sha256.len() != 64
+            || !self
+                .sha256
+                .bytes()
+                .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte))
+        {
+            return Err(ReplicaError::Payload(format!(
+                "sha256 must be 64 lower-case hex digits, got {:?}",
+                self.sha256
+            )));
+        }
+        Ok(())
+    }
+
+    /// Checks that `snapshot` is the one this header describes.
+    pub fn matches(&self, snapshot: &[u8]) -> Result<(), ReplicaError> {
+        let size = u64::try_from(snapshot.len()).unwrap_or(u64::MAX);
+        if size != self.size {
+            return Err(ReplicaError::Digest(format!(
+                "{size} bytes, header says {}",
+                self.size
+            )));
+        }
+        let digest = sha256_hex(snapshot);
+        if digest != self.sha256 {
+            return Err(ReplicaError::Digest(format!(
+                "sha256 {digest}, header says {}",
+                self.sha256
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ReplicaRead {
+    /// Checks every field's form.
+    pub fn validate(&self) -> Result<(), ReplicaError> {
+        check_node(&self.node)?;
+        if self.read_nonce.len() > MAX_NONCE_LEN || !is_valid_command_name(&self.read_nonce) {
+            return Err(ReplicaError::Payload(format!(
+                "bad read nonce {:?}",
+                self.read_nonce
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Joins an envelope and the bytes after it into one frame.
+pub fn frame(envelope: &SignedEnvelope, body: &[u8]) -> Result<Vec<u8>, ReplicaError> {
+    let mut bytes =
+        serde_json::to_vec(envelope).map_err(|error| ReplicaError::Payload(error.to_string()))?;
+    bytes.push(b'\n');
+    bytes.extend_from_slice(body);
+    Ok(bytes)
+}
+
+/// Splits a frame into its envelope (read strictly) and the bytes after it.
+pub fn split_frame(bytes: &[u8]) -> Result<(SignedEnvelope, &[u8]), ReplicaError> {
+    let window = &bytes[..bytes.len().min(MAX_ENVELOPE_LINE_BYTES + 1)];
+    let Some(end) = window.iter().position(|byte| *byte == b'\n') else {
+        return Err(ReplicaError::Frame(format!(
+            "no end of the envelope line within {MAX_ENVELOPE_LINE_BYTES} bytes"
+        )));
+    };
+    let (line, rest) = bytes.split_at(end);
+    let envelope = SignedEnvelope::from_json(line)?;
+    Ok((envelope, rest.get(1..).unwrap_or_default()))
+}
+
+fn payload<T: serde::de::DeserializeOwned>(envelope: &SignedEnvelope) -> Result<T, ReplicaError> {
+    serde_json::from_value(envelope.payload.clone())
+        .map_err(|error| ReplicaError::Payload(error.to_string()))
+}
+
+fn signed<T: Serialize>(
+    signer: &Signer,
+    payload: &T,
+    sequence: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<SignedEnvelope, ReplicaError> {
+    let value =
+        serde_json::to_value(payload).map_err(|error| ReplicaError::Payload(error.to_string()))?;
+    Ok(signer.sign(value, sequence, now_ms, ttl_ms)?)
+}
+
+fn node_agrees(payload_node: &str, envelope: &SignedEnvelope) -> Result<(), ReplicaError> {
+    if payload_node != envelope.node {
+        return Err(ReplicaError::Payload(format!(
+            "payload names node {payload_node:?}, envelope {:?}",
+            envelope.node
+        )));
+    }
+    Ok(())
+}
+
+/// The coordinator's side of a push: the frame carrying `snapshot` to `header.node`, signed for
+/// that node.
+pub fn sign_push(
+    signer: &Signer,
+    header: &ReplicaHeader,
+    snapshot: &[u8],
+    sequence: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Vec<u8>, ReplicaError> {
+    header.validate()?;
+    header.matches(snapshot)?;
+    if header.node != signer.node() {
+        return Err(ReplicaError::Payload(format!(
+            "header names node {:?}, signer speaks for {:?}",
+            header.node,
+            signer.node()
+        )));
+    }
+    frame(&signed(signer, header, sequence, now_ms, ttl_ms)?, snapshot)
+}
+
+/// The agent's side of a push: verifies the frame (signature, freshness, node) and the snapshot
+/// against its header.
+pub fn open_push<'a>(
+    ring: &KeyRing,
+    bytes: &'a [u8],
+    now_ms: u64,
+    policy: VerifyPolicy,
+    node: &str,
+) -> Result<(ReplicaHeader, &'a [u8]), ReplicaError> {
+    let (envelope, snapshot) = split_frame(bytes)?;
+    ring.verify(&envelope, now_ms, policy, Some(node), None)?;
+    let header: ReplicaHeader = payload(&envelope)?;
+    node_agrees(&header.node, &envelope)?;
+    header.validate()?;
+    header.matches(snapshot)?;
+    Ok((header, snapshot))
+}
+
+/// A push frame kept by an agent, read back: its signature is checked as of its issue time (a
+/// kept copy outlives its push's validity window; the generation orders copies, not the clock).
+pub fn open_kept<'a>(
+    ring: &KeyRing,
+    bytes: &'a [u8],
+    node: &str,
+) -> Result<(ReplicaHeader, &'a [u8]), ReplicaError> {
+    let (envelope, snapshot) = split_frame(bytes)?;
+    ring.verify(
+        &envelope,
+        envelope.issued_at_ms,
+        VerifyPolicy::default(),
+        Some(node),
+        None,
+    )?;
+    let header: ReplicaHeader = payload(&envelope)?;
+    node_agrees(&header.node, &envelope)?;
+    header.validate()?;
+    header.matches(snapshot)?;
+    Ok((header, snapshot))
+}
+
+/// The coordinator's side of a read: the signed request body for `read.node`.
+pub fn sign_read(
+    signer: &Signer,
+    read: &ReplicaRead,
+    sequence: u64,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Vec<u8>, ReplicaError> {
+    read.validate()?;
+    if read.node != signer.node() {
+        return Err(ReplicaError::Payload(format!(
+            "read names node {:?}, signer speaks for {:?}",
+            read.node,
+            signer.node()
+        )));
+    }
+    serde_json::to_vec(&signed(signer, read, sequence, now_ms, ttl_ms)?)
+        .map_err(|error| ReplicaError::Payload(error.to_string()))
+}
+
+/// The agent's side of a read: verifies the request for `node`.
+pub fn open_read(
+    ring: &KeyRing,
+    body: &[u8],
+    now_ms: u64,
+    policy: VerifyPolicy,
+    node: &str,
+) -> Result<ReplicaRead, ReplicaError> {
+    let envelope = SignedEnvelope::from_json(body)?;
+    ring.verify(&envelope, now_ms, policy, Some(node), None)?;
+    let read: ReplicaRead = payload(&envelope)?;
+    node_agrees(&read.node, &envelope)?;
+    read.validate()?;
+    Ok(read)
+}
+
+/// The agent's answer to a read: its signed [`ReplicaAnswer`], then the kept push frame.
+pub fn sign_answer(
+    signer: &Signer,
+    read_nonce: &str,
+    kept: Option<(&ReplicaHeader, &[u8])>,
+    now_ms: u64,
+    ttl_ms: u64,
+) -> Result<Vec<u8>, ReplicaError> {
+    let answer = ReplicaAnswer {
+        node: signer.node().to_owned(),
+        read_nonce: read_nonce.to_owned(),
+        held: kept.map(|(header, _)| header.clone()),
+    };
+    frame(
+        &signed(signer, &answer, 0, now_ms, ttl_ms)?,
+        kept.map(|(_, frame)| frame).unwrap_or_default(),
+    )
+}
+
+/// What a node answered to a read: the copy it keeps, if any, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadCopy {
+    /// The copy's header.
+    pub header: ReplicaHeader,
+    /// The snapshot.
+    pub snapshot: Vec<u8>,
+}
+
+/// The coordinator's side of a read's answer from `node` to the read with `read_nonce`: both
+/// signatures, the nonce, the agreement of the answer's header with the kept push, the digest.
+pub fn open_answer(
+    ring: &KeyRing,
+    bytes: &[u8],
+    now_ms: u64,
+    policy: VerifyPolicy,
+    node: &str,
+    read_nonce: &str,
+) -> Result<Option<ReadCopy>, ReplicaError> {
+    let (envelope, kept) = split_frame(bytes)?;
+    ring.verify(&envelope, now_ms, policy, Some(node), None)?;
+    let answer: ReplicaAnswer = payload(&envelope)?;
+    node_agrees(&answer.node, &envelope)?;
+    if answer.read_nonce != read_nonce {
+        return Err(ReplicaError::Payload(format!(
+            "answer to read {:?}, expected {read_nonce:?}",
+            answer.read_nonce
+        )));
+    }
+    match answer.held {
+        None if kept.is_empty() => Ok(None),
+        None => Err(ReplicaError::Frame(
+            "answer holds nothing but carries bytes".into(),
+        )),
+        Some(held) => {
+            let (header, snapshot) = open_kept(ring, kept, node)?;
+            if header != held {
+                return Err(ReplicaError::Payload(
+                    "the answer's header differs from the kept push".into(),
+                ));
+            }
+            Ok(Some(ReadCopy {
+                header,
+                snapshot: snapshot.to_vec(),
+            }))
+        }
+    }
+}
+
+/// What an agent does with a verified push, given what it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PushDecision {
+    /// Newer than what it holds (or it holds nothing): keep it.
+    Keep,
+    /// The very copy it holds (same generation and digest): nothing to do, accepted.
+    Same,
+    /// Older than what it holds, or the same generation with other bytes: refused.
+    Refuse {
+        /// What it holds.
+        held: Generation,
+    },
+}
+
+/// Decides a push: only a higher generation replaces the copy held.
+pub fn decide_push(held: Option<&ReplicaHeader>, incoming: &ReplicaHeader) -> PushDecision {
+    match held {
+        None => PushDecision::Keep,
+        Some(held) if incoming.generation > held.generation => PushDecision::Keep,
+        Some(held) if incoming.generation == held.generation && incoming.sha256 == held.sha256 => {
+            PushDecision::Same
+        }
+        Some(held) => PushDecision::Refuse {
+            held: held.generation,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+    use crate::sign::HmacKey;
+
+    fn key() -> HmacKey {
+        HmacKey::new(b"replica test key".to_vec())
+    }
+
+    fn generation(epoch: u64, number: u64) -> Generation {
+        Generation { epoch, number }
+    }
+
+    fn header(node: &str, generation: Generation, snapshot: &[u8]) -> ReplicaHeader {
+        ReplicaHeader::describe(node, "node1", generation, snapshot, 1_000)
+    }
+
+    #[test]
+    fn generations_order_by_epoch_then_number() {
+        assert!(generation(2, 0) > generation(1, 99));
+        assert!(generation(1, 2) > generation(1, 1));
+        assert_eq!(generation(3, 4).to_string(), "3.4");
+    }
+
+    #[test]
+    fn push_round_trips_and_checks_the_digest() {
+        let signer = Signer::new(key(), "node2");
+        let ring = KeyRing::single(key());
+        let snapshot = b"SQLite format 3\0 pretend";
+        let head = header("node2", generation(1, 5), snapshot);
+        let bytes = sign_push(&signer, &head, snapshot, 1, 10_000, 60_000).unwrap();
+        let (opened, body) =
+            open_push(&ring, &bytes, 10_500, VerifyPolicy::default(), "node2").unwrap();
+        assert_eq!(opened, head);
+        assert_eq!(body, snapshot);
+        // For another node, tampered bytes, another key, expired: refused.
+        assert!(open_push(&ring, &bytes, 10_500, VerifyPolicy::default(), "node3").is_err());
+        let mut tampered = bytes.clone();
+        let last = tampered.len() - 1;
+        tampered[last] ^= 1;
+        assert!(matches!(
+            open_push(&ring, &tampered, 10_500, VerifyPolicy::default(), "node2"),
+            Err(ReplicaError::Digest(_))
+        ));
+        let other = KeyRing::single(HmacKey::new(b"other".to_vec()));
+        assert!(open_push(&other, &bytes, 10_500, VerifyPolicy::default(), "node2").is_err());
+        assert!(open_push(&ring, &bytes, 200_000, VerifyPolicy::default(), "node2").is_err());
+        // A kept copy still opens long after its push expired.
+        assert_eq!(open_kept(&ring, &bytes, "node2").unwrap().0, head);
+    }
+
+    #[test]
+    fn a_header_for_other_bytes_cannot_be_signed() {
+        let signer = Signer::new(key(), "node2");
+        let head = header("node2", generation(1, 1), b"one");
+        assert!(sign_push(&signer, &head, b"two", 1, 0, 1).is_err());
+        let wrong_node = header("node3", generation(1, 1), b"one");
+        assert!(sign_push(&signer, &wrong_node, b"one", 1, 0, 1).is_err());
+    }
+
+    #[test]
+    fn read_and_answer_round_trip() {
+        let ring = KeyRing::single(key());
+        let coordinator = Signer::new(key(), "node2");
+        let read = ReplicaRead {
+            node: "node2".into(),
+            read_nonce: "n-1".into(),
+        };
+        let body = sign_read(&coordinator, &read, 1, 5_000, 30_000).unwrap();
+        assert_eq!(
+            open_read(&ring, &body, 5_001, VerifyPolicy::default(), "node2").unwrap(),
+            read
+        );
+        let agent = Signer::new(key(), "node2");
+        // Holding nothing.
+        let none = sign_answer(&agent, "n-1", None, 5_002, 30_000).unwrap();
+        assert_eq!(
+            open_answer(&ring, &none, 5_003, VerifyPolicy::default(), "node2", "n-1").unwrap(),
+            None
+        );
+        // A stale answer (another nonce) is refused.
+        assert!(open_answer(&ring, &none, 5_003, VerifyPolicy::default(), "node2", "n-2").is_err());
+        // Holding a copy.
+        let snapshot = b"state";
+        let head = header("node2", generation(2, 7), snapshot);
+        let kept = sign_push(&coordinator, &head, snapshot, 2, 4_000, 60_000).unwrap();
+        let answer = sign_answer(&agent, "n-1", Some((&head, &kept)), 5_002, 30_000).unwrap();
+        let copy = open_answer(
+            &ring,
+            &answer,
+            5_003,
+            VerifyPolicy::default(),
+            "node2",
+            "n-1",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(copy.header, head);
+        assert_eq!(copy.snapshot, snapshot);
+        // An answer naming another generation than the kept push is refused.
+        let lie = header("node2", generation(3, 0), snapshot);
+        let forged = sign_answer(&agent, "n-1", Some((&lie, &kept)), 5_002, 30_000).unwrap();
+        assert!(
+            open_answer(
+                &ring,
+                &forged,
+                5_003,
+                VerifyPolicy::default(),
+                "node2",
+                "n-1"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn frames_without_an_envelope_line_are_refused() {
+        assert!(matches!(split_frame(b"{}"), Err(ReplicaError::Frame(_))));
+        let long = vec![b' '; MAX_ENVELOPE_LINE_BYTES + 10];
+        assert!(matches!(split_frame(&long), Err(ReplicaError::Frame(_))));
+        assert!(split_frame(b"not json\nbytes").is_err());
+    }
+
+    #[test]
+    fn push_decisions() {
+        let held = header("n", generation(2, 5), b"a");
+        let table = [
+            (None, generation(1, 0), b"a".as_slice(), PushDecision::Keep),
+            (Some(&held), generation(2, 6), b"b", PushDecision::Keep),
+            (Some(&held), generation(3, 0), b"b", PushDecision::Keep),
+            (Some(&held), generation(2, 5), b"a", PushDecision::Same),
+            (
+                Some(&held),
+                generation(2, 5),
+                b"b",
+                PushDecision::Refuse {
+                    held: generation(2, 5),
+                },
+            ),
+            (
+                Some(&held),
+                generation(2, 4),
+                b"a",
+                PushDecision::Refuse {
+                    held: generation(2, 5),
+                },
+            ),
+            (
+                Some(&held),
+                generation(1, 99),
+                b"a",
+                PushDecision::Refuse {
+                    held: generation(2, 5),
+                },
+            ),
+        ];
+        for (held, incoming, bytes, expected) in table {
+            assert_eq!(
+                decide_push(held, &header("n", incoming, bytes)),
+                expected,
+                "{held:?} {incoming}"
+            );
+        }
+    }
+}
