@@ -189,11 +189,13 @@ impl CheckService {
     }
 }
 
-fn error_body(message: &str) -> serde_json::Value {
+/// `{"error": message}`.
+pub(crate) fn error_body(message: &str) -> serde_json::Value {
     serde_json::json!({ "error": message })
 }
 
-fn json(status: StatusCode, body: &impl serde::Serialize) -> Response<Full<Bytes>> {
+/// A JSON answer of the signed endpoints (`/1/check`, `/1/replica`).
+pub(crate) fn json(status: StatusCode, body: &impl serde::Serialize) -> Response<Full<Bytes>> {
     let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
     let mut response = Response::new(Full::new(Bytes::from(bytes)));
     *response.status_mut() = status;

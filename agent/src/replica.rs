@@ -23,6 +23,8 @@ use nodecare_protocol::replica::{
 };
 use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
 
+use crate::check::{error_body, json};
+
 /// How long a read's answer stays valid.
 const ANSWER_TTL_MS: u64 = 60_000;
 /// How long a push's body may take to arrive.
@@ -263,20 +265,6 @@ fn write_atomically(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
     drop(out);
     std::fs::rename(&temporary, file(dir))?;
     std::fs::File::open(dir)?.sync_all()
-}
-
-fn error_body(message: &str) -> serde_json::Value {
-    serde_json::json!({ "error": message })
-}
-
-fn json(status: StatusCode, body: &impl serde::Serialize) -> Response<Full<Bytes>> {
-    let bytes = serde_json::to_vec(body).unwrap_or_else(|_| b"{}".to_vec());
-    let mut response = Response::new(Full::new(Bytes::from(bytes)));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response
 }
 
 #[cfg(test)]

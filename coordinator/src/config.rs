@@ -131,6 +131,8 @@ pub struct Config {
     pub balancing: crate::duty::balancing::BalancingConfig,
     /// Instance auto-repair (harep's duty).
     pub instance_repair: InstanceRepairSection,
+    /// What the state database forgets, and when.
+    pub retention: crate::store::retention::RetentionConfig,
     /// The state's replicas on the master candidates (master failover).
     pub replication: ReplicationSection,
 }
@@ -258,6 +260,7 @@ impl Default for Config {
             notify: NotifySection::default(),
             balancing: crate::duty::balancing::BalancingConfig::default(),
             instance_repair: InstanceRepairSection::default(),
+            retention: crate::store::retention::RetentionConfig::default(),
             replication: ReplicationSection::default(),
         }
     }
@@ -376,6 +379,7 @@ impl Config {
         }
         DomainSource::parse(&self.failure_domains).map_err(ConfigError::Invalid)?;
         self.balancing.validate().map_err(ConfigError::Invalid)?;
+        self.retention.validate().map_err(ConfigError::Invalid)?;
         seconds("grace", self.grace, 0.0)?;
         seconds("breaker.window_secs", self.breaker.window_secs, 1.0)?;
         if let Some(secs) = self.breaker.auto_close_secs {

@@ -45,6 +45,8 @@ pub struct Coordinator {
     watches: Option<Watches>,
     /// The round loop's progress, which feeds the systemd watchdog.
     progress: Arc<nodecare_daemon::systemd::Progress>,
+    /// What the state database forgets, and when.
+    retention: crate::store::retention::RetentionConfig,
 }
 
 /// A watched verdict change starts a round this long after it, so that changes arriving
@@ -197,6 +199,7 @@ impl Coordinator {
                 stall,
                 interval.saturating_add(stall),
             )),
+            retention: config.retention,
         })
     }
 
@@ -232,6 +235,43 @@ impl Coordinator {
     /// Runs one round.
     pub async fn round(&mut self) -> Result<crate::reconcile::RoundSummary, RoundError> {
         self.reconciler.round().await
+    }
+
+    /// Deletes what the retention policy lets go (holding the incident lock, so no cancel or
+    /// acknowledgement interleaves), then shrinks the database file. A failure is logged and
+    /// retried at the next run.
+    async fn apply_retention(&self) {
+        let policy = self.retention.policy();
+        let now_ms = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_millis(),
+        )
+        .unwrap_or(u64::MAX);
+        let pruned = {
+            let _guard = self.api.incident_lock.lock().await;
+            self.api.store.apply_retention(&policy, now_ms)
+        };
+        match pruned {
+            Ok(pruned) => {
+                self.api.board.metrics.retention_deleted(&pruned);
+                tracing::info!(
+                    deleted = pruned.total(),
+                    incidents = pruned.incidents,
+                    intents = pruned.intents,
+                    campaigns = pruned.campaigns,
+                    balancing_moves = pruned.balancing_moves,
+                    overrides = pruned.overrides,
+                    audit = pruned.audit,
+                    "retention run"
+                );
+            }
+            Err(error) => tracing::warn!(%error, "retention run failed; retrying at the next"),
+        }
+        if let Err(error) = self.api.store.compact() {
+            tracing::warn!(%error, "state database compaction failed; retrying at the next");
+        }
     }
 
     /// Serves the API on `listener` and runs rounds every interval until `shutdown` completes.
@@ -273,6 +313,9 @@ impl Coordinator {
         let mut changes = self.watches.as_ref().map(Watches::subscribe);
         tokio::pin!(shutdown);
         let mut announced_standby = false;
+        // Retention runs after the first round that acts, then every interval (a coordinator
+        // restarted more often than that still prunes).
+        let mut retention_due = tokio::time::Instant::now();
         let result = loop {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),
@@ -309,6 +352,14 @@ impl Coordinator {
                         jobs = summary.jobs_submitted,
                         "round done"
                     );
+                    if tokio::time::Instant::now() >= retention_due {
+                        retention_due = tokio::time::Instant::now() + self.retention.interval();
+                        self.apply_retention().await;
+                    }
+                    match self.api.store.size_bytes() {
+                        Ok(bytes) => self.api.board.metrics.set_state_bytes(bytes),
+                        Err(error) => tracing::debug!(%error, "state database size unknown"),
+                    }
                 }
                 Err(error @ RoundError::NotMaster { .. }) => {
                     if was_acting {

@@ -115,6 +115,8 @@ pub struct CoordinatorMetrics {
     campaign_nodes: Gauge,
     campaign_nodes_failed: Gauge,
     campaign_blocked: Gauge,
+    state_bytes: Gauge,
+    retention_deleted: Family<Labels, Counter>,
     /// The state's replication: epoch, master candidates, those holding the current
     /// generation, and whether the last attempt succeeded.
     replica: [Gauge; 4],
@@ -297,6 +299,23 @@ impl CoordinatorMetrics {
             "nodecare_coordinator_campaign_blocked",
             "Campaigns not ended whose next group waits (refused by the gate, planning error)",
         );
+        let state_bytes = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_state_bytes",
+            "Size of the state database on disk (file and write-ahead log), in bytes",
+            state_bytes.clone(),
+        );
+        let retention_deleted = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_retention_deleted",
+            "Rows the state database's retention deleted, by kind",
+            retention_deleted.clone(),
+        );
+        for (kind, _) in crate::store::retention::Pruned::default().by_kind() {
+            retention_deleted
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc_by(0);
+        }
         let replica = [
             campaign_gauge(
                 &mut registry,
@@ -347,12 +366,29 @@ impl CoordinatorMetrics {
             campaign_nodes,
             campaign_nodes_failed,
             campaign_blocked,
+            state_bytes,
+            retention_deleted,
             replica,
         };
         metrics.set_campaigns(&[]);
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
         metrics
+    }
+
+    /// The state database's size on disk.
+    pub fn set_state_bytes(&self, bytes: u64) {
+        self.state_bytes
+            .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+    }
+
+    /// A retention run deleted these rows.
+    pub fn retention_deleted(&self, pruned: &crate::store::retention::Pruned) {
+        for (kind, count) in pruned.by_kind() {
+            self.retention_deleted
+                .get_or_create(&labels(&[("kind", kind)]))
+                .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+        }
     }
 
     /// A round ended after `duration`, with or without an error.
@@ -557,6 +593,13 @@ mod tests {
         metrics.set_disruptions(["g1", "g1", "g\"2"], 3);
         metrics.notification("dropped");
         metrics.set_gate(true, 2, 1);
+        metrics.set_state_bytes(81_920);
+        metrics.retention_deleted(&crate::store::retention::Pruned {
+            incidents: 2,
+            intents: 5,
+            audit: 7,
+            ..Default::default()
+        });
         let agents = [
             agent(AgentState::Ok),
             agent(AgentState::Ok),
@@ -591,6 +634,11 @@ mod tests {
             "nodecare_coordinator_balancing_hbal_ok 0",
             "nodecare_coordinator_balancing_load 0",
             "nodecare_coordinator_balancing_load_missing_nodes 0",
+            "nodecare_coordinator_state_bytes 81920",
+            "nodecare_coordinator_retention_deleted_total{kind=\"incident\"} 2",
+            "nodecare_coordinator_retention_deleted_total{kind=\"intent\"} 5",
+            "nodecare_coordinator_retention_deleted_total{kind=\"audit\"} 7",
+            "nodecare_coordinator_retention_deleted_total{kind=\"campaign\"} 0",
             "nodecare_coordinator_replica_epoch 0",
             "nodecare_coordinator_replica_ok 0",
         ] {
@@ -600,7 +648,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 30);
+        assert_eq!(types, 32);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -682,9 +730,10 @@ mod tests {
         let text = metrics.render(&[], many.iter());
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         // 15 incident series, 4 agent outcomes, 18 job series (9 kinds, submitted and
-        // failed), 3 notification results, 6 campaign states, 2 histograms, scalars:
-        // independent of the number of nodes, incidents and campaigns.
-        assert!(samples < 105, "{samples} series:\n{text}");
+        // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
+        // deletes, 2 histograms, scalars: independent of the number of nodes, incidents and
+        // campaigns.
+        assert!(samples < 112, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

@@ -147,23 +147,39 @@ fn short(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(300).collect()
 }
 
+impl HttpPeers {
+    /// Sends `body` to `path` of `peer`'s agent; the answer's status and bytes.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        peer: &Peer,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(reqwest::StatusCode, Vec<u8>, String), String> {
+        let url = format!("{}{path}", peer.base_url);
+        let response = self
+            .client
+            .request(method, &url)
+            .timeout(self.timeout)
+            .body(body)
+            .send()
+            .await
+            .map_err(|error| format!("{url}: {error}"))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|error| format!("{url}: {error}"))?;
+        Ok((status, bytes.to_vec(), url))
+    }
+}
+
 impl ReplicaPeers for HttpPeers {
     fn push<'a>(&'a self, peer: &'a Peer, frame: Vec<u8>) -> PeerFuture<'a, PushReply> {
         Box::pin(async move {
-            let url = format!("{}{REPLICA_PATH}", peer.base_url);
-            let response = self
-                .client
-                .put(&url)
-                .timeout(self.timeout)
-                .body(frame)
-                .send()
-                .await
-                .map_err(|error| format!("{url}: {error}"))?;
-            let status = response.status();
-            let body = response
-                .bytes()
-                .await
-                .map_err(|error| format!("{url}: {error}"))?;
+            let (status, body, url) = self
+                .send(reqwest::Method::PUT, peer, REPLICA_PATH, frame)
+                .await?;
             match status {
                 reqwest::StatusCode::OK => nodecare_protocol::json::decode::<PushAccepted>(&body)
                     .map(|accepted| PushReply::Accepted(accepted.held))
@@ -180,24 +196,13 @@ impl ReplicaPeers for HttpPeers {
 
     fn read<'a>(&'a self, peer: &'a Peer, body: Vec<u8>) -> PeerFuture<'a, Vec<u8>> {
         Box::pin(async move {
-            let url = format!("{}{REPLICA_READ_PATH}", peer.base_url);
-            let response = self
-                .client
-                .post(&url)
-                .timeout(self.timeout)
-                .body(body)
-                .send()
-                .await
-                .map_err(|error| format!("{url}: {error}"))?;
-            let status = response.status();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|error| format!("{url}: {error}"))?;
+            let (status, bytes, url) = self
+                .send(reqwest::Method::POST, peer, REPLICA_READ_PATH, body)
+                .await?;
             if status != reqwest::StatusCode::OK {
                 return Err(format!("{url}: HTTP {status}: {}", short(&bytes)));
             }
-            Ok(bytes.to_vec())
+            Ok(bytes)
         })
     }
 }
@@ -634,11 +639,18 @@ impl ReplicatedGaneti {
         Self { inner, replicator }
     }
 
-    async fn ensure(&self) -> Result<(), GanetiError> {
-        self.replicator
-            .ensure()
-            .await
-            .map_err(|error| GanetiError::NotSubmitted(error.to_string()))
+    /// `call`'s write, once a majority keeps the state (the call is made only then).
+    fn guarded<'a, T: Send + 'a>(
+        &'a self,
+        call: impl FnOnce() -> GanetiFuture<'a, T> + Send + 'a,
+    ) -> GanetiFuture<'a, T> {
+        Box::pin(async move {
+            self.replicator
+                .ensure()
+                .await
+                .map_err(|error| GanetiError::NotSubmitted(error.to_string()))?;
+            call().await
+        })
     }
 }
 
@@ -661,10 +673,7 @@ impl Ganeti for ReplicatedGaneti {
         drained: bool,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.set_node_drained(node, drained, reason).await
-        })
+        self.guarded(move || self.inner.set_node_drained(node, drained, reason))
     }
 
     fn set_node_offline<'a>(
@@ -673,10 +682,7 @@ impl Ganeti for ReplicatedGaneti {
         offline: bool,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.set_node_offline(node, offline, reason).await
-        })
+        self.guarded(move || self.inner.set_node_offline(node, offline, reason))
     }
 
     fn shutdown_instance<'a>(
@@ -684,10 +690,7 @@ impl Ganeti for ReplicatedGaneti {
         instance: &'a str,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.shutdown_instance(instance, reason).await
-        })
+        self.guarded(move || self.inner.shutdown_instance(instance, reason))
     }
 
     fn migrate_instance<'a>(
@@ -696,10 +699,7 @@ impl Ganeti for ReplicatedGaneti {
         target: Option<&'a str>,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.migrate_instance(instance, target, reason).await
-        })
+        self.guarded(move || self.inner.migrate_instance(instance, target, reason))
     }
 
     fn failover_instance<'a>(
@@ -708,10 +708,7 @@ impl Ganeti for ReplicatedGaneti {
         target: Option<&'a str>,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.failover_instance(instance, target, reason).await
-        })
+        self.guarded(move || self.inner.failover_instance(instance, target, reason))
     }
 
     fn replace_disks<'a>(
@@ -720,10 +717,7 @@ impl Ganeti for ReplicatedGaneti {
         mode: &'a ReplaceDisksMode,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.replace_disks(instance, mode, reason).await
-        })
+        self.guarded(move || self.inner.replace_disks(instance, mode, reason))
     }
 
     fn evacuate_node<'a>(
@@ -733,12 +727,7 @@ impl Ganeti for ReplicatedGaneti {
         iallocator: Option<&'a str>,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner
-                .evacuate_node(node, mode, iallocator, reason)
-                .await
-        })
+        self.guarded(move || self.inner.evacuate_node(node, mode, iallocator, reason))
     }
 
     fn groups(&self) -> GanetiFuture<'_, Vec<Group>> {
@@ -755,10 +744,7 @@ impl Ganeti for ReplicatedGaneti {
         tags: &'a [String],
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.add_tags(target, tags, reason).await
-        })
+        self.guarded(move || self.inner.add_tags(target, tags, reason))
     }
 
     fn remove_tags<'a>(
@@ -767,10 +753,7 @@ impl Ganeti for ReplicatedGaneti {
         tags: &'a [String],
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.remove_tags(target, tags, reason).await
-        })
+        self.guarded(move || self.inner.remove_tags(target, tags, reason))
     }
 
     fn recreate_instance_disks<'a>(
@@ -779,11 +762,9 @@ impl Ganeti for ReplicatedGaneti {
         iallocator: &'a str,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
+        self.guarded(move || {
             self.inner
                 .recreate_instance_disks(instance, iallocator, reason)
-                .await
         })
     }
 
@@ -793,10 +774,7 @@ impl Ganeti for ReplicatedGaneti {
         start: bool,
         reason: &'a Reason,
     ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.ensure().await?;
-            self.inner.reinstall_instance(instance, start, reason).await
-        })
+        self.guarded(move || self.inner.reinstall_instance(instance, start, reason))
     }
 
     fn job(&self, id: JobId) -> GanetiFuture<'_, Job> {

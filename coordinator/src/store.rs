@@ -20,6 +20,7 @@ use crate::incident::Incident;
 use crate::plan::{Lock, Move};
 
 mod admission;
+pub mod retention;
 mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
@@ -199,6 +200,7 @@ impl Store {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
+        retention::ensure_incremental_vacuum(&connection)?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.pragma_update(None, "foreign_keys", "ON")?;

@@ -13,7 +13,7 @@ use nodecare_protocol::gate::{AuditEntry, BreakerView, Grant, OverrideView};
 pub const BREAKER_DOCUMENT: &str = "breaker";
 
 /// The audit log's `what` of an operator's breaker reset.
-const RESET_WHAT: &str = "reset the storm breaker";
+pub(super) const RESET_WHAT: &str = "reset the storm breaker";
 
 /// Who the coordinator itself is in the audit log (expiry, automatic breaker changes).
 pub const SYSTEM: &str = "nodecare";
