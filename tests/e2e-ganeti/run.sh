@@ -30,6 +30,11 @@
 #           `nodecare check` makes an agent run its diagnose scripts at once.
 #        S10 (s10-campaign.sh) a rolling maintenance campaign over every node survives a kill -9
 #           of the coordinator: hooks once each, no instance down, primaries back.
+#        S11 (s11-failover.sh, last) Ganeti master failovers with coordinators on three master
+#           candidates: the standbys act on nothing; mid-evacuation `gnt-cluster
+#           master-failover` to node2, whose coordinator finishes the evacuation while the old
+#           one stands by; canceled and acknowledged incidents stay so; no job twice; then the
+#           master's daemons killed and `master-failover --no-voting` to node1.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

@@ -107,6 +107,24 @@ check_state_dir() {
 
 now_ms() { date +%s%3N; }
 
+# Index of the current master: the node named by most nodes' ssconf_master_node (a node whose
+# Ganeti daemons were killed keeps naming itself after a `master-failover --no-voting` elsewhere,
+# so one file alone may be stale; Ganeti's own voting asks every node the same way). Falls back
+# to node 1 when no node has the file yet (during cluster-up.sh).
+current_master_index() {
+  local i f name best="" count=0
+  local -A votes=()
+  for ((i = 1; i <= MAX_NODES; i++)); do
+    [[ -d $(node_dir "$i") ]] || break
+    f=$(node_dir "$i")/root/var/lib/ganeti/ssconf_master_node
+    [[ -s $f ]] || continue
+    name=$(<"$f")
+    votes[$name]=$((${votes[$name]:-0} + 1))
+    if ((votes[$name] > count)); then best=$name count=${votes[$name]}; fi
+  done
+  if [[ $best =~ ^node([0-9]+)\. ]]; then echo "${BASH_REMATCH[1]}"; else echo 1; fi
+}
+
 # The private mounts of node i, one "SOURCE<TAB>TARGET" line each, in mount order.
 node_binds() {
   local nd d

@@ -2,20 +2,24 @@
 # Health of a running cluster's private mounts and of the master's job daemons
 # (ganeti-luxid, ganeti-wconfd), and repair when they fail.
 #   master-daemons.sh check [--timeout S]   exit 0 when every node's private mounts are in place
-#                                           and LUXI and wconfd answer inside node 1 within S
-#                                           seconds (default 5); otherwise says what is wrong
+#                                           and LUXI and wconfd answer inside the master node
+#                                           within S seconds (default 5); otherwise says what is
+#                                           wrong
 #   master-daemons.sh diagnose              mounts, locks, lock waiters, job processes, stacks
 #   master-daemons.sh heal [--reason TEXT]  mount detached private mounts again; then, if LUXI
 #                                           or wconfd still do not answer, restart luxid (and
 #                                           wconfd when it does not answer). Prints a WARN line
 #                                           for each repair; exit 0 when healthy afterwards
-# Uses the cluster of NODECARE_GNT_STATE / NODECARE_GNT_PREFIX; the master is node 1.
+#   master-daemons.sh master                print the index of the current master node
+# Uses the cluster of NODECARE_GNT_STATE / NODECARE_GNT_PREFIX. The master is the node most
+# nodes' ssconf_master_node names (it follows `gnt-cluster master-failover`, also one with
+# --no-voting after the old master's daemons died).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
 . "$HERE/lib.sh"
 
-MASTER=1
+MASTER=$(current_master_index)
 UDS=$HERE/uds-call.py
 
 node_count() {
@@ -24,11 +28,11 @@ node_count() {
   echo "$n"
 }
 
-# Asked from inside node 1, through its own /run/ganeti, as Ganeti's clients do.
+# Asked from inside the master node, through its own /run/ganeti, as Ganeti's clients do.
 luxi_ok() { in_node "$MASTER" python3 "$UDS" --timeout "$1" /run/ganeti/socket/ganeti-query QueryClusterInfo >/dev/null; }
 wconfd_ok() { in_node "$MASTER" python3 "$UDS" --timeout "$1" /run/ganeti/socket/ganeti-wconfd echo '["ping"]' >/dev/null; }
 
-daemon_pid() { # NAME: PID from the master's pid file, if that process is alive in node 1
+daemon_pid() { # NAME: PID from the master's pid file, if that process is alive in the master node
   local f pid
   f=$(node_dir "$MASTER")/root/run/ganeti/$1.pid
   [[ -s $f ]] || return 1
@@ -51,15 +55,15 @@ check() {
   m=$(mounts_report)
   [[ -z $m ]] || { echo "private mounts detached: ${m//$'\n'/; }"; rc=1; }
   local err
-  err=$(luxi_ok "$tmo" 2>&1) || { echo "ganeti-luxid (LUXI): ${err:-no answer}"; rc=1; }
-  err=$(wconfd_ok "$tmo" 2>&1) || { echo "ganeti-wconfd: ${err:-no answer}"; rc=1; }
+  err=$(luxi_ok "$tmo" 2>&1) || { echo "ganeti-luxid (LUXI) in node$MASTER: ${err:-no answer}"; rc=1; }
+  err=$(wconfd_ok "$tmo" 2>&1) || { echo "ganeti-wconfd in node$MASTER: ${err:-no answer}"; rc=1; }
   return $rc
 }
 
 diagnose() {
-  local name pid p cmdline n1
-  n1=$(node_dir "$MASTER")/root
-  echo "== $(date -u +%FT%TZ) cluster $STATE"
+  local name pid p cmdline mroot
+  mroot=$(node_dir "$MASTER")/root
+  echo "== $(date -u +%FT%TZ) cluster $STATE, master node$MASTER"
   echo "-- detached private mounts: $(mounts_report | tr '\n' ' ')"
   for name in ganeti-luxid ganeti-wconfd; do
     if pid=$(daemon_pid "$name"); then
@@ -82,8 +86,8 @@ diagnose() {
     fi
   done
   echo "-- last lines of luxi-daemon.log, wconf-daemon.log, jobs.log"
-  tail -n 8 "$n1/var/log/ganeti/luxi-daemon.log" "$n1/var/log/ganeti/wconf-daemon.log" \
-    "$n1/var/log/ganeti/jobs.log" 2>/dev/null || true
+  tail -n 8 "$mroot/var/log/ganeti/luxi-daemon.log" "$mroot/var/log/ganeti/wconf-daemon.log" \
+    "$mroot/var/log/ganeti/jobs.log" 2>/dev/null || true
 }
 
 remount() { # mounts every detached private mount of every node again
@@ -106,11 +110,15 @@ remount() { # mounts every detached private mount of every node again
   done
 }
 
+# Stops the daemon if it runs and removes its pid file either way: daemon-util refuses to start
+# a daemon over a stale pid file of another user ("start-stop-daemon: matching only on non-root
+# pidfile ... is insecure"), which a daemon killed with SIGKILL leaves behind.
 stop_daemon() {
   local name=$1 pid
-  pid=$(daemon_pid "$name") || return 0
-  kill "$pid" 2>/dev/null || true
-  wait_gone "$pid" 100 || { kill -KILL "$pid" 2>/dev/null || true; wait_gone "$pid" 20 || true; }
+  if pid=$(daemon_pid "$name"); then
+    kill "$pid" 2>/dev/null || true
+    wait_gone "$pid" 100 || { kill -KILL "$pid" 2>/dev/null || true; wait_gone "$pid" 20 || true; }
+  fi
   rm -f "$(node_dir "$MASTER")/root/run/ganeti/$name.pid"
 }
 
@@ -146,7 +154,7 @@ heal() {
   return 1
 }
 
-usage() { sed -n '2,12p' "$0" >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" >&2; exit 2; }
 require_root
 [[ $# -ge 1 ]] || usage
 cmd=$1
@@ -158,6 +166,7 @@ case $cmd in
     check "$tmo"
     ;;
   diagnose) diagnose ;;
+  master) echo "$MASTER" ;;
   heal)
     reason=unhealthy
     if [[ ${1:-} == --reason ]]; then [[ -n ${2:-} ]] || usage; reason=$2; fi
