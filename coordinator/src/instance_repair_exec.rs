@@ -182,6 +182,45 @@ pub async fn collect(
                         }
                     }
                 }
+                // The tag was added but its removal never submitted (a crash or a lost answer
+                // between the two): submit the removal now, or the duty, seeing the old tag,
+                // would propose the whole change (and the tag) again.
+                if let Ok(record_id) = Uuid::parse_str(&id)
+                    && !jobs.is_empty()
+                    && jobs.len() < expected
+                    && !change.remove.is_empty()
+                {
+                    let (uuid, intent) = tag_identity(change, record_id);
+                    let why = reason(
+                        uuid,
+                        &format!("{intent}-untag"),
+                        &format!("untag {}", change.target),
+                        None,
+                    )
+                    .after(jobs.iter().copied());
+                    match ganeti
+                        .remove_tags(&change.target, &change.remove, &why)
+                        .await
+                    {
+                        Ok(job) => {
+                            jobs.push(job);
+                            let completed = Record::Tags {
+                                change: change.clone(),
+                                jobs: jobs.clone(),
+                            };
+                            if let Err(error) = save(store, record_id, &completed) {
+                                collected.errors.push(error);
+                            }
+                        }
+                        Err(error) => {
+                            collected.errors.push(format!(
+                                "removing {:?} from {}: {error}",
+                                change.remove, change.target
+                            ));
+                            done = false;
+                        }
+                    }
+                }
                 // Jobs that ended after the caller read the instances: their tags may not
                 // show the change yet.
                 tag_jobs_ended = !jobs.is_empty()
