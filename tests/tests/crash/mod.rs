@@ -103,28 +103,9 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
     );
     let config_path = dir.path().join("coordinator.toml");
     std::fs::write(&config_path, config).unwrap();
-    let binary = env!("CARGO_BIN_EXE_nodecare-coordinator-under-test");
-    let spawn = || {
-        tokio::process::Command::new(binary)
-            .arg("--config")
-            .arg(&config_path)
-            .env("NODECARE_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || spawn_coordinator(&config_path);
 
-    let seed = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_007,
-    )
-    .unwrap()
-        | 1;
+    let seed = random_seed();
     println!("crash test seed {seed}");
     let mut random = Random(seed);
     let started = Instant::now();
@@ -347,18 +328,7 @@ async fn sigkill_during_instance_repairs_repairs_each_instance_once() {
     );
     let config_path = dir.path().join("coordinator.toml");
     std::fs::write(&config_path, config).unwrap();
-    let binary = env!("CARGO_BIN_EXE_nodecare-coordinator-under-test");
-    let spawn = || {
-        tokio::process::Command::new(binary)
-            .arg("--config")
-            .arg(&config_path)
-            .env("NODECARE_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || spawn_coordinator(&config_path);
     let done = || {
         sim.with_cluster(|c| {
             repaired.iter().all(|name| {
@@ -369,15 +339,7 @@ async fn sigkill_during_instance_repairs_repairs_each_instance_once() {
             })
         })
     };
-    let seed = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_007,
-    )
-    .unwrap()
-        | 1;
+    let seed = random_seed();
     println!("instance repair crash test seed {seed}");
     let mut random = Random(seed);
     let kills = kills();
@@ -579,28 +541,9 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
         );
     };
     let mut campaigns = vec![start_campaign()];
-    let binary = env!("CARGO_BIN_EXE_nodecare-coordinator-under-test");
-    let spawn = || {
-        tokio::process::Command::new(binary)
-            .arg("--config")
-            .arg(&config_path)
-            .env("NODECARE_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || spawn_coordinator(&config_path);
 
-    let seed = u64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-            % 1_000_000_007,
-    )
-    .unwrap()
-        | 1;
+    let seed = random_seed();
     println!("campaign crash test seed {seed}");
     let mut random = Random(seed);
     let started = Instant::now();
@@ -713,4 +656,32 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
         campaigns.len()
     );
     server.stop();
+}
+
+/// The coordinator under test, started on `config_path`, quiet, killed when dropped.
+#[allow(clippy::unwrap_used, reason = "test helper: a failure is the test failing")]
+fn spawn_coordinator(config_path: &std::path::Path) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_nodecare-coordinator-under-test"))
+        .arg("--config")
+        .arg(config_path)
+        .env("NODECARE_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// A seed for [`Random`] from the clock (printed by each test, to replay a failure).
+#[allow(clippy::unwrap_used, reason = "test helper: a failure is the test failing")]
+fn random_seed() -> u64 {
+    u64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+            % 1_000_000_007,
+    )
+    .unwrap()
+        | 1
 }
