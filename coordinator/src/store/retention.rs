@@ -97,7 +97,11 @@ impl RetentionConfig {
 
     /// Time between two runs.
     pub fn interval(&self) -> std::time::Duration {
-        crate::config::Config::duration(self.interval)
+        if self.interval.is_finite() && self.interval >= 0.0 {
+            std::time::Duration::from_secs_f64(self.interval.min(1e9))
+        } else {
+            std::time::Duration::ZERO
+        }
     }
 }
 

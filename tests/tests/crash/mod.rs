@@ -659,7 +659,10 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
 }
 
 /// The coordinator under test, started on `config_path`, quiet, killed when dropped.
-#[allow(clippy::unwrap_used, reason = "test helper: a failure is the test failing")]
+#[allow(
+    clippy::unwrap_used,
+    reason = "test helper: a failure is the test failing"
+)]
 fn spawn_coordinator(config_path: &std::path::Path) -> tokio::process::Child {
     tokio::process::Command::new(env!("CARGO_BIN_EXE_nodecare-coordinator-under-test"))
         .arg("--config")
@@ -673,7 +676,10 @@ fn spawn_coordinator(config_path: &std::path::Path) -> tokio::process::Child {
 }
 
 /// A seed for [`Random`] from the clock (printed by each test, to replay a failure).
-#[allow(clippy::unwrap_used, reason = "test helper: a failure is the test failing")]
+#[allow(
+    clippy::unwrap_used,
+    reason = "test helper: a failure is the test failing"
+)]
 fn random_seed() -> u64 {
     u64::try_from(
         std::time::SystemTime::now()
