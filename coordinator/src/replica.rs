@@ -18,7 +18,6 @@
 //! master candidates' agents reachable, the master writes nothing (visible in the round's error
 //! and `/1/replication`).
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, RwLock};
@@ -595,8 +594,8 @@ impl Replicator {
         }
         let needed = write_quorum(peers.len());
         if kept_by.len() < needed {
-            // The state moved on: a later push must carry it, whatever this one reached.
-            inner.pushed_changes = changes.wrapping_sub(1);
+            // `pushed_changes` stays at the last push that reached a majority: the state is
+            // still to be pushed.
             inner.kept_by.clear();
             if inner.generation.is_some() {
                 inner.generation = Some(generation);
@@ -783,121 +782,6 @@ impl Ganeti for ReplicatedGaneti {
 
     fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>> {
         self.inner.jobs()
-    }
-}
-
-/// Agents kept in memory, each judging pushes as the real agent does (`decide_push`): for tests
-/// of takeovers, fencing and lost agents without HTTP.
-#[derive(Debug, Default)]
-pub struct MemoryPeers {
-    key: Option<HmacKey>,
-    kept: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
-    down: std::sync::Mutex<std::collections::BTreeSet<String>>,
-}
-
-impl MemoryPeers {
-    /// Agents verifying with `key`.
-    pub fn new(key: HmacKey) -> Self {
-        Self {
-            key: Some(key),
-            ..Self::default()
-        }
-    }
-
-    /// Makes `node`'s agent unreachable (or reachable again).
-    pub fn set_down(&self, node: &str, down: bool) {
-        if let Ok(mut set) = self.down.lock() {
-            if down {
-                set.insert(node.to_owned());
-            } else {
-                set.remove(node);
-            }
-        }
-    }
-
-    /// The generation `node` keeps.
-    pub fn held(&self, node: &str) -> Option<Generation> {
-        let key = self.key.clone()?;
-        let kept = self.kept.lock().ok()?;
-        let frame = kept.get(node)?;
-        nodecare_protocol::replica::open_kept(&KeyRing::single(key), frame, node)
-            .ok()
-            .map(|(header, _)| header.generation)
-    }
-
-    fn is_down(&self, node: &str) -> bool {
-        self.down.lock().is_ok_and(|set| set.contains(node))
-    }
-}
-
-impl ReplicaPeers for MemoryPeers {
-    fn push<'a>(&'a self, peer: &'a Peer, frame: Vec<u8>) -> PeerFuture<'a, PushReply> {
-        Box::pin(async move {
-            if self.is_down(&peer.node) {
-                return Err("connection refused".to_owned());
-            }
-            let key = self.key.clone().ok_or("no key")?;
-            let ring = KeyRing::single(key);
-            let (header, _) = nodecare_protocol::replica::open_push(
-                &ring,
-                &frame,
-                now_ms(),
-                VerifyPolicy::default(),
-                &peer.node,
-            )
-            .map_err(|error| error.to_string())?;
-            let mut kept = self.kept.lock().map_err(|error| error.to_string())?;
-            let held = kept.get(&peer.node).and_then(|frame| {
-                nodecare_protocol::replica::open_kept(&ring, frame, &peer.node)
-                    .ok()
-                    .map(|(header, _)| header)
-            });
-            match nodecare_protocol::replica::decide_push(held.as_ref(), &header) {
-                nodecare_protocol::replica::PushDecision::Keep => {
-                    kept.insert(peer.node.clone(), frame);
-                    Ok(PushReply::Accepted(header.generation))
-                }
-                nodecare_protocol::replica::PushDecision::Same => {
-                    Ok(PushReply::Accepted(header.generation))
-                }
-                nodecare_protocol::replica::PushDecision::Refuse { held } => {
-                    Ok(PushReply::Refused(held))
-                }
-            }
-        })
-    }
-
-    fn read<'a>(&'a self, peer: &'a Peer, body: Vec<u8>) -> PeerFuture<'a, Vec<u8>> {
-        Box::pin(async move {
-            if self.is_down(&peer.node) {
-                return Err("connection refused".to_owned());
-            }
-            let key = self.key.clone().ok_or("no key")?;
-            let ring = KeyRing::single(key.clone());
-            let read = nodecare_protocol::replica::open_read(
-                &ring,
-                &body,
-                now_ms(),
-                VerifyPolicy::default(),
-                &peer.node,
-            )
-            .map_err(|error| error.to_string())?;
-            let kept = self.kept.lock().map_err(|error| error.to_string())?;
-            let held = kept.get(&peer.node).and_then(|frame| {
-                nodecare_protocol::replica::open_kept(&ring, frame, &peer.node)
-                    .ok()
-                    .map(|(header, _)| (header, frame.clone()))
-            });
-            nodecare_protocol::replica::sign_answer(
-                &Signer::new(key, peer.node.clone()),
-                &read.read_nonce,
-                held.as_ref()
-                    .map(|(header, frame)| (header, frame.as_slice())),
-                now_ms(),
-                REQUEST_TTL_MS,
-            )
-            .map_err(|error| error.to_string())
-        })
     }
 }
 
