@@ -199,6 +199,10 @@ pub enum Event {
     TagApplied,
     /// The node does not carry the incident's tag although it was applied: acknowledged.
     TagRemoved,
+    /// The node is offline in Ganeti and nodecare will not bring it back: it reports nothing,
+    /// so an acknowledged incident can no longer be observed and is forgotten (the operator
+    /// owns the node; a problem still there when it returns opens a new incident).
+    NodeOffline,
     /// No action can be taken right now, and why.
     Blocked(String),
     /// The reason for blocking no longer holds.
@@ -387,6 +391,13 @@ impl Incident {
                     self.acknowledged_at = Some(now);
                     let event = format!("acknowledged: tag {} removed", self.tag);
                     self.touch(now, &event);
+                }
+                Ok(self.disposition())
+            }
+            Event::NodeOffline => {
+                if self.acknowledged && self.observed {
+                    self.observed = false;
+                    self.touch(now, "node offline: no longer observed");
                 }
                 Ok(self.disposition())
             }
@@ -745,6 +756,31 @@ mod tests {
     }
 
     #[test]
+    fn an_offline_node_forgets_only_an_acknowledged_incident() {
+        let mut i = incident();
+        // Not acknowledged yet: an offline node keeps its incident (the tag awaits the operator).
+        assert_eq!(i.apply(Event::NodeOffline, 1.0).unwrap(), Disposition::Keep);
+        i.apply(Event::ActionStarted("draining".into()), 2.0)
+            .unwrap();
+        i.apply(Event::JobSubmitted(5), 2.0).unwrap();
+        assert_eq!(i.apply(Event::NodeOffline, 3.0).unwrap(), Disposition::Keep);
+        i.apply(Event::TagApplied, 4.0).unwrap();
+        assert_eq!(i.apply(Event::NodeOffline, 5.0).unwrap(), Disposition::Keep);
+        assert!(i.observed);
+        // Acknowledged: the node reports nothing while offline, so the incident is forgotten.
+        assert_eq!(i.apply(Event::TagRemoved, 6.0).unwrap(), Disposition::Keep);
+        assert_eq!(
+            i.apply(Event::NodeOffline, 7.0).unwrap(),
+            Disposition::Forget
+        );
+        assert!(!i.observed);
+        assert_eq!(
+            i.history.last().map(|h| h.event.as_str()),
+            Some("node offline: no longer observed")
+        );
+    }
+
+    #[test]
     fn failure_switches_tag_and_acknowledgement_forgets_at_once() {
         let mut i = incident();
         i.apply(Event::JobSubmitted(1), 1.0).unwrap();
@@ -831,6 +867,7 @@ mod tests {
             Just(Event::ActionFailed("f".into())),
             Just(Event::TagApplied),
             Just(Event::TagRemoved),
+            Just(Event::NodeOffline),
             Just(Event::Blocked("b".into())),
             Just(Event::Unblocked),
             Just(escalate(Action::EvacuateFailover, "e")),

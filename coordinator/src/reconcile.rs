@@ -915,6 +915,13 @@ impl Reconciler {
             }
             if returning && incident.acknowledged {
                 submitted += self.return_to_service(&mut incident, node, &own).await?;
+            } else if node.offline && incident.acknowledged {
+                // An offline node reports nothing and nodecare will not bring it back: the
+                // acknowledgement hands it to the operator (docs: "The end of an incident").
+                if let Ok(Disposition::Forget) = incident.apply(Event::NodeOffline, now_s()) {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node, "acknowledged on an offline node; incident forgotten");
+                    self.store.forget_incident(incident.uuid)?;
+                }
             }
         }
         Ok(submitted)

@@ -391,20 +391,55 @@ async fn acknowledgement_returns_the_node_to_service() {
 }
 
 /// Without `undrain_on_ack` (the default) the node stays out of service after the
-/// acknowledgement.
+/// acknowledgement, and the incident of the offline node (which reports nothing) is forgotten
+/// at once: the operator owns the node. Set online again, it is judged afresh: `Ok` opens
+/// nothing, a problem still there is a new incident.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acknowledgement_alone_leaves_the_node_offline() {
-    let mut h = Harness::new(4, "b:diskless:2", |_| {}).await.unwrap();
-    h.agents
-        .get(&node(2))
-        .unwrap()
-        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
-    assert!(h.until(20, completed).await.unwrap());
-    h.sim
-        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
-    for _ in 0..3 {
+async fn acknowledgement_alone_leaves_the_node_offline_and_forgets_the_incident() {
+    for still_failing in [false, true] {
+        let mut h = Harness::new(4, "b:diskless:2", |_| {}).await.unwrap();
+        let agent = h.agents.get(&node(2)).unwrap().clone();
+        agent.set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+        assert!(h.until(20, completed).await.unwrap());
+        let first = h.incidents().unwrap()[0].uuid;
+        assert_eq!(flags(&h, 2), (true, false));
+        // Before the acknowledgement the offline node's incident stays, awaiting it.
+        for _ in 0..2 {
+            h.round().await.unwrap();
+        }
+        assert_eq!(h.incidents().unwrap().len(), 1);
+        h.sim
+            .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
         h.round().await.unwrap();
+        assert!(
+            h.incidents().unwrap().is_empty(),
+            "forgotten at the acknowledgement"
+        );
+        for _ in 0..2 {
+            h.round().await.unwrap();
+        }
+        assert_eq!(flags(&h, 2), (true, false), "nodecare never brings it back");
+        let jobs = h.sim.submissions().len();
+        // The operator sets the node online (Ganeti: a regular node again).
+        if !still_failing {
+            agent.set_verdict(verdict("Ok", json!(null), None));
+        }
+        h.sim.with_cluster(|c| {
+            let n = c.nodes.get_mut(&node(2)).unwrap();
+            n.offline = false;
+            n.drained = false;
+        });
+        for _ in 0..2 {
+            h.round().await.unwrap();
+        }
+        let incidents = h.incidents().unwrap();
+        if still_failing {
+            assert_eq!(incidents.len(), 1, "{incidents:#?}");
+            assert_ne!(incidents[0].uuid, first);
+        } else {
+            assert!(incidents.is_empty(), "{incidents:#?}");
+            assert_eq!(h.sim.submissions().len(), jobs);
+        }
+        assert!(h.sim.duplicate_intents().is_empty());
     }
-    assert!(h.incidents().unwrap()[0].acknowledged);
-    assert_eq!(flags(&h, 2), (true, false));
 }
