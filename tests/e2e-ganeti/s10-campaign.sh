@@ -9,6 +9,10 @@
 # is polled through RAPI. Once the first group is in its hook or later, the coordinator is
 # killed with SIGKILL and started again.
 #
+# The nodes sit in three racks (`rack:` tags; the coordinator's failure_domains = "rack:") and
+# the campaign is started without --failure-domains: it is planned with the coordinator's
+# domains, so every reboot group lies within one rack.
+#
 # Checks: the campaign completes (`nodecare roll status ID --wait` exits 0 across the restart);
 # each node's hook ran exactly once; every instance is back on its original primary; no
 # instance that ran at the start was seen not running except during one of its own migration
@@ -109,6 +113,12 @@ scenario_campaign() {
       >"${!root_var}/etc/ganeti/node-repair-commands/e2e-reboot"
     chmod 0755 "${!root_var}/etc/ganeti/node-repair-commands/e2e-reboot"
   done
+  # Three racks: node1 and node2 in rack:a, node3 in rack:b, node4 and node5 in rack:c.
+  local racks=(x rack:a rack:a rack:b rack:c rack:c)
+  for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
+    n=NODECARE_GNT_NODE${i}_NAME
+    wait_job "$(rapi PUT "/2/nodes/${!n}/tags?tag=${racks[i]:-rack:c}" | job_of)" >/dev/null
+  done
   # A file instance cannot move: it is stopped for the campaign (a stopped instance stays where
   # it is), and started again at the end.
   local stopped
@@ -204,11 +214,28 @@ print('TWICE' if any(v > 2 for v in m.values()) or any(v > 1 for v in dr.values(
   ! grep -q OUTSIDE <<<"$downtime" || bad+=" instances seen down outside their migrations: $(grep OUTSIDE <<<"$downtime" | head -n 3 | tr '\n' ' ');"
   [[ $killed == 1 ]] || bad+=" the coordinator was never killed mid-group;"
   [[ $state == completed && $rc == 0 ]] || bad+=" campaign $state, roll status --wait exit $rc: $(tail -n 5 "$S/e2e/campaign-status.log" | tr '\n' ' ');"
+  # Every reboot group within one rack (planned with the coordinator's failure domains).
+  local spans
+  local rackmap=""
+  for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
+    n=NODECARE_GNT_NODE${i}_NAME
+    rackmap+=" ${!n}=${racks[i]:-rack:c}"
+  done
+  spans=$(coord "/1/maintenance/$id" | jq_py "
+rack = dict(p.split('=', 1) for p in '$rackmap'.split())
+groups = [[n['node'] for n in g['nodes']] for g in d['groups']]
+bad = [g for g in groups if len({rack.get(n, '?') for n in g}) > 1]
+print('groups', groups, 'SPANS' if bad or not groups else 'ok')" 2>&1)
+  [[ $spans == *" ok" ]] || bad+=" a reboot group spans several racks (or none was read): $spans;"
   for n in $stopped; do
     wait_job "$(rapi PUT "/2/instances/$n/startup" | job_of)" >/dev/null
   done
+  for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
+    n=NODECARE_GNT_NODE${i}_NAME
+    wait_job "$(rapi DELETE "/2/nodes/${!n}/tags?tag=${racks[i]:-rack:c}" | job_of)" >/dev/null
+  done
   if [[ -z $bad ]]; then
-    pass "S10 campaign $id over $NODECARE_GNT_NODES nodes completed across a kill -9 of the coordinator: hooks ran once each ($hooks ), instances back on their primaries, none down but inside its own migration job (${running_instances// /,}: $(tail -n 1 <<<"$downtime")), $(head -n 1 <<<"$counts")"
+    pass "S10 campaign $id over $NODECARE_GNT_NODES nodes completed across a kill -9 of the coordinator: reboot groups within one rack each (${spans% ok}), hooks ran once each ($hooks ), instances back on their primaries, none down but inside its own migration job (${running_instances// /,}: $(tail -n 1 <<<"$downtime")), $(head -n 1 <<<"$counts")"
   else
     fail "S10 campaign" "$bad"
   fi
