@@ -414,3 +414,45 @@ async fn a_cluster_key_others_can_write_or_read_is_refused() {
         agent.shutdown().await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_idle_connections_are_closed() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let config = config(&fixture);
+    let collectors =
+        nodecare_agent::collectors(&config, nodecare_collectors::Registry::new()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let limits = nodecare_agent::limits::ConnectionLimits {
+        idle_timeout: Duration::from_secs(1),
+        header_read_timeout: Duration::from_secs(1),
+        ..nodecare_agent::limits::ConnectionLimits::default()
+    };
+    let agent = nodecare_agent::serve_with_limits(config, collectors, listener, Some(limits))
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+    // Silent from the start; half a header; idle after an answered request (keep-alive).
+    let silent = TcpStream::connect(address).await.unwrap();
+    let mut half = TcpStream::connect(address).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut idle = TcpStream::connect(address).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for (name, mut stream) in [("silent", silent), ("half a header", half), ("idle", idle)] {
+        let mut raw = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw)).await;
+        assert!(read.is_ok(), "{name}: still open after 5 s");
+        if name == "idle" {
+            assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"));
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+    agent.shutdown().await;
+}
