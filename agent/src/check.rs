@@ -3,12 +3,13 @@
 //!
 //! The body is a signed envelope whose payload is a [`CheckRequest`] for this node (the cluster
 //! key, expiry, clock skew and node are checked as for a repair request); a replayed nonce is
-//! refused, and at most one check starts per `min_interval` (`429` with `retry_after_ms`
+//! refused, also after a restart (nonces are kept in `<state_dir>/check/nonces.jsonl`, fsynced
+//! before the check starts, as the repair nonces are), and at most one check starts per `min_interval` (`429` with `retry_after_ms`
 //! otherwise). Accepted: `202` with a [`CheckAnswer`] naming the sequence of the signed report
 //! served now; the check's result is the first report with a higher sequence (a long-poll of
 //! `/1/report/node/diagnose/signed?after=<sequence>` sees it at once).
 
-use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,8 @@ use nodecare_protocol::{KeyRing, SignedEnvelope, VerifyPolicy, now_ms};
 use tokio::sync::Notify;
 
 use crate::cache::{CachedSigned, ReportCache};
+use crate::refusals::{Endpoint, Refusals};
+use crate::repair::store::{NonceCheck, NonceStore, StoreError};
 
 /// Largest accepted body, in bytes.
 pub const MAX_CHECK_BODY_BYTES: usize = 16 * 1024;
@@ -42,12 +45,13 @@ pub struct CheckService {
     wake: Arc<Notify>,
     cache: Arc<ReportCache>,
     state: Mutex<State>,
+    refusals: Arc<Refusals>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     last: Option<Instant>,
-    nonces: BTreeMap<String, u64>,
+    nonces: NonceStore,
 }
 
 /// Why a check was refused.
@@ -57,6 +61,8 @@ pub enum Refusal {
     Invalid(StatusCode, String),
     /// The nonce was used before (`409`).
     Replayed(String),
+    /// The nonce cannot be kept durably (`503`).
+    Unavailable(String),
     /// Too soon after the last check (`429`).
     TooSoon {
         /// How long to wait.
@@ -65,7 +71,12 @@ pub enum Refusal {
 }
 
 impl CheckService {
-    /// The endpoint for `node`: a check wakes `wake` (the diagnose collector's scheduler).
+    /// The endpoint for `node`: a check wakes `wake` (the diagnose collector's scheduler); the
+    /// nonces of accepted checks are kept in `nonce_dir/nonces.jsonl`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the parts of one service, set once"
+    )]
     pub fn new(
         keys: KeyRing,
         node: String,
@@ -73,16 +84,20 @@ impl CheckService {
         min_interval: Duration,
         wake: Arc<Notify>,
         cache: Arc<ReportCache>,
-    ) -> Self {
-        Self {
+        nonce_dir: &Path,
+        refusals: Arc<Refusals>,
+    ) -> Result<Self, StoreError> {
+        let nonces = NonceStore::open_in(nonce_dir, now_ms())?;
+        Ok(Self {
             keys,
             node,
             policy,
             min_interval,
             wake,
             cache,
-            state: Mutex::new(State::default()),
-        }
+            state: Mutex::new(State { last: None, nonces }),
+            refusals,
+        })
     }
 
     /// Judges a request body at `now` (Unix ms) and, when accepted, wakes the diagnose run.
@@ -107,8 +122,7 @@ impl CheckService {
             ));
         }
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.nonces.retain(|_, keep_until| *keep_until > now);
-        if state.nonces.contains_key(&request.check_nonce) {
+        if state.nonces.is_remembered(&request.check_nonce, now) {
             return Err(Refusal::Replayed(format!(
                 "nonce {:?} was already used",
                 request.check_nonce
@@ -129,7 +143,24 @@ impl CheckService {
             }
         }
         let keep_until = envelope.expires_at_ms.saturating_add(self.policy.skew_ms());
-        state.nonces.insert(request.check_nonce, keep_until);
+        match state
+            .nonces
+            .check_and_insert(&request.check_nonce, keep_until, now)
+        {
+            Ok(NonceCheck::Fresh) => {}
+            Ok(NonceCheck::Replayed) => {
+                return Err(Refusal::Replayed(format!(
+                    "nonce {:?} was already used",
+                    request.check_nonce
+                )));
+            }
+            Err(error) => {
+                tracing::error!(%error, "cannot keep a check's nonce; check refused");
+                return Err(Refusal::Unavailable(format!(
+                    "cannot keep the check's nonce: {error}"
+                )));
+            }
+        }
         state.last = Some(Instant::now());
         drop(state);
         let after_sequence = match &self.cache.snapshot().signed {
@@ -157,6 +188,8 @@ impl CheckService {
         let body = match tokio::time::timeout(Duration::from_secs(10), limited.collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
             Ok(Err(error)) => {
+                self.refusals
+                    .count(Endpoint::Check, StatusCode::PAYLOAD_TOO_LARGE);
                 return json(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     &error_body(&format!(
@@ -165,6 +198,8 @@ impl CheckService {
                 );
             }
             Err(_) => {
+                self.refusals
+                    .count(Endpoint::Check, StatusCode::REQUEST_TIMEOUT);
                 return json(
                     StatusCode::REQUEST_TIMEOUT,
                     &error_body("body not received in time"),
@@ -174,10 +209,16 @@ impl CheckService {
         match self.submit(&body, now_ms()) {
             Ok(answer) => json(StatusCode::ACCEPTED, &answer),
             Err(Refusal::Invalid(status, message)) => {
-                tracing::warn!(%message, "check request refused");
+                self.refusals.count(Endpoint::Check, status);
                 json(status, &error_body(&message))
             }
-            Err(Refusal::Replayed(message)) => json(StatusCode::CONFLICT, &error_body(&message)),
+            Err(Refusal::Replayed(message)) => {
+                self.refusals.count(Endpoint::Check, StatusCode::CONFLICT);
+                json(StatusCode::CONFLICT, &error_body(&message))
+            }
+            Err(Refusal::Unavailable(message)) => {
+                json(StatusCode::SERVICE_UNAVAILABLE, &error_body(&message))
+            }
             Err(Refusal::TooSoon { retry_after_ms }) => json(
                 StatusCode::TOO_MANY_REQUESTS,
                 &serde_json::json!({
@@ -213,6 +254,13 @@ mod tests {
     use nodecare_protocol::{HmacKey, Signer};
 
     fn service(min_interval: Duration) -> (CheckService, Arc<Notify>, Signer) {
+        let dir = tempfile::tempdir().unwrap();
+        let (service, wake, signer) = service_in(dir.path(), min_interval);
+        drop(dir);
+        (service, wake, signer)
+    }
+
+    fn service_in(dir: &Path, min_interval: Duration) -> (CheckService, Arc<Notify>, Signer) {
         let key = HmacKey::new(b"check-key".to_vec());
         let wake = Arc::new(Notify::new());
         let cache = Arc::new(ReportCache::new(&Registry::default()));
@@ -223,8 +271,31 @@ mod tests {
             min_interval,
             Arc::clone(&wake),
             cache,
-        );
+            &dir.join("check"),
+            Arc::new(Refusals::default()),
+        )
+        .unwrap();
         (service, wake, Signer::new(key, "node1"))
+    }
+
+    #[test]
+    fn a_nonce_is_refused_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let (service, _, signer) = service_in(dir.path(), Duration::ZERO);
+        let now = now_ms();
+        let request = body(&signer, "once", now, 60_000);
+        assert!(service.submit(&request, now).is_ok());
+        drop(service);
+        let (restarted, _, _) = service_in(dir.path(), Duration::ZERO);
+        assert!(matches!(
+            restarted.submit(&request, now + 1),
+            Err(Refusal::Replayed(_))
+        ));
+        assert!(
+            restarted
+                .submit(&body(&signer, "other", now, 60_000), now + 1)
+                .is_ok()
+        );
     }
 
     fn body(signer: &Signer, nonce: &str, now: u64, ttl: u64) -> Vec<u8> {

@@ -58,6 +58,12 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         input: PathBuf,
     },
+    /// The copy of the coordinator's state this node keeps as a master candidate.
+    Replica {
+        /// What to do.
+        #[command(subcommand)]
+        action: ReplicaAction,
+    },
     /// Tools for diagnose scripts' authors.
     Script {
         /// What to do.
@@ -66,13 +72,24 @@ pub enum Command {
     },
 }
 
+/// `nodecare-agent replica ...`.
+#[derive(Debug, Subcommand)]
+pub enum ReplicaAction {
+    /// Remove the kept copy (`<state_dir>/replica/kept`), e.g. one a coordinator cannot restore
+    /// after a takeover; the running agent then holds none and accepts the next push. Local, as
+    /// root. Exit 0 whether or not a copy was kept.
+    Discard,
+}
+
 /// `nodecare-agent script ...`.
 #[derive(Debug, Subcommand)]
 pub enum ScriptAction {
     /// Run a diagnose script in the agent's sandbox a few times and say, in plain words, what
     /// the agent would make of it: whitelist problems, its verdict, output problems and
     /// unstable fingerprints. Exit 0 when it passes, 1 when it has problems, 2 when it cannot
-    /// be checked.
+    /// be checked. It runs the script as root, so it runs only what the whitelist's file rules
+    /// allow: a regular file (a symbolic link is never followed), owned by root, writable by
+    /// root alone, at most 1 MiB; any other file is reported and not run.
     Check {
         /// The script.
         #[arg(value_name = "FILE")]

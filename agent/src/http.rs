@@ -47,6 +47,10 @@ pub struct HttpState {
     pub stale_after: Duration,
     /// What confd says about this node; `None` off a Ganeti cluster.
     pub cluster: Option<nodecare_collectors::confd::ViewHandle>,
+    /// Long-poll waiters by peer address (at most [`crate::limits::MAX_WAITERS_PER_PEER`] each).
+    pub waiters: Arc<crate::limits::Slots>,
+    /// Refused requests, counted.
+    pub refusals: Arc<crate::refusals::Refusals>,
 }
 
 /// The response type of every handler.
@@ -200,8 +204,24 @@ fn signed_now(cache: &ReportCache, after: Option<u64>) -> HttpResponse {
     }
 }
 
-/// `/1/report/node/diagnose/signed`, with or without a long-poll query.
-async fn signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
+/// The answer to a long-poll beyond the waiters: `503` with `Retry-After`, so that the caller
+/// can tell it from "nothing new" (`304`) and back off.
+fn waiters_taken(reason: &str) -> HttpResponse {
+    let mut response = error_json(StatusCode::SERVICE_UNAVAILABLE, reason);
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(crate::limits::WAITERS_RETRY_AFTER_SECS),
+    );
+    response
+}
+
+/// `/1/report/node/diagnose/signed`, with or without a long-poll query, for `peer`.
+async fn signed(
+    cache: &ReportCache,
+    query: Option<&str>,
+    waiters: &Arc<crate::limits::Slots>,
+    peer: std::net::IpAddr,
+) -> HttpResponse {
     let watch = match parse_signed_query(query) {
         Ok(Some(watch)) => watch,
         Ok(None) => return signed_now(cache, None),
@@ -210,14 +230,25 @@ async fn signed(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
     let mut sequence = cache.subscribe_signed();
     let newer = |current: &u64| *current > watch.after;
     if !newer(&sequence.borrow_and_update()) && !watch.wait.is_zero() {
-        // Each waiter holds a receiver and a timer, nothing else; their number is bounded.
+        // Each waiter holds a receiver and a timer, nothing else; their number is bounded, in
+        // total and per peer address, so that no other caller can take the coordinator's.
         // Dropping the request (client gone, agent stopping) drops both.
-        if let Ok(_permit) = Arc::clone(cache.waiters()).try_acquire_owned() {
-            let woken = tokio::time::timeout(watch.wait, sequence.wait_for(newer))
-                .await
-                .is_ok_and(|changed| changed.is_ok());
-            tracing::trace!(woken, after = watch.after, "signed report wait ended");
-        }
+        let Some(_slot) = waiters.try_take(peer) else {
+            return waiters_taken(&format!(
+                "this address holds {} long-polls already; retry later",
+                crate::limits::MAX_WAITERS_PER_PEER
+            ));
+        };
+        let Ok(_permit) = Arc::clone(cache.waiters()).try_acquire_owned() else {
+            return waiters_taken(&format!(
+                "all {} long-poll waiters are taken; retry later",
+                crate::cache::MAX_WAITERS
+            ));
+        };
+        let woken = tokio::time::timeout(watch.wait, sequence.wait_for(newer))
+            .await
+            .is_ok_and(|changed| changed.is_ok());
+        tracing::trace!(woken, after = watch.after, "signed report wait ended");
     }
     signed_now(cache, Some(watch.after))
 }
@@ -398,9 +429,27 @@ pub async fn route(
                 diagnose: &state.diagnose,
                 sign_counters: &state.sign_counters,
                 repair: state.repair.as_deref(),
+                refusals: &state.refusals,
             })),
         ),
-        (true, SIGNED_DIAGNOSE_PATH) => signed(&state.cache, request.uri().query()).await,
+        (true, SIGNED_DIAGNOSE_PATH) => {
+            let response = signed(
+                &state.cache,
+                request.uri().query(),
+                &state.waiters,
+                peer.ip(),
+            )
+            .await;
+            if response.status() == StatusCode::SERVICE_UNAVAILABLE
+                && response.headers().contains_key(header::RETRY_AFTER)
+            {
+                state.refusals.count(
+                    crate::refusals::Endpoint::LongPoll,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                );
+            }
+            response
+        }
         (true, SIGNED_DRBD_PATH) => storage_signed(&state.cache, request.uri().query()),
         (true, SIGNED_LOAD_PATH) => load_signed(&state.cache, request.uri().query()),
         // mond accepts trailing segments here too.
@@ -436,6 +485,12 @@ mod tests {
 
     fn cache() -> Arc<ReportCache> {
         Arc::new(ReportCache::new(&Registry::new()))
+    }
+
+    /// A long-poll from a peer of its own (no per-peer cap).
+    async fn signed_any(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
+        let unbounded = crate::limits::Slots::new(usize::MAX, usize::MAX);
+        signed(cache, query, &unbounded, [127, 0, 0, 1].into()).await
     }
 
     fn store(cache: &ReportCache, sequence: u64) {
@@ -490,12 +545,12 @@ mod tests {
     #[tokio::test]
     async fn without_a_query_or_with_a_newer_report_it_answers_at_once() {
         let cache = cache();
-        let (status, _, text) = body(signed(&cache, None).await).await;
+        let (status, _, text) = body(signed_any(&cache, None).await).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(text.contains("no diagnose run"), "{text}");
         store(&cache, 7);
         for query in [None, Some("after=6&wait=60"), Some("after=0&wait=60")] {
-            let answer = tokio::time::timeout(Duration::from_secs(5), signed(&cache, query))
+            let answer = tokio::time::timeout(Duration::from_secs(5), signed_any(&cache, query))
                 .await
                 .expect("answered at once");
             assert_eq!(
@@ -504,12 +559,12 @@ mod tests {
             );
         }
         // Without `wait`: at once, 304 when nothing newer exists.
-        let (status, sequence, text) = body(signed(&cache, Some("after=7")).await).await;
+        let (status, sequence, text) = body(signed_any(&cache, Some("after=7")).await).await;
         assert_eq!(
             (status, sequence.as_deref(), text.as_str()),
             (StatusCode::NOT_MODIFIED, Some("7"), "")
         );
-        let (status, _, text) = body(signed(&cache, Some("after=x")).await).await;
+        let (status, _, text) = body(signed_any(&cache, Some("after=x")).await).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert!(text.contains("not an unsigned integer"), "{text}");
     }
@@ -519,7 +574,7 @@ mod tests {
         let cache = cache();
         store(&cache, 7);
         let started = Instant::now();
-        let (status, sequence, _) = body(signed(&cache, Some("after=7&wait=1")).await).await;
+        let (status, sequence, _) = body(signed_any(&cache, Some("after=7&wait=1")).await).await;
         assert!(started.elapsed() >= Duration::from_secs(1));
         assert_eq!(
             (status, sequence.as_deref()),
@@ -535,7 +590,9 @@ mod tests {
         let mut waiters = tokio::task::JoinSet::new();
         for _ in 0..crate::cache::MAX_WAITERS {
             let cache = Arc::clone(&cache);
-            waiters.spawn(async move { body(signed(&cache, Some("after=7&wait=60")).await).await });
+            waiters.spawn(
+                async move { body(signed_any(&cache, Some("after=7&wait=60")).await).await },
+            );
         }
         let started = Instant::now();
         while cache.waiting() < crate::cache::MAX_WAITERS {
@@ -546,13 +603,24 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        // One more is answered at once, as if it had not asked to wait.
-        let (status, _, _) = tokio::time::timeout(Duration::from_secs(5), async {
-            body(signed(&cache, Some("after=7&wait=60")).await).await
-        })
+        // One more is answered at once with 503 and Retry-After, so that its caller can tell
+        // it from "nothing new" (304) and back off.
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            signed_any(&cache, Some("after=7&wait=60")),
+        )
         .await
         .expect("answered at once beyond the bound");
-        assert_eq!(status, StatusCode::NOT_MODIFIED);
+        assert_eq!(
+            answer
+                .headers()
+                .get(header::RETRY_AFTER)
+                .map(|value| value.to_str().unwrap()),
+            Some("5")
+        );
+        let (status, _, text) = body(answer).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(text.contains("long-poll waiters are taken"), "{text}");
         // Nobody has answered yet; one new report answers all of them.
         assert!(waiters.try_join_next().is_none());
         store(&cache, 8);
@@ -577,7 +645,7 @@ mod tests {
         store(&cache, 7);
         let waiter = {
             let cache = Arc::clone(&cache);
-            tokio::spawn(async move { signed(&cache, Some("after=7&wait=60")).await })
+            tokio::spawn(async move { signed_any(&cache, Some("after=7&wait=60")).await })
         };
         while cache.waiting() == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -590,7 +658,44 @@ mod tests {
     #[tokio::test]
     async fn an_unavailable_report_stays_503_after_the_wait() {
         let cache = cache();
-        let (status, _, _) = body(signed(&cache, Some("after=0&wait=1")).await).await;
+        let (status, _, _) = body(signed_any(&cache, Some("after=0&wait=1")).await).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[tokio::test]
+    async fn one_address_cannot_take_every_waiter() {
+        let cache = cache();
+        store(&cache, 7);
+        let waiters = crate::limits::Slots::new(
+            crate::cache::MAX_WAITERS,
+            crate::limits::MAX_WAITERS_PER_PEER,
+        );
+        let flooder: std::net::IpAddr = [192, 0, 2, 9].into();
+        let mut held = tokio::task::JoinSet::new();
+        for _ in 0..crate::limits::MAX_WAITERS_PER_PEER {
+            let (cache, waiters) = (Arc::clone(&cache), Arc::clone(&waiters));
+            held.spawn(async move {
+                signed(&cache, Some("after=7&wait=60"), &waiters, flooder)
+                    .await
+                    .status()
+            });
+        }
+        while waiters.taken() < crate::limits::MAX_WAITERS_PER_PEER {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        for _ in 0..70 {
+            let answer = signed(&cache, Some("after=7&wait=60"), &waiters, flooder).await;
+            assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+            assert!(answer.headers().contains_key(header::RETRY_AFTER));
+        }
+        // The coordinator, from its own address, still waits.
+        let coordinator: std::net::IpAddr = [192, 0, 2, 1].into();
+        let watch = tokio::time::timeout(
+            Duration::from_millis(300),
+            signed(&cache, Some("after=7&wait=60"), &waiters, coordinator),
+        )
+        .await;
+        assert!(watch.is_err(), "the coordinator's watch waits");
+        held.abort_all();
     }
 }

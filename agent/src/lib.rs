@@ -9,8 +9,10 @@ pub mod check;
 pub mod cli;
 pub mod config;
 pub mod http;
+pub mod limits;
 pub mod load;
 pub mod metrics;
+pub mod refusals;
 pub mod repair;
 pub mod replica;
 pub mod scheduler;
@@ -150,6 +152,17 @@ pub async fn serve_with(
     collectors: Collectors,
     listener: TcpListener,
 ) -> Result<RunningAgent, AgentError> {
+    serve_with_limits(config, collectors, listener, None).await
+}
+
+/// [`serve_with`] with the connection caps and timeouts given (`None`: the defaults, lowered to
+/// this process's descriptor limit).
+pub async fn serve_with_limits(
+    config: Config,
+    collectors: Collectors,
+    listener: TcpListener,
+    connection_limits: Option<limits::ConnectionLimits>,
+) -> Result<RunningAgent, AgentError> {
     config.validate()?;
     let local_addr = listener
         .local_addr()
@@ -263,27 +276,40 @@ pub async fn serve_with(
             (Some(position) == diagnose_position).then(|| Arc::clone(&wake_diagnose)),
         ));
     }
-    let check = match nodecare_protocol::sign::HmacKey::from_file(&config.hmac_key) {
-        Ok(key) => Some(Arc::new(check::CheckService::new(
+    let refusals = Arc::new(refusals::Refusals::default());
+    tasks.spawn(
+        Arc::clone(&refusals).run_summaries(refusals::SUMMARY_INTERVAL, shutdown_rx.clone()),
+    );
+    let check = match signing::load_key(&config.hmac_key) {
+        Ok(key) => match check::CheckService::new(
             nodecare_protocol::KeyRing::single(key),
             node.clone(),
             config.repair(&node).verify_policy,
             check::DEFAULT_MIN_CHECK_INTERVAL,
             wake_diagnose,
             Arc::clone(&cache),
-        ))),
+            &config.state_dir.join("check"),
+            Arc::clone(&refusals),
+        ) {
+            Ok(service) => Some(Arc::new(service)),
+            Err(error) => {
+                tracing::error!(%error, "signed checks are unavailable");
+                None
+            }
+        },
         Err(error) => {
             tracing::error!(%error, "signed checks are unavailable");
             None
         }
     };
 
-    let replica = match nodecare_protocol::sign::HmacKey::from_file(&config.hmac_key) {
-        Ok(key) => match replica::ReplicaKeeper::open(
+    let replica = match signing::load_key(&config.hmac_key) {
+        Ok(key) => match replica::ReplicaKeeper::open_counting(
             key,
             node.clone(),
             config.repair(&node).verify_policy,
             config.state_dir.join("replica"),
+            Arc::clone(&refusals),
         ) {
             Ok(keeper) => Some(Arc::new(keeper)),
             Err(error) => {
@@ -305,7 +331,11 @@ pub async fn serve_with(
         sign_counters,
         stale_after: config.signature_ttl(),
         cluster,
+        waiters: limits::Slots::new(cache::MAX_WAITERS, limits::MAX_WAITERS_PER_PEER),
+        refusals: Arc::clone(&refusals),
     });
+    let limits = connection_limits.unwrap_or_else(limits::ConnectionLimits::for_this_process);
+    let connection_slots = limits::Slots::new(limits.max_connections, limits.max_per_peer);
     let mut accept_shutdown = shutdown_rx.clone();
     tasks.spawn(async move {
         let mut connections = JoinSet::new();
@@ -325,26 +355,20 @@ pub async fn serve_with(
                     continue;
                 }
             };
+            // Beyond the caps: closed at once, counted, not logged one by one.
+            let Some(slot) = connection_slots.try_take(peer.ip()) else {
+                http_state.refusals.count(
+                    refusals::Endpoint::Connection,
+                    hyper::StatusCode::SERVICE_UNAVAILABLE,
+                );
+                drop(stream);
+                continue;
+            };
             if let Err(error) = stream.set_nodelay(true) {
                 tracing::debug!(%error, "cannot disable Nagle");
             }
             let state = Arc::clone(&http_state);
-            connections.spawn(async move {
-                let service = service_fn(move |request| {
-                    let state = Arc::clone(&state);
-                    async move {
-                        Ok::<_, std::convert::Infallible>(http::route(state, request, peer).await)
-                    }
-                });
-                let connection = http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .keep_alive(true)
-                    .header_read_timeout(Duration::from_secs(10))
-                    .serve_connection(TokioIo::new(stream), service);
-                if let Err(error) = connection.await {
-                    tracing::debug!(%error, "connection ended with an error");
-                }
-            });
+            connections.spawn(serve_connection(stream, peer, state, limits, slot));
         }
         connections.shutdown().await;
     });
@@ -355,6 +379,91 @@ pub async fn serve_with(
         tasks,
         cache,
     })
+}
+
+/// Requests of one connection in progress, and when the last one ended.
+#[derive(Debug)]
+struct Activity {
+    in_progress: usize,
+    since: Instant,
+}
+
+/// Serves one connection until it ends, its header or idle timeout passes or the client goes.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    state: Arc<HttpState>,
+    limits: limits::ConnectionLimits,
+    slot: limits::Slot,
+) {
+    let activity = Arc::new(std::sync::Mutex::new(Activity {
+        in_progress: 0,
+        since: Instant::now(),
+    }));
+    let tracked = Arc::clone(&activity);
+    let service = service_fn(move |request| {
+        let state = Arc::clone(&state);
+        let activity = Arc::clone(&tracked);
+        async move {
+            let started = RequestInProgress::start(activity);
+            let response = http::route(state, request, peer).await;
+            drop(started);
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits::MAX_CONNECTION_BUFFER_BYTES)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let mut idle_check = tokio::time::interval(Duration::from_millis(250).min(limits.idle_timeout));
+    loop {
+        tokio::select! {
+            ended = connection.as_mut() => {
+                if let Err(error) = ended {
+                    tracing::debug!(%error, "connection ended with an error");
+                }
+                break;
+            }
+            _ = idle_check.tick() => {
+                let idle = {
+                    let activity = activity.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    activity.in_progress == 0 && activity.since.elapsed() >= limits.idle_timeout
+                };
+                if idle {
+                    tracing::trace!(%peer, "idle connection closed");
+                    break;
+                }
+            }
+        }
+    }
+    drop(slot);
+}
+
+/// Marks a request in progress on its connection until dropped.
+struct RequestInProgress(Arc<std::sync::Mutex<Activity>>);
+
+impl RequestInProgress {
+    fn start(activity: Arc<std::sync::Mutex<Activity>>) -> Self {
+        activity
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .in_progress += 1;
+        Self(activity)
+    }
+}
+
+impl Drop for RequestInProgress {
+    fn drop(&mut self) {
+        let mut activity = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        activity.in_progress = activity.in_progress.saturating_sub(1);
+        activity.since = Instant::now();
+    }
 }
 
 /// Starts the agent with its default collectors on `listener`.

@@ -5,14 +5,14 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
-use nodecare_agent::cli::{Cli, Command, ScriptAction};
+use nodecare_agent::cli::{Cli, Command, ReplicaAction, ScriptAction};
 use nodecare_agent::config::Config;
 use nodecare_agent::signing::{DiagnoseSigner, load_signer};
 use nodecare_agent::state::StateDir;
 use nodecare_collectors::diagnose::DiagnoseCollector;
 use nodecare_collectors::runner::Runner;
 use nodecare_protocol::now_ms;
-use nodecare_protocol::{DiagnosePayload, HmacKey, KeyRing, VerifyPolicy};
+use nodecare_protocol::{DiagnosePayload, KeyRing, VerifyPolicy};
 use serde::Deserialize;
 
 fn main() -> ExitCode {
@@ -47,6 +47,9 @@ fn main() -> ExitCode {
         Command::Script {
             action: ScriptAction::Check { file, runs },
         } => return script_check(&config, &file, runs),
+        Command::Replica {
+            action: ReplicaAction::Discard,
+        } => replica_discard(&config),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -55,6 +58,17 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `nodecare-agent replica discard`.
+fn replica_discard(config: &Config) -> anyhow::Result<()> {
+    let dir = config.state_dir.join("replica");
+    if nodecare_agent::replica::discard(&dir)? {
+        println!("discarded the replica kept in {}", dir.display());
+    } else {
+        println!("no replica kept in {}", dir.display());
+    }
+    Ok(())
 }
 
 /// `nodecare-agent repair --command NAME --input FILE`.
@@ -135,7 +149,7 @@ fn check_config(config: &Config) -> ExitCode {
         Ok(text) => print!("{text}"),
         Err(error) => eprintln!("cannot print the configuration: {error}"),
     }
-    if let Err(error) = HmacKey::from_file(&config.hmac_key) {
+    if let Err(error) = nodecare_agent::signing::load_key(&config.hmac_key) {
         eprintln!("warning: {error}; signed diagnose reports will be unavailable");
     }
     ExitCode::SUCCESS
@@ -223,7 +237,7 @@ fn envelope_text(input: &[u8]) -> Result<Vec<u8>, String> {
 }
 
 fn verify(config: &Config, node: Option<&str>, min_sequence: Option<u64>) -> ExitCode {
-    let key = match HmacKey::from_file(&config.hmac_key) {
+    let key = match nodecare_agent::signing::load_key(&config.hmac_key) {
         Ok(key) => key,
         Err(error) => {
             println!("invalid: {error}");

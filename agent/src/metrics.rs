@@ -124,6 +124,9 @@ pub struct SignatureMetrics {
     pub whitelist_refusals_total: BTreeMap<String, u64>,
     /// Repair requests refused, by reason.
     pub refusals_total: BTreeMap<String, u64>,
+    /// Other requests refused (checks, replicas, long-polls, connections), by (endpoint,
+    /// status).
+    pub requests_refused_total: BTreeMap<(String, String), u64>,
 }
 
 /// Every verdict status, so the one-hot status metric always has all series.
@@ -739,6 +742,14 @@ pub fn render(input: &MetricsInput) -> String {
             *count as f64,
         );
     }
+    for ((endpoint, status), count) in &input.signatures.requests_refused_total {
+        families.counter(
+            "nodecare_agent_requests_refused_total",
+            "Requests refused by the check, replica and long-poll endpoints and connections closed beyond the caps, by endpoint and HTTP status.",
+            &[("endpoint", endpoint), ("status", status)],
+            *count as f64,
+        );
+    }
     families.render()
 }
 
@@ -884,6 +895,8 @@ pub struct Sources<'a> {
     pub sign_counters: &'a crate::signing::SignCounters,
     /// The repair service, when it runs.
     pub repair: Option<&'a crate::repair::RepairService>,
+    /// Refused requests of the other endpoints.
+    pub refusals: &'a crate::refusals::Refusals,
 }
 
 /// The `/metrics` body (served with [`CONTENT_TYPE`]).
@@ -898,6 +911,14 @@ pub fn text(sources: Sources<'_>) -> String {
         sources.sign_counters,
         refusals.as_ref(),
     );
+    input.signatures.requests_refused_total = sources
+        .refusals
+        .totals()
+        .into_iter()
+        .map(|((endpoint, status), count)| {
+            ((endpoint.as_str().to_owned(), status.to_string()), count)
+        })
+        .collect();
     render(&input)
 }
 

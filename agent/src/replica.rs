@@ -1,11 +1,16 @@
 //! The copy of the coordinator's state this node keeps while it is a master candidate
 //! (`PUT /1/replica`, `POST /1/replica/read`; wire format in `nodecare_protocol::replica`).
 //!
-//! A push verified with the cluster key is kept when its generation is higher than the copy held
-//! (written to `<state_dir>/replica/kept` through a temporary file, fsynced, renamed); an older
-//! one is refused with `409` naming the generation held, which tells a coordinator that another
-//! one took over. A read signed with the cluster key is answered with the kept push, under an
-//! envelope this agent signs with the read's nonce.
+//! A push is read as a stream and judged before its snapshot is: the envelope line (at most
+//! [`MAX_ENVELOPE_LINE_BYTES`], within [`ENVELOPE_TIMEOUT`]) must verify with the cluster key and
+//! `Content-Length` must be the length its signed header names; only then, one push at a time,
+//! are the snapshot's bytes streamed into the digest and a temporary file (within
+//! [`BODY_TIMEOUT`]), never held in memory. A push whose generation is higher than the copy held
+//! is kept (`<state_dir>/replica/kept`, fsynced, renamed); an older one is refused with `409`
+//! naming the generation held, which tells a coordinator that another one took over. A read
+//! signed with the cluster key is answered with the kept push, read from the file, under an
+//! envelope this agent signs with the read's nonce. `nodecare-agent replica discard` removes
+//! the kept copy ([`discard`]); a running agent notices at its next push or read.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -14,31 +19,36 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Body;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use nodecare_protocol::replica::{
     MAX_ENVELOPE_LINE_BYTES, MAX_READ_BODY_BYTES, MAX_REPLICA_BYTES, PushAccepted, PushDecision,
-    PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReplicaHeader, decide_push, open_kept, open_push,
-    open_read, sign_answer,
+    PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReplicaHeader, decide_push, open_kept,
+    open_push_line, open_read, push_frame_len, sign_answer,
 };
 use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
 
 use crate::check::{error_body, json};
+use crate::refusals::{Endpoint, Refusals};
 
 /// How long a read's answer stays valid.
 const ANSWER_TTL_MS: u64 = 60_000;
-/// How long a push's body may take to arrive.
-const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the envelope line of a push (not yet authenticated) may take to arrive.
+pub const ENVELOPE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the rest of a verified push's body may take to arrive.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the body of a read may take to arrive.
+pub const READ_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The largest `Content-Length` of a push: the longest envelope line, `\n`, the largest snapshot.
+pub const MAX_PUSH_BYTES: u64 = MAX_REPLICA_BYTES + MAX_ENVELOPE_LINE_BYTES as u64 + 1;
+/// `Retry-After` (seconds) of a push refused while another one is being received.
+pub const PUSH_BUSY_RETRY_AFTER_SECS: u64 = 1;
 
 /// Whether `path` is one of the replica endpoints.
 pub fn is_replica_path(path: &str) -> bool {
     path == REPLICA_PATH || path == REPLICA_READ_PATH
-}
-
-#[derive(Debug)]
-struct Kept {
-    header: ReplicaHeader,
-    frame: Arc<Vec<u8>>,
 }
 
 /// The replica endpoints of one node.
@@ -49,10 +59,14 @@ pub struct ReplicaKeeper {
     node: String,
     policy: VerifyPolicy,
     dir: PathBuf,
-    kept: tokio::sync::Mutex<Option<Kept>>,
+    /// The header of the copy held (its frame is the file `kept`).
+    kept: tokio::sync::Mutex<Option<ReplicaHeader>>,
+    /// Held while a verified push's snapshot is received: one at a time.
+    receiving: tokio::sync::Mutex<()>,
+    refusals: Arc<Refusals>,
 }
 
-/// Why the keeper cannot start.
+/// Why the keeper cannot start, or a copy cannot be discarded.
 #[derive(Debug, thiserror::Error)]
 #[error("replica directory {path}: {error}")]
 pub struct KeeperError {
@@ -64,6 +78,30 @@ fn file(dir: &Path) -> PathBuf {
     dir.join("kept")
 }
 
+/// Removes the copy kept under `dir` (`<state_dir>/replica`): `nodecare-agent replica discard`,
+/// for a copy the coordinator cannot restore. Returns whether there was one. The running agent
+/// holds none from its next push or read on.
+pub fn discard(dir: &Path) -> Result<bool, KeeperError> {
+    match std::fs::remove_file(file(dir)) {
+        Ok(()) => {
+            if let Ok(directory) = std::fs::File::open(dir)
+                && let Err(error) = directory.sync_all()
+            {
+                tracing::warn!(%error, "cannot sync the replica directory");
+            }
+            Ok(true)
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(KeeperError {
+            path: file(dir).display().to_string(),
+            error,
+        }),
+    }
+}
+
+/// Why a push was not kept, with the answer's status.
+struct Refused(StatusCode, String);
+
 impl ReplicaKeeper {
     /// The keeper of `node`, its copy under `dir` (created if missing). A kept copy that does not
     /// verify is moved aside to `kept.unreadable` and logged; the node then holds none.
@@ -73,19 +111,29 @@ impl ReplicaKeeper {
         policy: VerifyPolicy,
         dir: PathBuf,
     ) -> Result<Self, KeeperError> {
+        Self::open_counting(key, node, policy, dir, Arc::new(Refusals::default()))
+    }
+
+    /// [`Self::open`], counting refused requests in `refusals`.
+    pub fn open_counting(
+        key: HmacKey,
+        node: String,
+        policy: VerifyPolicy,
+        dir: PathBuf,
+        refusals: Arc<Refusals>,
+    ) -> Result<Self, KeeperError> {
         std::fs::create_dir_all(&dir).map_err(|error| KeeperError {
             path: dir.display().to_string(),
             error,
         })?;
         let keys = KeyRing::single(key.clone());
+        // A push that was being received when the agent stopped.
+        drop(std::fs::remove_file(dir.join("kept.tmp")));
         let kept = match std::fs::read(file(&dir)) {
             Ok(bytes) => match open_kept(&keys, &bytes, &node) {
                 Ok((header, _)) => {
                     tracing::info!(generation = %header.generation, from = %header.coordinator, "holding a replica of the coordinator's state");
-                    Some(Kept {
-                        header,
-                        frame: Arc::new(bytes),
-                    })
+                    Some(header)
                 }
                 Err(error) => {
                     tracing::error!(%error, "the kept replica does not verify; moving it aside to kept.unreadable");
@@ -110,66 +158,258 @@ impl ReplicaKeeper {
             policy,
             dir,
             kept: tokio::sync::Mutex::new(kept),
+            receiving: tokio::sync::Mutex::new(()),
+            refusals,
         })
+    }
+
+    /// The header held, forgotten when the file was discarded meanwhile.
+    async fn held_header(&self) -> tokio::sync::MutexGuard<'_, Option<ReplicaHeader>> {
+        let mut kept = self.kept.lock().await;
+        if kept.is_some()
+            && matches!(std::fs::symlink_metadata(file(&self.dir)), Err(error) if error.kind() == std::io::ErrorKind::NotFound)
+        {
+            tracing::warn!("the kept replica was discarded; holding none");
+            *kept = None;
+        }
+        kept
     }
 
     /// The generation held, if any.
     pub async fn held(&self) -> Option<nodecare_protocol::replica::Generation> {
-        self.kept
-            .lock()
+        self.held_header()
             .await
             .as_ref()
-            .map(|kept| kept.header.generation)
+            .map(|header| header.generation)
     }
 
-    /// Judges a push at `now` and keeps it when it is newer.
+    /// Judges a whole push frame at `now` and keeps it when it is newer (the same path as a push
+    /// received over HTTP).
     pub async fn push(&self, bytes: Vec<u8>, now: u64) -> Response<Full<Bytes>> {
-        let header = match open_push(&self.keys, &bytes, now, self.policy, &self.node) {
-            Ok((header, _)) => header,
-            Err(error) => {
-                tracing::warn!(%error, "replica push refused");
-                return json(StatusCode::FORBIDDEN, &error_body(&error.to_string()));
+        let length = bytes.len();
+        let mut request = Request::new(Full::new(Bytes::from(bytes)));
+        *request.method_mut() = Method::PUT;
+        if let Ok(value) = HeaderValue::from_str(&length.to_string()) {
+            request.headers_mut().insert(CONTENT_LENGTH, value);
+        }
+        self.receive_push(request, now).await
+    }
+
+    async fn receive_push<B>(&self, request: Request<B>, now: u64) -> Response<Full<Bytes>>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        match self.try_receive_push(request, now).await {
+            Ok(response) => response,
+            Err(Refused(status, message)) => {
+                if status == StatusCode::SERVICE_UNAVAILABLE {
+                    let mut response = json(status, &error_body(&message));
+                    response
+                        .headers_mut()
+                        .insert(RETRY_AFTER, HeaderValue::from(PUSH_BUSY_RETRY_AFTER_SECS));
+                    return response;
+                }
+                if status.is_client_error() {
+                    self.refusals.count(Endpoint::Replica, status);
+                } else {
+                    tracing::error!(%message, "replica push failed");
+                }
+                json(status, &error_body(&message))
             }
-        };
-        let mut kept = self.kept.lock().await;
-        match decide_push(kept.as_ref().map(|kept| &kept.header), &header) {
-            PushDecision::Same => json(
-                StatusCode::OK,
-                &PushAccepted {
-                    held: header.generation,
-                },
-            ),
-            PushDecision::Refuse { held } => {
-                tracing::warn!(pushed = %header.generation, %held, from = %header.coordinator, "replica push older than the copy held: refused");
-                json(StatusCode::CONFLICT, &PushRefused { held })
-            }
-            PushDecision::Keep => {
-                let dir = self.dir.clone();
-                let frame = Arc::new(bytes);
-                let to_write = Arc::clone(&frame);
-                let written =
-                    tokio::task::spawn_blocking(move || write_atomically(&dir, &to_write)).await;
-                match written {
-                    Ok(Ok(())) => {
-                        tracing::debug!(generation = %header.generation, from = %header.coordinator, bytes = frame.len(), "replica kept");
-                        let generation = header.generation;
-                        *kept = Some(Kept { header, frame });
-                        json(StatusCode::OK, &PushAccepted { held: generation })
-                    }
-                    Ok(Err(error)) => {
-                        tracing::error!(%error, "cannot write the replica");
-                        json(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            &error_body(&format!("cannot write the replica: {error}")),
-                        )
-                    }
-                    Err(error) => json(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &error_body(&format!("cannot write the replica: {error}")),
+        }
+    }
+
+    async fn try_receive_push<B>(
+        &self,
+        request: Request<B>,
+        now: u64,
+    ) -> Result<Response<Full<Bytes>>, Refused>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        let declared = content_length(&request)?;
+        let mut body = request.into_body();
+        // The envelope line, bounded in size and time, before anything else.
+        let (line, mut rest) = tokio::time::timeout(ENVELOPE_TIMEOUT, envelope_line(&mut body))
+            .await
+            .map_err(|_| {
+                Refused(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "envelope line not received within {} s",
+                        ENVELOPE_TIMEOUT.as_secs()
                     ),
+                )
+            })??;
+        let header = open_push_line(&self.keys, &line, now, self.policy, &self.node)
+            .map_err(|error| Refused(StatusCode::FORBIDDEN, error.to_string()))?;
+        let expected = push_frame_len(line.len(), &header);
+        if declared != expected {
+            return Err(Refused(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "Content-Length {declared} differs from the {expected} bytes the signed header names"
+                ),
+            ));
+        }
+        match decide_push(self.held_header().await.as_ref(), &header) {
+            PushDecision::Keep => {}
+            PushDecision::Same => {
+                return Ok(json(
+                    StatusCode::OK,
+                    &PushAccepted {
+                        held: header.generation,
+                    },
+                ));
+            }
+            PushDecision::Refuse { held } => {
+                tracing::info!(pushed = %header.generation, %held, from = %header.coordinator, "replica push older than the copy held: refused");
+                return Ok(json(StatusCode::CONFLICT, &PushRefused { held }));
+            }
+        }
+        let Ok(_receiving) = self.receiving.try_lock() else {
+            return Err(Refused(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "another push is being received".into(),
+            ));
+        };
+        let temporary = self.dir.join("kept.tmp");
+        let received = tokio::time::timeout(
+            BODY_TIMEOUT,
+            self.receive_snapshot(&temporary, &line, &header, &mut rest, &mut body),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(Refused(
+                StatusCode::REQUEST_TIMEOUT,
+                format!("snapshot not received within {} s", BODY_TIMEOUT.as_secs()),
+            ))
+        });
+        if let Err(refused) = received {
+            drop(tokio::fs::remove_file(&temporary).await);
+            return Err(refused);
+        }
+        let mut kept = self.held_header().await;
+        match decide_push(kept.as_ref(), &header) {
+            PushDecision::Keep => {}
+            PushDecision::Same => {
+                drop(tokio::fs::remove_file(&temporary).await);
+                return Ok(json(
+                    StatusCode::OK,
+                    &PushAccepted {
+                        held: header.generation,
+                    },
+                ));
+            }
+            PushDecision::Refuse { held } => {
+                drop(tokio::fs::remove_file(&temporary).await);
+                return Ok(json(StatusCode::CONFLICT, &PushRefused { held }));
+            }
+        }
+        let dir = self.dir.clone();
+        let renamed = tokio::task::spawn_blocking(move || {
+            std::fs::rename(dir.join("kept.tmp"), file(&dir))?;
+            std::fs::File::open(&dir)?.sync_all()
+        })
+        .await;
+        match renamed {
+            Ok(Ok(())) => {
+                tracing::debug!(generation = %header.generation, from = %header.coordinator, bytes = header.size, "replica kept");
+                let generation = header.generation;
+                *kept = Some(header);
+                Ok(json(StatusCode::OK, &PushAccepted { held: generation }))
+            }
+            Ok(Err(error)) => Err(Refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot write the replica: {error}"),
+            )),
+            Err(error) => Err(Refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot write the replica: {error}"),
+            )),
+        }
+    }
+
+    /// Streams the snapshot into the digest and `temporary` (the frame as received), then
+    /// checks its size and digest and syncs the file.
+    async fn receive_snapshot<B>(
+        &self,
+        temporary: &Path,
+        line: &[u8],
+        header: &ReplicaHeader,
+        rest: &mut Bytes,
+        body: &mut B,
+    ) -> Result<(), Refused>
+    where
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display,
+    {
+        let write_error = |error: std::io::Error| {
+            Refused(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("cannot write the replica: {error}"),
+            )
+        };
+        let mut out = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(temporary)
+            .await
+            .map_err(write_error)?;
+        out.write_all(line).await.map_err(write_error)?;
+        out.write_all(b"\n").await.map_err(write_error)?;
+        let mut digest = Sha256::new();
+        let mut received: u64 = 0;
+        let mut chunk = std::mem::take(rest);
+        loop {
+            if !chunk.is_empty() {
+                received = received.saturating_add(chunk.len() as u64);
+                if received > header.size {
+                    return Err(Refused(
+                        StatusCode::BAD_REQUEST,
+                        format!("snapshot longer than the {} bytes signed", header.size),
+                    ));
+                }
+                digest.update(&chunk);
+                out.write_all(&chunk).await.map_err(write_error)?;
+            }
+            match body.frame().await {
+                None => break,
+                Some(Ok(frame)) => chunk = frame.into_data().unwrap_or_default(),
+                Some(Err(error)) => {
+                    return Err(Refused(
+                        StatusCode::BAD_REQUEST,
+                        format!("cannot read the snapshot: {error}"),
+                    ));
                 }
             }
         }
+        if received != header.size {
+            return Err(Refused(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "snapshot does not match its header: {received} bytes, header says {}",
+                    header.size
+                ),
+            ));
+        }
+        let sha256 = hex::encode(digest.finalize());
+        if sha256 != header.sha256 {
+            return Err(Refused(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "snapshot does not match its header: sha256 {sha256}, header says {}",
+                    header.sha256
+                ),
+            ));
+        }
+        out.flush().await.map_err(write_error)?;
+        out.sync_all().await.map_err(write_error)?;
+        Ok(())
     }
 
     /// Answers a read at `now`.
@@ -177,20 +417,46 @@ impl ReplicaKeeper {
         let read = match open_read(&self.keys, body, now, self.policy, &self.node) {
             Ok(read) => read,
             Err(error) => {
-                tracing::warn!(%error, "replica read refused");
+                self.refusals
+                    .count(Endpoint::Replica, StatusCode::FORBIDDEN);
                 return json(StatusCode::FORBIDDEN, &error_body(&error.to_string()));
             }
         };
-        let kept = self.kept.lock().await;
+        let kept = self.held_header().await;
+        let frame = match kept.as_ref() {
+            None => None,
+            Some(header) => {
+                let path = file(&self.dir);
+                let bytes = match tokio::fs::read(&path).await {
+                    Ok(bytes) => bytes,
+                    Err(error) => {
+                        return json(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            &error_body(&format!("cannot read the kept replica: {error}")),
+                        );
+                    }
+                };
+                match open_kept(&self.keys, &bytes, &self.node) {
+                    Ok((on_disk, _)) if on_disk == *header => Some((header.clone(), bytes)),
+                    Ok(_) | Err(_) => {
+                        return json(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            &error_body("the kept replica changed on disk"),
+                        );
+                    }
+                }
+            }
+        };
+        drop(kept);
         let answer = sign_answer(
             &self.signer,
             &read.read_nonce,
-            kept.as_ref()
-                .map(|kept| (&kept.header, kept.frame.as_slice())),
+            frame
+                .as_ref()
+                .map(|(header, bytes)| (header, bytes.as_slice())),
             now,
             ANSWER_TTL_MS,
         );
-        drop(kept);
         match answer {
             Ok(bytes) => {
                 let mut response = Response::new(Full::new(Bytes::from(bytes)));
@@ -210,61 +476,107 @@ impl ReplicaKeeper {
     /// Answers `PUT /1/replica` and `POST /1/replica/read`.
     pub async fn handle_http<B>(&self, request: Request<B>) -> Response<Full<Bytes>>
     where
-        B: Body<Data = Bytes>,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+        B: Body<Data = Bytes> + Unpin,
+        B::Error: std::fmt::Display + Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let reading = request.uri().path() == REPLICA_READ_PATH;
-        let (method, limit) = if reading {
-            (Method::POST, MAX_READ_BODY_BYTES)
-        } else {
-            (
-                Method::PUT,
-                usize::try_from(MAX_REPLICA_BYTES)
-                    .unwrap_or(usize::MAX)
-                    .saturating_add(MAX_ENVELOPE_LINE_BYTES + 1),
-            )
-        };
+        let method = if reading { Method::POST } else { Method::PUT };
         if request.method() != method {
             return json(
                 StatusCode::METHOD_NOT_ALLOWED,
                 &error_body(&format!("use {method}")),
             );
         }
-        let limited = Limited::new(request.into_body(), limit);
-        let body = match tokio::time::timeout(BODY_TIMEOUT, limited.collect()).await {
+        if !reading {
+            return self.receive_push(request, now_ms()).await;
+        }
+        let limited = Limited::new(request.into_body(), MAX_READ_BODY_BYTES);
+        let body = match tokio::time::timeout(READ_BODY_TIMEOUT, limited.collect()).await {
             Ok(Ok(collected)) => collected.to_bytes(),
             Ok(Err(error)) => {
+                self.refusals
+                    .count(Endpoint::Replica, StatusCode::PAYLOAD_TOO_LARGE);
                 return json(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     &error_body(&format!(
-                        "cannot read the body (at most {limit} bytes): {error}"
+                        "cannot read the body (at most {MAX_READ_BODY_BYTES} bytes): {error}"
                     )),
                 );
             }
             Err(_) => {
+                self.refusals
+                    .count(Endpoint::Replica, StatusCode::REQUEST_TIMEOUT);
                 return json(
                     StatusCode::REQUEST_TIMEOUT,
                     &error_body("body not received in time"),
                 );
             }
         };
-        if reading {
-            self.read(&body, now_ms()).await
-        } else {
-            self.push(body.to_vec(), now_ms()).await
-        }
+        self.read(&body, now_ms()).await
     }
 }
 
-fn write_atomically(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    let temporary = dir.join("kept.tmp");
-    let mut out = std::fs::File::create(&temporary)?;
-    out.write_all(bytes)?;
-    out.sync_all()?;
-    drop(out);
-    std::fs::rename(&temporary, file(dir))?;
-    std::fs::File::open(dir)?.sync_all()
+/// The push's `Content-Length`: required, at most [`MAX_PUSH_BYTES`].
+fn content_length<B>(request: &Request<B>) -> Result<u64, Refused> {
+    let Some(value) = request.headers().get(CONTENT_LENGTH) else {
+        return Err(Refused(
+            StatusCode::LENGTH_REQUIRED,
+            "a push needs a Content-Length".into(),
+        ));
+    };
+    let declared = value
+        .to_str()
+        .ok()
+        .and_then(|text| text.parse::<u64>().ok())
+        .ok_or_else(|| Refused(StatusCode::BAD_REQUEST, "bad Content-Length".into()))?;
+    if declared > MAX_PUSH_BYTES {
+        return Err(Refused(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a push is at most {MAX_PUSH_BYTES} bytes, {declared} announced"),
+        ));
+    }
+    Ok(declared)
+}
+
+/// Reads up to the end of the envelope line: the line (without `\n`) and the bytes after it.
+async fn envelope_line<B>(body: &mut B) -> Result<(Vec<u8>, Bytes), Refused>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let mut line = Vec::new();
+    loop {
+        let chunk = match body.frame().await {
+            None => {
+                return Err(Refused(
+                    StatusCode::FORBIDDEN,
+                    "not a replica frame: the body ends before the envelope line does".into(),
+                ));
+            }
+            Some(Err(error)) => {
+                return Err(Refused(
+                    StatusCode::BAD_REQUEST,
+                    format!("cannot read the body: {error}"),
+                ));
+            }
+            Some(Ok(frame)) => frame.into_data().unwrap_or_default(),
+        };
+        let room = (MAX_ENVELOPE_LINE_BYTES + 1).saturating_sub(line.len());
+        let window = &chunk[..chunk.len().min(room)];
+        if let Some(end) = window.iter().position(|byte| *byte == b'\n') {
+            line.extend_from_slice(&chunk[..end]);
+            return Ok((line, chunk.slice(end + 1..)));
+        }
+        if chunk.len() >= room {
+            return Err(Refused(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "not a replica frame: no end of the envelope line within {MAX_ENVELOPE_LINE_BYTES} bytes"
+                ),
+            ));
+        }
+        line.extend_from_slice(&chunk);
+    }
 }
 
 #[cfg(test)]
@@ -420,5 +732,133 @@ mod tests {
         .unwrap();
         assert_eq!(keeper.held().await, None);
         assert!(replica.join("kept.unreadable").exists());
+    }
+
+    fn keeper_in(dir: &Path) -> ReplicaKeeper {
+        ReplicaKeeper::open(
+            key(),
+            "node2".into(),
+            VerifyPolicy::default(),
+            dir.join("replica"),
+        )
+        .unwrap()
+    }
+
+    fn put(bytes: Vec<u8>, length: Option<u64>) -> Request<Full<Bytes>> {
+        let mut request = Request::new(Full::new(Bytes::from(bytes)));
+        *request.method_mut() = Method::PUT;
+        if let Some(length) = length {
+            request
+                .headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from(length));
+        }
+        request
+    }
+
+    #[tokio::test]
+    async fn a_push_is_judged_by_its_envelope_and_length_before_its_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let keeper = keeper_in(dir.path());
+        let now = now_ms();
+        let generation = Generation {
+            epoch: 1,
+            number: 1,
+        };
+        let bytes = push_bytes(generation, b"snapshot", now);
+        let length = bytes.len() as u64;
+        for (declared, status) in [
+            (Some(length + 5), StatusCode::BAD_REQUEST),
+            (Some(length - 1), StatusCode::BAD_REQUEST),
+            (None, StatusCode::LENGTH_REQUIRED),
+            (Some(MAX_PUSH_BYTES + 1), StatusCode::PAYLOAD_TOO_LARGE),
+        ] {
+            let (got, text) = body(keeper.handle_http(put(bytes.clone(), declared)).await).await;
+            assert_eq!(
+                got,
+                status,
+                "{declared:?}: {}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+        // An unsigned frame is refused on its first line, whatever follows.
+        let mut unsigned = b"{\"payload\":1}\n".to_vec();
+        unsigned.extend_from_slice(&[0; 4096]);
+        let unsigned_length = unsigned.len() as u64;
+        let (got, _) = body(
+            keeper
+                .handle_http(put(unsigned, Some(unsigned_length)))
+                .await,
+        )
+        .await;
+        assert_eq!(got, StatusCode::FORBIDDEN);
+        // A line without its end within the bound.
+        let endless = vec![b'x'; MAX_ENVELOPE_LINE_BYTES + 2];
+        let (got, text) = body(keeper.handle_http(put(endless, Some(MAX_PUSH_BYTES))).await).await;
+        assert_eq!(
+            got,
+            StatusCode::FORBIDDEN,
+            "{}",
+            String::from_utf8_lossy(&text)
+        );
+        // One push is received at a time.
+        let receiving = keeper.receiving.try_lock().unwrap();
+        let answer = keeper.handle_http(put(bytes.clone(), Some(length))).await;
+        assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(answer.headers().contains_key(RETRY_AFTER));
+        drop(receiving);
+        assert_eq!(keeper.held().await, None);
+        let (got, _) = body(keeper.handle_http(put(bytes.clone(), Some(length))).await).await;
+        assert_eq!(got, StatusCode::OK);
+        assert_eq!(keeper.held().await, Some(generation));
+        assert_eq!(
+            std::fs::read(dir.path().join("replica/kept")).unwrap(),
+            bytes
+        );
+        assert!(!dir.path().join("replica/kept.tmp").exists());
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_other_than_signed_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let keeper = keeper_in(dir.path());
+        let now = now_ms();
+        let generation = Generation {
+            epoch: 1,
+            number: 1,
+        };
+        let mut bytes = push_bytes(generation, b"snapshot", now);
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        let (got, text) = body(keeper.push(bytes, now).await).await;
+        assert_eq!(got, StatusCode::FORBIDDEN);
+        assert!(String::from_utf8_lossy(&text).contains("sha256"));
+        assert_eq!(keeper.held().await, None);
+        assert!(!dir.path().join("replica/kept.tmp").exists());
+    }
+
+    #[tokio::test]
+    async fn a_discarded_copy_is_forgotten_and_a_lower_generation_kept_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let keeper = keeper_in(dir.path());
+        let now = now_ms();
+        let high = Generation {
+            epoch: 9,
+            number: 0,
+        };
+        let (status, _) = body(keeper.push(push_bytes(high, b"garbage", now), now).await).await;
+        assert_eq!(status, StatusCode::OK);
+        let low = Generation {
+            epoch: 2,
+            number: 0,
+        };
+        let (status, _) = body(keeper.push(push_bytes(low, b"good", now), now).await).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(discard(&dir.path().join("replica")).unwrap());
+        assert!(!discard(&dir.path().join("replica")).unwrap());
+        assert_eq!(keeper.held().await, None);
+        assert_eq!(read_back(&keeper, now).await, None);
+        let (status, _) = body(keeper.push(push_bytes(low, b"good", now), now).await).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(read_back(&keeper, now).await.as_deref(), Some(&b"good"[..]));
     }
 }

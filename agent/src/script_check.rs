@@ -422,6 +422,8 @@ pub struct Report {
     pub whitelist: Vec<Finding>,
     /// Every run, examined.
     pub runs: Vec<Examined>,
+    /// Why the script was not run at all (then `runs` is empty).
+    pub not_run: Option<String>,
 }
 
 impl Report {
@@ -484,7 +486,12 @@ impl Report {
         lines.push(String::new());
         lines.push("Runs".to_owned());
         if self.runs.is_empty() {
-            lines.push("  PROBLEM: not run: it is not a regular file".to_owned());
+            lines.push(format!(
+                "  PROBLEM: not run: {}",
+                self.not_run
+                    .as_deref()
+                    .unwrap_or("it is not a regular file")
+            ));
         }
         for (index, run) in self.runs.iter().enumerate() {
             lines.push(format!("  run {}: {}", index + 1, run.verdict.status));
@@ -574,6 +581,64 @@ fn dir_facts(path: &Path, diagnose_dir: &Path) -> DirFacts {
     }
 }
 
+/// The largest script `script check` copies and runs.
+pub const MAX_SCRIPT_BYTES: u64 = 1024 * 1024;
+
+/// Why a file is not run by `script check`, pure: only a regular file (never a link), owned by
+/// root, writable by root alone and at most [`MAX_SCRIPT_BYTES`] long is run, as root. The file
+/// rules are the whitelist's; its name and location may still be wrong (reported, not refused).
+pub fn refuse_to_run(facts: &FileFacts, len: u64) -> Option<String> {
+    if facts.is_symlink {
+        return Some("it is a symbolic link, which is never followed".into());
+    }
+    if !facts.is_regular {
+        return Some("it is not a regular file".into());
+    }
+    if facts.uid != 0 || facts.mode & !0o755 != 0 {
+        return Some(format!(
+            "it runs as root, so only a file owned by root and writable by root alone is run (owner uid {}, mode {:04o})",
+            facts.uid, facts.mode
+        ));
+    }
+    if len > MAX_SCRIPT_BYTES {
+        return Some(format!(
+            "it is {len} bytes long, more than the {MAX_SCRIPT_BYTES} bytes checked"
+        ));
+    }
+    None
+}
+
+/// Reads a regular file without following a link, at most [`MAX_SCRIPT_BYTES`].
+fn read_regular(path: &Path) -> Result<Vec<u8>, CheckError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file_error = |reason: String| CheckError::File {
+        path: path.display().to_string(),
+        reason,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|error| file_error(error.to_string()))?;
+    let metadata = file
+        .metadata()
+        .map_err(|error| file_error(error.to_string()))?;
+    if !metadata.file_type().is_file() {
+        return Err(file_error("not a regular file".into()));
+    }
+    let mut content = Vec::new();
+    file.take(MAX_SCRIPT_BYTES + 1)
+        .read_to_end(&mut content)
+        .map_err(|error| file_error(error.to_string()))?;
+    if content.len() as u64 > MAX_SCRIPT_BYTES {
+        return Err(file_error(format!(
+            "longer than the {MAX_SCRIPT_BYTES} bytes checked"
+        )));
+    }
+    Ok(content)
+}
+
 /// A root-owned private whitelist directory holding a 0755 root:root copy of the script.
 fn sandbox_copy(path: &Path, name: &str) -> Result<(tempfile::TempDir, PathBuf), CheckError> {
     let sandbox = |error: std::io::Error| CheckError::Sandbox(error.to_string());
@@ -585,10 +650,7 @@ fn sandbox_copy(path: &Path, name: &str) -> Result<(tempfile::TempDir, PathBuf),
         .map_err(sandbox)?;
     std::os::unix::fs::chown(dir.path(), Some(0), Some(0)).map_err(sandbox)?;
     let copy = dir.path().join(name);
-    let content = std::fs::read(path).map_err(|error| CheckError::File {
-        path: path.display().to_string(),
-        reason: error.to_string(),
-    })?;
+    let content = read_regular(path)?;
     std::fs::write(&copy, content).map_err(sandbox)?;
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).map_err(sandbox)?;
     std::os::unix::fs::chown(&copy, Some(0), Some(0)).map_err(sandbox)?;
@@ -629,11 +691,10 @@ pub async fn check_script(
         ),
         whitelist,
         runs: Vec::new(),
+        not_run: None,
     };
-    // A link is refused, but its target is run anyway so that its author sees the rest.
-    let runnable = metadata.file_type().is_file()
-        || (facts.is_symlink && std::fs::metadata(path).is_ok_and(|target| target.is_file()));
-    if !runnable {
+    if let Some(reason) = refuse_to_run(&facts, metadata.len()) {
+        report.not_run = Some(reason);
         return Ok(report);
     }
     let name = if is_valid_name(&facts.name) {
@@ -921,6 +982,7 @@ mod tests {
             sandbox: "2 runs".into(),
             whitelist: vec![Finding::note("somewhere else")],
             runs: vec![good.clone(), good.clone()],
+            not_run: None,
         };
         assert!(report.passed());
         assert!(report.render().ends_with("Result: PASS\n"));

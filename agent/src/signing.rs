@@ -285,11 +285,24 @@ impl DiagnoseSigner {
     }
 }
 
+/// Reads the cluster key file, refused (with the reason) when others can write or read it or
+/// it belongs to another user (`nodecare_daemon::secret`), or when it is empty. Every use of the
+/// key in the agent reads it here.
+pub fn load_key(key_file: &std::path::Path) -> Result<nodecare_protocol::HmacKey, String> {
+    let secret =
+        nodecare_daemon::secret::read_secret_file(key_file).map_err(|error| error.to_string())?;
+    if secret.is_empty() {
+        return Err(format!(
+            "cannot read HMAC key file {}: the key file is empty",
+            key_file.display()
+        ));
+    }
+    Ok(nodecare_protocol::HmacKey::new(secret))
+}
+
 /// Loads the signer for `node` from the key file, or the reason it cannot be used.
 pub fn load_signer(key_file: &std::path::Path, node: &str) -> Result<Signer, String> {
-    nodecare_protocol::HmacKey::from_file(key_file)
-        .map(|key| Signer::new(key, node))
-        .map_err(|error| error.to_string())
+    load_key(key_file).map(|key| Signer::new(key, node))
 }
 
 /// Shared handle for tests and callers that sign outside the agent loop.

@@ -479,6 +479,8 @@ async fn the_agent_serves_the_repair_endpoint() {
     fixture.counting_command("fix", 0);
     let key = fixture.root.path().join("hmac.key");
     std::fs::write(&key, KEY).unwrap();
+    // A secret readable by root alone, as the agent requires.
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     let diagnose = fixture.root.path().join("diagnose");
     std::fs::create_dir(&diagnose).unwrap();
     let config = nodecare_agent::config::Config {
@@ -592,4 +594,36 @@ async fn a_repair_whitelist_reached_through_a_symlink_or_a_writable_parent_runs_
     std::fs::set_permissions(fixture.root.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     assert!(run_manually(&config, "fix", &input, "uid=0").await.is_ok());
     assert_eq!(fixture.runs_of("fix"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_refused_requests_keeps_the_audit_of_a_real_repair() {
+    let fixture = Fixture::new();
+    fixture.counting_command("fix", 0);
+    let mut config = fixture.config();
+    config.audit_max_bytes = 4 * 1024;
+    config.invalid_request_delay = Duration::from_millis(1);
+    let server = Server::start(config).await;
+    let id = incident(1);
+    assert_eq!(
+        post(server.addr, &sign(request(&id, "fix"))).await.status,
+        202
+    );
+    wait_final(server.addr, &id).await;
+    // Enough refused requests to rotate a log of 4 KiB several times over.
+    for _ in 0..200 {
+        assert_eq!(post_bytes(server.addr, b"not json").await.status, 400);
+    }
+    let kept: Vec<_> = ["repair-audit.jsonl", "repair-audit.jsonl.1"]
+        .iter()
+        .flat_map(|name| fixture.audit_file_lines(name))
+        .filter(|line| line["incident_id"] == id.as_str())
+        .map(|line| line["outcome"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(kept.contains(&"accepted".to_owned()), "{kept:?}");
+    assert!(kept.contains(&"finished".to_owned()), "{kept:?}");
+    let refused = fixture.audit_file_lines("repair-refused.jsonl");
+    assert!(!refused.is_empty());
+    assert!(refused.iter().all(|line| line["outcome"] == "refused"));
+    server.stop().await;
 }

@@ -257,3 +257,48 @@ fn cannot_check_a_missing_file() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("cannot examine"));
 }
+
+#[test]
+fn a_link_to_a_secret_or_a_file_others_own_is_not_run() {
+    if !am_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let setup = setup();
+    // A root-only file of secrets: run by /bin/sh, its lines would come back in the report.
+    let secret = setup.dir.path().join("shadow");
+    script(&secret, "root-secret-line:$6$hash\n", 0o600, 0);
+    let link = setup.diagnose.join("shadow-link");
+    symlink(&secret, &link).unwrap();
+    let (code, report) = check(&setup, &link, &[]);
+    assert_eq!(code, 1, "{report}");
+    assert!(!report.contains("root-secret-line"), "{report}");
+    assert!(
+        report.contains("not run: it is a symbolic link"),
+        "{report}"
+    );
+    // A script another user can change is not run as root either.
+    let theirs = setup.diagnose.join("theirs");
+    let marker = setup.dir.path().join("ran");
+    script(
+        &theirs,
+        &format!(
+            "#!/bin/sh\ntouch {}\necho '{{\"status\":\"Ok\"}}'\n",
+            marker.display()
+        ),
+        0o755,
+        65534,
+    );
+    let (code, report) = check(&setup, &theirs, &[]);
+    assert_eq!(code, 1, "{report}");
+    assert!(!marker.exists(), "{report}");
+    assert!(report.contains("not run: it runs as root"), "{report}");
+    // Nor a file larger than any script.
+    let large = setup.diagnose.join("large");
+    let mut body = "#!/bin/sh\necho '{\"status\":\"Ok\"}'\nexit 0\n".to_owned();
+    body.push_str(&"#".repeat(2 * 1024 * 1024));
+    script(&large, &body, 0o755, 0);
+    let (code, report) = check(&setup, &large, &[]);
+    assert_eq!(code, 1, "{report}");
+    assert!(report.contains("more than the 1048576 bytes"), "{report}");
+}

@@ -38,6 +38,7 @@ for script in always-ok ecc-memory; do
   install -o root -g root -m 0755 "whitelist-examples/diagnose/$script" "$WORK/diagnose/$script"
 done
 head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac.key"; echo >>"$WORK/hmac.key"
+chmod 600 "$WORK/hmac.key"  # the agent refuses a key others can read
 
 "${PIN_SERVER[@]}" "$BIN/nodecare-agent" --listen "127.0.0.1:$AGENT_PORT" --diagnose-dir "$WORK/diagnose" \
   --hmac-key "$WORK/hmac.key" --state-dir "$WORK/state" --node-name bench --log warn &

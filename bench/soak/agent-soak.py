@@ -85,10 +85,15 @@ async def normal_client():
         writer.close()
 
 
+# The abuse comes from another loopback address than the normal clients, as it would from
+# another host than the coordinator: the agent caps connections per peer address (64).
+ABUSE_ADDRESS = ("127.0.0.2", 0) if HOST.startswith("127.") else None
+
+
 async def slowloris():
     while time.monotonic() < DEADLINE:
         try:
-            reader, writer = await asyncio.open_connection(HOST, PORT)
+            reader, writer = await asyncio.open_connection(HOST, PORT, local_addr=ABUSE_ADDRESS)
         except OSError:
             await asyncio.sleep(0.5)
             continue
@@ -116,7 +121,7 @@ def note_answer(kind, data):
 
 async def one_shot(kind, payload, stream=None):
     try:
-        reader, writer = await asyncio.open_connection(HOST, PORT)
+        reader, writer = await asyncio.open_connection(HOST, PORT, local_addr=ABUSE_ADDRESS)
     except OSError:
         return
     try:

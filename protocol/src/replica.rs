@@ -21,6 +21,7 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::canonical::MAX_SAFE_INTEGER;
 use crate::repair::{MAX_NODE_NAME_LEN, MAX_NONCE_LEN};
 use crate::sign::{KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
 use crate::verdict::is_valid_command_name;
@@ -167,6 +168,18 @@ impl ReplicaHeader {
     pub fn validate(&self) -> Result<(), ReplicaError> {
         check_node(&self.node)?;
         check_node(&self.coordinator)?;
+        for (name, value) in [
+            ("generation.epoch", self.generation.epoch),
+            ("generation.number", self.generation.number),
+            ("size", self.size),
+            ("created_ms", self.created_ms),
+        ] {
+            if value > MAX_SAFE_INTEGER {
+                return Err(ReplicaError::Payload(format!(
+                    "{name} {value} exceeds 2^53 - 1 (docs/PROTOCOL.md, Conventions)"
+                )));
+            }
+        }
         if self.size > MAX_REPLICA_BYTES {
             return Err(ReplicaError::TooLarge(self.size));
         }
@@ -298,13 +311,50 @@ pub fn open_push<'a>(
     policy: VerifyPolicy,
     node: &str,
 ) -> Result<(ReplicaHeader, &'a [u8]), ReplicaError> {
-    let (envelope, snapshot) = split_frame(bytes)?;
+    let window = &bytes[..bytes.len().min(MAX_ENVELOPE_LINE_BYTES + 1)];
+    let Some(end) = window.iter().position(|byte| *byte == b'\n') else {
+        return Err(ReplicaError::Frame(format!(
+            "no end of the envelope line within {MAX_ENVELOPE_LINE_BYTES} bytes"
+        )));
+    };
+    let (line, rest) = bytes.split_at(end);
+    let header = open_push_line(ring, line, now_ms, policy, node)?;
+    let snapshot = rest.get(1..).unwrap_or_default();
+    header.matches(snapshot)?;
+    Ok((header, snapshot))
+}
+
+/// The first step of a push read as a stream: verifies its envelope line (without the `\n`;
+/// signature, freshness, node, header fields) before a byte of the snapshot is read. The caller
+/// then checks the snapshot's size and digest against the header (see [`push_frame_len`]).
+pub fn open_push_line(
+    ring: &KeyRing,
+    line: &[u8],
+    now_ms: u64,
+    policy: VerifyPolicy,
+    node: &str,
+) -> Result<ReplicaHeader, ReplicaError> {
+    if line.len() > MAX_ENVELOPE_LINE_BYTES {
+        return Err(ReplicaError::Frame(format!(
+            "envelope line of {} bytes exceeds {MAX_ENVELOPE_LINE_BYTES} bytes",
+            line.len()
+        )));
+    }
+    let envelope = SignedEnvelope::from_json(line)?;
     ring.verify(&envelope, now_ms, policy, Some(node), None)?;
     let header: ReplicaHeader = payload(&envelope)?;
     node_agrees(&header.node, &envelope)?;
     header.validate()?;
-    header.matches(snapshot)?;
-    Ok((header, snapshot))
+    Ok(header)
+}
+
+/// The length of a push frame whose envelope line (without its `\n`) is `line_len` bytes long and
+/// whose snapshot is the one `header` describes: what its `Content-Length` must be.
+pub fn push_frame_len(line_len: usize, header: &ReplicaHeader) -> u64 {
+    u64::try_from(line_len)
+        .unwrap_or(u64::MAX)
+        .saturating_add(1)
+        .saturating_add(header.size)
 }
 
 /// A push frame kept by an agent, read back: its signature is checked as of its issue time (a
@@ -576,6 +626,68 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn integers_beyond_2_pow_53_are_refused() {
+        let signer = Signer::new(key(), "node2");
+        let ring = KeyRing::single(key());
+        let snapshot = b"state";
+        for (epoch, number, created_ms) in [
+            (1 << 53, 0, 1_000),
+            (1, 1 << 53, 1_000),
+            (1, 0, 1 << 53),
+            (u64::MAX, 0, 1_000),
+        ] {
+            let mut head = header("node2", generation(epoch, number), snapshot);
+            head.created_ms = created_ms;
+            // Signed as another implementation might, bypassing `sign_push`'s own check.
+            let envelope = signed(&signer, &head, 1, 10_000, 60_000)
+                .and_then(|envelope| frame(&envelope, snapshot));
+            let Ok(bytes) = envelope else {
+                continue; // no canonical form: refused at signing already
+            };
+            let error = open_push(&ring, &bytes, 10_500, VerifyPolicy::default(), "node2")
+                .expect_err("an integer beyond 2^53 - 1 is refused");
+            assert!(
+                error.to_string().contains("2^53") || matches!(error, ReplicaError::Verify(_)),
+                "{error}"
+            );
+            assert!(sign_push(&signer, &head, snapshot, 1, 10_000, 60_000).is_err());
+        }
+        let fine = header(
+            "node2",
+            generation(MAX_SAFE_INTEGER, MAX_SAFE_INTEGER),
+            snapshot,
+        );
+        let bytes = sign_push(&signer, &fine, snapshot, 1, 10_000, 60_000).unwrap();
+        assert!(open_push(&ring, &bytes, 10_500, VerifyPolicy::default(), "node2").is_ok());
+    }
+
+    #[test]
+    fn a_push_line_opens_alone_and_names_its_frame_length() {
+        let signer = Signer::new(key(), "node2");
+        let ring = KeyRing::single(key());
+        let snapshot = b"SQLite format 3\0 pretend";
+        let head = header("node2", generation(1, 5), snapshot);
+        let bytes = sign_push(&signer, &head, snapshot, 1, 10_000, 60_000).unwrap();
+        let end = bytes.iter().position(|byte| *byte == b'\n').unwrap();
+        let opened = open_push_line(
+            &ring,
+            &bytes[..end],
+            10_500,
+            VerifyPolicy::default(),
+            "node2",
+        )
+        .unwrap();
+        assert_eq!(opened, head);
+        assert_eq!(push_frame_len(end, &opened), bytes.len() as u64);
+        assert!(open_push_line(&ring, b"{}", 10_500, VerifyPolicy::default(), "node2").is_err());
+        let long = vec![b' '; MAX_ENVELOPE_LINE_BYTES + 1];
+        assert!(matches!(
+            open_push_line(&ring, &long, 10_500, VerifyPolicy::default(), "node2"),
+            Err(ReplicaError::Frame(_))
+        ));
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! The repair audit log: one JSON line per repair request, accepted or refused, plus one per
-//! finished run, appended to `repair-audit.jsonl` under the state directory and fsync'd before
-//! the request is answered.
+//! finished run, appended under the state directory and fsync'd before the request is answered.
+//! Accepted requests, runs and what an operator ran by hand go to `repair-audit.jsonl`; requests
+//! refused over HTTP go to their own log, `repair-refused.jsonl`, so that a flood of refused
+//! requests can rotate only its own lines away, never the audit of a real repair.
 //!
 //! One writer thread appends and syncs whatever lines are queued at once (a group commit), so a
 //! flood of refused requests costs one fsync per batch, not per line, and never holds up a
-//! valid request for more than one batch. The file is rotated to `repair-audit.jsonl.1` when it
-//! passes a size limit, so that a flood cannot fill the disk.
+//! valid request for more than one batch. Each file is rotated to `<name>.1` when it passes a
+//! size limit, so that a flood cannot fill the disk.
 
 use std::fs::File;
 use std::io::Write;
@@ -18,6 +20,8 @@ use super::store::open_append;
 
 /// The audit log's file name under the state directory.
 pub const AUDIT_FILE_NAME: &str = "repair-audit.jsonl";
+/// The log of refused requests under the state directory.
+pub const REFUSED_FILE_NAME: &str = "repair-refused.jsonl";
 /// Longest attacker-controlled string copied into a line.
 const MAX_FIELD_CHARS: usize = 128;
 /// Lines written per fsync at most.
@@ -131,7 +135,16 @@ impl AuditLog {
     /// Opens (creating) the log in `state_dir` and starts its writer thread. The file is rotated
     /// once it exceeds `max_bytes`.
     pub fn open(state_dir: &Path, max_bytes: u64) -> Result<Self, AuditError> {
-        let path = state_dir.join(AUDIT_FILE_NAME);
+        Self::open_named(state_dir, AUDIT_FILE_NAME, max_bytes)
+    }
+
+    /// [`Self::open`] of the log `file_name` ([`AUDIT_FILE_NAME`] or [`REFUSED_FILE_NAME`]).
+    pub fn open_named(
+        state_dir: &Path,
+        file_name: &str,
+        max_bytes: u64,
+    ) -> Result<Self, AuditError> {
+        let path = state_dir.join(file_name);
         let io_error = |error: std::io::Error| AuditError::Io {
             path: path.display().to_string(),
             reason: error.to_string(),

@@ -268,6 +268,7 @@ pub struct RepairService {
     files: RecordFiles,
     nonces: Arc<Mutex<NonceStore>>,
     audit: AuditLog,
+    refused_audit: AuditLog,
     delayed_refusals: Arc<tokio::sync::Semaphore>,
     refusals: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -308,6 +309,11 @@ impl RepairService {
         let (store, interrupted) = RecordStore::open(&config.state_dir)?;
         let nonces = NonceStore::open(&config.state_dir, now_ms())?;
         let audit = AuditLog::open(&config.state_dir, config.audit_max_bytes)?;
+        let refused_audit = AuditLog::open_named(
+            &config.state_dir,
+            audit::REFUSED_FILE_NAME,
+            config.audit_max_bytes,
+        )?;
         for record in &interrupted {
             tracing::warn!(
                 incident = %record.incident_id,
@@ -323,6 +329,7 @@ impl RepairService {
             }),
             nonces: Arc::new(Mutex::new(nonces)),
             audit,
+            refused_audit,
             delayed_refusals: Arc::new(tokio::sync::Semaphore::new(
                 config
                     .max_delayed_refusals
@@ -388,6 +395,19 @@ impl RepairService {
         detail: Option<String>,
         message: Option<String>,
     ) -> Result<(), AuditError> {
+        self.audit_to(&self.audit, origin, claimed, outcome, detail, message)
+            .await
+    }
+
+    async fn audit_to(
+        &self,
+        log: &AuditLog,
+        origin: &Origin,
+        claimed: &Claimed,
+        outcome: &str,
+        detail: Option<String>,
+        message: Option<String>,
+    ) -> Result<(), AuditError> {
         let entry = AuditEntry {
             at: now_ms(),
             source: origin.source.clone(),
@@ -401,7 +421,7 @@ impl RepairService {
             detail,
             message: message.map(|text| bounded(&text)),
         };
-        self.audit.record(&entry).await
+        log.record(&entry).await
     }
 
     async fn refuse(
@@ -414,8 +434,17 @@ impl RepairService {
         let detail = serde_json::to_value(reason)
             .ok()
             .and_then(|value| value.as_str().map(str::to_owned));
+        // Refused requests have a log of their own: a flood of them must not rotate the
+        // audit of real repairs away.
         if let Err(error) = self
-            .audit(origin, claimed, "refused", detail, Some(message.clone()))
+            .audit_to(
+                &self.refused_audit,
+                origin,
+                claimed,
+                "refused",
+                detail,
+                Some(message.clone()),
+            )
             .await
         {
             tracing::error!(%error, "cannot audit a refused repair request");
@@ -803,7 +832,7 @@ impl RepairService {
 /// Starts the repair service for the agent with the cluster key at `key_path`, or logs why it
 /// cannot (then the endpoint answers 503 and nothing can run).
 pub fn open_with_key_file(config: RepairConfig, key_path: &Path) -> Option<Arc<RepairService>> {
-    let key = match nodecare_protocol::sign::HmacKey::from_file(key_path) {
+    let key = match crate::signing::load_key(key_path) {
         Ok(key) => key,
         Err(error) => {
             tracing::error!(%error, "repairs are unavailable");
@@ -952,6 +981,11 @@ pub async fn run_manually(
 /// The state directory's audit log path (for documentation and tools).
 pub fn audit_path(state_dir: &Path) -> PathBuf {
     state_dir.join(audit::AUDIT_FILE_NAME)
+}
+
+/// The state directory's log of refused requests.
+pub fn refused_audit_path(state_dir: &Path) -> PathBuf {
+    state_dir.join(audit::REFUSED_FILE_NAME)
 }
 
 #[cfg(test)]

@@ -219,7 +219,13 @@ const PURGE_EVERY: usize = 1024;
 impl NonceStore {
     /// Loads the nonces under `state_dir` that are still to be kept at `now_ms`.
     pub fn open(state_dir: &Path, now_ms: u64) -> Result<Self, StoreError> {
-        let dir = state_dir.join("repair");
+        Self::open_in(&state_dir.join("repair"), now_ms)
+    }
+
+    /// Loads the nonces of `dir/nonces.jsonl` (`dir` created private if missing) that are still
+    /// to be kept at `now_ms`.
+    pub fn open_in(dir: &Path, now_ms: u64) -> Result<Self, StoreError> {
+        let dir = dir.to_path_buf();
         create_private_dir(&dir)?;
         let path = dir.join("nonces.jsonl");
         let mut live = HashMap::new();
@@ -265,6 +271,11 @@ impl NonceStore {
     /// Whether no nonce is remembered.
     pub fn is_empty(&self) -> bool {
         self.live.is_empty()
+    }
+
+    /// Whether `nonce` is remembered at `now_ms`.
+    pub fn is_remembered(&self, nonce: &str, now_ms: u64) -> bool {
+        self.live.get(nonce).is_some_and(|&until| until >= now_ms)
     }
 
     /// Refuses a remembered nonce; otherwise remembers it durably until `keep_until`.

@@ -85,8 +85,17 @@ impl Fixture {
         config
     }
 
+    /// The lines of both audit logs (accepted and refused requests), in time order.
     pub fn audit_lines(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.state.join("repair-audit.jsonl"))
+        let mut lines = self.audit_file_lines("repair-audit.jsonl");
+        lines.extend(self.audit_file_lines("repair-refused.jsonl"));
+        lines.sort_by_key(|line| line["at"].as_u64().unwrap_or(0));
+        lines
+    }
+
+    /// The lines of one audit file under the state directory.
+    pub fn audit_file_lines(&self, name: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.state.join(name))
             .unwrap_or_default()
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())

@@ -63,6 +63,8 @@ pub fn fixture() -> Fixture {
     root_dir(&repair);
     let key = dir.path().join("hmac.key");
     std::fs::write(&key, "0123456789abcdef0123456789abcdef01234567\n").unwrap();
+    // A secret readable by root alone, as the agent requires.
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
     Fixture {
         diagnose,
         repair,

@@ -145,6 +145,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let work = tempfile::tempdir().context("temporary directory")?;
     let key_path = work.path().join("hmac.key");
     std::fs::write(&key_path, KEY)?;
+    // Secrets are refused when others can read them.
+    std::fs::set_permissions(&key_path, std::fs::Permissions::from_mode(0o600))?;
 
     // Ganeti: 3 nodes; node2 hosts a DRBD, a diskless and a shared-file instance.
     let sim = Simulation::new(

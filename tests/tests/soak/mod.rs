@@ -116,6 +116,12 @@ async fn coordinator_soak() {
     let dir = tempfile::tempdir().unwrap();
     let key_path = dir.path().join("hmac.key");
     std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
+    // Secrets are refused when others can read them.
+    std::fs::set_permissions(
+        &key_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let state_dir = dir.path().join("state");
     let users_path = dir.path().join("users");
     std::fs::write(&users_path, "tool secret write\n").unwrap();

@@ -50,6 +50,12 @@ async fn a_hung_round_starves_the_watchdog() {
     let dir = tempfile::tempdir().unwrap();
     let key_path = dir.path().join("hmac.key");
     std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
+    // Secrets are refused when others can read them.
+    std::fs::set_permissions(
+        &key_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     let config = format!(
         "node_name = {:?}\nstate_dir = {:?}\nhmac_key = {:?}\nlisten = \"127.0.0.1:0\"\n\
          round_interval = 0.1\nround_stall_timeout = 1.0\nssconf_dir = {:?}\n\

@@ -1,0 +1,458 @@
+//! The agent against hostile callers on 127.0.0.1, in-process: unsigned replica pushes, long-poll
+//! and connection floods, replayed checks across a restart, refusals counted instead of logged,
+//! and a cluster key others can read or write.
+//!
+//! `unsigned_replica_pushes_keep_memory_flat` is also the measurement of `docs/RELIABILITY.md`
+//! ("Hostile callers of the agent"); `NODECARE_PUSHES` sets how many pushes (default 100).
+//!
+//! Needs root (the whitelist requires root:root files); skips otherwise.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use nodecare_agent::config::Config;
+use nodecare_protocol::repair::{CheckRequest, sign_check_request};
+use nodecare_protocol::{HmacKey, Signer, now_ms};
+use support::{Fixture, fixture, get, request, root_test, script};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+mod support;
+
+const NODE: &str = "node1.example.com";
+
+fn config(fixture: &Fixture) -> Config {
+    Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        node_name: Some(NODE.into()),
+        hmac_key: fixture.key.clone(),
+        state_dir: fixture.state.clone(),
+        diagnose_dir: fixture.diagnose.clone(),
+        diagnose_timeout_secs: 5,
+        ..Config::default()
+    }
+}
+
+async fn start(fixture: &Fixture) -> nodecare_agent::RunningAgent {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    nodecare_agent::serve(config(fixture), listener)
+        .await
+        .unwrap()
+}
+
+fn ok_script(fixture: &Fixture) {
+    script(
+        &fixture.diagnose,
+        "ok",
+        "#!/bin/sh\necho '{\"status\":\"Ok\"}'\n",
+        0o755,
+    );
+}
+
+/// The sequence of the first signed report served.
+async fn signed_sequence(address: SocketAddr) -> u64 {
+    let started = Instant::now();
+    loop {
+        let answer = get(address, "/1/report/node/diagnose/signed").await;
+        if answer.status == 200 {
+            return answer.json()["sequence"].as_u64().unwrap();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no signed report: {} {}",
+            answer.status,
+            answer.text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// A connection from `source` (an address of 127.0.0.0/8) to `to`.
+async fn connect_from(source: [u8; 4], to: SocketAddr) -> TcpStream {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from((source, 0))).unwrap();
+    socket.connect(to).await.unwrap()
+}
+
+/// The status of an HTTP answer read from `stream` (0 when closed without one).
+async fn status_of(stream: &mut TcpStream) -> (u16, String) {
+    let mut raw = Vec::new();
+    let _ignored = stream.read_to_end(&mut raw).await;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0);
+    (status, text)
+}
+
+/// One unsigned push announcing the largest frame and streaming zeros after a junk envelope
+/// line until the agent answers or closes: its status (0: closed without an answer).
+async fn unsigned_push(address: SocketAddr, deadline: Instant) -> u16 {
+    let Ok(mut stream) = TcpStream::connect(address).await else {
+        return 0;
+    };
+    let length = nodecare_protocol::replica::MAX_REPLICA_BYTES
+        + nodecare_protocol::replica::MAX_ENVELOPE_LINE_BYTES as u64
+        + 1;
+    let head = format!(
+        "PUT /1/replica HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {length}\r\n\r\n{{\"payload\":\"not signed\"}}\n"
+    );
+    if stream.write_all(head.as_bytes()).await.is_err() {
+        return 0;
+    }
+    let (mut reader, mut writer) = stream.into_split();
+    let zeros = vec![0_u8; 64 * 1024];
+    let sender = tokio::spawn(async move {
+        let mut sent = 0_u64;
+        while sent < length && Instant::now() < deadline {
+            if writer.write_all(&zeros).await.is_err() {
+                break;
+            }
+            sent += zeros.len() as u64;
+        }
+    });
+    let mut raw = Vec::new();
+    let _ignored = tokio::time::timeout(
+        deadline.saturating_duration_since(Instant::now()),
+        reader.read_to_end(&mut raw),
+    )
+    .await;
+    sender.abort();
+    String::from_utf8_lossy(&raw)
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_replica_pushes_keep_memory_flat() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let pushes: usize = std::env::var("NODECARE_PUSHES")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(100)
+        .min(1_000);
+    let fixture = fixture();
+    ok_script(&fixture);
+    let agent = start(&fixture).await;
+    let address = agent.local_addr();
+    signed_sequence(address).await;
+    let baseline = rss_kib();
+    let peak = Arc::new(AtomicU64::new(baseline));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (Arc::clone(&peak), Arc::clone(&done));
+        tokio::spawn(async move {
+            while !done.load(Ordering::Relaxed) {
+                peak.fetch_max(rss_kib(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    // Signed reports keep being served meanwhile.
+    let reader = {
+        let done = Arc::clone(&done);
+        tokio::spawn(async move {
+            let (mut served, mut failed) = (0_u32, 0_u32);
+            while !done.load(Ordering::Relaxed) {
+                match tokio::time::timeout(
+                    Duration::from_secs(5),
+                    get(address, "/1/report/node/diagnose/signed"),
+                )
+                .await
+                {
+                    Ok(answer) if answer.status == 200 => served += 1,
+                    _ => failed += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            (served, failed)
+        })
+    };
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(60);
+    let mut statuses = std::collections::BTreeMap::<u16, usize>::new();
+    // In waves of 25 at once, below the per-address connection cap: every push reaches the
+    // replica endpoint.
+    for wave in (0..pushes).collect::<Vec<_>>().chunks(25) {
+        let mut wave_tasks = tokio::task::JoinSet::new();
+        for _ in wave {
+            wave_tasks.spawn(unsigned_push(address, deadline));
+        }
+        while let Some(status) = wave_tasks.join_next().await {
+            *statuses.entry(status.unwrap()).or_insert(0) += 1;
+        }
+    }
+    let elapsed = started.elapsed();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    done.store(true, Ordering::Relaxed);
+    sampler.await.unwrap();
+    let (served, failed) = reader.await.unwrap();
+    let after = rss_kib();
+    let peak = peak.load(Ordering::Relaxed);
+    println!(
+        "pushes {pushes} in {:.1} s, statuses {statuses:?}; RSS baseline {} KiB, peak {} KiB (+{} KiB), after {} KiB; signed reports served {served}, failed {failed}",
+        elapsed.as_secs_f64(),
+        baseline,
+        peak,
+        peak.saturating_sub(baseline),
+        after
+    );
+    assert_eq!(
+        statuses.get(&403).copied().unwrap_or(0),
+        pushes,
+        "{statuses:?}"
+    );
+    assert!(
+        peak.saturating_sub(baseline) < 16 * 1024,
+        "RSS grew by {} KiB",
+        peak.saturating_sub(baseline)
+    );
+    assert!(
+        served > 0 && failed == 0,
+        "served {served}, failed {failed}"
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_polls_beyond_their_caps_get_503_and_the_coordinator_still_waits() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    ok_script(&fixture);
+    let agent = start(&fixture).await;
+    let address = agent.local_addr();
+    let sequence = signed_sequence(address).await;
+    let poll = format!(
+        "GET /1/report/node/diagnose/signed?after={sequence}&wait=30 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    );
+    // 70 long-polls from one address: a few wait, the others are told to come back later.
+    let mut waiting = Vec::new();
+    let mut refused = 0;
+    for _ in 0..70 {
+        let mut stream = connect_from([127, 0, 0, 1], address).await;
+        stream.write_all(poll.as_bytes()).await.unwrap();
+        match tokio::time::timeout(Duration::from_millis(300), status_of(&mut stream)).await {
+            Ok((status, text)) => {
+                assert_eq!(status, 503, "{text}");
+                assert!(
+                    text.to_ascii_lowercase().contains("retry-after: 5"),
+                    "{text}"
+                );
+                refused += 1;
+            }
+            Err(_) => waiting.push(stream),
+        }
+    }
+    assert_eq!(waiting.len(), nodecare_agent::limits::MAX_WAITERS_PER_PEER);
+    assert_eq!(refused, 70 - waiting.len());
+    // The coordinator's watch, from its own address, still waits for a change.
+    let mut watch = connect_from([127, 0, 0, 2], address).await;
+    watch.write_all(poll.as_bytes()).await.unwrap();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(1), status_of(&mut watch))
+            .await
+            .is_err(),
+        "the coordinator's long-poll was answered at once"
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_per_address_cap_are_closed_and_others_still_served() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let agent = start(&fixture).await;
+    let address = agent.local_addr();
+    // Slow pushes that never finish their header.
+    let mut slow = Vec::new();
+    for _ in 0..100 {
+        let mut stream = connect_from([127, 0, 0, 1], address).await;
+        let _ignored = stream
+            .write_all(b"PUT /1/replica HTTP/1.1\r\nHost: x\r\n")
+            .await;
+        slow.push(stream);
+    }
+    let mut closed = 0;
+    for stream in &mut slow {
+        let mut byte = [0_u8; 1];
+        if let Ok(Ok(0) | Err(_)) =
+            tokio::time::timeout(Duration::from_millis(100), stream.read(&mut byte)).await
+        {
+            closed += 1;
+        }
+    }
+    assert_eq!(
+        closed,
+        100 - nodecare_agent::limits::MAX_CONNECTIONS_PER_PEER,
+        "connections beyond the per-address cap are closed at once"
+    );
+    // Another address is served.
+    let mut other = connect_from([127, 0, 0, 3], address).await;
+    other
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, text) = tokio::time::timeout(Duration::from_secs(5), status_of(&mut other))
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{text}");
+    drop(slow);
+    agent.shutdown().await;
+}
+
+fn check_body(key: &HmacKey, nonce: &str) -> Vec<u8> {
+    let signer = Signer::new(key.clone(), NODE);
+    let envelope = sign_check_request(
+        &signer,
+        CheckRequest {
+            node: NODE.into(),
+            check_nonce: nonce.into(),
+        },
+        1,
+        now_ms(),
+        60_000,
+    )
+    .unwrap();
+    serde_json::to_vec(&envelope).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replayed_check_is_refused_after_a_restart() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    ok_script(&fixture);
+    let key = HmacKey::from_file(&fixture.key).unwrap();
+    let body = check_body(&key, "captured-check");
+    let agent = start(&fixture).await;
+    let answer = request(agent.local_addr(), "POST", "/1/check", &body).await;
+    assert_eq!(answer.status, 202, "{}", answer.text());
+    agent.shutdown().await;
+    let agent = start(&fixture).await;
+    let answer = request(agent.local_addr(), "POST", "/1/check", &body).await;
+    assert_eq!(answer.status, 409, "{}", answer.text());
+    assert!(answer.text().contains("already used"), "{}", answer.text());
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_requests_are_counted_not_logged_one_by_one() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let agent = start(&fixture).await;
+    let forged = check_body(&HmacKey::new(b"not the cluster key".to_vec()), "forged");
+    for _ in 0..20 {
+        let answer = request(agent.local_addr(), "POST", "/1/check", &forged).await;
+        assert_eq!(answer.status, 403);
+    }
+    let metrics = get(agent.local_addr(), "/metrics").await.text();
+    assert!(
+        metrics.contains(
+            "nodecare_agent_requests_refused_total{endpoint=\"check\",status=\"403\"} 20"
+        ),
+        "{metrics}"
+    );
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_key_others_can_write_or_read_is_refused() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    for mode in [0o666, 0o644, 0o620] {
+        let fixture = fixture();
+        ok_script(&fixture);
+        std::fs::set_permissions(&fixture.key, std::fs::Permissions::from_mode(mode)).unwrap();
+        let agent = start(&fixture).await;
+        let address = agent.local_addr();
+        // The diagnose run happens; only what needs the key is unavailable, with the reason.
+        let started = Instant::now();
+        while get(address, "/1/report/node/diagnose").await.json()["data"]
+            .get("fingerprint")
+            .is_none()
+        {
+            assert!(started.elapsed() < Duration::from_secs(20));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let answer = get(address, "/1/report/node/diagnose/signed").await;
+        assert_eq!(answer.status, 503, "mode {mode:o}: {}", answer.text());
+        assert!(
+            answer.text().contains("refusing secret file"),
+            "mode {mode:o}: {}",
+            answer.text()
+        );
+        let check = request(address, "POST", "/1/check", b"{}").await;
+        assert_eq!(check.status, 503, "mode {mode:o}");
+        agent.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_idle_connections_are_closed() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    let config = config(&fixture);
+    let collectors =
+        nodecare_agent::collectors(&config, nodecare_collectors::Registry::new()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let limits = nodecare_agent::limits::ConnectionLimits {
+        idle_timeout: Duration::from_secs(1),
+        header_read_timeout: Duration::from_secs(1),
+        ..nodecare_agent::limits::ConnectionLimits::default()
+    };
+    let agent = nodecare_agent::serve_with_limits(config, collectors, listener, Some(limits))
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+    // Silent from the start; half a header; idle after an answered request (keep-alive).
+    let silent = TcpStream::connect(address).await.unwrap();
+    let mut half = TcpStream::connect(address).await.unwrap();
+    half.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut idle = TcpStream::connect(address).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for (name, mut stream) in [("silent", silent), ("half a header", half), ("idle", idle)] {
+        let mut raw = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw)).await;
+        assert!(read.is_ok(), "{name}: still open after 5 s");
+        if name == "idle" {
+            assert!(String::from_utf8_lossy(&raw).starts_with("HTTP/1.1 200"));
+        }
+    }
+    assert!(started.elapsed() < Duration::from_secs(4));
+    agent.shutdown().await;
+}
