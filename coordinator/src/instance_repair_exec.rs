@@ -349,6 +349,10 @@ pub async fn run_instance_repairs_with(
     if !dry_run {
         resume(ganeti, store, collected, note, &mut report).await;
     }
+    // Instances nothing can go on for until a person acts: said every run, as a failure.
+    for (instance, why) in assessment.blocked() {
+        report.errors.push(format!("{instance}: blocked: {why}"));
+    }
     // harep's order: finished repairs first, then per instance its repair or enoperm result,
     // then (nodecare only) expired suspends.
     let mut actions: Vec<(u8, &str, Action<'_>)> = Vec::new();

@@ -62,8 +62,15 @@ struct Round {
     report: RunReport,
 }
 
-/// One round as the coordinator runs it: read, assess, gate, execute.
+/// One round as the coordinator runs it: read, assess, gate, execute; nothing fails.
 async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
+    let round = round_reporting(sim, store, now, policy).await;
+    assert!(round.report.errors.is_empty(), "{:?}", round.report.errors);
+    round
+}
+
+/// [`round`], its failures left in the report.
+async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
     let client = sim.client();
     let ganeti: &dyn Ganeti = &client;
     let nodes = ganeti.nodes().await.unwrap();
@@ -97,7 +104,6 @@ async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Ro
         false,
     )
     .await;
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
     Round { assessment, report }
 }
 
@@ -407,6 +413,57 @@ async fn the_gate_holds_a_repair_back_and_nothing_is_submitted() {
     // The breaker closes: the repair goes.
     let go = round(&sim, &store, 1100, &Policy::default()).await;
     assert_eq!(go.report.submitted.len(), 1);
+}
+
+#[tokio::test]
+async fn the_bare_suspend_tag_keeps_a_reinstall_from_running() {
+    let sim = sim("inst1:plain:2");
+    tag(&sim, "inst1.sim.test", &["reinstall", "suspend"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let r = round(&sim, &store, 1000, &Policy::default()).await;
+    assert!(
+        r.assessment.repairs.is_empty(),
+        "{:?}",
+        r.assessment.repairs
+    );
+    assert_eq!(
+        r.report.lines,
+        vec!["Not repairing inst1.sim.test because it's in state ArSuspended Forever"]
+    );
+    assert!(sim.submissions().is_empty());
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![format!("{PREFIX}reinstall"), format!("{PREFIX}suspend")]
+    );
+}
+
+#[tokio::test]
+async fn a_pending_repair_whose_result_tag_cannot_be_written_is_reported_every_round() {
+    let sim = sim("inst1:drbd:2");
+    // Another tool's 70-character id: the pending tag fits in 128 characters, its result
+    // does not, even without the job list. Job 56 is unknown to Ganeti: the repair is over.
+    let id = format!("othertool-{}", "0123456789".repeat(6));
+    let pending = format!("pending:failover:{id}:1795331497:56");
+    tag(&sim, "inst1.sim.test", &["failover", &pending]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    for now in [1_795_332_000, 1_795_332_300] {
+        let r = round_reporting(&sim, &store, now, &Policy::default()).await;
+        assert!(r.assessment.repairs.is_empty());
+        assert_eq!(r.report.errors.len(), 1, "{:?}", r.report.errors);
+        let error = &r.report.errors[0];
+        assert!(
+            error.starts_with("inst1.sim.test: blocked: ") && error.contains("128 characters"),
+            "{error}"
+        );
+        assert!(error.contains(&format!("{PREFIX}{pending}")), "{error}");
+        assert!(sim.submissions().is_empty(), "{:?}", sim.submissions());
+    }
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![format!("{PREFIX}failover"), format!("{PREFIX}{pending}")]
+    );
 }
 
 #[tokio::test]

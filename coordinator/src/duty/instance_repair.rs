@@ -386,11 +386,12 @@ pub fn render_tag(
         None => format!("{TAG_PENDING}{kind}:{uuid}:{ts}:"),
         Some(result) => format!("{TAG_RESULT}{kind}:{uuid}:{ts}:{}:", result.as_str()),
     };
-    if head.len() > MAX_TAG_LEN {
+    // Ganeti counts characters (Python's `len` of the tag).
+    let mut len = head.chars().count();
+    if len > MAX_TAG_LEN {
         return None;
     }
     let mut kept: Vec<String> = Vec::new();
-    let mut len = head.len();
     for job in jobs.iter().rev() {
         let text = job.to_string();
         let add = text.len() + usize::from(!kept.is_empty());
@@ -620,6 +621,12 @@ pub enum PendingOutcome {
     Wait(String),
     /// Every job is final: the repair's result (tag rendered, timestamp now).
     Done(RepairData),
+    /// Every job is final but the result tag cannot be written: even without its job list it
+    /// would be longer than Ganeti's [`MAX_TAG_LEN`] (a pending tag with a long id, from
+    /// another tool). harep would submit the tag, Ganeti would refuse it and harep would abort
+    /// its whole run, every run. Here nothing is submitted; the instance stays pending, shown
+    /// as blocked with why and what a person can do.
+    Blocked(String),
 }
 
 /// harep's `processPending`: a repair whose jobs are all final becomes `success` (every job
@@ -661,9 +668,14 @@ pub fn process_pending(
     };
     match result.clone().with_tag() {
         Some(done) => PendingOutcome::Done(done),
-        None => PendingOutcome::Wait(format!(
-            "the result tag of repair {} would exceed {MAX_TAG_LEN} characters",
-            data.uuid
+        None => PendingOutcome::Blocked(format!(
+            "the repair's jobs have ended but its result tag cannot be written: with the \
+             repair's id ({} characters) it would be longer than Ganeti's limit of \
+             {MAX_TAG_LEN} characters even without its job list; a person must remove the \
+             pending tag {:?} (gnt-instance remove-tags), after which the instance is checked \
+             again",
+            data.uuid.chars().count(),
+            data.tag
         )),
     }
 }
@@ -1026,6 +1038,10 @@ pub struct InstanceReport {
     pub needs: Option<RepairType>,
     /// What happens and why, for people.
     pub note: String,
+    /// Why nothing can go on for this instance until a person acts (a pending repair whose
+    /// result tag cannot be written), if so.
+    #[serde(default)]
+    pub blocked: Option<String>,
 }
 
 /// Everything one round of the duty wants.
@@ -1075,6 +1091,14 @@ impl Assessment {
             *counts.entry(report.state.clone()).or_insert(0) += 1;
         }
         counts
+    }
+
+    /// Instances nothing can go on for until a person acts, with why.
+    pub fn blocked(&self) -> Vec<(String, String)> {
+        self.instances
+            .iter()
+            .filter_map(|r| Some((r.instance.clone(), r.blocked.clone()?)))
+            .collect()
     }
 
     /// Jobs whose status the duty needs ([`pending_jobs`] over every instance).
@@ -1160,6 +1184,7 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
             state: String::new(),
             needs: None,
             note: String::new(),
+            blocked: None,
         };
         if inputs.in_flight.contains(&name) {
             report.state = "Pending repair".into();
@@ -1177,6 +1202,10 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
         if let ArState::PendingRepair(data) = &state {
             match process_pending(data, inputs.jobs, now) {
                 PendingOutcome::Wait(why) => notes.push(format!("waiting: {why}")),
+                PendingOutcome::Blocked(why) => {
+                    notes.push(format!("blocked: {why}"));
+                    report.blocked = Some(why);
+                }
                 PendingOutcome::Done(done) => {
                     let new_state = if done.result == Some(RepairResult::Success) {
                         ArState::Healthy(Some(done.clone()))

@@ -692,7 +692,10 @@ fn suspend_timestamps_read_as_haskell_reads_an_integer() {
         ("0o3720", until(2000)),
         ("0O3720", until(2000)),
         // An Integer has no bound: far beyond i64 is still the future.
-        ("99999999999999999999999999999999999999999999", until(i64::MAX)),
+        (
+            "99999999999999999999999999999999999999999999",
+            until(i64::MAX),
+        ),
         ("0xffffffffffffffffffffffffffffffffffff", until(i64::MAX)),
         // Leading blanks and parentheses are Haskell syntax too (Ganeti's tags allow neither).
         (" 2000", until(2000)),
@@ -871,6 +874,75 @@ fn pending_repairs_end_as_harep_ends_them() {
             ..
         })
     ));
+}
+
+/// A pending tag Ganeti accepted (127 characters: another tool's 70-character id) whose
+/// result tag cannot fit in 128 characters, even without its jobs.
+fn unclosable_pending_tag() -> String {
+    let id = format!("othertool-{}", "0123456789".repeat(6));
+    assert_eq!(id.len(), 70);
+    let tag = format!("ganeti:watcher:autorepair:pending:failover:{id}:1795331497:56");
+    assert!(tag.chars().count() <= MAX_TAG_LEN, "{}", tag.len());
+    tag
+}
+
+#[test]
+fn a_pending_repair_whose_result_cannot_be_written_is_blocked_not_waited_for() {
+    let data = RepairData::parse_tag(&unclosable_pending_tag()).unwrap();
+    let jobs = BTreeMap::from([(56, JobState::Known(JobStatus::Success))]);
+    match process_pending(&data, &jobs, 1_795_332_000) {
+        PendingOutcome::Blocked(why) => {
+            assert!(why.contains("128"), "{why}");
+            assert!(why.contains("remove"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // While its jobs run, it is waited for as any other.
+    let running = BTreeMap::from([(56, JobState::Known(JobStatus::Running))]);
+    assert!(matches!(
+        process_pending(&data, &running, 1_795_332_000),
+        PendingOutcome::Wait(_)
+    ));
+}
+
+#[test]
+fn an_unclosable_pending_repair_is_shown_blocked_and_no_tag_job_is_proposed() {
+    let tag = unclosable_pending_tag();
+    let mut world = lvm_cluster(
+        1_795_332_000,
+        &["ganeti:watcher:autorepair:failover", &tag],
+        &[],
+    );
+    world.jobs = BTreeMap::from([(56, JobState::Known(JobStatus::Success))]);
+    for _round in 0..2 {
+        let a = world.assess(&["11111111-1111-4111-8111-111111111111"]);
+        // Nothing Ganeti would refuse, and no repair beside the unfinished one.
+        assert!(
+            a.tag_changes
+                .iter()
+                .all(|c| c.target != TagTarget::Instance("inst3.gnt.test".into())),
+            "{:?}",
+            a.tag_changes
+        );
+        assert!(a.repairs.is_empty(), "{:?}", a.repairs);
+        for change in &a.tag_changes {
+            assert!(change.add.iter().all(|t| t.chars().count() <= MAX_TAG_LEN));
+        }
+        let report = a
+            .instances
+            .iter()
+            .find(|r| r.instance == "inst3.gnt.test")
+            .unwrap();
+        assert_eq!(report.state, "Pending repair");
+        let blocked = report.blocked.as_deref().unwrap_or_default();
+        assert!(blocked.contains("128 characters"), "{blocked}");
+        assert!(blocked.contains(&tag), "{blocked}");
+        assert!(report.note.contains("blocked"), "{}", report.note);
+        assert_eq!(
+            a.blocked(),
+            vec![("inst3.gnt.test".to_owned(), blocked.to_owned())]
+        );
+    }
 }
 
 // ---- detection ----
