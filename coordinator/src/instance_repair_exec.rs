@@ -7,7 +7,7 @@
 //! `depends`), then the `pending:` tag naming the jobs, then the removal of the tags it
 //! supersedes. Every job carries the reason
 //! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
-//! <version> ...` under `gnt:daemon:nodecare`.
+//! <version> ...` under `gnt:daemon:maintd`.
 //!
 //! Between the submission of a repair and the moment Ganeti shows its pending tag, the
 //! instance is *in flight*: a record in the state database (table `instance_repairs`) says so,

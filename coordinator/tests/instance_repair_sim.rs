@@ -238,7 +238,7 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
     {
         let text = s.reason_text.clone().unwrap_or_default();
         assert!(
-            text.starts_with("gnt:daemon:nodecare nodecare incident="),
+            text.starts_with("gnt:daemon:maintd nodecare incident="),
             "{text}"
         );
         assert!(text.contains("automated repairs by nodecare"), "{text}");

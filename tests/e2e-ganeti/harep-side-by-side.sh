@@ -216,10 +216,10 @@ done
 mapfile -t NJOBS < <(jobs_in_tags)
 autorepair_tags >"$OUT/nodecare-tags.txt"
 job_ops nodecare "${NJOBS[@]}" >"$OUT/nodecare-ops.txt"
-if grep -q 'gnt:daemon:nodecare nodecare incident=' "$OUT/nodecare-jobs.txt"; then
+if grep -q 'gnt:daemon:maintd nodecare incident=' "$OUT/nodecare-jobs.txt"; then
   pass "nodecare's jobs carry the reason trail with the repair uuid"
 else
-  fail "reason trail" "no gnt:daemon:nodecare entry in $OUT/nodecare-jobs.txt"
+  fail "reason trail" "no gnt:daemon:maintd entry in $OUT/nodecare-jobs.txt"
 fi
 
 if diff <(normalise <"$OUT/harep-tags.txt") <(normalise <"$OUT/nodecare-tags.txt") >"$OUT/tags.diff"; then
