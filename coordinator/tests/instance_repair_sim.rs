@@ -538,6 +538,19 @@ async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
 /// finds the job by its reason, submits nothing twice and writes the pending tag naming it.
 #[tokio::test]
 async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
+    repair_interrupted_by_a_crash(nodecare_coordinator::ganeti::REASON_SOURCE).await;
+}
+
+/// After an upgrade: the job was submitted by a version whose reason source was
+/// `gnt:daemon:nodecare`; it is still adopted, not submitted again.
+#[tokio::test]
+async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
+    repair_interrupted_by_a_crash(nodecare_coordinator::ganeti::LEGACY_REASON_SOURCE).await;
+}
+
+/// A repair recorded, its job submitted with the reason `source`, then a crash: the next round
+/// adopts the job.
+async fn repair_interrupted_by_a_crash(source: &str) {
     use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
     use nodecare_coordinator::ganeti::Reason;
     use nodecare_coordinator::instance_repair_exec::Record;
@@ -568,11 +581,19 @@ async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
             &serde_json::to_string(&record).unwrap(),
         )
         .unwrap();
-    let client = sim.client();
+    let client = sim.client().with_reason_source(source).unwrap();
     let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
     let job = Ganeti::failover_instance(&client, "inst1.sim.test", None, &reason)
         .await
         .unwrap();
+    let before = Ganeti::job(&client, job).await.unwrap();
+    assert!(
+        before.reasons.iter().any(|r| r
+            .text
+            .starts_with(&format!("{source} nodecare incident={uuid}"))),
+        "{:?}",
+        before.reasons
+    );
 
     let next = round(&sim, &store, 1100, &Policy::default()).await;
     assert!(next.assessment.repairs.is_empty(), "{:?}", next.assessment);

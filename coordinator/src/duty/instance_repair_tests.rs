@@ -725,6 +725,32 @@ fn suspend_timestamps_read_as_haskell_reads_an_integer() {
     }
 }
 
+/// Every spelling of `tests/data/harep/suspend-corners.txt`, as the real harep 3.0.2 read it
+/// (`tests/harep-luxi/suspend-corners.sh`, harep's dry run against a replayed LUXI trace).
+#[test]
+fn suspend_tags_read_as_real_harep_reads_them() {
+    let recorded = include_str!("../../tests/data/harep/suspend-corners.txt");
+    // harep ran between the recorded PAST (1000000000) and FUTURE (4000000000), before 2033.
+    let now = 1_800_000_000;
+    let mut lines = 0;
+    for line in recorded.lines() {
+        let (spelling, verdict) = line.split_once('\t').unwrap();
+        let tags = strings(&[
+            "ganeti:watcher:autorepair:reinstall",
+            &format!("ganeti:watcher:autorepair:{spelling}"),
+        ]);
+        let ours = match policy_of(&tags, now) {
+            Some(ArPolicy::Suspended(Suspension::Forever)) => "suspended-forever",
+            Some(ArPolicy::Suspended(Suspension::Until(_))) => "suspended-until",
+            Some(ArPolicy::Enabled(RepairType::Reinstall)) => "not-suspended",
+            other => panic!("{spelling}: {other:?}"),
+        };
+        assert_eq!(ours, verdict, "{spelling}");
+        lines += 1;
+    }
+    assert!(lines >= 20, "{lines}");
+}
+
 #[test]
 fn nearest_scope_wins() {
     let now = 1000;
