@@ -11,8 +11,7 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-TRACE=${HAREP_LUXI_TRACE:-/work/shared/spec/ganeti-samples/luxi/luxi-harep-dryrun-trace.json}
-[[ -r $TRACE ]] || TRACE=$ROOT/coordinator/tests/data/harep/luxi-harep-dryrun-trace.json
+TRACE=${HAREP_LUXI_TRACE:-$ROOT/coordinator/tests/data/harep/luxi-harep-dryrun-trace.json}
 command -v harep >/dev/null || { echo "suspend-corners: harep not installed (ganeti-htools-3.0)" >&2; exit 2; }
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT

@@ -751,6 +751,27 @@ fn suspend_tags_read_as_real_harep_reads_them() {
     assert!(lines >= 20, "{lines}");
 }
 
+/// Every spelling of `tests/data/harep/result-corners.txt`, as the real harep 3.0.2 read it
+/// (`tests/harep-luxi/result-corners.sh`).
+#[test]
+fn result_tags_read_as_real_harep_reads_them() {
+    let recorded = include_str!("../../tests/data/harep/result-corners.txt");
+    let mut lines = 0;
+    for line in recorded.lines() {
+        let (spelling, verdict) = line.split_once('\t').unwrap();
+        let tag = format!(
+            "ganeti:watcher:autorepair:result:reinstall:23f92606-8671-4932-827d-5ca5c0324f1c:{spelling}"
+        );
+        let ours = match RepairData::parse_tag(&tag) {
+            Some(_) => "parsed",
+            None => "not-parsed",
+        };
+        assert_eq!(ours, verdict, "{spelling}");
+        lines += 1;
+    }
+    assert!(lines >= 20, "{lines}");
+}
+
 #[test]
 fn nearest_scope_wins() {
     let now = 1000;
