@@ -104,6 +104,12 @@ pub(crate) const INCIDENT_FIELDS: &[Field<IncidentSummary>] = &[
         cell: |i| Some(i.node.clone()),
     },
     Field {
+        name: "node_uuid",
+        title: "NodeUUID",
+        numeric: false,
+        cell: |i| i.node_uuid.clone(),
+    },
+    Field {
         name: "action",
         title: "Action",
         numeric: false,

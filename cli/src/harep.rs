@@ -138,8 +138,12 @@ pub(crate) fn run(args: HarepArgs) -> ExitCode {
                 Ok(url) => url,
                 Err(e) => return fail(&e),
             };
-            match crate::roll_http::client(&url, args.rapi_ca.as_deref()) {
-                Ok((client, _)) => Arc::new(client),
+            match crate::roll_http::client(&url, args.rapi_ca.as_deref()).and_then(|(client, _)| {
+                client
+                    .with_reason_source(&config.reason_source)
+                    .map_err(|e| e.to_string())
+            }) {
+                Ok(client) => Arc::new(client),
                 Err(e) => return fail(&e),
             }
         }

@@ -216,7 +216,7 @@ async fn real_runs_repair_and_tag_as_harep_with_the_reason_given() {
     {
         let text = s.reason_text.clone().unwrap_or_default();
         assert!(
-            text.starts_with("gnt:daemon:nodecare nodecare incident=")
+            text.starts_with("gnt:daemon:maintd nodecare incident=")
                 && text.ends_with(": cron test"),
             "{text}"
         );

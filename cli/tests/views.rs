@@ -274,7 +274,7 @@ fn errors_and_exit_codes() {
     assert_eq!(code, Some(1));
     assert!(stdout.is_empty());
     assert!(
-        stderr.contains("nonsense") && stderr.contains("valid fields: id, node, action"),
+        stderr.contains("nonsense") && stderr.contains("valid fields: id, node, node_uuid, action"),
         "{stderr}"
     );
     let (code, _, stderr) = nodecare(&["nodes", "-o", "+bogus"], unreachable);

@@ -11,7 +11,7 @@
 //!
 //! [`Balancer::execute`] stores every operation of each admitted job as a [`BalanceMove`]
 //! (durable before anything is submitted), then submits them as Ganeti jobs, each depending on
-//! the one before it, with the reason trail `gnt:daemon:nodecare` naming the run and the move.
+//! the one before it, with the reason trail `gnt:daemon:maintd` naming the run and the move.
 //! [`Balancer::poll`] follows them; after a crash, a move stored but not known as submitted is
 //! adopted when Ganeti shows a job with its reason, and given up otherwise (the next run plans
 //! again from the cluster as it is).

@@ -4,7 +4,7 @@
 //!
 //! 1. [`prepare`] (before the gate) follows the campaign's operations: one recorded but not
 //!    known to be submitted (a crash in between, a lost answer) is adopted when Ganeti's job
-//!    list shows a job with its reason (`gnt:daemon:nodecare`, the campaign id as the incident
+//!    list shows a job with its reason (`gnt:daemon:maintd`, the campaign id as the incident
 //!    and the operation's key as the intent), and submitted otherwise; submitted jobs and hooks
 //!    are read. A campaign due for its next group is planned again against the cluster as it is
 //!    (the roll planner) and its next group proposed ([`crate::duty::maintenance`]).

@@ -189,7 +189,7 @@ pub fn rapi_client(config: &Config) -> anyhow::Result<RapiClient> {
         rapi = rapi.with_credentials(Credentials::from_file(path)?);
     }
     crate::install_crypto_provider();
-    Ok(RapiClient::new(rapi)?)
+    Ok(RapiClient::new(rapi)?.with_reason_source(&config.reason_source)?)
 }
 
 /// The gate policy of a one-shot instance auto-repair run (`--harep`, `nodecare harep`): the

@@ -123,6 +123,10 @@ pub struct Config {
     pub undrain_on_ack: bool,
     /// Agents.
     pub agents: AgentsConfig,
+    /// The source written at the start of every job's reason text (Ganeti's job filters match
+    /// it, see `docs/ganeti-filters.md`): the design's `gnt:daemon:maintd` by default. Jobs
+    /// submitted under another source (the earlier `gnt:daemon:nodecare`) stay recognised.
+    pub reason_source: String,
     /// Ganeti RAPI.
     pub rapi: RapiSection,
     /// Notifications of incident changes.
@@ -256,6 +260,7 @@ impl Default for Config {
             immovable_instances: ImmovablePolicy::Fail,
             undrain_on_ack: false,
             agents: AgentsConfig::default(),
+            reason_source: crate::ganeti::REASON_SOURCE.to_owned(),
             rapi: RapiSection::default(),
             notify: NotifySection::default(),
             balancing: crate::duty::balancing::BalancingConfig::default(),
@@ -353,6 +358,8 @@ impl Config {
             )));
         }
         seconds("rapi.timeout", self.rapi.timeout, 0.001)?;
+        crate::ganeti::check_reason_source(&self.reason_source)
+            .map_err(|e| ConfigError::Invalid(format!("reason_source: {e}")))?;
         if self.agents.concurrency == 0 {
             return Err(ConfigError::Invalid(
                 "agents.concurrency must be at least 1".into(),
@@ -504,6 +511,19 @@ mod tests {
         assert_eq!(config.listen.port(), 1816);
         assert_eq!(config.hmac_key, PathBuf::from("/var/lib/ganeti/hmac.key"));
         config.validate().unwrap();
+    }
+
+    #[test]
+    fn reason_source_defaults_to_the_design_and_is_checked() {
+        assert_eq!(Config::default().reason_source, "gnt:daemon:maintd");
+        let config = Config::parse("reason_source = \"gnt:daemon:nodecare\"\n").unwrap();
+        assert_eq!(config.reason_source, "gnt:daemon:nodecare");
+        config.validate().unwrap();
+        for bad in ["", "gnt:daemon:maintd nodecare", "a\\nb"] {
+            let config = Config::parse(&format!("reason_source = \"{bad}\"\n")).unwrap();
+            let error = config.validate().unwrap_err().to_string();
+            assert!(error.contains("reason_source"), "{bad:?}: {error}");
+        }
     }
 
     #[test]

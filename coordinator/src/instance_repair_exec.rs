@@ -7,7 +7,7 @@
 //! `depends`), then the `pending:` tag naming the jobs, then the removal of the tags it
 //! supersedes. Every job carries the reason
 //! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
-//! <version> ...` under `gnt:daemon:nodecare`.
+//! <version> ...` under `gnt:daemon:maintd`.
 //!
 //! Between the submission of a repair and the moment Ganeti shows its pending tag, the
 //! instance is *in flight*: a record in the state database (table `instance_repairs`) says so,
@@ -348,6 +348,10 @@ pub async fn run_instance_repairs_with(
     let note = options.note.as_deref();
     if !dry_run {
         resume(ganeti, store, collected, note, &mut report).await;
+    }
+    // Instances nothing can go on for until a person acts: said every run, as a failure.
+    for (instance, why) in assessment.blocked() {
+        report.errors.push(format!("{instance}: blocked: {why}"));
     }
     // harep's order: finished repairs first, then per instance its repair or enoperm result,
     // then (nodecare only) expired suspends.

@@ -115,6 +115,8 @@ pub struct CoordinatorMetrics {
     campaign_nodes: Gauge,
     campaign_nodes_failed: Gauge,
     campaign_blocked: Gauge,
+    /// Instance repairs held back, by what holds them (`gate`, `tags`).
+    instance_repairs_blocked: Family<Labels, Gauge>,
     state_bytes: Gauge,
     retention_deleted: Family<Labels, Counter>,
     /// The state's replication: epoch, master candidates, those holding the current
@@ -299,6 +301,14 @@ impl CoordinatorMetrics {
             "nodecare_coordinator_campaign_blocked",
             "Campaigns not ended whose next group waits (refused by the gate, planning error)",
         );
+        let instance_repairs_blocked = Family::<Labels, Gauge>::default();
+        registry.register(
+            "nodecare_coordinator_instance_repairs_blocked",
+            "Instances whose auto-repair is held back in the last round, by what holds it: the \
+             gate (`gate`), or a pending repair whose result tag Ganeti would refuse, which only \
+             a person can clear (`tags`)",
+            instance_repairs_blocked.clone(),
+        );
         let state_bytes = Gauge::default();
         registry.register(
             "nodecare_coordinator_state_bytes",
@@ -366,14 +376,26 @@ impl CoordinatorMetrics {
             campaign_nodes,
             campaign_nodes_failed,
             campaign_blocked,
+            instance_repairs_blocked,
             state_bytes,
             retention_deleted,
             replica,
         };
+        metrics.set_instance_repairs_blocked(0, 0);
         metrics.set_campaigns(&[]);
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
         metrics
+    }
+
+    /// Sets the instance-repair gauge: instances held back by the gate and by tags that cannot
+    /// be written.
+    pub fn set_instance_repairs_blocked(&self, by_gate: usize, by_tags: usize) {
+        for (by, count) in [("gate", by_gate), ("tags", by_tags)] {
+            self.instance_repairs_blocked
+                .get_or_create(&labels(&[("by", by)]))
+                .set(gauge_value(count));
+        }
     }
 
     /// The state database's size on disk.

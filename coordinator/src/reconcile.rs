@@ -1364,9 +1364,15 @@ impl Reconciler {
                     state: i.state.clone(),
                     needs: i.needs.map(|t| t.as_str().to_owned()),
                     note: i.note.clone(),
-                    blocked_by: blocked.get(i.instance.as_str()).cloned(),
+                    blocked_by: blocked
+                        .get(i.instance.as_str())
+                        .cloned()
+                        .or_else(|| i.blocked.clone()),
                 })
                 .collect();
+            self.board
+                .metrics
+                .set_instance_repairs_blocked(blocked.len(), assessment.blocked().len());
             if let Ok(mut board) = self.board.instance_repairs.write() {
                 *board = shown;
             }

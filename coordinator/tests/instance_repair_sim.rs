@@ -62,8 +62,15 @@ struct Round {
     report: RunReport,
 }
 
-/// One round as the coordinator runs it: read, assess, gate, execute.
+/// One round as the coordinator runs it: read, assess, gate, execute; nothing fails.
 async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
+    let round = round_reporting(sim, store, now, policy).await;
+    assert!(round.report.errors.is_empty(), "{:?}", round.report.errors);
+    round
+}
+
+/// [`round`], its failures left in the report.
+async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
     let client = sim.client();
     let ganeti: &dyn Ganeti = &client;
     let nodes = ganeti.nodes().await.unwrap();
@@ -97,7 +104,6 @@ async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Ro
         false,
     )
     .await;
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
     Round { assessment, report }
 }
 
@@ -232,7 +238,7 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
     {
         let text = s.reason_text.clone().unwrap_or_default();
         assert!(
-            text.starts_with("gnt:daemon:nodecare nodecare incident="),
+            text.starts_with("gnt:daemon:maintd nodecare incident="),
             "{text}"
         );
         assert!(text.contains("automated repairs by nodecare"), "{text}");
@@ -410,6 +416,57 @@ async fn the_gate_holds_a_repair_back_and_nothing_is_submitted() {
 }
 
 #[tokio::test]
+async fn the_bare_suspend_tag_keeps_a_reinstall_from_running() {
+    let sim = sim("inst1:plain:2");
+    tag(&sim, "inst1.sim.test", &["reinstall", "suspend"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let r = round(&sim, &store, 1000, &Policy::default()).await;
+    assert!(
+        r.assessment.repairs.is_empty(),
+        "{:?}",
+        r.assessment.repairs
+    );
+    assert_eq!(
+        r.report.lines,
+        vec!["Not repairing inst1.sim.test because it's in state ArSuspended Forever"]
+    );
+    assert!(sim.submissions().is_empty());
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![format!("{PREFIX}reinstall"), format!("{PREFIX}suspend")]
+    );
+}
+
+#[tokio::test]
+async fn a_pending_repair_whose_result_tag_cannot_be_written_is_reported_every_round() {
+    let sim = sim("inst1:drbd:2");
+    // Another tool's 70-character id: the pending tag fits in 128 characters, its result
+    // does not, even without the job list. Job 56 is unknown to Ganeti: the repair is over.
+    let id = format!("othertool-{}", "0123456789".repeat(6));
+    let pending = format!("pending:failover:{id}:1795331497:56");
+    tag(&sim, "inst1.sim.test", &["failover", &pending]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    for now in [1_795_332_000, 1_795_332_300] {
+        let r = round_reporting(&sim, &store, now, &Policy::default()).await;
+        assert!(r.assessment.repairs.is_empty());
+        assert_eq!(r.report.errors.len(), 1, "{:?}", r.report.errors);
+        let error = &r.report.errors[0];
+        assert!(
+            error.starts_with("inst1.sim.test: blocked: ") && error.contains("128 characters"),
+            "{error}"
+        );
+        assert!(error.contains(&format!("{PREFIX}{pending}")), "{error}");
+        assert!(sim.submissions().is_empty(), "{:?}", sim.submissions());
+    }
+    assert_eq!(
+        tags_of(&sim, "inst1.sim.test"),
+        vec![format!("{PREFIX}failover"), format!("{PREFIX}{pending}")]
+    );
+}
+
+#[tokio::test]
 async fn expired_suspends_are_removed_from_instance_group_and_cluster() {
     let sim = sim("inst1:drbd:2");
     tag(&sim, "inst1.sim.test", &["suspend:999", "suspend:"]);
@@ -481,6 +538,19 @@ async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
 /// finds the job by its reason, submits nothing twice and writes the pending tag naming it.
 #[tokio::test]
 async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
+    repair_interrupted_by_a_crash(nodecare_coordinator::ganeti::REASON_SOURCE).await;
+}
+
+/// After an upgrade: the job was submitted by a version whose reason source was
+/// `gnt:daemon:nodecare`; it is still adopted, not submitted again.
+#[tokio::test]
+async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
+    repair_interrupted_by_a_crash(nodecare_coordinator::ganeti::LEGACY_REASON_SOURCE).await;
+}
+
+/// A repair recorded, its job submitted with the reason `source`, then a crash: the next round
+/// adopts the job.
+async fn repair_interrupted_by_a_crash(source: &str) {
     use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
     use nodecare_coordinator::ganeti::Reason;
     use nodecare_coordinator::instance_repair_exec::Record;
@@ -511,11 +581,19 @@ async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
             &serde_json::to_string(&record).unwrap(),
         )
         .unwrap();
-    let client = sim.client();
+    let client = sim.client().with_reason_source(source).unwrap();
     let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
     let job = Ganeti::failover_instance(&client, "inst1.sim.test", None, &reason)
         .await
         .unwrap();
+    let before = Ganeti::job(&client, job).await.unwrap();
+    assert!(
+        before.reasons.iter().any(|r| r
+            .text
+            .starts_with(&format!("{source} nodecare incident={uuid}"))),
+        "{:?}",
+        before.reasons
+    );
 
     let next = round(&sim, &store, 1100, &Policy::default()).await;
     assert!(next.assessment.repairs.is_empty(), "{:?}", next.assessment);

@@ -1663,7 +1663,7 @@ mod tests {
     fn duplicates_are_detected_by_intent() {
         let mut c = cluster();
         let reason = Reason::new(uuid::Uuid::new_v4(), "drain", "Draining");
-        let text = format!("gnt:daemon:nodecare {}", reason.text());
+        let text = format!("gnt:daemon:maintd {}", reason.text());
         let op = SimOp::SetNodeParams {
             node: "node2.sim.test".into(),
             drained: Some(true),

@@ -78,7 +78,7 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
     let ours = job.reasons.iter().find(|r| r.source == "gnt:user").unwrap();
     assert!(
         ours.text
-            .starts_with("gnt:daemon:nodecare nodecare incident="),
+            .starts_with("gnt:daemon:maintd nodecare incident="),
         "{}",
         ours.text
     );
@@ -93,6 +93,40 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
         (parsed.incident, parsed.intent.as_str()),
         (drain.incident, "drain")
     );
+
+    // A configured source goes first instead, and the job is still recognised as ours.
+    let site = client(&server, &tls.cert_pem)
+        .with_reason_source("site:repair")
+        .unwrap();
+    assert_eq!(site.reason_source(), "site:repair");
+    assert!(
+        client(&server, &tls.cert_pem)
+            .with_reason_source("two words")
+            .is_err()
+    );
+    let undrain = reason("undrain");
+    let id = Ganeti::set_node_drained(&site, "node2.sim.test", false, &undrain)
+        .await
+        .unwrap();
+    let job = Ganeti::job(&site, id).await.unwrap();
+    let ours = job.reasons.iter().find(|r| r.source == "gnt:user").unwrap();
+    assert!(
+        ours.text.starts_with("site:repair nodecare incident="),
+        "{}",
+        ours.text
+    );
+    let listed = Ganeti::jobs(&site).await.unwrap();
+    let job = listed.iter().find(|j| j.id == id).unwrap();
+    assert_eq!(job.nodecare_reason().unwrap().incident, undrain.incident);
+    site.wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let id = Ganeti::set_node_drained(&rapi, "node2.sim.test", true, &reason("drain-again"))
+        .await
+        .unwrap();
+    rapi.wait_for_job(id, Duration::from_secs(10))
+        .await
+        .unwrap();
 
     // Evacuate primaries: child jobs move the instances away.
     let id = Ganeti::evacuate_node(

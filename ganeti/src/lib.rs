@@ -25,8 +25,41 @@ use uuid::Uuid;
 
 pub mod rapi;
 
-/// Reason-trail source of every job the coordinator submits (maintd used `gnt:daemon:maintd`).
-pub const REASON_SOURCE: &str = "gnt:daemon:nodecare";
+/// Default reason-trail source of every job the coordinator submits: the repair daemon's, as
+/// Ganeti's design names it (`design-repaird`: "`gnt:daemon:maintd` and the event identifier in
+/// the reason trail, so that design-optables is possible"; maintd's `opcodeReasonSrcMaintd`).
+/// Configurable (the coordinator's `reason_source`); RAPI records it as the start of the
+/// `gnt:user` entry's text (see [`rapi::types::reason_query_value`]).
+pub const REASON_SOURCE: &str = "gnt:daemon:maintd";
+
+/// The source nodecare's jobs carried before [`REASON_SOURCE`] followed the design. Jobs are
+/// recognised as ours by the `nodecare incident=` marker of [`Reason::text`], after any
+/// source, so jobs submitted with this one (before an upgrade) are still adopted.
+pub const LEGACY_REASON_SOURCE: &str = "gnt:daemon:nodecare";
+
+/// Longest reason-trail source accepted.
+pub const MAX_REASON_SOURCE_LEN: usize = 64;
+
+/// Checks a reason-trail source: 1 to [`MAX_REASON_SOURCE_LEN`] ASCII letters, digits and
+/// `:`, `.`, `_`, `-` (it starts the `reason` text, separated by a blank; it must not contain
+/// the marker of [`Reason::text`]).
+pub fn check_reason_source(source: &str) -> Result<(), String> {
+    if source.is_empty() || source.len() > MAX_REASON_SOURCE_LEN {
+        return Err(format!(
+            "a reason source has 1 to {MAX_REASON_SOURCE_LEN} characters, got {}",
+            source.len()
+        ));
+    }
+    if let Some(c) = source
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, ':' | '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "a reason source has only ASCII letters, digits, ':', '.', '_' and '-', got {c:?} in {source:?}"
+        ));
+    }
+    Ok(())
+}
 
 /// Prefix of [`Reason::text`], used to recognise our own jobs in the job list.
 pub const REASON_TEXT_PREFIX: &str = "nodecare";
@@ -832,6 +865,45 @@ mod tests {
             ],
         };
         assert_eq!(summary.nodecare_reason().unwrap().intent, "drain");
+    }
+
+    #[test]
+    fn jobs_are_ours_whatever_the_source_before_the_marker() {
+        let id = Uuid::new_v4();
+        let reason = Reason::new(id, "drain", "Draining node1");
+        // The design's source (default), the legacy one (jobs submitted before an upgrade)
+        // and a configured one: all ours, as RAPI stores them (a `gnt:user` entry).
+        for source in [REASON_SOURCE, LEGACY_REASON_SOURCE, "site:repair"] {
+            let summary = JobSummary {
+                id: 7,
+                status: JobStatus::Queued,
+                reasons: vec![ReasonEntry {
+                    source: "gnt:user".into(),
+                    text: format!("{source} {}", reason.text()),
+                    timestamp_ns: 1,
+                }],
+            };
+            assert_eq!(
+                summary.nodecare_reason(),
+                Some(ParsedReason {
+                    incident: id,
+                    intent: "drain".into()
+                }),
+                "{source}"
+            );
+        }
+        assert_eq!(REASON_SOURCE, "gnt:daemon:maintd");
+    }
+
+    #[test]
+    fn reason_sources_are_checked() {
+        for good in [REASON_SOURCE, LEGACY_REASON_SOURCE, "a", "site.repair_2-x"] {
+            assert_eq!(check_reason_source(good), Ok(()), "{good}");
+        }
+        let long = "a".repeat(MAX_REASON_SOURCE_LEN + 1);
+        for bad in ["", "gnt:daemon:maintd nodecare", "a\nb", "é", long.as_str()] {
+            assert!(check_reason_source(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

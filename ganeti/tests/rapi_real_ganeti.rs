@@ -127,7 +127,7 @@ async fn real_cluster_round_trip() {
     assert!(
         full.reasons
             .iter()
-            .any(|r| r.source == "gnt:user" && r.text.starts_with("gnt:daemon:nodecare "))
+            .any(|r| r.source == "gnt:user" && r.text.starts_with("gnt:daemon:maintd "))
     );
 
     // Drain the node, then evacuate its primaries (the instance goes away again).

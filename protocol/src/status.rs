@@ -91,8 +91,12 @@ pub struct RoundSummary {
 pub struct IncidentSummary {
     /// Incident uuid.
     pub id: String,
-    /// Node name.
+    /// Node name (maintd's implementation put the name under `node`; kept so).
     pub node: String,
+    /// The node's Ganeti uuid (what the design's `node` holds), beside its name; `None` from
+    /// a coordinator that does not send it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_uuid: Option<String>,
     /// Requested action (`live-repair`, `evacuate`, `evacuate-failover`).
     pub action: String,
     /// maintd's `repair-status` (`noted`, `pending`, `canceled`, `failed`, `completed`).
@@ -268,6 +272,20 @@ mod tests {
         let status: AgentStatus = serde_json::from_str(without).unwrap();
         assert_eq!(status.reason, None);
         assert!(!serde_json::to_string(&status).unwrap().contains("reason"));
+    }
+
+    #[test]
+    fn incidents_carry_the_node_uuid_beside_the_name() {
+        let text = r#"{"id":"i1","uuid":"i1","node":"node3.example.com","node_uuid":"u3",
+            "action":"evacuate","repair-status":"pending","jobs":[4],"tag":"t"}"#;
+        let incident: IncidentSummary = serde_json::from_str(text).unwrap();
+        assert_eq!(incident.node, "node3.example.com");
+        assert_eq!(incident.node_uuid.as_deref(), Some("u3"));
+        // From a coordinator that does not send it.
+        let text =
+            r#"{"id":"i1","node":"n","action":"evacuate","repair-status":"noted","tag":"t"}"#;
+        let incident: IncidentSummary = serde_json::from_str(text).unwrap();
+        assert_eq!(incident.node_uuid, None);
     }
 
     #[test]

@@ -7,9 +7,11 @@
 # instances are turned into a DRBD and a plain one by editing the stopped master's
 # config.data (as spec/real-ganeti-cluster.md describes). Their primary node2 is then set
 # offline and tagged `failover` (inst1, DRBD) and `reinstall` (inst2, plain); inst3 (DRBD
-# with the same primary, tagged `failover` and `suspend:`) must be left alone by both.
+# with the same primary, tagged `failover` and `suspend:`) and inst6 (plain on the same primary,
+# tagged `reinstall` and the bare `suspend`, which harep reads as a forever-suspend) must be
+# left alone by both.
 #
-#   1. dry runs: `harep -L --dry-run` and `nodecare harep -L --dry-run` (-L: nodecare reaches
+#   1. dry runs: `harep --luxi=SOCKET --dry-run` and `nodecare harep -L --dry-run` (-L: nodecare reaches
 #      the master through the RAPI settings of its configuration file), normalised (uuids,
 #      times, job ids), must print the same lines except the `jobs:` lines (harep's one job
 #      with OP_TEST_DELAY vs nodecare's one job per opcode, see docs/harep.md);
@@ -40,7 +42,7 @@ export NODECARE_GNT_PREFIX=${NODECARE_GNT_PREFIX:-nchrp}
 export NODECARE_GNT_RAPI_PORT=${NODECARE_GNT_RAPI_PORT:-15190}
 export NODECARE_GNT_MOND_FWD_BASE=${NODECARE_GNT_MOND_FWD_BASE:-25290}
 DOMAIN=nodecare.test
-INSTANCES="inst1:file:2,inst2:file:2,inst3:file:2,inst4:diskless:1,inst5:diskless:3"
+INSTANCES="inst1:file:2,inst2:file:2,inst3:file:2,inst4:diskless:1,inst5:diskless:3,inst6:file:2"
 
 PASSED=0
 FAILED=0
@@ -69,7 +71,7 @@ printf '%s:%s\n' "$NODECARE_GNT_RAPI_USER" "$(<"$NODECARE_GNT_RAPI_PASSWORD_FILE
 chmod 600 "$S/rapi-credentials"
 gnt() { "$GNT/node-exec.sh" 1 "$@"; }
 
-# ---- config surgery: inst1 and inst3 DRBD (node2 → node3), inst2 plain on node2 ----
+# ---- config surgery: inst1 and inst3 DRBD (node2 → node3), inst2 and inst6 plain on node2 ----
 log "config surgery"
 gnt /usr/lib/ganeti/daemon-util stop ganeti-luxid >&2
 gnt /usr/lib/ganeti/daemon-util stop ganeti-wconfd >&2
@@ -90,8 +92,9 @@ for port, name in ((11000, 'inst1'), (11001, 'inst3')):
               'logical_id': [n2, n3, port, port - 11000, port - 11000, 'secret'],
               'children': [lv(d['uuid'] + '-d', name + '.disk0_data', n2, d['size']),
                            lv(d['uuid'] + '-m', name + '.disk0_meta', n2, 128)]})
-d = c['disks'][inst['inst2.' + domain]['disks'][0]]
-d.update({'dev_type': 'plain', 'logical_id': ['xenvg', 'inst2.disk0'], 'nodes': [n2]})
+for name in ('inst2', 'inst6'):
+    d = c['disks'][inst[name + '.' + domain]['disks'][0]]
+    d.update({'dev_type': 'plain', 'logical_id': ['xenvg', name + '.disk0'], 'nodes': [n2]})
 for t in ('plain', 'drbd'):
     if t not in c['cluster']['enabled_disk_templates']:
         c['cluster']['enabled_disk_templates'].append(t)
@@ -103,7 +106,8 @@ gnt /usr/lib/ganeti/daemon-util start ganeti-wconfd >&2
 gnt /usr/lib/ganeti/daemon-util start ganeti-luxid >&2
 "$GNT/master-daemons.sh" check --timeout 20 >&2 || { echo "harep-side-by-side: master daemons did not come back" >&2; exit 1; }
 gnt gnt-instance list -o name,disk_template,pnode,snodes >"$OUT/instances.txt"
-grep -q 'inst1.* drbd ' "$OUT/instances.txt" && grep -q 'inst2.* plain ' "$OUT/instances.txt" ||
+grep -q 'inst1.* drbd ' "$OUT/instances.txt" && grep -q 'inst2.* plain ' "$OUT/instances.txt" &&
+  grep -q 'inst6.* plain ' "$OUT/instances.txt" ||
   { echo "harep-side-by-side: surgery did not take"; cat "$OUT/instances.txt"; exit 1; } >&2
 
 gnt gnt-node modify -O yes --force "node2.$DOMAIN" >&2
@@ -111,8 +115,10 @@ P=ganeti:watcher:autorepair
 gnt gnt-instance add-tags "inst1.$DOMAIN" "$P:failover" >&2
 gnt gnt-instance add-tags "inst2.$DOMAIN" "$P:reinstall" >&2
 gnt gnt-instance add-tags "inst3.$DOMAIN" "$P:failover" "$P:suspend:" >&2
+# The bare suspend tag (no final colon): harep 3.0.2 suspends forever (its chompPrefix).
+gnt gnt-instance add-tags "inst6.$DOMAIN" "$P:reinstall" "$P:suspend" >&2
 
-harep_run() { harep -L"$NODECARE_GNT_LUXI_SOCKET" "$@" 2>&1 | grep -v -e '^Warning: cluster has inconsistent data' -e '^  - node ' -e '^$'; }
+harep_run() { harep --luxi="$NODECARE_GNT_LUXI_SOCKET" "$@" 2>&1 | grep -v -e '^Warning: cluster has inconsistent data' -e '^  - node ' -e '^$'; }
 # The coordinator's configuration as on the master: its [rapi] section is what -L uses.
 cat >"$OUT/coordinator.toml" <<TOML
 state_dir = "$OUT/nodecare-state"
@@ -131,7 +137,7 @@ normalise() {
     -e 's/(:(pending|result):[a-z-]+:<uuid>:<ts>:([a-z]+:)?)[0-9+]*/\1<jobs>/g'
 }
 autorepair_tags() {
-  for i in inst1 inst2 inst3; do
+  for i in inst1 inst2 inst3 inst6; do
     echo "$i: $(gnt gnt-instance list-tags "$i.$DOMAIN" | grep "^$P" | sort | tr '\n' ' ')"
   done
 }
@@ -151,7 +157,7 @@ job_ops() {
   done
 }
 restore_tags() {
-  for i in inst1 inst2 inst3; do
+  for i in inst1 inst2 inst3 inst6; do
     local extra
     extra=$(gnt gnt-instance list-tags "$i.$DOMAIN" | grep -E "^$P:(pending|result):" || true)
     # shellcheck disable=SC2086
@@ -167,6 +173,13 @@ if diff <(grep -v '^jobs: ' "$OUT/harep-dry.txt" | normalise) <(grep -v '^jobs: 
   pass "dry runs print the same lines (jobs lines aside)"
 else
   fail "dry runs" "differ, see $OUT/dry.diff"
+fi
+# The bare suspend: both leave inst6 alone, with harep's line for a suspended broken instance.
+SUSPENDED_LINE="Not repairing inst6.$DOMAIN because it's in state ArSuspended Forever"
+if grep -qxF "$SUSPENDED_LINE" "$OUT/harep-dry.txt" && grep -qxF "$SUSPENDED_LINE" "$OUT/nodecare-dry.txt"; then
+  pass "bare suspend tag: both dry runs leave inst6 suspended forever"
+else
+  fail "bare suspend (dry run)" "no '$SUSPENDED_LINE' line in both $OUT/harep-dry.txt and $OUT/nodecare-dry.txt"
 fi
 TAGS0=$(autorepair_tags)
 
@@ -203,10 +216,10 @@ done
 mapfile -t NJOBS < <(jobs_in_tags)
 autorepair_tags >"$OUT/nodecare-tags.txt"
 job_ops nodecare "${NJOBS[@]}" >"$OUT/nodecare-ops.txt"
-if grep -q 'gnt:daemon:nodecare nodecare incident=' "$OUT/nodecare-jobs.txt"; then
+if grep -q 'gnt:daemon:maintd nodecare incident=' "$OUT/nodecare-jobs.txt"; then
   pass "nodecare's jobs carry the reason trail with the repair uuid"
 else
-  fail "reason trail" "no gnt:daemon:nodecare entry in $OUT/nodecare-jobs.txt"
+  fail "reason trail" "no gnt:daemon:maintd entry in $OUT/nodecare-jobs.txt"
 fi
 
 if diff <(normalise <"$OUT/harep-tags.txt") <(normalise <"$OUT/nodecare-tags.txt") >"$OUT/tags.diff"; then
@@ -216,6 +229,12 @@ else
 fi
 grep -q "inst3: $P:failover $P:suspend: $" "$OUT/nodecare-tags.txt" && pass "suspended instance left alone" ||
   fail "suspend" "inst3's tags changed: $(grep inst3 "$OUT/nodecare-tags.txt")"
+if grep -qxF "inst6: $P:reinstall $P:suspend " "$OUT/harep-tags.txt" &&
+  grep -qxF "inst6: $P:reinstall $P:suspend " "$OUT/nodecare-tags.txt"; then
+  pass "bare suspend tag: neither harep nor nodecare touches inst6"
+else
+  fail "bare suspend" "inst6's tags changed: harep: $(grep inst6 "$OUT/harep-tags.txt"); nodecare: $(grep inst6 "$OUT/nodecare-tags.txt")"
+fi
 # Opcodes: the first repair opcode of each job (harep's jobs hold all of a repair's opcodes, the
 # later ones never run once the first fails; nodecare submits the next job only after the one
 # before succeeded), without harep's delay opcode and RAPI's reinstall wrapping.

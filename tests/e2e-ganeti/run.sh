@@ -28,6 +28,9 @@
 #           with 429 while a domain is busy; an override of rack:b lets node3 start and expires;
 #           once both racks are returned to service, node1's admission is granted and released;
 #           `nodecare check` makes an agent run its diagnose scripts at once.
+#        S7 filter (s7-filter.sh) a Ganeti job filter (`gnt-filter add --action=PAUSE` on
+#           nodecare's reason, docs/ganeti-filters.md) holds nodecare's job queued; deleted, the
+#           job runs.
 #        S10 (s10-campaign.sh) a rolling maintenance campaign over every node survives a kill -9
 #           of the coordinator: hooks once each, no instance down, primaries back.
 #        S11 (s11-failover.sh, last) Ganeti master failovers with coordinators on three master

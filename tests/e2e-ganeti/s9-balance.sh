@@ -118,7 +118,7 @@ sys.exit(0 if ok else 1)" <<<"$status" 2>/dev/null; then
 bad = []
 for j in d:
     text = json.dumps(j.get('ops', []))
-    if 'gnt:daemon:nodecare' not in text or 'balancing (' not in text:
+    if 'gnt:daemon:maintd' not in text or 'balancing (' not in text:
         continue
     ts = (j.get('received_ts') or [0])[0]
     if $open_from <= ts <= $open_to and '$n3' in text:
@@ -126,7 +126,7 @@ for j in d:
 print(' '.join(bad))")
   local balancing_jobs
   balancing_jobs=$(rapi GET "/2/jobs?bulk=1" | jq_py "
-print(sum(1 for j in d if 'balancing (' in json.dumps(j.get('ops', [])) and 'gnt:daemon:nodecare' in json.dumps(j.get('ops', []))))")
+print(sum(1 for j in d if 'balancing (' in json.dumps(j.get('ops', [])) and 'gnt:daemon:maintd' in json.dumps(j.get('ops', []))))")
   if [[ -z $bad && $balancing_jobs -gt 0 ]]; then
     pass "S9 no balancing job touched $n3 while its incident was open ($balancing_jobs balancing jobs with nodecare's reason trail; left out meanwhile: ${left_out_seen:-none proposed})"
   else

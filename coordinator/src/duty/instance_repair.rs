@@ -53,7 +53,8 @@ pub const TAG_PREFIX: &str = "ganeti:watcher:autorepair:";
 pub const TAG_PENDING: &str = "ganeti:watcher:autorepair:pending:";
 /// Prefix of a finished repair's tag.
 pub const TAG_RESULT: &str = "ganeti:watcher:autorepair:result:";
-/// Prefix of a suspend tag (`...suspend:` alone suspends forever).
+/// Prefix of a suspend tag (`...suspend:` alone, or `...suspend` without the colon, suspends
+/// forever: harep's `chompPrefix` takes a prefix without its final colon as matching).
 pub const TAG_SUSPEND: &str = "ganeti:watcher:autorepair:suspend:";
 /// Ganeti's limit on the length of a tag.
 pub const MAX_TAG_LEN: usize = 128;
@@ -176,9 +177,148 @@ pub struct RepairData {
     pub tag: String,
 }
 
-/// Parses a number as Haskell's `read` does for harep (leading blanks allowed, nothing after).
+/// A number as Haskell's `reads` reads it: its magnitude modulo 2^64, whether the magnitude
+/// exceeds `u64` (so that an unbounded `Integer` can saturate), and its sign.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HsNumber {
+    wrapped: u64,
+    beyond_u64: bool,
+    negative: bool,
+}
+
+impl HsNumber {
+    /// As Haskell's `Integer` (unbounded), saturated to `i64`: order and comparisons with any
+    /// `i64` stay exact.
+    fn saturating(self) -> i64 {
+        match (self.negative, self.beyond_u64) {
+            (false, true) => i64::MAX,
+            (true, true) => i64::MIN,
+            (false, false) => i64::try_from(self.wrapped).unwrap_or(i64::MAX),
+            (true, false) => 0i64.checked_sub_unsigned(self.wrapped).unwrap_or(i64::MIN),
+        }
+    }
+
+    /// As Haskell's `Int` (64 bits): `fromInteger` wraps modulo 2^64.
+    const fn wrapping(self) -> i64 {
+        let value = if self.negative {
+            self.wrapped.wrapping_neg()
+        } else {
+            self.wrapped
+        };
+        value.cast_signed()
+    }
+}
+
+/// Haskell's `isSymbolChar` for the ASCII symbols its lexer munches into one `Symbol`.
+fn is_hs_symbol(c: char) -> bool {
+    "!#$%&*+./<=>?@\\^|-~:".contains(c)
+}
+
+/// One number lexeme (`Text.Read.Lex`): decimal digits, or `0x`/`0X` and hexadecimal digits,
+/// or `0o`/`0O` and octal digits. A fraction or exponent makes a number no integer (`None`);
+/// what follows the lexeme is returned.
+fn hs_number_lexeme(text: &str) -> Option<(HsNumber, &str)> {
+    let based = text
+        .strip_prefix("0x")
+        .or_else(|| text.strip_prefix("0X"))
+        .map(|rest| (16, rest))
+        .or_else(|| {
+            text.strip_prefix("0o")
+                .or_else(|| text.strip_prefix("0O"))
+                .map(|rest| (8, rest))
+        })
+        .filter(|(base, rest)| rest.chars().next().is_some_and(|c| c.is_digit(*base)));
+    let (base, digits_from) = based.unwrap_or((10, text));
+    let end = digits_from
+        .find(|c: char| !c.is_digit(base))
+        .unwrap_or(digits_from.len());
+    let (digits, rest) = digits_from.split_at(end);
+    if digits.is_empty() {
+        return None;
+    }
+    if base == 10 {
+        // `lexFrac` and `lexExp` are tried before giving up on them (`<++`): a fraction or an
+        // exponent that lexes makes a decimal that is no integer.
+        let mut chars = rest.chars();
+        match (chars.next(), chars.next(), chars.next()) {
+            (Some('.'), Some(d), _) if d.is_ascii_digit() => return None,
+            (Some('e' | 'E'), Some(d), _) if d.is_ascii_digit() => return None,
+            (Some('e' | 'E'), Some('+' | '-'), Some(d)) if d.is_ascii_digit() => return None,
+            _ => {}
+        }
+    }
+    let mut number = HsNumber {
+        wrapped: 0,
+        beyond_u64: false,
+        negative: false,
+    };
+    let mut exact: Option<u64> = Some(0);
+    for c in digits.chars() {
+        let digit = u64::from(c.to_digit(base)?);
+        let base = u64::from(base);
+        number.wrapped = number.wrapped.wrapping_mul(base).wrapping_add(digit);
+        exact = exact
+            .and_then(|v| v.checked_mul(base))
+            .and_then(|v| v.checked_add(digit));
+    }
+    number.beyond_u64 = exact.is_none();
+    Some((number, rest))
+}
+
+/// `readNumber` under `parens`: a number, `-` and a number, or either in parentheses, with
+/// blanks before every lexeme; what follows is returned.
+fn hs_read_number(text: &str) -> Option<(HsNumber, &str)> {
+    let text = text.trim_start();
+    if let Some(inner) = text.strip_prefix('(') {
+        let (number, rest) = hs_read_number(inner)?;
+        let rest = rest.trim_start().strip_prefix(')')?;
+        return Some((number, rest));
+    }
+    if text.starts_with(is_hs_symbol) {
+        let end = text.find(|c| !is_hs_symbol(c)).unwrap_or(text.len());
+        if &text[..end] != "-" {
+            return None;
+        }
+        let (number, rest) = hs_number_lexeme(text[end..].trim_start())?;
+        return Some((
+            HsNumber {
+                negative: true,
+                ..number
+            },
+            rest,
+        ));
+    }
+    hs_number_lexeme(text)
+}
+
+/// Haskell's `tryRead` of a number (`reads` with exactly one parse and nothing left over):
+/// leading blanks, a `-`, hexadecimal and octal literals and parentheses are taken; a `+`,
+/// anything after the number (blanks too), fractions and exponents are not.
+fn hs_read(text: &str) -> Option<HsNumber> {
+    match hs_read_number(text)? {
+        (number, "") => Some(number),
+        _ => None,
+    }
+}
+
+/// A timestamp as harep reads it (an `Integer`), saturated to `i64`.
 fn read_integer(text: &str) -> Option<i64> {
-    text.trim_start().parse().ok()
+    hs_read(text).map(HsNumber::saturating)
+}
+
+/// A job id as harep reads it (`makeJobIdS`: an `Int`, which wraps, then non-negative).
+fn read_job_id(text: &str) -> Option<JobId> {
+    JobId::try_from(hs_read(text)?.wrapping()).ok()
+}
+
+/// Ganeti's `chompPrefix`: the rest after `prefix`, or `""` when `text` is `prefix` without
+/// its last character (`ganeti:watcher:autorepair:suspend` for the suspend prefix).
+pub fn chomp_prefix<'a>(prefix: &str, text: &'a str) -> Option<&'a str> {
+    text.strip_prefix(prefix).or_else(|| {
+        let mut init = prefix.chars();
+        init.next_back();
+        (text == init.as_str()).then_some("")
+    })
 }
 
 impl RepairData {
@@ -186,10 +326,10 @@ impl RepairData {
     /// colon separates a field, the field count must match, jobs are `+`-separated
     /// non-negative integers (possibly none). Anything else is not a repair tag (`None`).
     pub fn parse_tag(tag: &str) -> Option<Self> {
-        let (rest, pending) = if let Some(rest) = tag.strip_prefix(TAG_PENDING) {
+        let (rest, pending) = if let Some(rest) = chomp_prefix(TAG_PENDING, tag) {
             (rest, true)
         } else {
-            (tag.strip_prefix(TAG_RESULT)?, false)
+            (chomp_prefix(TAG_RESULT, tag)?, false)
         };
         let fields = sep_split(':', rest);
         let (kind, uuid, ts, result, jobs) = match (pending, fields.as_slice()) {
@@ -201,7 +341,7 @@ impl RepairData {
         };
         let jobs = sep_split('+', jobs)
             .into_iter()
-            .map(|j| j.trim_start().parse::<JobId>().ok())
+            .map(read_job_id)
             .collect::<Option<Vec<_>>>()?;
         Some(Self {
             kind: RepairType::parse(kind)?,
@@ -246,11 +386,12 @@ pub fn render_tag(
         None => format!("{TAG_PENDING}{kind}:{uuid}:{ts}:"),
         Some(result) => format!("{TAG_RESULT}{kind}:{uuid}:{ts}:{}:", result.as_str()),
     };
-    if head.len() > MAX_TAG_LEN {
+    // Ganeti counts characters (Python's `len` of the tag).
+    let mut len = head.chars().count();
+    if len > MAX_TAG_LEN {
         return None;
     }
     let mut kept: Vec<String> = Vec::new();
-    let mut len = head.len();
     for job in jobs.iter().rev() {
         let text = job.to_string();
         let add = text.len() + usize::from(!kept.is_empty());
@@ -305,13 +446,13 @@ pub fn policy_of(tags: &[String], now: i64) -> Option<ArPolicy> {
     let mut forever = false;
     let mut until: Option<i64> = None;
     for tag in tags {
-        if let Some(rest) = tag.strip_prefix(TAG_SUSPEND) {
+        if let Some(rest) = chomp_prefix(TAG_SUSPEND, tag) {
             if rest.is_empty() {
                 forever = true;
             } else if let Some(ts) = read_integer(rest).filter(|ts| *ts > now) {
                 until = Some(until.map_or(ts, |u| u.max(ts)));
             }
-        } else if let Some(kind) = tag.strip_prefix(TAG_PREFIX).and_then(RepairType::parse) {
+        } else if let Some(kind) = chomp_prefix(TAG_PREFIX, tag).and_then(RepairType::parse) {
             enabled = Some(enabled.map_or(kind, |e| e.min(kind)));
         }
     }
@@ -343,7 +484,7 @@ pub fn resolve_policy(
 pub fn expired_suspends(tags: &[String], now: i64) -> Vec<String> {
     tags.iter()
         .filter(|tag| {
-            tag.strip_prefix(TAG_SUSPEND)
+            chomp_prefix(TAG_SUSPEND, tag)
                 .filter(|rest| !rest.is_empty())
                 .and_then(read_integer)
                 .is_some_and(|ts| ts <= now)
@@ -480,6 +621,12 @@ pub enum PendingOutcome {
     Wait(String),
     /// Every job is final: the repair's result (tag rendered, timestamp now).
     Done(RepairData),
+    /// Every job is final but the result tag cannot be written: even without its job list it
+    /// would be longer than Ganeti's [`MAX_TAG_LEN`] (a pending tag with a long id, from
+    /// another tool). harep would submit the tag, Ganeti would refuse it and harep would abort
+    /// its whole run, every run. Here nothing is submitted; the instance stays pending, shown
+    /// as blocked with why and what a person can do.
+    Blocked(String),
 }
 
 /// harep's `processPending`: a repair whose jobs are all final becomes `success` (every job
@@ -521,9 +668,14 @@ pub fn process_pending(
     };
     match result.clone().with_tag() {
         Some(done) => PendingOutcome::Done(done),
-        None => PendingOutcome::Wait(format!(
-            "the result tag of repair {} would exceed {MAX_TAG_LEN} characters",
-            data.uuid
+        None => PendingOutcome::Blocked(format!(
+            "the repair's jobs have ended but its result tag cannot be written: with the \
+             repair's id ({} characters) it would be longer than Ganeti's limit of \
+             {MAX_TAG_LEN} characters even without its job list; a person must remove the \
+             pending tag {:?} (gnt-instance remove-tags), after which the instance is checked \
+             again",
+            data.uuid.chars().count(),
+            data.tag
         )),
     }
 }
@@ -886,6 +1038,10 @@ pub struct InstanceReport {
     pub needs: Option<RepairType>,
     /// What happens and why, for people.
     pub note: String,
+    /// Why nothing can go on for this instance until a person acts (a pending repair whose
+    /// result tag cannot be written), if so.
+    #[serde(default)]
+    pub blocked: Option<String>,
 }
 
 /// Everything one round of the duty wants.
@@ -935,6 +1091,14 @@ impl Assessment {
             *counts.entry(report.state.clone()).or_insert(0) += 1;
         }
         counts
+    }
+
+    /// Instances nothing can go on for until a person acts, with why.
+    pub fn blocked(&self) -> Vec<(String, String)> {
+        self.instances
+            .iter()
+            .filter_map(|r| Some((r.instance.clone(), r.blocked.clone()?)))
+            .collect()
     }
 
     /// Jobs whose status the duty needs ([`pending_jobs`] over every instance).
@@ -1020,6 +1184,7 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
             state: String::new(),
             needs: None,
             note: String::new(),
+            blocked: None,
         };
         if inputs.in_flight.contains(&name) {
             report.state = "Pending repair".into();
@@ -1037,6 +1202,10 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
         if let ArState::PendingRepair(data) = &state {
             match process_pending(data, inputs.jobs, now) {
                 PendingOutcome::Wait(why) => notes.push(format!("waiting: {why}")),
+                PendingOutcome::Blocked(why) => {
+                    notes.push(format!("blocked: {why}"));
+                    report.blocked = Some(why);
+                }
                 PendingOutcome::Done(done) => {
                     let new_state = if done.result == Some(RepairResult::Success) {
                         ArState::Healthy(Some(done.clone()))

@@ -480,7 +480,36 @@ fn tags_parse_as_harep_parses_them() {
             .ts,
         -7
     );
+    // Numbers as Haskell's `read` takes them: the time an Integer, job ids an Int (which
+    // wraps at 2^64 before the non-negative check).
+    let d = p("ganeti:watcher:autorepair:pending:migrate:u:0x10:0o10+0x10+010").unwrap();
+    assert_eq!((d.ts, d.jobs), (16, vec![8, 16, 10]));
+    assert_eq!(
+        p("ganeti:watcher:autorepair:pending:migrate:u:123456789012345678901234567890:")
+            .unwrap()
+            .ts,
+        i64::MAX
+    );
+    assert_eq!(
+        p("ganeti:watcher:autorepair:pending:migrate:u:1:18446744073709551617")
+            .unwrap()
+            .jobs,
+        vec![1]
+    );
+    assert_eq!(
+        p("ganeti:watcher:autorepair:pending:migrate:u:1:-18446744073709551615")
+            .unwrap()
+            .jobs,
+        vec![1]
+    );
     for bad in [
+        "ganeti:watcher:autorepair:pending:failover:u:+1:",
+        "ganeti:watcher:autorepair:pending:failover:u:1:+5",
+        "ganeti:watcher:autorepair:pending:failover:u:1e3:",
+        "ganeti:watcher:autorepair:pending:failover:u:1:5.0",
+        "ganeti:watcher:autorepair:pending:failover:u:1:9223372036854775808",
+        "ganeti:watcher:autorepair:pending",
+        "ganeti:watcher:autorepair:result",
         "ganeti:watcher:autorepair:pending:failover:u:1",
         "ganeti:watcher:autorepair:pending:failover:u:1:2:3",
         "ganeti:watcher:autorepair:pending:explode:u:1:",
@@ -536,7 +565,8 @@ proptest! {
         kind in repair_type(),
         result in repair_result(),
         ts in 0i64..10_000_000_000,
-        jobs in prop::collection::vec(any::<u64>(), 0..12),
+        // Ganeti's job ids are Haskell `Int`s: harep reads no id beyond `i64::MAX`.
+        jobs in prop::collection::vec(0..=i64::MAX.cast_unsigned(), 0..12),
         uuid in any::<u128>(),
     ) {
         let uuid = Uuid::from_u128(uuid).to_string();
@@ -614,12 +644,132 @@ fn policy_of_one_object_follows_harep() {
             Some(ArPolicy::Enabled(RepairType::Failover)),
         ),
         (&["ganeti:watcher:autorepair:suspend:999"], None),
-        // `suspend` without the colon is no suspend.
-        (&["ganeti:watcher:autorepair:suspend"], None),
+        // `suspend` without the colon suspends forever: harep's `chompPrefix` accepts the
+        // prefix without its final colon (and reads the rest as "").
+        (
+            &[
+                "ganeti:watcher:autorepair:reinstall",
+                "ganeti:watcher:autorepair:suspend",
+            ],
+            Some(ArPolicy::Suspended(Suspension::Forever)),
+        ),
+        (
+            &["ganeti:watcher:autorepair:suspend"],
+            Some(ArPolicy::Suspended(Suspension::Forever)),
+        ),
+        // Other spellings are not a suspend at all.
+        (&["ganeti:watcher:autorepair:suspen"], None),
+        (&["ganeti:watcher:autorepair:suspendx"], None),
+        (&["ganeti:watcher:autorepair:suspend:;"], None),
+        // The bare prefix is no repair type.
+        (&["ganeti:watcher:autorepair"], None),
     ];
     for (tags, expected) in cases {
         assert_eq!(policy_of(&strings(tags), now), *expected, "{tags:?}");
     }
+}
+
+#[test]
+fn suspend_timestamps_read_as_haskell_reads_an_integer() {
+    let now = 1000;
+    let at = |rest: &str| {
+        policy_of(
+            &strings(&[
+                &format!("ganeti:watcher:autorepair:suspend:{rest}"),
+                "ganeti:watcher:autorepair:failover",
+            ]),
+            now,
+        )
+    };
+    let until = |ts| Some(ArPolicy::Suspended(Suspension::Until(ts)));
+    let enabled = Some(ArPolicy::Enabled(RepairType::Failover));
+    let cases: &[(&str, Option<ArPolicy>)] = &[
+        ("2000", until(2000)),
+        ("002000", until(2000)),
+        // Haskell's `read` takes hexadecimal and octal literals.
+        ("0x7d0", until(2000)),
+        ("0X7D0", until(2000)),
+        ("0o3720", until(2000)),
+        ("0O3720", until(2000)),
+        // An Integer has no bound: far beyond i64 is still the future.
+        (
+            "99999999999999999999999999999999999999999999",
+            until(i64::MAX),
+        ),
+        ("0xffffffffffffffffffffffffffffffffffff", until(i64::MAX)),
+        // Leading blanks and parentheses are Haskell syntax too (Ganeti's tags allow neither).
+        (" 2000", until(2000)),
+        ("(2000)", until(2000)),
+        ("( (0x7d0) )", until(2000)),
+        // The past, and what `read` refuses, does not suspend.
+        ("1000", enabled),
+        ("-3000", enabled),
+        ("-99999999999999999999999999999", enabled),
+        ("+2000", enabled),
+        ("2000 ", enabled),
+        ("2000.0", enabled),
+        ("2e3", enabled),
+        ("2000x", enabled),
+        ("0x", enabled),
+        ("0b11111010000", enabled),
+        ("--2000", enabled),
+        ("- 2000", enabled),
+        ("2_000", enabled),
+        ("(2000", enabled),
+        ("2000)", enabled),
+        ("\u{661}", enabled),
+        ("soon", enabled),
+    ];
+    for (rest, expected) in cases {
+        assert_eq!(at(rest), *expected, "suspend:{rest}");
+    }
+}
+
+/// Every spelling of `tests/data/harep/suspend-corners.txt`, as the real harep 3.0.2 read it
+/// (`tests/harep-luxi/suspend-corners.sh`, harep's dry run against a replayed LUXI trace).
+#[test]
+fn suspend_tags_read_as_real_harep_reads_them() {
+    let recorded = include_str!("../../tests/data/harep/suspend-corners.txt");
+    // harep ran between the recorded PAST (1000000000) and FUTURE (4000000000), before 2033.
+    let now = 1_800_000_000;
+    let mut lines = 0;
+    for line in recorded.lines() {
+        let (spelling, verdict) = line.split_once('\t').unwrap();
+        let tags = strings(&[
+            "ganeti:watcher:autorepair:reinstall",
+            &format!("ganeti:watcher:autorepair:{spelling}"),
+        ]);
+        let ours = match policy_of(&tags, now) {
+            Some(ArPolicy::Suspended(Suspension::Forever)) => "suspended-forever",
+            Some(ArPolicy::Suspended(Suspension::Until(_))) => "suspended-until",
+            Some(ArPolicy::Enabled(RepairType::Reinstall)) => "not-suspended",
+            other => panic!("{spelling}: {other:?}"),
+        };
+        assert_eq!(ours, verdict, "{spelling}");
+        lines += 1;
+    }
+    assert!(lines >= 20, "{lines}");
+}
+
+/// Every spelling of `tests/data/harep/result-corners.txt`, as the real harep 3.0.2 read it
+/// (`tests/harep-luxi/result-corners.sh`).
+#[test]
+fn result_tags_read_as_real_harep_reads_them() {
+    let recorded = include_str!("../../tests/data/harep/result-corners.txt");
+    let mut lines = 0;
+    for line in recorded.lines() {
+        let (spelling, verdict) = line.split_once('\t').unwrap();
+        let tag = format!(
+            "ganeti:watcher:autorepair:result:reinstall:23f92606-8671-4932-827d-5ca5c0324f1c:{spelling}"
+        );
+        let ours = match RepairData::parse_tag(&tag) {
+            Some(_) => "parsed",
+            None => "not-parsed",
+        };
+        assert_eq!(ours, verdict, "{spelling}");
+        lines += 1;
+    }
+    assert!(lines >= 20, "{lines}");
 }
 
 #[test]
@@ -647,6 +797,9 @@ fn only_expired_timed_suspends_are_removed() {
         "ganeti:watcher:autorepair:suspend:1000",
         "ganeti:watcher:autorepair:suspend:1001",
         "ganeti:watcher:autorepair:suspend:soon",
+        "ganeti:watcher:autorepair:suspend",
+        "ganeti:watcher:autorepair:suspend:0x10",
+        "ganeti:watcher:autorepair:suspend:+10",
         "ganeti:watcher:autorepair:failover",
     ]);
     assert_eq!(
@@ -654,6 +807,7 @@ fn only_expired_timed_suspends_are_removed() {
         strings(&[
             "ganeti:watcher:autorepair:suspend:999",
             "ganeti:watcher:autorepair:suspend:1000",
+            "ganeti:watcher:autorepair:suspend:0x10",
         ])
     );
 }
@@ -767,6 +921,75 @@ fn pending_repairs_end_as_harep_ends_them() {
             ..
         })
     ));
+}
+
+/// A pending tag Ganeti accepted (127 characters: another tool's 70-character id) whose
+/// result tag cannot fit in 128 characters, even without its jobs.
+fn unclosable_pending_tag() -> String {
+    let id = format!("othertool-{}", "0123456789".repeat(6));
+    assert_eq!(id.len(), 70);
+    let tag = format!("ganeti:watcher:autorepair:pending:failover:{id}:1795331497:56");
+    assert!(tag.chars().count() <= MAX_TAG_LEN, "{}", tag.len());
+    tag
+}
+
+#[test]
+fn a_pending_repair_whose_result_cannot_be_written_is_blocked_not_waited_for() {
+    let data = RepairData::parse_tag(&unclosable_pending_tag()).unwrap();
+    let jobs = BTreeMap::from([(56, JobState::Known(JobStatus::Success))]);
+    match process_pending(&data, &jobs, 1_795_332_000) {
+        PendingOutcome::Blocked(why) => {
+            assert!(why.contains("128"), "{why}");
+            assert!(why.contains("remove"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // While its jobs run, it is waited for as any other.
+    let running = BTreeMap::from([(56, JobState::Known(JobStatus::Running))]);
+    assert!(matches!(
+        process_pending(&data, &running, 1_795_332_000),
+        PendingOutcome::Wait(_)
+    ));
+}
+
+#[test]
+fn an_unclosable_pending_repair_is_shown_blocked_and_no_tag_job_is_proposed() {
+    let tag = unclosable_pending_tag();
+    let mut world = lvm_cluster(
+        1_795_332_000,
+        &["ganeti:watcher:autorepair:failover", &tag],
+        &[],
+    );
+    world.jobs = BTreeMap::from([(56, JobState::Known(JobStatus::Success))]);
+    for _round in 0..2 {
+        let a = world.assess(&["11111111-1111-4111-8111-111111111111"]);
+        // Nothing Ganeti would refuse, and no repair beside the unfinished one.
+        assert!(
+            a.tag_changes
+                .iter()
+                .all(|c| c.target != TagTarget::Instance("inst3.gnt.test".into())),
+            "{:?}",
+            a.tag_changes
+        );
+        assert!(a.repairs.is_empty(), "{:?}", a.repairs);
+        for change in &a.tag_changes {
+            assert!(change.add.iter().all(|t| t.chars().count() <= MAX_TAG_LEN));
+        }
+        let report = a
+            .instances
+            .iter()
+            .find(|r| r.instance == "inst3.gnt.test")
+            .unwrap();
+        assert_eq!(report.state, "Pending repair");
+        let blocked = report.blocked.as_deref().unwrap_or_default();
+        assert!(blocked.contains("128 characters"), "{blocked}");
+        assert!(blocked.contains(&tag), "{blocked}");
+        assert!(report.note.contains("blocked"), "{}", report.note);
+        assert_eq!(
+            a.blocked(),
+            vec![("inst3.gnt.test".to_owned(), blocked.to_owned())]
+        );
+    }
 }
 
 // ---- detection ----
@@ -961,6 +1184,11 @@ fn suspended_and_unpermitted_instances_are_left_alone() {
         &[
             "ganeti:watcher:autorepair:failover",
             "ganeti:watcher:autorepair:suspend:2000",
+        ][..],
+        // The bare tag suspends forever, as for harep (issue: a `reinstall` went ahead).
+        &[
+            "ganeti:watcher:autorepair:reinstall",
+            "ganeti:watcher:autorepair:suspend",
         ][..],
         &[][..],
     ] {

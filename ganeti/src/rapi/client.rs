@@ -47,6 +47,9 @@ pub struct RapiClient {
     transport: Arc<dyn Transport>,
     base_url: String,
     request_timeout: Duration,
+    /// The source written before every job's reason text ([`crate::REASON_SOURCE`] unless
+    /// [`Self::with_reason_source`] says otherwise).
+    reason_source: String,
 }
 
 impl RapiClient {
@@ -58,7 +61,21 @@ impl RapiClient {
             transport: Arc::new(transport),
             base_url,
             request_timeout: config.request_timeout,
+            reason_source: crate::REASON_SOURCE.to_owned(),
         })
+    }
+
+    /// The same client writing `source` before every job's reason text (checked with
+    /// [`crate::check_reason_source`]).
+    pub fn with_reason_source(mut self, source: &str) -> Result<Self, RapiError> {
+        crate::check_reason_source(source).map_err(RapiError::Config)?;
+        source.clone_into(&mut self.reason_source);
+        Ok(self)
+    }
+
+    /// The source written before every job's reason text.
+    pub fn reason_source(&self) -> &str {
+        &self.reason_source
     }
 
     /// A client over another transport (e.g. an in-process simulated cluster); `base_url` only
@@ -72,6 +89,7 @@ impl RapiClient {
             transport,
             base_url: base_url.into(),
             request_timeout,
+            reason_source: crate::REASON_SOURCE.to_owned(),
         }
     }
 
@@ -463,7 +481,7 @@ impl RapiClient {
         body: &Value,
         reason: &Reason,
     ) -> Result<JobId, RapiError> {
-        let reason_text = reason_query_value(reason);
+        let reason_text = reason_query_value(&self.reason_source, reason);
         let mut full_query: Vec<(&str, &str)> = query.to_vec();
         full_query.push(("reason", &reason_text));
         let body = with_depends(body, &reason.depends)

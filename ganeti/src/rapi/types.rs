@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate as ganeti;
-use crate::{JobId, JobStatus, NodeRole, REASON_SOURCE, Reason};
+use crate::{JobId, JobStatus, NodeRole, Reason};
 
 /// Source Ganeti's RAPI gives to the text passed in the `reason` query parameter.
 ///
@@ -22,16 +22,19 @@ use crate::{JobId, JobStatus, NodeRole, REASON_SOURCE, Reason};
 /// ["gnt:opcode:tags_set", "job=17;index=0", ns]]`.
 pub const RAPI_USER_REASON_SOURCE: &str = "gnt:user";
 
-/// The `reason` query parameter for a job: nodecare's source, then the reason text
-/// (`gnt:daemon:nodecare nodecare incident=<uuid> intent=<key>: <description>`). The trail entry
-/// then reads `["gnt:user", <this>, ns]`, and [`Reason::parse_text`] finds the marker in it.
-pub fn reason_query_value(reason: &Reason) -> String {
+/// The `reason` query parameter for a job: the source (by default [`crate::REASON_SOURCE`],
+/// `gnt:daemon:maintd`), then the reason text (`gnt:daemon:maintd nodecare incident=<uuid>
+/// intent=<key>: <description>`). The trail entry then reads `["gnt:user", <this>, ns]`, and
+/// [`Reason::parse_text`] finds the marker in it whatever the source. A Ganeti job filter
+/// therefore matches nodecare's jobs on the entry's `reason` field, not its `source` (which
+/// RAPI sets to `gnt:user`).
+pub fn reason_query_value(source: &str, reason: &Reason) -> String {
     let text: String = reason
         .text()
         .chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .collect();
-    format!("{REASON_SOURCE} {text}")
+    format!("{source} {text}")
 }
 
 /// `/2/info` (subset).
@@ -540,9 +543,9 @@ mod tests {
     fn reason_survives_the_rapi_user_trail_entry() {
         let id = uuid::Uuid::new_v4();
         let reason = Reason::new(id, "drain", "Draining node1\nnow");
-        let query = reason_query_value(&reason);
+        let query = reason_query_value(crate::REASON_SOURCE, &reason);
         assert!(
-            query.starts_with("gnt:daemon:nodecare nodecare incident="),
+            query.starts_with("gnt:daemon:maintd nodecare incident="),
             "{query}"
         );
         assert!(!query.contains('\n'));
