@@ -1247,6 +1247,9 @@ impl Reconciler {
         }
         let mut round = Round::new(nodes, instances, in_flight, disrupted)
             .with_active_incidents(with_incidents);
+        // Before any judgement: whether a held evacuation could ever succeed is the
+        // configured policy's answer, not the default's.
+        round.set_evacuation_policy(self.settings.evacuation);
         for judgement in &decision.judgements {
             let Holder::Incident { id } = &judgement.proposal.holder else {
                 continue;
@@ -1394,7 +1397,6 @@ impl Reconciler {
         own: &[&Intent],
         round: &mut Round<'_>,
     ) -> Result<usize, RoundError> {
-        round.set_evacuation_policy(self.settings.evacuation);
         // Escalated from live-repair: a repair still running is left to finish or time out.
         if let Some(repair) = own
             .iter()
