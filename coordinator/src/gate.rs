@@ -200,6 +200,14 @@ impl DomainSource {
         }
     }
 
+    /// The configuration spelling: `group`, or the tag prefix.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::NodeGroup => "group",
+            Self::TagPrefix(prefix) => prefix,
+        }
+    }
+
     /// The domain of a node with `group` and `tags`.
     pub fn domain_of(&self, group: &str, tags: &[String]) -> String {
         match self {

@@ -1133,6 +1133,7 @@ impl Reconciler {
             repairs: &self.repairs,
             agent_urls: &self.settings.agent_urls,
             nodes,
+            domains: &self.settings.gate.domains,
         };
         let campaigns = crate::campaign_exec::prepare(
             campaign_ctx,
