@@ -1108,7 +1108,11 @@ fn a_campaign_takes_the_coordinator_s_failure_domains() {
         request.failure_domains = asked.map(str::to_owned);
         match (adopt_failure_domains(&mut request, coordinator), want) {
             (Ok(()), Ok(stored)) => {
-                assert_eq!(request.failure_domains.as_deref(), Some(stored), "{asked:?}");
+                assert_eq!(
+                    request.failure_domains.as_deref(),
+                    Some(stored),
+                    "{asked:?}"
+                );
             }
             (Err(why), Err(())) => {
                 assert!(why.starts_with("failure_domains: "), "{why}");

@@ -527,6 +527,35 @@ fn caps_limit(caps: &Caps, vm_capable: usize) -> usize {
     caps.max_disrupted_nodes.min(by_percent)
 }
 
+/// How [`caps_limit`] comes about, for people: the settings and, for a percentage, what it is
+/// taken of and how it rounds (`max_disrupted_percent = 50% of 3 vm-capable nodes = 1.5,
+/// rounded down to 1`).
+fn cap_explained(caps: &Caps, vm_capable: usize) -> String {
+    let nodes = format!("max_disrupted_nodes = {}", caps.max_disrupted_nodes);
+    let Some(percent) = caps.max_disrupted_percent else {
+        return nodes;
+    };
+    let exact = vm_capable as f64 * percent / 100.0;
+    let allowed = caps_limit(
+        &Caps {
+            max_disrupted_nodes: usize::MAX,
+            ..*caps
+        },
+        vm_capable,
+    );
+    // Two decimals are enough to show why it rounds as it does.
+    let shown = format!("{exact:.2}");
+    let shown = shown.trim_end_matches('0').trim_end_matches('.');
+    let share = if exact < 1.0 {
+        format!(" = {shown}, at least 1")
+    } else if exact.fract() == 0.0 {
+        format!(" = {allowed}")
+    } else {
+        format!(" = {shown}, rounded down to {allowed}")
+    };
+    format!("{nodes}, max_disrupted_percent = {percent}% of {vm_capable} vm-capable node(s){share}")
+}
+
 /// Why `caps` refuse disrupting `adding` more nodes among `scope` (a node group or the whole
 /// cluster), if they do.
 fn cap_refusal(
@@ -555,20 +584,20 @@ fn cap_refusal(
     let limit = caps_limit(caps, vm_capable.len());
     let after = disrupted.len() + new.len();
     if after > limit {
-        let others: Vec<&str> = disrupted.iter().copied().collect();
-        let percent = caps
-            .max_disrupted_percent
-            .map(|p| format!(", max_disrupted_percent = {p}% of {}", vm_capable.len()))
-            .unwrap_or_default();
-        return Some(format!(
-            "{scope}: {} node(s) already disrupted ({}), at most {limit} at once (max_disrupted_nodes = {}{percent})",
-            others.len(),
-            if others.is_empty() {
+        let list = |nodes: &BTreeSet<&str>| {
+            if nodes.is_empty() {
                 "none".to_owned()
             } else {
-                others.join(", ")
-            },
-            caps.max_disrupted_nodes,
+                nodes.iter().copied().collect::<Vec<_>>().join(", ")
+            }
+        };
+        return Some(format!(
+            "{scope}: at most {limit} node(s) disrupted at once ({}); disrupting {} ({}) with {} already disrupted ({}) would make {after}",
+            cap_explained(caps, vm_capable.len()),
+            new.len(),
+            list(&new),
+            disrupted.len(),
+            list(&disrupted),
         ));
     }
     let healthy_after = vm_capable
@@ -697,10 +726,9 @@ fn judge(
         // One failure domain at a time.
         let wanted_list: Vec<&str> = wanted.iter().copied().collect();
         if wanted.len() > 1 {
-            return Err(BlockedBy::Domain {
-                busy: wanted_list[1..].join(", "),
-                holders: vec![format!("{} spans several domains", proposal.subject)],
-                wanted: wanted_list[0].to_owned(),
+            return Err(BlockedBy::SpansDomains {
+                subject: proposal.subject.clone(),
+                domains: wanted_list.iter().map(|d| (*d).to_owned()).collect(),
             });
         }
         if let Some((domain, holders)) = busy
@@ -1175,7 +1203,7 @@ mod tests {
         assert!(
             outcome(&decision, 2)
                 .expect_err("capped")
-                .starts_with("cap: node group small: 1 node(s)")
+                .starts_with("cap: node group small: at most 1 node(s)")
         );
     }
 
@@ -1435,8 +1463,93 @@ mod tests {
         let decision = decide(&view, &policy, &in_force, vec![repair(2, "n2")]);
         assert_eq!(
             outcome(&decision, 2),
-            Err("cap: cluster: 1 node(s) already disrupted (n1), at most 1 at once (max_disrupted_nodes = 1)".into())
+            Err("cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 1); disrupting 1 (n2) with 1 already disrupted (n1) would make 2".into())
         );
+    }
+
+    /// Issue 24 (6): a cap refusal states the cap, how a percentage rounds, and what counts:
+    /// the nodes asked for and those already disrupted (a group larger than the cap says so,
+    /// not "0 already disrupted" alone).
+    #[test]
+    fn cap_refusals_state_the_cap_and_what_counts() {
+        let three = |n1: &str, n2: &str, n3: &str| {
+            let mut p = repair(9, n1);
+            p.subject = format!("reboot group 1 of 2 ({n1}, {n2}, {n3})");
+            p.disrupts = [n1.to_owned(), n2.to_owned(), n3.to_owned()].into();
+            p
+        };
+        let mut small = view();
+        small
+            .nodes
+            .retain(|name, _| ["n1", "n2", "n3"].contains(&name.as_str()));
+        for facts in small.nodes.values_mut() {
+            facts.domain = "rack:a".into();
+        }
+        let caps = |nodes: usize, percent: Option<f64>| Policy {
+            cluster: Caps {
+                max_disrupted_nodes: nodes,
+                max_disrupted_percent: percent,
+                min_healthy_nodes: 0,
+            },
+            ..Policy::default()
+        };
+        let one_held = InForce::new(&small, [("n3".to_owned(), Holder::Incident { id: id(1) })]);
+        let table: [(&View, Policy, &InForce, Proposal, &str); 5] = [
+            (
+                &small,
+                caps(2, None),
+                &InForce::default(),
+                three("n1", "n2", "n3"),
+                "cap: cluster: at most 2 node(s) disrupted at once (max_disrupted_nodes = 2); \
+                 disrupting 3 (n1, n2, n3) with 0 already disrupted (none) would make 3",
+            ),
+            (
+                &small,
+                caps(5, Some(50.0)),
+                &InForce::default(),
+                three("n1", "n2", "n3"),
+                "cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 5, \
+                 max_disrupted_percent = 50% of 3 vm-capable node(s) = 1.5, rounded down to 1); \
+                 disrupting 3 (n1, n2, n3) with 0 already disrupted (none) would make 3",
+            ),
+            (
+                &small,
+                caps(5, Some(10.0)),
+                &one_held,
+                repair(2, "n1"),
+                "cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 5, \
+                 max_disrupted_percent = 10% of 3 vm-capable node(s) = 0.3, at least 1); \
+                 disrupting 1 (n1) with 1 already disrupted (n3) would make 2",
+            ),
+            (
+                &small,
+                caps(5, Some(40.0)),
+                &one_held,
+                repair(2, "n1"),
+                "cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 5, \
+                 max_disrupted_percent = 40% of 3 vm-capable node(s) = 1.2, rounded down to 1); \
+                 disrupting 1 (n1) with 1 already disrupted (n3) would make 2",
+            ),
+            // A group across two racks: the one-domain rule, named as such.
+            (
+                &view(),
+                roomy(),
+                &InForce::default(),
+                three("n1", "n3", "n4"),
+                "reboot group 1 of 2 (n1, n3, n4) spans the failure domains rack:a, rack:b: \
+                 one failure domain is disrupted at a time",
+            ),
+        ];
+        for (view, policy, in_force, proposal, want) in table {
+            let decision = decide(view, &policy, in_force, vec![proposal]);
+            assert_eq!(
+                decision.judgements[0]
+                    .outcome
+                    .clone()
+                    .map_err(|b| b.to_string()),
+                Err(want.to_owned())
+            );
+        }
     }
 
     #[test]

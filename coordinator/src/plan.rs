@@ -1117,7 +1117,11 @@ mod tests {
             let mut round = Round::new(&nodes, &instances, [], []);
             round.set_evacuation_policy(policy);
             // A held evacuation fails at once only when it could never succeed.
-            assert_eq!(round.cannot_evacuate("n1").is_some(), !planned, "{policy:?}");
+            assert_eq!(
+                round.cannot_evacuate("n1").is_some(),
+                !planned,
+                "{policy:?}"
+            );
             let step = round.plan_evacuation_chain("n1", false);
             if !planned {
                 let EvacuationStep::Fail(why) = step else {
