@@ -340,6 +340,29 @@ impl Record {
             .collect()
     }
 
+    /// The drained flags this campaign's jobs set or cleared (succeeded drain and undrain
+    /// operations), for [`crate::gate::left_by`].
+    pub fn flag_changes(&self) -> Vec<crate::gate::FlagChange> {
+        self.ops
+            .values()
+            .filter(|op| op.state == OpState::Succeeded)
+            .filter_map(|op| {
+                let set = match op.kind {
+                    OpKind::Drain => true,
+                    OpKind::Undrain => false,
+                    _ => return None,
+                };
+                Some(crate::gate::FlagChange {
+                    node: op.node.clone(),
+                    flag: "drained".to_owned(),
+                    set,
+                    at_ms: op.finished_ms.unwrap_or(op.created_ms),
+                    by: format!("maintenance campaign {} ({})", self.id(), self.state()),
+                })
+            })
+            .collect()
+    }
+
     /// The original primaries not back yet of the nodes past their hook, by instance: the node
     /// each goes back to.
     pub fn pending_back(&self) -> BTreeMap<String, String> {

@@ -127,6 +127,16 @@ pub fn holds(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
         .collect())
 }
 
+/// The drained flags every stored campaign's jobs set or cleared, for
+/// [`crate::gate::left_by`].
+pub fn flag_changes(store: &Store) -> Result<Vec<crate::gate::FlagChange>, StoreError> {
+    Ok(store
+        .campaigns()?
+        .iter()
+        .flat_map(Record::flag_changes)
+        .collect())
+}
+
 /// Nodes of a group in flight that are rebooting (their hook runs or they are coming back),
 /// as planned disruptions starting `now_ms`: their failure domain stays in grace (no incident,
 /// no storm) throughout the reboot and for the grace after it.

@@ -1063,7 +1063,14 @@ impl Reconciler {
                 .into_iter()
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?),
-        );
+        )
+        .with_left_by(&gate::left_by(
+            &view,
+            crate::store::incident_flag_changes(&incidents, &intents)
+                .into_iter()
+                .chain(crate::campaign_exec::flag_changes(&self.store)?)
+                .chain(self.store.left_flags(&view)?),
+        ));
         let breaker =
             self.breaker_round(nodes, &incidents, summary.agents, failed_outside_grace)?;
         let policy = gate::Policy {

@@ -707,6 +707,117 @@ async fn a_held_evacuation_waits_under_the_configured_immovable_policy() {
     );
 }
 
+/// Who holds each disrupted node, as the status page, `nodecare status` and `/1/overview` show it.
+fn holders(h: &Harness) -> std::collections::BTreeMap<String, String> {
+    nodecare_coordinator::admission::gate_status(h.coordinator.api())
+        .unwrap()
+        .domains
+        .into_iter()
+        .flat_map(|d| d.disrupted)
+        .map(|d| (d.node, d.holder))
+        .collect()
+}
+
+/// Issue 24 (6): a node nodecare left offline or drained is attributed to the incident whose
+/// job did it, after the incident completed, was acknowledged and forgotten, and after one was
+/// canceled; only a flag nodecare did not set is "outside nodecare", and a node seen back in
+/// service is no longer attributed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_and_offlines_are_attributed_to_the_incident_that_made_them() {
+    let mut h = Harness::new(5, "a:diskless:2,b:diskless:3,c:diskless:4", |config| {
+        // One step a round: node 3's incident can be canceled once drained.
+        config.job_chains = false;
+        config.max_disrupted_nodes = 3;
+        config.breaker.max_incident_percent = 100.0;
+    })
+    .await
+    .unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    let first = h.incidents().unwrap().remove(0).uuid;
+    // The operator acknowledges (removes the tag); node 2 stays offline.
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("Ok", json!({}), None));
+    h.sim.with_cluster(|c| {
+        c.nodes
+            .get_mut(&node(2))
+            .unwrap()
+            .tags
+            .retain(|t| !t.starts_with("maintd:"));
+    });
+    h.round().await.unwrap();
+    h.round().await.unwrap();
+    let offlined_by_first = format!("offline by incident {first} (completed, acknowledged)");
+    assert_eq!(
+        holders(&h).get(&node(2)),
+        Some(&offlined_by_first),
+        "{:#?}",
+        holders(&h)
+    );
+    // Forgotten (as once it is no longer observed): still known to be the incident's doing.
+    let api = h.coordinator.api().clone();
+    api.store.forget_incident(first).unwrap();
+    h.round().await.unwrap();
+    assert!(h.incidents().unwrap().iter().all(|i| i.uuid != first));
+    assert_eq!(holders(&h).get(&node(2)), Some(&offlined_by_first));
+    // Node 3 drained by nodecare, then its incident canceled (kept while observed); node 4
+    // drained by a human.
+    h.agents.get(&node(3)).unwrap().set_verdict(evacuate(3));
+    for _ in 0..10 {
+        h.round().await.unwrap();
+        if drained(&h).contains(&node(3)) {
+            break;
+        }
+    }
+    let second = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(3))
+        .unwrap()
+        .uuid;
+    nodecare_coordinator::reconcile::cancel_incident(&api.store, &api.incident_lock, second)
+        .await
+        .unwrap();
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(4)).unwrap().drained = true);
+    h.round().await.unwrap();
+    let shown = holders(&h);
+    assert_eq!(shown.get(&node(2)), Some(&offlined_by_first), "{shown:#?}");
+    assert_eq!(
+        shown.get(&node(4)).map(String::as_str),
+        Some("drained outside nodecare"),
+        "{shown:#?}"
+    );
+    assert!(drained(&h).contains(&node(3)));
+    assert_eq!(
+        shown.get(&node(3)).map(String::as_str),
+        Some(format!("drained by incident {second} (canceled)").as_str()),
+        "{shown:#?}"
+    );
+    // Node 2 back in service, then offlined by a human: not nodecare's any more.
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().offline = false);
+    h.round().await.unwrap();
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().offline = true);
+    h.round().await.unwrap();
+    let shown = holders(&h);
+    assert_eq!(
+        shown.get(&node(2)).map(String::as_str),
+        Some("offline outside nodecare"),
+        "{shown:#?}"
+    );
+}
+
 /// An operator override lets a second failure domain start; the override (who, why) is in the
 /// incident's history and in every job's reason trail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
