@@ -287,8 +287,8 @@ pub struct BreakerReset {
 pub struct Disrupted {
     /// The node.
     pub node: String,
-    /// Its holder, for people (`incident <uuid>`, `admission <uuid> of kured`, `drained
-    /// outside nodecare`).
+    /// Its holder, for people (`incident <uuid>`, `admission <uuid> of kured`, `drained by
+    /// incident <uuid> (canceled)` when nodecare left it so, `drained outside nodecare`).
     pub holder: String,
 }
 

@@ -708,6 +708,10 @@ async fn a_held_evacuation_waits_under_the_configured_immovable_policy() {
 }
 
 /// Who holds each disrupted node, as the status page, `nodecare status` and `/1/overview` show it.
+#[allow(
+    clippy::unwrap_used,
+    reason = "test helper: a failure is the test's failure"
+)]
 fn holders(h: &Harness) -> std::collections::BTreeMap<String, String> {
     nodecare_coordinator::admission::gate_status(h.coordinator.api())
         .unwrap()
