@@ -248,9 +248,15 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
         let job = step
             .job_id
             .map_or_else(|| "no job".to_owned(), |id| format!("job {id}"));
-        let mut text = format!("- {job}: {}, {}", step.state, step.spec.kind);
-        if step.key != step.spec.kind {
-            let _ignored = write!(text, " {}", step.key);
+        let mut text = format!("- {job}: {}, ", step.state);
+        match &step.what {
+            Some(what) => text.push_str(what),
+            None => {
+                text.push_str(&step.spec.kind);
+                if step.key != step.spec.kind {
+                    let _ignored = write!(text, " {}", step.key);
+                }
+            }
         }
         if let Some(error) = &step.error {
             let _ignored = write!(text, ": {error}");

@@ -230,7 +230,9 @@ fn incident_show_has_history_jobs_and_scripts() {
         format!("GET /1/incidents/{id} HTTP/1.1")
     );
     for needle in [
-        "job 31: failed, move move:inst5: Instance inst5 has file disks",
+        "job 31: failed, migrate inst5 from node6.example.com to its DRBD secondary: Instance inst5 has file disks",
+        // An older coordinator's step (no `what`): its kind and key.
+        "job 32: succeeded, tag tag:failed",
         "2026-11-23 10:52:10 UTC failed: job 31 error",
         "smart-temp: unknown",
         "reason: exit code 2: smartctl: not found",

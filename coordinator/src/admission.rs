@@ -900,6 +900,7 @@ mod tests {
             "n2".into(),
             Holder::Someone {
                 flag: "drained".into(),
+                left_by: None,
             },
         );
         in_force.nodes.insert(

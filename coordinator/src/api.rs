@@ -40,6 +40,8 @@ pub struct ApiState {
     pub gate_view_max_age: std::time::Duration,
     /// The state's replication to the master candidates; `None`: off.
     pub replicator: Option<Arc<crate::replica::Replicator>>,
+    /// The coordinator's failure domains, with which every campaign is planned.
+    pub failure_domains: crate::gate::DomainSource,
 }
 
 /// A fresh random key for [`ApiState::csrf_key`].

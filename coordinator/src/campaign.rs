@@ -340,6 +340,29 @@ impl Record {
             .collect()
     }
 
+    /// The drained flags this campaign's jobs set or cleared (succeeded drain and undrain
+    /// operations), for [`crate::gate::left_by`].
+    pub fn flag_changes(&self) -> Vec<crate::gate::FlagChange> {
+        self.ops
+            .values()
+            .filter(|op| op.state == OpState::Succeeded)
+            .filter_map(|op| {
+                let set = match op.kind {
+                    OpKind::Drain => true,
+                    OpKind::Undrain => false,
+                    _ => return None,
+                };
+                Some(crate::gate::FlagChange {
+                    node: op.node.clone(),
+                    flag: "drained".to_owned(),
+                    set,
+                    at_ms: op.finished_ms.unwrap_or(op.created_ms),
+                    by: format!("maintenance campaign {} ({})", self.id(), self.state()),
+                })
+            })
+            .collect()
+    }
+
     /// The original primaries not back yet of the nodes past their hook, by instance: the node
     /// each goes back to.
     pub fn pending_back(&self) -> BTreeMap<String, String> {
@@ -1248,13 +1271,41 @@ pub fn roll_cluster(
     cluster
 }
 
-/// The planner's options for a campaign request.
-pub fn roll_options(request: &CampaignRequest) -> Result<nodecare_roll::RollOptions, String> {
-    let failure_domains = match request.failure_domains.as_deref() {
-        None => None,
-        Some("group" | "node-group") => Some(nodecare_roll::FailureDomains::NodeGroup),
-        Some(prefix) => Some(nodecare_roll::FailureDomains::TagPrefix(prefix.to_owned())),
-    };
+/// Gives a campaign request the coordinator's failure domains, with which every campaign is
+/// planned: the gate lets one failure domain be disrupted at a time, so a reboot group spanning
+/// two of them could never start. A request naming none adopts them; one naming others is
+/// refused, saying why (`POST /1/maintenance` answers `400`).
+pub fn adopt_failure_domains(
+    request: &mut CampaignRequest,
+    coordinator: &crate::gate::DomainSource,
+) -> Result<(), String> {
+    if let Some(asked) = request.failure_domains.as_deref()
+        && crate::gate::DomainSource::parse(asked.trim()).as_ref() != Ok(coordinator)
+    {
+        return Err(format!(
+            "failure_domains: {asked:?} are not the coordinator's failure domains ({:?}, its \
+             `failure_domains`): a campaign is planned with the coordinator's, whose gate lets \
+             one failure domain be disrupted at a time; leave --failure-domains out or give {:?}",
+            coordinator.as_str(),
+            coordinator.as_str()
+        ));
+    }
+    request.failure_domains = Some(coordinator.as_str().to_owned());
+    Ok(())
+}
+
+/// The planner's options for a campaign request, planned with the coordinator's failure
+/// domains `domains` whatever the request says (see [`adopt_failure_domains`]).
+pub fn roll_options(
+    request: &CampaignRequest,
+    domains: &crate::gate::DomainSource,
+) -> Result<nodecare_roll::RollOptions, String> {
+    let failure_domains = Some(match domains {
+        crate::gate::DomainSource::NodeGroup => nodecare_roll::FailureDomains::NodeGroup,
+        crate::gate::DomainSource::TagPrefix(prefix) => {
+            nodecare_roll::FailureDomains::TagPrefix(prefix.clone())
+        }
+    });
     Ok(nodecare_roll::RollOptions {
         offline_nodes: request.offline.clone(),
         group: request.group.clone(),

@@ -44,6 +44,8 @@ pub struct Context<'a> {
     pub agent_urls: &'a AgentUrls,
     /// The nodes as read this round.
     pub nodes: &'a [Node],
+    /// The coordinator's failure domains: every campaign is planned with them.
+    pub domains: &'a crate::gate::DomainSource,
 }
 
 /// The campaigns' part of one round.
@@ -125,6 +127,16 @@ pub fn holds(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
         .collect())
 }
 
+/// The drained flags every stored campaign's jobs set or cleared, for
+/// [`crate::gate::left_by`].
+pub fn flag_changes(store: &Store) -> Result<Vec<crate::gate::FlagChange>, StoreError> {
+    Ok(store
+        .campaigns()?
+        .iter()
+        .flat_map(Record::flag_changes)
+        .collect())
+}
+
 /// Nodes of a group in flight that are rebooting (their hook runs or they are coming back),
 /// as planned disruptions starting `now_ms`: their failure domain stays in grace (no incident,
 /// no storm) throughout the reboot and for the grace after it.
@@ -182,7 +194,7 @@ pub async fn prepare(
                 fresh = campaign::roll_cluster(ctx.nodes, instances, groups, master);
                 &fresh
             };
-            match plan(cluster, &record) {
+            match plan(cluster, &record, ctx.domains) {
                 Ok((groups, moves, warnings)) => {
                     record.set_plan(groups, warnings, world);
                     record.set_blocked(None, world.now_ms);
@@ -231,12 +243,13 @@ fn as_back(instances: &[Instance], back: &BTreeMap<String, String>) -> Vec<Insta
         .collect()
 }
 
-/// Plans the campaign's selection on `cluster`: the groups (node names, in order), the planned
-/// moves of every node, and the planner's warnings.
+/// Plans the campaign's selection on `cluster` with the coordinator's failure `domains`: the
+/// groups (node names, in order), the planned moves of every node, and the planner's warnings.
 #[allow(clippy::type_complexity)]
 fn plan(
     cluster: &nodecare_roll::Cluster,
     record: &Record,
+    domains: &crate::gate::DomainSource,
 ) -> Result<
     (
         Vec<Vec<String>>,
@@ -245,7 +258,7 @@ fn plan(
     ),
     String,
 > {
-    let options = campaign::roll_options(&record.campaign.request)?;
+    let options = campaign::roll_options(&record.campaign.request, domains)?;
     let plan = nodecare_roll::plan(cluster, &options).map_err(|e| format!("planning: {e}"))?;
     let mut groups = Vec::new();
     let mut moves = BTreeMap::new();

@@ -1088,3 +1088,47 @@ proptest! {
         prop_assert!(w.nodes.values().all(|n| !n.drained));
     }
 }
+
+#[test]
+fn a_campaign_takes_the_coordinator_s_failure_domains() {
+    use crate::gate::DomainSource;
+    let rack = DomainSource::TagPrefix("rack:".into());
+    // (coordinator's, asked) -> stored, or the refusal names both.
+    let table: [(&DomainSource, Option<&str>, Result<&str, ()>); 7] = [
+        (&rack, None, Ok("rack:")),
+        (&rack, Some("rack:"), Ok("rack:")),
+        (&rack, Some("group"), Err(())),
+        (&rack, Some("row:"), Err(())),
+        (&rack, Some("rack"), Err(())),
+        (&DomainSource::NodeGroup, None, Ok("group")),
+        (&DomainSource::NodeGroup, Some("node-group"), Ok("group")),
+    ];
+    for (coordinator, asked, want) in table {
+        let mut request = CampaignRequest::new("reboot");
+        request.failure_domains = asked.map(str::to_owned);
+        match (adopt_failure_domains(&mut request, coordinator), want) {
+            (Ok(()), Ok(stored)) => {
+                assert_eq!(
+                    request.failure_domains.as_deref(),
+                    Some(stored),
+                    "{asked:?}"
+                );
+            }
+            (Err(why), Err(())) => {
+                assert!(why.starts_with("failure_domains: "), "{why}");
+                assert!(why.contains(coordinator.as_str()), "{why}");
+                assert!(why.contains(asked.unwrap_or_default()), "{why}");
+                assert_eq!(request.failure_domains.as_deref(), asked);
+            }
+            (got, _) => panic!("{coordinator:?} {asked:?}: {got:?}"),
+        }
+    }
+    // Planning always uses the coordinator's, whatever a stored request says.
+    let mut request = CampaignRequest::new("reboot");
+    request.failure_domains = Some("group".into());
+    let options = roll_options(&request, &rack).unwrap();
+    assert_eq!(
+        options.failure_domains,
+        Some(nodecare_roll::FailureDomains::TagPrefix("rack:".into()))
+    );
+}

@@ -185,6 +185,7 @@ impl Coordinator {
             agents: Some(agents_for_api),
             gate_view_max_age: crate::admission::view_max_age(config.round_interval_duration()?),
             replicator,
+            failure_domains: config.domain_source(),
         };
         let interval = config.round_interval_duration()?;
         let stall = Config::duration(config.round_stall_timeout);

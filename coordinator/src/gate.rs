@@ -98,10 +98,16 @@ pub enum Holder {
         /// Who asked (`requester` of the request).
         requester: String,
     },
-    /// Someone else: the node is drained or offline in Ganeti and nodecare holds nothing there.
+    /// Nobody holds it, yet the node is drained or offline in Ganeti: set outside nodecare, or
+    /// left so by a nodecare record that no longer holds it (a canceled incident, a completed
+    /// evacuation, a campaign's node left drained). Either way another holder may take it over.
     Someone {
         /// `drained` or `offline`.
         flag: String,
+        /// The nodecare record whose job set the flag, when the flag is still the one it set
+        /// (`incident <uuid> (canceled)`); `None`: set outside nodecare.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        left_by: Option<String>,
     },
 }
 
@@ -127,7 +133,14 @@ impl fmt::Display for Holder {
             Self::Campaign { id } => write!(f, "maintenance campaign {id}"),
             Self::Balancing { id } => write!(f, "balancing {id}"),
             Self::Grant { id, requester } => write!(f, "admission {id} of {requester}"),
-            Self::Someone { flag } => write!(f, "{flag} outside nodecare"),
+            Self::Someone {
+                flag,
+                left_by: None,
+            } => write!(f, "{flag} outside nodecare"),
+            Self::Someone {
+                flag,
+                left_by: Some(by),
+            } => write!(f, "{flag} by {by}"),
         }
     }
 }
@@ -197,6 +210,14 @@ impl DomainSource {
             other => Err(format!(
                 "failure domains: {other:?} is neither `group` nor a tag prefix ending in `:`"
             )),
+        }
+    }
+
+    /// The configuration spelling: `group`, or the tag prefix.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::NodeGroup => "group",
+            Self::TagPrefix(prefix) => prefix,
         }
     }
 
@@ -367,10 +388,24 @@ impl InForce {
                 facts.name.clone(),
                 Holder::Someone {
                     flag: flag.to_owned(),
+                    left_by: None,
                 },
             );
         }
         Self { nodes }
+    }
+
+    /// Names the nodecare records that left nodes drained or offline ([`left_by`]): a node
+    /// nobody holds is then shown as `drained by incident <uuid> (canceled)` rather than
+    /// `drained outside nodecare`. What the gate decides does not change.
+    #[must_use]
+    pub fn with_left_by(mut self, left: &BTreeMap<String, String>) -> Self {
+        for (node, holder) in &mut self.nodes {
+            if let Holder::Someone { left_by, .. } = holder {
+                *left_by = left.get(node).cloned();
+            }
+        }
+        self
     }
 
     /// The failure domains with disrupted nodes, each with its nodes and their holders.
@@ -388,6 +423,79 @@ impl InForce {
         }
         domains
     }
+}
+
+/// A drained or offline flag a nodecare record set or cleared on a node, by a job that
+/// succeeded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FlagChange {
+    /// The node.
+    pub node: String,
+    /// `drained` or `offline` (as in [`Holder::Someone`]).
+    pub flag: String,
+    /// Set (drain, offline) or cleared (undrain, online).
+    pub set: bool,
+    /// Unix ms when its job finished.
+    pub at_ms: u64,
+    /// The record, for people (`incident <uuid> (canceled)`).
+    pub by: String,
+}
+
+/// Which nodecare record left each node drained or offline: for every node whose current flag
+/// (offline, else drained) a record's job set and no later nodecare job cleared, that record
+/// (the latest to set it). A flag nodecare cleared since, or never touched, is not ours.
+pub fn left_by(
+    view: &View,
+    changes: impl IntoIterator<Item = FlagChange>,
+) -> BTreeMap<String, String> {
+    let last = latest_flag_changes(changes);
+    view.nodes
+        .values()
+        .filter_map(|facts| {
+            let flag = if facts.offline {
+                "offline"
+            } else if facts.drained {
+                "drained"
+            } else {
+                return None;
+            };
+            last.iter()
+                .find(|change| change.node == facts.name && change.flag == flag)
+                .filter(|change| change.set)
+                .map(|change| (facts.name.clone(), change.by.clone()))
+        })
+        .collect()
+}
+
+/// The latest change of each node's flag (by `at_ms`; the later one on a tie).
+pub fn latest_flag_changes(changes: impl IntoIterator<Item = FlagChange>) -> Vec<FlagChange> {
+    let mut last: BTreeMap<(String, String), FlagChange> = BTreeMap::new();
+    for change in changes {
+        let key = (change.node.clone(), change.flag.clone());
+        if last.get(&key).is_none_or(|seen| change.at_ms >= seen.at_ms) {
+            last.insert(key, change);
+        }
+    }
+    last.into_values().collect()
+}
+
+/// The flags set by records now forgotten that nodes still carry (`changes` as remembered):
+/// a node seen back in service since is no longer left so by them, whoever flags it later.
+pub fn still_left(view: &View, changes: Vec<FlagChange>) -> Vec<FlagChange> {
+    latest_flag_changes(changes)
+        .into_iter()
+        .filter(|change| {
+            change.set
+                && view
+                    .nodes
+                    .get(&change.node)
+                    .is_some_and(|facts| match change.flag.as_str() {
+                        "offline" => facts.offline,
+                        "drained" => facts.drained,
+                        _ => false,
+                    })
+        })
+        .collect()
 }
 
 /// Something a duty wants to do, with what it disrupts.
@@ -519,6 +627,35 @@ fn caps_limit(caps: &Caps, vm_capable: usize) -> usize {
     caps.max_disrupted_nodes.min(by_percent)
 }
 
+/// How [`caps_limit`] comes about, for people: the settings and, for a percentage, what it is
+/// taken of and how it rounds (`max_disrupted_percent = 50% of 3 vm-capable nodes = 1.5,
+/// rounded down to 1`).
+fn cap_explained(caps: &Caps, vm_capable: usize) -> String {
+    let nodes = format!("max_disrupted_nodes = {}", caps.max_disrupted_nodes);
+    let Some(percent) = caps.max_disrupted_percent else {
+        return nodes;
+    };
+    let exact = vm_capable as f64 * percent / 100.0;
+    let allowed = caps_limit(
+        &Caps {
+            max_disrupted_nodes: usize::MAX,
+            ..*caps
+        },
+        vm_capable,
+    );
+    // Two decimals are enough to show why it rounds as it does.
+    let shown = format!("{exact:.2}");
+    let shown = shown.trim_end_matches('0').trim_end_matches('.');
+    let share = if exact < 1.0 {
+        format!(" = {shown}, at least 1")
+    } else if exact.fract() == 0.0 {
+        format!(" = {allowed}")
+    } else {
+        format!(" = {shown}, rounded down to {allowed}")
+    };
+    format!("{nodes}, max_disrupted_percent = {percent}% of {vm_capable} vm-capable node(s){share}")
+}
+
 /// Why `caps` refuse disrupting `adding` more nodes among `scope` (a node group or the whole
 /// cluster), if they do.
 fn cap_refusal(
@@ -547,20 +684,20 @@ fn cap_refusal(
     let limit = caps_limit(caps, vm_capable.len());
     let after = disrupted.len() + new.len();
     if after > limit {
-        let others: Vec<&str> = disrupted.iter().copied().collect();
-        let percent = caps
-            .max_disrupted_percent
-            .map(|p| format!(", max_disrupted_percent = {p}% of {}", vm_capable.len()))
-            .unwrap_or_default();
-        return Some(format!(
-            "{scope}: {} node(s) already disrupted ({}), at most {limit} at once (max_disrupted_nodes = {}{percent})",
-            others.len(),
-            if others.is_empty() {
+        let list = |nodes: &BTreeSet<&str>| {
+            if nodes.is_empty() {
                 "none".to_owned()
             } else {
-                others.join(", ")
-            },
-            caps.max_disrupted_nodes,
+                nodes.iter().copied().collect::<Vec<_>>().join(", ")
+            }
+        };
+        return Some(format!(
+            "{scope}: at most {limit} node(s) disrupted at once ({}); disrupting {} ({}) with {} already disrupted ({}) would make {after}",
+            cap_explained(caps, vm_capable.len()),
+            new.len(),
+            list(&new),
+            disrupted.len(),
+            list(&disrupted),
         ));
     }
     let healthy_after = vm_capable
@@ -689,10 +826,9 @@ fn judge(
         // One failure domain at a time.
         let wanted_list: Vec<&str> = wanted.iter().copied().collect();
         if wanted.len() > 1 {
-            return Err(BlockedBy::Domain {
-                busy: wanted_list[1..].join(", "),
-                holders: vec![format!("{} spans several domains", proposal.subject)],
-                wanted: wanted_list[0].to_owned(),
+            return Err(BlockedBy::SpansDomains {
+                subject: proposal.subject.clone(),
+                domains: wanted_list.iter().map(|d| (*d).to_owned()).collect(),
             });
         }
         if let Some((domain, holders)) = busy
@@ -1167,7 +1303,7 @@ mod tests {
         assert!(
             outcome(&decision, 2)
                 .expect_err("capped")
-                .starts_with("cap: node group small: 1 node(s)")
+                .starts_with("cap: node group small: at most 1 node(s)")
         );
     }
 
@@ -1427,7 +1563,176 @@ mod tests {
         let decision = decide(&view, &policy, &in_force, vec![repair(2, "n2")]);
         assert_eq!(
             outcome(&decision, 2),
-            Err("cap: cluster: 1 node(s) already disrupted (n1), at most 1 at once (max_disrupted_nodes = 1)".into())
+            Err("cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 1); disrupting 1 (n2) with 1 already disrupted (n1) would make 2".into())
+        );
+    }
+
+    /// Issue 24 (6): a cap refusal states the cap, how a percentage rounds, and what counts:
+    /// the nodes asked for and those already disrupted (a group larger than the cap says so,
+    /// not "0 already disrupted" alone).
+    #[test]
+    fn cap_refusals_state_the_cap_and_what_counts() {
+        let three = |n1: &str, n2: &str, n3: &str| {
+            let mut p = repair(9, n1);
+            p.subject = format!("reboot group 1 of 2 ({n1}, {n2}, {n3})");
+            p.disrupts = [n1.to_owned(), n2.to_owned(), n3.to_owned()].into();
+            p
+        };
+        let mut small = view();
+        small
+            .nodes
+            .retain(|name, _| ["n1", "n2", "n3"].contains(&name.as_str()));
+        for facts in small.nodes.values_mut() {
+            facts.domain = "rack:a".into();
+        }
+        let caps = |nodes: usize, percent: Option<f64>| Policy {
+            cluster: Caps {
+                max_disrupted_nodes: nodes,
+                max_disrupted_percent: percent,
+                min_healthy_nodes: 0,
+            },
+            ..Policy::default()
+        };
+        let one_held = InForce::new(&small, [("n3".to_owned(), Holder::Incident { id: id(1) })]);
+        let table: [(&View, Policy, &InForce, Proposal, &str); 5] = [
+            (
+                &small,
+                caps(2, None),
+                &InForce::default(),
+                three("n1", "n2", "n3"),
+                "cap: cluster: at most 2 node(s) disrupted at once (max_disrupted_nodes = 2); \
+                 disrupting 3 (n1, n2, n3) with 0 already disrupted (none) would make 3",
+            ),
+            (
+                &small,
+                caps(5, Some(50.0)),
+                &InForce::default(),
+                three("n1", "n2", "n3"),
+                "cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 5, \
+                 max_disrupted_percent = 50% of 3 vm-capable node(s) = 1.5, rounded down to 1); \
+                 disrupting 3 (n1, n2, n3) with 0 already disrupted (none) would make 3",
+            ),
+            (
+                &small,
+                caps(5, Some(10.0)),
+                &one_held,
+                repair(2, "n1"),
+                "cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 5, \
+                 max_disrupted_percent = 10% of 3 vm-capable node(s) = 0.3, at least 1); \
+                 disrupting 1 (n1) with 1 already disrupted (n3) would make 2",
+            ),
+            (
+                &small,
+                caps(5, Some(40.0)),
+                &one_held,
+                repair(2, "n1"),
+                "cap: cluster: at most 1 node(s) disrupted at once (max_disrupted_nodes = 5, \
+                 max_disrupted_percent = 40% of 3 vm-capable node(s) = 1.2, rounded down to 1); \
+                 disrupting 1 (n1) with 1 already disrupted (n3) would make 2",
+            ),
+            // A group across two racks: the one-domain rule, named as such.
+            (
+                &view(),
+                roomy(),
+                &InForce::default(),
+                three("n1", "n3", "n4"),
+                "reboot group 1 of 2 (n1, n3, n4) spans the failure domains rack:a, rack:b: \
+                 one failure domain is disrupted at a time",
+            ),
+        ];
+        for (view, policy, in_force, proposal, want) in table {
+            let decision = decide(view, &policy, in_force, vec![proposal]);
+            assert_eq!(
+                decision.judgements[0]
+                    .outcome
+                    .clone()
+                    .map_err(|b| b.to_string()),
+                Err(want.to_owned())
+            );
+        }
+    }
+
+    /// Issue 24 (6): a flag is nodecare's while the latest nodecare job on it set it and the
+    /// node still carries it; otherwise it is "outside nodecare".
+    #[test]
+    fn flags_are_attributed_to_the_record_that_set_them() {
+        let change = |node: &str, flag: &str, set: bool, at_ms: u64, by: &str| FlagChange {
+            node: node.into(),
+            flag: flag.into(),
+            set,
+            at_ms,
+            by: by.into(),
+        };
+        let mut view = view();
+        for (name, drained, offline) in [
+            ("n1", true, true),
+            ("n2", true, false),
+            ("n3", true, false),
+            ("n4", true, false),
+            ("n5", false, false),
+        ] {
+            let facts = view.nodes.get_mut(name).expect("node");
+            facts.drained = drained;
+            facts.offline = offline;
+        }
+        let changes = vec![
+            // n1: drained and offlined by incident A: shown by its offline flag.
+            change("n1", "drained", true, 1, "incident A (canceled)"),
+            change("n1", "offline", true, 2, "incident A (canceled)"),
+            // n2: drained by A, undrained by A, drained again by B.
+            change("n2", "drained", true, 1, "incident A"),
+            change("n2", "drained", false, 2, "incident A"),
+            change("n2", "drained", true, 3, "campaign B (aborted)"),
+            // n3: drained by A, then undrained by nodecare: a later drain is someone else's.
+            change("n3", "drained", true, 1, "incident A"),
+            change("n3", "drained", false, 2, "incident A"),
+            // n5: nodecare drained it, but it is back in service.
+            change("n5", "drained", true, 1, "incident C"),
+        ];
+        let left = left_by(&view, changes.clone());
+        assert_eq!(
+            left,
+            BTreeMap::from([
+                ("n1".to_owned(), "incident A (canceled)".to_owned()),
+                ("n2".to_owned(), "campaign B (aborted)".to_owned()),
+            ])
+        );
+        let in_force = InForce::new(&view, []).with_left_by(&left);
+        let shown: BTreeMap<&str, String> = in_force
+            .nodes
+            .iter()
+            .map(|(node, holder)| (node.as_str(), holder.to_string()))
+            .collect();
+        assert_eq!(
+            shown,
+            BTreeMap::from([
+                ("n1", "offline by incident A (canceled)".to_owned()),
+                ("n2", "drained by campaign B (aborted)".to_owned()),
+                ("n3", "drained outside nodecare".to_owned()),
+                ("n4", "drained outside nodecare".to_owned()),
+            ])
+        );
+        // Attribution changes no judgement: a node left drained is taken over like any other.
+        assert_eq!(
+            decide(&view, &roomy(), &in_force, vec![repair(9, "n2")]).judgements[0].outcome,
+            decide(
+                &view,
+                &roomy(),
+                &InForce::new(&view, []),
+                vec![repair(9, "n2")]
+            )
+            .judgements[0]
+                .outcome
+        );
+        // What forgotten records left is kept only while the node still carries the flag.
+        let kept = still_left(&view, changes);
+        let kept: Vec<(&str, &str)> = kept
+            .iter()
+            .map(|c| (c.node.as_str(), c.flag.as_str()))
+            .collect();
+        assert_eq!(
+            kept,
+            [("n1", "drained"), ("n1", "offline"), ("n2", "drained")]
         );
     }
 

@@ -371,16 +371,29 @@ async fn incident(State(state): State<ApiState>, Path(text): Path<String>) -> Re
         Ok(intents) => intents.into_iter().filter(|i| i.incident == uuid).collect(),
         Err(e) => return internal(e),
     };
+    /// An intent with what it does, for people.
+    #[derive(serde::Serialize)]
+    struct Step<'a> {
+        #[serde(flatten)]
+        intent: &'a Intent,
+        what: String,
+    }
     #[derive(serde::Serialize)]
     struct Detail<'a> {
         #[serde(flatten)]
         view: IncidentView<'a>,
-        intents: &'a [Intent],
+        intents: Vec<Step<'a>>,
     }
     let agents = agents_snapshot(&state.board);
     Json(Detail {
         view: incident_view(&incident, &agents),
-        intents: &intents,
+        intents: intents
+            .iter()
+            .map(|intent| Step {
+                intent,
+                what: intent.spec.describe(&incident.node),
+            })
+            .collect(),
     })
     .into_response()
 }

@@ -3,7 +3,7 @@
 //!
 //! | Path | Answer |
 //! |---|---|
-//! | `POST /1/maintenance` | start a campaign ([`CampaignRequest`]): `201` with the [`Campaign`]; `400` bad request; `409` while another campaign is not finished; write auth |
+//! | `POST /1/maintenance` | start a campaign ([`CampaignRequest`]): `201` with the [`Campaign`], its `failure_domains` the coordinator's; `400` bad request (failure domains other than the coordinator's included); `409` while another campaign is not finished; write auth |
 //! | `GET /1/maintenance` | every campaign, newest first ([`CampaignList`]) |
 //! | `GET /1/maintenance/<id>` | one campaign; `404` unknown |
 //! | `POST /1/maintenance/<id>/pause`, `/resume`, `/abort` | the command: `200` with the campaign after it; `404` unknown; `409` when its state refuses the command; write auth |
@@ -27,7 +27,7 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Byte
         Ok(who) => who,
         Err(refusal) => return refused(&refusal),
     };
-    let request: CampaignRequest = match serde_json::from_slice(&body) {
+    let mut request: CampaignRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
             return error(
@@ -36,7 +36,10 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Byte
             );
         }
     };
-    if let Err(why) = request.validate() {
+    if let Err(why) = request
+        .validate()
+        .and_then(|()| crate::campaign::adopt_failure_domains(&mut request, &state.failure_domains))
+    {
         return error(StatusCode::BAD_REQUEST, why);
     }
     let _guard = state.incident_lock.lock().await;

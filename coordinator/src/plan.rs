@@ -1116,6 +1116,12 @@ mod tests {
         for (policy, planned, shutdown, offline, left) in table {
             let mut round = Round::new(&nodes, &instances, [], []);
             round.set_evacuation_policy(policy);
+            // A held evacuation fails at once only when it could never succeed.
+            assert_eq!(
+                round.cannot_evacuate("n1").is_some(),
+                !planned,
+                "{policy:?}"
+            );
             let step = round.plan_evacuation_chain("n1", false);
             if !planned {
                 let EvacuationStep::Fail(why) = step else {

@@ -1070,7 +1070,14 @@ impl Reconciler {
                 .into_iter()
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?),
-        );
+        )
+        .with_left_by(&gate::left_by(
+            &view,
+            crate::store::incident_flag_changes(&incidents, &intents)
+                .into_iter()
+                .chain(crate::campaign_exec::flag_changes(&self.store)?)
+                .chain(self.store.left_flags(&view)?),
+        ));
         let breaker =
             self.breaker_round(nodes, &incidents, summary.agents, failed_outside_grace)?;
         let policy = gate::Policy {
@@ -1140,6 +1147,7 @@ impl Reconciler {
             repairs: &self.repairs,
             agent_urls: &self.settings.agent_urls,
             nodes,
+            domains: &self.settings.gate.domains,
         };
         let campaigns = crate::campaign_exec::prepare(
             campaign_ctx,
@@ -1254,6 +1262,9 @@ impl Reconciler {
         }
         let mut round = Round::new(nodes, instances, in_flight, disrupted)
             .with_active_incidents(with_incidents);
+        // Before any judgement: whether a held evacuation could ever succeed is the
+        // configured policy's answer, not the default's.
+        round.set_evacuation_policy(self.settings.evacuation);
         for judgement in &decision.judgements {
             let Holder::Incident { id } = &judgement.proposal.holder else {
                 continue;
@@ -1407,7 +1418,6 @@ impl Reconciler {
         own: &[&Intent],
         round: &mut Round<'_>,
     ) -> Result<usize, RoundError> {
-        round.set_evacuation_policy(self.settings.evacuation);
         // Escalated from live-repair: a repair still running is left to finish or time out.
         if let Some(repair) = own
             .iter()

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::ganeti::JobId;
+use crate::gate::FlagChange;
 use crate::incident::Incident;
 use crate::plan::{Lock, Move};
 
@@ -105,7 +106,86 @@ impl IntentSpec {
     pub const fn is_ganeti_job(&self) -> bool {
         !matches!(self, Self::Repair { .. })
     }
+
+    /// What the step does, for people (`migrate web from node2 to node3`); `node` is the
+    /// incident's node, which every move leaves. A move without a target is a DRBD instance's
+    /// (the planner names the target of every other): Ganeti takes it to its secondary.
+    pub fn describe(&self, node: &str) -> String {
+        let onto = |target: &Option<String>| {
+            target
+                .as_ref()
+                .map_or_else(|| "to its DRBD secondary".to_owned(), |t| format!("to {t}"))
+        };
+        match self {
+            Self::Drain { node } => format!("drain {node}"),
+            Self::Move {
+                planned: Move::Migrate { instance, target },
+            } => format!("migrate {instance} from {node} {}", onto(target)),
+            Self::Move {
+                planned: Move::Failover { instance, target },
+            } => format!("fail {instance} over from {node} {}", onto(target)),
+            Self::Move {
+                planned:
+                    Move::ReplaceSecondary {
+                        instance,
+                        remote_node,
+                    },
+            } => format!("move the DRBD secondary of {instance} from {node} to {remote_node}"),
+            Self::Tag { node, tag } => format!("tag {node} {tag}"),
+            Self::Offline { node } => format!("set {node} offline"),
+            Self::Online { node } => format!("set {node} online"),
+            Self::Undrain { node } => format!("undrain {node}"),
+            Self::Shutdown { instance } => format!("shut down {instance} on {node}"),
+            Self::Repair { node, command } => format!("run the repair {command} on {node}"),
+        }
+    }
 }
+
+/// The drained and offline flags incidents' jobs set or cleared (succeeded drain, undrain,
+/// offline and online steps), each named by its incident and where it is now
+/// (`incident <uuid> (canceled)`), for [`crate::gate::left_by`].
+pub fn incident_flag_changes(incidents: &[Incident], intents: &[Intent]) -> Vec<FlagChange> {
+    let by_id: BTreeMap<Uuid, &Incident> = incidents.iter().map(|i| (i.uuid, i)).collect();
+    intents
+        .iter()
+        .filter(|intent| intent.state == IntentState::Succeeded)
+        .filter_map(|intent| {
+            let (node, flag, set) = match &intent.spec {
+                IntentSpec::Drain { node } => (node, "drained", true),
+                IntentSpec::Undrain { node } => (node, "drained", false),
+                IntentSpec::Offline { node } => (node, "offline", true),
+                IntentSpec::Online { node } => (node, "offline", false),
+                _ => return None,
+            };
+            let by = match by_id.get(&intent.incident) {
+                Some(incident) => format!(
+                    "incident {} ({}{})",
+                    incident.uuid,
+                    incident.repair_status.as_str(),
+                    if incident.acknowledged {
+                        ", acknowledged"
+                    } else {
+                        ""
+                    }
+                ),
+                None => format!("incident {}", intent.incident),
+            };
+            Some(FlagChange {
+                node: node.clone(),
+                flag: flag.to_owned(),
+                set,
+                at_ms: intent
+                    .finished_ms
+                    .or(intent.submitted_ms)
+                    .unwrap_or(intent.created_ms),
+                by,
+            })
+        })
+        .collect()
+}
+
+/// The store's document of the flags forgotten incidents left set ([`Store::left_flags`]).
+pub const LEFT_FLAGS_DOCUMENT: &str = "left_flags";
 
 /// Where an intent is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -490,14 +570,47 @@ impl Store {
         Ok(())
     }
 
-    /// Deletes an incident and its intents.
+    /// Deletes an incident and its intents. The drained and offline flags its jobs left set
+    /// are remembered first ([`Self::left_flags`]), so the node is not shown as flagged
+    /// outside nodecare once the incident is gone.
     pub fn forget_incident(&self, uuid: Uuid) -> Result<(), StoreError> {
+        let incident: Vec<Incident> = self.incident(uuid)?.into_iter().collect();
+        let intents: Vec<Intent> = self
+            .intents()?
+            .into_iter()
+            .filter(|i| i.incident == uuid)
+            .collect();
+        let left: Vec<FlagChange> = incident_flag_changes(&incident, &intents)
+            .into_iter()
+            .filter(|change| change.set)
+            .collect();
+        if !left.is_empty() {
+            let mut remembered: Vec<FlagChange> =
+                self.document(LEFT_FLAGS_DOCUMENT)?.unwrap_or_default();
+            remembered.extend(left);
+            self.save_document(
+                LEFT_FLAGS_DOCUMENT,
+                &crate::gate::latest_flag_changes(remembered),
+            )?;
+        }
         let connection = self.lock();
         connection.execute(
             "DELETE FROM incidents WHERE uuid = ?1",
             params![uuid.to_string()],
         )?;
         Ok(())
+    }
+
+    /// The drained and offline flags set by forgotten incidents that nodes in `view` still
+    /// carry; those of nodes seen back in service since are dropped for good
+    /// ([`crate::gate::still_left`]).
+    pub fn left_flags(&self, view: &crate::gate::View) -> Result<Vec<FlagChange>, StoreError> {
+        let remembered: Vec<FlagChange> = self.document(LEFT_FLAGS_DOCUMENT)?.unwrap_or_default();
+        let kept = crate::gate::still_left(view, remembered.clone());
+        if kept != remembered {
+            self.save_document(LEFT_FLAGS_DOCUMENT, &kept)?;
+        }
+        Ok(kept)
     }
 
     /// Records a new intent (state planned), atomically with the incident's new record.
@@ -684,6 +797,60 @@ mod tests {
     use super::*;
     use crate::incident::{Action, Event};
     use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
+
+    /// Issue 24 (6): job steps read for people, not as `instance=web op=migrate target=null`.
+    #[test]
+    fn steps_describe_themselves_for_people() {
+        let moved = |planned: Move| IntentSpec::Move { planned };
+        let table = [
+            (IntentSpec::Drain { node: "n2".into() }, "drain n2"),
+            (
+                moved(Move::Migrate {
+                    instance: "web".into(),
+                    target: Some("n3".into()),
+                }),
+                "migrate web from n2 to n3",
+            ),
+            (
+                moved(Move::Migrate {
+                    instance: "db".into(),
+                    target: None,
+                }),
+                "migrate db from n2 to its DRBD secondary",
+            ),
+            (
+                moved(Move::Failover {
+                    instance: "db".into(),
+                    target: None,
+                }),
+                "fail db over from n2 to its DRBD secondary",
+            ),
+            (
+                moved(Move::ReplaceSecondary {
+                    instance: "db".into(),
+                    remote_node: "n4".into(),
+                }),
+                "move the DRBD secondary of db from n2 to n4",
+            ),
+            (
+                IntentSpec::Shutdown {
+                    instance: "scratch".into(),
+                },
+                "shut down scratch on n2",
+            ),
+            (IntentSpec::Offline { node: "n2".into() }, "set n2 offline"),
+            (
+                IntentSpec::Repair {
+                    node: "n2".into(),
+                    command: "reset-bmc".into(),
+                },
+                "run the repair reset-bmc on n2",
+            ),
+        ];
+        for (spec, want) in table {
+            assert_eq!(spec.describe("n2"), want);
+        }
+    }
 
     fn incident(n: u128) -> Incident {
         let verdict = NodeVerdict::merge(

@@ -164,29 +164,6 @@ fn intent_state(state: IntentState) -> &'static str {
     }
 }
 
-fn intent_what(spec: &IntentSpec) -> String {
-    match spec {
-        IntentSpec::Drain { node } => format!("drain {node}"),
-        IntentSpec::Move { planned } => match serde_json::to_value(planned) {
-            Ok(serde_json::Value::Object(map)) => map
-                .iter()
-                .map(|(k, v)| match v {
-                    serde_json::Value::String(s) => format!("{k}={s}"),
-                    other => format!("{k}={other}"),
-                })
-                .collect::<Vec<_>>()
-                .join(" "),
-            _ => "move".into(),
-        },
-        IntentSpec::Tag { node, tag } => format!("tag {node} {tag}"),
-        IntentSpec::Offline { node } => format!("offline {node}"),
-        IntentSpec::Online { node } => format!("online {node}"),
-        IntentSpec::Undrain { node } => format!("undrain {node}"),
-        IntentSpec::Shutdown { instance } => format!("shutdown {instance}"),
-        IntentSpec::Repair { node, command } => format!("repair on {node}: {command}"),
-    }
-}
-
 /// Whether an incident keeps its node out of service: an evacuation whose drain was submitted,
 /// until an operator acknowledges it (the node stays drained after completion).
 fn disrupting(incident: &Incident, intents: &[Intent]) -> bool {
@@ -637,7 +614,7 @@ fn incident_block(
                     thead { tr { th { "step" } th { "job" } th { "status" } th { "error" } } }
                     tbody { @for intent in intents {
                         tr {
-                            td { (intent_what(&intent.spec)) }
+                            td { (intent.spec.describe(&incident.node)) }
                             td.job-id { @match intent.job_id { Some(id) => { (id) }, None => "-" } }
                             td { (intent_state(intent.state)) }
                             td { (intent.error.as_deref().unwrap_or("")) }

@@ -89,6 +89,14 @@ pub enum BlockedBy {
         /// The domain the request would open.
         wanted: String,
     },
+    /// The request's nodes lie in several failure domains, and only one failure domain is
+    /// disrupted at a time.
+    SpansDomains {
+        /// What asked (`reboot group 2 of 3 (n1, n4)`).
+        subject: String,
+        /// Its failure domains.
+        domains: Vec<String>,
+    },
     /// A cap on disrupted nodes.
     Cap {
         /// Which cap and its figures.
@@ -141,6 +149,11 @@ impl std::fmt::Display for BlockedBy {
                 f,
                 "failure domain {busy} is disrupted ({}); {wanted} waits",
                 holders.join(", ")
+            ),
+            Self::SpansDomains { subject, domains } => write!(
+                f,
+                "{subject} spans the failure domains {}: one failure domain is disrupted at a time",
+                domains.join(", ")
             ),
             Self::Cap { what } => write!(f, "cap: {what}"),
             Self::Storage { what, unknown } => {
@@ -274,8 +287,8 @@ pub struct BreakerReset {
 pub struct Disrupted {
     /// The node.
     pub node: String,
-    /// Its holder, for people (`incident <uuid>`, `admission <uuid> of kured`, `drained
-    /// outside nodecare`).
+    /// Its holder, for people (`incident <uuid>`, `admission <uuid> of kured`, `drained by
+    /// incident <uuid> (canceled)` when nodecare left it so, `drained outside nodecare`).
     pub holder: String,
 }
 

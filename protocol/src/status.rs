@@ -156,6 +156,10 @@ pub struct JobStep {
     pub key: String,
     /// What it does.
     pub spec: JobSpec,
+    /// What it does, for people (`migrate web from node2 to node3`); absent from older
+    /// coordinators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub what: Option<String>,
     /// `planned`, `submitted`, `succeeded` or `failed`.
     pub state: String,
     /// Ganeti job id, once known.

@@ -118,6 +118,13 @@ async fn read_commands_show_a_completed_evacuation_and_an_unknown_verdict() {
         .filter(|l| l.trim_start().starts_with("- job ") && l.contains(": succeeded, "))
         .count();
     assert!(succeeded_jobs >= 3, "drain, moves and tag:\n{stdout}");
+    // Steps for people: what each job did, the moves from where to where.
+    for needle in [
+        format!(": succeeded, drain {}", node(2)),
+        format!(" from {} to ", node(2)),
+    ] {
+        assert!(stdout.contains(&needle), "{needle:?} not in\n{stdout}");
+    }
 
     let (code, stdout, stderr) =
         nodecare(&url, &["nodes", "--no-headers", "-o", "node,agent,verdict"]).await;

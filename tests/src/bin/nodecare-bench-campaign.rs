@@ -86,7 +86,7 @@ async fn main() -> anyhow::Result<()> {
     let request = CampaignRequest::new("reboot");
     let plan = nodecare_roll::plan(
         &cluster,
-        &campaign::roll_options(&request).map_err(anyhow::Error::msg)?,
+        &campaign::roll_options(&request, &h.config.domain_source()).map_err(anyhow::Error::msg)?,
     )
     .context("planning")?;
     let planned_groups = plan.groups.len();

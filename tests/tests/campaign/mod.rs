@@ -295,3 +295,111 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
     assert_eq!(after, before);
     assert!(all_running);
 }
+
+/// Issue 24 (5): a campaign submitted without failure domains to a coordinator whose failure
+/// domains are `rack:` tags is planned with them: every group stays within one rack, and the
+/// campaign completes. One naming other failure domains is refused at submission, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_is_planned_with_the_coordinator_s_failure_domains() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    std::fs::write(&users, "ops secret write\n").unwrap();
+    let nodes = 6;
+    let mut h = Harness::new(
+        nodes,
+        "l1:diskless:1,l2:diskless:2,l3:diskless:3,l4:diskless:4,l5:diskless:5,l6:diskless:6",
+        {
+            let users = users.clone();
+            move |config| {
+                config.users = users;
+                config.failure_domains = "rack:".into();
+                config.max_disrupted_nodes = 2;
+                config.min_healthy_nodes = 2;
+                config.breaker.max_incident_percent = 100.0;
+            }
+        },
+    )
+    .await
+    .unwrap();
+    let rack = |i: usize| if i <= 3 { "rack:a" } else { "rack:b" };
+    h.sim.with_cluster(|c| {
+        for i in 1..=nodes {
+            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack(i).into());
+        }
+    });
+    for i in 1..=nodes {
+        h.agents
+            .get(&node(i))
+            .unwrap()
+            .set_boot_id(Some(&format!("boot-{i}-0")));
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+
+    // Other failure domains than the coordinator's: refused, naming both.
+    let answer = client
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&serde_json::json!({"hook": "reboot", "failure_domains": "group"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 400);
+    let why = answer.text().await.unwrap();
+    assert!(
+        why.contains("failure_domains") && why.contains("rack:") && why.contains("group"),
+        "{why}"
+    );
+    // None given: the coordinator's are adopted, and shown.
+    let answer = client
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&serde_json::json!({"hook": "reboot"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    let started: Campaign = answer.json().await.unwrap();
+    assert_eq!(started.request.failure_domains.as_deref(), Some("rack:"));
+
+    let mut runs = BTreeMap::new();
+    for _ in 0..80 {
+        h.round().await.unwrap();
+        // Plays the hooks on six nodes.
+        for i in 1..=nodes {
+            let name = node(i);
+            let agent = h.agents.get(&name).unwrap();
+            let seen: &mut BTreeSet<String> = runs.entry(name.clone()).or_default();
+            for id in agent.repairs() {
+                if seen.insert(id) {
+                    agent.set_boot_id(Some(&format!("boot-{i}-{}", seen.len())));
+                }
+            }
+        }
+        let now = campaign(&h);
+        assert!(
+            now.groups.iter().all(|g| {
+                let racks: BTreeSet<&str> = g
+                    .nodes
+                    .iter()
+                    .map(|n| rack(n.node[4..5].parse().unwrap()))
+                    .collect();
+                racks.len() == 1
+            }),
+            "a group spans racks: {now:#?}"
+        );
+        if now.state.is_final() {
+            break;
+        }
+    }
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert_eq!(done.nodes_progress(), (nodes, nodes));
+    for i in 1..=nodes {
+        assert_eq!(runs[&node(i)].len(), 1, "hooks of {}", node(i));
+    }
+    server.abort();
+}

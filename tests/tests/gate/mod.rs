@@ -624,6 +624,204 @@ async fn an_evacuation_that_cannot_succeed_fails_at_once_even_when_the_gate_hold
     assert!(!drained(&h).contains(&node(3)));
 }
 
+/// Issue 24 (3): under `immovable_instances = "shutdown"` an evacuation the gate holds back on
+/// a node with a `file` instance waits with its `blocked_by` (it can succeed later), is never
+/// failed nor tagged `repairfailed`, and once the busy domain is back in service it runs: the
+/// movable instances leave, the file instance is shut down, the node tagged repairready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_evacuation_waits_under_the_configured_immovable_policy() {
+    use nodecare_coordinator::plan::ImmovablePolicy;
+    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5,f:file:5", |config| {
+        config.failure_domains = "rack:".into();
+        config.max_disrupted_nodes = 3;
+        config.breaker.max_incident_percent = 100.0;
+        config.immovable_instances = ImmovablePolicy::Shutdown;
+    })
+    .await
+    .unwrap();
+    h.sim.with_cluster(|c| {
+        for i in 1..=6 {
+            let rack = if i <= 3 { "rack:a" } else { "rack:b" };
+            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
+        }
+    });
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    // Rack a is disrupted (node 2 drained): node 5 of rack b, holding a file instance, waits.
+    h.agents.get(&node(5)).unwrap().set_verdict(evacuate(5));
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let waiting = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(5))
+        .unwrap();
+    assert_eq!(waiting.repair_status, RepairStatus::Noted, "{waiting:#?}");
+    assert_eq!(waiting.failure, None, "{waiting:#?}");
+    let why = waiting.blocked_by.clone().unwrap_or_default();
+    assert!(
+        why.starts_with("failure domain rack:a is disrupted (node2.sim.test: incident "),
+        "{why}"
+    );
+    assert!(
+        !h.node_tags(&node(5))
+            .iter()
+            .any(|t| t.starts_with("maintd:repairfailed:")),
+        "{:?}",
+        h.node_tags(&node(5))
+    );
+    assert!(!drained(&h).contains(&node(5)));
+    // The operator returns rack a to service: node 5 is evacuated, its file instance shut down.
+    h.sim.with_cluster(|c| {
+        let n = c.nodes.get_mut(&node(2)).unwrap();
+        n.drained = false;
+        n.offline = false;
+        n.tags.retain(|t| !t.starts_with("maintd:"));
+    });
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(5) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap(),
+        "{:#?}",
+        h.incidents().unwrap()
+    );
+    h.sim.with_cluster(|c| {
+        assert_eq!(c.instances["f.sim.test"].pnode, node(5));
+        assert!(!c.instances["f.sim.test"].running);
+        assert_ne!(c.instances["b.sim.test"].pnode, node(5));
+    });
+    assert!(
+        h.node_tags(&node(5))
+            .iter()
+            .any(|t| t.starts_with("maintd:repairready:"))
+    );
+}
+
+/// Who holds each disrupted node, as the status page, `nodecare status` and `/1/overview` show it.
+#[allow(
+    clippy::unwrap_used,
+    reason = "test helper: a failure is the test's failure"
+)]
+fn holders(h: &Harness) -> std::collections::BTreeMap<String, String> {
+    nodecare_coordinator::admission::gate_status(h.coordinator.api())
+        .unwrap()
+        .domains
+        .into_iter()
+        .flat_map(|d| d.disrupted)
+        .map(|d| (d.node, d.holder))
+        .collect()
+}
+
+/// Issue 24 (6): a node nodecare left offline or drained is attributed to the incident whose
+/// job did it, after the incident completed, was acknowledged and forgotten, and after one was
+/// canceled; only a flag nodecare did not set is "outside nodecare", and a node seen back in
+/// service is no longer attributed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_and_offlines_are_attributed_to_the_incident_that_made_them() {
+    let mut h = Harness::new(5, "a:diskless:2,b:diskless:3,c:diskless:4", |config| {
+        // One step a round: node 3's incident can be canceled once drained.
+        config.job_chains = false;
+        config.max_disrupted_nodes = 3;
+        config.breaker.max_incident_percent = 100.0;
+    })
+    .await
+    .unwrap();
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
+    assert!(
+        h.until(20, |i| i.iter().any(
+            |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
+        ))
+        .await
+        .unwrap()
+    );
+    let first = h.incidents().unwrap().remove(0).uuid;
+    // The operator acknowledges (removes the tag); node 2 stays offline.
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("Ok", json!({}), None));
+    h.sim.with_cluster(|c| {
+        c.nodes
+            .get_mut(&node(2))
+            .unwrap()
+            .tags
+            .retain(|t| !t.starts_with("maintd:"));
+    });
+    h.round().await.unwrap();
+    h.round().await.unwrap();
+    let offlined_by_first = format!("offline by incident {first} (completed, acknowledged)");
+    assert_eq!(
+        holders(&h).get(&node(2)),
+        Some(&offlined_by_first),
+        "{:#?}",
+        holders(&h)
+    );
+    // Forgotten (as once it is no longer observed): still known to be the incident's doing.
+    let api = h.coordinator.api().clone();
+    api.store.forget_incident(first).unwrap();
+    h.round().await.unwrap();
+    assert!(h.incidents().unwrap().iter().all(|i| i.uuid != first));
+    assert_eq!(holders(&h).get(&node(2)), Some(&offlined_by_first));
+    // Node 3 drained by nodecare, then its incident canceled (kept while observed); node 4
+    // drained by a human.
+    h.agents.get(&node(3)).unwrap().set_verdict(evacuate(3));
+    for _ in 0..10 {
+        h.round().await.unwrap();
+        if drained(&h).contains(&node(3)) {
+            break;
+        }
+    }
+    let second = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.node == node(3))
+        .unwrap()
+        .uuid;
+    nodecare_coordinator::reconcile::cancel_incident(&api.store, &api.incident_lock, second)
+        .await
+        .unwrap();
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(4)).unwrap().drained = true);
+    h.round().await.unwrap();
+    let shown = holders(&h);
+    assert_eq!(shown.get(&node(2)), Some(&offlined_by_first), "{shown:#?}");
+    assert_eq!(
+        shown.get(&node(4)).map(String::as_str),
+        Some("drained outside nodecare"),
+        "{shown:#?}"
+    );
+    assert!(drained(&h).contains(&node(3)));
+    assert_eq!(
+        shown.get(&node(3)).map(String::as_str),
+        Some(format!("drained by incident {second} (canceled)").as_str()),
+        "{shown:#?}"
+    );
+    // Node 2 back in service, then offlined by a human: not nodecare's any more.
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().offline = false);
+    h.round().await.unwrap();
+    h.sim
+        .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().offline = true);
+    h.round().await.unwrap();
+    let shown = holders(&h);
+    assert_eq!(
+        shown.get(&node(2)).map(String::as_str),
+        Some("offline outside nodecare"),
+        "{shown:#?}"
+    );
+}
+
 /// An operator override lets a second failure domain start; the override (who, why) is in the
 /// incident's history and in every job's reason trail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
