@@ -32,7 +32,7 @@ use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{self, Admitted, Caps, DomainSource, GateSnapshot, Holder, InForce};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
 use crate::plan::{
-    EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Move, Round,
+    self, EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Move, Round,
     ServiceFacts, ServiceJob, ServiceStep, return_to_service,
 };
 use crate::repair::{RepairAnswer, RepairClient};
@@ -208,6 +208,18 @@ pub async fn cancel_incident(
     }
 }
 
+/// The nodecare reason `job` carries when it names another incident or intent than `intent`
+/// (the job id is not the job submitted for it); `None` when it is that job, or carries no
+/// nodecare reason at all (nothing to tell them apart by).
+fn foreign_job(job: &crate::ganeti::Job, intent: &Intent) -> Option<String> {
+    let reason = job
+        .reasons
+        .iter()
+        .find_map(|entry| Reason::parse_text(&entry.text))?;
+    (reason.incident != intent.incident || reason.intent != intent.key)
+        .then(|| format!("incident {} intent {}", reason.incident, reason.intent))
+}
+
 /// Applies an event whose refusal is harmless (e.g. progress on a canceled incident).
 fn note(incident: &mut Incident, event: Event) {
     if let Err(error) = incident.apply(event, now_s()) {
@@ -246,7 +258,7 @@ fn service_facts(node: &Node, own: &[&Intent]) -> ServiceFacts {
             .map(|i| match i.state {
                 IntentState::Planned | IntentState::Submitted => ServiceJob::InFlight,
                 IntentState::Succeeded => ServiceJob::Succeeded,
-                IntentState::Failed => {
+                IntentState::Failed | IntentState::Replanned => {
                     ServiceJob::Failed(i.error.clone().unwrap_or_else(|| "job failed".into()))
                 }
             })
@@ -525,11 +537,18 @@ impl Reconciler {
     }
 
     /// Step 3: poll submitted jobs.
+    ///
+    /// A job of an evacuation that did not succeed is judged against the cluster as it is now
+    /// ([`plan::judge_failed_step`]): only a genuine failure fails the incident; a move whose
+    /// goal already holds counts as done, and a job whose precondition changed under it (or that
+    /// never ran because a job it depended on did not succeed) is planned again next round.
     async fn poll_jobs(&self) -> Result<(), RoundError> {
         let mut submitted = self.ganeti_intents(IntentState::Submitted)?;
         // In job order: in a chain, the first job that failed is seen (and names the failure)
         // before the jobs that failed because they depended on it.
         submitted.sort_by_key(|intent| intent.job_id);
+        // The cluster as it is, read once when a failed job needs judging.
+        let mut instances: Option<Option<Vec<Instance>>> = None;
         for mut intent in submitted {
             let Some(job_id) = intent.job_id else {
                 continue;
@@ -538,6 +557,18 @@ impl Reconciler {
                 continue;
             };
             let outcome = match self.ganeti.job(job_id).await {
+                Ok(job) if foreign_job(&job, &intent).is_some() => {
+                    // Not the job submitted for this intent (the id was reused after the queue
+                    // was lost, e.g. in a master failover): it says nothing about the step.
+                    let other = foreign_job(&job, &intent).unwrap_or_default();
+                    Some(Err((
+                        format!("job {job_id} in Ganeti's queue is another job ({other})"),
+                        Some(plan::JobFailure::NotRun(format!(
+                            "job {job_id} is not the job submitted for {}",
+                            intent.key
+                        ))),
+                    )))
+                }
                 Ok(job) if job.status.is_final() => {
                     if job.status == crate::ganeti::JobStatus::Success {
                         Some(Ok(()))
@@ -547,9 +578,9 @@ impl Reconciler {
                         } else {
                             job.errors.join("; ")
                         };
-                        Some(Err(format!(
-                            "job {job_id} {}: {errors}",
-                            job.status.as_str()
+                        Some(Err((
+                            format!("job {job_id} {}: {errors}", job.status.as_str()),
+                            Some(plan::JobFailure::of_job(&job)),
                         )))
                     }
                 }
@@ -572,9 +603,10 @@ impl Reconciler {
                     }
                     None
                 }
-                Err(GanetiError::NotFound(_)) => {
-                    Some(Err(format!("job {job_id} vanished from Ganeti's queue")))
-                }
+                Err(GanetiError::NotFound(_)) => Some(Err((
+                    format!("job {job_id} vanished from Ganeti's queue"),
+                    None,
+                ))),
                 Err(error) => {
                     tracing::warn!(job = job_id, %error, "cannot read job status");
                     None
@@ -583,8 +615,28 @@ impl Reconciler {
             let Some(outcome) = outcome else { continue };
             intent.finished_ms = Some(now_ms());
             let is_tag = matches!(intent.spec, IntentSpec::Tag { .. });
-            match outcome {
-                Ok(()) => {
+            let judged = match &outcome {
+                Err((_, Some(failure))) if !is_tag && incident.is_active() => {
+                    if instances.is_none() {
+                        instances = Some(self.ganeti.instances().await.ok());
+                    }
+                    let step = match &intent.spec {
+                        IntentSpec::Move { planned } => Some(planned),
+                        _ => None,
+                    };
+                    let replans = self.replans(&intent)?;
+                    Some(plan::judge_failed_step(
+                        step,
+                        &incident.node,
+                        failure,
+                        instances.as_ref().and_then(Option::as_deref),
+                        replans,
+                    ))
+                }
+                _ => None,
+            };
+            match (outcome, judged) {
+                (Ok(()), _) => {
                     intent.state = IntentState::Succeeded;
                     let event = if is_tag {
                         Event::TagApplied
@@ -594,13 +646,39 @@ impl Reconciler {
                     tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, "job succeeded");
                     note(&mut incident, event);
                 }
-                Err(why) => {
+                (Err((why, _)), Some(plan::FailedStep::Done(done))) => {
+                    intent.state = IntentState::Succeeded;
+                    intent.error = Some(format!("{why}; {done}"));
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, %why, "step done already");
+                    note(
+                        &mut incident,
+                        Event::Progress(format!("job {job_id} ({}): {done}", intent.key)),
+                    );
+                }
+                (Err((why, _)), Some(plan::FailedStep::Replan { why: again, .. })) => {
+                    intent.state = IntentState::Replanned;
+                    intent.error = Some(format!("{why}; {again}"));
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, %why, "step planned again");
+                    note(
+                        &mut incident,
+                        Event::Progress(format!("job {job_id} ({}): {again}", intent.key)),
+                    );
+                }
+                (Err((why, _)), judged) => {
+                    let why = match judged {
+                        Some(plan::FailedStep::Failed(judged)) if judged != why => {
+                            format!("job {job_id}: {judged}")
+                        }
+                        _ => why,
+                    };
                     intent.state = IntentState::Failed;
                     intent.error = Some(why.clone());
                     tracing::warn!(incident = %incident.uuid, intent = %intent.key, %why, "job failed");
                     self.board.metrics.job_failed(&intent.spec);
                     let event = if is_tag {
                         Event::Progress(format!("tag job failed, will retry: {why}"))
+                    } else if incident.repair_status == RepairStatus::Canceled {
+                        Event::Progress(format!("job {job_id} ({}) ended: {why}", intent.key))
                     } else {
                         Event::ActionFailed(why)
                     };
@@ -610,6 +688,28 @@ impl Reconciler {
             self.store.update_intent(&incident, &intent)?;
         }
         Ok(())
+    }
+
+    /// How often the move of `intent`'s instance was planned again because Ganeti refused
+    /// its precondition.
+    fn replans(&self, intent: &Intent) -> Result<usize, RoundError> {
+        let IntentSpec::Move { planned } = &intent.spec else {
+            return Ok(0);
+        };
+        Ok(self
+            .store
+            .intents()?
+            .iter()
+            .filter(|i| i.incident == intent.incident && i.state == IntentState::Replanned)
+            .filter(|i| {
+                matches!(&i.spec, IntentSpec::Move { planned: other } if other.instance() == planned.instance())
+            })
+            .filter(|i| {
+                i.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains(plan::PRECONDITION_CHANGED))
+            })
+            .count())
     }
 
     /// Step 4: read the agents and update incidents from verified verdicts.

@@ -119,6 +119,10 @@ pub enum IntentState {
     Succeeded,
     /// Finished unsuccessfully.
     Failed,
+    /// Did not do its step and changed nothing (Ganeti refused its precondition, or it never
+    /// ran because a job it depended on did not succeed): the step is planned again from the
+    /// cluster as it is. Not a failure of the incident.
+    Replanned,
 }
 
 impl IntentState {
@@ -128,6 +132,7 @@ impl IntentState {
             Self::Submitted => "submitted",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::Replanned => "replanned",
         }
     }
 
@@ -137,6 +142,7 @@ impl IntentState {
             "submitted" => Ok(Self::Submitted),
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
+            "replanned" => Ok(Self::Replanned),
             other => Err(StoreError::Corrupt(format!("intent state {other:?}"))),
         }
     }

@@ -161,6 +161,7 @@ fn intent_state(state: IntentState) -> &'static str {
         IntentState::Submitted => "running",
         IntentState::Succeeded => "success",
         IntentState::Failed => "error",
+        IntentState::Replanned => "replanned",
     }
 }
 

@@ -152,7 +152,7 @@ pub struct JobStep {
     pub key: String,
     /// What it does.
     pub spec: JobSpec,
-    /// `planned`, `submitted`, `succeeded` or `failed`.
+    /// `planned`, `submitted`, `succeeded`, `failed` or `replanned`.
     pub state: String,
     /// Ganeti job id, once known.
     #[serde(default)]

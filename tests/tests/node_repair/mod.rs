@@ -408,3 +408,79 @@ async fn acknowledgement_alone_leaves_the_node_offline() {
     assert!(h.incidents().unwrap()[0].acknowledged);
     assert_eq!(flags(&h, 2), (true, false));
 }
+
+/// An instance moved by someone else (or by a job of a previous master that Ganeti re-ran)
+/// between planning and its job's run: Ganeti refuses the migration (`OpPrereqError ...
+/// wrong_state`), the step counts as done since its goal holds, the jobs that depended on it
+/// are planned again, and the incident completes; nothing is submitted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_goal_already_holds_does_not_fail_the_evacuation() {
+    for chains in [true, false] {
+        let mut h = Harness::new(4, "a:diskless:2,b:diskless:2", |c| c.job_chains = chains)
+            .await
+            .unwrap();
+        h.sim.set_job_delay(Duration::from_millis(600));
+        if !chains {
+            // One step per round: the drain is done before the moves are planned.
+            h.sim
+                .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().drained = true);
+        }
+        h.agents.get(&node(2)).unwrap().set_verdict(verdict(
+            "evacuate",
+            json!({"disk": "sdb"}),
+            None,
+        ));
+        h.coordinator.round().await.unwrap();
+        let store = Arc::clone(&h.coordinator.api().store);
+        let target = store
+            .intents()
+            .unwrap()
+            .into_iter()
+            .find_map(|i| match i.spec {
+                nodecare_coordinator::store::IntentSpec::Move {
+                    planned:
+                        nodecare_coordinator::plan::Move::Migrate {
+                            instance,
+                            target: Some(target),
+                        },
+                } if instance == "a.sim.test" => Some(target),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("chains={chains}: no migration of a planned"));
+        // Someone moves `a` where nodecare meant to, before its job runs.
+        h.sim.with_cluster(|c| {
+            c.instances.get_mut("a.sim.test").unwrap().pnode = target.clone();
+        });
+        h.sim.settle(Duration::from_secs(5)).await;
+        let refused = h.sim.with_cluster(|c| {
+            c.jobs.values().any(|j| {
+                j.opresult
+                    .to_string()
+                    .contains("Cannot migrate instance a.sim.test")
+                    && j.opresult.to_string().contains("wrong_state")
+            })
+        });
+        assert!(refused, "chains={chains}: Ganeti refused the migration");
+        let done = h.until(10, completed).await.unwrap();
+        let incident = h.incidents().unwrap().remove(0);
+        assert!(done, "chains={chains}: {incident:#?}");
+        assert!(incident.failure.is_none(), "{incident:#?}");
+        assert!(h.node_tags(&node(2)).contains(&incident.tag));
+        assert!(
+            incident
+                .history
+                .iter()
+                .any(|e| e.event.contains("a.sim.test is no longer on")),
+            "{incident:#?}"
+        );
+        h.sim.with_cluster(|c| {
+            assert!(c.instances.values().all(|i| i.pnode != node(2)));
+        });
+        assert!(h.sim.duplicate_intents().is_empty(), "chains={chains}");
+        assert_eq!(
+            ops_on(&h, "a.sim.test"),
+            vec!["OP_INSTANCE_MIGRATE"],
+            "chains={chains}: a's migration submitted once"
+        );
+    }
+}
