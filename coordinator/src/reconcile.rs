@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 use nodecare_protocol::repair::{RepairRequest, RepairState};
+use nodecare_protocol::status::CanceledJob;
 use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::breaker::{self, BreakerPolicy, BreakerState};
@@ -183,29 +184,187 @@ pub enum CancelOutcome {
     Finalized(String),
 }
 
-/// Cancels an incident (shared by the HTTP API and tests).
-pub async fn cancel_incident(
-    store: &Store,
-    lock: &tokio::sync::Mutex<()>,
-    uuid: Uuid,
-) -> Result<CancelOutcome, StoreError> {
-    let _guard = lock.lock().await;
+/// Cancels an incident (shared by the HTTP API, the web page and tests): recorded at once,
+/// without waiting for a round in progress (whose older copy of the incident can no longer
+/// replace the canceled record, and which submits nothing more for it). Its jobs that have not
+/// started are canceled by [`stop_incident_jobs`], which the caller runs once the cancel is
+/// recorded (and, with replication, kept by the master candidates). A canceled incident whose
+/// jobs are still in flight is kept until they end, so that what ran is recorded.
+pub async fn cancel_incident(store: &Store, uuid: Uuid) -> Result<CancelOutcome, StoreError> {
     let Some(mut incident) = store.incident(uuid)? else {
         return Ok(CancelOutcome::NotFound);
     };
-    match incident.apply(Event::Cancel, now_s()) {
-        Ok(Disposition::Keep) => {
-            store.save_incident(&incident)?;
-            tracing::info!(incident = %uuid, node = %incident.node, "incident canceled");
-            Ok(CancelOutcome::Canceled)
-        }
-        Ok(Disposition::Forget) => {
-            store.forget_incident(uuid)?;
-            tracing::info!(incident = %uuid, node = %incident.node, "incident canceled and forgotten");
-            Ok(CancelOutcome::Forgotten)
-        }
-        Err(error) => Ok(CancelOutcome::Finalized(error.to_string())),
+    let disposition = match incident.apply(Event::Cancel, now_s()) {
+        Ok(disposition) => disposition,
+        Err(error) => return Ok(CancelOutcome::Finalized(error.to_string())),
+    };
+    let own: Vec<Intent> = store
+        .intents()?
+        .into_iter()
+        .filter(|i| i.incident == uuid)
+        .collect();
+    let in_flight = own
+        .iter()
+        .any(|i| i.spec.is_ganeti_job() && i.state.is_in_flight());
+    if disposition == Disposition::Forget && !in_flight {
+        store.forget_incident(uuid)?;
+        tracing::info!(incident = %uuid, node = %incident.node, "incident canceled and forgotten");
+        return Ok(CancelOutcome::Forgotten);
     }
+    if !in_flight && let Some(left) = after_cancel(&incident.node, &own.iter().collect::<Vec<_>>())
+    {
+        note(&mut incident, Event::Warning(left));
+    }
+    store.save_incident(&incident)?;
+    tracing::info!(incident = %uuid, node = %incident.node, "incident canceled");
+    Ok(CancelOutcome::Canceled)
+}
+
+/// Asks Ganeti to cancel the jobs of canceled incident `uuid` that are still in flight, the
+/// last submitted first (so that no job of a chain starts between two cancels). Ganeti cancels
+/// those not started (queued, or waiting for the jobs they depend on); a running job ends on
+/// its own. Each job is asked once (`board.cancels_asked`); what Ganeti answered goes into the
+/// incident's history, and each job's end is recorded as the rounds see it.
+pub async fn stop_incident_jobs(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    board: &Board,
+    uuid: Uuid,
+) -> Result<Vec<CanceledJob>, StoreError> {
+    if store
+        .incident(uuid)?
+        .is_none_or(|i| i.repair_status != RepairStatus::Canceled)
+    {
+        return Ok(Vec::new());
+    }
+    let mut submitted: Vec<(JobId, String)> = store
+        .intents()?
+        .into_iter()
+        .filter(|i| i.incident == uuid && i.state == IntentState::Submitted)
+        .filter(|i| i.spec.is_ganeti_job())
+        .filter_map(|i| i.job_id.map(|job| (job, i.key)))
+        .collect();
+    submitted.sort_by_key(|(job, _)| std::cmp::Reverse(*job));
+    let mut answers = Vec::new();
+    for (job, intent) in submitted {
+        let first = board
+            .cancels_asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(job);
+        if !first {
+            continue;
+        }
+        let (canceled, message) = match ganeti.cancel_job(job).await {
+            Ok(answer) => (answer.canceled, answer.message),
+            Err(error) => {
+                if error.is_transient() {
+                    // Asked again by the next round.
+                    board
+                        .cancels_asked
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&job);
+                }
+                (false, format!("cannot ask Ganeti to cancel it: {error}"))
+            }
+        };
+        tracing::info!(incident = %uuid, job, intent = %intent, canceled, %message, "job cancel");
+        answers.push(CanceledJob {
+            job,
+            intent,
+            canceled,
+            message,
+        });
+    }
+    if !answers.is_empty()
+        && let Some(mut incident) = store.incident(uuid)?
+    {
+        let said: Vec<String> = answers
+            .iter()
+            .map(|a| {
+                if a.canceled {
+                    format!("job {} ({}) canceled before it started", a.job, a.intent)
+                } else {
+                    format!("job {} ({}) not canceled: {}", a.job, a.intent, a.message)
+                }
+            })
+            .collect();
+        note(
+            &mut incident,
+            Event::Progress(format!("cancel: {}", said.join("; "))),
+        );
+        store.save_incident(&incident)?;
+    }
+    Ok(answers)
+}
+
+/// In what state a canceled incident left its node, from what its jobs did (`own`, none in
+/// flight); `None` when it never submitted anything.
+pub fn after_cancel(node: &str, own: &[&Intent]) -> Option<String> {
+    let ganeti: Vec<&&Intent> = own.iter().filter(|i| i.spec.is_ganeti_job()).collect();
+    if ganeti.is_empty() {
+        return None;
+    }
+    let done = |wanted: fn(&IntentSpec) -> bool| {
+        ganeti
+            .iter()
+            .any(|i| wanted(&i.spec) && i.state == IntentState::Succeeded)
+    };
+    let mut parts = Vec::new();
+    if done(|s| matches!(s, IntentSpec::Offline { .. })) {
+        parts.push(format!(
+            "{node} is left offline by this incident (`gnt-node modify --offline=no {node}` returns it)"
+        ));
+    } else if done(|s| matches!(s, IntentSpec::Drain { .. })) {
+        parts.push(format!(
+            "{node} is left drained by this incident (`gnt-node modify --drained=no {node}` returns it)"
+        ));
+    } else {
+        parts.push(format!("{node} was not drained by this incident"));
+    }
+    let moved: Vec<String> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Succeeded)
+        .filter_map(|i| match &i.spec {
+            IntentSpec::Move { planned } => Some(planned.instance().to_owned()),
+            _ => None,
+        })
+        .collect();
+    if !moved.is_empty() {
+        parts.push(format!("moved before the cancel: {}", moved.join(", ")));
+    }
+    let shut: Vec<&str> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Succeeded)
+        .filter_map(|i| match &i.spec {
+            IntentSpec::Shutdown { instance } => Some(instance.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !shut.is_empty() {
+        parts.push(format!("shut down: {}", shut.join(", ")));
+    }
+    let tags: Vec<&str> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Succeeded)
+        .filter_map(|i| match &i.spec {
+            IntentSpec::Tag { tag, .. } => Some(tag.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !tags.is_empty() {
+        parts.push(format!("tagged {} (remove it by hand)", tags.join(", ")));
+    }
+    let stopped: Vec<&str> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Failed)
+        .map(|i| i.key.as_str())
+        .collect();
+    if !stopped.is_empty() {
+        parts.push(format!("did not run: {}", stopped.join(", ")));
+    }
+    Some(format!("after the cancel: {}", parts.join("; ")))
 }
 
 /// The nodecare reason `job` carries when it names another incident or intent than `intent`
@@ -407,7 +566,11 @@ impl Reconciler {
         }
         let guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.adopt_or_drop_planned().await?;
+        // First the jobs of canceled incidents (a cancel the API could not pass on to Ganeti,
+        // or a job submitted while the cancel was recorded), then every job's outcome.
+        self.stop_canceled().await?;
         self.poll_jobs().await?;
+        self.settle_canceled()?;
         if let Some(balancer) = &self.balancer {
             balancer
                 .poll(&*self.ganeti, &self.store, &self.board, now_ms())
@@ -531,6 +694,55 @@ impl Reconciler {
                         "intent was never submitted; planning it again");
                     self.store.drop_intent(intent.incident, &intent.key)?;
                 }
+            }
+        }
+        Ok(())
+    }
+
+    /// The jobs of canceled incidents not yet asked to cancel are asked now.
+    async fn stop_canceled(&self) -> Result<(), RoundError> {
+        let canceled: BTreeSet<Uuid> = self
+            .store
+            .incidents()?
+            .into_iter()
+            .filter(|i| i.repair_status == RepairStatus::Canceled)
+            .map(|i| i.uuid)
+            .collect();
+        let waiting: BTreeSet<Uuid> = self
+            .ganeti_intents(IntentState::Submitted)?
+            .into_iter()
+            .filter(|i| canceled.contains(&i.incident))
+            .map(|i| i.incident)
+            .collect();
+        for uuid in waiting {
+            stop_incident_jobs(&*self.ganeti, &self.store, &self.board, uuid).await?;
+        }
+        Ok(())
+    }
+
+    /// A canceled incident whose jobs have all ended says in what state it left the node.
+    fn settle_canceled(&self) -> Result<(), RoundError> {
+        let intents = self.store.intents()?;
+        for mut incident in self
+            .store
+            .incidents()?
+            .into_iter()
+            .filter(|i| i.repair_status == RepairStatus::Canceled)
+        {
+            let own: Vec<&Intent> = intents
+                .iter()
+                .filter(|i| i.incident == incident.uuid)
+                .collect();
+            if own.iter().any(|i| i.state.is_in_flight()) {
+                continue;
+            }
+            let Some(left) = after_cancel(&incident.node, &own) else {
+                continue;
+            };
+            let before = incident.serial_no;
+            note(&mut incident, Event::Warning(left));
+            if incident.serial_no != before {
+                self.store.save_incident(&incident)?;
             }
         }
         Ok(())
@@ -876,11 +1088,15 @@ impl Reconciler {
         }
         incidents.retain(|i| node_uuids.contains(i.node_uuid.as_str()));
         // Incidents whose tag job is in flight (they are about to complete).
-        let tagging: BTreeSet<Uuid> = self
-            .store
-            .intents()?
-            .into_iter()
+        let intents = self.store.intents()?;
+        let tagging: BTreeSet<Uuid> = intents
+            .iter()
             .filter(|i| matches!(i.spec, IntentSpec::Tag { .. }) && i.state.is_in_flight())
+            .map(|i| i.incident)
+            .collect();
+        let in_flight: BTreeSet<Uuid> = intents
+            .iter()
+            .filter(|i| i.spec.is_ganeti_job() && i.state.is_in_flight())
             .map(|i| i.incident)
             .collect();
         let time = now_s();
@@ -940,6 +1156,14 @@ impl Reconciler {
                 };
                 let before = incident.serial_no;
                 match incident.apply(event, time) {
+                    // A canceled incident is kept until its jobs have ended (what ran is
+                    // recorded).
+                    Ok(Disposition::Forget)
+                        if incident.repair_status == RepairStatus::Canceled
+                            && in_flight.contains(&incident.uuid) =>
+                    {
+                        self.store.save_incident(incident)?;
+                    }
                     Ok(Disposition::Forget) => {
                         tracing::info!(incident = %incident.uuid, node = %incident.node,
                             status = incident.repair_status.as_str(), "incident forgotten");
@@ -2147,6 +2371,13 @@ impl Reconciler {
             finished_ms: None,
             error: None,
         };
+        // Canceled meanwhile (the API records a cancel at once): nothing more is submitted.
+        if let Some(stored) = self.store.incident(incident.uuid)?
+            && stored.repair_status == RepairStatus::Canceled
+        {
+            *incident = stored;
+            return Ok(None);
+        }
         // Durable before the job exists: a crash from here on is resolved by the reason.
         self.store.plan_intent(incident, &intent)?;
         let noted = self
@@ -2208,6 +2439,15 @@ impl Reconciler {
                 tracing::info!(incident = %incident.uuid, node = %incident.node, intent = %key, job, "{description}");
                 self.board.metrics.job_submitted(&spec);
                 self.store.update_intent(incident, &intent)?;
+                if let Some(stored) = self.store.incident(incident.uuid)?
+                    && stored.repair_status == RepairStatus::Canceled
+                {
+                    // Canceled while this job was being submitted: it is canceled at once.
+                    stop_incident_jobs(&*self.ganeti, &self.store, &self.board, incident.uuid)
+                        .await?;
+                    *incident = self.store.incident(incident.uuid)?.unwrap_or(stored);
+                    return Ok(None);
+                }
                 Ok(Some(job))
             }
             Err(error) if error.is_transient() => {
