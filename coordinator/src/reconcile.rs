@@ -878,8 +878,8 @@ impl Reconciler {
                 }
                 (Err((why, _)), judged) => {
                     let why = match judged {
-                        Some(plan::FailedStep::Failed(judged)) if judged != why => {
-                            format!("job {job_id}: {judged}")
+                        Some(plan::FailedStep::Failed(judged)) if !why.contains(&judged) => {
+                            format!("{why}; {judged}")
                         }
                         _ => why,
                     };
