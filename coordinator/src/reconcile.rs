@@ -2481,3 +2481,96 @@ impl Reconciler {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ganeti::{Job, JobStatus, ReasonEntry};
+
+    fn intent(key: &str, spec: IntentSpec, state: IntentState) -> Intent {
+        Intent {
+            incident: Uuid::from_u128(1),
+            key: key.into(),
+            spec,
+            locks: vec![],
+            state,
+            job_id: Some(1),
+            created_ms: 1,
+            submitted_ms: Some(1),
+            finished_ms: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_job_is_ours_only_when_its_reason_trail_says_so() {
+        let ours = intent(
+            "migrate-a-1",
+            IntentSpec::Drain { node: "n2".into() },
+            IntentState::Submitted,
+        );
+        let job = |trail: Vec<ReasonEntry>| Job {
+            id: 1,
+            status: JobStatus::Error,
+            opstatus: vec![],
+            opresult: vec![],
+            errors: vec![],
+            reasons: trail,
+        };
+        let same = Reason::new(ours.incident, "migrate-a-1", "x").entry(1);
+        let other_intent = Reason::new(ours.incident, "migrate-b-1", "x").entry(1);
+        let other_incident = Reason::new(Uuid::from_u128(2), "migrate-a-1", "x").entry(1);
+        let foreign = ReasonEntry {
+            source: "gnt:user".into(),
+            text: "gnt-instance migrate".into(),
+            timestamp_ns: 1,
+        };
+        assert_eq!(foreign_job(&job(vec![same]), &ours), None);
+        assert_eq!(foreign_job(&job(vec![foreign]), &ours), None);
+        assert!(foreign_job(&job(vec![other_intent]), &ours).is_some());
+        assert!(foreign_job(&job(vec![other_incident]), &ours).is_some());
+    }
+
+    #[test]
+    fn a_canceled_incident_says_in_what_state_it_left_the_node() {
+        let moved = |instance: &str, state| {
+            intent(
+                &format!("migrate-{instance}-1"),
+                IntentSpec::Move {
+                    planned: Move::Migrate {
+                        instance: instance.into(),
+                        target: None,
+                    },
+                },
+                state,
+            )
+        };
+        let drain = intent(
+            "drain",
+            IntentSpec::Drain { node: "n2".into() },
+            IntentState::Succeeded,
+        );
+        let a = moved("a", IntentState::Succeeded);
+        let b = moved("b", IntentState::Failed);
+        let offline = intent(
+            "offline-1",
+            IntentSpec::Offline { node: "n2".into() },
+            IntentState::Failed,
+        );
+        let text = after_cancel("n2", &[&drain, &a, &b, &offline]).unwrap();
+        assert!(text.contains("n2 is left drained"), "{text}");
+        assert!(text.contains("moved before the cancel: a"), "{text}");
+        assert!(
+            text.contains("did not run: migrate-b-1, offline-1"),
+            "{text}"
+        );
+        let drain_canceled = intent(
+            "drain",
+            IntentSpec::Drain { node: "n2".into() },
+            IntentState::Failed,
+        );
+        let text = after_cancel("n2", &[&drain_canceled]).unwrap();
+        assert!(text.contains("n2 was not drained"), "{text}");
+        assert_eq!(after_cancel("n2", &[]), None);
+    }
+}
