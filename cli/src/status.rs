@@ -332,6 +332,16 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
             match serde_json::from_str::<CancelAnswer>(&body) {
                 Ok(answer) => {
                     println!("incident {} {}", args.incident, answer.result);
+                    for job in &answer.jobs {
+                        if job.canceled {
+                            println!("  job {} ({}): canceled", job.job, job.intent);
+                        } else {
+                            println!(
+                                "  job {} ({}): not canceled: {}",
+                                job.job, job.intent, job.message
+                            );
+                        }
+                    }
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
@@ -360,6 +370,9 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
 #[derive(Debug, Deserialize)]
 struct CancelAnswer {
     result: String,
+    /// What the cancel did to each unfinished job.
+    #[serde(default)]
+    jobs: Vec<nodecare_protocol::status::CanceledJob>,
 }
 
 #[cfg(test)]

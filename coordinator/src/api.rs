@@ -44,6 +44,33 @@ pub struct ApiState {
     pub failure_domains: crate::gate::DomainSource,
 }
 
+/// After a cancel is recorded: the incident's jobs that have not started are canceled now
+/// (through the same Ganeti client as every write, so with replication only once the master
+/// candidates keep the cancel), and the round is woken to record how each job ended. A
+/// coordinator that is not acting leaves the jobs to the master's round.
+pub(crate) async fn stop_canceled_jobs(
+    state: &ApiState,
+    uuid: Uuid,
+) -> Vec<nodecare_protocol::status::CanceledJob> {
+    let acting = state
+        .board
+        .acting
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let jobs = match &state.ganeti {
+        Some(ganeti) if acting => {
+            crate::reconcile::stop_incident_jobs(&**ganeti, &state.store, &state.board, uuid)
+                .await
+                .unwrap_or_else(|error| {
+                    tracing::warn!(incident = %uuid, %error, "cannot cancel the incident's jobs now; the round will");
+                    Vec::new()
+                })
+        }
+        _ => Vec::new(),
+    };
+    state.board.wake.notify_one();
+    jobs
+}
+
 /// A fresh random key for [`ApiState::csrf_key`].
 pub fn random_key() -> Arc<[u8; 32]> {
     let mut key = [0u8; 32];

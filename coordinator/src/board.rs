@@ -31,6 +31,10 @@ pub struct Board {
     /// Whether this coordinator is acting (its last mastership check found this node the
     /// master); a coordinator on another master candidate stands by.
     pub acting: std::sync::atomic::AtomicBool,
+    /// Starts the next round now (a cancel, so that its jobs' outcomes are recorded at once).
+    pub wake: tokio::sync::Notify,
+    /// Jobs Ganeti was already asked to cancel (by the API or a round), asked once each.
+    pub cancels_asked: std::sync::Mutex<std::collections::BTreeSet<crate::ganeti::JobId>>,
 }
 
 impl Board {

@@ -314,6 +314,7 @@ impl Coordinator {
         let mut changes = self.watches.as_ref().map(Watches::subscribe);
         tokio::pin!(shutdown);
         let mut announced_standby = false;
+        let board = Arc::clone(&self.api.board);
         // Retention runs after the first round that acts, then every interval (a coordinator
         // restarted more often than that still prunes).
         let mut retention_due = tokio::time::Instant::now();
@@ -321,6 +322,10 @@ impl Coordinator {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),
                 _ = ticker.tick() => {}
+                () = board.wake.notified() => {
+                    tracing::debug!("woken (an incident was canceled): round now");
+                    ticker.reset();
+                }
                 Some(()) = changed(changes.as_mut()) => {
                     tokio::select! {
                         () = &mut shutdown => break Ok(()),

@@ -10,7 +10,7 @@
 //! | `GET /1/agents` | every agent's status (`ok`, `stale`, `unreachable`, `unverifiable`) |
 //! | `GET /1/overview` | `{node, round, incidents, agents, intents, jobs, domains, waiting, grants, overrides, breaker}`: what `nodecare status` shows |
 //! | `GET /1/incidents/<uuid>` | one incident with its intents |
-//! | `POST /1/incidents/<uuid>/cancel` | cancel it: 200, 404 unknown, 409 already completed or failed; needs HTTP basic auth of a user with `write` (401 without or with wrong credentials, 403 for a user without `write` or when no users file is readable) |
+//! | `POST /1/incidents/<uuid>/cancel` | cancel it at once (no more jobs; its jobs that have not started are canceled in Ganeti, `jobs` lists each unfinished job with Ganeti's answer; the incident's history and `warning` record what ran and the state the node is left in): 200, 404 unknown, 409 already completed or failed; needs HTTP basic auth of a user with `write` (401 without or with wrong credentials, 403 for a user without `write` or when no users file is readable) |
 //! | `/1/disruptions`, `/1/overrides`, `/1/breaker`, `/1/audit` | the gate's admission API, overrides and storm breaker ([`crate::admission`]) |
 //! | `/1/maintenance` | rolling maintenance campaigns ([`crate::maintenance_api`]) |
 //! | `GET /metrics` | Prometheus metrics (text format 0.0.4, see [`crate::metrics`]) |
@@ -411,10 +411,11 @@ async fn cancel(
         Ok(uuid) => uuid,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
     };
-    match cancel_incident(&state.store, &state.incident_lock, uuid).await {
+    match cancel_incident(&state.store, uuid).await {
         Ok(CancelOutcome::Canceled) => {
             tracing::info!(%uuid, %user, "incident canceled");
-            Json(json!({"id": uuid, "result": "canceled"})).into_response()
+            let jobs = crate::api::stop_canceled_jobs(&state, uuid).await;
+            Json(json!({"id": uuid, "result": "canceled", "jobs": jobs})).into_response()
         }
         Ok(CancelOutcome::Forgotten) => {
             Json(json!({"id": uuid, "result": "forgotten"})).into_response()

@@ -444,7 +444,8 @@ impl Incident {
                 Ok(Disposition::Keep)
             }
             Event::Warning(what) => {
-                if !self.repair_status.is_active() {
+                // A canceled incident says in what state it left the node.
+                if !self.repair_status.is_active() && self.repair_status != Canceled {
                     return Err(self.refuse("warning"));
                 }
                 if self.warning.as_deref() != Some(what.as_str()) {

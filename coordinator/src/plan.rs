@@ -886,6 +886,164 @@ pub fn return_to_service(facts: &ServiceFacts) -> ServiceStep {
     ServiceStep::Done
 }
 
+/// How often one instance's move may be planned again because Ganeti found its precondition
+/// changed (`OpPrereqError`) before the incident fails.
+pub const MAX_REPLANS: usize = 3;
+
+/// How [`FailedStep::Replan`] says that Ganeti refused a move's precondition (what
+/// [`MAX_REPLANS`] counts in the intents' errors).
+pub const PRECONDITION_CHANGED: &str = "the cluster changed under it";
+
+/// Why a job ended without success, as far as the evacuation cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobFailure {
+    /// Ganeti found the opcode's precondition false (`OpPrereqError`, with its error kind:
+    /// `wrong_state`, `wrong_input`, `unknown_entity`, `insufficient_resources`, ...): the
+    /// cluster changed between planning and the job's run. Nothing was changed by the job.
+    Precondition {
+        /// Ganeti's error kind (empty when it gave none).
+        kind: String,
+        /// Ganeti's message.
+        message: String,
+    },
+    /// The job never ran: a job it depended on did not succeed (Ganeti's `Dependency job ...`).
+    NotRun(String),
+    /// Anything else: the job ran and failed, was canceled, or vanished.
+    Other(String),
+}
+
+impl JobFailure {
+    /// Reads a finished, unsuccessful job: its first failed opcode's result
+    /// (`["OpPrereqError", [message, kind]]`, `["OpExecError", [message]]`) and its messages.
+    pub fn of_job(job: &crate::ganeti::Job) -> Self {
+        let summary = if job.errors.is_empty() {
+            job.status.as_str().to_owned()
+        } else {
+            job.errors.join("; ")
+        };
+        let failed = job.opresult.iter().find_map(|result| {
+            let [class, args] = result.as_array()?.as_slice() else {
+                return None;
+            };
+            let class = class.as_str()?;
+            let args = args.as_array()?;
+            let message = args.first().and_then(|m| m.as_str()).unwrap_or_default();
+            let kind = args.get(1).and_then(|k| k.as_str()).unwrap_or_default();
+            Some((class.to_owned(), message.to_owned(), kind.to_owned()))
+        });
+        let not_run = |message: &str| {
+            message.contains("Dependency job") || message.contains("Dependency error")
+        };
+        match failed {
+            Some((class, message, kind)) if class == "OpPrereqError" => {
+                Self::Precondition { kind, message }
+            }
+            Some((_, message, _)) if not_run(&message) => Self::NotRun(message),
+            _ if job.errors.iter().any(|e| not_run(e)) => Self::NotRun(summary),
+            _ => Self::Other(summary),
+        }
+    }
+
+    /// Ganeti's words.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Precondition { message, .. } | Self::NotRun(message) | Self::Other(message) => {
+                message
+            }
+        }
+    }
+}
+
+/// How an evacuation counts one of its jobs that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailedStep {
+    /// What the step was for already holds (the instance left the node some other way, e.g. a
+    /// job of a previous master re-run by Ganeti after a master failover): counted as done.
+    Done(String),
+    /// The job changed nothing and the step is planned again from the cluster as it is;
+    /// `precondition`: Ganeti refused its precondition (counts towards [`MAX_REPLANS`]),
+    /// otherwise it never ran (a job it depended on did not succeed).
+    Replan {
+        /// Why, for the history.
+        why: String,
+        /// Whether it counts towards the instance's re-plans.
+        precondition: bool,
+    },
+    /// A genuine failure: the incident fails.
+    Failed(String),
+}
+
+/// Whether `step`'s goal holds for an evacuation of `node` in `instances` (the cluster read
+/// after the job ended): the instance is gone or no longer uses the node as the move meant.
+pub fn move_goal_holds(step: &Move, node: &str, instances: &[Instance]) -> bool {
+    let Some(instance) = instances.iter().find(|i| i.name == step.instance()) else {
+        return true;
+    };
+    match step {
+        Move::Migrate { .. } | Move::Failover { .. } => instance.primary_node != node,
+        Move::ReplaceSecondary { .. } => !instance.secondary_nodes.iter().any(|s| s == node),
+    }
+}
+
+/// Judges a job of the evacuation of `node` that ended without success. `step` is its move
+/// (`None` for the drain, the shutdowns, the offline); `instances` the cluster as RAPI shows it
+/// now (`None`: could not be read); `replans` how often this instance's move was already planned
+/// again because of its precondition.
+///
+/// Only a genuine failure fails the incident: a move whose goal holds is done, a job that never
+/// ran or whose precondition changed under it is planned again (a move at most [`MAX_REPLANS`]
+/// times).
+pub fn judge_failed_step(
+    step: Option<&Move>,
+    node: &str,
+    failure: &JobFailure,
+    instances: Option<&[Instance]>,
+    replans: usize,
+) -> FailedStep {
+    let goal_holds = match (step, instances) {
+        (Some(step), Some(instances)) => move_goal_holds(step, node, instances),
+        _ => false,
+    };
+    match failure {
+        JobFailure::Other(why) => FailedStep::Failed(why.clone()),
+        JobFailure::NotRun(why) | JobFailure::Precondition { message: why, .. } if goal_holds => {
+            let instance = step.map_or("", Move::instance);
+            FailedStep::Done(format!(
+                "{instance} is no longer on {node} ({why}): counted as done"
+            ))
+        }
+        JobFailure::NotRun(why) => FailedStep::Replan {
+            why: format!("did not run ({why}); planned again"),
+            precondition: false,
+        },
+        JobFailure::Precondition { kind, message } => match step {
+            None => FailedStep::Failed(failure_text(kind, message)),
+            Some(step) if replans >= MAX_REPLANS => FailedStep::Failed(format!(
+                "{} of {} refused {} times, each time because the cluster changed under it; last: {}",
+                step.verb(),
+                step.instance(),
+                replans + 1,
+                failure_text(kind, message)
+            )),
+            Some(_) => FailedStep::Replan {
+                why: format!(
+                    "{PRECONDITION_CHANGED} ({}); planned again from the cluster as it is",
+                    failure_text(kind, message)
+                ),
+                precondition: true,
+            },
+        },
+    }
+}
+
+fn failure_text(kind: &str, message: &str) -> String {
+    if kind.is_empty() {
+        format!("OpPrereqError: {message}")
+    } else {
+        format!("OpPrereqError: {message} ({kind})")
+    }
+}
+
 /// DRBD metadata Ganeti allocates per disk, in MiB (`DRBD_META_SIZE`).
 pub const DRBD_META_MIB: u64 = 128;
 
@@ -1067,6 +1225,165 @@ mod tests {
             immovable,
             offline_after_evacuation: offline,
         }
+    }
+
+    fn failed_job(opresult: serde_json::Value, errors: &[&str]) -> crate::ganeti::Job {
+        crate::ganeti::Job {
+            id: 7,
+            status: crate::ganeti::JobStatus::Error,
+            opstatus: vec!["error".into()],
+            opresult: vec![opresult],
+            errors: errors.iter().map(|e| (*e).to_owned()).collect(),
+            reasons: vec![],
+        }
+    }
+
+    #[test]
+    fn failed_jobs_are_read_by_ganetis_error_class() {
+        use serde_json::json;
+        let prereq = failed_job(
+            json!([
+                "OpPrereqError",
+                [
+                    "Cannot migrate instance i3 to its primary (n3)",
+                    "wrong_state"
+                ]
+            ]),
+            &["Cannot migrate instance i3 to its primary (n3)"],
+        );
+        assert_eq!(
+            JobFailure::of_job(&prereq),
+            JobFailure::Precondition {
+                kind: "wrong_state".into(),
+                message: "Cannot migrate instance i3 to its primary (n3)".into()
+            }
+        );
+        let dependency = failed_job(
+            json!([
+                "OpExecError",
+                ["Dependency job 5 finished with status 'error', not one of 'success' as required"]
+            ]),
+            &[],
+        );
+        assert!(matches!(
+            JobFailure::of_job(&dependency),
+            JobFailure::NotRun(_)
+        ));
+        let exec = failed_job(
+            json!(["OpExecError", ["migration aborted"]]),
+            &["migration aborted"],
+        );
+        assert_eq!(
+            JobFailure::of_job(&exec),
+            JobFailure::Other("migration aborted".into())
+        );
+        let mut canceled = failed_job(json!("Job canceled by request"), &[]);
+        canceled.status = crate::ganeti::JobStatus::Canceled;
+        assert_eq!(
+            JobFailure::of_job(&canceled),
+            JobFailure::Other("canceled".into())
+        );
+    }
+
+    /// Only a genuine failure fails the incident: a move whose goal already holds is done, one
+    /// whose precondition changed is planned again (bounded), a job that never ran too.
+    #[test]
+    fn failed_steps_are_judged_against_the_cluster_as_it_is() {
+        let migrate = Move::Migrate {
+            instance: "i3".into(),
+            target: Some("n3".into()),
+        };
+        let replace = Move::ReplaceSecondary {
+            instance: "d".into(),
+            remote_node: "n3".into(),
+        };
+        let moved = vec![
+            inst("i3", "drbd", "n3", &["n4"]),
+            inst("d", "drbd", "n2", &["n3"]),
+        ];
+        let still = vec![
+            inst("i3", "drbd", "n4", &["n3"]),
+            inst("d", "drbd", "n2", &["n4"]),
+        ];
+        let wrong_state = JobFailure::Precondition {
+            kind: "wrong_state".into(),
+            message: "Cannot migrate instance i3 to its primary (n3)".into(),
+        };
+        let not_run = JobFailure::NotRun("Dependency job 5 was cancelled".into());
+        let other = JobFailure::Other("migration aborted".into());
+        // (step, failure, instances, replans so far) -> "done" | "replan" | "replan-free" | "failed"
+        type Row<'a> = (
+            Option<&'a Move>,
+            &'a JobFailure,
+            Option<&'a [Instance]>,
+            usize,
+            &'a str,
+        );
+        let table: [Row<'_>; 14] = [
+            (Some(&migrate), &wrong_state, Some(&moved), 0, "done"),
+            (
+                Some(&migrate),
+                &wrong_state,
+                Some(&moved),
+                MAX_REPLANS,
+                "done",
+            ),
+            (Some(&migrate), &wrong_state, Some(&still), 0, "replan"),
+            (
+                Some(&migrate),
+                &wrong_state,
+                Some(&still),
+                MAX_REPLANS - 1,
+                "replan",
+            ),
+            (
+                Some(&migrate),
+                &wrong_state,
+                Some(&still),
+                MAX_REPLANS,
+                "failed",
+            ),
+            (Some(&migrate), &wrong_state, None, 0, "replan"),
+            (Some(&migrate), &wrong_state, Some(&[]), 0, "done"),
+            (
+                Some(&migrate),
+                &not_run,
+                Some(&still),
+                MAX_REPLANS,
+                "replan-free",
+            ),
+            (Some(&migrate), &not_run, Some(&moved), 0, "done"),
+            (Some(&migrate), &other, Some(&moved), 0, "failed"),
+            (Some(&replace), &wrong_state, Some(&moved), 0, "done"),
+            (Some(&replace), &wrong_state, Some(&still), 0, "replan"),
+            (None, &wrong_state, Some(&still), 0, "failed"),
+            (None, &not_run, Some(&still), 0, "replan-free"),
+        ];
+        for (i, (step, failure, instances, replans, want)) in table.into_iter().enumerate() {
+            let got = judge_failed_step(step, "n4", failure, instances, replans);
+            let name = match &got {
+                FailedStep::Done(_) => "done",
+                FailedStep::Replan {
+                    precondition: true, ..
+                } => "replan",
+                FailedStep::Replan { .. } => "replan-free",
+                FailedStep::Failed(_) => "failed",
+            };
+            assert_eq!(name, want, "row {i}: {got:?}");
+        }
+        let FailedStep::Failed(why) = judge_failed_step(
+            Some(&migrate),
+            "n4",
+            &wrong_state,
+            Some(&still),
+            MAX_REPLANS,
+        ) else {
+            panic!()
+        };
+        assert!(
+            why.contains("refused 4 times") && why.contains("wrong_state"),
+            "{why}"
+        );
     }
 
     #[test]

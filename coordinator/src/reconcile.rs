@@ -24,6 +24,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use uuid::Uuid;
 
 use nodecare_protocol::repair::{RepairRequest, RepairState};
+use nodecare_protocol::status::CanceledJob;
 use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::breaker::{self, BreakerPolicy, BreakerState};
@@ -32,7 +33,7 @@ use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{self, Admitted, Caps, DomainSource, GateSnapshot, Holder, InForce};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
 use crate::plan::{
-    EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Move, Round,
+    self, EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Move, Round,
     ServiceFacts, ServiceJob, ServiceStep, return_to_service,
 };
 use crate::repair::{RepairAnswer, RepairClient};
@@ -183,29 +184,199 @@ pub enum CancelOutcome {
     Finalized(String),
 }
 
-/// Cancels an incident (shared by the HTTP API and tests).
-pub async fn cancel_incident(
-    store: &Store,
-    lock: &tokio::sync::Mutex<()>,
-    uuid: Uuid,
-) -> Result<CancelOutcome, StoreError> {
-    let _guard = lock.lock().await;
+/// Cancels an incident (shared by the HTTP API, the web page and tests): recorded at once,
+/// without waiting for a round in progress (whose older copy of the incident can no longer
+/// replace the canceled record, and which submits nothing more for it). Its jobs that have not
+/// started are canceled by [`stop_incident_jobs`], which the caller runs once the cancel is
+/// recorded (and, with replication, kept by the master candidates). A canceled incident whose
+/// jobs are still in flight is kept until they end, so that what ran is recorded.
+pub async fn cancel_incident(store: &Store, uuid: Uuid) -> Result<CancelOutcome, StoreError> {
     let Some(mut incident) = store.incident(uuid)? else {
         return Ok(CancelOutcome::NotFound);
     };
-    match incident.apply(Event::Cancel, now_s()) {
-        Ok(Disposition::Keep) => {
-            store.save_incident(&incident)?;
-            tracing::info!(incident = %uuid, node = %incident.node, "incident canceled");
-            Ok(CancelOutcome::Canceled)
-        }
-        Ok(Disposition::Forget) => {
-            store.forget_incident(uuid)?;
-            tracing::info!(incident = %uuid, node = %incident.node, "incident canceled and forgotten");
-            Ok(CancelOutcome::Forgotten)
-        }
-        Err(error) => Ok(CancelOutcome::Finalized(error.to_string())),
+    let disposition = match incident.apply(Event::Cancel, now_s()) {
+        Ok(disposition) => disposition,
+        Err(error) => return Ok(CancelOutcome::Finalized(error.to_string())),
+    };
+    let own: Vec<Intent> = store
+        .intents()?
+        .into_iter()
+        .filter(|i| i.incident == uuid)
+        .collect();
+    let in_flight = own
+        .iter()
+        .any(|i| i.spec.is_ganeti_job() && i.state.is_in_flight());
+    if disposition == Disposition::Forget && !in_flight {
+        store.forget_incident(uuid)?;
+        tracing::info!(incident = %uuid, node = %incident.node, "incident canceled and forgotten");
+        return Ok(CancelOutcome::Forgotten);
     }
+    if !in_flight && let Some(left) = after_cancel(&incident.node, &own.iter().collect::<Vec<_>>())
+    {
+        note(&mut incident, Event::Warning(left));
+    }
+    store.save_incident(&incident)?;
+    tracing::info!(incident = %uuid, node = %incident.node, "incident canceled");
+    Ok(CancelOutcome::Canceled)
+}
+
+/// Asks Ganeti to cancel the jobs of canceled incident `uuid` that are still in flight, the
+/// last submitted first (so that no job of a chain starts between two cancels). Ganeti cancels
+/// those not started (queued, or waiting for the jobs they depend on); a running job ends on
+/// its own. Each job is asked once (`board.cancels_asked`); what Ganeti answered goes into the
+/// incident's history, and each job's end is recorded as the rounds see it.
+pub async fn stop_incident_jobs(
+    ganeti: &dyn Ganeti,
+    store: &Store,
+    board: &Board,
+    uuid: Uuid,
+) -> Result<Vec<CanceledJob>, StoreError> {
+    if store
+        .incident(uuid)?
+        .is_none_or(|i| i.repair_status != RepairStatus::Canceled)
+    {
+        return Ok(Vec::new());
+    }
+    let mut submitted: Vec<(JobId, String)> = store
+        .intents()?
+        .into_iter()
+        .filter(|i| i.incident == uuid && i.state == IntentState::Submitted)
+        .filter(|i| i.spec.is_ganeti_job())
+        .filter_map(|i| i.job_id.map(|job| (job, i.key)))
+        .collect();
+    submitted.sort_by_key(|(job, _)| std::cmp::Reverse(*job));
+    let mut answers = Vec::new();
+    for (job, intent) in submitted {
+        let first = board
+            .cancels_asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(job);
+        if !first {
+            continue;
+        }
+        let (canceled, message) = match ganeti.cancel_job(job).await {
+            Ok(answer) => (answer.canceled, answer.message),
+            Err(error) => {
+                if error.is_transient() {
+                    // Asked again by the next round.
+                    board
+                        .cancels_asked
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .remove(&job);
+                }
+                (false, format!("cannot ask Ganeti to cancel it: {error}"))
+            }
+        };
+        tracing::info!(incident = %uuid, job, intent = %intent, canceled, %message, "job cancel");
+        answers.push(CanceledJob {
+            job,
+            intent,
+            canceled,
+            message,
+        });
+    }
+    if !answers.is_empty()
+        && let Some(mut incident) = store.incident(uuid)?
+    {
+        let said: Vec<String> = answers
+            .iter()
+            .map(|a| {
+                if a.canceled {
+                    format!("job {} ({}) canceled before it started", a.job, a.intent)
+                } else {
+                    format!("job {} ({}) not canceled: {}", a.job, a.intent, a.message)
+                }
+            })
+            .collect();
+        note(
+            &mut incident,
+            Event::Progress(format!("cancel: {}", said.join("; "))),
+        );
+        store.save_incident(&incident)?;
+    }
+    Ok(answers)
+}
+
+/// In what state a canceled incident left its node, from what its jobs did (`own`, none in
+/// flight); `None` when it never submitted anything.
+pub fn after_cancel(node: &str, own: &[&Intent]) -> Option<String> {
+    let ganeti: Vec<&&Intent> = own.iter().filter(|i| i.spec.is_ganeti_job()).collect();
+    if ganeti.is_empty() {
+        return None;
+    }
+    let done = |wanted: fn(&IntentSpec) -> bool| {
+        ganeti
+            .iter()
+            .any(|i| wanted(&i.spec) && i.state == IntentState::Succeeded)
+    };
+    let mut parts = Vec::new();
+    if done(|s| matches!(s, IntentSpec::Offline { .. })) {
+        parts.push(format!(
+            "{node} is left offline by this incident (`gnt-node modify --offline=no {node}` returns it)"
+        ));
+    } else if done(|s| matches!(s, IntentSpec::Drain { .. })) {
+        parts.push(format!(
+            "{node} is left drained by this incident (`gnt-node modify --drained=no {node}` returns it)"
+        ));
+    } else {
+        parts.push(format!("{node} was not drained by this incident"));
+    }
+    let moved: Vec<String> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Succeeded)
+        .filter_map(|i| match &i.spec {
+            IntentSpec::Move { planned } => Some(planned.instance().to_owned()),
+            _ => None,
+        })
+        .collect();
+    if !moved.is_empty() {
+        parts.push(format!("moved before the cancel: {}", moved.join(", ")));
+    }
+    let shut: Vec<&str> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Succeeded)
+        .filter_map(|i| match &i.spec {
+            IntentSpec::Shutdown { instance } => Some(instance.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !shut.is_empty() {
+        parts.push(format!("shut down: {}", shut.join(", ")));
+    }
+    let tags: Vec<&str> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Succeeded)
+        .filter_map(|i| match &i.spec {
+            IntentSpec::Tag { tag, .. } => Some(tag.as_str()),
+            _ => None,
+        })
+        .collect();
+    if !tags.is_empty() {
+        parts.push(format!("tagged {} (remove it by hand)", tags.join(", ")));
+    }
+    let stopped: Vec<&str> = ganeti
+        .iter()
+        .filter(|i| i.state == IntentState::Failed)
+        .map(|i| i.key.as_str())
+        .collect();
+    if !stopped.is_empty() {
+        parts.push(format!("did not run: {}", stopped.join(", ")));
+    }
+    Some(format!("after the cancel: {}", parts.join("; ")))
+}
+
+/// The nodecare reason `job` carries when it names another incident or intent than `intent`
+/// (the job id is not the job submitted for it); `None` when it is that job, or carries no
+/// nodecare reason at all (nothing to tell them apart by).
+fn foreign_job(job: &crate::ganeti::Job, intent: &Intent) -> Option<String> {
+    let reason = job
+        .reasons
+        .iter()
+        .find_map(|entry| Reason::parse_text(&entry.text))?;
+    (reason.incident != intent.incident || reason.intent != intent.key)
+        .then(|| format!("incident {} intent {}", reason.incident, reason.intent))
 }
 
 /// Applies an event whose refusal is harmless (e.g. progress on a canceled incident).
@@ -246,7 +417,7 @@ fn service_facts(node: &Node, own: &[&Intent]) -> ServiceFacts {
             .map(|i| match i.state {
                 IntentState::Planned | IntentState::Submitted => ServiceJob::InFlight,
                 IntentState::Succeeded => ServiceJob::Succeeded,
-                IntentState::Failed => {
+                IntentState::Failed | IntentState::Replanned => {
                     ServiceJob::Failed(i.error.clone().unwrap_or_else(|| "job failed".into()))
                 }
             })
@@ -395,7 +566,11 @@ impl Reconciler {
         }
         let guard = Arc::clone(&self.incident_lock).lock_owned().await;
         self.adopt_or_drop_planned().await?;
+        // First the jobs of canceled incidents (a cancel the API could not pass on to Ganeti,
+        // or a job submitted while the cancel was recorded), then every job's outcome.
+        self.stop_canceled().await?;
         self.poll_jobs().await?;
+        self.settle_canceled()?;
         if let Some(balancer) = &self.balancer {
             balancer
                 .poll(&*self.ganeti, &self.store, &self.board, now_ms())
@@ -524,12 +699,68 @@ impl Reconciler {
         Ok(())
     }
 
+    /// The jobs of canceled incidents not yet asked to cancel are asked now.
+    async fn stop_canceled(&self) -> Result<(), RoundError> {
+        let canceled: BTreeSet<Uuid> = self
+            .store
+            .incidents()?
+            .into_iter()
+            .filter(|i| i.repair_status == RepairStatus::Canceled)
+            .map(|i| i.uuid)
+            .collect();
+        let waiting: BTreeSet<Uuid> = self
+            .ganeti_intents(IntentState::Submitted)?
+            .into_iter()
+            .filter(|i| canceled.contains(&i.incident))
+            .map(|i| i.incident)
+            .collect();
+        for uuid in waiting {
+            stop_incident_jobs(&*self.ganeti, &self.store, &self.board, uuid).await?;
+        }
+        Ok(())
+    }
+
+    /// A canceled incident whose jobs have all ended says in what state it left the node.
+    fn settle_canceled(&self) -> Result<(), RoundError> {
+        let intents = self.store.intents()?;
+        for mut incident in self
+            .store
+            .incidents()?
+            .into_iter()
+            .filter(|i| i.repair_status == RepairStatus::Canceled)
+        {
+            let own: Vec<&Intent> = intents
+                .iter()
+                .filter(|i| i.incident == incident.uuid)
+                .collect();
+            if own.iter().any(|i| i.state.is_in_flight()) {
+                continue;
+            }
+            let Some(left) = after_cancel(&incident.node, &own) else {
+                continue;
+            };
+            let before = incident.serial_no;
+            note(&mut incident, Event::Warning(left));
+            if incident.serial_no != before {
+                self.store.save_incident(&incident)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Step 3: poll submitted jobs.
+    ///
+    /// A job of an evacuation that did not succeed is judged against the cluster as it is now
+    /// ([`plan::judge_failed_step`]): only a genuine failure fails the incident; a move whose
+    /// goal already holds counts as done, and a job whose precondition changed under it (or that
+    /// never ran because a job it depended on did not succeed) is planned again next round.
     async fn poll_jobs(&self) -> Result<(), RoundError> {
         let mut submitted = self.ganeti_intents(IntentState::Submitted)?;
         // In job order: in a chain, the first job that failed is seen (and names the failure)
         // before the jobs that failed because they depended on it.
         submitted.sort_by_key(|intent| intent.job_id);
+        // The cluster as it is, read once when a failed job needs judging.
+        let mut instances: Option<Option<Vec<Instance>>> = None;
         for mut intent in submitted {
             let Some(job_id) = intent.job_id else {
                 continue;
@@ -538,6 +769,18 @@ impl Reconciler {
                 continue;
             };
             let outcome = match self.ganeti.job(job_id).await {
+                Ok(job) if foreign_job(&job, &intent).is_some() => {
+                    // Not the job submitted for this intent (the id was reused after the queue
+                    // was lost, e.g. in a master failover): it says nothing about the step.
+                    let other = foreign_job(&job, &intent).unwrap_or_default();
+                    Some(Err((
+                        format!("job {job_id} in Ganeti's queue is another job ({other})"),
+                        Some(plan::JobFailure::NotRun(format!(
+                            "job {job_id} is not the job submitted for {}",
+                            intent.key
+                        ))),
+                    )))
+                }
                 Ok(job) if job.status.is_final() => {
                     if job.status == crate::ganeti::JobStatus::Success {
                         Some(Ok(()))
@@ -547,9 +790,9 @@ impl Reconciler {
                         } else {
                             job.errors.join("; ")
                         };
-                        Some(Err(format!(
-                            "job {job_id} {}: {errors}",
-                            job.status.as_str()
+                        Some(Err((
+                            format!("job {job_id} {}: {errors}", job.status.as_str()),
+                            Some(plan::JobFailure::of_job(&job)),
                         )))
                     }
                 }
@@ -572,9 +815,10 @@ impl Reconciler {
                     }
                     None
                 }
-                Err(GanetiError::NotFound(_)) => {
-                    Some(Err(format!("job {job_id} vanished from Ganeti's queue")))
-                }
+                Err(GanetiError::NotFound(_)) => Some(Err((
+                    format!("job {job_id} vanished from Ganeti's queue"),
+                    None,
+                ))),
                 Err(error) => {
                     tracing::warn!(job = job_id, %error, "cannot read job status");
                     None
@@ -583,8 +827,28 @@ impl Reconciler {
             let Some(outcome) = outcome else { continue };
             intent.finished_ms = Some(now_ms());
             let is_tag = matches!(intent.spec, IntentSpec::Tag { .. });
-            match outcome {
-                Ok(()) => {
+            let judged = match &outcome {
+                Err((_, Some(failure))) if !is_tag && incident.is_active() => {
+                    if instances.is_none() {
+                        instances = Some(self.ganeti.instances().await.ok());
+                    }
+                    let step = match &intent.spec {
+                        IntentSpec::Move { planned } => Some(planned),
+                        _ => None,
+                    };
+                    let replans = self.replans(&intent)?;
+                    Some(plan::judge_failed_step(
+                        step,
+                        &incident.node,
+                        failure,
+                        instances.as_ref().and_then(Option::as_deref),
+                        replans,
+                    ))
+                }
+                _ => None,
+            };
+            match (outcome, judged) {
+                (Ok(()), _) => {
                     intent.state = IntentState::Succeeded;
                     let event = if is_tag {
                         Event::TagApplied
@@ -594,13 +858,39 @@ impl Reconciler {
                     tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, "job succeeded");
                     note(&mut incident, event);
                 }
-                Err(why) => {
+                (Err((why, _)), Some(plan::FailedStep::Done(done))) => {
+                    intent.state = IntentState::Succeeded;
+                    intent.error = Some(format!("{why}; {done}"));
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, %why, "step done already");
+                    note(
+                        &mut incident,
+                        Event::Progress(format!("job {job_id} ({}): {done}", intent.key)),
+                    );
+                }
+                (Err((why, _)), Some(plan::FailedStep::Replan { why: again, .. })) => {
+                    intent.state = IntentState::Replanned;
+                    intent.error = Some(format!("{why}; {again}"));
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, %why, "step planned again");
+                    note(
+                        &mut incident,
+                        Event::Progress(format!("job {job_id} ({}): {again}", intent.key)),
+                    );
+                }
+                (Err((why, _)), judged) => {
+                    let why = match judged {
+                        Some(plan::FailedStep::Failed(judged)) if !why.contains(&judged) => {
+                            format!("{why}; {judged}")
+                        }
+                        _ => why,
+                    };
                     intent.state = IntentState::Failed;
                     intent.error = Some(why.clone());
                     tracing::warn!(incident = %incident.uuid, intent = %intent.key, %why, "job failed");
                     self.board.metrics.job_failed(&intent.spec);
                     let event = if is_tag {
                         Event::Progress(format!("tag job failed, will retry: {why}"))
+                    } else if incident.repair_status == RepairStatus::Canceled {
+                        Event::Progress(format!("job {job_id} ({}) ended: {why}", intent.key))
                     } else {
                         Event::ActionFailed(why)
                     };
@@ -610,6 +900,28 @@ impl Reconciler {
             self.store.update_intent(&incident, &intent)?;
         }
         Ok(())
+    }
+
+    /// How often the move of `intent`'s instance was planned again because Ganeti refused
+    /// its precondition.
+    fn replans(&self, intent: &Intent) -> Result<usize, RoundError> {
+        let IntentSpec::Move { planned } = &intent.spec else {
+            return Ok(0);
+        };
+        Ok(self
+            .store
+            .intents()?
+            .iter()
+            .filter(|i| i.incident == intent.incident && i.state == IntentState::Replanned)
+            .filter(|i| {
+                matches!(&i.spec, IntentSpec::Move { planned: other } if other.instance() == planned.instance())
+            })
+            .filter(|i| {
+                i.error
+                    .as_deref()
+                    .is_some_and(|e| e.contains(plan::PRECONDITION_CHANGED))
+            })
+            .count())
     }
 
     /// Step 4: read the agents and update incidents from verified verdicts.
@@ -776,11 +1088,15 @@ impl Reconciler {
         }
         incidents.retain(|i| node_uuids.contains(i.node_uuid.as_str()));
         // Incidents whose tag job is in flight (they are about to complete).
-        let tagging: BTreeSet<Uuid> = self
-            .store
-            .intents()?
-            .into_iter()
+        let intents = self.store.intents()?;
+        let tagging: BTreeSet<Uuid> = intents
+            .iter()
             .filter(|i| matches!(i.spec, IntentSpec::Tag { .. }) && i.state.is_in_flight())
+            .map(|i| i.incident)
+            .collect();
+        let in_flight: BTreeSet<Uuid> = intents
+            .iter()
+            .filter(|i| i.spec.is_ganeti_job() && i.state.is_in_flight())
             .map(|i| i.incident)
             .collect();
         let time = now_s();
@@ -840,6 +1156,14 @@ impl Reconciler {
                 };
                 let before = incident.serial_no;
                 match incident.apply(event, time) {
+                    // A canceled incident is kept until its jobs have ended (what ran is
+                    // recorded).
+                    Ok(Disposition::Forget)
+                        if incident.repair_status == RepairStatus::Canceled
+                            && in_flight.contains(&incident.uuid) =>
+                    {
+                        self.store.save_incident(incident)?;
+                    }
                     Ok(Disposition::Forget) => {
                         tracing::info!(incident = %incident.uuid, node = %incident.node,
                             status = incident.repair_status.as_str(), "incident forgotten");
@@ -2070,6 +2394,13 @@ impl Reconciler {
             finished_ms: None,
             error: None,
         };
+        // Canceled meanwhile (the API records a cancel at once): nothing more is submitted.
+        if let Some(stored) = self.store.incident(incident.uuid)?
+            && stored.repair_status == RepairStatus::Canceled
+        {
+            *incident = stored;
+            return Ok(None);
+        }
         // Durable before the job exists: a crash from here on is resolved by the reason.
         self.store.plan_intent(incident, &intent)?;
         let noted = self
@@ -2131,6 +2462,15 @@ impl Reconciler {
                 tracing::info!(incident = %incident.uuid, node = %incident.node, intent = %key, job, "{description}");
                 self.board.metrics.job_submitted(&spec);
                 self.store.update_intent(incident, &intent)?;
+                if let Some(stored) = self.store.incident(incident.uuid)?
+                    && stored.repair_status == RepairStatus::Canceled
+                {
+                    // Canceled while this job was being submitted: it is canceled at once.
+                    stop_incident_jobs(&*self.ganeti, &self.store, &self.board, incident.uuid)
+                        .await?;
+                    *incident = self.store.incident(incident.uuid)?.unwrap_or(stored);
+                    return Ok(None);
+                }
                 Ok(Some(job))
             }
             Err(error) if error.is_transient() => {
@@ -2162,5 +2502,98 @@ impl Reconciler {
                 Ok(None)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ganeti::{Job, JobStatus, ReasonEntry};
+
+    fn intent(key: &str, spec: IntentSpec, state: IntentState) -> Intent {
+        Intent {
+            incident: Uuid::from_u128(1),
+            key: key.into(),
+            spec,
+            locks: vec![],
+            state,
+            job_id: Some(1),
+            created_ms: 1,
+            submitted_ms: Some(1),
+            finished_ms: None,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_job_is_ours_only_when_its_reason_trail_says_so() {
+        let ours = intent(
+            "migrate-a-1",
+            IntentSpec::Drain { node: "n2".into() },
+            IntentState::Submitted,
+        );
+        let job = |trail: Vec<ReasonEntry>| Job {
+            id: 1,
+            status: JobStatus::Error,
+            opstatus: vec![],
+            opresult: vec![],
+            errors: vec![],
+            reasons: trail,
+        };
+        let same = Reason::new(ours.incident, "migrate-a-1", "x").entry(1);
+        let other_intent = Reason::new(ours.incident, "migrate-b-1", "x").entry(1);
+        let other_incident = Reason::new(Uuid::from_u128(2), "migrate-a-1", "x").entry(1);
+        let foreign = ReasonEntry {
+            source: "gnt:user".into(),
+            text: "gnt-instance migrate".into(),
+            timestamp_ns: 1,
+        };
+        assert_eq!(foreign_job(&job(vec![same]), &ours), None);
+        assert_eq!(foreign_job(&job(vec![foreign]), &ours), None);
+        assert!(foreign_job(&job(vec![other_intent]), &ours).is_some());
+        assert!(foreign_job(&job(vec![other_incident]), &ours).is_some());
+    }
+
+    #[test]
+    fn a_canceled_incident_says_in_what_state_it_left_the_node() {
+        let moved = |instance: &str, state| {
+            intent(
+                &format!("migrate-{instance}-1"),
+                IntentSpec::Move {
+                    planned: Move::Migrate {
+                        instance: instance.into(),
+                        target: None,
+                    },
+                },
+                state,
+            )
+        };
+        let drain = intent(
+            "drain",
+            IntentSpec::Drain { node: "n2".into() },
+            IntentState::Succeeded,
+        );
+        let a = moved("a", IntentState::Succeeded);
+        let b = moved("b", IntentState::Failed);
+        let offline = intent(
+            "offline-1",
+            IntentSpec::Offline { node: "n2".into() },
+            IntentState::Failed,
+        );
+        let text = after_cancel("n2", &[&drain, &a, &b, &offline]).unwrap();
+        assert!(text.contains("n2 is left drained"), "{text}");
+        assert!(text.contains("moved before the cancel: a"), "{text}");
+        assert!(
+            text.contains("did not run: migrate-b-1, offline-1"),
+            "{text}"
+        );
+        let drain_canceled = intent(
+            "drain",
+            IntentSpec::Drain { node: "n2".into() },
+            IntentState::Failed,
+        );
+        let text = after_cancel("n2", &[&drain_canceled]).unwrap();
+        assert!(text.contains("n2 was not drained"), "{text}");
+        assert_eq!(after_cancel("n2", &[]), None);
     }
 }

@@ -31,8 +31,8 @@ use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
 use serde::Serialize;
 
 use crate::ganeti::{
-    ClusterInfo, EvacuateMode, Ganeti, GanetiError, GanetiFuture, Group, Instance, Job, JobId,
-    JobSummary, Node, Reason, ReplaceDisksMode, TagTarget,
+    ClusterInfo, EvacuateMode, Ganeti, GanetiError, GanetiFuture, Group, Instance, Job, JobCancel,
+    JobId, JobSummary, Node, Reason, ReplaceDisksMode, TagTarget,
 };
 use crate::scrape::AgentUrls;
 use crate::store::{Store, StoreError};
@@ -782,6 +782,10 @@ impl Ganeti for ReplicatedGaneti {
 
     fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>> {
         self.inner.jobs()
+    }
+
+    fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, JobCancel> {
+        self.guarded(move || self.inner.cancel_job(id))
     }
 }
 

@@ -199,6 +199,10 @@ pub enum IntentState {
     Succeeded,
     /// Finished unsuccessfully.
     Failed,
+    /// Did not do its step and changed nothing (Ganeti refused its precondition, or it never
+    /// ran because a job it depended on did not succeed): the step is planned again from the
+    /// cluster as it is. Not a failure of the incident.
+    Replanned,
 }
 
 impl IntentState {
@@ -208,6 +212,7 @@ impl IntentState {
             Self::Submitted => "submitted",
             Self::Succeeded => "succeeded",
             Self::Failed => "failed",
+            Self::Replanned => "replanned",
         }
     }
 
@@ -217,6 +222,7 @@ impl IntentState {
             "submitted" => Ok(Self::Submitted),
             "succeeded" => Ok(Self::Succeeded),
             "failed" => Ok(Self::Failed),
+            "replanned" => Ok(Self::Replanned),
             other => Err(StoreError::Corrupt(format!("intent state {other:?}"))),
         }
     }
@@ -734,6 +740,34 @@ impl Store {
 }
 
 fn save_incident(connection: &Connection, incident: &Incident) -> Result<(), StoreError> {
+    // A cancel is recorded at once, while a round may hold a copy read before it: such a
+    // copy never replaces the canceled record (canceled is final, and every change of a
+    // canceled record bumps its serial number).
+    let stored: Option<String> = connection
+        .query_row(
+            "SELECT record FROM incidents WHERE uuid = ?1",
+            params![incident.uuid.to_string()],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if let Some(stored) = stored
+        && let Ok(stored) = serde_json::from_str::<serde_json::Value>(&stored)
+        && stored
+            .get("repair-status")
+            .and_then(serde_json::Value::as_str)
+            == Some(crate::incident::RepairStatus::Canceled.as_str())
+    {
+        let serial = stored
+            .get("serial_no")
+            .and_then(serde_json::Value::as_u64)
+            .unwrap_or(0);
+        if incident.repair_status != crate::incident::RepairStatus::Canceled
+            || incident.serial_no <= serial
+        {
+            tracing::debug!(incident = %incident.uuid, "an older copy of a canceled incident is not saved");
+            return Ok(());
+        }
+    }
     let record = serde_json::to_string(incident)
         .map_err(|error| StoreError::Corrupt(format!("encoding incident: {error}")))?;
     connection.execute(
@@ -872,6 +906,60 @@ mod tests {
             Action::Evacuate,
             n as f64,
         )
+    }
+
+    /// A round's copy read before a cancel never brings the incident back to life.
+    #[test]
+    fn a_canceled_incident_is_not_replaced_by_an_older_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let mut pending = incident(1);
+        pending
+            .apply(Event::ActionStarted("draining".into()), 2.0)
+            .unwrap();
+        store.save_incident(&pending).unwrap();
+        let mut canceled = pending.clone();
+        canceled.apply(Event::Cancel, 3.0).unwrap();
+        store.save_incident(&canceled).unwrap();
+        // The round's copy goes on: a job submitted, then a failure.
+        let mut stale = pending.clone();
+        stale.apply(Event::JobSubmitted(7), 4.0).unwrap();
+        store.save_incident(&stale).unwrap();
+        stale.apply(Event::ActionFailed("x".into()), 5.0).unwrap();
+        store.plan_intent(&stale, &intent_of(&stale)).unwrap();
+        let kept = store.incident(canceled.uuid).unwrap().unwrap();
+        assert_eq!(kept, canceled);
+        // The intent is recorded all the same (its job is to be canceled).
+        assert_eq!(store.intents().unwrap().len(), 1);
+        // A canceled copy older than the record is not saved; a newer one is.
+        let mut older = canceled.clone();
+        older.serial_no = canceled.serial_no;
+        older.history.clear();
+        store.save_incident(&older).unwrap();
+        assert_eq!(store.incident(canceled.uuid).unwrap().unwrap(), canceled);
+        let mut newer = canceled.clone();
+        newer
+            .apply(Event::Progress("job 7 canceled".into()), 6.0)
+            .unwrap();
+        store.save_incident(&newer).unwrap();
+        assert_eq!(store.incident(canceled.uuid).unwrap().unwrap(), newer);
+    }
+
+    fn intent_of(incident: &Incident) -> Intent {
+        Intent {
+            incident: incident.uuid,
+            key: "drain".into(),
+            spec: IntentSpec::Drain {
+                node: "node1".into(),
+            },
+            locks: vec![],
+            state: IntentState::Planned,
+            job_id: None,
+            created_ms: 1,
+            submitted_ms: None,
+            finished_ms: None,
+            error: None,
+        }
     }
 
     #[test]

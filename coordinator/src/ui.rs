@@ -161,6 +161,7 @@ fn intent_state(state: IntentState) -> &'static str {
         IntentState::Submitted => "running",
         IntentState::Succeeded => "success",
         IntentState::Failed => "error",
+        IntentState::Replanned => "replanned",
     }
 }
 
@@ -980,8 +981,11 @@ pub async fn cancel(
         Ok(checked) => checked,
         Err(refused) => return refused.into_response(),
     };
-    match cancel_incident(&state.store, &state.incident_lock, uuid).await {
-        Ok(CancelOutcome::Canceled | CancelOutcome::Forgotten) => {
+    match cancel_incident(&state.store, uuid).await {
+        Ok(outcome @ (CancelOutcome::Canceled | CancelOutcome::Forgotten)) => {
+            if outcome == CancelOutcome::Canceled {
+                crate::api::stop_canceled_jobs(&state, uuid).await;
+            }
             tracing::info!(%uuid, %user, "incident canceled from the web page");
             Redirect::to("/ui/admin/").into_response()
         }

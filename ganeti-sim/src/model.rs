@@ -643,6 +643,30 @@ impl SimCluster {
         }
     }
 
+    /// Ganeti's job cancel (`DELETE /2/jobs/<id>`): a job that has not started (queued, or
+    /// waiting for the jobs it depends on) is canceled, its opcodes marked canceled; a running
+    /// or finished job is left alone. Jobs depending on a canceled job then end without running
+    /// (see [`Self::set_depends`]). `None`: no such job.
+    pub fn cancel_job(&mut self, id: JobId, now_ms: u64) -> Option<(bool, String)> {
+        let job = self.jobs.get_mut(&id)?;
+        if job.status != JobStatus::Queued {
+            return Some((false, format!("Job {id} is no longer waiting in the queue")));
+        }
+        let waiting = !job.depends.is_empty() && !job.depends_met;
+        let at = now_ms.max(job.received_ms);
+        job.status = JobStatus::Canceled;
+        job.start_ms = Some(at);
+        job.end_ms = Some(at);
+        job.log.push("Job canceled by request".into());
+        job.opresult = json!("Job canceled by request");
+        let message = if waiting {
+            format!("Job {id} will be canceled")
+        } else {
+            format!("Job {id} canceled")
+        };
+        Some((true, message))
+    }
+
     /// Whether a queued job's dependencies let it run (`Ok(Some(t))`: the last one ended at
     /// `t`), make it wait (`Ok(None)`), or fail it (`Err`, with Ganeti's status and message).
     fn dependency_state(&self, job: &SimJob) -> Result<Option<u64>, (JobStatus, String)> {
@@ -1097,9 +1121,11 @@ impl SimCluster {
         };
         let target_node = self.node(&target)?;
         if target == inst.pnode {
+            // Ganeti's TLMigrateInstance (and failover) check: the precondition "the instance
+            // is elsewhere" no longer holds.
             return Err(SimFailure::prereq(
-                format!("Instance {name} is already on {target}"),
-                "wrong_input",
+                format!("Cannot migrate instance {name} to its primary ({target})"),
+                "wrong_state",
             ));
         }
         if target_node.offline || target_node.drained || !target_node.vm_capable {
@@ -1487,6 +1513,66 @@ mod tests {
         let id = c.submit(op, None, "test", 0);
         c.advance(1_000_000);
         id
+    }
+
+    #[test]
+    fn cancel_stops_queued_and_waiting_jobs_only() {
+        let mut c = cluster();
+        c.job_delay = Duration::from_millis(100);
+        let drain = SimOp::SetNodeParams {
+            node: "node2.sim.test".into(),
+            drained: Some(true),
+            offline: None,
+        };
+        let first = c.submit(drain.clone(), None, "test", 0);
+        let second = c.submit(drain.clone(), None, "test", 0);
+        c.set_depends(second, vec![(first, vec![JobStatus::Success])]);
+        let third = c.submit(drain, None, "test", 0);
+        c.set_depends(third, vec![(second, vec![JobStatus::Success])]);
+        c.advance(60);
+        assert_eq!(c.jobs[&first].status, JobStatus::Running);
+        let (canceled, message) = c.cancel_job(first, 60).unwrap();
+        assert!(!canceled, "a running job cannot be canceled");
+        assert_eq!(
+            message,
+            format!("Job {first} is no longer waiting in the queue")
+        );
+        let (canceled, message) = c.cancel_job(second, 60).unwrap();
+        assert!(canceled);
+        assert_eq!(message, format!("Job {second} will be canceled"));
+        assert_eq!(c.jobs[&second].status, JobStatus::Canceled);
+        assert!(c.cancel_job(999, 60).is_none());
+        c.advance(1_000);
+        assert_eq!(c.jobs[&first].status, JobStatus::Success);
+        assert_eq!(c.jobs[&second].status, JobStatus::Canceled);
+        // Its dependent never ran.
+        assert_ne!(c.jobs[&third].status, JobStatus::Success);
+        assert!(c.jobs[&third].status.is_final());
+        let (canceled, _) = c.cancel_job(first, 2_000).unwrap();
+        assert!(!canceled, "a finished job cannot be canceled");
+    }
+
+    #[test]
+    fn migrating_onto_the_primary_is_a_wrong_state() {
+        let mut c = cluster();
+        let id = run(
+            &mut c,
+            SimOp::InstanceMigrate {
+                instance: "inst2.sim.test".into(),
+                target: Some("node2.sim.test".into()),
+                mode: None,
+            },
+        );
+        assert_eq!(
+            c.jobs[&id].opresult,
+            json!([
+                "OpPrereqError",
+                [
+                    "Cannot migrate instance inst2.sim.test to its primary (node2.sim.test)",
+                    "wrong_state"
+                ]
+            ])
+        );
     }
 
     #[test]

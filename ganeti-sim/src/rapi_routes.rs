@@ -482,6 +482,20 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
                 .map(str::to_owned);
             SimAnswer::WaitJob { id, previous }
         }
+        ("DELETE", ["2", "jobs", id]) => {
+            match id
+                .parse::<u64>()
+                .ok()
+                .and_then(|id| cluster.cancel_job(id, now_ms))
+            {
+                Some((canceled, message)) => ok(json!([canceled, message])),
+                // As for waiting on it: Ganeti cannot load the job's file.
+                None => SimAnswer::Now(
+                    500,
+                    error(500, "Can't load job file", "Server got itself in trouble"),
+                ),
+            }
+        }
         ("GET", _) => not_found(),
         ("PUT" | "POST" | "DELETE", ["2", ..]) => method_not_allowed(),
         _ => not_found(),

@@ -481,6 +481,21 @@ pub struct Job {
     pub reasons: Vec<ReasonEntry>,
 }
 
+/// Ganeti's answer to a job cancel (RAPI `DELETE /2/jobs/<id>`: `[success, message]`).
+///
+/// Ganeti cancels a job that has not started: a `queued` job at once, a `waiting` one (waiting
+/// for locks or for the jobs it depends on) as soon as its worker notices (`canceling`, then
+/// `canceled`). A running or finished job is not touched (`canceled` false, Ganeti's message
+/// says why). Jobs that depend on a canceled job never run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobCancel {
+    /// Whether Ganeti canceled the job (or will, for a waiting job).
+    pub canceled: bool,
+    /// Ganeti's message (`Job 5 canceled`, `Job 5 will be canceled`, `Job 5 is no longer
+    /// waiting in the queue`).
+    pub message: String,
+}
+
 /// One job as listed by [`Ganeti::jobs`] (RAPI `/2/jobs?bulk=1` with fields
 /// `id,status,ops` reduced to the reason trails).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -813,6 +828,10 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
     /// Every job Ganeti still knows, with its reason trails (RAPI `GET /2/jobs?bulk=1`), used
     /// to reconcile the coordinator's intents after a restart.
     fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>>;
+
+    /// Cancels a job that has not started (RAPI `DELETE /2/jobs/<id>`; see [`JobCancel`]).
+    /// Unknown or archived → [`GanetiError::NotFound`]. A write: it changes the cluster's queue.
+    fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, JobCancel>;
 }
 
 #[cfg(test)]

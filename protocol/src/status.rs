@@ -131,6 +131,20 @@ pub struct IncidentSummary {
     pub mtime: f64,
 }
 
+/// What canceling an incident did to one of its Ganeti jobs not finished yet (the `jobs` of
+/// the answer to `POST /1/incidents/<uuid>/cancel`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CanceledJob {
+    /// Ganeti job id.
+    pub job: u64,
+    /// The incident's intent the job carries out (`drain`, `migrate-inst1-1`, `offline-1`, ...).
+    pub intent: String,
+    /// Whether Ganeti canceled it (it had not started); otherwise it runs to its end.
+    pub canceled: bool,
+    /// Ganeti's answer, or why it could not be asked.
+    pub message: String,
+}
+
 /// One line of an incident's history: a state change or progress, with when and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {
@@ -160,7 +174,7 @@ pub struct JobStep {
     /// coordinators.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub what: Option<String>,
-    /// `planned`, `submitted`, `succeeded` or `failed`.
+    /// `planned`, `submitted`, `succeeded`, `failed` or `replanned`.
     pub state: String,
     /// Ganeti job id, once known.
     #[serde(default)]

@@ -327,9 +327,7 @@ async fn canceled_incident_takes_no_action_and_is_forgotten_when_gone() {
     );
     let api = h.coordinator.api().clone();
     assert_eq!(
-        cancel_incident(&api.store, &api.incident_lock, incident.uuid)
-            .await
-            .unwrap(),
+        cancel_incident(&api.store, incident.uuid).await.unwrap(),
         CancelOutcome::Canceled
     );
     h.sim

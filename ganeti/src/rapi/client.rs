@@ -162,6 +162,29 @@ impl RapiClient {
             .collect()
     }
 
+    /// `DELETE /2/jobs/<id>`: cancels a job that has not started. Ganeti answers
+    /// `[success, message]`: `[true, "Job 5 canceled"]` for a queued job, `[true, "Job 5 will
+    /// be canceled"]` for a waiting one, `[false, "Job 5 is no longer waiting in the queue"]`
+    /// for a running or finished one.
+    pub async fn cancel_job(&self, id: JobId) -> Result<ganeti::JobCancel, RapiError> {
+        let path = format!("/2/jobs/{id}");
+        let answer: Value = match self
+            .call(Method::Delete, &path, &[], None, self.request_timeout)
+            .await
+        {
+            Err(e) if e.http_status() == Some(404) => return Err(RapiError::JobNotFound(id)),
+            other => other?,
+        };
+        decode_job_cancel(&answer).ok_or_else(|| RapiError::Decode {
+            method: "DELETE".into(),
+            path,
+            message: format!(
+                "expected [success, message], got {}",
+                truncate(&answer.to_string())
+            ),
+        })
+    }
+
     /// One `GET /2/jobs/<id>/wait` (with a JSON body, as RAPI wants): blocks up to
     /// [`RAPI_WAIT_PERIOD`] until the status differs from `previous`. `None` = no change.
     pub async fn wait_for_job_change(
@@ -735,6 +758,21 @@ impl Ganeti for RapiClient {
     fn jobs(&self) -> GanetiFuture<'_, Vec<ganeti::JobSummary>> {
         Box::pin(async move { Ok(converted(RapiClient::jobs(self).await?)) })
     }
+
+    fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, ganeti::JobCancel> {
+        Box::pin(async move { Ok(RapiClient::cancel_job(self, id).await?) })
+    }
+}
+
+/// RAPI's answer to a job cancel, `[bool, str]`.
+fn decode_job_cancel(answer: &Value) -> Option<ganeti::JobCancel> {
+    match answer.as_array().map(Vec::as_slice) {
+        Some([Value::Bool(canceled), Value::String(message)]) => Some(ganeti::JobCancel {
+            canceled: *canceled,
+            message: message.clone(),
+        }),
+        _ => None,
+    }
 }
 
 /// Converts RAPI's records to the trait's types.
@@ -849,6 +887,25 @@ mod tests {
             Ok(Some(json!({"mode": "live", "depends": [[4, ["success"]]]})))
         );
         assert!(with_depends(&json!("drained"), &[4]).is_err());
+    }
+
+    #[test]
+    fn job_cancel_answers_decode() {
+        assert_eq!(
+            decode_job_cancel(&json!([true, "Job 5 canceled"])),
+            Some(ganeti::JobCancel {
+                canceled: true,
+                message: "Job 5 canceled".into()
+            })
+        );
+        assert_eq!(
+            decode_job_cancel(&json!([false, "Job 5 is no longer waiting in the queue"]))
+                .map(|c| c.canceled),
+            Some(false)
+        );
+        assert_eq!(decode_job_cancel(&json!(5)), None);
+        assert_eq!(decode_job_cancel(&json!([true])), None);
+        assert_eq!(decode_job_cancel(&json!(["true", "x"])), None);
     }
 
     #[test]

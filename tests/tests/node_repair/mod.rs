@@ -443,3 +443,197 @@ async fn acknowledgement_alone_leaves_the_node_offline_and_forgets_the_incident(
         assert!(h.sim.duplicate_intents().is_empty());
     }
 }
+
+/// An instance moved by someone else (or by a job of a previous master that Ganeti re-ran)
+/// between planning and its job's run: Ganeti refuses the migration (`OpPrereqError ...
+/// wrong_state`), the step counts as done since its goal holds, the jobs that depended on it
+/// are planned again, and the incident completes; nothing is submitted twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_whose_goal_already_holds_does_not_fail_the_evacuation() {
+    for chains in [true, false] {
+        let mut h = Harness::new(4, "a:diskless:2,b:diskless:2", |c| c.job_chains = chains)
+            .await
+            .unwrap();
+        h.sim.set_job_delay(Duration::from_millis(600));
+        if !chains {
+            // One step per round: the drain is done before the moves are planned.
+            h.sim
+                .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().drained = true);
+        }
+        h.agents.get(&node(2)).unwrap().set_verdict(verdict(
+            "evacuate",
+            json!({"disk": "sdb"}),
+            None,
+        ));
+        h.coordinator.round().await.unwrap();
+        let store = Arc::clone(&h.coordinator.api().store);
+        let target = store
+            .intents()
+            .unwrap()
+            .into_iter()
+            .find_map(|i| match i.spec {
+                nodecare_coordinator::store::IntentSpec::Move {
+                    planned:
+                        nodecare_coordinator::plan::Move::Migrate {
+                            instance,
+                            target: Some(target),
+                        },
+                } if instance == "a.sim.test" => Some(target),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("chains={chains}: no migration of a planned"));
+        // Someone moves `a` where nodecare meant to, before its job runs.
+        h.sim.with_cluster(|c| {
+            c.instances.get_mut("a.sim.test").unwrap().pnode = target.clone();
+        });
+        h.sim.settle(Duration::from_secs(5)).await;
+        let refused = h.sim.with_cluster(|c| {
+            c.jobs.values().any(|j| {
+                j.opresult
+                    .to_string()
+                    .contains("Cannot migrate instance a.sim.test")
+                    && j.opresult.to_string().contains("wrong_state")
+            })
+        });
+        assert!(refused, "chains={chains}: Ganeti refused the migration");
+        let done = h.until(10, completed).await.unwrap();
+        let incident = h.incidents().unwrap().remove(0);
+        assert!(done, "chains={chains}: {incident:#?}");
+        assert!(incident.failure.is_none(), "{incident:#?}");
+        assert!(h.node_tags(&node(2)).contains(&incident.tag));
+        assert!(
+            incident
+                .history
+                .iter()
+                .any(|e| e.event.contains("a.sim.test is no longer on")),
+            "{incident:#?}"
+        );
+        h.sim.with_cluster(|c| {
+            assert!(c.instances.values().all(|i| i.pnode != node(2)));
+        });
+        assert!(h.sim.duplicate_intents().is_empty(), "chains={chains}");
+        assert_eq!(
+            ops_on(&h, "a.sim.test"),
+            vec!["OP_INSTANCE_MIGRATE"],
+            "chains={chains}: a's migration submitted once"
+        );
+    }
+}
+
+/// A cancel during a job-chain evacuation takes effect at once: it is recorded while a round
+/// holds the incident lock, the chain's jobs that have not started are canceled in Ganeti (the
+/// drain already running ends on its own), nothing more is submitted, and the incident says
+/// what ran and in what state the node is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_stops_a_queued_job_chain_at_once() {
+    use nodecare_coordinator::reconcile::{CancelOutcome, cancel_incident, stop_incident_jobs};
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:2", |_| {})
+        .await
+        .unwrap();
+    h.sim.set_job_delay(Duration::from_millis(1500));
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    h.coordinator.round().await.unwrap();
+    let incident = on(&h.incidents().unwrap(), 2);
+    assert!(
+        incident.jobs.len() >= 4,
+        "the whole chain is queued: {incident:#?}"
+    );
+    // The drain runs; the rest of the chain waits for it.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let api = h.coordinator.api().clone();
+    let outcome = {
+        // A round in progress holds the incident lock: the cancel does not wait for it.
+        let _round = api.incident_lock.lock().await;
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            cancel_incident(&api.store, incident.uuid),
+        )
+        .await
+        .expect("the cancel does not wait for the round")
+        .unwrap()
+    };
+    assert_eq!(outcome, CancelOutcome::Canceled);
+    let ganeti = api.ganeti.clone().unwrap();
+    let answers = stop_incident_jobs(&*ganeti, &api.store, &api.board, incident.uuid)
+        .await
+        .unwrap();
+    let canceled: Vec<&str> = answers
+        .iter()
+        .filter(|a| a.canceled)
+        .map(|a| a.intent.as_str())
+        .collect();
+    let running: Vec<&str> = answers
+        .iter()
+        .filter(|a| !a.canceled)
+        .map(|a| a.intent.as_str())
+        .collect();
+    assert_eq!(running, vec!["drain"], "{answers:#?}");
+    assert_eq!(canceled.len(), incident.jobs.len() - 1, "{answers:#?}");
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let after = on(&h.incidents().unwrap(), 2);
+    assert_eq!(after.repair_status, RepairStatus::Canceled, "{after:#?}");
+    // The drain ran; nothing after it did.
+    assert_eq!(flags(&h, 2), (false, true));
+    assert!(!h.node_tags(&node(2)).contains(&after.tag));
+    h.sim.with_cluster(|c| {
+        assert!(c.instances.values().all(|i| i.pnode == node(2)));
+    });
+    assert_eq!(
+        ops_on(&h, &node(2)).len(),
+        ops_on(&h, &node(2))
+            .iter()
+            .filter(|op| *op == "OP_NODE_SET_PARAMS" || *op == "OP_TAGS_SET")
+            .count()
+    );
+    let submitted = h.sim.submissions().len();
+    assert_eq!(
+        submitted,
+        incident.jobs.len(),
+        "nothing submitted after the cancel"
+    );
+    let warning = after.warning.clone().unwrap_or_default();
+    assert!(warning.contains("left drained"), "{after:#?}");
+    assert!(warning.contains("did not run"), "{after:#?}");
+    assert!(
+        after
+            .history
+            .iter()
+            .any(|e| e.event.contains("canceled before it started")),
+        "{after:#?}"
+    );
+}
+
+/// A cancel the API could not pass on to Ganeti (here: nobody asked) is carried out by the next
+/// round first thing, before any job of the chain starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_round_cancels_the_jobs_of_a_canceled_incident_first() {
+    use nodecare_coordinator::reconcile::cancel_incident;
+    let mut h = Harness::new(4, "a:diskless:2", |_| {}).await.unwrap();
+    h.sim.set_job_delay(Duration::from_millis(3000));
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    h.coordinator.round().await.unwrap();
+    let incident = on(&h.incidents().unwrap(), 2);
+    let api = h.coordinator.api().clone();
+    cancel_incident(&api.store, incident.uuid).await.unwrap();
+    h.coordinator.round().await.unwrap();
+    h.sim.settle(Duration::from_secs(10)).await;
+    h.round().await.unwrap();
+    let after = on(&h.incidents().unwrap(), 2);
+    assert_eq!(flags(&h, 2), (false, false), "{after:#?}");
+    assert!(h.sim.with_cluster(|c| {
+        c.jobs.values().all(|j| {
+            j.status == nodecare_ganeti::JobStatus::Canceled
+                || j.status == nodecare_ganeti::JobStatus::Error
+        })
+    }));
+    let warning = after.warning.clone().unwrap_or_default();
+    assert!(warning.contains("was not drained"), "{after:#?}");
+}
