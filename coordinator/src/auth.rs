@@ -231,6 +231,132 @@ pub fn authorize_write(
     users.authorize_write(authorization)
 }
 
+/// Lets a log line through at most once per period; counts what it held back.
+#[derive(Debug)]
+pub struct LogLimiter {
+    period: std::time::Duration,
+    last: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    /// At most one line per `period`.
+    pub fn new(period: std::time::Duration) -> Self {
+        Self {
+            period,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines held back since the last one)` when a line may be logged now.
+    pub fn allow(&mut self) -> Option<u64> {
+        self.allow_at(std::time::Instant::now())
+    }
+
+    /// [`Self::allow`] at `now`.
+    pub fn allow_at(&mut self, now: std::time::Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < self.period)
+        {
+            self.suppressed = self.suppressed.saturating_add(1);
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Failed authentications per client: past [`Throttle::MAX_FAILURES`] in a window of
+/// [`Throttle::WINDOW`], a client is refused (HTTP 429) until its window ends. At most
+/// [`Throttle::MAX_CLIENTS`] clients are tracked; past that, unknown clients share one entry, so
+/// that many addresses throttle each other instead of growing the table. Failures are logged at
+/// most once per window and client.
+#[derive(Debug, Default)]
+pub struct Throttle {
+    clients: std::sync::Mutex<std::collections::HashMap<Option<std::net::IpAddr>, Failures>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    since: std::time::Instant,
+    count: u32,
+}
+
+impl Throttle {
+    /// Failures allowed per client and window.
+    pub const MAX_FAILURES: u32 = 10;
+    /// The window.
+    pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+    /// Most clients tracked.
+    pub const MAX_CLIENTS: usize = 4096;
+
+    /// How long `client` must still wait, if it is throttled now.
+    pub fn refused(&self, client: Option<std::net::IpAddr>) -> Option<std::time::Duration> {
+        self.refused_at(client, std::time::Instant::now())
+    }
+
+    /// [`Self::refused`] at `now`.
+    pub fn refused_at(
+        &self,
+        client: Option<std::net::IpAddr>,
+        now: std::time::Instant,
+    ) -> Option<std::time::Duration> {
+        let clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = if clients.contains_key(&client) || clients.len() < Self::MAX_CLIENTS {
+            client
+        } else {
+            None
+        };
+        let failures = clients.get(&key)?;
+        let elapsed = now.saturating_duration_since(failures.since);
+        (failures.count >= Self::MAX_FAILURES && elapsed < Self::WINDOW)
+            .then(|| Self::WINDOW.saturating_sub(elapsed))
+    }
+
+    /// Records a failed authentication of `client`.
+    pub fn failed(&self, client: Option<std::net::IpAddr>) {
+        self.failed_at(client, std::time::Instant::now());
+    }
+
+    /// [`Self::failed`] at `now`.
+    pub fn failed_at(&self, client: Option<std::net::IpAddr>, now: std::time::Instant) {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !clients.contains_key(&client) && clients.len() >= Self::MAX_CLIENTS {
+            clients.retain(|_, f| now.saturating_duration_since(f.since) < Self::WINDOW);
+        }
+        let key = if clients.contains_key(&client) || clients.len() < Self::MAX_CLIENTS {
+            client
+        } else {
+            None
+        };
+        let entry = clients.entry(key).or_insert(Failures {
+            since: now,
+            count: 0,
+        });
+        if now.saturating_duration_since(entry.since) >= Self::WINDOW {
+            *entry = Failures {
+                since: now,
+                count: 0,
+            };
+        }
+        entry.count = entry.count.saturating_add(1);
+        let client_text = key.map_or_else(|| "(unknown or shared)".to_owned(), |ip| ip.to_string());
+        if entry.count == 1 {
+            tracing::warn!(client = %client_text, "failed authentication (further failures of this client are logged once per minute)");
+        } else if entry.count == Self::MAX_FAILURES {
+            tracing::warn!(client = %client_text, failures = entry.count, window_s = Self::WINDOW.as_secs(), "too many failed authentications: client throttled until its window ends");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

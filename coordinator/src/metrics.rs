@@ -116,11 +116,29 @@ pub struct CoordinatorMetrics {
     campaign_nodes_failed: Gauge,
     campaign_blocked: Gauge,
     state_bytes: Gauge,
+    api_refused: Family<Labels, Counter>,
+    watch_backoffs: Family<Labels, Counter>,
     retention_deleted: Family<Labels, Counter>,
     /// The state's replication: epoch, master candidates, those holding the current
     /// generation, and whether the last attempt succeeded.
     replica: [Gauge; 4],
 }
+
+/// Every reason of `nodecare_coordinator_api_refused`.
+pub const API_REFUSALS: [&str; 9] = [
+    "connection_cap",
+    "accept_error",
+    "header_timeout",
+    "body_timeout",
+    "body_too_large",
+    "cross_site",
+    "content_type",
+    "auth_failure",
+    "auth_throttled",
+];
+
+/// Every cause of `nodecare_coordinator_watch_backoffs`.
+pub const WATCH_BACKOFF_CAUSES: [&str; 3] = ["early_304", "overloaded", "error"];
 
 /// Every campaign state, so the campaign gauge always has all series.
 const CAMPAIGN_STATES: [CampaignState; 6] = [
@@ -305,6 +323,39 @@ impl CoordinatorMetrics {
             "Size of the state database on disk (file and write-ahead log), in bytes",
             state_bytes.clone(),
         );
+        let state_limit_bytes = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_state_limit_bytes",
+            "Largest state snapshot the master candidates keep (past it no write to Ganeti or an agent \
+             is made): alert well before nodecare_coordinator_state_bytes nears it",
+        );
+        state_limit_bytes
+            .set(i64::try_from(nodecare_protocol::replica::MAX_REPLICA_BYTES).unwrap_or(i64::MAX));
+        let api_refused = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_api_refused",
+            "Connections and requests the HTTP API refused, by reason (connection_cap, accept_error, \
+             header_timeout, body_timeout, body_too_large, cross_site, content_type, auth_failure, \
+             auth_throttled)",
+            api_refused.clone(),
+        );
+        for reason in API_REFUSALS {
+            api_refused
+                .get_or_create(&labels(&[("reason", reason)]))
+                .inc_by(0);
+        }
+        let watch_backoffs = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_watch_backoffs",
+            "Times an agent watch backed off instead of asking again at once, by cause (early_304, \
+             overloaded: 429 or 503, error)",
+            watch_backoffs.clone(),
+        );
+        for cause in WATCH_BACKOFF_CAUSES {
+            watch_backoffs
+                .get_or_create(&labels(&[("cause", cause)]))
+                .inc_by(0);
+        }
         let retention_deleted = Family::<Labels, Counter>::default();
         registry.register(
             "nodecare_coordinator_retention_deleted",
@@ -367,6 +418,8 @@ impl CoordinatorMetrics {
             campaign_nodes_failed,
             campaign_blocked,
             state_bytes,
+            api_refused,
+            watch_backoffs,
             retention_deleted,
             replica,
         };
@@ -374,6 +427,20 @@ impl CoordinatorMetrics {
         metrics.set_incidents(&[]);
         metrics.set_agents(std::iter::empty());
         metrics
+    }
+
+    /// Counts one connection or request the API refused (`reason`: one of [`API_REFUSALS`]).
+    pub fn api_refused(&self, reason: &'static str) {
+        self.api_refused
+            .get_or_create(&labels(&[("reason", reason)]))
+            .inc();
+    }
+
+    /// Counts one back-off of an agent watch (`cause`: one of [`WATCH_BACKOFF_CAUSES`]).
+    pub fn watch_backoff(&self, cause: &'static str) {
+        self.watch_backoffs
+            .get_or_create(&labels(&[("cause", cause)]))
+            .inc();
     }
 
     /// The state database's size on disk.
