@@ -142,6 +142,9 @@ impl HttpPeers {
     }
 }
 
+/// Largest answer to a push read.
+const MAX_PUSH_ANSWER_BYTES: usize = 16 * 1024;
+
 fn short(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(300).collect()
 }
@@ -165,11 +168,22 @@ impl HttpPeers {
             .await
             .map_err(|error| format!("{url}: {error}"))?;
         let status = response.status();
-        let bytes = response
-            .bytes()
+        if !status.is_success() && status != reqwest::StatusCode::CONFLICT {
+            let text = crate::scrape::error_text(response).await;
+            return Ok((status, text.into_bytes(), url));
+        }
+        // A push is answered with a few hundred bytes; a read with one replica at most.
+        let limit = if path == REPLICA_READ_PATH {
+            usize::try_from(nodecare_protocol::replica::MAX_REPLICA_BYTES)
+                .unwrap_or(usize::MAX)
+                .saturating_add(nodecare_protocol::replica::MAX_ENVELOPE_LINE_BYTES + 2)
+        } else {
+            MAX_PUSH_ANSWER_BYTES
+        };
+        let bytes = crate::scrape::read_capped(response, limit)
             .await
             .map_err(|error| format!("{url}: {error}"))?;
-        Ok((status, bytes.to_vec(), url))
+        Ok((status, bytes, url))
     }
 }
 
