@@ -1430,7 +1430,11 @@ mod tests {
         ];
         let started = std::time::Instant::now();
         let results = scraper.scrape(targets, &BTreeMap::new(), || NOW).await;
-        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
         assert!(
             matches!(&results[0].outcome, AgentOutcome::Unverifiable(why) if why.contains("larger than")),
             "{:?}",
