@@ -191,6 +191,35 @@ async fn large_bodies_cross_site_and_non_json_writes_are_refused() {
         .unwrap();
     assert_eq!(answer.status(), 403);
     assert!(metric(addr, "cross_site").await >= 5);
+    // Text past its limit: a clear 400 naming the field, nothing stored.
+    for (path, body, field) in [
+        (
+            "/1/overrides",
+            serde_json::json!({"domain": "group:default", "duration_s": 600, "reason": "r".repeat(2000)}),
+            "longer than the 1024",
+        ),
+        (
+            "/1/disruptions",
+            serde_json::json!({"node": "n", "reason": "r", "requester": "q".repeat(300), "ttl_s": 60}),
+            "longer than the 255",
+        ),
+        (
+            "/1/maintenance",
+            serde_json::json!({"hook": "reboot", "offline": vec!["n"; 1001]}),
+            "more than the 1000",
+        ),
+    ] {
+        let answer = client
+            .post(format!("http://{addr}{path}"))
+            .basic_auth("admin", Some("secret"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{path}");
+        let text = answer.text().await.unwrap();
+        assert!(text.contains(field), "{path}: {text}");
+    }
     // The CLI's way (basic auth, JSON, no Origin) and a same-origin page still write.
     let answer = client
         .post(&url)
