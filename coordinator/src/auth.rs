@@ -132,11 +132,17 @@ impl Users {
         Ok(Self { users })
     }
 
-    /// Reads and parses `path`.
+    /// Reads and parses `path`, a secret file: refused (every write with it) when others could
+    /// have written it or can read it ([`nodecare_daemon::secret`], as ssh refuses a key).
     pub fn load(path: &Path) -> Result<Self, UsersError> {
-        let text = std::fs::read_to_string(path).map_err(|e| UsersError::Read {
+        let bytes =
+            nodecare_daemon::secret::read_secret_file(path).map_err(|e| UsersError::Read {
+                path: path.display().to_string(),
+                error: e.to_string(),
+            })?;
+        let text = String::from_utf8(bytes).map_err(|_| UsersError::Read {
             path: path.display().to_string(),
-            error: e.to_string(),
+            error: "not UTF-8".into(),
         })?;
         Self::parse(&text)
     }
@@ -469,6 +475,32 @@ mod tests {
             match Users::parse(text) {
                 Err(UsersError::Line { line: got, .. }) => assert_eq!(got, line, "{text:?}"),
                 other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_users_file_others_can_read_or_write_disables_writes() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("users");
+        std::fs::write(&path, "admin secret write\n").unwrap();
+        let authorization = header("admin", "secret");
+        for (mode, allowed) in [
+            (0o600, true),
+            (0o644, false),
+            (0o620, false),
+            (0o602, false),
+        ] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let result = authorize_write(Some(&path), Some(&authorization));
+            if allowed {
+                assert_eq!(result, Ok("admin".to_owned()), "{mode:o}");
+            } else {
+                assert!(
+                    matches!(&result, Err(Refusal::Disabled(why)) if why.contains("refusing secret file")),
+                    "{mode:o}: {result:?}"
+                );
             }
         }
     }

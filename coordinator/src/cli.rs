@@ -186,6 +186,8 @@ pub fn rapi_client(config: &Config) -> anyhow::Result<RapiClient> {
     let mut rapi = RapiConfig::new(config.rapi.url.clone(), trust);
     rapi.request_timeout = Config::duration(config.rapi.timeout);
     if let Some(path) = &config.rapi.credentials {
+        // A secret: refused when others could have written it or can read it.
+        nodecare_daemon::secret::check_secret_file(path)?;
         rapi = rapi.with_credentials(Credentials::from_file(path)?);
     }
     crate::install_crypto_provider();
@@ -371,6 +373,22 @@ pub fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rapi_credentials_others_can_read_are_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rapi-credentials");
+        std::fs::write(&path, "nodecare:secret\n").unwrap();
+        let mut config = Config::default();
+        config.rapi.url = "http://127.0.0.1:5080".into();
+        config.rapi.credentials = Some(path.clone());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = rapi_client(&config).unwrap_err().to_string();
+        assert!(error.contains("refusing secret file"), "{error}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(rapi_client(&config).is_ok());
+    }
 
     fn parse(argv: &[&str]) -> (Args, ArgMatches) {
         let matches = command().try_get_matches_from(argv).unwrap();

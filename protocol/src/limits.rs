@@ -138,15 +138,22 @@ mod tests {
     #[test]
     fn text_and_lists_past_their_limits_are_refused_with_the_field() {
         let ok: Probe = serde_json::from_str(r#"{"reason":"firmware","nodes":["n1"]}"#).unwrap();
-        assert_eq!((ok.reason.as_str(), ok.nodes), ("firmware", vec!["n1".to_owned()]));
+        assert_eq!(
+            (ok.reason.as_str(), ok.nodes),
+            ("firmware", vec!["n1".to_owned()])
+        );
         let long = format!(r#"{{"reason":"{}"}}"#, "x".repeat(MAX_TEXT_BYTES + 1));
-        let error = serde_json::from_str::<Probe>(&long).unwrap_err().to_string();
+        let error = serde_json::from_str::<Probe>(&long)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("longer than the 1024 allowed"), "{error}");
         let many = format!(
             r#"{{"reason":"r","nodes":[{}]}}"#,
             vec!["\"n\""; MAX_LIST_ENTRIES + 1].join(",")
         );
-        let error = serde_json::from_str::<Probe>(&many).unwrap_err().to_string();
+        let error = serde_json::from_str::<Probe>(&many)
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("more than the 1000 entries"), "{error}");
         assert!(check_list("offline", &["y".repeat(256)]).is_err());
     }

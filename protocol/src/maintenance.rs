@@ -196,7 +196,10 @@ impl CampaignRequest {
         if let Some(tags) = &self.node_tags {
             crate::limits::check_list("node_tags", tags)?;
         }
-        for (field, value) in [("group", &self.group), ("failure_domains", &self.failure_domains)] {
+        for (field, value) in [
+            ("group", &self.group),
+            ("failure_domains", &self.failure_domains),
+        ] {
             if let Some(value) = value {
                 crate::limits::check_len(field, value, crate::limits::MAX_NAME_BYTES)?;
             }

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 async fn start(limits: ServerLimits) -> (Harness, SocketAddr, tokio::task::JoinHandle<()>) {
     let h = Harness::new(2, "", |_| {}).await.unwrap();
     let users = h.state_dir.path().join("users");
-    std::fs::write(&users, "admin secret write\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "admin secret write\n").unwrap();
     let mut api = h.coordinator.api().clone();
     api.users = Some(users);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

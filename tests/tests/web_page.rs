@@ -414,7 +414,7 @@ async fn scenario() -> (Harness, String, tokio::task::JoinHandle<()>, ApiState) 
         h.round().await.unwrap();
     }
     let users = h.state_dir.path().join("users");
-    std::fs::write(&users, "admin secret write\nviewer look\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "admin secret write\nviewer look\n").unwrap();
     let mut api = h.coordinator.api().clone();
     api.users = Some(users);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
