@@ -434,7 +434,10 @@ mod tests {
         let (before, after) = size(&report);
         assert!(before > 2_000_000, "{report}");
         assert!(after < before / 4, "{report}");
-        assert!(report.ends_with("2000 rows deleted by retention"), "{report}");
+        assert!(
+            report.ends_with("2000 rows deleted by retention"),
+            "{report}"
+        );
     }
 
     #[test]

@@ -563,6 +563,11 @@ async fn fetch_body(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, Body
     let response = match client.get(url).send().await {
         Ok(response) => response,
         Err(error) => {
+            if let Some(cause) = local_cause(&error) {
+                return Err(BodyError::Unreachable(format!(
+                    "{url}: {LOCAL_FAILURE}{cause}"
+                )));
+            }
             return Err(BodyError::Unreachable(format!(
                 "{url}: {}",
                 error_chain(&error)
@@ -819,6 +824,43 @@ pub fn verify_report(
 }
 
 /// An error and its sources on one line.
+/// Marks an [`AgentOutcome::Unreachable`] whose cause is this host's, not the agent's.
+pub const LOCAL_FAILURE: &str = "local failure: ";
+
+/// The OS error of `error`'s chain when it is this host's own shortage (descriptors, buffers,
+/// memory, local ports): the coordinator could not even try the agent. Pure.
+pub fn local_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    const LOCAL: [i32; 5] = [
+        libc::EMFILE,
+        libc::ENFILE,
+        libc::ENOBUFS,
+        libc::ENOMEM,
+        libc::EADDRNOTAVAIL,
+    ];
+    let mut current = Some(error);
+    while let Some(cause) = current {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.raw_os_error().is_some_and(|code| LOCAL.contains(&code))
+        {
+            return Some(io.to_string());
+        }
+        current = cause.source();
+    }
+    None
+}
+
+/// The first agent read that failed for a local cause ([`LOCAL_FAILURE`]), if any: then the
+/// round is an error of the round, never agents unreachable (the storm breaker must not count
+/// them).
+pub fn local_failure(results: &[AgentResult]) -> Option<String> {
+    results.iter().find_map(|result| match &result.outcome {
+        AgentOutcome::Unreachable(why) => why
+            .find(LOCAL_FAILURE)
+            .map(|at| format!("{}: {}", result.node, &why[at..])),
+        _ => None,
+    })
+}
+
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
