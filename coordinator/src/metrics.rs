@@ -125,8 +125,9 @@ pub struct CoordinatorMetrics {
 }
 
 /// Every reason of `nodecare_coordinator_api_refused`.
-pub const API_REFUSALS: [&str; 9] = [
+pub const API_REFUSALS: [&str; 10] = [
     "connection_cap",
+    "client_cap",
     "accept_error",
     "header_timeout",
     "body_timeout",
@@ -334,7 +335,7 @@ impl CoordinatorMetrics {
         let api_refused = Family::<Labels, Counter>::default();
         registry.register(
             "nodecare_coordinator_api_refused",
-            "Connections and requests the HTTP API refused, by reason (connection_cap, accept_error, \
+            "Connections and requests the HTTP API refused, by reason (connection_cap, client_cap, accept_error, \
              header_timeout, body_timeout, body_too_large, cross_site, content_type, auth_failure, \
              auth_throttled)",
             api_refused.clone(),

@@ -4,7 +4,9 @@
 //! - **Connection cap** ([`ServerLimits::max_connections`], default 1024, far below the unit's
 //!   `LimitNOFILE=65536`, so that descriptors stay for the agents' reads and watches): a
 //!   connection over the cap is answered `503` with `Retry-After: 1` (one non-blocking write) and
-//!   closed at once.
+//!   closed at once. One client address holds at most [`ServerLimits::max_per_client`]
+//!   (default 32) of them, so that one host cannot take every connection from the operators, the
+//!   CLI and Prometheus.
 //! - **Header timeout** ([`ServerLimits::header_timeout`], 10 s): a request head not complete
 //!   within it closes the connection (slowloris); it also bounds a kept-alive connection idle
 //!   between requests.
@@ -49,6 +51,8 @@ use crate::board::Board;
 pub struct ServerLimits {
     /// Most connections open at once.
     pub max_connections: usize,
+    /// Most connections open at once from one client address.
+    pub max_per_client: usize,
     /// Longest time to receive a request head (and longest idle time between requests).
     pub header_timeout: Duration,
     /// Longest time to receive a request body.
@@ -61,6 +65,8 @@ pub struct ServerLimits {
 
 /// Default [`ServerLimits::max_connections`].
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default [`ServerLimits::max_per_client`].
+pub const DEFAULT_MAX_PER_CLIENT: usize = 32;
 /// Default [`ServerLimits::max_body_bytes`].
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
@@ -68,6 +74,7 @@ impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_per_client: DEFAULT_MAX_PER_CLIENT,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             max_body_bytes: MAX_BODY_BYTES,
@@ -96,6 +103,9 @@ pub async fn serve(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut accept_errors = crate::auth::LogLimiter::new(Duration::from_secs(60));
     let mut over_cap = crate::auth::LogLimiter::new(Duration::from_secs(60));
+    let mut over_client_cap = crate::auth::LogLimiter::new(Duration::from_secs(60));
+    let clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>> =
+        Arc::default();
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -114,6 +124,16 @@ pub async fn serve(
                 continue;
             }
         };
+        let Some(per_client) = PerClient::acquire(&clients, peer.ip(), limits.max_per_client)
+        else {
+            board.metrics.api_refused("client_cap");
+            if let Some(suppressed) = over_client_cap.allow() {
+                tracing::warn!(%peer, suppressed, max = limits.max_per_client, "API connection cap of one client reached: connection refused");
+            }
+            let _ = stream.try_write(OVER_CAP);
+            drop(stream);
+            continue;
+        };
         let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
             board.metrics.api_refused("connection_cap");
             if let Some(suppressed) = over_cap.allow() {
@@ -129,7 +149,7 @@ pub async fn serve(
         let mut stopped = stopped.clone();
         let board = Arc::clone(&board);
         connections.spawn(async move {
-            let _permit = permit;
+            let _permit = (permit, per_client);
             let service =
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let mut request = request.map(Body::new);
@@ -176,6 +196,48 @@ pub async fn serve(
     drop(listener);
     let _ = stop.send(true);
     while connections.join_next().await.is_some() {}
+}
+
+/// One connection counted against its client address; uncounted when dropped.
+struct PerClient {
+    clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl PerClient {
+    fn acquire(
+        clients: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+        max: usize,
+    ) -> Option<Self> {
+        let mut map = clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = map.entry(ip).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(Self {
+            clients: Arc::clone(clients),
+            ip,
+        })
+    }
+}
+
+impl Drop for PerClient {
+    fn drop(&mut self) {
+        let mut map = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = map.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
 }
 
 fn is_write(method: &Method) -> bool {

@@ -28,6 +28,7 @@ async fn start(limits: ServerLimits) -> (Harness, SocketAddr, tokio::task::JoinH
 fn small_limits() -> ServerLimits {
     ServerLimits {
         max_connections: 8,
+        max_per_client: 32,
         header_timeout: Duration::from_secs(1),
         body_timeout: Duration::from_secs(1),
         max_body_bytes: 64 * 1024,
@@ -132,6 +133,35 @@ async fn the_connection_cap_answers_503_and_the_api_keeps_serving() {
         "{}",
         String::from_utf8_lossy(&answer)
     );
+    // One client address holds at most its share: another address still gets in.
+    let limits_per_client = ServerLimits {
+        max_per_client: 2,
+        ..limits
+    };
+    let (_h2, addr2, _server2) = start(limits_per_client).await;
+    let mut greedy = Vec::new();
+    for _ in 0..2 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut stream = socket.connect(addr2).await.unwrap();
+        stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        greedy.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut third = socket.connect(addr2).await.unwrap();
+    let (_, answer) = until_closed(&mut third, Duration::from_secs(5)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let status = reqwest::get(format!("http://{addr2}/1/status"))
+        .await
+        .unwrap();
+    assert_eq!(status.status(), 200);
+    assert!(metric(addr2, "client_cap").await >= 1);
     // Once the held connections go, the API serves again (and counts what it refused).
     drop(held);
     tokio::time::sleep(Duration::from_millis(300)).await;
