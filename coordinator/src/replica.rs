@@ -483,16 +483,36 @@ impl Replicator {
             .iter()
             .map(|(node, copy)| (node.clone(), copy.header.generation))
             .collect();
-        let plan = plan_takeover(local, &seen);
-        if let Some((node, generation)) = &plan.restore_from
-            && let Some((_, copy)) = copies
-                .iter()
-                .find(|(from, copy)| from == node && copy.header.generation == *generation)
-        {
-            self.store.restore(&copy.snapshot)?;
-            tracing::warn!(from = %node, %generation, local = %local, "took over the state kept by a master candidate (newer than this node's)");
-        } else {
-            tracing::info!(generation = %local, copies = seen.len(), "took over with this node's own state (no master candidate holds a newer one)");
+        let mut plan = plan_takeover(local, &seen);
+        // The newest copy that restores and checks: a copy that does not (a garbage snapshot
+        // under a valid signature) is passed over for the next one, down to this node's own
+        // state. The new epoch is above every copy seen, so the next push replaces the bad one.
+        let mut newer: Vec<&(String, ReadCopy)> = copies
+            .iter()
+            .filter(|(_, copy)| copy.header.generation > local)
+            .collect();
+        newer.sort_by(|a, b| {
+            b.1.header
+                .generation
+                .cmp(&a.1.header.generation)
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        plan.restore_from = None;
+        for (node, copy) in newer {
+            let generation = copy.header.generation;
+            match self.store.restore(&copy.snapshot) {
+                Ok(()) => {
+                    tracing::warn!(from = %node, %generation, local = %local, "took over the state kept by a master candidate (newer than this node's)");
+                    plan.restore_from = Some((node.clone(), generation));
+                    break;
+                }
+                Err(error) => {
+                    tracing::error!(from = %node, %generation, %error, "a master candidate's copy does not restore; trying the next newest");
+                }
+            }
+        }
+        if plan.restore_from.is_none() {
+            tracing::info!(generation = %local, copies = seen.len(), "took over with this node's own state (no master candidate holds a newer one that restores)");
         }
         self.push_locked(&mut inner, plan.start).await?;
         let restored = plan.restore_from.clone();
