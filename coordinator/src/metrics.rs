@@ -709,6 +709,9 @@ mod tests {
             "nodecare_coordinator_retention_deleted_total{kind=\"campaign\"} 0",
             "nodecare_coordinator_replica_epoch 0",
             "nodecare_coordinator_replica_ok 0",
+            "nodecare_coordinator_state_limit_bytes 67108864",
+            "nodecare_coordinator_api_refused_total{reason=\"connection_cap\"} 0",
+            "nodecare_coordinator_watch_backoffs_total{cause=\"early_304\"} 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -716,7 +719,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 32);
+        assert_eq!(types, 35);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -799,9 +802,9 @@ mod tests {
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         // 15 incident series, 4 agent outcomes, 18 job series (9 kinds, submitted and
         // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
-        // deletes, 2 histograms, scalars: independent of the number of nodes, incidents and
-        // campaigns.
-        assert!(samples < 112, "{samples} series:\n{text}");
+        // deletes, 10 API refusal reasons, 3 watch back-off causes, 2 histograms, scalars:
+        // independent of the number of nodes, incidents and campaigns.
+        assert!(samples < 126, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

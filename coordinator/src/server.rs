@@ -130,7 +130,9 @@ pub async fn serve(
             if let Some(suppressed) = over_client_cap.allow() {
                 tracing::warn!(%peer, suppressed, max = limits.max_per_client, "API connection cap of one client reached: connection refused");
             }
-            let _ = stream.try_write(OVER_CAP);
+            if let Err(error) = stream.try_write(OVER_CAP) {
+                tracing::debug!(%peer, %error, "cannot answer a refused connection");
+            }
             drop(stream);
             continue;
         };
@@ -140,11 +142,15 @@ pub async fn serve(
                 tracing::warn!(%peer, suppressed, max = limits.max_connections, "API connection cap reached: connection refused");
             }
             // Best effort, never waiting: the client may not read.
-            let _ = stream.try_write(OVER_CAP);
+            if let Err(error) = stream.try_write(OVER_CAP) {
+                tracing::debug!(%peer, %error, "cannot answer a refused connection");
+            }
             drop(stream);
             continue;
         };
-        let _ = stream.set_nodelay(true);
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "cannot disable Nagle");
+        }
         let app = app.clone();
         let mut stopped = stopped.clone();
         let board = Arc::clone(&board);
@@ -181,7 +187,9 @@ pub async fn serve(
                 }
                 _ = stopped.changed() => {
                     connection.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await;
+                    if tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await.is_err() {
+                        tracing::debug!(%peer, "API connection dropped at shutdown");
+                    }
                     return;
                 }
             };
@@ -194,7 +202,9 @@ pub async fn serve(
         });
     }
     drop(listener);
-    let _ = stop.send(true);
+    if stop.send(true).is_err() {
+        tracing::debug!("no API connection left to stop");
+    }
     while connections.join_next().await.is_some() {}
 }
 

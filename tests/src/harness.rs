@@ -162,7 +162,10 @@ impl Harness {
 pub fn write_secret(path: &Path, text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
-    let _ = std::fs::remove_file(path);
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(error),
+        _ => {}
+    }
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

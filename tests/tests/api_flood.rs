@@ -93,7 +93,7 @@ async fn api_watches_and_rounds_survive_10000_slow_connections() {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(coordinator.run(listener, async {
-        let _ = stopped.await;
+        let _stopped = stopped.await;
     }));
     tokio::time::sleep(Duration::from_secs(5)).await;
     let rss_before = rss_mib();
@@ -140,8 +140,8 @@ async fn api_watches_and_rounds_survive_10000_slow_connections() {
         .await
         .unwrap();
     let flood = flood.wait_with_output().unwrap();
-    let _ = stop.send(());
-    let _ = daemon.await;
+    let _sent = stop.send(());
+    let _ended = daemon.await;
     latencies.sort();
     let refused: Vec<&str> = metrics
         .lines()
@@ -194,8 +194,8 @@ async fn watches_of_agents_that_answer_at_once_cost_no_cpu() {
             while let Ok((mut stream, _)) = listener.accept().await {
                 tokio::spawn(async move {
                     let mut request = vec![0u8; 4096];
-                    let _ = stream.read(&mut request).await;
-                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _read = stream.read(&mut request).await;
+                    let _written = stream.write_all(answer.as_bytes()).await;
                 });
             }
         });

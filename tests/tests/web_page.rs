@@ -882,12 +882,12 @@ async fn attacking_site(target: &str) -> String {
             let page = page.clone();
             tokio::spawn(async move {
                 let mut buffer = vec![0u8; 4096];
-                let _ = stream.read(&mut buffer).await;
+                let _read = stream.read(&mut buffer).await;
                 let answer = format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
                     page.len()
                 );
-                let _ = stream.write_all(answer.as_bytes()).await;
+                let _written = stream.write_all(answer.as_bytes()).await;
             });
         }
     });
