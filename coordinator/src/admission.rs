@@ -618,6 +618,8 @@ pub async fn breaker(State(state): State<ApiState>) -> Response {
 /// Closes the breaker by `who` (serialised with the round, which updates the breaker too): its
 /// new state, or the error answer.
 pub(crate) async fn reset(state: &ApiState, who: &str, why: &str) -> Result<BreakerView, Failed> {
+    nodecare_protocol::limits::check_len("reason", why, nodecare_protocol::limits::MAX_TEXT_BYTES)
+        .map_err(|message| Failed::new(StatusCode::BAD_REQUEST, message))?;
     let _guard = state.incident_lock.lock().await;
     match state
         .store

@@ -87,6 +87,11 @@ pub(crate) fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<S
     crate::auth::authorize_write(state.users.as_deref(), authorization)
 }
 
+/// The JSON API's basic-auth challenge. Its realm differs from the web page's
+/// ([`crate::ui::ADMIN_CHALLENGE`]): a browser that signed in to `/ui/admin/` never answers the
+/// API's challenge with the credentials it keeps for the page.
+pub const API_CHALLENGE: &str = "Basic realm=\"nodecare API\", charset=\"UTF-8\"";
+
 /// A refused write: 401 (with a Basic challenge) or 403, as a JSON error.
 pub(crate) fn refused(refusal: &Refusal) -> Response {
     let status = match refusal {
@@ -97,7 +102,7 @@ pub(crate) fn refused(refusal: &Refusal) -> Response {
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"nodecare\""),
+            HeaderValue::from_static(API_CHALLENGE),
         );
     }
     response

@@ -132,11 +132,17 @@ impl Users {
         Ok(Self { users })
     }
 
-    /// Reads and parses `path`.
+    /// Reads and parses `path`, a secret file: refused (every write with it) when others could
+    /// have written it or can read it ([`nodecare_daemon::secret`], as ssh refuses a key).
     pub fn load(path: &Path) -> Result<Self, UsersError> {
-        let text = std::fs::read_to_string(path).map_err(|e| UsersError::Read {
+        let bytes =
+            nodecare_daemon::secret::read_secret_file(path).map_err(|e| UsersError::Read {
+                path: path.display().to_string(),
+                error: e.to_string(),
+            })?;
+        let text = String::from_utf8(bytes).map_err(|_| UsersError::Read {
             path: path.display().to_string(),
-            error: e.to_string(),
+            error: "not UTF-8".into(),
         })?;
         Self::parse(&text)
     }
@@ -229,6 +235,132 @@ pub fn authorize_write(
     };
     let users = Users::load(path).map_err(|e| Refusal::Disabled(e.to_string()))?;
     users.authorize_write(authorization)
+}
+
+/// Lets a log line through at most once per period; counts what it held back.
+#[derive(Debug)]
+pub struct LogLimiter {
+    period: std::time::Duration,
+    last: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl LogLimiter {
+    /// At most one line per `period`.
+    pub fn new(period: std::time::Duration) -> Self {
+        Self {
+            period,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines held back since the last one)` when a line may be logged now.
+    pub fn allow(&mut self) -> Option<u64> {
+        self.allow_at(std::time::Instant::now())
+    }
+
+    /// [`Self::allow`] at `now`.
+    pub fn allow_at(&mut self, now: std::time::Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|last| now.saturating_duration_since(last) < self.period)
+        {
+            self.suppressed = self.suppressed.saturating_add(1);
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Failed authentications per client: past [`Throttle::MAX_FAILURES`] in a window of
+/// [`Throttle::WINDOW`], a client is refused (HTTP 429) until its window ends. At most
+/// [`Throttle::MAX_CLIENTS`] clients are tracked; past that, unknown clients share one entry, so
+/// that many addresses throttle each other instead of growing the table. Failures are logged at
+/// most once per window and client.
+#[derive(Debug, Default)]
+pub struct Throttle {
+    clients: std::sync::Mutex<std::collections::HashMap<Option<std::net::IpAddr>, Failures>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    since: std::time::Instant,
+    count: u32,
+}
+
+impl Throttle {
+    /// Failures allowed per client and window.
+    pub const MAX_FAILURES: u32 = 10;
+    /// The window.
+    pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+    /// Most clients tracked.
+    pub const MAX_CLIENTS: usize = 4096;
+
+    /// How long `client` must still wait, if it is throttled now.
+    pub fn refused(&self, client: Option<std::net::IpAddr>) -> Option<std::time::Duration> {
+        self.refused_at(client, std::time::Instant::now())
+    }
+
+    /// [`Self::refused`] at `now`.
+    pub fn refused_at(
+        &self,
+        client: Option<std::net::IpAddr>,
+        now: std::time::Instant,
+    ) -> Option<std::time::Duration> {
+        let clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let key = if clients.contains_key(&client) || clients.len() < Self::MAX_CLIENTS {
+            client
+        } else {
+            None
+        };
+        let failures = clients.get(&key)?;
+        let elapsed = now.saturating_duration_since(failures.since);
+        (failures.count >= Self::MAX_FAILURES && elapsed < Self::WINDOW)
+            .then(|| Self::WINDOW.saturating_sub(elapsed))
+    }
+
+    /// Records a failed authentication of `client`.
+    pub fn failed(&self, client: Option<std::net::IpAddr>) {
+        self.failed_at(client, std::time::Instant::now());
+    }
+
+    /// [`Self::failed`] at `now`.
+    pub fn failed_at(&self, client: Option<std::net::IpAddr>, now: std::time::Instant) {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !clients.contains_key(&client) && clients.len() >= Self::MAX_CLIENTS {
+            clients.retain(|_, f| now.saturating_duration_since(f.since) < Self::WINDOW);
+        }
+        let key = if clients.contains_key(&client) || clients.len() < Self::MAX_CLIENTS {
+            client
+        } else {
+            None
+        };
+        let entry = clients.entry(key).or_insert(Failures {
+            since: now,
+            count: 0,
+        });
+        if now.saturating_duration_since(entry.since) >= Self::WINDOW {
+            *entry = Failures {
+                since: now,
+                count: 0,
+            };
+        }
+        entry.count = entry.count.saturating_add(1);
+        let client_text = key.map_or_else(|| "(unknown or shared)".to_owned(), |ip| ip.to_string());
+        if entry.count == 1 {
+            tracing::warn!(client = %client_text, "failed authentication (further failures of this client are logged once per minute)");
+        } else if entry.count == Self::MAX_FAILURES {
+            tracing::warn!(client = %client_text, failures = entry.count, window_s = Self::WINDOW.as_secs(), "too many failed authentications: client throttled until its window ends");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -343,6 +475,32 @@ mod tests {
             match Users::parse(text) {
                 Err(UsersError::Line { line: got, .. }) => assert_eq!(got, line, "{text:?}"),
                 other => panic!("{text:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_users_file_others_can_read_or_write_disables_writes() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("users");
+        std::fs::write(&path, "admin secret write\n").unwrap();
+        let authorization = header("admin", "secret");
+        for (mode, allowed) in [
+            (0o600, true),
+            (0o644, false),
+            (0o620, false),
+            (0o602, false),
+        ] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let result = authorize_write(Some(&path), Some(&authorization));
+            if allowed {
+                assert_eq!(result, Ok("admin".to_owned()), "{mode:o}");
+            } else {
+                assert!(
+                    matches!(&result, Err(Refusal::Disabled(why)) if why.contains("refusing secret file")),
+                    "{mode:o}: {result:?}"
+                );
             }
         }
     }

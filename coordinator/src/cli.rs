@@ -82,6 +82,12 @@ struct Args {
     /// With `--harep`: submit nothing, print what would be done (harep's `--dry-run`).
     #[arg(long, requires = "harep")]
     dry_run: bool,
+    /// Shrink the state database now and exit: apply the retention policy at once (what is old
+    /// and finished), then give every free page back to the file system (VACUUM). Safe while the
+    /// daemon runs (it waits for the database); revoke overrides and release grants first for
+    /// them to be pruned.
+    #[arg(long, conflicts_with_all = ["once", "harep"])]
+    shrink_state: bool,
     /// Log filter (tracing syntax), e.g. `info` or `nodecare_coordinator=debug`.
     #[arg(long, env = "NODECARE_LOG", default_value = "info")]
     log: String,
@@ -186,6 +192,8 @@ pub fn rapi_client(config: &Config) -> anyhow::Result<RapiClient> {
     let mut rapi = RapiConfig::new(config.rapi.url.clone(), trust);
     rapi.request_timeout = Config::duration(config.rapi.timeout);
     if let Some(path) = &config.rapi.credentials {
+        // A secret: refused when others could have written it or can read it.
+        nodecare_daemon::secret::check_secret_file(path)?;
         rapi = rapi.with_credentials(Credentials::from_file(path)?);
     }
     crate::install_crypto_provider();
@@ -308,6 +316,22 @@ async fn harep(prepared: Prepared, dry_run: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// `--shrink-state`: retention now, then a full VACUUM; what it did, for people.
+pub fn shrink_state(config: &Config) -> anyhow::Result<String> {
+    let store = crate::store::Store::open_dir(&config.state_dir)
+        .with_context(|| format!("cannot open the state in {}", config.state_dir.display()))?;
+    let before = store.size_bytes()?;
+    let now_ms = nodecare_protocol::now_ms();
+    let pruned = store.apply_retention(&config.retention.policy(), now_ms)?;
+    store.vacuum()?;
+    let after = store.size_bytes()?;
+    Ok(format!(
+        "state {}: {before} bytes before, {after} after; {} rows deleted by retention",
+        config.state_dir.display(),
+        pruned.total()
+    ))
+}
+
 /// The command-line definition, for generated documentation (man pages, shell completions).
 pub fn command() -> clap::Command {
     <Args as clap::CommandFactory>::command()
@@ -340,6 +364,18 @@ pub fn main() -> ExitCode {
             }
         }
     }
+    if args.shrink_state {
+        return match shrink_state(&prepared.config) {
+            Ok(report) => {
+                println!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("nodecare-coordinator: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -371,6 +407,54 @@ pub fn main() -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shrink_state_prunes_now_and_gives_the_space_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config {
+            state_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        config.retention.audit = 1.0;
+        {
+            let store = crate::store::Store::open_dir(dir.path()).unwrap();
+            let long = "x".repeat(1000);
+            for i in 0..2000 {
+                store.audit(i, "ops", "override", &long).unwrap();
+            }
+        }
+        let size = |report: &str| -> (u64, u64) {
+            let numbers: Vec<u64> = report
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|word| word.parse().ok())
+                .collect();
+            (numbers[numbers.len() - 3], numbers[numbers.len() - 2])
+        };
+        let report = shrink_state(&config).unwrap();
+        let (before, after) = size(&report);
+        assert!(before > 2_000_000, "{report}");
+        assert!(after < before / 4, "{report}");
+        assert!(
+            report.ends_with("2000 rows deleted by retention"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn rapi_credentials_others_can_read_are_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rapi-credentials");
+        std::fs::write(&path, "nodecare:secret\n").unwrap();
+        let mut config = Config::default();
+        config.rapi.url = "http://127.0.0.1:5080".into();
+        config.rapi.credentials = Some(path.clone());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let error = rapi_client(&config).unwrap_err().to_string();
+        assert!(error.contains("refusing secret file"), "{error}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(rapi_client(&config).is_ok());
+    }
 
     fn parse(argv: &[&str]) -> (Args, ArgMatches) {
         let matches = command().try_get_matches_from(argv).unwrap();

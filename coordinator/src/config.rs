@@ -77,6 +77,9 @@ pub struct Config {
     /// Users file authorising writes (cancel, the web page's actions), in Ganeti RAPI's
     /// format: `user password [write]`. Read on each write; missing means writes are refused.
     pub users: PathBuf,
+    /// Most connections the HTTP API holds open at once (more are answered 503 and closed);
+    /// keep it well below the unit's `LimitNOFILE` (65536), whose rest serves the agents.
+    pub api_max_connections: usize,
     /// Seconds between rounds.
     pub round_interval: f64,
     /// Seconds a Ganeti job may run before its incident fails.
@@ -241,6 +244,7 @@ impl Default for Config {
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1816))),
             users: PathBuf::from(crate::auth::DEFAULT_USERS_PATH),
+            api_max_connections: crate::server::DEFAULT_MAX_CONNECTIONS,
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
             round_stall_timeout: DEFAULT_ROUND_STALL_TIMEOUT_SECS,
@@ -364,6 +368,12 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "agents.concurrency must be at least 1".into(),
             ));
+        }
+        if self.api_max_connections == 0 || self.api_max_connections > 32_768 {
+            return Err(ConfigError::Invalid(format!(
+                "api_max_connections must be between 1 and 32768 (half the unit's LimitNOFILE), got {}",
+                self.api_max_connections
+            )));
         }
         if self.max_disrupted_nodes == 0 {
             return Err(ConfigError::Invalid(

@@ -11,7 +11,7 @@ use tokio::net::TcpListener;
 
 use crate::config::Config;
 use crate::ganeti::Ganeti;
-use crate::http::{ApiState, router};
+use crate::http::ApiState;
 use crate::reconcile::{Board, ReconcileSettings, Reconciler, RoundError};
 use crate::repair::RepairClient;
 use crate::scrape::{ScrapeSettings, Scraper};
@@ -47,6 +47,8 @@ pub struct Coordinator {
     progress: Arc<nodecare_daemon::systemd::Progress>,
     /// What the state database forgets, and when.
     retention: crate::store::retention::RetentionConfig,
+    /// The HTTP API's limits.
+    server_limits: crate::server::ServerLimits,
 }
 
 /// A watched verdict change starts a round this long after it, so that changes arriving
@@ -201,6 +203,10 @@ impl Coordinator {
                 interval.saturating_add(stall),
             )),
             retention: config.retention,
+            server_limits: crate::server::ServerLimits {
+                max_connections: config.api_max_connections,
+                ..crate::server::ServerLimits::default()
+            },
         })
     }
 
@@ -296,18 +302,18 @@ impl Coordinator {
             },
             None => None,
         };
-        let app = router(self.api.clone());
+        let app = crate::http::router_with(self.api.clone(), self.server_limits);
         let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
+        let server_board = Arc::clone(&self.api.board);
+        let limits = self.server_limits;
         let server = tokio::spawn(async move {
-            let serve = axum::serve(listener, app).with_graceful_shutdown(async {
+            crate::server::serve(listener, app, limits, server_board, async {
                 // Either a send or the sender being dropped stops the server.
                 if api_stopped.await.is_err() {
                     tracing::debug!("API stop sender dropped");
                 }
-            });
-            if let Err(error) = serve.await {
-                tracing::error!(%error, "HTTP API failed");
-            }
+            })
+            .await;
         });
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

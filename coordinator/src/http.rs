@@ -39,8 +39,19 @@ use crate::store::{Intent, IntentSpec, IntentState};
 pub use crate::api::{ApiState, random_key};
 
 /// The API router.
+///
+/// Every request passes [`crate::server::guard`] first (body limits, cross-site and
+/// `Content-Type` checks of writes, password-guess throttling) with the default
+/// [`crate::server::ServerLimits`].
 pub fn router(state: ApiState) -> Router {
+    router_with(state, crate::server::ServerLimits::default())
+}
+
+/// [`router`] with `limits`.
+pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Router {
     let replicate = state.replicator.clone();
+    let board = std::sync::Arc::clone(&state.board);
+    let throttle = std::sync::Arc::new(crate::auth::Throttle::default());
     Router::new()
         .route("/", get(root))
         .route("/1/replication", get(replication))
@@ -106,6 +117,13 @@ pub fn router(state: ApiState) -> Router {
             move |request: axum::extract::Request, next: axum::middleware::Next| {
                 let replicate = replicate.clone();
                 async move { replicate_writes(replicate, request, next).await }
+            },
+        ))
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let board = std::sync::Arc::clone(&board);
+                let throttle = std::sync::Arc::clone(&throttle);
+                async move { crate::server::guard(board, throttle, limits, request, next).await }
             },
         ))
         .with_state(state)

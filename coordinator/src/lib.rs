@@ -43,6 +43,7 @@ pub mod reconcile;
 pub mod repair;
 pub mod replica;
 pub mod scrape;
+pub mod server;
 pub mod storage;
 pub mod store;
 pub mod ui;

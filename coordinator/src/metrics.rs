@@ -118,11 +118,30 @@ pub struct CoordinatorMetrics {
     /// Instance repairs held back, by what holds them (`gate`, `tags`).
     instance_repairs_blocked: Family<Labels, Gauge>,
     state_bytes: Gauge,
+    api_refused: Family<Labels, Counter>,
+    watch_backoffs: Family<Labels, Counter>,
     retention_deleted: Family<Labels, Counter>,
     /// The state's replication: epoch, master candidates, those holding the current
     /// generation, and whether the last attempt succeeded.
     replica: [Gauge; 4],
 }
+
+/// Every reason of `nodecare_coordinator_api_refused`.
+pub const API_REFUSALS: [&str; 10] = [
+    "connection_cap",
+    "client_cap",
+    "accept_error",
+    "header_timeout",
+    "body_timeout",
+    "body_too_large",
+    "cross_site",
+    "content_type",
+    "auth_failure",
+    "auth_throttled",
+];
+
+/// Every cause of `nodecare_coordinator_watch_backoffs`.
+pub const WATCH_BACKOFF_CAUSES: [&str; 3] = ["early_304", "overloaded", "error"];
 
 /// Every campaign state, so the campaign gauge always has all series.
 const CAMPAIGN_STATES: [CampaignState; 6] = [
@@ -315,6 +334,39 @@ impl CoordinatorMetrics {
             "Size of the state database on disk (file and write-ahead log), in bytes",
             state_bytes.clone(),
         );
+        let state_limit_bytes = campaign_gauge(
+            &mut registry,
+            "nodecare_coordinator_state_limit_bytes",
+            "Largest state snapshot the master candidates keep (past it no write to Ganeti or an agent \
+             is made): alert well before nodecare_coordinator_state_bytes nears it",
+        );
+        state_limit_bytes
+            .set(i64::try_from(nodecare_protocol::replica::MAX_REPLICA_BYTES).unwrap_or(i64::MAX));
+        let api_refused = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_api_refused",
+            "Connections and requests the HTTP API refused, by reason (connection_cap, client_cap, accept_error, \
+             header_timeout, body_timeout, body_too_large, cross_site, content_type, auth_failure, \
+             auth_throttled)",
+            api_refused.clone(),
+        );
+        for reason in API_REFUSALS {
+            api_refused
+                .get_or_create(&labels(&[("reason", reason)]))
+                .inc_by(0);
+        }
+        let watch_backoffs = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_watch_backoffs",
+            "Times an agent watch backed off instead of asking again at once, by cause (early_304, \
+             overloaded: 429 or 503, error)",
+            watch_backoffs.clone(),
+        );
+        for cause in WATCH_BACKOFF_CAUSES {
+            watch_backoffs
+                .get_or_create(&labels(&[("cause", cause)]))
+                .inc_by(0);
+        }
         let retention_deleted = Family::<Labels, Counter>::default();
         registry.register(
             "nodecare_coordinator_retention_deleted",
@@ -378,6 +430,8 @@ impl CoordinatorMetrics {
             campaign_blocked,
             instance_repairs_blocked,
             state_bytes,
+            api_refused,
+            watch_backoffs,
             retention_deleted,
             replica,
         };
@@ -396,6 +450,20 @@ impl CoordinatorMetrics {
                 .get_or_create(&labels(&[("by", by)]))
                 .set(gauge_value(count));
         }
+    }
+
+    /// Counts one connection or request the API refused (`reason`: one of [`API_REFUSALS`]).
+    pub fn api_refused(&self, reason: &'static str) {
+        self.api_refused
+            .get_or_create(&labels(&[("reason", reason)]))
+            .inc();
+    }
+
+    /// Counts one back-off of an agent watch (`cause`: one of [`WATCH_BACKOFF_CAUSES`]).
+    pub fn watch_backoff(&self, cause: &'static str) {
+        self.watch_backoffs
+            .get_or_create(&labels(&[("cause", cause)]))
+            .inc();
     }
 
     /// The state database's size on disk.
@@ -663,6 +731,9 @@ mod tests {
             "nodecare_coordinator_retention_deleted_total{kind=\"campaign\"} 0",
             "nodecare_coordinator_replica_epoch 0",
             "nodecare_coordinator_replica_ok 0",
+            "nodecare_coordinator_state_limit_bytes 67108864",
+            "nodecare_coordinator_api_refused_total{reason=\"connection_cap\"} 0",
+            "nodecare_coordinator_watch_backoffs_total{cause=\"early_304\"} 0",
         ] {
             assert!(text.contains(expected), "missing {expected:?} in\n{text}");
         }
@@ -670,7 +741,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 32);
+        assert_eq!(types, 35);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -753,9 +824,9 @@ mod tests {
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         // 15 incident series, 4 agent outcomes, 18 job series (9 kinds, submitted and
         // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
-        // deletes, 2 histograms, scalars: independent of the number of nodes, incidents and
-        // campaigns.
-        assert!(samples < 112, "{samples} series:\n{text}");
+        // deletes, 10 API refusal reasons, 3 watch back-off causes, 2 histograms, scalars:
+        // independent of the number of nodes, incidents and campaigns.
+        assert!(samples < 126, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

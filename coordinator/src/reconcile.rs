@@ -122,6 +122,10 @@ pub enum RoundError {
     /// The state is not (yet) kept by a majority of the master candidates.
     #[error("replication: {0}")]
     Replica(#[from] crate::replica::ReplicaError),
+    /// This host could not read the agents (no descriptor, no buffer): the round is skipped and
+    /// no agent is counted unreachable (the storm breaker sees nothing of it).
+    #[error("the coordinator could not read the agents for a local cause: {0}")]
+    Local(String),
 }
 
 /// The master named by `<dir>/ssconf_master_node`, if that file is there and names one.
@@ -1020,6 +1024,9 @@ impl Reconciler {
         }
         let sequences = self.store.agent_sequences()?;
         let results = self.scraper.scrape(targets, &sequences, now_ms).await;
+        if let Some(why) = crate::scrape::local_failure(&results) {
+            return Err(RoundError::Local(why));
+        }
         summary.agents = results.len();
         let now = now_ms();
         let mut accepted = Vec::new();

@@ -164,11 +164,9 @@ impl RepairClient {
             }
         };
         let status = response.status();
-        let body = match response.bytes().await {
+        let body = match crate::scrape::read_capped(response, MAX_ANSWER_BYTES).await {
             Ok(body) => body,
-            Err(error) => {
-                return CheckOutcome::Unreachable(format!("{url}: {}", error_chain(&error)));
-            }
+            Err(error) => return CheckOutcome::Unreachable(format!("{url}: {error}")),
         };
         if status == reqwest::StatusCode::ACCEPTED {
             return match nodecare_protocol::json::decode::<CheckAnswer>(&body) {
@@ -185,11 +183,15 @@ impl RepairClient {
     }
 }
 
+/// Largest answer of an agent to a repair or check request (a repair record keeps the output
+/// tail of the repair command, bounded by the agent).
+pub const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
+
 async fn answer(response: reqwest::Response, url: &str) -> RepairAnswer {
     let status = response.status();
-    let body = match response.bytes().await {
+    let body = match crate::scrape::read_capped(response, MAX_ANSWER_BYTES).await {
         Ok(body) => body,
-        Err(error) => return RepairAnswer::Unreachable(format!("{url}: {}", error_chain(&error))),
+        Err(error) => return RepairAnswer::Unreachable(format!("{url}: {error}")),
     };
     if status.is_success() {
         return match nodecare_protocol::json::decode::<RepairRecord>(&body) {

@@ -142,6 +142,9 @@ impl HttpPeers {
     }
 }
 
+/// Largest answer to a push read.
+const MAX_PUSH_ANSWER_BYTES: usize = 16 * 1024;
+
 fn short(body: &[u8]) -> String {
     String::from_utf8_lossy(body).chars().take(300).collect()
 }
@@ -165,11 +168,22 @@ impl HttpPeers {
             .await
             .map_err(|error| format!("{url}: {error}"))?;
         let status = response.status();
-        let bytes = response
-            .bytes()
+        if !status.is_success() && status != reqwest::StatusCode::CONFLICT {
+            let text = crate::scrape::error_text(response).await;
+            return Ok((status, text.into_bytes(), url));
+        }
+        // A push is answered with a few hundred bytes; a read with one replica at most.
+        let limit = if path == REPLICA_READ_PATH {
+            usize::try_from(nodecare_protocol::replica::MAX_REPLICA_BYTES)
+                .unwrap_or(usize::MAX)
+                .saturating_add(nodecare_protocol::replica::MAX_ENVELOPE_LINE_BYTES + 2)
+        } else {
+            MAX_PUSH_ANSWER_BYTES
+        };
+        let bytes = crate::scrape::read_capped(response, limit)
             .await
             .map_err(|error| format!("{url}: {error}"))?;
-        Ok((status, bytes.to_vec(), url))
+        Ok((status, bytes, url))
     }
 }
 
@@ -469,16 +483,36 @@ impl Replicator {
             .iter()
             .map(|(node, copy)| (node.clone(), copy.header.generation))
             .collect();
-        let plan = plan_takeover(local, &seen);
-        if let Some((node, generation)) = &plan.restore_from
-            && let Some((_, copy)) = copies
-                .iter()
-                .find(|(from, copy)| from == node && copy.header.generation == *generation)
-        {
-            self.store.restore(&copy.snapshot)?;
-            tracing::warn!(from = %node, %generation, local = %local, "took over the state kept by a master candidate (newer than this node's)");
-        } else {
-            tracing::info!(generation = %local, copies = seen.len(), "took over with this node's own state (no master candidate holds a newer one)");
+        let mut plan = plan_takeover(local, &seen);
+        // The newest copy that restores and checks: a copy that does not (a garbage snapshot
+        // under a valid signature) is passed over for the next one, down to this node's own
+        // state. The new epoch is above every copy seen, so the next push replaces the bad one.
+        let mut newer: Vec<&(String, ReadCopy)> = copies
+            .iter()
+            .filter(|(_, copy)| copy.header.generation > local)
+            .collect();
+        newer.sort_by(|a, b| {
+            b.1.header
+                .generation
+                .cmp(&a.1.header.generation)
+                .then_with(|| a.0.cmp(&b.0))
+        });
+        plan.restore_from = None;
+        for (node, copy) in newer {
+            let generation = copy.header.generation;
+            match self.store.restore(&copy.snapshot) {
+                Ok(()) => {
+                    tracing::warn!(from = %node, %generation, local = %local, "took over the state kept by a master candidate (newer than this node's)");
+                    plan.restore_from = Some((node.clone(), generation));
+                    break;
+                }
+                Err(error) => {
+                    tracing::error!(from = %node, %generation, %error, "a master candidate's copy does not restore; trying the next newest");
+                }
+            }
+        }
+        if plan.restore_from.is_none() {
+            tracing::info!(generation = %local, copies = seen.len(), "took over with this node's own state (no master candidate holds a newer one that restores)");
         }
         self.push_locked(&mut inner, plan.start).await?;
         let restored = plan.restore_from.clone();

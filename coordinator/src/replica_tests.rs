@@ -392,3 +392,55 @@ async fn ganeti_writes_wait_for_the_state() {
     replicator.take_over(&nodes).await.unwrap();
     ganeti.set_node_drained(&node, true, &reason).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_takeover_passes_over_a_copy_that_does_not_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (old_store, old) = replicator(dir.path(), "n1", &peers);
+    let (new_store, new) = replicator(dir.path(), "n2", &peers);
+    old.take_over(&cluster("n1")).await.unwrap();
+    old_store.save_document("decision", &"canceled").unwrap();
+    old.ensure().await.unwrap();
+    // A holder of the cluster key pushes a garbage snapshot of a high generation to n3.
+    let garbage = b"not a database".repeat(100);
+    let header = nodecare_protocol::replica::ReplicaHeader::describe(
+        "n3",
+        "n1",
+        generation(9, 0),
+        &garbage,
+        now_ms(),
+    );
+    let frame = nodecare_protocol::replica::sign_push(
+        &Signer::new(key(), "n3".to_owned()),
+        &header,
+        &garbage,
+        1,
+        now_ms(),
+        REQUEST_TTL_MS,
+    )
+    .unwrap();
+    let n3 = Peer {
+        node: "n3".into(),
+        base_url: "http://n3:1815".into(),
+    };
+    assert_eq!(
+        peers.push(&n3, frame).await.unwrap(),
+        PushReply::Accepted(generation(9, 0))
+    );
+    // The master fails over to n2: it takes over from the newest copy that restores.
+    peers.set_down("n1", true);
+    new.take_over(&cluster("n2")).await.unwrap();
+    assert_eq!(
+        new_store.document::<String>("decision").unwrap().as_deref(),
+        Some("canceled")
+    );
+    let status = new.status();
+    assert_eq!(
+        status.restored_from,
+        Some(("n2".to_owned(), generation(1, 1)))
+    );
+    // Its epoch is above the bad copy's, which the next push replaces.
+    assert_eq!(status.generation, Some(generation(10, 0)));
+    assert_eq!(peers.held("n3"), Some(generation(10, 0)));
+}

@@ -500,11 +500,74 @@ enum BodyError {
     Unverifiable(String),
 }
 
+/// Largest part of an error answer's body read (for its message).
+pub const MAX_ERROR_BODY_BYTES: usize = 4 * 1024;
+
+/// An answer's body exceeded its limit.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CappedReadError {
+    /// More than `limit` bytes.
+    #[error("answer larger than {limit} bytes")]
+    TooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// The read failed.
+    #[error("{0}")]
+    Read(String),
+}
+
+/// Reads `response`'s body chunk by chunk, never holding more than `limit` bytes: an answer
+/// announcing or sending more is refused as soon as it does (the connection is then dropped).
+pub async fn read_capped(
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, CappedReadError> {
+    if response
+        .content_length()
+        .is_some_and(|length| length > limit as u64)
+    {
+        return Err(CappedReadError::TooLarge { limit });
+    }
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                if body.len().saturating_add(chunk.len()) > limit {
+                    return Err(CappedReadError::TooLarge { limit });
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(None) => return Ok(body),
+            Err(error) => return Err(CappedReadError::Read(error_chain(&error))),
+        }
+    }
+}
+
+/// The start of an error answer's body, for a message: at most [`MAX_ERROR_BODY_BYTES`] are
+/// read, the rest is never fetched.
+pub async fn error_text(mut response: reqwest::Response) -> String {
+    let mut body = Vec::new();
+    while body.len() < MAX_ERROR_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    body.truncate(MAX_ERROR_BODY_BYTES);
+    String::from_utf8_lossy(&body).chars().take(200).collect()
+}
+
 /// GETs `url` and reads the body, at most [`MAX_REPORT_BYTES`].
 async fn fetch_body(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, BodyError> {
     let response = match client.get(url).send().await {
         Ok(response) => response,
         Err(error) => {
+            if let Some(cause) = local_cause(&error) {
+                return Err(BodyError::Unreachable(format!(
+                    "{url}: {LOCAL_FAILURE}{cause}"
+                )));
+            }
             return Err(BodyError::Unreachable(format!(
                 "{url}: {}",
                 error_chain(&error)
@@ -513,36 +576,19 @@ async fn fetch_body(client: &reqwest::Client, url: &str) -> Result<Vec<u8>, Body
     };
     let status = response.status();
     if !status.is_success() {
-        let body = response.text().await.unwrap_or_default();
-        let body: String = body.chars().take(200).collect();
+        let body = error_text(response).await;
         return Err(BodyError::Unreachable(format!(
             "{url}: HTTP {status}: {}",
             body.trim()
         )));
     }
-    if response
-        .content_length()
-        .is_some_and(|length| length > MAX_REPORT_BYTES as u64)
-    {
-        return Err(BodyError::Unverifiable(format!(
+    match read_capped(response, MAX_REPORT_BYTES).await {
+        Ok(body) => Ok(body),
+        Err(CappedReadError::TooLarge { .. }) => Err(BodyError::Unverifiable(format!(
             "{url}: report larger than {MAX_REPORT_BYTES} bytes"
-        )));
+        ))),
+        Err(CappedReadError::Read(error)) => Err(BodyError::Unreachable(format!("{url}: {error}"))),
     }
-    let body = match response.bytes().await {
-        Ok(body) => body,
-        Err(error) => {
-            return Err(BodyError::Unreachable(format!(
-                "{url}: {}",
-                error_chain(&error)
-            )));
-        }
-    };
-    if body.len() > MAX_REPORT_BYTES {
-        return Err(BodyError::Unverifiable(format!(
-            "{url}: report larger than {MAX_REPORT_BYTES} bytes"
-        )));
-    }
-    Ok(body.into())
 }
 
 async fn fetch(
@@ -778,6 +824,43 @@ pub fn verify_report(
 }
 
 /// An error and its sources on one line.
+/// Marks an [`AgentOutcome::Unreachable`] whose cause is this host's, not the agent's.
+pub const LOCAL_FAILURE: &str = "local failure: ";
+
+/// The OS error of `error`'s chain when it is this host's own shortage (descriptors, buffers,
+/// memory, local ports): the coordinator could not even try the agent. Pure.
+pub fn local_cause(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    const LOCAL: [i32; 5] = [
+        libc::EMFILE,
+        libc::ENFILE,
+        libc::ENOBUFS,
+        libc::ENOMEM,
+        libc::EADDRNOTAVAIL,
+    ];
+    let mut current = Some(error);
+    while let Some(cause) = current {
+        if let Some(io) = cause.downcast_ref::<std::io::Error>()
+            && io.raw_os_error().is_some_and(|code| LOCAL.contains(&code))
+        {
+            return Some(io.to_string());
+        }
+        current = cause.source();
+    }
+    None
+}
+
+/// The first agent read that failed for a local cause ([`LOCAL_FAILURE`]), if any: then the
+/// round is an error of the round, never agents unreachable (the storm breaker must not count
+/// them).
+pub fn local_failure(results: &[AgentResult]) -> Option<String> {
+    results.iter().find_map(|result| match &result.outcome {
+        AgentOutcome::Unreachable(why) => why
+            .find(LOCAL_FAILURE)
+            .map(|at| format!("{}: {}", result.node, &why[at..])),
+        _ => None,
+    })
+}
+
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -1335,6 +1418,74 @@ mod tests {
                 .map(|p| (p.what.as_str(), p.unknown))
                 .collect::<Vec<_>>(),
             [("n2 (unreachable)", true)]
+        );
+    }
+
+    /// An HTTP server answering every request with `status` and a chunked body that never ends.
+    async fn serve_endless(status: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = vec![0u8; 4096];
+                    let _read = stream.read(&mut request).await;
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    );
+                    if stream.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+                    while stream.write_all(chunk.as_bytes()).await.is_ok() {}
+                });
+            }
+        });
+        format!("http://{address}")
+    }
+
+    #[tokio::test]
+    async fn endless_answers_are_cut_at_their_limit() {
+        let ok = serve_endless("200 OK").await;
+        let error = serve_endless("500 Internal Server Error").await;
+        let scraper = Scraper::new(
+            KeyRing::single(key()),
+            ScrapeSettings {
+                concurrency: 2,
+                timeout: Duration::from_secs(20),
+                policy: VerifyPolicy::default(),
+            },
+        )
+        .unwrap();
+        let targets = vec![
+            AgentTarget {
+                node: "n1".into(),
+                node_uuid: "u1".into(),
+                base_url: ok,
+            },
+            AgentTarget {
+                node: "n2".into(),
+                node_uuid: "u2".into(),
+                base_url: error,
+            },
+        ];
+        let started = std::time::Instant::now();
+        let results = scraper.scrape(targets, &BTreeMap::new(), || NOW).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(
+            matches!(&results[0].outcome, AgentOutcome::Unverifiable(why) if why.contains("larger than")),
+            "{:?}",
+            results[0].outcome
+        );
+        assert!(
+            matches!(&results[1].outcome, AgentOutcome::Unreachable(why) if why.contains("HTTP 500")),
+            "{:?}",
+            results[1].outcome
         );
     }
 

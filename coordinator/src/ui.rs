@@ -702,6 +702,11 @@ fn html_page(body: String) -> Response {
         .into_response()
 }
 
+/// The admin page's basic-auth challenge: its own realm, apart from the JSON API's
+/// ([`crate::api::API_CHALLENGE`]), so that the credentials a browser keeps for the page are never
+/// sent to the API by the browser itself.
+pub const ADMIN_CHALLENGE: &str = "Basic realm=\"nodecare admin page\", charset=\"UTF-8\"";
+
 fn refusal_page(status: StatusCode, message: &str, challenge: bool) -> Response {
     let body = html! {
         (DOCTYPE)
@@ -712,7 +717,7 @@ fn refusal_page(status: StatusCode, message: &str, challenge: bool) -> Response 
     if challenge {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,
-            HeaderValue::from_static("Basic realm=\"nodecare\", charset=\"UTF-8\""),
+            HeaderValue::from_static(ADMIN_CHALLENGE),
         );
     }
     response

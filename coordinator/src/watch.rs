@@ -10,7 +10,12 @@
 //! acts by itself, and the poll of every round stays the fallback. A changed verdict is also put
 //! on the board at once (the agents table of `/1/status` and the web page), so that people see
 //! it before the round has read every agent. Errors back off (1 s doubling
-//! to 30 s); an answer that is not newer than the last one is an error (no busy loop).
+//! to 30 s); an answer that is not newer than the last one is an error (no busy loop). So do two
+//! answers of an agent that cannot hold the request: a `304` well before the requested wait (it
+//! answered at once: its waiters are taken, e.g. by others' long-polls) and `429`/`503` (its
+//! waiters are full; `Retry-After` is honoured, at most the longest back-off). Every back-off is
+//! counted in `nodecare_coordinator_watch_backoffs` by cause and logged at most once per
+//! [`LOG_PERIOD`] and agent.
 //!
 //! Only `http://` agent URLs are watched; others are read by the rounds alone.
 
@@ -53,11 +58,21 @@ impl Default for WatchSettings {
     }
 }
 
+/// A watch logs its back-offs at most once per this period.
+pub const LOG_PERIOD: Duration = Duration::from_secs(300);
+
 /// What one watch request gave.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WatchAnswer {
     /// Nothing newer within the wait (304).
     NotModified,
+    /// The agent cannot hold the request now (429 or 503), with its `Retry-After` if any.
+    Overloaded {
+        /// Why, for the log.
+        message: String,
+        /// The agent's `Retry-After`.
+        retry_after: Option<Duration>,
+    },
     /// A report, judged as a scraped one.
     Report(AgentOutcome),
     /// No usable answer.
@@ -165,17 +180,36 @@ async fn watch_agent(
     let mut after = 0u64;
     let mut seen: Option<Seen> = None;
     let mut backoff = settings.backoff_min;
+    let mut log = crate::auth::LogLimiter::new(LOG_PERIOD);
     loop {
+        let started = tokio::time::Instant::now();
         let answer = watch_once(&target, &ring, settings, after).await;
+        let elapsed = started.elapsed();
         let failure = match answer {
+            WatchAnswer::NotModified if early(elapsed, settings.wait) => Some(Backoff {
+                cause: "early_304",
+                message: format!(
+                    "answered 304 after {elapsed:?} to a wait of {:?} (the agent holds no more waiters?)",
+                    settings.wait
+                ),
+                retry_after: None,
+            }),
             WatchAnswer::NotModified => None,
+            WatchAnswer::Overloaded {
+                message,
+                retry_after,
+            } => Some(Backoff {
+                cause: "overloaded",
+                message,
+                retry_after,
+            }),
             WatchAnswer::Report(AgentOutcome::Verified(o) | AgentOutcome::Stale(o))
                 if after > 0 && o.sequence <= after =>
             {
-                Some(format!(
+                Some(Backoff::error(format!(
                     "answered sequence {} to a watch after {after}",
                     o.sequence
-                ))
+                )))
             }
             WatchAnswer::Report(outcome @ (AgentOutcome::Verified(_) | AgentOutcome::Stale(_))) => {
                 let (AgentOutcome::Verified(o) | AgentOutcome::Stale(o)) = &outcome else {
@@ -197,17 +231,61 @@ async fn watch_agent(
                 None
             }
             WatchAnswer::Report(AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e))
-            | WatchAnswer::Failed(e) => Some(e),
+            | WatchAnswer::Failed(e) => Some(Backoff::error(e)),
         };
         match failure {
             None => backoff = settings.backoff_min,
-            Some(error) => {
-                tracing::debug!(node = %target.node, %error, ?backoff, "watch failed; retrying");
-                tokio::time::sleep(backoff).await;
+            Some(failure) => {
+                let delay = delay(backoff, failure.retry_after, settings);
+                if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
+                    board.metrics.watch_backoff(failure.cause);
+                }
+                if failure.cause == "error" {
+                    tracing::debug!(node = %target.node, error = %failure.message, ?delay, "watch failed; retrying");
+                } else if let Some(suppressed) = log.allow() {
+                    tracing::warn!(node = %target.node, cause = failure.cause, reason = %failure.message, ?delay, suppressed,
+                        "agent watch backs off (logged once per 5 minutes and agent; counted in nodecare_coordinator_watch_backoffs)");
+                }
+                tokio::time::sleep(delay).await;
                 backoff = (backoff * 2).min(settings.backoff_max);
             }
         }
     }
+}
+
+/// Why a watch waits before asking again.
+struct Backoff {
+    cause: &'static str,
+    message: String,
+    retry_after: Option<Duration>,
+}
+
+impl Backoff {
+    fn error(message: String) -> Self {
+        Self {
+            cause: "error",
+            message,
+            retry_after: None,
+        }
+    }
+}
+
+/// Whether a `304` after `elapsed` came well before the requested `wait` (under half of it): the
+/// agent did not hold the request. Pure.
+pub fn early(elapsed: Duration, wait: Duration) -> bool {
+    elapsed < wait / 2
+}
+
+/// How long to wait before the next request: the current back-off, or the agent's
+/// `Retry-After` when longer, never more than the longest back-off. Pure.
+pub fn delay(
+    backoff: Duration,
+    retry_after: Option<Duration>,
+    settings: WatchSettings,
+) -> Duration {
+    backoff
+        .max(retry_after.unwrap_or_default())
+        .min(settings.backoff_max)
 }
 
 /// Puts a verified (or stale) watched report on the board's agents table, unless the board
@@ -266,7 +344,21 @@ pub async fn watch_once(
 ) -> WatchAnswer {
     let limit = settings.wait + settings.timeout;
     match tokio::time::timeout(limit, request(target, settings, after)).await {
-        Ok(Ok((status, body))) => judge(ring, settings.policy, target, status, &body, after),
+        Ok(Ok((status, body, retry_after))) => match status {
+            429 | 503 => WatchAnswer::Overloaded {
+                message: format!(
+                    "{}: HTTP {status}: {}",
+                    target.base_url,
+                    String::from_utf8_lossy(&body)
+                        .chars()
+                        .take(200)
+                        .collect::<String>()
+                        .trim()
+                ),
+                retry_after,
+            },
+            _ => judge(ring, settings.policy, target, status, &body, after),
+        },
         Ok(Err(error)) => WatchAnswer::Failed(error),
         Err(_) => WatchAnswer::Failed(format!("{}: no answer within {limit:?}", target.base_url)),
     }
@@ -308,7 +400,7 @@ async fn request(
     target: &AgentTarget,
     settings: WatchSettings,
     after: u64,
-) -> Result<(u16, Vec<u8>), String> {
+) -> Result<(u16, Vec<u8>, Option<Duration>), String> {
     let (host, port) = host_port(&target.base_url)?;
     let url = &target.base_url;
     let connect = async {
@@ -349,7 +441,21 @@ async fn request(
     if raw.len() as u64 > limit {
         return Err(format!("{url}: answer larger than {limit} bytes"));
     }
-    parse_answer(&raw).map_err(|error| format!("{url}: {error}"))
+    let (status, body) = parse_answer(&raw).map_err(|error| format!("{url}: {error}"))?;
+    Ok((status, body, retry_after(&raw)))
+}
+
+/// The `Retry-After` (in seconds) of a whole HTTP answer, if any and valid. Pure.
+pub fn retry_after(raw: &[u8]) -> Option<Duration> {
+    let split = raw.windows(4).position(|window| window == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..split]).ok()?;
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (name, value) = line.split_once(':')?;
+        if !name.trim().eq_ignore_ascii_case("retry-after") {
+            return None;
+        }
+        value.trim().parse::<u64>().ok().map(Duration::from_secs)
+    })
 }
 
 /// Splits a whole HTTP/1.1 answer (connection closed after it) into status and body. Pure.
@@ -433,6 +539,98 @@ mod tests {
             let error = parse_answer(raw).unwrap_err();
             assert!(error.contains(message), "{error}");
         }
+    }
+
+    /// A fake agent answering every request at once with `answer`; counts the requests.
+    async fn instant_agent(answer: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&count);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut request = vec![0u8; 4096];
+                    let _read = stream.read(&mut request).await;
+                    let _written = stream.write_all(answer.as_bytes()).await;
+                });
+            }
+        });
+        (format!("http://{address}"), count)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn agents_that_cannot_hold_the_watch_are_asked_again_only_after_a_backoff() {
+        let (early, early_count) =
+            instant_agent("HTTP/1.1 304 Not Modified\r\ncontent-length: 0\r\n\r\n").await;
+        let (full, full_count) = instant_agent(
+            "HTTP/1.1 503 Service Unavailable\r\nretry-after: 3\r\ncontent-length: 4\r\n\r\nfull",
+        )
+        .await;
+        let board = Arc::new(crate::board::Board::default());
+        let ring = Arc::new(KeyRing::single(nodecare_protocol::HmacKey::new(
+            b"k".repeat(32),
+        )));
+        let settings = WatchSettings {
+            wait: Duration::from_secs(4),
+            timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(8),
+            policy: VerifyPolicy::default(),
+        };
+        let mut watches = Watches::new(ring, settings).with_board(&board);
+        let target = |node: &str, base_url: String| AgentTarget {
+            node: node.into(),
+            node_uuid: node.into(),
+            base_url,
+        };
+        watches.sync(&[target("n1", early), target("n2", full)]);
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        drop(watches);
+        let early_requests = early_count.load(std::sync::atomic::Ordering::SeqCst);
+        let full_requests = full_count.load(std::sync::atomic::Ordering::SeqCst);
+        // Backing off 1 s, 2 s: at 0, 1 and 3 s.
+        assert!((1..=3).contains(&early_requests), "{early_requests}");
+        // Retry-After 3 s: at 0 and 3 s.
+        assert!((1..=2).contains(&full_requests), "{full_requests}");
+        let text = board.metrics.render(&[], std::iter::empty());
+        for cause in ["early_304", "overloaded"] {
+            let line = format!("nodecare_coordinator_watch_backoffs_total{{cause=\"{cause}\"}} ");
+            let count: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&line))
+                .unwrap_or_else(|| panic!("{line} missing"))
+                .trim()
+                .parse()
+                .unwrap();
+            assert!(count >= 1, "{cause}: {count}");
+        }
+    }
+
+    #[test]
+    fn backoff_honours_retry_after_within_its_bound() {
+        let settings = WatchSettings::default();
+        let second = Duration::from_secs(1);
+        assert_eq!(delay(second, None, settings), second);
+        assert_eq!(
+            delay(second, Some(Duration::from_secs(5)), settings),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            delay(second, Some(Duration::from_secs(86_400)), settings),
+            settings.backoff_max
+        );
+        assert!(early(Duration::from_millis(10), settings.wait));
+        assert!(!early(settings.wait, settings.wait));
+        assert_eq!(
+            retry_after(b"HTTP/1.1 503 X\r\nRetry-After: 7\r\n\r\n"),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(
+            retry_after(b"HTTP/1.1 503 X\r\nRetry-After: soon\r\n\r\n"),
+            None
+        );
     }
 
     #[test]

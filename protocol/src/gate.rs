@@ -15,12 +15,16 @@ pub const MAX_OVERRIDE_S: u64 = 7 * 86_400;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DisruptionRequest {
-    /// The node (its Ganeti name).
+    /// The node (its Ganeti name; at most [`crate::limits::MAX_NAME_BYTES`]).
+    #[serde(deserialize_with = "crate::limits::name")]
     pub node: String,
-    /// Why, for people (`kernel update`).
+    /// Why, for people (`kernel update`; at most [`crate::limits::MAX_TEXT_BYTES`]).
+    #[serde(deserialize_with = "crate::limits::text")]
     pub reason: String,
-    /// Who asks: the tool and its instance (`kured@node3`). A second request of the same
-    /// requester for the same node renews its grant.
+    /// Who asks: the tool and its instance (`kured@node3`; at most
+    /// [`crate::limits::MAX_NAME_BYTES`]). A second request of the same requester for the same
+    /// node renews its grant.
+    #[serde(deserialize_with = "crate::limits::name")]
     pub requester: String,
     /// How long the grant lasts unless renewed or released, in seconds (1 to
     /// [`MAX_GRANT_TTL_S`]).
@@ -33,6 +37,9 @@ impl DisruptionRequest {
         if self.node.trim().is_empty() {
             return Err("node: empty".into());
         }
+        crate::limits::check_len("node", &self.node, crate::limits::MAX_NAME_BYTES)?;
+        crate::limits::check_len("requester", &self.requester, crate::limits::MAX_NAME_BYTES)?;
+        crate::limits::check_len("reason", &self.reason, crate::limits::MAX_TEXT_BYTES)?;
         if self.requester.trim().is_empty() {
             return Err("requester: empty".into());
         }
@@ -189,7 +196,9 @@ pub struct Refusal {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OverrideRequest {
-    /// The failure domain (`group:default`, `rack:r2`).
+    /// The failure domain (`group:default`, `rack:r2`; at most
+    /// [`crate::limits::MAX_NAME_BYTES`]).
+    #[serde(deserialize_with = "crate::limits::name")]
     pub domain: String,
     /// Unix ms when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,7 +206,9 @@ pub struct OverrideRequest {
     /// Seconds from now when it ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duration_s: Option<u64>,
-    /// Why (audited: in the log, in the jobs' reasons and in status).
+    /// Why (audited: in the log, in the jobs' reasons and in status; at most
+    /// [`crate::limits::MAX_TEXT_BYTES`]).
+    #[serde(deserialize_with = "crate::limits::text")]
     pub reason: String,
 }
 
@@ -210,6 +221,8 @@ impl OverrideRequest {
         if self.reason.trim().is_empty() {
             return Err("reason: empty (say why the domain is overridden)".into());
         }
+        crate::limits::check_len("domain", &self.domain, crate::limits::MAX_NAME_BYTES)?;
+        crate::limits::check_len("reason", &self.reason, crate::limits::MAX_TEXT_BYTES)?;
         let until = match (self.until_ms, self.duration_s) {
             (Some(until), None) => until,
             (None, Some(duration)) => now_ms.saturating_add(duration.saturating_mul(1000)),
@@ -277,8 +290,8 @@ pub struct BreakerView {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BreakerReset {
-    /// Why the operator closes it (audited).
-    #[serde(default)]
+    /// Why the operator closes it (audited; at most [`crate::limits::MAX_TEXT_BYTES`]).
+    #[serde(default, deserialize_with = "crate::limits::optional_text")]
     pub reason: Option<String>,
 }
 

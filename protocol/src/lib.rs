@@ -20,6 +20,7 @@ pub mod clock;
 pub mod diagnose;
 pub mod gate;
 pub mod json;
+pub mod limits;
 pub mod load;
 pub mod maintenance;
 pub mod notify;

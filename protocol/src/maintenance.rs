@@ -103,16 +103,34 @@ impl StepTimeouts {
 #[serde(deny_unknown_fields)]
 pub struct CampaignRequest {
     /// `-G`: only this node group (name or uuid).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::limits::optional_name"
+    )]
     pub group: Option<String>,
-    /// `-O`: nodes to treat as offline (left out of the campaign).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// `-O`: nodes to treat as offline (left out of the campaign; at most
+    /// [`crate::limits::MAX_LIST_ENTRIES`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "crate::limits::names"
+    )]
     pub offline: Vec<String>,
-    /// `--node-tags`: only nodes with one of these tags.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `--node-tags`: only nodes with one of these tags (at most
+    /// [`crate::limits::MAX_LIST_ENTRIES`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::limits::optional_names"
+    )]
     pub node_tags: Option<Vec<String>>,
     /// `--failure-domains`: `group`, or a node tag prefix such as `rack:`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::limits::optional_name"
+    )]
     pub failure_domains: Option<String>,
     /// `--skip-non-redundant`.
     #[serde(default)]
@@ -137,8 +155,13 @@ pub struct CampaignRequest {
     /// Per step timeouts.
     #[serde(default)]
     pub timeouts: StepTimeouts,
-    /// Why, for people (in the jobs' reasons and the log).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Why, for people (in the jobs' reasons and the log; at most
+    /// [`crate::limits::MAX_TEXT_BYTES`]).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::limits::optional_text"
+    )]
     pub reason: Option<String>,
 }
 
@@ -168,6 +191,21 @@ impl CampaignRequest {
                 "hook: {:?} is not a repair command name (^[A-Za-z0-9_-]+$)",
                 self.hook
             ));
+        }
+        crate::limits::check_list("offline", &self.offline)?;
+        if let Some(tags) = &self.node_tags {
+            crate::limits::check_list("node_tags", tags)?;
+        }
+        for (field, value) in [
+            ("group", &self.group),
+            ("failure_domains", &self.failure_domains),
+        ] {
+            if let Some(value) = value {
+                crate::limits::check_len(field, value, crate::limits::MAX_NAME_BYTES)?;
+            }
+        }
+        if let Some(reason) = &self.reason {
+            crate::limits::check_len("reason", reason, crate::limits::MAX_TEXT_BYTES)?;
         }
         if self.skip_non_redundant && self.ignore_non_redundant {
             return Err(

@@ -72,7 +72,7 @@ async fn gate_view(h: &mut Harness) {
 async fn the_reboot_script_is_admitted_refused_and_admitted_again() {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
-    std::fs::write(&users, "ops secret write\nviewer look read\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "ops secret write\nviewer look read\n").unwrap();
     std::fs::write(dir.path().join("password"), "secret\n").unwrap();
     let users_path = users.clone();
     let mut h = Harness::new(4, "a:drbd:1,b:drbd:3", move |config| {

@@ -185,7 +185,7 @@ async fn read_commands_show_a_completed_evacuation_and_an_unknown_verdict() {
 async fn roll_execute_status_and_control_a_campaign() {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
-    std::fs::write(&users, "ops secret write\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
     let users_path = users.clone();
     let mut h = Harness::new(4, "a:drbd:2,b:drbd:3", move |config| {
         config.users = users_path;

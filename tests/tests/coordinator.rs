@@ -493,7 +493,7 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let users = h.state_dir.path().join("users");
-    std::fs::write(
+    nodecare_tests::harness::write_secret(
         &users,
         "# test users\nadmin secret write\nviewer look read\n",
     )
@@ -861,7 +861,7 @@ async fn without_users_file_writes_are_refused() {
 async fn a_check_request_reaches_the_agent_signed() {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
-    std::fs::write(&users, "admin secret write\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "admin secret write\n").unwrap();
     let mut h = Harness::new(2, "", |config| config.users = users.clone())
         .await
         .unwrap();

@@ -26,6 +26,7 @@ use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
 use tokio::io::AsyncReadExt as _;
+use tokio::io::AsyncWriteExt as _;
 use uuid::Uuid;
 
 const NOW_MS: u64 = 1_795_000_000_000;
@@ -414,7 +415,7 @@ async fn scenario() -> (Harness, String, tokio::task::JoinHandle<()>, ApiState) 
         h.round().await.unwrap();
     }
     let users = h.state_dir.path().join("users");
-    std::fs::write(&users, "admin secret write\nviewer look\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "admin secret write\nviewer look\n").unwrap();
     let mut api = h.coordinator.api().clone();
     api.users = Some(users);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -862,4 +863,78 @@ fn instance_repairs_are_shown_with_what_holds_them() {
     assert!(html.contains("primary node4.example.com is offline"));
     assert!(html.contains("storm breaker open: 9 of 20 nodes"));
     assert!(!render(&fixed_snapshot(), None).contains("Instance repairs"));
+}
+
+/// A page on another site that posts a `text/plain` form to the JSON API as soon as it opens,
+/// with the operator's credentials in the form's address.
+async fn attacking_site(target: &str) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let action = target.replacen("http://", "http://admin:secret@", 1);
+    let page = format!(
+        "<!doctype html><html><body>\
+         <form id=f method=post enctype=text/plain action=\"{action}/1/overrides\">\
+         <input name='{{\"domain\":\"group:default\",\"duration_s\":604800,\"reason\":\"csrf' value='\"}}'>\
+         </form><script>document.getElementById('f').submit()</script></body></html>"
+    );
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let page = page.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 4096];
+                let _read = stream.read(&mut buffer).await;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                    page.len()
+                );
+                let _written = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    // Another site: `localhost` is not `127.0.0.1`.
+    format!("http://localhost:{port}/")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_site_cannot_write_through_the_json_api_in_chromium() {
+    let Some(binary) = find_chromium() else {
+        let required = std::env::var("NODECARE_REQUIRE_BROWSER").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "NODECARE_REQUIRE_BROWSER=1 but chromium is missing (apt-get install chromium)"
+        );
+        eprintln!("skipped: chromium is not installed (apt-get install chromium)");
+        return;
+    };
+    let (h, base, server, _api) = scenario().await;
+    let (proxy, _requests) = recording_proxy().await;
+    let profile = tempfile::tempdir().unwrap();
+    let attack = attacking_site(&base).await;
+    let (dom, log) = chromium(
+        &binary,
+        profile.path(),
+        &proxy,
+        &[
+            "--proxy-bypass-list=<-loopback>;localhost;127.0.0.1".into(),
+            "--virtual-time-budget=5000".into(),
+            "--dump-dom".into(),
+            attack,
+        ],
+    )
+    .await;
+    let overrides = h
+        .coordinator
+        .api()
+        .store
+        .overrides_in_force(nodecare_protocol::now_ms())
+        .unwrap();
+    assert!(
+        overrides.is_empty(),
+        "another site set an override: {overrides:?}\n{dom}\n{log}"
+    );
+    assert!(
+        dom.contains("refused") || dom.contains("Content-Type"),
+        "the form reached the API and was refused: {dom}\n{log}"
+    );
+    server.abort();
 }

@@ -343,6 +343,15 @@ impl Store {
         Ok(())
     }
 
+    /// Rewrites the whole database without its free pages (`VACUUM`), then truncates the
+    /// write-ahead log: the smallest file the state fits in.
+    pub fn vacuum(&self) -> Result<(), StoreError> {
+        let connection = self.lock();
+        connection.execute_batch("VACUUM")?;
+        connection.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        Ok(())
+    }
+
     /// The database's size on disk: the file and its write-ahead log, in bytes.
     pub fn size_bytes(&self) -> Result<u64, StoreError> {
         let path: Option<String> = self

@@ -221,7 +221,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
     // The users file of writes (cancel, the web page's actions): `admin`, password `demo`.
     let users_path = work.path().join("users");
-    std::fs::write(&users_path, "admin demo write\n")?;
+    nodecare_tests::harness::write_secret(&users_path, "admin demo write\n")?;
     let config = Config {
         hmac_key: key_path.clone(),
         users: users_path,

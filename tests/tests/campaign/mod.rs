@@ -77,7 +77,7 @@ fn campaign(h: &Harness) -> Campaign {
 async fn a_campaign_reboots_every_node_and_puts_instances_back() {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
-    std::fs::write(&users, "ops secret write\nviewer look read\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "ops secret write\nviewer look read\n").unwrap();
     let mut h = cluster(&users).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());

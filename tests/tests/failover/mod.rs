@@ -64,7 +64,7 @@ async fn start_with(
     config.replication.enabled = replication;
     config.max_disrupted_nodes = 1;
     let users = state.path().join("users");
-    std::fs::write(&users, "admin secret write\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "admin secret write\n").unwrap();
     config.users = users;
     config.node_name = Some(on.to_owned());
     config.round_interval = 0.05;

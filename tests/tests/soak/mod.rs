@@ -124,7 +124,7 @@ async fn coordinator_soak() {
     .unwrap();
     let state_dir = dir.path().join("state");
     let users_path = dir.path().join("users");
-    std::fs::write(&users_path, "tool secret write\n").unwrap();
+    nodecare_tests::harness::write_secret(&users_path, "tool secret write\n").unwrap();
     let listen = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -1,0 +1,403 @@
+//! The API's HTTP server: its own accept loop over hyper, so that hostile clients cannot hold
+//! the coordinator's descriptors or memory.
+//!
+//! - **Connection cap** ([`ServerLimits::max_connections`], default 1024, far below the unit's
+//!   `LimitNOFILE=65536`, so that descriptors stay for the agents' reads and watches): a
+//!   connection over the cap is answered `503` with `Retry-After: 1` (one non-blocking write) and
+//!   closed at once. One client address holds at most [`ServerLimits::max_per_client`]
+//!   (default 32) of them, so that one host cannot take every connection from the operators, the
+//!   CLI and Prometheus.
+//! - **Header timeout** ([`ServerLimits::header_timeout`], 10 s): a request head not complete
+//!   within it closes the connection (slowloris); it also bounds a kept-alive connection idle
+//!   between requests.
+//! - **Connection lifetime** ([`ServerLimits::connection_lifetime`], 60 s): after it the connection
+//!   is shut down gracefully (the request in flight finishes, at most 10 s more), so that no
+//!   client, reading its answer slowly or not at all, holds a connection longer.
+//! - **Body** ([`guard`]): every request body is read within [`ServerLimits::body_timeout`]
+//!   (10 s, else `408`) and up to [`ServerLimits::max_body_bytes`] (64 KiB, else `413`).
+//! - **Writes** ([`guard`]): a write (any method but GET, HEAD, OPTIONS) from another site is
+//!   refused (`403`): `Sec-Fetch-Site` other than `same-origin` or `none`, or an `Origin` that does
+//!   not name the `Host` the request was sent to. A JSON API write with a body must say
+//!   `Content-Type: application/json` (`415`); the web page's forms (`/ui/admin/…`) have their
+//!   own checks ([`crate::ui`]).
+//! - **Password guessing** ([`crate::auth::Throttle`]): failed basic-auth attempts are counted per
+//!   client address and logged (rate-limited); past 10 failures in a minute the client is
+//!   answered `429` with `Retry-After` until the minute ends.
+//!
+//! An accept error (e.g. `EMFILE`) is counted, logged at most once a minute and retried after
+//! 50 ms, never in a busy loop.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use crate::api::error;
+use crate::board::Board;
+
+/// The server's limits (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Most connections open at once.
+    pub max_connections: usize,
+    /// Most connections open at once from one client address.
+    pub max_per_client: usize,
+    /// Longest time to receive a request head (and longest idle time between requests).
+    pub header_timeout: Duration,
+    /// Longest time to receive a request body.
+    pub body_timeout: Duration,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Longest life of a connection before it is shut down gracefully.
+    pub connection_lifetime: Duration,
+}
+
+/// Default [`ServerLimits::max_connections`].
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default [`ServerLimits::max_per_client`].
+pub const DEFAULT_MAX_PER_CLIENT: usize = 32;
+/// Default [`ServerLimits::max_body_bytes`].
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_per_client: DEFAULT_MAX_PER_CLIENT,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            max_body_bytes: MAX_BODY_BYTES,
+            connection_lifetime: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How long a connection shut down at the end of its life may still finish its request.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The answer to a connection over the cap, written without waiting.
+const OVER_CAP: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: 62\r\nConnection: close\r\n\r\n{\"code\":503,\"message\":\"too many connections to the coordinator\"}";
+
+/// Serves `app` (the router of [`crate::http::router`], with [`guard`] applied) on `listener`
+/// until `shutdown` completes, within `limits`; `board` counts what is refused.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: ServerLimits,
+    board: Arc<Board>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut connections = JoinSet::new();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut accept_errors = crate::auth::LogLimiter::new(Duration::from_secs(60));
+    let mut over_cap = crate::auth::LogLimiter::new(Duration::from_secs(60));
+    let mut over_client_cap = crate::auth::LogLimiter::new(Duration::from_secs(60));
+    let clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>> =
+        Arc::default();
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                board.metrics.api_refused("accept_error");
+                if let Some(suppressed) = accept_errors.allow() {
+                    tracing::warn!(%error, suppressed, "the API cannot accept a connection (descriptors exhausted?); retrying");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Some(per_client) = PerClient::acquire(&clients, peer.ip(), limits.max_per_client)
+        else {
+            board.metrics.api_refused("client_cap");
+            if let Some(suppressed) = over_client_cap.allow() {
+                tracing::warn!(%peer, suppressed, max = limits.max_per_client, "API connection cap of one client reached: connection refused");
+            }
+            if let Err(error) = stream.try_write(OVER_CAP) {
+                tracing::debug!(%peer, %error, "cannot answer a refused connection");
+            }
+            drop(stream);
+            continue;
+        };
+        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+            board.metrics.api_refused("connection_cap");
+            if let Some(suppressed) = over_cap.allow() {
+                tracing::warn!(%peer, suppressed, max = limits.max_connections, "API connection cap reached: connection refused");
+            }
+            // Best effort, never waiting: the client may not read.
+            if let Err(error) = stream.try_write(OVER_CAP) {
+                tracing::debug!(%peer, %error, "cannot answer a refused connection");
+            }
+            drop(stream);
+            continue;
+        };
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%peer, %error, "cannot disable Nagle");
+        }
+        let app = app.clone();
+        let mut stopped = stopped.clone();
+        let board = Arc::clone(&board);
+        connections.spawn(async move {
+            let _permit = (permit, per_client);
+            let service =
+                hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let mut request = request.map(Body::new);
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    let app = app.clone();
+                    async move {
+                        use tower_service::Service as _;
+                        let mut app = app;
+                        app.call(request).await
+                    }
+                });
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .keep_alive(true)
+                .header_read_timeout(limits.header_timeout)
+                .max_buf_size(64 * 1024)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            let life = tokio::time::sleep(limits.connection_lifetime);
+            tokio::pin!(life);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = &mut life => {
+                    connection.as_mut().graceful_shutdown();
+                    match tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await {
+                        Ok(result) => result,
+                        Err(_) => return,
+                    }
+                }
+                _ = stopped.changed() => {
+                    connection.as_mut().graceful_shutdown();
+                    if tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await.is_err() {
+                        tracing::debug!(%peer, "API connection dropped at shutdown");
+                    }
+                    return;
+                }
+            };
+            if let Err(error) = result {
+                if error.is_timeout() {
+                    board.metrics.api_refused("header_timeout");
+                }
+                tracing::debug!(%peer, %error, "API connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if stop.send(true).is_err() {
+        tracing::debug!("no API connection left to stop");
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// One connection counted against its client address; uncounted when dropped.
+struct PerClient {
+    clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl PerClient {
+    fn acquire(
+        clients: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+        max: usize,
+    ) -> Option<Self> {
+        let mut map = clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = map.entry(ip).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(Self {
+            clients: Arc::clone(clients),
+            ip,
+        })
+    }
+}
+
+impl Drop for PerClient {
+    fn drop(&mut self) {
+        let mut map = self
+            .clients
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = map.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
+fn is_write(method: &Method) -> bool {
+    !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+/// Why a write comes from another site, if it does: `Sec-Fetch-Site` other than `same-origin`
+/// or `none`, or an `Origin` that does not name the `Host`. A request with neither (the CLI,
+/// curl) passes. Pure.
+pub fn cross_site(headers: &HeaderMap) -> Option<String> {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.to_str().unwrap_or("");
+        if !site.eq_ignore_ascii_case("same-origin") && !site.eq_ignore_ascii_case("none") {
+            return Some(format!(
+                "write from another site (Sec-Fetch-Site: {site}) refused"
+            ));
+        }
+    }
+    let origin = headers.get(header::ORIGIN)?;
+    let origin = origin.to_str().unwrap_or("");
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let authority = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+        .map(|rest| rest.split('/').next().unwrap_or(""));
+    match authority {
+        Some(authority) if !host.is_empty() && authority.eq_ignore_ascii_case(host) => None,
+        _ => Some(format!(
+            "write from origin {origin:?} to {host:?} refused (cross-site protection)"
+        )),
+    }
+}
+
+/// Whether a JSON API write's `Content-Type` is acceptable: `application/json` (parameters
+/// allowed), or none at all for a request without a body. Pure.
+pub fn json_content_type(headers: &HeaderMap, body_len: usize) -> Result<(), String> {
+    match headers.get(header::CONTENT_TYPE) {
+        None if body_len == 0 => Ok(()),
+        None => Err("a write with a body needs Content-Type: application/json".into()),
+        Some(value) => {
+            let text = value.to_str().unwrap_or("");
+            let essence = text.split(';').next().unwrap_or("").trim();
+            if essence.eq_ignore_ascii_case("application/json") {
+                Ok(())
+            } else {
+                Err(format!(
+                    "Content-Type {text:?} refused: JSON writes need Content-Type: application/json"
+                ))
+            }
+        }
+    }
+}
+
+/// The checks in front of every handler: password-guess throttling, the body's size and time
+/// limits, and the cross-site and `Content-Type` checks of writes (module documentation).
+pub async fn guard(
+    board: Arc<Board>,
+    throttle: Arc<crate::auth::Throttle>,
+    limits: ServerLimits,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let client = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip());
+    let credentials = request.headers().contains_key(header::AUTHORIZATION);
+    if credentials && let Some(wait) = throttle.refused(client) {
+        board.metrics.api_refused("auth_throttled");
+        let mut response = error(
+            StatusCode::TOO_MANY_REQUESTS,
+            format!(
+                "too many failed authentications from this client: retry in {} s",
+                wait.as_secs().max(1)
+            ),
+        );
+        if let Ok(value) = axum::http::HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+            response.headers_mut().insert(header::RETRY_AFTER, value);
+        }
+        return response;
+    }
+    let write = is_write(request.method());
+    if write && let Some(message) = cross_site(request.headers()) {
+        board.metrics.api_refused("cross_site");
+        tracing::info!(client = ?client, path = %request.uri().path(), "{message}");
+        return error(StatusCode::FORBIDDEN, message);
+    }
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limits.max_body_bytes as u64) {
+        board.metrics.api_refused("body_too_large");
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body larger than {} bytes", limits.max_body_bytes),
+        );
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = match tokio::time::timeout(
+        limits.body_timeout,
+        axum::body::to_bytes(body, limits.max_body_bytes),
+    )
+    .await
+    {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(body_error)) => {
+            let too_large = std::error::Error::source(&body_error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                board.metrics.api_refused("body_too_large");
+                return error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("request body larger than {} bytes", limits.max_body_bytes),
+                );
+            }
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {body_error}"),
+            );
+        }
+        Err(_) => {
+            board.metrics.api_refused("body_timeout");
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "request body not received within {} s",
+                    limits.body_timeout.as_secs()
+                ),
+            );
+        }
+    };
+    let json_api = !parts.uri.path().starts_with("/ui/");
+    if write
+        && json_api
+        && let Err(message) = json_content_type(&parts.headers, bytes.len())
+    {
+        board.metrics.api_refused("content_type");
+        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, message);
+    }
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    if credentials && response.status() == StatusCode::UNAUTHORIZED {
+        board.metrics.api_refused("auth_failure");
+        throttle.failed(client);
+    }
+    response.into_response()
+}

@@ -1,0 +1,324 @@
+//! The coordinator's API against hostile clients: slow and idle connections are closed, the
+//! connection cap answers 503 and keeps the API serving, bodies are bounded in size and time,
+//! cross-site writes and non-JSON writes are refused, and password guessing is throttled.
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use nodecare_coordinator::server::{ServerLimits, serve};
+use nodecare_tests::harness::Harness;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+async fn start(limits: ServerLimits) -> (Harness, SocketAddr, tokio::task::JoinHandle<()>) {
+    let h = Harness::new(2, "", |_| {}).await.unwrap();
+    let users = h.state_dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "admin secret write\n").unwrap();
+    let mut api = h.coordinator.api().clone();
+    api.users = Some(users);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let board = std::sync::Arc::clone(&api.board);
+    let app = nodecare_coordinator::http::router_with(api, limits);
+    let server = tokio::spawn(serve(listener, app, limits, board, std::future::pending()));
+    (h, addr, server)
+}
+
+fn small_limits() -> ServerLimits {
+    ServerLimits {
+        max_connections: 8,
+        max_per_client: 32,
+        header_timeout: Duration::from_secs(1),
+        body_timeout: Duration::from_secs(1),
+        max_body_bytes: 64 * 1024,
+        connection_lifetime: Duration::from_secs(4),
+    }
+}
+
+/// Reads until the peer closes (or `limit` passes): how long that took, and what was read.
+async fn until_closed(stream: &mut TcpStream, limit: Duration) -> (Option<Duration>, Vec<u8>) {
+    let started = Instant::now();
+    let mut all = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout_at(
+            tokio::time::Instant::from_std(started + limit),
+            stream.read(&mut buffer),
+        )
+        .await
+        {
+            Ok(Ok(0) | Err(_)) => return (Some(started.elapsed()), all),
+            Ok(Ok(n)) => all.extend_from_slice(&buffer[..n]),
+            Err(_) => return (None, all),
+        }
+    }
+}
+
+async fn metric(addr: SocketAddr, reason: &str) -> u64 {
+    let text = reqwest::get(format!("http://{addr}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let needle = format!("nodecare_coordinator_api_refused_total{{reason=\"{reason}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&needle))
+        .unwrap_or_else(|| panic!("no {needle} in /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed() {
+    let (_h, addr, _server) = start(small_limits()).await;
+    // Slowloris: a head never finished.
+    let mut slow = TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /1/status HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let (closed, _) = until_closed(&mut slow, Duration::from_secs(8)).await;
+    let closed = closed.expect("a head never finished is closed");
+    assert!(closed < Duration::from_secs(3), "{closed:?}");
+    // Idle after one answered request (keep-alive).
+    let mut idle = TcpStream::connect(addr).await.unwrap();
+    idle.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let (closed, answer) = until_closed(&mut idle, Duration::from_secs(8)).await;
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    let closed = closed.expect("an idle kept-alive connection is closed");
+    assert!(closed < Duration::from_secs(5), "{closed:?}");
+    // A body that never arrives: 408.
+    let mut body = TcpStream::connect(addr).await.unwrap();
+    body.write_all(
+        b"POST /1/breaker/reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+    )
+    .await
+    .unwrap();
+    let (_, answer) = until_closed(&mut body, Duration::from_secs(8)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    assert!(metric(addr, "body_timeout").await >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_connection_cap_answers_503_and_the_api_keeps_serving() {
+    let limits = ServerLimits {
+        header_timeout: Duration::from_secs(30),
+        connection_lifetime: Duration::from_secs(60),
+        ..small_limits()
+    };
+    let (_h, addr, _server) = start(limits).await;
+    let mut held = Vec::new();
+    for _ in 0..limits.max_connections {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        held.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut over = TcpStream::connect(addr).await.unwrap();
+    let (closed, answer) = until_closed(&mut over, Duration::from_secs(5)).await;
+    assert!(
+        closed.is_some(),
+        "a connection over the cap is closed at once"
+    );
+    assert!(
+        answer.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    // One client address holds at most its share: another address still gets in.
+    let limits_per_client = ServerLimits {
+        max_per_client: 2,
+        ..limits
+    };
+    let (_h2, addr2, _server2) = start(limits_per_client).await;
+    let mut greedy = Vec::new();
+    for _ in 0..2 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let mut stream = socket.connect(addr2).await.unwrap();
+        stream.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        greedy.push(stream);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+    let mut third = socket.connect(addr2).await.unwrap();
+    let (_, answer) = until_closed(&mut third, Duration::from_secs(5)).await;
+    assert!(
+        answer.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let status = reqwest::get(format!("http://{addr2}/1/status"))
+        .await
+        .unwrap();
+    assert_eq!(status.status(), 200);
+    assert!(metric(addr2, "client_cap").await >= 1);
+    // Once the held connections go, the API serves again (and counts what it refused).
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(metric(addr, "connection_cap").await >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_cross_site_and_non_json_writes_are_refused() {
+    let (_h, addr, _server) = start(small_limits()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/1/overrides");
+    let body = serde_json::json!({"domain": "group:default", "duration_s": 600, "reason": "x"});
+    // Too large.
+    let answer = client
+        .post(&url)
+        .basic_auth("admin", Some("secret"))
+        .header("content-type", "application/json")
+        .body(vec![b' '; 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 413);
+    // A form (text/plain) with the right credentials.
+    let answer = client
+        .post(&url)
+        .basic_auth("admin", Some("secret"))
+        .header("content-type", "text/plain")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 415);
+    // From another site, even as JSON.
+    for (name, value) in [
+        ("origin", "http://evil.example"),
+        ("origin", "null"),
+        ("sec-fetch-site", "cross-site"),
+        ("sec-fetch-site", "same-site"),
+    ] {
+        let answer = client
+            .post(&url)
+            .basic_auth("admin", Some("secret"))
+            .header(name, value)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 403, "{name}: {value}");
+    }
+    // The bodyless writes too.
+    let answer = client
+        .post(format!("http://{addr}/1/breaker/reset"))
+        .basic_auth("admin", Some("secret"))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
+    assert!(metric(addr, "cross_site").await >= 5);
+    // Text past its limit: a clear 400 naming the field, nothing stored.
+    for (path, body, field) in [
+        (
+            "/1/overrides",
+            serde_json::json!({"domain": "group:default", "duration_s": 600, "reason": "r".repeat(2000)}),
+            "longer than the 1024",
+        ),
+        (
+            "/1/disruptions",
+            serde_json::json!({"node": "n", "reason": "r", "requester": "q".repeat(300), "ttl_s": 60}),
+            "longer than the 255",
+        ),
+        (
+            "/1/maintenance",
+            serde_json::json!({"hook": "reboot", "offline": vec!["n"; 1001]}),
+            "more than the 1000",
+        ),
+    ] {
+        let answer = client
+            .post(format!("http://{addr}{path}"))
+            .basic_auth("admin", Some("secret"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{path}");
+        let text = answer.text().await.unwrap();
+        assert!(text.contains(field), "{path}: {text}");
+    }
+    // The CLI's way (basic auth, JSON, no Origin) and a same-origin page still write.
+    let answer = client
+        .post(&url)
+        .basic_auth("admin", Some("secret"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(answer.status(), 403);
+    assert_ne!(answer.status(), 415);
+    let answer = client
+        .post(format!("http://{addr}/1/breaker/reset"))
+        .basic_auth("admin", Some("secret"))
+        .header("origin", format!("http://{addr}"))
+        .header("sec-fetch-site", "same-origin")
+        .send()
+        .await
+        .unwrap();
+    // Reaches the handler (the breaker is not open).
+    assert_eq!(answer.status(), 409, "{:?}", answer.text().await);
+    // The API's challenge is not the page's: a browser never answers one with the other's
+    // credentials.
+    let api = client.post(&url).json(&body).send().await.unwrap();
+    let page = client
+        .get(format!("http://{addr}/ui/admin/"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!((api.status().as_u16(), page.status().as_u16()), (401, 401));
+    let realm = |answer: &reqwest::Response| {
+        answer.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_ne!(realm(&api), realm(&page));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn password_guessing_is_throttled() {
+    let (_h, addr, _server) = start(small_limits()).await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{addr}/1/breaker/reset");
+    let mut statuses = Vec::new();
+    for guess in 0..15 {
+        let answer = client
+            .post(&url)
+            .basic_auth("admin", Some(format!("guess{guess}")))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(answer.status().as_u16());
+    }
+    assert_eq!(statuses[..10], [401; 10]);
+    assert_eq!(statuses[10..], [429; 5]);
+    // Even the right password waits out the window.
+    let answer = client
+        .post(&url)
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 429);
+    let wait: u64 = answer.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    assert_eq!(metric(addr, "auth_failure").await, 10);
+    assert!(metric(addr, "auth_throttled").await >= 6);
+}
