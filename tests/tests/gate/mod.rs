@@ -788,7 +788,7 @@ async fn drains_and_offlines_are_attributed_to_the_incident_that_made_them() {
         .find(|i| i.node == node(3))
         .unwrap()
         .uuid;
-    nodecare_coordinator::reconcile::cancel_incident(&api.store, &api.incident_lock, second)
+    nodecare_coordinator::reconcile::cancel_incident(&api.store, second)
         .await
         .unwrap();
     h.sim
