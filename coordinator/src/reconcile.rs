@@ -1230,7 +1230,8 @@ impl Reconciler {
                     return_to_service(&service_facts(node, &own)),
                     ServiceStep::Done
                 );
-            if incident.awaits_acknowledgement(&node.tags) {
+            let acknowledged_now = incident.awaits_acknowledgement(&node.tags);
+            if acknowledged_now {
                 match incident.apply(Event::TagRemoved, now_s()) {
                     Ok(Disposition::Forget) if !returning => {
                         tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; incident forgotten");
@@ -1246,9 +1247,11 @@ impl Reconciler {
             }
             if returning && incident.acknowledged {
                 submitted += self.return_to_service(&mut incident, node, &own).await?;
-            } else if node.offline && incident.acknowledged {
+            } else if node.offline && incident.acknowledged && !acknowledged_now {
                 // An offline node reports nothing and nodecare will not bring it back: the
                 // acknowledgement hands it to the operator (docs: "The end of an incident").
+                // One round after the acknowledgement, so that every reader of the round's
+                // changes (the webhook, the page) sees the acknowledgement first.
                 if let Ok(Disposition::Forget) = incident.apply(Event::NodeOffline, now_s()) {
                     tracing::info!(incident = %incident.uuid, node = %incident.node, "acknowledged on an offline node; incident forgotten");
                     self.store.forget_incident(incident.uuid)?;

@@ -78,9 +78,11 @@ async fn evacuation_runs_to_completion_and_acknowledgement_forgets() {
         "{ours:#?}"
     );
     // Removing the tag acknowledges. The offline node reports nothing, so the acknowledged
-    // incident is forgotten at once; the node stays offline (no `undrain_on_ack`).
+    // incident is forgotten at the next round; the node stays offline (no `undrain_on_ack`).
     h.sim
         .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
+    h.round().await.unwrap();
+    assert!(h.incidents().unwrap()[0].acknowledged);
     h.round().await.unwrap();
     assert!(h.incidents().unwrap().is_empty());
     assert!(h.sim.with_cluster(|c| c.nodes[&node(2)].offline));

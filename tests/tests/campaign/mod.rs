@@ -303,7 +303,7 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
 async fn a_campaign_is_planned_with_the_coordinator_s_failure_domains() {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
-    std::fs::write(&users, "ops secret write\n").unwrap();
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
     let nodes = 6;
     let mut h = Harness::new(
         nodes,

@@ -392,7 +392,7 @@ async fn acknowledgement_returns_the_node_to_service() {
 
 /// Without `undrain_on_ack` (the default) the node stays out of service after the
 /// acknowledgement, and the incident of the offline node (which reports nothing) is forgotten
-/// at once: the operator owns the node. Set online again, it is judged afresh: `Ok` opens
+/// at the round after: the operator owns the node. Set online again, it is judged afresh: `Ok` opens
 /// nothing, a problem still there is a new incident.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acknowledgement_alone_leaves_the_node_offline_and_forgets_the_incident() {
@@ -411,9 +411,11 @@ async fn acknowledgement_alone_leaves_the_node_offline_and_forgets_the_incident(
         h.sim
             .with_cluster(|c| c.nodes.get_mut(&node(2)).unwrap().tags.clear());
         h.round().await.unwrap();
+        assert!(h.incidents().unwrap()[0].acknowledged);
+        h.round().await.unwrap();
         assert!(
             h.incidents().unwrap().is_empty(),
-            "forgotten at the acknowledgement"
+            "forgotten after the acknowledgement"
         );
         for _ in 0..2 {
             h.round().await.unwrap();
