@@ -204,7 +204,11 @@ impl ReportCache {
 
     /// How long ago the report at `position` was last read; `None`: never.
     pub fn read_ago(&self, position: usize) -> Option<Duration> {
-        let read = self.demand.get(position)?.last_read_ms.load(Ordering::SeqCst);
+        let read = self
+            .demand
+            .get(position)?
+            .last_read_ms
+            .load(Ordering::SeqCst);
         let at = Duration::from_millis(read.checked_sub(1)?);
         Some(self.epoch.elapsed().saturating_sub(at))
     }

@@ -389,10 +389,7 @@ mod tests {
         let after_crash = restarted.next(start).unwrap();
         assert_eq!(after_crash, first + SEQUENCE_BLOCK + 1);
         assert!(after_crash > last);
-        assert_eq!(
-            state.load_sequence().unwrap(),
-            after_crash + SEQUENCE_BLOCK
-        );
+        assert_eq!(state.load_sequence().unwrap(), after_crash + SEQUENCE_BLOCK);
         // Beyond the block: the next block's top is persisted before the number is used.
         let beyond = after_crash + SEQUENCE_BLOCK + 5;
         assert_eq!(restarted.next(beyond).unwrap(), beyond);
@@ -481,6 +478,9 @@ mod tests {
         assert_eq!(second.reboot_required, Some(true));
         // An unreadable boot id is absent, never a made-up value.
         std::fs::remove_file(&boot_id).unwrap();
-        assert_eq!(payload(signer.sign(&run, false).await.unwrap()).boot_id, None);
+        assert_eq!(
+            payload(signer.sign(&run, false).await.unwrap()).boot_id,
+            None
+        );
     }
 }

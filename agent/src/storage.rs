@@ -169,9 +169,15 @@ mod tests {
         )
         .unwrap();
         let storage = StorageSigner::new(Ok(signer), diagnose.sequencer(), STORAGE_INTERVAL, 3);
-        let first = storage.sign(DrbdState::NotInstalled {}, now_ms()).await.unwrap();
+        let first = storage
+            .sign(DrbdState::NotInstalled {}, now_ms())
+            .await
+            .unwrap();
         let second_seq = diagnose.sequencer().next_async(now_ms()).await.unwrap();
-        let third = storage.sign(DrbdState::NotInstalled {}, now_ms()).await.unwrap();
+        let third = storage
+            .sign(DrbdState::NotInstalled {}, now_ms())
+            .await
+            .unwrap();
         assert!(first.sequence < second_seq && second_seq < third.sequence);
         // Persisted once, for the whole block the three numbers come from.
         assert_eq!(

@@ -305,8 +305,11 @@ mod tests {
         std::fs::write(sys.join("block/dm-0/dm/uuid"), "LVM-abcdef\n").unwrap();
         assert!(lvm_present(&sys, &lvm));
         std::fs::write(sys.join("block/dm-0/dm/uuid"), "").unwrap();
-        std::fs::write(lvm.join("backup/xenvg"), "contents = \"Text Format Volume Group\"\n")
-            .unwrap();
+        std::fs::write(
+            lvm.join("backup/xenvg"),
+            "contents = \"Text Format Volume Group\"\n",
+        )
+        .unwrap();
         assert!(lvm_present(&sys, &lvm));
     }
 
@@ -317,11 +320,8 @@ mod tests {
         let lvs = root.path().join("lvs");
         let mark = root.path().join("ran");
         std::fs::write(&lvs, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
-        std::fs::set_permissions(
-            &lvs,
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .unwrap();
+        std::fs::set_permissions(&lvs, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
         let config = BuiltinConfig {
             lvs_path: lvs,
             sys_root: root.path().join("sys"),
