@@ -72,8 +72,8 @@ pub struct ReportCache {
     waiters: Arc<Semaphore>,
     /// Per collector, who reads its report (for collectors run on demand).
     demand: Vec<Demand>,
-    /// The origin of [`Demand::last_read_ms`].
-    epoch: Instant,
+    /// The origin of [`Demand::last_read_ms`] (Tokio's clock, which tests can pause).
+    epoch: tokio::time::Instant,
 }
 
 /// When a collector's report was last read, and how to wake its paused scheduler.
@@ -175,7 +175,7 @@ impl ReportCache {
             signed_sequence: watch::Sender::new(0),
             waiters: Arc::new(Semaphore::new(MAX_WAITERS)),
             demand,
-            epoch: Instant::now(),
+            epoch: tokio::time::Instant::now(),
         }
     }
 

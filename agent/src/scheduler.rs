@@ -235,6 +235,77 @@ pub async fn run_collector(
 mod tests {
     use super::*;
 
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use nodecare_collectors::{CollectFuture, CollectorSpec, Registry};
+    use nodecare_protocol::ReportKind;
+
+    #[derive(Debug)]
+    struct Counting {
+        spec: CollectorSpec,
+        runs: AtomicU64,
+    }
+
+    impl Collector for Counting {
+        fn spec(&self) -> &CollectorSpec {
+            &self.spec
+        }
+        fn collect(&self) -> CollectFuture<'_> {
+            self.runs.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(Value::Null) })
+        }
+        fn pace(&self) -> Pace {
+            Pace::OnDemand
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unread_on_demand_collector_pauses_and_the_next_read_runs_it() {
+        let collector = Arc::new(Counting {
+            spec: CollectorSpec::builtin(
+                "lv",
+                Some("storage"),
+                ReportKind::Performance,
+                Duration::from_secs(5),
+                Duration::from_secs(1),
+            ),
+            runs: AtomicU64::new(0),
+        });
+        let runs = || collector.runs.load(Ordering::SeqCst);
+        let mut registry = Registry::new();
+        registry.register(collector.clone());
+        let cache = Arc::new(ReportCache::new(&registry));
+        let (stop, shutdown) = watch::channel(false);
+        let task = tokio::spawn(run_collector(
+            collector.clone(),
+            0,
+            Arc::clone(&cache),
+            "node1".into(),
+            shutdown,
+            None,
+        ));
+        // Nobody reads it: the run at start, then nothing for ten minutes.
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(runs(), 1);
+        // A read starts a run at once.
+        cache.note_read(0);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(runs(), 2);
+        // A reader polling every interval keeps it at its interval.
+        for _ in 0..12 {
+            cache.note_read(0);
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let polled = runs();
+        assert!((12..=14).contains(&polled), "{polled}");
+        // The reader leaves: it runs on through the demand window, then pauses.
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        let after = runs() - polled;
+        assert!((10..=13).contains(&after), "{after}");
+        stop.send_replace(true);
+        task.await.unwrap();
+    }
+
     #[test]
     fn jitter_is_stable_and_bounded() {
         let interval = Duration::from_secs(60);
