@@ -4,10 +4,11 @@
 //! just long enough to clone an `Arc`, so serving never waits for a collector.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 
 use bytes::Bytes;
 use nodecare_collectors::Registry;
@@ -69,6 +70,21 @@ pub struct ReportCache {
     signed_sequence: watch::Sender<u64>,
     /// Bounds the number of requests waiting for a new signed report at once.
     waiters: Arc<Semaphore>,
+    /// Per collector, who reads its report (for collectors run on demand).
+    demand: Vec<Demand>,
+    /// The origin of [`Demand::last_read_ms`] (Tokio's clock, which tests can pause).
+    epoch: tokio::time::Instant,
+}
+
+/// When a collector's report was last read, and how to wake its paused scheduler.
+#[derive(Debug, Default)]
+struct Demand {
+    /// Milliseconds after the cache's epoch, plus one (0: never read).
+    last_read_ms: AtomicU64,
+    /// Whether the collector's scheduler is paused until the next read.
+    paused: AtomicBool,
+    /// Woken by the first read while paused.
+    wake: Notify,
 }
 
 /// At most this many requests wait for a new signed report at once; further ones are answered
@@ -142,6 +158,7 @@ impl ReportCache {
         let enabled = vec![true; names.len()];
         let all = all_body(&reports, &enabled);
         let list_body = list_body(&list, &enabled);
+        let demand = (0..list.len()).map(|_| Demand::default()).collect();
         Self {
             index,
             names,
@@ -157,6 +174,63 @@ impl ReportCache {
             })),
             signed_sequence: watch::Sender::new(0),
             waiters: Arc::new(Semaphore::new(MAX_WAITERS)),
+            demand,
+            epoch: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Notes that the report of the collector at `position` was read (HTTP, the load
+    /// signer): a collector run on demand keeps its interval while it is read, and the first
+    /// read while it is paused starts a run. Two atomic operations; never waits.
+    pub fn note_read(&self, position: usize) {
+        let Some(demand) = self.demand.get(position) else {
+            return;
+        };
+        let since = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        demand
+            .last_read_ms
+            .store(since.saturating_add(1), Ordering::SeqCst);
+        if demand.paused.load(Ordering::SeqCst) {
+            demand.wake.notify_one();
+        }
+    }
+
+    /// Notes that every report was read (`/1/report/all`).
+    pub fn note_read_all(&self) {
+        for position in 0..self.demand.len() {
+            self.note_read(position);
+        }
+    }
+
+    /// How long ago the report at `position` was last read; `None`: never.
+    pub fn read_ago(&self, position: usize) -> Option<Duration> {
+        let read = self
+            .demand
+            .get(position)?
+            .last_read_ms
+            .load(Ordering::SeqCst);
+        let at = Duration::from_millis(read.checked_sub(1)?);
+        Some(self.epoch.elapsed().saturating_sub(at))
+    }
+
+    /// Pauses the scheduler of the collector at `position` unless its report was read within
+    /// `window`: returns the notification that the next read sends, or `None` when the
+    /// report is in demand (it then keeps running).
+    pub fn pause_unless_read(&self, position: usize, window: Duration) -> Option<&Notify> {
+        let demand = self.demand.get(position)?;
+        demand.paused.store(true, Ordering::SeqCst);
+        // After the flag: a read between the two is either seen here or wakes the pause.
+        if self.read_ago(position).is_some_and(|ago| ago < window) {
+            demand.paused.store(false, Ordering::SeqCst);
+            return None;
+        }
+        Some(&demand.wake)
+    }
+
+    /// Ends a pause of the collector at `position`.
+    pub fn resume(&self, position: usize) {
+        if let Some(demand) = self.demand.get(position) {
+            demand.paused.store(false, Ordering::SeqCst);
         }
     }
 

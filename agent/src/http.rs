@@ -116,6 +116,8 @@ fn report(cache: &ReportCache, rest: &str) -> HttpResponse {
     if !cache.is_enabled(position) {
         return no_report();
     }
+    // Keeps a collector run on demand running (or wakes it); the cached report answers now.
+    cache.note_read(position);
     match cache.snapshot().reports.get(position).cloned().flatten() {
         Some(report) => cached(&report),
         // Not collected yet: the scheduler runs every collector at start, so this is brief.
@@ -454,6 +456,7 @@ pub async fn route(
         (true, SIGNED_LOAD_PATH) => load_signed(&state.cache, request.uri().query()),
         // mond accepts trailing segments here too.
         (true, path) if path == "/1/report/all" || path.starts_with("/1/report/all/") => {
+            state.cache.note_read_all();
             cached(&state.cache.snapshot().all)
         }
         (true, "/1/report") => no_report(),

@@ -239,7 +239,7 @@ pub async fn serve_with_limits(
         let age =
             Duration::from_millis(nodecare_protocol::now_ms().saturating_sub(run.collected_at_ms));
         cache.store(position, &report, now.checked_sub(age).unwrap_or(now));
-        cache.store_signed(signer.sign_for_cache(run, true));
+        cache.store_signed(signer.sign_for_cache(run, true).await);
         tracing::info!(status = %run.verdict.status, "serving the persisted verdict (stale) until the first run");
     }
 

@@ -19,11 +19,12 @@ use crate::signing::{Sequencer, SignErrorLog, SigningError, cached_signed, sign_
 pub const LOAD_INTERVAL: Duration = Duration::from_secs(10);
 
 /// The reports of the load collectors in `snapshot` (enabled, collected), in
-/// [`LOAD_COLLECTORS`] order. Pure.
+/// [`LOAD_COLLECTORS`] order; notes them read, so that they keep running at their interval.
 pub fn load_reports(cache: &ReportCache, snapshot: &Snapshot) -> Vec<Report> {
     LOAD_COLLECTORS
         .iter()
         .filter_map(|name| cache.position(DEFAULT_CATEGORY, name))
+        .inspect(|&position| cache.note_read(position))
         .filter(|&position| snapshot.enabled.get(position).copied().unwrap_or(false))
         .filter_map(|position| snapshot.reports.get(position)?.as_ref())
         .filter_map(|cached| serde_json::from_slice::<Report>(&cached.body).ok())
@@ -57,7 +58,7 @@ impl LoadSigner {
     }
 
     /// Signs `load`, taken at `collected_at_ms`.
-    pub fn sign(
+    pub async fn sign(
         &self,
         load: Vec<Report>,
         collected_at_ms: u64,
@@ -71,12 +72,12 @@ impl LoadSigner {
             collected_at_ms,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
         };
-        sign_payload(signer, &self.sequencer, &payload, now_ms(), self.ttl)
+        sign_payload(signer, &self.sequencer, &payload, now_ms(), self.ttl).await
     }
 
     /// Signs `load` and returns what the cache should serve.
-    pub fn sign_for_cache(&self, load: Vec<Report>, collected_at_ms: u64) -> CachedSigned {
-        cached_signed(self.sign(load, collected_at_ms))
+    pub async fn sign_for_cache(&self, load: Vec<Report>, collected_at_ms: u64) -> CachedSigned {
+        cached_signed(self.sign(load, collected_at_ms).await)
     }
 
     /// Signs and caches the load reports every interval (the first one interval after the
@@ -94,7 +95,7 @@ impl LoadSigner {
                 _ = shutdown.changed() => return,
             }
             let load = load_reports(&cache, &cache.snapshot());
-            let signed = self.sign_for_cache(load, now_ms());
+            let signed = self.sign_for_cache(load, now_ms()).await;
             sign_log.note(&signed);
             cache.store_load(signed);
         }
@@ -108,8 +109,8 @@ mod tests {
 
     use crate::state::StateDir;
 
-    #[test]
-    fn load_is_signed_with_the_node_sequence_and_decodes() {
+    #[tokio::test]
+    async fn load_is_signed_with_the_node_sequence_and_decodes() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::open(dir.path()).unwrap();
         let key = HmacKey::new(b"k\n".to_vec());
@@ -131,8 +132,8 @@ mod tests {
             kind: ReportKind::Performance,
             data: serde_json::json!({"cpu_number": 0, "cpus": [0.5], "cpu_total": 0.5}),
         };
-        let first = load.sign(vec![report.clone()], 7).unwrap();
-        let second = diagnose.sequencer().next(now_ms()).unwrap();
+        let first = load.sign(vec![report.clone()], 7).await.unwrap();
+        let second = diagnose.sequencer().next_async(now_ms()).await.unwrap();
         assert!(first.sequence < second);
         KeyRing::single(key)
             .verify(
@@ -153,7 +154,7 @@ mod tests {
             3,
         );
         assert!(matches!(
-            keyless.sign_for_cache(Vec::new(), 0),
+            keyless.sign_for_cache(Vec::new(), 0).await,
             CachedSigned::Unavailable(reason) if reason.contains("no key file")
         ));
     }

@@ -209,7 +209,7 @@ async fn diagnose(config: Config, once: bool) -> anyhow::Result<()> {
     );
     loop {
         let run = collector.run_and_publish().await;
-        let envelope = match signer.sign(&run, false) {
+        let envelope = match signer.sign(&run, false).await {
             Ok(envelope) => serde_json::to_value(envelope)?,
             Err(error) => {
                 eprintln!("nodecare-agent: not signed: {error}");

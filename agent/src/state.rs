@@ -2,7 +2,13 @@
 //!
 //! Files are replaced atomically (write, fsync, rename, fsync the directory), so a crash leaves
 //! either the old or the new content.
+//!
+//! An fsync can take long on a busy disk, and the agent has one async worker thread: every
+//! write here refuses to run on a thread of a Tokio runtime unless it came through
+//! [`blocking`] (the runtime's blocking pool), so a persistence call placed in an async task
+//! fails its tests instead of stalling every request of the node.
 
+use std::cell::Cell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -19,6 +25,56 @@ pub enum StateError {
         /// What went wrong.
         reason: String,
     },
+    /// A write was attempted on an async worker thread (a bug: it would stall the runtime).
+    #[error("state file {path}: written on an async worker thread, not on the blocking pool")]
+    AsyncWorker {
+        /// The file.
+        path: String,
+    },
+    /// The blocking pool did not run the write (the runtime is shutting down).
+    #[error("state files: the blocking pool did not finish the write: {0}")]
+    Pool(String),
+}
+
+thread_local! {
+    /// Whether this thread is running work handed to [`blocking`].
+    static ON_BLOCKING_POOL: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Clears [`ON_BLOCKING_POOL`] when the work ends, even by a panic.
+struct PoolMark;
+
+impl Drop for PoolMark {
+    fn drop(&mut self) {
+        ON_BLOCKING_POOL.with(|mark| mark.set(false));
+    }
+}
+
+/// Runs `work` (which may write state files) on the runtime's blocking pool.
+pub async fn blocking<T, F>(work: F) -> Result<T, StateError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StateError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        ON_BLOCKING_POOL.with(|mark| mark.set(true));
+        let _mark = PoolMark;
+        work()
+    })
+    .await
+    .map_err(|error| StateError::Pool(error.to_string()))?
+}
+
+/// Refuses a write on a thread of a Tokio runtime that is not running [`blocking`] work
+/// (an async worker, or a `block_on` thread); threads outside any runtime may write.
+fn refuse_on_async_worker(path: &Path) -> Result<(), StateError> {
+    let in_runtime = tokio::runtime::Handle::try_current().is_ok();
+    if in_runtime && !ON_BLOCKING_POOL.with(Cell::get) {
+        return Err(StateError::AsyncWorker {
+            path: path.display().to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// The state directory.
@@ -53,6 +109,7 @@ impl StateDir {
 
     fn replace(&self, name: &str, content: &[u8]) -> Result<(), StateError> {
         let path = self.dir.join(name);
+        refuse_on_async_worker(&path)?;
         let temporary = self.dir.join(format!(".{name}.tmp"));
         let write = || -> std::io::Result<()> {
             let mut file = std::fs::File::create(&temporary)?;
@@ -64,7 +121,8 @@ impl StateDir {
         write().map_err(|error| io_error(&path, &error))
     }
 
-    /// The last sequence number used (0 if none).
+    /// The highest sequence number reserved (0 if none): every number handed out is at most
+    /// this one.
     pub fn load_sequence(&self) -> Result<u64, StateError> {
         let path = self.dir.join(SEQUENCE_FILE);
         match std::fs::read_to_string(&path) {
@@ -77,7 +135,7 @@ impl StateDir {
         }
     }
 
-    /// Records `sequence` as used.
+    /// Records `sequence` as reserved (the numbers up to it may be handed out).
     pub fn store_sequence(&self, sequence: u64) -> Result<(), StateError> {
         self.replace(SEQUENCE_FILE, format!("{sequence}\n").as_bytes())
     }
@@ -136,6 +194,37 @@ mod tests {
         assert_eq!(state.load_verdict().unwrap(), Some(run));
         std::fs::write(dir.path().join("agent").join(VERDICT_FILE), "{").unwrap();
         assert!(state.load_verdict().is_err());
+    }
+
+    #[test]
+    fn a_write_on_an_async_worker_is_refused_and_the_blocking_pool_may_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateDir::open(dir.path()).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let on_worker = state.clone();
+        let refused = runtime.block_on(async move {
+            tokio::spawn(async move { on_worker.store_sequence(7) })
+                .await
+                .unwrap()
+        });
+        assert!(
+            matches!(refused, Err(StateError::AsyncWorker { .. })),
+            "{refused:?}"
+        );
+        let on_block_on = runtime.block_on(async { state.store_sequence(8) });
+        assert!(matches!(on_block_on, Err(StateError::AsyncWorker { .. })));
+        assert_eq!(state.load_sequence().unwrap(), 0);
+        let pool = state.clone();
+        runtime
+            .block_on(blocking(move || pool.store_sequence(9)))
+            .unwrap();
+        assert_eq!(state.load_sequence().unwrap(), 9);
+        // Outside any runtime (the operator commands' plain threads): allowed.
+        state.store_sequence(10).unwrap();
+        assert_eq!(state.load_sequence().unwrap(), 10);
     }
 
     #[test]

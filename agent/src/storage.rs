@@ -66,7 +66,7 @@ impl StorageSigner {
     }
 
     /// Signs one reading taken at `collected_at_ms`.
-    pub fn sign(
+    pub async fn sign(
         &self,
         drbd: DrbdState,
         collected_at_ms: u64,
@@ -80,12 +80,12 @@ impl StorageSigner {
             collected_at_ms,
             interval_ms: u64::try_from(self.interval.as_millis()).unwrap_or(u64::MAX),
         };
-        sign_payload(signer, &self.sequencer, &payload, now_ms(), self.ttl)
+        sign_payload(signer, &self.sequencer, &payload, now_ms(), self.ttl).await
     }
 
     /// Signs one reading and returns what the cache should serve.
-    pub fn sign_for_cache(&self, drbd: DrbdState, collected_at_ms: u64) -> CachedSigned {
-        cached_signed(self.sign(drbd, collected_at_ms))
+    pub async fn sign_for_cache(&self, drbd: DrbdState, collected_at_ms: u64) -> CachedSigned {
+        cached_signed(self.sign(drbd, collected_at_ms).await)
     }
 
     /// Reads DRBD (bounded by the collector's timeout), signs and caches the result every
@@ -122,7 +122,7 @@ impl StorageSigner {
                 }
                 last_read_error = read_error;
             }
-            let signed = self.sign_for_cache(drbd_state(reading), now_ms());
+            let signed = self.sign_for_cache(drbd_state(reading), now_ms()).await;
             sign_log.note(&signed);
             cache.store_storage(signed);
         }
@@ -155,8 +155,8 @@ mod tests {
         assert!(reason.contains("timed out"), "{reason}");
     }
 
-    #[test]
-    fn storage_and_diagnose_share_one_increasing_sequence() {
+    #[tokio::test]
+    async fn storage_and_diagnose_share_one_increasing_sequence() {
         let dir = tempfile::tempdir().unwrap();
         let state = StateDir::open(dir.path()).unwrap();
         let key = HmacKey::new(b"k\n".to_vec());
@@ -169,11 +169,21 @@ mod tests {
         )
         .unwrap();
         let storage = StorageSigner::new(Ok(signer), diagnose.sequencer(), STORAGE_INTERVAL, 3);
-        let first = storage.sign(DrbdState::NotInstalled {}, now_ms()).unwrap();
-        let second_seq = diagnose.sequencer().next(now_ms()).unwrap();
-        let third = storage.sign(DrbdState::NotInstalled {}, now_ms()).unwrap();
+        let first = storage
+            .sign(DrbdState::NotInstalled {}, now_ms())
+            .await
+            .unwrap();
+        let second_seq = diagnose.sequencer().next_async(now_ms()).await.unwrap();
+        let third = storage
+            .sign(DrbdState::NotInstalled {}, now_ms())
+            .await
+            .unwrap();
         assert!(first.sequence < second_seq && second_seq < third.sequence);
-        assert_eq!(state.load_sequence().unwrap(), third.sequence);
+        // Persisted once, for the whole block the three numbers come from.
+        assert_eq!(
+            state.load_sequence().unwrap(),
+            first.sequence + crate::signing::SEQUENCE_BLOCK
+        );
         assert_eq!(third.expires_at_ms - third.issued_at_ms, 30_000);
         // It verifies, decodes as a storage payload, and an older one is a replay.
         let ring = KeyRing::single(key);
@@ -206,7 +216,7 @@ mod tests {
             3,
         );
         assert!(matches!(
-            keyless.sign_for_cache(DrbdState::NotInstalled {}, 0),
+            keyless.sign_for_cache(DrbdState::NotInstalled {}, 0).await,
             CachedSigned::Unavailable(reason) if reason.contains("no key file")
         ));
     }

@@ -24,7 +24,7 @@ fi
 [[ -x /usr/sbin/ganeti-mond ]] || { echo "ganeti-mond not found: apt-get install ganeti" >&2; exit 2; }
 
 cargo build --release --locked -p nodecare-agent --bin nodecare-agent >&2
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 
 WORK=$(mktemp -d)
 AGENT_PID=""
@@ -47,6 +47,7 @@ chmod 600 "$WORK/hmac.key"  # the agent refuses a key others can read
 AGENT_PID=$!
 AGENT="http://127.0.0.1:$AGENT_PORT"
 for _ in $(seq 50); do curl -fs "$AGENT/1/report/all" >/dev/null 2>&1 && break; sleep 0.1; done
+curl -fs "$AGENT/1/report/all" >/dev/null 2>&1 || { echo "the agent did not answer within 5 s" >&2; exit 1; }
 sleep 1
 
 for target in "mond $MOND" "agent $AGENT"; do

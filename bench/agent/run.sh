@@ -21,7 +21,7 @@ if [[ ${PIN:-0} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
 fi
 
 cargo build --release --locked -p nodecare-agent --bin nodecare-agent --example bare_hyper >&2
-BIN=target/release
+BIN=${CARGO_TARGET_DIR:-target}/release
 
 WORK=$(mktemp -d)
 AGENT_PID="" BARE_PID=""
@@ -48,6 +48,7 @@ for _ in $(seq 50); do
   curl -fs "$AGENT/1/report/node/diagnose/signed" >/dev/null 2>&1 && break
   sleep 0.1
 done
+curl -fs "$AGENT/1/report/node/diagnose/signed" >/dev/null 2>&1 || { echo "the agent did not answer within 5 s" >&2; exit 1; }
 curl -fs "$AGENT/1/report/node/diagnose" >"$WORK/diagnose.json"
 curl -fs "$AGENT/1/report/all" >"$WORK/all.json"
 

@@ -16,7 +16,13 @@ for count in ${*:-1000 5000}; do
     file="$work/agents-$count"
     "$bin" serve-agents "$count" "$file" &
     agents_pid=$!
-    while [ ! -f "$file" ]; do sleep 0.2; done
+    # The fake agents write the file once they listen: wait for it, bounded, and stop if they died.
+    waited=0
+    while [ ! -f "$file" ]; do
+        kill -0 "$agents_pid" 2>/dev/null || { echo "the fake agents exited before listening" >&2; exit 1; }
+        [ "$waited" -lt "${AGENTS_START_TIMEOUT:-600}" ] || { echo "timed out after ${AGENTS_START_TIMEOUT:-600} s waiting for $count fake agents to listen" >&2; exit 1; }
+        sleep 1; waited=$((waited + 1))
+    done
     "$bin" round "$file" 3
     kill "$agents_pid"; wait "$agents_pid" 2>/dev/null || true
     agents_pid=

@@ -36,4 +36,5 @@ for _ in $(seq 100); do
   curl -fs "http://127.0.0.1:$PORT/1/report/node/diagnose/signed" >/dev/null 2>&1 && break
   sleep 0.1
 done
+curl -fs "http://127.0.0.1:$PORT/1/report/node/diagnose/signed" >/dev/null 2>&1 || { echo "the agent did not answer within 10 s" >&2; exit 1; }
 python3 bench/soak/agent-soak.py 127.0.0.1 "$PORT" "$AGENT_PID" "$SECONDS_TOTAL"

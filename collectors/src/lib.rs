@@ -93,6 +93,18 @@ pub enum CollectError {
 /// The future a collection returns.
 pub type CollectFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, CollectError>> + Send + 'a>>;
 
+/// How the agent schedules a collector whose report nobody reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// At its interval, always: a moving window that needs every sample, or data the agent
+    /// itself consumes (the diagnose verdict).
+    Steady,
+    /// At its interval while someone reads its report; paused when nobody has for a while
+    /// (the first read after a pause serves the cached report and starts a run at once). For
+    /// collectors that fork tools or whose data only a reader needs.
+    OnDemand,
+}
+
 /// A data source that produces the `data` of one mond report.
 pub trait Collector: Send + Sync + std::fmt::Debug {
     /// Identity and schedule.
@@ -103,7 +115,7 @@ pub trait Collector: Send + Sync + std::fmt::Debug {
 
     /// Whether the collector runs and is listed now. The cluster can disable a collector at
     /// run time (`gnt-cluster modify --enabled-data-collectors`); the scheduler checks this
-    /// before every run and at least once a second.
+    /// before every run and whenever [`Collector::settings_changes`] notifies.
     fn enabled(&self) -> bool {
         true
     }
@@ -112,6 +124,18 @@ pub trait Collector: Send + Sync + std::fmt::Debug {
     /// configures another one (`gnt-cluster modify --data-collector-interval`).
     fn interval(&self) -> Duration {
         self.spec().interval
+    }
+
+    /// Whether the collector runs when nobody reads its report.
+    fn pace(&self) -> Pace {
+        Pace::Steady
+    }
+
+    /// What changes when [`Collector::enabled`] or [`Collector::interval`] may have changed (the
+    /// cluster's configuration from confd); `None`: they never change. The scheduler waits on
+    /// it instead of polling.
+    fn settings_changes(&self) -> Option<confd::ViewHandle> {
+        None
     }
 }
 

@@ -145,6 +145,10 @@ impl Diskstats {
 }
 
 impl Collector for Diskstats {
+    fn pace(&self) -> crate::Pace {
+        crate::Pace::OnDemand
+    }
+
     fn spec(&self) -> &CollectorSpec {
         &self.spec
     }

@@ -778,6 +778,10 @@ impl Drbd {
 }
 
 impl Collector for Drbd {
+    fn pace(&self) -> crate::Pace {
+        crate::Pace::OnDemand
+    }
+
     fn spec(&self) -> &CollectorSpec {
         &self.spec
     }

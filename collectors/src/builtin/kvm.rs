@@ -358,6 +358,10 @@ impl KvmInstRss {
 }
 
 impl Collector for KvmInstRss {
+    fn pace(&self) -> crate::Pace {
+        crate::Pace::OnDemand
+    }
+
     fn spec(&self) -> &CollectorSpec {
         &self.spec
     }
@@ -547,6 +551,10 @@ async fn query_status(socket: &Path) -> Option<String> {
 }
 
 impl Collector for InstStatusKvm {
+    fn pace(&self) -> crate::Pace {
+        crate::Pace::OnDemand
+    }
+
     fn spec(&self) -> &CollectorSpec {
         &self.spec
     }

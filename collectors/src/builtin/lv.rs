@@ -4,9 +4,13 @@
 //! join volumes to instances. Here `lvs` runs with a timeout and an output cap, and the join
 //! uses the volume→instance map the background confd refresher keeps; without confd (or for a
 //! volume confd does not list) Ganeti's `originstname+<instance>` volume tag names the owner.
+//!
+//! `lvs` is a fork and a scan of every disk: on a node without LVM (no LVM device-mapper device
+//! in `/sys/block`, no volume group metadata backup in `/etc/lvm/backup`) the collector reports
+//! the empty list `lvs` would print without forking it.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nodecare_protocol::ReportKind;
 use serde::Serialize;
@@ -177,11 +181,34 @@ pub fn join_owners(volumes: &mut [LogicalVolume], owners: &BTreeMap<(String, Str
     }
 }
 
+/// Whether this node has LVM volumes to list: an active logical volume is a device-mapper
+/// device whose `dm/uuid` starts with `LVM-` under `<sys_root>/block`, and every volume group
+/// (active or not) has a metadata backup in `<lvm_dir>/backup` (LVM's default). Reads a
+/// directory and a few small files; never forks.
+pub fn lvm_present(sys_root: &Path, lvm_dir: &Path) -> bool {
+    let has_backup = std::fs::read_dir(lvm_dir.join("backup"))
+        .map(|mut entries| entries.next().is_some())
+        .unwrap_or(false);
+    if has_backup {
+        return true;
+    }
+    let Ok(devices) = std::fs::read_dir(sys_root.join("block")) else {
+        return false;
+    };
+    devices.flatten().any(|device| {
+        device.file_name().to_string_lossy().starts_with("dm-")
+            && std::fs::read_to_string(device.path().join("dm/uuid"))
+                .is_ok_and(|uuid| uuid.starts_with("LVM-"))
+    })
+}
+
 /// The `lv` collector.
 #[derive(Debug)]
 pub struct Lv {
     spec: CollectorSpec,
     lvs: PathBuf,
+    sys_root: PathBuf,
+    lvm_dir: PathBuf,
     limits: ToolLimits,
     cluster: Option<ViewHandle>,
 }
@@ -192,6 +219,8 @@ impl Lv {
         Self {
             spec: config.spec("lv", Some("storage"), ReportKind::Performance),
             lvs: config.lvs_path.clone(),
+            sys_root: config.sys_root.clone(),
+            lvm_dir: config.lvm_dir.clone(),
             limits: config.tool_limits(),
             cluster: config.cluster.clone(),
         }
@@ -199,12 +228,21 @@ impl Lv {
 }
 
 impl Collector for Lv {
+    fn pace(&self) -> crate::Pace {
+        crate::Pace::OnDemand
+    }
+
     fn spec(&self) -> &CollectorSpec {
         &self.spec
     }
 
     fn collect(&self) -> CollectFuture<'_> {
         Box::pin(async move {
+            // A missing `lvs` stays an error (below); a node without volumes lists none.
+            if super::systool::tool_exists(&self.lvs) && !lvm_present(&self.sys_root, &self.lvm_dir)
+            {
+                return Ok(serde_json::Value::Array(Vec::new()));
+            }
             let output = run_tool(&self.lvs, &LVS_ARGS, self.limits)
                 .await
                 .map_err(|error| CollectError::Source {
@@ -251,6 +289,49 @@ mod tests {
         let owners = [(("xenvg".to_owned(), "vol1".to_owned()), "real".to_owned())].into();
         join_owners(&mut volumes, &owners);
         assert_eq!(volumes[0].instance.as_deref(), Some("real"));
+    }
+
+    #[test]
+    fn lvm_is_found_by_its_devices_or_its_backups() {
+        let root = tempfile::tempdir().unwrap();
+        let sys = root.path().join("sys");
+        let lvm = root.path().join("lvm");
+        assert!(!lvm_present(&sys, &lvm));
+        std::fs::create_dir_all(sys.join("block/loop0")).unwrap();
+        std::fs::create_dir_all(sys.join("block/dm-0/dm")).unwrap();
+        std::fs::write(sys.join("block/dm-0/dm/uuid"), "CRYPT-LUKS2-abc\n").unwrap();
+        std::fs::create_dir_all(lvm.join("backup")).unwrap();
+        assert!(!lvm_present(&sys, &lvm));
+        std::fs::write(sys.join("block/dm-0/dm/uuid"), "LVM-abcdef\n").unwrap();
+        assert!(lvm_present(&sys, &lvm));
+        std::fs::write(sys.join("block/dm-0/dm/uuid"), "").unwrap();
+        std::fs::write(
+            lvm.join("backup/xenvg"),
+            "contents = \"Text Format Volume Group\"\n",
+        )
+        .unwrap();
+        assert!(lvm_present(&sys, &lvm));
+    }
+
+    #[tokio::test]
+    async fn without_lvm_lists_nothing_and_does_not_fork_lvs() {
+        let root = tempfile::tempdir().unwrap();
+        // An `lvs` that would leave a mark if it ran.
+        let lvs = root.path().join("lvs");
+        let mark = root.path().join("ran");
+        std::fs::write(&lvs, format!("#!/bin/sh\ntouch {}\n", mark.display())).unwrap();
+        std::fs::set_permissions(&lvs, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let config = BuiltinConfig {
+            lvs_path: lvs,
+            sys_root: root.path().join("sys"),
+            lvm_dir: root.path().join("lvm"),
+            ..BuiltinConfig::default()
+        };
+        let lv = Lv::new(&config);
+        assert_eq!(lv.collect().await.unwrap(), serde_json::json!([]));
+        assert!(!mark.exists());
+        assert_eq!(lv.pace(), crate::Pace::OnDemand);
     }
 
     #[test]

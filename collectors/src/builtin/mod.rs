@@ -77,6 +77,11 @@ pub struct BuiltinConfig {
     pub ganeti_run_dir: PathBuf,
     /// `lvs`.
     pub lvs_path: PathBuf,
+    /// Where sysfs is mounted (`/sys`): the `lv` collector looks for LVM device-mapper devices
+    /// there before it forks `lvs`.
+    pub sys_root: PathBuf,
+    /// LVM's configuration directory (`/etc/lvm`): a volume group has a metadata backup there.
+    pub lvm_dir: PathBuf,
     /// `drbdsetup` (DRBD 9 status).
     pub drbdsetup_path: PathBuf,
     /// `xl` (the Xen toolstack); the Xen collectors exist only where it does.
@@ -99,6 +104,8 @@ impl Default for BuiltinConfig {
             proc_root: PathBuf::from("/proc"),
             ganeti_run_dir: PathBuf::from("/var/run/ganeti"),
             lvs_path: PathBuf::from("/sbin/lvs"),
+            sys_root: PathBuf::from("/sys"),
+            lvm_dir: PathBuf::from("/etc/lvm"),
             drbdsetup_path: PathBuf::from("/usr/sbin/drbdsetup"),
             xl_path: PathBuf::from("/usr/sbin/xl"),
             tool_timeout: Duration::from_secs(10),
@@ -255,6 +262,14 @@ impl Collector for ClusterGated {
 
     fn enabled(&self) -> bool {
         self.is_active() && self.inner.enabled()
+    }
+
+    fn pace(&self) -> crate::Pace {
+        self.inner.pace()
+    }
+
+    fn settings_changes(&self) -> Option<ViewHandle> {
+        Some(self.view.clone())
     }
 
     fn interval(&self) -> Duration {

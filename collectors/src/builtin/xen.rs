@@ -246,6 +246,15 @@ impl XenCpuAvgLoad {
 }
 
 impl Collector for XenCpuAvgLoad {
+    /// A moving window where Xen runs (it needs every sample); `{}` on demand elsewhere.
+    fn pace(&self) -> crate::Pace {
+        if super::systool::tool_exists(&self.xl_path) {
+            crate::Pace::Steady
+        } else {
+            crate::Pace::OnDemand
+        }
+    }
+
     fn spec(&self) -> &CollectorSpec {
         &self.spec
     }
@@ -369,6 +378,10 @@ pub fn build_xen_status(
 }
 
 impl Collector for InstStatusXen {
+    fn pace(&self) -> crate::Pace {
+        crate::Pace::OnDemand
+    }
+
     fn spec(&self) -> &CollectorSpec {
         &self.spec
     }
