@@ -280,6 +280,86 @@ seq_after=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
 [ "$seq_after" -ge "$seq_before" ] || fail "the sequence number went back: $seq_before -> $seq_after"
 say "3. watchdog: the frozen agent was killed and restarted after $took s; sequence $seq_before -> $seq_after"
 
+# --- 7. the coordinator: stands by, takes over, watchdog -----------------------------------------
+# A simulated Ganeti RAPI (HTTPS, credentials) on the host's loopback, which the root shares.
+sim=$target_dir/release/nodecare-ganeti-sim
+if [ ! -x "$sim" ]; then
+    say "building nodecare-ganeti-sim"
+    cargo build --release --locked -p nodecare-ganeti-sim >/dev/null 2>&1 || fail "cannot build nodecare-ganeti-sim"
+fi
+sim_dir=$boot_work/sim
+mkdir -p "$sim_dir"
+echo "nodecare:$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$sim_dir/credentials"
+"$sim" --tls-dir "$sim_dir" --credentials "$sim_dir/credentials" --url-file "$sim_dir/url" \
+    --job-delay-ms 50 >"$sim_dir/log" 2>&1 &
+sim_pid=$!
+trap 'kill "$sim_pid" 2>/dev/null || true; boot_stop' EXIT
+for _ in $(seq 1 100); do [ -s "$sim_dir/url" ] && break; sleep 0.1; done
+[ -s "$sim_dir/url" ] || fail "the simulated RAPI did not start: $(cat "$sim_dir/log")"
+sim_url=$(cat "$sim_dir/url")
+install -m 0600 "$sim_dir/credentials" "$boot_root/etc/nodecare/rapi-credentials"
+install -m 0600 "$sim_dir/rapi.pem" "$boot_root/var/lib/ganeti/rapi.pem"
+# This node is node1 of the simulated cluster; ssconf says the master is node2: stand by.
+echo node2.sim.test >"$boot_root/var/lib/ganeti/ssconf_master_node"
+config=$boot_root/etc/nodecare/coordinator.toml
+{
+    printf 'node_name = "node1.sim.test"\nround_interval = 2.0\nround_stall_timeout = 5.0\n'
+    sed "s|^\[rapi\]\$|[rapi]\nurl = \"$sim_url\"\ntimeout = 600.0|" "$config"
+} >"$config.new"
+mv "$config.new" "$config"
+chmod 0640 "$config"
+in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config >/dev/null 2>&1 ||
+    fail "the edited coordinator.toml is rejected: $(in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config 2>&1)"
+in_root systemctl start nodecare-coordinator || fail "systemctl start nodecare-coordinator failed"
+[ "$(in_root systemctl is-active nodecare-coordinator)" = active ] || fail "nodecare-coordinator is not active (READY=1)"
+waited=
+for _ in $(seq 1 40); do
+    in_root journalctl --no-pager -o cat -u nodecare-coordinator | grep -q 'standing by' && { waited=yes; break; }
+    sleep 0.5
+done
+[ -n "$waited" ] || fail "the coordinator on a master candidate does not stand by"
+say "7a. the coordinator on a node that is not the master is active and stands by"
+# `gnt-cluster master-failover` to this node: ssconf names it, RAPI (which says node1) answers here.
+echo node1.sim.test >"$boot_root/var/lib/ganeti/ssconf_master_node"
+waited=
+for _ in $(seq 1 60); do
+    in_root journalctl --no-pager -o cat -u nodecare-coordinator | grep -q 'this node is the master: acting' && { waited=yes; break; }
+    sleep 0.5
+done
+[ -n "$waited" ] || fail "the coordinator did not take over when the master moved to its node"
+[ "$(in_root systemctl is-active nodecare-coordinator)" = active ] || fail "the coordinator is not active after taking over"
+say "7b. the coordinator took over when the master moved to its node"
+
+# Its round loop frozen: RAPI never answers (within the coordinator's 600 s RAPI timeout).
+store_before=$(ls "$boot_root/var/lib/nodecare")
+old_pid=$(show nodecare-coordinator MainPID)
+curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 100000, "hang_ms": 900000}' \
+    "$sim_url/sim/http-faults" >/dev/null || fail "cannot make the simulated RAPI hang"
+watchdog=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
+restart_sec=$(sed -n 's/^RestartSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
+frozen_at=$SECONDS
+new_pid=$old_pid
+while [ $((SECONDS - frozen_at)) -le $((5 + watchdog + restart_sec + 20)) ]; do
+    sleep 1
+    new_pid=$(show nodecare-coordinator MainPID)
+    [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] && break
+done
+[ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] ||
+    fail "systemd did not restart the coordinator whose rounds hang"
+took=$((SECONDS - frozen_at))
+in_root journalctl --no-pager -o cat -u nodecare-coordinator | grep -qi 'watchdog timeout' ||
+    fail "the journal does not say the coordinator was restarted for its watchdog"
+curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 0}' \
+    "$sim_url/sim/http-faults" >/dev/null || true
+for _ in $(seq 1 60); do
+    [ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] && break
+    sleep 0.5
+done
+[ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] || fail "the restarted coordinator is not active"
+[ "$(ls "$boot_root/var/lib/nodecare")" = "$store_before" ] ||
+    fail "the coordinator's state directory changed across the restart: $store_before -> $(ls "$boot_root/var/lib/nodecare")"
+say "3b. watchdog: the coordinator with a hanging RAPI was restarted after $took s (journal: watchdog timeout); its store is kept"
+
 # --- 6. remove and purge ----------------------------------------------------------------------
 in_root apt remove -y nodecare-agent nodecare-coordinator >"$boot_work/apt.log" 2>&1 ||
     { cat "$boot_work/apt.log" >&2; fail "apt remove failed"; }
