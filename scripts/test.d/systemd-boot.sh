@@ -46,6 +46,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     say "installing ${missing[*]}"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# The booted root shares the host's network: the agent's default port must be free.
+if (exec 3<>/dev/tcp/127.0.0.1/1815) 2>/dev/null; then
+    fail "port 1815 is in use on this machine; the packaged agent listens there"
+fi
 started=$SECONDS
 
 # --- packages -------------------------------------------------------------------------------
