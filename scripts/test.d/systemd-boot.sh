@@ -1,0 +1,420 @@
+#!/usr/bin/env bash
+# Boot test: the packages on a real systemd. Boots a Debian 12 root (debootstrap, cached) with
+# systemd 252 as PID 1 in its own PID and mount namespaces (tests/systemd/boot-lib.sh), then does
+# what an operator does on a node and checks what the units promise:
+#
+#  1. `apt install ./nodecare-agent_…deb ./nodecare-coordinator_…deb` (the README's
+#     installation): the agent's unit is enabled and started by the package and reaches READY=1
+#     (Type=notify: "active" only after READY=1); the coordinator's is enabled, not started;
+#     `journalctl -u` has readable logs.
+#  2. The agent under its unit: example diagnose scripts run and their verdict is signed; a
+#     hanging script is killed with what it started; example repair commands and the
+#     apt-upgrade-and-reboot campaign hook run with the unit's sandbox (every [Service]
+#     setting of the installed unit, in a transient unit) and do their real work: the hook
+#     upgrades a local test package (with a setuid file) from a file repository and schedules
+#     the reboot with systemd-run; the daemon writes only where its unit allows.
+#  3. Watchdog: a stopped agent (SIGSTOP) is killed and restarted by systemd within
+#     WatchdogSec + RestartSec, the journal says "watchdog timeout", the sequence number survives.
+#  4. Limits: the settings the units declare are in force (`systemctl show`).
+#  6. `apt remove` stops the units and keeps configuration and state; `apt purge` removes what
+#     the packages created and leaves the Ganeti files and the operator's scripts.
+#
+# Needs root, debootstrap, unshare/nsenter (util-linux); skips otherwise. Reuses the packages
+# of scripts/test.d/packaging.sh (<target-dir>/packages) when they are there; builds them
+# otherwise. NODECARE_SYSTEMD_BREAK=<Setting=value> adds that setting to the agent's unit (a
+# drop-in) to show the test failing on a unit defect, e.g. ProtectSystem=yes.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tests/systemd/boot-lib.sh
+
+say() { echo "systemd-boot: $*"; }
+fail() {
+    echo "systemd-boot: FAIL: $*" >&2
+    if [ -n "$boot_pid" ]; then
+        in_root journalctl --no-pager -n 60 -u nodecare-agent -u nodecare-coordinator >&2 2>/dev/null || true
+    fi
+    exit 1
+}
+
+if [ "$(id -u)" != 0 ]; then
+    say "SKIP: needs root (boots systemd in namespaces)"
+    exit 0
+fi
+missing=()
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The booted root shares the host's network: the agent's default port must be free.
+if (exec 3<>/dev/tcp/127.0.0.1/1815) 2>/dev/null; then
+    fail "port 1815 is in use on this machine; the packaged agent listens there"
+fi
+started=$SECONDS
+
+# --- packages -------------------------------------------------------------------------------
+target_dir=$(cargo metadata --format-version 1 --no-deps --locked |
+    grep -o '"target_directory":"[^"]*"' | sed 's/.*:"//; s/"$//')
+out=$target_dir/packages
+version=$(cargo pkgid --locked -p nodecare-agent | sed 's/.*[#@]//')
+agent_deb=nodecare-agent_${version}-1_amd64.deb
+coordinator_deb=nodecare-coordinator_${version}-1_amd64.deb
+if [ ! -s "$out/$agent_deb" ] || [ ! -s "$out/$coordinator_deb" ]; then
+    say "no packages in $out: building them"
+    packaging/build-packages.sh --out "$out"
+fi
+
+# --- boot -------------------------------------------------------------------------------------
+lower=$(boot_cached_root) || fail "cannot make the Debian 12 root"
+trap boot_stop EXIT
+boot_work=$(mktemp -d /tmp/nodecare-systemd.XXXXXX)
+upper=$boot_work/upper
+mkdir -p "$upper/root/packages" "$upper/var/lib/ganeti" "$upper/srv/nodecare-test-repo" "$upper/etc/apt"
+cp "$out/$agent_deb" "$out/$coordinator_deb" "$upper/root/packages/"
+# A Ganeti node's files the agent reads (and the packages must never remove).
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$upper/var/lib/ganeti/hmac.key"
+chmod 0400 "$upper/var/lib/ganeti/hmac.key"
+# The node's package source: a file repository with the test package's new version.
+make_test_package() { # VERSION DIR: a package with a setuid file; 2.0 needs a reboot
+    local v=$1 dir=$2 d
+    d=$(mktemp -d)
+    mkdir -p "$d/DEBIAN" "$d/usr/lib/nodecare-test-upgrade"
+    printf 'Package: nodecare-test-upgrade\nVersion: %s\nArchitecture: all\nMaintainer: nodecare tests <nodecare@example.invalid>\nDescription: package upgraded by the apt-upgrade-and-reboot hook in the boot test\n' "$v" >"$d/DEBIAN/control"
+    if [ "$v" != 1.0 ]; then
+        printf '#!/bin/sh\nset -e\n[ "$1" = configure ] && touch /var/run/reboot-required\nexit 0\n' >"$d/DEBIAN/postinst"
+        chmod 0755 "$d/DEBIAN/postinst"
+    fi
+    echo "$v" >"$d/usr/lib/nodecare-test-upgrade/version"
+    # Upgrades replace setuid programs (mount, passwd, sudo): the hook must be able to.
+    cp /bin/true "$d/usr/lib/nodecare-test-upgrade/helper"
+    chmod 4755 "$d/usr/lib/nodecare-test-upgrade/helper"
+    dpkg-deb --root-owner-group -Zgzip --build "$d" "$dir/nodecare-test-upgrade_${v}_all.deb" >/dev/null
+    rm -rf "$d"
+}
+make_test_package 1.0 "$upper/root/packages"
+make_test_package 2.0 "$upper/srv/nodecare-test-repo"
+deb=$upper/srv/nodecare-test-repo/nodecare-test-upgrade_2.0_all.deb
+{
+    dpkg-deb --field "$deb"
+    echo "Filename: ./$(basename "$deb")"
+    echo "Size: $(stat -c %s "$deb")"
+    echo "SHA256: $(sha256sum "$deb" | cut -d' ' -f1)"
+    echo
+} >"$upper/srv/nodecare-test-repo/Packages"
+echo 'deb [trusted=yes] file:/srv/nodecare-test-repo ./' >"$upper/etc/apt/sources.list"
+
+boot_start "$lower" || fail "the root did not boot"
+say "booted systemd $(in_root systemctl --version | head -n 1 | cut -d' ' -f2) as PID 1 in $((SECONDS - started)) s"
+in_root systemctl is-active systemd-journald dbus >/dev/null || fail "journald or dbus is not active"
+
+# --- 1. install -------------------------------------------------------------------------------
+in_root dpkg -i /root/packages/nodecare-test-upgrade_1.0_all.deb >/dev/null
+# The README's installation, exactly.
+in_root sh -c "cd /root/packages && apt install -y ./$agent_deb" >"$boot_work/apt.log" 2>&1 ||
+    { cat "$boot_work/apt.log" >&2; fail "apt install ./$agent_deb failed"; }
+in_root sh -c "cd /root/packages && apt install -y ./$coordinator_deb" >>"$boot_work/apt.log" 2>&1 ||
+    { cat "$boot_work/apt.log" >&2; fail "apt install ./$coordinator_deb failed"; }
+[ "$(in_root systemctl is-enabled nodecare-agent)" = enabled ] || fail "nodecare-agent is not enabled"
+[ "$(in_root systemctl is-enabled nodecare-coordinator)" = enabled ] || fail "nodecare-coordinator is not enabled"
+agent_active=
+for _ in $(seq 1 100); do
+    agent_active=$(in_root systemctl is-active nodecare-agent || true)
+    [ "$agent_active" = active ] && break
+    sleep 0.2
+done
+[ "$agent_active" = active ] || fail "nodecare-agent is $agent_active after apt install, not active (READY=1 missing?)"
+[ "$(in_root systemctl is-active nodecare-coordinator || true)" = inactive ] ||
+    fail "the package started nodecare-coordinator (it must only enable it)"
+in_root systemctl status --no-pager nodecare-agent >/dev/null || fail "systemctl status nodecare-agent is not 0"
+journal=$(in_root journalctl --no-pager -o cat -u nodecare-agent)
+grep -q 'Started nodecare-agent.service\|Started nodecare agent' <<<"$journal" ||
+    fail "the journal does not say the agent started (READY=1): $journal"
+grep -q 'INFO\|listening' <<<"$journal" || fail "journalctl -u nodecare-agent shows no log of the agent: $journal"
+grep -q $'\e\[' <<<"$journal" && fail "the agent's journal has terminal colour codes: $journal"
+say "1. apt install: agent enabled, started, READY=1; coordinator enabled, not started; journal readable"
+
+# --- 4. limits and settings in force ------------------------------------------------------------
+# journal_has UNIT PATTERN: the unit's journal has a line matching PATTERN (case-insensitive).
+journal_has() { grep -qi -- "$2" <<<"$(in_root journalctl --no-pager -o cat -u "$1")"; }
+show() { in_root systemctl show -p "$2" --value "$1"; }
+check_watchdog() {
+    [ "$(show "$1" WatchdogUSec)" = "$(sed -n 's/^WatchdogSec=//p' "packaging/systemd/$1.service")" ] ||
+        fail "$1: WatchdogUSec $(show "$1" WatchdogUSec) is not the unit's WatchdogSec"
+}
+for unit in nodecare-agent nodecare-coordinator; do
+    file=packaging/systemd/$unit.service
+    [ "$(show "$unit" Type)" = notify ] || fail "$unit: Type is not notify"
+    # The watchdog in force (systemd reports it for a running unit; the coordinator's in 7a).
+    if [ "$unit" = nodecare-agent ]; then check_watchdog "$unit"; fi
+    while IFS='=' read -r key value; do
+        case "$key" in
+            LimitNOFILE) [ "$(show "$unit" LimitNOFILE)" = "$value" ] || fail "$unit: LimitNOFILE is $(show "$unit" LimitNOFILE), the unit says $value" ;;
+            MemoryMax | MemoryHigh | TasksMax | CPUQuota | CPUWeight)
+                [ -n "$(show "$unit" "${key/CPUQuota/CPUQuotaPerSecUSec}")" ] || fail "$unit: $key not in force" ;;
+        esac
+    done < <(grep -E '^(LimitNOFILE|MemoryMax|MemoryHigh|TasksMax|CPUQuota|CPUWeight)=' "$file")
+done
+agent_pid=$(show nodecare-agent MainPID)
+if grep -q '^LimitNOFILE=' packaging/systemd/nodecare-agent.service; then
+    want=$(sed -n 's/^LimitNOFILE=//p' packaging/systemd/nodecare-agent.service)
+    grep -q "^Max open files *${want##*:} " "$boot_root/proc/$agent_pid/limits" ||
+        fail "the agent process's open files limit is not $want: $(grep 'open files' "$boot_root/proc/$agent_pid/limits")"
+fi
+say "4. the units' settings are in force (systemctl show; the agent's /proc/PID/limits)"
+
+# --- 2. the agent under its unit ---------------------------------------------------------------
+if [ -n "${NODECARE_SYSTEMD_BREAK:-}" ]; then
+    say "breaking the agent's unit on purpose: ${NODECARE_SYSTEMD_BREAK}"
+    mkdir -p "$boot_root/etc/systemd/system/nodecare-agent.service.d"
+    printf '[Service]\n%s\n' "$NODECARE_SYSTEMD_BREAK" >"$boot_root/etc/systemd/system/nodecare-agent.service.d/broken.conf"
+    in_root systemctl daemon-reload
+    in_root systemctl restart nodecare-agent
+fi
+# Short intervals so the test need not wait minutes: an operator's change of the conffile.
+cat >>"$boot_root/etc/nodecare/agent.toml" <<'EOF'
+
+# boot test
+diagnose_interval_secs = 3
+diagnose_timeout_secs = 3
+EOF
+in_root nodecare-agent --config /etc/nodecare/agent.toml --check-config >/dev/null || fail "the changed agent.toml is rejected"
+touch "$boot_root/root/write-marker"
+sleep 1
+for script in always-ok filesystems memory-pressure; do
+    in_root install -o root -g root -m 0755 "/usr/share/nodecare/examples/diagnose/$script" \
+        "/etc/ganeti/node-diagnose-commands/$script"
+done
+# A script that hangs, with a child of its own: both must be killed at the time limit.
+printf '#!/bin/sh\nsleep 997 &\nsleep 998\n' >"$boot_root/etc/ganeti/node-diagnose-commands/hangs"
+chmod 0755 "$boot_root/etc/ganeti/node-diagnose-commands/hangs"
+in_root systemctl restart nodecare-agent
+report=
+for _ in $(seq 1 60); do
+    report=$(in_root curl -fsS --max-time 5 http://127.0.0.1:1815/1/report/node/diagnose 2>/dev/null || true)
+    grep -q hangs <<<"$report" && grep -q memory-pressure <<<"$report" && break
+    sleep 0.5
+done
+for script in always-ok filesystems memory-pressure hangs; do
+    grep -q "$script" <<<"$report" || fail "the agent's report does not name $script: $report"
+done
+signed=$(in_root curl -fsS --max-time 5 http://127.0.0.1:1815/1/report/node/diagnose/signed || true)
+grep -q hmac-sha256 <<<"$signed" || fail "the agent's verdict is not signed: $signed"
+in_root nodecare-agent verify <<<"$signed" >/dev/null 2>&1 ||
+    fail "nodecare-agent verify rejects the signed verdict: $signed"
+grep -qi 'time limit\|timed out\|timeout' <<<"$report" || fail "the report does not say the hanging script timed out: $report"
+# The script runs again every interval: the processes of one run must be gone after its limit.
+running=
+for _ in $(seq 1 40); do
+    running=$(in_root pgrep -f 'sleep 99[78]' || true)
+    [ -n "$running" ] && break
+    sleep 0.25
+done
+[ -n "$running" ] || fail "the hanging script is not running"
+sleep 5
+for pid in $running; do
+    if in_root kill -0 "$pid" 2>/dev/null; then
+        fail "a process of the hanging script outlived its time limit: $(in_root ps -o pid,etimes,args -p "$pid")"
+    fi
+done
+say "2a. diagnose: example scripts run, the verdict is signed, a hanging script is killed with its child"
+
+# The unit's sandbox: every [Service] setting of the installed unit that shapes the process
+# (not the service's life cycle), for a transient unit that runs a repair command as the
+# agent would (`nodecare-agent repair`: the daemon's environment, lock and verdict on stdin).
+sandbox=()
+while IFS= read -r line; do
+    case "$line" in
+        Type=* | NotifyAccess=* | ExecStart=* | Restart* | WatchdogSec=* | TimeoutStopSec=* | \
+            Standard*=* | SyslogIdentifier=* | KillMode=*) ;;
+        *=*) sandbox+=(-p "$line") ;;
+    esac
+done < <(in_root systemctl cat nodecare-agent | sed -n '/^\[Service\]/,/^\[/p' | grep -E '^[A-Za-z]+=')
+say "the agent unit's sandbox: ${sandbox[*]}"
+run_repair() { # NAME INPUT-JSON: runs the example repair NAME in the agent unit's sandbox
+    local name=$1 input=$2
+    in_root install -o root -g root -m 0755 "/usr/share/nodecare/examples/repair/$name" \
+        "/etc/ganeti/node-repair-commands/$name"
+    printf '%s\n' "$input" | in_root systemd-run --quiet --wait --pipe --collect \
+        --unit="nodecare-test-repair-$name" "${sandbox[@]}" \
+        /usr/bin/nodecare-agent --config /etc/nodecare/agent.toml repair --command "$name" --input -
+}
+verdict='{"status":"Warning","details":{"drop_caches":"pagecache"}}'
+output=$(run_repair drop-caches "$verdict" 2>&1) || fail "the drop-caches example failed under the unit's sandbox: $output"
+say "2b. repair drop-caches ran with the verdict on stdin under the unit's sandbox"
+
+# The campaign hook: a real upgrade from the file repository, then the reboot via systemd-run.
+# reboot.target is masked so that the scheduled reboot runs and fails instead of ending the test
+# (`systemctl reboot` runs in the scheduled unit and is refused).
+in_root systemctl mask reboot.target >/dev/null 2>&1
+context='{"kind":"maintenance","hook":"apt-upgrade-and-reboot","campaign":"boot-test","node":"node1","group":0,"groups_total":1}'
+output=$(run_repair apt-upgrade-and-reboot "$context" 2>&1) ||
+    fail "apt-upgrade-and-reboot failed under the agent unit's sandbox: $output"
+[ "$(cat "$boot_root/usr/lib/nodecare-test-upgrade/version")" = 2.0 ] ||
+    fail "apt-upgrade-and-reboot did not upgrade the test package: $output"
+[ "$(stat -c %a "$boot_root/usr/lib/nodecare-test-upgrade/helper")" = 4755 ] ||
+    fail "the upgrade lost the setuid bit of the test package's program"
+grep -q 'reboot in 5s' <<<"$output" || fail "apt-upgrade-and-reboot did not schedule the reboot: $output"
+rebooted=
+for _ in $(seq 1 60); do
+    if journal_has nodecare-maintenance-reboot.service 'Main process exited\|reboot.target.*masked\|Call to Reboot failed'; then
+        rebooted=yes
+        break
+    fi
+    sleep 0.5
+done
+[ -n "$rebooted" ] || fail "the reboot scheduled with systemd-run did not run: $(in_root journalctl --no-pager -o cat -u nodecare-maintenance-reboot.service)"
+in_root systemctl unmask reboot.target >/dev/null 2>&1
+say "2c. apt-upgrade-and-reboot upgraded a package (setuid file included) and its reboot ran via systemd-run"
+
+# Where the daemon wrote: only its state directory, the journal, /run and its private /tmp.
+written=$(in_root find / -xdev -newer /root/write-marker -type f \
+    ! -path '/var/lib/nodecare/*' ! -path '/var/log/journal/*' ! -path '/var/lib/systemd/*' \
+    ! -path '/etc/systemd/system/*' ! -path '/root/*' \
+    ! -path '/etc/ganeti/node-*-commands/*' ! -path '/var/lib/dpkg/*' ! -path '/var/lib/apt/*' \
+    ! -path '/var/cache/*' ! -path '/var/log/apt/*' ! -path '/var/log/dpkg.log' \
+    ! -path '/var/run/reboot-required' ! -path '/run/*' ! -path '/usr/lib/nodecare-test-upgrade/*' \
+    ! -path '/etc/nodecare/agent.toml' 2>/dev/null || true)
+[ -z "$written" ] || fail "the agent wrote outside its state directory: $written"
+for path in sequence; do
+    [ -e "$boot_root/var/lib/nodecare/agent/$path" ] || fail "no /var/lib/nodecare/agent/$path"
+done
+say "2d. the agent wrote only in /var/lib/nodecare (and the journal)"
+
+# --- 3. watchdog --------------------------------------------------------------------------------
+seq_before=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
+old_pid=$(show nodecare-agent MainPID)
+watchdog=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-agent.service)
+restart_sec=$(sed -n 's/^RestartSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-agent.service)
+frozen_at=$SECONDS
+in_root kill -STOP "$old_pid"
+new_pid=$old_pid
+while [ $((SECONDS - frozen_at)) -le $((watchdog + restart_sec + 15)) ]; do
+    sleep 1
+    new_pid=$(show nodecare-agent MainPID)
+    [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] &&
+        [ "$(in_root systemctl is-active nodecare-agent || true)" = active ] && break
+done
+[ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] ||
+    fail "systemd did not restart the frozen agent within $((watchdog + restart_sec + 15)) s"
+took=$((SECONDS - frozen_at))
+journal_has nodecare-agent 'watchdog timeout' ||
+    fail "the journal does not say the agent was restarted for its watchdog (after $took s): $(in_root journalctl --no-pager -o cat -u nodecare-agent | tail -n 15)"
+# The last ping came at most WatchdogSec/2 before the stop.
+[ "$took" -ge "$((watchdog / 2 - 2))" ] || fail "the agent was restarted after $took s, before its watchdog ($watchdog s) could fire"
+sleep 4
+seq_after=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
+[ "$seq_after" -ge "$seq_before" ] || fail "the sequence number went back: $seq_before -> $seq_after"
+say "3. watchdog: the frozen agent was killed and restarted after $took s; sequence $seq_before -> $seq_after"
+
+# --- 7. the coordinator: stands by, takes over, watchdog -----------------------------------------
+# A simulated Ganeti RAPI (HTTPS, credentials) on the host's loopback, which the root shares.
+sim=$target_dir/release/nodecare-ganeti-sim
+if [ ! -x "$sim" ]; then
+    say "building nodecare-ganeti-sim"
+    cargo build --release --locked -p nodecare-ganeti-sim >/dev/null 2>&1 || fail "cannot build nodecare-ganeti-sim"
+fi
+sim_dir=$boot_work/sim
+mkdir -p "$sim_dir"
+echo "nodecare:$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$sim_dir/credentials"
+"$sim" --tls-dir "$sim_dir" --credentials "$sim_dir/credentials" --url-file "$sim_dir/url" \
+    --job-delay-ms 50 >"$sim_dir/log" 2>&1 &
+sim_pid=$!
+trap 'kill "$sim_pid" 2>/dev/null || true; boot_stop' EXIT
+for _ in $(seq 1 100); do [ -s "$sim_dir/url" ] && break; sleep 0.1; done
+[ -s "$sim_dir/url" ] || fail "the simulated RAPI did not start: $(cat "$sim_dir/log")"
+sim_url=$(cat "$sim_dir/url")
+install -m 0600 "$sim_dir/credentials" "$boot_root/etc/nodecare/rapi-credentials"
+install -m 0600 "$sim_dir/rapi.pem" "$boot_root/var/lib/ganeti/rapi.pem"
+# This node is node1 of the simulated cluster; ssconf says the master is node2: stand by.
+echo node2.sim.test >"$boot_root/var/lib/ganeti/ssconf_master_node"
+config=$boot_root/etc/nodecare/coordinator.toml
+{
+    printf 'node_name = "node1.sim.test"\nround_interval = 2.0\nround_stall_timeout = 5.0\n'
+    # No agents run on the simulated nodes: no replicated state to wait for at takeover.
+    sed -e 's/^enabled = true$/enabled = false/' -e "s|^\[rapi\]\$|[rapi]\nurl = \"$sim_url\"\ncertificate = \"/var/lib/ganeti/rapi.pem\"\ncredentials = \"/etc/nodecare/rapi-credentials\"\ntimeout = 600.0|" "$config"
+} >"$config.new"
+mv "$config.new" "$config"
+chmod 0640 "$config"
+in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config >/dev/null 2>&1 ||
+    fail "the edited coordinator.toml is rejected: $(in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config 2>&1)"
+in_root systemctl start nodecare-coordinator || fail "systemctl start nodecare-coordinator failed"
+[ "$(in_root systemctl is-active nodecare-coordinator)" = active ] || fail "nodecare-coordinator is not active (READY=1)"
+waited=
+for _ in $(seq 1 40); do
+    journal_has nodecare-coordinator 'standing by' && { waited=yes; break; }
+    sleep 0.5
+done
+[ -n "$waited" ] || fail "the coordinator on a master candidate does not stand by"
+check_watchdog nodecare-coordinator
+say "7a. the coordinator on a node that is not the master is active and stands by"
+# `gnt-cluster master-failover` to this node: ssconf names it, RAPI (which says node1) answers here.
+echo node1.sim.test >"$boot_root/var/lib/ganeti/ssconf_master_node"
+waited=
+for _ in $(seq 1 60); do
+    journal_has nodecare-coordinator 'this node is the master: acting' && { waited=yes; break; }
+    sleep 0.5
+done
+[ -n "$waited" ] || fail "the coordinator did not take over when the master moved to its node: $(in_root journalctl --no-pager -o cat -u nodecare-coordinator | tail -n 12)"
+[ "$(in_root systemctl is-active nodecare-coordinator)" = active ] || fail "the coordinator is not active after taking over"
+say "7b. the coordinator took over when the master moved to its node"
+
+# Its round loop frozen: RAPI never answers (within the coordinator's 600 s RAPI timeout).
+store_before=$(ls "$boot_root/var/lib/nodecare")
+old_pid=$(show nodecare-coordinator MainPID)
+curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 100000, "hang_ms": 900000}' \
+    "$sim_url/sim/http-faults" >/dev/null || fail "cannot make the simulated RAPI hang"
+watchdog=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
+restart_sec=$(sed -n 's/^RestartSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
+frozen_at=$SECONDS
+new_pid=$old_pid
+while [ $((SECONDS - frozen_at)) -le $((5 + watchdog + restart_sec + 20)) ]; do
+    sleep 1
+    new_pid=$(show nodecare-coordinator MainPID)
+    [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] && break
+done
+[ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] ||
+    fail "systemd did not restart the coordinator whose rounds hang"
+took=$((SECONDS - frozen_at))
+journal_has nodecare-coordinator 'watchdog timeout' ||
+    fail "the journal does not say the coordinator was restarted for its watchdog"
+curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 0}' \
+    "$sim_url/sim/http-faults" >/dev/null || true
+for _ in $(seq 1 60); do
+    [ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] && break
+    sleep 0.5
+done
+[ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] || fail "the restarted coordinator is not active"
+[ "$(ls "$boot_root/var/lib/nodecare")" = "$store_before" ] ||
+    fail "the coordinator's state directory changed across the restart: $store_before -> $(ls "$boot_root/var/lib/nodecare")"
+say "3b. watchdog: the coordinator with a hanging RAPI was restarted after $took s (journal: watchdog timeout); its store is kept"
+
+# --- 6. remove and purge ----------------------------------------------------------------------
+in_root apt remove -y nodecare-agent nodecare-coordinator >"$boot_work/apt.log" 2>&1 ||
+    { cat "$boot_work/apt.log" >&2; fail "apt remove failed"; }
+for unit in nodecare-agent nodecare-coordinator; do
+    state=$(in_root systemctl is-active "$unit" || true)
+    [ "$state" = inactive ] || [ "$state" = unknown ] || fail "$unit is $state after apt remove"
+done
+in_root pgrep -x nodecare-agent >/dev/null && fail "a nodecare-agent process survived apt remove"
+for path in /etc/nodecare/agent.toml /etc/nodecare/coordinator.toml /var/lib/nodecare/agent/sequence \
+    /etc/ganeti/node-diagnose-commands/always-ok; do
+    [ -e "$boot_root$path" ] || fail "apt remove removed $path"
+done
+grep -q 'diagnose_interval_secs = 3' "$boot_root/etc/nodecare/agent.toml" || fail "apt remove changed the operator's agent.toml"
+in_root apt purge -y nodecare-agent nodecare-coordinator >"$boot_work/apt.log" 2>&1 ||
+    { cat "$boot_work/apt.log" >&2; fail "apt purge failed"; }
+for path in /etc/nodecare/agent.toml /etc/nodecare/coordinator.toml /var/lib/nodecare /usr/bin/nodecare-agent \
+    /etc/systemd/system/multi-user.target.wants/nodecare-agent.service \
+    /etc/systemd/system/multi-user.target.wants/nodecare-coordinator.service; do
+    [ ! -e "$boot_root$path" ] || fail "apt purge left $path"
+done
+# The operator's RAPI credentials file (7) is not the package's: it stays.
+[ "$(ls -A "$boot_root/etc/nodecare")" = rapi-credentials ] ||
+    fail "after apt purge /etc/nodecare holds: $(ls -A "$boot_root/etc/nodecare")"
+for path in /var/lib/ganeti/hmac.key /etc/ganeti/node-diagnose-commands/always-ok \
+    /etc/ganeti/node-repair-commands/drop-caches; do
+    [ -e "$boot_root$path" ] || fail "apt purge removed $path (not the package's)"
+done
+say "6. apt remove keeps configuration and state; apt purge removes the packages' files, not Ganeti's or the operator's"
+
+say "OK in $((SECONDS - started)) s"
