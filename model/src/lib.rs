@@ -13,7 +13,7 @@ pub const BOUNDED: Bounds = Bounds {
     actions: 1,
     takeovers: 1,
     crashes: 0,
-    max_number: 2,
+    max_number: 1,
     liveness: false,
     steady: true,
 };
