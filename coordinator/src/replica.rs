@@ -117,6 +117,59 @@ pub enum PushReply {
     Refused(Generation),
 }
 
+/// What the answers to a push amount to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// A majority keeps the generation pushed (the nodes that keep it, sorted).
+    Kept(Vec<String>),
+    /// A node holds a newer generation: another coordinator took over.
+    Superseded {
+        /// The node.
+        node: String,
+        /// What it holds.
+        held: Generation,
+    },
+    /// Fewer than a majority keep it (the nodes that do, sorted).
+    NoQuorum(Vec<String>),
+}
+
+/// Judges the answers `replies` (node, answer) of `candidates` master candidates to a push of
+/// `generation` (a node that did not answer is absent): any node holding a newer generation
+/// supersedes this coordinator; otherwise the nodes holding exactly `generation` count toward
+/// [`write_quorum`].
+pub fn judge_push(
+    generation: Generation,
+    candidates: usize,
+    replies: &[(String, PushReply)],
+) -> PushOutcome {
+    let mut kept_by = Vec::new();
+    let mut superseded = None;
+    for (node, reply) in replies {
+        match reply {
+            PushReply::Accepted(held) if *held == generation => kept_by.push(node.clone()),
+            PushReply::Accepted(held) | PushReply::Refused(held) => {
+                if *held > generation {
+                    superseded = Some((node.clone(), *held));
+                }
+            }
+        }
+    }
+    kept_by.sort();
+    if let Some((node, held)) = superseded {
+        return PushOutcome::Superseded { node, held };
+    }
+    if kept_by.len() < write_quorum(candidates) {
+        return PushOutcome::NoQuorum(kept_by);
+    }
+    PushOutcome::Kept(kept_by)
+}
+
+/// Whether a write needs a push first: the state changed since the last push that reached a
+/// majority, or fewer than a majority keep the current generation.
+pub const fn push_needed(changed: bool, kept_by: usize, candidates: usize) -> bool {
+    changed || kept_by < write_quorum(candidates)
+}
+
 /// A boxed future of a peer call.
 pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
 
@@ -530,8 +583,11 @@ impl Replicator {
         let Some(current) = inner.generation else {
             return Err(ReplicaError::NotTakenOver);
         };
-        let needed = write_quorum(inner.candidates.len());
-        if self.store.changes() == inner.pushed_changes && inner.kept_by.len() >= needed {
+        if !push_needed(
+            self.store.changes() != inner.pushed_changes,
+            inner.kept_by.len(),
+            inner.candidates.len(),
+        ) {
             return Ok(());
         }
         let next = Generation {
@@ -595,53 +651,51 @@ impl Replicator {
                 (peer.node, reply)
             });
         }
-        let mut kept_by = Vec::new();
+        let mut replies = Vec::new();
         let mut errors = Vec::new();
-        let mut superseded = None;
         while let Some(joined) = pushes.join_next().await {
             match joined {
-                Ok((node, Ok(PushReply::Accepted(held)))) if held == generation => {
-                    kept_by.push(node);
-                }
-                Ok((node, Ok(PushReply::Accepted(held) | PushReply::Refused(held)))) => {
-                    if held > generation {
-                        superseded = Some((node.clone(), held));
+                Ok((node, Ok(reply))) => {
+                    if reply != PushReply::Accepted(generation) {
+                        let (PushReply::Accepted(held) | PushReply::Refused(held)) = reply;
+                        errors.push(format!("{node}: holds {held}"));
                     }
-                    errors.push(format!("{node}: holds {held}"));
+                    replies.push((node, reply));
                 }
                 Ok((node, Err(error))) => errors.push(format!("{node}: {error}")),
                 Err(error) => errors.push(error.to_string()),
             }
         }
-        kept_by.sort();
         errors.sort();
-        if let Some((node, held)) = superseded {
-            inner.generation = None;
-            inner.kept_by.clear();
-            tracing::error!(%node, %held, ours = %generation, "another coordinator took over: standing down");
-            self.record(|status| status.generation = None);
-            return Err(ReplicaError::Superseded {
-                node,
-                held,
-                ours: generation,
-            });
-        }
-        let needed = write_quorum(peers.len());
-        if kept_by.len() < needed {
-            // `pushed_changes` stays at the last push that reached a majority: the state is
-            // still to be pushed.
-            inner.kept_by.clear();
-            if inner.generation.is_some() {
-                inner.generation = Some(generation);
+        let kept_by = match judge_push(generation, peers.len(), &replies) {
+            PushOutcome::Kept(kept_by) => kept_by,
+            PushOutcome::Superseded { node, held } => {
+                inner.generation = None;
+                inner.kept_by.clear();
+                tracing::error!(%node, %held, ours = %generation, "another coordinator took over: standing down");
+                self.record(|status| status.generation = None);
+                return Err(ReplicaError::Superseded {
+                    node,
+                    held,
+                    ours: generation,
+                });
             }
-            return Err(ReplicaError::WriteQuorum {
-                generation,
-                acked: kept_by.len(),
-                candidates: peers.len(),
-                needed,
-                errors: errors.join("; "),
-            });
-        }
+            PushOutcome::NoQuorum(kept_by) => {
+                // `pushed_changes` stays at the last push that reached a majority: the state is
+                // still to be pushed.
+                inner.kept_by.clear();
+                if inner.generation.is_some() {
+                    inner.generation = Some(generation);
+                }
+                return Err(ReplicaError::WriteQuorum {
+                    generation,
+                    acked: kept_by.len(),
+                    candidates: peers.len(),
+                    needed: write_quorum(peers.len()),
+                    errors: errors.join("; "),
+                });
+            }
+        };
         inner.generation = Some(generation);
         inner.pushed_changes = changes;
         inner.kept_by.clone_from(&kept_by);

@@ -145,6 +145,55 @@ fn quorums_intersect() {
 }
 
 #[test]
+fn push_judgements() {
+    let ours = generation(2, 3);
+    let reply = |node: &str, reply: PushReply| (node.to_owned(), reply);
+    // A majority keeps it; a node holding the same generation with other bytes does not count.
+    assert_eq!(
+        judge_push(
+            ours,
+            3,
+            &[
+                reply("b", PushReply::Accepted(ours)),
+                reply("a", PushReply::Accepted(ours)),
+                reply("c", PushReply::Refused(ours)),
+            ]
+        ),
+        PushOutcome::Kept(vec!["a".into(), "b".into()])
+    );
+    assert_eq!(
+        judge_push(
+            ours,
+            3,
+            &[
+                reply("a", PushReply::Accepted(ours)),
+                reply("c", PushReply::Refused(ours))
+            ]
+        ),
+        PushOutcome::NoQuorum(vec!["a".into()])
+    );
+    // One node holding a newer generation supersedes, even beside a majority.
+    assert_eq!(
+        judge_push(
+            ours,
+            3,
+            &[
+                reply("a", PushReply::Accepted(ours)),
+                reply("b", PushReply::Accepted(ours)),
+                reply("c", PushReply::Refused(generation(3, 0))),
+            ]
+        ),
+        PushOutcome::Superseded {
+            node: "c".into(),
+            held: generation(3, 0)
+        }
+    );
+    assert!(push_needed(true, 3, 3));
+    assert!(push_needed(false, 1, 3));
+    assert!(!push_needed(false, 2, 3));
+}
+
+#[test]
 fn takeover_plans() {
     let local = generation(2, 7);
     // Nothing newer anywhere: own state, next epoch above every epoch seen.
