@@ -7,7 +7,7 @@
 #   repairfailed (the refused judgement follows the configured policy). Once node2 is back in
 #   service, node4 is evacuated: the file instance shut down, the node offline and tagged
 #   repairready, the incident completed with a warning naming the instance.
-# cancel: node3 holds three instances and says `evacuate`; as soon as its incident's job chain
+# cancel: node5 (no node-local instance) holds three instances and says `evacuate`; as soon as its incident's job chain
 #   is in Ganeti's queue the incident is canceled through the API. The chain's jobs that had not
 #   started end `canceled` in Ganeti, the repairready tag is never set, the incident is
 #   canceled and its history says what ran and what was canceled.
@@ -118,12 +118,12 @@ scenario_held() {
 }
 
 scenario_cancel_chain() {
-  local n3=$NODECARE_GNT_NODE3_NAME uuid jobs k st ran=0 canceled=0 other="" tags detail name
+  local n3=$NODECARE_GNT_NODE5_NAME uuid jobs k st ran=0 canceled=0 other="" tags detail name
   master_healthy "S7b cancel"
   log "S7b cancel during the job chain of $n3's evacuation"
-  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-3"
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
   return_to_service "$n3"
-  # Three diskless instances on node3: a chain of a drain, three migrations, an offline, a tag.
+  # Three diskless instances on node5: a chain of a drain, three migrations, an offline, a tag.
   for name in inst1 inst2 inst4; do
     held_instance_on "$name" diskless "$n3" || { fail "S7b cancel" "cannot move $name to $n3"; return; }
   done
@@ -131,7 +131,7 @@ scenario_cancel_chain() {
     fail "S7b cancel" "precondition: incidents still active: $(coord /1/status | head -c 400)"
     return
   fi
-  echo '{"status":"evacuate","details":"e2e: cancel me"}' >"$S/e2e/diag-3"
+  echo '{"status":"evacuate","details":"e2e: cancel me"}' >"$S/e2e/diag-5"
   uuid=""
   for ((k = 0; k < 600; k++)); do
     uuid=$(coord /1/status | jq_py "print(next((i['id'] for i in d if i.get('node')=='$n3' and i.get('jobs')), ''))" 2>/dev/null)
@@ -140,7 +140,7 @@ scenario_cancel_chain() {
   done
   if [[ -z $uuid ]]; then
     fail "S7b cancel" "$n3's evacuation never submitted a job: $(coord /1/status | head -c 400)"
-    echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-3"
+    echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
     return
   fi
   coordw POST "/1/incidents/$uuid/cancel" '{}' >"$S/e2e/cancel-answer.txt"
@@ -170,7 +170,7 @@ for j in d:
   done <<<"$jobs"
   tags=$(node_json "$n3" | jq_py "print(' '.join(d['tags']))")
   detail=$(coord "/1/incidents/$uuid")
-  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-3"
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
   if [[ $canceled -ge 1 && -z $other && $tags != *"maintd:repairready:$uuid"* ]] &&
     jq_py "sys.exit(0 if d.get('repair-status', d.get('repair_status'))=='canceled' else 1)" <<<"$detail" 2>/dev/null &&
     grep -qi "cancel" <<<"$(jq_py "print(' '.join(h.get('event', '') for h in d.get('history', [])))" <<<"$detail")"; then
