@@ -235,7 +235,7 @@ async fn signed(
         // Each waiter holds a receiver and a timer, nothing else; their number is bounded, in
         // total and per peer address, so that no other caller can take the coordinator's.
         // Dropping the request (client gone, agent stopping) drops both.
-        let Some(_slot) = waiters.try_take(peer) else {
+        let Ok(_slot) = waiters.try_take(peer) else {
             return waiters_taken(&format!(
                 "this address holds {} long-polls already; retry later",
                 crate::limits::MAX_WAITERS_PER_PEER

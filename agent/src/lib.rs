@@ -356,7 +356,7 @@ pub async fn serve_with_limits(
                 }
             };
             // Beyond the caps: closed at once, counted, not logged one by one.
-            let Some(slot) = connection_slots.try_take(peer.ip()) else {
+            let Ok(slot) = connection_slots.try_take(peer.ip()) else {
                 http_state.refusals.count(
                     refusals::Endpoint::Connection,
                     hyper::StatusCode::SERVICE_UNAVAILABLE,

@@ -39,8 +39,8 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use nodecare_daemon::slots::{Full, Slots};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::api::error;
@@ -98,14 +98,12 @@ pub async fn serve(
     board: Arc<Board>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let slots = Slots::new(limits.max_connections, limits.max_per_client);
     let mut connections = JoinSet::new();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut accept_errors = crate::auth::LogLimiter::new(Duration::from_secs(60));
     let mut over_cap = crate::auth::LogLimiter::new(Duration::from_secs(60));
     let mut over_client_cap = crate::auth::LogLimiter::new(Duration::from_secs(60));
-    let clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>> =
-        Arc::default();
     tokio::pin!(shutdown);
     loop {
         let accepted = tokio::select! {
@@ -124,29 +122,34 @@ pub async fn serve(
                 continue;
             }
         };
-        let Some(per_client) = PerClient::acquire(&clients, peer.ip(), limits.max_per_client)
-        else {
-            board.metrics.api_refused("client_cap");
-            if let Some(suppressed) = over_client_cap.allow() {
-                tracing::warn!(%peer, suppressed, max = limits.max_per_client, "API connection cap of one client reached: connection refused");
+        let slot = match slots.try_take(peer.ip()) {
+            Ok(slot) => slot,
+            Err(full) => {
+                let (reason, limiter, max, what) = match full {
+                    Full::Peer => (
+                        "client_cap",
+                        &mut over_client_cap,
+                        limits.max_per_client,
+                        "API connection cap of one client reached: connection refused",
+                    ),
+                    Full::Total => (
+                        "connection_cap",
+                        &mut over_cap,
+                        limits.max_connections,
+                        "API connection cap reached: connection refused",
+                    ),
+                };
+                board.metrics.api_refused(reason);
+                if let Some(suppressed) = limiter.allow() {
+                    tracing::warn!(%peer, suppressed, max, "{what}");
+                }
+                // Best effort, never waiting: the client may not read.
+                if let Err(error) = stream.try_write(OVER_CAP) {
+                    tracing::debug!(%peer, %error, "cannot answer a refused connection");
+                }
+                drop(stream);
+                continue;
             }
-            if let Err(error) = stream.try_write(OVER_CAP) {
-                tracing::debug!(%peer, %error, "cannot answer a refused connection");
-            }
-            drop(stream);
-            continue;
-        };
-        let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
-            board.metrics.api_refused("connection_cap");
-            if let Some(suppressed) = over_cap.allow() {
-                tracing::warn!(%peer, suppressed, max = limits.max_connections, "API connection cap reached: connection refused");
-            }
-            // Best effort, never waiting: the client may not read.
-            if let Err(error) = stream.try_write(OVER_CAP) {
-                tracing::debug!(%peer, %error, "cannot answer a refused connection");
-            }
-            drop(stream);
-            continue;
         };
         if let Err(error) = stream.set_nodelay(true) {
             tracing::debug!(%peer, %error, "cannot disable Nagle");
@@ -155,7 +158,7 @@ pub async fn serve(
         let mut stopped = stopped.clone();
         let board = Arc::clone(&board);
         connections.spawn(async move {
-            let _permit = (permit, per_client);
+            let _slot = slot;
             let service =
                 hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
                     let mut request = request.map(Body::new);
@@ -206,48 +209,6 @@ pub async fn serve(
         tracing::debug!("no API connection left to stop");
     }
     while connections.join_next().await.is_some() {}
-}
-
-/// One connection counted against its client address; uncounted when dropped.
-struct PerClient {
-    clients: Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
-    ip: std::net::IpAddr,
-}
-
-impl PerClient {
-    fn acquire(
-        clients: &Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>,
-        ip: std::net::IpAddr,
-        max: usize,
-    ) -> Option<Self> {
-        let mut map = clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let count = map.entry(ip).or_insert(0);
-        if *count >= max {
-            return None;
-        }
-        *count += 1;
-        Some(Self {
-            clients: Arc::clone(clients),
-            ip,
-        })
-    }
-}
-
-impl Drop for PerClient {
-    fn drop(&mut self) {
-        let mut map = self
-            .clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(count) = map.get_mut(&self.ip) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                map.remove(&self.ip);
-            }
-        }
-    }
 }
 
 fn is_write(method: &Method) -> bool {
