@@ -1,8 +1,8 @@
 //! Rolling maintenance campaigns: the state machine. Pure, no IO.
 //!
 //! A campaign ([`Record`]) works through reboot groups one at a time. The executor
-//! ([`crate::campaign_exec`]) re-plans the groups left before each group against the cluster as
-//! it is ([`Record::set_plan`]), asks the gate for the next one (the maintenance duty,
+//! (the coordinator's `campaign_exec`) re-plans the groups left before each group against the
+//! cluster as it is ([`Record::set_plan`]), asks the gate for the next one (the maintenance duty,
 //! [`crate::duty::maintenance`]), starts it when admitted ([`Record::start_group`]), and each
 //! round calls [`Record::advance`] with what it sees ([`World`]); `advance` moves every node of
 //! the group through its steps and plans the operations ([`Op`]) the executor carries out:

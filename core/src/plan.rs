@@ -1102,12 +1102,12 @@ enum Attempt {
     Wait(String),
 }
 
-#[cfg(test)]
-pub(crate) mod tests_support {
+#[cfg(any(test, feature = "test-support"))]
+pub mod tests_support {
     use crate::ganeti::{Node, NodeRole};
 
     /// A healthy regular node with 4 GiB free.
-    pub(crate) fn node(name: &str) -> Node {
+    pub fn node(name: &str) -> Node {
         Node {
             name: name.into(),
             uuid: format!("uuid-{name}"),
@@ -1129,7 +1129,7 @@ pub(crate) mod tests_support {
     }
 
     /// A running diskless instance on `primary` with `memory` MiB.
-    pub(crate) fn instance(name: &str, primary: &str, memory: u64) -> crate::ganeti::Instance {
+    pub fn instance(name: &str, primary: &str, memory: u64) -> crate::ganeti::Instance {
         crate::ganeti::Instance {
             name: name.into(),
             uuid: format!("uuid-{name}"),
@@ -1146,7 +1146,7 @@ pub(crate) mod tests_support {
 
     /// A noted incident `n` on `node` asking for `action`, created at `ctime`.
     #[allow(clippy::unwrap_used, clippy::expect_used, reason = "test data")]
-    pub(crate) fn incident_on(
+    pub fn incident_on(
         n: u128,
         node: &Node,
         action: crate::incident::Action,

@@ -1,7 +1,7 @@
 //! Balancing (pure): Ganeti's own balancer decides the moves, this duty turns the first job set
 //! of its plan into proposals for the gate.
 //!
-//! Each round the duty is due, [`crate::balance`] writes the cluster in the htools text format,
+//! Each round the duty is due, the coordinator's `balance` writes the cluster in the htools text format,
 //! runs `hbal` on it per node group and reads the plan ([`nodecare_roll::hbal`]). Only the first
 //! job set is proposed (its jobs touch disjoint nodes); a job that touches a node with an active
 //! incident or held by another holder (an incident, a campaign, a grant, a node drained or
