@@ -675,6 +675,54 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_cannot_be_read_is_an_error_unless_missing_and_optional() {
+        let path = Path::new("/etc/nodecare/coordinator.toml");
+        let denied = || Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        for required in [false, true] {
+            let error = Config::from_read(path, denied(), required)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("/etc/nodecare/coordinator.toml"), "{error}");
+        }
+        let error = Config::from_read(path, Ok("round_intervall = 3".into()), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("/etc/nodecare/coordinator.toml") && error.contains("round_intervall"),
+            "{error}"
+        );
+        let config = Config::from_read(path, Ok("max_disrupted_nodes = 3".into()), true).unwrap();
+        assert_eq!(config.max_disrupted_nodes, 3);
+    }
+
+    #[test]
+    fn the_one_shot_policy_has_the_cluster_caps_and_nothing_else() {
+        let config = Config::parse(
+            "max_disrupted_nodes = 3\nmin_healthy_nodes = 5\nmax_disrupted_percent = 10\n",
+        )
+        .unwrap();
+        let policy = config.one_shot_policy();
+        assert_eq!(
+            policy.cluster,
+            Caps {
+                max_disrupted_nodes: 3,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 5,
+            }
+        );
+        assert_eq!(
+            crate::gate::Policy {
+                cluster: Caps::default(),
+                ..policy
+            },
+            crate::gate::Policy {
+                cluster: Caps::default(),
+                ..crate::gate::Policy::default()
+            }
+        );
+    }
+
+    #[test]
     fn full_file_parses() {
         let config = Config::parse(
             r#"

@@ -1,6 +1,7 @@
 //! nodecare-core stays free of IO: none of the crates that do IO is among its normal
 //! (non-dev) dependencies, directly or through another crate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::disallowed_methods, reason = "the test runs cargo tree")]
 
 use std::process::Command;
 
