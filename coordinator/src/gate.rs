@@ -21,11 +21,19 @@
 //!    more nodes of the busy domain only while every storage problem involves a node that domain
 //!    already holds disrupted. Storage health that cannot be known blocks like bad health.
 //! 5. **Capacity**: the memory of the instances to move must fit on the healthy nodes left in
-//!    the node group (N+1 for the moved instances); unknown free memory never fits.
+//!    the node group (N+1 for the moved instances), together with the memory reserved there for
+//!    what already moves: the primaries still on nodes in force whose holder empties them (an
+//!    incident, a campaign, a grant; not a drain outside nodecare) and what the proposals
+//!    admitted earlier in the round move. A proposal that moves nothing still must not take the
+//!    free memory of its nodes from what is reserved. Unknown free memory or sizes never fit.
+//!    (Disk is not checked here: the planner checks it on each new DRBD secondary.)
 //!
 //! A proposal that disrupts no node (a live repair, whose instances keep running; a balancing
 //! move) only `touches` nodes: it is refused on a node another holder holds and while the
-//! breaker is open, and, when it moves instances, while storage is not whole.
+//! breaker is open, and, when it moves instances, while storage is not whole. A live repair
+//! holds its node from its admission until it ends ([`InForce::touched`]): no other holder
+//! acts there, but it opens no failure domain, uses no cap and reserves no memory; while it
+//! runs, its proposal is a continuation.
 //!
 //! A proposal that only continues a disruption its holder already holds (the next moves of an
 //! admitted evacuation) is a continuation: it is checked only against proposals admitted earlier

@@ -4,8 +4,9 @@
 //! A node's most invasive active incident (then the oldest) is the one that acts; the node's
 //! other active incidents wait for it. An evacuation disrupts its node: a pending one already
 //! holds it, so its proposal is a continuation; a noted one asks to drain it. A live repair keeps
-//! the instances running: it touches the node (no other holder may act there, the breaker stops
-//! it) without opening a failure domain or using a cap.
+//! the instances running: it touches the node (no other holder may act there, the breaker keeps
+//! it from starting) without opening a failure domain or using a cap; once pending, it holds the
+//! node ([`touches`]) rather than disrupting it ([`holds`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
