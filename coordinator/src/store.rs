@@ -15,7 +15,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ganeti::JobId;
+use crate::ganeti::{JobId, Op};
 use crate::gate::FlagChange;
 use crate::incident::Incident;
 use crate::plan::{Lock, Move};
@@ -105,6 +105,22 @@ impl IntentSpec {
     /// Whether this intent's outcome comes from a Ganeti job (the others from the agent).
     pub const fn is_ganeti_job(&self) -> bool {
         !matches!(self, Self::Repair { .. })
+    }
+
+    /// The Ganeti write of the step; `None` for a repair (the agent runs it).
+    pub fn op(&self) -> Option<Op> {
+        Some(match self {
+            Self::Drain { node } => Op::drain(node.clone()),
+            Self::Undrain { node } => Op::undrain(node.clone()),
+            Self::Offline { node } => Op::offline(node.clone()),
+            Self::Online { node } => Op::online(node.clone()),
+            Self::Shutdown { instance } => Op::ShutdownInstance {
+                instance: instance.clone(),
+            },
+            Self::Tag { node, tag } => Op::add_node_tags(node.clone(), vec![tag.clone()]),
+            Self::Move { planned } => planned.op(),
+            Self::Repair { .. } => return None,
+        })
     }
 
     /// What the step does, for people (`migrate web from node2 to node3`); `node` is the
