@@ -533,3 +533,85 @@ async fn malformed_depends_is_refused() {
         assert_eq!(status, 400, "{body}");
     }
 }
+
+/// The simulation answers every write the client can submit: each [`Op`] (through the one
+/// request [`nodecare_ganeti::rapi::request::rapi_request`] writes) starts a job that ends.
+#[tokio::test]
+async fn every_op_starts_a_job_in_the_simulation() {
+    use nodecare_ganeti::{ReplaceDisksMode, TagTarget};
+    let spec = "inst1:drbd:1,inst2:diskless:2,inst3:plain:3,inst4:diskless:1";
+    let sim = Simulation::new(SimConfig::from_spec(4, spec, "sim.test").unwrap()).unwrap();
+    sim.set_job_delay(Duration::from_millis(5));
+    let rapi = sim.client();
+    let group = Ganeti::groups(&rapi).await.unwrap()[0].name.clone();
+    let tags = vec!["nodecare:test".to_owned()];
+    let ops = [
+        Op::drain("node4.sim.test"),
+        Op::undrain("node4.sim.test"),
+        Op::offline("node4.sim.test"),
+        Op::online("node4.sim.test"),
+        Op::ShutdownInstance {
+            instance: "inst3.sim.test".into(),
+        },
+        Op::MigrateInstance {
+            instance: "inst2.sim.test".into(),
+            target: Some("node3.sim.test".into()),
+        },
+        Op::FailoverInstance {
+            instance: "inst4.sim.test".into(),
+            target: None,
+        },
+        Op::ReplaceDisks {
+            instance: "inst1.sim.test".into(),
+            mode: ReplaceDisksMode::ReplaceNewSecondary {
+                remote_node: None,
+                iallocator: None,
+            },
+        },
+        Op::EvacuateNode {
+            node: "node2.sim.test".into(),
+            mode: EvacuateMode::SecondaryOnly,
+            iallocator: None,
+        },
+        Op::AddTags {
+            target: TagTarget::Cluster,
+            tags: tags.clone(),
+        },
+        Op::RemoveTags {
+            target: TagTarget::Cluster,
+            tags: tags.clone(),
+        },
+        Op::add_node_tags("node1.sim.test", tags.clone()),
+        Op::remove_node_tags("node1.sim.test", tags.clone()),
+        Op::AddTags {
+            target: TagTarget::Instance("inst2.sim.test".into()),
+            tags: tags.clone(),
+        },
+        Op::AddTags {
+            target: TagTarget::Group(group),
+            tags: tags.clone(),
+        },
+        Op::RecreateInstanceDisks {
+            instance: "inst3.sim.test".into(),
+            iallocator: "hail".into(),
+        },
+        Op::ReinstallInstance {
+            instance: "inst3.sim.test".into(),
+            start: false,
+        },
+    ];
+    let mut jobs = Vec::new();
+    for (n, op) in ops.iter().enumerate() {
+        let reason = Reason::new(Uuid::new_v4(), format!("op{n}"), op.describe());
+        let id = Ganeti::submit(&rapi, op, &reason)
+            .await
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        assert!(sim.settle(Duration::from_secs(5)).await, "{op:?}");
+        jobs.push((op, id));
+    }
+    for (op, id) in jobs {
+        let job = Ganeti::job(&rapi, id).await.unwrap();
+        assert!(job.status.is_final(), "{op:?}: {:?}", job.status);
+    }
+    assert_eq!(sim.submissions().len(), ops.len());
+}
