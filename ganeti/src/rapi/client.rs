@@ -20,7 +20,8 @@ pub use super::config::{
     ServerTrust,
 };
 
-/// Ganeti RAPI v2 client: maps each operation to its RAPI request, and decodes the answers.
+/// Ganeti RAPI v2 client: sends the reads and each write's request ([`rapi_request`]), and decodes
+/// the answers.
 /// Cheap to clone (shares the transport and its connection pool).
 #[derive(Debug, Clone)]
 pub struct RapiClient {
