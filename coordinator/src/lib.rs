@@ -30,6 +30,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod duty;
+pub mod exec;
 pub mod gate;
 pub mod http;
 pub mod incident;
