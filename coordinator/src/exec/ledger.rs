@@ -614,14 +614,35 @@ mod tests {
         let h = incident(1);
         let table: Vec<(Vec<Entry>, Vec<&str>)> = vec![
             // Recorded, submitted, succeeded, timed out: held.
-            (vec![entry(1, &h, "d", State::Recorded, vec![drained("n1")])], vec!["n1"]),
-            (vec![entry(1, &h, "d", State::Submitted, vec![drained("n1")])], vec!["n1"]),
-            (vec![entry(1, &h, "d", State::Succeeded, vec![drained("n1")])], vec!["n1"]),
-            (vec![entry(1, &h, "d", State::TimedOut, vec![drained("n1")])], vec!["n1"]),
-            // A failed or canceled drain never drained.
-            (vec![entry(1, &h, "d", failed(), vec![drained("n1")])], vec![]),
             (
-                vec![entry(1, &h, "d", State::Canceled { why: "x".into() }, vec![drained("n1")])],
+                vec![entry(1, &h, "d", State::Recorded, vec![drained("n1")])],
+                vec!["n1"],
+            ),
+            (
+                vec![entry(1, &h, "d", State::Submitted, vec![drained("n1")])],
+                vec!["n1"],
+            ),
+            (
+                vec![entry(1, &h, "d", State::Succeeded, vec![drained("n1")])],
+                vec!["n1"],
+            ),
+            (
+                vec![entry(1, &h, "d", State::TimedOut, vec![drained("n1")])],
+                vec!["n1"],
+            ),
+            // A failed or canceled drain never drained.
+            (
+                vec![entry(1, &h, "d", failed(), vec![drained("n1")])],
+                vec![],
+            ),
+            (
+                vec![entry(
+                    1,
+                    &h,
+                    "d",
+                    State::Canceled { why: "x".into() },
+                    vec![drained("n1")],
+                )],
                 vec![],
             ),
             // Released once the undrain succeeded, not before.
@@ -649,11 +670,23 @@ mod tests {
             ),
             // Receiving holds while unfinished only.
             (
-                vec![entry(1, &h, "b", State::Submitted, vec![Hold::Receiving { node: "n2".into() }])],
+                vec![entry(
+                    1,
+                    &h,
+                    "b",
+                    State::Submitted,
+                    vec![Hold::Receiving { node: "n2".into() }],
+                )],
                 vec!["n2"],
             ),
             (
-                vec![entry(1, &h, "b", State::Succeeded, vec![Hold::Receiving { node: "n2".into() }])],
+                vec![entry(
+                    1,
+                    &h,
+                    "b",
+                    State::Succeeded,
+                    vec![Hold::Receiving { node: "n2".into() }],
+                )],
                 vec![],
             ),
         ];
@@ -722,7 +755,10 @@ mod tests {
         assert_eq!(out.submit, vec![(2, vec!["drain".to_owned()])]);
         migrate.state = State::Submitted;
         migrate.job = Some(8);
-        assert_eq!(ready(&[drain.clone(), migrate.clone(), repair.clone()]), Ready::default());
+        assert_eq!(
+            ready(&[drain.clone(), migrate.clone(), repair.clone()]),
+            Ready::default()
+        );
         migrate.state = State::Succeeded;
         assert_eq!(
             ready(&[drain.clone(), migrate.clone(), repair.clone()]).submit,
@@ -793,7 +829,10 @@ mod tests {
         assert!(ledger.entries().unwrap().is_empty());
         let mut unknown = first;
         unknown.id = 99;
-        assert!(matches!(ledger.mark(&unknown), Err(LedgerError::Unknown(99))));
+        assert!(matches!(
+            ledger.mark(&unknown),
+            Err(LedgerError::Unknown(99))
+        ));
     }
 
     fn arb_state() -> impl Strategy<Value = State> {

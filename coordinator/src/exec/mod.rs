@@ -136,8 +136,8 @@ impl Executor {
                     // Agent actions are carried out by their duty's agent client.
                     continue;
                 };
-                let reason = Reason::new(trail, entry.key.clone(), entry.description.clone())
-                    .after(depends);
+                let reason =
+                    Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
                 match op::submit(ganeti, op, &reason).await {
                     Ok(job) => {
                         let mut entry = entry;
@@ -233,7 +233,11 @@ impl Executor {
     /// Follows every submitted (or timed-out) Ganeti entry's job: its outcome when it ended,
     /// timed out when it is still not done at its entry's deadline. Entries after one that
     /// did not succeed never run. Returns the entries changed, in job order.
-    pub async fn poll(&self, ganeti: &dyn Ganeti, now_ms: u64) -> Result<Vec<Changed>, LedgerError> {
+    pub async fn poll(
+        &self,
+        ganeti: &dyn Ganeti,
+        now_ms: u64,
+    ) -> Result<Vec<Changed>, LedgerError> {
         let mut following: Vec<Entry> = self
             .ledger
             .entries()?
@@ -272,9 +276,15 @@ impl Executor {
                 ended.insert(e.holder.clone());
             }
             match &state {
-                State::Succeeded => tracing::info!(holder = %e.holder, key = %e.key, job = job_id, "job succeeded"),
-                State::TimedOut => tracing::warn!(holder = %e.holder, key = %e.key, job = job_id, "job timed out"),
-                other => tracing::warn!(holder = %e.holder, key = %e.key, job = job_id, why = other.why().unwrap_or(""), "job did not succeed"),
+                State::Succeeded => {
+                    tracing::info!(holder = %e.holder, key = %e.key, job = job_id, "job succeeded")
+                }
+                State::TimedOut => {
+                    tracing::warn!(holder = %e.holder, key = %e.key, job = job_id, "job timed out")
+                }
+                other => {
+                    tracing::warn!(holder = %e.holder, key = %e.key, job = job_id, why = other.why().unwrap_or(""), "job did not succeed")
+                }
             }
             e.state = state;
             self.mark(&e)?;
@@ -288,7 +298,10 @@ impl Executor {
                     e.state = State::Canceled { why };
                     e.finished_ms = Some(now_ms);
                     self.mark(&e)?;
-                    changed.push(Changed { entry: e, job: None });
+                    changed.push(Changed {
+                        entry: e,
+                        job: None,
+                    });
                 }
             }
         }

@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ganeti::{EvacuateMode, Ganeti, GanetiError, JobId, Reason, ReplaceDisksMode, TagTarget};
+use crate::ganeti::{
+    EvacuateMode, Ganeti, GanetiError, JobId, Reason, ReplaceDisksMode, TagTarget,
+};
 
 /// One Ganeti write; submitting it starts one job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

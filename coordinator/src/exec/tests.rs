@@ -20,9 +20,9 @@ struct World {
 }
 
 async fn world() -> World {
-    let sim = Simulation::new(SimConfig::from_spec(3, "a:drbd:1", "sim.test").unwrap()).unwrap();
+    let sim = Simulation::new(SimConfig::from_spec(4, "a:drbd:2", "sim.test").unwrap()).unwrap();
     let ganeti = sim.client();
-    let a = ganeti.instances().await.unwrap()[0].clone();
+    let a = Ganeti::instances(&ganeti).await.unwrap()[0].clone();
     let (node, instance) = (a.primary_node, a.name);
     World {
         sim,
@@ -170,9 +170,13 @@ async fn after_a_crash_jobs_are_adopted_by_their_trail_and_the_rest_fails_or_is_
     w.exec.record(&chain(&w, &other)).unwrap();
     // The crash came after the drain was submitted and before its job id was recorded.
     let reason = Reason::new(Uuid::from_u128(3), "drain", "drain");
-    let job = op::submit(&w.ganeti, &recorded[0].action.op().unwrap().clone(), &reason)
-        .await
-        .unwrap();
+    let job = op::submit(
+        &w.ganeti,
+        &recorded[0].action.op().unwrap().clone(),
+        &reason,
+    )
+    .await
+    .unwrap();
     let changed = w
         .exec
         .adopt(
@@ -228,7 +232,13 @@ async fn a_job_still_running_at_its_deadline_times_out_and_is_still_followed() {
     assert_eq!(changed[0].entry.state, State::TimedOut);
     assert!(changed[0].entry.state.is_unfinished());
     // Uncertain: it holds its node.
-    assert!(w.exec.in_force(|_| true).unwrap().nodes.contains_key(&w.node));
+    assert!(
+        w.exec
+            .in_force(|_| true)
+            .unwrap()
+            .nodes
+            .contains_key(&w.node)
+    );
     assert!(w.exec.poll(&w.ganeti, DAY_MS + 2).await.unwrap().is_empty());
 }
 
@@ -241,7 +251,10 @@ async fn a_vanished_job_fails_its_entry() {
     let changed = w.exec.poll(&w.ganeti, 2).await.unwrap();
     assert_eq!(
         changed[0].entry.state.why().unwrap(),
-        format!("job {} vanished from Ganeti's queue", changed[0].entry.job.unwrap())
+        format!(
+            "job {} vanished from Ganeti's queue",
+            changed[0].entry.job.unwrap()
+        )
     );
 }
 
@@ -260,7 +273,11 @@ async fn cancel_stops_what_has_not_started_and_asks_each_job_once() {
     sorted.sort_by_key(|j| std::cmp::Reverse(*j));
     assert_eq!(jobs, sorted);
     assert_eq!(jobs.len(), 2);
-    assert_eq!(states(&w.exec)[2].1, "canceled", "the agent's entry never runs");
+    assert_eq!(
+        states(&w.exec)[2].1,
+        "canceled",
+        "the agent's entry never runs"
+    );
     assert!(
         w.exec
             .cancel(&w.ganeti, &h, "canceled", 3)
