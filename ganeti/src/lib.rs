@@ -23,7 +23,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+pub mod op;
 pub mod rapi;
+
+pub use op::Op;
 
 /// Default reason-trail source of every job the coordinator submits: the repair daemon's, as
 /// Ganeti's design names it (`design-repaird`: "`gnt:daemon:maintd` and the event identifier in

@@ -544,20 +544,23 @@ impl RapiClient {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             body,
-            timeout,
         };
-        let response = self.transport.send(&request).await.map_err(|e| match e {
-            TransportError::Timeout => RapiError::Timeout {
-                method: method.to_string(),
-                path: path.to_owned(),
-                after: timeout,
-            },
-            TransportError::Failed(message) => RapiError::Transport {
-                method: method.to_string(),
-                path: path.to_owned(),
-                message,
-            },
-        })?;
+        let response = self
+            .transport
+            .send(&request, timeout)
+            .await
+            .map_err(|e| match e {
+                TransportError::Timeout => RapiError::Timeout {
+                    method: method.to_string(),
+                    path: path.to_owned(),
+                    after: timeout,
+                },
+                TransportError::Failed(message) => RapiError::Transport {
+                    method: method.to_string(),
+                    path: path.to_owned(),
+                    message,
+                },
+            })?;
         if !(200..300).contains(&response.status) {
             return Err(http_error(
                 method.as_str(),
@@ -868,6 +871,173 @@ fn truncate(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Records every request and answers job id 1.
+    #[derive(Debug, Default)]
+    struct Recorder(std::sync::Mutex<Vec<RapiRequest>>);
+
+    impl Transport for Recorder {
+        fn send<'a>(
+            &'a self,
+            request: &'a RapiRequest,
+            _timeout: Duration,
+        ) -> super::super::transport::TransportFuture<'a> {
+            if let Ok(mut seen) = self.0.lock() {
+                seen.push(request.clone());
+            }
+            Box::pin(async {
+                Ok(super::super::transport::RapiResponse {
+                    status: 200,
+                    body: b"1".to_vec(),
+                })
+            })
+        }
+    }
+
+    /// What the client's write methods send is exactly [`super::super::request::rapi_request`].
+    #[tokio::test]
+    async fn every_write_sends_its_op_request() {
+        use crate::{EvacuateMode, Op, TagTarget};
+        let recorder = Arc::new(Recorder::default());
+        let client = RapiClient::with_transport(recorder.clone(), "rec://", Duration::from_secs(1));
+        let ops = vec![
+            Op::drain("node1"),
+            Op::undrain("node1"),
+            Op::offline("node1"),
+            Op::online("node1"),
+            Op::ShutdownInstance {
+                instance: "inst1".into(),
+            },
+            Op::MigrateInstance {
+                instance: "inst1".into(),
+                target: None,
+            },
+            Op::MigrateInstance {
+                instance: "inst1".into(),
+                target: Some("node2".into()),
+            },
+            Op::FailoverInstance {
+                instance: "inst1".into(),
+                target: None,
+            },
+            Op::FailoverInstance {
+                instance: "inst1".into(),
+                target: Some("node2".into()),
+            },
+            Op::ReplaceDisks {
+                instance: "inst1".into(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: Some("node3".into()),
+                    iallocator: None,
+                },
+            },
+            Op::ReplaceDisks {
+                instance: "inst1".into(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: None,
+                    iallocator: None,
+                },
+            },
+            Op::ReplaceDisks {
+                instance: "inst1".into(),
+                mode: ReplaceDisksMode::ReplaceAuto,
+            },
+            Op::EvacuateNode {
+                node: "node1".into(),
+                mode: EvacuateMode::SecondaryOnly,
+                iallocator: None,
+            },
+            Op::EvacuateNode {
+                node: "node1".into(),
+                mode: EvacuateMode::PrimaryOnly,
+                iallocator: Some("x".into()),
+            },
+            Op::add_node_tags("node1", vec!["a".into(), "b".into()]),
+            Op::RemoveTags {
+                target: TagTarget::Cluster,
+                tags: vec!["a".into()],
+            },
+            Op::AddTags {
+                target: TagTarget::Group("g".into()),
+                tags: vec!["a".into()],
+            },
+            Op::RecreateInstanceDisks {
+                instance: "inst1".into(),
+                iallocator: "hail".into(),
+            },
+            Op::ReinstallInstance {
+                instance: "inst1".into(),
+                start: true,
+            },
+            Op::ReinstallInstance {
+                instance: "inst1".into(),
+                start: false,
+            },
+        ];
+        let plain = Reason::new(uuid::Uuid::nil(), "k", "why\tnot");
+        let chained = plain.clone().after([3, 9]);
+        for reason in [&plain, &chained] {
+            for op in &ops {
+                let g: &dyn Ganeti = &client;
+                let sent = match op {
+                    Op::SetNodeDrained { node, drained } => {
+                        g.set_node_drained(node, *drained, reason).await
+                    }
+                    Op::SetNodeOffline { node, offline } => {
+                        g.set_node_offline(node, *offline, reason).await
+                    }
+                    Op::ShutdownInstance { instance } => {
+                        g.shutdown_instance(instance, reason).await
+                    }
+                    Op::MigrateInstance { instance, target } => {
+                        g.migrate_instance(instance, target.as_deref(), reason)
+                            .await
+                    }
+                    Op::FailoverInstance { instance, target } => {
+                        g.failover_instance(instance, target.as_deref(), reason)
+                            .await
+                    }
+                    Op::ReplaceDisks { instance, mode } => {
+                        g.replace_disks(instance, mode, reason).await
+                    }
+                    Op::EvacuateNode {
+                        node,
+                        mode,
+                        iallocator,
+                    } => {
+                        g.evacuate_node(node, *mode, iallocator.as_deref(), reason)
+                            .await
+                    }
+                    Op::AddTags { target, tags } => g.add_tags(target, tags, reason).await,
+                    Op::RemoveTags { target, tags } => g.remove_tags(target, tags, reason).await,
+                    Op::RecreateInstanceDisks {
+                        instance,
+                        iallocator,
+                    } => {
+                        g.recreate_instance_disks(instance, iallocator, reason)
+                            .await
+                    }
+                    Op::ReinstallInstance { instance, start } => {
+                        g.reinstall_instance(instance, *start, reason).await
+                    }
+                };
+                let expected =
+                    super::super::request::rapi_request(op, reason, crate::REASON_SOURCE);
+                let last = recorder.0.lock().ok().and_then(|mut seen| seen.pop());
+                match expected {
+                    Ok(request) => {
+                        assert_eq!(sent, Ok(1), "{op:?}");
+                        assert_eq!(last, Some(request), "{op:?} {reason:?}");
+                    }
+                    Err(e) => {
+                        assert_eq!(last, None, "{op:?}");
+                        let err = sent.err().map(|e| e.to_string()).unwrap_or_default();
+                        assert!(err.contains(&e.0), "{err} / {e}");
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn depends_goes_into_an_object_body() {

@@ -1,5 +1,7 @@
 //! Ganeti's remote API (RAPI v2).
 //!
+//! * [`request`]: every write ([`crate::Op`]) as its RAPI request, written once
+//!   ([`request::rapi_request`]). Always built.
 //! * [`types`]: the RAPI JSON shapes, job failures, and the reason trail that ties every job to
 //!   its incident ([`types::reason_query_value`]). Always built.
 //! * [`transport`] (feature `client`): what carries one request to RAPI and its answer back;
@@ -15,6 +17,7 @@
 pub mod client;
 #[cfg(feature = "client")]
 pub mod config;
+pub mod request;
 #[cfg(feature = "client")]
 pub mod tls;
 #[cfg(feature = "client")]
