@@ -86,24 +86,24 @@ impl Executor {
     /// Submits the ready Ganeti entries (of `holder`, or of every holder), each chained after
     /// the jobs of the entries it comes after that have not succeeded yet; marks the entries
     /// that can never run. A failed submission leaves its entry recorded (its job may exist:
-    /// [`Executor::adopt`] finds it) and ends the holder's pass. Returns the entries submitted.
+    /// [`Executor::adopt`] finds it), and what comes after it waits. Returns the entries
+    /// submitted.
     pub async fn submit(
         &self,
         ganeti: &dyn Ganeti,
         holder: Option<&Holder>,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
-        let mut by_holder: BTreeMap<Holder, Vec<Entry>> = BTreeMap::new();
-        for e in self.ledger.entries()? {
-            if holder.is_none_or(|h| h == &e.holder) {
-                by_holder.entry(e.holder.clone()).or_default().push(e);
-            }
-        }
+        let holders: BTreeSet<Holder> = self
+            .ledger
+            .unfinished()?
+            .into_iter()
+            .filter(|e| e.state == State::Recorded && holder.is_none_or(|h| h == &e.holder))
+            .map(|e| e.holder)
+            .collect();
         let mut submitted = Vec::new();
-        for (holder, mut entries) in by_holder {
-            if !entries.iter().any(|e| e.state == State::Recorded) {
-                continue;
-            }
+        for holder in holders {
+            let mut entries = self.ledger.of_holder(&holder)?;
             let plan = ledger::ready(&entries);
             for (id, why) in &plan.never {
                 if let Some(e) = entries.iter_mut().find(|e| e.id == *id) {
@@ -127,7 +127,7 @@ impl Executor {
                     .collect();
                 if depends.len() != chained.len() {
                     // A predecessor of this pass was not submitted: wait for the next pass.
-                    break;
+                    continue;
                 }
                 let Some(entry) = entries.iter().find(|e| e.id == id).cloned() else {
                     continue;
@@ -151,9 +151,9 @@ impl Executor {
                         submitted.push(entry);
                     }
                     Err(error) => {
-                        // Uncertain: the job may exist. Adoption finds it by its reason.
+                        // Uncertain: the job may exist. Adoption finds it by its reason; what
+                        // comes after it waits.
                         tracing::warn!(%holder, key = %entry.key, %error, "submission failed");
-                        break;
                     }
                 }
             }
@@ -172,7 +172,17 @@ impl Executor {
         unadopted: impl Fn(&Holder) -> Unadopted,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
-        let entries = self.ledger.entries()?;
+        let entries = self.ledger.unfinished()?;
+        let holders: BTreeSet<&Holder> = entries
+            .iter()
+            .filter(|e| e.state == State::Recorded)
+            .map(|e| &e.holder)
+            .collect();
+        // Their holders' entries (those an entry comes after may have finished).
+        let mut entries: Vec<Entry> = Vec::new();
+        for holder in holders {
+            entries.extend(self.ledger.of_holder(holder)?);
+        }
         let uncertain: Vec<&Entry> = entries
             .iter()
             .filter(|e| e.state == State::Recorded && e.action.op().is_some())
@@ -240,7 +250,7 @@ impl Executor {
     ) -> Result<Vec<Changed>, LedgerError> {
         let mut following: Vec<Entry> = self
             .ledger
-            .entries()?
+            .unfinished()?
             .into_iter()
             .filter(|e| matches!(e.state, State::Submitted | State::TimedOut))
             .filter(|e| e.action.op().is_some() && e.job.is_some())
@@ -290,7 +300,15 @@ impl Executor {
             self.mark(&e)?;
             changed.push(Changed { entry: e, job });
         }
-        // What comes after an entry that did not succeed never runs.
+        // What comes after an entry that did not succeed (here, or failed in adoption) never
+        // runs.
+        ended.extend(
+            self.ledger
+                .unfinished()?
+                .into_iter()
+                .filter(|e| e.state == State::Recorded && !e.after.is_empty())
+                .map(|e| e.holder),
+        );
         for holder in ended {
             let entries = self.ledger.of_holder(&holder)?;
             for (id, why) in ledger::ready(&entries).never {
