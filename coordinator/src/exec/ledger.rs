@@ -96,15 +96,15 @@ pub enum Hold {
         /// Node.
         node: String,
     },
-    /// An instance moves (its two nodes are touched while the entry is unfinished; nothing is
-    /// disrupted).
+    /// An instance moves (the nodes it leaves and goes to are touched while the entry is
+    /// unfinished; nothing is disrupted).
     Moving {
         /// Instance.
         instance: String,
-        /// Node it leaves.
-        from: String,
-        /// Node it goes to (`None`: its DRBD secondary, or the allocator's choice).
-        to: Option<String>,
+        /// Nodes it is on (primary, then DRBD secondary).
+        from: Vec<String>,
+        /// Nodes it goes to (empty: its DRBD secondary, or the allocator's choice).
+        to: Vec<String>,
     },
     /// Once this entry succeeds, the holder no longer holds the node.
     Release {
@@ -336,7 +336,7 @@ pub fn in_force(entries: &[Entry]) -> Held {
                 }
                 Hold::Moving { from, to, .. } => {
                     if entry.state.is_unfinished() {
-                        for node in std::iter::once(from).chain(to) {
+                        for node in from.iter().chain(to) {
                             out.touched
                                 .entry(node.clone())
                                 .or_default()
@@ -705,8 +705,8 @@ mod tests {
         };
         let moving = Hold::Moving {
             instance: "web".into(),
-            from: "n1".into(),
-            to: Some("n2".into()),
+            from: vec!["n1".into()],
+            to: vec!["n2".into()],
         };
         let held = in_force(&[entry(1, &h, "m", State::Submitted, vec![moving.clone()])]);
         assert!(held.nodes.is_empty());
@@ -855,8 +855,8 @@ mod tests {
             node.clone().prop_map(|node| Hold::Receiving { node }),
             (node.clone(), node).prop_map(|(from, to)| Hold::Moving {
                 instance: "i".into(),
-                from,
-                to: Some(to),
+                from: vec![from],
+                to: vec![to],
             }),
         ]
     }
