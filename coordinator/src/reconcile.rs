@@ -1424,6 +1424,7 @@ impl Reconciler {
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?),
         )
+        .with_touched(&view, node_repair::touches(&incidents, nodes))
         .with_left_by(&gate::left_by(
             &view,
             crate::store::incident_flag_changes(&incidents, &intents)
