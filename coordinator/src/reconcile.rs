@@ -1417,14 +1417,22 @@ impl Reconciler {
             tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
                 "admission expired");
         }
+        // What the executor's ledger holds (its holders' records still open).
+        let ledger_held = self.executor.in_force(|_| true)?;
         let in_force = InForce::new(
             &view,
             node_repair::holds(&incidents, nodes)
                 .into_iter()
                 .chain(self.store.grants_in_force(now)?)
-                .chain(crate::campaign_exec::holds(&self.store)?),
+                .chain(crate::campaign_exec::holds(&self.store)?)
+                .chain(ledger_held.nodes),
         )
-        .with_touched(&view, node_repair::touches(&incidents, nodes))
+        .with_touched(
+            &view,
+            node_repair::touches(&incidents, nodes)
+                .into_iter()
+                .chain(ledger_held.touched),
+        )
         .with_left_by(&gate::left_by(
             &view,
             crate::store::incident_flag_changes(&incidents, &intents)

@@ -91,6 +91,12 @@ pub enum Hold {
         /// Node.
         node: String,
     },
+    /// A live repair runs on the node: held without being disrupted (its instances keep
+    /// running; the gate's `touched`), while the entry is unfinished.
+    Repairing {
+        /// Node.
+        node: String,
+    },
     /// The node receives its instances back (held while the entry is unfinished).
     Receiving {
         /// Node.
@@ -286,14 +292,17 @@ pub fn holder_text(holder: &Holder) -> Option<String> {
     holder_uuid(holder).map(|id| format!("{kind}:{id}"))
 }
 
-/// What the ledger holds in force: the nodes its holders disrupt, and the nodes instances are
-/// moving between (touched, not disrupted).
+/// What the ledger holds in force, in the gate's terms ([`crate::gate::InForce`]): the nodes
+/// its holders disrupt, the nodes they hold without disrupting them, and the nodes instances
+/// are moving between.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Held {
-    /// Node → the holder disrupting it (the first recorded, should two).
+    /// Node → the holder disrupting it (the first recorded, should two): `InForce::nodes`.
     pub nodes: BTreeMap<String, Holder>,
+    /// Node → the holder holding it without disruption (a live repair): `InForce::touched`.
+    pub touched: BTreeMap<String, Holder>,
     /// Node → the holders moving instances from or to it.
-    pub touched: BTreeMap<String, BTreeSet<Holder>>,
+    pub moving: BTreeMap<String, BTreeSet<Holder>>,
 }
 
 /// Whether an entry's hold may be (or is) in effect: it is unfinished, it succeeded, or it
@@ -309,7 +318,8 @@ fn took_hold(state: &State) -> bool {
 /// force. A node hold (drained, offline, rebooting) lasts from its entry's recording until an
 /// entry of the same holder releasing the node, recorded after it, has succeeded; a hold of a
 /// failed or canceled entry never took effect. Receiving and moving holds last while their
-/// entry is unfinished. Uncertainty holds: a timed-out entry holds as if it ran.
+/// entry is unfinished, and so do repairing ones (touched, not disrupted). Uncertainty holds:
+/// a timed-out entry holds as if it ran.
 pub fn in_force(entries: &[Entry]) -> Held {
     let mut sorted: Vec<&Entry> = entries.iter().collect();
     sorted.sort_by_key(|e| e.id);
@@ -334,10 +344,17 @@ pub fn in_force(entries: &[Entry]) -> Held {
                         held.remove(&(&entry.holder, node.as_str()));
                     }
                 }
+                Hold::Repairing { node } => {
+                    if entry.state.is_unfinished() {
+                        out.touched
+                            .entry(node.clone())
+                            .or_insert_with(|| entry.holder.clone());
+                    }
+                }
                 Hold::Moving { from, to, .. } => {
                     if entry.state.is_unfinished() {
                         for node in from.iter().chain(to) {
-                            out.touched
+                            out.moving
                                 .entry(node.clone())
                                 .or_default()
                                 .insert(entry.holder.clone());
@@ -354,6 +371,8 @@ pub fn in_force(entries: &[Entry]) -> Held {
             .entry(node.to_owned())
             .or_insert_with(|| holder.clone());
     }
+    // A node disrupted is not also merely touched.
+    out.touched.retain(|node, _| !out.nodes.contains_key(node));
     out
 }
 
@@ -692,6 +711,7 @@ mod tests {
         ];
         for (entries, want) in table {
             let held = in_force(&entries);
+            assert!(held.touched.is_empty());
             let nodes: Vec<&str> = held.nodes.keys().map(String::as_str).collect();
             assert_eq!(nodes, want, "{entries:#?}");
             assert!(held.nodes.values().all(|holder| holder == &h));
@@ -710,12 +730,33 @@ mod tests {
         };
         let held = in_force(&[entry(1, &h, "m", State::Submitted, vec![moving.clone()])]);
         assert!(held.nodes.is_empty());
+        assert!(held.touched.is_empty());
         assert_eq!(
-            held.touched.keys().map(String::as_str).collect::<Vec<_>>(),
+            held.moving.keys().map(String::as_str).collect::<Vec<_>>(),
             ["n1", "n2"]
         );
         let done = in_force(&[entry(1, &h, "m", State::Succeeded, vec![moving])]);
         assert_eq!(done, Held::default());
+    }
+
+    #[test]
+    fn a_live_repair_touches_its_node_while_it_runs() {
+        let h = incident(3);
+        let repairing = Hold::Repairing { node: "n1".into() };
+        let held = in_force(&[entry(1, &h, "r", State::Submitted, vec![repairing.clone()])]);
+        assert!(held.nodes.is_empty());
+        assert_eq!(held.touched.get("n1"), Some(&h));
+        assert_eq!(
+            in_force(&[entry(1, &h, "r", State::Succeeded, vec![repairing.clone()])]),
+            Held::default()
+        );
+        // Escalated to an evacuation: the drain disrupts the node, it is not merely touched.
+        let held = in_force(&[
+            entry(1, &h, "r", State::Submitted, vec![repairing]),
+            entry(2, &h, "d", State::Submitted, vec![drained("n1")]),
+        ]);
+        assert_eq!(held.nodes.get("n1"), Some(&h));
+        assert!(held.touched.is_empty());
     }
 
     #[test]
@@ -853,6 +894,7 @@ mod tests {
             node.clone().prop_map(|node| Hold::Rebooting { node }),
             node.clone().prop_map(|node| Hold::Release { node }),
             node.clone().prop_map(|node| Hold::Receiving { node }),
+            node.clone().prop_map(|node| Hold::Repairing { node }),
             (node.clone(), node).prop_map(|(from, to)| Hold::Moving {
                 instance: "i".into(),
                 from: vec![from],
@@ -897,7 +939,8 @@ mod tests {
                 let rest: Vec<Entry> = entries.iter().filter(|e| e.holder != holder).cloned().collect();
                 let without = in_force(&rest);
                 prop_assert!(without.nodes.values().all(|x| x != &holder));
-                prop_assert!(without.touched.values().all(|x| !x.contains(&holder)));
+                prop_assert!(without.touched.values().all(|x| x != &holder));
+                prop_assert!(without.moving.values().all(|x| !x.contains(&holder)));
             }
         }
     }

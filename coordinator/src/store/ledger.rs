@@ -51,7 +51,8 @@ pub(super) fn migrate(connection: &Connection) -> Result<(), StoreError> {
 }
 
 fn holder_of(entry: &Entry) -> Result<String, LedgerError> {
-    ledger::holder_text(&entry.holder).ok_or_else(|| LedgerError::NotAnOwner(entry.holder.to_string()))
+    ledger::holder_text(&entry.holder)
+        .ok_or_else(|| LedgerError::NotAnOwner(entry.holder.to_string()))
 }
 
 fn encode(entry: &Entry) -> Result<String, StoreError> {
@@ -111,7 +112,11 @@ impl Ledger for Store {
                     |row| row.get(0),
                 )
                 .optional()?;
-            if exists.is_some() || recorded.iter().any(|e: &Entry| e.holder == entry.holder && e.key == entry.key) {
+            if exists.is_some()
+                || recorded
+                    .iter()
+                    .any(|e: &Entry| e.holder == entry.holder && e.key == entry.key)
+            {
                 return Err(LedgerError::Duplicate {
                     holder,
                     key: entry.key.clone(),
@@ -129,9 +134,11 @@ impl Ledger for Store {
         let connection = self.lock();
         let id = to_i64(entry.id);
         let text: Option<String> = connection
-            .query_row("SELECT record FROM ledger WHERE id = ?1", params![id], |row| {
-                row.get(0)
-            })
+            .query_row(
+                "SELECT record FROM ledger WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )
             .optional()?;
         let Some(text) = text else {
             return Err(LedgerError::Unknown(entry.id));
@@ -226,7 +233,9 @@ mod tests {
     fn entries_are_recorded_marked_listed_and_forgotten() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.db")).unwrap();
-        let recorded = store.record(&[entry(1, "drain"), entry(2, "drain")]).unwrap();
+        let recorded = store
+            .record(&[entry(1, "drain"), entry(2, "drain")])
+            .unwrap();
         assert_eq!(recorded.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2]);
         // All or none: a duplicate refuses the whole record.
         assert!(matches!(
