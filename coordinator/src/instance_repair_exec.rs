@@ -27,7 +27,7 @@ use crate::duty::instance_repair::{
     TagChange,
 };
 use crate::ganeti::{
-    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Reason, TagTarget,
+    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Op, Reason, TagTarget,
 };
 use crate::gate::{Decision, DomainSource, InForce, NodeFacts, Policy, View};
 use crate::store::Store;
@@ -198,10 +198,11 @@ pub async fn collect(
                         None,
                     )
                     .after(jobs.iter().copied());
-                    match ganeti
-                        .remove_tags(&change.target, &change.remove, &why)
-                        .await
-                    {
+                    let op = Op::RemoveTags {
+                        target: change.target.clone(),
+                        tags: change.remove.clone(),
+                    };
+                    match ganeti.submit(&op, &why).await {
                         Ok(job) => {
                             jobs.push(job);
                             let completed = Record::Tags {
@@ -541,17 +542,7 @@ async fn submit_op(
     op: &RepairOp,
     reason: &Reason,
 ) -> Result<JobId, GanetiError> {
-    match op {
-        RepairOp::RecreateDisks { iallocator } => {
-            ganeti
-                .recreate_instance_disks(instance, iallocator, reason)
-                .await
-        }
-        RepairOp::Reinstall { start } => ganeti.reinstall_instance(instance, *start, reason).await,
-        RepairOp::Failover => ganeti.failover_instance(instance, None, reason).await,
-        RepairOp::Migrate => ganeti.migrate_instance(instance, None, reason).await,
-        RepairOp::ReplaceDisks(mode) => ganeti.replace_disks(instance, mode, reason).await,
-    }
+    ganeti.submit(&op.op(instance), reason).await
 }
 
 /// Adds `add`, then (after it) removes `remove`; the jobs submitted.
@@ -569,7 +560,10 @@ async fn submit_tags(
 ) -> Vec<JobId> {
     let mut jobs = Vec::new();
     if let Some(tag) = add {
-        let tags = [tag.to_owned()];
+        let op = Op::AddTags {
+            target: target.clone(),
+            tags: vec![tag.to_owned()],
+        };
         let why = reason(
             uuid,
             &format!("{intent}-tag"),
@@ -577,7 +571,7 @@ async fn submit_tags(
             note,
         )
         .after(after.iter().copied());
-        match ganeti.add_tags(target, &tags, &why).await {
+        match ganeti.submit(&op, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => {
                 report
@@ -595,7 +589,11 @@ async fn submit_tags(
             note,
         )
         .after(after.iter().chain(&jobs).copied());
-        match ganeti.remove_tags(target, remove, &why).await {
+        let op = Op::RemoveTags {
+            target: target.clone(),
+            tags: remove.to_vec(),
+        };
+        match ganeti.submit(&op, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => report
                 .errors

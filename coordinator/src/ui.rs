@@ -1057,7 +1057,10 @@ pub async fn acknowledge(
         format!("acknowledged by {user} on the nodecare web page"),
     );
     match ganeti
-        .remove_node_tags(&incident.node, std::slice::from_ref(&incident.tag), &reason)
+        .submit(
+            &crate::ganeti::Op::remove_node_tags(incident.node.clone(), vec![incident.tag.clone()]),
+            &reason,
+        )
         .await
     {
         Ok(job) => {

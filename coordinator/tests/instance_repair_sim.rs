@@ -552,7 +552,7 @@ async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
 /// adopts the job.
 async fn repair_interrupted_by_a_crash(source: &str) {
     use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
-    use nodecare_coordinator::ganeti::Reason;
+    use nodecare_coordinator::ganeti::{Op, Reason};
     use nodecare_coordinator::instance_repair_exec::Record;
 
     let sim = sim("inst1:drbd:2,inst2:drbd:3");
@@ -583,9 +583,16 @@ async fn repair_interrupted_by_a_crash(source: &str) {
         .unwrap();
     let client = sim.client().with_reason_source(source).unwrap();
     let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
-    let job = Ganeti::failover_instance(&client, "inst1.sim.test", None, &reason)
-        .await
-        .unwrap();
+    let job = Ganeti::submit(
+        &client,
+        &Op::FailoverInstance {
+            instance: "inst1.sim.test".into(),
+            target: None,
+        },
+        &reason,
+    )
+    .await
+    .unwrap();
     let before = Ganeti::job(&client, job).await.unwrap();
     assert!(
         before.reasons.iter().any(|r| r

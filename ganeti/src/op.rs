@@ -8,6 +8,7 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::rapi::request::DEFAULT_IALLOCATOR;
 use crate::{EvacuateMode, ReplaceDisksMode, TagTarget};
 
 /// One Ganeti write; submitting it starts one job.
@@ -148,7 +149,7 @@ impl Op {
         }
     }
 
-    /// Ganeti's short name of the operation (as in `gnt-job list`'s summaries, lower case).
+    /// A short name of the operation, for logs and labels (`drain`, `migrate`, `add-tags`).
     pub const fn name(&self) -> &'static str {
         match self {
             Self::SetNodeDrained { drained: true, .. } => "drain",
@@ -167,77 +168,82 @@ impl Op {
         }
     }
 
-    /// What the operation does, one sentence for people.
+    /// What the operation does, for people, in the words of the coordinator's steps
+    /// (`drain node1`, `migrate inst1 to node2`, `set node1 offline`).
     pub fn describe(&self) -> String {
+        let onto = |target: &Option<String>| match target {
+            Some(target) => format!("to {target}"),
+            None => "to its DRBD secondary (or where the allocator says)".to_owned(),
+        };
         match self {
             Self::SetNodeDrained {
                 node,
                 drained: true,
-            } => format!("Draining node {node}"),
+            } => format!("drain {node}"),
             Self::SetNodeDrained {
                 node,
                 drained: false,
-            } => format!("Undraining node {node}"),
+            } => format!("undrain {node}"),
             Self::SetNodeOffline {
                 node,
                 offline: true,
-            } => format!("Setting node {node} offline"),
+            } => format!("set {node} offline"),
             Self::SetNodeOffline {
                 node,
                 offline: false,
-            } => format!("Setting node {node} online"),
-            Self::ShutdownInstance { instance } => format!("Shutting down instance {instance}"),
-            Self::MigrateInstance { instance, target } => match target {
-                Some(target) => format!("Migrating instance {instance} to {target}"),
-                None => format!("Migrating instance {instance} to its secondary"),
-            },
-            Self::FailoverInstance { instance, target } => match target {
-                Some(target) => format!("Failing over instance {instance} to {target}"),
-                None => format!("Failing over instance {instance} to its secondary"),
-            },
-            Self::ReplaceDisks { instance, mode } => match mode {
-                ReplaceDisksMode::ReplaceNewSecondary {
-                    remote_node: Some(node),
-                    ..
-                } => format!("Moving the secondary of instance {instance} to {node}"),
-                ReplaceDisksMode::ReplaceNewSecondary {
-                    remote_node: None,
-                    iallocator,
-                } => format!(
-                    "Moving the secondary of instance {instance} where {} says",
-                    iallocator.as_deref().unwrap_or("the allocator")
-                ),
-                other => format!(
-                    "Replacing the disks of instance {instance} ({})",
-                    other.as_str()
-                ),
-            },
+            } => format!("set {node} online"),
+            Self::ShutdownInstance { instance } => format!("shut down {instance}"),
+            Self::MigrateInstance { instance, target } => {
+                format!("migrate {instance} {}", onto(target))
+            }
+            Self::FailoverInstance { instance, target } => {
+                format!("fail {instance} over {}", onto(target))
+            }
+            Self::ReplaceDisks {
+                instance,
+                mode:
+                    ReplaceDisksMode::ReplaceNewSecondary {
+                        remote_node: Some(node),
+                        ..
+                    },
+            } => format!("move the DRBD secondary of {instance} to {node}"),
+            Self::ReplaceDisks {
+                instance,
+                mode:
+                    ReplaceDisksMode::ReplaceNewSecondary {
+                        remote_node: None,
+                        iallocator,
+                    },
+            } => format!(
+                "move the DRBD secondary of {instance} where {} says",
+                iallocator.as_deref().unwrap_or(DEFAULT_IALLOCATOR)
+            ),
+            Self::ReplaceDisks { instance, mode } => {
+                format!("replace the disks of {instance} ({})", mode.as_str())
+            }
             Self::EvacuateNode {
                 node,
                 mode,
                 iallocator,
             } => format!(
-                "Evacuating node {node} ({}, targets from {})",
+                "evacuate {node} ({}) where {} says",
                 mode.as_str(),
-                iallocator.as_deref().unwrap_or("hail")
+                iallocator.as_deref().unwrap_or(DEFAULT_IALLOCATOR)
             ),
-            Self::AddTags { target, tags } => {
-                format!("Adding tags {} to {target}", tags.join(", "))
-            }
-            Self::RemoveTags { target, tags } => {
-                format!("Removing tags {} from {target}", tags.join(", "))
-            }
+            Self::AddTags { target, tags } => format!("tag {target} {}", tags.join(" ")),
+            Self::RemoveTags { target, tags } => format!("untag {target} {}", tags.join(" ")),
             Self::RecreateInstanceDisks {
                 instance,
                 iallocator,
-            } => format!("Recreating the disks of instance {instance} where {iallocator} says"),
-            Self::ReinstallInstance { instance, start } => {
-                if *start {
-                    format!("Reinstalling instance {instance} and starting it")
-                } else {
-                    format!("Reinstalling instance {instance}")
-                }
-            }
+            } => format!("recreate the disks of {instance} where {iallocator} says"),
+            Self::ReinstallInstance {
+                instance,
+                start: true,
+            } => format!("reinstall {instance} and start it"),
+            Self::ReinstallInstance {
+                instance,
+                start: false,
+            } => format!("reinstall {instance}"),
         }
     }
 }
@@ -245,5 +251,108 @@ impl Op {
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptions_read_like_the_coordinator_steps() {
+        let cases = [
+            (Op::drain("node1"), "drain node1"),
+            (Op::undrain("node1"), "undrain node1"),
+            (Op::offline("node1"), "set node1 offline"),
+            (Op::online("node1"), "set node1 online"),
+            (
+                Op::ShutdownInstance {
+                    instance: "inst1".into(),
+                },
+                "shut down inst1",
+            ),
+            (
+                Op::MigrateInstance {
+                    instance: "inst1".into(),
+                    target: Some("node2".into()),
+                },
+                "migrate inst1 to node2",
+            ),
+            (
+                Op::FailoverInstance {
+                    instance: "inst1".into(),
+                    target: None,
+                },
+                "fail inst1 over to its DRBD secondary (or where the allocator says)",
+            ),
+            (
+                Op::ReplaceDisks {
+                    instance: "inst1".into(),
+                    mode: ReplaceDisksMode::ReplaceNewSecondary {
+                        remote_node: Some("node3".into()),
+                        iallocator: None,
+                    },
+                },
+                "move the DRBD secondary of inst1 to node3",
+            ),
+            (
+                Op::ReplaceDisks {
+                    instance: "inst1".into(),
+                    mode: ReplaceDisksMode::ReplaceAuto,
+                },
+                "replace the disks of inst1 (replace_auto)",
+            ),
+            (
+                Op::EvacuateNode {
+                    node: "node1".into(),
+                    mode: EvacuateMode::SecondaryOnly,
+                    iallocator: None,
+                },
+                "evacuate node1 (secondary-only) where hail says",
+            ),
+            (
+                Op::add_node_tags("node1", vec!["a".into(), "b".into()]),
+                "tag node node1 a b",
+            ),
+            (
+                Op::RemoveTags {
+                    target: TagTarget::Cluster,
+                    tags: vec!["a".into()],
+                },
+                "untag the cluster a",
+            ),
+            (
+                Op::RecreateInstanceDisks {
+                    instance: "inst1".into(),
+                    iallocator: "hail".into(),
+                },
+                "recreate the disks of inst1 where hail says",
+            ),
+            (
+                Op::ReinstallInstance {
+                    instance: "inst1".into(),
+                    start: true,
+                },
+                "reinstall inst1 and start it",
+            ),
+        ];
+        for (op, text) in cases {
+            assert_eq!(op.describe(), text);
+            assert_eq!(op.to_string(), text);
+        }
+    }
+
+    #[test]
+    fn ops_serialize_with_their_name() {
+        let op = Op::MigrateInstance {
+            instance: "inst1".into(),
+            target: None,
+        };
+        let json = serde_json::to_value(&op).unwrap_or_default();
+        assert_eq!(
+            json,
+            serde_json::json!({"op": "migrate-instance", "instance": "inst1", "target": null})
+        );
+        assert_eq!(serde_json::from_value::<Op>(json).ok(), Some(op));
     }
 }

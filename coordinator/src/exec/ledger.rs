@@ -12,8 +12,8 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use super::op::Op;
 use crate::ganeti::JobId;
+pub use crate::ganeti::Op;
 use crate::gate::Holder;
 
 /// An action of the agent on a node (not a Ganeti job): its outcome comes from the agent.

@@ -9,7 +9,6 @@
 //! [`Ganeti`].
 
 pub mod ledger;
-pub mod op;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -138,7 +137,7 @@ impl Executor {
                 };
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
-                match op::submit(ganeti, op, &reason).await {
+                match ganeti.submit(op, &reason).await {
                     Ok(job) => {
                         let mut entry = entry;
                         entry.state = State::Submitted;

@@ -170,13 +170,11 @@ async fn after_a_crash_jobs_are_adopted_by_their_trail_and_the_rest_fails_or_is_
     w.exec.record(&chain(&w, &other)).unwrap();
     // The crash came after the drain was submitted and before its job id was recorded.
     let reason = Reason::new(Uuid::from_u128(3), "drain", "drain");
-    let job = op::submit(
-        &w.ganeti,
-        &recorded[0].action.op().unwrap().clone(),
-        &reason,
-    )
-    .await
-    .unwrap();
+    let job = w
+        .ganeti
+        .submit(recorded[0].action.op().unwrap(), &reason)
+        .await
+        .unwrap();
     let changed = w
         .exec
         .adopt(

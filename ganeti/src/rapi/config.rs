@@ -223,3 +223,9 @@ impl RapiConfig {
         self
     }
 }
+
+impl From<super::request::InvalidRequest> for RapiError {
+    fn from(e: super::request::InvalidRequest) -> Self {
+        Self::Config(e.0)
+    }
+}

@@ -6,9 +6,9 @@
 //!   its incident ([`types::reason_query_value`]). Always built.
 //! * [`transport`] (feature `client`): what carries one request to RAPI and its answer back;
 //!   [`transport::HttpsTransport`] is the real one.
-//! * [`client::RapiClient`] (feature `client`): every call nodecare needs (cluster, nodes,
-//!   instances, groups, tags, jobs, drain/offline, migrate, failover, replace-disks, node
-//!   evacuation), each bounded by a timeout, basic authentication from a credentials file
+//! * [`client::RapiClient`] (feature `client`): every call nodecare needs (the reads of cluster,
+//!   nodes, instances, groups, tags and jobs; every write as `submit` of an [`crate::Op`];
+//!   job cancel), each bounded by a timeout, basic authentication from a credentials file
 //!   ([`client::Credentials`]).
 //! * [`tls`] (feature `client`): the cluster certificate is pinned (Ganeti's self-signed CA
 //!   certificate without subject alternative names fails ordinary verification).

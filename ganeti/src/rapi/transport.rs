@@ -1,7 +1,8 @@
 //! What carries one RAPI request to Ganeti and its answer back.
 //!
-//! The [`super::client::RapiClient`] maps every operation to its request (method, path, query,
-//! JSON body) once, and hands the request to a [`Transport`]. [`HttpsTransport`] is the real
+//! The [`super::client::RapiClient`] builds each request (method, path, query, JSON body; a
+//! write's from [`super::request::rapi_request`]) and hands it to a [`Transport`] with its
+//! timeout. [`HttpsTransport`] is the real
 //! one (reqwest, the cluster certificate pinned, basic authentication); the simulated cluster
 //! of `nodecare-ganeti-sim` provides an in-process one that answers from its route handler.
 
