@@ -589,7 +589,14 @@ impl Reconciler {
         // job followed to its outcome.
         let mut changed: Vec<crate::exec::Changed> = self
             .executor
-            .adopt(&*self.ganeti, |_| crate::balance::UNADOPTED, now_ms())
+            .adopt(
+                &*self.ganeti,
+                |holder| match holder {
+                    Holder::Balancing { .. } => crate::balance::UNADOPTED,
+                    _ => crate::exec::Unadopted::Retry,
+                },
+                now_ms(),
+            )
             .await?
             .into_iter()
             .map(|entry| crate::exec::Changed { entry, job: None })
