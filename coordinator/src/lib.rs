@@ -30,6 +30,7 @@ pub mod board;
 pub mod campaign_exec;
 pub mod cli;
 pub mod daemon;
+pub mod exec;
 pub mod http;
 pub mod instance_repair_exec;
 pub mod maintenance_api;

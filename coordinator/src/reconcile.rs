@@ -128,6 +128,12 @@ pub enum RoundError {
     Local(String),
 }
 
+impl From<crate::exec::ledger::LedgerError> for RoundError {
+    fn from(error: crate::exec::ledger::LedgerError) -> Self {
+        Self::Store(StoreError::Ledger(error))
+    }
+}
+
 /// The master named by `<dir>/ssconf_master_node`, if that file is there and names one.
 pub fn ssconf_master(dir: &std::path::Path) -> Option<String> {
     let text = std::fs::read_to_string(dir.join("ssconf_master_node")).ok()?;
@@ -154,6 +160,8 @@ pub struct Reconciler {
     rounds: u64,
     /// The balancing duty (none: off).
     balancer: Option<crate::balance::Balancer>,
+    /// The executor over the store's ledger.
+    executor: crate::exec::Executor,
     /// While an incident admitted under an operator override takes its step: the override, who
     /// set it and why, added to its jobs' reason trail.
     override_note: std::sync::Mutex<Option<String>>,
@@ -453,7 +461,9 @@ impl Reconciler {
         board: Arc<Board>,
         incident_lock: Arc<tokio::sync::Mutex<()>>,
     ) -> Self {
+        let ledger: Arc<dyn crate::exec::ledger::Ledger> = store.clone();
         Self {
+            executor: crate::exec::Executor::new(ledger),
             ganeti,
             store,
             scraper,
@@ -575,10 +585,26 @@ impl Reconciler {
         self.stop_canceled().await?;
         self.poll_jobs().await?;
         self.settle_canceled()?;
+        // The executor's ledger: jobs adopted after a crash, entries ready submitted, every
+        // job followed to its outcome.
+        let mut changed: Vec<crate::exec::Changed> = self
+            .executor
+            .adopt(
+                &*self.ganeti,
+                |holder| match holder {
+                    Holder::Balancing { .. } => crate::balance::UNADOPTED,
+                    _ => crate::exec::Unadopted::Retry,
+                },
+                now_ms(),
+            )
+            .await?
+            .into_iter()
+            .map(|entry| crate::exec::Changed { entry, job: None })
+            .collect();
+        self.executor.submit(&*self.ganeti, None, now_ms()).await?;
+        changed.extend(self.executor.poll(&*self.ganeti, now_ms()).await?);
         if let Some(balancer) = &self.balancer {
-            balancer
-                .poll(&*self.ganeti, &self.store, &self.board, now_ms())
-                .await?;
+            balancer.settle(&self.executor, &self.board, &changed, now_ms())?;
         }
         drop(guard);
         // Read the cluster only after the jobs: a snapshot older than a job's "success" would
@@ -1398,14 +1424,22 @@ impl Reconciler {
             tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
                 "admission expired");
         }
+        // What the executor's ledger holds (its holders' records still open).
+        let ledger_held = self.executor.in_force(|_| true)?;
         let in_force = InForce::new(
             &view,
             node_repair::holds(&incidents, nodes)
                 .into_iter()
                 .chain(self.store.grants_in_force(now)?)
-                .chain(crate::campaign_exec::holds(&self.store)?),
+                .chain(crate::campaign_exec::holds(&self.store)?)
+                .chain(ledger_held.nodes),
         )
-        .with_touched(&view, node_repair::touches(&incidents, nodes))
+        .with_touched(
+            &view,
+            node_repair::touches(&incidents, nodes)
+                .into_iter()
+                .chain(ledger_held.touched),
+        )
         .with_left_by(&gate::left_by(
             &view,
             crate::store::incident_flag_changes(&incidents, &intents)
@@ -1449,7 +1483,7 @@ impl Reconciler {
             Some(balancer) => {
                 balancer
                     .propose(
-                        &self.store,
+                        &self.executor,
                         &self.board,
                         &incidents,
                         nodes,
@@ -1679,7 +1713,7 @@ impl Reconciler {
             summary.jobs_submitted += balancer
                 .execute(
                     &*self.ganeti,
-                    &self.store,
+                    &self.executor,
                     &self.board,
                     &decision,
                     &balancing,

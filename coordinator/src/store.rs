@@ -21,13 +21,14 @@ use crate::incident::Incident;
 use crate::plan::{Lock, Move};
 
 mod admission;
+mod ledger;
 pub mod retention;
 mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 2;
+const SCHEMA_VERSION: i64 = 3;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +42,9 @@ pub enum StoreError {
     /// The database was written by a newer version.
     #[error("state database schema version {0} is newer than this coordinator ({SCHEMA_VERSION})")]
     TooNew(i64),
+    /// The executor's ledger failed.
+    #[error(transparent)]
+    Ledger(#[from] crate::exec::ledger::LedgerError),
     /// The creating directory failed.
     #[error("cannot create state directory {path}: {error}")]
     Directory {
@@ -306,72 +310,7 @@ impl Store {
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
-        let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::TooNew(version));
-        }
-        if version < 1 {
-            connection.execute_batch(
-                "BEGIN;
-                 CREATE TABLE IF NOT EXISTS incidents (
-                     uuid TEXT PRIMARY KEY,
-                     node_uuid TEXT NOT NULL,
-                     fingerprint TEXT NOT NULL,
-                     record TEXT NOT NULL);
-                 CREATE INDEX IF NOT EXISTS incidents_identity ON incidents(node_uuid, fingerprint);
-                 CREATE TABLE IF NOT EXISTS intents (
-                     incident TEXT NOT NULL REFERENCES incidents(uuid) ON DELETE CASCADE,
-                     key TEXT NOT NULL,
-                     spec TEXT NOT NULL,
-                     locks TEXT NOT NULL,
-                     state TEXT NOT NULL,
-                     job_id INTEGER,
-                     created_ms INTEGER NOT NULL,
-                     submitted_ms INTEGER,
-                     finished_ms INTEGER,
-                     error TEXT,
-                     PRIMARY KEY (incident, key));
-                 CREATE TABLE IF NOT EXISTS agent_sequences (
-                     node TEXT PRIMARY KEY,
-                     sequence INTEGER NOT NULL);
-                 CREATE TABLE IF NOT EXISTS counters (
-                     name TEXT PRIMARY KEY,
-                     value INTEGER NOT NULL);
-                 PRAGMA user_version = 1;
-                 COMMIT;",
-            )?;
-        }
-        if version < 2 {
-            admission::migrate(&connection)?;
-        }
-        // Small typed records (the storm breaker's state): one JSON document per name.
-        connection.execute_batch(
-            "CREATE TABLE IF NOT EXISTS documents (
-                 name TEXT PRIMARY KEY,
-                 record TEXT NOT NULL);",
-        )?;
-        // Instance repairs submitted whose pending tag Ganeti may not show yet (additive: no
-        // schema version change).
-        connection.execute_batch(
-            "CREATE TABLE IF NOT EXISTS instance_repairs (
-                 uuid TEXT PRIMARY KEY,
-                 instance TEXT NOT NULL,
-                 record TEXT NOT NULL);",
-        )?;
-        // Balancing moves (one row per Ganeti operation, see `crate::balance`).
-        connection.execute_batch(
-            "CREATE TABLE IF NOT EXISTS balancing_moves (
-                 run TEXT NOT NULL,
-                 key TEXT NOT NULL,
-                 record TEXT NOT NULL,
-                 PRIMARY KEY (run, key));",
-        )?;
-        connection.execute_batch(
-            "CREATE TABLE IF NOT EXISTS campaigns (
-                 id TEXT PRIMARY KEY,
-                 created_ms INTEGER NOT NULL,
-                 record TEXT NOT NULL);",
-        )?;
+        migrate(&connection)?;
         Ok(Self {
             connection: Mutex::new(connection),
         })
@@ -413,65 +352,47 @@ impl Store {
         Ok(())
     }
 
-    /// Every stored balancing move, oldest run first, in key order within a run.
+    /// Every balancing move (the ledger's balancing entries), oldest first.
     pub fn balancing_moves(&self) -> Result<Vec<crate::duty::balancing::BalanceMove>, StoreError> {
-        let connection = self.lock();
-        let mut statement =
-            connection.prepare("SELECT record FROM balancing_moves ORDER BY rowid")?;
-        let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
-        let mut moves = Vec::new();
-        for row in rows {
-            let text = row?;
-            moves.push(
-                serde_json::from_str(&text)
-                    .map_err(|error| StoreError::Corrupt(format!("balancing move: {error}")))?,
-            );
-        }
-        Ok(moves)
+        use crate::exec::ledger::Ledger as _;
+        Ok(self
+            .entries()?
+            .iter()
+            .filter_map(crate::duty::balancing::BalanceMove::from_entry)
+            .collect())
     }
 
-    /// Stores (inserts or replaces) balancing moves, all at once.
+    /// Stores balancing moves as ledger entries: records those not recorded yet, marks the
+    /// others (moves written by hand, and by earlier versions).
     pub fn save_balancing_moves(
         &self,
         moves: &[crate::duty::balancing::BalanceMove],
     ) -> Result<(), StoreError> {
-        let mut connection = self.lock();
-        let transaction = connection.transaction()?;
+        use crate::exec::ledger::Ledger as _;
+        let entries = self.entries()?;
+        let mut new = Vec::new();
         for m in moves {
-            let text = serde_json::to_string(m).map_err(|error| {
-                StoreError::Corrupt(format!("encoding balancing move: {error}"))
-            })?;
-            transaction.execute(
-                "INSERT INTO balancing_moves (run, key, record) VALUES (?1, ?2, ?3)
-                 ON CONFLICT(run, key) DO UPDATE SET record = excluded.record",
-                params![m.run.to_string(), m.key, text],
-            )?;
+            let mut entry = m.to_entry();
+            match entries
+                .iter()
+                .find(|e| e.holder == entry.holder && e.key == entry.key)
+            {
+                Some(stored) => {
+                    entry.id = stored.id;
+                    self.mark(&entry)?;
+                }
+                None => new.push(entry),
+            }
         }
-        transaction.commit()?;
+        self.record(&new)?;
         Ok(())
     }
 
-    /// Forgets the balancing moves of runs started before `before_ms` whose moves are all
-    /// finished; returns how many were forgotten.
+    /// Forgets the balancing runs recorded before `before_ms` whose moves are all finished;
+    /// returns how many moves were forgotten.
     pub fn prune_balancing_moves(&self, before_ms: u64) -> Result<usize, StoreError> {
-        let moves = self.balancing_moves()?;
-        let mut runs: BTreeMap<Uuid, bool> = BTreeMap::new();
-        for m in &moves {
-            let old_and_done = m.created_ms < before_ms && !m.state.is_in_flight();
-            let entry = runs.entry(m.run).or_insert(true);
-            *entry = *entry && old_and_done;
-        }
-        let mut connection = self.lock();
-        let transaction = connection.transaction()?;
-        let mut forgotten = 0;
-        for (run, _) in runs.iter().filter(|(_, prune)| **prune) {
-            forgotten += transaction.execute(
-                "DELETE FROM balancing_moves WHERE run = ?1",
-                params![run.to_string()],
-            )?;
-        }
-        transaction.commit()?;
-        Ok(forgotten)
+        use crate::exec::ledger::Ledger as _;
+        Ok(self.prune("balancing", before_ms)?)
     }
 
     /// Every stored maintenance campaign, newest first.
@@ -753,6 +674,75 @@ impl Store {
         )?;
         Ok(to_u64(value))
     }
+}
+
+/// Brings `connection`'s database to this coordinator's schema (every version's tables, the
+/// additive ones included); refuses a newer one. Also run on a snapshot before it is restored,
+/// so a copy pushed by an older coordinator restores as this one's schema.
+fn migrate(connection: &Connection) -> Result<(), StoreError> {
+    let version: i64 = connection.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::TooNew(version));
+    }
+    if version < 1 {
+        connection.execute_batch(
+            "BEGIN;
+             CREATE TABLE IF NOT EXISTS incidents (
+                 uuid TEXT PRIMARY KEY,
+                 node_uuid TEXT NOT NULL,
+                 fingerprint TEXT NOT NULL,
+                 record TEXT NOT NULL);
+             CREATE INDEX IF NOT EXISTS incidents_identity ON incidents(node_uuid, fingerprint);
+             CREATE TABLE IF NOT EXISTS intents (
+                 incident TEXT NOT NULL REFERENCES incidents(uuid) ON DELETE CASCADE,
+                 key TEXT NOT NULL,
+                 spec TEXT NOT NULL,
+                 locks TEXT NOT NULL,
+                 state TEXT NOT NULL,
+                 job_id INTEGER,
+                 created_ms INTEGER NOT NULL,
+                 submitted_ms INTEGER,
+                 finished_ms INTEGER,
+                 error TEXT,
+                 PRIMARY KEY (incident, key));
+             CREATE TABLE IF NOT EXISTS agent_sequences (
+                 node TEXT PRIMARY KEY,
+                 sequence INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS counters (
+                 name TEXT PRIMARY KEY,
+                 value INTEGER NOT NULL);
+             PRAGMA user_version = 1;
+             COMMIT;",
+        )?;
+    }
+    if version < 2 {
+        admission::migrate(connection)?;
+    }
+    // Small typed records (the storm breaker's state): one JSON document per name.
+    connection.execute_batch(
+        "CREATE TABLE IF NOT EXISTS documents (
+             name TEXT PRIMARY KEY,
+             record TEXT NOT NULL);",
+    )?;
+    // Instance repairs submitted whose pending tag Ganeti may not show yet (additive: no
+    // schema version change).
+    connection.execute_batch(
+        "CREATE TABLE IF NOT EXISTS instance_repairs (
+             uuid TEXT PRIMARY KEY,
+             instance TEXT NOT NULL,
+             record TEXT NOT NULL);",
+    )?;
+    connection.execute_batch(
+        "CREATE TABLE IF NOT EXISTS campaigns (
+             id TEXT PRIMARY KEY,
+             created_ms INTEGER NOT NULL,
+             record TEXT NOT NULL);",
+    )?;
+    // The executor's ledger (balancing moves of earlier versions carried over).
+    if version < 3 {
+        ledger::migrate(connection)?;
+    }
+    Ok(())
 }
 
 fn save_incident(connection: &Connection, incident: &Incident) -> Result<(), StoreError> {

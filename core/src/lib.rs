@@ -8,6 +8,8 @@
 //!   health, the storm breaker ([`breaker`]), overrides; [`duty`]: the duties that propose.
 //! - [`storage`]: storage health (DRBD, instances on drained or offline nodes) for the gate;
 //!   [`load`]: the nodes' dynamic load for balancing.
+//! - [`ledger`]: the one ledger of what is in force: every operation of every duty, recorded
+//!   before it is submitted, and what it holds.
 //! - [`campaign`]: rolling maintenance campaigns (their state machine and group planning).
 //! - [`config`]: the coordinator's configuration (parsing and validation; reading the file is
 //!   the caller's); [`retention`]: its `[retention]` section.
@@ -21,6 +23,7 @@ pub mod config;
 pub mod duty;
 pub mod gate;
 pub mod incident;
+pub mod ledger;
 pub mod load;
 pub mod plan;
 pub mod retention;

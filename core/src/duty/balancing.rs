@@ -15,7 +15,8 @@ use nodecare_roll::hbal::{HbalJob, HbalOp, HbalOptions, HbalPlan};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ganeti::{JobId, Node};
+use crate::ledger::{Action, Entry, Op, State};
+use crate::ganeti::{JobId, Node, ReplaceDisksMode};
 use crate::gate::{Duty, Holder, InForce, Proposal};
 use crate::incident::Incident;
 
@@ -417,4 +418,117 @@ pub struct BalanceStatus {
     /// The `--mond-data` file given to hbal (served at `/1/balancing/mond-data`).
     #[serde(skip)]
     pub mond_data: Option<String>,
+}
+
+/// How long a balancing move's job may run before its entry times out (it is still followed).
+pub const MOVE_DEADLINE_MS: u64 = 24 * 3600 * 1000;
+
+impl BalanceMove {
+    /// The move as a ledger entry: held by its run (the reason trail's uuid), after the move
+    /// before it of the same hbal job (`<instance>-<n-1>`).
+    pub fn to_entry(&self) -> Entry {
+        let op = match &self.op {
+            HbalOp::Migrate { target } => Op::MigrateInstance {
+                instance: self.instance.clone(),
+                target: target.clone(),
+            },
+            HbalOp::Failover { target } => Op::FailoverInstance {
+                instance: self.instance.clone(),
+                target: target.clone(),
+            },
+            HbalOp::ReplaceSecondary { node } => Op::ReplaceDisks {
+                instance: self.instance.clone(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: Some(node.clone()),
+                    iallocator: None,
+                },
+            },
+        };
+        let mut entry = Entry::new(
+            Holder::Balancing { id: self.run },
+            self.key.clone(),
+            Action::ganeti(op),
+            format!("balancing ({}): {} {}", self.group, self.op, self.instance),
+            self.created_ms,
+            self.created_ms.saturating_add(MOVE_DEADLINE_MS),
+        );
+        if let Some((instance, n)) = self.key.rsplit_once('-')
+            && let Ok(n) = n.parse::<usize>()
+            && n > 1
+        {
+            entry = entry.after([format!("{instance}-{}", n - 1)]);
+        }
+        entry.about = BTreeMap::from([
+            ("group".to_owned(), self.group.clone()),
+            ("proposal".to_owned(), self.holder.to_string()),
+        ]);
+        entry.state = match self.state {
+            MoveState::Planned => State::Recorded,
+            MoveState::Submitted => State::Submitted,
+            MoveState::Succeeded => State::Succeeded,
+            MoveState::Failed => State::Failed {
+                why: self.error.clone().unwrap_or_default(),
+            },
+        };
+        entry.job = self.job_id;
+        entry.finished_ms = self.finished_ms;
+        entry
+    }
+
+    /// The balancing move of a ledger entry (`None` for other holders' entries).
+    pub fn from_entry(entry: &Entry) -> Option<Self> {
+        let Holder::Balancing { id: run } = entry.holder else {
+            return None;
+        };
+        let (instance, op) = match entry.action.op()? {
+            Op::MigrateInstance { instance, target } => (
+                instance,
+                HbalOp::Migrate {
+                    target: target.clone(),
+                },
+            ),
+            Op::FailoverInstance { instance, target } => (
+                instance,
+                HbalOp::Failover {
+                    target: target.clone(),
+                },
+            ),
+            Op::ReplaceDisks {
+                instance,
+                mode:
+                    ReplaceDisksMode::ReplaceNewSecondary {
+                        remote_node: Some(node),
+                        ..
+                    },
+            } => (instance, HbalOp::ReplaceSecondary { node: node.clone() }),
+            _ => return None,
+        };
+        let state = match &entry.state {
+            State::Recorded => MoveState::Planned,
+            State::Submitted | State::TimedOut => MoveState::Submitted,
+            State::Succeeded => MoveState::Succeeded,
+            State::Failed { .. } | State::Canceled { .. } => MoveState::Failed,
+        };
+        Some(Self {
+            run,
+            key: entry.key.clone(),
+            holder: entry
+                .about
+                .get("proposal")
+                .and_then(|p| Uuid::parse_str(p).ok())
+                .unwrap_or(run),
+            group: entry.about.get("group").cloned().unwrap_or_default(),
+            instance: instance.clone(),
+            op,
+            state,
+            job_id: entry.job,
+            created_ms: entry.recorded_ms,
+            finished_ms: entry.finished_ms,
+            error: entry
+                .state
+                .why()
+                .filter(|why| !why.is_empty())
+                .map(str::to_owned),
+        })
+    }
 }
