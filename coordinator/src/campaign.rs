@@ -340,6 +340,21 @@ impl Record {
             .collect()
     }
 
+    /// The nodes the campaign works on without disrupting them: those whose original
+    /// primaries are migrating back ([`crate::gate::InForce::busy`]). No other holder may drain
+    /// or touch them until the migrations back are done; they count against no budget, so the
+    /// next group may start meanwhile.
+    pub fn busy(&self) -> Vec<(String, Holder)> {
+        let holder = Holder::Campaign { id: self.id() };
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| n.step == NodeStep::MigrateBack)
+            .map(|n| (n.node.clone(), holder.clone()))
+            .collect()
+    }
+
     /// The drained flags this campaign's jobs set or cleared (succeeded drain and undrain
     /// operations), for [`crate::gate::left_by`].
     pub fn flag_changes(&self) -> Vec<crate::gate::FlagChange> {

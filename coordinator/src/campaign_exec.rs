@@ -127,6 +127,17 @@ pub fn holds(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
         .collect())
 }
 
+/// The nodes every unfinished campaign works on without disrupting them (their primaries
+/// migrating back), for [`crate::gate::InForce::with_busy`].
+pub fn busy(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
+    Ok(store
+        .campaigns()?
+        .iter()
+        .filter(|r| !r.state().is_final())
+        .flat_map(Record::busy)
+        .collect())
+}
+
 /// The drained flags every stored campaign's jobs set or cleared, for
 /// [`crate::gate::left_by`].
 pub fn flag_changes(store: &Store) -> Result<Vec<crate::gate::FlagChange>, StoreError> {

@@ -363,6 +363,12 @@ pub fn group_caps(
 pub struct InForce {
     /// Node name → holder.
     pub nodes: BTreeMap<String, Holder>,
+    /// Nodes a holder works on without disrupting them, node name → holder: instances migrate
+    /// back onto a node after its campaign reboot, an instance repair's jobs run on it. No
+    /// other holder may disrupt or touch them until the work ends, but they open no failure
+    /// domain and use no cap.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub busy: BTreeMap<String, Holder>,
 }
 
 impl InForce {
@@ -392,7 +398,27 @@ impl InForce {
                 },
             );
         }
-        Self { nodes }
+        Self {
+            nodes,
+            busy: BTreeMap::new(),
+        }
+    }
+
+    /// Adds the nodes holders work on without disrupting them ([`InForce::busy`]); a node
+    /// already held disrupted keeps that holder, and the first holder named for a node keeps it.
+    #[must_use]
+    pub fn with_busy(mut self, busy: impl IntoIterator<Item = (String, Holder)>) -> Self {
+        for (node, holder) in busy {
+            if !self.nodes.contains_key(&node) {
+                self.busy.entry(node).or_insert(holder);
+            }
+        }
+        self
+    }
+
+    /// The holder working on `node`, disrupted or busy.
+    pub fn holder_of(&self, node: &str) -> Option<&Holder> {
+        self.nodes.get(node).or_else(|| self.busy.get(node))
     }
 
     /// Names the nodecare records that left nodes drained or offline ([`left_by`]): a node
@@ -730,7 +756,7 @@ fn judge(
     }
     // Held by someone else this round (or before): never two holders on one node.
     for node in &proposal.disrupts {
-        if let Some(holder) = in_force.nodes.get(node) {
+        if let Some(holder) = in_force.holder_of(node) {
             let ours = holder == &proposal.holder;
             let someone = matches!(holder, Holder::Someone { .. });
             if !ours && !someone {
@@ -745,7 +771,7 @@ fn judge(
         if !view.nodes.contains_key(node) {
             return Err(BlockedBy::UnknownNode { node: node.clone() });
         }
-        if let Some(holder) = in_force.nodes.get(node)
+        if let Some(holder) = in_force.holder_of(node)
             && holder != &proposal.holder
         {
             return Err(BlockedBy::Conflict {
@@ -1173,6 +1199,54 @@ mod tests {
             "{refused}"
         );
         assert_eq!(outcome(&decision, 2), Ok(Admitted::New));
+    }
+
+    /// Issue 25: a busy node (instances migrating back onto it, an instance repair's jobs on
+    /// it) is refused to every other holder, disrupting or touching it, yet opens no failure
+    /// domain and uses no cap.
+    #[test]
+    fn a_busy_node_is_refused_to_others_and_uses_no_domain_or_cap() {
+        let view = view();
+        let campaign = Holder::Campaign { id: id(9) };
+        let in_force = InForce::new(&view, []).with_busy([("n3".to_owned(), campaign.clone())]);
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 1,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let mut live = repair(3, "n3");
+        live.disrupts = BTreeSet::new();
+        live.touches = ["n3".to_owned()].into();
+        live.moves_memory = Some(0);
+        let mut own = repair(4, "n4");
+        own.holder = campaign.clone();
+        own.duty = Duty::Maintenance;
+        own.moves_memory = Some(0);
+        let decision = decide(
+            &view,
+            &policy,
+            &in_force,
+            vec![repair(1, "n3"), repair(2, "n1"), live],
+        );
+        let conflict = format!("n3 is held by maintenance campaign {}", id(9));
+        assert!(
+            outcome(&decision, 1).is_err_and(|e| e.contains(&conflict)),
+            "{:?}",
+            outcome(&decision, 1)
+        );
+        assert!(
+            outcome(&decision, 3).is_err_and(|e| e.contains(&conflict)),
+            "{:?}",
+            outcome(&decision, 3)
+        );
+        // Another domain, the cap of one: the busy node counts for neither.
+        assert_eq!(outcome(&decision, 2), Ok(Admitted::New));
+        // Its own holder goes on beside it.
+        let decision = decide(&view, &policy, &in_force, vec![own]);
+        assert!(decision.judgements[0].outcome.is_ok(), "{decision:?}");
     }
 
     #[test]

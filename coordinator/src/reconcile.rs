@@ -1398,12 +1398,54 @@ impl Reconciler {
             tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
                 "admission expired");
         }
+        // Instance repair reads Ganeti before the gate: the repairs whose jobs still run hold
+        // their instances' nodes (read even with the duty off: `nodecare harep` runs too).
+        let instance_repair_read = match (self.settings.instance_repair, groups.as_ref()) {
+            (true, Some(groups)) => {
+                match crate::instance_repair_exec::collect(
+                    &*self.ganeti,
+                    &self.store,
+                    instances,
+                    groups.clone(),
+                )
+                .await
+                {
+                    Ok(collected) => Some(collected),
+                    Err(error) => {
+                        tracing::warn!(%error, "instance repair: cannot read Ganeti; skipped this round");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let repair_holds = match &instance_repair_read {
+            Some(collected) => crate::instance_repair_exec::holds(
+                instances,
+                nodes,
+                Some(&collected.jobs),
+                &collected.repairs_in_flight,
+            ),
+            None => {
+                let (jobs, _) =
+                    crate::instance_repair_exec::job_states(&*self.ganeti, instances).await;
+                crate::instance_repair_exec::holds(instances, nodes, Some(&jobs), &BTreeMap::new())
+            }
+        };
+        // Later holders win a node: nodecare's incidents, grants and campaigns over a repair.
         let in_force = InForce::new(
             &view,
-            node_repair::holds(&incidents, nodes)
+            repair_holds
+                .disrupted
                 .into_iter()
+                .chain(node_repair::holds(&incidents, nodes))
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?),
+        )
+        .with_busy(
+            crate::campaign_exec::busy(&self.store)?
+                .into_iter()
+                .chain(repair_holds.busy),
         )
         .with_left_by(&gate::left_by(
             &view,
@@ -1495,45 +1537,26 @@ impl Reconciler {
         proposals.extend(campaigns.proposals.iter().cloned());
         // Instance repair (harep's duty): its repairs are proposals like any other; nodes in
         // the grace of a planned disruption are left alone.
-        let instance_repair = if let (true, Some(groups)) = (self.settings.instance_repair, groups)
-        {
-            match crate::instance_repair_exec::collect(
-                &*self.ganeti,
-                &self.store,
+        let instance_repair = instance_repair_read.map(|collected| {
+            let inputs = crate::duty::instance_repair::Inputs {
+                now: i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX),
+                cluster_tags: &collected.cluster_tags,
+                groups: &collected.groups,
+                nodes,
                 instances,
-                groups,
-            )
-            .await
-            {
-                Ok(collected) => {
-                    let inputs = crate::duty::instance_repair::Inputs {
-                        now: i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX),
-                        cluster_tags: &collected.cluster_tags,
-                        groups: &collected.groups,
-                        nodes,
-                        instances,
-                        jobs: &collected.jobs,
-                        degraded,
-                        in_flight: &collected.in_flight,
-                    };
-                    let assessment =
-                        crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
-                    proposals.extend(assessment.proposals().into_iter().filter(|p| {
-                        !p.disrupts
-                            .iter()
-                            .chain(p.touches.iter())
-                            .any(|n| graced.contains_key(n))
-                    }));
-                    Some((collected, assessment))
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "instance repair: cannot read Ganeti; skipped this round");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+                jobs: &collected.jobs,
+                degraded,
+                in_flight: &collected.in_flight,
+            };
+            let assessment = crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+            proposals.extend(assessment.proposals().into_iter().filter(|p| {
+                !p.disrupts
+                    .iter()
+                    .chain(p.touches.iter())
+                    .any(|n| graced.contains_key(n))
+            }));
+            (collected, assessment)
+        });
         let decision = gate::decide(&view, &policy, &in_force, proposals);
         self.board.metrics.set_disruptions(
             decision.in_force.nodes.keys().map(|name| {
