@@ -850,6 +850,83 @@ proptest! {
     }
 }
 
+/// Issue 25 (3): a rebooted node's failure domain stays in grace for the configured grace
+/// after the node leaves `wait-healthy`, as the round reads the campaigns from the store.
+#[test]
+fn a_rebooted_node_stays_in_grace_after_it_leaves_wait_healthy() {
+    use crate::gate::{self, NodeFacts, View};
+    let mut w = world();
+    let mut r = started(request(), &w);
+    let mut left = None;
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        let before = step_of(&r, "a");
+        r.advance(&w);
+        let rebooting = |step| matches!(step, NodeStep::Hook | NodeStep::WaitHealthy);
+        if rebooting(before) && !rebooting(step_of(&r, "a")) {
+            left = Some(w.now_ms);
+            break;
+        }
+        let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
+        for key in keys {
+            let op = r.ops.get_mut(&key).unwrap();
+            apply(op, &mut w);
+            op.state = OpState::Succeeded;
+        }
+        for agent in w.agents.values_mut() {
+            agent.ok = true;
+        }
+    }
+    let left = left.expect("a left wait-healthy");
+    let dir = tempfile::tempdir().unwrap();
+    let store = crate::store::Store::open_dir(dir.path()).unwrap();
+    store.save_campaign(&r).unwrap();
+    let view_at = |now_ms: u64| View {
+        nodes: ["a", "a2", "c"]
+            .iter()
+            .map(|n| {
+                let facts = NodeFacts {
+                    name: (*n).to_owned(),
+                    group: "g".into(),
+                    domain: if n.starts_with('a') {
+                        "rack:a"
+                    } else {
+                        "rack:c"
+                    }
+                    .into(),
+                    vm_capable: true,
+                    drained: false,
+                    offline: false,
+                    master: false,
+                    memory_free: None,
+                    primary_memory: None,
+                };
+                ((*n).to_owned(), facts)
+            })
+            .collect(),
+        now_ms,
+        ..View::default()
+    };
+    let grace_ms = 600_000;
+    let now = left + 5_000;
+    let planned = crate::campaign_exec::planned_disruptions(&store, now).unwrap();
+    let graced = gate::grace(&view_at(now), &planned, grace_ms);
+    assert_eq!(graced.get("a"), Some(&(left + grace_ms)), "{planned:?}");
+    assert_eq!(
+        graced.get("a2"),
+        Some(&(left + grace_ms)),
+        "its whole domain"
+    );
+    assert_eq!(graced.get("c"), None);
+    // The grace ends.
+    let later = left + grace_ms + 1;
+    let planned = crate::campaign_exec::planned_disruptions(&store, later).unwrap();
+    assert_eq!(
+        gate::grace(&view_at(later), &planned, grace_ms).get("a"),
+        None
+    );
+}
+
 /// Issue 25 (2): a node whose original primaries migrate back is held by its campaign until
 /// they are back: an incident may not drain it meanwhile, yet it counts against no budget.
 #[test]

@@ -988,14 +988,14 @@ impl Reconciler {
             .collect()
     }
 
-    /// Planned disruptions in force (node, Unix ms when it started): admission grants and
-    /// maintenance reboots, whose failure domains get a grace.
+    /// Planned disruptions (node, Unix ms its grace runs from): admission grants (from their
+    /// last renewal) and maintenance reboots (throughout, then from their end), whose failure
+    /// domains get a grace.
     fn planned_disruptions(&self) -> Result<Vec<(String, u64)>, RoundError> {
         Ok(self
             .store
-            .grants(now_ms())?
+            .planned_grants(now_ms())?
             .into_iter()
-            .map(|grant| (grant.node, grant.granted_ms))
             .chain(crate::campaign_exec::planned_disruptions(
                 &self.store,
                 now_ms(),
