@@ -96,6 +96,10 @@ struct Quiet<'a> {
     groups: Option<Vec<crate::ganeti::Group>>,
 }
 
+/// How often the round tries to remove the tag of an incident whose acknowledgement was asked
+/// for through nodecare before it leaves it to the operator (`gnt-node remove-tags`).
+pub const MAX_UNTAG_ATTEMPTS: usize = 3;
+
 /// The store document holding the last accepted storage report sequence per node.
 pub const STORAGE_SEQUENCES_DOCUMENT: &str = "storage-sequences";
 
@@ -169,7 +173,7 @@ pub struct Reconciler {
 /// instance-repair duty replaces the broken side (a resync or a reconnect usually ends sooner).
 pub const DEGRADED_GRACE_MS: u64 = 5 * 60 * 1000;
 
-fn now_s() -> f64 {
+pub(crate) fn now_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -831,8 +835,9 @@ impl Reconciler {
             let Some(outcome) = outcome else { continue };
             intent.finished_ms = Some(now_ms());
             let is_tag = matches!(intent.spec, IntentSpec::Tag { .. });
+            let is_untag = matches!(intent.spec, IntentSpec::Untag { .. });
             let judged = match &outcome {
-                Err((_, Some(failure))) if !is_tag && incident.is_active() => {
+                Err((_, Some(failure))) if !is_tag && !is_untag && incident.is_active() => {
                     if instances.is_none() {
                         instances = Some(self.ganeti.instances().await.ok());
                     }
@@ -893,6 +898,8 @@ impl Reconciler {
                     self.board.metrics.job_failed(&intent.spec);
                     let event = if is_tag {
                         Event::Progress(format!("tag job failed, will retry: {why}"))
+                    } else if is_untag {
+                        Event::Progress(format!("removing the tag failed: {why}"))
                     } else if incident.repair_status == RepairStatus::Canceled {
                         Event::Progress(format!("job {job_id} ({}) ended: {why}", intent.key))
                     } else {
@@ -1230,6 +1237,13 @@ impl Reconciler {
                     return_to_service(&service_facts(node, &own)),
                     ServiceStep::Done
                 );
+            if let Some(who) = incident.acknowledgement_asked_by.clone()
+                && incident.tag_applied
+                && !incident.acknowledged
+                && node.tags.contains(&incident.tag)
+            {
+                submitted += self.untag(&mut incident, node, &own, &who).await?;
+            }
             let acknowledged_now = incident.awaits_acknowledgement(&node.tags);
             if acknowledged_now {
                 match incident.apply(Event::TagRemoved, now_s()) {
@@ -1259,6 +1273,46 @@ impl Reconciler {
             }
         }
         Ok(submitted)
+    }
+
+    /// Removes the tag of an incident whose acknowledgement an operator asked for through
+    /// nodecare (the web page): one recorded job with the reason trail, like every other; none
+    /// while one is in flight, and none after [`MAX_UNTAG_ATTEMPTS`] failed. Returns the jobs
+    /// submitted.
+    async fn untag(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+        who: &str,
+    ) -> Result<usize, RoundError> {
+        let untags: Vec<&&Intent> = own
+            .iter()
+            .filter(|i| matches!(i.spec, IntentSpec::Untag { .. }))
+            .collect();
+        if untags.iter().any(|i| i.state.is_in_flight()) {
+            return Ok(0);
+        }
+        let failed = untags
+            .iter()
+            .filter(|i| i.state == IntentState::Failed)
+            .count();
+        if failed >= MAX_UNTAG_ATTEMPTS {
+            return Ok(0);
+        }
+        let key = next_key(own, "untag-");
+        let spec = IntentSpec::Untag {
+            node: node.name.clone(),
+            tag: incident.tag.clone(),
+        };
+        let description = format!(
+            "removing the tag {} from {}: acknowledged by {who}",
+            incident.tag, node.name
+        );
+        Ok(usize::from(
+            self.submit(incident, key, spec, Vec::new(), &description)
+                .await?,
+        ))
     }
 
     /// Returns an acknowledged incident's node to service (`undrain_on_ack`): online it if
@@ -2456,6 +2510,11 @@ impl Reconciler {
             IntentSpec::Tag { node, tag } => {
                 ganeti
                     .add_node_tags(node, std::slice::from_ref(tag), &reason)
+                    .await
+            }
+            IntentSpec::Untag { node, tag } => {
+                ganeti
+                    .remove_node_tags(node, std::slice::from_ref(tag), &reason)
                     .await
             }
             IntentSpec::Move { planned } => match planned {

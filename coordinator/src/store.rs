@@ -23,7 +23,7 @@ use crate::plan::{Lock, Move};
 mod admission;
 pub mod retention;
 mod snapshot;
-pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
+pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
@@ -67,6 +67,13 @@ pub enum IntentSpec {
     },
     /// Add a tag to the node.
     Tag {
+        /// Node.
+        node: String,
+        /// Tag.
+        tag: String,
+    },
+    /// Remove the incident's tag from the node (an acknowledgement asked through nodecare).
+    Untag {
         /// Node.
         node: String,
         /// Tag.
@@ -132,6 +139,7 @@ impl IntentSpec {
                     },
             } => format!("move the DRBD secondary of {instance} from {node} to {remote_node}"),
             Self::Tag { node, tag } => format!("tag {node} {tag}"),
+            Self::Untag { node, tag } => format!("remove the tag {tag} from {node}"),
             Self::Offline { node } => format!("set {node} offline"),
             Self::Online { node } => format!("set {node} online"),
             Self::Undrain { node } => format!("undrain {node}"),
