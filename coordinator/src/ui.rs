@@ -591,6 +591,8 @@ fn incident_block(
             p {
                 "Tag " code { (incident.tag) } ": "
                 @if incident.acknowledged { "acknowledged (removed by an operator)" }
+                @else if let (true, Some(who)) = (incident.tag_applied, &incident.acknowledgement_asked_by) {
+                    "on the node; acknowledged by " (who) ", the coordinator removes it" }
                 @else if incident.tag_applied { "on the node; remove it to acknowledge" }
                 @else { "not yet on the node" }
                 @if !incident.observed { span.mute { "; the node no longer reports this verdict" } }
@@ -631,6 +633,7 @@ fn incident_block(
             }
             @if let Some(actions) = actions {
                 @if incident.tag_applied && !incident.acknowledged
+                    && incident.acknowledgement_asked_by.is_none()
                     && matches!(incident.repair_status, RepairStatus::Completed | RepairStatus::Failed) {
                     form method="post" action={ (base) "incidents/" (incident.uuid) "/acknowledge" } {
                         input type="hidden" name="csrf" value=(actions.csrf);
