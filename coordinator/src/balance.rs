@@ -37,7 +37,7 @@ use uuid::Uuid;
 
 use crate::board::Board;
 use crate::duty::balancing::{self, BalancingConfig, Proposals};
-use crate::ganeti::{Ganeti, GanetiError, JobId, JobStatus, Node, Reason, ReplaceDisksMode};
+use crate::ganeti::{Ganeti, GanetiError, JobId, JobStatus, Node, Op, Reason, ReplaceDisksMode};
 use crate::gate::{Decision, Holder, InForce};
 use crate::incident::Incident;
 use crate::store::{Store, StoreError};
@@ -271,6 +271,28 @@ pub struct Balancer {
     source: Option<Arc<dyn ClusterSource>>,
     load: Option<Arc<dyn LoadSource>>,
     last_run_ms: Mutex<Option<u64>>,
+}
+
+/// The Ganeti write of one of hbal's moves of `instance`.
+fn hbal_op(instance: &str, op: &HbalOp) -> Op {
+    let instance = instance.to_owned();
+    match op {
+        HbalOp::Migrate { target } => Op::MigrateInstance {
+            instance,
+            target: target.clone(),
+        },
+        HbalOp::Failover { target } => Op::FailoverInstance {
+            instance,
+            target: target.clone(),
+        },
+        HbalOp::ReplaceSecondary { node } => Op::ReplaceDisks {
+            instance,
+            mode: ReplaceDisksMode::ReplaceNewSecondary {
+                remote_node: Some(node.clone()),
+                iallocator: None,
+            },
+        },
+    }
 }
 
 fn intent_key(instance: &str, n: usize) -> String {
@@ -545,25 +567,7 @@ impl Balancer {
                     ),
                 )
                 .after(previous);
-                let result = match &m.op {
-                    HbalOp::Migrate { target } => {
-                        ganeti
-                            .migrate_instance(&m.instance, target.as_deref(), &reason)
-                            .await
-                    }
-                    HbalOp::Failover { target } => {
-                        ganeti
-                            .failover_instance(&m.instance, target.as_deref(), &reason)
-                            .await
-                    }
-                    HbalOp::ReplaceSecondary { node } => {
-                        let mode = ReplaceDisksMode::ReplaceNewSecondary {
-                            remote_node: Some(node.clone()),
-                            iallocator: None,
-                        };
-                        ganeti.replace_disks(&m.instance, &mode, &reason).await
-                    }
-                };
+                let result = ganeti.submit(&hbal_op(&m.instance, &m.op), &reason).await;
                 match result {
                     Ok(job) => {
                         m.state = MoveState::Submitted;

@@ -39,6 +39,7 @@ use nodecare_protocol::maintenance::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::ganeti::{Op as GanetiOp, ReplaceDisksMode};
 use crate::gate::Holder;
 
 /// The node tag of a node that failed in a campaign (as an incident's failure tag).
@@ -94,6 +95,30 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// The Ganeti write of the operation on `node` (the campaign's node); `None` for the hook.
+    pub fn ganeti_op(&self, node: &str) -> Option<GanetiOp> {
+        Some(match self {
+            Self::Drain => GanetiOp::drain(node),
+            Self::Undrain => GanetiOp::undrain(node),
+            Self::Migrate { instance, target } => GanetiOp::MigrateInstance {
+                instance: instance.clone(),
+                target: target.clone(),
+            },
+            Self::ReplaceSecondary {
+                instance,
+                secondary,
+            } => GanetiOp::ReplaceDisks {
+                instance: instance.clone(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: Some(secondary.clone()),
+                    iallocator: None,
+                },
+            },
+            Self::Tag { tag } => GanetiOp::add_node_tags(node, vec![tag.clone()]),
+            Self::Hook { .. } => return None,
+        })
+    }
+
     /// Whether the operation is a Ganeti job (the hook is not).
     pub const fn is_ganeti_job(&self) -> bool {
         !matches!(self, Self::Hook { .. })
@@ -345,11 +370,11 @@ impl Record {
             .collect()
     }
 
-    /// The nodes the campaign works on without disrupting them: those whose original
-    /// primaries are migrating back ([`crate::gate::InForce::busy`]). No other holder may drain
+    /// The nodes the campaign holds without disrupting them: those whose original primaries
+    /// are migrating back ([`crate::gate::InForce::touched`]). No other holder may drain
     /// or touch them until the migrations back are done; they count against no budget, so the
     /// next group may start meanwhile.
-    pub fn busy(&self) -> Vec<(String, Holder)> {
+    pub fn touched(&self) -> Vec<(String, Holder)> {
         let holder = Holder::Campaign { id: self.id() };
         self.campaign
             .groups

@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::campaign::{
     self, AgentNow, InstanceNow, NodeNow, Op, OpKind, OpState, PlannedMove, Record, World,
 };
-use crate::ganeti::{Ganeti, GanetiError, Instance, JobStatus, Node, Reason, ReplaceDisksMode};
+use crate::ganeti::{Ganeti, GanetiError, Instance, JobStatus, Node, Reason};
 use crate::gate::{Decision, Holder, Proposal, StorageProblem, View};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::AgentUrls;
@@ -127,14 +127,14 @@ pub fn holds(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
         .collect())
 }
 
-/// The nodes every unfinished campaign works on without disrupting them (their primaries
-/// migrating back), for [`crate::gate::InForce::with_busy`].
-pub fn busy(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
+/// The nodes every unfinished campaign holds without disrupting them (their primaries
+/// migrating back), for [`crate::gate::InForce::with_touched`].
+pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
     Ok(store
         .campaigns()?
         .iter()
         .filter(|r| !r.state().is_final())
-        .flat_map(Record::busy)
+        .flat_map(Record::touched)
         .collect())
 }
 
@@ -413,30 +413,10 @@ async fn submit(
             _ => {}
         }
     }
-    let g = ctx.ganeti;
-    let result = match &op.kind {
-        OpKind::Drain => g.set_node_drained(&op.node, true, &reason).await,
-        OpKind::Undrain => g.set_node_drained(&op.node, false, &reason).await,
-        OpKind::Migrate { instance, target } => {
-            g.migrate_instance(instance, target.as_deref(), &reason)
-                .await
-        }
-        OpKind::ReplaceSecondary {
-            instance,
-            secondary,
-        } => {
-            let mode = ReplaceDisksMode::ReplaceNewSecondary {
-                remote_node: Some(secondary.clone()),
-                iallocator: None,
-            };
-            g.replace_disks(instance, &mode, &reason).await
-        }
-        OpKind::Tag { tag } => {
-            g.add_node_tags(&op.node, std::slice::from_ref(tag), &reason)
-                .await
-        }
-        OpKind::Hook { .. } => return Ok(false),
+    let Some(ganeti_op) = op.kind.ganeti_op(&op.node) else {
+        return Ok(false);
     };
+    let result = ctx.ganeti.submit(&ganeti_op, &reason).await;
     match result {
         Ok(job) => {
             if let Some(op) = record.ops.get_mut(key) {

@@ -957,9 +957,9 @@ fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
     assert_eq!(step_of(&r, "a"), NodeStep::MigrateBack);
     let campaign = Holder::Campaign { id: r.id() };
     assert!(
-        r.busy().contains(&("a".to_owned(), campaign.clone())),
+        r.touched().contains(&("a".to_owned(), campaign.clone())),
         "{:?}",
-        r.busy()
+        r.touched()
     );
     // The gate as the round builds it: an incident's drain of `a` is refused.
     let view = View {
@@ -982,7 +982,7 @@ fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
             .collect(),
         ..View::default()
     };
-    let in_force = InForce::new(&view, r.holds()).with_busy(r.busy());
+    let in_force = InForce::new(&view, r.holds()).with_touched(&view, r.touched());
     let evacuate = Proposal {
         duty: Duty::NodeRepair,
         holder: Holder::Incident {
@@ -1036,7 +1036,11 @@ fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
         r.advance(&w);
     }
     assert_ne!(step_of(&r, "a"), NodeStep::MigrateBack);
-    assert!(!r.busy().iter().any(|(n, _)| n == "a"), "{:?}", r.busy());
+    assert!(
+        !r.touched().iter().any(|(n, _)| n == "a"),
+        "{:?}",
+        r.touched()
+    );
 }
 
 #[test]

@@ -27,7 +27,7 @@ use crate::duty::instance_repair::{
     TagChange,
 };
 use crate::ganeti::{
-    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Reason, TagTarget,
+    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Op, Reason, TagTarget,
 };
 use crate::gate::{Decision, DomainSource, InForce, NodeFacts, Policy, View};
 use crate::store::Store;
@@ -215,10 +215,11 @@ pub async fn collect(
                         None,
                     )
                     .after(jobs.iter().copied());
-                    match ganeti
-                        .remove_tags(&change.target, &change.remove, &why)
-                        .await
-                    {
+                    let op = Op::RemoveTags {
+                        target: change.target.clone(),
+                        tags: change.remove.clone(),
+                    };
+                    match ganeti.submit(&op, &why).await {
                         Ok(job) => {
                             jobs.push(job);
                             let completed = Record::Tags {
@@ -292,14 +293,14 @@ pub async fn collect(
 /// The nodes instance repairs hold while their jobs run, for the gate's
 /// [`InForce`]: every node of the repaired instance as Ganeti shows it now (its primary and
 /// secondaries), held by the repair (`Holder::InstanceRepair`). A drained or offline node is
-/// held disrupted (no other holder may take it over); the others are busy
-/// ([`InForce::busy`]: no other holder may drain or touch them, no domain or cap is used).
+/// held disrupted (no other holder may take it over); the others are touched
+/// ([`InForce::touched`]: no other holder may drain or touch them, no domain or cap is used).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepairHolds {
     /// Drained or offline nodes, with their holder.
     pub disrupted: Vec<(String, crate::gate::Holder)>,
     /// Nodes in service, with their holder.
-    pub busy: Vec<(String, crate::gate::Holder)>,
+    pub touched: Vec<(String, crate::gate::Holder)>,
 }
 
 /// The nodes the running instance repairs hold (see [`RepairHolds`]). A repair runs from its
@@ -349,7 +350,7 @@ pub fn holds(
             if node.drained || node.offline {
                 out.disrupted.push(entry);
             } else {
-                out.busy.push(entry);
+                out.touched.push(entry);
             }
         }
     }
@@ -630,17 +631,7 @@ async fn submit_op(
     op: &RepairOp,
     reason: &Reason,
 ) -> Result<JobId, GanetiError> {
-    match op {
-        RepairOp::RecreateDisks { iallocator } => {
-            ganeti
-                .recreate_instance_disks(instance, iallocator, reason)
-                .await
-        }
-        RepairOp::Reinstall { start } => ganeti.reinstall_instance(instance, *start, reason).await,
-        RepairOp::Failover => ganeti.failover_instance(instance, None, reason).await,
-        RepairOp::Migrate => ganeti.migrate_instance(instance, None, reason).await,
-        RepairOp::ReplaceDisks(mode) => ganeti.replace_disks(instance, mode, reason).await,
-    }
+    ganeti.submit(&op.op(instance), reason).await
 }
 
 /// Adds `add`, then (after it) removes `remove`; the jobs submitted.
@@ -658,7 +649,10 @@ async fn submit_tags(
 ) -> Vec<JobId> {
     let mut jobs = Vec::new();
     if let Some(tag) = add {
-        let tags = [tag.to_owned()];
+        let op = Op::AddTags {
+            target: target.clone(),
+            tags: vec![tag.to_owned()],
+        };
         let why = reason(
             uuid,
             &format!("{intent}-tag"),
@@ -666,7 +660,7 @@ async fn submit_tags(
             note,
         )
         .after(after.iter().copied());
-        match ganeti.add_tags(target, &tags, &why).await {
+        match ganeti.submit(&op, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => {
                 report
@@ -684,7 +678,11 @@ async fn submit_tags(
             note,
         )
         .after(after.iter().chain(&jobs).copied());
-        match ganeti.remove_tags(target, remove, &why).await {
+        let op = Op::RemoveTags {
+            target: target.clone(),
+            tags: remove.to_vec(),
+        };
+        match ganeti.submit(&op, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => report
                 .errors
@@ -1115,7 +1113,7 @@ pub async fn run_once_with(
         Some(&collected.jobs),
         &collected.repairs_in_flight,
     );
-    let in_force = InForce::new(&view, held.disrupted).with_busy(held.busy);
+    let in_force = InForce::new(&view, held.disrupted).with_touched(&view, held.touched);
     let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
     let mut report =
         run_instance_repairs_with(ganeti, store, &assessment, &decision, &collected, options).await;

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ganeti::{DiskTemplate, Instance, Node};
+use crate::ganeti::{DiskTemplate, Instance, Node, Op, ReplaceDisksMode};
 
 /// A resource two jobs must not share while in flight.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -65,6 +65,31 @@ impl Move {
             Self::Migrate { instance, .. }
             | Self::Failover { instance, .. }
             | Self::ReplaceSecondary { instance, .. } => instance,
+        }
+    }
+
+    /// The Ganeti write that makes the move (a new secondary: `replace-disks` with
+    /// `replace_new_secondary` to `remote_node`).
+    pub fn op(&self) -> Op {
+        match self {
+            Self::Migrate { instance, target } => Op::MigrateInstance {
+                instance: instance.clone(),
+                target: target.clone(),
+            },
+            Self::Failover { instance, target } => Op::FailoverInstance {
+                instance: instance.clone(),
+                target: target.clone(),
+            },
+            Self::ReplaceSecondary {
+                instance,
+                remote_node,
+            } => Op::ReplaceDisks {
+                instance: instance.clone(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: Some(remote_node.clone()),
+                    iallocator: None,
+                },
+            },
         }
     }
 

@@ -33,7 +33,7 @@ use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{self, Admitted, Caps, DomainSource, GateSnapshot, Holder, InForce};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
 use crate::plan::{
-    self, EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Move, Round,
+    self, EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Round,
     ServiceFacts, ServiceJob, ServiceStep, return_to_service,
 };
 use crate::repair::{RepairAnswer, RepairClient};
@@ -1496,10 +1496,13 @@ impl Reconciler {
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?),
         )
-        .with_busy(
-            crate::campaign_exec::busy(&self.store)?
+        .with_touched(
+            &view,
+            repair_holds
+                .touched
                 .into_iter()
-                .chain(repair_holds.busy),
+                .chain(crate::campaign_exec::touched(&self.store)?)
+                .chain(node_repair::touches(&incidents, nodes)),
         )
         .with_left_by(&gate::left_by(
             &view,
@@ -2500,47 +2503,10 @@ impl Reconciler {
             None => description.to_owned(),
         };
         let reason = Reason::new(incident.uuid, key.clone(), reason_text).after(depends);
-        let ganeti = &self.ganeti;
-        let result = match &spec {
-            IntentSpec::Drain { node } => ganeti.set_node_drained(node, true, &reason).await,
-            IntentSpec::Undrain { node } => ganeti.set_node_drained(node, false, &reason).await,
-            IntentSpec::Offline { node } => ganeti.set_node_offline(node, true, &reason).await,
-            IntentSpec::Online { node } => ganeti.set_node_offline(node, false, &reason).await,
-            IntentSpec::Shutdown { instance } => ganeti.shutdown_instance(instance, &reason).await,
-            IntentSpec::Tag { node, tag } => {
-                ganeti
-                    .add_node_tags(node, std::slice::from_ref(tag), &reason)
-                    .await
-            }
-            IntentSpec::Untag { node, tag } => {
-                ganeti
-                    .remove_node_tags(node, std::slice::from_ref(tag), &reason)
-                    .await
-            }
-            IntentSpec::Move { planned } => match planned {
-                Move::Migrate { instance, target } => {
-                    ganeti
-                        .migrate_instance(instance, target.as_deref(), &reason)
-                        .await
-                }
-                Move::Failover { instance, target } => {
-                    ganeti
-                        .failover_instance(instance, target.as_deref(), &reason)
-                        .await
-                }
-                Move::ReplaceSecondary {
-                    instance,
-                    remote_node,
-                } => {
-                    let mode = crate::ganeti::ReplaceDisksMode::ReplaceNewSecondary {
-                        remote_node: Some(remote_node.clone()),
-                        iallocator: None,
-                    };
-                    ganeti.replace_disks(instance, &mode, &reason).await
-                }
-            },
-            IntentSpec::Repair { .. } => return Ok(None),
+        let Some(op) = spec.op() else {
+            return Ok(None);
         };
+        let result = self.ganeti.submit(&op, &reason).await;
         match result {
             Ok(job) => {
                 intent.state = IntentState::Submitted;
@@ -2601,6 +2567,7 @@ impl Reconciler {
 mod tests {
     use super::*;
     use crate::ganeti::{Job, JobStatus, ReasonEntry};
+    use crate::plan::Move;
 
     fn intent(key: &str, spec: IntentSpec, state: IntentState) -> Intent {
         Intent {

@@ -15,7 +15,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ganeti::JobId;
+use crate::ganeti::{JobId, Op};
 use crate::gate::FlagChange;
 use crate::incident::Incident;
 use crate::plan::{Lock, Move};
@@ -112,6 +112,23 @@ impl IntentSpec {
     /// Whether this intent's outcome comes from a Ganeti job (the others from the agent).
     pub const fn is_ganeti_job(&self) -> bool {
         !matches!(self, Self::Repair { .. })
+    }
+
+    /// The Ganeti write of the step; `None` for a repair (the agent runs it).
+    pub fn op(&self) -> Option<Op> {
+        Some(match self {
+            Self::Drain { node } => Op::drain(node.clone()),
+            Self::Undrain { node } => Op::undrain(node.clone()),
+            Self::Offline { node } => Op::offline(node.clone()),
+            Self::Online { node } => Op::online(node.clone()),
+            Self::Shutdown { instance } => Op::ShutdownInstance {
+                instance: instance.clone(),
+            },
+            Self::Tag { node, tag } => Op::add_node_tags(node.clone(), vec![tag.clone()]),
+            Self::Untag { node, tag } => Op::remove_node_tags(node.clone(), vec![tag.clone()]),
+            Self::Move { planned } => planned.op(),
+            Self::Repair { .. } => return None,
+        })
     }
 
     /// What the step does, for people (`migrate web from node2 to node3`); `node` is the
@@ -839,6 +856,110 @@ mod tests {
     use super::*;
     use crate::incident::{Action, Event};
     use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
+
+    /// Each stored step is submitted as its Ganeti write; the stored shape stays what it was.
+    #[test]
+    fn intent_steps_are_ganeti_writes() {
+        use crate::ganeti::ReplaceDisksMode;
+        let node = "node1".to_owned();
+        let cases = [
+            (
+                IntentSpec::Drain { node: node.clone() },
+                Some(Op::drain("node1")),
+            ),
+            (
+                IntentSpec::Undrain { node: node.clone() },
+                Some(Op::undrain("node1")),
+            ),
+            (
+                IntentSpec::Offline { node: node.clone() },
+                Some(Op::offline("node1")),
+            ),
+            (
+                IntentSpec::Online { node: node.clone() },
+                Some(Op::online("node1")),
+            ),
+            (
+                IntentSpec::Shutdown {
+                    instance: "web".into(),
+                },
+                Some(Op::ShutdownInstance {
+                    instance: "web".into(),
+                }),
+            ),
+            (
+                IntentSpec::Tag {
+                    node: node.clone(),
+                    tag: "t".into(),
+                },
+                Some(Op::add_node_tags("node1", vec!["t".into()])),
+            ),
+            (
+                IntentSpec::Move {
+                    planned: Move::Migrate {
+                        instance: "web".into(),
+                        target: Some("node2".into()),
+                    },
+                },
+                Some(Op::MigrateInstance {
+                    instance: "web".into(),
+                    target: Some("node2".into()),
+                }),
+            ),
+            (
+                IntentSpec::Move {
+                    planned: Move::Failover {
+                        instance: "web".into(),
+                        target: None,
+                    },
+                },
+                Some(Op::FailoverInstance {
+                    instance: "web".into(),
+                    target: None,
+                }),
+            ),
+            (
+                IntentSpec::Move {
+                    planned: Move::ReplaceSecondary {
+                        instance: "db".into(),
+                        remote_node: "node3".into(),
+                    },
+                },
+                Some(Op::ReplaceDisks {
+                    instance: "db".into(),
+                    mode: ReplaceDisksMode::ReplaceNewSecondary {
+                        remote_node: Some("node3".into()),
+                        iallocator: None,
+                    },
+                }),
+            ),
+            (
+                IntentSpec::Repair {
+                    node,
+                    command: "fix".into(),
+                },
+                None,
+            ),
+        ];
+        for (spec, op) in cases {
+            assert_eq!(spec.op(), op, "{spec:?}");
+        }
+        // What the store holds is unchanged.
+        let stored = serde_json::to_value(IntentSpec::Move {
+            planned: Move::ReplaceSecondary {
+                instance: "db".into(),
+                remote_node: "node3".into(),
+            },
+        })
+        .unwrap_or_default();
+        assert_eq!(
+            stored,
+            serde_json::json!({
+                "kind": "move",
+                "planned": {"op": "replace-secondary", "instance": "db", "remote_node": "node3"}
+            })
+        );
+    }
 
     /// Issue 24 (6): job steps read for people, not as `instance=web op=migrate target=null`.
     #[test]

@@ -102,7 +102,7 @@ async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Pol
         Some(&collected.jobs),
         &collected.repairs_in_flight,
     );
-    let in_force = InForce::new(&view, held.disrupted).with_busy(held.busy);
+    let in_force = InForce::new(&view, held.disrupted).with_touched(&view, held.touched);
     let decision = gate::decide(&view, policy, &in_force, assessment.proposals());
     let report = instance_repair_exec::run_instance_repairs(
         ganeti,
@@ -452,7 +452,7 @@ async fn a_running_repair_holds_its_nodes_in_later_rounds() {
         let later = round(&sim, &store, now, &policy).await;
         assert!(later.report.submitted.is_empty(), "{:?}", later.report);
         assert_eq!(
-            later.in_force.holder_of(&target),
+            later.in_force.touched.get(&target),
             Some(&holder),
             "{:?}",
             later.in_force
@@ -512,7 +512,7 @@ async fn a_running_repair_holds_its_nodes_in_later_rounds() {
     assert!(sim.settle(Duration::from_secs(10)).await);
     let done = round(&sim, &store, 1100, &policy).await;
     assert_eq!(
-        done.in_force.holder_of(&target),
+        done.in_force.touched.get(&target),
         None,
         "{:?}",
         done.in_force
@@ -656,7 +656,7 @@ async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
 /// adopts the job.
 async fn repair_interrupted_by_a_crash(source: &str) {
     use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
-    use nodecare_coordinator::ganeti::Reason;
+    use nodecare_coordinator::ganeti::{Op, Reason};
     use nodecare_coordinator::instance_repair_exec::Record;
 
     let sim = sim("inst1:drbd:2,inst2:drbd:3");
@@ -687,9 +687,16 @@ async fn repair_interrupted_by_a_crash(source: &str) {
         .unwrap();
     let client = sim.client().with_reason_source(source).unwrap();
     let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
-    let job = Ganeti::failover_instance(&client, "inst1.sim.test", None, &reason)
-        .await
-        .unwrap();
+    let job = Ganeti::submit(
+        &client,
+        &Op::FailoverInstance {
+            instance: "inst1.sim.test".into(),
+            target: None,
+        },
+        &reason,
+    )
+    .await
+    .unwrap();
     let before = Ganeti::job(&client, job).await.unwrap();
     assert!(
         before.reasons.iter().any(|r| r

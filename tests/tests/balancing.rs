@@ -373,7 +373,7 @@ async fn missing_or_unreadable_hbal_is_reported_and_nothing_moves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moves_stored_before_a_crash_are_adopted_or_given_up() {
     use nodecare_coordinator::balance::BalanceMove;
-    use nodecare_ganeti::{Ganeti, Reason};
+    use nodecare_ganeti::{Ganeti, Op, Reason};
     use nodecare_roll::hbal::HbalOp;
     let mut h = Harness::new(3, "a:drbd:1,b:drbd:1", |config| {
         config.balancing.enabled = true;
@@ -403,9 +403,16 @@ async fn moves_stored_before_a_crash_are_adopted_or_given_up() {
         .unwrap();
     // The crash came after a-1 was submitted and before its job id was stored.
     let client = h.sim.client();
-    let job = Ganeti::migrate_instance(&client, &a, None, &Reason::new(run, "a-1", "balancing"))
-        .await
-        .unwrap();
+    let job = Ganeti::submit(
+        &client,
+        &Op::MigrateInstance {
+            instance: a.to_owned(),
+            target: None,
+        },
+        &Reason::new(run, "a-1", "balancing"),
+    )
+    .await
+    .unwrap();
     h.round().await.unwrap();
     h.round().await.unwrap();
     let moves = store.balancing_moves().unwrap();

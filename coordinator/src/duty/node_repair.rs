@@ -4,8 +4,9 @@
 //! A node's most invasive active incident (then the oldest) is the one that acts; the node's
 //! other active incidents wait for it. An evacuation disrupts its node: a pending one already
 //! holds it, so its proposal is a continuation; a noted one asks to drain it. A live repair keeps
-//! the instances running: it touches the node (no other holder may act there, the breaker stops
-//! it) without opening a failure domain or using a cap.
+//! the instances running: it touches the node (no other holder may act there, the breaker keeps
+//! it from starting) without opening a failure domain or using a cap; once pending, it holds the
+//! node ([`touches`]) rather than disrupting it ([`holds`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -113,9 +114,9 @@ pub fn propose(
     out
 }
 
-/// The nodes incidents hold: a pending incident's node (evacuating, or running a live repair),
-/// and the node of a finished incident not yet acknowledged while Ganeti still shows it drained
-/// or offline.
+/// The nodes incidents hold disrupted: a pending evacuation's node, and the node of a finished
+/// incident not yet acknowledged while Ganeti still shows it drained or offline. A live repair
+/// in progress holds its node without disrupting it ([`touches`]).
 pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
     let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
     let mut held: BTreeMap<String, Holder> = BTreeMap::new();
@@ -126,7 +127,7 @@ pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
             continue;
         };
         let holds = match incident.repair_status {
-            RepairStatus::Pending => true,
+            RepairStatus::Pending => incident.action.is_evacuation(),
             RepairStatus::Completed | RepairStatus::Failed => {
                 !incident.acknowledged && (node.drained || node.offline)
             }
@@ -138,6 +139,32 @@ pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
             if pending || !held.contains_key(&node.name) {
                 held.insert(node.name.clone(), Holder::Incident { id: incident.uuid });
             }
+        }
+    }
+    held.into_iter().collect()
+}
+
+/// The nodes pending live repairs hold without disrupting them (the gate's
+/// [`crate::gate::InForce::touched`]): their instances keep running, so they open no failure
+/// domain and use no cap, but nothing else acts there. A node an evacuation holds is left out.
+pub fn touches(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let disrupted: BTreeSet<String> = holds(incidents, nodes)
+        .into_iter()
+        .map(|(node, _)| node)
+        .collect();
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    let mut sorted: Vec<&Incident> = incidents
+        .iter()
+        .filter(|i| i.repair_status == RepairStatus::Pending && !i.action.is_evacuation())
+        .collect();
+    sorted.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    for incident in sorted {
+        if let Some(node) = by_uuid.get(incident.node_uuid.as_str())
+            && !disrupted.contains(&node.name)
+        {
+            held.entry(node.name.clone())
+                .or_insert(Holder::Incident { id: incident.uuid });
         }
     }
     held.into_iter().collect()
@@ -214,6 +241,90 @@ mod tests {
         let incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
         let out = propose(&[incident], &nodes, &[unknown], &BTreeSet::new());
         assert_eq!(out.proposals[0].moves_memory, None);
+    }
+
+    /// Issue 25 (3): a live repair in progress holds its node only: it opens no failure
+    /// domain and uses no cap, so an evacuation elsewhere may start (with the disruptions in
+    /// force built as the round builds them).
+    #[test]
+    fn a_live_repair_in_progress_holds_its_node_only() {
+        use crate::gate::{self, Admitted, Caps, DomainSource, InForce, Policy, View};
+        let mut nodes = vec![node("n1"), node("n2"), node("n3"), node("n4")];
+        for (n, rack) in nodes
+            .iter_mut()
+            .zip(["rack:a", "rack:a", "rack:b", "rack:b"])
+        {
+            n.tags = vec![rack.to_owned()];
+        }
+        let mut live = incident_on(1, &nodes[0], Action::LiveRepair, 1.0);
+        live.repair_status = RepairStatus::Pending;
+        let evacuate = incident_on(2, &nodes[2], Action::Evacuate, 2.0);
+        let incidents = [live.clone(), evacuate.clone()];
+        let view = View::from_cluster(
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            &DomainSource::TagPrefix("rack:".into()),
+            Vec::new(),
+            1_000,
+        );
+        let in_force = InForce::new(&view, holds(&incidents, &nodes))
+            .with_touched(&view, touches(&incidents, &nodes));
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 1,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 2,
+            },
+            ..Policy::default()
+        };
+        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new()).proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        let outcome = |id| {
+            decision
+                .of(&Holder::Incident { id })
+                .map(|j| j.outcome.clone())
+        };
+        assert_eq!(outcome(evacuate.uuid), Some(Ok(Admitted::New)));
+        // It goes on, even while the storm breaker is open: work in flight finishes.
+        assert_eq!(outcome(live.uuid), Some(Ok(Admitted::Continuation)));
+        let stormy = Policy {
+            breaker: Some("storm".into()),
+            ..policy.clone()
+        };
+        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new()).proposals;
+        let decision = gate::decide(&view, &stormy, &in_force, proposals);
+        assert_eq!(
+            decision
+                .of(&Holder::Incident { id: live.uuid })
+                .map(|j| j.outcome.clone()),
+            Some(Ok(Admitted::Continuation))
+        );
+        // It still holds its node: nothing else acts there.
+        let grant = gate::Proposal {
+            duty: gate::Duty::Admission,
+            holder: Holder::Grant {
+                id: Uuid::from_u128(9),
+                requester: "kured".into(),
+            },
+            subject: "node n1".into(),
+            invasiveness: 0,
+            since_ms: 0,
+            disrupts: BTreeSet::from(["n1".to_owned()]),
+            touches: BTreeSet::new(),
+            fresh: false,
+            moves_memory: Some(0),
+            reason: "reboot".into(),
+        };
+        let decision = gate::decide(&view, &policy, &in_force, vec![grant]);
+        assert_eq!(
+            decision.judgements[0]
+                .outcome
+                .clone()
+                .map_err(|b| b.to_string()),
+            Err(format!("n1 is held by incident {}", live.uuid))
+        );
+        assert!(in_force.domains(&view).is_empty(), "no domain is open");
     }
 
     #[test]
