@@ -77,10 +77,36 @@ pub struct Collected {
     pub jobs: BTreeMap<JobId, JobState>,
     /// Instances with a repair or tag change in flight.
     pub in_flight: BTreeSet<String>,
+    /// Instances with a repair in flight (submitted, its pending tag not shown yet): the
+    /// repair's uuid.
+    pub repairs_in_flight: BTreeMap<String, Uuid>,
     /// Cluster and group tag changes in flight.
     pub targets_in_flight: BTreeSet<TagTarget>,
     /// Problems met (the round goes on without them).
     pub errors: Vec<String>,
+}
+
+/// The status of every job the pending repairs of `instances` name (their `pending:` tags),
+/// and the jobs whose status could not be read (absent from the map: unknown this round).
+pub async fn job_states(
+    ganeti: &dyn Ganeti,
+    instances: &[Instance],
+) -> (BTreeMap<JobId, JobState>, Vec<String>) {
+    let mut states = BTreeMap::new();
+    let mut errors = Vec::new();
+    for id in Assessment::jobs_to_query(instances) {
+        match ganeti.job(id).await {
+            Ok(job) => {
+                states.insert(id, JobState::Known(job.status));
+            }
+            Err(GanetiError::NotFound(_)) => {
+                states.insert(id, JobState::Lost);
+            }
+            // Unknown this round: the repair waits.
+            Err(error) => errors.push(format!("job {id}: {error}")),
+        }
+    }
+    (states, errors)
 }
 
 /// Reads the cluster tags, the status of every pending repair's jobs, and the records of work
@@ -97,18 +123,9 @@ pub async fn collect(
         groups,
         ..Collected::default()
     };
-    for id in Assessment::jobs_to_query(instances) {
-        match ganeti.job(id).await {
-            Ok(job) => {
-                collected.jobs.insert(id, JobState::Known(job.status));
-            }
-            Err(GanetiError::NotFound(_)) => {
-                collected.jobs.insert(id, JobState::Lost);
-            }
-            // Unknown this round: the repair waits.
-            Err(error) => collected.errors.push(format!("job {id}: {error}")),
-        }
-    }
+    let (jobs, errors) = job_states(ganeti, instances).await;
+    collected.jobs = jobs;
+    collected.errors = errors;
     let by_name: BTreeMap<&str, &Instance> =
         instances.iter().map(|i| (i.name.as_str(), i)).collect();
     let records = match store.instance_repairs() {
@@ -256,6 +273,11 @@ pub async fn collect(
                 continue;
             }
         }
+        if let Record::Repair { plan, .. } = &record {
+            collected
+                .repairs_in_flight
+                .insert(plan.instance.clone(), plan.uuid);
+        }
         match record.target() {
             TagTarget::Instance(name) => {
                 collected.in_flight.insert(name);
@@ -266,6 +288,73 @@ pub async fn collect(
         }
     }
     Ok(collected)
+}
+
+/// The nodes instance repairs hold while their jobs run, for the gate's
+/// [`InForce`]: every node of the repaired instance as Ganeti shows it now (its primary and
+/// secondaries), held by the repair (`Holder::InstanceRepair`). A drained or offline node is
+/// held disrupted (no other holder may take it over); the others are touched
+/// ([`InForce::touched`]: no other holder may drain or touch them, no domain or cap is used).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairHolds {
+    /// Drained or offline nodes, with their holder.
+    pub disrupted: Vec<(String, crate::gate::Holder)>,
+    /// Nodes in service, with their holder.
+    pub touched: Vec<(String, crate::gate::Holder)>,
+}
+
+/// The nodes the running instance repairs hold (see [`RepairHolds`]). A repair runs from its
+/// submission (`repairs_in_flight`: its pending tag not shown yet) until every job its pending
+/// tag names is final in `jobs`; a job whose status is not known this round (absent from
+/// `jobs`) counts as running. `jobs` is `None` when Ganeti's job statuses could not be read:
+/// every pending repair then counts as running.
+pub fn holds(
+    instances: &[Instance],
+    nodes: &[Node],
+    jobs: Option<&BTreeMap<JobId, JobState>>,
+    repairs_in_flight: &BTreeMap<String, Uuid>,
+) -> RepairHolds {
+    use crate::gate::Holder;
+    let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
+    let finished = |job: &JobId| {
+        jobs.and_then(|jobs| jobs.get(job))
+            .is_some_and(|state| match state {
+                JobState::Lost => true,
+                JobState::Known(status) => status.is_final(),
+            })
+    };
+    let mut out = RepairHolds::default();
+    let mut instances: Vec<&Instance> = instances.iter().collect();
+    instances.sort_by(|a, b| a.name.cmp(&b.name));
+    for instance in instances {
+        let running = repairs_in_flight.get(&instance.name).copied().or_else(|| {
+            instance
+                .tags
+                .iter()
+                .filter_map(|t| RepairData::parse_tag(t))
+                .filter(|data| data.result.is_none())
+                .find(|data| data.jobs.iter().any(|job| !finished(job)))
+                // A pending tag written by another tool may carry an id that is no uuid: the
+                // nil uuid holds for it.
+                .map(|data| Uuid::parse_str(&data.uuid).unwrap_or_default())
+        });
+        let Some(id) = running else {
+            continue;
+        };
+        let holder = Holder::InstanceRepair { id };
+        for name in std::iter::once(&instance.primary_node).chain(&instance.secondary_nodes) {
+            let Some(node) = by_name.get(name.as_str()) else {
+                continue;
+            };
+            let entry = (node.name.clone(), holder.clone());
+            if node.drained || node.offline {
+                out.disrupted.push(entry);
+            } else {
+                out.touched.push(entry);
+            }
+        }
+    }
+    out
 }
 
 /// What one run of the executor did.
@@ -974,7 +1063,8 @@ impl OneShot {
 
 /// One run of the duty, the gate and the executor, as `harep` runs from cron: reads the
 /// cluster, decides, judges the repairs against `policy` (nothing else in force but what
-/// Ganeti shows drained or offline), and runs (or, with `dry_run`, prints) what is admitted.
+/// Ganeti shows drained or offline and the nodes of repairs still running, [`holds`]), and
+/// runs (or, with `dry_run`, prints) what is admitted.
 /// DRBD degradation is not checked (it needs the agents' reports, which the daemon reads).
 pub async fn run_once(
     ganeti: &dyn Ganeti,
@@ -1017,7 +1107,13 @@ pub async fn run_once_with(
     };
     let assessment = crate::duty::instance_repair::assess(&inputs, new_uuid);
     let view = view_of(&nodes, now_ms);
-    let in_force = InForce::new(&view, Vec::new());
+    let held = holds(
+        &instances,
+        &nodes,
+        Some(&collected.jobs),
+        &collected.repairs_in_flight,
+    );
+    let in_force = InForce::new(&view, held.disrupted).with_touched(&view, held.touched);
     let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
     let mut report =
         run_instance_repairs_with(ganeti, store, &assessment, &decision, &collected, options).await;

@@ -96,6 +96,10 @@ struct Quiet<'a> {
     groups: Option<Vec<crate::ganeti::Group>>,
 }
 
+/// How often the round tries to remove the tag of an incident whose acknowledgement was asked
+/// for through nodecare before it leaves it to the operator (`gnt-node remove-tags`).
+pub const MAX_UNTAG_ATTEMPTS: usize = 3;
+
 /// The store document holding the last accepted storage report sequence per node.
 pub const STORAGE_SEQUENCES_DOCUMENT: &str = "storage-sequences";
 
@@ -177,7 +181,7 @@ pub struct Reconciler {
 /// instance-repair duty replaces the broken side (a resync or a reconnect usually ends sooner).
 pub const DEGRADED_GRACE_MS: u64 = 5 * 60 * 1000;
 
-fn now_s() -> f64 {
+pub(crate) fn now_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -857,8 +861,9 @@ impl Reconciler {
             let Some(outcome) = outcome else { continue };
             intent.finished_ms = Some(now_ms());
             let is_tag = matches!(intent.spec, IntentSpec::Tag { .. });
+            let is_untag = matches!(intent.spec, IntentSpec::Untag { .. });
             let judged = match &outcome {
-                Err((_, Some(failure))) if !is_tag && incident.is_active() => {
+                Err((_, Some(failure))) if !is_tag && !is_untag && incident.is_active() => {
                     if instances.is_none() {
                         instances = Some(self.ganeti.instances().await.ok());
                     }
@@ -919,6 +924,8 @@ impl Reconciler {
                     self.board.metrics.job_failed(&intent.spec);
                     let event = if is_tag {
                         Event::Progress(format!("tag job failed, will retry: {why}"))
+                    } else if is_untag {
+                        Event::Progress(format!("removing the tag failed: {why}"))
                     } else if incident.repair_status == RepairStatus::Canceled {
                         Event::Progress(format!("job {job_id} ({}) ended: {why}", intent.key))
                     } else {
@@ -1014,14 +1021,14 @@ impl Reconciler {
             .collect()
     }
 
-    /// Planned disruptions in force (node, Unix ms when it started): admission grants and
-    /// maintenance reboots, whose failure domains get a grace.
+    /// Planned disruptions (node, Unix ms its grace runs from): admission grants (from their
+    /// last renewal) and maintenance reboots (throughout, then from their end), whose failure
+    /// domains get a grace.
     fn planned_disruptions(&self) -> Result<Vec<(String, u64)>, RoundError> {
         Ok(self
             .store
-            .grants(now_ms())?
+            .planned_grants(now_ms())?
             .into_iter()
-            .map(|grant| (grant.node, grant.granted_ms))
             .chain(crate::campaign_exec::planned_disruptions(
                 &self.store,
                 now_ms(),
@@ -1256,6 +1263,13 @@ impl Reconciler {
                     return_to_service(&service_facts(node, &own)),
                     ServiceStep::Done
                 );
+            if let Some(who) = incident.acknowledgement_asked_by.clone()
+                && incident.tag_applied
+                && !incident.acknowledged
+                && node.tags.contains(&incident.tag)
+            {
+                submitted += self.untag(&mut incident, node, &own, &who).await?;
+            }
             let acknowledged_now = incident.awaits_acknowledgement(&node.tags);
             if acknowledged_now {
                 match incident.apply(Event::TagRemoved, now_s()) {
@@ -1285,6 +1299,46 @@ impl Reconciler {
             }
         }
         Ok(submitted)
+    }
+
+    /// Removes the tag of an incident whose acknowledgement an operator asked for through
+    /// nodecare (the web page): one recorded job with the reason trail, like every other; none
+    /// while one is in flight, and none after [`MAX_UNTAG_ATTEMPTS`] failed. Returns the jobs
+    /// submitted.
+    async fn untag(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+        who: &str,
+    ) -> Result<usize, RoundError> {
+        let untags: Vec<&&Intent> = own
+            .iter()
+            .filter(|i| matches!(i.spec, IntentSpec::Untag { .. }))
+            .collect();
+        if untags.iter().any(|i| i.state.is_in_flight()) {
+            return Ok(0);
+        }
+        let failed = untags
+            .iter()
+            .filter(|i| i.state == IntentState::Failed)
+            .count();
+        if failed >= MAX_UNTAG_ATTEMPTS {
+            return Ok(0);
+        }
+        let key = next_key(own, "untag-");
+        let spec = IntentSpec::Untag {
+            node: node.name.clone(),
+            tag: incident.tag.clone(),
+        };
+        let description = format!(
+            "removing the tag {} from {}: acknowledged by {who}",
+            incident.tag, node.name
+        );
+        Ok(usize::from(
+            self.submit(incident, key, spec, Vec::new(), &description)
+                .await?,
+        ))
     }
 
     /// Returns an acknowledged incident's node to service (`undrain_on_ack`): online it if
@@ -1426,18 +1480,58 @@ impl Reconciler {
         }
         // What the executor's ledger holds (its holders' records still open).
         let ledger_held = self.executor.in_force(|_| true)?;
+        // Instance repair reads Ganeti before the gate: the repairs whose jobs still run hold
+        // their instances' nodes (read even with the duty off: `nodecare harep` runs too).
+        let instance_repair_read = match (self.settings.instance_repair, groups.as_ref()) {
+            (true, Some(groups)) => {
+                match crate::instance_repair_exec::collect(
+                    &*self.ganeti,
+                    &self.store,
+                    instances,
+                    groups.clone(),
+                )
+                .await
+                {
+                    Ok(collected) => Some(collected),
+                    Err(error) => {
+                        tracing::warn!(%error, "instance repair: cannot read Ganeti; skipped this round");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let repair_holds = match &instance_repair_read {
+            Some(collected) => crate::instance_repair_exec::holds(
+                instances,
+                nodes,
+                Some(&collected.jobs),
+                &collected.repairs_in_flight,
+            ),
+            None => {
+                let (jobs, _) =
+                    crate::instance_repair_exec::job_states(&*self.ganeti, instances).await;
+                crate::instance_repair_exec::holds(instances, nodes, Some(&jobs), &BTreeMap::new())
+            }
+        };
+        // Later holders win a node: nodecare's incidents, grants and campaigns over a repair.
         let in_force = InForce::new(
             &view,
-            node_repair::holds(&incidents, nodes)
+            repair_holds
+                .disrupted
                 .into_iter()
+                .chain(node_repair::holds(&incidents, nodes))
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?)
                 .chain(ledger_held.nodes),
         )
         .with_touched(
             &view,
-            node_repair::touches(&incidents, nodes)
+            repair_holds
+                .touched
                 .into_iter()
+                .chain(crate::campaign_exec::touched(&self.store)?)
+                .chain(node_repair::touches(&incidents, nodes))
                 .chain(ledger_held.touched),
         )
         .with_left_by(&gate::left_by(
@@ -1530,45 +1624,26 @@ impl Reconciler {
         proposals.extend(campaigns.proposals.iter().cloned());
         // Instance repair (harep's duty): its repairs are proposals like any other; nodes in
         // the grace of a planned disruption are left alone.
-        let instance_repair = if let (true, Some(groups)) = (self.settings.instance_repair, groups)
-        {
-            match crate::instance_repair_exec::collect(
-                &*self.ganeti,
-                &self.store,
+        let instance_repair = instance_repair_read.map(|collected| {
+            let inputs = crate::duty::instance_repair::Inputs {
+                now: i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX),
+                cluster_tags: &collected.cluster_tags,
+                groups: &collected.groups,
+                nodes,
                 instances,
-                groups,
-            )
-            .await
-            {
-                Ok(collected) => {
-                    let inputs = crate::duty::instance_repair::Inputs {
-                        now: i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX),
-                        cluster_tags: &collected.cluster_tags,
-                        groups: &collected.groups,
-                        nodes,
-                        instances,
-                        jobs: &collected.jobs,
-                        degraded,
-                        in_flight: &collected.in_flight,
-                    };
-                    let assessment =
-                        crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
-                    proposals.extend(assessment.proposals().into_iter().filter(|p| {
-                        !p.disrupts
-                            .iter()
-                            .chain(p.touches.iter())
-                            .any(|n| graced.contains_key(n))
-                    }));
-                    Some((collected, assessment))
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "instance repair: cannot read Ganeti; skipped this round");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+                jobs: &collected.jobs,
+                degraded,
+                in_flight: &collected.in_flight,
+            };
+            let assessment = crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+            proposals.extend(assessment.proposals().into_iter().filter(|p| {
+                !p.disrupts
+                    .iter()
+                    .chain(p.touches.iter())
+                    .any(|n| graced.contains_key(n))
+            }));
+            (collected, assessment)
+        });
         let decision = gate::decide(&view, &policy, &in_force, proposals);
         self.board.metrics.set_disruptions(
             decision.in_force.nodes.keys().map(|name| {

@@ -24,7 +24,7 @@ mod admission;
 mod ledger;
 pub mod retention;
 mod snapshot;
-pub use admission::{BREAKER_DOCUMENT, Revoked, SYSTEM};
+pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
@@ -76,6 +76,13 @@ pub enum IntentSpec {
         /// Tag.
         tag: String,
     },
+    /// Remove the incident's tag from the node (an acknowledgement asked through nodecare).
+    Untag {
+        /// Node.
+        node: String,
+        /// Tag.
+        tag: String,
+    },
     /// Set the node offline (after its evacuation).
     Offline {
         /// Node.
@@ -122,6 +129,7 @@ impl IntentSpec {
                 instance: instance.clone(),
             },
             Self::Tag { node, tag } => Op::add_node_tags(node.clone(), vec![tag.clone()]),
+            Self::Untag { node, tag } => Op::remove_node_tags(node.clone(), vec![tag.clone()]),
             Self::Move { planned } => planned.op(),
             Self::Repair { .. } => return None,
         })
@@ -152,6 +160,7 @@ impl IntentSpec {
                     },
             } => format!("move the DRBD secondary of {instance} from {node} to {remote_node}"),
             Self::Tag { node, tag } => format!("tag {node} {tag}"),
+            Self::Untag { node, tag } => format!("remove the tag {tag} from {node}"),
             Self::Offline { node } => format!("set {node} offline"),
             Self::Online { node } => format!("set {node} online"),
             Self::Undrain { node } => format!("undrain {node}"),

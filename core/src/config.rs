@@ -112,8 +112,9 @@ pub struct Config {
     pub failure_domains: String,
     /// Caps per node group (by name or uuid), besides the cluster-wide ones.
     pub group_caps: BTreeMap<String, Caps>,
-    /// Seconds after a planned disruption starts (an admission grant, a maintenance reboot)
-    /// during which its domain's nodes opening incidents are not acted on.
+    /// Seconds after a planned disruption during which its domain's nodes opening incidents
+    /// are not acted on: after an admission grant is granted or renewed, after a maintenance
+    /// reboot ends (throughout the reboot too).
     pub grace: f64,
     /// The storm breaker.
     pub breaker: BreakerPolicy,

@@ -33,7 +33,9 @@
 //! breaker is open, and, when it moves instances, while storage is not whole. A live repair
 //! holds its node from its admission until it ends ([`InForce::touched`]): no other holder
 //! acts there, but it opens no failure domain, uses no cap and reserves no memory; while it
-//! runs, its proposal is a continuation.
+//! runs, its proposal is a continuation. A campaign holds its rebooted nodes the same way while
+//! their instances migrate back, and an instance repair the nodes in service of its instance
+//! while its jobs run.
 //!
 //! A proposal that only continues a disruption its holder already holds (the next moves of an
 //! admitted evacuation) is a continuation: it is checked only against proposals admitted earlier
@@ -372,8 +374,9 @@ pub struct InForce {
     /// The disrupted nodes: node name → holder.
     pub nodes: BTreeMap<String, Holder>,
     /// Nodes held without being disrupted (a live repair in progress: the node's instances keep
-    /// running): node name → holder. No other holder may act there, but they open no failure
-    /// domain, count against no cap and free or reserve no memory.
+    /// running; a rebooted node its instances migrate back onto; the nodes in service of an
+    /// instance repair whose jobs run): node name → holder. No other holder may act there, but
+    /// they open no failure domain, count against no cap and free or reserve no memory.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub touched: BTreeMap<String, Holder>,
 }
@@ -412,7 +415,8 @@ impl InForce {
     }
 
     /// Adds the nodes `held` without being disrupted ([`InForce::touched`]: a live repair in
-    /// progress); nodes not in `view` are left out.
+    /// progress, migrations back after a campaign's reboot, a running instance repair); nodes
+    /// not in `view` are left out.
     #[must_use]
     pub fn with_touched(
         mut self,
@@ -1352,6 +1356,55 @@ mod tests {
             "{refused}"
         );
         assert_eq!(outcome(&decision, 2), Ok(Admitted::New));
+    }
+
+    /// Issue 25: a node held without being disrupted (instances migrating back onto it, an
+    /// instance repair's jobs on it) is refused to every other holder, disrupting or touching
+    /// it, yet opens no failure domain and uses no cap.
+    #[test]
+    fn a_touched_node_is_refused_to_others_and_uses_no_domain_or_cap() {
+        let view = view();
+        let campaign = Holder::Campaign { id: id(9) };
+        let in_force =
+            InForce::new(&view, []).with_touched(&view, [("n3".to_owned(), campaign.clone())]);
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 1,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let mut live = repair(3, "n3");
+        live.disrupts = BTreeSet::new();
+        live.touches = ["n3".to_owned()].into();
+        live.moves_memory = Some(0);
+        let mut own = repair(4, "n4");
+        own.holder = campaign.clone();
+        own.duty = Duty::Maintenance;
+        own.moves_memory = Some(0);
+        let decision = decide(
+            &view,
+            &policy,
+            &in_force,
+            vec![repair(1, "n3"), repair(2, "n1"), live],
+        );
+        let conflict = format!("n3 is held by maintenance campaign {}", id(9));
+        assert!(
+            outcome(&decision, 1).is_err_and(|e| e.contains(&conflict)),
+            "{:?}",
+            outcome(&decision, 1)
+        );
+        assert!(
+            outcome(&decision, 3).is_err_and(|e| e.contains(&conflict)),
+            "{:?}",
+            outcome(&decision, 3)
+        );
+        // Another domain, the cap of one: the touched node counts for neither.
+        assert_eq!(outcome(&decision, 2), Ok(Admitted::New));
+        // Its own holder goes on beside it.
+        let decision = decide(&view, &policy, &in_force, vec![own]);
+        assert!(decision.judgements[0].outcome.is_ok(), "{decision:?}");
     }
 
     #[test]

@@ -15,10 +15,10 @@ use nodecare_roll::hbal::{HbalJob, HbalOp, HbalOptions, HbalPlan};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ledger::{Action, Entry, Op, State};
 use crate::ganeti::{JobId, Node, ReplaceDisksMode};
 use crate::gate::{Duty, Holder, InForce, Proposal};
 use crate::incident::Incident;
+use crate::ledger::{Action, Entry, Op, State};
 
 /// `[balancing]`: off by default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
