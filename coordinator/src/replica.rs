@@ -733,9 +733,14 @@ impl Replicator {
         while let Some(joined) = pushes.join_next().await {
             match joined {
                 Ok((node, Ok(reply))) => {
-                    if reply != PushReply::Accepted(generation) {
-                        let (PushReply::Accepted(held) | PushReply::Refused(held)) = reply;
-                        errors.push(format!("{node}: holds {held}"));
+                    match reply {
+                        PushReply::Accepted(held) if held == generation => {}
+                        PushReply::Accepted(held) | PushReply::Refused(held) => {
+                            errors.push(format!("{node}: holds {held}"));
+                        }
+                        PushReply::Promised(epoch) => {
+                            errors.push(format!("{node}: promised epoch {epoch}"));
+                        }
                     }
                     replies.push((node, reply));
                 }
