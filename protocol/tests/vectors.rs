@@ -308,7 +308,14 @@ fn replica_read_promise_and_refusals() {
     check_envelope("replica-read", &envelope);
     let ring = KeyRing::single(key());
     assert_eq!(
-        open_read(&ring, &body, ISSUED_AT_MS + 1, VerifyPolicy::default(), NODE).unwrap(),
+        open_read(
+            &ring,
+            &body,
+            ISSUED_AT_MS + 1,
+            VerifyPolicy::default(),
+            NODE
+        )
+        .unwrap(),
         read
     );
     let agent = Signer::new(key(), NODE);
@@ -324,8 +331,15 @@ fn replica_read_promise_and_refusals() {
             ReadAnswer::Refused { highest: 4 },
         ),
     ] {
-        let frame = sign_answer(&agent, &read.read_nonce, decision, None, ISSUED_AT_MS, 60_000)
-            .unwrap();
+        let frame = sign_answer(
+            &agent,
+            &read.read_nonce,
+            decision,
+            None,
+            ISSUED_AT_MS,
+            60_000,
+        )
+        .unwrap();
         let (envelope, rest) = nodecare_protocol::replica::split_frame(&frame).unwrap();
         assert!(rest.is_empty());
         check_envelope(prefix, &envelope);
