@@ -400,11 +400,16 @@ impl Replication {
         state.ghost.established = state.ghost.established.max(epoch);
     }
 
-    fn admit(state: &mut State, coordinator: usize, generation: Generation, fenced: bool) {
+    /// A write admitted at `generation`; `superseded`: the coordinator's epoch was left behind
+    /// by a majority when it decided (for a write confirmed by a push: when the push was sent;
+    /// a push that reaches a majority does so before any later epoch does, as keepers never go
+    /// back, so what happens between that and the coordinator reading the answers is the window
+    /// no confirmation closes: the write's state is in every later takeover's, `docs/RELIABILITY.md`).
+    fn admit(state: &mut State, coordinator: usize, generation: Generation, superseded: bool) {
         let ghost = &mut state.ghost;
         ghost.any_write = true;
         ghost.admitted[coordinator] |= bit(generation);
-        if fenced || generation.epoch < ghost.established {
+        if superseded {
             ghost.superseded_write = true;
         }
     }
@@ -719,7 +724,8 @@ impl Replication {
                     state.ghost.acknowledged |= me.awaiting;
                     me.awaiting = 0;
                     if write {
-                        Self::admit(state, coordinator, generation, false);
+                        let superseded = generation.epoch < state.ghost.established;
+                        Self::admit(state, coordinator, generation, superseded);
                     }
                     return;
                 }
@@ -856,7 +862,8 @@ impl Replication {
 pub mod property {
     /// No two coordinators both get a write admitted for the same generation of the state.
     pub const ONE_WRITER: &str = "no two coordinators admit writes for the same state";
-    /// No write admitted by a coordinator whose epoch a majority had already left behind.
+    /// No write admitted by a coordinator whose epoch a majority had already left behind (when
+    /// it decided: for a write confirmed by a push, when the push was sent).
     pub const FENCED: &str = "no write admitted by a superseded coordinator";
     /// Every acknowledged operator action is in the newest copy of every read quorum.
     pub const KEPT: &str = "an acknowledged operator action is never lost";
