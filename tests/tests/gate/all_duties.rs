@@ -76,6 +76,13 @@ const KNOWN_DEFECT_INSTANCE_REPAIR_JOBS_NOT_COUNTED: bool = true;
 /// reboot are not held. Invariant 5.
 const KNOWN_DEFECT_MIGRATE_BACK_NOT_HELD: bool = true;
 
+/// Found by this test on main: a balancing run starts while storage is not whole (a DRBD minor
+/// disconnected, a DRBD node's storage report missing). The gate lets a proposal that disrupts
+/// no node and declares `moves_memory = Some(0)` through before its storage check, and the
+/// balancing duty's proposals declare `Some(0)` although hbal's jobs migrate instances.
+/// Invariant 4.
+const FOUND_DEFECT_BALANCING_IGNORES_STORAGE: bool = true;
+
 const HBAL: &str = "/usr/bin/hbal";
 const HOOK: &str = "reboot";
 const USER: &str = "ops";
@@ -384,20 +391,25 @@ fn check_state(shape: &Shape, census: &Census, violations: &mut Vec<Violation>) 
         });
     }
     // No node acted on by two holders.
-    let mut acting: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    // Node → holder → what it does there.
+    let mut acting: BTreeMap<String, BTreeMap<String, Vec<String>>> = BTreeMap::new();
     for job in &census.unfinished {
         if let Some(node) = disrupted_by(&job.op) {
             acting
                 .entry(node.to_owned())
                 .or_default()
-                .insert(job.holder.clone());
+                .entry(job.holder.clone())
+                .or_default()
+                .push(format!("job {} {}", job.id, job.op.summary()));
         }
     }
     for (node, grant) in &census.grants {
         acting
             .entry(node.clone())
             .or_default()
-            .insert(grant.clone());
+            .entry(grant.clone())
+            .or_default()
+            .push("granted".into());
     }
     for job in &census.unfinished {
         let Some((instance, target)) = moved_by(&job.op) else {
@@ -412,7 +424,8 @@ fn check_state(shape: &Shape, census: &Census, violations: &mut Vec<Violation>) 
             let Some(others) = acting.get(n) else {
                 continue;
             };
-            let others: Vec<&String> = others.iter().filter(|h| **h != job.holder).collect();
+            let others: Vec<(&String, &Vec<String>)> =
+                others.iter().filter(|(h, _)| **h != job.holder).collect();
             if others.is_empty() {
                 continue;
             }
@@ -525,7 +538,8 @@ fn check_new_starts(
         }
         violations.push(Violation {
             invariant: "nothing new starts while storage is not whole",
-            known: None,
+            known: (duty == "balancing" && FOUND_DEFECT_BALANCING_IGNORES_STORAGE)
+                .then_some("FOUND_DEFECT_BALANCING_IGNORES_STORAGE"),
             what: format!(
                 "{holder} started ({}) on {nodes:?} while {:?}",
                 jobs.iter()
@@ -558,6 +572,9 @@ struct World {
     /// Holders whose first disrupting or moving job has been seen.
     seen: BTreeSet<String>,
     grants: u64,
+    hand_drains: u64,
+    /// Nodes the operator drained by hand (and has not undrained yet).
+    hand_drained: BTreeSet<String>,
     campaign: Option<u16>,
     crashes: u64,
 }
@@ -581,7 +598,7 @@ impl World {
         let shape = Shape {
             nodes,
             racks,
-            cluster_cap: 1 + random.below(3),
+            cluster_cap: 2 + random.below(2),
             group_cap: 1 + random.below(3),
             min_healthy: 2,
         };
@@ -591,7 +608,7 @@ impl World {
             if random.below(2) == 0 {
                 spec.push(format!("d{i}:drbd:{i}"));
             }
-            if random.below(3) == 0 {
+            if random.below(2) == 0 {
                 spec.push(format!("s{i}:sharedfile:{i}"));
             }
         }
@@ -623,7 +640,7 @@ impl World {
             .set_cluster_source(Arc::new(SimSource(h.sim.clone())));
         let delay = 80 + 40 * u64::try_from(random.below(5)).unwrap_or(0);
         h.sim.set_job_delay(Duration::from_millis(delay));
-        let memories = [256, 512, 768, 1024, 1536];
+        let memories = [256, 512, 768, 1024];
         let kinds = ["failover", "migrate", "fix-storage", "reinstall"];
         let mut picks = Vec::new();
         for _ in 0..spec.len() {
@@ -632,10 +649,17 @@ impl World {
                 (random.below(2) == 0).then(|| kinds[random.below(kinds.len())]),
             ));
         }
+        // Tight memory, so that N+1 binds: the instances fill 60 to 75 % of the cluster, one
+        // node's fit on the others, two nodes' barely, three not.
+        let used: u64 = picks.iter().map(|(m, _)| *m).sum();
+        let nodes_u64 = u64::try_from(nodes).unwrap_or(1);
+        let fill = 60 + 5 * u64::try_from(random.below(4)).unwrap_or(0);
+        let node_memory = (used * 100 / fill / nodes_u64).div_ceil(128) * 128;
         h.sim.with_cluster(|c| {
             for i in 1..=nodes {
                 if let Some(n) = c.nodes.get_mut(&node(i)) {
                     n.tags.push(shape.rack_of(&node(i)));
+                    n.memory_total_mib = node_memory;
                 }
             }
             for (instance, (memory, kind)) in c.instances.values_mut().zip(&picks) {
@@ -656,7 +680,7 @@ impl World {
         }
         let (url, server) = serve(&h).await?;
         println!(
-            "seed {seed}: {nodes} nodes in {racks} racks, caps cluster {} group {}, job delay {delay} ms, instances {spec:?}",
+            "seed {seed}: {nodes} nodes of {node_memory} MiB in {racks} racks, caps cluster {} group {}, job delay {delay} ms, instances {spec:?}",
             shape.cluster_cap, shape.group_cap
         );
         Ok(Self {
@@ -672,6 +696,8 @@ impl World {
             stuck: BTreeMap::new(),
             seen: BTreeSet::new(),
             grants: 0,
+            hand_drains: 0,
+            hand_drained: BTreeSet::new(),
             campaign: None,
             crashes: 0,
         })
@@ -737,7 +763,7 @@ impl World {
     async fn events(&mut self, round: usize, random: &mut Random) -> anyhow::Result<()> {
         let nodes = self.shape.nodes;
         // Verdicts (node 1 is the master and runs the coordinator).
-        for _ in 0..random.below(3) {
+        for _ in 0..random.below(4) {
             let name = node(2 + random.below(nodes - 1));
             let Some(agent) = self.h.agents.get(&name) else {
                 continue;
@@ -837,7 +863,7 @@ impl World {
             }
         });
         // Another tool asks for a node, or releases one.
-        if random.below(4) == 0 {
+        if random.below(2) == 0 {
             let name = node(2 + random.below(nodes - 1));
             let ttl = 1 + random.below(4);
             let answer = self
@@ -877,7 +903,40 @@ impl World {
                 .await?;
             self.campaign = Some(answer.status().as_u16());
         }
-        // The operator returns repaired nodes to service now and then.
+        // The operator drains a node by hand now and then (harep's classic case), only while
+        // nothing is disrupted and its instances fit elsewhere: the invariants hold after it.
+        if random.below(6) == 0 {
+            let name = node(2 + random.below(nodes - 1));
+            let census = self.census().await?;
+            if census.disrupted.is_empty() {
+                let mut after = census.clone();
+                after
+                    .disrupted
+                    .insert(name.clone(), vec!["drained by hand".into()]);
+                let mut broken = Vec::new();
+                check_state(&self.shape, &after, &mut broken);
+                if broken.is_empty() {
+                    self.h.sim.with_cluster(|c| {
+                        if let Some(n) = c.nodes.get_mut(&name) {
+                            n.drained = true;
+                        }
+                    });
+                    self.hand_drained.insert(name);
+                    self.hand_drains += 1;
+                }
+            }
+        }
+        // The operator returns repaired nodes, and those drained by hand, to service now and then.
+        if random.below(4) == 0 {
+            let names = std::mem::take(&mut self.hand_drained);
+            self.h.sim.with_cluster(|c| {
+                for name in names {
+                    if let Some(n) = c.nodes.get_mut(&name) {
+                        n.drained = false;
+                    }
+                }
+            });
+        }
         if random.below(3) == 0 {
             self.h.sim.with_cluster(|c| {
                 for n in c.nodes.values_mut() {
@@ -953,6 +1012,7 @@ struct Tally {
     submissions: usize,
     by_duty: BTreeMap<&'static str, usize>,
     grants: u64,
+    hand_drains: u64,
     crashes: u64,
     most_disrupted: usize,
     storage_rounds: usize,
@@ -967,6 +1027,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
     let mut w = World::new(seed, &mut random, &users).await?;
     let mut tally = Tally::default();
     let mut by_duty: BTreeMap<&'static str, BTreeSet<String>> = BTreeMap::new();
+    let mut reported = BTreeSet::new();
     for round in 0..rounds {
         w.events(round, &mut random).await?;
         let before = w.census().await?;
@@ -1020,6 +1081,17 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             found.extend(here);
         }
         for v in found {
+            // A state that lasts is reported once.
+            let key = format!(
+                "{}: {}",
+                v.invariant,
+                v.what
+                    .trim_start_matches("after the round: ")
+                    .trim_start_matches("once jobs settled: ")
+            );
+            if !reported.insert(key) {
+                continue;
+            }
             let line = format!(
                 "seed {seed} round {round}: {}{}: {}",
                 v.invariant,
@@ -1035,6 +1107,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
     tally.submissions = w.h.sim.submissions().iter().filter(|s| !s.internal).count();
     tally.by_duty = by_duty.into_iter().map(|(d, h)| (d, h.len())).collect();
     tally.grants = w.grants;
+    tally.hand_drains = w.hand_drains;
     tally.crashes = w.crashes;
     tally.campaign = w.campaign;
     w.server.abort();
@@ -1076,11 +1149,12 @@ async fn all_duties_together_keep_the_gate_s_invariants_from_ganeti_s_side() {
             ),
         };
         println!(
-            "seed {seed}: {rounds} rounds in {:?}: {} client jobs, holders seen acting by duty {:?}, {} grants, {} crashes, campaign answer {:?}, at most {} nodes disrupted, {} rounds with storage not whole",
+            "seed {seed}: {rounds} rounds in {:?}: {} client jobs, holders seen acting by duty {:?}, {} grants, {} drains by hand, {} crashes, campaign answer {:?}, at most {} nodes disrupted, {} rounds with storage not whole",
             t.elapsed(),
             tally.submissions,
             tally.by_duty,
             tally.grants,
+            tally.hand_drains,
             tally.crashes,
             tally.campaign,
             tally.most_disrupted,
