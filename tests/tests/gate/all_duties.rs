@@ -35,8 +35,8 @@
 //!    (incident/holder and intent).
 //!
 //! Seeds: `NODECARE_ALL_DUTIES_SEED=<n>` replays one seed; `NODECARE_ALL_DUTIES_SEEDS=<k>` runs
-//! the first k seeds (default [`DEFAULT_SEEDS`]); `NODECARE_ALL_DUTIES_ROUNDS` the rounds per
-//! seed. The failing seed is printed. A check that today's main is known to fail is reported
+//! k seeds from `NODECARE_ALL_DUTIES_FIRST` (default 1; k defaults to [`DEFAULT_SEEDS`]);
+//! `NODECARE_ALL_DUTIES_ROUNDS` the rounds per seed. The failing seed is printed. A check that today's main is known to fail is reported
 //! and not fatal while its `KNOWN_DEFECT_*` switch is on; `NODECARE_ALL_DUTIES_STRICT=1` makes
 //! every check fatal.
 
@@ -58,7 +58,7 @@ use serde_json::json;
 use super::Random;
 
 /// Seeds in the normal run (each about 10 s in a debug build on a loaded machine).
-const DEFAULT_SEEDS: u64 = 4;
+const DEFAULT_SEEDS: u64 = 5;
 /// Rounds per seed in the normal run.
 const DEFAULT_ROUNDS: usize = 16;
 
@@ -83,10 +83,21 @@ const KNOWN_DEFECT_MIGRATE_BACK_NOT_HELD: bool = true;
 /// Invariant 4.
 const FOUND_DEFECT_BALANCING_IGNORES_STORAGE: bool = true;
 
+/// Found by this test on main: a balancing move still running (a slow job) does not hold its
+/// nodes: the admission API grants one of them to another tool meanwhile (the grant is judged
+/// on the last round's disruptions, where a balancing move only touches nodes). Seen with seed
+/// 27 of the long run. Invariant 5.
+const FOUND_DEFECT_BALANCING_MOVES_IN_FLIGHT_NOT_HELD: bool = true;
+
 const HBAL: &str = "/usr/bin/hbal";
 const HOOK: &str = "reboot";
 const USER: &str = "ops";
 const PASSWORD: &str = "secret";
+
+/// `NODECARE_ALL_DUTIES_TRACE=1`: print what happens in the world each round (for replays).
+fn trace() -> bool {
+    std::env::var_os("NODECARE_ALL_DUTIES_TRACE").is_some()
+}
 
 fn env_number(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -433,6 +444,9 @@ fn check_state(shape: &Shape, census: &Census, violations: &mut Vec<Violation>) 
                 "instance-repair" if KNOWN_DEFECT_INSTANCE_REPAIR_JOBS_NOT_COUNTED => {
                     Some("KNOWN_DEFECT_INSTANCE_REPAIR_JOBS_NOT_COUNTED")
                 }
+                "balancing" if FOUND_DEFECT_BALANCING_MOVES_IN_FLIGHT_NOT_HELD => {
+                    Some("FOUND_DEFECT_BALANCING_MOVES_IN_FLIGHT_NOT_HELD")
+                }
                 "maintenance"
                     if KNOWN_DEFECT_MIGRATE_BACK_NOT_HELD
                         && matches!(job.op, SimOp::InstanceMigrate { .. }) =>
@@ -505,9 +519,9 @@ fn check_new_starts(
             }
             if let Some((instance, target)) = moved_by(&job.op) {
                 if let Some((p, s, _, _, _)) = before.instances.get(instance) {
-                    nodes.insert(p.clone());
                     instance_nodes.insert(p.clone());
                     instance_nodes.extend(s.iter().cloned());
+                    nodes.extend(instance_nodes.iter().cloned());
                 }
                 nodes.extend(target.map(str::to_owned));
             }
@@ -771,6 +785,9 @@ impl World {
             let i = random.below(9);
             if i == 0 || self.down.contains(&name) {
                 let down = !self.down.contains(&name);
+                if trace() {
+                    println!("round {round}: {name} unreachable: {down}");
+                }
                 agent.set_down(down);
                 if down {
                     self.down.insert(name.clone());
@@ -786,6 +803,9 @@ impl World {
                 5 => verdict("unknown", json!({"why": "timeout"}), None),
                 _ => verdict("Ok", json!({}), None),
             };
+            if trace() {
+                println!("round {round}: {name} says {}", v.status.as_str());
+            }
             agent.set_verdict(v);
         }
         // Storage: a DRBD minor broken this round, now and then.
@@ -879,6 +899,9 @@ impl World {
                 "POST /1/disruptions answered {status}: {}",
                 answer.text().await.unwrap_or_default()
             );
+            if trace() {
+                println!("round {round}: grant of {name} for {ttl} s: {status}");
+            }
             self.grants += u64::from(matches!(status, 200 | 201));
         }
         if random.below(4) == 0 {
@@ -987,7 +1010,9 @@ impl World {
     async fn crash(&mut self, cut: Option<Duration>) -> anyhow::Result<()> {
         if let Some(cut) = cut {
             // Whatever the round did until the cut stays done; the rest never happens.
-            let _ = tokio::time::timeout(cut, self.h.coordinator.round()).await;
+            if let Ok(finished) = tokio::time::timeout(cut, self.h.coordinator.round()).await {
+                finished?;
+            }
         }
         self.server.abort();
         let ganeti: Arc<dyn Ganeti> = Arc::new(self.h.sim.client());
@@ -1038,6 +1063,9 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         match random.below(10) {
             0 => {
                 let cut = Duration::from_millis(u64::try_from(random.below(300)).unwrap_or(0));
+                if trace() {
+                    println!("round {round}: crash {cut:?} into the round");
+                }
                 w.crash(Some(cut)).await?;
             }
             1 => {
@@ -1066,6 +1094,17 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         w.play_hooks();
         checks.push(("once jobs settled", w.census().await?));
         for (when, census) in &checks {
+            if trace() {
+                println!(
+                    "round {round} {when}: disrupted {:?}; unfinished {:?}",
+                    census.disrupted,
+                    census
+                        .unfinished
+                        .iter()
+                        .map(|j| format!("{} {} ({})", j.id, j.op.summary(), j.holder))
+                        .collect::<Vec<_>>()
+                );
+            }
             tally.most_disrupted = tally.most_disrupted.max(census.disrupted.len());
             for job in &census.unfinished {
                 by_duty
@@ -1118,6 +1157,19 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
 /// counted from Ganeti's side at every round.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_duties_together_keep_the_gate_s_invariants_from_ganeti_s_side() {
+    run(1, DEFAULT_SEEDS, DEFAULT_ROUNDS).await;
+}
+
+/// The same over many more seeds and rounds (a few minutes): `cargo test -p nodecare-tests
+/// --test coordinator all_duties -- --ignored`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: 60 seeds of 24 rounds"]
+async fn all_duties_together_over_many_seeds() {
+    run(101, 60, 24).await;
+}
+
+/// Runs `count` seeds from `first`, `rounds` rounds each (the environment may say otherwise).
+async fn run(first: u64, count: u64, rounds: usize) {
     if !std::path::Path::new(HBAL).is_file() {
         let msg = "hbal is missing (apt-get install ganeti-htools-3.0)";
         assert!(
@@ -1130,10 +1182,14 @@ async fn all_duties_together_keep_the_gate_s_invariants_from_ganeti_s_side() {
     let strict = std::env::var_os("NODECARE_ALL_DUTIES_STRICT").is_some();
     let rounds = env_number("NODECARE_ALL_DUTIES_ROUNDS")
         .and_then(|r| usize::try_from(r).ok())
-        .unwrap_or(DEFAULT_ROUNDS);
+        .unwrap_or(rounds);
     let seeds: Vec<u64> = match env_number("NODECARE_ALL_DUTIES_SEED") {
         Some(seed) => vec![seed],
-        None => (1..=env_number("NODECARE_ALL_DUTIES_SEEDS").unwrap_or(DEFAULT_SEEDS)).collect(),
+        None => {
+            let first = env_number("NODECARE_ALL_DUTIES_FIRST").unwrap_or(first);
+            let count = env_number("NODECARE_ALL_DUTIES_SEEDS").unwrap_or(count);
+            (first..first.saturating_add(count)).collect()
+        }
     };
     let started = Instant::now();
     let mut fatal = Vec::new();
