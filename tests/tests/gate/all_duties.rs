@@ -77,6 +77,13 @@ const FOUND_DEFECT_N_PLUS_ONE_IGNORES_MEMORY_LEFT_ON_DISRUPTED_NODES: bool = tru
 /// Known defect on main (issue 25): admission grants (`POST /1/disruptions`) are not checked
 /// for capacity: a granted node's instances need not fit on the others. Invariant 3.
 const KNOWN_DEFECT_GRANTS_NOT_CHECKED_FOR_CAPACITY: bool = true;
+/// Known defect on main (issue 25): a pending live repair holds its node like a disruption, so
+/// its failure domain counts as busy: a storage problem on that node then no longer keeps a new
+/// evacuation of the same domain from starting (seed 37: node 4 unreachable while its live
+/// repair is pending, node 8's evacuation starts). Invariant 4, when counting the nodes with a
+/// live repair as disrupted explains the start. (Its effect on the caps, refusing more than
+/// needed, is not a safety invariant and is not measured.)
+const KNOWN_DEFECT_LIVE_REPAIRS_COUNT_AGAINST_CAP: bool = true;
 /// Known defect on main (issue 25): instance repairs with running jobs are not counted by the
 /// gate, so another holder may disrupt a node they move instances on. Invariant 5.
 const KNOWN_DEFECT_INSTANCE_REPAIR_JOBS_NOT_COUNTED: bool = true;
@@ -521,12 +528,19 @@ fn check_state(
 
 /// Invariant 4: the holders whose first disrupting or moving job appeared since `from` (an index
 /// into the submissions) while storage was not whole at the round's start.
+///
+/// `live`: the nodes whose agent says live-repair (to tell the known defect apart).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call site, every input named"
+)]
 fn check_new_starts(
     shape: &Shape,
     c: &SimCluster,
     from: usize,
     before: &Census,
     problems: &[Problem],
+    live: &BTreeSet<String>,
     seen: &mut BTreeSet<String>,
     violations: &mut Vec<Violation>,
 ) {
@@ -581,22 +595,28 @@ fn check_new_starts(
             }
         }
         // The busy domain may take more nodes while every problem involves one it holds.
-        let joins_busy = duty != "balancing"
-            && nodes.iter().any(|n| {
-                let rack = shape.rack_of(n);
-                problems.iter().all(|p| {
-                    p.nodes
+        let joins_busy = |held: &dyn Fn(&String) -> bool| {
+            duty != "balancing"
+                && nodes.iter().any(|n| {
+                    let rack = shape.rack_of(n);
+                    problems
                         .iter()
-                        .any(|m| before.disrupted.contains_key(m) && shape.rack_of(m) == rack)
+                        .all(|p| p.nodes.iter().any(|m| held(m) && shape.rack_of(m) == rack))
                 })
-            });
-        if joins_busy {
+        };
+        if joins_busy(&|m| before.disrupted.contains_key(m)) {
             continue;
         }
+        let live_explains = joins_busy(&|m| before.disrupted.contains_key(m) || live.contains(m));
         violations.push(Violation {
             invariant: "nothing new starts while storage is not whole",
-            known: (duty == "balancing" && FOUND_DEFECT_BALANCING_IGNORES_STORAGE)
-                .then_some("FOUND_DEFECT_BALANCING_IGNORES_STORAGE"),
+            known: if duty == "balancing" && FOUND_DEFECT_BALANCING_IGNORES_STORAGE {
+                Some("FOUND_DEFECT_BALANCING_IGNORES_STORAGE")
+            } else if live_explains && KNOWN_DEFECT_LIVE_REPAIRS_COUNT_AGAINST_CAP {
+                Some("KNOWN_DEFECT_LIVE_REPAIRS_COUNT_AGAINST_CAP")
+            } else {
+                None
+            },
             what: format!(
                 "{holder} started ({}) on {nodes:?} while {:?}",
                 jobs.iter()
@@ -630,6 +650,8 @@ struct World {
     seen: BTreeSet<String>,
     grants: u64,
     hand_drains: u64,
+    /// Nodes whose agent says live-repair.
+    live_repair: BTreeSet<String>,
     /// Nodes the operator drained by hand (and has not undrained yet).
     hand_drained: BTreeSet<String>,
     campaign: Option<u16>,
@@ -755,6 +777,7 @@ impl World {
             grants: 0,
             hand_drains: 0,
             hand_drained: BTreeSet::new(),
+            live_repair: BTreeSet::new(),
             campaign: None,
             crashes: 0,
         })
@@ -848,6 +871,11 @@ impl World {
             };
             if trace() {
                 println!("round {round}: {name} says {}", v.status.as_str());
+            }
+            if i == 1 {
+                self.live_repair.insert(name.clone());
+            } else {
+                self.live_repair.remove(&name);
             }
             agent.set_verdict(v);
         }
@@ -1129,6 +1157,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
                 from,
                 &before,
                 &problems,
+                &w.live_repair,
                 &mut w.seen,
                 &mut found,
             );
