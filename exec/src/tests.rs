@@ -13,7 +13,7 @@ const DAY_MS: u64 = 24 * 3600 * 1000;
 
 struct World {
     sim: Simulation,
-    ganeti: crate::ganeti::rapi::RapiClient,
+    ganeti: nodecare_ganeti::rapi::RapiClient,
     exec: Executor,
     node: String,
     instance: String,

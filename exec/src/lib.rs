@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use crate::ganeti::{Ganeti, GanetiError, Job, JobId, JobStatus, Reason};
-use crate::gate::Holder;
 use ledger::{Entry, Ledger, LedgerError, State};
+use nodecare_core::gate::Holder;
+use nodecare_ganeti::{Ganeti, GanetiError, Job, JobId, JobStatus, Reason};
 
 /// What becomes of an entry whose submission is uncertain (recorded, ready, no job known) and
 /// that Ganeti's job list does not show.
