@@ -10,6 +10,8 @@
 
 pub use nodecare_core::ledger;
 
+pub mod instance_repair;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
