@@ -10,14 +10,16 @@
 
 pub use nodecare_core::ledger;
 
+pub mod instance_repair;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use crate::ganeti::{Ganeti, GanetiError, Job, JobId, JobStatus, Reason};
-use crate::gate::Holder;
 use ledger::{Entry, Ledger, LedgerError, State};
+use nodecare_core::gate::Holder;
+use nodecare_ganeti::{Ganeti, GanetiError, Job, JobId, JobStatus, Reason};
 
 /// What becomes of an entry whose submission is uncertain (recorded, ready, no job known) and
 /// that Ganeti's job list does not show.
@@ -161,7 +163,7 @@ impl Executor {
     }
 
     /// Adopts the jobs of entries whose submission is uncertain (recorded, every entry they
-    /// come after submitted or succeeded, no job known: a crash or a failed answer came between
+    /// come after submitted or succeeded (succeeded, for an unchained one), no job known: a crash or a failed answer came between
     /// the submission and its mark) from Ganeti's job list by their reason trail; those it
     /// does not show fail or are submitted again, as `unadopted` says for their holder.
     /// Returns the entries changed.
@@ -190,7 +192,7 @@ impl Executor {
                     entries.iter().any(|b| {
                         b.holder == e.holder
                             && &b.key == key
-                            && (b.job.is_some() || b.state == State::Succeeded)
+                            && (b.state == State::Succeeded || (!e.unchained && b.job.is_some()))
                     })
                 })
             })
