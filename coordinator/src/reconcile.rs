@@ -449,6 +449,11 @@ fn service_facts(node: &Node, own: &[&Intent]) -> ServiceFacts {
     }
 }
 
+/// Whether `holder` is an incident (node repair, which follows its own entries).
+const fn is_incident(holder: &Holder) -> bool {
+    matches!(holder, Holder::Incident { .. })
+}
+
 fn next_key(intents: &[&Intent], prefix: &str) -> String {
     let used = intents.iter().filter(|i| i.key.starts_with(prefix)).count();
     format!("{prefix}{}", used + 1)
@@ -606,7 +611,12 @@ impl Reconciler {
             .map(|entry| crate::exec::Changed { entry, job: None })
             .collect();
         self.executor.submit(&*self.ganeti, None, now_ms()).await?;
-        changed.extend(self.executor.poll(&*self.ganeti, now_ms()).await?);
+        // Node repair follows its incidents' jobs itself (`poll_jobs`).
+        changed.extend(
+            self.executor
+                .poll_of(&*self.ganeti, |h| !is_incident(h), now_ms())
+                .await?,
+        );
         if let Some(balancer) = &self.balancer {
             balancer.settle(&self.executor, &self.board, &changed, now_ms())?;
         }
@@ -1479,7 +1489,9 @@ impl Reconciler {
                 "admission expired");
         }
         // What the executor's ledger holds (its holders' records still open).
-        let ledger_held = self.executor.in_force(|_| true)?;
+        // Incidents' entries are left out: what they hold comes from the incidents
+        // (`node_repair::holds`, `touches`).
+        let ledger_held = self.executor.in_force(|h| !is_incident(h))?;
         // Instance repair reads Ganeti before the gate: the repairs whose jobs still run hold
         // their instances' nodes (read even with the duty off: `nodecare harep` runs too).
         let instance_repair_read = match (self.settings.instance_repair, groups.as_ref()) {

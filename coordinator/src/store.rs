@@ -22,13 +22,14 @@ use crate::plan::{Lock, Move};
 
 mod admission;
 mod ledger;
+mod node_repair;
 pub mod retention;
 mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -235,16 +236,6 @@ pub enum IntentState {
 }
 
 impl IntentState {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Planned => "planned",
-            Self::Submitted => "submitted",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Replanned => "replanned",
-        }
-    }
-
     fn parse(text: &str) -> Result<Self, StoreError> {
         match text {
             "planned" => Ok(Self::Planned),
@@ -545,11 +536,14 @@ impl Store {
                 &crate::gate::latest_flag_changes(remembered),
             )?;
         }
-        let connection = self.lock();
-        connection.execute(
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        node_repair::forget(&transaction, uuid)?;
+        transaction.execute(
             "DELETE FROM incidents WHERE uuid = ?1",
             params![uuid.to_string()],
         )?;
+        transaction.commit()?;
         Ok(())
     }
 
@@ -565,74 +559,30 @@ impl Store {
         Ok(kept)
     }
 
-    /// Records a new intent (state planned), atomically with the incident's new record.
+    /// Records a new intent (state planned) as the incident's ledger entry, atomically with
+    /// the incident's new record.
     pub fn plan_intent(&self, incident: &Incident, intent: &Intent) -> Result<(), StoreError> {
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
         save_incident(&transaction, incident)?;
-        save_intent(&transaction, intent)?;
+        node_repair::save(&transaction, intent, &incident.node)?;
         transaction.commit()?;
         Ok(())
     }
 
-    /// Updates an intent, atomically with the incident's new record.
+    /// Updates an intent's entry, atomically with the incident's new record.
     pub fn update_intent(&self, incident: &Incident, intent: &Intent) -> Result<(), StoreError> {
         self.plan_intent(incident, intent)
     }
 
     /// Deletes an intent that was never submitted.
     pub fn drop_intent(&self, incident: Uuid, key: &str) -> Result<(), StoreError> {
-        let connection = self.lock();
-        connection.execute(
-            "DELETE FROM intents WHERE incident = ?1 AND key = ?2",
-            params![incident.to_string(), key],
-        )?;
-        Ok(())
+        node_repair::drop(&self.lock(), incident, key)
     }
 
-    /// Every intent, by incident, in creation order.
+    /// Every intent (the incidents' ledger entries), in recording order.
     pub fn intents(&self) -> Result<Vec<Intent>, StoreError> {
-        let connection = self.lock();
-        let mut statement = connection.prepare(
-            "SELECT incident, key, spec, locks, state, job_id, created_ms, submitted_ms,
-                    finished_ms, error
-             FROM intents ORDER BY created_ms, incident, key",
-        )?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-                row.get::<_, Option<i64>>(5)?,
-                row.get::<_, i64>(6)?,
-                row.get::<_, Option<i64>>(7)?,
-                row.get::<_, Option<i64>>(8)?,
-                row.get::<_, Option<String>>(9)?,
-            ))
-        })?;
-        let mut intents = Vec::new();
-        for row in rows {
-            let (incident, key, spec, locks, state, job_id, created, submitted, finished, error) =
-                row?;
-            intents.push(Intent {
-                incident: Uuid::parse_str(&incident)
-                    .map_err(|error| StoreError::Corrupt(format!("intent incident: {error}")))?,
-                key,
-                spec: serde_json::from_str(&spec)
-                    .map_err(|error| StoreError::Corrupt(format!("intent spec: {error}")))?,
-                locks: serde_json::from_str(&locks)
-                    .map_err(|error| StoreError::Corrupt(format!("intent locks: {error}")))?,
-                state: IntentState::parse(&state)?,
-                job_id: job_id.map(to_u64),
-                created_ms: to_u64(created),
-                submitted_ms: submitted.map(to_u64),
-                finished_ms: finished.map(to_u64),
-                error,
-            });
-        }
-        Ok(intents)
+        node_repair::all(&self.lock())
     }
 
     /// Last accepted report sequence per node.
@@ -751,6 +701,10 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     if version < 3 {
         ledger::migrate(connection)?;
     }
+    // Node repair's intents move into the ledger.
+    if version < 4 {
+        node_repair::migrate(connection)?;
+    }
     Ok(())
 }
 
@@ -794,35 +748,6 @@ fn save_incident(connection: &Connection, incident: &Incident) -> Result<(), Sto
             incident.node_uuid,
             incident.fingerprint,
             record
-        ],
-    )?;
-    Ok(())
-}
-
-fn save_intent(connection: &Connection, intent: &Intent) -> Result<(), StoreError> {
-    let spec = serde_json::to_string(&intent.spec)
-        .map_err(|error| StoreError::Corrupt(format!("encoding intent: {error}")))?;
-    let locks = serde_json::to_string(&intent.locks)
-        .map_err(|error| StoreError::Corrupt(format!("encoding locks: {error}")))?;
-    connection.execute(
-        "INSERT INTO intents (incident, key, spec, locks, state, job_id, created_ms,
-                              submitted_ms, finished_ms, error)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-         ON CONFLICT(incident, key) DO UPDATE SET spec = excluded.spec, locks = excluded.locks,
-             state = excluded.state, job_id = excluded.job_id,
-             submitted_ms = excluded.submitted_ms, finished_ms = excluded.finished_ms,
-             error = excluded.error",
-        params![
-            intent.incident.to_string(),
-            intent.key,
-            spec,
-            locks,
-            intent.state.as_str(),
-            intent.job_id.map(to_i64),
-            to_i64(intent.created_ms),
-            intent.submitted_ms.map(to_i64),
-            intent.finished_ms.map(to_i64),
-            intent.error,
         ],
     )?;
     Ok(())
@@ -1005,7 +930,7 @@ mod tests {
         }
     }
 
-    fn incident(n: u128) -> Incident {
+    pub(super) fn incident(n: u128) -> Incident {
         let verdict = NodeVerdict::merge(
             [(
                 "disk".to_owned(),
