@@ -302,7 +302,8 @@ fn old_intents(connection: &Connection) -> Result<Vec<Intent>, StoreError> {
                 .map_err(|error| StoreError::Corrupt(format!("intent spec: {error}")))?,
             locks: serde_json::from_str(&locks)
                 .map_err(|error| StoreError::Corrupt(format!("intent locks: {error}")))?,
-            state: IntentState::parse(&state)?,
+            state: IntentState::parse(&state)
+                .ok_or_else(|| StoreError::Corrupt(format!("intent state {state:?}")))?,
             job_id: job_id.map(to_u64),
             created_ms: to_u64(created),
             submitted_ms: submitted.map(to_u64),
