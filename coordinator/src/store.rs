@@ -1,10 +1,11 @@
-//! Durable state: incidents, intents (jobs the coordinator means to submit or has submitted),
-//! agents' last accepted sequence numbers, the repair-request sequence counter, and the gate's
-//! grants, overrides, storm breaker and audit log (`admission`).
+//! Durable state: incidents, the executor's ledger (`ledger`; incidents' intents, the jobs the
+//! coordinator means to submit or has submitted, are its entries: `node_repair`), agents' last
+//! accepted sequence numbers, the repair-request sequence counter, and the gate's grants,
+//! overrides, storm breaker and audit log (`admission`).
 //!
 //! SQLite in WAL mode with `synchronous=FULL`: a committed transaction survives a crash or a
-//! power cut. An intent row is committed before its job is submitted; after a crash, an intent
-//! without a job id is looked up in Ganeti's job list by its reason before anything is
+//! power cut. An intent's entry is committed before its job is submitted; after a crash, an
+//! intent without a job id is looked up in Ganeti's job list by its reason before anything is
 //! resubmitted (see `reconcile`).
 
 use std::collections::BTreeMap;
