@@ -7,8 +7,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::ganeti::{JobId, Node, Op};
-use crate::gate::FlagChange;
+use crate::gate::{FlagChange, Holder};
 use crate::incident::{Action, Incident};
+use crate::ledger::{self, AgentOp, Entry, Hold, State};
 use crate::plan::{Lock, Move, ServiceFacts, ServiceJob};
 
 /// What an intent does.
@@ -352,6 +353,168 @@ pub fn next_key(intents: &[&Intent], prefix: &str) -> String {
     format!("{prefix}{}", used + 1)
 }
 
+/// An intent that does not make a ledger entry, or an entry that is no intent.
+#[derive(Debug, thiserror::Error)]
+pub enum IntentError {
+    /// An entry (or intent) is missing or has a fact that does not decode.
+    #[error("intent {key}: {what}")]
+    Corrupt {
+        /// Its key.
+        key: String,
+        /// What is wrong.
+        what: String,
+    },
+    /// A fact does not encode.
+    #[error("encoding an intent's {0}")]
+    Encoding(String),
+}
+
+/// The entry's facts that have no field of their own: the step as node repair plans it, the
+/// locks the planner reads, when it was submitted, and a note on a step that did not fail.
+const SPEC: &str = "spec";
+const LOCKS: &str = "locks";
+const SUBMITTED_MS: &str = "submitted-ms";
+const NOTE: &str = "note";
+
+/// The holds of a step on incident node `node`.
+fn holds(spec: &IntentSpec, node: &str) -> Vec<Hold> {
+    match spec {
+        IntentSpec::Drain { node } => vec![Hold::Drained { node: node.clone() }],
+        IntentSpec::Offline { node } => vec![Hold::Offline { node: node.clone() }],
+        IntentSpec::Undrain { node } | IntentSpec::Online { node } => {
+            vec![Hold::Release { node: node.clone() }]
+        }
+        IntentSpec::Repair { node, .. } => vec![Hold::Repairing { node: node.clone() }],
+        IntentSpec::Move { planned } => {
+            let to = match planned {
+                Move::Migrate { target, .. } | Move::Failover { target, .. } => {
+                    target.iter().cloned().collect()
+                }
+                Move::ReplaceSecondary { remote_node, .. } => vec![remote_node.clone()],
+            };
+            vec![Hold::Moving {
+                instance: planned.instance().to_owned(),
+                from: vec![node.to_owned()],
+                to,
+            }]
+        }
+        IntentSpec::Tag { .. } | IntentSpec::Untag { .. } | IntentSpec::Shutdown { .. } => {
+            Vec::new()
+        }
+    }
+}
+
+fn encode<T: serde::Serialize>(what: &str, value: &T) -> Result<String, IntentError> {
+    serde_json::to_string(value).map_err(|error| IntentError::Encoding(format!("{what}: {error}")))
+}
+
+/// The ledger entry of `intent`, an action of an incident on node `node`.
+pub fn to_entry(intent: &Intent, node: &str) -> Result<Entry, IntentError> {
+    let action = match (&intent.spec, intent.spec.op()) {
+        (_, Some(op)) => ledger::Action::ganeti(op),
+        (IntentSpec::Repair { node, command }, None) => ledger::Action::Agent {
+            op: AgentOp::Repair {
+                node: node.clone(),
+                command: command.clone(),
+            },
+        },
+        (other, None) => {
+            return Err(IntentError::Corrupt {
+                key: intent.key.clone(),
+                what: format!("no action: {other:?}"),
+            });
+        }
+    };
+    // Node repair follows its jobs' time itself (`job_timeout`): no deadline of the ledger's.
+    let mut entry = Entry::new(
+        Holder::Incident {
+            id: intent.incident,
+        },
+        intent.key.clone(),
+        action,
+        intent.spec.describe(node),
+        intent.created_ms,
+        u64::MAX,
+    )
+    .holding(holds(&intent.spec, node));
+    // The key as it was (reason trails carry it so).
+    entry.key.clone_from(&intent.key);
+    entry
+        .about
+        .insert(SPEC.to_owned(), encode("step", &intent.spec)?);
+    entry
+        .about
+        .insert(LOCKS.to_owned(), encode("locks", &intent.locks)?);
+    if let Some(at) = intent.submitted_ms {
+        entry.about.insert(SUBMITTED_MS.to_owned(), at.to_string());
+    }
+    let why = intent.error.clone().unwrap_or_default();
+    entry.state = match intent.state {
+        IntentState::Planned => State::Recorded,
+        IntentState::Submitted => State::Submitted,
+        IntentState::Succeeded => State::Succeeded,
+        IntentState::Failed => State::Failed { why },
+        IntentState::Replanned => State::Canceled { why },
+    };
+    if let (Some(note), IntentState::Planned | IntentState::Submitted | IntentState::Succeeded) =
+        (&intent.error, intent.state)
+    {
+        entry.about.insert(NOTE.to_owned(), note.clone());
+    }
+    entry.job = intent.job_id;
+    entry.finished_ms = intent.finished_ms;
+    Ok(entry)
+}
+
+/// The intent of a ledger entry; `None` for entries of other holders.
+pub fn from_entry(entry: &Entry) -> Result<Option<Intent>, IntentError> {
+    let Holder::Incident { id } = entry.holder else {
+        return Ok(None);
+    };
+    let corrupt = |what: &str, error: String| IntentError::Corrupt {
+        key: entry.key.clone(),
+        what: format!("{what}: {error}"),
+    };
+    let spec: IntentSpec = match entry.about.get(SPEC) {
+        Some(text) => serde_json::from_str(text).map_err(|e| corrupt("step", e.to_string()))?,
+        None => return Err(corrupt("step", "missing".into())),
+    };
+    let locks: Vec<Lock> = match entry.about.get(LOCKS) {
+        Some(text) => serde_json::from_str(text).map_err(|e| corrupt("locks", e.to_string()))?,
+        None => Vec::new(),
+    };
+    let submitted_ms = match entry.about.get(SUBMITTED_MS) {
+        Some(text) => Some(
+            text.parse::<u64>()
+                .map_err(|e| corrupt("submitted", e.to_string()))?,
+        ),
+        None => None,
+    };
+    let some = |why: &str| (!why.is_empty()).then(|| why.to_owned());
+    let (state, error) = match &entry.state {
+        State::Recorded => (IntentState::Planned, entry.about.get(NOTE).cloned()),
+        // Node repair never times an entry out in the ledger; should one, it is still followed.
+        State::Submitted | State::TimedOut => {
+            (IntentState::Submitted, entry.about.get(NOTE).cloned())
+        }
+        State::Succeeded => (IntentState::Succeeded, entry.about.get(NOTE).cloned()),
+        State::Failed { why } => (IntentState::Failed, some(why)),
+        State::Canceled { why } => (IntentState::Replanned, some(why)),
+    };
+    Ok(Some(Intent {
+        incident: id,
+        key: entry.key.clone(),
+        spec,
+        locks,
+        state,
+        job_id: entry.job,
+        created_ms: entry.recorded_ms,
+        submitted_ms,
+        finished_ms: entry.finished_ms,
+        error,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
@@ -572,5 +735,109 @@ mod tests {
         let text = after_cancel("n2", &[&drain_canceled]).unwrap();
         assert!(text.contains("n2 was not drained"), "{text}");
         assert_eq!(after_cancel("n2", &[]), None);
+    }
+    fn intent_of(incident: Uuid, key: &str, spec: IntentSpec, state: IntentState) -> Intent {
+        Intent {
+            incident,
+            locks: vec![Lock::Node("node1".into())],
+            job_id: None,
+            submitted_ms: None,
+            created_ms: 5,
+            ..intent(key, spec, state)
+        }
+    }
+
+    /// Every step and state of an intent is kept by its ledger entry as it was, and the entry
+    /// says what it does and holds in the ledger's terms.
+    #[test]
+    fn intents_are_ledger_entries_of_their_incident() {
+        let id = Uuid::from_u128(1);
+        let node = || "node1".to_owned();
+        let specs = [
+            IntentSpec::Drain { node: node() },
+            IntentSpec::Undrain { node: node() },
+            IntentSpec::Offline { node: node() },
+            IntentSpec::Online { node: node() },
+            IntentSpec::Shutdown {
+                instance: "web".into(),
+            },
+            IntentSpec::Tag {
+                node: node(),
+                tag: "t".into(),
+            },
+            IntentSpec::Untag {
+                node: node(),
+                tag: "t".into(),
+            },
+            IntentSpec::Move {
+                planned: Move::Migrate {
+                    instance: "web".into(),
+                    target: Some("node3".into()),
+                },
+            },
+            IntentSpec::Repair {
+                node: node(),
+                command: "reset-bmc".into(),
+            },
+        ];
+        let states = [
+            (IntentState::Planned, None),
+            (IntentState::Submitted, None),
+            (IntentState::Succeeded, Some("done already".to_owned())),
+            (IntentState::Failed, Some("job 3 error: no".to_owned())),
+            (IntentState::Replanned, Some("precondition".to_owned())),
+        ];
+        for spec in &specs {
+            for (state, error) in &states {
+                let mut it = intent_of(id, "step-1", spec.clone(), *state);
+                it.error.clone_from(error);
+                it.job_id = Some(3);
+                it.submitted_ms = Some(6);
+                it.finished_ms = Some(7);
+                let entry = to_entry(&it, "node1").unwrap();
+                assert_eq!(entry.holder, Holder::Incident { id });
+                assert_eq!(entry.key, "step-1");
+                assert_eq!(entry.action.op().cloned(), spec.op());
+                assert_eq!(entry.description, spec.describe("node1"));
+                assert_eq!(from_entry(&entry).unwrap(), Some(it));
+            }
+        }
+        let held = |spec: IntentSpec| {
+            to_entry(&intent_of(id, "k", spec, IntentState::Planned), "node1")
+                .unwrap()
+                .holds
+        };
+        assert_eq!(held(specs[0].clone()), [Hold::Drained { node: node() }]);
+        assert_eq!(held(specs[1].clone()), [Hold::Release { node: node() }]);
+        assert_eq!(held(specs[2].clone()), [Hold::Offline { node: node() }]);
+        assert_eq!(held(specs[3].clone()), [Hold::Release { node: node() }]);
+        assert_eq!(held(specs[8].clone()), [Hold::Repairing { node: node() }]);
+        assert!(matches!(
+            to_entry(
+                &intent_of(id, "k", specs[8].clone(), IntentState::Planned),
+                "node1"
+            )
+            .unwrap()
+            .action,
+            ledger::Action::Agent {
+                op: AgentOp::Repair { .. }
+            }
+        ));
+        assert_eq!(
+            held(specs[7].clone()),
+            [Hold::Moving {
+                instance: "web".into(),
+                from: vec![node()],
+                to: vec!["node3".into()],
+            }]
+        );
+        // Another holder's entry is no intent.
+        let mut other = to_entry(
+            &intent_of(id, "k", specs[0].clone(), IntentState::Planned),
+            "n",
+        )
+        .unwrap();
+        other.holder = Holder::Balancing { id };
+        assert_eq!(from_entry(&other).unwrap(), None);
     }
 }
