@@ -16,6 +16,8 @@ use crate::ganeti::{Instance, Node};
 use crate::gate::{Duty, Holder, Proposal};
 use crate::incident::{Action, Incident, RepairStatus};
 
+pub mod intent;
+
 /// How invasive an action is (the gate serves the most invasive first).
 pub const fn invasiveness(action: Action) -> u8 {
     action.invasiveness()
