@@ -1523,7 +1523,7 @@ impl Reconciler {
                 .chain(node_repair::holds(&incidents, nodes))
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?)
-                .chain(ledger_held.nodes),
+                .chain(ledger_held.nodes.clone()),
         )
         .with_touched(
             &view,
@@ -1532,7 +1532,7 @@ impl Reconciler {
                 .into_iter()
                 .chain(crate::campaign_exec::touched(&self.store)?)
                 .chain(node_repair::touches(&incidents, nodes))
-                .chain(ledger_held.touched),
+                .chain(ledger_held.touching()),
         )
         .with_left_by(&gate::left_by(
             &view,
