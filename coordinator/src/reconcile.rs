@@ -1531,7 +1531,7 @@ impl Reconciler {
                 .touched
                 .into_iter()
                 .chain(crate::campaign_exec::touched(&self.store)?)
-                .chain(node_repair::touches(&incidents, nodes))
+                .chain(node_repair::touches(&incidents, nodes, instances))
                 .chain(ledger_held.touching()),
         )
         .with_left_by(&gate::left_by(

@@ -144,10 +144,17 @@ pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
     held.into_iter().collect()
 }
 
-/// The nodes pending live repairs hold without disrupting them (the gate's
-/// [`crate::gate::InForce::touched`]): their instances keep running, so they open no failure
-/// domain and use no cap, but nothing else acts there. A node an evacuation holds is left out.
-pub fn touches(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
+/// The nodes incidents hold without disrupting them (the gate's
+/// [`crate::gate::InForce::touched`]): they open no failure domain and use no cap, but nothing
+/// else acts there. A pending live repair holds its node (its instances keep running); a
+/// pending evacuation holds the other nodes of the instances still on its node (their DRBD
+/// peers: its moves migrate, fail over or re-mirror them there), so that no other holder drains
+/// or moves there while it runs. A node an evacuation holds disrupted is left out.
+pub fn touches(
+    incidents: &[Incident],
+    nodes: &[Node],
+    instances: &[Instance],
+) -> Vec<(String, Holder)> {
     let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
     let disrupted: BTreeSet<String> = holds(incidents, nodes)
         .into_iter()
@@ -165,6 +172,27 @@ pub fn touches(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> 
         {
             held.entry(node.name.clone())
                 .or_insert(Holder::Incident { id: incident.uuid });
+        }
+    }
+    let mut evacuations: Vec<&Incident> = incidents
+        .iter()
+        .filter(|i| i.repair_status == RepairStatus::Pending && i.action.is_evacuation())
+        .collect();
+    evacuations.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    for incident in evacuations {
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        for instance in instances
+            .iter()
+            .filter(|i| i.primary_node == node.name || i.secondary_nodes.contains(&node.name))
+        {
+            for peer in std::iter::once(&instance.primary_node).chain(&instance.secondary_nodes) {
+                if *peer != node.name && !disrupted.contains(peer) {
+                    held.entry(peer.clone())
+                        .or_insert(Holder::Incident { id: incident.uuid });
+                }
+            }
         }
     }
     held.into_iter().collect()
@@ -243,6 +271,74 @@ mod tests {
         assert_eq!(out.proposals[0].moves_memory, None);
     }
 
+    /// Two evacuations never act on one instance: while an evacuation runs, the other nodes of
+    /// the instances still on its node (DRBD peers) are held, so an evacuation of a peer in the
+    /// same failure domain waits for it (seeds 133 and 143 of the all-duties run: one
+    /// evacuation re-mirrored an instance whose primary the other drained).
+    #[test]
+    fn a_running_evacuation_holds_the_peers_of_its_instances() {
+        use crate::gate::{self, Admitted, BlockedBy, Caps, DomainSource, InForce, Policy, View};
+        let nodes = vec![node("n1"), node("n2"), node("n3"), node("n4")];
+        let mut drbd = instance("d1", "n2", 512);
+        drbd.disk_template = crate::ganeti::DiskTemplate::Drbd;
+        drbd.secondary_nodes = vec!["n1".into()];
+        let instances = vec![drbd, instance("l3", "n3", 256)];
+        let mut first = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        first.repair_status = RepairStatus::Pending;
+        let second = incident_on(2, &nodes[1], Action::Evacuate, 2.0);
+        let third = incident_on(3, &nodes[2], Action::Evacuate, 3.0);
+        let incidents = [first.clone(), second.clone(), third.clone()];
+        assert_eq!(
+            touches(&incidents, &nodes, &instances),
+            [("n2".to_owned(), Holder::Incident { id: first.uuid })]
+        );
+        let view = View::from_cluster(
+            &nodes,
+            &instances,
+            &BTreeMap::new(),
+            &DomainSource::NodeGroup,
+            Vec::new(),
+            1_000,
+        );
+        let in_force = InForce::new(&view, holds(&incidents, &nodes))
+            .with_touched(&view, touches(&incidents, &nodes, &instances));
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 3,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let proposals = propose(
+            &incidents,
+            &nodes,
+            &instances,
+            &BTreeSet::from([first.uuid]),
+        )
+        .proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        let outcome = |id| {
+            decision
+                .of(&Holder::Incident { id })
+                .map(|j| j.outcome.clone())
+        };
+        assert_eq!(outcome(first.uuid), Some(Ok(Admitted::Continuation)));
+        assert_eq!(
+            outcome(second.uuid),
+            Some(Err(BlockedBy::Conflict {
+                node: "n2".into(),
+                holder: format!("incident {}", first.uuid),
+            }))
+        );
+        // A node sharing no instance with it is not held.
+        assert_eq!(outcome(third.uuid), Some(Ok(Admitted::New)));
+        // Once the instance left its node, the peer is free again.
+        let mut moved = instances.clone();
+        moved[0].secondary_nodes = vec!["n4".into()];
+        assert!(touches(&incidents, &nodes, &moved).is_empty());
+    }
+
     /// Issue 25 (3): a live repair in progress holds its node only: it opens no failure
     /// domain and uses no cap, so an evacuation elsewhere may start (with the disruptions in
     /// force built as the round builds them).
@@ -269,7 +365,7 @@ mod tests {
             1_000,
         );
         let in_force = InForce::new(&view, holds(&incidents, &nodes))
-            .with_touched(&view, touches(&incidents, &nodes));
+            .with_touched(&view, touches(&incidents, &nodes, &[]));
         let policy = Policy {
             cluster: Caps {
                 max_disrupted_nodes: 1,
