@@ -183,10 +183,9 @@ impl Ledger for Store {
         let Some(text) = ledger::holder_text(holder) else {
             return Ok(0);
         };
-        Ok(self
-            .lock()
+        self.lock()
             .execute("DELETE FROM ledger WHERE holder = ?1", params![text])
-            .map_err(sql)?)
+            .map_err(sql)
     }
 }
 
