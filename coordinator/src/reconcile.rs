@@ -1532,6 +1532,14 @@ impl Reconciler {
                 .into_iter()
                 .chain(crate::campaign_exec::touched(&self.store)?)
                 .chain(node_repair::touches(&incidents, nodes, instances))
+                .chain(node_repair::move_targets(intents.iter().filter_map(
+                    |i| match &i.spec {
+                        IntentSpec::Move { planned } if i.state.is_in_flight() => {
+                            Some((i.incident, planned))
+                        }
+                        _ => None,
+                    },
+                )))
                 .chain(ledger_held.touching()),
         )
         .with_left_by(&gate::left_by(

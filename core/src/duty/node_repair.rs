@@ -198,6 +198,28 @@ pub fn touches(
     held.into_iter().collect()
 }
 
+/// The nodes an incident's moves still in flight take instances onto (`moves`: incident and
+/// move), held without disruption ([`crate::gate::InForce::touched`]) until the move ends: the
+/// explicit target of a migration or failover, the new secondary of a replace-disks. No other
+/// holder drains or is granted them meanwhile.
+pub fn move_targets<'a>(
+    moves: impl IntoIterator<Item = (Uuid, &'a crate::plan::Move)>,
+) -> Vec<(String, Holder)> {
+    use crate::plan::Move;
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    for (incident, planned) in moves {
+        let target = match planned {
+            Move::Migrate { target, .. } | Move::Failover { target, .. } => target.as_ref(),
+            Move::ReplaceSecondary { remote_node, .. } => Some(remote_node),
+        };
+        if let Some(target) = target {
+            held.entry(target.clone())
+                .or_insert(Holder::Incident { id: incident });
+        }
+    }
+    held.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -337,6 +359,35 @@ mod tests {
         let mut moved = instances.clone();
         moved[0].secondary_nodes = vec!["n4".into()];
         assert!(touches(&incidents, &nodes, &moved).is_empty());
+        // The target of a move in flight (the new secondary n4, seed 151; a shared-storage
+        // migration's target, seed 138) is held too: an evacuation of it waits.
+        let replace = crate::plan::Move::ReplaceSecondary {
+            instance: "d1".into(),
+            remote_node: "n4".into(),
+        };
+        let held = move_targets([(first.uuid, &replace)]);
+        assert_eq!(
+            held,
+            [("n4".to_owned(), Holder::Incident { id: first.uuid })]
+        );
+        let fourth = incident_on(4, &nodes[3], Action::Evacuate, 4.0);
+        let in_force = InForce::new(&view, holds(&incidents, &nodes)).with_touched(&view, held);
+        let proposals = propose(&[fourth.clone()], &nodes, &instances, &BTreeSet::new()).proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        assert_eq!(
+            decision
+                .of(&Holder::Incident { id: fourth.uuid })
+                .map(|j| j.outcome.clone()),
+            Some(Err(BlockedBy::Conflict {
+                node: "n4".into(),
+                holder: format!("incident {}", first.uuid),
+            }))
+        );
+        let migrate = crate::plan::Move::Migrate {
+            instance: "d1".into(),
+            target: None,
+        };
+        assert!(move_targets([(first.uuid, &migrate)]).is_empty());
     }
 
     /// Issue 25 (3): a live repair in progress holds its node only: it opens no failure
