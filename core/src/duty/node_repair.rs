@@ -372,7 +372,13 @@ mod tests {
         );
         let fourth = incident_on(4, &nodes[3], Action::Evacuate, 4.0);
         let in_force = InForce::new(&view, holds(&incidents, &nodes)).with_touched(&view, held);
-        let proposals = propose(&[fourth.clone()], &nodes, &instances, &BTreeSet::new()).proposals;
+        let proposals = propose(
+            std::slice::from_ref(&fourth),
+            &nodes,
+            &instances,
+            &BTreeSet::new(),
+        )
+        .proposals;
         let decision = gate::decide(&view, &policy, &in_force, proposals);
         assert_eq!(
             decision
