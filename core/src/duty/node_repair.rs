@@ -66,6 +66,10 @@ pub fn propose(
     });
     let mut out = Proposals::default();
     let mut acting: BTreeMap<&str, Uuid> = BTreeMap::new();
+    // Evacuations about to start this round (not begun yet), by node: one whose node shares an
+    // instance with theirs (a DRBD pair) waits for them, so that two evacuations never move one
+    // instance at once; once begun, the first holds the shared nodes ([`touches`]).
+    let mut starting: Vec<(&str, Uuid)> = Vec::new();
     for incident in active {
         if let Some(first) = acting.get(incident.node_uuid.as_str()) {
             out.waiting.push((
@@ -78,6 +82,35 @@ pub fn propose(
         let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
             continue;
         };
+        let begun = incident.repair_status == RepairStatus::Pending
+            || evacuating.contains(&incident.uuid)
+            || node.drained
+            || node.offline;
+        if incident.action.is_evacuation() && !begun {
+            let shared = starting.iter().find_map(|(other, first)| {
+                instances
+                    .iter()
+                    .find(|i| {
+                        let on = |n: &str| {
+                            i.primary_node == n || i.secondary_nodes.iter().any(|s| s == n)
+                        };
+                        on(&node.name) && on(other)
+                    })
+                    .map(|i| (*other, *first, i.name.as_str()))
+            });
+            if let Some((other, first, instance)) = shared {
+                out.waiting.push((
+                    incident.uuid,
+                    format!(
+                        "incident {first} evacuating {other}, which shares instance {instance} with this node, starts first"
+                    ),
+                ));
+                continue;
+            }
+            if node.role != crate::ganeti::NodeRole::Master {
+                starting.push((node.name.as_str(), incident.uuid));
+            }
+        }
         let moves_memory = if incident.action.is_evacuation() {
             primary_memory(&node.name, instances)
         } else {
@@ -355,6 +388,33 @@ mod tests {
         );
         // A node sharing no instance with it is not held.
         assert_eq!(outcome(third.uuid), Some(Ok(Admitted::New)));
+        // Neither begun (one round admits both): the second waits for the first (seed 151).
+        let mut noted = first.clone();
+        noted.repair_status = RepairStatus::Noted;
+        let out = propose(
+            &[noted.clone(), second.clone(), third.clone()],
+            &nodes,
+            &instances,
+            &BTreeSet::new(),
+        );
+        let proposed: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
+        assert_eq!(
+            proposed,
+            [
+                Holder::Incident { id: noted.uuid },
+                Holder::Incident { id: third.uuid }
+            ]
+        );
+        assert_eq!(
+            out.waiting,
+            [(
+                second.uuid,
+                format!(
+                    "incident {} evacuating n1, which shares instance d1 with this node, starts first",
+                    noted.uuid
+                )
+            )]
+        );
         // Once the instance left its node, the peer is free again.
         let mut moved = instances.clone();
         moved[0].secondary_nodes = vec!["n4".into()];

@@ -108,8 +108,8 @@ const FOUND_DEFECT_BALANCING_MOVES_IN_FLIGHT_NOT_HELD: bool = false;
 /// instance or node at once: one moves an instance (or its secondary) whose other node the
 /// other evacuation is draining (seeds 133 and 143 of the long run). Invariant 5, between two
 /// incidents. Fixed: a running evacuation holds the DRBD peers of the instances on its node and
-/// the targets of its moves in flight. Still open: two evacuations of DRBD peers admitted in the
-/// same round (seed 151 of the long run, round 14).
+/// the targets of its moves in flight, and of two evacuations of DRBD peers not begun yet the
+/// second waits for the first (seed 151 of the long run, round 14: both admitted in one round).
 const FOUND_DEFECT_EVACUATIONS_OVERLAP: bool = false;
 /// Found by this test on main: an instance repair's harep tag jobs (seen:
 /// `instance-repair-success-tag` and `-untag`) are submitted twice with the same reason-trail key
