@@ -6,7 +6,10 @@
 //! holds it, so its proposal is a continuation; a noted one asks to drain it. A live repair keeps
 //! the instances running: it touches the node (no other holder may act there, the breaker keeps
 //! it from starting) without opening a failure domain or using a cap; once pending, it holds the
-//! node ([`touches`]) rather than disrupting it ([`holds`]).
+//! node ([`touches`]) rather than disrupting it ([`holds`]). A pending evacuation holds the DRBD
+//! peers of the instances on its node ([`touches`]) and the targets of its moves in flight
+//! ([`move_targets`]); of two evacuations not begun whose nodes share an instance, the second
+//! waits for the first.
 
 use std::collections::{BTreeMap, BTreeSet};
 
