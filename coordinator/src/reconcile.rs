@@ -1416,7 +1416,7 @@ impl Reconciler {
                 .chain(node_repair::holds(&incidents, nodes))
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?)
-                .chain(ledger_held.nodes),
+                .chain(ledger_held.nodes.clone()),
         )
         .with_touched(
             &view,
@@ -1424,8 +1424,16 @@ impl Reconciler {
                 .touched
                 .into_iter()
                 .chain(crate::campaign_exec::touched(&self.store)?)
-                .chain(node_repair::touches(&incidents, nodes))
-                .chain(ledger_held.touched),
+                .chain(node_repair::touches(&incidents, nodes, instances))
+                .chain(node_repair::move_targets(intents.iter().filter_map(
+                    |i| match &i.spec {
+                        IntentSpec::Move { planned } if i.state.is_in_flight() => {
+                            Some((i.incident, planned))
+                        }
+                        _ => None,
+                    },
+                )))
+                .chain(ledger_held.touching()),
         )
         .with_left_by(&gate::left_by(
             &view,
