@@ -14,10 +14,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use nodecare_coordinator::config::{Config, DEFAULT_CONFIG_PATH};
-use nodecare_coordinator::ganeti::Ganeti;
 use nodecare_coordinator::instance_repair_exec::{self, RunOptions};
 use nodecare_coordinator::store::Store;
+use nodecare_core::config::{Config, DEFAULT_CONFIG_PATH};
+use nodecare_ganeti::Ganeti;
 
 #[derive(Debug, Args)]
 #[command(disable_version_flag = true)]
@@ -119,7 +119,11 @@ pub(crate) fn run(args: HarepArgs) -> ExitCode {
         Err(e) => return fail(&e),
     };
     let config_given = args.config.as_os_str() != DEFAULT_CONFIG_PATH;
-    let config = match Config::load(&args.config, config_given) {
+    let config = match Config::from_read(
+        &args.config,
+        std::fs::read_to_string(&args.config),
+        config_given,
+    ) {
         Ok(config) => config,
         Err(e) => return fail(&e.to_string()),
     };
@@ -157,7 +161,7 @@ pub(crate) fn run(args: HarepArgs) -> ExitCode {
         Ok(store) => store,
         Err(e) => return fail(&e),
     };
-    let policy = nodecare_coordinator::cli::one_shot_policy(&config);
+    let policy = config.one_shot_policy();
     let options = RunOptions {
         dry_run: args.dry_run,
         note,
@@ -174,7 +178,7 @@ pub(crate) fn run(args: HarepArgs) -> ExitCode {
         &store,
         &policy,
         &options,
-        nodecare_coordinator::cli::now_ms(),
+        now_ms(),
         &mut uuid::Uuid::new_v4,
     )) {
         Ok(one) => one,
@@ -189,6 +193,13 @@ pub(crate) fn run(args: HarepArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
+}
+
+/// The milliseconds since the Unix epoch now.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]

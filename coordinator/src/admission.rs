@@ -172,7 +172,12 @@ pub fn judge_request(
         disrupts: BTreeSet::from([request.node.clone()]),
         touches: BTreeSet::new(),
         fresh: false,
-        moves_memory: Some(0),
+        // The tool drains or reboots the node: the primaries running there must move off it
+        // first, judged like an evacuation (N+1 on the healthy nodes left in its node group).
+        moves_memory: view
+            .nodes
+            .get(&request.node)
+            .and_then(|facts| facts.primary_memory),
         reason: format!("{} (requested by {})", request.reason, request.requester),
     };
     let decision = crate::gate::decide(&view, &policy, &in_force, vec![proposal]);
@@ -833,6 +838,42 @@ mod tests {
                 unknown: true,
                 ..
             }))
+        ));
+    }
+
+    /// Issue 25 (2): a grant lets its tool drain or reboot the node, so the primaries running
+    /// there must move: their memory must fit on the healthy nodes left, like an evacuation's.
+    #[test]
+    fn a_grant_counts_the_memory_that_must_move_off_its_node() {
+        let mut snapshot = snapshot();
+        for facts in snapshot.view.nodes.values_mut() {
+            facts.memory_free = Some(100);
+        }
+        let n1 = snapshot.view.nodes.get_mut("n1").expect("n1");
+        n1.primary_memory = Some(10 * 1024);
+        n1.memory_free = Some(0);
+        let closed = BreakerView::default();
+        match judge(&snapshot, vec![], vec![], &closed, "n1") {
+            Err(NotAdmitted::Blocked(BlockedBy::Capacity { what })) => {
+                assert!(what.contains("10240 MiB"), "{what}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // A node running nothing moves nothing.
+        assert_eq!(
+            judge(&snapshot, vec![], vec![], &closed, "n2"),
+            Ok(Admitted::New)
+        );
+        // Unknown sizes never fit.
+        snapshot
+            .view
+            .nodes
+            .get_mut("n1")
+            .expect("n1")
+            .primary_memory = None;
+        assert!(matches!(
+            judge(&snapshot, vec![], vec![], &closed, "n1"),
+            Err(NotAdmitted::Blocked(BlockedBy::Capacity { .. }))
         ));
     }
 

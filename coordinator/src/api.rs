@@ -31,7 +31,8 @@ pub struct ApiState {
     pub csrf_key: Arc<[u8; 32]>,
     /// Most nodes disrupted at once (shown on the web page).
     pub max_disrupted_nodes: usize,
-    /// Ganeti, for the web page's acknowledgement (tag removal); `None` disables it.
+    /// Ganeti, to cancel a canceled incident's unfinished jobs at once (the round does it
+    /// otherwise); `None` leaves it to the round.
     pub ganeti: Option<Arc<dyn crate::ganeti::Ganeti>>,
     /// Signs requests to the agents (`nodecare check`); `None` disables them.
     pub agents: Option<crate::repair::RepairClient>,

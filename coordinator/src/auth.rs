@@ -18,8 +18,7 @@ use subtle::ConstantTimeEq as _;
 
 /// The realm of `{HA1}` hashes: Ganeti RAPI's, so that its users file works unchanged.
 pub const HA1_REALM: &str = "Ganeti Remote API";
-/// Default users file.
-pub const DEFAULT_USERS_PATH: &str = "/etc/nodecare/users";
+pub use crate::config::DEFAULT_USERS_PATH;
 
 /// A stored password.
 #[derive(Clone, PartialEq, Eq)]

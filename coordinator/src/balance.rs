@@ -9,12 +9,14 @@
 //! missing or failing hbal, or an output it cannot read, is reported in the status and the
 //! metrics and nothing else happens.
 //!
-//! [`Balancer::execute`] stores every operation of each admitted job as a [`BalanceMove`]
-//! (durable before anything is submitted), then submits them as Ganeti jobs, each depending on
-//! the one before it, with the reason trail `gnt:daemon:maintd` naming the run and the move.
-//! [`Balancer::poll`] follows them; after a crash, a move stored but not known as submitted is
-//! adopted when Ganeti shows a job with its reason, and given up otherwise (the next run plans
-//! again from the cluster as it is).
+//! [`Balancer::execute`] records every operation of each admitted job as an entry of the
+//! executor's ledger ([`crate::exec`], held by the run, viewed as a [`BalanceMove`]), durable
+//! before anything is submitted, and has the executor submit them as Ganeti jobs, each
+//! depending on the one before it, with the reason trail `gnt:daemon:maintd` naming the run and
+//! the move. The executor follows them; after a crash, a move recorded but not known as
+//! submitted is adopted when Ganeti shows a job with its reason, and given up otherwise
+//! ([`Unadopted::Fail`]: the next run plans again from the cluster as it is).
+//! [`Balancer::settle`] counts the outcomes and forgets old runs.
 //!
 //! Dynamic load: with `load = true` (the default) the run reads every online node's signed load
 //! report ([`LoadSource`], the agents' `cpu-avg-load` and `kvm-inst-rss`), verifies it, and
@@ -31,16 +33,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nodecare_collectors::builtin::systool::{ToolError, ToolLimits, run_tool_with_input};
-use nodecare_roll::hbal::{self, HbalError, HbalOp, HbalPlan};
+use nodecare_roll::hbal::{self, HbalError, HbalPlan};
 use nodecare_roll::{Cluster, htext};
 use uuid::Uuid;
 
 use crate::board::Board;
 use crate::duty::balancing::{self, BalancingConfig, Proposals};
-use crate::ganeti::{Ganeti, GanetiError, JobId, JobStatus, Node, Reason, ReplaceDisksMode};
+use crate::exec::ledger::{Entry, Hold, LedgerError};
+use crate::exec::{Changed, Executor, Unadopted};
+use crate::ganeti::{Ganeti, Node};
 use crate::gate::{Decision, Holder, InForce};
 use crate::incident::Incident;
-use crate::store::{Store, StoreError};
 
 /// How long finished balancing moves are kept (for the status and the API).
 const MOVES_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -273,21 +276,6 @@ pub struct Balancer {
     last_run_ms: Mutex<Option<u64>>,
 }
 
-fn intent_key(instance: &str, n: usize) -> String {
-    // As `Reason::new` writes the intent, so that the trail finds the move back.
-    let instance: String = instance
-        .chars()
-        .map(|c| {
-            if c.is_whitespace() || c == ':' {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect();
-    format!("{instance}-{n}")
-}
-
 impl Balancer {
     /// A balancer reading the cluster from `source`.
     pub fn new(config: BalancingConfig, source: Option<Arc<dyn ClusterSource>>) -> Self {
@@ -360,21 +348,17 @@ impl Balancer {
     /// is off, not due, or waits for the last run's operations.
     pub async fn propose(
         &self,
-        store: &Store,
+        executor: &Executor,
         board: &Board,
         incidents: &[Incident],
         nodes: &[Node],
         in_force: &InForce,
         now_ms: u64,
-    ) -> Result<BalancingRound, StoreError> {
+    ) -> Result<BalancingRound, LedgerError> {
         if !self.config.enabled {
             return Ok(BalancingRound::default());
         }
-        let in_flight = store
-            .balancing_moves()?
-            .iter()
-            .filter(|m| m.state.is_in_flight())
-            .count();
+        let in_flight = in_flight(executor)?;
         if in_flight > 0 {
             Self::set_status(board, |s| {
                 s.waiting = Some(format!(
@@ -396,10 +380,17 @@ impl Balancer {
         }
         let run = Uuid::new_v4();
         let mut load = None;
+        // Instance → MiB as hbal sees it: what each move moves (for the gate).
+        let mut memory: BTreeMap<String, u64> = BTreeMap::new();
         let result = match &self.source {
             None => Err(BalanceError::Cluster("no RAPI source configured".into())),
             Some(source) => match source.cluster().await {
                 Ok(cluster) => {
+                    memory = cluster
+                        .instances
+                        .iter()
+                        .filter_map(|i| Some((i.name.clone(), u64::try_from(i.mem).ok()?)))
+                        .collect();
                     load = self.mond_data(&cluster, nodes, now_ms).await;
                     let file = load.as_ref().and_then(|l| l.file.as_deref());
                     plans(&self.config, &cluster, file).await
@@ -442,7 +433,7 @@ impl Balancer {
         };
         board.metrics.balancing.run(true);
         let blocked = balancing::blocked_nodes(incidents, nodes, in_force);
-        let proposals = balancing::propose(&plans, &blocked, now_ms, Uuid::new_v4);
+        let proposals = balancing::propose(&plans, &blocked, &memory, now_ms, Uuid::new_v4);
         board
             .metrics
             .balancing
@@ -484,23 +475,24 @@ impl Balancer {
         })
     }
 
-    /// Stores and submits the operations of the balancing jobs the gate admitted; returns how
-    /// many Ganeti jobs were submitted.
+    /// Records the operations of the balancing jobs the gate admitted and has the executor
+    /// submit them; returns how many Ganeti jobs were submitted.
     pub async fn execute(
         &self,
         ganeti: &dyn Ganeti,
-        store: &Store,
+        executor: &Executor,
         board: &Board,
         decision: &Decision,
         round: &BalancingRound,
         now_ms: u64,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<usize, LedgerError> {
         let Some(run) = round.run else {
             return Ok(0);
         };
-        let mut submitted_jobs = 0;
+        let holder = Holder::Balancing { id: run };
         let mut refused = Vec::new();
-        let mut started = Vec::new();
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut jobs: Vec<(String, String)> = Vec::new();
         for judgement in &decision.judgements {
             let Holder::Balancing { id } = &judgement.proposal.holder else {
                 continue;
@@ -508,86 +500,51 @@ impl Balancer {
             let Some(proposed) = round.proposals.job(*id) else {
                 continue;
             };
+            let job = &proposed.job;
             if let Err(blocked) = &judgement.outcome {
-                tracing::info!(instance = %proposed.job.instance, %blocked, "balancing: move refused by the gate");
-                refused.push((proposed.job.instance.clone(), blocked.to_string()));
+                tracing::info!(instance = %job.instance, %blocked, "balancing: move refused by the gate");
+                refused.push((job.instance.clone(), blocked.to_string()));
                 continue;
             }
-            let mut moves: Vec<BalanceMove> = proposed
-                .job
-                .ops
-                .iter()
-                .enumerate()
-                .map(|(n, op)| BalanceMove {
+            for (n, op) in job.ops.iter().enumerate() {
+                let mut entry = BalanceMove {
                     run,
-                    key: intent_key(&proposed.job.instance, n + 1),
+                    key: format!("{}-{}", job.instance, n + 1),
                     holder: *id,
                     group: proposed.group.clone(),
-                    instance: proposed.job.instance.clone(),
+                    instance: job.instance.clone(),
                     op: op.clone(),
-                    state: MoveState::Planned,
+                    state: balancing::MoveState::Planned,
                     job_id: None,
                     created_ms: now_ms,
                     finished_ms: None,
                     error: None,
-                })
-                .collect();
-            // Durable before anything is submitted.
-            store.save_balancing_moves(&moves)?;
-            let mut previous: Option<JobId> = None;
-            for m in &mut moves {
-                let reason = Reason::new(
-                    run,
-                    m.key.clone(),
-                    format!(
-                        "balancing ({} {} => {}): {} {}",
-                        proposed.group, proposed.job.from, proposed.job.to, m.op, m.instance
-                    ),
-                )
-                .after(previous);
-                let result = match &m.op {
-                    HbalOp::Migrate { target } => {
-                        ganeti
-                            .migrate_instance(&m.instance, target.as_deref(), &reason)
-                            .await
-                    }
-                    HbalOp::Failover { target } => {
-                        ganeti
-                            .failover_instance(&m.instance, target.as_deref(), &reason)
-                            .await
-                    }
-                    HbalOp::ReplaceSecondary { node } => {
-                        let mode = ReplaceDisksMode::ReplaceNewSecondary {
-                            remote_node: Some(node.clone()),
-                            iallocator: None,
-                        };
-                        ganeti.replace_disks(&m.instance, &mode, &reason).await
-                    }
-                };
-                match result {
-                    Ok(job) => {
-                        m.state = MoveState::Submitted;
-                        m.job_id = Some(job);
-                        store.save_balancing_moves(std::slice::from_ref(m))?;
-                        submitted_jobs += 1;
-                        previous = Some(job);
-                        tracing::info!(%run, key = %m.key, job, "balancing: job submitted");
-                    }
-                    Err(error) => {
-                        // Uncertain: the job may exist. The next poll adopts it by its
-                        // reason, or gives the rest of this job up.
-                        tracing::warn!(%run, key = %m.key, %error, "balancing: submission failed");
-                        break;
-                    }
                 }
+                .to_entry()
+                .holding([Hold::Moving {
+                    instance: job.instance.clone(),
+                    from: placement(&job.from),
+                    to: placement(&job.to),
+                }]);
+                entry.description = format!(
+                    "balancing ({} {} => {}): {op} {}",
+                    proposed.group, job.from, job.to, job.instance
+                );
+                entries.push(entry);
             }
-            if previous.is_some() {
-                started.push(format!(
-                    "{}: {} => {}",
-                    proposed.job.instance, proposed.job.from, proposed.job.to
-                ));
-            }
+            jobs.push((
+                crate::exec::ledger::trail_key(&format!("{}-1", job.instance)),
+                format!("{}: {} => {}", job.instance, job.from, job.to),
+            ));
         }
+        // Durable before anything is submitted.
+        executor.record(&entries)?;
+        let submitted = executor.submit(ganeti, Some(&holder), now_ms).await?;
+        let started: Vec<String> = jobs
+            .into_iter()
+            .filter(|(first, _)| submitted.iter().any(|e| &e.key == first))
+            .map(|(_, job)| job)
+            .collect();
         board.metrics.balancing.moves("refused", refused.len());
         board.metrics.balancing.moves("submitted", started.len());
         Self::set_status(board, |s| {
@@ -595,112 +552,60 @@ impl Balancer {
             s.submitted = started;
             s.waiting = None;
         });
-        Ok(submitted_jobs)
+        Ok(submitted.len())
     }
 
-    /// Follows the stored operations: adopts or gives up those stored but not known as
-    /// submitted, and records the outcome of submitted jobs.
-    pub async fn poll(
+    /// Counts the outcomes of the balancing moves the executor saw end (`changed`: of this
+    /// round's adoption and poll) and forgets old finished runs.
+    pub fn settle(
         &self,
-        ganeti: &dyn Ganeti,
-        store: &Store,
+        executor: &Executor,
         board: &Board,
+        changed: &[Changed],
         now_ms: u64,
-    ) -> Result<(), StoreError> {
-        let moves = store.balancing_moves()?;
-        let mut changed: Vec<BalanceMove> = Vec::new();
-        let planned: Vec<&BalanceMove> = moves
+    ) -> Result<(), LedgerError> {
+        for c in changed
             .iter()
-            .filter(|m| m.state == MoveState::Planned)
-            .collect();
-        if !planned.is_empty() {
-            let jobs = match ganeti.jobs().await {
-                Ok(jobs) => jobs,
-                Err(error) => {
-                    tracing::warn!(%error, "balancing: cannot list jobs");
-                    return Ok(());
-                }
-            };
-            let by_reason: BTreeMap<(Uuid, String), JobId> = jobs
-                .iter()
-                .filter_map(|job| {
-                    job.nodecare_reason()
-                        .map(|r| ((r.incident, r.intent), job.id))
-                })
-                .collect();
-            for m in planned {
-                let mut m = m.clone();
-                match by_reason.get(&(m.run, m.key.clone())) {
-                    Some(&job) => {
-                        m.state = MoveState::Submitted;
-                        m.job_id = Some(job);
-                        tracing::info!(run = %m.run, key = %m.key, job, "balancing: adopted job");
-                    }
-                    None => {
-                        m.state = MoveState::Failed;
-                        m.finished_ms = Some(now_ms);
-                        m.error = Some("never submitted".into());
-                        board.metrics.balancing.moves("failed", 1);
-                    }
-                }
-                changed.push(m);
-            }
-        }
-        for m in moves.iter().filter(|m| m.state == MoveState::Submitted) {
-            let Some(job_id) = m.job_id else { continue };
-            let outcome = match ganeti.job(job_id).await {
-                Ok(job) if job.status.is_final() => {
-                    if job.status == JobStatus::Success {
-                        Ok(())
-                    } else {
-                        let errors = if job.errors.is_empty() {
-                            job.status.as_str().to_owned()
-                        } else {
-                            job.errors.join("; ")
-                        };
-                        Err(format!("job {job_id} {}: {errors}", job.status.as_str()))
-                    }
-                }
-                Ok(_) => continue,
-                Err(GanetiError::NotFound(_)) => {
-                    Err(format!("job {job_id} vanished from Ganeti's queue"))
-                }
-                Err(error) => {
-                    tracing::warn!(job = job_id, %error, "balancing: cannot read job status");
-                    continue;
-                }
-            };
-            let mut m = m.clone();
-            m.finished_ms = Some(now_ms);
-            match outcome {
-                Ok(()) => {
-                    m.state = MoveState::Succeeded;
+            .filter(|c| matches!(c.entry.holder, Holder::Balancing { .. }))
+        {
+            match balancing::BalanceMove::from_entry(&c.entry).map(|m| m.state) {
+                Some(balancing::MoveState::Succeeded) => {
                     board.metrics.balancing.moves("succeeded", 1);
                 }
-                Err(why) => {
-                    tracing::warn!(run = %m.run, key = %m.key, %why, "balancing: job failed");
-                    m.state = MoveState::Failed;
-                    m.error = Some(why);
-                    board.metrics.balancing.moves("failed", 1);
-                }
+                Some(balancing::MoveState::Failed) => board.metrics.balancing.moves("failed", 1),
+                _ => {}
             }
-            changed.push(m);
         }
-        if !changed.is_empty() {
-            store.save_balancing_moves(&changed)?;
-        }
-        let forgotten = store.prune_balancing_moves(now_ms.saturating_sub(MOVES_KEPT_MS))?;
+        let forgotten = executor
+            .ledger()
+            .prune("balancing", now_ms.saturating_sub(MOVES_KEPT_MS))?;
         if forgotten > 0 {
             tracing::debug!(forgotten, "balancing: old finished moves forgotten");
         }
-        let in_flight = moves
-            .iter()
-            .filter(|m| m.state.is_in_flight())
-            .count()
-            .saturating_sub(changed.iter().filter(|m| !m.state.is_in_flight()).count());
-        if in_flight == 0 {
+        if in_flight(executor)? == 0 {
             Self::set_status(board, |s| s.waiting = None);
         }
         Ok(())
     }
+}
+
+/// What becomes of a balancing move whose submission is uncertain and that Ganeti does not
+/// show: it failed (the next run plans again from the cluster as it is).
+pub const UNADOPTED: Unadopted = Unadopted::Fail;
+
+/// The nodes of a placement: primary, then DRBD secondary.
+fn placement(p: &nodecare_roll::hbal::Placement) -> Vec<String> {
+    std::iter::once(p.primary.clone())
+        .chain(p.secondary.clone())
+        .collect()
+}
+
+/// The balancing moves in flight.
+fn in_flight(executor: &Executor) -> Result<usize, LedgerError> {
+    Ok(executor
+        .ledger()
+        .unfinished()?
+        .iter()
+        .filter(|e| matches!(e.holder, Holder::Balancing { .. }))
+        .count())
 }

@@ -25,7 +25,7 @@ use uuid::Uuid;
 use crate::campaign::{
     self, AgentNow, InstanceNow, NodeNow, Op, OpKind, OpState, PlannedMove, Record, World,
 };
-use crate::ganeti::{Ganeti, GanetiError, Instance, JobStatus, Node, Reason, ReplaceDisksMode};
+use crate::ganeti::{Ganeti, GanetiError, Instance, JobStatus, Node, Reason};
 use crate::gate::{Decision, Holder, Proposal, StorageProblem, View};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::AgentUrls;
@@ -127,6 +127,17 @@ pub fn holds(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
         .collect())
 }
 
+/// The nodes every unfinished campaign holds without disrupting them (their primaries
+/// migrating back), for [`crate::gate::InForce::with_touched`].
+pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
+    Ok(store
+        .campaigns()?
+        .iter()
+        .filter(|r| !r.state().is_final())
+        .flat_map(Record::touched)
+        .collect())
+}
+
 /// The drained flags every stored campaign's jobs set or cleared, for
 /// [`crate::gate::left_by`].
 pub fn flag_changes(store: &Store) -> Result<Vec<crate::gate::FlagChange>, StoreError> {
@@ -137,22 +148,15 @@ pub fn flag_changes(store: &Store) -> Result<Vec<crate::gate::FlagChange>, Store
         .collect())
 }
 
-/// Nodes of a group in flight that are rebooting (their hook runs or they are coming back),
-/// as planned disruptions starting `now_ms`: their failure domain stays in grace (no incident,
-/// no storm) throughout the reboot and for the grace after it.
+/// Every campaign's planned disruptions for the grace ([`Record::planned_disruptions`]): nodes
+/// rebooting now (their hook runs or they are coming back) from `now_ms`, so their failure
+/// domain stays in grace (no incident, no storm) throughout the reboot; nodes whose reboot
+/// ended from that moment, for the grace after it (finished campaigns too).
 pub fn planned_disruptions(store: &Store, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
-    use nodecare_protocol::maintenance::NodeStep;
     Ok(store
         .campaigns()?
         .iter()
-        .filter(|r| !r.state().is_final())
-        .filter_map(|r| r.current())
-        .flat_map(|g| {
-            g.nodes
-                .iter()
-                .filter(|n| matches!(n.step, NodeStep::Hook | NodeStep::WaitHealthy))
-                .map(|n| (n.node.clone(), now_ms))
-        })
+        .flat_map(|r| r.planned_disruptions(now_ms))
         .collect())
 }
 
@@ -409,30 +413,10 @@ async fn submit(
             _ => {}
         }
     }
-    let g = ctx.ganeti;
-    let result = match &op.kind {
-        OpKind::Drain => g.set_node_drained(&op.node, true, &reason).await,
-        OpKind::Undrain => g.set_node_drained(&op.node, false, &reason).await,
-        OpKind::Migrate { instance, target } => {
-            g.migrate_instance(instance, target.as_deref(), &reason)
-                .await
-        }
-        OpKind::ReplaceSecondary {
-            instance,
-            secondary,
-        } => {
-            let mode = ReplaceDisksMode::ReplaceNewSecondary {
-                remote_node: Some(secondary.clone()),
-                iallocator: None,
-            };
-            g.replace_disks(instance, &mode, &reason).await
-        }
-        OpKind::Tag { tag } => {
-            g.add_node_tags(&op.node, std::slice::from_ref(tag), &reason)
-                .await
-        }
-        OpKind::Hook { .. } => return Ok(false),
+    let Some(ganeti_op) = op.kind.ganeti_op(&op.node) else {
+        return Ok(false);
     };
+    let result = ctx.ganeti.submit(&ganeti_op, &reason).await;
     match result {
         Ok(job) => {
             if let Some(op) = record.ops.get_mut(key) {

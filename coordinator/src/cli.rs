@@ -158,7 +158,7 @@ struct Prepared {
 
 /// Loads everything that can be wrong in the configuration (exit code 2).
 fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
-    let mut config = Config::load(&args.config, given(matches, "config"))?;
+    let mut config = crate::config::load(&args.config, given(matches, "config"))?;
     args.apply(matches, &mut config);
     config.validate()?;
     let node_name = match &config.node_name {
@@ -198,20 +198,6 @@ pub fn rapi_client(config: &Config) -> anyhow::Result<RapiClient> {
     }
     crate::install_crypto_provider();
     Ok(RapiClient::new(rapi)?.with_reason_source(&config.reason_source)?)
-}
-
-/// The gate policy of a one-shot instance auto-repair run (`--harep`, `nodecare harep`): the
-/// configuration's cluster caps; nothing else is in force but what Ganeti shows drained or
-/// offline.
-pub fn one_shot_policy(config: &Config) -> crate::gate::Policy {
-    crate::gate::Policy {
-        cluster: crate::gate::Caps {
-            max_disrupted_nodes: config.max_disrupted_nodes,
-            max_disrupted_percent: None,
-            min_healthy_nodes: config.min_healthy_nodes,
-        },
-        ..crate::gate::Policy::default()
-    }
 }
 
 /// The milliseconds since the Unix epoch now.
@@ -301,7 +287,7 @@ async fn once_round(coordinator: &mut Coordinator) -> anyhow::Result<ExitCode> {
 async fn harep(prepared: Prepared, dry_run: bool) -> anyhow::Result<ExitCode> {
     let Prepared { config, ganeti, .. } = prepared;
     let store = crate::store::Store::open_dir(&config.state_dir)?;
-    let policy = one_shot_policy(&config);
+    let policy = config.one_shot_policy();
     let one = crate::instance_repair_exec::run_once(&ganeti, &store, &policy, dry_run, now_ms())
         .await
         .context("instance auto-repair")?;

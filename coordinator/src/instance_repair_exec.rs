@@ -17,71 +17,23 @@
 //! changes are recorded the same way until their jobs are final, so that a result is never
 //! written twice.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::duty::instance_repair::{
-    Assessment, Inputs, JobState, RepairData, RepairOp, RepairPlan, RepairResult, TAG_PREFIX,
-    TagChange,
+    Assessment, Inputs, RepairData, RepairOp, RepairResult, TagChange,
 };
 use crate::ganeti::{
-    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Reason, TagTarget,
+    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Op, Reason, TagTarget,
 };
-use crate::gate::{Decision, DomainSource, InForce, NodeFacts, Policy, View};
+use crate::gate::{Decision, InForce, Policy};
 use crate::store::Store;
 
-/// Intent prefix of every instance-repair job.
-pub const INTENT_PREFIX: &str = "instance-repair";
-
-/// What the executor keeps until Ganeti shows the outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Record {
-    /// A repair: its plan, the job of each operation once submitted, the pending tag's job.
-    Repair {
-        /// The plan.
-        plan: RepairPlan,
-        /// Job per operation (`None`: not submitted yet).
-        jobs: Vec<Option<JobId>>,
-        /// The job adding the pending tag.
-        tag_job: Option<JobId>,
-    },
-    /// A tag change and its jobs.
-    Tags {
-        /// The change.
-        change: TagChange,
-        /// Its jobs.
-        jobs: Vec<JobId>,
-    },
-}
-
-impl Record {
-    fn target(&self) -> TagTarget {
-        match self {
-            Self::Repair { plan, .. } => TagTarget::Instance(plan.instance.clone()),
-            Self::Tags { change, .. } => change.target.clone(),
-        }
-    }
-}
-
-/// What the duty reads from Ganeti besides nodes and instances.
-#[derive(Debug, Clone, Default)]
-pub struct Collected {
-    /// Cluster tags.
-    pub cluster_tags: Vec<String>,
-    /// Node groups.
-    pub groups: Vec<Group>,
-    /// Status of the jobs of pending repairs.
-    pub jobs: BTreeMap<JobId, JobState>,
-    /// Instances with a repair or tag change in flight.
-    pub in_flight: BTreeSet<String>,
-    /// Cluster and group tag changes in flight.
-    pub targets_in_flight: BTreeSet<TagTarget>,
-    /// Problems met (the round goes on without them).
-    pub errors: Vec<String>,
-}
+pub use nodecare_exec::instance_repair::{
+    Collected, INTENT_PREFIX, OneShot, Record, RepairHolds, RunOptions, RunReport, holds,
+    is_autorepair_tag, job_states, reason, tag_identity, tag_lines, view_of,
+};
 
 /// Reads the cluster tags, the status of every pending repair's jobs, and the records of work
 /// in flight (forgetting those Ganeti now shows done); `groups` are the node groups with their
@@ -97,18 +49,9 @@ pub async fn collect(
         groups,
         ..Collected::default()
     };
-    for id in Assessment::jobs_to_query(instances) {
-        match ganeti.job(id).await {
-            Ok(job) => {
-                collected.jobs.insert(id, JobState::Known(job.status));
-            }
-            Err(GanetiError::NotFound(_)) => {
-                collected.jobs.insert(id, JobState::Lost);
-            }
-            // Unknown this round: the repair waits.
-            Err(error) => collected.errors.push(format!("job {id}: {error}")),
-        }
-    }
+    let (jobs, errors) = job_states(ganeti, instances).await;
+    collected.jobs = jobs;
+    collected.errors = errors;
     let by_name: BTreeMap<&str, &Instance> =
         instances.iter().map(|i| (i.name.as_str(), i)).collect();
     let records = match store.instance_repairs() {
@@ -198,10 +141,11 @@ pub async fn collect(
                         None,
                     )
                     .after(jobs.iter().copied());
-                    match ganeti
-                        .remove_tags(&change.target, &change.remove, &why)
-                        .await
-                    {
+                    let op = Op::RemoveTags {
+                        target: change.target.clone(),
+                        tags: change.remove.clone(),
+                    };
+                    match ganeti.submit(&op, &why).await {
                         Ok(job) => {
                             jobs.push(job);
                             let completed = Record::Tags {
@@ -255,6 +199,11 @@ pub async fn collect(
                 continue;
             }
         }
+        if let Record::Repair { plan, .. } = &record {
+            collected
+                .repairs_in_flight
+                .insert(plan.instance.clone(), plan.uuid);
+        }
         match record.target() {
             TagTarget::Instance(name) => {
                 collected.in_flight.insert(name);
@@ -265,55 +214,6 @@ pub async fn collect(
         }
     }
     Ok(collected)
-}
-
-/// What one run of the executor did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunReport {
-    /// harep's progress lines (`Executing ArFailover repair on inst3`, `>>> Adding ...`).
-    pub lines: Vec<String>,
-    /// Repairs submitted: instance, repair uuid, jobs.
-    pub submitted: Vec<(String, Uuid, Vec<JobId>)>,
-    /// Repairs the gate refused: instance, why.
-    pub blocked: Vec<(String, String)>,
-    /// Failures (each also leaves its record, so the next round goes on from there).
-    pub errors: Vec<String>,
-}
-
-/// How a run of the executor goes beyond what the duty decided.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunOptions {
-    /// Submit nothing, record nothing: say what would be done (harep's `--dry-run`).
-    pub dry_run: bool,
-    /// The operator's reason (harep's `--reason`), added to every job's reason trail.
-    pub note: Option<String>,
-}
-
-fn reason(uuid: Uuid, intent: &str, what: &str, note: Option<&str>) -> Reason {
-    let mut description = format!(
-        "automated repairs by nodecare {} ({what})",
-        env!("CARGO_PKG_VERSION")
-    );
-    if let Some(note) = note {
-        description.push_str(": ");
-        description.push_str(note);
-    }
-    Reason::new(uuid, format!("{INTENT_PREFIX}-{intent}"), description)
-}
-
-fn tag_lines(lines: &mut Vec<String>, target: &TagTarget, add: Option<&str>, remove: &[String]) {
-    let name = match target {
-        TagTarget::Instance(name) | TagTarget::Node(name) | TagTarget::Group(name) => name,
-        TagTarget::Cluster => "the cluster",
-    };
-    if let Some(add) = add {
-        lines.push(format!(">>> Adding the following tag to {name}:"));
-        lines.push(format!("{add:?}"));
-    }
-    if !remove.is_empty() {
-        lines.push(format!(">>> Removing the following tags from {name}:"));
-        lines.extend(remove.iter().map(|t| format!("{t:?}")));
-    }
 }
 
 /// Runs the tag changes and admitted repairs of `assessment`, and completes repairs left
@@ -541,17 +441,7 @@ async fn submit_op(
     op: &RepairOp,
     reason: &Reason,
 ) -> Result<JobId, GanetiError> {
-    match op {
-        RepairOp::RecreateDisks { iallocator } => {
-            ganeti
-                .recreate_instance_disks(instance, iallocator, reason)
-                .await
-        }
-        RepairOp::Reinstall { start } => ganeti.reinstall_instance(instance, *start, reason).await,
-        RepairOp::Failover => ganeti.failover_instance(instance, None, reason).await,
-        RepairOp::Migrate => ganeti.migrate_instance(instance, None, reason).await,
-        RepairOp::ReplaceDisks(mode) => ganeti.replace_disks(instance, mode, reason).await,
-    }
+    ganeti.submit(&op.op(instance), reason).await
 }
 
 /// Adds `add`, then (after it) removes `remove`; the jobs submitted.
@@ -569,7 +459,10 @@ async fn submit_tags(
 ) -> Vec<JobId> {
     let mut jobs = Vec::new();
     if let Some(tag) = add {
-        let tags = [tag.to_owned()];
+        let op = Op::AddTags {
+            target: target.clone(),
+            tags: vec![tag.to_owned()],
+        };
         let why = reason(
             uuid,
             &format!("{intent}-tag"),
@@ -577,7 +470,7 @@ async fn submit_tags(
             note,
         )
         .after(after.iter().copied());
-        match ganeti.add_tags(target, &tags, &why).await {
+        match ganeti.submit(&op, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => {
                 report
@@ -595,7 +488,11 @@ async fn submit_tags(
             note,
         )
         .after(after.iter().chain(&jobs).copied());
-        match ganeti.remove_tags(target, remove, &why).await {
+        let op = Op::RemoveTags {
+            target: target.clone(),
+            tags: remove.to_vec(),
+        };
+        match ganeti.submit(&op, &why).await {
             Ok(job) => jobs.push(job),
             Err(error) => report
                 .errors
@@ -769,21 +666,6 @@ async fn advance(
     }
 }
 
-/// Who a tag change's jobs are submitted as: the repair's uuid (from the tag it adds) or the
-/// record's, and the intent (the result it writes, or `suspend`).
-fn tag_identity(change: &TagChange, id: Uuid) -> (Uuid, &'static str) {
-    let data = change.add.as_deref().and_then(RepairData::parse_tag);
-    let uuid = data
-        .as_ref()
-        .and_then(|d| Uuid::parse_str(&d.uuid).ok())
-        .unwrap_or(id);
-    let intent = match data.and_then(|d| d.result) {
-        Some(result) => result.as_str(),
-        None => "suspend",
-    };
-    (uuid, intent)
-}
-
 /// The jobs in Ganeti's job list submitted for the tag change recorded as `id`.
 async fn adopt_tag_jobs(
     ganeti: &dyn Ganeti,
@@ -900,83 +782,10 @@ async fn resume(
     }
 }
 
-/// The gate's view of `nodes` for a one-shot run: failure domains by node group, no storage
-/// reports (the one-shot reads none).
-pub fn view_of(nodes: &[Node], now_ms: u64) -> View {
-    View {
-        nodes: nodes
-            .iter()
-            .map(|n| {
-                (
-                    n.name.clone(),
-                    NodeFacts {
-                        name: n.name.clone(),
-                        group: n.group.clone(),
-                        domain: DomainSource::NodeGroup.domain_of(&n.group, &n.tags),
-                        vm_capable: n.vm_capable,
-                        drained: n.drained,
-                        offline: n.offline,
-                        master: n.role == crate::ganeti::NodeRole::Master,
-                        memory_free: n.memory_free,
-                        primary_memory: None,
-                    },
-                )
-            })
-            .collect(),
-        storage: Vec::new(),
-        now_ms,
-    }
-}
-
-/// What one harep-style run did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OneShot {
-    /// What the duty found.
-    pub assessment: Assessment,
-    /// What the executor did.
-    pub report: RunReport,
-}
-
-impl OneShot {
-    /// harep's `Instance status count` after the run: a repair the gate held counts as
-    /// `Healthy` (nothing was written), as harep counts a repair it may not do.
-    pub fn status_counts(&self) -> BTreeMap<String, usize> {
-        let held: BTreeSet<&str> = self
-            .report
-            .blocked
-            .iter()
-            .map(|(i, _)| i.as_str())
-            .collect();
-        let mut counts = BTreeMap::new();
-        for report in &self.assessment.instances {
-            let state = if held.contains(report.instance.as_str()) {
-                "Healthy"
-            } else {
-                report.state.as_str()
-            };
-            *counts.entry(state.to_owned()).or_insert(0) += 1;
-        }
-        counts
-    }
-
-    /// harep's output: progress lines, then the status count table.
-    pub fn harep_output(&self) -> String {
-        let mut out = String::new();
-        for line in &self.report.lines {
-            out.push_str(line);
-            out.push('\n');
-        }
-        out.push_str("---------------------\nInstance status count\n---------------------\n");
-        for (state, count) in self.status_counts() {
-            out.push_str(&format!("{state}: {count}\n"));
-        }
-        out
-    }
-}
-
 /// One run of the duty, the gate and the executor, as `harep` runs from cron: reads the
 /// cluster, decides, judges the repairs against `policy` (nothing else in force but what
-/// Ganeti shows drained or offline), and runs (or, with `dry_run`, prints) what is admitted.
+/// Ganeti shows drained or offline and the nodes of repairs still running, [`holds`]), and
+/// runs (or, with `dry_run`, prints) what is admitted.
 /// DRBD degradation is not checked (it needs the agents' reports, which the daemon reads).
 pub async fn run_once(
     ganeti: &dyn Ganeti,
@@ -1019,15 +828,16 @@ pub async fn run_once_with(
     };
     let assessment = crate::duty::instance_repair::assess(&inputs, new_uuid);
     let view = view_of(&nodes, now_ms);
-    let in_force = InForce::new(&view, Vec::new());
+    let held = holds(
+        &instances,
+        &nodes,
+        Some(&collected.jobs),
+        &collected.repairs_in_flight,
+    );
+    let in_force = InForce::new(&view, held.disrupted).with_touched(&view, held.touched);
     let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
     let mut report =
         run_instance_repairs_with(ganeti, store, &assessment, &decision, &collected, options).await;
     report.errors.splice(0..0, collected.errors);
     Ok(OneShot { assessment, report })
-}
-
-/// Whether a tag belongs to the auto-repair system (for status pages).
-pub fn is_autorepair_tag(tag: &str) -> bool {
-    tag.starts_with(TAG_PREFIX)
 }

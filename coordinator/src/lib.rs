@@ -1,6 +1,10 @@
 //! nodecare-coordinator: the master-side daemon that turns signed self-diagnose reports into
 //! Ganeti repair actions (the role of Ganeti's never-released maintd).
 //!
+//! The pure decisions live in the `nodecare-core` crate and are re-exported here under their
+//! old names ([`incident`], [`plan`], [`gate`], [`breaker`], [`duty`], [`storage`], [`load`],
+//! [`campaign`], the parsing of [`config`]); this crate is their IO.
+//!
 //! - [`ganeti`]: the Ganeti operations needed, as a trait, and the RAPI client that implements
 //!   it (the `nodecare-ganeti` crate).
 //! - [`incident`]: incidents and their lifecycle (pure state machine).
@@ -23,37 +27,44 @@ pub mod api;
 pub mod auth;
 pub mod balance;
 pub mod board;
-pub mod breaker;
-pub mod campaign;
 pub mod campaign_exec;
 pub mod cli;
-pub mod config;
 pub mod daemon;
-pub mod duty;
-pub mod gate;
+/// The executor over the ledger (the nodecare-exec crate).
+pub use nodecare_exec as exec;
 pub mod http;
-pub mod incident;
 pub mod instance_repair_exec;
-pub mod load;
 pub mod maintenance_api;
 pub mod metrics;
 pub mod notify;
-pub mod plan;
 pub mod reconcile;
 pub mod repair;
 pub mod replica;
 pub mod scrape;
 pub mod server;
-pub mod storage;
 pub mod store;
 pub mod ui;
 pub mod watch;
 
+/// The pure decisions (the `nodecare-core` crate), under the names they had here.
+pub use nodecare_core::{breaker, campaign, duty, gate, incident, load, plan, storage};
 pub use nodecare_daemon::systemd;
 /// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).
 pub use nodecare_ganeti as ganeti;
 
 pub use cli::command;
+
+/// The configuration: parsed and checked by `nodecare_core::config`, read from its file here.
+pub mod config {
+    pub use nodecare_core::config::*;
+
+    use std::path::Path;
+
+    /// Reads the configuration file `path`; a missing file is an error only if `required`.
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        Config::from_read(path, std::fs::read_to_string(path), required)
+    }
+}
 
 /// Installs rustls's `ring` provider as the process default (idempotent). Every HTTP client of
 /// this crate needs it, since reqwest is built without a provider of its own.

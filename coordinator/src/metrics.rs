@@ -39,9 +39,10 @@ const ACTIONS: [Action; 3] = [
     Action::EvacuateFailover,
 ];
 /// Every job kind.
-pub const JOB_KINDS: [&str; 9] = [
+pub const JOB_KINDS: [&str; 10] = [
     "drain",
     "tag",
+    "untag",
     "migrate",
     "failover",
     "replace-secondary",
@@ -61,6 +62,7 @@ pub fn job_kind(spec: &IntentSpec) -> Option<&'static str> {
     match spec {
         IntentSpec::Drain { .. } => Some("drain"),
         IntentSpec::Tag { .. } => Some("tag"),
+        IntentSpec::Untag { .. } => Some("untag"),
         IntentSpec::Offline { .. } => Some("offline"),
         IntentSpec::Online { .. } => Some("online"),
         IntentSpec::Undrain { .. } => Some("undrain"),

@@ -23,6 +23,7 @@ pub const QUEUE_CAPACITY: usize = 256;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
 
 /// What the webhook receives (JSON body of the POST): the wire type of `nodecare-protocol`.
+pub use crate::config::WebhookSettings;
 pub use nodecare_protocol::notify::{Notification, NotificationEvent};
 
 /// The notification of `event` for `incident`.
@@ -151,19 +152,6 @@ impl Changes {
             }
         }
     }
-}
-
-/// Webhook settings (`[notify]`).
-#[derive(Debug, Clone)]
-pub struct WebhookSettings {
-    /// Where to POST.
-    pub url: String,
-    /// Per-attempt timeout.
-    pub timeout: Duration,
-    /// Attempts after the first one.
-    pub retries: u32,
-    /// Wait before the first retry; doubles each time, at most [`MAX_BACKOFF`].
-    pub backoff: Duration,
 }
 
 /// The wait before retry number `retry` (0-based).

@@ -29,12 +29,13 @@ use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::breaker::{self, BreakerPolicy, BreakerState};
 use crate::duty::node_repair;
+use crate::duty::node_repair::intent::{after_cancel, escalation_target, next_key, service_facts};
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{self, Admitted, Caps, DomainSource, GateSnapshot, Holder, InForce};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
 use crate::plan::{
-    self, EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Move, Round,
-    ServiceFacts, ServiceJob, ServiceStep, return_to_service,
+    self, EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Round,
+    ServiceStep, return_to_service,
 };
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::{AgentOutcome, AgentTarget, AgentUrls, Scraper};
@@ -96,6 +97,10 @@ struct Quiet<'a> {
     groups: Option<Vec<crate::ganeti::Group>>,
 }
 
+/// How often the round tries to remove the tag of an incident whose acknowledgement was asked
+/// for through nodecare before it leaves it to the operator (`gnt-node remove-tags`).
+pub const MAX_UNTAG_ATTEMPTS: usize = 3;
+
 /// The store document holding the last accepted storage report sequence per node.
 pub const STORAGE_SEQUENCES_DOCUMENT: &str = "storage-sequences";
 
@@ -128,6 +133,12 @@ pub enum RoundError {
     Local(String),
 }
 
+impl From<crate::exec::ledger::LedgerError> for RoundError {
+    fn from(error: crate::exec::ledger::LedgerError) -> Self {
+        Self::Store(StoreError::Ledger(error))
+    }
+}
+
 /// The master named by `<dir>/ssconf_master_node`, if that file is there and names one.
 pub fn ssconf_master(dir: &std::path::Path) -> Option<String> {
     let text = std::fs::read_to_string(dir.join("ssconf_master_node")).ok()?;
@@ -154,6 +165,8 @@ pub struct Reconciler {
     rounds: u64,
     /// The balancing duty (none: off).
     balancer: Option<crate::balance::Balancer>,
+    /// The executor over the store's ledger.
+    executor: crate::exec::Executor,
     /// While an incident admitted under an operator override takes its step: the override, who
     /// set it and why, added to its jobs' reason trail.
     override_note: std::sync::Mutex<Option<String>>,
@@ -169,7 +182,7 @@ pub struct Reconciler {
 /// instance-repair duty replaces the broken side (a resync or a reconnect usually ends sooner).
 pub const DEGRADED_GRACE_MS: u64 = 5 * 60 * 1000;
 
-fn now_s() -> f64 {
+pub(crate) fn now_s() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
@@ -303,74 +316,6 @@ pub async fn stop_incident_jobs(
     Ok(answers)
 }
 
-/// In what state a canceled incident left its node, from what its jobs did (`own`, none in
-/// flight); `None` when it never submitted anything.
-pub fn after_cancel(node: &str, own: &[&Intent]) -> Option<String> {
-    let ganeti: Vec<&&Intent> = own.iter().filter(|i| i.spec.is_ganeti_job()).collect();
-    if ganeti.is_empty() {
-        return None;
-    }
-    let done = |wanted: fn(&IntentSpec) -> bool| {
-        ganeti
-            .iter()
-            .any(|i| wanted(&i.spec) && i.state == IntentState::Succeeded)
-    };
-    let mut parts = Vec::new();
-    if done(|s| matches!(s, IntentSpec::Offline { .. })) {
-        parts.push(format!(
-            "{node} is left offline by this incident (`gnt-node modify --offline=no {node}` returns it)"
-        ));
-    } else if done(|s| matches!(s, IntentSpec::Drain { .. })) {
-        parts.push(format!(
-            "{node} is left drained by this incident (`gnt-node modify --drained=no {node}` returns it)"
-        ));
-    } else {
-        parts.push(format!("{node} was not drained by this incident"));
-    }
-    let moved: Vec<String> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Succeeded)
-        .filter_map(|i| match &i.spec {
-            IntentSpec::Move { planned } => Some(planned.instance().to_owned()),
-            _ => None,
-        })
-        .collect();
-    if !moved.is_empty() {
-        parts.push(format!("moved before the cancel: {}", moved.join(", ")));
-    }
-    let shut: Vec<&str> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Succeeded)
-        .filter_map(|i| match &i.spec {
-            IntentSpec::Shutdown { instance } => Some(instance.as_str()),
-            _ => None,
-        })
-        .collect();
-    if !shut.is_empty() {
-        parts.push(format!("shut down: {}", shut.join(", ")));
-    }
-    let tags: Vec<&str> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Succeeded)
-        .filter_map(|i| match &i.spec {
-            IntentSpec::Tag { tag, .. } => Some(tag.as_str()),
-            _ => None,
-        })
-        .collect();
-    if !tags.is_empty() {
-        parts.push(format!("tagged {} (remove it by hand)", tags.join(", ")));
-    }
-    let stopped: Vec<&str> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Failed)
-        .map(|i| i.key.as_str())
-        .collect();
-    if !stopped.is_empty() {
-        parts.push(format!("did not run: {}", stopped.join(", ")));
-    }
-    Some(format!("after the cancel: {}", parts.join("; ")))
-}
-
 /// The nodecare reason `job` carries when it names another incident or intent than `intent`
 /// (the job id is not the job submitted for it); `None` when it is that job, or carries no
 /// nodecare reason at all (nothing to tell them apart by).
@@ -390,56 +335,9 @@ fn note(incident: &mut Incident, event: Event) {
     }
 }
 
-/// The open (noted or pending) incident of node `node_uuid` that a new verdict asking for
-/// `action` escalates: the most invasive one less invasive than `action`, the oldest first.
-fn escalation_target<'a>(
-    incidents: &'a [Incident],
-    node_uuid: &str,
-    action: Action,
-) -> Option<&'a Incident> {
-    incidents
-        .iter()
-        .filter(|i| i.node_uuid == node_uuid && i.is_active())
-        .filter(|i| action.is_more_invasive_than(i.action))
-        .max_by(|a, b| {
-            a.action
-                .invasiveness()
-                .cmp(&b.action.invasiveness())
-                .then(b.ctime.total_cmp(&a.ctime))
-        })
-}
-
-/// What the intents of an incident and its node's flags say about returning it to service.
-fn service_facts(node: &Node, own: &[&Intent]) -> ServiceFacts {
-    let succeeded = |wanted: fn(&IntentSpec) -> bool| {
-        own.iter()
-            .any(|i| wanted(&i.spec) && i.state == IntentState::Succeeded)
-    };
-    let job = |wanted: fn(&IntentSpec) -> bool| {
-        own.iter()
-            .filter(|i| wanted(&i.spec))
-            .map(|i| match i.state {
-                IntentState::Planned | IntentState::Submitted => ServiceJob::InFlight,
-                IntentState::Succeeded => ServiceJob::Succeeded,
-                IntentState::Failed | IntentState::Replanned => {
-                    ServiceJob::Failed(i.error.clone().unwrap_or_else(|| "job failed".into()))
-                }
-            })
-            .next_back()
-    };
-    ServiceFacts {
-        offline: node.offline,
-        drained: node.drained,
-        offlined_by_incident: succeeded(|s| matches!(s, IntentSpec::Offline { .. })),
-        drained_by_incident: succeeded(|s| matches!(s, IntentSpec::Drain { .. })),
-        online: job(|s| matches!(s, IntentSpec::Online { .. })),
-        undrain: job(|s| matches!(s, IntentSpec::Undrain { .. })),
-    }
-}
-
-fn next_key(intents: &[&Intent], prefix: &str) -> String {
-    let used = intents.iter().filter(|i| i.key.starts_with(prefix)).count();
-    format!("{prefix}{}", used + 1)
+/// Whether `holder` is an incident (node repair, which follows its own entries).
+const fn is_incident(holder: &Holder) -> bool {
+    matches!(holder, Holder::Incident { .. })
 }
 
 impl Reconciler {
@@ -453,7 +351,9 @@ impl Reconciler {
         board: Arc<Board>,
         incident_lock: Arc<tokio::sync::Mutex<()>>,
     ) -> Self {
+        let ledger: Arc<dyn crate::exec::ledger::Ledger> = store.clone();
         Self {
+            executor: crate::exec::Executor::new(ledger),
             ganeti,
             store,
             scraper,
@@ -575,10 +475,31 @@ impl Reconciler {
         self.stop_canceled().await?;
         self.poll_jobs().await?;
         self.settle_canceled()?;
+        // The executor's ledger: jobs adopted after a crash, entries ready submitted, every
+        // job followed to its outcome.
+        let mut changed: Vec<crate::exec::Changed> = self
+            .executor
+            .adopt(
+                &*self.ganeti,
+                |holder| match holder {
+                    Holder::Balancing { .. } => crate::balance::UNADOPTED,
+                    _ => crate::exec::Unadopted::Retry,
+                },
+                now_ms(),
+            )
+            .await?
+            .into_iter()
+            .map(|entry| crate::exec::Changed { entry, job: None })
+            .collect();
+        self.executor.submit(&*self.ganeti, None, now_ms()).await?;
+        // Node repair follows its incidents' jobs itself (`poll_jobs`).
+        changed.extend(
+            self.executor
+                .poll_of(&*self.ganeti, |h| !is_incident(h), now_ms())
+                .await?,
+        );
         if let Some(balancer) = &self.balancer {
-            balancer
-                .poll(&*self.ganeti, &self.store, &self.board, now_ms())
-                .await?;
+            balancer.settle(&self.executor, &self.board, &changed, now_ms())?;
         }
         drop(guard);
         // Read the cluster only after the jobs: a snapshot older than a job's "success" would
@@ -831,8 +752,9 @@ impl Reconciler {
             let Some(outcome) = outcome else { continue };
             intent.finished_ms = Some(now_ms());
             let is_tag = matches!(intent.spec, IntentSpec::Tag { .. });
+            let is_untag = matches!(intent.spec, IntentSpec::Untag { .. });
             let judged = match &outcome {
-                Err((_, Some(failure))) if !is_tag && incident.is_active() => {
+                Err((_, Some(failure))) if !is_tag && !is_untag && incident.is_active() => {
                     if instances.is_none() {
                         instances = Some(self.ganeti.instances().await.ok());
                     }
@@ -893,6 +815,8 @@ impl Reconciler {
                     self.board.metrics.job_failed(&intent.spec);
                     let event = if is_tag {
                         Event::Progress(format!("tag job failed, will retry: {why}"))
+                    } else if is_untag {
+                        Event::Progress(format!("removing the tag failed: {why}"))
                     } else if incident.repair_status == RepairStatus::Canceled {
                         Event::Progress(format!("job {job_id} ({}) ended: {why}", intent.key))
                     } else {
@@ -988,14 +912,14 @@ impl Reconciler {
             .collect()
     }
 
-    /// Planned disruptions in force (node, Unix ms when it started): admission grants and
-    /// maintenance reboots, whose failure domains get a grace.
+    /// Planned disruptions (node, Unix ms its grace runs from): admission grants (from their
+    /// last renewal) and maintenance reboots (throughout, then from their end), whose failure
+    /// domains get a grace.
     fn planned_disruptions(&self) -> Result<Vec<(String, u64)>, RoundError> {
         Ok(self
             .store
-            .grants(now_ms())?
+            .planned_grants(now_ms())?
             .into_iter()
-            .map(|grant| (grant.node, grant.granted_ms))
             .chain(crate::campaign_exec::planned_disruptions(
                 &self.store,
                 now_ms(),
@@ -1230,6 +1154,13 @@ impl Reconciler {
                     return_to_service(&service_facts(node, &own)),
                     ServiceStep::Done
                 );
+            if let Some(who) = incident.acknowledgement_asked_by.clone()
+                && incident.tag_applied
+                && !incident.acknowledged
+                && node.tags.contains(&incident.tag)
+            {
+                submitted += self.untag(&mut incident, node, &own, &who).await?;
+            }
             let acknowledged_now = incident.awaits_acknowledgement(&node.tags);
             if acknowledged_now {
                 match incident.apply(Event::TagRemoved, now_s()) {
@@ -1259,6 +1190,46 @@ impl Reconciler {
             }
         }
         Ok(submitted)
+    }
+
+    /// Removes the tag of an incident whose acknowledgement an operator asked for through
+    /// nodecare (the web page): one recorded job with the reason trail, like every other; none
+    /// while one is in flight, and none after [`MAX_UNTAG_ATTEMPTS`] failed. Returns the jobs
+    /// submitted.
+    async fn untag(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+        who: &str,
+    ) -> Result<usize, RoundError> {
+        let untags: Vec<&&Intent> = own
+            .iter()
+            .filter(|i| matches!(i.spec, IntentSpec::Untag { .. }))
+            .collect();
+        if untags.iter().any(|i| i.state.is_in_flight()) {
+            return Ok(0);
+        }
+        let failed = untags
+            .iter()
+            .filter(|i| i.state == IntentState::Failed)
+            .count();
+        if failed >= MAX_UNTAG_ATTEMPTS {
+            return Ok(0);
+        }
+        let key = next_key(own, "untag-");
+        let spec = IntentSpec::Untag {
+            node: node.name.clone(),
+            tag: incident.tag.clone(),
+        };
+        let description = format!(
+            "removing the tag {} from {}: acknowledged by {who}",
+            incident.tag, node.name
+        );
+        Ok(usize::from(
+            self.submit(incident, key, spec, Vec::new(), &description)
+                .await?,
+        ))
     }
 
     /// Returns an acknowledged incident's node to service (`undrain_on_ack`): online it if
@@ -1398,12 +1369,71 @@ impl Reconciler {
             tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
                 "admission expired");
         }
+        // What the executor's ledger holds (its holders' records still open).
+        // Incidents' entries are left out: what they hold comes from the incidents
+        // (`node_repair::holds`, `touches`).
+        let ledger_held = self.executor.in_force(|h| !is_incident(h))?;
+        // Instance repair reads Ganeti before the gate: the repairs whose jobs still run hold
+        // their instances' nodes (read even with the duty off: `nodecare harep` runs too).
+        let instance_repair_read = match (self.settings.instance_repair, groups.as_ref()) {
+            (true, Some(groups)) => {
+                match crate::instance_repair_exec::collect(
+                    &*self.ganeti,
+                    &self.store,
+                    instances,
+                    groups.clone(),
+                )
+                .await
+                {
+                    Ok(collected) => Some(collected),
+                    Err(error) => {
+                        tracing::warn!(%error, "instance repair: cannot read Ganeti; skipped this round");
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let repair_holds = match &instance_repair_read {
+            Some(collected) => crate::instance_repair_exec::holds(
+                instances,
+                nodes,
+                Some(&collected.jobs),
+                &collected.repairs_in_flight,
+            ),
+            None => {
+                let (jobs, _) =
+                    crate::instance_repair_exec::job_states(&*self.ganeti, instances).await;
+                crate::instance_repair_exec::holds(instances, nodes, Some(&jobs), &BTreeMap::new())
+            }
+        };
+        // Later holders win a node: nodecare's incidents, grants and campaigns over a repair.
         let in_force = InForce::new(
             &view,
-            node_repair::holds(&incidents, nodes)
+            repair_holds
+                .disrupted
                 .into_iter()
+                .chain(node_repair::holds(&incidents, nodes))
                 .chain(self.store.grants_in_force(now)?)
-                .chain(crate::campaign_exec::holds(&self.store)?),
+                .chain(crate::campaign_exec::holds(&self.store)?)
+                .chain(ledger_held.nodes.clone()),
+        )
+        .with_touched(
+            &view,
+            repair_holds
+                .touched
+                .into_iter()
+                .chain(crate::campaign_exec::touched(&self.store)?)
+                .chain(node_repair::touches(&incidents, nodes, instances))
+                .chain(node_repair::move_targets(intents.iter().filter_map(
+                    |i| match &i.spec {
+                        IntentSpec::Move { planned } if i.state.is_in_flight() => {
+                            Some((i.incident, planned))
+                        }
+                        _ => None,
+                    },
+                )))
+                .chain(ledger_held.touching()),
         )
         .with_left_by(&gate::left_by(
             &view,
@@ -1448,7 +1478,7 @@ impl Reconciler {
             Some(balancer) => {
                 balancer
                     .propose(
-                        &self.store,
+                        &self.executor,
                         &self.board,
                         &incidents,
                         nodes,
@@ -1495,45 +1525,26 @@ impl Reconciler {
         proposals.extend(campaigns.proposals.iter().cloned());
         // Instance repair (harep's duty): its repairs are proposals like any other; nodes in
         // the grace of a planned disruption are left alone.
-        let instance_repair = if let (true, Some(groups)) = (self.settings.instance_repair, groups)
-        {
-            match crate::instance_repair_exec::collect(
-                &*self.ganeti,
-                &self.store,
+        let instance_repair = instance_repair_read.map(|collected| {
+            let inputs = crate::duty::instance_repair::Inputs {
+                now: i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX),
+                cluster_tags: &collected.cluster_tags,
+                groups: &collected.groups,
+                nodes,
                 instances,
-                groups,
-            )
-            .await
-            {
-                Ok(collected) => {
-                    let inputs = crate::duty::instance_repair::Inputs {
-                        now: i64::try_from(now_ms() / 1000).unwrap_or(i64::MAX),
-                        cluster_tags: &collected.cluster_tags,
-                        groups: &collected.groups,
-                        nodes,
-                        instances,
-                        jobs: &collected.jobs,
-                        degraded,
-                        in_flight: &collected.in_flight,
-                    };
-                    let assessment =
-                        crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
-                    proposals.extend(assessment.proposals().into_iter().filter(|p| {
-                        !p.disrupts
-                            .iter()
-                            .chain(p.touches.iter())
-                            .any(|n| graced.contains_key(n))
-                    }));
-                    Some((collected, assessment))
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "instance repair: cannot read Ganeti; skipped this round");
-                    None
-                }
-            }
-        } else {
-            None
-        };
+                jobs: &collected.jobs,
+                degraded,
+                in_flight: &collected.in_flight,
+            };
+            let assessment = crate::duty::instance_repair::assess(&inputs, &mut Uuid::new_v4);
+            proposals.extend(assessment.proposals().into_iter().filter(|p| {
+                !p.disrupts
+                    .iter()
+                    .chain(p.touches.iter())
+                    .any(|n| graced.contains_key(n))
+            }));
+            (collected, assessment)
+        });
         let decision = gate::decide(&view, &policy, &in_force, proposals);
         self.board.metrics.set_disruptions(
             decision.in_force.nodes.keys().map(|name| {
@@ -1678,7 +1689,7 @@ impl Reconciler {
             summary.jobs_submitted += balancer
                 .execute(
                     &*self.ganeti,
-                    &self.store,
+                    &self.executor,
                     &self.board,
                     &decision,
                     &balancing,
@@ -2423,42 +2434,10 @@ impl Reconciler {
             None => description.to_owned(),
         };
         let reason = Reason::new(incident.uuid, key.clone(), reason_text).after(depends);
-        let ganeti = &self.ganeti;
-        let result = match &spec {
-            IntentSpec::Drain { node } => ganeti.set_node_drained(node, true, &reason).await,
-            IntentSpec::Undrain { node } => ganeti.set_node_drained(node, false, &reason).await,
-            IntentSpec::Offline { node } => ganeti.set_node_offline(node, true, &reason).await,
-            IntentSpec::Online { node } => ganeti.set_node_offline(node, false, &reason).await,
-            IntentSpec::Shutdown { instance } => ganeti.shutdown_instance(instance, &reason).await,
-            IntentSpec::Tag { node, tag } => {
-                ganeti
-                    .add_node_tags(node, std::slice::from_ref(tag), &reason)
-                    .await
-            }
-            IntentSpec::Move { planned } => match planned {
-                Move::Migrate { instance, target } => {
-                    ganeti
-                        .migrate_instance(instance, target.as_deref(), &reason)
-                        .await
-                }
-                Move::Failover { instance, target } => {
-                    ganeti
-                        .failover_instance(instance, target.as_deref(), &reason)
-                        .await
-                }
-                Move::ReplaceSecondary {
-                    instance,
-                    remote_node,
-                } => {
-                    let mode = crate::ganeti::ReplaceDisksMode::ReplaceNewSecondary {
-                        remote_node: Some(remote_node.clone()),
-                        iallocator: None,
-                    };
-                    ganeti.replace_disks(instance, &mode, &reason).await
-                }
-            },
-            IntentSpec::Repair { .. } => return Ok(None),
+        let Some(op) = spec.op() else {
+            return Ok(None);
         };
+        let result = self.ganeti.submit(&op, &reason).await;
         match result {
             Ok(job) => {
                 intent.state = IntentState::Submitted;
@@ -2562,48 +2541,5 @@ mod tests {
         assert_eq!(foreign_job(&job(vec![foreign]), &ours), None);
         assert!(foreign_job(&job(vec![other_intent]), &ours).is_some());
         assert!(foreign_job(&job(vec![other_incident]), &ours).is_some());
-    }
-
-    #[test]
-    fn a_canceled_incident_says_in_what_state_it_left_the_node() {
-        let moved = |instance: &str, state| {
-            intent(
-                &format!("migrate-{instance}-1"),
-                IntentSpec::Move {
-                    planned: Move::Migrate {
-                        instance: instance.into(),
-                        target: None,
-                    },
-                },
-                state,
-            )
-        };
-        let drain = intent(
-            "drain",
-            IntentSpec::Drain { node: "n2".into() },
-            IntentState::Succeeded,
-        );
-        let a = moved("a", IntentState::Succeeded);
-        let b = moved("b", IntentState::Failed);
-        let offline = intent(
-            "offline-1",
-            IntentSpec::Offline { node: "n2".into() },
-            IntentState::Failed,
-        );
-        let text = after_cancel("n2", &[&drain, &a, &b, &offline]).unwrap();
-        assert!(text.contains("n2 is left drained"), "{text}");
-        assert!(text.contains("moved before the cancel: a"), "{text}");
-        assert!(
-            text.contains("did not run: migrate-b-1, offline-1"),
-            "{text}"
-        );
-        let drain_canceled = intent(
-            "drain",
-            IntentSpec::Drain { node: "n2".into() },
-            IntentState::Failed,
-        );
-        let text = after_cancel("n2", &[&drain_canceled]).unwrap();
-        assert!(text.contains("n2 was not drained"), "{text}");
-        assert_eq!(after_cancel("n2", &[]), None);
     }
 }

@@ -31,8 +31,8 @@ use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
 use serde::Serialize;
 
 use crate::ganeti::{
-    ClusterInfo, EvacuateMode, Ganeti, GanetiError, GanetiFuture, Group, Instance, Job, JobCancel,
-    JobId, JobSummary, Node, Reason, ReplaceDisksMode, TagTarget,
+    ClusterInfo, Ganeti, GanetiError, GanetiFuture, Group, Instance, Job, JobCancel, JobId,
+    JobSummary, Node, Op, Reason, TagTarget,
 };
 use crate::scrape::AgentUrls;
 use crate::store::{Store, StoreError};
@@ -712,8 +712,9 @@ impl Replicator {
     }
 }
 
-/// The one Ganeti client of an acting coordinator with replication on: every write waits until a
-/// majority of the master candidates keep the state that led to it; reads pass through.
+/// The one Ganeti client of an acting coordinator with replication on: every write
+/// ([`Ganeti::submit`], [`Ganeti::cancel_job`]) waits until a majority of the master candidates
+/// keep the state that led to it; reads pass through.
 #[derive(Debug)]
 pub struct ReplicatedGaneti {
     inner: Arc<dyn Ganeti>,
@@ -754,67 +755,8 @@ impl Ganeti for ReplicatedGaneti {
         self.inner.instances()
     }
 
-    fn set_node_drained<'a>(
-        &'a self,
-        node: &'a str,
-        drained: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.set_node_drained(node, drained, reason))
-    }
-
-    fn set_node_offline<'a>(
-        &'a self,
-        node: &'a str,
-        offline: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.set_node_offline(node, offline, reason))
-    }
-
-    fn shutdown_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.shutdown_instance(instance, reason))
-    }
-
-    fn migrate_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.migrate_instance(instance, target, reason))
-    }
-
-    fn failover_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.failover_instance(instance, target, reason))
-    }
-
-    fn replace_disks<'a>(
-        &'a self,
-        instance: &'a str,
-        mode: &'a ReplaceDisksMode,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.replace_disks(instance, mode, reason))
-    }
-
-    fn evacuate_node<'a>(
-        &'a self,
-        node: &'a str,
-        mode: EvacuateMode,
-        iallocator: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.evacuate_node(node, mode, iallocator, reason))
+    fn submit<'a>(&'a self, op: &'a Op, reason: &'a Reason) -> GanetiFuture<'a, JobId> {
+        self.guarded(move || self.inner.submit(op, reason))
     }
 
     fn groups(&self) -> GanetiFuture<'_, Vec<Group>> {
@@ -823,45 +765,6 @@ impl Ganeti for ReplicatedGaneti {
 
     fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>> {
         self.inner.tags(target)
-    }
-
-    fn add_tags<'a>(
-        &'a self,
-        target: &'a TagTarget,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.add_tags(target, tags, reason))
-    }
-
-    fn remove_tags<'a>(
-        &'a self,
-        target: &'a TagTarget,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.remove_tags(target, tags, reason))
-    }
-
-    fn recreate_instance_disks<'a>(
-        &'a self,
-        instance: &'a str,
-        iallocator: &'a str,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || {
-            self.inner
-                .recreate_instance_disks(instance, iallocator, reason)
-        })
-    }
-
-    fn reinstall_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        start: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        self.guarded(move || self.inner.reinstall_instance(instance, start, reason))
     }
 
     fn job(&self, id: JobId) -> GanetiFuture<'_, Job> {

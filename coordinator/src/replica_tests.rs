@@ -416,7 +416,7 @@ async fn a_takeover_without_enough_answers_waits() {
 
 #[tokio::test]
 async fn ganeti_writes_wait_for_the_state() {
-    use crate::ganeti::Reason;
+    use crate::ganeti::{Op, Reason};
     let dir = tempfile::tempdir().unwrap();
     let peers = Arc::new(MemoryPeers::new(key()));
     let (_, replicator) = replicator(dir.path(), "n1", &peers);
@@ -430,7 +430,7 @@ async fn ganeti_writes_wait_for_the_state() {
     let node = ganeti.nodes().await.unwrap()[1].name.clone();
     // Reads pass; a write before the takeover is held back, transiently.
     let error = ganeti
-        .set_node_drained(&node, true, &reason)
+        .submit(&Op::drain(node.clone()), &reason)
         .await
         .unwrap_err();
     assert!(
@@ -439,7 +439,10 @@ async fn ganeti_writes_wait_for_the_state() {
     );
     let nodes = ganeti.nodes().await.unwrap();
     replicator.take_over(&nodes).await.unwrap();
-    ganeti.set_node_drained(&node, true, &reason).await.unwrap();
+    ganeti
+        .submit(&Op::drain(node.clone()), &reason)
+        .await
+        .unwrap();
 }
 
 #[tokio::test]

@@ -30,45 +30,17 @@ use nodecare_protocol::{
     CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, LoadPayload, NodeVerdict,
     SignedEnvelope, StoragePayload, VerifyError, VerifyPolicy,
 };
-use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 
+pub use crate::config::{AgentUrls, DEFAULT_AGENT_URL_TEMPLATE};
 use crate::ganeti::{Instance, Node};
 use crate::load::LoadReading;
 use crate::storage::{Missing, StorageObservation, StorageReading};
 
 /// Path of the signed diagnose report on the agent.
 pub const SIGNED_DIAGNOSE_PATH: &str = "/1/report/node/diagnose/signed";
-/// Default agent URL template (`{ip}`: primary IP, `{name}`: node name).
-pub const DEFAULT_AGENT_URL_TEMPLATE: &str = "http://{ip}:1815";
 /// Largest report body read, in bytes.
 pub const MAX_REPORT_BYTES: usize = 1024 * 1024;
-
-/// How agent URLs are formed.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct AgentUrls {
-    /// Base URL template; `{ip}` and `{name}` are replaced.
-    pub template: String,
-    /// Per-node base URLs that override the template.
-    pub overrides: BTreeMap<String, String>,
-}
-
-impl AgentUrls {
-    /// The agent base URL (no trailing slash) of `node`.
-    pub fn base(&self, node: &Node) -> String {
-        let base = self.overrides.get(&node.name).cloned().unwrap_or_else(|| {
-            let ip = if node.primary_ip.contains(':') {
-                format!("[{}]", node.primary_ip)
-            } else {
-                node.primary_ip.clone()
-            };
-            self.template
-                .replace("{ip}", &ip)
-                .replace("{name}", &node.name)
-        });
-        base.trim_end_matches('/').to_owned()
-    }
-}
 
 /// A node to scrape.
 #[derive(Debug, Clone, PartialEq, Eq)]

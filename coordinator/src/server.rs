@@ -64,7 +64,7 @@ pub struct ServerLimits {
 }
 
 /// Default [`ServerLimits::max_connections`].
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub use crate::config::DEFAULT_MAX_CONNECTIONS;
 /// Default [`ServerLimits::max_per_client`].
 pub const DEFAULT_MAX_PER_CLIENT: usize = 32;
 /// Default [`ServerLimits::max_body_bytes`].

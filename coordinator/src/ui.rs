@@ -7,7 +7,7 @@
 //! | `GET /ui/` (and `GET /` asking for `text/html`) | the read-only page |
 //! | `GET /ui/admin/` | the same page with actions; needs HTTP basic auth of a user with `write` |
 //! | `POST /ui/admin/incidents/<uuid>/cancel` | cancels (form field `csrf`), then back to the page |
-//! | `POST /ui/admin/incidents/<uuid>/acknowledge` | removes the incident's tag from its node through Ganeti (what an operator's acknowledgement is), then back to the page |
+//! | `POST /ui/admin/incidents/<uuid>/acknowledge` | records the acknowledgement in the store; the round removes the incident's tag from its node through Ganeti (what an operator's acknowledgement is), then back to the page |
 //! | `POST /ui/admin/overrides` | sets an override of a failure domain (form fields `domain`, `hours`, `reason`), audited |
 //! | `POST /ui/admin/overrides/<id>/revoke` | revokes an override, audited |
 //! | `POST /ui/admin/breaker/reset` | closes the storm breaker (form field `reason`), audited |
@@ -33,8 +33,8 @@ use uuid::Uuid;
 use crate::admission::GateStatus;
 use crate::api::ApiState;
 use crate::auth::{self, Refusal};
-use crate::incident::{Incident, RepairStatus};
-use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident};
+use crate::incident::{Event, Incident, RepairStatus};
+use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident, now_s};
 use crate::scrape::{AgentState, AgentStatus};
 use crate::store::{Intent, IntentSpec, IntentState};
 use nodecare_protocol::maintenance::{Campaign, CampaignNode, CampaignState, NodeStep};
@@ -591,6 +591,8 @@ fn incident_block(
             p {
                 "Tag " code { (incident.tag) } ": "
                 @if incident.acknowledged { "acknowledged (removed by an operator)" }
+                @else if let (true, Some(who)) = (incident.tag_applied, &incident.acknowledgement_asked_by) {
+                    "on the node; acknowledged by " (who) ", the coordinator removes it" }
                 @else if incident.tag_applied { "on the node; remove it to acknowledge" }
                 @else { "not yet on the node" }
                 @if !incident.observed { span.mute { "; the node no longer reports this verdict" } }
@@ -631,6 +633,7 @@ fn incident_block(
             }
             @if let Some(actions) = actions {
                 @if incident.tag_applied && !incident.acknowledged
+                    && incident.acknowledgement_asked_by.is_none()
                     && matches!(incident.repair_status, RepairStatus::Completed | RepairStatus::Failed) {
                     form method="post" action={ (base) "incidents/" (incident.uuid) "/acknowledge" } {
                         input type="hidden" name="csrf" value=(actions.csrf);
@@ -1004,8 +1007,11 @@ pub async fn cancel(
     }
 }
 
-/// `POST /ui/admin/incidents/<uuid>/acknowledge`: removes the incident's tag from its node, as
-/// an operator would with `gnt-node remove-tags`; the next round records the acknowledgement.
+/// `POST /ui/admin/incidents/<uuid>/acknowledge`: records the operator's acknowledgement in
+/// the store ([`Event::AcknowledgementAsked`]) and wakes the round, whose executor removes the
+/// incident's tag from its node through Ganeti (intent `untag`, with the reason trail, as an
+/// operator would with `gnt-node remove-tags`) and then records the acknowledgement. No Ganeti
+/// write happens here.
 pub async fn acknowledge(
     State(state): State<ApiState>,
     Path(text): Path<String>,
@@ -1016,18 +1022,21 @@ pub async fn acknowledge(
         Ok(checked) => checked,
         Err(refused) => return refused.into_response(),
     };
-    let incident = match state.store.incident(uuid) {
+    // The round reads and writes incidents under this lock: the request is never lost to an
+    // older copy it saves.
+    let _guard = state.incident_lock.lock().await;
+    let mut incident = match state.store.incident(uuid) {
         Ok(Some(incident)) => incident,
         Ok(None) => {
             return refusal_page(StatusCode::NOT_FOUND, &format!("no incident {uuid}"), false);
         }
         Err(e) => return refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false),
     };
-    let finished = matches!(
-        incident.repair_status,
-        RepairStatus::Completed | RepairStatus::Failed
-    );
-    if !incident.tag_applied || incident.acknowledged || !finished {
+    let who = format!("{user} on the nodecare web page");
+    if incident
+        .apply(Event::AcknowledgementAsked(who), now_s())
+        .is_err()
+    {
         return refusal_page(
             StatusCode::CONFLICT,
             &format!(
@@ -1044,32 +1053,12 @@ pub async fn acknowledge(
             false,
         );
     }
-    let Some(ganeti) = &state.ganeti else {
-        return refusal_page(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "this coordinator has no Ganeti client",
-            false,
-        );
-    };
-    let reason = crate::ganeti::Reason::new(
-        uuid,
-        "acknowledge",
-        format!("acknowledged by {user} on the nodecare web page"),
-    );
-    match ganeti
-        .remove_node_tags(&incident.node, std::slice::from_ref(&incident.tag), &reason)
-        .await
-    {
-        Ok(job) => {
-            tracing::info!(%uuid, %user, job, "tag removal submitted from the web page");
-            Redirect::to("/ui/admin/").into_response()
-        }
-        Err(e) => refusal_page(
-            StatusCode::BAD_GATEWAY,
-            &format!("Ganeti refused to remove the tag: {e}"),
-            false,
-        ),
+    if let Err(e) = state.store.save_incident(&incident) {
+        return refusal_page(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string(), false);
     }
+    tracing::info!(%uuid, %user, "acknowledgement asked on the web page; the round removes the tag");
+    state.board.wake.notify_one();
+    Redirect::to("/ui/admin/").into_response()
 }
 
 #[cfg(test)]

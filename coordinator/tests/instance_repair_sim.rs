@@ -60,6 +60,9 @@ fn view(nodes: &[Node]) -> View {
 struct Round {
     assessment: Assessment,
     report: RunReport,
+    /// The disruptions in force the gate judged against, as the coordinator's round builds
+    /// them: what Ganeti shows drained or offline and the nodes of running repairs.
+    in_force: InForce,
 }
 
 /// One round as the coordinator runs it: read, assess, gate, execute; nothing fails.
@@ -93,7 +96,13 @@ async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Pol
     };
     let assessment = instance_repair::assess(&inputs, &mut uuid::Uuid::new_v4);
     let view = view(&nodes);
-    let in_force = InForce::new(&view, Vec::new());
+    let held = instance_repair_exec::holds(
+        &instances,
+        &nodes,
+        Some(&collected.jobs),
+        &collected.repairs_in_flight,
+    );
+    let in_force = InForce::new(&view, held.disrupted).with_touched(&view, held.touched);
     let decision = gate::decide(&view, policy, &in_force, assessment.proposals());
     let report = instance_repair_exec::run_instance_repairs(
         ganeti,
@@ -104,7 +113,11 @@ async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Pol
         false,
     )
     .await;
-    Round { assessment, report }
+    Round {
+        assessment,
+        report,
+        in_force,
+    }
 }
 
 fn tags_of(sim: &Simulation, instance: &str) -> Vec<String> {
@@ -415,6 +428,97 @@ async fn the_gate_holds_a_repair_back_and_nothing_is_submitted() {
     assert_eq!(go.report.submitted.len(), 1);
 }
 
+/// Issue 25 (1): a repair whose job is still running holds its instance's nodes in the rounds
+/// after the one that admitted it: the node it fails over onto may not be drained by an
+/// incident or touched by a balancing move until the job ends, and the offline node it leaves
+/// is the repair's, not free for another holder to take over.
+#[tokio::test]
+async fn a_running_repair_holds_its_nodes_in_later_rounds() {
+    let sim = sim("inst1:drbd:2");
+    tag(&sim, "inst1.sim.test", &["failover"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let policy = Policy::default();
+    // The failover job stays running.
+    sim.stick_next_jobs(1);
+    let first = round(&sim, &store, 1000, &policy).await;
+    assert_eq!(first.report.submitted.len(), 1, "{:?}", first.report);
+    let (_, repair, _) = first.report.submitted[0].clone();
+    let target = sim.with_cluster(|c| c.instances.get("inst1.sim.test").unwrap().snodes[0].clone());
+    let holder = gate::Holder::InstanceRepair { id: repair };
+
+    // Before and after its pending tag shows, the repair holds both nodes.
+    for now in [1001, 1002] {
+        let later = round(&sim, &store, now, &policy).await;
+        assert!(later.report.submitted.is_empty(), "{:?}", later.report);
+        assert_eq!(
+            later.in_force.touched.get(&target),
+            Some(&holder),
+            "{:?}",
+            later.in_force
+        );
+        assert_eq!(
+            later.in_force.nodes.get("node2.sim.test"),
+            Some(&holder),
+            "{:?}",
+            later.in_force
+        );
+        let client = sim.client();
+        let ganeti: &dyn Ganeti = &client;
+        let view = view(&ganeti.nodes().await.unwrap());
+        let evacuate = gate::Proposal {
+            duty: gate::Duty::NodeRepair,
+            holder: gate::Holder::Incident {
+                id: uuid::Uuid::from_u128(7),
+            },
+            subject: format!("node {target}"),
+            invasiveness: 2,
+            since_ms: 0,
+            disrupts: [target.clone()].into(),
+            touches: Default::default(),
+            fresh: false,
+            moves_memory: Some(0),
+            reason: "evacuate (failing)".into(),
+        };
+        let take_over = gate::Proposal {
+            disrupts: ["node2.sim.test".to_owned()].into(),
+            holder: gate::Holder::Incident {
+                id: uuid::Uuid::from_u128(8),
+            },
+            ..evacuate.clone()
+        };
+        let balance = gate::Proposal {
+            duty: gate::Duty::Balancing,
+            holder: gate::Holder::Balancing {
+                id: uuid::Uuid::from_u128(9),
+            },
+            disrupts: Default::default(),
+            touches: [target.clone(), "node4.sim.test".to_owned()].into(),
+            ..evacuate.clone()
+        };
+        for proposal in [evacuate, take_over, balance] {
+            let decision = gate::decide(&view, &policy, &later.in_force, vec![proposal.clone()]);
+            let outcome = &decision.judgements[0].outcome;
+            assert!(
+                matches!(outcome, Err(gate::BlockedBy::Conflict { holder, .. })
+                    if holder.contains(&repair.to_string())),
+                "{proposal:?}: {outcome:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    // The job ends: the nodes are free again.
+    sim.with_cluster(|c| c.stuck.clear());
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let done = round(&sim, &store, 1100, &policy).await;
+    assert_eq!(
+        done.in_force.touched.get(&target),
+        None,
+        "{:?}",
+        done.in_force
+    );
+}
+
 #[tokio::test]
 async fn the_bare_suspend_tag_keeps_a_reinstall_from_running() {
     let sim = sim("inst1:plain:2");
@@ -552,7 +656,7 @@ async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
 /// adopts the job.
 async fn repair_interrupted_by_a_crash(source: &str) {
     use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
-    use nodecare_coordinator::ganeti::Reason;
+    use nodecare_coordinator::ganeti::{Op, Reason};
     use nodecare_coordinator::instance_repair_exec::Record;
 
     let sim = sim("inst1:drbd:2,inst2:drbd:3");
@@ -583,9 +687,16 @@ async fn repair_interrupted_by_a_crash(source: &str) {
         .unwrap();
     let client = sim.client().with_reason_source(source).unwrap();
     let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
-    let job = Ganeti::failover_instance(&client, "inst1.sim.test", None, &reason)
-        .await
-        .unwrap();
+    let job = Ganeti::submit(
+        &client,
+        &Op::FailoverInstance {
+            instance: "inst1.sim.test".into(),
+            target: None,
+        },
+        &reason,
+    )
+    .await
+    .unwrap();
     let before = Ganeti::job(&client, job).await.unwrap();
     assert!(
         before.reasons.iter().any(|r| r

@@ -720,7 +720,11 @@ struct InProcess {
 }
 
 impl InProcess {
-    async fn send_now(&self, request: &RapiRequest) -> Result<RapiResponse, TransportError> {
+    async fn send_now(
+        &self,
+        request: &RapiRequest,
+        timeout: Duration,
+    ) -> Result<RapiResponse, TransportError> {
         if let Some(node) = &self.on {
             let master = self.sim.master();
             let method = request.method.as_str();
@@ -758,7 +762,7 @@ impl InProcess {
             true,
             &body,
         );
-        let (status, value) = tokio::time::timeout(request.timeout, answer)
+        let (status, value) = tokio::time::timeout(timeout, answer)
             .await
             .map_err(|_elapsed| TransportError::Timeout)?;
         if status == RESET {
@@ -773,8 +777,8 @@ impl InProcess {
 }
 
 impl Transport for InProcess {
-    fn send<'a>(&'a self, request: &'a RapiRequest) -> TransportFuture<'a> {
-        Box::pin(self.send_now(request))
+    fn send<'a>(&'a self, request: &'a RapiRequest, timeout: Duration) -> TransportFuture<'a> {
+        Box::pin(self.send_now(request, timeout))
     }
 }
 

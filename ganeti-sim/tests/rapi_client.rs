@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, RapiError, ServerTrust};
 use nodecare_ganeti::rapi::types::child_jobs_of_opresult;
-use nodecare_ganeti::{EvacuateMode, Ganeti, GanetiError, JobStatus, NodeRole, Reason};
+use nodecare_ganeti::{EvacuateMode, Ganeti, GanetiError, JobStatus, NodeRole, Op, Reason};
 use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
 use nodecare_ganeti_sim::{HttpFaults, SimServer, SimTls, Simulation};
 use uuid::Uuid;
@@ -62,7 +62,7 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
 
     // Drain, then wait for the job through /2/jobs/<id>/wait.
     let drain = reason("drain");
-    let id = Ganeti::set_node_drained(&rapi, "node2.sim.test", true, &drain)
+    let id = Ganeti::submit(&rapi, &Op::drain("node2.sim.test"), &drain)
         .await
         .unwrap();
     let job = rapi
@@ -105,7 +105,7 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
             .is_err()
     );
     let undrain = reason("undrain");
-    let id = Ganeti::set_node_drained(&site, "node2.sim.test", false, &undrain)
+    let id = Ganeti::submit(&site, &Op::undrain("node2.sim.test"), &undrain)
         .await
         .unwrap();
     let job = Ganeti::job(&site, id).await.unwrap();
@@ -121,7 +121,7 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
     site.wait_for_job(id, Duration::from_secs(10))
         .await
         .unwrap();
-    let id = Ganeti::set_node_drained(&rapi, "node2.sim.test", true, &reason("drain-again"))
+    let id = Ganeti::submit(&rapi, &Op::drain("node2.sim.test"), &reason("drain-again"))
         .await
         .unwrap();
     rapi.wait_for_job(id, Duration::from_secs(10))
@@ -129,11 +129,13 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
         .unwrap();
 
     // Evacuate primaries: child jobs move the instances away.
-    let id = Ganeti::evacuate_node(
+    let id = Ganeti::submit(
         &rapi,
-        "node2.sim.test",
-        EvacuateMode::PrimaryOnly,
-        None,
+        &Op::EvacuateNode {
+            node: "node2.sim.test".into(),
+            mode: EvacuateMode::PrimaryOnly,
+            iallocator: None,
+        },
         &reason("evac"),
     )
     .await
@@ -167,9 +169,13 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
 
     // Tags.
     let tags = vec!["nodecare:repairready:x".to_owned()];
-    let id = Ganeti::add_node_tags(&rapi, "node2.sim.test", &tags, &reason("tag"))
-        .await
-        .unwrap();
+    let id = Ganeti::submit(
+        &rapi,
+        &Op::add_node_tags("node2.sim.test", tags.to_vec()),
+        &reason("tag"),
+    )
+    .await
+    .unwrap();
     rapi.wait_for_job(id, Duration::from_secs(10))
         .await
         .unwrap();
@@ -177,9 +183,13 @@ async fn pinned_certificate_is_accepted_and_calls_work() {
         Ganeti::node_tags(&rapi, "node2.sim.test").await.unwrap(),
         tags
     );
-    let id = Ganeti::remove_node_tags(&rapi, "node2.sim.test", &tags, &reason("untag"))
-        .await
-        .unwrap();
+    let id = Ganeti::submit(
+        &rapi,
+        &Op::remove_node_tags("node2.sim.test", tags.to_vec()),
+        &reason("untag"),
+    )
+    .await
+    .unwrap();
     rapi.wait_for_job(id, Duration::from_secs(10))
         .await
         .unwrap();
@@ -226,11 +236,13 @@ async fn failed_jobs_report_ganeti_errors() {
     let (sim, server, tls) = start().await;
     let rapi = client(&server, &tls.cert_pem);
     // A file instance cannot be evacuated.
-    let id = Ganeti::evacuate_node(
+    let id = Ganeti::submit(
         &rapi,
-        "node3.sim.test",
-        EvacuateMode::PrimaryOnly,
-        None,
+        &Op::EvacuateNode {
+            node: "node3.sim.test".into(),
+            mode: EvacuateMode::PrimaryOnly,
+            iallocator: None,
+        },
         &reason("evac3"),
     )
     .await
@@ -254,9 +266,16 @@ async fn failed_jobs_report_ganeti_errors() {
         count: Some(1),
         message: "migration aborted".into(),
     });
-    let id = Ganeti::migrate_instance(&rapi, "inst1.sim.test", None, &reason("mig"))
-        .await
-        .unwrap();
+    let id = Ganeti::submit(
+        &rapi,
+        &Op::MigrateInstance {
+            instance: "inst1.sim.test".into(),
+            target: None,
+        },
+        &reason("mig"),
+    )
+    .await
+    .unwrap();
     let job = Ganeti::job(&rapi, id).await.unwrap();
     assert!(!job.status.is_final());
     let job = rapi
@@ -307,7 +326,7 @@ async fn server_faults_and_timeouts_surface_as_transient_errors() {
     // Slow jobs: waiting is bounded.
     sim.set_job_delay(Duration::from_secs(30));
     let id = rapi
-        .drain_node("node3.sim.test", &reason("slow"))
+        .submit(&Op::drain("node3.sim.test"), &reason("slow"))
         .await
         .unwrap();
     let err = rapi
@@ -325,23 +344,27 @@ async fn the_client_talks_to_the_simulation_in_process() {
     let client = sim.client();
     let g: &dyn Ganeti = &client;
     let r = reason("drain");
-    let id = g
-        .set_node_drained("node3.sim.test", true, &r)
-        .await
-        .unwrap();
+    let id = g.submit(&Op::drain("node3.sim.test"), &r).await.unwrap();
     assert!(sim.settle(Duration::from_secs(5)).await);
     assert_eq!(g.job(id).await.unwrap().status, JobStatus::Success);
     let summary = g.jobs().await.unwrap();
     assert_eq!(summary[0].nodecare_reason().unwrap().incident, r.incident);
     // Submitting the same intent twice is visible to tests.
-    g.set_node_drained("node3.sim.test", true, &r)
-        .await
-        .unwrap();
+    g.submit(&Op::drain("node3.sim.test"), &r).await.unwrap();
     assert_eq!(
         sim.duplicate_intents(),
         vec![format!("{}/drain", r.incident)]
     );
-    let err = g.migrate_instance("nosuch", None, &r).await.unwrap_err();
+    let err = g
+        .submit(
+            &Op::MigrateInstance {
+                instance: "nosuch".into(),
+                target: None,
+            },
+            &r,
+        )
+        .await
+        .unwrap_err();
     assert!(matches!(err, GanetiError::NotFound(_)), "{err}");
 }
 
@@ -384,19 +407,32 @@ async fn chained_jobs_wait_for_their_dependencies_and_fail_with_them() {
     sim.set_job_delay(Duration::from_millis(30));
     let rapi = sim.client();
     let node = "node2.sim.test";
-    let drain = Ganeti::set_node_drained(&rapi, node, true, &reason("drain"))
+    let drain = Ganeti::submit(&rapi, &Op::drain(node.to_owned()), &reason("drain"))
         .await
         .unwrap();
-    let m1 = Ganeti::migrate_instance(&rapi, "inst1.sim.test", None, &reason("m1").after([drain]))
-        .await
-        .unwrap();
-    let m2 = Ganeti::failover_instance(&rapi, "inst2.sim.test", None, &reason("m2").after([drain]))
-        .await
-        .unwrap();
-    let tag = Ganeti::add_node_tags(
+    let m1 = Ganeti::submit(
         &rapi,
-        node,
-        &["nodecare:test".to_owned()],
+        &Op::MigrateInstance {
+            instance: "inst1.sim.test".into(),
+            target: None,
+        },
+        &reason("m1").after([drain]),
+    )
+    .await
+    .unwrap();
+    let m2 = Ganeti::submit(
+        &rapi,
+        &Op::FailoverInstance {
+            instance: "inst2.sim.test".into(),
+            target: None,
+        },
+        &reason("m2").after([drain]),
+    )
+    .await
+    .unwrap();
+    let tag = Ganeti::submit(
+        &rapi,
+        &Op::add_node_tags(node.to_owned(), vec!["nodecare:test".to_owned()]),
         &reason("tag").after([m1, m2]),
     )
     .await
@@ -427,29 +463,29 @@ async fn chained_jobs_wait_for_their_dependencies_and_fail_with_them() {
         count: Some(1),
         message: "migration aborted".into(),
     });
-    let undrain = Ganeti::set_node_drained(&rapi, "node3.sim.test", true, &reason("d3"))
+    let undrain = Ganeti::submit(&rapi, &Op::drain("node3.sim.test"), &reason("d3"))
         .await
         .unwrap();
-    let bad = Ganeti::migrate_instance(
+    let bad = Ganeti::submit(
         &rapi,
-        "inst4.sim.test",
-        None,
+        &Op::MigrateInstance {
+            instance: "inst4.sim.test".into(),
+            target: None,
+        },
         &reason("m4").after([undrain]),
     )
     .await
     .unwrap();
-    let after = Ganeti::add_node_tags(
+    let after = Ganeti::submit(
         &rapi,
-        "node3.sim.test",
-        &["nodecare:after".to_owned()],
+        &Op::add_node_tags("node3.sim.test", vec!["nodecare:after".to_owned()]),
         &reason("tag3").after([bad]),
     )
     .await
     .unwrap();
-    let last = Ganeti::remove_node_tags(
+    let last = Ganeti::submit(
         &rapi,
-        "node3.sim.test",
-        &["nodecare:after".to_owned()],
+        &Op::remove_node_tags("node3.sim.test", vec!["nodecare:after".to_owned()]),
         &reason("untag3").after([after]),
     )
     .await
@@ -496,4 +532,86 @@ async fn malformed_depends_is_refused() {
         let (status, _) = sim.handle(&req).await;
         assert_eq!(status, 400, "{body}");
     }
+}
+
+/// The simulation answers every write the client can submit: each [`Op`] (through the one
+/// request [`nodecare_ganeti::rapi::request::rapi_request`] writes) starts a job that ends.
+#[tokio::test]
+async fn every_op_starts_a_job_in_the_simulation() {
+    use nodecare_ganeti::{ReplaceDisksMode, TagTarget};
+    let spec = "inst1:drbd:1,inst2:diskless:2,inst3:plain:3,inst4:diskless:1";
+    let sim = Simulation::new(SimConfig::from_spec(4, spec, "sim.test").unwrap()).unwrap();
+    sim.set_job_delay(Duration::from_millis(5));
+    let rapi = sim.client();
+    let group = Ganeti::groups(&rapi).await.unwrap()[0].name.clone();
+    let tags = vec!["nodecare:test".to_owned()];
+    let ops = [
+        Op::drain("node4.sim.test"),
+        Op::undrain("node4.sim.test"),
+        Op::offline("node4.sim.test"),
+        Op::online("node4.sim.test"),
+        Op::ShutdownInstance {
+            instance: "inst3.sim.test".into(),
+        },
+        Op::MigrateInstance {
+            instance: "inst2.sim.test".into(),
+            target: Some("node3.sim.test".into()),
+        },
+        Op::FailoverInstance {
+            instance: "inst4.sim.test".into(),
+            target: None,
+        },
+        Op::ReplaceDisks {
+            instance: "inst1.sim.test".into(),
+            mode: ReplaceDisksMode::ReplaceNewSecondary {
+                remote_node: None,
+                iallocator: None,
+            },
+        },
+        Op::EvacuateNode {
+            node: "node2.sim.test".into(),
+            mode: EvacuateMode::SecondaryOnly,
+            iallocator: None,
+        },
+        Op::AddTags {
+            target: TagTarget::Cluster,
+            tags: tags.clone(),
+        },
+        Op::RemoveTags {
+            target: TagTarget::Cluster,
+            tags: tags.clone(),
+        },
+        Op::add_node_tags("node1.sim.test", tags.clone()),
+        Op::remove_node_tags("node1.sim.test", tags.clone()),
+        Op::AddTags {
+            target: TagTarget::Instance("inst2.sim.test".into()),
+            tags: tags.clone(),
+        },
+        Op::AddTags {
+            target: TagTarget::Group(group),
+            tags: tags.clone(),
+        },
+        Op::RecreateInstanceDisks {
+            instance: "inst3.sim.test".into(),
+            iallocator: "hail".into(),
+        },
+        Op::ReinstallInstance {
+            instance: "inst3.sim.test".into(),
+            start: false,
+        },
+    ];
+    let mut jobs = Vec::new();
+    for (n, op) in ops.iter().enumerate() {
+        let reason = Reason::new(Uuid::new_v4(), format!("op{n}"), op.describe());
+        let id = Ganeti::submit(&rapi, op, &reason)
+            .await
+            .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+        assert!(sim.settle(Duration::from_secs(5)).await, "{op:?}");
+        jobs.push((op, id));
+    }
+    for (op, id) in jobs {
+        let job = Ganeti::job(&rapi, id).await.unwrap();
+        assert!(job.status.is_final(), "{op:?}: {:?}", job.status);
+    }
+    assert_eq!(sim.submissions().len(), ops.len());
 }

@@ -3,15 +3,19 @@
 //!
 //! * This module: the [`Ganeti`] trait and its types ([`Node`], [`Instance`], [`DiskTemplate`],
 //!   [`Job`], [`Reason`], ...). The coordinator only ever talks to `dyn Ganeti`.
+//! * [`op`]: every write nodecare makes as one type, [`Op`], submitted with
+//!   [`Ganeti::submit`]. Always built.
+//! * [`rapi::request`]: each [`Op`] as its RAPI request, written once
+//!   ([`rapi::request::rapi_request`]). Always built, free of IO.
 //! * [`rapi::types`]: RAPI's JSON shapes and their decoding, used by every reader of RAPI
 //!   answers (the coordinator through the client, the roll planner from saved or fetched
 //!   answers). Always built, free of IO.
-//! * [`rapi::client`] and [`rapi::tls`] (feature `client`): the RAPI client, which maps every
-//!   operation to its request once, over a [`rapi::transport::Transport`]: HTTPS with the
+//! * [`rapi::client`] and [`rapi::tls`] (feature `client`): the RAPI client, which sends those
+//!   requests and the reads over a [`rapi::transport::Transport`]: HTTPS with the
 //!   cluster certificate pinned for a real cluster, or an in-process simulated cluster
 //!   (`nodecare-ganeti-sim`).
 //!
-//! Every call that submits a Ganeti job takes a [`Reason`]. Its text carries the incident
+//! [`Ganeti::submit`] takes a [`Reason`] beside the [`Op`]. Its text carries the incident
 //! uuid and an intent key, and it ends up in the job's reason trail, so that after a crash the
 //! coordinator can find out from [`Ganeti::jobs`] which of its intents were already submitted.
 
@@ -23,7 +27,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use uuid::Uuid;
 
+pub mod op;
 pub mod rapi;
+
+pub use op::Op;
 
 /// Default reason-trail source of every job the coordinator submits: the repair daemon's, as
 /// Ganeti's design names it (`design-repaird`: "`gnt:daemon:maintd` and the event identifier in
@@ -676,9 +683,11 @@ pub struct Group {
     pub tags: Vec<String>,
 }
 
-/// What the coordinator needs from Ganeti. Implemented by the RAPI client and the simulation.
+/// What the coordinator needs from Ganeti. Implemented by the RAPI client (which the
+/// simulation serves in process).
 ///
-/// Write methods return the id of the submitted job; they do not wait for it.
+/// Every write is an [`Op`] given to [`Ganeti::submit`] (and [`Ganeti::cancel_job`], which
+/// changes the job queue); the other methods read.
 pub trait Ganeti: Send + Sync + fmt::Debug {
     /// Cluster info, including the master's name (RAPI `GET /2/info`).
     fn cluster_info(&self) -> GanetiFuture<'_, ClusterInfo>;
@@ -694,132 +703,16 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
         Box::pin(async move { self.tags(&TagTarget::Node(node.to_owned())).await })
     }
 
-    /// Adds tags to a node ([`Ganeti::add_tags`] on the node).
-    fn add_node_tags<'a>(
-        &'a self,
-        node: &'a str,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.add_tags(&TagTarget::Node(node.to_owned()), tags, reason)
-                .await
-        })
-    }
-
-    /// Removes tags from a node ([`Ganeti::remove_tags`] on the node).
-    fn remove_node_tags<'a>(
-        &'a self,
-        node: &'a str,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            self.remove_tags(&TagTarget::Node(node.to_owned()), tags, reason)
-                .await
-        })
-    }
-
-    /// Sets or clears the drained flag (RAPI `POST /2/nodes/<node>/modify` `{"drained": b}`,
-    /// or `PUT /2/nodes/<node>/role` `"drained"`).
-    fn set_node_drained<'a>(
-        &'a self,
-        node: &'a str,
-        drained: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Sets or clears the offline flag (RAPI `POST /2/nodes/<node>/modify` `{"offline": b}`).
-    fn set_node_offline<'a>(
-        &'a self,
-        node: &'a str,
-        offline: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Shuts an instance down and marks it down (RAPI `PUT /2/instances/<i>/shutdown`; the
-    /// admin state is remembered, so the watcher does not start it again).
-    fn shutdown_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Live-migrates an instance (RAPI `PUT /2/instances/<i>/migrate` `{"mode":"live"}`), to
-    /// `target` when given (shared storage) or to its DRBD secondary.
-    fn migrate_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Fails an instance over (RAPI `PUT /2/instances/<i>/failover`), to `target` when given.
-    fn failover_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Replaces an instance's disks (RAPI `POST /2/instances/<i>/replace-disks`).
-    fn replace_disks<'a>(
-        &'a self,
-        instance: &'a str,
-        mode: &'a ReplaceDisksMode,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Evacuates a node (RAPI `POST /2/nodes/<node>/evacuate` `{"mode", "iallocator"}`).
-    fn evacuate_node<'a>(
-        &'a self,
-        node: &'a str,
-        mode: EvacuateMode,
-        iallocator: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
+    /// Submits one write as a job and returns its id without waiting for it (RAPI: the
+    /// request of [`rapi::request::rapi_request`]). The reason goes into the job's trail and,
+    /// with [`Reason::depends`], chains it after other jobs.
+    fn submit<'a>(&'a self, op: &'a Op, reason: &'a Reason) -> GanetiFuture<'a, JobId>;
 
     /// All node groups with their tags (RAPI `GET /2/groups?bulk=1`).
     fn groups(&self) -> GanetiFuture<'_, Vec<Group>>;
 
     /// The tags of the cluster, a node, an instance or a node group (RAPI `GET .../tags`).
     fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>>;
-
-    /// Adds tags (RAPI `PUT .../tags?tag=...`, opcode `OP_TAGS_SET`).
-    fn add_tags<'a>(
-        &'a self,
-        target: &'a TagTarget,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Removes tags (RAPI `DELETE .../tags?tag=...`, opcode `OP_TAGS_DEL`).
-    fn remove_tags<'a>(
-        &'a self,
-        target: &'a TagTarget,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Recreates all of an instance's disks on nodes chosen by `iallocator` (RAPI
-    /// `POST /2/instances/<i>/recreate-disks`, opcode `OP_INSTANCE_RECREATE_DISKS` with
-    /// `disks = []`, `nodes = []`).
-    fn recreate_instance_disks<'a>(
-        &'a self,
-        instance: &'a str,
-        iallocator: &'a str,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
-
-    /// Reinstalls an instance with its current OS and parameters (RAPI
-    /// `POST /2/instances/<i>/reinstall`: `OP_INSTANCE_SHUTDOWN`, `OP_INSTANCE_REINSTALL`, and
-    /// `OP_INSTANCE_STARTUP` when `start`).
-    fn reinstall_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        start: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId>;
 
     /// One job's status and results (RAPI `GET /2/jobs/<id>`). Unknown or archived →
     /// [`GanetiError::NotFound`].

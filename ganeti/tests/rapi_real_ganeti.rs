@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
 use nodecare_ganeti::rapi::types::RapiJob;
-use nodecare_ganeti::{Ganeti, JobId, JobStatus, NodeRole, Reason};
+use nodecare_ganeti::{Ganeti, JobId, JobStatus, NodeRole, Op, Reason};
 use uuid::Uuid;
 
 /// Reads the `KEY=value` lines written by cluster-up.sh (values quoted with bash `%q`).
@@ -105,9 +105,11 @@ async fn real_cluster_round_trip() {
         "migrate",
         format!("Migrating {} to {target}", diskless.name),
     );
-    let id = Ganeti::migrate_instance(&rapi, &diskless.name, Some(&target), &reason)
-        .await
-        .unwrap();
+    let migrate = Op::MigrateInstance {
+        instance: diskless.name.clone(),
+        target: Some(target.clone()),
+    };
+    let id = Ganeti::submit(&rapi, &migrate, &reason).await.unwrap();
     let job = wait_job(&rapi, id, limit).await;
     assert_eq!(job.status, JobStatus::Success, "{}", job.failure_message());
     let moved = rapi.instance(&diskless.name).await.unwrap();
@@ -131,10 +133,9 @@ async fn real_cluster_round_trip() {
     );
 
     // Drain the node, then evacuate its primaries (the instance goes away again).
-    let id = Ganeti::set_node_drained(
+    let id = Ganeti::submit(
         &rapi,
-        &target,
-        true,
+        &Op::drain(target.clone()),
         &Reason::new(incident, "drain", "Draining"),
     )
     .await
@@ -144,10 +145,9 @@ async fn real_cluster_round_trip() {
 
     // Tag and untag.
     let tag = vec![format!("nodecare:test:{incident}")];
-    let id = Ganeti::add_node_tags(
+    let id = Ganeti::submit(
         &rapi,
-        &target,
-        &tag,
+        &Op::add_node_tags(target.clone(), tag.clone()),
         &Reason::new(incident, "tag", "Tagging"),
     )
     .await
@@ -159,10 +159,9 @@ async fn real_cluster_round_trip() {
             .unwrap()
             .contains(&tag[0])
     );
-    let id = Ganeti::remove_node_tags(
+    let id = Ganeti::submit(
         &rapi,
-        &target,
-        &tag,
+        &Op::remove_node_tags(target.clone(), tag.clone()),
         &Reason::new(incident, "untag", "Untagging"),
     )
     .await
@@ -170,19 +169,20 @@ async fn real_cluster_round_trip() {
     assert_eq!(wait_job(&rapi, id, limit).await.status, JobStatus::Success);
 
     // Move the instance back (the drained node is only a source now), then undrain.
-    let id = Ganeti::migrate_instance(
+    let id = Ganeti::submit(
         &rapi,
-        &diskless.name,
-        Some(&diskless.primary_node),
+        &Op::MigrateInstance {
+            instance: diskless.name.clone(),
+            target: Some(diskless.primary_node.clone()),
+        },
         &Reason::new(incident, "back", "Back"),
     )
     .await
     .unwrap();
     assert_eq!(wait_job(&rapi, id, limit).await.status, JobStatus::Success);
-    let id = Ganeti::set_node_drained(
+    let id = Ganeti::submit(
         &rapi,
-        &target,
-        false,
+        &Op::undrain(target.clone()),
         &Reason::new(incident, "undrain", "Undraining"),
     )
     .await
@@ -195,10 +195,12 @@ async fn real_cluster_round_trip() {
         .iter()
         .find(|i| i.disk_template.as_str() == "file")
     {
-        let id = Ganeti::migrate_instance(
+        let id = Ganeti::submit(
             &rapi,
-            &file.name,
-            None,
+            &Op::MigrateInstance {
+                instance: file.name.clone(),
+                target: None,
+            },
             &Reason::new(incident, "bad", "Must fail"),
         )
         .await

@@ -11,7 +11,9 @@ pub const MAX_GRANT_TTL_S: u64 = 86_400;
 /// Longest override, in seconds from now (seven days).
 pub const MAX_OVERRIDE_S: u64 = 7 * 86_400;
 
-/// `POST /1/disruptions`: another tool asks to disrupt one node (drain, reboot, repair).
+/// `POST /1/disruptions`: another tool asks to disrupt one node (drain, reboot, repair). The
+/// gate judges it like an evacuation of the node: the primaries running there must fit on the
+/// healthy nodes left in its node group (N+1).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DisruptionRequest {

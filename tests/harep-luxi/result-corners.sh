@@ -4,12 +4,12 @@
 # `…:result:reinstall:<uuid>:<spelling>`; a tag harep reads makes the instance Healthy with that
 # repair's data, so the dry run's repair lists it for removal (`parsed`); a tag it cannot read
 # is ignored (`not-parsed`). Prints `<spelling><TAB><verdict>`, the file
-# coordinator/tests/data/harep/result-corners.txt (instance_repair_tests.rs,
+# core/tests/data/harep/result-corners.txt (instance_repair_tests.rs,
 # `result_tags_read_as_real_harep_reads_them`).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-TRACE=${HAREP_LUXI_TRACE:-$ROOT/coordinator/tests/data/harep/luxi-harep-dryrun-trace.json}
+TRACE=${HAREP_LUXI_TRACE:-$ROOT/core/tests/data/harep/luxi-harep-dryrun-trace.json}
 command -v harep >/dev/null || { echo "result-corners: harep not installed (ganeti-htools-3.0)" >&2; exit 2; }
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT

@@ -4,14 +4,14 @@
 # (plain, primary offline: needs a reinstall) carries `ganeti:watcher:autorepair:reinstall` and
 # the spelling; `harep --luxi=SOCKET --dry-run` either repairs it (`not-suspended`) or says it
 # is `ArSuspended Forever` / `ArSuspended (Until …)`. Prints `<spelling><TAB><verdict>` lines,
-# the file coordinator/tests/data/harep/suspend-corners.txt that nodecare's duty is tested
+# the file core/tests/data/harep/suspend-corners.txt that nodecare's duty is tested
 # against (instance_repair_tests.rs, `suspend_tags_read_as_real_harep_reads_them`).
 #
-#   tests/harep-luxi/suspend-corners.sh > coordinator/tests/data/harep/suspend-corners.txt
+#   tests/harep-luxi/suspend-corners.sh > core/tests/data/harep/suspend-corners.txt
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-TRACE=${HAREP_LUXI_TRACE:-$ROOT/coordinator/tests/data/harep/luxi-harep-dryrun-trace.json}
+TRACE=${HAREP_LUXI_TRACE:-$ROOT/core/tests/data/harep/luxi-harep-dryrun-trace.json}
 command -v harep >/dev/null || { echo "suspend-corners: harep not installed (ganeti-htools-3.0)" >&2; exit 2; }
 DIR=$(mktemp -d)
 trap 'rm -rf "$DIR"' EXIT

@@ -534,7 +534,8 @@ async fn actions_need_a_writer_a_form_token_and_the_same_origin() {
         .find(|i| i.uuid == blocked.uuid)
         .unwrap();
     assert_eq!(canceled.repair_status, RepairStatus::Canceled);
-    // Acknowledging removes the tag through Ganeti; the next round records it. An incident
+    // Acknowledging records the decision; the next round removes the tag through Ganeti (a
+    // recorded intent with the reason trail) and records the acknowledgement. An incident
     // without a tag on its node has nothing to acknowledge.
     let done = h
         .incidents()
@@ -562,7 +563,16 @@ async fn actions_need_a_writer_a_form_token_and_the_same_origin() {
             .body(format!("csrf={token}"))
     };
     assert_eq!(ack(blocked.uuid).send().await.unwrap().status(), 409);
+    let submitted_before = h.sim.submissions().len();
     assert_eq!(ack(done.uuid).send().await.unwrap().status(), 303);
+    // Issue 25 (4): no Ganeti write from the HTTP handler; the tag is still on the node.
+    assert_eq!(
+        h.sim.submissions().len(),
+        submitted_before,
+        "{:?}",
+        h.sim.submissions()
+    );
+    assert!(h.node_tags(&node(3)).contains(&done.tag));
     let mut h = h;
     let uuid = done.uuid;
     assert!(
@@ -575,6 +585,29 @@ async fn actions_need_a_writer_a_form_token_and_the_same_origin() {
     );
     let tags = h.sim.with_cluster(|c| c.nodes[&node(3)].tags.clone());
     assert!(!tags.contains(&done.tag), "{tags:?}");
+    // The round removed it with the reason trail (incident and intent) and recorded the step.
+    let untag = h
+        .sim
+        .submissions()
+        .into_iter()
+        .skip(submitted_before)
+        .find(|s| s.op_id == "OP_TAGS_DEL")
+        .expect("the round removed the tag");
+    assert_eq!(untag.intent, Some(format!("{uuid}/untag-1")), "{untag:?}");
+    assert!(
+        untag
+            .reason_text
+            .as_deref()
+            .is_some_and(|t| t.contains("acknowledged by admin on the nodecare web page")),
+        "{untag:?}"
+    );
+    let intents = h.coordinator.api().store.intents().unwrap();
+    assert!(
+        intents
+            .iter()
+            .any(|i| i.incident == uuid && i.key == "untag-1"),
+        "{intents:?}"
+    );
 
     // The breaker's reset and the overrides: same checks, audited under the user's name.
     let store = &h.coordinator.api().store;

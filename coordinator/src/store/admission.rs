@@ -1,6 +1,8 @@
 //! The gate's durable state: grants to other tools (`/1/disruptions`), operator overrides,
 //! the storm breaker, and the audit log of every write to them (who, when, what, why).
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
@@ -14,6 +16,10 @@ pub const BREAKER_DOCUMENT: &str = "breaker";
 
 /// The audit log's `what` of an operator's breaker reset.
 pub(super) const RESET_WHAT: &str = "reset the storm breaker";
+
+/// The store document of when each grant was last renewed (grant id → Unix ms): a renewal
+/// starts the planned disruption's grace again ([`Store::planned_grants`]).
+pub const GRANT_RENEWALS_DOCUMENT: &str = "grant_renewals";
 
 /// Who the coordinator itself is in the audit log (expiry, automatic breaker changes).
 pub const SYSTEM: &str = "nodecare";
@@ -164,6 +170,24 @@ impl Store {
             .collect()
     }
 
+    /// The grants not expired at `now_ms` as planned disruptions for the grace
+    /// ([`crate::gate::grace`]): node, Unix ms the grace runs from, the grant's last renewal
+    /// (else when it was granted). A renewal starts the grace again.
+    pub fn planned_grants(&self, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+        let renewals: BTreeMap<String, u64> =
+            self.document(GRANT_RENEWALS_DOCUMENT)?.unwrap_or_default();
+        Ok(self
+            .grants(now_ms)?
+            .into_iter()
+            .map(|grant| {
+                let from = renewals
+                    .get(&grant.id)
+                    .map_or(grant.granted_ms, |renewed| (*renewed).max(grant.granted_ms));
+                (grant.node, from)
+            })
+            .collect())
+    }
+
     /// The unexpired grant of `requester` for `node`, if any.
     pub fn grant_of(
         &self,
@@ -204,6 +228,39 @@ impl Store {
                 to_i64(grant.expires_ms)
             ],
         )?;
+        if renewed {
+            // When it was renewed, for its grace; entries of grants gone are dropped.
+            let text: Option<String> = transaction
+                .query_row(
+                    "SELECT record FROM documents WHERE name = ?1",
+                    params![GRANT_RENEWALS_DOCUMENT],
+                    |row| row.get(0),
+                )
+                .optional()?;
+            let mut renewals: BTreeMap<String, u64> = match text {
+                Some(text) => serde_json::from_str(&text).map_err(|error| {
+                    StoreError::Corrupt(format!("document {GRANT_RENEWALS_DOCUMENT}: {error}"))
+                })?,
+                None => BTreeMap::new(),
+            };
+            let mut live = transaction.prepare("SELECT id FROM grants")?;
+            let ids = live
+                .query_map([], |row| row.get::<_, String>(0))?
+                .collect::<Result<BTreeSet<String>, _>>()?;
+            drop(live);
+            renewals.retain(|id, _| ids.contains(id));
+            renewals.insert(grant.id.clone(), now_ms);
+            let text = serde_json::to_string(&renewals).map_err(|error| {
+                StoreError::Corrupt(format!(
+                    "encoding document {GRANT_RENEWALS_DOCUMENT}: {error}"
+                ))
+            })?;
+            transaction.execute(
+                "INSERT INTO documents (name, record) VALUES (?1, ?2)
+                 ON CONFLICT(name) DO UPDATE SET record = excluded.record",
+                params![GRANT_RENEWALS_DOCUMENT, text],
+            )?;
+        }
         let verb = if renewed { "renew" } else { "grant" };
         audit(
             &transaction,
@@ -564,6 +621,51 @@ mod tests {
         );
         assert_eq!(log[3].why, "still rebooting");
         assert_eq!(log[5].who, SYSTEM);
+    }
+
+    /// Issue 25 (3): renewing a grant starts its grace again; a grant never renewed keeps the
+    /// grace from when it was granted.
+    #[test]
+    fn renewing_a_grant_renews_its_grace() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_dir(dir.path()).unwrap();
+        store
+            .save_grant(&grant(1, "n1", 100_000), 1_000, false)
+            .unwrap();
+        store
+            .save_grant(&grant(2, "n2", 100_000), 1_000, false)
+            .unwrap();
+        store
+            .save_grant(&grant(1, "n1", 200_000), 50_000, true)
+            .unwrap();
+        let planned = store.planned_grants(60_000).unwrap();
+        assert_eq!(
+            planned,
+            vec![("n1".to_owned(), 50_000), ("n2".to_owned(), 1_000)]
+        );
+        let facts = |name: &str| crate::gate::NodeFacts {
+            name: name.into(),
+            group: "g".into(),
+            domain: format!("rack:{name}"),
+            vm_capable: true,
+            drained: false,
+            offline: false,
+            master: false,
+            memory_free: None,
+            primary_memory: None,
+        };
+        let view = crate::gate::View {
+            nodes: [
+                ("n1".to_owned(), facts("n1")),
+                ("n2".to_owned(), facts("n2")),
+            ]
+            .into(),
+            storage: Vec::new(),
+            now_ms: 60_000,
+        };
+        // A grace of 30 s: n2's (granted at 1 s) ended, n1's (renewed at 50 s) runs.
+        let graced = crate::gate::grace(&view, &planned, 30_000);
+        assert_eq!(graced, BTreeMap::from([("n1".to_owned(), 80_000)]));
     }
 
     #[test]

@@ -16,105 +16,16 @@
 use std::collections::BTreeSet;
 
 use rusqlite::{Connection, params};
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{Store, StoreError, decode_incident, to_i64};
 use crate::incident::{Incident, RepairStatus};
 use nodecare_protocol::maintenance::Campaign;
 
-/// Default seconds between two retention runs (one hour).
-pub const DEFAULT_INTERVAL_SECS: f64 = 3600.0;
-/// Default seconds finished incidents, campaigns, balancing moves and ended overrides are kept.
-pub const DEFAULT_INCIDENTS_SECS: f64 = 90.0 * 86_400.0;
-/// Default seconds audit log lines are kept.
-pub const DEFAULT_AUDIT_SECS: f64 = 365.0 * 86_400.0;
-/// Default most audit log lines kept.
-pub const DEFAULT_AUDIT_ROWS: u64 = 100_000;
-
-/// `[retention]` of the coordinator's configuration (seconds).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetentionConfig {
-    /// Seconds between two retention runs (each followed by an incremental vacuum).
-    pub interval: f64,
-    /// Seconds a finished incident (with its intents), campaign, balancing run or ended
-    /// override is kept after its last change.
-    pub incidents: f64,
-    /// Seconds an audit log line is kept.
-    pub audit: f64,
-    /// Most audit log lines kept (the oldest go first).
-    pub audit_rows: u64,
-}
-
-impl Default for RetentionConfig {
-    fn default() -> Self {
-        Self {
-            interval: DEFAULT_INTERVAL_SECS,
-            incidents: DEFAULT_INCIDENTS_SECS,
-            audit: DEFAULT_AUDIT_SECS,
-            audit_rows: DEFAULT_AUDIT_ROWS,
-        }
-    }
-}
-
-impl RetentionConfig {
-    /// Checks value ranges (every duration at least one second, at least one audit line).
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, value) in [
-            ("retention.interval", self.interval),
-            ("retention.incidents", self.incidents),
-            ("retention.audit", self.audit),
-        ] {
-            if !(value.is_finite() && value >= 1.0) {
-                return Err(format!(
-                    "{name} must be a number of seconds, at least 1, got {value}"
-                ));
-            }
-        }
-        if self.audit_rows == 0 {
-            return Err("retention.audit_rows must be at least 1".into());
-        }
-        Ok(())
-    }
-
-    /// The policy in milliseconds.
-    pub fn policy(&self) -> RetentionPolicy {
-        let ms = |secs: f64| {
-            if secs.is_finite() && secs > 0.0 {
-                // Clamped: at most about 31 700 years.
-                (secs.min(1e12) * 1000.0) as u64
-            } else {
-                0
-            }
-        };
-        RetentionPolicy {
-            incidents_ms: ms(self.incidents),
-            audit_ms: ms(self.audit),
-            audit_rows: self.audit_rows,
-        }
-    }
-
-    /// Time between two runs.
-    pub fn interval(&self) -> std::time::Duration {
-        if self.interval.is_finite() && self.interval >= 0.0 {
-            std::time::Duration::from_secs_f64(self.interval.min(1e9))
-        } else {
-            std::time::Duration::ZERO
-        }
-    }
-}
-
-/// How long things are kept, in milliseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetentionPolicy {
-    /// Finished incidents, campaigns, balancing runs, ended overrides.
-    pub incidents_ms: u64,
-    /// Audit log lines.
-    pub audit_ms: u64,
-    /// Most audit log lines.
-    pub audit_rows: u64,
-}
+pub use nodecare_core::retention::{
+    DEFAULT_AUDIT_ROWS, DEFAULT_AUDIT_SECS, DEFAULT_INCIDENTS_SECS, DEFAULT_INTERVAL_SECS,
+    RetentionConfig, RetentionPolicy,
+};
 
 /// What one retention run deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -246,13 +157,9 @@ impl Store {
         let balancing_moves = self.prune_balancing_moves(now_ms.saturating_sub(keep))?;
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
-        let in_flight: BTreeSet<String> = {
-            let mut statement = transaction.prepare(
-                "SELECT DISTINCT incident FROM intents WHERE state IN ('planned', 'submitted')",
-            )?;
-            let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
-            rows.collect::<Result<_, _>>()?
-        };
+        let in_flight: BTreeSet<String> = super::node_repair::in_flight(&transaction)?
+            .into_iter()
+            .collect();
         let mut expired: Vec<Uuid> = Vec::new();
         {
             let mut statement = transaction.prepare("SELECT uuid, record FROM incidents")?;
@@ -275,9 +182,8 @@ impl Store {
             ..Pruned::default()
         };
         for uuid in &expired {
+            pruned.intents += super::node_repair::forget(&transaction, *uuid)?;
             let uuid = uuid.to_string();
-            pruned.intents +=
-                transaction.execute("DELETE FROM intents WHERE incident = ?1", params![uuid])?;
             pruned.incidents +=
                 transaction.execute("DELETE FROM incidents WHERE uuid = ?1", params![uuid])?;
         }

@@ -20,8 +20,8 @@ impl Store {
     }
 
     /// Replaces the whole state by `snapshot` (the bytes of [`Store::snapshot`]), atomically: a
-    /// snapshot that is not a database of this coordinator's schema (or a newer one) is refused
-    /// and the state left as it was.
+    /// snapshot that is not a database, or of a newer schema, is refused and the state left as
+    /// it was; one of an older schema is brought to this one's first.
     pub fn restore(&self, snapshot: &[u8]) -> Result<(), StoreError> {
         // The image of a WAL database says so in its header (bytes 18 and 19 = 2); an image
         // holds no WAL, so it is read as the rollback-journal database it is (1).
@@ -32,7 +32,7 @@ impl Store {
             versions.copy_from_slice(&[1, 1]);
         }
         let mut source = Connection::open_in_memory()?;
-        source.deserialize_read_exact(MAIN_DB, image.as_slice(), image.len(), true)?;
+        source.deserialize_read_exact(MAIN_DB, image.as_slice(), image.len(), false)?;
         let check: String = source.query_row("PRAGMA quick_check", [], |row| row.get(0))?;
         if check != "ok" {
             return Err(StoreError::Corrupt(format!("snapshot: {check}")));
@@ -41,11 +41,8 @@ impl Store {
         if version > SCHEMA_VERSION {
             return Err(StoreError::TooNew(version));
         }
-        if version < SCHEMA_VERSION {
-            return Err(StoreError::Corrupt(format!(
-                "snapshot schema version {version} is older than {SCHEMA_VERSION}"
-            )));
-        }
+        // A copy an older coordinator pushed is brought to this schema first (in memory).
+        super::migrate(&source)?;
         let mut connection = self.lock();
         let backup = rusqlite::backup::Backup::new(&source, &mut connection)?;
         backup.run_to_completion(256, std::time::Duration::ZERO, None)?;

@@ -6,41 +6,22 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::request::{rapi_request, segment, tags_path, truncate};
 use super::transport::{HttpsTransport, Method, RapiRequest, Transport, TransportError};
 use super::types::{
-    JobWaitAnswer, MigrationMode, RapiClusterInfo, RapiErrorBody, RapiGroup, RapiInstance, RapiJob,
-    RapiNode, TagTarget, reason_query_value,
+    JobWaitAnswer, RapiClusterInfo, RapiErrorBody, RapiGroup, RapiInstance, RapiJob, RapiNode,
+    TagTarget,
 };
 use crate as ganeti;
-use crate::{
-    EvacuateMode, Ganeti, GanetiError, GanetiFuture, JobId, JobStatus, Reason, ReplaceDisksMode,
-};
+use crate::{Ganeti, GanetiError, GanetiFuture, JobId, JobStatus, Op, Reason};
 
 pub use super::config::{
     Credentials, DEFAULT_IALLOCATOR, DEFAULT_RAPI_URL, RAPI_WAIT_PERIOD, RapiConfig, RapiError,
     ServerTrust,
 };
 
-/// Options of an instance migration.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MigrateOptions {
-    pub mode: Option<MigrationMode>,
-    pub target_node: Option<String>,
-    pub iallocator: Option<String>,
-    /// Fall back to a failover when the instance cannot be migrated live.
-    pub allow_failover: bool,
-    pub cleanup: bool,
-}
-
-/// Options of an instance failover.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FailoverOptions {
-    pub target_node: Option<String>,
-    pub iallocator: Option<String>,
-    pub ignore_consistency: bool,
-}
-
-/// Ganeti RAPI v2 client: maps each operation to its RAPI request, and decodes the answers.
+/// Ganeti RAPI v2 client: sends the reads and each write's request ([`rapi_request`]), and decodes
+/// the answers.
 /// Cheap to clone (shares the transport and its connection pool).
 #[derive(Debug, Clone)]
 pub struct RapiClient {
@@ -261,263 +242,22 @@ impl RapiClient {
         Ok(job)
     }
 
-    // ---- jobs (every one carries the nodecare reason) ----
+    // ---- writes ----
 
-    /// `PUT /2/nodes/<n>/role` with body `"drained"` (`?force=1`, as maintd forces it).
-    pub async fn drain_node(&self, node: &str, reason: &Reason) -> Result<JobId, RapiError> {
-        let path = format!("/2/nodes/{}/role", segment(node)?);
-        self.submit(
-            Method::Put,
-            &path,
-            &[("force", "1")],
-            &json!("drained"),
-            reason,
-        )
-        .await
-    }
-
-    /// `POST /2/nodes/<n>/modify` with `{"drained": <drained>}` (the role resource cannot clear
-    /// just the drained flag).
-    pub async fn set_node_drained(
-        &self,
-        node: &str,
-        drained: bool,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        if drained && reason.depends.is_empty() {
-            return self.drain_node(node, reason).await;
-        }
-        // The role resource's body is a bare string, which cannot carry `depends`: a chained
-        // drain goes through the modify resource.
-        let path = format!("/2/nodes/{}/modify", segment(node)?);
-        let body = if drained {
-            json!({"drained": true, "force": true})
-        } else {
-            json!({"drained": false})
-        };
-        self.submit(Method::Post, &path, &[], &body, reason).await
-    }
-
-    /// `POST /2/nodes/<n>/modify` with `{"offline": <offline>}`; `auto_promote` keeps the
-    /// master-candidate pool filled when a candidate goes offline.
-    pub async fn set_node_offline(
-        &self,
-        node: &str,
-        offline: bool,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/nodes/{}/modify", segment(node)?);
-        let body = if offline {
-            json!({"offline": true, "auto_promote": true})
-        } else {
-            json!({"offline": false})
-        };
-        self.submit(Method::Post, &path, &[], &body, reason).await
-    }
-
-    /// `PUT /2/instances/<i>/shutdown` (Ganeti's default timeout; the down state is
-    /// remembered).
-    pub async fn shutdown_instance(
-        &self,
-        instance: &str,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/instances/{}/shutdown", segment(instance)?);
-        self.submit(Method::Put, &path, &[], &json!({}), reason)
-            .await
-    }
-
-    /// `PUT /2/instances/<i>/migrate`.
-    pub async fn migrate_instance(
-        &self,
-        instance: &str,
-        options: &MigrateOptions,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/instances/{}/migrate", segment(instance)?);
-        let mut body = serde_json::Map::new();
-        if let Some(mode) = options.mode {
-            body.insert(
-                "mode".into(),
-                serde_json::to_value(mode).unwrap_or(Value::Null),
-            );
-        }
-        insert_opt(&mut body, "target_node", &options.target_node);
-        insert_opt(&mut body, "iallocator", &options.iallocator);
-        body.insert("allow_failover".into(), options.allow_failover.into());
-        body.insert("cleanup".into(), options.cleanup.into());
-        self.submit(Method::Put, &path, &[], &Value::Object(body), reason)
-            .await
-    }
-
-    /// `PUT /2/instances/<i>/failover`.
-    pub async fn failover_instance(
-        &self,
-        instance: &str,
-        options: &FailoverOptions,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/instances/{}/failover", segment(instance)?);
-        let mut body = serde_json::Map::new();
-        insert_opt(&mut body, "target_node", &options.target_node);
-        insert_opt(&mut body, "iallocator", &options.iallocator);
-        body.insert(
-            "ignore_consistency".into(),
-            options.ignore_consistency.into(),
-        );
-        self.submit(Method::Put, &path, &[], &Value::Object(body), reason)
-            .await
-    }
-
-    /// `POST /2/instances/<i>/replace-disks`. The body is never empty, so RAPI does not fall
-    /// back to its legacy query-string interface.
-    pub async fn replace_disks(
-        &self,
-        instance: &str,
-        mode: &ReplaceDisksMode,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/instances/{}/replace-disks", segment(instance)?);
-        let mut body = serde_json::Map::new();
-        body.insert("mode".into(), mode.as_str().into());
-        if let ReplaceDisksMode::ReplaceNewSecondary {
-            remote_node,
-            iallocator,
-        } = mode
-        {
-            insert_opt(&mut body, "remote_node", remote_node);
-            if remote_node.is_none() {
-                let ialloc = iallocator
-                    .clone()
-                    .unwrap_or_else(|| DEFAULT_IALLOCATOR.to_owned());
-                body.insert("iallocator".into(), ialloc.into());
-            }
-        }
-        body.insert("early_release".into(), false.into());
-        self.submit(Method::Post, &path, &[], &Value::Object(body), reason)
-            .await
-    }
-
-    /// `POST /2/nodes/<n>/evacuate` (`iallocator` defaults to `hail`). On success the job's
-    /// result lists the per-instance child jobs ([`RapiJob::child_jobs`]), which must be waited
-    /// for as well.
-    pub async fn evacuate_node(
-        &self,
-        node: &str,
-        mode: EvacuateMode,
-        iallocator: Option<&str>,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/nodes/{}/evacuate", segment(node)?);
-        let body = json!({
-            "mode": mode.as_str(),
-            "iallocator": iallocator.unwrap_or(DEFAULT_IALLOCATOR),
-            "early_release": false,
-        });
-        self.submit(Method::Post, &path, &[], &body, reason).await
-    }
-
-    /// `PUT .../tags?tag=...`.
-    pub async fn add_tags(
-        &self,
-        target: &TagTarget,
-        tags: &[String],
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        self.tag_job(Method::Put, target, tags, reason).await
-    }
-
-    /// `DELETE .../tags?tag=...`.
-    pub async fn remove_tags(
-        &self,
-        target: &TagTarget,
-        tags: &[String],
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        self.tag_job(Method::Delete, target, tags, reason).await
-    }
-
-    async fn tag_job(
-        &self,
-        method: Method,
-        target: &TagTarget,
-        tags: &[String],
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        if tags.is_empty() {
-            return Err(RapiError::Config(
-                "a tag operation needs at least one tag".into(),
-            ));
-        }
-        let path = tags_path(target)?;
-        let query: Vec<(&str, &str)> = tags.iter().map(|t| ("tag", t.as_str())).collect();
-        self.submit(method, &path, &query, &Value::Null, reason)
-            .await
-    }
-
-    /// `POST /2/instances/<i>/recreate-disks` `{"disks": [], "nodes": [], "iallocator": ...}`.
-    pub async fn recreate_instance_disks(
-        &self,
-        instance: &str,
-        iallocator: &str,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/instances/{}/recreate-disks", segment(instance)?);
-        let body = json!({"disks": [], "nodes": [], "iallocator": iallocator});
-        self.submit(Method::Post, &path, &[], &body, reason).await
-    }
-
-    /// `POST /2/instances/<i>/reinstall` (the OS and its parameters stay as they are;
-    /// `nostartup=1` unless `start`). Ganeti 3.0.2 refuses a body together with query
-    /// parameters on this resource ("Can't combine query and body parameters"), and the reason
-    /// can only travel as a query parameter, so the request uses the query interface and has
-    /// no body: it cannot carry `depends` either (refused here rather than dropped). Ganeti
-    /// 3.0.2 builds this job (shutdown, reinstall, startup) without the `reason` parameter:
-    /// the job's trail holds only Ganeti's own entries (checked on the real cluster).
-    pub async fn reinstall_instance(
-        &self,
-        instance: &str,
-        start: bool,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let path = format!("/2/instances/{}/reinstall", segment(instance)?);
-        if !reason.depends.is_empty() {
-            return Err(RapiError::Config(format!(
-                "POST {path}: RAPI's reinstall cannot wait for other jobs"
-            )));
-        }
-        let query: &[(&str, &str)] = if start { &[] } else { &[("nostartup", "1")] };
-        self.submit(Method::Post, &path, query, &Value::Null, reason)
-            .await
-    }
-
-    // ---- plumbing ----
-
-    /// Submits a job: the reason goes into the `reason` query parameter, its dependencies into
-    /// the body's `depends` (`[[id, ["success"]], ...]`, which RAPI adds to every opcode
-    /// resource's parameters), and the answer must be a bare job id.
-    async fn submit(
-        &self,
-        method: Method,
-        path: &str,
-        query: &[(&str, &str)],
-        body: &Value,
-        reason: &Reason,
-    ) -> Result<JobId, RapiError> {
-        let reason_text = reason_query_value(&self.reason_source, reason);
-        let mut full_query: Vec<(&str, &str)> = query.to_vec();
-        full_query.push(("reason", &reason_text));
-        let body = with_depends(body, &reason.depends)
-            .map_err(|message| RapiError::Config(format!("{method} {path}: {message}")))?;
-        let id: Value = self
-            .call(method, path, &full_query, body, self.request_timeout)
-            .await?;
+    /// Submits `op` as a job with the request [`rapi_request`] writes (the reason in the
+    /// `reason` query parameter after this client's source, dependencies in the body's
+    /// `depends`); the answer must be a bare job id.
+    pub async fn submit(&self, op: &Op, reason: &Reason) -> Result<JobId, RapiError> {
+        let request = rapi_request(op, reason, &self.reason_source)?;
+        let id: Value = self.send(&request, self.request_timeout).await?;
         id.as_u64().ok_or_else(|| RapiError::Decode {
-            method: method.to_string(),
-            path: path.to_owned(),
+            method: request.method.to_string(),
+            path: request.path.clone(),
             message: format!("expected a job id, got {}", truncate(&id.to_string())),
         })
     }
+
+    // ---- plumbing ----
 
     async fn get_json<T: DeserializeOwned>(
         &self,
@@ -544,20 +284,34 @@ impl RapiClient {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             body,
-            timeout,
         };
-        let response = self.transport.send(&request).await.map_err(|e| match e {
-            TransportError::Timeout => RapiError::Timeout {
-                method: method.to_string(),
-                path: path.to_owned(),
-                after: timeout,
-            },
-            TransportError::Failed(message) => RapiError::Transport {
-                method: method.to_string(),
-                path: path.to_owned(),
-                message,
-            },
-        })?;
+        self.send(&request, timeout).await
+    }
+
+    /// Sends `request` and decodes a 2xx answer's JSON; anything else is an error naming the
+    /// request's method and path.
+    async fn send<T: DeserializeOwned>(
+        &self,
+        request: &RapiRequest,
+        timeout: Duration,
+    ) -> Result<T, RapiError> {
+        let (method, path) = (request.method, request.path.as_str());
+        let response = self
+            .transport
+            .send(request, timeout)
+            .await
+            .map_err(|e| match e {
+                TransportError::Timeout => RapiError::Timeout {
+                    method: method.to_string(),
+                    path: path.to_owned(),
+                    after: timeout,
+                },
+                TransportError::Failed(message) => RapiError::Transport {
+                    method: method.to_string(),
+                    path: path.to_owned(),
+                    message,
+                },
+            })?;
         if !(200..300).contains(&response.status) {
             return Err(http_error(
                 method.as_str(),
@@ -621,86 +375,8 @@ impl Ganeti for RapiClient {
         Box::pin(async move { Ok(converted(RapiClient::instances(self).await?)) })
     }
 
-    fn set_node_drained<'a>(
-        &'a self,
-        node: &'a str,
-        drained: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(
-            async move { Ok(RapiClient::set_node_drained(self, node, drained, reason).await?) },
-        )
-    }
-
-    fn set_node_offline<'a>(
-        &'a self,
-        node: &'a str,
-        offline: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(
-            async move { Ok(RapiClient::set_node_offline(self, node, offline, reason).await?) },
-        )
-    }
-
-    fn shutdown_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move { Ok(RapiClient::shutdown_instance(self, instance, reason).await?) })
-    }
-
-    fn migrate_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let options = MigrateOptions {
-                mode: Some(MigrationMode::Live),
-                target_node: target.map(str::to_owned),
-                ..MigrateOptions::default()
-            };
-            Ok(RapiClient::migrate_instance(self, instance, &options, reason).await?)
-        })
-    }
-
-    fn failover_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        target: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            let options = FailoverOptions {
-                target_node: target.map(str::to_owned),
-                ..FailoverOptions::default()
-            };
-            Ok(RapiClient::failover_instance(self, instance, &options, reason).await?)
-        })
-    }
-
-    fn replace_disks<'a>(
-        &'a self,
-        instance: &'a str,
-        mode: &'a ReplaceDisksMode,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move { Ok(RapiClient::replace_disks(self, instance, mode, reason).await?) })
-    }
-
-    fn evacuate_node<'a>(
-        &'a self,
-        node: &'a str,
-        mode: EvacuateMode,
-        iallocator: Option<&'a str>,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            Ok(RapiClient::evacuate_node(self, node, mode, iallocator, reason).await?)
-        })
+    fn submit<'a>(&'a self, op: &'a Op, reason: &'a Reason) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move { Ok(RapiClient::submit(self, op, reason).await?) })
     }
 
     fn groups(&self) -> GanetiFuture<'_, Vec<ganeti::Group>> {
@@ -709,46 +385,6 @@ impl Ganeti for RapiClient {
 
     fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>> {
         Box::pin(async move { Ok(RapiClient::tags(self, target).await?) })
-    }
-
-    fn add_tags<'a>(
-        &'a self,
-        target: &'a TagTarget,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move { Ok(RapiClient::add_tags(self, target, tags, reason).await?) })
-    }
-
-    fn remove_tags<'a>(
-        &'a self,
-        target: &'a TagTarget,
-        tags: &'a [String],
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move { Ok(RapiClient::remove_tags(self, target, tags, reason).await?) })
-    }
-
-    fn recreate_instance_disks<'a>(
-        &'a self,
-        instance: &'a str,
-        iallocator: &'a str,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(async move {
-            Ok(RapiClient::recreate_instance_disks(self, instance, iallocator, reason).await?)
-        })
-    }
-
-    fn reinstall_instance<'a>(
-        &'a self,
-        instance: &'a str,
-        start: bool,
-        reason: &'a Reason,
-    ) -> GanetiFuture<'a, JobId> {
-        Box::pin(
-            async move { Ok(RapiClient::reinstall_instance(self, instance, start, reason).await?) },
-        )
     }
 
     fn job(&self, id: JobId) -> GanetiFuture<'_, ganeti::Job> {
@@ -780,57 +416,6 @@ fn converted<R, T: From<R>>(records: Vec<R>) -> Vec<T> {
     records.into_iter().map(Into::into).collect()
 }
 
-fn insert_opt(body: &mut serde_json::Map<String, Value>, key: &str, value: &Option<String>) {
-    if let Some(v) = value {
-        body.insert(key.to_owned(), Value::String(v.clone()));
-    }
-}
-
-fn tags_path(target: &TagTarget) -> Result<String, RapiError> {
-    Ok(match target {
-        TagTarget::Cluster => "/2/tags".to_owned(),
-        TagTarget::Node(n) => format!("/2/nodes/{}/tags", segment(n)?),
-        TagTarget::Instance(i) => format!("/2/instances/{}/tags", segment(i)?),
-        TagTarget::Group(g) => format!("/2/groups/{}/tags", segment(g)?),
-    })
-}
-
-/// A node, instance or group name as one URL path segment. Ganeti names are host names
-/// (letters, digits, `.`, `-`, `_`); anything else is refused rather than escaped.
-/// The request body with RAPI's `depends` parameter added (`None` for an empty body). RAPI
-/// reads `depends` only from a JSON object body, so a bare-value body cannot carry it.
-fn with_depends(body: &Value, depends: &[JobId]) -> Result<Option<Value>, String> {
-    if depends.is_empty() {
-        return Ok((!body.is_null()).then(|| body.clone()));
-    }
-    let list: Vec<Value> = depends.iter().map(|id| json!([id, ["success"]])).collect();
-    let mut map = match body {
-        Value::Null => serde_json::Map::new(),
-        Value::Object(map) => map.clone(),
-        _ => return Err("this resource's body cannot carry job dependencies".into()),
-    };
-    map.insert("depends".into(), Value::Array(list));
-    Ok(Some(Value::Object(map)))
-}
-
-fn segment(name: &str) -> Result<&str, RapiError> {
-    let ok = !name.is_empty()
-        && name.len() <= 255
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-        && name != "."
-        && name != "..";
-    if ok {
-        Ok(name)
-    } else {
-        Err(RapiError::Config(format!(
-            "invalid Ganeti object name `{}`",
-            truncate(name)
-        )))
-    }
-}
-
 fn http_error(method: &str, path: &str, status: u16, body: &[u8]) -> RapiError {
     let message = match serde_json::from_slice::<RapiErrorBody>(body) {
         Ok(parsed) if parsed.explain.is_empty() => parsed.message,
@@ -853,40 +438,136 @@ fn decode_error(method: &str, path: &str, e: &serde_json::Error) -> RapiError {
     }
 }
 
-fn truncate(text: &str) -> String {
-    const MAX: usize = 300;
-    if text.len() <= MAX {
-        return text.to_owned();
-    }
-    let mut cut = MAX;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    format!("{}...", &text[..cut])
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn depends_goes_into_an_object_body() {
-        assert_eq!(with_depends(&Value::Null, &[]), Ok(None));
-        assert_eq!(
-            with_depends(&json!({"mode": "live"}), &[]),
-            Ok(Some(json!({"mode": "live"})))
-        );
-        assert_eq!(
-            with_depends(&Value::Null, &[4, 7]),
-            Ok(Some(
-                json!({"depends": [[4, ["success"]], [7, ["success"]]]})
-            ))
-        );
-        assert_eq!(
-            with_depends(&json!({"mode": "live"}), &[4]),
-            Ok(Some(json!({"mode": "live", "depends": [[4, ["success"]]]})))
-        );
-        assert!(with_depends(&json!("drained"), &[4]).is_err());
+    /// Records every request and answers job id 1.
+    #[derive(Debug, Default)]
+    struct Recorder(std::sync::Mutex<Vec<RapiRequest>>);
+
+    impl Transport for Recorder {
+        fn send<'a>(
+            &'a self,
+            request: &'a RapiRequest,
+            _timeout: Duration,
+        ) -> super::super::transport::TransportFuture<'a> {
+            if let Ok(mut seen) = self.0.lock() {
+                seen.push(request.clone());
+            }
+            Box::pin(async {
+                Ok(super::super::transport::RapiResponse {
+                    status: 200,
+                    body: b"1".to_vec(),
+                })
+            })
+        }
+    }
+
+    /// What the client submits is exactly [`rapi_request`]'s request, with the client's reason
+    /// source; a request that cannot be written is refused before anything is sent.
+    #[tokio::test]
+    async fn every_write_sends_its_op_request() {
+        use crate::{EvacuateMode, ReplaceDisksMode, TagTarget};
+        let recorder = Arc::new(Recorder::default());
+        let client = RapiClient::with_transport(recorder.clone(), "rec://", Duration::from_secs(1))
+            .with_reason_source("site:repair")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let ops = vec![
+            Op::drain("node1"),
+            Op::undrain("node1"),
+            Op::offline("node1"),
+            Op::online("node1"),
+            Op::ShutdownInstance {
+                instance: "inst1".into(),
+            },
+            Op::MigrateInstance {
+                instance: "inst1".into(),
+                target: None,
+            },
+            Op::MigrateInstance {
+                instance: "inst1".into(),
+                target: Some("node2".into()),
+            },
+            Op::FailoverInstance {
+                instance: "inst1".into(),
+                target: None,
+            },
+            Op::FailoverInstance {
+                instance: "inst1".into(),
+                target: Some("node2".into()),
+            },
+            Op::ReplaceDisks {
+                instance: "inst1".into(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: Some("node3".into()),
+                    iallocator: None,
+                },
+            },
+            Op::ReplaceDisks {
+                instance: "inst1".into(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: None,
+                    iallocator: None,
+                },
+            },
+            Op::ReplaceDisks {
+                instance: "inst1".into(),
+                mode: ReplaceDisksMode::ReplaceAuto,
+            },
+            Op::EvacuateNode {
+                node: "node1".into(),
+                mode: EvacuateMode::SecondaryOnly,
+                iallocator: None,
+            },
+            Op::EvacuateNode {
+                node: "node1".into(),
+                mode: EvacuateMode::PrimaryOnly,
+                iallocator: Some("x".into()),
+            },
+            Op::add_node_tags("node1", vec!["a".into(), "b".into()]),
+            Op::RemoveTags {
+                target: TagTarget::Cluster,
+                tags: vec!["a".into()],
+            },
+            Op::AddTags {
+                target: TagTarget::Group("g".into()),
+                tags: vec!["a".into()],
+            },
+            Op::RecreateInstanceDisks {
+                instance: "inst1".into(),
+                iallocator: "hail".into(),
+            },
+            Op::ReinstallInstance {
+                instance: "inst1".into(),
+                start: true,
+            },
+            Op::ReinstallInstance {
+                instance: "inst1".into(),
+                start: false,
+            },
+        ];
+        let plain = Reason::new(uuid::Uuid::nil(), "k", "why\tnot");
+        let chained = plain.clone().after([3, 9]);
+        for reason in [&plain, &chained] {
+            for op in &ops {
+                let g: &dyn Ganeti = &client;
+                let sent = g.submit(op, reason).await;
+                let expected = rapi_request(op, reason, "site:repair");
+                let last = recorder.0.lock().ok().and_then(|mut seen| seen.pop());
+                match expected {
+                    Ok(request) => {
+                        assert_eq!(sent, Ok(1), "{op:?}");
+                        assert_eq!(last, Some(request), "{op:?} {reason:?}");
+                    }
+                    Err(e) => {
+                        assert_eq!(last, None, "{op:?}");
+                        let err = sent.err().map(|e| e.to_string()).unwrap_or_default();
+                        assert!(err.contains(&e.0), "{err} / {e}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]
@@ -928,15 +609,6 @@ mod tests {
         assert!(Credentials::parse("user:").is_err());
         assert!(Credentials::parse("a b write\nlonely").is_err());
         assert!(!format!("{:?}", Credentials::parse("a:secret").unwrap()).contains("secret"));
-    }
-
-    #[test]
-    fn names_are_checked() {
-        assert!(segment("node1.example.com").is_ok());
-        assert!(segment("../x").is_err());
-        assert!(segment("a/b").is_err());
-        assert!(segment("").is_err());
-        assert!(segment("a?b").is_err());
     }
 
     #[test]

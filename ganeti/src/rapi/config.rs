@@ -10,7 +10,7 @@ use crate::{JobId, JobStatus};
 /// Default RAPI address (RAPI listens on the master; nodecare's coordinator runs there).
 pub const DEFAULT_RAPI_URL: &str = "https://localhost:5080";
 /// Allocator used when the caller names none (Ganeti's default).
-pub const DEFAULT_IALLOCATOR: &str = "hail";
+pub use super::request::DEFAULT_IALLOCATOR;
 /// How long RAPI itself blocks in `/2/jobs/<id>/wait` before answering "no change".
 pub const RAPI_WAIT_PERIOD: Duration = Duration::from_secs(10);
 
@@ -221,5 +221,11 @@ impl RapiConfig {
     pub fn with_credentials(mut self, credentials: Credentials) -> Self {
         self.credentials = Some(credentials);
         self
+    }
+}
+
+impl From<super::request::InvalidRequest> for RapiError {
+    fn from(e: super::request::InvalidRequest) -> Self {
+        Self::Config(e.0)
     }
 }

@@ -1,7 +1,8 @@
 //! What carries one RAPI request to Ganeti and its answer back.
 //!
-//! The [`super::client::RapiClient`] maps every operation to its request (method, path, query,
-//! JSON body) once, and hands the request to a [`Transport`]. [`HttpsTransport`] is the real
+//! The [`super::client::RapiClient`] builds each request (method, path, query, JSON body; a
+//! write's from [`super::request::rapi_request`]) and hands it to a [`Transport`] with its
+//! timeout. [`HttpsTransport`] is the real
 //! one (reqwest, the cluster certificate pinned, basic authentication); the simulated cluster
 //! of `nodecare-ganeti-sim` provides an in-process one that answers from its route handler.
 
@@ -10,51 +11,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use super::config::{Credentials, RAPI_WAIT_PERIOD, RapiConfig, RapiError, ServerTrust};
 use super::tls;
 
-/// The HTTP methods RAPI uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Method {
-    Get,
-    Put,
-    Post,
-    Delete,
-}
-
-impl Method {
-    /// The method's name on the wire.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Get => "GET",
-            Self::Put => "PUT",
-            Self::Post => "POST",
-            Self::Delete => "DELETE",
-        }
-    }
-}
-
-impl fmt::Display for Method {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One RAPI request.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RapiRequest {
-    pub method: Method,
-    /// Absolute path, e.g. `/2/nodes/node1/evacuate`.
-    pub path: String,
-    /// Query parameters, in order (not yet percent-encoded).
-    pub query: Vec<(String, String)>,
-    /// JSON body, sent as `application/json`; `None` sends no body.
-    pub body: Option<Value>,
-    /// How long the whole request may take.
-    pub timeout: Duration,
-}
+pub use super::request::{Method, RapiRequest};
 
 /// The answer to a [`RapiRequest`]: HTTP status and body bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,8 +40,9 @@ pub type TransportFuture<'a> =
 
 /// Carries requests to a RAPI server.
 pub trait Transport: Send + Sync + fmt::Debug {
-    /// Sends one request and returns the answer, whatever its status.
-    fn send<'a>(&'a self, request: &'a RapiRequest) -> TransportFuture<'a>;
+    /// Sends one request and returns the answer, whatever its status; the whole exchange may
+    /// take `timeout`.
+    fn send<'a>(&'a self, request: &'a RapiRequest, timeout: Duration) -> TransportFuture<'a>;
 }
 
 /// RAPI over HTTPS with the cluster certificate pinned (or plain HTTP for a simulation on
@@ -146,7 +107,11 @@ impl HttpsTransport {
         &self.base_url
     }
 
-    async fn send_now(&self, request: &RapiRequest) -> Result<RapiResponse, TransportError> {
+    async fn send_now(
+        &self,
+        request: &RapiRequest,
+        timeout: Duration,
+    ) -> Result<RapiResponse, TransportError> {
         let method = match request.method {
             Method::Get => reqwest::Method::GET,
             Method::Put => reqwest::Method::PUT,
@@ -157,7 +122,7 @@ impl HttpsTransport {
         let mut builder = self
             .http
             .request(method, &url)
-            .timeout(request.timeout)
+            .timeout(timeout)
             .header("Accept", "application/json");
         if !request.query.is_empty() {
             builder = builder.query(&request.query);
@@ -179,8 +144,8 @@ impl HttpsTransport {
 }
 
 impl Transport for HttpsTransport {
-    fn send<'a>(&'a self, request: &'a RapiRequest) -> TransportFuture<'a> {
-        Box::pin(self.send_now(request))
+    fn send<'a>(&'a self, request: &'a RapiRequest, timeout: Duration) -> TransportFuture<'a> {
+        Box::pin(self.send_now(request, timeout))
     }
 }
 

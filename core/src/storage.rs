@@ -1,6 +1,6 @@
 //! Storage health for the gate: from the agents' signed DRBD reports and RAPI's view of the
 //! instances, every reason the cluster's storage is not whole, as [`StorageProblem`]s. Pure, no
-//! IO ([`crate::scrape`] reads the reports).
+//! IO (the coordinator's `scrape` reads the reports).
 //!
 //! A problem is
 //!

@@ -43,7 +43,8 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::ganeti::{
-    DiskTemplate, Group, Instance, JobId, JobStatus, Node, Redundancy, ReplaceDisksMode, TagTarget,
+    DiskTemplate, Group, Instance, JobId, JobStatus, Node, Op, Redundancy, ReplaceDisksMode,
+    TagTarget,
 };
 use crate::gate::{Duty, Holder, Proposal};
 
@@ -763,6 +764,33 @@ impl RepairOp {
             }
         };
         ordered_object(&fields)
+    }
+
+    /// The Ganeti write of the operation on `instance`.
+    pub fn op(&self, instance: &str) -> Op {
+        let instance = instance.to_owned();
+        match self {
+            Self::RecreateDisks { iallocator } => Op::RecreateInstanceDisks {
+                instance,
+                iallocator: iallocator.clone(),
+            },
+            Self::Reinstall { start } => Op::ReinstallInstance {
+                instance,
+                start: *start,
+            },
+            Self::Failover => Op::FailoverInstance {
+                instance,
+                target: None,
+            },
+            Self::Migrate => Op::MigrateInstance {
+                instance,
+                target: None,
+            },
+            Self::ReplaceDisks(mode) => Op::ReplaceDisks {
+                instance,
+                mode: mode.clone(),
+            },
+        }
     }
 
     /// What the job does, for people.

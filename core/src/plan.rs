@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ganeti::{DiskTemplate, Instance, Node};
+use crate::ganeti::{DiskTemplate, Instance, Node, Op, ReplaceDisksMode};
 
 /// A resource two jobs must not share while in flight.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -65,6 +65,31 @@ impl Move {
             Self::Migrate { instance, .. }
             | Self::Failover { instance, .. }
             | Self::ReplaceSecondary { instance, .. } => instance,
+        }
+    }
+
+    /// The Ganeti write that makes the move (a new secondary: `replace-disks` with
+    /// `replace_new_secondary` to `remote_node`).
+    pub fn op(&self) -> Op {
+        match self {
+            Self::Migrate { instance, target } => Op::MigrateInstance {
+                instance: instance.clone(),
+                target: target.clone(),
+            },
+            Self::Failover { instance, target } => Op::FailoverInstance {
+                instance: instance.clone(),
+                target: target.clone(),
+            },
+            Self::ReplaceSecondary {
+                instance,
+                remote_node,
+            } => Op::ReplaceDisks {
+                instance: instance.clone(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: Some(remote_node.clone()),
+                    iallocator: None,
+                },
+            },
         }
     }
 
@@ -1102,12 +1127,12 @@ enum Attempt {
     Wait(String),
 }
 
-#[cfg(test)]
-pub(crate) mod tests_support {
+#[cfg(any(test, feature = "test-support"))]
+pub mod tests_support {
     use crate::ganeti::{Node, NodeRole};
 
     /// A healthy regular node with 4 GiB free.
-    pub(crate) fn node(name: &str) -> Node {
+    pub fn node(name: &str) -> Node {
         Node {
             name: name.into(),
             uuid: format!("uuid-{name}"),
@@ -1129,7 +1154,7 @@ pub(crate) mod tests_support {
     }
 
     /// A running diskless instance on `primary` with `memory` MiB.
-    pub(crate) fn instance(name: &str, primary: &str, memory: u64) -> crate::ganeti::Instance {
+    pub fn instance(name: &str, primary: &str, memory: u64) -> crate::ganeti::Instance {
         crate::ganeti::Instance {
             name: name.into(),
             uuid: format!("uuid-{name}"),
@@ -1146,7 +1171,7 @@ pub(crate) mod tests_support {
 
     /// A noted incident `n` on `node` asking for `action`, created at `ctime`.
     #[allow(clippy::unwrap_used, clippy::expect_used, reason = "test data")]
-    pub(crate) fn incident_on(
+    pub fn incident_on(
         n: u128,
         node: &Node,
         action: crate::incident::Action,

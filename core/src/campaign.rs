@@ -1,8 +1,8 @@
 //! Rolling maintenance campaigns: the state machine. Pure, no IO.
 //!
 //! A campaign ([`Record`]) works through reboot groups one at a time. The executor
-//! ([`crate::campaign_exec`]) re-plans the groups left before each group against the cluster as
-//! it is ([`Record::set_plan`]), asks the gate for the next one (the maintenance duty,
+//! (the coordinator's `campaign_exec`) re-plans the groups left before each group against the
+//! cluster as it is ([`Record::set_plan`]), asks the gate for the next one (the maintenance duty,
 //! [`crate::duty::maintenance`]), starts it when admitted ([`Record::start_group`]), and each
 //! round calls [`Record::advance`] with what it sees ([`World`]); `advance` moves every node of
 //! the group through its steps and plans the operations ([`Op`]) the executor carries out:
@@ -39,6 +39,7 @@ use nodecare_protocol::maintenance::{
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::ganeti::{Op as GanetiOp, ReplaceDisksMode};
 use crate::gate::Holder;
 
 /// The node tag of a node that failed in a campaign (as an incident's failure tag).
@@ -94,6 +95,30 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// The Ganeti write of the operation on `node` (the campaign's node); `None` for the hook.
+    pub fn ganeti_op(&self, node: &str) -> Option<GanetiOp> {
+        Some(match self {
+            Self::Drain => GanetiOp::drain(node),
+            Self::Undrain => GanetiOp::undrain(node),
+            Self::Migrate { instance, target } => GanetiOp::MigrateInstance {
+                instance: instance.clone(),
+                target: target.clone(),
+            },
+            Self::ReplaceSecondary {
+                instance,
+                secondary,
+            } => GanetiOp::ReplaceDisks {
+                instance: instance.clone(),
+                mode: ReplaceDisksMode::ReplaceNewSecondary {
+                    remote_node: Some(secondary.clone()),
+                    iallocator: None,
+                },
+            },
+            Self::Tag { tag } => GanetiOp::add_node_tags(node, vec![tag.clone()]),
+            Self::Hook { .. } => return None,
+        })
+    }
+
     /// Whether the operation is a Ganeti job (the hook is not).
     pub const fn is_ganeti_job(&self) -> bool {
         !matches!(self, Self::Hook { .. })
@@ -165,6 +190,10 @@ pub struct Record {
     /// a reboot group is one too, so planned groups are cut to this size).
     #[serde(default)]
     pub max_group: Option<usize>,
+    /// When each node's reboot ended (it left its hook or `wait-healthy` for any other step),
+    /// Unix ms: its failure domain's grace runs from then ([`Record::planned_disruptions`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub rebooted_ms: BTreeMap<String, u64>,
 }
 
 /// What the executor sees of one node this round.
@@ -279,6 +308,7 @@ impl Record {
             aborted_nodes: BTreeSet::new(),
             paused_from: None,
             max_group: None,
+            rebooted_ms: BTreeMap::new(),
         }
     }
 
@@ -337,6 +367,52 @@ impl Record {
             .flat_map(|g| g.nodes.iter())
             .filter(|n| Self::disrupts(n.step))
             .map(|n| (n.node.clone(), holder.clone()))
+            .collect()
+    }
+
+    /// The nodes the campaign holds without disrupting them: those whose original primaries
+    /// are migrating back ([`crate::gate::InForce::touched`]). No other holder may drain
+    /// or touch them until the migrations back are done; they count against no budget, so the
+    /// next group may start meanwhile.
+    pub fn touched(&self) -> Vec<(String, Holder)> {
+        let holder = Holder::Campaign { id: self.id() };
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| n.step == NodeStep::MigrateBack)
+            .map(|n| (n.node.clone(), holder.clone()))
+            .collect()
+    }
+
+    /// Whether a node at `step` is rebooting (its hook runs or it is coming back).
+    const fn rebooting(step: NodeStep) -> bool {
+        matches!(step, NodeStep::Hook | NodeStep::WaitHealthy)
+    }
+
+    /// The campaign's planned disruptions for the grace ([`crate::gate::grace`]): node, Unix
+    /// ms the grace runs from. A node rebooting now (its hook runs or it is coming back) is in
+    /// grace from `now_ms`, so throughout its reboot; a node whose reboot ended is in grace
+    /// from that moment, for the grace after it. A node a finished campaign left rebooting is
+    /// in grace from the campaign's end.
+    pub fn planned_disruptions(&self, now_ms: u64) -> Vec<(String, u64)> {
+        let running = !self.state().is_final();
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter_map(|n| {
+                let from = if Self::rebooting(n.step) {
+                    if running {
+                        Some(now_ms)
+                    } else {
+                        Some(self.campaign.finished_ms.unwrap_or(now_ms))
+                    }
+                } else {
+                    self.rebooted_ms.get(&n.node).copied()
+                };
+                from.map(|from| (n.node.clone(), from))
+            })
             .collect()
     }
 
@@ -684,6 +760,9 @@ impl Record {
 
     fn set_step(&mut self, name: &str, step: NodeStep, now_ms: u64) {
         let timeouts = self.campaign.request.timeouts;
+        if let Some(before) = self.node(name).map(|n| n.step) {
+            self.note_rebooted(name, before, step, now_ms);
+        }
         if let Some(node) = self.node_mut(name) {
             node.step = step;
             node.step_started_ms = Some(now_ms);
@@ -691,6 +770,14 @@ impl Record {
             node.waiting_for = None;
         }
         self.touch(now_ms);
+    }
+
+    /// Notes when `name`'s reboot ended: it leaves its hook or `wait-healthy` (`before`) for
+    /// a step that is neither.
+    fn note_rebooted(&mut self, name: &str, before: NodeStep, after: NodeStep, now_ms: u64) {
+        if Self::rebooting(before) && !Self::rebooting(after) {
+            self.rebooted_ms.insert(name.to_owned(), now_ms);
+        }
     }
 
     fn wait(&mut self, name: &str, what: String) {
@@ -711,6 +798,7 @@ impl Record {
             why,
             at_ms: now_ms,
         };
+        self.note_rebooted(name, step, NodeStep::Failed, now_ms);
         if let Some(node) = self.node_mut(name) {
             node.step = NodeStep::Failed;
             node.step_deadline_ms = None;

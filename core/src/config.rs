@@ -9,9 +9,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerPolicy;
+use crate::ganeti::Node;
 use crate::gate::{Caps, DomainSource};
 use crate::plan::{EvacuationPolicy, ImmovablePolicy};
-use crate::scrape::{AgentUrls, DEFAULT_AGENT_URL_TEMPLATE};
 
 /// Default configuration file.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/nodecare/coordinator.toml";
@@ -37,6 +37,12 @@ pub const DEFAULT_RAPI_CERTIFICATE: &str = "/var/lib/ganeti/rapi.pem";
 pub const EXIT_NOT_MASTER: i32 = 11;
 /// Exit code for configuration errors.
 pub const EXIT_CONFIG: i32 = 2;
+/// Default users file.
+pub const DEFAULT_USERS_PATH: &str = "/etc/nodecare/users";
+/// Default most connections the API serves at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default agent URL template (`{ip}`: primary IP, `{name}`: node name).
+pub const DEFAULT_AGENT_URL_TEMPLATE: &str = "http://{ip}:1815";
 
 /// A configuration problem.
 #[derive(Debug, thiserror::Error)]
@@ -106,8 +112,9 @@ pub struct Config {
     pub failure_domains: String,
     /// Caps per node group (by name or uuid), besides the cluster-wide ones.
     pub group_caps: BTreeMap<String, Caps>,
-    /// Seconds after a planned disruption starts (an admission grant, a maintenance reboot)
-    /// during which its domain's nodes opening incidents are not acted on.
+    /// Seconds after a planned disruption during which its domain's nodes opening incidents
+    /// are not acted on: after an admission grant is granted or renewed, after a maintenance
+    /// reboot ends (throughout the reboot too).
     pub grace: f64,
     /// The storm breaker.
     pub breaker: BreakerPolicy,
@@ -139,7 +146,7 @@ pub struct Config {
     /// Instance auto-repair (harep's duty).
     pub instance_repair: InstanceRepairSection,
     /// What the state database forgets, and when.
-    pub retention: crate::store::retention::RetentionConfig,
+    pub retention: crate::retention::RetentionConfig,
     /// The state's replicas on the master candidates (master failover).
     pub replication: ReplicationSection,
 }
@@ -243,8 +250,8 @@ impl Default for Config {
             listen: DEFAULT_LISTEN
                 .parse()
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1816))),
-            users: PathBuf::from(crate::auth::DEFAULT_USERS_PATH),
-            api_max_connections: crate::server::DEFAULT_MAX_CONNECTIONS,
+            users: PathBuf::from(DEFAULT_USERS_PATH),
+            api_max_connections: DEFAULT_MAX_CONNECTIONS,
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
             round_stall_timeout: DEFAULT_ROUND_STALL_TIMEOUT_SECS,
@@ -269,7 +276,7 @@ impl Default for Config {
             notify: NotifySection::default(),
             balancing: crate::duty::balancing::BalancingConfig::default(),
             instance_repair: InstanceRepairSection::default(),
-            retention: crate::store::retention::RetentionConfig::default(),
+            retention: crate::retention::RetentionConfig::default(),
             replication: ReplicationSection::default(),
         }
     }
@@ -310,9 +317,14 @@ fn seconds(name: &str, value: f64, min: f64) -> Result<Duration, ConfigError> {
 }
 
 impl Config {
-    /// Reads `path`; a missing file is an error only if `required`.
-    pub fn load(path: &Path, required: bool) -> Result<Self, ConfigError> {
-        let text = match std::fs::read_to_string(path) {
+    /// The configuration of the file at `path`, given what reading it gave (the reading is the
+    /// caller's: `std::fs::read_to_string(path)`); a missing file is an error only if `required`.
+    pub fn from_read(
+        path: &Path,
+        read: std::io::Result<String>,
+        required: bool,
+    ) -> Result<Self, ConfigError> {
+        let text = match read {
             Ok(text) => text,
             Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
                 return Ok(Self::default());
@@ -469,6 +481,20 @@ impl Config {
         }
     }
 
+    /// The gate policy of a one-shot instance auto-repair run (`nodecare-coordinator --harep`,
+    /// `nodecare harep`): the configuration's cluster caps (no percentage); nothing else is in
+    /// force but what Ganeti shows drained or offline.
+    pub fn one_shot_policy(&self) -> crate::gate::Policy {
+        crate::gate::Policy {
+            cluster: Caps {
+                max_disrupted_nodes: self.max_disrupted_nodes,
+                max_disrupted_percent: None,
+                min_healthy_nodes: self.min_healthy_nodes,
+            },
+            ..crate::gate::Policy::default()
+        }
+    }
+
     /// How evacuations end.
     pub const fn evacuation_policy(&self) -> EvacuationPolicy {
         EvacuationPolicy {
@@ -491,8 +517,8 @@ impl Config {
     }
 
     /// The webhook settings, when `[notify] webhook_url` is set.
-    pub fn webhook(&self) -> Option<crate::notify::WebhookSettings> {
-        Some(crate::notify::WebhookSettings {
+    pub fn webhook(&self) -> Option<WebhookSettings> {
+        Some(WebhookSettings {
             url: self.notify.webhook_url.clone()?,
             timeout: Self::duration(self.notify.timeout),
             retries: self.notify.retries,
@@ -508,6 +534,45 @@ impl Config {
             Duration::ZERO
         }
     }
+}
+
+/// How agent URLs are formed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AgentUrls {
+    /// Base URL template; `{ip}` and `{name}` are replaced.
+    pub template: String,
+    /// Per-node base URLs that override the template.
+    pub overrides: BTreeMap<String, String>,
+}
+
+impl AgentUrls {
+    /// The agent base URL (no trailing slash) of `node`.
+    pub fn base(&self, node: &Node) -> String {
+        let base = self.overrides.get(&node.name).cloned().unwrap_or_else(|| {
+            let ip = if node.primary_ip.contains(':') {
+                format!("[{}]", node.primary_ip)
+            } else {
+                node.primary_ip.clone()
+            };
+            self.template
+                .replace("{ip}", &ip)
+                .replace("{name}", &node.name)
+        });
+        base.trim_end_matches('/').to_owned()
+    }
+}
+
+/// Webhook settings (`[notify]`).
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    /// Where to POST.
+    pub url: String,
+    /// Per-attempt timeout.
+    pub timeout: Duration,
+    /// Attempts after the first one.
+    pub retries: u32,
+    /// Wait before the first retry; doubles each time, at most five minutes (the notifier's cap).
+    pub backoff: Duration,
 }
 
 #[cfg(test)]
@@ -611,6 +676,54 @@ mod tests {
     }
 
     #[test]
+    fn a_file_that_cannot_be_read_is_an_error_unless_missing_and_optional() {
+        let path = Path::new("/etc/nodecare/coordinator.toml");
+        let denied = || Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+        for required in [false, true] {
+            let error = Config::from_read(path, denied(), required)
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("/etc/nodecare/coordinator.toml"), "{error}");
+        }
+        let error = Config::from_read(path, Ok("round_intervall = 3".into()), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("/etc/nodecare/coordinator.toml") && error.contains("round_intervall"),
+            "{error}"
+        );
+        let config = Config::from_read(path, Ok("max_disrupted_nodes = 3".into()), true).unwrap();
+        assert_eq!(config.max_disrupted_nodes, 3);
+    }
+
+    #[test]
+    fn the_one_shot_policy_has_the_cluster_caps_and_nothing_else() {
+        let config = Config::parse(
+            "max_disrupted_nodes = 3\nmin_healthy_nodes = 5\nmax_disrupted_percent = 10\n",
+        )
+        .unwrap();
+        let policy = config.one_shot_policy();
+        assert_eq!(
+            policy.cluster,
+            Caps {
+                max_disrupted_nodes: 3,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 5,
+            }
+        );
+        assert_eq!(
+            crate::gate::Policy {
+                cluster: Caps::default(),
+                ..policy
+            },
+            crate::gate::Policy {
+                cluster: Caps::default(),
+                ..crate::gate::Policy::default()
+            }
+        );
+    }
+
+    #[test]
     fn full_file_parses() {
         let config = Config::parse(
             r#"
@@ -630,7 +743,9 @@ mod tests {
         config.validate().unwrap();
         assert_eq!(config.caps().max_disrupted_nodes, 2);
         assert_eq!(config.agent_urls().overrides.len(), 1);
-        assert!(Config::load(Path::new("/nonexistent/coordinator.toml"), true).is_err());
+        let missing = || Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let path = Path::new("/nonexistent/coordinator.toml");
+        assert!(Config::from_read(path, missing(), true).is_err());
         assert_eq!(
             config.evacuation_policy(),
             EvacuationPolicy {
@@ -640,7 +755,7 @@ mod tests {
         );
         assert!(!config.undrain_on_ack);
         assert_eq!(
-            Config::load(Path::new("/nonexistent/coordinator.toml"), false).unwrap(),
+            Config::from_read(path, missing(), false).unwrap(),
             Config::default()
         );
     }

@@ -167,6 +167,11 @@ pub struct Incident {
     /// When the acknowledgement was seen, Unix seconds.
     #[serde(default)]
     pub acknowledged_at: Option<f64>,
+    /// Who asked nodecare to acknowledge the incident (`alice on the web page`), if someone
+    /// did: the round removes its tag from the node through Ganeti (intent `untag`), then
+    /// records the acknowledgement as when an operator removes the tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acknowledgement_asked_by: Option<String>,
     /// Why no action is taken right now (what the gate says blocks it, node busy), if so.
     pub blocked_by: Option<String>,
     /// Why the incident failed, if it did.
@@ -199,6 +204,9 @@ pub enum Event {
     TagApplied,
     /// The node does not carry the incident's tag although it was applied: acknowledged.
     TagRemoved,
+    /// An operator asks nodecare to acknowledge the finished incident (who, where): the round
+    /// removes its tag.
+    AcknowledgementAsked(String),
     /// The node is offline in Ganeti and nodecare will not bring it back: it reports nothing,
     /// so an acknowledged incident can no longer be observed and is forgotten (the operator
     /// owns the node; a problem still there when it returns opens a new incident).
@@ -272,6 +280,7 @@ impl Incident {
             tag_applied: false,
             acknowledged: false,
             acknowledged_at: None,
+            acknowledgement_asked_by: None,
             blocked_by: None,
             failure: None,
             warning: None,
@@ -393,6 +402,23 @@ impl Incident {
                     self.touch(now, &event);
                 }
                 Ok(self.disposition())
+            }
+            Event::AcknowledgementAsked(who) => {
+                if !self.tag_applied
+                    || self.acknowledged
+                    || !matches!(self.repair_status, Completed | Failed)
+                {
+                    return Err(self.refuse("asking for an acknowledgement"));
+                }
+                if self.acknowledgement_asked_by.is_none() {
+                    let event = format!(
+                        "acknowledgement asked by {who}: tag {} to be removed",
+                        self.tag
+                    );
+                    self.acknowledgement_asked_by = Some(who);
+                    self.touch(now, &event);
+                }
+                Ok(Disposition::Keep)
             }
             Event::NodeOffline => {
                 if self.acknowledged && self.observed {
@@ -728,6 +754,45 @@ mod tests {
         assert!(f.awaits_acknowledgement(&["other".into()]));
     }
 
+    /// Issue 25 (4): an operator's acknowledgement through nodecare is recorded on the
+    /// finished, tagged incident (once, with who); it is refused before the tag is on the node
+    /// and after the acknowledgement.
+    #[test]
+    fn an_acknowledgement_asked_through_nodecare_is_recorded_once() {
+        let who = "admin on the nodecare web page".to_owned();
+        let mut i = incident();
+        assert!(
+            i.apply(Event::AcknowledgementAsked(who.clone()), 101.0)
+                .is_err()
+        );
+        i.apply(Event::ActionStarted("draining".into()), 101.0)
+            .unwrap();
+        assert!(
+            i.apply(Event::AcknowledgementAsked(who.clone()), 102.0)
+                .is_err()
+        );
+        i.apply(Event::TagApplied, 103.0).unwrap();
+        i.apply(Event::AcknowledgementAsked(who.clone()), 104.0)
+            .unwrap();
+        assert_eq!(i.acknowledgement_asked_by.as_deref(), Some(who.as_str()));
+        assert!(!i.acknowledged, "acknowledged once the tag is gone");
+        let serial = i.serial_no;
+        i.apply(Event::AcknowledgementAsked("other".into()), 105.0)
+            .unwrap();
+        assert_eq!(i.serial_no, serial);
+        assert_eq!(i.acknowledgement_asked_by.as_deref(), Some(who.as_str()));
+        i.apply(Event::TagRemoved, 106.0).unwrap();
+        assert!(i.apply(Event::AcknowledgementAsked(who), 107.0).is_err());
+        // Older records without the field still decode.
+        let mut value = serde_json::to_value(&i).unwrap();
+        value
+            .as_object_mut()
+            .unwrap()
+            .remove("acknowledgement_asked_by");
+        let back: Incident = serde_json::from_value(value).unwrap();
+        assert_eq!(back.acknowledgement_asked_by, None);
+    }
+
     #[test]
     fn happy_path_noted_pending_completed_acknowledged_forgotten() {
         let mut i = incident();
@@ -868,6 +933,7 @@ mod tests {
             Just(Event::ActionFailed("f".into())),
             Just(Event::TagApplied),
             Just(Event::TagRemoved),
+            Just(Event::AcknowledgementAsked("admin".into())),
             Just(Event::NodeOffline),
             Just(Event::Blocked("b".into())),
             Just(Event::Unblocked),

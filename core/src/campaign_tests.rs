@@ -850,6 +850,198 @@ proptest! {
     }
 }
 
+/// Issue 25 (3): a rebooted node's failure domain stays in grace for the configured grace
+/// after the node leaves `wait-healthy`.
+#[test]
+fn a_rebooted_node_stays_in_grace_after_it_leaves_wait_healthy() {
+    use crate::gate::{self, NodeFacts, View};
+    let mut w = world();
+    let mut r = started(request(), &w);
+    let mut left = None;
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        let before = step_of(&r, "a");
+        r.advance(&w);
+        let rebooting = |step| matches!(step, NodeStep::Hook | NodeStep::WaitHealthy);
+        if rebooting(before) && !rebooting(step_of(&r, "a")) {
+            left = Some(w.now_ms);
+            break;
+        }
+        let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
+        for key in keys {
+            let op = r.ops.get_mut(&key).unwrap();
+            apply(op, &mut w);
+            op.state = OpState::Succeeded;
+        }
+        for agent in w.agents.values_mut() {
+            agent.ok = true;
+        }
+    }
+    let left = left.expect("a left wait-healthy");
+    // As the round reads it back from the store (a JSON document).
+    let r: Record = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+    let view_at = |now_ms: u64| View {
+        nodes: ["a", "a2", "c"]
+            .iter()
+            .map(|n| {
+                let facts = NodeFacts {
+                    name: (*n).to_owned(),
+                    group: "g".into(),
+                    domain: if n.starts_with('a') {
+                        "rack:a"
+                    } else {
+                        "rack:c"
+                    }
+                    .into(),
+                    vm_capable: true,
+                    drained: false,
+                    offline: false,
+                    master: false,
+                    memory_free: None,
+                    primary_memory: None,
+                };
+                ((*n).to_owned(), facts)
+            })
+            .collect(),
+        now_ms,
+        ..View::default()
+    };
+    let grace_ms = 600_000;
+    let now = left + 5_000;
+    let planned = r.planned_disruptions(now);
+    let graced = gate::grace(&view_at(now), &planned, grace_ms);
+    assert_eq!(graced.get("a"), Some(&(left + grace_ms)), "{planned:?}");
+    assert_eq!(
+        graced.get("a2"),
+        Some(&(left + grace_ms)),
+        "its whole domain"
+    );
+    assert_eq!(graced.get("c"), None);
+    // The grace ends.
+    let later = left + grace_ms + 1;
+    let planned = r.planned_disruptions(later);
+    assert_eq!(
+        gate::grace(&view_at(later), &planned, grace_ms).get("a"),
+        None
+    );
+}
+
+/// Issue 25 (2): a node whose original primaries migrate back is held by its campaign until
+/// they are back: an incident may not drain it meanwhile, yet it counts against no budget.
+#[test]
+fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
+    use crate::gate::{self, Caps, Duty, InForce, NodeFacts, Policy, Proposal, View};
+    let mut w = world();
+    let mut r = started(request(), &w);
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        if step_of(&r, "a") == NodeStep::MigrateBack {
+            break;
+        }
+        let keys: Vec<String> = r
+            .in_flight()
+            .filter(|op| op.step != NodeStep::MigrateBack)
+            .map(|op| op.key.clone())
+            .collect();
+        for key in keys {
+            let op = r.ops.get_mut(&key).unwrap();
+            apply(op, &mut w);
+            op.state = OpState::Succeeded;
+        }
+        for agent in w.agents.values_mut() {
+            agent.ok = true;
+        }
+    }
+    assert_eq!(step_of(&r, "a"), NodeStep::MigrateBack);
+    let campaign = Holder::Campaign { id: r.id() };
+    assert!(
+        r.touched().contains(&("a".to_owned(), campaign.clone())),
+        "{:?}",
+        r.touched()
+    );
+    // The gate as the round builds it: an incident's drain of `a` is refused.
+    let view = View {
+        nodes: ["a", "b", "c"]
+            .iter()
+            .map(|n| {
+                let facts = NodeFacts {
+                    name: (*n).to_owned(),
+                    group: "g".into(),
+                    domain: format!("rack:{n}"),
+                    vm_capable: true,
+                    drained: false,
+                    offline: false,
+                    master: false,
+                    memory_free: Some(1 << 20),
+                    primary_memory: Some(0),
+                };
+                ((*n).to_owned(), facts)
+            })
+            .collect(),
+        ..View::default()
+    };
+    let in_force = InForce::new(&view, r.holds()).with_touched(&view, r.touched());
+    let evacuate = Proposal {
+        duty: Duty::NodeRepair,
+        holder: Holder::Incident {
+            id: Uuid::from_u128(1),
+        },
+        subject: "node a".into(),
+        invasiveness: 2,
+        since_ms: 0,
+        disrupts: ["a".to_owned()].into(),
+        touches: BTreeSet::new(),
+        fresh: false,
+        moves_memory: Some(0),
+        reason: "evacuate (failing)".into(),
+    };
+    let policy = Policy {
+        cluster: Caps {
+            max_disrupted_nodes: 1,
+            max_disrupted_percent: None,
+            min_healthy_nodes: 1,
+        },
+        ..Policy::default()
+    };
+    let decision = gate::decide(&view, &policy, &in_force, vec![evacuate.clone()]);
+    assert_eq!(
+        decision.judgements[0].outcome,
+        Err(gate::BlockedBy::Conflict {
+            node: "a".into(),
+            holder: campaign.to_string(),
+        })
+    );
+    // It counts against no budget: with a cap of one node, c (another domain) may go.
+    let other = Proposal {
+        subject: "node c".into(),
+        disrupts: ["c".to_owned()].into(),
+        ..evacuate
+    };
+    let decision = gate::decide(&view, &policy, &in_force, vec![other]);
+    assert!(decision.judgements[0].outcome.is_ok(), "{decision:?}");
+    // Back: no longer held.
+    for key in r
+        .in_flight()
+        .map(|op| op.key.clone())
+        .collect::<Vec<String>>()
+    {
+        let op = r.ops.get_mut(&key).unwrap();
+        apply(op, &mut w);
+        op.state = OpState::Succeeded;
+    }
+    for _ in 0..5 {
+        w.now_ms += 1000;
+        r.advance(&w);
+    }
+    assert_ne!(step_of(&r, "a"), NodeStep::MigrateBack);
+    assert!(
+        !r.touched().iter().any(|(n, _)| n == "a"),
+        "{:?}",
+        r.touched()
+    );
+}
+
 #[test]
 fn the_next_group_starts_while_the_migrations_back_run() {
     let mut w = world();

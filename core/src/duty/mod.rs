@@ -2,9 +2,9 @@
 //!
 //! - [`node_repair`]: incidents from the agents' verdicts (maintd's node repair).
 //! - [`instance_repair`]: harep's instance auto-repair, tag for tag (executed by
-//!   [`crate::instance_repair_exec`]).
+//!   the coordinator's `instance_repair_exec`).
 //! - [`maintenance`]: the next reboot group of a rolling maintenance campaign (executed by
-//!   [`crate::campaign_exec`]).
+//!   the coordinator's `campaign_exec`).
 //! - [`balancing`]: the first job set of Ganeti's `hbal` (maintd's balancing).
 
 pub mod balancing;

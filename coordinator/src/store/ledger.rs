@@ -1,0 +1,337 @@
+//! The executor's ledger in the state database ([`crate::exec::ledger`]): one row per entry,
+//! keyed by its id (never reused) and unique per holder and key, with the entry as JSON.
+//! Schema version 3 adds the table and carries the balancing moves of earlier versions over
+//! (their `balancing_moves` table is dropped).
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Store, StoreError, to_i64};
+use crate::duty::balancing::BalanceMove;
+use crate::exec::ledger::{self, Entry, Ledger, LedgerError};
+use crate::gate::Holder;
+
+/// Creates the ledger (schema version 3) and moves the balancing moves into it.
+pub(super) fn migrate(connection: &Connection) -> Result<(), StoreError> {
+    let transaction = connection.unchecked_transaction()?;
+    transaction.execute_batch(
+        "CREATE TABLE IF NOT EXISTS ledger (
+             id INTEGER PRIMARY KEY AUTOINCREMENT,
+             holder TEXT NOT NULL,
+             key TEXT NOT NULL,
+             state TEXT NOT NULL,
+             recorded_ms INTEGER NOT NULL,
+             record TEXT NOT NULL,
+             UNIQUE (holder, key));
+         CREATE INDEX IF NOT EXISTS ledger_state ON ledger(state);",
+    )?;
+    let has_moves: Option<String> = transaction
+        .query_row(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'balancing_moves'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if has_moves.is_some() {
+        let moves: Vec<String> = {
+            let mut statement =
+                transaction.prepare("SELECT record FROM balancing_moves ORDER BY rowid")?;
+            let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for text in moves {
+            let m: BalanceMove = serde_json::from_str(&text)
+                .map_err(|error| StoreError::Corrupt(format!("balancing move: {error}")))?;
+            insert(&transaction, &m.to_entry())?;
+        }
+        transaction.execute_batch("DROP TABLE balancing_moves;")?;
+    }
+    transaction.execute_batch("PRAGMA user_version = 3;")?;
+    transaction.commit()?;
+    Ok(())
+}
+
+fn holder_of(entry: &Entry) -> Result<String, LedgerError> {
+    ledger::holder_text(&entry.holder)
+        .ok_or_else(|| LedgerError::NotAnOwner(entry.holder.to_string()))
+}
+
+fn encode(entry: &Entry) -> Result<String, StoreError> {
+    serde_json::to_string(entry)
+        .map_err(|error| StoreError::Corrupt(format!("encoding ledger entry: {error}")))
+}
+
+/// Inserts `entry` (its id is assigned); returns the id.
+fn insert(connection: &Connection, entry: &Entry) -> Result<u64, StoreError> {
+    let holder = holder_of(entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    connection.execute(
+        "INSERT INTO ledger (holder, key, state, recorded_ms, record) VALUES (?1, ?2, ?3, ?4, ?5)",
+        params![
+            holder,
+            entry.key,
+            entry.state.as_str(),
+            to_i64(entry.recorded_ms),
+            encode(entry)?
+        ],
+    )?;
+    Ok(u64::try_from(connection.last_insert_rowid()).unwrap_or(0))
+}
+
+fn decode(id: i64, text: &str) -> Result<Entry, StoreError> {
+    let mut entry: Entry = serde_json::from_str(text)
+        .map_err(|error| StoreError::Corrupt(format!("ledger entry {id}: {error}")))?;
+    entry.id = u64::try_from(id).unwrap_or(0);
+    Ok(entry)
+}
+
+impl From<StoreError> for LedgerError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::Ledger(error) => error,
+            other => Self::Storage(other.to_string()),
+        }
+    }
+}
+
+/// A SQLite error as the ledger reports it.
+fn sql(error: rusqlite::Error) -> LedgerError {
+    LedgerError::Storage(error.to_string())
+}
+
+impl Ledger for Store {
+    fn record(&self, entries: &[Entry]) -> Result<Vec<Entry>, LedgerError> {
+        let mut connection = self.lock();
+        let transaction = connection.transaction().map_err(sql)?;
+        let mut recorded = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let holder = holder_of(entry)?;
+            let exists: Option<i64> = transaction
+                .query_row(
+                    "SELECT id FROM ledger WHERE holder = ?1 AND key = ?2",
+                    params![holder, entry.key],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(sql)?;
+            if exists.is_some()
+                || recorded
+                    .iter()
+                    .any(|e: &Entry| e.holder == entry.holder && e.key == entry.key)
+            {
+                return Err(LedgerError::Duplicate {
+                    holder,
+                    key: entry.key.clone(),
+                });
+            }
+            let mut entry = entry.clone();
+            entry.id = insert(&transaction, &entry)?;
+            recorded.push(entry);
+        }
+        transaction.commit().map_err(sql)?;
+        Ok(recorded)
+    }
+
+    fn mark(&self, entry: &Entry) -> Result<(), LedgerError> {
+        let connection = self.lock();
+        let id = to_i64(entry.id);
+        let text: Option<String> = connection
+            .query_row(
+                "SELECT record FROM ledger WHERE id = ?1",
+                params![id],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(sql)?;
+        let Some(text) = text else {
+            return Err(LedgerError::Unknown(entry.id));
+        };
+        let mut stored = decode(id, &text)?;
+        stored.state = entry.state.clone();
+        stored.job = entry.job;
+        stored.finished_ms = entry.finished_ms;
+        connection
+            .execute(
+                "UPDATE ledger SET state = ?1, record = ?2 WHERE id = ?3",
+                params![stored.state.as_str(), encode(&stored)?, id],
+            )
+            .map_err(sql)?;
+        Ok(())
+    }
+
+    fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
+        self.ledger_rows("SELECT id, record FROM ledger ORDER BY id", &[])
+    }
+
+    fn unfinished(&self) -> Result<Vec<Entry>, LedgerError> {
+        self.ledger_rows(
+            "SELECT id, record FROM ledger
+             WHERE state IN ('recorded', 'submitted', 'timed-out') ORDER BY id",
+            &[],
+        )
+    }
+
+    fn of_holder(&self, holder: &Holder) -> Result<Vec<Entry>, LedgerError> {
+        let Some(text) = ledger::holder_text(holder) else {
+            return Ok(Vec::new());
+        };
+        self.ledger_rows(
+            "SELECT id, record FROM ledger WHERE holder = ?1 ORDER BY id",
+            &[&text],
+        )
+    }
+
+    fn forget(&self, holder: &Holder) -> Result<usize, LedgerError> {
+        let Some(text) = ledger::holder_text(holder) else {
+            return Ok(0);
+        };
+        self.lock()
+            .execute("DELETE FROM ledger WHERE holder = ?1", params![text])
+            .map_err(sql)
+    }
+}
+
+impl Store {
+    fn ledger_rows(
+        &self,
+        query: &str,
+        parameters: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<Entry>, LedgerError> {
+        let connection = self.lock();
+        let mut statement = connection.prepare(query).map_err(sql)?;
+        let rows = statement
+            .query_map(parameters, |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })
+            .map_err(sql)?;
+        let mut entries = Vec::new();
+        for row in rows {
+            let (id, text) = row.map_err(sql)?;
+            entries.push(decode(id, &text)?);
+        }
+        Ok(entries)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use uuid::Uuid;
+
+    use super::*;
+    use crate::exec::ledger::{Action, Hold, Op, State};
+
+    fn entry(holder: u128, key: &str) -> Entry {
+        Entry::new(
+            Holder::Incident {
+                id: Uuid::from_u128(holder),
+            },
+            key,
+            Action::ganeti(Op::drain("n1")),
+            "drain n1",
+            10,
+            20,
+        )
+        .holding([Hold::Drained { node: "n1".into() }])
+    }
+
+    #[test]
+    fn entries_are_recorded_marked_listed_and_forgotten() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let recorded = store
+            .record(&[entry(1, "drain"), entry(2, "drain")])
+            .unwrap();
+        assert_eq!(recorded.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2]);
+        // All or none: a duplicate refuses the whole record.
+        assert!(matches!(
+            store.record(&[entry(3, "drain"), entry(1, "drain")]),
+            Err(LedgerError::Duplicate { .. })
+        ));
+        assert_eq!(store.entries().unwrap().len(), 2);
+        let mut first = recorded[0].clone();
+        first.state = State::Failed { why: "no".into() };
+        first.job = Some(5);
+        first.finished_ms = Some(30);
+        store.mark(&first).unwrap();
+        assert_eq!(store.entries().unwrap()[0], first);
+        assert_eq!(store.unfinished().unwrap(), recorded[1..]);
+        assert_eq!(store.of_holder(&first.holder).unwrap(), [first.clone()]);
+        // Ids are never reused, also after forgetting; the rows survive reopening.
+        assert_eq!(store.forget(&recorded[1].holder).unwrap(), 1);
+        drop(store);
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        assert_eq!(store.record(&[entry(4, "drain")]).unwrap()[0].id, 3);
+        assert!(matches!(
+            store.mark(&Entry { id: 99, ..first }),
+            Err(LedgerError::Unknown(99))
+        ));
+    }
+
+    /// A database of schema version 2 with balancing moves in flight opens with them in the
+    /// ledger, their run as the holder, and a snapshot of it restores the same way.
+    #[test]
+    fn version_2_databases_and_snapshots_carry_their_balancing_moves_over() {
+        use crate::duty::balancing::MoveState;
+        use nodecare_roll::hbal::HbalOp;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let run = Uuid::from_u128(7);
+        let old = |key: &str, state: MoveState, job: Option<u64>| BalanceMove {
+            run,
+            key: key.into(),
+            holder: Uuid::from_u128(8),
+            group: "default".into(),
+            instance: "inst1".into(),
+            op: HbalOp::Migrate { target: None },
+            state,
+            job_id: job,
+            created_ms: 10,
+            finished_ms: None,
+            error: None,
+        };
+        let moves = [
+            old("inst1-1", MoveState::Submitted, Some(4)),
+            old("inst1-2", MoveState::Planned, None),
+        ];
+        {
+            // Written as version 2 wrote it.
+            let store = Store::open(&path).unwrap();
+            let connection = store.lock();
+            connection
+                .execute_batch(
+                    "DROP TABLE ledger;
+                     CREATE TABLE balancing_moves (run TEXT NOT NULL, key TEXT NOT NULL,
+                         record TEXT NOT NULL, PRIMARY KEY (run, key));
+                     PRAGMA user_version = 2;",
+                )
+                .unwrap();
+            for m in &moves {
+                connection
+                    .execute(
+                        "INSERT INTO balancing_moves (run, key, record) VALUES (?1, ?2, ?3)",
+                        params![m.run.to_string(), m.key, serde_json::to_string(m).unwrap()],
+                    )
+                    .unwrap();
+            }
+        }
+        let snapshot = {
+            let mut connection = Connection::open(&path).unwrap();
+            connection.serialize(rusqlite::MAIN_DB).unwrap().to_vec()
+        };
+        let check = |store: &Store| {
+            let entries = store.entries().unwrap();
+            assert_eq!(entries.len(), 2);
+            assert_eq!(entries[0].holder, Holder::Balancing { id: run });
+            assert_eq!(entries[0].state, State::Submitted);
+            assert_eq!(entries[0].job, Some(4));
+            assert_eq!(entries[1].state, State::Recorded);
+            assert_eq!(entries[1].after, ["inst1-1"]);
+            assert_eq!(store.balancing_moves().unwrap(), moves);
+        };
+        check(&Store::open(&path).unwrap());
+        let fresh = Store::open(&dir.path().join("new.db")).unwrap();
+        fresh.restore(&snapshot).unwrap();
+        check(&fresh);
+        fresh.record(&[entry(1, "drain")]).unwrap();
+    }
+}

@@ -1,0 +1,568 @@
+//! Node repair (pure): one proposal per node with an active incident, and the nodes incidents
+//! hold disrupted.
+//!
+//! A node's most invasive active incident (then the oldest) is the one that acts; the node's
+//! other active incidents wait for it. An evacuation disrupts its node: a pending one already
+//! holds it, so its proposal is a continuation; a noted one asks to drain it. A live repair keeps
+//! the instances running: it touches the node (no other holder may act there, the breaker keeps
+//! it from starting) without opening a failure domain or using a cap; once pending, it holds the
+//! node ([`touches`]) rather than disrupting it ([`holds`]). A pending evacuation holds the DRBD
+//! peers of the instances on its node ([`touches`]) and the targets of its moves in flight
+//! ([`move_targets`]); of two evacuations not begun whose nodes share an instance, the second
+//! waits for the first.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use crate::ganeti::{Instance, Node};
+use crate::gate::{Duty, Holder, Proposal};
+use crate::incident::{Action, Incident, RepairStatus};
+
+pub mod intent;
+
+/// How invasive an action is (the gate serves the most invasive first).
+pub const fn invasiveness(action: Action) -> u8 {
+    action.invasiveness()
+}
+
+/// What the node-repair duty proposes this round.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Proposals {
+    /// One proposal per node with an active incident, for the gate.
+    pub proposals: Vec<Proposal>,
+    /// Active incidents that wait for another incident of the same node, and why.
+    pub waiting: Vec<(Uuid, String)>,
+}
+
+fn seconds_to_ms(seconds: f64) -> u64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        (seconds * 1000.0) as u64
+    } else {
+        0
+    }
+}
+
+/// The memory of the instances whose primary is `node` (MiB); `None` when a size is unknown.
+fn primary_memory(node: &str, instances: &[Instance]) -> Option<u64> {
+    instances
+        .iter()
+        .filter(|i| i.primary_node == node)
+        .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)))
+}
+
+/// The proposals of the active incidents in `incidents`. `evacuating` are the incidents whose
+/// evacuation has begun (a drain, move or offline job recorded): a pending evacuation not among
+/// them (escalated from a live repair) on a node still in service starts anew and is judged in
+/// full by the gate.
+pub fn propose(
+    incidents: &[Incident],
+    nodes: &[Node],
+    instances: &[Instance],
+    evacuating: &BTreeSet<Uuid>,
+) -> Proposals {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let mut active: Vec<&Incident> = incidents.iter().filter(|i| i.is_active()).collect();
+    active.sort_by(|a, b| {
+        invasiveness(b.action)
+            .cmp(&invasiveness(a.action))
+            .then(a.ctime.total_cmp(&b.ctime))
+            .then(a.uuid.cmp(&b.uuid))
+    });
+    let mut out = Proposals::default();
+    let mut acting: BTreeMap<&str, Uuid> = BTreeMap::new();
+    // Evacuations about to start this round (not begun yet), by node: one whose node shares an
+    // instance with theirs (a DRBD pair) waits for them, so that two evacuations never move one
+    // instance at once; once begun, the first holds the shared nodes ([`touches`]).
+    let mut starting: Vec<(&str, Uuid)> = Vec::new();
+    for incident in active {
+        if let Some(first) = acting.get(incident.node_uuid.as_str()) {
+            out.waiting.push((
+                incident.uuid,
+                format!("incident {first} on the same node is handled first"),
+            ));
+            continue;
+        }
+        acting.insert(incident.node_uuid.as_str(), incident.uuid);
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        let begun = incident.repair_status == RepairStatus::Pending
+            || evacuating.contains(&incident.uuid)
+            || node.drained
+            || node.offline;
+        if incident.action.is_evacuation() && !begun {
+            let shared = starting.iter().find_map(|(other, first)| {
+                instances
+                    .iter()
+                    .find(|i| {
+                        let on = |n: &str| {
+                            i.primary_node == n || i.secondary_nodes.iter().any(|s| s == n)
+                        };
+                        on(&node.name) && on(other)
+                    })
+                    .map(|i| (*other, *first, i.name.as_str()))
+            });
+            if let Some((other, first, instance)) = shared {
+                out.waiting.push((
+                    incident.uuid,
+                    format!(
+                        "incident {first} evacuating {other}, which shares instance {instance} with this node, starts first"
+                    ),
+                ));
+                continue;
+            }
+            if node.role != crate::ganeti::NodeRole::Master {
+                starting.push((node.name.as_str(), incident.uuid));
+            }
+        }
+        let moves_memory = if incident.action.is_evacuation() {
+            primary_memory(&node.name, instances)
+        } else {
+            Some(0)
+        };
+        // A live repair keeps the node's instances running: it holds the node (no one else acts
+        // there) but opens no failure domain and uses no cap. An evacuation disrupts the node.
+        let (disrupts, touches) = if incident.action.is_evacuation() {
+            (BTreeSet::from([node.name.clone()]), BTreeSet::new())
+        } else {
+            (BTreeSet::new(), BTreeSet::from([node.name.clone()]))
+        };
+        out.proposals.push(Proposal {
+            duty: Duty::NodeRepair,
+            holder: Holder::Incident { id: incident.uuid },
+            subject: format!("node {}", node.name),
+            invasiveness: invasiveness(incident.action),
+            since_ms: seconds_to_ms(incident.ctime),
+            disrupts,
+            touches,
+            fresh: incident.action.is_evacuation()
+                && incident.repair_status == RepairStatus::Pending
+                && !evacuating.contains(&incident.uuid)
+                && !node.drained
+                && !node.offline,
+            moves_memory,
+            reason: format!(
+                "{} ({})",
+                incident.action.as_str(),
+                incident.verdict.status.as_str()
+            ),
+        });
+    }
+    out
+}
+
+/// The nodes incidents hold disrupted: a pending evacuation's node, and the node of a finished
+/// incident not yet acknowledged while Ganeti still shows it drained or offline. A live repair
+/// in progress holds its node without disrupting it ([`touches`]).
+pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    let mut sorted: Vec<&Incident> = incidents.iter().collect();
+    sorted.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    for incident in sorted {
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        let holds = match incident.repair_status {
+            RepairStatus::Pending => incident.action.is_evacuation(),
+            RepairStatus::Completed | RepairStatus::Failed => {
+                !incident.acknowledged && (node.drained || node.offline)
+            }
+            RepairStatus::Noted | RepairStatus::Canceled => false,
+        };
+        if holds {
+            // A pending incident wins over a finished one on the same node.
+            let pending = incident.repair_status == RepairStatus::Pending;
+            if pending || !held.contains_key(&node.name) {
+                held.insert(node.name.clone(), Holder::Incident { id: incident.uuid });
+            }
+        }
+    }
+    held.into_iter().collect()
+}
+
+/// The nodes incidents hold without disrupting them (the gate's
+/// [`crate::gate::InForce::touched`]): they open no failure domain and use no cap, but nothing
+/// else acts there. A pending live repair holds its node (its instances keep running); a
+/// pending evacuation holds the other nodes of the instances still on its node (their DRBD
+/// peers: its moves migrate, fail over or re-mirror them there), so that no other holder drains
+/// or moves there while it runs. A node an evacuation holds disrupted is left out.
+pub fn touches(
+    incidents: &[Incident],
+    nodes: &[Node],
+    instances: &[Instance],
+) -> Vec<(String, Holder)> {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let disrupted: BTreeSet<String> = holds(incidents, nodes)
+        .into_iter()
+        .map(|(node, _)| node)
+        .collect();
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    let mut sorted: Vec<&Incident> = incidents
+        .iter()
+        .filter(|i| i.repair_status == RepairStatus::Pending && !i.action.is_evacuation())
+        .collect();
+    sorted.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    for incident in sorted {
+        if let Some(node) = by_uuid.get(incident.node_uuid.as_str())
+            && !disrupted.contains(&node.name)
+        {
+            held.entry(node.name.clone())
+                .or_insert(Holder::Incident { id: incident.uuid });
+        }
+    }
+    let mut evacuations: Vec<&Incident> = incidents
+        .iter()
+        .filter(|i| i.repair_status == RepairStatus::Pending && i.action.is_evacuation())
+        .collect();
+    evacuations.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    for incident in evacuations {
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        for instance in instances
+            .iter()
+            .filter(|i| i.primary_node == node.name || i.secondary_nodes.contains(&node.name))
+        {
+            for peer in std::iter::once(&instance.primary_node).chain(&instance.secondary_nodes) {
+                if *peer != node.name && !disrupted.contains(peer) {
+                    held.entry(peer.clone())
+                        .or_insert(Holder::Incident { id: incident.uuid });
+                }
+            }
+        }
+    }
+    held.into_iter().collect()
+}
+
+/// The nodes an incident's moves still in flight take instances onto (`moves`: incident and
+/// move), held without disruption ([`crate::gate::InForce::touched`]) until the move ends: the
+/// explicit target of a migration or failover, the new secondary of a replace-disks. No other
+/// holder drains or is granted them meanwhile.
+pub fn move_targets<'a>(
+    moves: impl IntoIterator<Item = (Uuid, &'a crate::plan::Move)>,
+) -> Vec<(String, Holder)> {
+    use crate::plan::Move;
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    for (incident, planned) in moves {
+        let target = match planned {
+            Move::Migrate { target, .. } | Move::Failover { target, .. } => target.as_ref(),
+            Move::ReplaceSecondary { remote_node, .. } => Some(remote_node),
+        };
+        if let Some(target) = target {
+            held.entry(target.clone())
+                .or_insert(Holder::Incident { id: incident });
+        }
+    }
+    held.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::tests_support::{incident_on, instance, node};
+
+    #[test]
+    fn one_proposal_per_node_most_invasive_first() {
+        let nodes = vec![node("n1"), node("n2")];
+        let instances = vec![instance("i1", "n1", 512), instance("i2", "n1", 256)];
+        let live = incident_on(1, &nodes[0], Action::LiveRepair, 10.0);
+        let evacuate = incident_on(2, &nodes[0], Action::Evacuate, 20.0);
+        let other = incident_on(3, &nodes[1], Action::LiveRepair, 5.0);
+        let out = propose(
+            &[live.clone(), evacuate.clone(), other.clone()],
+            &nodes,
+            &instances,
+            &BTreeSet::new(),
+        );
+        let holders: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
+        assert_eq!(
+            holders,
+            [
+                Holder::Incident { id: evacuate.uuid },
+                Holder::Incident { id: other.uuid }
+            ]
+        );
+        assert_eq!(out.proposals[0].moves_memory, Some(768));
+        assert_eq!(out.proposals[0].invasiveness, 2);
+        assert_eq!(out.proposals[1].moves_memory, Some(0));
+        assert_eq!(
+            out.waiting,
+            [(
+                live.uuid,
+                format!(
+                    "incident {} on the same node is handled first",
+                    evacuate.uuid
+                )
+            )]
+        );
+    }
+
+    /// An evacuation escalated from a live repair holds its node already (pending) but has not
+    /// begun: it is judged in full (fresh) until its drain is recorded or the node is drained.
+    #[test]
+    fn an_escalated_evacuation_is_fresh_until_it_begins() {
+        let mut nodes = vec![node("n1")];
+        let mut incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        incident.repair_status = RepairStatus::Pending;
+        let fresh = |incident: &Incident, nodes: &[Node], started: &BTreeSet<Uuid>| {
+            propose(std::slice::from_ref(incident), nodes, &[], started).proposals[0].fresh
+        };
+        assert!(fresh(&incident, &nodes, &BTreeSet::new()));
+        assert!(!fresh(&incident, &nodes, &BTreeSet::from([incident.uuid])));
+        nodes[0].drained = true;
+        assert!(!fresh(&incident, &nodes, &BTreeSet::new()));
+        incident.repair_status = RepairStatus::Noted;
+        nodes[0].drained = false;
+        assert!(
+            !fresh(&incident, &nodes, &BTreeSet::new()),
+            "a noted one is new anyway"
+        );
+    }
+
+    #[test]
+    fn unknown_instance_memory_is_unknown() {
+        let nodes = vec![node("n1")];
+        let mut unknown = instance("i1", "n1", 512);
+        unknown.memory = None;
+        let incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        let out = propose(&[incident], &nodes, &[unknown], &BTreeSet::new());
+        assert_eq!(out.proposals[0].moves_memory, None);
+    }
+
+    /// Two evacuations never act on one instance: while an evacuation runs, the other nodes of
+    /// the instances still on its node (DRBD peers) are held, so an evacuation of a peer in the
+    /// same failure domain waits for it (seeds 133 and 143 of the all-duties run: one
+    /// evacuation re-mirrored an instance whose primary the other drained).
+    #[test]
+    fn a_running_evacuation_holds_the_peers_of_its_instances() {
+        use crate::gate::{self, Admitted, BlockedBy, Caps, DomainSource, InForce, Policy, View};
+        let nodes = vec![node("n1"), node("n2"), node("n3"), node("n4")];
+        let mut drbd = instance("d1", "n2", 512);
+        drbd.disk_template = crate::ganeti::DiskTemplate::Drbd;
+        drbd.secondary_nodes = vec!["n1".into()];
+        let instances = vec![drbd, instance("l3", "n3", 256)];
+        let mut first = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        first.repair_status = RepairStatus::Pending;
+        let second = incident_on(2, &nodes[1], Action::Evacuate, 2.0);
+        let third = incident_on(3, &nodes[2], Action::Evacuate, 3.0);
+        let incidents = [first.clone(), second.clone(), third.clone()];
+        assert_eq!(
+            touches(&incidents, &nodes, &instances),
+            [("n2".to_owned(), Holder::Incident { id: first.uuid })]
+        );
+        let view = View::from_cluster(
+            &nodes,
+            &instances,
+            &BTreeMap::new(),
+            &DomainSource::NodeGroup,
+            Vec::new(),
+            1_000,
+        );
+        let in_force = InForce::new(&view, holds(&incidents, &nodes))
+            .with_touched(&view, touches(&incidents, &nodes, &instances));
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 3,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let proposals = propose(
+            &incidents,
+            &nodes,
+            &instances,
+            &BTreeSet::from([first.uuid]),
+        )
+        .proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        let outcome = |id| {
+            decision
+                .of(&Holder::Incident { id })
+                .map(|j| j.outcome.clone())
+        };
+        assert_eq!(outcome(first.uuid), Some(Ok(Admitted::Continuation)));
+        assert_eq!(
+            outcome(second.uuid),
+            Some(Err(BlockedBy::Conflict {
+                node: "n2".into(),
+                holder: format!("incident {}", first.uuid),
+            }))
+        );
+        // A node sharing no instance with it is not held.
+        assert_eq!(outcome(third.uuid), Some(Ok(Admitted::New)));
+        // Neither begun (one round admits both): the second waits for the first (seed 151).
+        let mut noted = first.clone();
+        noted.repair_status = RepairStatus::Noted;
+        let out = propose(
+            &[noted.clone(), second.clone(), third.clone()],
+            &nodes,
+            &instances,
+            &BTreeSet::new(),
+        );
+        let proposed: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
+        assert_eq!(
+            proposed,
+            [
+                Holder::Incident { id: noted.uuid },
+                Holder::Incident { id: third.uuid }
+            ]
+        );
+        assert_eq!(
+            out.waiting,
+            [(
+                second.uuid,
+                format!(
+                    "incident {} evacuating n1, which shares instance d1 with this node, starts first",
+                    noted.uuid
+                )
+            )]
+        );
+        // Once the instance left its node, the peer is free again.
+        let mut moved = instances.clone();
+        moved[0].secondary_nodes = vec!["n4".into()];
+        assert!(touches(&incidents, &nodes, &moved).is_empty());
+        // The target of a move in flight (the new secondary n4, seed 151; a shared-storage
+        // migration's target, seed 138) is held too: an evacuation of it waits.
+        let replace = crate::plan::Move::ReplaceSecondary {
+            instance: "d1".into(),
+            remote_node: "n4".into(),
+        };
+        let held = move_targets([(first.uuid, &replace)]);
+        assert_eq!(
+            held,
+            [("n4".to_owned(), Holder::Incident { id: first.uuid })]
+        );
+        let fourth = incident_on(4, &nodes[3], Action::Evacuate, 4.0);
+        let in_force = InForce::new(&view, holds(&incidents, &nodes)).with_touched(&view, held);
+        let proposals = propose(
+            std::slice::from_ref(&fourth),
+            &nodes,
+            &instances,
+            &BTreeSet::new(),
+        )
+        .proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        assert_eq!(
+            decision
+                .of(&Holder::Incident { id: fourth.uuid })
+                .map(|j| j.outcome.clone()),
+            Some(Err(BlockedBy::Conflict {
+                node: "n4".into(),
+                holder: format!("incident {}", first.uuid),
+            }))
+        );
+        let migrate = crate::plan::Move::Migrate {
+            instance: "d1".into(),
+            target: None,
+        };
+        assert!(move_targets([(first.uuid, &migrate)]).is_empty());
+    }
+
+    /// Issue 25 (3): a live repair in progress holds its node only: it opens no failure
+    /// domain and uses no cap, so an evacuation elsewhere may start (with the disruptions in
+    /// force built as the round builds them).
+    #[test]
+    fn a_live_repair_in_progress_holds_its_node_only() {
+        use crate::gate::{self, Admitted, Caps, DomainSource, InForce, Policy, View};
+        let mut nodes = vec![node("n1"), node("n2"), node("n3"), node("n4")];
+        for (n, rack) in nodes
+            .iter_mut()
+            .zip(["rack:a", "rack:a", "rack:b", "rack:b"])
+        {
+            n.tags = vec![rack.to_owned()];
+        }
+        let mut live = incident_on(1, &nodes[0], Action::LiveRepair, 1.0);
+        live.repair_status = RepairStatus::Pending;
+        let evacuate = incident_on(2, &nodes[2], Action::Evacuate, 2.0);
+        let incidents = [live.clone(), evacuate.clone()];
+        let view = View::from_cluster(
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            &DomainSource::TagPrefix("rack:".into()),
+            Vec::new(),
+            1_000,
+        );
+        let in_force = InForce::new(&view, holds(&incidents, &nodes))
+            .with_touched(&view, touches(&incidents, &nodes, &[]));
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 1,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 2,
+            },
+            ..Policy::default()
+        };
+        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new()).proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        let outcome = |id| {
+            decision
+                .of(&Holder::Incident { id })
+                .map(|j| j.outcome.clone())
+        };
+        assert_eq!(outcome(evacuate.uuid), Some(Ok(Admitted::New)));
+        // It goes on, even while the storm breaker is open: work in flight finishes.
+        assert_eq!(outcome(live.uuid), Some(Ok(Admitted::Continuation)));
+        let stormy = Policy {
+            breaker: Some("storm".into()),
+            ..policy.clone()
+        };
+        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new()).proposals;
+        let decision = gate::decide(&view, &stormy, &in_force, proposals);
+        assert_eq!(
+            decision
+                .of(&Holder::Incident { id: live.uuid })
+                .map(|j| j.outcome.clone()),
+            Some(Ok(Admitted::Continuation))
+        );
+        // It still holds its node: nothing else acts there.
+        let grant = gate::Proposal {
+            duty: gate::Duty::Admission,
+            holder: Holder::Grant {
+                id: Uuid::from_u128(9),
+                requester: "kured".into(),
+            },
+            subject: "node n1".into(),
+            invasiveness: 0,
+            since_ms: 0,
+            disrupts: BTreeSet::from(["n1".to_owned()]),
+            touches: BTreeSet::new(),
+            fresh: false,
+            moves_memory: Some(0),
+            reason: "reboot".into(),
+        };
+        let decision = gate::decide(&view, &policy, &in_force, vec![grant]);
+        assert_eq!(
+            decision.judgements[0]
+                .outcome
+                .clone()
+                .map_err(|b| b.to_string()),
+            Err(format!("n1 is held by incident {}", live.uuid))
+        );
+        assert!(in_force.domains(&view).is_empty(), "no domain is open");
+    }
+
+    #[test]
+    fn pending_and_unacknowledged_drained_nodes_are_held() {
+        let mut nodes = vec![node("n1"), node("n2"), node("n3")];
+        nodes[1].drained = true;
+        let mut pending = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        pending.repair_status = RepairStatus::Pending;
+        let mut done = incident_on(2, &nodes[1], Action::Evacuate, 2.0);
+        done.repair_status = RepairStatus::Completed;
+        let noted = incident_on(3, &nodes[2], Action::Evacuate, 3.0);
+        let mut acked = done.clone();
+        acked.acknowledged = true;
+        assert_eq!(
+            holds(&[pending.clone(), done.clone(), noted.clone()], &nodes),
+            [
+                ("n1".to_owned(), Holder::Incident { id: pending.uuid }),
+                ("n2".to_owned(), Holder::Incident { id: done.uuid })
+            ]
+        );
+        assert_eq!(holds(&[acked], &nodes), []);
+    }
+}

@@ -1,0 +1,449 @@
+//! The executor: the one place that carries out what the gate admitted. A duty records its
+//! actions as ledger entries ([`ledger::Entry`]) before anything is submitted; the executor
+//! submits those whose predecessors allow it (Ganeti jobs chained with `depends`), follows
+//! every job to its outcome (the one place job outcomes are read), times out, cancels a
+//! holder's jobs not yet started, and after a crash adopts the jobs Ganeti shows with an
+//! entry's reason trail (`nodecare incident=<holder> intent=<key>`).
+//!
+//! Free of SQLite and HTTP: it sees the ledger through [`ledger::Ledger`] and Ganeti through
+//! [`Ganeti`].
+
+pub use nodecare_core::ledger;
+
+pub mod instance_repair;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
+
+use ledger::{Entry, Ledger, LedgerError, State};
+use nodecare_core::gate::Holder;
+use nodecare_ganeti::{Ganeti, GanetiError, Job, JobId, JobStatus, Reason};
+
+/// What becomes of an entry whose submission is uncertain (recorded, ready, no job known) and
+/// that Ganeti's job list does not show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unadopted {
+    /// It failed (`never submitted`); the entries after it never run.
+    Fail,
+    /// It is submitted again (the job list is complete, so it was not submitted).
+    Retry,
+}
+
+/// An entry whose state the executor changed, with the job read (when one was).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Changed {
+    /// The entry as it is now.
+    pub entry: Entry,
+    /// Its job as Ganeti showed it (for a duty that judges a failure against the cluster).
+    pub job: Option<Job>,
+}
+
+/// Ganeti's answer to the cancel of one job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CancelAnswer {
+    /// The job.
+    pub job: JobId,
+    /// The entry's key.
+    pub key: String,
+    /// Whether Ganeti canceled it (or will).
+    pub canceled: bool,
+    /// Ganeti's message, or why it could not be asked.
+    pub message: String,
+}
+
+/// The executor over one ledger.
+#[derive(Debug)]
+pub struct Executor {
+    ledger: Arc<dyn Ledger>,
+    /// Jobs Ganeti was asked to cancel (each asked once, unless the ask failed transiently).
+    cancels_asked: Mutex<BTreeSet<JobId>>,
+}
+
+impl Executor {
+    /// An executor over `ledger`.
+    pub fn new(ledger: Arc<dyn Ledger>) -> Self {
+        Self {
+            ledger,
+            cancels_asked: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The ledger.
+    pub fn ledger(&self) -> &dyn Ledger {
+        &*self.ledger
+    }
+
+    /// Records `entries` (durable before anything of theirs is submitted).
+    pub fn record(&self, entries: &[Entry]) -> Result<Vec<Entry>, LedgerError> {
+        self.ledger.record(entries)
+    }
+
+    fn mark(&self, entry: &Entry) -> Result<(), LedgerError> {
+        self.ledger.mark(entry)
+    }
+
+    /// Submits the ready Ganeti entries (of `holder`, or of every holder), each chained after
+    /// the jobs of the entries it comes after that have not succeeded yet; marks the entries
+    /// that can never run. A failed submission leaves its entry recorded (its job may exist:
+    /// [`Executor::adopt`] finds it), and what comes after it waits. Returns the entries
+    /// submitted.
+    pub async fn submit(
+        &self,
+        ganeti: &dyn Ganeti,
+        holder: Option<&Holder>,
+        now_ms: u64,
+    ) -> Result<Vec<Entry>, LedgerError> {
+        let holders: BTreeSet<Holder> = self
+            .ledger
+            .unfinished()?
+            .into_iter()
+            .filter(|e| e.state == State::Recorded && holder.is_none_or(|h| h == &e.holder))
+            .map(|e| e.holder)
+            .collect();
+        let mut submitted = Vec::new();
+        for holder in holders {
+            let mut entries = self.ledger.of_holder(&holder)?;
+            let plan = ledger::ready(&entries);
+            for (id, why) in &plan.never {
+                if let Some(e) = entries.iter_mut().find(|e| e.id == *id) {
+                    e.state = State::Canceled { why: why.clone() };
+                    e.finished_ms = Some(now_ms);
+                    tracing::info!(%holder, key = %e.key, %why, "entry never runs");
+                    self.mark(e)?;
+                }
+            }
+            let Some(trail) = ledger::holder_uuid(&holder) else {
+                continue;
+            };
+            for (id, chained) in plan.submit {
+                let jobs: BTreeMap<&str, JobId> = entries
+                    .iter()
+                    .filter_map(|e| e.job.map(|job| (e.key.as_str(), job)))
+                    .collect();
+                let depends: Vec<JobId> = chained
+                    .iter()
+                    .filter_map(|key| jobs.get(key.as_str()).copied())
+                    .collect();
+                if depends.len() != chained.len() {
+                    // A predecessor of this pass was not submitted: wait for the next pass.
+                    continue;
+                }
+                let Some(entry) = entries.iter().find(|e| e.id == id).cloned() else {
+                    continue;
+                };
+                let Some(op) = entry.action.op() else {
+                    // Agent actions are carried out by their duty's agent client.
+                    continue;
+                };
+                let reason =
+                    Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
+                match ganeti.submit(op, &reason).await {
+                    Ok(job) => {
+                        let mut entry = entry;
+                        entry.state = State::Submitted;
+                        entry.job = Some(job);
+                        self.mark(&entry)?;
+                        tracing::info!(%holder, key = %entry.key, job, "job submitted");
+                        if let Some(stored) = entries.iter_mut().find(|e| e.id == id) {
+                            *stored = entry.clone();
+                        }
+                        submitted.push(entry);
+                    }
+                    Err(error) => {
+                        // Uncertain: the job may exist. Adoption finds it by its reason; what
+                        // comes after it waits.
+                        tracing::warn!(%holder, key = %entry.key, %error, "submission failed");
+                    }
+                }
+            }
+        }
+        Ok(submitted)
+    }
+
+    /// Adopts the jobs of entries whose submission is uncertain (recorded, every entry they
+    /// come after submitted or succeeded (succeeded, for an unchained one), no job known: a crash or a failed answer came between
+    /// the submission and its mark) from Ganeti's job list by their reason trail; those it
+    /// does not show fail or are submitted again, as `unadopted` says for their holder.
+    /// Returns the entries changed.
+    pub async fn adopt(
+        &self,
+        ganeti: &dyn Ganeti,
+        unadopted: impl Fn(&Holder) -> Unadopted,
+        now_ms: u64,
+    ) -> Result<Vec<Entry>, LedgerError> {
+        let entries = self.ledger.unfinished()?;
+        let holders: BTreeSet<&Holder> = entries
+            .iter()
+            .filter(|e| e.state == State::Recorded)
+            .map(|e| &e.holder)
+            .collect();
+        // Their holders' entries (those an entry comes after may have finished).
+        let mut entries: Vec<Entry> = Vec::new();
+        for holder in holders {
+            entries.extend(self.ledger.of_holder(holder)?);
+        }
+        let uncertain: Vec<&Entry> = entries
+            .iter()
+            .filter(|e| e.state == State::Recorded && e.action.op().is_some())
+            .filter(|e| {
+                e.after.iter().all(|key| {
+                    entries.iter().any(|b| {
+                        b.holder == e.holder
+                            && &b.key == key
+                            && (b.state == State::Succeeded || (!e.unchained && b.job.is_some()))
+                    })
+                })
+            })
+            .collect();
+        if uncertain.is_empty() {
+            return Ok(Vec::new());
+        }
+        let jobs = match ganeti.jobs().await {
+            Ok(jobs) => jobs,
+            Err(error) => {
+                tracing::warn!(%error, "cannot list jobs to adopt them");
+                return Ok(Vec::new());
+            }
+        };
+        let mut by_reason: BTreeMap<(Uuid, String), JobId> = BTreeMap::new();
+        for job in &jobs {
+            if let Some(reason) = job.nodecare_reason() {
+                by_reason
+                    .entry((reason.incident, reason.intent))
+                    .or_insert(job.id);
+            }
+        }
+        let mut changed = Vec::new();
+        for e in uncertain {
+            let found = e
+                .trail()
+                .and_then(|trail| by_reason.get(&(trail, e.key.clone())).copied());
+            let mut e = e.clone();
+            match (found, unadopted(&e.holder)) {
+                (Some(job), _) => {
+                    e.state = State::Submitted;
+                    e.job = Some(job);
+                    tracing::info!(holder = %e.holder, key = %e.key, job, "adopted job submitted before a restart");
+                }
+                (None, Unadopted::Fail) => {
+                    e.state = State::Failed {
+                        why: "never submitted".into(),
+                    };
+                    e.finished_ms = Some(now_ms);
+                }
+                (None, Unadopted::Retry) => continue,
+            }
+            self.mark(&e)?;
+            changed.push(e);
+        }
+        Ok(changed)
+    }
+
+    /// Follows every submitted (or timed-out) Ganeti entry's job: its outcome when it ended,
+    /// timed out when it is still not done at its entry's deadline. Entries after one that
+    /// did not succeed never run. Returns the entries changed, in job order.
+    pub async fn poll(
+        &self,
+        ganeti: &dyn Ganeti,
+        now_ms: u64,
+    ) -> Result<Vec<Changed>, LedgerError> {
+        self.poll_of(ganeti, |_| true, now_ms).await
+    }
+
+    /// [`Executor::poll`], for the entries of the holders `which` says (the others are
+    /// followed by their duty's own code).
+    pub async fn poll_of(
+        &self,
+        ganeti: &dyn Ganeti,
+        which: impl Fn(&Holder) -> bool,
+        now_ms: u64,
+    ) -> Result<Vec<Changed>, LedgerError> {
+        let mut following: Vec<Entry> = self
+            .ledger
+            .unfinished()?
+            .into_iter()
+            .filter(|e| which(&e.holder))
+            .filter(|e| matches!(e.state, State::Submitted | State::TimedOut))
+            .filter(|e| e.action.op().is_some() && e.job.is_some())
+            .collect();
+        // In job order: the first job of a chain that failed is seen first.
+        following.sort_by_key(|e| e.job);
+        let mut changed = Vec::new();
+        let mut ended: BTreeSet<Holder> = BTreeSet::new();
+        for mut e in following {
+            let Some(job_id) = e.job else { continue };
+            let (state, job) = match ganeti.job(job_id).await {
+                Ok(job) => {
+                    let state = outcome(&e, &job, now_ms);
+                    (state, Some(job))
+                }
+                Err(GanetiError::NotFound(_)) => (
+                    Some(State::Failed {
+                        why: format!("job {job_id} vanished from Ganeti's queue"),
+                    }),
+                    None,
+                ),
+                Err(error) => {
+                    tracing::warn!(job = job_id, %error, "cannot read job status");
+                    continue;
+                }
+            };
+            let Some(state) = state else { continue };
+            if state == e.state {
+                continue;
+            }
+            if !state.is_unfinished() {
+                e.finished_ms = Some(now_ms);
+                ended.insert(e.holder.clone());
+            }
+            match &state {
+                State::Succeeded => {
+                    tracing::info!(holder = %e.holder, key = %e.key, job = job_id, "job succeeded")
+                }
+                State::TimedOut => {
+                    tracing::warn!(holder = %e.holder, key = %e.key, job = job_id, "job timed out")
+                }
+                other => {
+                    tracing::warn!(holder = %e.holder, key = %e.key, job = job_id, why = other.why().unwrap_or(""), "job did not succeed")
+                }
+            }
+            e.state = state;
+            self.mark(&e)?;
+            changed.push(Changed { entry: e, job });
+        }
+        // What comes after an entry that did not succeed (here, or failed in adoption) never
+        // runs.
+        ended.extend(
+            self.ledger
+                .unfinished()?
+                .into_iter()
+                .filter(|e| which(&e.holder))
+                .filter(|e| e.state == State::Recorded && !e.after.is_empty())
+                .map(|e| e.holder),
+        );
+        for holder in ended {
+            let entries = self.ledger.of_holder(&holder)?;
+            for (id, why) in ledger::ready(&entries).never {
+                if let Some(mut e) = entries.iter().find(|e| e.id == id).cloned() {
+                    e.state = State::Canceled { why };
+                    e.finished_ms = Some(now_ms);
+                    self.mark(&e)?;
+                    changed.push(Changed {
+                        entry: e,
+                        job: None,
+                    });
+                }
+            }
+        }
+        Ok(changed)
+    }
+
+    /// Cancels what `holder` has not started: recorded entries are canceled, and Ganeti is
+    /// asked to cancel its submitted jobs, the last submitted first (so that no job of a
+    /// chain starts between two cancels), each once. A running job ends on its own; each
+    /// job's end is what [`Executor::poll`] reads.
+    pub async fn cancel(
+        &self,
+        ganeti: &dyn Ganeti,
+        holder: &Holder,
+        why: &str,
+        now_ms: u64,
+    ) -> Result<Vec<CancelAnswer>, LedgerError> {
+        let entries = self.ledger.of_holder(holder)?;
+        for e in entries.iter().filter(|e| e.state == State::Recorded) {
+            let mut e = e.clone();
+            e.state = State::Canceled { why: why.into() };
+            e.finished_ms = Some(now_ms);
+            self.mark(&e)?;
+        }
+        let mut submitted: Vec<(JobId, String)> = entries
+            .iter()
+            .filter(|e| matches!(e.state, State::Submitted | State::TimedOut))
+            .filter(|e| e.action.op().is_some())
+            .filter_map(|e| e.job.map(|job| (job, e.key.clone())))
+            .collect();
+        submitted.sort_by_key(|(job, _)| std::cmp::Reverse(*job));
+        let mut answers = Vec::new();
+        for (job, key) in submitted {
+            let first = self
+                .cancels_asked
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(job);
+            if !first {
+                continue;
+            }
+            let (canceled, message) = match ganeti.cancel_job(job).await {
+                Ok(answer) => (answer.canceled, answer.message),
+                Err(error) => {
+                    if error.is_transient() {
+                        self.cancels_asked
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .remove(&job);
+                    }
+                    (false, format!("cannot ask Ganeti to cancel it: {error}"))
+                }
+            };
+            tracing::info!(%holder, job, key = %key, canceled, %message, "job cancel");
+            answers.push(CancelAnswer {
+                job,
+                key,
+                canceled,
+                message,
+            });
+        }
+        Ok(answers)
+    }
+
+    /// What the ledger holds in force, from the entries of the holders `open` says are still
+    /// open.
+    pub fn in_force(&self, open: impl Fn(&Holder) -> bool) -> Result<ledger::Held, LedgerError> {
+        let entries: Vec<Entry> = self
+            .ledger
+            .entries()?
+            .into_iter()
+            .filter(|e| open(&e.holder))
+            .collect();
+        Ok(ledger::in_force(&entries))
+    }
+}
+
+/// The state `job` puts entry `e` in: its outcome when it ended, timed out at the deadline,
+/// `None` while it runs. A job whose reason names another entry (an id reused after the queue
+/// was lost) fails the entry.
+pub fn outcome(e: &Entry, job: &Job, now_ms: u64) -> Option<State> {
+    let job_id = job.id;
+    let other = job
+        .reasons
+        .iter()
+        .find_map(|entry| Reason::parse_text(&entry.text))
+        .filter(|r| Some(r.incident) != e.trail() || r.intent != e.key);
+    if let Some(other) = other {
+        return Some(State::Failed {
+            why: format!(
+                "job {job_id} in Ganeti's queue is another job (incident {} intent {})",
+                other.incident, other.intent
+            ),
+        });
+    }
+    if job.status.is_final() {
+        let errors = if job.errors.is_empty() {
+            job.status.as_str().to_owned()
+        } else {
+            job.errors.join("; ")
+        };
+        let why = format!("job {job_id} {}: {errors}", job.status.as_str());
+        return Some(match job.status {
+            JobStatus::Success => State::Succeeded,
+            JobStatus::Canceled => State::Canceled { why },
+            _ => State::Failed { why },
+        });
+    }
+    (now_ms > e.deadline_ms).then_some(State::TimedOut)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,386 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nodecare_ganeti_sim::Simulation;
+use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
+
+use super::ledger::{Action, AgentOp, Entry, Hold, MemoryLedger, Op, State};
+use super::*;
+
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+struct World {
+    sim: Simulation,
+    ganeti: nodecare_ganeti::rapi::RapiClient,
+    exec: Executor,
+    node: String,
+    instance: String,
+}
+
+async fn world() -> World {
+    let sim = Simulation::new(SimConfig::from_spec(4, "a:drbd:2", "sim.test").unwrap()).unwrap();
+    let ganeti = sim.client();
+    let a = Ganeti::instances(&ganeti).await.unwrap()[0].clone();
+    let (node, instance) = (a.primary_node, a.name);
+    World {
+        sim,
+        ganeti,
+        exec: Executor::new(Arc::new(MemoryLedger::default())),
+        node,
+        instance,
+    }
+}
+
+fn holder(n: u128) -> Holder {
+    Holder::Incident {
+        id: Uuid::from_u128(n),
+    }
+}
+
+/// drain → migrate (a chain of Ganeti jobs) → repair (the agent's).
+fn chain(w: &World, h: &Holder) -> Vec<Entry> {
+    let drain = Entry::new(
+        h.clone(),
+        "drain",
+        Action::ganeti(Op::drain(&w.node)),
+        "drain",
+        0,
+        DAY_MS,
+    )
+    .holding([Hold::Drained {
+        node: w.node.clone(),
+    }]);
+    let migrate = Entry::new(
+        h.clone(),
+        "migrate a",
+        Action::ganeti(Op::MigrateInstance {
+            instance: w.instance.clone(),
+            target: None,
+        }),
+        "migrate",
+        0,
+        DAY_MS,
+    )
+    .after(["drain".to_owned()]);
+    let repair = Entry::new(
+        h.clone(),
+        "repair",
+        Action::Agent {
+            op: AgentOp::Repair {
+                node: w.node.clone(),
+                command: "fix".into(),
+            },
+        },
+        "repair",
+        0,
+        DAY_MS,
+    )
+    .after(["migrate_a".to_owned()]);
+    vec![drain, migrate, repair]
+}
+
+fn states(exec: &Executor) -> Vec<(String, String)> {
+    exec.ledger()
+        .entries()
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.key, e.state.as_str().to_owned()))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_chain_is_recorded_submitted_with_depends_and_followed_to_its_end() {
+    let w = world().await;
+    let h = holder(1);
+    w.exec.record(&chain(&w, &h)).unwrap();
+    let submitted = w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert_eq!(submitted.len(), 2, "the agent's entry is not a Ganeti job");
+    let (drain, migrate) = (submitted[0].job.unwrap(), submitted[1].job.unwrap());
+    let depends = w.sim.with_cluster(|c| c.jobs[&migrate].depends.clone());
+    assert_eq!(
+        depends.iter().map(|(job, _)| *job).collect::<Vec<_>>(),
+        [drain]
+    );
+    // The reason trail names the holder and the key.
+    let trails: Vec<Option<String>> = w.sim.submissions().into_iter().map(|s| s.intent).collect();
+    assert_eq!(
+        trails,
+        [
+            Some(format!("{}/drain", Uuid::from_u128(1))),
+            Some(format!("{}/migrate_a", Uuid::from_u128(1)))
+        ]
+    );
+    // Nothing is submitted twice.
+    assert!(w.exec.submit(&w.ganeti, None, 2).await.unwrap().is_empty());
+    // The drain holds the node while it may happen, and after.
+    let held = w.exec.in_force(|_| true).unwrap();
+    assert_eq!(held.nodes.get(&w.node), Some(&h));
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    let changed = w.exec.poll(&w.ganeti, 3).await.unwrap();
+    assert_eq!(changed.len(), 2, "{changed:#?}");
+    assert!(changed.iter().all(|c| c.entry.state == State::Succeeded));
+    assert_eq!(
+        states(&w.exec),
+        [
+            ("drain".to_owned(), "succeeded".to_owned()),
+            ("migrate_a".to_owned(), "succeeded".to_owned()),
+            ("repair".to_owned(), "recorded".to_owned())
+        ]
+    );
+    assert!(w.exec.poll(&w.ganeti, 4).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_job_ends_its_chain() {
+    let w = world().await;
+    let h = holder(2);
+    w.sim.fail_jobs(JobFailureRule {
+        op_id: Some("OP_NODE_SET_PARAMS".into()),
+        target: None,
+        count: Some(1),
+        message: "disk on fire".into(),
+    });
+    w.exec.record(&chain(&w, &h)).unwrap();
+    w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    let changed = w.exec.poll(&w.ganeti, 2).await.unwrap();
+    let first = &changed[0].entry;
+    assert_eq!(first.key, "drain");
+    assert!(
+        first.state.why().unwrap().contains("disk on fire"),
+        "{first:#?}"
+    );
+    assert!(changed[0].job.is_some(), "the job read is handed on");
+    let all = states(&w.exec);
+    assert_eq!(all[0].1, "failed");
+    assert_ne!(all[1].1, "succeeded", "{all:?}");
+    assert_eq!(all[2].1, "canceled", "{all:?}");
+    // A failed drain took no hold.
+    assert!(w.exec.in_force(|_| true).unwrap().nodes.is_empty());
+}
+
+#[tokio::test]
+async fn after_a_crash_jobs_are_adopted_by_their_trail_and_the_rest_fails_or_is_retried() {
+    let w = world().await;
+    let h = holder(3);
+    let other = holder(4);
+    let recorded = w.exec.record(&chain(&w, &h)).unwrap();
+    w.exec.record(&chain(&w, &other)).unwrap();
+    // The crash came after the drain was submitted and before its job id was recorded.
+    let reason = Reason::new(Uuid::from_u128(3), "drain", "drain");
+    let job = w
+        .ganeti
+        .submit(recorded[0].action.op().unwrap(), &reason)
+        .await
+        .unwrap();
+    let changed = w
+        .exec
+        .adopt(
+            &w.ganeti,
+            |holder| {
+                if holder == &h {
+                    Unadopted::Fail
+                } else {
+                    Unadopted::Retry
+                }
+            },
+            5,
+        )
+        .await
+        .unwrap();
+    // Only entries that could have been submitted are looked up: the migrate waits for the
+    // drain, the other holder's drain is to be retried.
+    assert_eq!(changed.len(), 1, "{changed:#?}");
+    assert_eq!(changed[0].state, State::Submitted);
+    assert_eq!(changed[0].job, Some(job));
+    // The rest goes on: the migrate chained after the adopted drain, the other holder's drain
+    // submitted again, once.
+    let submitted = w.exec.submit(&w.ganeti, None, 6).await.unwrap();
+    let keys: Vec<(Holder, String)> = submitted
+        .iter()
+        .map(|e| (e.holder.clone(), e.key.clone()))
+        .collect();
+    assert!(keys.contains(&(h.clone(), "migrate_a".into())), "{keys:?}");
+    assert!(keys.contains(&(other.clone(), "drain".into())), "{keys:?}");
+    assert!(w.sim.duplicate_intents().is_empty());
+    // A holder whose drain Ganeti never saw fails it.
+    let third = holder(5);
+    w.exec.record(&chain(&w, &third)).unwrap();
+    let changed = w
+        .exec
+        .adopt(&w.ganeti, |_| Unadopted::Fail, 7)
+        .await
+        .unwrap();
+    let failed: Vec<&Entry> = changed.iter().filter(|e| e.holder == third).collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].state.why(), Some("never submitted"));
+}
+
+#[tokio::test]
+async fn a_job_still_running_at_its_deadline_times_out_and_is_still_followed() {
+    let w = world().await;
+    let h = holder(6);
+    w.sim.stick_next_jobs(1);
+    w.exec.record(&chain(&w, &h)[..1]).unwrap();
+    w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert!(w.exec.poll(&w.ganeti, 2).await.unwrap().is_empty());
+    let changed = w.exec.poll(&w.ganeti, DAY_MS + 1).await.unwrap();
+    assert_eq!(changed[0].entry.state, State::TimedOut);
+    assert!(changed[0].entry.state.is_unfinished());
+    // Uncertain: it holds its node.
+    assert!(
+        w.exec
+            .in_force(|_| true)
+            .unwrap()
+            .nodes
+            .contains_key(&w.node)
+    );
+    assert!(w.exec.poll(&w.ganeti, DAY_MS + 2).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_vanished_job_fails_its_entry() {
+    let w = world().await;
+    w.sim.vanish_next_jobs(1);
+    w.exec.record(&chain(&w, &holder(7))[..1]).unwrap();
+    w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    let changed = w.exec.poll(&w.ganeti, 2).await.unwrap();
+    assert_eq!(
+        changed[0].entry.state.why().unwrap(),
+        format!(
+            "job {} vanished from Ganeti's queue",
+            changed[0].entry.job.unwrap()
+        )
+    );
+}
+
+#[tokio::test]
+async fn cancel_stops_what_has_not_started_and_asks_each_job_once() {
+    let w = world().await;
+    let h = holder(8);
+    w.sim.set_job_delay(Duration::from_secs(3600));
+    let entries = chain(&w, &h);
+    w.exec.record(&entries).unwrap();
+    w.exec.submit(&w.ganeti, Some(&h), 1).await.unwrap();
+    let answers = w.exec.cancel(&w.ganeti, &h, "canceled", 2).await.unwrap();
+    // The last submitted first.
+    let jobs: Vec<JobId> = answers.iter().map(|a| a.job).collect();
+    let mut sorted = jobs.clone();
+    sorted.sort_by_key(|j| std::cmp::Reverse(*j));
+    assert_eq!(jobs, sorted);
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(
+        states(&w.exec)[2].1,
+        "canceled",
+        "the agent's entry never runs"
+    );
+    assert!(
+        w.exec
+            .cancel(&w.ganeti, &h, "canceled", 3)
+            .await
+            .unwrap()
+            .is_empty(),
+        "each job is asked once"
+    );
+    let changed = w.exec.poll(&w.ganeti, 4).await.unwrap();
+    assert!(
+        changed
+            .iter()
+            .all(|c| matches!(c.entry.state, State::Canceled { .. })),
+        "{changed:#?}"
+    );
+}
+
+/// An unchained job (instance repair's next operation) is submitted once the job before it
+/// succeeded, without `depends`; while that job runs, adoption neither looks for the unchained
+/// one nor fails it.
+#[tokio::test]
+async fn an_unchained_job_waits_for_success_and_is_not_adopted_before() {
+    let w = world().await;
+    let h = holder(5);
+    let first = Entry::new(
+        h.clone(),
+        "failover-0",
+        Action::ganeti(Op::MigrateInstance {
+            instance: w.instance.clone(),
+            target: None,
+        }),
+        "migrate",
+        0,
+        DAY_MS,
+    );
+    let second = Entry::new(
+        h.clone(),
+        "failover-1",
+        Action::ganeti(Op::AddTags {
+            target: nodecare_ganeti::TagTarget::Instance(w.instance.clone()),
+            tags: vec!["x".into()],
+        }),
+        "tag",
+        0,
+        DAY_MS,
+    )
+    .after(["failover-0".to_owned()])
+    .unchained();
+    w.exec.record(&[first, second]).unwrap();
+    let submitted = w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert_eq!(submitted.len(), 1);
+    // The first job runs: the second is not uncertain, so not failed as never submitted.
+    let adopted = w
+        .exec
+        .adopt(&w.ganeti, |_| Unadopted::Fail, 2)
+        .await
+        .unwrap();
+    assert!(adopted.is_empty(), "{adopted:#?}");
+    assert_eq!(
+        states(&w.exec),
+        [
+            ("failover-0".to_owned(), "submitted".to_owned()),
+            ("failover-1".to_owned(), "recorded".to_owned())
+        ]
+    );
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    w.exec.poll(&w.ganeti, 3).await.unwrap();
+    let submitted = w.exec.submit(&w.ganeti, None, 4).await.unwrap();
+    assert_eq!(submitted.len(), 1);
+    let job = submitted[0].job.unwrap();
+    let depends = w.sim.with_cluster(|c| c.jobs[&job].depends.clone());
+    assert!(depends.is_empty(), "{depends:?}");
+}
+
+/// `poll_of` follows only the holders it is asked for: another duty's jobs are left to it.
+#[tokio::test]
+async fn poll_of_leaves_other_holders_jobs_alone() {
+    let w = world().await;
+    let (ours, theirs) = (
+        Holder::Balancing {
+            id: Uuid::from_u128(1),
+        },
+        holder(2),
+    );
+    let entry = |h: &Holder| {
+        Entry::new(
+            h.clone(),
+            "drain",
+            Action::ganeti(Op::drain(&w.node)),
+            "drain",
+            0,
+            DAY_MS,
+        )
+    };
+    w.exec.record(&[entry(&ours), entry(&theirs)]).unwrap();
+    assert_eq!(w.exec.submit(&w.ganeti, None, 1).await.unwrap().len(), 2);
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    let changed = w
+        .exec
+        .poll_of(&w.ganeti, |h| matches!(h, Holder::Balancing { .. }), 2)
+        .await
+        .unwrap();
+    assert_eq!(changed.len(), 1, "{changed:#?}");
+    assert_eq!(changed[0].entry.holder, ours);
+    let left = w.exec.ledger().of_holder(&theirs).unwrap();
+    assert_eq!(left[0].state, State::Submitted, "not polled");
+    assert_eq!(w.exec.poll(&w.ganeti, 3).await.unwrap().len(), 1);
+}
