@@ -187,7 +187,9 @@ pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
 /// else acts there. A pending live repair holds its node (its instances keep running); a
 /// pending evacuation holds the other nodes of the instances still on its node (their DRBD
 /// peers: its moves migrate, fail over or re-mirror them there), so that no other holder drains
-/// or moves there while it runs. A node an evacuation holds disrupted is left out.
+/// or moves there while it runs. A node an evacuation holds disrupted is left out, and so is a
+/// peer with a live repair of its own (noted or running): the evacuation's moves onto it wait
+/// for that incident ([`crate::plan`]), so holding it would leave each waiting for the other.
 pub fn touches(
     incidents: &[Incident],
     nodes: &[Node],
@@ -217,6 +219,12 @@ pub fn touches(
         .filter(|i| i.repair_status == RepairStatus::Pending && i.action.is_evacuation())
         .collect();
     evacuations.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    let live_repairing: BTreeSet<&str> = incidents
+        .iter()
+        .filter(|i| i.is_active() && i.action == Action::LiveRepair)
+        .filter_map(|i| by_uuid.get(i.node_uuid.as_str()))
+        .map(|n| n.name.as_str())
+        .collect();
     for incident in evacuations {
         let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
             continue;
@@ -226,7 +234,10 @@ pub fn touches(
             .filter(|i| i.primary_node == node.name || i.secondary_nodes.contains(&node.name))
         {
             for peer in std::iter::once(&instance.primary_node).chain(&instance.secondary_nodes) {
-                if *peer != node.name && !disrupted.contains(peer) {
+                if *peer != node.name
+                    && !disrupted.contains(peer)
+                    && !live_repairing.contains(peer.as_str())
+                {
                     held.entry(peer.clone())
                         .or_insert(Holder::Incident { id: incident.uuid });
                 }
@@ -329,6 +340,69 @@ mod tests {
         let incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
         let out = propose(&[incident], &nodes, &[unknown], &BTreeSet::new());
         assert_eq!(out.proposals[0].moves_memory, None);
+    }
+
+    /// A running evacuation does not hold a peer whose own live repair waits: the evacuation's
+    /// move onto the peer waits for that incident, so the live repair goes first (the SIGKILL
+    /// test saw each wait for the other: "waiting to move a (its secondary n3 has an active
+    /// incident)" and "n3 is held by incident" of the evacuation).
+    #[test]
+    fn a_running_evacuation_leaves_a_peer_s_live_repair_free_to_run() {
+        use crate::gate::{self, Admitted, DomainSource, InForce, Policy, View};
+        let nodes = vec![node("n1"), node("n2"), node("n3")];
+        let mut drbd = instance("d1", "n1", 512);
+        drbd.disk_template = crate::ganeti::DiskTemplate::Drbd;
+        drbd.secondary_nodes = vec!["n2".into()];
+        let instances = vec![drbd];
+        let mut evacuation = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        evacuation.repair_status = RepairStatus::Pending;
+        let live = incident_on(2, &nodes[1], Action::LiveRepair, 2.0);
+        let incidents = [evacuation.clone(), live.clone()];
+        // The peer is not held by the evacuation; its live repair holds it itself once running.
+        assert_eq!(touches(&incidents, &nodes, &instances), []);
+        let mut running = live.clone();
+        running.repair_status = RepairStatus::Pending;
+        assert_eq!(
+            touches(&[evacuation.clone(), running], &nodes, &instances),
+            [("n2".to_owned(), Holder::Incident { id: live.uuid })]
+        );
+        let view = View::from_cluster(
+            &nodes,
+            &instances,
+            &BTreeMap::new(),
+            &DomainSource::NodeGroup,
+            Vec::new(),
+            1_000,
+        );
+        let in_force = InForce::new(&view, holds(&incidents, &nodes))
+            .with_touched(&view, touches(&incidents, &nodes, &instances));
+        let proposals = propose(
+            &incidents,
+            &nodes,
+            &instances,
+            &BTreeSet::from([evacuation.uuid]),
+        )
+        .proposals;
+        let decision = gate::decide(&view, &Policy::default(), &in_force, proposals);
+        assert!(
+            matches!(
+                decision
+                    .of(&Holder::Incident { id: live.uuid })
+                    .map(|j| j.outcome.clone()),
+                Some(Ok(Admitted::New))
+            ),
+            "{decision:#?}"
+        );
+        // Without the live repair, the evacuation holds its instance's peer.
+        assert_eq!(
+            touches(&[evacuation.clone()], &nodes, &instances),
+            [(
+                "n2".to_owned(),
+                Holder::Incident {
+                    id: evacuation.uuid
+                }
+            )]
+        );
     }
 
     /// Two evacuations never act on one instance: while an evacuation runs, the other nodes of
