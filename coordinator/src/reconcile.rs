@@ -1479,7 +1479,10 @@ impl Reconciler {
                 "admission expired");
         }
         // What the executor's ledger holds (its holders' records still open).
-        let ledger_held = self.executor.in_force(|_| true)?;
+        // Campaigns hold their nodes by their steps (`campaign_exec::holds`, `touched`).
+        let ledger_held = self
+            .executor
+            .in_force(|holder| !matches!(holder, Holder::Campaign { .. }))?;
         // Instance repair reads Ganeti before the gate: the repairs whose jobs still run hold
         // their instances' nodes (read even with the duty off: `nodecare harep` runs too).
         let instance_repair_read = match (self.settings.instance_repair, groups.as_ref()) {
@@ -1538,7 +1541,10 @@ impl Reconciler {
             &view,
             crate::store::incident_flag_changes(&incidents, &intents)
                 .into_iter()
-                .chain(crate::campaign_exec::flag_changes(&self.store)?)
+                .chain(crate::campaign_exec::flag_changes(
+                    &self.store,
+                    &self.executor,
+                )?)
                 .chain(self.store.left_flags(&view)?),
         ));
         let breaker =
@@ -1607,6 +1613,7 @@ impl Reconciler {
         let campaign_ctx = crate::campaign_exec::Context {
             ganeti: &*self.ganeti,
             store: &self.store,
+            executor: &self.executor,
             repairs: &self.repairs,
             agent_urls: &self.settings.agent_urls,
             nodes,

@@ -21,6 +21,7 @@ use crate::incident::Incident;
 use crate::plan::{Lock, Move};
 
 mod admission;
+mod campaign_ops;
 mod ledger;
 pub mod retention;
 mod snapshot;
@@ -28,7 +29,7 @@ pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 5;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -750,6 +751,10 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     // The executor's ledger (balancing moves of earlier versions carried over).
     if version < 3 {
         ledger::migrate(connection)?;
+    }
+    // Campaigns' operations move into the ledger.
+    if version < 5 {
+        campaign_ops::migrate(connection)?;
     }
     Ok(())
 }

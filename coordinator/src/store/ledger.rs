@@ -61,7 +61,7 @@ fn encode(entry: &Entry) -> Result<String, StoreError> {
 }
 
 /// Inserts `entry` (its id is assigned); returns the id.
-fn insert(connection: &Connection, entry: &Entry) -> Result<u64, StoreError> {
+pub(super) fn insert(connection: &Connection, entry: &Entry) -> Result<u64, StoreError> {
     let holder = holder_of(entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     connection.execute(
         "INSERT INTO ledger (holder, key, state, recorded_ms, record) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -183,10 +183,9 @@ impl Ledger for Store {
         let Some(text) = ledger::holder_text(holder) else {
             return Ok(0);
         };
-        Ok(self
-            .lock()
+        self.lock()
             .execute("DELETE FROM ledger WHERE holder = ?1", params![text])
-            .map_err(sql)?)
+            .map_err(sql)
     }
 }
 
