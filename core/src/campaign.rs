@@ -5,7 +5,9 @@
 //! cluster as it is ([`Record::set_plan`]), asks the gate for the next one (the maintenance duty,
 //! [`crate::duty::maintenance`]), starts it when admitted ([`Record::start_group`]), and each
 //! round calls [`Record::advance`] with what it sees ([`World`]); `advance` moves every node of
-//! the group through its steps and plans the operations ([`Op`]) the executor carries out:
+//! the group through its steps and plans the operations ([`CampaignOp`]), each recorded as an
+//! entry of the ledger ([`crate::ledger`]) held by the campaign; the state machine reads their
+//! states back from the entries ([`Record::set_ops`]):
 //!
 //! drain → move primaries → hook → wait healthy → undrain → migrate the original primaries
 //! back → done.
@@ -118,11 +120,6 @@ impl OpKind {
             Self::Tag { tag } => GanetiOp::add_node_tags(node, vec![tag.clone()]),
             Self::Hook { .. } => return None,
         })
-    }
-
-    /// Whether the operation is a Ganeti job (the hook is not).
-    pub const fn is_ganeti_job(&self) -> bool {
-        !matches!(self, Self::Hook { .. })
     }
 }
 
