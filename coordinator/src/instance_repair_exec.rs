@@ -17,97 +17,23 @@
 //! changes are recorded the same way until their jobs are final, so that a result is never
 //! written twice.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::duty::instance_repair::{
-    Assessment, Inputs, JobState, RepairData, RepairOp, RepairPlan, RepairResult, TAG_PREFIX,
-    TagChange,
+    Assessment, Inputs, RepairData, RepairOp, RepairResult, TagChange,
 };
 use crate::ganeti::{
-    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Node, Op, Reason, TagTarget,
+    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Op, Reason, TagTarget,
 };
-use crate::gate::{Decision, DomainSource, InForce, NodeFacts, Policy, View};
+use crate::gate::{Decision, InForce, Policy};
 use crate::store::Store;
 
-/// Intent prefix of every instance-repair job.
-pub const INTENT_PREFIX: &str = "instance-repair";
-
-/// What the executor keeps until Ganeti shows the outcome.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Record {
-    /// A repair: its plan, the job of each operation once submitted, the pending tag's job.
-    Repair {
-        /// The plan.
-        plan: RepairPlan,
-        /// Job per operation (`None`: not submitted yet).
-        jobs: Vec<Option<JobId>>,
-        /// The job adding the pending tag.
-        tag_job: Option<JobId>,
-    },
-    /// A tag change and its jobs.
-    Tags {
-        /// The change.
-        change: TagChange,
-        /// Its jobs.
-        jobs: Vec<JobId>,
-    },
-}
-
-impl Record {
-    fn target(&self) -> TagTarget {
-        match self {
-            Self::Repair { plan, .. } => TagTarget::Instance(plan.instance.clone()),
-            Self::Tags { change, .. } => change.target.clone(),
-        }
-    }
-}
-
-/// What the duty reads from Ganeti besides nodes and instances.
-#[derive(Debug, Clone, Default)]
-pub struct Collected {
-    /// Cluster tags.
-    pub cluster_tags: Vec<String>,
-    /// Node groups.
-    pub groups: Vec<Group>,
-    /// Status of the jobs of pending repairs.
-    pub jobs: BTreeMap<JobId, JobState>,
-    /// Instances with a repair or tag change in flight.
-    pub in_flight: BTreeSet<String>,
-    /// Instances with a repair in flight (submitted, its pending tag not shown yet): the
-    /// repair's uuid.
-    pub repairs_in_flight: BTreeMap<String, Uuid>,
-    /// Cluster and group tag changes in flight.
-    pub targets_in_flight: BTreeSet<TagTarget>,
-    /// Problems met (the round goes on without them).
-    pub errors: Vec<String>,
-}
-
-/// The status of every job the pending repairs of `instances` name (their `pending:` tags),
-/// and the jobs whose status could not be read (absent from the map: unknown this round).
-pub async fn job_states(
-    ganeti: &dyn Ganeti,
-    instances: &[Instance],
-) -> (BTreeMap<JobId, JobState>, Vec<String>) {
-    let mut states = BTreeMap::new();
-    let mut errors = Vec::new();
-    for id in Assessment::jobs_to_query(instances) {
-        match ganeti.job(id).await {
-            Ok(job) => {
-                states.insert(id, JobState::Known(job.status));
-            }
-            Err(GanetiError::NotFound(_)) => {
-                states.insert(id, JobState::Lost);
-            }
-            // Unknown this round: the repair waits.
-            Err(error) => errors.push(format!("job {id}: {error}")),
-        }
-    }
-    (states, errors)
-}
+pub use nodecare_exec::instance_repair::{
+    Collected, INTENT_PREFIX, OneShot, Record, RepairHolds, RunOptions, RunReport, holds,
+    is_autorepair_tag, job_states, reason, tag_identity, tag_lines, view_of,
+};
 
 /// Reads the cluster tags, the status of every pending repair's jobs, and the records of work
 /// in flight (forgetting those Ganeti now shows done); `groups` are the node groups with their
@@ -288,122 +214,6 @@ pub async fn collect(
         }
     }
     Ok(collected)
-}
-
-/// The nodes instance repairs hold while their jobs run, for the gate's
-/// [`InForce`]: every node of the repaired instance as Ganeti shows it now (its primary and
-/// secondaries), held by the repair (`Holder::InstanceRepair`). A drained or offline node is
-/// held disrupted (no other holder may take it over); the others are touched
-/// ([`InForce::touched`]: no other holder may drain or touch them, no domain or cap is used).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RepairHolds {
-    /// Drained or offline nodes, with their holder.
-    pub disrupted: Vec<(String, crate::gate::Holder)>,
-    /// Nodes in service, with their holder.
-    pub touched: Vec<(String, crate::gate::Holder)>,
-}
-
-/// The nodes the running instance repairs hold (see [`RepairHolds`]). A repair runs from its
-/// submission (`repairs_in_flight`: its pending tag not shown yet) until every job its pending
-/// tag names is final in `jobs`; a job whose status is not known this round (absent from
-/// `jobs`) counts as running. `jobs` is `None` when Ganeti's job statuses could not be read:
-/// every pending repair then counts as running.
-pub fn holds(
-    instances: &[Instance],
-    nodes: &[Node],
-    jobs: Option<&BTreeMap<JobId, JobState>>,
-    repairs_in_flight: &BTreeMap<String, Uuid>,
-) -> RepairHolds {
-    use crate::gate::Holder;
-    let by_name: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.name.as_str(), n)).collect();
-    let finished = |job: &JobId| {
-        jobs.and_then(|jobs| jobs.get(job))
-            .is_some_and(|state| match state {
-                JobState::Lost => true,
-                JobState::Known(status) => status.is_final(),
-            })
-    };
-    let mut out = RepairHolds::default();
-    let mut instances: Vec<&Instance> = instances.iter().collect();
-    instances.sort_by(|a, b| a.name.cmp(&b.name));
-    for instance in instances {
-        let running = repairs_in_flight.get(&instance.name).copied().or_else(|| {
-            instance
-                .tags
-                .iter()
-                .filter_map(|t| RepairData::parse_tag(t))
-                .filter(|data| data.result.is_none())
-                .find(|data| data.jobs.iter().any(|job| !finished(job)))
-                // A pending tag written by another tool may carry an id that is no uuid: the
-                // nil uuid holds for it.
-                .map(|data| Uuid::parse_str(&data.uuid).unwrap_or_default())
-        });
-        let Some(id) = running else {
-            continue;
-        };
-        let holder = Holder::InstanceRepair { id };
-        for name in std::iter::once(&instance.primary_node).chain(&instance.secondary_nodes) {
-            let Some(node) = by_name.get(name.as_str()) else {
-                continue;
-            };
-            let entry = (node.name.clone(), holder.clone());
-            if node.drained || node.offline {
-                out.disrupted.push(entry);
-            } else {
-                out.touched.push(entry);
-            }
-        }
-    }
-    out
-}
-
-/// What one run of the executor did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunReport {
-    /// harep's progress lines (`Executing ArFailover repair on inst3`, `>>> Adding ...`).
-    pub lines: Vec<String>,
-    /// Repairs submitted: instance, repair uuid, jobs.
-    pub submitted: Vec<(String, Uuid, Vec<JobId>)>,
-    /// Repairs the gate refused: instance, why.
-    pub blocked: Vec<(String, String)>,
-    /// Failures (each also leaves its record, so the next round goes on from there).
-    pub errors: Vec<String>,
-}
-
-/// How a run of the executor goes beyond what the duty decided.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunOptions {
-    /// Submit nothing, record nothing: say what would be done (harep's `--dry-run`).
-    pub dry_run: bool,
-    /// The operator's reason (harep's `--reason`), added to every job's reason trail.
-    pub note: Option<String>,
-}
-
-fn reason(uuid: Uuid, intent: &str, what: &str, note: Option<&str>) -> Reason {
-    let mut description = format!(
-        "automated repairs by nodecare {} ({what})",
-        env!("CARGO_PKG_VERSION")
-    );
-    if let Some(note) = note {
-        description.push_str(": ");
-        description.push_str(note);
-    }
-    Reason::new(uuid, format!("{INTENT_PREFIX}-{intent}"), description)
-}
-
-fn tag_lines(lines: &mut Vec<String>, target: &TagTarget, add: Option<&str>, remove: &[String]) {
-    let name = match target {
-        TagTarget::Instance(name) | TagTarget::Node(name) | TagTarget::Group(name) => name,
-        TagTarget::Cluster => "the cluster",
-    };
-    if let Some(add) = add {
-        lines.push(format!(">>> Adding the following tag to {name}:"));
-        lines.push(format!("{add:?}"));
-    }
-    if !remove.is_empty() {
-        lines.push(format!(">>> Removing the following tags from {name}:"));
-        lines.extend(remove.iter().map(|t| format!("{t:?}")));
-    }
 }
 
 /// Runs the tag changes and admitted repairs of `assessment`, and completes repairs left
@@ -856,21 +666,6 @@ async fn advance(
     }
 }
 
-/// Who a tag change's jobs are submitted as: the repair's uuid (from the tag it adds) or the
-/// record's, and the intent (the result it writes, or `suspend`).
-fn tag_identity(change: &TagChange, id: Uuid) -> (Uuid, &'static str) {
-    let data = change.add.as_deref().and_then(RepairData::parse_tag);
-    let uuid = data
-        .as_ref()
-        .and_then(|d| Uuid::parse_str(&d.uuid).ok())
-        .unwrap_or(id);
-    let intent = match data.and_then(|d| d.result) {
-        Some(result) => result.as_str(),
-        None => "suspend",
-    };
-    (uuid, intent)
-}
-
 /// The jobs in Ganeti's job list submitted for the tag change recorded as `id`.
 async fn adopt_tag_jobs(
     ganeti: &dyn Ganeti,
@@ -987,80 +782,6 @@ async fn resume(
     }
 }
 
-/// The gate's view of `nodes` for a one-shot run: failure domains by node group, no storage
-/// reports (the one-shot reads none).
-pub fn view_of(nodes: &[Node], now_ms: u64) -> View {
-    View {
-        nodes: nodes
-            .iter()
-            .map(|n| {
-                (
-                    n.name.clone(),
-                    NodeFacts {
-                        name: n.name.clone(),
-                        group: n.group.clone(),
-                        domain: DomainSource::NodeGroup.domain_of(&n.group, &n.tags),
-                        vm_capable: n.vm_capable,
-                        drained: n.drained,
-                        offline: n.offline,
-                        master: n.role == crate::ganeti::NodeRole::Master,
-                        memory_free: n.memory_free,
-                        primary_memory: None,
-                    },
-                )
-            })
-            .collect(),
-        storage: Vec::new(),
-        now_ms,
-    }
-}
-
-/// What one harep-style run did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OneShot {
-    /// What the duty found.
-    pub assessment: Assessment,
-    /// What the executor did.
-    pub report: RunReport,
-}
-
-impl OneShot {
-    /// harep's `Instance status count` after the run: a repair the gate held counts as
-    /// `Healthy` (nothing was written), as harep counts a repair it may not do.
-    pub fn status_counts(&self) -> BTreeMap<String, usize> {
-        let held: BTreeSet<&str> = self
-            .report
-            .blocked
-            .iter()
-            .map(|(i, _)| i.as_str())
-            .collect();
-        let mut counts = BTreeMap::new();
-        for report in &self.assessment.instances {
-            let state = if held.contains(report.instance.as_str()) {
-                "Healthy"
-            } else {
-                report.state.as_str()
-            };
-            *counts.entry(state.to_owned()).or_insert(0) += 1;
-        }
-        counts
-    }
-
-    /// harep's output: progress lines, then the status count table.
-    pub fn harep_output(&self) -> String {
-        let mut out = String::new();
-        for line in &self.report.lines {
-            out.push_str(line);
-            out.push('\n');
-        }
-        out.push_str("---------------------\nInstance status count\n---------------------\n");
-        for (state, count) in self.status_counts() {
-            out.push_str(&format!("{state}: {count}\n"));
-        }
-        out
-    }
-}
-
 /// One run of the duty, the gate and the executor, as `harep` runs from cron: reads the
 /// cluster, decides, judges the repairs against `policy` (nothing else in force but what
 /// Ganeti shows drained or offline and the nodes of repairs still running, [`holds`]), and
@@ -1119,9 +840,4 @@ pub async fn run_once_with(
         run_instance_repairs_with(ganeti, store, &assessment, &decision, &collected, options).await;
     report.errors.splice(0..0, collected.errors);
     Ok(OneShot { assessment, report })
-}
-
-/// Whether a tag belongs to the auto-repair system (for status pages).
-pub fn is_autorepair_tag(tag: &str) -> bool {
-    tag.starts_with(TAG_PREFIX)
 }

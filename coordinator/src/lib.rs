@@ -30,7 +30,8 @@ pub mod board;
 pub mod campaign_exec;
 pub mod cli;
 pub mod daemon;
-pub mod exec;
+/// The executor over the ledger (the nodecare-exec crate).
+pub use nodecare_exec as exec;
 pub mod http;
 pub mod instance_repair_exec;
 pub mod maintenance_api;

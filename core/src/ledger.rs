@@ -187,6 +187,10 @@ pub struct Entry {
     /// `depends`, other entries submitted once those succeeded).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after: Vec<String>,
+    /// Submitted only once every entry it comes after has succeeded, never chained after their
+    /// jobs with `depends` (instance repair: RAPI's reinstall cannot carry `depends`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchained: bool,
     /// What it disrupts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub holds: Vec<Hold>,
@@ -224,6 +228,7 @@ impl Entry {
             key: trail_key(&key.into()),
             action,
             after: Vec::new(),
+            unchained: false,
             holds: Vec::new(),
             description: description.into(),
             about: BTreeMap::new(),
@@ -239,6 +244,13 @@ impl Entry {
     #[must_use]
     pub fn after(mut self, keys: impl IntoIterator<Item = String>) -> Self {
         self.after = keys.into_iter().map(|k| trail_key(&k)).collect();
+        self
+    }
+
+    /// The same entry, submitted only once the entries it comes after have succeeded.
+    #[must_use]
+    pub const fn unchained(mut self) -> Self {
+        self.unchained = true;
         self
     }
 
@@ -388,7 +400,7 @@ pub struct Ready {
 
 /// The recorded entries of `entries` (one holder's) that may be submitted now. An entry is
 /// ready when each entry it comes after has succeeded, or, for a Ganeti job after another Ganeti
-/// job, is submitted or ready itself (then chained with `depends` on its job), so that a chain
+/// job (unless it is [`Entry::unchained`]), is submitted or ready itself (then chained with `depends` on its job), so that a chain
 /// of jobs is submitted at once.
 pub fn ready(entries: &[Entry]) -> Ready {
     let by_key: BTreeMap<&str, &Entry> = entries.iter().map(|e| (e.key.as_str(), e)).collect();
@@ -410,7 +422,8 @@ pub fn ready(entries: &[Entry]) -> Ready {
                 dead = Some(format!("{key} never ran"));
                 break;
             }
-            let chainable = entry.action.op().is_some() && before.action.op().is_some();
+            let chainable =
+                !entry.unchained && entry.action.op().is_some() && before.action.op().is_some();
             match &before.state {
                 State::Succeeded => {}
                 State::Failed { .. } | State::Canceled { .. } => {
@@ -808,6 +821,31 @@ mod tests {
         migrate.state = failed();
         let out = ready(&[drain, migrate, repair]);
         assert_eq!(out.never, vec![(3, "migrate did not succeed".into())]);
+    }
+
+    /// An unchained Ganeti job (instance repair: RAPI's reinstall cannot carry `depends`)
+    /// waits for the job it comes after to succeed.
+    #[test]
+    fn an_unchained_job_waits_for_success() {
+        let h = incident(1);
+        let mut first = entry(1, &h, "failover-0", State::Recorded, vec![]);
+        let second = entry(2, &h, "failover-1", State::Recorded, vec![])
+            .after(["failover-0".into()])
+            .unchained();
+        assert!(second.unchained);
+        let out = ready(&[first.clone(), second.clone()]);
+        assert_eq!(out.submit, vec![(1, vec![])]);
+        first.state = State::Submitted;
+        first.job = Some(7);
+        assert_eq!(ready(&[first.clone(), second.clone()]), Ready::default());
+        first.state = State::Succeeded;
+        assert_eq!(
+            ready(&[first.clone(), second.clone()]).submit,
+            vec![(2, vec![])]
+        );
+        first.state = failed();
+        let out = ready(&[first, second]);
+        assert_eq!(out.never, vec![(2, "failover-0 did not succeed".into())]);
     }
 
     #[test]

@@ -51,6 +51,13 @@ fo_wait() { # PORT SECONDS CONDITION
   return 1
 }
 # Prints a field of the one incident of NODE in PORT's status matching the condition (empty if none).
+# Copies the logs of the cluster and of nodecare's daemons to a directory that outlives the
+# cluster (the cluster's state directory goes with it), for a failure to be read afterwards.
+fo_keep_logs() { # SCENARIO
+  local dir=${NODECARE_E2E_KEEP_LOGS:-/var/tmp/nodecare-e2e-failures}/$1-$(date -u +%Y%m%dT%H%M%S)
+  mkdir -p "$dir" && cp -r "$S/logs/." "$dir/" 2>/dev/null
+  echo "$dir"
+}
 fo_incident() { # PORT NODE FIELD [CONDITION]
   fo_get "$1" /1/status | jq_py "
 m = [i for i in d if i.get('node') == '$2' and (${4:-True})]
@@ -362,7 +369,12 @@ print(' '.join(c[:3]))")
       fail "S11b failover" "node4: incident in B $uuid_b (A's: $inc4) $(fo_incident "$FO_PORT_B" "$n4" repair-status), offline=$offline primaries=$pinst tag=$tagged"
     fi
   else
-    fail "S11b failover" "B did not finish node4's evacuation within 180 s: $(fo_get "$FO_PORT_B" /1/status | head -c 500)"
+    local kept
+    kept=$(fo_keep_logs S11b)
+    fail "S11b failover" "B did not finish node4's evacuation within 180 s: B's incident of node4: $(fo_get "$FO_PORT_B" /1/status | jq_py "
+m = [i for i in d if i.get('node') == '$n4']
+i = m[-1] if m else {}
+print({k: i.get(k) for k in ('id', 'repair-status', 'state', 'action', 'blocked_by', 'warning')}, [h.get('event', h) if isinstance(h, dict) else h for h in i.get('history', [])][-4:])" 2>&1 | head -c 900); B's replication: $(fo_replication "$FO_PORT_B"); B's last log lines: $(tail -n 4 "$S/logs/bg-coordinator-2.log" 2>/dev/null | cut -c1-300 | tr '\n' ' '); logs kept in $kept"
   fi
   # A continues: it must stand by and write nothing.
   t_cont=$(date -u '+%F %T,%3N')

@@ -172,6 +172,19 @@ impl FakeAgent {
             .unwrap_or_default()
     }
 
+    /// Repairs requested, each as (incident or request id, command).
+    pub fn repair_commands(&self) -> Vec<(String, String)> {
+        self.state
+            .runs
+            .lock()
+            .map(|r| {
+                r.iter()
+                    .map(|(id, run)| (id.clone(), run.record.command.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Report requests served.
     pub fn requests(&self) -> u64 {
         self.state.requests.lock().map(|r| *r).unwrap_or(0)

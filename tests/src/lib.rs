@@ -3,3 +3,4 @@
 
 pub mod fake_agent;
 pub mod harness;
+pub mod htools;

@@ -1,5 +1,7 @@
 //! The gate end to end on the simulated cluster: failure domains and the storm breaker (R5).
 
+mod all_duties;
+
 use std::collections::BTreeSet;
 use std::time::Instant;
 

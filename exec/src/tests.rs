@@ -13,7 +13,7 @@ const DAY_MS: u64 = 24 * 3600 * 1000;
 
 struct World {
     sim: Simulation,
-    ganeti: crate::ganeti::rapi::RapiClient,
+    ganeti: nodecare_ganeti::rapi::RapiClient,
     exec: Executor,
     node: String,
     instance: String,
@@ -293,48 +293,108 @@ async fn cancel_stops_what_has_not_started_and_asks_each_job_once() {
     );
 }
 
+/// An unchained job (instance repair's next operation) is submitted once the job before it
+/// succeeded, without `depends`; while that job runs, adoption neither looks for the unchained
+/// one nor fails it.
+#[tokio::test]
+async fn an_unchained_job_waits_for_success_and_is_not_adopted_before() {
+    let w = world().await;
+    let h = holder(5);
+    let first = Entry::new(
+        h.clone(),
+        "failover-0",
+        Action::ganeti(Op::MigrateInstance {
+            instance: w.instance.clone(),
+            target: None,
+        }),
+        "migrate",
+        0,
+        DAY_MS,
+    );
+    let second = Entry::new(
+        h.clone(),
+        "failover-1",
+        Action::ganeti(Op::AddTags {
+            target: nodecare_ganeti::TagTarget::Instance(w.instance.clone()),
+            tags: vec!["x".into()],
+        }),
+        "tag",
+        0,
+        DAY_MS,
+    )
+    .after(["failover-0".to_owned()])
+    .unchained();
+    w.exec.record(&[first, second]).unwrap();
+    let submitted = w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert_eq!(submitted.len(), 1);
+    // The first job runs: the second is not uncertain, so not failed as never submitted.
+    let adopted = w
+        .exec
+        .adopt(&w.ganeti, |_| Unadopted::Fail, 2)
+        .await
+        .unwrap();
+    assert!(adopted.is_empty(), "{adopted:#?}");
+    assert_eq!(
+        states(&w.exec),
+        [
+            ("failover-0".to_owned(), "submitted".to_owned()),
+            ("failover-1".to_owned(), "recorded".to_owned())
+        ]
+    );
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    w.exec.poll(&w.ganeti, 3).await.unwrap();
+    let submitted = w.exec.submit(&w.ganeti, None, 4).await.unwrap();
+    assert_eq!(submitted.len(), 1);
+    let job = submitted[0].job.unwrap();
+    let depends = w.sim.with_cluster(|c| c.jobs[&job].depends.clone());
+    assert!(depends.is_empty(), "{depends:?}");
+}
+
 /// A Ganeti client that counts the reads of single jobs.
 #[derive(Debug)]
 struct Counting {
-    inner: crate::ganeti::rapi::RapiClient,
+    inner: nodecare_ganeti::rapi::RapiClient,
     job_reads: std::sync::atomic::AtomicUsize,
 }
 
 impl Ganeti for Counting {
-    fn cluster_info(&self) -> crate::ganeti::GanetiFuture<'_, crate::ganeti::ClusterInfo> {
+    fn cluster_info(&self) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::ClusterInfo> {
         Ganeti::cluster_info(&self.inner)
     }
-    fn nodes(&self) -> crate::ganeti::GanetiFuture<'_, Vec<crate::ganeti::Node>> {
+    fn nodes(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Node>> {
         Ganeti::nodes(&self.inner)
     }
-    fn instances(&self) -> crate::ganeti::GanetiFuture<'_, Vec<crate::ganeti::Instance>> {
+    fn instances(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Instance>> {
         Ganeti::instances(&self.inner)
     }
     fn submit<'a>(
         &'a self,
         op: &'a Op,
         reason: &'a Reason,
-    ) -> crate::ganeti::GanetiFuture<'a, JobId> {
+    ) -> nodecare_ganeti::GanetiFuture<'a, JobId> {
         Ganeti::submit(&self.inner, op, reason)
     }
-    fn groups(&self) -> crate::ganeti::GanetiFuture<'_, Vec<crate::ganeti::Group>> {
+    fn groups(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Group>> {
         Ganeti::groups(&self.inner)
     }
     fn tags<'a>(
         &'a self,
-        target: &'a crate::ganeti::TagTarget,
-    ) -> crate::ganeti::GanetiFuture<'a, Vec<String>> {
+        target: &'a nodecare_ganeti::TagTarget,
+    ) -> nodecare_ganeti::GanetiFuture<'a, Vec<String>> {
         Ganeti::tags(&self.inner, target)
     }
-    fn job(&self, id: JobId) -> crate::ganeti::GanetiFuture<'_, Job> {
+    fn job(&self, id: JobId) -> nodecare_ganeti::GanetiFuture<'_, Job> {
         self.job_reads
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         Ganeti::job(&self.inner, id)
     }
-    fn jobs(&self) -> crate::ganeti::GanetiFuture<'_, Vec<crate::ganeti::JobSummary>> {
+    fn jobs(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::JobSummary>> {
         Ganeti::jobs(&self.inner)
     }
-    fn cancel_job(&self, id: JobId) -> crate::ganeti::GanetiFuture<'_, crate::ganeti::JobCancel> {
+    fn cancel_job(
+        &self,
+        id: JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::JobCancel> {
         Ganeti::cancel_job(&self.inner, id)
     }
 }

@@ -10,14 +10,16 @@
 
 pub use nodecare_core::ledger;
 
+pub mod instance_repair;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use crate::ganeti::{Ganeti, GanetiError, Job, JobId, JobStatus, Reason};
-use crate::gate::Holder;
 use ledger::{Entry, Ledger, LedgerError, State};
+use nodecare_core::gate::Holder;
+use nodecare_ganeti::{Ganeti, GanetiError, Job, JobId, JobStatus, Reason};
 
 /// What becomes of an entry whose submission is uncertain (recorded, ready, no job known) and
 /// that Ganeti's job list does not show.
@@ -161,7 +163,7 @@ impl Executor {
     }
 
     /// Adopts the jobs of entries whose submission is uncertain (recorded, every entry they
-    /// come after submitted or succeeded, no job known: a crash or a failed answer came between
+    /// come after submitted or succeeded (succeeded, for an unchained one), no job known: a crash or a failed answer came between
     /// the submission and its mark) from Ganeti's job list by their reason trail; those it
     /// does not show fail or are submitted again, as `unadopted` says for their holder.
     /// Returns the entries changed.
@@ -190,7 +192,7 @@ impl Executor {
                     entries.iter().any(|b| {
                         b.holder == e.holder
                             && &b.key == key
-                            && (b.job.is_some() || b.state == State::Succeeded)
+                            && (b.state == State::Succeeded || (!e.unchained && b.job.is_some()))
                     })
                 })
             })
@@ -259,7 +261,7 @@ impl Executor {
         // Many jobs followed (a campaign's group moves thousands of instances): one read of
         // Ganeti's job list tells which still run as submitted, and only the others are read
         // one by one (for their errors).
-        let listed: BTreeMap<JobId, crate::ganeti::JobSummary> = if following.len() > BULK_POLL {
+        let listed: BTreeMap<JobId, nodecare_ganeti::JobSummary> = if following.len() > BULK_POLL {
             match ganeti.jobs().await {
                 Ok(jobs) => jobs.into_iter().map(|j| (j.id, j)).collect(),
                 Err(error) => {
@@ -420,7 +422,7 @@ const BULK_POLL: usize = 8;
 
 /// Whether the listed job of entry `e` still runs with `e`'s reason trail and leaves `e` as
 /// it is (before its deadline, or timed out already): reading it alone would change nothing.
-fn still_running(e: &Entry, summary: &crate::ganeti::JobSummary, now_ms: u64) -> bool {
+fn still_running(e: &Entry, summary: &nodecare_ganeti::JobSummary, now_ms: u64) -> bool {
     let ours = summary
         .nodecare_reason()
         .is_some_and(|r| Some(r.incident) == e.trail() && r.intent == e.key);
