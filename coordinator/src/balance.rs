@@ -380,10 +380,17 @@ impl Balancer {
         }
         let run = Uuid::new_v4();
         let mut load = None;
+        // Instance → MiB as hbal sees it: what each move moves (for the gate).
+        let mut memory: BTreeMap<String, u64> = BTreeMap::new();
         let result = match &self.source {
             None => Err(BalanceError::Cluster("no RAPI source configured".into())),
             Some(source) => match source.cluster().await {
                 Ok(cluster) => {
+                    memory = cluster
+                        .instances
+                        .iter()
+                        .filter_map(|i| Some((i.name.clone(), u64::try_from(i.mem).ok()?)))
+                        .collect();
                     load = self.mond_data(&cluster, nodes, now_ms).await;
                     let file = load.as_ref().and_then(|l| l.file.as_deref());
                     plans(&self.config, &cluster, file).await
@@ -426,7 +433,7 @@ impl Balancer {
         };
         board.metrics.balancing.run(true);
         let blocked = balancing::blocked_nodes(incidents, nodes, in_force);
-        let proposals = balancing::propose(&plans, &blocked, now_ms, Uuid::new_v4);
+        let proposals = balancing::propose(&plans, &blocked, &memory, now_ms, Uuid::new_v4);
         board
             .metrics
             .balancing

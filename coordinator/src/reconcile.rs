@@ -29,12 +29,13 @@ use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::breaker::{self, BreakerPolicy, BreakerState};
 use crate::duty::node_repair;
+use crate::duty::node_repair::intent::{after_cancel, escalation_target, next_key, service_facts};
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{self, Admitted, Caps, DomainSource, GateSnapshot, Holder, InForce};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
 use crate::plan::{
     self, EvacuationChain, EvacuationFinish, EvacuationPolicy, EvacuationStep, Lock, Round,
-    ServiceFacts, ServiceJob, ServiceStep, return_to_service,
+    ServiceStep, return_to_service,
 };
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::{AgentOutcome, AgentTarget, AgentUrls, Scraper};
@@ -315,74 +316,6 @@ pub async fn stop_incident_jobs(
     Ok(answers)
 }
 
-/// In what state a canceled incident left its node, from what its jobs did (`own`, none in
-/// flight); `None` when it never submitted anything.
-pub fn after_cancel(node: &str, own: &[&Intent]) -> Option<String> {
-    let ganeti: Vec<&&Intent> = own.iter().filter(|i| i.spec.is_ganeti_job()).collect();
-    if ganeti.is_empty() {
-        return None;
-    }
-    let done = |wanted: fn(&IntentSpec) -> bool| {
-        ganeti
-            .iter()
-            .any(|i| wanted(&i.spec) && i.state == IntentState::Succeeded)
-    };
-    let mut parts = Vec::new();
-    if done(|s| matches!(s, IntentSpec::Offline { .. })) {
-        parts.push(format!(
-            "{node} is left offline by this incident (`gnt-node modify --offline=no {node}` returns it)"
-        ));
-    } else if done(|s| matches!(s, IntentSpec::Drain { .. })) {
-        parts.push(format!(
-            "{node} is left drained by this incident (`gnt-node modify --drained=no {node}` returns it)"
-        ));
-    } else {
-        parts.push(format!("{node} was not drained by this incident"));
-    }
-    let moved: Vec<String> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Succeeded)
-        .filter_map(|i| match &i.spec {
-            IntentSpec::Move { planned } => Some(planned.instance().to_owned()),
-            _ => None,
-        })
-        .collect();
-    if !moved.is_empty() {
-        parts.push(format!("moved before the cancel: {}", moved.join(", ")));
-    }
-    let shut: Vec<&str> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Succeeded)
-        .filter_map(|i| match &i.spec {
-            IntentSpec::Shutdown { instance } => Some(instance.as_str()),
-            _ => None,
-        })
-        .collect();
-    if !shut.is_empty() {
-        parts.push(format!("shut down: {}", shut.join(", ")));
-    }
-    let tags: Vec<&str> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Succeeded)
-        .filter_map(|i| match &i.spec {
-            IntentSpec::Tag { tag, .. } => Some(tag.as_str()),
-            _ => None,
-        })
-        .collect();
-    if !tags.is_empty() {
-        parts.push(format!("tagged {} (remove it by hand)", tags.join(", ")));
-    }
-    let stopped: Vec<&str> = ganeti
-        .iter()
-        .filter(|i| i.state == IntentState::Failed)
-        .map(|i| i.key.as_str())
-        .collect();
-    if !stopped.is_empty() {
-        parts.push(format!("did not run: {}", stopped.join(", ")));
-    }
-    Some(format!("after the cancel: {}", parts.join("; ")))
-}
-
 /// The nodecare reason `job` carries when it names another incident or intent than `intent`
 /// (the job id is not the job submitted for it); `None` when it is that job, or carries no
 /// nodecare reason at all (nothing to tell them apart by).
@@ -402,56 +335,9 @@ fn note(incident: &mut Incident, event: Event) {
     }
 }
 
-/// The open (noted or pending) incident of node `node_uuid` that a new verdict asking for
-/// `action` escalates: the most invasive one less invasive than `action`, the oldest first.
-fn escalation_target<'a>(
-    incidents: &'a [Incident],
-    node_uuid: &str,
-    action: Action,
-) -> Option<&'a Incident> {
-    incidents
-        .iter()
-        .filter(|i| i.node_uuid == node_uuid && i.is_active())
-        .filter(|i| action.is_more_invasive_than(i.action))
-        .max_by(|a, b| {
-            a.action
-                .invasiveness()
-                .cmp(&b.action.invasiveness())
-                .then(b.ctime.total_cmp(&a.ctime))
-        })
-}
-
-/// What the intents of an incident and its node's flags say about returning it to service.
-fn service_facts(node: &Node, own: &[&Intent]) -> ServiceFacts {
-    let succeeded = |wanted: fn(&IntentSpec) -> bool| {
-        own.iter()
-            .any(|i| wanted(&i.spec) && i.state == IntentState::Succeeded)
-    };
-    let job = |wanted: fn(&IntentSpec) -> bool| {
-        own.iter()
-            .filter(|i| wanted(&i.spec))
-            .map(|i| match i.state {
-                IntentState::Planned | IntentState::Submitted => ServiceJob::InFlight,
-                IntentState::Succeeded => ServiceJob::Succeeded,
-                IntentState::Failed | IntentState::Replanned => {
-                    ServiceJob::Failed(i.error.clone().unwrap_or_else(|| "job failed".into()))
-                }
-            })
-            .next_back()
-    };
-    ServiceFacts {
-        offline: node.offline,
-        drained: node.drained,
-        offlined_by_incident: succeeded(|s| matches!(s, IntentSpec::Offline { .. })),
-        drained_by_incident: succeeded(|s| matches!(s, IntentSpec::Drain { .. })),
-        online: job(|s| matches!(s, IntentSpec::Online { .. })),
-        undrain: job(|s| matches!(s, IntentSpec::Undrain { .. })),
-    }
-}
-
-fn next_key(intents: &[&Intent], prefix: &str) -> String {
-    let used = intents.iter().filter(|i| i.key.starts_with(prefix)).count();
-    format!("{prefix}{}", used + 1)
+/// Whether `holder` is an incident (node repair, which follows its own entries).
+const fn is_incident(holder: &Holder) -> bool {
+    matches!(holder, Holder::Incident { .. })
 }
 
 impl Reconciler {
@@ -606,7 +492,12 @@ impl Reconciler {
             .map(|entry| crate::exec::Changed { entry, job: None })
             .collect();
         self.executor.submit(&*self.ganeti, None, now_ms()).await?;
-        changed.extend(self.executor.poll(&*self.ganeti, now_ms()).await?);
+        // Node repair follows its incidents' jobs itself (`poll_jobs`).
+        changed.extend(
+            self.executor
+                .poll_of(&*self.ganeti, |h| !is_incident(h), now_ms())
+                .await?,
+        );
         if let Some(balancer) = &self.balancer {
             balancer.settle(&self.executor, &self.board, &changed, now_ms())?;
         }
@@ -1479,10 +1370,12 @@ impl Reconciler {
                 "admission expired");
         }
         // What the executor's ledger holds (its holders' records still open).
-        // Campaigns hold their nodes by their steps (`campaign_exec::holds`, `touched`).
+        // Incidents' entries are left out: what they hold comes from the incidents
+        // (`node_repair::holds`, `touches`); campaigns hold their nodes by their steps
+        // (`campaign_exec::holds`, `touched`).
         let ledger_held = self
             .executor
-            .in_force(|holder| !matches!(holder, Holder::Campaign { .. }))?;
+            .in_force(|h| !is_incident(h) && !matches!(h, Holder::Campaign { .. }))?;
         // Instance repair reads Ganeti before the gate: the repairs whose jobs still run hold
         // their instances' nodes (read even with the duty off: `nodecare harep` runs too).
         let instance_repair_read = match (self.settings.instance_repair, groups.as_ref()) {
@@ -1526,7 +1419,7 @@ impl Reconciler {
                 .chain(node_repair::holds(&incidents, nodes))
                 .chain(self.store.grants_in_force(now)?)
                 .chain(crate::campaign_exec::holds(&self.store)?)
-                .chain(ledger_held.nodes),
+                .chain(ledger_held.nodes.clone()),
         )
         .with_touched(
             &view,
@@ -1534,8 +1427,16 @@ impl Reconciler {
                 .touched
                 .into_iter()
                 .chain(crate::campaign_exec::touched(&self.store)?)
-                .chain(node_repair::touches(&incidents, nodes))
-                .chain(ledger_held.touched),
+                .chain(node_repair::touches(&incidents, nodes, instances))
+                .chain(node_repair::move_targets(intents.iter().filter_map(
+                    |i| match &i.spec {
+                        IntentSpec::Move { planned } if i.state.is_in_flight() => {
+                            Some((i.incident, planned))
+                        }
+                        _ => None,
+                    },
+                )))
+                .chain(ledger_held.touching()),
         )
         .with_left_by(&gate::left_by(
             &view,
@@ -2604,7 +2505,6 @@ impl Reconciler {
 mod tests {
     use super::*;
     use crate::ganeti::{Job, JobStatus, ReasonEntry};
-    use crate::plan::Move;
 
     fn intent(key: &str, spec: IntentSpec, state: IntentState) -> Intent {
         Intent {
@@ -2648,48 +2548,5 @@ mod tests {
         assert_eq!(foreign_job(&job(vec![foreign]), &ours), None);
         assert!(foreign_job(&job(vec![other_intent]), &ours).is_some());
         assert!(foreign_job(&job(vec![other_incident]), &ours).is_some());
-    }
-
-    #[test]
-    fn a_canceled_incident_says_in_what_state_it_left_the_node() {
-        let moved = |instance: &str, state| {
-            intent(
-                &format!("migrate-{instance}-1"),
-                IntentSpec::Move {
-                    planned: Move::Migrate {
-                        instance: instance.into(),
-                        target: None,
-                    },
-                },
-                state,
-            )
-        };
-        let drain = intent(
-            "drain",
-            IntentSpec::Drain { node: "n2".into() },
-            IntentState::Succeeded,
-        );
-        let a = moved("a", IntentState::Succeeded);
-        let b = moved("b", IntentState::Failed);
-        let offline = intent(
-            "offline-1",
-            IntentSpec::Offline { node: "n2".into() },
-            IntentState::Failed,
-        );
-        let text = after_cancel("n2", &[&drain, &a, &b, &offline]).unwrap();
-        assert!(text.contains("n2 is left drained"), "{text}");
-        assert!(text.contains("moved before the cancel: a"), "{text}");
-        assert!(
-            text.contains("did not run: migrate-b-1, offline-1"),
-            "{text}"
-        );
-        let drain_canceled = intent(
-            "drain",
-            IntentSpec::Drain { node: "n2".into() },
-            IntentState::Failed,
-        );
-        let text = after_cancel("n2", &[&drain_canceled]).unwrap();
-        assert!(text.contains("n2 was not drained"), "{text}");
-        assert_eq!(after_cancel("n2", &[]), None);
     }
 }

@@ -306,10 +306,10 @@ pub async fn guard(
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limits.max_body_bytes as u64) {
         board.metrics.api_refused("body_too_large");
-        return error(
+        return closing(error(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("request body larger than {} bytes", limits.max_body_bytes),
-        );
+        ));
     }
     let (parts, body) = request.into_parts();
     let bytes = match tokio::time::timeout(
@@ -324,25 +324,25 @@ pub async fn guard(
                 .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
             if too_large {
                 board.metrics.api_refused("body_too_large");
-                return error(
+                return closing(error(
                     StatusCode::PAYLOAD_TOO_LARGE,
                     format!("request body larger than {} bytes", limits.max_body_bytes),
-                );
+                ));
             }
-            return error(
+            return closing(error(
                 StatusCode::BAD_REQUEST,
                 format!("cannot read the request body: {body_error}"),
-            );
+            ));
         }
         Err(_) => {
             board.metrics.api_refused("body_timeout");
-            return error(
+            return closing(error(
                 StatusCode::REQUEST_TIMEOUT,
                 format!(
                     "request body not received within {} s",
                     limits.body_timeout.as_secs()
                 ),
-            );
+            ));
         }
     };
     let json_api = !parts.uri.path().starts_with("/ui/");
@@ -361,4 +361,15 @@ pub async fn guard(
         throttle.failed(client);
     }
     response.into_response()
+}
+
+/// A refusal given before the whole body was read: the rest of the body is still on the
+/// connection, so the connection ends with this answer and a client must not send another
+/// request on it.
+fn closing(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }

@@ -1,10 +1,11 @@
-//! Durable state: incidents, intents (jobs the coordinator means to submit or has submitted),
-//! agents' last accepted sequence numbers, the repair-request sequence counter, and the gate's
-//! grants, overrides, storm breaker and audit log (`admission`).
+//! Durable state: incidents, the executor's ledger (`ledger`; incidents' intents, the jobs the
+//! coordinator means to submit or has submitted, are its entries: `node_repair`), agents' last
+//! accepted sequence numbers, the repair-request sequence counter, and the gate's grants,
+//! overrides, storm breaker and audit log (`admission`).
 //!
 //! SQLite in WAL mode with `synchronous=FULL`: a committed transaction survives a crash or a
-//! power cut. An intent row is committed before its job is submitted; after a crash, an intent
-//! without a job id is looked up in Ganeti's job list by its reason before anything is
+//! power cut. An intent's entry is committed before its job is submitted; after a crash, an
+//! intent without a job id is looked up in Ganeti's job list by its reason before anything is
 //! resubmitted (see `reconcile`).
 
 use std::collections::BTreeMap;
@@ -12,17 +13,18 @@ use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, params};
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::ganeti::{JobId, Op};
+pub use crate::duty::node_repair::intent::{
+    Intent, IntentSpec, IntentState, incident_flag_changes,
+};
 use crate::gate::FlagChange;
 use crate::incident::Incident;
-use crate::plan::{Lock, Move};
 
 mod admission;
 mod campaign_ops;
 mod ledger;
+mod node_repair;
 pub mod retention;
 mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
@@ -56,237 +58,8 @@ pub enum StoreError {
     },
 }
 
-/// What an intent does.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum IntentSpec {
-    /// Set the node's drained flag.
-    Drain {
-        /// Node.
-        node: String,
-    },
-    /// Move an instance.
-    Move {
-        /// The move.
-        planned: Move,
-    },
-    /// Add a tag to the node.
-    Tag {
-        /// Node.
-        node: String,
-        /// Tag.
-        tag: String,
-    },
-    /// Remove the incident's tag from the node (an acknowledgement asked through nodecare).
-    Untag {
-        /// Node.
-        node: String,
-        /// Tag.
-        tag: String,
-    },
-    /// Set the node offline (after its evacuation).
-    Offline {
-        /// Node.
-        node: String,
-    },
-    /// Set the node online again (it was offlined by this incident; acknowledged).
-    Online {
-        /// Node.
-        node: String,
-    },
-    /// Clear the node's drained flag (acknowledged).
-    Undrain {
-        /// Node.
-        node: String,
-    },
-    /// Shut an instance down (it cannot leave the evacuated node).
-    Shutdown {
-        /// Instance.
-        instance: String,
-    },
-    /// Ask the node's agent to run a repair command (not a Ganeti job).
-    Repair {
-        /// Node.
-        node: String,
-        /// Repair command.
-        command: String,
-    },
-}
-
-impl IntentSpec {
-    /// Whether this intent's outcome comes from a Ganeti job (the others from the agent).
-    pub const fn is_ganeti_job(&self) -> bool {
-        !matches!(self, Self::Repair { .. })
-    }
-
-    /// The Ganeti write of the step; `None` for a repair (the agent runs it).
-    pub fn op(&self) -> Option<Op> {
-        Some(match self {
-            Self::Drain { node } => Op::drain(node.clone()),
-            Self::Undrain { node } => Op::undrain(node.clone()),
-            Self::Offline { node } => Op::offline(node.clone()),
-            Self::Online { node } => Op::online(node.clone()),
-            Self::Shutdown { instance } => Op::ShutdownInstance {
-                instance: instance.clone(),
-            },
-            Self::Tag { node, tag } => Op::add_node_tags(node.clone(), vec![tag.clone()]),
-            Self::Untag { node, tag } => Op::remove_node_tags(node.clone(), vec![tag.clone()]),
-            Self::Move { planned } => planned.op(),
-            Self::Repair { .. } => return None,
-        })
-    }
-
-    /// What the step does, for people (`migrate web from node2 to node3`); `node` is the
-    /// incident's node, which every move leaves. A move without a target is a DRBD instance's
-    /// (the planner names the target of every other): Ganeti takes it to its secondary.
-    pub fn describe(&self, node: &str) -> String {
-        let onto = |target: &Option<String>| {
-            target
-                .as_ref()
-                .map_or_else(|| "to its DRBD secondary".to_owned(), |t| format!("to {t}"))
-        };
-        match self {
-            Self::Drain { node } => format!("drain {node}"),
-            Self::Move {
-                planned: Move::Migrate { instance, target },
-            } => format!("migrate {instance} from {node} {}", onto(target)),
-            Self::Move {
-                planned: Move::Failover { instance, target },
-            } => format!("fail {instance} over from {node} {}", onto(target)),
-            Self::Move {
-                planned:
-                    Move::ReplaceSecondary {
-                        instance,
-                        remote_node,
-                    },
-            } => format!("move the DRBD secondary of {instance} from {node} to {remote_node}"),
-            Self::Tag { node, tag } => format!("tag {node} {tag}"),
-            Self::Untag { node, tag } => format!("remove the tag {tag} from {node}"),
-            Self::Offline { node } => format!("set {node} offline"),
-            Self::Online { node } => format!("set {node} online"),
-            Self::Undrain { node } => format!("undrain {node}"),
-            Self::Shutdown { instance } => format!("shut down {instance} on {node}"),
-            Self::Repair { node, command } => format!("run the repair {command} on {node}"),
-        }
-    }
-}
-
-/// The drained and offline flags incidents' jobs set or cleared (succeeded drain, undrain,
-/// offline and online steps), each named by its incident and where it is now
-/// (`incident <uuid> (canceled)`), for [`crate::gate::left_by`].
-pub fn incident_flag_changes(incidents: &[Incident], intents: &[Intent]) -> Vec<FlagChange> {
-    let by_id: BTreeMap<Uuid, &Incident> = incidents.iter().map(|i| (i.uuid, i)).collect();
-    intents
-        .iter()
-        .filter(|intent| intent.state == IntentState::Succeeded)
-        .filter_map(|intent| {
-            let (node, flag, set) = match &intent.spec {
-                IntentSpec::Drain { node } => (node, "drained", true),
-                IntentSpec::Undrain { node } => (node, "drained", false),
-                IntentSpec::Offline { node } => (node, "offline", true),
-                IntentSpec::Online { node } => (node, "offline", false),
-                _ => return None,
-            };
-            let by = match by_id.get(&intent.incident) {
-                Some(incident) => format!(
-                    "incident {} ({}{})",
-                    incident.uuid,
-                    incident.repair_status.as_str(),
-                    if incident.acknowledged {
-                        ", acknowledged"
-                    } else {
-                        ""
-                    }
-                ),
-                None => format!("incident {}", intent.incident),
-            };
-            Some(FlagChange {
-                node: node.clone(),
-                flag: flag.to_owned(),
-                set,
-                at_ms: intent
-                    .finished_ms
-                    .or(intent.submitted_ms)
-                    .unwrap_or(intent.created_ms),
-                by,
-            })
-        })
-        .collect()
-}
-
 /// The store's document of the flags forgotten incidents left set ([`Store::left_flags`]).
 pub const LEFT_FLAGS_DOCUMENT: &str = "left_flags";
-
-/// Where an intent is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum IntentState {
-    /// Recorded; submission may or may not have happened (unknown after a crash).
-    Planned,
-    /// Submitted; outcome pending.
-    Submitted,
-    /// Finished successfully.
-    Succeeded,
-    /// Finished unsuccessfully.
-    Failed,
-    /// Did not do its step and changed nothing (Ganeti refused its precondition, or it never
-    /// ran because a job it depended on did not succeed): the step is planned again from the
-    /// cluster as it is. Not a failure of the incident.
-    Replanned,
-}
-
-impl IntentState {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Planned => "planned",
-            Self::Submitted => "submitted",
-            Self::Succeeded => "succeeded",
-            Self::Failed => "failed",
-            Self::Replanned => "replanned",
-        }
-    }
-
-    fn parse(text: &str) -> Result<Self, StoreError> {
-        match text {
-            "planned" => Ok(Self::Planned),
-            "submitted" => Ok(Self::Submitted),
-            "succeeded" => Ok(Self::Succeeded),
-            "failed" => Ok(Self::Failed),
-            "replanned" => Ok(Self::Replanned),
-            other => Err(StoreError::Corrupt(format!("intent state {other:?}"))),
-        }
-    }
-
-    /// Whether the intent still holds its locks (submitted and not finished, or unknown).
-    pub const fn is_in_flight(self) -> bool {
-        matches!(self, Self::Planned | Self::Submitted)
-    }
-}
-
-/// One intended or submitted action of an incident.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Intent {
-    /// The incident.
-    pub incident: Uuid,
-    /// Unique within the incident; also written into the job's reason trail.
-    pub key: String,
-    /// What it does.
-    pub spec: IntentSpec,
-    /// Locks held while in flight.
-    pub locks: Vec<Lock>,
-    /// Where it is.
-    pub state: IntentState,
-    /// Ganeti job id, once known.
-    pub job_id: Option<JobId>,
-    /// Unix ms when recorded.
-    pub created_ms: u64,
-    /// Unix ms when submitted.
-    pub submitted_ms: Option<u64>,
-    /// Unix ms when finished.
-    pub finished_ms: Option<u64>,
-    /// Failure message.
-    pub error: Option<String>,
-}
 
 /// The coordinator's state database.
 #[derive(Debug)]
@@ -546,11 +319,14 @@ impl Store {
                 &crate::gate::latest_flag_changes(remembered),
             )?;
         }
-        let connection = self.lock();
-        connection.execute(
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        node_repair::forget(&transaction, uuid)?;
+        transaction.execute(
             "DELETE FROM incidents WHERE uuid = ?1",
             params![uuid.to_string()],
         )?;
+        transaction.commit()?;
         Ok(())
     }
 
@@ -566,74 +342,30 @@ impl Store {
         Ok(kept)
     }
 
-    /// Records a new intent (state planned), atomically with the incident's new record.
+    /// Records a new intent (state planned) as the incident's ledger entry, atomically with
+    /// the incident's new record.
     pub fn plan_intent(&self, incident: &Incident, intent: &Intent) -> Result<(), StoreError> {
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
         save_incident(&transaction, incident)?;
-        save_intent(&transaction, intent)?;
+        node_repair::save(&transaction, intent, &incident.node)?;
         transaction.commit()?;
         Ok(())
     }
 
-    /// Updates an intent, atomically with the incident's new record.
+    /// Updates an intent's entry, atomically with the incident's new record.
     pub fn update_intent(&self, incident: &Incident, intent: &Intent) -> Result<(), StoreError> {
         self.plan_intent(incident, intent)
     }
 
     /// Deletes an intent that was never submitted.
     pub fn drop_intent(&self, incident: Uuid, key: &str) -> Result<(), StoreError> {
-        let connection = self.lock();
-        connection.execute(
-            "DELETE FROM intents WHERE incident = ?1 AND key = ?2",
-            params![incident.to_string(), key],
-        )?;
-        Ok(())
+        node_repair::drop(&self.lock(), incident, key)
     }
 
-    /// Every intent, by incident, in creation order.
+    /// Every intent (the incidents' ledger entries), in recording order.
     pub fn intents(&self) -> Result<Vec<Intent>, StoreError> {
-        let connection = self.lock();
-        let mut statement = connection.prepare(
-            "SELECT incident, key, spec, locks, state, job_id, created_ms, submitted_ms,
-                    finished_ms, error
-             FROM intents ORDER BY created_ms, incident, key",
-        )?;
-        let rows = statement.query_map([], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, String>(2)?,
-                row.get::<_, String>(3)?,
-                row.get::<_, String>(4)?,
-                row.get::<_, Option<i64>>(5)?,
-                row.get::<_, i64>(6)?,
-                row.get::<_, Option<i64>>(7)?,
-                row.get::<_, Option<i64>>(8)?,
-                row.get::<_, Option<String>>(9)?,
-            ))
-        })?;
-        let mut intents = Vec::new();
-        for row in rows {
-            let (incident, key, spec, locks, state, job_id, created, submitted, finished, error) =
-                row?;
-            intents.push(Intent {
-                incident: Uuid::parse_str(&incident)
-                    .map_err(|error| StoreError::Corrupt(format!("intent incident: {error}")))?,
-                key,
-                spec: serde_json::from_str(&spec)
-                    .map_err(|error| StoreError::Corrupt(format!("intent spec: {error}")))?,
-                locks: serde_json::from_str(&locks)
-                    .map_err(|error| StoreError::Corrupt(format!("intent locks: {error}")))?,
-                state: IntentState::parse(&state)?,
-                job_id: job_id.map(to_u64),
-                created_ms: to_u64(created),
-                submitted_ms: submitted.map(to_u64),
-                finished_ms: finished.map(to_u64),
-                error,
-            });
-        }
-        Ok(intents)
+        node_repair::all(&self.lock())
     }
 
     /// Last accepted report sequence per node.
@@ -752,6 +484,10 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     if version < 3 {
         ledger::migrate(connection)?;
     }
+    // Node repair's intents move into the ledger.
+    if version < 4 {
+        node_repair::migrate(connection)?;
+    }
     // Campaigns' operations move into the ledger.
     if version < 5 {
         campaign_ops::migrate(connection)?;
@@ -804,35 +540,6 @@ fn save_incident(connection: &Connection, incident: &Incident) -> Result<(), Sto
     Ok(())
 }
 
-fn save_intent(connection: &Connection, intent: &Intent) -> Result<(), StoreError> {
-    let spec = serde_json::to_string(&intent.spec)
-        .map_err(|error| StoreError::Corrupt(format!("encoding intent: {error}")))?;
-    let locks = serde_json::to_string(&intent.locks)
-        .map_err(|error| StoreError::Corrupt(format!("encoding locks: {error}")))?;
-    connection.execute(
-        "INSERT INTO intents (incident, key, spec, locks, state, job_id, created_ms,
-                              submitted_ms, finished_ms, error)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-         ON CONFLICT(incident, key) DO UPDATE SET spec = excluded.spec, locks = excluded.locks,
-             state = excluded.state, job_id = excluded.job_id,
-             submitted_ms = excluded.submitted_ms, finished_ms = excluded.finished_ms,
-             error = excluded.error",
-        params![
-            intent.incident.to_string(),
-            intent.key,
-            spec,
-            locks,
-            intent.state.as_str(),
-            intent.job_id.map(to_i64),
-            to_i64(intent.created_ms),
-            intent.submitted_ms.map(to_i64),
-            intent.finished_ms.map(to_i64),
-            intent.error,
-        ],
-    )?;
-    Ok(())
-}
-
 /// Reads a stored incident record. Records written before incidents carried the decoded
 /// `verdict` have only `original` (the same verdict as JSON): it is decoded from there.
 fn decode_incident(text: &str) -> Result<Incident, serde_json::Error> {
@@ -850,167 +557,10 @@ fn decode_incident(text: &str) -> Result<Incident, serde_json::Error> {
 mod tests {
     use super::*;
     use crate::incident::{Action, Event};
+    use crate::plan::Lock;
     use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
 
-    /// Each stored step is submitted as its Ganeti write; the stored shape stays what it was.
-    #[test]
-    fn intent_steps_are_ganeti_writes() {
-        use crate::ganeti::ReplaceDisksMode;
-        let node = "node1".to_owned();
-        let cases = [
-            (
-                IntentSpec::Drain { node: node.clone() },
-                Some(Op::drain("node1")),
-            ),
-            (
-                IntentSpec::Undrain { node: node.clone() },
-                Some(Op::undrain("node1")),
-            ),
-            (
-                IntentSpec::Offline { node: node.clone() },
-                Some(Op::offline("node1")),
-            ),
-            (
-                IntentSpec::Online { node: node.clone() },
-                Some(Op::online("node1")),
-            ),
-            (
-                IntentSpec::Shutdown {
-                    instance: "web".into(),
-                },
-                Some(Op::ShutdownInstance {
-                    instance: "web".into(),
-                }),
-            ),
-            (
-                IntentSpec::Tag {
-                    node: node.clone(),
-                    tag: "t".into(),
-                },
-                Some(Op::add_node_tags("node1", vec!["t".into()])),
-            ),
-            (
-                IntentSpec::Move {
-                    planned: Move::Migrate {
-                        instance: "web".into(),
-                        target: Some("node2".into()),
-                    },
-                },
-                Some(Op::MigrateInstance {
-                    instance: "web".into(),
-                    target: Some("node2".into()),
-                }),
-            ),
-            (
-                IntentSpec::Move {
-                    planned: Move::Failover {
-                        instance: "web".into(),
-                        target: None,
-                    },
-                },
-                Some(Op::FailoverInstance {
-                    instance: "web".into(),
-                    target: None,
-                }),
-            ),
-            (
-                IntentSpec::Move {
-                    planned: Move::ReplaceSecondary {
-                        instance: "db".into(),
-                        remote_node: "node3".into(),
-                    },
-                },
-                Some(Op::ReplaceDisks {
-                    instance: "db".into(),
-                    mode: ReplaceDisksMode::ReplaceNewSecondary {
-                        remote_node: Some("node3".into()),
-                        iallocator: None,
-                    },
-                }),
-            ),
-            (
-                IntentSpec::Repair {
-                    node,
-                    command: "fix".into(),
-                },
-                None,
-            ),
-        ];
-        for (spec, op) in cases {
-            assert_eq!(spec.op(), op, "{spec:?}");
-        }
-        // What the store holds is unchanged.
-        let stored = serde_json::to_value(IntentSpec::Move {
-            planned: Move::ReplaceSecondary {
-                instance: "db".into(),
-                remote_node: "node3".into(),
-            },
-        })
-        .unwrap_or_default();
-        assert_eq!(
-            stored,
-            serde_json::json!({
-                "kind": "move",
-                "planned": {"op": "replace-secondary", "instance": "db", "remote_node": "node3"}
-            })
-        );
-    }
-
-    /// Issue 24 (6): job steps read for people, not as `instance=web op=migrate target=null`.
-    #[test]
-    fn steps_describe_themselves_for_people() {
-        let moved = |planned: Move| IntentSpec::Move { planned };
-        let table = [
-            (IntentSpec::Drain { node: "n2".into() }, "drain n2"),
-            (
-                moved(Move::Migrate {
-                    instance: "web".into(),
-                    target: Some("n3".into()),
-                }),
-                "migrate web from n2 to n3",
-            ),
-            (
-                moved(Move::Migrate {
-                    instance: "db".into(),
-                    target: None,
-                }),
-                "migrate db from n2 to its DRBD secondary",
-            ),
-            (
-                moved(Move::Failover {
-                    instance: "db".into(),
-                    target: None,
-                }),
-                "fail db over from n2 to its DRBD secondary",
-            ),
-            (
-                moved(Move::ReplaceSecondary {
-                    instance: "db".into(),
-                    remote_node: "n4".into(),
-                }),
-                "move the DRBD secondary of db from n2 to n4",
-            ),
-            (
-                IntentSpec::Shutdown {
-                    instance: "scratch".into(),
-                },
-                "shut down scratch on n2",
-            ),
-            (IntentSpec::Offline { node: "n2".into() }, "set n2 offline"),
-            (
-                IntentSpec::Repair {
-                    node: "n2".into(),
-                    command: "reset-bmc".into(),
-                },
-                "run the repair reset-bmc on n2",
-            ),
-        ];
-        for (spec, want) in table {
-            assert_eq!(spec.describe("n2"), want);
-        }
-    }
-
-    fn incident(n: u128) -> Incident {
+    pub(super) fn incident(n: u128) -> Incident {
         let verdict = NodeVerdict::merge(
             [(
                 "disk".to_owned(),

@@ -22,18 +22,21 @@
 //!    already holds disrupted. Storage health that cannot be known blocks like bad health.
 //! 5. **Capacity**: the memory of the instances to move must fit on the healthy nodes left in
 //!    the node group (N+1 for the moved instances), together with the memory reserved there for
-//!    what already moves: the primaries still on nodes in force whose holder empties them (an
-//!    incident, a campaign, a grant; not a drain outside nodecare) and what the proposals
-//!    admitted earlier in the round move. A proposal that moves nothing still must not take the
+//!    what already moves or may have to: the primaries still on every node in force (an
+//!    incident's, a campaign's, a grant's, and a node drained or offline outside nodecare or
+//!    left so by a failed evacuation: uncertainty blocks, never admits) and what the proposals
+//!    admitted earlier in the round move. A refusal names each reservation and its holder. A proposal that moves nothing still must not take the
 //!    free memory of its nodes from what is reserved. Unknown free memory or sizes never fit.
 //!    (Disk is not checked here: the planner checks it on each new DRBD secondary.)
 //!
 //! A proposal that disrupts no node (a live repair, whose instances keep running; a balancing
 //! move) only `touches` nodes: it is refused on a node another holder holds and while the
-//! breaker is open, and, when it moves instances, while storage is not whole. A live repair
-//! holds its node from its admission until it ends ([`InForce::touched`]): no other holder
-//! acts there, but it opens no failure domain, uses no cap and reserves no memory; while it
-//! runs, its proposal is a continuation. A campaign holds its rebooted nodes the same way while
+//! breaker is open, and, when it moves instances (`moves_memory` other than `Some(0)`; a
+//! balancing move always does), while storage is not whole or unknown. A live repair holds its
+//! node from its admission until it ends ([`InForce::touched`]): no other holder acts there,
+//! but it opens no failure domain, uses no cap and reserves no memory; while it runs, its
+//! proposal is a continuation. A balancing move holds the nodes it moves its instance off and
+//! onto the same way, from its admission until its jobs end. A campaign holds its rebooted nodes the same way while
 //! their instances migrate back, and an instance repair the nodes in service of its instance
 //! while its jobs run.
 //!
@@ -989,23 +992,25 @@ struct Reservation {
     memory: Option<u64>,
 }
 
-/// The memory reserved for what moves in force: per holder (a node drained or offline
-/// outside nodecare is not assumed to be emptied; a node only touched moves nothing), the
-/// memory of the primaries still on its nodes.
+/// The memory reserved for what moves in force: per holder, the memory of the primaries still
+/// on its nodes. A node drained or offline outside nodecare (or left so by a record that ended,
+/// an evacuation that failed) counts too, each on its own: nobody may be emptying it, yet its
+/// instances may have to move (uncertainty blocks, never admits). A node only touched moves
+/// nothing.
 fn reserved_in_force(view: &View, in_force: &InForce) -> Vec<Reservation> {
-    let mut by_holder: BTreeMap<&Holder, Reservation> = BTreeMap::new();
+    let mut by_holder: BTreeMap<(&Holder, Option<&str>), Reservation> = BTreeMap::new();
     for (node, holder) in &in_force.nodes {
-        if matches!(holder, Holder::Someone { .. }) {
-            continue;
-        }
         let Some(facts) = view.nodes.get(node) else {
             continue;
         };
-        let entry = by_holder.entry(holder).or_insert_with(|| Reservation {
-            holder: holder.clone(),
-            nodes: BTreeSet::new(),
-            memory: Some(0),
-        });
+        let own = matches!(holder, Holder::Someone { .. }).then_some(node.as_str());
+        let entry = by_holder
+            .entry((holder, own))
+            .or_insert_with(|| Reservation {
+                holder: holder.clone(),
+                nodes: BTreeSet::new(),
+                memory: Some(0),
+            });
         entry.nodes.insert(node.clone());
         entry.memory = entry
             .memory
@@ -1033,11 +1038,13 @@ fn capacity_refusal(
         .filter_map(|n| view.nodes.get(n))
         .map(|f| f.group.as_str())
         .collect();
-    // What others move off nodes of these groups needs room on the same healthy nodes.
+    // What others move off nodes of these groups needs room on the same healthy nodes (a node
+    // drained outside nodecare the proposal takes over is counted in its own memory).
     let others: Vec<&Reservation> = reserved
         .iter()
         .filter(|r| {
             r.holder != proposal.holder
+                && !r.nodes.is_subset(new)
                 && r.nodes.iter().any(|n| {
                     view.nodes
                         .get(n)
@@ -1169,8 +1176,11 @@ pub fn decide(
                 in_force.touched.remove(node);
                 in_force.nodes.insert(node.clone(), proposal.holder.clone());
             }
-            if proposal.disrupts.is_empty() && proposal.duty == Duty::NodeRepair {
-                // A live repair holds its node from now on.
+            if proposal.disrupts.is_empty()
+                && matches!(proposal.duty, Duty::NodeRepair | Duty::Balancing)
+            {
+                // A live repair holds its node from now on, a balancing move the nodes it moves
+                // its instance off and onto (until its jobs end: then the ledger's holds).
                 for node in &proposal.touches {
                     in_force
                         .touched
@@ -1179,9 +1189,11 @@ pub fn decide(
             }
             if *admitted != Admitted::Continuation && !proposal.disrupts.is_empty() {
                 // What it moves is set aside for the proposals judged after it; it replaces
-                // what its holder held reserved on these nodes.
+                // what its holder (or nobody, on a node drained outside nodecare it takes
+                // over) held reserved on these nodes.
                 reserved.retain(|r| {
-                    r.holder != proposal.holder || !r.nodes.is_subset(&proposal.disrupts)
+                    !(r.holder == proposal.holder || matches!(r.holder, Holder::Someone { .. }))
+                        || !r.nodes.is_subset(&proposal.disrupts)
                 });
                 reserved.push(Reservation {
                     holder: proposal.holder.clone(),
@@ -1699,8 +1711,7 @@ mod tests {
     }
 
     /// Issue 25 (1): what already moves in force (the primaries still on a node an incident
-    /// evacuates, a grant's tool drains or a campaign reboots) is reserved too; a node drained
-    /// outside nodecare is not assumed to be emptied.
+    /// evacuates, a grant's tool drains or a campaign reboots) is reserved too.
     #[test]
     fn what_moves_in_force_is_reserved() {
         let mut view = tight(1000);
@@ -1749,9 +1760,79 @@ mod tests {
                 id(7)
             ))
         );
+    }
+
+    /// The instances still on a node drained or offline outside nodecare, or left so by a
+    /// failed evacuation, may have to move: their memory is reserved like a holder's, the
+    /// refusal names the node and how it was left, and a proposal taking the node over counts
+    /// it once (seeds 113 and 129 of the all-duties run).
+    #[test]
+    fn memory_left_on_nodes_drained_outside_nodecare_is_reserved() {
+        let mut view = tight(1000);
+        view.nodes.get_mut("n1").expect("n1").primary_memory = Some(3500);
         view.nodes.get_mut("n1").expect("n1").drained = true;
-        let decision = decide(&view, &roomy(), &InForce::new(&view, []), vec![second]);
-        assert_eq!(outcome(&decision, 2), Ok(Admitted::New));
+        let mut second = repair(2, "n2");
+        second.moves_memory = Some(3500);
+        let decision = decide(
+            &view,
+            &roomy(),
+            &InForce::new(&view, []),
+            vec![second.clone()],
+        );
+        assert_eq!(
+            outcome(&decision, 2),
+            Err(
+                "capacity: the instances of node n2 need 3500 MiB, the healthy nodes left in \
+                 node group default have 4000 MiB free, 3500 MiB of it reserved for instances \
+                 moving off n1 (drained outside nodecare): 3500 MiB; 500 MiB left"
+                    .to_owned()
+            )
+        );
+        // Left by an evacuation that failed: named so.
+        let left = BTreeMap::from([("n1".to_owned(), format!("incident {} (failed)", id(9)))]);
+        let in_force = InForce::new(&view, []).with_left_by(&left);
+        let decision = decide(&view, &roomy(), &in_force, vec![second.clone()]);
+        assert_eq!(
+            outcome(&decision, 2),
+            Err(format!(
+                "capacity: the instances of node n2 need 3500 MiB, the healthy nodes left in \
+                 node group default have 4000 MiB free, 3500 MiB of it reserved for instances \
+                 moving off n1 (drained by incident {} (failed)): 3500 MiB; 500 MiB left",
+                id(9)
+            ))
+        );
+        // Its size unknown: never fits.
+        let mut unknown = view.clone();
+        unknown.nodes.get_mut("n1").expect("n1").primary_memory = None;
+        assert_eq!(
+            outcome(
+                &decide(&unknown, &roomy(), &InForce::new(&unknown, []), vec![second]),
+                2
+            ),
+            Err("capacity: memory of the instances moving off n1 (drained outside nodecare) unknown".into())
+        );
+        // Taking the node over counts its instances once, and they are then reserved as the
+        // new holder's, not twice.
+        let mut take_over = repair(3, "n1");
+        take_over.moves_memory = Some(3500);
+        let mut third = repair(4, "n2");
+        third.moves_memory = Some(600);
+        let decision = decide(
+            &view,
+            &roomy(),
+            &InForce::new(&view, []),
+            vec![take_over, third],
+        );
+        assert_eq!(outcome(&decision, 3), Ok(Admitted::New));
+        assert_eq!(
+            outcome(&decision, 4),
+            Err(format!(
+                "capacity: the instances of node n2 need 600 MiB, the healthy nodes left in \
+                 node group default have 4000 MiB free, 3500 MiB of it reserved for instances \
+                 moving off n1 (incident {}): 3500 MiB; 500 MiB left",
+                id(3)
+            ))
+        );
     }
 
     #[test]

@@ -317,6 +317,23 @@ pub struct Held {
     pub moving: BTreeMap<String, BTreeSet<Holder>>,
 }
 
+impl Held {
+    /// The nodes held without being disrupted, for [`crate::gate::InForce::touched`]: those of
+    /// a live repair, and those an instance moves off or onto while its job is unfinished (a
+    /// balancing move in flight: no other holder drains, grants or moves there meanwhile). A
+    /// node several holders move instances on is named once for each.
+    pub fn touching(&self) -> impl Iterator<Item = (String, Holder)> + '_ {
+        self.touched
+            .iter()
+            .map(|(node, holder)| (node.clone(), holder.clone()))
+            .chain(self.moving.iter().flat_map(|(node, holders)| {
+                holders
+                    .iter()
+                    .map(move |holder| (node.clone(), holder.clone()))
+            }))
+    }
+}
+
 /// Whether an entry's hold may be (or is) in effect: it is unfinished, it succeeded, or it
 /// timed out (uncertain). A failed or canceled entry did not take its hold.
 fn took_hold(state: &State) -> bool {
@@ -748,8 +765,15 @@ mod tests {
             held.moving.keys().map(String::as_str).collect::<Vec<_>>(),
             ["n1", "n2"]
         );
+        // Held without disruption while in flight: the gate's touched.
+        let touching: Vec<(String, Holder)> = held.touching().collect();
+        assert_eq!(
+            touching,
+            [("n1".to_owned(), h.clone()), ("n2".to_owned(), h.clone())]
+        );
         let done = in_force(&[entry(1, &h, "m", State::Succeeded, vec![moving])]);
         assert_eq!(done, Held::default());
+        assert_eq!(done.touching().count(), 0);
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! nodecare-core stays free of IO: none of the crates that do IO is among its normal
-//! (non-dev) dependencies, directly or through another crate.
+//! The pure crates stay free of IO: none of the crates that do IO is among the normal (non-dev)
+//! dependencies of nodecare-core (decisions) or nodecare-exec (the executor, which runs in its
+//! caller's runtime, so that the coordinator and `nodecare harep` can share it), directly or
+//! through another crate.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 #![allow(clippy::disallowed_methods, reason = "the test runs cargo tree")]
 
@@ -8,15 +10,15 @@ use std::process::Command;
 /// Crates that do network, database or HTTP IO, or render pages.
 const FORBIDDEN: &[&str] = &["tokio", "reqwest", "rusqlite", "axum", "maud", "hyper"];
 
-/// The names of the crates `cargo tree -e normal` lists for nodecare-core.
-fn normal_dependencies() -> Vec<String> {
+/// The names of the crates `cargo tree -e normal` lists for `package`.
+fn normal_dependencies(package: &str) -> Vec<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .args([
             "tree",
             "--offline",
             "-p",
-            "nodecare-core",
+            package,
             "-e",
             "normal",
             "--prefix",
@@ -59,16 +61,15 @@ fn forbidden_in(names: &[String]) -> Vec<String> {
 
 #[test]
 fn no_io_crate_is_a_dependency() {
-    let names = normal_dependencies();
-    assert!(
-        names.iter().any(|n| n == "nodecare-core") && names.iter().any(|n| n == "serde"),
-        "cargo tree listed {names:?}"
-    );
-    let forbidden = forbidden_in(&names);
-    assert!(
-        forbidden.is_empty(),
-        "nodecare-core depends on {forbidden:?}"
-    );
+    for package in ["nodecare-core", "nodecare-exec"] {
+        let names = normal_dependencies(package);
+        assert!(
+            names.iter().any(|n| n == package) && names.iter().any(|n| n == "serde"),
+            "cargo tree listed {names:?}"
+        );
+        let forbidden = forbidden_in(&names);
+        assert!(forbidden.is_empty(), "{package} depends on {forbidden:?}");
+    }
 }
 
 #[test]

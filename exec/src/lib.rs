@@ -249,10 +249,22 @@ impl Executor {
         ganeti: &dyn Ganeti,
         now_ms: u64,
     ) -> Result<Vec<Changed>, LedgerError> {
+        self.poll_of(ganeti, |_| true, now_ms).await
+    }
+
+    /// [`Executor::poll`], for the entries of the holders `which` says (the others are
+    /// followed by their duty's own code).
+    pub async fn poll_of(
+        &self,
+        ganeti: &dyn Ganeti,
+        which: impl Fn(&Holder) -> bool,
+        now_ms: u64,
+    ) -> Result<Vec<Changed>, LedgerError> {
         let mut following: Vec<Entry> = self
             .ledger
             .unfinished()?
             .into_iter()
+            .filter(|e| which(&e.holder))
             .filter(|e| matches!(e.state, State::Submitted | State::TimedOut))
             .filter(|e| e.action.op().is_some() && e.job.is_some())
             .collect();
@@ -326,6 +338,7 @@ impl Executor {
             self.ledger
                 .unfinished()?
                 .into_iter()
+                .filter(|e| which(&e.holder))
                 .filter(|e| e.state == State::Recorded && !e.after.is_empty())
                 .map(|e| e.holder),
         );

@@ -438,3 +438,38 @@ async fn many_running_jobs_are_followed_with_one_read_of_the_job_list() {
         n
     );
 }
+
+/// `poll_of` follows only the holders it is asked for: another duty's jobs are left to it.
+#[tokio::test]
+async fn poll_of_leaves_other_holders_jobs_alone() {
+    let w = world().await;
+    let (ours, theirs) = (
+        Holder::Balancing {
+            id: Uuid::from_u128(1),
+        },
+        holder(2),
+    );
+    let entry = |h: &Holder| {
+        Entry::new(
+            h.clone(),
+            "drain",
+            Action::ganeti(Op::drain(&w.node)),
+            "drain",
+            0,
+            DAY_MS,
+        )
+    };
+    w.exec.record(&[entry(&ours), entry(&theirs)]).unwrap();
+    assert_eq!(w.exec.submit(&w.ganeti, None, 1).await.unwrap().len(), 2);
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    let changed = w
+        .exec
+        .poll_of(&w.ganeti, |h| matches!(h, Holder::Balancing { .. }), 2)
+        .await
+        .unwrap();
+    assert_eq!(changed.len(), 1, "{changed:#?}");
+    assert_eq!(changed[0].entry.holder, ours);
+    let left = w.exec.ledger().of_holder(&theirs).unwrap();
+    assert_eq!(left[0].state, State::Submitted, "not polled");
+    assert_eq!(w.exec.poll(&w.ganeti, 3).await.unwrap().len(), 1);
+}

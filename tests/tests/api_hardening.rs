@@ -184,6 +184,8 @@ async fn large_bodies_cross_site_and_non_json_writes_are_refused() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 413);
+    // The unread rest of the body is still on the connection: it is not used again.
+    assert_eq!(answer.headers()["connection"], "close");
     // A form (text/plain) with the right credentials.
     let answer = client
         .post(&url)

@@ -157,13 +157,9 @@ impl Store {
         let balancing_moves = self.prune_balancing_moves(now_ms.saturating_sub(keep))?;
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
-        let in_flight: BTreeSet<String> = {
-            let mut statement = transaction.prepare(
-                "SELECT DISTINCT incident FROM intents WHERE state IN ('planned', 'submitted')",
-            )?;
-            let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
-            rows.collect::<Result<_, _>>()?
-        };
+        let in_flight: BTreeSet<String> = super::node_repair::in_flight(&transaction)?
+            .into_iter()
+            .collect();
         let mut expired: Vec<Uuid> = Vec::new();
         {
             let mut statement = transaction.prepare("SELECT uuid, record FROM incidents")?;
@@ -186,9 +182,8 @@ impl Store {
             ..Pruned::default()
         };
         for uuid in &expired {
+            pruned.intents += super::node_repair::forget(&transaction, *uuid)?;
             let uuid = uuid.to_string();
-            pruned.intents +=
-                transaction.execute("DELETE FROM intents WHERE incident = ?1", params![uuid])?;
             pruned.incidents +=
                 transaction.execute("DELETE FROM incidents WHERE uuid = ?1", params![uuid])?;
         }

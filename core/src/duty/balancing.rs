@@ -6,7 +6,9 @@
 //! job set is proposed (its jobs touch disjoint nodes); a job that touches a node with an active
 //! incident or held by another holder (an incident, a campaign, a grant, a node drained or
 //! offline outside nodecare) is left out with the reason, and the gate refuses the same jobs on
-//! its own. Every proposal disrupts nothing and touches the job's old and new nodes.
+//! its own. Every proposal disrupts nothing and touches the job's old and new nodes; it declares
+//! the memory of the instance it moves (`None` when unknown), so that the gate holds it while
+//! storage is not whole or unknown (a move is new work, never a continuation).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -172,10 +174,12 @@ impl Proposals {
 }
 
 /// The proposals of the first job set of each group's plan (`plans`: group → plan with full
-/// names). `new_id` names each proposal's holder.
+/// names). `memory`: instance → MiB, as hbal was given it (an instance missing there moves
+/// memory of unknown size). `new_id` names each proposal's holder.
 pub fn propose(
     plans: &[(String, HbalPlan)],
     blocked: &BTreeMap<String, String>,
+    memory: &BTreeMap<String, u64>,
     since_ms: u64,
     mut new_id: impl FnMut() -> Uuid,
 ) -> Proposals {
@@ -201,7 +205,8 @@ pub fn propose(
                 disrupts: BTreeSet::new(),
                 touches: job.nodes(),
                 fresh: false,
-                moves_memory: Some(0),
+                // The job migrates, fails over or copies the instance: never "nothing moves".
+                moves_memory: memory.get(&job.instance).copied(),
                 reason: format!(
                     "hbal: {} {} => {} ({}; score {:.8})",
                     job.instance,
@@ -254,7 +259,14 @@ mod tests {
                 format!("incident {} (evacuate)", incident.uuid)
             )])
         );
-        let out = propose(&[("group-01".into(), plan)], &blocked, 5, counter());
+        let memory = BTreeMap::from([("instB1".to_owned(), 2048)]);
+        let out = propose(
+            &[("group-01".into(), plan)],
+            &blocked,
+            &memory,
+            5,
+            counter(),
+        );
         assert_eq!(out.proposals.len(), 1);
         let p = &out.proposals[0];
         assert_eq!(
@@ -265,6 +277,8 @@ mod tests {
         );
         assert_eq!(p.subject, "instance instB1");
         assert!(p.disrupts.is_empty());
+        // It moves the instance: its memory, never "nothing moves".
+        assert_eq!(p.moves_memory, Some(2048));
         assert_eq!(
             p.touches,
             BTreeSet::from(["nodeA".to_owned(), "nodeB".to_owned()])
@@ -298,7 +312,13 @@ mod tests {
             Some("held by drained outside nodecare")
         );
         // Without the duty's own filter, the gate refuses the same job.
-        let unfiltered = propose(&[("g".into(), plan)], &BTreeMap::new(), 0, counter());
+        let unfiltered = propose(
+            &[("g".into(), plan)],
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            0,
+            counter(),
+        );
         let decision = gate::decide(&view, &Policy::default(), &in_force, unfiltered.proposals);
         let refused: Vec<&str> = decision
             .refused()
@@ -306,6 +326,122 @@ mod tests {
             .collect();
         assert_eq!(refused, ["instance instD1"]);
         assert_eq!(decision.admitted().count(), 1);
+    }
+
+    /// hbal's jobs migrate instances: nothing of a run starts while storage is not whole or its
+    /// health unknown, whether the instance's memory is known or not.
+    #[test]
+    fn moves_wait_while_storage_is_not_whole_or_unknown() {
+        let plan = nodecare_roll::hbal::parse(SHARED).unwrap();
+        let nodes: Vec<Node> = ["nodeA", "nodeB", "nodeC", "nodeD"]
+            .iter()
+            .map(|n| node(n))
+            .collect();
+        for (memory, unknown) in [(Some(512), false), (Some(512), true), (None, false)] {
+            let problem = gate::StorageProblem {
+                nodes: BTreeSet::from(["nodeX".to_owned()]),
+                what: "inst9: minor 0 on nodeX WFConnection".into(),
+                unknown,
+            };
+            let view = View::from_cluster(
+                &nodes,
+                &[],
+                &BTreeMap::new(),
+                &gate::DomainSource::NodeGroup,
+                vec![problem],
+                0,
+            );
+            let memory: BTreeMap<String, u64> = memory
+                .into_iter()
+                .flat_map(|m| [("instB1".to_owned(), m), ("instD1".to_owned(), m)])
+                .collect();
+            let out = propose(
+                &[("g".into(), plan.clone())],
+                &BTreeMap::new(),
+                &memory,
+                0,
+                counter(),
+            );
+            assert_eq!(out.proposals.len(), 2);
+            let decision = gate::decide(
+                &view,
+                &Policy::default(),
+                &InForce::new(&view, Vec::new()),
+                out.proposals,
+            );
+            assert_eq!(decision.admitted().count(), 0, "{decision:#?}");
+            for (_, blocked) in decision.refused() {
+                assert!(
+                    matches!(blocked, gate::BlockedBy::Storage { unknown: u, .. } if *u == unknown),
+                    "{blocked:?}"
+                );
+            }
+        }
+    }
+
+    /// A move admitted holds its nodes from the gate's decision on: a grant (judged after it, or
+    /// by the admission API against the round's decision) is refused there.
+    #[test]
+    fn an_admitted_move_holds_its_nodes() {
+        let plan = nodecare_roll::hbal::parse(SHARED).unwrap();
+        let nodes: Vec<Node> = ["nodeA", "nodeB", "nodeC", "nodeD"]
+            .iter()
+            .map(|n| node(n))
+            .collect();
+        let view = View::from_cluster(
+            &nodes,
+            &[],
+            &BTreeMap::new(),
+            &gate::DomainSource::NodeGroup,
+            Vec::new(),
+            0,
+        );
+        let memory = BTreeMap::from([("instB1".to_owned(), 512), ("instD1".to_owned(), 512)]);
+        let out = propose(
+            &[("g".into(), plan)],
+            &BTreeMap::new(),
+            &memory,
+            0,
+            counter(),
+        );
+        let mut proposals = out.proposals;
+        let grant = Holder::Grant {
+            id: Uuid::from_u128(77),
+            requester: "kured".into(),
+        };
+        proposals.push(Proposal {
+            duty: Duty::Admission,
+            holder: grant.clone(),
+            subject: "node nodeA".into(),
+            invasiveness: 0,
+            since_ms: 0,
+            disrupts: BTreeSet::from(["nodeA".to_owned()]),
+            touches: BTreeSet::new(),
+            fresh: false,
+            moves_memory: Some(0),
+            reason: "kernel update".into(),
+        });
+        let decision = gate::decide(
+            &view,
+            &Policy::default(),
+            &InForce::new(&view, Vec::new()),
+            proposals,
+        );
+        assert_eq!(decision.admitted().count(), 2, "{decision:#?}");
+        for node in ["nodeA", "nodeB", "nodeC", "nodeD"] {
+            assert!(
+                matches!(
+                    decision.in_force.touched.get(node),
+                    Some(Holder::Balancing { .. })
+                ),
+                "{node}: {:?}",
+                decision.in_force
+            );
+        }
+        assert!(matches!(
+            decision.of(&grant).map(|j| &j.outcome),
+            Some(Err(gate::BlockedBy::Conflict { node, .. })) if node == "nodeA"
+        ));
     }
 
     #[test]

@@ -6,7 +6,10 @@
 //! holds it, so its proposal is a continuation; a noted one asks to drain it. A live repair keeps
 //! the instances running: it touches the node (no other holder may act there, the breaker keeps
 //! it from starting) without opening a failure domain or using a cap; once pending, it holds the
-//! node ([`touches`]) rather than disrupting it ([`holds`]).
+//! node ([`touches`]) rather than disrupting it ([`holds`]). A pending evacuation holds the DRBD
+//! peers of the instances on its node ([`touches`]) and the targets of its moves in flight
+//! ([`move_targets`]); of two evacuations not begun whose nodes share an instance, the second
+//! waits for the first.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -15,6 +18,8 @@ use uuid::Uuid;
 use crate::ganeti::{Instance, Node};
 use crate::gate::{Duty, Holder, Proposal};
 use crate::incident::{Action, Incident, RepairStatus};
+
+pub mod intent;
 
 /// How invasive an action is (the gate serves the most invasive first).
 pub const fn invasiveness(action: Action) -> u8 {
@@ -66,6 +71,10 @@ pub fn propose(
     });
     let mut out = Proposals::default();
     let mut acting: BTreeMap<&str, Uuid> = BTreeMap::new();
+    // Evacuations about to start this round (not begun yet), by node: one whose node shares an
+    // instance with theirs (a DRBD pair) waits for them, so that two evacuations never move one
+    // instance at once; once begun, the first holds the shared nodes ([`touches`]).
+    let mut starting: Vec<(&str, Uuid)> = Vec::new();
     for incident in active {
         if let Some(first) = acting.get(incident.node_uuid.as_str()) {
             out.waiting.push((
@@ -78,6 +87,35 @@ pub fn propose(
         let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
             continue;
         };
+        let begun = incident.repair_status == RepairStatus::Pending
+            || evacuating.contains(&incident.uuid)
+            || node.drained
+            || node.offline;
+        if incident.action.is_evacuation() && !begun {
+            let shared = starting.iter().find_map(|(other, first)| {
+                instances
+                    .iter()
+                    .find(|i| {
+                        let on = |n: &str| {
+                            i.primary_node == n || i.secondary_nodes.iter().any(|s| s == n)
+                        };
+                        on(&node.name) && on(other)
+                    })
+                    .map(|i| (*other, *first, i.name.as_str()))
+            });
+            if let Some((other, first, instance)) = shared {
+                out.waiting.push((
+                    incident.uuid,
+                    format!(
+                        "incident {first} evacuating {other}, which shares instance {instance} with this node, starts first"
+                    ),
+                ));
+                continue;
+            }
+            if node.role != crate::ganeti::NodeRole::Master {
+                starting.push((node.name.as_str(), incident.uuid));
+            }
+        }
         let moves_memory = if incident.action.is_evacuation() {
             primary_memory(&node.name, instances)
         } else {
@@ -144,10 +182,17 @@ pub fn holds(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
     held.into_iter().collect()
 }
 
-/// The nodes pending live repairs hold without disrupting them (the gate's
-/// [`crate::gate::InForce::touched`]): their instances keep running, so they open no failure
-/// domain and use no cap, but nothing else acts there. A node an evacuation holds is left out.
-pub fn touches(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> {
+/// The nodes incidents hold without disrupting them (the gate's
+/// [`crate::gate::InForce::touched`]): they open no failure domain and use no cap, but nothing
+/// else acts there. A pending live repair holds its node (its instances keep running); a
+/// pending evacuation holds the other nodes of the instances still on its node (their DRBD
+/// peers: its moves migrate, fail over or re-mirror them there), so that no other holder drains
+/// or moves there while it runs. A node an evacuation holds disrupted is left out.
+pub fn touches(
+    incidents: &[Incident],
+    nodes: &[Node],
+    instances: &[Instance],
+) -> Vec<(String, Holder)> {
     let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
     let disrupted: BTreeSet<String> = holds(incidents, nodes)
         .into_iter()
@@ -165,6 +210,49 @@ pub fn touches(incidents: &[Incident], nodes: &[Node]) -> Vec<(String, Holder)> 
         {
             held.entry(node.name.clone())
                 .or_insert(Holder::Incident { id: incident.uuid });
+        }
+    }
+    let mut evacuations: Vec<&Incident> = incidents
+        .iter()
+        .filter(|i| i.repair_status == RepairStatus::Pending && i.action.is_evacuation())
+        .collect();
+    evacuations.sort_by(|a, b| a.ctime.total_cmp(&b.ctime).then(a.uuid.cmp(&b.uuid)));
+    for incident in evacuations {
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            continue;
+        };
+        for instance in instances
+            .iter()
+            .filter(|i| i.primary_node == node.name || i.secondary_nodes.contains(&node.name))
+        {
+            for peer in std::iter::once(&instance.primary_node).chain(&instance.secondary_nodes) {
+                if *peer != node.name && !disrupted.contains(peer) {
+                    held.entry(peer.clone())
+                        .or_insert(Holder::Incident { id: incident.uuid });
+                }
+            }
+        }
+    }
+    held.into_iter().collect()
+}
+
+/// The nodes an incident's moves still in flight take instances onto (`moves`: incident and
+/// move), held without disruption ([`crate::gate::InForce::touched`]) until the move ends: the
+/// explicit target of a migration or failover, the new secondary of a replace-disks. No other
+/// holder drains or is granted them meanwhile.
+pub fn move_targets<'a>(
+    moves: impl IntoIterator<Item = (Uuid, &'a crate::plan::Move)>,
+) -> Vec<(String, Holder)> {
+    use crate::plan::Move;
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    for (incident, planned) in moves {
+        let target = match planned {
+            Move::Migrate { target, .. } | Move::Failover { target, .. } => target.as_ref(),
+            Move::ReplaceSecondary { remote_node, .. } => Some(remote_node),
+        };
+        if let Some(target) = target {
+            held.entry(target.clone())
+                .or_insert(Holder::Incident { id: incident });
         }
     }
     held.into_iter().collect()
@@ -243,6 +331,136 @@ mod tests {
         assert_eq!(out.proposals[0].moves_memory, None);
     }
 
+    /// Two evacuations never act on one instance: while an evacuation runs, the other nodes of
+    /// the instances still on its node (DRBD peers) are held, so an evacuation of a peer in the
+    /// same failure domain waits for it (seeds 133 and 143 of the all-duties run: one
+    /// evacuation re-mirrored an instance whose primary the other drained).
+    #[test]
+    fn a_running_evacuation_holds_the_peers_of_its_instances() {
+        use crate::gate::{self, Admitted, BlockedBy, Caps, DomainSource, InForce, Policy, View};
+        let nodes = vec![node("n1"), node("n2"), node("n3"), node("n4")];
+        let mut drbd = instance("d1", "n2", 512);
+        drbd.disk_template = crate::ganeti::DiskTemplate::Drbd;
+        drbd.secondary_nodes = vec!["n1".into()];
+        let instances = vec![drbd, instance("l3", "n3", 256)];
+        let mut first = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
+        first.repair_status = RepairStatus::Pending;
+        let second = incident_on(2, &nodes[1], Action::Evacuate, 2.0);
+        let third = incident_on(3, &nodes[2], Action::Evacuate, 3.0);
+        let incidents = [first.clone(), second.clone(), third.clone()];
+        assert_eq!(
+            touches(&incidents, &nodes, &instances),
+            [("n2".to_owned(), Holder::Incident { id: first.uuid })]
+        );
+        let view = View::from_cluster(
+            &nodes,
+            &instances,
+            &BTreeMap::new(),
+            &DomainSource::NodeGroup,
+            Vec::new(),
+            1_000,
+        );
+        let in_force = InForce::new(&view, holds(&incidents, &nodes))
+            .with_touched(&view, touches(&incidents, &nodes, &instances));
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 3,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let proposals = propose(
+            &incidents,
+            &nodes,
+            &instances,
+            &BTreeSet::from([first.uuid]),
+        )
+        .proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        let outcome = |id| {
+            decision
+                .of(&Holder::Incident { id })
+                .map(|j| j.outcome.clone())
+        };
+        assert_eq!(outcome(first.uuid), Some(Ok(Admitted::Continuation)));
+        assert_eq!(
+            outcome(second.uuid),
+            Some(Err(BlockedBy::Conflict {
+                node: "n2".into(),
+                holder: format!("incident {}", first.uuid),
+            }))
+        );
+        // A node sharing no instance with it is not held.
+        assert_eq!(outcome(third.uuid), Some(Ok(Admitted::New)));
+        // Neither begun (one round admits both): the second waits for the first (seed 151).
+        let mut noted = first.clone();
+        noted.repair_status = RepairStatus::Noted;
+        let out = propose(
+            &[noted.clone(), second.clone(), third.clone()],
+            &nodes,
+            &instances,
+            &BTreeSet::new(),
+        );
+        let proposed: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
+        assert_eq!(
+            proposed,
+            [
+                Holder::Incident { id: noted.uuid },
+                Holder::Incident { id: third.uuid }
+            ]
+        );
+        assert_eq!(
+            out.waiting,
+            [(
+                second.uuid,
+                format!(
+                    "incident {} evacuating n1, which shares instance d1 with this node, starts first",
+                    noted.uuid
+                )
+            )]
+        );
+        // Once the instance left its node, the peer is free again.
+        let mut moved = instances.clone();
+        moved[0].secondary_nodes = vec!["n4".into()];
+        assert!(touches(&incidents, &nodes, &moved).is_empty());
+        // The target of a move in flight (the new secondary n4, seed 151; a shared-storage
+        // migration's target, seed 138) is held too: an evacuation of it waits.
+        let replace = crate::plan::Move::ReplaceSecondary {
+            instance: "d1".into(),
+            remote_node: "n4".into(),
+        };
+        let held = move_targets([(first.uuid, &replace)]);
+        assert_eq!(
+            held,
+            [("n4".to_owned(), Holder::Incident { id: first.uuid })]
+        );
+        let fourth = incident_on(4, &nodes[3], Action::Evacuate, 4.0);
+        let in_force = InForce::new(&view, holds(&incidents, &nodes)).with_touched(&view, held);
+        let proposals = propose(
+            std::slice::from_ref(&fourth),
+            &nodes,
+            &instances,
+            &BTreeSet::new(),
+        )
+        .proposals;
+        let decision = gate::decide(&view, &policy, &in_force, proposals);
+        assert_eq!(
+            decision
+                .of(&Holder::Incident { id: fourth.uuid })
+                .map(|j| j.outcome.clone()),
+            Some(Err(BlockedBy::Conflict {
+                node: "n4".into(),
+                holder: format!("incident {}", first.uuid),
+            }))
+        );
+        let migrate = crate::plan::Move::Migrate {
+            instance: "d1".into(),
+            target: None,
+        };
+        assert!(move_targets([(first.uuid, &migrate)]).is_empty());
+    }
+
     /// Issue 25 (3): a live repair in progress holds its node only: it opens no failure
     /// domain and uses no cap, so an evacuation elsewhere may start (with the disruptions in
     /// force built as the round builds them).
@@ -269,7 +487,7 @@ mod tests {
             1_000,
         );
         let in_force = InForce::new(&view, holds(&incidents, &nodes))
-            .with_touched(&view, touches(&incidents, &nodes));
+            .with_touched(&view, touches(&incidents, &nodes, &[]));
         let policy = Policy {
             cluster: Caps {
                 max_disrupted_nodes: 1,
