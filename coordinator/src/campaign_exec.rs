@@ -115,11 +115,12 @@ pub fn world(
     }
 }
 
-/// Every stored campaign with its operations from the ledger.
+/// Every stored campaign with its operations from the ledger (each campaign's own entries, read
+/// by holder: the ledger's other duties and other campaigns are not read).
 fn with_ops(store: &Store, executor: &Executor) -> Result<Vec<Record>, StoreError> {
-    let entries = executor.ledger().entries()?;
     let mut records = store.campaigns()?;
     for record in &mut records {
+        let entries = executor.ledger().of_holder(&record.holder())?;
         record.set_ops(&entries);
     }
     Ok(records)
