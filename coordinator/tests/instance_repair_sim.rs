@@ -2,6 +2,10 @@
 //! on an offline node is failed over and tagged as harep tags, a plain one is recreated and
 //! reinstalled, a drained primary's instance is migrated, a suspended one is left alone, and
 //! the gate's refusal holds a repair back.
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test writes to Ganeti as another tool would"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeMap;

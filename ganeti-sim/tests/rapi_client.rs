@@ -1,5 +1,9 @@
 //! The RAPI client against the simulated RAPI served over HTTPS on loopback with a certificate
 //! shaped like Ganeti's (self-signed, CA:TRUE, no subject alternative name).
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test exercises the RAPI client's writes themselves"
+)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Duration;

@@ -12,11 +12,10 @@
 //!
 //! Needs Debian's `ganeti-htools-3.0` (`/usr/bin/hbal`); without it the tests skip, unless
 //! `NODECARE_REQUIRE_GANETI=1` (CI), where they fail.
-
 #![allow(clippy::unwrap_used)] // test helpers: a failed setup should abort the test
 #![allow(
     clippy::disallowed_methods,
-    reason = "the test runs the real hbal to compare with"
+    reason = "the test runs the real hbal to compare with and writes to Ganeti as another tool would"
 )]
 
 use std::path::Path;

@@ -439,6 +439,10 @@ fn decode_error(method: &str, path: &str, e: &serde_json::Error) -> RapiError {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the tests exercise the client's writes themselves"
+)]
 mod tests {
     use super::*;
 
