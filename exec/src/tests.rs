@@ -367,7 +367,10 @@ impl Ganeti for Counting {
     fn instances(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Instance>> {
         Ganeti::instances(&self.inner)
     }
-    #[expect(clippy::disallowed_methods, reason = "a wrapper passes on what it is given")]
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a wrapper passes on what it is given"
+    )]
     fn submit<'a>(
         &'a self,
         op: &'a Op,
