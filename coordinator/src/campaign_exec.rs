@@ -29,7 +29,7 @@ use crate::campaign::{
     self, AgentNow, CampaignOp, InstanceNow, NodeNow, OpKind, OpState, PlannedMove, Record, World,
 };
 use crate::exec::Executor;
-use crate::exec::ledger::{Entry, State};
+use crate::exec::ledger::State;
 use crate::ganeti::{Ganeti, Instance, Node};
 use crate::gate::{Decision, Holder, Proposal, StorageProblem, View};
 use crate::repair::{RepairAnswer, RepairClient};
@@ -525,8 +525,7 @@ fn settle_hook(
     let Some(state) = hook_state(&outcome) else {
         return Ok(());
     };
-    let entries = ctx.executor.ledger().of_holder(&record.holder())?;
-    let Some(mut entry): Option<Entry> = entries.into_iter().find(|e| e.key == key) else {
+    let Some(mut entry) = ctx.executor.ledger().entry(&record.holder(), key)? else {
         return Ok(());
     };
     if entry.state == state {
@@ -540,7 +539,12 @@ fn settle_hook(
         record.hooks_no_reboot.insert(key.to_owned());
     }
     ctx.executor.ledger().mark(&entry)?;
-    sync(ctx, record)
+    // The campaign's view of this one operation (the others are as they were).
+    if let Some(mut op) = CampaignOp::from_entry(&entry) {
+        op.no_reboot = record.hooks_no_reboot.contains(key);
+        record.ops.insert(op.key.clone(), op);
+    }
+    Ok(())
 }
 
 /// Follows the hooks in flight of one campaign (its jobs are the executor's): a hook recorded

@@ -65,6 +65,9 @@ pub const LEFT_FLAGS_DOCUMENT: &str = "left_flags";
 #[derive(Debug)]
 pub struct Store {
     connection: Mutex<Connection>,
+    /// Ledger entries as last decoded, by id, with the text they were decoded from: a row read
+    /// again with the same text is not decoded again ([`Store::ledger_rows`]).
+    decoded: Mutex<std::collections::HashMap<i64, (String, crate::exec::ledger::Entry)>>,
 }
 
 fn to_i64(value: u64) -> i64 {
@@ -96,6 +99,7 @@ impl Store {
         migrate(&connection)?;
         Ok(Self {
             connection: Mutex::new(connection),
+            decoded: Mutex::default(),
         })
     }
 
