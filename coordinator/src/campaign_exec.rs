@@ -1,16 +1,19 @@
 //! Rolling maintenance campaigns (IO): the executor of [`crate::campaign`].
 //!
-//! Each round, for every campaign not finished (or with operations in flight):
+//! Each campaign operation is an entry of the executor's ledger ([`crate::exec`]), held by the
+//! campaign (`Holder::Campaign`) under its key, so its reason trail (`gnt:daemon:maintd`, the
+//! campaign id as the incident and the operation's key as the intent) is the trail of its job.
+//! The executor submits, adopts (after a crash, by the reason trail; not found, submitted
+//! again) and follows the Ganeti jobs; the state machine reads the entries' states
+//! ([`Record::set_ops`]). Each round, for every campaign not finished (or with operations in
+//! flight):
 //!
-//! 1. [`prepare`] (before the gate) follows the campaign's operations: one recorded but not
-//!    known to be submitted (a crash in between, a lost answer) is adopted when Ganeti's job
-//!    list shows a job with its reason (`gnt:daemon:maintd`, the campaign id as the incident
-//!    and the operation's key as the intent), and submitted otherwise; submitted jobs and hooks
-//!    are read. A campaign due for its next group is planned again against the cluster as it is
-//!    (the roll planner) and its next group proposed ([`crate::duty::maintenance`]).
+//! 1. [`prepare`] (before the gate) follows the campaign's hooks; a campaign due for its next
+//!    group is planned again against the cluster as it is (the roll planner) and its next
+//!    group proposed ([`crate::duty::maintenance`]).
 //! 2. [`execute`] (after the gate) starts an admitted group, shows what blocks a refused one,
-//!    advances the state machine and submits the operations it plans, each stored durably
-//!    before its submission.
+//!    advances the state machine, records the operations it plans in the ledger (durable
+//!    before anything is submitted) and has the executor submit them; hooks are sent here.
 //!
 //! The hook is a signed repair request ([`crate::repair`]) whose id is drawn once and stored
 //! with the operation: after a crash the same request is sent again and the agent answers with
@@ -23,9 +26,11 @@ use nodecare_protocol::repair::{RepairRequest, RepairState};
 use uuid::Uuid;
 
 use crate::campaign::{
-    self, AgentNow, InstanceNow, NodeNow, Op, OpKind, OpState, PlannedMove, Record, World,
+    self, AgentNow, CampaignOp, InstanceNow, NodeNow, OpKind, OpState, PlannedMove, Record, World,
 };
-use crate::ganeti::{Ganeti, GanetiError, Instance, JobStatus, Node, Reason};
+use crate::exec::Executor;
+use crate::exec::ledger::State;
+use crate::ganeti::{Ganeti, Instance, Node};
 use crate::gate::{Decision, Holder, Proposal, StorageProblem, View};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::AgentUrls;
@@ -38,6 +43,8 @@ pub struct Context<'a> {
     pub ganeti: &'a dyn Ganeti,
     /// The store.
     pub store: &'a Store,
+    /// The executor (over the store's ledger).
+    pub executor: &'a Executor,
     /// Signed requests to the agents.
     pub repairs: &'a RepairClient,
     /// Where the agents are.
@@ -108,10 +115,20 @@ pub fn world(
     }
 }
 
+/// Every stored campaign with its operations from the ledger (each campaign's own entries, read
+/// by holder: the ledger's other duties and other campaigns are not read).
+fn with_ops(store: &Store, executor: &Executor) -> Result<Vec<Record>, StoreError> {
+    let mut records = store.campaigns()?;
+    for record in &mut records {
+        let entries = executor.ledger().of_holder(&record.holder())?;
+        record.set_ops(&entries);
+    }
+    Ok(records)
+}
+
 /// The campaigns that still have something to do (not finished, or operations in flight).
-fn active(store: &Store) -> Result<Vec<Record>, StoreError> {
-    Ok(store
-        .campaigns()?
+fn active(ctx: Context<'_>) -> Result<Vec<Record>, StoreError> {
+    Ok(with_ops(ctx.store, ctx.executor)?
         .into_iter()
         .filter(|r| !r.state().is_final() || r.in_flight().next().is_some())
         .collect())
@@ -140,9 +157,11 @@ pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
 
 /// The drained flags every stored campaign's jobs set or cleared, for
 /// [`crate::gate::left_by`].
-pub fn flag_changes(store: &Store) -> Result<Vec<crate::gate::FlagChange>, StoreError> {
-    Ok(store
-        .campaigns()?
+pub fn flag_changes(
+    store: &Store,
+    executor: &Executor,
+) -> Result<Vec<crate::gate::FlagChange>, StoreError> {
+    Ok(with_ops(store, executor)?
         .iter()
         .flat_map(Record::flag_changes)
         .collect())
@@ -170,14 +189,14 @@ pub async fn prepare(
     master: &str,
 ) -> Result<CampaignRound, StoreError> {
     let mut round = CampaignRound::default();
-    let records = active(ctx.store)?;
+    let records = active(ctx)?;
     if records.is_empty() {
         return Ok(round);
     }
     let mut cluster = None;
     for mut record in records {
         let before = record.clone();
-        follow(ctx, &mut record, world.now_ms).await?;
+        follow_hooks(ctx, &mut record, world.now_ms).await?;
         if record.needs_group() {
             // Instances still migrating back to an earlier group's node are planned where
             // they go (their memory is that node's again).
@@ -283,7 +302,7 @@ pub async fn execute(
     world: &World,
 ) -> Result<usize, StoreError> {
     let mut submitted = 0;
-    for mut record in active(ctx.store)? {
+    for mut record in active(ctx)? {
         let before = record.clone();
         let id = record.id();
         if record.needs_group()
@@ -325,15 +344,31 @@ pub async fn execute(
         if record == before {
             continue;
         }
-        // Durable before anything is submitted; the job ids are stored once all are submitted
-        // (a crash in between leaves operations planned, which the next round adopts by their
-        // reason trail).
+        // The record first (a crash before its operations are recorded leaves them to be
+        // planned again), then the operations, durable before anything is submitted.
         ctx.store.save_campaign(&record)?;
         if planned.is_empty() {
             continue;
         }
-        for key in planned {
-            if submit(ctx, &mut record, &key, world.now_ms).await? {
+        let holder = record.holder();
+        ctx.executor.record(&record.entries(&planned))?;
+        submitted += ctx
+            .executor
+            .submit(ctx.ganeti, Some(&holder), world.now_ms)
+            .await?
+            .len();
+        sync(ctx, &mut record)?;
+        for key in &planned {
+            let Some(op) = record.ops.get(key).cloned() else {
+                continue;
+            };
+            if let OpKind::Hook {
+                request_id,
+                context,
+            } = &op.kind
+                && op.state == OpState::Planned
+                && send_hook(ctx, &mut record, &op, request_id, context, world.now_ms).await?
+            {
                 submitted += 1;
             }
         }
@@ -342,99 +377,11 @@ pub async fn execute(
     Ok(submitted)
 }
 
-fn reason(record: &Record, op: &Op) -> Reason {
-    let group = record
-        .campaign
-        .groups
-        .iter()
-        .find(|g| g.nodes.iter().any(|n| n.node == op.node))
-        .map_or(record.campaign.groups.len().saturating_sub(1), |g| g.index);
-    let what = match &op.kind {
-        OpKind::Drain => format!("draining {}", op.node),
-        OpKind::Undrain => format!("undraining {}", op.node),
-        OpKind::Migrate {
-            instance,
-            target: Some(target),
-        } => format!("migrating {instance} to {target}"),
-        OpKind::Migrate {
-            instance,
-            target: None,
-        } => format!("migrating {instance} to its secondary"),
-        OpKind::ReplaceSecondary {
-            instance,
-            secondary,
-        } => format!("moving the secondary of {instance} to {secondary}"),
-        OpKind::Hook { .. } => format!("hook on {}", op.node),
-        OpKind::Tag { tag } => format!("tagging {} {tag}", op.node),
-    };
-    Reason::new(
-        record.id(),
-        op.key.clone(),
-        format!(
-            "maintenance campaign {} group {} step {}: {what}",
-            record.campaign.id, group, op.step
-        ),
-    )
-}
-
-/// Submits the planned operation `key`; whether it was submitted. A submission whose answer is
-/// lost stays planned: the next round adopts its job by the reason trail or submits it.
-async fn submit(
-    ctx: Context<'_>,
-    record: &mut Record,
-    key: &str,
-    now_ms: u64,
-) -> Result<bool, StoreError> {
-    let Some(op) = record.ops.get(key).cloned() else {
-        return Ok(false);
-    };
-    if op.state != OpState::Planned {
-        return Ok(false);
-    }
-    if let OpKind::Hook {
-        request_id,
-        context,
-    } = &op.kind
-    {
-        let outcome = send_hook(ctx, record, &op, request_id, context, now_ms).await?;
-        return Ok(outcome);
-    }
-    let mut reason = reason(record, &op);
-    // Migrations back wait for the node's undrain job (Ganeti refuses a drained target).
-    if op.step == nodecare_protocol::maintenance::NodeStep::MigrateBack
-        && let Some(undrain) = record
-            .ops
-            .values()
-            .find(|o| o.node == op.node && o.kind == OpKind::Undrain)
-    {
-        match (undrain.state, undrain.job_id) {
-            (OpState::Planned, _) => return Ok(false),
-            (OpState::Submitted, Some(job)) => reason = reason.after([job]),
-            _ => {}
-        }
-    }
-    let Some(ganeti_op) = op.kind.ganeti_op(&op.node) else {
-        return Ok(false);
-    };
-    #[expect(
-        clippy::disallowed_methods,
-        reason = "campaigns still submit their operations themselves, outside the executor's ledger"
-    )]
-    let result = ctx.ganeti.submit(&ganeti_op, &reason).await;
-    match result {
-        Ok(job) => {
-            if let Some(op) = record.ops.get_mut(key) {
-                op.state = OpState::Submitted;
-                op.job_id = Some(job);
-            }
-            tracing::info!(campaign = %record.campaign.id, key, job, "maintenance campaign: job submitted");
-            Ok(true)
-        }
-        Err(error) => {
-            tracing::warn!(campaign = %record.campaign.id, key, %error, "maintenance campaign: submission failed (adopted or submitted again next round)");
-            Ok(false)
-        }
-    }
+/// The campaign's operations as the ledger has them now.
+fn sync(ctx: Context<'_>, record: &mut Record) -> Result<(), StoreError> {
+    let entries = ctx.executor.ledger().of_holder(&record.holder())?;
+    record.set_ops(&entries);
+    Ok(())
 }
 
 fn base_url(ctx: Context<'_>, node: &str) -> Option<String> {
@@ -448,7 +395,7 @@ fn base_url(ctx: Context<'_>, node: &str) -> Option<String> {
 async fn send_hook(
     ctx: Context<'_>,
     record: &mut Record,
-    op: &Op,
+    op: &CampaignOp,
     request_id: &str,
     context: &nodecare_protocol::maintenance::HookContext,
     now_ms: u64,
@@ -459,12 +406,13 @@ async fn send_hook(
     let input = match serde_json::to_value(context) {
         Ok(input) => input,
         Err(error) => {
-            finish_op(
+            settle_hook(
+                ctx,
                 record,
                 &op.key,
-                Err(format!("hook context: {error}")),
+                HookOutcome::Failed(format!("hook context: {error}")),
                 now_ms,
-            );
+            )?;
             return Ok(false);
         }
     };
@@ -477,192 +425,156 @@ async fn send_hook(
     };
     let sequence = ctx.store.next_counter("repair-sequence", now_ms)?;
     let answer = ctx.repairs.request(&base, request, sequence, now_ms).await;
-    Ok(hook_answer(record, &op.key, answer, now_ms))
+    let outcome = hook_outcome(answer);
+    let accepted = outcome.accepted();
+    settle_hook(ctx, record, &op.key, outcome, now_ms)?;
+    Ok(accepted)
 }
 
-/// Records what the agent said about a hook; whether it accepted the request.
-fn hook_answer(record: &mut Record, key: &str, answer: RepairAnswer, now_ms: u64) -> bool {
+/// What the agent said about a hook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum HookOutcome {
+    /// It runs.
+    Running,
+    /// It ended well (or the agent stopped while it ran: the node presumably rebooted, and
+    /// waiting for its new boot id tells); whether it said it did not reboot the node.
+    Done {
+        /// It said it did not reboot the node.
+        no_reboot: bool,
+    },
+    /// It ran and failed.
+    Failed(String),
+    /// The agent refused it for good (it never ran).
+    Refused(String),
+    /// No answer that settles it: asked again next round (the request is idempotent); the
+    /// step's timeout bounds it.
+    Later,
+}
+
+impl HookOutcome {
+    /// Whether the agent took the request.
+    const fn accepted(&self) -> bool {
+        matches!(self, Self::Running | Self::Done { .. } | Self::Failed(_))
+    }
+}
+
+/// What the agent's `answer` says about a hook.
+fn hook_outcome(answer: RepairAnswer) -> HookOutcome {
     match answer {
-        RepairAnswer::Record(run) => {
-            let outcome = match run.state {
-                RepairState::Running => {
-                    if let Some(op) = record.ops.get_mut(key) {
-                        op.state = OpState::Submitted;
-                    }
-                    return true;
-                }
-                RepairState::Succeeded => Ok(run
+        RepairAnswer::Record(run) => match run.state {
+            RepairState::Running => HookOutcome::Running,
+            RepairState::Succeeded => HookOutcome::Done {
+                no_reboot: run
                     .stdout
                     .lines()
-                    .any(|line| line.trim() == HOOK_NO_REBOOT_LINE)),
-                // The agent stopped while the hook ran: the node presumably rebooted; waiting
-                // for its new boot id tells.
-                RepairState::Interrupted => Ok(false),
-                RepairState::Failed | RepairState::TimedOut | RepairState::Refused => {
-                    let status = match (run.exit_code, run.signal) {
-                        (Some(code), _) => format!("exit code {code}"),
-                        (None, Some(signal)) => format!("killed by signal {signal}"),
-                        _ => run.state.as_str().to_owned(),
-                    };
-                    let detail = run
-                        .error
-                        .clone()
-                        .or_else(|| {
-                            let e = run.stderr.trim();
-                            (!e.is_empty()).then(|| e.chars().take(300).collect())
-                        })
-                        .unwrap_or_default();
-                    Err(format!("{} {status} {detail}", run.command)
+                    .any(|line| line.trim() == HOOK_NO_REBOOT_LINE),
+            },
+            RepairState::Interrupted => HookOutcome::Done { no_reboot: false },
+            RepairState::Failed | RepairState::TimedOut | RepairState::Refused => {
+                let status = match (run.exit_code, run.signal) {
+                    (Some(code), _) => format!("exit code {code}"),
+                    (None, Some(signal)) => format!("killed by signal {signal}"),
+                    _ => run.state.as_str().to_owned(),
+                };
+                let detail = run
+                    .error
+                    .clone()
+                    .or_else(|| {
+                        let e = run.stderr.trim();
+                        (!e.is_empty()).then(|| e.chars().take(300).collect())
+                    })
+                    .unwrap_or_default();
+                HookOutcome::Failed(
+                    format!("{} {status} {detail}", run.command)
                         .trim()
-                        .to_owned())
-                }
-            };
-            finish_op(record, key, outcome, now_ms);
-            true
-        }
+                        .to_owned(),
+                )
+            }
+        },
         RepairAnswer::Refused {
             status,
             message,
             transient: false,
-        } => {
-            finish_op(
-                record,
-                key,
-                Err(format!("the agent refused the hook ({status}): {message}")),
-                now_ms,
-            );
-            false
-        }
-        // Asked again next round (the request is idempotent); the step's timeout bounds it.
+        } => HookOutcome::Refused(format!("the agent refused the hook ({status}): {message}")),
         RepairAnswer::Refused { .. } | RepairAnswer::Unknown | RepairAnswer::Unreachable(_) => {
-            false
+            HookOutcome::Later
         }
     }
 }
 
-fn finish_op(record: &mut Record, key: &str, outcome: Result<bool, String>, now_ms: u64) {
-    if let Some(op) = record.ops.get_mut(key) {
-        op.finished_ms = Some(now_ms);
-        match outcome {
-            Ok(no_reboot) => {
-                op.state = OpState::Succeeded;
-                op.no_reboot = no_reboot;
-            }
-            Err(why) => {
-                op.state = OpState::Failed;
-                op.error = Some(why);
-            }
+/// The ledger state of the hook's entry after `outcome` (`None`: unchanged).
+fn hook_state(outcome: &HookOutcome) -> Option<State> {
+    match outcome {
+        HookOutcome::Running => Some(State::Submitted),
+        HookOutcome::Done { .. } => Some(State::Succeeded),
+        HookOutcome::Failed(why) | HookOutcome::Refused(why) => {
+            Some(State::Failed { why: why.clone() })
         }
+        HookOutcome::Later => None,
     }
 }
 
-/// Follows the operations in flight of one campaign.
-async fn follow(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<(), StoreError> {
-    let in_flight: Vec<Op> = record.in_flight().cloned().collect();
-    if in_flight.is_empty() {
+/// Marks the hook's ledger entry by what the agent said, and the campaign's view with it.
+fn settle_hook(
+    ctx: Context<'_>,
+    record: &mut Record,
+    key: &str,
+    outcome: HookOutcome,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    let Some(state) = hook_state(&outcome) else {
+        return Ok(());
+    };
+    let Some(mut entry) = ctx.executor.ledger().entry(&record.holder(), key)? else {
+        return Ok(());
+    };
+    if entry.state == state {
         return Ok(());
     }
-    // One bulk read of Ganeti's jobs serves the whole campaign (a group moves thousands of
-    // instances; reading each job on its own would make the round slow).
-    let jobs = if in_flight.iter().any(|op| op.kind.is_ganeti_job()) {
-        match ctx.ganeti.jobs().await {
-            Ok(jobs) => Some(jobs),
-            Err(error) => {
-                tracing::warn!(%error, "maintenance campaign: cannot list jobs; trying next round");
-                return Ok(());
-            }
-        }
-    } else {
-        None
-    };
-    let statuses: BTreeMap<u64, JobStatus> = jobs
-        .iter()
-        .flatten()
-        .map(|job| (job.id, job.status))
-        .collect();
-    // Jobs recorded but not known to be submitted: adopted by their reason, else submitted.
-    let leftovers: Vec<&Op> = in_flight
-        .iter()
-        .filter(|op| op.state == OpState::Planned && op.kind.is_ganeti_job())
-        .collect();
-    if !leftovers.is_empty() {
-        let id = record.id();
-        let by_intent: BTreeMap<String, u64> = jobs
-            .iter()
-            .flatten()
-            .filter_map(|job| {
-                job.nodecare_reason()
-                    .filter(|r| r.incident == id)
-                    .map(|r| (r.intent, job.id))
-            })
-            .collect();
-        for op in leftovers {
-            if let Some(&job) = by_intent.get(&op.key) {
-                if let Some(op) = record.ops.get_mut(&op.key) {
-                    op.state = OpState::Submitted;
-                    op.job_id = Some(job);
-                }
-                tracing::info!(campaign = %id, key = %op.key, job, "maintenance campaign: adopted job");
-            } else {
-                submit(ctx, record, &op.key, now_ms).await?;
-            }
-        }
+    if !state.is_unfinished() {
+        entry.finished_ms = Some(now_ms);
     }
+    entry.state = state;
+    if let HookOutcome::Done { no_reboot: true } = outcome {
+        record.hooks_no_reboot.insert(key.to_owned());
+    }
+    ctx.executor.ledger().mark(&entry)?;
+    // The campaign's view of this one operation (the others are as they were).
+    if let Some(mut op) = CampaignOp::from_entry(&entry) {
+        op.no_reboot = record.hooks_no_reboot.contains(key);
+        record.ops.insert(op.key.clone(), op);
+    }
+    Ok(())
+}
+
+/// Follows the hooks in flight of one campaign (its jobs are the executor's): a hook recorded
+/// but not known to be sent is sent (again: the agent runs it once), a running one is asked
+/// for its outcome.
+async fn follow_hooks(
+    ctx: Context<'_>,
+    record: &mut Record,
+    now_ms: u64,
+) -> Result<(), StoreError> {
+    let in_flight: Vec<CampaignOp> = record.in_flight().cloned().collect();
     for op in in_flight {
-        match (&op.kind, op.state) {
-            (
-                OpKind::Hook {
-                    request_id,
-                    context,
-                },
-                OpState::Planned,
-            ) => {
+        let OpKind::Hook {
+            request_id,
+            context,
+        } = &op.kind
+        else {
+            continue;
+        };
+        match op.state {
+            OpState::Planned => {
                 send_hook(ctx, record, &op, request_id, context, now_ms).await?;
             }
-            (OpKind::Hook { request_id, .. }, OpState::Submitted) => {
+            OpState::Submitted => {
                 if let Some(base) = base_url(ctx, &op.node) {
                     let answer = ctx.repairs.poll(&base, request_id).await;
-                    hook_answer(record, &op.key, answer, now_ms);
+                    settle_hook(ctx, record, &op.key, hook_outcome(answer), now_ms)?;
                 }
             }
-            (_, OpState::Submitted) => {
-                let Some(job_id) = record.ops.get(&op.key).and_then(|o| o.job_id) else {
-                    continue;
-                };
-                match statuses.get(&job_id) {
-                    Some(JobStatus::Success) => {
-                        finish_op(record, &op.key, Ok(false), now_ms);
-                        continue;
-                    }
-                    Some(status) if !status.is_final() => continue,
-                    // Failed (its errors are read below), or no longer listed.
-                    _ => {}
-                }
-                let outcome = match ctx.ganeti.job(job_id).await {
-                    Ok(job) if job.status.is_final() => {
-                        if job.status == JobStatus::Success {
-                            Ok(false)
-                        } else {
-                            let errors = if job.errors.is_empty() {
-                                job.status.as_str().to_owned()
-                            } else {
-                                job.errors.join("; ")
-                            };
-                            Err(format!("job {job_id} {}: {errors}", job.status.as_str()))
-                        }
-                    }
-                    Ok(_) => continue,
-                    Err(GanetiError::NotFound(_)) => {
-                        Err(format!("job {job_id} vanished from Ganeti's queue"))
-                    }
-                    Err(error) => {
-                        tracing::warn!(job = job_id, %error, "maintenance campaign: cannot read job status");
-                        continue;
-                    }
-                };
-                finish_op(record, &op.key, outcome, now_ms);
-            }
-            _ => {}
+            OpState::Succeeded | OpState::Failed => {}
         }
     }
     Ok(())
@@ -671,43 +583,8 @@ async fn follow(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nodecare_protocol::maintenance::{
-        CampaignRequest, HOOK_CONTEXT_KIND, HookContext, NodeStep,
-    };
+    use crate::gate::StorageProblem;
     use nodecare_protocol::repair::RepairRecord;
-
-    fn record_with_hook() -> Record {
-        let mut r = Record::new(Uuid::from_u128(5), CampaignRequest::new("reboot"), "x", 1);
-        r.ops.insert(
-            "k".into(),
-            Op {
-                key: "k".into(),
-                node: "n1".into(),
-                step: NodeStep::Hook,
-                kind: OpKind::Hook {
-                    request_id: Uuid::from_u128(6).to_string(),
-                    context: HookContext {
-                        kind: HOOK_CONTEXT_KIND.into(),
-                        campaign: Uuid::from_u128(5).to_string(),
-                        node: "n1".into(),
-                        hook: "reboot".into(),
-                        group: 0,
-                        groups_total: 1,
-                        group_nodes: vec!["n1".into()],
-                        reboot_required: None,
-                        reason: None,
-                    },
-                },
-                state: OpState::Planned,
-                job_id: None,
-                created_ms: 1,
-                finished_ms: None,
-                error: None,
-                no_reboot: false,
-            },
-        );
-        r
-    }
 
     fn run(state: RepairState, exit_code: Option<i32>, stdout: &str) -> RepairAnswer {
         RepairAnswer::Record(Box::new(RepairRecord {
@@ -799,12 +676,22 @@ mod tests {
             ),
         ];
         for (name, answer, accepted, (state, no_reboot, error)) in cases {
-            let mut r = record_with_hook();
-            assert_eq!(hook_answer(&mut r, "k", answer, 9), accepted, "{name}");
-            let op = &r.ops["k"];
-            assert_eq!(op.state, state, "{name}");
-            assert_eq!(op.no_reboot, no_reboot, "{name}");
-            assert_eq!(op.error.as_deref(), error, "{name}");
+            let outcome = hook_outcome(answer);
+            assert_eq!(outcome.accepted(), accepted, "{name}");
+            assert_eq!(
+                matches!(outcome, HookOutcome::Done { no_reboot: true }),
+                no_reboot,
+                "{name}"
+            );
+            let marked = hook_state(&outcome);
+            let (got, why) = match &marked {
+                None => (OpState::Planned, None),
+                Some(State::Submitted) => (OpState::Submitted, None),
+                Some(State::Succeeded) => (OpState::Succeeded, None),
+                Some(other) => (OpState::Failed, other.why()),
+            };
+            assert_eq!(got, state, "{name}");
+            assert_eq!(why, error, "{name}");
         }
     }
 

@@ -1371,8 +1371,11 @@ impl Reconciler {
         }
         // What the executor's ledger holds (its holders' records still open).
         // Incidents' entries are left out: what they hold comes from the incidents
-        // (`node_repair::holds`, `touches`).
-        let ledger_held = self.executor.in_force(|h| !is_incident(h))?;
+        // (`node_repair::holds`, `touches`); campaigns hold their nodes by their steps
+        // (`campaign_exec::holds`, `touched`).
+        let ledger_held = self
+            .executor
+            .in_force(|h| !is_incident(h) && !matches!(h, Holder::Campaign { .. }))?;
         // Instance repair reads Ganeti before the gate: the repairs whose jobs still run hold
         // their instances' nodes (read even with the duty off: `nodecare harep` runs too).
         let instance_repair_read = match (self.settings.instance_repair, groups.as_ref()) {
@@ -1439,7 +1442,10 @@ impl Reconciler {
             &view,
             crate::store::incident_flag_changes(&incidents, &intents)
                 .into_iter()
-                .chain(crate::campaign_exec::flag_changes(&self.store)?)
+                .chain(crate::campaign_exec::flag_changes(
+                    &self.store,
+                    &self.executor,
+                )?)
                 .chain(self.store.left_flags(&view)?),
         ));
         let breaker =
@@ -1508,6 +1514,7 @@ impl Reconciler {
         let campaign_ctx = crate::campaign_exec::Context {
             ganeti: &*self.ganeti,
             store: &self.store,
+            executor: &self.executor,
             repairs: &self.repairs,
             agent_urls: &self.settings.agent_urls,
             nodes,

@@ -22,6 +22,7 @@ use crate::gate::FlagChange;
 use crate::incident::Incident;
 
 mod admission;
+mod campaign_ops;
 mod ledger;
 mod node_repair;
 pub mod retention;
@@ -30,7 +31,7 @@ pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +65,9 @@ pub const LEFT_FLAGS_DOCUMENT: &str = "left_flags";
 #[derive(Debug)]
 pub struct Store {
     connection: Mutex<Connection>,
+    /// Ledger entries as last decoded, by id, with the text they were decoded from: a row read
+    /// again with the same text is not decoded again ([`Store::ledger_rows`]).
+    decoded: Mutex<std::collections::HashMap<i64, (String, crate::exec::ledger::Entry)>>,
 }
 
 fn to_i64(value: u64) -> i64 {
@@ -95,6 +99,7 @@ impl Store {
         migrate(&connection)?;
         Ok(Self {
             connection: Mutex::new(connection),
+            decoded: Mutex::default(),
         })
     }
 
@@ -486,6 +491,10 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     // Node repair's intents move into the ledger.
     if version < 4 {
         node_repair::migrate(connection)?;
+    }
+    // Campaigns' operations move into the ledger.
+    if version < 5 {
+        campaign_ops::migrate(connection)?;
     }
     Ok(())
 }

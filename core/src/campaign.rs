@@ -5,7 +5,9 @@
 //! cluster as it is ([`Record::set_plan`]), asks the gate for the next one (the maintenance duty,
 //! [`crate::duty::maintenance`]), starts it when admitted ([`Record::start_group`]), and each
 //! round calls [`Record::advance`] with what it sees ([`World`]); `advance` moves every node of
-//! the group through its steps and plans the operations ([`Op`]) the executor carries out:
+//! the group through its steps and plans the operations ([`CampaignOp`]), each recorded as an
+//! entry of the ledger ([`crate::ledger`]) held by the campaign; the state machine reads their
+//! states back from the entries ([`Record::set_ops`]):
 //!
 //! drain → move primaries → hook → wait healthy → undrain → migrate the original primaries
 //! back → done.
@@ -41,6 +43,7 @@ use uuid::Uuid;
 
 use crate::ganeti::{Op as GanetiOp, ReplaceDisksMode};
 use crate::gate::Holder;
+use crate::ledger::{self, Action, AgentOp, Entry, Hold, State};
 
 /// The node tag of a node that failed in a campaign (as an incident's failure tag).
 pub fn failure_tag(campaign: Uuid) -> String {
@@ -118,11 +121,6 @@ impl OpKind {
             Self::Hook { .. } => return None,
         })
     }
-
-    /// Whether the operation is a Ganeti job (the hook is not).
-    pub const fn is_ganeti_job(&self) -> bool {
-        !matches!(self, Self::Hook { .. })
-    }
 }
 
 /// Where an operation is.
@@ -147,9 +145,10 @@ impl OpState {
     }
 }
 
-/// One operation of a campaign, durable before it is submitted.
+/// One operation of a campaign, as the state machine sees it: a view of its ledger entry
+/// ([`CampaignOp::to_entry`], [`CampaignOp::from_entry`]), recorded before it is submitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Op {
+pub struct CampaignOp {
     /// Unique within the campaign; the reason trail's intent (no whitespace or `:`).
     pub key: String,
     /// The node whose step it serves.
@@ -173,6 +172,107 @@ pub struct Op {
     pub no_reboot: bool,
 }
 
+/// The ledger entry's `about` keys of a campaign operation.
+const ABOUT_NODE: &str = "node";
+const ABOUT_STEP: &str = "step";
+const ABOUT_KIND: &str = "operation";
+
+impl CampaignOp {
+    /// The ledger entry of the operation, held by `holder` (its campaign), with `description`
+    /// (the reason trail's text) and `after` (keys of the campaign's entries that must succeed
+    /// first). A drain holds its node rebooting until its undrain releases it; a migration
+    /// back holds the node receiving its instance while unfinished; the hook is the agent's.
+    pub fn to_entry(&self, holder: Holder, description: String, after: Vec<String>) -> Entry {
+        let action = match (&self.kind, self.kind.ganeti_op(&self.node)) {
+            (_, Some(op)) => Action::ganeti(op),
+            (OpKind::Hook { context, .. }, None) => Action::Agent {
+                op: AgentOp::Hook {
+                    node: self.node.clone(),
+                    command: context.hook.clone(),
+                },
+            },
+            (_, None) => Action::Agent {
+                op: AgentOp::Check {
+                    node: self.node.clone(),
+                },
+            },
+        };
+        let holds = match (&self.kind, self.step) {
+            (OpKind::Drain, _) => vec![Hold::Rebooting {
+                node: self.node.clone(),
+            }],
+            (OpKind::Undrain, _) => vec![Hold::Release {
+                node: self.node.clone(),
+            }],
+            (_, NodeStep::MigrateBack) => vec![Hold::Receiving {
+                node: self.node.clone(),
+            }],
+            _ => Vec::new(),
+        };
+        let mut entry = Entry::new(
+            holder,
+            &self.key,
+            action,
+            description,
+            self.created_ms,
+            u64::MAX,
+        )
+        .after(after)
+        .holding(holds);
+        entry.about.insert(ABOUT_NODE.to_owned(), self.node.clone());
+        entry
+            .about
+            .insert(ABOUT_STEP.to_owned(), self.step.as_str().to_owned());
+        entry.about.insert(
+            ABOUT_KIND.to_owned(),
+            serde_json::to_string(&self.kind).unwrap_or_default(),
+        );
+        entry.state = match self.state {
+            OpState::Planned => State::Recorded,
+            OpState::Submitted => State::Submitted,
+            OpState::Succeeded => State::Succeeded,
+            OpState::Failed => State::Failed {
+                why: self
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| "operation failed".to_owned()),
+            },
+        };
+        entry.job = self.job_id;
+        entry.finished_ms = self.finished_ms;
+        entry
+    }
+
+    /// The operation a campaign's ledger entry records; `None` for an entry that is not one.
+    /// A submitted or timed-out entry is in flight; a canceled one failed.
+    pub fn from_entry(entry: &Entry) -> Option<Self> {
+        let node = entry.about.get(ABOUT_NODE)?.clone();
+        let step: NodeStep = serde_json::from_value(serde_json::Value::String(
+            entry.about.get(ABOUT_STEP)?.clone(),
+        ))
+        .ok()?;
+        let kind: OpKind = serde_json::from_str(entry.about.get(ABOUT_KIND)?).ok()?;
+        let (state, error) = match &entry.state {
+            State::Recorded => (OpState::Planned, None),
+            State::Submitted | State::TimedOut => (OpState::Submitted, None),
+            State::Succeeded => (OpState::Succeeded, None),
+            State::Failed { why } | State::Canceled { why } => (OpState::Failed, Some(why.clone())),
+        };
+        Some(Self {
+            key: entry.key.clone(),
+            node,
+            step,
+            kind,
+            state,
+            job_id: entry.job,
+            created_ms: entry.recorded_ms,
+            finished_ms: entry.finished_ms,
+            error,
+            no_reboot: false,
+        })
+    }
+}
+
 /// A campaign: what the API shows plus what the executor needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -180,8 +280,15 @@ pub struct Record {
     pub campaign: Campaign,
     /// The planned moves of the current group, per node.
     pub moves: BTreeMap<String, Vec<PlannedMove>>,
-    /// The operations of the current group (and failure tags), by key.
-    pub ops: BTreeMap<String, Op>,
+    /// The campaign's operations, by key: a view of its ledger entries (held by
+    /// [`Holder::Campaign`]), set each round by [`Record::set_ops`] and never stored with the
+    /// record (records of earlier versions carried them; the store moves them into the ledger).
+    #[serde(default, skip_serializing)]
+    pub ops: BTreeMap<String, CampaignOp>,
+    /// The keys of the hooks that said they did not reboot their node (the outcome the agent
+    /// gave, which the ledger's entry does not keep).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub hooks_no_reboot: BTreeSet<String>,
     /// Nodes of the current group that an abort sends back without their hook.
     pub aborted_nodes: BTreeSet<String>,
     /// The state to return to on resume (paused while running or aborting).
@@ -273,15 +380,7 @@ pub struct ControlError {
 }
 
 fn sanitize(key: &str) -> String {
-    key.chars()
-        .map(|c| {
-            if c.is_whitespace() || c == ':' {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect()
+    ledger::trail_key(key)
 }
 
 impl Record {
@@ -305,6 +404,7 @@ impl Record {
             },
             moves: BTreeMap::new(),
             ops: BTreeMap::new(),
+            hooks_no_reboot: BTreeSet::new(),
             aborted_nodes: BTreeSet::new(),
             paused_from: None,
             max_group: None,
@@ -315,6 +415,81 @@ impl Record {
     /// The campaign's id.
     pub fn id(&self) -> Uuid {
         Uuid::parse_str(&self.campaign.id).unwrap_or_default()
+    }
+
+    /// The campaign as the holder of its ledger entries and its gate holds.
+    pub fn holder(&self) -> Holder {
+        Holder::Campaign { id: self.id() }
+    }
+
+    /// Takes the campaign's operations from its ledger entries (the state machine's view).
+    pub fn set_ops(&mut self, entries: &[Entry]) {
+        let holder = self.holder();
+        self.ops = entries
+            .iter()
+            .filter(|e| e.holder == holder)
+            .filter_map(CampaignOp::from_entry)
+            .map(|mut op| {
+                op.no_reboot = self.hooks_no_reboot.contains(&op.key);
+                (op.key.clone(), op)
+            })
+            .collect();
+    }
+
+    /// The ledger entries of the planned operations `keys`, in that order: migrations back
+    /// come after their node's undrain (Ganeti refuses a drained target).
+    pub fn entries(&self, keys: &[String]) -> Vec<Entry> {
+        keys.iter()
+            .filter_map(|key| self.ops.get(key))
+            .map(|op| self.entry(op))
+            .collect()
+    }
+
+    /// The ledger entry of `op`.
+    pub fn entry(&self, op: &CampaignOp) -> Entry {
+        let after = if op.step == NodeStep::MigrateBack {
+            self.ops
+                .values()
+                .filter(|o| o.node == op.node && o.kind == OpKind::Undrain)
+                .map(|o| o.key.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        op.to_entry(self.holder(), self.description(op), after)
+    }
+
+    /// What `op` does, for the reason trail: `maintenance campaign <id> group <n> step <step>:
+    /// <what>`.
+    pub fn description(&self, op: &CampaignOp) -> String {
+        let group = self
+            .campaign
+            .groups
+            .iter()
+            .find(|g| g.nodes.iter().any(|n| n.node == op.node))
+            .map_or(self.campaign.groups.len().saturating_sub(1), |g| g.index);
+        let what = match &op.kind {
+            OpKind::Drain => format!("draining {}", op.node),
+            OpKind::Undrain => format!("undraining {}", op.node),
+            OpKind::Migrate {
+                instance,
+                target: Some(target),
+            } => format!("migrating {instance} to {target}"),
+            OpKind::Migrate {
+                instance,
+                target: None,
+            } => format!("migrating {instance} to its secondary"),
+            OpKind::ReplaceSecondary {
+                instance,
+                secondary,
+            } => format!("moving the secondary of {instance} to {secondary}"),
+            OpKind::Hook { .. } => format!("hook on {}", op.node),
+            OpKind::Tag { tag } => format!("tagging {} {tag}", op.node),
+        };
+        format!(
+            "maintenance campaign {} group {} step {}: {what}",
+            self.campaign.id, group, op.step
+        )
     }
 
     /// The state.
@@ -465,7 +640,7 @@ impl Record {
     }
 
     /// Operations not finished.
-    pub fn in_flight(&self) -> impl Iterator<Item = &Op> {
+    pub fn in_flight(&self) -> impl Iterator<Item = &CampaignOp> {
         self.ops.values().filter(|op| op.state.is_in_flight())
     }
 
@@ -823,7 +998,7 @@ impl Record {
     fn plan_op(&mut self, key: &str, node: &str, step: NodeStep, kind: OpKind, now_ms: u64) {
         self.ops.insert(
             key.to_owned(),
-            Op {
+            CampaignOp {
                 key: key.to_owned(),
                 node: node.to_owned(),
                 step,

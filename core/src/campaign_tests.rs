@@ -134,7 +134,7 @@ fn execute_current(r: &mut Record, w: &mut World) {
     }
 }
 
-fn apply(op: &Op, w: &mut World) {
+fn apply(op: &CampaignOp, w: &mut World) {
     match &op.kind {
         OpKind::Drain => w.nodes.get_mut(&op.node).unwrap().drained = true,
         OpKind::Undrain => w.nodes.get_mut(&op.node).unwrap().drained = false,
@@ -790,13 +790,40 @@ fn hook_waits_for_a_boot_id_and_a_reboot_during_the_hook_counts() {
 }
 
 #[test]
-fn record_round_trips_through_json() {
+fn record_round_trips_through_json_and_its_operations_through_the_ledger() {
     let mut w = world();
     let mut r = started(request(), &w);
     w.now_ms += 1000;
     r.advance(&w);
     let text = serde_json::to_string(&r).unwrap();
-    assert_eq!(serde_json::from_str::<Record>(&text).unwrap(), r);
+    let mut back = serde_json::from_str::<Record>(&text).unwrap();
+    // The record is stored without its operations: they are ledger entries.
+    assert!(back.ops.is_empty());
+    let keys: Vec<String> = r.ops.keys().cloned().collect();
+    assert!(!keys.is_empty());
+    let mut entries = r.entries(&keys);
+    // Entries of another holder are not the campaign's.
+    let mut other = entries[0].clone();
+    other.holder = Holder::Campaign {
+        id: Uuid::from_u128(99),
+    };
+    other.key = "someone-else".into();
+    entries.push(other);
+    back.set_ops(&entries);
+    assert_eq!(back, r);
+    // A drain holds its node rebooting; the reason trail's text says what it does.
+    let drain = entries.iter().find(|e| e.key == "g0-a-drain").unwrap();
+    assert_eq!(
+        drain.holds,
+        [crate::ledger::Hold::Rebooting { node: "a".into() }]
+    );
+    assert!(
+        drain
+            .description
+            .ends_with("group 0 step drain: draining a"),
+        "{}",
+        drain.description
+    );
 }
 
 proptest! {
@@ -1231,7 +1258,7 @@ proptest! {
                 .collect();
             prop_assert!(disrupted.len() <= 1, "groups {disrupted:?} disrupted at once");
             prop_assert!(r.holds().len() <= 3);
-            let in_flight: Vec<Op> = r.in_flight().cloned().collect();
+            let in_flight: Vec<CampaignOp> = r.in_flight().cloned().collect();
             let mut migrating: BTreeSet<&str> = BTreeSet::new();
             for op in &in_flight {
                 if let OpKind::Migrate { instance, .. } = &op.kind {

@@ -519,6 +519,11 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
             .collect())
     }
 
+    /// The entry of `holder` under `key`, if one is recorded.
+    fn entry(&self, holder: &Holder, key: &str) -> Result<Option<Entry>, LedgerError> {
+        Ok(self.of_holder(holder)?.into_iter().find(|e| e.key == key))
+    }
+
     /// Forgets the entries of `holder` (its record is gone).
     fn forget(&self, holder: &Holder) -> Result<usize, LedgerError>;
 

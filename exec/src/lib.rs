@@ -273,10 +273,29 @@ impl Executor {
             .collect();
         // In job order: the first job of a chain that failed is seen first.
         following.sort_by_key(|e| e.job);
+        // Many jobs followed (a campaign's group moves thousands of instances): one read of
+        // Ganeti's job list tells which still run as submitted, and only the others are read
+        // one by one (for their errors).
+        let listed: BTreeMap<JobId, nodecare_ganeti::JobSummary> = if following.len() > BULK_POLL {
+            match ganeti.jobs().await {
+                Ok(jobs) => jobs.into_iter().map(|j| (j.id, j)).collect(),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list jobs; reading each");
+                    BTreeMap::new()
+                }
+            }
+        } else {
+            BTreeMap::new()
+        };
         let mut changed = Vec::new();
         let mut ended: BTreeSet<Holder> = BTreeSet::new();
         for mut e in following {
             let Some(job_id) = e.job else { continue };
+            if let Some(summary) = listed.get(&job_id)
+                && still_running(&e, summary, now_ms)
+            {
+                continue;
+            }
             let (state, job) = match ganeti.job(job_id).await {
                 Ok(job) => {
                     let state = outcome(&e, &job, now_ms);
@@ -412,6 +431,18 @@ impl Executor {
             .collect();
         Ok(ledger::in_force(&entries))
     }
+}
+
+/// Above this many jobs followed, [`Executor::poll`] reads Ganeti's job list first.
+const BULK_POLL: usize = 8;
+
+/// Whether the listed job of entry `e` still runs with `e`'s reason trail and leaves `e` as
+/// it is (before its deadline, or timed out already): reading it alone would change nothing.
+fn still_running(e: &Entry, summary: &nodecare_ganeti::JobSummary, now_ms: u64) -> bool {
+    let ours = summary
+        .nodecare_reason()
+        .is_some_and(|r| Some(r.incident) == e.trail() && r.intent == e.key);
+    ours && !summary.status.is_final() && (now_ms <= e.deadline_ms || e.state == State::TimedOut)
 }
 
 /// The state `job` puts entry `e` in: its outcome when it ended, timed out at the deadline,

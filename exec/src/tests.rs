@@ -350,6 +350,99 @@ async fn an_unchained_job_waits_for_success_and_is_not_adopted_before() {
     assert!(depends.is_empty(), "{depends:?}");
 }
 
+/// A Ganeti client that counts the reads of single jobs.
+#[derive(Debug)]
+struct Counting {
+    inner: nodecare_ganeti::rapi::RapiClient,
+    job_reads: std::sync::atomic::AtomicUsize,
+}
+
+impl Ganeti for Counting {
+    fn cluster_info(&self) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::ClusterInfo> {
+        Ganeti::cluster_info(&self.inner)
+    }
+    fn nodes(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Node>> {
+        Ganeti::nodes(&self.inner)
+    }
+    fn instances(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Instance>> {
+        Ganeti::instances(&self.inner)
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a wrapper passes on what it is given"
+    )]
+    fn submit<'a>(
+        &'a self,
+        op: &'a Op,
+        reason: &'a Reason,
+    ) -> nodecare_ganeti::GanetiFuture<'a, JobId> {
+        Ganeti::submit(&self.inner, op, reason)
+    }
+    fn groups(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Group>> {
+        Ganeti::groups(&self.inner)
+    }
+    fn tags<'a>(
+        &'a self,
+        target: &'a nodecare_ganeti::TagTarget,
+    ) -> nodecare_ganeti::GanetiFuture<'a, Vec<String>> {
+        Ganeti::tags(&self.inner, target)
+    }
+    fn job(&self, id: JobId) -> nodecare_ganeti::GanetiFuture<'_, Job> {
+        self.job_reads
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ganeti::job(&self.inner, id)
+    }
+    fn jobs(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::JobSummary>> {
+        Ganeti::jobs(&self.inner)
+    }
+    fn cancel_job(
+        &self,
+        id: JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::JobCancel> {
+        Ganeti::cancel_job(&self.inner, id)
+    }
+}
+
+/// Many jobs running (a campaign's group moving its instances) are followed with one read of
+/// Ganeti's job list, not one read each; at their deadline each is read and times out.
+#[tokio::test]
+async fn many_running_jobs_are_followed_with_one_read_of_the_job_list() {
+    let w = world().await;
+    let h = holder(9);
+    let n = BULK_POLL + 2;
+    w.sim.stick_next_jobs(u32::try_from(n).unwrap());
+    let entries: Vec<Entry> = (0..n)
+        .map(|k| {
+            Entry::new(
+                h.clone(),
+                format!("tag-{k}"),
+                Action::ganeti(Op::add_node_tags(&w.node, vec![format!("t{k}")])),
+                "tag",
+                0,
+                DAY_MS,
+            )
+        })
+        .collect();
+    w.exec.record(&entries).unwrap();
+    let ganeti = Counting {
+        inner: w.sim.client(),
+        job_reads: std::sync::atomic::AtomicUsize::new(0),
+    };
+    assert_eq!(w.exec.submit(&ganeti, None, 1).await.unwrap().len(), n);
+    assert!(w.exec.poll(&ganeti, 2).await.unwrap().is_empty());
+    assert_eq!(
+        ganeti.job_reads.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    let changed = w.exec.poll(&ganeti, DAY_MS + 1).await.unwrap();
+    assert_eq!(changed.len(), n);
+    assert!(changed.iter().all(|c| c.entry.state == State::TimedOut));
+    assert_eq!(
+        ganeti.job_reads.load(std::sync::atomic::Ordering::SeqCst),
+        n
+    );
+}
+
 /// `poll_of` follows only the holders it is asked for: another duty's jobs are left to it.
 #[tokio::test]
 async fn poll_of_leaves_other_holders_jobs_alone() {

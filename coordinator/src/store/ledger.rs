@@ -61,7 +61,7 @@ fn encode(entry: &Entry) -> Result<String, StoreError> {
 }
 
 /// Inserts `entry` (its id is assigned); returns the id.
-fn insert(connection: &Connection, entry: &Entry) -> Result<u64, StoreError> {
+pub(super) fn insert(connection: &Connection, entry: &Entry) -> Result<u64, StoreError> {
     let holder = holder_of(entry).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     connection.execute(
         "INSERT INTO ledger (holder, key, state, recorded_ms, record) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -96,6 +96,9 @@ impl From<StoreError> for LedgerError {
 fn sql(error: rusqlite::Error) -> LedgerError {
     LedgerError::Storage(error.to_string())
 }
+
+/// Most decoded entries kept for reading again ([`Store::ledger_rows`]).
+const MAX_DECODED: usize = 100_000;
 
 impl Ledger for Store {
     fn record(&self, entries: &[Entry]) -> Result<Vec<Entry>, LedgerError> {
@@ -179,6 +182,18 @@ impl Ledger for Store {
         )
     }
 
+    fn entry(&self, holder: &Holder, key: &str) -> Result<Option<Entry>, LedgerError> {
+        let Some(text) = ledger::holder_text(holder) else {
+            return Ok(None);
+        };
+        Ok(self
+            .ledger_rows(
+                "SELECT id, record FROM ledger WHERE holder = ?1 AND key = ?2",
+                &[&text, &key],
+            )?
+            .pop())
+    }
+
     fn forget(&self, holder: &Holder) -> Result<usize, LedgerError> {
         let Some(text) = ledger::holder_text(holder) else {
             return Ok(0);
@@ -202,10 +217,25 @@ impl Store {
                 Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
             })
             .map_err(sql)?;
+        let mut decoded = self
+            .decoded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Rows of entries long forgotten would stay: the cache starts again past a bound.
+        if decoded.len() > MAX_DECODED {
+            decoded.clear();
+        }
         let mut entries = Vec::new();
         for row in rows {
             let (id, text) = row.map_err(sql)?;
-            entries.push(decode(id, &text)?);
+            match decoded.get(&id) {
+                Some((seen, entry)) if *seen == text => entries.push(entry.clone()),
+                _ => {
+                    let entry = decode(id, &text)?;
+                    decoded.insert(id, (text, entry.clone()));
+                    entries.push(entry);
+                }
+            }
         }
         Ok(entries)
     }
@@ -256,6 +286,11 @@ mod tests {
         assert_eq!(store.entries().unwrap()[0], first);
         assert_eq!(store.unfinished().unwrap(), recorded[1..]);
         assert_eq!(store.of_holder(&first.holder).unwrap(), [first.clone()]);
+        assert_eq!(
+            store.entry(&first.holder, "drain").unwrap(),
+            Some(first.clone())
+        );
+        assert_eq!(store.entry(&first.holder, "undrain").unwrap(), None);
         // Ids are never reused, also after forgetting; the rows survive reopening.
         assert_eq!(store.forget(&recorded[1].holder).unwrap(), 1);
         drop(store);

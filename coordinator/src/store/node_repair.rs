@@ -348,7 +348,7 @@ mod tests {
                 .lock()
                 .query_row("PRAGMA user_version", [], |row| row.get(0))
                 .unwrap();
-            assert_eq!(version, 4);
+            assert_eq!(version, super::super::SCHEMA_VERSION);
             let tables: i64 = store
                 .lock()
                 .query_row(

@@ -187,7 +187,7 @@ impl Store {
             pruned.incidents +=
                 transaction.execute("DELETE FROM incidents WHERE uuid = ?1", params![uuid])?;
         }
-        let mut campaigns: Vec<String> = Vec::new();
+        let mut campaigns: Vec<(String, String)> = Vec::new();
         {
             let mut statement = transaction.prepare("SELECT id, record FROM campaigns")?;
             let rows = statement.query_map([], |row| {
@@ -198,12 +198,24 @@ impl Store {
                 let Ok(record) = serde_json::from_str::<crate::campaign::Record>(&text) else {
                     continue;
                 };
-                if campaign_expired(&record.campaign, now_ms, keep) {
-                    campaigns.push(id);
+                if !campaign_expired(&record.campaign, now_ms, keep) {
+                    continue;
+                }
+                // Its operations are ledger entries: it goes with them once none is in flight.
+                let holder = crate::exec::ledger::holder_text(&record.holder()).unwrap_or_default();
+                let in_flight: i64 = transaction.query_row(
+                    "SELECT count(*) FROM ledger
+                     WHERE holder = ?1 AND state IN ('recorded', 'submitted', 'timed-out')",
+                    params![holder],
+                    |row| row.get(0),
+                )?;
+                if in_flight == 0 {
+                    campaigns.push((id, holder));
                 }
             }
         }
-        for id in &campaigns {
+        for (id, holder) in &campaigns {
+            transaction.execute("DELETE FROM ledger WHERE holder = ?1", params![holder])?;
             pruned.campaigns +=
                 transaction.execute("DELETE FROM campaigns WHERE id = ?1", params![id])?;
         }
@@ -605,6 +617,58 @@ mod tests {
             .join("\n");
         let packaged = Config::parse(&format!("[retention]\n{section}\n")).unwrap();
         assert_eq!(packaged.retention, RetentionConfig::default());
+    }
+
+    /// An old finished campaign goes with its ledger entries, unless one is still in flight.
+    #[test]
+    fn old_finished_campaigns_go_with_their_ledger_entries() {
+        use crate::exec::ledger::{Action, Entry, Ledger as _, Op, State};
+        use nodecare_protocol::maintenance::CampaignState;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let now = 1_000 * DAY_MS;
+        let policy = RetentionPolicy {
+            incidents_ms: 90 * DAY_MS,
+            audit_ms: 365 * DAY_MS,
+            audit_rows: 100,
+        };
+        let campaign = |n: u128| {
+            let mut r = crate::campaign::Record::new(
+                Uuid::from_u128(n),
+                nodecare_protocol::maintenance::CampaignRequest::new("reboot"),
+                "ops",
+                1,
+            );
+            r.campaign.state = CampaignState::Completed;
+            r.campaign.finished_ms = Some(2);
+            store.save_campaign(&r).unwrap();
+            let mut e = Entry::new(
+                r.holder(),
+                "g0-n1-drain",
+                Action::ganeti(Op::drain("n1")),
+                "d",
+                1,
+                9,
+            );
+            e.state = State::Succeeded;
+            store.record(&[e]).unwrap();
+            r
+        };
+        let (done, busy) = (campaign(1), campaign(2));
+        let mut left = store.of_holder(&busy.holder()).unwrap().remove(0);
+        left.state = State::Submitted;
+        store.mark(&left).unwrap();
+        let pruned = store.apply_retention(&policy, now).unwrap();
+        assert_eq!(pruned.campaigns, 1);
+        assert!(store.of_holder(&done.holder()).unwrap().is_empty());
+        assert_eq!(store.of_holder(&busy.holder()).unwrap().len(), 1);
+        let ids: Vec<String> = store
+            .campaigns()
+            .unwrap()
+            .into_iter()
+            .map(|r| r.campaign.id)
+            .collect();
+        assert_eq!(ids, [busy.campaign.id]);
     }
 
     fn file_bytes(path: &std::path::Path) -> u64 {

@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use nodecare_coordinator::campaign::OpState;
 use nodecare_coordinator::daemon::Coordinator;
+use nodecare_coordinator::exec::ledger::{Entry, Ledger as _, Op, State};
 use nodecare_ganeti::Ganeti;
 use nodecare_protocol::maintenance::{Campaign, CampaignState, NodeStep};
 use nodecare_tests::harness::{Harness, node};
@@ -236,45 +236,41 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
     );
     h.coordinator.api().store.save_campaign(&record).unwrap();
     let mut runs = BTreeMap::new();
+    let holder = record.holder();
+    // The campaign's operations are ledger entries held by the campaign.
+    let migrations_submitted = |store: &nodecare_coordinator::store::Store| -> Vec<Entry> {
+        store
+            .of_holder(&holder)
+            .unwrap()
+            .into_iter()
+            .filter(|e| {
+                e.state == State::Submitted
+                    && e.job.is_some()
+                    && matches!(e.action.op(), Some(Op::MigrateInstance { .. }))
+            })
+            .collect()
+    };
     // Until the first group's migrations are in flight.
     for _ in 0..20 {
         h.coordinator.round().await.unwrap();
         reboot_after_hooks(&h, &mut runs);
-        let stored = h.coordinator.api().store.campaigns().unwrap().remove(0);
-        if stored.ops.values().any(|op| {
-            op.state == OpState::Submitted
-                && matches!(
-                    op.kind,
-                    nodecare_coordinator::campaign::OpKind::Migrate { .. }
-                )
-        }) {
+        if !migrations_submitted(&h.coordinator.api().store).is_empty() {
             break;
         }
     }
     let store = &h.coordinator.api().store;
-    let mut stored = store.campaigns().unwrap().remove(0);
-    let submitted: Vec<String> = stored
-        .ops
-        .values()
-        .filter(|op| {
-            op.state == OpState::Submitted
-                && op.job_id.is_some()
-                && matches!(
-                    op.kind,
-                    nodecare_coordinator::campaign::OpKind::Migrate { .. }
-                )
-        })
-        .map(|op| op.key.clone())
-        .collect();
-    assert!(!submitted.is_empty(), "{:#?}", stored.campaign);
-    // The crash came after a job's submission and before its record: the store knows it only
-    // as planned.
-    let lost = submitted[0].clone();
-    if let Some(op) = stored.ops.get_mut(&lost) {
-        op.state = OpState::Planned;
-        op.job_id = None;
-    }
-    store.save_campaign(&stored).unwrap();
+    let submitted = migrations_submitted(store);
+    assert!(
+        !submitted.is_empty(),
+        "{:#?}",
+        store.campaigns().unwrap().remove(0).campaign
+    );
+    // The crash came after a job's submission and before its record: the ledger knows it only
+    // as recorded.
+    let mut lost = submitted[0].clone();
+    lost.state = State::Recorded;
+    lost.job = None;
+    store.mark(&lost).unwrap();
     // kill -9 and restart: a new coordinator on the same state directory.
     let ganeti: Arc<dyn Ganeti> = Arc::new(h.sim.client());
     h.coordinator = Coordinator::new(&h.config, node(1), ganeti, h.key.clone()).unwrap();
