@@ -6,11 +6,15 @@
 //! `Content-Length` must be the length its signed header names; only then, one push at a time,
 //! are the snapshot's bytes streamed into the digest and a temporary file (within
 //! [`BODY_TIMEOUT`]), never held in memory. A push whose generation is higher than the copy held
-//! is kept (`<state_dir>/replica/kept`, fsynced, renamed); an older one is refused with `409`
-//! naming the generation held, which tells a coordinator that another one took over. A read
-//! signed with the cluster key is answered with the kept push, read from the file, under an
-//! envelope this agent signs with the read's nonce. `nodecare-agent replica discard` removes
-//! the kept copy ([`discard`]); a running agent notices at its next push or read.
+//! is kept (`<state_dir>/replica/kept`, fsynced, renamed); an older one, or one of an epoch below
+//! the epoch promised, is refused with `409` naming the generation held (and the promise), which
+//! tells a coordinator that another one took over. A read signed with the cluster key names the
+//! epoch its takeover will start: when it is above every epoch promised or held, the promise is
+//! persisted (`<state_dir>/replica/promised`, fsynced, renamed) before the answer, and the read
+//! is answered with the kept push, read from the file, under an envelope this agent signs with
+//! the read's nonce; otherwise it is refused in that envelope, naming the highest epoch.
+//! `nodecare-agent replica discard` removes the kept copy ([`discard`]), not the promise; a
+//! running agent notices at its next push or read.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,9 +26,9 @@ use hyper::body::Body;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use hyper::{Method, Request, Response, StatusCode};
 use nodecare_protocol::replica::{
-    MAX_ENVELOPE_LINE_BYTES, MAX_READ_BODY_BYTES, MAX_REPLICA_BYTES, PushAccepted, PushDecision,
-    PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReplicaHeader, decide_push, open_kept,
-    open_push_line, open_read, push_frame_len, sign_answer,
+    Generation, MAX_ENVELOPE_LINE_BYTES, MAX_READ_BODY_BYTES, MAX_REPLICA_BYTES, PushAccepted,
+    PushDecision, PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReadDecision, ReplicaHeader,
+    decide_push, decide_read, open_kept, open_push_line, open_read, push_frame_len, sign_answer,
 };
 use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
 use sha2::{Digest, Sha256};
@@ -59,8 +63,8 @@ pub struct ReplicaKeeper {
     node: String,
     policy: VerifyPolicy,
     dir: PathBuf,
-    /// The header of the copy held (its frame is the file `kept`).
-    kept: tokio::sync::Mutex<Option<ReplicaHeader>>,
+    /// The copy held and the epoch promised, judged together.
+    kept: tokio::sync::Mutex<Kept>,
     /// Held while a verified push's snapshot is received: one at a time.
     receiving: tokio::sync::Mutex<()>,
     refusals: Arc<Refusals>,
@@ -74,8 +78,62 @@ pub struct KeeperError {
     error: std::io::Error,
 }
 
+/// What the keeper holds: one lock, so that a push's last judgement and its rename never
+/// interleave with a promise.
+#[derive(Debug, Default)]
+struct Kept {
+    /// The header of the copy held (its frame is the file `kept`).
+    header: Option<ReplicaHeader>,
+    /// The highest epoch promised to a takeover's read (the file `promised`; 0: none).
+    promised: u64,
+}
+
 fn file(dir: &Path) -> PathBuf {
     dir.join("kept")
+}
+
+fn promise_file(dir: &Path) -> PathBuf {
+    dir.join("promised")
+}
+
+/// The epoch promised under `dir`: 0 when none was; an unreadable promise is an error (a keeper
+/// that forgot its promise could let an old master's push overwrite a newer state).
+fn load_promise(dir: &Path) -> Result<u64, KeeperError> {
+    let path = promise_file(dir);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim().parse::<u64>().map_err(|error| KeeperError {
+            path: path.display().to_string(),
+            error: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not an epoch ({error}); remove the file only when no takeover runs"),
+            ),
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(error) => Err(KeeperError {
+            path: path.display().to_string(),
+            error,
+        }),
+    }
+}
+
+/// Persists the promise of `epoch` under `dir`: written to a temporary file, fsynced, renamed,
+/// the directory fsynced.
+fn save_promise(dir: &Path, epoch: u64) -> std::io::Result<()> {
+    let temporary = dir.join("promised.tmp");
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temporary)?;
+        writeln!(out, "{epoch}")?;
+        out.sync_all()?;
+    }
+    std::fs::rename(&temporary, promise_file(dir))?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Removes the copy kept under `dir` (`<state_dir>/replica`): `nodecare-agent replica discard`,
@@ -95,6 +153,22 @@ pub fn discard(dir: &Path) -> Result<bool, KeeperError> {
         Err(error) => Err(KeeperError {
             path: file(dir).display().to_string(),
             error,
+        }),
+    }
+}
+
+/// The `409` answer of a push `decision` refused, given the generation `held`; `None` when it
+/// is not a refusal.
+fn refusal(decision: PushDecision, held: Option<Generation>) -> Option<PushRefused> {
+    match decision {
+        PushDecision::Keep | PushDecision::Same => None,
+        PushDecision::Refuse { held } => Some(PushRefused {
+            held,
+            promised: None,
+        }),
+        PushDecision::Promised { epoch } => Some(PushRefused {
+            held: held.unwrap_or_default(),
+            promised: Some(epoch),
         }),
     }
 }
@@ -129,6 +203,14 @@ impl ReplicaKeeper {
         let keys = KeyRing::single(key.clone());
         // A push that was being received when the agent stopped.
         drop(std::fs::remove_file(dir.join("kept.tmp")));
+        drop(std::fs::remove_file(dir.join("promised.tmp")));
+        let promised = load_promise(&dir)?;
+        if promised > 0 {
+            tracing::info!(
+                promised,
+                "refusing replica pushes of epochs below the one promised"
+            );
+        }
         let kept = match std::fs::read(file(&dir)) {
             Ok(bytes) => match open_kept(&keys, &bytes, &node) {
                 Ok((header, _)) => {
@@ -157,30 +239,39 @@ impl ReplicaKeeper {
             node,
             policy,
             dir,
-            kept: tokio::sync::Mutex::new(kept),
+            kept: tokio::sync::Mutex::new(Kept {
+                header: kept,
+                promised,
+            }),
             receiving: tokio::sync::Mutex::new(()),
             refusals,
         })
     }
 
-    /// The header held, forgotten when the file was discarded meanwhile.
-    async fn held_header(&self) -> tokio::sync::MutexGuard<'_, Option<ReplicaHeader>> {
+    /// What is held, the header forgotten when the file was discarded meanwhile.
+    async fn held_header(&self) -> tokio::sync::MutexGuard<'_, Kept> {
         let mut kept = self.kept.lock().await;
-        if kept.is_some()
+        if kept.header.is_some()
             && matches!(std::fs::symlink_metadata(file(&self.dir)), Err(error) if error.kind() == std::io::ErrorKind::NotFound)
         {
             tracing::warn!("the kept replica was discarded; holding none");
-            *kept = None;
+            kept.header = None;
         }
         kept
     }
 
     /// The generation held, if any.
-    pub async fn held(&self) -> Option<nodecare_protocol::replica::Generation> {
+    pub async fn held(&self) -> Option<Generation> {
         self.held_header()
             .await
+            .header
             .as_ref()
             .map(|header| header.generation)
+    }
+
+    /// The highest epoch promised to a takeover's read (0: none).
+    pub async fn promised(&self) -> u64 {
+        self.kept.lock().await.promised
     }
 
     /// Judges a whole push frame at `now` and keeps it when it is newer (the same path as a push
@@ -254,7 +345,14 @@ impl ReplicaKeeper {
                 ),
             ));
         }
-        match decide_push(self.held_header().await.as_ref(), &header) {
+        let (decision, held) = {
+            let kept = self.held_header().await;
+            (
+                decide_push(kept.header.as_ref(), kept.promised, &header),
+                kept.header.as_ref().map(|held| held.generation),
+            )
+        };
+        match decision {
             PushDecision::Keep => {}
             PushDecision::Same => {
                 return Ok(json(
@@ -264,9 +362,13 @@ impl ReplicaKeeper {
                     },
                 ));
             }
-            PushDecision::Refuse { held } => {
-                tracing::info!(pushed = %header.generation, %held, from = %header.coordinator, "replica push older than the copy held: refused");
-                return Ok(json(StatusCode::CONFLICT, &PushRefused { held }));
+            PushDecision::Refuse { .. } | PushDecision::Promised { .. } => {
+                let answer = refusal(decision, held).unwrap_or(PushRefused {
+                    held: held.unwrap_or_default(),
+                    promised: None,
+                });
+                tracing::info!(pushed = %header.generation, held = %answer.held, promised = ?answer.promised, from = %header.coordinator, "replica push older than the copy held or of an epoch below the one promised: refused");
+                return Ok(json(StatusCode::CONFLICT, &answer));
             }
         }
         let Ok(_receiving) = self.receiving.try_lock() else {
@@ -292,7 +394,8 @@ impl ReplicaKeeper {
             return Err(refused);
         }
         let mut kept = self.held_header().await;
-        match decide_push(kept.as_ref(), &header) {
+        let decision = decide_push(kept.header.as_ref(), kept.promised, &header);
+        match decision {
             PushDecision::Keep => {}
             PushDecision::Same => {
                 drop(tokio::fs::remove_file(&temporary).await);
@@ -303,9 +406,14 @@ impl ReplicaKeeper {
                     },
                 ));
             }
-            PushDecision::Refuse { held } => {
+            PushDecision::Refuse { .. } | PushDecision::Promised { .. } => {
                 drop(tokio::fs::remove_file(&temporary).await);
-                return Ok(json(StatusCode::CONFLICT, &PushRefused { held }));
+                let held = kept.header.as_ref().map(|held| held.generation);
+                let answer = refusal(decision, held).unwrap_or(PushRefused {
+                    held: held.unwrap_or_default(),
+                    promised: None,
+                });
+                return Ok(json(StatusCode::CONFLICT, &answer));
             }
         }
         let dir = self.dir.clone();
@@ -318,7 +426,7 @@ impl ReplicaKeeper {
             Ok(Ok(())) => {
                 tracing::debug!(generation = %header.generation, from = %header.coordinator, bytes = header.size, "replica kept");
                 let generation = header.generation;
-                *kept = Some(header);
+                kept.header = Some(header);
                 Ok(json(StatusCode::OK, &PushAccepted { held: generation }))
             }
             Ok(Err(error)) => Err(Refused(
@@ -422,8 +530,42 @@ impl ReplicaKeeper {
                 return json(StatusCode::FORBIDDEN, &error_body(&error.to_string()));
             }
         };
-        let kept = self.held_header().await;
-        let frame = match kept.as_ref() {
+        let mut kept = self.held_header().await;
+        let decision = decide_read(kept.header.as_ref(), kept.promised, read.epoch);
+        if let ReadDecision::Promise(epoch) = decision {
+            // Persisted before the answer: a promise forgotten across a restart is no promise.
+            let dir = self.dir.clone();
+            let saved = tokio::task::spawn_blocking(move || save_promise(&dir, epoch)).await;
+            match saved {
+                Ok(Ok(())) => {
+                    tracing::info!(
+                        epoch,
+                        "promised a takeover's epoch: refusing replica pushes of lower epochs"
+                    );
+                    kept.promised = epoch;
+                }
+                Ok(Err(error)) => {
+                    return json(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &error_body(&format!("cannot persist the promise: {error}")),
+                    );
+                }
+                Err(error) => {
+                    return json(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        &error_body(&format!("cannot persist the promise: {error}")),
+                    );
+                }
+            }
+        }
+        let held = match decision {
+            ReadDecision::Refuse { highest } => {
+                tracing::info!(epoch = ?read.epoch, highest, "a takeover's read names an epoch not above the one promised or held: refused");
+                None
+            }
+            ReadDecision::Answer | ReadDecision::Promise(_) => kept.header.as_ref(),
+        };
+        let frame = match held {
             None => None,
             Some(header) => {
                 let path = file(&self.dir);
@@ -451,6 +593,7 @@ impl ReplicaKeeper {
         let answer = sign_answer(
             &self.signer,
             &read.read_nonce,
+            decision,
             frame
                 .as_ref()
                 .map(|(header, bytes)| (header, bytes.as_slice())),
@@ -584,7 +727,7 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
     use super::*;
-    use nodecare_protocol::replica::{Generation, ReplicaRead, open_answer, sign_push, sign_read};
+    use nodecare_protocol::replica::{ReadAnswer, ReplicaRead, open_answer, sign_push, sign_read};
 
     fn key() -> HmacKey {
         HmacKey::new(b"keeper test key".to_vec())
@@ -623,6 +766,39 @@ mod tests {
             &ReplicaRead {
                 node: "node2".into(),
                 read_nonce: "r1".into(),
+                epoch: None,
+            },
+            1,
+            now,
+            30_000,
+        )
+        .unwrap();
+        let (status, bytes) = body(keeper.read(&request, now).await).await;
+        assert_eq!(status, StatusCode::OK);
+        let answer = open_answer(
+            &KeyRing::single(key()),
+            &bytes,
+            now,
+            VerifyPolicy::default(),
+            "node2",
+            "r1",
+            None,
+        )
+        .unwrap();
+        match answer {
+            ReadAnswer::Copy(copy) => copy.map(|copy| copy.snapshot),
+            ReadAnswer::Refused { highest } => panic!("a read without an epoch refused: {highest}"),
+        }
+    }
+
+    /// A takeover's read of `epoch`, as the coordinator reads its answer.
+    async fn read_epoch(keeper: &ReplicaKeeper, now: u64, epoch: u64) -> ReadAnswer {
+        let request = sign_read(
+            &Signer::new(key(), "node2"),
+            &ReplicaRead {
+                node: "node2".into(),
+                read_nonce: "r2".into(),
+                epoch: Some(epoch),
             },
             1,
             now,
@@ -637,10 +813,74 @@ mod tests {
             now,
             VerifyPolicy::default(),
             "node2",
-            "r1",
+            "r2",
+            Some(epoch),
         )
         .unwrap()
-        .map(|copy| copy.snapshot)
+    }
+
+    /// The fix of the model check's first finding: a takeover's read makes the keeper refuse the
+    /// old master's pushes, across a restart too.
+    #[tokio::test]
+    async fn a_promised_epoch_refuses_older_pushes_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = now_ms();
+        let keeper = keeper_in(dir.path());
+        let one = |number| Generation { epoch: 1, number };
+        let (status, _) = body(keeper.push(push_bytes(one(0), b"1.0", now), now).await).await;
+        assert_eq!(status, StatusCode::OK);
+        // A takeover reads with epoch 2: promised, answered with the copy.
+        let ReadAnswer::Copy(Some(copy)) = read_epoch(&keeper, now, 2).await else {
+            panic!("a copy");
+        };
+        assert_eq!(copy.snapshot, b"1.0");
+        assert_eq!(keeper.promised().await, 2);
+        // The old master's next push (1.1) is refused, naming the promise.
+        let (status, refused) = body(keeper.push(push_bytes(one(1), b"1.1", now), now).await).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        let refused: PushRefused = serde_json::from_slice(&refused).unwrap();
+        assert_eq!(
+            refused,
+            PushRefused {
+                held: one(0),
+                promised: Some(2)
+            }
+        );
+        // Another takeover of the same epoch is refused, naming it, without the copy.
+        assert_eq!(
+            read_epoch(&keeper, now, 2).await,
+            ReadAnswer::Refused { highest: 2 }
+        );
+        // The promise outlives a restart.
+        drop(keeper);
+        let keeper = keeper_in(dir.path());
+        assert_eq!(keeper.promised().await, 2);
+        let (status, _) = body(keeper.push(push_bytes(one(2), b"1.2", now), now).await).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert_eq!(keeper.held().await, Some(one(0)));
+        // The promised epoch's push is kept.
+        let two = Generation {
+            epoch: 2,
+            number: 0,
+        };
+        let (status, _) = body(keeper.push(push_bytes(two, b"2.0", now), now).await).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(keeper.held().await, Some(two));
+        // A read without an epoch (an older coordinator) promises nothing.
+        assert_eq!(read_back(&keeper, now).await.as_deref(), Some(&b"2.0"[..]));
+        assert_eq!(keeper.promised().await, 2);
+        // An unreadable promise is no promise forgotten: the keeper does not start.
+        drop(keeper);
+        std::fs::write(dir.path().join("replica/promised"), b"two\n").unwrap();
+        assert!(
+            ReplicaKeeper::open(
+                key(),
+                "node2".into(),
+                VerifyPolicy::default(),
+                dir.path().join("replica"),
+            )
+            .is_err()
+        );
     }
 
     #[tokio::test]

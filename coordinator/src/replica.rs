@@ -5,13 +5,18 @@
 //! candidate, numbered with a [`Generation`], and needs a majority of them to keep it
 //! ([`write_quorum`]) before any of its writes reaches Ganeti or an agent ([`Replicator::ensure`],
 //! called by [`ReplicatedGaneti`] for every Ganeti write, by the repair client, after every write
-//! to the API, and at the end of a round when the state changed). A coordinator that becomes the
-//! master reads the copies of the master candidates first ([`Replicator::take_over`]): with
-//! answers from enough of them ([`read_quorum`]: any majority of writes and that many reads
-//! share a node), it restores the newest copy when it is newer than its own state, starts the
-//! next epoch and pushes it to a majority; only then does it act. A copy is kept by an agent only
-//! when it is newer than the one it holds, so a coordinator that lost the master role cannot
-//! reach a majority any more: its writes stop (fencing), whatever it believes.
+//! to the API, and at the end of a round when the state changed). `ensure` pushes every time,
+//! changed or not: the push is what confirms with a majority that this coordinator's epoch is
+//! still current, so a superseded master is fenced before it writes. A coordinator that becomes
+//! the master reads the copies of the master candidates first ([`Replicator::take_over`]), naming
+//! the epoch it will start ([`takeover_epoch`]): each agent that answers promises to refuse pushes
+//! of lower epochs from then on, so the old master cannot reach a majority between the read and
+//! the new master's push. With promises from enough of them ([`read_quorum`]: any majority of
+//! writes and that many reads share a node), it restores the newest copy when it is newer than
+//! its own state, and pushes the promised epoch to a majority; only then does it act. A copy is
+//! kept by an agent only when it is newer than the one it holds and of an epoch not below the one
+//! it promised, so a coordinator that lost the master role cannot reach a majority any more: its
+//! writes stop (fencing), whatever it believes.
 //!
 //! Limits: the snapshot is the whole database (kept small by retention); a master candidate
 //! added after the last push holds nothing until the next push; with fewer than a majority of
@@ -24,7 +29,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use nodecare_protocol::replica::{
-    Generation, PushAccepted, PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReadCopy,
+    Generation, PushAccepted, PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReadAnswer, ReadCopy,
     ReplicaHeader, ReplicaRead, open_answer, sign_push, sign_read,
 };
 use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
@@ -42,6 +47,9 @@ pub const GENERATION_DOCUMENT: &str = "replica-generation";
 
 /// How long a push or read request stays valid.
 const REQUEST_TTL_MS: u64 = 60_000;
+
+/// Reads of one takeover, the first and those tried again above an epoch a refusal named.
+const TAKEOVER_READ_ATTEMPTS: usize = 3;
 
 /// Copies a majority of `candidates` master candidates must keep before the master writes.
 pub const fn write_quorum(candidates: usize) -> usize {
@@ -86,8 +94,26 @@ pub struct TakeoverPlan {
     pub start: Generation,
 }
 
-/// Plans a takeover from the local state's generation and the copies read (node, generation).
-pub fn plan_takeover(local: Generation, copies: &[(String, Generation)]) -> TakeoverPlan {
+/// The epoch a takeover names in its reads: one above the local state's and above `seen`, the
+/// highest epoch a refused read named.
+pub const fn takeover_epoch(local: Generation, seen: u64) -> u64 {
+    let highest = if local.epoch > seen {
+        local.epoch
+    } else {
+        seen
+    };
+    highest.saturating_add(1)
+}
+
+/// Plans a takeover from the local state's generation, the epoch its reads named (promised by
+/// the nodes that answered; 0 for reads without one) and the copies read (node, generation): it
+/// starts that epoch, or one above every epoch seen when that is higher (it is not when the
+/// copies come from nodes that promised it).
+pub fn plan_takeover(
+    local: Generation,
+    promised: u64,
+    copies: &[(String, Generation)],
+) -> TakeoverPlan {
     let newest = copies
         .iter()
         .filter(|(_, generation)| *generation > local)
@@ -102,7 +128,7 @@ pub fn plan_takeover(local: Generation, copies: &[(String, Generation)]) -> Take
     TakeoverPlan {
         restore_from: newest,
         start: Generation {
-            epoch: epoch.saturating_add(1),
+            epoch: epoch.saturating_add(1).max(promised),
             number: 0,
         },
     }
@@ -115,6 +141,8 @@ pub enum PushReply {
     Accepted(Generation),
     /// Refused: the node holds this newer (or conflicting) generation.
     Refused(Generation),
+    /// Refused: the node promised this later epoch to another coordinator's takeover.
+    Promised(u64),
 }
 
 /// What the answers to a push amount to.
@@ -134,9 +162,9 @@ pub enum PushOutcome {
 }
 
 /// Judges the answers `replies` (node, answer) of `candidates` master candidates to a push of
-/// `generation` (a node that did not answer is absent): any node holding a newer generation
-/// supersedes this coordinator; otherwise the nodes holding exactly `generation` count toward
-/// [`write_quorum`].
+/// `generation` (a node that did not answer is absent): any node holding a newer generation, or
+/// having promised a later epoch, supersedes this coordinator; otherwise the nodes holding
+/// exactly `generation` count toward [`write_quorum`].
 pub fn judge_push(
     generation: Generation,
     candidates: usize,
@@ -152,6 +180,15 @@ pub fn judge_push(
                     superseded = Some((node.clone(), *held));
                 }
             }
+            PushReply::Promised(epoch) => {
+                let promised = Generation {
+                    epoch: *epoch,
+                    number: 0,
+                };
+                if promised > generation {
+                    superseded = Some((node.clone(), promised));
+                }
+            }
         }
     }
     kept_by.sort();
@@ -162,12 +199,6 @@ pub fn judge_push(
         return PushOutcome::NoQuorum(kept_by);
     }
     PushOutcome::Kept(kept_by)
-}
-
-/// Whether a write needs a push first: the state changed since the last push that reached a
-/// majority, or fewer than a majority keep the current generation.
-pub const fn push_needed(changed: bool, kept_by: usize, candidates: usize) -> bool {
-    changed || kept_by < write_quorum(candidates)
 }
 
 /// A boxed future of a peer call.
@@ -252,7 +283,10 @@ impl ReplicaPeers for HttpPeers {
                     .map_err(|error| format!("{url}: not a push answer: {error}")),
                 reqwest::StatusCode::CONFLICT => {
                     nodecare_protocol::json::decode::<PushRefused>(&body)
-                        .map(|refused| PushReply::Refused(refused.held))
+                        .map(|refused| match refused.promised {
+                            Some(epoch) => PushReply::Promised(epoch),
+                            None => PushReply::Refused(refused.held),
+                        })
                         .map_err(|error| format!("{url}: not a push answer: {error}"))
                 }
                 other => Err(format!("{url}: HTTP {other}: {}", short(&body))),
@@ -309,14 +343,15 @@ pub enum ReplicaError {
         /// Why the others did not keep it.
         errors: String,
     },
-    /// A master candidate holds a newer generation: another coordinator took over.
+    /// A master candidate holds a newer generation (or promised a later epoch to a takeover):
+    /// another coordinator took over.
     #[error(
-        "superseded: {node} holds state generation {held}, newer than this coordinator's {ours}; another coordinator took over"
+        "superseded: {node} holds (or promised) state generation {held}, newer than this coordinator's {ours}; another coordinator took over"
     )]
     Superseded {
         /// The node.
         node: String,
-        /// What it holds.
+        /// What it holds (for a promise: the promised epoch's first generation).
         held: Generation,
         /// Ours.
         ours: Generation,
@@ -368,6 +403,21 @@ struct Inner {
     /// Nodes holding the current generation.
     kept_by: Vec<String>,
     last_push_ms: Option<u64>,
+    /// The highest epoch a takeover's refused read named: the next takeover names one above.
+    seen_epoch: u64,
+}
+
+/// The answers to a takeover's reads.
+#[derive(Debug, Default)]
+struct ReadRound {
+    /// Nodes that promised the epoch (and answered with their copy, if any).
+    promised: usize,
+    /// The copies read.
+    copies: Vec<(String, ReadCopy)>,
+    /// The highest epoch a refusal named (0: none).
+    refused: u64,
+    /// Why the others did not promise.
+    errors: Vec<String>,
 }
 
 /// The replication of the coordinator's state to the master candidates.
@@ -467,76 +517,41 @@ impl Replicator {
         }
         inner.candidates = candidates(nodes, &self.urls);
         let peers = inner.candidates.clone();
-        let mut reads = tokio::task::JoinSet::new();
-        for peer in peers.clone() {
-            let peers_api = Arc::clone(&self.peers);
-            let key = self.key.clone();
-            let ring = self.ring.clone();
-            reads.spawn(async move {
-                let nonce = uuid::Uuid::new_v4().simple().to_string();
-                let now = now_ms();
-                let read = ReplicaRead {
-                    node: peer.node.clone(),
-                    read_nonce: nonce.clone(),
-                };
-                let result = match sign_read(
-                    &Signer::new(key, peer.node.clone()),
-                    &read,
-                    now,
-                    now,
-                    REQUEST_TTL_MS,
-                ) {
-                    Ok(body) => match peers_api.read(&peer, body).await {
-                        Ok(bytes) => open_answer(
-                            &ring,
-                            &bytes,
-                            now_ms(),
-                            VerifyPolicy::default(),
-                            &peer.node,
-                            &nonce,
-                        )
-                        .map_err(|error| format!("{}: {error}", peer.node)),
-                        Err(error) => Err(format!("{}: {error}", peer.node)),
-                    },
-                    Err(error) => Err(format!("{}: {error}", peer.node)),
-                };
-                (peer.node, result)
-            });
-        }
-        let mut copies: Vec<(String, ReadCopy)> = Vec::new();
-        let mut answered = 0;
-        let mut errors = Vec::new();
-        while let Some(joined) = reads.join_next().await {
-            match joined {
-                Ok((_, Ok(copy))) => {
-                    answered += 1;
-                    if let Some(copy) = copy {
-                        copies.push((copy.header.node.clone(), copy));
-                    }
-                }
-                Ok((_, Err(error))) => errors.push(error),
-                Err(error) => errors.push(error.to_string()),
-            }
-        }
-        errors.sort();
-        let needed = read_quorum(peers.len());
-        if answered < needed {
-            return Err(ReplicaError::ReadQuorum {
-                answered,
-                candidates: peers.len(),
-                needed,
-                errors: errors.join("; "),
-            });
-        }
         let local: Generation = self
             .store
             .document(GENERATION_DOCUMENT)?
             .unwrap_or_default();
+        let needed = read_quorum(peers.len());
+        // A read refused for its epoch (another takeover promised or reached it) is tried again
+        // at once one above the highest epoch named, a few times.
+        let mut attempt = 0;
+        let (epoch, copies) = loop {
+            attempt += 1;
+            let epoch = takeover_epoch(local, inner.seen_epoch);
+            let round = self.read_copies(&peers, epoch).await;
+            if round.promised >= needed {
+                break (epoch, round.copies);
+            }
+            inner.seen_epoch = inner.seen_epoch.max(round.refused);
+            if round.refused < epoch || attempt >= TAKEOVER_READ_ATTEMPTS {
+                return Err(ReplicaError::ReadQuorum {
+                    answered: round.promised,
+                    candidates: peers.len(),
+                    needed,
+                    errors: round.errors.join("; "),
+                });
+            }
+            tracing::info!(
+                epoch,
+                refused = round.refused,
+                "a takeover's read of epoch {epoch} was refused for a later epoch; reading again above it"
+            );
+        };
         let seen: Vec<(String, Generation)> = copies
             .iter()
             .map(|(node, copy)| (node.clone(), copy.header.generation))
             .collect();
-        let mut plan = plan_takeover(local, &seen);
+        let mut plan = plan_takeover(local, epoch, &seen);
         // The newest copy that restores and checks: a copy that does not (a garbage snapshot
         // under a valid signature) is passed over for the next one, down to this node's own
         // state. The new epoch is above every copy seen, so the next push replaces the bad one.
@@ -576,20 +591,80 @@ impl Replicator {
         Ok(())
     }
 
-    /// Before a write: makes sure a majority of the master candidates keep the current state
-    /// (pushes a new generation when the state changed since the last push).
+    /// Reads every peer's copy with a read naming `epoch`.
+    async fn read_copies(&self, peers: &[Peer], epoch: u64) -> ReadRound {
+        let mut reads = tokio::task::JoinSet::new();
+        for peer in peers.iter().cloned() {
+            let peers_api = Arc::clone(&self.peers);
+            let key = self.key.clone();
+            let ring = self.ring.clone();
+            reads.spawn(async move {
+                let nonce = uuid::Uuid::new_v4().simple().to_string();
+                let now = now_ms();
+                let read = ReplicaRead {
+                    node: peer.node.clone(),
+                    read_nonce: nonce.clone(),
+                    epoch: Some(epoch),
+                };
+                let result = match sign_read(
+                    &Signer::new(key, peer.node.clone()),
+                    &read,
+                    now,
+                    now,
+                    REQUEST_TTL_MS,
+                ) {
+                    Ok(body) => match peers_api.read(&peer, body).await {
+                        Ok(bytes) => open_answer(
+                            &ring,
+                            &bytes,
+                            now_ms(),
+                            VerifyPolicy::default(),
+                            &peer.node,
+                            &nonce,
+                            Some(epoch),
+                        )
+                        .map_err(|error| format!("{}: {error}", peer.node)),
+                        Err(error) => Err(format!("{}: {error}", peer.node)),
+                    },
+                    Err(error) => Err(format!("{}: {error}", peer.node)),
+                };
+                (peer.node, result)
+            });
+        }
+        let mut round = ReadRound::default();
+        while let Some(joined) = reads.join_next().await {
+            match joined {
+                Ok((node, Ok(ReadAnswer::Copy(copy)))) => {
+                    round.promised += 1;
+                    if let Some(copy) = copy {
+                        round.copies.push((node, copy));
+                    }
+                }
+                Ok((node, Ok(ReadAnswer::Refused { highest }))) => {
+                    round.refused = round.refused.max(highest);
+                    round.errors.push(format!(
+                        "{node}: refused epoch {epoch}: promised or holds epoch {highest}"
+                    ));
+                }
+                Ok((_, Err(error))) => round.errors.push(error),
+                Err(error) => round.errors.push(error.to_string()),
+            }
+        }
+        round.errors.sort();
+        round
+    }
+
+    /// Before a write: pushes the current state as the next generation and makes sure a
+    /// majority of the master candidates keep it. It pushes every time, changed or not: a
+    /// majority keeping this coordinator's generation is what confirms that its epoch is still
+    /// current (no other coordinator took over, none is taking over), so a superseded master
+    /// learns it here and writes nothing (a write admitted from an earlier push could follow
+    /// another master's takeover).
     pub async fn ensure(&self) -> Result<(), ReplicaError> {
         let mut inner = self.inner.lock().await;
         let Some(current) = inner.generation else {
             return Err(ReplicaError::NotTakenOver);
         };
-        if !push_needed(
-            self.store.changes() != inner.pushed_changes,
-            inner.kept_by.len(),
-            inner.candidates.len(),
-        ) {
-            return Ok(());
-        }
         let next = Generation {
             epoch: current.epoch,
             number: current.number.saturating_add(1),
@@ -623,8 +698,10 @@ impl Replicator {
         generation: Generation,
     ) -> Result<(), ReplicaError> {
         self.store.save_document(GENERATION_DOCUMENT, &generation)?;
-        let snapshot = Arc::new(self.store.snapshot()?);
+        // The change counter before the snapshot: a change between the two is in the snapshot
+        // and counted as not pushed (pushed again), never counted as pushed without being in it.
         let changes = self.store.changes();
+        let snapshot = Arc::new(self.store.snapshot()?);
         let created = now_ms();
         let peers = inner.candidates.clone();
         let mut pushes = tokio::task::JoinSet::new();
@@ -656,9 +733,14 @@ impl Replicator {
         while let Some(joined) = pushes.join_next().await {
             match joined {
                 Ok((node, Ok(reply))) => {
-                    if reply != PushReply::Accepted(generation) {
-                        let (PushReply::Accepted(held) | PushReply::Refused(held)) = reply;
-                        errors.push(format!("{node}: holds {held}"));
+                    match reply {
+                        PushReply::Accepted(held) if held == generation => {}
+                        PushReply::Accepted(held) | PushReply::Refused(held) => {
+                            errors.push(format!("{node}: holds {held}"));
+                        }
+                        PushReply::Promised(epoch) => {
+                            errors.push(format!("{node}: promised epoch {epoch}"));
+                        }
                     }
                     replies.push((node, reply));
                 }

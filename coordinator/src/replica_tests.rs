@@ -9,12 +9,13 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::ganeti::NodeRole;
 
-/// Agents kept in memory, each judging pushes as the real agent does (`decide_push`): for tests
-/// of takeovers, fencing and lost agents without HTTP.
+/// Agents kept in memory, each judging pushes and reads as the real agent does (`decide_push`,
+/// `decide_read`): for tests of takeovers, fencing and lost agents without HTTP.
 #[derive(Debug, Default)]
 struct MemoryPeers {
     key: Option<HmacKey>,
     kept: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
+    promised: std::sync::Mutex<BTreeMap<String, u64>>,
     down: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
@@ -51,6 +52,15 @@ impl MemoryPeers {
     fn is_down(&self, node: &str) -> bool {
         self.down.lock().is_ok_and(|set| set.contains(node))
     }
+
+    /// The epoch `node` promised (0: none).
+    fn promised(&self, node: &str) -> u64 {
+        self.promised
+            .lock()
+            .ok()
+            .and_then(|promised| promised.get(node).copied())
+            .unwrap_or(0)
+    }
 }
 
 impl ReplicaPeers for MemoryPeers {
@@ -75,7 +85,8 @@ impl ReplicaPeers for MemoryPeers {
                     .ok()
                     .map(|(header, _)| header)
             });
-            match nodecare_protocol::replica::decide_push(held.as_ref(), &header) {
+            let promised = self.promised(&peer.node);
+            match nodecare_protocol::replica::decide_push(held.as_ref(), promised, &header) {
                 nodecare_protocol::replica::PushDecision::Keep => {
                     kept.insert(peer.node.clone(), frame);
                     Ok(PushReply::Accepted(header.generation))
@@ -85,6 +96,9 @@ impl ReplicaPeers for MemoryPeers {
                 }
                 nodecare_protocol::replica::PushDecision::Refuse { held } => {
                     Ok(PushReply::Refused(held))
+                }
+                nodecare_protocol::replica::PushDecision::Promised { epoch } => {
+                    Ok(PushReply::Promised(epoch))
                 }
             }
         })
@@ -111,9 +125,21 @@ impl ReplicaPeers for MemoryPeers {
                     .ok()
                     .map(|(header, _)| (header, frame.clone()))
             });
+            let decision = nodecare_protocol::replica::decide_read(
+                held.as_ref().map(|(header, _)| header),
+                self.promised(&peer.node),
+                read.epoch,
+            );
+            if let nodecare_protocol::replica::ReadDecision::Promise(epoch) = decision {
+                self.promised
+                    .lock()
+                    .map_err(|error| error.to_string())?
+                    .insert(peer.node.clone(), epoch);
+            }
             nodecare_protocol::replica::sign_answer(
                 &Signer::new(key, peer.node.clone()),
                 &read.read_nonce,
+                decision,
                 held.as_ref()
                     .map(|(header, frame)| (header, frame.as_slice())),
                 now_ms(),
@@ -192,9 +218,30 @@ fn push_judgements() {
             held: generation(3, 0)
         }
     );
-    assert!(push_needed(true, 3, 3));
-    assert!(push_needed(false, 1, 3));
-    assert!(!push_needed(false, 2, 3));
+    // A node that promised a later epoch to a takeover supersedes too.
+    assert_eq!(
+        judge_push(
+            ours,
+            3,
+            &[
+                reply("a", PushReply::Accepted(ours)),
+                reply("b", PushReply::Accepted(ours)),
+                reply("c", PushReply::Promised(3)),
+            ]
+        ),
+        PushOutcome::Superseded {
+            node: "c".into(),
+            held: generation(3, 0)
+        }
+    );
+}
+
+#[test]
+fn takeover_epochs() {
+    assert_eq!(takeover_epoch(Generation::default(), 0), 1);
+    assert_eq!(takeover_epoch(generation(2, 7), 0), 3);
+    assert_eq!(takeover_epoch(generation(2, 7), 5), 6);
+    assert_eq!(takeover_epoch(generation(6, 0), 5), 7);
 }
 
 #[test]
@@ -203,6 +250,7 @@ fn takeover_plans() {
     // Nothing newer anywhere: own state, next epoch above every epoch seen.
     let plan = plan_takeover(
         local,
+        0,
         &[
             ("b".into(), generation(2, 7)),
             ("c".into(), generation(1, 9)),
@@ -210,9 +258,13 @@ fn takeover_plans() {
     );
     assert_eq!(plan.restore_from, None);
     assert_eq!(plan.start, generation(3, 0));
+    // The epoch the reads named and the nodes promised.
+    let plan = plan_takeover(local, 5, &[("b".into(), generation(2, 7))]);
+    assert_eq!(plan.start, generation(5, 0));
     // A newer copy: restored, the newest one (ties: the first node by name).
     let plan = plan_takeover(
         local,
+        3,
         &[
             ("c".into(), generation(2, 9)),
             ("b".into(), generation(2, 9)),
@@ -224,6 +276,7 @@ fn takeover_plans() {
     // A later epoch wins over a higher number.
     let plan = plan_takeover(
         local,
+        0,
         &[
             ("b".into(), generation(4, 0)),
             ("c".into(), generation(3, 99)),
@@ -232,7 +285,7 @@ fn takeover_plans() {
     assert_eq!(plan.restore_from, Some(("b".into(), generation(4, 0))));
     assert_eq!(plan.start, generation(5, 0));
     // A fresh cluster.
-    let plan = plan_takeover(Generation::default(), &[]);
+    let plan = plan_takeover(Generation::default(), 1, &[]);
     assert_eq!(plan.restore_from, None);
     assert_eq!(plan.start, generation(1, 0));
 }
@@ -310,18 +363,18 @@ async fn writes_wait_for_a_takeover_and_a_majority() {
         assert_eq!(peers.held(name), Some(generation(1, 0)), "{name}");
     }
     assert_eq!(peers.held("n4"), None);
-    // Unchanged state: nothing pushed.
+    // Unchanged state: pushed all the same (the check that the epoch is still current).
     first.ensure().await.unwrap();
-    assert_eq!(peers.held("n2"), Some(generation(1, 0)));
+    assert_eq!(peers.held("n2"), Some(generation(1, 1)));
     // A change: the next write pushes it.
     store.save_document("example", &1).unwrap();
     first.ensure().await.unwrap();
-    assert_eq!(peers.held("n2"), Some(generation(1, 1)));
+    assert_eq!(peers.held("n2"), Some(generation(1, 2)));
     // One candidate down: 2 of 3 still a majority.
     peers.set_down("n3", true);
     store.save_document("example", &2).unwrap();
     first.ensure().await.unwrap();
-    assert_eq!(peers.held("n3"), Some(generation(1, 1)));
+    assert_eq!(peers.held("n3"), Some(generation(1, 2)));
     // Two down: writes wait, visibly.
     peers.set_down("n2", true);
     store.save_document("example", &3).unwrap();
@@ -415,7 +468,54 @@ async fn a_takeover_without_enough_answers_waits() {
     assert_eq!(second.ensure().await, Err(ReplicaError::NotTakenOver));
     peers.set_down("n3", false);
     second.take_over(&cluster("n2")).await.unwrap();
-    assert_eq!(second.status().generation, Some(generation(2, 0)));
+    // n2 promised epoch 2 to the read that waited: this takeover reads again above it.
+    assert_eq!(second.status().generation, Some(generation(3, 0)));
+    assert_eq!(peers.promised("n2"), 3);
+}
+
+/// The model check's second finding: a superseded master whose state is unchanged since its
+/// last push that reached a majority admitted a Ganeti write without asking any master
+/// candidate. `ensure` pushes every time, so it learns that it is superseded first.
+#[tokio::test]
+async fn a_superseded_master_with_unchanged_state_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (_, old) = replicator(dir.path(), "n1", &peers);
+    let (_, new) = replicator(dir.path(), "n2", &peers);
+    old.take_over(&cluster("n1")).await.unwrap();
+    old.ensure().await.unwrap();
+    new.take_over(&cluster("n2")).await.unwrap();
+    let error = old.ensure().await.unwrap_err();
+    assert!(matches!(error, ReplicaError::Superseded { .. }), "{error}");
+    assert!(!old.has_taken_over().await);
+}
+
+/// The model check's first finding: between a takeover's read and its push, the old master's
+/// push reached a majority (and its operator action was acknowledged), then the new master's
+/// push overwrote it with the older state it had read. The read's promise refuses that push.
+#[tokio::test]
+async fn the_old_masters_push_after_a_takeovers_read_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (old_store, old) = replicator(dir.path(), "n1", &peers);
+    let (new_store, new) = replicator(dir.path(), "n2", &peers);
+    old.take_over(&cluster("n1")).await.unwrap();
+    // The new master's read (epoch 2) reaches every master candidate ...
+    let candidates = candidates(&cluster("n2"), &urls());
+    let round = new.read_copies(&candidates, 2).await;
+    assert_eq!(round.promised, 3, "{:?}", round.errors);
+    // ... then the old master's API writes a cancel and pushes it: refused, not acknowledged.
+    old_store.save_document("decision", &"canceled").unwrap();
+    let error = old.ensure().await.unwrap_err();
+    assert!(
+        matches!(error, ReplicaError::Superseded { held, .. } if held == generation(2, 0)),
+        "{error}"
+    );
+    assert_eq!(peers.held("n3"), Some(generation(1, 0)));
+    // The new master takes over (above the epoch it promised itself) from the state it read.
+    new.take_over(&cluster("n2")).await.unwrap();
+    assert_eq!(new_store.document::<String>("decision").unwrap(), None);
+    assert_eq!(new.status().generation, Some(generation(3, 0)));
 }
 
 #[tokio::test]

@@ -15,7 +15,8 @@ fn all(ring: &KeyRing, bytes: &[u8], node: &str) {
     let _ = open_push(ring, bytes, NOW, VerifyPolicy::default(), node);
     let _ = open_kept(ring, bytes, node);
     let _ = open_read(ring, bytes, NOW, VerifyPolicy::default(), node);
-    let _ = open_answer(ring, bytes, NOW, VerifyPolicy::default(), node, "nonce-1");
+    let _ = open_answer(ring, bytes, NOW, VerifyPolicy::default(), node, "nonce-1", None);
+    let _ = open_answer(ring, bytes, NOW, VerifyPolicy::default(), node, "nonce-1", Some(2));
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -1,6 +1,6 @@
 //! `nodecare-model`: explores the model of the replication and prints what it found.
 //!
-//! `cargo run -p nodecare-model --release -- [full|bounded] [code|proposed] [--no-liveness]
+//! `cargo run -p nodecare-model --release -- [full|bounded] [code|before] [--no-liveness]
 //! [--max-states=N]`
 
 use nodecare_model::explorer::{Limits, explore};
@@ -15,8 +15,8 @@ fn main() {
         nodecare_model::FULL
     };
     let bounds = Bounds { liveness, ..bounds };
-    let rules = if args.iter().any(|arg| arg == "proposed") {
-        Rules::proposed()
+    let rules = if args.iter().any(|arg| arg == "before") {
+        Rules::before()
     } else {
         Rules::code()
     };

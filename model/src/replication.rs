@@ -7,13 +7,17 @@
 //! SQLite state across a crash (the generation document and the operator actions it holds) and
 //! loses everything else; any coordinator may believe at any time that it is the master (Ganeti's
 //! mastership moves, and an old master notices only at its next round). The decisions are the
-//! code's own ([`Rules::code`]): the keeper's [`decide_push`], the coordinator's [`read_quorum`],
-//! [`plan_takeover`], [`judge_push`] and [`push_needed`].
+//! code's own ([`Rules::code`]): the keeper's [`decide_push`] and [`decide_read`], the
+//! coordinator's [`read_quorum`], [`takeover_epoch`], [`plan_takeover`] and [`judge_push`];
+//! [`Rules::before`] are the rules before the fixes of the findings (`docs/RELIABILITY.md`).
 
 use nodecare_coordinator::replica::{
-    PushOutcome, PushReply, TakeoverPlan, judge_push, plan_takeover, push_needed, read_quorum,
+    PushOutcome, PushReply, TakeoverPlan, judge_push, plan_takeover, read_quorum, takeover_epoch,
+    write_quorum,
 };
-use nodecare_protocol::replica::{Generation, PushDecision, ReplicaHeader, decide_push};
+use nodecare_protocol::replica::{
+    Generation, PushDecision, ReadDecision, ReplicaHeader, decide_push, decide_read,
+};
 
 use crate::explorer::{Expectation, Model, Property};
 
@@ -27,25 +31,40 @@ pub const KEEPERS: usize = 3;
 pub struct Rules {
     /// A name for reports.
     pub name: &'static str,
-    /// The keeper's judgement of a push.
-    pub decide_push: fn(Option<&ReplicaHeader>, &ReplicaHeader) -> PushDecision,
+    /// The keeper's judgement of a push (copy held, epoch promised, push).
+    pub decide_push: fn(Option<&ReplicaHeader>, u64, &ReplicaHeader) -> PushDecision,
+    /// The keeper's judgement of a read (copy held, epoch promised, the read's epoch).
+    pub decide_read: fn(Option<&ReplicaHeader>, u64, Option<u64>) -> ReadDecision,
     /// Answers a takeover needs.
     pub read_quorum: fn(usize) -> usize,
+    /// The epoch a takeover's read names (local generation, highest epoch a refusal named).
+    pub takeover_epoch: fn(Generation, u64) -> u64,
     /// What a new master restores and the generation it starts with.
-    pub plan_takeover: fn(Generation, &[(String, Generation)]) -> TakeoverPlan,
+    pub plan_takeover: fn(Generation, u64, &[(String, Generation)]) -> TakeoverPlan,
     /// What a push's answers amount to.
     pub judge_push: fn(Generation, usize, &[(String, PushReply)]) -> PushOutcome,
-    /// Whether a write needs a push first.
+    /// Whether `ensure` pushes (state changed since the last push that reached a majority,
+    /// nodes keeping the current generation, candidates).
     pub push_needed: fn(bool, usize, usize) -> bool,
     /// Whether a push reads the store's change counter before its snapshot (`true`) or after
     /// it, leaving a window where a write is counted as pushed without being in the snapshot.
     pub changes_before_snapshot: bool,
-    /// Whether a Ganeti write always pushes first (`true`) or is admitted without a push when
-    /// the state is unchanged since a push that reached a majority ([`push_needed`]).
-    pub confirm_writes: bool,
-    /// Whether a takeover's read carries the epoch it will start and a keeper, answering it,
-    /// promises to refuse pushes of a lower epoch from then on (a Paxos prepare). Not in the code.
+    /// Whether a takeover's read names the epoch it will start ([`takeover_epoch`]), which a
+    /// keeper answering it promises ([`decide_read`]); otherwise reads name none.
     pub promise_on_read: bool,
+}
+
+/// `Replicator::ensure`: it pushes every time, changed or not (the push confirms with a
+/// majority that the coordinator's epoch is still current).
+pub const fn ensure_pushes(_changed: bool, _kept_by: usize, _candidates: usize) -> bool {
+    true
+}
+
+/// `Replicator::ensure` before the fix: a push only when the state changed since the last push
+/// that reached a majority or fewer than a majority keep the current generation (the model
+/// check's second finding: a superseded master admits a write from its last push).
+pub const fn push_needed_before(changed: bool, kept_by: usize, candidates: usize) -> bool {
+    changed || kept_by < write_quorum(candidates)
 }
 
 impl std::fmt::Debug for Rules {
@@ -55,30 +74,32 @@ impl std::fmt::Debug for Rules {
 }
 
 impl Rules {
-    /// The code's rules.
+    /// The code's rules: a takeover's read names its epoch and the keepers promise it, `ensure`
+    /// pushes before every write, the change counter is read before the snapshot.
     pub fn code() -> Self {
         Self {
             name: "code",
             decide_push,
+            decide_read,
             read_quorum,
+            takeover_epoch,
             plan_takeover,
             judge_push,
-            push_needed,
-            changes_before_snapshot: false,
-            confirm_writes: false,
-            promise_on_read: false,
+            push_needed: ensure_pushes,
+            changes_before_snapshot: true,
+            promise_on_read: true,
         }
     }
 
-    /// The code's rules with the changes that make every property hold: the change counter read
-    /// before the snapshot, a push before every Ganeti write, and a takeover's read that makes
-    /// the keepers promise to refuse older epochs (see `docs/RELIABILITY.md`).
-    pub fn proposed() -> Self {
+    /// The rules before the fixes of the model check's findings: reads name no epoch (so no
+    /// keeper promises anything), `ensure` admits a write without a push when the state is
+    /// unchanged, the change counter is read after the snapshot.
+    pub fn before() -> Self {
         Self {
-            name: "proposed",
-            changes_before_snapshot: true,
-            confirm_writes: true,
-            promise_on_read: true,
+            name: "before",
+            push_needed: push_needed_before,
+            changes_before_snapshot: false,
+            promise_on_read: false,
             ..Self::code()
         }
     }
@@ -139,6 +160,8 @@ pub enum Reply {
     Accepted(Generation),
     /// 409.
     Refused(Generation),
+    /// 409 for a promise.
+    Promised(u64),
 }
 
 impl From<Reply> for PushReply {
@@ -146,6 +169,7 @@ impl From<Reply> for PushReply {
         match reply {
             Reply::Accepted(held) => Self::Accepted(held),
             Reply::Refused(held) => Self::Refused(held),
+            Reply::Promised(epoch) => Self::Promised(epoch),
         }
     }
 }
@@ -376,11 +400,16 @@ impl Replication {
         state.ghost.established = state.ghost.established.max(epoch);
     }
 
-    fn admit(state: &mut State, coordinator: usize, generation: Generation, fenced: bool) {
+    /// A write admitted at `generation`; `superseded`: the coordinator's epoch was left behind
+    /// by a majority when it decided (for a write confirmed by a push: when the push was sent;
+    /// a push that reaches a majority does so before any later epoch does, as keepers never go
+    /// back, so what happens between that and the coordinator reading the answers is the window
+    /// no confirmation closes: the write's state is in every later takeover's, `docs/RELIABILITY.md`).
+    fn admit(state: &mut State, coordinator: usize, generation: Generation, superseded: bool) {
         let ghost = &mut state.ghost;
         ghost.any_write = true;
         ghost.admitted[coordinator] |= bit(generation);
-        if fenced || generation.epoch < ghost.established {
+        if superseded {
             ghost.superseded_write = true;
         }
     }
@@ -450,7 +479,7 @@ impl Replication {
             })
             .collect();
         let local = state.coordinators[coordinator].store.generation;
-        let plan = (self.rules.plan_takeover)(local, &copies);
+        let plan = (self.rules.plan_takeover)(local, epoch, &copies);
         if let Some((node, generation)) = plan.restore_from
             && let Some(copy) = NAMES
                 .iter()
@@ -460,13 +489,7 @@ impl Replication {
         {
             state.coordinators[coordinator].store = copy;
         }
-        let start = if self.rules.promise_on_read {
-            // Every answer came from a keeper holding an older epoch: the promised one is new.
-            Generation { epoch, number: 0 }.max(plan.start)
-        } else {
-            plan.start
-        };
-        self.start_push(state, coordinator, start, true, false);
+        self.start_push(state, coordinator, plan.start, true, false);
     }
 
     fn finish_push(&self, state: &mut State, coordinator: usize) {
@@ -532,24 +555,26 @@ impl Replication {
                 epoch,
             } => {
                 let keeper = &mut state.keepers[to as usize];
-                let held = keeper.held;
-                let mut refused = None;
-                if self.rules.promise_on_read {
-                    let highest = keeper
-                        .promised
-                        .max(held.map_or(0, |copy| copy.generation.epoch));
-                    if epoch > highest {
+                let header = keeper.held.map(|copy| copy.header(to as usize, 0));
+                let decision = (self.rules.decide_read)(
+                    header.as_ref(),
+                    keeper.promised,
+                    (epoch > 0).then_some(epoch),
+                );
+                let (held, refused) = match decision {
+                    ReadDecision::Answer => (keeper.held, None),
+                    ReadDecision::Promise(epoch) => {
                         keeper.promised = epoch;
-                    } else {
-                        refused = Some(highest);
+                        (keeper.held, None)
                     }
-                }
+                    ReadDecision::Refuse { highest } => (None, Some(highest)),
+                };
                 if !answer_lost {
                     let answer = Message::Answer {
                         from: to,
                         to: from,
                         nonce,
-                        held: if refused.is_some() { None } else { held },
+                        held,
                         refused,
                     };
                     self.deliver(state, answer, false);
@@ -586,17 +611,7 @@ impl Replication {
                     .map(|copy| copy.header(keeper, 0));
                 let incoming = snapshot.header(keeper, from as usize);
                 let promised = state.keepers[keeper].promised;
-                let decision = if snapshot.generation.epoch < promised {
-                    PushDecision::Refuse {
-                        held: Generation {
-                            epoch: promised,
-                            number: 0,
-                        }
-                        .max(held.map(|held| held.generation).unwrap_or_default()),
-                    }
-                } else {
-                    (self.rules.decide_push)(held.as_ref(), &incoming)
-                };
+                let decision = (self.rules.decide_push)(held.as_ref(), promised, &incoming);
                 let reply = match decision {
                     PushDecision::Keep => {
                         state.keepers[keeper].held = Some(snapshot);
@@ -605,6 +620,7 @@ impl Replication {
                     }
                     PushDecision::Same => Reply::Accepted(snapshot.generation),
                     PushDecision::Refuse { held } => Reply::Refused(held),
+                    PushDecision::Promised { epoch } => Reply::Promised(epoch),
                 };
                 if !answer_lost {
                     let answer = Message::Pushed {
@@ -645,7 +661,7 @@ impl Replication {
                 // A fresh nonce per read: the takeovers left count down.
                 let nonce = me.takeovers_left;
                 let epoch = if promise {
-                    me.store.generation.epoch.max(me.seen_epoch) + 1
+                    (self.rules.takeover_epoch)(me.store.generation, me.seen_epoch)
                 } else {
                     0
                 };
@@ -702,14 +718,14 @@ impl Replication {
                 else {
                     return;
                 };
-                let needed = (self.rules.push_needed)(changed, kept_by as usize, KEEPERS)
-                    || (write && self.rules.confirm_writes);
+                let needed = (self.rules.push_needed)(changed, kept_by as usize, KEEPERS);
                 if !needed {
                     // Answered from what the last push reached.
                     state.ghost.acknowledged |= me.awaiting;
                     me.awaiting = 0;
                     if write {
-                        Self::admit(state, coordinator, generation, false);
+                        let superseded = generation.epoch < state.ghost.established;
+                        Self::admit(state, coordinator, generation, superseded);
                     }
                     return;
                 }
@@ -846,7 +862,8 @@ impl Replication {
 pub mod property {
     /// No two coordinators both get a write admitted for the same generation of the state.
     pub const ONE_WRITER: &str = "no two coordinators admit writes for the same state";
-    /// No write admitted by a coordinator whose epoch a majority had already left behind.
+    /// No write admitted by a coordinator whose epoch a majority had already left behind (when
+    /// it decided: for a write confirmed by a push, when the push was sent).
     pub const FENCED: &str = "no write admitted by a superseded coordinator";
     /// Every acknowledged operator action is in the newest copy of every read quorum.
     pub const KEPT: &str = "an acknowledged operator action is never lost";
@@ -941,10 +958,14 @@ impl Model for Replication {
                     }
                     let needed = (self.rules.push_needed)(changed, kept_by as usize, KEEPERS);
                     let room = generation.number < self.bounds.max_number;
-                    if room || (!needed && !self.rules.confirm_writes) {
+                    if room || !needed {
                         actions.push(Action::GanetiWrite(c));
                     }
-                    if (room || !needed) && (me.awaiting != 0 || needed) {
+                    // The code calls `ensure` for an API write's answer, and for a settle when the
+                    // state changed or the last push reached no majority.
+                    let due =
+                        me.awaiting != 0 || changed || (kept_by as usize) < write_quorum(KEEPERS);
+                    if (room || !needed) && due {
                         actions.push(Action::Ensure(c));
                     }
                 }

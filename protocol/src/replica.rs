@@ -9,14 +9,19 @@
 //! A push is a frame: one line of JSON, a [`SignedEnvelope`] signed with the cluster key for the
 //! receiving node whose payload is a [`ReplicaHeader`], then `\n`, then the snapshot's bytes. The
 //! header names the snapshot's [`Generation`] (epoch, number), its size and SHA-256. The agent keeps
-//! the frame exactly as received when its generation is higher than the one it holds
-//! ([`decide_push`]); a lower one is refused, which is how a coordinator learns that another one
-//! took over (fencing).
+//! the frame exactly as received when its generation is higher than the one it holds and its
+//! epoch is not below the epoch it promised ([`decide_push`]); anything else is refused, which
+//! is how a coordinator learns that another one took over (fencing).
 //!
-//! A read is a signed [`ReplicaRead`] with a fresh nonce; the agent answers with a frame whose
-//! envelope it signs itself, with a [`ReplicaAnswer`] payload echoing the nonce and naming the
-//! generation it holds, followed by the stored push frame (nothing when it holds none). The
-//! reader checks both signatures, that they agree, and the snapshot's digest.
+//! A read is a signed [`ReplicaRead`] with a fresh nonce and the epoch the reading coordinator
+//! will start; the agent promises that epoch when it is above every epoch it promised or holds
+//! ([`decide_read`]), persists the promise and from then on refuses pushes of lower epochs (a
+//! Paxos prepare: the old master's push cannot reach a majority between a takeover's read and
+//! its push). It answers with a frame whose envelope it signs itself, with a [`ReplicaAnswer`]
+//! payload echoing the nonce, naming the promise (or the refusal) and the generation it holds,
+//! followed by the stored push frame (nothing when it holds none or refused). The reader checks
+//! both signatures, that they agree, the promise, and the snapshot's digest. A read without an
+//! epoch (a coordinator from before the promise) is answered without one and promises nothing.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -82,6 +87,11 @@ pub struct ReplicaRead {
     pub node: String,
     /// Fresh per read (`^[A-Za-z0-9_-]{1,128}$`); the answer echoes it.
     pub read_nonce: String,
+    /// The epoch the reading coordinator will start (at least 1): the node promises to refuse
+    /// pushes of lower epochs from then on. Absent in a read of a coordinator from before the
+    /// promise (answered, promising nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
 }
 
 /// The agent's answer to a read: the payload of the envelope the agent signs.
@@ -92,15 +102,27 @@ pub struct ReplicaAnswer {
     pub node: String,
     /// The read's nonce.
     pub read_nonce: String,
-    /// The header of the copy it holds, `None` when it holds none.
+    /// The header of the copy it holds, `None` when it holds none or refused the read.
     pub held: Option<ReplicaHeader>,
+    /// The read's epoch, promised: pushes of lower epochs are refused from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promised: Option<u64>,
+    /// The read's epoch is not above what the node promised or holds: the highest epoch it
+    /// promised or holds (the reader tries again above it). Nothing held is sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<u64>,
 }
 
-/// The agent's answer to a refused push (`409`): the generation it holds.
+/// The agent's answer to a refused push (`409`): the generation it holds, and the epoch it
+/// promised when that is why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushRefused {
-    /// What the node holds, at least the pushed generation.
+    /// What the node holds (`0.0` when nothing); at least the pushed generation unless
+    /// `promised` is set.
     pub held: Generation,
+    /// Refused for a promise: a takeover of this epoch, above the push's, read the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promised: Option<u64>,
 }
 
 /// The agent's answer to an accepted push (`200`).
@@ -227,7 +249,17 @@ impl ReplicaRead {
                 self.read_nonce
             )));
         }
-        Ok(())
+        check_epoch("epoch", self.epoch)
+    }
+}
+
+fn check_epoch(name: &str, epoch: Option<u64>) -> Result<(), ReplicaError> {
+    match epoch {
+        Some(0) => Err(ReplicaError::Payload(format!("{name} must be at least 1"))),
+        Some(value) if value > MAX_SAFE_INTEGER => Err(ReplicaError::Payload(format!(
+            "{name} {value} exceeds 2^53 - 1 (docs/PROTOCOL.md, Conventions)"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -416,17 +448,26 @@ pub fn open_read(
 }
 
 /// The agent's answer to a read: its signed [`ReplicaAnswer`], then the kept push frame.
+/// `decision` is what [`decide_read`] said; a refusal carries no copy.
 pub fn sign_answer(
     signer: &Signer,
     read_nonce: &str,
+    decision: ReadDecision,
     kept: Option<(&ReplicaHeader, &[u8])>,
     now_ms: u64,
     ttl_ms: u64,
 ) -> Result<Vec<u8>, ReplicaError> {
+    let (kept, promised, refused) = match decision {
+        ReadDecision::Answer => (kept, None, None),
+        ReadDecision::Promise(epoch) => (kept, Some(epoch), None),
+        ReadDecision::Refuse { highest } => (None, None, Some(highest)),
+    };
     let answer = ReplicaAnswer {
         node: signer.node().to_owned(),
         read_nonce: read_nonce.to_owned(),
         held: kept.map(|(header, _)| header.clone()),
+        promised,
+        refused,
     };
     frame(
         &signed(signer, &answer, 0, now_ms, ttl_ms)?,
@@ -443,8 +484,22 @@ pub struct ReadCopy {
     pub snapshot: Vec<u8>,
 }
 
-/// The coordinator's side of a read's answer from `node` to the read with `read_nonce`: both
-/// signatures, the nonce, the agreement of the answer's header with the kept push, the digest.
+/// What a read's answer amounts to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadAnswer {
+    /// The node promised the read's epoch (or, for a read without one, answered): the copy it
+    /// keeps, if any.
+    Copy(Option<ReadCopy>),
+    /// The node refused the read's epoch: it promised or holds this one, not below it.
+    Refused {
+        /// The highest epoch the node promised or holds.
+        highest: u64,
+    },
+}
+
+/// The coordinator's side of a read's answer from `node` to the read with `read_nonce` naming
+/// `epoch`: both signatures, the nonce, the promise of `epoch` (or a refusal naming an epoch not
+/// below it), the agreement of the answer's header with the kept push, the digest.
 pub fn open_answer(
     ring: &KeyRing,
     bytes: &[u8],
@@ -452,7 +507,8 @@ pub fn open_answer(
     policy: VerifyPolicy,
     node: &str,
     read_nonce: &str,
-) -> Result<Option<ReadCopy>, ReplicaError> {
+    epoch: Option<u64>,
+) -> Result<ReadAnswer, ReplicaError> {
     let (envelope, kept) = split_frame(bytes)?;
     ring.verify(&envelope, now_ms, policy, Some(node), None)?;
     let answer: ReplicaAnswer = payload(&envelope)?;
@@ -463,8 +519,27 @@ pub fn open_answer(
             answer.read_nonce
         )));
     }
+    check_epoch("promised", answer.promised)?;
+    check_epoch("refused", answer.refused)?;
+    match (epoch, answer.promised, answer.refused) {
+        (_, None, Some(highest)) if epoch.is_some_and(|epoch| highest >= epoch) => {
+            if answer.held.is_some() || !kept.is_empty() {
+                return Err(ReplicaError::Frame(
+                    "a refused read's answer carries a copy".into(),
+                ));
+            }
+            return Ok(ReadAnswer::Refused { highest });
+        }
+        (Some(epoch), Some(promised), None) if promised == epoch => {}
+        (None, None, None) => {}
+        (epoch, promised, refused) => {
+            return Err(ReplicaError::Payload(format!(
+                "the answer to a read of epoch {epoch:?} promises {promised:?}, refuses {refused:?}"
+            )));
+        }
+    }
     match answer.held {
-        None if kept.is_empty() => Ok(None),
+        None if kept.is_empty() => Ok(ReadAnswer::Copy(None)),
         None => Err(ReplicaError::Frame(
             "answer holds nothing but carries bytes".into(),
         )),
@@ -475,15 +550,15 @@ pub fn open_answer(
                     "the answer's header differs from the kept push".into(),
                 ));
             }
-            Ok(Some(ReadCopy {
+            Ok(ReadAnswer::Copy(Some(ReadCopy {
                 header,
                 snapshot: snapshot.to_vec(),
-            }))
+            })))
         }
     }
 }
 
-/// What an agent does with a verified push, given what it holds.
+/// What an agent does with a verified push, given what it holds and promised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PushDecision {
     /// Newer than what it holds (or it holds nothing): keep it.
@@ -495,10 +570,23 @@ pub enum PushDecision {
         /// What it holds.
         held: Generation,
     },
+    /// Of an epoch below the one it promised to a takeover's read: refused.
+    Promised {
+        /// The epoch promised.
+        epoch: u64,
+    },
 }
 
-/// Decides a push: only a higher generation replaces the copy held.
-pub fn decide_push(held: Option<&ReplicaHeader>, incoming: &ReplicaHeader) -> PushDecision {
+/// Decides a push: a push of an epoch below `promised` is refused; otherwise only a higher
+/// generation replaces the copy held.
+pub fn decide_push(
+    held: Option<&ReplicaHeader>,
+    promised: u64,
+    incoming: &ReplicaHeader,
+) -> PushDecision {
+    if incoming.generation.epoch < promised {
+        return PushDecision::Promised { epoch: promised };
+    }
     match held {
         None => PushDecision::Keep,
         Some(held) if incoming.generation > held.generation => PushDecision::Keep,
@@ -508,6 +596,38 @@ pub fn decide_push(held: Option<&ReplicaHeader>, incoming: &ReplicaHeader) -> Pu
         Some(held) => PushDecision::Refuse {
             held: held.generation,
         },
+    }
+}
+
+/// What an agent does with a verified read, given what it holds and promised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadDecision {
+    /// A read without an epoch: answered with the copy, promising nothing.
+    Answer,
+    /// Promise the read's epoch (persisted before the answer) and answer with the copy.
+    Promise(u64),
+    /// The read's epoch is not above what it promised or holds: refused, naming the highest.
+    Refuse {
+        /// The highest epoch it promised or holds.
+        highest: u64,
+    },
+}
+
+/// Decides a read naming `epoch`: promised when it is above every epoch promised or held (so at
+/// most one takeover gets a node's promise of a given epoch).
+pub fn decide_read(
+    held: Option<&ReplicaHeader>,
+    promised: u64,
+    epoch: Option<u64>,
+) -> ReadDecision {
+    let Some(epoch) = epoch else {
+        return ReadDecision::Answer;
+    };
+    let highest = promised.max(held.map_or(0, |held| held.generation.epoch));
+    if epoch > highest {
+        ReadDecision::Promise(epoch)
+    } else {
+        ReadDecision::Refuse { highest }
     }
 }
 
@@ -573,6 +693,19 @@ mod tests {
         assert!(sign_push(&signer, &wrong_node, b"one", 1, 0, 1).is_err());
     }
 
+    fn open(bytes: &[u8], nonce: &str, epoch: Option<u64>) -> Result<ReadAnswer, ReplicaError> {
+        let ring = KeyRing::single(key());
+        open_answer(
+            &ring,
+            bytes,
+            5_003,
+            VerifyPolicy::default(),
+            "node2",
+            nonce,
+            epoch,
+        )
+    }
+
     #[test]
     fn read_and_answer_round_trip() {
         let ring = KeyRing::single(key());
@@ -580,6 +713,7 @@ mod tests {
         let read = ReplicaRead {
             node: "node2".into(),
             read_nonce: "n-1".into(),
+            epoch: Some(3),
         };
         let body = sign_read(&coordinator, &read, 1, 5_000, 30_000).unwrap();
         assert_eq!(
@@ -587,45 +721,113 @@ mod tests {
             read
         );
         let agent = Signer::new(key(), "node2");
+        let promise = ReadDecision::Promise(3);
         // Holding nothing.
-        let none = sign_answer(&agent, "n-1", None, 5_002, 30_000).unwrap();
-        assert_eq!(
-            open_answer(&ring, &none, 5_003, VerifyPolicy::default(), "node2", "n-1").unwrap(),
-            None
-        );
-        // A stale answer (another nonce) is refused.
-        assert!(open_answer(&ring, &none, 5_003, VerifyPolicy::default(), "node2", "n-2").is_err());
+        let none = sign_answer(&agent, "n-1", promise, None, 5_002, 30_000).unwrap();
+        assert_eq!(open(&none, "n-1", Some(3)).unwrap(), ReadAnswer::Copy(None));
+        // A stale answer (another nonce), or one promising another epoch, is refused.
+        assert!(open(&none, "n-2", Some(3)).is_err());
+        assert!(open(&none, "n-1", Some(4)).is_err());
+        assert!(open(&none, "n-1", None).is_err());
         // Holding a copy.
         let snapshot = b"state";
         let head = header("node2", generation(2, 7), snapshot);
         let kept = sign_push(&coordinator, &head, snapshot, 2, 4_000, 60_000).unwrap();
-        let answer = sign_answer(&agent, "n-1", Some((&head, &kept)), 5_002, 30_000).unwrap();
-        let copy = open_answer(
-            &ring,
-            &answer,
-            5_003,
-            VerifyPolicy::default(),
-            "node2",
-            "n-1",
-        )
-        .unwrap()
-        .unwrap();
+        let answer =
+            sign_answer(&agent, "n-1", promise, Some((&head, &kept)), 5_002, 30_000).unwrap();
+        let ReadAnswer::Copy(Some(copy)) = open(&answer, "n-1", Some(3)).unwrap() else {
+            panic!("a copy");
+        };
         assert_eq!(copy.header, head);
         assert_eq!(copy.snapshot, snapshot);
         // An answer naming another generation than the kept push is refused.
         let lie = header("node2", generation(3, 0), snapshot);
-        let forged = sign_answer(&agent, "n-1", Some((&lie, &kept)), 5_002, 30_000).unwrap();
-        assert!(
-            open_answer(
-                &ring,
-                &forged,
-                5_003,
-                VerifyPolicy::default(),
-                "node2",
-                "n-1"
-            )
-            .is_err()
+        let forged =
+            sign_answer(&agent, "n-1", promise, Some((&lie, &kept)), 5_002, 30_000).unwrap();
+        assert!(open(&forged, "n-1", Some(3)).is_err());
+        // A refusal names the highest epoch and carries no copy.
+        let refused = ReadDecision::Refuse { highest: 5 };
+        let answer =
+            sign_answer(&agent, "n-1", refused, Some((&head, &kept)), 5_002, 30_000).unwrap();
+        assert_eq!(
+            open(&answer, "n-1", Some(3)).unwrap(),
+            ReadAnswer::Refused { highest: 5 }
         );
+        // A refusal naming an epoch below the read's is no refusal of it.
+        assert!(open(&answer, "n-1", Some(6)).is_err());
+        assert!(open(&answer, "n-1", None).is_err());
+    }
+
+    #[test]
+    fn a_read_without_an_epoch_is_answered_without_a_promise() {
+        // The wire of a coordinator from before the promise: `{"node", "read_nonce"}`.
+        let old: ReplicaRead =
+            serde_json::from_str(r#"{"node":"node2","read_nonce":"n-1"}"#).unwrap();
+        assert_eq!(old.epoch, None);
+        assert!(old.validate().is_ok());
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"node":"node2","read_nonce":"n-1"}"#
+        );
+        let agent = Signer::new(key(), "node2");
+        let answer = sign_answer(&agent, "n-1", ReadDecision::Answer, None, 5_002, 30_000).unwrap();
+        // Read as a coordinator from before the promise reads it: no field it does not know.
+        let (envelope, _) = split_frame(&answer).unwrap();
+        assert_eq!(
+            envelope.payload,
+            serde_json::json!({"node": "node2", "read_nonce": "n-1", "held": null})
+        );
+        assert_eq!(open(&answer, "n-1", None).unwrap(), ReadAnswer::Copy(None));
+        // An answer without a promise is no answer to a read naming an epoch.
+        assert!(open(&answer, "n-1", Some(1)).is_err());
+        // A read's epoch is at least 1 and at most 2^53 - 1.
+        for epoch in [0, 1 << 53] {
+            let read = ReplicaRead {
+                epoch: Some(epoch),
+                ..old.clone()
+            };
+            assert!(read.validate().is_err(), "{epoch}");
+        }
+    }
+
+    #[test]
+    fn a_push_refusal_reads_with_and_without_a_promise() {
+        let old: PushRefused = serde_json::from_str(r#"{"held":{"epoch":2,"number":5}}"#).unwrap();
+        assert_eq!(old.promised, None);
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"held":{"epoch":2,"number":5}}"#
+        );
+        let promised = PushRefused {
+            held: generation(2, 5),
+            promised: Some(3),
+        };
+        assert_eq!(
+            serde_json::to_string(&promised).unwrap(),
+            r#"{"held":{"epoch":2,"number":5},"promised":3}"#
+        );
+    }
+
+    #[test]
+    fn read_decisions() {
+        let held = header("n", generation(2, 5), b"a");
+        let table = [
+            (None, 0, None, ReadDecision::Answer),
+            (Some(&held), 7, None, ReadDecision::Answer),
+            (None, 0, Some(1), ReadDecision::Promise(1)),
+            (Some(&held), 0, Some(3), ReadDecision::Promise(3)),
+            (Some(&held), 0, Some(2), ReadDecision::Refuse { highest: 2 }),
+            (Some(&held), 4, Some(4), ReadDecision::Refuse { highest: 4 }),
+            (Some(&held), 4, Some(3), ReadDecision::Refuse { highest: 4 }),
+            (Some(&held), 4, Some(5), ReadDecision::Promise(5)),
+        ];
+        for (held, promised, epoch, expected) in table {
+            assert_eq!(
+                decide_read(held, promised, epoch),
+                expected,
+                "{held:?} {promised} {epoch:?}"
+            );
+        }
     }
 
     #[test]
@@ -733,10 +935,27 @@ mod tests {
         ];
         for (held, incoming, bytes, expected) in table {
             assert_eq!(
-                decide_push(held, &header("n", incoming, bytes)),
+                decide_push(held, 0, &header("n", incoming, bytes)),
                 expected,
                 "{held:?} {incoming}"
             );
+            // A promise of a later epoch refuses it, whatever is held.
+            let promised = incoming.epoch + 1;
+            assert_eq!(
+                decide_push(held, promised, &header("n", incoming, bytes)),
+                PushDecision::Promised { epoch: promised },
+                "{held:?} {incoming}"
+            );
         }
+        // A promise of the push's own epoch (or a lower one) does not refuse it.
+        let held = header("n", generation(2, 5), b"a");
+        assert_eq!(
+            decide_push(Some(&held), 3, &header("n", generation(3, 0), b"b")),
+            PushDecision::Keep
+        );
+        assert_eq!(
+            decide_push(None, 2, &header("n", generation(3, 0), b"b")),
+            PushDecision::Keep
+        );
     }
 }

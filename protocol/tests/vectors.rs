@@ -288,3 +288,82 @@ fn repair_record() {
     let stored: RepairRecord = serde_json::from_slice(&read("repair-record.json")).unwrap();
     assert_eq!(stored, record);
 }
+
+/// A takeover's read of the replicas (`POST /1/replica/read`) naming the epoch it will start,
+/// the agent's promise of it, its refusal, and a push refused for the promise: the fields the
+/// promise added, absent when not set, so the older forms read as before.
+#[test]
+fn replica_read_promise_and_refusals() {
+    use nodecare_protocol::replica::{
+        PushRefused, ReadAnswer, ReadDecision, ReplicaRead, open_answer, open_read, sign_answer,
+        sign_read,
+    };
+    let read = ReplicaRead {
+        node: NODE.into(),
+        read_nonce: "4f1d2c3b5a6978e0".into(),
+        epoch: Some(3),
+    };
+    let body = sign_read(&Signer::new(key(), NODE), &read, 7, ISSUED_AT_MS, 60_000).unwrap();
+    let envelope = SignedEnvelope::from_json(&body).unwrap();
+    check_envelope("replica-read", &envelope);
+    let ring = KeyRing::single(key());
+    assert_eq!(
+        open_read(
+            &ring,
+            &body,
+            ISSUED_AT_MS + 1,
+            VerifyPolicy::default(),
+            NODE
+        )
+        .unwrap(),
+        read
+    );
+    let agent = Signer::new(key(), NODE);
+    for (prefix, decision, expected) in [
+        (
+            "replica-answer-promised",
+            ReadDecision::Promise(3),
+            ReadAnswer::Copy(None),
+        ),
+        (
+            "replica-answer-refused",
+            ReadDecision::Refuse { highest: 4 },
+            ReadAnswer::Refused { highest: 4 },
+        ),
+    ] {
+        let frame = sign_answer(
+            &agent,
+            &read.read_nonce,
+            decision,
+            None,
+            ISSUED_AT_MS,
+            60_000,
+        )
+        .unwrap();
+        let (envelope, rest) = nodecare_protocol::replica::split_frame(&frame).unwrap();
+        assert!(rest.is_empty());
+        check_envelope(prefix, &envelope);
+        let answer = open_answer(
+            &ring,
+            &frame,
+            ISSUED_AT_MS + 1,
+            VerifyPolicy::default(),
+            NODE,
+            &read.read_nonce,
+            Some(3),
+        )
+        .unwrap();
+        assert_eq!(answer, expected, "{prefix}");
+    }
+    let refused = PushRefused {
+        held: nodecare_protocol::replica::Generation {
+            epoch: 2,
+            number: 5,
+        },
+        promised: Some(3),
+    };
+    check(
+        "replica-push-refused-promised.json",
+        &serde_json::to_vec(&refused).unwrap(),
+    );
+}
