@@ -1,0 +1,298 @@
+//! Node repair's observation: verdicts open, escalate and close incidents; tag removal
+//! acknowledges them.
+
+use super::*;
+
+impl NodeRepair {
+    /// Verified verdicts open, escalate, observe or close incidents (the caller holds the
+    /// incident lock). An unknown verdict, an unreachable or unverifiable agent change nothing.
+    pub(super) fn observe_verdicts(&self, input: &RoundInput) -> Result<(), RoundError> {
+        let nodes = &input.nodes[..];
+        let graced = &input.graced;
+        let results = &input.agents[..];
+        let mut incidents = self.store.incidents()?;
+        let node_uuids: BTreeSet<&str> = nodes.iter().map(|n| n.uuid.as_str()).collect();
+        // Incidents of nodes that left the cluster are forgotten (their tag cannot exist).
+        for incident in incidents
+            .iter()
+            .filter(|i| !node_uuids.contains(i.node_uuid.as_str()))
+        {
+            tracing::warn!(incident = %incident.uuid, node = %incident.node, "node left the cluster; forgetting its incident");
+            self.store.forget_incident(incident.uuid)?;
+        }
+        incidents.retain(|i| node_uuids.contains(i.node_uuid.as_str()));
+        // Incidents whose tag job is in flight (they are about to complete).
+        let intents = self.store.intents()?;
+        let tagging: BTreeSet<Uuid> = intents
+            .iter()
+            .filter(|i| matches!(i.spec, IntentSpec::Tag { .. }) && i.state.is_in_flight())
+            .map(|i| i.incident)
+            .collect();
+        let in_flight: BTreeSet<Uuid> = intents
+            .iter()
+            .filter(|i| i.spec.is_ganeti_job() && i.state.is_in_flight())
+            .map(|i| i.incident)
+            .collect();
+        let time = self.now_s();
+        for result in results {
+            let AgentOutcome::Verified(observation) = &result.outcome else {
+                continue;
+            };
+            let verdict = &observation.verdict;
+            // An unknown verdict says nothing about whether the problem is gone.
+            if verdict.status == DiagnoseStatus::Unknown {
+                continue;
+            }
+            let action = Action::from_status(verdict.status);
+            let matched = incidents
+                .iter()
+                .any(|i| i.node_uuid == result.node_uuid && i.fingerprint == verdict.fingerprint);
+            // A new, more invasive verdict escalates the node's open incident instead of
+            // opening a second one; a less invasive one never de-escalates it.
+            // Not during the grace of a planned disruption of the node's domain.
+            let target = match action {
+                Some(action) if !matched && !graced.contains_key(&result.node) => {
+                    escalation_target(&incidents, &result.node_uuid, action)
+                }
+                _ => None,
+            };
+            if let Some(target) = target
+                && !target.action.is_evacuation()
+                && tagging.contains(&target.uuid)
+            {
+                // Its live repair succeeded and its repairready tag is on its way: it
+                // completes, and the next round opens a new incident for the new verdict. (An
+                // evacuation's tag ends it evacuated and offline, as the escalation wants.)
+                tracing::info!(incident = %target.uuid, node = %result.node,
+                    "more invasive verdict; waiting for the incident's tag job first");
+                continue;
+            }
+            let escalated = target.map(|i| i.uuid);
+            for incident in incidents
+                .iter_mut()
+                .filter(|i| i.node_uuid == result.node_uuid)
+            {
+                let event = if incident.fingerprint == verdict.fingerprint {
+                    Event::Observed
+                } else if Some(incident.uuid) == escalated
+                    && let Some(action) = action
+                {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node,
+                        from = incident.action.as_str(), to = action.as_str(),
+                        fingerprint = %verdict.fingerprint, "incident escalated");
+                    Event::Escalate {
+                        action,
+                        verdict: verdict.clone(),
+                        original: observation.original.clone(),
+                    }
+                } else {
+                    Event::NotObserved
+                };
+                let before = incident.serial_no;
+                match incident.apply(event, time) {
+                    // A canceled incident is kept until its jobs have ended (what ran is
+                    // recorded).
+                    Ok(Disposition::Forget)
+                        if incident.repair_status == RepairStatus::Canceled
+                            && in_flight.contains(&incident.uuid) =>
+                    {
+                        self.store.save_incident(incident)?;
+                    }
+                    Ok(Disposition::Forget) => {
+                        tracing::info!(incident = %incident.uuid, node = %incident.node,
+                            status = incident.repair_status.as_str(), "incident forgotten");
+                        self.store.forget_incident(incident.uuid)?;
+                    }
+                    Ok(Disposition::Keep) if incident.serial_no != before => {
+                        self.store.save_incident(incident)?;
+                    }
+                    _ => {}
+                }
+            }
+            if !matched
+                && action.is_some()
+                && let Some(until) = graced.get(&result.node)
+            {
+                tracing::info!(node = %result.node, verdict = verdict.status.as_str(), grace_until_ms = until,
+                    "verdict not acted on: the node's failure domain is in the grace of a planned disruption");
+                continue;
+            }
+            if !matched
+                && escalated.is_none()
+                && let Some(action) = action
+            {
+                let incident = Incident::new(
+                    Uuid::new_v4(),
+                    &result.node,
+                    &result.node_uuid,
+                    verdict.clone(),
+                    observation.original.clone(),
+                    action,
+                    time,
+                );
+                tracing::info!(incident = %incident.uuid, node = %incident.node,
+                    action = action.as_str(), fingerprint = %verdict.fingerprint, "new incident noted");
+                self.store.save_incident(&incident)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Step 5: acknowledgement by tag removal; with `undrain_on_ack`, an acknowledged
+    /// incident's node returns to service. Returns the jobs submitted.
+    pub(super) async fn check_tags(&self, nodes: &[Node]) -> Result<usize, RoundError> {
+        let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+        let intents = self.store.intents()?;
+        let mut submitted = 0;
+        for mut incident in self.store.incidents()? {
+            let Some(node) = by_uuid.get(incident.node_uuid.as_str()).copied() else {
+                continue;
+            };
+            let own: Vec<&Intent> = intents
+                .iter()
+                .filter(|i| i.incident == incident.uuid)
+                .collect();
+            let returning = self.settings.undrain_on_ack
+                && !matches!(
+                    return_to_service(&service_facts(node, &own)),
+                    ServiceStep::Done
+                );
+            if let Some(who) = incident.acknowledgement_asked_by.clone()
+                && incident.tag_applied
+                && !incident.acknowledged
+                && node.tags.contains(&incident.tag)
+            {
+                submitted += self.untag(&mut incident, node, &own, &who).await?;
+            }
+            let acknowledged_now = incident.awaits_acknowledgement(&node.tags);
+            if acknowledged_now {
+                match incident.apply(Event::TagRemoved, self.now_s()) {
+                    Ok(Disposition::Forget) if !returning => {
+                        tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; incident forgotten");
+                        self.store.forget_incident(incident.uuid)?;
+                        continue;
+                    }
+                    Ok(_) => {
+                        tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; acknowledged");
+                        self.store.save_incident(&incident)?;
+                    }
+                    Err(_) => continue,
+                }
+            }
+            if returning && incident.acknowledged {
+                submitted += self.return_to_service(&mut incident, node, &own).await?;
+            } else if node.offline && incident.acknowledged && !acknowledged_now {
+                // An offline node reports nothing and nodecare will not bring it back: the
+                // acknowledgement hands it to the operator (docs: "The end of an incident").
+                // One round after the acknowledgement, so that every reader of the round's
+                // changes (the webhook, the page) sees the acknowledgement first.
+                if let Ok(Disposition::Forget) = incident.apply(Event::NodeOffline, self.now_s()) {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node, "acknowledged on an offline node; incident forgotten");
+                    self.store.forget_incident(incident.uuid)?;
+                }
+            }
+        }
+        Ok(submitted)
+    }
+
+    /// Removes the tag of an incident whose acknowledgement an operator asked for through
+    /// nodecare (the web page): one recorded job with the reason trail, like every other; none
+    /// while one is in flight, and none after [`MAX_UNTAG_ATTEMPTS`] failed. Returns the jobs
+    /// submitted.
+    pub(super) async fn untag(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+        who: &str,
+    ) -> Result<usize, RoundError> {
+        let untags: Vec<&&Intent> = own
+            .iter()
+            .filter(|i| matches!(i.spec, IntentSpec::Untag { .. }))
+            .collect();
+        if untags.iter().any(|i| i.state.is_in_flight()) {
+            return Ok(0);
+        }
+        let failed = untags
+            .iter()
+            .filter(|i| i.state == IntentState::Failed)
+            .count();
+        if failed >= MAX_UNTAG_ATTEMPTS {
+            return Ok(0);
+        }
+        let key = next_key(own, "untag-");
+        let spec = IntentSpec::Untag {
+            node: node.name.clone(),
+            tag: incident.tag.clone(),
+        };
+        let description = format!(
+            "removing the tag {} from {}: acknowledged by {who}",
+            incident.tag, node.name
+        );
+        Ok(usize::from(
+            self.submit(incident, key, spec, Vec::new(), &description)
+                .await?,
+        ))
+    }
+
+    /// Returns an acknowledged incident's node to service (`undrain_on_ack`): online it if
+    /// the incident offlined it, else undrain it if the incident drained it; one job per round,
+    /// recorded as intents like every other. An incident due to be forgotten is forgotten once
+    /// nothing is left to do.
+    pub(super) async fn return_to_service(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        own: &[&Intent],
+    ) -> Result<usize, RoundError> {
+        let (key, spec, description) = match return_to_service(&service_facts(node, own)) {
+            ServiceStep::Online => (
+                "online",
+                IntentSpec::Online {
+                    node: node.name.clone(),
+                },
+                format!(
+                    "setting {} online: its incident was acknowledged",
+                    node.name
+                ),
+            ),
+            ServiceStep::Undrain => (
+                "undrain",
+                IntentSpec::Undrain {
+                    node: node.name.clone(),
+                },
+                format!("undraining {}: its incident was acknowledged", node.name),
+            ),
+            ServiceStep::Wait => return Ok(0),
+            ServiceStep::Failed(why) => {
+                let what = format!("returning {} to service failed: {why}", node.name);
+                if incident.history.last().is_none_or(|h| h.event != what) {
+                    tracing::warn!(incident = %incident.uuid, node = %node.name, %why, "returning the node to service failed");
+                    self.note(incident, Event::Progress(what));
+                    self.store.save_incident(incident)?;
+                }
+                return Ok(0);
+            }
+            ServiceStep::Done => {
+                if incident.disposition() == Disposition::Forget {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node, "node back in service; incident forgotten");
+                    self.store.forget_incident(incident.uuid)?;
+                }
+                return Ok(0);
+            }
+        };
+        let submitted = self
+            .submit(
+                incident,
+                key.into(),
+                spec,
+                vec![Lock::Node(node.name.clone())],
+                &description,
+            )
+            .await?;
+        if !submitted {
+            self.store.save_incident(incident)?;
+        }
+        Ok(usize::from(submitted))
+    }
+}

@@ -1,0 +1,42 @@
+//! Admissions granted to other tools (`/1/admission`): a holder like the duties, which proposes
+//! nothing (grants are decided when asked for) and holds the nodes of its grants in force.
+
+use super::{Duty, Holds, Judged, Phase, RoundInput, Services, nothing};
+use crate::gate::{InForce, Proposal};
+
+/// The admission grants.
+#[derive(Debug, Default)]
+pub struct Admission;
+
+impl Duty for Admission {
+    fn name(&self) -> &'static str {
+        "admission"
+    }
+
+    fn holds<'a>(&'a mut self, services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds> {
+        Box::pin(async move {
+            Ok(Holds {
+                disrupted: services.store.grants_in_force(input.now_ms)?,
+                ..Holds::default()
+            })
+        })
+    }
+
+    fn propose<'a>(
+        &'a mut self,
+        _services: Services<'a>,
+        _input: &'a RoundInput,
+        _in_force: &'a InForce,
+    ) -> Phase<'a, Vec<Proposal>> {
+        nothing()
+    }
+
+    fn execute<'a>(
+        &'a mut self,
+        _services: Services<'a>,
+        _input: &'a RoundInput,
+        _judged: Judged<'a>,
+    ) -> Phase<'a, usize> {
+        nothing()
+    }
+}

@@ -1,0 +1,176 @@
+//! The round's one input and the duties behind the gate.
+//!
+//! Each round builds one [`RoundInput`] (the cluster as Ganeti shows it, the agents seen, storage
+//! health, the grace of planned disruptions, degraded instances, and one `now`) and hands it to
+//! every [`Duty`] of the registry, in the same phases:
+//!
+//! 1. [`Duty::follow`] and [`Duty::settle`]: before the cluster is read, under the incident
+//!    lock, the duty follows what it does not hand to the executor yet, then (after the
+//!    executor adopted, submitted and followed its entries) settles what they changed;
+//! 2. [`Duty::observe`]: it reacts to what the round input shows (node repair: verdicts and
+//!    acknowledgements);
+//! 3. [`Duty::holds`]: it says what it holds in force (nodes disrupted, nodes touched, flags it
+//!    left), from which the gate's [`InForce`] is built together with the executor's ledger;
+//! 4. [`Duty::propose`]: its proposals; the gate judges every duty's proposals at once;
+//! 5. [`Duty::execute`]: it turns what the gate admitted into operations.
+//!
+//! A new duty is one type implementing [`Duty`] and one line in
+//! [`crate::reconcile::Reconciler::new`]'s registry.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::board::Board;
+use crate::campaign::AgentNow;
+use crate::exec::{Changed, Executor};
+use crate::ganeti::{Ganeti, Group, Instance, Node};
+use crate::gate::{Decision, FlagChange, Holder, InForce, Policy, Proposal, View};
+use crate::reconcile::{ReconcileSettings, RoundError};
+use crate::repair::RepairClient;
+use crate::scrape::AgentResult;
+use crate::store::Store;
+
+/// A duty's phase: a future borrowing the duty and the round.
+pub type Phase<'a, T> = Pin<Box<dyn Future<Output = Result<T, RoundError>> + Send + 'a>>;
+
+/// The phase that does nothing.
+pub fn nothing<'a, T: Default + Send + 'a>() -> Phase<'a, T> {
+    Box::pin(async { Ok(T::default()) })
+}
+
+/// Everything one round decides from, read once at its start; `now_ms` is the round's one
+/// clock.
+#[derive(Debug, Clone)]
+pub struct RoundInput {
+    /// The round's time (Unix ms).
+    pub now_ms: u64,
+    /// Ganeti's nodes.
+    pub nodes: Vec<Node>,
+    /// Ganeti's instances.
+    pub instances: Vec<Instance>,
+    /// The node groups with their tags (none when they could not be read).
+    pub groups: Option<Vec<Group>>,
+    /// Group uuid → name.
+    pub group_names: BTreeMap<String, String>,
+    /// The gate's view of the cluster (failure domains, storage health).
+    pub view: View,
+    /// Every online node's agent as this round read it.
+    pub agents: Vec<AgentResult>,
+    /// The agents' verified, fresh reports (for the campaigns).
+    pub agents_seen: BTreeMap<String, AgentNow>,
+    /// Agents outside a grace that gave no verified report (the breaker's signal).
+    pub failed_outside_grace: usize,
+    /// Nodes in the grace of a planned disruption, until when (Unix ms).
+    pub graced: BTreeMap<String, u64>,
+    /// DRBD instances degraded with both nodes online past the grace, and why.
+    pub degraded: BTreeMap<String, String>,
+}
+
+impl RoundInput {
+    /// The round's time in Unix seconds (incidents' clock).
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "Unix milliseconds stay far below 2^52"
+    )]
+    pub fn now_s(&self) -> f64 {
+        self.now_ms as f64 / 1000.0
+    }
+}
+
+/// What a duty holds in force.
+#[derive(Debug, Default)]
+pub struct Holds {
+    /// Nodes it disrupts (drained, rebooting, repairing), and as whom.
+    pub disrupted: Vec<(String, Holder)>,
+    /// Nodes it touches without disrupting them (targets of moves, peers).
+    pub touched: Vec<(String, Holder)>,
+    /// Drain and offline flags it changed (so that the gate knows who left a node so).
+    pub left: Vec<FlagChange>,
+}
+
+/// The services every duty may use.
+#[derive(Debug, Clone, Copy)]
+pub struct Services<'a> {
+    /// Ganeti (reads; writes go through the executor).
+    pub ganeti: &'a dyn Ganeti,
+    /// The state database.
+    pub store: &'a Store,
+    /// The executor over the store's ledger.
+    pub executor: &'a Executor,
+    /// What the API and the page show.
+    pub board: &'a Board,
+    /// The agents' repair endpoint.
+    pub repairs: &'a RepairClient,
+    /// The reconciler's settings.
+    pub settings: &'a ReconcileSettings,
+}
+
+/// What the gate decided this round.
+#[derive(Debug, Clone, Copy)]
+pub struct Judged<'a> {
+    /// The policy it decided under.
+    pub policy: &'a Policy,
+    /// Its decision.
+    pub decision: &'a Decision,
+}
+
+/// One duty behind the gate: it proposes from the round's input, turns what the gate admitted
+/// into operations, and says what it holds.
+pub trait Duty: Send + Sync {
+    /// Its name (logs).
+    fn name(&self) -> &'static str;
+
+    /// Phase 1, before the executor: follow what this duty does not hand to the executor.
+    fn follow<'a>(&'a mut self, _services: Services<'a>, _now_ms: u64) -> Phase<'a, ()> {
+        nothing()
+    }
+
+    /// Phase 1, after the executor: settle what its followed entries changed (`changed`).
+    /// Runs before the cluster is read.
+    fn settle<'a>(
+        &'a mut self,
+        _services: Services<'a>,
+        _changed: &'a [Changed],
+        _now_ms: u64,
+    ) -> Phase<'a, ()> {
+        nothing()
+    }
+
+    /// Phase 2: react to what the round input shows. Returns the jobs submitted.
+    fn observe<'a>(
+        &'a mut self,
+        _services: Services<'a>,
+        _input: &'a RoundInput,
+    ) -> Phase<'a, usize> {
+        nothing()
+    }
+
+    /// Phase 3: what it holds in force (reading what it needs beyond the round input).
+    fn holds<'a>(&'a mut self, services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds>;
+
+    /// Phase 4: its proposals, given what is in force.
+    fn propose<'a>(
+        &'a mut self,
+        services: Services<'a>,
+        input: &'a RoundInput,
+        in_force: &'a InForce,
+    ) -> Phase<'a, Vec<Proposal>>;
+
+    /// Phase 5: carry out what the gate admitted. Returns the jobs submitted.
+    fn execute<'a>(
+        &'a mut self,
+        services: Services<'a>,
+        input: &'a RoundInput,
+        judged: Judged<'a>,
+    ) -> Phase<'a, usize>;
+
+    /// Where a duty that reads the cluster beyond RAPI reads it (balancing: hbal's input).
+    fn set_cluster_source(&mut self, _source: Arc<dyn crate::balance::ClusterSource>) {}
+}
+
+pub mod admission;
+pub mod balancing;
+pub mod campaigns;
+pub mod instance_repair;
