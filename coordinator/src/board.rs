@@ -34,7 +34,7 @@ pub struct Board {
     /// Starts the next round now (a cancel, so that its jobs' outcomes are recorded at once).
     pub wake: tokio::sync::Notify,
     /// Jobs Ganeti was already asked to cancel (by the API or a round), asked once each.
-    pub cancels_asked: std::sync::Mutex<std::collections::BTreeSet<crate::ganeti::JobId>>,
+    pub cancels_asked: crate::exec::CancelsAsked,
 }
 
 impl Board {

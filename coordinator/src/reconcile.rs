@@ -16,21 +16,22 @@
 //!    breaker steps, every duty proposes, and the gate decides once for all of them.
 //! 6. Every duty carries out what the gate admitted ([`Duty::execute`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use nodecare_protocol::{DiagnoseStatus, now_ms};
+use nodecare_protocol::now_ms;
 
-use crate::breaker::{self, BreakerPolicy, BreakerState};
-use crate::ganeti::{Ganeti, GanetiError, Instance, Node};
+use crate::breaker::BreakerPolicy;
+use crate::ganeti::{Ganeti, GanetiError};
 use crate::gate::{self, Caps, DomainSource, GateSnapshot, Holder, InForce};
-use crate::incident::Incident;
 use crate::plan::EvacuationPolicy;
 use crate::repair::RepairClient;
-use crate::round::{Duty, Holds, Judged, RoundInput, Services};
-use crate::scrape::{AgentOutcome, AgentTarget, AgentUrls, Scraper};
+use crate::round::{Duty, Holds, Judged, Services};
+use crate::scrape::{AgentUrls, Scraper};
 use crate::store::{Store, StoreError};
+
+mod input;
 
 pub use crate::node_repair::{
     CancelOutcome, MAX_UNTAG_ATTEMPTS, NodeRepair, cancel_incident, stop_incident_jobs,
@@ -145,8 +146,8 @@ pub struct Reconciler {
     /// The duties, in the order their holds are laid over each other (a later holder wins a
     /// node).
     duties: Vec<Box<dyn Duty>>,
-    /// The executor over the store's ledger.
-    executor: crate::exec::Executor,
+    /// The executor over the store's ledger (shared with node repair).
+    executor: Arc<crate::exec::Executor>,
     /// DRBD instances seen degraded with both nodes online, and since when (Unix ms).
     degraded_since: BTreeMap<String, u64>,
     /// The state's replication to the master candidates (none: off).
@@ -186,6 +187,9 @@ impl Reconciler {
         incident_lock: Arc<tokio::sync::Mutex<()>>,
     ) -> Self {
         let ledger: Arc<dyn crate::exec::ledger::Ledger> = store.clone();
+        let executor = Arc::new(
+            crate::exec::Executor::new(ledger).with_cancels_asked(Arc::clone(&board.cancels_asked)),
+        );
         // The registry: one line per duty, in the order their holds are laid over each other
         // (nodecare's incidents, grants and campaigns win a node over an instance repair).
         let duties: Vec<Box<dyn Duty>> = vec![
@@ -196,12 +200,13 @@ impl Reconciler {
                 repairs.clone(),
                 settings.clone(),
                 Arc::clone(&board),
+                Arc::clone(&executor),
             )),
             Box::new(crate::round::admission::Admission),
             Box::new(crate::round::campaigns::Campaigns::default()),
         ];
         Self {
-            executor: crate::exec::Executor::new(ledger),
+            executor,
             ganeti,
             store,
             scraper,
@@ -345,7 +350,9 @@ impl Reconciler {
             .into_iter()
             .map(|entry| crate::exec::Changed { entry, job: None })
             .collect();
-        self.executor.submit(&*self.ganeti, None, now).await?;
+        self.executor
+            .submit_of(&*self.ganeti, |h| !is_incident(h), now)
+            .await?;
         changed.extend(
             self.executor
                 .poll_of(&*self.ganeti, |h| !is_incident(h), now)
@@ -439,266 +446,5 @@ impl Reconciler {
             });
         }
         Ok(())
-    }
-
-    /// The round's input: the cluster, storage health, every online node's agent, the grace of
-    /// planned disruptions, degraded instances.
-    async fn read_input(
-        &mut self,
-        now: u64,
-        summary: &mut RoundSummary,
-    ) -> Result<RoundInput, RoundError> {
-        let nodes = self.ganeti.nodes().await?;
-        if let Some(replicator) = &self.replicator {
-            replicator.set_candidates(&nodes).await;
-        }
-        let instances = self.ganeti.instances().await?;
-        // Group names label domains and caps (without them, the groups' uuids serve); their
-        // tags feed instance repair (which waits for a round that can read them).
-        let groups = match self.ganeti.groups().await {
-            Ok(groups) => Some(groups),
-            Err(error) => {
-                tracing::warn!(%error, "cannot read node groups; using their uuids as names");
-                None
-            }
-        };
-        let group_names: BTreeMap<String, String> = groups
-            .iter()
-            .flatten()
-            .map(|group| (group.uuid.clone(), group.name.clone()))
-            .collect();
-        // Storage health from the agents' signed DRBD reports (and RAPI): the gate's input.
-        let storage_sequences: BTreeMap<String, u64> = self
-            .store
-            .document(STORAGE_SEQUENCES_DOCUMENT)?
-            .unwrap_or_default();
-        let storage = self
-            .scraper
-            .storage_health(
-                &nodes,
-                &instances,
-                &self.settings.agent_urls,
-                &storage_sequences,
-                now_ms,
-                crate::scrape::DEFAULT_STORAGE_MAX_AGE_MS,
-            )
-            .await;
-        if storage.sequences != storage_sequences {
-            self.store
-                .save_document(STORAGE_SEQUENCES_DOCUMENT, &storage.sequences)?;
-        }
-        let degraded = self.degraded_instances(&nodes, &instances, &storage.readings, now);
-        let view = gate::View::from_cluster(
-            &nodes,
-            &instances,
-            &group_names,
-            &self.settings.gate.domains,
-            storage.problems,
-            now,
-        );
-        for grant in self.store.expire_grants(now)? {
-            tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
-                "admission expired");
-        }
-        let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
-        let graced = gate::grace(&view, &self.planned_disruptions(now)?, grace_ms);
-        let (agents, failed_outside_grace) = self.read_agents(&nodes, &graced, summary).await?;
-        let agents_seen = agents
-            .iter()
-            .filter_map(|result| match &result.outcome {
-                AgentOutcome::Verified(o) => Some((
-                    result.node.clone(),
-                    crate::campaign::AgentNow {
-                        boot_id: o.boot_id.clone(),
-                        reboot_required: o.reboot_required,
-                        ok: o.verdict.status == DiagnoseStatus::Ok,
-                        collected_at_ms: o.collected_at_ms,
-                    },
-                )),
-                _ => None,
-            })
-            .collect();
-        Ok(RoundInput {
-            now_ms: now,
-            nodes,
-            instances,
-            groups,
-            group_names,
-            view,
-            agents,
-            agents_seen,
-            failed_outside_grace,
-            graced,
-            degraded,
-        })
-    }
-
-    /// Reads every online node's agent (the board shows each one's state; accepted sequences
-    /// are kept); returns the results and how many agents outside a grace gave no verified
-    /// report.
-    async fn read_agents(
-        &self,
-        nodes: &[Node],
-        graced: &BTreeMap<String, u64>,
-        summary: &mut RoundSummary,
-    ) -> Result<(Vec<crate::scrape::AgentResult>, usize), RoundError> {
-        let targets: Vec<AgentTarget> = nodes
-            .iter()
-            .filter(|node| !node.offline)
-            .map(|node| AgentTarget {
-                node: node.name.clone(),
-                node_uuid: node.uuid.clone(),
-                base_url: self.settings.agent_urls.base(node),
-            })
-            .collect();
-        if let Ok(mut watched) = self.board.targets.write() {
-            watched.clone_from(&targets);
-        }
-        let sequences = self.store.agent_sequences()?;
-        let results = self.scraper.scrape(targets, &sequences, now_ms).await;
-        if let Some(why) = crate::scrape::local_failure(&results) {
-            return Err(RoundError::Local(why));
-        }
-        summary.agents = results.len();
-        let now = now_ms();
-        let mut accepted = Vec::new();
-        let mut failed_outside_grace = 0;
-        {
-            let mut board = self
-                .board
-                .agents
-                .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let present: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-            board.retain(|node, _| present.contains(node.as_str()));
-            for result in &results {
-                let previous_ok = board.get(&result.node).and_then(|s| s.last_ok_ms);
-                let status = result.status(now, previous_ok);
-                match &result.outcome {
-                    AgentOutcome::Verified(o) | AgentOutcome::Stale(o) => {
-                        accepted.push((result.node.clone(), o.sequence));
-                    }
-                    AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e) => {
-                        summary.agents_failed += 1;
-                        if !graced.contains_key(&result.node) {
-                            failed_outside_grace += 1;
-                        }
-                        let changed = board
-                            .get(&result.node)
-                            .is_none_or(|s| s.error.as_deref() != Some(e.as_str()));
-                        if changed {
-                            tracing::warn!(node = %result.node, state = %status.state, error = %e, "agent gave no verified report");
-                        }
-                    }
-                }
-                board.insert(result.node.clone(), status);
-            }
-        }
-        self.store.save_agent_sequences(&accepted)?;
-        Ok((results, failed_outside_grace))
-    }
-
-    /// DRBD instances whose minors a verified storage report shows degraded while both of their
-    /// nodes are online, for longer than [`DEGRADED_GRACE_MS`]: instance → why.
-    fn degraded_instances(
-        &mut self,
-        nodes: &[Node],
-        instances: &[Instance],
-        readings: &BTreeMap<String, crate::storage::StorageReading>,
-        now: u64,
-    ) -> BTreeMap<String, String> {
-        let online: BTreeSet<&str> = nodes
-            .iter()
-            .filter(|n| !n.offline)
-            .map(|n| n.name.as_str())
-            .collect();
-        let mut now_degraded: BTreeMap<String, String> = BTreeMap::new();
-        for (node, reading) in readings {
-            let crate::storage::StorageReading::Verified(observation) = reading else {
-                continue;
-            };
-            let nodecare_protocol::DrbdState::Minors { minors } = &observation.payload.drbd else {
-                continue;
-            };
-            for minor in minors.iter().filter(|m| !m.is_whole()) {
-                let Some(name) = &minor.instance else {
-                    continue;
-                };
-                let Some(instance) = instances.iter().find(|i| &i.name == name) else {
-                    continue;
-                };
-                let both_online = online.contains(instance.primary_node.as_str())
-                    && instance
-                        .secondary_nodes
-                        .iter()
-                        .all(|s| online.contains(s.as_str()));
-                if both_online {
-                    now_degraded
-                        .entry(name.clone())
-                        .or_insert_with(|| format!("{node}: {}", minor.describe()));
-                }
-            }
-        }
-        let since = &mut self.degraded_since;
-        since.retain(|name, _| now_degraded.contains_key(name));
-        for name in now_degraded.keys() {
-            since.entry(name.clone()).or_insert(now);
-        }
-        now_degraded
-            .into_iter()
-            .filter(|(name, _)| {
-                since
-                    .get(name)
-                    .is_some_and(|first| now.saturating_sub(*first) >= DEGRADED_GRACE_MS)
-            })
-            .collect()
-    }
-
-    /// Planned disruptions (node, Unix ms its grace runs from): admission grants (from their
-    /// last renewal) and maintenance reboots (throughout, then from their end), whose failure
-    /// domains get a grace.
-    fn planned_disruptions(&self, now: u64) -> Result<Vec<(String, u64)>, RoundError> {
-        Ok(self
-            .store
-            .planned_grants(now)?
-            .into_iter()
-            .chain(crate::campaign_exec::planned_disruptions(&self.store, now)?)
-            .collect())
-    }
-
-    /// The storm breaker after this round's signals (persisted; transitions logged).
-    fn breaker_round(
-        &self,
-        nodes: &[Node],
-        incidents: &[Incident],
-        agents: usize,
-        agents_failed: usize,
-        now: u64,
-    ) -> Result<BreakerState, RoundError> {
-        let state: BreakerState = self.store.document(BREAKER_DOCUMENT)?.unwrap_or_default();
-        let signals = breaker::Signals {
-            nodes: nodes.len(),
-            incident_opened_ms: incidents
-                .iter()
-                .map(|i| (i.node.clone(), (i.ctime.max(0.0) * 1000.0) as u64))
-                .collect(),
-            agents,
-            agents_failed,
-        };
-        let (next, change) =
-            breaker::step(&self.settings.gate.breaker, state.clone(), &signals, now);
-        match change {
-            Some(breaker::Transition::Opened(why)) => {
-                tracing::error!(%why, "storm breaker opened: no new disruption starts until it is reset (nodecare breaker reset)");
-            }
-            Some(breaker::Transition::Closed(why)) => {
-                tracing::warn!(%why, "storm breaker closed");
-            }
-            None => {}
-        }
-        if next != state {
-            self.store.save_document(BREAKER_DOCUMENT, &next)?;
-        }
-        Ok(next)
     }
 }

@@ -53,12 +53,28 @@ pub struct CancelAnswer {
     pub message: String,
 }
 
+/// What became of the submission of one entry ([`Executor::submit_entry`]).
+#[derive(Debug)]
+pub enum Submission {
+    /// Ganeti created the job; the entry is marked submitted.
+    Submitted(JobId),
+    /// Uncertain: the job may exist. The entry stays recorded; adoption finds its job by its
+    /// reason trail, or says it was never submitted.
+    Uncertain(GanetiError),
+    /// Ganeti refused it (no job exists); the entry is marked failed.
+    Refused(GanetiError),
+}
+
+/// Jobs Ganeti was asked to cancel, shared by everyone who may ask (each job is asked once,
+/// unless the ask failed transiently).
+pub type CancelsAsked = Arc<Mutex<BTreeSet<JobId>>>;
+
 /// The executor over one ledger.
 #[derive(Debug)]
 pub struct Executor {
     ledger: Arc<dyn Ledger>,
-    /// Jobs Ganeti was asked to cancel (each asked once, unless the ask failed transiently).
-    cancels_asked: Mutex<BTreeSet<JobId>>,
+    /// Jobs Ganeti was asked to cancel.
+    cancels_asked: CancelsAsked,
 }
 
 impl Executor {
@@ -66,8 +82,62 @@ impl Executor {
     pub fn new(ledger: Arc<dyn Ledger>) -> Self {
         Self {
             ledger,
-            cancels_asked: Mutex::new(BTreeSet::new()),
+            cancels_asked: Arc::new(Mutex::new(BTreeSet::new())),
         }
+    }
+
+    /// The same executor asking Ganeti to cancel a job only if nobody sharing `asked` did.
+    #[must_use]
+    pub fn with_cancels_asked(mut self, asked: CancelsAsked) -> Self {
+        self.cancels_asked = asked;
+        self
+    }
+
+    /// Submits recorded `entry` now, as one Ganeti job chained after `depends`, with `text` as
+    /// its reason (for a duty that chains by job ids it knows and words its reasons itself),
+    /// and marks it: submitted with its job, failed when Ganeti refused it, left recorded when
+    /// the answer is uncertain.
+    pub async fn submit_entry(
+        &self,
+        ganeti: &dyn Ganeti,
+        entry: &Entry,
+        text: &str,
+        depends: Vec<JobId>,
+        now_ms: u64,
+    ) -> Result<Submission, LedgerError> {
+        let (Some(op), Some(trail)) = (entry.action.op(), entry.trail()) else {
+            return Err(LedgerError::NotAnOwner(format!(
+                "{} (entry {}: not a Ganeti job with a reason trail)",
+                entry.holder, entry.key
+            )));
+        };
+        let reason = Reason::new(trail, entry.key.clone(), text.to_owned()).after(depends);
+        // One of the two places a recorded entry becomes a Ganeti job (with `submit`).
+        #[allow(clippy::disallowed_methods)]
+        let answer = ganeti.submit(op, &reason).await;
+        let mut entry = entry.clone();
+        let submission = match answer {
+            Ok(job) => {
+                entry.state = State::Submitted;
+                entry.job = Some(job);
+                tracing::info!(holder = %entry.holder, key = %entry.key, job, "job submitted");
+                Submission::Submitted(job)
+            }
+            Err(error) if error.is_transient() => {
+                tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "submission uncertain");
+                return Ok(Submission::Uncertain(error));
+            }
+            Err(error) => {
+                entry.state = State::Failed {
+                    why: format!("Ganeti refused it: {error}"),
+                };
+                entry.finished_ms = Some(now_ms);
+                tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "submission refused");
+                Submission::Refused(error)
+            }
+        };
+        self.mark(&entry)?;
+        Ok(submission)
     }
 
     /// The ledger.
@@ -95,11 +165,22 @@ impl Executor {
         holder: Option<&Holder>,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
+        self.submit_of(ganeti, |h| holder.is_none_or(|x| x == h), now_ms)
+            .await
+    }
+
+    /// [`Executor::submit`], for the entries of the holders `which` says.
+    pub async fn submit_of(
+        &self,
+        ganeti: &dyn Ganeti,
+        which: impl Fn(&Holder) -> bool,
+        now_ms: u64,
+    ) -> Result<Vec<Entry>, LedgerError> {
         let holders: BTreeSet<Holder> = self
             .ledger
             .unfinished()?
             .into_iter()
-            .filter(|e| e.state == State::Recorded && holder.is_none_or(|h| h == &e.holder))
+            .filter(|e| e.state == State::Recorded && which(&e.holder))
             .map(|e| e.holder)
             .collect();
         let mut submitted = Vec::new();
@@ -176,10 +257,25 @@ impl Executor {
         unadopted: impl Fn(&Holder) -> Unadopted,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
+        Ok(self
+            .adopt_of(ganeti, |_| true, unadopted, now_ms)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// [`Executor::adopt`], for the entries of the holders `which` says; `None` when Ganeti's
+    /// job list could not be read (nothing was decided).
+    pub async fn adopt_of(
+        &self,
+        ganeti: &dyn Ganeti,
+        which: impl Fn(&Holder) -> bool,
+        unadopted: impl Fn(&Holder) -> Unadopted,
+        now_ms: u64,
+    ) -> Result<Option<Vec<Entry>>, LedgerError> {
         let entries = self.ledger.unfinished()?;
         let holders: BTreeSet<&Holder> = entries
             .iter()
-            .filter(|e| e.state == State::Recorded)
+            .filter(|e| e.state == State::Recorded && which(&e.holder))
             .map(|e| &e.holder)
             .collect();
         // Their holders' entries (those an entry comes after may have finished).
@@ -201,13 +297,13 @@ impl Executor {
             })
             .collect();
         if uncertain.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Some(Vec::new()));
         }
         let jobs = match ganeti.jobs().await {
             Ok(jobs) => jobs,
             Err(error) => {
                 tracing::warn!(%error, "cannot list jobs to adopt them");
-                return Ok(Vec::new());
+                return Ok(None);
             }
         };
         let mut by_reason: BTreeMap<(Uuid, String), JobId> = BTreeMap::new();
@@ -241,7 +337,7 @@ impl Executor {
             self.mark(&e)?;
             changed.push(e);
         }
-        Ok(changed)
+        Ok(Some(changed))
     }
 
     /// Follows every submitted (or timed-out) Ganeti entry's job: its outcome when it ended,
@@ -380,6 +476,17 @@ impl Executor {
             e.finished_ms = Some(now_ms);
             self.mark(&e)?;
         }
+        self.cancel_jobs(ganeti, holder).await
+    }
+
+    /// Asks Ganeti to cancel `holder`'s submitted jobs, the last submitted first, each once;
+    /// its recorded entries are left as they are (a duty that adopts them after a crash).
+    pub async fn cancel_jobs(
+        &self,
+        ganeti: &dyn Ganeti,
+        holder: &Holder,
+    ) -> Result<Vec<CancelAnswer>, LedgerError> {
+        let entries = self.ledger.of_holder(holder)?;
         let mut submitted: Vec<(JobId, String)> = entries
             .iter()
             .filter(|e| matches!(e.state, State::Submitted | State::TimedOut))

@@ -14,42 +14,50 @@ impl NodeRepair {
             .collect())
     }
 
-    /// Step 2: planned intents whose submission is uncertain.
+    /// Planned intents whose submission is uncertain (a crash or a lost answer came between
+    /// recording and marking): the executor adopts the jobs Ganeti shows with their reason
+    /// trail; the others were never submitted and are dropped, to be planned again against
+    /// the cluster as it is now.
     pub(super) async fn adopt_or_drop_planned(&self) -> Result<(), RoundError> {
-        let planned = self.ganeti_intents(IntentState::Planned)?;
-        if planned.is_empty() {
+        if self.ganeti_intents(IntentState::Planned)?.is_empty() {
             return Ok(());
         }
-        let jobs = self.ganeti.jobs().await?;
-        let mut by_reason: BTreeMap<(Uuid, String), JobId> = BTreeMap::new();
-        for job in &jobs {
-            if let Some(reason) = job.nodecare_reason() {
-                // The lowest id wins should Ganeti ever show two (it cannot: keys are unique).
-                by_reason
-                    .entry((reason.incident, reason.intent))
-                    .or_insert(job.id);
-            }
-        }
-        for mut intent in planned {
+        let Some(adopted) = self
+            .executor
+            .adopt_of(
+                &*self.ganeti,
+                is_incident,
+                |_| crate::exec::Unadopted::Retry,
+                self.now,
+            )
+            .await?
+        else {
+            // Nothing may be planned again before it is known whether it was submitted.
+            return Err(RoundError::Ganeti(GanetiError::Transport(
+                "cannot list Ganeti's jobs to adopt those of intents whose submission is uncertain"
+                    .into(),
+            )));
+        };
+        for entry in &adopted {
+            let (Some(mut intent), Some(job)) = (intent_of(entry)?, entry.job) else {
+                continue;
+            };
             let Some(mut incident) = self.store.incident(intent.incident)? else {
                 continue;
             };
-            match by_reason.get(&(intent.incident, intent.key.clone())) {
-                Some(&job) => {
-                    intent.state = IntentState::Submitted;
-                    intent.job_id = Some(job);
-                    intent.submitted_ms = Some(self.now);
-                    self.note(&mut incident, Event::JobSubmitted(job));
-                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job,
-                        "adopted job submitted before a restart");
-                    self.store.update_intent(&incident, &intent)?;
-                }
-                None => {
-                    tracing::info!(incident = %incident.uuid, intent = %intent.key,
-                        "intent was never submitted; planning it again");
-                    self.store.drop_intent(intent.incident, &intent.key)?;
-                }
+            intent.submitted_ms = Some(self.now);
+            self.note(&mut incident, Event::JobSubmitted(job));
+            tracing::info!(incident = %incident.uuid, intent = %intent.key, job,
+                "adopted job submitted before a restart");
+            self.store.update_intent(&incident, &intent)?;
+        }
+        for intent in self.ganeti_intents(IntentState::Planned)? {
+            if self.store.incident(intent.incident)?.is_none() {
+                continue;
             }
+            tracing::info!(incident = %intent.incident, intent = %intent.key,
+                "intent was never submitted; planning it again");
+            self.store.drop_intent(intent.incident, &intent.key)?;
         }
         Ok(())
     }
@@ -110,77 +118,48 @@ impl NodeRepair {
     /// goal already holds counts as done, and a job whose precondition changed under it (or that
     /// never ran because a job it depended on did not succeed) is planned again next round.
     pub(super) async fn poll_jobs(&self) -> Result<(), RoundError> {
-        let mut submitted = self.ganeti_intents(IntentState::Submitted)?;
-        // In job order: in a chain, the first job that failed is seen (and names the failure)
-        // before the jobs that failed because they depended on it.
-        submitted.sort_by_key(|intent| intent.job_id);
+        // The executor reads every job's outcome, in job order: in a chain, the first job that
+        // failed is seen (and names the failure) before the jobs that failed because they
+        // depended on it.
+        let changed = self
+            .executor
+            .poll_of(&*self.ganeti, is_incident, self.now)
+            .await?;
+        self.time_out_jobs(&changed).await?;
         // The cluster as it is, read once when a failed job needs judging.
         let mut instances: Option<Option<Vec<Instance>>> = None;
-        for mut intent in submitted {
+        for crate::exec::Changed { entry, job } in changed {
+            let Some(mut intent) = intent_of(&entry)? else {
+                continue;
+            };
             let Some(job_id) = intent.job_id else {
                 continue;
             };
             let Some(mut incident) = self.store.incident(intent.incident)? else {
                 continue;
             };
-            let outcome = match self.ganeti.job(job_id).await {
-                Ok(job) if foreign_job(&job, &intent).is_some() => {
+            let outcome = match (&entry.state, &job) {
+                (State::Succeeded, _) => Ok(()),
+                (State::Failed { why } | State::Canceled { why }, Some(job))
+                    if foreign_job(job, &intent).is_some() =>
+                {
                     // Not the job submitted for this intent (the id was reused after the queue
                     // was lost, e.g. in a master failover): it says nothing about the step.
-                    let other = foreign_job(&job, &intent).unwrap_or_default();
-                    Some(Err((
-                        format!("job {job_id} in Ganeti's queue is another job ({other})"),
+                    Err((
+                        why.clone(),
                         Some(plan::JobFailure::NotRun(format!(
                             "job {job_id} is not the job submitted for {}",
                             intent.key
                         ))),
-                    )))
+                    ))
                 }
-                Ok(job) if job.status.is_final() => {
-                    if job.status == crate::ganeti::JobStatus::Success {
-                        Some(Ok(()))
-                    } else {
-                        let errors = if job.errors.is_empty() {
-                            job.status.as_str().to_owned()
-                        } else {
-                            job.errors.join("; ")
-                        };
-                        Some(Err((
-                            format!("job {job_id} {}: {errors}", job.status.as_str()),
-                            Some(plan::JobFailure::of_job(&job)),
-                        )))
-                    }
+                (State::Failed { why } | State::Canceled { why }, Some(job)) => {
+                    Err((why.clone(), Some(plan::JobFailure::of_job(job))))
                 }
-                Ok(job) => {
-                    let age = self
-                        .now
-                        .saturating_sub(intent.submitted_ms.unwrap_or(intent.created_ms));
-                    if age
-                        > u64::try_from(self.settings.job_timeout.as_millis()).unwrap_or(u64::MAX)
-                        && incident.is_active()
-                    {
-                        let why = format!(
-                            "job {job_id} still {} after {}s",
-                            job.status.as_str(),
-                            self.settings.job_timeout.as_secs()
-                        );
-                        tracing::warn!(incident = %incident.uuid, %why, "job timed out");
-                        self.board.metrics.job_failed(&intent.spec);
-                        self.note(&mut incident, Event::ActionFailed(why));
-                        self.store.save_incident(&incident)?;
-                    }
-                    None
-                }
-                Err(GanetiError::NotFound(_)) => Some(Err((
-                    format!("job {job_id} vanished from Ganeti's queue"),
-                    None,
-                ))),
-                Err(error) => {
-                    tracing::warn!(job = job_id, %error, "cannot read job status");
-                    None
-                }
+                // Vanished from Ganeti's queue.
+                (State::Failed { why } | State::Canceled { why }, None) => Err((why.clone(), None)),
+                (State::Recorded | State::Submitted | State::TimedOut, _) => continue,
             };
-            let Some(outcome) = outcome else { continue };
             intent.finished_ms = Some(self.now);
             let is_tag = matches!(intent.spec, IntentSpec::Tag { .. });
             let is_untag = matches!(intent.spec, IntentSpec::Untag { .. });
@@ -257,6 +236,47 @@ impl NodeRepair {
                 }
             }
             self.store.update_intent(&incident, &intent)?;
+        }
+        Ok(())
+    }
+
+    /// Jobs still running past `job_timeout` fail their (active) incident; they are still
+    /// followed, and their end is recorded when it comes.
+    async fn time_out_jobs(&self, changed: &[crate::exec::Changed]) -> Result<(), RoundError> {
+        let limit = u64::try_from(self.settings.job_timeout.as_millis()).unwrap_or(u64::MAX);
+        for intent in self.ganeti_intents(IntentState::Submitted)? {
+            let Some(job_id) = intent.job_id else {
+                continue;
+            };
+            let age = self
+                .now
+                .saturating_sub(intent.submitted_ms.unwrap_or(intent.created_ms));
+            if age <= limit || changed.iter().any(|c| c.entry.job == Some(job_id)) {
+                continue;
+            }
+            let Some(mut incident) = self.store.incident(intent.incident)? else {
+                continue;
+            };
+            if !incident.is_active() {
+                continue;
+            }
+            let status = match self.ganeti.job(job_id).await {
+                Ok(job) if !job.status.is_final() => job.status.as_str().to_owned(),
+                // Ended meanwhile: the next round reads its outcome.
+                Ok(_) => continue,
+                Err(error) => {
+                    tracing::warn!(job = job_id, %error, "cannot read job status");
+                    continue;
+                }
+            };
+            let why = format!(
+                "job {job_id} still {status} after {}s",
+                self.settings.job_timeout.as_secs()
+            );
+            tracing::warn!(incident = %incident.uuid, %why, "job timed out");
+            self.board.metrics.job_failed(&intent.spec);
+            self.note(&mut incident, Event::ActionFailed(why));
+            self.store.save_incident(&incident)?;
         }
         Ok(())
     }
@@ -347,17 +367,22 @@ impl NodeRepair {
             Some(note) => format!("{description} ({note})"),
             None => description.to_owned(),
         };
-        let reason = Reason::new(incident.uuid, key.clone(), reason_text).after(depends);
-        let Some(op) = spec.op() else {
+        if spec.op().is_none() {
             return Ok(None);
+        }
+        let holder = Holder::Incident { id: incident.uuid };
+        let Some(entry) = self.store.entry(&holder, &key)? else {
+            return Err(RoundError::Store(StoreError::Corrupt(format!(
+                "the intent {key} of incident {} was recorded but is not in the ledger",
+                incident.uuid
+            ))));
         };
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "node repair records its intents in the ledger but still submits them itself"
-        )]
-        let result = self.ganeti.submit(&op, &reason).await;
+        let result = self
+            .executor
+            .submit_entry(&*self.ganeti, &entry, &reason_text, depends, self.now)
+            .await?;
         match result {
-            Ok(job) => {
+            Submission::Submitted(job) => {
                 intent.state = IntentState::Submitted;
                 intent.job_id = Some(job);
                 intent.submitted_ms = Some(self.now);
@@ -380,9 +405,8 @@ impl NodeRepair {
                 }
                 Ok(Some(job))
             }
-            Err(error) if error.is_transient() => {
+            Submission::Uncertain(error) => {
                 // The job may exist: the next round looks it up by reason before resubmitting.
-                tracing::warn!(incident = %incident.uuid, intent = %key, %error, "submission uncertain");
                 self.note(
                     incident,
                     Event::Progress(format!("submission of {key} uncertain: {error}")),
@@ -390,7 +414,7 @@ impl NodeRepair {
                 self.store.save_incident(incident)?;
                 Ok(None)
             }
-            Err(error) => {
+            Submission::Refused(error) => {
                 let why = format!("Ganeti refused {description}: {error}");
                 intent.state = IntentState::Failed;
                 intent.error = Some(why.clone());
@@ -403,11 +427,21 @@ impl NodeRepair {
                 } else {
                     self.note(incident, Event::ActionFailed(why));
                 }
-                tracing::warn!(incident = %incident.uuid, intent = %key, %error, "submission refused");
                 self.board.metrics.job_failed(&spec);
                 self.store.update_intent(incident, &intent)?;
                 Ok(None)
             }
         }
     }
+}
+
+/// The intent an incident's ledger entry records (`None`: another holder's entry).
+fn intent_of(entry: &crate::exec::ledger::Entry) -> Result<Option<Intent>, RoundError> {
+    crate::duty::node_repair::intent::from_entry(entry)
+        .map_err(|e| RoundError::Store(StoreError::Corrupt(e.to_string())))
+}
+
+/// Whether `holder` is an incident.
+pub(super) const fn is_incident(holder: &Holder) -> bool {
+    matches!(holder, Holder::Incident { .. })
 }

@@ -27,6 +27,8 @@ use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::duty::node_repair;
 use crate::duty::node_repair::intent::{after_cancel, escalation_target, next_key, service_facts};
+use crate::exec::ledger::{Ledger, State};
+use crate::exec::{Executor, Submission};
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{Admitted, Holder, InForce, Proposal};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
@@ -52,6 +54,8 @@ pub struct NodeRepair {
     repairs: RepairClient,
     settings: ReconcileSettings,
     board: Arc<Board>,
+    /// The executor over the store's ledger: the one way to Ganeti's writes.
+    executor: Arc<Executor>,
     /// The round's time (Unix ms).
     now: u64,
     /// While an incident admitted under an operator override takes its step: the override, who
@@ -69,6 +73,7 @@ impl NodeRepair {
         repairs: RepairClient,
         settings: ReconcileSettings,
         board: Arc<Board>,
+        executor: Arc<Executor>,
     ) -> Self {
         Self {
             ganeti,
@@ -76,6 +81,7 @@ impl NodeRepair {
             repairs,
             settings,
             board,
+            executor,
             now: 0,
             override_note: None,
             waiting: Vec::new(),
@@ -402,7 +408,7 @@ pub async fn cancel_incident(store: &Store, uuid: Uuid) -> Result<CancelOutcome,
 /// incident's history, and each job's end is recorded as the rounds see it.
 pub async fn stop_incident_jobs(
     ganeti: &dyn Ganeti,
-    store: &Store,
+    store: &Arc<Store>,
     board: &Board,
     uuid: Uuid,
 ) -> Result<Vec<CanceledJob>, StoreError> {
@@ -412,46 +418,19 @@ pub async fn stop_incident_jobs(
     {
         return Ok(Vec::new());
     }
-    let mut submitted: Vec<(JobId, String)> = store
-        .intents()?
+    let ledger: Arc<dyn Ledger> = store.clone();
+    let executor = Executor::new(ledger).with_cancels_asked(Arc::clone(&board.cancels_asked));
+    let answers: Vec<CanceledJob> = executor
+        .cancel_jobs(ganeti, &Holder::Incident { id: uuid })
+        .await?
         .into_iter()
-        .filter(|i| i.incident == uuid && i.state == IntentState::Submitted)
-        .filter(|i| i.spec.is_ganeti_job())
-        .filter_map(|i| i.job_id.map(|job| (job, i.key)))
+        .map(|a| CanceledJob {
+            job: a.job,
+            intent: a.key,
+            canceled: a.canceled,
+            message: a.message,
+        })
         .collect();
-    submitted.sort_by_key(|(job, _)| std::cmp::Reverse(*job));
-    let mut answers = Vec::new();
-    for (job, intent) in submitted {
-        let first = board
-            .cancels_asked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(job);
-        if !first {
-            continue;
-        }
-        let (canceled, message) = match ganeti.cancel_job(job).await {
-            Ok(answer) => (answer.canceled, answer.message),
-            Err(error) => {
-                if error.is_transient() {
-                    // Asked again by the next round.
-                    board
-                        .cancels_asked
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .remove(&job);
-                }
-                (false, format!("cannot ask Ganeti to cancel it: {error}"))
-            }
-        };
-        tracing::info!(incident = %uuid, job, intent = %intent, canceled, %message, "job cancel");
-        answers.push(CanceledJob {
-            job,
-            intent,
-            canceled,
-            message,
-        });
-    }
     if !answers.is_empty()
         && let Some(mut incident) = store.incident(uuid)?
     {
