@@ -16,7 +16,7 @@
 //!    breaker steps, every duty proposes, and the gate decides once for all of them.
 //! 6. Every duty carries out what the gate admitted ([`Duty::execute`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +25,7 @@ use nodecare_protocol::now_ms;
 use crate::breaker::BreakerPolicy;
 use crate::ganeti::{Ganeti, GanetiError};
 use crate::gate::{self, Caps, DomainSource, GateSnapshot, Holder, InForce};
+use crate::incident::RepairStatus;
 use crate::plan::EvacuationPolicy;
 use crate::repair::RepairClient;
 use crate::round::{Duty, Holds, Judged, Services};
@@ -386,23 +387,53 @@ impl Reconciler {
             holds.touched.extend(more.touched);
             holds.left.extend(more.left);
         }
+        // The executor's ledger: what the entries of balancing (and every holder without
+        // holds of its own) hold, and, as a safety net under the duties' own account, what the
+        // entries of open incidents and campaigns hold (a hold no duty reported still counts;
+        // where both name a node, the duty's holder is the one shown).
+        let incidents = self.store.incidents()?;
+        let open: BTreeSet<Holder> = incidents
+            .iter()
+            .filter(|i| i.repair_status == RepairStatus::Pending)
+            .map(|i| Holder::Incident { id: i.uuid })
+            .chain(
+                self.store
+                    .campaigns()?
+                    .iter()
+                    .filter(|r| !r.state().is_final())
+                    .map(|r| Holder::Campaign { id: r.id() }),
+            )
+            .collect();
+        let own_account = |h: &Holder| is_incident(h) || matches!(h, Holder::Campaign { .. });
         let ledger_held = self
             .executor
-            .in_force(|h| !is_incident(h) && !matches!(h, Holder::Campaign { .. }))?;
+            .in_force(|h| open.contains(h) || !own_account(h))?;
+        let (net_nodes, ledger_nodes): (Vec<_>, Vec<_>) = ledger_held
+            .nodes
+            .clone()
+            .into_iter()
+            .partition(|(_, h)| own_account(h));
+        let (net_touched, ledger_touched): (Vec<_>, Vec<_>) =
+            ledger_held.touching().partition(|(_, h)| own_account(h));
         let view = &input.view;
         let in_force = InForce::new(
             view,
-            holds.disrupted.into_iter().chain(ledger_held.nodes.clone()),
+            net_nodes
+                .into_iter()
+                .chain(holds.disrupted)
+                .chain(ledger_nodes),
         )
         .with_touched(
             view,
-            holds.touched.into_iter().chain(ledger_held.touching()),
+            net_touched
+                .into_iter()
+                .chain(holds.touched)
+                .chain(ledger_touched),
         )
         .with_left_by(&gate::left_by(
             view,
             holds.left.into_iter().chain(self.store.left_flags(view)?),
         ));
-        let incidents = self.store.incidents()?;
         let breaker = self.breaker_round(
             &input.nodes,
             &incidents,
