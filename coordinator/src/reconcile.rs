@@ -289,7 +289,11 @@ impl Reconciler {
             started_ms: now_ms(),
             ..RoundSummary::default()
         };
-        let result = self.round_inner(&mut summary).await;
+        // The duties are taken out for the round, so that they may change while the round
+        // lends them the reconciler's services.
+        let mut duties = std::mem::take(&mut self.duties);
+        let result = self.round_inner(&mut duties, &mut summary).await;
+        self.duties = duties;
         summary.duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         if let Err(error) = &result {
             summary.error = Some(error.to_string());
@@ -307,7 +311,23 @@ impl Reconciler {
         result.map(|()| summary)
     }
 
-    async fn round_inner(&mut self, summary: &mut RoundSummary) -> Result<(), RoundError> {
+    /// What every duty may use.
+    fn services(&self) -> Services<'_> {
+        Services {
+            ganeti: &*self.ganeti,
+            store: &self.store,
+            executor: &self.executor,
+            board: &self.board,
+            repairs: &self.repairs,
+            settings: &self.settings,
+        }
+    }
+
+    async fn round_inner(
+        &mut self,
+        duties: &mut [Box<dyn Duty>],
+        summary: &mut RoundSummary,
+    ) -> Result<(), RoundError> {
         // The round's one clock.
         let now = now_ms();
         if let Err(error) = self.check_master().await {
@@ -323,16 +343,9 @@ impl Reconciler {
             let nodes = self.ganeti.nodes().await?;
             replicator.take_over(&nodes).await?;
         }
-        let services = Services {
-            ganeti: &*self.ganeti,
-            store: &self.store,
-            executor: &self.executor,
-            board: &self.board,
-            repairs: &self.repairs,
-            settings: &self.settings,
-        };
+        let services = self.services();
         let guard = Arc::clone(&self.incident_lock).lock_owned().await;
-        for duty in &mut self.duties {
+        for duty in duties.iter_mut() {
             duty.follow(services, now).await?;
         }
         // The executor's ledger: jobs adopted after a crash, entries ready submitted, every
@@ -359,29 +372,22 @@ impl Reconciler {
                 .poll_of(&*self.ganeti, |h| !is_incident(h), now)
                 .await?,
         );
-        for duty in &mut self.duties {
+        for duty in duties.iter_mut() {
             duty.settle(services, &changed, now).await?;
         }
         drop(guard);
         // Read the cluster only after the jobs: a snapshot older than a job's "success" would
         // still show the instance where it was, and the move would be planned again.
         let input = self.read_input(now, summary).await?;
-        let services = Services {
-            ganeti: &*self.ganeti,
-            store: &self.store,
-            executor: &self.executor,
-            board: &self.board,
-            repairs: &self.repairs,
-            settings: &self.settings,
-        };
+        let services = self.services();
         let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
-        for duty in &mut self.duties {
+        for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.observe(services, &input).await?;
         }
         // What is in force: every duty's holds, then the executor's ledger for the holders
         // that do not report their own (balancing).
         let mut holds = Holds::default();
-        for duty in &mut self.duties {
+        for duty in duties.iter_mut() {
             let more = duty.holds(services, &input).await?;
             holds.disrupted.extend(more.disrupted);
             holds.touched.extend(more.touched);
@@ -449,7 +455,7 @@ impl Reconciler {
             breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
         };
         let mut proposals = Vec::new();
-        for duty in &mut self.duties {
+        for duty in duties.iter_mut() {
             proposals.extend(duty.propose(services, &input, &in_force).await?);
         }
         let decision = gate::decide(view, &policy, &in_force, proposals);
@@ -465,7 +471,7 @@ impl Reconciler {
             policy: &policy,
             decision: &decision,
         };
-        for duty in &mut self.duties {
+        for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.execute(services, &input, judged).await?;
         }
         if let Ok(mut snapshot) = self.board.gate.write() {
