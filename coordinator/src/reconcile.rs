@@ -18,107 +18,31 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nodecare_protocol::now_ms;
 
-use crate::breaker::BreakerPolicy;
-use crate::ganeti::{Ganeti, GanetiError};
-use crate::gate::{self, Caps, DomainSource, GateSnapshot, Holder, InForce};
+use crate::ganeti::Ganeti;
+use crate::gate::{self, GateSnapshot, Holder, InForce};
 use crate::incident::RepairStatus;
-use crate::plan::EvacuationPolicy;
 use crate::repair::RepairClient;
 use crate::round::{Duty, Holds, Judged, Services};
-use crate::scrape::{AgentUrls, Scraper};
-use crate::store::{Store, StoreError};
+use crate::scrape::Scraper;
+use crate::store::Store;
 
 mod input;
+
+pub(crate) use crate::round::now_s;
+pub use crate::round::{GateSettings, ReconcileSettings, RoundError};
 
 pub use crate::node_repair::{
     CancelOutcome, MAX_UNTAG_ATTEMPTS, NodeRepair, cancel_incident, stop_incident_jobs,
 };
-
-/// Settings of the reconciler.
-#[derive(Debug, Clone)]
-pub struct ReconcileSettings {
-    /// This node's name; the coordinator acts only while it is the master.
-    pub node_name: String,
-    /// Agent URLs.
-    pub agent_urls: AgentUrls,
-    /// The gate's settings.
-    pub gate: GateSettings,
-    /// Plan and submit an evacuation as one job chain per round.
-    pub job_chains: bool,
-    /// How evacuations end (immovable instances, offlining the node).
-    pub evacuation: EvacuationPolicy,
-    /// Return the node to service when an incident is acknowledged.
-    pub undrain_on_ack: bool,
-    /// A job running longer than this fails its incident.
-    pub job_timeout: Duration,
-    /// A repair command running longer than this fails its incident.
-    pub repair_timeout: Duration,
-    /// How long a round polls a just-started repair before moving on.
-    pub repair_poll: Duration,
-    /// Run the instance-repair duty (harep's tags) each round.
-    pub instance_repair: bool,
-    /// Ganeti's ssconf directory, read for `ssconf_master_node` before asking RAPI (a
-    /// non-master's RAPI may not answer at all); `None`: RAPI only.
-    pub ssconf_dir: Option<std::path::PathBuf>,
-}
-
-/// The gate's settings: failure domains, caps, the storm breaker, the grace of planned
-/// disruptions.
-#[derive(Debug, Clone, Default)]
-pub struct GateSettings {
-    /// Where failure domains come from.
-    pub domains: DomainSource,
-    /// Cluster-wide caps.
-    pub cluster: Caps,
-    /// Caps per node group (by name or uuid).
-    pub groups: BTreeMap<String, Caps>,
-    /// The storm breaker.
-    pub breaker: BreakerPolicy,
-    /// How long nodes of a planned disruption's domain opening incidents are not acted on.
-    pub grace: Duration,
-}
 
 /// The store document holding the last accepted storage report sequence per node.
 pub const STORAGE_SEQUENCES_DOCUMENT: &str = "storage-sequences";
 
 /// The store document holding the storm breaker's state.
 pub use crate::store::BREAKER_DOCUMENT;
-
-/// Why a round stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum RoundError {
-    /// This node is not the master: the daemon must exit with code 11.
-    #[error("this node ({node}) is not the master (the master is {master})")]
-    NotMaster {
-        /// This node.
-        node: String,
-        /// The master.
-        master: String,
-    },
-    /// Ganeti could not be queried; the round is skipped.
-    #[error("Ganeti: {0}")]
-    Ganeti(#[from] GanetiError),
-    /// The state database failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The state is not (yet) kept by a majority of the master candidates.
-    #[error("replication: {0}")]
-    Replica(#[from] crate::replica::ReplicaError),
-    /// This host could not read the agents (no descriptor, no buffer): the round is skipped and
-    /// no agent is counted unreachable (the storm breaker sees nothing of it).
-    #[error("the coordinator could not read the agents for a local cause: {0}")]
-    Local(String),
-}
-
-impl From<crate::exec::ledger::LedgerError> for RoundError {
-    fn from(error: crate::exec::ledger::LedgerError) -> Self {
-        Self::Store(StoreError::Ledger(error))
-    }
-}
 
 /// The master named by `<dir>/ssconf_master_node`, if that file is there and names one.
 pub fn ssconf_master(dir: &std::path::Path) -> Option<String> {
@@ -164,12 +88,6 @@ impl std::fmt::Debug for dyn Duty {
 /// How long a DRBD instance must stay degraded with both nodes online before the
 /// instance-repair duty replaces the broken side (a resync or a reconnect usually ends sooner).
 pub const DEGRADED_GRACE_MS: u64 = 5 * 60 * 1000;
-
-pub(crate) fn now_s() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// Whether `holder` is an incident (node repair, which follows its own entries).
 const fn is_incident(holder: &Holder) -> bool {

@@ -25,6 +25,7 @@ use nodecare_protocol::repair::{RepairRequest, RepairState};
 use nodecare_protocol::status::CanceledJob;
 use nodecare_protocol::{DiagnoseStatus, now_ms};
 
+use crate::board::Board;
 use crate::duty::node_repair;
 use crate::duty::node_repair::intent::{after_cancel, escalation_target, next_key, service_facts};
 use crate::exec::ledger::{Ledger, State};
@@ -36,9 +37,9 @@ use crate::plan::{
     self, EvacuationChain, EvacuationFinish, EvacuationStep, Lock, Round, ServiceStep,
     return_to_service,
 };
-use crate::reconcile::{Board, ReconcileSettings, RoundError, now_s};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::round::{Duty, Holds, Judged, Phase, RoundInput, Services};
+use crate::round::{ReconcileSettings, RoundError, now_s};
 use crate::scrape::AgentOutcome;
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
 

@@ -21,16 +21,103 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::board::Board;
+use crate::breaker::BreakerPolicy;
 use crate::campaign::AgentNow;
 use crate::exec::{Changed, Executor};
+use crate::ganeti::GanetiError;
 use crate::ganeti::{Ganeti, Group, Instance, Node};
-use crate::gate::{Decision, FlagChange, Holder, InForce, Policy, Proposal, View};
-use crate::reconcile::{ReconcileSettings, RoundError};
+use crate::gate::{
+    Caps, Decision, DomainSource, FlagChange, Holder, InForce, Policy, Proposal, View,
+};
+use crate::plan::EvacuationPolicy;
 use crate::repair::RepairClient;
-use crate::scrape::AgentResult;
-use crate::store::Store;
+use crate::scrape::{AgentResult, AgentUrls};
+use crate::store::{Store, StoreError};
+
+/// Settings of the reconciler.
+#[derive(Debug, Clone)]
+pub struct ReconcileSettings {
+    /// This node's name; the coordinator acts only while it is the master.
+    pub node_name: String,
+    /// Agent URLs.
+    pub agent_urls: AgentUrls,
+    /// The gate's settings.
+    pub gate: GateSettings,
+    /// Plan and submit an evacuation as one job chain per round.
+    pub job_chains: bool,
+    /// How evacuations end (immovable instances, offlining the node).
+    pub evacuation: EvacuationPolicy,
+    /// Return the node to service when an incident is acknowledged.
+    pub undrain_on_ack: bool,
+    /// A job running longer than this fails its incident.
+    pub job_timeout: Duration,
+    /// A repair command running longer than this fails its incident.
+    pub repair_timeout: Duration,
+    /// How long a round polls a just-started repair before moving on.
+    pub repair_poll: Duration,
+    /// Run the instance-repair duty (harep's tags) each round.
+    pub instance_repair: bool,
+    /// Ganeti's ssconf directory, read for `ssconf_master_node` before asking RAPI (a
+    /// non-master's RAPI may not answer at all); `None`: RAPI only.
+    pub ssconf_dir: Option<std::path::PathBuf>,
+}
+
+/// The gate's settings: failure domains, caps, the storm breaker, the grace of planned
+/// disruptions.
+#[derive(Debug, Clone, Default)]
+pub struct GateSettings {
+    /// Where failure domains come from.
+    pub domains: DomainSource,
+    /// Cluster-wide caps.
+    pub cluster: Caps,
+    /// Caps per node group (by name or uuid).
+    pub groups: BTreeMap<String, Caps>,
+    /// The storm breaker.
+    pub breaker: BreakerPolicy,
+    /// How long nodes of a planned disruption's domain opening incidents are not acted on.
+    pub grace: Duration,
+}
+
+/// Why a round stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RoundError {
+    /// This node is not the master: the daemon must exit with code 11.
+    #[error("this node ({node}) is not the master (the master is {master})")]
+    NotMaster {
+        /// This node.
+        node: String,
+        /// The master.
+        master: String,
+    },
+    /// Ganeti could not be queried; the round is skipped.
+    #[error("Ganeti: {0}")]
+    Ganeti(#[from] GanetiError),
+    /// The state database failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The state is not (yet) kept by a majority of the master candidates.
+    #[error("replication: {0}")]
+    Replica(#[from] crate::replica::ReplicaError),
+    /// This host could not read the agents (no descriptor, no buffer): the round is skipped and
+    /// no agent is counted unreachable (the storm breaker sees nothing of it).
+    #[error("the coordinator could not read the agents for a local cause: {0}")]
+    Local(String),
+}
+
+impl From<crate::exec::ledger::LedgerError> for RoundError {
+    fn from(error: crate::exec::ledger::LedgerError) -> Self {
+        Self::Store(StoreError::Ledger(error))
+    }
+}
+
+pub(crate) fn now_s() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
 
 /// A duty's phase: a future borrowing the duty and the round.
 pub type Phase<'a, T> = Pin<Box<dyn Future<Output = Result<T, RoundError>> + Send + 'a>>;
