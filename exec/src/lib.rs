@@ -53,6 +53,15 @@ pub struct CancelAnswer {
     pub message: String,
 }
 
+/// What one [`Executor::submit_reporting`] did.
+#[derive(Debug, Default)]
+pub struct Submission {
+    /// The entries submitted.
+    pub submitted: Vec<Entry>,
+    /// The entries Ganeti did not accept (their jobs may exist), with its answer.
+    pub refused: Vec<(Entry, GanetiError)>,
+}
+
 /// The executor over one ledger.
 #[derive(Debug)]
 pub struct Executor {
@@ -95,6 +104,23 @@ impl Executor {
         holder: Option<&Holder>,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
+        Ok(self.submit_reporting(ganeti, holder, now_ms).await?.submitted)
+    }
+
+    /// [`Executor::submit`], with the submissions Ganeti did not accept (for a duty that
+    /// reports them).
+    ///
+    /// An operation whose job carries no reason trail ([`nodecare_ganeti::Op::carries_reason`]:
+    /// RAPI's reinstall) cannot be found again by [`Executor::adopt`]: its entry is marked
+    /// submitted (without a job) before Ganeti is asked, so that a crash or a lost answer
+    /// leaves it uncertain, never submitted again ([`Executor::adopt`] fails it).
+    pub async fn submit_reporting(
+        &self,
+        ganeti: &dyn Ganeti,
+        holder: Option<&Holder>,
+        now_ms: u64,
+    ) -> Result<Submission, LedgerError> {
+        let mut refused = Vec::new();
         let holders: BTreeSet<Holder> = self
             .ledger
             .unfinished()?
@@ -139,6 +165,12 @@ impl Executor {
                 };
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
+                if !op.carries_reason() {
+                    // Attempted from here on: never submitted again.
+                    let mut attempted = entry.clone();
+                    attempted.state = State::Submitted;
+                    self.mark(&attempted)?;
+                }
                 // The one place a recorded entry becomes a Ganeti job.
                 #[allow(clippy::disallowed_methods)]
                 let answer = ganeti.submit(op, &reason).await;
@@ -155,14 +187,15 @@ impl Executor {
                         submitted.push(entry);
                     }
                     Err(error) => {
-                        // Uncertain: the job may exist. Adoption finds it by its reason; what
-                        // comes after it waits.
+                        // Uncertain: the job may exist. Adoption finds it by its reason (or,
+                        // without one, fails it); what comes after it waits.
                         tracing::warn!(%holder, key = %entry.key, %error, "submission failed");
+                        refused.push((entry, error));
                     }
                 }
             }
         }
-        Ok(submitted)
+        Ok(Submission { submitted, refused })
     }
 
     /// Adopts the jobs of entries whose submission is uncertain (recorded, every entry they
@@ -176,7 +209,44 @@ impl Executor {
         unadopted: impl Fn(&Holder) -> Unadopted,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
-        let entries = self.ledger.unfinished()?;
+        self.adopt_of(ganeti, |_| true, unadopted, now_ms).await
+    }
+
+    /// [`Executor::adopt`], for the entries of the holders `which` says. An entry marked
+    /// submitted without a job (one whose job carries no reason trail, asked for with no
+    /// answer recorded) fails: whether Ganeti has its job cannot be known, and it is never
+    /// submitted again.
+    pub async fn adopt_of(
+        &self,
+        ganeti: &dyn Ganeti,
+        which: impl Fn(&Holder) -> bool,
+        unadopted: impl Fn(&Holder) -> Unadopted,
+        now_ms: u64,
+    ) -> Result<Vec<Entry>, LedgerError> {
+        let entries: Vec<Entry> = self
+            .ledger
+            .unfinished()?
+            .into_iter()
+            .filter(|e| which(&e.holder))
+            .collect();
+        let mut changed = Vec::new();
+        for e in entries
+            .iter()
+            .filter(|e| e.state == State::Submitted && e.job.is_none() && e.action.op().is_some())
+        {
+            let mut e = e.clone();
+            let op = e.action.op().map(nodecare_ganeti::Op::name).unwrap_or("");
+            e.state = State::Failed {
+                why: format!(
+                    "the submission of its {op} job is uncertain (no answer recorded) and that \
+                     job carries no reason trail to find it by: not submitted again"
+                ),
+            };
+            e.finished_ms = Some(now_ms);
+            tracing::warn!(holder = %e.holder, key = %e.key, "uncertain submission failed");
+            self.mark(&e)?;
+            changed.push(e);
+        }
         let holders: BTreeSet<&Holder> = entries
             .iter()
             .filter(|e| e.state == State::Recorded)
@@ -201,13 +271,13 @@ impl Executor {
             })
             .collect();
         if uncertain.is_empty() {
-            return Ok(Vec::new());
+            return Ok(changed);
         }
         let jobs = match ganeti.jobs().await {
             Ok(jobs) => jobs,
             Err(error) => {
                 tracing::warn!(%error, "cannot list jobs to adopt them");
-                return Ok(Vec::new());
+                return Ok(changed);
             }
         };
         let mut by_reason: BTreeMap<(Uuid, String), JobId> = BTreeMap::new();
@@ -218,7 +288,6 @@ impl Executor {
                     .or_insert(job.id);
             }
         }
-        let mut changed = Vec::new();
         for e in uncertain {
             let found = e
                 .trail()
