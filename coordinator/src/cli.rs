@@ -286,9 +286,10 @@ async fn once_round(coordinator: &mut Coordinator) -> anyhow::Result<ExitCode> {
 /// stderr (exit 1 when there were any).
 async fn harep(prepared: Prepared, dry_run: bool) -> anyhow::Result<ExitCode> {
     let Prepared { config, ganeti, .. } = prepared;
-    let store = crate::store::Store::open_dir(&config.state_dir)?;
+    let store = Arc::new(crate::store::Store::open_dir(&config.state_dir)?);
+    let executor = crate::exec::Executor::new(store);
     let policy = config.one_shot_policy();
-    let one = crate::instance_repair_exec::run_once(&ganeti, &store, &policy, dry_run, now_ms())
+    let one = crate::instance_repair_exec::run_once(&ganeti, &executor, &policy, dry_run, now_ms())
         .await
         .context("instance auto-repair")?;
     print!("{}", one.harep_output());

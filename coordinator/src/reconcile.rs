@@ -483,6 +483,7 @@ impl Reconciler {
                 &*self.ganeti,
                 |holder| match holder {
                     Holder::Balancing { .. } => crate::balance::UNADOPTED,
+                    Holder::InstanceRepair { .. } => crate::instance_repair_exec::UNADOPTED,
                     _ => crate::exec::Unadopted::Retry,
                 },
                 now_ms(),
@@ -1382,7 +1383,7 @@ impl Reconciler {
             (true, Some(groups)) => {
                 match crate::instance_repair_exec::collect(
                     &*self.ganeti,
-                    &self.store,
+                    &self.executor,
                     instances,
                     groups.clone(),
                 )
@@ -1741,11 +1742,12 @@ impl Reconciler {
             }
             let report = crate::instance_repair_exec::run_instance_repairs(
                 &*self.ganeti,
-                &self.store,
+                &self.executor,
                 &assessment,
                 &decision,
                 &collected,
                 false,
+                now_ms(),
             )
             .await;
             for line in &report.lines {
