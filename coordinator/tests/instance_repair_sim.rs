@@ -15,6 +15,7 @@ use nodecare_coordinator::duty::instance_repair::{self, Assessment, Inputs};
 use nodecare_coordinator::ganeti::{Ganeti, Node};
 use nodecare_coordinator::gate::{self, Caps, InForce, NodeFacts, Policy, View};
 use nodecare_coordinator::instance_repair_exec::{self, RunReport};
+use nodecare_coordinator::exec::Executor;
 use nodecare_coordinator::store::Store;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
@@ -70,16 +71,19 @@ struct Round {
 }
 
 /// One round as the coordinator runs it: read, assess, gate, execute; nothing fails.
-async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
+async fn round(sim: &Simulation, store: &Executor, now: i64, policy: &Policy) -> Round {
     let round = round_reporting(sim, store, now, policy).await;
     assert!(round.report.errors.is_empty(), "{:?}", round.report.errors);
     round
 }
 
 /// [`round`], its failures left in the report.
-async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
+async fn round_reporting(sim: &Simulation, store: &Executor, now: i64, policy: &Policy) -> Round {
     let client = sim.client();
     let ganeti: &dyn Ganeti = &client;
+    let now_ms = u64::try_from(now).unwrap() * 1000;
+    let followed = instance_repair_exec::follow(ganeti, store, now_ms).await;
+    assert!(followed.is_empty(), "{followed:?}");
     let nodes = ganeti.nodes().await.unwrap();
     let instances = ganeti.instances().await.unwrap();
     let collected =
@@ -115,6 +119,7 @@ async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Pol
         &decision,
         &collected,
         false,
+        now_ms,
     )
     .await;
     Round {
@@ -132,10 +137,22 @@ fn tags_of(sim: &Simulation, instance: &str) -> Vec<String> {
     })
 }
 
-fn open_store() -> (tempfile::TempDir, Store) {
+/// The state database's executor.
+fn open_store() -> (tempfile::TempDir, Executor) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
-    (dir, store)
+    (dir, Executor::new(std::sync::Arc::new(store)))
+}
+
+/// The instance repairs (and tag changes) the ledger holds.
+fn open_repairs(store: &Executor) -> Vec<nodecare_coordinator::exec::ledger::Entry> {
+    store
+        .ledger()
+        .entries()
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.holder, gate::Holder::InstanceRepair { .. }))
+        .collect()
 }
 
 #[tokio::test]
@@ -307,7 +324,7 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
     // Quiet afterwards.
     let quiet = round(&sim, &store, 1400, &policy).await;
     assert!(quiet.assessment.tag_changes.is_empty() && quiet.assessment.repairs.is_empty());
-    assert!(store.instance_repairs().unwrap().is_empty());
+    assert!(open_repairs(&store).is_empty(), "{:?}", open_repairs(&store));
     assert!(
         sim.duplicate_intents().is_empty(),
         "{:?}",
@@ -426,7 +443,7 @@ async fn the_gate_holds_a_repair_back_and_nothing_is_submitted() {
         held.report
     );
     assert!(sim.submissions().is_empty());
-    assert!(store.instance_repairs().unwrap().is_empty());
+    assert!(open_repairs(&store).is_empty(), "{:?}", open_repairs(&store));
     // The breaker closes: the repair goes.
     let go = round(&sim, &store, 1100, &Policy::default()).await;
     assert_eq!(go.report.submitted.len(), 1);
@@ -639,10 +656,10 @@ async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
         ]
     );
     assert!(sim.submissions().is_empty());
-    assert!(store.instance_repairs().unwrap().is_empty());
+    assert!(open_repairs(&store).is_empty(), "{:?}", open_repairs(&store));
 }
 
-/// A crash after the repair job was submitted but before the record said so: the next run
+/// A crash after the repair job was submitted but before its ledger entry said so: the next run
 /// finds the job by its reason, submits nothing twice and writes the pending tag naming it.
 #[tokio::test]
 async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
@@ -661,7 +678,6 @@ async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
 async fn repair_interrupted_by_a_crash(source: &str) {
     use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
     use nodecare_coordinator::ganeti::{Op, Reason};
-    use nodecare_coordinator::instance_repair_exec::Record;
 
     let sim = sim("inst1:drbd:2,inst2:drbd:3");
     tag(&sim, "inst1.sim.test", &["failover"]);
@@ -677,17 +693,14 @@ async fn repair_interrupted_by_a_crash(source: &str) {
         remove: Vec::new(),
         message: "Executing ArFailover repair on inst1.sim.test".into(),
     };
-    let record = Record::Repair {
-        plan,
-        jobs: vec![None],
-        tag_job: None,
-    };
+    // Recorded as the executor records it, then the job submitted, then a crash.
     store
-        .save_instance_repair(
-            &uuid.to_string(),
-            "inst1.sim.test",
-            &serde_json::to_string(&record).unwrap(),
-        )
+        .record(&instance_repair_exec::repair_entries(
+            &plan,
+            &std::collections::BTreeSet::new(),
+            None,
+            0,
+        ))
         .unwrap();
     let client = sim.client().with_reason_source(source).unwrap();
     let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
