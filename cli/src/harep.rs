@@ -173,9 +173,10 @@ pub(crate) fn run(args: HarepArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(e) => return fail(&format!("cannot start: {e}")),
     };
+    let executor = nodecare_coordinator::exec::Executor::new(Arc::new(store));
     let one = match runtime.block_on(instance_repair_exec::run_once_with(
         ganeti.as_ref(),
-        &store,
+        &executor,
         &policy,
         &options,
         now_ms(),

@@ -533,3 +533,152 @@ impl OneShot {
 pub fn is_autorepair_tag(tag: &str) -> bool {
     tag.starts_with(TAG_PREFIX)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use nodecare_core::duty::instance_repair::{RepairOp, RepairType};
+
+    use super::*;
+
+    fn plan() -> RepairPlan {
+        RepairPlan {
+            instance: "inst2".into(),
+            kind: RepairType::Reinstall,
+            uuid: Uuid::from_u128(9),
+            ts: 1000,
+            ops: vec![
+                RepairOp::RecreateDisks {
+                    iallocator: "hail".into(),
+                },
+                RepairOp::Reinstall { start: true },
+            ],
+            remove: vec![],
+            message: String::new(),
+        }
+    }
+
+    fn entries(states: &[(State, Option<JobId>)]) -> Vec<Entry> {
+        let nodes: BTreeSet<String> = ["n1".to_owned(), "n2".to_owned()].into();
+        let mut entries = repair_entries(&plan(), &nodes, None, 0);
+        for (entry, (state, job)) in entries.iter_mut().zip(states) {
+            entry.state = state.clone();
+            entry.job = *job;
+        }
+        entries
+    }
+
+    #[test]
+    fn a_repair_is_entries_each_after_the_one_before_holding_its_nodes() {
+        let entries = entries(&[]);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].key, "instance-repair-reinstall-0");
+        assert!(entries[0].after.is_empty());
+        assert_eq!(entries[1].after, ["instance-repair-reinstall-0"]);
+        assert!(entries[1].unchained);
+        assert_eq!(
+            entries[1].holds,
+            [
+                Hold::Repairing { node: "n1".into() },
+                Hold::Repairing { node: "n2".into() }
+            ]
+        );
+        assert_eq!(plan_of(&entries), Some(plan()));
+        // While unfinished its nodes are held (touched) by the repair.
+        let held = nodecare_core::ledger::in_force(&entries);
+        assert_eq!(held.touched.len(), 2);
+    }
+
+    #[test]
+    fn the_pending_tag_waits_for_every_operation_to_have_its_job() {
+        let p = plan();
+        assert_eq!(
+            repair_step(&p, &entries(&[(State::Succeeded, Some(3))])),
+            RepairStep::Wait
+        );
+        let RepairStep::Tag {
+            add, intent, why, ..
+        } = repair_step(
+            &p,
+            &entries(&[(State::Succeeded, Some(3)), (State::Submitted, Some(5))]),
+        )
+        else {
+            panic!("a tag is due");
+        };
+        assert_eq!(intent, "pending");
+        assert!(why.is_none());
+        assert!(add.ends_with(":1000:3+5"), "{add}");
+        // The first failed: the second never runs, the tag names the first.
+        let RepairStep::Tag { add, .. } = repair_step(
+            &p,
+            &entries(&[
+                (State::Failed { why: "x".into() }, Some(3)),
+                (State::Canceled { why: "y".into() }, None),
+            ]),
+        ) else {
+            panic!("a tag is due");
+        };
+        assert!(add.ends_with(":1000:3"), "{add}");
+        // Nothing reached Ganeti: nothing to tag.
+        assert_eq!(
+            repair_step(
+                &p,
+                &entries(&[
+                    (State::Canceled { why: "c".into() }, None),
+                    (State::Canceled { why: "c".into() }, None)
+                ])
+            ),
+            RepairStep::Nothing
+        );
+        // The reinstall attempted, its answer not known: wait, then (failed) a failure result.
+        assert_eq!(
+            repair_step(
+                &p,
+                &entries(&[(State::Succeeded, Some(3)), (State::Submitted, None)])
+            ),
+            RepairStep::Wait
+        );
+        let RepairStep::Tag {
+            add, intent, why, ..
+        } = repair_step(
+            &p,
+            &entries(&[
+                (State::Succeeded, Some(3)),
+                (
+                    State::Failed {
+                        why: "uncertain".into(),
+                    },
+                    None,
+                ),
+            ]),
+        )
+        else {
+            panic!("a tag is due");
+        };
+        assert_eq!(intent, "uncertain");
+        assert!(add.contains(":1000:failure:3"), "{add}");
+        assert!(why.unwrap().contains("uncertain"));
+    }
+
+    #[test]
+    fn a_failed_tag_job_is_written_again_and_a_written_one_ends_the_repair() {
+        let p = plan();
+        let mut all = entries(&[(State::Succeeded, Some(3)), (State::Succeeded, Some(5))]);
+        let holder = Holder::InstanceRepair { id: p.uuid };
+        let target = TagTarget::Instance(p.instance.clone());
+        let mut tag = tag_entries(&holder, "pending", &target, Some("t"), &[], None, 0);
+        tag[0].state = State::Submitted;
+        tag[0].job = Some(6);
+        all.extend(tag.clone());
+        assert_eq!(repair_step(&p, &all), RepairStep::Wait);
+        let last = all.len() - 1;
+        all[last].state = State::Failed { why: "no".into() };
+        let RepairStep::Tag { intent, .. } = repair_step(&p, &all) else {
+            panic!("written again");
+        };
+        assert_eq!(intent, "pending-2");
+        all[last].state = State::Succeeded;
+        assert_eq!(repair_step(&p, &all), RepairStep::Tagged);
+    }
+}

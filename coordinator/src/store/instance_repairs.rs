@@ -147,7 +147,7 @@ mod tests {
                 RepairOp::RecreateDisks {
                     iallocator: "hail".into(),
                 },
-                RepairOp::Reinstall,
+                RepairOp::Reinstall { start: true },
             ],
             remove: vec!["ganeti:watcher:autorepair:result:failover:x:1:success:".into()],
             message: "Executing ArReinstall repair on inst2".into(),
