@@ -33,6 +33,7 @@ pub mod daemon;
 /// The executor over the ledger (the nodecare-exec crate).
 pub use nodecare_exec as exec;
 pub mod http;
+pub mod harep;
 pub mod instance_repair_exec;
 pub mod maintenance_api;
 pub mod metrics;
