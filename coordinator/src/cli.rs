@@ -102,7 +102,12 @@ struct Args {
     /// With `--harep`: harep's delay before a repair's opcodes (seconds, at least 0). Accepted
     /// for compatibility: a repair is recorded before it is submitted, so that no other run
     /// starts one on the same instance, and needs no delay (see docs/harep.md).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, requires = "harep")]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10.0,
+        requires = "harep"
+    )]
     job_delay: f64,
     /// With `--harep`: reason added to the reason trail of every job submitted.
     #[arg(long, value_name = "TEXT", requires = "harep")]

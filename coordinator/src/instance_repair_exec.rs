@@ -440,7 +440,9 @@ async fn tag_pass(ctx: Ctx<'_>, holder: &Holder, report: &mut RunReport) {
         .flatten()
         .is_some_and(|e| e.job.is_some());
     if tagged && why.is_none() {
-        report.submitted.push((plan.instance.clone(), plan.uuid, jobs));
+        report
+            .submitted
+            .push((plan.instance.clone(), plan.uuid, jobs));
     }
 }
 
@@ -498,7 +500,15 @@ pub async fn run_once(
         dry_run,
         note: None,
     };
-    run_once_with(ganeti, executor, policy, &options, now_ms, &mut Uuid::new_v4).await
+    run_once_with(
+        ganeti,
+        executor,
+        policy,
+        &options,
+        now_ms,
+        &mut Uuid::new_v4,
+    )
+    .await
 }
 
 /// [`run_once`] with [`RunOptions`] and the source of new repair uuids (tests inject fixed

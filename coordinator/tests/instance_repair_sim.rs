@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nodecare_coordinator::duty::instance_repair::{self, Assessment, Inputs};
+use nodecare_coordinator::exec::Executor;
 use nodecare_coordinator::ganeti::{Ganeti, Node};
 use nodecare_coordinator::gate::{self, Caps, InForce, NodeFacts, Policy, View};
 use nodecare_coordinator::instance_repair_exec::{self, RunReport};
-use nodecare_coordinator::exec::Executor;
 use nodecare_coordinator::store::Store;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
@@ -324,7 +324,11 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
     // Quiet afterwards.
     let quiet = round(&sim, &store, 1400, &policy).await;
     assert!(quiet.assessment.tag_changes.is_empty() && quiet.assessment.repairs.is_empty());
-    assert!(open_repairs(&store).is_empty(), "{:?}", open_repairs(&store));
+    assert!(
+        open_repairs(&store).is_empty(),
+        "{:?}",
+        open_repairs(&store)
+    );
     assert!(
         sim.duplicate_intents().is_empty(),
         "{:?}",
@@ -443,7 +447,11 @@ async fn the_gate_holds_a_repair_back_and_nothing_is_submitted() {
         held.report
     );
     assert!(sim.submissions().is_empty());
-    assert!(open_repairs(&store).is_empty(), "{:?}", open_repairs(&store));
+    assert!(
+        open_repairs(&store).is_empty(),
+        "{:?}",
+        open_repairs(&store)
+    );
     // The breaker closes: the repair goes.
     let go = round(&sim, &store, 1100, &Policy::default()).await;
     assert_eq!(go.report.submitted.len(), 1);
@@ -656,7 +664,11 @@ async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
         ]
     );
     assert!(sim.submissions().is_empty());
-    assert!(open_repairs(&store).is_empty(), "{:?}", open_repairs(&store));
+    assert!(
+        open_repairs(&store).is_empty(),
+        "{:?}",
+        open_repairs(&store)
+    );
 }
 
 /// A crash after the repair job was submitted but before its ledger entry said so: the next run

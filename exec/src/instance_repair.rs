@@ -400,7 +400,11 @@ pub fn repair_step(plan: &RepairPlan, entries: &[Entry]) -> RepairStep {
     {
         return RepairStep::Tagged;
     }
-    let base = if why.is_some() { "uncertain" } else { "pending" };
+    let base = if why.is_some() {
+        "uncertain"
+    } else {
+        "pending"
+    };
     let intent = if attempts == 0 {
         base.to_owned()
     } else {

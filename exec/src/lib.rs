@@ -104,7 +104,10 @@ impl Executor {
         holder: Option<&Holder>,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
-        Ok(self.submit_reporting(ganeti, holder, now_ms).await?.submitted)
+        Ok(self
+            .submit_reporting(ganeti, holder, now_ms)
+            .await?
+            .submitted)
     }
 
     /// [`Executor::submit`], with the submissions Ganeti did not accept (for a duty that

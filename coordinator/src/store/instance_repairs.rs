@@ -244,7 +244,10 @@ mod tests {
                     "instance-repair-success-untag"
                 ]
             );
-            assert_eq!((tag[0].state.clone(), tag[0].job), (State::Submitted, Some(7)));
+            assert_eq!(
+                (tag[0].state.clone(), tag[0].job),
+                (State::Submitted, Some(7))
+            );
             assert_eq!((tag[1].state.clone(), tag[1].job), (State::Recorded, None));
             assert!(matches!(tag[1].action.op(), Some(Op::RemoveTags { .. })));
             let table: Option<String> = store
