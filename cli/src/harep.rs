@@ -173,8 +173,7 @@ mod tests {
                 "/ca",
                 "--dry-run",
                 "--job-delay=-1",
-                "--reason",
-                "-r two",
+                "--reason=-r two",
                 "extra"
             ]),
             [
