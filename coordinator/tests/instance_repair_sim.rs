@@ -79,11 +79,15 @@ async fn round(sim: &Simulation, store: &Executor, now: i64, policy: &Policy) ->
 
 /// [`round`], its failures left in the report.
 async fn round_reporting(sim: &Simulation, store: &Executor, now: i64, policy: &Policy) -> Round {
-    let client = sim.client();
-    let ganeti: &dyn Ganeti = &client;
+    round_via(&sim.client(), store, now, policy).await
+}
+
+/// [`round_reporting`] through `ganeti`.
+async fn round_via(ganeti: &dyn Ganeti, store: &Executor, now: i64, policy: &Policy) -> Round {
     let now_ms = u64::try_from(now).unwrap() * 1000;
     let followed = instance_repair_exec::follow(ganeti, store, now_ms).await;
     assert!(followed.is_empty(), "{followed:?}");
+
     let nodes = ganeti.nodes().await.unwrap();
     let instances = ganeti.instances().await.unwrap();
     let collected =
@@ -756,4 +760,137 @@ async fn repair_interrupted_by_a_crash(source: &str) {
         .count();
     assert_eq!(failovers, 1);
     assert!(sim.duplicate_intents().is_empty());
+}
+
+/// A Ganeti client whose answers to submissions are lost (the job is submitted, the answer
+/// never arrives: a timeout, a crash).
+#[derive(Debug)]
+struct LostAnswers {
+    inner: nodecare_coordinator::ganeti::rapi::RapiClient,
+}
+
+impl Ganeti for LostAnswers {
+    fn cluster_info(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::ClusterInfo>
+    {
+        Ganeti::cluster_info(&self.inner)
+    }
+    fn nodes(&self) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<Node>> {
+        Ganeti::nodes(&self.inner)
+    }
+    fn instances(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::Instance>>
+    {
+        Ganeti::instances(&self.inner)
+    }
+    fn submit<'a>(
+        &'a self,
+        op: &'a nodecare_coordinator::ganeti::Op,
+        reason: &'a nodecare_coordinator::ganeti::Reason,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'a, nodecare_coordinator::ganeti::JobId> {
+        Box::pin(async move {
+            Ganeti::submit(&self.inner, op, reason).await?;
+            Err(nodecare_coordinator::ganeti::GanetiError::Transport(
+                "answer lost".into(),
+            ))
+        })
+    }
+    fn groups(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::Group>>
+    {
+        Ganeti::groups(&self.inner)
+    }
+    fn tags<'a>(
+        &'a self,
+        target: &'a nodecare_coordinator::ganeti::TagTarget,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'a, Vec<String>> {
+        Ganeti::tags(&self.inner, target)
+    }
+    fn job(
+        &self,
+        id: nodecare_coordinator::ganeti::JobId,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::Job> {
+        Ganeti::job(&self.inner, id)
+    }
+    fn jobs(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::JobSummary>>
+    {
+        Ganeti::jobs(&self.inner)
+    }
+    fn cancel_job(
+        &self,
+        id: nodecare_coordinator::ganeti::JobId,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::JobCancel>
+    {
+        Ganeti::cancel_job(&self.inner, id)
+    }
+}
+
+/// A reinstall whose submission's answer is lost cannot be found again (its job carries no
+/// reason trail): it is never submitted again; the repair fails visibly, a `failure` result tag
+/// naming the jobs so far and why in the run's errors.
+#[tokio::test]
+async fn an_uncertain_reinstall_fails_the_repair_and_is_never_submitted_twice() {
+    let sim = sim("inst2:plain:2");
+    tag(&sim, "inst2.sim.test", &["reinstall"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let policy = Policy::default();
+    let first = round(&sim, &store, 1000, &policy).await;
+    assert_eq!(first.assessment.repairs.len(), 1, "{:?}", first.assessment);
+    let uuid = first.assessment.repairs[0].plan.uuid;
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    // The recreate-disks job succeeded: the reinstall is submitted, its answer lost.
+    let lossy = LostAnswers {
+        inner: sim.client(),
+    };
+    let second = round_via(&lossy, &store, 1100, &policy).await;
+    assert!(
+        second
+            .report
+            .errors
+            .iter()
+            .any(|e| e.contains("answer lost")),
+        "{:?}",
+        second.report
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let third = round_reporting(&sim, &store, 1200, &policy).await;
+    assert!(
+        third
+            .report
+            .errors
+            .iter()
+            .any(|e| e.contains("not run again") && e.contains("no reason trail")),
+        "{:?}",
+        third.report
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    for now in [1300, 1400] {
+        let _ = round_reporting(&sim, &store, now, &policy).await;
+        assert!(sim.settle(Duration::from_secs(10)).await);
+    }
+    let reinstalls = sim
+        .submissions()
+        .iter()
+        .filter(|s| s.op_id == "OP_INSTANCE_REINSTALL")
+        .count();
+    assert_eq!(reinstalls, 1);
+    let recreate = sim
+        .submissions()
+        .iter()
+        .find(|s| s.op_id == "OP_INSTANCE_RECREATE_DISKS")
+        .map(|s| s.job)
+        .unwrap();
+    let tags = tags_of(&sim, "inst2.sim.test");
+    assert!(
+        tags.contains(&format!(
+            "{PREFIX}result:reinstall:{uuid}:1000:failure:{recreate}"
+        )),
+        "{tags:?}"
+    );
 }
