@@ -3,6 +3,7 @@
 //!
 //! Exit codes: 0 stopped by a signal, 1 runtime failure, 2 bad configuration, 11 not the master
 //! (`--once` only: the daemon stands by on a node that is not the master).
+//! `--harep` exits as harep: 0, or 1 when anything went wrong (a bad configuration included).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
