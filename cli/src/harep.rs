@@ -1,23 +1,24 @@
 //! `nodecare harep`: one run of instance auto-repair with harep's options and output, for
 //! operators who run Ganeti's `harep` from cron.
 //!
-//! It is a front of the coordinator's one-shot path (`nodecare-coordinator --harep`): the same
-//! pure duty (`duty::instance_repair`), the same gate and the same executor
-//! (`instance_repair_exec`), so there is one implementation of instance repair. Ganeti is
-//! reached through RAPI: `-m ADDRESS` (with `--rapi-ca`, as `nodecare roll`), or, with `-L` or
-//! no option, the `[rapi]` section of the coordinator's configuration (on the master, where
-//! harep's `-L` reaches the local master daemon). In-flight repairs are recorded in the
-//! coordinator's state directory, shared with a running coordinator.
+//! A front of the coordinator's one-shot path: it runs `nodecare-coordinator --harep` with the
+//! options given (found beside this `nodecare` executable, else in `/usr/bin`; both ship in
+//! the `nodecare-coordinator` package), which replaces this process, so harep's output and the
+//! exit status are the coordinator's. There is one implementation of instance repair, and this
+//! binary links neither SQLite nor the coordinator's HTTP server.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::Args;
-use nodecare_coordinator::instance_repair_exec::{self, RunOptions};
-use nodecare_coordinator::store::Store;
-use nodecare_core::config::{Config, DEFAULT_CONFIG_PATH};
-use nodecare_ganeti::Ganeti;
+use nodecare_core::config::DEFAULT_CONFIG_PATH;
+
+/// The coordinator's binary.
+const COORDINATOR: &str = "nodecare-coordinator";
+
+/// Where the coordinator's binary is when not beside `nodecare`.
+const COORDINATOR_DIR: &str = "/usr/bin";
 
 #[derive(Debug, Args)]
 #[command(disable_version_flag = true)]
@@ -52,7 +53,7 @@ pub(crate) struct HarepArgs {
     /// missing default file means all defaults.
     #[arg(short = 'c', long, value_name = "FILE", default_value = DEFAULT_CONFIG_PATH)]
     config: PathBuf,
-    /// State directory for the records of repairs in flight [default: the configuration's,
+    /// State directory for the ledger of repairs in flight [default: the configuration's,
     /// /var/lib/nodecare]. With --dry-run a missing database is not created.
     #[arg(long, value_name = "DIR")]
     state_dir: Option<PathBuf>,
@@ -60,168 +61,152 @@ pub(crate) struct HarepArgs {
     extra: Vec<String>,
 }
 
-fn fail(msg: &str) -> ExitCode {
-    eprintln!("Error: {msg}");
-    ExitCode::from(1)
+/// The coordinator's arguments for `args` (the one-shot checks their values).
+fn coordinator_args(args: &HarepArgs) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec!["--harep".into()];
+    if args.config.as_os_str() != DEFAULT_CONFIG_PATH {
+        out.push("--config".into());
+        out.push(args.config.clone().into_os_string());
+    }
+    if let Some(dir) = &args.state_dir {
+        out.push("--state-dir".into());
+        out.push(dir.clone().into_os_string());
+    }
+    match &args.luxi {
+        Some(Some(socket)) => out.push(format!("--luxi={socket}").into()),
+        Some(None) => out.push("--luxi".into()),
+        None => {}
+    }
+    if let Some(master) = &args.master {
+        out.push(format!("--master={master}").into());
+    }
+    if let Some(ca) = &args.rapi_ca {
+        out.push("--rapi-ca".into());
+        out.push(ca.clone().into_os_string());
+    }
+    if args.dry_run {
+        out.push("--dry-run".into());
+    }
+    out.push(format!("--job-delay={}", args.job_delay).into());
+    if let Some(reason) = &args.reason {
+        out.push(format!("--reason={reason}").into());
+    }
+    if !args.extra.is_empty() {
+        out.push("--".into());
+        out.extend(args.extra.iter().map(OsString::from));
+    }
+    out
 }
 
-/// The reason text, checked: one line of printable text.
-fn check_reason(reason: &str) -> Result<String, String> {
-    let reason = reason.trim();
-    if reason.is_empty() {
-        return Err("--reason must not be empty".into());
-    }
-    if reason.chars().any(char::is_control) {
-        return Err("--reason must be one line of printable text".into());
-    }
-    if reason.chars().count() > 512 {
-        return Err("--reason must be at most 512 characters".into());
-    }
-    Ok(reason.to_owned())
-}
-
-/// `-m ADDRESS` as an https URL (as htools: a bare host gets the default RAPI port).
-fn master_url(master: &str) -> Result<String, String> {
-    if master.starts_with("file://") {
-        return Err(format!(
-            "{master}: harep needs a live cluster; give -m host, host:port or https://..."
-        ));
-    }
-    Ok(if master.contains("://") {
-        master.to_owned()
-    } else if master.contains(':') {
-        format!("https://{master}")
-    } else {
-        format!("https://{master}:5080")
-    })
-}
-
-fn open_store(dir: &Path, dry_run: bool) -> Result<Store, String> {
-    let db = dir.join("state.db");
-    let store = if dry_run && !db.exists() {
-        // Nothing in flight to know of, and a dry run leaves nothing behind.
-        Store::open(Path::new(":memory:"))
-    } else {
-        Store::open_dir(dir)
-    };
-    store.map_err(|e| format!("state database {}: {e}", db.display()))
+/// The coordinator's binary: beside the running `nodecare` (`beside`: its directory), else in
+/// `/usr/bin`.
+fn coordinator_binary(beside: Option<&Path>) -> Option<PathBuf> {
+    beside
+        .map(|dir| dir.join(COORDINATOR))
+        .into_iter()
+        .chain(std::iter::once(
+            Path::new(COORDINATOR_DIR).join(COORDINATOR),
+        ))
+        .find(|path| path.is_file())
 }
 
 pub(crate) fn run(args: HarepArgs) -> ExitCode {
-    if !args.extra.is_empty() {
-        return fail("this program doesn't take any arguments.");
-    }
-    if !(args.job_delay.is_finite() && args.job_delay >= 0.0) {
-        return fail("--job-delay must be a number of seconds, at least 0");
-    }
-    let note = match args.reason.as_deref().map(check_reason).transpose() {
-        Ok(note) => note,
-        Err(e) => return fail(&e),
-    };
-    let config_given = args.config.as_os_str() != DEFAULT_CONFIG_PATH;
-    let config = match Config::from_read(
-        &args.config,
-        std::fs::read_to_string(&args.config),
-        config_given,
-    ) {
-        Ok(config) => config,
-        Err(e) => return fail(&e.to_string()),
-    };
-    if let Err(e) = config.validate() {
-        return fail(&e.to_string());
-    }
-    if let Some(Some(socket)) = &args.luxi {
+    let exe = std::env::current_exe().ok();
+    let beside = exe.as_deref().and_then(Path::parent);
+    let Some(binary) = coordinator_binary(beside) else {
         eprintln!(
-            "nodecare harep: Luxi is not used ({socket}); reaching Ganeti through the RAPI of {}",
-            config.rapi.url
+            "Error: `nodecare harep` runs {COORDINATOR} --harep, which is neither beside {} nor \
+             in {COORDINATOR_DIR}: install the nodecare-coordinator package",
+            beside.map_or_else(|| "nodecare".to_owned(), |d| d.display().to_string())
         );
-    }
-    let ganeti: Arc<dyn Ganeti> = match &args.master {
-        Some(master) => {
-            let url = match master_url(master) {
-                Ok(url) => url,
-                Err(e) => return fail(&e),
-            };
-            match crate::roll_http::client(&url, args.rapi_ca.as_deref()).and_then(|(client, _)| {
-                client
-                    .with_reason_source(&config.reason_source)
-                    .map_err(|e| e.to_string())
-            }) {
-                Ok(client) => Arc::new(client),
-                Err(e) => return fail(&e),
-            }
-        }
-        None => match nodecare_coordinator::cli::rapi_client(&config) {
-            Ok(client) => Arc::new(client),
-            Err(e) => return fail(&format!("{e:#}")),
-        },
+        return ExitCode::from(1);
     };
-    let state_dir = args.state_dir.as_deref().unwrap_or(&config.state_dir);
-    let store = match open_store(state_dir, args.dry_run) {
-        Ok(store) => store,
-        Err(e) => return fail(&e),
-    };
-    let policy = config.one_shot_policy();
-    let options = RunOptions {
-        dry_run: args.dry_run,
-        note,
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => return fail(&format!("cannot start: {e}")),
-    };
-    let one = match runtime.block_on(instance_repair_exec::run_once_with(
-        ganeti.as_ref(),
-        &store,
-        &policy,
-        &options,
-        now_ms(),
-        &mut uuid::Uuid::new_v4,
-    )) {
-        Ok(one) => one,
-        Err(e) => return fail(&format!("cannot read the cluster: {e}")),
-    };
-    print!("{}", one.harep_output());
-    for error in &one.report.errors {
-        eprintln!("nodecare harep: {error}");
-    }
-    if one.report.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    exec(&binary, &coordinator_args(&args))
 }
 
-/// The milliseconds since the Unix epoch now.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// Replaces this process with `binary args` (its output and exit status are this command's).
+#[cfg(unix)]
+fn exec(binary: &Path, args: &[OsString]) -> ExitCode {
+    use std::os::unix::process::CommandExt as _;
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "replaces this process (exec): no child to sandbox or kill"
+    )]
+    let error = std::process::Command::new(binary).args(args).exec();
+    eprintln!("Error: cannot run {}: {error}", binary.display());
+    ExitCode::from(1)
 }
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
 
-    #[test]
-    fn master_addresses_as_htools() {
-        assert_eq!(master_url("m").unwrap(), "https://m:5080");
-        assert_eq!(master_url("m:15080").unwrap(), "https://m:15080");
-        assert_eq!(
-            master_url("https://u:p@m:5080").unwrap(),
-            "https://u:p@m:5080"
-        );
-        assert!(master_url("file:///tmp/x").is_err());
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: HarepArgs,
+    }
+
+    fn passed(line: &[&str]) -> Vec<String> {
+        let cli =
+            Cli::try_parse_from(std::iter::once("harep").chain(line.iter().copied())).unwrap();
+        coordinator_args(&cli.args)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
     }
 
     #[test]
-    fn reasons_are_one_printable_line() {
-        assert_eq!(check_reason(" cron run ").unwrap(), "cron run");
-        assert!(check_reason("").is_err());
-        assert!(check_reason("a\nb").is_err());
-        assert!(check_reason(&"x".repeat(513)).is_err());
+    fn options_pass_through_to_the_one_shot() {
+        assert_eq!(passed(&[]), ["--harep", "--job-delay=10"]);
+        assert_eq!(
+            passed(&[
+                "-c",
+                "/etc/x.toml",
+                "--state-dir",
+                "/s",
+                "-m",
+                "h:1",
+                "--rapi-ca",
+                "/ca",
+                "--dry-run",
+                "--job-delay=-1",
+                "--reason=-r two",
+                "extra"
+            ]),
+            [
+                "--harep",
+                "--config",
+                "/etc/x.toml",
+                "--state-dir",
+                "/s",
+                "--master=h:1",
+                "--rapi-ca",
+                "/ca",
+                "--dry-run",
+                "--job-delay=-1",
+                "--reason=-r two",
+                "--",
+                "extra"
+            ]
+        );
+        assert_eq!(passed(&["-L"]), ["--harep", "--luxi", "--job-delay=10"]);
+        assert_eq!(
+            passed(&["-L", "/s.sock"]),
+            ["--harep", "--luxi=/s.sock", "--job-delay=10"]
+        );
+    }
+
+    #[test]
+    fn the_coordinator_is_found_beside_nodecare_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let here = dir.path().join(COORDINATOR);
+        std::fs::write(&here, "").unwrap();
+        assert_eq!(coordinator_binary(Some(dir.path())), Some(here));
+        let empty = tempfile::tempdir().unwrap();
+        let fallback = coordinator_binary(Some(empty.path()));
+        assert!(fallback.is_none_or(|p| p.starts_with(COORDINATOR_DIR)));
     }
 }

@@ -96,7 +96,39 @@ async fn serve(sim: &Simulation) -> (Setup, nodecare_ganeti_sim::SimServer) {
     (setup, server)
 }
 
+/// `nodecare harep` runs `nodecare-coordinator --harep` found beside it: built here when a
+/// build of this package alone did not build it.
+fn coordinator_beside_nodecare() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let nodecare = PathBuf::from(env!("CARGO_BIN_EXE_nodecare"));
+        let coordinator = nodecare.with_file_name("nodecare-coordinator");
+        if coordinator.is_file() {
+            return;
+        }
+        // target/<profile>/nodecare: the target directory is two levels up.
+        let target = nodecare.parent().and_then(|p| p.parent()).unwrap();
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-p",
+                "nodecare-coordinator",
+                "--bin",
+                "nodecare-coordinator",
+            ])
+            .env("CARGO_TARGET_DIR", target)
+            .status()
+            .unwrap();
+        assert!(
+            status.success() && coordinator.is_file(),
+            "cannot build {}",
+            coordinator.display()
+        );
+    });
+}
+
 async fn nodecare(setup: &Setup, extra: &[&str]) -> Output {
+    coordinator_beside_nodecare();
     let mut args: Vec<String> = vec![
         "harep".into(),
         "-c".into(),
@@ -241,6 +273,7 @@ async fn usage_errors_are_clear() {
         assert!(out.stdout.is_empty());
     }
     // Without the pinned certificate the cluster is not trusted.
+    coordinator_beside_nodecare();
     let out = tokio::task::spawn_blocking(|| {
         Command::new(env!("CARGO_BIN_EXE_nodecare"))
             .args(["harep", "-c", "/dev/null", "-m", "127.0.0.1:1", "--dry-run"])
@@ -252,4 +285,29 @@ async fn usage_errors_are_clear() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--rapi-ca"));
     assert!(sim.submissions().is_empty());
+}
+
+/// Without the coordinator's binary (beside `nodecare` or in /usr/bin), `nodecare harep` says
+/// what is missing and fails.
+#[test]
+fn a_missing_coordinator_is_a_clear_error() {
+    if std::path::Path::new("/usr/bin/nodecare-coordinator").exists() {
+        eprintln!("skipped: /usr/bin/nodecare-coordinator is installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let alone = dir.path().join("nodecare");
+    std::fs::copy(env!("CARGO_BIN_EXE_nodecare"), &alone).unwrap();
+    let out = Command::new(&alone)
+        .args(["harep", "-c", "/dev/null", "--dry-run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nodecare-coordinator --harep")
+            && err.contains("nodecare-coordinator package"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
 }

@@ -3,6 +3,7 @@
 //!
 //! Exit codes: 0 stopped by a signal, 1 runtime failure, 2 bad configuration, 11 not the master
 //! (`--once` only: the daemon stands by on a node that is not the master).
+//! `--harep` exits as harep: 0, or 1 when anything went wrong (a bad configuration included).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +83,39 @@ struct Args {
     /// With `--harep`: submit nothing, print what would be done (harep's `--dry-run`).
     #[arg(long, requires = "harep")]
     dry_run: bool,
+    /// With `--harep`: reach the local master (harep's Luxi option) through the configuration's
+    /// RAPI settings (`[rapi]`); a SOCKET given is not used.
+    #[arg(short = 'L', long = "luxi", num_args = 0..=1, value_name = "SOCKET", requires = "harep")]
+    luxi: Option<Option<String>>,
+    /// With `--harep`: reach the cluster via RAPI at ADDRESS (host, host:port or
+    /// https://user:pass@host:port) instead of the configuration's.
+    #[arg(
+        short = 'm',
+        long = "master",
+        value_name = "ADDRESS",
+        requires = "harep",
+        conflicts_with = "luxi"
+    )]
+    master: Option<String>,
+    /// With `--harep -m`: PEM file with the cluster's RAPI certificate, pinned.
+    #[arg(long, value_name = "FILE", requires = "master")]
+    rapi_ca: Option<PathBuf>,
+    /// With `--harep`: harep's delay before a repair's opcodes (seconds, at least 0). Accepted
+    /// for compatibility: a repair is recorded before it is submitted, so that no other run
+    /// starts one on the same instance, and needs no delay (see docs/harep.md).
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 10.0,
+        requires = "harep"
+    )]
+    job_delay: f64,
+    /// With `--harep`: reason added to the reason trail of every job submitted.
+    #[arg(long, value_name = "TEXT", requires = "harep")]
+    reason: Option<String>,
+    /// harep takes no arguments (refused with harep's message).
+    #[arg(hide = true, requires = "harep")]
+    extra: Vec<String>,
     /// Shrink the state database now and exit: apply the retention policy at once (what is old
     /// and finished), then give every free page back to the file system (VACUUM). Safe while the
     /// daemon runs (it waits for the database); revoke overrides and release grants first for
@@ -282,24 +316,32 @@ async fn once_round(coordinator: &mut Coordinator) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `--harep`: one run of the instance auto-repair duty, harep's output on stdout, problems on
-/// stderr (exit 1 when there were any).
-async fn harep(prepared: Prepared, dry_run: bool) -> anyhow::Result<ExitCode> {
-    let Prepared { config, ganeti, .. } = prepared;
-    let store = crate::store::Store::open_dir(&config.state_dir)?;
-    let policy = config.one_shot_policy();
-    let one = crate::instance_repair_exec::run_once(&ganeti, &store, &policy, dry_run, now_ms())
-        .await
-        .context("instance auto-repair")?;
-    print!("{}", one.harep_output());
-    for error in &one.report.errors {
-        eprintln!("nodecare-coordinator: {error}");
+/// `--harep`: one run of the instance auto-repair duty with harep's options
+/// ([`crate::harep`]): harep's output on stdout, problems on stderr (exit 1 when there were
+/// any, a bad configuration included). Needs only the configuration and RAPI (no HMAC key).
+fn harep(args: &Args, matches: &ArgMatches) -> ExitCode {
+    let mut config = match crate::config::load(&args.config, given(matches, "config")) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("Error: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    args.apply(matches, &mut config);
+    if let Err(error) = config.validate() {
+        eprintln!("Error: {error}");
+        return ExitCode::from(1);
     }
-    Ok(if one.report.errors.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    let options = crate::harep::HarepOptions {
+        luxi: args.luxi.clone(),
+        master: args.master.clone(),
+        rapi_ca: args.rapi_ca.clone(),
+        dry_run: args.dry_run,
+        job_delay: args.job_delay,
+        reason: args.reason.clone(),
+        extra: args.extra.clone(),
+    };
+    crate::harep::run(&config, &options)
 }
 
 /// `--shrink-state`: retention now, then a full VACUUM; what it did, for people.
@@ -331,6 +373,9 @@ pub fn main() -> ExitCode {
         Err(error) => error.exit(),
     };
     nodecare_daemon::logging::init(&args.log);
+    if args.harep {
+        return harep(&args, &matches);
+    }
     let prepared = match prepare(&args, &matches) {
         Ok(prepared) => prepared,
         Err(error) => {
@@ -372,15 +417,6 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if args.harep {
-        return match runtime.block_on(harep(prepared, args.dry_run)) {
-            Ok(code) => code,
-            Err(error) => {
-                eprintln!("nodecare-coordinator: {error:#}");
-                ExitCode::FAILURE
-            }
-        };
-    }
     match runtime.block_on(run(prepared, args.once)) {
         Ok(code) => code,
         Err(error) => {

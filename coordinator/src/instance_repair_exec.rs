@@ -1,51 +1,93 @@
-//! Instance auto-repair, the executor: reads what the duty ([`crate::duty::instance_repair`]) needs
-//! from Ganeti, and runs what it decided: tag changes at once, repairs once the gate admits
-//! them.
+//! Instance auto-repair, the executor's side: reads what the duty
+//! ([`crate::duty::instance_repair`]) needs from Ganeti and the ledger, and records what it
+//! decided as ledger entries, carried out by the executor ([`crate::exec::Executor`]): tag
+//! changes at once, repairs once the gate admits them.
 //!
 //! A repair runs as harep's, through RAPI: one job per operation (RAPI has no multi-opcode
-//! job), each submitted once the one before has succeeded (RAPI's reinstall cannot carry
-//! `depends`), then the `pending:` tag naming the jobs, then the removal of the tags it
-//! supersedes. Every job carries the reason
+//! job). Its entries ([`repair_entries`]) are held by the repair (`Holder::InstanceRepair`, the
+//! repair's uuid, which is every job's `incident=`), recorded before anything is submitted, each
+//! operation submitted once the one before has succeeded (RAPI's reinstall cannot carry
+//! `depends`: [`crate::exec::ledger::Entry::unchained`]), each holding the instance's nodes
+//! while unfinished ([`crate::exec::ledger::Hold::Repairing`]: the gate's in-force view counts
+//! every running repair). Then the `pending:` tag naming the jobs, then the removal of the tags
+//! it supersedes: the tag's ids are known only after submission, so its entries are recorded in
+//! a later pass, once every operation has its job ([`repair_step`], pure), by this module, not
+//! by the executor. Every job carries the reason
 //! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
-//! <version> ...` under `gnt:daemon:maintd`.
+//! <version> ...` under `gnt:daemon:maintd`. A tag change (a result, an `enoperm`, an expired
+//! suspend) is a holder of its own: the uuid of the repair whose result it writes, else a fresh
+//! one.
 //!
-//! Between the submission of a repair and the moment Ganeti shows its pending tag, the
-//! instance is *in flight*: a record in the state database (table `instance_repairs`) says so,
-//! and the duty leaves the instance alone. The record also makes a crash harmless: a repair
-//! whose jobs were only partly submitted is completed from the jobs Ganeti already has with its
-//! uuid (found by their reason), and a pending tag whose job failed is written again. Tag
-//! changes are recorded the same way until their jobs are final, so that a result is never
-//! written twice.
+//! Between the recording of a repair and the moment Ganeti shows its pending tag (or a tag
+//! change's jobs end), the instance is *in flight*: the duty leaves it alone. Once done, the
+//! holder's entries are forgotten. After a crash the executor adopts the jobs Ganeti shows by
+//! their reason trail, and submits again those it does not show (the job list is complete).
+//! RAPI's reinstall job carries no reason trail: its entry is marked submitted before Ganeti is
+//! asked, so an uncertain reinstall is never submitted again; its entry fails, and the repair
+//! ends in a `failure` result tag naming the jobs so far, with why in the run's errors.
 
-#![expect(
-    clippy::disallowed_methods,
-    reason = "instance repair still submits its own jobs, outside the executor's ledger"
-)]
-
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
 use crate::duty::instance_repair::{
-    Assessment, Inputs, RepairData, RepairOp, RepairResult, TagChange,
+    Assessment, Inputs, PlannedRepair, RepairData, RepairResult, TagChange,
 };
-use crate::ganeti::{
-    Ganeti, GanetiError, Group, Instance, JobId, JobStatus, Op, Reason, TagTarget,
-};
-use crate::gate::{Decision, InForce, Policy};
-use crate::store::Store;
+use crate::exec::ledger::Entry;
+use crate::exec::{Executor, Unadopted};
+use crate::ganeti::{Ganeti, GanetiError, Group, Instance, TagTarget};
+use crate::gate::{Decision, Holder, InForce, Policy};
 
 pub use nodecare_exec::instance_repair::{
-    Collected, INTENT_PREFIX, OneShot, Record, RepairHolds, RunOptions, RunReport, holds,
-    is_autorepair_tag, job_states, reason, tag_identity, tag_lines, view_of,
+    Collected, INTENT_PREFIX, OneShot, Record, RepairHolds, RepairStep, RunOptions, RunReport,
+    holds, is_autorepair_tag, job_states, op_key, plan_of, reason, repair_entries, repair_step,
+    tag_change_of, tag_entries, tag_identity, tag_lines, view_of,
 };
 
-/// Reads the cluster tags, the status of every pending repair's jobs, and the records of work
-/// in flight (forgetting those Ganeti now shows done); `groups` are the node groups with their
-/// tags, as the caller read them.
+/// What becomes of a repair's entry whose submission is uncertain and that Ganeti's job list
+/// does not show: submitted again (the list is complete, and every repair job but the reinstall
+/// carries its trail; an uncertain reinstall fails instead, never submitted twice).
+pub const UNADOPTED: Unadopted = Unadopted::Retry;
+
+/// Whether `holder` is an instance repair's (or its tag change's).
+pub const fn is_instance_repair(holder: &Holder) -> bool {
+    matches!(holder, Holder::InstanceRepair { .. })
+}
+
+/// The executor's pass over instance repairs alone, for runs without the coordinator's round
+/// (the one-shot): jobs adopted after a crash, every job followed to its outcome. The round
+/// does this for every holder.
+pub async fn follow(ganeti: &dyn Ganeti, executor: &Executor, now_ms: u64) -> Vec<String> {
+    let mut errors = Vec::new();
+    if let Err(error) = executor
+        .adopt_of(ganeti, is_instance_repair, |_| UNADOPTED, now_ms)
+        .await
+    {
+        errors.push(error.to_string());
+    }
+    if let Err(error) = executor.poll_of(ganeti, is_instance_repair, now_ms).await {
+        errors.push(error.to_string());
+    }
+    errors
+}
+
+/// The ledger's instance-repair entries, by holder.
+fn by_holder(executor: &Executor) -> Result<BTreeMap<Holder, Vec<Entry>>, String> {
+    let mut out: BTreeMap<Holder, Vec<Entry>> = BTreeMap::new();
+    for entry in executor.ledger().entries().map_err(|e| e.to_string())? {
+        if is_instance_repair(&entry.holder) {
+            out.entry(entry.holder.clone()).or_default().push(entry);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads the cluster tags, the status of every pending repair's jobs, and the ledger's repairs
+/// and tag changes in flight (forgetting those Ganeti now shows done); `groups` are the node
+/// groups with their tags, as the caller read them.
 pub async fn collect(
     ganeti: &dyn Ganeti,
-    store: &Store,
+    executor: &Executor,
     instances: &[Instance],
     groups: Vec<Group>,
 ) -> Result<Collected, GanetiError> {
@@ -59,157 +101,65 @@ pub async fn collect(
     collected.errors = errors;
     let by_name: BTreeMap<&str, &Instance> =
         instances.iter().map(|i| (i.name.as_str(), i)).collect();
-    let records = match store.instance_repairs() {
-        Ok(records) => records,
+    let holders = match by_holder(executor) {
+        Ok(holders) => holders,
         Err(error) => {
-            // Without the records, nothing can be known to be out of flight: wait.
+            // Without the ledger, nothing can be known to be out of flight: wait.
             collected
                 .errors
-                .push(format!("instance repair records: {error}"));
+                .push(format!("instance repair entries: {error}"));
             collected
                 .in_flight
                 .extend(instances.iter().map(|i| i.name.clone()));
             return Ok(collected);
         }
     };
-    // Ganeti's job list, read once if a tag change's jobs must be looked up.
-    let mut listing: Option<Vec<crate::ganeti::JobSummary>> = None;
-    for (id, _, text) in records {
-        let record: Record = match serde_json::from_str(&text) {
-            Ok(record) => record,
-            Err(error) => {
-                collected
-                    .errors
-                    .push(format!("instance repair record {id} is corrupt: {error}"));
-                continue;
-            }
-        };
-        // Whether a tag change's jobs (recorded or adopted) ended but the instances as read do
-        // not show the change yet.
-        let mut tag_jobs_ended = false;
-        let done = match &record {
-            Record::Repair { plan, .. } => match by_name.get(plan.instance.as_str()) {
+    for (holder, entries) in holders {
+        let unfinished = entries.iter().any(|e| e.state.is_unfinished());
+        let (target, in_flight, done) = if let Some(plan) = plan_of(&entries) {
+            let target = TagTarget::Instance(plan.instance.clone());
+            let uuid = plan.uuid.to_string();
+            let shown = by_name.get(plan.instance.as_str()).map(|instance| {
+                instance
+                    .tags
+                    .iter()
+                    .any(|tag| RepairData::parse_tag(tag).is_some_and(|data| data.uuid == uuid))
+            });
+            match (repair_step(&plan, &entries), shown) {
                 // Gone: nothing left to wait for.
-                None => true,
-                Some(instance) => {
-                    let uuid = plan.uuid.to_string();
-                    instance
-                        .tags
-                        .iter()
-                        .any(|tag| RepairData::parse_tag(tag).is_some_and(|data| data.uuid == uuid))
+                (_, None) => (target, false, !unfinished),
+                (RepairStep::Nothing, _) => (target, false, true),
+                // Its tag written; in flight until the instances as read show it.
+                (RepairStep::Tagged, Some(shown)) => (target, !shown, true),
+                (RepairStep::Wait | RepairStep::Tag { .. } | RepairStep::TooLong, _) => {
+                    collected
+                        .repairs_in_flight
+                        .insert(plan.instance.clone(), plan.uuid);
+                    (target, true, false)
                 }
-            },
-            Record::Tags { change, jobs } => {
-                let mut done = true;
-                let mut jobs = jobs.clone();
-                let expected =
-                    usize::from(change.add.is_some()) + usize::from(!change.remove.is_empty());
-                if jobs.len() < expected {
-                    // Submitted but not recorded (a crash, or an answer lost on the way back):
-                    // Ganeti's job list says which were, by their reason. None there: never
-                    // submitted, and planned again.
-                    match adopt_tag_jobs(ganeti, &mut listing, change, &id).await {
-                        Ok(found) if found.len() > jobs.len() => {
-                            jobs = found;
-                            let adopted = Record::Tags {
-                                change: change.clone(),
-                                jobs: jobs.clone(),
-                            };
-                            if let Ok(uuid) = Uuid::parse_str(&id)
-                                && let Err(error) = save(store, uuid, &adopted)
-                            {
-                                collected.errors.push(error);
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(error) => {
-                            collected
-                                .errors
-                                .push(format!("listing jobs for tag change {id}: {error}"));
-                            done = false;
-                        }
-                    }
-                }
-                // The tag was added but its removal never submitted (a crash or a lost answer
-                // between the two): submit the removal now, or the duty, seeing the old tag,
-                // would propose the whole change (and the tag) again.
-                if let Ok(record_id) = Uuid::parse_str(&id)
-                    && !jobs.is_empty()
-                    && jobs.len() < expected
-                    && !change.remove.is_empty()
-                {
-                    let (uuid, intent) = tag_identity(change, record_id);
-                    let why = reason(
-                        uuid,
-                        &format!("{intent}-untag"),
-                        &format!("untag {}", change.target),
-                        None,
-                    )
-                    .after(jobs.iter().copied());
-                    let op = Op::RemoveTags {
-                        target: change.target.clone(),
-                        tags: change.remove.clone(),
-                    };
-                    match ganeti.submit(&op, &why).await {
-                        Ok(job) => {
-                            jobs.push(job);
-                            let completed = Record::Tags {
-                                change: change.clone(),
-                                jobs: jobs.clone(),
-                            };
-                            if let Err(error) = save(store, record_id, &completed) {
-                                collected.errors.push(error);
-                            }
-                        }
-                        Err(error) => {
-                            collected.errors.push(format!(
-                                "removing {:?} from {}: {error}",
-                                change.remove, change.target
-                            ));
-                            done = false;
-                        }
-                    }
-                }
-                // Jobs that ended after the caller read the instances: their tags may not
-                // show the change yet.
-                tag_jobs_ended = !jobs.is_empty()
-                    && match &change.target {
-                        TagTarget::Instance(name) => by_name.get(name.as_str()).is_some_and(|i| {
-                            change.add.as_ref().is_some_and(|tag| !i.tags.contains(tag))
-                                || change.remove.iter().any(|tag| i.tags.contains(tag))
-                        }),
-                        _ => false,
-                    };
-                for job in &jobs {
-                    match ganeti.job(*job).await {
-                        Ok(job) if !job.status.is_final() => done = false,
-                        Ok(_) | Err(GanetiError::NotFound(_)) => {}
-                        Err(error) => {
-                            collected.errors.push(format!("job {job}: {error}"));
-                            done = false;
-                        }
-                    }
-                }
-                done
             }
+        } else if let Some((target, add, remove)) = tag_change_of(&entries) {
+            // Jobs that ended after the caller read the instances: their tags may not show
+            // the change yet, and the duty, reading them without it, would propose it again.
+            let not_shown = match &target {
+                TagTarget::Instance(name) => by_name.get(name.as_str()).is_some_and(|i| {
+                    add.as_ref().is_some_and(|tag| !i.tags.contains(tag))
+                        || remove.iter().any(|tag| i.tags.contains(tag))
+                }),
+                _ => false,
+            };
+            let ended = entries.iter().any(|e| e.job.is_some()) && not_shown;
+            (target, unfinished || ended, !unfinished)
+        } else {
+            continue;
         };
-        if done {
-            if let Err(error) = store.forget_instance_repair(&id) {
-                collected.errors.push(error.to_string());
-            }
-            // A tag change whose jobs ended after the caller read the instances: the duty,
-            // reading them without the change, would propose it again. Its target waits for the
-            // next round's read.
-            if !tag_jobs_ended {
-                continue;
-            }
+        if done && let Err(error) = executor.ledger().forget(&holder) {
+            collected.errors.push(error.to_string());
         }
-        if let Record::Repair { plan, .. } = &record {
-            collected
-                .repairs_in_flight
-                .insert(plan.instance.clone(), plan.uuid);
+        if !in_flight {
+            continue;
         }
-        match record.target() {
+        match target {
             TagTarget::Instance(name) => {
                 collected.in_flight.insert(name);
             }
@@ -226,33 +176,49 @@ pub async fn collect(
 /// says what would be (harep's `--dry-run`).
 pub async fn run_instance_repairs(
     ganeti: &dyn Ganeti,
-    store: &Store,
+    executor: &Executor,
     assessment: &Assessment,
     decision: &Decision,
     collected: &Collected,
     dry_run: bool,
+    now_ms: u64,
 ) -> RunReport {
     let options = RunOptions {
         dry_run,
         note: None,
     };
-    run_instance_repairs_with(ganeti, store, assessment, decision, collected, &options).await
+    run_instance_repairs_with(
+        ganeti, executor, assessment, decision, collected, &options, now_ms,
+    )
+    .await
 }
 
 /// [`run_instance_repairs`] with [`RunOptions`].
 pub async fn run_instance_repairs_with(
     ganeti: &dyn Ganeti,
-    store: &Store,
+    executor: &Executor,
     assessment: &Assessment,
     decision: &Decision,
     collected: &Collected,
     options: &RunOptions,
+    now_ms: u64,
 ) -> RunReport {
     let mut report = RunReport::default();
     let dry_run = options.dry_run;
-    let note = options.note.as_deref();
+    let ctx = Ctx {
+        ganeti,
+        executor,
+        note: options.note.as_deref(),
+        now_ms,
+    };
     if !dry_run {
-        resume(ganeti, store, collected, note, &mut report).await;
+        // Repairs recorded earlier: their next operation (once the one before succeeded), and
+        // their tags once every operation has its job.
+        for uuid in collected.repairs_in_flight.values() {
+            let holder = Holder::InstanceRepair { id: *uuid };
+            submit(ctx, &holder, &mut report).await;
+            tag_pass(ctx, &holder, &mut report).await;
+        }
     }
     // Instances nothing can go on for until a person acts: said every run, as a failure.
     for (instance, why) in assessment.blocked() {
@@ -290,10 +256,10 @@ pub async fn run_instance_repairs_with(
     for (_, _, action) in actions {
         match action {
             Action::Tags(change) => {
-                run_tag_change(ganeti, store, change, collected, options, &mut report).await;
+                run_tag_change(ctx, change, collected, dry_run, &mut report).await;
             }
             Action::Repair(repair) => {
-                run_repair(ganeti, store, repair, decision, options, &mut report).await;
+                run_repair(ctx, repair, decision, dry_run, &mut report).await;
             }
             Action::Line(line) => report.lines.push(line.clone()),
         }
@@ -304,71 +270,16 @@ pub async fn run_instance_repairs_with(
 enum Action<'a> {
     Line(&'a String),
     Tags(&'a TagChange),
-    Repair(&'a crate::duty::instance_repair::PlannedRepair),
-}
-
-async fn run_tag_change(
-    ganeti: &dyn Ganeti,
-    store: &Store,
-    change: &TagChange,
-    collected: &Collected,
-    options: &RunOptions,
-    report: &mut RunReport,
-) {
-    let dry_run = options.dry_run;
-    if collected.targets_in_flight.contains(&change.target) {
-        return;
-    }
-    report.lines.extend(change.message.clone());
-    tag_lines(
-        &mut report.lines,
-        &change.target,
-        change.add.as_deref(),
-        &change.remove,
-    );
-    if dry_run {
-        return;
-    }
-    let record = Record::Tags {
-        change: change.clone(),
-        jobs: Vec::new(),
-    };
-    let id = Uuid::new_v4();
-    if let Err(error) = save(store, id, &record) {
-        report.errors.push(error);
-        return;
-    }
-    let (uuid, intent) = tag_identity(change, id);
-    let jobs = submit_tags(
-        ganeti,
-        &change.target,
-        change.add.as_deref(),
-        &change.remove,
-        uuid,
-        intent,
-        &[],
-        options.note.as_deref(),
-        report,
-    )
-    .await;
-    let record = Record::Tags {
-        change: change.clone(),
-        jobs,
-    };
-    if let Err(error) = save(store, id, &record) {
-        report.errors.push(error);
-    }
+    Repair(&'a PlannedRepair),
 }
 
 async fn run_repair(
-    ganeti: &dyn Ganeti,
-    store: &Store,
-    repair: &crate::duty::instance_repair::PlannedRepair,
+    ctx: Ctx<'_>,
+    repair: &PlannedRepair,
     decision: &Decision,
-    options: &RunOptions,
+    dry_run: bool,
     report: &mut RunReport,
 ) {
-    let dry_run = options.dry_run;
     let plan = &repair.plan;
     match decision.of(&repair.proposal.holder).map(|j| &j.outcome) {
         Some(Ok(_)) => {}
@@ -409,382 +320,168 @@ async fn run_repair(
         );
         return;
     }
-    let mut record = Record::Repair {
-        plan: plan.clone(),
-        jobs: vec![None; plan.ops.len()],
-        tag_job: None,
-    };
-    if let Err(error) = save(store, plan.uuid, &record) {
-        report.errors.push(error);
-        return;
-    }
-    advance(
-        ganeti,
-        store,
-        &mut record,
-        &BTreeMap::new(),
-        options.note.as_deref(),
-        report,
-    )
-    .await;
-}
-
-fn save(store: &Store, id: Uuid, record: &Record) -> Result<(), String> {
-    let instance = match record.target() {
-        TagTarget::Instance(name) => name,
-        other => other.to_string(),
-    };
-    let text = serde_json::to_string(record).map_err(|e| format!("record {id}: {e}"))?;
-    store
-        .save_instance_repair(&id.to_string(), &instance, &text)
-        .map_err(|e| format!("record {id}: {e}"))
-}
-
-async fn submit_op(
-    ganeti: &dyn Ganeti,
-    instance: &str,
-    op: &RepairOp,
-    reason: &Reason,
-) -> Result<JobId, GanetiError> {
-    ganeti.submit(&op.op(instance), reason).await
-}
-
-/// Adds `add`, then (after it) removes `remove`; the jobs submitted.
-#[allow(clippy::too_many_arguments)]
-async fn submit_tags(
-    ganeti: &dyn Ganeti,
-    target: &TagTarget,
-    add: Option<&str>,
-    remove: &[String],
-    uuid: Uuid,
-    intent: &str,
-    after: &[JobId],
-    note: Option<&str>,
-    report: &mut RunReport,
-) -> Vec<JobId> {
-    let mut jobs = Vec::new();
-    if let Some(tag) = add {
-        let op = Op::AddTags {
-            target: target.clone(),
-            tags: vec![tag.to_owned()],
-        };
-        let why = reason(
-            uuid,
-            &format!("{intent}-tag"),
-            &format!("tag {target}"),
-            note,
-        )
-        .after(after.iter().copied());
-        match ganeti.submit(&op, &why).await {
-            Ok(job) => jobs.push(job),
-            Err(error) => {
-                report
-                    .errors
-                    .push(format!("adding {tag:?} to {target}: {error}"));
-                return jobs;
-            }
-        }
-    }
-    if !remove.is_empty() {
-        let why = reason(
-            uuid,
-            &format!("{intent}-untag"),
-            &format!("untag {target}"),
-            note,
-        )
-        .after(after.iter().chain(&jobs).copied());
-        let op = Op::RemoveTags {
-            target: target.clone(),
-            tags: remove.to_vec(),
-        };
-        match ganeti.submit(&op, &why).await {
-            Ok(job) => jobs.push(job),
-            Err(error) => report
-                .errors
-                .push(format!("removing {remove:?} from {target}: {error}")),
-        }
-    }
-    jobs
-}
-
-/// Submits what a repair record still lacks: its operations' jobs (each after the one
-/// before), then its pending tag and the removal of the tags it supersedes. `known`: jobs
-/// Ganeti already has for this repair, by intent (after a crash).
-async fn advance(
-    ganeti: &dyn Ganeti,
-    store: &Store,
-    record: &mut Record,
-    known: &BTreeMap<String, JobId>,
-    note: Option<&str>,
-    report: &mut RunReport,
-) {
-    let Record::Repair {
-        plan,
-        jobs,
-        tag_job,
-    } = record
-    else {
-        return;
-    };
-    let plan = plan.clone();
-    let mut previous: Option<JobId> = None;
-    let mut finished_early = false;
-    for (index, op) in plan.ops.iter().enumerate() {
-        let intent = format!("{}-{index}", plan.kind);
-        let full_intent = format!("{INTENT_PREFIX}-{intent}");
-        let slot = jobs.get(index).copied().flatten();
-        let job = match slot.or_else(|| known.get(&full_intent).copied()) {
-            Some(job) => job,
-            None => {
-                // The next operation starts once the one before has succeeded (RAPI's
-                // reinstall cannot wait for a job itself): until then the repair stays in
-                // flight; if it failed, the pending tag names the jobs so far and the repair
-                // ends in `failure`.
-                if let Some(before) = previous {
-                    match ganeti.job(before).await {
-                        Ok(j) if j.status == JobStatus::Success => {}
-                        Ok(j) if !j.status.is_final() => return,
-                        Ok(_) | Err(GanetiError::NotFound(_)) => {
-                            finished_early = true;
-                            break;
-                        }
-                        Err(error) => {
-                            report.errors.push(format!("job {before}: {error}"));
-                            return;
-                        }
-                    }
-                }
-                let why = reason(
-                    plan.uuid,
-                    &intent,
-                    &format!("{} of {}: {}", plan.kind, plan.instance, op.describe()),
-                    note,
-                );
-                match submit_op(ganeti, &plan.instance, op, &why).await {
-                    Ok(job) => job,
-                    Err(error) => {
-                        report.errors.push(format!(
-                            "{} of {}: {}: {error}",
-                            plan.kind,
-                            plan.instance,
-                            op.describe()
-                        ));
-                        break;
-                    }
-                }
-            }
-        };
-        if let Some(entry) = jobs.get_mut(index) {
-            *entry = Some(job);
-        }
-        previous = Some(job);
-        let snapshot = Record::Repair {
-            plan: plan.clone(),
-            jobs: jobs.clone(),
-            tag_job: *tag_job,
-        };
-        if let Err(error) = save(store, plan.uuid, &snapshot) {
-            report.errors.push(error);
-        }
-    }
-    let submitted: Option<Vec<JobId>> = if finished_early {
-        Some(jobs.iter().copied().flatten().collect())
-    } else {
-        jobs.iter().copied().collect()
-    };
-    let Some(submitted) = submitted else {
-        if jobs.iter().all(Option::is_none) {
-            // Nothing reached Ganeti: forget the repair, the next round decides again.
-            if let Err(error) = store.forget_instance_repair(&plan.uuid.to_string()) {
-                report.errors.push(error.to_string());
-            }
-        }
-        return;
-    };
-    let target = TagTarget::Instance(plan.instance.clone());
-    if tag_job.is_none()
-        && let Some(&job) = known.get(&format!("{INTENT_PREFIX}-pending-tag"))
-    {
-        // Submitted before a crash, not recorded: adopt it (and submit the removal of the
-        // superseded tags if that was not submitted yet).
-        *tag_job = Some(job);
-        if !plan.remove.is_empty() && !known.contains_key(&format!("{INTENT_PREFIX}-pending-untag"))
-        {
-            submit_tags(
-                ganeti,
-                &target,
-                None,
-                &plan.remove,
-                plan.uuid,
-                "pending",
-                &[job],
-                note,
-                report,
-            )
-            .await;
-        }
-        let snapshot = Record::Repair {
-            plan: plan.clone(),
-            jobs: jobs.clone(),
-            tag_job: *tag_job,
-        };
-        if let Err(error) = save(store, plan.uuid, &snapshot) {
-            report.errors.push(error);
-        }
-        return;
-    }
-    if tag_job.is_none() {
-        let Some(tag) = plan.pending_tag(&submitted) else {
-            report.errors.push(format!(
-                "{}: pending tag of repair {} too long",
-                plan.instance, plan.uuid
-            ));
-            return;
-        };
-        tag_lines(&mut report.lines, &target, Some(&tag), &plan.remove);
-        let tag_jobs = submit_tags(
-            ganeti,
-            &target,
-            Some(&tag),
-            &plan.remove,
-            plan.uuid,
-            "pending",
-            &[],
-            note,
-            report,
-        )
-        .await;
-        *tag_job = tag_jobs.first().copied();
-        if tag_job.is_some() {
-            report
-                .submitted
-                .push((plan.instance.clone(), plan.uuid, submitted));
-        }
-        let snapshot = Record::Repair {
-            plan: plan.clone(),
-            jobs: jobs.clone(),
-            tag_job: *tag_job,
-        };
-        if let Err(error) = save(store, plan.uuid, &snapshot) {
-            report.errors.push(error);
-        }
-    }
-}
-
-/// The jobs in Ganeti's job list submitted for the tag change recorded as `id`.
-async fn adopt_tag_jobs(
-    ganeti: &dyn Ganeti,
-    listing: &mut Option<Vec<crate::ganeti::JobSummary>>,
-    change: &TagChange,
-    id: &str,
-) -> Result<Vec<JobId>, GanetiError> {
-    let Ok(record) = Uuid::parse_str(id) else {
-        return Ok(Vec::new());
-    };
-    let (uuid, intent) = tag_identity(change, record);
-    let intents = [
-        format!("{INTENT_PREFIX}-{intent}-tag"),
-        format!("{INTENT_PREFIX}-{intent}-untag"),
-    ];
-    if listing.is_none() {
-        *listing = Some(ganeti.jobs().await?);
-    }
-    let mut found: Vec<JobId> = listing
+    let nodes: BTreeSet<String> = repair
+        .proposal
+        .disrupts
         .iter()
-        .flatten()
-        .filter(|job| {
-            job.nodecare_reason()
-                .is_some_and(|r| r.incident == uuid && intents.contains(&r.intent))
-        })
-        .map(|job| job.id)
+        .chain(&repair.proposal.touches)
+        .cloned()
         .collect();
-    found.sort_unstable();
-    Ok(found)
+    let holder = Holder::InstanceRepair { id: plan.uuid };
+    let entries = repair_entries(plan, &nodes, ctx.note, ctx.now_ms);
+    if let Err(error) = ctx.executor.record(&entries) {
+        report.errors.push(format!("{}: {error}", plan.instance));
+        return;
+    }
+    submit(ctx, &holder, report).await;
+    tag_pass(ctx, &holder, report).await;
 }
 
-/// Completes repairs an earlier run left unfinished: missing jobs (found in Ganeti by their
-/// reason, else submitted), and pending tags whose job failed.
-async fn resume(
-    ganeti: &dyn Ganeti,
-    store: &Store,
-    collected: &Collected,
-    note: Option<&str>,
-    report: &mut RunReport,
-) {
-    let records = match store.instance_repairs() {
-        Ok(records) => records,
+/// What carrying out needs.
+#[derive(Clone, Copy)]
+struct Ctx<'a> {
+    ganeti: &'a dyn Ganeti,
+    executor: &'a Executor,
+    note: Option<&'a str>,
+    now_ms: u64,
+}
+
+/// Has the executor submit `holder`'s ready entries; what Ganeti refused, in the run's errors
+/// (the entry stays recorded: adopted or submitted again by a later run, a reinstall failed).
+async fn submit(ctx: Ctx<'_>, holder: &Holder, report: &mut RunReport) {
+    match ctx
+        .executor
+        .submit_reporting(ctx.ganeti, Some(holder), ctx.now_ms)
+        .await
+    {
+        Ok(submission) => {
+            for (entry, error) in submission.refused {
+                report.errors.push(refused(&entry, &error));
+            }
+        }
+        Err(error) => report.errors.push(format!("{holder}: {error}")),
+    }
+}
+
+/// harep's words for a submission Ganeti did not accept.
+fn refused(entry: &Entry, error: &GanetiError) -> String {
+    use crate::ganeti::Op;
+    match entry.action.op() {
+        Some(Op::AddTags { target, tags }) => {
+            format!(
+                "adding {:?} to {target}: {error}",
+                tags.first().cloned().unwrap_or_default()
+            )
+        }
+        Some(Op::RemoveTags { target, tags }) => {
+            format!("removing {tags:?} from {target}: {error}")
+        }
+        Some(op) => format!("{}: {op}: {error}", entry.key),
+        None => format!("{}: {error}", entry.key),
+    }
+}
+
+/// Records and submits the tags of repair `holder` once its operations all have their jobs
+/// ([`repair_step`]).
+async fn tag_pass(ctx: Ctx<'_>, holder: &Holder, report: &mut RunReport) {
+    let entries = match ctx.executor.ledger().of_holder(holder) {
+        Ok(entries) => entries,
         Err(error) => {
             report.errors.push(error.to_string());
             return;
         }
     };
-    let mut ours: Option<BTreeMap<Uuid, BTreeMap<String, JobId>>> = None;
-    for (_, instance, text) in records {
-        if !collected.in_flight.contains(&instance) {
-            continue;
-        }
-        let Ok(mut record) = serde_json::from_str::<Record>(&text) else {
-            continue;
-        };
-        let Record::Repair {
-            plan,
+    let Some(plan) = plan_of(&entries) else {
+        return;
+    };
+    let (add, intent, jobs, why) = match repair_step(&plan, &entries) {
+        RepairStep::Tag {
+            add,
+            intent,
             jobs,
-            tag_job,
-        } = &mut record
-        else {
-            continue;
-        };
-        let uuid = plan.uuid;
-        if let Some(job) = *tag_job {
-            match ganeti.job(job).await {
-                Ok(j) if j.status == JobStatus::Error || j.status == JobStatus::Canceled => {
-                    *tag_job = None;
-                }
-                Err(GanetiError::NotFound(_)) => *tag_job = None,
-                // The tag was written (and, as the instance did not show it when this round
-                // read it, removed since, or shown from the next read on): nothing left to do.
-                Ok(j) if j.status == JobStatus::Success => {
-                    if let Err(error) = store.forget_instance_repair(&uuid.to_string()) {
-                        report.errors.push(error.to_string());
-                    }
-                    continue;
-                }
-                // Running, or unknown: wait.
-                _ => continue,
-            }
+            why,
+        } => (add, intent, jobs, why),
+        RepairStep::TooLong => {
+            report.errors.push(format!(
+                "{}: pending tag of repair {} too long",
+                plan.instance, plan.uuid
+            ));
+            return;
         }
-        // Jobs (operations or the pending tag) possibly submitted but not recorded: look them up.
-        let known = if jobs.iter().any(Option::is_none) || tag_job.is_none() {
-            if ours.is_none() {
-                match ganeti.jobs().await {
-                    Ok(list) => {
-                        let mut map: BTreeMap<Uuid, BTreeMap<String, JobId>> = BTreeMap::new();
-                        for job in list {
-                            if let Some(parsed) = job.nodecare_reason() {
-                                map.entry(parsed.incident)
-                                    .or_default()
-                                    .insert(parsed.intent, job.id);
-                            }
-                        }
-                        ours = Some(map);
-                    }
-                    Err(error) => {
-                        report
-                            .errors
-                            .push(format!("listing jobs to resume repairs: {error}"));
-                        continue;
-                    }
-                }
-            }
-            ours.as_ref()
-                .and_then(|m| m.get(&uuid))
-                .cloned()
-                .unwrap_or_default()
-        } else {
-            BTreeMap::new()
-        };
-        advance(ganeti, store, &mut record, &known, note, report).await;
+        RepairStep::Wait | RepairStep::Nothing | RepairStep::Tagged => return,
+    };
+    if let Some(why) = &why {
+        report.errors.push(format!(
+            "{}: {} repair {} failed, not run again: {why}",
+            plan.instance, plan.kind, plan.uuid
+        ));
     }
+    let target = TagTarget::Instance(plan.instance.clone());
+    tag_lines(&mut report.lines, &target, Some(&add), &plan.remove);
+    let tags = tag_entries(
+        holder,
+        &intent,
+        &target,
+        Some(&add),
+        &plan.remove,
+        ctx.note,
+        ctx.now_ms,
+    );
+    if let Err(error) = ctx.executor.record(&tags) {
+        report.errors.push(format!("{}: {error}", plan.instance));
+        return;
+    }
+    submit(ctx, holder, report).await;
+    let tagged = ctx
+        .executor
+        .ledger()
+        .entry(holder, &format!("{INTENT_PREFIX}-{intent}-tag"))
+        .ok()
+        .flatten()
+        .is_some_and(|e| e.job.is_some());
+    if tagged && why.is_none() {
+        report
+            .submitted
+            .push((plan.instance.clone(), plan.uuid, jobs));
+    }
+}
+
+async fn run_tag_change(
+    ctx: Ctx<'_>,
+    change: &TagChange,
+    collected: &Collected,
+    dry_run: bool,
+    report: &mut RunReport,
+) {
+    if collected.targets_in_flight.contains(&change.target) {
+        return;
+    }
+    report.lines.extend(change.message.clone());
+    tag_lines(
+        &mut report.lines,
+        &change.target,
+        change.add.as_deref(),
+        &change.remove,
+    );
+    if dry_run {
+        return;
+    }
+    let (uuid, intent) = tag_identity(change, Uuid::new_v4());
+    let holder = Holder::InstanceRepair { id: uuid };
+    let entries = tag_entries(
+        &holder,
+        intent,
+        &change.target,
+        change.add.as_deref(),
+        &change.remove,
+        ctx.note,
+        ctx.now_ms,
+    );
+    if let Err(error) = ctx.executor.record(&entries) {
+        report.errors.push(format!("{}: {error}", change.target));
+        return;
+    }
+    submit(ctx, &holder, report).await;
 }
 
 /// One run of the duty, the gate and the executor, as `harep` runs from cron: reads the
@@ -794,7 +491,7 @@ async fn resume(
 /// DRBD degradation is not checked (it needs the agents' reports, which the daemon reads).
 pub async fn run_once(
     ganeti: &dyn Ganeti,
-    store: &Store,
+    executor: &Executor,
     policy: &Policy,
     dry_run: bool,
     now_ms: u64,
@@ -803,22 +500,38 @@ pub async fn run_once(
         dry_run,
         note: None,
     };
-    run_once_with(ganeti, store, policy, &options, now_ms, &mut Uuid::new_v4).await
+    run_once_with(
+        ganeti,
+        executor,
+        policy,
+        &options,
+        now_ms,
+        &mut Uuid::new_v4,
+    )
+    .await
 }
 
 /// [`run_once`] with [`RunOptions`] and the source of new repair uuids (tests inject fixed
 /// ones for byte-exact output).
 pub async fn run_once_with(
     ganeti: &dyn Ganeti,
-    store: &Store,
+    executor: &Executor,
     policy: &Policy,
     options: &RunOptions,
     now_ms: u64,
     new_uuid: &mut dyn FnMut() -> Uuid,
 ) -> Result<OneShot, GanetiError> {
+    // The jobs first, then the cluster: a read older than a job's end would show the
+    // instance as it was.
+    let followed = if options.dry_run {
+        Vec::new()
+    } else {
+        follow(ganeti, executor, now_ms).await
+    };
     let nodes = ganeti.nodes().await?;
     let instances = ganeti.instances().await?;
-    let collected = collect(ganeti, store, &instances, ganeti.groups().await?).await?;
+    let mut collected = collect(ganeti, executor, &instances, ganeti.groups().await?).await?;
+    collected.errors.splice(0..0, followed);
     let degraded = BTreeMap::new();
     let now = i64::try_from(now_ms / 1000).unwrap_or(i64::MAX);
     let inputs = Inputs {
@@ -841,8 +554,16 @@ pub async fn run_once_with(
     );
     let in_force = InForce::new(&view, held.disrupted).with_touched(&view, held.touched);
     let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
-    let mut report =
-        run_instance_repairs_with(ganeti, store, &assessment, &decision, &collected, options).await;
+    let mut report = run_instance_repairs_with(
+        ganeti,
+        executor,
+        &assessment,
+        &decision,
+        &collected,
+        options,
+        now_ms,
+    )
+    .await;
     report.errors.splice(0..0, collected.errors);
     Ok(OneShot { assessment, report })
 }

@@ -32,6 +32,7 @@ pub mod cli;
 pub mod daemon;
 /// The executor over the ledger (the nodecare-exec crate).
 pub use nodecare_exec as exec;
+pub mod harep;
 pub mod http;
 pub mod instance_repair_exec;
 pub mod maintenance_api;

@@ -274,6 +274,7 @@ impl Reconciler {
                 &*self.ganeti,
                 |holder| match holder {
                     Holder::Balancing { .. } => crate::balance::UNADOPTED,
+                    Holder::InstanceRepair { .. } => crate::instance_repair_exec::UNADOPTED,
                     _ => crate::exec::Unadopted::Retry,
                 },
                 now,

@@ -23,6 +23,7 @@ use crate::incident::Incident;
 
 mod admission;
 mod campaign_ops;
+mod instance_repairs;
 mod ledger;
 mod node_repair;
 pub mod retention;
@@ -31,7 +32,7 @@ pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// A store failure.
 #[derive(Debug, thiserror::Error)]
@@ -262,44 +263,6 @@ impl Store {
         save_incident(&connection, incident)
     }
 
-    /// Every stored instance repair record: (uuid, instance, record JSON).
-    pub fn instance_repairs(&self) -> Result<Vec<(String, String, String)>, StoreError> {
-        let connection = self.lock();
-        let mut statement =
-            connection.prepare("SELECT uuid, instance, record FROM instance_repairs")?;
-        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-        let mut records = Vec::new();
-        for row in rows {
-            records.push(row?);
-        }
-        Ok(records)
-    }
-
-    /// Inserts or replaces an instance repair record.
-    pub fn save_instance_repair(
-        &self,
-        uuid: &str,
-        instance: &str,
-        record: &str,
-    ) -> Result<(), StoreError> {
-        let connection = self.lock();
-        connection.execute(
-            "INSERT OR REPLACE INTO instance_repairs (uuid, instance, record) VALUES (?1, ?2, ?3)",
-            params![uuid, instance, record],
-        )?;
-        Ok(())
-    }
-
-    /// Deletes an instance repair record.
-    pub fn forget_instance_repair(&self, uuid: &str) -> Result<(), StoreError> {
-        let connection = self.lock();
-        connection.execute(
-            "DELETE FROM instance_repairs WHERE uuid = ?1",
-            params![uuid],
-        )?;
-        Ok(())
-    }
-
     /// Deletes an incident and its intents. The drained and offline flags its jobs left set
     /// are remembered first ([`Self::left_flags`]), so the node is not shown as flagged
     /// outside nodecare once the incident is gone.
@@ -470,14 +433,6 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
              name TEXT PRIMARY KEY,
              record TEXT NOT NULL);",
     )?;
-    // Instance repairs submitted whose pending tag Ganeti may not show yet (additive: no
-    // schema version change).
-    connection.execute_batch(
-        "CREATE TABLE IF NOT EXISTS instance_repairs (
-             uuid TEXT PRIMARY KEY,
-             instance TEXT NOT NULL,
-             record TEXT NOT NULL);",
-    )?;
     connection.execute_batch(
         "CREATE TABLE IF NOT EXISTS campaigns (
              id TEXT PRIMARY KEY,
@@ -495,6 +450,10 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     // Campaigns' operations move into the ledger.
     if version < 5 {
         campaign_ops::migrate(connection)?;
+    }
+    // Instance repairs in flight move into the ledger (their table dropped).
+    if version < 6 {
+        instance_repairs::migrate(connection)?;
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nodecare_coordinator::duty::instance_repair::{self, Assessment, Inputs};
+use nodecare_coordinator::exec::Executor;
 use nodecare_coordinator::ganeti::{Ganeti, Node};
 use nodecare_coordinator::gate::{self, Caps, InForce, NodeFacts, Policy, View};
 use nodecare_coordinator::instance_repair_exec::{self, RunReport};
@@ -70,16 +71,23 @@ struct Round {
 }
 
 /// One round as the coordinator runs it: read, assess, gate, execute; nothing fails.
-async fn round(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
+async fn round(sim: &Simulation, store: &Executor, now: i64, policy: &Policy) -> Round {
     let round = round_reporting(sim, store, now, policy).await;
     assert!(round.report.errors.is_empty(), "{:?}", round.report.errors);
     round
 }
 
 /// [`round`], its failures left in the report.
-async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Policy) -> Round {
-    let client = sim.client();
-    let ganeti: &dyn Ganeti = &client;
+async fn round_reporting(sim: &Simulation, store: &Executor, now: i64, policy: &Policy) -> Round {
+    round_via(&sim.client(), store, now, policy).await
+}
+
+/// [`round_reporting`] through `ganeti`.
+async fn round_via(ganeti: &dyn Ganeti, store: &Executor, now: i64, policy: &Policy) -> Round {
+    let now_ms = u64::try_from(now).unwrap() * 1000;
+    let followed = instance_repair_exec::follow(ganeti, store, now_ms).await;
+    assert!(followed.is_empty(), "{followed:?}");
+
     let nodes = ganeti.nodes().await.unwrap();
     let instances = ganeti.instances().await.unwrap();
     let collected =
@@ -115,6 +123,7 @@ async fn round_reporting(sim: &Simulation, store: &Store, now: i64, policy: &Pol
         &decision,
         &collected,
         false,
+        now_ms,
     )
     .await;
     Round {
@@ -132,10 +141,22 @@ fn tags_of(sim: &Simulation, instance: &str) -> Vec<String> {
     })
 }
 
-fn open_store() -> (tempfile::TempDir, Store) {
+/// The state database's executor.
+fn open_store() -> (tempfile::TempDir, Executor) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_dir(dir.path()).unwrap();
-    (dir, store)
+    (dir, Executor::new(std::sync::Arc::new(store)))
+}
+
+/// The instance repairs (and tag changes) the ledger holds.
+fn open_repairs(store: &Executor) -> Vec<nodecare_coordinator::exec::ledger::Entry> {
+    store
+        .ledger()
+        .entries()
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e.holder, gate::Holder::InstanceRepair { .. }))
+        .collect()
 }
 
 #[tokio::test]
@@ -307,7 +328,11 @@ async fn offline_primary_is_failed_over_and_tagged_as_harep_tags() {
     // Quiet afterwards.
     let quiet = round(&sim, &store, 1400, &policy).await;
     assert!(quiet.assessment.tag_changes.is_empty() && quiet.assessment.repairs.is_empty());
-    assert!(store.instance_repairs().unwrap().is_empty());
+    assert!(
+        open_repairs(&store).is_empty(),
+        "{:?}",
+        open_repairs(&store)
+    );
     assert!(
         sim.duplicate_intents().is_empty(),
         "{:?}",
@@ -426,7 +451,11 @@ async fn the_gate_holds_a_repair_back_and_nothing_is_submitted() {
         held.report
     );
     assert!(sim.submissions().is_empty());
-    assert!(store.instance_repairs().unwrap().is_empty());
+    assert!(
+        open_repairs(&store).is_empty(),
+        "{:?}",
+        open_repairs(&store)
+    );
     // The breaker closes: the repair goes.
     let go = round(&sim, &store, 1100, &Policy::default()).await;
     assert_eq!(go.report.submitted.len(), 1);
@@ -639,10 +668,14 @@ async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
         ]
     );
     assert!(sim.submissions().is_empty());
-    assert!(store.instance_repairs().unwrap().is_empty());
+    assert!(
+        open_repairs(&store).is_empty(),
+        "{:?}",
+        open_repairs(&store)
+    );
 }
 
-/// A crash after the repair job was submitted but before the record said so: the next run
+/// A crash after the repair job was submitted but before its ledger entry said so: the next run
 /// finds the job by its reason, submits nothing twice and writes the pending tag naming it.
 #[tokio::test]
 async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
@@ -661,7 +694,6 @@ async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
 async fn repair_interrupted_by_a_crash(source: &str) {
     use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
     use nodecare_coordinator::ganeti::{Op, Reason};
-    use nodecare_coordinator::instance_repair_exec::Record;
 
     let sim = sim("inst1:drbd:2,inst2:drbd:3");
     tag(&sim, "inst1.sim.test", &["failover"]);
@@ -677,17 +709,14 @@ async fn repair_interrupted_by_a_crash(source: &str) {
         remove: Vec::new(),
         message: "Executing ArFailover repair on inst1.sim.test".into(),
     };
-    let record = Record::Repair {
-        plan,
-        jobs: vec![None],
-        tag_job: None,
-    };
+    // Recorded as the executor records it, then the job submitted, then a crash.
     store
-        .save_instance_repair(
-            &uuid.to_string(),
-            "inst1.sim.test",
-            &serde_json::to_string(&record).unwrap(),
-        )
+        .record(&instance_repair_exec::repair_entries(
+            &plan,
+            &std::collections::BTreeSet::new(),
+            None,
+            0,
+        ))
         .unwrap();
     let client = sim.client().with_reason_source(source).unwrap();
     let reason = Reason::new(uuid, "instance-repair-failover-0", "before the crash");
@@ -731,4 +760,137 @@ async fn repair_interrupted_by_a_crash(source: &str) {
         .count();
     assert_eq!(failovers, 1);
     assert!(sim.duplicate_intents().is_empty());
+}
+
+/// A Ganeti client whose answers to submissions are lost (the job is submitted, the answer
+/// never arrives: a timeout, a crash).
+#[derive(Debug)]
+struct LostAnswers {
+    inner: nodecare_coordinator::ganeti::rapi::RapiClient,
+}
+
+impl Ganeti for LostAnswers {
+    fn cluster_info(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::ClusterInfo>
+    {
+        Ganeti::cluster_info(&self.inner)
+    }
+    fn nodes(&self) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<Node>> {
+        Ganeti::nodes(&self.inner)
+    }
+    fn instances(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::Instance>>
+    {
+        Ganeti::instances(&self.inner)
+    }
+    fn submit<'a>(
+        &'a self,
+        op: &'a nodecare_coordinator::ganeti::Op,
+        reason: &'a nodecare_coordinator::ganeti::Reason,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'a, nodecare_coordinator::ganeti::JobId> {
+        Box::pin(async move {
+            Ganeti::submit(&self.inner, op, reason).await?;
+            Err(nodecare_coordinator::ganeti::GanetiError::Transport(
+                "answer lost".into(),
+            ))
+        })
+    }
+    fn groups(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::Group>>
+    {
+        Ganeti::groups(&self.inner)
+    }
+    fn tags<'a>(
+        &'a self,
+        target: &'a nodecare_coordinator::ganeti::TagTarget,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'a, Vec<String>> {
+        Ganeti::tags(&self.inner, target)
+    }
+    fn job(
+        &self,
+        id: nodecare_coordinator::ganeti::JobId,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::Job> {
+        Ganeti::job(&self.inner, id)
+    }
+    fn jobs(
+        &self,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::JobSummary>>
+    {
+        Ganeti::jobs(&self.inner)
+    }
+    fn cancel_job(
+        &self,
+        id: nodecare_coordinator::ganeti::JobId,
+    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::JobCancel>
+    {
+        Ganeti::cancel_job(&self.inner, id)
+    }
+}
+
+/// A reinstall whose submission's answer is lost cannot be found again (its job carries no
+/// reason trail): it is never submitted again; the repair fails visibly, a `failure` result tag
+/// naming the jobs so far and why in the run's errors.
+#[tokio::test]
+async fn an_uncertain_reinstall_fails_the_repair_and_is_never_submitted_twice() {
+    let sim = sim("inst2:plain:2");
+    tag(&sim, "inst2.sim.test", &["reinstall"]);
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().offline = true);
+    let (_dir, store) = open_store();
+    let policy = Policy::default();
+    let first = round(&sim, &store, 1000, &policy).await;
+    assert_eq!(first.assessment.repairs.len(), 1, "{:?}", first.assessment);
+    let uuid = first.assessment.repairs[0].plan.uuid;
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    // The recreate-disks job succeeded: the reinstall is submitted, its answer lost.
+    let lossy = LostAnswers {
+        inner: sim.client(),
+    };
+    let second = round_via(&lossy, &store, 1100, &policy).await;
+    assert!(
+        second
+            .report
+            .errors
+            .iter()
+            .any(|e| e.contains("answer lost")),
+        "{:?}",
+        second.report
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let third = round_reporting(&sim, &store, 1200, &policy).await;
+    assert!(
+        third
+            .report
+            .errors
+            .iter()
+            .any(|e| e.contains("not run again") && e.contains("no reason trail")),
+        "{:?}",
+        third.report
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    for now in [1300, 1400] {
+        let _ = round_reporting(&sim, &store, now, &policy).await;
+        assert!(sim.settle(Duration::from_secs(10)).await);
+    }
+    let reinstalls = sim
+        .submissions()
+        .iter()
+        .filter(|s| s.op_id == "OP_INSTANCE_REINSTALL")
+        .count();
+    assert_eq!(reinstalls, 1);
+    let recreate = sim
+        .submissions()
+        .iter()
+        .find(|s| s.op_id == "OP_INSTANCE_RECREATE_DISKS")
+        .map(|s| s.job)
+        .unwrap();
+    let tags = tags_of(&sim, "inst2.sim.test");
+    assert!(
+        tags.contains(&format!(
+            "{PREFIX}result:reinstall:{uuid}:1000:failure:{recreate}"
+        )),
+        "{tags:?}"
+    );
 }

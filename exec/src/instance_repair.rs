@@ -1,13 +1,23 @@
-//! Instance auto-repair, what its executor and its one-shot run (`nodecare harep`) share
-//! without a database: the records of work in flight, what the duty reads from Ganeti, the
-//! nodes running repairs hold, the reason trail of their jobs, harep's output.
+//! Instance auto-repair, what its executor and its one-shot run share without a database: the
+//! ledger entries of a repair and of a tag change, the next step of a repair's tags (pure), what
+//! the duty reads from Ganeti, the nodes running repairs hold, the reason trail of their jobs,
+//! harep's output.
+//!
+//! A repair is one holder (`Holder::InstanceRepair`, the repair's uuid): one entry per
+//! operation, each submitted once the one before has succeeded ([`Entry::unchained`]: RAPI's
+//! reinstall cannot carry `depends`), each holding the instance's nodes ([`Hold::Repairing`])
+//! while unfinished. Its `pending:` tag names the jobs, known only once they are submitted: the
+//! tag's entries are recorded in a later pass, once every operation has its job (or can never
+//! have one), by [`repair_step`]. A tag change is a holder of its own (the uuid of the repair
+//! whose result it writes, else a fresh one).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use nodecare_core::duty::instance_repair::{
-    Assessment, JobState, RepairData, RepairPlan, TAG_PREFIX, TagChange,
+    Assessment, JobState, RepairData, RepairPlan, RepairResult, TAG_PREFIX, TagChange, render_tag,
 };
 use nodecare_core::gate::{DomainSource, Holder, NodeFacts, View};
+use nodecare_core::ledger::{Action, Entry, Hold, Op, State};
 use nodecare_ganeti::{
     Ganeti, GanetiError, Group, Instance, JobId, Node, NodeRole, Reason, TagTarget,
 };
@@ -17,7 +27,8 @@ use uuid::Uuid;
 /// Intent prefix of every instance-repair job.
 pub const INTENT_PREFIX: &str = "instance-repair";
 
-/// What the executor keeps until Ganeti shows the outcome.
+/// What the executor of schema versions up to 5 kept until Ganeti showed the outcome (table
+/// `instance_repairs`); schema version 6 moves each into ledger entries.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum Record {
@@ -183,6 +194,15 @@ pub struct RunOptions {
 /// The reason of an instance-repair job: `instance-repair-<intent>`, nodecare's text with
 /// what it does and the operator's note.
 pub fn reason(uuid: Uuid, intent: &str, what: &str, note: Option<&str>) -> Reason {
+    Reason::new(
+        uuid,
+        format!("{INTENT_PREFIX}-{intent}"),
+        description(what, note),
+    )
+}
+
+/// The text of an instance-repair job's reason: nodecare's, what it does, the operator's note.
+pub fn description(what: &str, note: Option<&str>) -> String {
     let mut description = format!(
         "automated repairs by nodecare {} ({what})",
         env!("CARGO_PKG_VERSION")
@@ -191,7 +211,216 @@ pub fn reason(uuid: Uuid, intent: &str, what: &str, note: Option<&str>) -> Reaso
         description.push_str(": ");
         description.push_str(note);
     }
-    Reason::new(uuid, format!("{INTENT_PREFIX}-{intent}"), description)
+    description
+}
+
+/// The `about` key of a repair's first entry: the plan, as JSON (its tags are written from it).
+pub const PLAN_ABOUT: &str = "repair-plan";
+
+/// The key (and reason intent) of a repair's operation `index`.
+pub fn op_key(plan: &RepairPlan, index: usize) -> String {
+    format!("{INTENT_PREFIX}-{}-{index}", plan.kind)
+}
+
+/// The ledger entries of a repair: one per operation, each after the one before and only once
+/// it has succeeded, each holding `nodes` (the instance's) while unfinished. No deadline: a
+/// repair's job is followed until it ends.
+pub fn repair_entries(
+    plan: &RepairPlan,
+    nodes: &BTreeSet<String>,
+    note: Option<&str>,
+    now_ms: u64,
+) -> Vec<Entry> {
+    let holder = Holder::InstanceRepair { id: plan.uuid };
+    let holds: Vec<Hold> = nodes
+        .iter()
+        .map(|node| Hold::Repairing { node: node.clone() })
+        .collect();
+    let mut entries = Vec::new();
+    for (index, op) in plan.ops.iter().enumerate() {
+        let what = format!("{} of {}: {}", plan.kind, plan.instance, op.describe());
+        let mut entry = Entry::new(
+            holder.clone(),
+            op_key(plan, index),
+            Action::ganeti(op.op(&plan.instance)),
+            description(&what, note),
+            now_ms,
+            u64::MAX,
+        )
+        .holding(holds.clone());
+        if index == 0 {
+            if let Ok(text) = serde_json::to_string(plan) {
+                entry.about.insert(PLAN_ABOUT.into(), text);
+            }
+        } else {
+            entry = entry.after([op_key(plan, index - 1)]).unchained();
+        }
+        entries.push(entry);
+    }
+    entries
+}
+
+/// The plan of a repair's entries (`None`: a tag change's).
+pub fn plan_of(entries: &[Entry]) -> Option<RepairPlan> {
+    entries
+        .iter()
+        .find_map(|e| e.about.get(PLAN_ABOUT))
+        .and_then(|text| serde_json::from_str(text).ok())
+}
+
+/// The ledger entries of a tag change held by `holder`: adding `add` (key
+/// `instance-repair-<intent>-tag`), then, chained after it, removing `remove` (`…-untag`).
+#[allow(clippy::too_many_arguments)]
+pub fn tag_entries(
+    holder: &Holder,
+    intent: &str,
+    target: &TagTarget,
+    add: Option<&str>,
+    remove: &[String],
+    note: Option<&str>,
+    now_ms: u64,
+) -> Vec<Entry> {
+    let mut entries = Vec::new();
+    let tag_key = format!("{INTENT_PREFIX}-{intent}-tag");
+    if let Some(tag) = add {
+        entries.push(Entry::new(
+            holder.clone(),
+            tag_key.clone(),
+            Action::ganeti(Op::AddTags {
+                target: target.clone(),
+                tags: vec![tag.to_owned()],
+            }),
+            description(&format!("tag {target}"), note),
+            now_ms,
+            u64::MAX,
+        ));
+    }
+    if !remove.is_empty() {
+        let untag = Entry::new(
+            holder.clone(),
+            format!("{INTENT_PREFIX}-{intent}-untag"),
+            Action::ganeti(Op::RemoveTags {
+                target: target.clone(),
+                tags: remove.to_vec(),
+            }),
+            description(&format!("untag {target}"), note),
+            now_ms,
+            u64::MAX,
+        );
+        entries.push(if add.is_some() {
+            untag.after([tag_key])
+        } else {
+            untag
+        });
+    }
+    entries
+}
+
+/// What a tag change's entries do: the object, the tag added, the tags removed.
+pub fn tag_change_of(entries: &[Entry]) -> Option<(TagTarget, Option<String>, Vec<String>)> {
+    let mut out: Option<(TagTarget, Option<String>, Vec<String>)> = None;
+    for entry in entries {
+        match entry.action.op() {
+            Some(Op::AddTags { target, tags }) => {
+                let change = out.get_or_insert_with(|| (target.clone(), None, Vec::new()));
+                change.1 = tags.first().cloned();
+            }
+            Some(Op::RemoveTags { target, tags }) => {
+                let change = out.get_or_insert_with(|| (target.clone(), None, Vec::new()));
+                change.2.clone_from(tags);
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Where a repair's tags are, from its entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RepairStep {
+    /// Operations still to be submitted, or a tag job still running: in flight.
+    Wait,
+    /// Every operation has its job (or never will): the tag to write now, under `intent`
+    /// (`pending`, or `pending-<n>` when written again), naming `jobs`. `why`: an operation's
+    /// submission was uncertain, so the tag is a `failure` result (the repair fails visibly).
+    Tag {
+        /// The tag to add.
+        add: String,
+        /// The intent of its entries.
+        intent: String,
+        /// The jobs it names.
+        jobs: Vec<JobId>,
+        /// Why the repair failed without its tag saying so by a job, if it did.
+        why: Option<String>,
+    },
+    /// Even without jobs the tag would be longer than Ganeti allows.
+    TooLong,
+    /// No operation reached Ganeti: nothing to tag, the duty decides again.
+    Nothing,
+    /// The tag was written (or its job ended): nothing left to do.
+    Tagged,
+}
+
+/// The next step of a repair's tags, from its `entries` (pure). The tag is written once every
+/// operation has its job or can never have one (after one that did not succeed); a tag job
+/// that did not succeed is written again, under a new intent.
+pub fn repair_step(plan: &RepairPlan, entries: &[Entry]) -> RepairStep {
+    let mut jobs = Vec::new();
+    let mut why = None;
+    for index in 0..plan.ops.len() {
+        let key = op_key(plan, index);
+        let Some(entry) = entries.iter().find(|e| e.key == key) else {
+            return RepairStep::Wait;
+        };
+        match (&entry.state, entry.job) {
+            (State::Recorded, _) => return RepairStep::Wait,
+            (_, Some(job)) => jobs.push(job),
+            (State::Submitted | State::TimedOut, None) => return RepairStep::Wait,
+            (State::Failed { why: failed }, None) => {
+                why.get_or_insert_with(|| format!("{key}: {failed}"));
+            }
+            (_, None) => {}
+        }
+    }
+    if jobs.is_empty() && why.is_none() {
+        return RepairStep::Nothing;
+    }
+    let tag_of = |e: &&Entry| {
+        e.key.starts_with(&format!("{INTENT_PREFIX}-pending"))
+            || e.key.starts_with(&format!("{INTENT_PREFIX}-uncertain"))
+    };
+    let tagging: Vec<&Entry> = entries.iter().filter(tag_of).collect();
+    if tagging.iter().any(|e| e.state.is_unfinished()) {
+        return RepairStep::Wait;
+    }
+    let attempts = tagging.iter().filter(|e| e.key.ends_with("-tag")).count();
+    if tagging
+        .iter()
+        .any(|e| e.key.ends_with("-tag") && e.state == State::Succeeded)
+    {
+        return RepairStep::Tagged;
+    }
+    let base = if why.is_some() {
+        "uncertain"
+    } else {
+        "pending"
+    };
+    let intent = if attempts == 0 {
+        base.to_owned()
+    } else {
+        format!("{base}-{}", attempts + 1)
+    };
+    let result = why.as_ref().map(|_| RepairResult::Failure);
+    let uuid = plan.uuid.to_string();
+    match render_tag(plan.kind, &uuid, plan.ts, result, &jobs) {
+        Some(add) => RepairStep::Tag {
+            add,
+            intent,
+            jobs,
+            why,
+        },
+        None => RepairStep::TooLong,
+    }
 }
 
 /// harep's lines for a tag change (`>>> Adding the following tag to …`).
@@ -307,4 +536,153 @@ impl OneShot {
 /// Whether a tag belongs to the auto-repair system (for status pages).
 pub fn is_autorepair_tag(tag: &str) -> bool {
     tag.starts_with(TAG_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use nodecare_core::duty::instance_repair::{RepairOp, RepairType};
+
+    use super::*;
+
+    fn plan() -> RepairPlan {
+        RepairPlan {
+            instance: "inst2".into(),
+            kind: RepairType::Reinstall,
+            uuid: Uuid::from_u128(9),
+            ts: 1000,
+            ops: vec![
+                RepairOp::RecreateDisks {
+                    iallocator: "hail".into(),
+                },
+                RepairOp::Reinstall { start: true },
+            ],
+            remove: vec![],
+            message: String::new(),
+        }
+    }
+
+    fn entries(states: &[(State, Option<JobId>)]) -> Vec<Entry> {
+        let nodes: BTreeSet<String> = ["n1".to_owned(), "n2".to_owned()].into();
+        let mut entries = repair_entries(&plan(), &nodes, None, 0);
+        for (entry, (state, job)) in entries.iter_mut().zip(states) {
+            entry.state = state.clone();
+            entry.job = *job;
+        }
+        entries
+    }
+
+    #[test]
+    fn a_repair_is_entries_each_after_the_one_before_holding_its_nodes() {
+        let entries = entries(&[]);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].key, "instance-repair-reinstall-0");
+        assert!(entries[0].after.is_empty());
+        assert_eq!(entries[1].after, ["instance-repair-reinstall-0"]);
+        assert!(entries[1].unchained);
+        assert_eq!(
+            entries[1].holds,
+            [
+                Hold::Repairing { node: "n1".into() },
+                Hold::Repairing { node: "n2".into() }
+            ]
+        );
+        assert_eq!(plan_of(&entries), Some(plan()));
+        // While unfinished its nodes are held (touched) by the repair.
+        let held = nodecare_core::ledger::in_force(&entries);
+        assert_eq!(held.touched.len(), 2);
+    }
+
+    #[test]
+    fn the_pending_tag_waits_for_every_operation_to_have_its_job() {
+        let p = plan();
+        assert_eq!(
+            repair_step(&p, &entries(&[(State::Succeeded, Some(3))])),
+            RepairStep::Wait
+        );
+        let RepairStep::Tag {
+            add, intent, why, ..
+        } = repair_step(
+            &p,
+            &entries(&[(State::Succeeded, Some(3)), (State::Submitted, Some(5))]),
+        )
+        else {
+            panic!("a tag is due");
+        };
+        assert_eq!(intent, "pending");
+        assert!(why.is_none());
+        assert!(add.ends_with(":1000:3+5"), "{add}");
+        // The first failed: the second never runs, the tag names the first.
+        let RepairStep::Tag { add, .. } = repair_step(
+            &p,
+            &entries(&[
+                (State::Failed { why: "x".into() }, Some(3)),
+                (State::Canceled { why: "y".into() }, None),
+            ]),
+        ) else {
+            panic!("a tag is due");
+        };
+        assert!(add.ends_with(":1000:3"), "{add}");
+        // Nothing reached Ganeti: nothing to tag.
+        assert_eq!(
+            repair_step(
+                &p,
+                &entries(&[
+                    (State::Canceled { why: "c".into() }, None),
+                    (State::Canceled { why: "c".into() }, None)
+                ])
+            ),
+            RepairStep::Nothing
+        );
+        // The reinstall attempted, its answer not known: wait, then (failed) a failure result.
+        assert_eq!(
+            repair_step(
+                &p,
+                &entries(&[(State::Succeeded, Some(3)), (State::Submitted, None)])
+            ),
+            RepairStep::Wait
+        );
+        let RepairStep::Tag {
+            add, intent, why, ..
+        } = repair_step(
+            &p,
+            &entries(&[
+                (State::Succeeded, Some(3)),
+                (
+                    State::Failed {
+                        why: "uncertain".into(),
+                    },
+                    None,
+                ),
+            ]),
+        )
+        else {
+            panic!("a tag is due");
+        };
+        assert_eq!(intent, "uncertain");
+        assert!(add.contains(":1000:failure:3"), "{add}");
+        assert!(why.unwrap().contains("uncertain"));
+    }
+
+    #[test]
+    fn a_failed_tag_job_is_written_again_and_a_written_one_ends_the_repair() {
+        let p = plan();
+        let mut all = entries(&[(State::Succeeded, Some(3)), (State::Succeeded, Some(5))]);
+        let holder = Holder::InstanceRepair { id: p.uuid };
+        let target = TagTarget::Instance(p.instance.clone());
+        let mut tag = tag_entries(&holder, "pending", &target, Some("t"), &[], None, 0);
+        tag[0].state = State::Submitted;
+        tag[0].job = Some(6);
+        all.extend(tag.clone());
+        assert_eq!(repair_step(&p, &all), RepairStep::Wait);
+        let last = all.len() - 1;
+        all[last].state = State::Failed { why: "no".into() };
+        let RepairStep::Tag { intent, .. } = repair_step(&p, &all) else {
+            panic!("written again");
+        };
+        assert_eq!(intent, "pending-2");
+        all[last].state = State::Succeeded;
+        assert_eq!(repair_step(&p, &all), RepairStep::Tagged);
+    }
 }

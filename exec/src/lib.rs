@@ -55,7 +55,7 @@ pub struct CancelAnswer {
 
 /// What became of the submission of one entry ([`Executor::submit_entry`]).
 #[derive(Debug)]
-pub enum Submission {
+pub enum EntrySubmission {
     /// Ganeti created the job; the entry is marked submitted.
     Submitted(JobId),
     /// Uncertain: the job may exist. The entry stays recorded; adoption finds its job by its
@@ -68,6 +68,15 @@ pub enum Submission {
 /// Jobs Ganeti was asked to cancel, shared by everyone who may ask (each job is asked once,
 /// unless the ask failed transiently).
 pub type CancelsAsked = Arc<Mutex<BTreeSet<JobId>>>;
+
+/// What one [`Executor::submit_reporting`] did.
+#[derive(Debug, Default)]
+pub struct Submission {
+    /// The entries submitted.
+    pub submitted: Vec<Entry>,
+    /// The entries Ganeti did not accept (their jobs may exist), with its answer.
+    pub refused: Vec<(Entry, GanetiError)>,
+}
 
 /// The executor over one ledger.
 #[derive(Debug)]
@@ -96,7 +105,8 @@ impl Executor {
     /// Submits recorded `entry` now, as one Ganeti job chained after `depends`, with `text` as
     /// its reason (for a duty that chains by job ids it knows and words its reasons itself),
     /// and marks it: submitted with its job, failed when Ganeti refused it, left recorded when
-    /// the answer is uncertain.
+    /// the answer is uncertain (submitted without a job, for one whose job carries no reason
+    /// trail: adoption fails it).
     pub async fn submit_entry(
         &self,
         ganeti: &dyn Ganeti,
@@ -104,7 +114,7 @@ impl Executor {
         text: &str,
         depends: Vec<JobId>,
         now_ms: u64,
-    ) -> Result<Submission, LedgerError> {
+    ) -> Result<EntrySubmission, LedgerError> {
         let (Some(op), Some(trail)) = (entry.action.op(), entry.trail()) else {
             return Err(LedgerError::NotAnOwner(format!(
                 "{} (entry {}: not a Ganeti job with a reason trail)",
@@ -112,7 +122,13 @@ impl Executor {
             )));
         };
         let reason = Reason::new(trail, entry.key.clone(), text.to_owned()).after(depends);
-        // One of the two places a recorded entry becomes a Ganeti job (with `submit`).
+        if !op.carries_reason() {
+            // Attempted from here on: never submitted again (adoption fails it if uncertain).
+            let mut attempted = entry.clone();
+            attempted.state = State::Submitted;
+            self.mark(&attempted)?;
+        }
+        // One of the two places a recorded entry becomes a Ganeti job (with `submit_which`).
         #[allow(clippy::disallowed_methods)]
         let answer = ganeti.submit(op, &reason).await;
         let mut entry = entry.clone();
@@ -121,11 +137,11 @@ impl Executor {
                 entry.state = State::Submitted;
                 entry.job = Some(job);
                 tracing::info!(holder = %entry.holder, key = %entry.key, job, "job submitted");
-                Submission::Submitted(job)
+                EntrySubmission::Submitted(job)
             }
             Err(error) if error.is_transient() => {
                 tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "submission uncertain");
-                return Ok(Submission::Uncertain(error));
+                return Ok(EntrySubmission::Uncertain(error));
             }
             Err(error) => {
                 entry.state = State::Failed {
@@ -133,7 +149,7 @@ impl Executor {
                 };
                 entry.finished_ms = Some(now_ms);
                 tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "submission refused");
-                Submission::Refused(error)
+                EntrySubmission::Refused(error)
             }
         };
         self.mark(&entry)?;
@@ -176,6 +192,34 @@ impl Executor {
         which: impl Fn(&Holder) -> bool,
         now_ms: u64,
     ) -> Result<Vec<Entry>, LedgerError> {
+        Ok(self.submit_which(ganeti, which, now_ms).await?.submitted)
+    }
+
+    /// [`Executor::submit`], with the submissions Ganeti did not accept (for a duty that
+    /// reports them).
+    pub async fn submit_reporting(
+        &self,
+        ganeti: &dyn Ganeti,
+        holder: Option<&Holder>,
+        now_ms: u64,
+    ) -> Result<Submission, LedgerError> {
+        self.submit_which(ganeti, |h| holder.is_none_or(|x| x == h), now_ms)
+            .await
+    }
+
+    /// Submits the ready entries of the holders `which` says.
+    ///
+    /// An operation whose job carries no reason trail ([`nodecare_ganeti::Op::carries_reason`]:
+    /// RAPI's reinstall) cannot be found again by [`Executor::adopt`]: its entry is marked
+    /// submitted (without a job) before Ganeti is asked, so that a crash or a lost answer
+    /// leaves it uncertain, never submitted again ([`Executor::adopt`] fails it).
+    async fn submit_which(
+        &self,
+        ganeti: &dyn Ganeti,
+        which: impl Fn(&Holder) -> bool,
+        now_ms: u64,
+    ) -> Result<Submission, LedgerError> {
+        let mut refused = Vec::new();
         let holders: BTreeSet<Holder> = self
             .ledger
             .unfinished()?
@@ -220,6 +264,12 @@ impl Executor {
                 };
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
+                if !op.carries_reason() {
+                    // Attempted from here on: never submitted again.
+                    let mut attempted = entry.clone();
+                    attempted.state = State::Submitted;
+                    self.mark(&attempted)?;
+                }
                 // The one place a recorded entry becomes a Ganeti job.
                 #[allow(clippy::disallowed_methods)]
                 let answer = ganeti.submit(op, &reason).await;
@@ -236,14 +286,15 @@ impl Executor {
                         submitted.push(entry);
                     }
                     Err(error) => {
-                        // Uncertain: the job may exist. Adoption finds it by its reason; what
-                        // comes after it waits.
+                        // Uncertain: the job may exist. Adoption finds it by its reason (or,
+                        // without one, fails it); what comes after it waits.
                         tracing::warn!(%holder, key = %entry.key, %error, "submission failed");
+                        refused.push((entry, error));
                     }
                 }
             }
         }
-        Ok(submitted)
+        Ok(Submission { submitted, refused })
     }
 
     /// Adopts the jobs of entries whose submission is uncertain (recorded, every entry they
@@ -264,7 +315,10 @@ impl Executor {
     }
 
     /// [`Executor::adopt`], for the entries of the holders `which` says; `None` when Ganeti's
-    /// job list could not be read (nothing was decided).
+    /// job list could not be read (nothing more was decided). An entry marked submitted
+    /// without a job (one whose job carries no reason trail, asked for with no answer
+    /// recorded) fails: whether Ganeti has its job cannot be known, and it is never submitted
+    /// again.
     pub async fn adopt_of(
         &self,
         ganeti: &dyn Ganeti,
@@ -272,7 +326,30 @@ impl Executor {
         unadopted: impl Fn(&Holder) -> Unadopted,
         now_ms: u64,
     ) -> Result<Option<Vec<Entry>>, LedgerError> {
-        let entries = self.ledger.unfinished()?;
+        let entries: Vec<Entry> = self
+            .ledger
+            .unfinished()?
+            .into_iter()
+            .filter(|e| which(&e.holder))
+            .collect();
+        let mut changed = Vec::new();
+        for e in entries
+            .iter()
+            .filter(|e| e.state == State::Submitted && e.job.is_none() && e.action.op().is_some())
+        {
+            let mut e = e.clone();
+            let op = e.action.op().map(nodecare_ganeti::Op::name).unwrap_or("");
+            e.state = State::Failed {
+                why: format!(
+                    "the submission of its {op} job is uncertain (no answer recorded) and that \
+                     job carries no reason trail to find it by: not submitted again"
+                ),
+            };
+            e.finished_ms = Some(now_ms);
+            tracing::warn!(holder = %e.holder, key = %e.key, "uncertain submission failed");
+            self.mark(&e)?;
+            changed.push(e);
+        }
         let holders: BTreeSet<&Holder> = entries
             .iter()
             .filter(|e| e.state == State::Recorded && which(&e.holder))
@@ -297,7 +374,7 @@ impl Executor {
             })
             .collect();
         if uncertain.is_empty() {
-            return Ok(Some(Vec::new()));
+            return Ok(Some(changed));
         }
         let jobs = match ganeti.jobs().await {
             Ok(jobs) => jobs,
@@ -314,7 +391,6 @@ impl Executor {
                     .or_insert(job.id);
             }
         }
-        let mut changed = Vec::new();
         for e in uncertain {
             let found = e
                 .trail()

@@ -477,3 +477,106 @@ async fn poll_of_leaves_other_holders_jobs_alone() {
     assert_eq!(left[0].state, State::Submitted, "not polled");
     assert_eq!(w.exec.poll(&w.ganeti, 3).await.unwrap().len(), 1);
 }
+
+/// A Ganeti client whose answers to submissions are lost (the job is submitted, the answer
+/// never arrives: a timeout, a crash).
+#[derive(Debug)]
+struct LostAnswers {
+    inner: nodecare_ganeti::rapi::RapiClient,
+}
+
+impl Ganeti for LostAnswers {
+    fn cluster_info(&self) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::ClusterInfo> {
+        Ganeti::cluster_info(&self.inner)
+    }
+    fn nodes(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Node>> {
+        Ganeti::nodes(&self.inner)
+    }
+    fn instances(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Instance>> {
+        Ganeti::instances(&self.inner)
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a wrapper passes on what it is given"
+    )]
+    fn submit<'a>(
+        &'a self,
+        op: &'a Op,
+        reason: &'a Reason,
+    ) -> nodecare_ganeti::GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            Ganeti::submit(&self.inner, op, reason).await?;
+            Err(GanetiError::Transport("answer lost".into()))
+        })
+    }
+    fn groups(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Group>> {
+        Ganeti::groups(&self.inner)
+    }
+    fn tags<'a>(
+        &'a self,
+        target: &'a nodecare_ganeti::TagTarget,
+    ) -> nodecare_ganeti::GanetiFuture<'a, Vec<String>> {
+        Ganeti::tags(&self.inner, target)
+    }
+    fn job(&self, id: JobId) -> nodecare_ganeti::GanetiFuture<'_, Job> {
+        Ganeti::job(&self.inner, id)
+    }
+    fn jobs(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::JobSummary>> {
+        Ganeti::jobs(&self.inner)
+    }
+    fn cancel_job(
+        &self,
+        id: JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::JobCancel> {
+        Ganeti::cancel_job(&self.inner, id)
+    }
+}
+
+/// A reinstall's job carries no reason trail, so adoption cannot find it: its submission
+/// answer lost, the entry fails with why (the repair blocks visibly) and the reinstall is
+/// never submitted again, even where the holder's other entries are retried.
+#[tokio::test]
+async fn a_reinstall_whose_answer_is_lost_fails_and_is_never_submitted_again() {
+    let w = world().await;
+    let lossy = LostAnswers {
+        inner: w.sim.client(),
+    };
+    let h = Holder::InstanceRepair {
+        id: Uuid::from_u128(6),
+    };
+    let reinstall = Entry::new(
+        h.clone(),
+        "instance-repair-reinstall-1",
+        Action::ganeti(Op::ReinstallInstance {
+            instance: w.instance.clone(),
+            start: true,
+        }),
+        "reinstall",
+        0,
+        DAY_MS,
+    );
+    w.exec.record(&[reinstall]).unwrap();
+    let first = w.exec.submit_reporting(&lossy, None, 1).await.unwrap();
+    assert!(first.submitted.is_empty());
+    assert_eq!(first.refused.len(), 1);
+    for now in 2..5 {
+        w.exec
+            .adopt(&w.ganeti, |_| Unadopted::Retry, now)
+            .await
+            .unwrap();
+        w.exec.submit(&w.ganeti, None, now).await.unwrap();
+    }
+    let reinstalls = w
+        .sim
+        .submissions()
+        .iter()
+        .filter(|s| s.op_id == "OP_INSTANCE_REINSTALL")
+        .count();
+    assert_eq!(reinstalls, 1);
+    let entry = w.exec.ledger().of_holder(&h).unwrap().remove(0);
+    assert_eq!(entry.state.as_str(), "failed");
+    assert!(
+        entry.state.why().unwrap().contains("no reason trail"),
+        "{entry:?}"
+    );
+}

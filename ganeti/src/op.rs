@@ -149,6 +149,13 @@ impl Op {
         }
     }
 
+    /// Whether its job carries the reason trail it is submitted with. RAPI's reinstall does
+    /// not: Ganeti 3.0.2 builds that job (shutdown, reinstall, startup) without the `reason`
+    /// parameter, so it cannot be found again in the job list by its reason.
+    pub const fn carries_reason(&self) -> bool {
+        !matches!(self, Self::ReinstallInstance { .. })
+    }
+
     /// A short name of the operation, for logs and labels (`drain`, `migrate`, `add-tags`).
     pub const fn name(&self) -> &'static str {
         match self {

@@ -382,7 +382,7 @@ impl NodeRepair {
             .submit_entry(&*self.ganeti, &entry, &reason_text, depends, self.now)
             .await?;
         match result {
-            Submission::Submitted(job) => {
+            EntrySubmission::Submitted(job) => {
                 intent.state = IntentState::Submitted;
                 intent.job_id = Some(job);
                 intent.submitted_ms = Some(self.now);
@@ -405,7 +405,7 @@ impl NodeRepair {
                 }
                 Ok(Some(job))
             }
-            Submission::Uncertain(error) => {
+            EntrySubmission::Uncertain(error) => {
                 // The job may exist: the next round looks it up by reason before resubmitting.
                 self.note(
                     incident,
@@ -414,7 +414,7 @@ impl NodeRepair {
                 self.store.save_incident(incident)?;
                 Ok(None)
             }
-            Submission::Refused(error) => {
+            EntrySubmission::Refused(error) => {
                 let why = format!("Ganeti refused {description}: {error}");
                 intent.state = IntentState::Failed;
                 intent.error = Some(why.clone());

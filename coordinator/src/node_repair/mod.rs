@@ -29,7 +29,7 @@ use crate::board::Board;
 use crate::duty::node_repair;
 use crate::duty::node_repair::intent::{after_cancel, escalation_target, next_key, service_facts};
 use crate::exec::ledger::{Ledger, State};
-use crate::exec::{Executor, Submission};
+use crate::exec::{EntrySubmission, Executor};
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 use crate::gate::{Admitted, Holder, InForce, Proposal};
 use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};

@@ -35,7 +35,7 @@ impl Duty for InstanceRepair {
                 (true, Some(groups)) => {
                     match exec::collect(
                         services.ganeti,
-                        services.store,
+                        services.executor,
                         &input.instances,
                         groups.clone(),
                     )
@@ -114,7 +114,7 @@ impl Duty for InstanceRepair {
     fn execute<'a>(
         &'a mut self,
         services: Services<'a>,
-        _input: &'a RoundInput,
+        input: &'a RoundInput,
         judged: Judged<'a>,
     ) -> Phase<'a, usize> {
         Box::pin(async move {
@@ -159,11 +159,12 @@ impl Duty for InstanceRepair {
             }
             let report = exec::run_instance_repairs(
                 services.ganeti,
-                services.store,
+                services.executor,
                 &assessment,
                 decision,
                 &collected,
                 false,
+                input.now_ms,
             )
             .await;
             for line in &report.lines {
