@@ -351,6 +351,33 @@ seq_after=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
 [ "$seq_after" -ge "$seq_before" ] || fail "the sequence number went back: $seq_before -> $seq_after"
 say "3. watchdog: the frozen agent was killed and restarted after $took s; sequence $seq_before -> $seq_after"
 
+# What the coordinator's store holds: its schema version, every table's rows, its counters (python3's sqlite3).
+store_state() {
+    in_root python3 -c '
+import json, sqlite3
+db = sqlite3.connect("file:/var/lib/nodecare/state.db?mode=ro", uri=True)
+tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = ?", ("table",))]
+print(json.dumps({"user_version": db.execute("PRAGMA user_version").fetchone()[0],
+                  "rows": {t: db.execute(f"SELECT count(*) FROM \"{t}\"").fetchone()[0] for t in sorted(tables)},
+                  "counters": dict(db.execute("SELECT name, value FROM counters"))}, sort_keys=True))'
+}
+# store_kept BEFORE INODE: the store is the same file (not made anew) and lost nothing: its
+# schema version, every table's rows and every counter at least what they were.
+store_kept() {
+    local after
+    [ "$(stat -c %i "$boot_root/var/lib/nodecare/state.db")" = "$2" ] || { echo "state.db was made anew" >&2; return 1; }
+    after=$(store_state) || return 1
+    python3 - "$1" "$after" <<'PY'
+import json, sys
+before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert after["user_version"] >= before["user_version"], f"schema version {before['user_version']} -> {after['user_version']}"
+for table, rows in before["rows"].items():
+    assert after["rows"].get(table, -1) >= rows, f"table {table}: {rows} -> {after['rows'].get(table)} rows"
+for name, value in before["counters"].items():
+    assert after["counters"].get(name, -1) >= value, f"counter {name}: {value} -> {after['counters'].get(name)}"
+PY
+}
+
 # --- 7. the coordinator: stands by, takes over, watchdog -----------------------------------------
 # A simulated Ganeti RAPI (HTTPS, credentials) on the host's loopback, which the root shares.
 sim=$target_dir/release/nodecare-ganeti-sim
@@ -408,7 +435,8 @@ done
 say "7b. the coordinator took over when the master moved to its node"
 
 # Its round loop frozen: RAPI never answers (within the coordinator's 600 s RAPI timeout).
-store_before=$(ls "$boot_root/var/lib/nodecare")
+store_before=$(store_state) || fail "cannot read the coordinator's store"
+store_inode=$(stat -c %i "$boot_root/var/lib/nodecare/state.db")
 old_pid=$(show nodecare-coordinator MainPID)
 curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 100000, "hang_ms": 900000}' \
     "$sim_url/sim/http-faults" >/dev/null || fail "cannot make the simulated RAPI hang"
@@ -433,8 +461,7 @@ for _ in $(seq 1 60); do
     sleep 0.5
 done
 [ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] || fail "the restarted coordinator is not active"
-[ "$(ls "$boot_root/var/lib/nodecare")" = "$store_before" ] ||
-    fail "the coordinator's state directory changed across the restart: $store_before -> $(ls "$boot_root/var/lib/nodecare")"
+store_kept "$store_before" "$store_inode" || fail "the coordinator's store was not kept across its watchdog restart"
 say "3b. watchdog: the coordinator with a hanging RAPI was restarted after $took s (journal: watchdog timeout); its store is kept"
 
 # --- 6. remove and purge ----------------------------------------------------------------------
@@ -503,17 +530,8 @@ done
 [ -s "$boot_root/var/lib/nodecare/state.db" ] || fail "the previous release's coordinator made no store"
 [ -s "$boot_root/var/lib/nodecare/agent/sequence" ] || fail "the previous release's agent wrote no sequence number"
 sleep 3 # a round or two in the store
-# What the store holds: its schema version, every table's rows, its counters (python3's sqlite3).
-store_state() {
-    in_root python3 -c '
-import json, sqlite3
-db = sqlite3.connect("file:/var/lib/nodecare/state.db?mode=ro", uri=True)
-tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = ?", ("table",))]
-print(json.dumps({"user_version": db.execute("PRAGMA user_version").fetchone()[0],
-                  "rows": {t: db.execute(f"SELECT count(*) FROM \"{t}\"").fetchone()[0] for t in sorted(tables)},
-                  "counters": dict(db.execute("SELECT name, value FROM counters"))}, sort_keys=True))'
-}
 store_before=$(store_state) || fail "cannot read the previous release's store"
+store_inode=$(stat -c %i "$boot_root/var/lib/nodecare/state.db")
 seq_before=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
 started_lines() { in_root journalctl --no-pager -o cat -u "$1" | grep -c '^Started ' || true; }
 declare -A invocation_before started_before
@@ -550,18 +568,9 @@ for unit in nodecare-agent nodecare-coordinator; do
     [ "$(show "$unit" NRestarts)" = 0 ] || fail "$unit failed and was restarted by systemd during the upgrade"
 done
 sleep 3
-store_after=$(store_state) || fail "cannot read the store after the upgrade"
-python3 - "$store_before" "$store_after" <<'PY' || fail "the upgrade lost state of the store: $store_before -> $store_after"
-import json, sys
-before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-assert after["user_version"] >= before["user_version"], "schema version went back"
-for table, rows in before["rows"].items():
-    assert after["rows"].get(table, -1) >= rows, f"table {table}: {rows} -> {after['rows'].get(table)} rows"
-for name, value in before["counters"].items():
-    assert after["counters"].get(name, -1) >= value, f"counter {name}: {value} -> {after['counters'].get(name)}"
-PY
+store_kept "$store_before" "$store_inode" || fail "the upgrade did not keep the coordinator's store: $store_before"
 seq_after=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
 [ "$seq_after" -ge "$seq_before" ] || fail "the agent's sequence number went back across the upgrade: $seq_before -> $seq_after"
-say "5. upgrade $prev -> $version-1 (--force-confold): the operator's agent.toml and coordinator.toml kept (new ones as .dpkg-dist), each daemon restarted once, sequence $seq_before -> $seq_after, store kept: $store_after; $((SECONDS - upgrade_started)) s"
+say "5. upgrade $prev -> $version-1 (--force-confold): the operator's agent.toml and coordinator.toml kept (new ones as .dpkg-dist), each daemon restarted once, sequence $seq_before -> $seq_after, store kept ($store_before); $((SECONDS - upgrade_started)) s"
 
 say "OK in $((SECONDS - started)) s"

@@ -17,8 +17,8 @@ the coordinator's are) must be answered with `/1/report/all` through all of it:
  4. slow-loris: 16 new connections send a request header one byte a second, and a request
     body stalls: the agent closes them after HEADER_TIMEOUT (408 for the body);
  5. the agent closes every idle flood connection by itself (they never sent a byte: at the
-    header timeout, at the latest at IDLE_TIMEOUT), after which a new connection from
-    127.0.0.1 is answered again.
+    header timeout, at the latest at IDLE_TIMEOUT), and so is a keep-alive connection that
+    made one request and sends no other; then a new connection from 127.0.0.1 is answered.
 
 Every wait is bounded; prints one JSON line of what it measured; exits 1 on the first failure.
 """
@@ -195,12 +195,26 @@ if not closed_by_agent([late], 2.0):
 late.close()
 report_all("after a connection beyond the cap")
 
-# 4. Slow-loris: new connections (16 held ones closed for them) send a request header one
-#    byte a second; a request body stalls.
-for sock in held[:16]:
+# 4. Slow-loris: new connections (held ones closed for them) send a request header one
+#    byte a second; at the same time a request body stalls and a keep-alive connection idles
+#    after one request.
+# Slots for them: 16 slow-loris connections, the stalled body and the idle keep-alive one.
+for sock in held[:18]:
     sock.close()
-held = held[16:]
+held = held[18:]
 time.sleep(0.5)
+# The stalled body in a thread: the kept connection must be used meanwhile (the agent closes a
+# keep-alive connection that sends no new request within the header timeout).
+stalled = {}
+stalled_started = time.monotonic()
+stalled_thread = threading.Thread(target=lambda: stalled.update(status=send_raw(
+    "127.0.0.201", b"POST /1/check HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{\"a\"",
+    wait=HEADER_TIMEOUT + 5), took=time.monotonic() - stalled_started))
+stalled_thread.start()
+# A keep-alive connection that made one request and then sends nothing: closed by the agent too.
+idler = connect("127.0.0.202")
+idler.send(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+idle_since = time.monotonic()
 loris_started = time.monotonic()
 loris = [connect("127.0.0.200") for _ in range(16)]
 for sock in loris:
@@ -225,14 +239,6 @@ if len(loris_closed) != len(loris):
 measured["slow_loris"] = f"16 closed after {time.monotonic() - loris_started:.1f} s"
 for sock in loris:
     sock.close()
-# The stalled body in a thread: the kept connection must be used meanwhile (the agent closes a
-# keep-alive connection that sends no new request within the header timeout).
-stalled = {}
-stalled_started = time.monotonic()
-stalled_thread = threading.Thread(target=lambda: stalled.update(status=send_raw(
-    "127.0.0.201", b"POST /1/check HTTP/1.1\r\nHost: a\r\nContent-Length: 100\r\n\r\n{\"a\"",
-    wait=HEADER_TIMEOUT + 5), took=time.monotonic() - stalled_started))
-stalled_thread.start()
 while stalled_thread.is_alive():
     stalled_thread.join(2.0)
     report_all("while a body stalls")
@@ -250,6 +256,14 @@ if open_idle:
 measured["idle_drained"] = f"{len(held)} closed by the agent {time.monotonic() - flood_started:.1f} s after the flood began"
 for sock in held:
     sock.close()
+idler_closed = False
+while not idler_closed and time.monotonic() - idle_since < IDLE_TIMEOUT + 5:
+    idler_closed = bool(closed_by_agent([idler], 2.0))
+    report_all("while a keep-alive connection idles")
+if not idler_closed:
+    fail(f"an idle keep-alive connection is still open after {IDLE_TIMEOUT + 5} s")
+measured["idle_keep_alive"] = f"closed within {time.monotonic() - idle_since:.1f} s"
+idler.close()
 fresh = http.client.HTTPConnection("127.0.0.1", PORT, timeout=10)
 fresh.request("GET", "/1/report/all")
 if fresh.getresponse().status != 200:
