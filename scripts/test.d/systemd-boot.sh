@@ -443,26 +443,35 @@ curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang"
 watchdog=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
 restart_sec=$(sed -n 's/^RestartSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
 frozen_at=$SECONDS
+# Killed by systemd: the journal says why (round_stall_timeout, then WatchdogSec without a ping).
+killed=
+while [ $((SECONDS - frozen_at)) -le $((5 + watchdog + 20)) ]; do
+    sleep 1
+    journal_has nodecare-coordinator 'watchdog timeout' && { killed=yes; break; }
+done
+[ -n "$killed" ] || fail "systemd did not kill the coordinator whose rounds hang (no watchdog timeout in its journal)"
+took=$((SECONDS - frozen_at))
+[ "$took" -le $((5 + watchdog + 5)) ] || fail "the coordinator was killed after $took s, not within round_stall_timeout + WatchdogSec"
+# RAPI answers again before the restart (RestartSec), so that the new process's rounds do not
+# hang too (a coordinator stuck in a RAPI request does not stop within TimeoutStopSec).
+curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 0}' \
+    "$sim_url/sim/http-faults" >/dev/null || fail "cannot stop the simulated RAPI's hang"
 new_pid=$old_pid
-while [ $((SECONDS - frozen_at)) -le $((5 + watchdog + restart_sec + 20)) ]; do
+while [ $((SECONDS - frozen_at)) -le $((took + restart_sec + 20)) ]; do
     sleep 1
     new_pid=$(show nodecare-coordinator MainPID)
     [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] && break
 done
 [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] ||
-    fail "systemd did not restart the coordinator whose rounds hang"
-took=$((SECONDS - frozen_at))
-journal_has nodecare-coordinator 'watchdog timeout' ||
-    fail "the journal does not say the coordinator was restarted for its watchdog"
-curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 0}' \
-    "$sim_url/sim/http-faults" >/dev/null || true
+    fail "systemd did not restart the coordinator after its watchdog killed it"
+restarted=$((SECONDS - frozen_at))
 for _ in $(seq 1 60); do
     [ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] && break
     sleep 0.5
 done
 [ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] || fail "the restarted coordinator is not active"
 store_kept "$store_before" "$store_inode" || fail "the coordinator's store was not kept across its watchdog restart"
-say "3b. watchdog: the coordinator with a hanging RAPI was restarted after $took s (journal: watchdog timeout); its store is kept"
+say "3b. watchdog: the coordinator with a hanging RAPI was killed after $took s (journal: watchdog timeout), restarted after $restarted s; its store is kept"
 
 # --- 6. remove and purge ----------------------------------------------------------------------
 in_root apt remove -y nodecare-agent nodecare-coordinator >"$boot_work/apt.log" 2>&1 ||
