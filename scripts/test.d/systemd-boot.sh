@@ -12,7 +12,8 @@
 #     apt-upgrade-and-reboot campaign hook run with the unit's sandbox (every [Service]
 #     setting of the installed unit, in a transient unit) and do their real work: the hook
 #     upgrades a local test package (with a setuid file) from a file repository and schedules
-#     the reboot with systemd-run; the daemon writes only where its unit allows.
+#     the reboot with systemd-run; the daemon writes only where its unit allows. 2e: probes in a
+#     transient unit with the agent's sandbox: what it forbids is refused, what repairs need works.
 #  3. Watchdog: a stopped agent (SIGSTOP) is killed and restarted by systemd within
 #     WatchdogSec + RestartSec, the journal says "watchdog timeout", the sequence number survives;
 #     3b: the coordinator whose RAPI never answers (its rounds hang) likewise, its store kept.
@@ -22,7 +23,9 @@
 #     and the total cap, slow-loris headers, a stalled body): a kept connection is answered
 #     `/1/report/all` throughout, the agent stays active and is not restarted.
 #  7. The coordinator on a master candidate stands by, takes over when ssconf names its node
-#     (a simulated RAPI: nodecare-ganeti-sim).
+#     (a simulated RAPI: nodecare-ganeti-sim). 7c: probes in a transient unit with the
+#     coordinator's sandbox: it writes only its state directory; /etc, /usr, /root, devices,
+#     /proc/sys, capabilities, namespaces, W+X memory are refused.
 #  6. `apt remove` stops the units and keeps configuration and state; `apt purge` removes what
 #     the packages created and leaves the Ganeti files and the operator's scripts.
 #  5. Upgrade: installs the previous release, changes both configuration files, starts both
@@ -266,14 +269,37 @@ say "2a. diagnose: example scripts run, the verdict is signed, a hanging script 
 # The unit's sandbox: every [Service] setting of the installed unit that shapes the process
 # (not the service's life cycle), for a transient unit that runs a repair command as the
 # agent would (`nodecare-agent repair`: the daemon's environment, lock and verdict on stdin).
-sandbox=()
-while IFS= read -r line; do
-    case "$line" in
-        Type=* | NotifyAccess=* | ExecStart=* | Restart* | WatchdogSec=* | TimeoutStopSec=* | \
-            Standard*=* | SyslogIdentifier=* | KillMode=*) ;;
-        *=*) sandbox+=(-p "$line") ;;
-    esac
-done < <(in_root systemctl cat nodecare-agent | sed -n '/^\[Service\]/,/^\[/p' | grep -E '^[A-Za-z]+=')
+unit_sandbox() { # UNIT: sets sandbox to the -p options of UNIT's [Service] settings (drop-ins too)
+    local line
+    sandbox=()
+    while IFS= read -r line; do
+        case "$line" in
+            Type=* | NotifyAccess=* | ExecStart=* | Restart* | WatchdogSec=* | TimeoutStopSec=* | \
+                Standard*=* | SyslogIdentifier=* | KillMode=*) ;;
+            *=*) sandbox+=(-p "$line") ;;
+        esac
+    done < <(in_root systemctl cat "$1" | sed -n '/^\[Service\]/,/^\[/p' | grep -E '^[A-Za-z]+=')
+}
+# probe_sandbox UNIT EXPECTATION...: runs each probe in a transient unit with UNIT's sandbox and
+# fails unless it came out as expected. An EXPECTATION is "allowed|forbidden NAME SHELL-COMMAND":
+# the command succeeds where allowed and fails where forbidden. Probes are harmless where they
+# succeed (the hostname is set to itself).
+probe_sandbox() {
+    local unit=$1 expectation want name command result
+    shift
+    unit_sandbox "$unit"
+    for expectation in "$@"; do
+        read -r want name command <<<"$expectation"
+        if in_root systemd-run --quiet --wait --pipe --collect --unit="nodecare-test-probe-$name" \
+            "${sandbox[@]}" /bin/sh -c "$command" >/dev/null 2>&1; then
+            result=allowed
+        else
+            result=forbidden
+        fi
+        [ "$result" = "$want" ] || fail "$unit's sandbox: '$command' ($name) is $result, the unit means it $want"
+    done
+}
+unit_sandbox nodecare-agent
 say "the agent unit's sandbox: ${sandbox[*]}"
 run_repair() { # NAME INPUT-JSON: runs the example repair NAME in the agent unit's sandbox
     local name=$1 input=$2
@@ -324,6 +350,22 @@ for path in sequence; do
     [ -e "$boot_root/var/lib/nodecare/agent/$path" ] || fail "no /var/lib/nodecare/agent/$path"
 done
 say "2d. the agent wrote only in /var/lib/nodecare (and the journal)"
+
+# What the agent's sandbox forbids (and that it still allows what repairs need), each probe in a
+# transient unit with the installed unit's [Service] settings.
+touch "$boot_root/tmp/nodecare-test-host-tmp"
+probe_sandbox nodecare-agent \
+    "forbidden hostname hostname \"\$(hostname)\"" \
+    "forbidden realtime chrt -f 1 true" \
+    "forbidden personality setarch linux32 true" \
+    "forbidden shared-tmp test -e /tmp/nodecare-test-host-tmp" \
+    "allowed no-new-privileges grep -qx 'NoNewPrivs:[[:space:]]*1' /proc/self/status" \
+    "allowed write-usr touch /usr/lib/nodecare-test-upgrade/probe" \
+    "allowed write-sys-proc test -w /proc/sys/vm/drop_caches" \
+    "allowed all-capabilities test \"\$(grep CapBnd /proc/self/status)\" = \"\$(grep CapBnd /proc/1/status)\"" \
+    "allowed devices test -e /dev/null -a -e /dev/kmsg"
+rm -f "$boot_root/tmp/nodecare-test-host-tmp" "$boot_root/usr/lib/nodecare-test-upgrade/probe"
+say "2e. the agent's sandbox forbids renaming the node, real-time scheduling, personality changes, the shared /tmp; keeps root's capabilities, /usr, /proc/sys, /dev writable or usable"
 
 # --- 3. watchdog --------------------------------------------------------------------------------
 seq_before=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
@@ -433,6 +475,24 @@ done
 [ -n "$waited" ] || fail "the coordinator did not take over when the master moved to its node: $(in_root journalctl --no-pager -o cat -u nodecare-coordinator | tail -n 12)"
 [ "$(in_root systemctl is-active nodecare-coordinator)" = active ] || fail "the coordinator is not active after taking over"
 say "7b. the coordinator took over when the master moved to its node"
+
+# What the coordinator's sandbox forbids, and allows, each probe in a transient unit with the
+# installed unit's [Service] settings.
+probe_sandbox nodecare-coordinator \
+    "allowed write-state touch /var/lib/nodecare/probe" \
+    "allowed read-config test -r /etc/nodecare/coordinator.toml -a -r /var/lib/ganeti/rapi.pem" \
+    "forbidden write-etc touch /etc/nodecare/probe" \
+    "forbidden write-usr touch /usr/probe" \
+    "forbidden write-ganeti touch /var/lib/ganeti/probe" \
+    "forbidden home ls /root/packages" \
+    "forbidden devices test -e /dev/kmsg" \
+    "forbidden kernel-tunables : >/proc/sys/vm/drop_caches" \
+    "allowed only-cap-dac-read-search grep -qx 'CapBnd:[[:space:]]*0000000000000004' /proc/self/status" \
+    "forbidden namespaces unshare --user true" \
+    "forbidden write-execute python3 -c 'import mmap; mmap.mmap(-1, 4096, prot=7)'" \
+    "forbidden hostname hostname \"\$(hostname)\""
+rm -f "$boot_root/var/lib/nodecare/probe"
+say "7c. the coordinator's sandbox writes only its state directory, reads its configuration and the RAPI certificate; forbids /etc, /usr, /var/lib/ganeti writes, /root, devices, /proc/sys, capabilities but CAP_DAC_READ_SEARCH, namespaces, W+X memory, renaming the node"
 
 # Its round loop frozen: RAPI never answers (within the coordinator's 600 s RAPI timeout).
 store_before=$(store_state) || fail "cannot read the coordinator's store"
