@@ -296,7 +296,7 @@ probe_sandbox() {
         else
             result=forbidden
         fi
-        [ "$result" = "$want" ] || fail "$unit's sandbox: '$command' ($name) is $result, the unit means it $want"
+        [ "$result" = "$want" ] || fail "$unit's sandbox: '$command' ($name) is $result, expected $want"
     done
 }
 unit_sandbox nodecare-agent
