@@ -12,17 +12,36 @@
 #     apt-upgrade-and-reboot campaign hook run with the unit's sandbox (every [Service]
 #     setting of the installed unit, in a transient unit) and do their real work: the hook
 #     upgrades a local test package (with a setuid file) from a file repository and schedules
-#     the reboot with systemd-run; the daemon writes only where its unit allows.
+#     the reboot with systemd-run; the daemon writes only where its unit allows. 2e: probes in a
+#     transient unit with the agent's sandbox: what it forbids is refused, what repairs need works.
 #  3. Watchdog: a stopped agent (SIGSTOP) is killed and restarted by systemd within
-#     WatchdogSec + RestartSec, the journal says "watchdog timeout", the sequence number survives.
-#  4. Limits: the settings the units declare are in force (`systemctl show`).
+#     WatchdogSec + RestartSec, the journal says "watchdog timeout", the sequence number survives;
+#     3b: the coordinator whose RAPI never answers (its rounds hang) likewise, its store kept.
+#  4. Limits: the settings the units declare are in force (`systemctl show`, /proc/PID/limits).
+#     4b: the agent under its unit survives connection floods (tests/systemd/agent-flood.py, run
+#     with the root's python3: oversized bodies and headers, idle connections beyond the per-peer
+#     and the total cap, slow-loris headers, a stalled body): a kept connection is answered
+#     `/1/report/all` throughout, the agent stays active and is not restarted.
+#  7. The coordinator on a master candidate stands by, takes over when ssconf names its node
+#     (a simulated RAPI: nodecare-ganeti-sim). 7c: probes in a transient unit with the
+#     coordinator's sandbox: it writes only its state directory; /etc, /usr, /root, devices,
+#     /proc/sys, capabilities, namespaces, W+X memory are refused.
 #  6. `apt remove` stops the units and keeps configuration and state; `apt purge` removes what
 #     the packages created and leaves the Ganeti files and the operator's scripts.
+#  5. Upgrade: installs the previous release, changes both configuration files, starts both
+#     daemons, upgrades with `apt install -o Dpkg::Options::=--force-confold ./…deb` (as
+#     packaging/README.md, "Upgrading", says): the changed files are kept (the new ones written
+#     as .dpkg-dist), each daemon restarts once (InvocationID, "Started" lines, NRestarts 0), the
+#     store and the sequence number are kept. The "previous release" is THIS build's packages
+#     repacked with a lower version (${version}~prev-1, dpkg-deb -R/-b) and a shipped conffile
+#     that differs by one comment line: same binaries, so this proves the packages' upgrade path,
+#     not a migration between two releases' state formats.
 #
 # Needs root, debootstrap, unshare/nsenter (util-linux); skips otherwise. Reuses the packages
 # of scripts/test.d/packaging.sh (<target-dir>/packages) when they are there; builds them
 # otherwise. NODECARE_SYSTEMD_BREAK=<Setting=value> adds that setting to the agent's unit (a
-# drop-in) to show the test failing on a unit defect, e.g. ProtectSystem=yes.
+# drop-in, right after the install) to show the test failing on a unit defect, e.g.
+# ProtectSystem=yes (fails 2c) or LimitNOFILE=1024 (fails 4).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tests/systemd/boot-lib.sh
@@ -71,6 +90,7 @@ boot_work=$(mktemp -d /tmp/nodecare-systemd.XXXXXX)
 upper=$boot_work/upper
 mkdir -p "$upper/root/packages" "$upper/var/lib/ganeti" "$upper/srv/nodecare-test-repo" "$upper/etc/apt"
 cp "$out/$agent_deb" "$out/$coordinator_deb" "$upper/root/packages/"
+cp tests/systemd/agent-flood.py "$upper/root/agent-flood.py"
 # A Ganeti node's files the agent reads (and the packages must never remove).
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$upper/var/lib/ganeti/hmac.key"
 chmod 0400 "$upper/var/lib/ganeti/hmac.key"
@@ -133,6 +153,15 @@ grep -q 'INFO\|listening' <<<"$journal" || fail "journalctl -u nodecare-agent sh
 grep -q $'\e\[' <<<"$journal" && fail "the agent's journal has terminal colour codes: $journal"
 say "1. apt install: agent enabled, started, READY=1; coordinator enabled, not started; journal readable"
 
+# A deliberate unit defect (see the header), before any check of the unit.
+if [ -n "${NODECARE_SYSTEMD_BREAK:-}" ]; then
+    say "breaking the agent's unit on purpose: ${NODECARE_SYSTEMD_BREAK}"
+    mkdir -p "$boot_root/etc/systemd/system/nodecare-agent.service.d"
+    printf '[Service]\n%s\n' "$NODECARE_SYSTEMD_BREAK" >"$boot_root/etc/systemd/system/nodecare-agent.service.d/broken.conf"
+    in_root systemctl daemon-reload
+    in_root systemctl restart nodecare-agent
+fi
+
 # --- 4. limits and settings in force ------------------------------------------------------------
 # journal_has UNIT PATTERN: the unit's journal has a line matching PATTERN (case-insensitive).
 journal_has() { grep -qi -- "$2" <<<"$(in_root journalctl --no-pager -o cat -u "$1")"; }
@@ -162,14 +191,33 @@ if grep -q '^LimitNOFILE=' packaging/systemd/nodecare-agent.service; then
 fi
 say "4. the units' settings are in force (systemctl show; the agent's /proc/PID/limits)"
 
+# --- 4b. connection floods against the agent under its unit ----------------------------------------
+# The caps and timeouts as agent/src/limits.rs sets them; the total cap as the agent derives it
+# from the unit's LimitNOFILE (its soft limit less a reserve, at most MAX_CONNECTIONS).
+limit_const() { sed -n "s/^pub const $1: [a-zA-Z0-9]* = \(Duration::from_secs(\)\{0,1\}\([0-9_]*\).*/\2/p" agent/src/limits.rs | tr -d _; }
+max_connections=$(limit_const MAX_CONNECTIONS)
+reserve=$(limit_const DESCRIPTOR_RESERVE)
+nofile=$(sed -n 's/^LimitNOFILE=\([0-9]*\).*/\1/p' packaging/systemd/nodecare-agent.service)
+for value in "$max_connections" "$reserve" "$nofile"; do
+    [ -n "$value" ] || fail "cannot read the agent's limits from agent/src/limits.rs and its unit"
+done
+if [ $((nofile - reserve)) -lt "$max_connections" ]; then max_connections=$((nofile - reserve)); fi
+agent_pid=$(show nodecare-agent MainPID)
+restarts=$(show nodecare-agent NRestarts)
+flood_args=("$max_connections" "$(limit_const MAX_CONNECTIONS_PER_PEER)" "$(limit_const HEADER_READ_TIMEOUT)" \
+    "$(limit_const IDLE_TIMEOUT)" "$agent_pid")
+flood_started=$SECONDS
+flood=$(in_root python3 /root/agent-flood.py 1815 "${flood_args[@]}" 2>&1) ||
+    fail "the agent under its unit did not survive the connection floods: $flood"
+[ "$(in_root systemctl is-active nodecare-agent || true)" = active ] || fail "nodecare-agent is not active after the floods"
+[ "$(show nodecare-agent MainPID)" = "$agent_pid" ] && [ "$(show nodecare-agent NRestarts)" = "$restarts" ] ||
+    fail "nodecare-agent was restarted during the floods (PID $agent_pid -> $(show nodecare-agent MainPID))"
+refused=$(in_root curl -fsS --max-time 5 http://127.0.0.1:1815/metrics |
+    sed -n 's/^nodecare_agent_requests_refused_total{endpoint="connection"[^}]*} \([0-9]*\)\(\.0\)\{0,1\}$/\1/p' | head -n 1)
+[ "${refused:-0}" -ge 48 ] || fail "the agent's /metrics counts ${refused:-no} refused connections, not the flood's 48 and more"
+say "4b. floods (caps ${flood_args[*]:0:2}, timeouts ${flood_args[*]:2:2} s): the agent kept answering, was not restarted; $flood; $refused connections refused (/metrics); $((SECONDS - flood_started)) s"
+
 # --- 2. the agent under its unit ---------------------------------------------------------------
-if [ -n "${NODECARE_SYSTEMD_BREAK:-}" ]; then
-    say "breaking the agent's unit on purpose: ${NODECARE_SYSTEMD_BREAK}"
-    mkdir -p "$boot_root/etc/systemd/system/nodecare-agent.service.d"
-    printf '[Service]\n%s\n' "$NODECARE_SYSTEMD_BREAK" >"$boot_root/etc/systemd/system/nodecare-agent.service.d/broken.conf"
-    in_root systemctl daemon-reload
-    in_root systemctl restart nodecare-agent
-fi
 # Short intervals so the test need not wait minutes: an operator's change of the conffile.
 cat >>"$boot_root/etc/nodecare/agent.toml" <<'EOF'
 
@@ -221,14 +269,37 @@ say "2a. diagnose: example scripts run, the verdict is signed, a hanging script 
 # The unit's sandbox: every [Service] setting of the installed unit that shapes the process
 # (not the service's life cycle), for a transient unit that runs a repair command as the
 # agent would (`nodecare-agent repair`: the daemon's environment, lock and verdict on stdin).
-sandbox=()
-while IFS= read -r line; do
-    case "$line" in
-        Type=* | NotifyAccess=* | ExecStart=* | Restart* | WatchdogSec=* | TimeoutStopSec=* | \
-            Standard*=* | SyslogIdentifier=* | KillMode=*) ;;
-        *=*) sandbox+=(-p "$line") ;;
-    esac
-done < <(in_root systemctl cat nodecare-agent | sed -n '/^\[Service\]/,/^\[/p' | grep -E '^[A-Za-z]+=')
+unit_sandbox() { # UNIT: sets sandbox to the -p options of UNIT's [Service] settings (drop-ins too)
+    local line
+    sandbox=()
+    while IFS= read -r line; do
+        case "$line" in
+            Type=* | NotifyAccess=* | ExecStart=* | Restart* | WatchdogSec=* | TimeoutStopSec=* | \
+                Standard*=* | SyslogIdentifier=* | KillMode=*) ;;
+            *=*) sandbox+=(-p "$line") ;;
+        esac
+    done < <(in_root systemctl cat "$1" | sed -n '/^\[Service\]/,/^\[/p' | grep -E '^[A-Za-z]+=')
+}
+# probe_sandbox UNIT EXPECTATION...: runs each probe in a transient unit with UNIT's sandbox and
+# fails unless it came out as expected. An EXPECTATION is "allowed|forbidden NAME SHELL-COMMAND":
+# the command succeeds where allowed and fails where forbidden. Probes are harmless where they
+# succeed (the hostname is set to itself).
+probe_sandbox() {
+    local unit=$1 expectation want name command result
+    shift
+    unit_sandbox "$unit"
+    for expectation in "$@"; do
+        read -r want name command <<<"$expectation"
+        if in_root systemd-run --quiet --wait --pipe --collect --unit="nodecare-test-probe-$name" \
+            "${sandbox[@]}" /bin/sh -c "$command" >/dev/null 2>&1; then
+            result=allowed
+        else
+            result=forbidden
+        fi
+        [ "$result" = "$want" ] || fail "$unit's sandbox: '$command' ($name) is $result, expected $want"
+    done
+}
+unit_sandbox nodecare-agent
 say "the agent unit's sandbox: ${sandbox[*]}"
 run_repair() { # NAME INPUT-JSON: runs the example repair NAME in the agent unit's sandbox
     local name=$1 input=$2
@@ -280,6 +351,22 @@ for path in sequence; do
 done
 say "2d. the agent wrote only in /var/lib/nodecare (and the journal)"
 
+# What the agent's sandbox forbids (and that it still allows what repairs need), each probe in a
+# transient unit with the installed unit's [Service] settings.
+touch "$boot_root/tmp/nodecare-test-host-tmp"
+probe_sandbox nodecare-agent \
+    "forbidden hostname hostname \"\$(hostname)\"" \
+    "forbidden realtime chrt -f 1 true" \
+    "forbidden personality setarch linux32 true" \
+    "forbidden shared-tmp test -e /tmp/nodecare-test-host-tmp" \
+    "allowed no-new-privileges grep -qx 'NoNewPrivs:[[:space:]]*1' /proc/self/status" \
+    "allowed write-usr touch /usr/lib/nodecare-test-upgrade/probe" \
+    "allowed write-sys-proc test -w /proc/sys/vm/drop_caches" \
+    "allowed all-capabilities test \"\$(grep CapBnd /proc/self/status)\" = \"\$(grep CapBnd /proc/1/status)\"" \
+    "allowed devices test -e /dev/null -a -e /dev/kmsg"
+rm -f "$boot_root/tmp/nodecare-test-host-tmp" "$boot_root/usr/lib/nodecare-test-upgrade/probe"
+say "2e. the agent's sandbox forbids renaming the node, real-time scheduling, personality changes, the shared /tmp; keeps root's capabilities, /usr, /proc/sys, /dev writable or usable"
+
 # --- 3. watchdog --------------------------------------------------------------------------------
 seq_before=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
 old_pid=$(show nodecare-agent MainPID)
@@ -306,6 +393,33 @@ seq_after=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
 [ "$seq_after" -ge "$seq_before" ] || fail "the sequence number went back: $seq_before -> $seq_after"
 say "3. watchdog: the frozen agent was killed and restarted after $took s; sequence $seq_before -> $seq_after"
 
+# What the coordinator's store holds: its schema version, every table's rows, its counters (python3's sqlite3).
+store_state() {
+    in_root python3 -c '
+import json, sqlite3
+db = sqlite3.connect("file:/var/lib/nodecare/state.db?mode=ro", uri=True)
+tables = [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = ?", ("table",))]
+print(json.dumps({"user_version": db.execute("PRAGMA user_version").fetchone()[0],
+                  "rows": {t: db.execute(f"SELECT count(*) FROM \"{t}\"").fetchone()[0] for t in sorted(tables)},
+                  "counters": dict(db.execute("SELECT name, value FROM counters"))}, sort_keys=True))'
+}
+# store_kept BEFORE INODE: the store is the same file (not made anew) and lost nothing: its
+# schema version, every table's rows and every counter at least what they were.
+store_kept() {
+    local after
+    [ "$(stat -c %i "$boot_root/var/lib/nodecare/state.db")" = "$2" ] || { echo "state.db was made anew" >&2; return 1; }
+    after=$(store_state) || return 1
+    python3 - "$1" "$after" <<'PY'
+import json, sys
+before, after = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+assert after["user_version"] >= before["user_version"], f"schema version {before['user_version']} -> {after['user_version']}"
+for table, rows in before["rows"].items():
+    assert after["rows"].get(table, -1) >= rows, f"table {table}: {rows} -> {after['rows'].get(table)} rows"
+for name, value in before["counters"].items():
+    assert after["counters"].get(name, -1) >= value, f"counter {name}: {value} -> {after['counters'].get(name)}"
+PY
+}
+
 # --- 7. the coordinator: stands by, takes over, watchdog -----------------------------------------
 # A simulated Ganeti RAPI (HTTPS, credentials) on the host's loopback, which the root shares.
 sim=$target_dir/release/nodecare-ganeti-sim
@@ -327,16 +441,20 @@ install -m 0600 "$sim_dir/credentials" "$boot_root/etc/nodecare/rapi-credentials
 install -m 0600 "$sim_dir/rapi.pem" "$boot_root/var/lib/ganeti/rapi.pem"
 # This node is node1 of the simulated cluster; ssconf says the master is node2: stand by.
 echo node2.sim.test >"$boot_root/var/lib/ganeti/ssconf_master_node"
-config=$boot_root/etc/nodecare/coordinator.toml
-{
-    printf 'node_name = "node1.sim.test"\nround_interval = 2.0\nround_stall_timeout = 5.0\n'
-    # No agents run on the simulated nodes: no replicated state to wait for at takeover.
-    sed -e 's/^enabled = true$/enabled = false/' -e "s|^\[rapi\]\$|[rapi]\nurl = \"$sim_url\"\ncertificate = \"/var/lib/ganeti/rapi.pem\"\ncredentials = \"/etc/nodecare/rapi-credentials\"\ntimeout = 600.0|" "$config"
-} >"$config.new"
-mv "$config.new" "$config"
-chmod 0640 "$config"
-in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config >/dev/null 2>&1 ||
-    fail "the edited coordinator.toml is rejected: $(in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config 2>&1)"
+# The operator's edit of the shipped coordinator.toml: this node's name, RAPI (the simulator).
+edit_coordinator_config() {
+    local config=$boot_root/etc/nodecare/coordinator.toml
+    {
+        printf 'node_name = "node1.sim.test"\nround_interval = 2.0\nround_stall_timeout = 5.0\n'
+        # No agents run on the simulated nodes: no replicated state to wait for at takeover.
+        sed -e 's/^enabled = true$/enabled = false/' -e "s|^\[rapi\]\$|[rapi]\nurl = \"$sim_url\"\ncertificate = \"/var/lib/ganeti/rapi.pem\"\ncredentials = \"/etc/nodecare/rapi-credentials\"\ntimeout = 600.0|" "$config"
+    } >"$config.new"
+    mv "$config.new" "$config"
+    chmod 0640 "$config"
+    in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config >/dev/null 2>&1 ||
+        fail "the edited coordinator.toml is rejected: $(in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config 2>&1)"
+}
+edit_coordinator_config
 in_root systemctl start nodecare-coordinator || fail "systemctl start nodecare-coordinator failed"
 [ "$(in_root systemctl is-active nodecare-coordinator)" = active ] || fail "nodecare-coordinator is not active (READY=1)"
 waited=
@@ -358,35 +476,62 @@ done
 [ "$(in_root systemctl is-active nodecare-coordinator)" = active ] || fail "the coordinator is not active after taking over"
 say "7b. the coordinator took over when the master moved to its node"
 
+# What the coordinator's sandbox forbids, and allows, each probe in a transient unit with the
+# installed unit's [Service] settings.
+probe_sandbox nodecare-coordinator \
+    "allowed write-state touch /var/lib/nodecare/probe" \
+    "allowed read-config test -r /etc/nodecare/coordinator.toml -a -r /var/lib/ganeti/rapi.pem" \
+    "forbidden write-etc touch /etc/nodecare/probe" \
+    "forbidden write-usr touch /usr/probe" \
+    "forbidden write-ganeti touch /var/lib/ganeti/probe" \
+    "forbidden home ls /root/packages" \
+    "forbidden devices test -e /dev/kmsg" \
+    "forbidden kernel-tunables : >/proc/sys/vm/drop_caches" \
+    "allowed only-cap-dac-read-search grep -qx 'CapBnd:[[:space:]]*0000000000000004' /proc/self/status" \
+    "forbidden namespaces unshare --user true" \
+    "forbidden write-execute python3 -c 'import mmap; mmap.mmap(-1, 4096, prot=7)'" \
+    "forbidden hostname hostname \"\$(hostname)\""
+rm -f "$boot_root/var/lib/nodecare/probe"
+say "7c. the coordinator's sandbox writes only its state directory, reads its configuration and the RAPI certificate; forbids /etc, /usr, /var/lib/ganeti writes, /root, devices, /proc/sys, capabilities but CAP_DAC_READ_SEARCH, namespaces, W+X memory, renaming the node"
+
 # Its round loop frozen: RAPI never answers (within the coordinator's 600 s RAPI timeout).
-store_before=$(ls "$boot_root/var/lib/nodecare")
+store_before=$(store_state) || fail "cannot read the coordinator's store"
+store_inode=$(stat -c %i "$boot_root/var/lib/nodecare/state.db")
 old_pid=$(show nodecare-coordinator MainPID)
 curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 100000, "hang_ms": 900000}' \
     "$sim_url/sim/http-faults" >/dev/null || fail "cannot make the simulated RAPI hang"
 watchdog=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
 restart_sec=$(sed -n 's/^RestartSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
 frozen_at=$SECONDS
+# Killed by systemd: the journal says why (round_stall_timeout, then WatchdogSec without a ping).
+killed=
+while [ $((SECONDS - frozen_at)) -le $((5 + watchdog + 20)) ]; do
+    sleep 1
+    journal_has nodecare-coordinator 'watchdog timeout' && { killed=yes; break; }
+done
+[ -n "$killed" ] || fail "systemd did not kill the coordinator whose rounds hang (no watchdog timeout in its journal)"
+took=$((SECONDS - frozen_at))
+[ "$took" -le $((5 + watchdog + 5)) ] || fail "the coordinator was killed after $took s, not within round_stall_timeout + WatchdogSec"
+# RAPI answers again before the restart (RestartSec), so that the new process's rounds do not
+# hang too (a coordinator stuck in a RAPI request does not stop within TimeoutStopSec).
+curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 0}' \
+    "$sim_url/sim/http-faults" >/dev/null || fail "cannot stop the simulated RAPI's hang"
 new_pid=$old_pid
-while [ $((SECONDS - frozen_at)) -le $((5 + watchdog + restart_sec + 20)) ]; do
+while [ $((SECONDS - frozen_at)) -le $((took + restart_sec + 20)) ]; do
     sleep 1
     new_pid=$(show nodecare-coordinator MainPID)
     [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] && break
 done
 [ "$new_pid" != "$old_pid" ] && [ "$new_pid" != 0 ] ||
-    fail "systemd did not restart the coordinator whose rounds hang"
-took=$((SECONDS - frozen_at))
-journal_has nodecare-coordinator 'watchdog timeout' ||
-    fail "the journal does not say the coordinator was restarted for its watchdog"
-curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 0}' \
-    "$sim_url/sim/http-faults" >/dev/null || true
+    fail "systemd did not restart the coordinator after its watchdog killed it"
+restarted=$((SECONDS - frozen_at))
 for _ in $(seq 1 60); do
     [ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] && break
     sleep 0.5
 done
 [ "$(in_root systemctl is-active nodecare-coordinator || true)" = active ] || fail "the restarted coordinator is not active"
-[ "$(ls "$boot_root/var/lib/nodecare")" = "$store_before" ] ||
-    fail "the coordinator's state directory changed across the restart: $store_before -> $(ls "$boot_root/var/lib/nodecare")"
-say "3b. watchdog: the coordinator with a hanging RAPI was restarted after $took s (journal: watchdog timeout); its store is kept"
+store_kept "$store_before" "$store_inode" || fail "the coordinator's store was not kept across its watchdog restart"
+say "3b. watchdog: the coordinator with a hanging RAPI was killed after $took s (journal: watchdog timeout), restarted after $restarted s; its store is kept"
 
 # --- 6. remove and purge ----------------------------------------------------------------------
 in_root apt remove -y nodecare-agent nodecare-coordinator >"$boot_work/apt.log" 2>&1 ||
@@ -416,5 +561,85 @@ for path in /var/lib/ganeti/hmac.key /etc/ganeti/node-diagnose-commands/always-o
     [ -e "$boot_root$path" ] || fail "apt purge removed $path (not the package's)"
 done
 say "6. apt remove keeps configuration and state; apt purge removes the packages' files, not Ganeti's or the operator's"
+
+# --- 5. upgrade from the previous release -------------------------------------------------------
+# The previous release's packages are these packages repacked with a lower version
+# (${version}~prev-1) and a shipped agent.toml and coordinator.toml that differ from this
+# release's by one comment line: the binaries are the same, so this proves the packages' upgrade
+# path (maintainer scripts, conffile handling, restarts, state kept), not a migration between
+# different binaries' state formats.
+upgrade_started=$SECONDS
+prev=${version}~prev-1
+repack_previous() { # DEB CONFFILE: writes the previous release's package into /root/packages
+    local deb=$1 conffile=$2 dir package
+    dir=$(mktemp -d)
+    dpkg-deb -R "$deb" "$dir/pkg"
+    package=$(dpkg-deb --field "$deb" Package)
+    sed -i "s/^Version: .*/Version: $prev/" "$dir/pkg/DEBIAN/control"
+    echo "# shipped by the previous release" >>"$dir/pkg$conffile"
+    (cd "$dir/pkg" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z |
+        xargs -0 md5sum >DEBIAN/md5sums)
+    dpkg-deb --root-owner-group -Zgzip -b "$dir/pkg" "$boot_root/root/packages/${package}_${prev}_amd64.deb" >/dev/null
+    rm -rf "$dir"
+}
+repack_previous "$out/$agent_deb" /etc/nodecare/agent.toml
+repack_previous "$out/$coordinator_deb" /etc/nodecare/coordinator.toml
+in_root sh -c "cd /root/packages && apt install -y ./nodecare-agent_${prev}_amd64.deb ./nodecare-coordinator_${prev}_amd64.deb" \
+    >"$boot_work/apt.log" 2>&1 || { cat "$boot_work/apt.log" >&2; fail "apt install of the previous release failed"; }
+# The operator's changes of both configuration files, and state of both daemons.
+printf '\n# the operator\ndiagnose_interval_secs = 3\n' >>"$boot_root/etc/nodecare/agent.toml"
+edit_coordinator_config
+in_root systemctl restart nodecare-agent
+in_root systemctl start nodecare-coordinator || fail "the previous release's coordinator does not start"
+for _ in $(seq 1 60); do
+    journal_has nodecare-coordinator 'this node is the master: acting' &&
+        [ -s "$boot_root/var/lib/nodecare/state.db" ] && [ -s "$boot_root/var/lib/nodecare/agent/sequence" ] && break
+    sleep 0.5
+done
+[ -s "$boot_root/var/lib/nodecare/state.db" ] || fail "the previous release's coordinator made no store"
+[ -s "$boot_root/var/lib/nodecare/agent/sequence" ] || fail "the previous release's agent wrote no sequence number"
+sleep 3 # a round or two in the store
+store_before=$(store_state) || fail "cannot read the previous release's store"
+store_inode=$(stat -c %i "$boot_root/var/lib/nodecare/state.db")
+seq_before=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
+started_lines() { in_root journalctl --no-pager -o cat -u "$1" | grep -c '^Started ' || true; }
+declare -A invocation_before started_before
+for unit in nodecare-agent nodecare-coordinator; do
+    [ "$(in_root systemctl is-active "$unit" || true)" = active ] || fail "the previous release's $unit is not active"
+    invocation_before[$unit]=$(show "$unit" InvocationID)
+    started_before[$unit]=$(started_lines "$unit")
+done
+# The upgrade, as packaging/README.md ("Upgrading") says.
+in_root sh -c "cd /root/packages && apt install -y -o Dpkg::Options::=--force-confold ./$agent_deb ./$coordinator_deb" \
+    >"$boot_work/apt.log" 2>&1 || { cat "$boot_work/apt.log" >&2; fail "the upgrade to $version-1 failed"; }
+for package in nodecare-agent nodecare-coordinator; do
+    [ "$(in_root dpkg-query -W -f '${Version}' "$package")" = "$version-1" ] || fail "$package is not $version-1 after the upgrade"
+done
+grep -q '^# the operator$' "$boot_root/etc/nodecare/agent.toml" || fail "the upgrade replaced the operator's agent.toml"
+grep -q '^node_name = "node1.sim.test"$' "$boot_root/etc/nodecare/coordinator.toml" ||
+    fail "the upgrade replaced the operator's coordinator.toml"
+for conffile in agent.toml coordinator.toml; do
+    cmp -s "$boot_root/etc/nodecare/$conffile.dpkg-dist" "packaging/config/$conffile" ||
+        fail "the upgrade did not leave the new release's $conffile beside the operator's as $conffile.dpkg-dist"
+done
+# Each daemon restarted once (a new invocation, one more "Started" line), and by the package, not
+# by a failure (NRestarts counts systemd's automatic restarts).
+for unit in nodecare-agent nodecare-coordinator; do
+    for _ in $(seq 1 40); do
+        [ "$(in_root systemctl is-active "$unit" || true)" = active ] && break
+        sleep 0.25
+    done
+    [ "$(in_root systemctl is-active "$unit" || true)" = active ] || fail "$unit is not active after the upgrade"
+    [ "$(show "$unit" InvocationID)" != "${invocation_before[$unit]}" ] ||
+        fail "$unit was not restarted by the upgrade (it runs the old binary)"
+    starts=$(($(started_lines "$unit") - started_before[$unit]))
+    [ "$starts" = 1 ] || fail "$unit was started $starts times by the upgrade, not once"
+    [ "$(show "$unit" NRestarts)" = 0 ] || fail "$unit failed and was restarted by systemd during the upgrade"
+done
+sleep 3
+store_kept "$store_before" "$store_inode" || fail "the upgrade did not keep the coordinator's store: $store_before"
+seq_after=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
+[ "$seq_after" -ge "$seq_before" ] || fail "the agent's sequence number went back across the upgrade: $seq_before -> $seq_after"
+say "5. upgrade $prev -> $version-1 (--force-confold): the operator's agent.toml and coordinator.toml kept (new ones as .dpkg-dist), each daemon restarted once, sequence $seq_before -> $seq_after, store kept ($store_before); $((SECONDS - upgrade_started)) s"
 
 say "OK in $((SECONDS - started)) s"
