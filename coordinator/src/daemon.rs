@@ -346,7 +346,16 @@ impl Coordinator {
                 }
             }
             self.progress.busy();
-            let outcome = self.reconciler.round().await;
+            // A stop is not held back by a round waiting on Ganeti or an agent: the round is
+            // left where it is, as after a crash (everything it did is recorded before it is
+            // done; the next start goes on from the state).
+            let outcome = tokio::select! {
+                () = &mut shutdown => {
+                    tracing::info!("stopping during a round");
+                    break Ok(());
+                }
+                outcome = self.reconciler.round() => outcome,
+            };
             self.progress.idle();
             let was_acting = self.api.board.acting.load(Ordering::Relaxed);
             match outcome {

@@ -40,9 +40,16 @@ async fn pings(socket: &tokio::net::UnixDatagram, window: Duration) -> usize {
     count
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hung_round_starves_the_watchdog() {
-    let sim = Simulation::new(SimConfig::from_spec(2, "", DOMAIN).unwrap()).unwrap();
+/// The coordinator binary on `sim`'s RAPI, as systemd starts it (notify socket, watchdog
+/// every 200 ms, rounds every 100 ms, a round stalled after 1 s).
+async fn start(
+    sim: &Simulation,
+) -> (
+    tokio::process::Child,
+    tokio::net::UnixDatagram,
+    tempfile::TempDir,
+    nodecare_ganeti_sim::SimServer,
+) {
     let server = sim
         .serve("127.0.0.1:0".parse().unwrap(), None)
         .await
@@ -70,19 +77,25 @@ async fn a_hung_round_starves_the_watchdog() {
     std::fs::write(&config_path, config).unwrap();
     let socket_path = dir.path().join("notify.sock");
     let socket = tokio::net::UnixDatagram::bind(&socket_path).unwrap();
-    let mut child =
-        tokio::process::Command::new(env!("CARGO_BIN_EXE_nodecare-coordinator-under-test"))
-            .arg("--config")
-            .arg(&config_path)
-            .env("NODECARE_LOG", "warn")
-            .env("NOTIFY_SOCKET", &socket_path)
-            .env("WATCHDOG_USEC", "200000")
-            .env_remove("WATCHDOG_PID")
-            .stdout(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_nodecare-coordinator-under-test"))
+        .arg("--config")
+        .arg(&config_path)
+        .env("NODECARE_LOG", "warn")
+        .env("NOTIFY_SOCKET", &socket_path)
+        .env("WATCHDOG_USEC", "200000")
+        .env_remove("WATCHDOG_PID")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
 
+    (child, socket, dir, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_round_starves_the_watchdog() {
+    let sim = Simulation::new(SimConfig::from_spec(2, "", DOMAIN).unwrap()).unwrap();
+    let (mut child, socket, _dir, _server) = start(&sim).await;
     let healthy = pings(&socket, Duration::from_secs(2)).await;
     assert!(
         healthy >= 5,
@@ -106,4 +119,38 @@ async fn a_hung_round_starves_the_watchdog() {
     assert!(again >= 3, "pings resume once the round ends, got {again}");
     child.start_kill().unwrap();
     let _status = child.wait().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_coordinator_during_a_hung_round() {
+    let sim = Simulation::new(SimConfig::from_spec(2, "", DOMAIN).unwrap()).unwrap();
+    let (mut child, socket, _dir, _server) = start(&sim).await;
+    assert!(
+        pings(&socket, Duration::from_secs(2)).await >= 5,
+        "rounds complete"
+    );
+    // RAPI stops answering for a minute: the next round hangs in its mastership check.
+    sim.set_http_faults(HttpFaults {
+        hang: 1000,
+        hang_ms: 60_000,
+        path_contains: Some("/2/info".into()),
+        ..HttpFaults::default()
+    });
+    let _within_limit = pings(&socket, Duration::from_millis(1600)).await;
+    assert_eq!(
+        pings(&socket, Duration::from_millis(500)).await,
+        0,
+        "the round hangs"
+    );
+    let pid = child.id().unwrap().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = tokio::time::timeout(Duration::from_secs(5), child.wait())
+        .await
+        .expect("SIGTERM must stop the coordinator within 5 s, even during a hung round")
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "stopped by a signal: exit code 0");
 }
