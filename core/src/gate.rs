@@ -302,7 +302,7 @@ pub struct Policy {
 }
 
 /// The cluster as the gate sees it this round.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct View {
     /// Every node, by name.
     pub nodes: BTreeMap<String, NodeFacts>,
@@ -639,8 +639,9 @@ impl Decision {
 }
 
 /// What the gate saw and decided in one round, kept for the API (admission requests are judged
-/// against it) and status pages.
-#[derive(Debug, Clone, PartialEq, Default)]
+/// against it) and status pages; recorded as it is (JSON), it replays to the same decision
+/// ([`GateSnapshot::replay`]).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct GateSnapshot {
     /// The cluster as the gate saw it.
     pub view: View,
@@ -650,6 +651,23 @@ pub struct GateSnapshot {
     pub in_force: InForce,
     /// What it decided.
     pub decision: Decision,
+}
+
+impl GateSnapshot {
+    /// The decision the gate makes again from what it saw: the same view, policy and
+    /// disruptions in force, and the proposals it judged.
+    pub fn replay(&self) -> Decision {
+        decide(
+            &self.view,
+            &self.policy,
+            &self.in_force,
+            self.decision
+                .judgements
+                .iter()
+                .map(|j| j.proposal.clone())
+                .collect(),
+        )
+    }
 }
 
 /// The caps of `group` (the cluster's when the group has none of its own).
@@ -2314,6 +2332,12 @@ mod tests {
                     prop_assert!(reserved <= free, "{group}: {reserved} MiB moving, {free} MiB free");
                 }
             }
+            // Recorded as JSON, the round replays to the same decision.
+            let snapshot = GateSnapshot { view, policy, in_force, decision };
+            let text = serde_json::to_string(&snapshot).expect("a snapshot encodes");
+            let recorded: GateSnapshot = serde_json::from_str(&text).expect("a snapshot decodes");
+            prop_assert_eq!(&recorded, &snapshot);
+            prop_assert_eq!(recorded.replay(), snapshot.decision);
         }
     }
 
