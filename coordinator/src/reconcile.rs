@@ -297,9 +297,12 @@ impl Reconciler {
         drop(guard);
         // Read the cluster only after the jobs: a snapshot older than a job's "success" would
         // still show the instance where it was, and the move would be planned again.
-        let input = self.read_input(now, summary).await?;
+        let mut input = self.read_input(now, summary).await?;
         let services = self.services();
         let _guard = Arc::clone(&self.incident_lock).lock_owned().await;
+        // Grants and overrides change through the API under this lock: read under it.
+        input.grants = self.store.grants_in_force(now)?;
+        input.overrides = self.store.overrides_in_force(now)?;
         for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.observe(services, &input).await?;
         }
@@ -370,7 +373,7 @@ impl Reconciler {
         let policy = gate::Policy {
             cluster: settings.cluster,
             groups: gate::group_caps(&settings.groups, &input.group_names),
-            overrides: self.store.overrides_in_force(now)?,
+            overrides: input.overrides.clone(),
             breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
         };
         let mut proposals = Vec::new();

@@ -106,6 +106,8 @@ impl Reconciler {
             failed_outside_grace,
             graced,
             degraded,
+            grants: Vec::new(),
+            overrides: Vec::new(),
         })
     }
 

@@ -13,10 +13,10 @@ impl Duty for Admission {
         "admission"
     }
 
-    fn holds<'a>(&'a mut self, services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds> {
+    fn holds<'a>(&'a mut self, _services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds> {
         Box::pin(async move {
             Ok(Holds {
-                disrupted: services.store.grants_in_force(input.now_ms)?,
+                disrupted: input.grants.clone(),
                 ..Holds::default()
             })
         })

@@ -153,6 +153,11 @@ pub struct RoundInput {
     pub graced: BTreeMap<String, u64>,
     /// DRBD instances degraded with both nodes online past the grace, and why.
     pub degraded: BTreeMap<String, String>,
+    /// Admission grants in force, read under the incident lock (the admission API grants under
+    /// it too).
+    pub grants: Vec<(String, Holder)>,
+    /// Operator overrides in force, read with the grants.
+    pub overrides: Vec<crate::gate::Override>,
 }
 
 impl RoundInput {
