@@ -101,6 +101,18 @@ impl Coordinator {
                 },
             )
         });
+        // While an agent's watch is healthy, rounds read the report it delivered.
+        let scraper = match &watches {
+            Some(watches) => scraper.with_watched(
+                watches.delivered(),
+                crate::scrape::WatchBounds {
+                    max_silence_ms: u64::try_from(watches.max_silence().as_millis())
+                        .unwrap_or(u64::MAX),
+                    expiry_margin_ms: crate::scrape::WATCHED_EXPIRY_MARGIN_MS,
+                },
+            ),
+            None => scraper,
+        };
         let replicator = config.replication.enabled.then(|| {
             Arc::new(crate::replica::Replicator::new(
                 Arc::clone(&store),

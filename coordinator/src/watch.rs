@@ -17,6 +17,10 @@
 //! counted in `nodecare_coordinator_watch_backoffs` by cause and logged at most once per
 //! [`LOG_PERIOD`] and agent.
 //!
+//! Each watch also keeps the latest report it delivered, as signed bytes, in [`Delivered`]: the
+//! round reads an agent from there instead of over the network while its watch is healthy (see
+//! [`crate::scrape::read_from`]), and verifies those bytes exactly as a scraped report.
+//!
 //! Only `http://` agent URLs are watched; others are read by the rounds alone.
 
 use std::collections::BTreeMap;
@@ -79,6 +83,107 @@ pub enum WatchAnswer {
     Failed(String),
 }
 
+/// The latest report one watch delivered, as the agent signed it (verified again by the round).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveredReport {
+    /// The signed envelope's bytes, exactly as answered.
+    pub body: Arc<[u8]>,
+    /// Its sequence number.
+    pub sequence: u64,
+    /// When it expires, Unix ms.
+    pub expires_at_ms: u64,
+}
+
+/// What the round may know of one agent's watch: for [`crate::scrape::read_from`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedAgent {
+    /// The agent URL the watch talks to.
+    pub base_url: String,
+    /// The watch's last request was answered as expected (a report or a `304` at the end of
+    /// the wait) and it is waiting again; `false` from its start until then, and from any
+    /// failure (it backs off) until the next good answer.
+    pub healthy: bool,
+    /// When the agent last answered the watch as expected, Unix ms.
+    pub heard_at_ms: u64,
+    /// The latest verified (or stale) report it delivered.
+    pub report: Option<DeliveredReport>,
+}
+
+/// The latest report of every watch and whether the watch is healthy, shared by the watches
+/// (which write it) and the scraper (which reads it at the start of every round).
+#[derive(Debug, Default)]
+pub struct Delivered {
+    agents: std::sync::Mutex<BTreeMap<String, WatchedAgent>>,
+}
+
+impl Delivered {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, WatchedAgent>> {
+        self.agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What the watches know of `nodes` (those watched), copied out under one short lock (the
+    /// reports' bytes are shared, not copied).
+    pub fn snapshot<'a>(
+        &self,
+        nodes: impl IntoIterator<Item = &'a str>,
+    ) -> BTreeMap<String, WatchedAgent> {
+        let agents = self.lock();
+        nodes
+            .into_iter()
+            .filter_map(|node| agents.get(node).map(|a| (node.to_owned(), a.clone())))
+            .collect()
+    }
+
+    /// How many watches are healthy and hold a report.
+    pub fn healthy(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|a| a.healthy && a.report.is_some())
+            .count()
+    }
+
+    /// A watch of `target` answered as expected at `now_ms`, with `report` when it was one.
+    pub(crate) fn answered(
+        &self,
+        target: &AgentTarget,
+        now_ms: u64,
+        report: Option<DeliveredReport>,
+    ) {
+        let mut agents = self.lock();
+        let entry = agents
+            .entry(target.node.clone())
+            .or_insert_with(|| WatchedAgent {
+                base_url: target.base_url.clone(),
+                healthy: false,
+                heard_at_ms: now_ms,
+                report: None,
+            });
+        if entry.base_url != target.base_url {
+            entry.base_url.clone_from(&target.base_url);
+            entry.report = None;
+        }
+        entry.healthy = true;
+        entry.heard_at_ms = now_ms;
+        if report.is_some() {
+            entry.report = report;
+        }
+    }
+
+    /// A watch of `target` failed: the round reads the agent itself until the next good answer.
+    pub(crate) fn failed(&self, target: &AgentTarget) {
+        if let Some(entry) = self.lock().get_mut(&target.node) {
+            entry.healthy = false;
+        }
+    }
+
+    /// Forgets the watches of every node not in `keep`.
+    fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(|node, _| keep(node));
+    }
+}
+
 /// The watches of every agent.
 #[derive(Debug)]
 pub struct Watches {
@@ -87,6 +192,7 @@ pub struct Watches {
     running: BTreeMap<String, (AgentTarget, AbortHandle)>,
     changes: Arc<watch::Sender<u64>>,
     board: Option<std::sync::Weak<crate::board::Board>>,
+    delivered: Arc<Delivered>,
 }
 
 impl Drop for Watches {
@@ -106,7 +212,19 @@ impl Watches {
             running: BTreeMap::new(),
             changes: Arc::new(watch::Sender::new(0)),
             board: None,
+            delivered: Arc::new(Delivered::default()),
         }
+    }
+
+    /// The latest report of every watch, for the rounds ([`crate::scrape::Scraper::with_watched`]).
+    pub fn delivered(&self) -> Arc<Delivered> {
+        Arc::clone(&self.delivered)
+    }
+
+    /// How long a healthy watch may go without an answer: the agent answers a held request
+    /// within `wait` (a `304` at its end), and the watch gives up after `wait + timeout`.
+    pub fn max_silence(&self) -> Duration {
+        self.settings.wait + self.settings.timeout
     }
 
     /// Puts every changed verdict on `board`'s agents table as soon as it is verified.
@@ -146,6 +264,8 @@ impl Watches {
             }
             keep
         });
+        self.delivered
+            .retain(|node| self.running.contains_key(node));
         for (node, target) in wanted {
             if self.running.contains_key(node) {
                 continue;
@@ -156,6 +276,7 @@ impl Watches {
                 self.settings,
                 Arc::clone(&self.changes),
                 self.board.clone(),
+                Arc::clone(&self.delivered),
             ));
             self.running
                 .insert(node.to_owned(), (target.clone(), task.abort_handle()));
@@ -176,6 +297,7 @@ async fn watch_agent(
     settings: WatchSettings,
     changes: Arc<watch::Sender<u64>>,
     board: Option<std::sync::Weak<crate::board::Board>>,
+    delivered: Arc<Delivered>,
 ) {
     let mut after = 0u64;
     let mut seen: Option<Seen> = None;
@@ -183,7 +305,7 @@ async fn watch_agent(
     let mut log = crate::auth::LogLimiter::new(LOG_PERIOD);
     loop {
         let started = tokio::time::Instant::now();
-        let answer = watch_once(&target, &ring, settings, after).await;
+        let (answer, body) = watch_once_with_body(&target, &ring, settings, after).await;
         let elapsed = started.elapsed();
         let failure = match answer {
             WatchAnswer::NotModified if early(elapsed, settings.wait) => Some(Backoff {
@@ -194,7 +316,10 @@ async fn watch_agent(
                 ),
                 retry_after: None,
             }),
-            WatchAnswer::NotModified => None,
+            WatchAnswer::NotModified => {
+                delivered.answered(&target, nodecare_protocol::now_ms(), None);
+                None
+            }
             WatchAnswer::Overloaded {
                 message,
                 retry_after,
@@ -220,14 +345,27 @@ async fn watch_agent(
                     fingerprint: o.verdict.fingerprint.clone(),
                     fresh: matches!(outcome, AgentOutcome::Verified(_)),
                 };
-                if seen.as_ref().is_some_and(|before| *before != now) {
+                let changed = seen.as_ref().is_some_and(|before| *before != now);
+                if changed {
                     tracing::info!(node = %target.node, sequence = after, status = %o.verdict.status, "watched verdict changed");
                     if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
                         show(&board, &target, outcome.clone());
                     }
-                    changes.send_modify(|count| *count = count.wrapping_add(1));
                 }
                 seen = Some(now);
+                // Kept for the rounds before the change wakes them (the round then reads it).
+                delivered.answered(
+                    &target,
+                    nodecare_protocol::now_ms(),
+                    body.map(|body| DeliveredReport {
+                        body,
+                        sequence: o.sequence,
+                        expires_at_ms: o.expires_at_ms,
+                    }),
+                );
+                if changed {
+                    changes.send_modify(|count| *count = count.wrapping_add(1));
+                }
                 None
             }
             WatchAnswer::Report(AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e))
@@ -236,6 +374,7 @@ async fn watch_agent(
         match failure {
             None => backoff = settings.backoff_min,
             Some(failure) => {
+                delivered.failed(&target);
                 let delay = delay(backoff, failure.retry_after, settings);
                 if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
                     board.metrics.watch_backoff(failure.cause);
@@ -342,25 +481,45 @@ pub async fn watch_once(
     settings: WatchSettings,
     after: u64,
 ) -> WatchAnswer {
+    watch_once_with_body(target, ring, settings, after).await.0
+}
+
+/// [`watch_once`], with the body of a `200` answer.
+async fn watch_once_with_body(
+    target: &AgentTarget,
+    ring: &KeyRing,
+    settings: WatchSettings,
+    after: u64,
+) -> (WatchAnswer, Option<Arc<[u8]>>) {
     let limit = settings.wait + settings.timeout;
     match tokio::time::timeout(limit, request(target, settings, after)).await {
-        Ok(Ok((status, body, retry_after))) => match status {
-            429 | 503 => WatchAnswer::Overloaded {
-                message: format!(
-                    "{}: HTTP {status}: {}",
-                    target.base_url,
-                    String::from_utf8_lossy(&body)
-                        .chars()
-                        .take(200)
-                        .collect::<String>()
-                        .trim()
-                ),
-                retry_after,
+        Ok(Ok((200, body, _))) => {
+            let answer = judge(ring, settings.policy, target, 200, &body, after);
+            (answer, Some(Arc::from(body)))
+        }
+        Ok(Ok((status, body, retry_after))) => (
+            match status {
+                429 | 503 => WatchAnswer::Overloaded {
+                    message: format!(
+                        "{}: HTTP {status}: {}",
+                        target.base_url,
+                        String::from_utf8_lossy(&body)
+                            .chars()
+                            .take(200)
+                            .collect::<String>()
+                            .trim()
+                    ),
+                    retry_after,
+                },
+                _ => judge(ring, settings.policy, target, status, &body, after),
             },
-            _ => judge(ring, settings.policy, target, status, &body, after),
-        },
-        Ok(Err(error)) => WatchAnswer::Failed(error),
-        Err(_) => WatchAnswer::Failed(format!("{}: no answer within {limit:?}", target.base_url)),
+            None,
+        ),
+        Ok(Err(error)) => (WatchAnswer::Failed(error), None),
+        Err(_) => (
+            WatchAnswer::Failed(format!("{}: no answer within {limit:?}", target.base_url)),
+            None,
+        ),
     }
 }
 
@@ -668,5 +827,97 @@ mod tests {
             judge(&ring, policy, &target, 503, b"{\"error\":\"no key\"}", 3),
             WatchAnswer::Failed(e) if e.contains("HTTP 503") && e.contains("no key")
         ));
+    }
+
+    /// A fake agent answering its first request with `first` and holding every later one.
+    async fn answers_then_holds(first: Vec<u8>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut answered = false;
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let _read = stream.read(&mut request).await;
+                if answered {
+                    held.push(stream);
+                    continue;
+                }
+                answered = true;
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    first.len()
+                );
+                let _written = stream.write_all(head.as_bytes()).await;
+                let _written = stream.write_all(&first).await;
+            }
+        });
+        format!("http://{address}")
+    }
+
+    /// Issue 27: a watch keeps the latest report it delivered for the rounds and says whether
+    /// it is healthy; a watch that cannot reach its agent is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn watches_deliver_their_latest_report_to_the_rounds() {
+        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
+        let ring = Arc::new(KeyRing::single(key.clone()));
+        let now = nodecare_protocol::now_ms();
+        let script =
+            nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [("disk".to_owned(), script)].into_iter().collect(),
+        )
+        .unwrap();
+        let payload = serde_json::to_value(nodecare_protocol::DiagnosePayload {
+            verdict,
+            collected_at_ms: now,
+            age_ms: 0,
+            stale: false,
+            interval_ms: 1000,
+            boot_id: None,
+            reboot_required: None,
+        })
+        .unwrap();
+        let envelope = nodecare_protocol::Signer::new(key, "n1")
+            .sign(payload, 9, now, 60_000)
+            .unwrap();
+        let report = serde_json::to_vec(&envelope).unwrap();
+        let good = answers_then_holds(report.clone()).await;
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            format!("http://{}", listener.local_addr().unwrap())
+        };
+        let settings = WatchSettings {
+            wait: Duration::from_secs(20),
+            timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(8),
+            policy: VerifyPolicy::default(),
+        };
+        let mut watches = Watches::new(ring, settings);
+        let delivered = watches.delivered();
+        let target = |node: &str, base_url: String| AgentTarget {
+            node: node.into(),
+            node_uuid: node.into(),
+            base_url,
+        };
+        watches.sync(&[target("n1", good.clone()), target("n2", closed)]);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while delivered.healthy() < 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let seen = delivered.snapshot(["n1", "n2"]);
+        let n1 = seen.get("n1").expect("n1 delivered");
+        assert!(n1.healthy);
+        assert_eq!(n1.base_url, good);
+        let report_seen = n1.report.as_ref().expect("a report");
+        assert_eq!(report_seen.sequence, 9);
+        assert_eq!(report_seen.expires_at_ms, now + 60_000);
+        assert_eq!(&*report_seen.body, &report[..]);
+        assert!(seen.get("n2").is_none_or(|n2| !n2.healthy), "{seen:?}");
+        assert_eq!(delivered.healthy(), 1);
+        // A node no longer watched is forgotten.
+        watches.sync(&[]);
+        assert!(delivered.snapshot(["n1", "n2"]).is_empty());
     }
 }

@@ -44,7 +44,10 @@ fn restorer(hard: &str) -> std::process::Child {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn running_out_of_descriptors_is_no_storm() {
-    let mut h = Harness::new(6, "", |_| {}).await.unwrap();
+    // More agents than the coordinator keeps connections to: every round opens new sockets (with
+    // fewer, the kept connections would read them without a new descriptor).
+    let count = nodecare_coordinator::scrape::MAX_KEPT_CONNECTIONS + 1;
+    let mut h = Harness::new(count, "", |_| {}).await.unwrap();
     h.round().await.unwrap();
     // Hold the limit just above what is open: the next socket() fails with EMFILE.
     let hard = std::fs::read_to_string("/proc/self/limits")
@@ -75,5 +78,5 @@ async fn running_out_of_descriptors_is_no_storm() {
     assert!(!h.coordinator.api().store.breaker().unwrap().open);
     // With descriptors back, rounds read every agent again.
     let summary = h.round().await.unwrap();
-    assert_eq!(summary.agents, 6);
+    assert_eq!(summary.agents, count);
 }

@@ -1,12 +1,16 @@
 //! Benchmark of one coordinator round over many agents on loopback.
 //!
-//! `serve-agents N FILE`: serve N fake agents (one listener each, canned signed reports) and
-//! write their `node url` lines to FILE, then wait to be killed.
+//! `serve-agents N FILE [FIRST [FLIP]]`: serve N fake agents (nodes FIRST.., default 1; one
+//! listener each, canned signed reports) and write their `node url` lines to FILE, then wait to
+//! be killed. The scripts run several for many agents (each process has its descriptor limit).
 //! `round FILE [ROUNDS]`: run the coordinator (simulated Ganeti with those nodes) for ROUNDS
 //! rounds over them; print each round's duration and the process's peak RSS.
 //! `watch FILE`: run the coordinator daemon (rounds every hour, one long-poll watch per agent),
 //! then flip one agent's verdict (through `FILE.flip`, which `serve-agents` obeys) and print how
-//! long after the flip the round started and the new verdict was seen, and the RSS.
+//! long after the flip the round started and the new verdict was seen, and the RSS; then one
+//! more round with nothing changed (`quiet_round_seconds`).
+//! `watched-rounds FILE ROUNDS [SETTLE_SECONDS]`: the daemon as in `watch`; after the first
+//! round and the settle time, ROUNDS rounds one after another (for instruction counts).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,12 +36,22 @@ fn peak_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn serve_agents(count: usize, file: &str) -> anyhow::Result<()> {
+async fn serve_agents(count: usize, file: &str, first: usize, flip: &str) -> anyhow::Result<()> {
     let key = test_key();
     let mut agents = FakeAgents::default();
     let mut lines = String::new();
-    for i in 1..=count {
-        let agent = agents.start(&node(i), &key, "127.0.0.1:0".parse()?).await?;
+    for i in first..first + count {
+        let agent = agents
+            .start(&node(i), &key, "127.0.0.1:0".parse()?)
+            .await
+            .with_context(|| {
+                format!(
+                    "fake agent {} of {count} (node {i}) cannot listen on 127.0.0.1 \
+                     (descriptors: see ulimit -n; ports: an earlier run's connections may still \
+                     hold them, see /proc/sys/net/ipv4/ip_local_port_range)",
+                    i + 1 - first
+                )
+            })?;
         agent.freeze(Duration::from_secs(3600));
         lines.push_str(&format!("{} {}\n", node(i), agent.url()));
     }
@@ -45,28 +59,26 @@ async fn serve_agents(count: usize, file: &str) -> anyhow::Result<()> {
     std::fs::write(&partial, lines)?;
     std::fs::rename(&partial, file)?;
     eprintln!("serving {count} fake agents");
-    // `FILE.flip` appears: node 2 says `evacuate` from now on; `FILE.flipped` gets the time.
-    let flip = format!("{file}.flip");
+    // `FLIP.flip` appears: node 2 says `evacuate` from now on; `FLIP.flipped` gets the time.
+    let Some(agent) = agents.get(&node(2)) else {
+        std::future::pending::<()>().await;
+        return Ok(());
+    };
+    let flip_request = format!("{flip}.flip");
     loop {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        if std::path::Path::new(&flip).exists() {
+        if std::path::Path::new(&flip_request).exists() {
             break;
         }
     }
-    if let Some(agent) = agents.get(&node(2)) {
-        let flipped_ms = nodecare_protocol::now_ms();
-        agent.refreeze(
-            nodecare_tests::fake_agent::verdict(
-                "evacuate",
-                serde_json::json!({"disk": "sdb"}),
-                None,
-            ),
-            Duration::from_secs(3600),
-        );
-        let partial = format!("{file}.flipped.partial");
-        std::fs::write(&partial, flipped_ms.to_string())?;
-        std::fs::rename(&partial, format!("{file}.flipped"))?;
-    }
+    let flipped_ms = nodecare_protocol::now_ms();
+    agent.refreeze(
+        nodecare_tests::fake_agent::verdict("evacuate", serde_json::json!({"disk": "sdb"}), None),
+        Duration::from_secs(3600),
+    );
+    let partial = format!("{flip}.flipped.partial");
+    std::fs::write(&partial, flipped_ms.to_string())?;
+    std::fs::rename(&partial, format!("{flip}.flipped"))?;
     std::future::pending::<()>().await;
     Ok(())
 }
@@ -145,6 +157,14 @@ async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     let seen_ms = nodecare_protocol::now_ms();
+    // The fake agents write the time of the flip once it is served, which the coordinator may
+    // see first: wait for the file (bounded).
+    while !std::path::Path::new(&flipped).exists() {
+        if Instant::now() > deadline {
+            bail!("{flipped} was not written within 60 s of the flip request");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
     let flipped_ms: u64 = std::fs::read_to_string(&flipped)
         .with_context(|| format!("reading {flipped}"))?
         .trim()
@@ -163,6 +183,84 @@ async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
         rss_kib() as f64 / 1024.0,
         peak_rss_kib() as f64 / 1024.0
     );
+    // One more round, nothing changed since the last.
+    board.wake.notify_one();
+    while last_round().number < round.number + 1 {
+        if Instant::now() > deadline {
+            bail!("the quiet round did not end within 60 s of the flip");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let quiet = last_round();
+    println!(
+        "agents={count} quiet_round={} quiet_round_seconds={:.3} agents_read={} failed={} rss_mib={:.1} peak_rss_mib={:.1}",
+        quiet.number,
+        quiet.duration_ms as f64 / 1000.0,
+        quiet.agents,
+        quiet.agents_failed,
+        rss_kib() as f64 / 1024.0,
+        peak_rss_kib() as f64 / 1024.0
+    );
+    stop.send(()).ok();
+    running.await??;
+    Ok(())
+}
+
+/// The daemon with watches over FILE's agents: the first round, `settle`, then `rounds` rounds
+/// one after another, each started through the board's wake-up.
+async fn watched_rounds(file: &str, rounds: u64, settle: Duration) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    let overrides: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
+        .collect();
+    let count = overrides.len();
+    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
+        .map_err(anyhow::Error::msg)?;
+    let state = tempfile::tempdir()?;
+    let mut config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
+    config.round_interval = 3600.0;
+    config.agents.watch = true;
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
+    let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
+    let board = Arc::clone(&coordinator.api().board);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(coordinator.run(listener, async {
+        stopped.await.ok();
+    }));
+    let last_round = || {
+        board
+            .last_round
+            .read()
+            .map(|r| r.clone())
+            .unwrap_or_default()
+    };
+    while last_round().number < 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(settle).await;
+    for _ in 0..rounds {
+        let before = last_round().number;
+        board.wake.notify_one();
+        while last_round().number <= before {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let round = last_round();
+        if round.agents != count || round.agents_failed != 0 {
+            bail!(
+                "round {}: {} agents read, {} failed",
+                round.number,
+                round.agents,
+                round.agents_failed
+            );
+        }
+        println!(
+            "agents={count} round={} seconds={:.3}",
+            round.number,
+            round.duration_ms as f64 / 1000.0
+        );
+    }
     stop.send(()).ok();
     running.await??;
     Ok(())
@@ -216,7 +314,19 @@ fn main() -> anyhow::Result<()> {
     match args.get(1).map(String::as_str) {
         Some("serve-agents") => {
             let count: usize = args.get(2).context("count")?.parse()?;
-            runtime.block_on(serve_agents(count, args.get(3).context("file")?))
+            let file = args.get(3).context("file")?;
+            let first: usize = args.get(4).map_or(Ok(1), |s| s.parse())?;
+            let flip = args.get(5).unwrap_or(file);
+            runtime.block_on(serve_agents(count, file, first, flip))
+        }
+        Some("watched-rounds") => {
+            let rounds: u64 = args.get(3).context("rounds")?.parse()?;
+            let settle: u64 = args.get(4).map_or(Ok(5), |s| s.parse())?;
+            runtime.block_on(watched_rounds(
+                args.get(2).context("file")?,
+                rounds,
+                Duration::from_secs(settle),
+            ))
         }
         Some("round") => {
             let n: usize = args.get(3).map_or(Ok(3), |s| s.parse())?;
@@ -230,7 +340,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: nodecare-bench-coordinator serve-agents N FILE | round FILE [ROUNDS] | watch FILE [SETTLE_SECONDS]"
+            "usage: nodecare-bench-coordinator serve-agents N FILE [FIRST [FLIP]] | round FILE [ROUNDS] | watch FILE [SETTLE_SECONDS] | watched-rounds FILE ROUNDS [SETTLE_SECONDS]"
         ),
     }
 }
