@@ -21,13 +21,13 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use nodecare_protocol::now_ms;
 use nodecare_protocol::repair::{RepairRequest, RepairState};
 use nodecare_protocol::status::CanceledJob;
-use nodecare_protocol::{DiagnoseStatus, now_ms};
 
 use crate::board::Board;
 use crate::duty::node_repair;
-use crate::duty::node_repair::intent::{after_cancel, escalation_target, next_key, service_facts};
+use crate::duty::node_repair::intent::{after_cancel, next_key, service_facts};
 use crate::exec::ledger::{Ledger, State};
 use crate::exec::{EntrySubmission, Executor};
 use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};

@@ -2,10 +2,12 @@
 //! acknowledges them.
 
 use super::*;
+use crate::duty::node_repair::observe::{Facts, Observed, Seen, observe};
 
 impl NodeRepair {
     /// Verified verdicts open, escalate, observe or close incidents (the caller holds the
-    /// incident lock). An unknown verdict, an unreachable or unverifiable agent change nothing.
+    /// incident lock), as [`observe`] (pure) decides. An unknown verdict, an unreachable or
+    /// unverifiable agent change nothing.
     pub(super) fn observe_verdicts(&self, input: &RoundInput) -> Result<(), RoundError> {
         let nodes = &input.nodes[..];
         let graced = &input.graced;
@@ -33,106 +35,59 @@ impl NodeRepair {
             .filter(|i| i.spec.is_ganeti_job() && i.state.is_in_flight())
             .map(|i| i.incident)
             .collect();
-        let time = self.now_s();
-        for result in results {
-            let AgentOutcome::Verified(observation) = &result.outcome else {
-                continue;
-            };
-            let verdict = &observation.verdict;
-            // An unknown verdict says nothing about whether the problem is gone.
-            if verdict.status == DiagnoseStatus::Unknown {
-                continue;
-            }
-            let action = Action::from_status(verdict.status);
-            let matched = incidents
-                .iter()
-                .any(|i| i.node_uuid == result.node_uuid && i.fingerprint == verdict.fingerprint);
-            // A new, more invasive verdict escalates the node's open incident instead of
-            // opening a second one; a less invasive one never de-escalates it.
-            // Not during the grace of a planned disruption of the node's domain.
-            let target = match action {
-                Some(action) if !matched && !graced.contains_key(&result.node) => {
-                    escalation_target(&incidents, &result.node_uuid, action)
-                }
+        let seen: Vec<Seen<'_>> = results
+            .iter()
+            .filter_map(|result| match &result.outcome {
+                AgentOutcome::Verified(o) => Some(Seen {
+                    node: &result.node,
+                    node_uuid: &result.node_uuid,
+                    verdict: &o.verdict,
+                    original: &o.original,
+                }),
                 _ => None,
-            };
-            if let Some(target) = target
-                && !target.action.is_evacuation()
-                && tagging.contains(&target.uuid)
-            {
-                // Its live repair succeeded and its repairready tag is on its way: it
-                // completes, and the next round opens a new incident for the new verdict. (An
-                // evacuation's tag ends it evacuated and offline, as the escalation wants.)
-                tracing::info!(incident = %target.uuid, node = %result.node,
-                    "more invasive verdict; waiting for the incident's tag job first");
-                continue;
-            }
-            let escalated = target.map(|i| i.uuid);
-            for incident in incidents
-                .iter_mut()
-                .filter(|i| i.node_uuid == result.node_uuid)
-            {
-                let event = if incident.fingerprint == verdict.fingerprint {
-                    Event::Observed
-                } else if Some(incident.uuid) == escalated
-                    && let Some(action) = action
-                {
+            })
+            .collect();
+        let facts = Facts {
+            graced,
+            tagging: &tagging,
+            in_flight: &in_flight,
+            time: self.now_s(),
+        };
+        for observed in observe(incidents, &seen, facts, &mut Uuid::new_v4) {
+            match observed {
+                Observed::Save(incident) => self.store.save_incident(&incident)?,
+                Observed::Forget(incident) => {
                     tracing::info!(incident = %incident.uuid, node = %incident.node,
-                        from = incident.action.as_str(), to = action.as_str(),
-                        fingerprint = %verdict.fingerprint, "incident escalated");
-                    Event::Escalate {
-                        action,
-                        verdict: verdict.clone(),
-                        original: observation.original.clone(),
-                    }
-                } else {
-                    Event::NotObserved
-                };
-                let before = incident.serial_no;
-                match incident.apply(event, time) {
-                    // A canceled incident is kept until its jobs have ended (what ran is
-                    // recorded).
-                    Ok(Disposition::Forget)
-                        if incident.repair_status == RepairStatus::Canceled
-                            && in_flight.contains(&incident.uuid) =>
-                    {
-                        self.store.save_incident(incident)?;
-                    }
-                    Ok(Disposition::Forget) => {
-                        tracing::info!(incident = %incident.uuid, node = %incident.node,
-                            status = incident.repair_status.as_str(), "incident forgotten");
-                        self.store.forget_incident(incident.uuid)?;
-                    }
-                    Ok(Disposition::Keep) if incident.serial_no != before => {
-                        self.store.save_incident(incident)?;
-                    }
-                    _ => {}
+                        status = incident.repair_status.as_str(), "incident forgotten");
+                    self.store.forget_incident(incident.uuid)?;
                 }
-            }
-            if !matched
-                && action.is_some()
-                && let Some(until) = graced.get(&result.node)
-            {
-                tracing::info!(node = %result.node, verdict = verdict.status.as_str(), grace_until_ms = until,
-                    "verdict not acted on: the node's failure domain is in the grace of a planned disruption");
-                continue;
-            }
-            if !matched
-                && escalated.is_none()
-                && let Some(action) = action
-            {
-                let incident = Incident::new(
-                    Uuid::new_v4(),
-                    &result.node,
-                    &result.node_uuid,
-                    verdict.clone(),
-                    observation.original.clone(),
-                    action,
-                    time,
-                );
-                tracing::info!(incident = %incident.uuid, node = %incident.node,
-                    action = action.as_str(), fingerprint = %verdict.fingerprint, "new incident noted");
-                self.store.save_incident(&incident)?;
+                Observed::Open(incident) => {
+                    tracing::info!(incident = %incident.uuid, node = %incident.node,
+                        action = incident.action.as_str(), fingerprint = %incident.fingerprint,
+                        "new incident noted");
+                    self.store.save_incident(&incident)?;
+                }
+                Observed::Escalated {
+                    incident,
+                    node,
+                    from,
+                    to,
+                } => {
+                    tracing::info!(%incident, %node, from = from.as_str(), to = to.as_str(),
+                        "incident escalated");
+                }
+                Observed::WaitsForTag { incident, node } => {
+                    tracing::info!(%incident, %node,
+                        "more invasive verdict; waiting for the incident's tag job first");
+                }
+                Observed::InGrace {
+                    node,
+                    status,
+                    until_ms,
+                } => {
+                    tracing::info!(%node, verdict = status.as_str(), grace_until_ms = until_ms,
+                        "verdict not acted on: the node's failure domain is in the grace of a planned disruption");
+                }
             }
         }
         Ok(())

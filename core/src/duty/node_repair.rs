@@ -20,6 +20,7 @@ use crate::gate::{Duty, Holder, Proposal};
 use crate::incident::{Action, Incident, RepairStatus};
 
 pub mod intent;
+pub mod observe;
 
 /// How invasive an action is (the gate serves the most invasive first).
 pub const fn invasiveness(action: Action) -> u8 {
