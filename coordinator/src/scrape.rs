@@ -61,7 +61,7 @@ pub struct AgentTarget {
 }
 
 /// A verified verdict: the decoded [`DiagnosePayload`] of one signed report.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Observation {
     /// The node's verdict.
     pub verdict: NodeVerdict,
@@ -82,7 +82,8 @@ pub struct Observation {
 }
 
 /// What reading one agent gave.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "outcome", content = "what", rename_all = "kebab-case")]
 pub enum AgentOutcome {
     /// A verified, fresh verdict.
     Verified(Observation),
@@ -96,7 +97,7 @@ pub enum AgentOutcome {
 }
 
 /// The result of reading one agent.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AgentResult {
     /// Node name.
     pub node: String,

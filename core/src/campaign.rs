@@ -328,7 +328,7 @@ pub struct InstanceNow {
 }
 
 /// A verified, fresh report of a node's agent.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct AgentNow {
     /// Its boot id, when it reports one.
     pub boot_id: Option<String>,

@@ -128,8 +128,8 @@ pub fn nothing<'a, T: Default + Send + 'a>() -> Phase<'a, T> {
 }
 
 /// Everything one round decides from, read once at its start; `now_ms` is the round's one
-/// clock.
-#[derive(Debug, Clone)]
+/// clock. It can be recorded as it is (JSON, [`RoundInput::record`]) and read back.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RoundInput {
     /// The round's time (Unix ms).
     pub now_ms: u64,
@@ -161,6 +161,16 @@ pub struct RoundInput {
 }
 
 impl RoundInput {
+    /// The input as a record (JSON).
+    pub fn record(&self) -> Result<String, serde_json::Error> {
+        serde_json::to_string(self)
+    }
+
+    /// An input read back from its record.
+    pub fn from_record(record: &str) -> Result<Self, serde_json::Error> {
+        serde_json::from_str(record)
+    }
+
     /// The round's time in Unix seconds (incidents' clock).
     #[expect(
         clippy::cast_precision_loss,
@@ -266,3 +276,108 @@ pub mod admission;
 pub mod balancing;
 pub mod campaigns;
 pub mod instance_repair;
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+    use crate::ganeti::Ganeti;
+    use crate::scrape::{AgentOutcome, Observation};
+    use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
+
+    /// A round's input, as a simulated cluster and its agents give it, is recorded as JSON and
+    /// read back whole: every agent outcome, the view with storage problems, grants, overrides.
+    #[tokio::test]
+    async fn a_round_input_is_recorded_and_read_back_whole() {
+        let sim = nodecare_ganeti_sim::Simulation::new(
+            nodecare_ganeti_sim::model::SimConfig::from_spec(4, "", "sim.test").unwrap(),
+        )
+        .unwrap();
+        let client = sim.client();
+        let ganeti: &dyn Ganeti = &client;
+        let nodes = ganeti.nodes().await.unwrap();
+        let instances = ganeti.instances().await.unwrap();
+        let groups = ganeti.groups().await.unwrap();
+        let group_names: BTreeMap<String, String> = groups
+            .iter()
+            .map(|g| (g.uuid.clone(), g.name.clone()))
+            .collect();
+        let verdict = NodeVerdict::merge(
+            [(
+                "disk".to_owned(),
+                ScriptVerdict::parse(br#"{"status":"evacuate","details":"sda"}"#).unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap();
+        let observation = Observation {
+            original: CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap(),
+            verdict,
+            sequence: 3,
+            collected_at_ms: 1_000,
+            expires_at_ms: 2_000,
+            stale_reason: None,
+            boot_id: Some("b1".into()),
+            reboot_required: Some(false),
+        };
+        let outcomes = [
+            AgentOutcome::Verified(observation.clone()),
+            AgentOutcome::Stale(observation),
+            AgentOutcome::Unreachable("connection refused".into()),
+            AgentOutcome::Unverifiable("bad MAC".into()),
+        ];
+        let agents: Vec<AgentResult> = nodes
+            .iter()
+            .zip(outcomes)
+            .map(|(node, outcome)| AgentResult {
+                node: node.name.clone(),
+                node_uuid: node.uuid.clone(),
+                outcome,
+                elapsed: Duration::from_millis(12),
+            })
+            .collect();
+        let storage = vec![crate::gate::StorageProblem {
+            nodes: [nodes[1].name.clone(), nodes[2].name.clone()]
+                .into_iter()
+                .collect(),
+            what: "inst1: minor 0 StandAlone".into(),
+            unknown: false,
+        }];
+        let view = View::from_cluster(
+            &nodes,
+            &instances,
+            &group_names,
+            &DomainSource::default(),
+            storage,
+            1_500,
+        );
+        let input = RoundInput {
+            now_ms: 1_500,
+            graced: [(nodes[2].name.clone(), 9_000)].into_iter().collect(),
+            degraded: [("inst1".to_owned(), "minor 0".to_owned())]
+                .into_iter()
+                .collect(),
+            grants: vec![(
+                nodes[3].name.clone(),
+                Holder::Grant {
+                    id: uuid::Uuid::from_u128(5),
+                    requester: "kured".into(),
+                },
+            )],
+            overrides: Vec::new(),
+            agents_seen: BTreeMap::new(),
+            failed_outside_grace: 2,
+            nodes,
+            instances,
+            groups: Some(groups),
+            group_names,
+            view,
+            agents,
+        };
+        let record = input.record().unwrap();
+        assert_eq!(RoundInput::from_record(&record).unwrap(), input);
+        assert!(RoundInput::from_record("{\"now_ms\": 1}").is_err());
+    }
+}
