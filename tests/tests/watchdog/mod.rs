@@ -143,8 +143,9 @@ async fn sigterm_stops_the_coordinator_during_a_hung_round() {
         "the round hangs"
     );
     let pid = child.id().unwrap().to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
+    // The shell's own `kill` (no procps needed).
+    let sent = std::process::Command::new("sh")
+        .args(["-c", &format!("kill -TERM {pid}")])
         .status()
         .unwrap();
     assert!(sent.success());
