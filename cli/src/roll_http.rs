@@ -8,40 +8,14 @@
 //! prove it holds the key.
 
 use std::path::Path;
-use std::time::Duration;
 
-use nodecare_ganeti::rapi::client::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use nodecare_ganeti::rapi::client::{RapiClient, RapiConfig};
 use nodecare_roll::from_rapi::{DecodedAnswers, cluster_from_decoded};
 
 /// A RAPI client for `url` (`https://user:pass@host:port`), pinning the certificate in `ca`;
 /// also the address to name in errors (without the credentials).
 pub(crate) fn client(url: &str, ca: Option<&Path>) -> Result<(RapiClient, String), String> {
-    let mut base = reqwest::Url::parse(url).map_err(|e| format!("{url}: invalid URL: {e}"))?;
-    if base.scheme() != "https" {
-        return Err(format!("{url}: only https:// RAPI addresses are supported"));
-    }
-    let Some(ca) = ca else {
-        return Err(format!(
-            "{url}: Ganeti's RAPI certificate is self-signed; pin it with --rapi-ca FILE \
-             (a copy of /var/lib/ganeti/rapi.pem from the master node)"
-        ));
-    };
-    let user = base.username().to_owned();
-    let password = base.password().unwrap_or_default().to_owned();
-    if base.set_username("").is_err() || base.set_password(None).is_err() {
-        return Err(format!("{url}: cannot use credentials with this URL"));
-    }
-    let mut config = RapiConfig::new(
-        base.as_str().trim_end_matches('/'),
-        ServerTrust::PinnedCertFile(ca.to_path_buf()),
-    );
-    config.connect_timeout = Duration::from_secs(15);
-    config.request_timeout = Duration::from_secs(60);
-    if !user.is_empty() {
-        config = config.with_credentials(Credentials { user, password });
-    }
-    // Errors name the server without the credentials.
-    let shown = base.as_str().trim_end_matches('/').to_owned();
+    let (config, shown) = RapiConfig::for_operator(url, ca)?;
     let client = RapiClient::new(config).map_err(|e| format!("{shown}: {e}"))?;
     Ok((client, shown))
 }

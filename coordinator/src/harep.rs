@@ -13,12 +13,11 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::config::Config;
 use crate::exec::Executor;
 use crate::ganeti::Ganeti;
-use crate::ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use crate::ganeti::rapi::{RapiClient, RapiConfig};
 use crate::instance_repair_exec::{self, RunOptions};
 use crate::store::Store;
 
@@ -80,32 +79,7 @@ pub fn master_url(master: &str) -> Result<String, String> {
 /// A RAPI client for `url` (credentials in it, if any), its self-signed certificate pinned
 /// from `ca`.
 fn master_client(url: &str, ca: Option<&Path>) -> Result<RapiClient, String> {
-    let mut base = reqwest::Url::parse(url).map_err(|e| format!("{url}: invalid URL: {e}"))?;
-    if base.scheme() != "https" {
-        return Err(format!("{url}: only https:// RAPI addresses are supported"));
-    }
-    let Some(ca) = ca else {
-        return Err(format!(
-            "{url}: Ganeti's RAPI certificate is self-signed; pin it with --rapi-ca FILE \
-             (a copy of /var/lib/ganeti/rapi.pem from the master node)"
-        ));
-    };
-    let user = base.username().to_owned();
-    let password = base.password().unwrap_or_default().to_owned();
-    if base.set_username("").is_err() || base.set_password(None).is_err() {
-        return Err(format!("{url}: cannot use credentials with this URL"));
-    }
-    let mut config = RapiConfig::new(
-        base.as_str().trim_end_matches('/'),
-        ServerTrust::PinnedCertFile(ca.to_path_buf()),
-    );
-    config.connect_timeout = Duration::from_secs(15);
-    config.request_timeout = Duration::from_secs(60);
-    if !user.is_empty() {
-        config = config.with_credentials(Credentials { user, password });
-    }
-    // Errors name the server without the credentials.
-    let shown = base.as_str().trim_end_matches('/').to_owned();
+    let (config, shown) = RapiConfig::for_operator(url, ca)?;
     crate::install_crypto_provider();
     RapiClient::new(config).map_err(|e| format!("{shown}: {e}"))
 }

@@ -122,38 +122,51 @@ impl Executor {
             )));
         };
         let reason = Reason::new(trail, entry.key.clone(), text.to_owned()).after(depends);
-        if !op.carries_reason() {
-            // Attempted from here on: never submitted again (adoption fails it if uncertain).
-            let mut attempted = entry.clone();
-            attempted.state = State::Submitted;
-            self.mark(&attempted)?;
-        }
-        // One of the two places a recorded entry becomes a Ganeti job (with `submit_which`).
-        #[allow(clippy::disallowed_methods)]
-        let answer = ganeti.submit(op, &reason).await;
-        let mut entry = entry.clone();
-        let submission = match answer {
-            Ok(job) => {
-                entry.state = State::Submitted;
-                entry.job = Some(job);
-                tracing::info!(holder = %entry.holder, key = %entry.key, job, "job submitted");
-                EntrySubmission::Submitted(job)
-            }
+        match self.submit_one(ganeti, entry, op, &reason).await? {
+            Ok(job) => Ok(EntrySubmission::Submitted(job)),
             Err(error) if error.is_transient() => {
                 tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "submission uncertain");
-                return Ok(EntrySubmission::Uncertain(error));
+                Ok(EntrySubmission::Uncertain(error))
             }
             Err(error) => {
+                let mut entry = entry.clone();
                 entry.state = State::Failed {
                     why: format!("Ganeti refused it: {error}"),
                 };
                 entry.finished_ms = Some(now_ms);
                 tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "submission refused");
-                EntrySubmission::Refused(error)
+                self.mark(&entry)?;
+                Ok(EntrySubmission::Refused(error))
             }
-        };
-        self.mark(&entry)?;
-        Ok(submission)
+        }
+    }
+
+    /// The one place a recorded entry becomes a Ganeti job: `op` submitted with `reason`, the
+    /// entry marked submitted with its job. One whose job carries no reason trail is marked
+    /// submitted (without a job) first, so that it is never submitted again (adoption fails it
+    /// if the answer is lost).
+    async fn submit_one(
+        &self,
+        ganeti: &dyn Ganeti,
+        entry: &Entry,
+        op: &nodecare_ganeti::Op,
+        reason: &Reason,
+    ) -> Result<Result<JobId, GanetiError>, LedgerError> {
+        if !op.carries_reason() {
+            let mut attempted = entry.clone();
+            attempted.state = State::Submitted;
+            self.mark(&attempted)?;
+        }
+        #[allow(clippy::disallowed_methods)]
+        let answer = ganeti.submit(op, reason).await;
+        if let Ok(job) = answer {
+            let mut entry = entry.clone();
+            entry.state = State::Submitted;
+            entry.job = Some(job);
+            self.mark(&entry)?;
+            tracing::info!(holder = %entry.holder, key = %entry.key, job, "job submitted");
+        }
+        Ok(answer)
     }
 
     /// The ledger.
@@ -264,22 +277,11 @@ impl Executor {
                 };
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
-                if !op.carries_reason() {
-                    // Attempted from here on: never submitted again.
-                    let mut attempted = entry.clone();
-                    attempted.state = State::Submitted;
-                    self.mark(&attempted)?;
-                }
-                // The one place a recorded entry becomes a Ganeti job.
-                #[allow(clippy::disallowed_methods)]
-                let answer = ganeti.submit(op, &reason).await;
-                match answer {
+                match self.submit_one(ganeti, &entry, op, &reason).await? {
                     Ok(job) => {
                         let mut entry = entry;
                         entry.state = State::Submitted;
                         entry.job = Some(job);
-                        self.mark(&entry)?;
-                        tracing::info!(%holder, key = %entry.key, job, "job submitted");
                         if let Some(stored) = entries.iter_mut().find(|e| e.id == id) {
                             *stored = entry.clone();
                         }

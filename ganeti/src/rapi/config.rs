@@ -222,6 +222,35 @@ impl RapiConfig {
         self.credentials = Some(credentials);
         self
     }
+
+    /// The settings for an operator's RAPI address (`https://user:pass@host:port`) with the
+    /// cluster's self-signed certificate pinned from `ca` (a copy of Ganeti's `rapi.pem`), and
+    /// the address to name in errors (without the credentials).
+    pub fn for_operator(url: &str, ca: Option<&Path>) -> Result<(Self, String), String> {
+        let mut base = reqwest::Url::parse(url).map_err(|e| format!("{url}: invalid URL: {e}"))?;
+        if base.scheme() != "https" {
+            return Err(format!("{url}: only https:// RAPI addresses are supported"));
+        }
+        let Some(ca) = ca else {
+            return Err(format!(
+                "{url}: Ganeti's RAPI certificate is self-signed; pin it with --rapi-ca FILE \
+                 (a copy of /var/lib/ganeti/rapi.pem from the master node)"
+            ));
+        };
+        let user = base.username().to_owned();
+        let password = base.password().unwrap_or_default().to_owned();
+        if base.set_username("").is_err() || base.set_password(None).is_err() {
+            return Err(format!("{url}: cannot use credentials with this URL"));
+        }
+        let shown = base.as_str().trim_end_matches('/').to_owned();
+        let mut config = Self::new(shown.clone(), ServerTrust::PinnedCertFile(ca.to_path_buf()));
+        config.connect_timeout = Duration::from_secs(15);
+        config.request_timeout = Duration::from_secs(60);
+        if !user.is_empty() {
+            config = config.with_credentials(Credentials { user, password });
+        }
+        Ok((config, shown))
+    }
 }
 
 impl From<super::request::InvalidRequest> for RapiError {
