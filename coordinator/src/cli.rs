@@ -16,7 +16,7 @@ use crate::config::{
 };
 use crate::daemon::Coordinator;
 use crate::ganeti::Ganeti;
-use crate::ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
+use crate::ganeti::rapi::RapiClient;
 use crate::reconcile::RoundError;
 use crate::scrape::DEFAULT_AGENT_URL_TEMPLATE;
 use anyhow::Context as _;
@@ -200,38 +200,13 @@ fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
         None => hostname()?,
     };
     let key = HmacKey::from_file(&config.hmac_key)?;
-    let ganeti = rapi_client(&config)?;
+    let ganeti = crate::config::rapi_client(&config)?;
     Ok(Prepared {
         config,
         node_name,
         key,
         ganeti,
     })
-}
-
-/// The RAPI client of the configuration's `[rapi]` section: the certificate pinned (read now,
-/// so that a missing one is a configuration error), the credentials file read.
-pub fn rapi_client(config: &Config) -> anyhow::Result<RapiClient> {
-    let trust = if config.rapi.url.starts_with("http://") {
-        ServerTrust::PlainHttp
-    } else {
-        let pem = std::fs::read(&config.rapi.certificate).with_context(|| {
-            format!(
-                "cannot read the RAPI certificate {}",
-                config.rapi.certificate.display()
-            )
-        })?;
-        ServerTrust::PinnedCertPem(pem)
-    };
-    let mut rapi = RapiConfig::new(config.rapi.url.clone(), trust);
-    rapi.request_timeout = Config::duration(config.rapi.timeout);
-    if let Some(path) = &config.rapi.credentials {
-        // A secret: refused when others could have written it or can read it.
-        nodecare_daemon::secret::check_secret_file(path)?;
-        rapi = rapi.with_credentials(Credentials::from_file(path)?);
-    }
-    crate::install_crypto_provider();
-    Ok(RapiClient::new(rapi)?.with_reason_source(&config.reason_source)?)
 }
 
 /// The milliseconds since the Unix epoch now.
@@ -472,10 +447,10 @@ mod tests {
         config.rapi.url = "http://127.0.0.1:5080".into();
         config.rapi.credentials = Some(path.clone());
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let error = rapi_client(&config).unwrap_err().to_string();
+        let error = crate::config::rapi_client(&config).unwrap_err().to_string();
         assert!(error.contains("refusing secret file"), "{error}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(rapi_client(&config).is_ok());
+        assert!(crate::config::rapi_client(&config).is_ok());
     }
 
     fn parse(argv: &[&str]) -> (Args, ArgMatches) {

@@ -129,7 +129,7 @@ pub fn run(config: &Config, options: &HarepOptions) -> ExitCode {
                 Err(e) => return fail(&e),
             }
         }
-        None => match crate::cli::rapi_client(config) {
+        None => match crate::config::rapi_client(config) {
             Ok(client) => Arc::new(client),
             Err(e) => return fail(&format!("{e:#}")),
         },
@@ -156,7 +156,7 @@ pub fn run(config: &Config, options: &HarepOptions) -> ExitCode {
         &executor,
         &policy,
         &run_options,
-        crate::cli::now_ms(),
+        nodecare_protocol::now_ms(),
         &mut uuid::Uuid::new_v4,
     )) {
         Ok(one) => one,

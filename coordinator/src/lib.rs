@@ -63,9 +63,36 @@ pub mod config {
 
     use std::path::Path;
 
+    use crate::ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
+
     /// Reads the configuration file `path`; a missing file is an error only if `required`.
     pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
         Config::from_read(path, std::fs::read_to_string(path), required)
+    }
+    /// The RAPI client of the configuration's `[rapi]` section: the certificate pinned (read now,
+    /// so that a missing one is a configuration error), the credentials file read.
+    pub fn rapi_client(config: &Config) -> anyhow::Result<RapiClient> {
+        use anyhow::Context as _;
+        let trust = if config.rapi.url.starts_with("http://") {
+            ServerTrust::PlainHttp
+        } else {
+            let pem = std::fs::read(&config.rapi.certificate).with_context(|| {
+                format!(
+                    "cannot read the RAPI certificate {}",
+                    config.rapi.certificate.display()
+                )
+            })?;
+            ServerTrust::PinnedCertPem(pem)
+        };
+        let mut rapi = RapiConfig::new(config.rapi.url.clone(), trust);
+        rapi.request_timeout = Config::duration(config.rapi.timeout);
+        if let Some(path) = &config.rapi.credentials {
+            // A secret: refused when others could have written it or can read it.
+            nodecare_daemon::secret::check_secret_file(path)?;
+            rapi = rapi.with_credentials(Credentials::from_file(path)?);
+        }
+        crate::install_crypto_provider();
+        Ok(RapiClient::new(rapi)?.with_reason_source(&config.reason_source)?)
     }
 }
 

@@ -243,7 +243,7 @@ pub struct WatchBounds {
 /// `last_sequence` and the round's clock.
 pub fn read_from(
     target: &AgentTarget,
-    watched: Option<&crate::watch::WatchedAgent>,
+    watched: Option<&WatchedAgent>,
     last_sequence: Option<u64>,
     now_ms: u64,
     bounds: WatchBounds,
@@ -272,7 +272,7 @@ pub fn read_from(
 /// The watches' reports a scraper reads from, and their bounds.
 #[derive(Debug, Clone)]
 struct Watched {
-    delivered: Arc<crate::watch::Delivered>,
+    delivered: Arc<Delivered>,
     bounds: WatchBounds,
 }
 
@@ -375,11 +375,7 @@ impl Scraper {
     /// The same scraper reading an agent from the latest report its healthy watch delivered
     /// ([`read_from`] within `bounds`) instead of over the network.
     #[must_use]
-    pub fn with_watched(
-        mut self,
-        delivered: Arc<crate::watch::Delivered>,
-        bounds: WatchBounds,
-    ) -> Self {
+    pub fn with_watched(mut self, delivered: Arc<Delivered>, bounds: WatchBounds) -> Self {
         self.watched = Some(Watched { delivered, bounds });
         self
     }
@@ -447,7 +443,7 @@ impl Scraper {
             match (read_from(&target, agent, last, now, watched.bounds), agent) {
                 (
                     ReadFrom::Watch,
-                    Some(crate::watch::WatchedAgent {
+                    Some(WatchedAgent {
                         report: Some(report),
                         ..
                     }),
@@ -1131,6 +1127,107 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// The latest report one watch delivered, as the agent signed it (verified again by the round).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveredReport {
+    /// The signed envelope's bytes, exactly as answered.
+    pub body: Arc<[u8]>,
+    /// Its sequence number.
+    pub sequence: u64,
+    /// When it expires, Unix ms.
+    pub expires_at_ms: u64,
+}
+
+/// What the round may know of one agent's watch: for [`read_from`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchedAgent {
+    /// The agent URL the watch talks to.
+    pub base_url: String,
+    /// The watch's last request was answered as expected (a report or a `304` at the end of
+    /// the wait) and it is waiting again; `false` from its start until then, and from any
+    /// failure (it backs off) until the next good answer.
+    pub healthy: bool,
+    /// When the agent last answered the watch as expected, Unix ms.
+    pub heard_at_ms: u64,
+    /// The latest verified (or stale) report it delivered.
+    pub report: Option<DeliveredReport>,
+}
+
+/// The latest report of every watch and whether the watch is healthy, shared by the watches
+/// (which write it) and the scraper (which reads it at the start of every round).
+#[derive(Debug, Default)]
+pub struct Delivered {
+    agents: std::sync::Mutex<BTreeMap<String, WatchedAgent>>,
+}
+
+impl Delivered {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, WatchedAgent>> {
+        self.agents
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What the watches know of `nodes` (those watched), copied out under one short lock (the
+    /// reports' bytes are shared, not copied).
+    pub fn snapshot<'a>(
+        &self,
+        nodes: impl IntoIterator<Item = &'a str>,
+    ) -> BTreeMap<String, WatchedAgent> {
+        let agents = self.lock();
+        nodes
+            .into_iter()
+            .filter_map(|node| agents.get(node).map(|a| (node.to_owned(), a.clone())))
+            .collect()
+    }
+
+    /// How many watches are healthy and hold a report.
+    pub fn healthy(&self) -> usize {
+        self.lock()
+            .values()
+            .filter(|a| a.healthy && a.report.is_some())
+            .count()
+    }
+
+    /// A watch of `target` answered as expected at `now_ms`, with `report` when it was one.
+    pub(crate) fn answered(
+        &self,
+        target: &AgentTarget,
+        now_ms: u64,
+        report: Option<DeliveredReport>,
+    ) {
+        let mut agents = self.lock();
+        let entry = agents
+            .entry(target.node.clone())
+            .or_insert_with(|| WatchedAgent {
+                base_url: target.base_url.clone(),
+                healthy: false,
+                heard_at_ms: now_ms,
+                report: None,
+            });
+        if entry.base_url != target.base_url {
+            entry.base_url.clone_from(&target.base_url);
+            entry.report = None;
+        }
+        entry.healthy = true;
+        entry.heard_at_ms = now_ms;
+        if report.is_some() {
+            entry.report = report;
+        }
+    }
+
+    /// A watch of `target` failed: the round reads the agent itself until the next good answer.
+    pub(crate) fn failed(&self, target: &AgentTarget) {
+        if let Some(entry) = self.lock().get_mut(&target.node) {
+            entry.healthy = false;
+        }
+    }
+
+    /// Forgets the watches of every node not in `keep`.
+    pub(crate) fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.lock().retain(|node, _| keep(node));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1778,12 +1875,12 @@ mod tests {
         healthy: bool,
         heard_at_ms: u64,
         report: Option<(u64, u64)>,
-    ) -> crate::watch::WatchedAgent {
-        crate::watch::WatchedAgent {
+    ) -> WatchedAgent {
+        WatchedAgent {
             base_url: base_url.into(),
             healthy,
             heard_at_ms,
-            report: report.map(|(sequence, expires_at_ms)| crate::watch::DeliveredReport {
+            report: report.map(|(sequence, expires_at_ms)| DeliveredReport {
                 body: Arc::from(&b"{}"[..]),
                 sequence,
                 expires_at_ms,
@@ -1808,12 +1905,7 @@ mod tests {
         let fresh = Some((7, NOW + 60_000));
         use ReadFrom::{Scrape, Watch};
         use ScrapeReason::*;
-        let cases: Vec<(
-            &str,
-            Option<crate::watch::WatchedAgent>,
-            Option<u64>,
-            ReadFrom,
-        )> = vec![
+        let cases: Vec<(&str, Option<WatchedAgent>, Option<u64>, ReadFrom)> = vec![
             (
                 "healthy, fresh",
                 Some(watched(url, true, NOW - 1_000, fresh)),
@@ -1995,7 +2087,7 @@ mod tests {
             max_silence_ms: 35_000,
             expiry_margin_ms: 5_000,
         };
-        let delivered = Arc::new(crate::watch::Delivered::default());
+        let delivered = Arc::new(Delivered::default());
         let scraper = scraper().with_watched(Arc::clone(&delivered), bounds);
         let mut served = Vec::new();
         let mut targets = Vec::new();
@@ -2012,7 +2104,7 @@ mod tests {
             delivered.answered(
                 target,
                 NOW,
-                Some(crate::watch::DeliveredReport {
+                Some(DeliveredReport {
                     body: Arc::from(body),
                     sequence,
                     expires_at_ms: NOW + 60_000,

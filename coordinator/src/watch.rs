@@ -34,6 +34,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::scrape::{AgentOutcome, AgentTarget, MAX_REPORT_BYTES, SIGNED_DIAGNOSE_PATH};
+pub use crate::scrape::{Delivered, DeliveredReport, WatchedAgent};
 
 /// Watch settings.
 #[derive(Debug, Clone, Copy)]
@@ -81,107 +82,6 @@ pub enum WatchAnswer {
     Report(AgentOutcome),
     /// No usable answer.
     Failed(String),
-}
-
-/// The latest report one watch delivered, as the agent signed it (verified again by the round).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeliveredReport {
-    /// The signed envelope's bytes, exactly as answered.
-    pub body: Arc<[u8]>,
-    /// Its sequence number.
-    pub sequence: u64,
-    /// When it expires, Unix ms.
-    pub expires_at_ms: u64,
-}
-
-/// What the round may know of one agent's watch: for [`crate::scrape::read_from`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WatchedAgent {
-    /// The agent URL the watch talks to.
-    pub base_url: String,
-    /// The watch's last request was answered as expected (a report or a `304` at the end of
-    /// the wait) and it is waiting again; `false` from its start until then, and from any
-    /// failure (it backs off) until the next good answer.
-    pub healthy: bool,
-    /// When the agent last answered the watch as expected, Unix ms.
-    pub heard_at_ms: u64,
-    /// The latest verified (or stale) report it delivered.
-    pub report: Option<DeliveredReport>,
-}
-
-/// The latest report of every watch and whether the watch is healthy, shared by the watches
-/// (which write it) and the scraper (which reads it at the start of every round).
-#[derive(Debug, Default)]
-pub struct Delivered {
-    agents: std::sync::Mutex<BTreeMap<String, WatchedAgent>>,
-}
-
-impl Delivered {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, WatchedAgent>> {
-        self.agents
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// What the watches know of `nodes` (those watched), copied out under one short lock (the
-    /// reports' bytes are shared, not copied).
-    pub fn snapshot<'a>(
-        &self,
-        nodes: impl IntoIterator<Item = &'a str>,
-    ) -> BTreeMap<String, WatchedAgent> {
-        let agents = self.lock();
-        nodes
-            .into_iter()
-            .filter_map(|node| agents.get(node).map(|a| (node.to_owned(), a.clone())))
-            .collect()
-    }
-
-    /// How many watches are healthy and hold a report.
-    pub fn healthy(&self) -> usize {
-        self.lock()
-            .values()
-            .filter(|a| a.healthy && a.report.is_some())
-            .count()
-    }
-
-    /// A watch of `target` answered as expected at `now_ms`, with `report` when it was one.
-    pub(crate) fn answered(
-        &self,
-        target: &AgentTarget,
-        now_ms: u64,
-        report: Option<DeliveredReport>,
-    ) {
-        let mut agents = self.lock();
-        let entry = agents
-            .entry(target.node.clone())
-            .or_insert_with(|| WatchedAgent {
-                base_url: target.base_url.clone(),
-                healthy: false,
-                heard_at_ms: now_ms,
-                report: None,
-            });
-        if entry.base_url != target.base_url {
-            entry.base_url.clone_from(&target.base_url);
-            entry.report = None;
-        }
-        entry.healthy = true;
-        entry.heard_at_ms = now_ms;
-        if report.is_some() {
-            entry.report = report;
-        }
-    }
-
-    /// A watch of `target` failed: the round reads the agent itself until the next good answer.
-    pub(crate) fn failed(&self, target: &AgentTarget) {
-        if let Some(entry) = self.lock().get_mut(&target.node) {
-            entry.healthy = false;
-        }
-    }
-
-    /// Forgets the watches of every node not in `keep`.
-    fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.lock().retain(|node, _| keep(node));
-    }
 }
 
 /// The watches of every agent.
