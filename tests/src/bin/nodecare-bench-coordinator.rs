@@ -95,37 +95,78 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
-    let overrides: BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
-        .collect();
-    let count = overrides.len();
-    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
-        .map_err(anyhow::Error::msg)?;
-    let state = tempfile::tempdir()?;
-    let mut config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
-    config.round_interval = 3600.0;
-    config.agents.watch = true;
-    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
-    let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
-    let board = Arc::clone(&coordinator.api().board);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(coordinator.run(listener, async {
-        stopped.await.ok();
-    }));
-    let last_round = || {
-        board
+/// The coordinator daemon over FILE's agents (`node url` lines) with one watch per agent and
+/// rounds every hour, once its first round ended.
+struct Watched {
+    count: usize,
+    board: Arc<nodecare_coordinator::reconcile::Board>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<anyhow::Result<()>>,
+    _state: tempfile::TempDir,
+    _sim: Simulation,
+}
+
+impl Watched {
+    async fn start(file: &str) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+        let overrides: BTreeMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
+            .collect();
+        let count = overrides.len();
+        let sim =
+            Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
+                .map_err(anyhow::Error::msg)?;
+        let state = tempfile::tempdir()?;
+        let mut config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
+        config.round_interval = 3600.0;
+        config.agents.watch = true;
+        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
+        let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
+        let board = Arc::clone(&coordinator.api().board);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let running = tokio::spawn(async move {
+            coordinator
+                .run(listener, async {
+                    stopped.await.ok();
+                })
+                .await
+                .map_err(anyhow::Error::from)
+        });
+        let daemon = Self {
+            count,
+            board,
+            stop,
+            running,
+            _state: state,
+            _sim: sim,
+        };
+        while daemon.last_round().number < 1 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Ok(daemon)
+    }
+
+    /// The last round's summary.
+    fn last_round(&self) -> nodecare_coordinator::reconcile::RoundSummary {
+        self.board
             .last_round
             .read()
             .map(|r| r.clone())
             .unwrap_or_default()
-    };
-    while last_round().number < 1 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        self.stop.send(()).ok();
+        self.running.await?
+    }
+}
+
+async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
+    let daemon = Watched::start(file).await?;
+    let (count, board) = (daemon.count, Arc::clone(&daemon.board));
+    let last_round = || daemon.last_round();
     let first = last_round();
     println!(
         "agents={count} first_round_seconds={:.3} agents_read={} failed={}",
@@ -201,44 +242,15 @@ async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
         rss_kib() as f64 / 1024.0,
         peak_rss_kib() as f64 / 1024.0
     );
-    stop.send(()).ok();
-    running.await??;
-    Ok(())
+    daemon.stop().await
 }
 
 /// The daemon with watches over FILE's agents: the first round, `settle`, then `rounds` rounds
 /// one after another, each started through the board's wake-up.
 async fn watched_rounds(file: &str, rounds: u64, settle: Duration) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
-    let overrides: BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
-        .collect();
-    let count = overrides.len();
-    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
-        .map_err(anyhow::Error::msg)?;
-    let state = tempfile::tempdir()?;
-    let mut config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
-    config.round_interval = 3600.0;
-    config.agents.watch = true;
-    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
-    let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
-    let board = Arc::clone(&coordinator.api().board);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(coordinator.run(listener, async {
-        stopped.await.ok();
-    }));
-    let last_round = || {
-        board
-            .last_round
-            .read()
-            .map(|r| r.clone())
-            .unwrap_or_default()
-    };
-    while last_round().number < 1 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let daemon = Watched::start(file).await?;
+    let (count, board) = (daemon.count, Arc::clone(&daemon.board));
+    let last_round = || daemon.last_round();
     tokio::time::sleep(settle).await;
     for _ in 0..rounds {
         let before = last_round().number;
@@ -261,9 +273,7 @@ async fn watched_rounds(file: &str, rounds: u64, settle: Duration) -> anyhow::Re
             round.duration_ms as f64 / 1000.0
         );
     }
-    stop.send(()).ok();
-    running.await??;
-    Ok(())
+    daemon.stop().await
 }
 
 async fn rounds(file: &str, rounds: usize) -> anyhow::Result<()> {
