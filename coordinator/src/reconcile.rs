@@ -34,6 +34,7 @@ mod input;
 pub(crate) use crate::round::now_s;
 pub use crate::round::{GateSettings, ReconcileSettings, RoundError};
 
+use crate::node_repair::is_incident;
 pub use crate::node_repair::{
     CancelOutcome, MAX_UNTAG_ATTEMPTS, NodeRepair, cancel_incident, stop_incident_jobs,
 };
@@ -88,11 +89,6 @@ impl std::fmt::Debug for dyn Duty {
 /// How long a DRBD instance must stay degraded with both nodes online before the
 /// instance-repair duty replaces the broken side (a resync or a reconnect usually ends sooner).
 pub const DEGRADED_GRACE_MS: u64 = 5 * 60 * 1000;
-
-/// Whether `holder` is an incident (node repair, which follows its own entries).
-const fn is_incident(holder: &Holder) -> bool {
-    matches!(holder, Holder::Incident { .. })
-}
 
 impl Reconciler {
     /// A reconciler.
@@ -336,13 +332,12 @@ impl Reconciler {
         let ledger_held = self
             .executor
             .in_force(|h| open.contains(h) || !own_account(h))?;
-        let (net_nodes, ledger_nodes): (Vec<_>, Vec<_>) = ledger_held
-            .nodes
-            .clone()
-            .into_iter()
-            .partition(|(_, h)| own_account(h));
         let (net_touched, ledger_touched): (Vec<_>, Vec<_>) =
             ledger_held.touching().partition(|(_, h)| own_account(h));
+        let (net_nodes, ledger_nodes): (Vec<_>, Vec<_>) = ledger_held
+            .nodes
+            .into_iter()
+            .partition(|(_, h)| own_account(h));
         let view = &input.view;
         let in_force = InForce::new(
             view,
@@ -389,20 +384,20 @@ impl Reconciler {
             }),
             settings.cluster.max_disrupted_nodes,
         );
+        if let Ok(mut snapshot) = self.board.gate.write() {
+            *snapshot = Some(GateSnapshot {
+                view: input.view.clone(),
+                policy: policy.clone(),
+                in_force,
+                decision: decision.clone(),
+            });
+        }
         let judged = Judged {
             policy: &policy,
             decision: &decision,
         };
         for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.execute(services, &input, judged).await?;
-        }
-        if let Ok(mut snapshot) = self.board.gate.write() {
-            *snapshot = Some(GateSnapshot {
-                view: input.view.clone(),
-                policy,
-                in_force,
-                decision,
-            });
         }
         Ok(())
     }

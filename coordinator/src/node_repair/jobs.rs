@@ -441,7 +441,7 @@ fn intent_of(entry: &crate::exec::ledger::Entry) -> Result<Option<Intent>, Round
         .map_err(|e| RoundError::Store(StoreError::Corrupt(e.to_string())))
 }
 
-/// Whether `holder` is an incident.
-pub(super) const fn is_incident(holder: &Holder) -> bool {
+/// Whether `holder` is an incident (node repair, which follows its own entries).
+pub(crate) const fn is_incident(holder: &Holder) -> bool {
     matches!(holder, Holder::Incident { .. })
 }

@@ -12,6 +12,8 @@
 //! (`duty::node_repair`, `incident`, `plan`).
 
 mod jobs;
+
+pub(crate) use jobs::is_incident;
 mod observe;
 mod step;
 
@@ -64,6 +66,9 @@ pub struct NodeRepair {
     override_note: Option<String>,
     /// Incidents this round's proposals left waiting, and why.
     waiting: Vec<(Uuid, String)>,
+    /// The incidents and their intents as this round's holds read them (under the incident
+    /// lock, which the round holds until its steps are taken): what it proposes and steps from.
+    records: Option<(Vec<Incident>, Vec<Intent>)>,
 }
 
 impl NodeRepair {
@@ -86,6 +91,7 @@ impl NodeRepair {
             now: 0,
             override_note: None,
             waiting: Vec::new(),
+            records: None,
         }
     }
 
@@ -103,6 +109,15 @@ impl NodeRepair {
         if let Err(error) = incident.apply(event, self.now_s()) {
             tracing::debug!(%error, "event not applied");
         }
+    }
+
+    /// The incidents and intents this round read (read now if it has not).
+    fn records(&mut self) -> Result<&(Vec<Incident>, Vec<Intent>), RoundError> {
+        let records = match self.records.take() {
+            Some(records) => records,
+            None => (self.store.incidents()?, self.store.intents()?),
+        };
+        Ok(self.records.insert(records))
     }
 
     /// The incidents' own intents.
@@ -144,11 +159,11 @@ impl Duty for NodeRepair {
 
     fn holds<'a>(&'a mut self, _services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds> {
         Box::pin(async move {
-            let incidents = self.store.incidents()?;
-            let intents = self.store.intents()?;
+            self.records = None;
+            let (incidents, intents) = self.records()?;
             Ok(Holds {
-                disrupted: node_repair::holds(&incidents, &input.nodes),
-                touched: node_repair::touches(&incidents, &input.nodes, &input.instances)
+                disrupted: node_repair::holds(incidents, &input.nodes),
+                touched: node_repair::touches(incidents, &input.nodes, &input.instances)
                     .into_iter()
                     .chain(node_repair::move_targets(intents.iter().filter_map(
                         |i| match &i.spec {
@@ -159,7 +174,7 @@ impl Duty for NodeRepair {
                         },
                     )))
                     .collect(),
-                left: crate::store::incident_flag_changes(&incidents, &intents),
+                left: crate::store::incident_flag_changes(incidents, intents),
             })
         })
     }
@@ -171,8 +186,7 @@ impl Duty for NodeRepair {
         _in_force: &'a InForce,
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
-            let incidents = self.store.incidents()?;
-            let intents = self.store.intents()?;
+            let (incidents, intents) = self.records()?;
             let evacuating: BTreeSet<Uuid> = intents
                 .iter()
                 .filter(|i| {
@@ -185,8 +199,7 @@ impl Duty for NodeRepair {
                 })
                 .map(|i| i.incident)
                 .collect();
-            let duty =
-                node_repair::propose(&incidents, &input.nodes, &input.instances, &evacuating);
+            let duty = node_repair::propose(incidents, &input.nodes, &input.instances, &evacuating);
             self.waiting = duty.waiting;
             Ok(duty.proposals)
         })
@@ -212,8 +225,8 @@ impl NodeRepair {
         let nodes = &input.nodes[..];
         let instances = &input.instances[..];
         let decision = judged.decision;
-        let incidents = self.store.incidents()?;
-        let intents = self.store.intents()?;
+        self.records()?;
+        let (incidents, intents) = self.records.take().unwrap_or_default();
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
         let mut submitted = 0;
         // Failed incidents still owe their failure tag.
