@@ -163,6 +163,7 @@ impl Coordinator {
             repair_poll: Config::duration(config.repair_poll),
             instance_repair: config.instance_repair.enabled,
             ssconf_dir: Some(config.ssconf_dir.clone()),
+            record_rounds: config.record_rounds,
         };
         if let Err(error) = crate::auth::Users::load(&config.users) {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");

@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod node_repair;
 pub mod notify;
 pub mod reconcile;
+pub mod recorder;
 pub mod repair;
 pub mod replica;
 pub mod round;

@@ -78,6 +78,8 @@ pub struct Reconciler {
     degraded_since: BTreeMap<String, u64>,
     /// The state's replication to the master candidates (none: off).
     replicator: Option<Arc<crate::replica::Replicator>>,
+    /// The flight recorder.
+    recorder: crate::recorder::FlightRecorder,
 }
 
 impl std::fmt::Debug for dyn Duty {
@@ -133,6 +135,7 @@ impl Reconciler {
             duties,
             degraded_since: BTreeMap::new(),
             replicator: None,
+            recorder: crate::recorder::FlightRecorder::default(),
         }
     }
 
@@ -256,6 +259,8 @@ impl Reconciler {
             // Nothing is read from the store or planned before the newest state is here.
             let nodes = self.ganeti.nodes().await?;
             replicator.take_over(&nodes).await?;
+            // The store is the newest copy now: its recorder is not this one's memory.
+            self.recorder.forget();
         }
         let services = self.services();
         let guard = Arc::clone(&self.incident_lock).lock_owned().await;
@@ -384,13 +389,22 @@ impl Reconciler {
             }),
             settings.cluster.max_disrupted_nodes,
         );
-        if let Ok(mut snapshot) = self.board.gate.write() {
-            *snapshot = Some(GateSnapshot {
-                view: input.view.clone(),
-                policy: policy.clone(),
-                in_force,
-                decision: decision.clone(),
-            });
+        let snapshot = GateSnapshot {
+            view: input.view.clone(),
+            policy: policy.clone(),
+            in_force,
+            decision: decision.clone(),
+        };
+        let record = (self.settings.record_rounds && !decision.judgements.is_empty()).then(|| {
+            crate::recorder::RoundRecord {
+                now_ms: now,
+                coordinator: self.settings.node_name.clone(),
+                gate: snapshot.clone(),
+                verdicts: crate::recorder::verdicts(&input),
+            }
+        });
+        if let Ok(mut board) = self.board.gate.write() {
+            *board = Some(snapshot);
         }
         let judged = Judged {
             policy: &policy,
@@ -398,6 +412,12 @@ impl Reconciler {
         };
         for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.execute(services, &input, judged).await?;
+        }
+        // The recorder explains; it never stops a round.
+        if let Some(record) = record
+            && let Err(error) = self.recorder.record(&self.store, record)
+        {
+            tracing::warn!(%error, "the flight recorder could not record this round");
         }
         Ok(())
     }

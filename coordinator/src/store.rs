@@ -26,9 +26,11 @@ mod campaign_ops;
 mod instance_repairs;
 mod ledger;
 mod node_repair;
+mod recorder;
 pub mod retention;
 mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
+pub use recorder::Written;
 pub use nodecare_protocol::gate::AuditEntry;
 
 /// Schema version stored in `PRAGMA user_version`.
@@ -439,6 +441,8 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
              created_ms INTEGER NOT NULL,
              record TEXT NOT NULL);",
     )?;
+    // The flight recorder's rounds (additive).
+    recorder::migrate(connection)?;
     // The executor's ledger (balancing moves of earlier versions carried over).
     if version < 3 {
         ledger::migrate(connection)?;

@@ -90,6 +90,9 @@ pub struct Config {
     pub round_interval: f64,
     /// Seconds a Ganeti job may run before its incident fails.
     pub job_timeout: f64,
+    /// Record every round whose gate judged anything (the flight recorder behind
+    /// `nodecare explain`); kept as `[retention]` says.
+    pub record_rounds: bool,
     /// Seconds a round may run before the daemon counts itself hung: the systemd watchdog is
     /// then no longer fed, and systemd restarts the service.
     pub round_stall_timeout: f64,
@@ -254,6 +257,7 @@ impl Default for Config {
             api_max_connections: DEFAULT_MAX_CONNECTIONS,
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
+            record_rounds: true,
             round_stall_timeout: DEFAULT_ROUND_STALL_TIMEOUT_SECS,
             ssconf_dir: PathBuf::from(DEFAULT_SSCONF_DIR),
             repair_timeout: 1800.0,

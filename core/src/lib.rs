@@ -26,6 +26,7 @@ pub mod incident;
 pub mod ledger;
 pub mod load;
 pub mod plan;
+pub mod recorder;
 pub mod retention;
 pub mod storage;
 

@@ -11,6 +11,10 @@ pub const DEFAULT_INCIDENTS_SECS: f64 = 90.0 * 86_400.0;
 pub const DEFAULT_AUDIT_SECS: f64 = 365.0 * 86_400.0;
 /// Default most audit log lines kept.
 pub const DEFAULT_AUDIT_ROWS: u64 = 100_000;
+/// Default seconds the flight recorder keeps a recorded round after its last repeat.
+pub const DEFAULT_ROUNDS_SECS: f64 = 30.0 * 86_400.0;
+/// Default most recorded rounds kept.
+pub const DEFAULT_ROUNDS_KEPT: u64 = 5_000;
 
 /// `[retention]` of the coordinator's configuration (seconds).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -25,6 +29,11 @@ pub struct RetentionConfig {
     pub audit: f64,
     /// Most audit log lines kept (the oldest go first).
     pub audit_rows: u64,
+    /// Seconds the flight recorder keeps a recorded round after the last round that decided
+    /// the same.
+    pub rounds: f64,
+    /// Most recorded rounds kept (the oldest go first).
+    pub rounds_kept: u64,
 }
 
 impl Default for RetentionConfig {
@@ -34,6 +43,8 @@ impl Default for RetentionConfig {
             incidents: DEFAULT_INCIDENTS_SECS,
             audit: DEFAULT_AUDIT_SECS,
             audit_rows: DEFAULT_AUDIT_ROWS,
+            rounds: DEFAULT_ROUNDS_SECS,
+            rounds_kept: DEFAULT_ROUNDS_KEPT,
         }
     }
 }
@@ -45,6 +56,7 @@ impl RetentionConfig {
             ("retention.interval", self.interval),
             ("retention.incidents", self.incidents),
             ("retention.audit", self.audit),
+            ("retention.rounds", self.rounds),
         ] {
             if !(value.is_finite() && value >= 1.0) {
                 return Err(format!(
@@ -54,6 +66,9 @@ impl RetentionConfig {
         }
         if self.audit_rows == 0 {
             return Err("retention.audit_rows must be at least 1".into());
+        }
+        if self.rounds_kept == 0 {
+            return Err("retention.rounds_kept must be at least 1".into());
         }
         Ok(())
     }
@@ -72,6 +87,8 @@ impl RetentionConfig {
             incidents_ms: ms(self.incidents),
             audit_ms: ms(self.audit),
             audit_rows: self.audit_rows,
+            rounds_ms: ms(self.rounds),
+            rounds_kept: self.rounds_kept,
         }
     }
 
@@ -94,4 +111,8 @@ pub struct RetentionPolicy {
     pub audit_ms: u64,
     /// Most audit log lines.
     pub audit_rows: u64,
+    /// Recorded rounds, after their last repeat.
+    pub rounds_ms: u64,
+    /// Most recorded rounds.
+    pub rounds_kept: u64,
 }

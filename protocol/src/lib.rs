@@ -18,6 +18,7 @@
 pub mod canonical;
 pub mod clock;
 pub mod diagnose;
+pub mod explain;
 pub mod gate;
 pub mod json;
 pub mod limits;

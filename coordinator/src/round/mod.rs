@@ -63,6 +63,8 @@ pub struct ReconcileSettings {
     /// Ganeti's ssconf directory, read for `ssconf_master_node` before asking RAPI (a
     /// non-master's RAPI may not answer at all); `None`: RAPI only.
     pub ssconf_dir: Option<std::path::PathBuf>,
+    /// Record the rounds whose gate judged anything (the flight recorder).
+    pub record_rounds: bool,
 }
 
 /// The gate's settings: failure domains, caps, the storm breaker, the grace of planned

@@ -42,6 +42,8 @@ pub struct Pruned {
     pub overrides: usize,
     /// Audit log lines.
     pub audit: usize,
+    /// Recorded rounds of the flight recorder.
+    pub rounds: usize,
 }
 
 impl Pruned {
@@ -53,10 +55,11 @@ impl Pruned {
             + self.balancing_moves
             + self.overrides
             + self.audit
+            + self.rounds
     }
 
     /// Each kind with its count (the metric's `kind` label).
-    pub const fn by_kind(&self) -> [(&'static str, usize); 6] {
+    pub const fn by_kind(&self) -> [(&'static str, usize); 7] {
         [
             ("incident", self.incidents),
             ("intent", self.intents),
@@ -64,6 +67,7 @@ impl Pruned {
             ("balancing_move", self.balancing_moves),
             ("override", self.overrides),
             ("audit", self.audit),
+            ("round", self.rounds),
         ]
     }
 }
@@ -240,6 +244,11 @@ impl Store {
                 to_i64(cutoff.through_seq),
                 super::admission::RESET_WHAT
             ],
+        )?;
+        pruned.rounds = super::recorder::prune(
+            &transaction,
+            now_ms.saturating_sub(policy.rounds_ms),
+            policy.rounds_kept,
         )?;
         transaction.commit()?;
         Ok(pruned)
@@ -521,6 +530,8 @@ mod tests {
             incidents_ms: 0,
             audit_ms: 1000,
             audit_rows: 10,
+            rounds_ms: 0,
+            rounds_kept: 1,
         };
         assert_eq!(
             audit_cutoff(&policy, 5000, 25),
@@ -548,7 +559,9 @@ mod tests {
             RetentionPolicy {
                 incidents_ms: 90 * DAY_MS,
                 audit_ms: 365 * DAY_MS,
-                audit_rows: 100_000
+                audit_rows: 100_000,
+                rounds_ms: 30 * DAY_MS,
+                rounds_kept: 5_000,
             }
         );
         for bad in [
@@ -566,6 +579,14 @@ mod tests {
             },
             RetentionConfig {
                 audit_rows: 0,
+                ..config
+            },
+            RetentionConfig {
+                rounds: 0.0,
+                ..config
+            },
+            RetentionConfig {
+                rounds_kept: 0,
                 ..config
             },
         ] {
@@ -586,7 +607,9 @@ mod tests {
             RetentionPolicy {
                 incidents_ms: 30_000,
                 audit_ms: 60_000,
-                audit_rows: 1000
+                audit_rows: 1000,
+                rounds_ms: 30 * DAY_MS,
+                rounds_kept: 5_000,
             }
         );
         assert_eq!(
@@ -631,6 +654,8 @@ mod tests {
             incidents_ms: 90 * DAY_MS,
             audit_ms: 365 * DAY_MS,
             audit_rows: 100,
+            rounds_ms: 30 * DAY_MS,
+            rounds_kept: 5_000,
         };
         let campaign = |n: u128| {
             let mut r = crate::campaign::Record::new(
@@ -748,6 +773,8 @@ mod tests {
             incidents_ms: 90 * DAY_MS,
             audit_ms: 365 * DAY_MS,
             audit_rows: 100,
+            rounds_ms: 30 * DAY_MS,
+            rounds_kept: 5_000,
         };
         let pruned = store.apply_retention(&policy, now).unwrap();
         assert_eq!(pruned.incidents, 401);

@@ -1,0 +1,430 @@
+//! The flight recorder: what a round saw and what the gate decided, kept so that a decision can
+//! be explained after the fact (`nodecare explain`) and replayed ([`GateSnapshot::replay`]).
+//!
+//! A round is recorded when the gate judged anything (admitted or refused a proposal). A round
+//! that decides exactly what the last recorded one decided, from the same view, verdicts and
+//! policy, is not recorded again: the recorded round counts it ([`Recorded::repeats`]). The
+//! store keeps each part of a record ([`Part`]) once, by its content.
+//!
+//! Everything here is pure: the coordinator's store reads and writes the records, and the
+//! explanations are built from the records read back.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use nodecare_protocol::explain::{
+    DomainHeld, ExplainedJudgement, ExplainedRound, Explanation, Subject,
+};
+
+use crate::gate::{
+    Admitted, Caps, GateSnapshot, Holder, Judgement, NodeFacts, StorageProblem, View,
+};
+
+/// A node's agent as the round saw it, for people (`Ok`, `evacuate`, `unknown (stale: …)`).
+pub type SeenVerdicts = BTreeMap<String, String>;
+
+/// One round as the recorder keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RoundRecord {
+    /// The round's time (Unix ms): its one clock.
+    pub now_ms: u64,
+    /// The coordinator (node) that ran it.
+    pub coordinator: String,
+    /// What the gate saw and decided: it replays to the same decision.
+    pub gate: GateSnapshot,
+    /// Every online node's verdict as the round read it.
+    pub verdicts: SeenVerdicts,
+}
+
+// The gate's view is recorded without its time: `now_ms` is the round's (the view of a round
+// always carries the round's time).
+
+impl RoundRecord {
+    /// Whether the round is worth recording: the gate judged something.
+    pub fn worth_recording(&self) -> bool {
+        !self.gate.decision.judgements.is_empty()
+    }
+
+    /// Whether `self` decided the same as `other` from the same input, apart from the time.
+    pub fn same_as(&self, other: &Self) -> bool {
+        self.coordinator == other.coordinator
+            && self.verdicts == other.verdicts
+            && self.gate.view.nodes == other.gate.view.nodes
+            && self.gate.view.storage == other.gate.view.storage
+            && self.gate.policy == other.gate.policy
+            && self.gate.in_force == other.gate.in_force
+            && self.gate.decision == other.gate.decision
+    }
+
+    /// The record's parts, each serialized on its own (the store keeps each part once).
+    pub fn parts(&self) -> Result<Vec<(Part, Vec<u8>)>, serde_json::Error> {
+        Ok(vec![
+            (
+                Part::View,
+                serde_json::to_vec(&ViewPart {
+                    nodes: &self.gate.view.nodes,
+                    storage: &self.gate.view.storage,
+                })?,
+            ),
+            (Part::Policy, serde_json::to_vec(&self.gate.policy)?),
+            (Part::InForce, serde_json::to_vec(&self.gate.in_force)?),
+            (Part::Decision, serde_json::to_vec(&self.gate.decision)?),
+            (Part::Verdicts, serde_json::to_vec(&self.verdicts)?),
+        ])
+    }
+
+    /// A record put back together from its parts (as [`RoundRecord::parts`] made them).
+    pub fn from_parts(
+        now_ms: u64,
+        coordinator: String,
+        parts: &BTreeMap<Part, Vec<u8>>,
+    ) -> Result<Self, RecordError> {
+        fn part<T: serde::de::DeserializeOwned>(
+            parts: &BTreeMap<Part, Vec<u8>>,
+            which: Part,
+        ) -> Result<T, RecordError> {
+            let bytes = parts.get(&which).ok_or(RecordError::Missing(which))?;
+            serde_json::from_slice(bytes).map_err(|error| RecordError::Decode(which, error))
+        }
+        let view: OwnedViewPart = part(parts, Part::View)?;
+        Ok(Self {
+            now_ms,
+            coordinator,
+            gate: GateSnapshot {
+                view: View {
+                    nodes: view.nodes,
+                    storage: view.storage,
+                    now_ms,
+                },
+                policy: part(parts, Part::Policy)?,
+                in_force: part(parts, Part::InForce)?,
+                decision: part(parts, Part::Decision)?,
+            },
+            verdicts: part(parts, Part::Verdicts)?,
+        })
+    }
+
+    /// Whether the gate's decision replays the same from what it saw.
+    pub fn replays(&self) -> bool {
+        self.gate.replay() == self.gate.decision
+    }
+}
+
+/// The view without its time (the round's): the same cluster in two rounds is one part.
+#[derive(Serialize)]
+struct ViewPart<'a> {
+    nodes: &'a BTreeMap<String, NodeFacts>,
+    storage: &'a Vec<StorageProblem>,
+}
+
+/// [`ViewPart`] read back.
+#[derive(Deserialize)]
+struct OwnedViewPart {
+    nodes: BTreeMap<String, NodeFacts>,
+    storage: Vec<StorageProblem>,
+}
+
+/// A part of a recorded round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Part {
+    /// The gate's view (nodes, failure domains, storage health).
+    View,
+    /// The policy (caps, overrides, the breaker).
+    Policy,
+    /// What was in force before the proposals.
+    InForce,
+    /// The decision.
+    Decision,
+    /// The verdicts seen.
+    Verdicts,
+}
+
+impl Part {
+    /// Every part.
+    pub const ALL: [Self; 5] = [
+        Self::View,
+        Self::Policy,
+        Self::InForce,
+        Self::Decision,
+        Self::Verdicts,
+    ];
+
+    /// Its name in the store.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::View => "view",
+            Self::Policy => "policy",
+            Self::InForce => "in-force",
+            Self::Decision => "decision",
+            Self::Verdicts => "verdicts",
+        }
+    }
+
+    /// The part named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+/// A record that cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A part is missing.
+    #[error("recorded round: part {part} missing", part = .0.as_str())]
+    Missing(Part),
+    /// A part does not decode.
+    #[error("recorded round: part {part}: {error}", part = .0.as_str(), error = .1)]
+    Decode(Part, serde_json::Error),
+}
+
+/// A recorded round as the store gives it back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Recorded {
+    /// Its number in the recorder (increasing).
+    pub round: u64,
+    /// The last round that decided the same (Unix ms).
+    pub last_ms: u64,
+    /// How many later rounds decided the same.
+    pub repeats: u64,
+    /// The round.
+    pub record: RoundRecord,
+}
+
+/// Whether a judgement concerns `node`.
+fn judges_node(judgement: &Judgement, node: &str) -> bool {
+    judgement.proposal.disrupts.contains(node) || judgement.proposal.touches.contains(node)
+}
+
+/// The rule that admitted or refused a judgement, in words.
+pub fn rule(judgement: &Judgement) -> String {
+    match &judgement.outcome {
+        Ok(Admitted::New) => "a new disruption, within the caps and failure domains".to_owned(),
+        Ok(Admitted::Continuation) => "the continuation of a disruption its holder holds".to_owned(),
+        Ok(Admitted::Override { id }) => format!("a new disruption under operator override {id}"),
+        Err(blocked) => blocked.rule().to_owned(),
+    }
+}
+
+fn explained_judgement(judgement: &Judgement) -> ExplainedJudgement {
+    let proposal = &judgement.proposal;
+    ExplainedJudgement {
+        duty: proposal.duty.as_str().to_owned(),
+        holder: proposal.holder.to_string(),
+        subject: proposal.subject.clone(),
+        reason: proposal.reason.clone(),
+        disrupts: proposal.disrupts.iter().cloned().collect(),
+        touches: proposal.touches.iter().cloned().collect(),
+        moves_memory_mib: proposal.moves_memory,
+        admitted: judgement.outcome.is_ok(),
+        rule: rule(judgement),
+        blocked_by: judgement.outcome.as_ref().err().cloned(),
+    }
+}
+
+fn caps_text(name: &str, caps: &Caps) -> String {
+    match caps.max_disrupted_percent {
+        Some(percent) => format!(
+            "{name}: max_disrupted_nodes = {}, max_disrupted_percent = {percent}%",
+            caps.max_disrupted_nodes
+        ),
+        None => format!("{name}: max_disrupted_nodes = {}", caps.max_disrupted_nodes),
+    }
+}
+
+/// One recorded round, restricted to the judgements `keep` selects, with what a node (if any)
+/// was held by and its verdict.
+fn explained_round(
+    recorded: &Recorded,
+    node: Option<&str>,
+    keep: impl Fn(&Judgement) -> bool,
+) -> ExplainedRound {
+    let gate = &recorded.record.gate;
+    let caps = std::iter::once(caps_text("cluster", &gate.policy.cluster))
+        .chain(
+            gate.policy
+                .groups
+                .iter()
+                .map(|(group, caps)| caps_text(&format!("group {group}"), caps)),
+        )
+        .collect();
+    let in_force = gate
+        .in_force
+        .domains(&gate.view)
+        .into_iter()
+        .map(|(domain, held)| DomainHeld {
+            domain,
+            held: held
+                .into_iter()
+                .map(|(node, holder)| format!("{node}: {holder}"))
+                .collect(),
+        })
+        .collect();
+    ExplainedRound {
+        round: recorded.round,
+        at_ms: recorded.record.now_ms,
+        last_ms: recorded.last_ms,
+        repeats: recorded.repeats,
+        coordinator: recorded.record.coordinator.clone(),
+        verdict: node.and_then(|n| recorded.record.verdicts.get(n).cloned()),
+        held_by: node.and_then(|n| {
+            gate.in_force
+                .nodes
+                .get(n)
+                .or_else(|| gate.in_force.touched.get(n))
+                .map(ToString::to_string)
+        }),
+        breaker: gate.policy.breaker.clone(),
+        caps,
+        in_force,
+        judgements: gate
+            .decision
+            .judgements
+            .iter()
+            .filter(|j| keep(j))
+            .map(explained_judgement)
+            .collect(),
+    }
+}
+
+/// Why `node` was (or was not) acted on at `at_ms` (`None`: the latest): the last recorded
+/// round at or before that time whose gate judged a proposal on the node, or, when none did,
+/// the last round at or before it (what held the node then). `rounds` in any order.
+pub fn explain_node(rounds: &[Recorded], node: &str, at_ms: Option<u64>) -> Explanation {
+    let subject = Subject::Node {
+        node: node.to_owned(),
+        at_ms,
+    };
+    let mut before: Vec<&Recorded> = rounds
+        .iter()
+        .filter(|r| at_ms.is_none_or(|at| r.record.now_ms <= at))
+        .collect();
+    before.sort_by_key(|r| std::cmp::Reverse((r.record.now_ms, r.round)));
+    let judged = before.iter().find(|r| {
+        r.record
+            .gate
+            .decision
+            .judgements
+            .iter()
+            .any(|j| judges_node(j, node))
+    });
+    let (chosen, note) = match (judged, before.first()) {
+        (Some(round), _) => (Some(*round), None),
+        (None, Some(latest)) => (
+            Some(*latest),
+            Some(format!(
+                "no recorded round judged a proposal on {node}; the latest recorded round shows what held it"
+            )),
+        ),
+        (None, None) => (
+            None,
+            Some("no round is recorded at or before that time (nothing judged, or retention forgot it)".to_owned()),
+        ),
+    };
+    if let Some(round) = chosen
+        && !round.record.gate.view.nodes.contains_key(node)
+        && !round.record.verdicts.contains_key(node)
+    {
+        return Explanation {
+            subject,
+            job: None,
+            rounds: Vec::new(),
+            note: Some(format!("{node} is not a node of the cluster as recorded")),
+        };
+    }
+    Explanation {
+        subject,
+        job: None,
+        rounds: chosen
+            .map(|r| explained_round(r, Some(node), |j| judges_node(j, node)))
+            .into_iter()
+            .collect(),
+        note,
+    }
+}
+
+/// Why the record `id` (an incident, a campaign, a grant, …) went as it did: every recorded
+/// round that judged its proposals, oldest first, with the node it disrupts.
+pub fn explain_record(rounds: &[Recorded], id: uuid::Uuid) -> Explanation {
+    let of = |j: &Judgement| j.proposal.holder.id() == Some(id);
+    let mut judged: Vec<&Recorded> = rounds
+        .iter()
+        .filter(|r| r.record.gate.decision.judgements.iter().any(of))
+        .collect();
+    judged.sort_by_key(|r| (r.record.now_ms, r.round));
+    // The rounds where its judgement changed (admitted, or refused by another rule or holder),
+    // and the last one.
+    let outcome = |r: &Recorded| {
+        r.record
+            .gate
+            .decision
+            .judgements
+            .iter()
+            .filter(|j| of(j))
+            .map(|j| j.outcome.clone())
+            .collect::<Vec<_>>()
+    };
+    let last = judged.len().saturating_sub(1);
+    let mut previous = None;
+    judged = judged
+        .into_iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            let now = outcome(r);
+            let keep = previous.as_ref() != Some(&now) || *i == last;
+            previous = Some(now);
+            keep
+        })
+        .map(|(_, r)| r)
+        .collect();
+    let explained = judged
+        .iter()
+        .map(|r| {
+            let node = r
+                .record
+                .gate
+                .decision
+                .judgements
+                .iter()
+                .find(|j| of(j))
+                .and_then(|j| j.proposal.disrupts.iter().next().cloned());
+            explained_round(r, node.as_deref(), of)
+        })
+        .collect::<Vec<_>>();
+    let note = explained.is_empty().then(|| {
+        format!("no recorded round judged a proposal of {id} (it proposed nothing to the gate, or retention forgot it)")
+    });
+    Explanation {
+        subject: Subject::Record { id: id.to_string() },
+        job: None,
+        rounds: explained,
+        note,
+    }
+}
+
+/// The recorded round an operation of `holder` recorded at `recorded_ms` came from: the last
+/// round at or before that time that judged the holder's proposal, else the round at that time.
+pub fn round_of(rounds: &[Recorded], holder: &Holder, recorded_ms: u64) -> Option<u64> {
+    let id = holder.id();
+    let at_or_before = || rounds.iter().filter(|r| r.record.now_ms <= recorded_ms);
+    at_or_before()
+        .filter(|r| {
+            r.record
+                .gate
+                .decision
+                .judgements
+                .iter()
+                .any(|j| j.proposal.holder.id() == id && j.outcome.is_ok())
+        })
+        .max_by_key(|r| (r.record.now_ms, r.round))
+        .or_else(|| {
+            at_or_before()
+                .filter(|r| r.record.now_ms == recorded_ms)
+                .max_by_key(|r| r.round)
+        })
+        .map(|r| r.round)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,273 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use super::*;
+use crate::gate::{Caps, Duty, InForce, NodeFacts, Policy, Proposal, View, decide};
+
+fn view(now_ms: u64) -> View {
+    let nodes = [("n1", "rack:a"), ("n2", "rack:a"), ("n3", "rack:b"), ("n4", "rack:b")]
+        .into_iter()
+        .map(|(name, domain)| {
+            (
+                name.to_owned(),
+                NodeFacts {
+                    name: name.into(),
+                    group: "default".into(),
+                    domain: domain.into(),
+                    vm_capable: true,
+                    drained: false,
+                    offline: false,
+                    master: false,
+                    memory_free: Some(4096),
+                    primary_memory: Some(0),
+                },
+            )
+        })
+        .collect();
+    View {
+        nodes,
+        storage: Vec::new(),
+        now_ms,
+    }
+}
+
+fn repair(n: u128, node: &str) -> Proposal {
+    Proposal {
+        duty: Duty::NodeRepair,
+        holder: Holder::Incident {
+            id: Uuid::from_u128(n),
+        },
+        subject: format!("node {node}"),
+        invasiveness: 2,
+        since_ms: 10,
+        disrupts: [node.to_owned()].into(),
+        touches: BTreeSet::new(),
+        fresh: false,
+        moves_memory: Some(512),
+        reason: "evacuate: disk sda failing".into(),
+    }
+}
+
+fn policy(max: usize) -> Policy {
+    Policy {
+        cluster: Caps {
+            max_disrupted_nodes: max,
+            max_disrupted_percent: None,
+            min_healthy_nodes: 1,
+        },
+        ..Policy::default()
+    }
+}
+
+/// A round at `now_ms` judging `proposals` with `held` in force.
+fn round(now_ms: u64, held: &[(&str, u128)], proposals: Vec<Proposal>, max: usize) -> RoundRecord {
+    let view = view(now_ms);
+    let in_force = InForce::new(
+        &view,
+        held.iter().map(|(node, n)| {
+            (
+                (*node).to_owned(),
+                Holder::Incident {
+                    id: Uuid::from_u128(*n),
+                },
+            )
+        }),
+    );
+    let policy = policy(max);
+    let decision = decide(&view, &policy, &in_force, proposals);
+    RoundRecord {
+        now_ms,
+        coordinator: "n1".into(),
+        gate: GateSnapshot {
+            view,
+            policy,
+            in_force,
+            decision,
+        },
+        verdicts: [
+            ("n1".to_owned(), "Ok".to_owned()),
+            ("n3".to_owned(), "evacuate".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+    }
+}
+
+fn recorded(number: u64, record: RoundRecord) -> Recorded {
+    Recorded {
+        round: number,
+        last_ms: record.now_ms,
+        repeats: 0,
+        record,
+    }
+}
+
+#[test]
+fn a_record_goes_into_parts_and_back_whole_and_replays() {
+    let record = round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1);
+    let parts: BTreeMap<Part, Vec<u8>> = record.parts().unwrap().into_iter().collect();
+    assert_eq!(parts.len(), Part::ALL.len());
+    let back = RoundRecord::from_parts(1_000, "n1".into(), &parts).unwrap();
+    assert_eq!(back, record);
+    assert!(back.replays());
+    // A missing or broken part is an error naming it, never a default.
+    let mut missing = parts.clone();
+    missing.remove(&Part::Decision);
+    let error = RoundRecord::from_parts(1_000, "n1".into(), &missing).unwrap_err();
+    assert_eq!(error.to_string(), "recorded round: part decision missing");
+    let mut broken = parts;
+    broken.insert(Part::View, b"{".to_vec());
+    assert!(
+        RoundRecord::from_parts(1_000, "n1".into(), &broken)
+            .unwrap_err()
+            .to_string()
+            .starts_with("recorded round: part view:")
+    );
+    for part in Part::ALL {
+        assert_eq!(Part::parse(part.as_str()), Some(part));
+    }
+    assert_eq!(Part::parse("nope"), None);
+}
+
+#[test]
+fn a_record_whose_decision_was_changed_does_not_replay() {
+    let mut record = round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1);
+    record.gate.decision.judgements[0].outcome = Ok(Admitted::New);
+    assert!(!record.replays());
+}
+
+#[test]
+fn only_rounds_that_judge_something_are_worth_recording() {
+    assert!(round(1_000, &[], vec![repair(2, "n3")], 1).worth_recording());
+    assert!(!round(1_000, &[("n1", 1)], Vec::new(), 1).worth_recording());
+}
+
+#[test]
+fn the_same_decision_later_is_the_same_and_any_change_is_not() {
+    let first = round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1);
+    let later = round(9_000, &[("n1", 1)], vec![repair(2, "n3")], 1);
+    assert!(later.same_as(&first));
+    // Another cap, another holder in force, another verdict, another coordinator.
+    assert!(!round(9_000, &[("n1", 1)], vec![repair(2, "n3")], 2).same_as(&first));
+    assert!(!round(9_000, &[("n2", 1)], vec![repair(2, "n3")], 1).same_as(&first));
+    let mut verdict = later.clone();
+    verdict.verdicts.insert("n4".into(), "unknown (unreachable)".into());
+    assert!(!verdict.same_as(&first));
+    let mut coordinator = later;
+    coordinator.coordinator = "n2".into();
+    assert!(!coordinator.same_as(&first));
+}
+
+#[test]
+fn a_refused_node_is_explained_with_its_rule_and_the_holders_in_force() {
+    let rounds = vec![
+        recorded(1, round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1)),
+        recorded(2, round(5_000, &[("n3", 2)], vec![repair(2, "n3")], 1)),
+    ];
+    let explanation = explain_node(&rounds, "n3", Some(2_000));
+    assert_eq!(explanation.note, None);
+    let [round] = explanation.rounds.as_slice() else {
+        panic!("one round: {explanation:?}");
+    };
+    assert_eq!(round.round, 1);
+    assert_eq!(round.verdict.as_deref(), Some("evacuate"));
+    assert_eq!(round.held_by, None);
+    assert_eq!(round.caps, vec!["cluster: max_disrupted_nodes = 1"]);
+    assert_eq!(round.in_force.len(), 1);
+    assert_eq!(round.in_force[0].domain, "rack:a");
+    assert_eq!(
+        round.in_force[0].held,
+        vec![format!("n1: incident {}", Uuid::from_u128(1))]
+    );
+    let [judgement] = round.judgements.as_slice() else {
+        panic!("one judgement");
+    };
+    assert!(!judgement.admitted);
+    let blocked = judgement.blocked_by.as_ref().expect("refused");
+    assert_eq!(judgement.rule, blocked.rule());
+    assert_eq!(judgement.moves_memory_mib, Some(512));
+    // The latest round: the node is held by its incident, admitted as a continuation.
+    let latest = explain_node(&rounds, "n3", None);
+    assert_eq!(latest.rounds[0].round, 2);
+    assert_eq!(
+        latest.rounds[0].held_by,
+        Some(format!("incident {}", Uuid::from_u128(2)))
+    );
+    assert!(latest.rounds[0].judgements[0].admitted);
+    assert_eq!(
+        latest.rounds[0].judgements[0].rule,
+        "the continuation of a disruption its holder holds"
+    );
+}
+
+#[test]
+fn a_node_nobody_proposed_for_shows_the_latest_round_and_says_so() {
+    let rounds = vec![recorded(
+        1,
+        round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1),
+    )];
+    let explanation = explain_node(&rounds, "n4", None);
+    assert_eq!(explanation.rounds.len(), 1);
+    assert!(explanation.rounds[0].judgements.is_empty());
+    assert!(explanation.note.unwrap().contains("no recorded round judged"));
+    let unknown = explain_node(&rounds, "n9", None);
+    assert!(unknown.rounds.is_empty());
+    assert!(unknown.note.unwrap().contains("not a node"));
+    let before = explain_node(&rounds, "n3", Some(10));
+    assert!(before.rounds.is_empty());
+    assert!(before.note.unwrap().contains("no round is recorded"));
+}
+
+#[test]
+fn a_record_is_explained_by_each_round_its_judgement_changed_and_the_last() {
+    let refused = |n, at| recorded(n, round(at, &[("n1", 1)], vec![repair(2, "n3")], 1));
+    let rounds = vec![
+        refused(1, 1_000),
+        // The same refusal again (another round whose decision differs elsewhere): not shown.
+        refused(2, 2_000),
+        recorded(3, round(3_000, &[], vec![repair(2, "n3")], 1)),
+        recorded(4, round(4_000, &[("n3", 2)], vec![repair(2, "n3")], 1)),
+        recorded(5, round(5_000, &[("n3", 2)], vec![repair(2, "n3")], 1)),
+        recorded(6, round(6_000, &[("n1", 9)], vec![repair(9, "n1")], 1)),
+    ];
+    let explanation = explain_record(&rounds, Uuid::from_u128(2));
+    let numbers: Vec<u64> = explanation.rounds.iter().map(|r| r.round).collect();
+    assert_eq!(numbers, vec![1, 3, 4, 5]);
+    assert!(!explanation.rounds[0].judgements[0].admitted);
+    assert_eq!(
+        explanation.rounds[1].judgements[0].rule,
+        "a new disruption, within the caps and failure domains"
+    );
+    assert!(
+        explain_record(&rounds, Uuid::from_u128(77))
+            .note
+            .unwrap()
+            .contains("no recorded round judged")
+    );
+}
+
+#[test]
+fn an_operation_leads_to_the_round_that_admitted_its_holder() {
+    let rounds = vec![
+        recorded(1, round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1)),
+        recorded(2, round(3_000, &[], vec![repair(2, "n3")], 1)),
+        recorded(3, round(8_000, &[("n3", 2)], vec![repair(2, "n3")], 1)),
+    ];
+    let holder = Holder::Incident {
+        id: Uuid::from_u128(2),
+    };
+    assert_eq!(round_of(&rounds, &holder, 3_000), Some(2));
+    assert_eq!(round_of(&rounds, &holder, 7_999), Some(2));
+    assert_eq!(round_of(&rounds, &holder, 9_000), Some(3));
+    // Refused only before that time: no round admitted it.
+    assert_eq!(round_of(&rounds, &holder, 2_000), None);
+    // Another holder's operation recorded in a round: that round.
+    let other = Holder::Campaign {
+        id: Uuid::from_u128(5),
+    };
+    assert_eq!(round_of(&rounds, &other, 8_000), Some(3));
+    assert_eq!(round_of(&rounds, &other, 8_001), None);
+}
