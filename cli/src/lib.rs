@@ -9,6 +9,7 @@ mod api;
 mod balance;
 mod campaign;
 mod check;
+mod explain;
 mod fields;
 mod gate;
 mod harep;
@@ -72,6 +73,9 @@ enum Command {
     Breaker(gate::BreakerArgs),
     /// Run a node's diagnose scripts now (through its agent, signed by the coordinator).
     Check(check::CheckArgs),
+    /// Why the coordinator did (or did not do) something: a node (`--at TIME`), an incident's
+    /// (or campaign's, grant's) uuid, or a Ganeti job id, from its flight recorder.
+    Explain(explain::ExplainArgs),
 }
 
 const EXIT_HELP: &str = "Exit codes: 0 done (granted, renewed, released, set, revoked, reset); 3 \
@@ -95,6 +99,7 @@ pub fn run() -> ExitCode {
         Command::Budget(args) => gate::run_budget(args),
         Command::Breaker(args) => gate::run_breaker(args),
         Command::Check(args) => check::run_check(args),
+        Command::Explain(args) => explain::run_explain(args),
     }
 }
 

@@ -13,6 +13,7 @@
 //! | `POST /1/incidents/<uuid>/cancel` | cancel it at once (no more jobs; its jobs that have not started are canceled in Ganeti, `jobs` lists each unfinished job with Ganeti's answer; the incident's history and `warning` record what ran and the state the node is left in): 200, 404 unknown, 409 already completed or failed; needs HTTP basic auth of a user with `write` (401 without or with wrong credentials, 403 for a user without `write` or when no users file is readable) |
 //! | `/1/disruptions`, `/1/overrides`, `/1/breaker`, `/1/audit` | the gate's admission API, overrides and storm breaker ([`crate::admission`]) |
 //! | `/1/maintenance` | rolling maintenance campaigns ([`crate::maintenance_api`]) |
+//! | `GET /1/explain?node=…[&at=…]`, `?record=…`, `?job=…` | why: the flight recorder's rounds about a node, a record or a job ([`crate::explain_api`]) |
 //! | `GET /metrics` | Prometheus metrics (text format 0.0.4, see [`crate::metrics`]) |
 //!
 //! Every answer is JSON with `Content-Type: application/json`, except `/metrics` and the web status page
@@ -82,6 +83,7 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
         .route("/1/breaker", get(crate::admission::breaker))
         .route("/1/breaker/reset", post(crate::admission::reset_breaker))
         .route("/1/audit", get(crate::admission::audit))
+        .route("/1/explain", get(crate::explain_api::explain))
         .route("/1/nodes/{node}/check", post(check))
         .route(
             "/1/maintenance",

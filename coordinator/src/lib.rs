@@ -30,6 +30,7 @@ pub mod board;
 pub mod campaign_exec;
 pub mod cli;
 pub mod daemon;
+pub mod explain_api;
 /// The executor over the ledger (the nodecare-exec crate).
 pub use nodecare_exec as exec;
 pub mod harep;

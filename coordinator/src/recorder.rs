@@ -222,8 +222,7 @@ mod tests {
         assert_eq!((rounds[0].repeats, rounds[0].last_ms), (2, 71_000));
         // Another cap: a new round, which shares the view and the verdicts with the first.
         recorder.record(&store, record(72_000, 1, 50)).unwrap();
-        let Recording::New(second) = recorder.record(&store, record(80_000, 2, 50)).unwrap()
-        else {
+        let Recording::New(second) = recorder.record(&store, record(80_000, 2, 50)).unwrap() else {
             panic!("a new round");
         };
         assert!(second.round > first.round);
@@ -254,9 +253,7 @@ mod tests {
         let mut recorder = FlightRecorder::default();
         for (n, at) in [1_000_u64, 2_000, 3_000, 4_000].into_iter().enumerate() {
             // Each with its own view (node count) and cap.
-            recorder
-                .record(&store, record(at, n + 1, 10 + n))
-                .unwrap();
+            recorder.record(&store, record(at, n + 1, 10 + n)).unwrap();
         }
         let (rounds, parts, _) = store.recorder_size().unwrap();
         assert_eq!(rounds, 4);

@@ -30,8 +30,8 @@ mod recorder;
 pub mod retention;
 mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
-pub use recorder::Written;
 pub use nodecare_protocol::gate::AuditEntry;
+pub use recorder::Written;
 
 /// Schema version stored in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 6;

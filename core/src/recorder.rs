@@ -201,7 +201,9 @@ fn judges_node(judgement: &Judgement, node: &str) -> bool {
 pub fn rule(judgement: &Judgement) -> String {
     match &judgement.outcome {
         Ok(Admitted::New) => "a new disruption, within the caps and failure domains".to_owned(),
-        Ok(Admitted::Continuation) => "the continuation of a disruption its holder holds".to_owned(),
+        Ok(Admitted::Continuation) => {
+            "the continuation of a disruption its holder holds".to_owned()
+        }
         Ok(Admitted::Override { id }) => format!("a new disruption under operator override {id}"),
         Err(blocked) => blocked.rule().to_owned(),
     }
@@ -424,6 +426,65 @@ pub fn round_of(rounds: &[Recorded], holder: &Holder, recorded_ms: u64) -> Optio
                 .max_by_key(|r| r.round)
         })
         .map(|r| r.round)
+}
+
+/// The node a hold is on (`None` for an instance's move).
+fn hold_node(hold: &crate::ledger::Hold) -> Option<String> {
+    use crate::ledger::Hold;
+    match hold {
+        Hold::Drained { node }
+        | Hold::Offline { node }
+        | Hold::Rebooting { node }
+        | Hold::Repairing { node }
+        | Hold::Receiving { node }
+        | Hold::Release { node } => Some(node.clone()),
+        Hold::Moving { .. } => None,
+    }
+}
+
+/// Why job `job` ran: the operation it belongs to (`entry`, the ledger's, found by the job id or
+/// by the reason trail's `incident=` and `intent=`) and the recorded round it came from, with the
+/// judgements of its holder there.
+pub fn explain_job(rounds: &[Recorded], job: u64, entry: &crate::ledger::Entry) -> Explanation {
+    let round = round_of(rounds, &entry.holder, entry.recorded_ms);
+    let id = entry.holder.id();
+    let explained: Vec<ExplainedRound> = rounds
+        .iter()
+        .filter(|r| Some(r.round) == round)
+        .map(|r| {
+            let node = entry.holds.iter().find_map(hold_node).or_else(|| {
+                r.record
+                    .gate
+                    .decision
+                    .judgements
+                    .iter()
+                    .find(|j| j.proposal.holder.id() == id)
+                    .and_then(|j| j.proposal.disrupts.iter().next().cloned())
+            });
+            explained_round(r, node.as_deref(), |j| j.proposal.holder.id() == id)
+        })
+        .collect();
+    let note = explained.is_empty().then(|| {
+        format!(
+            "no recorded round at or before {} ms admitted {} (retention forgot it, or the round was not recorded)",
+            entry.recorded_ms, entry.holder
+        )
+    });
+    Explanation {
+        subject: Subject::Job { id: job },
+        job: Some(nodecare_protocol::explain::ExplainedJob {
+            id: job,
+            holder: entry.holder.to_string(),
+            trail: entry.trail().map(|t| t.to_string()).unwrap_or_default(),
+            intent: crate::ledger::trail_key(&entry.key),
+            description: entry.description.clone(),
+            state: entry.state.as_str().to_owned(),
+            recorded_ms: entry.recorded_ms,
+            round,
+        }),
+        rounds: explained,
+        note,
+    }
 }
 
 #[cfg(test)]

@@ -117,14 +117,21 @@ impl Store {
                     until_ms.map_or(i64::MAX, to_i64),
                     i64::try_from(limit).unwrap_or(i64::MAX)
                 ],
-                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?, row.get(4)?)),
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                    ))
+                },
             )?;
             rows.collect::<Result<_, _>>()?
         };
         let mut bytes_of: HashMap<String, Vec<u8>> = HashMap::new();
-        let mut parts_of = connection.prepare(
-            "SELECT part, hash FROM recorder_round_parts WHERE round = ?1",
-        )?;
+        let mut parts_of =
+            connection.prepare("SELECT part, hash FROM recorder_round_parts WHERE round = ?1")?;
         let mut bytes_statement =
             connection.prepare("SELECT bytes FROM recorder_parts WHERE hash = ?1")?;
         let mut recorded = Vec::with_capacity(rows.len());

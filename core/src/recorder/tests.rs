@@ -8,25 +8,30 @@ use super::*;
 use crate::gate::{Caps, Duty, InForce, NodeFacts, Policy, Proposal, View, decide};
 
 fn view(now_ms: u64) -> View {
-    let nodes = [("n1", "rack:a"), ("n2", "rack:a"), ("n3", "rack:b"), ("n4", "rack:b")]
-        .into_iter()
-        .map(|(name, domain)| {
-            (
-                name.to_owned(),
-                NodeFacts {
-                    name: name.into(),
-                    group: "default".into(),
-                    domain: domain.into(),
-                    vm_capable: true,
-                    drained: false,
-                    offline: false,
-                    master: false,
-                    memory_free: Some(4096),
-                    primary_memory: Some(0),
-                },
-            )
-        })
-        .collect();
+    let nodes = [
+        ("n1", "rack:a"),
+        ("n2", "rack:a"),
+        ("n3", "rack:b"),
+        ("n4", "rack:b"),
+    ]
+    .into_iter()
+    .map(|(name, domain)| {
+        (
+            name.to_owned(),
+            NodeFacts {
+                name: name.into(),
+                group: "default".into(),
+                domain: domain.into(),
+                vm_capable: true,
+                drained: false,
+                offline: false,
+                master: false,
+                memory_free: Some(4096),
+                primary_memory: Some(0),
+            },
+        )
+    })
+    .collect();
     View {
         nodes,
         storage: Vec::new(),
@@ -154,7 +159,9 @@ fn the_same_decision_later_is_the_same_and_any_change_is_not() {
     assert!(!round(9_000, &[("n1", 1)], vec![repair(2, "n3")], 2).same_as(&first));
     assert!(!round(9_000, &[("n2", 1)], vec![repair(2, "n3")], 1).same_as(&first));
     let mut verdict = later.clone();
-    verdict.verdicts.insert("n4".into(), "unknown (unreachable)".into());
+    verdict
+        .verdicts
+        .insert("n4".into(), "unknown (unreachable)".into());
     assert!(!verdict.same_as(&first));
     let mut coordinator = later;
     coordinator.coordinator = "n2".into();
@@ -212,7 +219,12 @@ fn a_node_nobody_proposed_for_shows_the_latest_round_and_says_so() {
     let explanation = explain_node(&rounds, "n4", None);
     assert_eq!(explanation.rounds.len(), 1);
     assert!(explanation.rounds[0].judgements.is_empty());
-    assert!(explanation.note.unwrap().contains("no recorded round judged"));
+    assert!(
+        explanation
+            .note
+            .unwrap()
+            .contains("no recorded round judged")
+    );
     let unknown = explain_node(&rounds, "n9", None);
     assert!(unknown.rounds.is_empty());
     assert!(unknown.note.unwrap().contains("not a node"));
@@ -270,4 +282,45 @@ fn an_operation_leads_to_the_round_that_admitted_its_holder() {
     };
     assert_eq!(round_of(&rounds, &other, 8_000), Some(3));
     assert_eq!(round_of(&rounds, &other, 8_001), None);
+}
+
+#[test]
+fn a_job_is_explained_by_its_operation_and_the_round_that_admitted_its_holder() {
+    use crate::ledger::{Action, Entry, Hold, Op};
+    let rounds = vec![
+        recorded(1, round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1)),
+        recorded(2, round(3_000, &[], vec![repair(2, "n3")], 1)),
+    ];
+    let holder = Holder::Incident {
+        id: Uuid::from_u128(2),
+    };
+    let mut entry = Entry::new(
+        holder.clone(),
+        "drain n3",
+        Action::ganeti(Op::SetNodeDrained {
+            node: "n3".into(),
+            drained: true,
+        }),
+        "drain n3",
+        3_000,
+        9_000,
+    )
+    .holding([Hold::Drained { node: "n3".into() }]);
+    entry.job = Some(42);
+    let explanation = explain_job(&rounds, 42, &entry);
+    let job = explanation.job.as_ref().expect("the job");
+    assert_eq!(job.round, Some(2));
+    assert_eq!(job.intent, "drain_n3");
+    assert_eq!(job.trail, Uuid::from_u128(2).to_string());
+    assert_eq!(job.state, "recorded");
+    assert_eq!(explanation.rounds.len(), 1);
+    assert_eq!(explanation.rounds[0].verdict.as_deref(), Some("evacuate"));
+    assert!(explanation.rounds[0].judgements[0].admitted);
+    assert_eq!(explanation.note, None);
+    // Recorded before any round admitted it: no round, said so.
+    entry.recorded_ms = 2_000;
+    let orphan = explain_job(&rounds, 42, &entry);
+    assert_eq!(orphan.job.unwrap().round, None);
+    assert!(orphan.rounds.is_empty());
+    assert!(orphan.note.unwrap().contains("no recorded round"));
 }

@@ -1,0 +1,434 @@
+//! `nodecare explain NODE|UUID|JOB [--at TIME]`: why the coordinator did (or did not do)
+//! something, from its flight recorder (`GET /1/explain`).
+//!
+//! The subject is a job when it is a number, a record (incident, campaign, grant, …) when it is
+//! a uuid, else a node. Exit codes: 0 explained, 1 errors (unreachable coordinator, a job
+//! nodecare did not submit), 2 usage errors.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+
+use clap::Args;
+use nodecare_protocol::explain::{ExplainedJudgement, ExplainedRound, Explanation, Subject};
+
+use crate::api::{DEFAULT_URL, fetch};
+use crate::fields::utc;
+
+/// `nodecare explain`.
+#[derive(Debug, Args)]
+pub(crate) struct ExplainArgs {
+    /// A node, an incident's (or campaign's, grant's, …) uuid, or a Ganeti job id.
+    subject: String,
+    /// For a node: the time asked about (Unix seconds, or `YYYY-MM-DDTHH:MM:SS` UTC); default
+    /// now.
+    #[arg(long)]
+    at: Option<String>,
+    /// Print the coordinator's JSON answer.
+    #[arg(long)]
+    json: bool,
+    /// Coordinator API base URL.
+    #[arg(long, env = "NODECARE_COORDINATOR_URL", default_value = DEFAULT_URL)]
+    url: String,
+}
+
+/// Reads `--at`: Unix seconds, or a UTC time `YYYY-MM-DDTHH:MM:SS` (a `Z` or ` UTC` may
+/// follow). Returns Unix milliseconds.
+pub(crate) fn parse_at(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return seconds
+            .checked_mul(1000)
+            .ok_or_else(|| format!("--at: {text} is too far away"));
+    }
+    let bad = || format!("--at: {text:?} is neither Unix seconds nor YYYY-MM-DDTHH:MM:SS (UTC)");
+    let core = text
+        .strip_suffix('Z')
+        .or_else(|| text.strip_suffix(" UTC"))
+        .unwrap_or(text);
+    let (date, time) = core.split_once(['T', ' ']).ok_or_else(bad)?;
+    let numbers = |part: &str, sep: char| -> Result<Vec<i64>, String> {
+        part.split(sep)
+            .map(|n| n.parse::<i64>().map_err(|_| bad()))
+            .collect()
+    };
+    let (d, t) = (numbers(date, '-')?, numbers(time, ':')?);
+    let [year, month, day] = <[i64; 3]>::try_from(d).map_err(|_| bad())?;
+    let [hour, minute, second] = <[i64; 3]>::try_from(t).map_err(|_| bad())?;
+    if !(1970..=9999).contains(&year)
+        || !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || !(0..24).contains(&hour)
+        || !(0..60).contains(&minute)
+        || !(0..=60).contains(&second)
+    {
+        return Err(bad());
+    }
+    // Howard Hinnant's days_from_civil.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
+    u64::try_from(seconds)
+        .ok()
+        .and_then(|s| s.checked_mul(1000))
+        .ok_or_else(bad)
+}
+
+/// Unix ms as UTC text.
+fn at(ms: u64) -> String {
+    #[allow(clippy::cast_precision_loss, reason = "Unix ms stay far below 2^52")]
+    utc(ms as f64 / 1000.0)
+}
+
+fn judgement(out: &mut String, j: &ExplainedJudgement) {
+    let _ignored = writeln!(
+        out,
+        "  {} proposed {} for {}: {}",
+        j.duty, j.subject, j.holder, j.reason
+    );
+    let mut what = Vec::new();
+    if !j.disrupts.is_empty() {
+        what.push(format!("disrupts {}", j.disrupts.join(", ")));
+    }
+    if !j.touches.is_empty() {
+        what.push(format!("touches {}", j.touches.join(", ")));
+    }
+    what.push(match j.moves_memory_mib {
+        Some(0) => "moves no instance".to_owned(),
+        Some(mib) => format!("the capacity check counted {mib} MiB of instances to move"),
+        None => "the memory of its instances is unknown".to_owned(),
+    });
+    let _ignored = writeln!(out, "    {}", what.join("; "));
+    match &j.blocked_by {
+        None => {
+            let _ignored = writeln!(out, "    ADMITTED: {}", j.rule);
+        }
+        Some(blocked) => {
+            let _ignored = writeln!(out, "    REFUSED by the rule \"{}\": {blocked}", j.rule);
+        }
+    }
+}
+
+fn round(out: &mut String, r: &ExplainedRound) {
+    let _ignored = write!(
+        out,
+        "round {} at {} on {}",
+        r.round,
+        at(r.at_ms),
+        r.coordinator
+    );
+    if r.repeats > 0 {
+        let _ignored = write!(
+            out,
+            " (decided the same {} more time(s), the last at {})",
+            r.repeats,
+            at(r.last_ms)
+        );
+    }
+    out.push('\n');
+    if let Some(verdict) = &r.verdict {
+        let _ignored = writeln!(out, "  verdict: {verdict}");
+    }
+    if let Some(held) = &r.held_by {
+        let _ignored = writeln!(out, "  held by: {held}");
+    }
+    let _ignored = writeln!(out, "  caps: {}", r.caps.join("; "));
+    if let Some(why) = &r.breaker {
+        let _ignored = writeln!(out, "  storm breaker: OPEN ({why})");
+    }
+    if r.in_force.is_empty() {
+        let _ignored = writeln!(out, "  in force before the round: nothing");
+    } else {
+        let _ignored = writeln!(out, "  in force before the round:");
+        for domain in &r.in_force {
+            let _ignored = writeln!(
+                out,
+                "    failure domain {}: {}",
+                domain.domain,
+                domain.held.join(", ")
+            );
+        }
+    }
+    if r.judgements.is_empty() {
+        let _ignored = writeln!(out, "  no duty proposed anything for it");
+    }
+    for j in &r.judgements {
+        judgement(out, j);
+    }
+}
+
+/// An explanation for people.
+pub(crate) fn render(explanation: &Explanation) -> String {
+    let mut out = String::new();
+    match &explanation.subject {
+        Subject::Node { node, at_ms } => {
+            let when = at_ms.map_or_else(|| "now".to_owned(), |ms| format!("at {}", at(ms)));
+            let _ignored = writeln!(out, "node {node}, {when}");
+        }
+        Subject::Record { id } => {
+            let _ignored = writeln!(out, "record {id}");
+        }
+        Subject::Job { id } => {
+            let _ignored = writeln!(out, "job {id}");
+        }
+    }
+    if let Some(job) = &explanation.job {
+        let _ignored = writeln!(
+            out,
+            "  {} (intent {} of {}), {}",
+            job.description, job.intent, job.holder, job.state
+        );
+        let _ignored = writeln!(
+            out,
+            "  reason trail: nodecare incident={} intent={}",
+            job.trail, job.intent
+        );
+        match job.round {
+            Some(number) => {
+                let _ignored = writeln!(
+                    out,
+                    "  recorded at {}, planned in round {number}",
+                    at(job.recorded_ms)
+                );
+            }
+            None => {
+                let _ignored = writeln!(out, "  recorded at {}", at(job.recorded_ms));
+            }
+        }
+    }
+    for r in &explanation.rounds {
+        out.push('\n');
+        round(&mut out, r);
+    }
+    if let Some(note) = &explanation.note {
+        let _ignored = writeln!(out, "\n{note}");
+    }
+    out
+}
+
+/// The query of `GET /1/explain` for `subject`.
+fn query(subject: &str, at_ms: Option<u64>) -> Result<String, String> {
+    let subject = subject.trim();
+    if subject.is_empty() {
+        return Err("a node, a uuid or a job id".into());
+    }
+    if subject.bytes().all(|b| b.is_ascii_digit()) {
+        if at_ms.is_some() {
+            return Err("--at is for a node".into());
+        }
+        return Ok(format!("job={subject}"));
+    }
+    if uuid::Uuid::parse_str(subject).is_ok() {
+        if at_ms.is_some() {
+            return Err("--at is for a node".into());
+        }
+        return Ok(format!("record={subject}"));
+    }
+    if !subject
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+    {
+        return Err(format!("{subject:?} is not a node name, uuid or job id"));
+    }
+    Ok(match at_ms {
+        Some(ms) => format!("node={subject}&at={ms}"),
+        None => format!("node={subject}"),
+    })
+}
+
+/// Runs `nodecare explain`.
+pub(crate) fn run_explain(args: ExplainArgs) -> ExitCode {
+    let at_ms = match args.at.as_deref().map(parse_at).transpose() {
+        Ok(at) => at,
+        Err(message) => {
+            eprintln!("nodecare explain: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let query = match query(&args.subject, at_ms) {
+        Ok(query) => query,
+        Err(message) => {
+            eprintln!("nodecare explain: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let url = format!("{}/1/explain?{query}", args.url.trim_end_matches('/'));
+    let body = match fetch(&url) {
+        Ok(body) => body,
+        Err(message) => {
+            eprintln!("nodecare explain: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.json {
+        println!("{body}");
+        return ExitCode::SUCCESS;
+    }
+    match serde_json::from_str::<Explanation>(&body) {
+        Ok(explanation) => {
+            print!("{}", render(&explanation));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nodecare explain: the coordinator's answer does not decode: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+    use nodecare_protocol::explain::{DomainHeld, ExplainedJob};
+    use nodecare_protocol::gate::BlockedBy;
+
+    fn golden(name: &str, text: &str) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/explain")
+            .join(name);
+        if std::env::var_os("UPDATE_GOLDEN").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+        }
+        let expected = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
+        assert_eq!(
+            text, expected,
+            "{name} differs (UPDATE_GOLDEN=1 rewrites it)"
+        );
+    }
+
+    fn refused_round() -> ExplainedRound {
+        ExplainedRound {
+            round: 17,
+            at_ms: 1_764_124_860_000,
+            last_ms: 1_764_125_460_000,
+            repeats: 20,
+            coordinator: "node1.example".into(),
+            verdict: Some("evacuate".into()),
+            held_by: None,
+            breaker: None,
+            caps: vec!["cluster: max_disrupted_nodes = 1".into()],
+            in_force: vec![DomainHeld {
+                domain: "rack:a".into(),
+                held: vec!["node3.example: incident 00000000-0000-0000-0000-000000000001".into()],
+            }],
+            judgements: vec![ExplainedJudgement {
+                duty: "node-repair".into(),
+                holder: "incident 00000000-0000-0000-0000-000000000002".into(),
+                subject: "node node7.example".into(),
+                reason: "evacuate: smart: sda reallocated sectors".into(),
+                disrupts: vec!["node7.example".into()],
+                touches: Vec::new(),
+                moves_memory_mib: Some(2048),
+                admitted: false,
+                rule: "one failure domain at a time".into(),
+                blocked_by: Some(BlockedBy::Domain {
+                    busy: "rack:a".into(),
+                    holders: vec![
+                        "node3.example: incident 00000000-0000-0000-0000-000000000001".into(),
+                    ],
+                    wanted: "rack:b".into(),
+                }),
+            }],
+        }
+    }
+
+    #[test]
+    fn a_refused_node_reads_with_its_rule_and_holders() {
+        let explanation = Explanation {
+            subject: Subject::Node {
+                node: "node7.example".into(),
+                at_ms: Some(1_764_125_000_000),
+            },
+            job: None,
+            rounds: vec![refused_round()],
+            note: None,
+        };
+        golden("node-refused.txt", &render(&explanation));
+    }
+
+    #[test]
+    fn a_job_reads_with_its_operation_and_round() {
+        let mut admitted = refused_round();
+        admitted.repeats = 0;
+        admitted.last_ms = admitted.at_ms;
+        admitted.in_force.clear();
+        admitted.judgements[0].admitted = true;
+        admitted.judgements[0].blocked_by = None;
+        admitted.judgements[0].rule =
+            "a new disruption, within the caps and failure domains".into();
+        let explanation = Explanation {
+            subject: Subject::Job { id: 4711 },
+            job: Some(ExplainedJob {
+                id: 4711,
+                holder: "incident 00000000-0000-0000-0000-000000000002".into(),
+                trail: "00000000-0000-0000-0000-000000000002".into(),
+                intent: "drain".into(),
+                description: "drain node7.example".into(),
+                state: "succeeded".into(),
+                recorded_ms: 1_764_124_860_000,
+                round: Some(17),
+            }),
+            rounds: vec![admitted],
+            note: None,
+        };
+        golden("job.txt", &render(&explanation));
+    }
+
+    #[test]
+    fn nothing_recorded_is_said() {
+        let explanation = Explanation {
+            subject: Subject::Record {
+                id: "00000000-0000-0000-0000-000000000009".into(),
+            },
+            job: None,
+            rounds: Vec::new(),
+            note: Some(
+                "no recorded round judged a proposal of 00000000-0000-0000-0000-000000000009"
+                    .into(),
+            ),
+        };
+        golden("record-nothing.txt", &render(&explanation));
+    }
+
+    #[test]
+    fn the_subject_decides_the_query() {
+        assert_eq!(query("node3", None).unwrap(), "node=node3");
+        assert_eq!(query("node3", Some(5)).unwrap(), "node=node3&at=5");
+        assert_eq!(query("4711", None).unwrap(), "job=4711");
+        assert_eq!(
+            query("00000000-0000-0000-0000-000000000002", None).unwrap(),
+            "record=00000000-0000-0000-0000-000000000002"
+        );
+        assert!(query("4711", Some(5)).is_err());
+        assert!(query("a&job=1", None).is_err());
+        assert!(query(" ", None).is_err());
+    }
+
+    #[test]
+    fn at_reads_unix_seconds_and_utc_times() {
+        assert_eq!(parse_at("1764125000").unwrap(), 1_764_125_000_000);
+        assert_eq!(parse_at("1970-01-01T00:00:00Z").unwrap(), 0);
+        assert_eq!(
+            parse_at("2025-11-26T02:41:00").unwrap(),
+            parse_at("2025-11-26 02:41:00 UTC").unwrap()
+        );
+        assert_eq!(parse_at("2025-11-26T02:41:00").unwrap(), 1_764_124_860_000);
+        for bad in [
+            "yesterday",
+            "2025-13-01T00:00:00",
+            "2025-11-26",
+            "1969-12-31T23:59:59",
+            "2025-11-26T24:00:00",
+        ] {
+            assert!(parse_at(bad).is_err(), "{bad}");
+        }
+    }
+}
