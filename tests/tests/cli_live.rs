@@ -302,3 +302,110 @@ async fn roll_execute_status_and_control_a_campaign() {
     assert!(stderr.contains("404"), "{stderr}");
     server.abort();
 }
+
+/// `nodecare explain` against a live coordinator: two nodes of two racks report `evacuate`; the
+/// one of the second rack waits. Its explanation names the rule and the holders its
+/// `blocked_by` names, the node's explanation at the time shows the same, and every Ganeti job
+/// nodecare submitted leads, by its reason trail, to the round that admitted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_the_rule_of_a_refusal_and_traces_every_job_to_its_round() {
+    let mut h = Harness::new(6, "a:diskless:2,b:diskless:5,c:diskless:3", |config| {
+        config.failure_domains = "rack:".into();
+        config.max_disrupted_nodes = 3;
+        config.breaker.max_incident_percent = 100.0;
+    })
+    .await
+    .unwrap();
+    h.sim.with_cluster(|c| {
+        for i in 1..=6 {
+            let rack = if i <= 3 { "rack:a" } else { "rack:b" };
+            c.nodes.get_mut(&node(i)).unwrap().tags.push(rack.into());
+        }
+    });
+    let evacuate = || verdict("evacuate", json!({"disk": "evacuate"}), None);
+    h.agents.get(&node(2)).unwrap().set_verdict(evacuate());
+    h.agents.get(&node(5)).unwrap().set_verdict(evacuate());
+    let done = h
+        .until(20, |i| {
+            i.iter()
+                .any(|i| i.node == node(2) && i.repair_status == RepairStatus::Completed)
+        })
+        .await
+        .unwrap();
+    assert!(done, "{:#?}", h.incidents().unwrap());
+    let incidents = h.incidents().unwrap();
+    let waiting = incidents.iter().find(|i| i.node == node(5)).unwrap();
+    let blocked_by = waiting.blocked_by.clone().expect("node 5 waits");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    // The waiting incident: its last judgement is the refusal its blocked_by shows.
+    let id = waiting.uuid.to_string();
+    let (code, stdout, stderr) = nodecare(&url, &["explain", &id, "--json"]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let explanation: nodecare_protocol::explain::Explanation =
+        serde_json::from_str(&stdout).unwrap();
+    let last = explanation.rounds.last().expect("a recorded round");
+    let judgement = &last.judgements[0];
+    assert!(!judgement.admitted);
+    let refusal = judgement.blocked_by.as_ref().expect("refused");
+    assert_eq!(refusal.to_string(), blocked_by);
+    assert_eq!(judgement.rule, "one failure domain at a time");
+    let holders = last
+        .in_force
+        .iter()
+        .find(|d| d.domain == "rack:a")
+        .expect("rack a in force");
+    assert!(
+        holders
+            .held
+            .iter()
+            .any(|h| h.starts_with(&format!("{}: incident ", node(2)))),
+        "{holders:?}"
+    );
+    // In words, for people.
+    let (code, text, stderr) = nodecare(&url, &["explain", &id]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        text.contains("REFUSED by the rule \"one failure domain at a time\""),
+        "{text}"
+    );
+    // The node, now.
+    let (code, text, stderr) = nodecare(&url, &["explain", &node(5)]).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(text.contains(&blocked_by), "{blocked_by} not in\n{text}");
+
+    // Every job with nodecare's reason trail leads to a recorded round that admitted its holder.
+    let jobs = h.sim.with_cluster(|c| {
+        c.jobs
+            .values()
+            .filter(|j| {
+                j.reason.iter().any(|(_, text, _)| {
+                    nodecare_coordinator::ganeti::Reason::parse_text(text).is_some()
+                })
+            })
+            .map(|j| j.id)
+            .collect::<Vec<_>>()
+    });
+    assert!(jobs.len() >= 3, "drain, move, tag: {jobs:?}");
+    for job in jobs {
+        let (code, stdout, stderr) = nodecare(&url, &["explain", &job.to_string(), "--json"]).await;
+        assert_eq!(code, Some(0), "job {job}: {stderr}");
+        let explanation: nodecare_protocol::explain::Explanation =
+            serde_json::from_str(&stdout).unwrap();
+        let traced = explanation.job.clone().expect("the job's operation");
+        assert!(traced.round.is_some(), "job {job}: {explanation:?}");
+        assert!(
+            explanation.rounds[0].judgements.iter().any(|j| j.admitted),
+            "job {job}: {explanation:?}"
+        );
+    }
+    // A job nodecare did not submit: a clear error.
+    let (code, _, stderr) = nodecare(&url, &["explain", "999999"]).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("not an operation of nodecare"), "{stderr}");
+    server.abort();
+}
