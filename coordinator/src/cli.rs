@@ -122,6 +122,11 @@ struct Args {
     /// them to be pruned.
     #[arg(long, conflicts_with_all = ["once", "harep"])]
     shrink_state: bool,
+    /// Replay every round the flight recorder kept (the gate's decision, from what it saw) and
+    /// exit: 0 when each replays to the decision it recorded, 1 when one differs (each is
+    /// printed) or the state cannot be read. Safe while the daemon runs.
+    #[arg(long, conflicts_with_all = ["once", "harep", "shrink_state"])]
+    replay_rounds: bool,
     /// Log filter (tracing syntax), e.g. `info` or `nodecare_coordinator=debug`.
     #[arg(long, env = "NODECARE_LOG", default_value = "info")]
     log: String,
@@ -335,6 +340,34 @@ pub fn shrink_state(config: &Config) -> anyhow::Result<String> {
     ))
 }
 
+/// `--replay-rounds`: every recorded round replayed; what it found, for people, and whether
+/// every round replayed to its decision.
+pub fn replay_rounds(config: &Config) -> anyhow::Result<(String, bool)> {
+    let store = crate::store::Store::open_dir(&config.state_dir)
+        .with_context(|| format!("cannot open the state in {}", config.state_dir.display()))?;
+    let rounds = store.recorded_rounds(None, usize::MAX)?;
+    let differ: Vec<u64> = rounds
+        .iter()
+        .filter(|r| !r.record.replays())
+        .map(|r| r.round)
+        .collect();
+    let judgements: usize = rounds
+        .iter()
+        .map(|r| r.record.gate.decision.judgements.len())
+        .sum();
+    let mut report = format!(
+        "{} recorded rounds ({judgements} judgements) replayed: {} differ",
+        rounds.len(),
+        differ.len()
+    );
+    for round in &differ {
+        report.push_str(&format!(
+            "\nround {round}: the gate decides otherwise from what it saw"
+        ));
+    }
+    Ok((report, differ.is_empty()))
+}
+
 /// The command-line definition, for generated documentation (man pages, shell completions).
 pub fn command() -> clap::Command {
     <Args as clap::CommandFactory>::command()
@@ -369,6 +402,22 @@ pub fn main() -> ExitCode {
                 return ExitCode::from(EXIT_CONFIG as u8);
             }
         }
+    }
+    if args.replay_rounds {
+        return match replay_rounds(&prepared.config) {
+            Ok((report, same)) => {
+                println!("{report}");
+                if same {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
+            }
+            Err(error) => {
+                eprintln!("nodecare-coordinator: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
     }
     if args.shrink_state {
         return match shrink_state(&prepared.config) {
@@ -433,6 +482,111 @@ mod tests {
         assert!(after < before / 4, "{report}");
         assert!(
             report.ends_with("2000 rows deleted by retention"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn replay_rounds_finds_a_recorded_decision_the_gate_would_not_make() {
+        use crate::gate::{
+            Admitted, Caps, Duty, GateSnapshot, Holder, InForce, NodeFacts, Policy, Proposal, View,
+            decide,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            state_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let record = |now_ms: u64| {
+            let view = View {
+                nodes: ["n1", "n2"]
+                    .into_iter()
+                    .map(|name| {
+                        (
+                            name.to_owned(),
+                            NodeFacts {
+                                name: name.into(),
+                                group: "default".into(),
+                                domain: name.into(),
+                                vm_capable: true,
+                                drained: false,
+                                offline: false,
+                                master: false,
+                                memory_free: Some(4096),
+                                primary_memory: Some(0),
+                            },
+                        )
+                    })
+                    .collect(),
+                storage: Vec::new(),
+                now_ms,
+            };
+            let policy = Policy {
+                cluster: Caps {
+                    max_disrupted_nodes: 1,
+                    max_disrupted_percent: None,
+                    min_healthy_nodes: 1,
+                },
+                ..Policy::default()
+            };
+            let in_force = InForce::new(
+                &view,
+                [(
+                    "n1".to_owned(),
+                    Holder::Incident {
+                        id: uuid::Uuid::from_u128(1),
+                    },
+                )],
+            );
+            let proposal = Proposal {
+                duty: Duty::NodeRepair,
+                holder: Holder::Incident {
+                    id: uuid::Uuid::from_u128(2),
+                },
+                subject: "node n2".into(),
+                invasiveness: 2,
+                since_ms: 1,
+                disrupts: ["n2".to_owned()].into(),
+                touches: std::collections::BTreeSet::new(),
+                fresh: false,
+                moves_memory: Some(0),
+                reason: "evacuate".into(),
+            };
+            let decision = decide(&view, &policy, &in_force, vec![proposal]);
+            crate::recorder::RoundRecord {
+                now_ms,
+                coordinator: "n1".into(),
+                gate: GateSnapshot {
+                    view,
+                    policy,
+                    in_force,
+                    decision,
+                },
+                verdicts: std::collections::BTreeMap::new(),
+            }
+        };
+        {
+            let store = crate::store::Store::open_dir(dir.path()).unwrap();
+            store.record_round(&record(1_000)).unwrap();
+        }
+        let (report, same) = replay_rounds(&config).unwrap();
+        assert!(same, "{report}");
+        assert_eq!(
+            report,
+            "1 recorded rounds (1 judgements) replayed: 0 differ"
+        );
+        // A round whose decision the gate does not make from what it saw: found and named.
+        {
+            let store = crate::store::Store::open_dir(dir.path()).unwrap();
+            let mut forged = record(2_000);
+            forged.gate.decision.judgements[0].outcome = Ok(Admitted::New);
+            store.record_round(&forged).unwrap();
+        }
+        let (report, same) = replay_rounds(&config).unwrap();
+        assert!(!same);
+        assert!(report.contains("1 differ"), "{report}");
+        assert!(
+            report.contains("round 2: the gate decides otherwise"),
             "{report}"
         );
     }

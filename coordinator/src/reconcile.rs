@@ -395,14 +395,7 @@ impl Reconciler {
             in_force,
             decision: decision.clone(),
         };
-        let record = (self.settings.record_rounds && !decision.judgements.is_empty()).then(|| {
-            crate::recorder::RoundRecord {
-                now_ms: now,
-                coordinator: self.settings.node_name.clone(),
-                gate: snapshot.clone(),
-                verdicts: crate::recorder::verdicts(&input),
-            }
-        });
+        let decided = !decision.judgements.is_empty();
         if let Ok(mut board) = self.board.gate.write() {
             *board = Some(snapshot);
         }
@@ -413,11 +406,30 @@ impl Reconciler {
         for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.execute(services, &input, judged).await?;
         }
-        // The recorder explains; it never stops a round.
-        if let Some(record) = record
-            && let Err(error) = self.recorder.record(&self.store, record)
-        {
-            tracing::warn!(%error, "the flight recorder could not record this round");
+        // The recorder explains; it never stops a round. It records the rounds that judged
+        // anything and those that planned an operation (so that every job leads to a round).
+        if self.settings.record_rounds {
+            let planned = || match self.store.ledger_recorded_at(now) {
+                Ok(planned) => planned,
+                Err(error) => {
+                    tracing::warn!(%error, "the flight recorder cannot read the ledger");
+                    true
+                }
+            };
+            let snapshot = (decided || planned())
+                .then(|| self.board.gate.read().ok().and_then(|g| g.clone()))
+                .flatten();
+            if let Some(gate) = snapshot {
+                let record = crate::recorder::RoundRecord {
+                    now_ms: now,
+                    coordinator: self.settings.node_name.clone(),
+                    gate,
+                    verdicts: crate::recorder::verdicts(&input),
+                };
+                if let Err(error) = self.recorder.record(&self.store, record) {
+                    tracing::warn!(%error, "the flight recorder could not record this round");
+                }
+            }
         }
         Ok(())
     }

@@ -50,7 +50,8 @@ struct Last {
     written_ms: u64,
 }
 
-/// The recorder of one coordinator: remembers the last round it recorded.
+/// The recorder of one coordinator: remembers the last round it recorded. It records what it is
+/// given: the round records a round that judged anything or planned an operation.
 #[derive(Debug, Default)]
 pub struct FlightRecorder {
     last: Option<Last>,
@@ -59,8 +60,6 @@ pub struct FlightRecorder {
 /// What recording a round did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Recording {
-    /// Nothing judged: not recorded.
-    Nothing,
     /// The same as the last recorded round: counted as its repeat.
     Repeat {
         /// The recorded round.
@@ -72,10 +71,8 @@ pub enum Recording {
 
 impl FlightRecorder {
     /// Records `record` in `store` (or counts it as the last one's repeat).
+    /// The caller records a round that judged nothing only when it planned an operation.
     pub fn record(&mut self, store: &Store, record: RoundRecord) -> Result<Recording, StoreError> {
-        if !record.worth_recording() {
-            return Ok(Recording::Nothing);
-        }
         if let Some(last) = &mut self.last
             && record.same_as(&last.record)
         {
@@ -239,10 +236,6 @@ mod tests {
         assert!(rounds.iter().all(|r| r.record.replays()));
         assert_eq!(store.recorded_rounds(Some(79_999), 10).unwrap().len(), 1);
         assert_eq!(store.recorded_rounds(None, 1).unwrap().len(), 1);
-        // Nothing judged: nothing recorded.
-        let mut quiet = record(90_000, 2, 50);
-        quiet.gate.decision.judgements.clear();
-        assert_eq!(recorder.record(&store, quiet).unwrap(), Recording::Nothing);
         assert_eq!(store.recorder_size().unwrap().0, 2);
     }
 

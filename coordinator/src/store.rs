@@ -441,8 +441,6 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
              created_ms INTEGER NOT NULL,
              record TEXT NOT NULL);",
     )?;
-    // The flight recorder's rounds (additive).
-    recorder::migrate(connection)?;
     // The executor's ledger (balancing moves of earlier versions carried over).
     if version < 3 {
         ledger::migrate(connection)?;
@@ -459,6 +457,8 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     if version < 6 {
         instance_repairs::migrate(connection)?;
     }
+    // The flight recorder's rounds (additive; an index on the ledger).
+    recorder::migrate(connection)?;
     Ok(())
 }
 

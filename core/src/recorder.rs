@@ -406,26 +406,23 @@ pub fn explain_record(rounds: &[Recorded], id: uuid::Uuid) -> Explanation {
 }
 
 /// The recorded round an operation of `holder` recorded at `recorded_ms` came from: the last
-/// round at or before that time that judged the holder's proposal, else the round at that time.
+/// round at or before that time that admitted the holder's proposal; else the last that judged
+/// it; else the last recorded round at or before that time (a round that plans an operation is
+/// always recorded, or counted as the repeat of the recorded round that decided the same).
 pub fn round_of(rounds: &[Recorded], holder: &Holder, recorded_ms: u64) -> Option<u64> {
     let id = holder.id();
-    let at_or_before = || rounds.iter().filter(|r| r.record.now_ms <= recorded_ms);
-    at_or_before()
-        .filter(|r| {
-            r.record
-                .gate
-                .decision
-                .judgements
-                .iter()
-                .any(|j| j.proposal.holder.id() == id && j.outcome.is_ok())
-        })
-        .max_by_key(|r| (r.record.now_ms, r.round))
-        .or_else(|| {
-            at_or_before()
-                .filter(|r| r.record.now_ms == recorded_ms)
-                .max_by_key(|r| r.round)
-        })
-        .map(|r| r.round)
+    let latest = |keep: &dyn Fn(&Judgement) -> bool, any: bool| {
+        rounds
+            .iter()
+            .filter(|r| r.record.now_ms <= recorded_ms)
+            .filter(|r| any || r.record.gate.decision.judgements.iter().any(keep))
+            .max_by_key(|r| (r.record.now_ms, r.round))
+            .map(|r| r.round)
+    };
+    let of = |j: &Judgement| j.proposal.holder.id() == id;
+    latest(&|j| of(j) && j.outcome.is_ok(), false)
+        .or_else(|| latest(&of, false))
+        .or_else(|| latest(&|_| true, true))
 }
 
 /// The node a hold is on (`None` for an instance's move).
@@ -466,7 +463,7 @@ pub fn explain_job(rounds: &[Recorded], job: u64, entry: &crate::ledger::Entry) 
         .collect();
     let note = explained.is_empty().then(|| {
         format!(
-            "no recorded round at or before {} ms admitted {} (retention forgot it, or the round was not recorded)",
+            "no round is recorded at or before {} ms, when the operation of {} was planned (retention forgot it)",
             entry.recorded_ms, entry.holder
         )
     });

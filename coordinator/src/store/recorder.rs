@@ -32,7 +32,8 @@ pub(super) fn migrate(connection: &Connection) -> Result<(), StoreError> {
          CREATE INDEX IF NOT EXISTS recorder_round_parts_hash ON recorder_round_parts(hash);
          CREATE TABLE IF NOT EXISTS recorder_parts (
              hash TEXT PRIMARY KEY,
-             bytes BLOB NOT NULL);",
+             bytes BLOB NOT NULL);
+         CREATE INDEX IF NOT EXISTS ledger_recorded ON ledger(recorded_ms);",
     )?;
     Ok(())
 }
@@ -164,6 +165,17 @@ impl Store {
             });
         }
         Ok(recorded)
+    }
+
+    /// Whether the ledger has an entry recorded at `now_ms` (a round's time: an operation the
+    /// round planned).
+    pub fn ledger_recorded_at(&self, now_ms: u64) -> Result<bool, StoreError> {
+        let planned: bool = self.lock().query_row(
+            "SELECT EXISTS (SELECT 1 FROM ledger WHERE recorded_ms = ?1)",
+            params![to_i64(now_ms)],
+            |row| row.get(0),
+        )?;
+        Ok(planned)
     }
 
     /// Size of the recorder in the database: rounds, distinct parts and their bytes.

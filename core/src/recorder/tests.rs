@@ -274,14 +274,16 @@ fn an_operation_leads_to_the_round_that_admitted_its_holder() {
     assert_eq!(round_of(&rounds, &holder, 3_000), Some(2));
     assert_eq!(round_of(&rounds, &holder, 7_999), Some(2));
     assert_eq!(round_of(&rounds, &holder, 9_000), Some(3));
-    // Refused only before that time: no round admitted it.
-    assert_eq!(round_of(&rounds, &holder, 2_000), None);
-    // Another holder's operation recorded in a round: that round.
+    // Refused only before that time: the round that refused it.
+    assert_eq!(round_of(&rounds, &holder, 2_000), Some(1));
+    // Another holder's operation: the round in force when it was recorded.
     let other = Holder::Campaign {
         id: Uuid::from_u128(5),
     };
     assert_eq!(round_of(&rounds, &other, 8_000), Some(3));
-    assert_eq!(round_of(&rounds, &other, 8_001), None);
+    assert_eq!(round_of(&rounds, &other, 7_999), Some(2));
+    // Before any recorded round: none.
+    assert_eq!(round_of(&rounds, &other, 999), None);
 }
 
 #[test]
@@ -317,10 +319,10 @@ fn a_job_is_explained_by_its_operation_and_the_round_that_admitted_its_holder() 
     assert_eq!(explanation.rounds[0].verdict.as_deref(), Some("evacuate"));
     assert!(explanation.rounds[0].judgements[0].admitted);
     assert_eq!(explanation.note, None);
-    // Recorded before any round admitted it: no round, said so.
-    entry.recorded_ms = 2_000;
+    // Recorded before any round: no round, said so.
+    entry.recorded_ms = 999;
     let orphan = explain_job(&rounds, 42, &entry);
     assert_eq!(orphan.job.unwrap().round, None);
     assert!(orphan.rounds.is_empty());
-    assert!(orphan.note.unwrap().contains("no recorded round"));
+    assert!(orphan.note.unwrap().contains("no round is recorded"));
 }
