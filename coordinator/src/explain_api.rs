@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use nodecare_protocol::explain::Explanation;
 use uuid::Uuid;
 
-use crate::api::{ApiState, error, internal};
+use crate::api::{ApiState, error};
 use crate::exec::ledger::{Entry, Ledger as _, trail_key};
 use crate::recorder::{Recorded, explain_job, explain_node, explain_record};
 use crate::store::Store;
@@ -106,8 +106,11 @@ fn clip(text: &str) -> String {
 }
 
 /// The ledger's entry of job `job`: by its job id, else by the reason trail Ganeti keeps for it.
-async fn entry_of_job(state: &ApiState, job: u64) -> Result<Option<Entry>, Response> {
-    let entries = state.store.entries().map_err(internal)?;
+async fn entry_of_job(state: &ApiState, job: u64) -> Result<Option<Entry>, (StatusCode, String)> {
+    let entries = state
+        .store
+        .entries()
+        .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     if let Some(entry) = entries.iter().find(|e| e.job == Some(job)) {
         return Ok(Some(entry.clone()));
     }
@@ -118,10 +121,7 @@ async fn entry_of_job(state: &ApiState, job: u64) -> Result<Option<Entry>, Respo
         Ok(found) => found,
         Err(crate::ganeti::GanetiError::NotFound(_)) => return Ok(None),
         Err(e) => {
-            return Err(error(
-                StatusCode::BAD_GATEWAY,
-                format!("job {job}: Ganeti: {e}"),
-            ));
+            return Err((StatusCode::BAD_GATEWAY, format!("job {job}: Ganeti: {e}")));
         }
     };
     let Some(reason) = found
@@ -142,24 +142,24 @@ fn read_rounds(store: Arc<Store>, until_ms: Option<u64>) -> Result<Vec<Recorded>
         .map_err(|e| e.to_string())
 }
 
-/// `GET /1/explain`.
-pub async fn explain(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
-    let query = match parse_query(query.as_deref()) {
-        Ok(query) => query,
-        Err(message) => return error(StatusCode::BAD_REQUEST, message),
-    };
+/// The explanation `query` asks for, or the error answer (`400`, `404`, `500`, `502`) as
+/// `(status, message)`.
+pub async fn explanation(
+    state: &ApiState,
+    query: Option<&str>,
+) -> Result<Explanation, (StatusCode, String)> {
+    let query = parse_query(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
     let entry = match &query {
-        Query::Job(job) => match entry_of_job(&state, *job).await {
-            Ok(Some(entry)) => Some(entry),
-            Ok(None) => {
-                return error(
+        Query::Job(job) => match entry_of_job(state, *job).await? {
+            Some(entry) => Some(entry),
+            None => {
+                return Err((
                     StatusCode::NOT_FOUND,
                     format!(
                         "job {job}: not an operation of nodecare (neither in its ledger nor with its reason trail)"
                     ),
-                );
+                ));
             }
-            Err(response) => return response,
         },
         _ => None,
     };
@@ -168,18 +168,25 @@ pub async fn explain(State(state): State<ApiState>, RawQuery(query): RawQuery) -
         _ => None,
     };
     let store = Arc::clone(&state.store);
-    let rounds = match tokio::task::spawn_blocking(move || read_rounds(store, until)).await {
-        Ok(Ok(rounds)) => rounds,
-        Ok(Err(e)) => return internal(e),
-        Err(e) => return internal(e),
-    };
-    let explanation: Explanation = match (&query, &entry) {
+    let internal = |e: String| (StatusCode::INTERNAL_SERVER_ERROR, e);
+    let rounds = tokio::task::spawn_blocking(move || read_rounds(store, until))
+        .await
+        .map_err(|e| internal(e.to_string()))?
+        .map_err(internal)?;
+    Ok(match (&query, &entry) {
         (Query::Node { node, at_ms }, _) => explain_node(&rounds, node, *at_ms),
         (Query::Record(id), _) => explain_record(&rounds, *id),
         (Query::Job(job), Some(entry)) => explain_job(&rounds, *job, entry),
-        (Query::Job(_), None) => return internal("job without its operation"),
-    };
-    Json(explanation).into_response()
+        (Query::Job(_), None) => return Err(internal("job without its operation".into())),
+    })
+}
+
+/// `GET /1/explain`.
+pub async fn explain(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
+    match explanation(&state, query.as_deref()).await {
+        Ok(explanation) => Json(explanation).into_response(),
+        Err((status, message)) => error(status, message),
+    }
 }
 
 #[cfg(test)]

@@ -98,6 +98,7 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
         // The web status page (crate::ui).
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(crate::ui::page))
+        .route("/ui/explain", get(crate::ui_explain::page))
         .route(
             "/ui/admin",
             get(|| async { Redirect::permanent("/ui/admin/") }),

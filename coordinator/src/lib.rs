@@ -49,6 +49,7 @@ pub mod scrape;
 pub mod server;
 pub mod store;
 pub mod ui;
+pub mod ui_explain;
 pub mod watch;
 
 /// The pure decisions (the `nodecare-core` crate), under the names they had here.

@@ -42,7 +42,7 @@ use nodecare_protocol::maintenance::{Campaign, CampaignNode, CampaignState, Node
 /// Seconds between reloads of the page.
 pub const REFRESH_SECS: u32 = 10;
 
-const STYLE: &str = "
+pub(crate) const STYLE: &str = "
 :root{color-scheme:light dark;--bad:#c62828;--warn:#ef6c00;--good:#2e7d32;--mute:#777}
 body{font:15px/1.4 system-ui,sans-serif;margin:0 auto;max-width:70em;padding:.5em 1em}
 h1{font-size:1.3em;margin:.3em 0}h2{font-size:1.1em;border-bottom:1px solid var(--mute);margin-top:1.2em}
@@ -414,7 +414,7 @@ fn campaigns_section(campaigns: &[Campaign], now: u64) -> Markup {
                 @let (done, total) = c.nodes_progress();
                 div.incident id={ "campaign-" (c.id) } {
                     p {
-                        b { "Campaign " code { (c.id) } } " "
+                        b { "Campaign " code { (c.id) } } " " a href={ "/ui/explain?record=" (c.id) } { "why?" } " "
                         span class=(campaign_class(c.state)) { (c.state.as_str()) }
                         ": group " (c.groups.len()) " of " (c.groups_total())
                         ", " (done) " of " (total) " node(s) done, hook " code { (c.request.hook) }
@@ -578,7 +578,7 @@ fn incident_block(
                 (incident.node) ": " (incident.action.as_str()) " "
                 span class=(status_class(incident.repair_status)) { (incident.repair_status.as_str()) }
             }
-            p.mute { code { (incident.uuid) } }
+            p.mute { code { (incident.uuid) } " · " a href={ "/ui/explain?record=" (incident.uuid) } { "why?" } }
             @if let Some(reason) = &incident.blocked_by {
                 p.blocked { b { "Blocked: " } span.blocked-by { (reason) } }
             }
@@ -694,7 +694,7 @@ pub fn csrf_token(key: &[u8], user: &str) -> String {
     }
 }
 
-fn html_page(body: String) -> Response {
+pub(crate) fn html_page(body: String) -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),

@@ -227,6 +227,52 @@ wait_status() {
 }
 node_json() { rapi GET "/2/nodes/$1"; }
 
+# The flight recorder (`nodecare explain`, issue 30).
+CLI=${NODECARE_E2E_CLI:-$ROOT/target/release/nodecare}
+# explain_refused SCENARIO NODE: NODE's waiting incident, explained by `nodecare explain UUID`,
+# names the rule that refused it and the very blocked_by (holders included) /1/status shows.
+explain_refused() {
+  local sc=$1 n=$2 status id why text
+  status=$(coord /1/status)
+  id=$(jq_py "print(next(i['id'] for i in d if i.get('node')=='$n' and i.get('blocked_by')))" <<<"$status" 2>/dev/null)
+  why=$(jq_py "print(next(i['blocked_by'] for i in d if i.get('node')=='$n' and i.get('blocked_by')))" <<<"$status" 2>/dev/null)
+  [[ -n $id && -n $why ]] || { fail "$sc explain" "no waiting incident of $n: $(head -c 300 <<<"$status")"; return; }
+  text=$("$CLI" explain "$id" --url "http://127.0.0.1:$COORD_FWD" 2>&1)
+  if grep -q 'REFUSED by the rule "' <<<"$text" && grep -qF -- "$why" <<<"$text"; then
+    pass "$sc explain: $n's incident refused by the rule \"$(grep -o 'REFUSED by the rule "[^"]*"' <<<"$text" | tail -n 1 | cut -d'"' -f2)\", holders as blocked_by says"
+  else
+    fail "$sc explain" "blocked_by '$why' not explained: $(head -c 800 <<<"$text")"
+  fi
+}
+# explain_jobs SCENARIO: every Ganeti job with nodecare's reason trail leads, through
+# `nodecare explain JOB`, to the round it came from; then every recorded round replays to the
+# decision it recorded (`nodecare-coordinator --replay-rounds` on the coordinator's state).
+explain_jobs() {
+  local sc=$1 jobs job out missing="" n=0 replay
+  jobs=$(rapi GET "/2/jobs?bulk=1&fields=id,ops" | jq_py "
+print(' '.join(str(j['id']) for j in d if any((r[1] if isinstance(r, list) else '').startswith('nodecare incident=') for op in j.get('ops') or [] for r in (op.get('reason') or []))))")
+  for job in $jobs; do
+    n=$((n + 1))
+    out=$("$CLI" explain "$job" --json --url "http://127.0.0.1:$COORD_FWD" 2>&1)
+    jq_py "sys.exit(0 if d['job']['round'] is not None and d['rounds'] else 1)" <<<"$out" 2>/dev/null || missing+=" $job: $(head -c 200 <<<"$out");"
+  done
+  if ((n == 0)); then
+    fail "$sc explain jobs" "no job with nodecare's reason trail"
+  elif [[ -n $missing ]]; then
+    fail "$sc explain jobs" "$n jobs, not traced to a round:$missing"
+  else
+    pass "$sc explain jobs: each of the $n jobs with nodecare's reason trail leads to its round"
+  fi
+  replay=$("$GNT/node-exec.sh" 1 "$COORD" --config "$S/e2e/coord.toml" --node-name "$NODECARE_GNT_MASTER" \
+    --state-dir "$S/e2e/coord-state" --hmac-key /var/lib/ganeti/hmac.key --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" \
+    --rapi-certificate /var/lib/ganeti/rapi.pem --rapi-credentials "$S/rapi-credentials" --replay-rounds 2>&1)
+  if grep -q ': 0 differ$' <<<"$replay" && ! grep -q '^0 recorded' <<<"$replay"; then
+    pass "$sc replay: $replay"
+  else
+    fail "$sc replay" "$(head -c 600 <<<"$replay")"
+  fi
+}
+
 # ---- S1: evacuate -----------------------------------------------------------------------------
 N2=$NODECARE_GNT_NODE2_NAME
 master_healthy S1
@@ -363,6 +409,7 @@ sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'cap: cluster' i
     fail "S6 budget" "$n3 was acted on beyond the budget: primaries '$before' -> '$after': $(coord /1/status | head -c 600)"
     return
   fi
+  explain_refused "S6 budget" "$n3"
   # The operator returns node2 to service (online, acknowledge): node3 is emptied now.
   answer=$(rapi POST "/2/nodes/$n2/modify" '{"offline": false}')
   id=$(job_of <<<"$answer")
@@ -541,6 +588,7 @@ scenario_gate() {
   done
   if [[ -n $first ]]; then
     pass "S7 one domain at a time: $first ($first_rack) evacuates, $second ($second_rack) waits: $(coord /1/status | jq_py "print(next(i['blocked_by'] for i in d if i.get('node')=='$second'))")"
+    explain_refused "S7" "$second"
   else
     fail "S7 one domain at a time" "$(coord /1/status | head -c 600)"
     return
@@ -601,6 +649,7 @@ scenario_gate() {
     fail "S7 admission granted" "HTTP $code: $(sed '$d' <<<"$ans" | head -c 300)"
   fi
   for n in "$n1" "$n2" "$n3"; do return_to_service "$n"; done
+  explain_jobs "S7"
 }
 want gate && scenario_gate
 

@@ -373,6 +373,27 @@ async fn explain_names_the_rule_of_a_refusal_and_traces_every_job_to_its_round()
         text.contains("REFUSED by the rule \"one failure domain at a time\""),
         "{text}"
     );
+    // The web page links the incident to the same explanation, for people.
+    let page = reqwest::get(format!("{url}/ui/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains(&format!("href=\"/ui/explain?record={id}\"")));
+    let answer = reqwest::get(format!("{url}/ui/explain?record={id}"))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let html = answer.text().await.unwrap();
+    assert!(
+        html.contains("Refused by the rule <b>one failure domain at a time</b>"),
+        "{html}"
+    );
+    let bad = reqwest::get(format!("{url}/ui/explain?record=nope"))
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
     // The node, now.
     let (code, text, stderr) = nodecare(&url, &["explain", &node(5)]).await;
     assert_eq!(code, Some(0), "{stderr}");
