@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::Args;
-use nodecare_protocol::explain::{ExplainedJudgement, ExplainedRound, Explanation, Subject};
+use nodecare_protocol::explain::{ExplainedJudgement, ExplainedRound, Explanation, Query, Subject};
 
 use crate::api::{DEFAULT_URL, fetch};
 use crate::fields::utc;
@@ -210,36 +210,6 @@ pub(crate) fn render(explanation: &Explanation) -> String {
     out
 }
 
-/// The query of `GET /1/explain` for `subject`.
-fn query(subject: &str, at_ms: Option<u64>) -> Result<String, String> {
-    let subject = subject.trim();
-    if subject.is_empty() {
-        return Err("a node, a uuid or a job id".into());
-    }
-    if subject.bytes().all(|b| b.is_ascii_digit()) {
-        if at_ms.is_some() {
-            return Err("--at is for a node".into());
-        }
-        return Ok(format!("job={subject}"));
-    }
-    if uuid::Uuid::parse_str(subject).is_ok() {
-        if at_ms.is_some() {
-            return Err("--at is for a node".into());
-        }
-        return Ok(format!("record={subject}"));
-    }
-    if !subject
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
-    {
-        return Err(format!("{subject:?} is not a node name, uuid or job id"));
-    }
-    Ok(match at_ms {
-        Some(ms) => format!("node={subject}&at={ms}"),
-        None => format!("node={subject}"),
-    })
-}
-
 /// Runs `nodecare explain`.
 pub(crate) fn run_explain(args: ExplainArgs) -> ExitCode {
     let at_ms = match args.at.as_deref().map(parse_at).transpose() {
@@ -249,8 +219,8 @@ pub(crate) fn run_explain(args: ExplainArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let query = match query(&args.subject, at_ms) {
-        Ok(query) => query,
+    let query = match Query::from_subject(&args.subject, at_ms) {
+        Ok(query) => query.to_query_string(),
         Err(message) => {
             eprintln!("nodecare explain: {message}");
             return ExitCode::from(2);
@@ -396,20 +366,6 @@ mod tests {
             ),
         };
         golden("record-nothing.txt", &render(&explanation));
-    }
-
-    #[test]
-    fn the_subject_decides_the_query() {
-        assert_eq!(query("node3", None).unwrap(), "node=node3");
-        assert_eq!(query("node3", Some(5)).unwrap(), "node=node3&at=5");
-        assert_eq!(query("4711", None).unwrap(), "job=4711");
-        assert_eq!(
-            query("00000000-0000-0000-0000-000000000002", None).unwrap(),
-            "record=00000000-0000-0000-0000-000000000002"
-        );
-        assert!(query("4711", Some(5)).is_err());
-        assert!(query("a&job=1", None).is_err());
-        assert!(query(" ", None).is_err());
     }
 
     #[test]

@@ -16,7 +16,7 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use nodecare_protocol::explain::Explanation;
+use nodecare_protocol::explain::{Explanation, Query};
 use uuid::Uuid;
 
 use crate::api::{ApiState, error};
@@ -26,84 +26,6 @@ use crate::store::Store;
 
 /// Most recorded rounds an explanation reads (the newest).
 pub const EXPLAIN_ROUNDS: usize = 2_000;
-
-/// What a query asks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Query {
-    /// A node at a time.
-    Node {
-        /// The node.
-        node: String,
-        /// The time (Unix ms; `None`: now).
-        at_ms: Option<u64>,
-    },
-    /// A record by its uuid.
-    Record(Uuid),
-    /// A Ganeti job.
-    Job(u64),
-}
-
-/// Reads `node=…[&at=…]`, `record=…` or `job=…` (exactly one subject; no percent-encoding:
-/// node names, uuids and numbers need none).
-pub fn parse_query(query: Option<&str>) -> Result<Query, String> {
-    let query = query.unwrap_or("");
-    let mut node = None;
-    let mut at = None;
-    let mut record = None;
-    let mut job = None;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair
-            .split_once('=')
-            .ok_or_else(|| format!("{}: a key=value pair expected", clip(pair)))?;
-        let slot = match key {
-            "node" => &mut node,
-            "at" => &mut at,
-            "record" => &mut record,
-            "job" => &mut job,
-            other => return Err(format!("unknown parameter {:?}", clip(other))),
-        };
-        if slot.replace(value).is_some() {
-            return Err(format!("{key}: given twice"));
-        }
-    }
-    let number = |name: &str, text: &str| {
-        text.parse::<u64>()
-            .map_err(|_| format!("{name}: a whole number expected, got {:?}", clip(text)))
-    };
-    match (node, record, job) {
-        (Some(node), None, None) => {
-            nodecare_protocol::limits::check_len(
-                "node",
-                node,
-                nodecare_protocol::limits::MAX_NAME_BYTES,
-            )?;
-            if node.is_empty()
-                || !node
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
-            {
-                return Err(format!("node: not a node name: {:?}", clip(node)));
-            }
-            Ok(Query::Node {
-                node: node.to_owned(),
-                at_ms: at.map(|at| number("at", at)).transpose()?,
-            })
-        }
-        (None, Some(record), None) if at.is_none() => Uuid::parse_str(record)
-            .map(Query::Record)
-            .map_err(|_| format!("record: not a uuid: {:?}", clip(record))),
-        (None, None, Some(job)) if at.is_none() => number("job", job).map(Query::Job),
-        (None, Some(_) | None, Some(_) | None) if at.is_some() => {
-            Err("at: only with node".to_owned())
-        }
-        _ => Err("exactly one of node, record or job".to_owned()),
-    }
-}
-
-/// At most 64 characters of what a caller sent, for an error message.
-fn clip(text: &str) -> String {
-    text.chars().take(64).collect()
-}
 
 /// The ledger's entry of job `job`: by its job id, else by the reason trail Ganeti keeps for it.
 async fn entry_of_job(state: &ApiState, job: u64) -> Result<Option<Entry>, (StatusCode, String)> {
@@ -148,7 +70,7 @@ pub async fn explanation(
     state: &ApiState,
     query: Option<&str>,
 ) -> Result<Explanation, (StatusCode, String)> {
-    let query = parse_query(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
+    let query = Query::parse(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
     let entry = match &query {
         Query::Job(job) => match entry_of_job(state, *job).await? {
             Some(entry) => Some(entry),
@@ -175,7 +97,10 @@ pub async fn explanation(
         .map_err(internal)?;
     Ok(match (&query, &entry) {
         (Query::Node { node, at_ms }, _) => explain_node(&rounds, node, *at_ms),
-        (Query::Record(id), _) => explain_record(&rounds, *id),
+        (Query::Record(id), _) => match Uuid::parse_str(id) {
+            Ok(id) => explain_record(&rounds, id),
+            Err(e) => return Err((StatusCode::BAD_REQUEST, format!("record: {e}"))),
+        },
         (Query::Job(job), Some(entry)) => explain_job(&rounds, *job, entry),
         (Query::Job(_), None) => return Err(internal("job without its operation".into())),
     })
@@ -186,57 +111,5 @@ pub async fn explain(State(state): State<ApiState>, RawQuery(query): RawQuery) -
     match explanation(&state, query.as_deref()).await {
         Ok(explanation) => Json(explanation).into_response(),
         Err((status, message)) => error(status, message),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
-
-    use super::*;
-
-    #[test]
-    fn queries_name_exactly_one_subject() {
-        assert_eq!(
-            parse_query(Some("node=node3.example&at=5")),
-            Ok(Query::Node {
-                node: "node3.example".into(),
-                at_ms: Some(5)
-            })
-        );
-        assert_eq!(
-            parse_query(Some("node=n1")),
-            Ok(Query::Node {
-                node: "n1".into(),
-                at_ms: None
-            })
-        );
-        assert_eq!(parse_query(Some("job=17")), Ok(Query::Job(17)));
-        assert_eq!(
-            parse_query(Some("record=00000000-0000-0000-0000-000000000005")),
-            Ok(Query::Record(Uuid::from_u128(5)))
-        );
-        for (bad, says) in [
-            (None, "exactly one"),
-            (Some(""), "exactly one"),
-            (Some("node=a&job=1"), "exactly one"),
-            (Some("job=1&at=3"), "at: only with node"),
-            (Some("node=a&node=b"), "given twice"),
-            (Some("node=%2e%2e"), "not a node name"),
-            (Some("node=a b"), "not a node name"),
-            (Some("node="), "not a node name"),
-            (Some("node=a&at=yesterday"), "at: a whole number"),
-            (Some("job=-1"), "job: a whole number"),
-            (Some("record=nope"), "not a uuid"),
-            (Some("what=1"), "unknown parameter"),
-            (Some("node"), "key=value"),
-        ] {
-            let error = parse_query(bad).unwrap_err();
-            assert!(error.contains(says), "{bad:?}: {error}");
-        }
-        let long = format!("node={}", "a".repeat(10_000));
-        assert!(parse_query(Some(&long)).is_err());
-        let error = parse_query(Some(&format!("what{}=1", "x".repeat(1000)))).unwrap_err();
-        assert!(error.len() < 120, "{error}");
     }
 }
