@@ -11,6 +11,11 @@
 //! more round with nothing changed (`quiet_round_seconds`).
 //! `watched-rounds FILE ROUNDS [SETTLE_SECONDS]`: the daemon as in `watch`; after the first
 //! round and the settle time, ROUNDS rounds one after another (for instruction counts).
+//! `recorder FILE ROUNDS`: the flight recorder's cost. Node 2 says `evacuate` (through
+//! `FILE.flip`) while node 3 is drained by hand and at most one node may be disrupted, so every
+//! round refuses node 2's incident; two coordinators over the same agents, one recording rounds
+//! and one not, run ROUNDS rounds each in turn; prints each one's median round, their ratio, and
+//! what the recorder kept (rounds, distinct parts, bytes).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -314,6 +319,92 @@ async fn rounds(file: &str, rounds: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One coordinator of the recorder benchmark, with its simulated cluster and state.
+async fn recorder_coordinator(
+    overrides: &BTreeMap<String, String>,
+    record: bool,
+) -> anyhow::Result<(Coordinator, Simulation, tempfile::TempDir)> {
+    let count = overrides.len();
+    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
+        .map_err(anyhow::Error::msg)?;
+    sim.with_cluster(|c| {
+        if let Some(n) = c.nodes.get_mut(&node(3)) {
+            n.drained = true;
+        }
+    });
+    let state = tempfile::tempdir()?;
+    let mut config =
+        simulated_cluster_config(node(1), state.path().to_path_buf(), overrides.clone());
+    config.max_disrupted_nodes = 1;
+    config.breaker.max_incident_percent = 100.0;
+    config.record_rounds = record;
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
+    let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
+    Ok((coordinator, sim, state))
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
+}
+
+async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    let overrides: BTreeMap<String, String> = text
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
+        .collect();
+    let count = overrides.len();
+    std::fs::write(format!("{file}.flip"), "")?;
+    let flipped = format!("{file}.flipped");
+    for _ in 0..2000 {
+        if std::path::Path::new(&flipped).exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if !std::path::Path::new(&flipped).exists() {
+        bail!("the fake agents did not flip node 2's verdict ({flipped} never appeared)");
+    }
+    let (mut with, _sim_with, _state_with) = recorder_coordinator(&overrides, true).await?;
+    let (mut without, _sim_without, _state_without) =
+        recorder_coordinator(&overrides, false).await?;
+    let (mut times_with, mut times_without) = (Vec::new(), Vec::new());
+    // The first two rounds of each open the incident: left out of the medians.
+    for round in 1..=rounds + 2 {
+        for (coordinator, times) in [
+            (&mut with, &mut times_with),
+            (&mut without, &mut times_without),
+        ] {
+            let started = Instant::now();
+            coordinator.round().await?;
+            if round > 2 {
+                times.push(started.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let incidents = with.api().store.incidents()?;
+    let refused = incidents
+        .iter()
+        .any(|i| i.node == node(2) && i.blocked_by.is_some());
+    if !refused {
+        bail!("node 2's incident is not refused: {incidents:?}");
+    }
+    let (kept, parts, bytes) = with.api().store.recorder_size()?;
+    let recorded = with.api().store.recorded_rounds(None, 10)?;
+    let repeats: u64 = recorded.iter().map(|r| r.repeats).sum();
+    let (m_with, m_without) = (median(times_with), median(times_without));
+    println!(
+        "agents={count} rounds={rounds} median_round_with_recorder={m_with:.4} median_round_without={m_without:.4} ratio={:.3}",
+        m_with / m_without
+    );
+    println!(
+        "agents={count} recorded_rounds={kept} distinct_parts={parts} bytes={bytes} bytes_per_recorded_round={} repeats_counted={repeats}",
+        bytes / kept.max(1)
+    );
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     // The coordinator's own runtime shape: two worker threads (the machine has two cores).
@@ -337,6 +428,10 @@ fn main() -> anyhow::Result<()> {
                 rounds,
                 Duration::from_secs(settle),
             ))
+        }
+        Some("recorder") => {
+            let n: usize = args.get(3).map_or(Ok(20), |s| s.parse())?;
+            runtime.block_on(recorder(args.get(2).context("file")?, n))
         }
         Some("round") => {
             let n: usize = args.get(3).map_or(Ok(3), |s| s.parse())?;

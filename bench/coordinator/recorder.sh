@@ -1,0 +1,25 @@
+#!/bin/sh
+# The flight recorder's cost: rounds with and without it over the same fake agents, in turn,
+# while every round refuses an incident (nodecare-bench-coordinator's `recorder`).
+# Usage: bench/coordinator/recorder.sh [ROUNDS] [COUNTS...]   (default: 20, 1000 5000)
+# BENCH_BIN=path uses that build of nodecare-bench-coordinator instead of building one.
+set -eu
+cd "$(dirname "$0")/../.."
+. bench/coordinator/agents.sh
+rounds=${1:-20}
+[ $# -gt 0 ] && shift
+if [ -z "${BENCH_BIN:-}" ]; then
+    cargo build --quiet --release -p nodecare-tests --bin nodecare-bench-coordinator
+    BENCH_BIN=${CARGO_TARGET_DIR:-target}/release/nodecare-bench-coordinator
+fi
+work=$(mktemp -d)
+cleanup() { stop_agents; rm -rf "$work"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+for count in ${*:-1000 5000}; do
+    raise_nofile "$count"
+    file="$work/agents-$count"
+    start_agents "$BENCH_BIN" "$count" "$file"
+    "$BENCH_BIN" recorder "$file" "$rounds"
+    stop_agents
+done
