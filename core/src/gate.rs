@@ -2337,7 +2337,30 @@ mod tests {
             let text = serde_json::to_string(&snapshot).expect("a snapshot encodes");
             let recorded: GateSnapshot = serde_json::from_str(&text).expect("a snapshot decodes");
             prop_assert_eq!(&recorded, &snapshot);
-            prop_assert_eq!(recorded.replay(), snapshot.decision);
+            prop_assert_eq!(recorded.replay(), snapshot.decision.clone());
+            // Through the flight recorder's parts, the same round; each refusal's explanation
+            // names the rule and the very reason the gate gave.
+            let record = crate::recorder::RoundRecord {
+                now_ms: snapshot.view.now_ms,
+                coordinator: "n0".into(),
+                gate: snapshot.clone(),
+                verdicts: BTreeMap::new(),
+            };
+            let parts = record.parts().expect("parts encode").into_iter().collect();
+            let back = crate::recorder::RoundRecord::from_parts(record.now_ms, "n0".into(), &parts)
+                .expect("parts decode");
+            prop_assert_eq!(&back, &record);
+            prop_assert!(back.replays());
+            let rounds = vec![crate::recorder::Recorded { round: 1, last_ms: back.now_ms, repeats: 0, record: back }];
+            for (proposal, blocked) in snapshot.decision.refused() {
+                let Some(id) = proposal.holder.id() else { continue };
+                let explanation = crate::recorder::explain_record(&rounds, id);
+                let named = explanation.rounds[0]
+                    .judgements
+                    .iter()
+                    .any(|j| j.blocked_by.as_ref() == Some(blocked) && j.rule == blocked.rule());
+                prop_assert!(named, "{:?}", explanation);
+            }
         }
     }
 
