@@ -488,83 +488,14 @@ mod tests {
 
     #[test]
     fn replay_rounds_finds_a_recorded_decision_the_gate_would_not_make() {
-        use crate::gate::{
-            Admitted, Caps, Duty, GateSnapshot, Holder, InForce, NodeFacts, Policy, Proposal, View,
-            decide,
-        };
+        use crate::gate::Admitted;
+        use nodecare_core::recorder::tests_support::round;
         let dir = tempfile::tempdir().unwrap();
         let config = Config {
             state_dir: dir.path().to_path_buf(),
             ..Config::default()
         };
-        let record = |now_ms: u64| {
-            let view = View {
-                nodes: ["n1", "n2"]
-                    .into_iter()
-                    .map(|name| {
-                        (
-                            name.to_owned(),
-                            NodeFacts {
-                                name: name.into(),
-                                group: "default".into(),
-                                domain: name.into(),
-                                vm_capable: true,
-                                drained: false,
-                                offline: false,
-                                master: false,
-                                memory_free: Some(4096),
-                                primary_memory: Some(0),
-                            },
-                        )
-                    })
-                    .collect(),
-                storage: Vec::new(),
-                now_ms,
-            };
-            let policy = Policy {
-                cluster: Caps {
-                    max_disrupted_nodes: 1,
-                    max_disrupted_percent: None,
-                    min_healthy_nodes: 1,
-                },
-                ..Policy::default()
-            };
-            let in_force = InForce::new(
-                &view,
-                [(
-                    "n1".to_owned(),
-                    Holder::Incident {
-                        id: uuid::Uuid::from_u128(1),
-                    },
-                )],
-            );
-            let proposal = Proposal {
-                duty: Duty::NodeRepair,
-                holder: Holder::Incident {
-                    id: uuid::Uuid::from_u128(2),
-                },
-                subject: "node n2".into(),
-                invasiveness: 2,
-                since_ms: 1,
-                disrupts: ["n2".to_owned()].into(),
-                touches: std::collections::BTreeSet::new(),
-                fresh: false,
-                moves_memory: Some(0),
-                reason: "evacuate".into(),
-            };
-            let decision = decide(&view, &policy, &in_force, vec![proposal]);
-            crate::recorder::RoundRecord {
-                now_ms,
-                coordinator: "n1".into(),
-                gate: GateSnapshot {
-                    view,
-                    policy,
-                    in_force,
-                    decision,
-                },
-                verdicts: std::collections::BTreeMap::new(),
-            }
-        };
+        let record = |now_ms: u64| round(now_ms, 1, 4);
         {
             let store = crate::store::Store::open_dir(dir.path()).unwrap();
             store.record_round(&record(1_000)).unwrap();

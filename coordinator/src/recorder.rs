@@ -120,84 +120,9 @@ impl FlightRecorder {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
-    use std::collections::BTreeSet;
-
     use super::*;
-    use crate::gate::{
-        Caps, Duty, GateSnapshot, Holder, InForce, NodeFacts, Policy, Proposal, View, decide,
-    };
     use crate::store::retention::RetentionPolicy;
-
-    fn record(now_ms: u64, max: usize, nodes: usize) -> RoundRecord {
-        let view = View {
-            nodes: (0..nodes)
-                .map(|n| {
-                    let name = format!("node{n}");
-                    (
-                        name.clone(),
-                        NodeFacts {
-                            name,
-                            group: "default".into(),
-                            domain: format!("rack:{}", n % 4),
-                            vm_capable: true,
-                            drained: false,
-                            offline: false,
-                            master: n == 0,
-                            memory_free: Some(4096),
-                            primary_memory: Some(1024),
-                        },
-                    )
-                })
-                .collect(),
-            storage: Vec::new(),
-            now_ms,
-        };
-        let policy = Policy {
-            cluster: Caps {
-                max_disrupted_nodes: max,
-                max_disrupted_percent: None,
-                min_healthy_nodes: 1,
-            },
-            ..Policy::default()
-        };
-        let in_force = InForce::new(
-            &view,
-            [(
-                "node1".to_owned(),
-                Holder::Incident {
-                    id: uuid::Uuid::from_u128(1),
-                },
-            )],
-        );
-        let proposal = Proposal {
-            duty: Duty::NodeRepair,
-            holder: Holder::Incident {
-                id: uuid::Uuid::from_u128(2),
-            },
-            subject: "node node2".into(),
-            invasiveness: 2,
-            since_ms: 5,
-            disrupts: ["node2".to_owned()].into(),
-            touches: BTreeSet::new(),
-            fresh: false,
-            moves_memory: Some(1024),
-            reason: "evacuate".into(),
-        };
-        let decision = decide(&view, &policy, &in_force, vec![proposal]);
-        RoundRecord {
-            now_ms,
-            coordinator: "node0".into(),
-            gate: GateSnapshot {
-                view,
-                policy,
-                in_force,
-                decision,
-            },
-            verdicts: [("node2".to_owned(), "evacuate".to_owned())]
-                .into_iter()
-                .collect(),
-        }
-    }
+    use nodecare_core::recorder::tests_support::round as record;
 
     #[test]
     fn rounds_are_recorded_once_their_repeats_counted_and_their_parts_shared() {

@@ -484,5 +484,81 @@ pub fn explain_job(rounds: &[Recorded], job: u64, entry: &crate::ledger::Entry) 
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
+pub mod tests_support {
+    use std::collections::BTreeSet;
+
+    use crate::gate::{
+        Caps, Duty, GateSnapshot, Holder, InForce, NodeFacts, Policy, Proposal, View, decide,
+    };
+
+    use super::RoundRecord;
+
+    /// A round at `now_ms` on `nodes` nodes (`node0` the master, racks `rack:0`..`rack:3`):
+    /// `node1` is held by incident 1, incident 2 proposes to evacuate `node2` under a cap of
+    /// `max` disrupted nodes (refused at 1, admitted at 2).
+    pub fn round(now_ms: u64, max: usize, nodes: usize) -> RoundRecord {
+        let view = View {
+            nodes: (0..nodes)
+                .map(|n| {
+                    let name = format!("node{n}");
+                    let facts = NodeFacts {
+                        name: name.clone(),
+                        group: "default".into(),
+                        domain: format!("rack:{}", n % 4),
+                        vm_capable: true,
+                        drained: false,
+                        offline: false,
+                        master: n == 0,
+                        memory_free: Some(4096),
+                        primary_memory: Some(1024),
+                    };
+                    (name, facts)
+                })
+                .collect(),
+            storage: Vec::new(),
+            now_ms,
+        };
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: max,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let incident = |n| Holder::Incident {
+            id: uuid::Uuid::from_u128(n),
+        };
+        let in_force = InForce::new(&view, [("node1".to_owned(), incident(1))]);
+        let proposal = Proposal {
+            duty: Duty::NodeRepair,
+            holder: incident(2),
+            subject: "node node2".into(),
+            invasiveness: 2,
+            since_ms: 5,
+            disrupts: ["node2".to_owned()].into(),
+            touches: BTreeSet::new(),
+            fresh: false,
+            moves_memory: Some(1024),
+            reason: "evacuate".into(),
+        };
+        let decision = decide(&view, &policy, &in_force, vec![proposal]);
+        RoundRecord {
+            now_ms,
+            coordinator: "node0".into(),
+            gate: GateSnapshot {
+                view,
+                policy,
+                in_force,
+                decision,
+            },
+            verdicts: [("node2".to_owned(), "evacuate".to_owned())]
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -88,6 +88,15 @@ async fn serve_agents(count: usize, file: &str, first: usize, flip: &str) -> any
     Ok(())
 }
 
+/// The `node url` lines `serve-agents` wrote to `file`.
+fn agents_file(file: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
+    Ok(text
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
+        .collect())
+}
+
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -113,11 +122,7 @@ struct Watched {
 
 impl Watched {
     async fn start(file: &str) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
-        let overrides: BTreeMap<String, String> = text
-            .lines()
-            .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
-            .collect();
+        let overrides = agents_file(file)?;
         let count = overrides.len();
         let sim =
             Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
@@ -282,11 +287,7 @@ async fn watched_rounds(file: &str, rounds: u64, settle: Duration) -> anyhow::Re
 }
 
 async fn rounds(file: &str, rounds: usize) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
-    let overrides: BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
-        .collect();
+    let overrides = agents_file(file)?;
     let count = overrides.len();
     let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
         .map_err(anyhow::Error::msg)?;
@@ -349,11 +350,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("reading {file}"))?;
-    let overrides: BTreeMap<String, String> = text
-        .lines()
-        .filter_map(|l| l.split_once(' ').map(|(n, u)| (n.to_owned(), u.to_owned())))
-        .collect();
+    let overrides = agents_file(file)?;
     let count = overrides.len();
     std::fs::write(format!("{file}.flip"), "")?;
     let flipped = format!("{file}.flipped");
