@@ -20,21 +20,29 @@ use nodecare_protocol::explain::{Explanation, Query};
 use uuid::Uuid;
 
 use crate::api::{ApiState, error};
-use crate::exec::ledger::{Entry, Ledger as _, trail_key};
-use crate::recorder::{Recorded, explain_job, explain_node, explain_record};
+use crate::exec::ledger::{Ledger as _, trail_key};
+use crate::recorder::{Operation, Recorded, explain_job, explain_node, explain_record};
 use crate::store::Store;
 
 /// Most recorded rounds an explanation reads (the newest).
 pub const EXPLAIN_ROUNDS: usize = 2_000;
 
-/// The ledger's entry of job `job`: by its job id, else by the reason trail Ganeti keeps for it.
-async fn entry_of_job(state: &ApiState, job: u64) -> Result<Option<Entry>, (StatusCode, String)> {
+/// The operation of job `job`: its ledger entry (by job id, else by the reason trail Ganeti keeps
+/// for it), or, once the ledger forgot it, what the reason trail alone says.
+async fn operation_of_job(
+    state: &ApiState,
+    job: u64,
+) -> Result<Option<Operation>, (StatusCode, String)> {
     let entries = state
         .store
         .entries()
         .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    if let Some(entry) = entries.iter().find(|e| e.job == Some(job)) {
-        return Ok(Some(entry.clone()));
+    if let Some(operation) = entries
+        .iter()
+        .find(|e| e.job == Some(job))
+        .and_then(Operation::of_entry)
+    {
+        return Ok(Some(operation));
     }
     let Some(ganeti) = &state.ganeti else {
         return Ok(None);
@@ -46,16 +54,35 @@ async fn entry_of_job(state: &ApiState, job: u64) -> Result<Option<Entry>, (Stat
             return Err((StatusCode::BAD_GATEWAY, format!("job {job}: Ganeti: {e}")));
         }
     };
-    let Some(reason) = found
+    let Some((entry, reason)) = found
         .reasons
         .iter()
-        .find_map(|r| crate::ganeti::Reason::parse_text(&r.text))
+        .find_map(|r| crate::ganeti::Reason::parse_text(&r.text).map(|parsed| (r, parsed)))
     else {
         return Ok(None);
     };
-    Ok(entries
-        .into_iter()
-        .find(|e| e.trail() == Some(reason.incident) && trail_key(&e.key) == reason.intent))
+    if let Some(operation) = entries
+        .iter()
+        .find(|e| e.trail() == Some(reason.incident) && trail_key(&e.key) == reason.intent)
+        .and_then(Operation::of_entry)
+    {
+        return Ok(Some(operation));
+    }
+    // Forgotten by the ledger (its record was acknowledged and forgotten): the trail tells
+    // whose it was and when it was submitted.
+    let description = entry
+        .text
+        .split_once(": ")
+        .map_or_else(String::new, |(_, text)| text.to_owned());
+    Ok(Some(Operation {
+        trail: reason.incident,
+        holder: None,
+        intent: reason.intent,
+        description,
+        state: format!("{} (the record is forgotten)", found.status.as_str()),
+        recorded_ms: entry.timestamp_ns / 1_000_000,
+        node: None,
+    }))
 }
 
 fn read_rounds(store: Arc<Store>, until_ms: Option<u64>) -> Result<Vec<Recorded>, String> {
@@ -71,9 +98,9 @@ pub async fn explanation(
     query: Option<&str>,
 ) -> Result<Explanation, (StatusCode, String)> {
     let query = Query::parse(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
-    let entry = match &query {
-        Query::Job(job) => match entry_of_job(state, *job).await? {
-            Some(entry) => Some(entry),
+    let operation = match &query {
+        Query::Job(job) => match operation_of_job(state, *job).await? {
+            Some(operation) => Some(operation),
             None => {
                 return Err((
                     StatusCode::NOT_FOUND,
@@ -95,13 +122,13 @@ pub async fn explanation(
         .await
         .map_err(|e| internal(e.to_string()))?
         .map_err(internal)?;
-    Ok(match (&query, &entry) {
+    Ok(match (&query, &operation) {
         (Query::Node { node, at_ms }, _) => explain_node(&rounds, node, *at_ms),
         (Query::Record(id), _) => match Uuid::parse_str(id) {
             Ok(id) => explain_record(&rounds, id),
             Err(e) => return Err((StatusCode::BAD_REQUEST, format!("record: {e}"))),
         },
-        (Query::Job(job), Some(entry)) => explain_job(&rounds, *job, entry),
+        (Query::Job(job), Some(operation)) => explain_job(&rounds, *job, operation),
         (Query::Job(_), None) => return Err(internal("job without its operation".into())),
     })
 }

@@ -410,7 +410,11 @@ pub fn explain_record(rounds: &[Recorded], id: uuid::Uuid) -> Explanation {
 /// it; else the last recorded round at or before that time (a round that plans an operation is
 /// always recorded, or counted as the repeat of the recorded round that decided the same).
 pub fn round_of(rounds: &[Recorded], holder: &Holder, recorded_ms: u64) -> Option<u64> {
-    let id = holder.id();
+    round_of_id(rounds, holder.id(), recorded_ms)
+}
+
+/// [`round_of`] by the holder's uuid.
+fn round_of_id(rounds: &[Recorded], id: Option<uuid::Uuid>, recorded_ms: u64) -> Option<u64> {
     let latest = |keep: &dyn Fn(&Judgement) -> bool, any: bool| {
         rounds
             .iter()
@@ -439,44 +443,88 @@ fn hold_node(hold: &crate::ledger::Hold) -> Option<String> {
     }
 }
 
-/// Why job `job` ran: the operation it belongs to (`entry`, the ledger's, found by the job id or
-/// by the reason trail's `incident=` and `intent=`) and the recorded round it came from, with the
-/// judgements of its holder there.
-pub fn explain_job(rounds: &[Recorded], job: u64, entry: &crate::ledger::Entry) -> Explanation {
-    let round = round_of(rounds, &entry.holder, entry.recorded_ms);
-    let id = entry.holder.id();
+/// An operation nodecare submitted as a Ganeti job, as far as it is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// Its holder's uuid (the reason trail's `incident=`).
+    pub trail: uuid::Uuid,
+    /// Its holder, for people (`incident <uuid>`), when known.
+    pub holder: Option<String>,
+    /// Its key (the reason trail's `intent=`).
+    pub intent: String,
+    /// What it does.
+    pub description: String,
+    /// Where it is (`succeeded`, …).
+    pub state: String,
+    /// When it was recorded (Unix ms: the round's time), or submitted when only Ganeti knows it.
+    pub recorded_ms: u64,
+    /// The node it holds, when known.
+    pub node: Option<String>,
+}
+
+impl Operation {
+    /// The operation of a ledger entry.
+    pub fn of_entry(entry: &crate::ledger::Entry) -> Option<Self> {
+        Some(Self {
+            trail: entry.trail()?,
+            holder: Some(entry.holder.to_string()),
+            intent: crate::ledger::trail_key(&entry.key),
+            description: entry.description.clone(),
+            state: entry.state.as_str().to_owned(),
+            recorded_ms: entry.recorded_ms,
+            node: entry.holds.iter().find_map(hold_node),
+        })
+    }
+}
+
+/// Why job `job` ran: the operation it belongs to (found in the ledger by the job id, or only
+/// by the reason trail Ganeti keeps once the ledger forgot it) and the recorded round it came
+/// from, with the judgements of its holder there.
+pub fn explain_job(rounds: &[Recorded], job: u64, operation: &Operation) -> Explanation {
+    let id = Some(operation.trail);
+    let round = round_of_id(rounds, id, operation.recorded_ms);
+    let judged = |r: &Recorded| {
+        r.record
+            .gate
+            .decision
+            .judgements
+            .iter()
+            .find(|j| j.proposal.holder.id() == id)
+            .map(|j| j.proposal.clone())
+    };
+    let holder = operation.holder.clone().unwrap_or_else(|| {
+        rounds
+            .iter()
+            .find_map(|r| judged(r).map(|p| p.holder.to_string()))
+            .unwrap_or_else(|| format!("record {}", operation.trail))
+    });
     let explained: Vec<ExplainedRound> = rounds
         .iter()
         .filter(|r| Some(r.round) == round)
         .map(|r| {
-            let node = entry.holds.iter().find_map(hold_node).or_else(|| {
-                r.record
-                    .gate
-                    .decision
-                    .judgements
-                    .iter()
-                    .find(|j| j.proposal.holder.id() == id)
-                    .and_then(|j| j.proposal.disrupts.iter().next().cloned())
-            });
+            let node = operation
+                .node
+                .clone()
+                .or_else(|| judged(r).and_then(|p| p.disrupts.iter().next().cloned()));
             explained_round(r, node.as_deref(), |j| j.proposal.holder.id() == id)
         })
         .collect();
     let note = explained.is_empty().then(|| {
         format!(
-            "no round is recorded at or before {} ms, when the operation of {} was planned (retention forgot it)",
-            entry.recorded_ms, entry.holder
+            "no round is recorded at or before {} ms, when the operation of {holder} was planned (retention forgot it)",
+            operation.recorded_ms
         )
     });
     Explanation {
         subject: Subject::Job { id: job },
         job: Some(nodecare_protocol::explain::ExplainedJob {
             id: job,
-            holder: entry.holder.to_string(),
-            trail: entry.trail().map(|t| t.to_string()).unwrap_or_default(),
-            intent: crate::ledger::trail_key(&entry.key),
-            description: entry.description.clone(),
-            state: entry.state.as_str().to_owned(),
-            recorded_ms: entry.recorded_ms,
+            holder,
+            trail: operation.trail.to_string(),
+            intent: operation.intent.clone(),
+            description: operation.description.clone(),
+            state: operation.state.clone(),
+            recorded_ms: operation.recorded_ms,
             round,
         }),
         rounds: explained,

@@ -309,7 +309,7 @@ fn a_job_is_explained_by_its_operation_and_the_round_that_admitted_its_holder() 
     )
     .holding([Hold::Drained { node: "n3".into() }]);
     entry.job = Some(42);
-    let explanation = explain_job(&rounds, 42, &entry);
+    let explanation = explain_job(&rounds, 42, &Operation::of_entry(&entry).unwrap());
     let job = explanation.job.as_ref().expect("the job");
     assert_eq!(job.round, Some(2));
     assert_eq!(job.intent, "drain_n3");
@@ -321,8 +321,39 @@ fn a_job_is_explained_by_its_operation_and_the_round_that_admitted_its_holder() 
     assert_eq!(explanation.note, None);
     // Recorded before any round: no round, said so.
     entry.recorded_ms = 999;
-    let orphan = explain_job(&rounds, 42, &entry);
+    let orphan = explain_job(&rounds, 42, &Operation::of_entry(&entry).unwrap());
     assert_eq!(orphan.job.unwrap().round, None);
     assert!(orphan.rounds.is_empty());
     assert!(orphan.note.unwrap().contains("no round is recorded"));
+}
+
+#[test]
+fn a_job_whose_record_was_forgotten_is_explained_from_its_reason_trail() {
+    let rounds = vec![
+        recorded(1, round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1)),
+        recorded(2, round(3_000, &[], vec![repair(2, "n3")], 1)),
+    ];
+    let operation = Operation {
+        trail: Uuid::from_u128(2),
+        holder: None,
+        intent: "drain".into(),
+        description: "drain n3".into(),
+        state: "unknown to nodecare (its record was forgotten)".into(),
+        recorded_ms: 3_500,
+        node: None,
+    };
+    let explanation = explain_job(&rounds, 7, &operation);
+    let job = explanation.job.unwrap();
+    assert_eq!(job.round, Some(2));
+    assert_eq!(job.holder, format!("incident {}", Uuid::from_u128(2)));
+    assert_eq!(explanation.rounds[0].verdict.as_deref(), Some("evacuate"));
+    // A trail no round names: the record's uuid, and the round in force then.
+    let unknown = Operation {
+        trail: Uuid::from_u128(77),
+        ..operation
+    };
+    let explanation = explain_job(&rounds, 7, &unknown);
+    let job = explanation.job.unwrap();
+    assert_eq!(job.holder, format!("record {}", Uuid::from_u128(77)));
+    assert_eq!(job.round, Some(2));
 }
