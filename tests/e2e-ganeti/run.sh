@@ -200,6 +200,8 @@ start_coordinator() {
     --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" --rapi-certificate /var/lib/ganeti/rapi.pem \
     --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 1 --min-healthy-nodes 1 >/dev/null
 }
+# Jobs nodecare submits from here on (S0's client test submitted some with the same trail).
+COORD_STARTED=$(date +%s)
 start_coordinator || { echo "e2e: coordinator did not start (see $S/logs/bg-coordinator.log)" >&2; exit 1; }
 "$GNT/forward.sh" 1 "$COORD_PORT" "$COORD_FWD" >/dev/null || { echo "e2e: cannot forward the coordinator port" >&2; exit 1; }
 coord() { curl -s -m 10 "http://127.0.0.1:$COORD_FWD$1"; }
@@ -244,13 +246,14 @@ explain_refused() {
     fail "$sc explain" "blocked_by '$why' not explained: $(head -c 800 <<<"$text")"
   fi
 }
-# explain_jobs SCENARIO: every Ganeti job with nodecare's reason trail leads, through
+# explain_jobs SCENARIO: every Ganeti job with nodecare's reason trail submitted since the
+# coordinator started leads, through
 # `nodecare explain JOB`, to the round it came from; then every recorded round replays to the
 # decision it recorded (`nodecare-coordinator --replay-rounds` on the coordinator's state).
 explain_jobs() {
   local sc=$1 jobs job out missing="" n=0 replay
-  jobs=$(rapi GET "/2/jobs?bulk=1&fields=id,ops" | jq_py "
-print(' '.join(str(j['id']) for j in d if any((r[1] if isinstance(r, list) else '').startswith('nodecare incident=') for op in j.get('ops') or [] for r in (op.get('reason') or []))))")
+  jobs=$(rapi GET "/2/jobs?bulk=1&fields=id,ops,received_ts" | jq_py "
+print(' '.join(str(j['id']) for j in d if (j.get('received_ts') or [0])[0] >= $COORD_STARTED and any((r[1] if isinstance(r, list) else '').startswith('nodecare incident=') for op in j.get('ops') or [] for r in (op.get('reason') or []))))")
   for job in $jobs; do
     n=$((n + 1))
     out=$("$CLI" explain "$job" --json --url "http://127.0.0.1:$COORD_FWD" 2>&1)
