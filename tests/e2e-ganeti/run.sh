@@ -253,7 +253,7 @@ explain_refused() {
 explain_jobs() {
   local sc=$1 jobs job out missing="" n=0 replay
   jobs=$(rapi GET "/2/jobs?bulk=1&fields=id,ops,received_ts" | jq_py "
-print(' '.join(str(j['id']) for j in d if (j.get('received_ts') or [0])[0] >= $COORD_STARTED and any((r[1] if isinstance(r, list) else '').startswith('nodecare incident=') for op in j.get('ops') or [] for r in (op.get('reason') or []))))")
+print(' '.join(str(j['id']) for j in d if (j.get('received_ts') or [0])[0] >= $COORD_STARTED and any('nodecare incident=' in (r[1] if isinstance(r, list) else '') for op in j.get('ops') or [] for r in (op.get('reason') or []))))")
   for job in $jobs; do
     n=$((n + 1))
     out=$("$CLI" explain "$job" --json --url "http://127.0.0.1:$COORD_FWD" 2>&1)
