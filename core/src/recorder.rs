@@ -46,11 +46,30 @@ impl RoundRecord {
         !self.gate.decision.judgements.is_empty()
     }
 
-    /// Whether `self` decided the same as `other` from the same input, apart from the time.
+    /// Whether `self` decided the same as `other` from the same input, apart from the time and
+    /// the nodes' memory figures (free memory moves all the time; where it changes a decision,
+    /// the decision differs: a capacity refusal names its figures).
     pub fn same_as(&self, other: &Self) -> bool {
+        fn shape(facts: &NodeFacts) -> (&str, &str, bool, bool, bool, bool) {
+            (
+                &facts.group,
+                &facts.domain,
+                facts.vm_capable,
+                facts.drained,
+                facts.offline,
+                facts.master,
+            )
+        }
         self.coordinator == other.coordinator
             && self.verdicts == other.verdicts
-            && self.gate.view.nodes == other.gate.view.nodes
+            && self.gate.view.nodes.len() == other.gate.view.nodes.len()
+            && self
+                .gate
+                .view
+                .nodes
+                .iter()
+                .zip(&other.gate.view.nodes)
+                .all(|((a, fa), (b, fb))| a == b && shape(fa) == shape(fb))
             && self.gate.view.storage == other.gate.view.storage
             && self.gate.policy == other.gate.policy
             && self.gate.in_force == other.gate.in_force

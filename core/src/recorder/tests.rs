@@ -163,9 +163,20 @@ fn the_same_decision_later_is_the_same_and_any_change_is_not() {
         .verdicts
         .insert("n4".into(), "unknown (unreachable)".into());
     assert!(!verdict.same_as(&first));
-    let mut coordinator = later;
+    let mut coordinator = later.clone();
     coordinator.coordinator = "n2".into();
     assert!(!coordinator.same_as(&first));
+    // Free memory moves: the same; a node drained: not.
+    let mut memory = later.clone();
+    for facts in memory.gate.view.nodes.values_mut() {
+        facts.memory_free = Some(1234);
+    }
+    assert!(memory.same_as(&first));
+    let mut drained = later;
+    if let Some(facts) = drained.gate.view.nodes.get_mut("n4") {
+        facts.drained = true;
+    }
+    assert!(!drained.same_as(&first));
 }
 
 #[test]

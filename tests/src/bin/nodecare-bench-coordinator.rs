@@ -390,6 +390,19 @@ async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
     let (kept, parts, bytes) = with.api().store.recorder_size()?;
     let recorded = with.api().store.recorded_rounds(None, 10)?;
     let repeats: u64 = recorded.iter().map(|r| r.repeats).sum();
+    // What a round that decides anew costs on top: its record written (every part new but the
+    // ones it shares with the first).
+    let mut writes = Vec::new();
+    if let Some(last) = recorded.first() {
+        for n in 1..=10u64 {
+            let mut record = last.record.clone();
+            record.now_ms += n;
+            record.verdicts.insert(format!("what-if-{n}"), "Ok".into());
+            let started = Instant::now();
+            with.api().store.record_round(&record)?;
+            writes.push(started.elapsed().as_secs_f64());
+        }
+    }
     let (m_with, m_without) = (median(times_with), median(times_without));
     println!(
         "agents={count} rounds={rounds} median_round_with_recorder={m_with:.4} median_round_without={m_without:.4} ratio={:.3}",
@@ -398,6 +411,10 @@ async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
     println!(
         "agents={count} recorded_rounds={kept} distinct_parts={parts} bytes={bytes} bytes_per_recorded_round={} repeats_counted={repeats}",
         bytes / kept.max(1)
+    );
+    println!(
+        "agents={count} new_record_write_seconds_median={:.4}",
+        median(writes)
     );
     Ok(())
 }
