@@ -28,14 +28,20 @@
 #     /proc/sys, capabilities, namespaces, W+X memory are refused.
 #  6. `apt remove` stops the units and keeps configuration and state; `apt purge` removes what
 #     the packages created and leaves the Ganeti files and the operator's scripts.
-#  5. Upgrade: installs the previous release, changes both configuration files, starts both
-#     daemons, upgrades with `apt install -o Dpkg::Options::=--force-confold ./…deb` (as
-#     packaging/README.md, "Upgrading", says): the changed files are kept (the new ones written
-#     as .dpkg-dist), each daemon restarts once (InvocationID, "Started" lines, NRestarts 0), the
-#     store and the sequence number are kept. The "previous release" is THIS build's packages
-#     repacked with a lower version (${version}~prev-1, dpkg-deb -R/-b) and a shipped conffile
-#     that differs by one comment line: same binaries, so this proves the packages' upgrade path,
-#     not a migration between two releases' state formats.
+#  5. Upgrade from the previous release: installs the packages kept in
+#     packaging/fixtures/previous/ (an earlier commit's build, store schema 5; never rebuilt by
+#     the test), changes both configuration files, and under that release makes real state on
+#     a simulated cluster: an incident (the agent, as node2, asks for an evacuation; the
+#     coordinator completes it), an instance repair in flight (node3 drained, inst3 tagged for
+#     auto-repair; its jobs run an hour, so its record is in the old store's instance_repairs
+#     table), the agent's sequence number. Then upgrades with `apt install -o
+#     Dpkg::Options::=--force-confold ./…deb` (packaging/README.md, "Upgrading") and checks: the
+#     changed files kept (the new ones as .dpkg-dist), each daemon restarted once
+#     (InvocationID, "Started" lines, NRestarts 0), the store the same file migrated to this
+#     release's schema (PRAGMA user_version) with no row or counter lost, the repair's record
+#     now ledger entries carrying its jobs and no job submitted twice, the incident unchanged
+#     (/1/status, `nodecare status`), the sequence numbers (the agent's, the coordinator's
+#     record of them) not gone back.
 #
 # Needs root, debootstrap, unshare/nsenter (util-linux); skips otherwise. Reuses the packages
 # of scripts/test.d/packaging.sh (<target-dir>/packages) when they are there; builds them
@@ -427,18 +433,31 @@ if [ ! -x "$sim" ]; then
     say "building nodecare-ganeti-sim"
     cargo build --release --locked -p nodecare-ganeti-sim >/dev/null 2>&1 || fail "cannot build nodecare-ganeti-sim"
 fi
+sim_credentials=$boot_work/rapi-credentials
+echo "nodecare:$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$sim_credentials"
+sim_pid=
+trap 'if [ -n "$sim_pid" ]; then kill "$sim_pid" 2>/dev/null || true; fi; boot_stop' EXIT
+start_sim() { # DIR [ARGS...]: starts a simulated RAPI (sim_pid, sim_url; DIR/rapi.pem, DIR/log)
+    local dir=$1
+    shift
+    mkdir -p "$dir"
+    "$sim" --tls-dir "$dir" --credentials "$sim_credentials" --url-file "$dir/url" \
+        --job-delay-ms 50 "$@" >"$dir/log" 2>&1 &
+    sim_pid=$!
+    for _ in $(seq 1 100); do [ -s "$dir/url" ] && break; sleep 0.1; done
+    [ -s "$dir/url" ] || fail "the simulated RAPI did not start: $(cat "$dir/log")"
+    sim_url=$(cat "$dir/url")
+    install -m 0600 "$dir/rapi.pem" "$boot_root/var/lib/ganeti/rapi.pem"
+}
+# rapi METHOD PATH [CURL-ARGS...]: a request to the simulated RAPI, as an operator's tool makes it.
+rapi() {
+    local method=$1 path=$2
+    shift 2
+    curl -fsS --max-time 5 -k -X "$method" -u "$(cat "$sim_credentials")" "$@" "$sim_url$path"
+}
 sim_dir=$boot_work/sim
-mkdir -p "$sim_dir"
-echo "nodecare:$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$sim_dir/credentials"
-"$sim" --tls-dir "$sim_dir" --credentials "$sim_dir/credentials" --url-file "$sim_dir/url" \
-    --job-delay-ms 50 >"$sim_dir/log" 2>&1 &
-sim_pid=$!
-trap 'kill "$sim_pid" 2>/dev/null || true; boot_stop' EXIT
-for _ in $(seq 1 100); do [ -s "$sim_dir/url" ] && break; sleep 0.1; done
-[ -s "$sim_dir/url" ] || fail "the simulated RAPI did not start: $(cat "$sim_dir/log")"
-sim_url=$(cat "$sim_dir/url")
-install -m 0600 "$sim_dir/credentials" "$boot_root/etc/nodecare/rapi-credentials"
-install -m 0600 "$sim_dir/rapi.pem" "$boot_root/var/lib/ganeti/rapi.pem"
+start_sim "$sim_dir"
+install -m 0600 "$sim_credentials" "$boot_root/etc/nodecare/rapi-credentials"
 # This node is node1 of the simulated cluster; ssconf says the master is node2: stand by.
 echo node2.sim.test >"$boot_root/var/lib/ganeti/ssconf_master_node"
 # The operator's edit of the shipped coordinator.toml: this node's name, RAPI (the simulator).
@@ -498,8 +517,7 @@ say "7c. the coordinator's sandbox writes only its state directory, reads its co
 store_before=$(store_state) || fail "cannot read the coordinator's store"
 store_inode=$(stat -c %i "$boot_root/var/lib/nodecare/state.db")
 old_pid=$(show nodecare-coordinator MainPID)
-curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 100000, "hang_ms": 900000}' \
-    "$sim_url/sim/http-faults" >/dev/null || fail "cannot make the simulated RAPI hang"
+rapi POST /sim/http-faults -d '{"hang": 100000, "hang_ms": 900000}' >/dev/null || fail "cannot make the simulated RAPI hang"
 watchdog=$(sed -n 's/^WatchdogSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
 restart_sec=$(sed -n 's/^RestartSec=\([0-9]*\)s$/\1/p' packaging/systemd/nodecare-coordinator.service)
 frozen_at=$SECONDS
@@ -514,8 +532,7 @@ took=$((SECONDS - frozen_at))
 [ "$took" -le $((5 + watchdog + 5)) ] || fail "the coordinator was killed after $took s, not within round_stall_timeout + WatchdogSec"
 # RAPI answers again before the restart (RestartSec), so that the new process's rounds do not
 # hang too (a coordinator stuck in a RAPI request does not stop within TimeoutStopSec).
-curl -fsS --max-time 5 -k -X POST -u "$(cat "$sim_dir/credentials")" -d '{"hang": 0}' \
-    "$sim_url/sim/http-faults" >/dev/null || fail "cannot stop the simulated RAPI's hang"
+rapi POST /sim/http-faults -d '{"hang": 0}' >/dev/null || fail "cannot stop the simulated RAPI's hang"
 new_pid=$old_pid
 while [ $((SECONDS - frozen_at)) -le $((took + restart_sec + 20)) ]; do
     sleep 1
@@ -563,45 +580,128 @@ done
 say "6. apt remove keeps configuration and state; apt purge removes the packages' files, not Ganeti's or the operator's"
 
 # --- 5. upgrade from the previous release -------------------------------------------------------
-# The previous release's packages are these packages repacked with a lower version
-# (${version}~prev-1) and a shipped agent.toml and coordinator.toml that differ from this
-# release's by one comment line: the binaries are the same, so this proves the packages' upgrade
-# path (maintainer scripts, conffile handling, restarts, state kept), not a migration between
-# different binaries' state formats.
+# The previous release is packaging/fixtures/previous/ (see its README: built from an earlier
+# commit, whose coordinator's store has an older schema; never rebuilt here). Under it, this
+# node gets real state: an incident (the agent, as node2 of a simulated cluster, asks for an
+# evacuation, which the coordinator carries out to the end), an instance repair in flight (its
+# record in the old store's table, its jobs still running in Ganeti), the agent's sequence
+# number. Then the upgrade, as packaging/README.md ("Upgrading") says, and what must hold after.
 upgrade_started=$SECONDS
-prev=${version}~prev-1
-repack_previous() { # DEB CONFFILE: writes the previous release's package into /root/packages
-    local deb=$1 conffile=$2 dir package
-    dir=$(mktemp -d)
-    dpkg-deb -R "$deb" "$dir/pkg"
-    package=$(dpkg-deb --field "$deb" Package)
-    sed -i "s/^Version: .*/Version: $prev/" "$dir/pkg/DEBIAN/control"
-    echo "# shipped by the previous release" >>"$dir/pkg$conffile"
-    (cd "$dir/pkg" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | sort -z |
-        xargs -0 md5sum >DEBIAN/md5sums)
-    dpkg-deb --root-owner-group -Zgzip -b "$dir/pkg" "$boot_root/root/packages/${package}_${prev}_amd64.deb" >/dev/null
-    rm -rf "$dir"
-}
-repack_previous "$out/$agent_deb" /etc/nodecare/agent.toml
-repack_previous "$out/$coordinator_deb" /etc/nodecare/coordinator.toml
-in_root sh -c "cd /root/packages && apt install -y ./nodecare-agent_${prev}_amd64.deb ./nodecare-coordinator_${prev}_amd64.deb" \
+fixtures=packaging/fixtures/previous
+prev_agent_deb=$(find "$fixtures" -name 'nodecare-agent_*_amd64.deb' | head -n 1)
+prev_coordinator_deb=$(find "$fixtures" -name 'nodecare-coordinator_*_amd64.deb' | head -n 1)
+[ -s "$prev_agent_deb" ] && [ -s "$prev_coordinator_deb" ] || fail "no previous release's packages in $fixtures"
+prev=$(dpkg-deb --field "$prev_agent_deb" Version)
+dpkg --compare-versions "$prev" lt "$version-1" || fail "the previous release $prev is not older than $version-1"
+prev_schema=$(sed -n 's/^store schema: \([0-9]*\)$/\1/p' "$fixtures/README.md")
+schema=$(sed -n 's/^const SCHEMA_VERSION: i64 = \([0-9]*\);$/\1/p' coordinator/src/store.rs)
+[ -n "$prev_schema" ] && [ -n "$schema" ] || fail "cannot read the store schema versions ($fixtures/README.md, coordinator/src/store.rs)"
+[ "$prev_schema" -lt "$schema" ] || fail "the previous release's store schema $prev_schema is not older than $schema: no migration to test"
+cp "$prev_agent_deb" "$prev_coordinator_deb" "$boot_root/root/packages/"
+in_root sh -c "cd /root/packages && apt install -y ./$(basename "$prev_agent_deb") ./$(basename "$prev_coordinator_deb")" \
     >"$boot_work/apt.log" 2>&1 || { cat "$boot_work/apt.log" >&2; fail "apt install of the previous release failed"; }
-# The operator's changes of both configuration files, and state of both daemons.
-printf '\n# the operator\ndiagnose_interval_secs = 3\n' >>"$boot_root/etc/nodecare/agent.toml"
+
+# A cluster of its own: node2's and node3's instances can move (sharedfile), jobs take 50 ms.
+kill "$sim_pid" 2>/dev/null || true
+start_sim "$boot_work/sim5" --instances inst1:sharedfile:1,inst2:sharedfile:2,inst3:sharedfile:3
+# The operator's changes of both configuration files. The agent: this node is node2, its one
+# diagnose script prints the verdict written below.
+cat >>"$boot_root/etc/nodecare/agent.toml" <<'TOML'
+
+# the operator
+node_name = "node2.sim.test"
+diagnose_command = "verdict"
+diagnose_interval_secs = 3
+TOML
+mkdir -p "$boot_root/var/lib/nodecare-test"
+echo '{"status":"evacuate","details":{"disk":"/dev/sdb","smart":"reallocated sectors rising"}}' \
+    >"$boot_root/var/lib/nodecare-test/verdict.json"
+printf '#!/bin/sh\nexec cat /var/lib/nodecare-test/verdict.json\n' >"$boot_root/etc/ganeti/node-diagnose-commands/verdict"
+chmod 0755 "$boot_root/etc/ganeti/node-diagnose-commands/verdict"
+in_root nodecare-agent --config /etc/nodecare/agent.toml --check-config >/dev/null || fail "the changed agent.toml is rejected by $prev"
+# The coordinator: as in 7, plus node2's agent here (the other nodes' refuse connections, and
+# the breaker is told to bear that), two disrupted nodes and one healthy node at the least (an
+# evacuated node and a drained one), instance repair on.
 edit_coordinator_config
+config=$boot_root/etc/nodecare/coordinator.toml
+{
+    printf 'max_disrupted_nodes = 2\nmin_healthy_nodes = 1\n'
+    sed -e 's|^\[agents.overrides\]$|&\n"node1.sim.test" = "http://127.0.0.1:1"\n"node2.sim.test" = "http://127.0.0.1:1815"\n"node3.sim.test" = "http://127.0.0.1:1"|' \
+        -e 's|^\[instance_repair\]$|&\nenabled = true|' "$config"
+    printf '\n[breaker]\nmax_unreachable_percent = 100.0\n'
+} >"$config.new"
+mv "$config.new" "$config"
+chmod 0640 "$config"
+in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config >/dev/null 2>&1 ||
+    fail "the changed coordinator.toml is rejected by $prev: $(in_root nodecare-coordinator --config /etc/nodecare/coordinator.toml --check-config 2>&1)"
 in_root systemctl restart nodecare-agent
 in_root systemctl start nodecare-coordinator || fail "the previous release's coordinator does not start"
-for _ in $(seq 1 60); do
-    journal_has nodecare-coordinator 'this node is the master: acting' &&
-        [ -s "$boot_root/var/lib/nodecare/state.db" ] && [ -s "$boot_root/var/lib/nodecare/agent/sequence" ] && break
+
+# The incident: node2's evacuation, carried out to the end (drained, emptied, offline, tagged).
+coordinator_status() { curl -fsS --max-time 5 http://127.0.0.1:1816/1/status; }
+incident_of() { # STATUS-JSON NODE: "id repair-status jobs" of NODE's incident
+    python3 -c '
+import json, sys
+for i in json.loads(sys.argv[1]):
+    if i["node"] == sys.argv[2]:
+        print(i["id"], i["repair-status"], "+".join(str(j) for j in sorted(i["jobs"])))' "$1" "$2"
+}
+incident=
+for _ in $(seq 1 120); do
+    incident=$(incident_of "$(coordinator_status 2>/dev/null || echo '[]')" node2.sim.test)
+    [ "$(cut -d' ' -f2 <<<"$incident")" = completed ] && break
     sleep 0.5
 done
-[ -s "$boot_root/var/lib/nodecare/state.db" ] || fail "the previous release's coordinator made no store"
-[ -s "$boot_root/var/lib/nodecare/agent/sequence" ] || fail "the previous release's agent wrote no sequence number"
-sleep 3 # a round or two in the store
+[ "$(cut -d' ' -f2 <<<"$incident")" = completed ] ||
+    fail "the previous release did not complete node2's evacuation: ${incident:-no incident}; status: $(coordinator_status 2>&1)"
+[ -n "$(cut -d' ' -f3 <<<"$incident")" ] || fail "node2's incident has no jobs: $incident"
+
+# The instance repair in flight: node3 drained by the operator, inst3 (sharedfile, on node3)
+# tagged for automatic repair; the coordinator submits the migration and the pending tag, and
+# Ganeti's jobs take an hour from then on, so the repair is still in flight at the upgrade.
+rapi PUT /2/nodes/node3.sim.test/role -H 'Content-Type: application/json' -d '"drained"' >/dev/null || fail "cannot drain node3"
+for _ in $(seq 1 50); do
+    rapi GET /2/nodes/node3.sim.test | grep -q '"drained": *true' && break
+    sleep 0.2
+done
+rapi GET /2/nodes/node3.sim.test | grep -q '"drained": *true' || fail "node3 is not drained"
+rapi PUT '/2/instances/inst3.sim.test/tags?tag=ganeti:watcher:autorepair:migrate' >/dev/null &&
+    rapi POST /sim/job-delay -d '{"ms": 3600000}' >/dev/null || fail "cannot tag inst3 for repair"
+# Every repair the old store records: "uuid instance job+job…" (the operations' and the pending tag's).
+instance_repairs() {
+    in_root python3 -c '
+import json, sqlite3
+db = sqlite3.connect("file:/var/lib/nodecare/state.db?mode=ro", uri=True)
+if db.execute("SELECT count(*) FROM sqlite_master WHERE name = ?", ("instance_repairs",)).fetchone()[0]:
+    for uuid, instance, text in db.execute("SELECT uuid, instance, record FROM instance_repairs"):
+        r = json.loads(text)
+        jobs = r.get("jobs", []) + [r.get("tag_job")]
+        print(uuid, instance, "+".join("-" if j is None else str(j) for j in jobs))'
+}
+repair=
+for _ in $(seq 1 120); do
+    repair=$(instance_repairs 2>/dev/null || true)
+    [ -n "$repair" ] && ! grep -q -- - <<<"$(cut -d' ' -f3 <<<"$repair")" && break
+    sleep 0.5
+done
+[ "$(wc -l <<<"$repair")" = 1 ] && grep -q ' inst3.sim.test ' <<<"$repair" && ! grep -q -- - <<<"$(cut -d' ' -f3 <<<"$repair")" ||
+    fail "the previous release recorded no instance repair of inst3 with all its jobs: '${repair}'; $(in_root journalctl --no-pager -o cat -u nodecare-coordinator | tail -n 15)"
+repair_uuid=$(cut -d' ' -f1 <<<"$repair")
+repair_jobs=$(cut -d' ' -f3 <<<"$repair")
+
+# What the upgrade must keep.
+sleep 3 # a round or two more in the store
 store_before=$(store_state) || fail "cannot read the previous release's store"
+[ "$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["user_version"])' "$store_before")" = "$prev_schema" ] ||
+    fail "the previous release's store is not schema $prev_schema: $store_before"
 store_inode=$(stat -c %i "$boot_root/var/lib/nodecare/state.db")
+agent_sequences() { in_root python3 -c '
+import sqlite3
+db = sqlite3.connect("file:/var/lib/nodecare/state.db?mode=ro", uri=True)
+print(db.execute("SELECT max(sequence) FROM agent_sequences").fetchone()[0] or 0)'; }
+coordinator_seq_before=$(agent_sequences) || fail "cannot read the agents' sequence numbers from the store"
 seq_before=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
+submissions_before=$(rapi GET /sim/submissions | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
 started_lines() { in_root journalctl --no-pager -o cat -u "$1" | grep -c '^Started ' || true; }
 declare -A invocation_before started_before
 for unit in nodecare-agent nodecare-coordinator; do
@@ -609,14 +709,17 @@ for unit in nodecare-agent nodecare-coordinator; do
     invocation_before[$unit]=$(show "$unit" InvocationID)
     started_before[$unit]=$(started_lines "$unit")
 done
+say "5. under $prev: node2's incident ${incident}, inst3's repair $repair_uuid in flight (jobs $repair_jobs), store $store_before, agent sequence $seq_before"
+
 # The upgrade, as packaging/README.md ("Upgrading") says.
 in_root sh -c "cd /root/packages && apt install -y -o Dpkg::Options::=--force-confold ./$agent_deb ./$coordinator_deb" \
     >"$boot_work/apt.log" 2>&1 || { cat "$boot_work/apt.log" >&2; fail "the upgrade to $version-1 failed"; }
 for package in nodecare-agent nodecare-coordinator; do
     [ "$(in_root dpkg-query -W -f '${Version}' "$package")" = "$version-1" ] || fail "$package is not $version-1 after the upgrade"
 done
-grep -q '^# the operator$' "$boot_root/etc/nodecare/agent.toml" || fail "the upgrade replaced the operator's agent.toml"
-grep -q '^node_name = "node1.sim.test"$' "$boot_root/etc/nodecare/coordinator.toml" ||
+grep -q '^node_name = "node2.sim.test"$' "$boot_root/etc/nodecare/agent.toml" || fail "the upgrade replaced the operator's agent.toml"
+grep -q '^node_name = "node1.sim.test"$' "$boot_root/etc/nodecare/coordinator.toml" &&
+    grep -q '^max_unreachable_percent = 100.0$' "$boot_root/etc/nodecare/coordinator.toml" ||
     fail "the upgrade replaced the operator's coordinator.toml"
 for conffile in agent.toml coordinator.toml; do
     cmp -s "$boot_root/etc/nodecare/$conffile.dpkg-dist" "packaging/config/$conffile" ||
@@ -636,10 +739,47 @@ for unit in nodecare-agent nodecare-coordinator; do
     [ "$starts" = 1 ] || fail "$unit was started $starts times by the upgrade, not once"
     [ "$(show "$unit" NRestarts)" = 0 ] || fail "$unit failed and was restarted by systemd during the upgrade"
 done
-sleep 3
-store_kept "$store_before" "$store_inode" || fail "the upgrade did not keep the coordinator's store: $store_before"
+sleep 6 # rounds of the new coordinator
+
+# The store: the same file, migrated to this release's schema, nothing lost. The old table of
+# instance repairs is gone; its record became ledger entries held by the repair, with its jobs.
+store_after=$(store_state) || fail "cannot read the store after the upgrade"
+python3 - "$store_before" "$store_after" "$schema" <<'PY' || fail "the upgrade did not migrate the store: $store_before -> $store_after"
+import json, sys
+before, after, schema = json.loads(sys.argv[1]), json.loads(sys.argv[2]), int(sys.argv[3])
+assert after["user_version"] == schema, f"schema version {after['user_version']}, not {schema}"
+assert "instance_repairs" not in after["rows"], "the instance_repairs table is still there"
+for table, rows in before["rows"].items():
+    if table != "instance_repairs":
+        assert after["rows"].get(table, -1) >= rows, f"table {table}: {rows} -> {after['rows'].get(table)} rows"
+for name, value in before["counters"].items():
+    assert after["counters"].get(name, -1) >= value, f"counter {name}: {value} -> {after['counters'].get(name)}"
+PY
+[ "$(stat -c %i "$boot_root/var/lib/nodecare/state.db")" = "$store_inode" ] || fail "the upgrade made state.db anew"
+ledger_jobs=$(in_root python3 -c '
+import json, sqlite3, sys
+db = sqlite3.connect("file:/var/lib/nodecare/state.db?mode=ro", uri=True)
+jobs = [json.loads(r).get("job") for (r,) in db.execute("SELECT record FROM ledger WHERE holder = ?", ("instance-repair:" + sys.argv[1],))]
+print("+".join(str(j) for j in sorted(j for j in jobs if j is not None)))' "$repair_uuid")
+[ "$ledger_jobs" = "$(tr + '\n' <<<"$repair_jobs" | sort -n | paste -sd+)" ] ||
+    fail "inst3's repair in flight did not become ledger entries with its jobs: ledger '$ledger_jobs', old record '$repair_jobs'"
+# Nothing submitted twice: the new coordinator adopted the jobs in flight.
+duplicates=$(rapi GET /sim/duplicates)
+[ "$duplicates" = '[]' ] || fail "jobs were submitted twice after the upgrade: $duplicates"
+submissions_after=$(rapi GET /sim/submissions | python3 -c 'import json, sys; print(len(json.load(sys.stdin)))')
+[ "$submissions_after" = "$submissions_before" ] ||
+    fail "the new coordinator submitted $((submissions_after - submissions_before)) job(s) for work the previous release had submitted"
+# The incident, as the new release's API and CLI show it.
+incident_after=$(incident_of "$(coordinator_status)" node2.sim.test)
+[ "$incident_after" = "$incident" ] || fail "node2's incident changed across the upgrade: '$incident' -> '$incident_after'"
+cli=$(in_root nodecare status 2>&1) || fail "nodecare status failed after the upgrade: $cli"
+grep -q 'node2.sim.test' <<<"$cli" || fail "nodecare status does not show node2's incident after the upgrade: $cli"
+# The sequence numbers: the agent's, and what the coordinator keeps of them.
 seq_after=$(cat "$boot_root/var/lib/nodecare/agent/sequence")
 [ "$seq_after" -ge "$seq_before" ] || fail "the agent's sequence number went back across the upgrade: $seq_before -> $seq_after"
-say "5. upgrade $prev -> $version-1 (--force-confold): the operator's agent.toml and coordinator.toml kept (new ones as .dpkg-dist), each daemon restarted once, sequence $seq_before -> $seq_after, store kept ($store_before); $((SECONDS - upgrade_started)) s"
+coordinator_seq_after=$(agent_sequences)
+[ "$coordinator_seq_after" -ge "$coordinator_seq_before" ] ||
+    fail "the coordinator's record of the agents' sequence numbers went back: $coordinator_seq_before -> $coordinator_seq_after"
+say "5. upgrade $prev -> $version-1 (--force-confold): the operator's agent.toml and coordinator.toml kept (new ones as .dpkg-dist), each daemon restarted once; store schema $prev_schema -> $schema, the same file, no row lost ($store_after); inst3's repair in flight now ledger entries with its jobs $repair_jobs, nothing submitted twice; node2's incident $incident_after; sequence $seq_before -> $seq_after (coordinator's $coordinator_seq_before -> $coordinator_seq_after); $((SECONDS - upgrade_started)) s"
 
 say "OK in $((SECONDS - started)) s"
