@@ -416,17 +416,38 @@ impl Reconciler {
                     true
                 }
             };
-            let snapshot = (decided || planned())
-                .then(|| self.board.gate.read().ok().and_then(|g| g.clone()))
-                .flatten();
-            if let Some(gate) = snapshot {
-                let record = crate::recorder::RoundRecord {
-                    now_ms: now,
-                    coordinator: self.settings.node_name.clone(),
-                    gate,
-                    verdicts: crate::recorder::verdicts(&input),
+            if decided || planned() {
+                let verdicts = crate::recorder::verdicts(&input);
+                let coordinator = &self.settings.node_name;
+                // The board's snapshot is this round's: compared in place, copied only when
+                // the round decided anew.
+                let (repeat, gate) = match self.board.gate.read() {
+                    Ok(board) => match board.as_ref() {
+                        Some(gate) if self.recorder.is_repeat(coordinator, gate, &verdicts) => {
+                            (true, None)
+                        }
+                        Some(gate) => (false, Some(gate.clone())),
+                        None => (false, None),
+                    },
+                    Err(_) => (false, None),
                 };
-                if let Err(error) = self.recorder.record(&self.store, record) {
+                let recorded = match gate {
+                    _ if repeat => self.recorder.count_repeat(&self.store, now).map(|_| ()),
+                    Some(gate) => self
+                        .recorder
+                        .record(
+                            &self.store,
+                            crate::recorder::RoundRecord {
+                                now_ms: now,
+                                coordinator: coordinator.clone(),
+                                gate,
+                                verdicts,
+                            },
+                        )
+                        .map(|_| ()),
+                    None => Ok(()),
+                };
+                if let Err(error) = recorded {
                     tracing::warn!(%error, "the flight recorder could not record this round");
                 }
             }

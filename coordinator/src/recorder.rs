@@ -7,6 +7,7 @@
 
 pub use nodecare_core::recorder::*;
 
+use crate::gate::GateSnapshot;
 use crate::round::RoundInput;
 use crate::scrape::AgentOutcome;
 use crate::store::{Store, StoreError, Written};
@@ -73,17 +74,12 @@ impl FlightRecorder {
     /// Records `record` in `store` (or counts it as the last one's repeat).
     /// The caller records a round that judged nothing only when it planned an operation.
     pub fn record(&mut self, store: &Store, record: RoundRecord) -> Result<Recording, StoreError> {
-        if let Some(last) = &mut self.last
-            && record.same_as(&last.record)
+        if self
+            .last
+            .as_ref()
+            .is_some_and(|last| record.same_as(&last.record))
         {
-            last.repeats += 1;
-            last.last_ms = record.now_ms;
-            if record.now_ms.saturating_sub(last.written_ms) >= REPEATS_WRITTEN_EVERY_MS {
-                store.note_round_repeats(last.round, last.last_ms, last.repeats)?;
-                last.written_repeats = last.repeats;
-                last.written_ms = record.now_ms;
-            }
-            return Ok(Recording::Repeat { round: last.round });
+            return self.count_repeat(store, record.now_ms);
         }
         self.flush(store)?;
         let written = store.record_round(&record)?;
@@ -96,6 +92,35 @@ impl FlightRecorder {
             record,
         });
         Ok(Recording::New(written))
+    }
+
+    /// Whether a round (its coordinator, gate snapshot and verdicts) decided what the last
+    /// recorded round did: then [`FlightRecorder::count_repeat`] counts it without a record.
+    pub fn is_repeat(
+        &self,
+        coordinator: &str,
+        gate: &GateSnapshot,
+        verdicts: &SeenVerdicts,
+    ) -> bool {
+        self.last
+            .as_ref()
+            .is_some_and(|last| last.record.decided_as(coordinator, gate, verdicts))
+    }
+
+    /// Counts a round at `now_ms` as a repeat of the last recorded one (written at most every
+    /// [`REPEATS_WRITTEN_EVERY_MS`]).
+    pub fn count_repeat(&mut self, store: &Store, now_ms: u64) -> Result<Recording, StoreError> {
+        let Some(last) = &mut self.last else {
+            return Err(StoreError::Corrupt("recorder: no round to repeat".into()));
+        };
+        last.repeats += 1;
+        last.last_ms = now_ms;
+        if now_ms.saturating_sub(last.written_ms) >= REPEATS_WRITTEN_EVERY_MS {
+            store.note_round_repeats(last.round, last.last_ms, last.repeats)?;
+            last.written_repeats = last.repeats;
+            last.written_ms = now_ms;
+        }
+        Ok(Recording::Repeat { round: last.round })
     }
 
     /// Writes the repeats of the last recorded round not written yet.
@@ -133,6 +158,17 @@ mod tests {
             panic!("a new round");
         };
         assert!(first.new_bytes > 0);
+        // Compared in place (the round's board snapshot, not yet a record).
+        let later = record(5_000, 1, 50);
+        assert!(recorder.is_repeat(&later.coordinator, &later.gate, &later.verdicts));
+        let other = record(5_000, 2, 50);
+        assert!(!recorder.is_repeat(&other.coordinator, &other.gate, &other.verdicts));
+        assert!(!recorder.is_repeat("node9", &later.gate, &later.verdicts));
+        assert!(
+            FlightRecorder::default()
+                .count_repeat(&store, 5_000)
+                .is_err()
+        );
         // The same decision 10 s and 70 s later: repeats, the second written (a minute passed).
         assert_eq!(
             recorder.record(&store, record(11_000, 1, 50)).unwrap(),

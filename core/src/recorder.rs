@@ -50,6 +50,17 @@ impl RoundRecord {
     /// the nodes' memory figures (free memory moves all the time; where it changes a decision,
     /// the decision differs: a capacity refusal names its figures).
     pub fn same_as(&self, other: &Self) -> bool {
+        other.decided_as(&self.coordinator, &self.gate, &self.verdicts)
+    }
+
+    /// [`RoundRecord::same_as`] of a round not made into a record (yet): its coordinator, gate
+    /// snapshot and verdicts.
+    pub fn decided_as(
+        &self,
+        coordinator: &str,
+        gate: &GateSnapshot,
+        verdicts: &SeenVerdicts,
+    ) -> bool {
         fn shape(facts: &NodeFacts) -> (&str, &str, bool, bool, bool, bool) {
             (
                 &facts.group,
@@ -60,20 +71,20 @@ impl RoundRecord {
                 facts.master,
             )
         }
-        self.coordinator == other.coordinator
-            && self.verdicts == other.verdicts
-            && self.gate.view.nodes.len() == other.gate.view.nodes.len()
+        self.coordinator == coordinator
+            && &self.verdicts == verdicts
+            && self.gate.view.nodes.len() == gate.view.nodes.len()
             && self
                 .gate
                 .view
                 .nodes
                 .iter()
-                .zip(&other.gate.view.nodes)
+                .zip(&gate.view.nodes)
                 .all(|((a, fa), (b, fb))| a == b && shape(fa) == shape(fb))
-            && self.gate.view.storage == other.gate.view.storage
-            && self.gate.policy == other.gate.policy
-            && self.gate.in_force == other.gate.in_force
-            && self.gate.decision == other.gate.decision
+            && self.gate.view.storage == gate.view.storage
+            && self.gate.policy == gate.policy
+            && self.gate.in_force == gate.in_force
+            && self.gate.decision == gate.decision
     }
 
     /// The record's parts, each serialized on its own (the store keeps each part once).
