@@ -87,21 +87,31 @@ impl RoundRecord {
             && self.gate.decision == gate.decision
     }
 
-    /// The record's parts, each serialized on its own (the store keeps each part once).
+    /// The record's parts, each serialized on its own (the store keeps each part once): the
+    /// view's nodes and the verdicts in chunks of [`CHUNK_NODES`] nodes (by name), so that a
+    /// node that changed costs its chunk, not the whole cluster.
     pub fn parts(&self) -> Result<Vec<(Part, Vec<u8>)>, serde_json::Error> {
-        Ok(vec![
-            (
-                Part::View,
-                serde_json::to_vec(&ViewPart {
-                    nodes: &self.gate.view.nodes,
-                    storage: &self.gate.view.storage,
-                })?,
-            ),
+        let chunks = |len: usize| u32::try_from(len.div_ceil(CHUNK_NODES)).unwrap_or(u32::MAX);
+        let nodes: Vec<(&String, &NodeFacts)> = self.gate.view.nodes.iter().collect();
+        let verdicts: Vec<(&String, &String)> = self.verdicts.iter().collect();
+        let frame = Frame {
+            storage: self.gate.view.storage.clone(),
+            view_chunks: chunks(nodes.len()),
+            verdict_chunks: chunks(verdicts.len()),
+        };
+        let mut parts = vec![
+            (Part::Frame, serde_json::to_vec(&frame)?),
             (Part::Policy, serde_json::to_vec(&self.gate.policy)?),
             (Part::InForce, serde_json::to_vec(&self.gate.in_force)?),
             (Part::Decision, serde_json::to_vec(&self.gate.decision)?),
-            (Part::Verdicts, serde_json::to_vec(&self.verdicts)?),
-        ])
+        ];
+        for (i, chunk) in (0..).zip(nodes.chunks(CHUNK_NODES)) {
+            parts.push((Part::View(i), serde_json::to_vec(chunk)?));
+        }
+        for (i, chunk) in (0..).zip(verdicts.chunks(CHUNK_NODES)) {
+            parts.push((Part::Verdicts(i), serde_json::to_vec(chunk)?));
+        }
+        Ok(parts)
     }
 
     /// A record put back together from its parts (as [`RoundRecord::parts`] made them).
@@ -117,21 +127,31 @@ impl RoundRecord {
             let bytes = parts.get(&which).ok_or(RecordError::Missing(which))?;
             serde_json::from_slice(bytes).map_err(|error| RecordError::Decode(which, error))
         }
-        let view: OwnedViewPart = part(parts, Part::View)?;
+        let frame: Frame = part(parts, Part::Frame)?;
+        let mut nodes = BTreeMap::new();
+        for i in 0..frame.view_chunks {
+            let chunk: Vec<(String, NodeFacts)> = part(parts, Part::View(i))?;
+            nodes.extend(chunk);
+        }
+        let mut verdicts = SeenVerdicts::new();
+        for i in 0..frame.verdict_chunks {
+            let chunk: Vec<(String, String)> = part(parts, Part::Verdicts(i))?;
+            verdicts.extend(chunk);
+        }
         Ok(Self {
             now_ms,
             coordinator,
             gate: GateSnapshot {
                 view: View {
-                    nodes: view.nodes,
-                    storage: view.storage,
+                    nodes,
+                    storage: frame.storage,
                     now_ms,
                 },
                 policy: part(parts, Part::Policy)?,
                 in_force: part(parts, Part::InForce)?,
                 decision: part(parts, Part::Decision)?,
             },
-            verdicts: part(parts, Part::Verdicts)?,
+            verdicts,
         })
     }
 
@@ -141,60 +161,64 @@ impl RoundRecord {
     }
 }
 
-/// The view without its time (the round's): the same cluster in two rounds is one part.
-#[derive(Serialize)]
-struct ViewPart<'a> {
-    nodes: &'a BTreeMap<String, NodeFacts>,
-    storage: &'a Vec<StorageProblem>,
-}
+/// Nodes per chunk of a recorded view or of its verdicts.
+pub const CHUNK_NODES: usize = 64;
 
-/// [`ViewPart`] read back.
-#[derive(Deserialize)]
-struct OwnedViewPart {
-    nodes: BTreeMap<String, NodeFacts>,
+/// What holds a record's chunks together: the view's storage health (the view without its time,
+/// which is the round's) and how many chunks there are.
+#[derive(Serialize, Deserialize)]
+struct Frame {
     storage: Vec<StorageProblem>,
+    view_chunks: u32,
+    verdict_chunks: u32,
 }
 
 /// A part of a recorded round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Part {
-    /// The gate's view (nodes, failure domains, storage health).
-    View,
+    /// Storage health and the number of chunks.
+    Frame,
+    /// A chunk of the gate's view: [`CHUNK_NODES`] nodes with their failure domain, flags and
+    /// memory.
+    View(u32),
     /// The policy (caps, overrides, the breaker).
     Policy,
     /// What was in force before the proposals.
     InForce,
     /// The decision.
     Decision,
-    /// The verdicts seen.
-    Verdicts,
+    /// A chunk of the verdicts seen.
+    Verdicts(u32),
 }
 
 impl Part {
-    /// Every part.
-    pub const ALL: [Self; 5] = [
-        Self::View,
-        Self::Policy,
-        Self::InForce,
-        Self::Decision,
-        Self::Verdicts,
-    ];
-
-    /// Its name in the store.
-    pub const fn as_str(self) -> &'static str {
+    /// Its name in the store (`frame`, `view/3`, `policy`, `in-force`, `decision`, `verdicts/0`).
+    pub fn name(self) -> String {
         match self {
-            Self::View => "view",
-            Self::Policy => "policy",
-            Self::InForce => "in-force",
-            Self::Decision => "decision",
-            Self::Verdicts => "verdicts",
+            Self::Frame => "frame".into(),
+            Self::View(i) => format!("view/{i}"),
+            Self::Policy => "policy".into(),
+            Self::InForce => "in-force".into(),
+            Self::Decision => "decision".into(),
+            Self::Verdicts(i) => format!("verdicts/{i}"),
         }
     }
 
     /// The part named `name`.
     pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.as_str() == name)
+        let chunk = |text: &str| text.parse::<u32>().ok();
+        match name.split_once('/') {
+            Some(("view", i)) => chunk(i).map(Self::View),
+            Some(("verdicts", i)) => chunk(i).map(Self::Verdicts),
+            Some(_) => None,
+            None => match name {
+                "frame" => Some(Self::Frame),
+                "policy" => Some(Self::Policy),
+                "in-force" => Some(Self::InForce),
+                "decision" => Some(Self::Decision),
+                _ => None,
+            },
+        }
     }
 }
 
@@ -202,10 +226,10 @@ impl Part {
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
     /// A part is missing.
-    #[error("recorded round: part {part} missing", part = .0.as_str())]
+    #[error("recorded round: part {part} missing", part = .0.name())]
     Missing(Part),
     /// A part does not decode.
-    #[error("recorded round: part {part}: {error}", part = .0.as_str(), error = .1)]
+    #[error("recorded round: part {part}: {error}", part = .0.name(), error = .1)]
     Decode(Part, serde_json::Error),
 }
 

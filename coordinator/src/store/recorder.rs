@@ -76,7 +76,7 @@ impl Store {
             }
             transaction.execute(
                 "INSERT INTO recorder_round_parts (round, part, hash) VALUES (?1, ?2, ?3)",
-                params![round, part.as_str(), hash],
+                params![round, part.name(), hash],
             )?;
         }
         transaction.commit()?;

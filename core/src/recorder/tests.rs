@@ -114,7 +114,8 @@ fn recorded(number: u64, record: RoundRecord) -> Recorded {
 fn a_record_goes_into_parts_and_back_whole_and_replays() {
     let record = round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1);
     let parts: BTreeMap<Part, Vec<u8>> = record.parts().unwrap().into_iter().collect();
-    assert_eq!(parts.len(), Part::ALL.len());
+    // Frame, policy, in force, decision, one chunk of nodes, one of verdicts.
+    assert_eq!(parts.len(), 6);
     let back = RoundRecord::from_parts(1_000, "n1".into(), &parts).unwrap();
     assert_eq!(back, record);
     assert!(back.replays());
@@ -123,18 +124,66 @@ fn a_record_goes_into_parts_and_back_whole_and_replays() {
     missing.remove(&Part::Decision);
     let error = RoundRecord::from_parts(1_000, "n1".into(), &missing).unwrap_err();
     assert_eq!(error.to_string(), "recorded round: part decision missing");
+    let mut chunk = parts.clone();
+    chunk.remove(&Part::View(0));
+    let error = RoundRecord::from_parts(1_000, "n1".into(), &chunk).unwrap_err();
+    assert_eq!(error.to_string(), "recorded round: part view/0 missing");
     let mut broken = parts;
-    broken.insert(Part::View, b"{".to_vec());
+    broken.insert(Part::Verdicts(0), b"{".to_vec());
     assert!(
         RoundRecord::from_parts(1_000, "n1".into(), &broken)
             .unwrap_err()
             .to_string()
-            .starts_with("recorded round: part view:")
+            .starts_with("recorded round: part verdicts/0:")
     );
-    for part in Part::ALL {
-        assert_eq!(Part::parse(part.as_str()), Some(part));
+    for part in [
+        Part::Frame,
+        Part::View(0),
+        Part::View(17),
+        Part::Policy,
+        Part::InForce,
+        Part::Decision,
+        Part::Verdicts(3),
+    ] {
+        assert_eq!(Part::parse(&part.name()), Some(part));
     }
-    assert_eq!(Part::parse("nope"), None);
+    for bad in [
+        "nope", "view/", "view/x", "views/1", "view/-1", "frame/1", "",
+    ] {
+        assert_eq!(Part::parse(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn a_large_view_goes_in_chunks_and_one_changed_node_changes_one_chunk() {
+    let mut record = round(1_000, &[("n1", 1)], vec![repair(2, "n3")], 1);
+    let template = record.gate.view.nodes["n4"].clone();
+    for n in 0..200 {
+        let name = format!("x{n:03}");
+        let mut facts = template.clone();
+        facts.name.clone_from(&name);
+        record.gate.view.nodes.insert(name.clone(), facts);
+        record.verdicts.insert(name, "Ok".into());
+    }
+    let parts: BTreeMap<Part, Vec<u8>> = record.parts().unwrap().into_iter().collect();
+    // 204 nodes: four chunks of each.
+    assert!(parts.contains_key(&Part::View(3)) && !parts.contains_key(&Part::View(4)));
+    assert!(parts.contains_key(&Part::Verdicts(3)));
+    assert_eq!(
+        RoundRecord::from_parts(1_000, "n1".into(), &parts).unwrap(),
+        record
+    );
+    let mut changed = record.clone();
+    if let Some(facts) = changed.gate.view.nodes.get_mut("x150") {
+        facts.drained = true;
+    }
+    let other: BTreeMap<Part, Vec<u8>> = changed.parts().unwrap().into_iter().collect();
+    let differing: Vec<Part> = parts
+        .iter()
+        .filter(|(part, bytes)| other.get(part) != Some(bytes))
+        .map(|(part, _)| *part)
+        .collect();
+    assert_eq!(differing, vec![Part::View(2)]);
 }
 
 #[test]

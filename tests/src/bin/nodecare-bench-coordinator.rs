@@ -392,15 +392,25 @@ async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
     let repeats: u64 = recorded.iter().map(|r| r.repeats).sum();
     // What a round that decides anew costs on top: its record written (every part new but the
     // ones it shares with the first).
+    // A new decision whose view differs in one node: the node drained (its chunk of the view
+    // new), its verdict changed (its chunk of the verdicts new).
     let mut writes = Vec::new();
+    let mut new_bytes = Vec::new();
     if let Some(last) = recorded.first() {
         for n in 1..=10u64 {
             let mut record = last.record.clone();
             record.now_ms += n;
-            record.verdicts.insert(format!("what-if-{n}"), "Ok".into());
+            let node = node(usize::try_from(n).unwrap_or(1) * 97 % count.max(1) + 1);
+            if let Some(facts) = record.gate.view.nodes.get_mut(&node) {
+                facts.drained = !facts.drained;
+            }
+            record
+                .verdicts
+                .insert(node, format!("unknown (what if {n})"));
             let started = Instant::now();
-            with.api().store.record_round(&record)?;
+            let written = with.api().store.record_round(&record)?;
             writes.push(started.elapsed().as_secs_f64());
+            new_bytes.push(written.new_bytes as f64);
         }
     }
     let (m_with, m_without) = (median(times_with), median(times_without));
@@ -413,8 +423,9 @@ async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
         bytes / kept.max(1)
     );
     println!(
-        "agents={count} new_record_write_seconds_median={:.4}",
-        median(writes)
+        "agents={count} new_record_write_seconds_median={:.4} new_record_new_bytes_median={:.0}",
+        median(writes),
+        median(new_bytes)
     );
     Ok(())
 }
