@@ -49,6 +49,9 @@ pub struct WatchSettings {
     pub backoff_max: Duration,
     /// Clock-skew tolerance (as the scraper's).
     pub policy: VerifyPolicy,
+    /// Delay after an error of an agent whose node is expected back (a campaign reboots it),
+    /// instead of the back-off.
+    pub returning_retry: Duration,
 }
 
 impl Default for WatchSettings {
@@ -59,6 +62,7 @@ impl Default for WatchSettings {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             policy: VerifyPolicy::default(),
+            returning_retry: Duration::from_millis(500),
         }
     }
 }
@@ -93,6 +97,8 @@ pub struct Watches {
     changes: Arc<watch::Sender<u64>>,
     board: Option<std::sync::Weak<crate::board::Board>>,
     delivered: Arc<Delivered>,
+    /// The nodes expected back from a reboot ([`Watches::set_returning`]).
+    returning: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
 }
 
 impl Drop for Watches {
@@ -113,6 +119,17 @@ impl Watches {
             changes: Arc::new(watch::Sender::new(0)),
             board: None,
             delivered: Arc::new(Delivered::default()),
+            returning: Arc::default(),
+        }
+    }
+
+    /// The nodes a campaign reboots now: while one fails, its watch asks again every
+    /// [`WatchSettings::returning_retry`] instead of backing off, and its first report after
+    /// the failures counts as a change (the node is back), so that the round sees the return
+    /// at once.
+    pub fn set_returning(&self, nodes: std::collections::BTreeSet<String>) {
+        if let Ok(mut returning) = self.returning.write() {
+            *returning = nodes;
         }
     }
 
@@ -177,6 +194,7 @@ impl Watches {
                 Arc::clone(&self.changes),
                 self.board.clone(),
                 Arc::clone(&self.delivered),
+                Arc::clone(&self.returning),
             ));
             self.running
                 .insert(node.to_owned(), (target.clone(), task.abort_handle()));
@@ -198,9 +216,17 @@ async fn watch_agent(
     changes: Arc<watch::Sender<u64>>,
     board: Option<std::sync::Weak<crate::board::Board>>,
     delivered: Arc<Delivered>,
+    returning: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
 ) {
+    let is_returning = || {
+        returning
+            .read()
+            .is_ok_and(|nodes| nodes.contains(&target.node))
+    };
     let mut after = 0u64;
     let mut seen: Option<Seen> = None;
+    // Whether the last answer was a failure (the agent was away).
+    let mut lost = false;
     let mut backoff = settings.backoff_min;
     let mut log = crate::auth::LogLimiter::new(LOG_PERIOD);
     loop {
@@ -245,7 +271,9 @@ async fn watch_agent(
                     fingerprint: o.verdict.fingerprint.clone(),
                     fresh: matches!(outcome, AgentOutcome::Verified(_)),
                 };
-                let changed = seen.as_ref().is_some_and(|before| *before != now);
+                // A node coming back from a reboot is a change even with the same verdict.
+                let back = lost && seen.is_some() && is_returning();
+                let changed = back || seen.as_ref().is_some_and(|before| *before != now);
                 if changed {
                     tracing::info!(node = %target.node, sequence = after, status = %o.verdict.status, "watched verdict changed");
                     if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
@@ -271,11 +299,16 @@ async fn watch_agent(
             WatchAnswer::Report(AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e))
             | WatchAnswer::Failed(e) => Some(Backoff::error(e)),
         };
+        lost = failure.is_some();
         match failure {
             None => backoff = settings.backoff_min,
             Some(failure) => {
                 delivered.failed(&target);
-                let delay = delay(backoff, failure.retry_after, settings);
+                let delay = if is_returning() {
+                    settings.returning_retry
+                } else {
+                    delay(backoff, failure.retry_after, settings)
+                };
                 if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
                     board.metrics.watch_backoff(failure.cause);
                 }
@@ -637,6 +670,7 @@ mod tests {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(8),
             policy: VerifyPolicy::default(),
+            ..WatchSettings::default()
         };
         let mut watches = Watches::new(ring, settings).with_board(&board);
         let target = |node: &str, base_url: String| AgentTarget {
@@ -793,6 +827,7 @@ mod tests {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(8),
             policy: VerifyPolicy::default(),
+            ..WatchSettings::default()
         };
         let mut watches = Watches::new(ring, settings);
         let delivered = watches.delivered();
