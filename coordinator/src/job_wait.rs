@@ -176,9 +176,8 @@ async fn run(
         for job in wanted {
             if !open.contains_key(&job) {
                 let ganeti = Arc::clone(&ganeti);
-                let handle = waits.spawn(async move {
-                    (job, wait_for_end(ganeti, job, settings.pace).await)
-                });
+                let handle = waits
+                    .spawn(async move { (job, wait_for_end(ganeti, job, settings.pace).await) });
                 open.insert(job, handle);
             }
         }
@@ -259,7 +258,10 @@ mod tests {
         assert_eq!(to_wait_on(&entries, &BTreeSet::new(), 4), vec![5, 9, 11]);
         assert_eq!(to_wait_on(&entries, &BTreeSet::new(), 2), vec![5, 9]);
         // A job seen ended is not waited on again; its holder's next one is.
-        assert_eq!(to_wait_on(&entries, &BTreeSet::from([5]), 4), vec![7, 9, 11]);
+        assert_eq!(
+            to_wait_on(&entries, &BTreeSet::from([5]), 4),
+            vec![7, 9, 11]
+        );
         assert!(to_wait_on(&entries, &BTreeSet::new(), 0).is_empty());
     }
 
@@ -320,7 +322,10 @@ mod tests {
             "woken {after:?} after the submission (the job takes 600 ms)"
         );
         // Until a round has recorded the outcome, the same job does not wake it again.
-        assert!(!woken(&board, Duration::from_millis(300)).await, "woken twice");
+        assert!(
+            !woken(&board, Duration::from_millis(300)).await,
+            "woken twice"
+        );
 
         // A standby waits on nothing.
         board.acting.store(false, Ordering::Relaxed);

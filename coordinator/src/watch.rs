@@ -304,11 +304,13 @@ async fn watch_agent(
             None => backoff = settings.backoff_min,
             Some(failure) => {
                 delivered.failed(&target);
-                let delay = if is_returning() {
-                    settings.returning_retry
-                } else {
-                    delay(backoff, failure.retry_after, settings)
-                };
+                if is_returning() {
+                    // Not a back-off: the node is expected away until it is back.
+                    tracing::debug!(node = %target.node, reason = %failure.message, "node rebooting: watching for its return");
+                    tokio::time::sleep(settings.returning_retry).await;
+                    continue;
+                }
+                let delay = delay(backoff, failure.retry_after, settings);
                 if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
                     board.metrics.watch_backoff(failure.cause);
                 }
@@ -854,5 +856,107 @@ mod tests {
         // A node no longer watched is forgotten.
         watches.sync(&[]);
         assert!(delivered.snapshot(["n1", "n2"]).is_empty());
+    }
+
+    /// An agent that answers `answers` in turn (each a whole HTTP answer), then holds every
+    /// request.
+    async fn scripted_agent(answers: Vec<Vec<u8>>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut answers = answers.into_iter();
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let _read = stream.read(&mut request).await;
+                match answers.next() {
+                    Some(answer) => {
+                        let _written = stream.write_all(&answer).await;
+                    }
+                    None => held.push(stream),
+                }
+            }
+        });
+        format!("http://{address}")
+    }
+
+    /// A node a campaign reboots is watched for its return: while its agent fails, the watch
+    /// asks again at a short pace instead of backing off, and the first report after the
+    /// failures counts as a change, the verdict the same as before; a node not expected back
+    /// is asked again only after the back-off.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rebooted_node_back_with_the_same_verdict_is_a_change() {
+        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
+        let now = nodecare_protocol::now_ms();
+        let script =
+            nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [("disk".to_owned(), script)].into_iter().collect(),
+        )
+        .unwrap();
+        let answer = |sequence: u64| {
+            let payload = serde_json::to_value(nodecare_protocol::DiagnosePayload {
+                verdict: verdict.clone(),
+                collected_at_ms: now,
+                age_ms: 0,
+                stale: false,
+                interval_ms: 1000,
+                boot_id: None,
+                reboot_required: None,
+            })
+            .unwrap();
+            let envelope = nodecare_protocol::Signer::new(key.clone(), "n1")
+                .sign(payload, sequence, now, 60_000)
+                .unwrap();
+            let body = serde_json::to_vec(&envelope).unwrap();
+            let mut raw = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            raw.extend(body);
+            raw
+        };
+        let down = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown".to_vec();
+        let settings = WatchSettings {
+            wait: Duration::from_secs(20),
+            timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(4),
+            backoff_max: Duration::from_secs(8),
+            returning_retry: Duration::from_millis(100),
+            policy: VerifyPolicy::default(),
+        };
+        for returning in [true, false] {
+            let url = scripted_agent(vec![
+                answer(9),
+                down.clone(),
+                down.clone(),
+                down.clone(),
+                answer(10),
+            ])
+            .await;
+            let ring = Arc::new(KeyRing::single(key.clone()));
+            let mut watches = Watches::new(ring, settings);
+            let mut changes = watches.subscribe();
+            changes.borrow_and_update();
+            if returning {
+                watches.set_returning(std::collections::BTreeSet::from(["n1".to_owned()]));
+            }
+            watches.sync(&[AgentTarget {
+                node: "n1".into(),
+                node_uuid: "n1".into(),
+                base_url: url,
+            }]);
+            let changed = tokio::time::timeout(Duration::from_secs(3), changes.changed()).await;
+            if returning {
+                assert!(changed.is_ok(), "the node's return was not a change");
+            } else {
+                // Back-off 4 s, then 8 s: its return is not seen within 3 s.
+                assert!(
+                    changed.is_err(),
+                    "a node not expected back was asked again at once"
+                );
+            }
+        }
     }
 }

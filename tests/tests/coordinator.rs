@@ -845,17 +845,27 @@ async fn a_job_that_ends_starts_a_round_at_once() {
         }
         started.elapsed()
     };
-    wait_until("the first round", Duration::from_secs(20), &|| rounds() == 1);
+    wait_until("the first round", Duration::from_secs(20), &|| {
+        rounds() == 1
+    });
     let agent = h.agents.get(&node(2)).unwrap();
     wait_until("the watch's first answer", Duration::from_secs(20), &|| {
         agent.requests() >= 2
     });
     agent.set_verdict(evacuate());
     let completed = || {
-        store.incidents().unwrap_or_default().iter().any(|i| i.repair_status == RepairStatus::Completed)
+        store
+            .incidents()
+            .unwrap_or_default()
+            .iter()
+            .any(|i| i.repair_status == RepairStatus::Completed)
     };
     // Drain, two moves, offline and tag: chained jobs of 300 ms each, each one's end a round.
-    let took = wait_until("the evacuation's completion", Duration::from_secs(10), &completed);
+    let took = wait_until(
+        "the evacuation's completion",
+        Duration::from_secs(10),
+        &completed,
+    );
     assert!(rounds() >= 3, "rounds: {}", rounds());
     assert!(took < Duration::from_secs(10), "{took:?}");
     assert!(h.sim.duplicate_intents().is_empty());

@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use nodecare_coordinator::campaign::{self, Record};
 use nodecare_coordinator::store::Store;
+use nodecare_ganeti::Ganeti;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_protocol::maintenance::NodeStep;
-use nodecare_tests::fake_agent::FakeAgents;
-use nodecare_ganeti::Ganeti;
 use nodecare_protocol::maintenance::{CampaignRequest, CampaignState};
+use nodecare_tests::fake_agent::FakeAgents;
 use nodecare_tests::harness::{Harness, node};
 
 fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: T) -> anyhow::Result<T> {
@@ -190,7 +190,8 @@ impl Tracker {
     /// One line per group: when (seconds after the campaign's start) every node of it had
     /// reached each step, its hooks had been sent and its nodes were back.
     fn timeline(&self, record: &Record) -> Vec<String> {
-        let s = |d: Option<&Duration>| d.map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
+        let s =
+            |d: Option<&Duration>| d.map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
         record
             .campaign
             .groups
@@ -198,7 +199,12 @@ impl Tracker {
             .enumerate()
             .map(|(gi, group)| {
                 let last = |of: &BTreeMap<String, Duration>| {
-                    group.nodes.iter().filter_map(|n| of.get(&n.node)).max().copied()
+                    group
+                        .nodes
+                        .iter()
+                        .filter_map(|n| of.get(&n.node))
+                        .max()
+                        .copied()
                 };
                 let mut line = format!("group {gi}: started {}", s(self.group_seen.get(&gi)));
                 for (step, name) in STEPS {
@@ -374,7 +380,9 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             };
             let _sent = stop.send(());
-            running.await?.map_err(|e| anyhow::anyhow!("coordinator: {e}"))?;
+            running
+                .await?
+                .map_err(|e| anyhow::anyhow!("coordinator: {e}"))?;
             done?
         }
     };
@@ -432,7 +440,11 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
 
 fn check_limit(tracker: &Tracker, limit: Duration, store: &Store) -> anyhow::Result<()> {
     if tracker.started.elapsed() > limit {
-        let campaign = store.campaigns()?.into_iter().next().context("campaign gone")?;
+        let campaign = store
+            .campaigns()?
+            .into_iter()
+            .next()
+            .context("campaign gone")?;
         bail!(
             "campaign not finished after {:?}: {:#?}",
             tracker.started.elapsed(),
