@@ -174,11 +174,13 @@ async fn run(
             keep
         });
         for job in wanted {
-            if !open.contains_key(&job) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = open.entry(job) {
                 let ganeti = Arc::clone(&ganeti);
-                let handle = waits
-                    .spawn(async move { (job, wait_for_end(ganeti, job, settings.pace).await) });
-                open.insert(job, handle);
+                slot.insert(
+                    waits.spawn(
+                        async move { (job, wait_for_end(ganeti, job, settings.pace).await) },
+                    ),
+                );
             }
         }
         tokio::select! {
@@ -198,7 +200,9 @@ async fn run(
                         next_round.as_mut().enable();
                         board.wake.notify_one();
                         // One round for every job that ended meanwhile.
-                        let _ = tokio::time::timeout(settings.round_wait, next_round).await;
+                        if tokio::time::timeout(settings.round_wait, next_round).await.is_err() {
+                            tracing::debug!(job, "job waits: no round after the wake-up; looking again");
+                        }
                     }
                     Waited::Failed(error) => {
                         let pause = backoff.map_or(settings.backoff_min, |b| {
