@@ -31,8 +31,11 @@ pub struct Board {
     /// Whether this coordinator is acting (its last mastership check found this node the
     /// master); a coordinator on another master candidate stands by.
     pub acting: std::sync::atomic::AtomicBool,
-    /// Starts the next round now (a cancel, so that its jobs' outcomes are recorded at once).
+    /// Starts the next round now (a cancel, so that its jobs' outcomes are recorded at once;
+    /// a job that ended, [`crate::job_wait`]).
     pub wake: tokio::sync::Notify,
+    /// Signalled (to every waiter) at the end of every round.
+    pub round_done: tokio::sync::Notify,
     /// Jobs Ganeti was already asked to cancel (by the API or a round), asked once each.
     pub cancels_asked: crate::exec::CancelsAsked,
 }

@@ -167,6 +167,16 @@ pub fn flag_changes(
         .collect())
 }
 
+/// The nodes every running campaign is rebooting now ([`Record::rebooting_nodes`]), whose
+/// return the watches look for at a short pace ([`crate::watch::Watches::set_returning`]).
+pub fn rebooting(store: &Store) -> Result<std::collections::BTreeSet<String>, StoreError> {
+    Ok(store
+        .campaigns()?
+        .iter()
+        .flat_map(|r| r.rebooting_nodes().map(str::to_owned).collect::<Vec<_>>())
+        .collect())
+}
+
 /// Every campaign's planned disruptions for the grace ([`Record::planned_disruptions`]): nodes
 /// rebooting now (their hook runs or they are coming back) from `now_ms`, so their failure
 /// domain stays in grace (no incident, no storm) throughout the reboot; nodes whose reboot

@@ -49,6 +49,8 @@ pub struct Coordinator {
     retention: crate::store::retention::RetentionConfig,
     /// The HTTP API's limits.
     server_limits: crate::server::ServerLimits,
+    /// Ganeti, for the job waits that wake the round loop ([`crate::job_wait`]).
+    ganeti: Arc<dyn Ganeti>,
 }
 
 /// A watched verdict change starts a round this long after it, so that changes arriving
@@ -169,6 +171,7 @@ impl Coordinator {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }
         let ganeti_for_api = Arc::clone(&ganeti);
+        let ganeti_for_waits = Arc::clone(&ganeti);
         let agents_for_api = repairs.clone();
         let mut reconciler = Reconciler::new(
             ganeti,
@@ -220,6 +223,7 @@ impl Coordinator {
                 max_connections: config.api_max_connections,
                 ..crate::server::ServerLimits::default()
             },
+            ganeti: ganeti_for_waits,
         })
     }
 
@@ -328,6 +332,13 @@ impl Coordinator {
             })
             .await;
         });
+        // A job in flight that ends starts a round at once; dropped (stopped) with the loop.
+        let _job_waits = crate::job_wait::JobWaits::spawn(
+            Arc::clone(&self.ganeti),
+            Arc::clone(&self.api.store) as Arc<dyn crate::exec::ledger::Ledger>,
+            Arc::clone(&self.api.board),
+            crate::job_wait::JobWaitSettings::default(),
+        );
         let mut ticker = tokio::time::interval(self.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut changes = self.watches.as_ref().map(Watches::subscribe);
@@ -342,7 +353,7 @@ impl Coordinator {
                 () = &mut shutdown => break Ok(()),
                 _ = ticker.tick() => {}
                 () = board.wake.notified() => {
-                    tracing::debug!("woken (an incident was canceled): round now");
+                    tracing::debug!("woken (a cancel, an acknowledgement, a job that ended): round now");
                     ticker.reset();
                 }
                 Some(()) = changed(changes.as_mut()) => {
@@ -425,6 +436,10 @@ impl Coordinator {
                     .map(|targets| targets.clone())
                     .unwrap_or_default();
                 watches.sync(&targets);
+                match crate::campaign_exec::rebooting(&self.api.store) {
+                    Ok(nodes) => watches.set_returning(nodes),
+                    Err(error) => tracing::debug!(%error, "nodes rebooting unknown"),
+                }
             }
         };
         if stop_api.send(()).is_err() {

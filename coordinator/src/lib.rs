@@ -36,6 +36,7 @@ pub use nodecare_exec as exec;
 pub mod harep;
 pub mod http;
 pub mod instance_repair_exec;
+pub mod job_wait;
 pub mod maintenance_api;
 pub mod metrics;
 pub mod node_repair;

@@ -225,6 +225,7 @@ impl Reconciler {
         if let Ok(mut last) = self.board.last_round.write() {
             *last = summary.clone();
         }
+        self.board.round_done.notify_waiters();
         result.map(|()| summary)
     }
 

@@ -864,6 +864,14 @@ impl Ganeti for ReplicatedGaneti {
     fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, JobCancel> {
         self.guarded(move || self.inner.cancel_job(id))
     }
+
+    fn wait_job_change(
+        &self,
+        id: JobId,
+        previous: Option<nodecare_ganeti::JobStatus>,
+    ) -> GanetiFuture<'_, Option<nodecare_ganeti::JobStatus>> {
+        self.inner.wait_job_change(id, previous)
+    }
 }
 
 #[cfg(test)]

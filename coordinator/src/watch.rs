@@ -49,6 +49,9 @@ pub struct WatchSettings {
     pub backoff_max: Duration,
     /// Clock-skew tolerance (as the scraper's).
     pub policy: VerifyPolicy,
+    /// Delay after an error of an agent whose node is expected back (a campaign reboots it),
+    /// instead of the back-off.
+    pub returning_retry: Duration,
 }
 
 impl Default for WatchSettings {
@@ -59,6 +62,7 @@ impl Default for WatchSettings {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             policy: VerifyPolicy::default(),
+            returning_retry: Duration::from_millis(500),
         }
     }
 }
@@ -93,6 +97,8 @@ pub struct Watches {
     changes: Arc<watch::Sender<u64>>,
     board: Option<std::sync::Weak<crate::board::Board>>,
     delivered: Arc<Delivered>,
+    /// The nodes expected back from a reboot ([`Watches::set_returning`]).
+    returning: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
 }
 
 impl Drop for Watches {
@@ -113,6 +119,17 @@ impl Watches {
             changes: Arc::new(watch::Sender::new(0)),
             board: None,
             delivered: Arc::new(Delivered::default()),
+            returning: Arc::default(),
+        }
+    }
+
+    /// The nodes a campaign reboots now: while one fails, its watch asks again every
+    /// [`WatchSettings::returning_retry`] instead of backing off, and its first report after
+    /// the failures counts as a change (the node is back), so that the round sees the return
+    /// at once.
+    pub fn set_returning(&self, nodes: std::collections::BTreeSet<String>) {
+        if let Ok(mut returning) = self.returning.write() {
+            *returning = nodes;
         }
     }
 
@@ -177,6 +194,7 @@ impl Watches {
                 Arc::clone(&self.changes),
                 self.board.clone(),
                 Arc::clone(&self.delivered),
+                Arc::clone(&self.returning),
             ));
             self.running
                 .insert(node.to_owned(), (target.clone(), task.abort_handle()));
@@ -198,9 +216,17 @@ async fn watch_agent(
     changes: Arc<watch::Sender<u64>>,
     board: Option<std::sync::Weak<crate::board::Board>>,
     delivered: Arc<Delivered>,
+    returning: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
 ) {
+    let is_returning = || {
+        returning
+            .read()
+            .is_ok_and(|nodes| nodes.contains(&target.node))
+    };
     let mut after = 0u64;
     let mut seen: Option<Seen> = None;
+    // Whether the last answer was a failure (the agent was away).
+    let mut lost = false;
     let mut backoff = settings.backoff_min;
     let mut log = crate::auth::LogLimiter::new(LOG_PERIOD);
     loop {
@@ -245,7 +271,9 @@ async fn watch_agent(
                     fingerprint: o.verdict.fingerprint.clone(),
                     fresh: matches!(outcome, AgentOutcome::Verified(_)),
                 };
-                let changed = seen.as_ref().is_some_and(|before| *before != now);
+                // A node coming back from a reboot is a change even with the same verdict.
+                let back = lost && seen.is_some() && is_returning();
+                let changed = back || seen.as_ref().is_some_and(|before| *before != now);
                 if changed {
                     tracing::info!(node = %target.node, sequence = after, status = %o.verdict.status, "watched verdict changed");
                     if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
@@ -271,10 +299,17 @@ async fn watch_agent(
             WatchAnswer::Report(AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e))
             | WatchAnswer::Failed(e) => Some(Backoff::error(e)),
         };
+        lost = failure.is_some();
         match failure {
             None => backoff = settings.backoff_min,
             Some(failure) => {
                 delivered.failed(&target);
+                if is_returning() {
+                    // Not a back-off: the node is expected away until it is back.
+                    tracing::debug!(node = %target.node, reason = %failure.message, "node rebooting: watching for its return");
+                    tokio::time::sleep(settings.returning_retry).await;
+                    continue;
+                }
                 let delay = delay(backoff, failure.retry_after, settings);
                 if let Some(board) = board.as_ref().and_then(std::sync::Weak::upgrade) {
                     board.metrics.watch_backoff(failure.cause);
@@ -637,6 +672,7 @@ mod tests {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(8),
             policy: VerifyPolicy::default(),
+            ..WatchSettings::default()
         };
         let mut watches = Watches::new(ring, settings).with_board(&board);
         let target = |node: &str, base_url: String| AgentTarget {
@@ -793,6 +829,7 @@ mod tests {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(8),
             policy: VerifyPolicy::default(),
+            ..WatchSettings::default()
         };
         let mut watches = Watches::new(ring, settings);
         let delivered = watches.delivered();
@@ -819,5 +856,107 @@ mod tests {
         // A node no longer watched is forgotten.
         watches.sync(&[]);
         assert!(delivered.snapshot(["n1", "n2"]).is_empty());
+    }
+
+    /// An agent that answers `answers` in turn (each a whole HTTP answer), then holds every
+    /// request.
+    async fn scripted_agent(answers: Vec<Vec<u8>>) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut answers = answers.into_iter();
+            let mut held = Vec::new();
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let _read = stream.read(&mut request).await;
+                match answers.next() {
+                    Some(answer) => {
+                        let _written = stream.write_all(&answer).await;
+                    }
+                    None => held.push(stream),
+                }
+            }
+        });
+        format!("http://{address}")
+    }
+
+    /// A node a campaign reboots is watched for its return: while its agent fails, the watch
+    /// asks again at a short pace instead of backing off, and the first report after the
+    /// failures counts as a change, the verdict the same as before; a node not expected back
+    /// is asked again only after the back-off.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rebooted_node_back_with_the_same_verdict_is_a_change() {
+        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
+        let now = nodecare_protocol::now_ms();
+        let script =
+            nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [("disk".to_owned(), script)].into_iter().collect(),
+        )
+        .unwrap();
+        let answer = |sequence: u64| {
+            let payload = serde_json::to_value(nodecare_protocol::DiagnosePayload {
+                verdict: verdict.clone(),
+                collected_at_ms: now,
+                age_ms: 0,
+                stale: false,
+                interval_ms: 1000,
+                boot_id: None,
+                reboot_required: None,
+            })
+            .unwrap();
+            let envelope = nodecare_protocol::Signer::new(key.clone(), "n1")
+                .sign(payload, sequence, now, 60_000)
+                .unwrap();
+            let body = serde_json::to_vec(&envelope).unwrap();
+            let mut raw = format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            )
+            .into_bytes();
+            raw.extend(body);
+            raw
+        };
+        let down = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown".to_vec();
+        let settings = WatchSettings {
+            wait: Duration::from_secs(20),
+            timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(4),
+            backoff_max: Duration::from_secs(8),
+            returning_retry: Duration::from_millis(100),
+            policy: VerifyPolicy::default(),
+        };
+        for returning in [true, false] {
+            let url = scripted_agent(vec![
+                answer(9),
+                down.clone(),
+                down.clone(),
+                down.clone(),
+                answer(10),
+            ])
+            .await;
+            let ring = Arc::new(KeyRing::single(key.clone()));
+            let mut watches = Watches::new(ring, settings);
+            let mut changes = watches.subscribe();
+            changes.borrow_and_update();
+            if returning {
+                watches.set_returning(std::collections::BTreeSet::from(["n1".to_owned()]));
+            }
+            watches.sync(&[AgentTarget {
+                node: "n1".into(),
+                node_uuid: "n1".into(),
+                base_url: url,
+            }]);
+            let changed = tokio::time::timeout(Duration::from_secs(3), changes.changed()).await;
+            if returning {
+                assert!(changed.is_ok(), "the node's return was not a change");
+            } else {
+                // Back-off 4 s, then 8 s: its return is not seen within 3 s.
+                assert!(
+                    changed.is_err(),
+                    "a node not expected back was asked again at once"
+                );
+            }
+        }
     }
 }

@@ -565,6 +565,18 @@ impl Record {
         matches!(step, NodeStep::Hook | NodeStep::WaitHealthy)
     }
 
+    /// The nodes rebooting now (their hook runs or they are coming back) while the campaign
+    /// runs: the coordinator watches them for their return at a short pace.
+    pub fn rebooting_nodes(&self) -> impl Iterator<Item = &str> {
+        let running = !self.state().is_final();
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(move |n| running && Self::rebooting(n.step))
+            .map(|n| n.node.as_str())
+    }
+
     /// The campaign's planned disruptions for the grace ([`crate::gate::grace`]): node, Unix
     /// ms the grace runs from. A node rebooting now (its hook runs or it is coming back) is in
     /// grace from `now_ms`, so throughout its reboot; a node whose reboot ended is in grace

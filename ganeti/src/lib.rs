@@ -725,6 +725,22 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
     /// Cancels a job that has not started (RAPI `DELETE /2/jobs/<id>`; see [`JobCancel`]).
     /// Unknown or archived → [`GanetiError::NotFound`]. A write: it changes the cluster's queue.
     fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, JobCancel>;
+
+    /// Waits until job `id`'s status differs from `previous` (`None`: answers at once) and
+    /// returns it; `Ok(None)`: no change within Ganeti's wait period (RAPI `GET
+    /// /2/jobs/<id>/wait`, which blocks up to 10 s). Unknown or archived →
+    /// [`GanetiError::NotFound`]. A read. Without a wait of its own, an implementation reads
+    /// the job once and answers at once (the caller paces its waits).
+    fn wait_job_change(
+        &self,
+        id: JobId,
+        previous: Option<JobStatus>,
+    ) -> GanetiFuture<'_, Option<JobStatus>> {
+        Box::pin(async move {
+            let status = self.job(id).await?.status;
+            Ok((Some(status) != previous).then_some(status))
+        })
+    }
 }
 
 #[cfg(test)]

@@ -818,6 +818,62 @@ async fn a_watched_verdict_change_starts_a_round_at_once() {
     running.await.unwrap().unwrap();
 }
 
+/// A Ganeti job that ends starts a round at once (RAPI's job wait): with rounds every hour,
+/// once the watch has started the round that submits the evacuation's jobs, only the jobs'
+/// ends can start the rounds that follow them to the incident's completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_ends_starts_a_round_at_once() {
+    let h = Harness::new(4, "a:diskless:2,b:sharedfile:2", |config| {
+        config.round_interval = 3600.0;
+    })
+    .await
+    .unwrap();
+    h.sim.set_job_delay(Duration::from_millis(300));
+    let board = std::sync::Arc::clone(&h.coordinator.api().board);
+    let store = std::sync::Arc::clone(&h.coordinator.api().store);
+    let rounds = || board.last_round.read().map(|r| r.number).unwrap_or(0);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(h.coordinator.run(listener, async {
+        stopped.await.ok();
+    }));
+    let wait_until = |what: &'static str, limit: Duration, condition: &dyn Fn() -> bool| {
+        let started = std::time::Instant::now();
+        while !condition() {
+            assert!(started.elapsed() < limit, "{what} within {limit:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        started.elapsed()
+    };
+    wait_until("the first round", Duration::from_secs(20), &|| {
+        rounds() == 1
+    });
+    let agent = h.agents.get(&node(2)).unwrap();
+    wait_until("the watch's first answer", Duration::from_secs(20), &|| {
+        agent.requests() >= 2
+    });
+    agent.set_verdict(evacuate());
+    let completed = || {
+        store
+            .incidents()
+            .unwrap_or_default()
+            .iter()
+            .any(|i| i.repair_status == RepairStatus::Completed)
+    };
+    // Drain, two moves, offline and tag: chained jobs of 300 ms each, each one's end a round.
+    let took = wait_until(
+        "the evacuation's completion",
+        Duration::from_secs(10),
+        &completed,
+    );
+    assert!(rounds() >= 3, "rounds: {}", rounds());
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(h.sim.duplicate_intents().is_empty());
+
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_users_file_writes_are_refused() {
     let mut h = Harness::new(2, "", |config| {

@@ -398,6 +398,14 @@ impl Ganeti for RapiClient {
     fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, ganeti::JobCancel> {
         Box::pin(async move { Ok(RapiClient::cancel_job(self, id).await?) })
     }
+
+    fn wait_job_change(
+        &self,
+        id: JobId,
+        previous: Option<JobStatus>,
+    ) -> GanetiFuture<'_, Option<JobStatus>> {
+        Box::pin(async move { Ok(RapiClient::wait_for_job_change(self, id, previous).await?) })
+    }
 }
 
 /// RAPI's answer to a job cancel, `[bool, str]`.

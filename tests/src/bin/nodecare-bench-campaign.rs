@@ -1,24 +1,34 @@
 //! Benchmark of a rolling maintenance campaign on the simulated cluster.
 //!
-//! `nodecare-bench-campaign [NODES] [INSTANCES] [JOB_S] [REBOOT_S] [BUDGET_%]` (defaults 200
-//! 4000 0.5 20 50):
+//! `nodecare-bench-campaign [NODES] [INSTANCES] [JOB_S] [REBOOT_S] [BUDGET_%] [PAIRS]`
+//! (defaults 200 4000 0.5 20 50 3):
 //! NODES nodes (16 GiB each) with fake agents, INSTANCES instances spread over them (70 %
 //! DRBD, 20 % sharedfile, 10 % diskless), every Ganeti job (drain, migration, undrain) taking
 //! JOB_S seconds and every hook "rebooting" its node for REBOOT_S seconds (the agent does not
-//! answer, then comes back with a new boot id). The coordinator runs rounds back to back under
-//! a budget of BUDGET_% of the nodes disrupted at once.
+//! answer, then comes back with a new boot id), under a budget of BUDGET_% of the nodes
+//! disrupted at once. PAIRS times, two campaigns on fresh clusters, one after the other:
 //!
-//! Prints the campaign's wall time against the plan's lower bound, groups × (longest
-//! migration + reboot), and checks every budget at every round: nodes disrupted at once,
-//! instances down, jobs submitted twice.
+//! - before: the benchmark runs the coordinator's rounds back to back (every 20 ms after the
+//!   last), the best polling can do;
+//! - after: the coordinator's own loop (`Coordinator::run`) at its default round interval
+//!   (30 s), its rounds started by the events: a job that ends (RAPI's job wait), a watched
+//!   agent that changes or comes back from its reboot.
+//!
+//! Prints each campaign's wall time against the plan's lower bound, groups × (longest
+//! migration + reboot), with a timeline of its groups, and checks every budget all along (after
+//! every round, or every 20 ms): nodes disrupted at once, instances down, jobs submitted twice.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use nodecare_coordinator::campaign::{self, Record};
+use nodecare_coordinator::store::Store;
 use nodecare_ganeti::Ganeti;
+use nodecare_ganeti_sim::Simulation;
+use nodecare_protocol::maintenance::NodeStep;
 use nodecare_protocol::maintenance::{CampaignRequest, CampaignState};
+use nodecare_tests::fake_agent::FakeAgents;
 use nodecare_tests::harness::{Harness, node};
 
 fn arg<T: std::str::FromStr>(args: &[String], index: usize, default: T) -> anyhow::Result<T> {
@@ -44,6 +54,174 @@ fn spec(nodes: usize, instances: usize) -> String {
         .join(",")
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Rounds back to back, run by the benchmark.
+    Before,
+    /// The coordinator's loop, woken by the events.
+    After,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    nodes: usize,
+    instances: usize,
+    job: Duration,
+    reboot: Duration,
+    max_disrupted: usize,
+}
+
+/// What one campaign gave.
+#[derive(Debug)]
+struct Outcome {
+    wall: Duration,
+    lower_bound: Duration,
+    rounds: u64,
+    mean_round_ms: f64,
+    groups: Vec<String>,
+    timeline: Vec<String>,
+}
+
+/// The steps of the timeline: when every node of a group had reached them.
+const STEPS: [(NodeStep, &str); 6] = [
+    (NodeStep::MovePrimaries, "drained"),
+    (NodeStep::Hook, "moved"),
+    (NodeStep::WaitHealthy, "rebooting"),
+    (NodeStep::Undrain, "healthy"),
+    (NodeStep::MigrateBack, "undrained"),
+    (NodeStep::Done, "done"),
+];
+
+/// What the benchmark follows while a campaign runs.
+struct Tracker {
+    started: Instant,
+    seen: BTreeMap<String, BTreeSet<String>>,
+    rebooting: Vec<(String, Instant)>,
+    /// Node → when its hook was seen, when it came back.
+    hooked: BTreeMap<String, Duration>,
+    back: BTreeMap<String, Duration>,
+    /// (group, step) → when every node of the group had reached it; group → when it started.
+    reached: BTreeMap<(usize, NodeStep), Duration>,
+    group_seen: BTreeMap<usize, Duration>,
+    max_drained: usize,
+    down_seen: usize,
+}
+
+impl Tracker {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            seen: BTreeMap::new(),
+            rebooting: Vec::new(),
+            hooked: BTreeMap::new(),
+            back: BTreeMap::new(),
+            reached: BTreeMap::new(),
+            group_seen: BTreeMap::new(),
+            max_drained: 0,
+            down_seen: 0,
+        }
+    }
+
+    /// Hooks "reboot" their node; budgets checked; the campaign's progress noted. Returns the
+    /// campaign once final.
+    fn sample(
+        &mut self,
+        sim: &Simulation,
+        agents: &FakeAgents,
+        store: &Store,
+        nodes: usize,
+        reboot: Duration,
+    ) -> anyhow::Result<Option<Record>> {
+        let at = self.started.elapsed();
+        for i in 1..=nodes {
+            let name = node(i);
+            let Some(agent) = agents.get(&name) else {
+                continue;
+            };
+            let runs = self.seen.entry(name.clone()).or_default();
+            for id in agent.repairs() {
+                if runs.insert(id) {
+                    agent.set_down(true);
+                    self.hooked.insert(name.clone(), at);
+                    self.rebooting.push((name.clone(), Instant::now() + reboot));
+                }
+            }
+        }
+        let now = Instant::now();
+        let seen = &self.seen;
+        let back = &mut self.back;
+        let started = self.started;
+        self.rebooting.retain(|(name, due)| {
+            if *due > now {
+                return true;
+            }
+            if let Some(agent) = agents.get(name) {
+                let n = seen.get(name).map_or(0, BTreeSet::len);
+                agent.set_boot_id(Some(&format!("{name}-boot-{n}")));
+                agent.set_down(false);
+                back.insert(name.clone(), started.elapsed());
+            }
+            false
+        });
+        let (drained, down) = sim.with_cluster(|c| {
+            (
+                c.nodes.values().filter(|n| n.drained || n.offline).count(),
+                c.instances.values().filter(|i| !i.running).count(),
+            )
+        });
+        self.max_drained = self.max_drained.max(drained);
+        self.down_seen = self.down_seen.max(down);
+        let campaign = store
+            .campaigns()?
+            .into_iter()
+            .next()
+            .context("campaign gone")?;
+        for (gi, group) in campaign.campaign.groups.iter().enumerate() {
+            self.group_seen.entry(gi).or_insert(at);
+            for (step, _) in STEPS {
+                if group.nodes.iter().all(|n| n.step >= step) {
+                    self.reached.entry((gi, step)).or_insert(at);
+                }
+            }
+        }
+        Ok(campaign.state().is_final().then_some(campaign))
+    }
+
+    /// One line per group: when (seconds after the campaign's start) every node of it had
+    /// reached each step, its hooks had been sent and its nodes were back.
+    fn timeline(&self, record: &Record) -> Vec<String> {
+        let s =
+            |d: Option<&Duration>| d.map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
+        record
+            .campaign
+            .groups
+            .iter()
+            .enumerate()
+            .map(|(gi, group)| {
+                let last = |of: &BTreeMap<String, Duration>| {
+                    group
+                        .nodes
+                        .iter()
+                        .filter_map(|n| of.get(&n.node))
+                        .max()
+                        .copied()
+                };
+                let mut line = format!("group {gi}: started {}", s(self.group_seen.get(&gi)));
+                for (step, name) in STEPS {
+                    line.push_str(&format!(", {name} {}", s(self.reached.get(&(gi, step)))));
+                    if step == NodeStep::Hook {
+                        line.push_str(&format!(", hooks seen {}", s(last(&self.hooked).as_ref())));
+                    }
+                    if step == NodeStep::WaitHealthy {
+                        line.push_str(&format!(", agents back {}", s(last(&self.back).as_ref())));
+                    }
+                }
+                line
+            })
+            .collect()
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -52,24 +230,76 @@ async fn main() -> anyhow::Result<()> {
     let job_s: f64 = arg(&args, 3, 0.5)?;
     let reboot_s: f64 = arg(&args, 4, 20.0)?;
     let budget_percent: usize = arg(&args, 5, 50)?;
+    let pairs: usize = arg(&args, 6, 3)?;
     if nodes < 4 {
         bail!("at least 4 nodes");
     }
-    let max_disrupted = (nodes * budget_percent / 100).max(1);
-    let mut h = Harness::new(nodes, &spec(nodes, instances), |config| {
-        config.max_disrupted_nodes = max_disrupted;
+    let params = Params {
+        nodes,
+        instances,
+        job: Duration::from_secs_f64(job_s),
+        reboot: Duration::from_secs_f64(reboot_s),
+        max_disrupted: (nodes * budget_percent / 100).max(1),
+    };
+    println!(
+        "cluster: {nodes} nodes, {instances} instances; job {job_s} s, reboot {reboot_s} s; \
+         budget {} nodes disrupted; {pairs} pairs (before: rounds back to back; after: the \
+         coordinator's loop, round interval 30 s, woken by job ends and watches)",
+        params.max_disrupted
+    );
+    let mut ratios = Vec::new();
+    for pair in 1..=pairs {
+        let mut walls = Vec::new();
+        for mode in [Mode::Before, Mode::After] {
+            let outcome = campaign_run(params, mode).await?;
+            println!(
+                "pair {pair} {:<6}: {:.1} s, lower bound {:.1} s = {:.1} %; {} rounds (mean {:.0} ms); groups {}",
+                format!("{mode:?}").to_lowercase(),
+                outcome.wall.as_secs_f64(),
+                outcome.lower_bound.as_secs_f64(),
+                100.0 * outcome.lower_bound.as_secs_f64() / outcome.wall.as_secs_f64(),
+                outcome.rounds,
+                outcome.mean_round_ms,
+                outcome.groups.join("; "),
+            );
+            for line in &outcome.timeline {
+                println!("    {line}");
+            }
+            walls.push(outcome.wall.as_secs_f64());
+        }
+        if let [before, after] = walls[..] {
+            let ratio = after / before;
+            ratios.push(ratio);
+            println!("pair {pair}: after / before wall = {ratio:.3}");
+        }
+    }
+    if !ratios.is_empty() {
+        println!(
+            "mean after / before wall over {} pairs: {:.3}",
+            ratios.len(),
+            ratios.iter().sum::<f64>() / ratios.len() as f64
+        );
+    }
+    Ok(())
+}
+
+/// One campaign on a fresh cluster; fails when a budget or an outcome is not met.
+async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
+    let h = Harness::new(p.nodes, &spec(p.nodes, p.instances), |config| {
+        config.max_disrupted_nodes = p.max_disrupted;
         config.min_healthy_nodes = 2;
+        if mode == Mode::After {
+            config.round_interval = nodecare_coordinator::config::Config::default().round_interval;
+        }
     })
     .await?;
-    let job = Duration::from_secs_f64(job_s);
-    let reboot = Duration::from_secs_f64(reboot_s);
-    h.sim.set_job_delay(job);
+    h.sim.set_job_delay(p.job);
     h.sim.with_cluster(|c| {
         for n in c.nodes.values_mut() {
             n.memory_total_mib = 16_384;
         }
     });
-    for i in 1..=nodes {
+    for i in 1..=p.nodes {
         if let Some(agent) = h.agents.get(&node(i)) {
             agent.set_boot_id(Some(&format!("boot-{i}-0")));
         }
@@ -89,22 +319,8 @@ async fn main() -> anyhow::Result<()> {
         &campaign::roll_options(&request, &h.config.domain_source()).map_err(anyhow::Error::msg)?,
     )
     .context("planning")?;
-    let planned_groups = plan.groups.len();
-    let per_group = job + reboot;
-    let lower_bound = per_group * u32::try_from(planned_groups)?;
-    println!(
-        "cluster: {nodes} nodes, {instances} instances; job {job_s} s, reboot {reboot_s} s; \
-         budget {max_disrupted} nodes disrupted"
-    );
-    println!(
-        "plan: {planned_groups} groups ({}); lower bound {:.1} s",
-        plan.groups
-            .iter()
-            .map(|g| g.nodes.len().to_string())
-            .collect::<Vec<_>>()
-            .join("+"),
-        lower_bound.as_secs_f64()
-    );
+    let per_group = p.job + p.reboot;
+    let lower_bound = per_group * u32::try_from(plan.groups.len())?;
 
     let (before, _) = layout(&h);
     let record = Record::new(
@@ -113,116 +329,127 @@ async fn main() -> anyhow::Result<()> {
         "bench",
         nodecare_protocol::now_ms(),
     );
-    h.coordinator.api().store.save_campaign(&record)?;
-    let started = Instant::now();
-    let mut seen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut rebooting: Vec<(String, Instant)> = Vec::new();
+    let api = h.coordinator.api().clone();
+    api.store.save_campaign(&record)?;
+    let limit = lower_bound * 4 + Duration::from_secs(120);
+    let mut tracker = Tracker::new();
     let mut rounds = 0u64;
     let mut round_time = Duration::ZERO;
-    let mut max_drained = 0usize;
-    let mut down_seen = 0usize;
-    let limit = lower_bound * 4 + Duration::from_secs(120);
-    let state = loop {
-        let t = Instant::now();
-        h.coordinator.round().await?;
-        round_time += t.elapsed();
-        rounds += 1;
-        // Hooks: the node goes away for the reboot, then comes back with a new boot id.
-        for i in 1..=nodes {
-            let name = node(i);
-            let Some(agent) = h.agents.get(&name) else {
-                continue;
-            };
-            let runs = seen.entry(name.clone()).or_default();
-            for id in agent.repairs() {
-                if runs.insert(id) {
-                    agent.set_down(true);
-                    rebooting.push((name.clone(), Instant::now() + reboot));
+    let Harness {
+        sim,
+        agents,
+        coordinator: mut coord,
+        state_dir: _state_dir,
+        ..
+    } = h;
+    let state = match mode {
+        Mode::Before => loop {
+            let t = Instant::now();
+            coord.round().await?;
+            round_time += t.elapsed();
+            rounds += 1;
+            if let Some(done) = tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot)? {
+                break done;
+            }
+            check_limit(&tracker, limit, &api.store)?;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        },
+        Mode::After => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let running = tokio::spawn(coord.run(listener, async {
+                let _stopped = stopped.await;
+            }));
+            let mut last_round = 0;
+            let done = loop {
+                if let Ok(last) = api.board.last_round.read()
+                    && last.number != last_round
+                {
+                    last_round = last.number;
+                    rounds += 1;
+                    round_time += Duration::from_millis(last.duration_ms);
                 }
-            }
+                match tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot) {
+                    Ok(Some(done)) => break Ok(done),
+                    Ok(None) => {}
+                    Err(e) => break Err(e),
+                }
+                if let Err(e) = check_limit(&tracker, limit, &api.store) {
+                    break Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            };
+            let _sent = stop.send(());
+            running
+                .await?
+                .map_err(|e| anyhow::anyhow!("coordinator: {e}"))?;
+            done?
         }
-        let now = Instant::now();
-        rebooting.retain(|(name, at)| {
-            if *at > now {
-                return true;
-            }
-            if let Some(agent) = h.agents.get(name) {
-                let n = seen.get(name).map_or(0, BTreeSet::len);
-                agent.set_boot_id(Some(&format!("{name}-boot-{n}")));
-                agent.set_down(false);
-            }
-            false
-        });
-        let (drained, down) = h.sim.with_cluster(|c| {
-            (
-                c.nodes.values().filter(|n| n.drained || n.offline).count(),
-                c.instances.values().filter(|i| !i.running).count(),
-            )
-        });
-        max_drained = max_drained.max(drained);
-        down_seen = down_seen.max(down);
-        let campaign = h
-            .coordinator
-            .api()
-            .store
-            .campaigns()?
-            .into_iter()
-            .next()
-            .context("campaign gone")?;
-        if campaign.state().is_final() {
-            break campaign;
-        }
-        if started.elapsed() > limit {
-            bail!(
-                "campaign not finished after {:?}: {:#?}",
-                started.elapsed(),
-                campaign.campaign
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let wall = started.elapsed();
-    let (after, _) = layout(&h);
-    let hooks: usize = seen.values().map(BTreeSet::len).sum();
-    let duplicates = h.sim.duplicate_intents();
-    let groups_run = state.campaign.groups.len();
+    let wall = tracker.started.elapsed();
+    let after = sim.with_cluster(|c| {
+        c.instances
+            .values()
+            .map(|i| (i.name.clone(), i.pnode.clone()))
+            .collect::<BTreeMap<_, _>>()
+    });
+    let hooks: usize = tracker.seen.values().map(BTreeSet::len).sum();
+    let duplicates = sim.duplicate_intents();
+    let groups = state
+        .campaign
+        .groups
+        .iter()
+        .filter_map(|g| {
+            let (start, end) = (g.started_ms?, g.finished_ms?);
+            Some(format!(
+                "{} nodes {:.1} s from {:.1} s",
+                g.nodes.len(),
+                end.saturating_sub(start) as f64 / 1000.0,
+                start.saturating_sub(state.campaign.created_ms) as f64 / 1000.0
+            ))
+        })
+        .collect();
     println!(
-        "campaign: {} in {:.1} s, {groups_run} groups, {rounds} rounds (mean {:.0} ms)",
-        state.campaign.state,
-        wall.as_secs_f64(),
-        round_time.as_secs_f64() * 1000.0 / rounds.max(1) as f64,
-    );
-    for g in &state.campaign.groups {
-        let (Some(start), Some(end)) = (g.started_ms, g.finished_ms) else {
-            continue;
-        };
-        println!(
-            "group {}: {} nodes, {:.1} s (started {:.1} s after the campaign)",
-            g.index,
-            g.nodes.len(),
-            end.saturating_sub(start) as f64 / 1000.0,
-            start.saturating_sub(state.campaign.created_ms) as f64 / 1000.0
-        );
-    }
-    println!(
-        "parallelism: lower bound / wall = {:.1} %",
-        100.0 * lower_bound.as_secs_f64() / wall.as_secs_f64()
-    );
-    println!(
-        "budgets: at most {max_drained} nodes drained (budget {max_disrupted}); \
-         at most {down_seen} instances down; hooks {hooks} for {nodes} nodes; \
-         {} jobs submitted twice; instances back on their primaries: {}",
+        "    budgets: at most {} nodes drained (budget {}); at most {} instances down; hooks \
+         {hooks} for {} nodes; {} jobs submitted twice; instances back on their primaries: {}",
+        tracker.max_drained,
+        p.max_disrupted,
+        tracker.down_seen,
+        p.nodes,
         duplicates.len(),
         after == before
     );
     if state.campaign.state != CampaignState::Completed
-        || max_drained > max_disrupted
-        || down_seen > 0
-        || hooks != nodes
+        || tracker.max_drained > p.max_disrupted
+        || tracker.down_seen > 0
+        || hooks != p.nodes
         || !duplicates.is_empty()
         || after != before
     {
-        bail!("a budget or an outcome was not met");
+        bail!("a budget or an outcome was not met ({mode:?})");
+    }
+    Ok(Outcome {
+        wall,
+        lower_bound,
+        rounds,
+        mean_round_ms: round_time.as_secs_f64() * 1000.0 / rounds.max(1) as f64,
+        groups,
+        timeline: tracker.timeline(&state),
+    })
+}
+
+fn check_limit(tracker: &Tracker, limit: Duration, store: &Store) -> anyhow::Result<()> {
+    if tracker.started.elapsed() > limit {
+        let campaign = store
+            .campaigns()?
+            .into_iter()
+            .next()
+            .context("campaign gone")?;
+        bail!(
+            "campaign not finished after {:?}: {:#?}",
+            tracker.started.elapsed(),
+            campaign.campaign
+        );
     }
     Ok(())
 }
