@@ -93,7 +93,8 @@ pub enum WatchAnswer {
 pub struct Watches {
     ring: Arc<KeyRing>,
     settings: WatchSettings,
-    running: BTreeMap<String, (AgentTarget, AbortHandle)>,
+    /// Each watched agent's target (shared with its task) and task.
+    running: BTreeMap<String, (Arc<AgentTarget>, AbortHandle)>,
     changes: Arc<watch::Sender<u64>>,
     board: Option<std::sync::Weak<crate::board::Board>>,
     delivered: Arc<Delivered>,
@@ -175,7 +176,9 @@ impl Watches {
             .map(|target| (target.node.as_str(), target))
             .collect();
         self.running.retain(|node, (target, handle)| {
-            let keep = wanted.get(node.as_str()) == Some(&&*target);
+            let keep = wanted
+                .get(node.as_str())
+                .is_some_and(|wanted| **wanted == **target);
             if !keep {
                 handle.abort();
             }
@@ -187,8 +190,9 @@ impl Watches {
             if self.running.contains_key(node) {
                 continue;
             }
+            let target = Arc::new(target.clone());
             let task = tokio::spawn(watch_agent(
-                target.clone(),
+                Arc::clone(&target),
                 Arc::clone(&self.ring),
                 self.settings,
                 Arc::clone(&self.changes),
@@ -197,7 +201,7 @@ impl Watches {
                 Arc::clone(&self.returning),
             ));
             self.running
-                .insert(node.to_owned(), (target.clone(), task.abort_handle()));
+                .insert(node.to_owned(), (target, task.abort_handle()));
         }
     }
 }
@@ -210,7 +214,7 @@ struct Seen {
 }
 
 async fn watch_agent(
-    target: AgentTarget,
+    target: Arc<AgentTarget>,
     ring: Arc<KeyRing>,
     settings: WatchSettings,
     changes: Arc<watch::Sender<u64>>,
@@ -231,7 +235,7 @@ async fn watch_agent(
     let mut log = crate::auth::LogLimiter::new(LOG_PERIOD);
     loop {
         let started = tokio::time::Instant::now();
-        let (answer, body) = watch_once_with_body(&target, &ring, settings, after).await;
+        let (answer, body) = watch_once_with_body(&target, &ring, &settings, after).await;
         let elapsed = started.elapsed();
         let failure = match answer {
             WatchAnswer::NotModified if early(elapsed, settings.wait) => Some(Backoff {
@@ -416,14 +420,15 @@ pub async fn watch_once(
     settings: WatchSettings,
     after: u64,
 ) -> WatchAnswer {
-    watch_once_with_body(target, ring, settings, after).await.0
+    watch_once_with_body(target, ring, &settings, after).await.0
 }
 
-/// [`watch_once`], with the body of a `200` answer.
+/// [`watch_once`], with the body of a `200` answer. Takes the settings by reference: this future
+/// is part of every waiting watch's task ([`MAX_WAITING_WATCH_BYTES`]).
 async fn watch_once_with_body(
     target: &AgentTarget,
     ring: &KeyRing,
-    settings: WatchSettings,
+    settings: &WatchSettings,
     after: u64,
 ) -> (WatchAnswer, Option<Arc<[u8]>>) {
     let limit = settings.wait + settings.timeout;
@@ -489,12 +494,41 @@ pub fn judge(
 }
 
 /// Sends the request and reads the answer (status, body). The connection is closed by the
-/// agent after the answer; nothing is buffered before the socket is readable.
+/// agent after the answer; nothing is buffered before the socket is readable, and what only the
+/// connect and the request need (names, the connect's timer, the request's text) is gone before
+/// the wait: [`connect_and_ask`] runs boxed, so a waiting watch keeps only its socket.
 async fn request(
     target: &AgentTarget,
-    settings: WatchSettings,
+    settings: &WatchSettings,
     after: u64,
 ) -> Result<(u16, Vec<u8>, Option<Duration>), String> {
+    let url = &target.base_url;
+    let stream = Box::pin(connect_and_ask(target, settings, after)).await?;
+    // Wait without a buffer; then read the whole answer, bounded.
+    stream
+        .readable()
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    let mut raw = Vec::new();
+    let limit = u64::try_from(MAX_REPORT_BYTES + 16 * 1024).unwrap_or(u64::MAX);
+    stream
+        .take(limit + 1)
+        .read_to_end(&mut raw)
+        .await
+        .map_err(|error| format!("{url}: {error}"))?;
+    if raw.len() as u64 > limit {
+        return Err(format!("{url}: answer larger than {limit} bytes"));
+    }
+    let (status, body) = parse_answer(&raw).map_err(|error| format!("{url}: {error}"))?;
+    Ok((status, body, retry_after(&raw)))
+}
+
+/// Connects to the agent of `target` (within `settings.timeout`) and sends the long-poll.
+async fn connect_and_ask(
+    target: &AgentTarget,
+    settings: &WatchSettings,
+    after: u64,
+) -> Result<tokio::net::TcpStream, String> {
     let (host, port) = host_port(&target.base_url)?;
     let url = &target.base_url;
     let connect = async {
@@ -520,23 +554,7 @@ async fn request(
         .write_all(head.as_bytes())
         .await
         .map_err(|error| format!("{url}: {error}"))?;
-    // Wait without a buffer; then read the whole answer, bounded.
-    stream
-        .readable()
-        .await
-        .map_err(|error| format!("{url}: {error}"))?;
-    let mut raw = Vec::new();
-    let limit = u64::try_from(MAX_REPORT_BYTES + 16 * 1024).unwrap_or(u64::MAX);
-    (&mut stream)
-        .take(limit + 1)
-        .read_to_end(&mut raw)
-        .await
-        .map_err(|error| format!("{url}: {error}"))?;
-    if raw.len() as u64 > limit {
-        return Err(format!("{url}: answer larger than {limit} bytes"));
-    }
-    let (status, body) = parse_answer(&raw).map_err(|error| format!("{url}: {error}"))?;
-    Ok((status, body, retry_after(&raw)))
+    Ok(stream)
 }
 
 /// The `Retry-After` (in seconds) of a whole HTTP answer, if any and valid. Pure.
@@ -602,6 +620,33 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
     use super::*;
+
+    /// Issue 27: a coordinator keeps one watch task per agent (10 000 on a big cluster), and
+    /// what its future holds stays resident while it waits: the connect's state and timer and
+    /// the request's text are boxed and gone before the wait, the settings are borrowed. The
+    /// bound is for this test's build (unoptimised); it was 1 432 bytes before.
+    #[test]
+    fn a_waiting_watch_holds_little() {
+        const MAX_WATCH_TASK_BYTES: usize = 1024;
+        let target = Arc::new(AgentTarget {
+            node: "n1".into(),
+            node_uuid: "u1".into(),
+            base_url: "http://127.0.0.1:1".into(),
+        });
+        let task = watch_agent(
+            target,
+            Arc::new(KeyRing::default()),
+            WatchSettings::default(),
+            Arc::new(watch::Sender::new(0)),
+            None,
+            Arc::new(Delivered::default()),
+        );
+        let size = std::mem::size_of_val(&task);
+        assert!(
+            size <= MAX_WATCH_TASK_BYTES,
+            "a watch task's future takes {size} bytes, more than {MAX_WATCH_TASK_BYTES}"
+        );
+    }
 
     #[test]
     fn answers_parse_or_fail_clearly() {
