@@ -336,9 +336,6 @@ pub struct Scraper {
     ring: Arc<KeyRing>,
     settings: ScrapeSettings,
     watched: Option<Watched>,
-    /// The last verified storage report of each node, read again by the next rounds until it
-    /// nears its expiry ([`kept_is_current`]).
-    kept_storage: Arc<std::sync::Mutex<BTreeMap<String, KeptReport>>>,
 }
 
 /// The scraper could not be built.
@@ -372,7 +369,6 @@ impl Scraper {
             ring: Arc::new(ring),
             settings,
             watched: None,
-            kept_storage: Arc::default(),
         })
     }
 
@@ -530,67 +526,34 @@ impl Scraper {
     /// [`crate::storage::drbd_nodes`], see [`storage_targets`]), with the same bounded
     /// concurrency and timeouts as [`Self::scrape`]; `sequences` holds the last accepted storage
     /// report sequence per node (kept apart from the diagnose report's).
-    ///
-    /// A node's last verified report is kept and read again, without a request, while
-    /// [`kept_is_current`] holds (it expires later than [`WATCHED_EXPIRY_MARGIN_MS`] from now and
-    /// is not older than the last accepted): the agent signs a new one every 10 s for 30 s, so
-    /// the rounds a watch starts between two intervals do not read every DRBD node again. Either
-    /// way the bytes pass [`verify_storage_report`] with the round's clock and sequences.
     pub async fn scrape_storage(
         &self,
         targets: Vec<AgentTarget>,
         sequences: &BTreeMap<String, u64>,
         now_ms: impl Fn() -> u64 + Send + Sync + Clone + 'static,
     ) -> Vec<StorageResult> {
-        let (mut results, targets) = self.read_kept_storage(targets, sequences, now_ms());
         let sequences = Arc::new(sequences.clone());
         let client = self.round_client(targets.len());
         let ring = Arc::clone(&self.ring);
         let policy = self.settings.policy;
-        let kept = Arc::clone(&self.kept_storage);
-        let mut fetched = for_each_target(self.settings.concurrency, targets, move |target| {
+        let mut results = for_each_target(self.settings.concurrency, targets, move |target| {
             let sequences = Arc::clone(&sequences);
             let client = client.clone();
             let ring = Arc::clone(&ring);
             let now_ms = now_ms.clone();
-            let kept = Arc::clone(&kept);
             async move {
                 let min_sequence = sequences.get(&target.node).copied();
                 let started = Instant::now();
                 let url = format!("{}{SIGNED_DRBD_PATH}", target.base_url);
                 let (reading, sequence) = match fetch_body(&client, &url).await {
-                    Ok(body) => {
-                        let verified = verify_storage_report(
-                            &ring,
-                            policy,
-                            &target.node,
-                            &body,
-                            min_sequence,
-                            now_ms(),
-                        );
-                        let mut kept = kept
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        match &verified.0 {
-                            StorageReading::Verified(observation) => {
-                                kept.insert(
-                                    target.node.clone(),
-                                    KeptReport {
-                                        base_url: target.base_url.clone(),
-                                        report: DeliveredReport {
-                                            body: Arc::from(body),
-                                            sequence: observation.sequence,
-                                            expires_at_ms: observation.expires_at_ms,
-                                        },
-                                    },
-                                );
-                            }
-                            StorageReading::Missing(_) => {
-                                kept.remove(&target.node);
-                            }
-                        }
-                        verified
-                    }
+                    Ok(body) => verify_storage_report(
+                        &ring,
+                        policy,
+                        &target.node,
+                        &body,
+                        min_sequence,
+                        now_ms(),
+                    ),
                     Err(BodyError::Unreachable(why)) => {
                         (StorageReading::Missing(Missing::Unreachable(why)), None)
                     }
@@ -607,85 +570,9 @@ impl Scraper {
             }
         })
         .await;
-        results.append(&mut fetched);
         results.sort_by(|a, b| a.node.cmp(&b.node));
         results
     }
-
-    /// Verifies the kept storage reports of the targets [`kept_is_current`] allows; gives their
-    /// results and the targets left to read over the network. Forgets the kept reports of nodes
-    /// that are no longer targets.
-    fn read_kept_storage(
-        &self,
-        targets: Vec<AgentTarget>,
-        sequences: &BTreeMap<String, u64>,
-        now_ms: u64,
-    ) -> (Vec<StorageResult>, Vec<AgentTarget>) {
-        let mut kept = self
-            .kept_storage
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let wanted: std::collections::BTreeSet<&str> =
-            targets.iter().map(|t| t.node.as_str()).collect();
-        kept.retain(|node, _| wanted.contains(node.as_str()));
-        let mut results = Vec::new();
-        let mut rest = Vec::new();
-        for target in targets {
-            let last = sequences.get(&target.node).copied();
-            let Some(report) = kept
-                .get(&target.node)
-                .filter(|k| kept_is_current(k, &target, last, now_ms))
-            else {
-                rest.push(target);
-                continue;
-            };
-            let started = Instant::now();
-            let (reading, sequence) = verify_storage_report(
-                &self.ring,
-                self.settings.policy,
-                &target.node,
-                &report.report.body,
-                last,
-                now_ms,
-            );
-            if !matches!(reading, StorageReading::Verified(_)) {
-                // Never current once it fails: read from the agent instead.
-                kept.remove(&target.node);
-                rest.push(target);
-                continue;
-            }
-            results.push(StorageResult {
-                node: target.node,
-                reading,
-                sequence,
-                elapsed: started.elapsed(),
-            });
-        }
-        (results, rest)
-    }
-}
-
-/// A verified report kept by the scraper for the next rounds.
-#[derive(Debug, Clone)]
-pub struct KeptReport {
-    /// The agent URL it was read from.
-    pub base_url: String,
-    /// Its signed bytes, sequence and expiry.
-    pub report: DeliveredReport,
-}
-
-/// Whether a round reads `target`'s kept report instead of asking the agent: it was read from
-/// the same URL, expires later than [`WATCHED_EXPIRY_MARGIN_MS`] from `now_ms` and is not older
-/// than `last_sequence` (the last accepted from the node). Pure.
-pub fn kept_is_current(
-    kept: &KeptReport,
-    target: &AgentTarget,
-    last_sequence: Option<u64>,
-    now_ms: u64,
-) -> bool {
-    kept.base_url == target.base_url
-        && kept.report.expires_at_ms > now_ms.saturating_add(WATCHED_EXPIRY_MARGIN_MS)
-        && last_sequence.is_none_or(|last| kept.report.sequence >= last)
 }
 
 impl Scraper {
@@ -1885,124 +1772,6 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("n2 (unreachable)", true)]
         );
-    }
-
-    /// An HTTP server answering every request with `200` and `body`; counts the requests.
-    async fn serve_counting(body: Vec<u8>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = Arc::clone(&count);
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut request = vec![0u8; 4096];
-                let _read = stream.read(&mut request).await;
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _head = stream.write_all(head.as_bytes()).await;
-                let _body = stream.write_all(&body).await;
-            }
-        });
-        (format!("http://{address}"), count)
-    }
-
-    #[test]
-    fn a_kept_report_is_current_until_near_its_expiry() {
-        let target = |url: &str| AgentTarget {
-            node: "n1".into(),
-            node_uuid: "u1".into(),
-            base_url: url.into(),
-        };
-        let kept = KeptReport {
-            base_url: "http://a".into(),
-            report: DeliveredReport {
-                body: Arc::from(&b"{}"[..]),
-                sequence: 7,
-                expires_at_ms: NOW + 30_000,
-            },
-        };
-        let current = |url: &str, last: Option<u64>, now: u64| {
-            kept_is_current(&kept, &target(url), last, now)
-        };
-        assert!(current("http://a", None, NOW));
-        assert!(current("http://a", Some(7), NOW + 24_999));
-        // Within the margin of its expiry, past it, another URL, or older than the last accepted.
-        assert!(!current("http://a", Some(7), NOW + 25_000));
-        assert!(!current("http://a", Some(7), NOW + 40_000));
-        assert!(!current("http://b", Some(7), NOW));
-        assert!(!current("http://a", Some(8), NOW));
-    }
-
-    /// Issue 27: rounds read a DRBD node's storage report from the agent only when the one they
-    /// verified last nears its expiry (or is gone); until then they verify the kept bytes again.
-    #[tokio::test]
-    async fn storage_reports_are_read_again_only_near_their_expiry() {
-        let (url, requests) = serve_counting(body("n1", 7, storage_payload("Connected"))).await;
-        let target = AgentTarget {
-            node: "n1".into(),
-            node_uuid: "u1".into(),
-            base_url: url,
-        };
-        let scraper = Scraper::new(
-            KeyRing::single(key()),
-            ScrapeSettings {
-                concurrency: 2,
-                timeout: Duration::from_secs(5),
-                policy: VerifyPolicy::default(),
-            },
-        )
-        .unwrap();
-        let read = |now: u64, last: Option<u64>| {
-            let scraper = scraper.clone();
-            let target = target.clone();
-            async move {
-                let sequences: BTreeMap<String, u64> =
-                    last.map(|l| ("n1".to_owned(), l)).into_iter().collect();
-                scraper
-                    .scrape_storage(vec![target], &sequences, move || now)
-                    .await
-            }
-        };
-        let requests_now = || requests.load(std::sync::atomic::Ordering::SeqCst);
-        let first = read(NOW, None).await;
-        assert!(
-            matches!(first[0].reading, StorageReading::Verified(_)),
-            "{first:?}"
-        );
-        assert_eq!((first[0].sequence, requests_now()), (Some(7), 1));
-        // The next rounds, while the report (signed for 60 s) is current: no request, the same
-        // verified reading.
-        for now in [NOW + 1_000, NOW + 54_999] {
-            let again = read(now, Some(7)).await;
-            assert_eq!(again[0].reading, first[0].reading);
-            assert_eq!((again[0].sequence, requests_now()), (Some(7), 1));
-        }
-        // Within 5 s of its expiry: read from the agent again.
-        let late = read(NOW + 55_000, Some(7)).await;
-        assert!(
-            matches!(late[0].reading, StorageReading::Verified(_)),
-            "{late:?}"
-        );
-        assert_eq!(requests_now(), 2);
-        // A target that is gone is forgotten: the next read asks the agent.
-        read_none(&scraper).await;
-        let back = read(NOW + 1_000, Some(7)).await;
-        assert!(
-            matches!(back[0].reading, StorageReading::Verified(_)),
-            "{back:?}"
-        );
-        assert_eq!(requests_now(), 3);
-    }
-
-    async fn read_none(scraper: &Scraper) {
-        let none = scraper
-            .scrape_storage(Vec::new(), &BTreeMap::new(), || NOW)
-            .await;
-        assert!(none.is_empty());
     }
 
     /// An HTTP server answering every request with `status` and a chunked body that never ends.
