@@ -19,8 +19,8 @@ use crate::fields::utc;
 pub(crate) struct ExplainArgs {
     /// A node, an incident's (or campaign's, grant's, …) uuid, or a Ganeti job id.
     subject: String,
-    /// For a node: the time asked about (Unix seconds, or `YYYY-MM-DDTHH:MM:SS` UTC); default
-    /// now.
+    /// For a node: the time asked about (Unix seconds, or a UTC time: `2026-11-23T18:00:00Z`,
+    /// `2026-11-23 18:00`, `18:00` today); default now.
     #[arg(long)]
     at: Option<String>,
     /// Print the coordinator's JSON answer.
@@ -31,8 +31,8 @@ pub(crate) struct ExplainArgs {
     url: String,
 }
 
-/// Reads `--at`: Unix seconds, or a UTC time `YYYY-MM-DDTHH:MM:SS` (a `Z` or ` UTC` may
-/// follow). Returns Unix milliseconds.
+/// Reads `--at`: Unix seconds, or a UTC time as `nodecare budget --until` reads it
+/// (`2026-11-23T18:00:00Z`, `2026-11-23 18:00`, or `18:00` today). Returns Unix milliseconds.
 pub(crate) fn parse_at(text: &str) -> Result<u64, String> {
     let text = text.trim();
     if let Ok(seconds) = text.parse::<u64>() {
@@ -40,42 +40,9 @@ pub(crate) fn parse_at(text: &str) -> Result<u64, String> {
             .checked_mul(1000)
             .ok_or_else(|| format!("--at: {text} is too far away"));
     }
-    let bad = || format!("--at: {text:?} is neither Unix seconds nor YYYY-MM-DDTHH:MM:SS (UTC)");
-    let core = text
-        .strip_suffix('Z')
-        .or_else(|| text.strip_suffix(" UTC"))
-        .unwrap_or(text);
-    let (date, time) = core.split_once(['T', ' ']).ok_or_else(bad)?;
-    let numbers = |part: &str, sep: char| -> Result<Vec<i64>, String> {
-        part.split(sep)
-            .map(|n| n.parse::<i64>().map_err(|_| bad()))
-            .collect()
-    };
-    let (d, t) = (numbers(date, '-')?, numbers(time, ':')?);
-    let [year, month, day] = <[i64; 3]>::try_from(d).map_err(|_| bad())?;
-    let [hour, minute, second] = <[i64; 3]>::try_from(t).map_err(|_| bad())?;
-    if !(1970..=9999).contains(&year)
-        || !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || !(0..24).contains(&hour)
-        || !(0..60).contains(&minute)
-        || !(0..=60).contains(&second)
-    {
-        return Err(bad());
-    }
-    // Howard Hinnant's days_from_civil.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
-    u64::try_from(seconds)
-        .ok()
-        .and_then(|s| s.checked_mul(1000))
-        .ok_or_else(bad)
+    crate::gate::parse_time(text)
+        .map(|time| time.unix_ms(crate::fields::now_ms()))
+        .map_err(|e| format!("--at: {e}"))
 }
 
 /// Unix ms as UTC text.

@@ -208,7 +208,7 @@ pub(crate) enum Time {
 
 impl Time {
     /// Unix ms, given the time now.
-    fn unix_ms(self, now_ms: u64) -> u64 {
+    pub(crate) fn unix_ms(self, now_ms: u64) -> u64 {
         match self {
             Self::At(ms) => ms,
             Self::Today(secs) => (now_ms / 86_400_000) * 86_400_000 + secs * 1000,
