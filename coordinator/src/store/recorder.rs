@@ -1,4 +1,4 @@
-//! The flight recorder's rounds in the state database (`crate::recorder`): each recorded round
+//! The flight recorder's rounds in the state database (`nodecare_core::recorder`): each recorded round
 //! is a row with its parts, and each part's bytes are kept once by their content (SHA-256), so a
 //! view or a policy that did not change between recorded rounds costs one row reference.
 //!
@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use rusqlite::{Connection, OptionalExtension, params};
 use sha2::Digest;
 
-use crate::recorder::{Part, Recorded, RoundRecord};
+use nodecare_core::recorder::{Part, Recorded, RoundRecord};
 
 use super::{Store, StoreError, to_i64, to_u64};
 
