@@ -418,37 +418,19 @@ impl Reconciler {
                 }
             };
             if decided || planned() {
-                let verdicts = crate::recorder::verdicts(&input);
-                let coordinator = &self.settings.node_name;
-                // The board's snapshot is this round's: compared in place, copied only when
-                // the round decided anew.
-                let (repeat, gate) = match self.board.gate.read() {
-                    Ok(board) => match board.as_ref() {
-                        Some(gate) if self.recorder.is_repeat(coordinator, gate, &verdicts) => {
-                            (true, None)
-                        }
-                        Some(gate) => (false, Some(gate.clone())),
-                        None => (false, None),
-                    },
-                    Err(_) => (false, None),
-                };
-                let recorded = match gate {
-                    _ if repeat => self.recorder.count_repeat(&self.store, now).map(|_| ()),
-                    Some(gate) => self
-                        .recorder
-                        .record(
+                // The board's snapshot is this round's (only the round writes it).
+                let recorded = self.board.gate.read().ok().and_then(|board| {
+                    board.as_ref().map(|gate| {
+                        self.recorder.observe(
                             &self.store,
-                            crate::recorder::RoundRecord {
-                                now_ms: now,
-                                coordinator: coordinator.clone(),
-                                gate,
-                                verdicts,
-                            },
+                            now,
+                            &self.settings.node_name,
+                            gate,
+                            crate::recorder::verdicts(&input),
                         )
-                        .map(|_| ()),
-                    None => Ok(()),
-                };
-                if let Err(error) = recorded {
+                    })
+                });
+                if let Some(Err(error)) = recorded {
                     tracing::warn!(%error, "the flight recorder could not record this round");
                 }
             }

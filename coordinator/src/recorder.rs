@@ -94,6 +94,30 @@ impl FlightRecorder {
         Ok(Recording::New(written))
     }
 
+    /// Records a round from its gate snapshot, compared in place with the last recorded round
+    /// and copied only when it decided anew.
+    pub fn observe(
+        &mut self,
+        store: &Store,
+        now_ms: u64,
+        coordinator: &str,
+        gate: &GateSnapshot,
+        verdicts: SeenVerdicts,
+    ) -> Result<Recording, StoreError> {
+        if self.is_repeat(coordinator, gate, &verdicts) {
+            return self.count_repeat(store, now_ms);
+        }
+        self.record(
+            store,
+            RoundRecord {
+                now_ms,
+                coordinator: coordinator.to_owned(),
+                gate: gate.clone(),
+                verdicts,
+            },
+        )
+    }
+
     /// Whether a round (its coordinator, gate snapshot and verdicts) decided what the last
     /// recorded round did: then [`FlightRecorder::count_repeat`] counts it without a record.
     pub fn is_repeat(
