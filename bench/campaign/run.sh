@@ -6,4 +6,4 @@ set -eu
 cd "$(dirname "$0")/../.."
 cargo build --quiet --release -p nodecare-tests --bin nodecare-bench-campaign
 ulimit -n 20000 2>/dev/null || true
-exec target/release/nodecare-bench-campaign "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/nodecare-bench-campaign" "$@"

@@ -470,6 +470,8 @@ pub async fn release(
     {
         Ok(Some(grant)) => {
             tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester, %who, "disruption released");
+            // What waited on the budget it held is judged again now, not at the next interval.
+            state.board.wake.notify_one();
             Json(json!({"id": grant.id, "node": grant.node, "result": "released"})).into_response()
         }
         Ok(None) => error(
@@ -539,6 +541,7 @@ pub(crate) fn add_override(
     };
     state.store.add_override(&new).map_err(Failed::internal)?;
     tracing::warn!(id = %new.id, domain = %new.domain, until_ms, %who, reason = %new.reason, "failure domain override set: its proposals skip the one-domain rule and the caps");
+    state.board.wake.notify_one();
     Ok(OverrideView {
         id: new.id.to_string(),
         domain: new.domain,

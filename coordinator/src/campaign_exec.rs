@@ -303,15 +303,34 @@ fn plan(
     Ok((groups, moves, plan.warnings))
 }
 
+/// What step 2 did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Executed {
+    /// Jobs (and hooks) submitted.
+    pub submitted: usize,
+    /// A campaign is due for its next group, or one more of its nodes finished while it was:
+    /// the next round has something to plan (the next group, or the campaign's completion),
+    /// so it should start at once rather than at the next interval. Each campaign says so at
+    /// most once per node and once per group, so rounds never follow each other for long.
+    pub again: bool,
+}
+
+/// Whether a campaign's advance left the next round something to plan: due for its next group
+/// now and not before, or due and one more node finished (the last migrations back ended).
+pub fn plans_again(due_before: bool, finished_before: usize, after: &Record) -> bool {
+    after.needs_group() && (!due_before || after.finished_nodes() > finished_before)
+}
+
 /// Step 2: starts admitted groups, advances every campaign and submits what it plans; returns
-/// how many jobs (and hooks) were submitted.
+/// how many jobs (and hooks) were submitted and whether the next round should start at once.
 pub async fn execute(
     ctx: Context<'_>,
     decision: &Decision,
     round: &CampaignRound,
     world: &World,
-) -> Result<usize, StoreError> {
+) -> Result<Executed, StoreError> {
     let mut submitted = 0;
+    let mut again = false;
     for mut record in active(ctx)? {
         let before = record.clone();
         let id = record.id();
@@ -345,7 +364,9 @@ pub async fn execute(
                 }
             }
         }
+        let (due_before, finished_before) = (record.needs_group(), record.finished_nodes());
         let planned = record.advance(world);
+        again |= plans_again(due_before, finished_before, &record);
         if let Some(failure) = &record.campaign.failure
             && before.campaign.failure.is_none()
         {
@@ -384,7 +405,7 @@ pub async fn execute(
         }
         ctx.store.save_campaign(&record)?;
     }
-    Ok(submitted)
+    Ok(Executed { submitted, again })
 }
 
 /// The campaign's operations as the ledger has them now.

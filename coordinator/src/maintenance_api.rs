@@ -62,6 +62,8 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Byte
         return internal(e);
     }
     tracing::info!(campaign = %record.campaign.id, %who, hook = %record.campaign.request.hook, "maintenance campaign started");
+    // Its first group is planned by the next round: now, not at the next interval.
+    state.board.wake.notify_one();
     (StatusCode::CREATED, Json(record.campaign)).into_response()
 }
 
@@ -132,6 +134,8 @@ pub async fn command(
         return internal(e);
     }
     tracing::warn!(campaign = %record.campaign.id, %who, %command, state = %record.state(), "maintenance campaign command");
+    // A resume goes on, an abort stops what it can, in the next round: now.
+    state.board.wake.notify_one();
     let campaign: Campaign = record.campaign;
     Json(campaign).into_response()
 }

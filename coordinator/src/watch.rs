@@ -5,7 +5,7 @@
 //! waits it holds a socket and a few hundred bytes, no buffer: the answer is read only once the
 //! socket is readable. Every answer is verified exactly as a scraped report
 //! ([`crate::scrape::verify_report`]); only a verified or stale report whose verdict (fingerprint,
-//! freshness) differs from the one this watch saw before counts as a change. A change only wakes
+//! freshness) or boot id differs from the one this watch saw before counts as a change. A change only wakes
 //! the round loop: the round then reads the agents and judges them as always, so a watch never
 //! acts by itself, and the poll of every round stays the fallback. A changed verdict is also put
 //! on the board at once (the agents table of `/1/status` and the web page), so that people see
@@ -211,6 +211,8 @@ impl Watches {
 struct Seen {
     fingerprint: String,
     fresh: bool,
+    /// A new boot id is a change: the node rebooted (a campaign's hook waits for it).
+    boot_id: Option<String>,
 }
 
 async fn watch_agent(
@@ -274,6 +276,7 @@ async fn watch_agent(
                 let now = Seen {
                     fingerprint: o.verdict.fingerprint.clone(),
                     fresh: matches!(outcome, AgentOutcome::Verified(_)),
+                    boot_id: o.boot_id.clone(),
                 };
                 // A node coming back from a reboot is a change even with the same verdict.
                 let back = lost && seen.is_some() && is_returning();

@@ -511,6 +511,16 @@ impl Record {
         !step.is_final() && !matches!(step, NodeStep::MigrateBack)
     }
 
+    /// How many of its nodes are finished (done, or failed).
+    pub fn finished_nodes(&self) -> usize {
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| n.step.is_final())
+            .count()
+    }
+
     /// Whether some node of some group is not finished (the migrations back of a group may
     /// still run while the next group goes through its steps).
     pub fn unfinished(&self) -> bool {

@@ -81,10 +81,16 @@ impl Duty for Campaigns {
             let Some((round, world)) = self.round.take() else {
                 return Ok(0);
             };
-            Ok(
+            let executed =
                 campaign_exec::execute(context(services, input), judged.decision, &round, &world)
-                    .await?,
-            )
+                    .await?;
+            if executed.again {
+                // Its next group (or its completion) is planned by the next round: now, not at
+                // the next interval.
+                tracing::debug!("a campaign's group or node finished: next round now");
+                services.board.wake.notify_one();
+            }
+            Ok(executed.submitted)
         })
     }
 }

@@ -8,7 +8,9 @@
 //! `watch FILE`: run the coordinator daemon (rounds every hour, one long-poll watch per agent),
 //! then flip one agent's verdict (through `FILE.flip`, which `serve-agents` obeys) and print how
 //! long after the flip the round started and the new verdict was seen, and the RSS; then one
-//! more round with nothing changed (`quiet_round_seconds`).
+//! more round with nothing changed (`quiet_round_seconds`). With `BENCH_SIM_URL` set (the
+//! address of a `nodecare-ganeti-sim` process serving the same nodes over plain HTTP), the
+//! simulated Ganeti runs in that process, so the RSS printed is the coordinator's alone.
 //! `watched-rounds FILE ROUNDS [SETTLE_SECONDS]`: the daemon as in `watch`; after the first
 //! round and the settle time, ROUNDS rounds one after another (for instruction counts).
 //! `recorder FILE ROUNDS`: the flight recorder's cost. Node 2 says `evacuate` (through
@@ -117,21 +119,36 @@ struct Watched {
     stop: tokio::sync::oneshot::Sender<()>,
     running: tokio::task::JoinHandle<anyhow::Result<()>>,
     _state: tempfile::TempDir,
-    _sim: Simulation,
+    /// The simulated Ganeti when it runs in this process (none: `BENCH_SIM_URL`'s process).
+    _sim: Option<Simulation>,
+}
+
+/// The simulated Ganeti of `count` nodes: the process at `BENCH_SIM_URL` (plain HTTP) when set,
+/// else one in this process.
+fn simulated_ganeti(count: usize) -> anyhow::Result<(Arc<dyn Ganeti>, Option<Simulation>)> {
+    if let Ok(url) = std::env::var("BENCH_SIM_URL") {
+        let config = nodecare_ganeti::rapi::config::RapiConfig::new(
+            url.trim(),
+            nodecare_ganeti::rapi::config::ServerTrust::PlainHttp,
+        );
+        let client = nodecare_ganeti::rapi::client::RapiClient::new(config)
+            .with_context(|| format!("a RAPI client of {url}"))?;
+        return Ok((Arc::new(client), None));
+    }
+    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
+        .map_err(anyhow::Error::msg)?;
+    Ok((Arc::new(sim.client()), Some(sim)))
 }
 
 impl Watched {
     async fn start(file: &str) -> anyhow::Result<Self> {
         let overrides = agents_file(file)?;
         let count = overrides.len();
-        let sim =
-            Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
-                .map_err(anyhow::Error::msg)?;
+        let (ganeti, sim) = simulated_ganeti(count)?;
         let state = tempfile::tempdir()?;
         let mut config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
         config.round_interval = 3600.0;
         config.agents.watch = true;
-        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
         let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
         let board = Arc::clone(&coordinator.api().board);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;

@@ -399,3 +399,85 @@ async fn a_campaign_is_planned_with_the_coordinator_s_failure_domains() {
     }
     server.abort();
 }
+
+/// In the daemon's own loop (rounds every hour, started only by events: a job that ends, a
+/// watched agent that changes), a campaign starts its next group and completes without waiting
+/// for the interval: the round that sees a group end, or the last migrations back, starts the
+/// next round at once (`campaign_exec::plans_again`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_goes_on_between_groups_without_waiting_for_the_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let h = Harness::new(NODES, INSTANCES, move |config| {
+        config.users = users;
+        config.max_disrupted_nodes = 2;
+        config.min_healthy_nodes = 2;
+        config.round_interval = 3600.0;
+    })
+    .await
+    .unwrap();
+    for i in 1..=NODES {
+        h.agents
+            .get(&node(i))
+            .unwrap()
+            .set_boot_id(Some(&format!("boot-{i}-0")));
+    }
+    h.sim.set_job_delay(std::time::Duration::from_millis(100));
+    let store = Arc::clone(&h.coordinator.api().store);
+    let board = Arc::clone(&h.coordinator.api().board);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(h.coordinator.run(listener, async {
+        stopped.await.ok();
+    }));
+    let started = std::time::Instant::now();
+    while board.last_round.read().map(|r| r.number).unwrap_or(0) < 1 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "no first round"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&serde_json::json!({"hook": "reboot", "reason": "kernel"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    // The API's write wakes a round; from there on only events start rounds. Every hook
+    // "reboots" its node (a new boot id, which the node's watch delivers).
+    let mut runs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let started = std::time::Instant::now();
+    let done = loop {
+        for i in 1..=NODES {
+            let agent = h.agents.get(&node(i)).unwrap();
+            let seen = runs.entry(node(i)).or_default();
+            for id in agent.repairs() {
+                if seen.insert(id) {
+                    agent.set_boot_id(Some(&format!("boot-{i}-{}", seen.len())));
+                }
+            }
+        }
+        let now = store.campaigns().unwrap().remove(0).campaign;
+        if now.state.is_final() {
+            break now;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "the campaign waits for the round interval: {now:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert!(done.groups.len() >= 2, "{done:#?}");
+    for i in 1..=NODES {
+        assert_eq!(runs[&node(i)].len(), 1, "hooks of {}", node(i));
+    }
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    stop.send(()).unwrap();
+    running.await.unwrap().unwrap();
+}
