@@ -206,7 +206,6 @@ pub async fn prepare(
     let mut cluster = None;
     for mut record in records {
         let before = record.clone();
-        follow_hooks(ctx, &mut record, world.now_ms).await?;
         if record.needs_group() {
             // Instances still migrating back to an earlier group's node are planned where
             // they go (their memory is that node's again).
@@ -364,48 +363,78 @@ pub async fn execute(
                 }
             }
         }
-        let (due_before, finished_before) = (record.needs_group(), record.finished_nodes());
-        let planned = record.advance(world);
-        again |= plans_again(due_before, finished_before, &record);
-        if let Some(failure) = &record.campaign.failure
-            && before.campaign.failure.is_none()
-        {
-            tracing::error!(campaign = %id, node = %failure.node, step = %failure.step, why = %failure.why, "maintenance campaign failed");
-        }
-        if record == before {
-            continue;
-        }
-        // The record first (a crash before its operations are recorded leaves them to be
-        // planned again), then the operations, durable before anything is submitted.
-        ctx.store.save_campaign(&record)?;
-        if planned.is_empty() {
-            continue;
-        }
-        let holder = record.holder();
-        ctx.executor.record(&record.entries(&planned))?;
-        submitted += ctx
-            .executor
-            .submit(ctx.ganeti, Some(&holder), world.now_ms)
-            .await?
-            .len();
-        sync(ctx, &mut record)?;
-        for key in &planned {
-            let Some(op) = record.ops.get(key).cloned() else {
-                continue;
-            };
-            if let OpKind::Hook {
-                request_id,
-                context,
-            } = &op.kind
-                && op.state == OpState::Planned
-                && send_hook(ctx, &mut record, &op, request_id, context, world.now_ms).await?
-            {
-                submitted += 1;
-            }
-        }
-        ctx.store.save_campaign(&record)?;
+        let (jobs, more) = go_on(ctx, record, &before, world).await?;
+        submitted += jobs;
+        again |= more;
     }
     Ok(Executed { submitted, again })
+}
+
+/// Moves one campaign on with what this round shows (`before`: the record as the round found
+/// it): its nodes' steps advance, the record is saved, what it plans is recorded and submitted
+/// (hooks sent). Returns the jobs (and hooks) submitted and [`plans_again`].
+async fn go_on(
+    ctx: Context<'_>,
+    mut record: Record,
+    before: &Record,
+    world: &World,
+) -> Result<(usize, bool), StoreError> {
+    let (due_before, finished_before) = (record.needs_group(), record.finished_nodes());
+    let planned = record.advance(world);
+    let again = plans_again(due_before, finished_before, &record);
+    if let Some(failure) = &record.campaign.failure
+        && before.campaign.failure.is_none()
+    {
+        tracing::error!(campaign = %record.id(), node = %failure.node, step = %failure.step, why = %failure.why, "maintenance campaign failed");
+    }
+    if record == *before {
+        return Ok((0, again));
+    }
+    // The record first (a crash before its operations are recorded leaves them to be
+    // planned again), then the operations, durable before anything is submitted.
+    ctx.store.save_campaign(&record)?;
+    if planned.is_empty() {
+        return Ok((0, again));
+    }
+    let holder = record.holder();
+    ctx.executor.record(&record.entries(&planned))?;
+    let mut submitted = ctx
+        .executor
+        .submit(ctx.ganeti, Some(&holder), world.now_ms)
+        .await?
+        .len();
+    sync(ctx, &mut record)?;
+    for key in &planned {
+        let Some(op) = record.ops.get(key).cloned() else {
+            continue;
+        };
+        if let OpKind::Hook {
+            request_id,
+            context,
+        } = &op.kind
+            && op.state == OpState::Planned
+            && send_hook(ctx, &mut record, &op, request_id, context, world.now_ms).await?
+        {
+            submitted += 1;
+        }
+    }
+    ctx.store.save_campaign(&record)?;
+    Ok((submitted, again))
+}
+
+/// Step 1, before the gate: follows every campaign's hooks in flight and moves every campaign on
+/// with what this round shows, so that a group whose last node ends in this round frees its
+/// nodes (and its budget) for the next group's proposal in the same round.
+/// Returns the jobs (and hooks) submitted. (A campaign due for its next group after this is
+/// planned by this round's proposal: no round to wake.)
+pub async fn follow(ctx: Context<'_>, world: &World) -> Result<usize, StoreError> {
+    let mut submitted = 0;
+    for mut record in active(ctx)? {
+        let before = record.clone();
+        follow_hooks(ctx, &mut record, world.now_ms).await?;
+        submitted += go_on(ctx, record, &before, world).await?.0;
+    }
+    Ok(submitted)
 }
 
 /// The campaign's operations as the ledger has them now.

@@ -9,8 +9,21 @@ use crate::gate::{InForce, Proposal};
 /// The campaigns' duty.
 #[derive(Debug, Default)]
 pub struct Campaigns {
-    /// This round's proposals and what the state machine saw.
-    round: Option<(CampaignRound, crate::campaign::World)>,
+    /// What the state machine sees this round (from the round's input, in `observe`).
+    world: Option<crate::campaign::World>,
+    /// This round's proposals.
+    round: Option<CampaignRound>,
+}
+
+fn world_of(services: Services<'_>, input: &RoundInput) -> crate::campaign::World {
+    campaign_exec::world(
+        &input.nodes,
+        &input.instances,
+        input.agents_seen.clone(),
+        &input.view.storage,
+        &services.settings.node_name,
+        input.now_ms,
+    )
 }
 
 fn context<'a>(services: Services<'a>, input: &'a RoundInput) -> Context<'a> {
@@ -28,6 +41,22 @@ fn context<'a>(services: Services<'a>, input: &'a RoundInput) -> Context<'a> {
 impl Duty for Campaigns {
     fn name(&self) -> &'static str {
         "campaigns"
+    }
+
+    /// Every running group moves on first (hooks followed, steps advanced, their jobs
+    /// submitted), so that a group that ends in this round frees its nodes for the next
+    /// group's proposal in the same round.
+    fn observe<'a>(
+        &'a mut self,
+        services: Services<'a>,
+        input: &'a RoundInput,
+    ) -> Phase<'a, usize> {
+        Box::pin(async move {
+            let world = world_of(services, input);
+            let submitted = campaign_exec::follow(context(services, input), &world).await?;
+            self.world = Some(world);
+            Ok(submitted)
+        })
     }
 
     fn holds<'a>(&'a mut self, services: Services<'a>, _input: &'a RoundInput) -> Phase<'a, Holds> {
@@ -48,14 +77,10 @@ impl Duty for Campaigns {
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
             let master = &services.settings.node_name;
-            let world = campaign_exec::world(
-                &input.nodes,
-                &input.instances,
-                input.agents_seen.clone(),
-                &input.view.storage,
-                master,
-                input.now_ms,
-            );
+            let world = match self.world.take() {
+                Some(world) => world,
+                None => world_of(services, input),
+            };
             let round = campaign_exec::prepare(
                 context(services, input),
                 &world,
@@ -66,7 +91,8 @@ impl Duty for Campaigns {
             )
             .await?;
             let proposals = round.proposals.clone();
-            self.round = Some((round, world));
+            self.world = Some(world);
+            self.round = Some(round);
             Ok(proposals)
         })
     }
@@ -78,7 +104,7 @@ impl Duty for Campaigns {
         judged: Judged<'a>,
     ) -> Phase<'a, usize> {
         Box::pin(async move {
-            let Some((round, world)) = self.round.take() else {
+            let (Some(round), Some(world)) = (self.round.take(), self.world.take()) else {
                 return Ok(0);
             };
             let executed =
