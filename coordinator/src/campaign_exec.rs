@@ -349,7 +349,11 @@ pub async fn execute(
                 Err(
                     blocked @ (crate::gate::BlockedBy::Cap { .. }
                     | crate::gate::BlockedBy::Capacity { .. }),
-                ) if record.shrink_groups() => {
+                ) if record.shrinks_after_refusal(matches!(
+                    blocked,
+                    crate::gate::BlockedBy::Capacity { .. }
+                )) =>
+                {
                     let why = format!("{blocked}; trying smaller groups");
                     tracing::info!(campaign = %id, blocked_by = %why, max_group = ?record.max_group, "maintenance campaign: next group too large");
                     record.set_blocked(Some(why), world.now_ms);

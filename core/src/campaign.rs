@@ -796,6 +796,18 @@ impl Record {
         &self.campaign.planned
     }
 
+    /// The gate refused the next group for a cap (`capacity` false) or for capacity: whether
+    /// smaller groups are tried ([`Self::shrink_groups`]). A capacity refusal while instances
+    /// of this campaign still migrate back to an earlier group's nodes waits instead (false):
+    /// the next group's nodes still carry them, and the same group fits once they have landed
+    /// (a round follows that end, by its job's wait).
+    pub fn shrinks_after_refusal(&mut self, capacity: bool) -> bool {
+        if capacity && !self.pending_back().is_empty() {
+            return false;
+        }
+        self.shrink_groups()
+    }
+
     /// The gate refused the next group for a cap or capacity: later groups have at most half
     /// its nodes. False when it has one node (nothing smaller to try).
     pub fn shrink_groups(&mut self) -> bool {

@@ -681,6 +681,37 @@ fn groups_refused_for_size_are_cut_in_halves_and_stay_cut() {
 }
 
 #[test]
+fn a_capacity_refusal_while_instances_migrate_back_waits_instead_of_cutting_groups() {
+    let w = world();
+    let mut r = started(request(), &w);
+    // The first group's node "a" is undrained; its primaries migrate back to it.
+    for node in r
+        .campaign
+        .groups
+        .iter_mut()
+        .flat_map(|g| g.nodes.iter_mut())
+    {
+        node.step = NodeStep::MigrateBack;
+        node.original_primaries = vec![format!("{}-inst", node.node)];
+    }
+    r.set_plan(vec![vec!["c".into(), "d".into()]], vec![], &w);
+    let planned = r.campaign.planned.clone();
+    assert!(!r.pending_back().is_empty());
+    // Capacity: transient while they move; the group stays whole.
+    assert!(!r.shrinks_after_refusal(true));
+    assert_eq!(r.campaign.planned, planned);
+    assert_eq!(r.max_group, None);
+    // A cap refusal is not transient: halves.
+    assert!(r.shrinks_after_refusal(false));
+    assert_eq!(r.campaign.planned, vec![vec!["c"], vec!["d"]]);
+    // Once every instance is back, a capacity refusal cuts too.
+    let mut r = started(request(), &w);
+    r.set_plan(vec![vec!["c".into(), "d".into()]], vec![], &w);
+    assert!(r.pending_back().is_empty());
+    assert!(r.shrinks_after_refusal(true));
+}
+
+#[test]
 fn completes_when_nothing_is_left() {
     let mut w = world();
     let mut r = started(request(), &w);

@@ -266,6 +266,12 @@ print(' '.join(str(j['id']) for j in d if (j.get('received_ts') or [0])[0] >= $C
   else
     pass "$sc explain jobs: each of the $n jobs with nodecare's reason trail leads to its round"
   fi
+  replay_rounds "$sc"
+}
+# replay_rounds SCENARIO: every round node1's coordinator recorded (or took over with the
+# replicated state) replays to the decision it recorded (`nodecare-coordinator --replay-rounds`).
+replay_rounds() {
+  local sc=$1 replay
   replay=$("$GNT/node-exec.sh" 1 "$COORD" --config "$S/e2e/coord.toml" --node-name "$NODECARE_GNT_MASTER" \
     --state-dir "$S/e2e/coord-state" --hmac-key /var/lib/ganeti/hmac.key --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" \
     --rapi-certificate /var/lib/ganeti/rapi.pem --rapi-credentials "$S/rapi-credentials" --replay-rounds 2>&1)
@@ -665,6 +671,11 @@ for f in "${SCENARIO_FILES[@]}"; do
   name=${name#s*-}
   want "$name" && "scenario_$name"
 done
+
+# ---- the whole run replayed --------------------------------------------------------------------
+# Every round recorded in node1's state over the run (S8–S11 included: its coordinator took the
+# replicated state back after the failovers) replays to the decision it recorded.
+[[ -d $S/e2e/coord-state ]] && replay_rounds "all scenarios"
 
 # ---- summary ---------------------------------------------------------------------------------
 echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"
