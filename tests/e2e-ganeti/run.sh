@@ -282,10 +282,80 @@ replay_rounds() {
   fi
 }
 
+# `nodecare what-if` (issue 30): predicted before a change, compared with what then ran.
+# what_if SCENARIO CHANGE...: the prediction, kept in $S/e2e/what-if-SCENARIO.json (and .txt).
+what_if() {
+  local sc=$1
+  shift
+  "$CLI" what-if "$@" --url "http://127.0.0.1:$COORD_FWD" >"$S/e2e/what-if-$sc.txt" 2>&1
+  "$CLI" what-if "$@" --json --url "http://127.0.0.1:$COORD_FWD" >"$S/e2e/what-if-$sc.json" 2>"$S/e2e/what-if-$sc.err"
+}
+# what_if_jobs SCENARIO SINCE: the Ganeti jobs with nodecare's reason trail received since SINCE
+# (Unix seconds), in order, side by side with the prediction's: the same opcodes on the same
+# targets in the same order, or a FAIL showing both.
+what_if_jobs() {
+  local sc=$1 since=$2 out
+  rapi GET "/2/jobs?bulk=1&fields=id,ops,received_ts" >"$S/e2e/what-if-$sc.real.json"
+  out=$(python3 - "$S/e2e/what-if-$sc.json" "$S/e2e/what-if-$sc.real.json" "$since" <<'PY'
+import json, sys
+predicted = json.load(open(sys.argv[1]))["jobs"]
+real_jobs = json.load(open(sys.argv[2]))
+since = float(sys.argv[3])
+def ours(job):
+    return any("nodecare" in (r[1] if isinstance(r, list) and len(r) > 1 else "")
+               for op in job.get("ops") or [] for r in (op.get("reason") or []))
+def target(op):
+    return op.get("instance_name") or op.get("node_name") or op.get("name") or ""
+real = []
+for job in sorted(real_jobs, key=lambda j: int(j["id"])):
+    if not ours(job) or (job.get("received_ts") or [0])[0] < since:
+        continue
+    for op in job.get("ops") or []:
+        real.append((op.get("OP_ID"), target(op).split(".")[0]))
+pred = [(j["opcode"], j["target"].split(".")[0]) for j in predicted]
+width = max([len(f"{o} {t}") for o, t in pred + real] + [20])
+print(f"  {'predicted (what-if)':<{width}}  ran on the cluster")
+for i in range(max(len(pred), len(real))):
+    a = " ".join(pred[i]) if i < len(pred) else "-"
+    b = " ".join(real[i]) if i < len(real) else "-"
+    print(f"  {a:<{width}}  {b}{'' if a == b else '   <- differs'}")
+sys.exit(0 if pred == real and pred else 1)
+PY
+)
+  local rc=$?
+  echo "$out" >"$S/e2e/what-if-$sc.side-by-side.txt"
+  if ((rc == 0)); then
+    pass "$sc what-if: predicted the $(($(wc -l <<<"$out") - 1)) Ganeti jobs the cluster then ran, same opcodes, targets and order"
+    echo "$out"
+  else
+    fail "$sc what-if" "prediction and cluster differ:
+$out
+$(head -c 600 "$S/e2e/what-if-$sc.err" 2>/dev/null)"
+  fi
+}
+
+# what_if_wait SCENARIO NODE: the prediction said NODE's incident waits, with no job, and with the
+# very blocked_by /1/status now shows for the real one.
+what_if_wait() {
+  local sc=$1 n=$2 real predicted
+  real=$(coord /1/status | jq_py "print(next((i.get('blocked_by') or '') for i in d if i.get('node')=='$n'))" 2>/dev/null)
+  predicted=$(jq_py "
+w = [i for i in d['incidents'] if i['node'] == '$n']
+jobs = [j for j in d['jobs'] if j['target'] == '$n' or j['target'].split('.')[0] == '$n'.split('.')[0]]
+print((w[0].get('blocked_by') or '') if w and not jobs else 'jobs: %s' % jobs)" <"$S/e2e/what-if-$sc.json" 2>&1)
+  if [[ -n $real && $real == "$predicted" ]]; then
+    pass "$sc what-if: predicted that $n's incident waits, no job, blocked_by \"$real\""
+  else
+    fail "$sc what-if" "predicted '$predicted', the cluster: '$real'; $(head -c 400 "$S/e2e/what-if-$sc.err" 2>/dev/null)"
+  fi
+}
+
 # ---- S1: evacuate -----------------------------------------------------------------------------
 N2=$NODECARE_GNT_NODE2_NAME
 master_healthy S1
 log "S1 evacuate $N2"
+what_if S1 --verdict "$N2=evacuate"
+S1_SINCE=$(date +%s)
 echo '{"status":"evacuate","details":"e2e: disk controller dying"}' >"$S/e2e/diag-2"
 if wait_status 180 "any(i.get('node')=='$N2' and i.get('repair-status')=='completed' for i in d)"; then
   nj=$(node_json "$N2")
@@ -294,6 +364,7 @@ if wait_status 180 "any(i.get('node')=='$N2' and i.get('repair-status')=='comple
   tagged=$(jq_py "print(any(t.startswith('maintd:repairready:') or 'repairready' in t for t in d['tags']))" <<<"$nj")
   if [[ $offline == True && $pinst == 0 && $tagged == True ]]; then
     pass "S1 evacuate: instances migrated away from $N2, node offline, repairready tag, incident completed"
+    what_if_jobs S1 "$S1_SINCE"
   else
     fail "S1 evacuate" "offline=$offline primaries=$pinst repairready-tag=$tagged"
   fi
@@ -403,6 +474,7 @@ scenario_budget_hand_drained() {
   st=$(wait_job "$id")
   [[ $st == success ]] || { fail "S6 budget" "draining $n3 by hand: job $id $st: $(head -c 300 <<<"$answer")"; return; }
   before=$(primaries_of "$n3")
+  what_if S6 --verdict "$n3=evacuate"
   echo '{"status":"evacuate","details":"e2e: hand-drained, disk failing"}' >"$S/e2e/diag-3"
   if ! wait_status 60 "any(i.get('node')=='$n3' and 'cap: cluster' in (i.get('blocked_by') or '') and '$n2' in (i.get('blocked_by') or '') for i in d)"; then
     fail "S6 budget" "no incident of $n3 blocked by the budget within 60 s: $(coord /1/status | head -c 600)"
@@ -419,6 +491,7 @@ sys.exit(0 if i['repair-status']=='noted' and not i['jobs'] and 'cap: cluster' i
     return
   fi
   explain_refused "S6 budget" "$n3"
+  what_if_wait S6 "$n3"
   # The operator returns node2 to service (online, acknowledge): node3 is emptied now.
   answer=$(rapi POST "/2/nodes/$n2/modify" '{"offline": false}')
   id=$(job_of <<<"$answer")
