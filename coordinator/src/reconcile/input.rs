@@ -77,7 +77,8 @@ impl Reconciler {
         }
         let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
         let graced = gate::grace(&view, &self.planned_disruptions(now)?, grace_ms);
-        let (agents, failed_outside_grace) = self.read_agents(&nodes, &graced, summary, now).await?;
+        let (agents, failed_outside_grace) =
+            self.read_agents(&nodes, &graced, summary, now).await?;
         let agents_seen = agents
             .iter()
             .filter_map(|result| match &result.outcome {
