@@ -633,6 +633,7 @@ async fn simulate_rounds(
                             holder: j.proposal.holder.to_string(),
                             subject: j.proposal.subject.clone(),
                             rule: blocked.rule().to_owned(),
+                            why: blocked.to_string(),
                             blocked_by: Some(blocked.clone()),
                         })
                     })
@@ -655,6 +656,23 @@ async fn simulate_rounds(
             }
             _ => (None, Vec::new()),
         };
+        let mut waits: Vec<Wait> = waits;
+        // What the duties held back themselves: the incidents waiting, not refused by the gate.
+        for incident in store.incidents().unwrap_or_default() {
+            let holder = format!("incident {}", incident.uuid);
+            let active = incident.is_active();
+            if let Some(why) = incident.blocked_by.filter(|_| active)
+                && !waits.iter().any(|w| w.holder == holder)
+            {
+                waits.push(Wait {
+                    holder,
+                    subject: format!("node {}", incident.node),
+                    rule: nodecare_protocol::what_if::DUTY_WAITS.to_owned(),
+                    why,
+                    blocked_by: None,
+                });
+            }
+        }
         let error = result.err().map(|e| e.to_string());
         let after = state_of(&sim, &store);
         let quiet = jobs.is_empty() && after == before;

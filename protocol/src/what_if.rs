@@ -316,12 +316,18 @@ pub struct Wait {
     pub holder: String,
     /// What it acts on.
     pub subject: String,
-    /// The gate's rule that refused it.
+    /// The gate's rule that refused it, or `its duty waits` when the duty held it back
+    /// before the gate (a move that must wait, another incident first).
     pub rule: String,
-    /// What blocks it.
+    /// Why, in words (the incident's `blocked_by`).
+    pub why: String,
+    /// What blocks it, when the gate refused it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<BlockedBy>,
 }
+
+/// [`Wait::rule`] of what a duty held back itself.
+pub const DUTY_WAITS: &str = "its duty waits";
 
 /// One simulated round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
