@@ -147,7 +147,7 @@ impl Coordinator {
         let board = Arc::new(Board::default());
         let watches = watches.map(|watches| watches.with_board(&board));
         let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
-        let settings = reconcile_settings(&config, node_name.clone());
+        let settings = reconcile_settings(config, node_name.clone());
         if let Err(error) = crate::auth::Users::load(&config.users) {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }

@@ -128,6 +128,16 @@ impl AgentReader for Agents {
 /// `(opcode, target, operation)` of a job.
 type Job = (String, String, String);
 
+/// A case: the what-if's query, the verdicts made real, a node drained by someone else, the
+/// cap, whether the gate refuses something.
+type Case<'a> = (
+    &'a str,
+    &'a [(usize, DiagnoseStatus)],
+    Option<usize>,
+    usize,
+    bool,
+);
+
 /// The daemon's rounds against `sim` with these verdicts, until a round submits nothing and
 /// every job ended: the jobs Ganeti received, in order, and the incidents' `blocked_by`.
 async fn daemon_runs(
@@ -229,7 +239,7 @@ async fn a_what_if_predicts_the_jobs_the_daemon_then_runs() {
     use DiagnoseStatus::{Evacuate, EvacuateFailover};
     // (what the operator asks, the same change made real: verdicts, a node drained by
     // someone else, the cap; whether something waits)
-    let cases: [(&str, &[(usize, DiagnoseStatus)], Option<usize>, usize, bool); 4] = [
+    let cases: [Case<'_>; 4] = [
         (
             "verdict=node2.sim.test:evacuate",
             &[(2, Evacuate)],
