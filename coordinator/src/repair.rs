@@ -77,6 +77,21 @@ impl RepairClient {
         }
     }
 
+    /// How many repairs (and campaign hooks) a simulated client ran on `node` (none for a
+    /// client that sends): a what-if's agents report a new boot id after each, as after a
+    /// reboot.
+    pub fn simulated_runs(&self, node: &str) -> usize {
+        match &self.client {
+            Link::Http(_) => 0,
+            Link::Simulated(records) => records
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .values()
+                .filter(|r| r.node == node)
+                .count(),
+        }
+    }
+
     /// Whether this client sends nothing ([`RepairClient::simulated`]).
     pub fn is_simulated(&self) -> bool {
         matches!(self.client, Link::Simulated(_))

@@ -204,3 +204,110 @@ pub async fn page(State(state): State<ApiState>, RawQuery(query): RawQuery) -> R
         Err((status, message)) => (status, html_page(render(Some(Err(&message))))).into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+    use nodecare_protocol::DiagnoseStatus;
+    use nodecare_protocol::what_if::{EndIncident, PredictedJob, Start, Wait, WhatIfRound};
+
+    #[test]
+    fn the_form_makes_the_query() {
+        assert_eq!(form_query(None).unwrap(), None);
+        assert_eq!(form_query(Some("node=&change=evacuate")).unwrap(), None);
+        let query = form_query(Some(
+            "node=node9.example&change=evacuate-failover&max_disrupted_nodes=2&campaign=all",
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            query.changes,
+            [
+                Change::Verdict {
+                    node: "node9.example".into(),
+                    verdict: DiagnoseStatus::EvacuateFailover
+                },
+                Change::Policy {
+                    key: PolicyKey::MaxDisruptedNodes,
+                    value: 2
+                },
+                Change::Campaign { nodes: Vec::new() },
+            ]
+        );
+        let drain = form_query(Some("node=n5&change=drain")).unwrap().unwrap();
+        assert_eq!(drain.changes, [Change::Drain { node: "n5".into() }]);
+        for (bad, says) in [
+            ("node=a%20b", "not a node name"),
+            ("node=n1&change=reboot", "not a verdict"),
+            ("node=n1&max_disrupted_nodes=x", "whole number"),
+            ("node=n1&script=1", "unknown field"),
+        ] {
+            let error = form_query(Some(bad)).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_answer_shows_jobs_waits_and_the_end() {
+        let job = PredictedJob {
+            round: 1,
+            opcode: "OP_NODE_SET_PARAMS".into(),
+            target: "node2".into(),
+            operation: "draining node2 for evacuate".into(),
+            reason: None,
+        };
+        let what_if = WhatIf {
+            changes: vec![Change::Verdict {
+                node: "node2".into(),
+                verdict: DiagnoseStatus::Evacuate,
+            }],
+            start: Start {
+                at_ms: 1_000,
+                recorded_round: None,
+                interval_ms: 30_000,
+            },
+            rounds: vec![WhatIfRound {
+                number: 1,
+                at_ms: 1_000,
+                gate: None,
+                jobs: vec![job.clone()],
+                waits: vec![Wait {
+                    holder: "incident x".into(),
+                    subject: "node node3".into(),
+                    rule: "its duty waits".into(),
+                    why: "node2 first".into(),
+                    blocked_by: None,
+                }],
+                error: None,
+            }],
+            jobs: vec![job],
+            nodes: Vec::new(),
+            incidents: vec![EndIncident {
+                uuid: "x".into(),
+                node: "node3".into(),
+                action: "evacuate".into(),
+                status: "noted".into(),
+                blocked_by: Some("node2 first".into()),
+                new: true,
+            }],
+            ending: Ending::Settled { rounds: 2 },
+            notes: Vec::new(),
+        };
+        let page = render(Some(Ok(&what_if)));
+        for says in [
+            "If verdict node2=evacuate",
+            "OP_NODE_SET_PARAMS",
+            "draining node2 for evacuate",
+            "Nothing changes after 2 round(s).",
+            "node2 first",
+            "<form method=\"get\" action=\"/ui/what-if\">",
+        ] {
+            assert!(page.contains(says), "{says}: {page}");
+        }
+        assert!(!page.contains("<script"));
+        let error = render(Some(Err("verdict node9=evacuate: unknown node node9")));
+        assert!(error.contains("unknown node node9"));
+    }
+}

@@ -102,6 +102,8 @@ pub struct SimulatedAgents {
     storage: Vec<StorageProblem>,
     /// The private copy (its incidents' verdicts are repeated as their agents would).
     store: Arc<Store>,
+    /// The simulated repairs and hooks: a node's boot id changes with each one run there.
+    repairs: RepairClient,
     sequence: AtomicU64,
 }
 
@@ -109,6 +111,7 @@ impl SimulatedAgents {
     /// Agents answering `recorded` verdicts with `hypothetical` ones laid over them.
     pub fn new(
         store: Arc<Store>,
+        repairs: RepairClient,
         recorded: BTreeMap<String, String>,
         hypothetical: BTreeMap<String, DiagnoseStatus>,
         storage: Vec<StorageProblem>,
@@ -118,6 +121,7 @@ impl SimulatedAgents {
             recorded,
             storage,
             store,
+            repairs,
             sequence: AtomicU64::new(1),
         }
     }
@@ -167,7 +171,11 @@ impl SimulatedAgents {
             collected_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(600_000),
             stale_reason: None,
-            boot_id: None,
+            // A hook (or repair) run on the node counts as a reboot: a new boot id.
+            boot_id: Some(format!(
+                "{WHAT_IF}-boot-{}",
+                self.repairs.simulated_runs(node)
+            )),
             reboot_required: None,
         })
     }
@@ -576,8 +584,10 @@ async fn simulate_rounds(
             _ => None,
         })
         .collect();
+    let repairs = RepairClient::simulated();
     let agents = SimulatedAgents::new(
         Arc::clone(&store),
+        repairs.clone(),
         recorded
             .map(|r| r.record.verdicts.clone())
             .unwrap_or_default(),
@@ -603,7 +613,7 @@ async fn simulate_rounds(
         Arc::new(sim.client()),
         Arc::clone(&store),
         Arc::new(agents),
-        RepairClient::simulated(),
+        repairs,
         settings,
         Arc::clone(&board),
         Arc::new(tokio::sync::Mutex::new(())),

@@ -367,3 +367,105 @@ async fn bad_questions_get_clear_answers() {
         Err(WhatIfError::Busy)
     ));
 }
+
+#[tokio::test]
+async fn the_endpoint_answers_what_it_can() {
+    use axum::http::StatusCode;
+    use nodecare_coordinator::api::ApiState;
+    let sim = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::open_dir(dir.path()).unwrap());
+    let context = Arc::new(WhatIfContext::new(settings(1), Duration::from_secs(30)));
+    let state = ApiState {
+        store: Arc::clone(&store),
+        board: Arc::new(Board::default()),
+        incident_lock: Arc::new(tokio::sync::Mutex::new(())),
+        node_name: MASTER.into(),
+        users: None,
+        csrf_key: Arc::new([0; 32]),
+        max_disrupted_nodes: 1,
+        ganeti: Some(Arc::new(sim.client_on(MASTER))),
+        agents: None,
+        gate_view_max_age: Duration::from_secs(60),
+        replicator: None,
+        failure_domains: nodecare_coordinator::gate::DomainSource::default(),
+        what_if: Some(Arc::clone(&context)),
+    };
+    let answer = nodecare_coordinator::what_if_api::what_if(
+        &state,
+        Some("verdict=node4.sim.test:evacuate&rounds=10"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.jobs[0].opcode, "OP_NODE_SET_PARAMS");
+    assert_eq!(answer.jobs[0].target, node(4));
+    for (query, status) in [
+        ("verdict=node4.sim.test:reboot", StatusCode::BAD_REQUEST),
+        ("drain=node9.sim.test", StatusCode::BAD_REQUEST),
+        ("rounds=500", StatusCode::BAD_REQUEST),
+    ] {
+        let (got, message) = nodecare_coordinator::what_if_api::what_if(&state, Some(query))
+            .await
+            .unwrap_err();
+        assert_eq!(got, status, "{query}: {message}");
+    }
+    let held = context.permit().unwrap();
+    let (got, _) = nodecare_coordinator::what_if_api::what_if(&state, Some("drain=node2.sim.test"))
+        .await
+        .unwrap_err();
+    assert_eq!(got, StatusCode::TOO_MANY_REQUESTS);
+    drop(held);
+    let off = ApiState {
+        what_if: None,
+        ..state.clone()
+    };
+    let (got, _) = nodecare_coordinator::what_if_api::what_if(&off, Some("drain=node2.sim.test"))
+        .await
+        .unwrap_err();
+    assert_eq!(got, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(sim.submissions().is_empty());
+    assert!(sim.writes().is_empty());
+}
+
+#[tokio::test]
+async fn a_campaign_is_tried_on_the_copy() {
+    let sim = cluster();
+    let store = Store::open_memory().unwrap();
+    let what_if = ask(
+        &sim,
+        &store,
+        settings(1),
+        "campaign=node4.sim.test,node5.sim.test&rounds=20",
+    )
+    .await
+    .unwrap();
+    assert!(sim.submissions().is_empty());
+    assert!(store.campaigns().unwrap().is_empty());
+    assert!(
+        matches!(what_if.ending, Ending::Settled { .. }),
+        "{:?}",
+        what_if.ending
+    );
+    // Each node in turn: drained, its primaries moved, the hook (a reboot), undrained, its
+    // instances migrated back.
+    let steps: Vec<(String, String)> = what_if
+        .jobs
+        .iter()
+        .map(|j| (j.opcode.clone(), j.target.clone()))
+        .collect();
+    let drain4 = steps
+        .iter()
+        .position(|s| *s == ("OP_NODE_SET_PARAMS".to_owned(), node(4)))
+        .expect("node 4 drained");
+    let drains = steps
+        .iter()
+        .filter(|(op, target)| op == "OP_NODE_SET_PARAMS" && *target == node(4))
+        .count();
+    assert_eq!(drains, 2, "drained and undrained: {steps:?}");
+    assert!(
+        steps[drain4..]
+            .iter()
+            .any(|s| *s == ("OP_NODE_SET_PARAMS".to_owned(), node(5))),
+        "node 5 after node 4: {steps:?}"
+    );
+}
