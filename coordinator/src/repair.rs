@@ -305,3 +305,45 @@ async fn answer(response: reqwest::Response, url: &str) -> RepairAnswer {
         transient: status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+
+    /// A simulated client holds no HTTP client: an address no one answers on is never tried,
+    /// the repair succeeds at once, its record is what a poll reads, and a check is refused.
+    #[tokio::test]
+    async fn a_simulated_client_sends_nothing() {
+        let client = RepairClient::simulated();
+        assert!(client.is_simulated());
+        let nowhere = "http://192.0.2.1:9";
+        let request = RepairRequest {
+            node: "node2".into(),
+            incident_id: "i-1".into(),
+            command: "fix".into(),
+            input: serde_json::json!({}),
+            nonce: "n".into(),
+        };
+        let started = std::time::Instant::now();
+        let RepairAnswer::Record(record) = client.request(nowhere, request, 1, 5).await else {
+            panic!("a simulated repair succeeds");
+        };
+        assert_eq!(
+            record.state,
+            nodecare_protocol::repair::RepairState::Succeeded
+        );
+        assert_eq!(
+            client.poll(nowhere, "i-1").await,
+            RepairAnswer::Record(record)
+        );
+        assert_eq!(client.poll(nowhere, "i-2").await, RepairAnswer::Unknown);
+        assert_eq!(client.simulated_runs("node2"), 1);
+        assert!(matches!(
+            client.check(nowhere, "node2", 1, 5).await,
+            CheckOutcome::Refused(0, _)
+        ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
+}

@@ -327,6 +327,12 @@ async fn a_what_if_predicts_the_jobs_the_daemon_then_runs() {
         .await
         .unwrap();
         assert!(!again.rounds.is_empty());
+        // It starts from the daemon's last recorded round: its incidents are there, not new.
+        assert!(again.start.recorded_round.is_some(), "{query}");
+        assert!(
+            again.incidents.iter().any(|i| !i.new) || blocked.is_empty(),
+            "{query}"
+        );
         assert_eq!(store.snapshot().unwrap(), before, "{query}");
         assert_eq!(sim.submissions().len(), submitted, "{query}");
         assert!(sim.writes().is_empty(), "{query}: {:?}", sim.writes());
