@@ -228,6 +228,10 @@ pub(crate) fn render(what_if: &WhatIf) -> String {
             None => out.push('\n'),
         }
     }
+    for c in &what_if.campaigns {
+        let new = if c.new { " (new)" } else { "" };
+        let _ignored = writeln!(out, "  campaign {}: {}{new}", c.id, c.state);
+    }
     for note in &what_if.notes {
         let _ignored = writeln!(out, "note: {note}");
     }

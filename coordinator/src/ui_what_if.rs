@@ -144,6 +144,9 @@ fn answer(what_if: &WhatIf) -> Markup {
                     (n.primaries) " primary instance(s)"
                     @if n.changed { " (changed)" } }
             }
+            @for c in &what_if.campaigns {
+                li { "campaign " code { (c.id) } ": " b { (c.state) } @if c.new { " (new)" } }
+            }
             @for i in &what_if.incidents {
                 li { "incident " code { (i.uuid) } " on " (i.node) ": " (i.action) ", " b { (i.status) }
                     @if let Some(blocked) = &i.blocked_by { " — waits: " span.blocked-by { (blocked) } } }
@@ -292,6 +295,7 @@ mod tests {
                 blocked_by: Some("node2 first".into()),
                 new: true,
             }],
+            campaigns: Vec::new(),
             ending: Ending::Settled { rounds: 2 },
             notes: Vec::new(),
         };

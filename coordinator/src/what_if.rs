@@ -24,8 +24,8 @@ use std::time::Duration;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::{SimConfig, SimInstance, SimNode};
 use nodecare_protocol::what_if::{
-    Change, EndIncident, EndNode, Ending, MAX_ROUNDS, PolicyKey, PredictedJob, Query, Start, Wait,
-    WhatIf, WhatIfRound,
+    Change, EndCampaign, EndIncident, EndNode, Ending, MAX_ROUNDS, PolicyKey, PredictedJob, Query,
+    Start, Wait, WhatIf, WhatIfRound,
 };
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus, NodeVerdict, ScriptVerdict};
 
@@ -319,6 +319,8 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
         .instances()
         .await
         .map_err(|e| WhatIfError::Read(format!("Ganeti: {e}")))?;
+    // A wrong question costs no copy of the state.
+    check(query, &nodes)?;
     let copy = live
         .store
         .private_copy()
@@ -541,7 +543,6 @@ async fn simulate_rounds(
     query: &Query,
     start_ms: u64,
 ) -> Result<WhatIf, WhatIfError> {
-    check(query, nodes)?;
     let limit = query.rounds.unwrap_or(MAX_ROUNDS).clamp(1, MAX_ROUNDS);
     let interval_ms = u64::try_from(context.interval.as_millis())
         .unwrap_or(u64::MAX)
@@ -567,6 +568,12 @@ async fn simulate_rounds(
     settings.record_rounds = false;
     settings.ssconf_dir = None;
     let sim = simulate(&settings.node_name, nodes, instances, last_job)?;
+    let start_campaigns: BTreeSet<String> = store
+        .campaigns()
+        .map_err(|e| WhatIfError::Read(e.to_string()))?
+        .iter()
+        .map(|r| r.campaign.id.clone())
+        .collect();
     apply_changes(
         &query.changes,
         &sim,
@@ -732,6 +739,16 @@ async fn simulate_rounds(
             new: !start_incidents.contains(&i.uuid),
         })
         .collect();
+    let campaigns = store
+        .campaigns()
+        .map_err(|e| WhatIfError::Read(e.to_string()))?
+        .iter()
+        .map(|r| EndCampaign {
+            id: r.campaign.id.clone(),
+            state: r.state().to_string(),
+            new: !start_campaigns.contains(&r.campaign.id),
+        })
+        .collect();
     let mut notes = vec![
         "Ganeti's jobs succeed at once; agents answer the recorded verdicts with the changes laid over them; live repairs and campaign hooks succeed at once".to_owned(),
     ];
@@ -755,6 +772,7 @@ async fn simulate_rounds(
         jobs,
         nodes: nodes_out,
         incidents,
+        campaigns,
         ending,
         notes,
     })

@@ -468,6 +468,8 @@ async fn a_campaign_is_tried_on_the_copy() {
         .filter(|(op, target)| op == "OP_NODE_SET_PARAMS" && *target == node(4))
         .count();
     assert_eq!(drains, 2, "drained and undrained: {steps:?}");
+    assert_eq!(what_if.campaigns.len(), 1);
+    assert!(what_if.campaigns[0].new);
     assert!(
         steps[drain4..]
             .iter()

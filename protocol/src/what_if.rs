@@ -382,6 +382,17 @@ pub struct EndIncident {
     pub new: bool,
 }
 
+/// A rolling-maintenance campaign at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndCampaign {
+    /// Its id (of the private copy for a new one).
+    pub id: String,
+    /// Where it is (`running`, `done`, …).
+    pub state: String,
+    /// Whether the what-if started it.
+    pub new: bool,
+}
+
 /// How the what-if ended.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -420,6 +431,9 @@ pub struct WhatIf {
     pub nodes: Vec<EndNode>,
     /// The incidents at the end.
     pub incidents: Vec<EndIncident>,
+    /// The campaigns at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub campaigns: Vec<EndCampaign>,
     /// How it ended.
     pub ending: Ending,
     /// What the simulation leaves out or assumed.
