@@ -46,7 +46,7 @@ pub(crate) fn parse_at(text: &str) -> Result<u64, String> {
 }
 
 /// Unix ms as UTC text.
-fn at(ms: u64) -> String {
+pub(crate) fn at(ms: u64) -> String {
     #[allow(clippy::cast_precision_loss, reason = "Unix ms stay far below 2^52")]
     utc(ms as f64 / 1000.0)
 }
@@ -80,7 +80,7 @@ fn judgement(out: &mut String, j: &ExplainedJudgement) {
     }
 }
 
-fn round(out: &mut String, r: &ExplainedRound) {
+pub(crate) fn round(out: &mut String, r: &ExplainedRound) {
     let _ignored = write!(
         out,
         "round {} at {} on {}",

@@ -18,6 +18,7 @@ mod roll;
 mod roll_http;
 mod status;
 mod views;
+mod what_if;
 
 const VIEW_HELP: &str = "Like gnt-* list commands: -o selects the incidents table's fields (those of \
 `nodecare incidents`), -O the agents table's (those of `nodecare nodes`); `+FIELDS` adds to the \
@@ -76,6 +77,10 @@ enum Command {
     /// Why the coordinator did (or did not do) something: a node (`--at TIME`), an incident's
     /// (or campaign's, grant's) uuid, or a Ganeti job id, from its flight recorder.
     Explain(explain::ExplainArgs),
+    /// What the coordinator would do if a verdict changed, a node were drained or set offline,
+    /// another tool were granted a node, a campaign started or a cap changed: its own rounds
+    /// on a private copy of its state, until nothing changes. Changes nothing.
+    WhatIf(what_if::WhatIfArgs),
 }
 
 const EXIT_HELP: &str = "Exit codes: 0 done (granted, renewed, released, set, revoked, reset); 3 \
@@ -100,6 +105,7 @@ pub fn run() -> ExitCode {
         Command::Breaker(args) => gate::run_breaker(args),
         Command::Check(args) => check::run_check(args),
         Command::Explain(args) => explain::run_explain(args),
+        Command::WhatIf(args) => what_if::run_what_if(args),
     }
 }
 

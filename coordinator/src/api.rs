@@ -43,6 +43,8 @@ pub struct ApiState {
     pub replicator: Option<Arc<crate::replica::Replicator>>,
     /// The coordinator's failure domains, with which every campaign is planned.
     pub failure_domains: crate::gate::DomainSource,
+    /// What a what-if needs of the daemon (`GET /1/what-if`); `None`: what-ifs are refused.
+    pub what_if: Option<Arc<crate::what_if::WhatIfContext>>,
 }
 
 /// After a cancel is recorded: the incident's jobs that have not started are canceled now

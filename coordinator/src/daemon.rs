@@ -147,29 +147,14 @@ impl Coordinator {
         let board = Arc::new(Board::default());
         let watches = watches.map(|watches| watches.with_board(&board));
         let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
-        let settings = ReconcileSettings {
-            node_name: node_name.clone(),
-            agent_urls: config.agent_urls(),
-            gate: crate::reconcile::GateSettings {
-                domains: config.domain_source(),
-                cluster: config.caps(),
-                groups: config.group_caps.clone(),
-                breaker: config.breaker,
-                grace: crate::config::Config::duration(config.grace),
-            },
-            job_chains: config.job_chains,
-            evacuation: config.evacuation_policy(),
-            undrain_on_ack: config.undrain_on_ack,
-            job_timeout: Config::duration(config.job_timeout),
-            repair_timeout: Config::duration(config.repair_timeout),
-            repair_poll: Config::duration(config.repair_poll),
-            instance_repair: config.instance_repair.enabled,
-            ssconf_dir: Some(config.ssconf_dir.clone()),
-            record_rounds: config.record_rounds,
-        };
+        let settings = reconcile_settings(config, node_name.clone());
         if let Err(error) = crate::auth::Users::load(&config.users) {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }
+        let what_if = Arc::new(crate::what_if::WhatIfContext::new(
+            settings.clone(),
+            config.round_interval_duration()?,
+        ));
         let ganeti_for_api = Arc::clone(&ganeti);
         let ganeti_for_waits = Arc::clone(&ganeti);
         let agents_for_api = repairs.clone();
@@ -204,6 +189,7 @@ impl Coordinator {
             gate_view_max_age: crate::admission::view_max_age(config.round_interval_duration()?),
             replicator,
             failure_domains: config.domain_source(),
+            what_if: Some(what_if),
         };
         let interval = config.round_interval_duration()?;
         let stall = Config::duration(config.round_stall_timeout);
@@ -449,5 +435,29 @@ impl Coordinator {
             tracing::debug!(%error, "API task ended abnormally");
         }
         result
+    }
+}
+
+/// The round's settings from the configuration (the daemon's, and a what-if's).
+pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettings {
+    ReconcileSettings {
+        node_name,
+        agent_urls: config.agent_urls(),
+        gate: crate::reconcile::GateSettings {
+            domains: config.domain_source(),
+            cluster: config.caps(),
+            groups: config.group_caps.clone(),
+            breaker: config.breaker,
+            grace: crate::config::Config::duration(config.grace),
+        },
+        job_chains: config.job_chains,
+        evacuation: config.evacuation_policy(),
+        undrain_on_ack: config.undrain_on_ack,
+        job_timeout: Config::duration(config.job_timeout),
+        repair_timeout: Config::duration(config.repair_timeout),
+        repair_poll: Config::duration(config.repair_poll),
+        instance_repair: config.instance_repair.enabled,
+        ssconf_dir: Some(config.ssconf_dir.clone()),
+        record_rounds: config.record_rounds,
     }
 }

@@ -14,6 +14,7 @@
 //! | `/1/disruptions`, `/1/overrides`, `/1/breaker`, `/1/audit` | the gate's admission API, overrides and storm breaker ([`crate::admission`]) |
 //! | `/1/maintenance` | rolling maintenance campaigns ([`crate::maintenance_api`]) |
 //! | `GET /1/explain?node=…[&at=…]`, `?record=…`, `?job=…` | why: the flight recorder's rounds about a node, a record or a job ([`crate::explain_api`]) |
+//! | `GET /1/what-if?verdict=NODE:STATUS&drain=NODE&…` | what if: the coordinator's own rounds run on a private copy of its state with hypothetical changes, until nothing changes; changes nothing ([`crate::what_if_api`]) |
 //! | `GET /metrics` | Prometheus metrics (text format 0.0.4, see [`crate::metrics`]) |
 //!
 //! Every answer is JSON with `Content-Type: application/json`, except `/metrics` and the web status page
@@ -84,6 +85,7 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
         .route("/1/breaker/reset", post(crate::admission::reset_breaker))
         .route("/1/audit", get(crate::admission::audit))
         .route("/1/explain", get(crate::explain_api::explain))
+        .route("/1/what-if", get(crate::what_if_api::get))
         .route("/1/nodes/{node}/check", post(check))
         .route(
             "/1/maintenance",
@@ -99,6 +101,7 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/", get(crate::ui::page))
         .route("/ui/explain", get(crate::ui_explain::page))
+        .route("/ui/what-if", get(crate::ui_what_if::page))
         .route(
             "/ui/admin",
             get(|| async { Redirect::permanent("/ui/admin/") }),

@@ -51,7 +51,10 @@ pub mod server;
 pub mod store;
 pub mod ui;
 pub mod ui_explain;
+pub mod ui_what_if;
 pub mod watch;
+pub mod what_if;
+pub mod what_if_api;
 
 /// The pure decisions (the `nodecare-core` crate), under the names they had here.
 pub use nodecare_core::{breaker, campaign, duty, gate, incident, load, plan, storage};

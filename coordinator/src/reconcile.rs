@@ -25,6 +25,7 @@ use crate::ganeti::Ganeti;
 use crate::gate::{self, GateSnapshot, Holder, InForce};
 use crate::incident::RepairStatus;
 use crate::repair::RepairClient;
+use crate::round::agents::AgentReader;
 use crate::round::{Duty, Holds, Judged, Services};
 use crate::scrape::Scraper;
 use crate::store::Store;
@@ -57,12 +58,32 @@ pub use nodecare_protocol::status::RoundSummary;
 
 pub use crate::board::Board;
 
+/// The round's clock (Unix ms): the wall clock in the daemon, a simulated one in a what-if.
+#[derive(Clone)]
+pub struct Clock(pub Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl Clock {
+    /// The time now, Unix ms.
+    pub fn now_ms(&self) -> u64 {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Clock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Clock")
+    }
+}
+
 /// The reconciler.
 #[derive(Debug)]
 pub struct Reconciler {
     ganeti: Arc<dyn Ganeti>,
     store: Arc<Store>,
-    scraper: Scraper,
+    /// Where the round reads the agents (the scraper in the daemon).
+    agents: Arc<dyn AgentReader>,
+    /// The round's clock.
+    clock: Clock,
     repairs: RepairClient,
     settings: ReconcileSettings,
     board: Arc<Board>,
@@ -103,6 +124,27 @@ impl Reconciler {
         board: Arc<Board>,
         incident_lock: Arc<tokio::sync::Mutex<()>>,
     ) -> Self {
+        Self::with_agents(
+            ganeti,
+            store,
+            Arc::new(scraper),
+            repairs,
+            settings,
+            board,
+            incident_lock,
+        )
+    }
+
+    /// A reconciler reading the agents through `agents` (a what-if's simulated ones).
+    pub fn with_agents(
+        ganeti: Arc<dyn Ganeti>,
+        store: Arc<Store>,
+        agents: Arc<dyn AgentReader>,
+        repairs: RepairClient,
+        settings: ReconcileSettings,
+        board: Arc<Board>,
+        incident_lock: Arc<tokio::sync::Mutex<()>>,
+    ) -> Self {
         let ledger: Arc<dyn crate::exec::ledger::Ledger> = store.clone();
         let executor = Arc::new(
             crate::exec::Executor::new(ledger).with_cancels_asked(Arc::clone(&board.cancels_asked)),
@@ -126,7 +168,8 @@ impl Reconciler {
             executor,
             ganeti,
             store,
-            scraper,
+            agents,
+            clock: Clock(Arc::new(now_ms)),
             repairs,
             settings,
             board,
@@ -137,6 +180,13 @@ impl Reconciler {
             replicator: None,
             recorder: crate::recorder::FlightRecorder::default(),
         }
+    }
+
+    /// The same reconciler running on `clock` (a what-if's simulated one).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Clock) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Where the balancing duty reads the cluster (nothing when balancing is off).
@@ -162,10 +212,12 @@ impl Reconciler {
     /// The same reconciler with the balancing duty.
     #[must_use]
     pub fn with_balancer(mut self, mut balancer: crate::balance::Balancer) -> Self {
-        balancer.set_load_source(Arc::new(crate::balance::AgentLoad::new(
-            self.scraper.clone(),
-            self.settings.agent_urls.clone(),
-        )));
+        if let Some(scraper) = self.agents.scraper() {
+            balancer.set_load_source(Arc::new(crate::balance::AgentLoad::new(
+                scraper.clone(),
+                self.settings.agent_urls.clone(),
+            )));
+        }
         self.duties
             .push(Box::new(crate::round::balancing::Balancing::new(balancer)));
         self
@@ -203,7 +255,7 @@ impl Reconciler {
         let started = std::time::Instant::now();
         let mut summary = RoundSummary {
             number: self.rounds,
-            started_ms: now_ms(),
+            started_ms: self.clock.now_ms(),
             ..RoundSummary::default()
         };
         // The duties are taken out for the round, so that they may change while the round
@@ -247,7 +299,7 @@ impl Reconciler {
         summary: &mut RoundSummary,
     ) -> Result<(), RoundError> {
         // The round's one clock.
-        let now = now_ms();
+        let now = self.clock.now_ms();
         if let Err(error) = self.check_master().await {
             if let (RoundError::NotMaster { .. }, Some(replicator)) = (&error, &self.replicator) {
                 replicator.stand_down().await;

@@ -34,10 +34,21 @@ pub enum RepairAnswer {
     Unreachable(String),
 }
 
+/// Where a [`RepairClient`]'s requests go.
+#[derive(Debug, Clone)]
+enum Link {
+    /// To the agents, over HTTP.
+    Http(reqwest::Client),
+    /// Nowhere: every repair succeeds at once and every check starts, in memory (a what-if's
+    /// private round, [`RepairClient::simulated`]); it holds no HTTP client, so it cannot reach
+    /// an agent.
+    Simulated(std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, RepairRecord>>>),
+}
+
 /// Sends repair requests and polls their records.
 #[derive(Debug, Clone)]
 pub struct RepairClient {
-    client: reqwest::Client,
+    client: Link,
     key: HmacKey,
     ttl: Duration,
     /// Requests wait until the master candidates keep the state that led to them.
@@ -48,11 +59,42 @@ impl RepairClient {
     /// A client signing with `key`; requests stay valid for `ttl`.
     pub fn new(client: reqwest::Client, key: HmacKey, ttl: Duration) -> Self {
         Self {
-            client,
+            client: Link::Http(client),
             key,
             ttl,
             replicator: None,
         }
+    }
+
+    /// A client that sends nothing: each repair it is asked for succeeds at once (its record
+    /// kept in memory) and each check starts; what a what-if's private round uses.
+    pub fn simulated() -> Self {
+        Self {
+            client: Link::Simulated(std::sync::Arc::default()),
+            key: HmacKey::new(vec![0; 32]),
+            ttl: Duration::from_secs(60),
+            replicator: None,
+        }
+    }
+
+    /// How many repairs (and campaign hooks) a simulated client ran on `node` (none for a
+    /// client that sends): a what-if's agents report a new boot id after each, as after a
+    /// reboot.
+    pub fn simulated_runs(&self, node: &str) -> usize {
+        match &self.client {
+            Link::Http(_) => 0,
+            Link::Simulated(records) => records
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .values()
+                .filter(|r| r.node == node)
+                .count(),
+        }
+    }
+
+    /// Whether this client sends nothing ([`RepairClient::simulated`]).
+    pub fn is_simulated(&self) -> bool {
+        matches!(self.client, Link::Simulated(_))
     }
 
     /// The same client holding back each repair and check request until a majority of the
@@ -74,6 +116,9 @@ impl RepairClient {
         sequence: u64,
         now_ms: u64,
     ) -> RepairAnswer {
+        if let Link::Simulated(records) = &self.client {
+            return simulated_repair(records, &request, now_ms);
+        }
         if let Some(replicator) = &self.replicator
             && let Err(error) = replicator.ensure().await
         {
@@ -95,8 +140,11 @@ impl RepairClient {
                 };
             }
         };
+        let Link::Http(client) = &self.client else {
+            return RepairAnswer::Unreachable("not sent".into());
+        };
         let url = format!("{base_url}{REPAIR_PATH}");
-        let response = match self.client.post(&url).json(&envelope).send().await {
+        let response = match client.post(&url).json(&envelope).send().await {
             Ok(response) => response,
             Err(error) => {
                 return RepairAnswer::Unreachable(format!("{url}: {}", error_chain(&error)));
@@ -107,8 +155,20 @@ impl RepairClient {
 
     /// Reads the record of `incident_id` from the agent at `base_url`.
     pub async fn poll(&self, base_url: &str, incident_id: &str) -> RepairAnswer {
+        let client = match &self.client {
+            Link::Http(client) => client,
+            Link::Simulated(records) => {
+                return records
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .get(incident_id)
+                    .map_or(RepairAnswer::Unknown, |record| {
+                        RepairAnswer::Record(Box::new(record.clone()))
+                    });
+            }
+        };
         let url = format!("{base_url}{REPAIR_PATH}/{incident_id}");
-        let response = match self.client.get(&url).send().await {
+        let response = match client.get(&url).send().await {
             Ok(response) => response,
             Err(error) => {
                 return RepairAnswer::Unreachable(format!("{url}: {}", error_chain(&error)));
@@ -156,8 +216,14 @@ impl RepairClient {
             Ok(envelope) => envelope,
             Err(error) => return CheckOutcome::Refused(0, error.to_string()),
         };
+        let client = match &self.client {
+            Link::Http(client) => client,
+            Link::Simulated(_) => {
+                return CheckOutcome::Refused(0, "a what-if asks no agent".to_owned());
+            }
+        };
         let url = format!("{base_url}{CHECK_PATH}");
-        let response = match self.client.post(&url).json(&envelope).send().await {
+        let response = match client.post(&url).json(&envelope).send().await {
             Ok(response) => response,
             Err(error) => {
                 return CheckOutcome::Unreachable(format!("{url}: {}", error_chain(&error)));
@@ -181,6 +247,36 @@ impl RepairClient {
             String::from_utf8_lossy(&body).chars().take(300).collect(),
         )
     }
+}
+
+/// A simulated repair: succeeded at once, its record kept for the polls that follow.
+fn simulated_repair(
+    records: &std::sync::Mutex<std::collections::BTreeMap<String, RepairRecord>>,
+    request: &RepairRequest,
+    now_ms: u64,
+) -> RepairAnswer {
+    let mut record = match RepairRecord::running(request, now_ms) {
+        Ok(record) => record,
+        Err(error) => {
+            return RepairAnswer::Refused {
+                status: 0,
+                message: error.to_string(),
+                transient: false,
+            };
+        }
+    };
+    record.state = nodecare_protocol::repair::RepairState::Succeeded;
+    record.exit_code = Some(0);
+    record.finished_at_ms = Some(now_ms);
+    record.duration_ms = Some(0);
+    let mut records = records
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let record = records
+        .entry(record.incident_id.clone())
+        .or_insert(record)
+        .clone();
+    RepairAnswer::Record(Box::new(record))
 }
 
 /// Largest answer of an agent to a repair or check request (a repair record keeps the output
@@ -207,5 +303,47 @@ async fn answer(response: reqwest::Response, url: &str) -> RepairAnswer {
         status: status.as_u16(),
         message,
         transient: status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+
+    /// A simulated client holds no HTTP client: an address no one answers on is never tried,
+    /// the repair succeeds at once, its record is what a poll reads, and a check is refused.
+    #[tokio::test]
+    async fn a_simulated_client_sends_nothing() {
+        let client = RepairClient::simulated();
+        assert!(client.is_simulated());
+        let nowhere = "http://192.0.2.1:9";
+        let request = RepairRequest {
+            node: "node2".into(),
+            incident_id: "i-1".into(),
+            command: "fix".into(),
+            input: serde_json::json!({}),
+            nonce: "n".into(),
+        };
+        let started = std::time::Instant::now();
+        let RepairAnswer::Record(record) = client.request(nowhere, request, 1, 5).await else {
+            panic!("a simulated repair succeeds");
+        };
+        assert_eq!(
+            record.state,
+            nodecare_protocol::repair::RepairState::Succeeded
+        );
+        assert_eq!(
+            client.poll(nowhere, "i-1").await,
+            RepairAnswer::Record(record)
+        );
+        assert_eq!(client.poll(nowhere, "i-2").await, RepairAnswer::Unknown);
+        assert_eq!(client.simulated_runs("node2"), 1);
+        assert!(matches!(
+            client.check(nowhere, "node2", 1, 5).await,
+            CheckOutcome::Refused(0, _)
+        ));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
     }
 }

@@ -243,6 +243,7 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
                             (snapshot.round.duration_ms) " ms"
                         }
                         ". This page reloads every " (REFRESH_SECS) " s. "
+                        a href="/ui/what-if" { "What if…?" } " "
                         @if let Some(actions) = actions {
                             "Signed in as " b { (actions.user) } " (actions enabled). "
                             a href="/ui/" { "Read-only view" }

@@ -18,7 +18,7 @@ fn title(explanation: &Explanation) -> String {
     }
 }
 
-fn round(now: u64, r: &ExplainedRound) -> Markup {
+pub(crate) fn round(now: u64, r: &ExplainedRound) -> Markup {
     html! {
         article.incident {
             h3 { "Round " (r.round) ", " (age(now, r.at_ms)) " ago on " (r.coordinator) }

@@ -344,6 +344,12 @@ fn explained_round(
     }
 }
 
+/// A whole round in explanation's words: every judgement, the caps and what was in force (a
+/// what-if's simulated rounds are shown so).
+pub fn explain_round(recorded: &Recorded) -> ExplainedRound {
+    explained_round(recorded, None, |_| true)
+}
+
 /// Why `node` was (or was not) acted on at `at_ms` (`None`: the latest): the last recorded
 /// round at or before that time whose gate judged a proposal on the node, or, when none did,
 /// the last round at or before it (what held the node then). `rounds` in any order.

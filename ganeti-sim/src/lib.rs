@@ -149,7 +149,8 @@ pub struct SimTls {
 
 impl SimTls {
     /// A certificate shaped like Ganeti's cluster certificate: self-signed, `CA:TRUE`, CN
-    /// `ganeti.example.com`, no subject alternative name.
+    /// `ganeti.example.com`, no subject alternative name (feature `cert`).
+    #[cfg(feature = "cert")]
     pub fn ganeti_like() -> Result<Self, String> {
         let key = rcgen::KeyPair::generate().map_err(|e| format!("cannot generate a key: {e}"))?;
         let mut params =

@@ -628,6 +628,12 @@ impl SimCluster {
         }
     }
 
+    /// Numbers the jobs submitted from now on after `last` (a copy of a cluster whose jobs
+    /// up to `last` exist elsewhere: no id is given twice).
+    pub fn number_jobs_after(&mut self, last: JobId) {
+        self.next_job = self.next_job.max(last.saturating_add(1));
+    }
+
     /// Id the next submitted job gets.
     pub const fn next_job_id(&self) -> JobId {
         self.next_job

@@ -32,6 +32,7 @@ pub mod sign;
 pub mod status;
 pub mod storage;
 pub mod verdict;
+pub mod what_if;
 
 pub use canonical::{CanonicalError, CanonicalJson, canonical_bytes, fingerprint_of};
 pub use clock::now_ms;

@@ -430,3 +430,79 @@ async fn explain_names_the_rule_of_a_refusal_and_traces_every_job_to_its_round()
     assert!(stderr.contains("not an operation of nodecare"), "{stderr}");
     server.abort();
 }
+
+/// `nodecare what-if` against a live coordinator: two nodes turning `evacuate` under a cap of
+/// one: the first is drained and evacuated, the second waits for the cap; with the cap at two
+/// both go. The web page's form answers the same. Nothing is written or submitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_if_shows_the_jobs_and_the_waits_and_changes_nothing() {
+    let mut h = Harness::new(5, "a:diskless:2,b:diskless:3", |_| {})
+        .await
+        .unwrap();
+    h.round().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let before = h.coordinator.api().store.snapshot().unwrap();
+    let two = [
+        "what-if".to_owned(),
+        "--verdict".to_owned(),
+        format!("{}=evacuate", node(2)),
+        "--verdict".to_owned(),
+        format!("{}=evacuate", node(3)),
+    ];
+    let args: Vec<&str> = two.iter().map(String::as_str).collect();
+
+    let (code, text, stderr) = nodecare(&url, &args).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    for says in [
+        format!("JOB OP_NODE_SET_PARAMS {}: draining {}", node(2), node(2)),
+        "JOB OP_INSTANCE_MIGRATE a.sim.test".to_owned(),
+        format!("WAITS node {}", node(3)),
+        "cap on disrupted nodes".to_owned(),
+        "end: nothing changes after".to_owned(),
+    ] {
+        assert!(text.contains(&says), "{says} not in\n{text}");
+    }
+    assert!(
+        !text.contains(&format!("OP_NODE_SET_PARAMS {}", node(3))),
+        "{text}"
+    );
+
+    let mut raised = args.clone();
+    raised.extend(["--policy", "max_disrupted_nodes=2", "--json"]);
+    let (code, json, stderr) = nodecare(&url, &raised).await;
+    assert_eq!(code, Some(0), "{stderr}");
+    let what_if: nodecare_protocol::what_if::WhatIf = serde_json::from_str(&json).unwrap();
+    for n in [2, 3] {
+        assert!(
+            what_if
+                .jobs
+                .iter()
+                .any(|j| j.opcode == "OP_NODE_SET_PARAMS" && j.target == node(n)),
+            "{:?}",
+            what_if.jobs
+        );
+    }
+
+    let (code, _, stderr) = nodecare(&url, &["what-if", "--drain", "node9.sim.test"]).await;
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("unknown node node9.sim.test"), "{stderr}");
+    let (code, _, stderr) = nodecare(&url, &["what-if", "--verdict", "node2=broken"]).await;
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("not a verdict"), "{stderr}");
+
+    let page = reqwest::get(format!("{url}/ui/what-if?node={}&change=evacuate", node(2)))
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("OP_NODE_SET_PARAMS"), "{html}");
+    let form = reqwest::get(format!("{url}/ui/")).await.unwrap();
+    assert!(form.text().await.unwrap().contains("href=\"/ui/what-if\""));
+
+    assert_eq!(h.coordinator.api().store.snapshot().unwrap(), before);
+    assert!(h.sim.submissions().is_empty(), "{:?}", h.sim.submissions());
+    server.abort();
+}

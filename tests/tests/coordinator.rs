@@ -9,6 +9,7 @@ mod monitoring;
 mod node_repair;
 mod soak;
 mod watchdog;
+mod what_if;
 
 use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};

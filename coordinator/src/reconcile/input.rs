@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use nodecare_protocol::{DiagnoseStatus, now_ms};
+use nodecare_protocol::DiagnoseStatus;
 
 use super::{
     BREAKER_DOCUMENT, DEGRADED_GRACE_MS, Reconciler, RoundError, RoundSummary,
@@ -49,14 +49,13 @@ impl Reconciler {
             .document(STORAGE_SEQUENCES_DOCUMENT)?
             .unwrap_or_default();
         let storage = self
-            .scraper
-            .storage_health(
+            .agents
+            .storage(
                 &nodes,
                 &instances,
                 &self.settings.agent_urls,
                 &storage_sequences,
-                now_ms,
-                crate::scrape::DEFAULT_STORAGE_MAX_AGE_MS,
+                now,
             )
             .await;
         if storage.sequences != storage_sequences {
@@ -78,7 +77,8 @@ impl Reconciler {
         }
         let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
         let graced = gate::grace(&view, &self.planned_disruptions(now)?, grace_ms);
-        let (agents, failed_outside_grace) = self.read_agents(&nodes, &graced, summary).await?;
+        let (agents, failed_outside_grace) =
+            self.read_agents(&nodes, &graced, summary, now).await?;
         let agents_seen = agents
             .iter()
             .filter_map(|result| match &result.outcome {
@@ -119,6 +119,7 @@ impl Reconciler {
         nodes: &[Node],
         graced: &BTreeMap<String, u64>,
         summary: &mut RoundSummary,
+        now: u64,
     ) -> Result<(Vec<crate::scrape::AgentResult>, usize), RoundError> {
         let targets: Vec<AgentTarget> = nodes
             .iter()
@@ -133,12 +134,11 @@ impl Reconciler {
             watched.clone_from(&targets);
         }
         let sequences = self.store.agent_sequences()?;
-        let results = self.scraper.scrape(targets, &sequences, now_ms).await;
+        let results = self.agents.diagnose(targets, &sequences, now).await;
         if let Some(why) = crate::scrape::local_failure(&results) {
             return Err(RoundError::Local(why));
         }
         summary.agents = results.len();
-        let now = now_ms();
         let mut accepted = Vec::new();
         let mut failed_outside_grace = 0;
         {

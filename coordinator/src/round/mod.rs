@@ -275,6 +275,7 @@ pub trait Duty: Send + Sync {
 }
 
 pub mod admission;
+pub mod agents;
 pub mod balancing;
 pub mod campaigns;
 pub mod instance_repair;

@@ -14,6 +14,25 @@ impl Store {
         Ok(data.to_vec())
     }
 
+    /// A private copy of the whole state in memory: what it writes never reaches this store
+    /// (or its file), and it has no replication of its own (a what-if's rounds run on it).
+    pub fn private_copy(&self) -> Result<Store, StoreError> {
+        let copy = Store::open_memory()?;
+        copy.restore(&self.snapshot()?)?;
+        Ok(copy)
+    }
+
+    /// An empty state in memory, at this schema.
+    pub fn open_memory() -> Result<Store, StoreError> {
+        let connection = Connection::open_in_memory()?;
+        connection.pragma_update(None, "foreign_keys", "ON")?;
+        super::migrate(&connection)?;
+        Ok(Store {
+            connection: std::sync::Mutex::new(connection),
+            decoded: std::sync::Mutex::default(),
+        })
+    }
+
     /// Rows changed through this store since it was opened: a change counter for replication.
     pub fn changes(&self) -> u64 {
         self.lock().total_changes()

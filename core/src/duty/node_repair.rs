@@ -68,6 +68,7 @@ pub fn propose(
         invasiveness(b.action)
             .cmp(&invasiveness(a.action))
             .then(a.ctime.total_cmp(&b.ctime))
+            .then(a.node.cmp(&b.node))
             .then(a.uuid.cmp(&b.uuid))
     });
     let mut out = Proposals::default();
@@ -309,6 +310,28 @@ mod tests {
                 )
             )]
         );
+    }
+
+    /// Two evacuations opened in the same round sharing a DRBD pair: the one on the node first
+    /// by name starts, whatever their (random) uuids, so a what-if predicts the same.
+    #[test]
+    fn evacuations_of_one_round_start_in_node_order() {
+        let nodes = vec![node("n1"), node("n2")];
+        let mut drbd = instance("d1", "n1", 512);
+        drbd.disk_template = crate::ganeti::DiskTemplate::Drbd;
+        drbd.secondary_nodes = vec!["n2".into()];
+        let second = incident_on(1, &nodes[1], Action::Evacuate, 5.0);
+        let first = incident_on(2, &nodes[0], Action::Evacuate, 5.0);
+        let out = propose(
+            &[second.clone(), first.clone()],
+            &nodes,
+            &[drbd],
+            &BTreeSet::new(),
+        );
+        let holders: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
+        assert_eq!(holders, [Holder::Incident { id: first.uuid }]);
+        assert_eq!(out.waiting.len(), 1);
+        assert_eq!(out.waiting[0].0, second.uuid);
     }
 
     /// An evacuation escalated from a live repair holds its node already (pending) but has not

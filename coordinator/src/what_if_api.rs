@@ -1,0 +1,50 @@
+//! `GET /1/what-if`: what the coordinator would do if something changed ([`crate::what_if`]).
+//! Read-only, like `/1/explain`: it runs on a private copy and changes nothing.
+//!
+//! The query is [`nodecare_protocol::what_if::Query`]; the answer
+//! [`nodecare_protocol::what_if::WhatIf`]; `400` for a bad query or an unknown node, `429`
+//! while another what-if runs, `502` when Ganeti cannot be read, `503` when what-ifs are off.
+
+use axum::Json;
+use axum::extract::{RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use nodecare_protocol::what_if::{Query, WhatIf};
+
+use crate::api::{ApiState, error};
+use crate::what_if::{Live, WhatIfError};
+
+/// The what-if `query` asks for, or the error answer as `(status, message)`.
+pub async fn what_if(
+    state: &ApiState,
+    query: Option<&str>,
+) -> Result<WhatIf, (StatusCode, String)> {
+    let query = Query::parse(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
+    let (Some(context), Some(ganeti)) = (&state.what_if, &state.ganeti) else {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this coordinator runs no what-if".to_owned(),
+        ));
+    };
+    let live = Live {
+        store: &state.store,
+        ganeti: &**ganeti,
+        context,
+    };
+    crate::what_if::run(live, &query).await.map_err(|e| {
+        let status = match &e {
+            WhatIfError::Input(_) => StatusCode::BAD_REQUEST,
+            WhatIfError::Busy => StatusCode::TOO_MANY_REQUESTS,
+            WhatIfError::Read(_) => StatusCode::BAD_GATEWAY,
+        };
+        (status, e.to_string())
+    })
+}
+
+/// `GET /1/what-if`.
+pub async fn get(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
+    match what_if(&state, query.as_deref()).await {
+        Ok(answer) => Json(answer).into_response(),
+        Err((status, message)) => error(status, message),
+    }
+}

@@ -1,0 +1,499 @@
+//! `GET /1/what-if`: what the coordinator would do if something changed, tried on a private
+//! copy of its state with the same duties and gate as its rounds (`nodecare what-if`, the web
+//! page's form). Nothing it tries is written or sent.
+//!
+//! The query names the changes (`verdict=NODE:STATUS`, `drain=NODE`, `offline=NODE`,
+//! `grant=NODE`, `campaign=all` or `campaign=NODE,NODE`, `policy=KEY:VALUE`), in the order they
+//! apply, and optionally `at=MS` (start from the last recorded round at or before that time)
+//! and `rounds=N` (at most [`MAX_ROUNDS`]). Times are Unix milliseconds.
+
+use serde::{Deserialize, Serialize};
+
+use crate::DiagnoseStatus;
+use crate::explain::ExplainedRound;
+use crate::gate::BlockedBy;
+
+/// Most changes one what-if tries.
+pub const MAX_CHANGES: usize = 16;
+/// Most rounds one what-if runs (and the default).
+pub const MAX_ROUNDS: u32 = 50;
+/// Longest query string, in bytes.
+pub const MAX_QUERY_BYTES: usize = 8192;
+/// Most nodes a campaign of a what-if names.
+pub const MAX_CAMPAIGN_NODES: usize = 256;
+
+/// A policy setting a what-if may change (the cluster's caps).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PolicyKey {
+    /// Most vm-capable nodes disrupted at once.
+    MaxDisruptedNodes,
+    /// Fewest healthy nodes left.
+    MinHealthyNodes,
+}
+
+impl PolicyKey {
+    /// The spelling in the configuration and the query.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxDisruptedNodes => "max_disrupted_nodes",
+            Self::MinHealthyNodes => "min_healthy_nodes",
+        }
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "max_disrupted_nodes" => Ok(Self::MaxDisruptedNodes),
+            "min_healthy_nodes" => Ok(Self::MinHealthyNodes),
+            other => Err(format!(
+                "policy: unknown key {:?} (max_disrupted_nodes, min_healthy_nodes)",
+                clip(other)
+            )),
+        }
+    }
+}
+
+/// One hypothetical change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Change {
+    /// The node's agent reports this verdict from now on.
+    Verdict {
+        /// The node.
+        node: String,
+        /// Its verdict.
+        verdict: DiagnoseStatus,
+    },
+    /// Someone else drains the node.
+    Drain {
+        /// The node.
+        node: String,
+    },
+    /// Someone else sets the node offline.
+    Offline {
+        /// The node.
+        node: String,
+    },
+    /// Another tool is granted the node (an admission grant).
+    Grant {
+        /// The node.
+        node: String,
+    },
+    /// A rolling-maintenance campaign starts, over these nodes (empty: all of them).
+    Campaign {
+        /// The nodes.
+        nodes: Vec<String>,
+    },
+    /// A cluster-wide policy setting is changed.
+    Policy {
+        /// The setting.
+        key: PolicyKey,
+        /// Its value.
+        value: u64,
+    },
+}
+
+impl Change {
+    /// The change as `nodecare what-if` spells it (`--verdict node9=evacuate`).
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Verdict { node, verdict } => format!("verdict {node}={}", verdict.as_str()),
+            Self::Drain { node } => format!("drain {node}"),
+            Self::Offline { node } => format!("offline {node}"),
+            Self::Grant { node } => format!("grant {node}"),
+            Self::Campaign { nodes } if nodes.is_empty() => "campaign all".to_owned(),
+            Self::Campaign { nodes } => format!("campaign {}", nodes.join(",")),
+            Self::Policy { key, value } => format!("policy {}={value}", key.as_str()),
+        }
+    }
+
+    /// The node a change names, if one.
+    pub fn node(&self) -> Option<&str> {
+        match self {
+            Self::Verdict { node, .. }
+            | Self::Drain { node }
+            | Self::Offline { node }
+            | Self::Grant { node } => Some(node),
+            Self::Campaign { .. } | Self::Policy { .. } => None,
+        }
+    }
+
+    fn query_pair(&self) -> String {
+        match self {
+            Self::Verdict { node, verdict } => format!("verdict={node}:{}", verdict.as_str()),
+            Self::Drain { node } => format!("drain={node}"),
+            Self::Offline { node } => format!("offline={node}"),
+            Self::Grant { node } => format!("grant={node}"),
+            Self::Campaign { nodes } if nodes.is_empty() => "campaign=all".to_owned(),
+            Self::Campaign { nodes } => format!("campaign={}", nodes.join(",")),
+            Self::Policy { key, value } => format!("policy={}:{value}", key.as_str()),
+        }
+    }
+}
+
+/// Reads a verdict's status as people write it (`Ok` or `ok`, `live-repair`, `evacuate`,
+/// `evacuate-failover`, `unknown`).
+pub fn parse_verdict(text: &str) -> Result<DiagnoseStatus, String> {
+    match text {
+        "Ok" | "ok" | "OK" => Ok(DiagnoseStatus::Ok),
+        "unknown" => Ok(DiagnoseStatus::Unknown),
+        "live-repair" => Ok(DiagnoseStatus::LiveRepair),
+        "evacuate" => Ok(DiagnoseStatus::Evacuate),
+        "evacuate-failover" => Ok(DiagnoseStatus::EvacuateFailover),
+        other => Err(format!(
+            "not a verdict: {:?} (Ok, live-repair, evacuate, evacuate-failover, unknown)",
+            clip(other)
+        )),
+    }
+}
+
+/// What `GET /1/what-if` is asked.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Query {
+    /// The changes, in the order they apply.
+    pub changes: Vec<Change>,
+    /// Start from the last recorded round at or before this time (`None`: the latest).
+    pub at_ms: Option<u64>,
+    /// Most rounds to run (`None`: [`MAX_ROUNDS`]).
+    pub rounds: Option<u32>,
+}
+
+/// Whether `text` may be a node name (letters, digits, `.`, `-`, `_`; at most
+/// [`crate::limits::MAX_NAME_BYTES`]).
+pub fn is_node_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= crate::limits::MAX_NAME_BYTES
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_')
+}
+
+/// At most 64 characters of what a caller sent, for an error message.
+fn clip(text: &str) -> String {
+    text.chars().take(64).collect()
+}
+
+fn node(field: &str, text: &str) -> Result<String, String> {
+    if is_node_name(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!("{field}: not a node name: {:?}", clip(text)))
+    }
+}
+
+impl Query {
+    /// Reads a query string (no percent-encoding: node names, statuses and numbers need none).
+    pub fn parse(query: Option<&str>) -> Result<Self, String> {
+        let query = query.unwrap_or("");
+        if query.len() > MAX_QUERY_BYTES {
+            return Err(format!(
+                "the query is {} bytes, longer than the {MAX_QUERY_BYTES} allowed",
+                query.len()
+            ));
+        }
+        let mut parsed = Self::default();
+        let number = |name: &str, text: &str| {
+            text.parse::<u64>()
+                .map_err(|_| format!("{name}: a whole number expected, got {:?}", clip(text)))
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("{}: a key=value pair expected", clip(pair)))?;
+            let change = match key {
+                "at" | "rounds" => {
+                    let n = number(key, value)?;
+                    let slot_given = if key == "at" {
+                        parsed.at_ms.replace(n).is_some()
+                    } else {
+                        let rounds = u32::try_from(n)
+                            .ok()
+                            .filter(|r| (1..=MAX_ROUNDS).contains(r))
+                            .ok_or_else(|| format!("rounds: from 1 to {MAX_ROUNDS}, got {n}"))?;
+                        parsed.rounds.replace(rounds).is_some()
+                    };
+                    if slot_given {
+                        return Err(format!("{key}: given twice"));
+                    }
+                    continue;
+                }
+                "verdict" => {
+                    let (name, status) = value.split_once(':').ok_or_else(|| {
+                        format!("verdict: NODE:VERDICT expected, got {:?}", clip(value))
+                    })?;
+                    Change::Verdict {
+                        node: node("verdict", name)?,
+                        verdict: parse_verdict(status).map_err(|e| format!("verdict: {e}"))?,
+                    }
+                }
+                "drain" => Change::Drain {
+                    node: node(key, value)?,
+                },
+                "offline" => Change::Offline {
+                    node: node(key, value)?,
+                },
+                "grant" => Change::Grant {
+                    node: node(key, value)?,
+                },
+                "campaign" if value == "all" => Change::Campaign { nodes: Vec::new() },
+                "campaign" => {
+                    let nodes = value
+                        .split(',')
+                        .map(|n| node("campaign", n))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    if nodes.len() > MAX_CAMPAIGN_NODES {
+                        return Err(format!(
+                            "campaign: {} nodes, more than the {MAX_CAMPAIGN_NODES} allowed",
+                            nodes.len()
+                        ));
+                    }
+                    Change::Campaign { nodes }
+                }
+                "policy" => {
+                    let (name, value) = value.split_once(':').ok_or_else(|| {
+                        format!("policy: KEY:VALUE expected, got {:?}", clip(value))
+                    })?;
+                    Change::Policy {
+                        key: PolicyKey::parse(name)?,
+                        value: number("policy", value)?,
+                    }
+                }
+                other => return Err(format!("unknown parameter {:?}", clip(other))),
+            };
+            if parsed.changes.len() == MAX_CHANGES {
+                return Err(format!("more than {MAX_CHANGES} changes"));
+            }
+            parsed.changes.push(change);
+        }
+        Ok(parsed)
+    }
+
+    /// The query string (without `?`).
+    pub fn to_query_string(&self) -> String {
+        self.changes
+            .iter()
+            .map(Change::query_pair)
+            .chain(self.at_ms.map(|at| format!("at={at}")))
+            .chain(self.rounds.map(|n| format!("rounds={n}")))
+            .collect::<Vec<_>>()
+            .join("&")
+    }
+}
+
+/// Where a what-if started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    /// The simulated clock's first round (Unix ms).
+    pub at_ms: u64,
+    /// The recorded round whose verdicts the agents answer with (none: no round recorded;
+    /// every agent without an incident answers `Ok`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_round: Option<u64>,
+    /// The simulated clock's step: the coordinator's round interval (ms).
+    pub interval_ms: u64,
+}
+
+/// A Ganeti job the coordinator would submit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PredictedJob {
+    /// The simulated round that submits it (from 1).
+    pub round: u32,
+    /// Ganeti's opcode (`OP_NODE_SET_PARAMS`, `OP_INSTANCE_MIGRATE`, …).
+    pub opcode: String,
+    /// The node or instance it acts on.
+    pub target: String,
+    /// What it does, as its reason trail says (`drain node2.example`).
+    pub operation: String,
+    /// The reason trail text the coordinator would give it (with the private copy's uuids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Something that waits, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Wait {
+    /// Who proposed it (`incident <uuid>`, `maintenance campaign <uuid>`).
+    pub holder: String,
+    /// What it acts on.
+    pub subject: String,
+    /// The gate's rule that refused it, or `its duty waits` when the duty held it back
+    /// before the gate (a move that must wait, another incident first).
+    pub rule: String,
+    /// Why, in words (the incident's `blocked_by`).
+    pub why: String,
+    /// What blocks it, when the gate refused it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<BlockedBy>,
+}
+
+/// [`Wait::rule`] of what a duty held back itself.
+pub const DUTY_WAITS: &str = "its duty waits";
+
+/// One simulated round.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIfRound {
+    /// Its number (from 1).
+    pub number: u32,
+    /// Its simulated time (Unix ms).
+    pub at_ms: u64,
+    /// What the gate saw and judged, in `nodecare explain`'s words (none when it judged
+    /// nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<ExplainedRound>,
+    /// The Ganeti jobs it submits, in order.
+    pub jobs: Vec<PredictedJob>,
+    /// What the gate refused this round.
+    pub waits: Vec<Wait>,
+    /// What stopped the round, if it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A node at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndNode {
+    /// The node.
+    pub name: String,
+    /// Drained.
+    pub drained: bool,
+    /// Offline.
+    pub offline: bool,
+    /// Instances with the node as primary.
+    pub primaries: usize,
+    /// Whether any of these changed from the start.
+    pub changed: bool,
+}
+
+/// An incident at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndIncident {
+    /// Its uuid (of the private copy for a new one).
+    pub uuid: String,
+    /// Its node.
+    pub node: String,
+    /// Its action (`evacuate`, `live-repair`, …).
+    pub action: String,
+    /// Its repair status (`noted`, `pending`, `completed`, `failed`, `canceled`).
+    pub status: String,
+    /// What blocks it, when the gate refuses it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocked_by: Option<String>,
+    /// Whether the what-if opened it.
+    pub new: bool,
+}
+
+/// A rolling-maintenance campaign at the end.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndCampaign {
+    /// Its id (of the private copy for a new one).
+    pub id: String,
+    /// Where it is (`running`, `done`, …).
+    pub state: String,
+    /// Whether the what-if started it.
+    pub new: bool,
+}
+
+/// How the what-if ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Ending {
+    /// A round changed nothing more (no job, no change of any incident or node).
+    Settled {
+        /// The rounds run, the quiet one included.
+        rounds: u32,
+    },
+    /// The round limit was reached while things still changed.
+    RoundLimit {
+        /// The limit.
+        rounds: u32,
+    },
+    /// A round failed.
+    Failed {
+        /// The round.
+        round: u32,
+        /// Why.
+        error: String,
+    },
+}
+
+/// The answer of `GET /1/what-if`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WhatIf {
+    /// The changes tried.
+    pub changes: Vec<Change>,
+    /// Where it started.
+    pub start: Start,
+    /// The rounds, in order.
+    pub rounds: Vec<WhatIfRound>,
+    /// Every job it would submit, in order (the rounds' jobs together).
+    pub jobs: Vec<PredictedJob>,
+    /// The nodes at the end (those drained or offline, and those that changed).
+    pub nodes: Vec<EndNode>,
+    /// The incidents at the end.
+    pub incidents: Vec<EndIncident>,
+    /// The campaigns at the end.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub campaigns: Vec<EndCampaign>,
+    /// How it ended.
+    pub ending: Ending,
+    /// What the simulation leaves out or assumed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+
+    #[test]
+    fn a_query_reads_back_the_same() {
+        let text = "verdict=node9:evacuate&drain=node5&offline=node2&grant=node4&campaign=all&campaign=n1,n2&policy=max_disrupted_nodes:2&at=5&rounds=7";
+        let query = Query::parse(Some(text)).unwrap();
+        assert_eq!(query.changes.len(), 7);
+        assert_eq!(
+            query.changes[0],
+            Change::Verdict {
+                node: "node9".into(),
+                verdict: DiagnoseStatus::Evacuate
+            }
+        );
+        assert_eq!(
+            query.changes[6],
+            Change::Policy {
+                key: PolicyKey::MaxDisruptedNodes,
+                value: 2
+            }
+        );
+        assert_eq!((query.at_ms, query.rounds), (Some(5), Some(7)));
+        assert_eq!(query.to_query_string(), text);
+        assert_eq!(Query::parse(None).unwrap(), Query::default());
+    }
+
+    #[test]
+    fn bad_queries_say_what_is_wrong() {
+        let many = vec!["drain=n"; MAX_CHANGES + 1].join("&");
+        let long = format!("drain={}", "a".repeat(MAX_QUERY_BYTES));
+        for (bad, says) in [
+            ("verdict=node9:broken", "not a verdict"),
+            ("verdict=node9", "NODE:VERDICT"),
+            ("drain=a b", "not a node name"),
+            ("drain=", "not a node name"),
+            ("policy=max_disrupted_nodes:two", "whole number"),
+            ("policy=speed:2", "unknown key"),
+            ("rounds=0", "from 1 to"),
+            ("rounds=51", "from 1 to"),
+            ("at=1&at=2", "given twice"),
+            ("reboot=n1", "unknown parameter"),
+            ("drain", "key=value"),
+            ("campaign=a,,b", "not a node name"),
+            (many.as_str(), "more than 16 changes"),
+            (long.as_str(), "longer than"),
+        ] {
+            let error = Query::parse(Some(bad)).unwrap_err();
+            assert!(error.contains(says), "{bad:.80}: {error}");
+            assert!(error.len() < 200, "{error}");
+        }
+    }
+}
