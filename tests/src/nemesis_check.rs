@@ -812,9 +812,17 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
             let Some(node) = op.params.get("node_name").and_then(Value::as_str) else {
                 continue;
             };
-            for (flag, field) in [(Flag::Drained, "drained"), (Flag::Offline, "offline")] {
+            // Ganeti's node roles are exclusive: setting `offline` clears `drained` and the
+            // other way round (at the job's end, while the flag set holds the node disrupted).
+            for (flag, other, field) in [
+                (Flag::Drained, Flag::Offline, "drained"),
+                (Flag::Offline, Flag::Drained, "offline"),
+            ] {
                 match op.params.get(field).and_then(Value::as_bool) {
-                    Some(true) => changes.push((start_ms, 1, node.to_owned(), Change::Set(flag))),
+                    Some(true) => {
+                        changes.push((start_ms, 1, node.to_owned(), Change::Set(flag)));
+                        changes.push((end_ms, 0, node.to_owned(), Change::Clear(other)));
+                    }
                     Some(false) => changes.push((end_ms, 0, node.to_owned(), Change::Clear(flag))),
                     None => {}
                 }
@@ -1347,6 +1355,59 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn offline_clears_drained_as_in_ganeti() {
+        // Ganeti's roles are exclusive: node4 set offline is no longer drained, so setting it
+        // online again returns it to service without an undrain job (seed 11's first run).
+        let mut i = clean();
+        i.jobs.retain(|j| j.id != 15);
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "success",
+                drain("node5", true),
+                Some((INC2, "drain-1")),
+                (T + 23_500, T + 24_000),
+            ))
+            .unwrap(),
+        );
+        i.jobs.push(
+            serde_json::from_value(job(
+                17,
+                "success",
+                drain("node5", false),
+                None,
+                (T + 25_000, T + 26_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // Still disrupted between the offline job's start and the online job's end.
+        let mut i = clean();
+        i.jobs.retain(|j| j.id != 15);
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "success",
+                drain("node5", true),
+                Some((INC2, "drain-1")),
+                (T + 20_500, T + 24_000),
+            ))
+            .unwrap(),
+        );
+        i.jobs.push(
+            serde_json::from_value(job(
+                17,
+                "success",
+                drain("node5", false),
+                None,
+                (T + 25_000, T + 26_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), vec!["budget-exceeded"]);
     }
 
     #[test]
