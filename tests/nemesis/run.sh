@@ -339,6 +339,18 @@ print(' '.join(x['name'] for x in nodes if (x.get('drained') or x.get('offline')
   GRANTS=(${keep[@]+"${keep[@]}"})
 }
 
+# The acting coordinator's grants, once it has taken over (up to 60 s), as a `grants` line.
+grants_snapshot() { # AFTER
+  local port k g
+  for ((k = 0; k < 60; k++)); do
+    port=$(acting_port)
+    [[ $(fo_get "$port" /1/replication | jq_py "print(d.get('generation') is not None)" 2>/dev/null) == True ]] && break
+    sleep 1
+  done
+  g=$(curl -s -m 10 "http://127.0.0.1:$port/1/disruptions" | jq_py "print(json.dumps(d))" 2>/dev/null)
+  [[ -n $g ]] && event grants after="$1" coordinator="$(name_of "$(master_index)")" grants="$g"
+}
+
 # ---------------------------------------------------------------------------------------------
 # The faults.
 fault() { # N KIND A B C DUR
@@ -377,6 +389,8 @@ fault() { # N KIND A B C DUR
       fi
       stop_mond
       "$GNT/master-daemons.sh" check --timeout 5 >/dev/null 2>&1 || "$GNT/master-daemons.sh" heal --reason nemesis >&2 || true
+      # The grants as the new master's coordinator shows them once it has taken over.
+      grants_snapshot failover
       ;;
     coord-kill)
       pid=$(coord_pid "$c")

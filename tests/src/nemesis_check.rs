@@ -15,7 +15,8 @@
 //! - **no canceled incident acting again**: no job of an incident received by Ganeti, and no
 //!   repair of it accepted by an agent, after its cancel was acknowledged (HTTP 200);
 //! - **no granted disruption forgotten**: a grant (HTTP 201) neither released nor expired is in
-//!   the acting coordinator's grant list at the end;
+//!   every grant list the nemesis read from the acting coordinator after it (after each master
+//!   failover, at the end);
 //! - **budget**: at no instant more nodes disrupted than `max_disrupted_nodes`, disrupted being
 //!   drained or offline in Ganeti (from the start of the job that set the flag to the end of the
 //!   job that cleared it) or holding a grant;
@@ -162,12 +163,14 @@ pub enum Violation {
         /// What acted (job id or repair).
         what: String,
     },
-    /// A grant in force missing from the coordinator's grant list at the end.
+    /// A grant in force missing from a grant list read from the acting coordinator.
     GrantForgotten {
         /// Grant id.
         id: String,
         /// Node.
         node: String,
+        /// When the grant list without it was read.
+        at_ms: u64,
     },
     /// More nodes disrupted at once than the budget allows.
     BudgetExceeded {
@@ -241,12 +244,11 @@ impl fmt::Display for Violation {
                 "incident {incident} canceled at {}: {what}",
                 utc(*canceled_ms)
             ),
-            Self::GrantForgotten { id, node } => {
-                write!(
-                    f,
-                    "grant {id} of {node} in force but not in the final grant list"
-                )
-            }
+            Self::GrantForgotten { id, node, at_ms } => write!(
+                f,
+                "grant {id} of {node} in force but not in the grant list read at {}",
+                utc(*at_ms)
+            ),
             Self::BudgetExceeded { at_ms, nodes, max } => write!(
                 f,
                 "{} nodes disrupted at {} (max {max}): {}",
@@ -778,11 +780,17 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
             .min();
         let until = released.unwrap_or(u64::MAX).min(expires);
         grant_spans.push((granted + slack, until, node.to_owned()));
-        if let Some(fin) = final_event
-            && released.is_none_or(|r| r > fin.t_ms)
-            && expires > fin.t_ms + slack
+        // Every grant list the nemesis read (after each failover, at the end) holds every
+        // grant given before it and neither released nor expired by then.
+        for snap in inputs
+            .faults
+            .iter()
+            .filter(|e| (e.kind == "grants" || e.kind == "final") && e.t_ms > g.t_ms)
         {
-            let listed = fin
+            if released.is_some_and(|r| r <= snap.t_ms) || expires <= snap.t_ms + slack {
+                continue;
+            }
+            let listed = snap
                 .fields
                 .get("grants")
                 .is_some_and(|list| contains_string(list, id));
@@ -790,6 +798,7 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
                 report.violations.push(Violation::GrantForgotten {
                     id: id.to_owned(),
                     node: node.to_owned(),
+                    at_ms: snap.t_ms,
                 });
             }
         }
@@ -1283,6 +1292,32 @@ mod tests {
         i.faults.retain(|e| e.kind != "release");
         let fin = i.faults.iter_mut().find(|e| e.kind == "final").unwrap();
         fin.t_ms = T + 100_000;
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_grant_missing_after_a_failover_is_forgotten() {
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 35_000,
+            "grants",
+            json!({"after": "failover", "grants": []}),
+        ));
+        assert_eq!(kinds(&i), vec!["grant-forgotten"]);
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 35_000,
+            "grants",
+            json!({"after": "failover", "grants": [{"id": "g1"}]}),
+        ));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // After its release: not to be listed.
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 45_000,
+            "grants",
+            json!({"after": "failover", "grants": []}),
+        ));
         assert_eq!(kinds(&i), Vec::<&str>::new());
     }
 
