@@ -376,15 +376,23 @@ fault() { # N KIND A B C DUR
       m=$(master_index)
       target=$c
       [[ $target == "$m" ]] && target=$((c % 3 + 1))
+      # As S11 does: the master's coordinator is frozen so that it submits nothing more, the
+      # queue runs empty, the master moves, and the old coordinator is continued at once (it
+      # wakes up superseded, racing the new master's takeover).
+      pid=$(coord_pid "$m")
+      [[ -n $pid ]] && kill -STOP "$pid" 2>/dev/null
       for ((k = 0; k < 120; k++)); do busy=$(fo_busy_jobs); [[ -z $busy ]] && break; sleep 1; done
       if [[ -n $busy ]]; then
+        [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
         event fault n="$n" fault=failover phase=skipped why="jobs still running after 120 s: $busy"
         return
       fi
-      event fault n="$n" fault=failover phase=start from="$(name_of "$m")" to="$(name_of "$target")"
+      event fault n="$n" fault=failover phase=start from="$(name_of "$m")" to="$(name_of "$target")" frozen="${pid:-0}"
       if ans=$("$GNT/node-exec.sh" "$target" gnt-cluster master-failover 2>&1); then
+        [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
         event fault n="$n" fault=failover phase=end master="$(name_of "$(master_index)")"
       else
+        [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
         event fault n="$n" fault=failover phase=end failed="$(tail -n 2 <<<"$ans" | tr '\n' ' ' | tr -d '"' | head -c 200)"
       fi
       stop_mond
