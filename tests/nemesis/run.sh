@@ -355,6 +355,10 @@ grants_snapshot() { # AFTER
 # The faults.
 fault() { # N KIND A B C DUR
   local n=$1 kind=$2 a=$3 b=$4 c=$5 dur=$6 pid m target busy k free d
+  # A coordinator fault hits the acting one two times in three (C = 1 or 2), else the standby
+  # after it (C = 3); a failover goes to node C (or the next one when C is the master).
+  m=$(master_index)
+  [[ $kind == coord-* || $kind == disk-full ]] && if ((c == 3)); then c=$((m % 3 + 1)); else c=$m; fi
   case $kind in
     partition)
       event fault n="$n" fault=partition phase=start nodes="[\"$(name_of "$a")\",\"$(name_of "$b")\"]" dur_s="$dur"
