@@ -95,19 +95,13 @@ log "cluster up"
 "$GNT/cluster-up.sh" --nodes 5 --instances "$INSTANCES" --no-mond >&2 || { echo "e2e: cluster-up failed" >&2; exit 1; }
 # shellcheck disable=SC1091
 . "$NODECARE_GNT_STATE/cluster.env"
+# shellcheck source=lib.sh
+. "$HERE/lib.sh"
 S=$NODECARE_GNT_STATE
 RAPI_PW=$(<"$NODECARE_GNT_RAPI_PASSWORD_FILE")
 printf '%s:%s\n' "$NODECARE_GNT_RAPI_USER" "$RAPI_PW" >"$S/rapi-credentials"
 chmod 600 "$S/rapi-credentials"
 
-rapi() { # METHOD PATH [BODY]
-  local m=$1 p=$2 data=()
-  shift 2
-  [[ $# -eq 0 ]] || data=(--data "$1")
-  curl -sk -m 30 -u "$NODECARE_GNT_RAPI_USER:$RAPI_PW" -H 'Content-Type: application/json' -X "$m" \
-    "${data[@]}" "$NODECARE_GNT_RAPI_URL$p"
-}
-jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); $1"; }
 
 # Before each scenario (and every 20 s while one waits) check the cluster with short timeouts:
 # every node's private mounts, LUXI and wconfd on the master, RAPI. When something is broken
@@ -154,13 +148,6 @@ mkdir -p "$S/e2e"
 AGENT_INTERVAL=2
 REPORT_LIFETIME=$((3 * AGENT_INTERVAL))
 ROUND_INTERVAL=2
-start_agent() { # NODE-INDEX
-  local ip_var="NODECARE_GNT_NODE${1}_IP" name_var="NODECARE_GNT_NODE${1}_NAME"
-  "$GNT/node-exec.sh" "$1" --bg "agent-$1" "$AGENT" --listen "${!ip_var}:1815" --node-name "${!name_var}" \
-    --hmac-key /var/lib/ganeti/hmac.key --state-dir "$S/e2e/agent-state-$1" \
-    --diagnose-dir /etc/ganeti/node-diagnose-commands --diagnose-interval-secs "$AGENT_INTERVAL" \
-    --boot-id-path "$S/e2e/boot_id-$1" --log info >/dev/null
-}
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   root_var="NODECARE_GNT_NODE${i}_ROOT"
   nroot=${!root_var}
@@ -227,7 +214,6 @@ wait_status() {
   done
   return 1
 }
-node_json() { rapi GET "/2/nodes/$1"; }
 
 # The flight recorder (`nodecare explain`, issue 30).
 CLI=${NODECARE_E2E_CLI:-$ROOT/target/release/nodecare}
@@ -417,17 +403,6 @@ fi
 
 # ---- S6: the budget holds a hand-drained node (issue 11, defect 1) ---------------------------
 # Waits for a Ganeti job: prints its final status.
-wait_job() { # JOB-ID [SECONDS]
-  local id=$1 secs=${2:-120} st k
-  [[ -n $id ]] || { echo "not submitted"; return 0; }
-  for ((k = 0; k < secs; k++)); do
-    st=$(rapi GET "/2/jobs/$id" | jq_py "print(d.get('status', ''))" 2>/dev/null)
-    case $st in success | error | canceled) echo "$st"; return 0 ;; esac
-    sleep 1
-  done
-  echo "timeout"
-}
-job_of() { jq_py "print(d)" 2>/dev/null | tr -dc '0-9'; }
 primaries_of() { node_json "$1" | jq_py "print(' '.join(sorted(d['pinst_list'])))"; }
 
 # With max_disrupted_nodes = 1 and node2 still offline by S1's completed incident, node3 is
@@ -611,21 +586,6 @@ coordw() { # METHOD PATH [BODY]
     -w '\n%{http_code}' "http://127.0.0.1:$COORD_FWD$p"
 }
 # Returns a node to service: every maintd: and rack: tag removed, online and undrained.
-return_to_service() { # NODE
-  local n=$1 tag id
-  for tag in $(node_json "$n" | jq_py "print(' '.join(t for t in d['tags'] if t.startswith(('maintd:', 'rack:'))))"); do
-    id=$(rapi DELETE "/2/nodes/$n/tags?tag=$tag" | job_of)
-    wait_job "$id" >/dev/null
-  done
-  if [[ $(node_json "$n" | jq_py "print(d['offline'])") == True ]]; then
-    id=$(rapi POST "/2/nodes/$n/modify" '{"offline": false}' | job_of)
-    wait_job "$id" 180 >/dev/null
-  fi
-  if [[ $(node_json "$n" | jq_py "print(d['drained'])") == True ]]; then
-    id=$(rapi POST "/2/nodes/$n/modify" '{"drained": false}' | job_of)
-    wait_job "$id" >/dev/null
-  fi
-}
 scenario_gate() {
   local n1=$NODECARE_GNT_NODE1_NAME n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME
   local ans code body id i k granted=""

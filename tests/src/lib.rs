@@ -4,3 +4,4 @@
 pub mod fake_agent;
 pub mod harness;
 pub mod htools;
+pub mod nemesis_check;

@@ -1,0 +1,1584 @@
+//! The nemesis's independent checker: judges a run on the real cluster from what Ganeti, the
+//! agents, the coordinators' logs and the nemesis's fault log recorded, without the
+//! coordinator's decision code. Ganeti's jobs are decoded with the ganeti crate's RAPI types and
+//! nodecare's reason trail with its one parser ([`nodecare_ganeti::Reason::parse_text`]); the
+//! rest (log lines, the agents' audit lines, the fault log) is read here, line by line, skipping
+//! what does not parse (counted).
+//!
+//! Checks (each a [`Violation`] kind):
+//! - **no operation twice**: each (incident, intent) of the reason trail is one Ganeti job; each
+//!   incident's repair command is accepted by an agent once;
+//! - **no write by a superseded coordinator**: a RAPI write (PUT, POST, DELETE in a node's
+//!   `rapi-daemon.log`, attributed by client address) from a node whose coordinator another
+//!   coordinator's takeover (its "took over" log line) has superseded since its own last
+//!   takeover, or that stood by since, or that never took over;
+//! - **no canceled incident acting again**: no job of an incident received by Ganeti, and no
+//!   repair of it accepted by an agent, after its cancel was acknowledged (HTTP 200);
+//! - **no granted disruption forgotten**: a grant (HTTP 201) neither released nor expired is in
+//!   every grant list the nemesis read from the acting coordinator after it (after each master
+//!   failover, at the end);
+//! - **budget**: at no instant more nodes disrupted than `max_disrupted_nodes`, disrupted being
+//!   drained or offline in Ganeti (from the start of the job that set the flag to the end of the
+//!   job that cleared it) or holding a grant;
+//! - **every incident finishes**: after the faults stop the run reached quiescence, no incident
+//!   is left noted or pending and no nodecare job is left unfinished.
+//!
+//! Times: every input carries wall-clock times of this one machine (Unix ms; the RAPI log's
+//! local time is read as UTC). A write or job within `slack_ms` of the event that forbids it is
+//! taken to have been in flight before it and is not a violation.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use nodecare_ganeti::rapi::types::RapiJob;
+use nodecare_ganeti::{JobId, JobStatus, Reason};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Why an input could not be read at all.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InputError {
+    /// The job list is not RAPI's `/2/jobs?bulk=1` answer.
+    #[error("job list: {0}")]
+    Jobs(String),
+    /// The fault log has no `run-start` line.
+    #[error("fault log: {0}")]
+    Faults(String),
+}
+
+/// One line of the fault log (`tests/nemesis/run.sh`); fields a kind does not use are absent.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+pub struct FaultEvent {
+    /// Unix ms.
+    pub t_ms: u64,
+    /// `run-start`, `fault`, `work`, `grant`, `release`, `cancel`, `faults-stopped`, `final`.
+    pub kind: String,
+    /// Every other field.
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, Value>,
+}
+
+impl FaultEvent {
+    fn str(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str)
+    }
+    fn u64(&self, key: &str) -> Option<u64> {
+        self.fields.get(key).and_then(|v| {
+            v.as_u64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        })
+    }
+}
+
+/// What a coordinator's log says about its role, with the log line's time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoordinatorEvent {
+    /// "took over …": it may write from now on (a new epoch).
+    TookOver,
+    /// It stands by or stood down: it must not write until it takes over again.
+    StoodDown,
+}
+
+/// A write to RAPI as one node's `rapi-daemon.log` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RapiWrite {
+    /// Unix ms of the log line.
+    pub at_ms: u64,
+    /// The node the request came from (`None`: the nemesis's own client, left out).
+    pub from: String,
+    /// `PUT /2/...`.
+    pub request: String,
+}
+
+/// The part of an agent's `repair-audit.jsonl` line the checker reads.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+pub struct AuditLine {
+    /// Unix ms.
+    pub at: u64,
+    /// `accepted`, `duplicate`, `refused`, `finished`.
+    pub outcome: String,
+    /// The incident.
+    #[serde(default)]
+    pub incident_id: Option<String>,
+    /// The command.
+    #[serde(default)]
+    pub command: Option<String>,
+}
+
+/// Everything the checker reads.
+#[derive(Debug, Default)]
+pub struct Inputs {
+    /// RAPI `/2/jobs?bulk=1`.
+    pub jobs: Vec<RapiJob>,
+    /// The fault log.
+    pub faults: Vec<FaultEvent>,
+    /// Per node running a coordinator: its role changes in time order.
+    pub coordinators: BTreeMap<String, Vec<(u64, CoordinatorEvent)>>,
+    /// Every RAPI write of every node's log.
+    pub writes: Vec<RapiWrite>,
+    /// Per node: its agent's audit lines.
+    pub audits: BTreeMap<String, Vec<AuditLine>>,
+    /// Lines of the logs and the audit that did not parse (skipped).
+    pub skipped_lines: usize,
+}
+
+/// One violation, named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Violation {
+    /// One (incident, intent) in more than one Ganeti job.
+    SubmittedTwice {
+        /// Incident.
+        incident: String,
+        /// Intent.
+        intent: String,
+        /// The jobs.
+        jobs: Vec<JobId>,
+    },
+    /// One incident's repair accepted by an agent more than once.
+    RepairedTwice {
+        /// Node of the agent.
+        node: String,
+        /// Incident.
+        incident: String,
+        /// Times accepted.
+        times: usize,
+    },
+    /// A RAPI write by a coordinator that was superseded, stood by or never took over.
+    FencedWrite {
+        /// The node the write came from.
+        from: String,
+        /// When.
+        at_ms: u64,
+        /// The request.
+        request: String,
+        /// Why it was not allowed to write.
+        why: String,
+    },
+    /// A job or repair of an incident after its cancel was acknowledged.
+    CanceledActed {
+        /// Incident.
+        incident: String,
+        /// When the cancel was acknowledged.
+        canceled_ms: u64,
+        /// What acted (job id or repair).
+        what: String,
+    },
+    /// A grant in force missing from a grant list read from the acting coordinator.
+    GrantForgotten {
+        /// Grant id.
+        id: String,
+        /// Node.
+        node: String,
+        /// When the grant list without it was read.
+        at_ms: u64,
+    },
+    /// More nodes disrupted at once than the budget allows.
+    BudgetExceeded {
+        /// The instant.
+        at_ms: u64,
+        /// The nodes disrupted then.
+        nodes: Vec<String>,
+        /// `max_disrupted_nodes`.
+        max: usize,
+    },
+    /// Something not finished once the faults stopped.
+    NotFinished {
+        /// What.
+        what: String,
+    },
+}
+
+impl Violation {
+    /// The check's name, as the figures list it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::SubmittedTwice { .. } => "submitted-twice",
+            Self::RepairedTwice { .. } => "repaired-twice",
+            Self::FencedWrite { .. } => "fenced-write",
+            Self::CanceledActed { .. } => "canceled-acted",
+            Self::GrantForgotten { .. } => "grant-forgotten",
+            Self::BudgetExceeded { .. } => "budget-exceeded",
+            Self::NotFinished { .. } => "not-finished",
+        }
+    }
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: ", self.kind())?;
+        match self {
+            Self::SubmittedTwice {
+                incident,
+                intent,
+                jobs,
+            } => {
+                write!(
+                    f,
+                    "incident {incident} intent {intent} submitted as jobs {jobs:?}"
+                )
+            }
+            Self::RepairedTwice {
+                node,
+                incident,
+                times,
+            } => {
+                write!(
+                    f,
+                    "incident {incident}'s repair accepted {times} times by {node}'s agent"
+                )
+            }
+            Self::FencedWrite {
+                from,
+                at_ms,
+                request,
+                why,
+            } => {
+                write!(f, "{request} from {from} at {} ({why})", utc(*at_ms))
+            }
+            Self::CanceledActed {
+                incident,
+                canceled_ms,
+                what,
+            } => write!(
+                f,
+                "incident {incident} canceled at {}: {what}",
+                utc(*canceled_ms)
+            ),
+            Self::GrantForgotten { id, node, at_ms } => write!(
+                f,
+                "grant {id} of {node} in force but not in the grant list read at {}",
+                utc(*at_ms)
+            ),
+            Self::BudgetExceeded { at_ms, nodes, max } => write!(
+                f,
+                "{} nodes disrupted at {} (max {max}): {}",
+                nodes.len(),
+                utc(*at_ms),
+                nodes.join(", ")
+            ),
+            Self::NotFinished { what } => f.write_str(what),
+        }
+    }
+}
+
+/// The figures of a run.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// The seed (from the fault log).
+    pub seed: Option<u64>,
+    /// Operations: distinct (incident, intent) jobs plus accepted repairs.
+    pub operations: usize,
+    /// nodecare's Ganeti jobs.
+    pub jobs: usize,
+    /// Distinct incidents seen in jobs, repairs and the final status.
+    pub incidents: usize,
+    /// Faults injected, by kind (`phase = start`).
+    pub faults: BTreeMap<String, usize>,
+    /// Faults planned but skipped (failover with jobs running).
+    pub skipped_faults: usize,
+    /// RAPI writes per node.
+    pub writes: BTreeMap<String, usize>,
+    /// Takeovers in the coordinators' logs.
+    pub takeovers: usize,
+    /// Most nodes disrupted at one instant.
+    pub max_disrupted_seen: usize,
+    /// Grants given.
+    pub grants: usize,
+    /// Cancels acknowledged.
+    pub cancels: usize,
+    /// Lines skipped as unreadable.
+    pub skipped_lines: usize,
+    /// The violations.
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    /// Faults injected in total.
+    pub fn total_faults(&self) -> usize {
+        self.faults.values().sum()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let seed = self.seed.map_or_else(|| "?".to_owned(), |s| s.to_string());
+        writeln!(
+            f,
+            "seed {seed}: {} faults, {} operations ({} jobs, {} incidents), {} violations",
+            self.total_faults(),
+            self.operations,
+            self.jobs,
+            self.incidents,
+            self.violations.len()
+        )?;
+        let kinds: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        writeln!(
+            f,
+            "faults: {} (skipped {})",
+            kinds.join(", "),
+            self.skipped_faults
+        )?;
+        let writes: Vec<String> = self
+            .writes
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        writeln!(
+            f,
+            "RAPI writes: {}; takeovers {}; most disrupted at once {}; grants {}; cancels {}; lines skipped {}",
+            if writes.is_empty() {
+                "none".to_owned()
+            } else {
+                writes.join(", ")
+            },
+            self.takeovers,
+            self.max_disrupted_seen,
+            self.grants,
+            self.cancels,
+            self.skipped_lines
+        )?;
+        for v in &self.violations {
+            writeln!(f, "VIOLATION {v}")?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading the inputs.
+
+/// Ganeti's job list.
+pub fn parse_jobs(text: &str) -> Result<Vec<RapiJob>, InputError> {
+    serde_json::from_str(text).map_err(|e| InputError::Jobs(e.to_string()))
+}
+
+/// The fault log; lines that are not JSON objects with `t_ms` and `kind` are counted.
+pub fn parse_faults(text: &str) -> (Vec<FaultEvent>, usize) {
+    let mut skipped = 0;
+    let mut events = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<FaultEvent>(line) {
+            Ok(event) => events.push(event),
+            Err(_) => skipped += 1,
+        }
+    }
+    (events, skipped)
+}
+
+/// A coordinator's log (tracing's text format, `2026-11-27T03:17:12.512345Z  INFO message …`):
+/// its takeovers and its standing down, in order; other lines are ignored, lines whose role
+/// message has no readable time are counted.
+pub fn parse_coordinator_log(text: &str) -> (Vec<(u64, CoordinatorEvent)>, usize) {
+    let mut skipped = 0;
+    let mut events = Vec::new();
+    for line in text.lines() {
+        let event = if line.contains("took over the state kept by")
+            || line.contains("took over with this node's own state")
+        {
+            CoordinatorEvent::TookOver
+        } else if line.contains("no longer the master: standing by")
+            || line.contains("standing by until this node is the master")
+            || line.contains("another coordinator took over: standing down")
+            || line.contains("replication: standing down")
+        {
+            CoordinatorEvent::StoodDown
+        } else {
+            continue;
+        };
+        match line.split_whitespace().next().and_then(parse_iso_ms) {
+            Some(at) => events.push((at, event)),
+            None => skipped += 1,
+        }
+    }
+    (events, skipped)
+}
+
+/// Where RAPI clients come from: the nemesis's client address (left out), the cluster IP and
+/// each node's address.
+#[derive(Debug, Clone, Default)]
+pub struct Addresses {
+    /// The nemesis's own client.
+    pub client: String,
+    /// The cluster IP (a request from it comes from the node that logged it).
+    pub cluster: String,
+    /// Address → node.
+    pub nodes: BTreeMap<String, String>,
+}
+
+/// The writes in one node's `rapi-daemon.log` (`2026-11-27 03:17:12,512: ganeti-rapi pid=1
+/// INFO 127.0.0.1:4242 PUT /2/… HTTP/1.1 200`), attributed to the node they came from.
+pub fn parse_rapi_log(logging_node: &str, text: &str, addresses: &Addresses) -> Vec<RapiWrite> {
+    let mut writes = Vec::new();
+    for line in text.lines() {
+        let Some((time, rest)) = line.split_once(": ganeti-rapi") else {
+            continue;
+        };
+        let Some(at_ms) = parse_rapi_time(time) else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let Some(pos) = words
+            .iter()
+            .position(|w| matches!(*w, "PUT" | "POST" | "DELETE"))
+        else {
+            continue;
+        };
+        if pos == 0 || pos + 1 >= words.len() {
+            continue;
+        }
+        let ip = words[pos - 1]
+            .rsplit_once(':')
+            .map_or(words[pos - 1], |(ip, _)| ip);
+        if ip == addresses.client {
+            continue;
+        }
+        let from = if ip == "127.0.0.1" || ip == addresses.cluster {
+            logging_node.to_owned()
+        } else {
+            addresses
+                .nodes
+                .get(ip)
+                .cloned()
+                .unwrap_or_else(|| ip.to_owned())
+        };
+        writes.push(RapiWrite {
+            at_ms,
+            from,
+            request: format!("{} {}", words[pos], words[pos + 1]),
+        });
+    }
+    writes
+}
+
+/// An agent's audit log; lines that do not parse are counted.
+pub fn parse_audit(text: &str) -> (Vec<AuditLine>, usize) {
+    let mut skipped = 0;
+    let mut lines = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str::<AuditLine>(line) {
+            Ok(a) => lines.push(a),
+            Err(_) => skipped += 1,
+        }
+    }
+    (lines, skipped)
+}
+
+/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `YYYY-MM-DD`, `HH:MM:SS` and a fraction of a second → Unix ms.
+fn civil_ms(date: &str, time: &str, frac: &str) -> Option<u64> {
+    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
+    let (h, mi, s) = (t.next()??, t.next()??, t.next()??);
+    if d.next().is_some()
+        || t.next().is_some()
+        || !(1..=12).contains(&mo)
+        || !(1..=31).contains(&da)
+    {
+        return None;
+    }
+    if h > 23 || mi > 59 || s > 60 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let ms_part: i64 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
+    let secs = days_from_civil(y, mo, da) * 86_400 + h * 3600 + mi * 60 + s;
+    u64::try_from(secs * 1000 + ms_part).ok()
+}
+
+/// `2026-11-27T03:17:12.512345Z` → Unix ms.
+pub fn parse_iso_ms(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
+    civil_ms(date, hms, frac)
+}
+
+/// `2026-11-27 03:17:12,512` → Unix ms.
+pub fn parse_rapi_time(text: &str) -> Option<u64> {
+    let (date, time) = text.trim().split_once(' ')?;
+    let (hms, frac) = time.split_once(',').unwrap_or((time, ""));
+    civil_ms(date, hms, frac)
+}
+
+fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // civil_from_days
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+fn ts_ms(ts: Option<(u64, u64)>) -> Option<u64> {
+    ts.map(|(s, us)| s * 1000 + us / 1000)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checks.
+
+/// Settings of the checks.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Tolerance for in-flight requests.
+    pub slack_ms: u64,
+    /// The budget when the fault log does not say.
+    pub max_disrupted_nodes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            slack_ms: 2000,
+            max_disrupted_nodes: 1,
+        }
+    }
+}
+
+fn nodecare_keys(job: &RapiJob) -> BTreeSet<(String, String)> {
+    job.reasons()
+        .iter()
+        .filter_map(|r| Reason::parse_text(&r.text))
+        .map(|p| (p.incident.to_string(), p.intent))
+        .collect()
+}
+
+/// Judges a run.
+pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError> {
+    let start = inputs
+        .faults
+        .iter()
+        .find(|e| e.kind == "run-start")
+        .ok_or_else(|| InputError::Faults("no run-start line".to_owned()))?;
+    let first_job = start.u64("first_job").unwrap_or(0);
+    let max = start
+        .u64("max_disrupted_nodes")
+        .and_then(|m| usize::try_from(m).ok())
+        .unwrap_or(settings.max_disrupted_nodes);
+    let slack = settings.slack_ms;
+    let mut report = Report {
+        seed: start.u64("seed"),
+        skipped_lines: inputs.skipped_lines,
+        ..Report::default()
+    };
+    let jobs: Vec<&RapiJob> = inputs.jobs.iter().filter(|j| j.id > first_job).collect();
+
+    // Faults by kind.
+    for e in inputs.faults.iter().filter(|e| e.kind == "fault") {
+        match e.str("phase") {
+            Some("start") => {
+                *report
+                    .faults
+                    .entry(e.str("fault").unwrap_or("?").to_owned())
+                    .or_default() += 1;
+            }
+            Some("skipped") => report.skipped_faults += 1,
+            _ => {}
+        }
+    }
+
+    // No operation twice.
+    let mut per_key: BTreeMap<(String, String), Vec<JobId>> = BTreeMap::new();
+    let mut incidents: BTreeSet<String> = BTreeSet::new();
+    for job in &jobs {
+        let keys = nodecare_keys(job);
+        if !keys.is_empty() {
+            report.jobs += 1;
+        }
+        for key in keys {
+            incidents.insert(key.0.clone());
+            per_key.entry(key).or_default().push(job.id);
+        }
+    }
+    for ((incident, intent), ids) in &per_key {
+        if ids.len() > 1 {
+            report.violations.push(Violation::SubmittedTwice {
+                incident: incident.clone(),
+                intent: intent.clone(),
+                jobs: ids.clone(),
+            });
+        }
+    }
+    let mut repairs = 0;
+    for (node, lines) in &inputs.audits {
+        let mut per_incident: BTreeMap<&str, usize> = BTreeMap::new();
+        for a in lines.iter().filter(|a| a.outcome == "accepted") {
+            if let Some(inc) = a.incident_id.as_deref() {
+                *per_incident.entry(inc).or_default() += 1;
+                incidents.insert(inc.to_owned());
+                repairs += 1;
+            }
+        }
+        for (incident, times) in per_incident {
+            if times > 1 {
+                report.violations.push(Violation::RepairedTwice {
+                    node: node.clone(),
+                    incident: incident.to_owned(),
+                    times,
+                });
+            }
+        }
+    }
+    report.operations = per_key.len() + repairs;
+
+    // No write by a superseded coordinator.
+    let takeovers: Vec<(u64, &str)> = inputs
+        .coordinators
+        .iter()
+        .flat_map(|(node, events)| {
+            events
+                .iter()
+                .filter(|(_, e)| *e == CoordinatorEvent::TookOver)
+                .map(move |(t, _)| (*t, node.as_str()))
+        })
+        .collect();
+    report.takeovers = takeovers.len();
+    for w in &inputs.writes {
+        *report.writes.entry(w.from.clone()).or_default() += 1;
+        let why = match inputs.coordinators.get(&w.from) {
+            None => Some("no coordinator runs there".to_owned()),
+            Some(events) => {
+                let own = events
+                    .iter()
+                    .filter(|(t, e)| *e == CoordinatorEvent::TookOver && *t <= w.at_ms)
+                    .map(|(t, _)| *t)
+                    .max();
+                match own {
+                    None => Some("it never took over before".to_owned()),
+                    Some(own) => {
+                        let superseded = takeovers
+                            .iter()
+                            .filter(|(t, n)| *n != w.from && *t > own && *t + slack < w.at_ms)
+                            .min();
+                        let stood = events
+                            .iter()
+                            .filter(|(t, e)| {
+                                *e == CoordinatorEvent::StoodDown
+                                    && *t > own
+                                    && *t + slack < w.at_ms
+                            })
+                            .map(|(t, _)| *t)
+                            .min();
+                        match (superseded, stood) {
+                            (Some((t, n)), _) => Some(format!(
+                                "its takeover at {} was superseded by {n}'s at {}",
+                                utc(own),
+                                utc(*t)
+                            )),
+                            (None, Some(t)) => Some(format!(
+                                "it stood down at {} after its takeover at {}",
+                                utc(t),
+                                utc(own)
+                            )),
+                            (None, None) => None,
+                        }
+                    }
+                }
+            }
+        };
+        if let Some(why) = why {
+            report.violations.push(Violation::FencedWrite {
+                from: w.from.clone(),
+                at_ms: w.at_ms,
+                request: w.request.clone(),
+                why,
+            });
+        }
+    }
+
+    // No canceled incident acting again.
+    for e in inputs
+        .faults
+        .iter()
+        .filter(|e| e.kind == "cancel" && e.u64("code") == Some(200))
+    {
+        report.cancels += 1;
+        let Some(incident) = e.str("incident") else {
+            continue;
+        };
+        for job in &jobs {
+            let received = ts_ms(job.received_ts).unwrap_or(0);
+            if received > e.t_ms + slack && nodecare_keys(job).iter().any(|(i, _)| i == incident) {
+                report.violations.push(Violation::CanceledActed {
+                    incident: incident.to_owned(),
+                    canceled_ms: e.t_ms,
+                    what: format!("job {} received at {}", job.id, utc(received)),
+                });
+            }
+        }
+        for (node, lines) in &inputs.audits {
+            for a in lines.iter().filter(|a| {
+                a.outcome == "accepted"
+                    && a.incident_id.as_deref() == Some(incident)
+                    && a.at > e.t_ms + slack
+            }) {
+                report.violations.push(Violation::CanceledActed {
+                    incident: incident.to_owned(),
+                    canceled_ms: e.t_ms,
+                    what: format!("repair accepted by {node}'s agent at {}", utc(a.at)),
+                });
+            }
+        }
+    }
+
+    // Grants: in force at the end → in the final list; and their intervals for the budget.
+    let final_event = inputs.faults.iter().rev().find(|e| e.kind == "final");
+    let end_ms = final_event.map_or(u64::MAX, |e| e.t_ms);
+    let mut grant_spans: Vec<(u64, u64, String)> = Vec::new();
+    for g in inputs
+        .faults
+        .iter()
+        .filter(|e| e.kind == "grant" && e.u64("code") == Some(201))
+    {
+        report.grants += 1;
+        let (Some(id), Some(node)) = (g.str("id"), g.str("node")) else {
+            continue;
+        };
+        let granted = g
+            .fields
+            .get("answer")
+            .and_then(|a| a.get("granted_ms"))
+            .and_then(Value::as_u64)
+            .unwrap_or(g.t_ms);
+        let expires = g.u64("expires_ms").filter(|e| *e > 0).unwrap_or(u64::MAX);
+        let released = inputs
+            .faults
+            .iter()
+            .filter(|r| {
+                r.kind == "release"
+                    && r.str("id") == Some(id)
+                    && matches!(r.u64("code"), Some(200 | 204))
+            })
+            .map(|r| r.t_ms.saturating_sub(slack))
+            .min();
+        let until = released.unwrap_or(u64::MAX).min(expires);
+        grant_spans.push((granted + slack, until, node.to_owned()));
+        // Every grant list the nemesis read (after each failover, at the end) holds every
+        // grant given before it and neither released nor expired by then.
+        for snap in inputs
+            .faults
+            .iter()
+            .filter(|e| (e.kind == "grants" || e.kind == "final") && e.t_ms > g.t_ms)
+        {
+            if released.is_some_and(|r| r <= snap.t_ms) || expires <= snap.t_ms + slack {
+                continue;
+            }
+            let listed = snap
+                .fields
+                .get("grants")
+                .is_some_and(|list| contains_string(list, id));
+            if !listed {
+                report.violations.push(Violation::GrantForgotten {
+                    id: id.to_owned(),
+                    node: node.to_owned(),
+                    at_ms: snap.t_ms,
+                });
+            }
+        }
+    }
+
+    // Budget at every instant.
+    // (time, order, node, change): order sorts ends before starts at the same instant.
+    let mut changes: Vec<(u64, u8, String, Change)> = Vec::new();
+    for job in inputs.jobs.iter().filter(|j| j.id > first_job) {
+        if job.status != JobStatus::Success {
+            continue;
+        }
+        let (Some(start_ms), Some(end_ms)) = (
+            ts_ms(job.start_ts).or(ts_ms(job.received_ts)),
+            ts_ms(job.end_ts),
+        ) else {
+            continue;
+        };
+        for op in job.ops.iter().filter(|op| op.op_id == "OP_NODE_SET_PARAMS") {
+            let Some(node) = op.params.get("node_name").and_then(Value::as_str) else {
+                continue;
+            };
+            // Ganeti's node roles are exclusive: setting `offline` clears `drained` and the
+            // other way round (at the job's end, while the flag set holds the node disrupted).
+            for (flag, other, field) in [
+                (Flag::Drained, Flag::Offline, "drained"),
+                (Flag::Offline, Flag::Drained, "offline"),
+            ] {
+                match op.params.get(field).and_then(Value::as_bool) {
+                    Some(true) => {
+                        changes.push((start_ms, 1, node.to_owned(), Change::Set(flag)));
+                        changes.push((end_ms, 0, node.to_owned(), Change::Clear(other)));
+                    }
+                    Some(false) => changes.push((end_ms, 0, node.to_owned(), Change::Clear(flag))),
+                    None => {}
+                }
+            }
+        }
+    }
+    for (from, until, node) in &grant_spans {
+        if from < until {
+            changes.push((*from, 1, node.clone(), Change::Set(Flag::Grant)));
+            changes.push((*until, 0, node.clone(), Change::Clear(Flag::Grant)));
+        }
+    }
+    changes.sort();
+    let mut state: BTreeMap<String, BTreeSet<Flag>> = BTreeMap::new();
+    let mut over = false;
+    for (at, _, node, change) in changes {
+        let flags = state.entry(node).or_default();
+        match change {
+            Change::Set(f) => {
+                flags.insert(f);
+            }
+            Change::Clear(f) => {
+                flags.remove(&f);
+            }
+        }
+        let disrupted: Vec<String> = state
+            .iter()
+            .filter(|(_, f)| !f.is_empty())
+            .map(|(n, _)| n.clone())
+            .collect();
+        report.max_disrupted_seen = report.max_disrupted_seen.max(disrupted.len());
+        if disrupted.len() > max {
+            if !over {
+                report.violations.push(Violation::BudgetExceeded {
+                    at_ms: at,
+                    nodes: disrupted,
+                    max,
+                });
+            }
+            over = true;
+        } else {
+            over = false;
+        }
+    }
+
+    // Every incident finishes once the faults stop.
+    match final_event {
+        None => report.violations.push(Violation::NotFinished {
+            what: "the run has no final state (it did not end)".to_owned(),
+        }),
+        Some(fin) => {
+            if fin.fields.get("quiesced") != Some(&Value::Bool(true)) {
+                report.violations.push(Violation::NotFinished {
+                    what: "no quiescence after the faults stopped".to_owned(),
+                });
+            }
+            if let Some(list) = fin.fields.get("incidents").and_then(Value::as_array) {
+                for inc in list {
+                    if let Some(id) = inc.get("id").and_then(Value::as_str) {
+                        incidents.insert(id.to_owned());
+                    }
+                    let status = inc.get("repair-status").and_then(Value::as_str);
+                    if matches!(status, Some("noted" | "pending")) {
+                        report.violations.push(Violation::NotFinished {
+                            what: format!(
+                                "incident {} of {} still {}",
+                                inc.get("id").and_then(Value::as_str).unwrap_or("?"),
+                                inc.get("node").and_then(Value::as_str).unwrap_or("?"),
+                                status.unwrap_or("?")
+                            ),
+                        });
+                    }
+                }
+            } else {
+                report.violations.push(Violation::NotFinished {
+                    what: "the final state has no incident list (coordinator unreachable)"
+                        .to_owned(),
+                });
+            }
+        }
+    }
+    for job in &jobs {
+        if !job.status.is_final() && !nodecare_keys(job).is_empty() {
+            let received = ts_ms(job.received_ts).unwrap_or(0);
+            if received <= end_ms {
+                report.violations.push(Violation::NotFinished {
+                    what: format!("job {} still {}", job.id, job.status.as_str()),
+                });
+            }
+        }
+    }
+    report.incidents = incidents.len();
+    Ok(report)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Flag {
+    Drained,
+    Offline,
+    Grant,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Change {
+    Set(Flag),
+    Clear(Flag),
+}
+
+fn contains_string(value: &Value, wanted: &str) -> bool {
+    match value {
+        Value::String(s) => s == wanted,
+        Value::Array(items) => items.iter().any(|v| contains_string(v, wanted)),
+        Value::Object(map) => map.values().any(|v| contains_string(v, wanted)),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const INC: &str = "0b7e1f3a-9a61-4c55-8d55-2f0e4b1c0a11";
+    const INC2: &str = "5c2d8e4f-1b3a-4e6d-9f70-8a1b2c3d4e5f";
+    const T: u64 = 1_795_749_432_000;
+
+    fn job(
+        id: JobId,
+        status: &str,
+        op: Value,
+        reason: Option<(&str, &str)>,
+        times: (u64, u64),
+    ) -> Value {
+        let mut op = op;
+        if let Some((inc, intent)) = reason {
+            op["reason"] = json!([[
+                "gnt:daemon:maintd",
+                format!("nodecare incident={inc} intent={intent}: x"),
+                1
+            ]]);
+        }
+        json!({"id": id, "status": status, "ops": [op],
+               "received_ts": [times.0 / 1000, (times.0 % 1000) * 1000],
+               "start_ts": [times.0 / 1000, (times.0 % 1000) * 1000],
+               "end_ts": [times.1 / 1000, (times.1 % 1000) * 1000]})
+    }
+    fn drain(node: &str, on: bool) -> Value {
+        json!({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": node, "drained": on})
+    }
+    fn offline(node: &str, on: bool) -> Value {
+        json!({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": node, "offline": on})
+    }
+    fn migrate(inst: &str) -> Value {
+        json!({"OP_ID": "OP_INSTANCE_MIGRATE", "instance_name": inst})
+    }
+    fn ev(t: u64, kind: &str, fields: Value) -> FaultEvent {
+        let mut v = fields;
+        v["t_ms"] = json!(t);
+        v["kind"] = json!(kind);
+        serde_json::from_value(v).unwrap()
+    }
+    fn final_ok(t: u64, grants: Value) -> FaultEvent {
+        ev(
+            t,
+            "final",
+            json!({"quiesced": true, "incidents": [{"id": INC, "node": "node4", "repair-status": "completed"}], "grants": grants}),
+        )
+    }
+    /// A clean run: node4 drained, its instance moved, offline, then returned to service; a
+    /// grant of node1 after that, released; node1's coordinator took over first.
+    fn clean() -> Inputs {
+        let jobs = json!([
+            job(
+                5,
+                "success",
+                drain("node9", true),
+                None,
+                (T - 100_000, T - 99_000)
+            ),
+            job(
+                11,
+                "success",
+                drain("node4", true),
+                Some((INC, "drain-1")),
+                (T + 1000, T + 2000)
+            ),
+            job(
+                12,
+                "success",
+                migrate("inst1"),
+                Some((INC, "migrate-inst1-1")),
+                (T + 3000, T + 9000)
+            ),
+            job(
+                13,
+                "success",
+                offline("node4", true),
+                Some((INC, "offline-1")),
+                (T + 10_000, T + 11_000)
+            ),
+            job(
+                14,
+                "success",
+                offline("node4", false),
+                None,
+                (T + 20_000, T + 21_000)
+            ),
+            job(
+                15,
+                "success",
+                drain("node4", false),
+                None,
+                (T + 22_000, T + 23_000)
+            ),
+        ]);
+        let mut coordinators = BTreeMap::new();
+        coordinators.insert(
+            "node1".to_owned(),
+            vec![(T - 5000, CoordinatorEvent::TookOver)],
+        );
+        coordinators.insert(
+            "node2".to_owned(),
+            vec![(T - 5000, CoordinatorEvent::StoodDown)],
+        );
+        let mut audits = BTreeMap::new();
+        audits.insert(
+            "node3".to_owned(),
+            vec![AuditLine {
+                at: T + 500,
+                outcome: "accepted".into(),
+                incident_id: Some(INC2.into()),
+                command: Some("e2e-fix".into()),
+            }],
+        );
+        Inputs {
+            jobs: serde_json::from_value(jobs).unwrap(),
+            faults: vec![
+                ev(
+                    T - 10_000,
+                    "run-start",
+                    json!({"seed": 7, "first_job": 10, "max_disrupted_nodes": 1}),
+                ),
+                ev(T, "fault", json!({"fault": "partition", "phase": "start"})),
+                ev(
+                    T + 5000,
+                    "fault",
+                    json!({"fault": "partition", "phase": "end"}),
+                ),
+                ev(
+                    T + 30_000,
+                    "grant",
+                    json!({"code": 201, "id": "g1", "node": "node1", "expires_ms": T + 90_000,
+                                                "answer": {"granted_ms": T + 29_900}}),
+                ),
+                ev(T + 40_000, "release", json!({"code": 200, "id": "g1"})),
+                ev(T + 60_000, "faults-stopped", json!({})),
+                final_ok(T + 80_000, json!([])),
+            ],
+            coordinators,
+            writes: vec![RapiWrite {
+                at_ms: T + 1000,
+                from: "node1".into(),
+                request: "PUT /2/nodes/node4/modify".into(),
+            }],
+            audits,
+            skipped_lines: 0,
+        }
+    }
+    fn kinds(inputs: &Inputs) -> Vec<&'static str> {
+        check(inputs, &Settings::default())
+            .unwrap()
+            .violations
+            .iter()
+            .map(Violation::kind)
+            .collect()
+    }
+
+    #[test]
+    fn a_clean_run_has_no_violation_and_its_figures() {
+        let r = check(&clean(), &Settings::default()).unwrap();
+        assert_eq!(r.violations, vec![], "{r}");
+        assert_eq!(r.seed, Some(7));
+        assert_eq!((r.jobs, r.operations, r.incidents), (3, 4, 2));
+        assert_eq!(r.faults.get("partition"), Some(&1));
+        assert_eq!((r.max_disrupted_seen, r.grants, r.takeovers), (1, 1, 1));
+    }
+
+    #[test]
+    fn one_intent_in_two_jobs_is_submitted_twice() {
+        let mut i = clean();
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "success",
+                migrate("inst1"),
+                Some((INC, "migrate-inst1-1")),
+                (T + 9500, T + 9600),
+            ))
+            .unwrap(),
+        );
+        let r = check(&i, &Settings::default()).unwrap();
+        assert_eq!(
+            r.violations,
+            vec![Violation::SubmittedTwice {
+                incident: INC.into(),
+                intent: "migrate-inst1-1".into(),
+                jobs: vec![12, 16]
+            }]
+        );
+    }
+
+    #[test]
+    fn jobs_before_the_run_are_not_judged() {
+        let mut i = clean();
+        i.jobs.push(
+            serde_json::from_value(job(
+                3,
+                "success",
+                migrate("inst1"),
+                Some((INC, "migrate-inst1-1")),
+                (T - 50_000, T - 49_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_repair_accepted_twice_is_an_operation_twice() {
+        let mut i = clean();
+        let again = AuditLine {
+            at: T + 900,
+            outcome: "accepted".into(),
+            incident_id: Some(INC2.into()),
+            command: Some("e2e-fix".into()),
+        };
+        let dup = AuditLine {
+            outcome: "duplicate".into(),
+            ..again.clone()
+        };
+        i.audits.get_mut("node3").unwrap().push(dup);
+        assert_eq!(
+            kinds(&i),
+            Vec::<&str>::new(),
+            "a duplicate answered idempotently is fine"
+        );
+        i.audits.get_mut("node3").unwrap().push(again);
+        assert_eq!(kinds(&i), vec!["repaired-twice"]);
+    }
+
+    #[test]
+    fn a_write_after_another_coordinators_takeover_is_fenced() {
+        let mut i = clean();
+        i.coordinators.insert(
+            "node2".into(),
+            vec![
+                (T - 5000, CoordinatorEvent::StoodDown),
+                (T + 4000, CoordinatorEvent::TookOver),
+            ],
+        );
+        // Within the slack: in flight when node2 took over.
+        i.writes.push(RapiWrite {
+            at_ms: T + 5000,
+            from: "node1".into(),
+            request: "PUT /2/instances/inst1/migrate".into(),
+        });
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        i.writes.push(RapiWrite {
+            at_ms: T + 7000,
+            from: "node1".into(),
+            request: "PUT /2/instances/inst2/migrate".into(),
+        });
+        let r = check(&i, &Settings::default()).unwrap();
+        assert_eq!(r.violations.len(), 1, "{r}");
+        assert!(
+            matches!(&r.violations[0], Violation::FencedWrite { from, at_ms, .. } if from == "node1" && *at_ms == T + 7000)
+        );
+        // Taking over again makes it the writer again.
+        i.coordinators
+            .get_mut("node1")
+            .unwrap()
+            .push((T + 6500, CoordinatorEvent::TookOver));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_write_by_a_standby_or_after_standing_down_is_fenced() {
+        let mut i = clean();
+        i.writes.push(RapiWrite {
+            at_ms: T + 1000,
+            from: "node2".into(),
+            request: "POST /2/nodes/node4/tags".into(),
+        });
+        assert_eq!(kinds(&i), vec!["fenced-write"]);
+        let mut i = clean();
+        i.coordinators
+            .get_mut("node1")
+            .unwrap()
+            .push((T + 2000, CoordinatorEvent::StoodDown));
+        i.writes.push(RapiWrite {
+            at_ms: T + 9000,
+            from: "node1".into(),
+            request: "POST /2/nodes/node4/tags".into(),
+        });
+        assert_eq!(kinds(&i), vec!["fenced-write"]);
+        let mut i = clean();
+        i.writes.push(RapiWrite {
+            at_ms: T + 9000,
+            from: "node5".into(),
+            request: "POST /2/nodes/node4/tags".into(),
+        });
+        assert_eq!(kinds(&i), vec!["fenced-write"]);
+    }
+
+    #[test]
+    fn a_job_or_repair_after_an_acknowledged_cancel_is_a_canceled_incident_acting() {
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 2500,
+            "cancel",
+            json!({"code": 200, "incident": INC}),
+        ));
+        let r = check(&i, &Settings::default()).unwrap();
+        assert_eq!(r.cancels, 1);
+        // Job 12 received at T+3000 is within the slack; 13 at T+10000 is not.
+        assert!(
+            matches!(&r.violations[..], [Violation::CanceledActed { what, .. }] if what.starts_with("job 13")),
+            "{r}"
+        );
+        // A refused cancel (409) is no cancel.
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 2500,
+            "cancel",
+            json!({"code": 409, "incident": INC}),
+        ));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        let mut i = clean();
+        i.faults.push(ev(
+            T - 9000,
+            "cancel",
+            json!({"code": 200, "incident": INC2}),
+        ));
+        assert_eq!(kinds(&i), vec!["canceled-acted"]);
+    }
+
+    #[test]
+    fn a_grant_in_force_missing_at_the_end_is_forgotten() {
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "release");
+        // Not released, expires after the end (T+90 s > T+80 s): must be listed.
+        assert_eq!(kinds(&i), vec!["grant-forgotten"]);
+        let fin = i.faults.iter_mut().find(|e| e.kind == "final").unwrap();
+        *fin = final_ok(T + 80_000, json!([{"id": "g1", "node": "node1"}]));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // Expired before the end: nothing to remember.
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "release");
+        let fin = i.faults.iter_mut().find(|e| e.kind == "final").unwrap();
+        fin.t_ms = T + 100_000;
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_grant_missing_after_a_failover_is_forgotten() {
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 35_000,
+            "grants",
+            json!({"after": "failover", "grants": []}),
+        ));
+        assert_eq!(kinds(&i), vec!["grant-forgotten"]);
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 35_000,
+            "grants",
+            json!({"after": "failover", "grants": [{"id": "g1"}]}),
+        ));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // After its release: not to be listed.
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 45_000,
+            "grants",
+            json!({"after": "failover", "grants": []}),
+        ));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn two_nodes_disrupted_at_once_exceed_the_budget() {
+        // node5 drained while node4 is still offline.
+        let mut i = clean();
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "success",
+                drain("node5", true),
+                Some((INC2, "drain-1")),
+                (T + 15_000, T + 16_000),
+            ))
+            .unwrap(),
+        );
+        i.jobs.push(
+            serde_json::from_value(job(
+                17,
+                "success",
+                drain("node5", false),
+                None,
+                (T + 25_000, T + 26_000),
+            ))
+            .unwrap(),
+        );
+        let r = check(&i, &Settings::default()).unwrap();
+        assert_eq!(
+            r.violations,
+            vec![Violation::BudgetExceeded {
+                at_ms: T + 15_000,
+                nodes: vec!["node4".into(), "node5".into()],
+                max: 1
+            }]
+        );
+        // After node4's undrain ended: fine.
+        let mut i = clean();
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "success",
+                drain("node5", true),
+                Some((INC2, "drain-1")),
+                (T + 23_500, T + 24_000),
+            ))
+            .unwrap(),
+        );
+        i.jobs.push(
+            serde_json::from_value(job(
+                17,
+                "success",
+                drain("node5", false),
+                None,
+                (T + 25_000, T + 26_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // A failed drain job changes nothing.
+        let mut i = clean();
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "error",
+                drain("node5", true),
+                Some((INC2, "drain-1")),
+                (T + 15_000, T + 16_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn offline_clears_drained_as_in_ganeti() {
+        // Ganeti's roles are exclusive: node4 set offline is no longer drained, so setting it
+        // online again returns it to service without an undrain job (seed 11's first run).
+        let mut i = clean();
+        i.jobs.retain(|j| j.id != 15);
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "success",
+                drain("node5", true),
+                Some((INC2, "drain-1")),
+                (T + 23_500, T + 24_000),
+            ))
+            .unwrap(),
+        );
+        i.jobs.push(
+            serde_json::from_value(job(
+                17,
+                "success",
+                drain("node5", false),
+                None,
+                (T + 25_000, T + 26_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // Still disrupted between the offline job's start and the online job's end.
+        let mut i = clean();
+        i.jobs.retain(|j| j.id != 15);
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "success",
+                drain("node5", true),
+                Some((INC2, "drain-1")),
+                (T + 20_500, T + 24_000),
+            ))
+            .unwrap(),
+        );
+        i.jobs.push(
+            serde_json::from_value(job(
+                17,
+                "success",
+                drain("node5", false),
+                None,
+                (T + 25_000, T + 26_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), vec!["budget-exceeded"]);
+    }
+
+    #[test]
+    fn a_grant_counts_in_the_budget() {
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 5000,
+            "grant",
+            json!({"code": 201, "id": "g2", "node": "node2", "expires_ms": T + 8000}),
+        ));
+        assert_eq!(kinds(&i), vec!["budget-exceeded"]);
+        // The budget from the run: 2.
+        let start = i.faults.iter_mut().find(|e| e.kind == "run-start").unwrap();
+        start.fields.insert("max_disrupted_nodes".into(), json!(2));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn an_incident_left_active_or_no_quiescence_is_not_finished() {
+        let mut i = clean();
+        let fin = i.faults.iter_mut().find(|e| e.kind == "final").unwrap();
+        fin.fields.insert(
+            "incidents".into(),
+            json!([{"id": INC, "node": "node4", "repair-status": "pending"}]),
+        );
+        assert_eq!(kinds(&i), vec!["not-finished"]);
+        let mut i = clean();
+        i.faults
+            .iter_mut()
+            .find(|e| e.kind == "final")
+            .unwrap()
+            .fields
+            .insert("quiesced".into(), json!(false));
+        assert_eq!(kinds(&i), vec!["not-finished"]);
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "final");
+        assert_eq!(kinds(&i), vec!["not-finished"]);
+        let mut i = clean();
+        i.jobs.push(
+            serde_json::from_value(job(
+                16,
+                "running",
+                migrate("inst2"),
+                Some((INC, "migrate-inst2-1")),
+                (T + 15_000, T + 16_000),
+            ))
+            .unwrap(),
+        );
+        assert_eq!(kinds(&i), vec!["not-finished"]);
+    }
+
+    #[test]
+    fn no_run_start_is_an_input_error() {
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "run-start");
+        assert!(matches!(
+            check(&i, &Settings::default()),
+            Err(InputError::Faults(_))
+        ));
+        assert!(matches!(
+            parse_jobs("{\"not\": \"a list\"}"),
+            Err(InputError::Jobs(_))
+        ));
+    }
+
+    #[test]
+    fn the_logs_parse_as_the_daemons_write_them() {
+        let coord = "2026-11-26T14:42:47.720965Z  INFO standing by until this node is the master error=x\n\
+                     garbage line\n\
+                     2026-11-26T14:44:00.858197Z  WARN took over the state kept by a master candidate (newer than this node's) from=node1 generation=2.6 local=0.0\n\
+                     2026-11-26T14:44:04.314533Z  INFO this node is the master: acting node=node2\n\
+                     bad-time  INFO no longer the master: standing by error=y\n\
+                     2026-11-26T14:50:00.000001Z ERROR another coordinator took over: standing down node=node3 held=4.1 ours=3.3\n";
+        let (events, skipped) = parse_coordinator_log(coord);
+        let base = parse_iso_ms("2026-11-26T14:42:47.720965Z").unwrap();
+        assert_eq!(base % 1000, 720);
+        assert_eq!(
+            events,
+            vec![
+                (base, CoordinatorEvent::StoodDown),
+                (base + 73_138, CoordinatorEvent::TookOver),
+                (
+                    parse_iso_ms("2026-11-26T14:50:00.000Z").unwrap(),
+                    CoordinatorEvent::StoodDown
+                ),
+            ]
+        );
+        assert_eq!(skipped, 1);
+        assert_eq!(parse_iso_ms("1970-01-01T00:00:01.5Z"), Some(1500));
+        assert_eq!(parse_iso_ms("2026-13-01T00:00:00Z"), None);
+        assert_eq!(
+            utc(parse_iso_ms("2026-11-27T03:17:12.512Z").unwrap()),
+            "2026-11-27T03:17:12.512Z"
+        );
+
+        let rapi = "2026-11-27 03:17:12,512: ganeti-rapi pid=29896 INFO 127.0.0.1:41234 PUT /2/nodes/node4/modify HTTP/1.1 200\n\
+                    2026-11-27 03:17:13,000: ganeti-rapi pid=29896 INFO 198.18.0.2:5555 POST /2/nodes/node4/tags HTTP/1.1 200\n\
+                    2026-11-27 03:17:14,000: ganeti-rapi pid=29896 INFO 198.18.0.12:5555 DELETE /2/nodes/node4/tags HTTP/1.1 200\n\
+                    2026-11-27 03:17:15,000: ganeti-rapi pid=29896 INFO 198.18.0.100:5555 GET /2/jobs HTTP/1.1 200\n\
+                    2026-11-27 03:17:16,000: ganeti-rapi pid=29896 INFO 198.18.0.100:5555 POST /2/instances/i/migrate HTTP/1.1 200\n\
+                    not a line\n";
+        let mut addresses = Addresses {
+            client: "198.18.0.2".into(),
+            cluster: "198.18.0.100".into(),
+            ..Addresses::default()
+        };
+        addresses.nodes.insert("198.18.0.12".into(), "node2".into());
+        let writes = parse_rapi_log("node1", rapi, &addresses);
+        let froms: Vec<(&str, &str)> = writes
+            .iter()
+            .map(|w| (w.from.as_str(), w.request.as_str()))
+            .collect();
+        assert_eq!(
+            froms,
+            vec![
+                ("node1", "PUT /2/nodes/node4/modify"),
+                ("node2", "DELETE /2/nodes/node4/tags"),
+                ("node1", "POST /2/instances/i/migrate")
+            ]
+        );
+        assert_eq!(
+            writes[0].at_ms,
+            parse_iso_ms("2026-11-27T03:17:12.512Z").unwrap()
+        );
+
+        let audit = "{\"at\":1,\"source\":\"http\",\"peer\":\"x\",\"authenticated\":true,\"incident_id\":\"a\",\"command\":\"c\",\"key_id\":null,\"nonce\":null,\"outcome\":\"accepted\",\"detail\":null,\"message\":null}\n{broken\n";
+        let (lines, skipped) = parse_audit(audit);
+        assert_eq!(
+            (lines.len(), skipped, lines[0].outcome.as_str()),
+            (1, 1, "accepted")
+        );
+        let (faults, skipped) =
+            parse_faults("{\"t_ms\": 5, \"kind\": \"fault\", \"fault\": \"isolate\"}\nnope\n");
+        assert_eq!(
+            (faults.len(), skipped, faults[0].str("fault")),
+            (1, 1, Some("isolate"))
+        );
+    }
+}
