@@ -98,7 +98,7 @@ fn before_the_fix_an_acknowledged_action_is_lost_when_a_push_lands_between_a_tak
     let steps: Vec<Action> = found.path.iter().map(|(action, _)| *action).collect();
     let read = steps
         .iter()
-        .position(|action| *action == Action::FinishRead(1))
+        .position(|action| matches!(action, Action::FinishRead(1, _)))
         .expect("a takeover");
     assert!(steps[read..].contains(&Action::FinishPush(0)), "{steps:?}");
 }
