@@ -1,6 +1,6 @@
 //! `nodecare-model`: explores the model of the replication and prints what it found.
 //!
-//! `cargo run -p nodecare-model --release -- [full|bounded] [code|before|minority]
+//! `cargo run -p nodecare-model -- [full|complete|bounded] [code|before|minority]
 //! [--no-liveness] [--max-states=N] [--actions=N] [--takeovers=N] [--crashes=N]
 //! [--max-number=N] [--steady|--empty] [--no-symmetry] [--unreduced]`
 
@@ -26,6 +26,8 @@ fn main() {
     let flag = |name: &str| args.iter().any(|arg| arg == name);
     let bounds = if flag("bounded") {
         nodecare_model::BOUNDED
+    } else if flag("complete") {
+        nodecare_model::COMPLETE
     } else {
         nodecare_model::FULL
     };

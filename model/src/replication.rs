@@ -144,19 +144,21 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Its digest: the generation and the actions, in hex (equal snapshots, equal digests).
+    /// Its digest: the generation and the actions, in hex, apart (equal snapshots, equal
+    /// digests; different snapshots, different digests).
     fn sha256(&self) -> String {
         const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut digest = String::with_capacity(64);
-        for (value, digits) in [
-            (self.generation.epoch, 16),
-            (self.generation.number, 16),
-            (u64::from(self.actions), 32),
+        let mut digest = String::with_capacity(24);
+        for value in [
+            self.generation.epoch,
+            self.generation.number,
+            u64::from(self.actions),
         ] {
+            let digits = (64 - value.leading_zeros()).div_ceil(4).max(1);
             for digit in (0..digits).rev() {
-                let nibble = if digit < 16 { (value >> (digit * 4)) & 0xf } else { 0 };
-                digest.push(char::from(HEX[nibble as usize]));
+                digest.push(char::from(HEX[((value >> (digit * 4)) & 0xf) as usize]));
             }
+            digest.push('.');
         }
         digest
     }
@@ -717,6 +719,91 @@ impl Replication {
         out.push(u8::from(state.ghost.superseded_write) | u8::from(state.ghost.any_write) << 1);
     }
 
+    /// The renaming of the keepers that orders them by a hash of everything about each (its
+    /// copy and promise, its answer to each coordinator, the requests sent to it), the
+    /// coordinators swapped if `swap`: the same order for every renaming of the keepers, but for
+    /// keepers alike (and for a collision of two hashes, which only costs a state seen twice).
+    fn keeper_order(state: &State, swap: bool) -> [usize; KEEPERS] {
+        let mut keys = [(0u64, 0usize); KEEPERS];
+        let mut bytes: Vec<u8> = Vec::with_capacity(64);
+        let mut sent: Vec<Message> = Vec::with_capacity(8);
+        for (keeper, key) in keys.iter_mut().enumerate() {
+            bytes.clear();
+            let copy = state.keepers[keeper];
+            bytes.extend_from_slice(&copy.held.map_or([255; 3], |held| {
+                [
+                    held.generation.epoch as u8,
+                    held.generation.number as u8,
+                    held.actions,
+                ]
+            }));
+            bytes.extend_from_slice(&copy.promised.to_le_bytes());
+            for new in 0..COORDINATORS {
+                let old = if swap { 1 - new } else { new };
+                match state.coordinators[old].phase {
+                    Phase::Reading { answers, .. } => match answers[keeper] {
+                        None => bytes.push(0),
+                        Some(None) => bytes.push(1),
+                        Some(Some(held)) => bytes.extend_from_slice(&[
+                            2,
+                            held.generation.epoch as u8,
+                            held.generation.number as u8,
+                            held.actions,
+                        ]),
+                    },
+                    Phase::Pushing { replies, .. } => match replies[keeper] {
+                        None => bytes.push(3),
+                        Some(Reply::Accepted(held)) => {
+                            bytes.extend_from_slice(&[4, held.epoch as u8, held.number as u8]);
+                        }
+                        Some(Reply::Refused(held)) => {
+                            bytes.extend_from_slice(&[5, held.epoch as u8, held.number as u8]);
+                        }
+                        Some(Reply::Promised(epoch)) => {
+                            bytes.push(6);
+                            bytes.extend_from_slice(&epoch.to_le_bytes());
+                        }
+                    },
+                    Phase::Standby | Phase::Acting { .. } => bytes.push(7),
+                }
+            }
+            // The requests sent to it, each named by its coordinator in the new order.
+            sent.clear();
+            for message in &state.network {
+                let renamed = match *message {
+                    Message::Read {
+                        from,
+                        to,
+                        nonce,
+                        epoch,
+                    } if to as usize == keeper => Message::Read {
+                        from: if swap { 1 - from } else { from },
+                        to: 0,
+                        nonce,
+                        epoch,
+                    },
+                    Message::Push { from, to, snapshot } if to as usize == keeper => {
+                        Message::Push {
+                            from: if swap { 1 - from } else { from },
+                            to: 0,
+                            snapshot,
+                        }
+                    }
+                    _ => continue,
+                };
+                sent.push(renamed);
+            }
+            sent.sort_unstable();
+            *key = (fingerprint(&(&bytes, &sent)), keeper);
+        }
+        keys.sort_unstable();
+        let mut order = [0; KEEPERS];
+        for (new, (_, old)) in keys.iter().enumerate() {
+            order[*old] = new;
+        }
+        order
+    }
+
     /// Every renaming of `state` (the first is `state` itself).
     pub fn renamings(state: &State) -> impl Iterator<Item = State> + '_ {
         PERMUTATIONS.iter().flat_map(move |keepers| {
@@ -803,7 +890,12 @@ impl Replication {
     /// per distinct copy among the newest copies answered (the node name `plan_takeover` prefers
     /// among equally new copies is arbitrary).
     fn read_choices(answers: &[Option<Option<Snapshot>>; KEEPERS], choices: &mut Vec<u8>) {
-        let copies = || answers.iter().enumerate().filter_map(|(k, a)| Some((k, (*a)?.as_ref().copied()?)));
+        let copies = || {
+            answers
+                .iter()
+                .enumerate()
+                .filter_map(|(k, a)| Some((k, (*a)?.as_ref().copied()?)))
+        };
         let newest = copies().map(|(_, copy)| copy.generation).max();
         let mut distinct: Vec<Snapshot> = Vec::new();
         for (keeper, copy) in copies() {
@@ -1018,7 +1110,9 @@ impl Replication {
                     // neither (as if lost; a later copy's answer can only be lost or the same).
                     let alone = [(NAMES[from as usize].to_owned(), PushReply::from(reply))];
                     match (self.rules.judge_push)(pushed, 1, &alone) {
-                        PushOutcome::Kept(_) => replies[from as usize] = Some(Reply::Accepted(pushed)),
+                        PushOutcome::Kept(_) => {
+                            replies[from as usize] = Some(Reply::Accepted(pushed))
+                        }
                         PushOutcome::Superseded { .. } => {
                             *replies = [Some(Reply::Promised(u64::MAX)); KEEPERS];
                         }
@@ -1037,8 +1131,14 @@ impl Replication {
                 let promise = self.rules.promise_on_read;
                 let me = &mut state.coordinators[coordinator];
                 me.takeovers_left = me.takeovers_left.saturating_sub(1);
-                // A fresh nonce per read: the takeovers left count down.
-                let nonce = me.takeovers_left;
+                // A fresh nonce per read: the takeovers left count down. (The reads of an
+                // earlier takeover are gone by now, dropped when it ended: with
+                // `Reductions::forget` every read has the same nonce.)
+                let nonce = if self.reductions.forget {
+                    0
+                } else {
+                    me.takeovers_left
+                };
                 let epoch = if promise {
                     (self.rules.takeover_epoch)(me.store.generation, me.seen_epoch)
                 } else {
@@ -1146,7 +1246,8 @@ impl Replication {
     /// over, or its keeper's answer is in) that its keeper refuses now: a keeper's copy and
     /// promise only grow, so it refuses it for ever; and the writes a coordinator admitted below
     /// the other's generation (a coordinator's generation only grows and it admits writes at its
-    /// generation or above, so the other can never admit those too).
+    /// generation or above, so the other can never admit those too); and of a coordinator that
+    /// never acts again, its crashes left and (without the progress check) what it holds.
     fn forget_useless(&self, state: &mut State) {
         let coordinators = state.coordinators;
         let keepers = state.keepers;
@@ -1154,14 +1255,18 @@ impl Replication {
         let reading = |c: u8, n: u8| matches!(coordinators[c as usize].phase, Phase::Reading { nonce, .. } if nonce == n);
         // A read answered: a copy of it is refused (the keeper's promise only grows) and its
         // answer unread.
-        let unanswered = |c: u8, k: u8| !forget || matches!(coordinators[c as usize].phase, Phase::Reading { answers, .. } if answers[k as usize].is_none());
+        let unanswered = |c: u8, k: u8| {
+            !forget
+                || matches!(coordinators[c as usize].phase, Phase::Reading { answers, .. } if answers[k as usize].is_none())
+        };
         let pushing = |c: u8, g: Generation| matches!(coordinators[c as usize].phase, Phase::Pushing { snapshot, .. } if snapshot.generation == g);
         let waits = |c: u8, k: u8, g: Generation| matches!(coordinators[c as usize].phase, Phase::Pushing { snapshot, replies, .. } if snapshot.generation == g && replies[k as usize].is_none());
         let kept = |k: u8, snapshot: Snapshot, from: u8| {
             let keeper = keepers[k as usize];
             let held = keeper.held.map(|copy| copy.header(k as usize, 0));
             let incoming = snapshot.header(k as usize, from as usize);
-            (self.rules.decide_push)(held.as_ref(), keeper.promised, &incoming) == PushDecision::Keep
+            (self.rules.decide_push)(held.as_ref(), keeper.promised, &incoming)
+                == PushDecision::Keep
         };
         state.network.retain(|message| match *message {
             Message::Read {
@@ -1182,14 +1287,34 @@ impl Replication {
             }
         });
         if forget {
+            // A coordinator standing by with no takeover left never acts again: a takeover is
+            // all that leaves standing by, a crash needs a takeover begun, and a takeover left
+            // is only given back by a takeover's end.
+            let retired = state
+                .coordinators
+                .map(|me| me.phase == Phase::Standby && me.takeovers_left == 0);
             let both = state.ghost.admitted[0] & state.ghost.admitted[1];
             for coordinator in 0..COORDINATORS {
-                let other = state.coordinators[1 - coordinator].store.generation;
-                let at_or_above = match bit(other) {
+                let other = 1 - coordinator;
+                // The other admits writes at its generation or above from now on (or never).
+                let at_or_above = match bit(state.coordinators[other].store.generation) {
+                    _ if retired[other] => 0,
                     0 => u64::MAX,
                     other => !(other - 1),
                 };
                 state.ghost.admitted[coordinator] &= at_or_above | both;
+            }
+            for (me, retired) in state.coordinators.iter_mut().zip(retired) {
+                if retired {
+                    me.crashes_left = 0;
+                    // What it holds is read again only by the progress check, which lifts the
+                    // takeover bound (so not with it).
+                    if !self.bounds.liveness {
+                        me.store = Snapshot::default();
+                        me.seen_epoch = 0;
+                        me.retries_left = 0;
+                    }
+                }
             }
         }
     }
@@ -1431,11 +1556,12 @@ impl Model for Replication {
             fingerprint(&bytes)
         };
         if self.reductions.symmetry {
-            // The same for every renaming of `state`: the least of their hashes.
-            PERMUTATIONS
-                .iter()
-                .flat_map(|keepers| [false, true].map(|swap| (*keepers, swap)))
-                .map(|(keepers, swap)| print(keepers, swap))
+            // The same for every renaming of `state`: for each order of the coordinators, the
+            // keepers ordered by what each holds, is promised, was answered and is sent (all
+            // there is of a keeper: keepers alike are interchangeable), and the least hash.
+            [false, true]
+                .map(|swap| print(Self::keeper_order(state, swap), swap))
+                .into_iter()
                 .min()
                 .unwrap_or_default()
         } else {
@@ -1481,7 +1607,8 @@ impl Model for Replication {
                     (0..COORDINATORS).all(|master| {
                         [None, Some(0), Some(1), Some(2)].into_iter().all(|down| {
                             model.progresses(state, master, down, false)
-                                && model.progresses(state, master, down, true)
+                                && (state.network.is_empty()
+                                    || model.progresses(state, master, down, true))
                         })
                     })
                 },
