@@ -25,7 +25,8 @@ pub const COMPLETE: Bounds = Bounds {
     ..BOUNDED
 };
 
-/// The bounds of the full run (`cargo run -p nodecare-model --release -- full`).
+/// The bounds of the full run (`cargo run -p nodecare-model -- full`): not explored completely
+/// yet (`docs/RELIABILITY.md`).
 pub const FULL: Bounds = Bounds {
     actions: 2,
     takeovers: 2,
