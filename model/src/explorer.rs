@@ -22,6 +22,12 @@ pub trait Model {
     fn next_state(&self, state: &Self::State, action: &Self::Action) -> Option<Self::State>;
     /// What must hold (or be reachable).
     fn properties(&self) -> Vec<Property<Self>>;
+    /// The fingerprint by which states are deduplicated: states with the same fingerprint are
+    /// explored once. By default the state's hash; a model with symmetries may give every state
+    /// of an orbit the same fingerprint (sound when its steps and properties commute with them).
+    fn fingerprint(&self, state: &Self::State) -> u64 {
+        fingerprint(state)
+    }
 }
 
 /// How a property is judged.
@@ -151,7 +157,8 @@ where
     }
 }
 
-fn fingerprint<T: Hash>(value: &T) -> u64 {
+/// The 64-bit hash of `value`.
+pub fn fingerprint<T: Hash>(value: &T) -> u64 {
     let mut hasher = DefaultHasher::new();
     value.hash(&mut hasher);
     hasher.finish()
@@ -168,7 +175,7 @@ pub fn explore<M: Model>(model: &M, limits: Limits) -> Report<M> {
     let mut depth = 0usize;
     let mut complete = true;
     for state in model.init_states() {
-        let print = fingerprint(&state);
+        let print = model.fingerprint(&state);
         if let Entry::Vacant(entry) = seen.entry(print) {
             entry.insert(print);
             queue.push_back((state, print, 0));
@@ -224,7 +231,7 @@ pub fn explore<M: Model>(model: &M, limits: Limits) -> Report<M> {
                 continue;
             };
             transitions += 1;
-            let next_print = fingerprint(&next);
+            let next_print = model.fingerprint(&next);
             let count = seen.len();
             if let Entry::Vacant(entry) = seen.entry(next_print) {
                 if limits.max_states.is_some_and(|max| count >= max) {
@@ -290,7 +297,7 @@ fn path_to<M: Model>(
     let init = model
         .init_states()
         .into_iter()
-        .find(|state| fingerprint(state) == prints[0])?;
+        .find(|state| model.fingerprint(state) == prints[0])?;
     let mut state = init.clone();
     let mut path = Vec::new();
     let mut actions = Vec::new();
@@ -299,7 +306,7 @@ fn path_to<M: Model>(
         model.actions(&state, &mut actions);
         let (action, next) = actions.iter().find_map(|action| {
             let next = model.next_state(&state, action)?;
-            (fingerprint(&next) == *print).then(|| (action.clone(), next))
+            (model.fingerprint(&next) == *print).then(|| (action.clone(), next))
         })?;
         path.push((action, next.clone()));
         state = next;

@@ -19,7 +19,7 @@ use nodecare_protocol::replica::{
     Generation, PushDecision, ReadDecision, ReplicaHeader, decide_push, decide_read,
 };
 
-use crate::explorer::{Expectation, Model, Property};
+use crate::explorer::{Expectation, Model, Property, fingerprint};
 
 /// Coordinators (master candidates that may believe they are the master).
 pub const COORDINATORS: usize = 2;
@@ -103,6 +103,16 @@ impl Rules {
             ..Self::code()
         }
     }
+
+    /// A deliberately broken rule the checker must catch: a takeover from a single keeper's
+    /// answer (a minority), the code's rules otherwise.
+    pub fn minority() -> Self {
+        Self {
+            name: "code, read quorum 1",
+            read_quorum: |_| 1,
+            ..Self::code()
+        }
+    }
 }
 
 /// The bounds of the exploration.
@@ -134,17 +144,29 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Its digest: the generation and the actions, in hex, apart (equal snapshots, equal
+    /// digests; different snapshots, different digests).
     fn sha256(&self) -> String {
-        format!(
-            "{:016x}{:016x}{:032x}",
-            self.generation.epoch, self.generation.number, self.actions
-        )
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut digest = String::with_capacity(24);
+        for value in [
+            self.generation.epoch,
+            self.generation.number,
+            u64::from(self.actions),
+        ] {
+            let digits = (64 - value.leading_zeros()).div_ceil(4).max(1);
+            for digit in (0..digits).rev() {
+                digest.push(char::from(HEX[((value >> (digit * 4)) & 0xf) as usize]));
+            }
+            digest.push('.');
+        }
+        digest
     }
 
     fn header(&self, keeper: usize, coordinator: usize) -> ReplicaHeader {
         ReplicaHeader {
-            node: format!("k{keeper}"),
-            coordinator: format!("c{coordinator}"),
+            node: NAMES[keeper % KEEPERS].to_owned(),
+            coordinator: if coordinator == 0 { "c0" } else { "c1" }.to_owned(),
             generation: self.generation,
             size: 0,
             sha256: self.sha256(),
@@ -328,8 +350,10 @@ pub struct State {
 pub enum Action {
     /// A coordinator that finds itself the master starts a takeover: reads every keeper.
     StartTakeover(u8),
-    /// The takeover's reads end (the rest timed out).
-    FinishRead(u8),
+    /// The takeover's reads end (the rest timed out); the keeper given the lowest node name
+    /// (which `plan_takeover` prefers among equally new copies: the names are arbitrary, so each
+    /// distinct such copy is a choice).
+    FinishRead(u8, u8),
     /// The push reads the store's change counter (the code's order, see
     /// [`Rules::changes_before_snapshot`]).
     CountChanges(u8),
@@ -356,6 +380,34 @@ pub enum Action {
     Drop(Message),
 }
 
+/// The reductions of the state space (`docs/RELIABILITY.md`, "Model check of the replication"),
+/// each sound for the checked properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reductions {
+    /// States equal up to a renaming of the keepers and of the coordinators share a fingerprint
+    /// ([`Replication::permuted`]).
+    pub symmetry: bool,
+    /// State that cannot affect what follows is dropped: a push no keeper will ever keep while
+    /// no coordinator reads its answer, a push answer that counts neither for nor against the
+    /// push (as if lost), the other answers of a push once one superseded it, the writes a
+    /// coordinator admitted that the other can no longer admit too, and "a write was admitted"
+    /// once the step that admitted it is past.
+    pub forget: bool,
+}
+
+impl Reductions {
+    /// Every reduction.
+    pub const ALL: Self = Self {
+        symmetry: true,
+        forget: true,
+    };
+    /// None.
+    pub const NONE: Self = Self {
+        symmetry: false,
+        forget: false,
+    };
+}
+
 /// The model: rules and bounds.
 #[derive(Debug, Clone, Copy)]
 pub struct Replication {
@@ -363,7 +415,19 @@ pub struct Replication {
     pub rules: Rules,
     /// The bounds.
     pub bounds: Bounds,
+    /// The reductions.
+    pub reductions: Reductions,
 }
+
+/// Renamings of the keepers: keeper `k` becomes `PERMUTATIONS[i][k]`.
+const PERMUTATIONS: [[usize; KEEPERS]; 6] = [
+    [0, 1, 2],
+    [0, 2, 1],
+    [1, 0, 2],
+    [1, 2, 0],
+    [2, 0, 1],
+    [2, 1, 0],
+];
 
 const NAMES: [&str; KEEPERS] = ["k0", "k1", "k2"];
 
@@ -376,9 +440,377 @@ fn bit(generation: Generation) -> u64 {
 }
 
 impl Replication {
-    /// The model of `rules` within `bounds`.
+    /// The model of `rules` within `bounds`, every reduction on.
     pub fn new(rules: Rules, bounds: Bounds) -> Self {
-        Self { rules, bounds }
+        Self {
+            rules,
+            bounds,
+            reductions: Reductions::ALL,
+        }
+    }
+
+    /// The model with these reductions.
+    #[must_use]
+    pub fn with_reductions(self, reductions: Reductions) -> Self {
+        Self { reductions, ..self }
+    }
+
+    /// `state` with keeper `k` renamed `keepers[k]` and the two coordinators swapped if `swap`.
+    /// Keepers run the same code, and so do coordinators (with the same bounds each); the
+    /// properties name none of them: a renamed state has renamed successors and the same
+    /// properties ([`Reductions::symmetry`]).
+    pub fn permuted(state: &State, keepers: [usize; KEEPERS], swap: bool) -> State {
+        let c = |coordinator: u8| if swap { 1 - coordinator } else { coordinator };
+        let k = |keeper: u8| keepers[keeper as usize] as u8;
+        let mut next = state.clone();
+        for (index, keeper) in state.keepers.iter().enumerate() {
+            next.keepers[keepers[index]] = *keeper;
+        }
+        for (index, coordinator) in state.coordinators.iter().enumerate() {
+            let mut renamed = *coordinator;
+            match &mut renamed.phase {
+                Phase::Reading { answers, .. } => {
+                    let old = *answers;
+                    for (keeper, answer) in old.iter().enumerate() {
+                        answers[keepers[keeper]] = *answer;
+                    }
+                }
+                Phase::Pushing { replies, .. } => {
+                    let old = *replies;
+                    for (keeper, reply) in old.iter().enumerate() {
+                        replies[keepers[keeper]] = *reply;
+                    }
+                }
+                Phase::Standby | Phase::Acting { .. } => {}
+            }
+            let to = c(index as u8) as usize;
+            next.coordinators[to] = renamed;
+            next.ghost.admitted[to] = state.ghost.admitted[index];
+        }
+        for message in &mut next.network {
+            *message = match *message {
+                Message::Read {
+                    from,
+                    to,
+                    nonce,
+                    epoch,
+                } => Message::Read {
+                    from: c(from),
+                    to: k(to),
+                    nonce,
+                    epoch,
+                },
+                Message::Answer {
+                    from,
+                    to,
+                    nonce,
+                    held,
+                    refused,
+                } => Message::Answer {
+                    from: k(from),
+                    to: c(to),
+                    nonce,
+                    held,
+                    refused,
+                },
+                Message::Push { from, to, snapshot } => Message::Push {
+                    from: c(from),
+                    to: k(to),
+                    snapshot,
+                },
+                Message::Pushed {
+                    from,
+                    to,
+                    pushed,
+                    reply,
+                } => Message::Pushed {
+                    from: k(from),
+                    to: c(to),
+                    pushed,
+                    reply,
+                },
+            };
+        }
+        next.network.sort_unstable();
+        next
+    }
+
+    /// Appends the bytes of `state` renamed as [`Replication::permuted`] does to `out`: equal
+    /// bytes for equal renamed states, different bytes for different ones (every number the
+    /// model reaches fits a byte; `u64::MAX`, the superseded answer's epoch, is 255).
+    pub fn encode(state: &State, keepers: [usize; KEEPERS], swap: bool, out: &mut Vec<u8>) {
+        fn byte(value: u64) -> u8 {
+            u8::try_from(value).unwrap_or(u8::MAX)
+        }
+        fn generation(out: &mut Vec<u8>, generation: Generation) {
+            out.push(byte(generation.epoch));
+            out.push(byte(generation.number));
+        }
+        fn snapshot(out: &mut Vec<u8>, copy: Option<Snapshot>) {
+            match copy {
+                None => out.extend_from_slice(&[255, 255, 255]),
+                Some(copy) => {
+                    generation(out, copy.generation);
+                    out.push(copy.actions);
+                }
+            }
+        }
+        fn reply(out: &mut Vec<u8>, reply: Option<Reply>) {
+            match reply {
+                None => out.push(0),
+                Some(Reply::Accepted(held)) => {
+                    out.push(1);
+                    generation(out, held);
+                }
+                Some(Reply::Refused(held)) => {
+                    out.push(2);
+                    generation(out, held);
+                }
+                Some(Reply::Promised(epoch)) => {
+                    out.push(3);
+                    out.push(byte(epoch));
+                }
+            }
+        }
+        let mut old_keeper = [0usize; KEEPERS];
+        for (old, new) in keepers.iter().enumerate() {
+            old_keeper[*new] = old;
+        }
+        let c = |coordinator: u8| if swap { 1 - coordinator } else { coordinator };
+        let k = |keeper: u8| keepers[keeper as usize % KEEPERS] as u8;
+        for new in 0..COORDINATORS {
+            let old = if swap { 1 - new } else { new };
+            let me = &state.coordinators[old];
+            snapshot(out, Some(me.store));
+            match me.phase {
+                Phase::Standby => out.push(0),
+                Phase::Reading {
+                    nonce,
+                    epoch,
+                    answers,
+                } => {
+                    out.extend_from_slice(&[1, nonce, byte(epoch)]);
+                    for keeper in old_keeper {
+                        match answers[keeper] {
+                            None => out.push(0),
+                            Some(held) => {
+                                out.push(1);
+                                snapshot(out, held);
+                            }
+                        }
+                    }
+                }
+                Phase::Pushing {
+                    takeover,
+                    snapshot: pushed,
+                    replies,
+                    write,
+                    counted,
+                    changed,
+                    fenced,
+                } => {
+                    out.push(2);
+                    snapshot(out, Some(pushed));
+                    for keeper in old_keeper {
+                        reply(out, replies[keeper]);
+                    }
+                    out.push(
+                        u8::from(takeover)
+                            | u8::from(write) << 1
+                            | u8::from(counted) << 2
+                            | u8::from(changed) << 3
+                            | u8::from(fenced) << 4,
+                    );
+                }
+                Phase::Acting {
+                    generation: acting,
+                    kept_by,
+                    changed,
+                } => {
+                    out.push(3);
+                    generation(out, acting);
+                    out.extend_from_slice(&[kept_by, u8::from(changed)]);
+                }
+            }
+            out.extend_from_slice(&[
+                me.awaiting,
+                me.takeovers_left,
+                me.crashes_left,
+                byte(me.seen_epoch),
+                me.retries_left,
+            ]);
+            out.extend_from_slice(&state.ghost.admitted[old].to_le_bytes());
+        }
+        for keeper in old_keeper {
+            snapshot(out, state.keepers[keeper].held);
+            out.push(byte(state.keepers[keeper].promised));
+        }
+        // Each message as 8 bytes (big-endian, so that sorting the numbers sorts the bytes).
+        let mut inline = [0u64; 32];
+        let mut spilled = Vec::new();
+        let count = state.network.len();
+        let messages = if count <= inline.len() {
+            &mut inline[..count]
+        } else {
+            spilled.resize(count, 0);
+            &mut spilled[..]
+        };
+        for (slot, message) in messages.iter_mut().zip(&state.network) {
+            let bytes = match *message {
+                Message::Read {
+                    from,
+                    to,
+                    nonce,
+                    epoch,
+                } => [0, c(from), k(to), nonce, byte(epoch), 0, 0, 0],
+                Message::Answer {
+                    from,
+                    to,
+                    nonce,
+                    held,
+                    refused,
+                } => {
+                    let mut copy = Vec::with_capacity(3);
+                    snapshot(&mut copy, held);
+                    let refused = refused.map_or(255, byte);
+                    [1, k(from), c(to), nonce, copy[0], copy[1], copy[2], refused]
+                }
+                Message::Push { from, to, snapshot } => [
+                    2,
+                    c(from),
+                    k(to),
+                    byte(snapshot.generation.epoch),
+                    byte(snapshot.generation.number),
+                    snapshot.actions,
+                    0,
+                    0,
+                ],
+                Message::Pushed {
+                    from,
+                    to,
+                    pushed,
+                    reply: answer,
+                } => {
+                    let mut bytes = Vec::with_capacity(4);
+                    reply(&mut bytes, Some(answer));
+                    bytes.resize(4, 0);
+                    [
+                        3,
+                        k(from),
+                        c(to),
+                        byte(pushed.epoch),
+                        byte(pushed.number),
+                        bytes[0],
+                        bytes[1],
+                        bytes[2].max(bytes[3]),
+                    ]
+                }
+            };
+            *slot = u64::from_be_bytes(bytes);
+        }
+        messages.sort_unstable();
+        out.push(byte(count as u64));
+        for message in messages.iter() {
+            out.extend_from_slice(&message.to_be_bytes());
+        }
+        out.push(state.unissued);
+        out.push(state.ghost.acknowledged);
+        out.push(byte(state.ghost.established));
+        out.push(u8::from(state.ghost.superseded_write) | u8::from(state.ghost.any_write) << 1);
+    }
+
+    /// The renaming of the keepers that orders them by a hash of everything about each (its
+    /// copy and promise, its answer to each coordinator, the requests sent to it), the
+    /// coordinators swapped if `swap`: the same order for every renaming of the keepers, but for
+    /// keepers alike (and for a collision of two hashes, which only costs a state seen twice).
+    fn keeper_order(state: &State, swap: bool) -> [usize; KEEPERS] {
+        let mut keys = [(0u64, 0usize); KEEPERS];
+        let mut bytes: Vec<u8> = Vec::with_capacity(64);
+        let mut sent: Vec<Message> = Vec::with_capacity(8);
+        for (keeper, key) in keys.iter_mut().enumerate() {
+            bytes.clear();
+            let copy = state.keepers[keeper];
+            bytes.extend_from_slice(&copy.held.map_or([255; 3], |held| {
+                [
+                    held.generation.epoch as u8,
+                    held.generation.number as u8,
+                    held.actions,
+                ]
+            }));
+            bytes.extend_from_slice(&copy.promised.to_le_bytes());
+            for new in 0..COORDINATORS {
+                let old = if swap { 1 - new } else { new };
+                match state.coordinators[old].phase {
+                    Phase::Reading { answers, .. } => match answers[keeper] {
+                        None => bytes.push(0),
+                        Some(None) => bytes.push(1),
+                        Some(Some(held)) => bytes.extend_from_slice(&[
+                            2,
+                            held.generation.epoch as u8,
+                            held.generation.number as u8,
+                            held.actions,
+                        ]),
+                    },
+                    Phase::Pushing { replies, .. } => match replies[keeper] {
+                        None => bytes.push(3),
+                        Some(Reply::Accepted(held)) => {
+                            bytes.extend_from_slice(&[4, held.epoch as u8, held.number as u8]);
+                        }
+                        Some(Reply::Refused(held)) => {
+                            bytes.extend_from_slice(&[5, held.epoch as u8, held.number as u8]);
+                        }
+                        Some(Reply::Promised(epoch)) => {
+                            bytes.push(6);
+                            bytes.extend_from_slice(&epoch.to_le_bytes());
+                        }
+                    },
+                    Phase::Standby | Phase::Acting { .. } => bytes.push(7),
+                }
+            }
+            // The requests sent to it, each named by its coordinator in the new order.
+            sent.clear();
+            for message in &state.network {
+                let renamed = match *message {
+                    Message::Read {
+                        from,
+                        to,
+                        nonce,
+                        epoch,
+                    } if to as usize == keeper => Message::Read {
+                        from: if swap { 1 - from } else { from },
+                        to: 0,
+                        nonce,
+                        epoch,
+                    },
+                    Message::Push { from, to, snapshot } if to as usize == keeper => {
+                        Message::Push {
+                            from: if swap { 1 - from } else { from },
+                            to: 0,
+                            snapshot,
+                        }
+                    }
+                    _ => continue,
+                };
+                sent.push(renamed);
+            }
+            sent.sort_unstable();
+            *key = (fingerprint(&(&bytes, &sent)), keeper);
+        }
+        keys.sort_unstable();
+        let mut order = [0; KEEPERS];
+        for (new, (_, old)) in keys.iter().enumerate() {
+            order[*old] = new;
+        }
+        order
+    }
+
+    /// Every renaming of `state` (the first is `state` itself).
+    pub fn renamings(state: &State) -> impl Iterator<Item = State> + '_ {
+        PERMUTATIONS.iter().flat_map(move |keepers| {
+            [false, true]
+                .into_iter()
+                .map(move |swap| Self::permuted(state, *keepers, swap))
+        })
     }
 
     fn send(state: &mut State, message: Message) {
@@ -454,7 +886,31 @@ impl Replication {
         me.awaiting = 0;
     }
 
-    fn finish_read(&self, state: &mut State, coordinator: usize) {
+    /// The keepers each given the lowest node name in a choice of [`Action::FinishRead`]: one
+    /// per distinct copy among the newest copies answered (the node name `plan_takeover` prefers
+    /// among equally new copies is arbitrary).
+    fn read_choices(answers: &[Option<Option<Snapshot>>; KEEPERS], choices: &mut Vec<u8>) {
+        let copies = || {
+            answers
+                .iter()
+                .enumerate()
+                .filter_map(|(k, a)| Some((k, (*a)?.as_ref().copied()?)))
+        };
+        let newest = copies().map(|(_, copy)| copy.generation).max();
+        let mut distinct: Vec<Snapshot> = Vec::new();
+        for (keeper, copy) in copies() {
+            if Some(copy.generation) == newest && !distinct.contains(&copy) {
+                distinct.push(copy);
+                choices.push(keeper as u8);
+            }
+        }
+        if choices.len() <= 1 {
+            choices.clear();
+            choices.push(0);
+        }
+    }
+
+    fn finish_read(&self, state: &mut State, coordinator: usize, first: usize) {
         let Phase::Reading { answers, epoch, .. } = state.coordinators[coordinator].phase else {
             return;
         };
@@ -469,21 +925,22 @@ impl Replication {
             Self::stand_by(state, coordinator);
             return;
         }
+        // Keeper `first` is named "k0", the next "k1", ...
+        let name = |keeper: usize| NAMES[(keeper + KEEPERS - first % KEEPERS) % KEEPERS];
         let copies: Vec<(String, Generation)> = answers
             .iter()
             .enumerate()
             .filter_map(|(keeper, answer)| {
                 answer
                     .flatten()
-                    .map(|copy| (NAMES[keeper].to_owned(), copy.generation))
+                    .map(|copy| (name(keeper).to_owned(), copy.generation))
             })
             .collect();
         let local = state.coordinators[coordinator].store.generation;
         let plan = (self.rules.plan_takeover)(local, epoch, &copies);
         if let Some((node, generation)) = plan.restore_from
-            && let Some(copy) = NAMES
-                .iter()
-                .position(|name| *name == node)
+            && let Some(copy) = (0..KEEPERS)
+                .find(|keeper| name(*keeper) == node)
                 .and_then(|keeper| answers[keeper].flatten())
                 .filter(|copy| copy.generation == generation)
         {
@@ -594,12 +1051,12 @@ impl Replication {
                     ..
                 } = &mut me.phase
                     && *current == nonce
+                    // One answer per request: a copy's answer to a keeper already answered
+                    // goes unread.
+                    && answers[from as usize].is_none()
                 {
                     match refused {
-                        None if answers[from as usize].is_none() => {
-                            answers[from as usize] = Some(held);
-                        }
-                        None => {}
+                        None => answers[from as usize] = Some(held),
                         Some(epoch) => me.seen_epoch = me.seen_epoch.max(epoch),
                     }
                 }
@@ -644,7 +1101,23 @@ impl Replication {
                     && snapshot.generation == pushed
                     && replies[from as usize].is_none()
                 {
-                    replies[from as usize] = Some(reply);
+                    if !self.reductions.forget {
+                        replies[from as usize] = Some(reply);
+                        return;
+                    }
+                    // What the answer counts for in `judge_push`, which judges each answer on its
+                    // own: for the push, against it (superseded, whatever else answers), or
+                    // neither (as if lost; a later copy's answer can only be lost or the same).
+                    let alone = [(NAMES[from as usize].to_owned(), PushReply::from(reply))];
+                    match (self.rules.judge_push)(pushed, 1, &alone) {
+                        PushOutcome::Kept(_) => {
+                            replies[from as usize] = Some(Reply::Accepted(pushed))
+                        }
+                        PushOutcome::Superseded { .. } => {
+                            *replies = [Some(Reply::Promised(u64::MAX)); KEEPERS];
+                        }
+                        PushOutcome::NoQuorum(_) => {}
+                    }
                 }
             }
         }
@@ -658,8 +1131,14 @@ impl Replication {
                 let promise = self.rules.promise_on_read;
                 let me = &mut state.coordinators[coordinator];
                 me.takeovers_left = me.takeovers_left.saturating_sub(1);
-                // A fresh nonce per read: the takeovers left count down.
-                let nonce = me.takeovers_left;
+                // A fresh nonce per read: the takeovers left count down. (The reads of an
+                // earlier takeover are gone by now, dropped when it ended: with
+                // `Reductions::forget` every read has the same nonce.)
+                let nonce = if self.reductions.forget {
+                    0
+                } else {
+                    me.takeovers_left
+                };
                 let epoch = if promise {
                     (self.rules.takeover_epoch)(me.store.generation, me.seen_epoch)
                 } else {
@@ -682,7 +1161,7 @@ impl Replication {
                     );
                 }
             }
-            Action::FinishRead(c) => self.finish_read(state, c as usize),
+            Action::FinishRead(c, first) => self.finish_read(state, c as usize, first as usize),
             Action::CountChanges(c) => {
                 if let Phase::Pushing { counted, .. } = &mut state.coordinators[c as usize].phase {
                     *counted = true;
@@ -762,17 +1241,44 @@ impl Replication {
     /// Drops the messages whose delivery can no longer change anything (as if lost): reads and
     /// answers of a read that is over, answers to a push that is over, and pushes that such a
     /// keeper would refuse or already holds while nobody waits for the answer.
-    fn forget_useless(state: &mut State) {
+    ///
+    /// With [`Reductions::forget`], also a push whose answer nobody reads any more (the push is
+    /// over, or its keeper's answer is in) that its keeper refuses now: a keeper's copy and
+    /// promise only grow, so it refuses it for ever; and the writes a coordinator admitted below
+    /// the other's generation (a coordinator's generation only grows and it admits writes at its
+    /// generation or above, so the other can never admit those too); and of a coordinator that
+    /// never acts again, its crashes left and (without the progress check) what it holds.
+    fn forget_useless(&self, state: &mut State) {
         let coordinators = state.coordinators;
         let keepers = state.keepers;
+        let forget = self.reductions.forget;
         let reading = |c: u8, n: u8| matches!(coordinators[c as usize].phase, Phase::Reading { nonce, .. } if nonce == n);
+        // A read answered: a copy of it is refused (the keeper's promise only grows) and its
+        // answer unread.
+        let unanswered = |c: u8, k: u8| {
+            !forget
+                || matches!(coordinators[c as usize].phase, Phase::Reading { answers, .. } if answers[k as usize].is_none())
+        };
         let pushing = |c: u8, g: Generation| matches!(coordinators[c as usize].phase, Phase::Pushing { snapshot, .. } if snapshot.generation == g);
+        let waits = |c: u8, k: u8, g: Generation| matches!(coordinators[c as usize].phase, Phase::Pushing { snapshot, replies, .. } if snapshot.generation == g && replies[k as usize].is_none());
+        let kept = |k: u8, snapshot: Snapshot, from: u8| {
+            let keeper = keepers[k as usize];
+            let held = keeper.held.map(|copy| copy.header(k as usize, 0));
+            let incoming = snapshot.header(k as usize, from as usize);
+            (self.rules.decide_push)(held.as_ref(), keeper.promised, &incoming)
+                == PushDecision::Keep
+        };
         state.network.retain(|message| match *message {
-            Message::Read { from, nonce, .. }
-            | Message::Answer {
+            Message::Read {
+                from, to, nonce, ..
+            } => reading(from, nonce) && unanswered(from, to),
+            Message::Answer {
                 to: from, nonce, ..
             } => reading(from, nonce),
             Message::Pushed { to, pushed, .. } => pushing(to, pushed),
+            Message::Push { from, to, snapshot } if forget => {
+                waits(from, to, snapshot.generation) || kept(to, snapshot, from)
+            }
             Message::Push { from, to, snapshot } => {
                 pushing(from, snapshot.generation)
                     || keepers[to as usize]
@@ -780,6 +1286,37 @@ impl Replication {
                         .is_none_or(|held| held.generation < snapshot.generation)
             }
         });
+        if forget {
+            // A coordinator standing by with no takeover left never acts again: a takeover is
+            // all that leaves standing by, a crash needs a takeover begun, and a takeover left
+            // is only given back by a takeover's end.
+            let retired = state
+                .coordinators
+                .map(|me| me.phase == Phase::Standby && me.takeovers_left == 0);
+            let both = state.ghost.admitted[0] & state.ghost.admitted[1];
+            for coordinator in 0..COORDINATORS {
+                let other = 1 - coordinator;
+                // The other admits writes at its generation or above from now on (or never).
+                let at_or_above = match bit(state.coordinators[other].store.generation) {
+                    _ if retired[other] => 0,
+                    0 => u64::MAX,
+                    other => !(other - 1),
+                };
+                state.ghost.admitted[coordinator] &= at_or_above | both;
+            }
+            for (me, retired) in state.coordinators.iter_mut().zip(retired) {
+                if retired {
+                    me.crashes_left = 0;
+                    // What it holds is read again only by the progress check, which lifts the
+                    // takeover bound (so not with it).
+                    if !self.bounds.liveness {
+                        me.store = Snapshot::default();
+                        me.seen_epoch = 0;
+                        me.retries_left = 0;
+                    }
+                }
+            }
+        }
     }
 
     /// Whether, from `state`, with `master` the only coordinator that believes it is the master
@@ -820,7 +1357,9 @@ impl Replication {
                     state.coordinators[master].takeovers_left = 2;
                     self.apply(&mut state, Action::StartTakeover(master as u8));
                 }
-                Phase::Reading { .. } => self.apply(&mut state, Action::FinishRead(master as u8)),
+                Phase::Reading { .. } => {
+                    self.apply(&mut state, Action::FinishRead(master as u8, 0));
+                }
                 Phase::Pushing { .. } => {
                     self.apply(&mut state, Action::CountChanges(master as u8));
                     self.apply(&mut state, Action::FinishPush(master as u8));
@@ -929,7 +1468,13 @@ impl Model for Replication {
                         actions.push(Action::StartTakeover(c));
                     }
                 }
-                Phase::Reading { .. } => actions.push(Action::FinishRead(c)),
+                Phase::Reading { answers, .. } => {
+                    let mut choices = Vec::new();
+                    Self::read_choices(&answers, &mut choices);
+                    for first in choices {
+                        actions.push(Action::FinishRead(c, first));
+                    }
+                }
                 Phase::Pushing {
                     takeover, counted, ..
                 } => {
@@ -993,9 +1538,35 @@ impl Model for Replication {
 
     fn next_state(&self, state: &State, action: &Action) -> Option<State> {
         let mut next = state.clone();
+        if self.reductions.forget {
+            // "A write was admitted" holds in the state its step leads to, for the property
+            // that some write is admitted; it is not carried further.
+            next.ghost.any_write = false;
+        }
         self.apply(&mut next, *action);
-        Self::forget_useless(&mut next);
+        self.forget_useless(&mut next);
         (next != *state).then_some(next)
+    }
+
+    fn fingerprint(&self, state: &State) -> u64 {
+        let mut bytes = Vec::with_capacity(160);
+        let mut print = |keepers: [usize; KEEPERS], swap: bool| {
+            bytes.clear();
+            Self::encode(state, keepers, swap, &mut bytes);
+            fingerprint(&bytes)
+        };
+        if self.reductions.symmetry {
+            // The same for every renaming of `state`: for each order of the coordinators, the
+            // keepers ordered by what each holds, is promised, was answered and is sent (all
+            // there is of a keeper: keepers alike are interchangeable), and the least hash.
+            [false, true]
+                .map(|swap| print(Self::keeper_order(state, swap), swap))
+                .into_iter()
+                .min()
+                .unwrap_or_default()
+        } else {
+            print(PERMUTATIONS[0], false)
+        }
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
@@ -1036,7 +1607,8 @@ impl Model for Replication {
                     (0..COORDINATORS).all(|master| {
                         [None, Some(0), Some(1), Some(2)].into_iter().all(|down| {
                             model.progresses(state, master, down, false)
-                                && model.progresses(state, master, down, true)
+                                && (state.network.is_empty()
+                                    || model.progresses(state, master, down, true))
                         })
                     })
                 },
