@@ -78,6 +78,37 @@ pub(crate) fn fetch(url: &str) -> Result<String, String> {
     Ok(body)
 }
 
+/// `GET url` for command `command`: the answer as it came (`json`), or decoded as `T` and
+/// rendered for people. Errors on stderr, exit status 1.
+pub(crate) fn show<T: serde::de::DeserializeOwned>(
+    command: &str,
+    url: &str,
+    json: bool,
+    render: impl FnOnce(&T) -> String,
+) -> std::process::ExitCode {
+    let body = match fetch(url) {
+        Ok(body) => body,
+        Err(message) => {
+            eprintln!("nodecare {command}: {message}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if json {
+        println!("{body}");
+        return std::process::ExitCode::SUCCESS;
+    }
+    match serde_json::from_str::<T>(&body) {
+        Ok(answer) => {
+            print!("{}", render(&answer));
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nodecare {command}: the coordinator's answer does not decode: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use clap::Args;
 use nodecare_protocol::explain::{ExplainedJudgement, ExplainedRound, Explanation, Query, Subject};
 
-use crate::api::{DEFAULT_URL, fetch};
+use crate::api::DEFAULT_URL;
 use crate::fields::utc;
 
 /// `nodecare explain`.
@@ -194,27 +194,7 @@ pub(crate) fn run_explain(args: ExplainArgs) -> ExitCode {
         }
     };
     let url = format!("{}/1/explain?{query}", args.url.trim_end_matches('/'));
-    let body = match fetch(&url) {
-        Ok(body) => body,
-        Err(message) => {
-            eprintln!("nodecare explain: {message}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if args.json {
-        println!("{body}");
-        return ExitCode::SUCCESS;
-    }
-    match serde_json::from_str::<Explanation>(&body) {
-        Ok(explanation) => {
-            print!("{}", render(&explanation));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("nodecare explain: the coordinator's answer does not decode: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::api::show::<Explanation>("explain", &url, args.json, render)
 }
 
 #[cfg(test)]

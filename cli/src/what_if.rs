@@ -13,7 +13,7 @@ use nodecare_protocol::what_if::{
     Change, Ending, MAX_ROUNDS, PolicyKey, Query, WhatIf, is_node_name, parse_verdict,
 };
 
-use crate::api::{DEFAULT_URL, fetch};
+use crate::api::DEFAULT_URL;
 use crate::explain::{at, parse_at, round};
 
 /// `nodecare what-if`.
@@ -252,27 +252,7 @@ pub(crate) fn run_what_if(args: WhatIfArgs) -> ExitCode {
         args.url.trim_end_matches('/'),
         query.to_query_string()
     );
-    let body = match fetch(&url) {
-        Ok(body) => body,
-        Err(message) => {
-            eprintln!("nodecare what-if: {message}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if args.json {
-        println!("{body}");
-        return ExitCode::SUCCESS;
-    }
-    match serde_json::from_str::<WhatIf>(&body) {
-        Ok(what_if) => {
-            print!("{}", render(&what_if));
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("nodecare what-if: the coordinator's answer does not decode: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::api::show::<WhatIf>("what-if", &url, args.json, render)
 }
 
 #[cfg(test)]
