@@ -76,7 +76,7 @@ log() { echo "nemesis[$(($(date +%s) - T0))s]: $*" >&2; }
 
 if [[ $BUILD -eq 1 ]]; then
   log "building (debug)"
-  (cd "$ROOT" && cargo build -p nodecare-agent -p nodecare-coordinator -p nodecare-tests --bin nemesis-check) >&2 ||
+  (cd "$ROOT" && cargo build -p nodecare-agent -p nodecare-coordinator -p nodecare-tests --bin nodecare-agent --bin nodecare-coordinator --bin nemesis-check) >&2 ||
     { echo "nemesis: build failed" >&2; exit 1; }
 fi
 for b in "$AGENT" "$COORD"; do [[ -x $b ]] || { echo "nemesis: $b missing" >&2; exit 1; }; done
