@@ -275,19 +275,7 @@ mod tests {
     }
 
     fn golden(name: &str, text: &str) {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/what-if")
-            .join(name);
-        if std::env::var_os("UPDATE_GOLDEN").is_some() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, text).unwrap();
-        }
-        let expected = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (UPDATE_GOLDEN=1 writes it)", path.display()));
-        assert_eq!(
-            text, expected,
-            "{name} differs (UPDATE_GOLDEN=1 rewrites it)"
-        );
+        crate::golden::assert_golden("what-if", name, text);
     }
 
     #[test]

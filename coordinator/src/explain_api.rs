@@ -70,10 +70,9 @@ async fn operation_of_job(
     }
     // Forgotten by the ledger (its record was acknowledged and forgotten): the trail tells
     // whose it was and when it was submitted.
-    let description = entry
-        .text
-        .split_once(": ")
-        .map_or_else(String::new, |(_, text)| text.to_owned());
+    let description = crate::ganeti::Reason::description_of(&entry.text)
+        .unwrap_or_default()
+        .to_owned();
     Ok(Some(Operation {
         trail: reason.incident,
         holder: None,

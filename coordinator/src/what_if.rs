@@ -521,11 +521,7 @@ fn jobs_since(sim: &Simulation, from: usize, round: u32) -> Vec<PredictedJob> {
         .filter(|s| !s.internal)
         .map(|s| PredictedJob {
             round,
-            operation: s
-                .reason_text
-                .as_deref()
-                .and_then(|t| t.split_once(": "))
-                .map_or_else(|| s.op_id.clone(), |(_, what)| what.to_owned()),
+            operation: s.operation().unwrap_or(&s.op_id).to_owned(),
             opcode: s.op_id,
             target: s.target,
             reason: s.reason_text,

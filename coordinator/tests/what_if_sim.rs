@@ -176,12 +176,7 @@ async fn daemon_runs(
         .into_iter()
         .filter(|s| !s.internal)
         .map(|s| {
-            let operation = s
-                .reason_text
-                .as_deref()
-                .and_then(|t| t.split_once(": "))
-                .map(|(_, what)| what.to_owned())
-                .unwrap_or_default();
+            let operation = s.operation().unwrap_or_default().to_owned();
             (s.op_id, s.target, operation)
         })
         .collect();

@@ -408,6 +408,13 @@ pub struct Submission {
     pub internal: bool,
 }
 
+impl Submission {
+    /// What the job does, as its nodecare reason text describes it ([`Reason::description_of`]).
+    pub fn operation(&self) -> Option<&str> {
+        self.reason_text.as_deref().and_then(Reason::description_of)
+    }
+}
+
 /// Rule that makes matching jobs fail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobFailureRule {

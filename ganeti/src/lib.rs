@@ -619,6 +619,12 @@ impl Reason {
         }
     }
 
+    /// The description in a trail text written by [`Reason::text`]: what follows its first
+    /// `": "` (none when there is no such separator).
+    pub fn description_of(text: &str) -> Option<&str> {
+        text.split_once(": ").map(|(_, description)| description)
+    }
+
     /// Recovers incident and intent from a trail text written by [`Reason::text`]; the text may
     /// have been prefixed or embedded by the server, so this searches for the marker.
     pub fn parse_text(text: &str) -> Option<ParsedReason> {

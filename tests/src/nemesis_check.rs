@@ -978,6 +978,19 @@ mod tests {
                "start_ts": [times.0 / 1000, (times.0 % 1000) * 1000],
                "end_ts": [times.1 / 1000, (times.1 % 1000) * 1000]})
     }
+    /// Adds [`job`]'s job to the inputs' job list.
+    fn push_job(
+        inputs: &mut Inputs,
+        id: JobId,
+        status: &str,
+        op: Value,
+        reason: Option<(&str, &str)>,
+        times: (u64, u64),
+    ) {
+        inputs
+            .jobs
+            .push(serde_json::from_value(job(id, status, op, reason, times)).unwrap());
+    }
     fn drain(node: &str, on: bool) -> Value {
         json!({"OP_ID": "OP_NODE_SET_PARAMS", "node_name": node, "drained": on})
     }
@@ -1122,15 +1135,13 @@ mod tests {
     #[test]
     fn one_intent_in_two_jobs_is_submitted_twice() {
         let mut i = clean();
-        i.jobs.push(
-            serde_json::from_value(job(
-                16,
-                "success",
-                migrate("inst1"),
-                Some((INC, "migrate-inst1-1")),
-                (T + 9500, T + 9600),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            16,
+            "success",
+            migrate("inst1"),
+            Some((INC, "migrate-inst1-1")),
+            (T + 9500, T + 9600),
         );
         let r = check(&i, &Settings::default()).unwrap();
         assert_eq!(
@@ -1146,15 +1157,13 @@ mod tests {
     #[test]
     fn jobs_before_the_run_are_not_judged() {
         let mut i = clean();
-        i.jobs.push(
-            serde_json::from_value(job(
-                3,
-                "success",
-                migrate("inst1"),
-                Some((INC, "migrate-inst1-1")),
-                (T - 50_000, T - 49_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            3,
+            "success",
+            migrate("inst1"),
+            Some((INC, "migrate-inst1-1")),
+            (T - 50_000, T - 49_000),
         );
         assert_eq!(kinds(&i), Vec::<&str>::new());
     }
@@ -1325,25 +1334,21 @@ mod tests {
     fn two_nodes_disrupted_at_once_exceed_the_budget() {
         // node5 drained while node4 is still offline.
         let mut i = clean();
-        i.jobs.push(
-            serde_json::from_value(job(
-                16,
-                "success",
-                drain("node5", true),
-                Some((INC2, "drain-1")),
-                (T + 15_000, T + 16_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            16,
+            "success",
+            drain("node5", true),
+            Some((INC2, "drain-1")),
+            (T + 15_000, T + 16_000),
         );
-        i.jobs.push(
-            serde_json::from_value(job(
-                17,
-                "success",
-                drain("node5", false),
-                None,
-                (T + 25_000, T + 26_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            17,
+            "success",
+            drain("node5", false),
+            None,
+            (T + 25_000, T + 26_000),
         );
         let r = check(&i, &Settings::default()).unwrap();
         assert_eq!(
@@ -1356,38 +1361,32 @@ mod tests {
         );
         // After node4's undrain ended: fine.
         let mut i = clean();
-        i.jobs.push(
-            serde_json::from_value(job(
-                16,
-                "success",
-                drain("node5", true),
-                Some((INC2, "drain-1")),
-                (T + 23_500, T + 24_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            16,
+            "success",
+            drain("node5", true),
+            Some((INC2, "drain-1")),
+            (T + 23_500, T + 24_000),
         );
-        i.jobs.push(
-            serde_json::from_value(job(
-                17,
-                "success",
-                drain("node5", false),
-                None,
-                (T + 25_000, T + 26_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            17,
+            "success",
+            drain("node5", false),
+            None,
+            (T + 25_000, T + 26_000),
         );
         assert_eq!(kinds(&i), Vec::<&str>::new());
         // A failed drain job changes nothing.
         let mut i = clean();
-        i.jobs.push(
-            serde_json::from_value(job(
-                16,
-                "error",
-                drain("node5", true),
-                Some((INC2, "drain-1")),
-                (T + 15_000, T + 16_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            16,
+            "error",
+            drain("node5", true),
+            Some((INC2, "drain-1")),
+            (T + 15_000, T + 16_000),
         );
         assert_eq!(kinds(&i), Vec::<&str>::new());
     }
@@ -1398,49 +1397,41 @@ mod tests {
         // online again returns it to service without an undrain job (seed 11's first run).
         let mut i = clean();
         i.jobs.retain(|j| j.id != 15);
-        i.jobs.push(
-            serde_json::from_value(job(
-                16,
-                "success",
-                drain("node5", true),
-                Some((INC2, "drain-1")),
-                (T + 23_500, T + 24_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            16,
+            "success",
+            drain("node5", true),
+            Some((INC2, "drain-1")),
+            (T + 23_500, T + 24_000),
         );
-        i.jobs.push(
-            serde_json::from_value(job(
-                17,
-                "success",
-                drain("node5", false),
-                None,
-                (T + 25_000, T + 26_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            17,
+            "success",
+            drain("node5", false),
+            None,
+            (T + 25_000, T + 26_000),
         );
         assert_eq!(kinds(&i), Vec::<&str>::new());
         // Still disrupted between the offline job's start and the online job's end.
         let mut i = clean();
         i.jobs.retain(|j| j.id != 15);
-        i.jobs.push(
-            serde_json::from_value(job(
-                16,
-                "success",
-                drain("node5", true),
-                Some((INC2, "drain-1")),
-                (T + 20_500, T + 24_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            16,
+            "success",
+            drain("node5", true),
+            Some((INC2, "drain-1")),
+            (T + 20_500, T + 24_000),
         );
-        i.jobs.push(
-            serde_json::from_value(job(
-                17,
-                "success",
-                drain("node5", false),
-                None,
-                (T + 25_000, T + 26_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            17,
+            "success",
+            drain("node5", false),
+            None,
+            (T + 25_000, T + 26_000),
         );
         assert_eq!(kinds(&i), vec!["budget-exceeded"]);
     }
@@ -1481,15 +1472,13 @@ mod tests {
         i.faults.retain(|e| e.kind != "final");
         assert_eq!(kinds(&i), vec!["not-finished"]);
         let mut i = clean();
-        i.jobs.push(
-            serde_json::from_value(job(
-                16,
-                "running",
-                migrate("inst2"),
-                Some((INC, "migrate-inst2-1")),
-                (T + 15_000, T + 16_000),
-            ))
-            .unwrap(),
+        push_job(
+            &mut i,
+            16,
+            "running",
+            migrate("inst2"),
+            Some((INC, "migrate-inst2-1")),
+            (T + 15_000, T + 16_000),
         );
         assert_eq!(kinds(&i), vec!["not-finished"]);
     }

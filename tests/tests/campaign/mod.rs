@@ -10,6 +10,7 @@ use nodecare_coordinator::daemon::Coordinator;
 use nodecare_coordinator::exec::ledger::{Entry, Ledger as _, Op, State};
 use nodecare_ganeti::Ganeti;
 use nodecare_protocol::maintenance::{Campaign, CampaignState, NodeStep};
+use nodecare_tests::fake_agent::FakeAgents;
 use nodecare_tests::harness::{Harness, node};
 
 const NODES: usize = 4;
@@ -18,11 +19,20 @@ const INSTANCES: &str =
     "d1:drbd:1,s1:sharedfile:1,d2:drbd:2,l2:diskless:2,d3:drbd:3,s3:sharedfile:3,l4:diskless:4";
 
 async fn cluster(users: &std::path::Path) -> Harness {
+    cluster_with(users, |_| {}).await
+}
+
+/// [`cluster`] with `tweak` applied to the coordinator's configuration as well.
+async fn cluster_with(
+    users: &std::path::Path,
+    tweak: impl FnOnce(&mut nodecare_coordinator::config::Config) + Send + 'static,
+) -> Harness {
     let users = users.to_path_buf();
     let h = Harness::new(NODES, INSTANCES, move |config| {
         config.users = users;
         config.max_disrupted_nodes = 2;
         config.min_healthy_nodes = 2;
+        tweak(config);
     })
     .await
     .unwrap();
@@ -37,10 +47,10 @@ async fn cluster(users: &std::path::Path) -> Harness {
 
 /// Plays the hooks: every node whose agent ran a hook since the last call reboots (a new boot
 /// id). Returns the hook runs per node so far.
-fn reboot_after_hooks(h: &Harness, runs: &mut BTreeMap<String, BTreeSet<String>>) {
+fn reboot_after_hooks(agents: &FakeAgents, runs: &mut BTreeMap<String, BTreeSet<String>>) {
     for i in 1..=NODES {
         let name = node(i);
-        let agent = h.agents.get(&name).unwrap();
+        let agent = agents.get(&name).unwrap();
         let seen = runs.entry(name.clone()).or_default();
         for id in agent.repairs() {
             if seen.insert(id) {
@@ -130,7 +140,7 @@ async fn a_campaign_reboots_every_node_and_puts_instances_back() {
     let mut paused_once = false;
     for _ in 0..80 {
         h.round().await.unwrap();
-        reboot_after_hooks(&h, &mut runs);
+        reboot_after_hooks(&h.agents, &mut runs);
         let (_, all_running) = layout(&h);
         assert!(all_running, "an instance went down: {:#?}", campaign(&h));
         let now: Campaign = client
@@ -253,7 +263,7 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
     // Until the first group's migrations are in flight.
     for _ in 0..20 {
         h.coordinator.round().await.unwrap();
-        reboot_after_hooks(&h, &mut runs);
+        reboot_after_hooks(&h.agents, &mut runs);
         if !migrations_submitted(&h.coordinator.api().store).is_empty() {
             break;
         }
@@ -276,7 +286,7 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
     h.coordinator = Coordinator::new(&h.config, node(1), ganeti, h.key.clone()).unwrap();
     for _ in 0..80 {
         h.round().await.unwrap();
-        reboot_after_hooks(&h, &mut runs);
+        reboot_after_hooks(&h.agents, &mut runs);
         if campaign(&h).state.is_final() {
             break;
         }
@@ -409,20 +419,7 @@ async fn a_campaign_goes_on_between_groups_without_waiting_for_the_interval() {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
     nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
-    let h = Harness::new(NODES, INSTANCES, move |config| {
-        config.users = users;
-        config.max_disrupted_nodes = 2;
-        config.min_healthy_nodes = 2;
-        config.round_interval = 3600.0;
-    })
-    .await
-    .unwrap();
-    for i in 1..=NODES {
-        h.agents
-            .get(&node(i))
-            .unwrap()
-            .set_boot_id(Some(&format!("boot-{i}-0")));
-    }
+    let h = cluster_with(&users, |config| config.round_interval = 3600.0).await;
     h.sim.set_job_delay(std::time::Duration::from_millis(100));
     let store = Arc::clone(&h.coordinator.api().store);
     let board = Arc::clone(&h.coordinator.api().board);
@@ -453,15 +450,7 @@ async fn a_campaign_goes_on_between_groups_without_waiting_for_the_interval() {
     let mut runs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let started = std::time::Instant::now();
     let done = loop {
-        for i in 1..=NODES {
-            let agent = h.agents.get(&node(i)).unwrap();
-            let seen = runs.entry(node(i)).or_default();
-            for id in agent.repairs() {
-                if seen.insert(id) {
-                    agent.set_boot_id(Some(&format!("boot-{i}-{}", seen.len())));
-                }
-            }
-        }
+        reboot_after_hooks(&h.agents, &mut runs);
         let now = store.campaigns().unwrap().remove(0).campaign;
         if now.state.is_final() {
             break now;
