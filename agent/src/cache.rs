@@ -15,6 +15,9 @@ use nodecare_collectors::Registry;
 use nodecare_protocol::report::DEFAULT_CATEGORY;
 use nodecare_protocol::{CollectorListEntry, Report};
 
+/// Why there is no verdict before the first diagnose run has finished.
+pub const NOT_DIAGNOSED_YET: &str = "no diagnose run has completed since the agent started";
+
 /// One cached report.
 #[derive(Debug, Clone)]
 pub struct CachedReport {
@@ -168,7 +171,7 @@ impl ReportCache {
                 enabled,
                 list: list_body,
                 all,
-                signed: CachedSigned::Unavailable("no diagnose run has completed yet".into()),
+                signed: CachedSigned::Unavailable(NOT_DIAGNOSED_YET.into()),
                 storage: CachedSigned::Unavailable("DRBD has not been read yet".into()),
                 load: CachedSigned::Unavailable("the load has not been signed yet".into()),
             })),

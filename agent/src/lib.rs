@@ -214,7 +214,7 @@ pub async fn serve_with_limits(
             now,
         );
     }
-    if let Some(error) = key_problem {
+    if let Some(error) = &key_problem {
         cache.store_signed(cache::CachedSigned::Unavailable(format!(
             "no HMAC key: {error}"
         )));
@@ -241,6 +241,17 @@ pub async fn serve_with_limits(
         cache.store(position, &report, now.checked_sub(age).unwrap_or(now));
         cache.store_signed(signer.sign_for_cache(run, true).await);
         tracing::info!(status = %run.verdict.status, "serving the persisted verdict (stale) until the first run");
+    } else if key_problem.is_none() {
+        // No verdict yet: a signed `unknown`, marked stale, until the first run. The coordinator
+        // then sees an agent that answers and authenticates but has nothing to act on (never a
+        // disruption), not an unreachable one (which counts towards the storm breaker).
+        let pending = DiagnoseRun {
+            verdict: nodecare_collectors::diagnose::unknown_verdict(
+                cache::NOT_DIAGNOSED_YET.into(),
+            ),
+            collected_at_ms: nodecare_protocol::now_ms(),
+        };
+        cache.store_signed(signer.sign_for_cache(&pending, true).await);
     }
 
     let (shutdown, shutdown_rx) = watch::channel(false);

@@ -422,6 +422,57 @@ async fn one_failing_collector_never_breaks_another() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_start_serves_a_signed_stale_unknown_until_the_first_run() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    script(
+        &fixture.diagnose,
+        "disk",
+        "#!/bin/sh\nsleep 0.8\necho '{\"status\":\"Ok\"}'\n",
+        0o755,
+    );
+    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
+    let verify = |body: &[u8]| {
+        let envelope = ring
+            .verify_json(
+                body,
+                nodecare_protocol::now_ms(),
+                VerifyPolicy::default(),
+                None,
+                None,
+            )
+            .unwrap();
+        serde_json::from_value::<DiagnosePayload>(envelope.payload.clone()).unwrap()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let agent = nodecare_agent::serve(config(&fixture), listener)
+        .await
+        .unwrap();
+    let address = agent.local_addr();
+    // Before any run: authentic, stale, unknown (an agent that answers, with nothing to act
+    // on), never a 503 that the coordinator counts as unreachable.
+    let answer = get(address, "/1/report/node/diagnose/signed").await;
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let pending = verify(&answer.body);
+    assert!(pending.stale);
+    assert_eq!(pending.verdict.status, DiagnoseStatus::Unknown);
+    let started = Instant::now();
+    loop {
+        let payload = verify(&get(address, "/1/report/node/diagnose/signed").await.body);
+        if !payload.stale {
+            assert_eq!(payload.verdict.status, DiagnoseStatus::Ok);
+            break;
+        }
+        assert_eq!(payload.verdict.status, DiagnoseStatus::Unknown);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    agent.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_serves_the_persisted_verdict_as_stale_until_a_fresh_run() {
     let Some(_serial) = root_test().await else {
         return;

@@ -55,11 +55,12 @@ fn ok_script(fixture: &Fixture) {
 }
 
 /// The sequence of the first signed report served.
+/// The sequence of the first fresh signed report (not the stale one served before the first run).
 async fn signed_sequence(address: SocketAddr) -> u64 {
     let started = Instant::now();
     loop {
         let answer = get(address, "/1/report/node/diagnose/signed").await;
-        if answer.status == 200 {
+        if answer.status == 200 && answer.json()["payload"]["stale"] == false {
             return answer.json()["sequence"].as_u64().unwrap();
         }
         assert!(

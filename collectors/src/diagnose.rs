@@ -151,20 +151,24 @@ pub struct DiagnoseRun {
     pub collected_at_ms: u64,
 }
 
+/// A verdict `unknown` for `reason`, never `Ok` (e.g. before the first run has finished).
+pub fn unknown_verdict(reason: String) -> NodeVerdict {
+    let only = BTreeMap::from([(DIRECTORY_KEY.to_owned(), ScriptVerdict::unknown(reason))]);
+    NodeVerdict::merge(only).unwrap_or(NodeVerdict {
+        status: DiagnoseStatus::Unknown,
+        command: None,
+        details: BTreeMap::new(),
+        fingerprint: String::new(),
+    })
+}
+
 fn merge_or_unknown(verdicts: BTreeMap<String, ScriptVerdict>) -> NodeVerdict {
     match NodeVerdict::merge(verdicts) {
         Ok(merged) => merged,
         Err(error) => {
             // Every verdict was checked canonical when parsed, so this is not expected; still,
             // never publish Ok on an internal error.
-            let reason = format!("cannot merge verdicts: {error}");
-            let only = BTreeMap::from([(DIRECTORY_KEY.to_owned(), ScriptVerdict::unknown(reason))]);
-            NodeVerdict::merge(only).unwrap_or(NodeVerdict {
-                status: DiagnoseStatus::Unknown,
-                command: None,
-                details: BTreeMap::new(),
-                fingerprint: String::new(),
-            })
+            unknown_verdict(format!("cannot merge verdicts: {error}"))
         }
     }
 }

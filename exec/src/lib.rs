@@ -255,11 +255,15 @@ impl Executor {
             let Some(trail) = ledger::holder_uuid(&holder) else {
                 continue;
             };
+            // The holder's jobs by key, and its entries by id: kept as this pass submits, so
+            // that a pass over thousands of entries stays linear.
+            let mut jobs: BTreeMap<String, JobId> = entries
+                .iter()
+                .filter_map(|e| e.job.map(|job| (e.key.clone(), job)))
+                .collect();
+            let by_id: BTreeMap<u64, usize> =
+                entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
             for (id, chained) in plan.submit {
-                let jobs: BTreeMap<&str, JobId> = entries
-                    .iter()
-                    .filter_map(|e| e.job.map(|job| (e.key.as_str(), job)))
-                    .collect();
                 let depends: Vec<JobId> = chained
                     .iter()
                     .filter_map(|key| jobs.get(key.as_str()).copied())
@@ -268,7 +272,10 @@ impl Executor {
                     // A predecessor of this pass was not submitted: wait for the next pass.
                     continue;
                 }
-                let Some(entry) = entries.iter().find(|e| e.id == id).cloned() else {
+                let Some(&at) = by_id.get(&id) else {
+                    continue;
+                };
+                let Some(entry) = entries.get(at).cloned() else {
                     continue;
                 };
                 let Some(op) = entry.action.op() else {
@@ -282,7 +289,8 @@ impl Executor {
                         let mut entry = entry;
                         entry.state = State::Submitted;
                         entry.job = Some(job);
-                        if let Some(stored) = entries.iter_mut().find(|e| e.id == id) {
+                        jobs.insert(entry.key.clone(), job);
+                        if let Some(stored) = entries.get_mut(at) {
                             *stored = entry.clone();
                         }
                         submitted.push(entry);
