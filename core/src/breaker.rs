@@ -3,7 +3,8 @@
 //! The breaker opens when, within a window, more than `max_incident_nodes` nodes or more than
 //! `max_incident_percent` of the nodes (and at least `min_incident_nodes`) opened actionable
 //! incidents, or when more than
-//! `max_unreachable_percent` of the agents gave no verified report. While it is open the gate
+//! `max_unreachable_percent` of the agents gave no verified report (the caller counts only agents
+//! it has read verified before: one still starting is no storm). While it is open the gate
 //! starts no new disruption; work in flight finishes. It stays open until an operator resets it
 //! (`nodecare breaker reset`: incidents opened before the reset no longer count) or, when
 //! `auto_close_secs` is set, until the storm conditions have not held for that long.

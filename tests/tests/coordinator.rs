@@ -380,6 +380,38 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
     assert!(h.sim.submissions().is_empty());
 }
 
+/// Defect: a coordinator that read the agents before they answered (the whole cluster booting,
+/// or the demo on a loaded machine) opened the storm breaker, which only an operator closes.
+/// Agents never read verified are no storm; agents that stop answering are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_not_yet_answering_open_no_breaker_and_agents_that_stop_do() {
+    let mut h = Harness::new(4, "a:diskless:2", |_| {}).await.unwrap();
+    for n in 2..=4 {
+        h.agents.get(&node(n)).unwrap().set_down(true);
+    }
+    let summary = h.round().await.unwrap();
+    assert_eq!(summary.agents_failed, 3);
+    let breaker = h.coordinator.api().store.breaker().unwrap();
+    assert!(!breaker.open, "{breaker:?}");
+    for n in 2..=4 {
+        h.agents.get(&node(n)).unwrap().set_down(false);
+    }
+    assert_eq!(h.round().await.unwrap().agents_failed, 0);
+    for n in 2..=4 {
+        h.agents.get(&node(n)).unwrap().set_down(true);
+    }
+    assert_eq!(h.round().await.unwrap().agents_failed, 3);
+    let breaker = h.coordinator.api().store.breaker().unwrap();
+    assert!(breaker.open, "{breaker:?}");
+    assert!(
+        breaker
+            .why
+            .as_deref()
+            .is_some_and(|why| why.contains("3 of 4 agents unreachable")),
+        "{breaker:?}"
+    );
+}
+
 fn agent_state(h: &Harness, name: &str) -> Option<nodecare_coordinator::scrape::AgentStatus> {
     h.coordinator
         .api()

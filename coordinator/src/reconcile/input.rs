@@ -158,7 +158,10 @@ impl Reconciler {
                     }
                     AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e) => {
                         summary.agents_failed += 1;
-                        if !graced.contains_key(&result.node) {
+                        // The storm breaker counts agents that stopped answering: one this
+                        // coordinator has never read verified (still starting, like the whole
+                        // cluster at boot) has no verdict to act on and is no storm.
+                        if !graced.contains_key(&result.node) && previous_ok.is_some() {
                             failed_outside_grace += 1;
                         }
                         let changed = board
