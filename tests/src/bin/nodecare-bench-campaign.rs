@@ -103,6 +103,8 @@ struct Tracker {
     /// (group, step) → when every node of the group had reached it; group → when it started.
     reached: BTreeMap<(usize, NodeStep), Duration>,
     group_seen: BTreeMap<usize, Duration>,
+    /// Each change of the campaign's `blocked_by`, with when it was seen.
+    blocked: Vec<(Duration, Option<String>)>,
     max_drained: usize,
     down_seen: usize,
 }
@@ -117,6 +119,7 @@ impl Tracker {
             back: BTreeMap::new(),
             reached: BTreeMap::new(),
             group_seen: BTreeMap::new(),
+            blocked: Vec::new(),
             max_drained: 0,
             down_seen: 0,
         }
@@ -176,6 +179,9 @@ impl Tracker {
             .into_iter()
             .next()
             .context("campaign gone")?;
+        if self.blocked.last().map(|(_, why)| why) != Some(&campaign.campaign.blocked_by) {
+            self.blocked.push((at, campaign.campaign.blocked_by.clone()));
+        }
         for (gi, group) in campaign.campaign.groups.iter().enumerate() {
             self.group_seen.entry(gi).or_insert(at);
             for (step, _) in STEPS {
@@ -218,6 +224,10 @@ impl Tracker {
                 }
                 line
             })
+            .chain(self.blocked.iter().filter_map(|(at, why)| {
+                why.as_ref()
+                    .map(|why| format!("blocked at {:.2}: {why}", at.as_secs_f64()))
+            }))
             .collect()
     }
 }
