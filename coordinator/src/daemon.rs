@@ -427,6 +427,8 @@ impl Coordinator {
                     Err(error) => tracing::debug!(%error, "nodes rebooting unknown"),
                 }
             }
+            // What the round freed goes back to the system before the next one.
+            crate::memory::release_free_memory();
         };
         if stop_api.send(()).is_err() {
             tracing::debug!("API already stopped");

@@ -38,6 +38,7 @@ pub mod http;
 pub mod instance_repair_exec;
 pub mod job_wait;
 pub mod maintenance_api;
+pub mod memory;
 pub mod metrics;
 pub mod node_repair;
 pub mod notify;

@@ -63,8 +63,10 @@ pub struct AgentTarget {
 /// A verified verdict: the decoded [`DiagnosePayload`] of one signed report.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Observation {
-    /// The node's verdict.
-    pub verdict: NodeVerdict,
+    /// The node's verdict, shared by every node of a read whose verdict is the same
+    /// ([`SharedVerdicts`]).
+    #[serde(with = "shared_verdict")]
+    pub verdict: Arc<NodeVerdict>,
     /// The verdict exactly as signed (canonical bytes): an incident's `original`.
     pub original: CanonicalJson,
     /// Envelope sequence number.
@@ -79,6 +81,66 @@ pub struct Observation {
     pub boot_id: Option<String>,
     /// Whether the node's reboot sentinel is set, when its agent reports it.
     pub reboot_required: Option<bool>,
+}
+
+/// (De)serialises an [`Observation`]'s shared verdict as the verdict itself.
+mod shared_verdict {
+    use std::sync::Arc;
+
+    use nodecare_protocol::NodeVerdict;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        verdict: &Arc<NodeVerdict>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        verdict.as_ref().serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Arc<NodeVerdict>, D::Error> {
+        NodeVerdict::deserialize(deserializer).map(Arc::new)
+    }
+}
+
+/// One copy of each distinct verdict of a read: most nodes of a cluster say the same (every
+/// script `ok`, the same details), and a decoded verdict takes ~1.5 KB (its scripts' B-tree
+/// leaf), so a round over 10 000 agents keeps one instead of 10 000. Equal means equal in every
+/// field ([`NodeVerdict`]'s `PartialEq`), not only the fingerprint.
+#[derive(Debug, Default)]
+pub struct SharedVerdicts {
+    by_fingerprint: std::collections::HashMap<String, Vec<Arc<NodeVerdict>>>,
+}
+
+impl SharedVerdicts {
+    /// The copy kept of a verdict equal to `verdict` (`verdict` itself when it is the first).
+    pub fn share(&mut self, verdict: Arc<NodeVerdict>) -> Arc<NodeVerdict> {
+        let same = self
+            .by_fingerprint
+            .entry(verdict.fingerprint.clone())
+            .or_default();
+        if let Some(kept) = same.iter().find(|kept| ***kept == *verdict) {
+            return Arc::clone(kept);
+        }
+        same.push(Arc::clone(&verdict));
+        verdict
+    }
+
+    /// `outcome` with its verdict shared.
+    pub fn share_outcome(&mut self, outcome: AgentOutcome) -> AgentOutcome {
+        match outcome {
+            AgentOutcome::Verified(mut o) => {
+                o.verdict = self.share(o.verdict);
+                AgentOutcome::Verified(o)
+            }
+            AgentOutcome::Stale(mut o) => {
+                o.verdict = self.share(o.verdict);
+                AgentOutcome::Stale(o)
+            }
+            other => other,
+        }
+    }
 }
 
 /// What reading one agent gave.
@@ -435,6 +497,7 @@ impl Scraper {
             .snapshot(targets.iter().map(|t| t.node.as_str()));
         let now = now_ms();
         let mut results = Vec::with_capacity(snapshot.len());
+        let mut shared = SharedVerdicts::default();
         let mut rest = Vec::new();
         let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
         for target in targets {
@@ -460,7 +523,7 @@ impl Scraper {
                     results.push(AgentResult {
                         node: target.node,
                         node_uuid: target.node_uuid,
-                        outcome,
+                        outcome: shared.share_outcome(outcome),
                         elapsed: started.elapsed(),
                     });
                 }
@@ -500,15 +563,21 @@ impl Scraper {
         let client = self.round_client(targets.len());
         let ring = Arc::clone(&self.ring);
         let policy = self.settings.policy;
+        let shared = Arc::new(std::sync::Mutex::new(SharedVerdicts::default()));
         let mut results = for_each_target(self.settings.concurrency, targets, move |target| {
             let sequences = Arc::clone(&sequences);
             let client = client.clone();
             let ring = Arc::clone(&ring);
             let now_ms = now_ms.clone();
+            let shared = Arc::clone(&shared);
             async move {
                 let min_sequence = sequences.get(&target.node).copied();
                 let started = Instant::now();
                 let outcome = fetch(&client, &ring, policy, &target, min_sequence, now_ms).await;
+                let outcome = shared
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .share_outcome(outcome);
                 AgentResult {
                     node: target.node,
                     node_uuid: target.node_uuid,
@@ -1059,7 +1128,7 @@ pub fn verify_report(
             .then(|| "the agent has not diagnosed since it restarted".to_owned())
     });
     let observation = Observation {
-        verdict: payload.verdict,
+        verdict: Arc::new(payload.verdict),
         original,
         sequence: envelope.sequence,
         collected_at_ms: payload.collected_at_ms,
@@ -1287,7 +1356,7 @@ mod tests {
             node_uuid: "u1".into(),
             outcome: AgentOutcome::Verified(Observation {
                 original: CanonicalJson::new(&serde_json::to_value(&merged).unwrap()).unwrap(),
-                verdict: merged,
+                verdict: Arc::new(merged),
                 sequence: 1,
                 collected_at_ms: NOW,
                 expires_at_ms: NOW + 1000,
@@ -1308,7 +1377,7 @@ mod tests {
             outcome: AgentOutcome::Verified(Observation {
                 original: CanonicalJson::new(&serde_json::to_value(verdict("Ok")).unwrap())
                     .unwrap(),
-                verdict: verdict("Ok"),
+                verdict: Arc::new(verdict("Ok")),
                 sequence: 2,
                 collected_at_ms: NOW,
                 expires_at_ms: NOW + 1000,
@@ -2147,6 +2216,65 @@ mod tests {
         let requests: Vec<usize> = served.iter().map(|r| r.load(Ordering::SeqCst)).collect();
         assert_eq!(requests, vec![0, 0, 1, 1, 1]);
         assert_eq!(results.len(), 5);
+    }
+
+    /// A round keeps one copy of each distinct verdict (watched and scraped alike): equal
+    /// verdicts of different nodes are one allocation, a verdict that differs only in a script's
+    /// details (same fingerprint) is its own.
+    #[tokio::test]
+    async fn equal_verdicts_of_a_round_are_kept_once() {
+        let bounds = WatchBounds {
+            max_silence_ms: 35_000,
+            expiry_margin_ms: 5_000,
+        };
+        let delivered = Arc::new(Delivered::default());
+        let scraper = scraper().with_watched(Arc::clone(&delivered), bounds);
+        let mut targets = Vec::new();
+        for node in ["n1", "n2", "n3", "n4"] {
+            let (url, _, _) = serve_keep_alive(body(node, 5, payload("Ok", false))).await;
+            targets.push(AgentTarget {
+                node: node.into(),
+                node_uuid: format!("u-{node}"),
+                base_url: url,
+            });
+        }
+        // n1, n2: watched; n3, n4: scraped (no watch).
+        for target in &targets[..2] {
+            delivered.answered(
+                target,
+                NOW,
+                Some(DeliveredReport {
+                    body: Arc::from(body(&target.node, 6, payload("Ok", false))),
+                    sequence: 6,
+                    expires_at_ms: NOW + 60_000,
+                }),
+            );
+        }
+        let results = scraper.scrape(targets, &BTreeMap::new(), || NOW).await;
+        let verdicts: Vec<Arc<NodeVerdict>> = results
+            .iter()
+            .map(|r| match &r.outcome {
+                AgentOutcome::Verified(o) => Arc::clone(&o.verdict),
+                other => panic!("{}: {other:?}", r.node),
+            })
+            .collect();
+        assert!(Arc::ptr_eq(&verdicts[0], &verdicts[1]), "watched");
+        assert!(Arc::ptr_eq(&verdicts[2], &verdicts[3]), "scraped");
+        assert_eq!(*verdicts[0], *verdicts[2]);
+
+        let mut shared = SharedVerdicts::default();
+        let ok = shared.share(Arc::new(verdict("Ok")));
+        assert!(Arc::ptr_eq(&ok, &shared.share(Arc::new(verdict("Ok")))));
+        let mut other_details = verdict("Ok");
+        if let Some(script) = other_details.details.get_mut("disk") {
+            script.details = serde_json::json!("other");
+        }
+        assert_eq!(other_details.fingerprint, ok.fingerprint);
+        let other = shared.share(Arc::new(other_details.clone()));
+        assert!(!Arc::ptr_eq(&ok, &other));
+        assert_eq!(*other, other_details);
+        let evacuate = shared.share(Arc::new(verdict("evacuate")));
+        assert_eq!(evacuate.status, DiagnoseStatus::Evacuate);
     }
 
     /// Issue 27: connections are kept only for a few agents read over the network, and only

@@ -165,7 +165,7 @@ impl SimulatedAgents {
             },
         };
         AgentOutcome::Verified(Observation {
-            verdict,
+            verdict: Arc::new(verdict),
             original,
             sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
             collected_at_ms: now_ms,

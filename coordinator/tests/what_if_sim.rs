@@ -90,7 +90,7 @@ impl AgentReader for Agents {
                         CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap();
                     AgentResult {
                         outcome: AgentOutcome::Verified(Observation {
-                            verdict,
+                            verdict: std::sync::Arc::new(verdict),
                             original,
                             sequence: now_ms,
                             collected_at_ms: now_ms,

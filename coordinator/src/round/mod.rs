@@ -317,7 +317,7 @@ mod tests {
         .unwrap();
         let observation = Observation {
             original: CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap(),
-            verdict,
+            verdict: Arc::new(verdict),
             sequence: 3,
             collected_at_ms: 1_000,
             expires_at_ms: 2_000,
