@@ -244,11 +244,11 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   # A campaign's hook: counts its runs (with the campaign of its context) and says the node
   # did not reboot.
   # shellcheck disable=SC2016 # expanded by the command
-  printf '#!/bin/sh\nctx=$(cat)\necho "$(date +%%s%%3N) $(echo "$ctx" | tr -d "\\n" | head -c 300)" >> %s\necho nodecare:no-reboot\n' \
+  printf '#!/bin/sh\nctx=$(cat | tr -d "\\n")\necho "$(date +%%s%%3N) $ctx" >> %s\necho nodecare:no-reboot\n' \
     "$S/e2e/nem-roll-$i" >"$nroot/etc/ganeti/node-repair-commands/e2e-roll"
   chmod 0755 "$nroot/etc/ganeti/node-diagnose-commands/e2e-state" "$nroot/etc/ganeti/node-repair-commands/e2e-fix" \
     "$nroot/etc/ganeti/node-repair-commands/e2e-roll"
-  rm -rf "$S/e2e/agent-state-$i"
+  rm -rf "$S/e2e/agent-state-$i" "$S/e2e/nem-roll-$i"
 done
 rts=()
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do return_to_service "$(name_of "$i")" & rts+=($!); done
@@ -285,7 +285,7 @@ for inst in $(rapi GET "/2/instances?bulk=1" | jq_py "print(' '.join(x['name'] f
 done
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do start_agent "$i" || { echo "nemesis: agent $i did not start" >&2; exit 1; }; done
 # libfaketime must move the daemons' wall clock: node5's clock two hours ahead, its agent's
-# report must say so (collected_at_ms), then back.
+# report must say so (its collectors' `timestamp`, ns, read from SystemTime::now()), then back.
 probe_clock() { # NODE-INDEX
   "$GNT/node-exec.sh" "$1" curl -s -m 5 "http://$(ip_of "$1"):1815/1/report/all" | python3 -c "
 import json, sys
@@ -294,7 +294,7 @@ def walk(v):
     global best
     if isinstance(v, dict):
         for k, x in v.items():
-            if k == 'collected_at_ms' and isinstance(x, int): best = max(best, x)
+            if k == 'timestamp' and isinstance(x, int): best = max(best, x // 1000000)
             walk(x)
     elif isinstance(v, list):
         for x in v: walk(x)
@@ -754,7 +754,8 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   n=$(name_of "$i")
   tail -c +$((RAPI_OFF[$i] + 1)) "$(eval echo "\$NODECARE_GNT_NODE${i}_ROOT")/var/log/ganeti/rapi-daemon.log" >"$RUN/rapi-$i.log" 2>/dev/null
   cat "$S/e2e/agent-state-$i"/repair-audit.jsonl.1 "$S/e2e/agent-state-$i"/repair-audit.jsonl >"$RUN/audit-$i.jsonl" 2>/dev/null
-  args+=(--rapi-log "$n=$RUN/rapi-$i.log" --audit "$n=$RUN/audit-$i.jsonl" --node-ip "$n=$(ip_of "$i")")
+  cp "$S/e2e/nem-roll-$i" "$RUN/hooks-$i.log" 2>/dev/null
+  args+=(--rapi-log "$n=$RUN/rapi-$i.log" --audit "$n=$RUN/audit-$i.jsonl" --hook-log "$n=$RUN/hooks-$i.log" --node-ip "$n=$(ip_of "$i")")
   ((i <= 3)) && args+=(--coordinator-log "$n=$RUN/coordinator-$i.log")
 done
 log "checking $RUN"

@@ -7,7 +7,8 @@
 //!
 //! Checks (each a [`Violation`] kind):
 //! - **no operation twice**: each (incident, intent) of the reason trail is one Ganeti job; each
-//!   incident's repair command is accepted by an agent once;
+//!   incident's repair command is accepted by an agent once; a campaign drains each of its nodes
+//!   once and runs its hook there once (the hook's own log: [`parse_hook_log`]);
 //! - **no write by a superseded coordinator**: a RAPI write (PUT, POST, DELETE in a node's
 //!   `rapi-daemon.log`, attributed by client address) from a node whose coordinator another
 //!   coordinator's takeover (its "took over" log line) has superseded since its own last
@@ -127,6 +128,8 @@ pub struct Inputs {
     pub writes: Vec<RapiWrite>,
     /// Per node: its agent's audit lines.
     pub audits: BTreeMap<String, Vec<AuditLine>>,
+    /// Per node: the campaign of each run of the nemesis's campaign hook there.
+    pub hooks: BTreeMap<String, Vec<String>>,
     /// Lines of the logs and the audit that did not parse (skipped).
     pub skipped_lines: usize,
 }
@@ -190,6 +193,15 @@ pub enum Violation {
         /// `max_disrupted_nodes`.
         max: usize,
     },
+    /// A campaign that drained one of its nodes, or ran its hook there, more than once.
+    CampaignNodeTwice {
+        /// The campaign.
+        campaign: String,
+        /// The node.
+        node: String,
+        /// What was done twice.
+        what: String,
+    },
     /// Something not finished once the faults stopped.
     NotFinished {
         /// What.
@@ -207,6 +219,7 @@ impl Violation {
             Self::CanceledActed { .. } => "canceled-acted",
             Self::GrantForgotten { .. } => "grant-forgotten",
             Self::BudgetExceeded { .. } => "budget-exceeded",
+            Self::CampaignNodeTwice { .. } => "campaign-node-twice",
             Self::NotFinished { .. } => "not-finished",
         }
     }
@@ -265,6 +278,11 @@ impl fmt::Display for Violation {
                 utc(*at_ms),
                 nodes.join(", ")
             ),
+            Self::CampaignNodeTwice {
+                campaign,
+                node,
+                what,
+            } => write!(f, "campaign {campaign} handled {node} more than once: {what}"),
             Self::NotFinished { what } => f.write_str(what),
         }
     }
@@ -490,6 +508,24 @@ pub fn parse_audit(text: &str) -> (Vec<AuditLine>, usize) {
         }
     }
     (lines, skipped)
+}
+
+/// The nemesis's campaign hook's log on one node (`<unix ms> <hook context JSON>` a line): the
+/// campaign of each run; lines that do not parse are counted.
+pub fn parse_hook_log(text: &str) -> (Vec<String>, usize) {
+    let mut skipped = 0;
+    let mut runs = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let campaign = line
+            .split_once(' ')
+            .and_then(|(_, json)| serde_json::from_str::<Value>(json).ok())
+            .and_then(|v| v.get("campaign").and_then(Value::as_str).map(str::to_owned));
+        match campaign {
+            Some(c) => runs.push(c),
+            None => skipped += 1,
+        }
+    }
+    (runs, skipped)
 }
 
 /// A clock jump as the fault log records it: its node, offset and true span, and the lines of
@@ -751,6 +787,56 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
         }
     }
     report.operations = per_key.len() + repairs;
+
+    // A campaign handles each of its nodes once: one drain, one hook run.
+    let campaign_ids: BTreeSet<&str> = inputs
+        .faults
+        .iter()
+        .filter(|e| e.kind == "campaign" && e.u64("code") == Some(201))
+        .filter_map(|e| e.str("id"))
+        .collect();
+    let mut drains: BTreeMap<(String, String), Vec<JobId>> = BTreeMap::new();
+    for job in &jobs {
+        let Some(campaign) = nodecare_keys(job)
+            .into_iter()
+            .map(|(i, _)| i)
+            .find(|i| campaign_ids.contains(i.as_str()))
+        else {
+            continue;
+        };
+        for op in job.ops.iter().filter(|op| op.op_id == "OP_NODE_SET_PARAMS") {
+            if op.params.get("drained").and_then(Value::as_bool) == Some(true)
+                && let Some(node) = op.params.get("node_name").and_then(Value::as_str)
+            {
+                drains
+                    .entry((campaign.clone(), node.to_owned()))
+                    .or_default()
+                    .push(job.id);
+            }
+        }
+    }
+    for ((campaign, node), ids) in drains {
+        if ids.len() > 1 {
+            report.violations.push(Violation::CampaignNodeTwice {
+                campaign,
+                node,
+                what: format!("drained by jobs {ids:?}"),
+            });
+        }
+    }
+    for (node, runs) in &inputs.hooks {
+        let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in runs {
+            *per.entry(c.as_str()).or_default() += 1;
+        }
+        for (campaign, times) in per.into_iter().filter(|(_, n)| *n > 1) {
+            report.violations.push(Violation::CampaignNodeTwice {
+                campaign: campaign.to_owned(),
+                node: node.clone(),
+                what: format!("its hook ran {times} times"),
+            });
+        }
+    }
 
     // No write by a superseded coordinator.
     let takeovers: Vec<(u64, &str)> = inputs
@@ -1271,6 +1357,7 @@ mod tests {
                 request: "PUT /2/nodes/node4/modify".into(),
             }],
             audits,
+            hooks: BTreeMap::new(),
             skipped_lines: 0,
         }
     }
@@ -1900,5 +1987,71 @@ mod tests {
         ] {
             assert_eq!(kinds(&repair(tags)), vec!["not-finished"], "{tags:?}");
         }
+    }
+
+    #[test]
+    fn a_campaign_draining_a_node_twice_or_running_its_hook_twice_handles_it_twice() {
+        const C: &str = "7d1e2f3a-4b5c-4d6e-8f70-9a1b2c3d4e5f";
+        let with_campaign = || {
+            let mut i = clean();
+            i.faults.push(ev(
+                T + 1000,
+                "campaign",
+                json!({"phase": "start", "code": 201, "id": C}),
+            ));
+            i.faults
+                .iter_mut()
+                .find(|e| e.kind == "final")
+                .unwrap()
+                .fields
+                .insert("campaigns".into(), json!([{"id": C, "state": "completed"}]));
+            i
+        };
+        let mut i = with_campaign();
+        push_job(
+            &mut i,
+            20,
+            "success",
+            drain("node5", true),
+            Some((C, "drain-node5")),
+            (T + 50_000, T + 50_500),
+        );
+        push_job(
+            &mut i,
+            21,
+            "success",
+            drain("node5", false),
+            Some((C, "undrain-node5")),
+            (T + 60_000, T + 60_500),
+        );
+        let (runs, skipped) = parse_hook_log(&format!(
+            "{} {{\"kind\":\"maintenance\",\"campaign\":\"{C}\",\"node\":\"node5\"}}\nbroken\n",
+            T + 55_000
+        ));
+        assert_eq!((runs.clone(), skipped), (vec![C.to_owned()], 1));
+        i.hooks.insert("node5".into(), runs.clone());
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // Drained again under another intent (a re-planned step).
+        let mut twice = with_campaign();
+        twice.hooks.insert("node5".into(), runs.clone());
+        for (id, intent) in [(20, "drain-node5"), (22, "drain-node5-again")] {
+            push_job(
+                &mut twice,
+                id,
+                "success",
+                drain("node5", true),
+                Some((C, intent)),
+                (T + 50_000, T + 50_500),
+            );
+        }
+        assert_eq!(kinds(&twice), vec!["campaign-node-twice"]);
+        // The hook run twice.
+        let mut i = with_campaign();
+        i.hooks.insert("node5".into(), vec![C.to_owned(), C.to_owned()]);
+        assert_eq!(kinds(&i), vec!["campaign-node-twice"]);
+        // Another campaign's run is its own.
+        let mut i = with_campaign();
+        i.hooks.insert("node5".into(), vec![C.to_owned(), INC.to_owned()]);
+        assert_eq!(kinds(&i), Vec::<&str>::new());
     }
 }
