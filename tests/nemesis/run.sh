@@ -359,23 +359,21 @@ busy_nodes() {
   [[ -n $HAREP ]] && name_of "$(cut -d' ' -f2 <<<"$HAREP")"
 }
 harep_tags() { rapi GET "/2/instances/$1/tags" | jq_py "print(' '.join(sorted(t for t in d if t.startswith('ganeti:watcher:autorepair:'))))" 2>/dev/null; }
-# An instance repair under way ends once its result tag is written (or FORCE after 150 s): the
-# operator removes the tags, returns the node to service and releases the grant.
-harep_pass() { # [FORCE]
+# An instance repair under way ends once its result tag is written (or after 150 s): the
+# operator removes the tags and returns the node to service.
+harep_pass() {
   [[ -n $HAREP ]] || return 0
-  local inst i grant since tags q code
-  read -r inst i grant since <<<"$HAREP"
+  local inst i since tags q
+  read -r inst i since <<<"$HAREP"
   tags=$(harep_tags "$inst")
   if [[ $tags != *":result:"* || $tags == *":pending:"* ]]; then
-    [[ ${1:-} == force ]] || (($(date +%s) - since >= 150)) || return 0
+    (($(date +%s) - since >= 150)) || return 0
   fi
   event harep phase=end instance="$inst" node="$(name_of "$i")" tags="$tags" pnode="$(rapi GET "/2/instances/$inst" | jq_py "print(d['pnode'])" 2>/dev/null)"
   q=$(tr ' ' '\n' <<<"$tags" | sed -n 's/^\(.\+\)$/tag=\1/p' | paste -sd '&')
   [[ -z $q ]] || wait_job "$(rapi DELETE "/2/instances/$inst/tags?$q" | job_of)" >/dev/null
   HAREP=""
   return_to_service "$(name_of "$i")"
-  code=$(curl -s -m 10 -u e2e:e2e-secret -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$(acting_port)/1/disruptions/$grant")
-  event release id="$grant" code="$code"
 }
 workload() { # WHAT NODE-INDEX
   local what=$1 i=$2 port ans code body id inc n inst st k
@@ -429,8 +427,10 @@ workload() { # WHAT NODE-INDEX
       fi
       ;;
     harep)
-      # An instance on node4 or node5 tagged `migrate`, the node drained by hand under an
-      # admission grant: the coordinator's harep duty migrates it away.
+      # An instance on node4 or node5 tagged `migrate`, the node drained by hand: the
+      # coordinator's harep duty migrates it away. The operator asks admission first (the
+      # budget holds), drains, then releases the grant: a grant holds its node against every
+      # repair, a node drained by someone is taken over by the instance repair.
       ((i >= 4)) || i=$((4 + i % 2))
       n=$(name_of "$i")
       inst=$(rapi GET "/2/instances?bulk=1" | jq_py "
@@ -440,7 +440,7 @@ print(c[$i % len(c)] if c else '')" 2>/dev/null)
         event harep phase=skipped node="$n" why="${HAREP:+repair under way}$(campaign_running && echo " campaign running")"
       else
         ans=$(curl -s -m 10 -u e2e:e2e-secret -H 'Content-Type: application/json' -w '\n%{http_code}' -X POST \
-          --data "{\"node\":\"$n\",\"reason\":\"nemesis harep\",\"requester\":\"nemesis\",\"ttl_s\":300}" "http://127.0.0.1:$port/1/disruptions")
+          --data "{\"node\":\"$n\",\"reason\":\"nemesis harep\",\"requester\":\"nemesis-harep\",\"ttl_s\":300}" "http://127.0.0.1:$port/1/disruptions")
         code=$(tail -n 1 <<<"$ans")
         body=$(sed '$d' <<<"$ans")
         id=$(jq_py "print(d.get('id', ''))" <<<"$body" 2>/dev/null)
@@ -455,7 +455,10 @@ print(c[$i % len(c)] if c else '')" 2>/dev/null)
             wait_job "$(rapi PUT "/2/instances/$inst/tags?tag=ganeti:watcher:autorepair:migrate" | job_of)" >/dev/null
             st=$(wait_job "$(rapi PUT "/2/nodes/$n/role?force=1" '"drained"' | job_of)")
           fi
-          HAREP="$inst $i $id $(date +%s)"
+          code=$(curl -s -m 10 -u e2e:e2e-secret -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$(acting_port)/1/disruptions/$id")
+          event release id="$id" code="$code"
+          # Set up or not, the next operator pass closes it (then at once).
+          HAREP="$inst $i $(($(date +%s) - $([[ $st == success ]] && echo 0 || echo 150)))"
           event harep phase=start instance="$inst" node="$n" grant="$id" setup="$st"
         fi
       fi

@@ -957,7 +957,26 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
             .and_then(|a| a.get("granted_ms"))
             .and_then(Value::as_u64)
             .unwrap_or(g.t_ms);
-        let expires = g.u64("expires_ms").filter(|e| *e > 0).unwrap_or(u64::MAX);
+        // A grant asked again by its requester (HTTP 200, the same id) is renewed: from then
+        // on it expires when that answer says.
+        let expiry = |at: u64| {
+            inputs
+                .faults
+                .iter()
+                .filter(|r| {
+                    r.kind == "grant"
+                        && r.u64("code") == Some(200)
+                        && r.str("id") == Some(id)
+                        && r.t_ms > g.t_ms
+                        && r.t_ms <= at
+                })
+                .filter_map(|r| r.u64("expires_ms"))
+                .next_back()
+                .or(g.u64("expires_ms"))
+                .filter(|e| *e > 0)
+                .unwrap_or(u64::MAX)
+        };
+        let expires = expiry(u64::MAX);
         let released = inputs
             .faults
             .iter()
@@ -977,7 +996,7 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
             .iter()
             .filter(|e| (e.kind == "grants" || e.kind == "final") && e.t_ms > g.t_ms)
         {
-            if released.is_some_and(|r| r <= snap.t_ms) || expires <= snap.t_ms + slack {
+            if released.is_some_and(|r| r <= snap.t_ms) || expiry(snap.t_ms) <= snap.t_ms + slack {
                 continue;
             }
             let listed = snap
@@ -2053,5 +2072,31 @@ mod tests {
         let mut i = with_campaign();
         i.hooks.insert("node5".into(), vec![C.to_owned(), INC.to_owned()]);
         assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_grant_renewed_by_its_requester_expires_when_the_renewal_says() {
+        // g1 (node1, 201 at T+30 s, expires T+90 s) asked again at T+35 s: 200, expires
+        // T+50 s. The final list at T+80 s without it is right; with the first expiry it would
+        // be a grant forgotten.
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "release");
+        i.faults.push(ev(
+            T + 35_000,
+            "grant",
+            json!({"code": 200, "id": "g1", "node": "node1", "expires_ms": T + 50_000}),
+        ));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // Renewed for longer: still in force at the end, so missing there is forgotten.
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "release");
+        i.faults.push(ev(
+            T + 35_000,
+            "grant",
+            json!({"code": 200, "id": "g1", "node": "node1", "expires_ms": T + 200_000}),
+        ));
+        let fin = i.faults.iter_mut().find(|e| e.kind == "final").unwrap();
+        *fin = final_ok(T + 100_000, json!([]));
+        assert_eq!(kinds(&i), vec!["grant-forgotten"]);
     }
 }
