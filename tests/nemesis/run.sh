@@ -258,7 +258,6 @@ chmod 600 "$S/e2e/users"
 cat >"$S/e2e/coord-fo.toml" <<TOML
 job_chains = false
 grace = 5.0
-failure_domains = "rack:"
 users = "$S/e2e/users"
 [breaker]
 max_incident_percent = 100.0
