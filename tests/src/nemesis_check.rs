@@ -282,7 +282,10 @@ impl fmt::Display for Violation {
                 campaign,
                 node,
                 what,
-            } => write!(f, "campaign {campaign} handled {node} more than once: {what}"),
+            } => write!(
+                f,
+                "campaign {campaign} handled {node} more than once: {what}"
+            ),
             Self::NotFinished { what } => f.write_str(what),
         }
     }
@@ -1144,7 +1147,10 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
         let id = c.str("id").unwrap_or("?");
         let state = final_campaigns
             .and_then(Value::as_array)
-            .and_then(|list| list.iter().find(|x| x.get("id").and_then(Value::as_str) == Some(id)))
+            .and_then(|list| {
+                list.iter()
+                    .find(|x| x.get("id").and_then(Value::as_str) == Some(id))
+            })
             .map(|x| x.get("state").and_then(Value::as_str).unwrap_or("?"));
         match state {
             Some("completed" | "failed" | "aborted") => {}
@@ -2066,11 +2072,13 @@ mod tests {
         assert_eq!(kinds(&twice), vec!["campaign-node-twice"]);
         // The hook run twice.
         let mut i = with_campaign();
-        i.hooks.insert("node5".into(), vec![C.to_owned(), C.to_owned()]);
+        i.hooks
+            .insert("node5".into(), vec![C.to_owned(), C.to_owned()]);
         assert_eq!(kinds(&i), vec!["campaign-node-twice"]);
         // Another campaign's run is its own.
         let mut i = with_campaign();
-        i.hooks.insert("node5".into(), vec![C.to_owned(), INC.to_owned()]);
+        i.hooks
+            .insert("node5".into(), vec![C.to_owned(), INC.to_owned()]);
         assert_eq!(kinds(&i), Vec::<&str>::new());
     }
 
