@@ -54,7 +54,8 @@ fo_wait() { # PORT SECONDS CONDITION
 # Copies the logs of the cluster and of nodecare's daemons to a directory that outlives the
 # cluster (the cluster's state directory goes with it), for a failure to be read afterwards.
 fo_keep_logs() { # SCENARIO
-  local dir=${NODECARE_E2E_KEEP_LOGS:-/var/tmp/nodecare-e2e-failures}/$1-$(date -u +%Y%m%dT%H%M%S)
+  local dir
+  dir=${NODECARE_E2E_KEEP_LOGS:-/var/tmp/nodecare-e2e-failures}/$1-$(date -u +%Y%m%dT%H%M%S)
   mkdir -p "$dir" && cp -r "$S/logs/." "$dir/" 2>/dev/null
   echo "$dir"
 }

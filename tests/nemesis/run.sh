@@ -78,7 +78,10 @@ AGENT=$BIN/nodecare-agent
 COORD=$BIN/nodecare-coordinator
 # libfaketime (Debian's libfaketime; tests/ganeti/install-packages.sh installs it), the
 # multi-threaded build: the daemons run tokio.
-LIBFAKETIME=${NODECARE_NEMESIS_LIBFAKETIME:-$(ls /usr/lib/*/faketime/libfaketimeMT.so.1 2>/dev/null | head -n 1)}
+LIBFAKETIME=${NODECARE_NEMESIS_LIBFAKETIME:-}
+if [[ -z $LIBFAKETIME ]]; then
+  for f in /usr/lib/*/faketime/libfaketimeMT.so.1; do [[ -e $f ]] && LIBFAKETIME=$f && break; done
+fi
 CHECK=$BIN/nemesis-check
 T0=$(date +%s)
 log() { echo "nemesis[$(($(date +%s) - T0))s]: $*" >&2; }
@@ -110,6 +113,7 @@ chmod 600 "$S/rapi-credentials"
 # shellcheck source=../e2e-ganeti/s11-failover.sh
 . "$E2E/s11-failover.sh"
 port_of() { echo $((COORD_FWD + $1 - 1)); }
+# shellcheck disable=SC2317 # run by the trap
 cleanup() { if [[ $KEEP -eq 0 ]]; then "$GNT/cluster-down.sh" --quiet || true; fi; }
 trap cleanup EXIT
 
@@ -698,7 +702,7 @@ fault() { # N KIND A B C DUR JUMP
         sleep 1
       done
       ((dur % 2 == 0)) && diag "$a" "$bad"
-      event fault n="$n" fault=verdict-flip phase=end final="$(cat "$S/e2e/diag-$a" | tr -d '"')"
+      event fault n="$n" fault=verdict-flip phase=end final="$(tr -d '"' <"$S/e2e/diag-$a")"
       ;;
   esac
 }
