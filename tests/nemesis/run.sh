@@ -37,7 +37,7 @@
 # Workload before each fault, from the plan: an evacuation, a live repair, an admission grant,
 # a cancel, a rolling maintenance campaign over node4 and/or node5 (hook e2e-roll, which says
 # it did not reboot), an instance repair by the coordinator's harep duty (an instance tagged
-# `migrate` on node4 or node5, the node drained by hand under an admission grant), or nothing.
+# `migrate` on node4 or node5, the node drained by hand once admission granted it), or nothing.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -348,7 +348,7 @@ event run-start faults="$FAULTS" first_job="$FIRST_JOB" max_disrupted_nodes=1 ma
 # Workload: what an operator and the nodes do meanwhile.
 GRANTS=()
 # The campaign running (its id), and the instance repair under way ("INSTANCE NODE-INDEX
-# GRANT-ID START"), if any.
+# START"), if any.
 CAMPAIGN=""
 HAREP=""
 campaign_state() { [[ -n $CAMPAIGN ]] && fo_get "$(acting_port)" "/1/maintenance/$CAMPAIGN" | jq_py "print(d.get('state', ''))" 2>/dev/null; }
