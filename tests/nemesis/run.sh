@@ -353,11 +353,13 @@ CAMPAIGN=""
 HAREP=""
 campaign_state() { [[ -n $CAMPAIGN ]] && fo_get "$(acting_port)" "/1/maintenance/$CAMPAIGN" | jq_py "print(d.get('state', ''))" 2>/dev/null; }
 campaign_running() { [[ -n $CAMPAIGN ]] && [[ $(campaign_state) =~ ^(running|paused|aborting|)$ ]]; }
-# Nodes the operator leaves alone: those of a running campaign, the one of an instance repair.
+# Nodes whose drain is someone's: those a running campaign is taking through their steps, the
+# one of an instance repair under way. (A campaign's node not in progress is the operator's as
+# any other: an incident that finished there leaves it for the operator to return.)
 busy_nodes() {
-  local i
-  if campaign_running; then
-    for i in 4 5; do node_json "$(name_of "$i")" | jq_py "sys.exit(0 if 'nemesis:roll' in d.get('tags', []) else 1)" 2>/dev/null && name_of "$i"; done
+  if [[ -n $CAMPAIGN ]]; then
+    fo_get "$(acting_port)" "/1/maintenance/$CAMPAIGN" | jq_py "
+print('\\n'.join(n['node'] for g in d.get('groups', []) for n in g.get('nodes', []) if n.get('step') not in ('pending', 'done', 'failed', 'skipped')))" 2>/dev/null
   fi
   [[ -n $HAREP ]] && name_of "$(cut -d' ' -f2 <<<"$HAREP")"
 }
@@ -490,7 +492,6 @@ operator_pass() {
   fi
   for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
     n=$(name_of "$i")
-    [[ $busy == *" $n "* ]] && continue
     tags=$(node_json "$n" | jq_py "print(' '.join(t for t in d.get('tags', []) if t.startswith('maintd:')))" 2>/dev/null)
     [[ -n $tags ]] || continue
     diag "$i" '{"status":"Ok","details":"nemesis"}'
