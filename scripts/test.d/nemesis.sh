@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One short nemesis seed on a real Ganeti 3.0.2 cluster (tests/nemesis/run.sh --short: 8 faults
-# against agents and replicated coordinators while evacuations, live repairs and grants run,
-# then the independent checker). NODECARE_NEMESIS_SEED picks the seed (default 1); a failing
-# seed replays with the same command. Needs root; CI installs Ganeti's packages for it.
+# against agents and replicated coordinators while evacuations, live repairs, grants, a
+# campaign and instance repairs run, then the independent checker). NODECARE_NEMESIS_SEED picks
+# the seed (default 1); a failing seed replays with the same command. Needs root; CI installs
+# Ganeti's packages and libfaketime for it (tests/ganeti/install-packages.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 if [ "$(id -u)" -ne 0 ]; then

@@ -51,3 +51,28 @@ return_to_service() { # NODE
     wait_job "$id" >/dev/null
   fi
 }
+
+# A dead master, as `gnt-cluster master-failover --no-voting` expects one: node IDX's Ganeti
+# master daemons (rapi, luxid, wconfd) and noded killed (SIGKILL, only those in its network
+# namespace; their pid files removed, as daemon-util refuses to start a daemon over a stale pid
+# file of another user) and its cluster IP removed, as a dead host loses it.
+gnt_kill_master() { # NODE-INDEX
+  local r ns_var="NODECARE_GNT_NODE${1}_NETNS" root_var="NODECARE_GNT_NODE${1}_ROOT" d pid
+  r=${!root_var}/run/ganeti
+  for d in ganeti-rapi ganeti-luxid ganeti-wconfd ganeti-noded; do
+    pid=$(cat "$r/$d.pid" 2>/dev/null)
+    [[ -n $pid && $(ip netns identify "$pid" 2>/dev/null) == "${!ns_var}" ]] && kill -KILL "$pid"
+    rm -f "$r/$d.pid"
+  done
+  "$GNT/node-exec.sh" "$1" ip addr del "$NODECARE_GNT_CLUSTER_IP/32" dev eth0 2>/dev/null || true
+}
+# `gnt-cluster master-failover --no-voting --yes-do-it` in node IDX; its output on stdout.
+gnt_failover_no_voting() { # NODE-INDEX
+  "$GNT/node-exec.sh" "$1" gnt-cluster master-failover --no-voting --yes-do-it 2>&1
+}
+# The old master of a --no-voting failover back as a working non-master node: its noded
+# started, the configuration redistributed from the new master.
+gnt_rejoin_old_master() { # OLD-INDEX MASTER-INDEX
+  "$GNT/node-exec.sh" "$1" /usr/lib/ganeti/daemon-util start ganeti-noded >/dev/null 2>&1 || true
+  "$GNT/node-exec.sh" "$2" gnt-cluster redist-conf >/dev/null 2>&1 || true
+}

@@ -54,7 +54,8 @@ fo_wait() { # PORT SECONDS CONDITION
 # Copies the logs of the cluster and of nodecare's daemons to a directory that outlives the
 # cluster (the cluster's state directory goes with it), for a failure to be read afterwards.
 fo_keep_logs() { # SCENARIO
-  local dir=${NODECARE_E2E_KEEP_LOGS:-/var/tmp/nodecare-e2e-failures}/$1-$(date -u +%Y%m%dT%H%M%S)
+  local dir
+  dir=${NODECARE_E2E_KEEP_LOGS:-/var/tmp/nodecare-e2e-failures}/$1-$(date -u +%Y%m%dT%H%M%S)
   mkdir -p "$dir" && cp -r "$S/logs/." "$dir/" 2>/dev/null
   echo "$dir"
 }
@@ -178,7 +179,7 @@ scenario_failover() {
   local i n id st k ans code why t0 t_cont t_fo secs first_job since rts=()
   local n1=$NODECARE_GNT_NODE1_NAME n2=$NODECARE_GNT_NODE2_NAME n3=$NODECARE_GNT_NODE3_NAME
   local n4=${NODECARE_GNT_NODE4_NAME:-} n5=${NODECARE_GNT_NODE5_NAME:-}
-  local inc4="" inc5="" inc3="" inc3b="" moved repl="" counts writes done_job="" r2 d pid tag
+  local inc4="" inc5="" inc3="" inc3b="" moved repl="" counts writes done_job="" pid tag
   master_healthy S11
   CURRENT=S11
   t0=$(date +%s)
@@ -419,16 +420,9 @@ print(' jobs of other incidents: ' + '; '.join(bad) if bad else '')" <<<"$counts
   pid=$(cat "$S/pids/bg-coordinator-2.pid" 2>/dev/null)
   [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
   rm -f "$S/pids/bg-coordinator-2.pid"
-  r2=$NODECARE_GNT_NODE2_ROOT/run/ganeti
-  for d in ganeti-rapi ganeti-luxid ganeti-wconfd ganeti-noded; do
-    pid=$(cat "$r2/$d.pid" 2>/dev/null)
-    [[ -n $pid && $(ip netns identify "$pid" 2>/dev/null) == "$NODECARE_GNT_NODE2_NETNS" ]] && kill -KILL "$pid"
-    # daemon-util refuses to start a daemon over a stale pid file of another user.
-    rm -f "$r2/$d.pid"
-  done
-  "$GNT/node-exec.sh" 2 ip addr del "$NODECARE_GNT_CLUSTER_IP/32" dev eth0 2>/dev/null || true
+  gnt_kill_master 2
   t_fo=$(date +%s%3N)
-  if ! ans=$("$GNT/node-exec.sh" 1 gnt-cluster master-failover --no-voting --yes-do-it 2>&1); then
+  if ! ans=$(gnt_failover_no_voting 1); then
     fail "S11e no-voting" "master-failover --no-voting in node1 failed: $(tail -n 3 <<<"$ans" | tr '\n' ' ')"
     return
   fi
@@ -470,8 +464,7 @@ print('; '.join(bad))" <<<"$counts")
   [[ -z $writes ]] || fail "S11a standby C" "C in node3 wrote to RAPI: $(head -n 3 <<<"$writes" | tr '\n' ' ')"
 
   # Leave node2 a working non-master node and every node Ok.
-  "$GNT/node-exec.sh" 2 /usr/lib/ganeti/daemon-util start ganeti-noded >/dev/null 2>&1 || true
-  "$GNT/node-exec.sh" 1 gnt-cluster redist-conf >/dev/null 2>&1 || true
+  gnt_rejoin_old_master 2 1
   for i in 3 4 5; do echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"; done
   "$GNT/node-exec.sh" 3 --stop coordinator-3 >/dev/null 2>&1 || true
   log "S11 took $(($(date +%s) - t0)) s ($repl)"

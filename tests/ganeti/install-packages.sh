@@ -9,6 +9,7 @@ PACKAGES=(
   ganeti ganeti-3.0 ganeti-haskell-3.0 ganeti-htools-3.0 ganeti-testsuite
   python3-ganeti-rapi ganeti-os-noop
   openssh-server openssh-client iproute2 util-linux curl socat openssl
+  libfaketime faketime
 )
 
 die() { echo "install-packages: $*" >&2; exit 1; }

@@ -29,9 +29,15 @@
 # SIGCONT later), disk-full (the coordinator's state directory is a 64 MiB tmpfs, filled),
 # rapi-stop (the master's ganeti-rapi SIGSTOPped: RAPI hangs), rapi-refuse (the master's
 # ganeti-rapi stopped: connections refused), verdict-flip (a node's diagnose verdict flips
-# several times a second). Not injected: clock jumps (the namespaces share the kernel's wall
-# clock and the daemons have no time source to shift) and `--no-voting` failovers (S11 covers
-# one; here Ganeti's daemons on the old master would have to be killed and rebuilt each time).
+# several times a second), clock-jump (one node's wall clock, as its agent and coordinator see
+# it, moved forward or back by 30 s to 40 min, then back: every daemon runs under libfaketime,
+# faketime-exec.sh), failover-nv (the master dies: its coordinator and Ganeti master daemons
+# killed, `gnt-cluster master-failover --no-voting` in another of node1..3 once the queue is
+# empty, the old master then back as a plain node with its coordinator started again).
+# Workload before each fault, from the plan: an evacuation, a live repair, an admission grant,
+# a cancel, a rolling maintenance campaign over node4 and/or node5 (hook e2e-roll, which says
+# it did not reboot), an instance repair by the coordinator's harep duty (an instance tagged
+# `migrate` on node4 or node5, the node drained by hand once admission granted it), or nothing.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -70,6 +76,12 @@ ROUND_INTERVAL=2
 BIN=${NODECARE_NEMESIS_BIN_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/debug}
 AGENT=$BIN/nodecare-agent
 COORD=$BIN/nodecare-coordinator
+# libfaketime (Debian's libfaketime; tests/ganeti/install-packages.sh installs it), the
+# multi-threaded build: the daemons run tokio.
+LIBFAKETIME=${NODECARE_NEMESIS_LIBFAKETIME:-}
+if [[ -z $LIBFAKETIME ]]; then
+  for f in /usr/lib/*/faketime/libfaketimeMT.so.1; do [[ -e $f ]] && LIBFAKETIME=$f && break; done
+fi
 CHECK=$BIN/nemesis-check
 T0=$(date +%s)
 log() { echo "nemesis[$(($(date +%s) - T0))s]: $*" >&2; }
@@ -80,6 +92,8 @@ if [[ $BUILD -eq 1 ]]; then
     { echo "nemesis: build failed" >&2; exit 1; }
 fi
 for b in "$AGENT" "$COORD"; do [[ -x $b ]] || { echo "nemesis: $b missing" >&2; exit 1; }; done
+[[ -n $LIBFAKETIME && -r $LIBFAKETIME ]] ||
+  { echo "nemesis: libfaketime missing (apt-get install libfaketime, or tests/ganeti/install-packages.sh): clock jumps need it" >&2; exit 1; }
 
 if [[ $REUSE -eq 0 || ! -s $NODECARE_GNT_STATE/cluster.env ]]; then
   log "cluster up"
@@ -99,11 +113,22 @@ chmod 600 "$S/rapi-credentials"
 # shellcheck source=../e2e-ganeti/s11-failover.sh
 . "$E2E/s11-failover.sh"
 port_of() { echo $((COORD_FWD + $1 - 1)); }
+# shellcheck disable=SC2317 # run by the trap
 cleanup() { if [[ $KEEP -eq 0 ]]; then "$GNT/cluster-down.sh" --quiet || true; fi; }
 trap cleanup EXIT
 
 RUN=$S/nemesis/seed-$SEED-$(date -u +%Y%m%dT%H%M%S)
 mkdir -p "$RUN" "$S/e2e"
+# Every agent and coordinator runs under libfaketime with its node's clock file in $CLOCK
+# (faketime-exec.sh); the coordinators' log lines carry the true time in front of their own.
+CLOCK=$S/nemesis/clock
+mkdir -p "$CLOCK"
+for f in "$CLOCK"/*; do [[ -e $f ]] && echo "+0" >"$f"; done
+REAL_AGENT=$AGENT REAL_COORD=$COORD
+AGENT=$S/nemesis/agent-faketime COORD=$S/nemesis/coordinator-faketime
+printf '#!/bin/sh\nexec %s %s %s --plain %s "$@"\n' "$HERE/faketime-exec.sh" "$LIBFAKETIME" "$CLOCK" "$REAL_AGENT" >"$AGENT"
+printf '#!/bin/sh\nexec %s %s %s --stamp %s "$@"\n' "$HERE/faketime-exec.sh" "$LIBFAKETIME" "$CLOCK" "$REAL_COORD" >"$COORD"
+chmod 0755 "$AGENT" "$COORD"
 FLOG=$RUN/faults.jsonl
 # One line of the fault log: KIND then KEY=VALUE pairs (values JSON when they parse as JSON).
 event() { # KIND [KEY=VALUE...]
@@ -130,8 +155,10 @@ PY
 # ---------------------------------------------------------------------------------------------
 # The plan: every random choice, drawn before anything runs.
 RANDOM=$SEED
-KINDS=(partition isolate failover coord-kill coord-stop agent-kill agent-stop disk-full rapi-stop rapi-refuse verdict-flip)
-WORK=(evacuate live-repair grant cancel none)
+KINDS=(partition isolate failover failover-nv coord-kill coord-stop agent-kill agent-stop disk-full rapi-stop rapi-refuse verdict-flip clock-jump)
+WORK=(evacuate live-repair grant cancel campaign harep none)
+# A clock jump's size in seconds (forward or back, from the plan).
+JUMPS=(30 45 90 300 600 1200 2400)
 if [[ $SHORT -eq 1 ]]; then DMIN=3 DSPAN=6; else DMIN=5 DSPAN=16; fi
 PLAN=()
 for ((f = 1; f <= FAULTS; f++)); do
@@ -144,7 +171,8 @@ for ((f = 1; f <= FAULTS; f++)); do
   work=${WORK[RANDOM % ${#WORK[@]}]}
   wnode=$((RANDOM % NODECARE_GNT_NODES + 1))
   gap=$((2 + RANDOM % 5))
-  PLAN+=("$kind $a $b $c $dur $work $wnode $gap")
+  jump=$((JUMPS[RANDOM % ${#JUMPS[@]}] * (RANDOM % 2 * 2 - 1)))
+  PLAN+=("$kind $a $b $c $dur $work $wnode $gap $jump")
 done
 log "seed $SEED, $FAULTS faults; plan:"
 for ((f = 0; f < FAULTS; f++)); do echo "  $((f + 1)): ${PLAN[$f]}" >&2; done
@@ -168,12 +196,16 @@ master_index() { "$GNT/master-daemons.sh" master 2>/dev/null || echo 1; }
 ip_of() { local v="NODECARE_GNT_NODE${1}_IP"; echo "${!v}"; }
 name_of() { local v="NODECARE_GNT_NODE${1}_NAME"; echo "${!v}"; }
 diag() { echo "$2" >"$S/e2e/diag-$1"; }
+# Lines in node IDX's agent audit as the checker reads it (the rotated file, then the current).
+audit_lines() { cat "$S/e2e/agent-state-$1"/repair-audit.jsonl.1 "$S/e2e/agent-state-$1"/repair-audit.jsonl 2>/dev/null | wc -l; }
 # Ganeti starts mond again on failovers; the agents own port 1815.
 stop_mond() { local i; for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do "$GNT/node-exec.sh" "$i" /usr/lib/ganeti/daemon-util stop ganeti-mond >/dev/null 2>&1 || true; done; }
 
 # Everything a fault may have left behind, undone (idempotent).
 heal_all() {
-  local i j pid m
+  local i j pid m f
+  for f in "$CLOCK"/*; do [[ -e $f ]] && echo "+0" >"$f"; done
+  sleep 2
   for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
     for ((j = 1; j <= NODECARE_GNT_NODES; j++)); do
       [[ $i == "$j" ]] || "$GNT/node-exec.sh" "$i" ip route del blackhole "$(ip_of "$j")/32" >/dev/null 2>&1 || true
@@ -213,8 +245,14 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   printf '#!/bin/sh\ncat %s\n' "$S/e2e/diag-$i" >"$nroot/etc/ganeti/node-diagnose-commands/e2e-state"
   # shellcheck disable=SC2016 # expanded by the command
   printf '#!/bin/sh\necho "$(date +%%s%%3N) $0" >> %s\necho done\n' "$S/e2e/nem-repairs-$i" >"$nroot/etc/ganeti/node-repair-commands/e2e-fix"
-  chmod 0755 "$nroot/etc/ganeti/node-diagnose-commands/e2e-state" "$nroot/etc/ganeti/node-repair-commands/e2e-fix"
-  rm -rf "$S/e2e/agent-state-$i"
+  # A campaign's hook: counts its runs (with the campaign of its context) and says the node
+  # did not reboot.
+  # shellcheck disable=SC2016 # expanded by the command
+  printf '#!/bin/sh\nctx=$(cat | tr -d "\\n")\necho "$(date +%%s%%3N) $ctx" >> %s\necho nodecare:no-reboot\n' \
+    "$S/e2e/nem-roll-$i" >"$nroot/etc/ganeti/node-repair-commands/e2e-roll"
+  chmod 0755 "$nroot/etc/ganeti/node-diagnose-commands/e2e-state" "$nroot/etc/ganeti/node-repair-commands/e2e-fix" \
+    "$nroot/etc/ganeti/node-repair-commands/e2e-roll"
+  rm -rf "$S/e2e/agent-state-$i" "$S/e2e/nem-roll-$i"
 done
 rts=()
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do return_to_service "$(name_of "$i")" & rts+=($!); done
@@ -224,12 +262,13 @@ chmod 600 "$S/e2e/users"
 cat >"$S/e2e/coord-fo.toml" <<TOML
 job_chains = false
 grace = 5.0
-failure_domains = "rack:"
 users = "$S/e2e/users"
 [breaker]
 max_incident_percent = 100.0
 max_incident_nodes = 10
 [replication]
+enabled = true
+[instance_repair]
 enabled = true
 TOML
 # Each coordinator's state directory is a small tmpfs inside its node (disk-full fills it).
@@ -239,7 +278,53 @@ for i in 1 2 3; do
   "$GNT/node-exec.sh" "$i" mountpoint -q "$d" || "$GNT/node-exec.sh" "$i" mount -t tmpfs -o size=64m nemesis "$d"
   "$GNT/node-exec.sh" "$i" sh -c "rm -rf '$d'/* '$d'/.[!.]*" 2>/dev/null || true
 done
+# Tags of earlier runs' campaigns and instance repairs removed.
+for n in $(rapi GET "/2/nodes?bulk=1" | jq_py "print(' '.join(x['name'] for x in d if 'nemesis:roll' in x.get('tags', [])))"); do
+  wait_job "$(rapi DELETE "/2/nodes/$n/tags?tag=nemesis:roll" | job_of)" >/dev/null
+done
+for inst in $(rapi GET "/2/instances?bulk=1" | jq_py "print(' '.join(x['name'] for x in d if any(t.startswith('ganeti:watcher:autorepair:') for t in x.get('tags', []))))"); do
+  q=$(rapi GET "/2/instances/$inst/tags" | jq_py "print('&'.join('tag=' + t for t in d if t.startswith('ganeti:watcher:autorepair:')))")
+  wait_job "$(rapi DELETE "/2/instances/$inst/tags?$q" | job_of)" >/dev/null
+done
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do start_agent "$i" || { echo "nemesis: agent $i did not start" >&2; exit 1; }; done
+# libfaketime must move the daemons' wall clock: node5's clock two hours ahead, its agent's
+# report must say so (its collectors' `timestamp`, ns, read from SystemTime::now()), then back.
+probe_clock() { # NODE-INDEX
+  "$GNT/node-exec.sh" "$1" curl -s -m 5 "http://$(ip_of "$1"):1815/1/report/all" | python3 -c "
+import json, sys
+best = 0
+def walk(v):
+    global best
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if k == 'timestamp' and isinstance(x, int): best = max(best, x // 1000000)
+            walk(x)
+    elif isinstance(v, list):
+        for x in v: walk(x)
+try:
+    walk(json.load(sys.stdin))
+except ValueError:
+    pass
+print(best // 1000)"
+}
+echo "+7200" >"$CLOCK/$(name_of "$NODECARE_GNT_NODES")"
+ok=0
+for ((k = 0; k < 30; k++)); do
+  sleep 1
+  t=$(probe_clock "$NODECARE_GNT_NODES")
+  if [[ -n $t ]] && ((t > $(date +%s) + 7000 && t < $(date +%s) + 7400)); then ok=1; break; fi
+done
+echo "+0" >"$CLOCK/$(name_of "$NODECARE_GNT_NODES")"
+if [[ $ok != 1 ]]; then
+  echo "nemesis: libfaketime ($LIBFAKETIME) has no effect: node$NODECARE_GNT_NODES's agent reported time ${t:-none} with its clock 2 h ahead (now $(date +%s))" >&2
+  exit 1
+fi
+log "libfaketime works: node$NODECARE_GNT_NODES's agent reported $((t - $(date +%s))) s ahead"
+for ((k = 0; k < 30; k++)); do
+  sleep 1
+  t=$(probe_clock "$NODECARE_GNT_NODES")
+  [[ -n $t ]] && ((t <= $(date +%s) + 5)) && break
+done
 declare -A LOG_OFF RAPI_OFF
 for i in 1 2 3; do LOG_OFF[$i]=$(stat -c %s "$S/logs/bg-nem-coord-$i.log" 2>/dev/null || echo 0); done
 for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
@@ -262,8 +347,41 @@ event run-start faults="$FAULTS" first_job="$FIRST_JOB" max_disrupted_nodes=1 ma
 # ---------------------------------------------------------------------------------------------
 # Workload: what an operator and the nodes do meanwhile.
 GRANTS=()
+# The campaign running (its id), and the instance repair under way ("INSTANCE NODE-INDEX
+# START"), if any.
+CAMPAIGN=""
+HAREP=""
+campaign_state() { [[ -n $CAMPAIGN ]] && fo_get "$(acting_port)" "/1/maintenance/$CAMPAIGN" | jq_py "print(d.get('state', ''))" 2>/dev/null; }
+campaign_running() { [[ -n $CAMPAIGN ]] && [[ $(campaign_state) =~ ^(running|paused|aborting|)$ ]]; }
+# Nodes whose drain is someone's: those a running campaign is taking through their steps, the
+# one of an instance repair under way. (A campaign's node not in progress is the operator's as
+# any other: an incident that finished there leaves it for the operator to return.)
+busy_nodes() {
+  if [[ -n $CAMPAIGN ]]; then
+    fo_get "$(acting_port)" "/1/maintenance/$CAMPAIGN" | jq_py "
+print('\\n'.join(n['node'] for g in d.get('groups', []) for n in g.get('nodes', []) if n.get('step') not in ('pending', 'done', 'failed', 'skipped')))" 2>/dev/null
+  fi
+  [[ -n $HAREP ]] && name_of "$(cut -d' ' -f2 <<<"$HAREP")"
+}
+harep_tags() { rapi GET "/2/instances/$1/tags" | jq_py "print(' '.join(sorted(t for t in d if t.startswith('ganeti:watcher:autorepair:'))))" 2>/dev/null; }
+# An instance repair under way ends once its result tag is written (or after 150 s): the
+# operator removes the tags and returns the node to service.
+harep_pass() {
+  [[ -n $HAREP ]] || return 0
+  local inst i since tags q
+  read -r inst i since <<<"$HAREP"
+  tags=$(harep_tags "$inst")
+  if [[ $tags != *":result:"* || $tags == *":pending:"* ]]; then
+    (($(date +%s) - since >= 150)) || return 0
+  fi
+  event harep phase=end instance="$inst" node="$(name_of "$i")" tags="$tags" pnode="$(rapi GET "/2/instances/$inst" | jq_py "print(d['pnode'])" 2>/dev/null)"
+  q=$(tr ' ' '\n' <<<"$tags" | sed -n 's/^\(.\+\)$/tag=\1/p' | paste -sd '&')
+  [[ -z $q ]] || wait_job "$(rapi DELETE "/2/instances/$inst/tags?$q" | job_of)" >/dev/null
+  HAREP=""
+  return_to_service "$(name_of "$i")"
+}
 workload() { # WHAT NODE-INDEX
-  local what=$1 i=$2 port ans code body id inc n
+  local what=$1 i=$2 port ans code body id inc n inst st k
   port=$(acting_port)
   n=$(name_of "$i")
   case $what in
@@ -288,6 +406,68 @@ workload() { # WHAT NODE-INDEX
         answer="$(head -c 300 <<<"$body" | tr -d '\n')"
       [[ $code == 201 && -n $id ]] && GRANTS+=("$id:$(date +%s)")
       ;;
+    campaign)
+      # Over node4, node5 or both (tag nemesis:roll), one campaign at a time.
+      if campaign_running || [[ -n $HAREP ]]; then
+        event work action=campaign skipped="${CAMPAIGN:+campaign $CAMPAIGN still running}${HAREP:+ instance repair under way}"
+      else
+        local sel=()
+        case $((i % 3)) in 0) sel=(4) ;; 1) sel=(5) ;; *) sel=(4 5) ;; esac
+        for k in 4 5; do
+          if [[ " ${sel[*]} " == *" $k "* ]]; then
+            wait_job "$(rapi PUT "/2/nodes/$(name_of "$k")/tags?tag=nemesis:roll" | job_of)" >/dev/null
+          else
+            wait_job "$(rapi DELETE "/2/nodes/$(name_of "$k")/tags?tag=nemesis:roll" | job_of)" >/dev/null
+          fi
+        done
+        ans=$(curl -s -m 20 -u e2e:e2e-secret -H 'Content-Type: application/json' -w '\n%{http_code}' -X POST \
+          --data '{"hook":"e2e-roll","node_tags":["nemesis:roll"],"reason":"nemesis campaign","timeouts":{"drain_s":300,"move_s":300,"hook_s":120,"healthy_s":180,"undrain_s":300,"migrate_back_s":300}}' \
+          "http://127.0.0.1:$port/1/maintenance")
+        code=$(tail -n 1 <<<"$ans")
+        body=$(sed '$d' <<<"$ans")
+        id=$(jq_py "print(d.get('id', ''))" <<<"$body" 2>/dev/null)
+        [[ $code == 201 && -n $id ]] && CAMPAIGN=$id
+        event campaign phase=start code="$code" id="$id" nodes="$(printf '%s\n' "${sel[@]}" | while read -r k; do name_of "$k"; done | paste -sd ' ')" \
+          answer="$(head -c 300 <<<"$body" | tr -d '\n')"
+      fi
+      ;;
+    harep)
+      # An instance on node4 or node5 tagged `migrate`, the node drained by hand: the
+      # coordinator's harep duty migrates it away. The operator asks admission first (the
+      # budget holds), drains, then releases the grant: a grant holds its node against every
+      # repair, a node drained by someone is taken over by the instance repair.
+      ((i >= 4)) || i=$((4 + i % 2))
+      n=$(name_of "$i")
+      inst=$(rapi GET "/2/instances?bulk=1" | jq_py "
+c = sorted(x['name'] for x in d if x['disk_template'] == 'diskless' and x.get('admin_state') == 'up')
+print(c[$i % len(c)] if c else '')" 2>/dev/null)
+      if [[ -n $HAREP || -z $inst ]] || campaign_running; then
+        event harep phase=skipped node="$n" why="${HAREP:+repair under way}$(campaign_running && echo " campaign running")"
+      else
+        ans=$(curl -s -m 10 -u e2e:e2e-secret -H 'Content-Type: application/json' -w '\n%{http_code}' -X POST \
+          --data "{\"node\":\"$n\",\"reason\":\"nemesis harep\",\"requester\":\"nemesis-harep\",\"ttl_s\":300}" "http://127.0.0.1:$port/1/disruptions")
+        code=$(tail -n 1 <<<"$ans")
+        body=$(sed '$d' <<<"$ans")
+        id=$(jq_py "print(d.get('id', ''))" <<<"$body" 2>/dev/null)
+        event grant node="$n" code="$code" id="$id" expires_ms="$(jq_py "print(d.get('expires_ms', 0))" <<<"$body" 2>/dev/null || echo 0)" \
+          answer="$(head -c 300 <<<"$body" | tr -d '\n')" for=harep
+        if [[ $code == 201 && -n $id ]]; then
+          st=success
+          if [[ $(rapi GET "/2/instances/$inst" | jq_py "print(d['pnode'])") != "$n" ]]; then
+            st=$(wait_job "$(rapi PUT "/2/instances/$inst/migrate" "{\"target_node\": \"$n\"}" | job_of)" 180)
+          fi
+          if [[ $st == success ]]; then
+            wait_job "$(rapi PUT "/2/instances/$inst/tags?tag=ganeti:watcher:autorepair:migrate" | job_of)" >/dev/null
+            st=$(wait_job "$(rapi PUT "/2/nodes/$n/role?force=1" '"drained"' | job_of)")
+          fi
+          code=$(curl -s -m 10 -u e2e:e2e-secret -o /dev/null -w '%{http_code}' -X DELETE "http://127.0.0.1:$(acting_port)/1/disruptions/$id")
+          event release id="$id" code="$code"
+          # Set up or not, the next operator pass closes it (then at once).
+          HAREP="$inst $i $(($(date +%s) - $([[ $st == success ]] && echo 0 || echo 150)))"
+          event harep phase=start instance="$inst" node="$n" grant="$id" setup="$st"
+        fi
+      fi
+      ;;
     cancel)
       inc=$(fo_get "$port" /1/status | jq_py "
 m = [i for i in d if i.get('repair-status') in ('noted', 'pending')]
@@ -303,7 +483,13 @@ print(m[0]['id'] if m else '')" 2>/dev/null)
   operator_pass
 }
 operator_pass() {
-  local i n tags
+  local i n tags busy
+  harep_pass
+  busy=" $(busy_nodes | paste -sd ' ') "
+  if [[ -n $CAMPAIGN ]] && ! campaign_running; then
+    event campaign phase=end id="$CAMPAIGN" state="$(campaign_state)"
+    CAMPAIGN=""
+  fi
   for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
     n=$(name_of "$i")
     tags=$(node_json "$n" | jq_py "print(' '.join(t for t in d.get('tags', []) if t.startswith('maintd:')))" 2>/dev/null)
@@ -320,8 +506,8 @@ operator_pass() {
     for n in $(rapi GET "/2/nodes?bulk=1" | python3 -c "
 import json, sys
 nodes = json.load(sys.stdin); st = json.loads(sys.argv[1])
-busy = {i.get('node') for i in st if i.get('repair-status') in ('noted', 'pending')}
-print(' '.join(x['name'] for x in nodes if (x.get('drained') or x.get('offline')) and x['name'] not in busy))" "$st" 2>/dev/null); do
+busy = {i.get('node') for i in st if i.get('repair-status') in ('noted', 'pending')} | set(sys.argv[2].split())
+print(' '.join(x['name'] for x in nodes if (x.get('drained') or x.get('offline')) and x['name'] not in busy))" "$st" "$busy" 2>/dev/null); do
       event work action=return-to-service node="$n" why="drained or offline without an active incident"
       return_to_service "$n"
     done
@@ -353,8 +539,8 @@ grants_snapshot() { # AFTER
 
 # ---------------------------------------------------------------------------------------------
 # The faults.
-fault() { # N KIND A B C DUR
-  local n=$1 kind=$2 a=$3 b=$4 c=$5 dur=$6 pid m target busy k free d
+fault() { # N KIND A B C DUR JUMP
+  local n=$1 kind=$2 a=$3 b=$4 c=$5 dur=$6 jump=$7 pid m target busy k free d ans
   # A coordinator fault hits the acting one two times in three (C = 1 or 2), else the standby
   # after it (C = 3); a failover goes to node C (or the next one when C is the master).
   m=$(master_index)
@@ -463,6 +649,49 @@ fault() { # N KIND A B C DUR
       "$GNT/node-exec.sh" "$m" /usr/lib/ganeti/daemon-util start ganeti-rapi >/dev/null 2>&1 || true
       event fault n="$n" fault=rapi-refuse phase=end
       ;;
+    clock-jump)
+      # The agent's audit lines written meanwhile carry the jumped time: the checker reads
+      # those between the two counts as written during the fault (audit_lines).
+      event fault n="$n" fault=clock-jump phase=start node="$(name_of "$a")" offset_s="$jump" dur_s="$dur" audit_lines="$(audit_lines "$a")"
+      printf '%+d\n' "$jump" >"$CLOCK/$(name_of "$a")"
+      sleep "$dur"
+      echo "+0" >"$CLOCK/$(name_of "$a")"
+      # libfaketime's cache: every daemon of the node reads the true time again within 1 s.
+      sleep 2
+      event fault n="$n" fault=clock-jump phase=end audit_lines="$(audit_lines "$a")"
+      ;;
+    failover-nv)
+      # The master dies: once the queue is empty (its coordinator frozen meanwhile, as for a
+      # planned failover), its coordinator and Ganeti master daemons are killed, another of
+      # node1..3 takes over with --no-voting, then the old master's node comes back as a plain
+      # node (noded, the configuration redistributed) and its coordinator is started again.
+      m=$(master_index)
+      target=$c
+      [[ $target == "$m" ]] && target=$((c % 3 + 1))
+      pid=$(coord_pid "$m")
+      [[ -n $pid ]] && kill -STOP "$pid" 2>/dev/null
+      for ((k = 0; k < 120; k++)); do busy=$(fo_busy_jobs); [[ -z $busy ]] && break; sleep 1; done
+      if [[ -n $busy ]]; then
+        [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
+        event fault n="$n" fault=failover-nv phase=skipped why="jobs still running after 120 s: $busy"
+        return
+      fi
+      event fault n="$n" fault=failover-nv phase=start from="$(name_of "$m")" to="$(name_of "$target")" killed="${pid:-0}"
+      [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
+      rm -f "$S/pids/bg-nem-coord-$m.pid"
+      gnt_kill_master "$m"
+      if ans=$(gnt_failover_no_voting "$target"); then
+        event fault n="$n" fault=failover-nv phase=failed-over master="$(name_of "$(master_index)")"
+      else
+        event fault n="$n" fault=failover-nv phase=failed-over failed="$(tail -n 2 <<<"$ans" | tr '\n' ' ' | tr -d '"' | head -c 200)"
+      fi
+      gnt_rejoin_old_master "$m" "$(master_index)"
+      start_coord "$m"
+      event fault n="$n" fault=failover-nv phase=end master="$(name_of "$(master_index)")" pid="$(coord_pid "$m")"
+      stop_mond
+      "$GNT/master-daemons.sh" check --timeout 5 >/dev/null 2>&1 || "$GNT/master-daemons.sh" heal --reason nemesis >&2 || true
+      grants_snapshot failover-nv
+      ;;
     verdict-flip)
       event fault n="$n" fault=verdict-flip phase=start node="$(name_of "$a")" flips=$((2 + dur % 4))
       local bad='{"status":"live-repair","command":"e2e-fix","details":"nemesis flip"}'
@@ -474,16 +703,16 @@ fault() { # N KIND A B C DUR
         sleep 1
       done
       ((dur % 2 == 0)) && diag "$a" "$bad"
-      event fault n="$n" fault=verdict-flip phase=end final="$(cat "$S/e2e/diag-$a" | tr -d '"')"
+      event fault n="$n" fault=verdict-flip phase=end final="$(tr -d '"' <"$S/e2e/diag-$a")"
       ;;
   esac
 }
 
 log "faults"
 for ((f = 0; f < FAULTS; f++)); do
-  read -r kind a b c dur work wnode gap <<<"${PLAN[$f]}"
+  read -r kind a b c dur work wnode gap jump <<<"${PLAN[$f]}"
   workload "$work" "$wnode"
-  fault $((f + 1)) "$kind" "$a" "$b" "$c" "$dur"
+  fault $((f + 1)) "$kind" "$a" "$b" "$c" "$dur" "$jump"
   sleep "$gap"
 done
 event faults-stopped
@@ -507,8 +736,9 @@ for ((k = 0; k < 120; k++)); do
     event breaker-reset code="$code" why="$why"
   fi
   st=$(fo_get "$port" /1/status)
+  # Also the campaign finished and the instance repair closed.
   if [[ -n $st ]] && jq_py "sys.exit(0 if not any(i.get('repair-status') in ('noted', 'pending') for i in d) else 1)" <<<"$st" 2>/dev/null &&
-    [[ -z $(fo_busy_jobs) ]]; then
+    [[ -z $(fo_busy_jobs) && -z $CAMPAIGN && -z $HAREP ]]; then
     quiet=true
     break
   fi
@@ -519,6 +749,7 @@ port=$(acting_port)
 event final quiesced="$quiet" master="$(name_of "$(master_index)")" \
   incidents="$(fo_get "$port" /1/status | jq_py "print(json.dumps([{k: i.get(k) for k in ('id', 'node', 'action', 'repair-status', 'acknowledged')} for i in d]))" 2>/dev/null || echo null)" \
   grants="$(curl -s -m 10 "http://127.0.0.1:$port/1/disruptions" | jq_py "print(json.dumps(d))" 2>/dev/null || echo null)" \
+  campaigns="$(fo_get "$port" /1/maintenance | jq_py "print(json.dumps([{'id': c.get('id'), 'state': c.get('state')} for c in d['campaigns']]))" 2>/dev/null || echo null)" \
   replication="$(fo_get "$port" /1/replication | tr -d '\n' | head -c 2000)"
 for g in ${GRANTS[@]+"${GRANTS[@]}"}; do curl -s -m 10 -u e2e:e2e-secret -o /dev/null -X DELETE "http://127.0.0.1:$port/1/disruptions/${g%%:*}"; done
 
@@ -530,7 +761,8 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   n=$(name_of "$i")
   tail -c +$((RAPI_OFF[$i] + 1)) "$(eval echo "\$NODECARE_GNT_NODE${i}_ROOT")/var/log/ganeti/rapi-daemon.log" >"$RUN/rapi-$i.log" 2>/dev/null
   cat "$S/e2e/agent-state-$i"/repair-audit.jsonl.1 "$S/e2e/agent-state-$i"/repair-audit.jsonl >"$RUN/audit-$i.jsonl" 2>/dev/null
-  args+=(--rapi-log "$n=$RUN/rapi-$i.log" --audit "$n=$RUN/audit-$i.jsonl" --node-ip "$n=$(ip_of "$i")")
+  cp "$S/e2e/nem-roll-$i" "$RUN/hooks-$i.log" 2>/dev/null
+  args+=(--rapi-log "$n=$RUN/rapi-$i.log" --audit "$n=$RUN/audit-$i.jsonl" --hook-log "$n=$RUN/hooks-$i.log" --node-ip "$n=$(ip_of "$i")")
   ((i <= 3)) && args+=(--coordinator-log "$n=$RUN/coordinator-$i.log")
 done
 log "checking $RUN"

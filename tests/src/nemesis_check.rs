@@ -7,7 +7,8 @@
 //!
 //! Checks (each a [`Violation`] kind):
 //! - **no operation twice**: each (incident, intent) of the reason trail is one Ganeti job; each
-//!   incident's repair command is accepted by an agent once;
+//!   incident's repair command is accepted by an agent once; a campaign drains each of its nodes
+//!   once and runs its hook there once (the hook's own log: [`parse_hook_log`]);
 //! - **no write by a superseded coordinator**: a RAPI write (PUT, POST, DELETE in a node's
 //!   `rapi-daemon.log`, attributed by client address) from a node whose coordinator another
 //!   coordinator's takeover (its "took over" log line) has superseded since its own last
@@ -21,11 +22,17 @@
 //!   drained or offline in Ganeti (from the start of the job that set the flag to the end of the
 //!   job that cleared it) or holding a grant;
 //! - **every incident finishes**: after the faults stop the run reached quiescence, no incident
-//!   is left noted or pending and no nodecare job is left unfinished.
+//!   is left noted or pending and no nodecare job is left unfinished; every campaign started is
+//!   in the final list and has ended (completed, failed or aborted); every instance repair set
+//!   up by the workload has its result tag (harep's `result:`, no `pending:` left).
 //!
 //! Times: every input carries wall-clock times of this one machine (Unix ms; the RAPI log's
 //! local time is read as UTC). A write or job within `slack_ms` of the event that forbids it is
-//! taken to have been in flight before it and is not a violation.
+//! taken to have been in flight before it and is not a violation. The nemesis's clock jumps move
+//! the wall clock of one node's agent and coordinator (libfaketime), not Ganeti's nor its own:
+//! a coordinator's log line carries the true time in front (`@2026-11-27T03:17:12.512Z `, read
+//! before the daemon's own), and an agent's audit lines written during a jump (between the
+//! line counts its start and end record) get the true time back ([`unfake_audit_times`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -93,7 +100,10 @@ pub struct RapiWrite {
 /// The part of an agent's `repair-audit.jsonl` line the checker reads.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct AuditLine {
-    /// Unix ms.
+    /// Its place in the file (0-based, empty lines counted), as [`parse_audit`] found it.
+    #[serde(skip)]
+    pub line: usize,
+    /// Unix ms (the agent's clock).
     pub at: u64,
     /// `accepted`, `duplicate`, `refused`, `finished`.
     pub outcome: String,
@@ -118,6 +128,8 @@ pub struct Inputs {
     pub writes: Vec<RapiWrite>,
     /// Per node: its agent's audit lines.
     pub audits: BTreeMap<String, Vec<AuditLine>>,
+    /// Per node: the campaign of each run of the nemesis's campaign hook there.
+    pub hooks: BTreeMap<String, Vec<String>>,
     /// Lines of the logs and the audit that did not parse (skipped).
     pub skipped_lines: usize,
 }
@@ -181,6 +193,15 @@ pub enum Violation {
         /// `max_disrupted_nodes`.
         max: usize,
     },
+    /// A campaign that drained one of its nodes, or ran its hook there, more than once.
+    CampaignNodeTwice {
+        /// The campaign.
+        campaign: String,
+        /// The node.
+        node: String,
+        /// What was done twice.
+        what: String,
+    },
     /// Something not finished once the faults stopped.
     NotFinished {
         /// What.
@@ -198,6 +219,7 @@ impl Violation {
             Self::CanceledActed { .. } => "canceled-acted",
             Self::GrantForgotten { .. } => "grant-forgotten",
             Self::BudgetExceeded { .. } => "budget-exceeded",
+            Self::CampaignNodeTwice { .. } => "campaign-node-twice",
             Self::NotFinished { .. } => "not-finished",
         }
     }
@@ -256,6 +278,14 @@ impl fmt::Display for Violation {
                 utc(*at_ms),
                 nodes.join(", ")
             ),
+            Self::CampaignNodeTwice {
+                campaign,
+                node,
+                what,
+            } => write!(
+                f,
+                "campaign {campaign} handled {node} more than once: {what}"
+            ),
             Self::NotFinished { what } => f.write_str(what),
         }
     }
@@ -286,6 +316,10 @@ pub struct Report {
     pub grants: usize,
     /// Cancels acknowledged.
     pub cancels: usize,
+    /// Campaigns started (HTTP 201).
+    pub campaigns: usize,
+    /// Instance repairs set up by the workload, and those that ended in `success`.
+    pub instance_repairs: (usize, usize),
     /// Lines skipped as unreadable.
     pub skipped_lines: usize,
     /// The violations.
@@ -329,7 +363,7 @@ impl fmt::Display for Report {
             .collect();
         writeln!(
             f,
-            "RAPI writes: {}; takeovers {}; most disrupted at once {}; grants {}; cancels {}; lines skipped {}",
+            "RAPI writes: {}; takeovers {}; most disrupted at once {}; grants {}; cancels {}; campaigns {}; instance repairs {} ({} success); lines skipped {}",
             if writes.is_empty() {
                 "none".to_owned()
             } else {
@@ -339,6 +373,9 @@ impl fmt::Display for Report {
             self.max_disrupted_seen,
             self.grants,
             self.cancels,
+            self.campaigns,
+            self.instance_repairs.0,
+            self.instance_repairs.1,
             self.skipped_lines
         )?;
         for v in &self.violations {
@@ -389,7 +426,13 @@ pub fn parse_coordinator_log(text: &str) -> (Vec<(u64, CoordinatorEvent)>, usize
         } else {
             continue;
         };
-        match line.split_whitespace().next().and_then(parse_iso_ms) {
+        // The true time the nemesis put in front, else the daemon's own.
+        let mut words = line.split_whitespace();
+        let at = match words.next() {
+            Some(first) if first.starts_with('@') => parse_iso_ms(&first[1..]),
+            first => first.and_then(parse_iso_ms),
+        };
+        match at {
             Some(at) => events.push((at, event)),
             None => skipped += 1,
         }
@@ -458,13 +501,111 @@ pub fn parse_rapi_log(logging_node: &str, text: &str, addresses: &Addresses) -> 
 pub fn parse_audit(text: &str) -> (Vec<AuditLine>, usize) {
     let mut skipped = 0;
     let mut lines = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
         match serde_json::from_str::<AuditLine>(line) {
-            Ok(a) => lines.push(a),
+            Ok(a) => lines.push(AuditLine { line: n, ..a }),
             Err(_) => skipped += 1,
         }
     }
     (lines, skipped)
+}
+
+/// The nemesis's campaign hook's log on one node (`<unix ms> <hook context JSON>` a line): the
+/// campaign of each run; lines that do not parse are counted.
+pub fn parse_hook_log(text: &str) -> (Vec<String>, usize) {
+    let mut skipped = 0;
+    let mut runs = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let campaign = line
+            .split_once(' ')
+            .and_then(|(_, json)| serde_json::from_str::<Value>(json).ok())
+            .and_then(|v| v.get("campaign").and_then(Value::as_str).map(str::to_owned));
+        match campaign {
+            Some(c) => runs.push(c),
+            None => skipped += 1,
+        }
+    }
+    (runs, skipped)
+}
+
+/// A clock jump as the fault log records it: its node, offset and true span, and the lines of
+/// the node's audit written during it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClockJump {
+    /// The node.
+    pub node: String,
+    /// How far its clock was moved (ms, negative: back).
+    pub offset_ms: i64,
+    /// True time of the start (before the offset was written) and of the end (after the true
+    /// time was back in every daemon of the node).
+    pub span_ms: (u64, u64),
+    /// The audit's line count at the start and at the end.
+    pub lines: (usize, usize),
+}
+
+/// The clock jumps of the fault log that have both a start and an end.
+pub fn clock_jumps(faults: &[FaultEvent]) -> Vec<ClockJump> {
+    let is = |e: &&FaultEvent, phase: &str| {
+        e.kind == "fault" && e.str("fault") == Some("clock-jump") && e.str("phase") == Some(phase)
+    };
+    let mut jumps = Vec::new();
+    for start in faults.iter().filter(|e| is(e, "start")) {
+        let Some(end) = faults
+            .iter()
+            .find(|e| is(e, "end") && e.u64("n") == start.u64("n") && e.t_ms >= start.t_ms)
+        else {
+            continue;
+        };
+        let offset_s = start.fields.get("offset_s").and_then(|v| {
+            v.as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+        });
+        let (Some(node), Some(offset_s), Some(from), Some(to)) = (
+            start.str("node"),
+            offset_s,
+            start.u64("audit_lines"),
+            end.u64("audit_lines"),
+        ) else {
+            continue;
+        };
+        let (Ok(from), Ok(to)) = (usize::try_from(from), usize::try_from(to)) else {
+            continue;
+        };
+        jumps.push(ClockJump {
+            node: node.to_owned(),
+            offset_ms: offset_s.saturating_mul(1000),
+            span_ms: (start.t_ms, end.t_ms),
+            lines: (from, to),
+        });
+    }
+    jumps
+}
+
+/// The true time of each audit line written during a clock jump of its node: a line written
+/// during the jump's span whose time lies outside it carries the moved clock (libfaketime reads
+/// the offset within 1 s, so the first lines may not), and gets its time minus the offset, kept
+/// within the span. The nemesis's jumps (30 s or more) exceed their spans (at most 22 s), so a
+/// time inside the span is the true one.
+pub fn unfake_audit_times(audits: &mut BTreeMap<String, Vec<AuditLine>>, jumps: &[ClockJump]) {
+    for jump in jumps {
+        let Some(lines) = audits.get_mut(&jump.node) else {
+            continue;
+        };
+        let (from, to) = jump.span_ms;
+        for a in lines
+            .iter_mut()
+            .filter(|a| a.line >= jump.lines.0 && a.line < jump.lines.1)
+        {
+            if a.at < from || a.at > to {
+                let moved = i64::try_from(a.at).unwrap_or(i64::MAX);
+                let back = u64::try_from(moved.saturating_sub(jump.offset_ms)).unwrap_or(0);
+                a.at = back.clamp(from, to);
+            }
+        }
+    }
 }
 
 /// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
@@ -589,6 +730,8 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
         ..Report::default()
     };
     let jobs: Vec<&RapiJob> = inputs.jobs.iter().filter(|j| j.id > first_job).collect();
+    let mut audits = inputs.audits.clone();
+    unfake_audit_times(&mut audits, &clock_jumps(&inputs.faults));
 
     // Faults by kind.
     for e in inputs.faults.iter().filter(|e| e.kind == "fault") {
@@ -627,7 +770,7 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
         }
     }
     let mut repairs = 0;
-    for (node, lines) in &inputs.audits {
+    for (node, lines) in &audits {
         let mut per_incident: BTreeMap<&str, usize> = BTreeMap::new();
         for a in lines.iter().filter(|a| a.outcome == "accepted") {
             if let Some(inc) = a.incident_id.as_deref() {
@@ -647,6 +790,56 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
         }
     }
     report.operations = per_key.len() + repairs;
+
+    // A campaign handles each of its nodes once: one drain, one hook run.
+    let campaign_ids: BTreeSet<&str> = inputs
+        .faults
+        .iter()
+        .filter(|e| e.kind == "campaign" && e.u64("code") == Some(201))
+        .filter_map(|e| e.str("id"))
+        .collect();
+    let mut drains: BTreeMap<(String, String), Vec<JobId>> = BTreeMap::new();
+    for job in &jobs {
+        let Some(campaign) = nodecare_keys(job)
+            .into_iter()
+            .map(|(i, _)| i)
+            .find(|i| campaign_ids.contains(i.as_str()))
+        else {
+            continue;
+        };
+        for op in job.ops.iter().filter(|op| op.op_id == "OP_NODE_SET_PARAMS") {
+            if op.params.get("drained").and_then(Value::as_bool) == Some(true)
+                && let Some(node) = op.params.get("node_name").and_then(Value::as_str)
+            {
+                drains
+                    .entry((campaign.clone(), node.to_owned()))
+                    .or_default()
+                    .push(job.id);
+            }
+        }
+    }
+    for ((campaign, node), ids) in drains {
+        if ids.len() > 1 {
+            report.violations.push(Violation::CampaignNodeTwice {
+                campaign,
+                node,
+                what: format!("drained by jobs {ids:?}"),
+            });
+        }
+    }
+    for (node, runs) in &inputs.hooks {
+        let mut per: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in runs {
+            *per.entry(c.as_str()).or_default() += 1;
+        }
+        for (campaign, times) in per.into_iter().filter(|(_, n)| *n > 1) {
+            report.violations.push(Violation::CampaignNodeTwice {
+                campaign: campaign.to_owned(),
+                node: node.clone(),
+                what: format!("its hook ran {times} times"),
+            });
+        }
+    }
 
     // No write by a superseded coordinator.
     let takeovers: Vec<(u64, &str)> = inputs
@@ -733,7 +926,7 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
                 });
             }
         }
-        for (node, lines) in &inputs.audits {
+        for (node, lines) in &audits {
             for a in lines.iter().filter(|a| {
                 a.outcome == "accepted"
                     && a.incident_id.as_deref() == Some(incident)
@@ -767,7 +960,26 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
             .and_then(|a| a.get("granted_ms"))
             .and_then(Value::as_u64)
             .unwrap_or(g.t_ms);
-        let expires = g.u64("expires_ms").filter(|e| *e > 0).unwrap_or(u64::MAX);
+        // A grant asked again by its requester (HTTP 200, the same id) is renewed: from then
+        // on it expires when that answer says.
+        let expiry = |at: u64| {
+            inputs
+                .faults
+                .iter()
+                .filter(|r| {
+                    r.kind == "grant"
+                        && r.u64("code") == Some(200)
+                        && r.str("id") == Some(id)
+                        && r.t_ms > g.t_ms
+                        && r.t_ms <= at
+                })
+                .filter_map(|r| r.u64("expires_ms"))
+                .next_back()
+                .or(g.u64("expires_ms"))
+                .filter(|e| *e > 0)
+                .unwrap_or(u64::MAX)
+        };
+        let expires = expiry(u64::MAX);
         let released = inputs
             .faults
             .iter()
@@ -787,7 +999,7 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
             .iter()
             .filter(|e| (e.kind == "grants" || e.kind == "final") && e.t_ms > g.t_ms)
         {
-            if released.is_some_and(|r| r <= snap.t_ms) || expires <= snap.t_ms + slack {
+            if released.is_some_and(|r| r <= snap.t_ms) || expiry(snap.t_ms) <= snap.t_ms + slack {
                 continue;
             }
             let listed = snap
@@ -921,6 +1133,65 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
                     what: format!("job {} still {}", job.id, job.status.as_str()),
                 });
             }
+        }
+    }
+    // Every campaign started has ended, every instance repair has its result.
+    let final_campaigns = final_event.and_then(|e| e.fields.get("campaigns"));
+    for c in inputs
+        .faults
+        .iter()
+        .filter(|e| e.kind == "campaign" && e.str("phase") == Some("start"))
+        .filter(|e| e.u64("code") == Some(201))
+    {
+        report.campaigns += 1;
+        let id = c.str("id").unwrap_or("?");
+        let state = final_campaigns
+            .and_then(Value::as_array)
+            .and_then(|list| {
+                list.iter()
+                    .find(|x| x.get("id").and_then(Value::as_str) == Some(id))
+            })
+            .map(|x| x.get("state").and_then(Value::as_str).unwrap_or("?"));
+        match state {
+            Some("completed" | "failed" | "aborted") => {}
+            Some(state) => report.violations.push(Violation::NotFinished {
+                what: format!("campaign {id} still {state}"),
+            }),
+            None => report.violations.push(Violation::NotFinished {
+                what: format!("campaign {id} not in the final campaign list"),
+            }),
+        }
+    }
+    for h in inputs
+        .faults
+        .iter()
+        .filter(|e| e.kind == "harep" && e.str("phase") == Some("start"))
+        .filter(|e| e.str("setup") == Some("success"))
+    {
+        report.instance_repairs.0 += 1;
+        let inst = h.str("instance").unwrap_or("?");
+        let tags = inputs
+            .faults
+            .iter()
+            .find(|e| {
+                e.kind == "harep"
+                    && e.str("phase") == Some("end")
+                    && e.str("instance") == Some(inst)
+                    && e.t_ms >= h.t_ms
+            })
+            .map(|e| e.str("tags").unwrap_or(""));
+        match tags {
+            Some(tags) if tags.contains(":result:") && !tags.contains(":pending:") => {
+                if tags.contains(":success:") {
+                    report.instance_repairs.1 += 1;
+                }
+            }
+            Some(tags) => report.violations.push(Violation::NotFinished {
+                what: format!("instance repair of {inst} never ended (tags: {tags:?})"),
+            }),
+            None => report.violations.push(Violation::NotFinished {
+                what: format!("instance repair of {inst} not closed by the end of the run"),
+            }),
         }
     }
     report.incidents = incidents.len();
@@ -1073,6 +1344,7 @@ mod tests {
         audits.insert(
             "node3".to_owned(),
             vec![AuditLine {
+                line: 0,
                 at: T + 500,
                 outcome: "accepted".into(),
                 incident_id: Some(INC2.into()),
@@ -1110,6 +1382,7 @@ mod tests {
                 request: "PUT /2/nodes/node4/modify".into(),
             }],
             audits,
+            hooks: BTreeMap::new(),
             skipped_lines: 0,
         }
     }
@@ -1172,6 +1445,7 @@ mod tests {
     fn a_repair_accepted_twice_is_an_operation_twice() {
         let mut i = clean();
         let again = AuditLine {
+            line: 1,
             at: T + 900,
             outcome: "accepted".into(),
             incident_id: Some(INC2.into()),
@@ -1569,5 +1843,268 @@ mod tests {
             (faults.len(), skipped, faults[0].str("fault")),
             (1, 1, Some("isolate"))
         );
+    }
+
+    /// node3's clock jumped by OFFSET_S from T+20 s to T+40 s (audit lines 1..3 written then);
+    /// the incident INC2 canceled at T+25 s; node3's agent accepts INC2's repair again at true
+    /// time T+30 s, its clock saying T+30 s + OFFSET_S.
+    fn jumped_repair_after_cancel(offset_s: i64) -> Inputs {
+        let mut i = clean();
+        i.faults.push(ev(
+            T + 20_000,
+            "fault",
+            json!({"n": 3, "fault": "clock-jump", "phase": "start", "node": "node3",
+                   "offset_s": offset_s, "audit_lines": 1}),
+        ));
+        i.faults.push(ev(
+            T + 25_000,
+            "cancel",
+            json!({"code": 200, "incident": INC2}),
+        ));
+        i.faults.push(ev(
+            T + 40_000,
+            "fault",
+            json!({"n": 3, "fault": "clock-jump", "phase": "end", "audit_lines": 2}),
+        ));
+        let moved = T + 30_000;
+        let moved = u64::try_from(i64::try_from(moved).unwrap() + offset_s * 1000).unwrap();
+        i.audits.get_mut("node3").unwrap().push(AuditLine {
+            line: 1,
+            at: moved,
+            outcome: "accepted".into(),
+            incident_id: Some(INC2.into()),
+            command: Some("e2e-fix".into()),
+        });
+        i
+    }
+
+    #[test]
+    fn an_audit_line_written_during_a_clock_jump_is_judged_at_its_true_time() {
+        // The second acceptance is an operation twice whatever the clock; after the cancel it
+        // is a canceled incident acting, a clock set back 10 minutes or ahead 20 or not.
+        for offset_s in [-600, -30, 0, 45, 1200] {
+            let i = jumped_repair_after_cancel(offset_s);
+            assert_eq!(
+                kinds(&i),
+                vec!["repaired-twice", "canceled-acted"],
+                "offset {offset_s} s"
+            );
+            let r = check(&i, &Settings::default()).unwrap();
+            assert!(
+                r.to_string().contains(&utc(T + 30_000)),
+                "offset {offset_s} s: {r}"
+            );
+        }
+        // Lines outside the jump's line range keep their time: the first acceptance (line 0,
+        // at T+500) is before the cancel.
+        let mut audits = clean().audits;
+        let jumps = vec![ClockJump {
+            node: "node3".into(),
+            offset_ms: -600_000,
+            span_ms: (T + 20_000, T + 40_000),
+            lines: (1, 2),
+        }];
+        unfake_audit_times(&mut audits, &jumps);
+        assert_eq!(audits["node3"][0].at, T + 500);
+        // A line inside the range whose time is inside the span was written before the daemon
+        // read the offset: kept; one beyond the offset is kept within the span.
+        let mut audits = clean().audits;
+        let node3 = audits.get_mut("node3").unwrap();
+        node3[0].line = 1;
+        node3[0].at = T + 20_500;
+        node3.push(AuditLine {
+            line: 1,
+            at: T + 5_000,
+            ..node3[0].clone()
+        });
+        unfake_audit_times(&mut audits, &jumps);
+        assert_eq!(audits["node3"][0].at, T + 20_500);
+        assert_eq!(audits["node3"][1].at, T + 40_000);
+    }
+
+    #[test]
+    fn a_coordinator_log_line_is_read_at_the_true_time_in_front() {
+        let log = "@2026-11-27T03:17:12.512Z 2026-11-27T03:57:12.512345Z  WARN took over the state kept by a master candidate from=node1\n\
+                   @2026-11-27T03:18:00.000Z 2026-11-27T03:08:00.000000Z  INFO no longer the master: standing by\n\
+                   @bad 2026-11-27T03:19:00.000000Z  INFO no longer the master: standing by\n";
+        let (events, skipped) = parse_coordinator_log(log);
+        assert_eq!(
+            events,
+            vec![
+                (
+                    parse_iso_ms("2026-11-27T03:17:12.512Z").unwrap(),
+                    CoordinatorEvent::TookOver
+                ),
+                (
+                    parse_iso_ms("2026-11-27T03:18:00.000Z").unwrap(),
+                    CoordinatorEvent::StoodDown
+                ),
+            ]
+        );
+        assert_eq!(skipped, 1);
+    }
+
+    #[test]
+    fn a_campaign_or_instance_repair_left_unfinished_is_not_finished() {
+        let with = |events: Vec<FaultEvent>, campaigns: Value| {
+            let mut i = clean();
+            i.faults.extend(events);
+            i.faults
+                .iter_mut()
+                .find(|e| e.kind == "final")
+                .unwrap()
+                .fields
+                .insert("campaigns".into(), campaigns);
+            i
+        };
+        let started = || {
+            ev(
+                T + 1000,
+                "campaign",
+                json!({"phase": "start", "code": 201, "id": "c1"}),
+            )
+        };
+        for (state, want) in [
+            ("completed", vec![]),
+            ("failed", vec![]),
+            ("aborted", vec![]),
+            ("running", vec!["not-finished"]),
+            ("paused", vec!["not-finished"]),
+        ] {
+            let i = with(vec![started()], json!([{"id": "c1", "state": state}]));
+            assert_eq!(kinds(&i), want, "{state}");
+        }
+        let i = with(vec![started()], json!([{"id": "c2", "state": "completed"}]));
+        assert_eq!(kinds(&i), vec!["not-finished"], "forgotten campaign");
+        // A campaign refused (409) is no campaign.
+        let refused = ev(
+            T + 1000,
+            "campaign",
+            json!({"phase": "start", "code": 409, "id": ""}),
+        );
+        assert_eq!(kinds(&with(vec![refused], json!([]))), Vec::<&str>::new());
+
+        let repair = |tags: Option<&str>| {
+            let mut v = vec![ev(
+                T + 2000,
+                "harep",
+                json!({"phase": "start", "instance": "inst4", "node": "node4", "setup": "success"}),
+            )];
+            if let Some(tags) = tags {
+                v.push(ev(
+                    T + 9000,
+                    "harep",
+                    json!({"phase": "end", "instance": "inst4", "tags": tags}),
+                ));
+            }
+            with(v, json!([]))
+        };
+        let done = "ganeti:watcher:autorepair:migrate ganeti:watcher:autorepair:result:migrate:u:1:success:17";
+        let r = check(&repair(Some(done)), &Settings::default()).unwrap();
+        assert_eq!((r.instance_repairs, r.violations.len()), ((1, 1), 0), "{r}");
+        let failed = done.replace(":success:", ":failure:");
+        let r = check(&repair(Some(&failed)), &Settings::default()).unwrap();
+        assert_eq!((r.instance_repairs, r.violations.len()), ((1, 0), 0), "{r}");
+        for tags in [
+            Some("ganeti:watcher:autorepair:migrate"),
+            Some("ganeti:watcher:autorepair:pending:migrate:u:1:17"),
+            None,
+        ] {
+            assert_eq!(kinds(&repair(tags)), vec!["not-finished"], "{tags:?}");
+        }
+    }
+
+    #[test]
+    fn a_campaign_draining_a_node_twice_or_running_its_hook_twice_handles_it_twice() {
+        const C: &str = "7d1e2f3a-4b5c-4d6e-8f70-9a1b2c3d4e5f";
+        let with_campaign = || {
+            let mut i = clean();
+            i.faults.push(ev(
+                T + 1000,
+                "campaign",
+                json!({"phase": "start", "code": 201, "id": C}),
+            ));
+            i.faults
+                .iter_mut()
+                .find(|e| e.kind == "final")
+                .unwrap()
+                .fields
+                .insert("campaigns".into(), json!([{"id": C, "state": "completed"}]));
+            i
+        };
+        let mut i = with_campaign();
+        push_job(
+            &mut i,
+            20,
+            "success",
+            drain("node5", true),
+            Some((C, "drain-node5")),
+            (T + 50_000, T + 50_500),
+        );
+        push_job(
+            &mut i,
+            21,
+            "success",
+            drain("node5", false),
+            Some((C, "undrain-node5")),
+            (T + 60_000, T + 60_500),
+        );
+        let (runs, skipped) = parse_hook_log(&format!(
+            "{} {{\"kind\":\"maintenance\",\"campaign\":\"{C}\",\"node\":\"node5\"}}\nbroken\n",
+            T + 55_000
+        ));
+        assert_eq!((runs.clone(), skipped), (vec![C.to_owned()], 1));
+        i.hooks.insert("node5".into(), runs.clone());
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // Drained again under another intent (a re-planned step).
+        let mut twice = with_campaign();
+        twice.hooks.insert("node5".into(), runs.clone());
+        for (id, intent) in [(20, "drain-node5"), (22, "drain-node5-again")] {
+            push_job(
+                &mut twice,
+                id,
+                "success",
+                drain("node5", true),
+                Some((C, intent)),
+                (T + 50_000, T + 50_500),
+            );
+        }
+        assert_eq!(kinds(&twice), vec!["campaign-node-twice"]);
+        // The hook run twice.
+        let mut i = with_campaign();
+        i.hooks
+            .insert("node5".into(), vec![C.to_owned(), C.to_owned()]);
+        assert_eq!(kinds(&i), vec!["campaign-node-twice"]);
+        // Another campaign's run is its own.
+        let mut i = with_campaign();
+        i.hooks
+            .insert("node5".into(), vec![C.to_owned(), INC.to_owned()]);
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_grant_renewed_by_its_requester_expires_when_the_renewal_says() {
+        // g1 (node1, 201 at T+30 s, expires T+90 s) asked again at T+35 s: 200, expires
+        // T+50 s. The final list at T+80 s without it is right; with the first expiry it would
+        // be a grant forgotten.
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "release");
+        i.faults.push(ev(
+            T + 35_000,
+            "grant",
+            json!({"code": 200, "id": "g1", "node": "node1", "expires_ms": T + 50_000}),
+        ));
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // Renewed for longer: still in force at the end, so missing there is forgotten.
+        let mut i = clean();
+        i.faults.retain(|e| e.kind != "release");
+        i.faults.push(ev(
+            T + 35_000,
+            "grant",
+            json!({"code": 200, "id": "g1", "node": "node1", "expires_ms": T + 200_000}),
+        ));
+        let fin = i.faults.iter_mut().find(|e| e.kind == "final").unwrap();
+        *fin = final_ok(T + 100_000, json!([]));
+        assert_eq!(kinds(&i), vec!["grant-forgotten"]);
     }
 }

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use nodecare_tests::nemesis_check::{
     Addresses, Inputs, Settings, check, parse_audit, parse_coordinator_log, parse_faults,
-    parse_jobs, parse_rapi_log,
+    parse_hook_log, parse_jobs, parse_rapi_log,
 };
 
 /// Judges a nemesis run from Ganeti's job list, the coordinators' logs, the RAPI daemons' logs,
@@ -31,6 +31,9 @@ struct Args {
     /// NODE=PATH: NODE's agent's `repair-audit.jsonl` (missing file: no repair).
     #[arg(long = "audit", value_parser = pair)]
     audits: Vec<(String, PathBuf)>,
+    /// NODE=PATH: the log of the nemesis's campaign hook on NODE (missing file: no run).
+    #[arg(long = "hook-log", value_parser = pair)]
+    hook_logs: Vec<(String, PathBuf)>,
     /// NODE=IP: a node's address, to attribute RAPI requests.
     #[arg(long = "node-ip", value_parser = pair)]
     node_ips: Vec<(String, PathBuf)>,
@@ -94,6 +97,13 @@ fn run(args: &Args) -> Result<bool> {
         let (lines, skipped) = parse_audit(&text);
         inputs.audits.insert(node.clone(), lines);
         inputs.skipped_lines += skipped;
+    }
+    for (node, path) in &args.hook_logs {
+        if path.exists() {
+            let (runs, skipped) = parse_hook_log(&read(path)?);
+            inputs.hooks.insert(node.clone(), runs);
+            inputs.skipped_lines += skipped;
+        }
     }
     if inputs.faults.is_empty() {
         bail!("{}: no event", args.faults.display());
