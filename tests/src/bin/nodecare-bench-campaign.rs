@@ -180,7 +180,8 @@ impl Tracker {
             .next()
             .context("campaign gone")?;
         if self.blocked.last().map(|(_, why)| why) != Some(&campaign.campaign.blocked_by) {
-            self.blocked.push((at, campaign.campaign.blocked_by.clone()));
+            self.blocked
+                .push((at, campaign.campaign.blocked_by.clone()));
         }
         for (gi, group) in campaign.campaign.groups.iter().enumerate() {
             self.group_seen.entry(gi).or_insert(at);
