@@ -421,6 +421,22 @@ async fn one_failing_collector_never_breaks_another() {
     agent.shutdown().await;
 }
 
+/// The sequence and payload of a signed diagnose report, verified with `fixture`'s key.
+fn verified(fixture: &Fixture, body: &[u8]) -> (u64, DiagnosePayload) {
+    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
+    let envelope = ring
+        .verify_json(
+            body,
+            nodecare_protocol::now_ms(),
+            VerifyPolicy::default(),
+            None,
+            None,
+        )
+        .unwrap();
+    let payload: DiagnosePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
+    (envelope.sequence, payload)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_start_serves_a_signed_stale_unknown_until_the_first_run() {
     let Some(_serial) = root_test().await else {
@@ -433,19 +449,7 @@ async fn first_start_serves_a_signed_stale_unknown_until_the_first_run() {
         "#!/bin/sh\nsleep 0.8\necho '{\"status\":\"Ok\"}'\n",
         0o755,
     );
-    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
-    let verify = |body: &[u8]| {
-        let envelope = ring
-            .verify_json(
-                body,
-                nodecare_protocol::now_ms(),
-                VerifyPolicy::default(),
-                None,
-                None,
-            )
-            .unwrap();
-        serde_json::from_value::<DiagnosePayload>(envelope.payload.clone()).unwrap()
-    };
+    let verify = |body: &[u8]| verified(&fixture, body).1;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let agent = nodecare_agent::serve(config(&fixture), listener)
         .await
@@ -484,20 +488,7 @@ async fn restart_serves_the_persisted_verdict_as_stale_until_a_fresh_run() {
         "#!/bin/sh\necho '{\"status\":\"evacuate\",\"details\":{\"disk\":\"sdc\"}}'\n",
         0o755,
     );
-    let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
-    let verify = |body: &[u8]| {
-        let envelope = ring
-            .verify_json(
-                body,
-                nodecare_protocol::now_ms(),
-                VerifyPolicy::default(),
-                None,
-                None,
-            )
-            .unwrap();
-        let payload: DiagnosePayload = serde_json::from_value(envelope.payload.clone()).unwrap();
-        (envelope.sequence, payload)
-    };
+    let verify = |body: &[u8]| verified(&fixture, body);
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let agent = nodecare_agent::serve(config(&fixture), listener)
