@@ -539,6 +539,24 @@ grants_snapshot() { # AFTER
 
 # ---------------------------------------------------------------------------------------------
 # The faults.
+# For a failover fault (KIND), in fault()'s scope: sets m (the master), target (another of
+# node1..3, from c) and pid (the master's coordinator, frozen), then waits at most 120 s for
+# Ganeti's job queue to run empty; if it does not, the coordinator is continued, the fault
+# logged as skipped, and this returns 1.
+freeze_master_until_idle() { # KIND
+  m=$(master_index)
+  target=$c
+  [[ $target == "$m" ]] && target=$((c % 3 + 1))
+  pid=$(coord_pid "$m")
+  [[ -n $pid ]] && kill -STOP "$pid" 2>/dev/null
+  for ((k = 0; k < 120; k++)); do busy=$(fo_busy_jobs); [[ -z $busy ]] && break; sleep 1; done
+  if [[ -n $busy ]]; then
+    [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
+    event fault n="$n" fault="$1" phase=skipped why="jobs still running after 120 s: $busy"
+    return 1
+  fi
+}
+
 fault() { # N KIND A B C DUR JUMP
   local n=$1 kind=$2 a=$3 b=$4 c=$5 dur=$6 jump=$7 pid m target busy k free d ans
   # A coordinator fault hits the acting one two times in three (C = 1 or 2), else the standby
@@ -563,20 +581,10 @@ fault() { # N KIND A B C DUR JUMP
       event fault n="$n" fault=isolate phase=end
       ;;
     failover)
-      m=$(master_index)
-      target=$c
-      [[ $target == "$m" ]] && target=$((c % 3 + 1))
       # As S11 does: the master's coordinator is frozen so that it submits nothing more, the
       # queue runs empty, the master moves, and the old coordinator is continued at once (it
       # wakes up superseded, racing the new master's takeover).
-      pid=$(coord_pid "$m")
-      [[ -n $pid ]] && kill -STOP "$pid" 2>/dev/null
-      for ((k = 0; k < 120; k++)); do busy=$(fo_busy_jobs); [[ -z $busy ]] && break; sleep 1; done
-      if [[ -n $busy ]]; then
-        [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
-        event fault n="$n" fault=failover phase=skipped why="jobs still running after 120 s: $busy"
-        return
-      fi
+      freeze_master_until_idle failover || return 0
       event fault n="$n" fault=failover phase=start from="$(name_of "$m")" to="$(name_of "$target")" frozen="${pid:-0}"
       if ans=$("$GNT/node-exec.sh" "$target" gnt-cluster master-failover 2>&1); then
         [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
@@ -665,17 +673,7 @@ fault() { # N KIND A B C DUR JUMP
       # planned failover), its coordinator and Ganeti master daemons are killed, another of
       # node1..3 takes over with --no-voting, then the old master's node comes back as a plain
       # node (noded, the configuration redistributed) and its coordinator is started again.
-      m=$(master_index)
-      target=$c
-      [[ $target == "$m" ]] && target=$((c % 3 + 1))
-      pid=$(coord_pid "$m")
-      [[ -n $pid ]] && kill -STOP "$pid" 2>/dev/null
-      for ((k = 0; k < 120; k++)); do busy=$(fo_busy_jobs); [[ -z $busy ]] && break; sleep 1; done
-      if [[ -n $busy ]]; then
-        [[ -n $pid ]] && kill -CONT "$pid" 2>/dev/null
-        event fault n="$n" fault=failover-nv phase=skipped why="jobs still running after 120 s: $busy"
-        return
-      fi
+      freeze_master_until_idle failover-nv || return 0
       event fault n="$n" fault=failover-nv phase=start from="$(name_of "$m")" to="$(name_of "$target")" killed="${pid:-0}"
       [[ -n $pid ]] && kill -KILL "$pid" 2>/dev/null
       rm -f "$S/pids/bg-nem-coord-$m.pid"
