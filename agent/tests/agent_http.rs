@@ -189,15 +189,7 @@ async fn hostile_scripts_end_unknown_and_the_agent_keeps_serving() {
     }
 
     // The signed report verifies and carries the same verdict (signed right after the run).
-    let mut signed = get(address, "/1/report/node/diagnose/signed").await;
-    for _ in 0..40 {
-        if signed.status == 200 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-        signed = get(address, "/1/report/node/diagnose/signed").await;
-    }
-    assert_eq!(signed.status, 200);
+    let signed = fresh_signed(&fixture, address, Duration::from_secs(1)).await;
     let ring = KeyRing::single(HmacKey::from_file(&fixture.key).unwrap());
     let envelope = ring
         .verify_json(
@@ -419,6 +411,27 @@ async fn one_failing_collector_never_breaks_another() {
     let cpu = get(address, "/1/report/default/cpu-avg-load").await.json();
     assert_eq!(cpu["category"], Value::Null);
     agent.shutdown().await;
+}
+
+/// The first fresh signed diagnose report (not the stale one served before the first run is
+/// signed), within `limit`.
+async fn fresh_signed(
+    fixture: &Fixture,
+    address: std::net::SocketAddr,
+    limit: Duration,
+) -> support::Answer {
+    let started = Instant::now();
+    loop {
+        let answer = get(address, "/1/report/node/diagnose/signed").await;
+        if answer.status == 200 && !verified(fixture, &answer.body).1.stale {
+            return answer;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no fresh signed report within {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }
 
 /// The sequence and payload of a signed diagnose report, verified with `fixture`'s key.
@@ -721,11 +734,7 @@ async fn long_poll_answers_on_a_new_report_and_a_gone_client_frees_its_wait() {
         .unwrap()
         .sequence
     };
-    let mut current = get(address, "/1/report/node/diagnose/signed").await;
-    while current.status != 200 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        current = get(address, "/1/report/node/diagnose/signed").await;
-    }
+    let current = fresh_signed(&fixture, address, Duration::from_secs(5)).await;
     let first = sequence_of(&current.body);
 
     // Nothing newer: 304 at once without `wait`.
@@ -808,11 +817,7 @@ async fn a_signed_check_runs_the_diagnose_scripts_at_once() {
     wait_for_verdict(address, Duration::from_secs(5)).await;
     // The first verdict is signed just after it is published: the check answers the sequence
     // of the signed report it then serves.
-    let signed_by = Instant::now() + Duration::from_secs(5);
-    while get(address, "/1/report/node/diagnose/signed").await.status != 200 {
-        assert!(Instant::now() < signed_by, "no signed report within 5 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    fresh_signed(&fixture, address, Duration::from_secs(5)).await;
     let key = HmacKey::from_file(&fixture.key).unwrap();
     let signer = nodecare_protocol::Signer::new(key, "node1.example.com");
     let envelope = |nonce: &str| {
