@@ -252,8 +252,10 @@ fi
 (cd / && exec env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin "${notify_env[@]}" "${exec_argv[@]}") >"$agent_log" 2>&1 &
 agent_pid=$!
 report=
+# Until the first diagnose run has finished, the report says "not collected yet".
 for _ in $(seq 1 100); do
-    if report=$(curl -fsS --max-time 5 "http://127.0.0.1:$agent_port/1/report/node/diagnose" 2>/dev/null); then
+    if report=$(curl -fsS --max-time 5 "http://127.0.0.1:$agent_port/1/report/node/diagnose" 2>/dev/null) &&
+        grep -q "nodecare-test-" <<<"$report"; then
         break
     fi
     kill -0 "$agent_pid" 2>/dev/null || { cat "$agent_log" >&2; fail "the agent exited"; }
