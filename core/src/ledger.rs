@@ -97,7 +97,8 @@ pub enum Hold {
         /// Node.
         node: String,
     },
-    /// The node receives its instances back (held while the entry is unfinished).
+    /// The node receives its instances back (touched, not disrupted, while the entry is
+    /// unfinished).
     Receiving {
         /// Node.
         node: String,
@@ -346,9 +347,11 @@ fn took_hold(state: &State) -> bool {
 /// What `entries` (those of holders still open: a finished duty record holds nothing) hold in
 /// force. A node hold (drained, offline, rebooting) lasts from its entry's recording until an
 /// entry of the same holder releasing the node, recorded after it, has succeeded; a hold of a
-/// failed or canceled entry never took effect. Receiving and moving holds last while their
-/// entry is unfinished, and so do repairing ones (touched, not disrupted). Uncertainty holds:
-/// a timed-out entry holds as if it ran.
+/// failed or canceled entry never took effect. Receiving, repairing and moving holds last while
+/// their entry is unfinished and touch their nodes without disrupting them: a node its
+/// instances migrate back onto counts against no cap (as the campaign's own account says,
+/// [`crate::campaign::Record::touched`]). Uncertainty holds: a timed-out entry holds as if it
+/// ran.
 pub fn in_force(entries: &[Entry]) -> Held {
     let mut sorted: Vec<&Entry> = entries.iter().collect();
     sorted.sort_by_key(|e| e.id);
@@ -363,17 +366,12 @@ pub fn in_force(entries: &[Entry]) -> Held {
                         held.entry((&entry.holder, node)).or_insert(entry.id);
                     }
                 }
-                Hold::Receiving { node } => {
-                    if entry.state.is_unfinished() {
-                        held.entry((&entry.holder, node)).or_insert(entry.id);
-                    }
-                }
                 Hold::Release { node } => {
                     if entry.state == State::Succeeded {
                         held.remove(&(&entry.holder, node.as_str()));
                     }
                 }
-                Hold::Repairing { node } => {
+                Hold::Receiving { node } | Hold::Repairing { node } => {
                     if entry.state.is_unfinished() {
                         out.touched
                             .entry(node.clone())
@@ -722,27 +720,6 @@ mod tests {
                 ],
                 vec!["n1"],
             ),
-            // Receiving holds while unfinished only.
-            (
-                vec![entry(
-                    1,
-                    &h,
-                    "b",
-                    State::Submitted,
-                    vec![Hold::Receiving { node: "n2".into() }],
-                )],
-                vec!["n2"],
-            ),
-            (
-                vec![entry(
-                    1,
-                    &h,
-                    "b",
-                    State::Succeeded,
-                    vec![Hold::Receiving { node: "n2".into() }],
-                )],
-                vec![],
-            ),
         ];
         for (entries, want) in table {
             let held = in_force(&entries);
@@ -751,6 +728,32 @@ mod tests {
             assert_eq!(nodes, want, "{entries:#?}");
             assert!(held.nodes.values().all(|holder| holder == &h));
         }
+    }
+
+    /// A node its instances migrate back onto (a campaign's node after its reboot) is held
+    /// while the migration runs, without being disrupted: it counts against no cap, so the
+    /// next group may start meanwhile (the campaign's own account says the same).
+    #[test]
+    fn a_node_receiving_its_instances_back_is_touched_not_disrupted() {
+        let h = Holder::Campaign {
+            id: Uuid::from_u128(5),
+        };
+        let receiving = Hold::Receiving { node: "n2".into() };
+        let held = in_force(&[entry(1, &h, "b", State::Submitted, vec![receiving.clone()])]);
+        assert!(held.nodes.is_empty(), "{held:?}");
+        assert_eq!(held.touched.get("n2"), Some(&h));
+        assert_eq!(
+            in_force(&[entry(1, &h, "b", State::Succeeded, vec![receiving.clone()])]),
+            Held::default()
+        );
+        // Still drained by the same holder (its undrain not ended): disrupted, not touched.
+        let held = in_force(&[
+            entry(1, &h, "d", State::Succeeded, vec![drained("n2")]),
+            entry(2, &h, "u", State::Submitted, vec![release("n2")]),
+            entry(3, &h, "b", State::Submitted, vec![receiving]),
+        ]);
+        assert_eq!(held.nodes.get("n2"), Some(&h));
+        assert!(held.touched.is_empty(), "{held:?}");
     }
 
     #[test]
@@ -994,7 +997,6 @@ mod tests {
                                     && r.state == State::Succeeded
                                     && r.holds.contains(&Hold::Release { node: node.clone() }))
                         }
-                        Hold::Receiving { node: n } => n == node && e.state.is_unfinished(),
                         _ => false,
                     })
                 });

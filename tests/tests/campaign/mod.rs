@@ -470,3 +470,68 @@ async fn a_campaign_goes_on_between_groups_without_waiting_for_the_interval() {
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
 }
+
+/// The next group starts whole while the previous group's instances still migrate back: a node
+/// receiving its instances back counts against no cap (the campaign's own account and the
+/// executor's ledger say the same), so the gate does not refuse the next group for the cap and
+/// the campaign does not cut it into smaller groups, which would cost one more reboot round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_group_starts_whole_while_instances_migrate_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let mut h = cluster(&users).await;
+    // Migrations back still run when the round that saw the undrains end proposes the next
+    // group.
+    h.sim.set_job_delay(std::time::Duration::from_millis(300));
+    let (before, _) = layout(&h);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&serde_json::json!({"hook": "reboot", "reason": "kernel"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    let mut runs = BTreeMap::new();
+    let mut planned = None;
+    let mut cut = Vec::new();
+    // Rounds back to back, as the daemon's when jobs end: no waiting for Ganeti's queue to
+    // settle between them.
+    for _ in 0..400 {
+        h.coordinator.round().await.unwrap();
+        reboot_after_hooks(&h.agents, &mut runs);
+        let now = campaign(&h);
+        if planned.is_none() && !now.groups.is_empty() {
+            planned = Some(now.groups.len() + now.planned.len());
+        }
+        if let Some(why) = now
+            .blocked_by
+            .as_deref()
+            .filter(|w| w.contains("smaller groups"))
+        {
+            cut.push(why.to_owned());
+        }
+        if now.state.is_final() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert_eq!(cut, Vec::<String>::new(), "a group was cut: {done:#?}");
+    assert_eq!(Some(done.groups.len()), planned, "{done:#?}");
+    assert!(done.groups.iter().all(|g| g.nodes.len() == 2), "{done:#?}");
+    for i in 1..=NODES {
+        assert_eq!(runs[&node(i)].len(), 1, "hooks of {}", node(i));
+    }
+    let (after, all_running) = layout(&h);
+    assert_eq!(after, before);
+    assert!(all_running);
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    server.abort();
+}
