@@ -21,6 +21,8 @@
 
 use std::collections::BTreeMap;
 
+use futures_util::StreamExt as _;
+
 use nodecare_protocol::maintenance::HOOK_NO_REBOOT_LINE;
 use nodecare_protocol::repair::{RepairRequest, RepairState};
 use uuid::Uuid;
@@ -408,20 +410,13 @@ async fn go_on(
         .await?
         .len();
     sync(ctx, &mut record)?;
-    for key in &planned {
-        let Some(op) = record.ops.get(key).cloned() else {
-            continue;
-        };
-        if let OpKind::Hook {
-            request_id,
-            context,
-        } = &op.kind
-            && op.state == OpState::Planned
-            && send_hook(ctx, &mut record, &op, request_id, context, world.now_ms).await?
-        {
-            submitted += 1;
-        }
-    }
+    let hooks: Vec<CampaignOp> = planned
+        .iter()
+        .filter_map(|key| record.ops.get(key))
+        .filter(|op| matches!(op.kind, OpKind::Hook { .. }) && op.state == OpState::Planned)
+        .cloned()
+        .collect();
+    submitted += send_hooks(ctx, &mut record, &hooks, world.now_ms).await?;
     ctx.store.save_campaign(&record)?;
     Ok((submitted, again))
 }
@@ -455,43 +450,68 @@ fn base_url(ctx: Context<'_>, node: &str) -> Option<String> {
         .map(|n| ctx.agent_urls.base(n))
 }
 
-/// Sends (or sends again: the agent runs it once) the hook's signed repair request.
-async fn send_hook(
+/// Most hooks (repair requests or polls) in flight to agents at once.
+const HOOK_CONCURRENCY: usize = 32;
+
+/// Sends (or sends again: the agent runs it once) the signed repair requests of the hooks
+/// `ops`, at most [`HOOK_CONCURRENCY`] at once, their sequence numbers reserved in one write
+/// and their answers settled in one; returns how many the agents took.
+async fn send_hooks(
     ctx: Context<'_>,
     record: &mut Record,
-    op: &CampaignOp,
-    request_id: &str,
-    context: &nodecare_protocol::maintenance::HookContext,
+    ops: &[CampaignOp],
     now_ms: u64,
-) -> Result<bool, StoreError> {
-    let Some(base) = base_url(ctx, &op.node) else {
-        return Ok(false);
-    };
-    let input = match serde_json::to_value(context) {
-        Ok(input) => input,
-        Err(error) => {
-            settle_hook(
-                ctx,
-                record,
-                &op.key,
-                HookOutcome::Failed(format!("hook context: {error}")),
-                now_ms,
-            )?;
-            return Ok(false);
-        }
-    };
-    let request = RepairRequest {
-        node: op.node.clone(),
-        incident_id: request_id.to_owned(),
-        command: record.campaign.request.hook.clone(),
-        input,
-        nonce: Uuid::new_v4().simple().to_string(),
-    };
-    let sequence = ctx.store.next_counter("repair-sequence", now_ms)?;
-    let answer = ctx.repairs.request(&base, request, sequence, now_ms).await;
-    let outcome = hook_outcome(answer);
-    let accepted = outcome.accepted();
-    settle_hook(ctx, record, &op.key, outcome, now_ms)?;
+) -> Result<usize, StoreError> {
+    let mut outcomes: Vec<(String, HookOutcome)> = Vec::new();
+    let mut requests: Vec<(String, String, RepairRequest)> = Vec::new();
+    for op in ops {
+        let OpKind::Hook {
+            request_id,
+            context,
+        } = &op.kind
+        else {
+            continue;
+        };
+        let Some(base) = base_url(ctx, &op.node) else {
+            continue;
+        };
+        let input = match serde_json::to_value(context) {
+            Ok(input) => input,
+            Err(error) => {
+                outcomes.push((
+                    op.key.clone(),
+                    HookOutcome::Failed(format!("hook context: {error}")),
+                ));
+                continue;
+            }
+        };
+        let request = RepairRequest {
+            node: op.node.clone(),
+            incident_id: request_id.clone(),
+            command: record.campaign.request.hook.clone(),
+            input,
+            nonce: Uuid::new_v4().simple().to_string(),
+        };
+        requests.push((op.key.clone(), base, request));
+    }
+    let mut accepted = 0;
+    if let Ok(count) = u64::try_from(requests.len())
+        && count > 0
+    {
+        let first = ctx.store.next_counters("repair-sequence", count, now_ms)?;
+        let answers: Vec<(String, HookOutcome)> =
+            futures_util::stream::iter(requests.into_iter().zip(first..))
+                .map(|((key, base, request), sequence)| async move {
+                    let answer = ctx.repairs.request(&base, request, sequence, now_ms).await;
+                    (key, hook_outcome(answer))
+                })
+                .buffer_unordered(HOOK_CONCURRENCY)
+                .collect()
+                .await;
+        accepted = answers.iter().filter(|(_, o)| o.accepted()).count();
+        outcomes.extend(answers);
+    }
+    settle_hooks(ctx, record, outcomes, now_ms)?;
     Ok(accepted)
 }
 
@@ -578,35 +598,42 @@ fn hook_state(outcome: &HookOutcome) -> Option<State> {
     }
 }
 
-/// Marks the hook's ledger entry by what the agent said, and the campaign's view with it.
-fn settle_hook(
+/// Marks the hooks' ledger entries by what the agents said (in one write), and the
+/// campaign's view with them.
+fn settle_hooks(
     ctx: Context<'_>,
     record: &mut Record,
-    key: &str,
-    outcome: HookOutcome,
+    outcomes: Vec<(String, HookOutcome)>,
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    let Some(state) = hook_state(&outcome) else {
-        return Ok(());
-    };
-    let Some(mut entry) = ctx.executor.ledger().entry(&record.holder(), key)? else {
-        return Ok(());
-    };
-    if entry.state == state {
-        return Ok(());
+    let holder = record.holder();
+    let mut marked = Vec::new();
+    for (key, outcome) in outcomes {
+        let Some(state) = hook_state(&outcome) else {
+            continue;
+        };
+        let Some(mut entry) = ctx.executor.ledger().entry(&holder, &key)? else {
+            continue;
+        };
+        if entry.state == state {
+            continue;
+        }
+        if !state.is_unfinished() {
+            entry.finished_ms = Some(now_ms);
+        }
+        entry.state = state;
+        if let HookOutcome::Done { no_reboot: true } = outcome {
+            record.hooks_no_reboot.insert(key);
+        }
+        marked.push(entry);
     }
-    if !state.is_unfinished() {
-        entry.finished_ms = Some(now_ms);
-    }
-    entry.state = state;
-    if let HookOutcome::Done { no_reboot: true } = outcome {
-        record.hooks_no_reboot.insert(key.to_owned());
-    }
-    ctx.executor.ledger().mark(&entry)?;
-    // The campaign's view of this one operation (the others are as they were).
-    if let Some(mut op) = CampaignOp::from_entry(&entry) {
-        op.no_reboot = record.hooks_no_reboot.contains(key);
-        record.ops.insert(op.key.clone(), op);
+    ctx.executor.ledger().mark_all(&marked)?;
+    // The campaign's view of these operations (the others are as they were).
+    for entry in &marked {
+        if let Some(mut op) = CampaignOp::from_entry(entry) {
+            op.no_reboot = record.hooks_no_reboot.contains(&entry.key);
+            record.ops.insert(op.key.clone(), op);
+        }
     }
     Ok(())
 }
@@ -619,29 +646,35 @@ async fn follow_hooks(
     record: &mut Record,
     now_ms: u64,
 ) -> Result<(), StoreError> {
-    let in_flight: Vec<CampaignOp> = record.in_flight().cloned().collect();
-    for op in in_flight {
-        let OpKind::Hook {
-            request_id,
-            context,
-        } = &op.kind
-        else {
-            continue;
-        };
-        match op.state {
-            OpState::Planned => {
-                send_hook(ctx, record, &op, request_id, context, now_ms).await?;
-            }
-            OpState::Submitted => {
-                if let Some(base) = base_url(ctx, &op.node) {
-                    let answer = ctx.repairs.poll(&base, request_id).await;
-                    settle_hook(ctx, record, &op.key, hook_outcome(answer), now_ms)?;
-                }
-            }
-            OpState::Succeeded | OpState::Failed => {}
-        }
-    }
-    Ok(())
+    let in_flight: Vec<CampaignOp> = record
+        .in_flight()
+        .filter(|op| matches!(op.kind, OpKind::Hook { .. }))
+        .cloned()
+        .collect();
+    let (planned, sent): (Vec<CampaignOp>, Vec<CampaignOp>) = in_flight
+        .into_iter()
+        .partition(|op| op.state == OpState::Planned);
+    send_hooks(ctx, record, &planned, now_ms).await?;
+    let polls: Vec<(String, String, String)> = sent
+        .iter()
+        .filter(|op| op.state == OpState::Submitted)
+        .filter_map(|op| {
+            let OpKind::Hook { request_id, .. } = &op.kind else {
+                return None;
+            };
+            let base = base_url(ctx, &op.node)?;
+            Some((op.key.clone(), base, request_id.clone()))
+        })
+        .collect();
+    let outcomes: Vec<(String, HookOutcome)> = futures_util::stream::iter(polls)
+        .map(|(key, base, request_id)| async move {
+            let answer = ctx.repairs.poll(&base, &request_id).await;
+            (key, hook_outcome(answer))
+        })
+        .buffer_unordered(HOOK_CONCURRENCY)
+        .collect()
+        .await;
+    settle_hooks(ctx, record, outcomes, now_ms)
 }
 
 #[cfg(test)]

@@ -385,6 +385,21 @@ impl Store {
         )?;
         Ok(to_u64(value))
     }
+
+    /// Reserves `count` (at least 1) consecutive new values of the counter of
+    /// [`Store::next_counter`] in one durable write; returns the first.
+    pub fn next_counters(&self, name: &str, count: u64, floor: u64) -> Result<u64, StoreError> {
+        let count = count.max(1);
+        let connection = self.lock();
+        let last: i64 = connection.query_row(
+            "INSERT INTO counters (name, value) VALUES (?1, ?2)
+             ON CONFLICT(name) DO UPDATE SET value = max(value + ?3, excluded.value)
+             RETURNING value",
+            params![name, to_i64(floor.saturating_add(count - 1)), to_i64(count)],
+            |row| row.get(0),
+        )?;
+        Ok(to_u64(last).saturating_sub(count - 1))
+    }
 }
 
 /// Brings `connection`'s database to this coordinator's schema (every version's tables, the
@@ -703,6 +718,15 @@ mod tests {
         assert_eq!(store.next_counter("seq", 100).unwrap(), 100);
         assert_eq!(store.next_counter("seq", 50).unwrap(), 101);
         assert_eq!(store.next_counter("seq", 500).unwrap(), 500);
+        // A block of values: none given before, none given again after.
+        assert_eq!(store.next_counters("seq", 3, 50).unwrap(), 501);
+        assert_eq!(store.next_counter("seq", 50).unwrap(), 504);
+        assert_eq!(store.next_counters("seq", 2, 1_000).unwrap(), 1_000);
+        assert_eq!(store.next_counter("seq", 50).unwrap(), 1_002);
+        assert_eq!(store.next_counters("new", 4, 7).unwrap(), 7);
+        assert_eq!(store.next_counter("new", 0).unwrap(), 11);
+        assert_eq!(store.next_counters("new", 0, 0).unwrap(), 12);
+        assert_eq!(store.next_counter("new", 0).unwrap(), 13);
     }
 
     #[test]

@@ -496,6 +496,12 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
     /// Stores where `entry` is now (its state, job and finish time), by its id.
     fn mark(&self, entry: &Entry) -> Result<(), LedgerError>;
 
+    /// [`Ledger::mark`] for each of `entries`, all or none (one durable write for many: a
+    /// group's thousands of submissions or job ends).
+    fn mark_all(&self, entries: &[Entry]) -> Result<(), LedgerError> {
+        entries.iter().try_for_each(|entry| self.mark(entry))
+    }
+
     /// Every entry, in recording order.
     fn entries(&self) -> Result<Vec<Entry>, LedgerError>;
 

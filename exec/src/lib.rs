@@ -152,6 +152,27 @@ impl Executor {
         op: &nodecare_ganeti::Op,
         reason: &Reason,
     ) -> Result<Result<JobId, GanetiError>, LedgerError> {
+        let answer = self.submit_unmarked(ganeti, entry, op, reason).await?;
+        Ok(match answer {
+            Ok((job, submitted)) => {
+                self.mark(&submitted)?;
+                Ok(job)
+            }
+            Err(error) => Err(error),
+        })
+    }
+
+    /// [`Executor::submit_one`] without the mark of its job: returns the entry submitted, with
+    /// its job, for the caller to mark (several at once, [`Ledger::mark_all`]). Until then a
+    /// crash leaves it recorded, and [`Executor::adopt`] finds its job by its reason trail;
+    /// one whose job carries none is marked submitted before Ganeti is asked, as ever.
+    async fn submit_unmarked(
+        &self,
+        ganeti: &dyn Ganeti,
+        entry: &Entry,
+        op: &nodecare_ganeti::Op,
+        reason: &Reason,
+    ) -> Result<Result<(JobId, Entry), GanetiError>, LedgerError> {
         if !op.carries_reason() {
             let mut attempted = entry.clone();
             attempted.state = State::Submitted;
@@ -159,14 +180,13 @@ impl Executor {
         }
         #[allow(clippy::disallowed_methods)]
         let answer = ganeti.submit(op, reason).await;
-        if let Ok(job) = answer {
+        Ok(answer.map(|job| {
             let mut entry = entry.clone();
             entry.state = State::Submitted;
             entry.job = Some(job);
-            self.mark(&entry)?;
             tracing::info!(holder = %entry.holder, key = %entry.key, job, "job submitted");
-        }
-        Ok(answer)
+            (job, entry)
+        }))
     }
 
     /// The ledger.
@@ -241,6 +261,9 @@ impl Executor {
             .map(|e| e.holder)
             .collect();
         let mut submitted = Vec::new();
+        // Submitted, their jobs not marked yet: marked in one write per holder (or per
+        // `MARK_BATCH`), not one durable write each.
+        let mut unmarked: Vec<Entry> = Vec::new();
         for holder in holders {
             let mut entries = self.ledger.of_holder(&holder)?;
             let plan = ledger::ready(&entries);
@@ -284,14 +307,16 @@ impl Executor {
                 };
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
-                match self.submit_one(ganeti, &entry, op, &reason).await? {
-                    Ok(job) => {
-                        let mut entry = entry;
-                        entry.state = State::Submitted;
-                        entry.job = Some(job);
+                match self.submit_unmarked(ganeti, &entry, op, &reason).await? {
+                    Ok((job, entry)) => {
                         jobs.insert(entry.key.clone(), job);
                         if let Some(stored) = entries.get_mut(at) {
                             *stored = entry.clone();
+                        }
+                        unmarked.push(entry.clone());
+                        if unmarked.len() >= MARK_BATCH {
+                            self.ledger.mark_all(&unmarked)?;
+                            unmarked.clear();
                         }
                         submitted.push(entry);
                     }
@@ -303,6 +328,8 @@ impl Executor {
                     }
                 }
             }
+            self.ledger.mark_all(&unmarked)?;
+            unmarked.clear();
         }
         Ok(Submission { submitted, refused })
     }
@@ -370,19 +397,25 @@ impl Executor {
         for holder in holders {
             entries.extend(self.ledger.of_holder(holder)?);
         }
-        let uncertain: Vec<&Entry> = entries
-            .iter()
-            .filter(|e| e.state == State::Recorded && e.action.op().is_some())
-            .filter(|e| {
-                e.after.iter().all(|key| {
-                    entries.iter().any(|b| {
-                        b.holder == e.holder
-                            && &b.key == key
-                            && (b.state == State::Succeeded || (!e.unchained && b.job.is_some()))
+        let uncertain_in = |entries: &[Entry]| -> Vec<usize> {
+            entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| e.state == State::Recorded && e.action.op().is_some())
+                .filter(|(_, e)| {
+                    e.after.iter().all(|key| {
+                        entries.iter().any(|b| {
+                            b.holder == e.holder
+                                && &b.key == key
+                                && (b.state == State::Succeeded
+                                    || (!e.unchained && b.job.is_some()))
+                        })
                     })
                 })
-            })
-            .collect();
+                .map(|(at, _)| at)
+                .collect()
+        };
+        let mut uncertain = uncertain_in(&entries);
         if uncertain.is_empty() {
             return Ok(Some(changed));
         }
@@ -401,27 +434,51 @@ impl Executor {
                     .or_insert(job.id);
             }
         }
-        for e in uncertain {
-            let found = e
-                .trail()
-                .and_then(|trail| by_reason.get(&(trail, e.key.clone())).copied());
-            let mut e = e.clone();
-            match (found, unadopted(&e.holder)) {
-                (Some(job), _) => {
-                    e.state = State::Submitted;
-                    e.job = Some(job);
-                    tracing::info!(holder = %e.holder, key = %e.key, job, "adopted job submitted before a restart");
+        // A chain submitted whole before a crash (its marks written together, after the
+        // submissions) is adopted whole: each adoption may make the entries after it
+        // uncertain in turn, and they are looked for too before anything is submitted again.
+        // An entry after an adopted one that Ganeti does not show was not submitted yet: it
+        // stays recorded for the submission pass, whatever `unadopted` says.
+        let mut decided: BTreeSet<usize> = BTreeSet::new();
+        let mut first = true;
+        while !uncertain.is_empty() {
+            let mut adopted = false;
+            for at in uncertain {
+                decided.insert(at);
+                let Some(e) = entries.get(at) else { continue };
+                let found = e
+                    .trail()
+                    .and_then(|trail| by_reason.get(&(trail, e.key.clone())).copied());
+                let mut e = e.clone();
+                match (found, unadopted(&e.holder)) {
+                    (Some(job), _) => {
+                        e.state = State::Submitted;
+                        e.job = Some(job);
+                        adopted = true;
+                        tracing::info!(holder = %e.holder, key = %e.key, job, "adopted job submitted before a restart");
+                    }
+                    (None, Unadopted::Fail) if first => {
+                        e.state = State::Failed {
+                            why: "never submitted".into(),
+                        };
+                        e.finished_ms = Some(now_ms);
+                    }
+                    (None, _) => continue,
                 }
-                (None, Unadopted::Fail) => {
-                    e.state = State::Failed {
-                        why: "never submitted".into(),
-                    };
-                    e.finished_ms = Some(now_ms);
+                self.mark(&e)?;
+                if let Some(stored) = entries.get_mut(at) {
+                    *stored = e.clone();
                 }
-                (None, Unadopted::Retry) => continue,
+                changed.push(e);
             }
-            self.mark(&e)?;
-            changed.push(e);
+            if !adopted {
+                break;
+            }
+            first = false;
+            uncertain = uncertain_in(&entries)
+                .into_iter()
+                .filter(|at| !decided.contains(at))
+                .collect();
         }
         Ok(Some(changed))
     }
@@ -456,8 +513,8 @@ impl Executor {
         // In job order: the first job of a chain that failed is seen first.
         following.sort_by_key(|e| e.job);
         // Many jobs followed (a campaign's group moves thousands of instances): one read of
-        // Ganeti's job list tells which still run as submitted, and only the others are read
-        // one by one (for their errors).
+        // Ganeti's job list tells which still run as submitted and which succeeded, and only
+        // the others are read one by one (for their errors).
         let listed: BTreeMap<JobId, nodecare_ganeti::JobSummary> = if following.len() > BULK_POLL {
             match ganeti.jobs().await {
                 Ok(jobs) => jobs.into_iter().map(|j| (j.id, j)).collect(),
@@ -471,27 +528,38 @@ impl Executor {
         };
         let mut changed = Vec::new();
         let mut ended: BTreeSet<Holder> = BTreeSet::new();
+        // Marked in one durable write per `MARK_BATCH`, not one each.
+        let mut unmarked: Vec<Entry> = Vec::new();
         for mut e in following {
             let Some(job_id) = e.job else { continue };
-            if let Some(summary) = listed.get(&job_id)
+            let summary = listed.get(&job_id);
+            if let Some(summary) = summary
                 && still_running(&e, summary, now_ms)
             {
                 continue;
             }
-            let (state, job) = match ganeti.job(job_id).await {
-                Ok(job) => {
-                    let state = outcome(&e, &job, now_ms);
-                    (state, Some(job))
-                }
-                Err(GanetiError::NotFound(_)) => (
-                    Some(State::Failed {
-                        why: format!("job {job_id} vanished from Ganeti's queue"),
-                    }),
-                    None,
-                ),
-                Err(error) => {
-                    tracing::warn!(job = job_id, %error, "cannot read job status");
-                    continue;
+            // The list shows this entry's job succeeded: nothing more to read of it (only a
+            // job that did not succeed is read whole, for its errors).
+            let succeeded =
+                summary.is_some_and(|s| s.status == JobStatus::Success && listed_as(&e, s));
+            let (state, job) = if succeeded {
+                (Some(State::Succeeded), None)
+            } else {
+                match ganeti.job(job_id).await {
+                    Ok(job) => {
+                        let state = outcome(&e, &job, now_ms);
+                        (state, Some(job))
+                    }
+                    Err(GanetiError::NotFound(_)) => (
+                        Some(State::Failed {
+                            why: format!("job {job_id} vanished from Ganeti's queue"),
+                        }),
+                        None,
+                    ),
+                    Err(error) => {
+                        tracing::warn!(job = job_id, %error, "cannot read job status");
+                        continue;
+                    }
                 }
             };
             let Some(state) = state else { continue };
@@ -514,9 +582,14 @@ impl Executor {
                 }
             }
             e.state = state;
-            self.mark(&e)?;
+            unmarked.push(e.clone());
+            if unmarked.len() >= MARK_BATCH {
+                self.ledger.mark_all(&unmarked)?;
+                unmarked.clear();
+            }
             changed.push(Changed { entry: e, job });
         }
+        self.ledger.mark_all(&unmarked)?;
         // What comes after an entry that did not succeed (here, or failed in adoption) never
         // runs.
         ended.extend(
@@ -629,13 +702,23 @@ impl Executor {
 /// Above this many jobs followed, [`Executor::poll`] reads Ganeti's job list first.
 const BULK_POLL: usize = 8;
 
+/// Most submissions or job ends marked in one durable write.
+const MARK_BATCH: usize = 256;
+
 /// Whether the listed job of entry `e` still runs with `e`'s reason trail and leaves `e` as
 /// it is (before its deadline, or timed out already): reading it alone would change nothing.
 fn still_running(e: &Entry, summary: &nodecare_ganeti::JobSummary, now_ms: u64) -> bool {
-    let ours = summary
+    listed_as(e, summary)
+        && !summary.status.is_final()
+        && (now_ms <= e.deadline_ms || e.state == State::TimedOut)
+}
+
+/// Whether the listed job carries `e`'s reason trail (it is `e`'s job, not another job that
+/// took its id after a queue was lost).
+fn listed_as(e: &Entry, summary: &nodecare_ganeti::JobSummary) -> bool {
+    summary
         .nodecare_reason()
-        .is_some_and(|r| Some(r.incident) == e.trail() && r.intent == e.key);
-    ours && !summary.status.is_final() && (now_ms <= e.deadline_ms || e.state == State::TimedOut)
+        .is_some_and(|r| Some(r.incident) == e.trail() && r.intent == e.key)
 }
 
 /// The state `job` puts entry `e` in: its outcome when it ended, timed out at the deadline,

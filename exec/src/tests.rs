@@ -443,6 +443,154 @@ async fn many_running_jobs_are_followed_with_one_read_of_the_job_list() {
     );
 }
 
+/// A ledger that counts its writes.
+#[derive(Debug, Default)]
+struct CountingLedger {
+    inner: MemoryLedger,
+    marks: std::sync::atomic::AtomicUsize,
+    batches: std::sync::atomic::AtomicUsize,
+    /// Batches fail (as a crash before their write would leave them).
+    batches_fail: std::sync::atomic::AtomicBool,
+}
+
+impl CountingLedger {
+    /// (single marks, batches) since the last call.
+    fn writes(&self) -> (usize, usize) {
+        (
+            self.marks.swap(0, std::sync::atomic::Ordering::SeqCst),
+            self.batches.swap(0, std::sync::atomic::Ordering::SeqCst),
+        )
+    }
+}
+
+impl Ledger for CountingLedger {
+    fn record(&self, entries: &[Entry]) -> Result<Vec<Entry>, LedgerError> {
+        self.inner.record(entries)
+    }
+    fn mark(&self, entry: &Entry) -> Result<(), LedgerError> {
+        self.marks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.mark(entry)
+    }
+    fn mark_all(&self, entries: &[Entry]) -> Result<(), LedgerError> {
+        if !entries.is_empty() {
+            self.batches
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        if self.batches_fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(LedgerError::Unknown(0));
+        }
+        self.inner.mark_all(entries)
+    }
+    fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
+        self.inner.entries()
+    }
+    fn forget(&self, holder: &Holder) -> Result<usize, LedgerError> {
+        self.inner.forget(holder)
+    }
+}
+
+/// A group's many jobs (a campaign moving thousands of instances) cost one durable write for
+/// their submissions and one for their ends, not one each, and the jobs the job list shows
+/// succeeded are not read one by one.
+#[tokio::test]
+async fn many_jobs_are_marked_submitted_and_ended_in_one_write_each() {
+    let w = world().await;
+    let ledger = Arc::new(CountingLedger::default());
+    let exec = Executor::new(ledger.clone());
+    let h = holder(10);
+    let n = BULK_POLL + 5;
+    let entries: Vec<Entry> = (0..n)
+        .map(|k| {
+            Entry::new(
+                h.clone(),
+                format!("tag-{k}"),
+                Action::ganeti(Op::add_node_tags(&w.node, vec![format!("t{k}")])),
+                "tag",
+                0,
+                DAY_MS,
+            )
+        })
+        .collect();
+    exec.record(&entries).unwrap();
+    let ganeti = Counting {
+        inner: w.sim.client(),
+        job_reads: std::sync::atomic::AtomicUsize::new(0),
+    };
+    let submitted = exec.submit(&ganeti, None, 1).await.unwrap();
+    assert_eq!(submitted.len(), n);
+    assert_eq!(ledger.writes(), (0, 1));
+    assert!(
+        exec.ledger()
+            .entries()
+            .unwrap()
+            .iter()
+            .all(|e| e.state == State::Submitted && e.job.is_some())
+    );
+    assert!(w.sim.settle(Duration::from_secs(5)).await);
+    let changed = exec.poll(&ganeti, 2).await.unwrap();
+    assert_eq!(changed.len(), n);
+    assert!(changed.iter().all(|c| c.entry.state == State::Succeeded));
+    assert_eq!(ledger.writes(), (0, 1));
+    assert_eq!(
+        ganeti.job_reads.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert!(
+        exec.ledger()
+            .entries()
+            .unwrap()
+            .iter()
+            .all(|e| e.state == State::Succeeded && e.finished_ms == Some(2))
+    );
+}
+
+/// A chain submitted whole whose marks were lost (a crash before their one write) is adopted
+/// whole after the restart: the entries after an adopted one are looked for in Ganeti's job list
+/// too, and none is submitted again.
+#[tokio::test]
+async fn a_chain_whose_marks_were_lost_is_adopted_whole() {
+    let w = world().await;
+    let ledger = Arc::new(CountingLedger::default());
+    let exec = Executor::new(ledger.clone());
+    let h = holder(11);
+    exec.record(&chain(&w, &h)).unwrap();
+    ledger
+        .batches_fail
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let first = exec.submit(&w.ganeti, None, 1).await;
+    assert!(first.is_err(), "{first:?}");
+    assert_eq!(w.sim.submissions().len(), 2);
+    assert!(
+        exec.ledger()
+            .entries()
+            .unwrap()
+            .iter()
+            .all(|e| e.state == State::Recorded && e.job.is_none())
+    );
+    ledger
+        .batches_fail
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    // The restarted coordinator: adoption, then its submission pass.
+    let restarted = Executor::new(ledger.clone());
+    let adopted = restarted
+        .adopt(&w.ganeti, |_| Unadopted::Retry, 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        adopted.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        ["drain", "migrate_a"]
+    );
+    assert!(
+        restarted
+            .submit(&w.ganeti, None, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(w.sim.submissions().len(), 2);
+    assert_eq!(w.sim.duplicate_intents(), Vec::<String>::new());
+}
+
 /// `poll_of` follows only the holders it is asked for: another duty's jobs are left to it.
 #[tokio::test]
 async fn poll_of_leaves_other_holders_jobs_alone() {

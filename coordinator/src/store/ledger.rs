@@ -135,29 +135,19 @@ impl Ledger for Store {
 
     fn mark(&self, entry: &Entry) -> Result<(), LedgerError> {
         let connection = self.lock();
-        let id = to_i64(entry.id);
-        let text: Option<String> = connection
-            .query_row(
-                "SELECT record FROM ledger WHERE id = ?1",
-                params![id],
-                |row| row.get(0),
-            )
-            .optional()
-            .map_err(sql)?;
-        let Some(text) = text else {
-            return Err(LedgerError::Unknown(entry.id));
-        };
-        let mut stored = decode(id, &text)?;
-        stored.state = entry.state.clone();
-        stored.job = entry.job;
-        stored.finished_ms = entry.finished_ms;
-        connection
-            .execute(
-                "UPDATE ledger SET state = ?1, record = ?2 WHERE id = ?3",
-                params![stored.state.as_str(), encode(&stored)?, id],
-            )
-            .map_err(sql)?;
-        Ok(())
+        mark_in(&connection, entry)
+    }
+
+    fn mark_all(&self, entries: &[Entry]) -> Result<(), LedgerError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut connection = self.lock();
+        let transaction = connection.transaction().map_err(sql)?;
+        for entry in entries {
+            mark_in(&transaction, entry)?;
+        }
+        transaction.commit().map_err(sql)
     }
 
     fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
@@ -202,6 +192,34 @@ impl Ledger for Store {
             .execute("DELETE FROM ledger WHERE holder = ?1", params![text])
             .map_err(sql)
     }
+}
+
+/// Stores where `entry` is now (its state, job and finish time) through `connection` (a
+/// transaction of several, or the connection itself).
+fn mark_in(connection: &rusqlite::Connection, entry: &Entry) -> Result<(), LedgerError> {
+    let id = to_i64(entry.id);
+    let text: Option<String> = connection
+        .query_row(
+            "SELECT record FROM ledger WHERE id = ?1",
+            params![id],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(sql)?;
+    let Some(text) = text else {
+        return Err(LedgerError::Unknown(entry.id));
+    };
+    let mut stored = decode(id, &text)?;
+    stored.state = entry.state.clone();
+    stored.job = entry.job;
+    stored.finished_ms = entry.finished_ms;
+    connection
+        .execute(
+            "UPDATE ledger SET state = ?1, record = ?2 WHERE id = ?3",
+            params![stored.state.as_str(), encode(&stored)?, id],
+        )
+        .map_err(sql)?;
+    Ok(())
 }
 
 impl Store {
@@ -300,6 +318,39 @@ mod tests {
             store.mark(&Entry { id: 99, ..first }),
             Err(LedgerError::Unknown(99))
         ));
+    }
+
+    /// Many entries marked in one write: all of them, or (an unknown one among them) none.
+    #[test]
+    fn many_entries_are_marked_all_or_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let recorded = store
+            .record(&[entry(1, "a"), entry(1, "b"), entry(1, "c")])
+            .unwrap();
+        let submitted: Vec<Entry> = recorded
+            .iter()
+            .enumerate()
+            .map(|(k, e)| Entry {
+                state: State::Submitted,
+                job: Some(100 + k as u64),
+                ..e.clone()
+            })
+            .collect();
+        let unknown = Entry {
+            id: 99,
+            ..submitted[0].clone()
+        };
+        let with_unknown = [submitted[0].clone(), unknown];
+        assert!(matches!(
+            store.mark_all(&with_unknown),
+            Err(LedgerError::Unknown(99))
+        ));
+        assert_eq!(store.entries().unwrap(), recorded);
+        store.mark_all(&submitted).unwrap();
+        assert_eq!(store.entries().unwrap(), submitted);
+        store.mark_all(&[]).unwrap();
+        assert_eq!(store.entries().unwrap(), submitted);
     }
 
     /// A database of schema version 2 with balancing moves in flight opens with them in the

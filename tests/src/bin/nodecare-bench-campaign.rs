@@ -342,6 +342,10 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
     );
     let api = h.coordinator.api().clone();
     api.store.save_campaign(&record)?;
+    // BENCH_ROUNDS=1: each round of the coordinator's loop on standard error (when it started
+    // after the campaign's creation, how long it took, the jobs it submitted).
+    let show_rounds = std::env::var_os("BENCH_ROUNDS").is_some();
+    let record_created = record.campaign.created_ms;
     let limit = lower_bound * 4 + Duration::from_secs(120);
     let mut tracker = Tracker::new();
     let mut rounds = 0u64;
@@ -379,6 +383,15 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
                     last_round = last.number;
                     rounds += 1;
                     round_time += Duration::from_millis(last.duration_ms);
+                    if show_rounds {
+                        eprintln!(
+                            "round {} at {:.2} s: {} ms, {} jobs",
+                            last.number,
+                            last.started_ms.saturating_sub(record_created) as f64 / 1000.0,
+                            last.duration_ms,
+                            last.jobs_submitted
+                        );
+                    }
                 }
                 match tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot) {
                     Ok(Some(done)) => break Ok(done),
