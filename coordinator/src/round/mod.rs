@@ -316,7 +316,9 @@ mod tests {
         )
         .unwrap();
         let observation = Observation {
-            original: CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap(),
+            original: std::sync::Arc::new(
+                CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap(),
+            ),
             verdict: Arc::new(verdict),
             sequence: 3,
             collected_at_ms: 1_000,

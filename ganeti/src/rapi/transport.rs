@@ -133,13 +133,17 @@ impl HttpsTransport {
         if let Some(body) = &request.body {
             builder = builder.json(body);
         }
-        let response = builder.send().await.map_err(|e| transport_error(&e))?;
+        let mut response = builder.send().await.map_err(|e| transport_error(&e))?;
         let status = response.status().as_u16();
-        let body = response.bytes().await.map_err(|e| transport_error(&e))?;
-        Ok(RapiResponse {
-            status,
-            body: body.to_vec(),
-        })
+        // The body's chunks go straight into one buffer of the announced size: collecting them
+        // first and copying them into one (reqwest's `bytes()`), then into a `Vec`, held up to
+        // three copies of the body at once (6 MB each for `GET /2/nodes?bulk=1` at 10 000
+        // nodes).
+        let mut body = Vec::with_capacity(preallocated(response.content_length()));
+        while let Some(chunk) = response.chunk().await.map_err(|e| transport_error(&e))? {
+            body.extend_from_slice(&chunk);
+        }
+        Ok(RapiResponse { status, body })
     }
 }
 
@@ -147,6 +151,18 @@ impl Transport for HttpsTransport {
     fn send<'a>(&'a self, request: &'a RapiRequest, timeout: Duration) -> TransportFuture<'a> {
         Box::pin(self.send_now(request, timeout))
     }
+}
+
+/// Most bytes reserved up front for an answer's body from its `Content-Length` (a longer body
+/// still grows the buffer as it arrives).
+pub const MAX_PREALLOCATED_BODY: usize = 64 * 1024 * 1024;
+
+/// The capacity reserved for a body announced as `content_length` bytes. Pure.
+pub fn preallocated(content_length: Option<u64>) -> usize {
+    content_length
+        .and_then(|length| usize::try_from(length).ok())
+        .unwrap_or(0)
+        .min(MAX_PREALLOCATED_BODY)
 }
 
 fn transport_error(e: &reqwest::Error) -> TransportError {
