@@ -129,6 +129,9 @@ mod shared_original {
     }
 }
 
+/// A shared verdict and its canonical bytes as signed.
+type SharedVerdict = (Arc<NodeVerdict>, Arc<CanonicalJson>);
+
 /// One copy of each distinct verdict of a read: most nodes of a cluster say the same (every
 /// script `ok`, the same details), and a decoded verdict takes ~1.5 KB (its scripts' B-tree
 /// leaf), so a round over 10 000 agents keeps one instead of 10 000. Equal means equal in every
@@ -138,7 +141,7 @@ mod shared_original {
 /// equal verdicts whose bytes differ (fields the decoding does not keep) are kept apart.
 #[derive(Debug, Default)]
 pub struct SharedVerdicts {
-    by_fingerprint: std::collections::HashMap<String, Vec<(Arc<NodeVerdict>, Arc<CanonicalJson>)>>,
+    by_fingerprint: std::collections::HashMap<String, Vec<SharedVerdict>>,
     /// How many pairs are kept, and after how many more [`SharedVerdicts::forget_unused`] runs.
     kept: usize,
     next_sweep: usize,

@@ -317,16 +317,20 @@ impl RapiClient {
                 method.as_str(),
                 path,
                 response.status,
-                &response.body,
+                &response.body.prefix(usize::MAX),
             ));
         }
-        serde_json::from_slice(&response.body).map_err(|e| RapiError::Decode {
+        // Decoded as it is read, each chunk let go once read; the start is kept for an error
+        // (`truncate` shows at most its first 300 bytes).
+        let start = response.body.prefix(1024);
+        serde_json::from_reader(std::io::BufReader::with_capacity(
+            64 * 1024,
+            response.body.into_reader(),
+        ))
+        .map_err(|e| RapiError::Decode {
             method: method.to_string(),
             path: path.to_owned(),
-            message: format!(
-                "{e} in {}",
-                truncate(&String::from_utf8_lossy(&response.body))
-            ),
+            message: format!("{e} in {}", truncate(&String::from_utf8_lossy(&start))),
         })
     }
 }
@@ -489,7 +493,7 @@ mod tests {
             Box::pin(async {
                 Ok(super::super::transport::RapiResponse {
                     status: 200,
-                    body: b"1".to_vec(),
+                    body: b"1".to_vec().into(),
                 })
             })
         }
