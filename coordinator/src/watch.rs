@@ -3,9 +3,11 @@
 //!
 //! One task per agent keeps one `GET …/signed?after=<sequence>&wait=<seconds>` open. While it
 //! waits it holds a socket and a few hundred bytes, no buffer: the answer is read only once the
-//! socket is readable. Every answer is verified exactly as a scraped report
-//! ([`crate::scrape::verify_report`]); only a verified or stale report whose verdict (fingerprint,
-//! freshness) or boot id differs from the one this watch saw before counts as a change. A change only wakes
+//! socket is readable. Every answer is verified as a scraped report is
+//! ([`crate::scrape::authenticate_report`], then [`crate::scrape::SignedReport::judge`]: together
+//! what [`crate::scrape::verify_report`] gives); only a verified or stale report whose verdict
+//! (fingerprint, freshness) or boot id differs from the one this watch saw before counts as a
+//! change. A change only wakes
 //! the round loop: the round then reads the agents and judges them as always, so a watch never
 //! acts by itself, and the poll of every round stays the fallback. A changed verdict is also put
 //! on the board at once (the agents table of `/1/status` and the web page), so that people see
