@@ -159,7 +159,7 @@ pub fn judge_request(
             request.node
         )));
     }
-    let mut view = snapshot.view.clone();
+    let mut view = crate::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
     let policy = policy_now(snapshot, overrides, breaker);
     let in_force = in_force_now(snapshot, grants);
@@ -220,7 +220,7 @@ pub fn domains_and_waiting(
     breaker: &BreakerView,
     now_ms: u64,
 ) -> (Vec<DomainStatus>, Vec<Waiting>) {
-    let mut view = snapshot.view.clone();
+    let mut view = crate::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
     let policy = policy_now(snapshot, overrides, breaker);
     let in_force = in_force_now(snapshot, grants);
@@ -714,7 +714,8 @@ mod tests {
                 nodes,
                 storage: Vec::new(),
                 now_ms: NOW - 10_000,
-            },
+            }
+            .into(),
             policy: Policy {
                 cluster: Caps {
                     max_disrupted_nodes: 2,
@@ -830,11 +831,13 @@ mod tests {
         ));
         // Unknown storage health blocks a new domain.
         let mut unhealthy = snapshot.clone();
-        unhealthy.view.storage.push(StorageProblem {
-            nodes: BTreeSet::from(["n5".to_owned()]),
-            what: "n5 (unreachable)".into(),
-            unknown: true,
-        });
+        std::sync::Arc::make_mut(&mut unhealthy.view)
+            .storage
+            .push(StorageProblem {
+                nodes: BTreeSet::from(["n5".to_owned()]),
+                what: "n5 (unreachable)".into(),
+                unknown: true,
+            });
         assert!(matches!(
             judge(&unhealthy, vec![], vec![], &closed, "n1"),
             Err(NotAdmitted::Blocked(BlockedBy::Storage {
@@ -849,10 +852,16 @@ mod tests {
     #[test]
     fn a_grant_counts_the_memory_that_must_move_off_its_node() {
         let mut snapshot = snapshot();
-        for facts in snapshot.view.nodes.values_mut() {
+        for facts in std::sync::Arc::make_mut(&mut snapshot.view)
+            .nodes
+            .values_mut()
+        {
             facts.memory_free = Some(100);
         }
-        let n1 = snapshot.view.nodes.get_mut("n1").expect("n1");
+        let n1 = std::sync::Arc::make_mut(&mut snapshot.view)
+            .nodes
+            .get_mut("n1")
+            .expect("n1");
         n1.primary_memory = Some(10 * 1024);
         n1.memory_free = Some(0);
         let closed = BreakerView::default();
@@ -868,8 +877,7 @@ mod tests {
             Ok(Admitted::New)
         );
         // Unknown sizes never fit.
-        snapshot
-            .view
+        std::sync::Arc::make_mut(&mut snapshot.view)
             .nodes
             .get_mut("n1")
             .expect("n1")
@@ -921,7 +929,7 @@ mod tests {
             "{missing:?}"
         );
         let mut old = snapshot();
-        old.view.now_ms = NOW - 300_001;
+        std::sync::Arc::make_mut(&mut old.view).now_ms = NOW - 300_001;
         assert!(matches!(
             judge(&old, vec![], vec![], &closed, "n1"),
             Err(NotAdmitted::Unavailable(_))
@@ -1047,7 +1055,7 @@ mod tests {
             };
             GateSnapshot {
                 decision: crate::gate::decide(&view, &policy, &in_force, Vec::new()),
-                view,
+                view: view.into(),
                 policy,
                 in_force,
             }

@@ -295,6 +295,8 @@ impl Coordinator {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), RoundError> {
+        // A round's large buffers are mapped and given back when freed (see `memory`).
+        crate::memory::map_large_allocations();
         let _webhook = match self.webhook.take() {
             Some(settings) => match self.api.board.start_webhook(settings) {
                 Ok(handle) => Some(handle),
@@ -414,14 +416,11 @@ impl Coordinator {
                 tracing::warn!(%error, "the state changed in this round is not replicated yet");
             }
             if let Some(watches) = self.watches.as_mut() {
-                let targets = self
-                    .reconciler
-                    .board()
-                    .targets
-                    .read()
-                    .map(|targets| targets.clone())
-                    .unwrap_or_default();
-                watches.sync(&targets);
+                // Under the read lock: a copy of every agent's target is megabytes.
+                match self.reconciler.board().targets.read() {
+                    Ok(targets) => watches.sync(&targets),
+                    Err(_) => watches.sync(&[]),
+                }
                 match crate::campaign_exec::rebooting(&self.api.store) {
                     Ok(nodes) => watches.set_returning(nodes),
                     Err(error) => tracing::debug!(%error, "nodes rebooting unknown"),

@@ -7,6 +7,41 @@
 //! adds its own on top. So the daemon trims every arena after each round
 //! (docs/PERFORMANCE.md, "Memory at 10 000 agents").
 
+/// Allocations of at least this many bytes get their own mapping ([`map_large_allocations`]).
+pub const MMAP_THRESHOLD: usize = 256 * 1024;
+
+/// Gives every allocation of at least [`MMAP_THRESHOLD`] bytes its own mapping, returned to the
+/// system when it is freed (glibc's `M_MMAP_THRESHOLD`), unless `MALLOC_MMAP_THRESHOLD_` sets
+/// it; whether it was set. glibc raises its threshold to the largest mapped block freed so far
+/// (up to 32 MiB), so after the first round a round's large buffers (the nodes' answer and what
+/// it decodes to, vectors over every agent) came from the arenas, and the free space they left
+/// between live allocations stayed resident. Does nothing (false) where the C library is not
+/// glibc.
+pub fn map_large_allocations() -> bool {
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some() {
+        return false;
+    }
+    set_mmap_threshold(MMAP_THRESHOLD)
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[expect(
+    unsafe_code,
+    reason = "mallopt(3) has no safe wrapper; it takes two plain integers"
+)]
+fn set_mmap_threshold(bytes: usize) -> bool {
+    let Ok(bytes) = libc::c_int::try_from(bytes) else {
+        return false;
+    };
+    // SAFETY: mallopt only changes malloc's own parameters under its lock.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, bytes) == 1 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn set_mmap_threshold(_bytes: usize) -> bool {
+    false
+}
+
 /// Returns the free pages of every malloc arena to the system (glibc's `malloc_trim(0)`);
 /// whether any were. Takes a few milliseconds for ~100 MB of heap. Does nothing (false) where
 /// the C library is not glibc.
@@ -59,6 +94,29 @@ mod tests {
         assert!(
             after + 24 * 1024 < before,
             "RSS {before} KiB before the trim, {after} KiB after"
+        );
+    }
+
+    /// Once large allocations are mapped, a large buffer freed below a live allocation goes
+    /// back to the system at once, even after a larger one was freed (which raises glibc's own
+    /// threshold above it).
+    #[test]
+    fn a_large_buffer_freed_is_returned_at_once() {
+        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+            assert!(super::map_large_allocations());
+        }
+        let larger = vec![1u8; 30 * 1024 * 1024];
+        assert_eq!(larger[1], 1);
+        drop(larger);
+        let large = vec![2u8; 16 * 1024 * 1024];
+        let kept = Box::new([3u8; 1024]);
+        let before = rss_anon_kib();
+        drop(large);
+        let after = rss_anon_kib();
+        assert_eq!(kept[0], 3);
+        assert!(
+            after + 12 * 1024 < before,
+            "RSS {before} KiB before the free, {after} KiB after"
         );
     }
 }

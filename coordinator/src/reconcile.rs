@@ -443,7 +443,7 @@ impl Reconciler {
             settings.cluster.max_disrupted_nodes,
         );
         let snapshot = GateSnapshot {
-            view: input.view.clone(),
+            view: std::sync::Arc::clone(&input.view),
             policy: policy.clone(),
             in_force,
             decision: decision.clone(),

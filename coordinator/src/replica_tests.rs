@@ -327,7 +327,7 @@ fn cluster(master: &str) -> Vec<Node> {
 fn urls() -> AgentUrls {
     AgentUrls {
         template: "http://{name}:1815".into(),
-        overrides: BTreeMap::new(),
+        overrides: std::sync::Arc::default(),
     }
 }
 

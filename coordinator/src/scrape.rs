@@ -22,8 +22,10 @@
 //!
 //! With watches ([`crate::watch`]), a round reads an agent from the latest report its healthy
 //! watch delivered and goes over the network only to the agents whose watch is not healthy
-//! ([`read_from`]); either way the bytes are verified by [`verify_report`] with the round's own
-//! last accepted sequence and clock. Connections are kept between requests to the few agents
+//! ([`read_from`]). A report read over the network is verified by [`verify_report`] with the
+//! round's own last accepted sequence and clock; a watched one had its signature, node and
+//! payload verified by its watch ([`authenticate_report`]) and has its times and sequence judged
+//! by the round the same way ([`SignedReport::judge`]). Connections are kept between requests to the few agents
 //! read over the network (one idle connection per agent, closed after [`POOL_IDLE_TIMEOUT`];
 //! see [`keep_connections`]).
 
@@ -35,7 +37,7 @@ use nodecare_protocol::load::SIGNED_LOAD_PATH;
 use nodecare_protocol::storage::SIGNED_DRBD_PATH;
 use nodecare_protocol::{
     CanonicalJson, DiagnosePayload, DiagnoseStatus, KeyRing, LoadPayload, NodeVerdict,
-    SignedEnvelope, StoragePayload, VerifyError, VerifyPolicy,
+    SignedEnvelope, StoragePayload, Times, VerifyError, VerifyPolicy, check_current,
 };
 use tokio::task::JoinSet;
 
@@ -67,8 +69,10 @@ pub struct Observation {
     /// ([`SharedVerdicts`]).
     #[serde(with = "shared_verdict")]
     pub verdict: Arc<NodeVerdict>,
-    /// The verdict exactly as signed (canonical bytes): an incident's `original`.
-    pub original: CanonicalJson,
+    /// The verdict exactly as signed (canonical bytes): an incident's `original`; shared like
+    /// the verdict.
+    #[serde(with = "shared_original")]
+    pub original: Arc<CanonicalJson>,
     /// Envelope sequence number.
     pub sequence: u64,
     /// When the agent's diagnose run finished, Unix ms.
@@ -104,40 +108,103 @@ mod shared_verdict {
     }
 }
 
+/// (De)serialises an [`Observation`]'s shared canonical bytes as the bytes themselves.
+mod shared_original {
+    use std::sync::Arc;
+
+    use nodecare_protocol::CanonicalJson;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        original: &Arc<CanonicalJson>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        original.as_ref().serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Arc<CanonicalJson>, D::Error> {
+        CanonicalJson::deserialize(deserializer).map(Arc::new)
+    }
+}
+
+/// A shared verdict and its canonical bytes as signed.
+type SharedVerdict = (Arc<NodeVerdict>, Arc<CanonicalJson>);
+
 /// One copy of each distinct verdict of a read: most nodes of a cluster say the same (every
 /// script `ok`, the same details), and a decoded verdict takes ~1.5 KB (its scripts' B-tree
 /// leaf), so a round over 10 000 agents keeps one instead of 10 000. Equal means equal in every
 /// field ([`NodeVerdict`]'s `PartialEq`), not only the fingerprint.
+///
+/// The verdict's canonical bytes as signed ([`Observation::original`]) are shared with it: two
+/// equal verdicts whose bytes differ (fields the decoding does not keep) are kept apart.
 #[derive(Debug, Default)]
 pub struct SharedVerdicts {
-    by_fingerprint: std::collections::HashMap<String, Vec<Arc<NodeVerdict>>>,
+    by_fingerprint: std::collections::HashMap<String, Vec<SharedVerdict>>,
+    /// How many pairs are kept, and after how many more [`SharedVerdicts::forget_unused`] runs.
+    kept: usize,
+    next_sweep: usize,
 }
 
 impl SharedVerdicts {
-    /// The copy kept of a verdict equal to `verdict` (`verdict` itself when it is the first).
-    pub fn share(&mut self, verdict: Arc<NodeVerdict>) -> Arc<NodeVerdict> {
+    /// The copies kept of a verdict and its canonical bytes equal to these (these themselves
+    /// when they are the first).
+    pub fn share_both(
+        &mut self,
+        verdict: Arc<NodeVerdict>,
+        original: Arc<CanonicalJson>,
+    ) -> (Arc<NodeVerdict>, Arc<CanonicalJson>) {
         let same = self
             .by_fingerprint
             .entry(verdict.fingerprint.clone())
             .or_default();
-        if let Some(kept) = same.iter().find(|kept| ***kept == *verdict) {
-            return Arc::clone(kept);
+        if let Some((kept, bytes)) = same
+            .iter()
+            .find(|(kept, bytes)| **kept == *verdict && **bytes == *original)
+        {
+            return (Arc::clone(kept), Arc::clone(bytes));
         }
-        same.push(Arc::clone(&verdict));
-        verdict
+        same.push((Arc::clone(&verdict), Arc::clone(&original)));
+        self.kept += 1;
+        (verdict, original)
     }
 
-    /// `outcome` with its verdict shared.
+    /// Forgets the copies nothing else holds, once as many were added as were kept at the last
+    /// sweep (so a long-lived set, the watches', stays as large as what is in use).
+    pub fn forget_unused(&mut self) {
+        if self.kept < self.next_sweep {
+            return;
+        }
+        self.by_fingerprint.retain(|_, same| {
+            same.retain(|(verdict, original)| {
+                Arc::strong_count(verdict) > 1 || Arc::strong_count(original) > 1
+            });
+            !same.is_empty()
+        });
+        self.kept = self.by_fingerprint.values().map(Vec::len).sum();
+        self.next_sweep = self.kept.saturating_mul(2).max(64);
+    }
+
+    /// How many distinct verdicts are kept.
+    pub fn len(&self) -> usize {
+        self.kept
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.kept == 0
+    }
+
+    /// `outcome` with its verdict and canonical bytes shared.
     pub fn share_outcome(&mut self, outcome: AgentOutcome) -> AgentOutcome {
+        let mut share = |mut o: Observation| {
+            (o.verdict, o.original) = self.share_both(o.verdict, o.original);
+            o
+        };
         match outcome {
-            AgentOutcome::Verified(mut o) => {
-                o.verdict = self.share(o.verdict);
-                AgentOutcome::Verified(o)
-            }
-            AgentOutcome::Stale(mut o) => {
-                o.verdict = self.share(o.verdict);
-                AgentOutcome::Stale(o)
-            }
+            AgentOutcome::Verified(o) => AgentOutcome::Verified(share(o)),
+            AgentOutcome::Stale(o) => AgentOutcome::Stale(share(o)),
             other => other,
         }
     }
@@ -301,8 +368,8 @@ pub struct WatchBounds {
 /// URL that expires later than `bounds.expiry_margin_ms` from `now_ms` and is not older than
 /// `last_sequence` (the last accepted from the node); the agent itself otherwise. Pure.
 ///
-/// Safety does not rest on this choice: whatever it picks is verified by [`verify_report`] with
-/// `last_sequence` and the round's clock.
+/// Safety does not rest on this choice: whatever it picks is judged with `last_sequence` and the
+/// round's clock ([`verify_report`], [`SignedReport::judge`]).
 pub fn read_from(
     target: &AgentTarget,
     watched: Option<&WatchedAgent>,
@@ -322,10 +389,10 @@ pub fn read_from(
     if now_ms.saturating_sub(watched.heard_at_ms) > bounds.max_silence_ms {
         return ReadFrom::Scrape(ScrapeReason::Silent);
     }
-    if report.expires_at_ms <= now_ms.saturating_add(bounds.expiry_margin_ms) {
+    if report.expires_at_ms() <= now_ms.saturating_add(bounds.expiry_margin_ms) {
         return ReadFrom::Scrape(ScrapeReason::Expiring);
     }
-    if last_sequence.is_some_and(|last| report.sequence < last) {
+    if last_sequence.is_some_and(|last| report.sequence() < last) {
         return ReadFrom::Scrape(ScrapeReason::Behind);
     }
     ReadFrom::Watch
@@ -465,7 +532,8 @@ impl Scraper {
 
     /// Reads every target; `sequences` holds the last accepted sequence per node. With
     /// watches, a target whose watch is healthy ([`read_from`]) is read from the report it
-    /// delivered, the others over the network; every report is verified by [`verify_report`].
+    /// delivered (its times and sequence judged by [`SignedReport::judge`]), the others over the
+    /// network (verified by [`verify_report`]).
     pub async fn scrape(
         &self,
         targets: Vec<AgentTarget>,
@@ -492,16 +560,17 @@ impl Scraper {
         let Some(watched) = &self.watched else {
             return (Vec::new(), targets);
         };
-        let snapshot = watched
-            .delivered
-            .snapshot(targets.iter().map(|t| t.node.as_str()));
+        // Read under the watches' lock, without a copy of what they hold (megabytes at 10 000
+        // agents): judging a kept report takes no cryptography, so the watches wait only a few
+        // milliseconds.
+        let delivered = watched.delivered.lock();
         let now = now_ms();
-        let mut results = Vec::with_capacity(snapshot.len());
+        let mut results = Vec::with_capacity(delivered.len().min(targets.len()));
         let mut shared = SharedVerdicts::default();
         let mut rest = Vec::new();
         let mut reasons: BTreeMap<&'static str, usize> = BTreeMap::new();
         for target in targets {
-            let agent = snapshot.get(&target.node);
+            let agent = delivered.get(&target.node);
             let last = sequences.get(&target.node).copied();
             match (read_from(&target, agent, last, now, watched.bounds), agent) {
                 (
@@ -512,14 +581,9 @@ impl Scraper {
                     }),
                 ) => {
                     let started = Instant::now();
-                    let outcome = verify_report(
-                        &self.ring,
-                        self.settings.policy,
-                        &target.node,
-                        &report.body,
-                        last,
-                        now_ms(),
-                    );
+                    // Authenticated for this node by its watch; its times and sequence are
+                    // judged now, as for bytes read over the network.
+                    let outcome = report.report.judge(self.settings.policy, last, now_ms());
                     results.push(AgentResult {
                         node: target.node,
                         node_uuid: target.node_uuid,
@@ -534,6 +598,7 @@ impl Scraper {
                 (ReadFrom::Watch, _) => rest.push(target),
             }
         }
+        drop(delivered);
         tracing::debug!(
             watched = results.len(),
             scraped = rest.len(),
@@ -941,40 +1006,59 @@ fn verify_envelope(
     min_sequence: Option<u64>,
     now_ms: u64,
 ) -> Result<(SignedEnvelope, Option<String>), String> {
-    let (envelope, expired) = match ring.verify_json(body, now_ms, policy, Some(node), min_sequence)
-    {
-        Ok(envelope) => (envelope, None),
+    let envelope = SignedEnvelope::from_json(body).map_err(|error| error.to_string())?;
+    ring.authenticate(&envelope, Some(node))
+        .map_err(|error| error.to_string())?;
+    let stale = judge_times(
+        Times::of(&envelope),
+        envelope.sequence,
+        policy,
+        min_sequence,
+        now_ms,
+    )?;
+    Ok((envelope, stale))
+}
+
+/// The times and sequence of an authenticated envelope judged at `now_ms`, `min_sequence` the
+/// last accepted from its node: why it is stale (authentic but too old: expired, or the same
+/// report read again past its expiry), `None` when current, an error when it must not be
+/// believed (issued ahead of this clock, a replay). Pure.
+fn judge_times(
+    times: Times,
+    sequence: u64,
+    policy: VerifyPolicy,
+    min_sequence: Option<u64>,
+    now_ms: u64,
+) -> Result<Option<String>, String> {
+    let expired = match check_current(times, sequence, now_ms, policy, min_sequence) {
+        Ok(()) => None,
         // Authentic (the MAC verified before expiry is checked) but too old.
-        Err(error @ VerifyError::Expired { .. }) => match SignedEnvelope::from_json(body) {
-            Ok(envelope) => (envelope, Some(error.to_string())),
-            Err(error) => return Err(error.to_string()),
-        },
+        Err(error @ VerifyError::Expired { .. }) => Some(error.to_string()),
         Err(error) => return Err(error.to_string()),
     };
     if expired.is_some()
         && let Some(last) = min_sequence
-        && envelope.sequence < last
+        && sequence < last
     {
         return Err(VerifyError::Replay {
-            got: envelope.sequence,
+            got: sequence,
             last,
         }
         .to_string());
     }
-    let repeated = min_sequence == Some(envelope.sequence);
-    let stale = if let Some(expired) = expired {
+    let repeated = min_sequence == Some(sequence);
+    Ok(if let Some(expired) = expired {
         Some(format!("report {expired}"))
-    } else if repeated && now_ms > envelope.expires_at_ms {
+    } else if repeated && now_ms > times.expires_at_ms {
         Some(format!(
             "report {} expired at {} ms, {} ms ago, and has not been replaced",
-            envelope.sequence,
-            envelope.expires_at_ms,
-            now_ms - envelope.expires_at_ms
+            sequence,
+            times.expires_at_ms,
+            now_ms - times.expires_at_ms
         ))
     } else {
         None
-    };
-    Ok((envelope, stale))
+    })
 }
 
 /// Verifies a signed report body of one kind for `node` and decodes its payload `P`, described
@@ -1101,47 +1185,128 @@ pub fn verify_report(
         Ok(verified) => verified,
         Err(why) => return AgentOutcome::Unverifiable(why),
     };
-    let payload: DiagnosePayload = match serde_json::from_value(envelope.payload.clone()) {
-        Ok(payload) => payload,
-        Err(error) => {
-            return AgentOutcome::Unverifiable(format!(
-                "signed payload is not a diagnose payload: {error}"
-            ));
+    match SignedReport::decode(&envelope) {
+        Ok(report) => report.with_stale(stale),
+        Err(why) => AgentOutcome::Unverifiable(why),
+    }
+}
+
+/// A signed diagnose report whose signature, node and payload were verified
+/// ([`authenticate_report`]), kept decoded: its times and sequence are judged again whenever it
+/// is read ([`SignedReport::judge`]), as [`verify_report`] judges the bytes. A watch keeps one
+/// per agent instead of the bytes ([`DeliveredReport`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedReport {
+    /// The observation, without a stale reason (the judgement gives it).
+    observation: Observation,
+    /// The envelope's times.
+    times: Times,
+    /// The agent marked the report stale (it has not diagnosed since its restart).
+    payload_stale: bool,
+}
+
+impl SignedReport {
+    /// Decodes an authenticated envelope's [`DiagnosePayload`].
+    fn decode(envelope: &SignedEnvelope) -> Result<Self, String> {
+        let payload: DiagnosePayload = serde_json::from_value(envelope.payload.clone())
+            .map_err(|error| format!("signed payload is not a diagnose payload: {error}"))?;
+        if payload.verdict.fingerprint.is_empty() {
+            return Err("verdict has an empty fingerprint".into());
         }
-    };
-    if payload.verdict.fingerprint.is_empty() {
-        return AgentOutcome::Unverifiable("verdict has an empty fingerprint".into());
+        let original = match envelope
+            .payload
+            .get("verdict")
+            .map(CanonicalJson::new)
+            .transpose()
+        {
+            Ok(Some(original)) => original,
+            Ok(None) => return Err("signed payload has no verdict".into()),
+            Err(error) => return Err(error.to_string()),
+        };
+        Ok(Self {
+            observation: Observation {
+                verdict: Arc::new(payload.verdict),
+                original: Arc::new(original),
+                sequence: envelope.sequence,
+                collected_at_ms: payload.collected_at_ms,
+                expires_at_ms: envelope.expires_at_ms,
+                stale_reason: None,
+                boot_id: payload.boot_id,
+                reboot_required: payload.reboot_required,
+            },
+            times: Times::of(envelope),
+            payload_stale: payload.stale,
+        })
     }
-    let original = match envelope
-        .payload
-        .get("verdict")
-        .map(CanonicalJson::new)
-        .transpose()
-    {
-        Ok(Some(original)) => original,
-        Ok(None) => return AgentOutcome::Unverifiable("signed payload has no verdict".into()),
-        Err(error) => return AgentOutcome::Unverifiable(error.to_string()),
-    };
-    let stale_reason = stale.or_else(|| {
-        payload
-            .stale
-            .then(|| "the agent has not diagnosed since it restarted".to_owned())
-    });
-    let observation = Observation {
-        verdict: Arc::new(payload.verdict),
-        original,
-        sequence: envelope.sequence,
-        collected_at_ms: payload.collected_at_ms,
-        expires_at_ms: envelope.expires_at_ms,
-        stale_reason,
-        boot_id: payload.boot_id,
-        reboot_required: payload.reboot_required,
-    };
-    if observation.stale_reason.is_some() {
-        AgentOutcome::Stale(observation)
-    } else {
-        AgentOutcome::Verified(observation)
+
+    /// Its sequence number.
+    pub fn sequence(&self) -> u64 {
+        self.observation.sequence
     }
+
+    /// When it expires, Unix ms.
+    pub fn expires_at_ms(&self) -> u64 {
+        self.times.expires_at_ms
+    }
+
+    /// The outcome with `stale` (why the envelope is too old, if it is).
+    fn with_stale(self, stale: Option<String>) -> AgentOutcome {
+        let mut observation = self.observation;
+        observation.stale_reason = stale.or_else(|| {
+            self.payload_stale
+                .then(|| "the agent has not diagnosed since it restarted".to_owned())
+        });
+        if observation.stale_reason.is_some() {
+            AgentOutcome::Stale(observation)
+        } else {
+            AgentOutcome::Verified(observation)
+        }
+    }
+
+    /// What [`verify_report`] gives for this report's bytes at `now_ms` with `min_sequence`,
+    /// without reading them again: the signature and payload were verified when it was
+    /// authenticated, its times and sequence are judged now. Pure.
+    pub fn judge(
+        &self,
+        policy: VerifyPolicy,
+        min_sequence: Option<u64>,
+        now_ms: u64,
+    ) -> AgentOutcome {
+        match judge_times(
+            self.times,
+            self.observation.sequence,
+            policy,
+            min_sequence,
+            now_ms,
+        ) {
+            Ok(stale) => self.clone().with_stale(stale),
+            Err(why) => AgentOutcome::Unverifiable(why),
+        }
+    }
+
+    /// The same report with its verdict and canonical bytes shared through `shared`.
+    pub fn shared(mut self, shared: &mut SharedVerdicts) -> Self {
+        let (verdict, original) = shared.share_both(
+            Arc::clone(&self.observation.verdict),
+            Arc::clone(&self.observation.original),
+        );
+        self.observation.verdict = verdict;
+        self.observation.original = original;
+        self
+    }
+}
+
+/// Verifies a signed report body's signature, node and payload for `node`, not its times or
+/// sequence: [`SignedReport::judge`] gives what [`verify_report`] gives for the same bytes. Pure.
+pub fn authenticate_report(
+    ring: &KeyRing,
+    node: &str,
+    body: &[u8],
+) -> Result<SignedReport, String> {
+    let envelope = SignedEnvelope::from_json(body).map_err(|error| error.to_string())?;
+    ring.authenticate(&envelope, Some(node))
+        .map_err(|error| error.to_string())?;
+    SignedReport::decode(&envelope)
 }
 
 /// An error and its sources on one line.
@@ -1196,19 +1361,29 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// The latest report one watch delivered, as the agent signed it (verified again by the round).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The latest report one watch delivered: its signature, node and payload verified by the watch,
+/// decoded, its verdict shared with every other watch's equal one; its times and sequence are
+/// judged again by the round that reads it ([`SignedReport::judge`]).
+#[derive(Debug, Clone, PartialEq)]
 pub struct DeliveredReport {
-    /// The signed envelope's bytes, exactly as answered.
-    pub body: Arc<[u8]>,
+    /// The report.
+    pub report: SignedReport,
+}
+
+impl DeliveredReport {
     /// Its sequence number.
-    pub sequence: u64,
+    pub fn sequence(&self) -> u64 {
+        self.report.sequence()
+    }
+
     /// When it expires, Unix ms.
-    pub expires_at_ms: u64,
+    pub fn expires_at_ms(&self) -> u64 {
+        self.report.expires_at_ms()
+    }
 }
 
 /// What the round may know of one agent's watch: for [`read_from`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WatchedAgent {
     /// The agent URL the watch talks to.
     pub base_url: String,
@@ -1226,12 +1401,33 @@ pub struct WatchedAgent {
 /// (which write it) and the scraper (which reads it at the start of every round).
 #[derive(Debug, Default)]
 pub struct Delivered {
-    agents: std::sync::Mutex<BTreeMap<String, WatchedAgent>>,
+    inner: std::sync::Mutex<DeliveredInner>,
+}
+
+#[derive(Debug, Default)]
+struct DeliveredInner {
+    agents: BTreeMap<String, WatchedAgent>,
+    /// One copy of each distinct verdict the watches hold.
+    shared: SharedVerdicts,
+}
+
+impl std::ops::Deref for DeliveredInner {
+    type Target = BTreeMap<String, WatchedAgent>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.agents
+    }
+}
+
+impl std::ops::DerefMut for DeliveredInner {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.agents
+    }
 }
 
 impl Delivered {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, WatchedAgent>> {
-        self.agents
+    fn lock(&self) -> std::sync::MutexGuard<'_, DeliveredInner> {
+        self.inner
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -1264,8 +1460,14 @@ impl Delivered {
         now_ms: u64,
         report: Option<DeliveredReport>,
     ) {
-        let mut agents = self.lock();
-        let entry = agents
+        let mut inner = self.lock();
+        let report = report.map(|delivered| {
+            let report = delivered.report.shared(&mut inner.shared);
+            inner.shared.forget_unused();
+            DeliveredReport { report }
+        });
+        let entry = inner
+            .agents
             .entry(target.node.clone())
             .or_insert_with(|| WatchedAgent {
                 base_url: target.base_url.clone(),
@@ -1323,6 +1525,13 @@ mod tests {
         serde_json::to_vec(&envelope).unwrap()
     }
 
+    /// A report as a watch delivers it: authenticated for `node`.
+    fn delivered_report(node: &str, body: &[u8]) -> DeliveredReport {
+        DeliveredReport {
+            report: authenticate_report(&KeyRing::single(key()), node, body).unwrap(),
+        }
+    }
+
     fn payload(status: &str, stale: bool) -> Value {
         serde_json::to_value(DiagnosePayload {
             verdict: verdict(status),
@@ -1355,7 +1564,9 @@ mod tests {
             node: "n1".into(),
             node_uuid: "u1".into(),
             outcome: AgentOutcome::Verified(Observation {
-                original: CanonicalJson::new(&serde_json::to_value(&merged).unwrap()).unwrap(),
+                original: Arc::new(
+                    CanonicalJson::new(&serde_json::to_value(&merged).unwrap()).unwrap(),
+                ),
                 verdict: Arc::new(merged),
                 sequence: 1,
                 collected_at_ms: NOW,
@@ -1375,8 +1586,9 @@ mod tests {
         // Other verdicts carry no reason.
         let ok = AgentResult {
             outcome: AgentOutcome::Verified(Observation {
-                original: CanonicalJson::new(&serde_json::to_value(verdict("Ok")).unwrap())
-                    .unwrap(),
+                original: Arc::new(
+                    CanonicalJson::new(&serde_json::to_value(verdict("Ok")).unwrap()).unwrap(),
+                ),
                 verdict: Arc::new(verdict("Ok")),
                 sequence: 2,
                 collected_at_ms: NOW,
@@ -1558,15 +1770,14 @@ mod tests {
         node.primary_ip = "10.0.0.1".into();
         let mut urls = AgentUrls {
             template: DEFAULT_AGENT_URL_TEMPLATE.into(),
-            overrides: BTreeMap::new(),
+            overrides: Arc::default(),
         };
         assert_eq!(urls.base(&node), "http://10.0.0.1:1815");
         node.primary_ip = "fd00::1".into();
         assert_eq!(urls.base(&node), "http://[fd00::1]:1815");
         urls.template = "http://{name}:9/".into();
         assert_eq!(urls.base(&node), "http://n1:9");
-        urls.overrides
-            .insert("n1".into(), "http://127.0.0.1:4000".into());
+        Arc::make_mut(&mut urls.overrides).insert("n1".into(), "http://127.0.0.1:4000".into());
         assert_eq!(urls.base(&node), "http://127.0.0.1:4000");
     }
 
@@ -1786,7 +1997,7 @@ mod tests {
         };
         let urls = AgentUrls {
             template: DEFAULT_AGENT_URL_TEMPLATE.into(),
-            overrides: BTreeMap::from([("n1".into(), good), ("n2".into(), down)]),
+            overrides: Arc::new(BTreeMap::from([("n1".into(), good), ("n2".into(), down)])),
         };
         let instances = [instance, plain];
         let targets = storage_targets(&nodes, &instances, &urls);
@@ -1949,10 +2160,16 @@ mod tests {
             base_url: base_url.into(),
             healthy,
             heard_at_ms,
-            report: report.map(|(sequence, expires_at_ms)| DeliveredReport {
-                body: Arc::from(&b"{}"[..]),
-                sequence,
-                expires_at_ms,
+            report: report.map(|(sequence, expires_at_ms)| {
+                let envelope = Signer::new(key(), "n1")
+                    .sign(
+                        payload("Ok", false),
+                        sequence,
+                        expires_at_ms.saturating_sub(60_000),
+                        60_000,
+                    )
+                    .unwrap();
+                delivered_report("n1", &serde_json::to_vec(&envelope).unwrap())
             }),
         }
     }
@@ -2169,28 +2386,22 @@ mod tests {
                 base_url: url,
             });
         }
-        let deliver = |target: &AgentTarget, body: Vec<u8>, sequence: u64| {
-            delivered.answered(
-                target,
-                NOW,
-                Some(DeliveredReport {
-                    body: Arc::from(body),
-                    sequence,
-                    expires_at_ms: NOW + 60_000,
-                }),
-            );
+        let deliver = |target: &AgentTarget, body: Vec<u8>| {
+            delivered.answered(target, NOW, Some(delivered_report(&target.node, &body)));
         };
         // n1: a healthy watch with an `evacuate` report (the agents serve `Ok`).
-        deliver(&targets[0], body("n1", 6, payload("evacuate", false)), 6);
-        // n2: a healthy watch whose report was tampered with.
+        deliver(&targets[0], body("n1", 6, payload("evacuate", false)));
+        // n2: a healthy watch whose report was tampered with: the watch cannot keep it (only an
+        // authenticated report can be delivered), so the round reads the agent.
         let mut forged = body("n2", 6, payload("evacuate", false));
         let at = forged.windows(4).position(|w| w == b"\"n2\"").unwrap();
         forged[at + 2] = b'3';
-        deliver(&targets[1], forged, 6);
+        assert!(authenticate_report(&KeyRing::single(key()), "n2", &forged).is_err());
+        delivered.answered(&targets[1], NOW, None);
         // n3: a healthy watch holding a report below the last accepted sequence.
-        deliver(&targets[2], body("n3", 4, payload("evacuate", false)), 4);
+        deliver(&targets[2], body("n3", 4, payload("evacuate", false)));
         // n4: a watch that failed since its report.
-        deliver(&targets[3], body("n4", 6, payload("evacuate", false)), 6);
+        deliver(&targets[3], body("n4", 6, payload("evacuate", false)));
         delivered.failed(&targets[3]);
         // n5: no watch.
         let sequences: BTreeMap<String, u64> = [("n3".to_owned(), 5)].into_iter().collect();
@@ -2201,12 +2412,7 @@ mod tests {
             "{:?}",
             outcome("n1")
         );
-        assert!(
-            matches!(outcome("n2"), AgentOutcome::Unverifiable(_)),
-            "{:?}",
-            outcome("n2")
-        );
-        for node in ["n3", "n4", "n5"] {
+        for node in ["n2", "n3", "n4", "n5"] {
             assert!(
                 matches!(outcome(node), AgentOutcome::Verified(o) if o.verdict.status == DiagnoseStatus::Ok && o.sequence == 5),
                 "{node}: {:?}",
@@ -2214,7 +2420,7 @@ mod tests {
             );
         }
         let requests: Vec<usize> = served.iter().map(|r| r.load(Ordering::SeqCst)).collect();
-        assert_eq!(requests, vec![0, 0, 1, 1, 1]);
+        assert_eq!(requests, vec![0, 1, 1, 1, 1]);
         assert_eq!(results.len(), 5);
     }
 
@@ -2243,11 +2449,10 @@ mod tests {
             delivered.answered(
                 target,
                 NOW,
-                Some(DeliveredReport {
-                    body: Arc::from(body(&target.node, 6, payload("Ok", false))),
-                    sequence: 6,
-                    expires_at_ms: NOW + 60_000,
-                }),
+                Some(delivered_report(
+                    &target.node,
+                    &body(&target.node, 6, payload("Ok", false)),
+                )),
             );
         }
         let results = scraper.scrape(targets, &BTreeMap::new(), || NOW).await;
@@ -2263,18 +2468,111 @@ mod tests {
         assert_eq!(*verdicts[0], *verdicts[2]);
 
         let mut shared = SharedVerdicts::default();
-        let ok = shared.share(Arc::new(verdict("Ok")));
-        assert!(Arc::ptr_eq(&ok, &shared.share(Arc::new(verdict("Ok")))));
+        let mut share = |verdict: NodeVerdict| {
+            let original =
+                Arc::new(CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap());
+            shared.share_both(Arc::new(verdict), original)
+        };
+        let (ok, ok_bytes) = share(verdict("Ok"));
+        let (again, again_bytes) = share(verdict("Ok"));
+        assert!(Arc::ptr_eq(&ok, &again) && Arc::ptr_eq(&ok_bytes, &again_bytes));
         let mut other_details = verdict("Ok");
         if let Some(script) = other_details.details.get_mut("disk") {
             script.details = serde_json::json!("other");
         }
         assert_eq!(other_details.fingerprint, ok.fingerprint);
-        let other = shared.share(Arc::new(other_details.clone()));
+        let (other, _) = share(other_details.clone());
         assert!(!Arc::ptr_eq(&ok, &other));
         assert_eq!(*other, other_details);
-        let evacuate = shared.share(Arc::new(verdict("evacuate")));
+        let (evacuate, _) = share(verdict("evacuate"));
         assert_eq!(evacuate.status, DiagnoseStatus::Evacuate);
+        drop((ok, ok_bytes, again, again_bytes, other, evacuate));
+        assert_eq!(shared.len(), 3);
+        // Copies nothing else holds are forgotten by a long-lived set (the watches').
+        shared.next_sweep = 0;
+        shared.forget_unused();
+        assert!(shared.is_empty());
+    }
+
+    /// A watched report is kept decoded, not as bytes: judging it later gives exactly what
+    /// verifying its bytes then gives (fresh, stale, expired, repeated past its expiry, a
+    /// replay, issued ahead of the clock), and a report whose signature, node or payload does
+    /// not verify cannot be kept at all.
+    #[test]
+    fn a_kept_report_is_judged_as_its_bytes() {
+        let ring = KeyRing::single(key());
+        let policy = VerifyPolicy::default();
+        let skew = policy.skew_ms();
+        let signed = |sequence: u64, issued_at_ms: u64, stale: bool| {
+            let envelope = Signer::new(key(), "n1")
+                .sign(payload("evacuate", stale), sequence, issued_at_ms, 60_000)
+                .unwrap();
+            serde_json::to_vec(&envelope).unwrap()
+        };
+        let bodies = [
+            signed(7, NOW, false),
+            signed(7, NOW, true),
+            signed(7, NOW - 120_000, false),
+            signed(7, NOW + 2 * skew + 1_000, false),
+        ];
+        let mut outcomes = BTreeMap::new();
+        for body in &bodies {
+            let kept = authenticate_report(&ring, "n1", body).unwrap();
+            for now in [
+                NOW - skew - 1,
+                NOW,
+                NOW + 59_999,
+                NOW + 60_001,
+                NOW + 60_000 + skew + 1,
+                NOW + 600_000,
+            ] {
+                for min_sequence in [None, Some(3), Some(7), Some(8)] {
+                    let expected = verify_report(&ring, policy, "n1", body, min_sequence, now);
+                    assert_eq!(
+                        kept.judge(policy, min_sequence, now),
+                        expected,
+                        "now {now}, min_sequence {min_sequence:?}"
+                    );
+                    let kind = match &expected {
+                        AgentOutcome::Verified(_) => "verified",
+                        AgentOutcome::Stale(_) => "stale",
+                        AgentOutcome::Unreachable(_) => "unreachable",
+                        AgentOutcome::Unverifiable(_) => "unverifiable",
+                    };
+                    *outcomes.entry(kind).or_insert(0) += 1;
+                }
+            }
+        }
+        // Every kind of judgement was compared.
+        assert_eq!(
+            outcomes.keys().copied().collect::<Vec<_>>(),
+            ["stale", "unverifiable", "verified"]
+        );
+        // Not authentic, not this node's, not a diagnose payload: nothing to keep.
+        let mut forged = signed(7, NOW, false);
+        let at = forged
+            .windows(10)
+            .position(|w| w == b"\"evacuate\"")
+            .unwrap();
+        forged[at + 1] = b'E';
+        assert!(
+            authenticate_report(&ring, "n1", &forged)
+                .unwrap_err()
+                .contains("signature")
+        );
+        assert!(authenticate_report(&ring, "n2", &signed(7, NOW, false)).is_err());
+        assert!(
+            authenticate_report(
+                &KeyRing::single(HmacKey::new(b"another key of 32 bytes, or more".to_vec())),
+                "n1",
+                &signed(7, NOW, false)
+            )
+            .is_err()
+        );
+        let envelope = Signer::new(key(), "n1")
+            .sign(json!({"not": "a diagnose payload"}), 7, NOW, 60_000)
+            .unwrap();
+        assert!(authenticate_report(&ring, "n1", &serde_json::to_vec(&envelope).unwrap()).is_err());
     }
 
     /// Issue 27: connections are kept only for a few agents read over the network, and only

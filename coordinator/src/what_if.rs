@@ -166,7 +166,7 @@ impl SimulatedAgents {
         };
         AgentOutcome::Verified(Observation {
             verdict: Arc::new(verdict),
-            original,
+            original: Arc::new(original),
             sequence: self.sequence.fetch_add(1, Ordering::Relaxed),
             collected_at_ms: now_ms,
             expires_at_ms: now_ms.saturating_add(600_000),

@@ -91,7 +91,7 @@ impl AgentReader for Agents {
                     AgentResult {
                         outcome: AgentOutcome::Verified(Observation {
                             verdict: std::sync::Arc::new(verdict),
-                            original,
+                            original: std::sync::Arc::new(original),
                             sequence: now_ms,
                             collected_at_ms: now_ms,
                             expires_at_ms: now_ms + 600_000,

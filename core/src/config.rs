@@ -214,8 +214,9 @@ impl Default for NotifySection {
 pub struct AgentsConfig {
     /// Base URL template: `{ip}` = primary IP, `{name}` = node name.
     pub url_template: String,
-    /// Per-node base URLs.
-    pub overrides: BTreeMap<String, String>,
+    /// Per-node base URLs (shared with every [`AgentUrls`] made from them: one per node of a
+    /// big cluster is megabytes).
+    pub overrides: std::sync::Arc<BTreeMap<String, String>>,
     /// Requests at once.
     pub concurrency: usize,
     /// Seconds per request.
@@ -290,7 +291,7 @@ impl Default for AgentsConfig {
     fn default() -> Self {
         Self {
             url_template: DEFAULT_AGENT_URL_TEMPLATE.to_owned(),
-            overrides: BTreeMap::new(),
+            overrides: std::sync::Arc::default(),
             concurrency: 64,
             timeout: 5.0,
             max_clock_skew: 2.0,
@@ -516,7 +517,7 @@ impl Config {
     pub fn agent_urls(&self) -> AgentUrls {
         AgentUrls {
             template: self.agents.url_template.clone(),
-            overrides: self.agents.overrides.clone(),
+            overrides: std::sync::Arc::clone(&self.agents.overrides),
         }
     }
 
@@ -545,8 +546,8 @@ impl Config {
 pub struct AgentUrls {
     /// Base URL template; `{ip}` and `{name}` are replaced.
     pub template: String,
-    /// Per-node base URLs that override the template.
-    pub overrides: BTreeMap<String, String>,
+    /// Per-node base URLs that override the template (shared with the configuration's).
+    pub overrides: std::sync::Arc<BTreeMap<String, String>>,
 }
 
 impl AgentUrls {

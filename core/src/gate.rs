@@ -643,8 +643,10 @@ impl Decision {
 /// ([`GateSnapshot::replay`]).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct GateSnapshot {
-    /// The cluster as the gate saw it.
-    pub view: View,
+    /// The cluster as the gate saw it: the round's own view, shared (on a big cluster it is
+    /// megabytes, and the board, the round and the flight recorder's last record hold it at
+    /// once).
+    pub view: std::sync::Arc<View>,
     /// The policy it applied.
     pub policy: Policy,
     /// The disruptions in force before the round's proposals.
@@ -2333,7 +2335,7 @@ mod tests {
                 }
             }
             // Recorded as JSON, the round replays to the same decision.
-            let snapshot = GateSnapshot { view, policy, in_force, decision };
+            let snapshot = GateSnapshot { view: view.into(), policy, in_force, decision };
             let text = serde_json::to_string(&snapshot).expect("a snapshot encodes");
             let recorded: GateSnapshot = serde_json::from_str(&text).expect("a snapshot decodes");
             prop_assert_eq!(&recorded, &snapshot);

@@ -142,11 +142,11 @@ impl RoundRecord {
             now_ms,
             coordinator,
             gate: GateSnapshot {
-                view: View {
+                view: std::sync::Arc::new(View {
                     nodes,
                     storage: frame.storage,
                     now_ms,
-                },
+                }),
                 policy: part(parts, Part::Policy)?,
                 in_force: part(parts, Part::InForce)?,
                 decision: part(parts, Part::Decision)?,
@@ -656,7 +656,7 @@ pub mod tests_support {
             now_ms,
             coordinator: "node0".into(),
             gate: GateSnapshot {
-                view,
+                view: std::sync::Arc::new(view),
                 policy,
                 in_force,
                 decision,

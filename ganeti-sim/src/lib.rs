@@ -773,7 +773,10 @@ impl InProcess {
         }
         let body = serde_json::to_vec(&value)
             .map_err(|e| TransportError::Failed(format!("cannot encode the answer: {e}")))?;
-        Ok(RapiResponse { status, body })
+        Ok(RapiResponse {
+            status,
+            body: body.into(),
+        })
     }
 }
 

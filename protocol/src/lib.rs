@@ -39,6 +39,9 @@ pub use clock::now_ms;
 pub use diagnose::DiagnosePayload;
 pub use load::{CpuAvgLoad, LoadPayload};
 pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};
-pub use sign::{HmacKey, KeyRing, SignError, SignedEnvelope, Signer, VerifyError, VerifyPolicy};
+pub use sign::{
+    HmacKey, KeyRing, SignError, SignedEnvelope, Signer, Times, VerifyError, VerifyPolicy,
+    check_current,
+};
 pub use storage::{DrbdMinor, DrbdState, StoragePayload};
 pub use verdict::{DiagnoseStatus, NodeVerdict, ScriptVerdict, VerdictError};

@@ -343,6 +343,25 @@ impl KeyRing {
         expected_node: Option<&str>,
         min_sequence: Option<u64>,
     ) -> Result<(), VerifyError> {
+        self.authenticate(envelope, expected_node)?;
+        check_current(
+            Times::of(envelope),
+            envelope.sequence,
+            now_ms,
+            policy,
+            min_sequence,
+        )
+    }
+
+    /// The checks of [`KeyRing::verify`] that do not depend on the clock or on the last
+    /// accepted sequence: algorithm, key, MAC and node. An envelope authenticated once stays
+    /// authentic under the same ring; [`check_current`] judges its times and sequence whenever
+    /// it is read again.
+    pub fn authenticate(
+        &self,
+        envelope: &SignedEnvelope,
+        expected_node: Option<&str>,
+    ) -> Result<(), VerifyError> {
         if envelope.algorithm != ALGORITHM {
             return Err(VerifyError::Malformed(format!(
                 "algorithm must be {ALGORITHM:?}, got {:?}",
@@ -371,34 +390,6 @@ impl KeyRing {
                 expected: expected.to_owned(),
             });
         }
-        let skew = policy.skew_ms();
-        if envelope.expires_at_ms < envelope.issued_at_ms {
-            return Err(VerifyError::Malformed(
-                "expires_at_ms is before issued_at_ms".into(),
-            ));
-        }
-        if envelope.issued_at_ms > now_ms.saturating_add(skew) {
-            return Err(VerifyError::ClockSkew {
-                issued_at_ms: envelope.issued_at_ms,
-                ahead: envelope.issued_at_ms - now_ms,
-                skew,
-            });
-        }
-        if envelope.expires_at_ms.saturating_add(skew) < now_ms {
-            return Err(VerifyError::Expired {
-                expires_at_ms: envelope.expires_at_ms,
-                now: now_ms,
-                skew,
-            });
-        }
-        if let Some(last) = min_sequence
-            && envelope.sequence < last
-        {
-            return Err(VerifyError::Replay {
-                got: envelope.sequence,
-                last,
-            });
-        }
         Ok(())
     }
 
@@ -416,6 +407,66 @@ impl KeyRing {
         self.verify(&envelope, now_ms, policy, expected_node, min_sequence)?;
         Ok(envelope)
     }
+}
+
+/// An authenticated envelope's times, for [`check_current`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Times {
+    /// When it was signed, Unix ms.
+    pub issued_at_ms: u64,
+    /// When it stops being valid, Unix ms.
+    pub expires_at_ms: u64,
+}
+
+impl Times {
+    /// The times of `envelope`.
+    pub fn of(envelope: &SignedEnvelope) -> Self {
+        Self {
+            issued_at_ms: envelope.issued_at_ms,
+            expires_at_ms: envelope.expires_at_ms,
+        }
+    }
+}
+
+/// The checks of [`KeyRing::verify`] after [`KeyRing::authenticate`]: times in order, not
+/// issued ahead of `now_ms` beyond the allowed skew, not expired, `sequence` not below
+/// `min_sequence` (in this order). Pure.
+pub fn check_current(
+    times: Times,
+    sequence: u64,
+    now_ms: u64,
+    policy: VerifyPolicy,
+    min_sequence: Option<u64>,
+) -> Result<(), VerifyError> {
+    let skew = policy.skew_ms();
+    if times.expires_at_ms < times.issued_at_ms {
+        return Err(VerifyError::Malformed(
+            "expires_at_ms is before issued_at_ms".into(),
+        ));
+    }
+    if times.issued_at_ms > now_ms.saturating_add(skew) {
+        return Err(VerifyError::ClockSkew {
+            issued_at_ms: times.issued_at_ms,
+            ahead: times.issued_at_ms - now_ms,
+            skew,
+        });
+    }
+    if times.expires_at_ms.saturating_add(skew) < now_ms {
+        return Err(VerifyError::Expired {
+            expires_at_ms: times.expires_at_ms,
+            now: now_ms,
+            skew,
+        });
+    }
+    if let Some(last) = min_sequence
+        && sequence < last
+    {
+        return Err(VerifyError::Replay {
+            got: sequence,
+            last,
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]

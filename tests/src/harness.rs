@@ -60,7 +60,7 @@ pub fn simulated_cluster_config(
         ssconf_dir: state_dir.join("no-ssconf"),
         state_dir,
         agents: AgentsConfig {
-            overrides,
+            overrides: overrides.into(),
             ..AgentsConfig::default()
         },
         rapi: RapiSection {

@@ -366,7 +366,7 @@ async fn unreachable_or_forged_reports_never_act_and_are_visible() {
         .unwrap();
     fake.set_verdict(evacuate());
     let mut config = h.config.clone();
-    config.agents.overrides.insert(node(3), fake.url());
+    std::sync::Arc::make_mut(&mut config.agents.overrides).insert(node(3), fake.url());
     let ganeti: std::sync::Arc<dyn nodecare_ganeti::Ganeti> = std::sync::Arc::new(h.sim.client());
     h.coordinator =
         nodecare_coordinator::daemon::Coordinator::new(&config, node(1), ganeti, h.key.clone())

@@ -63,14 +63,14 @@ impl Reconciler {
                 .save_document(STORAGE_SEQUENCES_DOCUMENT, &storage.sequences)?;
         }
         let degraded = self.degraded_instances(&nodes, &instances, &storage.readings, now);
-        let view = gate::View::from_cluster(
+        let view = std::sync::Arc::new(gate::View::from_cluster(
             &nodes,
             &instances,
             &group_names,
             &self.settings.gate.domains,
             storage.problems,
             now,
-        );
+        ));
         for grant in self.store.expire_grants(now)? {
             tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
                 "admission expired");

@@ -143,8 +143,9 @@ pub struct RoundInput {
     pub groups: Option<Vec<Group>>,
     /// Group uuid → name.
     pub group_names: BTreeMap<String, String>,
-    /// The gate's view of the cluster (failure domains, storage health).
-    pub view: View,
+    /// The gate's view of the cluster (failure domains, storage health); shared with the
+    /// round's gate snapshot ([`crate::gate::GateSnapshot`]).
+    pub view: std::sync::Arc<View>,
     /// Every online node's agent as this round read it.
     pub agents: Vec<AgentResult>,
     /// The agents' verified, fresh reports (for the campaigns).
@@ -316,7 +317,9 @@ mod tests {
         )
         .unwrap();
         let observation = Observation {
-            original: CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap(),
+            original: std::sync::Arc::new(
+                CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap(),
+            ),
             verdict: Arc::new(verdict),
             sequence: 3,
             collected_at_ms: 1_000,
@@ -376,7 +379,7 @@ mod tests {
             instances,
             groups: Some(groups),
             group_names,
-            view,
+            view: view.into(),
             agents,
         };
         let record = input.record().unwrap();

@@ -87,7 +87,7 @@ fn round(now_ms: u64, held: &[(&str, u128)], proposals: Vec<Proposal>, max: usiz
         now_ms,
         coordinator: "n1".into(),
         gate: GateSnapshot {
-            view,
+            view: view.into(),
             policy,
             in_force,
             decision,
@@ -162,7 +162,9 @@ fn a_large_view_goes_in_chunks_and_one_changed_node_changes_one_chunk() {
         let name = format!("x{n:03}");
         let mut facts = template.clone();
         facts.name.clone_from(&name);
-        record.gate.view.nodes.insert(name.clone(), facts);
+        std::sync::Arc::make_mut(&mut record.gate.view)
+            .nodes
+            .insert(name.clone(), facts);
         record.verdicts.insert(name, "Ok".into());
     }
     let parts: BTreeMap<Part, Vec<u8>> = record.parts().unwrap().into_iter().collect();
@@ -174,7 +176,10 @@ fn a_large_view_goes_in_chunks_and_one_changed_node_changes_one_chunk() {
         record
     );
     let mut changed = record.clone();
-    if let Some(facts) = changed.gate.view.nodes.get_mut("x150") {
+    if let Some(facts) = std::sync::Arc::make_mut(&mut changed.gate.view)
+        .nodes
+        .get_mut("x150")
+    {
         facts.drained = true;
     }
     let other: BTreeMap<Part, Vec<u8>> = changed.parts().unwrap().into_iter().collect();
@@ -217,12 +222,18 @@ fn the_same_decision_later_is_the_same_and_any_change_is_not() {
     assert!(!coordinator.same_as(&first));
     // Free memory moves: the same; a node drained: not.
     let mut memory = later.clone();
-    for facts in memory.gate.view.nodes.values_mut() {
+    for facts in std::sync::Arc::make_mut(&mut memory.gate.view)
+        .nodes
+        .values_mut()
+    {
         facts.memory_free = Some(1234);
     }
     assert!(memory.same_as(&first));
     let mut drained = later;
-    if let Some(facts) = drained.gate.view.nodes.get_mut("n4") {
+    if let Some(facts) = std::sync::Arc::make_mut(&mut drained.gate.view)
+        .nodes
+        .get_mut("n4")
+    {
         facts.drained = true;
     }
     assert!(!drained.same_as(&first));

@@ -317,16 +317,20 @@ impl RapiClient {
                 method.as_str(),
                 path,
                 response.status,
-                &response.body,
+                &response.body.prefix(usize::MAX),
             ));
         }
-        serde_json::from_slice(&response.body).map_err(|e| RapiError::Decode {
+        // Decoded as it is read, each chunk let go once read; the start is kept for an error
+        // (`truncate` shows at most its first 300 bytes).
+        let start = response.body.prefix(1024);
+        serde_json::from_reader(std::io::BufReader::with_capacity(
+            64 * 1024,
+            response.body.into_reader(),
+        ))
+        .map_err(|e| RapiError::Decode {
             method: method.to_string(),
             path: path.to_owned(),
-            message: format!(
-                "{e} in {}",
-                truncate(&String::from_utf8_lossy(&response.body))
-            ),
+            message: format!("{e} in {}", truncate(&String::from_utf8_lossy(&start))),
         })
     }
 }
@@ -420,8 +424,13 @@ fn decode_job_cancel(answer: &Value) -> Option<ganeti::JobCancel> {
 }
 
 /// Converts RAPI's records to the trait's types.
+/// `records` converted. The conversion reuses the records' buffer, sized for RAPI's larger
+/// records (`RapiNode` is half as large again as `Node`): it is shrunk to the converted ones,
+/// ~1 MB less for 10 000 nodes.
 fn converted<R, T: From<R>>(records: Vec<R>) -> Vec<T> {
-    records.into_iter().map(Into::into).collect()
+    let mut converted: Vec<T> = records.into_iter().map(Into::into).collect();
+    converted.shrink_to_fit();
+    converted
 }
 
 fn http_error(method: &str, path: &str, status: u16, body: &[u8]) -> RapiError {
@@ -454,6 +463,20 @@ fn decode_error(method: &str, path: &str, e: &serde_json::Error) -> RapiError {
 mod tests {
     use super::*;
 
+    /// The nodes of `GET /2/nodes?bulk=1` keep no room sized for RAPI's larger records.
+    #[test]
+    fn converted_nodes_hold_no_spare_room() {
+        let record: RapiNode = serde_json::from_value(serde_json::json!({
+            "name": "n1", "uuid": "u1", "role": "R", "group.uuid": "g1", "pip": "10.0.0.1",
+        }))
+        .unwrap();
+        assert!(std::mem::size_of::<RapiNode>() > std::mem::size_of::<ganeti::Node>());
+        let nodes: Vec<ganeti::Node> = converted(vec![record; 1000]);
+        assert_eq!(nodes.len(), 1000);
+        assert_eq!(nodes.capacity(), 1000);
+        assert_eq!(nodes[999].primary_ip, "10.0.0.1");
+    }
+
     /// Records every request and answers job id 1.
     #[derive(Debug, Default)]
     struct Recorder(std::sync::Mutex<Vec<RapiRequest>>);
@@ -470,7 +493,7 @@ mod tests {
             Box::pin(async {
                 Ok(super::super::transport::RapiResponse {
                     status: 200,
-                    body: b"1".to_vec(),
+                    body: b"1".to_vec().into(),
                 })
             })
         }

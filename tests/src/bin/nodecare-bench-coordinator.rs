@@ -418,7 +418,10 @@ async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
             let mut record = last.record.clone();
             record.now_ms += n;
             let node = node(usize::try_from(n).unwrap_or(1) * 97 % count.max(1) + 1);
-            if let Some(facts) = record.gate.view.nodes.get_mut(&node) {
+            if let Some(facts) = std::sync::Arc::make_mut(&mut record.gate.view)
+                .nodes
+                .get_mut(&node)
+            {
                 facts.drained = !facts.drained;
             }
             record
