@@ -424,6 +424,9 @@ pub fn ready(entries: &[Entry]) -> Ready {
     let mut out = Ready::default();
     let mut will_submit: BTreeSet<&str> = BTreeSet::new();
     let mut never: BTreeSet<&str> = BTreeSet::new();
+    // Of each entry to submit: how many entries of this pass its chain has before it.
+    let mut depth: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut submit: Vec<(usize, u64, Vec<String>)> = Vec::new();
     for entry in sorted.iter().filter(|e| e.state == State::Recorded) {
         let mut chained = Vec::new();
         let mut wait = false;
@@ -458,10 +461,24 @@ pub fn ready(entries: &[Entry]) -> Ready {
             never.insert(entry.key.as_str());
             out.never.push((entry.id, why));
         } else if !wait {
+            let after = chained
+                .iter()
+                .filter_map(|key| depth.get(key.as_str()).map(|d| d + 1))
+                .max()
+                .unwrap_or(0);
             will_submit.insert(entry.key.as_str());
-            out.submit.push((entry.id, chained));
+            depth.insert(entry.key.as_str(), after);
+            submit.push((after, entry.id, chained));
         }
     }
+    // The first job of every chain first, then the second of each, and so on (in recording
+    // order within each): a group's undrains all start before the migrations back that wait
+    // for them, and each job still comes after those it is chained to.
+    submit.sort_by_key(|(after, id, _)| (*after, *id));
+    out.submit = submit
+        .into_iter()
+        .map(|(_, id, chained)| (id, chained))
+        .collect();
     out
 }
 
@@ -859,6 +876,37 @@ mod tests {
         migrate.state = failed();
         let out = ready(&[drain, migrate, repair]);
         assert_eq!(out.never, vec![(3, "migrate did not succeed".into())]);
+    }
+
+    /// Two chains (undrain → migrate back, per node) recorded one after the other are
+    /// submitted heads first: both undrains, then the migrations back, each still after the
+    /// job it is chained to.
+    #[test]
+    fn the_first_job_of_every_chain_is_submitted_first() {
+        let h = incident(1);
+        let entries = vec![
+            entry(1, &h, "u1", State::Recorded, vec![]),
+            entry(2, &h, "b1", State::Recorded, vec![]).after(["u1".into()]),
+            entry(3, &h, "c1", State::Recorded, vec![]).after(["b1".into()]),
+            entry(4, &h, "u2", State::Recorded, vec![]),
+            entry(5, &h, "b2", State::Recorded, vec![]).after(["u2".into()]),
+            entry(6, &h, "x", State::Submitted, vec![]),
+            entry(7, &h, "after-x", State::Recorded, vec![]).after(["x".into()]),
+        ];
+        let mut entries = entries;
+        entries[5].job = Some(9);
+        let out = ready(&entries);
+        assert_eq!(
+            out.submit,
+            vec![
+                (1, vec![]),
+                (4, vec![]),
+                (7, vec!["x".to_owned()]),
+                (2, vec!["u1".to_owned()]),
+                (5, vec!["u2".to_owned()]),
+                (3, vec!["b1".to_owned()]),
+            ]
+        );
     }
 
     /// An unchained Ganeti job (instance repair: RAPI's reinstall cannot carry `depends`)
