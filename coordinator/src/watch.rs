@@ -891,13 +891,9 @@ mod tests {
         format!("http://{address}")
     }
 
-    /// Issue 27: a watch keeps the latest report it delivered for the rounds and says whether
-    /// it is healthy; a watch that cannot reach its agent is not.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn watches_deliver_their_latest_report_to_the_rounds() {
-        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
-        let ring = Arc::new(KeyRing::single(key.clone()));
-        let now = nodecare_protocol::now_ms();
+    /// n1's diagnose report (one script, `Ok`), signed with `key` at `now` as sequence 9,
+    /// valid for a minute.
+    fn signed_ok_report(key: &nodecare_protocol::HmacKey, now: u64) -> Vec<u8> {
         let script =
             nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
         let verdict = nodecare_protocol::NodeVerdict::merge(
@@ -917,7 +913,17 @@ mod tests {
         let envelope = nodecare_protocol::Signer::new(key.clone(), "n1")
             .sign(payload, 9, now, 60_000)
             .unwrap();
-        let report = serde_json::to_vec(&envelope).unwrap();
+        serde_json::to_vec(&envelope).unwrap()
+    }
+
+    /// Issue 27: a watch keeps the latest report it delivered for the rounds and says whether
+    /// it is healthy; a watch that cannot reach its agent is not.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn watches_deliver_their_latest_report_to_the_rounds() {
+        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
+        let ring = Arc::new(KeyRing::single(key.clone()));
+        let now = nodecare_protocol::now_ms();
+        let report = signed_ok_report(&key, now);
         let good = answers_then_holds(report.clone()).await;
         let closed = {
             let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -969,26 +975,7 @@ mod tests {
         let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
         let ring = Arc::new(KeyRing::single(key.clone()));
         let now = nodecare_protocol::now_ms();
-        let script =
-            nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
-        let verdict = nodecare_protocol::NodeVerdict::merge(
-            [("disk".to_owned(), script)].into_iter().collect(),
-        )
-        .unwrap();
-        let payload = serde_json::to_value(nodecare_protocol::DiagnosePayload {
-            verdict,
-            collected_at_ms: now,
-            age_ms: 0,
-            stale: false,
-            interval_ms: 1000,
-            boot_id: None,
-            reboot_required: None,
-        })
-        .unwrap();
-        let envelope = nodecare_protocol::Signer::new(key, "n1")
-            .sign(payload, 9, now, 60_000)
-            .unwrap();
-        let signed = String::from_utf8(serde_json::to_vec(&envelope).unwrap()).unwrap();
+        let signed = String::from_utf8(signed_ok_report(&key, now)).unwrap();
         let forged = signed.replace(r#""status":"Ok"}}"#, r#""status":"evacuate"}}"#);
         assert_ne!(forged, signed);
         let target = AgentTarget {
