@@ -81,6 +81,22 @@ fn chain(w: &World, h: &Holder) -> Vec<Entry> {
     vec![drain, migrate, repair]
 }
 
+/// `n` independent tag jobs of `h` on the world's node.
+fn tag_entries(w: &World, h: &Holder, n: usize) -> Vec<Entry> {
+    (0..n)
+        .map(|k| {
+            Entry::new(
+                h.clone(),
+                format!("tag-{k}"),
+                Action::ganeti(Op::add_node_tags(&w.node, vec![format!("t{k}")])),
+                "tag",
+                0,
+                DAY_MS,
+            )
+        })
+        .collect()
+}
+
 fn states(exec: &Executor) -> Vec<(String, String)> {
     exec.ledger()
         .entries()
@@ -411,18 +427,7 @@ async fn many_running_jobs_are_followed_with_one_read_of_the_job_list() {
     let h = holder(9);
     let n = BULK_POLL + 2;
     w.sim.stick_next_jobs(u32::try_from(n).unwrap());
-    let entries: Vec<Entry> = (0..n)
-        .map(|k| {
-            Entry::new(
-                h.clone(),
-                format!("tag-{k}"),
-                Action::ganeti(Op::add_node_tags(&w.node, vec![format!("t{k}")])),
-                "tag",
-                0,
-                DAY_MS,
-            )
-        })
-        .collect();
+    let entries = tag_entries(&w, &h, n);
     w.exec.record(&entries).unwrap();
     let ganeti = Counting {
         inner: w.sim.client(),
@@ -499,18 +504,7 @@ async fn many_jobs_are_marked_submitted_and_ended_in_one_write_each() {
     let exec = Executor::new(ledger.clone());
     let h = holder(10);
     let n = BULK_POLL + 5;
-    let entries: Vec<Entry> = (0..n)
-        .map(|k| {
-            Entry::new(
-                h.clone(),
-                format!("tag-{k}"),
-                Action::ganeti(Op::add_node_tags(&w.node, vec![format!("t{k}")])),
-                "tag",
-                0,
-                DAY_MS,
-            )
-        })
-        .collect();
+    let entries = tag_entries(&w, &h, n);
     exec.record(&entries).unwrap();
     let ganeti = Counting {
         inner: w.sim.client(),
