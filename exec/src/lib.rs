@@ -263,7 +263,7 @@ impl Executor {
         let mut submitted = Vec::new();
         // Submitted, their jobs not marked yet: marked in one write per holder (or per
         // `MARK_BATCH`), not one durable write each.
-        let mut unmarked: Vec<Entry> = Vec::new();
+        let mut marks = Marks::new(&*self.ledger);
         for holder in holders {
             let mut entries = self.ledger.of_holder(&holder)?;
             let plan = ledger::ready(&entries);
@@ -313,11 +313,7 @@ impl Executor {
                         if let Some(stored) = entries.get_mut(at) {
                             *stored = entry.clone();
                         }
-                        unmarked.push(entry.clone());
-                        if unmarked.len() >= MARK_BATCH {
-                            self.ledger.mark_all(&unmarked)?;
-                            unmarked.clear();
-                        }
+                        marks.push(entry.clone())?;
                         submitted.push(entry);
                     }
                     Err(error) => {
@@ -328,8 +324,7 @@ impl Executor {
                     }
                 }
             }
-            self.ledger.mark_all(&unmarked)?;
-            unmarked.clear();
+            marks.flush()?;
         }
         Ok(Submission { submitted, refused })
     }
@@ -528,8 +523,7 @@ impl Executor {
         };
         let mut changed = Vec::new();
         let mut ended: BTreeSet<Holder> = BTreeSet::new();
-        // Marked in one durable write per `MARK_BATCH`, not one each.
-        let mut unmarked: Vec<Entry> = Vec::new();
+        let mut marks = Marks::new(&*self.ledger);
         for mut e in following {
             let Some(job_id) = e.job else { continue };
             let summary = listed.get(&job_id);
@@ -582,14 +576,10 @@ impl Executor {
                 }
             }
             e.state = state;
-            unmarked.push(e.clone());
-            if unmarked.len() >= MARK_BATCH {
-                self.ledger.mark_all(&unmarked)?;
-                unmarked.clear();
-            }
+            marks.push(e.clone())?;
             changed.push(Changed { entry: e, job });
         }
-        self.ledger.mark_all(&unmarked)?;
+        marks.flush()?;
         // What comes after an entry that did not succeed (here, or failed in adoption) never
         // runs.
         ended.extend(
@@ -704,6 +694,39 @@ const BULK_POLL: usize = 8;
 
 /// Most submissions or job ends marked in one durable write.
 const MARK_BATCH: usize = 256;
+
+/// Entries to mark, written in one durable write per [`MARK_BATCH`] ([`Ledger::mark_all`])
+/// instead of one each; what is not flushed yet is lost with a crash, as the answer of a
+/// submission can be (adoption and the next poll find it again).
+struct Marks<'a> {
+    ledger: &'a dyn Ledger,
+    pending: Vec<Entry>,
+}
+
+impl<'a> Marks<'a> {
+    fn new(ledger: &'a dyn Ledger) -> Self {
+        Self {
+            ledger,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Adds `entry`; writes the batch once it is full.
+    fn push(&mut self, entry: Entry) -> Result<(), LedgerError> {
+        self.pending.push(entry);
+        if self.pending.len() >= MARK_BATCH {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Writes what is pending.
+    fn flush(&mut self) -> Result<(), LedgerError> {
+        self.ledger.mark_all(&self.pending)?;
+        self.pending.clear();
+        Ok(())
+    }
+}
 
 /// Whether the listed job of entry `e` still runs with `e`'s reason trail and leaves `e` as
 /// it is (before its deadline, or timed out already): reading it alone would change nothing.

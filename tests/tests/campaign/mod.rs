@@ -83,16 +83,36 @@ fn campaign(h: &Harness) -> Campaign {
         .campaign
 }
 
+/// The coordinator's API served on loopback: its URL and the server's task.
+async fn serve_api(h: &Harness) -> (String, tokio::task::JoinHandle<Result<(), std::io::Error>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    (
+        url,
+        tokio::spawn(async move { axum::serve(listener, app).await }),
+    )
+}
+
+/// Starts a campaign rebooting every node as `ops` through the API at `url`.
+async fn start_reboot_campaign(url: &str) {
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&serde_json::json!({"hook": "reboot", "reason": "kernel"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_campaign_reboots_every_node_and_puts_instances_back() {
     let dir = tempfile::tempdir().unwrap();
     let users = dir.path().join("users");
     nodecare_tests::harness::write_secret(&users, "ops secret write\nviewer look read\n").unwrap();
     let mut h = cluster(&users).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let (url, server) = serve_api(&h).await;
     let client = reqwest::Client::new();
     let (before, _) = layout(&h);
 
@@ -339,10 +359,7 @@ async fn a_campaign_is_planned_with_the_coordinator_s_failure_domains() {
             .unwrap()
             .set_boot_id(Some(&format!("boot-{i}-0")));
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let (url, server) = serve_api(&h).await;
     let client = reqwest::Client::new();
 
     // Other failure domains than the coordinator's: refused, naming both.
@@ -437,14 +454,7 @@ async fn a_campaign_goes_on_between_groups_without_waiting_for_the_interval() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let answer = reqwest::Client::new()
-        .post(format!("{url}/1/maintenance"))
-        .basic_auth("ops", Some("secret"))
-        .json(&serde_json::json!({"hook": "reboot", "reason": "kernel"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 201);
+    start_reboot_campaign(&url).await;
     // The API's write wakes a round; from there on only events start rounds. Every hook
     // "reboots" its node (a new boot id, which the node's watch delivers).
     let mut runs: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -485,18 +495,8 @@ async fn the_next_group_starts_whole_while_instances_migrate_back() {
     // group.
     h.sim.set_job_delay(std::time::Duration::from_millis(300));
     let (before, _) = layout(&h);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
-    let answer = reqwest::Client::new()
-        .post(format!("{url}/1/maintenance"))
-        .basic_auth("ops", Some("secret"))
-        .json(&serde_json::json!({"hook": "reboot", "reason": "kernel"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(answer.status(), 201);
+    let (url, server) = serve_api(&h).await;
+    start_reboot_campaign(&url).await;
     let mut runs = BTreeMap::new();
     let mut planned = None;
     let mut cut = Vec::new();
