@@ -64,6 +64,32 @@ pub struct CampaignRound {
     pub proposals: Vec<Proposal>,
     /// The planned moves of those groups, per campaign.
     pub moves: BTreeMap<Uuid, BTreeMap<String, Vec<PlannedMove>>>,
+    /// The campaigns with something to do, with their operations, as [`prepare`] saved them:
+    /// [`execute`] goes on from them.
+    pub records: Vec<Record>,
+}
+
+/// The campaigns one round works on, read once with their operations ([`follow`]) and handed
+/// from step to step: the round holds the incident lock, under which the API changes
+/// campaigns too, and each step saves what it changes, so the store and these agree.
+#[derive(Debug, Clone, Default)]
+pub struct Active {
+    /// The campaigns with something to do, each with its operations from the ledger.
+    pub records: Vec<Record>,
+}
+
+impl Active {
+    /// Reads them from the store and the ledger.
+    pub fn read(ctx: Context<'_>) -> Result<Self, StoreError> {
+        Ok(Self {
+            records: active(ctx)?,
+        })
+    }
+
+    /// Those still with something to do (a step may have finished one).
+    fn still_active(self) -> Vec<Record> {
+        self.records.into_iter().filter(is_active).collect()
+    }
 }
 
 /// What the state machine sees of the cluster this round. `agents` holds only verified, fresh
@@ -128,11 +154,16 @@ fn with_ops(store: &Store, executor: &Executor) -> Result<Vec<Record>, StoreErro
     Ok(records)
 }
 
-/// The campaigns that still have something to do (not finished, or operations in flight).
+/// Whether a campaign still has something to do (not finished, or operations in flight).
+fn is_active(record: &Record) -> bool {
+    !record.state().is_final() || record.in_flight().next().is_some()
+}
+
+/// The campaigns that still have something to do.
 fn active(ctx: Context<'_>) -> Result<Vec<Record>, StoreError> {
     Ok(with_ops(ctx.store, ctx.executor)?
         .into_iter()
-        .filter(|r| !r.state().is_final() || r.in_flight().next().is_some())
+        .filter(is_active)
         .collect())
 }
 
@@ -158,15 +189,24 @@ pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
 }
 
 /// The drained flags every stored campaign's jobs set or cleared, for
-/// [`crate::gate::left_by`].
+/// [`crate::gate::left_by`]; the operations of the campaigns in `known` (this round's
+/// [`Active`]) are not read again.
 pub fn flag_changes(
     store: &Store,
     executor: &Executor,
+    known: &[Record],
 ) -> Result<Vec<crate::gate::FlagChange>, StoreError> {
-    Ok(with_ops(store, executor)?
-        .iter()
-        .flat_map(Record::flag_changes)
-        .collect())
+    let mut changes = Vec::new();
+    for mut record in store.campaigns()? {
+        match known.iter().find(|k| k.id() == record.id()) {
+            Some(known) => changes.extend(known.flag_changes()),
+            None => {
+                record.set_ops(&executor.ledger().of_holder(&record.holder())?);
+                changes.extend(record.flag_changes());
+            }
+        }
+    }
+    Ok(changes)
 }
 
 /// The nodes every running campaign is rebooting now ([`Record::rebooting_nodes`]), whose
@@ -194,6 +234,7 @@ pub fn planned_disruptions(store: &Store, now_ms: u64) -> Result<Vec<(String, u6
 /// Step 1: follows the operations, re-plans campaigns due for a group and proposes it.
 pub async fn prepare(
     ctx: Context<'_>,
+    active: Active,
     world: &World,
     view: &View,
     instances: &[Instance],
@@ -201,7 +242,7 @@ pub async fn prepare(
     master: &str,
 ) -> Result<CampaignRound, StoreError> {
     let mut round = CampaignRound::default();
-    let records = active(ctx)?;
+    let records = active.still_active();
     if records.is_empty() {
         return Ok(round);
     }
@@ -251,6 +292,7 @@ pub async fn prepare(
         if record != before {
             ctx.store.save_campaign(&record)?;
         }
+        round.records.push(record);
     }
     Ok(round)
 }
@@ -327,12 +369,16 @@ pub fn plans_again(due_before: bool, finished_before: usize, after: &Record) -> 
 pub async fn execute(
     ctx: Context<'_>,
     decision: &Decision,
-    round: &CampaignRound,
+    round: CampaignRound,
     world: &World,
 ) -> Result<Executed, StoreError> {
     let mut submitted = 0;
     let mut again = false;
-    for mut record in active(ctx)? {
+    let records = Active {
+        records: round.records,
+    }
+    .still_active();
+    for mut record in records {
         let before = record.clone();
         let id = record.id();
         if record.needs_group()
@@ -369,7 +415,7 @@ pub async fn execute(
                 }
             }
         }
-        let (jobs, more) = go_on(ctx, record, &before, world).await?;
+        let (jobs, more, _) = go_on(ctx, record, &before, world).await?;
         submitted += jobs;
         again |= more;
     }
@@ -378,13 +424,14 @@ pub async fn execute(
 
 /// Moves one campaign on with what this round shows (`before`: the record as the round found
 /// it): its nodes' steps advance, the record is saved, what it plans is recorded and submitted
-/// (hooks sent). Returns the jobs (and hooks) submitted and [`plans_again`].
+/// (hooks sent). Returns the jobs (and hooks) submitted, [`plans_again`] and the record as
+/// saved, with its operations.
 async fn go_on(
     ctx: Context<'_>,
     mut record: Record,
     before: &Record,
     world: &World,
-) -> Result<(usize, bool), StoreError> {
+) -> Result<(usize, bool, Record), StoreError> {
     let (due_before, finished_before) = (record.needs_group(), record.finished_nodes());
     let planned = record.advance(world);
     let again = plans_again(due_before, finished_before, &record);
@@ -394,13 +441,13 @@ async fn go_on(
         tracing::error!(campaign = %record.id(), node = %failure.node, step = %failure.step, why = %failure.why, "maintenance campaign failed");
     }
     if record == *before {
-        return Ok((0, again));
+        return Ok((0, again, record));
     }
     // The record first (a crash before its operations are recorded leaves them to be
     // planned again), then the operations, durable before anything is submitted.
     ctx.store.save_campaign(&record)?;
     if planned.is_empty() {
-        return Ok((0, again));
+        return Ok((0, again, record));
     }
     let holder = record.holder();
     ctx.executor.record(&record.entries(&planned))?;
@@ -418,22 +465,26 @@ async fn go_on(
         .collect();
     submitted += send_hooks(ctx, &mut record, &hooks, world.now_ms).await?;
     ctx.store.save_campaign(&record)?;
-    Ok((submitted, again))
+    Ok((submitted, again, record))
 }
 
 /// Step 1, before the gate: follows every campaign's hooks in flight and moves every campaign on
 /// with what this round shows, so that a group whose last node ends in this round frees its
 /// nodes (and its budget) for the next group's proposal in the same round.
-/// Returns the jobs (and hooks) submitted. (A campaign due for its next group after this is
+/// Returns the jobs (and hooks) submitted and the campaigns as it left them, with their
+/// operations, for the round's next steps. (A campaign due for its next group after this is
 /// planned by this round's proposal: no round to wake.)
-pub async fn follow(ctx: Context<'_>, world: &World) -> Result<usize, StoreError> {
+pub async fn follow(ctx: Context<'_>, world: &World) -> Result<(usize, Active), StoreError> {
     let mut submitted = 0;
+    let mut records = Vec::new();
     for mut record in active(ctx)? {
         let before = record.clone();
         follow_hooks(ctx, &mut record, world.now_ms).await?;
-        submitted += go_on(ctx, record, &before, world).await?.0;
+        let (jobs, _, record) = go_on(ctx, record, &before, world).await?;
+        submitted += jobs;
+        records.push(record);
     }
-    Ok(submitted)
+    Ok((submitted, Active { records }))
 }
 
 /// The campaign's operations as the ledger has them now.

@@ -54,7 +54,8 @@ pub struct Coordinator {
 }
 
 /// A watched verdict change starts a round this long after it, so that changes arriving
-/// together (several nodes, a burst) start one round.
+/// together (several nodes, a burst) start one round. A node a campaign rebooted that comes
+/// back starts a round at once ([`Watches::take_returned`]): its group waits for it.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// Resolves when the watches saw a change (never without watches, or once they are gone).
@@ -345,9 +346,12 @@ impl Coordinator {
                     ticker.reset();
                 }
                 Some(()) = changed(changes.as_mut()) => {
-                    tokio::select! {
-                        () = &mut shutdown => break Ok(()),
-                        () = tokio::time::sleep(DEBOUNCE) => {}
+                    let returned = self.watches.as_ref().is_some_and(Watches::take_returned);
+                    if !returned {
+                        tokio::select! {
+                            () = &mut shutdown => break Ok(()),
+                            () = tokio::time::sleep(DEBOUNCE) => {}
+                        }
                     }
                     if let Some(changes) = changes.as_mut() {
                         changes.borrow_and_update();

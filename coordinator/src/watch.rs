@@ -116,6 +116,8 @@ struct WatchContext {
     delivered: Arc<Delivered>,
     /// The nodes expected back from a reboot ([`Watches::set_returning`]).
     returning: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
+    /// Set when one of them came back ([`Watches::take_returned`]).
+    returned: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for Watches {
@@ -137,6 +139,7 @@ impl Watches {
                 board: None,
                 delivered: Arc::new(Delivered::default()),
                 returning: Arc::default(),
+                returned: Arc::default(),
             }),
             running: BTreeMap::new(),
         }
@@ -150,6 +153,16 @@ impl Watches {
         if let Ok(mut returning) = self.context.returning.write() {
             *returning = nodes;
         }
+    }
+
+    /// Whether a node the campaigns reboot came back since the last call: the change it
+    /// counted is a return, which the round loop acts on without waiting for more changes to
+    /// join it (the round reads every agent whose watch is not healthy, so the nodes of the
+    /// same group that are back too are seen in the same round).
+    pub fn take_returned(&self) -> bool {
+        self.context
+            .returned
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The latest report of every watch, for the rounds ([`crate::scrape::Scraper::with_watched`]).
@@ -339,6 +352,11 @@ fn take_answer(
                 body.map(|report| DeliveredReport { report }),
             );
             if changed {
+                if back {
+                    context
+                        .returned
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
                 context
                     .changes
                     .send_modify(|count| *count = count.wrapping_add(1));

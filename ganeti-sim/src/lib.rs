@@ -38,6 +38,7 @@ use nodecare_ganeti::rapi::client::{Credentials, RapiClient};
 use nodecare_ganeti::rapi::transport::{
     RapiRequest, RapiResponse, Transport, TransportError, TransportFuture,
 };
+pub use rapi_routes::SimBody;
 use rapi_routes::{SimAnswer, SimRequest};
 
 /// The status [`Simulation::answer`] gives for a request whose connection is reset: the HTTP
@@ -325,10 +326,11 @@ impl Simulation {
     }
 
     /// Handles one decoded RAPI request (after faults and authentication).
-    pub async fn handle(&self, req: &SimRequest) -> (u16, Value) {
+    pub async fn handle(&self, req: &SimRequest) -> (u16, SimBody) {
         let answer = self.with_cluster(|c| rapi_routes::route(c, req, self.now_ms()));
         match answer {
-            SimAnswer::Now(status, body) => (status, body),
+            SimAnswer::Now(status, body) => (status, body.into()),
+            SimAnswer::Encoded(status, bytes) => (status, SimBody::Encoded(bytes)),
             SimAnswer::WaitJob { id, previous } => {
                 let deadline = tokio::time::Instant::now() + WAIT_PERIOD;
                 loop {
@@ -342,10 +344,10 @@ impl Simulation {
                     if over {
                         let answer = self
                             .with_cluster(|c| rapi_routes::wait_answer(c, id, previous.as_deref()));
-                        return (200, answer.unwrap_or(Value::Null));
+                        return (200, answer.unwrap_or(Value::Null).into());
                     }
                     if tokio::time::Instant::now() >= deadline {
-                        return (200, Value::Null);
+                        return (200, Value::Null.into());
                     }
                     let pause = Duration::from_millis(next.unwrap_or(50).clamp(1, 200));
                     // Either a change was signalled or the pause ended: re-check both ways.
@@ -439,13 +441,13 @@ impl Simulation {
             let (status, value) = self.control(&method, &path, &body);
             return Some(respond(status, &value));
         }
-        let (status, value) = self
+        let (status, body) = self
             .answer(&method, &path, query, authorized, json_body, &body)
             .await;
         if status == RESET {
             return None;
         }
-        Some(respond(status, &value))
+        Some(respond_bytes(status, body.into_bytes()))
     }
 
     /// Answers one RAPI request as it came off the wire (method, path, decoded query, whether
@@ -460,21 +462,21 @@ impl Simulation {
         authorized: bool,
         json_body: bool,
         body: &[u8],
-    ) -> (u16, Value) {
+    ) -> (u16, SimBody) {
         match self.fault(method, path) {
             FaultAction::None => {}
-            FaultAction::Reset => return (RESET, Value::Null),
+            FaultAction::Reset => return (RESET, Value::Null.into()),
             FaultAction::Fail => {
                 return (
                     502,
-                    rapi_routes::error(502, "Bad Gateway", "injected fault"),
+                    rapi_routes::error(502, "Bad Gateway", "injected fault").into(),
                 );
             }
             FaultAction::Hang(d) => {
                 tokio::time::sleep(d).await;
                 return (
                     504,
-                    rapi_routes::error(504, "Gateway Timeout", "injected hang"),
+                    rapi_routes::error(504, "Gateway Timeout", "injected hang").into(),
                 );
             }
         }
@@ -485,7 +487,8 @@ impl Simulation {
                     401,
                     "Unauthorized",
                     "No permission -- see authorization schemes",
-                ),
+                )
+                .into(),
             );
         }
         let body = if body.is_empty() {
@@ -497,7 +500,8 @@ impl Simulation {
                     415,
                     "Unsupported Media Type",
                     "Entity body in unsupported format",
-                ),
+                )
+                .into(),
             );
         } else {
             match serde_json::from_slice::<Value>(body) {
@@ -509,7 +513,8 @@ impl Simulation {
                             400,
                             "Bad Request",
                             &format!("Unable to parse JSON data: {e}"),
-                        ),
+                        )
+                        .into(),
                     );
                 }
             }
@@ -610,11 +615,13 @@ impl Simulation {
             ("GET", "/sim/state") => (
                 200,
                 self.with_cluster(|c| {
+                    let loads = c.node_loads();
+                    let none = crate::model::NodeLoad::default();
                     let nodes: Vec<Value> = c
                         .node_order
                         .iter()
                         .filter_map(|n| c.nodes.get(n))
-                        .map(|n| c.node_json(n))
+                        .map(|n| c.node_json_in(n, loads.get(n.name.as_str()).unwrap_or(&none)))
                         .collect();
                     let instances: Vec<Value> =
                         c.instances.values().map(|i| c.instance_json(i)).collect();
@@ -669,7 +676,13 @@ impl Simulation {
 }
 
 fn respond(status: u16, value: &Value) -> Response<Full<Bytes>> {
-    let body = serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec());
+    respond_bytes(
+        status,
+        serde_json::to_vec(value).unwrap_or_else(|_| b"null".to_vec()),
+    )
+}
+
+fn respond_bytes(status: u16, body: Vec<u8>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() =
         hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
@@ -763,7 +776,7 @@ impl InProcess {
             true,
             &body,
         );
-        let (status, value) = tokio::time::timeout(timeout, answer)
+        let (status, answer) = tokio::time::timeout(timeout, answer)
             .await
             .map_err(|_elapsed| TransportError::Timeout)?;
         if status == RESET {
@@ -771,8 +784,7 @@ impl InProcess {
                 "connection reset by peer (injected)".into(),
             ));
         }
-        let body = serde_json::to_vec(&value)
-            .map_err(|e| TransportError::Failed(format!("cannot encode the answer: {e}")))?;
+        let body = answer.into_bytes();
         Ok(RapiResponse {
             status,
             body: body.into(),

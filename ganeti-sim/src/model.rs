@@ -13,6 +13,54 @@ use serde_json::{Value, json};
 
 use nodecare_ganeti::{DiskTemplate, JobId, JobStatus, Reason, Redundancy};
 
+/// What one node holds, for RAPI's node fields ([`SimCluster::node_loads`]).
+#[derive(Debug, Default, Clone)]
+pub struct NodeLoad<'a> {
+    /// Its primary instances.
+    pub primaries: Vec<&'a str>,
+    /// The instances it is a secondary of.
+    pub secondaries: Vec<&'a str>,
+    /// The memory its running primaries use (MiB).
+    pub memory_used_mib: u64,
+}
+
+/// One instance as RAPI's `/2/instances` shows it ([`SimCluster::instance_json`]).
+#[derive(Debug, Serialize)]
+struct InstanceView<'a> {
+    name: &'a str,
+    uuid: &'a str,
+    pnode: &'a str,
+    snodes: &'a [String],
+    disk_template: &'a str,
+    status: &'static str,
+    admin_state: &'static str,
+    oper_state: Option<bool>,
+    oper_ram: Option<u64>,
+    oper_vcpus: Option<u64>,
+    os: &'static str,
+    tags: &'a [String],
+    beparams: BeParams,
+    #[serde(rename = "disk.sizes")]
+    disk_sizes: &'static [u64],
+    disk_usage: u64,
+    #[serde(rename = "nic.macs")]
+    nic_macs: [&'static str; 1],
+    network_port: Option<u64>,
+    serial_no: u64,
+    ctime: f64,
+    mtime: f64,
+}
+
+/// An instance's backend parameters as RAPI shows them.
+#[derive(Debug, Serialize)]
+struct BeParams {
+    maxmem: u64,
+    minmem: u64,
+    vcpus: u64,
+    always_failover: bool,
+    auto_balance: bool,
+}
+
 /// One node of the simulated cluster.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SimNode {
@@ -1337,24 +1385,49 @@ impl SimCluster {
         })
     }
 
+    /// What every node holds (its primaries, its secondaries, the memory its running
+    /// primaries use), in one pass over the instances: [`Self::node_json_in`] for every node of
+    /// a bulk list costs the instances once, not once per node.
+    pub fn node_loads(&self) -> BTreeMap<&str, NodeLoad<'_>> {
+        let mut loads: BTreeMap<&str, NodeLoad<'_>> = self
+            .nodes
+            .keys()
+            .map(|name| (name.as_str(), NodeLoad::default()))
+            .collect();
+        for inst in self.instances.values() {
+            if let Some(load) = loads.get_mut(inst.pnode.as_str()) {
+                load.primaries.push(&inst.name);
+                if inst.running {
+                    load.memory_used_mib += inst.memory_mib;
+                }
+            }
+            for secondary in &inst.snodes {
+                if let Some(load) = loads.get_mut(secondary.as_str()) {
+                    load.secondaries.push(&inst.name);
+                }
+            }
+        }
+        loads
+    }
+
+    /// One node as RAPI shows it (one pass over the instances; see [`Self::node_loads`]).
     pub fn node_json(&self, node: &SimNode) -> Value {
-        let pinst: Vec<&str> = self
-            .instances
-            .values()
-            .filter(|i| i.pnode == node.name)
-            .map(|i| i.name.as_str())
-            .collect();
-        let sinst: Vec<&str> = self
-            .instances
-            .values()
-            .filter(|i| i.snodes.contains(&node.name))
-            .map(|i| i.name.as_str())
-            .collect();
+        let load = self
+            .node_loads()
+            .remove(node.name.as_str())
+            .unwrap_or_default();
+        self.node_json_in(node, &load)
+    }
+
+    /// One node as RAPI shows it, with what it holds (`load`).
+    pub fn node_json_in(&self, node: &SimNode, load: &NodeLoad<'_>) -> Value {
+        let pinst = &load.primaries;
+        let sinst = &load.secondaries;
         let (mfree, mtotal, mnode) = if node.offline {
             (Value::Null, Value::Null, Value::Null)
         } else {
             (
-                json!(self.memory_free(&node.name)),
+                json!(node.memory_total_mib.saturating_sub(load.memory_used_mib)),
                 json!(node.memory_total_mib),
                 json!(512),
             )
@@ -1394,42 +1467,65 @@ impl SimCluster {
         })
     }
 
+    /// One instance as RAPI shows it.
     pub fn instance_json(&self, inst: &SimInstance) -> Value {
+        serde_json::to_value(self.instance_view(inst)).unwrap_or(Value::Null)
+    }
+
+    /// Every instance as RAPI's bulk list shows it, encoded at once (no JSON value per
+    /// instance: the list of thousands is the simulation's largest answer).
+    pub fn instances_json_bytes(&self) -> Vec<u8> {
+        let views: Vec<InstanceView<'_>> = self
+            .instances
+            .values()
+            .map(|i| self.instance_view(i))
+            .collect();
+        serde_json::to_vec(&views).unwrap_or_else(|_| b"[]".to_vec())
+    }
+
+    fn instance_view<'a>(&'a self, inst: &'a SimInstance) -> InstanceView<'a> {
         let pnode = self.nodes.get(&inst.pnode);
-        let status = if pnode.is_some_and(|n| n.offline) {
+        let offline = pnode.is_some_and(|n| n.offline);
+        let status = if offline {
             "ERROR_nodeoffline"
         } else if inst.running {
             "running"
         } else {
             "ADMIN_down"
         };
-        let disks: Vec<u64> = if inst.disk_template == "diskless" {
-            Vec::new()
+        let disks: &'static [u64] = if inst.disk_template == "diskless" {
+            &[]
         } else {
-            vec![1024]
+            &[1024]
         };
-        json!({
-            "name": inst.name,
-            "uuid": inst.uuid,
-            "pnode": inst.pnode,
-            "snodes": inst.snodes,
-            "disk_template": inst.disk_template,
-            "status": status,
-            "admin_state": if inst.running { "up" } else { "down" },
-            "oper_state": if status == "ERROR_nodeoffline" { Value::Null } else { json!(inst.running) },
-            "oper_ram": if inst.running { json!(inst.memory_mib) } else { Value::Null },
-            "oper_vcpus": if inst.running { json!(1) } else { Value::Null },
-            "os": "noop",
-            "tags": inst.tags,
-            "beparams": {"maxmem": inst.memory_mib, "minmem": inst.memory_mib, "vcpus": 1, "always_failover": false, "auto_balance": true},
-            "disk.sizes": disks,
-            "disk_usage": disks.iter().sum::<u64>(),
-            "nic.macs": ["aa:00:00:00:00:01"],
-            "network_port": Value::Null,
-            "serial_no": 1,
-            "ctime": 0.0,
-            "mtime": 0.0,
-        })
+        InstanceView {
+            name: &inst.name,
+            uuid: &inst.uuid,
+            pnode: &inst.pnode,
+            snodes: &inst.snodes,
+            disk_template: &inst.disk_template,
+            status,
+            admin_state: if inst.running { "up" } else { "down" },
+            oper_state: (!offline).then_some(inst.running),
+            oper_ram: inst.running.then_some(inst.memory_mib),
+            oper_vcpus: inst.running.then_some(1),
+            os: "noop",
+            tags: &inst.tags,
+            beparams: BeParams {
+                maxmem: inst.memory_mib,
+                minmem: inst.memory_mib,
+                vcpus: 1,
+                always_failover: false,
+                auto_balance: true,
+            },
+            disk_sizes: disks,
+            disk_usage: disks.iter().sum(),
+            nic_macs: ["aa:00:00:00:00:01"],
+            network_port: None,
+            serial_no: 1,
+            ctime: 0.0,
+            mtime: 0.0,
+        }
     }
 
     pub fn group_json(&self) -> Value {

@@ -51,9 +51,44 @@ impl SimRequest {
 pub enum SimAnswer {
     /// Answer now.
     Now(u16, Value),
+    /// Answer now with JSON already encoded (the bulk instance list).
+    Encoded(u16, Vec<u8>),
     /// `/2/jobs/<id>/wait`: wait until the job's status differs from `previous` (or up to
     /// RAPI's wait period), then answer.
     WaitJob { id: u64, previous: Option<String> },
+}
+
+/// An answer's body: a JSON value, or JSON already encoded.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SimBody {
+    /// A value, encoded when sent.
+    Value(Value),
+    /// Encoded JSON.
+    Encoded(Vec<u8>),
+}
+
+impl SimBody {
+    /// The body's bytes.
+    pub fn into_bytes(self) -> Vec<u8> {
+        match self {
+            Self::Value(value) => serde_json::to_vec(&value).unwrap_or_else(|_| b"null".to_vec()),
+            Self::Encoded(bytes) => bytes,
+        }
+    }
+
+    /// The body as a JSON value (`null` for encoded bytes that are not JSON).
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Value(value) => value,
+            Self::Encoded(bytes) => serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        }
+    }
+}
+
+impl From<Value> for SimBody {
+    fn from(value: Value) -> Self {
+        Self::Value(value)
+    }
 }
 
 pub fn error(code: u16, message: &str, explain: &str) -> Value {
@@ -202,13 +237,19 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
             "instance-reinstall-reqv1"
         ])),
         ("GET", ["2", "nodes"]) => {
+            let loads = if req.bulk() {
+                cluster.node_loads()
+            } else {
+                std::collections::BTreeMap::new()
+            };
+            let none = crate::model::NodeLoad::default();
             let nodes: Vec<Value> = cluster
                 .node_order
                 .iter()
                 .filter_map(|n| cluster.nodes.get(n))
                 .map(|n| {
                     if req.bulk() {
-                        cluster.node_json(n)
+                        cluster.node_json_in(n, loads.get(n.name.as_str()).unwrap_or(&none))
                     } else {
                         json!({"id": n.name, "uri": format!("/2/nodes/{}", n.name)})
                     }
@@ -295,17 +336,14 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
             now_ms,
             "nodes_name_tags",
         ),
+        ("GET", ["2", "instances"]) if req.bulk() => {
+            SimAnswer::Encoded(200, cluster.instances_json_bytes())
+        }
         ("GET", ["2", "instances"]) => {
             let list: Vec<Value> = cluster
                 .instances
                 .values()
-                .map(|i| {
-                    if req.bulk() {
-                        cluster.instance_json(i)
-                    } else {
-                        json!({"id": i.name, "uri": format!("/2/instances/{}", i.name)})
-                    }
-                })
+                .map(|i| json!({"id": i.name, "uri": format!("/2/instances/{}", i.name)}))
                 .collect();
             ok(Value::Array(list))
         }

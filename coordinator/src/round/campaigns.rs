@@ -3,7 +3,7 @@
 //! ([`crate::campaign_exec`]).
 
 use super::{Duty, Holds, Judged, Phase, RoundInput, Services};
-use crate::campaign_exec::{self, CampaignRound, Context};
+use crate::campaign_exec::{self, Active, CampaignRound, Context};
 use crate::gate::{InForce, Proposal};
 
 /// The campaigns' duty.
@@ -11,6 +11,8 @@ use crate::gate::{InForce, Proposal};
 pub struct Campaigns {
     /// What the state machine sees this round (from the round's input, in `observe`).
     world: Option<crate::campaign::World>,
+    /// The campaigns this round works on, read once in `observe` ([`Active`]).
+    active: Option<Active>,
     /// This round's proposals.
     round: Option<CampaignRound>,
 }
@@ -53,8 +55,10 @@ impl Duty for Campaigns {
     ) -> Phase<'a, usize> {
         Box::pin(async move {
             let world = world_of(services, input);
-            let submitted = campaign_exec::follow(context(services, input), &world).await?;
+            let (submitted, active) =
+                campaign_exec::follow(context(services, input), &world).await?;
             self.world = Some(world);
+            self.active = Some(active);
             Ok(submitted)
         })
     }
@@ -64,7 +68,11 @@ impl Duty for Campaigns {
             Ok(Holds {
                 disrupted: campaign_exec::holds(services.store)?,
                 touched: campaign_exec::touched(services.store)?,
-                left: campaign_exec::flag_changes(services.store, services.executor)?,
+                left: campaign_exec::flag_changes(
+                    services.store,
+                    services.executor,
+                    self.active.as_ref().map_or(&[], |a| &a.records[..]),
+                )?,
             })
         })
     }
@@ -81,8 +89,13 @@ impl Duty for Campaigns {
                 Some(world) => world,
                 None => world_of(services, input),
             };
+            let active = match self.active.take() {
+                Some(active) => active,
+                None => Active::read(context(services, input))?,
+            };
             let round = campaign_exec::prepare(
                 context(services, input),
+                active,
                 &world,
                 &input.view,
                 &input.instances,
@@ -108,7 +121,7 @@ impl Duty for Campaigns {
                 return Ok(0);
             };
             let executed =
-                campaign_exec::execute(context(services, input), judged.decision, &round, &world)
+                campaign_exec::execute(context(services, input), judged.decision, round, &world)
                     .await?;
             if executed.again {
                 // Its next group (or its completion) is planned by the next round: now, not at

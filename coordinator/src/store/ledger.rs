@@ -168,7 +168,7 @@ impl Ledger for Store {
         };
         self.ledger_rows(
             "SELECT id, record FROM ledger WHERE holder = ?1 ORDER BY id",
-            &[&text],
+            &[text.as_str()],
         )
     }
 
@@ -179,7 +179,7 @@ impl Ledger for Store {
         Ok(self
             .ledger_rows(
                 "SELECT id, record FROM ledger WHERE holder = ?1 AND key = ?2",
-                &[&text, &key],
+                &[text.as_str(), key],
             )?
             .pop())
     }
@@ -222,30 +222,111 @@ fn mark_in(connection: &rusqlite::Connection, entry: &Entry) -> Result<(), Ledge
     Ok(())
 }
 
+/// What the ledger looked like when a query was answered: the rows of the ledger written
+/// through this connection (every insert, update and delete, committed or not), the restores,
+/// and SQLite's count of other connections' commits. Equal stamps: the same rows.
+pub(super) type Stamp = (u64, u64, i64);
+
+/// Counts every row of the ledger written through `connection` in `writes`: temporary
+/// triggers (this connection's own, never stored in the database) call a function that counts.
+/// Created again after a restore.
+pub(super) fn watch_writes(
+    connection: &Connection,
+    writes: &std::sync::Arc<std::sync::atomic::AtomicU64>,
+) -> Result<(), StoreError> {
+    let counter = std::sync::Arc::clone(writes);
+    connection.create_scalar_function(
+        "nodecare_ledger_written",
+        0,
+        rusqlite::functions::FunctionFlags::SQLITE_UTF8,
+        move |_| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Ok(0_i64)
+        },
+    )?;
+    connection.execute_batch(
+        "DROP TRIGGER IF EXISTS temp.nodecare_ledger_inserted;
+         DROP TRIGGER IF EXISTS temp.nodecare_ledger_updated;
+         DROP TRIGGER IF EXISTS temp.nodecare_ledger_deleted;
+         CREATE TEMP TRIGGER nodecare_ledger_inserted AFTER INSERT ON main.ledger
+             BEGIN SELECT nodecare_ledger_written(); END;
+         CREATE TEMP TRIGGER nodecare_ledger_updated AFTER UPDATE ON main.ledger
+             BEGIN SELECT nodecare_ledger_written(); END;
+         CREATE TEMP TRIGGER nodecare_ledger_deleted AFTER DELETE ON main.ledger
+             BEGIN SELECT nodecare_ledger_written(); END;",
+    )?;
+    Ok(())
+}
+
+/// The ids each ledger query returned, by query text and parameters, with the stamp then.
+pub(super) type Queries = std::collections::HashMap<(String, Vec<String>), (Stamp, Vec<i64>)>;
+
+/// Most ledger queries remembered at once (the executor and the duties ask a handful).
+const MAX_QUERIES: usize = 256;
+
 impl Store {
-    fn ledger_rows(
-        &self,
-        query: &str,
-        parameters: &[&dyn rusqlite::ToSql],
-    ) -> Result<Vec<Entry>, LedgerError> {
+    /// The entries `query` (selecting `id, record`) returns with `parameters`. Asked again
+    /// while nothing changed in the database, it is answered from the decoded entries without
+    /// reading the table: a round asks the same questions in each of its phases.
+    fn ledger_rows(&self, query: &str, parameters: &[&str]) -> Result<Vec<Entry>, LedgerError> {
         let connection = self.lock();
-        let mut statement = connection.prepare(query).map_err(sql)?;
-        let rows = statement
-            .query_map(parameters, |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-            })
+        let others: i64 = connection
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
             .map_err(sql)?;
+        let stamp: Stamp = (
+            self.ledger_writes.load(std::sync::atomic::Ordering::SeqCst),
+            self.restores.load(std::sync::atomic::Ordering::SeqCst),
+            others,
+        );
+        let asked = (
+            query.to_owned(),
+            parameters
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect::<Vec<_>>(),
+        );
         let mut decoded = self
             .decoded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut queries = self
+            .ledger_queries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let watched = !self
+            .ledger_unwatched
+            .load(std::sync::atomic::Ordering::SeqCst);
+        if let Some((then, ids)) = queries.get(&asked)
+            && *then == stamp
+            && watched
+        {
+            let known: Option<Vec<Entry>> = ids
+                .iter()
+                .map(|id| decoded.get(id).map(|(_, entry)| entry.clone()))
+                .collect();
+            if let Some(entries) = known {
+                return Ok(entries);
+            }
+        }
+        self.ledger_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut statement = connection.prepare_cached(query).map_err(sql)?;
+        let rows = statement
+            .query_map(rusqlite::params_from_iter(parameters), |row| {
+                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
+            })
+            .map_err(sql)?;
         // Rows of entries long forgotten would stay: the cache starts again past a bound.
         if decoded.len() > MAX_DECODED {
             decoded.clear();
+            queries.clear();
         }
         let mut entries = Vec::new();
+        let mut ids = Vec::new();
         for row in rows {
             let (id, text) = row.map_err(sql)?;
+            ids.push(id);
             match decoded.get(&id) {
                 Some((seen, entry)) if *seen == text => entries.push(entry.clone()),
                 _ => {
@@ -255,7 +336,16 @@ impl Store {
                 }
             }
         }
+        if queries.len() >= MAX_QUERIES {
+            queries.clear();
+        }
+        queries.insert(asked, (stamp, ids));
         Ok(entries)
+    }
+
+    /// How many ledger queries read the table (not answered from memory) since it opened.
+    pub fn ledger_table_reads(&self) -> u64 {
+        self.ledger_reads.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
@@ -318,6 +408,67 @@ mod tests {
             store.mark(&Entry { id: 99, ..first }),
             Err(LedgerError::Unknown(99))
         ));
+    }
+
+    /// A query asked again is answered from memory while the ledger has not changed (writes to
+    /// other tables do not count); a write to the ledger, through any path of the store, a
+    /// restore or another connection, is seen by the next query.
+    #[test]
+    fn a_ledger_query_is_read_again_only_once_the_ledger_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = Store::open(&path).unwrap();
+        let recorded = store.record(&[entry(1, "a"), entry(1, "b")]).unwrap();
+        let holder = recorded[0].holder.clone();
+        assert_eq!(store.of_holder(&holder).unwrap(), recorded);
+        let reads = store.ledger_table_reads();
+        assert_eq!(store.of_holder(&holder).unwrap(), recorded);
+        assert_eq!(store.unfinished().unwrap(), recorded);
+        assert_eq!(store.unfinished().unwrap(), recorded);
+        store.save_document("elsewhere", &1_u32).unwrap();
+        assert_eq!(store.of_holder(&holder).unwrap(), recorded);
+        assert_eq!(
+            store.ledger_table_reads(),
+            reads + 1,
+            "only the first unfinished()"
+        );
+
+        // A mark, a record, a forget: each seen at once.
+        let mut first = recorded[0].clone();
+        first.state = State::Succeeded;
+        store.mark(&first).unwrap();
+        assert_eq!(store.of_holder(&holder).unwrap()[0], first);
+        assert_eq!(store.unfinished().unwrap(), recorded[1..]);
+        let more = store.record(&[entry(1, "c")]).unwrap();
+        assert_eq!(store.of_holder(&holder).unwrap().len(), 3);
+        assert_eq!(store.entry(&holder, "c").unwrap(), Some(more[0].clone()));
+        assert_eq!(store.forget(&holder).unwrap(), 3);
+        assert!(store.of_holder(&holder).unwrap().is_empty());
+        assert_eq!(store.entry(&holder, "c").unwrap(), None);
+
+        // Another connection's commit.
+        let again = store.record(&[entry(2, "x")]).unwrap();
+        let other = again[0].holder.clone();
+        assert_eq!(store.of_holder(&other).unwrap(), again);
+        {
+            let connection = Connection::open(&path).unwrap();
+            connection
+                .execute("DELETE FROM ledger WHERE key = 'x'", [])
+                .unwrap();
+        }
+        assert!(store.of_holder(&other).unwrap().is_empty());
+
+        // A restore, then writes after it: each seen.
+        let source = Store::open_memory().unwrap();
+        let theirs = source.record(&[entry(3, "y")]).unwrap();
+        let third = theirs[0].clone();
+        assert!(store.of_holder(&third.holder).unwrap().is_empty());
+        store.restore(&source.snapshot().unwrap()).unwrap();
+        assert_eq!(store.of_holder(&third.holder).unwrap(), theirs);
+        let mut done = third.clone();
+        done.state = State::Succeeded;
+        store.mark(&done).unwrap();
+        assert_eq!(store.of_holder(&third.holder).unwrap(), [done]);
     }
 
     /// Many entries marked in one write: all of them, or (an unknown one among them) none.

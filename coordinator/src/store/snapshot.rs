@@ -27,10 +27,7 @@ impl Store {
         let connection = Connection::open_in_memory()?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
         super::migrate(&connection)?;
-        Ok(Store {
-            connection: std::sync::Mutex::new(connection),
-            decoded: std::sync::Mutex::default(),
-        })
+        Store::with_connection(connection)
     }
 
     /// Rows changed through this store since it was opened: a change counter for replication.
@@ -64,7 +61,21 @@ impl Store {
         super::migrate(&source)?;
         let mut connection = self.lock();
         let backup = rusqlite::backup::Backup::new(&source, &mut connection)?;
-        backup.run_to_completion(256, std::time::Duration::ZERO, None)?;
+        // A query remembered before the restore is never trusted after it.
+        self.restores
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let copied = backup.run_to_completion(256, std::time::Duration::ZERO, None);
+        self.restores
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        drop(backup);
+        copied?;
+        // The ledger is the restored one: its writes are watched as before; if they cannot be,
+        // no ledger query is answered from memory again.
+        if let Err(error) = super::ledger::watch_writes(&connection, &self.ledger_writes) {
+            self.ledger_unwatched
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            return Err(error);
+        }
         Ok(())
     }
 }

@@ -14,6 +14,9 @@
 //!   (30 s), its rounds started by the events: a job that ends (RAPI's job wait), a watched
 //!   agent that changes or comes back from its reboot.
 //!
+//! `BENCH_MODE=before` (or `after`) runs that mode only; `BENCH_ROUNDS=1` prints each round of
+//! the coordinator's loop.
+//!
 //! Prints each campaign's wall time against the plan's lower bound, groups × (longest
 //! migration + reboot), with a timeline of its groups, and checks every budget all along (after
 //! every round, or every 20 ms): nodes disrupted at once, instances down, jobs submitted twice.
@@ -125,8 +128,10 @@ impl Tracker {
         }
     }
 
-    /// Hooks "reboot" their node; budgets checked; the campaign's progress noted. Returns the
-    /// campaign once final.
+    /// Hooks "reboot" their node; budgets checked; with `read_campaign`, the campaign's
+    /// progress noted (only a round changes it: reading it after each round, not every 20 ms,
+    /// keeps the benchmark's own load off the coordinator's cores and its state database).
+    /// Returns the campaign once final.
     fn sample(
         &mut self,
         sim: &Simulation,
@@ -134,6 +139,7 @@ impl Tracker {
         store: &Store,
         nodes: usize,
         reboot: Duration,
+        read_campaign: bool,
     ) -> anyhow::Result<Option<Record>> {
         let at = self.started.elapsed();
         for i in 1..=nodes {
@@ -174,6 +180,9 @@ impl Tracker {
         });
         self.max_drained = self.max_drained.max(drained);
         self.down_seen = self.down_seen.max(down);
+        if !read_campaign {
+            return Ok(None);
+        }
         let campaign = store
             .campaigns()?
             .into_iter()
@@ -258,10 +267,17 @@ async fn main() -> anyhow::Result<()> {
          coordinator's loop, round interval 30 s, woken by job ends and watches)",
         params.max_disrupted
     );
+    // BENCH_MODE=before or after: that mode only (profiles).
+    let modes = match std::env::var("BENCH_MODE").as_deref() {
+        Ok("before") => vec![Mode::Before],
+        Ok("after") => vec![Mode::After],
+        Ok(other) => bail!("BENCH_MODE={other}: before or after"),
+        Err(_) => vec![Mode::Before, Mode::After],
+    };
     let mut ratios = Vec::new();
     for pair in 1..=pairs {
         let mut walls = Vec::new();
-        for mode in [Mode::Before, Mode::After] {
+        for &mode in &modes {
             let outcome = campaign_run(params, mode).await?;
             println!(
                 "pair {pair} {:<6}: {:.1} s, lower bound {:.1} s = {:.1} %; {} rounds (mean {:.0} ms); groups {}",
@@ -363,7 +379,9 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
             coord.round().await?;
             round_time += t.elapsed();
             rounds += 1;
-            if let Some(done) = tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot)? {
+            if let Some(done) =
+                tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot, true)?
+            {
                 break done;
             }
             check_limit(&tracker, limit, &api.store)?;
@@ -377,10 +395,12 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
             }));
             let mut last_round = 0;
             let done = loop {
+                let mut round_ended = false;
                 if let Ok(last) = api.board.last_round.read()
                     && last.number != last_round
                 {
                     last_round = last.number;
+                    round_ended = true;
                     rounds += 1;
                     round_time += Duration::from_millis(last.duration_ms);
                     if show_rounds {
@@ -393,7 +413,7 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
                         );
                     }
                 }
-                match tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot) {
+                match tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot, round_ended) {
                     Ok(Some(done)) => break Ok(done),
                     Ok(None) => {}
                     Err(e) => break Err(e),
