@@ -56,22 +56,45 @@ impl Default for JobWaitSettings {
     }
 }
 
-/// The jobs to wait on: the oldest job in flight of each holder, oldest first, at most `max`,
-/// leaving out those already seen ended (`ended`, until a round records them). Pure.
+/// The jobs to wait on: the oldest job in flight of each holder, then the youngest of each, at
+/// most `max`, leaving out those already seen ended (`ended`, until a round records them) and
+/// those chained after an entry still in flight (Ganeti runs them only after it). The oldest
+/// wakes the round as soon as the first of a holder's jobs ends; the youngest once a batch
+/// submitted together has ended, or a straggler submitted after the chains that an older
+/// chained job would have hidden. Pure.
 pub fn to_wait_on(in_flight: &[Entry], ended: &BTreeSet<JobId>, max: usize) -> Vec<JobId> {
-    let mut oldest: BTreeMap<&crate::gate::Holder, JobId> = BTreeMap::new();
+    let unfinished: BTreeSet<(&crate::gate::Holder, &str)> = in_flight
+        .iter()
+        .filter(|e| e.state.is_unfinished() && !e.job.is_some_and(|job| ended.contains(&job)))
+        .map(|e| (&e.holder, e.key.as_str()))
+        .collect();
+    let mut span: BTreeMap<&crate::gate::Holder, (JobId, JobId)> = BTreeMap::new();
     for e in in_flight {
         let Some(job) = following(e) else { continue };
-        if ended.contains(&job) {
+        if ended.contains(&job)
+            || e.after
+                .iter()
+                .any(|key| unfinished.contains(&(&e.holder, key.as_str())))
+        {
             continue;
         }
-        oldest
-            .entry(&e.holder)
-            .and_modify(|j| *j = (*j).min(job))
-            .or_insert(job);
+        span.entry(&e.holder)
+            .and_modify(|(oldest, youngest)| {
+                *oldest = (*oldest).min(job);
+                *youngest = (*youngest).max(job);
+            })
+            .or_insert((job, job));
     }
-    let mut jobs: Vec<JobId> = oldest.into_values().collect();
-    jobs.sort_unstable();
+    let mut oldest: Vec<JobId> = span.values().map(|(oldest, _)| *oldest).collect();
+    oldest.sort_unstable();
+    let mut youngest: Vec<JobId> = span
+        .values()
+        .filter(|(oldest, youngest)| youngest != oldest)
+        .map(|(_, youngest)| *youngest)
+        .collect();
+    youngest.sort_unstable();
+    let mut jobs = oldest;
+    jobs.extend(youngest);
     jobs.truncate(max);
     jobs
 }
@@ -259,7 +282,8 @@ mod tests {
             entry(4, "f", Some(2), State::Succeeded),
             entry(5, "g", Some(11), State::Submitted),
         ];
-        assert_eq!(to_wait_on(&entries, &BTreeSet::new(), 4), vec![5, 9, 11]);
+        // Each holder's oldest first, then the youngest of those with more than one.
+        assert_eq!(to_wait_on(&entries, &BTreeSet::new(), 4), vec![5, 9, 11, 7]);
         assert_eq!(to_wait_on(&entries, &BTreeSet::new(), 2), vec![5, 9]);
         // A job seen ended is not waited on again; its holder's next one is.
         assert_eq!(
@@ -267,6 +291,38 @@ mod tests {
             vec![7, 9, 11]
         );
         assert!(to_wait_on(&entries, &BTreeSet::new(), 0).is_empty());
+    }
+
+    /// A job chained after an entry still in flight is not waited on; the youngest job chained
+    /// after nothing in flight is, beside the oldest: a straggler undrain submitted after a
+    /// group's chains wakes the round when it ends, not when the older migrations back do.
+    #[test]
+    fn waits_on_the_straggler_not_on_jobs_chained_after_one_in_flight() {
+        let chained = |key: &str, job, after: &str| {
+            let mut e = entry(1, key, Some(job), State::Submitted);
+            e.after = vec![after.to_owned()];
+            e
+        };
+        let mut undrain_a = entry(1, "undrain-a", Some(10), State::Submitted);
+        let entries = vec![
+            undrain_a.clone(),
+            chained("back-a", 11, "undrain-a"),
+            entry(1, "undrain-b", Some(12), State::Submitted),
+            chained("back-b", 13, "undrain-b"),
+        ];
+        // The migrations back wait for their undrains: the undrains are waited on.
+        assert_eq!(to_wait_on(&entries, &BTreeSet::new(), 4), vec![10, 12]);
+        // Undrain a succeeded: its migration back is older than the straggler, both waited on.
+        undrain_a.state = State::Succeeded;
+        let entries = vec![
+            undrain_a,
+            chained("back-a", 11, "undrain-a"),
+            entry(1, "undrain-b", Some(12), State::Submitted),
+            chained("back-b", 13, "undrain-b"),
+        ];
+        assert_eq!(to_wait_on(&entries, &BTreeSet::new(), 4), vec![11, 12]);
+        // Seen ended (not recorded yet) counts as ended for the chain after it.
+        assert_eq!(to_wait_on(&entries, &BTreeSet::from([12]), 4), vec![11, 13]);
     }
 
     /// Whether `board`'s round loop is woken within `limit`.

@@ -508,6 +508,8 @@ pub struct SimCluster {
     next_job: JobId,
     /// No job below this id is unfinished ([`Self::advance`]).
     unfinished_from: JobId,
+    /// Finished jobs as the bulk job list shows them, encoded once (they no longer change).
+    listed_jobs: std::collections::HashMap<JobId, Vec<u8>>,
 }
 
 fn fake_uuid(kind: u8, n: usize) -> String {
@@ -563,6 +565,7 @@ impl SimCluster {
             stuck: std::collections::BTreeSet::new(),
             next_job: 1,
             unfinished_from: 0,
+            listed_jobs: std::collections::HashMap::new(),
         })
     }
 
@@ -1538,6 +1541,32 @@ impl SimCluster {
             "tags": self.group_tags,
             "serial_no": 1,
         })
+    }
+
+    /// Every job as RAPI's bulk job list (`GET /2/jobs?bulk=1`) shows it, encoded; a finished
+    /// job is encoded once.
+    pub fn jobs_json_bytes(&mut self) -> Vec<u8> {
+        let mut out = b"[".to_vec();
+        let mut finished = Vec::new();
+        for (index, job) in self.jobs.values().enumerate() {
+            if index > 0 {
+                out.push(b',');
+            }
+            let done = job.status.is_final();
+            if done && let Some(bytes) = self.listed_jobs.get(&job.id) {
+                out.extend_from_slice(bytes);
+                continue;
+            }
+            let bytes =
+                serde_json::to_vec(&self.job_json(job, false)).unwrap_or_else(|_| b"null".to_vec());
+            out.extend_from_slice(&bytes);
+            if done {
+                finished.push((job.id, bytes));
+            }
+        }
+        out.push(b']');
+        self.listed_jobs.extend(finished);
+        out
     }
 
     pub fn job_json(&self, job: &SimJob, with_details: bool) -> Value {

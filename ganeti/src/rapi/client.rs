@@ -134,15 +134,31 @@ impl RapiClient {
     /// `GET /2/jobs?bulk=1`: every job still in the queue, with opcodes and reason trails.
     pub async fn jobs(&self) -> Result<Vec<RapiJob>, RapiError> {
         let path = "/2/jobs";
-        let values: Vec<Value> = self.get_json(path, &[("bulk", "1")]).await?;
-        // A job archived between listing and reading comes back with null fields: skip it.
-        values
-            .into_iter()
-            .filter(|v| v.get("status").is_some_and(|s| !s.is_null()))
-            .map(|v| serde_json::from_value(v).map_err(|e| decode_error("GET", path, &e)))
-            .collect()
+        // Each job kept as its text, then decoded into its type (no JSON tree in between).
+        let listed: Vec<Box<serde_json::value::RawValue>> =
+            self.get_json(path, &[("bulk", "1")]).await?;
+        job_list(path, &listed)
     }
+}
 
+/// The jobs of a bulk job list, each decoded from its own text; a job archived between listing
+/// and reading (null fields) is left out, any other job that does not decode is an error.
+fn job_list(
+    path: &str,
+    listed: &[Box<serde_json::value::RawValue>],
+) -> Result<Vec<RapiJob>, RapiError> {
+    let mut jobs = Vec::with_capacity(listed.len());
+    for text in listed {
+        match serde_json::from_str::<RapiJob>(text.get()) {
+            Ok(job) => jobs.push(job),
+            Err(_) if archived(text.get()) => {}
+            Err(e) => return Err(decode_error("GET", path, &e)),
+        }
+    }
+    Ok(jobs)
+}
+
+impl RapiClient {
     /// `DELETE /2/jobs/<id>`: cancels a job that has not started. Ganeti answers
     /// `[success, message]`: `[true, "Job 5 canceled"]` for a queued job, `[true, "Job 5 will
     /// be canceled"]` for a waiting one, `[false, "Job 5 is no longer waiting in the queue"]`
@@ -447,6 +463,16 @@ fn http_error(method: &str, path: &str, status: u16, body: &[u8]) -> RapiError {
     }
 }
 
+/// Whether a job of the bulk list comes back archived (its `status` null or absent).
+fn archived(text: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        status: Option<serde::de::IgnoredAny>,
+    }
+    serde_json::from_str::<Probe>(text).is_ok_and(|probe| probe.status.is_none())
+}
+
 fn decode_error(method: &str, path: &str, e: &serde_json::Error) -> RapiError {
     RapiError::Decode {
         method: method.to_owned(),
@@ -462,6 +488,20 @@ fn decode_error(method: &str, path: &str, e: &serde_json::Error) -> RapiError {
 )]
 mod tests {
     use super::*;
+
+    /// A bulk job list decodes job by job: an archived job (null fields) is left out, a job
+    /// that is neither is an error naming the path.
+    #[test]
+    fn a_job_list_leaves_out_archived_jobs_and_refuses_garbage() {
+        let job = r#"{"id": 5, "status": "success", "summary": ["NODE_SET_PARAMS(n1)"], "ops": [], "opstatus": [], "received_ts": null, "start_ts": null, "end_ts": null}"#;
+        let archived = r#"{"id": 6, "status": null, "summary": null, "ops": null}"#;
+        let raw = |text: &str| serde_json::value::RawValue::from_string(text.to_owned()).unwrap();
+        let jobs = job_list("/2/jobs", &[raw(job), raw(archived)]).unwrap();
+        assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [5]);
+        let error = job_list("/2/jobs", &[raw(job), raw(r#"{"id": 7, "status": 3}"#)]).unwrap_err();
+        assert!(error.to_string().contains("/2/jobs"), "{error}");
+        assert!(job_list("/2/jobs", &[raw("[1, 2]")]).is_err());
+    }
 
     /// The nodes of `GET /2/nodes?bulk=1` keep no room sized for RAPI's larger records.
     #[test]
