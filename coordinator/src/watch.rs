@@ -1133,7 +1133,11 @@ mod tests {
             let changed = tokio::time::timeout(Duration::from_secs(3), changes.changed()).await;
             if returning {
                 assert!(changed.is_ok(), "the node's return was not a change");
+                // The change is a return: the round loop starts a round without a debounce.
+                assert!(watches.take_returned());
+                assert!(!watches.take_returned(), "a return is taken once");
             } else {
+                assert!(!watches.take_returned());
                 // Back-off 4 s, then 8 s: its return is not seen within 3 s.
                 assert!(
                     changed.is_err(),
