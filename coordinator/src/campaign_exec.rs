@@ -69,29 +69,6 @@ pub struct CampaignRound {
     pub records: Vec<Record>,
 }
 
-/// The campaigns one round works on, read once with their operations ([`follow`]) and handed
-/// from step to step: the round holds the incident lock, under which the API changes
-/// campaigns too, and each step saves what it changes, so the store and these agree.
-#[derive(Debug, Clone, Default)]
-pub struct Active {
-    /// The campaigns with something to do, each with its operations from the ledger.
-    pub records: Vec<Record>,
-}
-
-impl Active {
-    /// Reads them from the store and the ledger.
-    pub fn read(ctx: Context<'_>) -> Result<Self, StoreError> {
-        Ok(Self {
-            records: active(ctx)?,
-        })
-    }
-
-    /// Those still with something to do (a step may have finished one).
-    fn still_active(self) -> Vec<Record> {
-        self.records.into_iter().filter(is_active).collect()
-    }
-}
-
 /// What the state machine sees of the cluster this round. `agents` holds only verified, fresh
 /// reports.
 pub fn world(
@@ -159,8 +136,11 @@ fn is_active(record: &Record) -> bool {
     !record.state().is_final() || record.in_flight().next().is_some()
 }
 
-/// The campaigns that still have something to do.
-fn active(ctx: Context<'_>) -> Result<Vec<Record>, StoreError> {
+/// The campaigns that still have something to do, each with its operations. A round reads them
+/// once ([`follow`]) and hands them from step to step ([`prepare`], [`execute`]): it holds the
+/// incident lock, under which the API changes campaigns too, and each step saves what it
+/// changes, so the store and the records handed on agree.
+pub fn active(ctx: Context<'_>) -> Result<Vec<Record>, StoreError> {
     Ok(with_ops(ctx.store, ctx.executor)?
         .into_iter()
         .filter(is_active)
@@ -189,8 +169,8 @@ pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
 }
 
 /// The drained flags every stored campaign's jobs set or cleared, for
-/// [`crate::gate::left_by`]; the operations of the campaigns in `known` (this round's
-/// [`Active`]) are not read again.
+/// [`crate::gate::left_by`]; the operations of the campaigns in `known` (this round's, from
+/// [`follow`]) are not read again.
 pub fn flag_changes(
     store: &Store,
     executor: &Executor,
@@ -234,7 +214,7 @@ pub fn planned_disruptions(store: &Store, now_ms: u64) -> Result<Vec<(String, u6
 /// Step 1: follows the operations, re-plans campaigns due for a group and proposes it.
 pub async fn prepare(
     ctx: Context<'_>,
-    active: Active,
+    records: Vec<Record>,
     world: &World,
     view: &View,
     instances: &[Instance],
@@ -242,7 +222,7 @@ pub async fn prepare(
     master: &str,
 ) -> Result<CampaignRound, StoreError> {
     let mut round = CampaignRound::default();
-    let records = active.still_active();
+    let records: Vec<Record> = records.into_iter().filter(is_active).collect();
     if records.is_empty() {
         return Ok(round);
     }
@@ -374,11 +354,7 @@ pub async fn execute(
 ) -> Result<Executed, StoreError> {
     let mut submitted = 0;
     let mut again = false;
-    let records = Active {
-        records: round.records,
-    }
-    .still_active();
-    for mut record in records {
+    for mut record in round.records.into_iter().filter(is_active) {
         let before = record.clone();
         let id = record.id();
         if record.needs_group()
@@ -474,7 +450,7 @@ async fn go_on(
 /// Returns the jobs (and hooks) submitted and the campaigns as it left them, with their
 /// operations, for the round's next steps. (A campaign due for its next group after this is
 /// planned by this round's proposal: no round to wake.)
-pub async fn follow(ctx: Context<'_>, world: &World) -> Result<(usize, Active), StoreError> {
+pub async fn follow(ctx: Context<'_>, world: &World) -> Result<(usize, Vec<Record>), StoreError> {
     let mut submitted = 0;
     let mut records = Vec::new();
     for mut record in active(ctx)? {
@@ -484,7 +460,7 @@ pub async fn follow(ctx: Context<'_>, world: &World) -> Result<(usize, Active), 
         submitted += jobs;
         records.push(record);
     }
-    Ok((submitted, Active { records }))
+    Ok((submitted, records))
 }
 
 /// The campaign's operations as the ledger has them now.

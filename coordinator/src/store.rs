@@ -68,23 +68,8 @@ pub const LEFT_FLAGS_DOCUMENT: &str = "left_flags";
 #[derive(Debug)]
 pub struct Store {
     connection: Mutex<Connection>,
-    /// Ledger entries as last decoded, by id, with the text they were decoded from: a row read
-    /// again with the same text is not decoded again ([`Store::ledger_rows`]).
-    decoded: Mutex<std::collections::HashMap<i64, (String, crate::exec::ledger::Entry)>>,
-    /// The ids each ledger query (text and parameters) returned, with the database's
-    /// [`ledger::Stamp`] then: asked again before anything changed, it is answered from
-    /// `decoded` without reading the table ([`Store::ledger_rows`]).
-    ledger_queries: Mutex<ledger::Queries>,
-    /// Counts [`Store::restore`]s (a restore writes pages, not rows: no trigger sees it).
-    restores: std::sync::atomic::AtomicU64,
-    /// Counts the rows of the ledger written through this connection (temporary triggers,
-    /// [`ledger::watch_writes`]).
-    ledger_writes: std::sync::Arc<std::sync::atomic::AtomicU64>,
-    /// Counts the ledger queries that read the table (those not answered from memory).
-    ledger_reads: std::sync::atomic::AtomicU64,
-    /// Set when the ledger's writes could not be watched again after a restore: every ledger
-    /// query then reads the table.
-    ledger_unwatched: std::sync::atomic::AtomicBool,
+    /// What the store keeps of the ledger in memory ([`Store::ledger_rows`]).
+    ledger_memory: ledger::Memory,
 }
 
 fn to_i64(value: u64) -> i64 {
@@ -119,16 +104,11 @@ impl Store {
 
     /// The store over an open connection at this schema.
     fn with_connection(connection: Connection) -> Result<Self, StoreError> {
-        let ledger_writes = std::sync::Arc::default();
-        ledger::watch_writes(&connection, &ledger_writes)?;
+        let ledger_memory = ledger::Memory::default();
+        ledger_memory.watch_writes(&connection)?;
         Ok(Self {
             connection: Mutex::new(connection),
-            decoded: Mutex::default(),
-            ledger_queries: Mutex::default(),
-            restores: std::sync::atomic::AtomicU64::new(0),
-            ledger_writes,
-            ledger_reads: std::sync::atomic::AtomicU64::new(0),
-            ledger_unwatched: std::sync::atomic::AtomicBool::new(false),
+            ledger_memory,
         })
     }
 

@@ -3,7 +3,8 @@
 //! ([`crate::campaign_exec`]).
 
 use super::{Duty, Holds, Judged, Phase, RoundInput, Services};
-use crate::campaign_exec::{self, Active, CampaignRound, Context};
+use crate::campaign::Record;
+use crate::campaign_exec::{self, CampaignRound, Context};
 use crate::gate::{InForce, Proposal};
 
 /// The campaigns' duty.
@@ -11,8 +12,9 @@ use crate::gate::{InForce, Proposal};
 pub struct Campaigns {
     /// What the state machine sees this round (from the round's input, in `observe`).
     world: Option<crate::campaign::World>,
-    /// The campaigns this round works on, read once in `observe` ([`Active`]).
-    active: Option<Active>,
+    /// The campaigns this round works on, with their operations, read once in `observe`
+    /// ([`campaign_exec::follow`]).
+    active: Option<Vec<Record>>,
     /// This round's proposals.
     round: Option<CampaignRound>,
 }
@@ -71,7 +73,7 @@ impl Duty for Campaigns {
                 left: campaign_exec::flag_changes(
                     services.store,
                     services.executor,
-                    self.active.as_ref().map_or(&[], |a| &a.records[..]),
+                    self.active.as_deref().unwrap_or_default(),
                 )?,
             })
         })
@@ -91,7 +93,7 @@ impl Duty for Campaigns {
             };
             let active = match self.active.take() {
                 Some(active) => active,
-                None => Active::read(context(services, input))?,
+                None => campaign_exec::active(context(services, input))?,
             };
             let round = campaign_exec::prepare(
                 context(services, input),

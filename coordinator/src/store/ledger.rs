@@ -3,6 +3,9 @@
 //! Schema version 3 adds the table and carries the balancing moves of earlier versions over
 //! (their `balancing_moves` table is dropped).
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Store, StoreError, to_i64};
@@ -225,60 +228,97 @@ fn mark_in(connection: &rusqlite::Connection, entry: &Entry) -> Result<(), Ledge
 /// What the ledger looked like when a query was answered: the rows of the ledger written
 /// through this connection (every insert, update and delete, committed or not), the restores,
 /// and SQLite's count of other connections' commits. Equal stamps: the same rows.
-pub(super) type Stamp = (u64, u64, i64);
-
-/// Counts every row of the ledger written through `connection` in `writes`: temporary
-/// triggers (this connection's own, never stored in the database) call a function that counts.
-/// Created again after a restore.
-pub(super) fn watch_writes(
-    connection: &Connection,
-    writes: &std::sync::Arc<std::sync::atomic::AtomicU64>,
-) -> Result<(), StoreError> {
-    let counter = std::sync::Arc::clone(writes);
-    connection.create_scalar_function(
-        "nodecare_ledger_written",
-        0,
-        rusqlite::functions::FunctionFlags::SQLITE_UTF8,
-        move |_| {
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            Ok(0_i64)
-        },
-    )?;
-    connection.execute_batch(
-        "DROP TRIGGER IF EXISTS temp.nodecare_ledger_inserted;
-         DROP TRIGGER IF EXISTS temp.nodecare_ledger_updated;
-         DROP TRIGGER IF EXISTS temp.nodecare_ledger_deleted;
-         CREATE TEMP TRIGGER nodecare_ledger_inserted AFTER INSERT ON main.ledger
-             BEGIN SELECT nodecare_ledger_written(); END;
-         CREATE TEMP TRIGGER nodecare_ledger_updated AFTER UPDATE ON main.ledger
-             BEGIN SELECT nodecare_ledger_written(); END;
-         CREATE TEMP TRIGGER nodecare_ledger_deleted AFTER DELETE ON main.ledger
-             BEGIN SELECT nodecare_ledger_written(); END;",
-    )?;
-    Ok(())
-}
+type Stamp = (u64, u64, i64);
 
 /// The ids each ledger query returned, by query text and parameters, with the stamp then.
-pub(super) type Queries = std::collections::HashMap<(String, Vec<String>), (Stamp, Vec<i64>)>;
+type Queries = std::collections::HashMap<(String, Vec<String>), (Stamp, Vec<i64>)>;
 
 /// Most ledger queries remembered at once (the executor and the duties ask a handful).
 const MAX_QUERIES: usize = 256;
 
-impl Store {
-    /// The entries `query` (selecting `id, record`) returns with `parameters`. Asked again
-    /// while nothing changed in the database, it is answered from the decoded entries without
-    /// reading the table: a round asks the same questions in each of its phases.
-    fn ledger_rows(&self, query: &str, parameters: &[&str]) -> Result<Vec<Entry>, LedgerError> {
-        let connection = self.lock();
+/// What the store keeps of the ledger in memory: the entries as last decoded, and what each
+/// query returned while the ledger has not changed since.
+#[derive(Debug, Default)]
+pub(super) struct Memory {
+    /// Entries as last decoded, by id, with the text they were decoded from: a row read again
+    /// with the same text is not decoded again.
+    decoded: Mutex<std::collections::HashMap<i64, (String, Entry)>>,
+    /// The ids each query (text and parameters) returned, with the [`Stamp`] then: asked again
+    /// before the ledger changed, it is answered from `decoded` without reading the table.
+    queries: Mutex<Queries>,
+    /// Rows of the ledger written through the connection (temporary triggers,
+    /// [`Memory::watch_writes`]).
+    writes: std::sync::Arc<AtomicU64>,
+    /// Restores (a restore writes pages, not rows: no trigger sees it).
+    restores: AtomicU64,
+    /// Queries that read the table.
+    reads: AtomicU64,
+    /// Set when the ledger's writes could not be watched again after a restore: every query
+    /// then reads the table.
+    unwatched: AtomicBool,
+}
+
+impl Memory {
+    /// Counts every row of the ledger written through `connection`: temporary triggers (this
+    /// connection's own, never stored in the database) call a function that counts.
+    pub(super) fn watch_writes(&self, connection: &Connection) -> Result<(), StoreError> {
+        let counter = std::sync::Arc::clone(&self.writes);
+        connection.create_scalar_function(
+            "nodecare_ledger_written",
+            0,
+            rusqlite::functions::FunctionFlags::SQLITE_UTF8,
+            move |_| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(0_i64)
+            },
+        )?;
+        connection.execute_batch(
+            "DROP TRIGGER IF EXISTS temp.nodecare_ledger_inserted;
+             DROP TRIGGER IF EXISTS temp.nodecare_ledger_updated;
+             DROP TRIGGER IF EXISTS temp.nodecare_ledger_deleted;
+             CREATE TEMP TRIGGER nodecare_ledger_inserted AFTER INSERT ON main.ledger
+                 BEGIN SELECT nodecare_ledger_written(); END;
+             CREATE TEMP TRIGGER nodecare_ledger_updated AFTER UPDATE ON main.ledger
+                 BEGIN SELECT nodecare_ledger_written(); END;
+             CREATE TEMP TRIGGER nodecare_ledger_deleted AFTER DELETE ON main.ledger
+                 BEGIN SELECT nodecare_ledger_written(); END;",
+        )?;
+        Ok(())
+    }
+
+    /// After a restore through `connection` (whether or not it copied everything): no query
+    /// remembered before is trusted, and the restored ledger's writes are watched again; if they
+    /// cannot be (the error is returned), no query is answered from memory any more.
+    pub(super) fn restored(&self, connection: &Connection) -> Result<(), StoreError> {
+        self.restores.fetch_add(1, Ordering::SeqCst);
+        let watched = self.watch_writes(connection);
+        if watched.is_err() {
+            self.unwatched.store(true, Ordering::SeqCst);
+        }
+        watched
+    }
+
+    fn stamp(&self, connection: &Connection) -> Result<Stamp, LedgerError> {
         let others: i64 = connection
             .prepare_cached("PRAGMA data_version")
             .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
             .map_err(sql)?;
-        let stamp: Stamp = (
-            self.ledger_writes.load(std::sync::atomic::Ordering::SeqCst),
-            self.restores.load(std::sync::atomic::Ordering::SeqCst),
+        Ok((
+            self.writes.load(Ordering::SeqCst),
+            self.restores.load(Ordering::SeqCst),
             others,
-        );
+        ))
+    }
+}
+
+impl Store {
+    /// The entries `query` (selecting `id, record`) returns with `parameters`. Asked again
+    /// while the ledger has not changed, it is answered from the decoded entries without
+    /// reading the table: a round asks the same questions in each of its phases.
+    fn ledger_rows(&self, query: &str, parameters: &[&str]) -> Result<Vec<Entry>, LedgerError> {
+        let connection = self.lock();
+        let memory = &self.ledger_memory;
+        let stamp = memory.stamp(&connection)?;
         let asked = (
             query.to_owned(),
             parameters
@@ -286,20 +326,17 @@ impl Store {
                 .map(|p| (*p).to_owned())
                 .collect::<Vec<_>>(),
         );
-        let mut decoded = self
+        let mut decoded = memory
             .decoded
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut queries = self
-            .ledger_queries
+        let mut queries = memory
+            .queries
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let watched = !self
-            .ledger_unwatched
-            .load(std::sync::atomic::Ordering::SeqCst);
         if let Some((then, ids)) = queries.get(&asked)
             && *then == stamp
-            && watched
+            && !memory.unwatched.load(Ordering::SeqCst)
         {
             let known: Option<Vec<Entry>> = ids
                 .iter()
@@ -309,8 +346,7 @@ impl Store {
                 return Ok(entries);
             }
         }
-        self.ledger_reads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        memory.reads.fetch_add(1, Ordering::Relaxed);
         let mut statement = connection.prepare_cached(query).map_err(sql)?;
         let rows = statement
             .query_map(rusqlite::params_from_iter(parameters), |row| {
@@ -345,7 +381,7 @@ impl Store {
 
     /// How many ledger queries read the table (not answered from memory) since it opened.
     pub fn ledger_table_reads(&self) -> u64 {
-        self.ledger_reads.load(std::sync::atomic::Ordering::Relaxed)
+        self.ledger_memory.reads.load(Ordering::Relaxed)
     }
 }
 

@@ -61,22 +61,13 @@ impl Store {
         super::migrate(&source)?;
         let mut connection = self.lock();
         let backup = rusqlite::backup::Backup::new(&source, &mut connection)?;
-        // A query remembered before the restore is never trusted after it.
-        self.restores
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let copied = backup.run_to_completion(256, std::time::Duration::ZERO, None);
-        self.restores
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         drop(backup);
+        // Under the connection's lock, as every ledger query: none remembered before the
+        // restore is trusted after it, and the restored ledger's writes are watched again.
+        let watched = self.ledger_memory.restored(&connection);
         copied?;
-        // The ledger is the restored one: its writes are watched as before; if they cannot be,
-        // no ledger query is answered from memory again.
-        if let Err(error) = super::ledger::watch_writes(&connection, &self.ledger_writes) {
-            self.ledger_unwatched
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            return Err(error);
-        }
-        Ok(())
+        watched
     }
 }
 
