@@ -17,6 +17,16 @@ use crate::exec::ledger::{self, Entry};
 
 /// How incidents are stored as holders (`incident:<uuid>`).
 const HOLDER_PREFIX: &str = "incident:";
+/// Just past every holder that starts with [`HOLDER_PREFIX`] (`;` follows `:`): the holders of
+/// incidents are the range `[HOLDER_PREFIX, HOLDER_END)` of the ledger's `(holder, key)` index,
+/// read without a scan of the other holders' entries.
+const HOLDER_END: &str = "incident;";
+
+/// The entries of every incident, in recording order.
+const ALL: &str = "SELECT id, record FROM ledger WHERE holder >= ?1 AND holder < ?2 ORDER BY id";
+/// The incidents with an unfinished entry.
+const IN_FLIGHT: &str = "SELECT DISTINCT substr(holder, 10) FROM ledger
+     WHERE holder >= ?1 AND holder < ?2 AND state IN ('recorded', 'submitted', 'timed-out')";
 
 fn holder_of(incident: Uuid) -> String {
     format!("{HOLDER_PREFIX}{incident}")
@@ -65,8 +75,8 @@ pub(super) fn forget(connection: &Connection, incident: Uuid) -> Result<usize, S
 /// Every intent, in recording order.
 pub(super) fn all(connection: &Connection) -> Result<Vec<Intent>, StoreError> {
     let mut statement = connection
-        .prepare("SELECT id, record FROM ledger WHERE substr(holder, 1, 9) = ?1 ORDER BY id")?;
-    let rows = statement.query_map(params![HOLDER_PREFIX], |row| {
+        .prepare_cached(ALL)?;
+    let rows = statement.query_map(params![HOLDER_PREFIX, HOLDER_END], |row| {
         Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
     })?;
     let mut intents = Vec::new();
@@ -83,11 +93,10 @@ pub(super) fn all(connection: &Connection) -> Result<Vec<Intent>, StoreError> {
 
 /// The incidents with an intent in flight (planned or submitted).
 pub(super) fn in_flight(connection: &Connection) -> Result<Vec<String>, StoreError> {
-    let mut statement = connection.prepare(
-        "SELECT DISTINCT substr(holder, 10) FROM ledger
-         WHERE substr(holder, 1, 9) = ?1 AND state IN ('recorded', 'submitted', 'timed-out')",
-    )?;
-    let rows = statement.query_map(params![HOLDER_PREFIX], |row| row.get::<_, String>(0))?;
+    let mut statement = connection.prepare(IN_FLIGHT)?;
+    let rows = statement.query_map(params![HOLDER_PREFIX, HOLDER_END], |row| {
+        row.get::<_, String>(0)
+    })?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
@@ -235,6 +244,49 @@ mod tests {
         assert_eq!(store.intents().unwrap().len(), 1);
         store.forget_incident(first.uuid).unwrap();
         assert!(store.entries().unwrap().is_empty());
+    }
+
+    /// The incidents' intents are read through an index (a range of the holder index, or the
+    /// unfinished entries), not by a scan of every holder's entries (a campaign keeps
+    /// thousands), and only theirs.
+    #[test]
+    fn intents_are_read_from_the_holder_index_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("state.db")).unwrap();
+        let first = incident(1);
+        let drain = intent(
+            first.uuid,
+            "drain",
+            IntentSpec::Drain {
+                node: "node1".into(),
+            },
+            IntentState::Planned,
+        );
+        store.plan_intent(&first, &drain).unwrap();
+        let mut other = store.entries().unwrap()[0].clone();
+        other.holder = Holder::Campaign {
+            id: Uuid::from_u128(7),
+        };
+        other.id = 0;
+        store.record(&[other]).unwrap();
+        assert_eq!(store.entries().unwrap().len(), 2);
+        assert_eq!(store.intents().unwrap(), [drain]);
+        let connection = store.lock();
+        assert_eq!(in_flight(&connection).unwrap(), [first.uuid.to_string()]);
+        for query in [ALL, IN_FLIGHT] {
+            let plan: Vec<String> = connection
+                .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+                .unwrap()
+                .query_map(params![HOLDER_PREFIX, HOLDER_END], |row| row.get(3))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            assert!(
+                plan.iter().any(|step| step.starts_with("SEARCH ledger USING INDEX"))
+                    && !plan.iter().any(|step| step.starts_with("SCAN ledger")),
+                "{query}: {plan:?}"
+            );
+        }
     }
 
     /// A database of schema version 3 with intents in flight opens with them in the ledger,

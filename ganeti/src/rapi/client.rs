@@ -7,7 +7,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::request::{rapi_request, segment, tags_path, truncate};
-use super::transport::{HttpsTransport, Method, RapiRequest, Transport, TransportError};
+use super::transport::{
+    HttpsTransport, Method, RapiBody, RapiRequest, Transport, TransportError,
+};
 use super::types::{
     JobWaitAnswer, RapiClusterInfo, RapiErrorBody, RapiGroup, RapiInstance, RapiJob, RapiNode,
     TagTarget,
@@ -19,6 +21,11 @@ pub use super::config::{
     Credentials, DEFAULT_IALLOCATOR, DEFAULT_RAPI_URL, RAPI_WAIT_PERIOD, RapiConfig, RapiError,
     ServerTrust,
 };
+
+/// An answer of at most this many bytes (4 000 instances' `GET /2/instances?bulk=1` is ~2 MB)
+/// is decoded from one buffer; a larger one as it is read, chunk by chunk (10 000 nodes' list is
+/// ~12 MB), so that it and what it decodes to are not both held whole.
+const CONTIGUOUS_LIMIT: usize = 8 * 1024 * 1024;
 
 /// Ganeti RAPI v2 client: sends the reads and each write's request ([`rapi_request`]), and decodes
 /// the answers.
@@ -134,18 +141,44 @@ impl RapiClient {
     /// `GET /2/jobs?bulk=1`: every job still in the queue, with opcodes and reason trails.
     pub async fn jobs(&self) -> Result<Vec<RapiJob>, RapiError> {
         let path = "/2/jobs";
-        // Each job kept as its text, then decoded into its type (no JSON tree in between).
-        let listed: Vec<Box<serde_json::value::RawValue>> =
-            self.get_json(path, &[("bulk", "1")]).await?;
-        job_list(path, &listed)
+        let request = RapiRequest {
+            method: Method::Get,
+            path: path.to_owned(),
+            query: vec![("bulk".to_owned(), "1".to_owned())],
+            body: None,
+        };
+        let body = self.send_body(&request, self.request_timeout).await?;
+        jobs_of(path, body, CONTIGUOUS_LIMIT)
+    }
+}
+
+/// The jobs of the answer `body` to a bulk job list: each job's text found in the list (borrowed
+/// from one buffer when that is cheap: `limit`), then decoded into its type, with no JSON tree
+/// in between.
+fn jobs_of(path: &str, body: RapiBody, limit: usize) -> Result<Vec<RapiJob>, RapiError> {
+    let start = body.prefix(1024);
+    let error = |e: serde_json::Error| body_error(Method::Get, path, &e, &start);
+    match body.into_contiguous(limit) {
+        Ok(whole) => {
+            let listed: Vec<&serde_json::value::RawValue> =
+                serde_json::from_slice(&whole).map_err(error)?;
+            job_list(path, &listed)
+        }
+        Err(body) => {
+            let listed: Vec<Box<serde_json::value::RawValue>> = serde_json::from_reader(
+                std::io::BufReader::with_capacity(64 * 1024, body.into_reader()),
+            )
+            .map_err(error)?;
+            job_list(path, &listed)
+        }
     }
 }
 
 /// The jobs of a bulk job list, each decoded from its own text; a job archived between listing
 /// and reading (null fields) is left out, any other job that does not decode is an error.
-fn job_list(
+fn job_list<T: std::ops::Deref<Target = serde_json::value::RawValue>>(
     path: &str,
-    listed: &[Box<serde_json::value::RawValue>],
+    listed: &[T],
 ) -> Result<Vec<RapiJob>, RapiError> {
     let mut jobs = Vec::with_capacity(listed.len());
     for text in listed {
@@ -311,6 +344,17 @@ impl RapiClient {
         request: &RapiRequest,
         timeout: Duration,
     ) -> Result<T, RapiError> {
+        let body = self.send_body(request, timeout).await?;
+        decoded(request.method, &request.path, body, CONTIGUOUS_LIMIT)
+    }
+
+    /// Sends `request` and returns a 2xx answer's body; anything else is an error naming the
+    /// request's method and path.
+    async fn send_body(
+        &self,
+        request: &RapiRequest,
+        timeout: Duration,
+    ) -> Result<RapiBody, RapiError> {
         let (method, path) = (request.method, request.path.as_str());
         let response = self
             .transport
@@ -336,18 +380,36 @@ impl RapiClient {
                 &response.body.prefix(usize::MAX),
             ));
         }
-        // Decoded as it is read, each chunk let go once read; the start is kept for an error
-        // (`truncate` shows at most its first 300 bytes).
-        let start = response.body.prefix(1024);
-        serde_json::from_reader(std::io::BufReader::with_capacity(
+        Ok(response.body)
+    }
+}
+
+/// The answer `body` of `method` `path`, decoded from one buffer when that is cheap (`limit`),
+/// else as it is read, each chunk let go once read; the start is kept for an error (`truncate`
+/// shows at most its first 300 bytes).
+fn decoded<T: DeserializeOwned>(
+    method: Method,
+    path: &str,
+    body: RapiBody,
+    limit: usize,
+) -> Result<T, RapiError> {
+    let start = body.prefix(1024);
+    match body.into_contiguous(limit) {
+        Ok(whole) => serde_json::from_slice(&whole),
+        Err(body) => serde_json::from_reader(std::io::BufReader::with_capacity(
             64 * 1024,
-            response.body.into_reader(),
-        ))
-        .map_err(|e| RapiError::Decode {
-            method: method.to_string(),
-            path: path.to_owned(),
-            message: format!("{e} in {}", truncate(&String::from_utf8_lossy(&start))),
-        })
+            body.into_reader(),
+        )),
+    }
+    .map_err(|e| body_error(method, path, &e, &start))
+}
+
+/// An answer of `method` `path` that does not decode, with the start of its body (`start`).
+fn body_error(method: Method, path: &str, e: &serde_json::Error, start: &[u8]) -> RapiError {
+    RapiError::Decode {
+        method: method.to_string(),
+        path: path.to_owned(),
+        message: format!("{e} in {}", truncate(&String::from_utf8_lossy(start))),
     }
 }
 
@@ -501,6 +563,34 @@ mod tests {
         let error = job_list("/2/jobs", &[raw(job), raw(r#"{"id": 7, "status": 3}"#)]).unwrap_err();
         assert!(error.to_string().contains("/2/jobs"), "{error}");
         assert!(job_list("/2/jobs", &[raw("[1, 2]")]).is_err());
+    }
+
+    /// An answer decodes the same from one buffer and as it is read (several chunks over the
+    /// limit), and garbage is an error naming the request either way.
+    #[test]
+    fn an_answer_decodes_the_same_whole_and_chunk_by_chunk() {
+        let job = r#"{"id": 5, "status": "success", "summary": ["NODE_SET_PARAMS(n1)"], "ops": [], "opstatus": [], "received_ts": null, "start_ts": null, "end_ts": null}"#;
+        let list = format!(r#"[{job}, {{"id": 6, "status": null, "summary": null, "ops": null}}]"#);
+        let chunked = |text: &str| {
+            let mut body = RapiBody::default();
+            for piece in text.as_bytes().chunks(7) {
+                body.push(bytes::Bytes::copy_from_slice(piece));
+            }
+            body
+        };
+        for limit in [0, usize::MAX] {
+            let jobs = jobs_of("/2/jobs", chunked(&list), limit).unwrap();
+            assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [5], "limit {limit}");
+            let error = jobs_of("/2/jobs", chunked("[{\"id\": 7,"), limit).unwrap_err();
+            assert!(error.to_string().contains("GET /2/jobs"), "{error}");
+            let numbers: Vec<u32> =
+                decoded(Method::Get, "/2/x", chunked("[1, 22, 333, 4444]"), limit).unwrap();
+            assert_eq!(numbers, [1, 22, 333, 4444], "limit {limit}");
+            let error =
+                decoded::<Vec<u32>>(Method::Get, "/2/x", chunked("[1, 22, \"a\"]"), limit)
+                    .unwrap_err();
+            assert!(error.to_string().contains("GET /2/x"), "{error}");
+        }
     }
 
     /// The nodes of `GET /2/nodes?bulk=1` keep no room sized for RAPI's larger records.
