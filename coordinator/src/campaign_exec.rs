@@ -125,7 +125,7 @@ pub fn world(
 fn with_ops(store: &Store, executor: &Executor) -> Result<Vec<Record>, StoreError> {
     let mut records = store.campaigns()?;
     for record in &mut records {
-        let entries = executor.ledger().of_holder(&record.holder())?;
+        let entries = executor.ledger().shared_of_holder(&record.holder())?;
         record.set_ops(&entries);
     }
     Ok(records)
@@ -181,7 +181,7 @@ pub fn flag_changes(
         match known.iter().find(|k| k.id() == record.id()) {
             Some(known) => changes.extend(known.flag_changes()),
             None => {
-                record.set_ops(&executor.ledger().of_holder(&record.holder())?);
+                record.set_ops(&executor.ledger().shared_of_holder(&record.holder())?);
                 changes.extend(record.flag_changes());
             }
         }
@@ -465,7 +465,7 @@ pub async fn follow(ctx: Context<'_>, world: &World) -> Result<(usize, Vec<Recor
 
 /// The campaign's operations as the ledger has them now.
 fn sync(ctx: Context<'_>, record: &mut Record) -> Result<(), StoreError> {
-    let entries = ctx.executor.ledger().of_holder(&record.holder())?;
+    let entries = ctx.executor.ledger().shared_of_holder(&record.holder())?;
     record.set_ops(&entries);
     Ok(())
 }

@@ -423,10 +423,11 @@ impl Record {
     }
 
     /// Takes the campaign's operations from its ledger entries (the state machine's view).
-    pub fn set_ops(&mut self, entries: &[Entry]) {
+    pub fn set_ops<E: std::borrow::Borrow<Entry>>(&mut self, entries: &[E]) {
         let holder = self.holder();
         self.ops = entries
             .iter()
+            .map(std::borrow::Borrow::borrow)
             .filter(|e| e.holder == holder)
             .filter_map(CampaignOp::from_entry)
             .map(|mut op| {

@@ -6,8 +6,9 @@
 //! [`Ledger`] is the storage: SQLite in the coordinator's store (`store::ledger`, replicated with
 //! the rest of the state), or [`MemoryLedger`] for one-shot runs without a database.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -352,8 +353,8 @@ fn took_hold(state: &State) -> bool {
 /// instances migrate back onto counts against no cap (as the campaign's own account says,
 /// [`crate::campaign::Record::touched`]). Uncertainty holds: a timed-out entry holds as if it
 /// ran.
-pub fn in_force(entries: &[Entry]) -> Held {
-    let mut sorted: Vec<&Entry> = entries.iter().collect();
+pub fn in_force<E: Borrow<Entry>>(entries: &[E]) -> Held {
+    let mut sorted: Vec<&Entry> = entries.iter().map(Borrow::borrow).collect();
     sorted.sort_by_key(|e| e.id);
     // (holder, node) → held since the entry of this id.
     let mut held: BTreeMap<(&Holder, &str), u64> = BTreeMap::new();
@@ -417,9 +418,10 @@ pub struct Ready {
 /// ready when each entry it comes after has succeeded, or, for a Ganeti job after another Ganeti
 /// job (unless it is [`Entry::unchained`]), is submitted or ready itself (then chained with `depends` on its job), so that a chain
 /// of jobs is submitted at once.
-pub fn ready(entries: &[Entry]) -> Ready {
-    let by_key: BTreeMap<&str, &Entry> = entries.iter().map(|e| (e.key.as_str(), e)).collect();
-    let mut sorted: Vec<&Entry> = entries.iter().collect();
+pub fn ready<E: Borrow<Entry>>(entries: &[E]) -> Ready {
+    let entries: Vec<&Entry> = entries.iter().map(Borrow::borrow).collect();
+    let by_key: BTreeMap<&str, &Entry> = entries.iter().map(|&e| (e.key.as_str(), e)).collect();
+    let mut sorted = entries;
     sorted.sort_by_key(|e| e.id);
     let mut out = Ready::default();
     let mut will_submit: BTreeSet<&str> = BTreeSet::new();
@@ -538,6 +540,22 @@ pub trait Ledger: Send + Sync + std::fmt::Debug {
             .into_iter()
             .filter(|e| &e.holder == holder)
             .collect())
+    }
+
+    /// [`Ledger::entries`], shared: for reading, without a copy of each entry (a campaign
+    /// keeps thousands).
+    fn shared_entries(&self) -> Result<Vec<Arc<Entry>>, LedgerError> {
+        Ok(self.entries()?.into_iter().map(Arc::new).collect())
+    }
+
+    /// [`Ledger::unfinished`], shared: for reading, without a copy of each entry.
+    fn shared_unfinished(&self) -> Result<Vec<Arc<Entry>>, LedgerError> {
+        Ok(self.unfinished()?.into_iter().map(Arc::new).collect())
+    }
+
+    /// [`Ledger::of_holder`], shared: for reading, without a copy of each entry.
+    fn shared_of_holder(&self, holder: &Holder) -> Result<Vec<Arc<Entry>>, LedgerError> {
+        Ok(self.of_holder(holder)?.into_iter().map(Arc::new).collect())
     }
 
     /// The entry of `holder` under `key`, if one is recorded.

@@ -255,24 +255,26 @@ impl Executor {
         let mut refused = Vec::new();
         let holders: BTreeSet<Holder> = self
             .ledger
-            .unfinished()?
-            .into_iter()
+            .shared_unfinished()?
+            .iter()
             .filter(|e| e.state == State::Recorded && which(&e.holder))
-            .map(|e| e.holder)
+            .map(|e| e.holder.clone())
             .collect();
         let mut submitted = Vec::new();
         // Submitted, their jobs not marked yet: marked in one write per holder (or per
         // `MARK_BATCH`), not one durable write each.
         let mut marks = Marks::new(&*self.ledger);
         for holder in holders {
-            let mut entries = self.ledger.of_holder(&holder)?;
+            let mut entries = self.ledger.shared_of_holder(&holder)?;
             let plan = ledger::ready(&entries);
             for (id, why) in &plan.never {
-                if let Some(e) = entries.iter_mut().find(|e| e.id == *id) {
+                if let Some(shared) = entries.iter_mut().find(|e| e.id == *id) {
+                    let mut e = Entry::clone(shared);
                     e.state = State::Canceled { why: why.clone() };
                     e.finished_ms = Some(now_ms);
                     tracing::info!(%holder, key = %e.key, %why, "entry never runs");
-                    self.mark(e)?;
+                    self.mark(&e)?;
+                    *shared = Arc::new(e);
                 }
             }
             let Some(trail) = ledger::holder_uuid(&holder) else {
@@ -298,7 +300,7 @@ impl Executor {
                 let Some(&at) = by_id.get(&id) else {
                     continue;
                 };
-                let Some(entry) = entries.get(at).cloned() else {
+                let Some(entry) = entries.get(at).map(|e| Entry::clone(e)) else {
                     continue;
                 };
                 let Some(op) = entry.action.op() else {
@@ -311,7 +313,7 @@ impl Executor {
                     Ok((job, entry)) => {
                         jobs.insert(entry.key.clone(), job);
                         if let Some(stored) = entries.get_mut(at) {
-                            *stored = entry.clone();
+                            *stored = Arc::new(entry.clone());
                         }
                         marks.push(entry.clone())?;
                         submitted.push(entry);
@@ -358,9 +360,9 @@ impl Executor {
         unadopted: impl Fn(&Holder) -> Unadopted,
         now_ms: u64,
     ) -> Result<Option<Vec<Entry>>, LedgerError> {
-        let entries: Vec<Entry> = self
+        let entries: Vec<Arc<Entry>> = self
             .ledger
-            .unfinished()?
+            .shared_unfinished()?
             .into_iter()
             .filter(|e| which(&e.holder))
             .collect();
@@ -369,7 +371,7 @@ impl Executor {
             .iter()
             .filter(|e| e.state == State::Submitted && e.job.is_none() && e.action.op().is_some())
         {
-            let mut e = e.clone();
+            let mut e = Entry::clone(e);
             let op = e.action.op().map(nodecare_ganeti::Op::name).unwrap_or("");
             e.state = State::Failed {
                 why: format!(
@@ -499,11 +501,12 @@ impl Executor {
     ) -> Result<Vec<Changed>, LedgerError> {
         let mut following: Vec<Entry> = self
             .ledger
-            .unfinished()?
+            .shared_unfinished()?
             .into_iter()
             .filter(|e| which(&e.holder))
             .filter(|e| matches!(e.state, State::Submitted | State::TimedOut))
             .filter(|e| e.action.op().is_some() && e.job.is_some())
+            .map(Arc::unwrap_or_clone)
             .collect();
         // In job order: the first job of a chain that failed is seen first.
         following.sort_by_key(|e| e.job);
@@ -584,16 +587,16 @@ impl Executor {
         // runs.
         ended.extend(
             self.ledger
-                .unfinished()?
-                .into_iter()
+                .shared_unfinished()?
+                .iter()
                 .filter(|e| which(&e.holder))
                 .filter(|e| e.state == State::Recorded && !e.after.is_empty())
-                .map(|e| e.holder),
+                .map(|e| e.holder.clone()),
         );
         for holder in ended {
-            let entries = self.ledger.of_holder(&holder)?;
+            let entries = self.ledger.shared_of_holder(&holder)?;
             for (id, why) in ledger::ready(&entries).never {
-                if let Some(mut e) = entries.iter().find(|e| e.id == id).cloned() {
+                if let Some(mut e) = entries.iter().find(|e| e.id == id).map(|e| Entry::clone(e)) {
                     e.state = State::Canceled { why };
                     e.finished_ms = Some(now_ms);
                     self.mark(&e)?;
@@ -679,9 +682,9 @@ impl Executor {
     /// What the ledger holds in force, from the entries of the holders `open` says are still
     /// open.
     pub fn in_force(&self, open: impl Fn(&Holder) -> bool) -> Result<ledger::Held, LedgerError> {
-        let entries: Vec<Entry> = self
+        let entries: Vec<Arc<Entry>> = self
             .ledger
-            .entries()?
+            .shared_entries()?
             .into_iter()
             .filter(|e| open(&e.holder))
             .collect();

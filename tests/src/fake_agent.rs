@@ -172,6 +172,19 @@ impl FakeAgent {
             .unwrap_or_default()
     }
 
+    /// Repairs requested, each as (incident or request id, when the request arrived).
+    pub fn repair_arrivals(&self) -> Vec<(String, Instant)> {
+        self.state
+            .runs
+            .lock()
+            .map(|r| {
+                r.iter()
+                    .map(|(id, run)| (id.clone(), run.started))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Repairs requested, each as (incident or request id, command).
     pub fn repair_commands(&self) -> Vec<(String, String)> {
         self.state

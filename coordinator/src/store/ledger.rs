@@ -3,8 +3,8 @@
 //! Schema version 3 adds the table and carries the balancing moves of earlier versions over
 //! (their `balancing_moves` table is dropped).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -154,25 +154,33 @@ impl Ledger for Store {
     }
 
     fn entries(&self) -> Result<Vec<Entry>, LedgerError> {
-        self.ledger_rows("SELECT id, record FROM ledger ORDER BY id", &[])
+        self.ledger_rows(ALL, &[])
     }
 
     fn unfinished(&self) -> Result<Vec<Entry>, LedgerError> {
-        self.ledger_rows(
-            "SELECT id, record FROM ledger
-             WHERE state IN ('recorded', 'submitted', 'timed-out') ORDER BY id",
-            &[],
-        )
+        self.ledger_rows(UNFINISHED, &[])
     }
 
     fn of_holder(&self, holder: &Holder) -> Result<Vec<Entry>, LedgerError> {
         let Some(text) = ledger::holder_text(holder) else {
             return Ok(Vec::new());
         };
-        self.ledger_rows(
-            "SELECT id, record FROM ledger WHERE holder = ?1 ORDER BY id",
-            &[text.as_str()],
-        )
+        self.ledger_rows(OF_HOLDER, &[text.as_str()])
+    }
+
+    fn shared_entries(&self) -> Result<Vec<Arc<Entry>>, LedgerError> {
+        self.shared_ledger_rows(ALL, &[])
+    }
+
+    fn shared_unfinished(&self) -> Result<Vec<Arc<Entry>>, LedgerError> {
+        self.shared_ledger_rows(UNFINISHED, &[])
+    }
+
+    fn shared_of_holder(&self, holder: &Holder) -> Result<Vec<Arc<Entry>>, LedgerError> {
+        let Some(text) = ledger::holder_text(holder) else {
+            return Ok(Vec::new());
+        };
+        self.shared_ledger_rows(OF_HOLDER, &[text.as_str()])
     }
 
     fn entry(&self, holder: &Holder, key: &str) -> Result<Option<Entry>, LedgerError> {
@@ -225,6 +233,14 @@ fn mark_in(connection: &rusqlite::Connection, entry: &Entry) -> Result<(), Ledge
     Ok(())
 }
 
+/// Every entry, in recording order.
+const ALL: &str = "SELECT id, record FROM ledger ORDER BY id";
+/// The unfinished entries, in recording order.
+const UNFINISHED: &str = "SELECT id, record FROM ledger
+     WHERE state IN ('recorded', 'submitted', 'timed-out') ORDER BY id";
+/// The entries of one holder, in recording order.
+const OF_HOLDER: &str = "SELECT id, record FROM ledger WHERE holder = ?1 ORDER BY id";
+
 /// What the ledger looked like when a query was answered: the rows of the ledger written
 /// through this connection (every insert, update and delete, committed or not), the restores,
 /// and SQLite's count of other connections' commits. Equal stamps: the same rows.
@@ -242,7 +258,7 @@ const MAX_QUERIES: usize = 256;
 pub(super) struct Memory {
     /// Entries as last decoded, by id, with the text they were decoded from: a row read again
     /// with the same text is not decoded again.
-    decoded: Mutex<std::collections::HashMap<i64, (String, Entry)>>,
+    decoded: Mutex<std::collections::HashMap<i64, (String, Arc<Entry>)>>,
     /// The ids each query (text and parameters) returned, with the [`Stamp`] then: asked again
     /// before the ledger changed, it is answered from `decoded` without reading the table.
     queries: Mutex<Queries>,
@@ -312,10 +328,24 @@ impl Memory {
 }
 
 impl Store {
-    /// The entries `query` (selecting `id, record`) returns with `parameters`. Asked again
-    /// while the ledger has not changed, it is answered from the decoded entries without
-    /// reading the table: a round asks the same questions in each of its phases.
+    /// [`Store::shared_ledger_rows`], each entry a copy of its own.
     fn ledger_rows(&self, query: &str, parameters: &[&str]) -> Result<Vec<Entry>, LedgerError> {
+        Ok(self
+            .shared_ledger_rows(query, parameters)?
+            .into_iter()
+            .map(Arc::unwrap_or_clone)
+            .collect())
+    }
+
+    /// The entries `query` (selecting `id, record`) returns with `parameters`, shared with the
+    /// store's memory of them. Asked again while the ledger has not changed, it is answered from
+    /// the decoded entries without reading the table: a round asks the same questions in each
+    /// of its phases.
+    fn shared_ledger_rows(
+        &self,
+        query: &str,
+        parameters: &[&str],
+    ) -> Result<Vec<Arc<Entry>>, LedgerError> {
         let connection = self.lock();
         let memory = &self.ledger_memory;
         let stamp = memory.stamp(&connection)?;
@@ -338,9 +368,9 @@ impl Store {
             && *then == stamp
             && !memory.unwatched.load(Ordering::SeqCst)
         {
-            let known: Option<Vec<Entry>> = ids
+            let known: Option<Vec<Arc<Entry>>> = ids
                 .iter()
-                .map(|id| decoded.get(id).map(|(_, entry)| entry.clone()))
+                .map(|id| decoded.get(id).map(|(_, entry)| Arc::clone(entry)))
                 .collect();
             if let Some(entries) = known {
                 return Ok(entries);
@@ -364,10 +394,10 @@ impl Store {
             let (id, text) = row.map_err(sql)?;
             ids.push(id);
             match decoded.get(&id) {
-                Some((seen, entry)) if *seen == text => entries.push(entry.clone()),
+                Some((seen, entry)) if *seen == text => entries.push(Arc::clone(entry)),
                 _ => {
-                    let entry = decode(id, &text)?;
-                    decoded.insert(id, (text, entry.clone()));
+                    let entry = Arc::new(decode(id, &text)?);
+                    decoded.insert(id, (text, Arc::clone(&entry)));
                     entries.push(entry);
                 }
             }

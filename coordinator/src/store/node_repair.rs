@@ -74,8 +74,7 @@ pub(super) fn forget(connection: &Connection, incident: Uuid) -> Result<usize, S
 
 /// Every intent, in recording order.
 pub(super) fn all(connection: &Connection) -> Result<Vec<Intent>, StoreError> {
-    let mut statement = connection
-        .prepare_cached(ALL)?;
+    let mut statement = connection.prepare_cached(ALL)?;
     let rows = statement.query_map(params![HOLDER_PREFIX, HOLDER_END], |row| {
         Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
     })?;
@@ -282,7 +281,8 @@ mod tests {
                 .collect::<Result<_, _>>()
                 .unwrap();
             assert!(
-                plan.iter().any(|step| step.starts_with("SEARCH ledger USING INDEX"))
+                plan.iter()
+                    .any(|step| step.starts_with("SEARCH ledger USING INDEX"))
                     && !plan.iter().any(|step| step.starts_with("SCAN ledger")),
                 "{query}: {plan:?}"
             );

@@ -7,9 +7,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::request::{rapi_request, segment, tags_path, truncate};
-use super::transport::{
-    HttpsTransport, Method, RapiBody, RapiRequest, Transport, TransportError,
-};
+use super::transport::{HttpsTransport, Method, RapiBody, RapiRequest, Transport, TransportError};
 use super::types::{
     JobWaitAnswer, RapiClusterInfo, RapiErrorBody, RapiGroup, RapiInstance, RapiJob, RapiNode,
     TagTarget,
@@ -580,15 +578,18 @@ mod tests {
         };
         for limit in [0, usize::MAX] {
             let jobs = jobs_of("/2/jobs", chunked(&list), limit).unwrap();
-            assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [5], "limit {limit}");
+            assert_eq!(
+                jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
+                [5],
+                "limit {limit}"
+            );
             let error = jobs_of("/2/jobs", chunked("[{\"id\": 7,"), limit).unwrap_err();
             assert!(error.to_string().contains("GET /2/jobs"), "{error}");
             let numbers: Vec<u32> =
                 decoded(Method::Get, "/2/x", chunked("[1, 22, 333, 4444]"), limit).unwrap();
             assert_eq!(numbers, [1, 22, 333, 4444], "limit {limit}");
-            let error =
-                decoded::<Vec<u32>>(Method::Get, "/2/x", chunked("[1, 22, \"a\"]"), limit)
-                    .unwrap_err();
+            let error = decoded::<Vec<u32>>(Method::Get, "/2/x", chunked("[1, 22, \"a\"]"), limit)
+                .unwrap_err();
             assert!(error.to_string().contains("GET /2/x"), "{error}");
         }
     }

@@ -305,7 +305,10 @@ mod tests {
         for chunk in ["[1, ", "22, 3", "33]"] {
             body.push(bytes::Bytes::from(chunk));
         }
-        assert_eq!(body.clone().into_contiguous(12).unwrap(), &b"[1, 22, 333]"[..]);
+        assert_eq!(
+            body.clone().into_contiguous(12).unwrap(),
+            &b"[1, 22, 333]"[..]
+        );
         let kept = body.clone().into_contiguous(11).unwrap_err();
         assert_eq!(kept, body, "over the limit: the chunks as they were");
         let one = RapiBody::from(b"[4, 5]".to_vec());
