@@ -282,16 +282,33 @@ impl Executor {
             };
             // The holder's jobs by key, and its entries by id: kept as this pass submits, so
             // that a pass over thousands of entries stays linear.
-            let mut jobs: BTreeMap<String, JobId> = entries
+            let jobs: BTreeMap<String, JobId> = entries
                 .iter()
                 .filter_map(|e| e.job.map(|job| (e.key.clone(), job)))
                 .collect();
             let by_id: BTreeMap<u64, usize> =
                 entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+            let mut pass = Pass {
+                entries,
+                jobs,
+                marks: &mut marks,
+                submitted: &mut submitted,
+                refused: &mut refused,
+            };
+            // The entries of one layer (none chained after another of the same layer: `ready`
+            // gives them layer by layer) go to Ganeti side by side, at most
+            // `SUBMIT_CONCURRENCY` at once, their answers taken in order.
+            let mut layer: Vec<(usize, Entry, Reason)> = Vec::new();
+            let mut in_layer: BTreeSet<String> = BTreeSet::new();
             for (id, chained) in plan.submit {
+                if chained.iter().any(|key| in_layer.contains(key.as_str())) {
+                    in_layer.clear();
+                    let layer = std::mem::take(&mut layer);
+                    self.submit_layer(ganeti, &holder, layer, &mut pass).await?;
+                }
                 let depends: Vec<JobId> = chained
                     .iter()
-                    .filter_map(|key| jobs.get(key.as_str()).copied())
+                    .filter_map(|key| pass.jobs.get(key.as_str()).copied())
                     .collect();
                 if depends.len() != chained.len() {
                     // A predecessor of this pass was not submitted: wait for the next pass.
@@ -300,35 +317,68 @@ impl Executor {
                 let Some(&at) = by_id.get(&id) else {
                     continue;
                 };
-                let Some(entry) = entries.get(at).map(|e| Entry::clone(e)) else {
+                let Some(entry) = pass.entries.get(at).map(|e| Entry::clone(e)) else {
                     continue;
                 };
-                let Some(op) = entry.action.op() else {
+                if entry.action.op().is_none() {
                     // Agent actions are carried out by their duty's agent client.
                     continue;
-                };
+                }
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
-                match self.submit_unmarked(ganeti, &entry, op, &reason).await? {
-                    Ok((job, entry)) => {
-                        jobs.insert(entry.key.clone(), job);
-                        if let Some(stored) = entries.get_mut(at) {
-                            *stored = Arc::new(entry.clone());
-                        }
-                        marks.push(entry.clone())?;
-                        submitted.push(entry);
-                    }
-                    Err(error) => {
-                        // Uncertain: the job may exist. Adoption finds it by its reason (or,
-                        // without one, fails it); what comes after it waits.
-                        tracing::warn!(%holder, key = %entry.key, %error, "submission failed");
-                        refused.push((entry, error));
-                    }
-                }
+                in_layer.insert(entry.key.clone());
+                layer.push((at, entry, reason));
             }
+            self.submit_layer(ganeti, &holder, layer, &mut pass).await?;
             marks.flush()?;
         }
         Ok(Submission { submitted, refused })
+    }
+
+    /// Submits one layer of `holder`'s ready entries (`(index in the pass's entries, entry,
+    /// reason)`, none chained after another of the layer) side by side, at most
+    /// [`SUBMIT_CONCURRENCY`] at once, and takes their answers in the layer's order: each job
+    /// kept by its entry's key (for the next layer's `depends`), the entry updated and queued
+    /// to be marked; an uncertain submission is refused and what comes after it waits.
+    async fn submit_layer(
+        &self,
+        ganeti: &dyn Ganeti,
+        holder: &Holder,
+        layer: Vec<(usize, Entry, Reason)>,
+        pass: &mut Pass<'_, '_>,
+    ) -> Result<(), LedgerError> {
+        use futures_util::StreamExt as _;
+        let answers: Vec<_> = futures_util::stream::iter(layer)
+            .map(|(at, entry, reason)| async move {
+                let answer = match entry.action.op() {
+                    Some(op) => Some(self.submit_unmarked(ganeti, &entry, op, &reason).await),
+                    None => None,
+                };
+                (at, entry, answer)
+            })
+            .buffered(SUBMIT_CONCURRENCY)
+            .collect()
+            .await;
+        for (at, entry, answer) in answers {
+            match answer.transpose()? {
+                Some(Ok((job, entry))) => {
+                    pass.jobs.insert(entry.key.clone(), job);
+                    if let Some(stored) = pass.entries.get_mut(at) {
+                        *stored = Arc::new(entry.clone());
+                    }
+                    pass.marks.push(entry.clone())?;
+                    pass.submitted.push(entry);
+                }
+                Some(Err(error)) => {
+                    // Uncertain: the job may exist. Adoption finds it by its reason (or,
+                    // without one, fails it); what comes after it waits.
+                    tracing::warn!(%holder, key = %entry.key, %error, "submission failed");
+                    pass.refused.push((entry, error));
+                }
+                None => {}
+            }
+        }
+        Ok(())
     }
 
     /// Adopts the jobs of entries whose submission is uncertain (recorded, every entry they
@@ -691,6 +741,21 @@ impl Executor {
         Ok(ledger::in_force(&entries))
     }
 }
+
+/// One holder's submission pass: its entries as the pass leaves them, their jobs by key, and
+/// what the pass submitted (to mark) or could not submit.
+struct Pass<'m, 'l> {
+    entries: Vec<Arc<Entry>>,
+    jobs: BTreeMap<String, JobId>,
+    marks: &'m mut Marks<'l>,
+    submitted: &'m mut Vec<Entry>,
+    refused: &'m mut Vec<(Entry, GanetiError)>,
+}
+
+/// Most submissions of one layer sent to Ganeti at once ([`Executor::submit`]): a group's
+/// hundreds of jobs do not wait for each other's answers one by one, and Ganeti's RAPI daemon
+/// is not asked for more than a few at a time.
+const SUBMIT_CONCURRENCY: usize = 8;
 
 /// Above this many jobs followed, [`Executor::poll`] reads Ganeti's job list first.
 const BULK_POLL: usize = 8;

@@ -366,11 +366,25 @@ async fn an_unchained_job_waits_for_success_and_is_not_adopted_before() {
     assert!(depends.is_empty(), "{depends:?}");
 }
 
-/// A Ganeti client that counts the reads of single jobs.
+/// A Ganeti client that counts the reads of single jobs and the submissions in flight at once
+/// (each answered after a short wait, as over a network).
 #[derive(Debug)]
 struct Counting {
     inner: nodecare_ganeti::rapi::RapiClient,
     job_reads: std::sync::atomic::AtomicUsize,
+    in_flight: std::sync::atomic::AtomicUsize,
+    most_in_flight: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: nodecare_ganeti::rapi::RapiClient) -> Self {
+        Self {
+            inner,
+            job_reads: std::sync::atomic::AtomicUsize::new(0),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            most_in_flight: std::sync::atomic::AtomicUsize::new(0),
+        }
+    }
 }
 
 impl Ganeti for Counting {
@@ -392,7 +406,15 @@ impl Ganeti for Counting {
         op: &'a Op,
         reason: &'a Reason,
     ) -> nodecare_ganeti::GanetiFuture<'a, JobId> {
-        Ganeti::submit(&self.inner, op, reason)
+        use std::sync::atomic::Ordering::SeqCst;
+        Box::pin(async move {
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            let answer = Ganeti::submit(&self.inner, op, reason).await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            answer
+        })
     }
     fn groups(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Group>> {
         Ganeti::groups(&self.inner)
@@ -429,10 +451,7 @@ async fn many_running_jobs_are_followed_with_one_read_of_the_job_list() {
     w.sim.stick_next_jobs(u32::try_from(n).unwrap());
     let entries = tag_entries(&w, &h, n);
     w.exec.record(&entries).unwrap();
-    let ganeti = Counting {
-        inner: w.sim.client(),
-        job_reads: std::sync::atomic::AtomicUsize::new(0),
-    };
+    let ganeti = Counting::new(w.sim.client());
     assert_eq!(w.exec.submit(&ganeti, None, 1).await.unwrap().len(), n);
     assert!(w.exec.poll(&ganeti, 2).await.unwrap().is_empty());
     assert_eq!(
@@ -445,6 +464,65 @@ async fn many_running_jobs_are_followed_with_one_read_of_the_job_list() {
     assert_eq!(
         ganeti.job_reads.load(std::sync::atomic::Ordering::SeqCst),
         n
+    );
+}
+
+/// The ready entries of one layer (none chained after another) go to Ganeti side by side, at
+/// most `SUBMIT_CONCURRENCY` at once; the next layer follows with each job chained after its
+/// predecessor's, and the entries come back in their order.
+#[tokio::test]
+async fn a_layer_of_entries_is_submitted_side_by_side_and_the_next_chained_after_it() {
+    let w = world().await;
+    let h = holder(11);
+    let n = 3 * SUBMIT_CONCURRENCY;
+    w.sim.stick_next_jobs(u32::try_from(2 * n).unwrap());
+    let mut entries = tag_entries(&w, &h, n);
+    entries.extend((0..n).map(|k| {
+        Entry::new(
+            h.clone(),
+            format!("then-{k}"),
+            Action::ganeti(Op::add_node_tags(&w.node, vec![format!("u{k}")])),
+            "then",
+            0,
+            DAY_MS,
+        )
+        .after([format!("tag-{k}")])
+    }));
+    w.exec.record(&entries).unwrap();
+    let ganeti = Counting::new(w.sim.client());
+    let submitted = w.exec.submit(&ganeti, None, 1).await.unwrap();
+    let keys: Vec<&str> = submitted.iter().map(|e| e.key.as_str()).collect();
+    let expected: Vec<String> = (0..n)
+        .map(|k| format!("tag-{k}"))
+        .chain((0..n).map(|k| format!("then-{k}")))
+        .collect();
+    assert_eq!(
+        keys,
+        expected.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        ganeti
+            .most_in_flight
+            .load(std::sync::atomic::Ordering::SeqCst),
+        SUBMIT_CONCURRENCY
+    );
+    let job_of: BTreeMap<&str, JobId> = submitted
+        .iter()
+        .map(|e| (e.key.as_str(), e.job.unwrap()))
+        .collect();
+    for k in 0..n {
+        let then = job_of[format!("then-{k}").as_str()];
+        let depends = w.sim.with_cluster(|c| c.jobs[&then].depends.clone());
+        let on: Vec<JobId> = depends.iter().map(|(job, _)| *job).collect();
+        assert_eq!(on, [job_of[format!("tag-{k}").as_str()]], "then-{k}");
+    }
+    assert!(
+        w.exec
+            .ledger()
+            .entries()
+            .unwrap()
+            .iter()
+            .all(|e| e.state == State::Submitted && e.job.is_some())
     );
 }
 
@@ -506,10 +584,7 @@ async fn many_jobs_are_marked_submitted_and_ended_in_one_write_each() {
     let n = BULK_POLL + 5;
     let entries = tag_entries(&w, &h, n);
     exec.record(&entries).unwrap();
-    let ganeti = Counting {
-        inner: w.sim.client(),
-        job_reads: std::sync::atomic::AtomicUsize::new(0),
-    };
+    let ganeti = Counting::new(w.sim.client());
     let submitted = exec.submit(&ganeti, None, 1).await.unwrap();
     assert_eq!(submitted.len(), n);
     assert_eq!(ledger.writes(), (0, 1));

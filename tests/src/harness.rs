@@ -95,6 +95,17 @@ impl Harness {
         instances: &str,
         tweak: impl FnOnce(&mut Config),
     ) -> anyhow::Result<Self> {
+        Self::with_ganeti(nodes, instances, tweak, |sim| Ok(Arc::new(sim.client()))).await
+    }
+
+    /// [`Harness::new`], the coordinator talking to the simulated Ganeti through the client
+    /// `ganeti` gives (the benchmarks: over HTTP, served by a thread of its own).
+    pub async fn with_ganeti(
+        nodes: usize,
+        instances: &str,
+        tweak: impl FnOnce(&mut Config),
+        ganeti: impl FnOnce(&Simulation) -> anyhow::Result<Arc<dyn Ganeti>>,
+    ) -> anyhow::Result<Self> {
         let sim_config =
             SimConfig::from_spec(nodes, instances, DOMAIN).map_err(anyhow::Error::msg)?;
         let sim = Simulation::new(sim_config).map_err(anyhow::Error::msg)?;
@@ -107,7 +118,7 @@ impl Harness {
         let state_dir = tempfile::tempdir()?;
         let mut config = local_config(state_dir.path(), &agents);
         tweak(&mut config);
-        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
+        let ganeti = ganeti(&sim)?;
         let coordinator = Coordinator::new(&config, node(1), ganeti, key.clone())?;
         Ok(Self {
             sim,

@@ -15,7 +15,8 @@
 //!   agent that changes or comes back from its reboot.
 //!
 //! `BENCH_MODE=before` (or `after`) runs that mode only; `BENCH_ROUNDS=1` prints each round of
-//! the coordinator's loop.
+//! the coordinator's loop; `BENCH_GANETI=http` serves the simulated Ganeti over HTTP from a
+//! thread of its own (by default it answers in process, on the coordinator's threads).
 //!
 //! Prints each campaign's wall time against the plan's lower bound, groups × (longest
 //! migration + reboot), with a timeline of its groups, and checks every budget all along (after
@@ -332,13 +333,31 @@ async fn main() -> anyhow::Result<()> {
 
 /// One campaign on a fresh cluster; fails when a budget or an outcome is not met.
 async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
-    let h = Harness::new(p.nodes, &spec(p.nodes, p.instances), |config| {
-        config.max_disrupted_nodes = p.max_disrupted;
-        config.min_healthy_nodes = 2;
-        if mode == Mode::After {
-            config.round_interval = nodecare_coordinator::config::Config::default().round_interval;
-        }
-    })
+    // The simulated Ganeti answers in the coordinator's process and threads, its work counted
+    // in the rounds (`BENCH_GANETI=http`: over HTTP from a thread of its own, as the real RAPI
+    // answers from processes of its own).
+    let mut served: Option<ServedGaneti> = None;
+    let h = Harness::with_ganeti(
+        p.nodes,
+        &spec(p.nodes, p.instances),
+        |config| {
+            config.max_disrupted_nodes = p.max_disrupted;
+            config.min_healthy_nodes = 2;
+            if mode == Mode::After {
+                config.round_interval =
+                    nodecare_coordinator::config::Config::default().round_interval;
+            }
+        },
+        |sim| {
+            if std::env::var("BENCH_GANETI").as_deref() != Ok("http") {
+                return Ok(std::sync::Arc::new(sim.client()));
+            }
+            let ganeti = ServedGaneti::start(sim)?;
+            let client = ganeti.client()?;
+            served = Some(ganeti);
+            Ok(client)
+        },
+    )
     .await?;
     h.sim.set_job_delay(p.job);
     h.sim.with_cluster(|c| {
@@ -500,6 +519,77 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
         groups,
         timeline: tracker.timeline(&state),
     })
+}
+
+/// The simulated Ganeti served over plain HTTP on loopback by a thread and runtime of its own;
+/// stopped when dropped.
+struct ServedGaneti {
+    url: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ServedGaneti {
+    fn start(sim: &Simulation) -> anyhow::Result<Self> {
+        let sim = sim.clone();
+        let (url_tx, url_rx) = std::sync::mpsc::channel::<std::io::Result<String>>();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("simulated-ganeti".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(e) => {
+                        let _sent = url_tx.send(Err(e));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+                    match sim.serve(loopback, None).await {
+                        Ok(server) => {
+                            let _sent = url_tx.send(Ok(server.url.clone()));
+                            let _stopped = stopped.await;
+                            drop(server);
+                        }
+                        Err(e) => {
+                            let _sent = url_tx.send(Err(e));
+                        }
+                    }
+                });
+            })?;
+        let url = url_rx.recv().context("the simulated Ganeti's thread")??;
+        Ok(Self {
+            url,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    fn client(&self) -> anyhow::Result<std::sync::Arc<dyn Ganeti>> {
+        let config = nodecare_ganeti::rapi::config::RapiConfig::new(
+            &self.url,
+            nodecare_ganeti::rapi::config::ServerTrust::PlainHttp,
+        );
+        Ok(std::sync::Arc::new(
+            nodecare_ganeti::rapi::client::RapiClient::new(config)
+                .with_context(|| format!("a RAPI client of {}", self.url))?,
+        ))
+    }
+}
+
+impl Drop for ServedGaneti {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _sent = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _joined = thread.join();
+        }
+    }
 }
 
 fn check_limit(tracker: &Tracker, limit: Duration, store: &Store) -> anyhow::Result<()> {
