@@ -204,10 +204,8 @@ mod tests {
         }
     }
 
-    /// The store keeps intents in the ledger: recorded, updated, dropped, forgotten with their
-    /// incident, and refused as a duplicate key by the ledger.
-    #[test]
-    fn the_store_keeps_intents_in_the_ledger() {
+    /// A new store (in the directory returned) with incident 1's drain of node1 planned.
+    fn store_with_a_drain() -> (tempfile::TempDir, Store, crate::incident::Incident, Intent) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.db")).unwrap();
         let first = incident(1);
@@ -220,6 +218,14 @@ mod tests {
             IntentState::Planned,
         );
         store.plan_intent(&first, &drain).unwrap();
+        (dir, store, first, drain)
+    }
+
+    /// The store keeps intents in the ledger: recorded, updated, dropped, forgotten with their
+    /// incident, and refused as a duplicate key by the ledger.
+    #[test]
+    fn the_store_keeps_intents_in_the_ledger() {
+        let (_dir, store, first, drain) = store_with_a_drain();
         let mut submitted = drain.clone();
         submitted.state = IntentState::Submitted;
         submitted.job_id = Some(4);
@@ -250,18 +256,7 @@ mod tests {
     /// thousands), and only theirs.
     #[test]
     fn intents_are_read_from_the_holder_index_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(&dir.path().join("state.db")).unwrap();
-        let first = incident(1);
-        let drain = intent(
-            first.uuid,
-            "drain",
-            IntentSpec::Drain {
-                node: "node1".into(),
-            },
-            IntentState::Planned,
-        );
-        store.plan_intent(&first, &drain).unwrap();
+        let (_dir, store, first, drain) = store_with_a_drain();
         let mut other = store.entries().unwrap()[0].clone();
         other.holder = Holder::Campaign {
             id: Uuid::from_u128(7),
