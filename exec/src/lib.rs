@@ -265,31 +265,28 @@ impl Executor {
         // `MARK_BATCH`), not one durable write each.
         let mut marks = Marks::new(&*self.ledger);
         for holder in holders {
-            let mut entries = self.ledger.shared_of_holder(&holder)?;
+            let entries = self.ledger.shared_of_holder(&holder)?;
             let plan = ledger::ready(&entries);
             for (id, why) in &plan.never {
-                if let Some(shared) = entries.iter_mut().find(|e| e.id == *id) {
+                if let Some(shared) = entries.iter().find(|e| e.id == *id) {
                     let mut e = Entry::clone(shared);
                     e.state = State::Canceled { why: why.clone() };
                     e.finished_ms = Some(now_ms);
                     tracing::info!(%holder, key = %e.key, %why, "entry never runs");
                     self.mark(&e)?;
-                    *shared = Arc::new(e);
                 }
             }
             let Some(trail) = ledger::holder_uuid(&holder) else {
                 continue;
             };
-            // The holder's jobs by key, and its entries by id: kept as this pass submits, so
+            // The holder's jobs by key (kept as this pass submits) and its entries by id, so
             // that a pass over thousands of entries stays linear.
             let jobs: BTreeMap<String, JobId> = entries
                 .iter()
                 .filter_map(|e| e.job.map(|job| (e.key.clone(), job)))
                 .collect();
-            let by_id: BTreeMap<u64, usize> =
-                entries.iter().enumerate().map(|(i, e)| (e.id, i)).collect();
+            let by_id: BTreeMap<u64, &Entry> = entries.iter().map(|e| (e.id, &**e)).collect();
             let mut pass = Pass {
-                entries,
                 jobs,
                 marks: &mut marks,
                 submitted: &mut submitted,
@@ -298,7 +295,7 @@ impl Executor {
             // The entries of one layer (none chained after another of the same layer: `ready`
             // gives them layer by layer) go to Ganeti side by side, at most
             // `SUBMIT_CONCURRENCY` at once, their answers taken in order.
-            let mut layer: Vec<(usize, Entry, Reason)> = Vec::new();
+            let mut layer: Vec<(Entry, Reason)> = Vec::new();
             let mut in_layer: BTreeSet<String> = BTreeSet::new();
             for (id, chained) in plan.submit {
                 if chained.iter().any(|key| in_layer.contains(key.as_str())) {
@@ -314,10 +311,7 @@ impl Executor {
                     // A predecessor of this pass was not submitted: wait for the next pass.
                     continue;
                 }
-                let Some(&at) = by_id.get(&id) else {
-                    continue;
-                };
-                let Some(entry) = pass.entries.get(at).map(|e| Entry::clone(e)) else {
+                let Some(entry) = by_id.get(&id).map(|e| Entry::clone(e)) else {
                     continue;
                 };
                 if entry.action.op().is_none() {
@@ -327,7 +321,7 @@ impl Executor {
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
                 in_layer.insert(entry.key.clone());
-                layer.push((at, entry, reason));
+                layer.push((entry, reason));
             }
             self.submit_layer(ganeti, &holder, layer, &mut pass).await?;
             marks.flush()?;
@@ -335,37 +329,34 @@ impl Executor {
         Ok(Submission { submitted, refused })
     }
 
-    /// Submits one layer of `holder`'s ready entries (`(index in the pass's entries, entry,
-    /// reason)`, none chained after another of the layer) side by side, at most
-    /// [`SUBMIT_CONCURRENCY`] at once, and takes their answers in the layer's order: each job
-    /// kept by its entry's key (for the next layer's `depends`), the entry updated and queued
-    /// to be marked; an uncertain submission is refused and what comes after it waits.
+    /// Submits one layer of `holder`'s ready entries (with their reasons; none chained after
+    /// another of the layer) side by side, at most [`SUBMIT_CONCURRENCY`] at once, and takes
+    /// their answers in the layer's order: each job kept by its entry's key (for the next
+    /// layer's `depends`), the entry queued to be marked; an uncertain submission is refused
+    /// and what comes after it waits.
     async fn submit_layer(
         &self,
         ganeti: &dyn Ganeti,
         holder: &Holder,
-        layer: Vec<(usize, Entry, Reason)>,
+        layer: Vec<(Entry, Reason)>,
         pass: &mut Pass<'_, '_>,
     ) -> Result<(), LedgerError> {
         use futures_util::StreamExt as _;
         let answers: Vec<_> = futures_util::stream::iter(layer)
-            .map(|(at, entry, reason)| async move {
+            .map(|(entry, reason)| async move {
                 let answer = match entry.action.op() {
                     Some(op) => Some(self.submit_unmarked(ganeti, &entry, op, &reason).await),
                     None => None,
                 };
-                (at, entry, answer)
+                (entry, answer)
             })
             .buffered(SUBMIT_CONCURRENCY)
             .collect()
             .await;
-        for (at, entry, answer) in answers {
+        for (entry, answer) in answers {
             match answer.transpose()? {
                 Some(Ok((job, entry))) => {
                     pass.jobs.insert(entry.key.clone(), job);
-                    if let Some(stored) = pass.entries.get_mut(at) {
-                        *stored = Arc::new(entry.clone());
-                    }
                     pass.marks.push(entry.clone())?;
                     pass.submitted.push(entry);
                 }
@@ -742,10 +733,9 @@ impl Executor {
     }
 }
 
-/// One holder's submission pass: its entries as the pass leaves them, their jobs by key, and
-/// what the pass submitted (to mark) or could not submit.
+/// One holder's submission pass: its jobs by key, and what the pass submitted (to mark) or
+/// could not submit.
 struct Pass<'m, 'l> {
-    entries: Vec<Arc<Entry>>,
     jobs: BTreeMap<String, JobId>,
     marks: &'m mut Marks<'l>,
     submitted: &'m mut Vec<Entry>,

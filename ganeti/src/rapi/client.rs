@@ -139,12 +139,7 @@ impl RapiClient {
     /// `GET /2/jobs?bulk=1`: every job still in the queue, with opcodes and reason trails.
     pub async fn jobs(&self) -> Result<Vec<RapiJob>, RapiError> {
         let path = "/2/jobs";
-        let request = RapiRequest {
-            method: Method::Get,
-            path: path.to_owned(),
-            query: vec![("bulk".to_owned(), "1".to_owned())],
-            body: None,
-        };
+        let request = request(Method::Get, path, &[("bulk", "1")], None);
         let body = self.send_body(&request, self.request_timeout).await?;
         jobs_of(path, body, CONTIGUOUS_LIMIT)
     }
@@ -154,21 +149,30 @@ impl RapiClient {
 /// from one buffer when that is cheap: `limit`), then decoded into its type, with no JSON tree
 /// in between.
 fn jobs_of(path: &str, body: RapiBody, limit: usize) -> Result<Vec<RapiJob>, RapiError> {
-    let start = body.prefix(1024);
-    let error = |e: serde_json::Error| body_error(Method::Get, path, &e, &start);
     match body.into_contiguous(limit) {
         Ok(whole) => {
-            let listed: Vec<&serde_json::value::RawValue> =
-                serde_json::from_slice(&whole).map_err(error)?;
+            let listed: Vec<&serde_json::value::RawValue> = serde_json::from_slice(&whole)
+                .map_err(|e| body_error(Method::Get, path, &e, &whole[..whole.len().min(1024)]))?;
             job_list(path, &listed)
         }
         Err(body) => {
-            let listed: Vec<Box<serde_json::value::RawValue>> = serde_json::from_reader(
-                std::io::BufReader::with_capacity(64 * 1024, body.into_reader()),
-            )
-            .map_err(error)?;
+            let listed: Vec<Box<serde_json::value::RawValue>> =
+                decoded(Method::Get, path, body, limit)?;
             job_list(path, &listed)
         }
+    }
+}
+
+/// The request `method` `path` with `query` and JSON `body`.
+fn request(method: Method, path: &str, query: &[(&str, &str)], body: Option<Value>) -> RapiRequest {
+    RapiRequest {
+        method,
+        path: path.to_owned(),
+        query: query
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        body,
     }
 }
 
@@ -323,16 +327,8 @@ impl RapiClient {
         body: Option<Value>,
         timeout: Duration,
     ) -> Result<T, RapiError> {
-        let request = RapiRequest {
-            method,
-            path: path.to_owned(),
-            query: query
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            body,
-        };
-        self.send(&request, timeout).await
+        self.send(&request(method, path, query, body), timeout)
+            .await
     }
 
     /// Sends `request` and decodes a 2xx answer's JSON; anything else is an error naming the
