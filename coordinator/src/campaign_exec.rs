@@ -23,12 +23,13 @@ use std::collections::BTreeMap;
 
 use futures_util::StreamExt as _;
 
-use nodecare_protocol::maintenance::HOOK_NO_REBOOT_LINE;
+use nodecare_protocol::maintenance::{CampaignRequest, HOOK_NO_REBOOT_LINE};
 use nodecare_protocol::repair::{RepairRequest, RepairState};
 use uuid::Uuid;
 
 use crate::campaign::{
-    self, AgentNow, CampaignOp, InstanceNow, NodeNow, OpKind, OpState, PlannedMove, Record, World,
+    self, AgentNow, CampaignOp, InstanceNow, NodeNow, OpKind, OpState, Ops, PlannedMove, Record,
+    World,
 };
 use crate::exec::Executor;
 use crate::exec::ledger::State;
@@ -120,14 +121,92 @@ pub fn world(
     }
 }
 
+/// What the campaigns' duty keeps from one round to the next: each campaign's operations as
+/// the last round left them (the next round starts from them and takes from the ledger only what
+/// changed, [`Record::set_ops`], instead of decoding every operation of a campaign of thousands
+/// again), and each campaign's last plan with what it was planned from (planned again only once
+/// that changed).
+#[derive(Debug, Default)]
+pub struct Known {
+    ops: BTreeMap<Uuid, Ops>,
+    plans: BTreeMap<Uuid, Planned>,
+}
+
+/// A plan ([`plan`]) and the cluster and request it was planned from.
+#[derive(Debug)]
+struct Planned {
+    cluster: nodecare_roll::Cluster,
+    request: CampaignRequest,
+    outcome: PlanOutcome,
+}
+
+/// The groups (node names, in order), the planned moves of every node and the planner's
+/// warnings; or why the campaign cannot be planned.
+type PlanOutcome = Result<
+    (
+        Vec<Vec<String>>,
+        BTreeMap<String, Vec<PlannedMove>>,
+        Vec<String>,
+    ),
+    String,
+>;
+
+impl Known {
+    /// Keeps `record`'s operations for the next round (shared, not copied).
+    pub fn keep(&mut self, record: &Record) {
+        self.ops
+            .insert(record.id(), std::sync::Arc::clone(&record.ops));
+    }
+
+    /// Takes what was kept of campaign `id`'s operations (nothing: none).
+    fn take_ops(&mut self, id: Uuid) -> Ops {
+        self.ops.remove(&id).unwrap_or_default()
+    }
+
+    /// [`plan`] of `record` on `cluster`, the last one again while neither the cluster nor the
+    /// campaign's request changed (the coordinator's failure `domains` do not change while it
+    /// runs).
+    fn plan(
+        &mut self,
+        cluster: &nodecare_roll::Cluster,
+        record: &Record,
+        domains: &crate::gate::DomainSource,
+    ) -> PlanOutcome {
+        let request = &record.campaign.request;
+        if let Some(planned) = self.plans.get(&record.id())
+            && planned.request == *request
+            && planned.cluster == *cluster
+        {
+            return planned.outcome.clone();
+        }
+        let outcome = plan(cluster, record, domains);
+        self.plans.insert(
+            record.id(),
+            Planned {
+                cluster: cluster.clone(),
+                request: request.clone(),
+                outcome: outcome.clone(),
+            },
+        );
+        outcome
+    }
+}
+
 /// Every stored campaign with its operations from the ledger (each campaign's own entries, read
-/// by holder: the ledger's other duties and other campaigns are not read).
-fn with_ops(store: &Store, executor: &Executor) -> Result<Vec<Record>, StoreError> {
+/// by holder: the ledger's other duties and other campaigns are not read), starting from those
+/// `known` kept (which it empties).
+fn with_ops(
+    store: &Store,
+    executor: &Executor,
+    known: &mut Known,
+) -> Result<Vec<Record>, StoreError> {
     let mut records = store.campaigns()?;
     for record in &mut records {
+        record.ops = known.take_ops(record.id());
         let entries = executor.ledger().shared_of_holder(&record.holder())?;
         record.set_ops(&entries);
     }
+    known.ops.clear();
     Ok(records)
 }
 
@@ -140,8 +219,8 @@ fn is_active(record: &Record) -> bool {
 /// once ([`follow`]) and hands them from step to step ([`prepare`], [`execute`]): it holds the
 /// incident lock, under which the API changes campaigns too, and each step saves what it
 /// changes, so the store and the records handed on agree.
-pub fn active(ctx: Context<'_>) -> Result<Vec<Record>, StoreError> {
-    Ok(with_ops(ctx.store, ctx.executor)?
+pub fn active(ctx: Context<'_>, known: &mut Known) -> Result<Vec<Record>, StoreError> {
+    Ok(with_ops(ctx.store, ctx.executor, known)?
         .into_iter()
         .filter(is_active)
         .collect())
@@ -211,18 +290,39 @@ pub fn planned_disruptions(store: &Store, now_ms: u64) -> Result<Vec<(String, u6
         .collect())
 }
 
+/// What a round plans campaigns on: the gate's view, Ganeti's instances and node groups, and
+/// the master's name.
+#[derive(Debug, Clone, Copy)]
+pub struct Planning<'a> {
+    /// The gate's view of the cluster.
+    pub view: &'a View,
+    /// Ganeti's instances.
+    pub instances: &'a [Instance],
+    /// Ganeti's node groups.
+    pub groups: &'a [crate::ganeti::Group],
+    /// The master node's name.
+    pub master: &'a str,
+}
+
 /// Step 1: follows the operations, re-plans campaigns due for a group and proposes it.
 pub async fn prepare(
     ctx: Context<'_>,
     records: Vec<Record>,
     world: &World,
-    view: &View,
-    instances: &[Instance],
-    groups: &[crate::ganeti::Group],
-    master: &str,
+    planning: Planning<'_>,
+    known: &mut Known,
 ) -> Result<CampaignRound, StoreError> {
+    let Planning {
+        view,
+        instances,
+        groups,
+        master,
+    } = planning;
     let mut round = CampaignRound::default();
     let records: Vec<Record> = records.into_iter().filter(is_active).collect();
+    known
+        .plans
+        .retain(|id, _| records.iter().any(|r| r.id() == *id && r.needs_group()));
     if records.is_empty() {
         return Ok(round);
     }
@@ -230,26 +330,37 @@ pub async fn prepare(
     for mut record in records {
         let before = record.clone();
         if record.needs_group() {
-            // Instances still migrating back to an earlier group's node are planned where
-            // they go (their memory is that node's again).
-            let back = record.pending_back();
-            let landed;
-            let instances = if back.is_empty() {
-                instances
+            let outcome = if record.has_grouped_all(ctx.nodes.iter().map(|n| n.name.as_str())) {
+                // Every node of the cluster has been in a group: a plan leaves nothing for a
+                // next one ([`Record::set_plan`] leaves out the nodes seen), and is not made.
+                Ok((
+                    Vec::new(),
+                    BTreeMap::new(),
+                    record.campaign.warnings.clone(),
+                ))
             } else {
-                landed = as_back(instances, &back);
-                &landed[..]
+                // Instances still migrating back to an earlier group's node are planned where
+                // they go (their memory is that node's again).
+                let back = record.pending_back();
+                let landed;
+                let instances = if back.is_empty() {
+                    instances
+                } else {
+                    landed = as_back(instances, &back);
+                    &landed[..]
+                };
+                let fresh;
+                let cluster = if back.is_empty() {
+                    &*cluster.get_or_insert_with(|| {
+                        campaign::roll_cluster(ctx.nodes, instances, groups, master)
+                    })
+                } else {
+                    fresh = campaign::roll_cluster(ctx.nodes, instances, groups, master);
+                    &fresh
+                };
+                known.plan(cluster, &record, ctx.domains)
             };
-            let fresh;
-            let cluster = if back.is_empty() {
-                &*cluster.get_or_insert_with(|| {
-                    campaign::roll_cluster(ctx.nodes, instances, groups, master)
-                })
-            } else {
-                fresh = campaign::roll_cluster(ctx.nodes, instances, groups, master);
-                &fresh
-            };
-            match plan(cluster, &record, ctx.domains) {
+            match outcome {
                 Ok((groups, moves, warnings)) => {
                     record.set_plan(groups, warnings, world);
                     record.set_blocked(None, world.now_ms);
@@ -301,19 +412,11 @@ fn as_back(instances: &[Instance], back: &BTreeMap<String, String>) -> Vec<Insta
 
 /// Plans the campaign's selection on `cluster` with the coordinator's failure `domains`: the
 /// groups (node names, in order), the planned moves of every node, and the planner's warnings.
-#[allow(clippy::type_complexity)]
 fn plan(
     cluster: &nodecare_roll::Cluster,
     record: &Record,
     domains: &crate::gate::DomainSource,
-) -> Result<
-    (
-        Vec<Vec<String>>,
-        BTreeMap<String, Vec<PlannedMove>>,
-        Vec<String>,
-    ),
-    String,
-> {
+) -> PlanOutcome {
     let options = campaign::roll_options(&record.campaign.request, domains)?;
     let plan = nodecare_roll::plan(cluster, &options).map_err(|e| format!("planning: {e}"))?;
     let mut groups = Vec::new();
@@ -346,11 +449,13 @@ pub fn plans_again(due_before: bool, finished_before: usize, after: &Record) -> 
 
 /// Step 2: starts admitted groups, advances every campaign and submits what it plans; returns
 /// how many jobs (and hooks) were submitted and whether the next round should start at once.
+/// Each campaign's operations are kept in `known` for the next round.
 pub async fn execute(
     ctx: Context<'_>,
     decision: &Decision,
     round: CampaignRound,
     world: &World,
+    known: &mut Known,
 ) -> Result<Executed, StoreError> {
     let mut submitted = 0;
     let mut again = false;
@@ -391,7 +496,8 @@ pub async fn execute(
                 }
             }
         }
-        let (jobs, more, _) = go_on(ctx, record, &before, world).await?;
+        let (jobs, more, record) = go_on(ctx, record, &before, world).await?;
+        known.keep(&record);
         submitted += jobs;
         again |= more;
     }
@@ -450,10 +556,14 @@ async fn go_on(
 /// Returns the jobs (and hooks) submitted and the campaigns as it left them, with their
 /// operations, for the round's next steps. (A campaign due for its next group after this is
 /// planned by this round's proposal: no round to wake.)
-pub async fn follow(ctx: Context<'_>, world: &World) -> Result<(usize, Vec<Record>), StoreError> {
+pub async fn follow(
+    ctx: Context<'_>,
+    world: &World,
+    known: &mut Known,
+) -> Result<(usize, Vec<Record>), StoreError> {
     let mut submitted = 0;
     let mut records = Vec::new();
-    for mut record in active(ctx)? {
+    for mut record in active(ctx, known)? {
         let before = record.clone();
         follow_hooks(ctx, &mut record, world.now_ms).await?;
         let (jobs, _, record) = go_on(ctx, record, &before, world).await?;
@@ -659,7 +769,7 @@ fn settle_hooks(
     for entry in &marked {
         if let Some(mut op) = CampaignOp::from_entry(entry) {
             op.no_reboot = record.hooks_no_reboot.contains(&entry.key);
-            record.ops.insert(op.key.clone(), op);
+            record.set_op(op);
         }
     }
     Ok(())
@@ -817,6 +927,44 @@ mod tests {
             assert_eq!(got, state, "{name}");
             assert_eq!(why, error, "{name}");
         }
+    }
+
+    /// A campaign's plan is made again only once the cluster (or its request) changed: asked
+    /// with the same, the last one is given (here, a stand-in the test put in its place).
+    #[test]
+    fn a_plan_is_made_again_only_once_what_it_is_planned_from_changed() {
+        let nodes: Vec<Node> = ["n0", "n1", "n2", "n3"]
+            .map(crate::plan::tests_support::node)
+            .to_vec();
+        let cluster = campaign::roll_cluster(&nodes, &[], &[], "n0");
+        let record = Record::new(Uuid::from_u128(1), CampaignRequest::new("reboot"), "t", 1);
+        let domains = crate::gate::DomainSource::default();
+        let mut known = Known::default();
+        let first = known.plan(&cluster, &record, &domains);
+        assert_eq!(first, plan(&cluster, &record, &domains));
+        assert!(first.is_ok());
+        let stand_in: PlanOutcome = Err("the last plan".into());
+        if let Some(planned) = known.plans.get_mut(&record.id()) {
+            planned.outcome = stand_in.clone();
+        }
+        assert_eq!(known.plan(&cluster, &record, &domains), stand_in);
+
+        // Another node: planned again.
+        let fewer = campaign::roll_cluster(&nodes[..3], &[], &[], "n0");
+        let again = known.plan(&fewer, &record, &domains);
+        assert_eq!(again, plan(&fewer, &record, &domains));
+        assert_ne!(again, stand_in);
+
+        // Another request: planned again.
+        if let Some(planned) = known.plans.get_mut(&record.id()) {
+            planned.outcome = stand_in.clone();
+        }
+        let mut other = record.clone();
+        other.campaign.request.skip_non_redundant = true;
+        assert_eq!(
+            known.plan(&fewer, &other, &domains),
+            plan(&fewer, &other, &domains)
+        );
     }
 
     #[test]

@@ -465,6 +465,44 @@ pub struct Scraper {
     ring: Arc<KeyRing>,
     settings: ScrapeSettings,
     watched: Option<Watched>,
+    /// Storage readings kept from earlier rounds ([`keeps_storage`]), by node.
+    kept_storage: Arc<std::sync::Mutex<BTreeMap<String, KeptStorage>>>,
+}
+
+/// A verified storage reading kept for the next rounds, with what it was read under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeptStorage {
+    /// The agent URL it was read from.
+    pub base_url: String,
+    /// The node's watch's lapses when it was read ([`WatchedAgent::lapses`]).
+    pub lapses: u64,
+    /// The reading.
+    pub observation: crate::storage::StorageObservation,
+}
+
+/// Whether a storage reading `kept` from an earlier round stands for the agent's latest at
+/// `now_ms`, so that the round need not read it again: the agent reads DRBD on its own
+/// schedule, every `interval_ms`, so it has no newer reading before `collected_at_ms +
+/// interval_ms`; that holds only while it is the same agent process, which the node's watch
+/// (healthy, at the same URL, without a lapse since) tells; and the reading's envelope must
+/// not expire within `margin_ms`. Pure.
+pub fn keeps_storage(
+    kept: &KeptStorage,
+    watched: Option<&WatchedAgent>,
+    base_url: &str,
+    now_ms: u64,
+    margin_ms: u64,
+) -> bool {
+    let Some(watched) = watched else {
+        return false;
+    };
+    let payload = &kept.observation.payload;
+    watched.healthy
+        && watched.base_url == base_url
+        && kept.base_url == base_url
+        && watched.lapses == kept.lapses
+        && now_ms < payload.collected_at_ms.saturating_add(payload.interval_ms)
+        && now_ms.saturating_add(margin_ms) < kept.observation.expires_at_ms
 }
 
 /// The scraper could not be built.
@@ -498,6 +536,7 @@ impl Scraper {
             ring: Arc::new(ring),
             settings,
             watched: None,
+            kept_storage: Arc::default(),
         })
     }
 
@@ -659,8 +698,93 @@ impl Scraper {
     /// Reads the signed storage report of every target (the nodes of
     /// [`crate::storage::drbd_nodes`], see [`storage_targets`]), with the same bounded
     /// concurrency and timeouts as [`Self::scrape`]; `sequences` holds the last accepted storage
-    /// report sequence per node (kept apart from the diagnose report's).
+    /// report sequence per node (kept apart from the diagnose report's). With watches, a
+    /// reading kept from an earlier round is used again while the agent cannot have a newer one
+    /// ([`keeps_storage`]); the others are read over the network.
     pub async fn scrape_storage(
+        &self,
+        targets: Vec<AgentTarget>,
+        sequences: &BTreeMap<String, u64>,
+        now_ms: impl Fn() -> u64 + Send + Sync + Clone + 'static,
+    ) -> Vec<StorageResult> {
+        let watched: BTreeMap<String, WatchedAgent> = match &self.watched {
+            Some(watched) => watched
+                .delivered
+                .snapshot(targets.iter().map(|t| t.node.as_str())),
+            None => BTreeMap::new(),
+        };
+        let margin_ms = self
+            .watched
+            .as_ref()
+            .map_or(0, |w| w.bounds.expiry_margin_ms);
+        let (mut results, targets) = {
+            let now = now_ms();
+            let mut kept = self
+                .kept_storage
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            kept.retain(|node, _| targets.iter().any(|t| &t.node == node));
+            let mut again = Vec::new();
+            let mut to_read = Vec::new();
+            for target in targets {
+                match kept.get(&target.node) {
+                    Some(k)
+                        if keeps_storage(
+                            k,
+                            watched.get(&target.node),
+                            &target.base_url,
+                            now,
+                            margin_ms,
+                        ) =>
+                    {
+                        again.push(StorageResult {
+                            node: target.node,
+                            reading: StorageReading::Verified(k.observation.clone()),
+                            sequence: Some(k.observation.sequence),
+                            elapsed: Duration::ZERO,
+                        });
+                    }
+                    _ => to_read.push(target),
+                }
+            }
+            (again, to_read)
+        };
+        let urls: BTreeMap<String, String> = targets
+            .iter()
+            .map(|t| (t.node.clone(), t.base_url.clone()))
+            .collect();
+        let read = self.fetch_storage(targets, sequences, now_ms).await;
+        {
+            let mut kept = self
+                .kept_storage
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for result in &read {
+                let watch = watched.get(&result.node).filter(|w| w.healthy);
+                match (&result.reading, watch, urls.get(&result.node)) {
+                    (StorageReading::Verified(observation), Some(watch), Some(base_url)) => {
+                        kept.insert(
+                            result.node.clone(),
+                            KeptStorage {
+                                base_url: base_url.clone(),
+                                lapses: watch.lapses,
+                                observation: observation.clone(),
+                            },
+                        );
+                    }
+                    _ => {
+                        kept.remove(&result.node);
+                    }
+                }
+            }
+        }
+        results.extend(read);
+        results.sort_by(|a, b| a.node.cmp(&b.node));
+        results
+    }
+
+    /// Reads the signed storage report of every target over the network.
+    async fn fetch_storage(
         &self,
         targets: Vec<AgentTarget>,
         sequences: &BTreeMap<String, u64>,
@@ -670,7 +794,7 @@ impl Scraper {
         let client = self.round_client(targets.len());
         let ring = Arc::clone(&self.ring);
         let policy = self.settings.policy;
-        let mut results = for_each_target(self.settings.concurrency, targets, move |target| {
+        for_each_target(self.settings.concurrency, targets, move |target| {
             let sequences = Arc::clone(&sequences);
             let client = client.clone();
             let ring = Arc::clone(&ring);
@@ -703,9 +827,7 @@ impl Scraper {
                 }
             }
         })
-        .await;
-        results.sort_by(|a, b| a.node.cmp(&b.node));
-        results
+        .await
     }
 }
 
@@ -1395,6 +1517,9 @@ pub struct WatchedAgent {
     pub heard_at_ms: u64,
     /// The latest verified (or stale) report it delivered.
     pub report: Option<DeliveredReport>,
+    /// How often the watch failed (or moved to another URL) since it started: what was read of
+    /// the agent before a lapse may predate a restart of the agent.
+    pub lapses: u64,
 }
 
 /// The latest report of every watch and whether the watch is healthy, shared by the watches
@@ -1474,10 +1599,12 @@ impl Delivered {
                 healthy: false,
                 heard_at_ms: now_ms,
                 report: None,
+                lapses: 0,
             });
         if entry.base_url != target.base_url {
             entry.base_url.clone_from(&target.base_url);
             entry.report = None;
+            entry.lapses += 1;
         }
         entry.healthy = true;
         entry.heard_at_ms = now_ms;
@@ -1490,6 +1617,7 @@ impl Delivered {
     pub(crate) fn failed(&self, target: &AgentTarget) {
         if let Some(entry) = self.lock().get_mut(&target.node) {
             entry.healthy = false;
+            entry.lapses += 1;
         }
     }
 
@@ -1967,6 +2095,213 @@ mod tests {
         format!("http://{address}")
     }
 
+    /// A server answering every request with `body`, counting them.
+    async fn serve_counted(body: Vec<u8>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Arc::clone(&count);
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = vec![0u8; 4096];
+                let _read = stream.read(&mut request).await;
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _head = stream.write_all(head.as_bytes()).await;
+                let _body = stream.write_all(&body).await;
+            }
+        });
+        (format!("http://{address}"), count)
+    }
+
+    fn kept(base_url: &str, lapses: u64) -> KeptStorage {
+        let payload: StoragePayload = serde_json::from_value(storage_payload("Connected")).unwrap();
+        KeptStorage {
+            base_url: base_url.into(),
+            lapses,
+            observation: crate::storage::StorageObservation {
+                payload,
+                sequence: 7,
+                expires_at_ms: NOW + 60_000,
+            },
+        }
+    }
+
+    /// A kept storage reading stands only while the agent cannot have a newer one: its watch
+    /// healthy at the same URL without a lapse since, before the end of the reading's interval
+    /// (collected at `NOW - 100`, every 10 s), its envelope not expiring within the margin.
+    #[test]
+    fn a_kept_storage_reading_stands_only_while_the_agent_has_no_newer_one() {
+        // Name, kept reading, watch, the target's URL, now, expiry margin, kept.
+        type Case = (
+            &'static str,
+            KeptStorage,
+            Option<WatchedAgent>,
+            &'static str,
+            u64,
+            u64,
+            bool,
+        );
+        let url = "http://10.0.0.1:1815";
+        let healthy = watched(url, true, NOW, None);
+        let cases: [Case; 9] = [
+            (
+                "kept",
+                kept(url, 0),
+                Some(healthy.clone()),
+                url,
+                NOW,
+                5_000,
+                true,
+            ),
+            ("no watch", kept(url, 0), None, url, NOW, 5_000, false),
+            (
+                "unhealthy",
+                kept(url, 0),
+                Some(watched(url, false, NOW, None)),
+                url,
+                NOW,
+                5_000,
+                false,
+            ),
+            (
+                "a lapse since",
+                kept(url, 0),
+                Some(WatchedAgent {
+                    lapses: 1,
+                    ..healthy.clone()
+                }),
+                url,
+                NOW,
+                5_000,
+                false,
+            ),
+            (
+                "another url now",
+                kept(url, 0),
+                Some(healthy.clone()),
+                "http://10.0.0.9:1815",
+                NOW,
+                5_000,
+                false,
+            ),
+            (
+                "kept from another url",
+                kept("http://10.0.0.9:1815", 0),
+                Some(healthy.clone()),
+                url,
+                NOW,
+                5_000,
+                false,
+            ),
+            (
+                "interval over",
+                kept(url, 0),
+                Some(healthy.clone()),
+                url,
+                NOW + 9_900,
+                5_000,
+                false,
+            ),
+            (
+                "just before its end",
+                kept(url, 0),
+                Some(healthy.clone()),
+                url,
+                NOW + 9_899,
+                5_000,
+                true,
+            ),
+            (
+                "expiring",
+                kept(url, 0),
+                Some(healthy),
+                url,
+                NOW + 5_000,
+                55_000,
+                false,
+            ),
+        ];
+        for (name, k, watch, base_url, now, margin, expected) in cases {
+            assert_eq!(
+                keeps_storage(&k, watch.as_ref(), base_url, now, margin),
+                expected,
+                "{name}"
+            );
+        }
+    }
+
+    /// With watches, a round reads a storage report again only once the agent may have a newer
+    /// one; a lapse of the node's watch, or the end of the reading's interval, reads it again.
+    /// Without watches, every round reads it.
+    #[tokio::test]
+    async fn a_storage_report_is_read_again_only_once_the_agent_may_have_a_newer_one() {
+        let (url, count) = serve_counted(body("n1", 7, storage_payload("Connected"))).await;
+        let target = AgentTarget {
+            node: "n1".into(),
+            node_uuid: "u1".into(),
+            base_url: url,
+        };
+        let settings = ScrapeSettings {
+            concurrency: 2,
+            timeout: Duration::from_secs(5),
+            policy: VerifyPolicy::default(),
+        };
+        let delivered = Arc::new(Delivered::default());
+        let bounds = WatchBounds {
+            max_silence_ms: 60_000,
+            expiry_margin_ms: 5_000,
+        };
+        let scraper = Scraper::new(KeyRing::single(key()), settings.clone())
+            .unwrap()
+            .with_watched(Arc::clone(&delivered), bounds);
+        delivered.answered(&target, NOW, None);
+        let reads = || count.load(std::sync::atomic::Ordering::SeqCst);
+        let read = |now: u64| {
+            let scraper = &scraper;
+            let target = target.clone();
+            async move {
+                let results = scraper
+                    .scrape_storage(vec![target], &BTreeMap::new(), move || now)
+                    .await;
+                assert_eq!(results.len(), 1);
+                assert!(
+                    matches!(results[0].reading, StorageReading::Verified(_)),
+                    "{:?}",
+                    results[0]
+                );
+                assert_eq!(results[0].sequence, Some(7));
+            }
+        };
+        read(NOW).await;
+        assert_eq!(reads(), 1);
+        read(NOW + 1_000).await;
+        read(NOW + 2_000).await;
+        assert_eq!(reads(), 1, "kept while the agent has no newer reading");
+        // The watch lapsed (the agent may have restarted) and came back.
+        delivered.failed(&target);
+        delivered.answered(&target, NOW + 3_000, None);
+        read(NOW + 3_000).await;
+        assert_eq!(reads(), 2);
+        read(NOW + 4_000).await;
+        assert_eq!(reads(), 2);
+        // The agent's next reading is due.
+        read(NOW + 9_900).await;
+        assert_eq!(reads(), 3);
+
+        let unwatched = Scraper::new(KeyRing::single(key()), settings).unwrap();
+        for _ in 0..2 {
+            unwatched
+                .scrape_storage(vec![target.clone()], &BTreeMap::new(), || NOW)
+                .await;
+        }
+        assert_eq!(reads(), 5, "without watches, every round reads it");
+    }
+
     #[tokio::test]
     async fn scrape_storage_reads_only_drbd_nodes_and_keeps_sequences_per_kind() {
         use crate::ganeti::DiskTemplate;
@@ -2160,6 +2495,7 @@ mod tests {
             base_url: base_url.into(),
             healthy,
             heard_at_ms,
+            lapses: 0,
             report: report.map(|(sequence, expires_at_ms)| {
                 let envelope = Signer::new(key(), "n1")
                     .sign(

@@ -243,6 +243,43 @@ impl CampaignOp {
         entry
     }
 
+    /// Whether `entry` is this operation's (the same key, node, step and planning time).
+    fn is_of(&self, entry: &Entry) -> bool {
+        self.key == entry.key
+            && self.created_ms == entry.recorded_ms
+            && entry.about.get(ABOUT_NODE) == Some(&self.node)
+            && entry.about.get(ABOUT_STEP).map(String::as_str) == Some(self.step.as_str())
+    }
+
+    /// Whether this operation is what `entry` says now (the hook's `no_reboot` aside).
+    fn is_view_of(&self, entry: &Entry) -> bool {
+        let (state, error) = match &entry.state {
+            State::Recorded => (OpState::Planned, None),
+            State::Submitted | State::TimedOut => (OpState::Submitted, None),
+            State::Succeeded => (OpState::Succeeded, None),
+            State::Failed { why } | State::Canceled { why } => (OpState::Failed, Some(why)),
+        };
+        self.is_of(entry)
+            && self.state == state
+            && self.error.as_ref() == error
+            && self.job_id == entry.job
+            && self.finished_ms == entry.finished_ms
+    }
+
+    /// Takes `entry`'s state, job and finish time when it is this operation's entry
+    /// ([`CampaignOp::is_of`]); whether it is.
+    fn takes_state_of(&mut self, entry: &Entry) -> bool {
+        let same = self.is_of(entry);
+        if same {
+            let (state, error) = op_state(&entry.state);
+            self.state = state;
+            self.error = error;
+            self.job_id = entry.job;
+            self.finished_ms = entry.finished_ms;
+        }
+        same
+    }
+
     /// The operation a campaign's ledger entry records; `None` for an entry that is not one.
     /// A submitted or timed-out entry is in flight; a canceled one failed.
     pub fn from_entry(entry: &Entry) -> Option<Self> {
@@ -252,12 +289,7 @@ impl CampaignOp {
         ))
         .ok()?;
         let kind: OpKind = serde_json::from_str(entry.about.get(ABOUT_KIND)?).ok()?;
-        let (state, error) = match &entry.state {
-            State::Recorded => (OpState::Planned, None),
-            State::Submitted | State::TimedOut => (OpState::Submitted, None),
-            State::Succeeded => (OpState::Succeeded, None),
-            State::Failed { why } | State::Canceled { why } => (OpState::Failed, Some(why.clone())),
-        };
+        let (state, error) = op_state(&entry.state);
         Some(Self {
             key: entry.key.clone(),
             node,
@@ -273,6 +305,19 @@ impl CampaignOp {
     }
 }
 
+/// A campaign's operations by key, shared between copies of its record until one changes.
+pub type Ops = std::sync::Arc<BTreeMap<String, CampaignOp>>;
+
+/// An operation's state (and why it failed) from its ledger entry's.
+fn op_state(state: &State) -> (OpState, Option<String>) {
+    match state {
+        State::Recorded => (OpState::Planned, None),
+        State::Submitted | State::TimedOut => (OpState::Submitted, None),
+        State::Succeeded => (OpState::Succeeded, None),
+        State::Failed { why } | State::Canceled { why } => (OpState::Failed, Some(why.clone())),
+    }
+}
+
 /// A campaign: what the API shows plus what the executor needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -283,8 +328,9 @@ pub struct Record {
     /// The campaign's operations, by key: a view of its ledger entries (held by
     /// [`Holder::Campaign`]), set each round by [`Record::set_ops`] and never stored with the
     /// record (records of earlier versions carried them; the store moves them into the ledger).
+    /// Shared between copies of the record until one of them changes them.
     #[serde(default, skip_serializing)]
-    pub ops: BTreeMap<String, CampaignOp>,
+    pub ops: Ops,
     /// The keys of the hooks that said they did not reboot their node (the outcome the agent
     /// gave, which the ledger's entry does not keep).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
@@ -403,7 +449,7 @@ impl Record {
                 warnings: Vec::new(),
             },
             moves: BTreeMap::new(),
-            ops: BTreeMap::new(),
+            ops: Ops::default(),
             hooks_no_reboot: BTreeSet::new(),
             aborted_nodes: BTreeSet::new(),
             paused_from: None,
@@ -422,19 +468,64 @@ impl Record {
         Holder::Campaign { id: self.id() }
     }
 
-    /// Takes the campaign's operations from its ledger entries (the state machine's view).
+    /// Takes the campaign's operations from its ledger entries (the state machine's view). An
+    /// operation already known from the same entry (key, node, step and planning time) only
+    /// takes the entry's state, job and finish time: the rest of an entry never changes. Where
+    /// nothing changed, the operations stay as they are (shared with the record's copies).
     pub fn set_ops<E: std::borrow::Borrow<Entry>>(&mut self, entries: &[E]) {
         let holder = self.holder();
-        self.ops = entries
-            .iter()
-            .map(std::borrow::Borrow::borrow)
-            .filter(|e| e.holder == holder)
-            .filter_map(CampaignOp::from_entry)
-            .map(|mut op| {
-                op.no_reboot = self.hooks_no_reboot.contains(&op.key);
-                (op.key.clone(), op)
+        let ours = || {
+            entries
+                .iter()
+                .map(std::borrow::Borrow::borrow)
+                .filter(|e| e.holder == holder)
+        };
+        let mut count = 0;
+        let unchanged = ours().all(|entry| {
+            count += 1;
+            self.ops.get(&entry.key).is_some_and(|op| {
+                op.is_view_of(entry) && op.no_reboot == self.hooks_no_reboot.contains(&entry.key)
             })
-            .collect();
+        }) && count == self.ops.len();
+        if unchanged {
+            return;
+        }
+        let ops = std::sync::Arc::make_mut(&mut self.ops);
+        let mut seen = 0;
+        for entry in ours() {
+            let no_reboot = self.hooks_no_reboot.contains(&entry.key);
+            if let Some(op) = ops.get_mut(&entry.key)
+                && op.takes_state_of(entry)
+            {
+                op.no_reboot = no_reboot;
+                seen += 1;
+                continue;
+            }
+            match CampaignOp::from_entry(entry) {
+                Some(mut op) => {
+                    op.no_reboot = no_reboot;
+                    ops.insert(op.key.clone(), op);
+                    seen += 1;
+                }
+                None => {
+                    ops.remove(&entry.key);
+                }
+            }
+        }
+        if seen != ops.len() {
+            let keys: BTreeSet<&str> = ours().map(|e| e.key.as_str()).collect();
+            ops.retain(|key, _| keys.contains(key.as_str()));
+        }
+    }
+
+    /// Replaces (or adds) one operation.
+    pub fn set_op(&mut self, op: CampaignOp) {
+        self.ops_mut().insert(op.key.clone(), op);
+    }
+
+    /// The operations, to change (copied first where a copy of the record shares them).
+    pub fn ops_mut(&mut self) -> &mut BTreeMap<String, CampaignOp> {
+        std::sync::Arc::make_mut(&mut self.ops)
     }
 
     /// The ledger entries of the planned operations `keys`, in that order: migrations back
@@ -654,6 +745,13 @@ impl Record {
     }
 
     /// Nodes already taken by a group (any step).
+    /// Whether every one of `nodes` has been in one of the campaign's groups: a plan on them
+    /// leaves nothing for a next group ([`Record::set_plan`] leaves out the nodes seen).
+    pub fn has_grouped_all<'a>(&self, mut nodes: impl Iterator<Item = &'a str>) -> bool {
+        let seen = self.seen_nodes();
+        nodes.all(|node| seen.contains(node))
+    }
+
     fn seen_nodes(&self) -> BTreeSet<&str> {
         self.campaign
             .groups
@@ -867,7 +965,7 @@ impl Record {
             .filter(|n| !n.step.is_final())
             .map(|n| n.node.clone())
             .collect();
-        self.ops
+        self.ops_mut()
             .retain(|_, op| op.state.is_in_flight() || busy.contains(&op.node));
         self.aborted_nodes.retain(|n| busy.contains(n));
         self.moves = moves
@@ -1031,7 +1129,7 @@ impl Record {
     }
 
     fn plan_op(&mut self, key: &str, node: &str, step: NodeStep, kind: OpKind, now_ms: u64) {
-        self.ops.insert(
+        self.ops_mut().insert(
             key.to_owned(),
             CampaignOp {
                 key: key.to_owned(),

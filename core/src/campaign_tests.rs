@@ -108,7 +108,7 @@ fn execute_all(r: &mut Record, w: &mut World) {
     }
     let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
     for key in keys {
-        let op = r.ops.get_mut(&key).unwrap();
+        let op = r.ops_mut().get_mut(&key).unwrap();
         apply(op, w);
         op.state = OpState::Succeeded;
         op.finished_ms = Some(w.now_ms);
@@ -127,7 +127,7 @@ fn execute_current(r: &mut Record, w: &mut World) {
         .map(|op| op.key.clone())
         .collect();
     for key in keys {
-        let op = r.ops.get_mut(&key).unwrap();
+        let op = r.ops_mut().get_mut(&key).unwrap();
         apply(op, w);
         op.state = OpState::Succeeded;
         op.finished_ms = Some(w.now_ms);
@@ -292,7 +292,7 @@ fn a_hook_that_did_not_reboot_needs_no_new_boot_id_but_a_newer_verdict() {
         r.advance(&w);
         let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
         for key in keys {
-            let op = r.ops.get_mut(&key).unwrap();
+            let op = r.ops_mut().get_mut(&key).unwrap();
             if matches!(op.kind, OpKind::Hook { .. }) {
                 op.no_reboot = true;
             } else {
@@ -471,7 +471,7 @@ fn a_failed_operation_fails_the_node() {
     w.now_ms += 1000;
     r.advance(&w);
     let key = r.in_flight().find(|op| op.node == "b").unwrap().key.clone();
-    let op = r.ops.get_mut(&key).unwrap();
+    let op = r.ops_mut().get_mut(&key).unwrap();
     op.state = OpState::Failed;
     op.error = Some("job 12 error: node locked".into());
     w.now_ms += 1000;
@@ -810,7 +810,7 @@ fn hook_waits_for_a_boot_id_and_a_reboot_during_the_hook_counts() {
     assert!(r.ops.contains_key("g0-a-hook"));
     // The agent went down with the node: the hook's record is lost (failed to read), but the
     // node is back with a new boot id.
-    let op = r.ops.get_mut("g0-a-hook").unwrap();
+    let op = r.ops_mut().get_mut("g0-a-hook").unwrap();
     op.state = OpState::Failed;
     op.error = Some("interrupted".into());
     w.agents.get_mut("a").unwrap().boot_id = Some("a-boot-2".into());
@@ -897,7 +897,7 @@ proptest! {
             // Operations finish one way or the other.
             let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
             for key in keys {
-                let op = r.ops.get_mut(&key).unwrap();
+                let op = r.ops_mut().get_mut(&key).unwrap();
                 match outcome {
                     0 => {}
                     1 => { op.state = OpState::Failed; op.error = Some("boom".into()); }
@@ -927,7 +927,7 @@ fn a_rebooted_node_stays_in_grace_after_it_leaves_wait_healthy() {
         }
         let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
         for key in keys {
-            let op = r.ops.get_mut(&key).unwrap();
+            let op = r.ops_mut().get_mut(&key).unwrap();
             apply(op, &mut w);
             op.state = OpState::Succeeded;
         }
@@ -1003,7 +1003,7 @@ fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
             .map(|op| op.key.clone())
             .collect();
         for key in keys {
-            let op = r.ops.get_mut(&key).unwrap();
+            let op = r.ops_mut().get_mut(&key).unwrap();
             apply(op, &mut w);
             op.state = OpState::Succeeded;
         }
@@ -1084,7 +1084,7 @@ fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
         .map(|op| op.key.clone())
         .collect::<Vec<String>>()
     {
-        let op = r.ops.get_mut(&key).unwrap();
+        let op = r.ops_mut().get_mut(&key).unwrap();
         apply(op, &mut w);
         op.state = OpState::Succeeded;
     }
@@ -1120,7 +1120,7 @@ fn the_next_group_starts_while_the_migrations_back_run() {
             .map(|op| op.key.clone())
             .collect();
         for key in keys {
-            let op = r.ops.get_mut(&key).unwrap();
+            let op = r.ops_mut().get_mut(&key).unwrap();
             apply(op, &mut w);
             op.state = OpState::Succeeded;
         }
@@ -1318,7 +1318,7 @@ proptest! {
                 if op.step == NodeStep::MigrateBack && w.nodes[&op.node].drained {
                     continue;
                 }
-                if let Some(op) = r.ops.get_mut(&op.key) {
+                if let Some(op) = r.ops_mut().get_mut(&op.key) {
                     apply(op, &mut w);
                     op.state = OpState::Succeeded;
                     op.finished_ms = Some(w.now_ms);
@@ -1381,4 +1381,81 @@ fn a_campaign_takes_the_coordinator_s_failure_domains() {
         options.failure_domains,
         Some(nodecare_roll::FailureDomains::TagPrefix("rack:".into()))
     );
+}
+
+proptest! {
+    /// Operations taken from entries the campaign already knows are the same as taken afresh,
+    /// whatever the entries' new states, jobs and finish times, entries gone, entries recorded
+    /// again under a known key, and hooks that said they did not reboot.
+    #[test]
+    fn operations_taken_again_are_those_taken_afresh(
+        script in proptest::collection::vec(
+            proptest::collection::vec((0u8..8, 0u64..3), 1..12), 1..12)
+    ) {
+        let mut w = world();
+        let mut r = started(request(), &w);
+        w.now_ms += 1000;
+        r.advance(&w);
+        let keys: Vec<String> = r.ops.keys().cloned().collect();
+        let mut entries = r.entries(&keys);
+        prop_assume!(!entries.is_empty());
+        let mut known = r.clone();
+        for changes in script {
+            for (k, (change, value)) in changes.into_iter().enumerate() {
+                if entries.is_empty() {
+                    entries = r.entries(&keys);
+                }
+                let at = k % entries.len();
+                let entry = &mut entries[at];
+                match change {
+                    0 => entry.state = State::Recorded,
+                    1 => {
+                        entry.state = State::Submitted;
+                        entry.job = Some(value);
+                    }
+                    2 => entry.state = State::TimedOut,
+                    3 => {
+                        entry.state = State::Succeeded;
+                        entry.finished_ms = Some(T0 + value);
+                    }
+                    4 => entry.state = State::Failed { why: format!("why {value}") },
+                    5 => {
+                        entries.remove(at);
+                    }
+                    6 => {
+                        // Recorded again: another node, another time.
+                        entry.recorded_ms += 1 + value;
+                        entry.about.insert(ABOUT_NODE.into(), format!("other-{value}"));
+                    }
+                    _ => {
+                        let key = entry.key.clone();
+                        if !known.hooks_no_reboot.remove(&key) {
+                            known.hooks_no_reboot.insert(key);
+                        }
+                    }
+                }
+            }
+            known.set_ops(&entries);
+            let mut fresh = known.clone();
+            fresh.ops_mut().clear();
+            fresh.set_ops(&entries);
+            prop_assert_eq!(&known.ops, &fresh.ops);
+        }
+    }
+}
+
+/// A campaign has grouped every node once each has been in one of its groups (the started
+/// group holds `a` and `b`; `c` waits for the next).
+#[test]
+fn every_node_is_grouped_once_each_was_in_a_group() {
+    let w = world();
+    let r = started(request(), &w);
+    assert!(r.has_grouped_all(["a", "b"].into_iter()));
+    assert!(!r.has_grouped_all(["a", "b", "c"].into_iter()));
+    assert!(!r.has_grouped_all(["d"].into_iter()));
+    assert!(r.has_grouped_all(std::iter::empty()));
+    // The plan made with every node seen leaves nothing for a next group.
+    let mut again = r.clone();
+    again.set_plan(vec![vec!["a".into(), "b".into()]], vec![], &w);
+    assert!(again.campaign.planned.is_empty());
 }

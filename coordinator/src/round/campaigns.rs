@@ -17,6 +17,8 @@ pub struct Campaigns {
     active: Option<Vec<Record>>,
     /// This round's proposals.
     round: Option<CampaignRound>,
+    /// What the last rounds left of each campaign (operations, plan).
+    known: campaign_exec::Known,
 }
 
 fn world_of(services: Services<'_>, input: &RoundInput) -> crate::campaign::World {
@@ -58,7 +60,7 @@ impl Duty for Campaigns {
         Box::pin(async move {
             let world = world_of(services, input);
             let (submitted, active) =
-                campaign_exec::follow(context(services, input), &world).await?;
+                campaign_exec::follow(context(services, input), &world, &mut self.known).await?;
             self.world = Some(world);
             self.active = Some(active);
             Ok(submitted)
@@ -93,16 +95,19 @@ impl Duty for Campaigns {
             };
             let active = match self.active.take() {
                 Some(active) => active,
-                None => campaign_exec::active(context(services, input))?,
+                None => campaign_exec::active(context(services, input), &mut self.known)?,
             };
             let round = campaign_exec::prepare(
                 context(services, input),
                 active,
                 &world,
-                &input.view,
-                &input.instances,
-                input.groups.as_deref().unwrap_or_default(),
-                master,
+                campaign_exec::Planning {
+                    view: &input.view,
+                    instances: &input.instances,
+                    groups: input.groups.as_deref().unwrap_or_default(),
+                    master,
+                },
+                &mut self.known,
             )
             .await?;
             let proposals = round.proposals.clone();
@@ -122,9 +127,14 @@ impl Duty for Campaigns {
             let (Some(round), Some(world)) = (self.round.take(), self.world.take()) else {
                 return Ok(0);
             };
-            let executed =
-                campaign_exec::execute(context(services, input), judged.decision, round, &world)
-                    .await?;
+            let executed = campaign_exec::execute(
+                context(services, input),
+                judged.decision,
+                round,
+                &world,
+                &mut self.known,
+            )
+            .await?;
             if executed.again {
                 // Its next group (or its completion) is planned by the next round: now, not at
                 // the next interval.

@@ -276,7 +276,7 @@ mod tests {
             let mut stored = store.campaigns().unwrap().remove(0);
             assert!(stored.ops.is_empty(), "the record keeps no operations");
             stored.set_ops(&entries);
-            assert_eq!(stored.ops, ops);
+            assert_eq!(*stored.ops, ops);
             let text: String = store
                 .lock()
                 .query_row("SELECT record FROM campaigns", [], |row| row.get(0))

@@ -138,7 +138,7 @@ impl Ledger for Store {
 
     fn mark(&self, entry: &Entry) -> Result<(), LedgerError> {
         let connection = self.lock();
-        mark_in(&connection, entry)
+        mark_in(&connection, &self.ledger_memory, entry)
     }
 
     fn mark_all(&self, entries: &[Entry]) -> Result<(), LedgerError> {
@@ -148,7 +148,7 @@ impl Ledger for Store {
         let mut connection = self.lock();
         let transaction = connection.transaction().map_err(sql)?;
         for entry in entries {
-            mark_in(&transaction, entry)?;
+            mark_in(&transaction, &self.ledger_memory, entry)?;
         }
         transaction.commit().map_err(sql)
     }
@@ -187,12 +187,7 @@ impl Ledger for Store {
         let Some(text) = ledger::holder_text(holder) else {
             return Ok(None);
         };
-        Ok(self
-            .ledger_rows(
-                "SELECT id, record FROM ledger WHERE holder = ?1 AND key = ?2",
-                &[text.as_str(), key],
-            )?
-            .pop())
+        Ok(self.ledger_rows(OF_KEY, &[text.as_str(), key])?.pop())
     }
 
     fn forget(&self, holder: &Holder) -> Result<usize, LedgerError> {
@@ -206,40 +201,58 @@ impl Ledger for Store {
 }
 
 /// Stores where `entry` is now (its state, job and finish time) through `connection` (a
-/// transaction of several, or the connection itself).
-fn mark_in(connection: &rusqlite::Connection, entry: &Entry) -> Result<(), LedgerError> {
+/// transaction of several, or the connection itself); the rest of the entry is the stored one,
+/// taken from `memory` while it is known there unchanged.
+fn mark_in(
+    connection: &rusqlite::Connection,
+    memory: &Memory,
+    entry: &Entry,
+) -> Result<(), LedgerError> {
     let id = to_i64(entry.id);
-    let text: Option<String> = connection
-        .query_row(
-            "SELECT record FROM ledger WHERE id = ?1",
-            params![id],
-            |row| row.get(0),
-        )
-        .optional()
-        .map_err(sql)?;
-    let Some(text) = text else {
-        return Err(LedgerError::Unknown(entry.id));
+    let mut stored = match memory.known(connection, id)? {
+        Some(known) => Entry::clone(&known),
+        None => {
+            let text: Option<String> = connection
+                .prepare_cached("SELECT record FROM ledger WHERE id = ?1")
+                .and_then(|mut statement| {
+                    statement
+                        .query_row(params![id], |row| row.get(0))
+                        .optional()
+                })
+                .map_err(sql)?;
+            let Some(text) = text else {
+                return Err(LedgerError::Unknown(entry.id));
+            };
+            decode(id, &text)?
+        }
     };
-    let mut stored = decode(id, &text)?;
     stored.state = entry.state.clone();
     stored.job = entry.job;
     stored.finished_ms = entry.finished_ms;
-    connection
-        .execute(
-            "UPDATE ledger SET state = ?1, record = ?2 WHERE id = ?3",
-            params![stored.state.as_str(), encode(&stored)?, id],
-        )
+    let text = encode(&stored)?;
+    let changed = connection
+        .prepare_cached("UPDATE ledger SET state = ?1, record = ?2 WHERE id = ?3")
+        .and_then(|mut statement| statement.execute(params![stored.state.as_str(), text, id]))
         .map_err(sql)?;
+    if changed == 0 {
+        return Err(LedgerError::Unknown(entry.id));
+    }
     Ok(())
 }
 
+// The queries select ids only (from an index where one serves); the entries are read by id
+// where the store's memory does not know them unchanged.
 /// Every entry, in recording order.
-const ALL: &str = "SELECT id, record FROM ledger ORDER BY id";
+const ALL: &str = "SELECT id FROM ledger ORDER BY id";
 /// The unfinished entries, in recording order.
-const UNFINISHED: &str = "SELECT id, record FROM ledger
+const UNFINISHED: &str = "SELECT id FROM ledger
      WHERE state IN ('recorded', 'submitted', 'timed-out') ORDER BY id";
 /// The entries of one holder, in recording order.
-const OF_HOLDER: &str = "SELECT id, record FROM ledger WHERE holder = ?1 ORDER BY id";
+const OF_HOLDER: &str = "SELECT id FROM ledger WHERE holder = ?1 ORDER BY id";
+/// The entry of one holder and key.
+const OF_KEY: &str = "SELECT id FROM ledger WHERE holder = ?1 AND key = ?2";
+/// One entry's record.
+const RECORD: &str = "SELECT record FROM ledger WHERE id = ?1";
 
 /// What the ledger looked like when a query was answered: the rows of the ledger written
 /// through this connection (every insert, update and delete, committed or not), the restores,
@@ -252,39 +265,68 @@ type Queries = std::collections::HashMap<(String, Vec<String>), (Stamp, Vec<i64>
 /// Most ledger queries remembered at once (the executor and the duties ask a handful).
 const MAX_QUERIES: usize = 256;
 
+/// The rows of the ledger written through the store's connection, seen by its temporary
+/// triggers: how many, and which ids since the store's memory last looked.
+#[derive(Debug, Default)]
+struct Writes {
+    count: AtomicU64,
+    ids: Mutex<std::collections::HashSet<i64>>,
+    /// Set when a trigger could not say which row it wrote: nothing decoded is trusted.
+    unknown: AtomicBool,
+}
+
 /// What the store keeps of the ledger in memory: the entries as last decoded, and what each
 /// query returned while the ledger has not changed since.
 #[derive(Debug, Default)]
 pub(super) struct Memory {
-    /// Entries as last decoded, by id, with the text they were decoded from: a row read again
-    /// with the same text is not decoded again.
-    decoded: Mutex<std::collections::HashMap<i64, (String, Arc<Entry>)>>,
+    /// Entries as last decoded, by id. One is trusted until a trigger sees its row written;
+    /// all of them until a restore or another connection's commit (which no trigger of this
+    /// connection sees).
+    decoded: Mutex<Decoded>,
     /// The ids each query (text and parameters) returned, with the [`Stamp`] then: asked again
     /// before the ledger changed, it is answered from `decoded` without reading the table.
     queries: Mutex<Queries>,
     /// Rows of the ledger written through the connection (temporary triggers,
     /// [`Memory::watch_writes`]).
-    writes: std::sync::Arc<AtomicU64>,
+    writes: Arc<Writes>,
     /// Restores (a restore writes pages, not rows: no trigger sees it).
     restores: AtomicU64,
     /// Queries that read the table.
     reads: AtomicU64,
+    /// Entries decoded from their stored text.
+    decodes: AtomicU64,
     /// Set when the ledger's writes could not be watched again after a restore: every query
-    /// then reads the table.
+    /// then reads the table, and every entry is decoded again.
     unwatched: AtomicBool,
 }
 
+/// The decoded entries and what they were decoded under: the restores and other connections'
+/// commits then.
+#[derive(Debug, Default)]
+struct Decoded {
+    entries: std::collections::HashMap<i64, Arc<Entry>>,
+    under: Option<(u64, i64)>,
+}
+
 impl Memory {
-    /// Counts every row of the ledger written through `connection`: temporary triggers (this
-    /// connection's own, never stored in the database) call a function that counts.
+    /// Watches every row of the ledger written through `connection`: temporary triggers (this
+    /// connection's own, never stored in the database) call a function that counts the write
+    /// and notes the row's id.
     pub(super) fn watch_writes(&self, connection: &Connection) -> Result<(), StoreError> {
-        let counter = std::sync::Arc::clone(&self.writes);
+        let writes = Arc::clone(&self.writes);
         connection.create_scalar_function(
             "nodecare_ledger_written",
-            0,
+            1,
             rusqlite::functions::FunctionFlags::SQLITE_UTF8,
-            move |_| {
-                counter.fetch_add(1, Ordering::SeqCst);
+            move |context| {
+                writes.count.fetch_add(1, Ordering::SeqCst);
+                let id = context.get::<i64>(0).ok();
+                match (id, writes.ids.lock()) {
+                    (Some(id), Ok(mut ids)) => {
+                        ids.insert(id);
+                    }
+                    _ => writes.unknown.store(true, Ordering::SeqCst),
+                }
                 Ok(0_i64)
             },
         )?;
@@ -293,11 +335,11 @@ impl Memory {
              DROP TRIGGER IF EXISTS temp.nodecare_ledger_updated;
              DROP TRIGGER IF EXISTS temp.nodecare_ledger_deleted;
              CREATE TEMP TRIGGER nodecare_ledger_inserted AFTER INSERT ON main.ledger
-                 BEGIN SELECT nodecare_ledger_written(); END;
+                 BEGIN SELECT nodecare_ledger_written(NEW.id); END;
              CREATE TEMP TRIGGER nodecare_ledger_updated AFTER UPDATE ON main.ledger
-                 BEGIN SELECT nodecare_ledger_written(); END;
+                 BEGIN SELECT nodecare_ledger_written(OLD.id), nodecare_ledger_written(NEW.id); END;
              CREATE TEMP TRIGGER nodecare_ledger_deleted AFTER DELETE ON main.ledger
-                 BEGIN SELECT nodecare_ledger_written(); END;",
+                 BEGIN SELECT nodecare_ledger_written(OLD.id); END;",
         )?;
         Ok(())
     }
@@ -320,10 +362,46 @@ impl Memory {
             .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
             .map_err(sql)?;
         Ok((
-            self.writes.load(Ordering::SeqCst),
+            self.writes.count.load(Ordering::SeqCst),
             self.restores.load(Ordering::SeqCst),
             others,
         ))
+    }
+
+    /// The decoded entries, rid of every one whose row may have changed since it was decoded
+    /// (`stamp`: the ledger now).
+    fn refreshed<'a>(&'a self, stamp: Stamp) -> std::sync::MutexGuard<'a, Decoded> {
+        let mut decoded = self
+            .decoded
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let written: Vec<i64> = self
+            .writes
+            .ids
+            .lock()
+            .map(|mut ids| ids.drain().collect())
+            .unwrap_or_default();
+        let (_, restores, others) = stamp;
+        let unknown = self.writes.unknown.swap(false, Ordering::SeqCst);
+        if unknown
+            || self.unwatched.load(Ordering::SeqCst)
+            || decoded.under != Some((restores, others))
+            || decoded.entries.len() > MAX_DECODED
+        {
+            decoded.entries.clear();
+            decoded.under = Some((restores, others));
+        } else {
+            for id in written {
+                decoded.entries.remove(&id);
+            }
+        }
+        decoded
+    }
+
+    /// The stored entry `id` as decoded before, if its row is known unchanged since.
+    fn known(&self, connection: &Connection, id: i64) -> Result<Option<Arc<Entry>>, LedgerError> {
+        let stamp = self.stamp(connection)?;
+        Ok(self.refreshed(stamp).entries.get(&id).cloned())
     }
 }
 
@@ -337,10 +415,10 @@ impl Store {
             .collect())
     }
 
-    /// The entries `query` (selecting `id, record`) returns with `parameters`, shared with the
-    /// store's memory of them. Asked again while the ledger has not changed, it is answered from
-    /// the decoded entries without reading the table: a round asks the same questions in each
-    /// of its phases.
+    /// The entries whose ids `query` (selecting `id`) returns with `parameters`, shared with
+    /// the store's memory of them: an entry is read and decoded only where memory does not know
+    /// its row unchanged. Asked again while the ledger has not changed, it is answered from
+    /// memory without reading the table: a round asks the same questions in each of its phases.
     fn shared_ledger_rows(
         &self,
         query: &str,
@@ -356,10 +434,7 @@ impl Store {
                 .map(|p| (*p).to_owned())
                 .collect::<Vec<_>>(),
         );
-        let mut decoded = memory
-            .decoded
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut decoded = memory.refreshed(stamp);
         let mut queries = memory
             .queries
             .lock()
@@ -370,37 +445,39 @@ impl Store {
         {
             let known: Option<Vec<Arc<Entry>>> = ids
                 .iter()
-                .map(|id| decoded.get(id).map(|(_, entry)| Arc::clone(entry)))
+                .map(|id| decoded.entries.get(id).cloned())
                 .collect();
             if let Some(entries) = known {
                 return Ok(entries);
             }
         }
         memory.reads.fetch_add(1, Ordering::Relaxed);
-        let mut statement = connection.prepare_cached(query).map_err(sql)?;
-        let rows = statement
-            .query_map(rusqlite::params_from_iter(parameters), |row| {
-                Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-            })
-            .map_err(sql)?;
-        // Rows of entries long forgotten would stay: the cache starts again past a bound.
-        if decoded.len() > MAX_DECODED {
-            decoded.clear();
-            queries.clear();
-        }
-        let mut entries = Vec::new();
-        let mut ids = Vec::new();
-        for row in rows {
-            let (id, text) = row.map_err(sql)?;
-            ids.push(id);
-            match decoded.get(&id) {
-                Some((seen, entry)) if *seen == text => entries.push(Arc::clone(entry)),
-                _ => {
-                    let entry = Arc::new(decode(id, &text)?);
-                    decoded.insert(id, (text, Arc::clone(&entry)));
-                    entries.push(entry);
-                }
+        let ids: Vec<i64> = {
+            let mut statement = connection.prepare_cached(query).map_err(sql)?;
+            let rows = statement
+                .query_map(rusqlite::params_from_iter(parameters), |row| {
+                    row.get::<_, i64>(0)
+                })
+                .map_err(sql)?;
+            rows.collect::<Result<_, _>>().map_err(sql)?
+        };
+        let mut entries = Vec::with_capacity(ids.len());
+        let mut record = connection.prepare_cached(RECORD).map_err(sql)?;
+        for &id in &ids {
+            if let Some(entry) = decoded.entries.get(&id) {
+                entries.push(Arc::clone(entry));
+                continue;
             }
+            let text: Option<String> = record
+                .query_row(params![id], |row| row.get(0))
+                .optional()
+                .map_err(sql)?;
+            // Gone between the two reads: impossible under the connection's lock; left out.
+            let Some(text) = text else { continue };
+            let entry = Arc::new(decode(id, &text)?);
+            memory.decodes.fetch_add(1, Ordering::Relaxed);
+            decoded.entries.insert(id, Arc::clone(&entry));
+            entries.push(entry);
         }
         if queries.len() >= MAX_QUERIES {
             queries.clear();
@@ -412,6 +489,11 @@ impl Store {
     /// How many ledger queries read the table (not answered from memory) since it opened.
     pub fn ledger_table_reads(&self) -> u64 {
         self.ledger_memory.reads.load(Ordering::Relaxed)
+    }
+
+    /// How many ledger entries were decoded from their stored text since it opened.
+    pub fn ledger_decodes(&self) -> u64 {
+        self.ledger_memory.decodes.load(Ordering::Relaxed)
     }
 }
 
@@ -535,6 +617,60 @@ mod tests {
         done.state = State::Succeeded;
         store.mark(&done).unwrap();
         assert_eq!(store.of_holder(&third.holder).unwrap(), [done]);
+    }
+
+    /// An entry is decoded again only once its row was written: a mark decodes that one
+    /// entry again, not its holder's others; a restore or another connection's commit (which no
+    /// trigger sees) decodes them all again.
+    #[test]
+    fn only_the_entries_written_are_decoded_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let store = Store::open(&path).unwrap();
+        let recorded = store
+            .record(&[entry(1, "a"), entry(1, "b"), entry(1, "c")])
+            .unwrap();
+        let holder = recorded[0].holder.clone();
+        assert_eq!(store.of_holder(&holder).unwrap(), recorded);
+        let decodes = store.ledger_decodes();
+        assert_eq!(decodes, 3);
+
+        let mut second = recorded[1].clone();
+        second.state = State::Submitted;
+        second.job = Some(7);
+        store.mark(&second).unwrap();
+        let now = store.of_holder(&holder).unwrap();
+        assert_eq!(
+            now,
+            [recorded[0].clone(), second.clone(), recorded[2].clone()]
+        );
+        assert_eq!(store.ledger_decodes(), decodes + 1, "only the marked entry");
+        assert_eq!(store.entries().unwrap(), now);
+        assert_eq!(store.ledger_decodes(), decodes + 1, "every entry known");
+
+        // The mark kept the stored rest of the entry, not the caller's.
+        let mut third = recorded[2].clone();
+        third.state = State::Succeeded;
+        third.description = "not what was recorded".into();
+        store.mark(&third).unwrap();
+        assert_eq!(
+            store.entry(&holder, "c").unwrap().map(|e| e.description),
+            Some(recorded[2].description.clone())
+        );
+
+        {
+            let connection = Connection::open(&path).unwrap();
+            connection
+                .execute("UPDATE ledger SET state = 'succeeded' WHERE key = 'a'", [])
+                .unwrap();
+        }
+        let before = store.ledger_decodes();
+        store.of_holder(&holder).unwrap();
+        assert_eq!(
+            store.ledger_decodes(),
+            before + 3,
+            "another connection wrote"
+        );
     }
 
     /// Many entries marked in one write: all of them, or (an unknown one among them) none.
