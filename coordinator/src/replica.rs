@@ -861,6 +861,13 @@ impl Ganeti for ReplicatedGaneti {
         self.inner.jobs()
     }
 
+    fn jobs_among<'a>(
+        &'a self,
+        ids: &'a std::collections::BTreeSet<JobId>,
+    ) -> GanetiFuture<'a, Vec<JobSummary>> {
+        self.inner.jobs_among(ids)
+    }
+
     fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, JobCancel> {
         self.guarded(move || self.inner.cancel_job(id))
     }

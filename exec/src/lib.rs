@@ -555,7 +555,8 @@ impl Executor {
         // Ganeti's job list tells which still run as submitted and which succeeded, and only
         // the others are read one by one (for their errors).
         let listed: BTreeMap<JobId, nodecare_ganeti::JobSummary> = if following.len() > BULK_POLL {
-            match ganeti.jobs().await {
+            let ids: BTreeSet<JobId> = following.iter().filter_map(|e| e.job).collect();
+            match ganeti.jobs_among(&ids).await {
                 Ok(jobs) => jobs.into_iter().map(|j| (j.id, j)).collect(),
                 Err(error) => {
                     tracing::warn!(%error, "cannot list jobs; reading each");

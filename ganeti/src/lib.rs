@@ -19,6 +19,7 @@
 //! uuid and an intent key, and it ends up in the job's reason trail, so that after a crash the
 //! coordinator can find out from [`Ganeti::jobs`] which of its intents were already submitted.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -727,6 +728,20 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
     /// Every job Ganeti still knows, with its reason trails (RAPI `GET /2/jobs?bulk=1`), used
     /// to reconcile the coordinator's intents after a restart.
     fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>>;
+
+    /// The jobs among `ids` that Ganeti still knows, read from the same list as
+    /// [`Ganeti::jobs`]; an implementation may decode only these jobs of the list whole (a
+    /// campaign's queue holds thousands of other jobs).
+    fn jobs_among<'a>(&'a self, ids: &'a BTreeSet<JobId>) -> GanetiFuture<'a, Vec<JobSummary>> {
+        Box::pin(async move {
+            Ok(self
+                .jobs()
+                .await?
+                .into_iter()
+                .filter(|job| ids.contains(&job.id))
+                .collect())
+        })
+    }
 
     /// Cancels a job that has not started (RAPI `DELETE /2/jobs/<id>`; see [`JobCancel`]).
     /// Unknown or archived → [`GanetiError::NotFound`]. A write: it changes the cluster's queue.

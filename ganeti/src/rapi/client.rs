@@ -1,5 +1,6 @@
 //! Async client for Ganeti's RAPI v2 over HTTPS with a pinned cluster certificate.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -138,27 +139,45 @@ impl RapiClient {
 
     /// `GET /2/jobs?bulk=1`: every job still in the queue, with opcodes and reason trails.
     pub async fn jobs(&self) -> Result<Vec<RapiJob>, RapiError> {
+        self.jobs_listed(None).await
+    }
+
+    /// `GET /2/jobs?bulk=1`, the jobs among `ids` only: the others' texts are passed over
+    /// after their id.
+    pub async fn jobs_among(&self, ids: &BTreeSet<JobId>) -> Result<Vec<RapiJob>, RapiError> {
+        self.jobs_listed(Some(ids)).await
+    }
+
+    async fn jobs_listed(
+        &self,
+        among: Option<&BTreeSet<JobId>>,
+    ) -> Result<Vec<RapiJob>, RapiError> {
         let path = "/2/jobs";
         let request = request(Method::Get, path, &[("bulk", "1")], None);
         let body = self.send_body(&request, self.request_timeout).await?;
-        jobs_of(path, body, CONTIGUOUS_LIMIT)
+        jobs_of(path, body, CONTIGUOUS_LIMIT, among)
     }
 }
 
-/// The jobs of the answer `body` to a bulk job list: each job's text found in the list (borrowed
-/// from one buffer when that is cheap: `limit`), then decoded into its type, with no JSON tree
-/// in between.
-fn jobs_of(path: &str, body: RapiBody, limit: usize) -> Result<Vec<RapiJob>, RapiError> {
+/// The jobs of the answer `body` to a bulk job list (those among `among`, when given): each
+/// job's text found in the list (borrowed from one buffer when that is cheap: `limit`), then
+/// decoded into its type, with no JSON tree in between.
+fn jobs_of(
+    path: &str,
+    body: RapiBody,
+    limit: usize,
+    among: Option<&BTreeSet<JobId>>,
+) -> Result<Vec<RapiJob>, RapiError> {
     match body.into_contiguous(limit) {
         Ok(whole) => {
             let listed: Vec<&serde_json::value::RawValue> = serde_json::from_slice(&whole)
                 .map_err(|e| body_error(Method::Get, path, &e, &whole[..whole.len().min(1024)]))?;
-            job_list(path, &listed)
+            job_list(path, &listed, among)
         }
         Err(body) => {
             let listed: Vec<Box<serde_json::value::RawValue>> =
                 decoded(Method::Get, path, body, limit)?;
-            job_list(path, &listed)
+            job_list(path, &listed, among)
         }
     }
 }
@@ -176,14 +195,30 @@ fn request(method: Method, path: &str, query: &[(&str, &str)], body: Option<Valu
     }
 }
 
-/// The jobs of a bulk job list, each decoded from its own text; a job archived between listing
-/// and reading (null fields) is left out, any other job that does not decode is an error.
+/// The jobs of a bulk job list (those among `among`, when given: the others' ids only are
+/// read), each decoded from its own text; a job archived between listing and reading (null
+/// fields) is left out, any other job that does not decode is an error.
 fn job_list<T: std::ops::Deref<Target = serde_json::value::RawValue>>(
     path: &str,
     listed: &[T],
+    among: Option<&BTreeSet<JobId>>,
 ) -> Result<Vec<RapiJob>, RapiError> {
-    let mut jobs = Vec::with_capacity(listed.len());
+    /// A listed job's id alone (every other field passed over).
+    #[derive(serde::Deserialize)]
+    struct Listed {
+        #[serde(default)]
+        id: Option<JobId>,
+    }
+    let mut jobs = Vec::with_capacity(among.map_or(listed.len(), BTreeSet::len));
     for text in listed {
+        if let Some(among) = among {
+            let id = serde_json::from_str::<Listed>(text.get())
+                .map_err(|e| decode_error("GET", path, &e))?
+                .id;
+            if !id.is_some_and(|id| among.contains(&id)) {
+                continue;
+            }
+        }
         match serde_json::from_str::<RapiJob>(text.get()) {
             Ok(job) => jobs.push(job),
             Err(_) if archived(text.get()) => {}
@@ -471,6 +506,13 @@ impl Ganeti for RapiClient {
         Box::pin(async move { Ok(converted(RapiClient::jobs(self).await?)) })
     }
 
+    fn jobs_among<'a>(
+        &'a self,
+        ids: &'a BTreeSet<JobId>,
+    ) -> GanetiFuture<'a, Vec<ganeti::JobSummary>> {
+        Box::pin(async move { Ok(converted(RapiClient::jobs_among(self, ids).await?)) })
+    }
+
     fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, ganeti::JobCancel> {
         Box::pin(async move { Ok(RapiClient::cancel_job(self, id).await?) })
     }
@@ -552,11 +594,50 @@ mod tests {
         let job = r#"{"id": 5, "status": "success", "summary": ["NODE_SET_PARAMS(n1)"], "ops": [], "opstatus": [], "received_ts": null, "start_ts": null, "end_ts": null}"#;
         let archived = r#"{"id": 6, "status": null, "summary": null, "ops": null}"#;
         let raw = |text: &str| serde_json::value::RawValue::from_string(text.to_owned()).unwrap();
-        let jobs = job_list("/2/jobs", &[raw(job), raw(archived)]).unwrap();
+        let jobs = job_list("/2/jobs", &[raw(job), raw(archived)], None).unwrap();
         assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [5]);
-        let error = job_list("/2/jobs", &[raw(job), raw(r#"{"id": 7, "status": 3}"#)]).unwrap_err();
+        let error = job_list(
+            "/2/jobs",
+            &[raw(job), raw(r#"{"id": 7, "status": 3}"#)],
+            None,
+        )
+        .unwrap_err();
         assert!(error.to_string().contains("/2/jobs"), "{error}");
-        assert!(job_list("/2/jobs", &[raw("[1, 2]")]).is_err());
+        assert!(job_list("/2/jobs", &[raw("[1, 2]")], None).is_err());
+    }
+
+    /// Among a list, only the jobs asked for are given, decoded whole; the others' texts are
+    /// passed over after their id (here, one whose opcodes would not decode); a job whose id
+    /// does not decode is an error naming the request.
+    #[test]
+    fn the_jobs_among_a_list_are_those_asked_for() {
+        let job = |id: u64| {
+            format!(
+                r#"{{"id": {id}, "status": "running", "summary": [], "ops": [], "opstatus": [], "received_ts": null, "start_ts": null, "end_ts": null}}"#
+            )
+        };
+        let list = format!(
+            r#"[{}, {{"id": 6, "status": "success", "ops": "not opcodes"}}, {}, {}]"#,
+            job(5),
+            job(7),
+            job(8)
+        );
+        let body = || {
+            let mut body = RapiBody::default();
+            body.push(bytes::Bytes::copy_from_slice(list.as_bytes()));
+            body
+        };
+        let among = BTreeSet::from([5, 8, 9]);
+        let jobs = jobs_of("/2/jobs", body(), usize::MAX, Some(&among)).unwrap();
+        assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [5, 8]);
+        assert!(
+            jobs_of("/2/jobs", body(), usize::MAX, None).is_err(),
+            "the whole list decodes every job"
+        );
+        let mut bad = RapiBody::default();
+        bad.push(bytes::Bytes::from_static(br#"[{"id": "x"}]"#));
+        let error = jobs_of("/2/jobs", bad, usize::MAX, Some(&among)).unwrap_err();
+        assert!(error.to_string().contains("GET /2/jobs"), "{error}");
     }
 
     /// An answer decodes the same from one buffer and as it is read (several chunks over the
@@ -573,13 +654,13 @@ mod tests {
             body
         };
         for limit in [0, usize::MAX] {
-            let jobs = jobs_of("/2/jobs", chunked(&list), limit).unwrap();
+            let jobs = jobs_of("/2/jobs", chunked(&list), limit, None).unwrap();
             assert_eq!(
                 jobs.iter().map(|j| j.id).collect::<Vec<_>>(),
                 [5],
                 "limit {limit}"
             );
-            let error = jobs_of("/2/jobs", chunked("[{\"id\": 7,"), limit).unwrap_err();
+            let error = jobs_of("/2/jobs", chunked("[{\"id\": 7,"), limit, None).unwrap_err();
             assert!(error.to_string().contains("GET /2/jobs"), "{error}");
             let numbers: Vec<u32> =
                 decoded(Method::Get, "/2/x", chunked("[1, 22, 333, 4444]"), limit).unwrap();
