@@ -2096,26 +2096,13 @@ mod tests {
     }
 
     /// A server answering every request with `body`, counting them.
-    async fn serve_counted(body: Vec<u8>) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let counted = Arc::clone(&count);
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                let mut request = vec![0u8; 4096];
-                let _read = stream.read(&mut request).await;
-                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _head = stream.write_all(head.as_bytes()).await;
-                let _body = stream.write_all(&body).await;
-            }
-        });
-        (format!("http://{address}"), count)
+    async fn serve_counted(body: &[u8]) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        let answer = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+            body.len(),
+            String::from_utf8_lossy(body)
+        );
+        crate::watch::tests::instant_agent(Box::leak(answer.into_boxed_str())).await
     }
 
     fn kept(base_url: &str, lapses: u64) -> KeptStorage {
@@ -2240,7 +2227,7 @@ mod tests {
     /// Without watches, every round reads it.
     #[tokio::test]
     async fn a_storage_report_is_read_again_only_once_the_agent_may_have_a_newer_one() {
-        let (url, count) = serve_counted(body("n1", 7, storage_payload("Connected"))).await;
+        let (url, count) = serve_counted(&body("n1", 7, storage_payload("Connected"))).await;
         let target = AgentTarget {
             node: "n1".into(),
             node_uuid: "u1".into(),

@@ -692,7 +692,7 @@ pub fn parse_answer(raw: &[u8]) -> Result<(u16, Vec<u8>), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
     use super::*;
@@ -754,7 +754,9 @@ mod tests {
     }
 
     /// A fake agent answering every request at once with `answer`; counts the requests.
-    async fn instant_agent(answer: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    pub(crate) async fn instant_agent(
+        answer: &'static str,
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
