@@ -253,15 +253,10 @@ impl CampaignOp {
 
     /// Whether this operation is what `entry` says now (the hook's `no_reboot` aside).
     fn is_view_of(&self, entry: &Entry) -> bool {
-        let (state, error) = match &entry.state {
-            State::Recorded => (OpState::Planned, None),
-            State::Submitted | State::TimedOut => (OpState::Submitted, None),
-            State::Succeeded => (OpState::Succeeded, None),
-            State::Failed { why } | State::Canceled { why } => (OpState::Failed, Some(why)),
-        };
+        let (state, error) = op_state(&entry.state);
         self.is_of(entry)
             && self.state == state
-            && self.error.as_ref() == error
+            && self.error.as_deref() == error
             && self.job_id == entry.job
             && self.finished_ms == entry.finished_ms
     }
@@ -273,7 +268,7 @@ impl CampaignOp {
         if same {
             let (state, error) = op_state(&entry.state);
             self.state = state;
-            self.error = error;
+            self.error = error.map(str::to_owned);
             self.job_id = entry.job;
             self.finished_ms = entry.finished_ms;
         }
@@ -290,6 +285,7 @@ impl CampaignOp {
         .ok()?;
         let kind: OpKind = serde_json::from_str(entry.about.get(ABOUT_KIND)?).ok()?;
         let (state, error) = op_state(&entry.state);
+        let error = error.map(str::to_owned);
         Some(Self {
             key: entry.key.clone(),
             node,
@@ -309,12 +305,12 @@ impl CampaignOp {
 pub type Ops = std::sync::Arc<BTreeMap<String, CampaignOp>>;
 
 /// An operation's state (and why it failed) from its ledger entry's.
-fn op_state(state: &State) -> (OpState, Option<String>) {
+fn op_state(state: &State) -> (OpState, Option<&str>) {
     match state {
         State::Recorded => (OpState::Planned, None),
         State::Submitted | State::TimedOut => (OpState::Submitted, None),
         State::Succeeded => (OpState::Succeeded, None),
-        State::Failed { why } | State::Canceled { why } => (OpState::Failed, Some(why.clone())),
+        State::Failed { why } | State::Canceled { why } => (OpState::Failed, Some(why.as_str())),
     }
 }
 

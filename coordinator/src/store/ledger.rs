@@ -213,7 +213,7 @@ fn mark_in(
         Some(known) => Entry::clone(&known),
         None => {
             let text: Option<String> = connection
-                .prepare_cached("SELECT record FROM ledger WHERE id = ?1")
+                .prepare_cached(RECORD)
                 .and_then(|mut statement| {
                     statement
                         .query_row(params![id], |row| row.get(0))
