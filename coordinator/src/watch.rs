@@ -70,7 +70,7 @@ impl Default for WatchSettings {
             backoff_min: Duration::from_secs(1),
             backoff_max: Duration::from_secs(30),
             policy: VerifyPolicy::default(),
-            returning_retry: Duration::from_millis(500),
+            returning_retry: Duration::from_millis(100),
         }
     }
 }

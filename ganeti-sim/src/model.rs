@@ -508,6 +508,11 @@ pub struct SimCluster {
     next_job: JobId,
     /// No job below this id is unfinished ([`Self::advance`]).
     unfinished_from: JobId,
+    /// No job changes state on its own before this time ([`Self::advance`] looks at none
+    /// before it): the earliest start or end of an unfinished job, as of the last look, lowered
+    /// by every change to the queue since (a submission, a dependency, a cancel). Never later
+    /// than the truth; `u64::MAX` when nothing is due.
+    due_ms: u64,
     /// Finished jobs as the bulk job list shows them, encoded once (they no longer change).
     listed_jobs: std::collections::HashMap<JobId, Vec<u8>>,
 }
@@ -565,6 +570,7 @@ impl SimCluster {
             stuck: std::collections::BTreeSet::new(),
             next_job: 1,
             unfinished_from: 0,
+            due_ms: u64::MAX,
             listed_jobs: std::collections::HashMap::new(),
         })
     }
@@ -680,6 +686,7 @@ impl SimCluster {
                 depends_met: false,
             },
         );
+        self.due_ms = self.due_ms.min(now_ms.saturating_add(delay / 2));
         if !internal && self.vanish_next > 0 {
             self.vanish_next -= 1;
             self.jobs.remove(&id);
@@ -708,6 +715,13 @@ impl SimCluster {
         if let Some(job) = self.jobs.get_mut(&id) {
             job.depends = depends;
         }
+        // A job waiting on unfinished jobs is due when they end, which is already counted;
+        // one whose dependencies have all ended (or can never be met) is due at once.
+        if let Some(job) = self.jobs.get(&id)
+            && !matches!(self.dependency_state(job), Ok(None))
+        {
+            self.due_ms = 0;
+        }
     }
 
     /// Ganeti's job cancel (`DELETE /2/jobs/<id>`): a job that has not started (queued, or
@@ -726,6 +740,8 @@ impl SimCluster {
         job.end_ms = Some(at);
         job.log.push("Job canceled by request".into());
         job.opresult = json!("Job canceled by request");
+        // The jobs depending on it end at the next look.
+        self.due_ms = 0;
         let message = if waiting {
             format!("Job {id} will be canceled")
         } else {
@@ -791,8 +807,12 @@ impl SimCluster {
     }
 
     /// Starts and finishes jobs whose time has come, in id order. Only jobs from the oldest
-    /// unfinished one on are looked at: a queue of thousands of finished jobs costs nothing.
+    /// unfinished one on are looked at, and none before the earliest time one is due: a queue
+    /// of thousands of jobs costs nothing until one of them changes.
     pub fn advance(&mut self, now_ms: u64) {
+        if now_ms < self.due_ms {
+            return;
+        }
         let ids: Vec<JobId> = self
             .jobs
             .range(self.unfinished_from..)
@@ -851,10 +871,22 @@ impl SimCluster {
             .range(self.unfinished_from..)
             .find(|(_, job)| !job.status.is_final())
             .map_or(self.next_job, |(id, _)| *id);
+        self.due_ms = self.next_change_at().unwrap_or(u64::MAX);
     }
 
-    /// Milliseconds until the next job changes state, if any job is unfinished.
+    /// The queue may have been changed by hand (a caller with the whole cluster): the next
+    /// [`Self::advance`] looks at every unfinished job.
+    pub(crate) fn queue_touched(&mut self) {
+        self.due_ms = 0;
+    }
+
+    /// Milliseconds until the next job changes state, if any job is unfinished and not stuck.
     pub fn next_change_in(&self, now_ms: u64) -> Option<u64> {
+        (self.due_ms != u64::MAX).then(|| self.due_ms.saturating_sub(now_ms))
+    }
+
+    /// When the next job changes state (0: at once), if any job is unfinished and not stuck.
+    fn next_change_at(&self) -> Option<u64> {
         self.jobs
             .range(self.unfinished_from..)
             .map(|(_, j)| j)
@@ -870,7 +902,6 @@ impl SimCluster {
                 _ => None,
             })
             .min()
-            .map(|t| t.saturating_sub(now_ms))
     }
 
     fn finish_job(&mut self, id: JobId, at_ms: u64) {
@@ -1736,6 +1767,113 @@ mod tests {
         assert!(SimConfig::from_spec(2, "a:diskless:3", "x").is_err());
         assert!(SimConfig::from_spec(2, "a:diskless", "x").is_err());
         assert!(SimConfig::from_spec(1, "a:drbd:1", "x").is_err());
+    }
+
+    /// One step of a job queue's life, for the property test of [`SimCluster::advance`].
+    #[derive(Debug, Clone)]
+    enum QueueStep {
+        Submit { delay_ms: u64 },
+        Depend { job: usize, on: Vec<(usize, bool)> },
+        Cancel { job: usize },
+        Stick,
+        Wait { ms: u64 },
+    }
+
+    fn queue_step() -> impl proptest::strategy::Strategy<Value = QueueStep> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u64..200).prop_map(|delay_ms| QueueStep::Submit { delay_ms }),
+            (
+                0usize..5,
+                proptest::collection::vec((0usize..5, any::<bool>()), 0..3)
+            )
+                .prop_map(|(job, on)| QueueStep::Depend { job, on }),
+            (0usize..5).prop_map(|job| QueueStep::Cancel { job }),
+            Just(QueueStep::Stick),
+            (0u64..150).prop_map(|ms| QueueStep::Wait { ms }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Skipping the jobs until the next one is due changes nothing: a cluster that looks
+        /// at every unfinished job at every advance ends every job at the same time, with the
+        /// same status, and says the same of the next change.
+        #[test]
+        fn advancing_only_when_a_job_is_due_is_advancing_always(
+            steps in proptest::collection::vec(queue_step(), 1..40)
+        ) {
+            let mut due = cluster();
+            let mut always = cluster();
+            let mut now = 0u64;
+            let mut ids: Vec<JobId> = Vec::new();
+            for step in steps {
+                for (k, c) in [&mut due, &mut always].into_iter().enumerate() {
+                    match &step {
+                        QueueStep::Submit { delay_ms } => {
+                            c.job_delay = Duration::from_millis(*delay_ms);
+                            let op = SimOp::TagsSet {
+                                kind: TagKind::Cluster,
+                                name: String::new(),
+                                tags: vec![format!("t{}", c.next_job_id())],
+                            };
+                            c.submit(op, None, "test", now);
+                        }
+                        QueueStep::Depend { job, on } => {
+                            let Some(&id) = ids.get(*job) else { continue };
+                            let on = on
+                                .iter()
+                                .filter_map(|(k, ok)| {
+                                    let wanted = if *ok {
+                                        vec![JobStatus::Success]
+                                    } else {
+                                        vec![JobStatus::Success, JobStatus::Error, JobStatus::Canceled]
+                                    };
+                                    ids.get(*k).map(|dep| (*dep, wanted))
+                                })
+                                .collect();
+                            if c.jobs.get(&id).is_some_and(|j| j.status == JobStatus::Queued) {
+                                c.set_depends(id, on);
+                            }
+                        }
+                        QueueStep::Cancel { job } => {
+                            if let Some(&id) = ids.get(*job) {
+                                c.cancel_job(id, now);
+                            }
+                        }
+                        QueueStep::Stick => c.stick_next += 1,
+                        QueueStep::Wait { ms } => {
+                            if k == 1 {
+                                c.queue_touched();
+                            }
+                            c.advance(now + ms);
+                        }
+                    }
+                }
+                match step {
+                    QueueStep::Submit { .. } => ids.push(due.next_job_id() - 1),
+                    QueueStep::Wait { ms } => now += ms,
+                    _ => {}
+                }
+                let view = |c: &SimCluster| {
+                    c.jobs
+                        .values()
+                        .map(|j| (j.id, j.status, j.start_ms, j.end_ms))
+                        .collect::<Vec<_>>()
+                };
+                proptest::prop_assert_eq!(view(&due), view(&always));
+                always.queue_touched();
+                always.advance(now);
+                due.advance(now);
+                proptest::prop_assert_eq!(view(&due), view(&always));
+                // Never later than the truth (earlier only costs a look).
+                let truth = always.next_change_at().map(|t| t.saturating_sub(now));
+                let said = due.next_change_in(now);
+                proptest::prop_assert!(
+                    truth.is_none_or(|truth| said.is_some_and(|said| said <= truth)),
+                    "next change in {said:?}, truly in {truth:?}"
+                );
+            }
+        }
     }
 
     #[test]

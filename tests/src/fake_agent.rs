@@ -65,6 +65,8 @@ struct AgentState {
     ttl: Mutex<Duration>,
     repair: Mutex<RepairBehaviour>,
     runs: Mutex<BTreeMap<String, Run>>,
+    /// Repairs first requested of any agent of the set ([`FakeAgents::repairs_requested`]).
+    repairs_requested: Arc<std::sync::atomic::AtomicU64>,
     requests: Mutex<u64>,
     down: Mutex<bool>,
     /// The DRBD state its signed storage report shows (whole: no minors, by default).
@@ -520,12 +522,15 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
     let Ok(mut runs) = state.runs.lock() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
-    let run = runs
-        .entry(request.incident_id.clone())
-        .or_insert_with(|| Run {
+    let run = runs.entry(request.incident_id.clone()).or_insert_with(|| {
+        state
+            .repairs_requested
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Run {
             record: RepairRecord::running(&request, now_ms()).unwrap_or_else(|_| unreachable!()),
             started: Instant::now(),
-        });
+        }
+    });
     let record = current(run, behaviour);
     let status = if record.state == RepairState::Running {
         StatusCode::ACCEPTED
@@ -555,6 +560,8 @@ pub struct FakeAgents {
     /// Agents by node name.
     pub agents: BTreeMap<String, FakeAgent>,
     tasks: Vec<JoinHandle<()>>,
+    /// Repairs first requested of any of them.
+    repairs_requested: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl FakeAgents {
@@ -582,6 +589,7 @@ impl FakeAgents {
                 duration: Duration::from_millis(200),
             }),
             runs: Mutex::new(BTreeMap::new()),
+            repairs_requested: Arc::clone(&self.repairs_requested),
             requests: Mutex::new(0),
             down: Mutex::new(false),
             storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),
@@ -640,6 +648,13 @@ impl FakeAgents {
     /// The agent of `node`.
     pub fn get(&self, node: &str) -> Option<&FakeAgent> {
         self.agents.get(node)
+    }
+
+    /// How many repairs (incidents or requests) were requested of any of them so far: a reader
+    /// that follows the repairs looks at each agent only when this moved.
+    pub fn repairs_requested(&self) -> u64 {
+        self.repairs_requested
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 
