@@ -527,20 +527,34 @@ impl Record {
     /// The ledger entries of the planned operations `keys`, in that order: migrations back
     /// come after their node's undrain (Ganeti refuses a drained target).
     pub fn entries(&self, keys: &[String]) -> Vec<Entry> {
+        let undrains = self.undrains();
         keys.iter()
             .filter_map(|key| self.ops.get(key))
-            .map(|op| self.entry(op))
+            .map(|op| self.entry_after(op, &undrains))
             .collect()
     }
 
     /// The ledger entry of `op`.
     pub fn entry(&self, op: &CampaignOp) -> Entry {
+        self.entry_after(op, &self.undrains())
+    }
+
+    /// The keys of each node's undrains, which its migrations back come after.
+    fn undrains(&self) -> BTreeMap<&str, Vec<String>> {
+        let mut undrains: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for op in self.ops.values().filter(|o| o.kind == OpKind::Undrain) {
+            undrains
+                .entry(op.node.as_str())
+                .or_default()
+                .push(op.key.clone());
+        }
+        undrains
+    }
+
+    /// The ledger entry of `op`, given [`Self::undrains`].
+    fn entry_after(&self, op: &CampaignOp, undrains: &BTreeMap<&str, Vec<String>>) -> Entry {
         let after = if op.step == NodeStep::MigrateBack {
-            self.ops
-                .values()
-                .filter(|o| o.node == op.node && o.kind == OpKind::Undrain)
-                .map(|o| o.key.clone())
-                .collect()
+            undrains.get(op.node.as_str()).cloned().unwrap_or_default()
         } else {
             Vec::new()
         };
@@ -731,7 +745,7 @@ impl Record {
             .groups
             .iter()
             .flat_map(|g| g.nodes.iter())
-            .filter(|n| matches!(n.step, NodeStep::Undrain | NodeStep::MigrateBack))
+            .filter(|n| Self::holds_back(n.step))
             .flat_map(|n| {
                 n.original_primaries
                     .iter()
@@ -740,7 +754,11 @@ impl Record {
             .collect()
     }
 
-    /// Nodes already taken by a group (any step).
+    /// Whether a node at `step` waits for its original primaries to come back.
+    const fn holds_back(step: NodeStep) -> bool {
+        matches!(step, NodeStep::Undrain | NodeStep::MigrateBack)
+    }
+
     /// Whether every one of `nodes` has been in one of the campaign's groups: a plan on them
     /// leaves nothing for a next group ([`Record::set_plan`] leaves out the nodes seen).
     pub fn has_grouped_all<'a>(&self, mut nodes: impl Iterator<Item = &'a str>) -> bool {
@@ -1018,6 +1036,10 @@ impl Record {
                     .map(move |n| (g.index, n.node.clone()))
             })
             .collect();
+        // The original primaries not back yet (`pending_back`): taken when a node plans its
+        // moves, and again only after a node entered or left the steps that wait for them (a
+        // step changes only the node's own).
+        let mut back = None;
         for (gi, name) in names {
             if self.state().is_final() {
                 break;
@@ -1025,8 +1047,11 @@ impl Record {
             // A node moves on as long as its step is done (several steps in one round).
             for _ in 0..8 {
                 let before = self.node(&name).map(|n| n.step);
-                self.advance_node(gi, &name, world, &mut planned);
+                self.advance_node(gi, &name, world, &mut back, &mut planned);
                 let after = self.node(&name).map(|n| n.step);
+                if before != after && [before, after].into_iter().flatten().any(Self::holds_back) {
+                    back = None;
+                }
                 if before == after || after.is_none_or(NodeStep::is_final) {
                     break;
                 }
@@ -1179,13 +1204,15 @@ impl Record {
         name: &str,
         prefix: &str,
         world: &World,
+        back: &mut Option<BTreeMap<String, String>>,
         planned: &mut Vec<String>,
     ) -> Result<Vec<String>, String> {
         let now = world.now_ms;
         let aborting = self.state() == CampaignState::Aborting;
         let moves = self.moves.get(name).cloned().unwrap_or_default();
         let full = self.campaign.request.full_evacuation;
-        let back = self.pending_back();
+        let back = back.get_or_insert_with(|| self.pending_back());
+        debug_assert_eq!(*back, self.pending_back(), "kept by `advance`");
         let mut pending = Vec::new();
         for mv in &moves {
             let Some(inst) = world.instances.get(&mv.instance) else {
@@ -1314,7 +1341,14 @@ impl Record {
         Ok(pending)
     }
 
-    fn advance_node(&mut self, gi: usize, name: &str, world: &World, planned: &mut Vec<String>) {
+    fn advance_node(
+        &mut self,
+        gi: usize,
+        name: &str,
+        world: &World,
+        back: &mut Option<BTreeMap<String, String>>,
+        planned: &mut Vec<String>,
+    ) {
         let now = world.now_ms;
         let Some(node) = self.node(name).cloned() else {
             return;
@@ -1325,7 +1359,7 @@ impl Record {
             // Late: the step may still end this round; if it does not, the node fails.
             let mut trial = self.clone();
             let mut trial_planned = Vec::new();
-            trial.advance_step(gi, name, &node, world, &mut trial_planned);
+            trial.advance_step(gi, name, &node, world, back, &mut trial_planned);
             if trial.node(name).map(|n| n.step) != Some(node.step) {
                 *self = trial;
                 planned.extend(trial_planned);
@@ -1344,7 +1378,7 @@ impl Record {
             self.fail(name, why, now, planned);
             return;
         }
-        self.advance_step(gi, name, &node, world, planned);
+        self.advance_step(gi, name, &node, world, back, planned);
     }
 
     fn advance_step(
@@ -1353,6 +1387,7 @@ impl Record {
         name: &str,
         node: &CampaignNode,
         world: &World,
+        back: &mut Option<BTreeMap<String, String>>,
         planned: &mut Vec<String>,
     ) {
         let now = world.now_ms;
@@ -1387,13 +1422,13 @@ impl Record {
                     Ok(Some(_)) => self.wait(name, "the drain job".into()),
                 }
                 if self.node(name).map(|n| n.step) == Some(NodeStep::Drain)
-                    && let Err(why) = self.plan_moves(name, &prefix, world, planned)
+                    && let Err(why) = self.plan_moves(name, &prefix, world, back, planned)
                 {
                     self.fail(name, why, now, planned);
                 }
             }
             NodeStep::MovePrimaries => {
-                let pending = match self.plan_moves(name, &prefix, world, planned) {
+                let pending = match self.plan_moves(name, &prefix, world, back, planned) {
                     Ok(pending) => pending,
                     Err(why) => {
                         self.fail(name, why, now, planned);

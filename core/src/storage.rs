@@ -99,13 +99,15 @@ pub fn drbd_nodes(nodes: &[Node], instances: &[Instance]) -> BTreeSet<String> {
         .filter(|node| !node.offline)
         .map(|node| node.name.as_str())
         .collect();
-    instances
+    // Named by reference first: a node holds many instances, its name is copied once.
+    let found: BTreeSet<&str> = instances
         .iter()
         .filter(|instance| is_drbd(instance))
         .flat_map(instance_nodes)
-        .filter(|name| online.contains(name.as_str()))
-        .cloned()
-        .collect()
+        .map(String::as_str)
+        .filter(|name| online.contains(name))
+        .collect();
+    found.into_iter().map(str::to_owned).collect()
 }
 
 fn problem(nodes: impl IntoIterator<Item = String>, what: String, unknown: bool) -> StorageProblem {

@@ -102,6 +102,8 @@ const SAMPLE: Duration = Duration::from_millis(20);
 /// What the benchmark follows while a campaign runs.
 struct Tracker {
     started: Instant,
+    /// The simulated Ganeti's clock (ms) when the campaign started.
+    sim_started_ms: u64,
     seen: BTreeMap<String, BTreeSet<String>>,
     rebooting: Vec<(String, Instant)>,
     /// Node → when its hook was seen, when it came back.
@@ -119,9 +121,10 @@ struct Tracker {
 }
 
 impl Tracker {
-    fn new() -> Self {
+    fn new(sim: &Simulation) -> Self {
         Self {
             started: Instant::now(),
+            sim_started_ms: sim.now_ms(),
             seen: BTreeMap::new(),
             rebooting: Vec::new(),
             hooked: BTreeMap::new(),
@@ -234,7 +237,12 @@ impl Tracker {
 
     /// One line per group: when (seconds after the campaign's start) every node of it had
     /// reached each step, its hooks had been sent and its nodes were back.
-    fn timeline(&self, record: &Record) -> Vec<String> {
+    fn timeline(&self, record: &Record, sim: &Simulation) -> Vec<String> {
+        // Ganeti's last job ended this long before the campaign was seen done: what the
+        // coordinator took to learn it, record it and say so.
+        let last_job = sim
+            .peek(|c| c.jobs.values().filter_map(|j| j.end_ms).max())
+            .map(|end| end.saturating_sub(self.sim_started_ms) as f64 / 1000.0);
         let s =
             |d: Option<&Duration>| d.map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
         record
@@ -263,6 +271,7 @@ impl Tracker {
                 }
                 line
             })
+            .chain(last_job.map(|end| format!("Ganeti's last job ended at {end:.2}")))
             .chain(self.blocked.iter().filter_map(|(at, why)| {
                 why.as_ref()
                     .map(|why| format!("blocked at {:.2}: {why}", at.as_secs_f64()))
@@ -397,20 +406,20 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
     let lower_bound = per_group * u32::try_from(plan.groups.len())?;
 
     let (before, _) = layout(&h);
-    let record = Record::new(
-        uuid::Uuid::new_v4(),
-        request,
-        "bench",
-        nodecare_protocol::now_ms(),
-    );
+    // Made when the campaign starts.
+    let new_record = || {
+        Record::new(
+            uuid::Uuid::new_v4(),
+            request.clone(),
+            "bench",
+            nodecare_protocol::now_ms(),
+        )
+    };
     let api = h.coordinator.api().clone();
-    api.store.save_campaign(&record)?;
     // BENCH_ROUNDS=1: each round of the coordinator's loop on standard error (when it started
     // after the campaign's creation, how long it took, the jobs it submitted).
     let show_rounds = std::env::var_os("BENCH_ROUNDS").is_some();
-    let record_created = record.campaign.created_ms;
     let limit = lower_bound * 4 + Duration::from_secs(120);
-    let mut tracker = Tracker::new();
     let mut rounds = 0u64;
     let mut round_time = Duration::ZERO;
     let Harness {
@@ -420,27 +429,50 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
         state_dir: _state_dir,
         ..
     } = h;
+    // The campaign is started on a coordinator already running, as an operator starts one: its
+    // first round (which reads every agent over the network) and its watches come first.
     let state = match mode {
-        Mode::Before => loop {
-            let t = Instant::now();
+        Mode::Before => {
             coord.round().await?;
-            round_time += t.elapsed();
-            rounds += 1;
-            if let Some(done) =
-                tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot, true)?
-            {
-                break done;
-            }
-            check_limit(&tracker, limit, &api.store)?;
-            tokio::time::sleep(tracker.pause()).await;
-        },
+            api.store.save_campaign(&new_record())?;
+            let mut tracker = Tracker::new(&sim);
+            let state = loop {
+                let t = Instant::now();
+                coord.round().await?;
+                round_time += t.elapsed();
+                rounds += 1;
+                if let Some(done) =
+                    tracker.sample(&sim, &agents, &api.store, p.nodes, p.reboot, true)?
+                {
+                    break done;
+                }
+                check_limit(&tracker, limit, &api.store)?;
+                tokio::time::sleep(tracker.pause()).await;
+            };
+            (state, tracker)
+        }
         Mode::After => {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let running = tokio::spawn(coord.run(listener, async {
                 let _stopped = stopped.await;
             }));
-            let mut last_round = 0;
+            let first_round = |board: &nodecare_coordinator::board::Board| {
+                board.last_round.read().map_or(0, |last| last.number)
+            };
+            let warm_until = Instant::now() + Duration::from_secs(60);
+            while first_round(&api.board) == 0 && Instant::now() < warm_until {
+                tokio::time::sleep(SAMPLE).await;
+            }
+            // The watches it opened deliver their first reports.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let mut last_round = first_round(&api.board);
+            // As the API starts a campaign: stored, then the round loop woken.
+            let record = new_record();
+            let record_created = record.campaign.created_ms;
+            api.store.save_campaign(&record)?;
+            api.board.wake.notify_one();
+            let mut tracker = Tracker::new(&sim);
             let done = loop {
                 let mut round_ended = false;
                 if let Ok(last) = api.board.last_round.read()
@@ -474,9 +506,10 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
             running
                 .await?
                 .map_err(|e| anyhow::anyhow!("coordinator: {e}"))?;
-            done?
+            (done?, tracker)
         }
     };
+    let (state, tracker) = state;
     let wall = tracker.started.elapsed();
     let after = sim.with_cluster(|c| {
         c.instances
@@ -525,7 +558,7 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
         rounds,
         mean_round_ms: round_time.as_secs_f64() * 1000.0 / rounds.max(1) as f64,
         groups,
-        timeline: tracker.timeline(&state),
+        timeline: tracker.timeline(&state, &sim),
     })
 }
 
