@@ -250,7 +250,7 @@ impl Simulation {
         let result = {
             let mut cluster = self.lock();
             let result = f(&mut cluster);
-            cluster.queue_touched();
+            cluster.touched();
             result
         };
         self.shared.changed.notify_waiters();

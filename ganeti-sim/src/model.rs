@@ -513,6 +513,10 @@ pub struct SimCluster {
     /// by every change to the queue since (a submission, a dependency, a cancel). Never later
     /// than the truth; `u64::MAX` when nothing is due.
     due_ms: u64,
+    /// The bulk node and instance lists as last encoded, until a job ends or the cluster is
+    /// changed by hand (the lists change only then).
+    encoded_nodes: Option<Vec<u8>>,
+    encoded_instances: Option<Vec<u8>>,
     /// Finished jobs as the bulk job list shows them, encoded once (they no longer change).
     listed_jobs: std::collections::HashMap<JobId, Vec<u8>>,
 }
@@ -571,6 +575,8 @@ impl SimCluster {
             next_job: 1,
             unfinished_from: 0,
             due_ms: u64::MAX,
+            encoded_nodes: None,
+            encoded_instances: None,
             listed_jobs: std::collections::HashMap::new(),
         })
     }
@@ -578,6 +584,7 @@ impl SimCluster {
     /// Makes `name` the master, as `gnt-cluster master-failover` run on it does (the old master
     /// stays a master candidate).
     pub fn set_master(&mut self, name: &str) -> Result<(), String> {
+        self.lists_changed();
         let Some(at) = self.node_order.iter().position(|n| n == name) else {
             return Err(format!("unknown node `{name}`"));
         };
@@ -874,10 +881,18 @@ impl SimCluster {
         self.due_ms = self.next_change_at().unwrap_or(u64::MAX);
     }
 
-    /// The queue may have been changed by hand (a caller with the whole cluster): the next
-    /// [`Self::advance`] looks at every unfinished job.
-    pub(crate) fn queue_touched(&mut self) {
+    /// The cluster may have been changed by hand (a caller with the whole cluster, its job
+    /// queue included): the next [`Self::advance`] looks at every unfinished job, and the lists
+    /// are encoded again.
+    pub(crate) fn touched(&mut self) {
         self.due_ms = 0;
+        self.lists_changed();
+    }
+
+    /// Nodes or instances changed: their bulk lists are encoded again when next asked for.
+    fn lists_changed(&mut self) {
+        self.encoded_nodes = None;
+        self.encoded_instances = None;
     }
 
     /// Milliseconds until the next job changes state, if any job is unfinished and not stuck.
@@ -905,6 +920,8 @@ impl SimCluster {
     }
 
     fn finish_job(&mut self, id: JobId, at_ms: u64) {
+        // What the job did shows in the lists.
+        self.lists_changed();
         let Some(job) = self.jobs.get(&id) else {
             return;
         };
@@ -1508,13 +1525,38 @@ impl SimCluster {
 
     /// Every instance as RAPI's bulk list shows it, encoded at once (no JSON value per
     /// instance: the list of thousands is the simulation's largest answer).
-    pub fn instances_json_bytes(&self) -> Vec<u8> {
+    pub fn instances_json_bytes(&mut self) -> Vec<u8> {
+        if let Some(bytes) = &self.encoded_instances {
+            return bytes.clone();
+        }
         let views: Vec<InstanceView<'_>> = self
             .instances
             .values()
             .map(|i| self.instance_view(i))
             .collect();
-        serde_json::to_vec(&views).unwrap_or_else(|_| b"[]".to_vec())
+        let bytes = serde_json::to_vec(&views).unwrap_or_else(|_| b"[]".to_vec());
+        self.encoded_instances = Some(bytes.clone());
+        bytes
+    }
+
+    /// Every node as RAPI's bulk list shows it (in configuration order), encoded once until
+    /// the cluster changes.
+    pub fn nodes_json_bytes(&mut self) -> Vec<u8> {
+        if let Some(bytes) = &self.encoded_nodes {
+            return bytes.clone();
+        }
+        let loads = self.node_loads();
+        let none = NodeLoad::default();
+        let nodes: Vec<Value> = self
+            .node_order
+            .iter()
+            .filter_map(|n| self.nodes.get(n))
+            .map(|n| self.node_json_in(n, loads.get(n.name.as_str()).unwrap_or(&none)))
+            .collect();
+        let bytes = serde_json::to_vec(&nodes).unwrap_or_else(|_| b"[]".to_vec());
+        drop(loads);
+        self.encoded_nodes = Some(bytes.clone());
+        bytes
     }
 
     fn instance_view<'a>(&'a self, inst: &'a SimInstance) -> InstanceView<'a> {
@@ -1843,7 +1885,7 @@ mod tests {
                         QueueStep::Stick => c.stick_next += 1,
                         QueueStep::Wait { ms } => {
                             if k == 1 {
-                                c.queue_touched();
+                                c.touched();
                             }
                             c.advance(now + ms);
                         }
@@ -1861,7 +1903,7 @@ mod tests {
                         .collect::<Vec<_>>()
                 };
                 proptest::prop_assert_eq!(view(&due), view(&always));
-                always.queue_touched();
+                always.touched();
                 always.advance(now);
                 due.advance(now);
                 proptest::prop_assert_eq!(view(&due), view(&always));
@@ -1874,6 +1916,46 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The bulk lists as encoded last equal the lists encoded afresh.
+    fn lists_are_fresh(c: &mut SimCluster) {
+        let (nodes, instances) = (c.nodes_json_bytes(), c.instances_json_bytes());
+        c.lists_changed();
+        assert!(nodes == c.nodes_json_bytes(), "nodes");
+        assert!(instances == c.instances_json_bytes(), "instances");
+    }
+
+    #[test]
+    fn the_encoded_lists_follow_every_change() {
+        let mut c = cluster();
+        let (nodes, instances) = (c.nodes_json_bytes(), c.instances_json_bytes());
+        let drain = SimOp::SetNodeParams {
+            node: "node2.sim.test".into(),
+            drained: Some(true),
+            offline: None,
+        };
+        c.submit(drain, None, "test", 0);
+        let migrate = SimOp::InstanceMigrate {
+            instance: "inst4.sim.test".into(),
+            target: None,
+            mode: None,
+        };
+        c.submit(migrate, None, "test", 0);
+        assert!(
+            c.nodes_json_bytes() == nodes,
+            "nothing shows before the jobs end"
+        );
+        assert!(c.instances_json_bytes() == instances);
+        c.advance(1_000_000);
+        assert!(c.jobs.values().all(|j| j.status == JobStatus::Success));
+        assert!(c.nodes_json_bytes() != nodes, "the drain shows");
+        assert!(c.instances_json_bytes() != instances, "the migration shows");
+        lists_are_fresh(&mut c);
+        let nodes = c.nodes_json_bytes();
+        c.set_master("node2.sim.test").unwrap();
+        assert!(c.nodes_json_bytes() != nodes, "the new master shows");
+        lists_are_fresh(&mut c);
     }
 
     #[test]
