@@ -500,7 +500,13 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
                 if let Err(e) = check_limit(&tracker, limit, &api.store) {
                     break Err(e);
                 }
-                tokio::time::sleep(tracker.pause()).await;
+                // The next sample at the end of the next round (the campaign changes only
+                // then: its end is seen when it is recorded, not up to a pause later), or after
+                // the pause.
+                tokio::select! {
+                    () = api.board.round_done.notified() => {}
+                    () = tokio::time::sleep(tracker.pause()) => {}
+                }
             };
             let _sent = stop.send(());
             running
