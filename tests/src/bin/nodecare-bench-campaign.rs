@@ -6,7 +6,9 @@
 //! DRBD, 20 % sharedfile, 10 % diskless), every Ganeti job (drain, migration, undrain) taking
 //! JOB_S seconds and every hook "rebooting" its node for REBOOT_S seconds (the agent does not
 //! answer, then comes back with a new boot id), under a budget of BUDGET_% of the nodes
-//! disrupted at once. PAIRS times, two campaigns on fresh clusters, one after the other:
+//! disrupted at once. PAIRS times, two campaigns on fresh clusters, one after the other, each
+//! started on a coordinator that has already run its first round (and, after, opened its
+//! watches), as an operator starts one on a running coordinator:
 //!
 //! - before: the benchmark runs the coordinator's rounds back to back (every 20 ms after the
 //!   last), the best polling can do;
