@@ -626,14 +626,7 @@ impl Simulation {
             ("GET", "/sim/state") => (
                 200,
                 self.with_cluster(|c| {
-                    let loads = c.node_loads();
-                    let none = crate::model::NodeLoad::default();
-                    let nodes: Vec<Value> = c
-                        .node_order
-                        .iter()
-                        .filter_map(|n| c.nodes.get(n))
-                        .map(|n| c.node_json_in(n, loads.get(n.name.as_str()).unwrap_or(&none)))
-                        .collect();
+                    let nodes = c.nodes_json();
                     let instances: Vec<Value> =
                         c.instances.values().map(|i| c.instance_json(i)).collect();
                     json!({"nodes": nodes, "instances": instances})

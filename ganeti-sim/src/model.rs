@@ -1539,22 +1539,23 @@ impl SimCluster {
         bytes
     }
 
-    /// Every node as RAPI's bulk list shows it (in configuration order), encoded once until
-    /// the cluster changes.
+    /// Every node as RAPI's bulk list shows it, in configuration order.
+    pub fn nodes_json(&self) -> Vec<Value> {
+        let loads = self.node_loads();
+        let none = NodeLoad::default();
+        self.node_order
+            .iter()
+            .filter_map(|n| self.nodes.get(n))
+            .map(|n| self.node_json_in(n, loads.get(n.name.as_str()).unwrap_or(&none)))
+            .collect()
+    }
+
+    /// [`Self::nodes_json`], encoded once until the cluster changes.
     pub fn nodes_json_bytes(&mut self) -> Vec<u8> {
         if let Some(bytes) = &self.encoded_nodes {
             return bytes.clone();
         }
-        let loads = self.node_loads();
-        let none = NodeLoad::default();
-        let nodes: Vec<Value> = self
-            .node_order
-            .iter()
-            .filter_map(|n| self.nodes.get(n))
-            .map(|n| self.node_json_in(n, loads.get(n.name.as_str()).unwrap_or(&none)))
-            .collect();
-        let bytes = serde_json::to_vec(&nodes).unwrap_or_else(|_| b"[]".to_vec());
-        drop(loads);
+        let bytes = serde_json::to_vec(&self.nodes_json()).unwrap_or_else(|_| b"[]".to_vec());
         self.encoded_nodes = Some(bytes.clone());
         bytes
     }

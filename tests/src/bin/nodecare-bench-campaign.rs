@@ -433,7 +433,7 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
     } = h;
     // The campaign is started on a coordinator already running, as an operator starts one: its
     // first round (which reads every agent over the network) and its watches come first.
-    let state = match mode {
+    let (state, tracker) = match mode {
         Mode::Before => {
             coord.round().await?;
             api.store.save_campaign(&new_record())?;
@@ -517,7 +517,6 @@ async fn campaign_run(p: Params, mode: Mode) -> anyhow::Result<Outcome> {
             (done?, tracker)
         }
     };
-    let (state, tracker) = state;
     let wall = tracker.started.elapsed();
     let after = sim.with_cluster(|c| {
         c.instances
