@@ -442,6 +442,14 @@ pub struct SimJob {
     depends_met: bool,
 }
 
+/// A job as the bulk job list last showed it: encoded, with what its text depends on that
+/// changes (status, start and end).
+#[derive(Debug, Clone)]
+struct ListedJob {
+    version: (JobStatus, Option<u64>, Option<u64>),
+    bytes: Vec<u8>,
+}
+
 /// Record of a submission, for "no job submitted twice" assertions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submission {
@@ -517,8 +525,8 @@ pub struct SimCluster {
     /// changed by hand (the lists change only then).
     encoded_nodes: Option<Vec<u8>>,
     encoded_instances: Option<Vec<u8>>,
-    /// Finished jobs as the bulk job list shows them, encoded once (they no longer change).
-    listed_jobs: std::collections::HashMap<JobId, Vec<u8>>,
+    /// Jobs as the bulk job list last showed them, encoded, with their status and times then.
+    listed_jobs: std::collections::HashMap<JobId, ListedJob>,
 }
 
 fn fake_uuid(kind: u8, n: usize) -> String {
@@ -674,6 +682,7 @@ impl SimCluster {
             intent,
             internal,
         });
+        self.listed_jobs.remove(&id);
         self.jobs.insert(
             id,
             SimJob {
@@ -719,6 +728,7 @@ impl SimCluster {
     /// wanted statuses; otherwise it fails without running (`canceled` when a dependency was
     /// canceled and that was not wanted).
     pub fn set_depends(&mut self, id: JobId, depends: Vec<(JobId, Vec<JobStatus>)>) {
+        self.listed_jobs.remove(&id);
         if let Some(job) = self.jobs.get_mut(&id) {
             job.depends = depends;
         }
@@ -1617,29 +1627,29 @@ impl SimCluster {
         })
     }
 
-    /// Every job as RAPI's bulk job list (`GET /2/jobs?bulk=1`) shows it, encoded; a finished
-    /// job is encoded once.
+    /// Every job as RAPI's bulk job list (`GET /2/jobs?bulk=1`) shows it, encoded; a job is
+    /// encoded again only once its status or times changed (or its dependencies were set).
     pub fn jobs_json_bytes(&mut self) -> Vec<u8> {
         let mut out = b"[".to_vec();
-        let mut finished = Vec::new();
+        let mut encoded = Vec::new();
         for (index, job) in self.jobs.values().enumerate() {
             if index > 0 {
                 out.push(b',');
             }
-            let done = job.status.is_final();
-            if done && let Some(bytes) = self.listed_jobs.get(&job.id) {
-                out.extend_from_slice(bytes);
+            let version = (job.status, job.start_ms, job.end_ms);
+            if let Some(listed) = self.listed_jobs.get(&job.id)
+                && listed.version == version
+            {
+                out.extend_from_slice(&listed.bytes);
                 continue;
             }
             let bytes =
                 serde_json::to_vec(&self.job_json(job, false)).unwrap_or_else(|_| b"null".to_vec());
             out.extend_from_slice(&bytes);
-            if done {
-                finished.push((job.id, bytes));
-            }
+            encoded.push((job.id, ListedJob { version, bytes }));
         }
         out.push(b']');
-        self.listed_jobs.extend(finished);
+        self.listed_jobs.extend(encoded);
         out
     }
 
@@ -1957,6 +1967,49 @@ mod tests {
         c.set_master("node2.sim.test").unwrap();
         assert!(c.nodes_json_bytes() != nodes, "the new master shows");
         lists_are_fresh(&mut c);
+    }
+
+    /// The bulk job list as encoded now, nothing kept from before.
+    fn fresh_jobs(c: &SimCluster) -> Vec<u8> {
+        let mut fresh = c.clone();
+        fresh.listed_jobs.clear();
+        fresh.jobs_json_bytes()
+    }
+
+    /// The job list kept encoded shows every change of a job: queued, running, ended, its
+    /// dependencies set, a job of the same id submitted again.
+    #[test]
+    fn the_encoded_job_list_follows_every_change() {
+        let mut c = cluster();
+        let drain = |node: &str| SimOp::SetNodeParams {
+            node: node.into(),
+            drained: Some(true),
+            offline: None,
+        };
+        let first = c.submit(drain("node2.sim.test"), None, "test", 0);
+        let second = c.submit(drain("node3.sim.test"), None, "test", 0);
+        let mut seen = vec![c.jobs_json_bytes()];
+        assert!(seen[0] == fresh_jobs(&c));
+        c.set_depends(second, vec![(first, vec![JobStatus::Success])]);
+        for step in [0, 25, 50, 75, 100, 150] {
+            c.advance(step);
+            let listed = c.jobs_json_bytes();
+            assert!(listed == fresh_jobs(&c), "at {step} ms");
+            seen.push(listed);
+        }
+        assert!(c.jobs.values().all(|j| j.status == JobStatus::Success));
+        seen.dedup();
+        assert!(
+            seen.len() >= 4,
+            "dependencies, running, ended: {}",
+            seen.len()
+        );
+        // A copy of the cluster numbers its jobs on: a job of an id listed before is new.
+        let mut copy = c.clone();
+        copy.jobs.remove(&second);
+        copy.next_job = second;
+        copy.submit(drain("node4.sim.test"), None, "test", 200);
+        assert!(copy.jobs_json_bytes() == fresh_jobs(&copy));
     }
 
     #[test]

@@ -10,11 +10,33 @@ use super::{
     STORAGE_SEQUENCES_DOCUMENT,
 };
 use crate::breaker::{self, BreakerState};
-use crate::ganeti::{Instance, Node};
+use crate::ganeti::{GanetiError, Instance, Node};
 use crate::gate;
 use crate::incident::Incident;
 use crate::round::RoundInput;
 use crate::scrape::{AgentOutcome, AgentTarget};
+
+/// A read of Ganeti on a task of its own, aborted when dropped before it is awaited (a round
+/// that ends early leaves no read behind).
+struct Spawned<T>(tokio::task::JoinHandle<Result<T, GanetiError>>);
+
+impl<T> Spawned<T> {
+    /// The read's answer; a task that panicked or was aborted is an error of the read.
+    async fn join(mut self) -> Result<T, GanetiError> {
+        match (&mut self.0).await {
+            Ok(answer) => answer,
+            Err(error) => Err(GanetiError::Transport(format!(
+                "the read's task ended: {error}"
+            ))),
+        }
+    }
+}
+
+impl<T> Drop for Spawned<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 impl Reconciler {
     /// The round's input: the cluster, storage health, every online node's agent, the grace of
@@ -24,14 +46,19 @@ impl Reconciler {
         now: u64,
         summary: &mut RoundSummary,
     ) -> Result<RoundInput, RoundError> {
+        // The three lists are read side by side (each answer decoded on a worker of its own).
+        let ganeti = std::sync::Arc::clone(&self.ganeti);
+        let instances_read = Spawned(tokio::spawn(async move { ganeti.instances().await }));
+        let ganeti = std::sync::Arc::clone(&self.ganeti);
+        let groups_read = Spawned(tokio::spawn(async move { ganeti.groups().await }));
         let nodes = self.ganeti.nodes().await?;
         if let Some(replicator) = &self.replicator {
             replicator.set_candidates(&nodes).await;
         }
-        let instances = self.ganeti.instances().await?;
+        let instances = instances_read.join().await?;
         // Group names label domains and caps (without them, the groups' uuids serve); their
         // tags feed instance repair (which waits for a round that can read them).
-        let groups = match self.ganeti.groups().await {
+        let groups = match groups_read.join().await {
             Ok(groups) => Some(groups),
             Err(error) => {
                 tracing::warn!(%error, "cannot read node groups; using their uuids as names");
