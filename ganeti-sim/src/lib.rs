@@ -353,8 +353,11 @@ impl Simulation {
                         )
                     });
                     if over {
-                        let answer = self
-                            .with_cluster(|c| rapi_routes::wait_answer(c, id, previous.as_deref()));
+                        // A read: the other waiters are woken (the jobs may have moved on), the
+                        // cluster is not taken as changed by hand.
+                        let answer =
+                            self.peek(|c| rapi_routes::wait_answer(c, id, previous.as_deref()));
+                        self.shared.changed.notify_waiters();
                         return (200, answer.unwrap_or(Value::Null).into());
                     }
                     if tokio::time::Instant::now() >= deadline {

@@ -442,6 +442,19 @@ pub struct SimJob {
     depends_met: bool,
 }
 
+/// Counts the memory of `i` (when running) on its primary node in `used`.
+fn add_memory(used: &mut std::collections::HashMap<String, u64>, i: &SimInstance) {
+    if !i.running {
+        return;
+    }
+    match used.get_mut(i.pnode.as_str()) {
+        Some(on) => *on += i.memory_mib,
+        None => {
+            used.insert(i.pnode.clone(), i.memory_mib);
+        }
+    }
+}
+
 /// A job as the bulk job list last showed it: encoded, with what its text depends on that
 /// changes (status, start and end).
 #[derive(Debug, Clone)]
@@ -527,6 +540,8 @@ pub struct SimCluster {
     encoded_instances: Option<Vec<u8>>,
     /// Jobs as the bulk job list last showed them, encoded, with their status and times then.
     listed_jobs: std::collections::HashMap<JobId, ListedJob>,
+    /// Memory used on each node by its running primaries, as [`Self::memory_used`] last summed.
+    memory_used: std::cell::OnceCell<std::collections::HashMap<String, u64>>,
 }
 
 fn fake_uuid(kind: u8, n: usize) -> String {
@@ -586,6 +601,7 @@ impl SimCluster {
             encoded_nodes: None,
             encoded_instances: None,
             listed_jobs: std::collections::HashMap::new(),
+            memory_used: std::cell::OnceCell::new(),
         })
     }
 
@@ -626,12 +642,35 @@ impl SimCluster {
         }
     }
 
+    /// Memory used by the running primaries of `node`: every node's sum taken in one pass over
+    /// the instances, then kept up to date by [`Self::change_instance`] (and summed again after
+    /// the cluster was changed by hand).
     fn memory_used(&self, node: &str) -> u64 {
-        self.instances
-            .values()
-            .filter(|i| i.pnode == node && i.running)
-            .map(|i| i.memory_mib)
-            .sum()
+        let used = self.memory_used.get_or_init(|| {
+            let mut used: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+            for i in self.instances.values() {
+                add_memory(&mut used, i);
+            }
+            used
+        });
+        used.get(node).copied().unwrap_or(0)
+    }
+
+    /// Changes instance `name` with `change`, and what is kept of the memory its nodes use.
+    fn change_instance(&mut self, name: &str, change: impl FnOnce(&mut SimInstance)) {
+        let Some(i) = self.instances.get_mut(name) else {
+            return;
+        };
+        if let Some(used) = self.memory_used.get_mut()
+            && i.running
+            && let Some(on) = used.get_mut(i.pnode.as_str())
+        {
+            *on = on.saturating_sub(i.memory_mib);
+        }
+        change(i);
+        if let Some(used) = self.memory_used.get_mut() {
+            add_memory(used, i);
+        }
     }
 
     fn memory_free(&self, node: &str) -> u64 {
@@ -896,6 +935,7 @@ impl SimCluster {
     /// are encoded again.
     pub(crate) fn touched(&mut self) {
         self.due_ms = 0;
+        self.memory_used = std::cell::OnceCell::new();
         self.lists_changed();
     }
 
@@ -1050,9 +1090,7 @@ impl SimCluster {
             }
             SimOp::InstanceShutdown { instance } => {
                 self.instance(instance)?;
-                if let Some(i) = self.instances.get_mut(instance) {
-                    i.running = false;
-                }
+                self.change_instance(instance, |i| i.running = false);
                 Ok(Value::Null)
             }
             SimOp::ReplaceDisks {
@@ -1092,9 +1130,7 @@ impl SimCluster {
                             "wrong_state",
                         ));
                     }
-                    if let Some(i) = self.instances.get_mut(instance) {
-                        i.snodes = vec![new];
-                    }
+                    self.change_instance(instance, |i| i.snodes = vec![new]);
                 }
                 Ok(Value::Null)
             }
@@ -1112,9 +1148,7 @@ impl SimCluster {
                         "wrong_state",
                     ));
                 }
-                if let Some(i) = self.instances.get_mut(instance) {
-                    i.running = *start;
-                }
+                self.change_instance(instance, |i| i.running = *start);
                 Ok(Value::Null)
             }
         }
@@ -1154,11 +1188,11 @@ impl SimCluster {
         } else {
             Vec::new()
         };
-        if let Some(i) = self.instances.get_mut(instance) {
+        self.change_instance(instance, |i| {
             i.pnode = primary;
             i.snodes = secondary;
             i.running = false;
-        }
+        });
         Ok(())
     }
 
@@ -1282,12 +1316,12 @@ impl SimCluster {
                 "insufficient_resources",
             ));
         }
-        if let Some(i) = self.instances.get_mut(name) {
+        self.change_instance(name, |i| {
             if i.disk_template == "drbd" {
                 i.snodes = vec![i.pnode.clone()];
             }
             i.pnode = target;
-        }
+        });
         Ok(())
     }
 
@@ -1967,6 +2001,42 @@ mod tests {
         c.set_master("node2.sim.test").unwrap();
         assert!(c.nodes_json_bytes() != nodes, "the new master shows");
         lists_are_fresh(&mut c);
+    }
+
+    /// The memory each node's running primaries use, as kept and as summed afresh.
+    fn memory_kept_and_fresh(c: &SimCluster) -> (Vec<u64>, Vec<u64>) {
+        let mut fresh = c.clone();
+        fresh.memory_used = std::cell::OnceCell::new();
+        c.node_order
+            .iter()
+            .map(|n| (c.memory_used(n), fresh.memory_used(n)))
+            .unzip()
+    }
+
+    /// The memory kept per node follows every job that moves, stops or starts an instance.
+    #[test]
+    fn the_memory_kept_per_node_follows_every_change() {
+        let mut c = cluster();
+        let before = memory_kept_and_fresh(&c);
+        assert_eq!(before.0, before.1);
+        let ops = [
+            SimOp::InstanceMigrate {
+                instance: "inst4.sim.test".into(),
+                target: None,
+                mode: None,
+            },
+            SimOp::InstanceShutdown {
+                instance: "inst1.sim.test".into(),
+            },
+        ];
+        for op in ops {
+            c.submit(op, None, "test", 0);
+        }
+        c.advance(1_000_000);
+        assert!(c.jobs.values().all(|j| j.status == JobStatus::Success));
+        let after = memory_kept_and_fresh(&c);
+        assert_eq!(after.0, after.1);
+        assert_ne!(after.0, before.0, "the jobs changed what the nodes use");
     }
 
     /// The bulk job list as encoded now, nothing kept from before.

@@ -245,6 +245,17 @@ impl Tracker {
         let last_job = sim
             .peek(|c| c.jobs.values().filter_map(|j| j.end_ms).max())
             .map(|end| end.saturating_sub(self.sim_started_ms) as f64 / 1000.0);
+        let (jobs, failed) = sim.peek(|c| {
+            (
+                c.jobs.len(),
+                c.jobs
+                    .values()
+                    .filter(|j| {
+                        j.status.is_final() && j.status != nodecare_ganeti::JobStatus::Success
+                    })
+                    .count(),
+            )
+        });
         let s =
             |d: Option<&Duration>| d.map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
         record
@@ -273,7 +284,9 @@ impl Tracker {
                 }
                 line
             })
-            .chain(last_job.map(|end| format!("Ganeti's last job ended at {end:.2}")))
+            .chain(last_job.map(|end| {
+                format!("Ganeti's last job ended at {end:.2}; {jobs} jobs, {failed} of them not successful")
+            }))
             .chain(self.blocked.iter().filter_map(|(at, why)| {
                 why.as_ref()
                     .map(|why| format!("blocked at {:.2}: {why}", at.as_secs_f64()))
