@@ -751,8 +751,10 @@ const SUBMIT_CONCURRENCY: usize = 8;
 /// Above this many jobs followed, [`Executor::poll`] reads Ganeti's job list first.
 const BULK_POLL: usize = 8;
 
-/// Most submissions or job ends marked in one durable write.
-const MARK_BATCH: usize = 256;
+/// Most submissions or job ends marked in one durable write: a group's hundreds of jobs (a
+/// campaign moving thousands of instances) cost one write for their submissions and one for
+/// their ends, each an fsync on the round's path.
+const MARK_BATCH: usize = 4096;
 
 /// Entries to mark, written in one durable write per [`MARK_BATCH`] ([`Ledger::mark_all`])
 /// instead of one each; what is not flushed yet is lost with a crash, as the answer of a

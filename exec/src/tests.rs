@@ -581,7 +581,8 @@ async fn many_jobs_are_marked_submitted_and_ended_in_one_write_each() {
     let ledger = Arc::new(CountingLedger::default());
     let exec = Executor::new(ledger.clone());
     let h = holder(10);
-    let n = BULK_POLL + 5;
+    // A group's hundreds of jobs.
+    let n = 600;
     let entries = tag_entries(&w, &h, n);
     exec.record(&entries).unwrap();
     let ganeti = Counting::new(w.sim.client());

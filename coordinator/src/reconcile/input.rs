@@ -202,6 +202,9 @@ impl Reconciler {
                 board.insert(result.node.clone(), status);
             }
         }
+        // Only the sequences that moved on are written: a round whose agents sent nothing new
+        // costs no durable write.
+        accepted.retain(|(node, sequence)| sequences.get(node).is_none_or(|kept| sequence > kept));
         self.store.save_agent_sequences(&accepted)?;
         Ok((results, failed_outside_grace))
     }
