@@ -525,14 +525,15 @@ async fn go_on(
     if record == *before {
         return Ok((0, again, record));
     }
-    // The record first (a crash before its operations are recorded leaves them to be
-    // planned again), then the operations, durable before anything is submitted.
-    ctx.store.save_campaign(&record)?;
+    // The record and the operations it planned in one durable write, before anything is
+    // submitted.
     if planned.is_empty() {
+        ctx.store.save_campaign(&record)?;
         return Ok((0, again, record));
     }
     let holder = record.holder();
-    ctx.executor.record(&record.entries(&planned))?;
+    ctx.store
+        .save_campaign_recording(&record, &record.entries(&planned))?;
     let mut submitted = ctx
         .executor
         .submit(ctx.ganeti, Some(&holder), world.now_ms)

@@ -210,18 +210,17 @@ impl Store {
 
     /// Stores (inserts or replaces) a maintenance campaign.
     pub fn save_campaign(&self, record: &crate::campaign::Record) -> Result<(), StoreError> {
-        let text = serde_json::to_string(record)
-            .map_err(|error| StoreError::Corrupt(format!("encoding campaign: {error}")))?;
-        self.lock().execute(
-            "INSERT INTO campaigns (id, created_ms, record) VALUES (?1, ?2, ?3)
-             ON CONFLICT(id) DO UPDATE SET record = excluded.record",
-            params![
-                record.campaign.id,
-                i64::try_from(record.campaign.created_ms).unwrap_or(i64::MAX),
-                text
-            ],
-        )?;
-        Ok(())
+        save_campaign_in(&self.lock(), record)
+    }
+
+    /// Saves `record` and records the ledger `entries` of the operations it planned in one
+    /// durable write; returns the entries recorded.
+    pub fn save_campaign_recording(
+        &self,
+        record: &crate::campaign::Record,
+        entries: &[crate::exec::ledger::Entry],
+    ) -> Result<Vec<crate::exec::ledger::Entry>, crate::exec::ledger::LedgerError> {
+        self.record_with(entries, |transaction| save_campaign_in(transaction, record))
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -539,6 +538,26 @@ fn decode_incident(text: &str) -> Result<Incident, serde_json::Error> {
         map.insert("verdict".into(), original);
     }
     serde_json::from_value(value)
+}
+
+/// Saves (inserts or replaces) campaign `record` through `connection`.
+fn save_campaign_in(
+    connection: &Connection,
+    record: &crate::campaign::Record,
+) -> Result<(), StoreError> {
+    let text = serde_json::to_string(record)
+        .map_err(|error| StoreError::Corrupt(format!("encoding campaign: {error}")))?;
+    connection
+        .prepare_cached(
+            "INSERT INTO campaigns (id, created_ms, record) VALUES (?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET record = excluded.record",
+        )?
+        .execute(params![
+            record.campaign.id,
+            i64::try_from(record.campaign.created_ms).unwrap_or(i64::MAX),
+            text
+        ])?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -117,34 +117,7 @@ const MAX_DECODED: usize = 100_000;
 
 impl Ledger for Store {
     fn record(&self, entries: &[Entry]) -> Result<Vec<Entry>, LedgerError> {
-        let mut connection = self.lock();
-        let before = self.ledger_memory.stamp(&connection)?;
-        let transaction = connection.transaction().map_err(sql)?;
-        let mut recorded = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let holder = holder_of(entry)?;
-            let mut entry = entry.clone();
-            // One entry per holder and key (recorded before, or twice in `entries`): the
-            // table's constraint refuses the row, and the whole record with it.
-            entry.id = match insert(&transaction, &entry) {
-                Ok(id) => id,
-                Err(error) if is_constraint(&error) => {
-                    return Err(LedgerError::Duplicate {
-                        holder,
-                        key: entry.key.clone(),
-                    });
-                }
-                Err(error) => return Err(error.into()),
-            };
-            recorded.push(entry);
-        }
-        transaction.commit().map_err(sql)?;
-        self.ledger_memory.learn(
-            &connection,
-            before,
-            recorded.iter().map(|e| Arc::new(e.clone())),
-        )?;
-        Ok(recorded)
+        self.record_with(entries, |_| Ok(()))
     }
 
     fn mark(&self, entry: &Entry) -> Result<(), LedgerError> {
@@ -463,6 +436,44 @@ impl Memory {
 }
 
 impl Store {
+    /// Records `entries` (as [`Ledger::record`]) and, in the same durable write, whatever
+    /// `also` writes through the transaction: both or neither survive a crash.
+    pub(crate) fn record_with(
+        &self,
+        entries: &[Entry],
+        also: impl FnOnce(&Connection) -> Result<(), StoreError>,
+    ) -> Result<Vec<Entry>, LedgerError> {
+        let mut connection = self.lock();
+        let before = self.ledger_memory.stamp(&connection)?;
+        let transaction = connection.transaction().map_err(sql)?;
+        also(&transaction)?;
+        let mut recorded = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let holder = holder_of(entry)?;
+            let mut entry = entry.clone();
+            // One entry per holder and key (recorded before, or twice in `entries`): the
+            // table's constraint refuses the row, and the whole record with it.
+            entry.id = match insert(&transaction, &entry) {
+                Ok(id) => id,
+                Err(error) if is_constraint(&error) => {
+                    return Err(LedgerError::Duplicate {
+                        holder,
+                        key: entry.key.clone(),
+                    });
+                }
+                Err(error) => return Err(error.into()),
+            };
+            recorded.push(entry);
+        }
+        transaction.commit().map_err(sql)?;
+        self.ledger_memory.learn(
+            &connection,
+            before,
+            recorded.iter().map(|e| Arc::new(e.clone())),
+        )?;
+        Ok(recorded)
+    }
+
     /// [`Store::shared_ledger_rows`], each entry a copy of its own.
     fn ledger_rows(&self, query: &str, parameters: &[&str]) -> Result<Vec<Entry>, LedgerError> {
         Ok(self
