@@ -642,16 +642,15 @@ impl SimCluster {
         }
     }
 
-    /// Memory used by the running primaries of `node`: every node's sum taken in one pass over
-    /// the instances, then kept up to date by [`Self::change_instance`] (and summed again after
+    /// Memory used by the running primaries of `node`: every node's sum taken from
+    /// [`Self::node_loads`], then kept up to date by [`Self::change_instance`] (and summed again after
     /// the cluster was changed by hand).
     fn memory_used(&self, node: &str) -> u64 {
         let used = self.memory_used.get_or_init(|| {
-            let mut used: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-            for i in self.instances.values() {
-                add_memory(&mut used, i);
-            }
-            used
+            self.node_loads()
+                .into_iter()
+                .map(|(node, load)| (node.to_owned(), load.memory_used_mib))
+                .collect()
         });
         used.get(node).copied().unwrap_or(0)
     }

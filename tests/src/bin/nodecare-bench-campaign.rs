@@ -242,11 +242,9 @@ impl Tracker {
     fn timeline(&self, record: &Record, sim: &Simulation) -> Vec<String> {
         // Ganeti's last job ended this long before the campaign was seen done: what the
         // coordinator took to learn it, record it and say so.
-        let last_job = sim
-            .peek(|c| c.jobs.values().filter_map(|j| j.end_ms).max())
-            .map(|end| end.saturating_sub(self.sim_started_ms) as f64 / 1000.0);
-        let (jobs, failed) = sim.peek(|c| {
+        let (last_job, jobs, failed) = sim.peek(|c| {
             (
+                c.jobs.values().filter_map(|j| j.end_ms).max(),
                 c.jobs.len(),
                 c.jobs
                     .values()
@@ -256,6 +254,7 @@ impl Tracker {
                     .count(),
             )
         });
+        let last_job = last_job.map(|end| end.saturating_sub(self.sim_started_ms) as f64 / 1000.0);
         let s =
             |d: Option<&Duration>| d.map_or("-".to_owned(), |d| format!("{:.2}", d.as_secs_f64()));
         record
