@@ -589,7 +589,7 @@ fn base_url(ctx: Context<'_>, node: &str) -> Option<String> {
 }
 
 /// Most hooks (repair requests or polls) in flight to agents at once.
-const HOOK_CONCURRENCY: usize = 32;
+const HOOK_CONCURRENCY: usize = 128;
 
 /// Sends (or sends again: the agent runs it once) the signed repair requests of the hooks
 /// `ops`, at most [`HOOK_CONCURRENCY`] at once, their sequence numbers reserved in one write

@@ -42,6 +42,9 @@ pub struct JobWaitSettings {
     pub pace: Duration,
     /// Longest wait for the round a wake-up asked for; then the waiter looks again.
     pub round_wait: Duration,
+    /// Longest time the end of a holder's oldest job waits for its youngest before it wakes
+    /// the round ([`batch_ends`]).
+    pub batch_grace: Duration,
 }
 
 impl Default for JobWaitSettings {
@@ -52,6 +55,7 @@ impl Default for JobWaitSettings {
             backoff_max: Duration::from_secs(30),
             pace: Duration::from_secs(1),
             round_wait: Duration::from_secs(30),
+            batch_grace: Duration::from_millis(150),
         }
     }
 }
@@ -59,10 +63,40 @@ impl Default for JobWaitSettings {
 /// The jobs to wait on: the oldest job in flight of each holder, then the youngest of each, at
 /// most `max`, leaving out those already seen ended (`ended`, until a round records them) and
 /// those chained after an entry still in flight (Ganeti runs them only after it). The oldest
-/// wakes the round as soon as the first of a holder's jobs ends; the youngest once a batch
-/// submitted together has ended, or a straggler submitted after the chains that an older
-/// chained job would have hidden. Pure.
+/// wakes the round as soon as the first of a holder's jobs ends (or, with [`batch_ends`], once
+/// the rest of its batch has had a moment to end too); the youngest once a batch submitted
+/// together has ended, or a straggler submitted after the chains that an older chained job
+/// would have hidden. Pure.
 pub fn to_wait_on(in_flight: &[Entry], ended: &BTreeSet<JobId>, max: usize) -> Vec<JobId> {
+    let spans = spans(in_flight, ended);
+    let mut oldest: Vec<JobId> = spans.iter().map(|(oldest, _)| *oldest).collect();
+    oldest.sort_unstable();
+    let mut youngest: Vec<JobId> = spans
+        .iter()
+        .filter(|(oldest, youngest)| youngest != oldest)
+        .map(|(_, youngest)| *youngest)
+        .collect();
+    youngest.sort_unstable();
+    let mut jobs = oldest;
+    jobs.extend(youngest);
+    jobs.truncate(max);
+    jobs
+}
+
+/// For each holder with more than one job to wait on: its oldest job, and its youngest. When
+/// the oldest ends, the jobs submitted with it (a group's drains and moves, its undrains) are
+/// ending too: the waiter gives the youngest up to [`JobWaitSettings::batch_grace`] before it
+/// wakes the round, so that a batch that ends together is seen by one round, not by one round
+/// for most of it and another for the last few. Pure.
+pub fn batch_ends(in_flight: &[Entry], ended: &BTreeSet<JobId>) -> BTreeMap<JobId, JobId> {
+    spans(in_flight, ended)
+        .into_iter()
+        .filter(|(oldest, youngest)| youngest != oldest)
+        .collect()
+}
+
+/// The oldest and youngest job to wait on of each holder (see [`to_wait_on`]).
+fn spans(in_flight: &[Entry], ended: &BTreeSet<JobId>) -> Vec<(JobId, JobId)> {
     let unfinished: BTreeSet<(&crate::gate::Holder, &str)> = in_flight
         .iter()
         .filter(|e| e.state.is_unfinished() && !e.job.is_some_and(|job| ended.contains(&job)))
@@ -85,18 +119,7 @@ pub fn to_wait_on(in_flight: &[Entry], ended: &BTreeSet<JobId>, max: usize) -> V
             })
             .or_insert((job, job));
     }
-    let mut oldest: Vec<JobId> = span.values().map(|(oldest, _)| *oldest).collect();
-    oldest.sort_unstable();
-    let mut youngest: Vec<JobId> = span
-        .values()
-        .filter(|(oldest, youngest)| youngest != oldest)
-        .map(|(_, youngest)| *youngest)
-        .collect();
-    youngest.sort_unstable();
-    let mut jobs = oldest;
-    jobs.extend(youngest);
-    jobs.truncate(max);
-    jobs
+    span.into_values().collect()
 }
 
 /// The job of an entry the executor follows (submitted or timed out, a Ganeti operation).
@@ -167,6 +190,8 @@ async fn run(
     let mut open: BTreeMap<JobId, AbortHandle> = BTreeMap::new();
     // Jobs seen ended that the ledger still shows in flight (until a round records them).
     let mut ended: BTreeSet<JobId> = BTreeSet::new();
+    // Each holder's oldest job waited on, and its youngest (`batch_ends`).
+    let mut batches: BTreeMap<JobId, JobId> = BTreeMap::new();
     let mut backoff: Option<Duration> = None;
     loop {
         // Armed before the ledger is read: a round ending meanwhile is not missed.
@@ -179,6 +204,7 @@ async fn run(
                     let following: BTreeSet<JobId> =
                         in_flight.iter().filter_map(following).collect();
                     ended.retain(|job| following.contains(job));
+                    batches = batch_ends(&in_flight, &ended);
                     to_wait_on(&in_flight, &ended, settings.max_waits)
                 }
                 Err(error) => {
@@ -217,6 +243,12 @@ async fn run(
                     Waited::Ended(how) => {
                         backoff = None;
                         ended.insert(job);
+                        if let Some(&youngest) = batches.get(&job)
+                            && open.contains_key(&youngest)
+                        {
+                            let grace = tokio::time::Instant::now() + settings.batch_grace;
+                            await_batch(&mut waits, &mut open, &mut ended, youngest, grace).await;
+                        }
                         tracing::debug!(job, status = how, "job ended: round now");
                         let next_round = board.round_done.notified();
                         tokio::pin!(next_round);
@@ -241,6 +273,27 @@ async fn run(
                 }
             }
             () = &mut round_done => {}
+        }
+    }
+}
+
+/// Collects the waits that end until `youngest` has ended or `until` has passed (those that
+/// fail are left to be asked again after the round).
+async fn await_batch(
+    waits: &mut JoinSet<(JobId, Waited)>,
+    open: &mut BTreeMap<JobId, AbortHandle>,
+    ended: &mut BTreeSet<JobId>,
+    youngest: JobId,
+    until: tokio::time::Instant,
+) {
+    while let Ok(Some(joined)) = tokio::time::timeout_at(until, waits.join_next()).await {
+        let Ok((job, waited)) = joined else { continue };
+        open.remove(&job);
+        if let Waited::Ended(_) = waited {
+            ended.insert(job);
+            if job == youngest {
+                return;
+            }
         }
     }
 }
@@ -325,6 +378,29 @@ mod tests {
         assert_eq!(to_wait_on(&entries, &BTreeSet::from([12]), 4), vec![11, 13]);
     }
 
+    /// Each holder with more than one job to wait on pairs its oldest with its youngest.
+    #[test]
+    fn a_batch_is_its_holders_oldest_and_youngest_job() {
+        let entries = vec![
+            entry(1, "a", Some(7), State::Submitted),
+            entry(1, "b", Some(5), State::Submitted),
+            entry(1, "c", Some(6), State::Submitted),
+            entry(2, "d", Some(9), State::Submitted),
+            entry(3, "e", Some(3), State::Succeeded),
+        ];
+        assert_eq!(
+            batch_ends(&entries, &BTreeSet::new()),
+            BTreeMap::from([(5, 7)])
+        );
+        // Once the oldest was seen ended, the next oldest pairs with the youngest.
+        assert_eq!(
+            batch_ends(&entries, &BTreeSet::from([5])),
+            BTreeMap::from([(6, 7)])
+        );
+        // A holder left with one job has no batch.
+        assert!(batch_ends(&entries, &BTreeSet::from([5, 6])).is_empty());
+    }
+
     /// Whether `board`'s round loop is woken within `limit`.
     async fn woken(board: &Board, limit: Duration) -> bool {
         tokio::time::timeout(limit, board.wake.notified())
@@ -401,5 +477,66 @@ mod tests {
             !woken(&board, Duration::from_secs(2)).await,
             "a standby was woken by a job"
         );
+    }
+
+    /// Two jobs of one holder submitted 150 ms apart: the end of the first waits for the
+    /// second (within the grace), so one wake-up follows both; with a shorter grace the first
+    /// wakes the round alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_that_ends_together_wakes_one_round() {
+        for (grace, woken_after_second) in
+            [(Duration::from_millis(400), true), (Duration::ZERO, false)]
+        {
+            let sim = nodecare_ganeti_sim::Simulation::new(
+                nodecare_ganeti_sim::model::SimConfig::from_spec(3, "a:drbd:1", "sim.test")
+                    .unwrap(),
+            )
+            .unwrap();
+            sim.set_job_delay(Duration::from_millis(500));
+            let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
+            let ledger: Arc<dyn Ledger> = Arc::new(crate::exec::ledger::MemoryLedger::default());
+            let executor = crate::exec::Executor::new(Arc::clone(&ledger));
+            let board = Arc::new(Board::default());
+            board.acting.store(true, Ordering::Relaxed);
+            let _waits = JobWaits::spawn(
+                Arc::clone(&ganeti),
+                Arc::clone(&ledger),
+                Arc::clone(&board),
+                JobWaitSettings {
+                    batch_grace: grace,
+                    ..JobWaitSettings::default()
+                },
+            );
+            let started = std::time::Instant::now();
+            for (key, node) in [("first", "node2.sim.test"), ("second", "node3.sim.test")] {
+                let mut e = entry(1, key, None, State::Recorded);
+                e.action = Action::ganeti(Op::SetNodeDrained {
+                    node: node.into(),
+                    drained: true,
+                });
+                e.deadline_ms = u64::MAX;
+                executor.record(&[e]).unwrap();
+                executor
+                    .submit(ganeti.as_ref(), None, nodecare_protocol::now_ms())
+                    .await
+                    .unwrap();
+                if key == "first" {
+                    tokio::time::sleep(Duration::from_millis(150)).await;
+                }
+            }
+            // The waiter looks at the ledger after a round.
+            board.round_done.notify_waiters();
+            assert!(
+                woken(&board, Duration::from_secs(3)).await,
+                "not woken when the jobs ended"
+            );
+            let after = started.elapsed();
+            // The first ends at about 500 ms, the second at about 650 ms.
+            assert_eq!(
+                after >= Duration::from_millis(620),
+                woken_after_second,
+                "grace {grace:?}: woken {after:?} after the first submission"
+            );
+        }
     }
 }
