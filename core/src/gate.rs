@@ -323,6 +323,17 @@ impl View {
         storage: Vec<StorageProblem>,
         now_ms: u64,
     ) -> Self {
+        // Each node's primaries' memory, in one pass over the instances (`None` once one of
+        // them has no known memory).
+        let mut memory_of: BTreeMap<&str, Option<u64>> = BTreeMap::new();
+        for instance in instances {
+            let sum = memory_of
+                .entry(instance.primary_node.as_str())
+                .or_insert(Some(0));
+            *sum = sum
+                .zip(instance.memory)
+                .map(|(sum, m)| sum.saturating_add(m));
+        }
         let nodes = nodes
             .iter()
             .map(|node| {
@@ -330,10 +341,10 @@ impl View {
                     .get(&node.group)
                     .cloned()
                     .unwrap_or_else(|| node.group.clone());
-                let primary_memory = instances
-                    .iter()
-                    .filter(|i| i.primary_node == node.name)
-                    .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)));
+                let primary_memory = memory_of
+                    .get(node.name.as_str())
+                    .copied()
+                    .unwrap_or(Some(0));
                 let facts = NodeFacts {
                     name: node.name.clone(),
                     domain: domains.domain_of(&group, &node.tags),
@@ -1261,6 +1272,73 @@ pub fn domain_states(view: &View, policy: &Policy, in_force: &InForce) -> Vec<Do
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The view's memory of each node's primaries is the sum of their memory, `None` when one
+    /// of them has none known, `Some(0)` for a node with no primary.
+    fn naive_primary_memory(node: &str, instances: &[crate::ganeti::Instance]) -> Option<u64> {
+        instances
+            .iter()
+            .filter(|i| i.primary_node == node)
+            .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)))
+    }
+
+    proptest! {
+        #[test]
+        fn the_views_primary_memory_sums_each_nodes_primaries(
+            placed in proptest::collection::vec((0usize..6, proptest::option::weighted(0.9, 0u64..10_000)), 0..40),
+        ) {
+            let nodes: Vec<crate::ganeti::Node> = (0..5)
+                .map(|i| crate::ganeti::Node {
+                    name: format!("n{i}"),
+                    uuid: format!("u{i}"),
+                    role: crate::ganeti::NodeRole::Regular,
+                    drained: false,
+                    offline: false,
+                    master_candidate: false,
+                    vm_capable: true,
+                    primary_ip: String::new(),
+                    secondary_ip: String::new(),
+                    tags: Vec::new(),
+                    group: "g".into(),
+                    primary_instances: Vec::new(),
+                    secondary_instances: Vec::new(),
+                    memory_free: None,
+                    memory_total: None,
+                    disk_free: None,
+                })
+                .collect();
+            let instances: Vec<crate::ganeti::Instance> = placed
+                .iter()
+                .enumerate()
+                .map(|(k, (on, memory))| crate::ganeti::Instance {
+                    name: format!("i{k}"),
+                    uuid: format!("iu{k}"),
+                    disk_template: crate::ganeti::DiskTemplate::Diskless,
+                    primary_node: format!("n{on}"),
+                    secondary_nodes: Vec::new(),
+                    admin_state: "up".into(),
+                    status: "running".into(),
+                    memory: *memory,
+                    tags: Vec::new(),
+                    disk_sizes: Vec::new(),
+                })
+                .collect();
+            let view = View::from_cluster(
+                &nodes,
+                &instances,
+                &BTreeMap::new(),
+                &DomainSource::NodeGroup,
+                Vec::new(),
+                0,
+            );
+            for node in &nodes {
+                prop_assert_eq!(
+                    view.nodes[&node.name].primary_memory,
+                    naive_primary_memory(&node.name, &instances)
+                );
+            }
+        }
+    }
 
     fn node(name: &str, group: &str, domain: &str) -> NodeFacts {
         NodeFacts {

@@ -70,7 +70,28 @@ impl Reconciler {
             .flatten()
             .map(|group| (group.uuid.clone(), group.name.clone()))
             .collect();
-        // Storage health from the agents' signed DRBD reports (and RAPI): the gate's input.
+        // The view without storage problems first: the grace and the agents' reports need only
+        // its nodes.
+        let mut view = gate::View::from_cluster(
+            &nodes,
+            &instances,
+            &group_names,
+            &self.settings.gate.domains,
+            Vec::new(),
+            now,
+        );
+        for grant in self.store.expire_grants(now)? {
+            tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
+                "admission expired");
+        }
+        let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
+        let graced = gate::grace(&view, &self.planned_disruptions(now)?, grace_ms);
+        let (agents, failed_outside_grace) =
+            self.read_agents(&nodes, &graced, summary, now).await?;
+        // Storage health from the agents' signed DRBD reports (and RAPI): the gate's input. Read
+        // after the diagnose reports, so that a node back from a reboot whose report this round
+        // took has its storage report read once it is back too (read before, a node that came
+        // back in between was seen back with its storage unreachable, and waited a round).
         let storage_sequences: BTreeMap<String, u64> = self
             .store
             .document(STORAGE_SEQUENCES_DOCUMENT)?
@@ -90,22 +111,8 @@ impl Reconciler {
                 .save_document(STORAGE_SEQUENCES_DOCUMENT, &storage.sequences)?;
         }
         let degraded = self.degraded_instances(&nodes, &instances, &storage.readings, now);
-        let view = std::sync::Arc::new(gate::View::from_cluster(
-            &nodes,
-            &instances,
-            &group_names,
-            &self.settings.gate.domains,
-            storage.problems,
-            now,
-        ));
-        for grant in self.store.expire_grants(now)? {
-            tracing::info!(grant = %grant.id, node = %grant.node, requester = %grant.requester,
-                "admission expired");
-        }
-        let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
-        let graced = gate::grace(&view, &self.planned_disruptions(now)?, grace_ms);
-        let (agents, failed_outside_grace) =
-            self.read_agents(&nodes, &graced, summary, now).await?;
+        view.storage = storage.problems;
+        let view = std::sync::Arc::new(view);
         let agents_seen = agents
             .iter()
             .filter_map(|result| match &result.outcome {
