@@ -401,6 +401,32 @@ mod tests {
         assert!(batch_ends(&entries, &BTreeSet::from([5, 6])).is_empty());
     }
 
+    /// A simulated Ganeti whose jobs take `delay`, an executor on a ledger in memory, and a
+    /// waiter with `settings` on that ledger, waking the returned board (acting).
+    fn waiting(
+        delay: Duration,
+        settings: JobWaitSettings,
+    ) -> (
+        nodecare_ganeti_sim::Simulation,
+        Arc<dyn Ganeti>,
+        crate::exec::Executor,
+        Arc<Board>,
+        JobWaits,
+    ) {
+        let sim = nodecare_ganeti_sim::Simulation::new(
+            nodecare_ganeti_sim::model::SimConfig::from_spec(3, "a:drbd:1", "sim.test").unwrap(),
+        )
+        .unwrap();
+        sim.set_job_delay(delay);
+        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
+        let ledger: Arc<dyn Ledger> = Arc::new(crate::exec::ledger::MemoryLedger::default());
+        let executor = crate::exec::Executor::new(Arc::clone(&ledger));
+        let board = Arc::new(Board::default());
+        board.acting.store(true, Ordering::Relaxed);
+        let waits = JobWaits::spawn(Arc::clone(&ganeti), ledger, Arc::clone(&board), settings);
+        (sim, ganeti, executor, board, waits)
+    }
+
     /// Whether `board`'s round loop is woken within `limit`.
     async fn woken(board: &Board, limit: Duration) -> bool {
         tokio::time::timeout(limit, board.wake.notified())
@@ -413,22 +439,8 @@ mod tests {
     /// this coordinator stands by.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_that_ends_wakes_the_round_loop_at_once() {
-        let sim = nodecare_ganeti_sim::Simulation::new(
-            nodecare_ganeti_sim::model::SimConfig::from_spec(3, "a:drbd:1", "sim.test").unwrap(),
-        )
-        .unwrap();
-        sim.set_job_delay(Duration::from_millis(600));
-        let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
-        let ledger: Arc<dyn Ledger> = Arc::new(crate::exec::ledger::MemoryLedger::default());
-        let executor = crate::exec::Executor::new(Arc::clone(&ledger));
-        let board = Arc::new(Board::default());
-        board.acting.store(true, Ordering::Relaxed);
-        let _waits = JobWaits::spawn(
-            Arc::clone(&ganeti),
-            Arc::clone(&ledger),
-            Arc::clone(&board),
-            JobWaitSettings::default(),
-        );
+        let (_sim, ganeti, executor, board, _waits) =
+            waiting(Duration::from_millis(600), JobWaitSettings::default());
         let mut drain = entry(1, "drain", None, State::Recorded);
         drain.action = Action::ganeti(Op::SetNodeDrained {
             node: "node2.sim.test".into(),
@@ -487,21 +499,8 @@ mod tests {
         for (grace, woken_after_second) in
             [(Duration::from_millis(400), true), (Duration::ZERO, false)]
         {
-            let sim = nodecare_ganeti_sim::Simulation::new(
-                nodecare_ganeti_sim::model::SimConfig::from_spec(3, "a:drbd:1", "sim.test")
-                    .unwrap(),
-            )
-            .unwrap();
-            sim.set_job_delay(Duration::from_millis(500));
-            let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
-            let ledger: Arc<dyn Ledger> = Arc::new(crate::exec::ledger::MemoryLedger::default());
-            let executor = crate::exec::Executor::new(Arc::clone(&ledger));
-            let board = Arc::new(Board::default());
-            board.acting.store(true, Ordering::Relaxed);
-            let _waits = JobWaits::spawn(
-                Arc::clone(&ganeti),
-                Arc::clone(&ledger),
-                Arc::clone(&board),
+            let (_sim, ganeti, executor, board, _waits) = waiting(
+                Duration::from_millis(500),
                 JobWaitSettings {
                     batch_grace: grace,
                     ..JobWaitSettings::default()

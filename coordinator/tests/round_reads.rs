@@ -22,7 +22,7 @@ use nodecare_coordinator::scrape::{
 use nodecare_coordinator::store::Store;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::SimConfig;
-use nodecare_protocol::{CanonicalJson, DiagnoseStatus, NodeVerdict, ScriptVerdict};
+use nodecare_protocol::DiagnoseStatus;
 
 const MASTER: &str = "node1.sim.test";
 const RETURNING: &str = "node2.sim.test";
@@ -43,15 +43,8 @@ impl Returning {
 }
 
 fn ok_observation(now_ms: u64) -> Observation {
-    let script = ScriptVerdict {
-        status: DiagnoseStatus::Ok,
-        command: None,
-        details: serde_json::json!({}),
-        fingerprint: None,
-        reason: None,
-    };
-    let verdict = NodeVerdict::merge(BTreeMap::from([("disk".to_owned(), script)])).unwrap();
-    let original = CanonicalJson::new(&serde_json::to_value(&verdict).unwrap()).unwrap();
+    let (verdict, original) =
+        nodecare_coordinator::what_if::synthetic_verdict(DiagnoseStatus::Ok).unwrap();
     Observation {
         verdict: Arc::new(verdict),
         original: Arc::new(original),

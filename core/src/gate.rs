@@ -1288,39 +1288,14 @@ mod tests {
             placed in proptest::collection::vec((0usize..6, proptest::option::weighted(0.9, 0u64..10_000)), 0..40),
         ) {
             let nodes: Vec<crate::ganeti::Node> = (0..5)
-                .map(|i| crate::ganeti::Node {
-                    name: format!("n{i}"),
-                    uuid: format!("u{i}"),
-                    role: crate::ganeti::NodeRole::Regular,
-                    drained: false,
-                    offline: false,
-                    master_candidate: false,
-                    vm_capable: true,
-                    primary_ip: String::new(),
-                    secondary_ip: String::new(),
-                    tags: Vec::new(),
-                    group: "g".into(),
-                    primary_instances: Vec::new(),
-                    secondary_instances: Vec::new(),
-                    memory_free: None,
-                    memory_total: None,
-                    disk_free: None,
-                })
+                .map(|i| crate::plan::tests_support::node(&format!("n{i}")))
                 .collect();
             let instances: Vec<crate::ganeti::Instance> = placed
                 .iter()
                 .enumerate()
                 .map(|(k, (on, memory))| crate::ganeti::Instance {
-                    name: format!("i{k}"),
-                    uuid: format!("iu{k}"),
-                    disk_template: crate::ganeti::DiskTemplate::Diskless,
-                    primary_node: format!("n{on}"),
-                    secondary_nodes: Vec::new(),
-                    admin_state: "up".into(),
-                    status: "running".into(),
                     memory: *memory,
-                    tags: Vec::new(),
-                    disk_sizes: Vec::new(),
+                    ..crate::plan::tests_support::instance(&format!("i{k}"), &format!("n{on}"), 0)
                 })
                 .collect();
             let view = View::from_cluster(
