@@ -68,7 +68,11 @@ impl Default for JobWaitSettings {
 /// together has ended, or a straggler submitted after the chains that an older chained job
 /// would have hidden. Pure.
 pub fn to_wait_on(in_flight: &[Entry], ended: &BTreeSet<JobId>, max: usize) -> Vec<JobId> {
-    let spans = spans(in_flight, ended);
+    waits_of(&spans(in_flight, ended), max)
+}
+
+/// [`to_wait_on`] from the holders' spans.
+fn waits_of(spans: &[(JobId, JobId)], max: usize) -> Vec<JobId> {
     let mut oldest: Vec<JobId> = spans.iter().map(|(oldest, _)| *oldest).collect();
     oldest.sort_unstable();
     let mut youngest: Vec<JobId> = spans
@@ -89,8 +93,14 @@ pub fn to_wait_on(in_flight: &[Entry], ended: &BTreeSet<JobId>, max: usize) -> V
 /// wakes the round, so that a batch that ends together is seen by one round, not by one round
 /// for most of it and another for the last few. Pure.
 pub fn batch_ends(in_flight: &[Entry], ended: &BTreeSet<JobId>) -> BTreeMap<JobId, JobId> {
-    spans(in_flight, ended)
-        .into_iter()
+    batches_of(&spans(in_flight, ended))
+}
+
+/// [`batch_ends`] from the holders' spans.
+fn batches_of(spans: &[(JobId, JobId)]) -> BTreeMap<JobId, JobId> {
+    spans
+        .iter()
+        .copied()
         .filter(|(oldest, youngest)| youngest != oldest)
         .collect()
 }
@@ -204,8 +214,9 @@ async fn run(
                     let following: BTreeSet<JobId> =
                         in_flight.iter().filter_map(following).collect();
                     ended.retain(|job| following.contains(job));
-                    batches = batch_ends(&in_flight, &ended);
-                    to_wait_on(&in_flight, &ended, settings.max_waits)
+                    let spans = spans(&in_flight, &ended);
+                    batches = batches_of(&spans);
+                    waits_of(&spans, settings.max_waits)
                 }
                 Err(error) => {
                     tracing::warn!(%error, "job waits: cannot read the ledger; looking again after the next round");
