@@ -70,6 +70,9 @@ pub struct Store {
     connection: Mutex<Connection>,
     /// What the store keeps of the ledger in memory ([`Store::ledger_rows`]).
     ledger_memory: ledger::Memory,
+    /// The campaigns last read, each with the text it was decoded from: a round reads them
+    /// several times, and decodes only those whose stored text changed.
+    campaigns_read: Mutex<Vec<(String, crate::campaign::Record)>>,
 }
 
 fn to_i64(value: u64) -> i64 {
@@ -109,6 +112,7 @@ impl Store {
         Ok(Self {
             connection: Mutex::new(connection),
             ledger_memory,
+            campaigns_read: Mutex::default(),
         })
     }
 
@@ -191,20 +195,33 @@ impl Store {
         Ok(self.prune("balancing", before_ms)?)
     }
 
-    /// Every stored maintenance campaign, newest first.
+    /// Every stored maintenance campaign, newest first. A campaign whose stored text is the one
+    /// last read is not decoded again.
     pub fn campaigns(&self) -> Result<Vec<crate::campaign::Record>, StoreError> {
-        let connection = self.lock();
-        let mut statement = connection
-            .prepare("SELECT record FROM campaigns ORDER BY created_ms DESC, rowid DESC")?;
-        let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
-        let mut campaigns = Vec::new();
-        for row in rows {
-            let text = row?;
-            campaigns.push(
-                serde_json::from_str(&text)
+        let texts = {
+            let connection = self.lock();
+            let mut statement = connection.prepare_cached(
+                "SELECT record FROM campaigns ORDER BY created_ms DESC, rowid DESC",
+            )?;
+            let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+            rows.collect::<Result<Vec<String>, _>>()?
+        };
+        let mut read = self
+            .campaigns_read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut campaigns = Vec::with_capacity(texts.len());
+        let mut now_read = Vec::with_capacity(texts.len());
+        for text in texts {
+            let record = match read.iter().position(|(known, _)| *known == text) {
+                Some(at) => read.swap_remove(at).1,
+                None => serde_json::from_str(&text)
                     .map_err(|error| StoreError::Corrupt(format!("campaign: {error}")))?,
-            );
+            };
+            campaigns.push(crate::campaign::Record::clone(&record));
+            now_read.push((text, record));
         }
+        *read = now_read;
         Ok(campaigns)
     }
 

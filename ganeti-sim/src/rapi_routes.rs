@@ -102,6 +102,133 @@ fn not_found() -> SimAnswer {
     )
 }
 
+/// The job fields a job query knows (name, kind, title, doc), as Ganeti 3.0.2 defines them.
+const JOB_QUERY_FIELDS: [(&str, &str, &str, &str); 9] = [
+    ("id", "number", "ID", "Job ID"),
+    ("status", "text", "Status", "Job status"),
+    ("ops", "other", "OpCodes", "List of all opcodes"),
+    (
+        "summary",
+        "other",
+        "Summary",
+        "List of per-opcode summaries",
+    ),
+    (
+        "opstatus",
+        "other",
+        "OpCode_status",
+        "List of opcode status",
+    ),
+    (
+        "opresult",
+        "other",
+        "OpCode_result",
+        "List of opcode output",
+    ),
+    (
+        "received_ts",
+        "other",
+        "Received",
+        "Timestamp of when job was received (tuple containing seconds and microseconds)",
+    ),
+    (
+        "start_ts",
+        "other",
+        "Start",
+        "Timestamp of job start (tuple containing seconds and microseconds)",
+    ),
+    (
+        "end_ts",
+        "other",
+        "End",
+        "Timestamp of job end (tuple containing seconds and microseconds)",
+    ),
+];
+
+/// The job ids a job query's filter names: every job without one, `["=", "id", N]`, or an
+/// `|` of those (the filters nodecare sends); `Err` for any other filter.
+fn filtered_job_ids(
+    filter: Option<&Value>,
+) -> Result<Option<std::collections::BTreeSet<u64>>, String> {
+    let one = |f: &Value| -> Option<u64> {
+        match f.as_array().map(Vec::as_slice) {
+            Some([op, field, id]) if op == "=" && field == "id" => id.as_u64(),
+            _ => None,
+        }
+    };
+    let Some(filter) = filter else {
+        return Ok(None);
+    };
+    if let Some(id) = one(filter) {
+        return Ok(Some(std::collections::BTreeSet::from([id])));
+    }
+    match filter.as_array().map(Vec::as_slice) {
+        Some([op, rest @ ..]) if op == "|" => rest
+            .iter()
+            .map(|f| one(f).ok_or_else(|| format!("The simulation filters jobs by id only: {f}")))
+            .collect::<Result<_, _>>()
+            .map(Some),
+        _ => Err(format!("The simulation filters jobs by id only: {filter}")),
+    }
+}
+
+/// `PUT /2/query/job` (`{"fields": [...], "qfilter": ...}`): one row per job, a `[status,
+/// value]` pair per field; a job named by the filter that the queue does not have gives its id
+/// and "not available" (3) elsewhere, an unknown field "unknown" (1), as Ganeti answers.
+fn query_jobs(cluster: &SimCluster, req: &SimRequest) -> SimAnswer {
+    let Some(fields) = req.body_field("fields").and_then(Value::as_array) else {
+        return bad_request("The 'fields' parameter should be a list");
+    };
+    let Some(fields) = fields
+        .iter()
+        .map(Value::as_str)
+        .collect::<Option<Vec<&str>>>()
+    else {
+        return bad_request("The 'fields' parameter should be a list of strings");
+    };
+    let filter = req
+        .body_field("qfilter")
+        .or_else(|| req.body_field("filter"));
+    let ids: Vec<u64> = match filtered_job_ids(filter) {
+        Ok(Some(ids)) => ids.into_iter().collect(),
+        Ok(None) => cluster.jobs.keys().copied().collect(),
+        Err(message) => return bad_request(&message),
+    };
+    let details = fields.iter().any(|f| matches!(*f, "opresult" | "oplog"));
+    let rows: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            let job = cluster.jobs.get(id).map(|j| cluster.job_json(j, details));
+            let cells: Vec<Value> = fields
+                .iter()
+                .map(|field| {
+                    let known = JOB_QUERY_FIELDS.iter().any(|(name, ..)| name == field);
+                    match &job {
+                        _ if !known => json!([1, null]),
+                        Some(job) => json!([0, job.get(*field).cloned().unwrap_or(Value::Null)]),
+                        None if *field == "id" => json!([0, id]),
+                        None => json!([3, null]),
+                    }
+                })
+                .collect();
+            Value::Array(cells)
+        })
+        .collect();
+    let definitions: Vec<Value> = fields
+        .iter()
+        .map(
+            |field| match JOB_QUERY_FIELDS.iter().find(|(name, ..)| name == field) {
+                Some((name, kind, title, doc)) => {
+                    json!({"name": name, "kind": kind, "title": title, "doc": doc})
+                }
+                None => json!({"name": field, "kind": "unknown", "title": field,
+                "doc": format!("Unknown field '{field}'")}),
+            },
+        )
+        .collect();
+    SimAnswer::Now(200, json!({"fields": definitions, "data": rows}))
+}
+
 fn bad_request(message: &str) -> SimAnswer {
     SimAnswer::Now(
         400,
@@ -470,6 +597,7 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
                 .collect();
             ok(Value::Array(list))
         }
+        ("PUT", ["2", "query", "job"]) => query_jobs(cluster, req),
         ("GET", ["2", "jobs", id]) => {
             let job = id.parse::<u64>().ok().and_then(|id| cluster.jobs.get(&id));
             match job {

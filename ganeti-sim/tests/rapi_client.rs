@@ -372,6 +372,40 @@ async fn the_client_talks_to_the_simulation_in_process() {
     assert!(matches!(err, GanetiError::NotFound(_)), "{err}");
 }
 
+/// The jobs among some ids, by a job query on their ids: those the queue has, with their
+/// status and reason trails, the same as in the whole list; an id it does not have is left
+/// out.
+#[tokio::test]
+async fn a_job_query_gives_the_jobs_among_its_ids() {
+    let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();
+    sim.set_job_delay(Duration::from_millis(10));
+    let client = sim.client();
+    let g: &dyn Ganeti = &client;
+    let mut ids = Vec::new();
+    for (i, node) in ["node2.sim.test", "node3.sim.test"].into_iter().enumerate() {
+        let id = g
+            .submit(&Op::drain(node), &reason(&format!("drain-{i}")))
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    assert!(sim.settle(Duration::from_secs(5)).await);
+    let among = std::collections::BTreeSet::from([ids[1], 999]);
+    let queried = client.jobs_queried(&among).await.unwrap();
+    assert_eq!(queried.iter().map(|j| j.id).collect::<Vec<_>>(), [ids[1]]);
+    let listed: Vec<nodecare_ganeti::JobSummary> = g
+        .jobs()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|j| j.id == ids[1])
+        .collect();
+    let queried: Vec<nodecare_ganeti::JobSummary> = g.jobs_among(&among).await.unwrap();
+    assert_eq!(queried, listed);
+    assert_eq!(queried[0].status, JobStatus::Success);
+    assert_eq!(queried[0].nodecare_reason().unwrap().intent, "drain-1");
+}
+
 #[tokio::test]
 async fn injected_faults_reach_the_in_process_client() {
     let sim = Simulation::new(SimConfig::from_spec(3, INSTANCES, "sim.test").unwrap()).unwrap();

@@ -56,6 +56,11 @@ async fn wait_job(rapi: &RapiClient, id: JobId, limit: Duration) -> RapiJob {
     }
 }
 
+/// What the coordinator reads of a listed job.
+fn ganeti_summary(job: &RapiJob) -> nodecare_ganeti::JobSummary {
+    nodecare_ganeti::JobSummary::from(job.clone())
+}
+
 #[tokio::test]
 async fn real_cluster_round_trip() {
     let Ok(env_path) = std::env::var("NODECARE_GNT_ENV") else {
@@ -125,6 +130,38 @@ async fn real_cluster_round_trip() {
         (parsed.incident, parsed.intent.as_str()),
         (incident, "migrate")
     );
+    // The same job by a job query on its id (with an id Ganeti does not have, and, asked for
+    // in more than one request, every job of the queue).
+    let queried = rapi
+        .jobs_queried(&std::collections::BTreeSet::from([id, 999_999]))
+        .await
+        .unwrap();
+    assert_eq!(queried.iter().map(|j| j.id).collect::<Vec<_>>(), [id]);
+    let parsed = ganeti_summary(&queried[0]).nodecare_reason().unwrap();
+    assert_eq!(
+        (parsed.incident, parsed.intent.as_str(), queried[0].status),
+        (incident, "migrate", JobStatus::Success)
+    );
+    let every: std::collections::BTreeSet<JobId> =
+        (1..=id.max(nodecare_ganeti::rapi::client::QUERY_JOBS_AT_ONCE as u64 + 1)).collect();
+    let queried: std::collections::BTreeSet<JobId> = rapi
+        .jobs_queried(&every)
+        .await
+        .unwrap()
+        .iter()
+        .map(|j| j.id)
+        .collect();
+    // Every job listed before (a job Ganeti started since may come too).
+    let listed_ids: std::collections::BTreeSet<JobId> = listed
+        .iter()
+        .map(|j| j.id)
+        .filter(|i| every.contains(i))
+        .collect();
+    assert!(
+        queried.is_superset(&listed_ids),
+        "{queried:?} lacks some of {listed_ids:?}"
+    );
+    assert!(queried.is_subset(&every));
     let full = Ganeti::job(&rapi, id).await.unwrap();
     assert!(
         full.reasons

@@ -135,7 +135,7 @@ log "S0 RAPI client against the real cluster"
 # When a job wait fails the test repairs the cluster with master-daemons.sh and waits once more.
 if (cd "$ROOT" && NODECARE_GNT_ENV=$S/cluster.env NODECARE_GNT_MASTER_HEAL="$GNT/master-daemons.sh" cargo test --locked -p nodecare-ganeti \
   --test rapi_real_ganeti -- --nocapture) >"$S/logs/s0.log" 2>&1; then
-  pass "S0 RAPI client: pinned v1 cert, drain/undrain, migrate diskless, tags, job wait, reason trail, OpPrereqError"
+  pass "S0 RAPI client: pinned v1 cert, drain/undrain, migrate diskless, tags, job wait, job query, reason trail, OpPrereqError"
 else
   fail "S0 RAPI client" "see $S/logs/s0.log: $(grep -m1 -E 'panicked|error' "$S/logs/s0.log")"
 fi

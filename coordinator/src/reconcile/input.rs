@@ -55,7 +55,14 @@ impl Reconciler {
         if let Some(replicator) = &self.replicator {
             replicator.set_candidates(&nodes).await;
         }
-        let instances = instances_read.join().await?;
+        // The agents' diagnose reports need only the nodes: read while the instances are still
+        // being read and decoded (on their own worker).
+        let (agents_read, instances) = tokio::join!(
+            self.read_agents(&nodes, summary, now),
+            instances_read.join()
+        );
+        let instances = instances?;
+        let (agents, failed_with_history) = agents_read?;
         // Group names label domains and caps (without them, the groups' uuids serve); their
         // tags feed instance repair (which waits for a round that can read them).
         let groups = match groups_read.join().await {
@@ -86,8 +93,11 @@ impl Reconciler {
         }
         let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
         let graced = gate::grace(&view, &self.planned_disruptions(now)?, grace_ms);
-        let (agents, failed_outside_grace) =
-            self.read_agents(&nodes, &graced, summary, now).await?;
+        // The storm breaker counts agents that stopped answering outside a grace.
+        let failed_outside_grace = failed_with_history
+            .iter()
+            .filter(|node| !graced.contains_key(*node))
+            .count();
         // Storage health from the agents' signed DRBD reports (and RAPI): the gate's input. Read
         // after the diagnose reports, so that a node back from a reboot whose report this round
         // took has its storage report read once it is back too (read before, a node that came
@@ -146,15 +156,14 @@ impl Reconciler {
     }
 
     /// Reads every online node's agent (the board shows each one's state; accepted sequences
-    /// are kept); returns the results and how many agents outside a grace gave no verified
-    /// report.
+    /// are kept); returns the results and the nodes whose agent, read verified by an earlier
+    /// round, gave no verified report.
     async fn read_agents(
         &self,
         nodes: &[Node],
-        graced: &BTreeMap<String, u64>,
         summary: &mut RoundSummary,
         now: u64,
-    ) -> Result<(Vec<crate::scrape::AgentResult>, usize), RoundError> {
+    ) -> Result<(Vec<crate::scrape::AgentResult>, Vec<String>), RoundError> {
         let targets: Vec<AgentTarget> = nodes
             .iter()
             .filter(|node| !node.offline)
@@ -174,7 +183,7 @@ impl Reconciler {
         }
         summary.agents = results.len();
         let mut accepted = Vec::new();
-        let mut failed_outside_grace = 0;
+        let mut failed_with_history = Vec::new();
         {
             let mut board = self
                 .board
@@ -195,8 +204,8 @@ impl Reconciler {
                         // The storm breaker counts agents that stopped answering: one this
                         // coordinator has never read verified (still starting, like the whole
                         // cluster at boot) has no verdict to act on and is no storm.
-                        if !graced.contains_key(&result.node) && previous_ok.is_some() {
-                            failed_outside_grace += 1;
+                        if previous_ok.is_some() {
+                            failed_with_history.push(result.node.clone());
                         }
                         let changed = board
                             .get(&result.node)
@@ -213,7 +222,7 @@ impl Reconciler {
         // costs no durable write.
         accepted.retain(|(node, sequence)| sequences.get(node).is_none_or(|kept| sequence > kept));
         self.store.save_agent_sequences(&accepted)?;
-        Ok((results, failed_outside_grace))
+        Ok((results, failed_with_history))
     }
 
     /// DRBD instances whose minors a verified storage report shows degraded while both of their

@@ -142,10 +142,43 @@ impl RapiClient {
         self.jobs_listed(None).await
     }
 
-    /// `GET /2/jobs?bulk=1`, the jobs among `ids` only: the others' texts are passed over
-    /// after their id.
+    /// The jobs among `ids` only, with their status and opcodes (reason trails): asked for by
+    /// a job query filtered on their ids ([`Self::jobs_queried`]), so that Ganeti loads those
+    /// jobs alone, not its whole queue. A RAPI that refuses the query (an HTTP error, an answer
+    /// that does not decode) is asked for its whole job list instead (`GET /2/jobs?bulk=1`,
+    /// the others' texts passed over after their id).
     pub async fn jobs_among(&self, ids: &BTreeSet<JobId>) -> Result<Vec<RapiJob>, RapiError> {
-        self.jobs_listed(Some(ids)).await
+        match self.jobs_queried(ids).await {
+            Err(RapiError::Http { .. } | RapiError::Decode { .. }) => {
+                self.jobs_listed(Some(ids)).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// `PUT /2/query/job` with the fields `id`, `status` and `ops` and a filter naming `ids`
+    /// (at most [`QUERY_JOBS_AT_ONCE`] per request): the jobs Ganeti has among them, in its
+    /// order. A job whose status is not available (not found, not readable) is left out.
+    pub async fn jobs_queried(&self, ids: &BTreeSet<JobId>) -> Result<Vec<RapiJob>, RapiError> {
+        let path = "/2/query/job";
+        let ids: Vec<JobId> = ids.iter().copied().collect();
+        let mut jobs = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(QUERY_JOBS_AT_ONCE) {
+            let query = JobQuery {
+                fields: &JOB_QUERY_FIELDS,
+                qfilter: IdsFilter(chunk),
+            };
+            let body = serde_json::to_value(&query).map_err(|e| decode_error("PUT", path, &e))?;
+            let answer = self
+                .send_body(
+                    &request(Method::Put, path, &[], Some(body)),
+                    self.request_timeout,
+                )
+                .await?;
+            let answer: QueryAnswer = decoded(Method::Put, path, answer, CONTIGUOUS_LIMIT)?;
+            jobs.extend(answer.jobs(path)?);
+        }
+        Ok(jobs)
     }
 
     async fn jobs_listed(
@@ -537,6 +570,121 @@ fn decode_job_cancel(answer: &Value) -> Option<ganeti::JobCancel> {
     }
 }
 
+/// The jobs of a job query's answer (`PUT /2/query/job`), as [`RapiClient::jobs_queried`]
+/// reads them: a row without its id or status is left out. Pure.
+pub fn job_query_jobs(answer: &[u8]) -> Result<Vec<RapiJob>, RapiError> {
+    let path = "/2/query/job";
+    let answer: QueryAnswer =
+        serde_json::from_slice(answer).map_err(|e| decode_error("PUT", path, &e))?;
+    answer.jobs(path)
+}
+
+/// The jobs of a bulk job list (`GET /2/jobs?bulk=1`), those among `among` when given, as
+/// [`RapiClient::jobs_among`] reads them when the job query is refused. Pure.
+pub fn job_list_jobs(
+    answer: &[u8],
+    among: Option<&BTreeSet<JobId>>,
+) -> Result<Vec<RapiJob>, RapiError> {
+    let mut body = RapiBody::default();
+    body.push(bytes::Bytes::copy_from_slice(answer));
+    jobs_of("/2/jobs", body, CONTIGUOUS_LIMIT, among)
+}
+
+/// Most job ids one job query names (its filter grows with each).
+pub const QUERY_JOBS_AT_ONCE: usize = 512;
+
+/// The fields a job query asks for: what [`ganeti::JobSummary`] needs (the reason trails are
+/// in `ops`).
+const JOB_QUERY_FIELDS: [&str; 3] = ["id", "status", "ops"];
+
+/// The body of `PUT /2/query/job`.
+#[derive(serde::Serialize)]
+struct JobQuery<'a> {
+    fields: &'a [&'a str],
+    qfilter: IdsFilter<'a>,
+}
+
+/// Ganeti's query filter naming these job ids: `["|", ["=", "id", 1], ["=", "id", 2], …]`.
+struct IdsFilter<'a>(&'a [JobId]);
+
+impl serde::Serialize for IdsFilter<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq as _;
+        let mut seq = serializer.serialize_seq(Some(self.0.len() + 1))?;
+        seq.serialize_element("|")?;
+        for id in self.0 {
+            seq.serialize_element(&("=", "id", id))?;
+        }
+        seq.end()
+    }
+}
+
+/// The answer to a query (`/2/query/<resource>`): the fields' definitions, then one row per
+/// item, each a `[result status, value]` pair per field in the fields' order.
+#[derive(serde::Deserialize)]
+struct QueryAnswer {
+    fields: Vec<QueryField>,
+    data: Vec<Vec<QueryCell>>,
+}
+
+/// One field's definition (only its name is read).
+#[derive(serde::Deserialize)]
+struct QueryField {
+    name: String,
+}
+
+/// One value: Ganeti's result status (0, normal, is the only one with a value) and the value.
+#[derive(serde::Deserialize)]
+struct QueryCell(u8, Box<serde_json::value::RawValue>);
+
+/// The result status of a value that is there.
+const RS_NORMAL: u8 = 0;
+
+impl QueryAnswer {
+    /// Each row as a job (`id`, `status`, `ops`); a row whose id or status is not there is
+    /// left out; a value that is there but does not decode is an error.
+    fn jobs(&self, path: &str) -> Result<Vec<RapiJob>, RapiError> {
+        let column = |name: &str| self.fields.iter().position(|f| f.name == name);
+        let (Some(id_at), Some(status_at)) = (column("id"), column("status")) else {
+            return Err(RapiError::Decode {
+                method: "PUT".to_owned(),
+                path: path.to_owned(),
+                message: "the answer has no id or status field".to_owned(),
+            });
+        };
+        let ops_at = column("ops");
+        let mut jobs = Vec::with_capacity(self.data.len());
+        for row in &self.data {
+            let normal = |at: usize| row.get(at).filter(|cell| cell.0 == RS_NORMAL);
+            let (Some(id), Some(status)) = (normal(id_at), normal(status_at)) else {
+                continue;
+            };
+            let id: JobId =
+                serde_json::from_str(id.1.get()).map_err(|e| decode_error("PUT", path, &e))?;
+            let status =
+                serde_json::from_str(status.1.get()).map_err(|e| decode_error("PUT", path, &e))?;
+            let ops = match ops_at.and_then(normal) {
+                Some(ops) => {
+                    serde_json::from_str(ops.1.get()).map_err(|e| decode_error("PUT", path, &e))?
+                }
+                None => Vec::new(),
+            };
+            jobs.push(RapiJob {
+                id,
+                status,
+                summary: Vec::new(),
+                ops,
+                opstatus: Vec::new(),
+                opresult: Vec::new(),
+                received_ts: None,
+                start_ts: None,
+                end_ts: None,
+            });
+        }
+        Ok(jobs)
+    }
+}
+
 /// Converts RAPI's records to the trait's types.
 /// `records` converted. The conversion reuses the records' buffer, sized for RAPI's larger
 /// records (`RapiNode` is half as large again as `Node`): it is shrunk to the converted ones,
@@ -605,6 +753,84 @@ mod tests {
         assert!(error.to_string().contains("/2/jobs"), "{error}");
         assert!(job_list("/2/jobs", &[raw("[1, 2]")], None).is_err());
     }
+
+    /// A job query's answer, as a real Ganeti 3.0.2 gave it (job 3's opcode cut to the fields
+    /// read, job 99999 unknown): the known job with its status and reason trail; the unknown
+    /// one (its status not available) left out.
+    #[test]
+    fn a_job_query_answer_gives_the_jobs_it_has() {
+        let answer: QueryAnswer = serde_json::from_str(SAMPLE_JOB_QUERY).unwrap();
+        let jobs = answer.jobs("/2/query/job").unwrap();
+        assert_eq!(jobs.len(), 1);
+        assert_eq!((jobs[0].id, jobs[0].status), (3, JobStatus::Success));
+        assert_eq!(
+            jobs[0].reasons().first().map(|r| r.source.as_str()),
+            Some("gnt:client:gnt-node")
+        );
+    }
+
+    /// The columns are found by their names, in any order; an answer without `id` or `status`,
+    /// or with a value there that does not decode, is an error naming the request; a row
+    /// without `ops` gives a job without opcodes.
+    #[test]
+    fn a_job_query_answer_is_read_by_its_field_names() {
+        let answer = |fields: &str, rows: &str| -> QueryAnswer {
+            let fields: Vec<String> = fields
+                .split(',')
+                .map(|name| format!(r#"{{"name": "{name}"}}"#))
+                .collect();
+            serde_json::from_str(&format!(
+                r#"{{"fields": [{}], "data": {rows}}}"#,
+                fields.join(",")
+            ))
+            .unwrap()
+        };
+        let jobs = answer("status,id", r#"[[[0, "running"], [0, 7]]]"#)
+            .jobs("/2/query/job")
+            .unwrap();
+        assert_eq!(
+            (jobs[0].id, jobs[0].status, jobs[0].ops.len()),
+            (7, JobStatus::Running, 0)
+        );
+        for (fields, rows) in [
+            ("id,ops", r#"[[[0, 7], [0, []]]]"#),
+            ("id,status", r#"[[[0, "seven"], [0, "running"]]]"#),
+            ("id,status", r#"[[[0, 7], [0, "sleeping"]]]"#),
+            (
+                "id,status,ops",
+                r#"[[[0, 7], [0, "running"], [0, "not opcodes"]]]"#,
+            ),
+        ] {
+            let error = answer(fields, rows).jobs("/2/query/job").unwrap_err();
+            assert!(
+                error.to_string().contains("/2/query/job"),
+                "{fields}: {error}"
+            );
+        }
+        // A row whose id or status is not there (any status but 0) is left out.
+        let jobs = answer(
+            "id,status",
+            r#"[[[3, null], [0, "running"]], [[0, 8], [2, null]], [[0, 9], [0, "queued"]]]"#,
+        )
+        .jobs("/2/query/job")
+        .unwrap();
+        assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [9]);
+    }
+
+    /// The filter names every id asked for, as Ganeti reads it.
+    #[test]
+    fn a_job_query_names_its_ids_in_its_filter() {
+        let query = JobQuery {
+            fields: &JOB_QUERY_FIELDS,
+            qfilter: IdsFilter(&[4, 9]),
+        };
+        assert_eq!(
+            serde_json::to_string(&query).unwrap(),
+            r#"{"fields":["id","status","ops"],"qfilter":["|",["=","id",4],["=","id",9]]}"#
+        );
+    }
+
+    const SAMPLE_JOB_QUERY: &str = r#"{"data": [[[0, 3], [0, "success"], [0, [{"OP_ID": "OP_NODE_ADD", "comment": null, "debug_level": 0, "depends": null, "node_name": "node2.nodecare.test", "priority": 0, "reason": [["gnt:client:gnt-node", "add", 1795859770790800896], ["gnt:opcode:node_add", "job=3;index=0", 1795859770792286000]]}]]], [[0, 99999], [3, null], [3, null]]], "fields": [{"doc": "Job ID", "kind": "number", "name": "id", "title": "ID"}, {"doc": "Job status", "kind": "text", "name": "status", "title": "Status"}, {"doc": "List of all opcodes", "kind": "other", "name": "ops", "title": "OpCodes"}]}"#;
 
     /// Among a list, only the jobs asked for are given, decoded whole; the others' texts are
     /// passed over after their id (here, one whose opcodes would not decode); a job whose id
