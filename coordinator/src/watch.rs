@@ -60,6 +60,12 @@ pub struct WatchSettings {
     /// Delay after an error of an agent whose node is expected back (a campaign reboots it),
     /// instead of the back-off.
     pub returning_retry: Duration,
+    /// Nodes rebooted together come back together: once one of the nodes expected back is
+    /// back, the others still away are asked again at once, then every `quickened_retry`, for
+    /// `quickened_for` after the latest return.
+    pub quickened_retry: Duration,
+    /// See [`WatchSettings::quickened_retry`].
+    pub quickened_for: Duration,
 }
 
 impl Default for WatchSettings {
@@ -71,6 +77,8 @@ impl Default for WatchSettings {
             backoff_max: Duration::from_secs(30),
             policy: VerifyPolicy::default(),
             returning_retry: Duration::from_millis(100),
+            quickened_retry: Duration::from_millis(20),
+            quickened_for: Duration::from_millis(500),
         }
     }
 }
@@ -118,6 +126,22 @@ struct WatchContext {
     returning: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
     /// Set when one of them came back ([`Watches::take_returned`]).
     returned: Arc<std::sync::atomic::AtomicBool>,
+    /// The returns of the nodes expected back, as they come: which of them are back, how many
+    /// returns were seen, until when the others are asked at the quickened pace.
+    returns: Arc<Returns>,
+}
+
+/// The returns of the nodes expected back from a reboot ([`WatchSettings::quickened_retry`]).
+#[derive(Debug, Default)]
+struct Returns {
+    /// The nodes expected back that came back (kept while they are expected).
+    back: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Returns seen so far.
+    count: std::sync::atomic::AtomicU64,
+    /// Unix ms until which the nodes still away are asked at the quickened pace.
+    quickened_until_ms: std::sync::atomic::AtomicU64,
+    /// Wakes the watches of the nodes still away when one comes back.
+    quicken: tokio::sync::Notify,
 }
 
 impl Drop for Watches {
@@ -140,6 +164,7 @@ impl Watches {
                 delivered: Arc::new(Delivered::default()),
                 returning: Arc::default(),
                 returned: Arc::default(),
+                returns: Arc::default(),
             }),
             running: BTreeMap::new(),
         }
@@ -150,9 +175,32 @@ impl Watches {
     /// the failures counts as a change (the node is back), so that the round sees the return
     /// at once.
     pub fn set_returning(&self, nodes: std::collections::BTreeSet<String>) {
+        if let Ok(mut back) = self.context.returns.back.lock() {
+            back.retain(|node| nodes.contains(node));
+        }
         if let Ok(mut returning) = self.context.returning.write() {
             *returning = nodes;
         }
+    }
+
+    /// How many returns of nodes expected back the watches have seen (a count that only
+    /// grows).
+    pub fn returns(&self) -> u64 {
+        self.context
+            .returns
+            .count
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether every node expected back is back (none expected: `false`).
+    pub fn all_returned(&self) -> bool {
+        let Ok(returning) = self.context.returning.read() else {
+            return false;
+        };
+        let Ok(back) = self.context.returns.back.lock() else {
+            return false;
+        };
+        !returning.is_empty() && returning.iter().all(|node| back.contains(node))
     }
 
     /// Whether a node the campaigns reboot came back since the last call: the change it
@@ -251,8 +299,15 @@ async fn watch_agent(target: Arc<AgentTarget>, context: Arc<WatchContext>) {
     let mut log = crate::auth::LogLimiter::new(LOG_PERIOD);
     loop {
         let started = tokio::time::Instant::now();
-        let (answer, body) =
-            watch_once_with_body(&target, &context.ring, &context.settings, after).await;
+        let (answer, body) = if lost && is_returning(&target, &context) {
+            // Boxed: a waiting watch's task stays small.
+            match Box::pin(ask_returning(&target, &context, after)).await {
+                Some(answer) => answer,
+                None => continue,
+            }
+        } else {
+            watch_once_with_body(&target, &context.ring, &context.settings, after).await
+        };
         let failure = take_answer(
             &target,
             &context,
@@ -268,7 +323,71 @@ async fn watch_agent(target: Arc<AgentTarget>, context: Arc<WatchContext>) {
             backoff = context.settings.backoff_min;
             continue;
         };
+        // Boxed (a pause follows a failure only): a waiting watch's task stays small.
+        Box::pin(pause_for(&context, pause, is_returning(&target, &context))).await;
+    }
+}
+
+/// One request of the watch of a node away and expected back. A request that has waited a
+/// while (a connection to a node still rebooting may hang until its timeout) is given up at
+/// another node's return (`None`: ask again at once).
+async fn ask_returning(
+    target: &AgentTarget,
+    context: &WatchContext,
+    after: u64,
+) -> Option<(WatchAnswer, Option<SignedReport>)> {
+    let restart = async {
+        tokio::time::sleep(context.settings.returning_retry).await;
+        context.returns.quicken.notified().await;
+    };
+    tokio::select! {
+        answer = watch_once_with_body(target, &context.ring, &context.settings, after) => Some(answer),
+        () = restart => None,
+    }
+}
+
+/// A watch's pause after a failure; that of a node expected back (`returning`) is cut short by
+/// another node's return.
+async fn pause_for(context: &WatchContext, pause: Duration, returning: bool) {
+    if returning {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            () = context.returns.quicken.notified() => {}
+        }
+    } else {
         tokio::time::sleep(pause).await;
+    }
+}
+
+impl Returns {
+    /// `node`, expected back, came back: the nodes still away are asked again at once, and at
+    /// the quickened pace for a while.
+    fn came_back(&self, node: &str, settings: &WatchSettings) {
+        if let Ok(mut back) = self.back.lock() {
+            back.insert(node.to_owned());
+        }
+        self.count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let window = u64::try_from(settings.quickened_for.as_millis()).unwrap_or(u64::MAX);
+        self.quickened_until_ms.store(
+            nodecare_protocol::now_ms().saturating_add(window),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        self.quicken.notify_waiters();
+    }
+
+    /// The pause before a node expected back is asked again at `now_ms`: the quickened one
+    /// shortly after another node's return, the returning one otherwise. Pure but for the
+    /// shared deadline.
+    fn retry(&self, settings: &WatchSettings, now_ms: u64) -> Duration {
+        let until = self
+            .quickened_until_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if now_ms < until {
+            settings.quickened_retry.min(settings.returning_retry)
+        } else {
+            settings.returning_retry
+        }
     }
 }
 
@@ -353,6 +472,7 @@ fn take_answer(
             );
             if changed {
                 if back {
+                    context.returns.came_back(&target.node, &context.settings);
                     context
                         .returned
                         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -382,7 +502,9 @@ fn pause(
     if is_returning(target, context) {
         // Not a back-off: the node is expected away until it is back.
         tracing::debug!(node = %target.node, reason = %failure.message, "node rebooting: watching for its return");
-        return context.settings.returning_retry;
+        return context
+            .returns
+            .retry(&context.settings, nodecare_protocol::now_ms());
     }
     let settings = context.settings;
     let delay = delay(*backoff, failure.retry_after, settings);
@@ -1065,13 +1187,8 @@ pub(crate) mod tests {
         format!("http://{address}")
     }
 
-    /// A node a campaign reboots is watched for its return: while its agent fails, the watch
-    /// asks again at a short pace instead of backing off, and the first report after the
-    /// failures counts as a change, the verdict the same as before; a node not expected back
-    /// is asked again only after the back-off.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_rebooted_node_back_with_the_same_verdict_is_a_change() {
-        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
+    /// A signed diagnose report (Ok) of `node`, as a whole HTTP answer.
+    fn signed_answer(key: &nodecare_protocol::HmacKey, node: &str, sequence: u64) -> Vec<u8> {
         let now = nodecare_protocol::now_ms();
         let script =
             nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
@@ -1079,29 +1196,127 @@ pub(crate) mod tests {
             [("disk".to_owned(), script)].into_iter().collect(),
         )
         .unwrap();
-        let answer = |sequence: u64| {
-            let payload = serde_json::to_value(nodecare_protocol::DiagnosePayload {
-                verdict: verdict.clone(),
-                collected_at_ms: now,
-                age_ms: 0,
-                stale: false,
-                interval_ms: 1000,
-                boot_id: None,
-                reboot_required: None,
-            })
+        let payload = serde_json::to_value(nodecare_protocol::DiagnosePayload {
+            verdict,
+            collected_at_ms: now,
+            age_ms: 0,
+            stale: false,
+            interval_ms: 1000,
+            boot_id: None,
+            reboot_required: None,
+        })
+        .unwrap();
+        let envelope = nodecare_protocol::Signer::new(key.clone(), node)
+            .sign(payload, sequence, now, 60_000)
             .unwrap();
-            let envelope = nodecare_protocol::Signer::new(key.clone(), "n1")
-                .sign(payload, sequence, now, 60_000)
-                .unwrap();
-            let body = serde_json::to_vec(&envelope).unwrap();
-            let mut raw = format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            )
-            .into_bytes();
-            raw.extend(body);
-            raw
+        let body = serde_json::to_vec(&envelope).unwrap();
+        let mut raw = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        raw.extend(body);
+        raw
+    }
+
+    /// Nodes rebooted together come back together: once one node expected back is back, the
+    /// watch of another still away asks again at once and then at the quickened pace, long
+    /// before its returning pace; once both are back, every node expected back is.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_return_quickens_the_watches_of_the_nodes_still_away() {
+        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
+        let down = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown".to_vec();
+        let settings = WatchSettings {
+            wait: Duration::from_secs(20),
+            timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(4),
+            backoff_max: Duration::from_secs(8),
+            returning_retry: Duration::from_secs(2),
+            quickened_retry: Duration::from_millis(20),
+            quickened_for: Duration::from_secs(5),
+            policy: VerifyPolicy::default(),
         };
+        // n1 is away once, n2 twice: at the returning pace n2 would be seen back after ~4 s.
+        let n1 = scripted_agent(vec![
+            signed_answer(&key, "n1", 9),
+            down.clone(),
+            signed_answer(&key, "n1", 10),
+        ])
+        .await;
+        let n2 = scripted_agent(vec![
+            signed_answer(&key, "n2", 9),
+            down.clone(),
+            down.clone(),
+            signed_answer(&key, "n2", 10),
+        ])
+        .await;
+        let mut watches = Watches::new(Arc::new(KeyRing::single(key.clone())), settings);
+        watches.set_returning(["n1".to_owned(), "n2".to_owned()].into());
+        assert!(!watches.all_returned());
+        let started = tokio::time::Instant::now();
+        watches.sync(&[
+            AgentTarget {
+                node: "n1".into(),
+                node_uuid: "n1".into(),
+                base_url: n1,
+            },
+            AgentTarget {
+                node: "n2".into(),
+                node_uuid: "n2".into(),
+                base_url: n2,
+            },
+        ]);
+        while watches.returns() < 2 && started.elapsed() < Duration::from_secs(6) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(watches.returns(), 2);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "n2 seen back after {:?}",
+            started.elapsed()
+        );
+        assert!(watches.all_returned());
+        // A node no longer expected back is forgotten; one newly expected is not back yet.
+        watches.set_returning(["n2".to_owned(), "n3".to_owned()].into());
+        assert!(!watches.all_returned());
+        watches.set_returning(["n2".to_owned()].into());
+        assert!(watches.all_returned());
+    }
+
+    /// The pace of a node expected back: the quickened one until the window after the latest
+    /// return ends (never slower than the returning pace), the returning one after it.
+    #[test]
+    fn a_return_quickens_the_pace_for_a_while() {
+        let settings = WatchSettings {
+            returning_retry: Duration::from_millis(100),
+            quickened_retry: Duration::from_millis(20),
+            quickened_for: Duration::from_millis(500),
+            ..WatchSettings::default()
+        };
+        let returns = Returns::default();
+        let now = nodecare_protocol::now_ms();
+        assert_eq!(returns.retry(&settings, now), Duration::from_millis(100));
+        returns.came_back("n1", &settings);
+        assert_eq!(returns.retry(&settings, now), Duration::from_millis(20));
+        assert_eq!(
+            returns.retry(&settings, now + 10_000),
+            Duration::from_millis(100)
+        );
+        let slow = WatchSettings {
+            quickened_retry: Duration::from_secs(1),
+            ..settings
+        };
+        assert_eq!(returns.retry(&slow, now), Duration::from_millis(100));
+    }
+
+    /// A node a campaign reboots is watched for its return: while its agent fails, the watch
+    /// asks again at a short pace instead of backing off, and the first report after the
+    /// failures counts as a change, the verdict the same as before; a node not expected back
+    /// is asked again only after the back-off.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rebooted_node_back_with_the_same_verdict_is_a_change() {
+        let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
+        let answer = |sequence: u64| signed_answer(&key, "n1", sequence);
         let down = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown".to_vec();
         let settings = WatchSettings {
             wait: Duration::from_secs(20),
@@ -1110,6 +1325,7 @@ pub(crate) mod tests {
             backoff_max: Duration::from_secs(8),
             returning_retry: Duration::from_millis(100),
             policy: VerifyPolicy::default(),
+            ..WatchSettings::default()
         };
         for returning in [true, false] {
             let url = scripted_agent(vec![
