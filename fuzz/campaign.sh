@@ -8,7 +8,7 @@
 #   RUNS=10000000 SECONDS_PER_TARGET=3600 fuzz/campaign.sh repair_request
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz --locked`). agent_query needs FEATURES=agent,
-# harep_tags FEATURES=coordinator.
+# harep_tags and rapi_jobs FEATURES=coordinator.
 set -uo pipefail
 cd "$(dirname "$0")"
 RUNS=${RUNS:-10000000}
@@ -22,7 +22,7 @@ status=0
 for target in "${targets[@]}"; do
   case $target in
     agent_query) needs=agent ;;
-    harep_tags) needs=coordinator ;;
+    harep_tags | rapi_jobs) needs=coordinator ;;
     *) needs= ;;
   esac
   if [[ -n $needs && ,$FEATURES, != *,$needs,* ]]; then

@@ -55,24 +55,8 @@ pub struct Coordinator {
 
 /// A watched verdict change starts a round this long after it, so that changes arriving
 /// together (several nodes, a burst) start one round. A node a campaign rebooted that comes
-/// back starts a round sooner ([`Watches::take_returned`]): its group waits for it, as soon as
-/// every node expected back is, or [`RETURNS_QUIET`] passed without another return.
+/// back starts a round at once ([`Watches::take_returned`]): its group waits for it.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
-
-/// After a return, the round waits for the other nodes expected back while they keep coming:
-/// it starts once all are back, once this long passed without another return, or
-/// [`RETURNS_GATHER`] after the first.
-pub const RETURNS_QUIET: Duration = Duration::from_millis(30);
-
-/// See [`RETURNS_QUIET`].
-pub const RETURNS_GATHER: Duration = Duration::from_millis(200);
-
-/// Whether the returns seen so far start the round now: every node expected back is back, no
-/// return came in the last quiet period (`returns` then equals `before`), or the gathering
-/// lasted `gathered` up to [`RETURNS_GATHER`]. Pure.
-pub fn returns_gathered(all_back: bool, before: u64, returns: u64, gathered: Duration) -> bool {
-    all_back || returns == before || gathered >= RETURNS_GATHER
-}
 
 /// Resolves when the watches saw a change (never without watches, or once they are gone).
 async fn changed(changes: Option<&mut tokio::sync::watch::Receiver<u64>>) -> Option<()> {
@@ -353,7 +337,7 @@ impl Coordinator {
         // Retention runs after the first round that acts, then every interval (a coordinator
         // restarted more often than that still prunes).
         let mut retention_due = tokio::time::Instant::now();
-        let result = 'rounds: loop {
+        let result = loop {
             tokio::select! {
                 () = &mut shutdown => break Ok(()),
                 _ = ticker.tick() => {}
@@ -363,23 +347,7 @@ impl Coordinator {
                 }
                 Some(()) = changed(changes.as_mut()) => {
                     let returned = self.watches.as_ref().is_some_and(Watches::take_returned);
-                    if let (true, Some(watches)) = (returned, self.watches.as_ref()) {
-                        let first = tokio::time::Instant::now();
-                        loop {
-                            let before = watches.returns();
-                            if watches.all_returned() {
-                                break;
-                            }
-                            tokio::select! {
-                                () = &mut shutdown => break 'rounds Ok(()),
-                                () = tokio::time::sleep(RETURNS_QUIET) => {}
-                            }
-                            if returns_gathered(watches.all_returned(), before, watches.returns(), first.elapsed()) {
-                                break;
-                            }
-                        }
-                        watches.take_returned();
-                    } else {
+                    if !returned {
                         tokio::select! {
                             () = &mut shutdown => break Ok(()),
                             () = tokio::time::sleep(DEBOUNCE) => {}
@@ -496,31 +464,5 @@ pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettin
         instance_repair: config.instance_repair.enabled,
         ssconf_dir: Some(config.ssconf_dir.clone()),
         record_rounds: config.record_rounds,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The round after a return starts once every node expected back is, once a quiet period
-    /// brought no other return, or once the gathering is long enough; not while returns keep
-    /// coming.
-    #[test]
-    fn returns_are_gathered_while_they_keep_coming() {
-        let short = RETURNS_GATHER / 4;
-        for (all_back, before, returns, gathered, starts) in [
-            (true, 3, 5, short, true),
-            (false, 5, 5, short, true),
-            (false, 3, 5, short, false),
-            (false, 3, 5, RETURNS_GATHER, true),
-            (true, 5, 5, Duration::ZERO, true),
-        ] {
-            assert_eq!(
-                returns_gathered(all_back, before, returns, gathered),
-                starts,
-                "{all_back} {before} {returns} {gathered:?}"
-            );
-        }
     }
 }

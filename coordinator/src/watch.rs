@@ -77,8 +77,8 @@ impl Default for WatchSettings {
             backoff_max: Duration::from_secs(30),
             policy: VerifyPolicy::default(),
             returning_retry: Duration::from_millis(100),
-            quickened_retry: Duration::from_millis(20),
-            quickened_for: Duration::from_millis(500),
+            quickened_retry: Duration::from_millis(25),
+            quickened_for: Duration::from_millis(300),
         }
     }
 }
@@ -126,18 +126,14 @@ struct WatchContext {
     returning: Arc<std::sync::RwLock<std::collections::BTreeSet<String>>>,
     /// Set when one of them came back ([`Watches::take_returned`]).
     returned: Arc<std::sync::atomic::AtomicBool>,
-    /// The returns of the nodes expected back, as they come: which of them are back, how many
-    /// returns were seen, until when the others are asked at the quickened pace.
+    /// The returns of the nodes expected back: until when the others are asked at the
+    /// quickened pace.
     returns: Arc<Returns>,
 }
 
 /// The returns of the nodes expected back from a reboot ([`WatchSettings::quickened_retry`]).
 #[derive(Debug, Default)]
 struct Returns {
-    /// The nodes expected back that came back (kept while they are expected).
-    back: std::sync::Mutex<std::collections::BTreeSet<String>>,
-    /// Returns seen so far.
-    count: std::sync::atomic::AtomicU64,
     /// Unix ms until which the nodes still away are asked at the quickened pace.
     quickened_until_ms: std::sync::atomic::AtomicU64,
     /// Wakes the watches of the nodes still away when one comes back.
@@ -175,32 +171,9 @@ impl Watches {
     /// the failures counts as a change (the node is back), so that the round sees the return
     /// at once.
     pub fn set_returning(&self, nodes: std::collections::BTreeSet<String>) {
-        if let Ok(mut back) = self.context.returns.back.lock() {
-            back.retain(|node| nodes.contains(node));
-        }
         if let Ok(mut returning) = self.context.returning.write() {
             *returning = nodes;
         }
-    }
-
-    /// How many returns of nodes expected back the watches have seen (a count that only
-    /// grows).
-    pub fn returns(&self) -> u64 {
-        self.context
-            .returns
-            .count
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Whether every node expected back is back (none expected: `false`).
-    pub fn all_returned(&self) -> bool {
-        let Ok(returning) = self.context.returning.read() else {
-            return false;
-        };
-        let Ok(back) = self.context.returns.back.lock() else {
-            return false;
-        };
-        !returning.is_empty() && returning.iter().all(|node| back.contains(node))
     }
 
     /// Whether a node the campaigns reboot came back since the last call: the change it
@@ -360,20 +333,21 @@ async fn pause_for(context: &WatchContext, pause: Duration, returning: bool) {
 }
 
 impl Returns {
-    /// `node`, expected back, came back: the nodes still away are asked again at once, and at
-    /// the quickened pace for a while.
-    fn came_back(&self, node: &str, settings: &WatchSettings) {
-        if let Ok(mut back) = self.back.lock() {
-            back.insert(node.to_owned());
-        }
-        self.count
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    /// A node expected back came back: the nodes still away are asked again at once (at the
+    /// first return of a batch), and at the quickened pace for a while.
+    fn came_back(&self, settings: &WatchSettings) {
+        let now = nodecare_protocol::now_ms();
         let window = u64::try_from(settings.quickened_for.as_millis()).unwrap_or(u64::MAX);
-        self.quickened_until_ms.store(
-            nodecare_protocol::now_ms().saturating_add(window),
+        let until = self.quickened_until_ms.swap(
+            now.saturating_add(window),
             std::sync::atomic::Ordering::Relaxed,
         );
-        self.quicken.notify_waiters();
+        // The first return of a batch asks the others again at once; the returns after it keep
+        // the quickened pace going (each waking every watch still away would make as many
+        // requests as returns times nodes).
+        if now >= until {
+            self.quicken.notify_waiters();
+        }
     }
 
     /// The pause before a node expected back is asked again at `now_ms`: the quickened one
@@ -472,7 +446,7 @@ fn take_answer(
             );
             if changed {
                 if back {
-                    context.returns.came_back(&target.node, &context.settings);
+                    context.returns.came_back(&context.settings);
                     context
                         .returned
                         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -1221,7 +1195,7 @@ pub(crate) mod tests {
 
     /// Nodes rebooted together come back together: once one node expected back is back, the
     /// watch of another still away asks again at once and then at the quickened pace, long
-    /// before its returning pace; once both are back, every node expected back is.
+    /// before its returning pace.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_return_quickens_the_watches_of_the_nodes_still_away() {
         let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
@@ -1252,7 +1226,8 @@ pub(crate) mod tests {
         .await;
         let mut watches = Watches::new(Arc::new(KeyRing::single(key.clone())), settings);
         watches.set_returning(["n1".to_owned(), "n2".to_owned()].into());
-        assert!(!watches.all_returned());
+        let changes = watches.subscribe();
+        let first = *changes.borrow();
         let started = tokio::time::Instant::now();
         watches.sync(&[
             AgentTarget {
@@ -1266,21 +1241,18 @@ pub(crate) mod tests {
                 base_url: n2,
             },
         ]);
-        while watches.returns() < 2 && started.elapsed() < Duration::from_secs(6) {
+        // Each return is a change.
+        let returns = || changes.borrow().wrapping_sub(first);
+        while returns() < 2 && started.elapsed() < Duration::from_secs(6) {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        assert_eq!(watches.returns(), 2);
+        assert_eq!(returns(), 2);
         assert!(
             started.elapsed() < Duration::from_secs(3),
             "n2 seen back after {:?}",
             started.elapsed()
         );
-        assert!(watches.all_returned());
-        // A node no longer expected back is forgotten; one newly expected is not back yet.
-        watches.set_returning(["n2".to_owned(), "n3".to_owned()].into());
-        assert!(!watches.all_returned());
-        watches.set_returning(["n2".to_owned()].into());
-        assert!(watches.all_returned());
+        assert!(watches.take_returned());
     }
 
     /// The pace of a node expected back: the quickened one until the window after the latest
@@ -1296,7 +1268,7 @@ pub(crate) mod tests {
         let returns = Returns::default();
         let now = nodecare_protocol::now_ms();
         assert_eq!(returns.retry(&settings, now), Duration::from_millis(100));
-        returns.came_back("n1", &settings);
+        returns.came_back(&settings);
         assert_eq!(returns.retry(&settings, now), Duration::from_millis(20));
         assert_eq!(
             returns.retry(&settings, now + 10_000),
