@@ -1010,6 +1010,17 @@ pub(crate) mod tests {
     /// n1's diagnose report (one script, `Ok`), signed with `key` at `now` as sequence 9,
     /// valid for a minute.
     fn signed_ok_report(key: &nodecare_protocol::HmacKey, now: u64) -> Vec<u8> {
+        signed_report(key, "n1", 9, now)
+    }
+
+    /// `node`'s diagnose report (one script, `Ok`), signed with `key` at `now` as `sequence`,
+    /// valid for a minute.
+    fn signed_report(
+        key: &nodecare_protocol::HmacKey,
+        node: &str,
+        sequence: u64,
+        now: u64,
+    ) -> Vec<u8> {
         let script =
             nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
         let verdict = nodecare_protocol::NodeVerdict::merge(
@@ -1026,8 +1037,8 @@ pub(crate) mod tests {
             reboot_required: None,
         })
         .unwrap();
-        let envelope = nodecare_protocol::Signer::new(key.clone(), "n1")
-            .sign(payload, 9, now, 60_000)
+        let envelope = nodecare_protocol::Signer::new(key.clone(), node)
+            .sign(payload, sequence, now, 60_000)
             .unwrap();
         serde_json::to_vec(&envelope).unwrap()
     }
@@ -1161,29 +1172,26 @@ pub(crate) mod tests {
         format!("http://{address}")
     }
 
+    /// An agent's answer while its node is down.
+    const DOWN: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown";
+
+    /// The settings of the tests of a node's return: back-offs of seconds (4 s, then 8 s), a
+    /// node expected back asked again every `returning_retry`.
+    fn return_settings(returning_retry: Duration) -> WatchSettings {
+        WatchSettings {
+            wait: Duration::from_secs(20),
+            timeout: Duration::from_secs(1),
+            backoff_min: Duration::from_secs(4),
+            backoff_max: Duration::from_secs(8),
+            returning_retry,
+            policy: VerifyPolicy::default(),
+            ..WatchSettings::default()
+        }
+    }
+
     /// A signed diagnose report (Ok) of `node`, as a whole HTTP answer.
     fn signed_answer(key: &nodecare_protocol::HmacKey, node: &str, sequence: u64) -> Vec<u8> {
-        let now = nodecare_protocol::now_ms();
-        let script =
-            nodecare_protocol::ScriptVerdict::parse(br#"{"status":"Ok","details":"d"}"#).unwrap();
-        let verdict = nodecare_protocol::NodeVerdict::merge(
-            [("disk".to_owned(), script)].into_iter().collect(),
-        )
-        .unwrap();
-        let payload = serde_json::to_value(nodecare_protocol::DiagnosePayload {
-            verdict,
-            collected_at_ms: now,
-            age_ms: 0,
-            stale: false,
-            interval_ms: 1000,
-            boot_id: None,
-            reboot_required: None,
-        })
-        .unwrap();
-        let envelope = nodecare_protocol::Signer::new(key.clone(), node)
-            .sign(payload, sequence, now, 60_000)
-            .unwrap();
-        let body = serde_json::to_vec(&envelope).unwrap();
+        let body = signed_report(key, node, sequence, nodecare_protocol::now_ms());
         let mut raw = format!(
             "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
             body.len()
@@ -1199,16 +1207,11 @@ pub(crate) mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_return_quickens_the_watches_of_the_nodes_still_away() {
         let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
-        let down = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown".to_vec();
+        let down = DOWN.to_vec();
         let settings = WatchSettings {
-            wait: Duration::from_secs(20),
-            timeout: Duration::from_secs(1),
-            backoff_min: Duration::from_secs(4),
-            backoff_max: Duration::from_secs(8),
-            returning_retry: Duration::from_secs(2),
             quickened_retry: Duration::from_millis(20),
             quickened_for: Duration::from_secs(5),
-            policy: VerifyPolicy::default(),
+            ..return_settings(Duration::from_secs(2))
         };
         // n1 is away once, n2 twice: at the returning pace n2 would be seen back after ~4 s.
         let n1 = scripted_agent(vec![
@@ -1289,16 +1292,8 @@ pub(crate) mod tests {
     async fn a_rebooted_node_back_with_the_same_verdict_is_a_change() {
         let key = nodecare_protocol::HmacKey::new(b"k".repeat(32));
         let answer = |sequence: u64| signed_answer(&key, "n1", sequence);
-        let down = b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\n\r\ndown".to_vec();
-        let settings = WatchSettings {
-            wait: Duration::from_secs(20),
-            timeout: Duration::from_secs(1),
-            backoff_min: Duration::from_secs(4),
-            backoff_max: Duration::from_secs(8),
-            returning_retry: Duration::from_millis(100),
-            policy: VerifyPolicy::default(),
-            ..WatchSettings::default()
-        };
+        let down = DOWN.to_vec();
+        let settings = return_settings(Duration::from_millis(100));
         for returning in [true, false] {
             let url = scripted_agent(vec![
                 answer(9),
