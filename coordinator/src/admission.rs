@@ -178,6 +178,7 @@ pub fn judge_request(
             .nodes
             .get(&request.node)
             .and_then(|facts| facts.primary_memory),
+        after_releases: std::collections::BTreeMap::new(),
         reason: format!("{} (requested by {})", request.reason, request.requester),
     };
     let decision = crate::gate::decide(&view, &policy, &in_force, vec![proposal]);
@@ -837,6 +838,7 @@ mod tests {
                 nodes: BTreeSet::from(["n5".to_owned()]),
                 what: "n5 (unreachable)".into(),
                 unknown: true,
+                drained: false,
             });
         assert!(matches!(
             judge(&unhealthy, vec![], vec![], &closed, "n1"),

@@ -19,7 +19,7 @@
 //! with the operation: after a crash the same request is sent again and the agent answers with
 //! the first run's record, so a hook never runs twice.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use futures_util::StreamExt as _;
 
@@ -115,7 +115,7 @@ pub fn world(
         // node coming back it is the campaign's own drain, undone in the next step.
         storage: storage
             .iter()
-            .filter(|p| p.unknown || !p.what.ends_with(" is drained"))
+            .filter(|p| !p.drained)
             .map(|p| (p.nodes.clone(), p.what.clone()))
             .collect(),
     }
@@ -349,13 +349,23 @@ pub async fn prepare(
                     landed = as_back(instances, &back);
                     &landed[..]
                 };
+                // Nodes whose undrain job runs are planned on as undrained: the group comes
+                // after those jobs.
+                let releasing = record.releasing();
+                let released;
+                let nodes = if releasing.is_empty() {
+                    ctx.nodes
+                } else {
+                    released = as_released(ctx.nodes, &releasing);
+                    &released[..]
+                };
                 let fresh;
-                let cluster = if back.is_empty() {
+                let cluster = if back.is_empty() && releasing.is_empty() {
                     &*cluster.get_or_insert_with(|| {
                         campaign::roll_cluster(ctx.nodes, instances, groups, master)
                     })
                 } else {
-                    fresh = campaign::roll_cluster(ctx.nodes, instances, groups, master);
+                    fresh = campaign::roll_cluster(nodes, instances, groups, master);
                     &fresh
                 };
                 known.plan(cluster, &record, ctx.domains)
@@ -366,7 +376,8 @@ pub async fn prepare(
                     record.set_blocked(None, world.now_ms);
                     if record.complete_if_done(world.now_ms) {
                         tracing::info!(campaign = %record.campaign.id, "maintenance campaign completed");
-                    } else if let Some(proposal) = crate::duty::maintenance::propose(&record, view)
+                    } else if let Some(proposal) =
+                        crate::duty::maintenance::propose(&record, view, world)
                     {
                         round.moves.insert(record.id(), moves);
                         round.proposals.push(proposal);
@@ -386,6 +397,20 @@ pub async fn prepare(
         round.records.push(record);
     }
     Ok(round)
+}
+
+/// `nodes` with the `releasing` ones undrained (their undrain jobs run).
+fn as_released(nodes: &[Node], releasing: &BTreeSet<String>) -> Vec<Node> {
+    nodes
+        .iter()
+        .map(|n| {
+            let mut n = n.clone();
+            if releasing.contains(&n.name) {
+                n.drained = false;
+            }
+            n
+        })
+        .collect()
 }
 
 /// `instances` with those migrating back (instance → node) already on their node: DRBD ones
@@ -975,16 +1000,19 @@ mod tests {
                 nodes: ["n1".to_owned()].into(),
                 what: "i1: secondary n1 is drained".into(),
                 unknown: false,
+                drained: true,
             },
             StorageProblem {
                 nodes: ["n1".to_owned(), "n2".to_owned()].into(),
                 what: "i2: minor 0 on n2 SyncTarget 40%".into(),
                 unknown: false,
+                drained: false,
             },
             StorageProblem {
                 nodes: ["n3".to_owned()].into(),
                 what: "n3 (unreachable) is drained".into(),
                 unknown: true,
+                drained: false,
             },
         ];
         let w = world(&[], &[], BTreeMap::new(), &storage, "n0", 5);

@@ -511,6 +511,7 @@ async fn a_running_repair_holds_its_nodes_in_later_rounds() {
             touches: Default::default(),
             fresh: false,
             moves_memory: Some(0),
+            after_releases: std::collections::BTreeMap::new(),
             reason: "evacuate (failing)".into(),
         };
         let take_over = gate::Proposal {

@@ -96,6 +96,7 @@ impl AgentReader for Returning {
                     nodes: BTreeSet::from([RETURNING.to_owned()]),
                     what: format!("{RETURNING} (unreachable)"),
                     unknown: true,
+                    drained: false,
                 }]
             };
             StorageHealth {

@@ -170,6 +170,12 @@ pub struct CampaignOp {
     /// A hook that said it did not reboot the node.
     #[serde(default)]
     pub no_reboot: bool,
+    /// Keys of the campaign's operations that must succeed first (Ganeti `depends`): a drain
+    /// or move of a group started while the previous group's undrains run comes after them
+    /// ([`Record::needs_group`]). A migration back's are its node's undrains, found by
+    /// [`Record::entries`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<String>,
 }
 
 /// The ledger entry's `about` keys of a campaign operation.
@@ -297,6 +303,11 @@ impl CampaignOp {
             finished_ms: entry.finished_ms,
             error,
             no_reboot: false,
+            after: if step == NodeStep::MigrateBack {
+                Vec::new()
+            } else {
+                entry.after.clone()
+            },
         })
     }
 }
@@ -556,7 +567,7 @@ impl Record {
         let after = if op.step == NodeStep::MigrateBack {
             undrains.get(op.node.as_str()).cloned().unwrap_or_default()
         } else {
-            Vec::new()
+            op.after.clone()
         };
         op.to_entry(self.holder(), self.description(op), after)
     }
@@ -633,16 +644,133 @@ impl Record {
             .any(|n| !n.step.is_final())
     }
 
-    /// Whether the next group is due: running and no node disrupted (the previous group's
-    /// nodes are all undrained and healthy; their migrations back may still run).
+    /// Whether the next group is due: running, and every node disrupted is releasing (its
+    /// undrain job in flight: [`Self::releasing`]), or none is (the previous group's nodes are
+    /// all undrained and healthy; their migrations back may still run). A group started while
+    /// undrains run has its drains chained after all of them and its moves after their
+    /// target's (Ganeti `depends`): none runs before the nodes it counts on are released, and
+    /// none if an undrain fails.
     pub fn needs_group(&self) -> bool {
-        self.state() == CampaignState::Running
-            && !self
-                .campaign
+        self.state() == CampaignState::Running && {
+            let releasing = self.undrains_in_flight();
+            self.campaign
                 .groups
                 .iter()
                 .flat_map(|g| g.nodes.iter())
-                .any(|n| Self::disrupts(n.step))
+                .filter(|n| Self::disrupts(n.step))
+                .all(|n| releasing.contains_key(n.node.as_str()))
+        }
+    }
+
+    /// The nodes whose undrain job is in flight (recorded or submitted), each with its
+    /// operation's key: disrupted until it ends, released by it.
+    fn undrains_in_flight(&self) -> BTreeMap<&str, &str> {
+        let at_undrain: BTreeSet<&str> = self
+            .campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| n.step == NodeStep::Undrain)
+            .map(|n| n.node.as_str())
+            .collect();
+        if at_undrain.is_empty() {
+            return BTreeMap::new();
+        }
+        self.ops
+            .values()
+            .filter(|op| {
+                op.kind == OpKind::Undrain
+                    && op.state.is_in_flight()
+                    && at_undrain.contains(op.node.as_str())
+            })
+            .map(|op| (op.node.as_str(), op.key.as_str()))
+            .collect()
+    }
+
+    /// The nodes the campaign releases by the undrain jobs in flight: the gate judges a next
+    /// group proposed meanwhile with them released ([`crate::gate::Proposal::after_releases`]).
+    pub fn releasing(&self) -> BTreeSet<String> {
+        self.undrains_in_flight()
+            .into_keys()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// [`Self::releasing`], each node with the memory in MiB its migrations back in flight
+    /// bring (`memory` of each instance; `None` when one is unknown).
+    pub fn releasing_with_arrivals(
+        &self,
+        memory: impl Fn(&str) -> Option<u64>,
+    ) -> BTreeMap<String, Option<u64>> {
+        let mut releasing: BTreeMap<String, Option<u64>> = self
+            .undrains_in_flight()
+            .into_keys()
+            .map(|node| (node.to_owned(), Some(0)))
+            .collect();
+        for op in self.ops.values() {
+            if let (NodeStep::MigrateBack, true, OpKind::Migrate { instance, .. }) =
+                (op.step, op.state.is_in_flight(), &op.kind)
+                && let Some(arriving) = releasing.get_mut(&op.node)
+            {
+                *arriving = arriving
+                    .zip(memory(instance))
+                    .map(|(sum, m)| sum.saturating_add(m));
+            }
+        }
+        releasing
+    }
+
+    /// Chains the drains and moves among `planned` after the undrains `releasing` (node → key)
+    /// that were in flight when the round began: a drain after every one of them (the
+    /// disruption budget counts on them all), a move after its target's.
+    fn chain_after_releases(
+        &mut self,
+        planned: &[String],
+        releasing: &BTreeMap<String, String>,
+        world: &World,
+    ) {
+        for key in planned {
+            let Some(op) = self.ops.get(key) else {
+                continue;
+            };
+            let targets: Vec<&str> = match (&op.kind, op.step) {
+                (OpKind::Drain, _) => releasing
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|n| *n != op.node)
+                    .collect(),
+                (_, NodeStep::MigrateBack) => continue,
+                (
+                    OpKind::Migrate {
+                        target: Some(target),
+                        ..
+                    },
+                    _,
+                ) => vec![target.as_str()],
+                (
+                    OpKind::Migrate {
+                        instance,
+                        target: None,
+                    },
+                    _,
+                ) => world
+                    .instances
+                    .get(instance)
+                    .map(|i| i.secondaries.iter().map(String::as_str).collect())
+                    .unwrap_or_default(),
+                (OpKind::ReplaceSecondary { secondary, .. }, _) => vec![secondary.as_str()],
+                _ => continue,
+            };
+            let after: Vec<String> = targets
+                .into_iter()
+                .filter_map(|n| releasing.get(n).cloned())
+                .collect();
+            if !after.is_empty()
+                && let Some(op) = self.ops_mut().get_mut(key)
+            {
+                op.after = after;
+            }
+        }
     }
 
     /// The nodes the campaign holds disrupted: those between their drain and their undrain.
@@ -1023,6 +1151,13 @@ impl Record {
         if !matches!(state, CampaignState::Running | CampaignState::Aborting) {
             return planned;
         }
+        // The undrains in flight as the round found them: what a group started meanwhile
+        // plans comes after them.
+        let releasing: BTreeMap<String, String> = self
+            .undrains_in_flight()
+            .into_iter()
+            .map(|(node, key)| (node.to_owned(), key.to_owned()))
+            .collect();
         // The nodes not finished: the last group's, and those of earlier groups whose
         // primaries are still migrating back.
         let names: Vec<(usize, String)> = self
@@ -1066,6 +1201,9 @@ impl Record {
         }
         if ended && self.campaign.state == CampaignState::Aborting && !self.unfinished() {
             self.finish(CampaignState::Aborted, world.now_ms);
+        }
+        if !releasing.is_empty() {
+            self.chain_after_releases(&planned, &releasing, world);
         }
         planned
     }
@@ -1163,6 +1301,7 @@ impl Record {
                 finished_ms: None,
                 error: None,
                 no_reboot: false,
+                after: Vec::new(),
             },
         );
     }

@@ -167,6 +167,10 @@ pub struct StorageProblem {
     pub what: String,
     /// Health cannot be known (report missing, stale, unverifiable), rather than known bad.
     pub unknown: bool,
+    /// All that is wrong is its node's drained flag (an instance's primary or secondary on a
+    /// drained node): gone once that node is undrained.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub drained: bool,
 }
 
 /// What the gate knows of one node.
@@ -575,6 +579,14 @@ pub struct Proposal {
     /// Memory in MiB of the instances it moves off `disrupts` (N+1 check); `None` when unknown,
     /// `Some(0)` when nothing moves.
     pub moves_memory: Option<u64>,
+    /// Nodes its holder releases before any of its jobs runs (a campaign's next group proposed
+    /// while the previous group's undrain jobs run, its jobs chained after them), each with the
+    /// memory in MiB its holder moves onto it once released (its migrations back; `None` when
+    /// unknown): it is judged on the cluster as it will be when it starts, those nodes
+    /// undrained, no longer disrupted, with that much less memory free. Nodes its holder does
+    /// not hold disrupted are left as they are.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub after_releases: BTreeMap<String, Option<u64>>,
     /// Why, for people.
     pub reason: String,
 }
@@ -1201,7 +1213,12 @@ pub fn decide(
     let mut in_force = in_force.clone();
     let mut judgements = Vec::with_capacity(proposals.len());
     for proposal in proposals {
-        let outcome = judge(view, policy, &in_force, &reserved, &proposal);
+        let outcome = match released(view, &in_force, &reserved, &proposal) {
+            Some((view, in_force, reserved)) => {
+                judge(&view, policy, &in_force, &reserved, &proposal)
+            }
+            None => judge(view, policy, &in_force, &reserved, &proposal),
+        };
         if let Ok(admitted) = &outcome {
             for node in &proposal.disrupts {
                 in_force.touched.remove(node);
@@ -1239,6 +1256,58 @@ pub fn decide(
         judgements,
         in_force,
     }
+}
+
+/// What `proposal` is judged on when it comes after releases
+/// ([`Proposal::after_releases`]): the view with the released nodes undrained (without the
+/// storage problems that were only their drained flag, with the memory its holder moves onto
+/// them taken from their free memory), the disruptions in force without them, and its holder's
+/// reservations without them. `None` when it releases no node its holder holds disrupted.
+fn released(
+    view: &View,
+    in_force: &InForce,
+    reserved: &[Reservation],
+    proposal: &Proposal,
+) -> Option<(View, InForce, Vec<Reservation>)> {
+    let releases: BTreeMap<&String, Option<u64>> = proposal
+        .after_releases
+        .iter()
+        .filter(|(node, _)| in_force.nodes.get(*node) == Some(&proposal.holder))
+        .map(|(node, arriving)| (node, *arriving))
+        .collect();
+    if releases.is_empty() {
+        return None;
+    }
+    let mut view = view.clone();
+    view.storage
+        .retain(|p| !(p.drained && p.nodes.iter().all(|n| releases.contains_key(n))));
+    let mut in_force = in_force.clone();
+    for (node, arriving) in &releases {
+        if let Some(facts) = view.nodes.get_mut(*node) {
+            facts.drained = false;
+            facts.memory_free = facts
+                .memory_free
+                .zip(*arriving)
+                .map(|(free, arriving)| free.saturating_sub(arriving));
+        }
+        in_force.nodes.remove(*node);
+    }
+    let reserved = reserved
+        .iter()
+        .filter_map(|r| {
+            if r.holder != proposal.holder {
+                return Some(r.clone());
+            }
+            let nodes: BTreeSet<String> = r
+                .nodes
+                .iter()
+                .filter(|n| !releases.contains_key(n))
+                .cloned()
+                .collect();
+            (!nodes.is_empty()).then(|| Reservation { nodes, ..r.clone() })
+        })
+        .collect();
+    Some((view, in_force, reserved))
 }
 
 /// Every failure domain with its nodes, disruptions and override, for status pages.
@@ -1364,6 +1433,7 @@ mod tests {
             touches: BTreeSet::new(),
             fresh: false,
             moves_memory: Some(1024),
+            after_releases: BTreeMap::new(),
             reason: "evacuate".into(),
         }
     }
@@ -1490,6 +1560,128 @@ mod tests {
         // Its own holder goes on beside it.
         let decision = decide(&view, &policy, &in_force, vec![own]);
         assert!(decision.judgements[0].outcome.is_ok(), "{decision:?}");
+    }
+
+    #[test]
+    fn a_group_after_its_holder_s_releases_is_judged_with_them_released() {
+        // The campaign holds n1 and n2 (rack:a), drained, their undrains in flight; its next
+        // group is n3 and n4 (rack:b). One domain at a time, at most two nodes.
+        let mut view = view();
+        for n in ["n1", "n2"] {
+            view.nodes.get_mut(n).expect(n).drained = true;
+        }
+        let campaign = Holder::Campaign { id: id(9) };
+        let in_force = InForce::new(
+            &view,
+            [
+                ("n1".to_owned(), campaign.clone()),
+                ("n2".to_owned(), campaign.clone()),
+            ],
+        );
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 2,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let group = |releases: &[&str], holder: &Holder| Proposal {
+            duty: Duty::Maintenance,
+            holder: holder.clone(),
+            disrupts: ["n3".to_owned(), "n4".to_owned()].into(),
+            moves_memory: Some(0),
+            after_releases: releases
+                .iter()
+                .map(|n| ((*n).to_owned(), Some(0)))
+                .collect(),
+            ..repair(5, "n3")
+        };
+        let judged = |p: Proposal| {
+            decide(&view, &policy, &in_force, vec![p]).judgements[0]
+                .outcome
+                .clone()
+        };
+        // Without the releases: another domain is disrupted.
+        assert!(
+            judged(group(&[], &campaign)).is_err_and(|e| e.to_string().contains("rack:a")),
+            "{:?}",
+            judged(group(&[], &campaign))
+        );
+        // Half of them: still.
+        assert!(judged(group(&["n1"], &campaign)).is_err());
+        // After both: admitted, and the nodes stay in force for what is judged after it.
+        assert_eq!(judged(group(&["n1", "n2"], &campaign)), Ok(Admitted::New));
+        let mut repair_n1 = repair(6, "n1");
+        repair_n1.moves_memory = Some(0);
+        let decision = decide(
+            &view,
+            &policy,
+            &in_force,
+            vec![group(&["n1", "n2"], &campaign), repair_n1],
+        );
+        assert!(decision.of(&campaign).is_some_and(|j| j.outcome.is_ok()));
+        assert!(
+            decision
+                .judgements
+                .iter()
+                .any(|j| j.proposal.holder != campaign && j.outcome.is_err())
+        );
+        assert_eq!(decision.in_force.nodes.len(), 4);
+        // Another holder cannot release nodes it does not hold.
+        let other = Holder::Campaign { id: id(10) };
+        assert!(judged(group(&["n1", "n2"], &other)).is_err());
+        // Capacity: n5 and n6 have 8192 MiB free, n1 and n2 4096 each once released, less
+        // what migrates back onto them; unknown, the check refuses.
+        let mut big = group(&["n1", "n2"], &campaign);
+        big.moves_memory = Some(13_000);
+        assert_eq!(judged(big.clone()), Ok(Admitted::New));
+        big.after_releases.insert("n2".to_owned(), Some(1000));
+        assert_eq!(judged(big.clone()), Ok(Admitted::New));
+        big.after_releases.insert("n2".to_owned(), Some(3500));
+        assert!(
+            matches!(judged(big.clone()), Err(BlockedBy::Capacity { .. })),
+            "{:?}",
+            judged(big)
+        );
+        big.after_releases.insert("n2".to_owned(), None);
+        assert!(
+            judged(big.clone()).is_err_and(|e| e.to_string().contains("n2 unknown")),
+            "{:?}",
+            judged(big)
+        );
+        // Storage: an instance on a released node is whole once it is undrained; a degraded
+        // disk there is not.
+        let mut view = view.clone();
+        view.storage.push(StorageProblem {
+            nodes: ["n1".to_owned()].into(),
+            what: "i1: secondary n1 is drained".into(),
+            unknown: false,
+            drained: true,
+        });
+        let judged_here = |view: &View| {
+            decide(
+                view,
+                &policy,
+                &in_force,
+                vec![group(&["n1", "n2"], &campaign)],
+            )
+            .judgements[0]
+                .outcome
+                .clone()
+        };
+        assert_eq!(judged_here(&view), Ok(Admitted::New));
+        view.storage.push(StorageProblem {
+            nodes: ["n1".to_owned(), "n3".to_owned()].into(),
+            what: "i3: minor 0 on n1 SyncTarget 40%".into(),
+            unknown: false,
+            drained: false,
+        });
+        assert!(
+            judged_here(&view).is_err_and(|e| e.to_string().contains("SyncTarget")),
+            "{:?}",
+            judged_here(&view)
+        );
     }
 
     #[test]
@@ -1631,6 +1823,7 @@ mod tests {
             nodes: ["n1".to_owned(), "n3".to_owned()].into(),
             what: "inst1: minor 0 on n3 WFConnection".into(),
             unknown: false,
+            drained: false,
         });
         // Nothing disrupted: the problem blocks every new domain.
         let decision = decide(&view, &roomy(), &InForce::default(), vec![repair(1, "n1")]);
@@ -1657,6 +1850,7 @@ mod tests {
             nodes: ["n4".to_owned()].into(),
             what: "n4 (unreachable)".into(),
             unknown: true,
+            drained: false,
         });
         let decision = decide(&view, &roomy(), &InForce::default(), vec![repair(1, "n1")]);
         assert_eq!(
@@ -1941,6 +2135,7 @@ mod tests {
             touches: touches.iter().map(|t| (*t).to_owned()).collect(),
             fresh: false,
             moves_memory: Some(512),
+            after_releases: BTreeMap::new(),
             reason: "balance".into(),
         };
         let judged = |view: &View, policy: &Policy, p: Proposal| {
@@ -1969,6 +2164,7 @@ mod tests {
             nodes: ["n1".to_owned()].into(),
             what: "inst1 degraded".into(),
             unknown: false,
+            drained: false,
         });
         assert_eq!(
             judged(&view, &roomy(), balance(2, &["n3"])),
@@ -1984,6 +2180,7 @@ mod tests {
             nodes: ["n3".to_owned(), "n4".to_owned()].into(),
             what: "inst9 StandAlone".into(),
             unknown: false,
+            drained: false,
         }];
         fix.touches = ["n3".to_owned(), "n4".to_owned()].into();
         assert_eq!(judged(&here, &roomy(), fix.clone()), Ok(Admitted::New));
@@ -1991,6 +2188,7 @@ mod tests {
             nodes: ["n5".to_owned()].into(),
             what: "n5 (unreachable)".into(),
             unknown: true,
+            drained: false,
         });
         assert_eq!(
             judged(&here, &roomy(), fix),
@@ -2436,7 +2634,7 @@ mod tests {
             let mut view = view;
             let names: Vec<String> = view.nodes.keys().cloned().collect();
             if storage_bad {
-                view.storage.push(StorageProblem { nodes: [names[0].clone()].into(), what: "x".into(), unknown: true });
+                view.storage.push(StorageProblem { nodes: [names[0].clone()].into(), what: "x".into(), unknown: true, drained: false });
             }
             let policy = Policy {
                 cluster: Caps { max_disrupted_nodes: max, max_disrupted_percent: None, min_healthy_nodes: min_healthy },

@@ -649,6 +649,7 @@ pub mod tests_support {
             touches: BTreeSet::new(),
             fresh: false,
             moves_memory: Some(1024),
+            after_releases: std::collections::BTreeMap::new(),
             reason: "evacuate".into(),
         };
         let decision = decide(&view, &policy, &in_force, vec![proposal]);

@@ -115,6 +115,7 @@ fn problem(nodes: impl IntoIterator<Item = String>, what: String, unknown: bool)
         nodes: nodes.into_iter().collect(),
         what,
         unknown,
+        drained: false,
     }
 }
 
@@ -152,11 +153,14 @@ pub fn storage_problems(
                 )),
                 Some(node) if node.offline || node.drained => {
                     let flag = if node.offline { "offline" } else { "drained" };
-                    problems.push(problem(
-                        [name.clone()],
-                        format!("{}: {role} {name} is {flag}", instance.name),
-                        false,
-                    ));
+                    problems.push(StorageProblem {
+                        drained: !node.offline,
+                        ..problem(
+                            [name.clone()],
+                            format!("{}: {role} {name} is {flag}", instance.name),
+                            false,
+                        )
+                    });
                 }
                 Some(_) => {}
             }
@@ -607,6 +611,7 @@ mod tests {
             touches: BTreeSet::new(),
             fresh: false,
             moves_memory: Some(0),
+            after_releases: BTreeMap::new(),
             reason: "evacuate".into(),
         };
         let policy = Policy {

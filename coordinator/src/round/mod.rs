@@ -350,6 +350,7 @@ mod tests {
                 .collect(),
             what: "inst1: minor 0 StandAlone".into(),
             unknown: false,
+            drained: false,
         }];
         let view = View::from_cluster(
             &nodes,

@@ -207,6 +207,7 @@ pub fn propose(
                 fresh: false,
                 // The job migrates, fails over or copies the instance: never "nothing moves".
                 moves_memory: memory.get(&job.instance).copied(),
+                after_releases: BTreeMap::new(),
                 reason: format!(
                     "hbal: {} {} => {} ({}; score {:.8})",
                     job.instance,
@@ -342,6 +343,7 @@ mod tests {
                 nodes: BTreeSet::from(["nodeX".to_owned()]),
                 what: "inst9: minor 0 on nodeX WFConnection".into(),
                 unknown,
+                drained: false,
             };
             let view = View::from_cluster(
                 &nodes,
@@ -419,6 +421,7 @@ mod tests {
             touches: BTreeSet::new(),
             fresh: false,
             moves_memory: Some(0),
+            after_releases: BTreeMap::new(),
             reason: "kernel update".into(),
         });
         let decision = gate::decide(

@@ -1348,6 +1348,7 @@ pub fn assess(inputs: &Inputs<'_>, new_uuid: &mut dyn FnMut() -> Uuid) -> Assess
                             touches: found.touches.clone(),
                             fresh: false,
                             moves_memory,
+                            after_releases: BTreeMap::new(),
                             reason: format!("{name}: {}; {}", found.why, found.kind),
                         };
                         notes.push(format!("{}: {} proposed", found.why, found.kind));

@@ -3,15 +3,18 @@
 //! instance repairs, before balancing); a refused group waits, its campaign showing what blocks
 //! it. A group in flight is not proposed again: its nodes are held by the campaign
 //! ([`crate::campaign::Record::holds`]) until each is undrained (its original primaries then
-//! migrate back while the next group may already be proposed).
+//! migrate back while the next group may already be proposed). The next group is proposed as
+//! soon as the last undrains are submitted, to run after them
+//! ([`crate::gate::Proposal::after_releases`]).
 
 use std::collections::BTreeSet;
 
-use crate::campaign::Record;
+use crate::campaign::{Record, World};
 use crate::gate::{Duty, Holder, Proposal, View};
 
-/// The proposal of `record`'s next group (the first planned one), when it is due.
-pub fn propose(record: &Record, view: &View) -> Option<Proposal> {
+/// The proposal of `record`'s next group (the first planned one), when it is due (`world`:
+/// the instances' memory, for what migrates back onto nodes it releases first).
+pub fn propose(record: &Record, view: &View, world: &World) -> Option<Proposal> {
     if !record.needs_group() {
         return None;
     }
@@ -41,6 +44,9 @@ pub fn propose(record: &Record, view: &View) -> Option<Proposal> {
         touches: BTreeSet::new(),
         fresh: false,
         moves_memory,
+        // A group proposed while the previous group's undrains run starts after them.
+        after_releases: record
+            .releasing_with_arrivals(|i| world.instances.get(i).and_then(|i| i.memory)),
         reason: format!(
             "maintenance campaign {} ({})",
             record.campaign.id,
@@ -108,7 +114,12 @@ mod tests {
             ("n2", "rack:a", Some(512)),
             ("n3", "rack:b", None),
         ]);
-        let p = propose(&record(vec![vec!["n1", "n2"], vec!["n3"]]), &v).unwrap();
+        let p = propose(
+            &record(vec![vec!["n1", "n2"], vec!["n3"]]),
+            &v,
+            &World::default(),
+        )
+        .unwrap();
         assert_eq!(p.duty, Duty::Maintenance);
         assert_eq!(
             p.holder,
@@ -120,17 +131,17 @@ mod tests {
         assert_eq!(p.moves_memory, Some(1536));
         assert_eq!(p.subject, "reboot group 1 of 2 (n1, n2)");
         // Unknown memory is unknown, never zero.
-        let p = propose(&record(vec![vec!["n3"]]), &v).unwrap();
+        let p = propose(&record(vec![vec!["n3"]]), &v, &World::default()).unwrap();
         assert_eq!(p.moves_memory, None);
     }
 
     #[test]
     fn nothing_when_not_due() {
         let v = view(&[("n1", "rack:a", Some(1))]);
-        assert!(propose(&record(vec![]), &v).is_none());
+        assert!(propose(&record(vec![]), &v, &World::default()).is_none());
         let mut paused = record(vec![vec!["n1"]]);
         paused.pause(2).unwrap();
-        assert!(propose(&paused, &v).is_none());
+        assert!(propose(&paused, &v, &World::default()).is_none());
     }
 
     /// The gate judges a group with the others: two nodes of one domain under a cap of one are
@@ -144,7 +155,7 @@ mod tests {
             ("n3", "rack:b", Some(1)),
             ("n4", "rack:b", Some(1)),
         ]);
-        let p = propose(&record(vec![vec!["n1", "n2"]]), &v).unwrap();
+        let p = propose(&record(vec![vec!["n1", "n2"]]), &v, &World::default()).unwrap();
         let policy = |max: usize| Policy {
             cluster: Caps {
                 max_disrupted_nodes: max,

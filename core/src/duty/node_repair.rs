@@ -144,6 +144,7 @@ pub fn propose(
                 && !node.drained
                 && !node.offline,
             moves_memory,
+            after_releases: BTreeMap::new(),
             reason: format!(
                 "{} ({})",
                 incident.action.as_str(),
@@ -630,6 +631,7 @@ mod tests {
             touches: BTreeSet::new(),
             fresh: false,
             moves_memory: Some(0),
+            after_releases: BTreeMap::new(),
             reason: "reboot".into(),
         };
         let decision = gate::decide(&view, &policy, &in_force, vec![grant]);

@@ -52,6 +52,7 @@ fn repair(n: u128, node: &str) -> Proposal {
         touches: BTreeSet::new(),
         fresh: false,
         moves_memory: Some(512),
+        after_releases: BTreeMap::new(),
         reason: "evacuate: disk sda failing".into(),
     }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use nodecare_coordinator::daemon::Coordinator;
 use nodecare_coordinator::exec::ledger::{Entry, Ledger as _, Op, State};
 use nodecare_ganeti::Ganeti;
+use nodecare_ganeti_sim::model::{SimJob, SimOp};
 use nodecare_protocol::maintenance::{Campaign, CampaignState, NodeStep};
 use nodecare_tests::fake_agent::FakeAgents;
 use nodecare_tests::harness::{Harness, node};
@@ -529,6 +530,37 @@ async fn the_next_group_starts_whole_while_instances_migrate_back() {
     for i in 1..=NODES {
         assert_eq!(runs[&node(i)].len(), 1, "hooks of {}", node(i));
     }
+    // Each later group was submitted while the previous group's undrains ran, its drains
+    // chained after every one of them (Ganeti `depends`), and none ran before they had ended.
+    let jobs: Vec<SimJob> = h.sim.peek(|c| c.jobs.values().cloned().collect());
+    let flag_jobs = |nodes: &BTreeSet<&str>, drained: bool| -> Vec<&SimJob> {
+        jobs.iter()
+            .filter(|j| matches!(&j.op, SimOp::SetNodeParams { node, drained: Some(d), .. } if *d == drained && nodes.contains(node.as_str())))
+            .collect()
+    };
+    let mut chained = 0;
+    for pair in done.groups.windows(2) {
+        let (earlier, later): (BTreeSet<&str>, BTreeSet<&str>) = (
+            pair[0].nodes.iter().map(|n| n.node.as_str()).collect(),
+            pair[1].nodes.iter().map(|n| n.node.as_str()).collect(),
+        );
+        let undrains = flag_jobs(&earlier, false);
+        let released = undrains.iter().filter_map(|j| j.end_ms).max().unwrap();
+        for drain in flag_jobs(&later, true) {
+            assert!(
+                drain.start_ms.unwrap() >= released,
+                "{drain:?} ran before {released}"
+            );
+            if drain.received_ms < released {
+                assert_eq!(drain.depends.len(), undrains.len(), "{drain:?}");
+                chained += 1;
+            }
+        }
+    }
+    assert!(
+        chained > 0,
+        "no group was chained after the undrains: {jobs:#?}"
+    );
     let (after, all_running) = layout(&h);
     assert_eq!(after, before);
     assert!(all_running);
