@@ -540,6 +540,8 @@ pub struct SimCluster {
     encoded_instances: Option<Vec<u8>>,
     /// Jobs as the bulk job list last showed them, encoded, with their status and times then.
     listed_jobs: std::collections::HashMap<JobId, ListedJob>,
+    /// Jobs' opcodes as a job query last showed them, encoded, with their status and times then.
+    queried_ops: std::collections::HashMap<JobId, ListedJob>,
     /// Memory used on each node by its running primaries, as [`Self::memory_used`] last summed.
     memory_used: std::cell::OnceCell<std::collections::HashMap<String, u64>>,
 }
@@ -601,6 +603,7 @@ impl SimCluster {
             encoded_nodes: None,
             encoded_instances: None,
             listed_jobs: std::collections::HashMap::new(),
+            queried_ops: std::collections::HashMap::new(),
             memory_used: std::cell::OnceCell::new(),
         })
     }
@@ -721,6 +724,7 @@ impl SimCluster {
             internal,
         });
         self.listed_jobs.remove(&id);
+        self.queried_ops.remove(&id);
         self.jobs.insert(
             id,
             SimJob {
@@ -767,6 +771,7 @@ impl SimCluster {
     /// canceled and that was not wanted).
     pub fn set_depends(&mut self, id: JobId, depends: Vec<(JobId, Vec<JobStatus>)>) {
         self.listed_jobs.remove(&id);
+        self.queried_ops.remove(&id);
         if let Some(job) = self.jobs.get_mut(&id) {
             job.depends = depends;
         }
@@ -1684,6 +1689,44 @@ impl SimCluster {
         out.push(b']');
         self.listed_jobs.extend(encoded);
         out
+    }
+
+    /// Job `id`'s `field` as a job query shows it, encoded (`None`: no such job); its opcodes
+    /// are encoded again only once its status or times changed (or its dependencies were set).
+    pub fn job_field_bytes(
+        &mut self,
+        id: JobId,
+        field: &str,
+        with_details: bool,
+    ) -> Option<Vec<u8>> {
+        let job = self.jobs.get(&id)?;
+        let encode = |v: &Value| serde_json::to_vec(v).unwrap_or_else(|_| b"null".to_vec());
+        match field {
+            "id" => Some(id.to_string().into_bytes()),
+            "status" => Some(encode(&json!(job.status.as_str()))),
+            "ops" => {
+                let version = (job.status, job.start_ms, job.end_ms);
+                if let Some(kept) = self.queried_ops.get(&id)
+                    && kept.version == version
+                {
+                    return Some(kept.bytes.clone());
+                }
+                let bytes = encode(self.job_json(job, false).get("ops").unwrap_or(&Value::Null));
+                self.queried_ops.insert(
+                    id,
+                    ListedJob {
+                        version,
+                        bytes: bytes.clone(),
+                    },
+                );
+                Some(bytes)
+            }
+            other => Some(encode(
+                self.job_json(job, with_details)
+                    .get(other)
+                    .unwrap_or(&Value::Null),
+            )),
+        }
     }
 
     pub fn job_json(&self, job: &SimJob, with_details: bool) -> Value {

@@ -175,7 +175,7 @@ fn filtered_job_ids(
 /// `PUT /2/query/job` (`{"fields": [...], "qfilter": ...}`): one row per job, a `[status,
 /// value]` pair per field; a job named by the filter that the queue does not have gives its id
 /// and "not available" (3) elsewhere, an unknown field "unknown" (1), as Ganeti answers.
-fn query_jobs(cluster: &SimCluster, req: &SimRequest) -> SimAnswer {
+fn query_jobs(cluster: &mut SimCluster, req: &SimRequest) -> SimAnswer {
     let Some(fields) = req.body_field("fields").and_then(Value::as_array) else {
         return bad_request("The 'fields' parameter should be a list");
     };
@@ -195,25 +195,6 @@ fn query_jobs(cluster: &SimCluster, req: &SimRequest) -> SimAnswer {
         Err(message) => return bad_request(&message),
     };
     let details = fields.iter().any(|f| matches!(*f, "opresult" | "oplog"));
-    let rows: Vec<Value> = ids
-        .iter()
-        .map(|id| {
-            let job = cluster.jobs.get(id).map(|j| cluster.job_json(j, details));
-            let cells: Vec<Value> = fields
-                .iter()
-                .map(|field| {
-                    let known = JOB_QUERY_FIELDS.iter().any(|(name, ..)| name == field);
-                    match &job {
-                        _ if !known => json!([1, null]),
-                        Some(job) => json!([0, job.get(*field).cloned().unwrap_or(Value::Null)]),
-                        None if *field == "id" => json!([0, id]),
-                        None => json!([3, null]),
-                    }
-                })
-                .collect();
-            Value::Array(cells)
-        })
-        .collect();
     let definitions: Vec<Value> = fields
         .iter()
         .map(
@@ -226,7 +207,35 @@ fn query_jobs(cluster: &SimCluster, req: &SimRequest) -> SimAnswer {
             },
         )
         .collect();
-    SimAnswer::Now(200, json!({"fields": definitions, "data": rows}))
+    // Encoded row by row, each job's opcodes kept encoded while the job does not change.
+    let mut out = b"{\"fields\":".to_vec();
+    out.extend_from_slice(&serde_json::to_vec(&definitions).unwrap_or_else(|_| b"[]".to_vec()));
+    out.extend_from_slice(b",\"data\":[");
+    for (row, id) in ids.iter().enumerate() {
+        if row > 0 {
+            out.push(b',');
+        }
+        out.push(b'[');
+        for (column, field) in fields.iter().enumerate() {
+            if column > 0 {
+                out.push(b',');
+            }
+            let known = JOB_QUERY_FIELDS.iter().any(|(name, ..)| name == field);
+            match cluster.job_field_bytes(*id, field, details) {
+                _ if !known => out.extend_from_slice(b"[1,null]"),
+                Some(value) => {
+                    out.extend_from_slice(b"[0,");
+                    out.extend_from_slice(&value);
+                    out.push(b']');
+                }
+                None if *field == "id" => out.extend_from_slice(format!("[0,{id}]").as_bytes()),
+                None => out.extend_from_slice(b"[3,null]"),
+            }
+        }
+        out.push(b']');
+    }
+    out.extend_from_slice(b"]}");
+    SimAnswer::Encoded(200, out)
 }
 
 fn bad_request(message: &str) -> SimAnswer {

@@ -11,7 +11,7 @@ use super::request::{rapi_request, segment, tags_path, truncate};
 use super::transport::{HttpsTransport, Method, RapiBody, RapiRequest, Transport, TransportError};
 use super::types::{
     JobWaitAnswer, RapiClusterInfo, RapiErrorBody, RapiGroup, RapiInstance, RapiJob, RapiNode,
-    TagTarget,
+    RapiOpCode, TagTarget, WireReasonEntry,
 };
 use crate as ganeti;
 use crate::{Ganeti, GanetiError, GanetiFuture, JobId, JobStatus, Op, Reason};
@@ -158,7 +158,8 @@ impl RapiClient {
 
     /// `PUT /2/query/job` with the fields `id`, `status` and `ops` and a filter naming `ids`
     /// (at most [`QUERY_JOBS_AT_ONCE`] per request): the jobs Ganeti has among them, in its
-    /// order. A job whose status is not available (not found, not readable) is left out.
+    /// order, each opcode with its id and reason trail only (its other parameters are not
+    /// read). A job whose status is not available (not found, not readable) is left out.
     pub async fn jobs_queried(&self, ids: &BTreeSet<JobId>) -> Result<Vec<RapiJob>, RapiError> {
         let path = "/2/query/job";
         let ids: Vec<JobId> = ids.iter().copied().collect();
@@ -637,6 +638,29 @@ struct QueryField {
 #[derive(serde::Deserialize)]
 struct QueryCell(u8, Box<serde_json::value::RawValue>);
 
+/// An opcode as a job query's poll reads it: its id and reason trail, its other parameters
+/// passed over unread (a drain chained after many jobs lists each of them).
+#[derive(serde::Deserialize)]
+struct QueriedOp {
+    #[serde(rename = "OP_ID")]
+    op_id: String,
+    #[serde(default)]
+    reason: Vec<WireReasonEntry>,
+    #[serde(default)]
+    comment: Option<String>,
+}
+
+impl QueriedOp {
+    fn into_op(self) -> RapiOpCode {
+        RapiOpCode {
+            op_id: self.op_id,
+            reason: self.reason,
+            comment: self.comment,
+            params: serde_json::Map::new(),
+        }
+    }
+}
+
 /// The result status of a value that is there.
 const RS_NORMAL: u8 = 0;
 
@@ -664,9 +688,11 @@ impl QueryAnswer {
             let status =
                 serde_json::from_str(status.1.get()).map_err(|e| decode_error("PUT", path, &e))?;
             let ops = match ops_at.and_then(normal) {
-                Some(ops) => {
-                    serde_json::from_str(ops.1.get()).map_err(|e| decode_error("PUT", path, &e))?
-                }
+                Some(ops) => serde_json::from_str::<Vec<QueriedOp>>(ops.1.get())
+                    .map_err(|e| decode_error("PUT", path, &e))?
+                    .into_iter()
+                    .map(QueriedOp::into_op)
+                    .collect(),
                 None => Vec::new(),
             };
             jobs.push(RapiJob {
