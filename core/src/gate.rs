@@ -1439,9 +1439,14 @@ mod tests {
     }
 
     fn roomy() -> Policy {
+        capped(10)
+    }
+
+    /// At most `nodes` disrupted in the cluster.
+    fn capped(nodes: usize) -> Policy {
         Policy {
             cluster: Caps {
-                max_disrupted_nodes: 10,
+                max_disrupted_nodes: nodes,
                 max_disrupted_percent: None,
                 min_healthy_nodes: 1,
             },
@@ -1522,14 +1527,7 @@ mod tests {
         let campaign = Holder::Campaign { id: id(9) };
         let in_force =
             InForce::new(&view, []).with_touched(&view, [("n3".to_owned(), campaign.clone())]);
-        let policy = Policy {
-            cluster: Caps {
-                max_disrupted_nodes: 1,
-                max_disrupted_percent: None,
-                min_healthy_nodes: 1,
-            },
-            ..Policy::default()
-        };
+        let policy = capped(1);
         let mut live = repair(3, "n3");
         live.disrupts = BTreeSet::new();
         live.touches = ["n3".to_owned()].into();
@@ -1578,14 +1576,7 @@ mod tests {
                 ("n2".to_owned(), campaign.clone()),
             ],
         );
-        let policy = Policy {
-            cluster: Caps {
-                max_disrupted_nodes: 2,
-                max_disrupted_percent: None,
-                min_healthy_nodes: 1,
-            },
-            ..Policy::default()
-        };
+        let policy = capped(2);
         let group = |releases: &[&str], holder: &Holder| Proposal {
             duty: Duty::Maintenance,
             holder: holder.clone(),
@@ -2239,14 +2230,7 @@ mod tests {
         let mut view = view();
         view.nodes.get_mut("n2").expect("n2").drained = true;
         let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
-        let policy = Policy {
-            cluster: Caps {
-                max_disrupted_nodes: 1,
-                max_disrupted_percent: None,
-                min_healthy_nodes: 1,
-            },
-            ..Policy::default()
-        };
+        let policy = capped(1);
         let decision = decide(&view, &policy, &in_force, vec![repair(2, "n2")]);
         assert_eq!(
             outcome(&decision, 2),
