@@ -220,9 +220,11 @@ fn query_jobs(cluster: &mut SimCluster, req: &SimRequest) -> SimAnswer {
             if column > 0 {
                 out.push(b',');
             }
-            let known = JOB_QUERY_FIELDS.iter().any(|(name, ..)| name == field);
+            if !JOB_QUERY_FIELDS.iter().any(|(name, ..)| name == field) {
+                out.extend_from_slice(b"[1,null]");
+                continue;
+            }
             match cluster.job_field_bytes(*id, field, details) {
-                _ if !known => out.extend_from_slice(b"[1,null]"),
                 Some(value) => {
                     out.extend_from_slice(b"[0,");
                     out.extend_from_slice(&value);

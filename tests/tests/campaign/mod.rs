@@ -492,8 +492,8 @@ async fn the_next_group_starts_whole_while_instances_migrate_back() {
     let users = dir.path().join("users");
     nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
     let mut h = cluster(&users).await;
-    // Migrations back still run when the round that saw the undrains end proposes the next
-    // group.
+    // Migrations back still run when the next group starts (proposed with the undrains,
+    // chained after them).
     h.sim.set_job_delay(std::time::Duration::from_millis(300));
     let (before, _) = layout(&h);
     let (url, server) = serve_api(&h).await;
