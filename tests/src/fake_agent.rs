@@ -35,6 +35,30 @@ pub fn verdict(status: &str, details: Value, command: Option<&str>) -> NodeVerdi
         .unwrap_or_else(|_| NodeVerdict::merge(BTreeMap::new()).unwrap_or_else(|_| unreachable!()))
 }
 
+/// One command an agent took (a repair or a campaign's hook), as the agent saw it when the
+/// signed request arrived: what an independent checker judges against the cluster at that
+/// moment.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The node whose agent took it.
+    pub node: String,
+    /// The request's incident or hook request id.
+    pub id: String,
+    /// The whitelisted command it runs.
+    pub command: String,
+}
+
+/// Called, synchronously, with each command an agent takes for the first time (before it
+/// answers): it may look at the simulated cluster as it is at that moment.
+#[derive(Clone)]
+pub struct DeliveryObserver(pub Arc<dyn Fn(&Delivery) + Send + Sync>);
+
+impl std::fmt::Debug for DeliveryObserver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeliveryObserver")
+    }
+}
+
 /// How the fake agent answers repair requests.
 #[derive(Debug, Clone, Copy)]
 pub struct RepairBehaviour {
@@ -79,6 +103,8 @@ struct AgentState {
     load: Mutex<Option<Vec<nodecare_protocol::Report>>>,
     /// Verified check requests received.
     checks: Mutex<u64>,
+    /// Told of each command taken ([`FakeAgents::observe_deliveries`]).
+    observer: Arc<Mutex<Option<DeliveryObserver>>>,
     /// The copy of the coordinator's state it keeps: the real agent's keeper, in a temporary
     /// directory.
     replica: nodecare_agent::replica::ReplicaKeeper,
@@ -495,6 +521,9 @@ async fn check(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
 }
 
 async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
+    if state.down.lock().map(|d| *d).unwrap_or(false) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
     let envelope: SignedEnvelope = match serde_json::from_slice(&body) {
         Ok(e) => e,
         Err(e) => return (StatusCode::BAD_REQUEST, e.to_string()).into_response(),
@@ -522,6 +551,16 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
     let Ok(mut runs) = state.runs.lock() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
+    if !runs.contains_key(&request.incident_id) {
+        let observer = state.observer.lock().ok().and_then(|o| o.clone());
+        if let Some(observer) = observer {
+            (observer.0)(&Delivery {
+                node: state.node.clone(),
+                id: request.incident_id.clone(),
+                command: request.command.clone(),
+            });
+        }
+    }
     let run = runs.entry(request.incident_id.clone()).or_insert_with(|| {
         state
             .repairs_requested
@@ -541,6 +580,9 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
 }
 
 async fn repair_status(State(state): State<Arc<AgentState>>, Path(id): Path<String>) -> Response {
+    if state.down.lock().map(|d| *d).unwrap_or(false) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
     let behaviour = state.repair.lock().map(|r| *r).unwrap_or(RepairBehaviour {
         exit_code: 0,
         duration: Duration::ZERO,
@@ -562,6 +604,8 @@ pub struct FakeAgents {
     tasks: Vec<JoinHandle<()>>,
     /// Repairs first requested of any of them.
     repairs_requested: Arc<std::sync::atomic::AtomicU64>,
+    /// Told of each command any of them takes.
+    observer: Arc<Mutex<Option<DeliveryObserver>>>,
 }
 
 impl FakeAgents {
@@ -597,6 +641,7 @@ impl FakeAgents {
             boot: Mutex::new((None, None)),
             load: Mutex::new(None),
             checks: Mutex::new(0),
+            observer: Arc::clone(&self.observer),
             replica: nodecare_agent::replica::ReplicaKeeper::open(
                 key.clone(),
                 node.to_owned(),
@@ -648,6 +693,14 @@ impl FakeAgents {
     /// The agent of `node`.
     pub fn get(&self, node: &str) -> Option<&FakeAgent> {
         self.agents.get(node)
+    }
+
+    /// Calls `observer` with each command any agent of the set (started before or after) takes
+    /// for the first time, at the moment it takes it.
+    pub fn observe_deliveries(&self, observer: DeliveryObserver) {
+        if let Ok(mut o) = self.observer.lock() {
+            *o = Some(observer);
+        }
     }
 
     /// How many repairs (incidents or requests) were requested of any of them so far: a reader

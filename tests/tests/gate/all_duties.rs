@@ -32,7 +32,23 @@
 //!    replace-disks, ...) of one holder involves a node another holder is draining, offlining,
 //!    evacuating or holds by a grant;
 //! 6. no operation twice: no two client jobs in Ganeti's job list with the same reason-trail key
-//!    (incident/holder and intent).
+//!    (incident/holder and intent);
+//! 7. every command an agent takes is judged at the moment it takes it (the fake agents call an
+//!    observer before they answer, `FakeAgents::observe_deliveries`): no hook while a running
+//!    primary instance is on the node; no hook for a node that is not drained (the master
+//!    apart) or that its campaign gave up (`maintd:repairfailed:<campaign>`); the caps, the
+//!    failure domain and N+1 hold with the node rebooting;
+//! 8. liveness: once the faults stop (agents up and well, storage whole, no job or HTTP fault,
+//!    grants released, the campaign aborted, the operator returning every node nodecare gave
+//!    back), within [`QUIET_ROUNDS`] rounds no nodecare job is unfinished, no incident is noted
+//!    or pending, no proposal waits and every campaign has ended.
+//!
+//! Jobs waiting in Ganeti's queue for the jobs they depend on disrupt nothing yet. Besides the
+//! faults above: reading Ganeti's job list fails now and then (HTTP 502 on `GET /2/jobs`);
+//! owners stop instances and start stopped ones wherever they are, on drained nodes too (only
+//! while N+1 holds after it); the campaign's hook step times out after 3 s (an agent away at its
+//! hook makes the node fail), with or without `continue_on_failure`; an agent that is down
+//! answers no repair request either.
 //!
 //! Seeds: `NODECARE_ALL_DUTIES_SEED=<n>` replays one seed; `NODECARE_ALL_DUTIES_SEEDS=<k>` runs
 //! k seeds from `NODECARE_ALL_DUTIES_FIRST` (default 1; k defaults to [`DEFAULT_SEEDS`]);
@@ -47,10 +63,11 @@ use std::time::{Duration, Instant};
 use nodecare_coordinator::daemon::Coordinator;
 use nodecare_coordinator::gate::Caps;
 use nodecare_ganeti::{Ganeti, JobId, Reason};
+use nodecare_ganeti_sim::HttpFaults;
 use nodecare_ganeti_sim::model::{JobFailureRule, SimCluster, SimJob, SimOp};
 use nodecare_protocol::gate::Grant;
 use nodecare_protocol::{DrbdMinor, DrbdState};
-use nodecare_tests::fake_agent::verdict;
+use nodecare_tests::fake_agent::{DeliveryObserver, verdict};
 use nodecare_tests::harness::{Harness, node, write_secret};
 use nodecare_tests::htools::SimSource;
 use serde_json::json;
@@ -115,6 +132,28 @@ const FOUND_DEFECT_EVACUATIONS_OVERLAP: bool = false;
 /// `instance-repair-success-tag` and `-untag`) are submitted twice with the same reason-trail key
 /// (seeds 12 and 136 of the long run, runs with coordinator crashes). Invariant 6.
 const FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE: bool = true;
+
+/// Found by this test's hook check (invariant 7) on main: an instance started on a drained node
+/// after its campaign group was planned (by its owner) is not moved, and the hook reboots the
+/// node under it.
+const FOUND_DEFECT_HOOK_WITH_RUNNING_PRIMARY: bool = true;
+/// Found by this test's hook check (invariant 7) on main: a hook whose agent was away past the
+/// hook step's timeout is sent when the agent is back, after the node failed (and was returned
+/// to service).
+const FOUND_DEFECT_HOOK_OUTLIVES_ITS_NODE: bool = true;
+/// Found by this test's hook check (invariant 7) on main: a chained group's node that needs no
+/// drain gets its hook while the previous group's nodes are still drained.
+const FOUND_DEFECT_HOOK_BEFORE_RELEASES: bool = true;
+
+/// Found by this test on main: a campaign group's moves are not declared to the gate (its
+/// proposal touches no node) nor held while they run, so a group is admitted with a move onto a
+/// node granted to another tool (seed 23, round 3). Invariant 5.
+const FOUND_DEFECT_CAMPAIGN_MOVES_ONTO_HELD_NODES: bool = true;
+/// Liveness (invariant 8) is reported, not fatal, while this is on: what was found on main.
+const FOUND_DEFECT_NOT_LIVE: bool = true;
+
+/// Rounds after the faults stop within which every holder must end (invariant 8).
+const QUIET_ROUNDS: usize = 12;
 
 const HBAL: &str = "/usr/bin/hbal";
 const HOOK: &str = "reboot";
@@ -297,7 +336,13 @@ fn census(c: &SimCluster, grants: &[Grant], rebooting: &BTreeSet<String>) -> Cen
             continue;
         }
         let (duty, holder) = duty_and_holder(&incident, &text);
-        if let Some(target) = disrupted_by(&job.op) {
+        // A job waiting in Ganeti's queue for jobs it depends on has not started: it
+        // disrupts nothing yet (Ganeti runs it only once they ended as it asked).
+        let waiting = job
+            .depends
+            .iter()
+            .any(|(dep, _)| c.jobs.get(dep).is_some_and(|d| !d.status.is_final()));
+        if let Some(target) = disrupted_by(&job.op).filter(|_| !waiting) {
             out.disrupted
                 .entry(target.to_owned())
                 .or_default()
@@ -502,6 +547,12 @@ fn check_state(
                 {
                     Some("KNOWN_DEFECT_MIGRATE_BACK_NOT_HELD")
                 }
+                "maintenance"
+                    if FOUND_DEFECT_CAMPAIGN_MOVES_ONTO_HELD_NODES
+                        && others.iter().all(|(h, _)| h.starts_with("grant ")) =>
+                {
+                    Some("FOUND_DEFECT_CAMPAIGN_MOVES_ONTO_HELD_NODES")
+                }
                 _ => None,
             };
             violations.push(Violation {
@@ -658,6 +709,92 @@ struct World {
     hand_drained: BTreeSet<String>,
     campaign: Option<u16>,
     crashes: u64,
+    /// What the agents took, judged when they took it.
+    deliveries: Arc<std::sync::Mutex<Deliveries>>,
+}
+
+/// The commands the agents took, each judged at the moment its agent took it against the
+/// simulated cluster as it was then (invariant 7), shared with the agents' observer.
+#[derive(Debug, Default)]
+struct Deliveries {
+    /// Nodes rebooting: their hook taken, not booted yet.
+    rebooting: BTreeSet<String>,
+    /// The grants in force as last read.
+    grants: Vec<Grant>,
+    /// Hooks taken.
+    hooks: usize,
+    /// The campaigns started (their ids).
+    campaigns: BTreeSet<String>,
+    /// What was broken when a hook was taken.
+    found: Vec<Violation>,
+}
+
+/// Invariant 7, a hook taken by `node`'s agent: judged against the cluster at that moment.
+fn judge_hook(
+    shape: &Shape,
+    master: &str,
+    c: &SimCluster,
+    node: &str,
+    d: &mut Deliveries,
+) -> Vec<Violation> {
+    let mut found = Vec::new();
+    let running: Vec<&str> = c
+        .instances
+        .values()
+        .filter(|i| i.pnode == node && i.running)
+        .map(|i| i.name.as_str())
+        .collect();
+    if !running.is_empty() {
+        found.push(Violation {
+            invariant: "no hook while a running primary instance is on the node",
+            known: FOUND_DEFECT_HOOK_WITH_RUNNING_PRIMARY
+                .then_some("FOUND_DEFECT_HOOK_WITH_RUNNING_PRIMARY"),
+            what: format!("the hook reached {node} while {running:?} ran there"),
+        });
+    }
+    if let Some(facts) = c.nodes.get(node) {
+        // The tag a campaign puts on a node it gave up.
+        let failed = facts.tags.iter().find(|t| {
+            t.strip_prefix("maintd:repairfailed:")
+                .is_some_and(|id| d.campaigns.contains(id))
+        });
+        if let Some(tag) = failed {
+            found.push(Violation {
+                invariant: "no command for a holder that does not hold the node",
+                known: FOUND_DEFECT_HOOK_OUTLIVES_ITS_NODE
+                    .then_some("FOUND_DEFECT_HOOK_OUTLIVES_ITS_NODE"),
+                what: format!("the hook reached {node}, which its campaign gave up ({tag})"),
+            });
+        } else if node != master && !facts.drained {
+            found.push(Violation {
+                invariant: "no command for a holder that does not hold the node",
+                known: FOUND_DEFECT_HOOK_OUTLIVES_ITS_NODE
+                    .then_some("FOUND_DEFECT_HOOK_OUTLIVES_ITS_NODE"),
+                what: format!("the hook reached {node}, which is not drained"),
+            });
+        }
+    }
+    d.hooks += 1;
+    d.rebooting.insert(node.to_owned());
+    let now = census(c, &d.grants, &d.rebooting);
+    let mut state = Vec::new();
+    check_state(shape, &now, None, &mut state);
+    for mut v in state {
+        // Caps and domains broken by the reboot are the chained group's (the hook came before
+        // what it counts on was released).
+        if v.known.is_none()
+            && FOUND_DEFECT_HOOK_BEFORE_RELEASES
+            && matches!(
+                v.invariant,
+                "caps" | "one failure domain at a time" | "N+1 memory"
+            )
+        {
+            v.known = Some("FOUND_DEFECT_HOOK_BEFORE_RELEASES");
+        }
+        v.what = format!("when the hook reached {node}: {}", v.what);
+        found.push(v);
+    }
+    found
 }
 
 async fn serve(h: &Harness) -> anyhow::Result<(String, tokio::task::JoinHandle<()>)> {
@@ -745,6 +882,9 @@ impl World {
             }
             for (instance, (memory, kind)) in c.instances.values_mut().zip(&picks) {
                 instance.memory_mib = *memory;
+                // Some instances are stopped by their owners (and started again later,
+                // wherever they are: on a drained node too).
+                instance.running = random.below(5) != 0;
                 if let Some(kind) = kind
                     && instance.disk_template != "diskless"
                 {
@@ -758,6 +898,23 @@ impl World {
             if let Some(agent) = h.agents.get(&node(i)) {
                 agent.set_boot_id(Some(&format!("boot-{i}-0")));
             }
+        }
+        let deliveries = Arc::new(std::sync::Mutex::new(Deliveries::default()));
+        {
+            let sim = h.sim.clone();
+            let deliveries = Arc::clone(&deliveries);
+            let shape = shape.clone();
+            h.agents
+                .observe_deliveries(DeliveryObserver(Arc::new(move |taken| {
+                    if taken.command != HOOK {
+                        return;
+                    }
+                    let Ok(mut d) = deliveries.lock() else {
+                        return;
+                    };
+                    let found = sim.peek(|c| judge_hook(&shape, &node(1), c, &taken.node, &mut d));
+                    d.found.extend(found);
+                })));
         }
         let (url, server) = serve(&h).await?;
         println!(
@@ -782,6 +939,7 @@ impl World {
             live_repair: BTreeSet::new(),
             campaign: None,
             crashes: 0,
+            deliveries,
         })
     }
 
@@ -988,16 +1146,97 @@ impl World {
                     .await?;
             }
         }
-        // The rolling maintenance campaign.
+        // Reading Ganeti's job list fails now and then.
+        if random.below(6) == 0 {
+            self.h.sim.set_http_faults(HttpFaults {
+                fail_5xx: 1 + u32::try_from(random.below(3)).unwrap_or(0),
+                path_contains: Some("/2/jobs".into()),
+                method: Some("GET".into()),
+                ..HttpFaults::default()
+            });
+        }
+        // An owner starts a stopped instance, on a drained node too (Ganeti allows it), only
+        // while its memory fits in the healthy nodes' (N+1 holds after it); or stops one.
+        if random.below(3) == 0 {
+            let census = self.census().await?;
+            let started = self.h.sim.with_cluster(|c| {
+                let stopped: Vec<String> = c
+                    .instances
+                    .values()
+                    .filter(|i| !i.running)
+                    .map(|i| i.name.clone())
+                    .collect();
+                let on_drained: Vec<&String> = stopped
+                    .iter()
+                    .filter(|i| {
+                        c.instances
+                            .get(*i)
+                            .and_then(|i| c.nodes.get(&i.pnode))
+                            .is_some_and(|n| n.drained && !n.offline)
+                    })
+                    .collect();
+                let pick = if on_drained.is_empty() {
+                    stopped.get(random.below(stopped.len().max(1))).cloned()
+                } else {
+                    on_drained
+                        .get(random.below(on_drained.len()))
+                        .map(|i| (*i).clone())
+                }?;
+                let mut after = census.clone();
+                let entry = after.instances.get_mut(&pick)?;
+                entry.3 = true;
+                let pnode = entry.0.clone();
+                let memory = entry.2;
+                if let Some(n) = after.nodes.get_mut(&pnode) {
+                    n.2 = n.2.saturating_sub(memory);
+                }
+                let mut broken = Vec::new();
+                check_state(&self.shape, &after, None, &mut broken);
+                if !broken.is_empty() {
+                    return None;
+                }
+                let instance = c.instances.get_mut(&pick)?;
+                instance.running = true;
+                Some((pick, pnode))
+            });
+            if trace() {
+                println!("round {round}: owner starts {started:?}");
+            }
+        } else if random.below(4) == 0 {
+            self.h.sim.with_cluster(|c| {
+                let running: Vec<String> = c
+                    .instances
+                    .values()
+                    .filter(|i| i.running)
+                    .map(|i| i.name.clone())
+                    .collect();
+                if let Some(name) = running.get(random.below(running.len().max(1)))
+                    && let Some(i) = c.instances.get_mut(name)
+                {
+                    i.running = false;
+                }
+            });
+        }
+        // The rolling maintenance campaign: a short hook timeout, so that an agent away at
+        // its hook makes the node fail.
         if self.campaign.is_none() && round >= 2 && random.below(3) == 0 {
             let answer = self
                 .client
                 .post(format!("{}/1/maintenance", self.url))
                 .basic_auth(USER, Some(PASSWORD))
-                .json(&json!({"hook": HOOK, "reason": "kernel 6.12"}))
+                .json(&json!({"hook": HOOK, "reason": "kernel 6.12",
+                    "continue_on_failure": random.below(2) == 0,
+                    "timeouts": {"hook_s": 3}}))
                 .send()
                 .await?;
-            self.campaign = Some(answer.status().as_u16());
+            let status = answer.status().as_u16();
+            if status == 201 {
+                let campaign: nodecare_protocol::maintenance::Campaign = answer.json().await?;
+                if let Ok(mut d) = self.deliveries.lock() {
+                    d.campaigns.insert(campaign.id);
+                }
+            }
+            self.campaign = Some(status);
         }
         // The operator drains a node by hand now and then (harep's classic case), only while
         // nothing is disrupted and its instances fit elsewhere: the invariants hold after it.
@@ -1076,6 +1315,121 @@ impl World {
                 }
             }
         }
+        if let Ok(mut d) = self.deliveries.lock() {
+            d.rebooting.clone_from(&self.rebooting);
+        }
+    }
+
+    /// Faults stop: every agent up and well, storage whole, no job or HTTP fault, the grants
+    /// released, the campaign aborted.
+    async fn stop_faults(&mut self) -> anyhow::Result<()> {
+        for i in 2..=self.shape.nodes {
+            let name = node(i);
+            if let Some(agent) = self.h.agents.get(&name) {
+                agent.set_down(false);
+                agent.set_verdict(verdict("Ok", json!({}), None));
+                agent.set_storage(DrbdState::Minors { minors: Vec::new() });
+            }
+        }
+        self.down.clear();
+        self.broken = None;
+        self.live_repair.clear();
+        self.h.sim.set_http_faults(HttpFaults::default());
+        self.h.sim.with_cluster(|c| {
+            c.failure_rules.clear();
+            c.vanish_next = 0;
+            c.stick_next = 0;
+            c.stuck.clear();
+        });
+        for grant in self.grants().await? {
+            self.client
+                .delete(format!("{}/1/disruptions/{}", self.url, grant.id))
+                .basic_auth(USER, Some(PASSWORD))
+                .send()
+                .await?;
+        }
+        let campaigns: Vec<String> = self
+            .deliveries
+            .lock()
+            .map(|d| d.campaigns.iter().cloned().collect())
+            .unwrap_or_default();
+        for id in campaigns {
+            // 409 when it has ended already.
+            self.client
+                .post(format!("{}/1/maintenance/{id}/abort", self.url))
+                .basic_auth(USER, Some(PASSWORD))
+                .send()
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The operator returns every node nodecare gave back (tagged ready or failed) and every
+    /// node drained by hand to service.
+    fn return_nodes(&mut self) {
+        let hand = std::mem::take(&mut self.hand_drained);
+        self.h.sim.with_cluster(|c| {
+            for n in c.nodes.values_mut() {
+                if hand.contains(&n.name)
+                    || n.tags.iter().any(|t| {
+                        t.starts_with("maintd:repairready:")
+                            || t.starts_with("maintd:repairfailed:")
+                    })
+                {
+                    n.drained = false;
+                    n.offline = false;
+                    n.tags.retain(|t| !t.starts_with("maintd:"));
+                }
+            }
+        });
+    }
+
+    /// What has not ended once faults stopped (liveness): unfinished nodecare jobs, incidents
+    /// not final, campaigns not final.
+    async fn unended(&self) -> anyhow::Result<Vec<String>> {
+        let mut out = Vec::new();
+        let census = self.census().await?;
+        for job in &census.unfinished {
+            out.push(format!(
+                "job {} {} of {}",
+                job.id,
+                job.op.summary(),
+                job.holder
+            ));
+        }
+        let overview: nodecare_protocol::status::Overview = self
+            .client
+            .get(format!("{}/1/overview", self.url))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        for i in &overview.incidents {
+            if matches!(i.repair_status.as_str(), "noted" | "pending") {
+                out.push(format!(
+                    "incident {} ({} on {}) {}",
+                    i.id, i.action, i.node, i.repair_status
+                ));
+            }
+        }
+        for w in &overview.waiting {
+            out.push(format!("{} {} waits: {}", w.duty, w.subject, w.blocked_by));
+        }
+        let campaigns: nodecare_protocol::maintenance::CampaignList = self
+            .client
+            .get(format!("{}/1/maintenance", self.url))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        for c in &campaigns.campaigns {
+            if !c.state.is_final() {
+                out.push(format!("campaign {} {}", c.id, c.state.as_str()));
+            }
+        }
+        Ok(out)
     }
 
     /// A crash: the coordinator is dropped (in the middle of a round when `cut` is given) and
@@ -1115,6 +1469,7 @@ struct Tally {
     most_disrupted: usize,
     storage_rounds: usize,
     campaign: Option<u16>,
+    hooks: usize,
 }
 
 async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
@@ -1128,6 +1483,10 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
     let mut reported = BTreeSet::new();
     for round in 0..rounds {
         w.events(round, &mut random).await?;
+        let grants = w.grants().await?;
+        if let Ok(mut d) = w.deliveries.lock() {
+            d.grants = grants;
+        }
         let before = w.census().await?;
         let problems = w.problems();
         tally.storage_rounds += usize::from(!problems.is_empty());
@@ -1165,6 +1524,9 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             );
         });
         w.h.sim.settle(Duration::from_millis(1500)).await;
+        if let Ok(mut d) = w.deliveries.lock() {
+            found.append(&mut d.found);
+        }
         w.play_hooks();
         checks.push(("once jobs settled", w.census().await?));
         for (when, census) in &checks {
@@ -1217,12 +1579,48 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             tally.violations.push(Violation { what: line, ..v });
         }
     }
+    // Faults stop: within QUIET_ROUNDS rounds every job, incident and campaign ends (or says
+    // what outside nodecare holds it: nothing does any more).
+    w.stop_faults().await?;
+    let mut unended = Vec::new();
+    for quiet in 0..QUIET_ROUNDS {
+        w.return_nodes();
+        w.h.coordinator.round().await?;
+        w.h.sim.settle(Duration::from_millis(1500)).await;
+        if let Ok(mut d) = w.deliveries.lock() {
+            for v in d.found.drain(..) {
+                let line = format!(
+                    "seed {seed} quiet round {quiet}: {}: {}",
+                    v.invariant, v.what
+                );
+                println!("{line}");
+                tally.violations.push(Violation { what: line, ..v });
+            }
+        }
+        w.play_hooks();
+        unended = w.unended().await?;
+        if unended.is_empty() {
+            break;
+        }
+    }
+    if !unended.is_empty() {
+        let line = format!(
+            "seed {seed}: {QUIET_ROUNDS} rounds after faults stopped, not ended: {unended:?}"
+        );
+        println!("{line}");
+        tally.violations.push(Violation {
+            invariant: "every holder ends once faults stop",
+            known: FOUND_DEFECT_NOT_LIVE.then_some("FOUND_DEFECT_NOT_LIVE"),
+            what: line,
+        });
+    }
     tally.submissions = w.h.sim.submissions().iter().filter(|s| !s.internal).count();
     tally.by_duty = by_duty.into_iter().map(|(d, h)| (d, h.len())).collect();
     tally.grants = w.grants;
     tally.hand_drains = w.hand_drains;
     tally.crashes = w.crashes;
     tally.campaign = w.campaign;
+    tally.hooks = w.deliveries.lock().map_or(0, |d| d.hooks);
     w.server.abort();
     Ok(tally)
 }
@@ -1279,7 +1677,7 @@ async fn run(first: u64, count: u64, rounds: usize) {
             ),
         };
         println!(
-            "seed {seed}: {rounds} rounds in {:?}: {} client jobs, holders seen acting by duty {:?}, {} grants, {} drains by hand, {} crashes, campaign answer {:?}, at most {} nodes disrupted, {} rounds with storage not whole",
+            "seed {seed}: {rounds} rounds in {:?}: {} client jobs, holders seen acting by duty {:?}, {} grants, {} drains by hand, {} crashes, campaign answer {:?}, {} hooks taken, at most {} nodes disrupted, {} rounds with storage not whole",
             t.elapsed(),
             tally.submissions,
             tally.by_duty,
@@ -1287,6 +1685,7 @@ async fn run(first: u64, count: u64, rounds: usize) {
             tally.hand_drains,
             tally.crashes,
             tally.campaign,
+            tally.hooks,
             tally.most_disrupted,
             tally.storage_rounds
         );
