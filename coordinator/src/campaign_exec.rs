@@ -377,7 +377,7 @@ pub async fn prepare(
                     if record.complete_if_done(world.now_ms) {
                         tracing::info!(campaign = %record.campaign.id, "maintenance campaign completed");
                     } else if let Some(proposal) =
-                        crate::duty::maintenance::propose(&record, view, world)
+                        crate::duty::maintenance::propose(&record, view, world, &moves)
                     {
                         round.moves.insert(record.id(), moves);
                         round.proposals.push(proposal);

@@ -7,19 +7,49 @@
 //! soon as the last undrains are submitted, to run after them
 //! ([`crate::gate::Proposal::after_releases`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::campaign::{Record, World};
+use crate::campaign::{PlannedMove, Record, World};
 use crate::gate::{Duty, Holder, Proposal, View};
 
 /// The proposal of `record`'s next group (the first planned one), when it is due (`world`:
-/// the instances' memory, for what migrates back onto nodes it releases first).
-pub fn propose(record: &Record, view: &View, world: &World) -> Option<Proposal> {
+/// the instances' memory, for what migrates back onto nodes it releases first, and their
+/// secondaries; `moves`: the group's planned moves by node). The nodes its moves go to are
+/// touched: a group is not admitted while another holder (a grant, an evacuation) holds one.
+pub fn propose(
+    record: &Record,
+    view: &View,
+    world: &World,
+    moves: &BTreeMap<String, Vec<PlannedMove>>,
+) -> Option<Proposal> {
     if !record.needs_group() {
         return None;
     }
     let group = record.campaign.planned.first()?;
     let disrupts: BTreeSet<String> = group.iter().cloned().collect();
+    let touches: BTreeSet<String> = group
+        .iter()
+        .filter_map(|node| moves.get(node))
+        .flatten()
+        .flat_map(|mv| {
+            // A mirrored instance migrates to its secondary; a shared one to its target.
+            let secondaries = match &mv.target {
+                Some(_) => Vec::new(),
+                None => world
+                    .instances
+                    .get(&mv.instance)
+                    .map(|i| i.secondaries.clone())
+                    .unwrap_or_default(),
+            };
+            mv.target
+                .iter()
+                .chain(mv.new_secondary.iter())
+                .cloned()
+                .chain(secondaries)
+                .collect::<Vec<_>>()
+        })
+        .filter(|node| !disrupts.contains(node))
+        .collect();
     // The memory of the running primaries that move off the group (N+1 on the rest); unknown
     // when a node or an instance size is unknown.
     let moves_memory = group.iter().try_fold(0u64, |sum, node| {
@@ -41,7 +71,7 @@ pub fn propose(record: &Record, view: &View, world: &World) -> Option<Proposal> 
         invasiveness: 2,
         since_ms: record.campaign.created_ms,
         disrupts,
-        touches: BTreeSet::new(),
+        touches,
         fresh: false,
         moves_memory,
         // A group proposed while the previous group's undrains run starts after them.
@@ -118,6 +148,7 @@ mod tests {
             &record(vec![vec!["n1", "n2"], vec!["n3"]]),
             &v,
             &World::default(),
+            &BTreeMap::new(),
         )
         .unwrap();
         assert_eq!(p.duty, Duty::Maintenance);
@@ -131,17 +162,94 @@ mod tests {
         assert_eq!(p.moves_memory, Some(1536));
         assert_eq!(p.subject, "reboot group 1 of 2 (n1, n2)");
         // Unknown memory is unknown, never zero.
-        let p = propose(&record(vec![vec!["n3"]]), &v, &World::default()).unwrap();
+        let p = propose(
+            &record(vec![vec!["n3"]]),
+            &v,
+            &World::default(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
         assert_eq!(p.moves_memory, None);
+    }
+
+    /// The nodes a group's moves go to (a shared instance's target, a new secondary, a mirrored
+    /// instance's secondary) are touched: held by another holder (a grant), the group waits,
+    /// naming it.
+    #[test]
+    fn a_group_whose_moves_go_to_a_held_node_waits_for_it() {
+        let v = view(&[
+            ("n1", "rack:a", Some(512)),
+            ("n2", "rack:b", Some(1)),
+            ("n3", "rack:b", Some(1)),
+            ("n4", "rack:b", Some(1)),
+        ]);
+        let mut world = World::default();
+        world.instances.insert(
+            "d1".into(),
+            crate::campaign::InstanceNow {
+                primary: "n1".into(),
+                secondaries: vec!["n2".into()],
+                running: true,
+                mirrored: true,
+                memory: Some(256),
+            },
+        );
+        let moves = BTreeMap::from([(
+            "n1".to_owned(),
+            vec![
+                PlannedMove {
+                    instance: "s1".into(),
+                    target: Some("n3".into()),
+                    new_secondary: None,
+                },
+                PlannedMove {
+                    instance: "d1".into(),
+                    target: None,
+                    new_secondary: Some("n4".into()),
+                },
+            ],
+        )]);
+        let p = propose(&record(vec![vec!["n1"]]), &v, &world, &moves).unwrap();
+        assert_eq!(
+            p.touches,
+            BTreeSet::from(["n2".into(), "n3".into(), "n4".into()])
+        );
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 2,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 1,
+            },
+            ..Policy::default()
+        };
+        let grant = Holder::Grant {
+            id: Uuid::from_u128(7),
+            requester: "kured".into(),
+        };
+        for held in ["n2", "n3", "n4"] {
+            let in_force = InForce::new(&v, [(held.to_owned(), grant.clone())]);
+            let d = gate::decide(&v, &policy, &in_force, vec![p.clone()]);
+            assert!(
+                matches!(&d.judgements[0].outcome, Err(gate::BlockedBy::Conflict { node, .. }) if node == held),
+                "{held}: {:?}",
+                d.judgements[0].outcome
+            );
+        }
+        let d = gate::decide(&v, &policy, &InForce::default(), vec![p]);
+        assert!(
+            d.judgements[0].outcome.is_ok(),
+            "{:?}",
+            d.judgements[0].outcome
+        );
     }
 
     #[test]
     fn nothing_when_not_due() {
         let v = view(&[("n1", "rack:a", Some(1))]);
-        assert!(propose(&record(vec![]), &v, &World::default()).is_none());
+        assert!(propose(&record(vec![]), &v, &World::default(), &BTreeMap::new()).is_none());
         let mut paused = record(vec![vec!["n1"]]);
         paused.pause(2).unwrap();
-        assert!(propose(&paused, &v, &World::default()).is_none());
+        assert!(propose(&paused, &v, &World::default(), &BTreeMap::new()).is_none());
     }
 
     /// The gate judges a group with the others: two nodes of one domain under a cap of one are
@@ -155,7 +263,13 @@ mod tests {
             ("n3", "rack:b", Some(1)),
             ("n4", "rack:b", Some(1)),
         ]);
-        let p = propose(&record(vec![vec!["n1", "n2"]]), &v, &World::default()).unwrap();
+        let p = propose(
+            &record(vec![vec!["n1", "n2"]]),
+            &v,
+            &World::default(),
+            &BTreeMap::new(),
+        )
+        .unwrap();
         let policy = |max: usize| Policy {
             cluster: Caps {
                 max_disrupted_nodes: max,
