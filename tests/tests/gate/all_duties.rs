@@ -60,6 +60,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt as _;
+
 use nodecare_coordinator::daemon::Coordinator;
 use nodecare_coordinator::gate::Caps;
 use nodecare_ganeti::{Ganeti, JobId, Reason};
@@ -76,6 +78,8 @@ use super::Random;
 
 /// Seeds in the normal run (each about 10 s in a debug build on a loaded machine).
 const DEFAULT_SEEDS: u64 = 5;
+/// Seeds run side by side (`NODECARE_ALL_DUTIES_JOBS`).
+const DEFAULT_JOBS: usize = 8;
 /// Rounds per seed in the normal run.
 const DEFAULT_ROUNDS: usize = 16;
 
@@ -1680,9 +1684,20 @@ async fn run(first: u64, count: u64, rounds: usize) {
     let mut known: BTreeMap<&'static str, Vec<u64>> = BTreeMap::new();
     let mut totals: BTreeMap<&'static str, usize> = BTreeMap::new();
     let (mut grants, mut crashes, mut campaigns, mut storage_rounds) = (0, 0, 0, 0);
-    for seed in &seeds {
-        let t = Instant::now();
-        let tally = match run_seed(*seed, rounds).await {
+    // Seeds run side by side (each mostly waits for its simulated jobs): `jobs` at once.
+    let jobs = env_number("NODECARE_ALL_DUTIES_JOBS")
+        .and_then(|j| usize::try_from(j).ok())
+        .unwrap_or(DEFAULT_JOBS)
+        .max(1);
+    let mut runs = futures_util::stream::iter(seeds.iter().copied())
+        .map(|seed| async move {
+            let t = Instant::now();
+            (seed, run_seed(seed, rounds).await, t.elapsed())
+        })
+        .buffer_unordered(jobs);
+    while let Some((seed, outcome, elapsed)) = runs.next().await {
+        let seed = &seed;
+        let tally = match outcome {
             Ok(tally) => tally,
             Err(error) => panic!(
                 "seed {seed} failed to run: {error:#} (replay: NODECARE_ALL_DUTIES_SEED={seed})"
@@ -1690,7 +1705,7 @@ async fn run(first: u64, count: u64, rounds: usize) {
         };
         println!(
             "seed {seed}: {rounds} rounds in {:?}: {} client jobs, holders seen acting by duty {:?}, {} grants, {} drains by hand, {} crashes, campaign answer {:?}, {} hooks taken, at most {} nodes disrupted, {} rounds with storage not whole",
-            t.elapsed(),
+            elapsed,
             tally.submissions,
             tally.by_duty,
             tally.grants,
@@ -1731,8 +1746,8 @@ async fn run(first: u64, count: u64, rounds: usize) {
         fatal.len(),
         fatal.join("\n")
     );
-    // The run really drove every duty (over all seeds of the normal run).
-    if seeds.len() >= 3 {
+    // The run really drove every duty (over all seeds of the normal run, or of a long one).
+    if seeds == (1..=DEFAULT_SEEDS).collect::<Vec<u64>>() || seeds.len() >= 50 {
         for duty in ["node-repair", "maintenance", "balancing"] {
             assert!(
                 totals.get(duty).is_some_and(|n| *n > 0),
