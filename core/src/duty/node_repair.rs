@@ -21,6 +21,8 @@ use crate::incident::{Action, Incident, RepairStatus};
 
 pub mod intent;
 pub mod observe;
+#[cfg(test)]
+mod peer_evacuations;
 
 /// How invasive an action is (the gate serves the most invasive first).
 pub const fn invasiveness(action: Action) -> u8 {
@@ -528,6 +530,7 @@ mod tests {
         let replace = crate::plan::Move::ReplaceSecondary {
             instance: "d1".into(),
             remote_node: "n4".into(),
+            replaces: None,
         };
         let held = move_targets([(first.uuid, &replace)]);
         assert_eq!(
