@@ -14,6 +14,9 @@
 //! never receives instances. Capacity is checked, and unknown capacity never fits: free memory
 //! for every move, free disk (disks plus DRBD metadata) for a new DRBD secondary. A move that
 //! lacks only knowledge, or whose only targets have incidents, waits visibly instead of failing.
+//! A DRBD instance whose secondary is being evacuated too is not waited for (that evacuation
+//! waits for this one while they share the instance): it gets a new secondary first, with the
+//! disk and the memory to take it over, then moves there.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -442,6 +445,7 @@ impl<'a> Round<'a> {
             self.reserved_memory.clone(),
             self.reserved_disk.clone(),
             self.extra_secondaries.clone(),
+            self.new_secondaries.clone(),
         );
         let mut planned: BTreeSet<String> = BTreeSet::new();
         let mut waves: Vec<Vec<PlannedMove>> = Vec::new();
@@ -453,6 +457,7 @@ impl<'a> Round<'a> {
                         self.reserved_memory,
                         self.reserved_disk,
                         self.extra_secondaries,
+                        self.new_secondaries,
                     ) = taken;
                     return EvacuationStep::Fail(reason);
                 }

@@ -9,7 +9,9 @@
 //! node ([`touches`]) rather than disrupting it ([`holds`]). A pending evacuation holds the DRBD
 //! peers of the instances on its node ([`touches`]) and the targets of its moves in flight
 //! ([`move_targets`]); of two evacuations not begun whose nodes share an instance, the second
-//! waits for the first.
+//! waits for the first. The first moves the shared instances off both nodes (a DRBD instance
+//! whose secondary is the other node gets a new secondary first, [`crate::plan`]), so the
+//! second is free to start once they are gone; each node is counted once, by its own incident.
 
 use std::collections::{BTreeMap, BTreeSet};
 
