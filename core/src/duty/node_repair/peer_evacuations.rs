@@ -1,7 +1,8 @@
 //! Two failing nodes that share DRBD instances, round after round through the duty's
 //! proposals, the gate and the planner (pure): in either order, with equal or different
-//! verdicts, both evacuations end (under cap 1 the second once the first node is back in
-//! service), no instance is moved by both in a round, and the budgets hold at every round.
+//! verdicts, both evacuations end (under cap 1, or with the nodes in two failure domains, the
+//! second once the first node is back in service), no instance is moved by both in a round,
+//! and the budgets hold at every round.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -98,6 +99,7 @@ struct Sim {
     incidents: Vec<Incident>,
     begun: BTreeSet<Uuid>,
     policy: Policy,
+    domains: DomainSource,
     chains: bool,
     case: String,
 }
@@ -118,7 +120,7 @@ impl Sim {
             &self.nodes,
             &self.instances,
             &BTreeMap::new(),
-            &DomainSource::NodeGroup,
+            &self.domains,
             Vec::new(),
             1_000,
         );
@@ -300,9 +302,19 @@ fn action(verdict: &str) -> Action {
     }
 }
 
-fn one_case(chains: bool, cap: usize, arrival: Arrival, two: &str, three: &str) {
-    let case = format!("chains {chains}, cap {cap}, {arrival:?}, n2 {two}, n3 {three}");
-    let (nodes, instances) = cluster();
+/// `racks`: n2 in failure domain `rack:a` (with n1), n3 in `rack:b` (with n4 and n5).
+fn one_case(chains: bool, cap: usize, racks: bool, arrival: Arrival, two: &str, three: &str) {
+    let case =
+        format!("chains {chains}, cap {cap}, racks {racks}, {arrival:?}, n2 {two}, n3 {three}");
+    let (mut nodes, instances) = cluster();
+    let domains = if racks {
+        for (n, rack) in nodes.iter_mut().zip(["a", "a", "b", "b", "b"]) {
+            n.tags.push(format!("rack:{rack}"));
+        }
+        DomainSource::TagPrefix("rack:".into())
+    } else {
+        DomainSource::NodeGroup
+    };
     let mut sim = Sim {
         incidents: Vec::new(),
         begun: BTreeSet::new(),
@@ -314,6 +326,7 @@ fn one_case(chains: bool, cap: usize, arrival: Arrival, two: &str, three: &str) 
             },
             ..Policy::default()
         },
+        domains,
         chains,
         case: case.clone(),
         nodes,
@@ -356,7 +369,9 @@ fn one_case(chains: bool, cap: usize, arrival: Arrival, two: &str, three: &str) 
             Some(RepairStatus::Completed | RepairStatus::Failed)
         )
     };
-    if cap == 1 {
+    // One node out of service at a time (one by the cap, one failure domain at a time): the
+    // second waits until the operator returns the first to service.
+    if cap == 1 || racks {
         assert!(
             sim.until(|s| ended(s, "n2") || ended(s, "n3")),
             "{case}: {}",
@@ -424,11 +439,11 @@ fn two_failing_drbd_peers_are_both_evacuated() {
     ];
     let mut failed = Vec::new();
     for chains in [true, false] {
-        for cap in [1, 2] {
+        for (cap, racks) in [(1, false), (2, false), (2, true)] {
             for arrival in [Arrival::Together, Arrival::TwoFirst, Arrival::ThreeFirst] {
                 for (two, three) in verdicts {
                     let outcome = std::panic::catch_unwind(|| {
-                        one_case(chains, cap, arrival, two, three);
+                        one_case(chains, cap, racks, arrival, two, three);
                     });
                     if let Err(panic) = outcome {
                         let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
