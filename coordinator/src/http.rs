@@ -652,6 +652,7 @@ mod tests {
                     planned: Move::ReplaceSecondary {
                         instance: "e".into(),
                         remote_node: "n4".into(),
+                        replaces: None,
                     },
                 },
                 IntentState::Succeeded,

@@ -234,7 +234,7 @@ async fn a_what_if_predicts_the_jobs_the_daemon_then_runs() {
     use DiagnoseStatus::{Evacuate, EvacuateFailover};
     // (what the operator asks, the same change made real: verdicts, a node drained by
     // someone else, the cap; whether something waits)
-    let cases: [Case<'_>; 4] = [
+    let cases: [Case<'_>; 5] = [
         (
             "verdict=node2.sim.test:evacuate",
             &[(2, Evacuate)],
@@ -242,9 +242,9 @@ async fn a_what_if_predicts_the_jobs_the_daemon_then_runs() {
             1,
             false,
         ),
-        // Two nodes sharing DRBD instances: node 3 waits behind node 2's evacuation, which
-        // waits to move the instances whose secondary node 3 is (the gate refuses node 3: node 2
-        // holds it).
+        // Two nodes sharing DRBD instances: node 2's evacuation gives the instances whose
+        // secondary node 3 is a new secondary, moves them there and completes; node 3 waits
+        // for the cap (the gate refuses it: node 2 holds it, then the cap is reached).
         (
             "verdict=node2.sim.test:evacuate&verdict=node3.sim.test:evacuate",
             &[(2, Evacuate), (3, Evacuate)],
@@ -252,7 +252,14 @@ async fn a_what_if_predicts_the_jobs_the_daemon_then_runs() {
             1,
             true,
         ),
-        // The same with the cap raised to two: both go.
+        // The same with the cap raised to two: both go, with equal verdicts or not.
+        (
+            "verdict=node2.sim.test:evacuate&verdict=node3.sim.test:evacuate&policy=max_disrupted_nodes:2",
+            &[(2, Evacuate), (3, Evacuate)],
+            None,
+            1,
+            false,
+        ),
         (
             "verdict=node2.sim.test:evacuate&verdict=node3.sim.test:evacuate-failover&policy=max_disrupted_nodes:2",
             &[(2, Evacuate), (3, EvacuateFailover)],
@@ -290,6 +297,14 @@ async fn a_what_if_predicts_the_jobs_the_daemon_then_runs() {
             .flat_map(|r| &r.waits)
             .any(|w| w.blocked_by.is_some());
         assert_eq!(refused, waits, "{query}");
+        if query.contains("max_disrupted_nodes:2") {
+            // Both evacuations end.
+            assert!(
+                what_if.incidents.iter().all(|i| i.status == "completed"),
+                "{query}: {:?}",
+                what_if.incidents
+            );
+        }
 
         // The same change, made real.
         if let Some(i) = drained {

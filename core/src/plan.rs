@@ -14,6 +14,9 @@
 //! never receives instances. Capacity is checked, and unknown capacity never fits: free memory
 //! for every move, free disk (disks plus DRBD metadata) for a new DRBD secondary. A move that
 //! lacks only knowledge, or whose only targets have incidents, waits visibly instead of failing.
+//! A DRBD instance whose secondary is being evacuated too is not waited for (that evacuation
+//! waits for this one while they share the instance): it gets a new secondary first, with the
+//! disk and the memory to take it over, then moves there.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,6 +58,12 @@ pub enum Move {
         instance: String,
         /// New secondary.
         remote_node: String,
+        /// The secondary replaced when it is not the evacuated node: the evacuation of the
+        /// instance's primary first moves its secondary off a node being evacuated too, then
+        /// moves the instance to the new secondary. `None`: the evacuated node is the
+        /// secondary replaced.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        replaces: Option<String>,
     },
 }
 
@@ -83,6 +92,7 @@ impl Move {
             Self::ReplaceSecondary {
                 instance,
                 remote_node,
+                ..
             } => Op::ReplaceDisks {
                 instance: instance.clone(),
                 mode: ReplaceDisksMode::ReplaceNewSecondary {
@@ -217,6 +227,10 @@ pub struct Round<'a> {
     extra_secondaries: BTreeMap<String, usize>,
     disrupted: BTreeSet<String>,
     with_incidents: BTreeSet<String>,
+    evacuations: BTreeSet<String>,
+    /// DRBD instances whose secondary this round moves off a node being evacuated too, with
+    /// the new secondary (memory for the instance already reserved there).
+    new_secondaries: BTreeMap<String, String>,
     policy: EvacuationPolicy,
 }
 
@@ -250,6 +264,8 @@ impl<'a> Round<'a> {
             extra_secondaries: BTreeMap::new(),
             disrupted: all_disrupted,
             with_incidents: BTreeSet::new(),
+            evacuations: BTreeSet::new(),
+            new_secondaries: BTreeMap::new(),
             policy: EvacuationPolicy::default(),
         }
     }
@@ -264,6 +280,20 @@ impl<'a> Round<'a> {
     #[must_use]
     pub fn with_active_incidents(mut self, nodes: impl IntoIterator<Item = String>) -> Self {
         self.with_incidents.extend(nodes);
+        self
+    }
+
+    /// Names the nodes with an active evacuation (noted or pending): never a move target
+    /// either, and a DRBD instance evacuated off its primary whose secondary is one of them gets
+    /// a new secondary first, then moves there (see [`Move::ReplaceSecondary`]'s `replaces`).
+    /// Waiting instead would wait for good: that node's evacuation waits for this one, which
+    /// holds the instance's nodes.
+    #[must_use]
+    pub fn with_active_evacuations(mut self, nodes: impl IntoIterator<Item = String>) -> Self {
+        for node in nodes {
+            self.with_incidents.insert(node.clone());
+            self.evacuations.insert(node);
+        }
         self
     }
 
@@ -415,6 +445,7 @@ impl<'a> Round<'a> {
             self.reserved_memory.clone(),
             self.reserved_disk.clone(),
             self.extra_secondaries.clone(),
+            self.new_secondaries.clone(),
         );
         let mut planned: BTreeSet<String> = BTreeSet::new();
         let mut waves: Vec<Vec<PlannedMove>> = Vec::new();
@@ -426,6 +457,7 @@ impl<'a> Round<'a> {
                         self.reserved_memory,
                         self.reserved_disk,
                         self.extra_secondaries,
+                        self.new_secondaries,
                     ) = taken;
                     return EvacuationStep::Fail(reason);
                 }
@@ -433,9 +465,19 @@ impl<'a> Round<'a> {
                     if moves.is_empty() {
                         break left;
                     }
-                    // The next wave runs after this one: its locks are free again by then.
+                    // The next wave runs after this one: its locks are free again by then. An
+                    // instance whose secondary this wave moves off a failing peer moves itself in
+                    // the next.
                     for planned_move in &moves {
-                        planned.insert(planned_move.action.instance().to_owned());
+                        if !matches!(
+                            planned_move.action,
+                            Move::ReplaceSecondary {
+                                replaces: Some(_),
+                                ..
+                            }
+                        ) {
+                            planned.insert(planned_move.action.instance().to_owned());
+                        }
                         for lock in &planned_move.locks {
                             self.locks.remove(lock);
                         }
@@ -591,6 +633,9 @@ impl<'a> Round<'a> {
         // A stopped instance cannot be live-migrated; failover only moves its configuration.
         let use_failover = failover || instance.admin_state != "up";
         if instance.disk_template.is_internally_mirrored() {
+            if let Some(remote) = self.new_secondaries.get(&instance.name).cloned() {
+                return Ok(self.plan_to_new_secondary(source, instance, use_failover, remote));
+            }
             let Some(secondary_name) = instance.secondary_nodes.first() else {
                 return Err(format!(
                     "DRBD instance {} has no secondary node",
@@ -608,6 +653,9 @@ impl<'a> Round<'a> {
                     "cannot move {} off {source}: its secondary {secondary_name} is offline or not vm-capable",
                     instance.name
                 ));
+            }
+            if self.evacuations.contains(secondary_name) {
+                return self.plan_secondary_off_peer(source, instance, secondary_name);
             }
             if self.with_incidents.contains(secondary_name) {
                 return Ok(Attempt::Wait(format!(
@@ -750,6 +798,145 @@ impl<'a> Round<'a> {
         }))
     }
 
+    /// The first move of a DRBD `instance` off `source` whose secondary `peer` is being
+    /// evacuated too: a new secondary on a usable node of its group with the disk for it and
+    /// the memory to take the instance over (reserved now), so that the next wave (or round)
+    /// moves it there ([`Self::plan_to_new_secondary`]). This evacuation moves the instance
+    /// off both nodes; the peer's evacuation waits until it shares no instance with `source`.
+    fn plan_secondary_off_peer(
+        &mut self,
+        source: &str,
+        instance: &'a Instance,
+        peer: &str,
+    ) -> Result<Attempt, String> {
+        let instance_lock = Lock::Instance(instance.name.clone());
+        let group = self
+            .nodes
+            .get(source)
+            .map(|n| n.group.clone())
+            .unwrap_or_default();
+        let eligible = |n: &Node| n.name != source && n.name != peer && n.group == group;
+        let candidates: Vec<&'a Node> = self
+            .nodes
+            .values()
+            .copied()
+            .filter(|n| eligible(n) && self.usable(n))
+            .collect();
+        let room = |round: &Self, candidate: &Node, reserved: bool| match round
+            .disk_room(candidate, instance, reserved)
+        {
+            Room::Yes => round.memory_room(candidate, instance, reserved),
+            other => other,
+        };
+        let fits = Room::among(&candidates, |candidate| room(self, candidate, false));
+        if !matches!(fits, Room::Yes) {
+            if let Room::Unknown(why) = fits {
+                return Ok(Attempt::Wait(why));
+            }
+            let held = self.held_by_incidents(eligible);
+            if !held.is_empty() {
+                return Ok(Attempt::Wait(format!(
+                    "its secondary {peer} is being evacuated too and only nodes with an active incident could take it: {}",
+                    held.join(", ")
+                )));
+            }
+            return Err(format!(
+                "cannot move {} off {source}: its secondary {peer} is being evacuated too and no \
+                 node of its group has the disk ({} MiB) and memory ({} MiB) for a new secondary",
+                instance.name,
+                drbd_disk_need(instance).map_or_else(|| "?".to_owned(), |d| d.to_string()),
+                instance
+                    .memory
+                    .map_or_else(|| "?".to_owned(), |m| m.to_string())
+            ));
+        }
+        let known_free = |n: &Node| {
+            n.memory_free
+                .unwrap_or(0)
+                .saturating_sub(self.reserved_memory.get(&n.name).copied().unwrap_or(0))
+        };
+        let best = candidates
+            .iter()
+            .copied()
+            .filter(|n| {
+                !self.is_locked(&Lock::Node(n.name.clone())) && room(self, n, true) == Room::Yes
+            })
+            .max_by(|a, b| {
+                known_free(a)
+                    .cmp(&known_free(b))
+                    .then_with(|| b.name.cmp(&a.name))
+            });
+        let Some(target) = best else {
+            return Ok(Attempt::Wait(format!(
+                "its secondary {peer} is being evacuated too and every node that could take it is busy"
+            )));
+        };
+        let remote = target.name.clone();
+        let locks = vec![instance_lock, Lock::Node(remote.clone())];
+        self.take(
+            &locks,
+            instance.memory.map(|m| (remote.as_str(), m)),
+            drbd_disk_need(instance).map(|d| (remote.as_str(), d)),
+        );
+        *self.extra_secondaries.entry(remote.clone()).or_insert(0) += 1;
+        self.new_secondaries
+            .insert(instance.name.clone(), remote.clone());
+        let action = Move::ReplaceSecondary {
+            instance: instance.name.clone(),
+            remote_node: remote.clone(),
+            replaces: Some(peer.to_owned()),
+        };
+        let description = format!(
+            "replace secondary of {name} (primary {source}) {peer} -> {remote}: {peer} is being \
+             evacuated too; {name} then moves to {remote}",
+            name = instance.name
+        );
+        Ok(Attempt::Planned(PlannedMove {
+            action,
+            locks,
+            description,
+        }))
+    }
+
+    /// Moves a DRBD `instance` off `source` to `remote`, the new secondary an earlier wave of
+    /// this round gives it ([`Self::plan_secondary_off_peer`], which reserved its memory there).
+    fn plan_to_new_secondary(
+        &mut self,
+        source: &str,
+        instance: &'a Instance,
+        use_failover: bool,
+        remote: String,
+    ) -> Attempt {
+        let instance_lock = Lock::Instance(instance.name.clone());
+        let node_lock = Lock::Node(remote.clone());
+        if self.is_locked(&node_lock) {
+            return Attempt::Wait(format!("{remote} is busy"));
+        }
+        let locks = vec![instance_lock, node_lock];
+        self.take(&locks, None, None);
+        let action = if use_failover {
+            Move::Failover {
+                instance: instance.name.clone(),
+                target: None,
+            }
+        } else {
+            Move::Migrate {
+                instance: instance.name.clone(),
+                target: None,
+            }
+        };
+        let description = format!(
+            "{} {} {source} -> {remote} (its new secondary)",
+            action.verb(),
+            instance.name
+        );
+        Attempt::Planned(PlannedMove {
+            action,
+            locks,
+            description,
+        })
+    }
+
     fn plan_secondary(&mut self, source: &str, instance: &'a Instance) -> Result<Attempt, String> {
         if !matches!(instance.disk_template, DiskTemplate::Drbd) {
             return Err(format!(
@@ -834,6 +1021,7 @@ impl<'a> Round<'a> {
         let action = Move::ReplaceSecondary {
             instance: instance.name.clone(),
             remote_node: remote.clone(),
+            replaces: None,
         };
         let description = format!(
             "replace secondary of {} (primary {}) {source} -> {remote}",
@@ -1006,7 +1194,10 @@ pub fn move_goal_holds(step: &Move, node: &str, instances: &[Instance]) -> bool 
     };
     match step {
         Move::Migrate { .. } | Move::Failover { .. } => instance.primary_node != node,
-        Move::ReplaceSecondary { .. } => !instance.secondary_nodes.iter().any(|s| s == node),
+        Move::ReplaceSecondary { replaces, .. } => {
+            let old = replaces.as_deref().unwrap_or(node);
+            !instance.secondary_nodes.iter().any(|s| s == old)
+        }
     }
 }
 
@@ -1321,6 +1512,7 @@ mod tests {
         let replace = Move::ReplaceSecondary {
             instance: "d".into(),
             remote_node: "n3".into(),
+            replaces: None,
         };
         let moved = vec![
             inst("i3", "drbd", "n3", &["n4"]),
@@ -1841,6 +2033,105 @@ mod tests {
         ));
     }
 
+    /// Two failing DRBD peers: the evacuation of the primary's node does not wait for its
+    /// secondary's node, which itself waits for it; it gives the instance a new secondary
+    /// first (a node with the disk and the memory), then moves it there, in the next wave of
+    /// the chain or the next round. A peer with a live repair only is still waited for.
+    #[test]
+    fn a_secondary_being_evacuated_is_replaced_before_the_move() {
+        let nodes = vec![
+            node("n1"),
+            drained(node("n2")),
+            node("n3"),
+            node("n4"),
+            node("n5"),
+        ];
+        let instances = vec![
+            inst("a", "drbd", "n2", &["n3"]),
+            inst("c", "drbd", "n3", &["n2"]),
+        ];
+        let evacuating = || {
+            Round::new(&nodes, &instances, [], ["n2".to_owned()])
+                .with_active_evacuations(["n2".to_owned(), "n3".to_owned()])
+        };
+        // One step a round: the new secondary (never n2, n3, nor c's primary's node).
+        let EvacuationStep::Moves(moves) = evacuating().plan_evacuation("n2", false) else {
+            panic!("no moves")
+        };
+        let Move::ReplaceSecondary {
+            instance,
+            remote_node,
+            replaces,
+        } = &moves[0].action
+        else {
+            panic!("{moves:?}")
+        };
+        assert_eq!((instance.as_str(), replaces.as_deref()), ("a", Some("n3")));
+        assert!(!["n2", "n3"].contains(&remote_node.as_str()), "{moves:?}");
+        assert!(
+            matches!(&moves[1].action, Move::ReplaceSecondary { instance, replaces: None, .. } if instance == "c"),
+            "{moves:?}"
+        );
+        // The goal of the replacement is the instance off the failing peer.
+        let mut after = instances.clone();
+        assert!(!move_goal_holds(&moves[0].action, "n2", &after));
+        after[0].secondary_nodes = vec![remote_node.clone()];
+        assert!(move_goal_holds(&moves[0].action, "n2", &after));
+        // As a chain: the replacement, then the migration to the new secondary.
+        let c = chain(evacuating().plan_evacuation_chain("n2", true));
+        assert_eq!(c.waves.len(), 2, "{c:?}");
+        let Move::ReplaceSecondary { remote_node, .. } = &c.waves[0][0].action else {
+            panic!("{c:?}")
+        };
+        assert_eq!(
+            c.waves[1][0].action,
+            Move::Failover {
+                instance: "a".into(),
+                target: None
+            }
+        );
+        assert!(c.waves[1][0].description.contains(remote_node.as_str()));
+        assert!(c.waiting.is_empty() && !c.tag, "{c:?}");
+        // The memory for `a` is reserved once on its new secondary: with room for one
+        // instance there, and nowhere else, the chain still plans it.
+        let mut tight = nodes.clone();
+        for n in &mut tight {
+            if n.name != "n4" {
+                n.memory_free = Some(0);
+            }
+        }
+        tight[3].memory_free = Some(1024);
+        let mut round = Round::new(&tight, &instances, [], ["n2".to_owned()])
+            .with_active_evacuations(["n2".to_owned(), "n3".to_owned()]);
+        let c = chain(round.plan_evacuation_chain("n2", false));
+        let moved: Vec<&Move> = c.waves.iter().flatten().map(|m| &m.action).collect();
+        assert!(
+            moved.contains(&&Move::Migrate {
+                instance: "a".into(),
+                target: None
+            }),
+            "{c:?}"
+        );
+        // Nowhere with the memory: the evacuation cannot succeed, and says why.
+        tight[3].memory_free = Some(0);
+        let mut round = Round::new(&tight, &instances, [], ["n2".to_owned()])
+            .with_active_evacuations(["n2".to_owned(), "n3".to_owned()]);
+        let EvacuationStep::Fail(why) = round.plan_evacuation("n2", false) else {
+            panic!("did not fail")
+        };
+        assert!(why.contains("n3 is being evacuated too"), "{why}");
+        // A peer with a live repair is waited for: it stays in service.
+        let mut round = Round::new(&nodes, &instances, [], ["n2".to_owned()])
+            .with_active_incidents(["n2".to_owned(), "n3".to_owned()]);
+        let c = chain(round.plan_evacuation_chain("n2", false));
+        assert!(
+            c.waiting
+                .iter()
+                .any(|w| w.contains("its secondary n3 has an active incident")),
+            "{c:?}"
+        );
+    }
+
     /// Issue 11, defect 2: a node with an active incident never receives instances.
     #[test]
     fn nodes_with_active_incidents_are_never_targets() {
@@ -1880,7 +2171,8 @@ mod tests {
             moves[0].action,
             Move::ReplaceSecondary {
                 instance: "d".into(),
-                remote_node: "n3".into()
+                remote_node: "n3".into(),
+                replaces: None
             }
         );
         // Only nodes with incidents left: wait, never fail.
@@ -1951,7 +2243,8 @@ mod tests {
             moves[0].action,
             Move::ReplaceSecondary {
                 instance: "d".into(),
-                remote_node: "n4".into()
+                remote_node: "n4".into(),
+                replaces: None
             }
         );
         // Two secondaries, room for one: the second waits for the next round.

@@ -277,6 +277,11 @@ impl NodeRepair {
             .filter(|i| i.is_active())
             .map(|i| i.node.clone())
             .collect();
+        let with_evacuations: Vec<String> = incidents
+            .iter()
+            .filter(|i| i.is_active() && i.action.is_evacuation())
+            .map(|i| i.node.clone())
+            .collect();
         let disrupted: Vec<String> = decision.in_force.nodes.keys().cloned().collect();
         let override_notes: BTreeMap<Uuid, String> = judged
             .policy
@@ -293,7 +298,8 @@ impl NodeRepair {
             })
             .collect();
         let mut round = Round::new(nodes, instances, in_flight, disrupted)
-            .with_active_incidents(with_incidents);
+            .with_active_incidents(with_incidents)
+            .with_active_evacuations(with_evacuations);
         // Before any judgement: whether a held evacuation could ever succeed is the
         // configured policy's answer, not the default's.
         round.set_evacuation_policy(self.settings.evacuation);

@@ -9,7 +9,9 @@
 //! node ([`touches`]) rather than disrupting it ([`holds`]). A pending evacuation holds the DRBD
 //! peers of the instances on its node ([`touches`]) and the targets of its moves in flight
 //! ([`move_targets`]); of two evacuations not begun whose nodes share an instance, the second
-//! waits for the first.
+//! waits for the first. The first moves the shared instances off both nodes (a DRBD instance
+//! whose secondary is the other node gets a new secondary first, [`crate::plan`]), so the
+//! second is free to start once they are gone; each node is counted once, by its own incident.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -21,6 +23,8 @@ use crate::incident::{Action, Incident, RepairStatus};
 
 pub mod intent;
 pub mod observe;
+#[cfg(test)]
+mod peer_evacuations;
 
 /// How invasive an action is (the gate serves the most invasive first).
 pub const fn invasiveness(action: Action) -> u8 {
@@ -528,6 +532,7 @@ mod tests {
         let replace = crate::plan::Move::ReplaceSecondary {
             instance: "d1".into(),
             remote_node: "n4".into(),
+            replaces: None,
         };
         let held = move_targets([(first.uuid, &replace)]);
         assert_eq!(

@@ -1,6 +1,8 @@
 //! Node repair semantics against the simulated cluster: escalation, evacuate-and-offline,
 //! instances that cannot move, and returning the node to service on acknowledgement.
 
+mod drbd_peers;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -114,8 +114,12 @@ impl IntentSpec {
                     Move::ReplaceSecondary {
                         instance,
                         remote_node,
+                        replaces,
                     },
-            } => format!("move the DRBD secondary of {instance} from {node} to {remote_node}"),
+            } => format!(
+                "move the DRBD secondary of {instance} from {} to {remote_node}",
+                replaces.as_deref().unwrap_or(node)
+            ),
             Self::Tag { node, tag } => format!("tag {node} {tag}"),
             Self::Untag { node, tag } => format!("remove the tag {tag} from {node}"),
             Self::Offline { node } => format!("set {node} offline"),
@@ -602,6 +606,7 @@ mod tests {
                     planned: Move::ReplaceSecondary {
                         instance: "db".into(),
                         remote_node: "node3".into(),
+                        replaces: None,
                     },
                 },
                 Some(Op::ReplaceDisks {
@@ -628,6 +633,7 @@ mod tests {
             planned: Move::ReplaceSecondary {
                 instance: "db".into(),
                 remote_node: "node3".into(),
+                replaces: None,
             },
         })
         .unwrap_or_default();
@@ -671,8 +677,17 @@ mod tests {
                 moved(Move::ReplaceSecondary {
                     instance: "db".into(),
                     remote_node: "n4".into(),
+                    replaces: None,
                 }),
                 "move the DRBD secondary of db from n2 to n4",
+            ),
+            (
+                moved(Move::ReplaceSecondary {
+                    instance: "db".into(),
+                    remote_node: "n4".into(),
+                    replaces: Some("n3".into()),
+                }),
+                "move the DRBD secondary of db from n3 to n4",
             ),
             (
                 IntentSpec::Shutdown {
