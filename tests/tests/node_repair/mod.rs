@@ -639,3 +639,80 @@ async fn the_round_cancels_the_jobs_of_a_canceled_incident_first() {
     let warning = after.warning.clone().unwrap_or_default();
     assert!(warning.contains("was not drained"), "{after:#?}");
 }
+
+/// On a cluster whose master-candidate pool is full (the simulated Ganeti's default: the
+/// initial candidates fill it), Ganeti drains or offlines a candidate only with
+/// `auto_promote`: the evacuation asks for it, and a master-capable node takes the drained
+/// node's place in the pool. The same drain without it (as the role resource gets it when
+/// `auto-promote` is not given) is refused with Ganeti's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_of_a_master_candidate_promotes_another_when_the_pool_is_full() {
+    use nodecare_ganeti_sim::model::SimOp;
+    use nodecare_ganeti_sim::rapi_routes::SimRequest;
+    let mut h = Harness::new(5, "a:diskless:2", |_| {}).await.unwrap();
+    let candidates = |h: &Harness| -> Vec<String> {
+        h.sim.with_cluster(|c| {
+            c.nodes
+                .values()
+                .filter(|n| n.master_candidate)
+                .map(|n| n.name.clone())
+                .collect()
+        })
+    };
+    assert_eq!(h.sim.with_cluster(|c| c.candidate_pool_size), 3);
+    assert_eq!(candidates(&h), vec![node(1), node(2), node(3)]);
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    assert_eq!(flags(&h, 2), (true, false));
+    assert_eq!(candidates(&h), vec![node(1), node(3), node(4)]);
+    let demoting: Vec<bool> = h.sim.with_cluster(|c| {
+        c.jobs
+            .values()
+            .filter_map(|j| match &j.op {
+                SimOp::SetNodeParams {
+                    node: n,
+                    drained,
+                    offline,
+                    auto_promote,
+                } if *n == node(2) && (*drained == Some(true) || *offline == Some(true)) => {
+                    Some(*auto_promote)
+                }
+                _ => None,
+            })
+            .collect()
+    });
+    assert_eq!(demoting, vec![true, true], "drain and offline ask for it");
+
+    // The drain as the role resource gets it without `auto-promote`: refused (node5 could
+    // take node3's place).
+    let before = h.sim.with_cluster(|c| c.jobs.len());
+    let (status, _) = h
+        .sim
+        .handle(&SimRequest {
+            method: "PUT".into(),
+            path: format!("/2/nodes/{}/role", node(3)),
+            query: vec![("force".into(), "1".into())],
+            body: Some(json!("drained")),
+        })
+        .await;
+    assert_eq!(status, 200);
+    h.sim.settle(Duration::from_secs(5)).await;
+    h.sim.with_cluster(|c| {
+        let job = c.jobs.values().nth(before).unwrap();
+        assert_eq!(job.status, nodecare_ganeti::JobStatus::Error, "{job:#?}");
+        assert!(
+            job.opresult
+                .to_string()
+                .contains("Not enough master candidates"),
+            "{job:#?}"
+        );
+        assert!(!c.nodes[&node(3)].drained);
+    });
+}
