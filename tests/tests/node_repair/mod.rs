@@ -853,3 +853,59 @@ async fn a_canceled_live_repair_holds_its_node_until_the_command_ends() {
     assert_eq!(agent.repairs().len(), 1, "requested once");
     server.abort();
 }
+
+/// A grant asked between rounds does not overtake an evacuation waiting for the budget: while
+/// the incident waits for the cap a grant would take, the grant is refused (`429`, naming the
+/// incident), and the next round admits the evacuation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_between_rounds_waits_behind_a_node_repair_waiting_for_the_budget() {
+    let (mut h, _users) = with_writer(5, "a:diskless:2", |config| {
+        config.max_disrupted_nodes = 1;
+        // The grant's domain (the whole cluster here) is not in grace: node2's verdict is
+        // acted on at once.
+        config.grace = 0.0;
+    })
+    .await;
+    let (url, server) = serve_api(&h).await;
+    h.round().await.unwrap();
+    let (status, body) = ask_grant(&url, &node(3)).await;
+    assert_eq!(status, 201, "{body}");
+    let first: serde_json::Value = serde_json::from_str(&body).unwrap();
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    assert!(
+        h.until(5, |i| i.iter().any(|i| i.blocked_by.is_some()))
+            .await
+            .unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    let incident = on(&h.incidents().unwrap(), 2);
+    assert!(
+        incident.blocked_by.is_some() && ops_on(&h, &node(2)).is_empty(),
+        "waits for the cap the grant holds: {incident:#?}"
+    );
+    // The grant is released; before the next round another tool asks for node4.
+    let answer = reqwest::Client::new()
+        .delete(format!(
+            "{url}/1/disruptions/{}",
+            first["id"].as_str().unwrap()
+        ))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let (status, body) = ask_grant(&url, &node(4)).await;
+    assert_eq!(status, 429, "the waiting evacuation comes first: {body}");
+    assert!(body.contains(&incident.uuid.to_string()), "{body}");
+    assert!(body.contains("waiting for the budget"), "{body}");
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    server.abort();
+}
