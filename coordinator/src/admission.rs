@@ -4,7 +4,7 @@
 //!
 //! | Path | Answer |
 //! |---|---|
-//! | `POST /1/disruptions` | body [`DisruptionRequest`]: `201` + [`Grant`] when the gate admits it, `200` + the renewed grant when the same requester already holds the node, `429` + [`GateRefusal`] (`blocked_by`) when the gate refuses, `404` for a node not in the cluster, `503` before the first round or when the last round is too old |
+//! | `POST /1/disruptions` | body [`DisruptionRequest`]: `201` + [`Grant`] when the gate admits it, `200` + the renewed grant when the same requester already holds the node, `429` + [`GateRefusal`] (`blocked_by`) when the gate refuses (also while node repairs the last round left waiting would be admitted before it and it would take their budget), `404` for a node not in the cluster, `503` before the first round or when the last round is too old |
 //! | `GET /1/disruptions` | the grants in force |
 //! | `DELETE /1/disruptions/<id>` | releases a grant: `200`, `404` |
 //! | `POST /1/overrides` | body [`OverrideRequest`]: `201` + [`OverrideView`] |
@@ -19,7 +19,8 @@
 //!
 //! An admission request is judged by [`crate::gate::decide`] as a proposal of the
 //! [`Duty::Admission`] duty against the last round's view of the cluster ([`GateSnapshot`]),
-//! with the grants, overrides and breaker as the store has them now. The judging is serialised
+//! with the grants, overrides and breaker as the store has them now, behind the node repairs
+//! the last round left waiting (judged first, as a round judges them). The judging is serialised
 //! with the round (the incident lock), so that a grant and the round's own admissions never
 //! both open a failure domain.
 
@@ -181,14 +182,87 @@ pub fn judge_request(
         after_releases: std::collections::BTreeMap::new(),
         reason: format!("{} (requested by {})", request.reason, request.requester),
     };
-    let decision = crate::gate::decide(&view, &policy, &in_force, vec![proposal]);
+    let decision = crate::gate::decide(&view, &policy, &in_force, vec![proposal.clone()]);
     match decision.judgements.first().map(|j| &j.outcome) {
-        Some(Ok(_)) => Ok(decision),
+        Some(Ok(_)) => {
+            match behind_waiting_repairs(snapshot, &view, &policy, &in_force, proposal) {
+                Some(blocked) => Err(NotAdmitted::Blocked(blocked)),
+                None => Ok(decision),
+            }
+        }
         Some(Err(blocked)) => Err(NotAdmitted::Blocked(blocked.clone())),
         None => Err(NotAdmitted::Unavailable(
             "the gate judged nothing (internal error)".into(),
         )),
     }
+}
+
+/// Why the grant of `proposal` must wait for node repairs the last round left waiting, if it
+/// must: judged with them ahead of it (as a round orders them, maintd's incidents first), the
+/// grant would be refused while some of them would be admitted; the refusal names them. A
+/// grant asked between rounds thus never takes the budget an incident waits for.
+fn behind_waiting_repairs(
+    snapshot: &GateSnapshot,
+    view: &crate::gate::View,
+    policy: &Policy,
+    in_force: &InForce,
+    proposal: Proposal,
+) -> Option<BlockedBy> {
+    let waiting: Vec<Proposal> = snapshot
+        .decision
+        .refused()
+        .filter(|(p, _)| p.duty == Duty::NodeRepair)
+        .map(|(p, _)| p.clone())
+        .collect();
+    if waiting.is_empty() {
+        return None;
+    }
+    let holder = proposal.holder.clone();
+    let decision = crate::gate::decide(
+        view,
+        policy,
+        in_force,
+        waiting.into_iter().chain([proposal]).collect(),
+    );
+    let blocked = decision
+        .judgements
+        .iter()
+        .find(|j| j.proposal.holder == holder)
+        .and_then(|j| j.outcome.clone().err())?;
+    let ahead: Vec<String> = decision
+        .judgements
+        .iter()
+        .filter(|j| j.proposal.duty == Duty::NodeRepair && j.outcome.is_ok())
+        .map(|j| format!("{} ({})", j.proposal.holder, j.proposal.subject))
+        .collect();
+    if ahead.is_empty() {
+        return None;
+    }
+    let first = format!(
+        "node repairs waiting for the budget come first: {}",
+        ahead.join(", ")
+    );
+    Some(match blocked {
+        BlockedBy::Cap { what } => BlockedBy::Cap {
+            what: format!("{first}; {what}"),
+        },
+        BlockedBy::Capacity { what } => BlockedBy::Capacity {
+            what: format!("{first}; {what}"),
+        },
+        BlockedBy::Domain {
+            busy,
+            mut holders,
+            wanted,
+        } => {
+            holders.push(first);
+            BlockedBy::Domain {
+                busy,
+                holders,
+                wanted,
+            }
+        }
+        other => other,
+    })
 }
 
 /// What status pages show of the gate: the failure domains now, what the last round refused,
@@ -847,6 +921,65 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    /// A node repair the last round left waiting for the budget is served before a grant asked
+    /// between rounds: the grant is refused while it would take what the repair waits for
+    /// (naming the incident), and granted when both fit.
+    #[test]
+    fn waiting_node_repairs_come_before_a_grant() {
+        let mut snapshot = snapshot();
+        let incident = Uuid::from_u128(42);
+        let repair = Proposal {
+            duty: Duty::NodeRepair,
+            holder: Holder::Incident { id: incident },
+            subject: "evacuate n4".into(),
+            invasiveness: 2,
+            since_ms: NOW - 60_000,
+            disrupts: BTreeSet::from(["n4".to_owned()]),
+            touches: BTreeSet::new(),
+            fresh: false,
+            moves_memory: Some(0),
+            after_releases: std::collections::BTreeMap::new(),
+            reason: "disk failing".into(),
+        };
+        // The last round: grant 1 held n1 (rack a), so the repair of n4 (rack b) waited.
+        snapshot
+            .decision
+            .in_force
+            .nodes
+            .insert("n1".into(), grant(1));
+        snapshot.decision.judgements.push(crate::gate::Judgement {
+            proposal: repair,
+            outcome: Err(BlockedBy::Domain {
+                busy: "rack:a".into(),
+                holders: vec!["n1: admission of kured".into()],
+                wanted: "rack:b".into(),
+            }),
+        });
+        let closed = BreakerView::default();
+        // Grant 1 was released since: a grant in rack a would keep rack b closed to the repair.
+        match judge(&snapshot, vec![], vec![], &closed, "n2") {
+            Err(NotAdmitted::Blocked(blocked)) => {
+                assert!(
+                    blocked.to_string().contains(&incident.to_string()),
+                    "{blocked}"
+                );
+            }
+            other => panic!("the waiting repair comes first: {other:?}"),
+        }
+        // In rack b, next to the repair, within the cap of two: granted.
+        assert_eq!(
+            judge(&snapshot, vec![], vec![], &closed, "n5"),
+            Ok(Admitted::New)
+        );
+        // Grant 1 still in force: the repair waits for rack a whatever the grant takes, so the
+        // grant is judged as before.
+        let one = held(&[("n1", grant(1))]);
+        assert_eq!(
+            judge(&snapshot, one, vec![], &closed, "n2"),
+            Ok(Admitted::New)
+        );
     }
 
     /// Issue 25 (2): a grant lets its tool drain or reboot the node, so the primaries running

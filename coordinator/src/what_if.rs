@@ -256,6 +256,9 @@ pub fn simulate(
             drained: n.drained,
             offline: n.offline,
             master_candidate: n.master_candidate,
+            // Not read from Ganeti: it only decides which node a drain promotes to master
+            // candidate in the pool's place (the drains ask for `auto_promote`).
+            master_capable: true,
             vm_capable: n.vm_capable,
             memory_total_mib: n.memory_total.unwrap_or(0),
             tags: n.tags.clone(),
@@ -287,6 +290,7 @@ pub fn simulate(
         nodes: sim_nodes,
         instances: sim_instances,
         job_delay_ms: 0,
+        candidate_pool_size: None,
     })
     .map_err(WhatIfError::Read)?;
     sim.with_cluster(|c| c.number_jobs_after(last_job));

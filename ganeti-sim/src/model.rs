@@ -73,6 +73,9 @@ pub struct SimNode {
     pub offline: bool,
     #[serde(default)]
     pub master_candidate: bool,
+    /// Whether it may be a master candidate (Ganeti's `master_capable`).
+    #[serde(default = "yes")]
+    pub master_capable: bool,
     #[serde(default = "yes")]
     pub vm_capable: bool,
     #[serde(default = "default_memory")]
@@ -125,6 +128,11 @@ pub struct SimConfig {
     /// How long a job stays queued, then running (each half of the delay).
     #[serde(default = "default_job_delay_ms")]
     pub job_delay_ms: u64,
+    /// Ganeti's `candidate_pool_size`; `None`: the initial master candidates (the master
+    /// counted) fill the pool, as on a cluster that has more master-capable nodes than the pool
+    /// holds.
+    #[serde(default)]
+    pub candidate_pool_size: Option<usize>,
 }
 
 fn default_cluster_name() -> String {
@@ -149,6 +157,7 @@ impl SimConfig {
                 drained: false,
                 offline: false,
                 master_candidate: i <= 3,
+                master_capable: true,
                 vm_capable: true,
                 memory_total_mib: default_memory(),
                 tags: Vec::new(),
@@ -205,6 +214,7 @@ impl SimConfig {
             nodes: sim_nodes,
             instances: sim_instances,
             job_delay_ms: default_job_delay_ms(),
+            candidate_pool_size: None,
         })
     }
 }
@@ -225,6 +235,9 @@ pub enum SimOp {
         node: String,
         drained: Option<bool>,
         offline: Option<bool>,
+        /// Promote other nodes to keep the master-candidate pool filled when this one leaves it.
+        #[serde(default)]
+        auto_promote: bool,
     },
     TagsSet {
         kind: TagKind,
@@ -332,8 +345,9 @@ impl SimOp {
                 node,
                 drained,
                 offline,
+                auto_promote,
             } => {
-                json!({"node_name": node, "drained": drained, "offline": offline, "force": false, "auto_promote": false})
+                json!({"node_name": node, "drained": drained, "offline": offline, "force": false, "auto_promote": auto_promote})
             }
             Self::TagsSet { kind, name, tags } | Self::TagsDel { kind, name, tags } => {
                 let name = if *kind == TagKind::Cluster {
@@ -513,6 +527,8 @@ pub struct SimCluster {
     /// Tags of the one node group (`default`).
     pub group_tags: Vec<String>,
     pub nodes: BTreeMap<String, SimNode>,
+    /// Ganeti's `candidate_pool_size`: how many master candidates the cluster keeps.
+    pub candidate_pool_size: usize,
     /// Node names in configuration order (the first is the master).
     pub node_order: Vec<String>,
     pub instances: BTreeMap<String, SimInstance>,
@@ -582,12 +598,20 @@ impl SimCluster {
             }
             instances.insert(inst.name.clone(), inst);
         }
+        let master = node_order.first().cloned().unwrap_or_default();
+        let candidate_pool_size = config.candidate_pool_size.unwrap_or_else(|| {
+            nodes
+                .values()
+                .filter(|n| n.master_candidate || n.name == master)
+                .count()
+        });
         Ok(Self {
             cluster_name: config.cluster_name,
             cluster_uuid: fake_uuid(0, 1),
             cluster_tags: Vec::new(),
             group_tags: Vec::new(),
             nodes,
+            candidate_pool_size,
             node_order,
             instances,
             jobs: BTreeMap::new(),
@@ -1002,6 +1026,53 @@ impl SimCluster {
         }
     }
 
+    /// Ganeti's `GetMasterCandidateStats(exceptions)`: the master candidates, and how many
+    /// there should be (the pool size, at most the master-capable nodes neither drained nor
+    /// offline), `except` left out of both.
+    fn candidate_stats(&self, except: Option<&str>) -> (usize, usize) {
+        let master = self.master();
+        let (mut now, mut possible) = (0, 0);
+        for n in self.nodes.values() {
+            if except == Some(n.name.as_str()) {
+                continue;
+            }
+            if n.master_capable && !n.offline && !n.drained {
+                possible += 1;
+            }
+            if n.master_candidate || n.name == master {
+                now += 1;
+            }
+        }
+        (now, possible.min(self.candidate_pool_size))
+    }
+
+    /// Ganeti's `MaintainCandidatePool([except])`: promotes master-capable nodes, neither
+    /// drained nor offline, until the pool is full (in configuration order, where Ganeti picks
+    /// at random).
+    fn fill_candidate_pool(&mut self, except: &str) {
+        let (mut now, should) = self.candidate_stats(Some(except));
+        let master = self.master().to_owned();
+        for name in &self.node_order {
+            if now >= should {
+                break;
+            }
+            let Some(n) = self.nodes.get_mut(name) else {
+                continue;
+            };
+            if n.name == except
+                || n.name == master
+                || n.master_candidate
+                || n.offline
+                || n.drained
+                || !n.master_capable
+            {
+                continue;
+            }
+            n.master_candidate = true;
+            now += 1;
+        }
+    }
+
     fn node(&self, name: &str) -> Result<&SimNode, SimFailure> {
         self.nodes
             .get(name)
@@ -1021,9 +1092,11 @@ impl SimCluster {
                 node,
                 drained,
                 offline,
+                auto_promote,
             } => {
-                self.node(node)?;
-                if node == self.master() && (*drained == Some(true) || *offline == Some(true)) {
+                let was_candidate = self.node(node)?.master_candidate;
+                let demotes = *drained == Some(true) || *offline == Some(true);
+                if node == self.master() && demotes {
                     return Err(SimFailure::prereq(
                         "The master role can be changed only via master-failover",
                         "wrong_input",
@@ -1035,6 +1108,24 @@ impl SimCluster {
                         "wrong_input",
                     ));
                 }
+                // LUNodeSetParams.CheckPrereq: a candidate leaves the pool only if enough
+                // remain, unless others may be promoted in its place (`force` does not help).
+                if was_candidate && demotes && !*auto_promote {
+                    let (remaining, should) = self.candidate_stats(Some(node));
+                    if remaining < should {
+                        return Err(SimFailure::prereq(
+                            "Not enough master candidates, please pass auto promote option to \
+                             allow promotion (--auto-promote or RAPI auto_promote=True)",
+                            "wrong_state",
+                        ));
+                    }
+                }
+                // Back from drained or offline: the node promotes itself if the pool has room
+                // (`_DecideSelfPromotion`, judged before the change).
+                let self_promotes = {
+                    let (now, should) = self.candidate_stats(None);
+                    now < (should + 1).min(self.candidate_pool_size)
+                };
                 let mut changes = Vec::new();
                 let n = self
                     .nodes
@@ -1042,6 +1133,9 @@ impl SimCluster {
                     .ok_or_else(|| SimFailure::exec("node vanished"))?;
                 // Ganeti's roles are exclusive (LUNodeSetParams `_R2F`): drained or offline
                 // clears the other flags; clearing a flag that is not set changes nothing.
+                if demotes && n.master_candidate {
+                    changes.push(json!(["master_candidate", "False"]));
+                }
                 if *drained == Some(true) {
                     n.drained = true;
                     n.offline = false;
@@ -1053,14 +1147,24 @@ impl SimCluster {
                     n.master_candidate = false;
                     changes.push(json!(["offline", "True"]));
                 } else {
+                    let mut back = false;
                     if *drained == Some(false) && n.drained {
                         n.drained = false;
+                        back = true;
                         changes.push(json!(["drained", "False"]));
                     }
                     if *offline == Some(false) && n.offline {
                         n.offline = false;
+                        back = true;
                         changes.push(json!(["offline", "False"]));
                     }
+                    if back && self_promotes && n.master_capable && !n.master_candidate {
+                        n.master_candidate = true;
+                        changes.push(json!(["master_candidate", "True"]));
+                    }
+                }
+                if demotes && *auto_promote {
+                    self.fill_candidate_pool(node);
                 }
                 Ok(Value::Array(changes))
             }
@@ -1538,7 +1642,7 @@ impl SimCluster {
             "offline": node.offline,
             "drained": node.drained,
             "master_candidate": node.master_candidate || node.name == self.master(),
-            "master_capable": true,
+            "master_capable": node.master_capable,
             "vm_capable": node.vm_capable,
             "pinst_cnt": pinst.len(),
             "pinst_list": pinst,
@@ -1837,6 +1941,7 @@ mod tests {
             node: "node2.sim.test".into(),
             drained: Some(true),
             offline: None,
+            auto_promote: false,
         };
         let first = c.submit(drain.clone(), None, "test", 0);
         let second = c.submit(drain.clone(), None, "test", 0);
@@ -2021,6 +2126,7 @@ mod tests {
             node: "node2.sim.test".into(),
             drained: Some(true),
             offline: None,
+            auto_promote: false,
         };
         c.submit(drain, None, "test", 0);
         let migrate = SimOp::InstanceMigrate {
@@ -2097,6 +2203,7 @@ mod tests {
             node: node.into(),
             drained: Some(true),
             offline: None,
+            auto_promote: false,
         };
         let first = c.submit(drain("node2.sim.test"), None, "test", 0);
         let second = c.submit(drain("node3.sim.test"), None, "test", 0);
@@ -2132,6 +2239,7 @@ mod tests {
                 node: "node2.sim.test".into(),
                 drained: Some(true),
                 offline: None,
+                auto_promote: false,
             },
             None,
             "r",
@@ -2294,11 +2402,85 @@ mod tests {
             node: "node2.sim.test".into(),
             drained: Some(true),
             offline: None,
+            auto_promote: false,
         };
         c.submit(op.clone(), Some(&text), "nodes_name_role", 0);
         assert!(c.duplicate_intents().is_empty());
         c.submit(op, Some(&text), "nodes_name_role", 1);
         assert_eq!(c.duplicate_intents().len(), 1);
+    }
+
+    /// Ganeti's master-candidate check (LUNodeSetParams): with the pool full, a candidate is
+    /// drained or offlined only with `auto_promote`, which promotes a master-capable node in its
+    /// place; a node back from drained promotes itself only if the pool has room.
+    #[test]
+    fn a_full_candidate_pool_needs_auto_promote() {
+        let config = SimConfig::from_spec(5, "", "sim.test").unwrap();
+        let mut c = SimCluster::new(config).unwrap();
+        assert_eq!(
+            c.candidate_pool_size, 3,
+            "the initial candidates fill the pool"
+        );
+        c.nodes.get_mut("node5.sim.test").unwrap().master_capable = false;
+        let set = |node: &str, drained, offline, auto_promote| SimOp::SetNodeParams {
+            node: format!("{node}.sim.test"),
+            drained,
+            offline,
+            auto_promote,
+        };
+        let candidates = |c: &SimCluster| -> Vec<String> {
+            c.nodes
+                .values()
+                .filter(|n| n.master_candidate)
+                .map(|n| n.name.trim_end_matches(".sim.test").to_owned())
+                .collect()
+        };
+        for op in [
+            set("node2", Some(true), None, false),
+            set("node3", None, Some(true), false),
+        ] {
+            let id = run(&mut c, op);
+            assert_eq!(c.jobs[&id].status, JobStatus::Error);
+            let message = c.jobs[&id].opresult.to_string();
+            assert!(
+                message.contains("Not enough master candidates"),
+                "{message}"
+            );
+        }
+        assert!(!c.nodes["node2.sim.test"].drained);
+        assert!(!c.nodes["node3.sim.test"].offline);
+        // A node that is no candidate leaves nothing to fill.
+        let id = run(&mut c, set("node4", Some(true), None, false));
+        assert_eq!(c.jobs[&id].status, JobStatus::Success);
+        let id = run(&mut c, set("node4", Some(false), None, false));
+        assert_eq!(c.jobs[&id].status, JobStatus::Success);
+        assert_eq!(candidates(&c), vec!["node1", "node2", "node3"]);
+        // With auto_promote: node4 takes node2's place (node5 is not master-capable).
+        let id = run(&mut c, set("node2", Some(true), None, true));
+        assert_eq!(c.jobs[&id].status, JobStatus::Success);
+        assert_eq!(
+            c.jobs[&id].opresult,
+            json!([["master_candidate", "False"], ["drained", "True"]])
+        );
+        assert_eq!(candidates(&c), vec!["node1", "node3", "node4"]);
+        assert_eq!(c.node_json(&c.nodes["node4.sim.test"])["role"], "C");
+        // Nobody is left to promote: the pool shrinks to what can be had.
+        let id = run(&mut c, set("node3", None, Some(true), true));
+        assert_eq!(c.jobs[&id].status, JobStatus::Success);
+        assert_eq!(candidates(&c), vec!["node1", "node4"]);
+        // Back from drained with room in the pool: node2 promotes itself; node3 then finds
+        // the pool full again.
+        let id = run(&mut c, set("node2", Some(false), None, false));
+        assert_eq!(
+            c.jobs[&id].opresult,
+            json!([["drained", "False"], ["master_candidate", "True"]])
+        );
+        let id = run(&mut c, set("node3", None, Some(false), false));
+        assert_eq!(c.jobs[&id].opresult, json!([["offline", "False"]]));
+        assert_eq!(candidates(&c), vec!["node1", "node2", "node4"]);
+        // The opcode shows what was asked.
+        let op = &c.jobs[&id].op.params();
+        assert_eq!(op["auto_promote"], json!(false));
     }
 
     #[test]
@@ -2310,6 +2492,7 @@ mod tests {
                 node: "node1.sim.test".into(),
                 drained: Some(true),
                 offline: None,
+                auto_promote: false,
             },
         );
         assert_eq!(c.jobs[&id].status, JobStatus::Error);

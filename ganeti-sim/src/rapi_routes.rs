@@ -420,10 +420,19 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
                 Some(other) => return bad_request(&format!("Can't set '{other}' role")),
                 None => return bad_request("Body contents must be a string"),
             };
+            // RAPI reads `auto-promote` as an integer (`_checkIntVariable`).
+            let auto_promote = match req.query_value("auto-promote").map(str::parse::<i64>) {
+                None => false,
+                Some(Ok(v)) => v != 0,
+                Some(Err(_)) => {
+                    return bad_request("Invalid value for 'auto-promote': not an integer");
+                }
+            };
             let op = SimOp::SetNodeParams {
                 node: (*name).to_owned(),
                 drained,
                 offline,
+                auto_promote,
             };
             ok(json!(cluster.submit(op, reason, "nodes_name_role", now_ms)))
         }
@@ -433,6 +442,7 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
                 node: (*name).to_owned(),
                 drained: flag("drained"),
                 offline: flag("offline"),
+                auto_promote: flag("auto_promote").unwrap_or(false),
             };
             ok(json!(cluster.submit(
                 op,

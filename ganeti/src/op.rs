@@ -15,7 +15,8 @@ use crate::{EvacuateMode, ReplaceDisksMode, TagTarget};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "kebab-case")]
 pub enum Op {
-    /// Sets or clears a node's drained flag (`OP_NODE_SET_PARAMS`).
+    /// Sets or clears a node's drained flag (`OP_NODE_SET_PARAMS`; a master candidate drained
+    /// is replaced by another, `auto_promote`).
     SetNodeDrained {
         /// Node name.
         node: String,

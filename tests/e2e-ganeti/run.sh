@@ -336,6 +336,70 @@ print((w[0].get('blocked_by') or '') if w and not jobs else 'jobs: %s' % jobs)" 
   fi
 }
 
+# ---- the master-candidate pool full (S1 to S10) ------------------------------------------------
+# Ganeti drains or offlines a master candidate only with `auto_promote` when the pool is full
+# (LUNodeSetParams: "Not enough master candidates"; `force` does not bypass it), the case of any
+# cluster with more master-capable nodes than `candidate_pool_size` (10 by default). Here: a pool
+# of 3 held by node1..3, so every drain of a candidate from S1 on needs auto-promote. A drain
+# without it is refused; the operator's hand drains below ask for it (`gnt-node modify --drained
+# yes --auto-promote`). candidate_pool_restore gives the pool back before S11, whose coordinators
+# run on node1..3.
+candidates() { rapi GET "/2/nodes?bulk=1" | jq_py "print(' '.join(sorted(n['name'].split('.')[0] for n in d if n.get('master_candidate') or n.get('role') == 'M')))"; }
+candidate_pool_full() {
+  local i name_var ans id st
+  master_healthy pool
+  log "pool: candidate_pool_size 3, node1..3 the candidates"
+  if ! ans=$("$GNT/node-exec.sh" 1 gnt-cluster modify --candidate-pool-size=3 2>&1); then
+    fail "pool" "gnt-cluster modify --candidate-pool-size=3: $(tail -n 3 <<<"$ans" | tr '\n' ' ')"
+    return
+  fi
+  for ((i = 4; i <= NODECARE_GNT_NODES; i++)); do
+    name_var="NODECARE_GNT_NODE${i}_NAME"
+    [[ $(node_json "${!name_var}" | jq_py "print(d['master_candidate'])") == True ]] || continue
+    "$GNT/node-exec.sh" 1 gnt-node modify --master-candidate=no "${!name_var}" >/dev/null 2>&1 ||
+      { fail "pool" "could not demote ${!name_var}"; return; }
+  done
+  if [[ $(candidates) != "node1 node2 node3" ]]; then
+    fail "pool" "the candidates are '$(candidates)', not node1..3"
+    return
+  fi
+  # The check bites: node3 drained as the role resource gets it without auto-promote.
+  ans=$(rapi PUT "/2/nodes/$NODECARE_GNT_NODE3_NAME/role?force=1" '"drained"')
+  id=$(job_of <<<"$ans")
+  st=$(wait_job "$id")
+  if [[ $st == error ]] && rapi GET "/2/jobs/$id" | grep -q "Not enough master candidates"; then
+    pass "pool: candidate_pool_size 3 full (node1..3); a drain of $NODECARE_GNT_NODE3_NAME without auto-promote refused: Not enough master candidates"
+  else
+    fail "pool" "a drain of $NODECARE_GNT_NODE3_NAME without auto-promote: job $id $st: $(head -c 300 <<<"$ans")"
+    return_to_service "$NODECARE_GNT_NODE3_NAME"
+  fi
+}
+# pool_promoted SCENARIO NODE: NODE's drain and offline jobs asked for auto_promote, and another
+# node took its place: the pool still holds 3 candidates.
+pool_promoted() {
+  local sc=$1 n=$2 asked now
+  asked=$(rapi GET "/2/jobs?bulk=1&fields=id,ops,received_ts" | jq_py "
+ops = [op for j in d if (j.get('received_ts') or [0])[0] >= $COORD_STARTED for op in j.get('ops') or []
+       if op.get('OP_ID') == 'OP_NODE_SET_PARAMS' and op.get('node_name') == '$n'
+       and (op.get('drained') is True or op.get('offline') is True)]
+print(' '.join(str(op.get('auto_promote')) for op in ops))")
+  now=$(candidates)
+  if [[ -n $asked && $asked != *False* && $(wc -w <<<"$now") -eq 3 && " $now " != *" ${n%%.*} "* ]]; then
+    pass "$sc pool: the drain and offline of $n asked for auto_promote ($asked); candidates now $now"
+  else
+    fail "$sc pool" "auto_promote of $n's drain/offline jobs: '$asked'; candidates: $now"
+  fi
+}
+candidate_pool_restore() {
+  local ans
+  if ! ans=$("$GNT/node-exec.sh" 1 gnt-cluster modify --candidate-pool-size=10 2>&1); then
+    fail "pool restore" "gnt-cluster modify --candidate-pool-size=10: $(tail -n 3 <<<"$ans" | tr '\n' ' ')"
+  else
+    log "pool: candidate_pool_size 10 again, candidates $(candidates)"
+  fi
+}
+candidate_pool_full
+
 # ---- S1: evacuate -----------------------------------------------------------------------------
 N2=$NODECARE_GNT_NODE2_NAME
 master_healthy S1
@@ -351,6 +415,7 @@ if wait_status 180 "any(i.get('node')=='$N2' and i.get('repair-status')=='comple
   if [[ $offline == True && $pinst == 0 && $tagged == True ]]; then
     pass "S1 evacuate: instances migrated away from $N2, node offline, repairready tag, incident completed"
     what_if_jobs S1 "$S1_SINCE"
+    pool_promoted S1 "$N2"
   else
     fail "S1 evacuate" "offline=$offline primaries=$pinst repairready-tag=$tagged"
   fi
@@ -443,8 +508,9 @@ scenario_budget_hand_drained() {
     [[ $st == success ]] || { fail "S6 budget" "moving $inst to $n3: job $id $st"; return; }
   fi
   # The operator drains node3 by hand; then node3's agent says evacuate.
-  # As `gnt-node modify --drained yes` (forced, like maintd's drain).
-  answer=$(rapi PUT "/2/nodes/$n3/role?force=1" '"drained"')
+  # As `gnt-node modify --drained yes --auto-promote` (forced, like maintd's drain; the pool is
+  # full).
+  answer=$(rapi PUT "/2/nodes/$n3/role?force=1&auto-promote=1" '"drained"')
   id=$(job_of <<<"$answer")
   st=$(wait_job "$id")
   [[ $st == success ]] || { fail "S6 budget" "draining $n3 by hand: job $id $st: $(head -c 300 <<<"$answer")"; return; }
@@ -702,6 +768,8 @@ for f in "${SCENARIO_FILES[@]}"; do
   . "$f"
   name=$(basename "$f" .sh)
   name=${name#s*-}
+  # S11's coordinators run on node1..3: the pool holds every node again.
+  [[ $name == failover ]] && candidate_pool_restore
   want "$name" && "scenario_$name"
 done
 

@@ -109,7 +109,7 @@ scenario_harep() {
   tags2_before=$(harep_tags "$i2")
 
   # ---- A: node2 offline: inst1 failed over, inst2 (suspended) left alone ----
-  id=$(rapi PUT "/2/nodes/$n2/role?force=1" '"offline"' | job_of)
+  id=$(rapi PUT "/2/nodes/$n2/role?force=1&auto-promote=1" '"offline"' | job_of)
   st=$(wait_job "$id" 180)
   if [[ $st != success ]]; then
     fail "S8 harep" "setting $n2 offline: job $id $st"
@@ -136,7 +136,7 @@ scenario_harep() {
   return_to_service "$n2"
 
   # ---- B: node3 drained by hand: inst3 migrated away ----
-  id=$(rapi PUT "/2/nodes/$n3/role?force=1" '"drained"' | job_of)
+  id=$(rapi PUT "/2/nodes/$n3/role?force=1&auto-promote=1" '"drained"' | job_of)
   st=$(wait_job "$id")
   if [[ $st != success ]]; then
     fail "S8 harep migrate" "draining $n3: job $id $st"

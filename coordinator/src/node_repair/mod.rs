@@ -173,6 +173,17 @@ impl Duty for NodeRepair {
                             _ => None,
                         },
                     )))
+                    .chain(node_repair::repairs_in_flight(
+                        incidents,
+                        &input.nodes,
+                        intents
+                            .iter()
+                            .filter(|i| {
+                                matches!(i.spec, IntentSpec::Repair { .. })
+                                    && i.state.is_in_flight()
+                            })
+                            .map(|i| i.incident),
+                    ))
                     .collect(),
                 left: crate::store::incident_flag_changes(incidents, intents),
             })
@@ -258,6 +269,23 @@ impl NodeRepair {
             }
         }
 
+        // Canceled incidents whose repair command may still run keep following it.
+        for incident in incidents
+            .iter()
+            .filter(|i| i.repair_status == RepairStatus::Canceled)
+        {
+            let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+                continue;
+            };
+            if let Some(repair) = Self::own(&intents, incident.uuid)
+                .into_iter()
+                .find(|i| matches!(i.spec, IntentSpec::Repair { .. }) && i.state.is_in_flight())
+            {
+                let mut incident = incident.clone();
+                self.follow_canceled_repair(&mut incident, node, repair.clone())
+                    .await?;
+            }
+        }
         let by_id: BTreeMap<Uuid, &Incident> = incidents.iter().map(|i| (i.uuid, i)).collect();
         for (uuid, why) in std::mem::take(&mut self.waiting) {
             if let Some(incident) = by_id.get(&uuid) {
@@ -404,9 +432,9 @@ pub async fn cancel_incident(store: &Store, uuid: Uuid) -> Result<CancelOutcome,
         .into_iter()
         .filter(|i| i.incident == uuid)
         .collect();
-    let in_flight = own
-        .iter()
-        .any(|i| i.spec.is_ganeti_job() && i.state.is_in_flight());
+    // A Ganeti job, or a repair command the agent may be running: the incident is kept (and
+    // its node held) until it ends.
+    let in_flight = own.iter().any(|i| i.state.is_in_flight());
     if disposition == Disposition::Forget && !in_flight {
         store.forget_incident(uuid)?;
         tracing::info!(incident = %uuid, node = %incident.node, "incident canceled and forgotten");

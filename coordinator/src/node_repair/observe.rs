@@ -32,7 +32,7 @@ impl NodeRepair {
             .collect();
         let in_flight: BTreeSet<Uuid> = intents
             .iter()
-            .filter(|i| i.spec.is_ganeti_job() && i.state.is_in_flight())
+            .filter(|i| i.state.is_in_flight())
             .map(|i| i.incident)
             .collect();
         let seen: Vec<Seen<'_>> = results

@@ -213,6 +213,95 @@ impl NodeRepair {
         Ok(true)
     }
 
+    /// Follows the repair command of a canceled incident that may still run on the agent
+    /// (`intent`, in flight): the cancel stops no command, so the incident keeps its node held
+    /// ([`node_repair::repairs_in_flight`]) and polls it as a live repair is polled, until it
+    /// ends (or is unaccounted for after the repair timeout). Its outcome goes into the
+    /// incident's history; once nothing of it is in flight the incident settles.
+    pub(super) async fn follow_canceled_repair(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
+        mut intent: Intent,
+    ) -> Result<(), RoundError> {
+        let IntentSpec::Repair { command, .. } = intent.spec.clone() else {
+            return Ok(());
+        };
+        let base = self.settings.agent_urls.base(node);
+        let answer = self.repairs.poll(&base, &incident.uuid.to_string()).await;
+        let started = intent.submitted_ms.unwrap_or(intent.created_ms);
+        let limit = u64::try_from(self.settings.repair_timeout.as_millis()).unwrap_or(u64::MAX);
+        let timed_out = self.now.saturating_sub(started) > limit;
+        let end = match answer {
+            RepairAnswer::Record(record) if record.state == RepairState::Running => {
+                if intent.state == IntentState::Planned {
+                    // Its request reached the agent after all.
+                    intent.state = IntentState::Submitted;
+                    intent.submitted_ms = Some(self.now);
+                    self.store.update_intent(incident, &intent)?;
+                }
+                timed_out.then(|| {
+                    (
+                        IntentState::Failed,
+                        format!(
+                            "repair command {command} still running after {}s; {} no longer held",
+                            self.settings.repair_timeout.as_secs(),
+                            node.name
+                        ),
+                    )
+                })
+            }
+            RepairAnswer::Record(record) if record.state == RepairState::Succeeded => Some((
+                IntentState::Succeeded,
+                format!("repair command {command} exited 0 after the cancel"),
+            )),
+            RepairAnswer::Record(record) => {
+                let detail = record
+                    .error
+                    .clone()
+                    .or_else(|| record.exit_code.map(|c| format!("exit code {c}")))
+                    .or_else(|| record.signal.map(|s| format!("signal {s}")))
+                    .unwrap_or_default();
+                Some((
+                    IntentState::Failed,
+                    format!(
+                        "repair command {command} ended {:?} after the cancel: {detail}",
+                        record.state
+                    ),
+                ))
+            }
+            // The agent never ran it (or lost it): nothing is running.
+            RepairAnswer::Unknown
+            | RepairAnswer::Refused {
+                transient: false, ..
+            } => Some((
+                IntentState::Failed,
+                format!("repair command {command} did not run (the agent has no run of it)"),
+            )),
+            // Whether it still runs cannot be known: wait, at most until it would time out.
+            RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) if timed_out => Some((
+                IntentState::Failed,
+                format!(
+                    "repair command {command} unaccounted for after {}s; {} no longer held",
+                    self.settings.repair_timeout.as_secs(),
+                    node.name
+                ),
+            )),
+            RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) => None,
+        };
+        let Some((state, what)) = end else {
+            return Ok(());
+        };
+        intent.state = state;
+        intent.finished_ms = Some(self.now);
+        if state == IntentState::Failed {
+            intent.error = Some(what.clone());
+        }
+        self.note(incident, Event::Progress(what));
+        self.store.update_intent(incident, &intent)?;
+        Ok(())
+    }
+
     /// The end of an evacuation: shut down what cannot move (policy `shutdown`), set the node
     /// offline (`offline_after_evacuation`), then tag it repairready; instances left on the
     /// node (policy `leave`) become the incident's warning. `chained`: each stage depends on

@@ -276,10 +276,57 @@ pub fn move_targets<'a>(
     held.into_iter().collect()
 }
 
+/// The nodes of incidents that are no longer pending (canceled) whose repair command may still
+/// run on the agent (`running`: the incidents with a repair in flight), held without disruption
+/// ([`crate::gate::InForce::touched`]) until the command ends: a cancel stops no command, and
+/// nothing else may drain or reboot a node in the middle of its repair (a firmware update).
+/// A pending incident's repair holds its node already ([`touches`]).
+pub fn repairs_in_flight(
+    incidents: &[Incident],
+    nodes: &[Node],
+    running: impl IntoIterator<Item = Uuid>,
+) -> Vec<(String, Holder)> {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let running: BTreeSet<Uuid> = running.into_iter().collect();
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    for incident in incidents
+        .iter()
+        .filter(|i| running.contains(&i.uuid) && i.repair_status != RepairStatus::Pending)
+    {
+        if let Some(node) = by_uuid.get(incident.node_uuid.as_str()) {
+            held.entry(node.name.clone())
+                .or_insert(Holder::Incident { id: incident.uuid });
+        }
+    }
+    held.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::tests_support::{incident_on, instance, node};
+
+    /// A canceled incident holds its node while its repair command may run; a pending one is
+    /// held by [`touches`], one whose command ended by nothing.
+    #[test]
+    fn a_canceled_incident_holds_its_node_while_its_repair_runs() {
+        let nodes = vec![node("n1"), node("n2"), node("n3")];
+        let mut canceled = incident_on(1, &nodes[0], Action::LiveRepair, 10.0);
+        canceled.repair_status = RepairStatus::Canceled;
+        let mut pending = incident_on(2, &nodes[1], Action::LiveRepair, 10.0);
+        pending.repair_status = RepairStatus::Pending;
+        let mut ended = incident_on(3, &nodes[2], Action::LiveRepair, 10.0);
+        ended.repair_status = RepairStatus::Canceled;
+        let incidents = [canceled.clone(), pending.clone(), ended];
+        assert_eq!(
+            repairs_in_flight(&incidents, &nodes, [canceled.uuid, pending.uuid]),
+            [("n1".to_owned(), Holder::Incident { id: canceled.uuid })]
+        );
+        assert_eq!(
+            touches(&incidents, &nodes, &[]),
+            [("n2".to_owned(), Holder::Incident { id: pending.uuid })]
+        );
+    }
 
     #[test]
     fn one_proposal_per_node_most_invasive_first() {

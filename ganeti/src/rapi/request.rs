@@ -83,12 +83,16 @@ pub fn rapi_request(
     let (method, path, body) = match op {
         // The role resource's body is a bare string, which cannot carry `depends`: a chained
         // drain goes through the modify resource (and the role resource cannot clear just the
-        // drained flag). `?force=1` on the role, as maintd forces it.
+        // drained flag). `?force=1` on the role, as maintd forces it. Every drain asks Ganeti to
+        // promote another master candidate in the node's place (`auto-promote` on the role,
+        // `auto_promote` in the modify body): with the candidate pool full Ganeti refuses to
+        // drain a candidate without it, and `force` does not bypass that.
         Op::SetNodeDrained {
             node,
             drained: true,
         } if reason.depends.is_empty() => {
             query.push(("force".into(), "1".into()));
+            query.push(("auto-promote".into(), "1".into()));
             (
                 Method::Put,
                 format!("/2/nodes/{}/role", segment(node)?),
@@ -97,7 +101,7 @@ pub fn rapi_request(
         }
         Op::SetNodeDrained { node, drained } => {
             let body = if *drained {
-                json!({"drained": true, "force": true})
+                json!({"drained": true, "force": true, "auto_promote": true})
             } else {
                 json!({"drained": false})
             };
@@ -345,7 +349,7 @@ mod tests {
                 Op::drain("node1"),
                 Method::Put,
                 "/2/nodes/node1/role",
-                vec![("force", "1")],
+                vec![("force", "1"), ("auto-promote", "1")],
                 Some(json!("drained")),
             ),
             (
@@ -664,7 +668,9 @@ mod tests {
                 method: Method::Post,
                 path: "/2/nodes/node1/modify".into(),
                 query: vec![("reason".into(), reason_value())],
-                body: Some(json!({"drained": true, "force": true, "depends": depends})),
+                body: Some(
+                    json!({"drained": true, "force": true, "auto_promote": true, "depends": depends})
+                ),
             })
         );
         // Tags have no body: the dependencies make one.

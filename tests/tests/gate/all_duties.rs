@@ -251,6 +251,7 @@ fn disrupted_by(op: &SimOp) -> Option<&str> {
             node,
             drained,
             offline,
+            ..
         } if *drained == Some(true) || *offline == Some(true) => Some(node),
         SimOp::NodeEvacuate { node, .. } => Some(node),
         _ => None,

@@ -641,3 +641,273 @@ async fn the_round_cancels_the_jobs_of_a_canceled_incident_first() {
     let warning = after.warning.clone().unwrap_or_default();
     assert!(warning.contains("was not drained"), "{after:#?}");
 }
+
+/// On a cluster whose master-candidate pool is full (the simulated Ganeti's default: the
+/// initial candidates fill it), Ganeti drains or offlines a candidate only with
+/// `auto_promote`: the evacuation asks for it, and a master-capable node takes the drained
+/// node's place in the pool. The same drain without it (as the role resource gets it when
+/// `auto-promote` is not given) is refused with Ganeti's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_of_a_master_candidate_promotes_another_when_the_pool_is_full() {
+    use nodecare_ganeti_sim::model::SimOp;
+    use nodecare_ganeti_sim::rapi_routes::SimRequest;
+    let mut h = Harness::new(5, "a:diskless:2", |_| {}).await.unwrap();
+    let candidates = |h: &Harness| -> Vec<String> {
+        h.sim.with_cluster(|c| {
+            c.nodes
+                .values()
+                .filter(|n| n.master_candidate)
+                .map(|n| n.name.clone())
+                .collect()
+        })
+    };
+    assert_eq!(h.sim.with_cluster(|c| c.candidate_pool_size), 3);
+    assert_eq!(candidates(&h), vec![node(1), node(2), node(3)]);
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    assert_eq!(flags(&h, 2), (true, false));
+    assert_eq!(candidates(&h), vec![node(1), node(3), node(4)]);
+    let demoting: Vec<bool> = h.sim.with_cluster(|c| {
+        c.jobs
+            .values()
+            .filter_map(|j| match &j.op {
+                SimOp::SetNodeParams {
+                    node: n,
+                    drained,
+                    offline,
+                    auto_promote,
+                } if *n == node(2) && (*drained == Some(true) || *offline == Some(true)) => {
+                    Some(*auto_promote)
+                }
+                _ => None,
+            })
+            .collect()
+    });
+    assert_eq!(demoting, vec![true, true], "drain and offline ask for it");
+
+    // The drain as the role resource gets it without `auto-promote`: refused (node5 could
+    // take node3's place).
+    let before = h.sim.with_cluster(|c| c.jobs.len());
+    let (status, _) = h
+        .sim
+        .handle(&SimRequest {
+            method: "PUT".into(),
+            path: format!("/2/nodes/{}/role", node(3)),
+            query: vec![("force".into(), "1".into())],
+            body: Some(json!("drained")),
+        })
+        .await;
+    assert_eq!(status, 200);
+    h.sim.settle(Duration::from_secs(5)).await;
+    h.sim.with_cluster(|c| {
+        let job = c.jobs.values().nth(before).unwrap();
+        assert_eq!(job.status, nodecare_ganeti::JobStatus::Error, "{job:#?}");
+        assert!(
+            job.opresult
+                .to_string()
+                .contains("Not enough master candidates"),
+            "{job:#?}"
+        );
+        assert!(!c.nodes[&node(3)].drained);
+    });
+}
+
+/// The coordinator's API served on a local port, with the writer `ops`/`secret`.
+#[allow(clippy::unwrap_used, reason = "a test helper")]
+async fn serve_api(h: &Harness) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            panic!("{error}");
+        }
+    });
+    (url, server)
+}
+
+/// A harness whose API has the writer `ops`/`secret`.
+#[allow(clippy::unwrap_used, reason = "a test helper")]
+async fn with_writer(
+    nodes: usize,
+    instances: &str,
+    tweak: impl FnOnce(&mut nodecare_coordinator::config::Config),
+) -> (Harness, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let h = Harness::new(nodes, instances, move |config| {
+        config.users = users;
+        tweak(config);
+    })
+    .await
+    .unwrap();
+    (h, dir)
+}
+
+/// Asks for a grant of `node`: the HTTP status and the body.
+#[allow(clippy::unwrap_used, reason = "a test helper")]
+async fn ask_grant(url: &str, node: &str) -> (u16, String) {
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/disruptions"))
+        .basic_auth("ops", Some("secret"))
+        .json(&json!({"node": node, "reason": "firmware", "requester": "reboot-tool", "ttl_s": 60}))
+        .send()
+        .await
+        .unwrap();
+    (answer.status().as_u16(), answer.text().await.unwrap())
+}
+
+/// A live repair canceled while its command runs on the agent: the node stays held (a grant
+/// asking for it is refused, naming the incident) and the repair is polled as before until the
+/// command ends; then the canceled incident records the command's outcome and holds nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_live_repair_holds_its_node_until_the_command_ends() {
+    let (mut h, _users) = with_writer(4, "a:diskless:2", |_| {}).await;
+    let (url, server) = serve_api(&h).await;
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    agent.set_verdict(verdict(
+        "live-repair",
+        json!({"firmware": "old"}),
+        Some("update-firmware"),
+    ));
+    agent.set_repair(RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::from_millis(4000),
+    });
+    let started = std::time::Instant::now();
+    h.round().await.unwrap();
+    let incident = on(&h.incidents().unwrap(), 2);
+    assert_eq!(incident.action, Action::LiveRepair);
+    assert_eq!(
+        agent.repairs(),
+        vec![incident.uuid.to_string()],
+        "requested"
+    );
+
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/incidents/{}/cancel", incident.uuid))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    // The command still runs: rounds go on, the node stays held.
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_millis(3000) {
+        h.round().await.unwrap();
+        rounds += 1;
+        let (status, body) = ask_grant(&url, &node(2)).await;
+        assert_eq!(
+            status,
+            429,
+            "round {rounds}: a grant of {} while its repair runs: {body}",
+            node(2)
+        );
+        assert!(body.contains(&incident.uuid.to_string()), "{body}");
+        let now = on(&h.incidents().unwrap(), 2);
+        assert_eq!(now.repair_status, RepairStatus::Canceled, "{now:#?}");
+    }
+    assert!(rounds >= 2, "several rounds while the command runs");
+    // The command ends; the next rounds read its outcome.
+    tokio::time::sleep(Duration::from_millis(4200).saturating_sub(started.elapsed())).await;
+    let mut granted = None;
+    for _ in 0..5 {
+        h.round().await.unwrap();
+        let (status, body) = ask_grant(&url, &node(2)).await;
+        if status == 201 {
+            granted = Some(body);
+            break;
+        }
+    }
+    let after = h
+        .incidents()
+        .unwrap()
+        .into_iter()
+        .find(|i| i.uuid == incident.uuid);
+    assert!(
+        granted.is_some(),
+        "released once the command ended: {after:#?}"
+    );
+    let after = after.expect("kept while its verdict is observed");
+    assert_eq!(after.repair_status, RepairStatus::Canceled);
+    assert!(
+        after
+            .history
+            .iter()
+            .any(|e| e.event.contains("update-firmware") && e.event.contains("exited 0")),
+        "{after:#?}"
+    );
+    assert!(
+        after
+            .warning
+            .as_deref()
+            .is_some_and(|w| w.contains("update-firmware ran to its end")),
+        "{after:#?}"
+    );
+    assert_eq!(agent.repairs().len(), 1, "requested once");
+    server.abort();
+}
+
+/// A grant asked between rounds does not overtake an evacuation waiting for the budget: while
+/// the incident waits for the cap a grant would take, the grant is refused (`429`, naming the
+/// incident), and the next round admits the evacuation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_between_rounds_waits_behind_a_node_repair_waiting_for_the_budget() {
+    let (mut h, _users) = with_writer(5, "a:diskless:2", |config| {
+        config.max_disrupted_nodes = 1;
+        // The grant's domain (the whole cluster here) is not in grace: node2's verdict is
+        // acted on at once.
+        config.grace = 0.0;
+    })
+    .await;
+    let (url, server) = serve_api(&h).await;
+    h.round().await.unwrap();
+    let (status, body) = ask_grant(&url, &node(3)).await;
+    assert_eq!(status, 201, "{body}");
+    let first: serde_json::Value = serde_json::from_str(&body).unwrap();
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    assert!(
+        h.until(5, |i| i.iter().any(|i| i.blocked_by.is_some()))
+            .await
+            .unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    let incident = on(&h.incidents().unwrap(), 2);
+    assert!(
+        incident.blocked_by.is_some() && ops_on(&h, &node(2)).is_empty(),
+        "waits for the cap the grant holds: {incident:#?}"
+    );
+    // The grant is released; before the next round another tool asks for node4.
+    let answer = reqwest::Client::new()
+        .delete(format!(
+            "{url}/1/disruptions/{}",
+            first["id"].as_str().unwrap()
+        ))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let (status, body) = ask_grant(&url, &node(4)).await;
+    assert_eq!(status, 429, "the waiting evacuation comes first: {body}");
+    assert!(body.contains(&incident.uuid.to_string()), "{body}");
+    assert!(body.contains("waiting for the budget"), "{body}");
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    server.abort();
+}

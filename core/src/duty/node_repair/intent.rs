@@ -236,12 +236,23 @@ pub struct Intent {
     pub error: Option<String>,
 }
 
-/// In what state a canceled incident left its node, from what its jobs did (`own`, none in
-/// flight); `None` when it never submitted anything.
+/// In what state a canceled incident left its node, from what its jobs and its repair command
+/// did (`own`, none in flight); `None` when it never submitted anything.
 pub fn after_cancel(node: &str, own: &[&Intent]) -> Option<String> {
+    let repair = own.iter().find_map(|i| match (&i.spec, i.state) {
+        (IntentSpec::Repair { command, .. }, IntentState::Succeeded) => Some(format!(
+            "the repair command {command} ran to its end (exit 0)"
+        )),
+        (IntentSpec::Repair { command, .. }, IntentState::Failed) => Some(
+            i.error
+                .clone()
+                .unwrap_or_else(|| format!("the repair command {command} failed")),
+        ),
+        _ => None,
+    });
     let ganeti: Vec<&&Intent> = own.iter().filter(|i| i.spec.is_ganeti_job()).collect();
     if ganeti.is_empty() {
-        return None;
+        return repair.map(|r| format!("after the cancel: {r}"));
     }
     let done = |wanted: fn(&IntentSpec) -> bool| {
         ganeti
@@ -301,6 +312,7 @@ pub fn after_cancel(node: &str, own: &[&Intent]) -> Option<String> {
     if !stopped.is_empty() {
         parts.push(format!("did not run: {}", stopped.join(", ")));
     }
+    parts.extend(repair);
     Some(format!("after the cancel: {}", parts.join("; ")))
 }
 
@@ -750,6 +762,23 @@ mod tests {
         let text = after_cancel("n2", &[&drain_canceled]).unwrap();
         assert!(text.contains("n2 was not drained"), "{text}");
         assert_eq!(after_cancel("n2", &[]), None);
+        // A live repair's command runs to its end after the cancel: its outcome is said.
+        let mut repair = intent(
+            "repair",
+            IntentSpec::Repair {
+                node: "n2".into(),
+                command: "update-firmware".into(),
+            },
+            IntentState::Succeeded,
+        );
+        assert_eq!(
+            after_cancel("n2", &[&repair]).as_deref(),
+            Some("after the cancel: the repair command update-firmware ran to its end (exit 0)")
+        );
+        repair.state = IntentState::Failed;
+        repair.error = Some("repair command update-firmware ended Failed: exit code 3".into());
+        let text = after_cancel("n2", &[&repair]).unwrap();
+        assert!(text.contains("ended Failed: exit code 3"), "{text}");
     }
     fn intent_of(incident: Uuid, key: &str, spec: IntentSpec, state: IntentState) -> Intent {
         Intent {

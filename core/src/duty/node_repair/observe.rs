@@ -33,7 +33,7 @@ pub struct Facts<'a> {
     pub graced: &'a BTreeMap<String, u64>,
     /// Incidents whose tag job is in flight (about to complete).
     pub tagging: &'a BTreeSet<Uuid>,
-    /// Incidents with Ganeti jobs in flight.
+    /// Incidents with Ganeti jobs in flight, or a repair command the agent may be running.
     pub in_flight: &'a BTreeSet<Uuid>,
     /// The round's time (Unix seconds).
     pub time: f64,
