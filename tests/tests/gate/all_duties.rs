@@ -158,6 +158,9 @@ const FOUND_DEFECT_CAMPAIGN_MOVES_ONTO_HELD_NODES: bool = false;
 /// DRBD instance has a node drained by the campaign that the previous group is releasing or
 /// still waits on (seed 39 of 40, round 14). Invariant 4, for a campaign.
 const FOUND_CHAINED_GROUP_STARTS_WITH_STORAGE_NOT_WHOLE: bool = true;
+/// Found by this test's repair check (invariant 9) on main: cancelling an incident while its
+/// live repair's command runs frees the node at once; another holder then drains it.
+const FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE: bool = false;
 /// Liveness (invariant 8) is reported, not fatal, while this is on: what was found on main.
 const FOUND_DEFECT_NOT_LIVE: bool = true;
 
@@ -742,6 +745,10 @@ struct Deliveries {
     hooks: usize,
     /// The campaigns started (their ids).
     campaigns: BTreeSet<String>,
+    /// Live repairs taken: (node, incident, simulated time taken, how long it runs).
+    repairs: Vec<(String, String, u64, u64)>,
+    /// How long each node's repair commands run (ms).
+    repair_ms: BTreeMap<String, u64>,
     /// What was broken when a hook was taken.
     found: Vec<Violation>,
 }
@@ -911,25 +918,58 @@ impl World {
                 }
             }
         });
+        let mut repair_ms = BTreeMap::new();
         for i in 1..=nodes {
             if let Some(agent) = h.agents.get(&node(i)) {
                 agent.set_boot_id(Some(&format!("boot-{i}-0")));
+                // Some repair commands run for several rounds (a firmware update).
+                let runs = if random.below(3) == 0 { 4000 } else { 200 };
+                agent.set_repair(nodecare_tests::fake_agent::RepairBehaviour {
+                    exit_code: 0,
+                    duration: Duration::from_millis(runs),
+                });
+                repair_ms.insert(node(i), runs);
             }
         }
-        let deliveries = Arc::new(std::sync::Mutex::new(Deliveries::default()));
+        let deliveries = Arc::new(std::sync::Mutex::new(Deliveries {
+            repair_ms,
+            ..Deliveries::default()
+        }));
         {
             let sim = h.sim.clone();
             let deliveries = Arc::clone(&deliveries);
             let shape = shape.clone();
             h.agents
                 .observe_deliveries(DeliveryObserver(Arc::new(move |taken| {
-                    if taken.command != HOOK {
-                        return;
-                    }
                     let Ok(mut d) = deliveries.lock() else {
                         return;
                     };
-                    let found = sim.peek(|c| judge_hook(&shape, &node(1), c, &taken.node, &mut d));
+                    let now = sim.now_ms();
+                    if taken.command != HOOK {
+                        let runs = d.repair_ms.get(&taken.node).copied().unwrap_or(200);
+                        d.repairs
+                            .push((taken.node.clone(), taken.id.clone(), now, runs));
+                        return;
+                    }
+                    let running: Vec<String> = d
+                        .repairs
+                        .iter()
+                        .filter(|(n, _, at, runs)| *n == taken.node && now < at + runs)
+                        .map(|(_, id, _, _)| id.clone())
+                        .collect();
+                    if !running.is_empty() {
+                        d.found.push(Violation {
+                            invariant: "no disruption while a repair command runs",
+                            known: FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE
+                                .then_some("FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE"),
+                            what: format!(
+                                "the hook reached {} while the repair of incident {running:?} ran there",
+                                taken.node
+                            ),
+                        });
+                    }
+                    let found =
+                        sim.peek(|c| judge_hook(&shape, &node(1), c, &taken.node, &mut d));
                     d.found.extend(found);
                 })));
         }
@@ -1055,6 +1095,37 @@ impl World {
                 self.live_repair.remove(&name);
             }
             agent.set_verdict(v);
+        }
+        // A correlated failure (a disk batch, a rack's power): both nodes of a DRBD instance
+        // fail in one round, with equal or different verdicts.
+        if random.below(8) == 0 {
+            let pairs: Vec<(String, String)> = self.h.sim.with_cluster(|c| {
+                c.instances
+                    .values()
+                    .filter(|i| i.disk_template == "drbd")
+                    .filter_map(|i| Some((i.pnode.clone(), i.snodes.first()?.clone())))
+                    .filter(|(p, s)| *p != node(1) && *s != node(1))
+                    .collect()
+            });
+            if let Some((first, second)) = pairs.get(random.below(pairs.len().max(1))) {
+                for name in [first, second] {
+                    let v = if random.below(3) == 0 {
+                        verdict("evacuate-failover", json!({"disk": "sdc"}), None)
+                    } else {
+                        verdict("evacuate", json!({"disk": "sdc"}), None)
+                    };
+                    if trace() {
+                        println!(
+                            "round {round}: {name} says {} (with its DRBD peer)",
+                            v.status.as_str()
+                        );
+                    }
+                    if let Some(agent) = self.h.agents.get(name) {
+                        agent.set_verdict(v);
+                    }
+                    self.live_repair.remove(name);
+                }
+            }
         }
         // Storage: a DRBD minor broken this round, now and then.
         let drbd: Vec<(String, Vec<String>)> = self.h.sim.with_cluster(|c| {
@@ -1233,6 +1304,39 @@ impl World {
                     i.running = false;
                 }
             });
+        }
+        // The operator cancels an open incident now and then (a live repair may be running).
+        if random.below(6) == 0 {
+            let overview: nodecare_protocol::status::Overview = self
+                .client
+                .get(format!("{}/1/overview", self.url))
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            let open: Vec<&nodecare_protocol::status::IncidentSummary> = overview
+                .incidents
+                .iter()
+                .filter(|i| matches!(i.repair_status.as_str(), "noted" | "pending"))
+                .collect();
+            if let Some(incident) = open.get(random.below(open.len().max(1))) {
+                let answer = self
+                    .client
+                    .post(format!("{}/1/incidents/{}/cancel", self.url, incident.id))
+                    .basic_auth(USER, Some(PASSWORD))
+                    .send()
+                    .await?;
+                if trace() {
+                    println!(
+                        "round {round}: cancel of incident {} ({} on {}): {}",
+                        incident.id,
+                        incident.action,
+                        incident.node,
+                        answer.status()
+                    );
+                }
+            }
         }
         // The rolling maintenance campaign: a short hook timeout, so that an agent away at
         // its hook makes the node fail.
@@ -1474,6 +1578,39 @@ impl World {
     }
 }
 
+/// Invariant 9: no job of another holder drains, offlines or evacuates a node, nor moves an
+/// instance onto it, once started while a repair command of an incident runs there (a cancel
+/// of the incident does not end the command).
+fn check_repairs(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>) {
+    for job in c.jobs.values() {
+        let Some(start) = job.start_ms else { continue };
+        let Some((holder, _, text, _)) = nodecare_reason(job) else {
+            continue;
+        };
+        let (_, who) = duty_and_holder(&holder, &text);
+        let mut nodes: Vec<&str> = disrupted_by(&job.op).into_iter().collect();
+        if let Some((_, Some(target))) = moved_by(&job.op) {
+            nodes.push(target);
+        }
+        for node in nodes {
+            for (n, incident, at, runs) in &d.repairs {
+                if n == node && (*at..at + runs).contains(&start) && holder != *incident {
+                    violations.push(Violation {
+                        invariant: "no disruption while a repair command runs",
+                        known: FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE
+                            .then_some("FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE"),
+                        what: format!(
+                            "job {} {} of {who} started on {node} while the repair of incident {incident} ran there",
+                            job.id,
+                            job.op.summary()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+}
+
 /// What one seed's run saw.
 #[derive(Debug, Default)]
 struct Tally {
@@ -1543,6 +1680,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         w.h.sim.settle(Duration::from_millis(1500)).await;
         if let Ok(mut d) = w.deliveries.lock() {
             found.append(&mut d.found);
+            w.h.sim.with_cluster(|c| check_repairs(c, &d, &mut found));
         }
         w.play_hooks();
         checks.push(("once jobs settled", w.census().await?));
