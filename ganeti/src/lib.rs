@@ -122,6 +122,17 @@ impl GanetiError {
             Self::Transport(_) | Self::Server { .. } | Self::NotSubmitted(_)
         )
     }
+
+    /// Whether a job submission answered with this error may still have created its job: the
+    /// answer was lost or could not be read (transport trouble, a timeout, 5xx, an answer of
+    /// the wrong shape). A refusal (4xx) or a submission held back before it reached Ganeti
+    /// ([`GanetiError::NotSubmitted`]) created none.
+    pub const fn may_have_submitted(&self) -> bool {
+        matches!(
+            self,
+            Self::Transport(_) | Self::Server { .. } | Self::Decode(_)
+        )
+    }
 }
 
 /// Cluster-wide facts.
