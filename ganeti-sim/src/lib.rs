@@ -308,6 +308,15 @@ impl Simulation {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = faults;
     }
 
+    /// The HTTP faults not yet consumed.
+    pub fn http_faults(&self) -> HttpFaults {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Requires basic authentication with these credentials (RAPI answers 401 otherwise).
     pub fn require_credentials(&self, credentials: Option<Credentials>) {
         *self
