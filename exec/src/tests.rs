@@ -1112,3 +1112,31 @@ async fn a_cancel_lets_no_queued_job_of_its_chain_start() {
         "queued at the cancel, then: {after:?}"
     );
 }
+
+/// Jobs that ended and were archived by Ganeti while nobody followed them (the coordinator
+/// down longer than the watcher's archive age) are read with their outcome, one by one and
+/// through the job query of many, not as vanished.
+#[tokio::test]
+async fn archived_jobs_are_read_with_their_outcome() {
+    let w = world().await;
+    let (few, many) = (holder(28), holder(29));
+    record_tags(&w, &few, 1);
+    record_tags(&w, &many, BULK_POLL + 2);
+    w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    let archived = w.sim.with_cluster(|c| c.archive(u64::MAX));
+    assert_eq!(archived.len(), BULK_POLL + 3);
+    assert!(
+        Ganeti::jobs(&w.ganeti).await.unwrap().is_empty(),
+        "not listed"
+    );
+    let changed = w.exec.poll_of(&w.ganeti, |h| *h == few, 2).await.unwrap();
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].entry.state, State::Succeeded, "{changed:#?}");
+    let changed = w.exec.poll(&w.ganeti, 3).await.unwrap();
+    assert_eq!(changed.len(), BULK_POLL + 2);
+    assert!(
+        changed.iter().all(|c| c.entry.state == State::Succeeded),
+        "{changed:#?}"
+    );
+}
