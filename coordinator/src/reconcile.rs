@@ -312,8 +312,10 @@ impl Reconciler {
             // Nothing is read from the store or planned before the newest state is here.
             let nodes = self.ganeti.nodes().await?;
             replicator.take_over(&nodes).await?;
-            // The store is the newest copy now: its recorder is not this one's memory.
+            // The store is the newest copy now: its recorder is not this one's memory, and
+            // its recorded entries may have been submitted by the master before.
             self.recorder.forget();
+            self.executor.ledger_replaced();
         }
         let services = self.services();
         let guard = Arc::clone(&self.incident_lock).lock_owned().await;
@@ -322,7 +324,10 @@ impl Reconciler {
         }
         // The executor's ledger: jobs adopted after a crash, entries ready submitted, every
         // job followed to its outcome (node repair follows its incidents' jobs itself).
-        let mut changed: Vec<crate::exec::Changed> = self
+        // When Ganeti's job list cannot be read, nothing is submitted this round (for any
+        // holder: the executor holds every submission back until a list is read), since an
+        // entry whose submission is uncertain may have its job in Ganeti.
+        let adopted = self
             .executor
             .adopt(
                 &*self.ganeti,
@@ -333,13 +338,20 @@ impl Reconciler {
                 },
                 now,
             )
-            .await?
+            .await?;
+        let listed = adopted.is_some();
+        let mut changed: Vec<crate::exec::Changed> = adopted
+            .unwrap_or_default()
             .into_iter()
             .map(|entry| crate::exec::Changed { entry, job: None })
             .collect();
-        self.executor
-            .submit_of(&*self.ganeti, |h| !is_incident(h), now)
-            .await?;
+        if listed {
+            self.executor
+                .submit_of(&*self.ganeti, |h| !is_incident(h), now)
+                .await?;
+        } else {
+            tracing::warn!("Ganeti's job list could not be read: nothing is submitted this round");
+        }
         changed.extend(
             self.executor
                 .poll_of(&*self.ganeti, |h| !is_incident(h), now)

@@ -58,9 +58,14 @@ pub struct CancelAnswer {
 pub enum EntrySubmission {
     /// Ganeti created the job; the entry is marked submitted.
     Submitted(JobId),
-    /// Uncertain: the job may exist. The entry stays recorded; adoption finds its job by its
-    /// reason trail, or says it was never submitted.
+    /// Uncertain: the job may exist. The entry stays recorded and is not submitted again
+    /// before adoption finds its job by its reason trail, or a complete job list shows it was
+    /// never submitted.
     Uncertain(GanetiError),
+    /// Not sent, why: the job certainly does not exist (Ganeti's job list could not be read,
+    /// an earlier submission of the entry is still uncertain, or the write was held back before
+    /// it reached Ganeti). The entry stays recorded.
+    NotSent(String),
     /// Ganeti refused it (no job exists); the entry is marked failed.
     Refused(GanetiError),
 }
@@ -84,14 +89,107 @@ pub struct Executor {
     ledger: Arc<dyn Ledger>,
     /// Jobs Ganeti was asked to cancel.
     cancels_asked: CancelsAsked,
+    /// The entries whose submission may have reached Ganeti without the ledger knowing.
+    unsure: Mutex<Unsure>,
+}
+
+/// The entries whose submission may have reached Ganeti although they are recorded without a
+/// job, kept in memory: none of them is submitted before [`Executor::adopt_of`] has found its
+/// job in Ganeti's job list or read a complete list without it.
+///
+/// After a start (or a takeover of the state), every Ganeti entry then recorded is one of
+/// them: a process before this one may have submitted it and lost the answer or the mark. In
+/// this process an entry becomes one when its submission's answer is lost
+/// ([`GanetiError::may_have_submitted`]). A failed read of the job list holds back every
+/// submission until a read succeeds.
+#[derive(Debug, Default)]
+struct Unsure {
+    /// Whether the entries recorded before this process's first look were added.
+    seeded: bool,
+    /// (holder, key) of the entries whose submission is uncertain.
+    entries: BTreeSet<(Holder, String)>,
+    /// Why the last adoption could not read Ganeti's job list (nothing is submitted while it
+    /// is set).
+    unread: Option<String>,
 }
 
 impl Executor {
-    /// An executor over `ledger`.
+    /// An executor over `ledger`. The Ganeti entries `ledger` holds recorded are uncertain
+    /// (a process before may have submitted them): not submitted before adoption decides.
     pub fn new(ledger: Arc<dyn Ledger>) -> Self {
-        Self {
+        let executor = Self {
             ledger,
             cancels_asked: Arc::new(Mutex::new(BTreeSet::new())),
+            unsure: Mutex::new(Unsure::default()),
+        };
+        // Unreadable now: at the first look.
+        drop(executor.unsure());
+        executor
+    }
+
+    /// The ledger was replaced (the state taken over from the master candidates): as at a
+    /// start, every entry recorded in it is uncertain until adoption has read Ganeti's job list.
+    pub fn ledger_replaced(&self) {
+        *self.unsure_lock() = Unsure::default();
+        drop(self.unsure());
+    }
+
+    fn unsure_lock(&self) -> std::sync::MutexGuard<'_, Unsure> {
+        self.unsure
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The uncertain submissions, with the entries recorded before this process's first look
+    /// added at that look.
+    fn unsure(&self) -> Result<std::sync::MutexGuard<'_, Unsure>, LedgerError> {
+        if !self.unsure_lock().seeded {
+            let recorded: Vec<(Holder, String)> = self
+                .ledger
+                .shared_unfinished()?
+                .iter()
+                .filter(|e| e.state == State::Recorded && e.action.op().is_some())
+                .map(|e| (e.holder.clone(), e.key.clone()))
+                .collect();
+            let mut unsure = self.unsure_lock();
+            if !unsure.seeded {
+                unsure.seeded = true;
+                unsure.entries.extend(recorded);
+            }
+        }
+        Ok(self.unsure_lock())
+    }
+
+    /// Why `entry` may not be submitted now (its earlier submission uncertain, or Ganeti's job
+    /// list unread), if so.
+    fn held_back(&self, entry: &Entry) -> Result<Option<String>, LedgerError> {
+        let unsure = self.unsure()?;
+        Ok(if let Some(why) = &unsure.unread {
+            Some(format!(
+                "Ganeti's job list could not be read ({why}): nothing is submitted before it is"
+            ))
+        } else if unsure
+            .entries
+            .contains(&(entry.holder.clone(), entry.key.clone()))
+        {
+            Some(
+                "its earlier submission is uncertain: not submitted again before Ganeti's job \
+                 list shows whether its job exists"
+                    .to_owned(),
+            )
+        } else {
+            None
+        })
+    }
+
+    /// Notes the answer to the submission of `entry`: uncertain, or settled (a job, or none).
+    fn note_answer(&self, entry: &Entry, uncertain: bool) {
+        let mut unsure = self.unsure_lock();
+        let id = (entry.holder.clone(), entry.key.clone());
+        if uncertain {
+            unsure.entries.insert(id);
+        } else {
+            unsure.entries.remove(&id);
         }
     }
 
@@ -121,12 +219,25 @@ impl Executor {
                 entry.holder, entry.key
             )));
         };
+        if let Some(why) = self.held_back(entry)? {
+            tracing::info!(holder = %entry.holder, key = %entry.key, %why, "not submitted");
+            return Ok(EntrySubmission::NotSent(why));
+        }
         let reason = Reason::new(trail, entry.key.clone(), text.to_owned()).after(depends);
-        match self.submit_one(ganeti, entry, op, &reason).await? {
+        let answer = self.submit_one(ganeti, entry, op, &reason).await?;
+        self.note_answer(
+            entry,
+            answer.as_ref().is_err_and(GanetiError::may_have_submitted),
+        );
+        match answer {
             Ok(job) => Ok(EntrySubmission::Submitted(job)),
-            Err(error) if error.is_transient() => {
+            Err(error) if error.may_have_submitted() => {
                 tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "submission uncertain");
                 Ok(EntrySubmission::Uncertain(error))
+            }
+            Err(error) if error.is_transient() => {
+                tracing::warn!(holder = %entry.holder, key = %entry.key, %error, "not submitted");
+                Ok(EntrySubmission::NotSent(error.to_string()))
             }
             Err(error) => {
                 let mut entry = entry.clone();
@@ -180,6 +291,13 @@ impl Executor {
         }
         #[allow(clippy::disallowed_methods)]
         let answer = ganeti.submit(op, reason).await;
+        if let Err(error) = &answer
+            && !op.carries_reason()
+            && !error.may_have_submitted()
+        {
+            // No job was created: it is recorded again, as it was.
+            self.mark(entry)?;
+        }
         Ok(answer.map(|job| {
             let mut entry = entry.clone();
             entry.state = State::Submitted;
@@ -196,6 +314,8 @@ impl Executor {
 
     /// Records `entries` (durable before anything of theirs is submitted).
     pub fn record(&self, entries: &[Entry]) -> Result<Vec<Entry>, LedgerError> {
+        // The entries recorded before are known first: these are not uncertain.
+        drop(self.unsure()?);
         self.ledger.record(entries)
     }
 
@@ -246,12 +366,24 @@ impl Executor {
     /// RAPI's reinstall) cannot be found again by [`Executor::adopt`]: its entry is marked
     /// submitted (without a job) before Ganeti is asked, so that a crash or a lost answer
     /// leaves it uncertain, never submitted again ([`Executor::adopt`] fails it).
+    ///
+    /// Nothing is submitted while Ganeti's job list could not be read at the last adoption,
+    /// and no entry whose earlier submission is uncertain (see [`Unsure`]); an entry Ganeti
+    /// refused (HTTP 4xx: no job was created) fails.
     async fn submit_which(
         &self,
         ganeti: &dyn Ganeti,
         which: impl Fn(&Holder) -> bool,
         now_ms: u64,
     ) -> Result<Submission, LedgerError> {
+        let (unread, unsure) = {
+            let unsure = self.unsure()?;
+            (unsure.unread.clone(), unsure.entries.clone())
+        };
+        if let Some(why) = unread {
+            tracing::info!(%why, "Ganeti's job list could not be read: nothing is submitted");
+            return Ok(Submission::default());
+        }
         let mut refused = Vec::new();
         let holders: BTreeSet<Holder> = self
             .ledger
@@ -301,7 +433,8 @@ impl Executor {
                 if chained.iter().any(|key| in_layer.contains(key.as_str())) {
                     in_layer.clear();
                     let layer = std::mem::take(&mut layer);
-                    self.submit_layer(ganeti, &holder, layer, &mut pass).await?;
+                    self.submit_layer(ganeti, &holder, layer, now_ms, &mut pass)
+                        .await?;
                 }
                 let depends: Vec<JobId> = chained
                     .iter()
@@ -318,12 +451,19 @@ impl Executor {
                     // Agent actions are carried out by their duty's agent client.
                     continue;
                 }
+                if unsure.contains(&(entry.holder.clone(), entry.key.clone())) {
+                    // Its job may exist: adoption looks for it first. What comes after it
+                    // waits.
+                    tracing::debug!(%holder, key = %entry.key, "submission uncertain: not submitted again");
+                    continue;
+                }
                 let reason =
                     Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
                 in_layer.insert(entry.key.clone());
                 layer.push((entry, reason));
             }
-            self.submit_layer(ganeti, &holder, layer, &mut pass).await?;
+            self.submit_layer(ganeti, &holder, layer, now_ms, &mut pass)
+                .await?;
             marks.flush()?;
         }
         Ok(Submission { submitted, refused })
@@ -332,13 +472,15 @@ impl Executor {
     /// Submits one layer of `holder`'s ready entries (with their reasons; none chained after
     /// another of the layer) side by side, at most [`SUBMIT_CONCURRENCY`] at once, and takes
     /// their answers in the layer's order: each job kept by its entry's key (for the next
-    /// layer's `depends`), the entry queued to be marked; an uncertain submission is refused
-    /// and what comes after it waits.
+    /// layer's `depends`), the entry queued to be marked; a submission Ganeti did not accept is
+    /// reported, and what comes after it waits: an uncertain one stays recorded (not submitted
+    /// again before adoption decides), one Ganeti refused fails.
     async fn submit_layer(
         &self,
         ganeti: &dyn Ganeti,
         holder: &Holder,
         layer: Vec<(Entry, Reason)>,
+        now_ms: u64,
         pass: &mut Pass<'_, '_>,
     ) -> Result<(), LedgerError> {
         use futures_util::StreamExt as _;
@@ -356,14 +498,34 @@ impl Executor {
         for (entry, answer) in answers {
             match answer.transpose()? {
                 Some(Ok((job, entry))) => {
+                    self.note_answer(&entry, false);
                     pass.jobs.insert(entry.key.clone(), job);
                     pass.marks.push(entry.clone())?;
                     pass.submitted.push(entry);
                 }
-                Some(Err(error)) => {
+                Some(Err(error)) if error.may_have_submitted() => {
                     // Uncertain: the job may exist. Adoption finds it by its reason (or,
-                    // without one, fails it); what comes after it waits.
-                    tracing::warn!(%holder, key = %entry.key, %error, "submission failed");
+                    // without one, fails it); until then it is not submitted again, and what
+                    // comes after it waits.
+                    tracing::warn!(%holder, key = %entry.key, %error, "submission uncertain");
+                    self.note_answer(&entry, true);
+                    pass.refused.push((entry, error));
+                }
+                Some(Err(error)) if error.is_transient() => {
+                    // Held back before it reached Ganeti: no job; tried again later.
+                    tracing::warn!(%holder, key = %entry.key, %error, "not submitted");
+                    pass.refused.push((entry, error));
+                }
+                Some(Err(error)) => {
+                    // Refused: no job exists, and asking again gets the same answer.
+                    let mut failed = entry.clone();
+                    failed.state = State::Failed {
+                        why: format!("Ganeti refused it: {error}"),
+                    };
+                    failed.finished_ms = Some(now_ms);
+                    tracing::warn!(%holder, key = %entry.key, %error, "submission refused");
+                    self.note_answer(&entry, false);
+                    pass.marks.push(failed)?;
                     pass.refused.push((entry, error));
                 }
                 None => {}
@@ -376,21 +538,20 @@ impl Executor {
     /// come after submitted or succeeded (succeeded, for an unchained one), no job known: a crash or a failed answer came between
     /// the submission and its mark) from Ganeti's job list by their reason trail; those it
     /// does not show fail or are submitted again, as `unadopted` says for their holder.
-    /// Returns the entries changed.
+    /// Returns the entries changed; `None` when Ganeti's job list could not be read: nothing
+    /// was decided, and nothing is submitted before a later adoption reads it.
     pub async fn adopt(
         &self,
         ganeti: &dyn Ganeti,
         unadopted: impl Fn(&Holder) -> Unadopted,
         now_ms: u64,
-    ) -> Result<Vec<Entry>, LedgerError> {
-        Ok(self
-            .adopt_of(ganeti, |_| true, unadopted, now_ms)
-            .await?
-            .unwrap_or_default())
+    ) -> Result<Option<Vec<Entry>>, LedgerError> {
+        self.adopt_of(ganeti, |_| true, unadopted, now_ms).await
     }
 
     /// [`Executor::adopt`], for the entries of the holders `which` says; `None` when Ganeti's
-    /// job list could not be read (nothing more was decided). An entry marked submitted
+    /// job list could not be read (nothing more was decided, and nothing is submitted, for any
+    /// holder, before a later adoption reads it). An entry marked submitted
     /// without a job (one whose job carries no reason trail, asked for with no answer
     /// recorded) fails: whether Ganeti has its job cannot be known, and it is never submitted
     /// again.
@@ -401,6 +562,8 @@ impl Executor {
         unadopted: impl Fn(&Holder) -> Unadopted,
         now_ms: u64,
     ) -> Result<Option<Vec<Entry>>, LedgerError> {
+        // The entries recorded before this process's first look are uncertain from here on.
+        drop(self.unsure()?);
         let entries: Vec<Arc<Entry>> = self
             .ledger
             .shared_unfinished()?
@@ -453,17 +616,31 @@ impl Executor {
                 .map(|(at, _)| at)
                 .collect()
         };
+        // Once Ganeti's job list is read (or nothing could have been submitted), every recorded
+        // entry of these holders is decided: its job adopted, or proved absent (an entry not
+        // ready now could not have been submitted: its predecessors have no job, and adoption
+        // looks again after each one adopted).
+        let decided_all = |entries: &[Entry]| {
+            let mut unsure = self.unsure_lock();
+            unsure.unread = None;
+            for e in entries.iter().filter(|e| e.state == State::Recorded) {
+                unsure.entries.remove(&(e.holder.clone(), e.key.clone()));
+            }
+        };
         let mut uncertain = uncertain_in(&entries);
         if uncertain.is_empty() {
+            decided_all(&entries);
             return Ok(Some(changed));
         }
         let jobs = match ganeti.jobs().await {
             Ok(jobs) => jobs,
             Err(error) => {
-                tracing::warn!(%error, "cannot list jobs to adopt them");
+                tracing::warn!(%error, "cannot list jobs to adopt them: nothing is submitted");
+                self.unsure_lock().unread = Some(error.to_string());
                 return Ok(None);
             }
         };
+        decided_all(&entries);
         let mut by_reason: BTreeMap<(Uuid, String), JobId> = BTreeMap::new();
         for job in &jobs {
             if let Some(reason) = job.nodecare_reason() {
@@ -653,9 +830,9 @@ impl Executor {
     }
 
     /// Cancels what `holder` has not started: recorded entries are canceled, and Ganeti is
-    /// asked to cancel its submitted jobs, the last submitted first (so that no job of a
-    /// chain starts between two cancels), each once. A running job ends on its own; each
-    /// job's end is what [`Executor::poll`] reads.
+    /// asked to cancel its submitted jobs, those that have not started first, each once
+    /// ([`Executor::cancel_jobs`]). A running job ends on its own; each job's end is what
+    /// [`Executor::poll`] reads.
     pub async fn cancel(
         &self,
         ganeti: &dyn Ganeti,
@@ -673,50 +850,79 @@ impl Executor {
         self.cancel_jobs(ganeti, holder).await
     }
 
-    /// Asks Ganeti to cancel `holder`'s submitted jobs, the last submitted first, each once;
-    /// its recorded entries are left as they are (a duty that adopts them after a crash).
+    /// Asks Ganeti to cancel `holder`'s submitted jobs, each once; its recorded entries are
+    /// left as they are (a duty that adopts them after a crash).
+    ///
+    /// Ganeti cancels a job that has not started, and then itself cancels the jobs depending
+    /// on it; it cannot cancel one that runs, and one canceled call takes its time (a job
+    /// waiting for locks). So that no job that had not started when the cancel was asked
+    /// starts meanwhile (the running job of its chain ending between two calls), the jobs
+    /// Ganeti's job list shows not started are asked first, the first of each chain among them
+    /// (those none of whose predecessors is among them) side by side, then the others, in
+    /// submission order; the jobs that started (or that the list does not show) last. Without
+    /// the job list, every job in submission order (a chain's first job first).
     pub async fn cancel_jobs(
         &self,
         ganeti: &dyn Ganeti,
         holder: &Holder,
     ) -> Result<Vec<CancelAnswer>, LedgerError> {
+        use futures_util::StreamExt as _;
         let entries = self.ledger.of_holder(holder)?;
-        let mut submitted: Vec<(JobId, String)> = entries
+        let submitted: Vec<&Entry> = entries
             .iter()
             .filter(|e| matches!(e.state, State::Submitted | State::TimedOut))
-            .filter(|e| e.action.op().is_some())
-            .filter_map(|e| e.job.map(|job| (job, e.key.clone())))
+            .filter(|e| e.action.op().is_some() && e.job.is_some())
             .collect();
-        submitted.sort_by_key(|(job, _)| std::cmp::Reverse(*job));
-        let mut answers = Vec::new();
-        for (job, key) in submitted {
-            let first = self
-                .cancels_asked
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .insert(job);
-            if !first {
-                continue;
-            }
-            let (canceled, message) = match ganeti.cancel_job(job).await {
-                Ok(answer) => (answer.canceled, answer.message),
+        let ids: BTreeSet<JobId> = submitted.iter().filter_map(|e| e.job).collect();
+        let statuses: Option<BTreeMap<JobId, JobStatus>> = if ids.is_empty() {
+            None
+        } else {
+            match ganeti.jobs_among(&ids).await {
+                Ok(jobs) => Some(jobs.into_iter().map(|j| (j.id, j.status)).collect()),
                 Err(error) => {
-                    if error.is_transient() {
-                        self.cancels_asked
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .remove(&job);
-                    }
-                    (false, format!("cannot ask Ganeti to cancel it: {error}"))
+                    tracing::warn!(%holder, %error, "cannot list jobs to cancel them: in submission order");
+                    None
                 }
-            };
-            tracing::info!(%holder, job, key = %key, canceled, %message, "job cancel");
-            answers.push(CancelAnswer {
-                job,
-                key,
-                canceled,
-                message,
-            });
+            }
+        };
+        let order = cancel_order(&submitted, statuses.as_ref());
+        let mut answers = Vec::new();
+        for phase in order {
+            let asked: Vec<(JobId, String)> = phase
+                .into_iter()
+                .filter(|(job, _)| {
+                    self.cancels_asked
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(*job)
+                })
+                .collect();
+            let phase_answers: Vec<CancelAnswer> = futures_util::stream::iter(asked)
+                .map(|(job, key)| async move {
+                    let (canceled, message) = match ganeti.cancel_job(job).await {
+                        Ok(answer) => (answer.canceled, answer.message),
+                        Err(error) => {
+                            if error.is_transient() {
+                                self.cancels_asked
+                                    .lock()
+                                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                                    .remove(&job);
+                            }
+                            (false, format!("cannot ask Ganeti to cancel it: {error}"))
+                        }
+                    };
+                    tracing::info!(%holder, job, key = %key, canceled, %message, "job cancel");
+                    CancelAnswer {
+                        job,
+                        key,
+                        canceled,
+                        message,
+                    }
+                })
+                .buffered(SUBMIT_CONCURRENCY)
+                .collect()
+                .await;
+            answers.extend(phase_answers);
         }
         Ok(answers)
     }
@@ -787,6 +993,54 @@ impl<'a> Marks<'a> {
         self.pending.clear();
         Ok(())
     }
+}
+
+/// The order in which [`Executor::cancel_jobs`] asks Ganeti to cancel the jobs of `submitted`
+/// (one holder's entries with a job), in phases whose jobs are asked side by side: with
+/// `statuses` (Ganeti's job list), first the jobs not started whose predecessors (the entries
+/// they come after) are not among the jobs not started, then the other jobs not started, then
+/// the rest; without it, every job in one phase, in submission order. Each phase in job order.
+fn cancel_order(
+    submitted: &[&Entry],
+    statuses: Option<&BTreeMap<JobId, JobStatus>>,
+) -> Vec<Vec<(JobId, String)>> {
+    let mut by_job: Vec<(JobId, &Entry)> = submitted
+        .iter()
+        .filter_map(|e| e.job.map(|job| (job, *e)))
+        .collect();
+    by_job.sort_by_key(|(job, _)| *job);
+    let Some(statuses) = statuses else {
+        return vec![
+            by_job
+                .into_iter()
+                .map(|(job, e)| (job, e.key.clone()))
+                .collect(),
+        ];
+    };
+    let not_started = |job: &JobId| {
+        statuses
+            .get(job)
+            .is_some_and(|s| matches!(s, JobStatus::Queued | JobStatus::Waiting))
+    };
+    let waiting: BTreeSet<&str> = by_job
+        .iter()
+        .filter(|(job, _)| not_started(job))
+        .map(|(_, e)| e.key.as_str())
+        .collect();
+    let mut phases: [Vec<(JobId, String)>; 3] = Default::default();
+    for (job, e) in by_job {
+        let phase = if !not_started(&job) {
+            2
+        } else if e.after.iter().any(|key| waiting.contains(key.as_str())) {
+            1
+        } else {
+            0
+        };
+        if let Some(phase) = phases.get_mut(phase) {
+            phase.push((job, e.key.clone()));
+        }
+    }
+    phases.into_iter().filter(|p| !p.is_empty()).collect()
 }
 
 /// Whether the listed job of entry `e` still runs with `e`'s reason trail and leaves `e` as

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
+use nodecare_ganeti_sim::{HttpFaults, Simulation};
 
 use super::ledger::{Action, AgentOp, Entry, Hold, MemoryLedger, Op, State};
 use super::*;
@@ -205,6 +205,7 @@ async fn after_a_crash_jobs_are_adopted_by_their_trail_and_the_rest_fails_or_is_
             5,
         )
         .await
+        .unwrap()
         .unwrap();
     // Only entries that could have been submitted are looked up: the migrate waits for the
     // drain, the other holder's drain is to be retried.
@@ -228,6 +229,7 @@ async fn after_a_crash_jobs_are_adopted_by_their_trail_and_the_rest_fails_or_is_
         .exec
         .adopt(&w.ganeti, |_| Unadopted::Fail, 7)
         .await
+        .unwrap()
         .unwrap();
     let failed: Vec<&Entry> = changed.iter().filter(|e| e.holder == third).collect();
     assert_eq!(failed.len(), 1);
@@ -281,10 +283,10 @@ async fn cancel_stops_what_has_not_started_and_asks_each_job_once() {
     w.exec.record(&entries).unwrap();
     w.exec.submit(&w.ganeti, Some(&h), 1).await.unwrap();
     let answers = w.exec.cancel(&w.ganeti, &h, "canceled", 2).await.unwrap();
-    // The last submitted first.
+    // Neither job has started (a long delay): the first of the chain first.
     let jobs: Vec<JobId> = answers.iter().map(|a| a.job).collect();
     let mut sorted = jobs.clone();
-    sorted.sort_by_key(|j| std::cmp::Reverse(*j));
+    sorted.sort();
     assert_eq!(jobs, sorted);
     assert_eq!(jobs.len(), 2);
     assert_eq!(
@@ -348,6 +350,7 @@ async fn an_unchained_job_waits_for_success_and_is_not_adopted_before() {
         .exec
         .adopt(&w.ganeti, |_| Unadopted::Fail, 2)
         .await
+        .unwrap()
         .unwrap();
     assert!(adopted.is_empty(), "{adopted:#?}");
     assert_eq!(
@@ -645,6 +648,7 @@ async fn a_chain_whose_marks_were_lost_is_adopted_whole() {
     let adopted = restarted
         .adopt(&w.ganeti, |_| Unadopted::Retry, 2)
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(
         adopted.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
@@ -781,6 +785,7 @@ async fn a_reinstall_whose_answer_is_lost_fails_and_is_never_submitted_again() {
         w.exec
             .adopt(&w.ganeti, |_| Unadopted::Retry, now)
             .await
+            .unwrap()
             .unwrap();
         w.exec.submit(&w.ganeti, None, now).await.unwrap();
     }
@@ -796,5 +801,342 @@ async fn a_reinstall_whose_answer_is_lost_fails_and_is_never_submitted_again() {
     assert!(
         entry.state.why().unwrap().contains("no reason trail"),
         "{entry:?}"
+    );
+}
+
+/// `n` entries of `h`, each an independent tag job on the world's node.
+fn record_tags(w: &World, h: &Holder, n: usize) -> Vec<Entry> {
+    w.exec.record(&tag_entries(w, h, n)).unwrap()
+}
+
+fn lose_next_answer(w: &World) {
+    w.sim.set_http_faults(HttpFaults {
+        lose_answer: 1,
+        method: Some("PUT".into()),
+        ..HttpFaults::default()
+    });
+}
+
+fn fail_next_job_list(w: &World) {
+    w.sim.set_http_faults(HttpFaults {
+        fail_5xx: 1,
+        method: Some("GET".into()),
+        path_is: Some("/2/jobs".into()),
+        ..HttpFaults::default()
+    });
+}
+
+/// A submission whose job Ganeti created but whose answer was lost is not submitted again by a
+/// second pass before adoption has read the job list; adoption then finds its job.
+#[tokio::test]
+async fn a_submission_whose_answer_is_lost_is_not_submitted_again_before_adoption() {
+    let w = world().await;
+    let h = holder(21);
+    record_tags(&w, &h, 1);
+    lose_next_answer(&w);
+    let first = w.exec.submit_reporting(&w.ganeti, None, 1).await.unwrap();
+    assert!(first.submitted.is_empty());
+    assert_eq!(first.refused.len(), 1, "{first:?}");
+    assert_eq!(w.sim.submissions().len(), 1, "the job exists");
+    // A second pass in the same round (a campaign's own): not submitted again.
+    w.exec.submit(&w.ganeti, None, 2).await.unwrap();
+    assert_eq!(w.sim.duplicate_intents(), Vec::<String>::new());
+    // Adoption finds it; nothing is submitted again after.
+    let adopted = w
+        .exec
+        .adopt_of(&w.ganeti, |_| true, |_| Unadopted::Retry, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(adopted.len(), 1, "{adopted:?}");
+    assert!(adopted[0].job.is_some());
+    assert!(w.exec.submit(&w.ganeti, None, 4).await.unwrap().is_empty());
+    assert_eq!(w.sim.submissions().len(), 1);
+}
+
+/// A failed read of Ganeti's job list holds every submission back (of every holder) until a
+/// read succeeds; a complete list that does not show an uncertain entry's job lets it be
+/// submitted again.
+#[tokio::test]
+async fn a_failed_job_list_read_holds_every_submission_back() {
+    let w = world().await;
+    let (h, other) = (holder(22), holder(23));
+    record_tags(&w, &h, 1);
+    lose_next_answer(&w);
+    w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert_eq!(w.sim.submissions().len(), 1);
+    fail_next_job_list(&w);
+    let adopted = w
+        .exec
+        .adopt_of(&w.ganeti, |_| true, |_| Unadopted::Retry, 2)
+        .await
+        .unwrap();
+    assert_eq!(adopted, None, "the job list could not be read");
+    record_tags(&w, &other, 1);
+    let submitted = w.exec.submit(&w.ganeti, None, 3).await.unwrap();
+    assert!(submitted.is_empty(), "{submitted:?}");
+    assert_eq!(w.sim.duplicate_intents(), Vec::<String>::new());
+    assert_eq!(w.sim.submissions().len(), 1);
+    // The next read adopts the job; the other holder's entry goes.
+    let adopted = w
+        .exec
+        .adopt_of(&w.ganeti, |_| true, |_| Unadopted::Retry, 4)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(adopted.len(), 1);
+    let submitted = w.exec.submit(&w.ganeti, None, 5).await.unwrap();
+    assert_eq!(submitted.len(), 1);
+    assert_eq!(submitted[0].holder, other);
+    assert_eq!(w.sim.duplicate_intents(), Vec::<String>::new());
+    // Its job vanished with the queue (not in a complete list): submitted again, once.
+    let lost = record_tags(&w, &holder(24), 1);
+    w.sim.vanish_next_jobs(1);
+    lose_next_answer(&w);
+    w.exec.submit(&w.ganeti, None, 6).await.unwrap();
+    w.exec
+        .adopt_of(&w.ganeti, |_| true, |_| Unadopted::Retry, 7)
+        .await
+        .unwrap()
+        .unwrap();
+    let again = w.exec.submit(&w.ganeti, None, 8).await.unwrap();
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].key, lost[0].key);
+}
+
+/// After a restart, the entries recorded are not submitted before a job list has been read:
+/// a process before may have submitted them.
+#[tokio::test]
+async fn after_a_restart_nothing_is_submitted_before_the_job_list_is_read() {
+    let w = world().await;
+    let ledger = Arc::new(MemoryLedger::default());
+    let before = Executor::new(ledger.clone());
+    let h = holder(25);
+    before.record(&tag_entries(&w, &h, 2)).unwrap();
+    lose_next_answer(&w);
+    before.submit(&w.ganeti, None, 1).await.unwrap();
+    drop(before);
+    let submitted = w.sim.submissions().len();
+    assert_eq!(submitted, 2, "both created, one answer lost");
+    // The restarted process: its first job list read fails.
+    let restarted = Executor::new(ledger);
+    fail_next_job_list(&w);
+    let adopted = restarted
+        .adopt_of(&w.ganeti, |_| true, |_| Unadopted::Retry, 2)
+        .await
+        .unwrap();
+    assert_eq!(adopted, None);
+    assert!(
+        restarted
+            .submit(&w.ganeti, None, 3)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Without any adoption at all (a duty submitting first), neither.
+    let fresh = Executor::new(restarted.ledger.clone());
+    assert!(fresh.submit(&w.ganeti, None, 3).await.unwrap().is_empty());
+    assert_eq!(w.sim.submissions().len(), submitted);
+    assert_eq!(w.sim.duplicate_intents(), Vec::<String>::new());
+}
+
+/// Ganeti's refusal (HTTP 4xx: no job created) fails the entry: it is not asked again every
+/// round.
+#[tokio::test]
+async fn a_refused_submission_fails_its_entry_and_is_not_asked_again() {
+    let w = world().await;
+    let ganeti = w.sim.client_on(&w.sim.master());
+    let h = holder(26);
+    let gone = Entry::new(
+        h.clone(),
+        "tag",
+        Action::ganeti(Op::AddTags {
+            target: nodecare_ganeti::TagTarget::Instance("no-such-instance".into()),
+            tags: vec!["t".into()],
+        }),
+        "tag",
+        0,
+        DAY_MS,
+    );
+    let after = Entry::new(
+        h.clone(),
+        "then",
+        Action::ganeti(Op::add_node_tags(&w.node, vec!["t".into()])),
+        "then",
+        0,
+        DAY_MS,
+    )
+    .after(["tag".to_owned()]);
+    w.exec.record(&[gone, after]).unwrap();
+    let first = w.exec.submit_reporting(&ganeti, None, 1).await.unwrap();
+    assert_eq!(first.refused.len(), 1);
+    for now in 2..5 {
+        w.exec
+            .adopt_of(&ganeti, |_| true, |_| Unadopted::Retry, now)
+            .await
+            .unwrap();
+        w.exec.submit(&ganeti, None, now).await.unwrap();
+    }
+    let writes = w.sim.writes();
+    assert_eq!(writes.len(), 1, "asked once: {writes:?}");
+    let entries = w.exec.ledger().of_holder(&h).unwrap();
+    assert_eq!(entries[0].state.as_str(), "failed", "{entries:?}");
+    assert!(
+        entries[0].state.why().unwrap().contains("refused"),
+        "{entries:?}"
+    );
+    assert_eq!(entries[1].state.as_str(), "canceled", "{entries:?}");
+}
+
+/// A Ganeti client whose cancels answer slowly (the cancel is carried out at once, its answer
+/// comes `pause` later), and whose running job `ends` finishes once the first answer came.
+#[derive(Debug)]
+struct SlowCancels {
+    sim: Simulation,
+    inner: nodecare_ganeti::rapi::RapiClient,
+    pause: Duration,
+    ends: JobId,
+}
+
+impl Ganeti for SlowCancels {
+    fn cluster_info(&self) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::ClusterInfo> {
+        Ganeti::cluster_info(&self.inner)
+    }
+    fn nodes(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Node>> {
+        Ganeti::nodes(&self.inner)
+    }
+    fn instances(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Instance>> {
+        Ganeti::instances(&self.inner)
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a wrapper passes on what it is given"
+    )]
+    fn submit<'a>(
+        &'a self,
+        op: &'a Op,
+        reason: &'a Reason,
+    ) -> nodecare_ganeti::GanetiFuture<'a, JobId> {
+        Ganeti::submit(&self.inner, op, reason)
+    }
+    fn groups(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Group>> {
+        Ganeti::groups(&self.inner)
+    }
+    fn tags<'a>(
+        &'a self,
+        target: &'a nodecare_ganeti::TagTarget,
+    ) -> nodecare_ganeti::GanetiFuture<'a, Vec<String>> {
+        Ganeti::tags(&self.inner, target)
+    }
+    fn job(&self, id: JobId) -> nodecare_ganeti::GanetiFuture<'_, Job> {
+        Ganeti::job(&self.inner, id)
+    }
+    fn jobs(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::JobSummary>> {
+        Ganeti::jobs(&self.inner)
+    }
+    fn cancel_job(
+        &self,
+        id: JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::JobCancel> {
+        Box::pin(async move {
+            let answer = Ganeti::cancel_job(&self.inner, id).await;
+            tokio::time::sleep(self.pause).await;
+            self.sim.with_cluster(|c| c.stuck.remove(&self.ends));
+            answer
+        })
+    }
+}
+
+/// A cancel asked while the first job of a chain runs and the others wait behind it: the jobs
+/// that had not started are asked first (the first of each chain among them side by side), so
+/// that none starts when the running job ends between two slow cancels; the jobs after them
+/// end canceled by Ganeti's own rule.
+#[tokio::test]
+async fn a_cancel_lets_no_queued_job_of_its_chain_start() {
+    let w = world().await;
+    w.sim.set_job_delay(Duration::ZERO);
+    let h = holder(27);
+    let tag = |key: &str, after: &[&str]| {
+        Entry::new(
+            h.clone(),
+            key,
+            Action::ganeti(Op::add_node_tags(&w.node, vec![key.to_owned()])),
+            key,
+            0,
+            DAY_MS,
+        )
+        .after(after.iter().map(|k| (*k).to_owned()))
+    };
+    let drain = Entry::new(
+        h.clone(),
+        "drain",
+        Action::ganeti(Op::drain(&w.node)),
+        "drain",
+        0,
+        DAY_MS,
+    );
+    w.exec
+        .record(&[
+            drain,
+            tag("m1", &["drain"]),
+            tag("m2", &["drain"]),
+            tag("m3", &["m1"]),
+        ])
+        .unwrap();
+    w.sim.stick_next_jobs(1);
+    let submitted = w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert_eq!(submitted.len(), 4);
+    let job = |key: &str| {
+        submitted
+            .iter()
+            .find(|e| e.key == key)
+            .and_then(|e| e.job)
+            .unwrap()
+    };
+    let status = |id: JobId| w.sim.peek(|c| c.jobs[&id].status);
+    assert_eq!(status(job("drain")), JobStatus::Running);
+    let queued = ["m1", "m2", "m3"].map(job);
+    assert!(queued.iter().all(|id| status(*id) == JobStatus::Queued));
+    let slow = SlowCancels {
+        sim: w.sim.clone(),
+        inner: w.sim.client(),
+        pause: Duration::from_millis(30),
+        ends: job("drain"),
+    };
+    w.exec.cancel(&slow, &h, "canceled", 2).await.unwrap();
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    assert_eq!(status(job("drain")), JobStatus::Success, "it ran on");
+    let after: Vec<(JobId, JobStatus)> = queued.iter().map(|id| (*id, status(*id))).collect();
+    assert!(
+        after.iter().all(|(_, s)| *s == JobStatus::Canceled),
+        "queued at the cancel, then: {after:?}"
+    );
+}
+
+/// Jobs that ended and were archived by Ganeti while nobody followed them (the coordinator
+/// down longer than the watcher's archive age) are read with their outcome, one by one and
+/// through the job query of many, not as vanished.
+#[tokio::test]
+async fn archived_jobs_are_read_with_their_outcome() {
+    let w = world().await;
+    let (few, many) = (holder(28), holder(29));
+    record_tags(&w, &few, 1);
+    record_tags(&w, &many, BULK_POLL + 2);
+    w.exec.submit(&w.ganeti, None, 1).await.unwrap();
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    let archived = w.sim.with_cluster(|c| c.archive(u64::MAX));
+    assert_eq!(archived.len(), BULK_POLL + 3);
+    assert!(
+        Ganeti::jobs(&w.ganeti).await.unwrap().is_empty(),
+        "not listed"
+    );
+    let changed = w.exec.poll_of(&w.ganeti, |h| *h == few, 2).await.unwrap();
+    assert_eq!(changed.len(), 1);
+    assert_eq!(changed[0].entry.state, State::Succeeded, "{changed:#?}");
+    let changed = w.exec.poll(&w.ganeti, 3).await.unwrap();
+    assert_eq!(changed.len(), BULK_POLL + 2);
+    assert!(
+        changed.iter().all(|c| c.entry.state == State::Succeeded),
+        "{changed:#?}"
     );
 }

@@ -10,7 +10,7 @@
 //!   demo and the crash tests of the coordinator binary (the `nodecare-ganeti-sim` binary wraps
 //!   it).
 //! * Faults: failing jobs ([`model::JobFailureRule`]), HTTP 5xx answers, hanging requests and
-//!   connection resets ([`HttpFaults`]), slow jobs ([`Simulation::set_job_delay`]), jobs that
+//!   connection resets, answers lost after the request was carried out ([`HttpFaults`]), slow jobs ([`Simulation::set_job_delay`]), jobs that
 //!   vanish from the queue or stay `running` forever ([`Simulation::vanish_next_jobs`],
 //!   [`Simulation::stick_next_jobs`]), a master that moves ([`Simulation::set_master`]) seen
 //!   through each node's RAPI daemon ([`Simulation::client_on`]).
@@ -64,9 +64,18 @@ pub struct HttpFaults {
     /// connection reset).
     #[serde(default)]
     pub reset: u32,
+    /// The next N matching requests are carried out (a job submitted is created) and then
+    /// get no answer: the connection is closed after the work is done (an answer lost on its
+    /// way back, a client timing out while Ganeti finishes).
+    #[serde(default)]
+    pub lose_answer: u32,
     /// Only requests whose path contains this string are affected.
     #[serde(default)]
     pub path_contains: Option<String>,
+    /// Only requests whose path is exactly this one are affected (`/2/jobs`: the job list,
+    /// not one job).
+    #[serde(default)]
+    pub path_is: Option<String>,
     /// Only requests with this method are affected.
     #[serde(default)]
     pub method: Option<String>,
@@ -80,6 +89,8 @@ fn default_hang_ms() -> u64 {
 enum FaultAction {
     None,
     Reset,
+    /// Handled, then the connection is closed without the answer.
+    LoseAnswer,
     Fail,
     Hang(Duration),
 }
@@ -90,6 +101,7 @@ impl HttpFaults {
             .path_contains
             .as_deref()
             .is_none_or(|p| path.contains(p))
+            && self.path_is.as_deref().is_none_or(|p| path == p)
             && self
                 .method
                 .as_deref()
@@ -100,6 +112,9 @@ impl HttpFaults {
         if self.reset > 0 {
             self.reset -= 1;
             FaultAction::Reset
+        } else if self.lose_answer > 0 {
+            self.lose_answer -= 1;
+            FaultAction::LoseAnswer
         } else if self.fail_5xx > 0 {
             self.fail_5xx -= 1;
             FaultAction::Fail
@@ -293,6 +308,15 @@ impl Simulation {
             .unwrap_or_else(std::sync::PoisonError::into_inner) = faults;
     }
 
+    /// The HTTP faults not yet consumed.
+    pub fn http_faults(&self) -> HttpFaults {
+        self.shared
+            .faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Requires basic authentication with these credentials (RAPI answers 401 otherwise).
     pub fn require_credentials(&self, credentials: Option<Credentials>) {
         *self
@@ -477,8 +501,9 @@ impl Simulation {
         json_body: bool,
         body: &[u8],
     ) -> (u16, SimBody) {
-        match self.fault(method, path) {
-            FaultAction::None => {}
+        let lose_answer = match self.fault(method, path) {
+            FaultAction::None => false,
+            FaultAction::LoseAnswer => true,
             FaultAction::Reset => return (RESET, Value::Null.into()),
             FaultAction::Fail => {
                 return (
@@ -493,7 +518,26 @@ impl Simulation {
                     rapi_routes::error(504, "Gateway Timeout", "injected hang").into(),
                 );
             }
+        };
+        let answer = self
+            .answer_unfaulted(method, path, query, authorized, json_body, body)
+            .await;
+        if lose_answer {
+            return (RESET, Value::Null.into());
         }
+        answer
+    }
+
+    /// [`Self::answer`] after the faults: authentication, body decoding, the route.
+    async fn answer_unfaulted(
+        &self,
+        method: &str,
+        path: &str,
+        query: Vec<(String, String)>,
+        authorized: bool,
+        json_body: bool,
+        body: &[u8],
+    ) -> (u16, SimBody) {
         if !authorized {
             return (
                 401,
@@ -820,16 +864,29 @@ mod tests {
     fn http_faults_are_consumed() {
         let mut f = HttpFaults {
             reset: 1,
+            lose_answer: 1,
             fail_5xx: 1,
             hang: 1,
             hang_ms: 5,
             path_contains: Some("/2/jobs".into()),
+            path_is: None,
             method: None,
         };
         assert!(matches!(f.take("GET", "/2/info"), FaultAction::None));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Reset));
+        assert!(matches!(
+            f.take("GET", "/2/jobs/1"),
+            FaultAction::LoseAnswer
+        ));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Fail));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Hang(_)));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::None));
+        let mut list = HttpFaults {
+            fail_5xx: 1,
+            path_is: Some("/2/jobs".into()),
+            ..HttpFaults::default()
+        };
+        assert!(matches!(list.take("GET", "/2/jobs/1"), FaultAction::None));
+        assert!(matches!(list.take("GET", "/2/jobs"), FaultAction::Fail));
     }
 }

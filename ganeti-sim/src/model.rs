@@ -542,6 +542,9 @@ pub struct SimCluster {
     pub stick_next: u32,
     /// Jobs that never finish.
     pub stuck: std::collections::BTreeSet<JobId>,
+    /// Finished jobs moved to the queue's archive ([`Self::archive`]): the job list leaves
+    /// them out, a query naming them (`GET /2/jobs/<id>`) still shows them.
+    pub archived: std::collections::BTreeSet<JobId>,
     next_job: JobId,
     /// No job below this id is unfinished ([`Self::advance`]).
     unfinished_from: JobId,
@@ -621,6 +624,7 @@ impl SimCluster {
             vanish_next: 0,
             stick_next: 0,
             stuck: std::collections::BTreeSet::new(),
+            archived: std::collections::BTreeSet::new(),
             next_job: 1,
             unfinished_from: 0,
             due_ms: u64::MAX,
@@ -806,6 +810,22 @@ impl SimCluster {
         {
             self.due_ms = 0;
         }
+    }
+
+    /// Archives the finished jobs that ended at or before `ended_by_ms` (the watcher's
+    /// `gnt-job autoarchive`, by age): Ganeti moves their files to the queue's archive, whence
+    /// a query naming a job still loads it (`loadJobFromDisk` with `archived`), while the job
+    /// list shows only the live queue. Returns the jobs archived.
+    pub fn archive(&mut self, ended_by_ms: u64) -> Vec<JobId> {
+        let ended: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.status.is_final() && j.end_ms.is_some_and(|t| t <= ended_by_ms))
+            .map(|j| j.id)
+            .filter(|id| !self.archived.contains(id))
+            .collect();
+        self.archived.extend(ended.iter().copied());
+        ended
     }
 
     /// Ganeti's job cancel (`DELETE /2/jobs/<id>`): a job that has not started (queued, or
@@ -1774,7 +1794,9 @@ impl SimCluster {
     pub fn jobs_json_bytes(&mut self) -> Vec<u8> {
         let mut out = b"[".to_vec();
         let mut encoded = Vec::new();
-        for (index, job) in self.jobs.values().enumerate() {
+        let archived = &self.archived;
+        let live = self.jobs.values().filter(|j| !archived.contains(&j.id));
+        for (index, job) in live.enumerate() {
             if index > 0 {
                 out.push(b',');
             }

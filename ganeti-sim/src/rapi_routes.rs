@@ -191,7 +191,13 @@ fn query_jobs(cluster: &mut SimCluster, req: &SimRequest) -> SimAnswer {
         .or_else(|| req.body_field("filter"));
     let ids: Vec<u64> = match filtered_job_ids(filter) {
         Ok(Some(ids)) => ids.into_iter().collect(),
-        Ok(None) => cluster.jobs.keys().copied().collect(),
+        // The live queue; a filter naming jobs loads archived ones too.
+        Ok(None) => cluster
+            .jobs
+            .keys()
+            .filter(|id| !cluster.archived.contains(id))
+            .copied()
+            .collect(),
         Err(message) => return bad_request(&message),
     };
     let details = fields.iter().any(|f| matches!(*f, "opresult" | "oplog"));
@@ -614,6 +620,7 @@ fn route_request(cluster: &mut SimCluster, req: &SimRequest, now_ms: u64) -> Sim
             let list: Vec<Value> = cluster
                 .jobs
                 .values()
+                .filter(|j| !cluster.archived.contains(&j.id))
                 .map(|j| json!({"id": j.id, "uri": format!("/2/jobs/{}", j.id)}))
                 .collect();
             ok(Value::Array(list))

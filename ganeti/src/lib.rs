@@ -122,6 +122,17 @@ impl GanetiError {
             Self::Transport(_) | Self::Server { .. } | Self::NotSubmitted(_)
         )
     }
+
+    /// Whether a job submission answered with this error may still have created its job: the
+    /// answer was lost or could not be read (transport trouble, a timeout, 5xx, an answer of
+    /// the wrong shape). A refusal (4xx) or a submission held back before it reached Ganeti
+    /// ([`GanetiError::NotSubmitted`]) created none.
+    pub const fn may_have_submitted(&self) -> bool {
+        matches!(
+            self,
+            Self::Transport(_) | Self::Server { .. } | Self::Decode(_)
+        )
+    }
 }
 
 /// Cluster-wide facts.
@@ -721,12 +732,13 @@ pub trait Ganeti: Send + Sync + fmt::Debug {
     /// The tags of the cluster, a node, an instance or a node group (RAPI `GET .../tags`).
     fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>>;
 
-    /// One job's status and results (RAPI `GET /2/jobs/<id>`). Unknown or archived →
-    /// [`GanetiError::NotFound`].
+    /// One job's status and results (RAPI `GET /2/jobs/<id>`), of a job in the queue or in its
+    /// archive (Ganeti loads a job it is asked for by id from either). Unknown (never
+    /// submitted, or lost with the queue) → [`GanetiError::NotFound`].
     fn job(&self, id: JobId) -> GanetiFuture<'_, Job>;
 
-    /// Every job Ganeti still knows, with its reason trails (RAPI `GET /2/jobs?bulk=1`), used
-    /// to reconcile the coordinator's intents after a restart.
+    /// Every job of Ganeti's queue, with its reason trails (RAPI `GET /2/jobs?bulk=1`), used
+    /// to reconcile the coordinator's intents after a restart. Archived jobs are not listed.
     fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>>;
 
     /// The jobs among `ids` that Ganeti still knows, read from the same list as

@@ -414,6 +414,15 @@ impl NodeRepair {
                 self.store.save_incident(incident)?;
                 Ok(None)
             }
+            EntrySubmission::NotSent(why) => {
+                // No job: the next round finds none and plans it again.
+                self.note(
+                    incident,
+                    Event::Progress(format!("{key} not submitted: {why}")),
+                );
+                self.store.save_incident(incident)?;
+                Ok(None)
+            }
             EntrySubmission::Refused(error) => {
                 let why = format!("Ganeti refused {description}: {error}");
                 intent.state = IntentState::Failed;

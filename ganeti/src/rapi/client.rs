@@ -123,8 +123,9 @@ impl RapiClient {
         self.get_json(&tags_path(target)?, &[]).await
     }
 
-    /// `GET /2/jobs/<id>`. An unknown (or archived) job is [`RapiError::JobNotFound`]: Ganeti
-    /// answers 200 with every field `null` for it.
+    /// `GET /2/jobs/<id>`, of a job in the queue or archived (Ganeti's job query loads a job
+    /// named by id from the archive too: `loadJobFromDisk` with `archived`). An unknown job is
+    /// [`RapiError::JobNotFound`]: Ganeti answers 200 with every field `null` for it.
     pub async fn job(&self, id: JobId) -> Result<RapiJob, RapiError> {
         let path = format!("/2/jobs/{id}");
         let value: Value = match self.get_json(&path, &[]).await {

@@ -48,7 +48,7 @@ pub enum RapiError {
         path: String,
         message: String,
     },
-    #[error("RAPI job {0} does not exist (never submitted or archived)")]
+    #[error("RAPI job {0} does not exist (never submitted, or lost with the queue)")]
     JobNotFound(JobId),
     #[error("RAPI job {job} did not finish within {after:?} (last status {})", status.as_str())]
     JobWaitTimeout {

@@ -567,3 +567,60 @@ async fn the_next_group_starts_whole_while_instances_migrate_back() {
     assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
     server.abort();
 }
+
+/// Submissions whose job Ganeti created but whose answer was lost, and rounds whose read of
+/// Ganeti's job list fails: the campaign goes on to its end and no job is submitted twice (an
+/// uncertain submission is not sent again before the job list shows whether its job exists).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_answers_and_unreadable_job_lists_submit_no_job_twice() {
+    use nodecare_ganeti_sim::HttpFaults;
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = cluster(&dir.path().join("no-users")).await;
+    let record = nodecare_coordinator::campaign::Record::new(
+        uuid::Uuid::new_v4(),
+        nodecare_protocol::maintenance::CampaignRequest::new("reboot"),
+        "ops",
+        nodecare_protocol::now_ms(),
+    );
+    h.coordinator.api().store.save_campaign(&record).unwrap();
+    let mut runs = BTreeMap::new();
+    let lose = |method: &str| HttpFaults {
+        lose_answer: 1,
+        method: Some(method.into()),
+        ..HttpFaults::default()
+    };
+    let unreadable_list = HttpFaults {
+        fail_5xx: 1,
+        method: Some("GET".into()),
+        path_is: Some("/2/jobs".into()),
+        ..HttpFaults::default()
+    };
+    let mut lost = 0;
+    for round in 0..150 {
+        let faults = match round % 4 {
+            0 => lose("PUT"),
+            2 => lose("POST"),
+            _ => unreadable_list.clone(),
+        };
+        h.sim.set_http_faults(faults.clone());
+        // A round may fail on a fault (the job list unread): the next goes on.
+        let _failed = h.round().await.is_err();
+        if faults.lose_answer > 0 && h.sim.http_faults().lose_answer == 0 {
+            lost += 1;
+        }
+        reboot_after_hooks(&h.agents, &mut runs);
+        assert_eq!(
+            h.sim.duplicate_intents(),
+            Vec::<String>::new(),
+            "round {round}"
+        );
+        if campaign(&h).state.is_final() {
+            break;
+        }
+    }
+    assert!(lost > 0);
+    h.sim.set_http_faults(HttpFaults::default());
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+}
