@@ -69,6 +69,10 @@ pub struct HttpFaults {
     /// way back, a client timing out while Ganeti finishes).
     #[serde(default)]
     pub lose_answer: u32,
+    /// The next N matching requests are carried out at once and answered only `hang_ms`
+    /// later (Ganeti's answer delayed behind its locks, while what it did already holds).
+    #[serde(default)]
+    pub slow_answer: u32,
     /// Only requests whose path contains this string are affected.
     #[serde(default)]
     pub path_contains: Option<String>,
@@ -91,6 +95,8 @@ enum FaultAction {
     Reset,
     /// Handled, then the connection is closed without the answer.
     LoseAnswer,
+    /// Handled, then answered after a while.
+    SlowAnswer(Duration),
     Fail,
     Hang(Duration),
 }
@@ -115,6 +121,9 @@ impl HttpFaults {
         } else if self.lose_answer > 0 {
             self.lose_answer -= 1;
             FaultAction::LoseAnswer
+        } else if self.slow_answer > 0 {
+            self.slow_answer -= 1;
+            FaultAction::SlowAnswer(Duration::from_millis(self.hang_ms))
         } else if self.fail_5xx > 0 {
             self.fail_5xx -= 1;
             FaultAction::Fail
@@ -501,9 +510,14 @@ impl Simulation {
         json_body: bool,
         body: &[u8],
     ) -> (u16, SimBody) {
+        let mut slow = None;
         let lose_answer = match self.fault(method, path) {
             FaultAction::None => false,
             FaultAction::LoseAnswer => true,
+            FaultAction::SlowAnswer(d) => {
+                slow = Some(d);
+                false
+            }
             FaultAction::Reset => return (RESET, Value::Null.into()),
             FaultAction::Fail => {
                 return (
@@ -524,6 +538,9 @@ impl Simulation {
             .await;
         if lose_answer {
             return (RESET, Value::Null.into());
+        }
+        if let Some(d) = slow {
+            tokio::time::sleep(d).await;
         }
         answer
     }
@@ -865,6 +882,7 @@ mod tests {
         let mut f = HttpFaults {
             reset: 1,
             lose_answer: 1,
+            slow_answer: 1,
             fail_5xx: 1,
             hang: 1,
             hang_ms: 5,
@@ -877,6 +895,10 @@ mod tests {
         assert!(matches!(
             f.take("GET", "/2/jobs/1"),
             FaultAction::LoseAnswer
+        ));
+        assert!(matches!(
+            f.take("GET", "/2/jobs/1"),
+            FaultAction::SlowAnswer(_)
         ));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Fail));
         assert!(matches!(f.take("GET", "/2/jobs/1"), FaultAction::Hang(_)));

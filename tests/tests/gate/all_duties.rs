@@ -742,6 +742,8 @@ struct Deliveries {
     repairs: Vec<(String, String, u64, u64)>,
     /// How long each node's repair commands run (ms).
     repair_ms: BTreeMap<String, u64>,
+    /// Incidents the operator canceled, with the simulated time the cancel was sent.
+    cancels: Vec<(String, u64)>,
     /// What was broken when a hook was taken.
     found: Vec<Violation>,
 }
@@ -1227,15 +1229,29 @@ impl World {
                     .await?;
             }
         }
-        // Reading Ganeti's job list fails now and then.
-        if random.below(6) == 0 {
-            self.h.sim.set_http_faults(HttpFaults {
+        // RAPI faults, one kind at a time: reading Ganeti's job list fails; a write is carried
+        // out and its answer lost (the job exists, the coordinator does not know its id);
+        // cancels take effect at once and answer late (Ganeti's answer behind its locks).
+        self.h.sim.set_http_faults(match random.below(8) {
+            0 => HttpFaults {
                 fail_5xx: 1 + u32::try_from(random.below(3)).unwrap_or(0),
-                path_contains: Some("/2/jobs".into()),
+                path_is: Some("/2/jobs".into()),
                 method: Some("GET".into()),
                 ..HttpFaults::default()
-            });
-        }
+            },
+            1 | 2 => HttpFaults {
+                lose_answer: 1,
+                method: Some(if random.below(2) == 0 { "PUT" } else { "POST" }.into()),
+                ..HttpFaults::default()
+            },
+            3 => HttpFaults {
+                slow_answer: 3,
+                hang_ms: 600,
+                method: Some("DELETE".into()),
+                ..HttpFaults::default()
+            },
+            _ => HttpFaults::default(),
+        });
         // An owner starts a stopped instance, on a drained node too (Ganeti allows it), only
         // while its memory fits in the healthy nodes' (N+1 holds after it); or stops one.
         if random.below(3) == 0 {
@@ -1314,6 +1330,10 @@ impl World {
                 .filter(|i| matches!(i.repair_status.as_str(), "noted" | "pending"))
                 .collect();
             if let Some(incident) = open.get(random.below(open.len().max(1))) {
+                let at = self.h.sim.now_ms();
+                if let Ok(mut d) = self.deliveries.lock() {
+                    d.cancels.push((incident.id.clone(), at));
+                }
                 let answer = self
                     .client
                     .post(format!("{}/1/incidents/{}/cancel", self.url, incident.id))
@@ -1551,8 +1571,10 @@ impl World {
     async fn crash(&mut self, cut: Option<Duration>) -> anyhow::Result<()> {
         if let Some(cut) = cut {
             // Whatever the round did until the cut stays done; the rest never happens.
-            if let Ok(finished) = tokio::time::timeout(cut, self.h.coordinator.round()).await {
-                finished?;
+            if let Ok(Err(error)) = tokio::time::timeout(cut, self.h.coordinator.round()).await
+                && trace()
+            {
+                println!("round failed: {error}");
             }
         }
         self.server.abort();
@@ -1604,6 +1626,47 @@ fn check_repairs(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>
     }
 }
 
+/// Invariant 10: no job of a canceled holder that was queued when the cancel was sent starts
+/// after it (beyond [`CANCEL_RACE_MS`], the time the cancel takes to reach Ganeti).
+fn check_cancels(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>) {
+    for (holder, at) in &d.cancels {
+        for job in c.jobs.values() {
+            let Some((incident, _, _, internal)) = nodecare_reason(job) else {
+                continue;
+            };
+            if internal || incident != *holder || job.received_ms > *at {
+                continue;
+            }
+            if let Some(start) = job.start_ms
+                && start > at + CANCEL_RACE_MS
+            {
+                violations.push(Violation {
+                    invariant: "nothing queued at a cancel starts after it",
+                    known: None,
+                    what: format!(
+                        "job {} {} of incident {holder}, queued when the incident was canceled at {at} ms, started at {start} ms",
+                        job.id,
+                        job.op.summary()
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// How long a cancel may take to reach Ganeti after it is sent (invariant 10).
+const CANCEL_RACE_MS: u64 = 100;
+
+/// Runs one round. A round that fails (Ganeti unreachable, its job list unreadable) is what
+/// the faults make happen: it is retried by the next, as the daemon's loop does.
+async fn run_round(h: &mut Harness) {
+    if let Err(error) = h.coordinator.round().await
+        && trace()
+    {
+        println!("round failed: {error}");
+    }
+}
+
 /// What one seed's run saw.
 #[derive(Debug, Default)]
 struct Tally {
@@ -1648,12 +1711,12 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
                 w.crash(Some(cut)).await?;
             }
             1 => {
-                w.h.coordinator.round().await?;
+                run_round(&mut w.h).await;
                 checks.push(("after the round", w.census().await?));
                 w.crash(None).await?;
             }
             _ => {
-                w.h.coordinator.round().await?;
+                run_round(&mut w.h).await;
                 checks.push(("after the round", w.census().await?));
             }
         }
@@ -1673,7 +1736,10 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         w.h.sim.settle(Duration::from_millis(1500)).await;
         if let Ok(mut d) = w.deliveries.lock() {
             found.append(&mut d.found);
-            w.h.sim.with_cluster(|c| check_repairs(c, &d, &mut found));
+            w.h.sim.with_cluster(|c| {
+                check_repairs(c, &d, &mut found);
+                check_cancels(c, &d, &mut found);
+            });
         }
         w.play_hooks();
         checks.push(("once jobs settled", w.census().await?));
@@ -1733,7 +1799,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
     let mut unended = Vec::new();
     for quiet in 0..QUIET_ROUNDS {
         w.return_nodes();
-        w.h.coordinator.round().await?;
+        run_round(&mut w.h).await;
         w.h.sim.settle(Duration::from_millis(1500)).await;
         if let Ok(mut d) = w.deliveries.lock() {
             for v in d.found.drain(..) {
