@@ -157,6 +157,23 @@ const FOUND_CHAINED_GROUP_STARTS_WITH_STORAGE_NOT_WHOLE: bool = true;
 /// Found by this test's repair check (invariant 9) on main: cancelling an incident while its
 /// live repair's command runs frees the node at once; another holder then drains it.
 const FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE: bool = false;
+/// Seen by this test (invariant 9, seed 6 of 40): an evacuation's migration onto a node starts
+/// while a live repair's command runs there.
+const FOUND_MOVE_ONTO_A_NODE_UNDER_REPAIR: bool = true;
+/// Found by this test on main: an instance repair's harep tag jobs (seen:
+/// `instance-repair-success-tag` and `-untag`) are submitted twice with the same reason-trail key
+/// (seeds 8 and 30 of 40, with lost answers and unreadable job lists). Invariant 6.
+const FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE: bool = true;
+/// Seen by this test (invariant 4, seeds 4, 24 and 35 of 40): an evacuation starts (its drain,
+/// migrations and secondaries replaced) while a DRBD minor of one of its instances is broken
+/// on another node.
+const FOUND_EVACUATION_STARTS_WHILE_A_MINOR_IS_BROKEN: bool = true;
+/// Seen by this test (invariant 10, seed 12 of 40 run side by side, slow cancel answers): jobs
+/// of an incident queued when it was canceled start after the cancel.
+const FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL: bool = true;
+/// Seen by this test (invariants 1 and 2, seed 12 alone; seeds 24 and 32 with other faults): a
+/// campaign's drain and an incident's drain run in two failure domains at once.
+const FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS: bool = true;
 /// Liveness (invariant 8) is reported, not fatal, while this is on: what was found on main.
 const FOUND_DEFECT_NOT_LIVE: bool = true;
 
@@ -211,6 +228,8 @@ struct Census {
     instances: BTreeMap<String, (String, Vec<String>, u64, bool, String)>,
     /// Grants in force: node → holder.
     grants: BTreeMap<String, String>,
+    /// Incidents the operator canceled (to tell a known defect apart).
+    canceled: BTreeSet<String>,
 }
 
 /// The nodecare reason of a job: (incident/holder uuid, intent, full text), and whether Ganeti
@@ -278,6 +297,18 @@ fn moved_by(op: &SimOp) -> Option<(&str, Option<&str>)> {
 
 fn census(c: &SimCluster, grants: &[Grant], rebooting: &BTreeSet<String>) -> Census {
     let mut out = Census::default();
+    // Who drained or offlined each node last (the holder of the last such job that succeeded).
+    let mut by: BTreeMap<&str, String> = BTreeMap::new();
+    for job in c.jobs.values() {
+        if job.status != nodecare_ganeti::JobStatus::Success {
+            continue;
+        }
+        if let (Some(node), Some((incident, _, text, _))) =
+            (disrupted_by(&job.op), nodecare_reason(job))
+        {
+            by.insert(node, duty_and_holder(&incident, &text).1);
+        }
+    }
     for n in c.nodes.values() {
         let used: u64 = c
             .instances
@@ -294,10 +325,11 @@ fn census(c: &SimCluster, grants: &[Grant], rebooting: &BTreeSet<String>) -> Cen
             ),
         );
         if n.drained {
-            out.disrupted
-                .entry(n.name.clone())
-                .or_default()
-                .push("drained".into());
+            let why = match by.get(n.name.as_str()) {
+                Some(holder) => format!("drained (last by {holder})"),
+                None => "drained".into(),
+            };
+            out.disrupted.entry(n.name.clone()).or_default().push(why);
         }
         if n.offline {
             out.disrupted
@@ -416,11 +448,31 @@ fn check_state(
     violations: &mut Vec<Violation>,
 ) {
     let disrupted = &census.disrupted;
+    // A campaign's and an incident's disruptions side by side.
+    let campaign_and_incident = FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS && {
+        let whys: Vec<&String> = disrupted.values().flatten().collect();
+        whys.iter()
+            .any(|w| w.contains(" of campaign ") || w.contains("by campaign "))
+            && whys
+                .iter()
+                .any(|w| w.contains(" of incident ") || w.contains("by incident "))
+    };
+    // A canceled incident's queued jobs that started after the cancel.
+    let after_cancel = FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL
+        && disrupted
+            .values()
+            .flatten()
+            .any(|w| census.canceled.iter().any(|id| w.contains(id.as_str())));
+    let two_holders = if campaign_and_incident {
+        Some("FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS")
+    } else {
+        after_cancel.then_some("FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL")
+    };
     let domains: BTreeSet<String> = disrupted.keys().map(|n| shape.rack_of(n)).collect();
     if domains.len() > 1 {
         violations.push(Violation {
             invariant: "one failure domain at a time",
-            known: None,
+            known: two_holders,
             what: format!("{} domains disrupted: {disrupted:?}", domains.len()),
         });
     }
@@ -435,7 +487,7 @@ fn check_state(
     if count > cap {
         violations.push(Violation {
             invariant: "caps",
-            known: None,
+            known: two_holders,
             what: format!(
                 "{count} nodes disrupted, cluster cap {} and node group cap {}: {disrupted:?}",
                 shape.cluster_cap, shape.group_cap
@@ -582,9 +634,12 @@ fn check_state(
         }
     }
     for key in &census.duplicates {
+        let tags = key.contains("/instance-repair-")
+            && (key.contains("-tag (") || key.contains("-untag ("));
         violations.push(Violation {
             invariant: "no operation twice",
-            known: None,
+            known: (tags && FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE)
+                .then_some("FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE"),
             what: format!("reason-trail key {key} twice in the job list"),
         });
     }
@@ -678,6 +733,8 @@ fn check_new_starts(
                 Some("FOUND_DEFECT_BALANCING_IGNORES_STORAGE")
             } else if live_explains && KNOWN_DEFECT_LIVE_REPAIRS_COUNT_AGAINST_CAP {
                 Some("KNOWN_DEFECT_LIVE_REPAIRS_COUNT_AGAINST_CAP")
+            } else if duty == "node-repair" && FOUND_EVACUATION_STARTS_WHILE_A_MINOR_IS_BROKEN {
+                Some("FOUND_EVACUATION_STARTS_WHILE_A_MINOR_IS_BROKEN")
             } else if duty == "maintenance" && FOUND_CHAINED_GROUP_STARTS_WITH_STORAGE_NOT_WHOLE {
                 Some("FOUND_CHAINED_GROUP_STARTS_WITH_STORAGE_NOT_WHOLE")
             } else {
@@ -795,7 +852,8 @@ fn judge_hook(
     }
     d.hooks += 1;
     d.rebooting.insert(node.to_owned());
-    let now = census(c, &d.grants, &d.rebooting);
+    let mut now = census(c, &d.grants, &d.rebooting);
+    now.canceled = d.cancels.iter().map(|(id, _)| id.clone()).collect();
     let mut state = Vec::new();
     check_state(shape, &now, None, &mut state);
     for mut v in state {
@@ -1008,10 +1066,14 @@ impl World {
 
     async fn census(&self) -> anyhow::Result<Census> {
         let grants = self.grants().await?;
-        Ok(self
+        let mut census = self
             .h
             .sim
-            .with_cluster(|c| census(c, &grants, &self.rebooting)))
+            .with_cluster(|c| census(c, &grants, &self.rebooting));
+        if let Ok(d) = self.deliveries.lock() {
+            census.canceled = d.cancels.iter().map(|(id, _)| id.clone()).collect();
+        }
+        Ok(census)
     }
 
     /// The storage problems as they stand (before a round).
@@ -1540,7 +1602,11 @@ impl World {
             .json()
             .await?;
         for i in &overview.incidents {
-            if matches!(i.repair_status.as_str(), "noted" | "pending") {
+            let for_capacity = overview
+                .waiting
+                .iter()
+                .any(|w| w.subject.contains(&i.node) && w.blocked_by.starts_with("capacity:"));
+            if matches!(i.repair_status.as_str(), "noted" | "pending") && !for_capacity {
                 out.push(format!(
                     "incident {} ({} on {}) {}",
                     i.id, i.action, i.node, i.repair_status
@@ -1548,6 +1614,11 @@ impl World {
             }
         }
         for w in &overview.waiting {
+            // Waiting for capacity names what holds it: the cluster is full (owners started
+            // instances), which only an operator can change.
+            if w.blocked_by.starts_with("capacity:") {
+                continue;
+            }
             out.push(format!("{} {} waits: {}", w.duty, w.subject, w.blocked_by));
         }
         let campaigns: nodecare_protocol::maintenance::CampaignList = self
@@ -1612,12 +1683,13 @@ fn check_repairs(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>
                 if n == node && (*at..at + runs).contains(&start) && holder != *incident {
                     violations.push(Violation {
                         invariant: "no disruption while a repair command runs",
-                        known: FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE
-                            .then_some("FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE"),
+                        known: FOUND_MOVE_ONTO_A_NODE_UNDER_REPAIR
+                            .then_some("FOUND_MOVE_ONTO_A_NODE_UNDER_REPAIR"),
                         what: format!(
-                            "job {} {} of {who} started on {node} while the repair of incident {incident} ran there",
+                            "job {} {} of {who} (queued at {} ms) started at {start} ms on {node} while the repair of incident {incident} ran there (from {at} ms)",
                             job.id,
-                            job.op.summary()
+                            job.op.summary(),
+                            job.received_ms
                         ),
                     });
                 }
@@ -1642,7 +1714,8 @@ fn check_cancels(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>
             {
                 violations.push(Violation {
                     invariant: "nothing queued at a cancel starts after it",
-                    known: None,
+                    known: FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL
+                        .then_some("FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL"),
                     what: format!(
                         "job {} {} of incident {holder}, queued when the incident was canceled at {at} ms, started at {start} ms",
                         job.id,
