@@ -17,7 +17,12 @@
 //!   storage instances migrate to the node the plan chose; with `full_evacuation` the secondaries
 //!   on the node are replaced by the planned ones.
 //! - **Hook**: the campaign's hook runs on the node through its agent (a signed repair request
-//!   with the [`HookContext`] on stdin); the boot id the agent reported before is kept.
+//!   with the [`HookContext`] on stdin); the boot id the agent reported before is kept. It is
+//!   planned, and sent ([`Record::hook_may_be_sent`]), only while no running instance is on the
+//!   node (an instance started there after the group was planned moves first, or the node
+//!   waits) and once the undrains the group was admitted with have succeeded. A hook recorded
+//!   but not delivered whose node left the step, failed, or whose campaign ended or aborts is
+//!   never sent ([`Record::hooks_to_stop`]).
 //! - **Wait healthy**: a new boot id (or the hook said it did not reboot), a fresh signed `Ok`
 //!   verdict collected after the hook, Ganeti sees the node online, and no storage problem
 //!   involves it.
@@ -26,7 +31,10 @@
 //!
 //! Every step has a timeout ([`StepTimeouts`]): a node that does not finish it fails (node,
 //! step, why) and gets the failure tag; the campaign fails, or with `continue_on_failure` the
-//! node stays as it is (drained) and the others go on. Pause freezes every node at its step
+//! node stays as it is (drained) and the others go on. A node before its hook whose group was
+//! admitted with a release that did not succeed, or whose operation never ran because one it
+//! came after did not succeed, is not failed: it is sent back and planned again
+//! ([`Record::replanned`]). Pause freezes every node at its step
 //! (operations in flight finish; timeouts do not run and restart on resume). Abort lets each
 //! node finish the step in flight, then nodes whose hook has not started are undrained and get
 //! their primaries back (they end `skipped`), nodes past it finish normally, and no new group
