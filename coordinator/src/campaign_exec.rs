@@ -91,6 +91,7 @@ pub fn world(
                     NodeNow {
                         drained: n.drained,
                         offline: n.offline,
+                        memory_free: n.memory_free,
                     },
                 )
             })
@@ -105,6 +106,7 @@ pub fn world(
                         secondaries: i.secondary_nodes.clone(),
                         running: i.status == "running",
                         mirrored: i.disk_template.is_internally_mirrored(),
+                        local: i.disk_template.is_node_local(),
                         memory: i.memory,
                     },
                 )
@@ -569,9 +571,11 @@ async fn go_on(
         .iter()
         .filter_map(|key| record.ops.get(key))
         .filter(|op| matches!(op.kind, OpKind::Hook { .. }) && op.state == OpState::Planned)
+        .filter(|op| record.hook_may_be_sent(op, world).is_ok())
         .cloned()
         .collect();
     submitted += send_hooks(ctx, &mut record, &hooks, world.now_ms).await?;
+    stop_hooks(ctx, &mut record, world.now_ms).await?;
     ctx.store.save_campaign(&record)?;
     Ok((submitted, again, record))
 }
@@ -591,7 +595,7 @@ pub async fn follow(
     let mut records = Vec::new();
     for mut record in active(ctx, known)? {
         let before = record.clone();
-        follow_hooks(ctx, &mut record, world.now_ms).await?;
+        follow_hooks(ctx, &mut record, world).await?;
         let (jobs, _, record) = go_on(ctx, record, &before, world).await?;
         submitted += jobs;
         records.push(record);
@@ -676,6 +680,77 @@ async fn send_hooks(
     }
     settle_hooks(ctx, record, outcomes, now_ms)?;
     Ok(accepted)
+}
+
+/// Stops the hooks recorded but never to be sent ([`Record::hooks_to_stop`]): each agent is
+/// asked whether it has the request first. One it has is followed as sent; one it does not
+/// know is canceled in the ledger, with why; when the agent does not answer, the hook is
+/// canceled all the same (never sent from now on), but for a node that still waits at its hook
+/// (an abort), which waits for the agent's word.
+async fn stop_hooks(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<(), StoreError> {
+    let stops = record.hooks_to_stop();
+    if stops.is_empty() {
+        return Ok(());
+    }
+    let asks: Vec<(campaign::HookStop, Option<(String, String)>)> = stops
+        .into_iter()
+        .map(|stop| {
+            let ask = record.ops.get(&stop.key).and_then(|op| {
+                let OpKind::Hook { request_id, .. } = &op.kind else {
+                    return None;
+                };
+                Some((base_url(ctx, &op.node)?, request_id.clone()))
+            });
+            (stop, ask)
+        })
+        .collect();
+    let answers: Vec<(campaign::HookStop, RepairAnswer)> = futures_util::stream::iter(asks)
+        .map(|(stop, ask)| async move {
+            let answer = match ask {
+                Some((base, request_id)) => ctx.repairs.poll(&base, &request_id).await,
+                None => RepairAnswer::Unreachable("no address for its agent".into()),
+            };
+            (stop, answer)
+        })
+        .buffer_unordered(HOOK_CONCURRENCY)
+        .collect()
+        .await;
+    let holder = record.holder();
+    let mut outcomes = Vec::new();
+    let mut canceled = Vec::new();
+    for (stop, answer) in answers {
+        let why = match answer {
+            // It has it: followed as sent.
+            RepairAnswer::Record(_) => {
+                outcomes.push((stop.key, hook_outcome(answer)));
+                continue;
+            }
+            RepairAnswer::Unknown => stop.why,
+            RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) if stop.confirm => {
+                continue;
+            }
+            RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) => {
+                format!("{}; its agent did not say whether it had it", stop.why)
+            }
+        };
+        let Some(mut entry) = ctx.executor.ledger().entry(&holder, &stop.key)? else {
+            continue;
+        };
+        if entry.state != State::Recorded {
+            continue;
+        }
+        tracing::info!(campaign = %record.id(), key = %stop.key, %why, "maintenance campaign: hook canceled");
+        entry.state = State::Canceled { why };
+        entry.finished_ms = Some(now_ms);
+        canceled.push(entry);
+    }
+    ctx.executor.ledger().mark_all(&canceled)?;
+    for entry in &canceled {
+        if let Some(op) = CampaignOp::from_entry(entry) {
+            record.set_op(op);
+        }
+    }
+    settle_hooks(ctx, record, outcomes, now_ms)
 }
 
 /// What the agent said about a hook.
@@ -802,13 +877,16 @@ fn settle_hooks(
 }
 
 /// Follows the hooks in flight of one campaign (its jobs are the executor's): a hook recorded
-/// but not known to be sent is sent (again: the agent runs it once), a running one is asked
-/// for its outcome.
+/// but not known to be sent is sent (again: the agent runs it once) only while it may be
+/// ([`Record::hook_may_be_sent`], with what this round shows), stopped when it must never be
+/// ([`stop_hooks`]), and a running one is asked for its outcome.
 async fn follow_hooks(
     ctx: Context<'_>,
     record: &mut Record,
-    now_ms: u64,
+    world: &World,
 ) -> Result<(), StoreError> {
+    let now_ms = world.now_ms;
+    stop_hooks(ctx, record, now_ms).await?;
     let in_flight: Vec<CampaignOp> = record
         .in_flight()
         .filter(|op| matches!(op.kind, OpKind::Hook { .. }))
@@ -817,7 +895,16 @@ async fn follow_hooks(
     let (planned, sent): (Vec<CampaignOp>, Vec<CampaignOp>) = in_flight
         .into_iter()
         .partition(|op| op.state == OpState::Planned);
-    send_hooks(ctx, record, &planned, now_ms).await?;
+    let mut sendable = Vec::new();
+    for op in planned {
+        match record.hook_may_be_sent(&op, world) {
+            Ok(()) => sendable.push(op),
+            Err(why) => {
+                tracing::debug!(campaign = %record.id(), node = %op.node, %why, "maintenance campaign: hook not sent");
+            }
+        }
+    }
+    send_hooks(ctx, record, &sendable, now_ms).await?;
     let polls: Vec<(String, String, String)> = sent
         .iter()
         .filter(|op| op.state == OpState::Submitted)

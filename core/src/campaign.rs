@@ -17,7 +17,12 @@
 //!   storage instances migrate to the node the plan chose; with `full_evacuation` the secondaries
 //!   on the node are replaced by the planned ones.
 //! - **Hook**: the campaign's hook runs on the node through its agent (a signed repair request
-//!   with the [`HookContext`] on stdin); the boot id the agent reported before is kept.
+//!   with the [`HookContext`] on stdin); the boot id the agent reported before is kept. It is
+//!   planned, and sent ([`Record::hook_may_be_sent`]), only while no running instance is on the
+//!   node (an instance started there after the group was planned moves first, or the node
+//!   waits) and once the undrains the group was admitted with have succeeded. A hook recorded
+//!   but not delivered whose node left the step, failed, or whose campaign ended or aborts is
+//!   never sent ([`Record::hooks_to_stop`]).
 //! - **Wait healthy**: a new boot id (or the hook said it did not reboot), a fresh signed `Ok`
 //!   verdict collected after the hook, Ganeti sees the node online, and no storage problem
 //!   involves it.
@@ -26,7 +31,10 @@
 //!
 //! Every step has a timeout ([`StepTimeouts`]): a node that does not finish it fails (node,
 //! step, why) and gets the failure tag; the campaign fails, or with `continue_on_failure` the
-//! node stays as it is (drained) and the others go on. Pause freezes every node at its step
+//! node stays as it is (drained) and the others go on. A node before its hook whose group was
+//! admitted with a release that did not succeed, or whose operation never ran because one it
+//! came after did not succeed, is not failed: it is sent back and planned again
+//! ([`Record::replanned`]). Pause freezes every node at its step
 //! (operations in flight finish; timeouts do not run and restart on resume). Abort lets each
 //! node finish the step in flight, then nodes whose hook has not started are undrained and get
 //! their primaries back (they end `skipped`), nodes past it finish normally, and no new group
@@ -170,6 +178,10 @@ pub struct CampaignOp {
     /// A hook that said it did not reboot the node.
     #[serde(default)]
     pub no_reboot: bool,
+    /// It never ran (failed): canceled before it started, or a job it came after did not
+    /// succeed (its ledger entry is canceled).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub canceled: bool,
     /// Keys of the campaign's operations that must succeed first (Ganeti `depends`): a drain
     /// or move of a group started while the previous group's undrains run comes after them
     /// ([`Record::needs_group`]). A migration back's are its node's undrains, found by
@@ -237,12 +249,17 @@ impl CampaignOp {
             OpState::Planned => State::Recorded,
             OpState::Submitted => State::Submitted,
             OpState::Succeeded => State::Succeeded,
-            OpState::Failed => State::Failed {
-                why: self
+            OpState::Failed => {
+                let why = self
                     .error
                     .clone()
-                    .unwrap_or_else(|| "operation failed".to_owned()),
-            },
+                    .unwrap_or_else(|| "operation failed".to_owned());
+                if self.canceled {
+                    State::Canceled { why }
+                } else {
+                    State::Failed { why }
+                }
+            }
         };
         entry.job = self.job_id;
         entry.finished_ms = self.finished_ms;
@@ -262,6 +279,7 @@ impl CampaignOp {
         let (state, error) = op_state(&entry.state);
         self.is_of(entry)
             && self.state == state
+            && self.canceled == matches!(entry.state, State::Canceled { .. })
             && self.error.as_deref() == error
             && self.job_id == entry.job
             && self.finished_ms == entry.finished_ms
@@ -274,6 +292,7 @@ impl CampaignOp {
         if same {
             let (state, error) = op_state(&entry.state);
             self.state = state;
+            self.canceled = matches!(entry.state, State::Canceled { .. });
             self.error = error.map(str::to_owned);
             self.job_id = entry.job;
             self.finished_ms = entry.finished_ms;
@@ -303,6 +322,7 @@ impl CampaignOp {
             finished_ms: entry.finished_ms,
             error,
             no_reboot: false,
+            canceled: matches!(entry.state, State::Canceled { .. }),
             after: if step == NodeStep::MigrateBack {
                 Vec::new()
             } else {
@@ -354,6 +374,17 @@ pub struct Record {
     /// Unix ms: its failure domain's grace runs from then ([`Record::planned_disruptions`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub rebooted_ms: BTreeMap<String, u64>,
+    /// The keys of the undrain operations in flight when the last group started: the gate
+    /// admitted that group with their nodes released, so no hook of it is planned or sent
+    /// before every one of them has succeeded ([`Record::releases_before_hooks`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started_after: Vec<String>,
+    /// Nodes sent back to be planned again, each with why: a release their group was admitted
+    /// on did not succeed, or an operation of theirs never ran because one it came after did
+    /// not succeed. Each gets its primaries back and ends `skipped` in its group, and the next
+    /// plan takes it again ([`Record::set_plan`]) on the cluster as it is then.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replanned: BTreeMap<String, String>,
 }
 
 /// What the executor sees of one node this round.
@@ -363,6 +394,8 @@ pub struct NodeNow {
     pub drained: bool,
     /// Ganeti's offline flag.
     pub offline: bool,
+    /// Free memory in MiB, when known (where an instance the plan did not see may go).
+    pub memory_free: Option<u64>,
 }
 
 /// What the executor sees of one instance this round.
@@ -376,6 +409,8 @@ pub struct InstanceNow {
     pub running: bool,
     /// DRBD (migrates to its secondary only).
     pub mirrored: bool,
+    /// Its disks are on its primary node only (plain, file): it cannot move.
+    pub local: bool,
     /// Memory in MiB, when known.
     pub memory: Option<u64>,
 }
@@ -432,6 +467,20 @@ pub struct ControlError {
     pub command: &'static str,
 }
 
+/// A hook recorded but never to be sent ([`Record::hooks_to_stop`]): its ledger entry is
+/// canceled once the agent is known not to have it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookStop {
+    /// The hook operation's key.
+    pub key: String,
+    /// Why it is not sent.
+    pub why: String,
+    /// Its node still waits at its hook (an abort): canceled only once the agent said it does
+    /// not have it (else the node waits, and its step's timeout bounds that). Otherwise it is
+    /// canceled whatever the agent says, unless it says it has it.
+    pub confirm: bool,
+}
+
 fn sanitize(key: &str) -> String {
     ledger::trail_key(key)
 }
@@ -462,6 +511,8 @@ impl Record {
             paused_from: None,
             max_group: None,
             rebooted_ms: BTreeMap::new(),
+            started_after: Vec::new(),
+            replanned: BTreeMap::new(),
         }
     }
 
@@ -579,6 +630,7 @@ impl Record {
             .campaign
             .groups
             .iter()
+            .rev()
             .find(|g| g.nodes.iter().any(|n| n.node == op.node))
             .map_or(self.campaign.groups.len().saturating_sub(1), |g| g.index);
         let what = match &op.kind {
@@ -894,11 +946,14 @@ impl Record {
         nodes.all(|node| seen.contains(node))
     }
 
+    /// The nodes that have been in a group, but those sent back to be planned again.
     fn seen_nodes(&self) -> BTreeSet<&str> {
         self.campaign
             .groups
             .iter()
-            .flat_map(|g| g.nodes.iter().map(|n| n.node.as_str()))
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| !(n.step.is_final() && self.replanned.contains_key(&n.node)))
+            .map(|n| n.node.as_str())
             .collect()
     }
 
@@ -1093,6 +1148,12 @@ impl Record {
         }
         let nodes = self.campaign.planned.remove(0);
         let now = world.now_ms;
+        // The releases the gate judged this group with: its hooks wait for them.
+        let started_after: Vec<String> = self
+            .undrains_in_flight()
+            .into_values()
+            .map(str::to_owned)
+            .collect();
         // Instances still migrating back to an earlier group's node belong there, not to the
         // node they are leaving.
         let back = self.pending_back();
@@ -1139,6 +1200,10 @@ impl Record {
             finished_ms: None,
         };
         self.campaign.groups.push(group);
+        self.started_after = started_after;
+        for node in &nodes {
+            self.replanned.remove(node);
+        }
         self.campaign.blocked_by = None;
         self.touch(now);
     }
@@ -1301,6 +1366,7 @@ impl Record {
                 finished_ms: None,
                 error: None,
                 no_reboot: false,
+                canceled: false,
                 after: Vec::new(),
             },
         );
@@ -1328,6 +1394,269 @@ impl Record {
             .any(|op| op.node == name && op.state.is_in_flight())
     }
 
+    /// Where the releases the last group was started after are: the nodes whose undrain has
+    /// not succeeded yet (none: all released), or why one of them never will.
+    pub fn releases_before_hooks(&self) -> Result<Vec<String>, String> {
+        let mut waiting = Vec::new();
+        for key in &self.started_after {
+            let Some(op) = self.ops.get(key) else {
+                continue;
+            };
+            match op.state {
+                OpState::Succeeded => {}
+                OpState::Planned | OpState::Submitted => waiting.push(op.node.clone()),
+                OpState::Failed => {
+                    return Err(format!(
+                        "the undrain of {} that its group was admitted with did not succeed ({})",
+                        op.node,
+                        op.error.as_deref().unwrap_or("operation failed")
+                    ));
+                }
+            }
+        }
+        Ok(waiting)
+    }
+
+    /// Why `name` of group `gi` (its operations' keys start with `prefix`) is to be planned
+    /// again: a release its group was admitted with did not succeed, or an operation of it
+    /// never ran because one it came after did not succeed.
+    fn replan_why(&self, gi: usize, name: &str, prefix: &str) -> Option<String> {
+        if self.campaign.groups.len() == gi + 1
+            && let Err(why) = self.releases_before_hooks()
+        {
+            return Some(why);
+        }
+        let own = format!("{prefix}-");
+        self.ops
+            .values()
+            .filter(|op| op.node == name && op.state == OpState::Failed)
+            .filter(|op| op.key.starts_with(&own))
+            .find_map(|op| {
+                op.after
+                    .iter()
+                    .find(|k| {
+                        self.ops
+                            .get(k.as_str())
+                            .is_some_and(|d| d.state == OpState::Failed)
+                    })
+                    .map(|k| {
+                        format!(
+                            "{} never ran: {k}, which it came after, did not succeed",
+                            op.key
+                        )
+                    })
+            })
+    }
+
+    /// Sends `name` back to be planned again: undrained if drained, its primaries back, then
+    /// `skipped` in its group, for a later group to take it.
+    fn send_back(&mut self, name: &str, why: String, now_ms: u64) {
+        self.replanned.insert(name.to_owned(), why);
+        self.set_step(name, NodeStep::Undrain, now_ms);
+    }
+
+    /// What keeps `name`'s hook from being planned or sent now (`Ok(Some(waiting))`): a
+    /// release its group was admitted with has not succeeded yet, or a running instance is
+    /// on the node (its move is planned here: an instance started there after the group was
+    /// planned moves like a planned one); `Err` when a move failed.
+    fn before_hook(
+        &mut self,
+        name: &str,
+        prefix: &str,
+        world: &World,
+        back: &mut Option<BTreeMap<String, String>>,
+        planned: &mut Vec<String>,
+    ) -> Result<Option<String>, String> {
+        let releasing = self.releases_before_hooks().unwrap_or_default();
+        if !releasing.is_empty() {
+            return Ok(Some(format!(
+                "the undrain of {} to succeed: its group was admitted with them released",
+                releasing.join(", ")
+            )));
+        }
+        let pending = self.plan_moves(name, prefix, world, back, planned)?;
+        if !pending.is_empty() {
+            return Ok(Some(pending.join(", ")));
+        }
+        let running = self.running_on(name, world);
+        if !running.is_empty() {
+            return Ok(Some(format!(
+                "{} to leave the node (running on it)",
+                running.join(", ")
+            )));
+        }
+        Ok(None)
+    }
+
+    /// Whether the hook `op` may be sent now, with what `world` shows (checked again just
+    /// before it is sent); why not. Only the hook of a node whose step is its hook, in a
+    /// running campaign that holds it, with the releases its group was admitted with done and
+    /// no running instance on the node (but those the plan lets reboot with it).
+    pub fn hook_may_be_sent(&self, op: &CampaignOp, world: &World) -> Result<(), String> {
+        if self.state() != CampaignState::Running {
+            return Err(format!("the campaign is {}", self.state()));
+        }
+        let Some(node) = self.node(&op.node) else {
+            return Err(format!("{} is in no group", op.node));
+        };
+        if node.step != NodeStep::Hook || self.hook_key(&op.node).as_deref() != Some(&op.key) {
+            return Err(format!("{} is at step {}", op.node, node.step));
+        }
+        match self.releases_before_hooks() {
+            Err(why) => return Err(why),
+            Ok(waiting) if !waiting.is_empty() => {
+                return Err(format!(
+                    "the undrain of {} has not succeeded",
+                    waiting.join(", ")
+                ));
+            }
+            Ok(_) => {}
+        }
+        let running = self.running_on(&op.node, world);
+        if !running.is_empty() {
+            return Err(format!("{} running on {}", running.join(", "), op.node));
+        }
+        Ok(())
+    }
+
+    /// The key of the hook of `name` in its group.
+    fn hook_key(&self, name: &str) -> Option<String> {
+        let gi = self
+            .campaign
+            .groups
+            .iter()
+            .rev()
+            .find(|g| g.nodes.iter().any(|n| n.node == name))?
+            .index;
+        Some(format!("{}-hook", sanitize(&format!("g{gi}-{name}"))))
+    }
+
+    /// The hooks recorded but not delivered that must never be sent, each with why: their
+    /// node left its hook step (it failed, or went on without it) or is in a later group, the
+    /// campaign ended, or it aborts.
+    pub fn hooks_to_stop(&self) -> Vec<HookStop> {
+        let aborting = self.state() == CampaignState::Aborting
+            || (self.state() == CampaignState::Paused
+                && self.paused_from == Some(CampaignState::Aborting));
+        self.ops
+            .values()
+            .filter(|op| matches!(op.kind, OpKind::Hook { .. }) && op.state == OpState::Planned)
+            .filter_map(|op| {
+                let step = self.node(&op.node).map(|n| n.step);
+                let (why, confirm) = if self.state().is_final() {
+                    (format!("the campaign {}", self.state()), false)
+                } else if step != Some(NodeStep::Hook)
+                    || self.hook_key(&op.node).as_deref() != Some(&op.key)
+                {
+                    let why = match step {
+                        Some(NodeStep::Failed) => format!("{} failed", op.node),
+                        Some(step) => format!("{} is at step {step}", op.node),
+                        None => format!("{} is in no group", op.node),
+                    };
+                    (why, false)
+                } else if aborting {
+                    ("the campaign aborts".to_owned(), true)
+                } else {
+                    return None;
+                };
+                Some(HookStop {
+                    key: op.key.clone(),
+                    why: format!("not sent: {why}"),
+                    confirm,
+                })
+            })
+            .collect()
+    }
+
+    /// The running instances on `name` that its hook would reboot with it: all but those the
+    /// plan lets reboot with it ([`Self::reboots_with_node`]).
+    pub fn running_on(&self, name: &str, world: &World) -> Vec<String> {
+        world
+            .instances
+            .iter()
+            .filter(|(_, i)| i.running && i.primary == name)
+            .filter(|(instance, i)| !self.reboots_with_node(name, instance, i))
+            .map(|(instance, _)| instance.clone())
+            .collect()
+    }
+
+    /// Whether `instance` on `name` reboots with the node as asked: a planned move without a
+    /// target for an instance that is not mirrored (the selection flags let it), or, not
+    /// planned, an instance with local disks when the campaign ignores non-redundant ones.
+    fn reboots_with_node(&self, name: &str, instance: &str, inst: &InstanceNow) -> bool {
+        if inst.mirrored {
+            return false;
+        }
+        match self
+            .moves
+            .get(name)
+            .and_then(|m| m.iter().find(|m| m.instance == instance))
+        {
+            Some(planned) => planned.target.is_none(),
+            None => inst.local && self.campaign.request.ignore_non_redundant,
+        }
+    }
+
+    /// Where an instance running on `name` that the plan did not see may go: its secondary
+    /// (DRBD: `None`), or the node with the most free memory that fits it, neither drained nor
+    /// offline nor held by this campaign; why nowhere.
+    fn unplanned_target(
+        &self,
+        name: &str,
+        inst: &InstanceNow,
+        world: &World,
+    ) -> Result<Option<String>, String> {
+        let held: BTreeSet<String> = self
+            .holds()
+            .into_iter()
+            .map(|(node, _)| node)
+            .chain(
+                self.campaign
+                    .groups
+                    .last()
+                    .into_iter()
+                    .flat_map(|g| g.nodes.iter().map(|n| n.node.clone())),
+            )
+            .collect();
+        let usable = |node: &str| {
+            node != name
+                && !held.contains(node)
+                && world
+                    .nodes
+                    .get(node)
+                    .is_some_and(|n| !n.drained && !n.offline)
+        };
+        if inst.mirrored {
+            return match inst.secondaries.first() {
+                Some(secondary) if usable(secondary) => Ok(None),
+                Some(secondary) => Err(format!(
+                    "its secondary {secondary} is drained, offline or in the campaign"
+                )),
+                None => Err("it has no secondary".into()),
+            };
+        }
+        if inst.local {
+            return Err("its disks are on the node only".into());
+        }
+        let Some(memory) = inst.memory else {
+            return Err("its memory is unknown".into());
+        };
+        world
+            .nodes
+            .iter()
+            .filter(|(node, _)| usable(node))
+            .filter_map(|(node, now)| {
+                now.memory_free
+                    .filter(|free| *free >= memory)
+                    .map(|free| (free, node))
+            })
+            .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
+            .map(|(_, node)| Some(node.clone()))
+            .ok_or_else(|| {
+                format!("no node outside the campaign's is undrained with {memory} MiB free")
+            })
+    }
+
     /// An aborting campaign sends a node that has not reached its hook back: undrain and
     /// primaries back, then `skipped`.
     fn abort_node(&mut self, name: &str, now_ms: u64) {
@@ -1348,11 +1677,47 @@ impl Record {
     ) -> Result<Vec<String>, String> {
         let now = world.now_ms;
         let aborting = self.state() == CampaignState::Aborting;
-        let moves = self.moves.get(name).cloned().unwrap_or_default();
+        let mut moves = self.moves.get(name).cloned().unwrap_or_default();
         let full = self.campaign.request.full_evacuation;
         let back = back.get_or_insert_with(|| self.pending_back());
         debug_assert_eq!(*back, self.pending_back(), "kept by `advance`");
         let mut pending = Vec::new();
+        // Instances running on the node that the plan did not see (started there after the
+        // group was planned: by their owner, or Ganeti's watcher) move as planned ones do, and
+        // come back with the node's own; where none can go safely, the node waits.
+        let mut unplanned = BTreeSet::new();
+        for (instance, inst) in &world.instances {
+            if !inst.running
+                || inst.primary != name
+                || moves.iter().any(|m| m.instance == *instance)
+                || self.reboots_with_node(name, instance, inst)
+            {
+                continue;
+            }
+            if back.get(instance).is_some_and(|home| home != name) {
+                // Migrating back to an earlier group's node: waited for below.
+                moves.push(PlannedMove {
+                    instance: instance.clone(),
+                    target: None,
+                    new_secondary: None,
+                });
+                continue;
+            }
+            match self.unplanned_target(name, inst, world) {
+                Ok(target) => {
+                    unplanned.insert(instance.clone());
+                    moves.push(PlannedMove {
+                        instance: instance.clone(),
+                        target,
+                        new_secondary: None,
+                    });
+                }
+                Err(why) => pending.push(format!(
+                    "a safe target for {instance}, started on the node after its group was \
+                     planned ({why})"
+                )),
+            }
+        }
         for mv in &moves {
             let Some(inst) = world.instances.get(&mv.instance) else {
                 continue;
@@ -1407,6 +1772,12 @@ impl Record {
                     self.plan_op(&key, name, NodeStep::MovePrimaries, kind, now);
                     planned.push(key);
                     pending.push(what);
+                    if unplanned.contains(&mv.instance)
+                        && let Some(node) = self.node_mut(name)
+                        && !node.original_primaries.contains(&mv.instance)
+                    {
+                        node.original_primaries.push(mv.instance.clone());
+                    }
                 }
                 // Succeeded: done, whether or not the instance list (read earlier in the
                 // round) shows it yet; unless a full evacuation still replaces the secondary
@@ -1536,6 +1907,27 @@ impl Record {
             self.wait(name, "the node to be in the cluster".into());
             return;
         };
+        // A node before its hook whose group was admitted on a release that did not succeed,
+        // or whose operation never ran because one it came after did not succeed, is planned
+        // again (on the cluster as it is then) once nothing of it runs: not a failure of it.
+        if matches!(
+            node.step,
+            NodeStep::Drain | NodeStep::MovePrimaries | NodeStep::Hook
+        ) && !self.ops.contains_key(&format!("{prefix}-hook"))
+            && let Some(why) = self.replan_why(gi, name, &prefix)
+        {
+            if self.node_in_flight(name) {
+                self.wait(
+                    name,
+                    format!("its operations in flight to end, to be planned again: {why}"),
+                );
+            } else if aborting {
+                self.abort_node(name, now);
+            } else {
+                self.send_back(name, why, now);
+            }
+            return;
+        }
         match node.step {
             NodeStep::Drain => {
                 if aborting && !self.node_in_flight(name) {
@@ -1588,12 +1980,28 @@ impl Record {
                 let rebooted = node.boot_id_before.is_some()
                     && boot_now.is_some()
                     && boot_now != node.boot_id_before;
+                let op = self.ops.get(&key);
+                let undelivered = op.is_some_and(|op| op.state == OpState::Planned);
+                let stopped = op.is_some_and(|op| op.canceled);
                 match self.op_outcome(&key) {
+                    // Stopped by the abort before the agent had it: the node goes back.
+                    Err(_) if aborting && stopped && !rebooted => self.abort_node(name, now),
                     Err(why) if !rebooted => {
                         self.fail(name, format!("hook: {why}"), now, planned);
                     }
                     Ok(None) if aborting => self.abort_node(name, now),
                     Ok(None) => {
+                        match self.before_hook(name, &prefix, world, back, planned) {
+                            Err(why) => {
+                                self.fail(name, why, now, planned);
+                                return;
+                            }
+                            Ok(Some(waiting)) => {
+                                self.wait(name, waiting);
+                                return;
+                            }
+                            Ok(None) => {}
+                        }
                         let Some(boot_id) = boot_now else {
                             self.wait(name, "a fresh report of its agent with its boot id".into());
                             return;
@@ -1631,6 +2039,17 @@ impl Record {
                     }
                     _ if rebooted => self.set_step(name, NodeStep::WaitHealthy, now),
                     Ok(Some(true)) => self.set_step(name, NodeStep::WaitHealthy, now),
+                    // Recorded, not delivered: an abort stops it; until it is sent, what
+                    // would keep it from being sent is seen to (instances moved away).
+                    _ if undelivered && aborting => {
+                        self.wait(name, "the hook to be stopped: the campaign aborts".into());
+                    }
+                    _ if undelivered => match self.before_hook(name, &prefix, world, back, planned)
+                    {
+                        Err(why) => self.fail(name, why, now, planned),
+                        Ok(Some(waiting)) => self.wait(name, format!("{waiting}, then the hook")),
+                        Ok(None) => self.wait(name, "the hook".into()),
+                    },
                     _ => self.wait(name, "the hook".into()),
                 }
             }
@@ -1696,12 +2115,16 @@ impl Record {
                     }
                 };
                 if pending.is_empty() {
-                    let end = if self.aborted_nodes.contains(name) {
+                    let replanned = self.replanned.get(name).cloned();
+                    let end = if self.aborted_nodes.contains(name) || replanned.is_some() {
                         NodeStep::Skipped
                     } else {
                         NodeStep::Done
                     };
                     self.set_step(name, end, now);
+                    if let Some(why) = replanned {
+                        self.wait(name, format!("to be planned again: {why}"));
+                    }
                 } else {
                     self.wait(name, format!("{} back", pending.join(", ")));
                 }

@@ -33,6 +33,7 @@ fn world() -> World {
             running: true,
             mirrored: true,
             memory: Some(512),
+            local: false,
         },
     );
     w.instances.insert(
@@ -43,6 +44,7 @@ fn world() -> World {
             running: true,
             mirrored: false,
             memory: Some(256),
+            local: false,
         },
     );
     w.instances.insert(
@@ -53,6 +55,7 @@ fn world() -> World {
             running: true,
             mirrored: true,
             memory: Some(128),
+            local: false,
         },
     );
     w
@@ -1210,6 +1213,7 @@ fn ring() -> World {
                 running: true,
                 mirrored: true,
                 memory: Some(128),
+                local: false,
             },
         );
         w.instances.insert(
@@ -1220,6 +1224,7 @@ fn ring() -> World {
                 running: true,
                 mirrored: false,
                 memory: Some(128),
+                local: false,
             },
         );
     }
@@ -1476,4 +1481,370 @@ fn every_node_is_grouped_once_each_was_in_a_group() {
     let mut again = r.clone();
     again.set_plan(vec![vec!["a".into(), "b".into()]], vec![], &w);
     assert!(again.campaign.planned.is_empty());
+}
+
+/// Rounds with every operation but the hooks succeeding, until `node` has its hook recorded
+/// (not delivered: the agent does not answer).
+fn until_hook_recorded(r: &mut Record, w: &mut World, node: &str) {
+    for _ in 0..10 {
+        w.now_ms += 1000;
+        r.advance(w);
+        if r.ops
+            .get(&format!("g0-{node}-hook"))
+            .is_some_and(|op| op.state == OpState::Planned)
+        {
+            return;
+        }
+        let keys: Vec<String> = r
+            .in_flight()
+            .filter(|op| !matches!(op.kind, OpKind::Hook { .. }))
+            .map(|op| op.key.clone())
+            .collect();
+        for key in keys {
+            let op = r.ops_mut().get_mut(&key).unwrap();
+            apply(op, w);
+            op.state = OpState::Succeeded;
+        }
+    }
+    panic!("no hook recorded for {node}: {:#?}", r.campaign);
+}
+
+fn hook_op(r: &Record, node: &str) -> CampaignOp {
+    r.ops[&format!("g0-{node}-hook")].clone()
+}
+
+/// A hook the agent never had (it did not answer) is never sent once its node failed at its
+/// timeout, nor once the campaign ended: both hooks are to be stopped, and neither may be sent.
+#[test]
+fn an_undelivered_hook_is_stopped_when_its_node_fails_or_the_campaign_ends() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    until_hook_recorded(&mut r, &mut w, "a");
+    w.now_ms += 1000;
+    r.advance(&w);
+    let (a, b) = (hook_op(&r, "a"), hook_op(&r, "b"));
+    assert_eq!(b.state, OpState::Planned);
+    assert_eq!(r.hook_may_be_sent(&a, &w), Ok(()));
+    assert_eq!(r.hooks_to_stop(), vec![]);
+    // The hook step times out: a fails, and with it the campaign.
+    w.now_ms = r.node("a").unwrap().step_deadline_ms.unwrap() + 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::Failed);
+    assert_eq!(r.state(), CampaignState::Failed);
+    assert!(r.hook_may_be_sent(&a, &w).is_err());
+    assert!(r.hook_may_be_sent(&b, &w).is_err());
+    let stops = r.hooks_to_stop();
+    let keys: Vec<&str> = stops.iter().map(|s| s.key.as_str()).collect();
+    assert_eq!(keys, vec!["g0-a-hook", "g0-b-hook"]);
+    assert!(stops.iter().all(|s| !s.confirm), "{stops:?}");
+    assert!(stops[0].why.contains("failed"), "{stops:?}");
+
+    // With `continue_on_failure`, the failed node's hook alone is stopped; b's still goes.
+    let mut w = world();
+    let mut r = started(
+        CampaignRequest {
+            continue_on_failure: true,
+            ..request()
+        },
+        &w,
+    );
+    until_hook_recorded(&mut r, &mut w, "a");
+    w.now_ms += 1000;
+    r.advance(&w);
+    w.now_ms = r.node("a").unwrap().step_deadline_ms.unwrap() + 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::Failed);
+    assert_eq!(r.state(), CampaignState::Running);
+    let stops = r.hooks_to_stop();
+    assert_eq!(stops.len(), 2, "{stops:?}: b timed out too");
+    // Canceled (as the executor marks it), the hook is no longer in flight.
+    for stop in stops {
+        let op = r.ops_mut().get_mut(&stop.key).unwrap();
+        op.state = OpState::Failed;
+        op.canceled = true;
+        op.error = Some(stop.why);
+    }
+    assert_eq!(
+        r.in_flight()
+            .filter(|op| matches!(op.kind, OpKind::Hook { .. }))
+            .count(),
+        0
+    );
+    assert_eq!(r.hooks_to_stop(), vec![]);
+}
+
+/// An abort stops a hook recorded but not delivered: the node waits until the agent is known
+/// not to have it, then goes back (undrained, its primaries back, skipped); a paused campaign
+/// sends no hook and stops none.
+#[test]
+fn an_abort_stops_a_hook_not_delivered_and_sends_the_node_back() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    until_hook_recorded(&mut r, &mut w, "a");
+    let a = hook_op(&r, "a");
+    r.pause(w.now_ms).unwrap();
+    assert!(r.hook_may_be_sent(&a, &w).is_err(), "paused");
+    assert_eq!(r.hooks_to_stop(), vec![]);
+    r.resume(w.now_ms).unwrap();
+    r.abort(w.now_ms).unwrap();
+    assert!(r.hook_may_be_sent(&a, &w).is_err(), "aborting");
+    let stops = r.hooks_to_stop();
+    assert!(
+        stops.iter().any(|s| s.key == "g0-a-hook" && s.confirm),
+        "{stops:?}"
+    );
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::Hook);
+    assert_eq!(
+        r.node("a").unwrap().waiting_for.as_deref(),
+        Some("the hook to be stopped: the campaign aborts")
+    );
+    // The agent said it never had them: canceled.
+    for stop in r.hooks_to_stop() {
+        let op = r.ops_mut().get_mut(&stop.key).unwrap();
+        op.state = OpState::Failed;
+        op.canceled = true;
+        op.error = Some(stop.why);
+    }
+    run(&mut r, &mut w, 10);
+    assert_eq!(r.state(), CampaignState::Aborted);
+    assert_eq!(step_of(&r, "a"), NodeStep::Skipped);
+    assert_eq!(r.campaign.failure, None);
+    assert_eq!(w.instances["i1"].primary, "a");
+    assert!(!w.nodes["a"].drained);
+}
+
+/// Group 0 (`b`) up to its undrain, recorded and not finished; then group 1 (`later`) starts,
+/// as the gate admits it with `b` released.
+fn next_group_while_undraining(w: &mut World, later: &str, request: CampaignRequest) -> Record {
+    let mut r = Record::new(Uuid::from_u128(7), request, "alice", T0);
+    r.set_plan(vec![vec!["b".into()], vec![later.into()]], vec![], w);
+    r.start_group(moves(), w);
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        r.advance(w);
+        if r.ops
+            .get("g0-b-undrain")
+            .is_some_and(|op| op.state.is_in_flight())
+        {
+            break;
+        }
+        execute_all(&mut r, w);
+    }
+    assert!(r.ops["g0-b-undrain"].state.is_in_flight());
+    assert!(r.needs_group());
+    assert_eq!(r.releasing(), BTreeSet::from(["b".to_owned()]));
+    r.start_group(moves(), w);
+    r
+}
+
+/// A node that needs no drain (the master; a node drained already) in a group started while
+/// the previous group's undrains run gets no hook before they have succeeded, saying so.
+#[test]
+fn a_hook_waits_for_the_releases_its_group_was_admitted_with() {
+    for case in ["master", "drained"] {
+        let mut w = world();
+        if case == "master" {
+            w.master = "a".into();
+        } else {
+            w.nodes.get_mut("a").unwrap().drained = true;
+        }
+        let mut r = next_group_while_undraining(&mut w, "a", request());
+        assert_eq!(r.started_after, vec!["g0-b-undrain".to_owned()], "{case}");
+        for _ in 0..5 {
+            w.now_ms += 1000;
+            r.advance(&w);
+            // Everything runs but b's undrain (Ganeti's queue: behind the master's own jobs).
+            let keys: Vec<String> = r
+                .in_flight()
+                .filter(|op| op.key != "g0-b-undrain" && op.step != NodeStep::MigrateBack)
+                .map(|op| op.key.clone())
+                .collect();
+            for key in keys {
+                let op = r.ops_mut().get_mut(&key).unwrap();
+                apply(op, &mut w);
+                op.state = OpState::Succeeded;
+            }
+        }
+        assert_eq!(step_of(&r, "a"), NodeStep::Hook, "{case}");
+        assert!(
+            !r.ops.contains_key("g1-a-hook"),
+            "{case}: hook before b is back"
+        );
+        let waiting = r.node("a").unwrap().waiting_for.clone().unwrap();
+        assert!(waiting.contains("undrain of b"), "{case}: {waiting}");
+        // b is back: the hook goes.
+        let op = r.ops_mut().get_mut("g0-b-undrain").unwrap();
+        apply(op, &mut w);
+        op.state = OpState::Succeeded;
+        w.now_ms += 1000;
+        r.advance(&w);
+        assert!(r.ops.contains_key("g1-a-hook"), "{case}: {:#?}", r.campaign);
+        assert_eq!(
+            r.hook_may_be_sent(&r.ops["g1-a-hook"], &w),
+            Ok(()),
+            "{case}"
+        );
+    }
+}
+
+/// An instance started on the node after its group was planned (by its owner, or Ganeti's
+/// watcher) is moved before the hook, like a planned one, and comes back after; with no safe
+/// target the node waits, saying why; a hook recorded before it started is not sent while it
+/// runs there.
+#[test]
+fn an_instance_started_on_the_node_after_the_plan_moves_before_the_hook() {
+    let unplanned = |on: &str| InstanceNow {
+        primary: on.into(),
+        secondaries: vec![],
+        running: true,
+        mirrored: false,
+        local: false,
+        memory: Some(64),
+    };
+    // Started before the hook was planned: moved to the only safe node (c), then the hook.
+    let mut w = world();
+    for n in ["a", "b", "c"] {
+        w.nodes.get_mut(n).unwrap().memory_free = Some(1024);
+    }
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    execute_all(&mut r, &mut w);
+    w.instances.insert("late".into(), unplanned("a"));
+    w.now_ms += 1000;
+    let planned = r.advance(&w);
+    assert!(
+        planned.contains(&"g0-a-move-late-migrate".to_owned()),
+        "{planned:?}"
+    );
+    assert_eq!(
+        r.ops["g0-a-move-late-migrate"].kind,
+        OpKind::Migrate {
+            instance: "late".into(),
+            target: Some("c".into())
+        }
+    );
+    assert!(!r.ops.contains_key("g0-a-hook"));
+    run(&mut r, &mut w, 20);
+    assert_eq!(step_of(&r, "a"), NodeStep::Done);
+    assert_eq!(
+        w.instances["late"].primary, "a",
+        "back home with the node's own"
+    );
+
+    // Started after the hook was recorded, not delivered: not sent while it runs there; moved.
+    let mut w = world();
+    for n in ["a", "b", "c"] {
+        w.nodes.get_mut(n).unwrap().memory_free = Some(1024);
+    }
+    let mut r = started(request(), &w);
+    until_hook_recorded(&mut r, &mut w, "a");
+    let hook = hook_op(&r, "a");
+    assert_eq!(r.hook_may_be_sent(&hook, &w), Ok(()));
+    w.instances.insert("late".into(), unplanned("a"));
+    let why = r.hook_may_be_sent(&hook, &w).unwrap_err();
+    assert!(why.contains("late"), "{why}");
+    w.now_ms += 1000;
+    let planned = r.advance(&w);
+    assert!(
+        planned.contains(&"g0-a-move-late-migrate".to_owned()),
+        "{planned:?}"
+    );
+    let op = r.ops_mut().get_mut("g0-a-move-late-migrate").unwrap();
+    apply(op, &mut w);
+    op.state = OpState::Succeeded;
+    assert_eq!(r.hook_may_be_sent(&hook, &w), Ok(()));
+
+    // Nowhere safe to go (c drained, b in the campaign): the node waits, saying why.
+    let mut w = world();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    execute_all(&mut r, &mut w);
+    w.nodes.get_mut("c").unwrap().drained = true;
+    w.instances.insert("late".into(), unplanned("a"));
+    for _ in 0..3 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    assert!(!r.ops.contains_key("g0-a-hook"));
+    assert!(matches!(
+        step_of(&r, "a"),
+        NodeStep::MovePrimaries | NodeStep::Hook
+    ));
+    let waiting = r.node("a").unwrap().waiting_for.clone().unwrap();
+    assert!(waiting.contains("a safe target for late"), "{waiting}");
+}
+
+/// With `continue_on_failure`, an undrain that fails fails its own node only: the next group,
+/// admitted with it released, has its drain fail for that dependency alone, and is sent back
+/// (not failed, not tagged) to be planned again on the cluster as it is; planned again, it is
+/// rebooted.
+#[test]
+fn a_failed_undrain_fails_its_node_alone_and_the_next_group_is_planned_again() {
+    for how in ["failed", "canceled"] {
+        let mut w = world();
+        let request = CampaignRequest {
+            continue_on_failure: true,
+            ..request()
+        };
+        let mut r = next_group_while_undraining(&mut w, "a", request);
+        w.now_ms += 1000;
+        r.advance(&w);
+        let drain = r.entry(&r.ops["g1-a-drain"]);
+        assert_eq!(
+            drain.after,
+            vec!["g0-b-undrain".to_owned()],
+            "{how}: chained"
+        );
+        // b's undrain fails; Ganeti fails (or cancels) a's drain, which depended on it.
+        let op = r.ops_mut().get_mut("g0-b-undrain").unwrap();
+        op.state = OpState::Failed;
+        op.error = Some("job 9 error: node locked".into());
+        let op = r.ops_mut().get_mut("g1-a-drain").unwrap();
+        op.state = OpState::Failed;
+        op.canceled = how == "canceled";
+        op.error = Some("job 10 error: Dependency job 9 finished with status 'error'".into());
+        // a's migration, not chained, ran.
+        let keys: Vec<String> = r
+            .in_flight()
+            .filter(|op| op.node == "a")
+            .map(|op| op.key.clone())
+            .collect();
+        for key in keys {
+            let op = r.ops_mut().get_mut(&key).unwrap();
+            apply(op, &mut w);
+            op.state = OpState::Succeeded;
+        }
+        for _ in 0..6 {
+            w.now_ms += 1000;
+            r.advance(&w);
+            execute_all(&mut r, &mut w);
+        }
+        assert_eq!(step_of(&r, "b"), NodeStep::Failed, "{how}");
+        assert_eq!(
+            r.campaign.failures.len(),
+            1,
+            "{how}: {:#?}",
+            r.campaign.failures
+        );
+        assert_eq!(r.campaign.failures[0].node, "b");
+        assert_eq!(step_of(&r, "a"), NodeStep::Skipped, "{how}");
+        assert!(r.replanned.contains_key("a"), "{how}");
+        assert!(!r.ops.contains_key("tag-failed-a"), "{how}: a tagged");
+        assert!(!r.ops.keys().any(|k| k.starts_with("g1-a-hook")), "{how}");
+        assert_eq!(w.instances["i1"].primary, "a", "{how}: i1 back");
+        // Planned again on the cluster as it is: a is taken again, rebooted, and done.
+        assert!(r.needs_group(), "{how}");
+        r.set_plan(vec![vec!["a".into()], vec!["c".into()]], vec![], &w);
+        assert_eq!(r.campaign.planned[0], vec!["a".to_owned()], "{how}");
+        r.start_group(moves(), &w);
+        run(&mut r, &mut w, 20);
+        assert_eq!(step_of(&r, "a"), NodeStep::Done, "{how}");
+        assert!(r.ops.contains_key("g2-a-hook"), "{how}");
+        assert!(!r.replanned.contains_key("a"), "{how}");
+    }
 }

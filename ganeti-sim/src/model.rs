@@ -563,6 +563,9 @@ pub struct SimCluster {
     queried_ops: std::collections::HashMap<JobId, ListedJob>,
     /// Memory used on each node by its running primaries, as [`Self::memory_used`] last summed.
     memory_used: std::cell::OnceCell<std::collections::HashMap<String, u64>>,
+    /// Instances marked up that are not running (crashed: Ganeti's `ERROR_down`), which the
+    /// watcher starts again ([`Self::run_watcher`]).
+    error_down: std::collections::BTreeSet<String>,
 }
 
 fn fake_uuid(kind: u8, n: usize) -> String {
@@ -633,7 +636,56 @@ impl SimCluster {
             listed_jobs: std::collections::HashMap::new(),
             queried_ops: std::collections::HashMap::new(),
             memory_used: std::cell::OnceCell::new(),
+            error_down: std::collections::BTreeSet::new(),
         })
+    }
+
+    /// Starts instance `name` on its primary node outside of any job the coordinator sees, as
+    /// its owner's `gnt-instance start` does behind the coordinator's back (a drained node
+    /// still runs the instances started on it).
+    pub fn start_instance(&mut self, name: &str) -> Result<(), String> {
+        if !self.instances.contains_key(name) {
+            return Err(format!("unknown instance `{name}`"));
+        }
+        self.error_down.remove(name);
+        self.change_instance(name, |i| i.running = true);
+        self.lists_changed();
+        Ok(())
+    }
+
+    /// Instance `name` stops without being marked down (it crashed): Ganeti shows it
+    /// `ERROR_down` until the watcher starts it again ([`Self::run_watcher`]).
+    pub fn crash_instance(&mut self, name: &str) -> Result<(), String> {
+        if !self.instances.contains_key(name) {
+            return Err(format!("unknown instance `{name}`"));
+        }
+        self.change_instance(name, |i| i.running = false);
+        self.error_down.insert(name.to_owned());
+        self.lists_changed();
+        Ok(())
+    }
+
+    /// Ganeti's watcher (`ganeti-watcher`, every few minutes): starts every `ERROR_down`
+    /// instance whose primary node is online, drained or not. Returns those it started.
+    pub fn run_watcher(&mut self) -> Vec<String> {
+        let due: Vec<String> = self
+            .error_down
+            .iter()
+            .filter(|name| {
+                self.instances.get(*name).is_some_and(|i| {
+                    !i.running && self.nodes.get(&i.pnode).is_some_and(|n| !n.offline)
+                })
+            })
+            .cloned()
+            .collect();
+        for name in &due {
+            self.error_down.remove(name);
+            self.change_instance(name, |i| i.running = true);
+        }
+        if !due.is_empty() {
+            self.lists_changed();
+        }
+        due
     }
 
     /// Makes `name` the master, as `gnt-cluster master-failover` run on it does (the old master
@@ -1735,10 +1787,13 @@ impl SimCluster {
     fn instance_view<'a>(&'a self, inst: &'a SimInstance) -> InstanceView<'a> {
         let pnode = self.nodes.get(&inst.pnode);
         let offline = pnode.is_some_and(|n| n.offline);
+        let crashed = !inst.running && self.error_down.contains(&inst.name);
         let status = if offline {
             "ERROR_nodeoffline"
         } else if inst.running {
             "running"
+        } else if crashed {
+            "ERROR_down"
         } else {
             "ADMIN_down"
         };
@@ -1754,7 +1809,11 @@ impl SimCluster {
             snodes: &inst.snodes,
             disk_template: &inst.disk_template,
             status,
-            admin_state: if inst.running { "up" } else { "down" },
+            admin_state: if inst.running || crashed {
+                "up"
+            } else {
+                "down"
+            },
             oper_state: (!offline).then_some(inst.running),
             oper_ram: inst.running.then_some(inst.memory_mib),
             oper_vcpus: inst.running.then_some(1),
@@ -2518,5 +2577,39 @@ mod tests {
             },
         );
         assert_eq!(c.jobs[&id].status, JobStatus::Error);
+    }
+
+    /// An instance started behind the coordinator's back runs on its (drained) node; a crashed
+    /// one shows `ERROR_down`, marked up, until the watcher starts it again.
+    #[test]
+    fn instances_start_and_crash_behind_the_coordinator_s_back() {
+        let mut c = cluster();
+        let status = |c: &SimCluster, name: &str| {
+            let v = c.instance_json(&c.instances[name]);
+            (v["status"].clone(), v["admin_state"].clone())
+        };
+        c.nodes.get_mut("node2.sim.test").unwrap().drained = true;
+        c.instances.get_mut("inst1.sim.test").unwrap().running = false;
+        assert_eq!(
+            status(&c, "inst1.sim.test"),
+            (json!("ADMIN_down"), json!("down"))
+        );
+        c.start_instance("inst1.sim.test").unwrap();
+        assert_eq!(
+            status(&c, "inst1.sim.test"),
+            (json!("running"), json!("up"))
+        );
+        c.crash_instance("inst2.sim.test").unwrap();
+        assert_eq!(
+            status(&c, "inst2.sim.test"),
+            (json!("ERROR_down"), json!("up"))
+        );
+        assert_eq!(c.run_watcher(), vec!["inst2.sim.test".to_owned()]);
+        assert_eq!(
+            status(&c, "inst2.sim.test"),
+            (json!("running"), json!("up"))
+        );
+        assert_eq!(c.run_watcher(), Vec::<String>::new());
+        assert!(c.start_instance("nosuch").is_err());
     }
 }

@@ -74,6 +74,10 @@ struct Run {
     started: Instant,
 }
 
+/// Called with each repair request an agent receives for the first time (its id, or incident,
+/// and its command), as it arrives: a test looks at the cluster at that moment.
+pub type RepairObserver = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
 #[derive(Debug)]
 struct AgentState {
     node: String,
@@ -93,6 +97,10 @@ struct AgentState {
     repairs_requested: Arc<std::sync::atomic::AtomicU64>,
     requests: Mutex<u64>,
     down: Mutex<bool>,
+    /// Repair requests and polls answer 503 and are not kept (the agent unreachable for them).
+    repairs_down: Mutex<bool>,
+    /// Told of every repair request received for the first time.
+    on_repair: Mutex<Option<Observer>>,
     /// The DRBD state its signed storage report shows (whole: no minors, by default).
     storage: Mutex<nodecare_protocol::DrbdState>,
     storage_sequence: Mutex<u64>,
@@ -114,6 +122,16 @@ struct AgentState {
     /// Long-poll: a watch `after` a sequence below this value is answered at once; raised by
     /// every change of what is served.
     mark: tokio::sync::watch::Sender<u64>,
+}
+
+/// A [`RepairObserver`] kept in the agent's state.
+#[derive(Clone)]
+struct Observer(RepairObserver);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 impl AgentState {
@@ -181,6 +199,22 @@ impl FakeAgent {
     pub fn set_load(&self, load: Option<Vec<nodecare_protocol::Report>>) {
         if let Ok(mut state) = self.state.load.lock() {
             *state = load;
+        }
+    }
+
+    /// Makes the agent answer repair requests and polls with 503, keeping none (true), or
+    /// normally (false): the agent unreachable for them while its reports still go out.
+    pub fn set_repairs_down(&self, down: bool) {
+        if let Ok(mut d) = self.state.repairs_down.lock() {
+            *d = down;
+        }
+    }
+
+    /// Calls `observer` with every repair request received for the first time, as it arrives
+    /// (`None`: no more).
+    pub fn set_on_repair(&self, observer: Option<RepairObserver>) {
+        if let Ok(mut o) = self.state.on_repair.lock() {
+            *o = observer.map(Observer);
         }
     }
 
@@ -544,10 +578,14 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
                     .into_response();
         }
     };
+    if state.repairs_down.lock().map(|d| *d).unwrap_or(false) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
     let behaviour = state.repair.lock().map(|r| *r).unwrap_or(RepairBehaviour {
         exit_code: 0,
         duration: Duration::ZERO,
     });
+    let observer = state.on_repair.lock().ok().and_then(|o| o.clone());
     let Ok(mut runs) = state.runs.lock() else {
         return StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
@@ -565,6 +603,9 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
         state
             .repairs_requested
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(Observer(observer)) = observer {
+            observer(&request.incident_id, &request.command);
+        }
         Run {
             record: RepairRecord::running(&request, now_ms()).unwrap_or_else(|_| unreachable!()),
             started: Instant::now(),
@@ -580,7 +621,9 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
 }
 
 async fn repair_status(State(state): State<Arc<AgentState>>, Path(id): Path<String>) -> Response {
-    if state.down.lock().map(|d| *d).unwrap_or(false) {
+    if state.down.lock().map(|d| *d).unwrap_or(false)
+        || state.repairs_down.lock().map(|d| *d).unwrap_or(false)
+    {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     let behaviour = state.repair.lock().map(|r| *r).unwrap_or(RepairBehaviour {
@@ -636,6 +679,8 @@ impl FakeAgents {
             repairs_requested: Arc::clone(&self.repairs_requested),
             requests: Mutex::new(0),
             down: Mutex::new(false),
+            repairs_down: Mutex::new(false),
+            on_repair: Mutex::new(None),
             storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),
             storage_sequence: Mutex::new(0),
             boot: Mutex::new((None, None)),

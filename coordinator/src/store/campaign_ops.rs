@@ -96,6 +96,7 @@ mod tests {
             finished_ms: matches!(state, OpState::Succeeded | OpState::Failed).then_some(at + 1),
             error: (state == OpState::Failed).then(|| "job 3 error: no".to_owned()),
             no_reboot: false,
+            canceled: false,
             after: Vec::new(),
         }
     }

@@ -624,3 +624,278 @@ async fn lost_answers_and_unreadable_job_lists_submit_no_job_twice() {
     assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
     assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
 }
+
+/// What the cluster looked like as an agent received a hook: the node, the nodes drained then,
+/// and the running instances whose primary was the node.
+#[derive(Debug, Clone)]
+struct HookSeen {
+    node: String,
+    drained: BTreeSet<String>,
+    running_on_node: Vec<String>,
+}
+
+/// Has every agent note, as each hook arrives, what the simulated cluster looks like.
+fn watch_hooks(h: &Harness) -> Arc<std::sync::Mutex<Vec<HookSeen>>> {
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    for (name, agent) in &h.agents.agents {
+        let (sim, seen, name) = (h.sim.clone(), Arc::clone(&seen), name.clone());
+        agent.set_on_repair(Some(Arc::new(move |_id: &str, _command: &str| {
+            let hook = sim.peek(|c| HookSeen {
+                node: name.clone(),
+                drained: c
+                    .nodes
+                    .values()
+                    .filter(|n| n.drained)
+                    .map(|n| n.name.clone())
+                    .collect(),
+                running_on_node: c
+                    .instances
+                    .values()
+                    .filter(|i| i.running && i.pnode == name)
+                    .map(|i| i.name.clone())
+                    .collect(),
+            });
+            seen.lock().unwrap().push(hook);
+        })));
+    }
+    seen
+}
+
+/// A hook whose agent never answered (unreachable for repairs beyond the hook's timeout) is
+/// never sent once its node failed: the campaign fails, an operator returns the nodes to
+/// service, the agents answer again, and none of them ever receives the hook; the hooks'
+/// ledger entries are canceled, saying why, and the campaign is no longer followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_its_agent_never_had_is_not_sent_once_its_node_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = cluster(&dir.path().join("no-users")).await;
+    for agent in h.agents.agents.values() {
+        agent.set_repairs_down(true);
+    }
+    let hooks = watch_hooks(&h);
+    let mut request = nodecare_protocol::maintenance::CampaignRequest::new("reboot");
+    request.timeouts.hook_s = 2;
+    let record = nodecare_coordinator::campaign::Record::new(
+        uuid::Uuid::new_v4(),
+        request,
+        "ops",
+        nodecare_protocol::now_ms(),
+    );
+    h.coordinator.api().store.save_campaign(&record).unwrap();
+    let round = std::time::Duration::from_secs(60);
+    for _ in 0..100 {
+        tokio::time::timeout(round, h.round())
+            .await
+            .expect("a round hung")
+            .unwrap();
+        if campaign(&h).state.is_final() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let failed = campaign(&h);
+    assert_eq!(failed.state, CampaignState::Failed, "{failed:#?}");
+    assert_eq!(
+        failed.failure.as_ref().map(|f| f.step),
+        Some(NodeStep::Hook),
+        "{failed:#?}"
+    );
+    // The operator returns the nodes to service; the agents answer again, hours later.
+    h.sim.with_cluster(|c| {
+        for n in c.nodes.values_mut() {
+            n.drained = false;
+            n.tags.clear();
+        }
+    });
+    for agent in h.agents.agents.values() {
+        agent.set_repairs_down(false);
+    }
+    for _ in 0..5 {
+        tokio::time::timeout(round, h.round())
+            .await
+            .expect("a round hung")
+            .unwrap();
+    }
+    assert_eq!(
+        hooks.lock().unwrap().len(),
+        0,
+        "a hook reached an agent after its node failed: {:#?}",
+        hooks.lock().unwrap()
+    );
+    for i in 1..=NODES {
+        assert_eq!(
+            h.agents.get(&node(i)).unwrap().repairs(),
+            Vec::<String>::new()
+        );
+    }
+    let entries = h
+        .coordinator
+        .api()
+        .store
+        .of_holder(&record.holder())
+        .unwrap();
+    let hook_entries: Vec<&Entry> = entries.iter().filter(|e| e.action.op().is_none()).collect();
+    assert!(!hook_entries.is_empty());
+    for e in hook_entries {
+        assert!(
+            matches!(&e.state, State::Canceled { why } if why.starts_with("not sent")),
+            "{e:#?}"
+        );
+    }
+}
+
+/// A group chained after the previous group's undrains: no hook of it reaches its node (the
+/// master, which needs no drain, nor a node drained already) before those undrains have
+/// succeeded: at every hook, no node of an earlier group is drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_hook_of_a_chained_group_before_the_previous_group_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    // Shared storage instances on nodes 1 and 3 only: nodes 2 and 4 have nothing to move, so
+    // drained by hand (or the master) they go from their drain step to their hook at once.
+    let mut h = Harness::new(
+        NODES,
+        "s1:sharedfile:1,t1:sharedfile:1,s3:sharedfile:3",
+        move |config| {
+            config.users = users;
+            config.max_disrupted_nodes = 2;
+            config.min_healthy_nodes = 2;
+        },
+    )
+    .await
+    .unwrap();
+    for i in 1..=NODES {
+        h.agents
+            .get(&node(i))
+            .unwrap()
+            .set_boot_id(Some(&format!("boot-{i}-0")));
+    }
+    h.sim.set_job_delay(std::time::Duration::from_millis(300));
+    let hooks = watch_hooks(&h);
+    let (url, server) = serve_api(&h).await;
+    start_reboot_campaign(&url).await;
+    let mut runs = BTreeMap::new();
+    let mut drained_by_hand = false;
+    for _ in 0..400 {
+        h.coordinator.round().await.unwrap();
+        reboot_after_hooks(&h.agents, &mut runs);
+        let now = campaign(&h);
+        // A node of the next group is drained already (by an operator) when its group starts.
+        if !drained_by_hand && now.groups.len() == 1 && !now.planned.is_empty() {
+            let next: Vec<String> = now.planned[0].clone();
+            h.sim.with_cluster(|c| {
+                let bare = next.iter().find(|n| {
+                    n.as_str() != c.master() && !c.instances.values().any(|i| i.pnode == **n)
+                });
+                if let Some(n) = bare {
+                    c.nodes.get_mut(n).unwrap().drained = true;
+                }
+            });
+            drained_by_hand = true;
+        }
+        if now.state.is_final() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert!(done.groups.len() >= 2, "{done:#?}");
+    let group_of = |node: &str| {
+        done.groups
+            .iter()
+            .position(|g| g.nodes.iter().any(|n| n.node == node))
+            .unwrap()
+    };
+    let hooks = hooks.lock().unwrap().clone();
+    assert_eq!(hooks.len(), NODES, "{hooks:#?}");
+    for hook in &hooks {
+        let others: Vec<&String> = hook
+            .drained
+            .iter()
+            .filter(|n| group_of(n) < group_of(&hook.node))
+            .collect();
+        assert!(
+            others.is_empty(),
+            "hook on {} (group {}) while {others:?} of an earlier group are drained: {done:#?}",
+            hook.node,
+            group_of(&hook.node)
+        );
+    }
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    server.abort();
+}
+
+/// Instances started on a drained node before its hook, behind the coordinator's back (by
+/// their owner; by Ganeti's watcher restarting a crashed one), are moved like planned ones: no
+/// hook reaches a node while a running instance is on it, and they end back where they ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_started_on_a_drained_node_is_moved_before_its_hook() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let mut h = cluster(&users).await;
+    h.sim.set_job_delay(std::time::Duration::from_millis(300));
+    let late = format!("late.{}", nodecare_tests::harness::DOMAIN);
+    let crashed = format!("s3.{}", nodecare_tests::harness::DOMAIN);
+    // `late` (shared storage, on node 2) is stopped by its owner; `s3` (on node 3) crashed.
+    h.sim.with_cluster(|c| {
+        let mut instance = c.instances[&crashed].clone();
+        instance.name = late.clone();
+        instance.uuid = "00000000-0000-4000-8999-000000000001".into();
+        instance.pnode = node(2);
+        instance.running = false;
+        c.instances.insert(late.clone(), instance);
+        c.crash_instance(&crashed).unwrap();
+    });
+    let hooks = watch_hooks(&h);
+    let (url, server) = serve_api(&h).await;
+    start_reboot_campaign(&url).await;
+    let mut runs = BTreeMap::new();
+    let (mut started, mut restarted) = (false, false);
+    for _ in 0..400 {
+        h.coordinator.round().await.unwrap();
+        reboot_after_hooks(&h.agents, &mut runs);
+        let now = campaign(&h);
+        let before_hook = |name: &str| {
+            now.groups.iter().flat_map(|g| &g.nodes).any(|n| {
+                n.node == name && matches!(n.step, NodeStep::Drain | NodeStep::MovePrimaries)
+            })
+        };
+        if !started && before_hook(&node(2)) {
+            h.sim.with_cluster(|c| c.start_instance(&late)).unwrap();
+            started = true;
+        }
+        if !restarted && before_hook(&node(3)) {
+            assert_eq!(
+                h.sim.with_cluster(|c| c.run_watcher()),
+                vec![crashed.clone()]
+            );
+            restarted = true;
+        }
+        if now.state.is_final() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let done = campaign(&h);
+    assert!(started && restarted, "{done:#?}");
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    let hooks = hooks.lock().unwrap().clone();
+    assert_eq!(hooks.len(), NODES, "{hooks:#?}");
+    for hook in &hooks {
+        assert_eq!(
+            hook.running_on_node,
+            Vec::<String>::new(),
+            "hook on {} with instances running on it",
+            hook.node
+        );
+    }
+    let (after, all_running) = layout(&h);
+    assert!(all_running, "{after:#?}");
+    assert_eq!(after[&late], node(2));
+    assert_eq!(after[&crashed], node(3));
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    server.abort();
+}
