@@ -16,7 +16,9 @@
 //! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
 //! <version> ...` under `gnt:daemon:maintd`. A tag change (a result, an `enoperm`, an expired
 //! suspend) is a holder of its own: the uuid of the repair whose result it writes, else a fresh
-//! one.
+//! one. A tag change whose jobs did not succeed is kept while its change is still to be made,
+//! and the duty's next proposal of it is recorded as a new attempt under an intent of its own
+//! (`success-2`, [`tag_attempt_intent`]): no reason-trail key reaches Ganeti twice.
 //!
 //! Between the recording of a repair and the moment Ganeti shows its pending tag (or a tag
 //! change's jobs end), the instance is *in flight*: the duty leaves it alone. Once done, the
