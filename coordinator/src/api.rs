@@ -50,7 +50,9 @@ pub struct ApiState {
 /// After a cancel is recorded: the incident's jobs that have not started are canceled now
 /// (through the same Ganeti client as every write, so with replication only once the master
 /// candidates keep the cancel), and the round is woken to record how each job ended. A
-/// coordinator that is not acting leaves the jobs to the master's round.
+/// coordinator that is not acting leaves the jobs to the master's round, unless Ganeti names
+/// this node its master (a coordinator started since its last round, whose first round has
+/// not ended yet): a job queued at the cancel would otherwise start before that round.
 pub(crate) async fn stop_canceled_jobs(
     state: &ApiState,
     uuid: Uuid,
@@ -60,7 +62,7 @@ pub(crate) async fn stop_canceled_jobs(
         .acting
         .load(std::sync::atomic::Ordering::Relaxed);
     let jobs = match &state.ganeti {
-        Some(ganeti) if acting => {
+        Some(ganeti) if acting || is_master(&**ganeti, &state.node_name).await => {
             crate::reconcile::stop_incident_jobs(&**ganeti, &state.store, &state.board, uuid)
                 .await
                 .unwrap_or_else(|error| {
@@ -72,6 +74,17 @@ pub(crate) async fn stop_canceled_jobs(
     };
     state.board.wake.notify_one();
     jobs
+}
+
+/// Whether Ganeti names `node` its master (read now; `false` when it cannot be read).
+async fn is_master(ganeti: &dyn crate::ganeti::Ganeti, node: &str) -> bool {
+    match ganeti.cluster_info().await {
+        Ok(info) => info.master == node,
+        Err(error) => {
+            tracing::warn!(%error, "cannot ask Ganeti for its master; the round cancels the jobs");
+            false
+        }
+    }
 }
 
 /// A fresh random key for [`ApiState::csrf_key`].

@@ -16,7 +16,9 @@
 //! `nodecare incident=<repair uuid> intent=instance-repair-...: automated repairs by nodecare
 //! <version> ...` under `gnt:daemon:maintd`. A tag change (a result, an `enoperm`, an expired
 //! suspend) is a holder of its own: the uuid of the repair whose result it writes, else a fresh
-//! one.
+//! one. A tag change whose jobs did not succeed is kept while its change is still to be made,
+//! and the duty's next proposal of it is recorded as a new attempt under an intent of its own
+//! (`success-2`, [`tag_attempt_intent`]): no reason-trail key reaches Ganeti twice.
 //!
 //! Between the recording of a repair and the moment Ganeti shows its pending tag (or a tag
 //! change's jobs end), the instance is *in flight*: the duty leaves it alone. Once done, the
@@ -33,15 +35,15 @@ use uuid::Uuid;
 use crate::duty::instance_repair::{
     Assessment, Inputs, PlannedRepair, RepairData, RepairResult, TagChange,
 };
-use crate::exec::ledger::Entry;
+use crate::exec::ledger::{Entry, State};
 use crate::exec::{Executor, Unadopted};
 use crate::ganeti::{Ganeti, GanetiError, Group, Instance, TagTarget};
 use crate::gate::{Decision, Holder, InForce, Policy};
 
 pub use nodecare_exec::instance_repair::{
     Collected, INTENT_PREFIX, OneShot, Record, RepairHolds, RepairStep, RunOptions, RunReport,
-    holds, is_autorepair_tag, job_states, op_key, plan_of, reason, repair_entries, repair_step,
-    tag_change_of, tag_entries, tag_identity, tag_lines, view_of,
+    holds, is_autorepair_tag, job_states, latest_attempt, op_key, plan_of, reason, repair_entries,
+    repair_step, tag_attempt_intent, tag_change_of, tag_entries, tag_identity, tag_lines, view_of,
 };
 
 /// What becomes of a repair's entry whose submission is uncertain and that Ganeti's job list
@@ -138,7 +140,7 @@ pub async fn collect(
                     (target, true, false)
                 }
             }
-        } else if let Some((target, add, remove)) = tag_change_of(&entries) {
+        } else if let Some((target, add, remove)) = tag_change_of(&latest_attempt(&entries)) {
             // Jobs that ended after the caller read the instances: their tags may not show
             // the change yet, and the duty, reading them without it, would propose it again.
             let not_shown = match &target {
@@ -148,6 +150,16 @@ pub async fn collect(
                 }),
                 _ => false,
             };
+            let failed = !unfinished
+                && latest_attempt(&entries)
+                    .iter()
+                    .any(|e| e.state != State::Succeeded);
+            if failed && not_shown {
+                // Its latest attempt did not succeed and the change is still to be made: kept
+                // (so that the duty's next proposal of it is recorded as a new attempt, under
+                // an intent of its own), not in flight.
+                continue;
+            }
             let ended = entries.iter().any(|e| e.job.is_some()) && not_shown;
             (target, unfinished || ended, !unfinished)
         } else {
@@ -468,9 +480,19 @@ async fn run_tag_change(
     }
     let (uuid, intent) = tag_identity(change, Uuid::new_v4());
     let holder = Holder::InstanceRepair { id: uuid };
+    // Earlier attempts of the same change whose jobs did not succeed: their keys reached
+    // Ganeti, this attempt's must not be theirs.
+    let earlier = match ctx.executor.ledger().of_holder(&holder) {
+        Ok(earlier) => earlier,
+        Err(error) => {
+            report.errors.push(format!("{}: {error}", change.target));
+            return;
+        }
+    };
+    let intent = tag_attempt_intent(intent, &earlier);
     let entries = tag_entries(
         &holder,
-        intent,
+        &intent,
         &change.target,
         change.add.as_deref(),
         &change.remove,

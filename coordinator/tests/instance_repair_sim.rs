@@ -895,3 +895,68 @@ async fn an_uncertain_reinstall_fails_the_repair_and_is_never_submitted_twice() 
         "{tags:?}"
     );
 }
+
+/// A repair's result tag change whose jobs do not succeed (the tag job fails, the untag after it
+/// with it) is written again under a new intent: no reason-trail key reaches Ganeti twice (a
+/// key names one job, which adoption after a crash finds by it), and the instance ends with
+/// its result tag and without its pending one.
+#[tokio::test]
+async fn a_result_tag_change_that_failed_is_written_again_under_a_new_intent() {
+    let sim = sim("inst1:drbd:2,inst2:drbd:3");
+    sim.with_cluster(|c| {
+        c.cluster_tags.push(format!("{PREFIX}migrate"));
+        c.nodes.get_mut("node2.sim.test").unwrap().drained = true;
+    });
+    let (_dir, store) = open_store();
+    let policy = Policy::default();
+    let first = round(&sim, &store, 1000, &policy).await;
+    assert_eq!(first.report.submitted.len(), 1, "{first:?}");
+    let uuid = first.report.submitted[0].1;
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    // The migration and the pending tag succeeded: the result tag's job fails (its untag,
+    // chained after it, fails with it).
+    sim.fail_jobs(JobFailureRule {
+        op_id: Some("OP_TAGS_SET".into()),
+        target: None,
+        count: Some(1),
+        message: "simulated tag failure".into(),
+    });
+    for now in (1100..1700).step_by(100) {
+        let _ = round_reporting(&sim, &store, now, &policy).await;
+        assert!(sim.settle(Duration::from_secs(10)).await);
+        if !tags_of(&sim, "inst1.sim.test")
+            .iter()
+            .any(|t| t.contains(":pending:"))
+        {
+            break;
+        }
+    }
+    let tags = tags_of(&sim, "inst1.sim.test");
+    assert!(
+        tags.iter().any(
+            |t| t.starts_with(&format!("{PREFIX}result:migrate:{uuid}:"))
+                && t.contains(":success:")
+        ),
+        "{tags:?}"
+    );
+    assert!(!tags.iter().any(|t| t.contains(":pending:")), "{tags:?}");
+    let tag_jobs = sim
+        .submissions()
+        .iter()
+        .filter(|s| s.op_id == "OP_TAGS_SET" || s.op_id == "OP_TAGS_DEL")
+        .count();
+    // The pending tag, the result tag and untag twice.
+    assert_eq!(tag_jobs, 5, "{:?}", sim.submissions());
+    assert!(
+        sim.duplicate_intents().is_empty(),
+        "{:?}",
+        sim.duplicate_intents()
+    );
+    // Nothing of the repair is left in the ledger once its result shows.
+    let _ = round_reporting(&sim, &store, 1800, &policy).await;
+    let left: Vec<_> = open_repairs(&store)
+        .into_iter()
+        .filter(|e| e.holder == gate::Holder::InstanceRepair { id: uuid })
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -316,6 +316,41 @@ pub fn tag_entries(
     entries
 }
 
+/// The attempt a tag change's entry belongs to: its key without `-tag` or `-untag`.
+fn attempt_of(key: &str) -> &str {
+    key.strip_suffix("-untag")
+        .or_else(|| key.strip_suffix("-tag"))
+        .unwrap_or(key)
+}
+
+/// The entries of a tag change's latest attempt (those sharing the intent of the one recorded
+/// last), in recording order. A holder keeps the attempts whose jobs did not succeed
+/// ([`tag_attempt_intent`]).
+pub fn latest_attempt(entries: &[Entry]) -> Vec<Entry> {
+    let Some(last) = entries.iter().max_by_key(|e| e.id) else {
+        return Vec::new();
+    };
+    let attempt = attempt_of(&last.key);
+    entries
+        .iter()
+        .filter(|e| attempt_of(&e.key) == attempt)
+        .cloned()
+        .collect()
+}
+
+/// The intent a tag change of `intent` is recorded under, after its holder's earlier attempts
+/// (`entries`, kept because their jobs did not succeed): `intent` the first time,
+/// `<intent>-<n>` for the n-th, so that no reason-trail key reaches Ganeti twice (a key names
+/// one job: adoption after a crash finds it by it).
+pub fn tag_attempt_intent(intent: &str, entries: &[Entry]) -> String {
+    let attempts: BTreeSet<&str> = entries.iter().map(|e| attempt_of(&e.key)).collect();
+    if attempts.is_empty() {
+        intent.to_owned()
+    } else {
+        format!("{intent}-{}", attempts.len() + 1)
+    }
+}
+
 /// What a tag change's entries do: the object, the tag added, the tags removed.
 pub fn tag_change_of(entries: &[Entry]) -> Option<(TagTarget, Option<String>, Vec<String>)> {
     let mut out: Option<(TagTarget, Option<String>, Vec<String>)> = None;
@@ -684,5 +719,45 @@ mod tests {
         assert_eq!(intent, "pending-2");
         all[last].state = State::Succeeded;
         assert_eq!(repair_step(&p, &all), RepairStep::Tagged);
+    }
+
+    /// Each attempt of a tag change gets an intent of its own; the latest attempt is the one
+    /// recorded last.
+    #[test]
+    fn tag_change_attempts_get_intents_of_their_own() {
+        let holder = Holder::InstanceRepair {
+            id: Uuid::from_u128(7),
+        };
+        let target = TagTarget::Instance("inst1".into());
+        let record = |intent: &str, first_id: u64| -> Vec<Entry> {
+            let mut entries = tag_entries(
+                &holder,
+                intent,
+                &target,
+                Some("result"),
+                &["pending".to_owned()],
+                None,
+                0,
+            );
+            for (at, e) in entries.iter_mut().enumerate() {
+                e.id = first_id + u64::try_from(at).unwrap();
+            }
+            entries
+        };
+        assert_eq!(tag_attempt_intent("success", &[]), "success");
+        let mut kept = record("success", 1);
+        let second = tag_attempt_intent("success", &kept);
+        assert_eq!(second, "success-2");
+        kept.extend(record(&second, 3));
+        assert_eq!(tag_attempt_intent("success", &kept), "success-3");
+        assert_eq!(tag_attempt_intent("failure", &kept), "failure-3");
+        let keys: Vec<String> = latest_attempt(&kept).into_iter().map(|e| e.key).collect();
+        assert_eq!(
+            keys,
+            vec![
+                "instance-repair-success-2-tag".to_owned(),
+                "instance-repair-success-2-untag".to_owned()
+            ]
+        );
     }
 }

@@ -160,17 +160,18 @@ const FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE: bool = false;
 /// Seen by this test (invariant 9, seed 6 of 40): an evacuation's migration onto a node starts
 /// while a live repair's command runs there.
 const FOUND_MOVE_ONTO_A_NODE_UNDER_REPAIR: bool = true;
-/// Found by this test on main: an instance repair's harep tag jobs (seen:
-/// `instance-repair-success-tag` and `-untag`) are submitted twice with the same reason-trail key
-/// (seeds 8 and 30 of 40, with lost answers and unreadable job lists). Invariant 6.
-const FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE: bool = true;
 /// Seen by this test (invariant 4, seeds 4, 24 and 35 of 40): an evacuation starts (its drain,
 /// migrations and secondaries replaced) while a DRBD minor of one of its instances is broken
 /// on another node.
 const FOUND_EVACUATION_STARTS_WHILE_A_MINOR_IS_BROKEN: bool = true;
-/// Seen by this test (invariant 10, seed 12 of 40 run side by side, slow cancel answers): jobs
-/// of an incident queued when it was canceled start after the cancel.
-const FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL: bool = true;
+/// Seen by this test (invariant 10, seeds 4 and 12 of 40 run side by side, after a crash): jobs
+/// of an incident queued when it was canceled start after the cancel: a coordinator that had
+/// not finished a round since it started left the cancel of the jobs to its next round.
+const FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL: bool = false;
+/// Seen by this test (invariants 1 and 2, seed 12 of 40 run side by side, round 8), not
+/// explained yet: a node an incident drained before it was canceled stays drained (as a cancel
+/// leaves it), and a grant in another failure domain is admitted beside it.
+const FOUND_GRANT_BESIDE_A_NODE_A_CANCEL_LEFT_DRAINED: bool = true;
 /// Seen by this test (invariants 1 and 2, seed 12 alone; seeds 24 and 32 with other faults): a
 /// campaign's drain and an incident's drain run in two failure domains at once.
 const FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS: bool = true;
@@ -461,8 +462,8 @@ fn check_state(
                 .iter()
                 .any(|w| w.contains(" of incident ") || w.contains("by incident "))
     };
-    // A canceled incident's queued jobs that started after the cancel.
-    let after_cancel = FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL
+    // A node a canceled incident left drained, beside another holder's.
+    let after_cancel = FOUND_GRANT_BESIDE_A_NODE_A_CANCEL_LEFT_DRAINED
         && disrupted
             .values()
             .flatten()
@@ -470,7 +471,7 @@ fn check_state(
     let two_holders = if campaign_and_incident {
         Some("FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS")
     } else {
-        after_cancel.then_some("FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL")
+        after_cancel.then_some("FOUND_GRANT_BESIDE_A_NODE_A_CANCEL_LEFT_DRAINED")
     };
     let domains: BTreeSet<String> = disrupted.keys().map(|n| shape.rack_of(n)).collect();
     if domains.len() > 1 {
@@ -647,12 +648,9 @@ fn check_state(
         }
     }
     for key in &census.duplicates {
-        let tags = key.contains("/instance-repair-")
-            && (key.contains("-tag (") || key.contains("-untag ("));
         violations.push(Violation {
             invariant: "no operation twice",
-            known: (tags && FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE)
-                .then_some("FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE"),
+            known: None,
             what: format!("reason-trail key {key} twice in the job list"),
         });
     }
@@ -1719,7 +1717,13 @@ fn check_cancels(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>
             let Some((incident, _, _, internal)) = nodecare_reason(job) else {
                 continue;
             };
-            if internal || incident != *holder || job.received_ms > *at {
+            // A job Ganeti canceled never ran (the simulation stamps its start and end at the
+            // cancel).
+            if internal
+                || incident != *holder
+                || job.received_ms > *at
+                || job.status == nodecare_ganeti::JobStatus::Canceled
+            {
                 continue;
             }
             if let Some(start) = job.start_ms
@@ -1740,7 +1744,11 @@ fn check_cancels(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>
     }
 }
 
-/// How long a cancel may take to reach Ganeti after it is sent (invariant 10).
+/// How long a cancel may take to reach Ganeti after it is sent (invariant 10): the API records
+/// it, asks Ganeti for its master (a coordinator with no round ended since its start), reads the
+/// statuses of the incident's jobs and asks Ganeti to cancel those not started, first of their
+/// chains first. A job whose start comes before the cancel reaches Ganeti starts: nodecare
+/// cannot prevent that; one queued then never starts after it.
 const CANCEL_RACE_MS: u64 = 100;
 
 /// Runs one round. A round that fails (Ganeti unreachable, its job list unreadable) is what

@@ -615,6 +615,64 @@ async fn cancel_stops_a_queued_job_chain_at_once() {
     );
 }
 
+/// A cancel through the API reaches Ganeti before it is answered, also when the coordinator
+/// has not finished a round since it started (restarted with a chain queued): Ganeti names
+/// this node its master, so the queued jobs are canceled at once rather than left to the next
+/// round, while the running drain ends on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_right_after_a_restart_cancels_the_queued_jobs_at_once() {
+    let (mut h, _users) = with_writer(4, "a:diskless:2,b:diskless:2", |_| {}).await;
+    h.sim.set_job_delay(Duration::from_millis(1500));
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    h.coordinator.round().await.unwrap();
+    let incident = on(&h.incidents().unwrap(), 2);
+    assert!(
+        incident.jobs.len() >= 4,
+        "the whole chain is queued: {incident:#?}"
+    );
+    // The drain runs; the rest of the chain waits for it. Restarted on the same state: no
+    // round yet.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let ganeti: Arc<dyn Ganeti> = Arc::new(h.sim.client());
+    h.coordinator = Coordinator::new(&h.config, node(1), ganeti, h.key.clone()).unwrap();
+    let (url, server) = serve_api(&h).await;
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/incidents/{}/cancel", incident.uuid))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    let asked = body["jobs"].as_array().map_or(0, Vec::len);
+    // Before any round: every job but the drain (running, or done) ended canceled.
+    let statuses: Vec<(u64, String, nodecare_ganeti::JobStatus)> = h.sim.peek(|c| {
+        c.jobs
+            .values()
+            .map(|j| {
+                let intent = j
+                    .reason
+                    .iter()
+                    .find_map(|(_, text, _)| nodecare_ganeti::Reason::parse_text(text))
+                    .map(|r| r.intent)
+                    .unwrap_or_default();
+                (j.id, intent, j.status)
+            })
+            .collect()
+    });
+    let not_canceled: Vec<&str> = statuses
+        .iter()
+        .filter(|(_, _, status)| *status != nodecare_ganeti::JobStatus::Canceled)
+        .map(|(_, intent, _)| intent.as_str())
+        .collect();
+    assert_eq!(not_canceled, vec!["drain"], "{statuses:#?} ({body})");
+    assert_eq!(asked, incident.jobs.len(), "{body}");
+    server.abort();
+}
+
 /// A cancel the API could not pass on to Ganeti (here: nobody asked) is carried out by the next
 /// round first thing, before any job of the chain starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
