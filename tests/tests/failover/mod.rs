@@ -469,7 +469,8 @@ async fn a_recorder_past_the_replica_limit_does_not_stop_an_incident() {
     while !a.acting() {
         assert!(
             Instant::now() < deadline,
-            "node1 does not act: {:?}; last round: {:?}",
+            "node1 does not act (snapshot of {} bytes): {:?}; last round: {:?}",
+            a.store.snapshot_bytes().unwrap(),
             a.replicator.as_ref().unwrap().status(),
             a.board.last_round.read().unwrap().error
         );
