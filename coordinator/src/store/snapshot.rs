@@ -189,7 +189,10 @@ mod tests {
             store.save_document("kept", &7).unwrap();
         }
         // As the earlier version left it: the recorder's tables in the state's database.
-        let _ = std::fs::remove_file(dir.path().join("old-recorder.db-wal"));
+        let wal = dir.path().join("old-recorder.db-wal");
+        if wal.exists() {
+            std::fs::remove_file(wal).unwrap();
+        }
         std::fs::rename(
             dir.path().join("old-recorder.db"),
             dir.path().join("elsewhere.db"),
