@@ -128,7 +128,13 @@ impl Store {
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
-        recorder::attach(&connection, &recorder_path(path).to_string_lossy())?;
+        // SQLite's names of a database in memory (or a temporary one): its recorder is too.
+        let recorder = if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+            ":memory:".to_owned()
+        } else {
+            recorder_path(path).to_string_lossy().into_owned()
+        };
+        recorder::attach(&connection, &recorder)?;
         migrate(&connection)?;
         Self::with_connection(connection)
     }

@@ -174,6 +174,11 @@ mod tests {
         assert_eq!(copy.recorder_size().unwrap().0, 0);
         changing_rounds(&copy, 1);
         assert_eq!(first.recorder_size().unwrap().0, 20);
+        // A state opened in memory by SQLite's name leaves no recorder's file behind.
+        let cwd = std::env::current_dir().unwrap();
+        let memory = Store::open(std::path::Path::new(":memory:")).unwrap();
+        changing_rounds(&memory, 1);
+        assert!(!cwd.join(":memory:-recorder.db").exists());
     }
 
     /// A state written by a version that kept the recorder in the state's database: opening it
