@@ -614,7 +614,15 @@ pub(crate) fn add_override(
         who: who.to_owned(),
         created_ms: now,
     };
-    state.store.add_override(&new).map_err(Failed::internal)?;
+    state
+        .store
+        .add_override(&new)
+        .map_err(|error| match error {
+            crate::store::StoreError::Full(why) => {
+                Failed::new(StatusCode::INSUFFICIENT_STORAGE, why)
+            }
+            error => Failed::internal(error),
+        })?;
     tracing::warn!(id = %new.id, domain = %new.domain, until_ms, %who, reason = %new.reason, "failure domain override set: its proposals skip the one-domain rule and the caps");
     state.board.wake.notify_one();
     Ok(OverrideView {

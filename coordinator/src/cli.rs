@@ -324,20 +324,37 @@ fn harep(args: &Args, matches: &ArgMatches) -> ExitCode {
     crate::harep::run(&config, &options)
 }
 
-/// `--shrink-state`: retention now, then a full VACUUM; what it did, for people.
-pub fn shrink_state(config: &Config) -> anyhow::Result<String> {
+/// `--shrink-state`: retention now, then a full VACUUM of the state's and the flight
+/// recorder's databases; what it did, for people, and whether the state now fits the replica
+/// limit (what a master candidate keeps).
+pub fn shrink_state(config: &Config) -> anyhow::Result<(String, bool)> {
     let store = crate::store::Store::open_dir(&config.state_dir)
         .with_context(|| format!("cannot open the state in {}", config.state_dir.display()))?;
     let before = store.size_bytes()?;
+    let recorder_before = store.recorder_file_bytes()?;
     let now_ms = nodecare_protocol::now_ms();
     let pruned = store.apply_retention(&config.retention.policy(), now_ms)?;
     store.vacuum()?;
     let after = store.size_bytes()?;
-    Ok(format!(
-        "state {}: {before} bytes before, {after} after; {} rows deleted by retention",
+    let recorder_after = store.recorder_file_bytes()?;
+    let snapshot = store.snapshot_bytes()?;
+    let limit = nodecare_protocol::replica::MAX_REPLICA_BYTES;
+    let fits = snapshot <= limit;
+    let mut report = format!(
+        "state {}: {before} bytes before, {after} after; {} rows deleted by retention\n\
+         replicated to the master candidates: {snapshot} bytes, of the {limit} they keep\n\
+         flight recorder (not replicated): {recorder_before} bytes before, {recorder_after} after",
         config.state_dir.display(),
         pruned.total()
-    ))
+    );
+    if !fits {
+        report.push_str(
+            "\nstill past the replica limit: what must be replicated (incidents, the ledger, \
+             campaigns, grants, overrides) holds it; end the incidents and campaigns no longer \
+             needed, revoke overrides, release grants, then run this again",
+        );
+    }
+    Ok((report, fits))
 }
 
 /// `--replay-rounds`: every recorded round replayed; what it found, for people, and whether
@@ -421,9 +438,13 @@ pub fn main() -> ExitCode {
     }
     if args.shrink_state {
         return match shrink_state(&prepared.config) {
-            Ok(report) => {
+            Ok((report, fits)) => {
                 println!("{report}");
-                ExitCode::SUCCESS
+                if fits {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
             }
             Err(error) => {
                 eprintln!("nodecare-coordinator: {error:#}");
@@ -476,13 +497,100 @@ mod tests {
                 .collect();
             (numbers[numbers.len() - 3], numbers[numbers.len() - 2])
         };
-        let report = shrink_state(&config).unwrap();
-        let (before, after) = size(&report);
+        let (report, fits) = shrink_state(&config).unwrap();
+        let first = report.lines().next().unwrap();
+        let (before, after) = size(first);
         assert!(before > 2_000_000, "{report}");
         assert!(after < before / 4, "{report}");
         assert!(
-            report.ends_with("2000 rows deleted by retention"),
+            first.ends_with("2000 rows deleted by retention"),
             "{report}"
+        );
+        assert!(fits, "{report}");
+    }
+
+    /// A state past the replica limit, as earlier versions could leave it (the flight recorder's
+    /// rounds in the state's database, an audit log of long lines), gets back under the limit
+    /// with the default retention: the recorder moves to its own database, the audit log is
+    /// held to its budget.
+    #[test]
+    fn shrink_state_gets_back_under_the_replica_limit_with_the_default_retention() {
+        use nodecare_protocol::replica::MAX_REPLICA_BYTES;
+        let dir = tempfile::tempdir().unwrap();
+        let config = Config {
+            state_dir: dir.path().to_path_buf(),
+            ..Config::default()
+        };
+        let now = nodecare_protocol::now_ms() as i64;
+        crate::store::Store::open_dir(dir.path()).unwrap();
+        {
+            let mut connection = rusqlite::Connection::open(dir.path().join("state.db")).unwrap();
+            let transaction = connection.transaction().unwrap();
+            transaction
+                .execute_batch(
+                    "CREATE TABLE main.recorder_rounds (
+                         id INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL,
+                         last_ms INTEGER NOT NULL, repeats INTEGER NOT NULL,
+                         coordinator TEXT NOT NULL);
+                     CREATE TABLE main.recorder_round_parts (
+                         round INTEGER NOT NULL, part TEXT NOT NULL, hash TEXT NOT NULL,
+                         PRIMARY KEY (round, part));
+                     CREATE TABLE main.recorder_parts (
+                         hash TEXT PRIMARY KEY, bytes BLOB NOT NULL);",
+                )
+                .unwrap();
+            // 400 recent rounds of 1 000 nodes, each with 209 KB of new parts.
+            for round in 0..400_i64 {
+                transaction
+                    .execute(
+                        "INSERT INTO main.recorder_rounds VALUES (?1, ?2, ?2, 0, 'node1')",
+                        rusqlite::params![round + 1, now - 1000 * (400 - round)],
+                    )
+                    .unwrap();
+                let hash = format!("{round:064}");
+                transaction
+                    .execute(
+                        "INSERT INTO main.recorder_round_parts VALUES (?1, 'decision', ?2)",
+                        rusqlite::params![round + 1, hash],
+                    )
+                    .unwrap();
+                let mut bytes = vec![u8::try_from(round % 251).unwrap(); 209_000];
+                bytes[..8].copy_from_slice(&round.to_le_bytes());
+                transaction
+                    .execute(
+                        "INSERT INTO main.recorder_parts VALUES (?1, ?2)",
+                        rusqlite::params![hash, bytes],
+                    )
+                    .unwrap();
+            }
+            // 20 000 recent audit lines with the longest reasons.
+            let reason = "r".repeat(1024);
+            for n in 0..20_000_i64 {
+                transaction
+                    .execute(
+                        "INSERT INTO audit (at_ms, who, what, why) VALUES (?1, 'ops', 'override', ?2)",
+                        rusqlite::params![now - 20_000 + n, reason],
+                    )
+                    .unwrap();
+            }
+            transaction.commit().unwrap();
+        }
+        let before = std::fs::metadata(dir.path().join("state.db"))
+            .unwrap()
+            .len();
+        assert!(
+            before > MAX_REPLICA_BYTES + MAX_REPLICA_BYTES / 2,
+            "{before}"
+        );
+        let (report, fits) = shrink_state(&config).unwrap();
+        assert!(fits, "{report}");
+        let store = crate::store::Store::open_dir(dir.path()).unwrap();
+        let snapshot = store.snapshot().unwrap().len() as u64;
+        assert!(snapshot < MAX_REPLICA_BYTES / 4, "{snapshot}: {report}");
+        assert_eq!(
+            store.recorder_size().unwrap().0,
+            400,
+            "the recorder's rounds are kept, apart"
         );
     }
 

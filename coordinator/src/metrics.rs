@@ -333,7 +333,7 @@ impl CoordinatorMetrics {
         let state_bytes = Gauge::default();
         registry.register(
             "nodecare_coordinator_state_bytes",
-            "Size of the state database on disk (file and write-ahead log), in bytes",
+            "Size of the state database on disk (file and write-ahead log), in bytes: what is replicated to the master candidates (the flight recorder's database is apart)",
             state_bytes.clone(),
         );
         let state_limit_bytes = campaign_gauge(

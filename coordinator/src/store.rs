@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -51,6 +52,10 @@ pub enum StoreError {
     /// The executor's ledger failed.
     #[error(transparent)]
     Ledger(#[from] crate::exec::ledger::LedgerError),
+    /// A write would grow the replicated state past the budget of what it writes: refused,
+    /// the state left as it was (why, and what to do about it).
+    #[error("{0}")]
+    Full(String),
     /// The creating directory failed.
     #[error("cannot create state directory {path}: {error}")]
     Directory {
@@ -64,6 +69,15 @@ pub enum StoreError {
 /// The store's document of the flags forgotten incidents left set ([`Store::left_flags`]).
 pub const LEFT_FLAGS_DOCUMENT: &str = "left_flags";
 
+/// Most bytes the audit log keeps in the replicated state (an eighth of the replica limit): past
+/// it, its oldest lines go as a new one is written (the last breaker reset is kept).
+pub const AUDIT_BUDGET_BYTES: u64 = nodecare_protocol::replica::MAX_REPLICA_BYTES / 8;
+
+/// Most bytes of operator overrides the replicated state keeps (a thirty-second of the replica
+/// limit): past it, the ended overrides go first, and a new override that still does not fit is
+/// refused ([`StoreError::Full`]).
+pub const OVERRIDES_BUDGET_BYTES: u64 = nodecare_protocol::replica::MAX_REPLICA_BYTES / 32;
+
 /// The coordinator's state database.
 #[derive(Debug)]
 pub struct Store {
@@ -73,6 +87,18 @@ pub struct Store {
     /// The campaigns last read, each with the text it was decoded from: a round reads them
     /// several times, and decodes only those whose stored text changed.
     campaigns_read: Mutex<Vec<(String, crate::campaign::Record)>>,
+    /// Rows changed in the recorder's database (history, not replicated): left out of
+    /// [`Store::changes`].
+    history_changes: AtomicU64,
+}
+
+/// The flight recorder's database beside the state's at `state` (`state.db` →
+/// `state-recorder.db`): history, never replicated.
+pub fn recorder_path(state: &Path) -> std::path::PathBuf {
+    let stem = state
+        .file_stem()
+        .map_or_else(|| "state".into(), |stem| stem.to_string_lossy());
+    state.with_file_name(format!("{stem}{}", recorder::RECORDER_FILE_SUFFIX))
 }
 
 fn to_i64(value: u64) -> i64 {
@@ -93,14 +119,22 @@ impl Store {
         Self::open(&dir.join("state.db"))
     }
 
-    /// Opens (creating if needed) the database file at `path`.
+    /// Opens (creating if needed) the database file at `path`, and the flight recorder's beside
+    /// it ([`recorder_path`]).
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
-        retention::ensure_incremental_vacuum(&connection)?;
+        retention::ensure_incremental_vacuum(&connection, "main")?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
+        // SQLite's names of a database in memory (or a temporary one): its recorder is too.
+        let recorder = if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+            ":memory:".to_owned()
+        } else {
+            recorder_path(path).to_string_lossy().into_owned()
+        };
+        recorder::attach(&connection, &recorder)?;
         migrate(&connection)?;
         Self::with_connection(connection)
     }
@@ -113,7 +147,13 @@ impl Store {
             connection: Mutex::new(connection),
             ledger_memory,
             campaigns_read: Mutex::default(),
+            history_changes: AtomicU64::new(0),
         })
+    }
+
+    /// Counts `rows` changed in the recorder's database: they are not changes of the state.
+    fn not_state_changes(&self, rows: u64) {
+        self.history_changes.fetch_add(rows, Ordering::Relaxed);
     }
 
     /// The document stored under `name`, if any.
@@ -494,7 +534,7 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     if version < 6 {
         instance_repairs::migrate(connection)?;
     }
-    // The flight recorder's rounds (additive; an index on the ledger).
+    // The flight recorder's rounds, in their own database (an index on the ledger).
     recorder::migrate(connection)?;
     Ok(())
 }

@@ -710,7 +710,10 @@ impl FakeAgents {
             .route("/1/repair/{id}", get(repair_status))
             .route(
                 nodecare_protocol::replica::REPLICA_PATH,
-                axum::routing::put(replica_push),
+                // As the real agent: a push of up to the replica limit is read.
+                axum::routing::put(replica_push).layer(axum::extract::DefaultBodyLimit::max(
+                    usize::try_from(nodecare_agent::replica::MAX_PUSH_BYTES).unwrap_or(usize::MAX),
+                )),
             )
             .route(
                 nodecare_protocol::replica::REPLICA_READ_PATH,

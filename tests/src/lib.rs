@@ -5,3 +5,4 @@ pub mod fake_agent;
 pub mod harness;
 pub mod htools;
 pub mod nemesis_check;
+pub mod state_growth;

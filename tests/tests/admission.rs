@@ -370,3 +370,77 @@ async fn the_reboot_script_is_admitted_refused_and_admitted_again() {
     assert_eq!(answer.status(), 400);
     server.abort();
 }
+
+/// Overrides are held to their budget in the replicated state: once the overrides in force fill
+/// it, a new one is refused with `507` saying why and what to do; revoking one makes room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_override_past_the_state_budget_is_refused_with_507() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let users_path = users.clone();
+    let mut h = Harness::new(4, "a:drbd:1,b:drbd:3", move |config| {
+        config.users = users_path;
+    })
+    .await
+    .unwrap();
+    gate_view(&mut h).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = reqwest::Client::new();
+    let overview: Overview = client
+        .get(format!("{url}/1/overview"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let domain = overview.domains[0].domain.clone();
+    let reason = "r".repeat(nodecare_protocol::limits::MAX_TEXT_BYTES);
+    let post = || {
+        client
+            .post(format!("{url}/1/overrides"))
+            .basic_auth("ops", Some("secret"))
+            .json(&serde_json::json!({"domain": domain, "duration_s": 3600, "reason": reason}))
+            .send()
+    };
+    // Writers filled the overrides (directly in the store: the same write as the API's).
+    let store = std::sync::Arc::clone(&h.coordinator.api().store);
+    let now = nodecare_protocol::now_ms();
+    let mut n = 0_u128;
+    loop {
+        n += 1;
+        let new = nodecare_coordinator::gate::Override {
+            id: uuid::Uuid::from_u128(n),
+            domain: domain.clone(),
+            until_ms: now + 3_600_000,
+            reason: reason.clone(),
+            who: "ops".into(),
+            created_ms: now,
+        };
+        match store.add_override(&new) {
+            Ok(()) => {}
+            Err(nodecare_coordinator::store::StoreError::Full(_)) => break,
+            Err(error) => panic!("{error}"),
+        }
+    }
+    let answer = post().await.unwrap();
+    assert_eq!(answer.status(), 507);
+    let why = answer.text().await.unwrap();
+    assert!(
+        why.contains("revoke the overrides no longer needed"),
+        "{why}"
+    );
+    let answer = client
+        .delete(format!("{url}/1/overrides/{}", uuid::Uuid::from_u128(1)))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    assert_eq!(post().await.unwrap().status(), 201);
+    server.abort();
+}

@@ -8,6 +8,7 @@ mod gate;
 mod monitoring;
 mod node_repair;
 mod soak;
+mod state_growth;
 mod watchdog;
 mod what_if;
 

@@ -76,11 +76,77 @@ fn audit(
     what: &str,
     why: &str,
 ) -> Result<(), StoreError> {
+    // History within the replicated state: held to its byte budget as it is written.
+    let audit = super::retention::AUDIT;
+    audit.bytes(connection)?;
     connection.execute(
         "INSERT INTO audit (at_ms, who, what, why) VALUES (?1, ?2, ?3, ?4)",
         params![to_i64(now_ms), who, what, why],
     )?;
+    audit.add(connection, text_bytes(&[who, what, why], 16))?;
+    super::retention::trim_audit(connection, super::AUDIT_BUDGET_BYTES)?;
     Ok(())
+}
+
+/// The bytes of `texts` and `fixed` more, as a budget counts them.
+fn text_bytes(texts: &[&str], fixed: usize) -> i64 {
+    let bytes = texts
+        .iter()
+        .map(|text| text.len())
+        .fold(fixed, usize::saturating_add);
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// What `new` weighs as a row of `overrides` (`retention::OVERRIDES`).
+fn override_bytes(new: &Override) -> i64 {
+    text_bytes(
+        &[&new.id.to_string(), &new.domain, &new.reason, &new.who],
+        24,
+    )
+}
+
+/// Makes room for an override of `needed` bytes within [`super::OVERRIDES_BUDGET_BYTES`]: the
+/// overrides that ended (revoked, or past their end at `now_ms`) are history and go first,
+/// oldest first; those in force are never deleted. `Err(Full)` when they alone leave no room.
+fn room_for_override(connection: &Connection, needed: i64, now_ms: u64) -> Result<(), StoreError> {
+    let overrides = super::retention::OVERRIDES;
+    let budget = super::OVERRIDES_BUDGET_BYTES;
+    let needed = to_u64(needed);
+    let used = overrides.bytes(connection)?;
+    if used.saturating_add(needed) <= budget {
+        return Ok(());
+    }
+    let ended: Vec<(String, i64)> = {
+        let mut statement = connection.prepare(&format!(
+            "SELECT id, {} FROM overrides
+             WHERE revoked_ms IS NOT NULL OR until_ms <= ?1
+             ORDER BY min(until_ms, coalesce(revoked_ms, until_ms)), created_ms, id",
+            overrides.row_bytes
+        ))?;
+        let rows = statement.query_map(params![to_i64(now_ms)], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?;
+        rows.collect::<Result<_, _>>()?
+    };
+    let mut left = used;
+    for (id, bytes) in ended {
+        if left.saturating_add(needed) <= budget {
+            break;
+        }
+        connection.execute("DELETE FROM overrides WHERE id = ?1", params![id])?;
+        overrides.add(connection, -bytes)?;
+        left = left.saturating_sub(to_u64(bytes));
+    }
+    if left.saturating_add(needed) <= budget {
+        return Ok(());
+    }
+    let count: i64 =
+        connection.query_row("SELECT count(*) FROM overrides", [], |row| row.get(0))?;
+    Err(StoreError::Full(format!(
+        "no room for another override: the {count} overrides in force take {left} of the \
+         {budget} bytes the replicated state keeps for overrides (this one needs {needed}); \
+         revoke the overrides no longer needed"
+    )))
 }
 
 fn grant_from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Grant> {
@@ -337,10 +403,15 @@ impl Store {
         Ok(expired)
     }
 
-    /// Stores a new override, with its audit line.
+    /// Stores a new override, with its audit line; refused ([`StoreError::Full`]) when the
+    /// overrides in force leave no room for it within [`super::OVERRIDES_BUDGET_BYTES`] (the
+    /// ended ones are deleted first to make room).
     pub fn add_override(&self, new: &Override) -> Result<(), StoreError> {
         let mut connection = self.lock();
         let transaction = connection.transaction()?;
+        let bytes = override_bytes(new);
+        room_for_override(&transaction, bytes, new.created_ms)?;
+        super::retention::OVERRIDES.add(&transaction, bytes)?;
         transaction.execute(
             &format!(
                 "INSERT INTO overrides ({OVERRIDE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)"
@@ -385,6 +456,7 @@ impl Store {
         if !view.active {
             return Ok(Revoked::Ended(view));
         }
+        super::retention::OVERRIDES.add(&transaction, text_bytes(&[who], 0))?;
         transaction.execute(
             "UPDATE overrides SET revoked_ms = ?2, revoked_by = ?3 WHERE id = ?1",
             params![id.to_string(), to_i64(now_ms), who],
@@ -554,6 +626,87 @@ mod tests {
             who: "admin".into(),
             created_ms: 1_000,
         }
+    }
+
+    /// The audit log is held to its byte budget as it is written: the longest lines, written
+    /// past the budget, leave the newest lines and the last breaker reset.
+    #[test]
+    fn the_audit_log_keeps_to_its_budget() {
+        let store = Store::open_memory().unwrap();
+        let reason = "r".repeat(nodecare_protocol::limits::MAX_TEXT_BYTES);
+        let who = "w".repeat(nodecare_protocol::limits::MAX_NAME_BYTES);
+        store.audit(1, "op", RESET_WHAT, "storm over").unwrap();
+        let line = (reason.len() + who.len() + 40) as u64;
+        let lines = 2 * super::super::AUDIT_BUDGET_BYTES / line;
+        for n in 0..lines {
+            store
+                .audit(2 + n, &who, "renew disruption", &reason)
+                .unwrap();
+        }
+        let log = store.audit_log(usize::MAX).unwrap();
+        let bytes: u64 = log
+            .iter()
+            .map(|l| (l.who.len() + l.what.len() + l.why.len() + 16) as u64)
+            .sum();
+        assert!(bytes <= super::super::AUDIT_BUDGET_BYTES, "{bytes}");
+        assert!(
+            bytes > super::super::AUDIT_BUDGET_BYTES / 2,
+            "{bytes}: only the oldest go"
+        );
+        assert_eq!(log[0].what, RESET_WHAT, "the last breaker reset is kept");
+        assert_eq!(log.last().unwrap().at_ms, 1 + lines);
+        assert!(
+            (store.snapshot().unwrap().len() as u64) < 2 * super::super::AUDIT_BUDGET_BYTES,
+            "the state holds about the budget"
+        );
+    }
+
+    /// Overrides are held to their byte budget: the ended ones go to make room, and a new one
+    /// that the overrides in force leave no room for is refused, saying why.
+    #[test]
+    fn overrides_past_their_budget_are_refused() {
+        let store = Store::open_memory().unwrap();
+        let long = |id: u128, until_ms: u64| Override {
+            id: Uuid::from_u128(id),
+            domain: "d".repeat(nodecare_protocol::limits::MAX_NAME_BYTES),
+            until_ms,
+            reason: "r".repeat(nodecare_protocol::limits::MAX_TEXT_BYTES),
+            who: "w".repeat(nodecare_protocol::limits::MAX_NAME_BYTES),
+            created_ms: 1_000,
+        };
+        // Half the budget of overrides that ended (expired at 2 000), then the rest in force.
+        let mut id = 0;
+        let refusal = loop {
+            id += 1;
+            let until = if id <= 600 { 2_000 } else { 1_000_000 };
+            let mut new = long(id, until);
+            new.created_ms = if id <= 600 { 1_000 } else { 3_000 };
+            match store.add_override(&new) {
+                Ok(()) => {}
+                Err(error) => break error,
+            }
+            assert!(id < 100_000, "never refused");
+        };
+        let StoreError::Full(why) = refusal else {
+            panic!("{refusal}");
+        };
+        assert!(
+            why.contains("revoke the overrides no longer needed"),
+            "{why}"
+        );
+        let kept = store.overrides(3_000, 0).unwrap();
+        assert!(
+            kept.iter().all(|o| o.active),
+            "the ended ones went first: {} ended kept",
+            kept.iter().filter(|o| !o.active).count()
+        );
+        assert!(kept.len() > 1_000, "{}", kept.len());
+        // Revoking one makes room for one.
+        let first = Uuid::parse_str(&kept[0].id).unwrap();
+        store.revoke_override(first, "op", 3_000).unwrap();
+        let mut next = long(id + 1, 1_000_000);
+        next.created_ms = 3_001;
+        store.add_override(&next).unwrap();
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //! round refuses node 2's incident; two coordinators over the same agents, one recording rounds
 //! and one not, run ROUNDS rounds each in turn; prints each one's median round, their ratio, and
 //! what the recorder kept (rounds, distinct parts, bytes).
+//! `state-growth NODES ROUNDS`: the state's growth on a changing cluster
+//! ([`nodecare_tests::state_growth`]): ROUNDS rounds on NODES nodes, each deciding anew, two
+//! audit lines and one override with the longest reasons per round, retention (the default
+//! policy) every 360 rounds (an hour of 10 s rounds); prints what the snapshot pushed to the
+//! master candidates weighed at most and at the end, and what the recorder kept apart.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -450,6 +455,45 @@ async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn state_growth(nodes: usize, rounds: u64) -> anyhow::Result<()> {
+    use nodecare_tests::state_growth::{Workload, grow, within_limit};
+    let state = tempfile::tempdir()?;
+    let store = nodecare_coordinator::store::Store::open_dir(state.path())?;
+    let workload = Workload {
+        nodes,
+        rounds,
+        audit_per_round: 2,
+        overrides_per_round: 1,
+        retention_every: 360,
+    };
+    let policy = nodecare_coordinator::store::retention::RetentionConfig::default().policy();
+    let figures = grow(&store, &workload, &policy, 100)?;
+    println!(
+        "nodes={nodes} rounds={rounds} seconds={:.1} recorded_bytes={} new_bytes_per_round_median={}",
+        figures.seconds, figures.recorded_bytes, figures.new_bytes_median
+    );
+    println!(
+        "snapshot_bytes_max={} snapshot_bytes_end={} replica_limit={} within_limit={}",
+        figures.max_snapshot_bytes,
+        figures.snapshot_bytes,
+        nodecare_protocol::replica::MAX_REPLICA_BYTES,
+        within_limit(&figures)
+    );
+    println!(
+        "recorder_rounds={} recorder_bytes={} recorder_file_bytes={} audit_lines={} overrides={} overrides_refused={}",
+        figures.recorder_rounds,
+        figures.recorder_bytes,
+        figures.recorder_file_bytes,
+        figures.audit_lines,
+        figures.overrides,
+        figures.overrides_refused
+    );
+    if !within_limit(&figures) {
+        bail!("the replicated state passed the replica limit");
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();
     // The coordinator's own runtime shape: two worker threads (the machine has two cores).
@@ -478,6 +522,11 @@ fn main() -> anyhow::Result<()> {
             let n: usize = args.get(3).map_or(Ok(20), |s| s.parse())?;
             runtime.block_on(recorder(args.get(2).context("file")?, n))
         }
+        Some("state-growth") => {
+            let nodes: usize = args.get(2).map_or(Ok(1000), |s| s.parse())?;
+            let rounds: u64 = args.get(3).map_or(Ok(10_000), |s| s.parse())?;
+            state_growth(nodes, rounds)
+        }
         Some("round") => {
             let n: usize = args.get(3).map_or(Ok(3), |s| s.parse())?;
             runtime.block_on(rounds(args.get(2).context("file")?, n))
@@ -490,7 +539,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: nodecare-bench-coordinator serve-agents N FILE [FIRST [FLIP]] | round FILE [ROUNDS] | watch FILE [SETTLE_SECONDS] | watched-rounds FILE ROUNDS [SETTLE_SECONDS]"
+            "usage: nodecare-bench-coordinator serve-agents N FILE [FIRST [FLIP]] | round FILE [ROUNDS] | watch FILE [SETTLE_SECONDS] | watched-rounds FILE ROUNDS [SETTLE_SECONDS] | recorder FILE ROUNDS | state-growth NODES ROUNDS"
         ),
     }
 }

@@ -58,7 +58,26 @@ async fn start_with(
     master: &str,
     replication: bool,
 ) -> Running {
-    let state = tempfile::tempdir().unwrap();
+    start_in(
+        tempfile::tempdir().unwrap(),
+        sim,
+        agents,
+        on,
+        master,
+        replication,
+    )
+    .await
+}
+
+/// [`start_with`] on the state already in `state`.
+async fn start_in(
+    state: tempfile::TempDir,
+    sim: &Simulation,
+    agents: &FakeAgents,
+    on: &str,
+    master: &str,
+    replication: bool,
+) -> Running {
     let ssconf = tempfile::tempdir().unwrap();
     let mut config = local_config(state.path(), agents);
     config.replication.enabled = replication;
@@ -383,4 +402,101 @@ async fn the_state_follows_the_master() {
         running.stop.send(()).unwrap();
         running.task.await.unwrap().unwrap();
     }
+}
+
+/// What is only history never stops what must be replicated: with a flight recorder past the
+/// replica limit (at 1 000 nodes, rounds that each decide anew), the audit log and the overrides
+/// filled by writers with the longest reasons, the coordinator still pushes its state to a
+/// majority of the master candidates and an incident acts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorder_past_the_replica_limit_does_not_stop_an_incident() {
+    use nodecare_protocol::replica::MAX_REPLICA_BYTES;
+    let sim = Simulation::new(
+        SimConfig::from_spec(4, "a:diskless:4,b:sharedfile:4,c:diskless:1", DOMAIN).unwrap(),
+    )
+    .unwrap();
+    let key = test_key();
+    let mut agents = FakeAgents::default();
+    for i in 1..=4 {
+        agents
+            .start(&node(i), &key, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+    }
+    let state = tempfile::tempdir().unwrap();
+    {
+        let store = nodecare_coordinator::store::Store::open_dir(state.path()).unwrap();
+        let workload = nodecare_tests::state_growth::Workload {
+            nodes: 1000,
+            rounds: 0,
+            audit_per_round: 0,
+            overrides_per_round: 0,
+            retention_every: u64::MAX,
+        };
+        let mut round = 0;
+        while store.recorder_size().unwrap().2 <= MAX_REPLICA_BYTES {
+            store
+                .record_round(&nodecare_tests::state_growth::changing_round(
+                    round,
+                    workload.nodes,
+                ))
+                .unwrap();
+            round += 1;
+        }
+        // Writers fill the audit log and the overrides as far as the state lets them.
+        let fill = nodecare_tests::state_growth::Workload {
+            rounds: 40,
+            audit_per_round: 200,
+            overrides_per_round: 60,
+            nodes: 4,
+            ..workload
+        };
+        let figures = nodecare_tests::state_growth::grow(
+            &store,
+            &fill,
+            &nodecare_coordinator::store::retention::RetentionConfig::default().policy(),
+            1,
+        )
+        .unwrap();
+        assert!(figures.overrides_refused > 0, "{figures:?}");
+        assert!(
+            figures.max_snapshot_bytes < MAX_REPLICA_BYTES / 2,
+            "the replicated state stays well under the limit: {figures:?}"
+        );
+    }
+    let a = start_in(state, &sim, &agents, &node(1), &node(1), true).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !a.acting() {
+        assert!(
+            Instant::now() < deadline,
+            "node1 does not act (snapshot of {} bytes): {:?}; last round: {:?}",
+            a.store.snapshot_bytes().unwrap(),
+            a.replicator.as_ref().unwrap().status(),
+            a.board.last_round.read().unwrap().error
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    agents
+        .get(&node(4))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdc"}), None));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sim
+        .submissions()
+        .iter()
+        .any(|s| s.op_id == "OP_INSTANCE_MIGRATE" || s.op_id == "OP_NODE_SET_PARAMS")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the evacuation never starts: {:?}; last round: {:?}",
+            a.replicator.as_ref().unwrap().status(),
+            a.board.last_round.read().unwrap().error
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = a.replicator.as_ref().unwrap().status();
+    assert!(status.kept_by.len() >= 2, "{status:?}");
+    assert!(status.error.is_none(), "{status:?}");
+    a.stop.send(()).unwrap();
+    a.task.await.unwrap().unwrap();
 }
