@@ -192,6 +192,7 @@ mod tests {
                 running: true,
                 mirrored: true,
                 memory: Some(256),
+                local: false,
             },
         );
         let moves = BTreeMap::from([(
