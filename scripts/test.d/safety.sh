@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The independent safety checker over more seeds than the unit run: every duty at once on random
 # simulated clusters with every fault, judged from Ganeti's side and the agents' deliveries
-# (tests/tests/gate/all_duties.rs). NODECARE_SAFETY_SEEDS seeds (default 200) from seed 6 (the
+# (tests/tests/gate/all_duties.rs). NODECARE_SAFETY_SEEDS seeds (default 100) from seed 6 (the
 # unit run takes 1 to 5), side by side. A failing seed prints its replay command.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,7 +12,7 @@ if ! command -v hbal >/dev/null 2>&1; then
   echo "safety: skipped (no hbal)"; exit 0
 fi
 export NODECARE_ALL_DUTIES_FIRST=6
-export NODECARE_ALL_DUTIES_SEEDS=${NODECARE_SAFETY_SEEDS:-200}
+export NODECARE_ALL_DUTIES_SEEDS=${NODECARE_SAFETY_SEEDS:-100}
 start=$(date +%s)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -1064,6 +1064,18 @@ impl World {
         })
     }
 
+    /// Reads `path` of the coordinator's API and decodes it.
+    async fn read<T: serde::de::DeserializeOwned>(&self, path: &str) -> anyhow::Result<T> {
+        Ok(self
+            .client
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
     async fn grants(&self) -> anyhow::Result<Vec<Grant>> {
         Ok(self
             .client
@@ -1389,14 +1401,7 @@ impl World {
         }
         // The operator cancels an open incident now and then (a live repair may be running).
         if random.below(6) == 0 {
-            let overview: nodecare_protocol::status::Overview = self
-                .client
-                .get(format!("{}/1/overview", self.url))
-                .send()
-                .await?
-                .error_for_status()?
-                .json()
-                .await?;
+            let overview: nodecare_protocol::status::Overview = self.read("/1/overview").await?;
             let open: Vec<&nodecare_protocol::status::IncidentSummary> = overview
                 .incidents
                 .iter()
@@ -1604,14 +1609,7 @@ impl World {
                 job.holder
             ));
         }
-        let overview: nodecare_protocol::status::Overview = self
-            .client
-            .get(format!("{}/1/overview", self.url))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let overview: nodecare_protocol::status::Overview = self.read("/1/overview").await?;
         for i in &overview.incidents {
             let for_capacity = overview
                 .waiting
@@ -1632,14 +1630,8 @@ impl World {
             }
             out.push(format!("{} {} waits: {}", w.duty, w.subject, w.blocked_by));
         }
-        let campaigns: nodecare_protocol::maintenance::CampaignList = self
-            .client
-            .get(format!("{}/1/maintenance", self.url))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
+        let campaigns: nodecare_protocol::maintenance::CampaignList =
+            self.read("/1/maintenance").await?;
         for c in &campaigns.campaigns {
             if !c.state.is_final() {
                 out.push(format!("campaign {} {}", c.id, c.state.as_str()));
