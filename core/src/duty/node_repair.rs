@@ -58,8 +58,9 @@ fn primary_memory(node: &str, instances: &[Instance]) -> Option<u64> {
 
 /// The proposals of the active incidents in `incidents`. `evacuating` are the incidents whose
 /// evacuation has begun (a drain, move or offline job recorded): a pending evacuation not among
-/// them (escalated from a live repair) on a node still in service starts anew and is judged in
-/// full by the gate.
+/// them (escalated from a live repair, or admitted in a round that ended before its first job
+/// was recorded) starts anew and is judged in full by the gate, on a node an operator drained
+/// meanwhile too.
 pub fn propose(
     incidents: &[Incident],
     nodes: &[Node],
@@ -144,9 +145,7 @@ pub fn propose(
             touches,
             fresh: incident.action.is_evacuation()
                 && incident.repair_status == RepairStatus::Pending
-                && !evacuating.contains(&incident.uuid)
-                && !node.drained
-                && !node.offline,
+                && !evacuating.contains(&incident.uuid),
             moves_memory,
             after_releases: BTreeMap::new(),
             reason: format!(
@@ -386,8 +385,10 @@ mod tests {
         assert_eq!(out.waiting[0].0, second.uuid);
     }
 
-    /// An evacuation escalated from a live repair holds its node already (pending) but has not
-    /// begun: it is judged in full (fresh) until its drain is recorded or the node is drained.
+    /// An evacuation escalated from a live repair, or admitted in a round that ended before its
+    /// first job was recorded (a crash), holds its node already (pending) but has not begun: it
+    /// is judged in full (fresh) until its drain, a move or its offline is recorded, even when
+    /// someone else drained the node meanwhile (an operator: that drain is not its own).
     #[test]
     fn an_escalated_evacuation_is_fresh_until_it_begins() {
         let mut nodes = vec![node("n1")];
@@ -399,7 +400,8 @@ mod tests {
         assert!(fresh(&incident, &nodes, &BTreeSet::new()));
         assert!(!fresh(&incident, &nodes, &BTreeSet::from([incident.uuid])));
         nodes[0].drained = true;
-        assert!(!fresh(&incident, &nodes, &BTreeSet::new()));
+        assert!(fresh(&incident, &nodes, &BTreeSet::new()));
+        assert!(!fresh(&incident, &nodes, &BTreeSet::from([incident.uuid])));
         incident.repair_status = RepairStatus::Noted;
         nodes[0].drained = false;
         assert!(
