@@ -162,7 +162,24 @@ impl Duty for NodeRepair {
             self.records = None;
             let (incidents, intents) = self.records()?;
             Ok(Holds {
-                disrupted: node_repair::holds(incidents, &input.nodes),
+                disrupted: node_repair::holds(incidents, &input.nodes)
+                    .into_iter()
+                    .chain(node_repair::jobs_in_flight(
+                        incidents,
+                        &input.nodes,
+                        intents
+                            .iter()
+                            .filter(|i| {
+                                matches!(
+                                    i.spec,
+                                    IntentSpec::Drain { .. }
+                                        | IntentSpec::Move { .. }
+                                        | IntentSpec::Offline { .. }
+                                ) && i.state.is_in_flight()
+                            })
+                            .map(|i| i.incident),
+                    ))
+                    .collect(),
                 touched: node_repair::touches(incidents, &input.nodes, &input.instances)
                     .into_iter()
                     .chain(node_repair::move_targets(intents.iter().filter_map(

@@ -166,14 +166,19 @@ const FOUND_MOVE_ONTO_A_NODE_UNDER_REPAIR: bool = true;
 const FOUND_DEFECT_INSTANCE_REPAIR_TAG_JOBS_TWICE: bool = true;
 /// Seen by this test (invariant 4, seeds 4, 24 and 35 of 40): an evacuation starts (its drain,
 /// migrations and secondaries replaced) while a DRBD minor of one of its instances is broken
-/// on another node.
+/// on another node. Fixed: an evacuation admitted in a round that ended before its first job
+/// (a crash) counted its own hold of its node as the busy domain's disruption, which let a
+/// problem involving that node pass; and one whose node an operator drained meanwhile was a
+/// continuation, never judged again.
 const FOUND_EVACUATION_STARTS_WHILE_A_MINOR_IS_BROKEN: bool = false;
 /// Seen by this test (invariant 10, seed 12 of 40 run side by side, slow cancel answers): jobs
 /// of an incident queued when it was canceled start after the cancel.
 const FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL: bool = true;
 /// Seen by this test (invariants 1 and 2, seed 12 alone; seeds 24 and 32 with other faults): a
-/// campaign's drain and an incident's drain run in two failure domains at once.
-const FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS: bool = true;
+/// campaign's drain and an incident's drain run in two failure domains at once. Fixed: an
+/// incident canceled while its drain ran (a slow job; a cancel stops only what has not
+/// started) held nothing, so a campaign opened another domain while that drain went on.
+const FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS: bool = false;
 /// Seen by this test (invariant 3, seed 3 of 5 run side by side, not replayed alone): two
 /// evacuations drain their nodes while the memory of both nodes' running instances does not
 /// fit in the healthy nodes' free memory.

@@ -1,0 +1,140 @@
+//! The gate at the seams, end to end on the simulated cluster: what a canceled incident's jobs
+//! still running in Ganeti hold.
+
+use std::time::{Duration, Instant};
+
+use nodecare_coordinator::incident::RepairStatus;
+use nodecare_ganeti::JobStatus;
+use nodecare_tests::fake_agent::verdict;
+use nodecare_tests::harness::{Harness, node};
+use serde_json::json;
+
+/// The coordinator's API served on a local port.
+async fn serve(h: &Harness) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("address"));
+    let app = nodecare_coordinator::http::router(h.coordinator.api().clone());
+    let server = tokio::spawn(async move {
+        if let Err(error) = axum::serve(listener, app).await {
+            panic!("{error}");
+        }
+    });
+    (url, server)
+}
+
+/// Asks for a grant of `node`: the HTTP status and the body.
+async fn ask_grant(url: &str, node: &str) -> (u16, String) {
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/disruptions"))
+        .basic_auth("ops", Some("secret"))
+        .json(&json!({"node": node, "reason": "firmware", "requester": "reboot-tool", "ttl_s": 60}))
+        .send()
+        .await
+        .expect("answered");
+    let status = answer.status().as_u16();
+    (status, answer.text().await.unwrap_or_default())
+}
+
+/// An evacuation canceled while its drain runs in Ganeti (a cancel stops only the jobs not
+/// started): the drain goes on, so the incident keeps holding its node, and its failure domain
+/// stays the busy one, until the job ends. A grant of a node in another failure domain is
+/// refused meanwhile, naming the incident; once the drain has ended the node is drained as any
+/// node left so (the domain stays busy for that reason).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_evacuation_holds_its_node_while_its_drain_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").expect("users");
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:3", move |config| {
+        config.users = users;
+        config.failure_domains = "rack:".into();
+        config.max_disrupted_nodes = 2;
+        config.min_healthy_nodes = 1;
+    })
+    .await
+    .expect("harness");
+    // node1 and node2 in rack r0, node3 and node4 in rack r1.
+    h.sim.with_cluster(|c| {
+        for i in 1..=4 {
+            if let Some(n) = c.nodes.get_mut(&node(i)) {
+                n.tags.push(format!("rack:r{}", (i - 1) / 2));
+            }
+        }
+    });
+    let (url, server) = serve(&h).await;
+    // Each job starts half its delay after it is queued and ends at its delay.
+    h.sim.set_job_delay(Duration::from_millis(4000));
+    h.agents.get(&node(2)).expect("agent").set_verdict(verdict(
+        "evacuate",
+        json!({"disk": "sdb"}),
+        None,
+    ));
+    let started = Instant::now();
+    h.coordinator.round().await.expect("round");
+    let incident = h
+        .incidents()
+        .expect("incidents")
+        .into_iter()
+        .find(|i| i.node == node(2))
+        .expect("an incident on node2");
+    assert!(!incident.jobs.is_empty(), "{incident:#?}");
+    let drain_running = |h: &Harness| {
+        h.sim.with_cluster(|c| {
+            c.jobs
+                .values()
+                .any(|j| j.status == JobStatus::Running && j.op.op_id() == "OP_NODE_SET_PARAMS")
+        })
+    };
+    while !drain_running(&h) {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the drain starts: {:?}",
+            h.sim.with_cluster(|c| c
+                .jobs
+                .values()
+                .map(|j| (j.id, j.op.op_id(), j.status))
+                .collect::<Vec<_>>())
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/incidents/{}/cancel", incident.uuid))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_millis(3500) && drain_running(&h) {
+        h.coordinator.round().await.expect("round");
+        rounds += 1;
+        let now = h
+            .incidents()
+            .expect("incidents")
+            .into_iter()
+            .find(|i| i.uuid == incident.uuid)
+            .expect("kept");
+        assert_eq!(now.repair_status, RepairStatus::Canceled, "{now:#?}");
+        for other in [node(2), node(3)] {
+            let (status, body) = ask_grant(&url, &other).await;
+            assert_eq!(
+                status,
+                429,
+                "round {rounds}: a grant of {other} while the canceled incident's drain of {} runs: {body}",
+                node(2)
+            );
+            assert!(body.contains(&incident.uuid.to_string()), "{body}");
+        }
+    }
+    assert!(rounds >= 1, "rounds while the drain runs");
+    // The drain ends: node2 is drained, left so by the canceled incident.
+    h.sim.settle(Duration::from_secs(10)).await;
+    h.coordinator.round().await.expect("round");
+    let drained = h.sim.with_cluster(|c| c.nodes[&node(2)].drained);
+    assert!(drained);
+    let (status, body) = ask_grant(&url, &node(3)).await;
+    assert_eq!(status, 429, "rack r0 is still disrupted: {body}");
+    server.abort();
+}
