@@ -138,3 +138,103 @@ async fn a_canceled_evacuation_holds_its_node_while_its_drain_runs() {
     assert_eq!(status, 429, "rack r0 is still disrupted: {body}");
     server.abort();
 }
+
+/// The nodes the jobs in Ganeti's list move instances onto (explicit targets, new
+/// secondaries).
+fn move_targets(h: &Harness) -> Vec<(String, String)> {
+    use nodecare_ganeti_sim::model::SimOp;
+    h.sim.with_cluster(|c| {
+        c.jobs
+            .values()
+            .filter_map(|j| match &j.op {
+                SimOp::InstanceMigrate {
+                    instance,
+                    target: Some(target),
+                    ..
+                }
+                | SimOp::InstanceFailover {
+                    instance,
+                    target: Some(target),
+                } => Some((instance.clone(), target.clone())),
+                SimOp::ReplaceDisks {
+                    instance,
+                    remote_node: Some(target),
+                    ..
+                } => Some((instance.clone(), target.clone())),
+                _ => None,
+            })
+            .collect()
+    })
+}
+
+/// A live repair canceled while its command runs holds its node until the command ends: an
+/// evacuation planned meanwhile moves nothing onto that node (it has more free memory than any
+/// other), though it is under no active incident; the instance goes elsewhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evacuation_moves_nothing_onto_a_node_whose_canceled_repair_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").expect("users");
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:1,c:diskless:4", move |config| {
+        config.users = users;
+        config.max_disrupted_nodes = 2;
+        config.min_healthy_nodes = 1;
+    })
+    .await
+    .expect("harness");
+    let (url, server) = serve(&h).await;
+    let repairing = h.agents.get(&node(3)).expect("agent").clone();
+    repairing.set_verdict(verdict(
+        "live-repair",
+        json!({"firmware": "old"}),
+        Some("update-firmware"),
+    ));
+    repairing.set_repair(nodecare_tests::fake_agent::RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::from_millis(6000),
+    });
+    let started = Instant::now();
+    h.round().await.expect("round");
+    let incident = h
+        .incidents()
+        .expect("incidents")
+        .into_iter()
+        .find(|i| i.node == node(3))
+        .expect("an incident on node3");
+    assert_eq!(repairing.repairs(), vec![incident.uuid.to_string()]);
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/incidents/{}/cancel", incident.uuid))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    h.agents.get(&node(2)).expect("agent").set_verdict(verdict(
+        "evacuate",
+        json!({"disk": "sdb"}),
+        None,
+    ));
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_millis(5000) {
+        h.round().await.expect("round");
+        rounds += 1;
+        let onto: Vec<(String, String)> = move_targets(&h)
+            .into_iter()
+            .filter(|(_, target)| *target == node(3))
+            .collect();
+        assert!(
+            onto.is_empty(),
+            "round {rounds}: moved onto {} while its repair runs: {onto:?}",
+            node(3)
+        );
+    }
+    let a = h
+        .sim
+        .with_cluster(|c| c.instances["a.sim.test"].pnode.clone());
+    assert!(
+        a != node(2) && a != node(3),
+        "a moved elsewhere: on {a}, moves {:?}",
+        move_targets(&h)
+    );
+    server.abort();
+}
