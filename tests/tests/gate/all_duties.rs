@@ -183,8 +183,10 @@ const FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL: bool = true;
 const FOUND_CAMPAIGN_AND_INCIDENT_IN_TWO_DOMAINS: bool = false;
 /// Seen by this test (invariant 3, seed 3 of 5 run side by side, not replayed alone): two
 /// evacuations drain their nodes while the memory of both nodes' running instances does not
-/// fit in the healthy nodes' free memory.
-const FOUND_TWO_EVACUATIONS_OVER_N_PLUS_ONE: bool = true;
+/// fit in the healthy nodes' free memory. Fixed: an evacuation canceled while its drain ran (a
+/// slow job) held nothing and reserved no memory, so a second was admitted as if the first
+/// node's instances had nowhere to go.
+const FOUND_TWO_EVACUATIONS_OVER_N_PLUS_ONE: bool = false;
 /// Liveness (invariant 8) is reported, not fatal, while this is on: what was found on main.
 const FOUND_DEFECT_NOT_LIVE: bool = true;
 

@@ -238,3 +238,114 @@ async fn an_evacuation_moves_nothing_onto_a_node_whose_canceled_repair_runs() {
     );
     server.abort();
 }
+
+/// Two evacuations, the first canceled while its drain runs in Ganeti: its node's instances
+/// still have to fit on the healthy nodes (N+1), so the second, whose instance fits only
+/// without them, does not start while that drain runs, nor once it has left the node drained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canceled_evacuation_s_running_drain_keeps_its_memory_reserved() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").expect("users");
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:3,c:diskless:4", move |config| {
+        config.users = users;
+        config.max_disrupted_nodes = 2;
+        config.min_healthy_nodes = 1;
+    })
+    .await
+    .expect("harness");
+    // a and b need 1280 MiB each; node1 and node4 have 1536 and 512 MiB free: one of them
+    // fits, not both.
+    h.sim.with_cluster(|c| {
+        for n in c.nodes.values_mut() {
+            n.memory_total_mib = 1536;
+        }
+        for (name, memory) in [("a", 1280), ("b", 1280), ("c", 1024)] {
+            if let Some(i) = c.instances.get_mut(&format!("{name}.sim.test")) {
+                i.memory_mib = memory;
+                i.running = true;
+            }
+        }
+    });
+    let (url, server) = serve(&h).await;
+    h.sim.set_job_delay(Duration::from_millis(4000));
+    h.agents.get(&node(2)).expect("agent").set_verdict(verdict(
+        "evacuate",
+        json!({"disk": "sdb"}),
+        None,
+    ));
+    let started = Instant::now();
+    h.coordinator.round().await.expect("round");
+    let first = h
+        .incidents()
+        .expect("incidents")
+        .into_iter()
+        .find(|i| i.node == node(2))
+        .expect("an incident on node2");
+    let drain_running = |h: &Harness| {
+        h.sim.with_cluster(|c| {
+            c.jobs
+                .values()
+                .any(|j| j.status == JobStatus::Running && j.op.op_id() == "OP_NODE_SET_PARAMS")
+        })
+    };
+    while !drain_running(&h) {
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "the drain starts"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/incidents/{}/cancel", first.uuid))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(answer.status(), 200, "{:?}", answer.text().await);
+    h.agents.get(&node(3)).expect("agent").set_verdict(verdict(
+        "evacuate",
+        json!({"disk": "sdb"}),
+        None,
+    ));
+    let node3_jobs = |h: &Harness| {
+        h.sim.with_cluster(|c| {
+            c.jobs
+                .values()
+                .filter(|j| j.op.summary().contains(&node(3)) || j.op.summary().contains("(b."))
+                .map(|j| j.op.summary())
+                .collect::<Vec<_>>()
+        })
+    };
+    let mut rounds = 0;
+    while rounds < 2 || (started.elapsed() < Duration::from_millis(3500) && drain_running(&h)) {
+        h.coordinator.round().await.expect("round");
+        rounds += 1;
+        assert_eq!(
+            node3_jobs(&h),
+            Vec::<String>::new(),
+            "round {rounds}: node3's evacuation started while the canceled drain of {} runs",
+            node(2)
+        );
+    }
+    h.sim.settle(Duration::from_secs(10)).await;
+    for _ in 0..2 {
+        h.round().await.expect("round");
+    }
+    assert!(h.sim.with_cluster(|c| c.nodes[&node(2)].drained));
+    assert_eq!(node3_jobs(&h), Vec::<String>::new(), "still no room for b");
+    let second = h
+        .incidents()
+        .expect("incidents")
+        .into_iter()
+        .find(|i| i.node == node(3))
+        .expect("an incident on node3");
+    assert!(
+        second
+            .blocked_by
+            .as_deref()
+            .is_some_and(|b| b.contains("capacity")),
+        "{second:#?}"
+    );
+    server.abort();
+}
