@@ -10,6 +10,7 @@ use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
 
 /// The coordinator's API served on a local port.
+#[allow(clippy::expect_used, reason = "a test helper")]
 async fn serve(h: &Harness) -> (String, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -25,6 +26,7 @@ async fn serve(h: &Harness) -> (String, tokio::task::JoinHandle<()>) {
 }
 
 /// Asks for a grant of `node`: the HTTP status and the body.
+#[allow(clippy::expect_used, reason = "a test helper")]
 async fn ask_grant(url: &str, node: &str) -> (u16, String) {
     let answer = reqwest::Client::new()
         .post(format!("{url}/1/disruptions"))
