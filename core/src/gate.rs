@@ -43,7 +43,10 @@
 //! A proposal that only continues a disruption its holder already holds (the next moves of an
 //! admitted evacuation) is a continuation: it is checked only against proposals admitted earlier
 //! in the round on the same nodes, never against the breaker, the domains or the caps, so work
-//! in flight finishes.
+//! in flight finishes. A `fresh` proposal (its holder holds its nodes, but none of its jobs was
+//! recorded: escalated from a live repair, or admitted in a round that ended before its first
+//! job) is judged in full, its holder's hold of those nodes counting as a touch until it is
+//! admitted: it opens no domain and lets no storage problem pass.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -573,7 +576,9 @@ pub struct Proposal {
     #[serde(default)]
     pub touches: BTreeSet<String>,
     /// It starts a new disruption even where its holder already holds the nodes (an incident
-    /// escalated from a live repair to an evacuation): judged in full, never a continuation.
+    /// escalated from a live repair to an evacuation, or admitted before and none of its jobs
+    /// recorded): judged in full, never a continuation, with those nodes held by it in name
+    /// only (see [`decide`]).
     #[serde(default)]
     pub fresh: bool,
     /// Memory in MiB of the instances it moves off `disrupts` (N+1 check); `None` when unknown,
@@ -1209,8 +1214,41 @@ pub fn decide(
     mut proposals: Vec<Proposal>,
 ) -> Decision {
     order(&mut proposals);
-    let mut reserved = reserved_in_force(view, in_force);
     let mut in_force = in_force.clone();
+    // A fresh proposal's holder holds its nodes in name only (nothing of it reached Ganeti):
+    // until it is admitted they are held without being disrupted by it, so that it opens no
+    // domain, uses no cap, reserves no memory and lets no storage problem that involves them
+    // pass; a node drained or offline meanwhile (by an operator) is disrupted as Ganeti shows it.
+    for proposal in proposals.iter().filter(|p| p.fresh) {
+        for node in &proposal.disrupts {
+            if in_force.nodes.get(node) != Some(&proposal.holder) {
+                continue;
+            }
+            in_force.nodes.remove(node);
+            in_force
+                .touched
+                .insert(node.clone(), proposal.holder.clone());
+            let flag = view.nodes.get(node).and_then(|facts| {
+                if facts.offline {
+                    Some("offline")
+                } else if facts.drained {
+                    Some("drained")
+                } else {
+                    None
+                }
+            });
+            if let Some(flag) = flag {
+                in_force.nodes.insert(
+                    node.clone(),
+                    Holder::Someone {
+                        flag: flag.to_owned(),
+                        left_by: None,
+                    },
+                );
+            }
+        }
+    }
+    let mut reserved = reserved_in_force(view, &in_force);
     let mut judgements = Vec::with_capacity(proposals.len());
     for proposal in proposals {
         let outcome = match released(view, &in_force, &reserved, &proposal) {
@@ -2210,6 +2248,101 @@ mod tests {
             Err(BlockedBy::Breaker {
                 why: "storm".into()
             })
+        );
+    }
+
+    /// An evacuation recorded as begun whose drain never reached Ganeti (a crash between its
+    /// admission and its first job) holds its node only in name: it disrupts nothing yet, so
+    /// neither it nor another proposal may count that node as already disrupted to pass a
+    /// storage problem that involves it.
+    #[test]
+    fn a_fresh_proposal_s_own_hold_lets_no_storage_problem_pass() {
+        let mut view = view();
+        view.storage.push(StorageProblem {
+            nodes: ["n1".to_owned(), "n3".to_owned()].into(),
+            what: "inst1: minor 0 on n3 WFConnection".into(),
+            unknown: false,
+            drained: false,
+        });
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let mut fresh = repair(1, "n1");
+        fresh.fresh = true;
+        let decision = decide(
+            &view,
+            &roomy(),
+            &in_force,
+            vec![fresh.clone(), repair(2, "n2")],
+        );
+        let blocked = Err("storage not whole: inst1: minor 0 on n3 WFConnection".to_owned());
+        assert_eq!(outcome(&decision, 1), blocked);
+        assert_eq!(outcome(&decision, 2), blocked);
+        // Refused, it still holds its node: nobody else acts there.
+        assert_eq!(
+            decision.in_force.touched.get("n1"),
+            Some(&Holder::Incident { id: id(1) })
+        );
+        // Once storage is whole it is admitted and holds the node disrupted.
+        view.storage.clear();
+        let decision = decide(&view, &roomy(), &in_force, vec![fresh]);
+        assert_eq!(outcome(&decision, 1), Ok(Admitted::New));
+        assert_eq!(
+            decision.in_force.nodes.get("n1"),
+            Some(&Holder::Incident { id: id(1) })
+        );
+        assert!(!decision.in_force.touched.contains_key("n1"));
+    }
+
+    /// A node an operator drained while a fresh proposal's holder held it in name is disrupted
+    /// as Ganeti shows it (by someone): the busy domain holds it, its own drained-flag problem
+    /// passes, a problem elsewhere does not, and no other holder acts there.
+    #[test]
+    fn a_node_drained_under_a_fresh_proposal_is_someone_s_disruption() {
+        let mut view = view();
+        if let Some(facts) = view.nodes.get_mut("n1") {
+            facts.drained = true;
+        }
+        view.storage.push(StorageProblem {
+            nodes: ["n1".to_owned()].into(),
+            what: "inst1: secondary n1 is drained".into(),
+            unknown: false,
+            drained: true,
+        });
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let mut fresh = repair(1, "n1");
+        fresh.fresh = true;
+        let decision = decide(
+            &view,
+            &roomy(),
+            &in_force,
+            vec![fresh.clone(), repair(3, "n3")],
+        );
+        assert_eq!(outcome(&decision, 1), Ok(Admitted::New));
+        assert!(
+            outcome(&decision, 3)
+                .expect_err("rack:a is busy")
+                .starts_with("failure domain rack:a is disrupted"),
+            "{:?}",
+            outcome(&decision, 3)
+        );
+        // With storage unknown on n4 it waits, the node stays drained by someone and held.
+        view.storage.push(StorageProblem {
+            nodes: ["n4".to_owned()].into(),
+            what: "n4 (unreachable)".into(),
+            unknown: true,
+            drained: false,
+        });
+        let decision = decide(&view, &roomy(), &in_force, vec![fresh, repair(2, "n1")]);
+        assert_eq!(
+            outcome(&decision, 1),
+            Err("storage health unknown: n4 (unreachable)".into())
+        );
+        assert!(matches!(
+            decision.in_force.nodes.get("n1"),
+            Some(Holder::Someone { .. })
+        ));
+        assert_eq!(
+            outcome(&decision, 2),
+            Err(format!("n1 is held by incident {}", id(1)))
         );
     }
 

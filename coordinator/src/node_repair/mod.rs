@@ -162,7 +162,24 @@ impl Duty for NodeRepair {
             self.records = None;
             let (incidents, intents) = self.records()?;
             Ok(Holds {
-                disrupted: node_repair::holds(incidents, &input.nodes),
+                disrupted: node_repair::holds(incidents, &input.nodes)
+                    .into_iter()
+                    .chain(node_repair::jobs_in_flight(
+                        incidents,
+                        &input.nodes,
+                        intents
+                            .iter()
+                            .filter(|i| {
+                                matches!(
+                                    i.spec,
+                                    IntentSpec::Drain { .. }
+                                        | IntentSpec::Move { .. }
+                                        | IntentSpec::Offline { .. }
+                                ) && i.state.is_in_flight()
+                            })
+                            .map(|i| i.incident),
+                    ))
+                    .collect(),
                 touched: node_repair::touches(incidents, &input.nodes, &input.instances)
                     .into_iter()
                     .chain(node_repair::move_targets(intents.iter().filter_map(
@@ -300,10 +317,28 @@ impl NodeRepair {
             .filter(|i| i.state.is_in_flight())
             .flat_map(|i| i.locks.iter().cloned())
             .collect();
+        // Nodes held without disruption by anything but an active evacuation (a canceled
+        // incident's repair command still running, a balancing move, a campaign's migrations
+        // back, an instance repair) are never a move target either, as a node with an active
+        // incident is not (the DRBD peers and move targets active evacuations hold are theirs
+        // to share: the planner's locks keep their moves apart).
         let with_incidents: Vec<String> = incidents
             .iter()
             .filter(|i| i.is_active())
             .map(|i| i.node.clone())
+            .chain(
+                decision
+                    .in_force
+                    .touched
+                    .iter()
+                    .filter(|(_, holder)| match holder {
+                        Holder::Incident { id } => !by_id
+                            .get(id)
+                            .is_some_and(|i| i.is_active() && i.action.is_evacuation()),
+                        _ => true,
+                    })
+                    .map(|(node, _)| node.clone()),
+            )
             .collect();
         let with_evacuations: Vec<String> = incidents
             .iter()

@@ -58,8 +58,9 @@ fn primary_memory(node: &str, instances: &[Instance]) -> Option<u64> {
 
 /// The proposals of the active incidents in `incidents`. `evacuating` are the incidents whose
 /// evacuation has begun (a drain, move or offline job recorded): a pending evacuation not among
-/// them (escalated from a live repair) on a node still in service starts anew and is judged in
-/// full by the gate.
+/// them (escalated from a live repair, or admitted in a round that ended before its first job
+/// was recorded) starts anew and is judged in full by the gate, on a node an operator drained
+/// meanwhile too.
 pub fn propose(
     incidents: &[Incident],
     nodes: &[Node],
@@ -144,9 +145,7 @@ pub fn propose(
             touches,
             fresh: incident.action.is_evacuation()
                 && incident.repair_status == RepairStatus::Pending
-                && !evacuating.contains(&incident.uuid)
-                && !node.drained
-                && !node.offline,
+                && !evacuating.contains(&incident.uuid),
             moves_memory,
             after_releases: BTreeMap::new(),
             reason: format!(
@@ -301,10 +300,58 @@ pub fn repairs_in_flight(
     held.into_iter().collect()
 }
 
+/// The nodes of incidents that are no longer pending (canceled) whose drain, offline or moves
+/// may still run in Ganeti (`running`: the incidents with such a job in flight), held disrupted
+/// until those jobs end: a cancel stops only the jobs that have not started, and a drain or a
+/// migration that runs on disrupts the node as much as before the cancel (its failure domain
+/// stays the busy one, it counts against the caps, its instances need room). A pending
+/// incident's evacuation holds its node already ([`holds`]).
+pub fn jobs_in_flight(
+    incidents: &[Incident],
+    nodes: &[Node],
+    running: impl IntoIterator<Item = Uuid>,
+) -> Vec<(String, Holder)> {
+    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
+    let running: BTreeSet<Uuid> = running.into_iter().collect();
+    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
+    for incident in incidents
+        .iter()
+        .filter(|i| running.contains(&i.uuid) && i.repair_status != RepairStatus::Pending)
+    {
+        if let Some(node) = by_uuid.get(incident.node_uuid.as_str()) {
+            held.entry(node.name.clone())
+                .or_insert(Holder::Incident { id: incident.uuid });
+        }
+    }
+    held.into_iter().collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::plan::tests_support::{incident_on, instance, node};
+
+    /// A canceled evacuation holds its node disrupted while a drain, offline or move of it may
+    /// run in Ganeti; a pending one is held by [`holds`], one whose jobs ended by nothing.
+    #[test]
+    fn a_canceled_evacuation_holds_its_node_while_its_jobs_run() {
+        let nodes = vec![node("n1"), node("n2"), node("n3")];
+        let mut canceled = incident_on(1, &nodes[0], Action::Evacuate, 10.0);
+        canceled.repair_status = RepairStatus::Canceled;
+        let mut pending = incident_on(2, &nodes[1], Action::Evacuate, 10.0);
+        pending.repair_status = RepairStatus::Pending;
+        let mut ended = incident_on(3, &nodes[2], Action::Evacuate, 10.0);
+        ended.repair_status = RepairStatus::Canceled;
+        let incidents = [canceled.clone(), pending.clone(), ended];
+        assert_eq!(
+            jobs_in_flight(&incidents, &nodes, [canceled.uuid, pending.uuid]),
+            [("n1".to_owned(), Holder::Incident { id: canceled.uuid })]
+        );
+        assert_eq!(
+            holds(&incidents, &nodes),
+            [("n2".to_owned(), Holder::Incident { id: pending.uuid })]
+        );
+    }
 
     /// A canceled incident holds its node while its repair command may run; a pending one is
     /// held by [`touches`], one whose command ended by nothing.
@@ -386,8 +433,10 @@ mod tests {
         assert_eq!(out.waiting[0].0, second.uuid);
     }
 
-    /// An evacuation escalated from a live repair holds its node already (pending) but has not
-    /// begun: it is judged in full (fresh) until its drain is recorded or the node is drained.
+    /// An evacuation escalated from a live repair, or admitted in a round that ended before its
+    /// first job was recorded (a crash), holds its node already (pending) but has not begun: it
+    /// is judged in full (fresh) until its drain, a move or its offline is recorded, even when
+    /// someone else drained the node meanwhile (an operator: that drain is not its own).
     #[test]
     fn an_escalated_evacuation_is_fresh_until_it_begins() {
         let mut nodes = vec![node("n1")];
@@ -399,7 +448,8 @@ mod tests {
         assert!(fresh(&incident, &nodes, &BTreeSet::new()));
         assert!(!fresh(&incident, &nodes, &BTreeSet::from([incident.uuid])));
         nodes[0].drained = true;
-        assert!(!fresh(&incident, &nodes, &BTreeSet::new()));
+        assert!(fresh(&incident, &nodes, &BTreeSet::new()));
+        assert!(!fresh(&incident, &nodes, &BTreeSet::from([incident.uuid])));
         incident.repair_status = RepairStatus::Noted;
         nodes[0].drained = false;
         assert!(

@@ -1,6 +1,7 @@
 //! The gate end to end on the simulated cluster: failure domains and the storm breaker (R5).
 
 mod all_duties;
+mod seams;
 
 use std::collections::BTreeSet;
 use std::time::Instant;
