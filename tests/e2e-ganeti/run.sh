@@ -391,12 +391,19 @@ print(' '.join(str(op.get('auto_promote')) for op in ops))")
   fi
 }
 candidate_pool_restore() {
-  local ans
+  local ans i name_var
   if ! ans=$("$GNT/node-exec.sh" 1 gnt-cluster modify --candidate-pool-size=10 2>&1); then
     fail "pool restore" "gnt-cluster modify --candidate-pool-size=10: $(tail -n 3 <<<"$ans" | tr '\n' ' ')"
-  else
-    log "pool: candidate_pool_size 10 again, candidates $(candidates)"
+    return
   fi
+  # A larger pool is not filled by itself: node1..3 (S11's coordinators) are promoted again.
+  for i in 1 2 3; do
+    name_var="NODECARE_GNT_NODE${i}_NAME"
+    [[ $(node_json "${!name_var}" | jq_py "print(d['master_candidate'])") == True ]] && continue
+    ans=$("$GNT/node-exec.sh" 1 gnt-node modify --master-candidate=yes "${!name_var}" 2>&1) ||
+      log "pool: promoting ${!name_var}: $(tail -n 2 <<<"$ans" | tr '\n' ' ')"
+  done
+  log "pool: candidate_pool_size 10 again, candidates $(candidates)"
 }
 candidate_pool_full
 
