@@ -124,7 +124,7 @@ impl Store {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         let connection = Connection::open(path)?;
         connection.busy_timeout(std::time::Duration::from_secs(5))?;
-        retention::ensure_incremental_vacuum(&connection, "main")?;
+        ensure_incremental_vacuum(&connection, "main")?;
         connection.pragma_update(None, "journal_mode", "WAL")?;
         connection.pragma_update(None, "synchronous", "FULL")?;
         connection.pragma_update(None, "foreign_keys", "ON")?;
@@ -615,6 +615,54 @@ fn save_campaign_in(
             text
         ])?;
     Ok(())
+}
+
+/// Sets `auto_vacuum = INCREMENTAL` on `schema` (the state's database or the recorder's): before
+/// the first table of a new database, or by a one-time `VACUUM` of an existing one (which
+/// rewrites the file: it takes as long as copying it).
+pub(crate) fn ensure_incremental_vacuum(
+    connection: &Connection,
+    name: &str,
+) -> Result<(), StoreError> {
+    const INCREMENTAL: i64 = 2;
+    let schema = name;
+    let mode: i64 = connection.pragma_query_value(Some(schema), "auto_vacuum", |row| row.get(0))?;
+    if mode == INCREMENTAL {
+        return Ok(());
+    }
+    connection.pragma_update(Some(schema), "auto_vacuum", "INCREMENTAL")?;
+    let tables: i64 = connection.query_row(
+        &format!("SELECT count(*) FROM {name}.sqlite_master WHERE type = 'table'"),
+        [],
+        |row| row.get(0),
+    )?;
+    if tables > 0 {
+        tracing::info!(
+            database = name,
+            "converting a database to incremental vacuum (once)"
+        );
+        connection.execute_batch(&format!("VACUUM {name}"))?;
+    }
+    Ok(())
+}
+
+/// The file of `schema` on `connection` and its write-ahead log, in bytes (0 in memory).
+pub(crate) fn file_bytes(connection: &Connection, schema: &str) -> Result<u64, StoreError> {
+    let path: Option<String> = connection
+        .query_row(
+            "SELECT file FROM pragma_database_list WHERE name = ?1",
+            params![schema],
+            |row| row.get(0),
+        )
+        .optional()?;
+    let Some(path) = path.filter(|p| !p.is_empty()) else {
+        return Ok(0);
+    };
+    Ok([path.clone(), format!("{path}-wal")]
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum())
 }
 
 #[cfg(test)]

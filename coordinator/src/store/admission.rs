@@ -77,14 +77,14 @@ fn audit(
     why: &str,
 ) -> Result<(), StoreError> {
     // History within the replicated state: held to its byte budget as it is written.
-    let audit = super::retention::AUDIT;
+    let audit = AUDIT;
     audit.bytes(connection)?;
     connection.execute(
         "INSERT INTO audit (at_ms, who, what, why) VALUES (?1, ?2, ?3, ?4)",
         params![to_i64(now_ms), who, what, why],
     )?;
     audit.add(connection, text_bytes(&[who, what, why], 16))?;
-    super::retention::trim_audit(connection, super::AUDIT_BUDGET_BYTES)?;
+    trim_audit(connection, super::AUDIT_BUDGET_BYTES)?;
     Ok(())
 }
 
@@ -97,7 +97,7 @@ fn text_bytes(texts: &[&str], fixed: usize) -> i64 {
     i64::try_from(bytes).unwrap_or(i64::MAX)
 }
 
-/// What `new` weighs as a row of `overrides` (`retention::OVERRIDES`).
+/// What `new` weighs as a row of `overrides` ([`OVERRIDES`]).
 fn override_bytes(new: &Override) -> i64 {
     text_bytes(
         &[&new.id.to_string(), &new.domain, &new.reason, &new.who],
@@ -109,7 +109,7 @@ fn override_bytes(new: &Override) -> i64 {
 /// overrides that ended (revoked, or past their end at `now_ms`) are history and go first,
 /// oldest first; those in force are never deleted. `Err(Full)` when they alone leave no room.
 fn room_for_override(connection: &Connection, needed: i64, now_ms: u64) -> Result<(), StoreError> {
-    let overrides = super::retention::OVERRIDES;
+    let overrides = OVERRIDES;
     let budget = super::OVERRIDES_BUDGET_BYTES;
     let needed = to_u64(needed);
     let used = overrides.bytes(connection)?;
@@ -411,7 +411,7 @@ impl Store {
         let transaction = connection.transaction()?;
         let bytes = override_bytes(new);
         room_for_override(&transaction, bytes, new.created_ms)?;
-        super::retention::OVERRIDES.add(&transaction, bytes)?;
+        OVERRIDES.add(&transaction, bytes)?;
         transaction.execute(
             &format!(
                 "INSERT INTO overrides ({OVERRIDE_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, NULL, NULL)"
@@ -456,7 +456,7 @@ impl Store {
         if !view.active {
             return Ok(Revoked::Ended(view));
         }
-        super::retention::OVERRIDES.add(&transaction, text_bytes(&[who], 0))?;
+        OVERRIDES.add(&transaction, text_bytes(&[who], 0))?;
         transaction.execute(
             "UPDATE overrides SET revoked_ms = ?2, revoked_by = ?3 WHERE id = ?1",
             params![id.to_string(), to_i64(now_ms), who],
@@ -599,6 +599,126 @@ impl Store {
         transaction.commit()?;
         Ok(true)
     }
+}
+
+/// A table held to a byte budget: what its rows weigh (texts' bytes and a fixed part for the
+/// integers) is kept in the `counters` table as rows are written and deleted, so a write checks
+/// the budget without reading the table; it is counted again from the rows when missing (a
+/// state from before it was kept) and after every retention run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Budgeted {
+    /// The table.
+    pub table: &'static str,
+    /// Its entry in `counters`.
+    pub counter: &'static str,
+    /// What a row weighs, in SQL over the table's columns.
+    pub row_bytes: &'static str,
+}
+
+/// The audit log, held to [`super::AUDIT_BUDGET_BYTES`].
+pub(super) const AUDIT: Budgeted = Budgeted {
+    table: "audit",
+    counter: "audit_bytes",
+    row_bytes: "(length(CAST(who AS BLOB)) + length(CAST(what AS BLOB)) \
+                + length(CAST(why AS BLOB)) + 16)",
+};
+
+/// The operator overrides, held to [`super::OVERRIDES_BUDGET_BYTES`].
+pub(super) const OVERRIDES: Budgeted = Budgeted {
+    table: "overrides",
+    counter: "overrides_bytes",
+    row_bytes: "(length(CAST(id AS BLOB)) + length(CAST(domain AS BLOB)) \
+                + length(CAST(reason AS BLOB)) + length(CAST(who AS BLOB)) \
+                + coalesce(length(CAST(revoked_by AS BLOB)), 0) + 24)",
+};
+
+impl Budgeted {
+    /// The table's bytes (counted from its rows when the counter is missing).
+    pub(super) fn bytes(&self, connection: &Connection) -> Result<u64, StoreError> {
+        let kept: Option<i64> = connection
+            .query_row(
+                "SELECT value FROM counters WHERE name = ?1",
+                params![self.counter],
+                |row| row.get(0),
+            )
+            .optional()?;
+        match kept {
+            Some(bytes) => Ok(super::to_u64(bytes)),
+            None => self.recount(connection),
+        }
+    }
+
+    /// Counts the table's bytes from its rows, and keeps the figure.
+    pub(super) fn recount(&self, connection: &Connection) -> Result<u64, StoreError> {
+        let bytes: i64 = connection.query_row(
+            &format!(
+                "SELECT coalesce(sum({}), 0) FROM {}",
+                self.row_bytes, self.table
+            ),
+            [],
+            |row| row.get(0),
+        )?;
+        connection.execute(
+            "INSERT INTO counters (name, value) VALUES (?1, ?2)
+             ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+            params![self.counter, bytes],
+        )?;
+        Ok(super::to_u64(bytes))
+    }
+
+    /// Adds `delta` bytes (rows written: positive; deleted: negative) to the kept figure.
+    pub(super) fn add(&self, connection: &Connection, delta: i64) -> Result<(), StoreError> {
+        self.bytes(connection)?;
+        connection.execute(
+            "UPDATE counters SET value = max(value + ?2, 0) WHERE name = ?1",
+            params![self.counter, delta],
+        )?;
+        Ok(())
+    }
+}
+
+/// Deletes the oldest audit lines (the last breaker reset excepted) while the log weighs more
+/// than `budget` bytes, down to seven eighths of it (so that the next lines do not each delete
+/// one); the lines deleted.
+pub(super) fn trim_audit(connection: &Connection, budget: u64) -> Result<usize, StoreError> {
+    let total = AUDIT.bytes(connection)?;
+    if total <= budget {
+        return Ok(0);
+    }
+    let target = budget - budget / 8;
+    let reset: Option<i64> = connection.query_row(
+        "SELECT max(seq) FROM audit WHERE what = ?1",
+        params![RESET_WHAT],
+        |row| row.get(0),
+    )?;
+    let mut freed = 0_u64;
+    let mut through: Option<i64> = None;
+    {
+        let mut statement = connection.prepare(&format!(
+            "SELECT seq, {} FROM audit ORDER BY seq",
+            AUDIT.row_bytes
+        ))?;
+        let mut rows = statement.query([])?;
+        while let Some(row) = rows.next()? {
+            if total.saturating_sub(freed) <= target {
+                break;
+            }
+            let seq: i64 = row.get(0)?;
+            through = Some(seq);
+            if Some(seq) != reset {
+                freed = freed.saturating_add(super::to_u64(row.get(1)?));
+            }
+        }
+    }
+    let Some(through) = through else {
+        return Ok(0);
+    };
+    let deleted = connection.execute(
+        "DELETE FROM audit WHERE seq <= ?1 AND seq IS NOT ?2",
+        params![through, reset],
+    )?;
+    AUDIT.add(connection, -i64::try_from(freed).unwrap_or(i64::MAX))?;
+    Ok(deleted)
 }
 
 #[cfg(test)]

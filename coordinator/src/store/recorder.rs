@@ -54,7 +54,7 @@ fn attached(connection: &Connection) -> Result<bool, StoreError> {
 /// in incremental auto-vacuum and (for a file) WAL mode.
 pub(super) fn attach(connection: &Connection, file: &str) -> Result<(), StoreError> {
     connection.execute("ATTACH DATABASE ?1 AS recorder", params![file])?;
-    super::retention::ensure_incremental_vacuum(connection, SCHEMA)?;
+    super::ensure_incremental_vacuum(connection, SCHEMA)?;
     if file != ":memory:" {
         connection.pragma_update(Some(SCHEMA), "journal_mode", "WAL")?;
         // History: a crash may lose its last rounds, never the state's consistency.
@@ -274,7 +274,7 @@ impl Store {
     /// The recorder's database on disk: its file and its write-ahead log, in bytes (0 in
     /// memory).
     pub fn recorder_file_bytes(&self) -> Result<u64, StoreError> {
-        super::retention::file_bytes(&self.lock(), SCHEMA)
+        super::file_bytes(&self.lock(), SCHEMA)
     }
 }
 

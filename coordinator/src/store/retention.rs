@@ -15,10 +15,11 @@
 
 use std::collections::BTreeSet;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::params;
 use uuid::Uuid;
 
-use super::{Store, StoreError, decode_incident, to_i64};
+use super::admission::{AUDIT, OVERRIDES, trim_audit};
+use super::{Store, StoreError, decode_incident, ensure_incremental_vacuum, file_bytes, to_i64};
 use crate::incident::{Incident, RepairStatus};
 use nodecare_protocol::maintenance::Campaign;
 
@@ -126,174 +127,6 @@ pub const fn audit_cutoff(policy: &RetentionPolicy, now_ms: u64, max_seq: u64) -
         before_ms: now_ms.saturating_sub(policy.audit_ms),
         through_seq: max_seq.saturating_sub(policy.audit_rows),
     }
-}
-
-/// Sets `auto_vacuum = INCREMENTAL` on `schema` (the state's database or the recorder's): before
-/// the first table of a new database, or by a one-time `VACUUM` of an existing one (which
-/// rewrites the file: it takes as long as copying it).
-pub(super) fn ensure_incremental_vacuum(
-    connection: &Connection,
-    name: &str,
-) -> Result<(), StoreError> {
-    const INCREMENTAL: i64 = 2;
-    let schema = name;
-    let mode: i64 = connection.pragma_query_value(Some(schema), "auto_vacuum", |row| row.get(0))?;
-    if mode == INCREMENTAL {
-        return Ok(());
-    }
-    connection.pragma_update(Some(schema), "auto_vacuum", "INCREMENTAL")?;
-    let tables: i64 = connection.query_row(
-        &format!("SELECT count(*) FROM {name}.sqlite_master WHERE type = 'table'"),
-        [],
-        |row| row.get(0),
-    )?;
-    if tables > 0 {
-        tracing::info!(
-            database = name,
-            "converting a database to incremental vacuum (once)"
-        );
-        connection.execute_batch(&format!("VACUUM {name}"))?;
-    }
-    Ok(())
-}
-
-/// The file of `schema` on `connection` and its write-ahead log, in bytes (0 in memory).
-pub(super) fn file_bytes(connection: &Connection, schema: &str) -> Result<u64, StoreError> {
-    let path: Option<String> = connection
-        .query_row(
-            "SELECT file FROM pragma_database_list WHERE name = ?1",
-            params![schema],
-            |row| row.get(0),
-        )
-        .optional()?;
-    let Some(path) = path.filter(|p| !p.is_empty()) else {
-        return Ok(0);
-    };
-    Ok([path.clone(), format!("{path}-wal")]
-        .iter()
-        .filter_map(|p| std::fs::metadata(p).ok())
-        .map(|m| m.len())
-        .sum())
-}
-
-/// A table held to a byte budget: what its rows weigh (texts' bytes and a fixed part for the
-/// integers) is kept in the `counters` table as rows are written and deleted, so a write checks
-/// the budget without reading the table; it is counted again from the rows when missing (a
-/// state from before it was kept) and after every retention run.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Budgeted {
-    /// The table.
-    pub table: &'static str,
-    /// Its entry in `counters`.
-    pub counter: &'static str,
-    /// What a row weighs, in SQL over the table's columns.
-    pub row_bytes: &'static str,
-}
-
-/// The audit log, held to [`super::AUDIT_BUDGET_BYTES`].
-pub(super) const AUDIT: Budgeted = Budgeted {
-    table: "audit",
-    counter: "audit_bytes",
-    row_bytes: "(length(CAST(who AS BLOB)) + length(CAST(what AS BLOB)) \
-                + length(CAST(why AS BLOB)) + 16)",
-};
-
-/// The operator overrides, held to [`super::OVERRIDES_BUDGET_BYTES`].
-pub(super) const OVERRIDES: Budgeted = Budgeted {
-    table: "overrides",
-    counter: "overrides_bytes",
-    row_bytes: "(length(CAST(id AS BLOB)) + length(CAST(domain AS BLOB)) \
-                + length(CAST(reason AS BLOB)) + length(CAST(who AS BLOB)) \
-                + coalesce(length(CAST(revoked_by AS BLOB)), 0) + 24)",
-};
-
-impl Budgeted {
-    /// The table's bytes (counted from its rows when the counter is missing).
-    pub(super) fn bytes(&self, connection: &Connection) -> Result<u64, StoreError> {
-        let kept: Option<i64> = connection
-            .query_row(
-                "SELECT value FROM counters WHERE name = ?1",
-                params![self.counter],
-                |row| row.get(0),
-            )
-            .optional()?;
-        match kept {
-            Some(bytes) => Ok(super::to_u64(bytes)),
-            None => self.recount(connection),
-        }
-    }
-
-    /// Counts the table's bytes from its rows, and keeps the figure.
-    pub(super) fn recount(&self, connection: &Connection) -> Result<u64, StoreError> {
-        let bytes: i64 = connection.query_row(
-            &format!(
-                "SELECT coalesce(sum({}), 0) FROM {}",
-                self.row_bytes, self.table
-            ),
-            [],
-            |row| row.get(0),
-        )?;
-        connection.execute(
-            "INSERT INTO counters (name, value) VALUES (?1, ?2)
-             ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-            params![self.counter, bytes],
-        )?;
-        Ok(super::to_u64(bytes))
-    }
-
-    /// Adds `delta` bytes (rows written: positive; deleted: negative) to the kept figure.
-    pub(super) fn add(&self, connection: &Connection, delta: i64) -> Result<(), StoreError> {
-        self.bytes(connection)?;
-        connection.execute(
-            "UPDATE counters SET value = max(value + ?2, 0) WHERE name = ?1",
-            params![self.counter, delta],
-        )?;
-        Ok(())
-    }
-}
-
-/// Deletes the oldest audit lines (the last breaker reset excepted) while the log weighs more
-/// than `budget` bytes, down to seven eighths of it (so that the next lines do not each delete
-/// one); the lines deleted.
-pub(super) fn trim_audit(connection: &Connection, budget: u64) -> Result<usize, StoreError> {
-    let total = AUDIT.bytes(connection)?;
-    if total <= budget {
-        return Ok(0);
-    }
-    let target = budget - budget / 8;
-    let reset: Option<i64> = connection.query_row(
-        "SELECT max(seq) FROM audit WHERE what = ?1",
-        params![super::admission::RESET_WHAT],
-        |row| row.get(0),
-    )?;
-    let mut freed = 0_u64;
-    let mut through: Option<i64> = None;
-    {
-        let mut statement = connection.prepare(&format!(
-            "SELECT seq, {} FROM audit ORDER BY seq",
-            AUDIT.row_bytes
-        ))?;
-        let mut rows = statement.query([])?;
-        while let Some(row) = rows.next()? {
-            if total.saturating_sub(freed) <= target {
-                break;
-            }
-            let seq: i64 = row.get(0)?;
-            through = Some(seq);
-            if Some(seq) != reset {
-                freed = freed.saturating_add(super::to_u64(row.get(1)?));
-            }
-        }
-    }
-    let Some(through) = through else {
-        return Ok(0);
-    };
-    let deleted = connection.execute(
-        "DELETE FROM audit WHERE seq <= ?1 AND seq IS NOT ?2",
-        params![through, reset],
-    )?;
-    AUDIT.add(connection, -i64::try_from(freed).unwrap_or(i64::MAX))?;
-    Ok(deleted)
 }
 
 impl Store {
@@ -981,7 +814,7 @@ mod tests {
         let path = dir.path().join("state.db");
         {
             // As an earlier coordinator left it: WAL mode, no auto-vacuum.
-            let connection = Connection::open(&path).unwrap();
+            let connection = rusqlite::Connection::open(&path).unwrap();
             connection
                 .pragma_update(None, "journal_mode", "WAL")
                 .unwrap();

@@ -285,19 +285,7 @@ pub fn repairs_in_flight(
     nodes: &[Node],
     running: impl IntoIterator<Item = Uuid>,
 ) -> Vec<(String, Holder)> {
-    let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
-    let running: BTreeSet<Uuid> = running.into_iter().collect();
-    let mut held: BTreeMap<String, Holder> = BTreeMap::new();
-    for incident in incidents
-        .iter()
-        .filter(|i| running.contains(&i.uuid) && i.repair_status != RepairStatus::Pending)
-    {
-        if let Some(node) = by_uuid.get(incident.node_uuid.as_str()) {
-            held.entry(node.name.clone())
-                .or_insert(Holder::Incident { id: incident.uuid });
-        }
-    }
-    held.into_iter().collect()
+    held_after_cancel(incidents, nodes, running)
 }
 
 /// The nodes of incidents that are no longer pending (canceled) whose drain, offline or moves
@@ -307,6 +295,16 @@ pub fn repairs_in_flight(
 /// stays the busy one, it counts against the caps, its instances need room). A pending
 /// incident's evacuation holds its node already ([`holds`]).
 pub fn jobs_in_flight(
+    incidents: &[Incident],
+    nodes: &[Node],
+    running: impl IntoIterator<Item = Uuid>,
+) -> Vec<(String, Holder)> {
+    held_after_cancel(incidents, nodes, running)
+}
+
+/// The nodes of the incidents among `running` that are no longer pending, each held by its
+/// incident ([`repairs_in_flight`], [`jobs_in_flight`]).
+fn held_after_cancel(
     incidents: &[Incident],
     nodes: &[Node],
     running: impl IntoIterator<Item = Uuid>,
