@@ -786,7 +786,7 @@ done
 [[ -d $S/e2e/coord-state ]] && replay_rounds "all scenarios"
 
 # ---- summary ---------------------------------------------------------------------------------
-echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"
+echo "---- nodecare e2e on real Ganeti ${NODECARE_GNT_SOFTWARE_VERSION:-3.0.2} ($(( $(date +%s) - T0 )) s) ----"
 printf '%s\n' "${RESULTS[@]}"
 while IFS= read -r line; do REPAIRS+=("$line (during S0)"); done < <(grep -E '^(WARN|ERROR) ' "$S/logs/s0.log" 2>/dev/null | grep -v '^WARN cluster repair:')
 [[ ${#REPAIRS[@]} -eq 0 ]] || printf '%s\n' "${REPAIRS[@]}"
