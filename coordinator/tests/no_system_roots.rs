@@ -18,6 +18,10 @@ const CHILD: &str = "NODECARE_TEST_NO_SYSTEM_ROOTS_CHILD";
 const TEST: &str = "the_agent_client_builds_without_system_ca_certificates";
 
 #[test]
+#[allow(
+    clippy::disallowed_methods,
+    reason = "the test runs its own binary again, with another environment"
+)]
 fn the_agent_client_builds_without_system_ca_certificates() {
     if std::env::var_os(CHILD).is_some() {
         let settings = ScrapeSettings {
