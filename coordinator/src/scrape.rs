@@ -522,6 +522,10 @@ impl Scraper {
                 .pool_idle_timeout(POOL_IDLE_TIMEOUT)
                 .tcp_nodelay(true)
                 .no_proxy()
+                // The agents speak plain HTTP and sign their reports: the client trusts no
+                // certificate authority, so it builds on a host without CA certificates (the
+                // system's are read only for a client that may verify TLS against them).
+                .tls_certs_only(std::iter::empty())
                 .build()
                 .map_err(|error| ScraperError(error.to_string()))
         };

@@ -118,7 +118,7 @@ gnt gnt-instance add-tags "inst3.$DOMAIN" "$P:failover" "$P:suspend:" >&2
 # The bare suspend tag (no final colon): harep 3.0.2 suspends forever (its chompPrefix).
 gnt gnt-instance add-tags "inst6.$DOMAIN" "$P:reinstall" "$P:suspend" >&2
 
-harep_run() { harep --luxi="$NODECARE_GNT_LUXI_SOCKET" "$@" 2>&1 | grep -v -e '^Warning: cluster has inconsistent data' -e '^  - node ' -e '^$'; }
+harep_run() { "$GNT/gnt-tool.sh" harep --luxi="$NODECARE_GNT_LUXI_SOCKET" "$@" 2>&1 | grep -v -e '^Warning: cluster has inconsistent data' -e '^  - node ' -e '^$'; }
 # The coordinator's configuration as on the master: its [rapi] section is what -L uses.
 cat >"$OUT/coordinator.toml" <<TOML
 state_dir = "$OUT/nodecare-state"

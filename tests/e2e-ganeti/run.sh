@@ -22,7 +22,8 @@
 #           once node2 is returned to service (set online);
 #        S4 stopped agent: shown unreachable, nothing happens to its node;
 #        S5 replayed Ok: a static server replaying a stopped agent's last signed Ok makes the
-#           node read stale/unreachable within one report lifetime, never ok, and starts nothing;
+#           node read stale/unreachable (or unverifiable: refused as a replay) within one report
+#           lifetime, never ok, and starts nothing;
 #        S7 the gate: node2 (rack:a) and node3 (rack:b) say evacuate at once: node2 proceeds,
 #           node3 waits naming rack:a; an admission request (curl) for node1 (rack:c) is refused
 #           with 429 while a domain is busy; an override of rack:b lets node3 start and expires;
@@ -629,7 +630,9 @@ PY
   deadline=$((until_ms + 10000))
   while now=$(date +%s%3N); ((now < deadline)); do
     state=$(agent_state "$name")
-    if [[ $state == stale || $state == unreachable ]]; then
+    # unverifiable: the coordinator read a newer report of the agent between the capture and
+    # the stop, and refuses the replayed one as a replay (sequence below the last accepted).
+    if [[ $state == stale || $state == unreachable || $state == unverifiable ]]; then
       [[ -n $first_bad ]] || { first_bad=$((now - stopped)); first_state=$state; }
     elif ((now > until_ms)); then
       seen_ok=1
@@ -786,7 +789,7 @@ done
 [[ -d $S/e2e/coord-state ]] && replay_rounds "all scenarios"
 
 # ---- summary ---------------------------------------------------------------------------------
-echo "---- nodecare e2e on real Ganeti 3.0.2 ($(( $(date +%s) - T0 )) s) ----"
+echo "---- nodecare e2e on real Ganeti ${NODECARE_GNT_SOFTWARE_VERSION:-3.0.2} ($(( $(date +%s) - T0 )) s) ----"
 printf '%s\n' "${RESULTS[@]}"
 while IFS= read -r line; do REPAIRS+=("$line (during S0)"); done < <(grep -E '^(WARN|ERROR) ' "$S/logs/s0.log" 2>/dev/null | grep -v '^WARN cluster repair:')
 [[ ${#REPAIRS[@]} -eq 0 ]] || printf '%s\n' "${REPAIRS[@]}"

@@ -152,7 +152,7 @@ print(sum(1 for j in d if 'balancing (' in json.dumps(j.get('ops', [])) and 'gnt
     rapi GET "${p#*:}" >"$snap/${p%%:*}.json"
   done
   opts=(-G "$group" -g 0.01 --min-gain-limit 0.1 --no-disk-moves --mond=yes --mond-data "$S/e2e/mond-data.json" --exit-on-missing-mond-data)
-  hbal_m=$(hbal -m "file://$snap" "${opts[@]}" 2>&1)
+  hbal_m=$("$GNT/gnt-tool.sh" hbal -m "file://$snap" "${opts[@]}" 2>&1)
   live=$("$GNT/node-exec.sh" 1 hbal -L "${opts[@]}" 2>&1)
   ours=$("$cli" balance --dry-run -m "file://$snap" -G "$group" --min-gain 0.01 --mond-data "$S/e2e/mond-data.json" --json 2>&1)
   printf '%s\n' "$hbal_m" >"$S/e2e/hbal-m.out"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Bring up a real Ganeti 3.0.2 cluster whose nodes are Linux namespaces on
-# this machine. See README.md for the layout and the env file it writes.
+# Bring up a real Ganeti cluster whose nodes are Linux namespaces on this
+# machine: the machine's own Ganeti 3.0.2 (Debian 12), or, with
+# NODECARE_GNT_VERSION=3.1 (or NODECARE_GNT_ROOT=<dir>), the Ganeti of another
+# Debian root (make-root.sh: Debian 13's Ganeti 3.1) that every node mounts as
+# its root. See README.md for the layout and the env file it writes.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=lib.sh
@@ -18,7 +21,9 @@ usage: $0 [--nodes N] [--instances SPEC|none] [--mond|--no-mond] [--install]
   --install         run install-packages.sh first
 Environment: NODECARE_GNT_STATE (default /tmp/nodecare-ganeti),
 NODECARE_GNT_PREFIX (netns prefix, default ncg), NODECARE_GNT_RAPI_PORT (5080),
-NODECARE_GNT_MOND_FWD_BASE (18150: node i's 1815 is on 127.0.0.1:base+i).
+NODECARE_GNT_MOND_FWD_BASE (18150: node i's 1815 is on 127.0.0.1:base+i),
+NODECARE_GNT_VERSION (3.0: the machine's packages; 3.1: Debian 13's, in a root
+made by make-root.sh) or NODECARE_GNT_ROOT (a root of Ganeti packages to use).
 EOF
   exit 2
 }
@@ -58,11 +63,31 @@ done
 
 require_root
 T0=$(now_ms)
-if [[ $INSTALL -eq 1 ]]; then "$HERE/install-packages.sh"; fi
-for bin in gnt-cluster gnt-node gnt-instance /usr/sbin/ganeti-noded /usr/sbin/sshd socat nsenter unshare ip curl openssl ssh-keygen; do
-  command -v "$bin" >/dev/null || die "$bin not found: run $HERE/install-packages.sh (or pass --install)"
-done
-[[ -e /usr/share/ganeti/os/noop || -e /srv/ganeti/os/noop ]] || die "ganeti-os-noop missing: run install-packages.sh"
+# GROOT: the Debian root whose Ganeti every node runs; empty for the machine's own.
+GROOT=$NODECARE_GNT_ROOT
+if [[ -z $GROOT ]]; then
+  case ${NODECARE_GNT_VERSION:-3.0} in
+    3.0 | 3.0.*) ;;
+    3.1 | 3.1.*) GROOT=$("$HERE/make-root.sh" trixie) || die "could not make the Debian 13 root" ;;
+    *) die "NODECARE_GNT_VERSION must be 3.0 or 3.1 (got '$NODECARE_GNT_VERSION')" ;;
+  esac
+fi
+if [[ -n $GROOT ]]; then
+  [[ $GROOT == /* && -d $GROOT ]] || die "NODECARE_GNT_ROOT '$GROOT' is not an absolute path to a directory"
+  for bin in usr/sbin/gnt-cluster usr/sbin/ganeti-noded usr/sbin/sshd usr/bin/ssh usr/bin/python3; do
+    [[ -x $GROOT/$bin ]] || die "$GROOT/$bin missing: make the root with $HERE/make-root.sh"
+  done
+  [[ -e $GROOT/usr/share/ganeti/os/noop ]] || die "ganeti-os-noop missing in $GROOT"
+  for bin in socat nsenter unshare ip curl openssl ssh-keygen pivot_root; do
+    command -v "$bin" >/dev/null || die "$bin not found: run $HERE/install-packages.sh (or pass --install)"
+  done
+else
+  if [[ $INSTALL -eq 1 ]]; then "$HERE/install-packages.sh"; fi
+  for bin in gnt-cluster gnt-node gnt-instance /usr/sbin/ganeti-noded /usr/sbin/sshd socat nsenter unshare ip curl openssl ssh-keygen; do
+    command -v "$bin" >/dev/null || die "$bin not found: run $HERE/install-packages.sh (or pass --install)"
+  done
+  [[ -e /usr/share/ganeti/os/noop || -e /srv/ganeti/os/noop ]] || die "ganeti-os-noop missing: run install-packages.sh"
+fi
 check_state_dir
 
 # Clean up any previous (possibly failed) run of the same state dir/prefix.
@@ -83,13 +108,28 @@ touch "$STATE/$STATE_MARKER"
 mkdir -p "$STATE/pids" "$STATE/logs" "$STATE/fwd" "$STATE/ssh" "$STATE/shared-file-storage"
 chmod 700 "$STATE"
 
-# Mount points that must exist in the root filesystem for the private binds; the marker file
-# keeps every rmdir from removing them (and so from detaching the nodes' mounts): see lib.sh.
-for d in "${NODE_BIND_DIRS[@]}"; do
-  mkdir -p "$d"
-  [[ -e $d/$MOUNTPOINT_MARKER ]] || : >"$d/$MOUNTPOINT_MARKER"
-done
-[[ -f /etc/default/ganeti ]] || die "/etc/default/ganeti missing: is the ganeti package installed?"
+if [[ -n $GROOT ]]; then
+  echo "$GROOT" >"$GNT_ROOT_FILE"
+  # What the nodes see at the same paths as the machine: /tmp and /work (the binaries and
+  # scripts run inside nodes), the state dir and this checkout, and NODECARE_GNT_SHARED_PATHS
+  # (space-separated). Each is bound once, below none of the others.
+  REPO=$(cd "$HERE/../.." && pwd)
+  SHARED=()
+  for p in /tmp /work "$STATE" "$REPO" ${NODECARE_GNT_SHARED_PATHS:-}; do
+    [[ $p == /* && -d $p ]] || continue
+    dup=0
+    for q in "${SHARED[@]}"; do [[ $p == "$q" || $p == "$q"/* ]] && dup=1; done
+    [[ $dup -eq 1 ]] || SHARED+=("$p")
+  done
+else
+  # Mount points that must exist in the root filesystem for the private binds; the marker file
+  # keeps every rmdir from removing them (and so from detaching the nodes' mounts): see lib.sh.
+  for d in "${NODE_BIND_DIRS[@]}"; do
+    mkdir -p "$d"
+    [[ -e $d/$MOUNTPOINT_MARKER ]] || : >"$d/$MOUNTPOINT_MARKER"
+  done
+fi
+[[ -f $GROOT/etc/default/ganeti ]] || die "$GROOT/etc/default/ganeti missing: is the ganeti package installed?"
 
 step "keys"
 ssh-keygen -q -t ed25519 -N '' -C "nodecare-test-host" -f "$STATE/ssh/ssh_host_ed25519_key"
@@ -144,14 +184,14 @@ for ((i = 1; i <= NODES; i++)); do
   nd=$(node_dir "$i")
   mkdir -p "$nd/log"
   for d in "${NODE_BIND_DIRS[@]}"; do mkdir -p "$nd/root$d"; done
-  cp -a /etc/ganeti/. "$nd/root/etc/ganeti/"
-  cp -a /var/lib/ganeti/. "$nd/root/var/lib/ganeti/" 2>/dev/null || true
+  cp -a "$GROOT/etc/ganeti/." "$nd/root/etc/ganeti/"
+  cp -a "$GROOT/var/lib/ganeti/." "$nd/root/var/lib/ganeti/" 2>/dev/null || true
   rm -f "$nd/root/etc/ganeti/$MOUNTPOINT_MARKER" "$nd/root/var/lib/ganeti/$MOUNTPOINT_MARKER"
   printf '%s\n' /srv/ganeti/file-storage /srv/ganeti/shared-file-storage >"$nd/root/etc/ganeti/file-storage-paths"
   mkdir -p "$nd/root/srv/ganeti/file-storage" "$nd/root/srv/ganeti/shared-file-storage"
   # sshd: Debian's config, shared host keys, our root key.
-  cp /etc/ssh/sshd_config /etc/ssh/ssh_config "$nd/root/etc/ssh/"
-  [[ -e /etc/ssh/moduli ]] && cp /etc/ssh/moduli "$nd/root/etc/ssh/"
+  cp "$GROOT/etc/ssh/sshd_config" "$GROOT/etc/ssh/ssh_config" "$nd/root/etc/ssh/"
+  [[ -e $GROOT/etc/ssh/moduli ]] && cp "$GROOT/etc/ssh/moduli" "$nd/root/etc/ssh/"
   cp "$STATE"/ssh/ssh_host_* "$nd/root/etc/ssh/"
   chmod 600 "$nd"/root/etc/ssh/ssh_host_*_key
   cp "$STATE/ssh/id_rsa" "$STATE/ssh/id_rsa.pub" "$nd/root/root/.ssh/"
@@ -161,16 +201,45 @@ for ((i = 1; i <= NODES; i++)); do
   chmod 755 "$nd/root/run/sshd"
   chmod 1777 "$nd/root/run/lock"
   # Daemon arguments: RAPI on every address of the node, with authentication.
-  sed -e 's/^RAPI_ARGS=.*/RAPI_ARGS="--require-authentication"/' /etc/default/ganeti >"$nd/default-ganeti"
+  sed -e 's/^RAPI_ARGS=.*/RAPI_ARGS="--require-authentication"/' "$GROOT/etc/default/ganeti" >"$nd/default-ganeti"
   grep -q '^RAPI_ARGS=' "$nd/default-ganeti" || echo 'RAPI_ARGS="--require-authentication"' >>"$nd/default-ganeti"
 
-  {
-    echo 'set -e'
-    node_binds "$i" | while IFS=$'\t' read -r src dst; do echo "mount --bind '$src' '$dst'"; done
-    echo "hostname '$(node_name "$i")'"
-    echo "touch '$nd/ready'"
-    echo 'exec sleep infinity'
-  } >"$nd/holder.sh"
+  if [[ -z $GROOT ]]; then
+    {
+      echo 'set -e'
+      node_binds "$i" | while IFS=$'\t' read -r src dst; do echo "mount --bind '$src' '$dst'"; done
+      echo "hostname '$(node_name "$i")'"
+      echo "touch '$nd/ready'"
+      echo 'exec sleep infinity'
+    } >"$nd/holder.sh"
+  else
+    # The node's root: an overlay whose lower layer is GROOT (never written) and whose upper
+    # layer is the node's own; /proc, /dev, the network namespace's /sys, the shared paths and
+    # the node's private binds mounted in it; then pivot_root, so that every process entering
+    # the mount namespace (nsenter -m) runs the root's programs and libraries.
+    mkdir -p "$nd/upper" "$nd/ovl-work" "$nd/merged"
+    {
+      echo 'set -e'
+      echo "r='$nd/merged'"
+      echo "mount -t overlay overlay -o 'lowerdir=$GROOT,upperdir=$nd/upper,workdir=$nd/ovl-work' \"\$r\""
+      echo 'mount -t proc proc "$r/proc"'
+      echo 'mount --rbind /dev "$r/dev"'
+      echo 'mount --rbind /sys "$r/sys"'
+      for p in "${SHARED[@]}"; do echo "mkdir -p \"\$r$p\" && mount --bind '$p' \"\$r$p\""; done
+      node_binds "$i" | while IFS=$'\t' read -r src dst; do
+        if [[ -d $src ]]; then echo "mkdir -p \"\$r$dst\""; else echo "[ -e \"\$r$dst\" ] || : >\"\$r$dst\""; fi
+        echo "mount --bind '$src' \"\$r$dst\""
+      done
+      echo 'mkdir -p "$r/.oldroot"'
+      echo 'cd "$r"'
+      echo 'pivot_root . .oldroot'
+      echo 'cd /'
+      echo 'umount -l /.oldroot'
+      echo "hostname '$(node_name "$i")'"
+      echo "touch '$nd/ready'"
+      echo 'exec sleep infinity'
+    } >"$nd/holder.sh"
+  fi
   rm -f "$nd/ready"
   # ip netns exec gives the holder a sysfs of its network namespace; unshare
   # adds private mount and UTS namespaces (propagation private: nothing leaks).
@@ -284,6 +353,9 @@ if [[ $KEEP_MOND -eq 0 ]]; then
   done
 fi
 
+# The Ganeti release the nodes run, e.g. 3.0.2 or 3.1.0~rc2 (as RAPI's /2/info software_version).
+GNT_SOFTWARE_VERSION=$(in_node 1 gnt-cluster --version 2>/dev/null | awk 'NR == 1 {print $NF}')
+
 step "forwards and env file"
 "$HERE/forward.sh" cluster 5080 "$NODECARE_GNT_RAPI_PORT" >/dev/null
 for ((i = 1; i <= NODES; i++)); do
@@ -334,6 +406,8 @@ RAPI_PUBKEY_PIN=$(openssl x509 -in "$STATE/rapi-cert.pem" -noout -pubkey | opens
   q NODECARE_GNT_LUXI_SOCKET "$(node_dir 1)/root/run/ganeti/socket/ganeti-query"
   q NODECARE_GNT_MOND_FWD_BASE "$NODECARE_GNT_MOND_FWD_BASE"
   q NODECARE_GNT_MOND_RUNNING "$KEEP_MOND"
+  q NODECARE_GNT_ROOT "$GROOT"
+  q NODECARE_GNT_SOFTWARE_VERSION "$GNT_SOFTWARE_VERSION"
   inames=()
   for spec in "${INST_SPECS[@]}"; do inames+=("${spec%%:*}.$DOMAIN"); done
   q NODECARE_GNT_INSTANCES "${inames[*]}"

@@ -34,6 +34,14 @@ NODE_BIND_DIRS=(/var/lib/ganeti /run/ganeti /var/log/ganeti /etc/ganeti /etc/ssh
 # directory that is not empty, so the marker keeps them in place; nothing removes them.
 MOUNTPOINT_MARKER=.nodecare-ganeti-mountpoint
 
+# Another Debian root whose Ganeti the nodes run instead of the machine's own 3.0.2 (each node
+# mounts it as the lower layer of an overlay of its own and pivots into it; see cluster-up.sh):
+# NODECARE_GNT_ROOT=<dir>, or NODECARE_GNT_VERSION=3.1 for tests/ganeti/make-root.sh's trixie root.
+NODECARE_GNT_ROOT=${NODECARE_GNT_ROOT:-}
+NODECARE_GNT_VERSION=${NODECARE_GNT_VERSION:-}
+# Where cluster-up.sh records the root the running cluster's nodes use (absent: the machine's).
+GNT_ROOT_FILE=$STATE/gnt-root
+
 SCRIPT_NAME=${SCRIPT_NAME:-$(basename "$0")}
 
 die() { echo "$SCRIPT_NAME: error: $*" >&2; exit 1; }
@@ -62,6 +70,9 @@ holder_pid() {
     die "pid $pid is not in namespace $(ns_node "$1") (stale state? run cluster-down.sh)"
   echo "$pid"
 }
+
+# The Debian root the running cluster's nodes use; empty for the machine's own.
+cluster_gnt_root() { cat "$GNT_ROOT_FILE" 2>/dev/null || true; }
 
 # Run a command inside node i's network, mount and UTS namespaces.
 in_node() {

@@ -22,6 +22,10 @@ shift
 [[ $idx =~ ^[0-9]+$ && $idx -ge 1 ]] || die "bad node index '$idx'"
 require_root
 hpid=$(holder_pid "$idx")
+# The command starts in the current directory when the node sees it (a node running another
+# Debian root sees only the paths cluster-up.sh shares with it), else in /.
+wd=$PWD
+[[ -d /proc/$hpid/root$PWD ]] || wd=/
 
 case $1 in
   --bg)
@@ -35,7 +39,7 @@ case $1 in
       die "a background command named '$name' is already running (pid $(<"$pidf"))"
     fi
     # nsenter and setsid exec the command, so $! is the command's own PID.
-    nsenter -t "$hpid" -n -m -u --wd="$PWD" -- setsid "$@" </dev/null >>"$STATE/logs/bg-$name.log" 2>&1 &
+    nsenter -t "$hpid" -n -m -u --wd="$wd" -- setsid "$@" </dev/null >>"$STATE/logs/bg-$name.log" 2>&1 &
     pid=$!
     echo "$pid" >"$pidf"
     sleep 0.05
@@ -54,6 +58,6 @@ case $1 in
     rm -f "$pidf"
     ;;
   *)
-    exec nsenter -t "$hpid" -n -m -u --wd="$PWD" -- "$@"
+    exec nsenter -t "$hpid" -n -m -u --wd="$wd" -- "$@"
     ;;
 esac

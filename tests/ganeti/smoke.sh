@@ -83,7 +83,7 @@ master=$(ip netns exec "$NODECARE_GNT_CLIENT_NETNS" /usr/bin/python3 "$HERE/conf
 check "confd of node$N names the master ($master)" test "$master" = "$NODECARE_GNT_MASTER"
 gm=$("$HERE/node-exec.sh" "$N" gnt-cluster getmaster)
 check "gnt-cluster getmaster in node$N ($gm)" test "$gm" = "$NODECARE_GNT_MASTER"
-[[ $N -lt 2 ]] || check "hroller over LUXI from the root namespace" bash -c "hroller -L'$NODECARE_GNT_LUXI_SOCKET' >/dev/null 2>&1"
+[[ $N -lt 2 ]] || check "hroller over LUXI from the root namespace" bash -c "'$HERE/gnt-tool.sh' hroller -L'$NODECARE_GNT_LUXI_SOCKET' >/dev/null 2>&1"
 echo "confd/luxi checks: $(( $(now_ms) - T )) ms"
 
 if [[ $NODECARE_GNT_MOND_RUNNING == 0 ]]; then
