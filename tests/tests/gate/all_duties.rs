@@ -1072,7 +1072,12 @@ impl World {
         Ok(Self {
             h,
             shape,
-            client: reqwest::Client::new(),
+            // The system's roots are read once per process, not once per seed.
+            client: reqwest::Client::builder()
+                .tls_backend_preconfigured(
+                    nodecare_coordinator::agent_tls_config().map_err(anyhow::Error::msg)?,
+                )
+                .build()?,
             url,
             server,
             played: BTreeMap::new(),
@@ -2003,13 +2008,22 @@ async fn run(first: u64, count: u64, rounds: usize) {
         .and_then(|j| usize::try_from(j).ok())
         .unwrap_or(DEFAULT_JOBS)
         .max(1);
+    // Each seed is a task of its own: the runtime's worker threads run the seeds side by side
+    // (polled in this one task they would share a single thread).
     let mut runs = futures_util::stream::iter(seeds.iter().copied())
-        .map(|seed| async move {
-            let t = Instant::now();
-            (seed, run_seed(seed, rounds).await, t.elapsed())
+        .map(|seed| {
+            tokio::spawn(async move {
+                let t = Instant::now();
+                (seed, run_seed(seed, rounds).await, t.elapsed())
+            })
         })
         .buffer_unordered(jobs);
-    while let Some((seed, outcome, elapsed)) = runs.next().await {
+    while let Some(joined) = runs.next().await {
+        let (seed, outcome, elapsed) = match joined {
+            Ok(run) => run,
+            // A seed's panic is the test's.
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        };
         let seed = &seed;
         let tally = match outcome {
             Ok(tally) => tally,
