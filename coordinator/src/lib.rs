@@ -115,33 +115,3 @@ pub fn install_crypto_provider() {
         tracing::trace!("rustls crypto provider already installed");
     }
 }
-
-/// The TLS settings of the HTTP clients to agents and peers: what reqwest builds by default
-/// (the system's roots through `rustls-platform-verifier`, TLS 1.2 and 1.3, HTTP/1.1 by ALPN),
-/// built once per process. Building it reads and parses every certificate of the system's
-/// store; a coordinator builds a client for each kind of request, and a process that starts a
-/// coordinator again (a test's restarts) would read the store every time.
-pub fn agent_tls_config() -> Result<rustls::ClientConfig, String> {
-    static CONFIG: std::sync::OnceLock<Result<rustls::ClientConfig, String>> =
-        std::sync::OnceLock::new();
-    CONFIG
-        .get_or_init(|| {
-            install_crypto_provider();
-            let provider = rustls::crypto::CryptoProvider::get_default()
-                .cloned()
-                .unwrap_or_else(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()));
-            let verifier = rustls_platform_verifier::Verifier::new(std::sync::Arc::clone(
-                &provider,
-            ))
-            .map_err(|error| format!("cannot read the system's CA certificates: {error}"))?;
-            let mut config = rustls::ClientConfig::builder_with_provider(provider)
-                .with_protocol_versions(rustls::ALL_VERSIONS)
-                .map_err(|error| error.to_string())?
-                .dangerous()
-                .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
-                .with_no_client_auth();
-            config.alpn_protocols = vec![b"http/1.1".to_vec()];
-            Ok(config)
-        })
-        .clone()
-}

@@ -513,10 +513,9 @@ pub struct ScraperError(String);
 impl Scraper {
     /// A scraper trusting `ring`.
     pub fn new(ring: KeyRing, settings: ScrapeSettings) -> Result<Self, ScraperError> {
-        let tls = crate::agent_tls_config().map_err(ScraperError)?;
+        crate::install_crypto_provider();
         let build = |max_idle: usize| {
             reqwest::Client::builder()
-                .tls_backend_preconfigured(tls.clone())
                 .timeout(settings.timeout)
                 .connect_timeout(settings.timeout)
                 .pool_max_idle_per_host(max_idle)
