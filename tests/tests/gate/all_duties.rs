@@ -2034,8 +2034,17 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         }
     }
     if !unended.is_empty() {
+        // What holds it, as Ganeti shows it: the nodes disrupted and who left them so.
+        let disrupted = w.census().await?.disrupted;
+        let tags: BTreeMap<String, Vec<String>> = w.h.sim.with_cluster(|c| {
+            c.nodes
+                .values()
+                .filter(|n| disrupted.contains_key(&n.name))
+                .map(|n| (n.name.clone(), n.tags.clone()))
+                .collect()
+        });
         let line = format!(
-            "seed {seed}: {QUIET_ROUNDS} rounds after faults stopped, not ended: {unended:?}"
+            "seed {seed}: {QUIET_ROUNDS} rounds after faults stopped, not ended: {unended:?}; disrupted {disrupted:?}, their tags {tags:?}"
         );
         println!("{line}");
         tally.violations.push(Violation {
