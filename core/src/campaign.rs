@@ -699,9 +699,9 @@ impl Record {
     /// Whether the next group is due: running, and every node disrupted is releasing (its
     /// undrain job in flight: [`Self::releasing`]), or none is (the previous group's nodes are
     /// all undrained and healthy; their migrations back may still run). A group started while
-    /// undrains run has its drains chained after all of them and its moves after their
-    /// target's (Ganeti `depends`): none runs before the nodes it counts on are released, and
-    /// none if an undrain fails.
+    /// undrains run has its drains and moves chained after all of them (Ganeti `depends`):
+    /// none runs before the nodes it was admitted with are released, and none if an undrain
+    /// fails.
     pub fn needs_group(&self) -> bool {
         self.state() == CampaignState::Running && {
             let releasing = self.undrains_in_flight();
@@ -773,49 +773,28 @@ impl Record {
     }
 
     /// Chains the drains and moves among `planned` after the undrains `releasing` (node → key)
-    /// that were in flight when the round began: a drain after every one of them (the
-    /// disruption budget counts on them all), a move after its target's.
-    fn chain_after_releases(
-        &mut self,
-        planned: &[String],
-        releasing: &BTreeMap<String, String>,
-        world: &World,
-    ) {
+    /// that were in flight when the round began: each after every one of them but its own
+    /// node's. The gate admitted the group on the cluster as it will be once they succeeded
+    /// ([`crate::gate::Proposal::after_releases`]: the disruption budget, N+1 and storage with
+    /// those nodes back), so none of its jobs may run before, a move to a node not released
+    /// neither (while a released node is still drained, storage is not whole).
+    fn chain_after_releases(&mut self, planned: &[String], releasing: &BTreeMap<String, String>) {
         for key in planned {
             let Some(op) = self.ops.get(key) else {
                 continue;
             };
-            let targets: Vec<&str> = match (&op.kind, op.step) {
-                (OpKind::Drain, _) => releasing
-                    .keys()
-                    .map(String::as_str)
-                    .filter(|n| *n != op.node)
-                    .collect(),
-                (_, NodeStep::MigrateBack) => continue,
-                (
-                    OpKind::Migrate {
-                        target: Some(target),
-                        ..
-                    },
-                    _,
-                ) => vec![target.as_str()],
-                (
-                    OpKind::Migrate {
-                        instance,
-                        target: None,
-                    },
-                    _,
-                ) => world
-                    .instances
-                    .get(instance)
-                    .map(|i| i.secondaries.iter().map(String::as_str).collect())
-                    .unwrap_or_default(),
-                (OpKind::ReplaceSecondary { secondary, .. }, _) => vec![secondary.as_str()],
-                _ => continue,
-            };
-            let after: Vec<String> = targets
-                .into_iter()
-                .filter_map(|n| releasing.get(n).cloned())
+            if op.step == NodeStep::MigrateBack
+                || !matches!(
+                    op.kind,
+                    OpKind::Drain | OpKind::Migrate { .. } | OpKind::ReplaceSecondary { .. }
+                )
+            {
+                continue;
+            }
+            let after: Vec<String> = releasing
+                .iter()
+                .filter(|(node, _)| **node != op.node)
+                .map(|(_, undrain)| undrain.clone())
                 .collect();
             if !after.is_empty()
                 && let Some(op) = self.ops_mut().get_mut(key)
@@ -1268,7 +1247,7 @@ impl Record {
             self.finish(CampaignState::Aborted, world.now_ms);
         }
         if !releasing.is_empty() {
-            self.chain_after_releases(&planned, &releasing, world);
+            self.chain_after_releases(&planned, &releasing);
         }
         planned
     }

@@ -1639,6 +1639,39 @@ fn next_group_while_undraining(w: &mut World, later: &str, request: CampaignRequ
     r
 }
 
+/// A group started while the previous group's undrains run was admitted by the gate as if those
+/// nodes were back (`Proposal::after_releases`: no storage problem that is only their drained
+/// flag): none of its jobs may run before them. Every operation it plans, a move to a node
+/// that is not released too (a DRBD instance to its secondary), is chained after every undrain
+/// in flight.
+#[test]
+fn every_operation_of_a_group_started_while_undrains_run_comes_after_them() {
+    let mut w = world();
+    let mut r = next_group_while_undraining(&mut w, "c", request());
+    // c's primary i3 migrates to its secondary a; b is the node released.
+    r.moves = BTreeMap::from([(
+        "c".to_owned(),
+        vec![PlannedMove {
+            instance: "i3".into(),
+            target: None,
+            new_secondary: None,
+        }],
+    )]);
+    w.now_ms += 1000;
+    let planned = r.advance(&w);
+    assert!(
+        planned.iter().any(|k| k.starts_with("g1-c-move-")),
+        "a move planned: {planned:?}"
+    );
+    for key in planned.iter().filter(|k| k.starts_with("g1-")) {
+        assert_eq!(
+            r.entry(&r.ops[key]).after,
+            vec!["g0-b-undrain".to_owned()],
+            "{key} runs before b's undrain, which its group was admitted after"
+        );
+    }
+}
+
 /// A node that needs no drain (the master; a node drained already) in a group started while
 /// the previous group's undrains run gets no hook before they have succeeded, saying so.
 #[test]
@@ -1808,16 +1841,23 @@ fn a_failed_undrain_fails_its_node_alone_and_the_next_group_is_planned_again() {
         op.state = OpState::Failed;
         op.canceled = how == "canceled";
         op.error = Some("job 10 error: Dependency job 9 finished with status 'error'".into());
-        // a's migration, not chained, ran.
+        // a's migration, chained after b's undrain too, never ran either.
         let keys: Vec<String> = r
             .in_flight()
             .filter(|op| op.node == "a")
             .map(|op| op.key.clone())
             .collect();
+        assert!(!keys.is_empty(), "{how}: a's migration");
         for key in keys {
+            assert_eq!(
+                r.entry(&r.ops[&key]).after,
+                vec!["g0-b-undrain".to_owned()],
+                "{how}: {key} chained"
+            );
             let op = r.ops_mut().get_mut(&key).unwrap();
-            apply(op, &mut w);
-            op.state = OpState::Succeeded;
+            op.state = OpState::Failed;
+            op.canceled = how == "canceled";
+            op.error = Some("job 11 error: Dependency job 9 finished with status 'error'".into());
         }
         for _ in 0..6 {
             w.now_ms += 1000;

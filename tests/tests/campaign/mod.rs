@@ -827,6 +827,82 @@ async fn no_hook_of_a_chained_group_before_the_previous_group_is_back() {
     server.abort();
 }
 
+/// A group started while the previous group's undrains run (the gate judged it with those
+/// nodes back: no storage problem that is only their drained flag) moves nothing before they
+/// have succeeded: in Ganeti's job list, no move of a campaign starts before an undrain of it
+/// received earlier has ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_move_of_a_chained_group_starts_before_the_previous_group_is_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let mut h = cluster_with(&users, |config| config.max_disrupted_nodes = 1).await;
+    h.sim.set_job_delay(std::time::Duration::from_millis(300));
+    let (url, server) = serve_api(&h).await;
+    start_reboot_campaign(&url).await;
+    let mut runs = BTreeMap::new();
+    for _ in 0..400 {
+        h.coordinator.round().await.unwrap();
+        reboot_after_hooks(&h.agents, &mut runs);
+        if campaign(&h).state.is_final() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    assert!(done.groups.len() >= 2, "{done:#?}");
+    let intent = |job: &SimJob| {
+        job.reason
+            .iter()
+            .find_map(|(_, text, _)| nodecare_ganeti::Reason::parse_text(text))
+            .map(|p| p.intent)
+            .unwrap_or_default()
+    };
+    let jobs: Vec<SimJob> = h.sim.with_cluster(|c| c.jobs.values().cloned().collect());
+    let undrains: Vec<&SimJob> = jobs
+        .iter()
+        .filter(|j| {
+            matches!(
+                j.op,
+                SimOp::SetNodeParams {
+                    drained: Some(false),
+                    ..
+                }
+            ) && intent(j).ends_with("-undrain")
+        })
+        .collect();
+    let moves: Vec<&SimJob> = jobs
+        .iter()
+        .filter(|j| intent(j).contains("-move-"))
+        .collect();
+    let mut chained = 0;
+    for mv in &moves {
+        for undrain in undrains.iter().filter(|u| u.received_ms <= mv.received_ms) {
+            let (Some(start), Some(end)) = (mv.start_ms, undrain.end_ms) else {
+                continue;
+            };
+            chained += usize::from(undrain.end_ms > Some(mv.received_ms));
+            assert!(
+                start >= end,
+                "job {} {} ({}) started at {start} ms, before job {} {} ({}) ended at {end} ms",
+                mv.id,
+                mv.op.summary(),
+                intent(mv),
+                undrain.id,
+                undrain.op.summary(),
+                intent(undrain)
+            );
+        }
+    }
+    assert!(
+        chained > 0,
+        "no move was submitted while an undrain ran: {moves:#?}"
+    );
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    server.abort();
+}
+
 /// Instances started on a drained node before its hook, behind the coordinator's back (by
 /// their owner; by Ganeti's watcher restarting a crashed one), are moved like planned ones: no
 /// hook reaches a node while a running instance is on it, and they end back where they ran.
