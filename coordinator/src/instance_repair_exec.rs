@@ -48,7 +48,8 @@ pub use nodecare_exec::instance_repair::{
 
 /// What becomes of a repair's entry whose submission is uncertain and that Ganeti's job list
 /// does not show: submitted again (the list is complete, and every repair job but the reinstall
-/// carries its trail; an uncertain reinstall fails instead, never submitted twice).
+/// carries its trail; an uncertain reinstall stays held while the list shows a reinstall of its
+/// instance unfinished, then fails, never submitted twice).
 pub const UNADOPTED: Unadopted = Unadopted::Retry;
 
 /// Whether `holder` is an instance repair's (or its tag change's).

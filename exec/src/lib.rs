@@ -365,7 +365,8 @@ impl Executor {
     /// An operation whose job carries no reason trail ([`nodecare_ganeti::Op::carries_reason`]:
     /// RAPI's reinstall) cannot be found again by [`Executor::adopt`]: its entry is marked
     /// submitted (without a job) before Ganeti is asked, so that a crash or a lost answer
-    /// leaves it uncertain, never submitted again ([`Executor::adopt`] fails it).
+    /// leaves it uncertain, never submitted again ([`Executor::adopt`] holds it while a job
+    /// that may be its own is unfinished, then fails it).
     ///
     /// Nothing is submitted while Ganeti's job list could not be read at the last adoption,
     /// and no entry whose earlier submission is uncertain (see [`Unsure`]); an entry Ganeti
@@ -553,8 +554,10 @@ impl Executor {
     /// job list could not be read (nothing more was decided, and nothing is submitted, for any
     /// holder, before a later adoption reads it). An entry marked submitted
     /// without a job (one whose job carries no reason trail, asked for with no answer
-    /// recorded) fails: whether Ganeti has its job cannot be known, and it is never submitted
-    /// again.
+    /// recorded) stays unfinished, holding what it holds, while the job list shows an
+    /// unfinished job that may be its own ([`nodecare_ganeti::Op::may_be_job`]: a reinstall of
+    /// its instance) or cannot be read; once a complete list shows none it fails, never
+    /// submitted again (whether its job ran cannot be known).
     pub async fn adopt_of(
         &self,
         ganeti: &dyn Ganeti,
@@ -571,16 +574,42 @@ impl Executor {
             .filter(|e| which(&e.holder))
             .collect();
         let mut changed = Vec::new();
-        for e in entries
+        // Marked submitted without a job: asked for, its job carrying no reason trail to find
+        // it by. Uncertainty holds: the entry stays unfinished (its nodes held) while Ganeti's
+        // job list shows an unfinished job that may be its own, or cannot be read.
+        let untraced: Vec<&Arc<Entry>> = entries
             .iter()
             .filter(|e| e.state == State::Submitted && e.job.is_none() && e.action.op().is_some())
-        {
+            .collect();
+        let mut listed: Option<Vec<nodecare_ganeti::JobSummary>> = None;
+        if !untraced.is_empty() {
+            match ganeti.jobs().await {
+                Ok(jobs) => listed = Some(jobs),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list jobs to look for uncertain submissions: nothing is submitted");
+                    self.unsure_lock().unread = Some(error.to_string());
+                    return Ok(None);
+                }
+            }
+        }
+        for e in untraced {
+            let Some(op) = e.action.op() else { continue };
+            let running = listed
+                .iter()
+                .flatten()
+                .find(|job| !job.status.is_final() && op.may_be_job(job));
+            if let Some(job) = running {
+                tracing::info!(holder = %e.holder, key = %e.key, job = job.id,
+                    "uncertain submission: a job that may be its own is unfinished; still held");
+                continue;
+            }
             let mut e = Entry::clone(e);
-            let op = e.action.op().map(nodecare_ganeti::Op::name).unwrap_or("");
             e.state = State::Failed {
                 why: format!(
-                    "the submission of its {op} job is uncertain (no answer recorded) and that \
-                     job carries no reason trail to find it by: not submitted again"
+                    "the submission of its {} job is uncertain (no answer recorded) and that \
+                     job carries no reason trail to find it by; Ganeti's job list shows no \
+                     unfinished job that may be it: not submitted again",
+                    op.name()
                 ),
             };
             e.finished_ms = Some(now_ms);
@@ -632,13 +661,16 @@ impl Executor {
             decided_all(&entries);
             return Ok(Some(changed));
         }
-        let jobs = match ganeti.jobs().await {
-            Ok(jobs) => jobs,
-            Err(error) => {
-                tracing::warn!(%error, "cannot list jobs to adopt them: nothing is submitted");
-                self.unsure_lock().unread = Some(error.to_string());
-                return Ok(None);
-            }
+        let jobs = match listed {
+            Some(jobs) => jobs,
+            None => match ganeti.jobs().await {
+                Ok(jobs) => jobs,
+                Err(error) => {
+                    tracing::warn!(%error, "cannot list jobs to adopt them: nothing is submitted");
+                    self.unsure_lock().unread = Some(error.to_string());
+                    return Ok(None);
+                }
+            },
         };
         decided_all(&entries);
         let mut by_reason: BTreeMap<(Uuid, String), JobId> = BTreeMap::new();

@@ -755,8 +755,9 @@ impl Ganeti for LostAnswers {
 }
 
 /// A reinstall's job carries no reason trail, so adoption cannot find it: its submission
-/// answer lost, the entry fails with why (the repair blocks visibly) and the reinstall is
-/// never submitted again, even where the holder's other entries are retried.
+/// answer lost, once no reinstall of the instance is unfinished the entry fails with why (the
+/// repair blocks visibly) and the reinstall is never submitted again, even where the holder's
+/// other entries are retried.
 #[tokio::test]
 async fn a_reinstall_whose_answer_is_lost_fails_and_is_never_submitted_again() {
     let w = world().await;
@@ -781,6 +782,7 @@ async fn a_reinstall_whose_answer_is_lost_fails_and_is_never_submitted_again() {
     let first = w.exec.submit_reporting(&lossy, None, 1).await.unwrap();
     assert!(first.submitted.is_empty());
     assert_eq!(first.refused.len(), 1);
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
     for now in 2..5 {
         w.exec
             .adopt(&w.ganeti, |_| Unadopted::Retry, now)
@@ -802,6 +804,88 @@ async fn a_reinstall_whose_answer_is_lost_fails_and_is_never_submitted_again() {
         entry.state.why().unwrap().contains("no reason trail"),
         "{entry:?}"
     );
+}
+
+/// A reinstall whose submission's answer was lost may be running: its entry stays unfinished
+/// (the instance's nodes held) while Ganeti's job list shows an unfinished reinstall of that
+/// instance, and while the list cannot be read; once a complete list shows none, it fails and
+/// is never submitted again.
+#[tokio::test]
+async fn an_uncertain_reinstall_holds_until_the_job_list_shows_none_unfinished() {
+    let w = world().await;
+    w.sim.set_job_delay(Duration::from_secs(3));
+    let lossy = LostAnswers {
+        inner: w.sim.client(),
+    };
+    let h = Holder::InstanceRepair {
+        id: Uuid::from_u128(6),
+    };
+    let reinstall = Entry::new(
+        h.clone(),
+        "instance-repair-reinstall-1",
+        Action::ganeti(Op::ReinstallInstance {
+            instance: w.instance.clone(),
+            start: true,
+        }),
+        "reinstall",
+        0,
+        DAY_MS,
+    )
+    .holding([Hold::Repairing {
+        node: w.node.clone(),
+    }]);
+    w.exec.record(&[reinstall]).unwrap();
+    let first = w.exec.submit_reporting(&lossy, None, 1).await.unwrap();
+    assert_eq!(first.refused.len(), 1);
+    let state = |w: &World| w.exec.ledger().of_holder(&h).unwrap().remove(0).state;
+    let held = |w: &World| {
+        w.exec
+            .in_force(|_| true)
+            .unwrap()
+            .touching()
+            .any(|(node, holder)| node == w.node && holder == h)
+    };
+    // The job runs: held.
+    w.exec
+        .adopt(&w.ganeti, |_| Unadopted::Retry, 2)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(state(&w).is_unfinished(), "{:?}", state(&w));
+    assert!(held(&w));
+    // The job list cannot be read: nothing is known, still held.
+    fail_next_job_list(&w);
+    assert!(
+        w.exec
+            .adopt(&w.ganeti, |_| Unadopted::Retry, 3)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(state(&w).is_unfinished(), "{:?}", state(&w));
+    assert!(held(&w));
+    // The job ended: the list shows no unfinished reinstall of the instance.
+    assert!(w.sim.settle(Duration::from_secs(10)).await);
+    w.exec
+        .adopt(&w.ganeti, |_| Unadopted::Retry, 4)
+        .await
+        .unwrap()
+        .unwrap();
+    w.exec.submit(&w.ganeti, None, 4).await.unwrap();
+    let ended = state(&w);
+    assert_eq!(ended.as_str(), "failed");
+    assert!(
+        ended.why().unwrap().contains("no reason trail"),
+        "{ended:?}"
+    );
+    assert!(!held(&w));
+    let reinstalls = w
+        .sim
+        .submissions()
+        .iter()
+        .filter(|s| s.op_id == "OP_INSTANCE_REINSTALL")
+        .count();
+    assert_eq!(reinstalls, 1);
 }
 
 /// `n` entries of `h`, each an independent tag job on the world's node.

@@ -516,7 +516,7 @@ pub struct JobCancel {
 }
 
 /// One job as listed by [`Ganeti::jobs`] (RAPI `/2/jobs?bulk=1` with fields
-/// `id,status,ops` reduced to the reason trails).
+/// `id,status,ops` reduced to the reason trails and what each opcode is and acts on).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSummary {
     /// Job id.
@@ -525,6 +525,20 @@ pub struct JobSummary {
     pub status: JobStatus,
     /// The reason trails of the job's opcodes, flattened in opcode order.
     pub reasons: Vec<ReasonEntry>,
+    /// The job's opcodes, in order.
+    #[serde(default)]
+    pub ops: Vec<JobOp>,
+}
+
+/// One opcode of a listed job: what it is and the instance it acts on, enough to tell a job
+/// that carries no reason trail (RAPI's reinstall, [`Op::carries_reason`]) by what it does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobOp {
+    /// The opcode (`OP_INSTANCE_REINSTALL`).
+    pub op_id: String,
+    /// Its `instance_name` parameter, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
 }
 
 impl JobSummary {
@@ -824,6 +838,7 @@ mod tests {
                 },
                 reason.entry(2),
             ],
+            ops: Vec::new(),
         };
         assert_eq!(summary.nodecare_reason().unwrap().intent, "drain");
     }
@@ -843,6 +858,7 @@ mod tests {
                     text: format!("{source} {}", reason.text()),
                     timestamp_ns: 1,
                 }],
+                ops: Vec::new(),
             };
             assert_eq!(
                 summary.nodecare_reason(),

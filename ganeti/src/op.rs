@@ -157,6 +157,19 @@ impl Op {
         !matches!(self, Self::ReinstallInstance { .. })
     }
 
+    /// Whether `job` may be this operation's job, told by what its opcodes do: for an
+    /// operation whose job carries no reason trail ([`Op::carries_reason`]), a reinstall's job
+    /// has an `OP_INSTANCE_REINSTALL` opcode on its instance (whoever submitted it). Any other
+    /// operation's job is told by its reason trail: `false`.
+    pub fn may_be_job(&self, job: &crate::JobSummary) -> bool {
+        match self {
+            Self::ReinstallInstance { instance, .. } => job.ops.iter().any(|op| {
+                op.op_id == "OP_INSTANCE_REINSTALL" && op.instance.as_deref() == Some(instance)
+            }),
+            _ => false,
+        }
+    }
+
     /// A short name of the operation, for logs and labels (`drain`, `migrate`, `add-tags`).
     pub const fn name(&self) -> &'static str {
         match self {

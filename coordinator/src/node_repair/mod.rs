@@ -307,6 +307,8 @@ impl NodeRepair {
         for (uuid, why) in std::mem::take(&mut self.waiting) {
             if let Some(incident) = by_id.get(&uuid) {
                 let mut incident = (*incident).clone();
+                self.follow_held_back_repair(&mut incident, &by_uuid, &intents)
+                    .await?;
                 if incident.apply(Event::Blocked(why), self.now_s()).is_ok() {
                     self.store.save_incident(&incident)?;
                 }
@@ -387,6 +389,8 @@ impl NodeRepair {
                     continue;
                 }
                 Err(blocked) => {
+                    self.follow_held_back_repair(&mut incident, &by_uuid, &intents)
+                        .await?;
                     if incident
                         .apply(Event::Blocked(blocked.to_string()), self.now_s())
                         .is_ok()
@@ -432,6 +436,34 @@ impl NodeRepair {
             submitted += stepped?;
         }
         Ok(submitted)
+    }
+}
+
+impl NodeRepair {
+    /// An evacuation the gate holds back (or that waits for another incident) may have been
+    /// escalated from a live repair whose command still runs: it keeps following that repair,
+    /// so that the repair's end is recorded when it comes, not only once the evacuation is
+    /// admitted.
+    async fn follow_held_back_repair(
+        &self,
+        incident: &mut Incident,
+        by_uuid: &BTreeMap<&str, &Node>,
+        intents: &[Intent],
+    ) -> Result<(), RoundError> {
+        if !incident.action.is_evacuation() || !incident.is_active() {
+            return Ok(());
+        }
+        let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
+            return Ok(());
+        };
+        if let Some(repair) = Self::own(intents, incident.uuid)
+            .into_iter()
+            .find(|i| matches!(i.spec, IntentSpec::Repair { .. }) && i.state.is_in_flight())
+        {
+            self.follow_superseded_repair(incident, node, repair.clone())
+                .await?;
+        }
+        Ok(())
     }
 }
 

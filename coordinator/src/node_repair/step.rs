@@ -143,6 +143,32 @@ impl NodeRepair {
         &self,
         incident: &mut Incident,
         node: &Node,
+        intent: Intent,
+    ) -> Result<bool, RoundError> {
+        if self
+            .follow_superseded_repair(incident, node, intent)
+            .await?
+        {
+            return Ok(true);
+        }
+        let why = format!(
+            "the live repair on {} is still running; the evacuation follows when it ends",
+            node.name
+        );
+        if incident.apply(Event::Blocked(why), self.now_s()).is_ok() {
+            self.store.save_incident(incident)?;
+        }
+        Ok(false)
+    }
+
+    /// Polls the repair (`intent`, in flight) of an incident escalated from live-repair to an
+    /// evacuation, whether or not the gate admits the evacuation this round (one the caps hold
+    /// back sees its repair end when it ends, not once admitted): records its end when it has
+    /// ended, or when it is unaccounted for past the repair timeout. Returns whether it ended.
+    pub(super) async fn follow_superseded_repair(
+        &self,
+        incident: &mut Incident,
+        node: &Node,
         mut intent: Intent,
     ) -> Result<bool, RoundError> {
         let base = self.settings.agent_urls.base(node);
@@ -194,13 +220,6 @@ impl NodeRepair {
             RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) => None,
         };
         let Some((state, what)) = end else {
-            let why = format!(
-                "the live repair on {} is still running; the evacuation follows when it ends",
-                node.name
-            );
-            if incident.apply(Event::Blocked(why), self.now_s()).is_ok() {
-                self.store.save_incident(incident)?;
-            }
             return Ok(false);
         };
         intent.state = state;

@@ -405,10 +405,23 @@ impl From<RapiJob> for ganeti::Job {
 impl From<RapiJob> for ganeti::JobSummary {
     fn from(w: RapiJob) -> Self {
         let reasons = w.reasons();
+        let ops = w
+            .ops
+            .into_iter()
+            .map(|op| ganeti::JobOp {
+                instance: op
+                    .params
+                    .get("instance_name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+                op_id: op.op_id,
+            })
+            .collect();
         Self {
             id: w.id,
             status: w.status,
             reasons,
+            ops,
         }
     }
 }

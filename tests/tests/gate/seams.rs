@@ -138,6 +138,11 @@ async fn a_canceled_evacuation_holds_its_node_while_its_drain_runs() {
     assert!(drained);
     let (status, body) = ask_grant(&url, &node(3)).await;
     assert_eq!(status, 429, "rack r0 is still disrupted: {body}");
+    // Named as what left it so: someone's disruption, the canceled incident's drain.
+    assert!(
+        body.contains(&format!("drained by incident {} (canceled)", incident.uuid)),
+        "{body}"
+    );
     server.abort();
 }
 

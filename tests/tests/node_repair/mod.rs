@@ -113,6 +113,68 @@ async fn live_repair_escalates_to_evacuation_after_the_running_repair() {
     assert!(h.sim.duplicate_intents().is_empty());
 }
 
+/// Live repairs in flight on several nodes when their verdicts all turn to `evacuate`: the
+/// cap admits one evacuation at a time, and the escalated incidents it holds back still follow
+/// their repairs, so each records its repair's end when it comes (not only once the gate admits
+/// it, nor after `repair_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escalated_incidents_the_cap_holds_back_still_follow_their_repairs() {
+    let mut h = Harness::new(5, "a:diskless:2,b:diskless:3,c:diskless:4", |config| {
+        config.max_disrupted_nodes = 1;
+        config.breaker.max_incident_percent = 100.0;
+        config.breaker.max_incident_nodes = 100;
+    })
+    .await
+    .unwrap();
+    let failing = [2, 3, 4];
+    for n in failing {
+        let agent = h.agents.get(&node(n)).unwrap();
+        agent.set_verdict(verdict("live-repair", json!({"fan": 1}), Some("reset-fan")));
+        agent.set_repair(RepairBehaviour {
+            exit_code: 0,
+            duration: Duration::from_millis(1500),
+        });
+    }
+    h.round().await.unwrap();
+    for n in failing {
+        let incident = on(&h.incidents().unwrap(), n);
+        assert_eq!(incident.action, Action::LiveRepair, "{incident:#?}");
+        assert_eq!(
+            h.agents.get(&node(n)).unwrap().repairs(),
+            vec![incident.uuid.to_string()]
+        );
+    }
+    for n in failing {
+        h.agents.get(&node(n)).unwrap().set_verdict(verdict(
+            "evacuate",
+            json!({"fan": 1, "psu": 2}),
+            None,
+        ));
+    }
+    h.round().await.unwrap();
+    let incidents = h.incidents().unwrap();
+    let capped: Vec<&Incident> = incidents
+        .iter()
+        .filter(|i| i.blocked_by.as_deref().is_some_and(|b| b.contains("cap")))
+        .collect();
+    assert_eq!(capped.len(), 2, "two wait for the cap: {incidents:#?}");
+    // The repairs end; a round later every incident has seen its repair end.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    h.round().await.unwrap();
+    for n in failing {
+        let incident = on(&h.incidents().unwrap(), n);
+        assert_eq!(incident.action, Action::Evacuate);
+        assert!(
+            incident
+                .history
+                .iter()
+                .any(|e| e.event.contains("live repair finished")),
+            "the repair on {} ended: {incident:#?}",
+            node(n)
+        );
+    }
+}
+
 /// A more invasive verdict on an evacuation in progress escalates it to evacuate-failover; a
 /// less invasive one afterwards never de-escalates it (it opens its own incident, which waits).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
