@@ -16,7 +16,10 @@
 //! its own state, and pushes the promised epoch to a majority; only then does it act. A copy is
 //! kept by an agent only when it is newer than the one it holds and of an epoch not below the one
 //! it promised, so a coordinator that lost the master role cannot reach a majority any more: its
-//! writes stop (fencing), whatever it believes.
+//! writes stop (fencing), whatever it believes. A confirmation holds a lease ([`Lease`]): a write
+//! starts only within it ([`Replicator::confirm_write`]), and a takeover waits it out, with the
+//! longest a write may take, between its read and its push, so that the old master's last
+//! writes are over before the new master acts.
 //!
 //! Limits: the snapshot is the whole database (kept small by retention); a master candidate
 //! added after the last push holds nothing until the next push; with fewer than a majority of
