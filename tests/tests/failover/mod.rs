@@ -647,14 +647,32 @@ async fn a_new_master_writes_only_after_the_old_masters_lease() {
         delay,
         log: Arc::clone(&log),
     };
-    let a = start_on(tempfile::tempdir().unwrap(), &agents, &node(1), &node(1), true, Arc::new(old), lease).await;
+    let a = start_on(
+        tempfile::tempdir().unwrap(),
+        &agents,
+        &node(1),
+        &node(1),
+        true,
+        Arc::new(old),
+        lease,
+    )
+    .await;
     let new = TimedWrites {
         inner: sim.client_on(&node(2)),
         by: node(2),
         delay: Duration::ZERO,
         log: Arc::clone(&log),
     };
-    let b = start_on(tempfile::tempdir().unwrap(), &agents, &node(2), &node(1), true, Arc::new(new), lease).await;
+    let b = start_on(
+        tempfile::tempdir().unwrap(),
+        &agents,
+        &node(2),
+        &node(1),
+        true,
+        Arc::new(new),
+        lease,
+    )
+    .await;
     wait_for("node1 to act", Duration::from_secs(10), || a.acting()).await;
 
     // node4 goes bad: node1 starts its evacuation; its first write is on its way when the
