@@ -126,6 +126,7 @@ impl Coordinator {
                 key.clone(),
                 node_name.clone(),
                 config.agent_urls(),
+                config.replication_lease(),
             ))
         });
         // Every write to Ganeti and every request to an agent waits until a majority of the

@@ -97,8 +97,9 @@ impl RepairClient {
         matches!(self.client, Link::Simulated(_))
     }
 
-    /// The same client holding back each repair and check request until a majority of the
-    /// master candidates keep the state that led to it.
+    /// The same client holding back each repair request until a majority of the master
+    /// candidates keep the state that led to it, and sending it within the lease of that
+    /// confirmation (`Replicator::confirm_write`).
     #[must_use]
     pub fn with_replicator(
         mut self,
@@ -120,7 +121,7 @@ impl RepairClient {
             return simulated_repair(records, &request, now_ms);
         }
         if let Some(replicator) = &self.replicator
-            && let Err(error) = replicator.ensure().await
+            && let Err(error) = replicator.confirm_write().await
         {
             return RepairAnswer::Refused {
                 status: 0,

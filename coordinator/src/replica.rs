@@ -16,7 +16,10 @@
 //! its own state, and pushes the promised epoch to a majority; only then does it act. A copy is
 //! kept by an agent only when it is newer than the one it holds and of an epoch not below the one
 //! it promised, so a coordinator that lost the master role cannot reach a majority any more: its
-//! writes stop (fencing), whatever it believes.
+//! writes stop (fencing), whatever it believes. A confirmation holds a lease ([`Lease`]): a write
+//! starts only within it ([`Replicator::confirm_write`]), and a takeover waits it out, with the
+//! longest a write may take, between its read and its push, so that the old master's last
+//! writes are over before the new master acts.
 //!
 //! Limits: the snapshot is the whole database (kept small by retention); a master candidate
 //! added after the last push holds nothing until the next push; with fewer than a majority of
@@ -29,8 +32,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use nodecare_protocol::replica::{
-    Generation, PushAccepted, PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReadAnswer, ReadCopy,
-    ReplicaHeader, ReplicaRead, open_answer, sign_push, sign_read,
+    Generation, Lease, PushAccepted, PushRefused, REPLICA_PATH, REPLICA_READ_PATH, ReadAnswer,
+    ReadCopy, ReplicaHeader, ReplicaRead, open_answer, sign_push, sign_read,
 };
 use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
 use serde::Serialize;
@@ -356,6 +359,17 @@ pub enum ReplicaError {
         /// Ours.
         ours: Generation,
     },
+    /// The push confirming a write took longer than the lease admits writes after it: the
+    /// write was not started.
+    #[error(
+        "the confirmation's lease ran out before the write could start: its push took {took_ms} ms, the lease admits writes for {validity_ms} ms after a push is sent"
+    )]
+    LeaseExpired {
+        /// How long the last push took.
+        took_ms: u64,
+        /// [`Lease::validity`].
+        validity_ms: u64,
+    },
     /// The local state failed.
     #[error("state database: {0}")]
     Store(String),
@@ -429,19 +443,25 @@ pub struct Replicator {
     ring: KeyRing,
     node: String,
     urls: AgentUrls,
+    lease: Lease,
     inner: tokio::sync::Mutex<Inner>,
     status: RwLock<ReplicationStatus>,
 }
 
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
 impl Replicator {
     /// Replication of `store` by the coordinator of `node`, signing with `key`, reaching the
-    /// agents (at `urls`) through `peers`.
+    /// agents (at `urls`) through `peers`; its confirmations hold `lease`.
     pub fn new(
         store: Arc<Store>,
         peers: Arc<dyn ReplicaPeers>,
         key: HmacKey,
         node: String,
         urls: AgentUrls,
+        lease: Lease,
     ) -> Self {
         Self {
             store,
@@ -450,6 +470,7 @@ impl Replicator {
             key,
             node,
             urls,
+            lease,
             inner: tokio::sync::Mutex::new(Inner::default()),
             status: RwLock::new(ReplicationStatus {
                 enabled: true,
@@ -470,6 +491,11 @@ impl Replicator {
         if let Ok(mut status) = self.status.write() {
             change(&mut status);
         }
+    }
+
+    /// The lease of its confirmations.
+    pub const fn lease(&self) -> Lease {
+        self.lease
     }
 
     /// Whether this coordinator has taken over (and may write).
@@ -501,7 +527,9 @@ impl Replicator {
     }
 
     /// Takes over as the master: reads the master candidates' copies, restores the newest when
-    /// it is newer than the local state, starts the next epoch and pushes it to a majority.
+    /// it is newer than the local state, waits out the lease of the old master's last
+    /// confirmation ([`Lease::takeover_wait`] from the end of the read), then starts the next
+    /// epoch and pushes it to a majority.
     pub async fn take_over(&self, nodes: &[Node]) -> Result<(), ReplicaError> {
         let result = self.take_over_inner(nodes).await;
         if let Err(error) = &result {
@@ -511,9 +539,40 @@ impl Replicator {
     }
 
     async fn take_over_inner(&self, nodes: &[Node]) -> Result<(), ReplicaError> {
+        let Some((start, read_end)) = self.read_and_restore(nodes).await? else {
+            return Ok(());
+        };
+        // The old master may hold a confirmation pushed before one of the promises just
+        // counted (a read quorum and its last write majority share a node, which kept that push
+        // before it promised): its writes start within the lease and end within `call_bound`.
+        // Nothing of this coordinator is written before they are over.
+        let wait = self.lease.takeover_wait();
+        let until = read_end + wait;
+        if until > tokio::time::Instant::now() {
+            tracing::info!(
+                wait_ms = millis(wait),
+                "takeover: waiting out the old master's lease before acting"
+            );
+            tokio::time::sleep_until(until).await;
+        }
         let mut inner = self.inner.lock().await;
         if inner.generation.is_some() {
             return Ok(());
+        }
+        self.push_locked(&mut inner, start).await?;
+        self.record(|status| status.taken_over_ms = Some(now_ms()));
+        Ok(())
+    }
+
+    /// A takeover's read and restore: the generation to start and when the read ended (after
+    /// every promise it counts); `None` when taken over already.
+    async fn read_and_restore(
+        &self,
+        nodes: &[Node],
+    ) -> Result<Option<(Generation, tokio::time::Instant)>, ReplicaError> {
+        let mut inner = self.inner.lock().await;
+        if inner.generation.is_some() {
+            return Ok(None);
         }
         inner.candidates = candidates(nodes, &self.urls);
         let peers = inner.candidates.clone();
@@ -525,12 +584,12 @@ impl Replicator {
         // A read refused for its epoch (another takeover promised or reached it) is tried again
         // at once one above the highest epoch named, a few times.
         let mut attempt = 0;
-        let (epoch, copies) = loop {
+        let (epoch, copies, read_end) = loop {
             attempt += 1;
             let epoch = takeover_epoch(local, inner.seen_epoch);
             let round = self.read_copies(&peers, epoch).await;
             if round.promised >= needed {
-                break (epoch, round.copies);
+                break (epoch, round.copies, tokio::time::Instant::now());
             }
             inner.seen_epoch = inner.seen_epoch.max(round.refused);
             if round.refused < epoch || attempt >= TAKEOVER_READ_ATTEMPTS {
@@ -582,13 +641,9 @@ impl Replicator {
         if plan.restore_from.is_none() {
             tracing::info!(generation = %local, copies = seen.len(), "took over with this node's own state (no master candidate holds a newer one that restores)");
         }
-        self.push_locked(&mut inner, plan.start).await?;
         let restored = plan.restore_from.clone();
-        self.record(|status| {
-            status.restored_from = restored;
-            status.taken_over_ms = Some(now_ms());
-        });
-        Ok(())
+        self.record(|status| status.restored_from = restored);
+        Ok(Some((plan.start, read_end)))
     }
 
     /// Reads every peer's copy with a read naming `epoch`.
@@ -661,6 +716,11 @@ impl Replicator {
     /// learns it here and writes nothing (a write admitted from an earlier push could follow
     /// another master's takeover).
     pub async fn ensure(&self) -> Result<(), ReplicaError> {
+        self.confirm().await.map(|_| ())
+    }
+
+    /// [`Replicator::ensure`]; when its push was sent.
+    async fn confirm(&self) -> Result<tokio::time::Instant, ReplicaError> {
         let mut inner = self.inner.lock().await;
         let Some(current) = inner.generation else {
             return Err(ReplicaError::NotTakenOver);
@@ -674,6 +734,27 @@ impl Replicator {
             self.record(|status| status.error = Some(error.to_string()));
         }
         result
+    }
+
+    /// Before a write (a Ganeti job or cancel, an agent request), started as soon as this
+    /// returns: [`Replicator::ensure`], and the lease of its confirmation still admits writes
+    /// ([`Lease::admits`]: a takeover that began after that push was sent waits until writes
+    /// started under it are over). A push that outlasted the lease is made again, once.
+    pub async fn confirm_write(&self) -> Result<(), ReplicaError> {
+        let mut took = Duration::ZERO;
+        for _ in 0..2 {
+            let sent = self.confirm().await?;
+            took = sent.elapsed();
+            if self.lease.admits(took) {
+                return Ok(());
+            }
+        }
+        let error = ReplicaError::LeaseExpired {
+            took_ms: millis(took),
+            validity_ms: millis(self.lease.validity()),
+        };
+        self.record(|status| status.error = Some(error.to_string()));
+        Err(error)
     }
 
     /// After a round: pushes the state when it changed and the last push is older than
@@ -692,11 +773,13 @@ impl Replicator {
         if due { self.ensure().await } else { Ok(()) }
     }
 
+    /// Pushes `generation`; when a majority keeps it, when the push was sent (before the first
+    /// frame left: the lease of the confirmation counts from then).
     async fn push_locked(
         &self,
         inner: &mut Inner,
         generation: Generation,
-    ) -> Result<(), ReplicaError> {
+    ) -> Result<tokio::time::Instant, ReplicaError> {
         self.store.save_document(GENERATION_DOCUMENT, &generation)?;
         // The change counter before the snapshot: a change between the two is in the snapshot
         // and counted as not pushed (pushed again), never counted as pushed without being in it.
@@ -704,6 +787,7 @@ impl Replicator {
         let snapshot = Arc::new(self.store.snapshot()?);
         let created = now_ms();
         let peers = inner.candidates.clone();
+        let sent = tokio::time::Instant::now();
         let mut pushes = tokio::task::JoinSet::new();
         for peer in peers.clone() {
             let header = ReplicaHeader::describe(
@@ -790,13 +874,15 @@ impl Replicator {
             status.pushes += 1;
             status.error = None;
         });
-        Ok(())
+        Ok(sent)
     }
 }
 
 /// The one Ganeti client of an acting coordinator with replication on: every write
 /// ([`Ganeti::submit`], [`Ganeti::cancel_job`]) waits until a majority of the master candidates
-/// keep the state that led to it; reads pass through.
+/// keep the state that led to it, starts within the lease of that confirmation
+/// ([`Replicator::confirm_write`]) and is abandoned when it takes longer than the lease's
+/// `call_bound` (which a takeover waits for too); reads pass through.
 #[derive(Debug)]
 pub struct ReplicatedGaneti {
     inner: Arc<dyn Ganeti>,
@@ -809,17 +895,26 @@ impl ReplicatedGaneti {
         Self { inner, replicator }
     }
 
-    /// `call`'s write, once a majority keeps the state (the call is made only then).
+    /// `call`'s write, once a majority keeps the state and within the lease of that
+    /// confirmation (the call is made only then), abandoned after the lease's `call_bound`.
     fn guarded<'a, T: Send + 'a>(
         &'a self,
         call: impl FnOnce() -> GanetiFuture<'a, T> + Send + 'a,
     ) -> GanetiFuture<'a, T> {
         Box::pin(async move {
             self.replicator
-                .ensure()
+                .confirm_write()
                 .await
                 .map_err(|error| GanetiError::NotSubmitted(error.to_string()))?;
-            call().await
+            let bound = self.replicator.lease().call_bound;
+            tokio::time::timeout(bound, call())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(GanetiError::Transport(format!(
+                        "no answer within {} ms: the write is abandoned (a new master waits that long after the lease)",
+                        millis(bound)
+                    )))
+                })
         })
     }
 }

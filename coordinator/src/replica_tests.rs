@@ -17,6 +17,8 @@ struct MemoryPeers {
     kept: std::sync::Mutex<BTreeMap<String, Vec<u8>>>,
     promised: std::sync::Mutex<BTreeMap<String, u64>>,
     down: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// How long each push takes.
+    delay: std::sync::Mutex<Duration>,
 }
 
 impl MemoryPeers {
@@ -49,6 +51,13 @@ impl MemoryPeers {
             .map(|(header, _)| header.generation)
     }
 
+    /// Makes every push take `delay`.
+    fn set_delay(&self, delay: Duration) {
+        if let Ok(mut slot) = self.delay.lock() {
+            *slot = delay;
+        }
+    }
+
     fn is_down(&self, node: &str) -> bool {
         self.down.lock().is_ok_and(|set| set.contains(node))
     }
@@ -66,6 +75,8 @@ impl MemoryPeers {
 impl ReplicaPeers for MemoryPeers {
     fn push<'a>(&'a self, peer: &'a Peer, frame: Vec<u8>) -> PeerFuture<'a, PushReply> {
         Box::pin(async move {
+            let delay = self.delay.lock().map(|delay| *delay).unwrap_or_default();
+            tokio::time::sleep(delay).await;
             if self.is_down(&peer.node) {
                 return Err("connection refused".to_owned());
             }
@@ -347,8 +358,98 @@ fn replicator(
         key(),
         name.into(),
         urls(),
+        LEASE,
     );
     (store, replicator)
+}
+
+/// The lease of the tests' replicators: a takeover waits 330 ms.
+const LEASE: Lease = Lease {
+    duration: Duration::from_millis(200),
+    call_bound: Duration::from_millis(100),
+};
+
+/// A new master waits out the old master's lease between its read and its push: meanwhile the
+/// master candidates still hold the old master's state (the promises already refuse its
+/// pushes), and the new epoch is pushed only once every write the old master started under its
+/// last confirmation is over.
+#[tokio::test]
+async fn a_takeover_waits_out_the_old_masters_lease_before_it_pushes() {
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (_, old) = replicator(dir.path(), "n1", &peers);
+    let (_, new) = replicator(dir.path(), "n2", &peers);
+    old.take_over(&cluster("n1")).await.unwrap();
+    old.confirm_write().await.unwrap();
+    let confirmed = tokio::time::Instant::now();
+    let held = peers.held("n1").unwrap();
+    assert_eq!(held, generation(1, 1));
+    let new = Arc::new(new);
+    let taking_over = tokio::spawn({
+        let new = Arc::clone(&new);
+        async move { new.take_over(&cluster("n2")).await }
+    });
+    // Read and promised, not pushed: the old master is fenced, nothing of the new one is kept.
+    tokio::time::sleep(LEASE.takeover_wait() / 2).await;
+    assert_eq!(peers.promised("n3"), 2);
+    assert!(matches!(
+        old.confirm_write().await,
+        Err(ReplicaError::Superseded { .. })
+    ));
+    for node in ["n1", "n2", "n3"] {
+        assert_eq!(peers.held(node), Some(held), "{node}");
+    }
+    assert!(!new.has_taken_over().await);
+    taking_over.await.unwrap().unwrap();
+    // The old master's last write started within its lease of the push before the read and
+    // ended within call_bound: the new epoch comes after both.
+    assert!(
+        confirmed.elapsed() >= LEASE.takeover_wait(),
+        "{:?}",
+        confirmed.elapsed()
+    );
+    assert!(confirmed.elapsed() >= LEASE.validity() + LEASE.call_bound);
+    assert_eq!(peers.held("n2"), Some(generation(2, 0)));
+    assert!(new.has_taken_over().await);
+}
+
+/// A push that takes longer than the lease admits writes after it confirms nothing a write
+/// could start under: the write is held back (pushed again first, once), and Ganeti gets no job.
+#[tokio::test]
+async fn a_write_is_not_started_when_its_confirmation_outlasted_the_lease() {
+    use crate::ganeti::{Op, Reason};
+    let dir = tempfile::tempdir().unwrap();
+    let peers = Arc::new(MemoryPeers::new(key()));
+    let (_, replicator) = replicator(dir.path(), "n1", &peers);
+    let replicator = Arc::new(replicator);
+    let sim = nodecare_ganeti_sim::Simulation::new(
+        nodecare_ganeti_sim::model::SimConfig::from_spec(4, "", "sim.test").unwrap(),
+    )
+    .unwrap();
+    let ganeti = ReplicatedGaneti::new(Arc::new(sim.client()), Arc::clone(&replicator));
+    let nodes = ganeti.nodes().await.unwrap();
+    replicator.take_over(&nodes).await.unwrap();
+    let reason = Reason::new(uuid::Uuid::new_v4(), "drain", "test");
+    let node = nodes[1].name.clone();
+    peers.set_delay(LEASE.validity() + Duration::from_millis(20));
+    let error = ganeti
+        .submit(&Op::drain(node.clone()), &reason)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, GanetiError::NotSubmitted(ref message) if message.contains("lease")),
+        "{error}"
+    );
+    assert!(error.is_transient());
+    assert!(matches!(
+        replicator.confirm_write().await,
+        Err(ReplicaError::LeaseExpired { .. })
+    ));
+    assert_eq!(sim.submissions().len(), 0, "no job");
+    // A push within the lease: the job is submitted.
+    peers.set_delay(Duration::ZERO);
+    ganeti.submit(&Op::drain(node), &reason).await.unwrap();
+    assert_eq!(sim.submissions().len(), 1);
 }
 
 #[tokio::test]

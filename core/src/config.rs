@@ -164,13 +164,22 @@ pub struct ReplicationSection {
     /// Seconds between pushes of state that changed without a write (new incidents, report
     /// sequences); writes and operator decisions push at once.
     pub interval: f64,
+    /// Seconds a push kept by a majority lets this coordinator start writes after it was sent
+    /// (the lease, `nodecare_protocol::replica::Lease`); a new master waits this long, plus the
+    /// longest a write takes (`rapi.timeout`, `agents.timeout`), and a tenth more, before it
+    /// acts. The same on every master candidate; longer than a push takes.
+    pub lease: f64,
 }
+
+/// Default seconds of the lease of a confirmation (`[replication] lease`).
+pub const DEFAULT_REPLICATION_LEASE_SECS: f64 = 10.0;
 
 impl Default for ReplicationSection {
     fn default() -> Self {
         Self {
             enabled: false,
             interval: 30.0,
+            lease: DEFAULT_REPLICATION_LEASE_SECS,
         }
     }
 }
@@ -368,6 +377,7 @@ impl Config {
         seconds("repair_request_ttl", self.repair_request_ttl, 1.0)?;
         seconds("agents.timeout", self.agents.timeout, 0.001)?;
         seconds("replication.interval", self.replication.interval, 0.0)?;
+        seconds("replication.lease", self.replication.lease, 0.1)?;
         let skew = seconds("agents.max_clock_skew", self.agents.max_clock_skew, 0.0)?;
         let limit = Duration::from_millis(nodecare_protocol::sign::MAX_CLOCK_SKEW_LIMIT_MS);
         if skew > limit {
@@ -379,6 +389,21 @@ impl Config {
             )));
         }
         seconds("rapi.timeout", self.rapi.timeout, 0.001)?;
+        if self.replication.enabled {
+            // The takeover's wait runs in a round: the watchdog must not count it as a hang.
+            let wait = self.replication_lease().takeover_wait();
+            let stall = Self::duration(self.round_stall_timeout);
+            if wait >= stall {
+                return Err(ConfigError::Invalid(format!(
+                    "a new master waits (replication.lease + the longer of rapi.timeout and \
+                     agents.timeout) × 1.1 = {:.1} seconds for the old master's last writes before \
+                     it acts, which must be below round_stall_timeout ({:.1}); lower \
+                     replication.lease or rapi.timeout, or raise round_stall_timeout",
+                    wait.as_secs_f64(),
+                    stall.as_secs_f64()
+                )));
+            }
+        }
         crate::ganeti::check_reason_source(&self.reason_source)
             .map_err(|e| ConfigError::Invalid(format!("reason_source: {e}")))?;
         if self.agents.concurrency == 0 {
@@ -513,6 +538,16 @@ impl Config {
         DomainSource::parse(&self.failure_domains).unwrap_or_default()
     }
 
+    /// The lease of the replication's confirmations (`[replication] lease`): a write started
+    /// within it ends within the longer of `rapi.timeout` (a Ganeti call) and `agents.timeout`
+    /// (an agent request).
+    pub fn replication_lease(&self) -> nodecare_protocol::replica::Lease {
+        nodecare_protocol::replica::Lease {
+            duration: Self::duration(self.replication.lease),
+            call_bound: Self::duration(self.rapi.timeout).max(Self::duration(self.agents.timeout)),
+        }
+    }
+
     /// Agent URLs.
     pub fn agent_urls(&self) -> AgentUrls {
         AgentUrls {
@@ -603,6 +638,50 @@ mod tests {
             let config = Config::parse(&format!("reason_source = \"{bad}\"\n")).unwrap();
             let error = config.validate().unwrap_err().to_string();
             assert!(error.contains("reason_source"), "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_replication_lease_is_checked_against_the_rapi_timeout() {
+        let config = Config::parse("[replication]\nenabled = true\n").unwrap();
+        config.validate().unwrap();
+        let lease = config.replication_lease();
+        assert_eq!(lease.duration, Duration::from_secs(10));
+        // A write started within the lease ends within the RAPI timeout (longer than the
+        // agents' by default).
+        assert_eq!(lease.call_bound, Duration::from_secs(30));
+        assert_eq!(lease.takeover_wait(), Duration::from_secs(44));
+        let config =
+            Config::parse("[replication]\nenabled = true\nlease = 2.5\n[agents]\ntimeout = 40.0\n")
+                .unwrap();
+        config.validate().unwrap();
+        assert_eq!(
+            config.replication_lease().call_bound,
+            Duration::from_secs(40)
+        );
+        // A RAPI timeout that makes the new master's wait outlast the round watchdog.
+        let text =
+            "round_stall_timeout = 120.0\n[replication]\nenabled = true\n[rapi]\ntimeout = 100.0\n";
+        let error = Config::parse(text)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("rapi.timeout") && error.contains("round_stall_timeout"),
+            "{error}"
+        );
+        // Without replication there is no takeover to wait for.
+        let text = "round_stall_timeout = 120.0\n[rapi]\ntimeout = 100.0\n";
+        Config::parse(text).unwrap().validate().unwrap();
+        for bad in ["0.0", "-1.0", "nan"] {
+            let text = format!("[replication]\nlease = {bad}\n");
+            let error = Config::parse(&text)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("replication.lease"), "{bad}: {error}");
         }
     }
 

@@ -1,6 +1,6 @@
 //! `nodecare-model`: explores the model of the replication and prints what it found.
 //!
-//! `cargo run -p nodecare-model -- [full|complete|bounded] [code|before|minority]
+//! `cargo run -p nodecare-model -- [full|complete|bounded] [code|before|minority|unleased]
 //! [--no-liveness] [--max-states=N] [--actions=N] [--takeovers=N] [--crashes=N]
 //! [--max-number=N] [--steady|--empty] [--no-symmetry] [--unreduced]`
 
@@ -43,6 +43,8 @@ fn main() {
         Rules::before()
     } else if flag("minority") {
         Rules::minority()
+    } else if flag("unleased") {
+        Rules::unleased()
     } else {
         Rules::code()
     };

@@ -10,6 +10,9 @@
 //! code's own ([`Rules::code`]): the keeper's [`decide_push`] and [`decide_read`], the
 //! coordinator's [`read_quorum`], [`takeover_epoch`], [`plan_takeover`] and [`judge_push`];
 //! [`Rules::before`] are the rules before the fixes of the findings (`docs/RELIABILITY.md`).
+//! With [`Rules::lease`], time enters as far as the lease needs it ([`Lease`]): a write's call is
+//! made only while its confirmation is valid, and a takeover waits out, before it pushes, the
+//! confirmations whose pushes were sent before its read ended.
 
 use nodecare_coordinator::replica::{
     PushOutcome, PushReply, TakeoverPlan, judge_push, plan_takeover, read_quorum, takeover_epoch,
@@ -52,6 +55,10 @@ pub struct Rules {
     /// Whether a takeover's read names the epoch it will start ([`takeover_epoch`]), which a
     /// keeper answering it promises ([`decide_read`]); otherwise reads name none.
     pub promise_on_read: bool,
+    /// Whether writes hold a lease ([`Lease`]): a write's Ganeti call is made only while the
+    /// confirmation of its push is valid, and a takeover waits, before its push, until every
+    /// confirmation whose push was sent before its read ended has expired.
+    pub lease: bool,
 }
 
 /// `Replicator::ensure`: it pushes every time, changed or not (the push confirms with a
@@ -88,18 +95,30 @@ impl Rules {
             push_needed: ensure_pushes,
             changes_before_snapshot: true,
             promise_on_read: true,
+            lease: true,
+        }
+    }
+
+    /// The code's rules without the lease: a write confirmed just before a takeover can reach
+    /// Ganeti after the new epoch is established.
+    pub fn unleased() -> Self {
+        Self {
+            name: "code without the lease",
+            lease: false,
+            ..Self::code()
         }
     }
 
     /// The rules before the fixes of the model check's findings: reads name no epoch (so no
     /// keeper promises anything), `ensure` admits a write without a push when the state is
-    /// unchanged, the change counter is read after the snapshot.
+    /// unchanged, the change counter is read after the snapshot, writes hold no lease.
     pub fn before() -> Self {
         Self {
             name: "before",
             push_needed: push_needed_before,
             changes_before_snapshot: false,
             promise_on_read: false,
+            lease: false,
             ..Self::code()
         }
     }
@@ -245,6 +264,21 @@ pub enum Message {
     },
 }
 
+/// The lease of a write's push ([`Rules::lease`]), as time passes: a confirmation admits a
+/// write for a while after its push was sent (`protocol::replica::Lease`). Time is abstract:
+/// a lease expires at any step ([`Action::Expire`]), and a takeover's wait ends only once the
+/// leases of the pushes sent before its read ended have expired ([`Action::LeaseWait`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lease {
+    /// Expired, or a push that carries no write (or the rules hold no lease).
+    None,
+    /// Valid.
+    Valid,
+    /// Valid, but sent before the other coordinator's takeover read ended: it expires before
+    /// that takeover's wait does.
+    Doomed,
+}
+
 /// What a coordinator is doing (volatile: lost by a crash).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Phase {
@@ -273,8 +307,14 @@ pub enum Phase {
         counted: bool,
         /// The store changed after the counter was read.
         changed: bool,
-        /// A majority already kept a later epoch when the push was sent.
-        fenced: bool,
+        /// The lease of the write it confirms.
+        lease: Lease,
+    },
+    /// A takeover read a quorum and restored the newest copy; it waits out the leases of the
+    /// old master's confirmations before it pushes ([`Rules::lease`]).
+    Waiting {
+        /// The generation it will push.
+        start: Generation,
     },
     /// Taken over: writes are admitted once a majority keeps the state.
     Acting {
@@ -367,6 +407,10 @@ pub enum Action {
     GanetiWrite(u8),
     /// A coordinator crashes and restarts.
     Crash(u8),
+    /// Time passes: the lease of a coordinator's push expires.
+    Expire(u8),
+    /// A takeover's wait ends (every lease it waits for has expired); it pushes its epoch.
+    LeaseWait(u8),
     /// A request arrives; `duplicate`: a copy stays in flight; `answer_lost`: its answer is lost.
     Deliver {
         /// The request.
@@ -481,7 +525,7 @@ impl Replication {
                         replies[keepers[keeper]] = *reply;
                     }
                 }
-                Phase::Standby | Phase::Acting { .. } => {}
+                Phase::Standby | Phase::Acting { .. } | Phase::Waiting { .. } => {}
             }
             let to = c(index as u8) as usize;
             next.coordinators[to] = renamed;
@@ -607,7 +651,7 @@ impl Replication {
                     write,
                     counted,
                     changed,
-                    fenced,
+                    lease,
                 } => {
                     out.push(2);
                     snapshot(out, Some(pushed));
@@ -619,8 +663,12 @@ impl Replication {
                             | u8::from(write) << 1
                             | u8::from(counted) << 2
                             | u8::from(changed) << 3
-                            | u8::from(fenced) << 4,
+                            | (lease as u8) << 4,
                     );
+                }
+                Phase::Waiting { start } => {
+                    out.push(4);
+                    generation(out, start);
                 }
                 Phase::Acting {
                     generation: acting,
@@ -764,7 +812,9 @@ impl Replication {
                             bytes.extend_from_slice(&epoch.to_le_bytes());
                         }
                     },
-                    Phase::Standby | Phase::Acting { .. } => bytes.push(7),
+                    Phase::Standby | Phase::Acting { .. } | Phase::Waiting { .. } => {
+                        bytes.push(7);
+                    }
                 }
             }
             // The requests sent to it, each named by its coordinator in the new order.
@@ -832,16 +882,13 @@ impl Replication {
         state.ghost.established = state.ghost.established.max(epoch);
     }
 
-    /// A write admitted at `generation`; `superseded`: the coordinator's epoch was left behind
-    /// by a majority when it decided (for a write confirmed by a push: when the push was sent;
-    /// a push that reaches a majority does so before any later epoch does, as keepers never go
-    /// back, so what happens between that and the coordinator reading the answers is the window
-    /// no confirmation closes: the write's state is in every later takeover's, `docs/RELIABILITY.md`).
-    fn admit(state: &mut State, coordinator: usize, generation: Generation, superseded: bool) {
+    /// A write's Ganeti call, made at `generation`: superseded when a majority already left
+    /// the coordinator's epoch behind as the call is made.
+    fn admit(state: &mut State, coordinator: usize, generation: Generation) {
         let ghost = &mut state.ghost;
         ghost.any_write = true;
         ghost.admitted[coordinator] |= bit(generation);
-        if superseded {
+        if generation.epoch < ghost.established {
             ghost.superseded_write = true;
         }
     }
@@ -854,7 +901,11 @@ impl Replication {
         takeover: bool,
         write: bool,
     ) {
-        let fenced = generation.epoch < state.ghost.established;
+        let lease = if write && self.rules.lease {
+            Lease::Valid
+        } else {
+            Lease::None
+        };
         let me = &mut state.coordinators[coordinator];
         // `push_locked`: the generation document is saved first, then the snapshot taken.
         me.store.generation = generation;
@@ -866,7 +917,7 @@ impl Replication {
             write,
             counted: self.rules.changes_before_snapshot,
             changed: false,
-            fenced,
+            lease,
         };
         for keeper in 0..KEEPERS {
             Self::send(
@@ -946,7 +997,30 @@ impl Replication {
         {
             state.coordinators[coordinator].store = copy;
         }
-        self.start_push(state, coordinator, plan.start, true, false);
+        if !self.rules.lease {
+            self.start_push(state, coordinator, plan.start, true, false);
+            return;
+        }
+        // The leases of the pushes sent until now (the read's end, after every promise) run out
+        // before the wait does.
+        if let Phase::Pushing { lease, .. } = &mut state.coordinators[1 - coordinator].phase
+            && *lease == Lease::Valid
+        {
+            *lease = Lease::Doomed;
+        }
+        state.coordinators[coordinator].phase = Phase::Waiting { start: plan.start };
+    }
+
+    /// Whether `coordinator`'s takeover may end its wait: the other holds no lease of a push
+    /// sent before the takeover's read ended.
+    fn lease_waited(state: &State, coordinator: usize) -> bool {
+        !matches!(
+            state.coordinators[1 - coordinator].phase,
+            Phase::Pushing {
+                lease: Lease::Doomed,
+                ..
+            }
+        )
     }
 
     fn finish_push(&self, state: &mut State, coordinator: usize) {
@@ -956,7 +1030,7 @@ impl Replication {
             replies,
             write,
             changed,
-            fenced,
+            lease,
             ..
         } = state.coordinators[coordinator].phase
         else {
@@ -981,8 +1055,10 @@ impl Replication {
                 let answered = me.awaiting & snapshot.actions;
                 me.awaiting &= !answered;
                 state.ghost.acknowledged |= answered;
-                if write {
-                    Self::admit(state, coordinator, generation, fenced);
+                // With the lease, the call is made only while the confirmation is valid (else
+                // the next write pushes again).
+                if write && (!self.rules.lease || lease != Lease::None) {
+                    Self::admit(state, coordinator, generation);
                 }
             }
             PushOutcome::Superseded { .. } => Self::stand_by(state, coordinator),
@@ -1203,8 +1279,7 @@ impl Replication {
                     state.ghost.acknowledged |= me.awaiting;
                     me.awaiting = 0;
                     if write {
-                        let superseded = generation.epoch < state.ghost.established;
-                        Self::admit(state, coordinator, generation, superseded);
+                        Self::admit(state, coordinator, generation);
                     }
                     return;
                 }
@@ -1213,6 +1288,18 @@ impl Replication {
                     number: generation.number + 1,
                 };
                 self.start_push(state, coordinator, next, false, write);
+            }
+            Action::Expire(c) => {
+                if let Phase::Pushing { lease, .. } = &mut state.coordinators[c as usize].phase {
+                    *lease = Lease::None;
+                }
+            }
+            Action::LeaseWait(c) => {
+                if let Phase::Waiting { start } = state.coordinators[c as usize].phase
+                    && Self::lease_waited(state, c as usize)
+                {
+                    self.start_push(state, c as usize, start, true, false);
+                }
             }
             Action::Crash(c) => {
                 let me = &mut state.coordinators[c as usize];
@@ -1360,6 +1447,9 @@ impl Replication {
                 Phase::Reading { .. } => {
                     self.apply(&mut state, Action::FinishRead(master as u8, 0));
                 }
+                Phase::Waiting { .. } => {
+                    self.apply(&mut state, Action::LeaseWait(master as u8));
+                }
                 Phase::Pushing { .. } => {
                     self.apply(&mut state, Action::CountChanges(master as u8));
                     self.apply(&mut state, Action::FinishPush(master as u8));
@@ -1401,8 +1491,9 @@ impl Replication {
 pub mod property {
     /// No two coordinators both get a write admitted for the same generation of the state.
     pub const ONE_WRITER: &str = "no two coordinators admit writes for the same state";
-    /// No write admitted by a coordinator whose epoch a majority had already left behind (when
-    /// it decided: for a write confirmed by a push, when the push was sent).
+    /// No write admitted by a coordinator whose epoch a majority had already left behind when
+    /// its Ganeti call is made (for a write confirmed by a push: when the coordinator reads the
+    /// answers and calls, however late).
     pub const FENCED: &str = "no write admitted by a superseded coordinator";
     /// Every acknowledged operator action is in the newest copy of every read quorum.
     pub const KEPT: &str = "an acknowledged operator action is never lost";
@@ -1476,12 +1567,18 @@ impl Model for Replication {
                     }
                 }
                 Phase::Pushing {
-                    takeover, counted, ..
+                    takeover,
+                    counted,
+                    lease,
+                    ..
                 } => {
                     if counted {
                         actions.push(Action::FinishPush(c));
                     } else {
                         actions.push(Action::CountChanges(c));
+                    }
+                    if lease != Lease::None {
+                        actions.push(Action::Expire(c));
                     }
                     if !takeover {
                         for action in 0..self.bounds.actions {
@@ -1489,6 +1586,11 @@ impl Model for Replication {
                                 actions.push(Action::Operator(c, action));
                             }
                         }
+                    }
+                }
+                Phase::Waiting { .. } => {
+                    if Self::lease_waited(state, index) {
+                        actions.push(Action::LeaseWait(c));
                     }
                 }
                 Phase::Acting {

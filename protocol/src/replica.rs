@@ -631,6 +631,46 @@ pub fn decide_read(
     }
 }
 
+/// The lease of a confirmation: a push that a majority of the master candidates kept lets its
+/// coordinator start writes (Ganeti jobs, agent requests) for a while after the push was sent,
+/// and a coordinator taking over waits that long (and the longest a started write may take)
+/// after its read's promises before its first push, so that the old master's last write is
+/// over before the new master acts. Every coordinator of a cluster must use the same lease.
+///
+/// Counted on each coordinator's monotonic clock. The holder starts writes within
+/// [`Lease::validity`] (the lease less a tenth), the taker waits [`Lease::takeover_wait`] (the
+/// lease and `call_bound`, and a tenth more): correct while neither clock runs more than 10 %
+/// faster than the other (NTP slews a clock by at most 0.05 %).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    /// How long a confirmation stays valid, from when its push was sent.
+    pub duration: std::time::Duration,
+    /// The longest a write started within the lease may take before it is abandoned (the RAPI
+    /// request timeout, the agents' request timeout).
+    pub call_bound: std::time::Duration,
+}
+
+impl Lease {
+    /// How long after its push was sent a confirmation admits the start of a write.
+    pub fn validity(&self) -> std::time::Duration {
+        self.duration.saturating_sub(self.duration / 10)
+    }
+
+    /// Whether a write may start `elapsed` after its confirmation's push was sent.
+    pub fn admits(&self, elapsed: std::time::Duration) -> bool {
+        elapsed < self.validity()
+    }
+
+    /// How long a takeover waits, from the end of its read (after every promise it counts), before
+    /// it pushes its epoch and acts: any confirmation of the old master was pushed before one of
+    /// those promises, so its writes started within [`Lease::validity`] of that and are over
+    /// `call_bound` later.
+    pub fn takeover_wait(&self) -> std::time::Duration {
+        let longest = self.duration.saturating_add(self.call_bound);
+        longest.saturating_add(longest / 10)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
@@ -648,6 +688,46 @@ mod tests {
 
     fn header(node: &str, generation: Generation, snapshot: &[u8]) -> ReplicaHeader {
         ReplicaHeader::describe(node, "node1", generation, snapshot, 1_000)
+    }
+
+    #[test]
+    fn a_confirmation_admits_writes_within_its_lease_and_a_takeover_outwaits_it() {
+        use std::time::Duration;
+        let lease = Lease {
+            duration: Duration::from_secs(10),
+            call_bound: Duration::from_secs(30),
+        };
+        assert_eq!(lease.validity(), Duration::from_secs(9));
+        assert!(lease.admits(Duration::ZERO));
+        assert!(lease.admits(Duration::from_millis(8_999)));
+        assert!(!lease.admits(Duration::from_secs(9)));
+        assert!(!lease.admits(Duration::from_secs(60)));
+        assert_eq!(lease.takeover_wait(), Duration::from_secs(44));
+        // The old master's last write starts within validity of its push (sent before the
+        // takeover's read ended) and ends call_bound later, both on its clock; the wait is on
+        // the taker's. The write is over first whatever the clocks' rates (ticks per second),
+        // while neither runs more than 10 % faster than the other.
+        for holder_rate in [0.9, 0.95, 1.0, 1.05, 1.1] {
+            for taker_rate in [0.9, 0.95, 1.0, 1.05, 1.1] {
+                if taker_rate / holder_rate > 1.1 + 1e-9 {
+                    continue;
+                }
+                let last_write_over =
+                    (lease.validity() + lease.call_bound).as_secs_f64() / holder_rate;
+                let wait_over = lease.takeover_wait().as_secs_f64() / taker_rate;
+                assert!(
+                    last_write_over <= wait_over,
+                    "{holder_rate} {taker_rate}: {last_write_over} > {wait_over}"
+                );
+            }
+        }
+        // No lease: nothing admitted, and the takeover waits only for a started call.
+        let none = Lease {
+            duration: Duration::ZERO,
+            call_bound: Duration::from_secs(1),
+        };
+        assert!(!none.admits(Duration::ZERO));
+        assert_eq!(none.takeover_wait(), Duration::from_millis(1_100));
     }
 
     #[test]

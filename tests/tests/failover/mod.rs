@@ -78,9 +78,27 @@ async fn start_in(
     master: &str,
     replication: bool,
 ) -> Running {
+    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client_on(on));
+    start_on(state, agents, on, master, replication, ganeti, |_| {}).await
+}
+
+/// A coordinator on `on`, on the state in `state`, talking to Ganeti through `ganeti`, its
+/// configuration tweaked by `tweak`. With replication, a lease of 0.2 s and calls bounded by the
+/// agents' timeout (2 s): a new master waits 2.4 s after its read.
+async fn start_on(
+    state: tempfile::TempDir,
+    agents: &FakeAgents,
+    on: &str,
+    master: &str,
+    replication: bool,
+    ganeti: Arc<dyn Ganeti>,
+    tweak: impl FnOnce(&mut nodecare_coordinator::config::Config),
+) -> Running {
     let ssconf = tempfile::tempdir().unwrap();
     let mut config = local_config(state.path(), agents);
     config.replication.enabled = replication;
+    config.replication.lease = 0.2;
+    config.rapi.timeout = 0.5;
     config.max_disrupted_nodes = 1;
     let users = state.path().join("users");
     nodecare_tests::harness::write_secret(&users, "admin secret write\n").unwrap();
@@ -88,7 +106,8 @@ async fn start_in(
     config.node_name = Some(on.to_owned());
     config.round_interval = 0.05;
     config.ssconf_dir = ssconf.path().to_path_buf();
-    let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client_on(on));
+    tweak(&mut config);
+    config.validate().unwrap();
     let coordinator = Coordinator::new(&config, on.to_owned(), ganeti, test_key()).unwrap();
     let board = Arc::clone(&coordinator.api().board);
     let store = Arc::clone(&coordinator.api().store);
@@ -499,4 +518,217 @@ async fn a_recorder_past_the_replica_limit_does_not_stop_an_incident() {
     assert!(status.error.is_none(), "{status:?}");
     a.stop.send(()).unwrap();
     a.task.await.unwrap().unwrap();
+}
+
+/// One write a coordinator started: when it was admitted (the replication confirmed it) and when
+/// it reached Ganeti.
+#[derive(Debug, Clone)]
+struct TimedWrite {
+    by: String,
+    what: String,
+    started: Instant,
+    reached: Option<Instant>,
+}
+
+/// A Ganeti client recording when each write starts and reaches Ganeti, each write taking
+/// `delay` on its way (a RAPI request in flight, a RAPI daemon slow to take it).
+#[derive(Debug)]
+struct TimedWrites {
+    inner: nodecare_ganeti::rapi::client::RapiClient,
+    by: String,
+    delay: Duration,
+    log: Arc<std::sync::Mutex<Vec<TimedWrite>>>,
+}
+
+impl TimedWrites {
+    async fn write<T>(
+        &self,
+        what: String,
+        call: impl std::future::Future<Output = Result<T, nodecare_ganeti::GanetiError>>,
+    ) -> Result<T, nodecare_ganeti::GanetiError> {
+        let index = {
+            let mut log = self.log.lock().unwrap();
+            log.push(TimedWrite {
+                by: self.by.clone(),
+                what,
+                started: Instant::now(),
+                reached: None,
+            });
+            log.len() - 1
+        };
+        tokio::time::sleep(self.delay).await;
+        self.log.lock().unwrap()[index].reached = Some(Instant::now());
+        call.await
+    }
+}
+
+impl Ganeti for TimedWrites {
+    fn cluster_info(&self) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::ClusterInfo> {
+        Ganeti::cluster_info(&self.inner)
+    }
+    fn nodes(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Node>> {
+        Ganeti::nodes(&self.inner)
+    }
+    fn instances(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Instance>> {
+        Ganeti::instances(&self.inner)
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "the wrapper passes on what the coordinator submits"
+    )]
+    fn submit<'a>(
+        &'a self,
+        op: &'a nodecare_ganeti::Op,
+        reason: &'a nodecare_ganeti::Reason,
+    ) -> nodecare_ganeti::GanetiFuture<'a, nodecare_ganeti::JobId> {
+        Box::pin(self.write(format!("{op:?}"), Ganeti::submit(&self.inner, op, reason)))
+    }
+    fn groups(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Group>> {
+        Ganeti::groups(&self.inner)
+    }
+    fn tags<'a>(
+        &'a self,
+        target: &'a nodecare_ganeti::TagTarget,
+    ) -> nodecare_ganeti::GanetiFuture<'a, Vec<String>> {
+        Ganeti::tags(&self.inner, target)
+    }
+    fn job(
+        &self,
+        id: nodecare_ganeti::JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::Job> {
+        Ganeti::job(&self.inner, id)
+    }
+    fn jobs(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::JobSummary>> {
+        Ganeti::jobs(&self.inner)
+    }
+    fn cancel_job(
+        &self,
+        id: nodecare_ganeti::JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::JobCancel> {
+        Box::pin(self.write(format!("cancel {id}"), Ganeti::cancel_job(&self.inner, id)))
+    }
+}
+
+/// The old master's last write, confirmed just before the new master's takeover read, reaches
+/// Ganeti after the failover (its RAPI request is slow; it reaches the cluster's master wherever
+/// it is, as through the cluster's address). The new master waits out the old one's lease
+/// (0.5 s) and the longest a write may take (the RAPI timeout, 2.5 s), a tenth more, from the end
+/// of its read: every write of the old master has reached Ganeti before the first of the new
+/// master's, and the new master adopts the old one's job instead of submitting its intent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_master_writes_only_after_the_old_masters_lease() {
+    let sim = Simulation::new(
+        SimConfig::from_spec(
+            4,
+            "a:diskless:4,b:sharedfile:4,c:diskless:4,d:sharedfile:4,e:diskless:3",
+            DOMAIN,
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    sim.set_job_delay(Duration::from_millis(300));
+    let key = test_key();
+    let mut agents = FakeAgents::default();
+    for i in 1..=4 {
+        agents
+            .start(&node(i), &key, "127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+    }
+    let log = Arc::new(std::sync::Mutex::new(Vec::<TimedWrite>::new()));
+    let delay = Duration::from_secs(2);
+    let lease = |config: &mut nodecare_coordinator::config::Config| {
+        config.replication.lease = 0.5;
+        config.rapi.timeout = 2.5;
+    };
+    let old = TimedWrites {
+        inner: sim.client(),
+        by: node(1),
+        delay,
+        log: Arc::clone(&log),
+    };
+    let a = start_on(
+        tempfile::tempdir().unwrap(),
+        &agents,
+        &node(1),
+        &node(1),
+        true,
+        Arc::new(old),
+        lease,
+    )
+    .await;
+    let new = TimedWrites {
+        inner: sim.client_on(&node(2)),
+        by: node(2),
+        delay: Duration::ZERO,
+        log: Arc::clone(&log),
+    };
+    let b = start_on(
+        tempfile::tempdir().unwrap(),
+        &agents,
+        &node(2),
+        &node(1),
+        true,
+        Arc::new(new),
+        lease,
+    )
+    .await;
+    wait_for("node1 to act", Duration::from_secs(10), || a.acting()).await;
+
+    // node4 goes bad: node1 starts its evacuation; its first write is on its way when the
+    // master fails over to node2.
+    agents
+        .get(&node(4))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdc"}), None));
+    wait_for("node1's first write", Duration::from_secs(20), || {
+        !log.lock().unwrap().is_empty()
+    })
+    .await;
+    sim.set_master(&node(2)).unwrap();
+    b.set_ssconf_master(&node(2));
+    agents.get(&node(1)).unwrap().set_down(true);
+    a.set_ssconf_master(&node(2));
+    wait_for("node2 to write", Duration::from_secs(30), || {
+        log.lock().unwrap().iter().any(|w| w.by == node(2))
+    })
+    .await;
+    // Every write of node1 (those confirmed before node2's promises) is in Ganeti before
+    // node2's first.
+    let writes = log.lock().unwrap().clone();
+    let first_of_new = writes
+        .iter()
+        .filter(|w| w.by == node(2))
+        .map(|w| w.started)
+        .min()
+        .unwrap();
+    let old_writes: Vec<&TimedWrite> = writes.iter().filter(|w| w.by == node(1)).collect();
+    assert!(!old_writes.is_empty());
+    for write in &old_writes {
+        let reached = write.reached.unwrap_or_else(|| {
+            panic!("node1's write {} still on its way: {writes:#?}", write.what)
+        });
+        assert!(
+            reached < first_of_new,
+            "node1's {} reached Ganeti {:?} after node2's first write: {writes:#?}",
+            write.what,
+            reached - first_of_new
+        );
+    }
+    // node2 takes node1's job up from Ganeti's queue rather than submitting it again.
+    wait_for("node2 to move instances", Duration::from_secs(30), || {
+        sim.submissions()
+            .iter()
+            .any(|s| s.op_id == "OP_INSTANCE_MIGRATE" || s.op_id == "OP_INSTANCE_FAILOVER")
+    })
+    .await;
+    assert_eq!(
+        sim.duplicate_intents(),
+        Vec::<String>::new(),
+        "no intent twice"
+    );
+    for running in [a, b] {
+        running.stop.send(()).unwrap();
+        running.task.await.unwrap().unwrap();
+    }
 }
