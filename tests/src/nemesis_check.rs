@@ -2289,7 +2289,9 @@ mod tests {
             i
         };
         let line = |at: u64, running: &str| {
-            format!("{at} running=[{running}] {{\"kind\":\"maintenance\",\"campaign\":\"{C}\",\"node\":\"node5\"}}\n")
+            format!(
+                "{at} running=[{running}] {{\"kind\":\"maintenance\",\"campaign\":\"{C}\",\"node\":\"node5\"}}\n"
+            )
         };
         // Nothing running on the node, no failure: clean.
         let (runs, skipped) = parse_hook_log(&line(T + 55_000, ""));
