@@ -782,6 +782,11 @@ fault() { # N KIND A B C DUR JUMP
         event fault n="$n" fault="$kind" phase=skipped why="${CAMPAIGN:+campaign $CAMPAIGN running}${HAREP:+ instance repair under way}"
         return 0
       fi
+      # Ganeti adds no instance on a drained node: the other of node4 and node5 then.
+      if [[ $kind == owner-start && $(node_json "$node" | jq_py "print(d['drained'] or d['offline'])" 2>/dev/null) != False ]]; then
+        a=$((9 - a))
+        node=$(name_of "$a")
+      fi
       since=$(date +%s%3N)
       if [[ $kind == owner-start ]]; then
         inst=nemown.$NODECARE_GNT_DOMAIN
