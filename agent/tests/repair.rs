@@ -413,6 +413,49 @@ async fn the_repair_lock_serialises_repairs() {
     server.stop().await;
 }
 
+/// A request that expires while it waits for the repair lock (the agent stopped meanwhile, or
+/// another tool holding the lock) runs nothing once it gets the lock: the command starts only
+/// within the request's validity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_expires_while_it_waits_for_the_lock_runs_nothing() {
+    let fixture = Fixture::new();
+    fixture.counting_command("fix", 0);
+    let mut config = fixture.config();
+    config.lock_timeout = Duration::from_secs(5);
+    let held = lock::acquire(&config.lock_path, Duration::ZERO)
+        .await
+        .unwrap();
+    let server = Server::start(config).await;
+    let id = incident(41);
+    let signer = Signer::new(HmacKey::new(KEY.to_vec()), NODE.to_owned());
+    // Valid for 500 ms; the lock is given up after 3 s (past its expiry and the 2 s of skew).
+    let envelope = nodecare_protocol::repair::sign_repair_request(
+        &signer,
+        request(&id, "fix"),
+        1,
+        now_ms(),
+        500,
+    )
+    .unwrap();
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        drop(held);
+    });
+    let reply = post(server.addr, &envelope).await;
+    release.await.unwrap();
+    assert_eq!(reply.status, 401, "{reply:?}");
+    assert_eq!(reply.body["reason"], "expired", "{reply:?}");
+    assert_eq!(fixture.runs_of("fix"), 0);
+    assert_eq!(get(server.addr, &id).await.status, 404);
+    // Refused, not reserved: a fresh request for the incident runs.
+    assert_eq!(
+        post(server.addr, &sign(request(&id, "fix"))).await.status,
+        202
+    );
+    assert_eq!(wait_final(server.addr, &id).await["state"], "succeeded");
+    server.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operators_run_repairs_by_hand_in_the_same_sandbox() {
     let fixture = Fixture::new();

@@ -620,6 +620,33 @@ fn base_url(ctx: Context<'_>, node: &str) -> Option<String> {
 /// Most hooks (repair requests or polls) in flight to agents at once.
 const HOOK_CONCURRENCY: usize = 128;
 
+/// How long a hook request sent at `now_ms` stays valid: the client's `ttl_ms`, but never past
+/// the node's hook step `deadline_ms` less the clock skew an agent allows past a request's
+/// expiry. An agent that reads the request late (stopped, its socket holding what was sent
+/// meanwhile) refuses it once the node's step timed out, so a hook the campaign gave up on
+/// never runs on a node returned to service. `None`: too late to send one.
+fn hook_ttl_ms(now_ms: u64, deadline_ms: Option<u64>, ttl_ms: u64) -> Option<u64> {
+    let Some(deadline) = deadline_ms else {
+        return Some(ttl_ms);
+    };
+    let left = deadline
+        .saturating_sub(nodecare_protocol::sign::DEFAULT_MAX_CLOCK_SKEW_MS)
+        .saturating_sub(now_ms);
+    (left > 0).then_some(ttl_ms.min(left))
+}
+
+/// The hook step deadline of `node` in `record` (its latest group).
+fn hook_deadline_ms(record: &Record, node: &str) -> Option<u64> {
+    record
+        .campaign
+        .groups
+        .iter()
+        .rev()
+        .flat_map(|g| g.nodes.iter())
+        .find(|n| n.node == node)
+        .and_then(|n| n.step_deadline_ms)
+}
+
 /// Sends (or sends again: the agent runs it once) the signed repair requests of the hooks
 /// `ops`, at most [`HOOK_CONCURRENCY`] at once, their sequence numbers reserved in one write
 /// and their answers settled in one; returns how many the agents took.
@@ -630,7 +657,7 @@ async fn send_hooks(
     now_ms: u64,
 ) -> Result<usize, StoreError> {
     let mut outcomes: Vec<(String, HookOutcome)> = Vec::new();
-    let mut requests: Vec<(String, String, RepairRequest)> = Vec::new();
+    let mut requests: Vec<(String, String, RepairRequest, u64)> = Vec::new();
     for op in ops {
         let OpKind::Hook {
             request_id,
@@ -640,6 +667,13 @@ async fn send_hooks(
             continue;
         };
         let Some(base) = base_url(ctx, &op.node) else {
+            continue;
+        };
+        let Some(ttl_ms) = hook_ttl_ms(
+            now_ms,
+            hook_deadline_ms(record, &op.node),
+            ctx.repairs.ttl_ms(),
+        ) else {
             continue;
         };
         let input = match serde_json::to_value(context) {
@@ -659,7 +693,7 @@ async fn send_hooks(
             input,
             nonce: Uuid::new_v4().simple().to_string(),
         };
-        requests.push((op.key.clone(), base, request));
+        requests.push((op.key.clone(), base, request, ttl_ms));
     }
     let mut accepted = 0;
     if let Ok(count) = u64::try_from(requests.len())
@@ -668,8 +702,11 @@ async fn send_hooks(
         let first = ctx.store.next_counters("repair-sequence", count, now_ms)?;
         let answers: Vec<(String, HookOutcome)> =
             futures_util::stream::iter(requests.into_iter().zip(first..))
-                .map(|((key, base, request), sequence)| async move {
-                    let answer = ctx.repairs.request(&base, request, sequence, now_ms).await;
+                .map(|((key, base, request, ttl_ms), sequence)| async move {
+                    let answer = ctx
+                        .repairs
+                        .request_for(&base, request, sequence, now_ms, ttl_ms)
+                        .await;
                     (key, hook_outcome(answer))
                 })
                 .buffer_unordered(HOOK_CONCURRENCY)
@@ -951,6 +988,23 @@ mod tests {
             stderr_truncated: false,
             error: None,
         }))
+    }
+
+    #[test]
+    fn a_hook_request_expires_before_its_node_s_hook_step_times_out() {
+        let skew = nodecare_protocol::sign::DEFAULT_MAX_CLOCK_SKEW_MS;
+        // No deadline: the client's ttl.
+        assert_eq!(hook_ttl_ms(1_000, None, 300_000), Some(300_000));
+        // The step times out in 20 s: valid until 2 s (the agents' skew) before it.
+        assert_eq!(
+            hook_ttl_ms(100_000, Some(120_000), 300_000),
+            Some(20_000 - skew)
+        );
+        // A deadline far away: the client's ttl.
+        assert_eq!(hook_ttl_ms(0, Some(10_000_000), 300_000), Some(300_000));
+        // Within the skew of the deadline, or past it: not sent.
+        assert_eq!(hook_ttl_ms(118_000, Some(120_000), 300_000), None);
+        assert_eq!(hook_ttl_ms(130_000, Some(120_000), 300_000), None);
     }
 
     #[test]

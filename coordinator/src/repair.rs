@@ -117,6 +117,26 @@ impl RepairClient {
         sequence: u64,
         now_ms: u64,
     ) -> RepairAnswer {
+        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
+        self.request_for(base_url, request, sequence, now_ms, ttl_ms)
+            .await
+    }
+
+    /// How long this client's requests stay valid (ms).
+    pub fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Sends a signed request valid for `ttl_ms` (an agent refuses it once it has expired,
+    /// however late it reads it).
+    pub async fn request_for(
+        &self,
+        base_url: &str,
+        request: RepairRequest,
+        sequence: u64,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> RepairAnswer {
         if let Link::Simulated(records) = &self.client {
             return simulated_repair(records, &request, now_ms);
         }
@@ -130,7 +150,6 @@ impl RepairClient {
             };
         }
         let signer = Signer::new(self.key.clone(), request.node.clone());
-        let ttl_ms = u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX);
         let envelope = match sign_repair_request(&signer, request, sequence, now_ms, ttl_ms) {
             Ok(envelope) => envelope,
             Err(error) => {

@@ -33,7 +33,13 @@
 # it, moved forward or back by 30 s to 40 min, then back: every daemon runs under libfaketime,
 # faketime-exec.sh), failover-nv (the master dies: its coordinator and Ganeti master daemons
 # killed, `gnt-cluster master-failover --no-voting` in another of node1..3 once the queue is
-# empty, the old master then back as a plain node with its coordinator started again).
+# empty, the old master then back as a plain node with its coordinator started again),
+# hook-away (a campaign over node4 or node5 whose hook is held undelivered, the node's repair
+# lock taken by another tool so that its agent answers "busy"; its agent then stopped
+# (SIGSTOP) past the hook timeout: the node fails at its hook; the operator returns it to
+# service, then the agent goes on), owner-start (a campaign over node4 or node5 whose hook is
+# held undelivered as above; the owner starts a stopped instance of theirs on the drained node;
+# the lock is released once it has left the node).
 # Workload before each fault, from the plan: an evacuation, a live repair, an admission grant,
 # a cancel, a rolling maintenance campaign over node4 and/or node5 (hook e2e-roll, which says
 # it did not reboot), an instance repair by the coordinator's harep duty (an instance tagged
@@ -155,7 +161,9 @@ PY
 # ---------------------------------------------------------------------------------------------
 # The plan: every random choice, drawn before anything runs.
 RANDOM=$SEED
-KINDS=(partition isolate failover failover-nv coord-kill coord-stop agent-kill agent-stop disk-full rapi-stop rapi-refuse verdict-flip clock-jump)
+KINDS=(partition isolate failover failover-nv coord-kill coord-stop agent-kill agent-stop disk-full rapi-stop rapi-refuse verdict-flip clock-jump hook-away owner-start)
+# NODECARE_NEMESIS_KINDS="hook-away owner-start": draw the faults from these kinds only.
+[[ -n ${NODECARE_NEMESIS_KINDS:-} ]] && read -r -a KINDS <<<"$NODECARE_NEMESIS_KINDS"
 WORK=(evacuate live-repair grant cancel campaign harep none)
 # A clock jump's size in seconds (forward or back, from the plan).
 JUMPS=(30 45 90 300 600 1200 2400)
@@ -204,6 +212,7 @@ stop_mond() { local i; for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do "$GNT/nod
 # Everything a fault may have left behind, undone (idempotent).
 heal_all() {
   local i j pid m f
+  release_lock
   for f in "$CLOCK"/*; do [[ -e $f ]] && echo "+0" >"$f"; done
   sleep 2
   for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
@@ -245,10 +254,10 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   printf '#!/bin/sh\ncat %s\n' "$S/e2e/diag-$i" >"$nroot/etc/ganeti/node-diagnose-commands/e2e-state"
   # shellcheck disable=SC2016 # expanded by the command
   printf '#!/bin/sh\necho "$(date +%%s%%3N) $0" >> %s\necho done\n' "$S/e2e/nem-repairs-$i" >"$nroot/etc/ganeti/node-repair-commands/e2e-fix"
-  # A campaign's hook: counts its runs (with the campaign of its context) and says the node
-  # did not reboot.
+  # A campaign's hook: counts its runs (with the campaign of its context and the instances the
+  # node's fake hypervisor runs then) and says the node did not reboot.
   # shellcheck disable=SC2016 # expanded by the command
-  printf '#!/bin/sh\nctx=$(cat | tr -d "\\n")\necho "$(date +%%s%%3N) $ctx" >> %s\necho nodecare:no-reboot\n' \
+  printf '#!/bin/sh\nctx=$(cat | tr -d "\\n")\nrunning=$(ls /run/ganeti/fake-hypervisor 2>/dev/null | tr "\\n" " ")\necho "$(date +%%s%%3N) running=[$running] $ctx" >> %s\necho nodecare:no-reboot\n' \
     "$S/e2e/nem-roll-$i" >"$nroot/etc/ganeti/node-repair-commands/e2e-roll"
   chmod 0755 "$nroot/etc/ganeti/node-diagnose-commands/e2e-state" "$nroot/etc/ganeti/node-repair-commands/e2e-fix" \
     "$nroot/etc/ganeti/node-repair-commands/e2e-roll"
@@ -352,6 +361,12 @@ GRANTS=()
 CAMPAIGN=""
 HAREP=""
 campaign_state() { [[ -n $CAMPAIGN ]] && fo_get "$(acting_port)" "/1/maintenance/$CAMPAIGN" | jq_py "print(d.get('state', ''))" 2>/dev/null; }
+# The failures of campaign ID as a JSON list of {node, step, at_ms}.
+campaign_failures() { # ID
+  fo_get "$(acting_port)" "/1/maintenance/$1" | jq_py "
+fs = ([d['failure']] if d.get('failure') else []) + (d.get('failures') or [])
+print(json.dumps([{k: f.get(k) for k in ('node', 'step', 'at_ms')} for f in fs]))" 2>/dev/null || echo '[]'
+}
 campaign_running() { [[ -n $CAMPAIGN ]] && [[ $(campaign_state) =~ ^(running|paused|aborting|)$ ]]; }
 # Nodes whose drain is someone's: those a running campaign is taking through their steps, the
 # one of an instance repair under way. (A campaign's node not in progress is the operator's as
@@ -487,7 +502,7 @@ operator_pass() {
   harep_pass
   busy=" $(busy_nodes | paste -sd ' ') "
   if [[ -n $CAMPAIGN ]] && ! campaign_running; then
-    event campaign phase=end id="$CAMPAIGN" state="$(campaign_state)"
+    event campaign phase=end id="$CAMPAIGN" state="$(campaign_state)" failures="$(campaign_failures "$CAMPAIGN")"
     CAMPAIGN=""
   fi
   for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
@@ -555,6 +570,72 @@ freeze_master_until_idle() { # KIND
     event fault n="$n" fault="$1" phase=skipped why="jobs still running after 120 s: $busy"
     return 1
   fi
+}
+
+# Another tool holds node IDX's repair lock (one process, killed to release it): the agent
+# answers a repair or hook "busy" meanwhile, and runs nothing.
+LOCK_PID=""
+hold_lock() { # NODE-INDEX
+  local k
+  rm -f "$S/e2e/nem-locked"
+  python3 -c 'import fcntl, sys, time
+f = open(sys.argv[1], "a")
+fcntl.flock(f, fcntl.LOCK_EX)
+open(sys.argv[2], "w").write("locked\n")
+time.sleep(900)' "$S/e2e/agent-state-$1/repair.lock" "$S/e2e/nem-locked" &
+  LOCK_PID=$!
+  for ((k = 0; k < 50; k++)); do [[ -e $S/e2e/nem-locked ]] && return 0; sleep 0.1; done
+  return 1
+}
+release_lock() {
+  [[ -n $LOCK_PID ]] && kill "$LOCK_PID" 2>/dev/null && wait "$LOCK_PID" 2>/dev/null
+  LOCK_PID=""
+  rm -f "$S/e2e/nem-locked"
+}
+# A campaign over node IDX alone (tag nemesis:roll) with a hook timeout of HOOK-S: sets
+# CAMPAIGN when it started.
+campaign_over() { # NODE-INDEX HOOK-S
+  local k ans code body id
+  for k in 4 5; do
+    if [[ $k == "$1" ]]; then
+      wait_job "$(rapi PUT "/2/nodes/$(name_of "$k")/tags?tag=nemesis:roll" | job_of)" >/dev/null
+    else
+      wait_job "$(rapi DELETE "/2/nodes/$(name_of "$k")/tags?tag=nemesis:roll" | job_of)" >/dev/null
+    fi
+  done
+  ans=$(curl -s -m 20 -u e2e:e2e-secret -H 'Content-Type: application/json' -w '\n%{http_code}' -X POST \
+    --data "{\"hook\":\"e2e-roll\",\"node_tags\":[\"nemesis:roll\"],\"reason\":\"nemesis campaign\",\"timeouts\":{\"drain_s\":300,\"move_s\":300,\"hook_s\":$2,\"healthy_s\":180,\"undrain_s\":300,\"migrate_back_s\":300}}" \
+    "http://127.0.0.1:$(acting_port)/1/maintenance")
+  code=$(tail -n 1 <<<"$ans")
+  body=$(sed '$d' <<<"$ans")
+  id=$(jq_py "print(d.get('id', ''))" <<<"$body" 2>/dev/null)
+  [[ $code == 201 && -n $id ]] && CAMPAIGN=$id
+  event campaign phase=start code="$code" id="$id" nodes="$(name_of "$1")" answer="$(head -c 300 <<<"$body" | tr -d '\n')"
+}
+# The request id of the first hook node IDX's agent refused since SINCE-MS (waits up to
+# SECONDS; empty when none).
+hook_refused() { # NODE-INDEX SINCE-MS SECONDS
+  local k req
+  for ((k = 0; k < $3; k++)); do
+    req=$(cat "$S/e2e/agent-state-$1"/repair-refused.jsonl.1 "$S/e2e/agent-state-$1"/repair-refused.jsonl 2>/dev/null | python3 -c "
+import json, sys
+for line in sys.stdin:
+    try:
+        d = json.loads(line)
+    except ValueError:
+        continue
+    if d.get('command') == 'e2e-roll' and d.get('at', 0) >= $2 and d.get('incident_id'):
+        print(d['incident_id'])
+        break")
+    [[ -n $req ]] && { echo "$req"; return 0; }
+    sleep 1
+  done
+}
+# NODE's step in the running campaign.
+campaign_step() { # NODE
+  fo_get "$(acting_port)" "/1/maintenance/$CAMPAIGN" | jq_py "
+n = [n for g in d.get('groups', []) for n in g['nodes'] if n['node'] == '$1']
+print(n[-1]['step'] if n else d.get('state', ''))" 2>/dev/null
 }
 
 fault() { # N KIND A B C DUR JUMP
@@ -690,6 +771,73 @@ fault() { # N KIND A B C DUR JUMP
       "$GNT/master-daemons.sh" check --timeout 5 >/dev/null 2>&1 || "$GNT/master-daemons.sh" heal --reason nemesis >&2 || true
       grants_snapshot failover-nv
       ;;
+    hook-away | owner-start)
+      # A campaign over node4 or node5 alone whose hook is held undelivered (its repair lock
+      # held by another tool): the agent is then away past the hook timeout (hook-away), or
+      # the owner starts an instance of theirs on the drained node (owner-start).
+      ((a >= 4)) || a=$((4 + a % 2))
+      local node since req inst="" pnode apid failures
+      node=$(name_of "$a")
+      if campaign_running || [[ -n $HAREP ]]; then
+        event fault n="$n" fault="$kind" phase=skipped why="${CAMPAIGN:+campaign $CAMPAIGN running}${HAREP:+ instance repair under way}"
+        return 0
+      fi
+      # Ganeti adds no instance on a drained node: the other of node4 and node5 then.
+      if [[ $kind == owner-start && $(node_json "$node" | jq_py "print(d['drained'] or d['offline'])" 2>/dev/null) != False ]]; then
+        a=$((9 - a))
+        node=$(name_of "$a")
+      fi
+      since=$(date +%s%3N)
+      if [[ $kind == owner-start ]]; then
+        inst=nemown.$NODECARE_GNT_DOMAIN
+        if ! ans=$("$GNT/node-exec.sh" "$(master_index)" gnt-instance add -t diskless -o noop -n "$node" --no-name-check \
+          --no-ip-check --no-start -B memory=128M,vcpus=1 "$inst" 2>&1); then
+          event fault n="$n" fault="$kind" phase=skipped why="adding $inst: $(tail -n 1 <<<"$ans" | tr -d '"' | head -c 200)"
+          return 0
+        fi
+      fi
+      hold_lock "$a"
+      campaign_over "$a" "$([[ $kind == hook-away ]] && echo 20 || echo 120)"
+      req=""
+      [[ -n $CAMPAIGN ]] && req=$(hook_refused "$a" "$since" 90)
+      event fault n="$n" fault="$kind" phase=start node="$node" campaign="$CAMPAIGN" hook_request="$req" instance="$inst"
+      if [[ -z $req ]]; then
+        # The campaign never reached the hook: it goes on as any other.
+        release_lock
+        event fault n="$n" fault="$kind" phase=end campaign="$CAMPAIGN" reached_hook=false step="$(campaign_step "$node")"
+      elif [[ $kind == hook-away ]]; then
+        apid=$(agent_pid "$a")
+        [[ -n $apid ]] && kill -STOP "$apid" 2>/dev/null
+        release_lock
+        for ((k = 0; k < 60; k++)); do
+          [[ $(campaign_step "$node") =~ ^(failed|completed|aborted|done)$ ]] && break
+          sleep 1
+        done
+        failures=$(campaign_failures "$CAMPAIGN")
+        event work action=return-to-service node="$node" why="failed at its hook, agent away"
+        return_to_service "$node"
+        [[ -n $apid ]] && kill -CONT "$apid" 2>/dev/null
+        event fault n="$n" fault=hook-away phase=end campaign="$CAMPAIGN" step="$(campaign_step "$node")" failures="$failures"
+      else
+        st=$(wait_job "$(rapi PUT "/2/instances/$inst/startup" | job_of)")
+        event work action=owner-start instance="$inst" node="$node" job="$st"
+        for ((k = 0; k < 90; k++)); do
+          pnode=$(rapi GET "/2/instances/$inst" | jq_py "print(d['pnode'])" 2>/dev/null)
+          [[ -n $pnode && $pnode != "$node" ]] && break
+          sleep 1
+        done
+        release_lock
+        event fault n="$n" fault=owner-start phase=moved instance="$inst" pnode="$pnode" step="$(campaign_step "$node")"
+        for ((k = 0; k < 180; k++)); do campaign_running || break; sleep 1; done
+        campaign_running && fo_post "$(acting_port)" "/1/maintenance/$CAMPAIGN/abort" >/dev/null
+        for ((k = 0; k < 60; k++)); do campaign_running || break; sleep 1; done
+        event fault n="$n" fault=owner-start phase=end campaign="$CAMPAIGN" state="$(campaign_state)" failures="$(campaign_failures "$CAMPAIGN")"
+      fi
+      if [[ -n $inst ]]; then
+        wait_job "$(rapi DELETE "/2/instances/$inst" | job_of)" 180 >/dev/null
+        event work action=owner-remove instance="$inst"
+      fi
+      ;;
     verdict-flip)
       event fault n="$n" fault=verdict-flip phase=start node="$(name_of "$a")" flips=$((2 + dur % 4))
       local bad='{"status":"live-repair","command":"e2e-fix","details":"nemesis flip"}'
@@ -747,7 +895,7 @@ port=$(acting_port)
 event final quiesced="$quiet" master="$(name_of "$(master_index)")" \
   incidents="$(fo_get "$port" /1/status | jq_py "print(json.dumps([{k: i.get(k) for k in ('id', 'node', 'action', 'repair-status', 'acknowledged')} for i in d]))" 2>/dev/null || echo null)" \
   grants="$(curl -s -m 10 "http://127.0.0.1:$port/1/disruptions" | jq_py "print(json.dumps(d))" 2>/dev/null || echo null)" \
-  campaigns="$(fo_get "$port" /1/maintenance | jq_py "print(json.dumps([{'id': c.get('id'), 'state': c.get('state')} for c in d['campaigns']]))" 2>/dev/null || echo null)" \
+  campaigns="$(fo_get "$port" /1/maintenance | jq_py "print(json.dumps([{'id': c.get('id'), 'state': c.get('state'), 'failures': [{k: f.get(k) for k in ('node', 'step', 'at_ms')} for f in ([c['failure']] if c.get('failure') else []) + (c.get('failures') or [])]} for c in d['campaigns']]))" 2>/dev/null || echo null)" \
   replication="$(fo_get "$port" /1/replication | tr -d '\n' | head -c 2000)"
 for g in ${GRANTS[@]+"${GRANTS[@]}"}; do curl -s -m 10 -u e2e:e2e-secret -o /dev/null -X DELETE "http://127.0.0.1:$port/1/disruptions/${g%%:*}"; done
 

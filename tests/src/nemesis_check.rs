@@ -9,6 +9,11 @@
 //! - **no operation twice**: each (incident, intent) of the reason trail is one Ganeti job; each
 //!   incident's repair command is accepted by an agent once; a campaign drains each of its nodes
 //!   once and runs its hook there once (the hook's own log: [`parse_hook_log`]);
+//! - **no hook on a running primary**: when the campaign hook runs, no instance runs on its node
+//!   (the hook lists the instances the node's hypervisor runs, in its log line);
+//! - **no hook after its node failed**: no hook of a campaign runs on a node later than the
+//!   campaign's failure of that node (the failures the nemesis read from the coordinator:
+//!   a campaign's end, a fault's end, the final campaign list);
 //! - **no write by a superseded coordinator**: a RAPI write (PUT, POST, DELETE in a node's
 //!   `rapi-daemon.log`, attributed by client address) from a node whose coordinator another
 //!   coordinator's takeover (its "took over" log line) has superseded since its own last
@@ -128,10 +133,21 @@ pub struct Inputs {
     pub writes: Vec<RapiWrite>,
     /// Per node: its agent's audit lines.
     pub audits: BTreeMap<String, Vec<AuditLine>>,
-    /// Per node: the campaign of each run of the nemesis's campaign hook there.
-    pub hooks: BTreeMap<String, Vec<String>>,
+    /// Per node: each run of the nemesis's campaign hook there.
+    pub hooks: BTreeMap<String, Vec<HookRun>>,
     /// Lines of the logs and the audit that did not parse (skipped).
     pub skipped_lines: usize,
+}
+
+/// One run of the nemesis's campaign hook, as its log line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookRun {
+    /// Unix ms when it ran (the node's clock).
+    pub at_ms: u64,
+    /// The campaign of its context.
+    pub campaign: String,
+    /// The instances the node's hypervisor ran then (`None`: the line does not say).
+    pub running: Option<Vec<String>>,
 }
 
 /// One violation, named.
@@ -202,6 +218,28 @@ pub enum Violation {
         /// What was done twice.
         what: String,
     },
+    /// A campaign hook ran while an instance ran on its node.
+    HookWithRunningPrimary {
+        /// The campaign.
+        campaign: String,
+        /// The node.
+        node: String,
+        /// When the hook ran.
+        at_ms: u64,
+        /// The instances running there.
+        running: Vec<String>,
+    },
+    /// A campaign hook ran on a node after the campaign had failed that node.
+    HookAfterFailure {
+        /// The campaign.
+        campaign: String,
+        /// The node.
+        node: String,
+        /// When the campaign failed the node.
+        failed_ms: u64,
+        /// When the hook ran.
+        at_ms: u64,
+    },
     /// Something not finished once the faults stopped.
     NotFinished {
         /// What.
@@ -220,6 +258,8 @@ impl Violation {
             Self::GrantForgotten { .. } => "grant-forgotten",
             Self::BudgetExceeded { .. } => "budget-exceeded",
             Self::CampaignNodeTwice { .. } => "campaign-node-twice",
+            Self::HookWithRunningPrimary { .. } => "hook-with-running-primary",
+            Self::HookAfterFailure { .. } => "hook-after-failure",
             Self::NotFinished { .. } => "not-finished",
         }
     }
@@ -285,6 +325,28 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "campaign {campaign} handled {node} more than once: {what}"
+            ),
+            Self::HookWithRunningPrimary {
+                campaign,
+                node,
+                at_ms,
+                running,
+            } => write!(
+                f,
+                "campaign {campaign}'s hook ran on {node} at {} while {} ran there",
+                utc(*at_ms),
+                running.join(", ")
+            ),
+            Self::HookAfterFailure {
+                campaign,
+                node,
+                failed_ms,
+                at_ms,
+            } => write!(
+                f,
+                "campaign {campaign}'s hook ran on {node} at {}, after the campaign failed it at {}",
+                utc(*at_ms),
+                utc(*failed_ms)
             ),
             Self::NotFinished { what } => f.write_str(what),
         }
@@ -513,22 +575,88 @@ pub fn parse_audit(text: &str) -> (Vec<AuditLine>, usize) {
     (lines, skipped)
 }
 
-/// The nemesis's campaign hook's log on one node (`<unix ms> <hook context JSON>` a line): the
-/// campaign of each run; lines that do not parse are counted.
-pub fn parse_hook_log(text: &str) -> (Vec<String>, usize) {
+/// The nemesis's campaign hook's log on one node (`<unix ms> [running=[<instance> …]] <hook
+/// context JSON>` a line): each run; lines that do not parse are counted.
+pub fn parse_hook_log(text: &str) -> (Vec<HookRun>, usize) {
     let mut skipped = 0;
     let mut runs = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let campaign = line
-            .split_once(' ')
-            .and_then(|(_, json)| serde_json::from_str::<Value>(json).ok())
-            .and_then(|v| v.get("campaign").and_then(Value::as_str).map(str::to_owned));
-        match campaign {
-            Some(c) => runs.push(c),
+        let run = line.split_once(' ').and_then(|(at, rest)| {
+            let at_ms = at.parse::<u64>().ok()?;
+            let (running, json) = match rest.strip_prefix("running=[") {
+                Some(rest) => {
+                    let (list, json) = rest.split_once(']')?;
+                    (
+                        Some(list.split_whitespace().map(str::to_owned).collect()),
+                        json,
+                    )
+                }
+                None => (None, rest),
+            };
+            let context = serde_json::from_str::<Value>(json.trim()).ok()?;
+            let campaign = context.get("campaign")?.as_str()?.to_owned();
+            Some(HookRun {
+                at_ms,
+                campaign,
+                running,
+            })
+        });
+        match run {
+            Some(run) => runs.push(run),
             None => skipped += 1,
         }
     }
     (runs, skipped)
+}
+
+/// When each campaign failed each node, as the fault log's readings of the coordinator say
+/// (`failures: [{node, step, at_ms}]` in a campaign's end, a fault's end naming its `campaign`,
+/// and each entry of the final campaign list); the earliest per (campaign, node).
+fn campaign_failures(faults: &[FaultEvent]) -> BTreeMap<(String, String), u64> {
+    let mut failed: BTreeMap<(String, String), u64> = BTreeMap::new();
+    let mut note = |campaign: &str, failures: Option<&Value>| {
+        for f in failures.and_then(Value::as_array).into_iter().flatten() {
+            let (Some(node), Some(at)) = (
+                f.get("node").and_then(Value::as_str),
+                f.get("at_ms").and_then(Value::as_u64),
+            ) else {
+                continue;
+            };
+            let slot = failed
+                .entry((campaign.to_owned(), node.to_owned()))
+                .or_insert(at);
+            *slot = (*slot).min(at);
+        }
+    };
+    for e in faults {
+        match e.kind.as_str() {
+            "campaign" => {
+                if let Some(id) = e.str("id") {
+                    note(id, e.fields.get("failures"));
+                }
+            }
+            "fault" => {
+                if let Some(id) = e.str("campaign") {
+                    note(id, e.fields.get("failures"));
+                }
+            }
+            "final" => {
+                for c in e
+                    .fields
+                    .get("campaigns")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(id) = c.get("id").and_then(Value::as_str) {
+                        note(id, c.get("failures"));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    failed
 }
 
 /// A clock jump as the fault log records it: its node, offset and true span, and the lines of
@@ -827,10 +955,29 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
             });
         }
     }
+    let failures = campaign_failures(&inputs.faults);
     for (node, runs) in &inputs.hooks {
         let mut per: BTreeMap<&str, usize> = BTreeMap::new();
-        for c in runs {
-            *per.entry(c.as_str()).or_default() += 1;
+        for run in runs {
+            *per.entry(run.campaign.as_str()).or_default() += 1;
+            if let Some(running) = run.running.as_ref().filter(|r| !r.is_empty()) {
+                report.violations.push(Violation::HookWithRunningPrimary {
+                    campaign: run.campaign.clone(),
+                    node: node.clone(),
+                    at_ms: run.at_ms,
+                    running: running.clone(),
+                });
+            }
+            if let Some(&failed_ms) = failures.get(&(run.campaign.clone(), node.clone()))
+                && run.at_ms > failed_ms + slack
+            {
+                report.violations.push(Violation::HookAfterFailure {
+                    campaign: run.campaign.clone(),
+                    node: node.clone(),
+                    failed_ms,
+                    at_ms: run.at_ms,
+                });
+            }
         }
         for (campaign, times) in per.into_iter().filter(|(_, n)| *n > 1) {
             report.violations.push(Violation::CampaignNodeTwice {
@@ -2053,7 +2200,13 @@ mod tests {
             "{} {{\"kind\":\"maintenance\",\"campaign\":\"{C}\",\"node\":\"node5\"}}\nbroken\n",
             T + 55_000
         ));
-        assert_eq!((runs.clone(), skipped), (vec![C.to_owned()], 1));
+        assert_eq!(
+            (
+                runs.iter().map(|r| r.campaign.clone()).collect::<Vec<_>>(),
+                skipped
+            ),
+            (vec![C.to_owned()], 1)
+        );
         i.hooks.insert("node5".into(), runs.clone());
         assert_eq!(kinds(&i), Vec::<&str>::new());
         // Drained again under another intent (a re-planned step).
@@ -2071,14 +2224,17 @@ mod tests {
         }
         assert_eq!(kinds(&twice), vec!["campaign-node-twice"]);
         // The hook run twice.
+        let run = |campaign: &str| HookRun {
+            at_ms: T + 55_000,
+            campaign: campaign.to_owned(),
+            running: None,
+        };
         let mut i = with_campaign();
-        i.hooks
-            .insert("node5".into(), vec![C.to_owned(), C.to_owned()]);
+        i.hooks.insert("node5".into(), vec![run(C), run(C)]);
         assert_eq!(kinds(&i), vec!["campaign-node-twice"]);
         // Another campaign's run is its own.
         let mut i = with_campaign();
-        i.hooks
-            .insert("node5".into(), vec![C.to_owned(), INC.to_owned()]);
+        i.hooks.insert("node5".into(), vec![run(C), run(INC)]);
         assert_eq!(kinds(&i), Vec::<&str>::new());
     }
 
@@ -2106,5 +2262,84 @@ mod tests {
         let fin = i.faults.iter_mut().find(|e| e.kind == "final").unwrap();
         *fin = final_ok(T + 100_000, json!([]));
         assert_eq!(kinds(&i), vec!["grant-forgotten"]);
+    }
+    #[test]
+    fn a_hook_with_a_running_primary_or_after_its_node_failed_is_a_violation() {
+        const C: &str = "7d1e2f3a-4b5c-4d6e-8f70-9a1b2c3d4e5f";
+        let with_campaign = |failed_ms: Option<u64>| {
+            let mut i = clean();
+            i.faults.push(ev(
+                T + 1000,
+                "campaign",
+                json!({"phase": "start", "code": 201, "id": C}),
+            ));
+            let failures = failed_ms.map_or_else(
+                || json!([]),
+                |at| json!([{"node": "node5", "step": "hook", "at_ms": at}]),
+            );
+            i.faults
+                .iter_mut()
+                .find(|e| e.kind == "final")
+                .unwrap()
+                .fields
+                .insert(
+                    "campaigns".into(),
+                    json!([{"id": C, "state": "failed", "failures": failures}]),
+                );
+            i
+        };
+        let line = |at: u64, running: &str| {
+            format!(
+                "{at} running=[{running}] {{\"kind\":\"maintenance\",\"campaign\":\"{C}\",\"node\":\"node5\"}}\n"
+            )
+        };
+        // Nothing running on the node, no failure: clean.
+        let (runs, skipped) = parse_hook_log(&line(T + 55_000, ""));
+        assert_eq!(skipped, 0);
+        assert_eq!(
+            runs,
+            vec![HookRun {
+                at_ms: T + 55_000,
+                campaign: C.to_owned(),
+                running: Some(Vec::new())
+            }]
+        );
+        let mut i = with_campaign(None);
+        i.hooks.insert("node5".into(), runs);
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // An instance running on the node when the hook ran.
+        let mut i = with_campaign(None);
+        i.hooks.insert(
+            "node5".into(),
+            parse_hook_log(&line(T + 55_000, "inst7.nodecare.test ")).0,
+        );
+        assert_eq!(kinds(&i), vec!["hook-with-running-primary"]);
+        // Its node failed at its hook at T+50 s: a run at T+55 s is one too many; one within
+        // the slack of the failure was in flight.
+        let mut i = with_campaign(Some(T + 50_000));
+        i.hooks
+            .insert("node5".into(), parse_hook_log(&line(T + 55_000, "")).0);
+        assert_eq!(kinds(&i), vec!["hook-after-failure"]);
+        let mut i = with_campaign(Some(T + 54_000));
+        i.hooks
+            .insert("node5".into(), parse_hook_log(&line(T + 55_000, "")).0);
+        assert_eq!(kinds(&i), Vec::<&str>::new());
+        // A failure the fault log saw at the fault's end counts too.
+        let mut i = with_campaign(None);
+        i.faults.push(ev(
+            T + 58_000,
+            "fault",
+            json!({"fault": "hook-away", "phase": "end", "campaign": C,
+                   "failures": [{"node": "node5", "step": "hook", "at_ms": T + 50_000}]}),
+        ));
+        i.hooks
+            .insert("node5".into(), parse_hook_log(&line(T + 55_000, "")).0);
+        assert_eq!(kinds(&i), vec!["hook-after-failure"]);
+        // The old log format (no running list) is read, and judged on failures only.
+        let (runs, _) = parse_hook_log(&format!(
+            "{} {{\"kind\":\"maintenance\",\"campaign\":\"{C}\"}}\n",
+            T + 55_000
+        ));
+        assert_eq!(runs[0].running, None);
     }
 }

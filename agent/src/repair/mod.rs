@@ -529,16 +529,23 @@ impl RepairService {
                     .await;
             }
         }
-        self.start(origin, &claimed, request, now).await
+        let valid_until = envelope
+            .expires_at_ms
+            .saturating_add(self.config.verify_policy.skew_ms());
+        self.start(origin, &claimed, request, now, valid_until)
+            .await
     }
 
     /// Returns an existing run for the incident, or starts one.
+    /// `valid_until`: Unix ms after which the request must not start its command (its expiry
+    /// plus the allowed clock skew).
     async fn start(
         self: &Arc<Self>,
         origin: &Origin,
         claimed: &Claimed,
         request: RepairRequest,
         now: u64,
+        valid_until: u64,
     ) -> RepairAnswer {
         let fingerprint = match request.input_fingerprint() {
             Ok(fingerprint) => fingerprint,
@@ -592,7 +599,7 @@ impl RepairService {
             };
         }
         match self
-            .launch(origin, claimed, &request, fingerprint, now)
+            .launch(origin, claimed, &request, fingerprint, now, valid_until)
             .await
         {
             Ok(record) => RepairAnswer::Record {
@@ -650,7 +657,8 @@ impl RepairService {
         }
     }
 
-    /// Checks the whitelist, takes the lock, records the run durably and spawns it.
+    /// Checks the whitelist, takes the lock, records the run durably and spawns it; a request
+    /// that expired while it waited for the lock (or while the agent was stopped) runs nothing.
     async fn launch(
         self: &Arc<Self>,
         origin: &Origin,
@@ -658,6 +666,7 @@ impl RepairService {
         request: &RepairRequest,
         fingerprint: String,
         now: u64,
+        valid_until: u64,
     ) -> Result<RepairRecord, RepairAnswer> {
         let whitelist = self.config.whitelist();
         let command = request.command.clone();
@@ -693,6 +702,18 @@ impl RepairService {
                     .await);
             }
         };
+        // Verified when it arrived, it may have waited since: for the lock, or in a stopped
+        // agent. A command starts only within the request's validity.
+        let started = now_ms();
+        if started > valid_until {
+            drop(guard);
+            let message = format!(
+                "expired at {valid_until} ms (skew included) while it waited to start, now {started} ms"
+            );
+            return Err(self
+                .refuse(origin, claimed, RefusalReason::Expired, message)
+                .await);
+        }
         let mut record = match RepairRecord::running(request, now) {
             Ok(record) => record,
             Err(error) => {
