@@ -209,6 +209,10 @@ const FOUND_TWO_EVACUATIONS_OVER_N_PLUS_ONE: bool = false;
 /// no nodecare job is queued to disrupt a node either, and the census names who set a node
 /// offline as it names who drained it.
 const FOUND_UNNAMED_DISRUPTION_BESIDE_ANOTHER: bool = false;
+/// Seen by this test (invariant 5, seed 183 of 200, replays alone; seeds 787 and 883 of 1 000),
+/// not fixed yet: an evacuation's replace-disks or failover involves a node granted to another
+/// tool (admission API) in the same round.
+const FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE: bool = true;
 /// Liveness (invariant 8, seeds 46, 69, 81, 86, 94 of 100): found in the checker's quiet
 /// phase, not in nodecare. A broken minor on the master was never healed (`stop_faults` left
 /// node 1 out); a node left drained by an incident the operator canceled was never returned
@@ -672,6 +676,12 @@ fn check_state(
                         && others.iter().all(|(h, _)| h.starts_with("incident ")) =>
                 {
                     Some("FOUND_DEFECT_EVACUATIONS_OVERLAP")
+                }
+                "node-repair"
+                    if FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE
+                        && others.iter().all(|(h, _)| h.starts_with("grant ")) =>
+                {
+                    Some("FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE")
                 }
                 "balancing" if FOUND_DEFECT_BALANCING_MOVES_IN_FLIGHT_NOT_HELD => {
                     Some("FOUND_DEFECT_BALANCING_MOVES_IN_FLIGHT_NOT_HELD")
