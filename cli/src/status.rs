@@ -146,8 +146,13 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
     let round = &overview.round;
     let _ignored = writeln!(
         out,
-        "coordinator on {}: round {} took {} ms, {} agents read, {} without a verified report{}",
+        "coordinator on {}{}: round {} took {} ms, {} agents read, {} without a verified report{}",
         overview.node,
+        round
+            .ganeti_version
+            .as_deref()
+            .map(|v| format!(" (Ganeti {v})"))
+            .unwrap_or_default(),
         round.number,
         round.duration_ms,
         round.agents,

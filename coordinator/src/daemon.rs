@@ -241,7 +241,7 @@ impl Coordinator {
 
     /// Checks mastership now.
     pub async fn check_master(&self) -> Result<(), RoundError> {
-        self.reconciler.check_master().await
+        self.reconciler.check_master().await.map(drop)
     }
 
     /// Runs one round.

@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `GET /` | `[1]` |
 //! | `GET /1` | `null` |
-//! | `GET /1/status` | maintd's list of non-cleared incidents; each entry also has `id`, our fields and `agent` (its node's agent status) |
+//! | `GET /1/status` | maintd's list of non-cleared incidents; each entry also has `id`, our fields and `agent` (its node's agent status); the `Ganeti-Version` header names Ganeti's version as the last round read it (`/1/overview` has it as `round.ganeti_version`) |
 //! | `GET /1/jobs` | ids of jobs still in flight (maintd: jobs to wait for) |
 //! | `GET /1/evacuated` | names of the instances moved off evacuated nodes (migrated or failed over) by incidents not yet forgotten, as maintd's list |
 //! | `GET /1/agents` | every agent's status (`ok`, `stale`, `unreachable`, `unverifiable`) |
@@ -241,11 +241,28 @@ async fn status(State(state): State<ApiState>) -> Response {
                 .iter()
                 .map(|incident| incident_view(incident, &agents))
                 .collect();
-            Json(list).into_response()
+            let mut response = Json(list).into_response();
+            // The body stays maintd's list; Ganeti's version the last round read rides beside it.
+            let version = state
+                .board
+                .last_round
+                .read()
+                .ok()
+                .and_then(|round| round.ganeti_version.clone())
+                .and_then(|v| axum::http::HeaderValue::from_str(&v).ok());
+            if let Some(version) = version {
+                response
+                    .headers_mut()
+                    .insert(GANETI_VERSION_HEADER, version);
+            }
+            response
         }
         Err(e) => internal(e),
     }
 }
+
+/// The header of `GET /1/status` that carries Ganeti's version (`software_version`).
+pub const GANETI_VERSION_HEADER: &str = "ganeti-version";
 
 fn in_flight(intents: &[Intent]) -> Vec<u64> {
     let mut jobs: Vec<u64> = intents

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use nodecare_protocol::now_ms;
 
-use crate::ganeti::Ganeti;
+use crate::ganeti::{ClusterInfo, Ganeti};
 use crate::gate::{self, GateSnapshot, Holder, InForce};
 use crate::incident::RepairStatus;
 use crate::repair::RepairClient;
@@ -229,8 +229,9 @@ impl Reconciler {
     }
 
     /// Checks that this node is the master: ssconf's `ssconf_master_node` (when readable) must
-    /// name this node, and so must RAPI's cluster information, which decides.
-    pub async fn check_master(&self) -> Result<(), RoundError> {
+    /// name this node, and so must RAPI's cluster information, which decides. Answers that
+    /// information.
+    pub async fn check_master(&self) -> Result<ClusterInfo, RoundError> {
         if let Some(master) = self.settings.ssconf_dir.as_deref().and_then(ssconf_master)
             && master != self.settings.node_name
         {
@@ -246,7 +247,7 @@ impl Reconciler {
                 master: info.master,
             });
         }
-        Ok(())
+        Ok(info)
     }
 
     /// Runs one round and records its summary.
@@ -300,11 +301,15 @@ impl Reconciler {
     ) -> Result<(), RoundError> {
         // The round's one clock.
         let now = self.clock.now_ms();
-        if let Err(error) = self.check_master().await {
-            if let (RoundError::NotMaster { .. }, Some(replicator)) = (&error, &self.replicator) {
-                replicator.stand_down().await;
+        match self.check_master().await {
+            Ok(info) => summary.ganeti_version = info.software_version,
+            Err(error) => {
+                if let (RoundError::NotMaster { .. }, Some(replicator)) = (&error, &self.replicator)
+                {
+                    replicator.stand_down().await;
+                }
+                return Err(error);
             }
-            return Err(error);
         }
         if let Some(replicator) = &self.replicator
             && !replicator.has_taken_over().await

@@ -236,7 +236,11 @@ pub fn render(snapshot: &Snapshot, actions: Option<&Actions>) -> String {
                 header {
                     h1 { "nodecare on " (snapshot.node) }
                     p.mute {
-                        "Node health and repairs of this Ganeti cluster, as the coordinator sees them. "
+                        "Node health and repairs of this Ganeti cluster"
+                        @if let Some(version) = &snapshot.round.ganeti_version {
+                            " (Ganeti " (version) ")"
+                        }
+                        ", as the coordinator sees them. "
                         "Round " (snapshot.round.number)
                         @if snapshot.round.started_ms > 0 {
                             ", " (age(now, snapshot.round.started_ms)) " ago, took "

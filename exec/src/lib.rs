@@ -702,7 +702,7 @@ impl Executor {
                         e.state = State::Submitted;
                         e.job = Some(job);
                         adopted = true;
-                        tracing::info!(holder = %e.holder, key = %e.key, job, "adopted job submitted before a restart");
+                        tracing::info!(holder = %e.holder, key = %e.key, job, "adopted the job of a submission that was uncertain (a lost answer or a restart)");
                     }
                     (None, Unadopted::Fail) if first => {
                         e.state = State::Failed {

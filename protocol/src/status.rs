@@ -84,6 +84,10 @@ pub struct RoundSummary {
     pub jobs_submitted: usize,
     /// Error that ended the round early, if any.
     pub error: Option<String>,
+    /// Ganeti's version as its master answers it (`software_version` of `GET /2/info`), read
+    /// by the round; `None` before a round read it (or from a coordinator that does not send it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ganeti_version: Option<String>,
 }
 
 /// An incident as a reader of the status API sees it.

@@ -28,7 +28,9 @@
 # coord-kill / agent-kill (SIGKILL, restarted 1-5 s later), coord-stop / agent-stop (SIGSTOP,
 # SIGCONT later), disk-full (the coordinator's state directory is a 64 MiB tmpfs, filled),
 # rapi-stop (the master's ganeti-rapi SIGSTOPped: RAPI hangs), rapi-refuse (the master's
-# ganeti-rapi stopped: connections refused), verdict-flip (a node's diagnose verdict flips
+# ganeti-rapi stopped: connections refused), rapi-lose (Ganeti's answers to the coordinators
+# lost: each reaches its RAPI through rapi-lose-proxy.py, which drops what Ganeti sends back
+# while the fault lasts; a write is carried out and its answer lost, a job-list read fails), verdict-flip (a node's diagnose verdict flips
 # several times a second), clock-jump (one node's wall clock, as its agent and coordinator see
 # it, moved forward or back by 30 s to 40 min, then back: every daemon runs under libfaketime,
 # faketime-exec.sh), failover-nv (the master dies: its coordinator and Ganeti master daemons
@@ -115,6 +117,11 @@ printf '%s:%s\n' "$NODECARE_GNT_RAPI_USER" "$RAPI_PW" >"$S/rapi-credentials"
 chmod 600 "$S/rapi-credentials"
 # shellcheck source=../e2e-ganeti/lib.sh
 . "$E2E/lib.sh"
+# The coordinators reach their node's RAPI through rapi-lose-proxy.py (port 5081 to 5080), which
+# loses Ganeti's answers while the rapi-lose fault's flag file exists.
+LOSE_FLAG=$S/nemesis/rapi-lose
+LOSE_LOG=$S/nemesis/rapi-lost.log
+export NODECARE_E2E_FAILOVER_RAPI_URL=https://127.0.0.1:5081
 # fo_start, fo_get, fo_post, fo_busy_jobs (and the ports after COORD_FWD) of S11.
 # shellcheck source=../e2e-ganeti/s11-failover.sh
 . "$E2E/s11-failover.sh"
@@ -161,7 +168,7 @@ PY
 # ---------------------------------------------------------------------------------------------
 # The plan: every random choice, drawn before anything runs.
 RANDOM=$SEED
-KINDS=(partition isolate failover failover-nv coord-kill coord-stop agent-kill agent-stop disk-full rapi-stop rapi-refuse verdict-flip clock-jump hook-away owner-start)
+KINDS=(partition isolate failover failover-nv coord-kill coord-stop agent-kill agent-stop disk-full rapi-stop rapi-refuse verdict-flip clock-jump hook-away owner-start rapi-lose)
 # NODECARE_NEMESIS_KINDS="hook-away owner-start": draw the faults from these kinds only.
 [[ -n ${NODECARE_NEMESIS_KINDS:-} ]] && read -r -a KINDS <<<"$NODECARE_NEMESIS_KINDS"
 WORK=(evacuate live-repair grant cancel campaign harep none)
@@ -190,6 +197,7 @@ for ((f = 0; f < FAULTS; f++)); do echo "  $((f + 1)): ${PLAN[$f]}" >&2; done
 stop_all() {
   local i
   for i in 1 2 3; do "$GNT/node-exec.sh" "$i" --stop "nem-coord-$i" >/dev/null 2>&1 || true; done
+  for i in 1 2 3; do "$GNT/node-exec.sh" "$i" --stop "rapi-proxy-$i" >/dev/null 2>&1 || true; done
   # The end-to-end test's coordinators, if it left any.
   "$GNT/node-exec.sh" 1 --stop coordinator >/dev/null 2>&1 || true
   for i in 2 3; do "$GNT/node-exec.sh" "$i" --stop "coordinator-$i" >/dev/null 2>&1 || true; done
@@ -213,6 +221,7 @@ stop_mond() { local i; for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do "$GNT/nod
 heal_all() {
   local i j pid m f
   release_lock
+  rm -f "$LOSE_FLAG"
   for f in "$CLOCK"/*; do [[ -e $f ]] && echo "+0" >"$f"; done
   sleep 2
   for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
@@ -241,6 +250,12 @@ pid_alive() { local st; st=$(sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc
 
 log "setup"
 stop_all
+rm -f "$LOSE_FLAG"
+: >>"$LOSE_LOG"
+for i in 1 2 3; do
+  "$GNT/node-exec.sh" "$i" --bg "rapi-proxy-$i" python3 "$HERE/rapi-lose-proxy.py" 5081 5080 "$LOSE_FLAG" "$LOSE_LOG" >/dev/null ||
+    { echo "nemesis: the RAPI proxy of node $i did not start" >&2; exit 1; }
+done
 # Master back to node1..3 (the coordinators' nodes).
 m=$(master_index)
 if ((m > 3)); then "$GNT/node-exec.sh" 1 gnt-cluster master-failover >&2 || true; fi
@@ -737,6 +752,15 @@ fault() { # N KIND A B C DUR JUMP
       sleep "$dur"
       "$GNT/node-exec.sh" "$m" /usr/lib/ganeti/daemon-util start ganeti-rapi >/dev/null 2>&1 || true
       event fault n="$n" fault=rapi-refuse phase=end
+      ;;
+    rapi-lose)
+      # Ganeti's answers to the coordinators are lost (requests carried out, answers dropped).
+      k=$(wc -l <"$LOSE_LOG" 2>/dev/null || echo 0)
+      event fault n="$n" fault=rapi-lose phase=start node="$(name_of "$(master_index)")" dur_s="$dur"
+      touch "$LOSE_FLAG"
+      sleep "$dur"
+      rm -f "$LOSE_FLAG"
+      event fault n="$n" fault=rapi-lose phase=end lost="$(($(wc -l <"$LOSE_LOG" 2>/dev/null || echo 0) - k))"
       ;;
     clock-jump)
       # The agent's audit lines written meanwhile carry the jumped time: the checker reads

@@ -555,6 +555,9 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
         .unwrap();
     assert_eq!(answer.status(), 303);
     assert_eq!(answer.headers()["location"], "/ui/");
+    // Ganeti's version, as the round read it, rides beside maintd's list.
+    let answer = client.get(format!("{base}/1/status")).send().await.unwrap();
+    assert_eq!(answer.headers()["ganeti-version"], "3.0.2");
     let status = get_json(&client, format!("{base}/1/status")).await;
     let entry = &status[0];
     for key in [
@@ -682,6 +685,7 @@ async fn status_api_serves_maintd_shapes_and_cancel() {
         serde_json::from_value(overview.clone()).unwrap();
     assert_eq!(typed.incidents[0].repair_status, "canceled");
     assert!(!typed.incidents[0].tag_applied);
+    assert_eq!(typed.round.ganeti_version.as_deref(), Some("3.0.2"));
     server.abort();
 }
 

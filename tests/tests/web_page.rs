@@ -118,6 +118,7 @@ fn fixed_snapshot() -> Snapshot {
             agents_failed: 1,
             jobs_submitted: 1,
             error: None,
+            ganeti_version: Some("3.1.0".into()),
         },
         incidents: vec![(running, intents), (blocked, Vec::new())],
         agents: vec![

@@ -48,7 +48,7 @@ impl NodeRepair {
             intent.submitted_ms = Some(self.now);
             self.note(&mut incident, Event::JobSubmitted(job));
             tracing::info!(incident = %incident.uuid, intent = %intent.key, job,
-                "adopted job submitted before a restart");
+                "adopted the job of a submission that was uncertain (a lost answer or a restart)");
             self.store.update_intent(&incident, &intent)?;
         }
         for intent in self.ganeti_intents(IntentState::Planned)? {
