@@ -273,14 +273,27 @@ impl LogLimiter {
     }
 }
 
-/// Failed authentications per client: past [`Throttle::MAX_FAILURES`] in a window of
-/// [`Throttle::WINDOW`], a client is refused (HTTP 429) until its window ends. At most
-/// [`Throttle::MAX_CLIENTS`] clients are tracked; past that, unknown clients share one entry, so
-/// that many addresses throttle each other instead of growing the table. Failures are logged at
-/// most once per window and client.
+/// Failed authentications, counted per source address and user, and per user over every source.
+///
+/// Past [`Throttle::MAX_FAILURES`] failures of one user from one address in a window of
+/// [`Throttle::WINDOW`], that address is refused (HTTP 429) for that user until its window ends:
+/// the address is itself guessing. Failures of other users, or from other addresses, never
+/// refuse anyone: past [`Throttle::USER_FAILURES`] failures of a user from every address in a
+/// window, each attempt for that user waits [`Throttle::USER_DELAY`] before it is checked
+/// ([`Admission::Slow`]), right password or not, so that guessing from many addresses is slowed
+/// and the operator still gets in. Each table holds at most [`Throttle::MAX_ENTRIES`] entries;
+/// when full, ended windows are dropped, then the oldest window: an entry is never shared. User
+/// names are counted by their first [`Throttle::MAX_USER_BYTES`] bytes. Failures are logged at
+/// most once per window and entry.
 #[derive(Debug, Default)]
 pub struct Throttle {
-    clients: std::sync::Mutex<std::collections::HashMap<Option<std::net::IpAddr>, Failures>>,
+    state: std::sync::Mutex<ThrottleState>,
+}
+
+#[derive(Debug, Default)]
+struct ThrottleState {
+    pairs: std::collections::HashMap<(Option<std::net::IpAddr>, String), Failures>,
+    users: std::collections::HashMap<String, Failures>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -289,76 +302,140 @@ struct Failures {
     count: u32,
 }
 
+/// What the throttle says of an attempt to authenticate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Check the credentials now.
+    Go,
+    /// Check them after this wait (the user is being guessed from many addresses).
+    Slow(std::time::Duration),
+    /// Refuse without checking: this address guessed this user's password too often; the
+    /// window ends after this long.
+    Refuse(std::time::Duration),
+}
+
+/// Counts one failure in `table` under `key`, making room first (never sharing an entry);
+/// answers the count in the current window.
+fn count_failure<K: std::hash::Hash + Eq + Clone>(
+    table: &mut std::collections::HashMap<K, Failures>,
+    key: &K,
+    now: std::time::Instant,
+) -> u32 {
+    if !table.contains_key(key) && table.len() >= Throttle::MAX_ENTRIES {
+        table.retain(|_, f| now.saturating_duration_since(f.since) < Throttle::WINDOW);
+        if table.len() >= Throttle::MAX_ENTRIES
+            && let Some(oldest) = table
+                .iter()
+                .min_by_key(|(_, f)| f.since)
+                .map(|(k, _)| k.clone())
+        {
+            table.remove(&oldest);
+        }
+    }
+    let entry = table.entry(key.clone()).or_insert(Failures {
+        since: now,
+        count: 0,
+    });
+    if now.saturating_duration_since(entry.since) >= Throttle::WINDOW {
+        *entry = Failures {
+            since: now,
+            count: 0,
+        };
+    }
+    entry.count = entry.count.saturating_add(1);
+    entry.count
+}
+
+/// The failures counted in `table` under `key` in its current window, and when it began.
+fn in_window<K: std::hash::Hash + Eq>(
+    table: &std::collections::HashMap<K, Failures>,
+    key: &K,
+    now: std::time::Instant,
+) -> Option<(u32, std::time::Duration)> {
+    let failures = table.get(key)?;
+    let elapsed = now.saturating_duration_since(failures.since);
+    (elapsed < Throttle::WINDOW).then_some((failures.count, elapsed))
+}
+
 impl Throttle {
-    /// Failures allowed per client and window.
+    /// Failures allowed per address and user in a window.
     pub const MAX_FAILURES: u32 = 10;
+    /// Failures of a user, from every address, in a window past which its attempts are slowed.
+    pub const USER_FAILURES: u32 = 30;
+    /// The wait of each attempt for a user past [`Self::USER_FAILURES`].
+    pub const USER_DELAY: std::time::Duration = std::time::Duration::from_secs(1);
     /// The window.
     pub const WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
-    /// Most clients tracked.
-    pub const MAX_CLIENTS: usize = 4096;
+    /// Most entries per table.
+    pub const MAX_ENTRIES: usize = 4096;
+    /// Bytes of a user name counted.
+    pub const MAX_USER_BYTES: usize = 64;
 
-    /// How long `client` must still wait, if it is throttled now.
-    pub fn refused(&self, client: Option<std::net::IpAddr>) -> Option<std::time::Duration> {
-        self.refused_at(client, std::time::Instant::now())
+    fn user_key(user: &str) -> String {
+        let mut end = user.len().min(Self::MAX_USER_BYTES);
+        while !user.is_char_boundary(end) {
+            end -= 1;
+        }
+        user[..end].to_owned()
     }
 
-    /// [`Self::refused`] at `now`.
-    pub fn refused_at(
+    fn state(&self) -> std::sync::MutexGuard<'_, ThrottleState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What to do with an attempt of `user` from `client`.
+    pub fn admit(&self, client: Option<std::net::IpAddr>, user: &str) -> Admission {
+        self.admit_at(client, user, std::time::Instant::now())
+    }
+
+    /// [`Self::admit`] at `now`.
+    pub fn admit_at(
         &self,
         client: Option<std::net::IpAddr>,
+        user: &str,
         now: std::time::Instant,
-    ) -> Option<std::time::Duration> {
-        let clients = self
-            .clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let key = if clients.contains_key(&client) || clients.len() < Self::MAX_CLIENTS {
-            client
-        } else {
-            None
-        };
-        let failures = clients.get(&key)?;
-        let elapsed = now.saturating_duration_since(failures.since);
-        (failures.count >= Self::MAX_FAILURES && elapsed < Self::WINDOW)
-            .then(|| Self::WINDOW.saturating_sub(elapsed))
+    ) -> Admission {
+        let user = Self::user_key(user);
+        let state = self.state();
+        if let Some((count, elapsed)) = in_window(&state.pairs, &(client, user.clone()), now)
+            && count >= Self::MAX_FAILURES
+        {
+            return Admission::Refuse(Self::WINDOW.saturating_sub(elapsed));
+        }
+        match in_window(&state.users, &user, now) {
+            Some((count, _)) if count >= Self::USER_FAILURES => Admission::Slow(Self::USER_DELAY),
+            _ => Admission::Go,
+        }
     }
 
-    /// Records a failed authentication of `client`.
-    pub fn failed(&self, client: Option<std::net::IpAddr>) {
-        self.failed_at(client, std::time::Instant::now());
+    /// Records a failed authentication of `user` from `client`.
+    pub fn failed(&self, client: Option<std::net::IpAddr>, user: &str) {
+        self.failed_at(client, user, std::time::Instant::now());
     }
 
     /// [`Self::failed`] at `now`.
-    pub fn failed_at(&self, client: Option<std::net::IpAddr>, now: std::time::Instant) {
-        let mut clients = self
-            .clients
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !clients.contains_key(&client) && clients.len() >= Self::MAX_CLIENTS {
-            clients.retain(|_, f| now.saturating_duration_since(f.since) < Self::WINDOW);
+    pub fn failed_at(&self, client: Option<std::net::IpAddr>, user: &str, now: std::time::Instant) {
+        let user = Self::user_key(user);
+        let mut state = self.state();
+        let pair = count_failure(&mut state.pairs, &(client, user.clone()), now);
+        let all = count_failure(&mut state.users, &user, now);
+        let client_text = client.map_or_else(|| "(unknown)".to_owned(), |ip| ip.to_string());
+        if pair == 1 {
+            tracing::warn!(client = %client_text, %user, "failed authentication (further failures of this client and user are logged once per minute)");
+        } else if pair == Self::MAX_FAILURES {
+            tracing::warn!(client = %client_text, %user, failures = pair, window_s = Self::WINDOW.as_secs(), "too many failed authentications: this client is refused for this user until its window ends");
         }
-        let key = if clients.contains_key(&client) || clients.len() < Self::MAX_CLIENTS {
-            client
-        } else {
-            None
-        };
-        let entry = clients.entry(key).or_insert(Failures {
-            since: now,
-            count: 0,
-        });
-        if now.saturating_duration_since(entry.since) >= Self::WINDOW {
-            *entry = Failures {
-                since: now,
-                count: 0,
-            };
+        if all == Self::USER_FAILURES {
+            tracing::warn!(%user, failures = all, window_s = Self::WINDOW.as_secs(), delay_ms = Self::USER_DELAY.as_millis(), "a user's password is being guessed from several addresses: each attempt for it waits until the window ends");
         }
-        entry.count = entry.count.saturating_add(1);
-        let client_text = key.map_or_else(|| "(unknown or shared)".to_owned(), |ip| ip.to_string());
-        if entry.count == 1 {
-            tracing::warn!(client = %client_text, "failed authentication (further failures of this client are logged once per minute)");
-        } else if entry.count == Self::MAX_FAILURES {
-            tracing::warn!(client = %client_text, failures = entry.count, window_s = Self::WINDOW.as_secs(), "too many failed authentications: client throttled until its window ends");
-        }
+    }
+
+    /// Entries held (address and user pairs, users), for tests and figures.
+    pub fn entries(&self) -> (usize, usize) {
+        let state = self.state();
+        (state.pairs.len(), state.users.len())
     }
 }
 
@@ -382,6 +459,102 @@ mod tests {
 
     fn users() -> Users {
         Users::parse(&FILE.replace("HASH", &ha1("hashed", "s3cret"))).unwrap()
+    }
+
+    mod throttle {
+        use super::super::{Admission, Throttle};
+        use std::net::{IpAddr, Ipv4Addr};
+        use std::time::{Duration, Instant};
+
+        fn ip(n: u32) -> Option<IpAddr> {
+            Some(IpAddr::V4(Ipv4Addr::from(0x7f00_0000 + n)))
+        }
+
+        #[test]
+        fn an_address_guessing_a_user_is_refused_for_that_user_only() {
+            let t = Throttle::default();
+            let now = Instant::now();
+            for _ in 0..Throttle::MAX_FAILURES {
+                assert_eq!(t.admit_at(ip(1), "admin", now), Admission::Go);
+                t.failed_at(ip(1), "admin", now);
+            }
+            assert_eq!(
+                t.admit_at(ip(1), "admin", now + Duration::from_secs(20)),
+                Admission::Refuse(Duration::from_secs(40))
+            );
+            // Another user from that address, that user from another address: untouched.
+            assert_eq!(t.admit_at(ip(1), "viewer", now), Admission::Go);
+            assert_eq!(t.admit_at(ip(2), "admin", now), Admission::Go);
+            // The window ends.
+            assert_eq!(
+                t.admit_at(ip(1), "admin", now + Throttle::WINDOW),
+                Admission::Go
+            );
+        }
+
+        #[test]
+        fn guesses_from_many_addresses_slow_the_user_and_refuse_nobody() {
+            let t = Throttle::default();
+            let now = Instant::now();
+            for n in 0..Throttle::USER_FAILURES {
+                t.failed_at(ip(100 + n), "admin", now);
+            }
+            assert_eq!(
+                t.admit_at(ip(1), "admin", now),
+                Admission::Slow(Throttle::USER_DELAY)
+            );
+            assert_eq!(t.admit_at(ip(1), "viewer", now), Admission::Go);
+            assert_eq!(
+                t.admit_at(ip(1), "admin", now + Throttle::WINDOW),
+                Admission::Go
+            );
+        }
+
+        #[test]
+        fn a_full_table_evicts_and_never_shares_an_entry() {
+            let t = Throttle::default();
+            let now = Instant::now();
+            // One failure from each of more addresses than the table holds, each a user of
+            // its own (so that no user is slowed either).
+            let many = u32::try_from(Throttle::MAX_ENTRIES).unwrap() + 10;
+            for n in 0..many {
+                t.failed_at(
+                    ip(10 + n),
+                    &format!("u{n}"),
+                    now + Duration::from_millis(n.into()),
+                );
+            }
+            let (pairs, users) = t.entries();
+            assert!(pairs <= Throttle::MAX_ENTRIES && users <= Throttle::MAX_ENTRIES);
+            // An address that never failed gets in with any user.
+            assert_eq!(t.admit_at(ip(1), "admin", now), Admission::Go);
+            // A guesser keeps its own entry while newer ones come: the oldest are evicted.
+            let t = Throttle::default();
+            for _ in 0..Throttle::MAX_FAILURES {
+                t.failed_at(ip(1), "admin", now + Duration::from_secs(1));
+            }
+            for n in 0..many {
+                t.failed_at(ip(10 + n), "x", now);
+            }
+            assert!(matches!(
+                t.admit_at(ip(1), "admin", now + Duration::from_secs(2)),
+                Admission::Refuse(_)
+            ));
+        }
+
+        #[test]
+        fn user_names_are_counted_by_their_first_bytes() {
+            let t = Throttle::default();
+            let now = Instant::now();
+            let long = "é".repeat(100);
+            for _ in 0..Throttle::MAX_FAILURES {
+                t.failed_at(ip(1), &long, now);
+            }
+            assert!(matches!(
+                t.admit_at(ip(1), &long, now),
+                Admission::Refuse(_)
+            ));
+        }
     }
 
     #[test]

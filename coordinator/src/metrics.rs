@@ -129,7 +129,7 @@ pub struct CoordinatorMetrics {
 }
 
 /// Every reason of `nodecare_coordinator_api_refused`.
-pub const API_REFUSALS: [&str; 10] = [
+pub const API_REFUSALS: [&str; 11] = [
     "connection_cap",
     "client_cap",
     "accept_error",
@@ -140,6 +140,7 @@ pub const API_REFUSALS: [&str; 10] = [
     "content_type",
     "auth_failure",
     "auth_throttled",
+    "auth_slowed",
 ];
 
 /// Every cause of `nodecare_coordinator_watch_backoffs`.
@@ -349,7 +350,7 @@ impl CoordinatorMetrics {
             "nodecare_coordinator_api_refused",
             "Connections and requests the HTTP API refused, by reason (connection_cap, client_cap, accept_error, \
              header_timeout, body_timeout, body_too_large, cross_site, content_type, auth_failure, \
-             auth_throttled)",
+             auth_throttled, auth_slowed: an attempt slowed, not refused)",
             api_refused.clone(),
         );
         for reason in API_REFUSALS {

@@ -21,8 +21,11 @@
 //!   `Content-Type: application/json` (`415`); the web page's forms (`/ui/admin/…`) have their
 //!   own checks ([`crate::ui`]).
 //! - **Password guessing** ([`crate::auth::Throttle`]): failed basic-auth attempts are counted per
-//!   client address and logged (rate-limited); past 10 failures in a minute the client is
-//!   answered `429` with `Retry-After` until the minute ends.
+//!   client address and user, and per user, and logged (rate-limited); past 10 failures of one
+//!   user from one address in a minute, that address is answered `429` with `Retry-After` for
+//!   that user until the minute ends; past 30 failures of a user from every address, each
+//!   attempt for it waits 1 s before it is checked (slowed, never refused: the right password
+//!   from an address that is not guessing still gets in).
 //!
 //! An accept error (e.g. `EMFILE`) is counted, logged at most once a minute and retried after
 //! 50 ms, never in a busy loop.
@@ -279,7 +282,28 @@ pub async fn guard(
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
     let credentials = request.headers().contains_key(header::AUTHORIZATION);
-    if credentials && let Some(wait) = throttle.refused(client) {
+    // The user an attempt names (unchecked: only its failures are counted under it).
+    let user = if credentials {
+        let authorization = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        crate::auth::basic_credentials(authorization)
+            .map(|(user, _)| user)
+            .unwrap_or_default()
+    } else {
+        String::new()
+    };
+    let admission = if credentials {
+        throttle.admit(client, &user)
+    } else {
+        crate::auth::Admission::Go
+    };
+    if let crate::auth::Admission::Slow(wait) = admission {
+        board.metrics.api_refused("auth_slowed");
+        tokio::time::sleep(wait).await;
+    }
+    if let crate::auth::Admission::Refuse(wait) = admission {
         board.metrics.api_refused("auth_throttled");
         let mut response = error(
             StatusCode::TOO_MANY_REQUESTS,
@@ -358,7 +382,7 @@ pub async fn guard(
         .await;
     if credentials && response.status() == StatusCode::UNAUTHORIZED {
         board.metrics.api_refused("auth_failure");
-        throttle.failed(client);
+        throttle.failed(client, &user);
     }
     response.into_response()
 }

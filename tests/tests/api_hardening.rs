@@ -324,3 +324,61 @@ async fn password_guessing_is_throttled() {
     assert_eq!(metric(addr, "auth_failure").await, 10);
     assert!(metric(addr, "auth_throttled").await >= 6);
 }
+
+/// Someone else's guessing never refuses the operator: guesses of another user from the
+/// operator's address, and guesses of the operator's user from many other addresses (any local
+/// user can bind 127/8), leave the right password getting in; the latter only slow it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn others_guessing_never_lock_the_operator_out() {
+    let (_h, addr, _server) = start(small_limits()).await;
+    let url = format!("http://{addr}/1/breaker/reset");
+    let from = |n: u8| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from([127, 0, 0, n]))
+            .build()
+            .unwrap()
+    };
+    let operator = from(1);
+    for guess in 0..15 {
+        let answer = operator
+            .post(&url)
+            .basic_auth("mallory", Some(format!("guess{guess}")))
+            .send()
+            .await
+            .unwrap();
+        assert!([401, 429].contains(&answer.status().as_u16()));
+    }
+    let right = operator
+        .post(&url)
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    // Reaches the handler: the breaker is not open.
+    assert_eq!(right.status(), 409, "{:?}", right.text().await);
+    // The operator's user guessed once from each of 32 other addresses (30 slow it).
+    for n in 2..34 {
+        let answer = from(n)
+            .post(&url)
+            .basic_auth("admin", Some("wrong"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 401);
+    }
+    let started = std::time::Instant::now();
+    let right = operator
+        .post(&url)
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(right.status(), 409, "{:?}", right.text().await);
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(900),
+        "slowed, not refused: {:?}",
+        started.elapsed()
+    );
+    assert!(metric(addr, "auth_slowed").await >= 1);
+    assert_eq!(metric(addr, "auth_throttled").await, 5);
+}
