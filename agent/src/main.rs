@@ -144,13 +144,23 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 }
 
 fn check_config(config: &Config) -> ExitCode {
-    println!("configuration is valid");
-    match toml::to_string(config) {
-        Ok(text) => print!("{text}"),
-        Err(error) => eprintln!("cannot print the configuration: {error}"),
-    }
-    if let Err(error) = nodecare_agent::signing::load_key(&config.hmac_key) {
-        eprintln!("warning: {error}; signed diagnose reports will be unavailable");
+    // A key file that is missing or empty is a node not set up yet (warned); one that others
+    // could have written or can read is refused, as the daemon refuses it.
+    match nodecare_daemon::secret::read_secret_file(&config.hmac_key) {
+        Err(error @ nodecare_daemon::secret::SecretFileError::Unsafe { .. }) => {
+            eprintln!("error: {error}");
+            return ExitCode::from(2);
+        }
+        _ => {
+            println!("configuration is valid");
+            match toml::to_string(config) {
+                Ok(text) => print!("{text}"),
+                Err(error) => eprintln!("cannot print the configuration: {error}"),
+            }
+            if let Err(error) = nodecare_agent::signing::load_key(&config.hmac_key) {
+                eprintln!("warning: {error}; signed diagnose reports will be unavailable");
+            }
+        }
     }
     ExitCode::SUCCESS
 }

@@ -195,6 +195,20 @@ struct Prepared {
     ganeti: RapiClient,
 }
 
+/// Reads the cluster HMAC key as every secret file is read (`nodecare_daemon::secret`): refused,
+/// with the reason, when others can write or read it or it belongs to another user, or when it
+/// is empty. As in Ganeti, the file's bytes are the key, trailing newline included.
+fn load_hmac_key(path: &std::path::Path) -> anyhow::Result<HmacKey> {
+    let secret = nodecare_daemon::secret::read_secret_file(path)?;
+    if secret.is_empty() {
+        anyhow::bail!(
+            "cannot read HMAC key file {}: the key file is empty",
+            path.display()
+        );
+    }
+    Ok(HmacKey::new(secret))
+}
+
 /// Loads everything that can be wrong in the configuration (exit code 2).
 fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
     let mut config = crate::config::load(&args.config, given(matches, "config"))?;
@@ -204,7 +218,7 @@ fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
         Some(name) => name.clone(),
         None => hostname()?,
     };
-    let key = HmacKey::from_file(&config.hmac_key)?;
+    let key = load_hmac_key(&config.hmac_key)?;
     let ganeti = crate::config::rapi_client(&config)?;
     Ok(Prepared {
         config,
@@ -628,6 +642,27 @@ mod tests {
             report.contains("round 2: the gate decides otherwise"),
             "{report}"
         );
+    }
+
+    #[test]
+    fn an_hmac_key_others_can_write_or_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("hmac.key");
+        std::fs::write(&path, "k\n").unwrap();
+        for mode in [0o666, 0o644, 0o620] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let error = load_hmac_key(&path).unwrap_err().to_string();
+            assert!(error.contains("refusing secret file"), "{mode:o}: {error}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(
+            load_hmac_key(&path).unwrap().id(),
+            HmacKey::new(b"k\n".to_vec()).id()
+        );
+        std::fs::write(&path, "").unwrap();
+        let error = load_hmac_key(&path).unwrap_err().to_string();
+        assert!(error.contains("empty"), "{error}");
     }
 
     #[test]
