@@ -2,6 +2,8 @@
 //! fails the check (exit 2) as the daemon refuses it; a missing key is a node not set up yet
 //! (a warning, exit 0).
 
+#![allow(clippy::unwrap_used, reason = "test helpers")]
+
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;
 
