@@ -3,6 +3,10 @@
 //! (a warning, exit 0).
 
 #![allow(clippy::unwrap_used, reason = "test helpers")]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the test starts the agent binary itself"
+)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;
