@@ -13,8 +13,12 @@
 //! persisted (`<state_dir>/replica/promised`, fsynced, renamed) before the answer, and the read
 //! is answered with the kept push, read from the file, under an envelope this agent signs with
 //! the read's nonce; otherwise it is refused in that envelope, naming the highest epoch.
-//! `nodecare-agent replica discard` removes the kept copy ([`discard`]), not the promise; a
-//! running agent notices at its next push or read.
+//! `nodecare-agent replica discard` sets the kept copy aside ([`discard`], to
+//! `<state_dir>/replica/discarded`), not the promise; a running agent notices at its next push or
+//! read. The discarded copy's generation stays a floor: a push at or below it is refused (a frame
+//! captured before the discard is never kept again, so a takeover cannot read state older than
+//! what was discarded), and a takeover's read must name an epoch above it; the coordinator that
+//! takes over then pushes above it.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,6 +90,32 @@ struct Kept {
     header: Option<ReplicaHeader>,
     /// The highest epoch promised to a takeover's read (the file `promised`; 0: none).
     promised: u64,
+    /// The generation of the last copy discarded (the file `discarded`): no push at or below
+    /// it is kept, no read at or below its epoch promised.
+    floor: Option<Generation>,
+}
+
+impl Kept {
+    /// The decision on a push of `incoming`: a push at or below a discarded copy's generation,
+    /// while none newer is held, is refused as older than that copy.
+    fn decide_push(&self, incoming: &ReplicaHeader) -> PushDecision {
+        if self.header.is_none()
+            && incoming.generation.epoch >= self.promised
+            && let Some(floor) = self.floor
+            && incoming.generation <= floor
+        {
+            return PushDecision::Refuse { held: floor };
+        }
+        decide_push(self.header.as_ref(), self.promised, incoming)
+    }
+
+    /// The generation a refusal names as held: the copy's, else the discarded copy's.
+    fn held_or_floor(&self) -> Option<Generation> {
+        self.header
+            .as_ref()
+            .map(|held| held.generation)
+            .or(self.floor)
+    }
 }
 
 fn file(dir: &Path) -> PathBuf {
@@ -94,6 +124,10 @@ fn file(dir: &Path) -> PathBuf {
 
 fn promise_file(dir: &Path) -> PathBuf {
     dir.join("promised")
+}
+
+fn discarded_file(dir: &Path) -> PathBuf {
+    dir.join("discarded")
 }
 
 /// The epoch promised under `dir`: 0 when none was; an unreadable promise is an error (a keeper
@@ -136,11 +170,12 @@ fn save_promise(dir: &Path, epoch: u64) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Removes the copy kept under `dir` (`<state_dir>/replica`): `nodecare-agent replica discard`,
-/// for a copy the coordinator cannot restore. Returns whether there was one. The running agent
-/// holds none from its next push or read on.
+/// Sets aside the copy kept under `dir` (`<state_dir>/replica`, renamed to `discarded`):
+/// `nodecare-agent replica discard`, for a copy the coordinator cannot restore. Returns whether
+/// there was one. The running agent holds none from its next push or read on, and keeps the
+/// discarded copy's generation as a floor (module documentation).
 pub fn discard(dir: &Path) -> Result<bool, KeeperError> {
-    match std::fs::remove_file(file(dir)) {
+    match std::fs::rename(file(dir), discarded_file(dir)) {
         Ok(()) => {
             if let Ok(directory) = std::fs::File::open(dir)
                 && let Err(error) = directory.sync_all()
@@ -211,6 +246,19 @@ impl ReplicaKeeper {
                 "refusing replica pushes of epochs below the one promised"
             );
         }
+        let floor = match std::fs::read(discarded_file(&dir)) {
+            Ok(bytes) => match open_kept(&keys, &bytes, &node) {
+                Ok((header, _)) => {
+                    tracing::info!(generation = %header.generation, "refusing replica pushes at or below the copy discarded");
+                    Some(header.generation)
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the discarded replica does not verify: its generation is not known");
+                    None
+                }
+            },
+            Err(_) => None,
+        };
         let kept = match std::fs::read(file(&dir)) {
             Ok(bytes) => match open_kept(&keys, &bytes, &node) {
                 Ok((header, _)) => {
@@ -242,6 +290,7 @@ impl ReplicaKeeper {
             kept: tokio::sync::Mutex::new(Kept {
                 header: kept,
                 promised,
+                floor,
             }),
             receiving: tokio::sync::Mutex::new(()),
             refusals,
@@ -254,8 +303,14 @@ impl ReplicaKeeper {
         if kept.header.is_some()
             && matches!(std::fs::symlink_metadata(file(&self.dir)), Err(error) if error.kind() == std::io::ErrorKind::NotFound)
         {
-            tracing::warn!("the kept replica was discarded; holding none");
-            kept.header = None;
+            tracing::warn!(
+                "the kept replica was discarded; holding none, refusing pushes at or below it"
+            );
+            kept.floor = kept
+                .header
+                .take()
+                .map(|header| header.generation)
+                .max(kept.floor);
         }
         kept
     }
@@ -347,10 +402,7 @@ impl ReplicaKeeper {
         }
         let (decision, held) = {
             let kept = self.held_header().await;
-            (
-                decide_push(kept.header.as_ref(), kept.promised, &header),
-                kept.header.as_ref().map(|held| held.generation),
-            )
+            (kept.decide_push(&header), kept.held_or_floor())
         };
         match decision {
             PushDecision::Keep => {}
@@ -394,7 +446,7 @@ impl ReplicaKeeper {
             return Err(refused);
         }
         let mut kept = self.held_header().await;
-        let decision = decide_push(kept.header.as_ref(), kept.promised, &header);
+        let decision = kept.decide_push(&header);
         match decision {
             PushDecision::Keep => {}
             PushDecision::Same => {
@@ -408,7 +460,7 @@ impl ReplicaKeeper {
             }
             PushDecision::Refuse { .. } | PushDecision::Promised { .. } => {
                 drop(tokio::fs::remove_file(&temporary).await);
-                let held = kept.header.as_ref().map(|held| held.generation);
+                let held = kept.held_or_floor();
                 let answer = refusal(decision, held).unwrap_or(PushRefused {
                     held: held.unwrap_or_default(),
                     promised: None,
@@ -531,7 +583,11 @@ impl ReplicaKeeper {
             }
         };
         let mut kept = self.held_header().await;
-        let decision = decide_read(kept.header.as_ref(), kept.promised, read.epoch);
+        // A discarded copy's epoch counts as promised: the takeover starts above it.
+        let promised = kept
+            .floor
+            .map_or(kept.promised, |floor| floor.epoch.max(kept.promised));
+        let decision = decide_read(kept.header.as_ref(), promised, read.epoch);
         if let ReadDecision::Promise(epoch) = decision {
             // Persisted before the answer: a promise forgotten across a restart is no promise.
             let dir = self.dir.clone();
@@ -1077,7 +1133,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_discarded_copy_is_forgotten_and_a_lower_generation_kept_again() {
+    async fn a_discarded_copy_is_forgotten_and_nothing_older_kept_again() {
         let dir = tempfile::tempdir().unwrap();
         let keeper = keeper_in(dir.path());
         let now = now_ms();
@@ -1093,11 +1149,52 @@ mod tests {
         };
         let (status, _) = body(keeper.push(push_bytes(low, b"good", now), now).await).await;
         assert_eq!(status, StatusCode::CONFLICT);
+        // A frame of the discarded copy's own epoch, captured before it.
+        let captured = push_bytes(
+            Generation {
+                epoch: 9,
+                number: 0,
+            },
+            b"garbage",
+            now,
+        );
         assert!(discard(&dir.path().join("replica")).unwrap());
         assert!(!discard(&dir.path().join("replica")).unwrap());
         assert_eq!(keeper.held().await, None);
         assert_eq!(read_back(&keeper, now).await, None);
-        let (status, _) = body(keeper.push(push_bytes(low, b"good", now), now).await).await;
+        // Nothing at or below the discarded copy is kept again, before or after a restart.
+        for keeper in [keeper, keeper_in(dir.path())] {
+            for frame in [push_bytes(low, b"good", now), captured.clone()] {
+                let (status, refused) = body(keeper.push(frame, now).await).await;
+                assert_eq!(status, StatusCode::CONFLICT);
+                let refused: PushRefused = serde_json::from_slice(&refused).unwrap();
+                assert_eq!(refused.held, high);
+            }
+            assert_eq!(keeper.held().await, None);
+            // A takeover must start above the discarded copy's epoch.
+            assert_eq!(
+                read_epoch(&keeper, now, 9).await,
+                ReadAnswer::Refused { highest: 9 }
+            );
+        }
+        let keeper = keeper_in(dir.path());
+        assert_eq!(read_epoch(&keeper, now, 10).await, ReadAnswer::Copy(None));
+        let (status, _) = body(
+            keeper
+                .push(
+                    push_bytes(
+                        Generation {
+                            epoch: 10,
+                            number: 0,
+                        },
+                        b"good",
+                        now,
+                    ),
+                    now,
+                )
+                .await,
+        )
+        .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(read_back(&keeper, now).await.as_deref(), Some(&b"good"[..]));
     }

@@ -1,4 +1,4 @@
-//! `nodecare-agent replica discard`: removes the kept copy of the coordinator's state, so that a
+//! `nodecare-agent replica discard`: sets aside the kept copy of the coordinator's state, so that a
 //! copy that cannot be restored no longer blocks takeovers.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
