@@ -368,9 +368,10 @@ pub async fn serve_with_limits(
             };
             // Beyond the caps: closed at once, counted, not logged one by one.
             let Ok(slot) = connection_slots.try_take(peer.ip()) else {
-                http_state.refusals.count(
+                http_state.refusals.count_from(
                     refusals::Endpoint::Connection,
                     hyper::StatusCode::SERVICE_UNAVAILABLE,
+                    Some(peer.ip()),
                 );
                 drop(stream);
                 continue;
@@ -417,7 +418,7 @@ async fn serve_connection(
         let activity = Arc::clone(&tracked);
         async move {
             let started = RequestInProgress::start(activity);
-            let response = http::route(state, request, peer).await;
+            let response = refusals::with_peer(peer.ip(), http::route(state, request, peer)).await;
             drop(started);
             Ok::<_, std::convert::Infallible>(response)
         }

@@ -5,10 +5,13 @@
 //! beyond the caps) is counted by endpoint and status; `/metrics` shows the totals
 //! (`nodecare_agent_requests_refused_total`) and [`Refusals::run_summaries`] logs one WARN line
 //! per [`SUMMARY_INTERVAL`] naming what was refused since the last one, and nothing when nothing
-//! was. The repair endpoint counts its refusals by reason itself
+//! was, with the addresses that were refused most ([`TOP_SOURCES`] of them; the connection
+//! being served names its peer through [`with_peer`]). The repair endpoint counts its refusals
+//! by reason itself
 //! (`nodecare_repair_refusals_total`) and audits them apart from accepted repairs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -16,6 +19,20 @@ use hyper::StatusCode;
 
 /// How often refusals are summarised in the log.
 pub const SUMMARY_INTERVAL: Duration = Duration::from_secs(60);
+/// Sources named in a summary.
+pub const TOP_SOURCES: usize = 5;
+/// Sources counted between two summaries; refusals from further ones are counted together.
+pub const MAX_SOURCES: usize = 4096;
+
+tokio::task_local! {
+    /// The peer of the connection a task serves.
+    static PEER: IpAddr;
+}
+
+/// Runs `work` (a connection being served) with `peer` as the source of the refusals it counts.
+pub async fn with_peer<F: std::future::Future>(peer: IpAddr, work: F) -> F::Output {
+    PEER.scope(peer, work).await
+}
 
 /// Where a request was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -46,6 +63,10 @@ impl Endpoint {
 struct Counts {
     total: BTreeMap<(Endpoint, u16), u64>,
     since_summary: BTreeMap<(Endpoint, u16), u64>,
+    /// Refusals since the last summary by source address (at most [`MAX_SOURCES`]).
+    sources: HashMap<IpAddr, u64>,
+    /// Refusals since the last summary from sources beyond [`MAX_SOURCES`].
+    other_sources: u64,
 }
 
 /// Refusal counters, shared by the endpoints.
@@ -55,12 +76,25 @@ pub struct Refusals {
 }
 
 impl Refusals {
-    /// Counts one refusal answered with `status`.
+    /// Counts one refusal answered with `status`, from the peer of the connection being served
+    /// ([`with_peer`]) when there is one.
     pub fn count(&self, endpoint: Endpoint, status: StatusCode) {
+        self.count_from(endpoint, status, PEER.try_with(|peer| *peer).ok());
+    }
+
+    /// Counts one refusal answered with `status` to `source`.
+    pub fn count_from(&self, endpoint: Endpoint, status: StatusCode, source: Option<IpAddr>) {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let key = (endpoint, status.as_u16());
         *counts.total.entry(key).or_insert(0) += 1;
         *counts.since_summary.entry(key).or_insert(0) += 1;
+        if let Some(source) = source {
+            if counts.sources.len() < MAX_SOURCES || counts.sources.contains_key(&source) {
+                *counts.sources.entry(source).or_insert(0) += 1;
+            } else {
+                counts.other_sources += 1;
+            }
+        }
     }
 
     /// Every refusal since the agent started: (endpoint, status) → count.
@@ -74,25 +108,43 @@ impl Refusals {
 
     /// The refusals since the last call, as one line of text; `None` when there were none.
     pub fn take_summary(&self) -> Option<String> {
-        let since = std::mem::take(
-            &mut self
-                .counts
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .since_summary,
-        );
+        let (since, sources, other) = {
+            let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            (
+                std::mem::take(&mut counts.since_summary),
+                std::mem::take(&mut counts.sources),
+                std::mem::take(&mut counts.other_sources),
+            )
+        };
         if since.is_empty() {
             return None;
         }
-        Some(
-            since
+        let mut text = since
+            .iter()
+            .map(|((endpoint, status), count)| format!("{} {status}: {count}", endpoint.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if !sources.is_empty() {
+            let mut top: Vec<(IpAddr, u64)> = sources.iter().map(|(ip, n)| (*ip, *n)).collect();
+            top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            let named = top
                 .iter()
-                .map(|((endpoint, status), count)| {
-                    format!("{} {status}: {count}", endpoint.as_str())
-                })
+                .take(TOP_SOURCES)
+                .map(|(ip, n)| format!("{ip} ({n})"))
                 .collect::<Vec<_>>()
-                .join(", "),
-        )
+                .join(", ");
+            let rest = top.len().saturating_sub(TOP_SOURCES);
+            text.push_str(&format!("; from {} sources, most {named}", top.len()));
+            if rest > 0 {
+                text.push_str(&format!(" and {rest} more"));
+            }
+            if other > 0 {
+                text.push_str(&format!(
+                    "; {other} from sources beyond the first {MAX_SOURCES}"
+                ));
+            }
+        }
+        Some(text)
     }
 
     /// Logs [`Self::take_summary`] every `interval` until `shutdown` changes.
@@ -143,5 +195,46 @@ mod tests {
         let totals = refusals.totals();
         assert_eq!(totals.get(&(Endpoint::Replica, 403)), Some(&45_000));
         assert_eq!(totals.get(&(Endpoint::LongPoll, 503)), Some(&1));
+    }
+
+    #[tokio::test]
+    async fn a_summary_names_the_sources_refused_most() {
+        let refusals = std::sync::Arc::new(Refusals::default());
+        let ip = |n: u8| IpAddr::from([10, 0, 0, n]);
+        for (n, times) in [(1, 3), (2, 50), (3, 1), (4, 7), (5, 2), (6, 9), (7, 1)] {
+            let refusals = std::sync::Arc::clone(&refusals);
+            with_peer(ip(n), async move {
+                for _ in 0..times {
+                    refusals.count(Endpoint::Check, StatusCode::FORBIDDEN);
+                }
+            })
+            .await;
+        }
+        refusals.count_from(
+            Endpoint::Connection,
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some(ip(2)),
+        );
+        assert_eq!(
+            refusals.take_summary().as_deref(),
+            Some(
+                "check 403: 73, connection 503: 1; from 7 sources, most 10.0.0.2 (51), \
+                 10.0.0.6 (9), 10.0.0.4 (7), 10.0.0.1 (3), 10.0.0.5 (2) and 2 more"
+            )
+        );
+        // The table is bounded: sources beyond it are counted together.
+        for n in 0..(MAX_SOURCES + 3) {
+            let [.., a, b] = (n as u32).to_be_bytes();
+            refusals.count_from(
+                Endpoint::Replica,
+                StatusCode::FORBIDDEN,
+                Some(IpAddr::from([10, 1, a, b])),
+            );
+        }
+        let summary = refusals.take_summary().unwrap();
+        assert!(
+            summary.ends_with("; 3 from sources beyond the first 4096"),
+            "{summary}"
+        );
     }
 }
