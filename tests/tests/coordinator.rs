@@ -413,6 +413,27 @@ async fn agents_not_yet_answering_open_no_breaker_and_agents_that_stop_do() {
     );
 }
 
+/// Agents verified before a restart (or a master failover: the state is replicated) have their
+/// sequence numbers in the state: when they stop answering, a restarted coordinator still counts
+/// them for the storm breaker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_verified_before_a_restart_still_count_for_the_breaker() {
+    let mut h = Harness::new(4, "a:diskless:2", |_| {}).await.unwrap();
+    assert_eq!(h.round().await.unwrap().agents_failed, 0);
+    for n in 2..=4 {
+        h.agents.get(&node(n)).unwrap().set_down(true);
+    }
+    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
+        std::sync::Arc::new(h.sim.client());
+    let fresh =
+        nodecare_coordinator::daemon::Coordinator::new(&h.config, node(1), ganeti, h.key.clone())
+            .unwrap();
+    drop(std::mem::replace(&mut h.coordinator, fresh));
+    assert_eq!(h.round().await.unwrap().agents_failed, 3);
+    let breaker = h.coordinator.api().store.breaker().unwrap();
+    assert!(breaker.open, "{breaker:?}");
+}
+
 fn agent_state(h: &Harness, name: &str) -> Option<nodecare_coordinator::scrape::AgentStatus> {
     h.coordinator
         .api()

@@ -201,10 +201,12 @@ impl Reconciler {
                     }
                     AgentOutcome::Unreachable(e) | AgentOutcome::Unverifiable(e) => {
                         summary.agents_failed += 1;
-                        // The storm breaker counts agents that stopped answering: one this
-                        // coordinator has never read verified (still starting, like the whole
-                        // cluster at boot) has no verdict to act on and is no storm.
-                        if previous_ok.is_some() {
+                        // The storm breaker counts agents that stopped answering: one never
+                        // read verified (still starting, like the whole cluster at boot) has
+                        // no verdict to act on and is no storm. One verified before this
+                        // coordinator started (a restart, a master failover) has its sequence
+                        // number in the state: it counts.
+                        if previous_ok.is_some() || sequences.contains_key(&result.node) {
                             failed_with_history.push(result.node.clone());
                         }
                         let changed = board
