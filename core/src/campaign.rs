@@ -198,7 +198,8 @@ const ABOUT_KIND: &str = "operation";
 impl CampaignOp {
     /// The ledger entry of the operation, held by `holder` (its campaign), with `description`
     /// (the reason trail's text) and `after` (keys of the campaign's entries that must succeed
-    /// first). A drain holds its node rebooting until its undrain releases it; a migration
+    /// first). A drain holds its node rebooting until its undrain (or, for a node given up,
+    /// its failure tag) releases it; a migration
     /// back holds the node receiving its instance while unfinished; the hook is the agent's.
     pub fn to_entry(&self, holder: Holder, description: String, after: Vec<String>) -> Entry {
         let action = match (&self.kind, self.kind.ganeti_op(&self.node)) {
@@ -219,7 +220,9 @@ impl CampaignOp {
             (OpKind::Drain, _) => vec![Hold::Rebooting {
                 node: self.node.clone(),
             }],
-            (OpKind::Undrain, _) => vec![Hold::Release {
+            // Giving a failed node up (its failure tag) ends the campaign's hold of it, as
+            // its own account does ([`Record::holds`]): left drained, it is someone's drain.
+            (OpKind::Undrain, _) | (OpKind::Tag { .. }, NodeStep::Failed) => vec![Hold::Release {
                 node: self.node.clone(),
             }],
             (_, NodeStep::MigrateBack) => vec![Hold::Receiving {

@@ -1888,3 +1888,52 @@ fn a_failed_undrain_fails_its_node_alone_and_the_next_group_is_planned_again() {
         assert!(!r.replanned.contains_key("a"), "{how}");
     }
 }
+
+/// A node its campaign gave up (failed and tagged, `continue_on_failure`) is no longer held by
+/// the campaign's ledger entries either: the ledger's account of what the campaign holds (the
+/// coordinator's safety net under the campaign's own) agrees with [`Record::holds`], so the
+/// node left drained is someone's drain, and once the operator returns it, nobody's. Held in
+/// the campaign's name, a storage problem there (its agent unreachable) would let the
+/// campaign's next group join its failure domain as if the campaign disrupted it.
+#[test]
+fn a_node_given_up_is_released_by_its_failure_tag() {
+    let mut w = world();
+    let mut r = started(
+        CampaignRequest {
+            continue_on_failure: true,
+            ..request()
+        },
+        &w,
+    );
+    for _ in 0..3 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    w.agents.get_mut("b").unwrap().boot_id = Some("b-boot-1".into());
+    w.now_ms += StepTimeouts::default().healthy_s * 1000 + 5000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "b"), NodeStep::Failed);
+    execute_all(&mut r, &mut w);
+    assert_eq!(r.state(), CampaignState::Running);
+    assert!(w.nodes["b"].drained, "the failed node stays drained");
+    // The campaign's entries as the ledger holds them, numbered in the order they were planned.
+    let mut ops: Vec<&CampaignOp> = r.ops.values().collect();
+    ops.sort_by_key(|op| op.created_ms);
+    let entries: Vec<Entry> = ops
+        .iter()
+        .zip(1..)
+        .map(|(op, id)| {
+            let mut entry = r.entry(op);
+            entry.id = id;
+            entry
+        })
+        .collect();
+    let held = crate::ledger::in_force(&entries);
+    assert!(
+        !held.nodes.contains_key("b"),
+        "the ledger still holds the node given up: {:?}",
+        held.nodes
+    );
+    assert!(!r.holds().iter().any(|(node, _)| node == "b"));
+}
