@@ -1456,6 +1456,9 @@ impl Record {
                 releasing.join(", ")
             )));
         }
+        if let Some(waiting) = self.drain_again(name, prefix, world, planned)? {
+            return Ok(Some(waiting));
+        }
         let pending = self.plan_moves(name, prefix, world, back, planned)?;
         if !pending.is_empty() {
             return Ok(Some(pending.join(", ")));
@@ -1470,10 +1473,59 @@ impl Record {
         Ok(None)
     }
 
+    /// A node past its drain that Ganeti shows undrained (drained by someone else, who
+    /// undrained it since, or undrained behind the campaign's back) is drained again before its
+    /// hook: `Ok(Some(waiting))` while that drain is planned or runs, `Err` when it failed,
+    /// `Ok(None)` when the node is drained (or is the master, which is never drained). A drain
+    /// that succeeded after the node list was read is Ganeti's word to wait for.
+    fn drain_again(
+        &mut self,
+        name: &str,
+        prefix: &str,
+        world: &World,
+        planned: &mut Vec<String>,
+    ) -> Result<Option<String>, String> {
+        if name == world.master || world.nodes.get(name).is_none_or(|facts| facts.drained) {
+            return Ok(None);
+        }
+        let first = format!("{prefix}-drain");
+        let again = format!("{first}-again-");
+        let drains: Vec<&CampaignOp> = self
+            .ops
+            .values()
+            .filter(|op| op.node == name && op.kind == OpKind::Drain)
+            .filter(|op| op.key == first || op.key.starts_with(&again))
+            .collect();
+        if let Some(latest) = drains.iter().max_by_key(|op| (op.created_ms, op.key.len())) {
+            match latest.state {
+                OpState::Planned | OpState::Submitted => {
+                    return Ok(Some("the drain job (the node was undrained)".into()));
+                }
+                OpState::Failed => {
+                    return Err(format!(
+                        "drain: {}",
+                        latest.error.as_deref().unwrap_or("operation failed")
+                    ));
+                }
+                OpState::Succeeded if latest.finished_ms.is_none_or(|t| t >= world.now_ms) => {
+                    return Ok(Some("Ganeti to show the node drained".into()));
+                }
+                OpState::Succeeded => {}
+            }
+        }
+        let key = format!("{again}{}", drains.len() + 1);
+        self.plan_op(&key, name, NodeStep::Hook, OpKind::Drain, world.now_ms);
+        planned.push(key);
+        Ok(Some(
+            "the node to be drained again (Ganeti shows it undrained)".into(),
+        ))
+    }
+
     /// Whether the hook `op` may be sent now, with what `world` shows (checked again just
     /// before it is sent); why not. Only the hook of a node whose step is its hook, in a
-    /// running campaign that holds it, with the releases its group was admitted with done and
-    /// no running instance on the node (but those the plan lets reboot with it).
+    /// running campaign that holds it, drained (but the master), with the releases its group
+    /// was admitted with done and no running instance on the node (but those the plan lets
+    /// reboot with it).
     pub fn hook_may_be_sent(&self, op: &CampaignOp, world: &World) -> Result<(), String> {
         if self.state() != CampaignState::Running {
             return Err(format!("the campaign is {}", self.state()));
@@ -1493,6 +1545,9 @@ impl Record {
                 ));
             }
             Ok(_) => {}
+        }
+        if op.node != world.master && world.nodes.get(&op.node).is_none_or(|n| !n.drained) {
+            return Err(format!("{} is not drained", op.node));
         }
         let running = self.running_on(&op.node, world);
         if !running.is_empty() {

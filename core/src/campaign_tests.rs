@@ -1937,3 +1937,68 @@ fn a_node_given_up_is_released_by_its_failure_tag() {
     );
     assert!(!r.holds().iter().any(|(node, _)| node == "b"));
 }
+
+/// A node someone else had drained goes through its group without a drain of the campaign;
+/// undrained by hand before its hook, it is drained again first: no hook is recorded or sent
+/// for a node that is not drained (new instances could be placed on it while it reboots).
+/// Undrained after its hook was recorded, the hook waits until it is drained again.
+#[test]
+fn a_node_undrained_behind_the_campaign_s_back_is_drained_again_before_its_hook() {
+    for undrain_after_recording in [false, true] {
+        let mut w = world();
+        w.nodes.get_mut("a").unwrap().drained = true;
+        let mut r = started(request(), &w);
+        if undrain_after_recording {
+            until_hook_recorded(&mut r, &mut w, "a");
+        } else {
+            // Until a reaches its hook step: the instances move off, no drain of its own.
+            for _ in 0..10 {
+                w.now_ms += 1000;
+                r.advance(&w);
+                if step_of(&r, "a") == NodeStep::Hook {
+                    break;
+                }
+                execute_current(&mut r, &mut w);
+            }
+            assert_eq!(step_of(&r, "a"), NodeStep::Hook);
+            assert!(!r.ops.contains_key("g0-a-drain"));
+            r.ops_mut().remove("g0-a-hook");
+        }
+        // The operator undrains a by hand.
+        w.nodes.get_mut("a").unwrap().drained = false;
+        w.now_ms += 1000;
+        let planned = r.advance(&w);
+        if let Some(hook) = r.ops.get("g0-a-hook") {
+            assert_eq!(
+                r.hook_may_be_sent(hook, &w),
+                Err("a is not drained".to_owned()),
+                "undrain after recording: {undrain_after_recording}"
+            );
+        }
+        let drain: Vec<&CampaignOp> = planned
+            .iter()
+            .filter_map(|key| r.ops.get(key))
+            .filter(|op| op.node == "a" && op.kind == OpKind::Drain)
+            .collect();
+        assert_eq!(
+            drain.len(),
+            1,
+            "a drained again (undrain after recording: {undrain_after_recording}): {planned:?}"
+        );
+        // Drained again, the hook goes.
+        let key = drain[0].key.clone();
+        let op = r.ops_mut().get_mut(&key).unwrap();
+        apply(op, &mut w);
+        op.state = OpState::Succeeded;
+        op.finished_ms = Some(w.now_ms);
+        assert!(w.nodes["a"].drained);
+        w.now_ms += 1000;
+        r.advance(&w);
+        let hook = r
+            .ops
+            .get("g0-a-hook")
+            .expect("the hook is recorded")
+            .clone();
+        assert_eq!(r.hook_may_be_sent(&hook, &w), Ok(()));
+    }
+}
