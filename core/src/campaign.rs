@@ -700,7 +700,7 @@ impl Record {
     }
 
     /// Whether the next group is due: running, and every node disrupted is releasing (its
-    /// undrain job in flight: [`Self::releasing`]), or none is (the previous group's nodes are
+    /// undrain job submitted and running: [`Self::releasing`]), or none is (the previous group's nodes are
     /// all undrained and healthy; their migrations back may still run). A group started while
     /// undrains run has its drains and moves chained after all of them (Ganeti `depends`):
     /// none runs before the nodes it was admitted with are released, and none if an undrain
@@ -717,8 +717,11 @@ impl Record {
         }
     }
 
-    /// The nodes whose undrain job is in flight (recorded or submitted), each with its
-    /// operation's key: disrupted until it ends, released by it.
+    /// The nodes whose undrain job is submitted and not finished, each with its operation's
+    /// key: disrupted until it ends, released by it. An undrain only recorded (not submitted
+    /// yet, or its submission's answer lost until adoption finds its job) is no release yet: a
+    /// group chained after it (Ganeti `depends` needs its job) would wait for it past the round
+    /// that admitted it.
     fn undrains_in_flight(&self) -> BTreeMap<&str, &str> {
         let at_undrain: BTreeSet<&str> = self
             .campaign
@@ -735,7 +738,8 @@ impl Record {
             .values()
             .filter(|op| {
                 op.kind == OpKind::Undrain
-                    && op.state.is_in_flight()
+                    && op.state == OpState::Submitted
+                    && op.job_id.is_some()
                     && at_undrain.contains(op.node.as_str())
             })
             .map(|op| (op.node.as_str(), op.key.as_str()))

@@ -1633,6 +1633,10 @@ fn next_group_while_undraining(w: &mut World, later: &str, request: CampaignRequ
         execute_all(&mut r, w);
     }
     assert!(r.ops["g0-b-undrain"].state.is_in_flight());
+    // The executor submitted it: its job is known.
+    let undrain = r.ops_mut().get_mut("g0-b-undrain").unwrap();
+    undrain.state = OpState::Submitted;
+    undrain.job_id = Some(41);
     assert!(r.needs_group());
     assert_eq!(r.releasing(), BTreeSet::from(["b".to_owned()]));
     r.start_group(moves(), w);
@@ -2001,4 +2005,34 @@ fn a_node_undrained_behind_the_campaign_s_back_is_drained_again_before_its_hook(
             .clone();
         assert_eq!(r.hook_may_be_sent(&hook, &w), Ok(()));
     }
+}
+
+/// The next group is not due while an undrain of the previous group is only recorded (not
+/// submitted yet, or its submission's answer was lost): its jobs could not be chained after
+/// that undrain (Ganeti `depends` needs its job) and would wait for it past the round that
+/// admitted them, starting on a cluster the gate no longer judged (an agent gone meanwhile).
+/// Once the undrain's job is known, the group is due.
+#[test]
+fn the_next_group_waits_until_the_undrains_it_comes_after_are_submitted() {
+    let mut w = world();
+    let mut r = Record::new(Uuid::from_u128(7), request(), "alice", T0);
+    r.set_plan(vec![vec!["b".into()], vec!["c".into()]], vec![], &w);
+    r.start_group(moves(), &w);
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        if r.ops.contains_key("g0-b-undrain") {
+            break;
+        }
+        execute_all(&mut r, &mut w);
+    }
+    let undrain = r.ops["g0-b-undrain"].clone();
+    assert_eq!((undrain.state, undrain.job_id), (OpState::Planned, None));
+    assert!(!r.needs_group(), "due while b's undrain is only recorded");
+    assert!(r.releasing().is_empty());
+    let op = r.ops_mut().get_mut("g0-b-undrain").unwrap();
+    op.state = OpState::Submitted;
+    op.job_id = Some(42);
+    assert!(r.needs_group());
+    assert_eq!(r.releasing(), BTreeSet::from(["b".to_owned()]));
 }
