@@ -198,7 +198,8 @@ const ABOUT_KIND: &str = "operation";
 impl CampaignOp {
     /// The ledger entry of the operation, held by `holder` (its campaign), with `description`
     /// (the reason trail's text) and `after` (keys of the campaign's entries that must succeed
-    /// first). A drain holds its node rebooting until its undrain releases it; a migration
+    /// first). A drain holds its node rebooting until its undrain (or, for a node given up,
+    /// its failure tag) releases it; a migration
     /// back holds the node receiving its instance while unfinished; the hook is the agent's.
     pub fn to_entry(&self, holder: Holder, description: String, after: Vec<String>) -> Entry {
         let action = match (&self.kind, self.kind.ganeti_op(&self.node)) {
@@ -219,7 +220,9 @@ impl CampaignOp {
             (OpKind::Drain, _) => vec![Hold::Rebooting {
                 node: self.node.clone(),
             }],
-            (OpKind::Undrain, _) => vec![Hold::Release {
+            // Giving a failed node up (its failure tag) ends the campaign's hold of it, as
+            // its own account does ([`Record::holds`]): left drained, it is someone's drain.
+            (OpKind::Undrain, _) | (OpKind::Tag { .. }, NodeStep::Failed) => vec![Hold::Release {
                 node: self.node.clone(),
             }],
             (_, NodeStep::MigrateBack) => vec![Hold::Receiving {
@@ -697,7 +700,7 @@ impl Record {
     }
 
     /// Whether the next group is due: running, and every node disrupted is releasing (its
-    /// undrain job in flight: [`Self::releasing`]), or none is (the previous group's nodes are
+    /// undrain job submitted and running: [`Self::releasing`]), or none is (the previous group's nodes are
     /// all undrained and healthy; their migrations back may still run). A group started while
     /// undrains run has its drains and moves chained after all of them (Ganeti `depends`):
     /// none runs before the nodes it was admitted with are released, and none if an undrain
@@ -714,8 +717,11 @@ impl Record {
         }
     }
 
-    /// The nodes whose undrain job is in flight (recorded or submitted), each with its
-    /// operation's key: disrupted until it ends, released by it.
+    /// The nodes whose undrain job is submitted and not finished, each with its operation's
+    /// key: disrupted until it ends, released by it. An undrain only recorded (not submitted
+    /// yet, or its submission's answer lost until adoption finds its job) is no release yet: a
+    /// group chained after it (Ganeti `depends` needs its job) would wait for it past the round
+    /// that admitted it.
     fn undrains_in_flight(&self) -> BTreeMap<&str, &str> {
         let at_undrain: BTreeSet<&str> = self
             .campaign
@@ -732,7 +738,8 @@ impl Record {
             .values()
             .filter(|op| {
                 op.kind == OpKind::Undrain
-                    && op.state.is_in_flight()
+                    && op.state == OpState::Submitted
+                    && op.job_id.is_some()
                     && at_undrain.contains(op.node.as_str())
             })
             .map(|op| (op.node.as_str(), op.key.as_str()))
@@ -1453,6 +1460,9 @@ impl Record {
                 releasing.join(", ")
             )));
         }
+        if let Some(waiting) = self.drain_again(name, prefix, world, planned)? {
+            return Ok(Some(waiting));
+        }
         let pending = self.plan_moves(name, prefix, world, back, planned)?;
         if !pending.is_empty() {
             return Ok(Some(pending.join(", ")));
@@ -1467,10 +1477,59 @@ impl Record {
         Ok(None)
     }
 
+    /// A node past its drain that Ganeti shows undrained (drained by someone else, who
+    /// undrained it since, or undrained behind the campaign's back) is drained again before its
+    /// hook: `Ok(Some(waiting))` while that drain is planned or runs, `Err` when it failed,
+    /// `Ok(None)` when the node is drained (or is the master, which is never drained). A drain
+    /// that succeeded after the node list was read is Ganeti's word to wait for.
+    fn drain_again(
+        &mut self,
+        name: &str,
+        prefix: &str,
+        world: &World,
+        planned: &mut Vec<String>,
+    ) -> Result<Option<String>, String> {
+        if name == world.master || world.nodes.get(name).is_none_or(|facts| facts.drained) {
+            return Ok(None);
+        }
+        let first = format!("{prefix}-drain");
+        let again = format!("{first}-again-");
+        let drains: Vec<&CampaignOp> = self
+            .ops
+            .values()
+            .filter(|op| op.node == name && op.kind == OpKind::Drain)
+            .filter(|op| op.key == first || op.key.starts_with(&again))
+            .collect();
+        if let Some(latest) = drains.iter().max_by_key(|op| (op.created_ms, op.key.len())) {
+            match latest.state {
+                OpState::Planned | OpState::Submitted => {
+                    return Ok(Some("the drain job (the node was undrained)".into()));
+                }
+                OpState::Failed => {
+                    return Err(format!(
+                        "drain: {}",
+                        latest.error.as_deref().unwrap_or("operation failed")
+                    ));
+                }
+                OpState::Succeeded if latest.finished_ms.is_none_or(|t| t >= world.now_ms) => {
+                    return Ok(Some("Ganeti to show the node drained".into()));
+                }
+                OpState::Succeeded => {}
+            }
+        }
+        let key = format!("{again}{}", drains.len() + 1);
+        self.plan_op(&key, name, NodeStep::Hook, OpKind::Drain, world.now_ms);
+        planned.push(key);
+        Ok(Some(
+            "the node to be drained again (Ganeti shows it undrained)".into(),
+        ))
+    }
+
     /// Whether the hook `op` may be sent now, with what `world` shows (checked again just
     /// before it is sent); why not. Only the hook of a node whose step is its hook, in a
-    /// running campaign that holds it, with the releases its group was admitted with done and
-    /// no running instance on the node (but those the plan lets reboot with it).
+    /// running campaign that holds it, drained (but the master), with the releases its group
+    /// was admitted with done and no running instance on the node (but those the plan lets
+    /// reboot with it).
     pub fn hook_may_be_sent(&self, op: &CampaignOp, world: &World) -> Result<(), String> {
         if self.state() != CampaignState::Running {
             return Err(format!("the campaign is {}", self.state()));
@@ -1490,6 +1549,9 @@ impl Record {
                 ));
             }
             Ok(_) => {}
+        }
+        if op.node != world.master && world.nodes.get(&op.node).is_none_or(|n| !n.drained) {
+            return Err(format!("{} is not drained", op.node));
         }
         let running = self.running_on(&op.node, world);
         if !running.is_empty() {

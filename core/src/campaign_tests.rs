@@ -1633,6 +1633,10 @@ fn next_group_while_undraining(w: &mut World, later: &str, request: CampaignRequ
         execute_all(&mut r, w);
     }
     assert!(r.ops["g0-b-undrain"].state.is_in_flight());
+    // The executor submitted it: its job is known.
+    let undrain = r.ops_mut().get_mut("g0-b-undrain").unwrap();
+    undrain.state = OpState::Submitted;
+    undrain.job_id = Some(41);
     assert!(r.needs_group());
     assert_eq!(r.releasing(), BTreeSet::from(["b".to_owned()]));
     r.start_group(moves(), w);
@@ -1887,4 +1891,148 @@ fn a_failed_undrain_fails_its_node_alone_and_the_next_group_is_planned_again() {
         assert!(r.ops.contains_key("g2-a-hook"), "{how}");
         assert!(!r.replanned.contains_key("a"), "{how}");
     }
+}
+
+/// A node its campaign gave up (failed and tagged, `continue_on_failure`) is no longer held by
+/// the campaign's ledger entries either: the ledger's account of what the campaign holds (the
+/// coordinator's safety net under the campaign's own) agrees with [`Record::holds`], so the
+/// node left drained is someone's drain, and once the operator returns it, nobody's. Held in
+/// the campaign's name, a storage problem there (its agent unreachable) would let the
+/// campaign's next group join its failure domain as if the campaign disrupted it.
+#[test]
+fn a_node_given_up_is_released_by_its_failure_tag() {
+    let mut w = world();
+    let mut r = started(
+        CampaignRequest {
+            continue_on_failure: true,
+            ..request()
+        },
+        &w,
+    );
+    for _ in 0..3 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        execute_all(&mut r, &mut w);
+    }
+    w.agents.get_mut("b").unwrap().boot_id = Some("b-boot-1".into());
+    w.now_ms += StepTimeouts::default().healthy_s * 1000 + 5000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "b"), NodeStep::Failed);
+    execute_all(&mut r, &mut w);
+    assert_eq!(r.state(), CampaignState::Running);
+    assert!(w.nodes["b"].drained, "the failed node stays drained");
+    // The campaign's entries as the ledger holds them, numbered in the order they were planned.
+    let mut ops: Vec<&CampaignOp> = r.ops.values().collect();
+    ops.sort_by_key(|op| op.created_ms);
+    let entries: Vec<Entry> = ops
+        .iter()
+        .zip(1..)
+        .map(|(op, id)| {
+            let mut entry = r.entry(op);
+            entry.id = id;
+            entry
+        })
+        .collect();
+    let held = crate::ledger::in_force(&entries);
+    assert!(
+        !held.nodes.contains_key("b"),
+        "the ledger still holds the node given up: {:?}",
+        held.nodes
+    );
+    assert!(!r.holds().iter().any(|(node, _)| node == "b"));
+}
+
+/// A node someone else had drained goes through its group without a drain of the campaign;
+/// undrained by hand before its hook, it is drained again first: no hook is recorded or sent
+/// for a node that is not drained (new instances could be placed on it while it reboots).
+/// Undrained after its hook was recorded, the hook waits until it is drained again.
+#[test]
+fn a_node_undrained_behind_the_campaign_s_back_is_drained_again_before_its_hook() {
+    for undrain_after_recording in [false, true] {
+        let mut w = world();
+        w.nodes.get_mut("a").unwrap().drained = true;
+        let mut r = started(request(), &w);
+        if undrain_after_recording {
+            until_hook_recorded(&mut r, &mut w, "a");
+        } else {
+            // Until a reaches its hook step: the instances move off, no drain of its own.
+            for _ in 0..10 {
+                w.now_ms += 1000;
+                r.advance(&w);
+                if step_of(&r, "a") == NodeStep::Hook {
+                    break;
+                }
+                execute_current(&mut r, &mut w);
+            }
+            assert_eq!(step_of(&r, "a"), NodeStep::Hook);
+            assert!(!r.ops.contains_key("g0-a-drain"));
+            r.ops_mut().remove("g0-a-hook");
+        }
+        // The operator undrains a by hand.
+        w.nodes.get_mut("a").unwrap().drained = false;
+        w.now_ms += 1000;
+        let planned = r.advance(&w);
+        if let Some(hook) = r.ops.get("g0-a-hook") {
+            assert_eq!(
+                r.hook_may_be_sent(hook, &w),
+                Err("a is not drained".to_owned()),
+                "undrain after recording: {undrain_after_recording}"
+            );
+        }
+        let drain: Vec<&CampaignOp> = planned
+            .iter()
+            .filter_map(|key| r.ops.get(key))
+            .filter(|op| op.node == "a" && op.kind == OpKind::Drain)
+            .collect();
+        assert_eq!(
+            drain.len(),
+            1,
+            "a drained again (undrain after recording: {undrain_after_recording}): {planned:?}"
+        );
+        // Drained again, the hook goes.
+        let key = drain[0].key.clone();
+        let op = r.ops_mut().get_mut(&key).unwrap();
+        apply(op, &mut w);
+        op.state = OpState::Succeeded;
+        op.finished_ms = Some(w.now_ms);
+        assert!(w.nodes["a"].drained);
+        w.now_ms += 1000;
+        r.advance(&w);
+        let hook = r
+            .ops
+            .get("g0-a-hook")
+            .expect("the hook is recorded")
+            .clone();
+        assert_eq!(r.hook_may_be_sent(&hook, &w), Ok(()));
+    }
+}
+
+/// The next group is not due while an undrain of the previous group is only recorded (not
+/// submitted yet, or its submission's answer was lost): its jobs could not be chained after
+/// that undrain (Ganeti `depends` needs its job) and would wait for it past the round that
+/// admitted them, starting on a cluster the gate no longer judged (an agent gone meanwhile).
+/// Once the undrain's job is known, the group is due.
+#[test]
+fn the_next_group_waits_until_the_undrains_it_comes_after_are_submitted() {
+    let mut w = world();
+    let mut r = Record::new(Uuid::from_u128(7), request(), "alice", T0);
+    r.set_plan(vec![vec!["b".into()], vec!["c".into()]], vec![], &w);
+    r.start_group(moves(), &w);
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        if r.ops.contains_key("g0-b-undrain") {
+            break;
+        }
+        execute_all(&mut r, &mut w);
+    }
+    let undrain = r.ops["g0-b-undrain"].clone();
+    assert_eq!((undrain.state, undrain.job_id), (OpState::Planned, None));
+    assert!(!r.needs_group(), "due while b's undrain is only recorded");
+    assert!(r.releasing().is_empty());
+    let op = r.ops_mut().get_mut("g0-b-undrain").unwrap();
+    op.state = OpState::Submitted;
+    op.job_id = Some(42);
+    assert!(r.needs_group());
+    assert_eq!(r.releasing(), BTreeSet::from(["b".to_owned()]));
 }

@@ -348,7 +348,8 @@ fn took_hold(state: &State) -> bool {
 /// What `entries` (those of holders still open: a finished duty record holds nothing) hold in
 /// force. A node hold (drained, offline, rebooting) lasts from its entry's recording until an
 /// entry of the same holder releasing the node, recorded after it, has succeeded; a hold of a
-/// failed or canceled entry never took effect. Receiving, repairing and moving holds last while
+/// failed or canceled entry never took effect, and a release ends no hold whose entry is still
+/// unfinished (it may still take effect). Receiving, repairing and moving holds last while
 /// their entry is unfinished and touch their nodes without disrupting them: a node its
 /// instances migrate back onto counts against no cap (as the campaign's own account says,
 /// [`crate::campaign::Record::touched`]). Uncertainty holds: a timed-out entry holds as if it
@@ -358,6 +359,9 @@ pub fn in_force<E: Borrow<Entry>>(entries: &[E]) -> Held {
     sorted.sort_by_key(|e| e.id);
     // (holder, node) → held since the entry of this id.
     let mut held: BTreeMap<(&Holder, &str), u64> = BTreeMap::new();
+    // (holder, node) → its holding entries not finished yet: a release cannot end what they
+    // may still do.
+    let mut running: BTreeMap<(&Holder, &str), usize> = BTreeMap::new();
     let mut out = Held::default();
     for entry in &sorted {
         for hold in &entry.holds {
@@ -366,10 +370,14 @@ pub fn in_force<E: Borrow<Entry>>(entries: &[E]) -> Held {
                     if took_hold(&entry.state) {
                         held.entry((&entry.holder, node)).or_insert(entry.id);
                     }
+                    if entry.state.is_unfinished() {
+                        *running.entry((&entry.holder, node)).or_default() += 1;
+                    }
                 }
                 Hold::Release { node } => {
-                    if entry.state == State::Succeeded {
-                        held.remove(&(&entry.holder, node.as_str()));
+                    let key = (&entry.holder, node.as_str());
+                    if entry.state == State::Succeeded && !running.contains_key(&key) {
+                        held.remove(&key);
                     }
                 }
                 Hold::Receiving { node } | Hold::Repairing { node } => {
@@ -761,6 +769,23 @@ mod tests {
                 ],
                 vec!["n1"],
             ),
+            // A release that succeeded while the drain it follows still runs (a campaign
+            // giving up a node whose drain job is stuck) ends nothing: the drain may still
+            // take effect.
+            (
+                vec![
+                    entry(1, &h, "d", State::Submitted, vec![drained("n1")]),
+                    entry(2, &h, "t", State::Succeeded, vec![release("n1")]),
+                ],
+                vec!["n1"],
+            ),
+            (
+                vec![
+                    entry(1, &h, "d", State::TimedOut, vec![drained("n1")]),
+                    entry(2, &h, "t", State::Succeeded, vec![release("n1")]),
+                ],
+                vec!["n1"],
+            ),
         ];
         for (entries, want) in table {
             let held = in_force(&entries);
@@ -1046,8 +1071,8 @@ mod tests {
     }
 
     proptest! {
-        /// Every node in force is held by an entry that took a hold on it and is not released
-        /// after; a holder whose entries are all finished holds nothing but what succeeded.
+        /// Every node in force is held by an entry that took a hold on it and is unfinished or
+        /// not released after; a holder whose entries are all finished holds nothing but what succeeded.
         #[test]
         fn in_force_is_explained_by_the_entries(
             raw in proptest::collection::vec((0u128..3, arb_state(), arb_hold()), 0..12)
@@ -1064,10 +1089,12 @@ mod tests {
                 let holding = entries.iter().filter(|e| &e.holder == holder).any(|e| {
                     e.holds.iter().any(|h| match h {
                         Hold::Drained { node: n } | Hold::Rebooting { node: n } => {
+                            // A release ends no hold whose entry is unfinished.
                             n == node && took_hold(&e.state)
-                                && !entries.iter().any(|r| r.holder == *holder && r.id > e.id
+                                && (e.state.is_unfinished()
+                                || !entries.iter().any(|r| r.holder == *holder && r.id > e.id
                                     && r.state == State::Succeeded
-                                    && r.holds.contains(&Hold::Release { node: node.clone() }))
+                                    && r.holds.contains(&Hold::Release { node: node.clone() })))
                         }
                         _ => false,
                     })

@@ -28,7 +28,8 @@
 //!    node): a holder whose first disrupting or moving job appears in the round is an instance
 //!    repair of that very storage, or joins the busy failure domain where every storage problem
 //!    involves a node that domain already holds (the gate's rule); a drained node whose undrain
-//!    every one of the holder's new jobs waits for (Ganeti `depends`) is no problem for it;
+//!    every one of the holder's new jobs waits for (Ganeti `depends`) is no problem for it,
+//!    and a job chained after one that vanished from the queue never runs (Ganeti fails it);
 //! 5. no node is acted on by two holders at once: no unfinished move (migrate, failover,
 //!    replace-disks, ...) of one holder involves a node another holder is draining, offlining,
 //!    evacuating or holds by a grant;
@@ -763,6 +764,11 @@ fn check_new_starts(
             continue;
         };
         if disrupted_by(&job.op).is_none() && moved_by(&job.op).is_none() {
+            continue;
+        }
+        // A job chained after one that vanished fails before its opcode runs (Ganeti:
+        // `Dependency error: Job <id> not found`): nothing started either.
+        if job.depends.iter().any(|(id, _)| !c.jobs.contains_key(id)) {
             continue;
         }
         let Some((incident, _, text, _)) = nodecare_reason(job) else {
