@@ -63,6 +63,18 @@
 //! so that it gets to its hooks and chained groups under the other faults (the other seeds'
 //! campaigns rarely get past their first group). A trace names the job and RAPI faults drawn.
 //!
+//! Faults aimed at a moment, drawn from a generator of their own (`aim_random`): every agent
+//! armed to go away at its first hook (kept away past the hook step, back once the operator
+//! returned its node); a cancel of an incident whose drain runs with moves queued behind it,
+//! cancels answered late; a cancel of an incident whose repair command runs, and a grant of its
+//! node asked at once; and half of the maintenance windows are long ones (`chain_seed`): half as
+//! many rounds again, only the campaign acting, room for its moves, a master with no instance,
+//! so that its groups chain; in a third of them an undrain under a chained group fails. They
+//! are judged by three more checks: no hook while an undrain of an earlier group of its
+//! campaign is queued or running (7); no grant of a node while a repair command runs there
+//! (9); no node tagged failed by its campaign whose last job never ran because a job of
+//! another node it came after failed or was canceled (11).
+//!
 //! Seeds: `NODECARE_ALL_DUTIES_SEED=<n>` replays one seed; `NODECARE_ALL_DUTIES_SEEDS=<k>` runs
 //! k seeds from `NODECARE_ALL_DUTIES_FIRST` (default 1; k defaults to [`DEFAULT_SEEDS`]);
 //! `NODECARE_ALL_DUTIES_ROUNDS` the rounds per seed. The failing seed is printed. A check that today's main is known to fail is reported
