@@ -97,6 +97,11 @@ struct AgentState {
     repairs_requested: Arc<std::sync::atomic::AtomicU64>,
     requests: Mutex<u64>,
     down: Mutex<bool>,
+    /// Unreachable like `down`, but set and cleared apart from it: gone at its hook
+    /// ([`FakeAgent::set_away_at`]).
+    away: Mutex<bool>,
+    /// The command whose first request makes the agent go away before it takes it.
+    away_at: Mutex<Option<String>>,
     /// Repair requests and polls answer 503 and are not kept (the agent unreachable for them).
     repairs_down: Mutex<bool>,
     /// Told of every repair request received for the first time.
@@ -163,6 +168,28 @@ impl FakeAgent {
     pub fn set_down(&self, down: bool) {
         if let Ok(mut d) = self.state.down.lock() {
             *d = down;
+        }
+        self.state.changed();
+    }
+
+    /// Makes the agent go away (unreachable, as [`Self::set_down`], but apart from it) when the
+    /// first request for `command` arrives, before it takes it: an agent lost exactly when a
+    /// campaign's hook reaches it. `None`: disarmed.
+    pub fn set_away_at(&self, command: Option<&str>) {
+        if let Ok(mut a) = self.state.away_at.lock() {
+            *a = command.map(str::to_owned);
+        }
+    }
+
+    /// Whether the agent went away at a request ([`Self::set_away_at`]) and is still away.
+    pub fn is_away(&self) -> bool {
+        self.state.away.lock().map(|a| *a).unwrap_or(false)
+    }
+
+    /// Brings an agent that went away back (`false`), or sends it away (`true`).
+    pub fn set_away(&self, away: bool) {
+        if let Ok(mut a) = self.state.away.lock() {
+            *a = away;
         }
         self.state.changed();
     }
@@ -359,7 +386,7 @@ fn sign_report(
 
 /// The signed storage (DRBD) report.
 async fn storage_report(State(state): State<Arc<AgentState>>) -> Response {
-    if state.down.lock().map(|d| *d).unwrap_or(false) {
+    if unreachable(&state) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     let signed = (|| -> Result<Vec<u8>, String> {
@@ -394,7 +421,7 @@ async fn storage_report(State(state): State<Arc<AgentState>>) -> Response {
 
 /// The signed load report.
 async fn load_report(State(state): State<Arc<AgentState>>) -> Response {
-    if state.down.lock().map(|d| *d).unwrap_or(false) {
+    if unreachable(&state) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     let Some(load) = state.load.lock().ok().and_then(|l| l.clone()) else {
@@ -458,7 +485,7 @@ async fn report(
             return StatusCode::NOT_MODIFIED.into_response();
         }
     }
-    if state.down.lock().map(|d| *d).unwrap_or(false) {
+    if unreachable(&state) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     if let Some(body) = state.canned.lock().ok().and_then(|c| c.clone()) {
@@ -497,7 +524,7 @@ fn current(run: &mut Run, behaviour: RepairBehaviour) -> RepairRecord {
 /// A signed check request: counted, answered as the agent does (`202`), the report re-signed.
 /// The real agent's replica keeper behind the fake agent's switch (down: unreachable).
 async fn replica_push(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
-    if state.down.lock().map(|d| *d).unwrap_or(false) {
+    if unreachable(&state) {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     state
@@ -508,7 +535,7 @@ async fn replica_push(State(state): State<Arc<AgentState>>, body: Bytes) -> Resp
 }
 
 async fn replica_read(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
-    if state.down.lock().map(|d| *d).unwrap_or(false) {
+    if unreachable(&state) {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
     state.replica.read(&body, now_ms()).await.into_response()
@@ -554,8 +581,30 @@ async fn check(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
         .into_response()
 }
 
+/// Whether the agent is unreachable: down, or gone away at a request.
+fn unreachable(state: &AgentState) -> bool {
+    state.down.lock().map(|d| *d).unwrap_or(false) || state.away.lock().map(|a| *a).unwrap_or(false)
+}
+
+/// Whether a request for `command` (not taken before) makes the agent go away now, without
+/// taking it ([`FakeAgent::set_away_at`]).
+fn goes_away_at(state: &AgentState, command: &str, id: &str) -> bool {
+    let known = state.runs.lock().is_ok_and(|runs| runs.contains_key(id));
+    let Ok(mut away_at) = state.away_at.lock() else {
+        return false;
+    };
+    if known || away_at.as_deref() != Some(command) {
+        return false;
+    }
+    *away_at = None;
+    if let Ok(mut away) = state.away.lock() {
+        *away = true;
+    }
+    true
+}
+
 async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
-    if state.down.lock().map(|d| *d).unwrap_or(false) {
+    if unreachable(&state) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     let envelope: SignedEnvelope = match serde_json::from_slice(&body) {
@@ -579,6 +628,9 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
         }
     };
     if state.repairs_down.lock().map(|d| *d).unwrap_or(false) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
+    }
+    if goes_away_at(&state, &request.command, &request.incident_id) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     let behaviour = state.repair.lock().map(|r| *r).unwrap_or(RepairBehaviour {
@@ -621,9 +673,7 @@ async fn repair(State(state): State<Arc<AgentState>>, body: Bytes) -> Response {
 }
 
 async fn repair_status(State(state): State<Arc<AgentState>>, Path(id): Path<String>) -> Response {
-    if state.down.lock().map(|d| *d).unwrap_or(false)
-        || state.repairs_down.lock().map(|d| *d).unwrap_or(false)
-    {
+    if unreachable(&state) || state.repairs_down.lock().map(|d| *d).unwrap_or(false) {
         return (StatusCode::SERVICE_UNAVAILABLE, "down").into_response();
     }
     let behaviour = state.repair.lock().map(|r| *r).unwrap_or(RepairBehaviour {
@@ -679,6 +729,8 @@ impl FakeAgents {
             repairs_requested: Arc::clone(&self.repairs_requested),
             requests: Mutex::new(0),
             down: Mutex::new(false),
+            away: Mutex::new(false),
+            away_at: Mutex::new(None),
             repairs_down: Mutex::new(false),
             on_repair: Mutex::new(None),
             storage: Mutex::new(nodecare_protocol::DrbdState::Minors { minors: Vec::new() }),

@@ -64,6 +64,18 @@
 //! so that it gets to its hooks and chained groups under the other faults (the other seeds'
 //! campaigns rarely get past their first group). A trace names the job and RAPI faults drawn.
 //!
+//! Faults aimed at a moment, drawn from a generator of their own (`aim_random`): every agent
+//! armed to go away at its first hook (kept away past the hook step, back once the operator
+//! returned its node); a cancel of an incident whose drain runs with moves queued behind it,
+//! cancels answered late; a cancel of an incident whose repair command runs, and a grant of its
+//! node asked at once; and half of the maintenance windows are long ones (`chain_seed`): half as
+//! many rounds again, only the campaign acting, room for its moves, a master with no instance,
+//! so that its groups chain; in a third of them an undrain under a chained group fails. They
+//! are judged by three more checks: no hook while an undrain of an earlier group of its
+//! campaign is queued or running (7); no grant of a node while a repair command runs there
+//! (9); no node tagged failed by its campaign whose last job never ran because a job of
+//! another node it came after failed or was canceled (11).
+//!
 //! Seeds: `NODECARE_ALL_DUTIES_SEED=<n>` replays one seed; `NODECARE_ALL_DUTIES_SEEDS=<k>` runs
 //! k seeds from `NODECARE_ALL_DUTIES_FIRST` (default 1; k defaults to [`DEFAULT_SEEDS`]);
 //! `NODECARE_ALL_DUTIES_ROUNDS` the rounds per seed. The failing seed is printed. A check that today's main is known to fail is reported
@@ -918,6 +930,8 @@ struct World {
     crashes: u64,
     /// What the agents took, judged when they took it.
     deliveries: Arc<std::sync::Mutex<Deliveries>>,
+    /// The faults aimed at a moment.
+    aim: Aim,
 }
 
 /// The commands the agents took, each judged at the moment its agent took it against the
@@ -940,6 +954,10 @@ struct Deliveries {
     cancels: Vec<(String, u64)>,
     /// What was broken when a hook was taken.
     found: Vec<Violation>,
+    /// Node → the last campaign group it was shown in before the round.
+    groups: BTreeMap<String, usize>,
+    /// Grants admitted: (node, simulated time of the answer).
+    granted: Vec<(String, u64)>,
 }
 
 /// Invariant 7, a hook taken by `node`'s agent: judged against the cluster at that moment.
@@ -1046,6 +1064,7 @@ impl World {
         }
         let users = users.to_path_buf();
         let caps = shape.clone();
+        let chain = chain_seed(seed);
         let mut h = Harness::new(nodes, &spec.join(","), move |config| {
             config.users = users;
             config.failure_domains = "rack:".into();
@@ -1062,7 +1081,8 @@ impl World {
             config.breaker.max_incident_percent = 100.0;
             config.breaker.max_incident_nodes = 100;
             config.instance_repair.enabled = true;
-            config.balancing.enabled = true;
+            // A long maintenance window has no balancing: nothing moves onto its master.
+            config.balancing.enabled = !chain;
             config.balancing.interval = 1.0;
             config.balancing.load = false;
             config.balancing.hbal = HBAL.into();
@@ -1087,6 +1107,8 @@ impl World {
         let nodes_u64 = u64::try_from(nodes).unwrap_or(1);
         let fill = 60 + 5 * u64::try_from(random.below(4)).unwrap_or(0);
         let node_memory = (used * 100 / fill / nodes_u64).div_ceil(128) * 128;
+        // A long maintenance window's cluster has room: its groups move their instances.
+        let node_memory = node_memory * if chain_seed(seed) { 2 } else { 1 };
         h.sim.with_cluster(|c| {
             for i in 1..=nodes {
                 if let Some(n) = c.nodes.get_mut(&node(i)) {
@@ -1108,6 +1130,9 @@ impl World {
                 }
             }
         });
+        if chain_seed(seed) {
+            aim_master_without_instances(&h, &shape);
+        }
         let mut repair_ms = BTreeMap::new();
         for i in 1..=nodes {
             if let Some(agent) = h.agents.get(&node(i)) {
@@ -1158,8 +1183,11 @@ impl World {
                             ),
                         });
                     }
-                    let found =
-                        sim.peek(|c| judge_hook(&shape, &node(1), c, &taken.node, &mut d));
+                    let found = sim.peek(|c| {
+                        let mut found = judge_hook(&shape, &node(1), c, &taken.node, &mut d);
+                        found.extend(judge_hook_after_releases(c, &taken.node, &d));
+                        found
+                    });
                     d.found.extend(found);
                 })));
         }
@@ -1169,7 +1197,13 @@ impl World {
             "seed {seed}: {nodes} nodes of {node_memory} MiB in {racks} racks, caps cluster {} group {}, job delay {delay} ms,{} instances {spec:?}",
             shape.cluster_cap,
             shape.group_cap,
-            if calm { " a maintenance window," } else { "" }
+            if chain_seed(seed) {
+                " a long maintenance window,"
+            } else if calm {
+                " a maintenance window,"
+            } else {
+                ""
+            }
         );
         Ok(Self {
             h,
@@ -1194,6 +1228,7 @@ impl World {
             calm,
             crashes: 0,
             deliveries,
+            aim: Aim::new(seed),
         })
     }
 
@@ -1235,6 +1270,7 @@ impl World {
     /// The storage problems as they stand (before a round).
     fn problems(&self) -> Vec<Problem> {
         let mut out = Vec::new();
+        let away = self.aim_away();
         self.h.sim.with_cluster(|c| {
             for i in c.instances.values().filter(|i| i.disk_template == "drbd") {
                 let pair: BTreeSet<String> = std::iter::once(i.pnode.clone())
@@ -1250,7 +1286,7 @@ impl World {
                             what: format!("{}: {n} drained or offline", i.name),
                             drained: !facts.offline,
                         });
-                    } else if self.down.contains(n) {
+                    } else if self.down.contains(n) || away.contains(n) {
                         out.push(Problem {
                             nodes: BTreeSet::from([n.clone()]),
                             what: format!("{n} (unreachable, holds DRBD disks)"),
@@ -1274,6 +1310,9 @@ impl World {
 
     /// What happens in the world before a round.
     async fn events(&mut self, round: usize, random: &mut Random) -> anyhow::Result<()> {
+        if self.aim.chain {
+            return self.window_events(round, random).await;
+        }
         let nodes = self.shape.nodes;
         // Verdicts (node 1 is the master and runs the coordinator).
         for _ in 0..random.below(4) {
@@ -1451,6 +1490,7 @@ impl World {
                 println!("round {round}: grant of {name} for {ttl} s: {status}");
             }
             self.grants += u64::from(matches!(status, 200 | 201));
+            self.note_grant(&name, status);
         }
         if random.below(4) == 0 {
             let grants = self.grants().await?;
@@ -1717,6 +1757,7 @@ impl World {
             }
         }
         self.down.clear();
+        self.aim_stop();
         self.broken = None;
         self.live_repair.clear();
         self.h.sim.set_http_faults(HttpFaults::default());
@@ -1973,9 +2014,12 @@ struct Tally {
     storage_rounds: usize,
     campaign: Option<u16>,
     hooks: usize,
+    /// Aimed faults done, by kind.
+    aimed: BTreeMap<&'static str, usize>,
 }
 
 async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
+    let rounds = rounds_of(seed, rounds);
     let mut random = Random(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let dir = tempfile::tempdir()?;
     let users = dir.path().join("users");
@@ -1986,6 +2030,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
     let mut reported = BTreeSet::new();
     for round in 0..rounds {
         w.events(round, &mut random).await?;
+        w.aim_before_round(round).await?;
         let grants = w.grants().await?;
         if let Ok(mut d) = w.deliveries.lock() {
             d.grants = grants;
@@ -2013,6 +2058,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
                 checks.push(("after the round", w.census().await?));
             }
         }
+        w.aim_after_round(round).await?;
         let mut found = Vec::new();
         w.h.sim.with_cluster(|c| {
             check_new_starts(
@@ -2032,9 +2078,13 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             w.h.sim.with_cluster(|c| {
                 check_repairs(c, &d, &mut found);
                 check_cancels(c, &d, &mut found);
+                check_failed_by_dependency(c, &d, &mut found);
             });
+            check_grants_during_repairs(&d, &mut found);
         }
         w.play_hooks();
+        let fresh = w.rebooting.clone();
+        w.aim_after_hooks(round, &fresh);
         checks.push(("once jobs settled", w.census().await?));
         for (when, census) in &checks {
             if trace() {
@@ -2163,6 +2213,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
     tally.crashes = w.crashes;
     tally.campaign = w.campaign;
     tally.hooks = w.deliveries.lock().map_or(0, |d| d.hooks);
+    tally.aimed = std::mem::take(&mut w.aim.done);
     w.server.abort();
     Ok(tally)
 }
@@ -2242,7 +2293,8 @@ async fn run(first: u64, count: u64, rounds: usize) {
             ),
         };
         println!(
-            "seed {seed}: {rounds} rounds in {:?}: {} client jobs, holders seen acting by duty {:?}, {} grants, {} drains by hand, {} crashes, campaign answer {:?}, {} hooks taken, at most {} nodes disrupted, {} rounds with storage not whole",
+            "seed {seed}: {} rounds in {:?}: {} client jobs, holders seen acting by duty {:?}, {} grants, {} drains by hand, {} crashes, campaign answer {:?}, {} hooks taken, at most {} nodes disrupted, {} rounds with storage not whole, aimed faults {:?}",
+            rounds_of(*seed, rounds),
             elapsed,
             tally.submissions,
             tally.by_duty,
@@ -2252,7 +2304,8 @@ async fn run(first: u64, count: u64, rounds: usize) {
             tally.campaign,
             tally.hooks,
             tally.most_disrupted,
-            tally.storage_rounds
+            tally.storage_rounds,
+            tally.aimed
         );
         for (duty, n) in &tally.by_duty {
             *totals.entry(duty).or_default() += n;
@@ -2324,4 +2377,586 @@ async fn run(first: u64, count: u64, rounds: usize) {
         }
         assert!(grants > 0 && crashes > 0 && campaigns > 0 && storage_rounds > 0);
     }
+}
+
+// Faults aimed at a moment. Each needs two things at once that the plan above draws apart
+// (an agent lost exactly at its hook step; a cancel while a drain runs with moves queued behind
+// it; a cancel while a repair command runs; a chained group whose previous group's undrain
+// fails). They are drawn from a generator of their own ([`aim_random`]), so that a seed where
+// no such moment comes follows the plan it had without them.
+
+/// The generator of the aimed faults of `seed`, apart from the seed's plan.
+fn aim_random(seed: u64) -> Random {
+    let mut random = Random(seed.wrapping_mul(0xA076_1D64_78BD_642F) | 1);
+    random.next();
+    random
+}
+
+/// Whether the maintenance window `seed` is a long one ([`Aim::chain`]): one window in two.
+fn chain_seed(seed: u64) -> bool {
+    calm_seed(seed) && aim_random(seed ^ 0xC4A1).below(2) == 0
+}
+
+/// The rounds of `seed`: a long maintenance window runs half as many again, so that its
+/// campaign gets through several chained groups.
+fn rounds_of(seed: u64, rounds: usize) -> usize {
+    if chain_seed(seed) {
+        rounds + rounds / 2
+    } else {
+        rounds
+    }
+}
+
+/// The aimed faults of one seed and what they did.
+struct Aim {
+    random: Random,
+    /// A long maintenance window: only the campaign acts (`continue_on_failure`, every node
+    /// Ok, no job faults but the aimed ones, no hand drains, no grants), for more rounds, so
+    /// that its groups chain one after the other.
+    chain: bool,
+    /// Every agent goes away at its first hook (until one did): armed in half of the seeds,
+    /// a third of the long windows.
+    armed: bool,
+    /// In a long window, one undrain of a node of a group after the first fails (a third of
+    /// them): the next group, chained after it, finds it failed. A failure holds the failed
+    /// node's domain for the rest of the campaign, so each long window has one kind of failure
+    /// at most, and a third none: their groups chain.
+    undrain_fails: bool,
+    /// The agents that went away at their hook: node → the round and the simulated time they
+    /// were seen gone.
+    away: BTreeMap<String, (usize, u64)>,
+    /// Agents back after their node was returned to service.
+    back: BTreeSet<String>,
+    /// Aimed faults done, by kind (the seed's tally).
+    done: BTreeMap<&'static str, usize>,
+}
+
+impl Aim {
+    fn new(seed: u64) -> Self {
+        let mut random = aim_random(seed);
+        let chain = chain_seed(seed);
+        let (armed, undrain_fails) = if chain {
+            let kind = random.below(3);
+            (kind == 1, kind == 2)
+        } else {
+            (random.below(2) == 0, false)
+        };
+        Self {
+            random,
+            chain,
+            armed,
+            undrain_fails,
+            away: BTreeMap::new(),
+            back: BTreeSet::new(),
+            done: BTreeMap::new(),
+        }
+    }
+}
+
+/// Rounds an agent that went away at its hook stays away at least.
+const AWAY_ROUNDS: usize = 3;
+/// The campaign's hook step timeout (`hook_s`), and a little more: an agent that went away at
+/// its hook stays away that long at least (a round waits for it when the rounds, with nothing
+/// to wait for, go faster).
+const HOOK_STEP_MS: u64 = 3_500;
+
+impl World {
+    /// Before a round: arms the agents to go away at their first hook; keeps the one that went
+    /// away gone past its hook step's timeout, the operator returning its node once its campaign
+    /// gave it up, and brings it back once its node is in service again; notes the campaign's
+    /// groups (which hook belongs to which group, invariant 7).
+    async fn aim_before_round(&mut self, round: usize) -> anyhow::Result<()> {
+        if round == 0 && self.aim.armed {
+            for i in 1..=self.shape.nodes {
+                if let Some(agent) = self.h.agents.get(&node(i)) {
+                    agent.set_away_at(Some(HOOK));
+                }
+            }
+        }
+        for i in 1..=self.shape.nodes {
+            let name = node(i);
+            let Some(agent) = self.h.agents.get(&name) else {
+                continue;
+            };
+            if agent.is_away() && !self.aim.away.contains_key(&name) {
+                if trace() {
+                    println!("round {round}: {name}'s agent went away at its hook");
+                }
+                self.aim
+                    .away
+                    .insert(name.clone(), (round, self.h.sim.now_ms()));
+                *self.aim.done.entry("agent away at its hook").or_default() += 1;
+                // One at a time: the others take their hooks.
+                for j in 1..=self.shape.nodes {
+                    if let Some(other) = self.h.agents.get(&node(j)) {
+                        other.set_away_at(None);
+                    }
+                }
+            }
+        }
+        let away: Vec<(String, usize, u64)> = self
+            .aim
+            .away
+            .iter()
+            .filter(|(n, _)| !self.aim.back.contains(*n))
+            .map(|(n, (r, at))| (n.clone(), *r, *at))
+            .collect();
+        // The hook step times out in simulated time: the rounds wait for it.
+        if let Some(until) = away.iter().map(|(_, _, at)| at + HOOK_STEP_MS).max() {
+            let now = self.h.sim.now_ms();
+            if now < until {
+                tokio::time::sleep(Duration::from_millis(until - now)).await;
+            }
+        }
+        for (name, since, _) in away {
+            // The operator returns the node its campaign gave up; the agent comes back once it
+            // is in service and the hook step has long timed out.
+            let in_service = self.h.sim.with_cluster(|c| {
+                let Some(n) = c.nodes.get_mut(&name) else {
+                    return false;
+                };
+                if n.tags.iter().any(|t| t.starts_with("maintd:repairfailed:")) {
+                    if trace() {
+                        println!("round {round}: the operator returns {name} ({:?})", n.tags);
+                    }
+                    n.drained = false;
+                    n.offline = false;
+                    n.tags.retain(|t| !t.starts_with("maintd:"));
+                    return false;
+                }
+                !n.drained && !n.offline && !n.tags.iter().any(|t| t.starts_with("maintd:"))
+            });
+            if in_service && round >= since + AWAY_ROUNDS {
+                if let Some(agent) = self.h.agents.get(&name) {
+                    agent.set_away(false);
+                }
+                if trace() {
+                    println!("round {round}: {name}'s agent is back");
+                }
+                self.aim.back.insert(name);
+            }
+        }
+        // The groups as the campaign shows them now (a group started in the round is not
+        // among them yet: its nodes are in no group, later than every group shown).
+        let list: nodecare_protocol::maintenance::CampaignList =
+            self.read("/1/maintenance").await?;
+        let mut groups = BTreeMap::new();
+        for c in list.campaigns.iter().filter(|_| trace()) {
+            let steps: Vec<String> = c
+                .groups
+                .iter()
+                .flat_map(|g| {
+                    g.nodes
+                        .iter()
+                        .map(move |n| format!("g{} {} {}", g.index, n.node, n.step.as_str()))
+                })
+                .collect();
+            println!(
+                "round {round}: campaign {} {}: {steps:?}, planned {:?}, blocked by {:?}",
+                c.id,
+                c.state.as_str(),
+                c.planned,
+                c.blocked_by
+            );
+        }
+        for c in &list.campaigns {
+            for g in &c.groups {
+                for n in &g.nodes {
+                    groups.insert(n.node.clone(), g.index);
+                }
+            }
+        }
+        if let Ok(mut d) = self.deliveries.lock() {
+            d.groups = groups;
+        }
+        Ok(())
+    }
+
+    /// Nodes whose agent went away at its hook and is not back.
+    fn aim_away(&self) -> BTreeSet<String> {
+        self.aim
+            .away
+            .keys()
+            .filter(|n| !self.aim.back.contains(*n))
+            .cloned()
+            .collect()
+    }
+
+    /// After a round, while its jobs run: the operator cancels an incident whose drain runs
+    /// with moves queued behind it, the cancels answered late (invariant 10); or one whose
+    /// repair command runs, and another tool asks for its node at once (invariant 9).
+    async fn aim_after_round(&mut self, round: usize) -> anyhow::Result<()> {
+        if self.aim.chain {
+            return Ok(());
+        }
+        let canceled: BTreeSet<String> = self
+            .deliveries
+            .lock()
+            .map(|d| d.cancels.iter().map(|(id, _)| id.clone()).collect())
+            .unwrap_or_default();
+        // An incident's drain not ended, with jobs of it waiting for it in Ganeti's queue.
+        let draining: Option<String> = self.h.sim.with_cluster(|c| {
+            c.jobs.values().find_map(|drain| {
+                let (incident, _, text, internal) = nodecare_reason(drain)?;
+                let draining = matches!(
+                    drain.op,
+                    SimOp::SetNodeParams {
+                        drained: Some(true),
+                        ..
+                    }
+                );
+                let queued_behind = c.jobs.values().any(|j| {
+                    !j.status.is_final() && j.depends.iter().any(|(dep, _)| *dep == drain.id)
+                });
+                (!internal
+                    && draining
+                    && !drain.status.is_final()
+                    && queued_behind
+                    && duty_and_holder(&incident, &text).0 == "node-repair"
+                    && !canceled.contains(&incident))
+                .then_some(incident)
+            })
+        });
+        if let Some(incident) = draining
+            && self.aim.random.below(2) == 0
+        {
+            // Ganeti's answers to cancels come late (a job waiting for locks), as on a real
+            // cluster.
+            self.h.sim.set_http_faults(HttpFaults {
+                slow_answer: 8,
+                hang_ms: 600,
+                method: Some("DELETE".into()),
+                ..HttpFaults::default()
+            });
+            let status = self.aim_cancel(&incident).await?;
+            if trace() {
+                println!(
+                    "round {round}: cancel of incident {incident} while its drain runs with moves queued, cancels answered late: {status}"
+                );
+            }
+            *self
+                .aim
+                .done
+                .entry("cancel while a drain runs")
+                .or_default() += 1;
+            return Ok(());
+        }
+        // A repair command an agent runs for an incident not canceled yet.
+        let now = self.h.sim.now_ms();
+        let running: Option<(String, String)> = self.deliveries.lock().ok().and_then(|d| {
+            d.repairs
+                .iter()
+                .find(|(_, id, at, runs)| now < at + runs && !canceled.contains(id))
+                .map(|(n, id, _, _)| (n.clone(), id.clone()))
+        });
+        if let Some((name, incident)) = running
+            && self.aim.random.below(2) == 0
+        {
+            let status = self.aim_cancel(&incident).await?;
+            let answer = self
+                .client
+                .post(format!("{}/1/disruptions", self.url))
+                .basic_auth(USER, Some(PASSWORD))
+                .json(&json!({"node": name, "reason": "firmware", "requester": format!("fwupd@{name}"), "ttl_s": 2}))
+                .send()
+                .await?;
+            let granted = answer.status().as_u16();
+            self.note_grant(&name, granted);
+            if trace() {
+                println!(
+                    "round {round}: cancel of incident {incident} while its repair command runs on {name}: {status}; a grant of {name} asked at once: {granted}"
+                );
+            }
+            *self
+                .aim
+                .done
+                .entry("cancel while a repair runs")
+                .or_default() += 1;
+        }
+        Ok(())
+    }
+
+    /// The operator cancels `incident` (noted for invariant 10); the API's answer.
+    async fn aim_cancel(&self, incident: &str) -> anyhow::Result<reqwest::StatusCode> {
+        let at = self.h.sim.now_ms();
+        if let Ok(mut d) = self.deliveries.lock() {
+            d.cancels.push((incident.to_owned(), at));
+        }
+        Ok(self
+            .client
+            .post(format!("{}/1/incidents/{incident}/cancel", self.url))
+            .basic_auth(USER, Some(PASSWORD))
+            .send()
+            .await?
+            .status())
+    }
+
+    /// A grant of `name` answered `status`: admitted ones are judged against the repair
+    /// commands running then (invariant 9).
+    fn note_grant(&self, name: &str, status: u16) {
+        if matches!(status, 200 | 201) {
+            let at = self.h.sim.now_ms();
+            if let Ok(mut d) = self.deliveries.lock() {
+                d.granted.push((name.to_owned(), at));
+            }
+        }
+    }
+
+    /// Once hooks are played: in a long maintenance window, the undrain of a node whose hook
+    /// ran fails now and then, so that the next group, chained after it, finds it failed.
+    fn aim_after_hooks(&mut self, round: usize, fresh: &BTreeSet<String>) {
+        if !self.aim.undrain_fails {
+            return;
+        }
+        let groups = self
+            .deliveries
+            .lock()
+            .map(|d| d.groups.clone())
+            .unwrap_or_default();
+        for name in fresh {
+            if groups.get(name).is_none_or(|g| *g == 0) || self.aim.random.below(2) != 0 {
+                continue;
+            }
+            self.aim.undrain_fails = false;
+            if trace() {
+                println!(
+                    "round {round}: the next OP_NODE_SET_PARAMS of {name} (its undrain) fails"
+                );
+            }
+            self.h.sim.fail_jobs(JobFailureRule {
+                op_id: Some("OP_NODE_SET_PARAMS".into()),
+                target: Some(name.clone()),
+                count: Some(1),
+                message: "injected failure of an undrain".into(),
+            });
+            *self.aim.done.entry("undrain fails").or_default() += 1;
+            break;
+        }
+    }
+
+    /// Faults stop: every agent that went away is back, none armed.
+    fn aim_stop(&mut self) {
+        for i in 1..=self.shape.nodes {
+            if let Some(agent) = self.h.agents.get(&node(i)) {
+                agent.set_away_at(None);
+                agent.set_away(false);
+            }
+        }
+        let away: Vec<String> = self.aim.away.keys().cloned().collect();
+        self.aim.back.extend(away);
+    }
+
+    /// A long maintenance window's events: only the campaign acts (asked for at the first
+    /// round, `continue_on_failure`), every agent Ok and whole, RAPI faults (lost answers,
+    /// an unreadable job list, late cancel answers) and crashes as in every seed, the
+    /// operator returning the nodes the campaign gave back.
+    async fn window_events(&mut self, round: usize, random: &mut Random) -> anyhow::Result<()> {
+        let faults = match random.below(8) {
+            0 => HttpFaults {
+                fail_5xx: 1 + u32::try_from(random.below(3)).unwrap_or(0),
+                path_is: Some("/2/jobs".into()),
+                method: Some("GET".into()),
+                ..HttpFaults::default()
+            },
+            1 => HttpFaults {
+                lose_answer: 1,
+                method: Some(if random.below(2) == 0 { "PUT" } else { "POST" }.into()),
+                ..HttpFaults::default()
+            },
+            _ => HttpFaults::default(),
+        };
+        if trace() && faults != HttpFaults::default() {
+            println!("round {round}: RAPI faults {faults:?}");
+        }
+        self.h.sim.set_http_faults(faults);
+        if self.campaign.is_none() {
+            let answer = self
+                .client
+                .post(format!("{}/1/maintenance", self.url))
+                .basic_auth(USER, Some(PASSWORD))
+                .json(&json!({"hook": HOOK, "reason": "kernel 6.12",
+                    "continue_on_failure": true, "timeouts": {"hook_s": 3}}))
+                .send()
+                .await?;
+            let status = answer.status().as_u16();
+            if status == 201 {
+                let campaign: nodecare_protocol::maintenance::Campaign = answer.json().await?;
+                if let Ok(mut d) = self.deliveries.lock() {
+                    d.campaigns.insert(campaign.id);
+                }
+            }
+            self.campaign = Some(status);
+        }
+        if random.below(3) == 0 {
+            self.h.sim.with_cluster(|c| {
+                for n in c.nodes.values_mut() {
+                    if n.tags.iter().any(|t| t.starts_with("maintd:repair")) {
+                        if trace() {
+                            println!(
+                                "round {round}: the operator returns {} ({:?})",
+                                n.name, n.tags
+                            );
+                        }
+                        n.drained = false;
+                        n.offline = false;
+                        n.tags.retain(|t| !t.starts_with("maintd:"));
+                    }
+                }
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Invariant 7, a hook taken by `node`'s agent: no undrain of an earlier group of its campaign
+/// is still queued or running (the gate admitted the hook's group with those nodes back). The
+/// hook's group is the last one the campaign showed `node` in before the round; a node in
+/// none is in a group started since, later than every group shown.
+fn judge_hook_after_releases(c: &SimCluster, node: &str, d: &Deliveries) -> Vec<Violation> {
+    let own = d.groups.get(node).copied();
+    let mut found = Vec::new();
+    for job in c.jobs.values().filter(|j| !j.status.is_final()) {
+        let SimOp::SetNodeParams {
+            node: released,
+            drained: Some(false),
+            ..
+        } = &job.op
+        else {
+            continue;
+        };
+        let Some((incident, _, text, internal)) = nodecare_reason(job) else {
+            continue;
+        };
+        if internal || released == node || !d.campaigns.contains(&incident) {
+            continue;
+        }
+        let (_, holder) = duty_and_holder(&incident, &text);
+        let group = holder
+            .rsplit(" group ")
+            .next()
+            .and_then(|g| g.parse::<usize>().ok());
+        if group.is_some() && group == own {
+            continue;
+        }
+        found.push(Violation {
+            invariant: "no hook before the releases its group was admitted with",
+            known: FOUND_DEFECT_HOOK_BEFORE_RELEASES.then_some("FOUND_DEFECT_HOOK_BEFORE_RELEASES"),
+            what: format!(
+                "the hook reached {node} (group {}) while job {} undraining {released} ({holder}) was {}",
+                own.map_or_else(|| "started in this round".to_owned(), |g| g.to_string()),
+                job.id,
+                job.status.as_str()
+            ),
+        });
+    }
+    found
+}
+
+/// Invariant 11: a release that fails fails its own node only. A node the campaign tagged
+/// failed whose last job of the campaign never ran because a job of another node it came after
+/// (Ganeti `depends`) failed or was canceled was given up for another node's failure.
+fn check_failed_by_dependency(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>) {
+    // The node a campaign job belongs to: its intent is `g<group>-<node>-<what>`.
+    let own_node = |intent: &str| -> Option<String> {
+        let rest = intent.strip_prefix('g')?;
+        let (group, rest) = rest.split_once('-')?;
+        group.parse::<usize>().ok()?;
+        c.nodes
+            .keys()
+            .find(|n| rest.starts_with(&format!("{n}-")))
+            .cloned()
+    };
+    for n in c.nodes.values() {
+        for tag in &n.tags {
+            let Some(campaign) = tag
+                .strip_prefix("maintd:repairfailed:")
+                .filter(|id| d.campaigns.contains(*id))
+            else {
+                continue;
+            };
+            let last = c
+                .jobs
+                .values()
+                .filter(|j| {
+                    nodecare_reason(j).is_some_and(|(incident, intent, _, internal)| {
+                        !internal
+                            && incident == campaign
+                            && own_node(&intent).as_deref() == Some(n.name.as_str())
+                    })
+                })
+                .max_by_key(|j| j.id);
+            let Some(last) = last else { continue };
+            let Some(why) = last.log.iter().find(|l| l.starts_with("Dependency job ")) else {
+                continue;
+            };
+            let other = why
+                .trim_start_matches("Dependency job ")
+                .split_whitespace()
+                .next()
+                .and_then(|id| id.parse::<JobId>().ok())
+                .and_then(|id| c.jobs.get(&id))
+                .and_then(|dep| {
+                    nodecare_reason(dep).and_then(|(_, intent, _, _)| own_node(&intent))
+                })
+                .filter(|other| *other != n.name);
+            let Some(other) = other else { continue };
+            violations.push(Violation {
+                invariant: "a failed release fails its own node only",
+                known: None,
+                what: format!(
+                    "{} is tagged {tag}, but its job {} {} never ran: {why} (a job of {other})",
+                    n.name,
+                    last.id,
+                    last.op.summary()
+                ),
+            });
+        }
+    }
+}
+
+/// Invariant 9, grants: no grant admitted for a node while a repair command runs there.
+fn check_grants_during_repairs(d: &Deliveries, violations: &mut Vec<Violation>) {
+    for (node, at) in &d.granted {
+        for (n, incident, started, runs) in &d.repairs {
+            if n == node && (*started..started + runs).contains(at) {
+                violations.push(Violation {
+                    invariant: "no disruption while a repair command runs",
+                    known: FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE
+                        .then_some("FOUND_DEFECT_CANCELED_REPAIR_FREES_ITS_NODE"),
+                    what: format!(
+                        "a grant of {node} admitted at {at} ms while the repair of incident {incident} ran there (from {started} ms)"
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// A long maintenance window's master runs no instance (as many masters do): it needs no drain
+/// and no move, so its group goes from its start to its hook in one round, while the previous
+/// group's undrains run (a chained group). Its instances live on the other nodes of its rack.
+fn aim_master_without_instances(h: &Harness, shape: &Shape) {
+    let master = node(1);
+    let rack = shape.rack_of(&master);
+    let others: Vec<String> = (2..=shape.nodes)
+        .map(node)
+        .filter(|n| shape.rack_of(n) == rack)
+        .collect();
+    h.sim.with_cluster(|c| {
+        for (i, instance) in c
+            .instances
+            .values_mut()
+            .filter(|i| i.pnode == master && i.disk_template == "diskless")
+            .enumerate()
+        {
+            if let Some(home) = others.get(i % others.len().max(1)) {
+                instance.pnode = home.clone();
+            } else {
+                instance.running = false;
+            }
+        }
+        for instance in c.instances.values_mut().filter(|i| i.pnode == master) {
+            instance.running = false;
+        }
+    });
 }
