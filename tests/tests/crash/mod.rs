@@ -83,11 +83,6 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
     let dir = tempfile::tempdir().unwrap();
     let key_path = dir.path().join("hmac.key");
     std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
-    std::fs::set_permissions(
-        &key_path,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
-    )
-    .unwrap();
     // Secrets are refused when others can read them.
     std::fs::set_permissions(
         &key_path,
@@ -316,11 +311,6 @@ async fn sigkill_during_instance_repairs_repairs_each_instance_once() {
     let dir = tempfile::tempdir().unwrap();
     let key_path = dir.path().join("hmac.key");
     std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
-    std::fs::set_permissions(
-        &key_path,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
-    )
-    .unwrap();
     // Secrets are refused when others can read them.
     std::fs::set_permissions(
         &key_path,
@@ -498,11 +488,6 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
     let dir = tempfile::tempdir().unwrap();
     let key_path = dir.path().join("hmac.key");
     std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
-    std::fs::set_permissions(
-        &key_path,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
-    )
-    .unwrap();
     // Secrets are refused when others can read them.
     std::fs::set_permissions(
         &key_path,

@@ -57,11 +57,6 @@ async fn start(
     let dir = tempfile::tempdir().unwrap();
     let key_path = dir.path().join("hmac.key");
     std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
-    std::fs::set_permissions(
-        &key_path,
-        <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600),
-    )
-    .unwrap();
     // Secrets are refused when others can read them.
     std::fs::set_permissions(
         &key_path,
