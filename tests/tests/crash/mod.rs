@@ -12,6 +12,7 @@
     reason = "the test starts and kills the coordinator binary"
 )]
 
+use crate::gate::all_duties::{Watch, Watched};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -57,6 +58,16 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
     )
     .unwrap();
     sim.set_job_delay(Duration::from_millis(200));
+    // The independent checker judges the cluster all along, from Ganeti's side.
+    let watch = Watch::start(
+        sim.clone(),
+        Watched {
+            nodes: 5,
+            racks: 1,
+            cluster_cap: 3,
+            min_healthy: 2,
+        },
+    );
     let server = sim
         .serve("127.0.0.1:0".parse().unwrap(), None)
         .await
@@ -214,6 +225,8 @@ async fn sigkill_at_random_points_loses_no_incident_and_duplicates_no_job() {
         submitted >= 5,
         "the evacuation needs a drain, moves and tags"
     );
+    let violations = watch.stop().await;
+    assert!(violations.is_empty(), "the checker: {violations:#?}");
     let duplicates = sim.duplicate_intents();
     assert!(
         duplicates.is_empty(),
@@ -288,6 +301,16 @@ async fn sigkill_during_instance_repairs_repairs_each_instance_once() {
     )
     .unwrap();
     sim.set_job_delay(Duration::from_millis(150));
+    // The independent checker judges the cluster all along, from Ganeti's side.
+    let watch = Watch::start(
+        sim.clone(),
+        Watched {
+            nodes: 5,
+            racks: 1,
+            cluster_cap: 3,
+            min_healthy: 1,
+        },
+    );
     let repaired: Vec<String> = (1..=4).map(|i| format!("i{i}.{DOMAIN}")).collect();
     sim.with_cluster(|c| {
         for name in &repaired {
@@ -394,6 +417,8 @@ async fn sigkill_during_instance_repairs_repairs_each_instance_once() {
     }
     child.start_kill().unwrap();
     child.wait().await.unwrap();
+    let violations = watch.stop().await;
+    assert!(violations.is_empty(), "the checker: {violations:#?}");
     let duplicates = sim.duplicate_intents();
     assert!(
         duplicates.is_empty(),
@@ -433,6 +458,16 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
     )
     .unwrap();
     sim.set_job_delay(Duration::from_millis(150));
+    // The independent checker judges the cluster all along, from Ganeti's side.
+    let watch = Watch::start(
+        sim.clone(),
+        Watched {
+            nodes: NODES,
+            racks: 1,
+            cluster_cap: 2,
+            min_healthy: 2,
+        },
+    );
     let server = sim
         .serve("127.0.0.1:0".parse().unwrap(), None)
         .await
@@ -658,6 +693,8 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
             campaigns.len()
         );
     }
+    let violations = watch.stop().await;
+    assert!(violations.is_empty(), "the checker: {violations:#?}");
     let duplicates = sim.duplicate_intents();
     assert!(
         duplicates.is_empty(),

@@ -493,7 +493,7 @@ fn census(c: &SimCluster, grants: &[Grant], rebooting: &BTreeSet<String>) -> Cen
 
 /// The settings of one random cluster.
 #[derive(Debug, Clone)]
-struct Shape {
+pub(crate) struct Shape {
     nodes: usize,
     racks: usize,
     cluster_cap: usize,
@@ -2959,4 +2959,72 @@ fn aim_master_without_instances(h: &Harness, shape: &Shape) {
             instance.running = false;
         }
     });
+}
+
+/// The checker's judgement of the simulated cluster while another test runs (the crash tests,
+/// the what-if test): invariants (1), (2), (3), (5) and (6) of this module, judged from Ganeti's
+/// side every few milliseconds until [`Watch::stop`]. The cluster's nodes are `nodeN` in
+/// `shape.racks` failure domains as here (one rack: one domain); known findings switched to
+/// report-only are left out.
+pub(crate) struct Watch {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<BTreeSet<String>>,
+}
+
+/// What a watched test's cluster looks like to the checker.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Watched {
+    /// Nodes, `node1` to `nodeN`.
+    pub nodes: usize,
+    /// Failure domains (racks); 1: the whole cluster is one domain.
+    pub racks: usize,
+    /// The coordinator's `max_disrupted_nodes`.
+    pub cluster_cap: usize,
+    /// The coordinator's `min_healthy_nodes`.
+    pub min_healthy: usize,
+}
+
+impl Watch {
+    /// Starts judging `sim` every 10 ms.
+    pub(crate) fn start(sim: nodecare_ganeti_sim::Simulation, watched: Watched) -> Self {
+        let shape = Shape {
+            nodes: watched.nodes,
+            racks: watched.racks.max(1),
+            cluster_cap: watched.cluster_cap,
+            group_cap: watched.cluster_cap,
+            min_healthy: watched.min_healthy,
+        };
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let task = tokio::spawn(async move {
+            let mut seen = BTreeSet::new();
+            loop {
+                let last = stopping.load(std::sync::atomic::Ordering::SeqCst);
+                seen.extend(judge_moment(&sim, &shape));
+                if last {
+                    return seen;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops judging (after one last look) and answers every violation seen, once each.
+    pub(crate) async fn stop(self) -> BTreeSet<String> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.task.await.unwrap_or_default()
+    }
+}
+
+/// One look at `sim` by the checker: the violations of (1), (2), (3), (5) and (6) now.
+pub(crate) fn judge_moment(sim: &nodecare_ganeti_sim::Simulation, shape: &Shape) -> Vec<String> {
+    let census = sim.with_cluster(|c| census(c, &[], &BTreeSet::new()));
+    let mut violations = Vec::new();
+    check_state(shape, &census, None, &mut violations);
+    violations
+        .into_iter()
+        .filter(|v| v.known.is_none())
+        .map(|v| format!("{}: {}", v.invariant, v.what))
+        .collect()
 }

@@ -1,6 +1,6 @@
 //! The gate end to end on the simulated cluster: failure domains and the storm breaker (R5).
 
-mod all_duties;
+pub(crate) mod all_duties;
 mod seams;
 
 use std::collections::BTreeSet;

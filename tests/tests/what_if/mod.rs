@@ -3,6 +3,7 @@
 //! that the coordinator then submits to the simulated cluster once the change is real, and
 //! changes nothing before.
 
+use crate::gate::all_duties::{Watch, Watched};
 use nodecare_coordinator::what_if_api;
 use nodecare_protocol::what_if::Ending;
 use nodecare_tests::fake_agent::verdict;
@@ -33,6 +34,16 @@ async fn the_daemon_submits_the_jobs_a_what_if_predicted() {
         )
         .await
         .unwrap();
+        // The independent checker judges the cluster all along, from Ganeti's side.
+        let watch = Watch::start(
+            h.sim.clone(),
+            Watched {
+                nodes: 5,
+                racks: 1,
+                cluster_cap: h.config.max_disrupted_nodes,
+                min_healthy: h.config.min_healthy_nodes,
+            },
+        );
         h.round().await.unwrap();
         let query = evacuated
             .iter()
@@ -79,5 +90,10 @@ async fn the_daemon_submits_the_jobs_a_what_if_predicted() {
             .map(|j| (j.opcode.clone(), j.target.clone(), j.operation.clone()))
             .collect();
         assert_eq!(jobs, ran(&h), "{query}");
+        let violations = watch.stop().await;
+        assert!(
+            violations.is_empty(),
+            "{query}: the checker: {violations:#?}"
+        );
     }
 }
