@@ -443,6 +443,22 @@ N2=$NODECARE_GNT_NODE2_NAME
 N3=$NODECARE_GNT_NODE3_NAME
 # S1–S3 and S4 always run, but when only standalone scenarios are selected (base).
 if base; then
+# ---- S0b: the version nodecare shows ---------------------------------------------------------
+# `nodecare status` names the Ganeti the round read (software_version of /2/info), and /1/status
+# carries it in its Ganeti-Version header.
+version=${NODECARE_GNT_SOFTWARE_VERSION:-}
+shown="" header=""
+for _ in $(seq 1 30); do
+  shown=$("$CLI" status --url "http://127.0.0.1:$COORD_FWD" 2>/dev/null | head -n 1)
+  header=$(curl -s -m 10 -D - -o /dev/null "http://127.0.0.1:$COORD_FWD/1/status" | tr -d '\r' | sed -n 's/^[Gg]aneti-[Vv]ersion: //p')
+  [[ -n $version && $shown == *"(Ganeti $version)"* && $header == "$version" ]] && break
+  sleep 1
+done
+if [[ -n $version && $shown == *"(Ganeti $version)"* && $header == "$version" ]]; then
+  pass "S0b version: nodecare status shows Ganeti $version, /1/status's Ganeti-Version header too"
+else
+  fail "S0b version" "expected Ganeti '$version': status '$shown', header '$header'"
+fi
 # ---- S1: evacuate -----------------------------------------------------------------------------
 master_healthy S1
 log "S1 evacuate $N2"
