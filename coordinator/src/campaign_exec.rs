@@ -212,9 +212,10 @@ fn with_ops(
     Ok(records)
 }
 
-/// Whether a campaign still has something to do (not finished, or operations in flight).
+/// Whether a campaign still has something to do (not finished, operations in flight, or a
+/// failed node's failure tag to ask for again).
 fn is_active(record: &Record) -> bool {
-    !record.state().is_final() || record.in_flight().next().is_some()
+    !record.state().is_final() || record.in_flight().next().is_some() || record.owes_failure_tags()
 }
 
 /// The campaigns that still have something to do, each with its operations. A round reads them

@@ -58,6 +58,20 @@ pub fn failure_tag(campaign: Uuid) -> String {
     format!("maintd:repairfailed:{campaign}")
 }
 
+/// How many times a failed node's failure tag is asked for before the campaign gives up on it
+/// (naming it on the node): a tag whose job failed or vanished is planned again.
+pub const FAILURE_TAG_ATTEMPTS: usize = 5;
+
+/// Where a failed node's failure tag is ([`Record::tag_attempts`]).
+enum TagAttempts {
+    /// Set, asked for, or no attempt known.
+    Settled,
+    /// Every attempt failed: `tried` of them, fewer than [`FAILURE_TAG_ATTEMPTS`].
+    Again { tried: usize },
+    /// [`FAILURE_TAG_ATTEMPTS`] attempts failed, the last for `why`.
+    GivenUp { tried: usize, why: String },
+}
+
 /// One instance move the plan asks for while a node reboots.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedMove {
@@ -1198,6 +1212,7 @@ impl Record {
     /// operations to submit; returns the keys of the operations planned.
     pub fn advance(&mut self, world: &World) -> Vec<String> {
         let mut planned = Vec::new();
+        self.tag_failed_again(world, &mut planned);
         let state = self.state();
         if !matches!(state, CampaignState::Running | CampaignState::Aborting) {
             return planned;
@@ -1356,6 +1371,101 @@ impl Record {
                 after: Vec::new(),
             },
         );
+    }
+
+    /// Whether a node failed in the campaign still lacks its failure tag and it is to be
+    /// asked for again ([`Self::tag_failed_again`]): the campaign has something to do, ended or
+    /// not.
+    pub fn owes_failure_tags(&self) -> bool {
+        self.failed_nodes()
+            .any(|name| matches!(self.tag_attempts(name), TagAttempts::Again { .. }))
+    }
+
+    /// The nodes failed in the campaign.
+    fn failed_nodes(&self) -> impl Iterator<Item = &str> {
+        self.campaign
+            .groups
+            .iter()
+            .flat_map(|g| g.nodes.iter())
+            .filter(|n| n.step == NodeStep::Failed)
+            .map(|n| n.node.as_str())
+    }
+
+    /// Where the failure tag of `name` (a failed node) is, from its tag operations.
+    fn tag_attempts(&self, name: &str) -> TagAttempts {
+        let tags: Vec<&CampaignOp> = self
+            .ops
+            .values()
+            .filter(|op| op.node == name && matches!(op.kind, OpKind::Tag { .. }))
+            .collect();
+        if tags.iter().any(|op| op.state != OpState::Failed) {
+            // Set, or on its way.
+            return TagAttempts::Settled;
+        }
+        // None known (operations of ended groups are read again from the ledger next round).
+        let Some(last) = tags
+            .iter()
+            .max_by_key(|op| (op.created_ms, op.key.as_str()))
+        else {
+            return TagAttempts::Settled;
+        };
+        let why = last
+            .error
+            .clone()
+            .unwrap_or_else(|| "operation failed".to_owned());
+        if tags.len() >= FAILURE_TAG_ATTEMPTS {
+            TagAttempts::GivenUp {
+                tried: tags.len(),
+                why,
+            }
+        } else {
+            TagAttempts::Again { tried: tags.len() }
+        }
+    }
+
+    /// Plans the failure tag again for every failed node whose tag operations all failed (a
+    /// job that failed or vanished, a refusal), under a new key (one ledger entry per key),
+    /// at most [`FAILURE_TAG_ATTEMPTS`] times in all; then the node names what is left to the
+    /// operator. Whatever the campaign's state: a failed campaign ends, its failed node must
+    /// still carry the tag the operator looks for.
+    fn tag_failed_again(&mut self, world: &World, planned: &mut Vec<String>) {
+        let failed: Vec<String> = self.failed_nodes().map(str::to_owned).collect();
+        for name in failed {
+            match self.tag_attempts(&name) {
+                TagAttempts::Settled => {}
+                TagAttempts::Again { tried } => {
+                    if !world.nodes.contains_key(&name) {
+                        continue;
+                    }
+                    let key = sanitize(&format!("tag-failed-{name}-{}", tried + 1));
+                    if self.ops.contains_key(&key) {
+                        continue;
+                    }
+                    let tag = failure_tag(self.id());
+                    self.plan_op(
+                        &key,
+                        &name,
+                        NodeStep::Failed,
+                        OpKind::Tag { tag },
+                        world.now_ms,
+                    );
+                    planned.push(key);
+                    self.touch(world.now_ms);
+                }
+                TagAttempts::GivenUp { tried, why } => {
+                    let what = format!(
+                        "the operator: its failure tag {} was not set in {tried} attempts ({why})",
+                        failure_tag(self.id())
+                    );
+                    if self.node(&name).and_then(|n| n.waiting_for.as_deref())
+                        != Some(what.as_str())
+                    {
+                        self.wait(&name, what);
+                        self.touch(world.now_ms);
+                    }
+                }
+            }
+        }
     }
 
     /// The operation `key`: `Ok(None)` not planned yet, `Ok(Some(true))` succeeded,

@@ -487,6 +487,104 @@ fn a_failed_operation_fails_the_node() {
     assert_eq!(failure.why, "drain: job 12 error: node locked");
 }
 
+/// Fails `key` as Ganeti would (a vanished or failed job).
+fn fail_op(r: &mut Record, key: &str, why: &str) {
+    let op = r.ops_mut().get_mut(key).unwrap();
+    op.state = OpState::Failed;
+    op.error = Some(why.into());
+}
+
+/// The keys of the failure tags planned for `node`.
+fn tag_keys(r: &Record, node: &str) -> Vec<String> {
+    r.ops
+        .values()
+        .filter(|op| op.node == node && matches!(op.kind, OpKind::Tag { .. }))
+        .map(|op| op.key.clone())
+        .collect()
+}
+
+#[test]
+fn a_failure_tag_that_did_not_succeed_is_planned_again_after_the_campaign_failed() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    let drain = r.in_flight().find(|op| op.node == "b").unwrap().key.clone();
+    fail_op(&mut r, &drain, "job 12 error: node locked");
+    w.now_ms += 1000;
+    let planned = r.advance(&w);
+    assert_eq!(r.state(), CampaignState::Failed);
+    assert_eq!(planned, vec!["tag-failed-b".to_owned()]);
+    // The tag's job vanishes: b is left drained with no tag, which no operator looks for.
+    fail_op(
+        &mut r,
+        "tag-failed-b",
+        "job 16 vanished from Ganeti's queue",
+    );
+    w.now_ms += 1000;
+    let owed = r.owes_failure_tags();
+    let again = r.advance(&w);
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert!(owed, "the failed campaign still owes b's tag");
+    assert_ne!(again[0], "tag-failed-b", "a new ledger key");
+    let op = &r.ops[&again[0]];
+    assert_eq!(
+        (op.node.as_str(), &op.kind, op.state),
+        (
+            "b",
+            &OpKind::Tag {
+                tag: failure_tag(r.id())
+            },
+            OpState::Planned
+        )
+    );
+    // In flight: not planned twice.
+    w.now_ms += 1000;
+    assert!(r.advance(&w).is_empty());
+    // Done: nothing owed any more.
+    let key = again[0].clone();
+    r.ops_mut().get_mut(&key).unwrap().state = OpState::Succeeded;
+    assert!(!r.owes_failure_tags());
+    w.now_ms += 1000;
+    assert!(r.advance(&w).is_empty());
+    assert_eq!(tag_keys(&r, "b").len(), 2);
+}
+
+#[test]
+fn a_failure_tag_refused_every_time_is_given_up_and_named() {
+    let mut w = world();
+    let mut r = started(
+        CampaignRequest {
+            continue_on_failure: true,
+            ..request()
+        },
+        &w,
+    );
+    w.now_ms += 1000;
+    r.advance(&w);
+    let drain = r.in_flight().find(|op| op.node == "b").unwrap().key.clone();
+    fail_op(&mut r, &drain, "job 12 error: node locked");
+    for _ in 0..20 {
+        w.now_ms += 1000;
+        r.advance(&w);
+        let keys: Vec<String> = r
+            .in_flight()
+            .filter(|op| matches!(op.kind, OpKind::Tag { .. }))
+            .map(|op| op.key.clone())
+            .collect();
+        for key in keys {
+            fail_op(&mut r, &key, "job error: tag refused");
+        }
+    }
+    assert_eq!(tag_keys(&r, "b").len(), FAILURE_TAG_ATTEMPTS);
+    assert!(!r.owes_failure_tags());
+    let named = r.node("b").unwrap().waiting_for.clone().unwrap_or_default();
+    assert!(
+        named.contains("failure tag") && named.contains("tag refused"),
+        "{named}"
+    );
+}
+
 #[test]
 fn continue_on_failure_leaves_the_node_drained_and_goes_on() {
     let mut w = world();
