@@ -1615,7 +1615,8 @@ impl Record {
 
     /// The hooks recorded but not delivered that must never be sent, each with why: their
     /// node left its hook step (it failed, or went on without it) or is in a later group, the
-    /// campaign ended, or it aborts.
+    /// campaign ended, or it aborts. One a request went out for is canceled only once its
+    /// agent can no longer take it ([`HookStop::may_still_run`]).
     pub fn hooks_to_stop(&self) -> Vec<HookStop> {
         let aborting = self.state() == CampaignState::Aborting
             || (self.state() == CampaignState::Paused
