@@ -229,13 +229,21 @@ pub fn active(ctx: Context<'_>, known: &mut Known) -> Result<Vec<Record>, StoreE
         .collect())
 }
 
-/// The nodes every campaign holds disrupted (for the gate's disruptions in force).
-pub fn holds(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
+/// The nodes every campaign holds disrupted (for the gate's disruptions in force): those of
+/// the unfinished campaigns, and those whose hook may still run ([`Record::holds`]), read from
+/// the campaigns of `known` (this round's, from [`follow`], with their operations): a
+/// campaign not among them has no operation in flight.
+pub fn holds(store: &Store, known: &[Record]) -> Result<Vec<(String, Holder)>, StoreError> {
     Ok(store
         .campaigns()?
         .iter()
-        .filter(|r| !r.state().is_final())
-        .flat_map(Record::holds)
+        .flat_map(|record| {
+            known
+                .iter()
+                .find(|k| k.id() == record.id())
+                .unwrap_or(record)
+                .holds()
+        })
         .collect())
 }
 
@@ -696,6 +704,20 @@ async fn send_hooks(
         };
         requests.push((op.key.clone(), base, request, ttl_ms));
     }
+    // Until when each agent may take what goes out now, kept durably before it goes: a hook
+    // whose answer is lost is canceled (its node released) only once its agent can no longer
+    // run it ([`campaign::HookStop::may_still_run`]).
+    for (key, _, _, ttl_ms) in &requests {
+        record.note_hook_sent(
+            key,
+            now_ms
+                .saturating_add(*ttl_ms)
+                .saturating_add(nodecare_protocol::sign::DEFAULT_MAX_CLOCK_SKEW_MS),
+        );
+    }
+    if !requests.is_empty() {
+        ctx.store.save_campaign(record)?;
+    }
     let mut accepted = 0;
     if let Ok(count) = u64::try_from(requests.len())
         && count > 0
@@ -724,7 +746,9 @@ async fn send_hooks(
 /// asked whether it has the request first. One it has is followed as sent; one it does not
 /// know is canceled in the ledger, with why; when the agent does not answer, the hook is
 /// canceled all the same (never sent from now on), but for a node that still waits at its hook
-/// (an abort), which waits for the agent's word.
+/// (an abort), which waits for the agent's word. Neither happens while a request sent for the
+/// hook may still be taken ([`campaign::HookStop::may_still_run`]): the entry stays recorded
+/// (its node held, [`Record::holds`]) until then.
 async fn stop_hooks(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Result<(), StoreError> {
     let stops = record.hooks_to_stop();
     if stops.is_empty() {
@@ -763,6 +787,10 @@ async fn stop_hooks(ctx: Context<'_>, record: &mut Record, now_ms: u64) -> Resul
                 outcomes.push((stop.key, hook_outcome(answer)));
                 continue;
             }
+            // A request sent for it may still be taken (waiting for the node's repair lock,
+            // or unread by a stopped agent): it stays recorded, its node held, and is asked
+            // about again next round.
+            _ if stop.may_still_run(now_ms) => continue,
             RepairAnswer::Unknown => stop.why,
             RepairAnswer::Refused { .. } | RepairAnswer::Unreachable(_) if stop.confirm => {
                 continue;

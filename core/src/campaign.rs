@@ -379,6 +379,13 @@ pub struct Record {
     /// gave, which the ledger's entry does not keep).
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub hooks_no_reboot: BTreeSet<String>,
+    /// For each hook a request went out for (its answer may have been lost), until when (Unix
+    /// ms) its agent may still take one: the latest request's expiry plus the clock skew an
+    /// agent allows ([`Record::note_hook_sent`]). Until then the agent not knowing it proves
+    /// nothing (a request may wait for the node's repair lock, or in a stopped agent's socket),
+    /// so the hook is not canceled and its node stays held ([`HookStop::may_still_run`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub hooks_sent_until: BTreeMap<String, u64>,
     /// Nodes of the current group that an abort sends back without their hook.
     pub aborted_nodes: BTreeSet<String>,
     /// The state to return to on resume (paused while running or aborting).
@@ -496,6 +503,20 @@ pub struct HookStop {
     /// not have it (else the node waits, and its step's timeout bounds that). Otherwise it is
     /// canceled whatever the agent says, unless it says it has it.
     pub confirm: bool,
+    /// Until when (Unix ms) its agent may still take a request sent for it
+    /// ([`Record::hooks_sent_until`]); `None`: none was ever sent.
+    pub sent_until_ms: Option<u64>,
+}
+
+impl HookStop {
+    /// Whether a request sent for the hook may still be taken by its agent at `now_ms`: the
+    /// hook is then canceled whatever the agent says (but that it has it, when it is followed
+    /// as sent), only once that time passed. A request can wait for the node's repair lock, or
+    /// in the socket of a stopped agent, and run afterwards while the agent does not know it
+    /// yet.
+    pub fn may_still_run(&self, now_ms: u64) -> bool {
+        self.sent_until_ms.is_some_and(|until| now_ms <= until)
+    }
 }
 
 fn sanitize(key: &str) -> String {
@@ -524,6 +545,7 @@ impl Record {
             moves: BTreeMap::new(),
             ops: Ops::default(),
             hooks_no_reboot: BTreeSet::new(),
+            hooks_sent_until: BTreeMap::new(),
             aborted_nodes: BTreeSet::new(),
             paused_from: None,
             max_group: None,
@@ -825,14 +847,25 @@ impl Record {
         }
     }
 
-    /// The nodes the campaign holds disrupted: those between their drain and their undrain.
+    /// The nodes the campaign holds disrupted: while it runs, those between their drain and
+    /// their undrain; running or not, those whose hook may still run (its operation in flight:
+    /// recorded and maybe delivered, or taken by the agent), until it ended or can no longer
+    /// run ([`HookStop::may_still_run`]): a campaign that failed, or a node that failed, keeps
+    /// its node held meanwhile.
     pub fn holds(&self) -> Vec<(String, Holder)> {
         let holder = Holder::Campaign { id: self.id() };
+        let running = !self.state().is_final();
+        let hooking: BTreeSet<&str> = self
+            .ops
+            .values()
+            .filter(|op| matches!(op.kind, OpKind::Hook { .. }) && op.state.is_in_flight())
+            .map(|op| op.node.as_str())
+            .collect();
         self.campaign
             .groups
             .iter()
             .flat_map(|g| g.nodes.iter())
-            .filter(|n| Self::disrupts(n.step))
+            .filter(|n| (running && Self::disrupts(n.step)) || hooking.contains(n.node.as_str()))
             .map(|n| (n.node.clone(), holder.clone()))
             .collect()
     }
@@ -1670,6 +1703,14 @@ impl Record {
         Ok(())
     }
 
+    /// Notes that a request for the hook `key` goes out now, which its agent may take until
+    /// `until_ms` (its expiry plus the clock skew the agent allows): kept as the latest such
+    /// moment ([`Record::hooks_sent_until`]).
+    pub fn note_hook_sent(&mut self, key: &str, until_ms: u64) {
+        let until = self.hooks_sent_until.entry(key.to_owned()).or_default();
+        *until = (*until).max(until_ms);
+    }
+
     /// The key of the hook of `name` in its group.
     fn hook_key(&self, name: &str) -> Option<String> {
         let gi = self
@@ -1684,7 +1725,8 @@ impl Record {
 
     /// The hooks recorded but not delivered that must never be sent, each with why: their
     /// node left its hook step (it failed, or went on without it) or is in a later group, the
-    /// campaign ended, or it aborts.
+    /// campaign ended, or it aborts. One a request went out for is canceled only once its
+    /// agent can no longer take it ([`HookStop::may_still_run`]).
     pub fn hooks_to_stop(&self) -> Vec<HookStop> {
         let aborting = self.state() == CampaignState::Aborting
             || (self.state() == CampaignState::Paused
@@ -1714,6 +1756,7 @@ impl Record {
                     key: op.key.clone(),
                     why: format!("not sent: {why}"),
                     confirm,
+                    sent_until_ms: self.hooks_sent_until.get(&op.key).copied(),
                 })
             })
             .collect()

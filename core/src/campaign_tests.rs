@@ -1671,6 +1671,56 @@ fn an_undelivered_hook_is_stopped_when_its_node_fails_or_the_campaign_ends() {
     assert_eq!(r.hooks_to_stop(), vec![]);
 }
 
+/// A hook whose request went out (its answer lost) when its campaign fails because of another
+/// node: its agent may still take the request until its expiry (plus the skew the agent
+/// allows), so it is not canceled before that, and its node stays held by the campaign
+/// meanwhile, though the campaign ended; once canceled, the node is no longer held. A hook
+/// whose request never went out may be canceled at once.
+#[test]
+fn a_hook_sent_when_its_campaign_fails_holds_its_node_until_it_can_no_longer_run() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    until_hook_recorded(&mut r, &mut w, "a");
+    w.now_ms += 1000;
+    r.advance(&w);
+    let b = hook_op(&r, "b");
+    assert_eq!(b.state, OpState::Planned);
+    let stops = r.hooks_to_stop();
+    assert_eq!(stops, vec![]);
+    // b's request goes out twice, the answers lost: the later expiry counts.
+    let until = w.now_ms + 5_000;
+    r.note_hook_sent(&b.key, until);
+    r.note_hook_sent(&b.key, until - 1_000);
+    // a's hook ran and failed: a fails, and with it the campaign.
+    let a = r.ops_mut().get_mut("g0-a-hook").unwrap();
+    a.state = OpState::Failed;
+    a.error = Some("reboot exit code 1".into());
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(step_of(&r, "a"), NodeStep::Failed);
+    assert_eq!(r.state(), CampaignState::Failed);
+    let stops = r.hooks_to_stop();
+    let stop = stops.iter().find(|s| s.key == b.key).unwrap();
+    assert_eq!(stop.sent_until_ms, Some(until));
+    assert!(stop.may_still_run(w.now_ms));
+    assert!(stop.may_still_run(until));
+    assert!(!stop.may_still_run(until + 1));
+    let never_sent = HookStop {
+        sent_until_ms: None,
+        ..stop.clone()
+    };
+    assert!(!never_sent.may_still_run(w.now_ms));
+    // The campaign ended, but b's hook may still run: b stays held (a, failed, does not).
+    assert_eq!(r.holds(), vec![("b".to_owned(), r.holder())]);
+    // Past its expiry the executor cancels it: b is no longer held.
+    let op = r.ops_mut().get_mut(&b.key).unwrap();
+    op.state = OpState::Failed;
+    op.canceled = true;
+    op.error = Some(stop.why.clone());
+    assert_eq!(r.holds(), vec![]);
+    assert_eq!(r.hooks_to_stop(), vec![]);
+}
+
 /// An abort stops a hook recorded but not delivered: the node waits until the agent is known
 /// not to have it, then goes back (undrained, its primaries back, skipped); a paused campaign
 /// sends no hook and stops none.

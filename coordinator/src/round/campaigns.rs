@@ -70,7 +70,10 @@ impl Duty for Campaigns {
     fn holds<'a>(&'a mut self, services: Services<'a>, _input: &'a RoundInput) -> Phase<'a, Holds> {
         Box::pin(async move {
             Ok(Holds {
-                disrupted: campaign_exec::holds(services.store)?,
+                disrupted: campaign_exec::holds(
+                    services.store,
+                    self.active.as_deref().unwrap_or_default(),
+                )?,
                 touched: campaign_exec::touched(services.store)?,
                 left: campaign_exec::flag_changes(
                     services.store,

@@ -744,6 +744,119 @@ async fn a_hook_its_agent_never_had_is_not_sent_once_its_node_failed() {
     }
 }
 
+/// A hook whose request went out with its answer lost (the agent's repair service away) when
+/// the campaign fails because of another node of its group (that node's hook failed): the
+/// agent may still take the request until it expires, so its ledger entry stays recorded and
+/// its node held by the campaign (the gate's disruptions in force) until then; only then is it
+/// canceled and the node no longer the campaign's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hook_sent_before_its_campaign_failed_holds_its_node_until_it_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = cluster(&dir.path().join("no-users")).await;
+    for agent in h.agents.agents.values() {
+        agent.set_repairs_down(true);
+        agent.set_repair(nodecare_tests::fake_agent::RepairBehaviour {
+            exit_code: 1,
+            duration: std::time::Duration::ZERO,
+        });
+    }
+    let mut request = nodecare_protocol::maintenance::CampaignRequest::new("reboot");
+    request.timeouts.hook_s = 8;
+    let record = nodecare_coordinator::campaign::Record::new(
+        uuid::Uuid::new_v4(),
+        request,
+        "ops",
+        nodecare_protocol::now_ms(),
+    );
+    let holder = record.holder();
+    h.coordinator.api().store.save_campaign(&record).unwrap();
+    let stored = |h: &Harness| h.coordinator.api().store.campaigns().unwrap().remove(0);
+    let held_by = |h: &Harness, name: &str| {
+        h.coordinator
+            .api()
+            .board
+            .gate
+            .read()
+            .unwrap()
+            .as_ref()
+            .and_then(|g| g.in_force.nodes.get(name).cloned())
+    };
+    let round = std::time::Duration::from_secs(60);
+    // Once two nodes of the group have had their hooks sent, the first one's agent takes its
+    // hook again (it fails): the campaign fails because of it.
+    let mut waiting: Option<(String, String)> = None;
+    for _ in 0..100 {
+        tokio::time::timeout(round, h.round())
+            .await
+            .expect("a round hung")
+            .unwrap();
+        let now = stored(&h);
+        if now.state().is_final() {
+            break;
+        }
+        if waiting.is_none() {
+            let sent: Vec<(String, String)> = now
+                .campaign
+                .groups
+                .last()
+                .into_iter()
+                .flat_map(|g| g.nodes.iter())
+                .filter(|n| n.step == NodeStep::Hook)
+                .filter_map(|n| {
+                    let key = now
+                        .hooks_sent_until
+                        .keys()
+                        .find(|k| k.ends_with(&format!("-{}-hook", n.node)))?;
+                    Some((n.node.clone(), key.clone()))
+                })
+                .collect();
+            if sent.len() >= 2 {
+                h.agents.get(&sent[0].0).unwrap().set_repairs_down(false);
+                waiting = Some(sent[1].clone());
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (name, key) = waiting.expect("no two hooks of a group were sent");
+    let failed = stored(&h);
+    assert_eq!(failed.state(), CampaignState::Failed, "{failed:#?}");
+    let until = failed.hooks_sent_until[&key];
+    assert!(
+        nodecare_protocol::now_ms() < until,
+        "the request expired already"
+    );
+    let entry = |h: &Harness| {
+        h.coordinator
+            .api()
+            .store
+            .entry(&holder, &key)
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(
+        entry(&h).state,
+        State::Recorded,
+        "the hook of {name} was canceled while its agent could still take it"
+    );
+    assert_eq!(held_by(&h, &name), Some(holder.clone()), "{name} not held");
+    // Its agent still away, the request expires: canceled, the node no longer the campaign's.
+    let left = until.saturating_sub(nodecare_protocol::now_ms()) + 200;
+    tokio::time::sleep(std::time::Duration::from_millis(left)).await;
+    for _ in 0..2 {
+        tokio::time::timeout(round, h.round())
+            .await
+            .expect("a round hung")
+            .unwrap();
+    }
+    assert!(
+        matches!(&entry(&h).state, State::Canceled { why } if why.starts_with("not sent")),
+        "{:#?}",
+        entry(&h)
+    );
+    assert_ne!(held_by(&h, &name), Some(holder));
+    assert!(h.agents.get(&name).unwrap().repairs().is_empty());
+}
+
 /// A group chained after the previous group's undrains: no hook of it reaches its node (the
 /// master, which needs no drain, nor a node drained already) before those undrains have
 /// succeeded: at every hook, no node of an earlier group is drained.
