@@ -2110,7 +2110,10 @@ mod tests {
         }
         assert!(!c.tag, "{c:?}");
         let waiting = c.waiting.join("; ");
-        assert!(waiting.contains("d (") && waiting.contains("e ("), "{waiting}");
+        assert!(
+            waiting.contains("d (") && waiting.contains("e ("),
+            "{waiting}"
+        );
         assert!(waiting.contains("grant g1 of kured@n2"), "{waiting}");
         let EvacuationStep::Moves(moves) = granted().plan_evacuation("n1", false) else {
             panic!("no moves")
