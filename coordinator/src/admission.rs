@@ -70,11 +70,27 @@ pub enum NotAdmitted {
     Blocked(BlockedBy),
 }
 
-/// The disruptions in force now: the last round's (after its admissions), with its grants
-/// replaced by the grants in force now (`grants`: node and holder, from
+/// The disruptions in force now: the last round's (after its admissions, with what its holders
+/// recorded after the decision, [`GateSnapshot::recorded_after`]), with its grants replaced by
+/// the grants in force now (`grants`: node and holder, from
 /// [`crate::store::Store::grants_in_force`]).
 pub fn in_force_now(snapshot: &GateSnapshot, grants: Vec<(String, Holder)>) -> InForce {
     let mut in_force = snapshot.decision.in_force.clone();
+    let recorded = &snapshot.recorded_after;
+    for (node, holder) in &recorded.nodes {
+        match in_force.nodes.get(node) {
+            None | Some(Holder::Someone { .. }) => {
+                in_force.touched.remove(node);
+                in_force.nodes.insert(node.clone(), holder.clone());
+            }
+            Some(_) => {}
+        }
+    }
+    for (node, holder) in &recorded.touched {
+        if !in_force.nodes.contains_key(node) && !in_force.touched.contains_key(node) {
+            in_force.touched.insert(node.clone(), holder.clone());
+        }
+    }
     in_force
         .nodes
         .retain(|_, holder| !matches!(holder, Holder::Grant { .. }));
@@ -1201,6 +1217,7 @@ mod tests {
                 view: view.into(),
                 policy,
                 in_force,
+                recorded_after: InForce::default(),
             }
         }
 

@@ -464,6 +464,7 @@ impl Reconciler {
             policy: policy.clone(),
             in_force,
             decision: decision.clone(),
+            recorded_after: InForce::default(),
         };
         let decided = !decision.judgements.is_empty();
         if let Ok(mut board) = self.board.gate.write() {
@@ -473,8 +474,36 @@ impl Reconciler {
             policy: &policy,
             decision: &decision,
         };
+        let mut executed = 0;
         for duty in duties.iter_mut() {
-            summary.jobs_submitted += duty.execute(services, &input, judged).await?;
+            executed += duty.execute(services, &input, judged).await?;
+        }
+        summary.jobs_submitted += executed;
+        // What the holders recorded after the decision (an evacuation's drain and the nodes its
+        // moves go to, a campaign's drains) holds from now on: a request judged before the next
+        // round sees it (the decision came before it was planned).
+        if executed > 0 || self.store.ledger_recorded_at(now)? {
+            let admitted: BTreeSet<&Holder> = decision
+                .admitted()
+                .map(|judgement| &judgement.proposal.holder)
+                .collect();
+            let held = self
+                .executor
+                .in_force(|h| open.contains(h) || admitted.contains(h) || !own_account(h))?;
+            let touched = held
+                .touching()
+                .filter(|(node, _)| view.nodes.contains_key(node))
+                .collect();
+            let nodes = held
+                .nodes
+                .into_iter()
+                .filter(|(node, _)| view.nodes.contains_key(node))
+                .collect();
+            if let Ok(mut board) = self.board.gate.write()
+                && let Some(gate) = board.as_mut()
+            {
+                gate.recorded_after = InForce { nodes, touched };
+            }
         }
         // The recorder explains; it never stops a round. It records the rounds that judged
         // anything and those that planned an operation (so that every job leads to a round).

@@ -681,6 +681,12 @@ pub struct GateSnapshot {
     pub in_force: InForce,
     /// What it decided.
     pub decision: Decision,
+    /// What the round's holders came to hold after the decision, once they recorded their
+    /// operations (the executor's ledger: an evacuation's drain and the nodes its moves go to,
+    /// a campaign's drains): held too when a request is judged between rounds. Not part of the
+    /// decision: never recorded nor replayed.
+    #[serde(skip)]
+    pub recorded_after: InForce,
 }
 
 impl GateSnapshot {
@@ -2703,7 +2709,7 @@ mod tests {
                 }
             }
             // Recorded as JSON, the round replays to the same decision.
-            let snapshot = GateSnapshot { view: view.into(), policy, in_force, decision };
+            let snapshot = GateSnapshot { view: view.into(), policy, in_force, decision, recorded_after: InForce::default() };
             let text = serde_json::to_string(&snapshot).expect("a snapshot encodes");
             let recorded: GateSnapshot = serde_json::from_str(&text).expect("a snapshot decodes");
             prop_assert_eq!(&recorded, &snapshot);

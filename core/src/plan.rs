@@ -231,6 +231,9 @@ pub struct Round<'a> {
     /// DRBD instances whose secondary this round moves off a node being evacuated too, with
     /// the new secondary (memory for the instance already reserved there).
     new_secondaries: BTreeMap<String, String>,
+    /// Nodes another tool or duty holds (a grant, a campaign, balancing, an instance repair),
+    /// each with its holder for people: no move of an instance with a node among them.
+    other_holders: BTreeMap<String, String>,
     policy: EvacuationPolicy,
 }
 
@@ -266,6 +269,7 @@ impl<'a> Round<'a> {
             with_incidents: BTreeSet::new(),
             evacuations: BTreeSet::new(),
             new_secondaries: BTreeMap::new(),
+            other_holders: BTreeMap::new(),
             policy: EvacuationPolicy::default(),
         }
     }
@@ -295,6 +299,32 @@ impl<'a> Round<'a> {
             self.evacuations.insert(node);
         }
         self
+    }
+
+    /// Names the nodes another tool or duty holds, disrupted or not (a grant of the admission
+    /// API, a campaign, balancing, an instance repair; not an incident nor a node drained by
+    /// hand), each with its holder: never a move target, and a DRBD instance whose primary is
+    /// one of them keeps its secondary on the evacuated node until it is released (replacing
+    /// the secondary syncs the disks from the primary: two holders would act on that node).
+    #[must_use]
+    pub fn with_other_holders(mut self, nodes: impl IntoIterator<Item = (String, String)>) -> Self {
+        for (node, holder) in nodes {
+            self.with_incidents.insert(node.clone());
+            self.other_holders.entry(node).or_insert(holder);
+        }
+        self
+    }
+
+    /// Why a move of `instance` waits for another tool or duty's hold on one of its nodes, if
+    /// one of them is held so.
+    fn held_by_another(&self, instance: &Instance) -> Option<String> {
+        std::iter::once(&instance.primary_node)
+            .chain(&instance.secondary_nodes)
+            .find_map(|node| {
+                self.other_holders
+                    .get(node)
+                    .map(|holder| format!("{node} is held by {holder}"))
+            })
     }
 
     /// Nodes currently counted as disrupted.
@@ -630,6 +660,9 @@ impl<'a> Round<'a> {
         if self.is_locked(&instance_lock) {
             return Ok(Attempt::Wait("a job on it is in flight".into()));
         }
+        if let Some(why) = self.held_by_another(instance) {
+            return Ok(Attempt::Wait(why));
+        }
         // A stopped instance cannot be live-migrated; failover only moves its configuration.
         let use_failover = failover || instance.admin_state != "up";
         if instance.disk_template.is_internally_mirrored() {
@@ -947,6 +980,9 @@ impl<'a> Round<'a> {
         }
         let instance_lock = Lock::Instance(instance.name.clone());
         let primary_lock = Lock::Node(instance.primary_node.clone());
+        if let Some(why) = self.held_by_another(instance) {
+            return Ok(Attempt::Wait(why));
+        }
         if self.is_locked(&instance_lock) || self.is_locked(&primary_lock) {
             return Ok(Attempt::Wait(format!(
                 "it or its primary {} is busy",
@@ -2037,6 +2073,66 @@ mod tests {
     /// secondary's node, which itself waits for it; it gives the instance a new secondary
     /// first (a node with the disk and the memory), then moves it there, in the next wave of
     /// the chain or the next round. A peer with a live repair only is still waited for.
+    /// A node another tool holds (here granted through the admission API) is acted on by no
+    /// move of an evacuation: the secondary of a DRBD instance whose primary is granted is not
+    /// replaced (the new secondary syncs from the primary), an instance whose secondary is
+    /// granted does not move there, and nothing goes onto it; they wait, naming the holder,
+    /// while the rest of the node moves.
+    #[test]
+    fn no_move_involves_a_node_another_tool_holds() {
+        let nodes = vec![
+            drained(node("n1")),
+            node("n2"),
+            node("n3"),
+            node("n4"),
+            node("n5"),
+        ];
+        let instances = vec![
+            inst("d", "drbd", "n2", &["n1"]),
+            inst("e", "drbd", "n1", &["n2"]),
+            inst("l", "diskless", "n1", &[]),
+        ];
+        let granted = || {
+            Round::new(&nodes, &instances, [], ["n1".to_owned(), "n2".to_owned()])
+                .with_active_evacuations(["n1".to_owned()])
+                .with_other_holders([("n2".to_owned(), "grant g1 of kured@n2".to_owned())])
+        };
+        let c = chain(granted().plan_evacuation_chain("n1", false));
+        let moved: Vec<&str> = c
+            .waves
+            .iter()
+            .flatten()
+            .map(|m| m.action.instance())
+            .collect();
+        assert_eq!(moved, ["l"], "{c:?}");
+        for planned in c.waves.iter().flatten() {
+            assert!(!planned.description.contains("n2"), "{c:?}");
+        }
+        assert!(!c.tag, "{c:?}");
+        let waiting = c.waiting.join("; ");
+        assert!(
+            waiting.contains("d (") && waiting.contains("e ("),
+            "{waiting}"
+        );
+        assert!(waiting.contains("grant g1 of kured@n2"), "{waiting}");
+        let EvacuationStep::Moves(moves) = granted().plan_evacuation("n1", false) else {
+            panic!("no moves")
+        };
+        assert_eq!(moves.len(), 1, "{moves:?}");
+        assert_eq!(moves[0].action.instance(), "l");
+        // Released, the secondary is replaced as before.
+        let released = Round::new(&nodes, &instances, [], ["n1".to_owned()])
+            .with_active_evacuations(["n1".to_owned()])
+            .plan_evacuation_chain("n1", false);
+        let moved: BTreeSet<String> = chain(released)
+            .waves
+            .iter()
+            .flatten()
+            .map(|m| m.action.instance().to_owned())
+            .collect();
+        assert!(moved.contains("d") && moved.contains("e"), "{moved:?}");
+    }
+
     #[test]
     fn a_secondary_being_evacuated_is_replaced_before_the_move() {
         let nodes = vec![

@@ -150,6 +150,7 @@ impl RoundRecord {
                 policy: part(parts, Part::Policy)?,
                 in_force: part(parts, Part::InForce)?,
                 decision: part(parts, Part::Decision)?,
+                recorded_after: crate::gate::InForce::default(),
             },
             verdicts,
         })
@@ -661,6 +662,7 @@ pub mod tests_support {
                 policy,
                 in_force,
                 decision,
+                ..GateSnapshot::default()
             },
             verdicts: [("node2".to_owned(), "evacuate".to_owned())]
                 .into_iter()

@@ -81,6 +81,7 @@ pub fn changing_round(round: u64, nodes: usize) -> RoundRecord {
             policy,
             in_force,
             decision,
+            recorded_after: InForce::default(),
         },
         verdicts: (0..nodes)
             .map(|n| (format!("node{n}"), "Ok".to_owned()))

@@ -348,6 +348,19 @@ impl NodeRepair {
             .map(|i| i.node.clone())
             .collect();
         let disrupted: Vec<String> = decision.in_force.nodes.keys().cloned().collect();
+        // Nodes another tool or duty holds (a grant, a campaign, balancing, an instance
+        // repair): no move of an evacuation acts on them, not even a secondary's replacement
+        // on its primary.
+        let other_holders: Vec<(String, String)> = decision
+            .in_force
+            .nodes
+            .iter()
+            .chain(&decision.in_force.touched)
+            .filter(|(_, holder)| {
+                !matches!(holder, Holder::Incident { .. } | Holder::Someone { .. })
+            })
+            .map(|(node, holder)| (node.clone(), holder.to_string()))
+            .collect();
         let override_notes: BTreeMap<Uuid, String> = judged
             .policy
             .overrides
@@ -364,7 +377,8 @@ impl NodeRepair {
             .collect();
         let mut round = Round::new(nodes, instances, in_flight, disrupted)
             .with_active_incidents(with_incidents)
-            .with_active_evacuations(with_evacuations);
+            .with_active_evacuations(with_evacuations)
+            .with_other_holders(other_holders);
         // Before any judgement: whether a held evacuation could ever succeed is the
         // configured policy's answer, not the default's.
         round.set_evacuation_policy(self.settings.evacuation);

@@ -92,6 +92,7 @@ fn round(now_ms: u64, held: &[(&str, u128)], proposals: Vec<Proposal>, max: usiz
             policy,
             in_force,
             decision,
+            ..GateSnapshot::default()
         },
         verdicts: [
             ("n1".to_owned(), "Ok".to_owned()),

@@ -356,3 +356,55 @@ async fn a_canceled_evacuation_s_running_drain_keeps_its_memory_reserved() {
     );
     server.abort();
 }
+
+/// The nodes an evacuation's moves go to are held from the round that plans them: a grant of
+/// the node an instance is moving onto, asked between rounds while the move is queued or runs,
+/// is refused naming the incident (the round's gate decision came before the moves were
+/// planned); a node no move involves is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_between_rounds_is_refused_the_target_of_a_move_in_flight() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").expect("users");
+    let mut h = Harness::new(4, "a:diskless:2", move |config| {
+        config.users = users;
+        config.max_disrupted_nodes = 3;
+        config.min_healthy_nodes = 1;
+    })
+    .await
+    .expect("harness");
+    let (url, server) = serve(&h).await;
+    h.sim.set_job_delay(Duration::from_millis(4000));
+    h.agents.get(&node(2)).expect("agent").set_verdict(verdict(
+        "evacuate",
+        json!({"disk": "sdb"}),
+        None,
+    ));
+    h.coordinator.round().await.expect("round");
+    let incident = h
+        .incidents()
+        .expect("incidents")
+        .into_iter()
+        .find(|i| i.node == node(2))
+        .expect("an incident on node2");
+    let targets = move_targets(&h);
+    let Some((_, target)) = targets
+        .iter()
+        .find(|(instance, _)| instance == "a.sim.test")
+    else {
+        panic!("the round moves a: {targets:?}");
+    };
+    let (status, body) = ask_grant(&url, target).await;
+    assert_eq!(
+        status, 429,
+        "a grant of {target}, which a.sim.test moves onto: {body}"
+    );
+    assert!(body.contains(&incident.uuid.to_string()), "{body}");
+    let other = (1..=4)
+        .map(node)
+        .find(|n| *n != node(2) && n != target)
+        .expect("a node no move involves");
+    let (status, body) = ask_grant(&url, &other).await;
+    assert_eq!(status, 201, "a grant of {other}: {body}");
+    server.abort();
+}
