@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The independent safety checker over more seeds than the unit run: every duty at once on random
 # simulated clusters with every fault, judged from Ganeti's side and the agents' deliveries
-# (tests/tests/gate/all_duties.rs). NODECARE_SAFETY_SEEDS seeds (default 200) from seed 6 (the
+# (tests/tests/gate/all_duties.rs). NODECARE_SAFETY_SEEDS seeds (default 2000) from seed 6 (the
 # unit run takes 1 to 5), NODECARE_SAFETY_JOBS side by side (default 24: a seed mostly waits for
 # its simulated jobs, about 15 s each); a seed with a violation is replayed alone, and the
 # violation is fatal when the replay shows one too (one seen side by side only is printed). The
@@ -16,7 +16,7 @@ if ! command -v hbal >/dev/null 2>&1; then
   echo "safety: skipped (no hbal)"; exit 0
 fi
 export NODECARE_ALL_DUTIES_FIRST=6
-export NODECARE_ALL_DUTIES_SEEDS=${NODECARE_SAFETY_SEEDS:-200}
+export NODECARE_ALL_DUTIES_SEEDS=${NODECARE_SAFETY_SEEDS:-2000}
 export NODECARE_ALL_DUTIES_JOBS=${NODECARE_SAFETY_JOBS:-24}
 if [ -d /dev/shm ] && [ -w /dev/shm ]; then
   export TMPDIR=/dev/shm
