@@ -848,25 +848,38 @@ impl Record {
     }
 
     /// The nodes the campaign holds disrupted: while it runs, those between their drain and
-    /// their undrain; running or not, those whose hook may still run (its operation in flight:
-    /// recorded and maybe delivered, or taken by the agent), until it ended or can no longer
-    /// run ([`HookStop::may_still_run`]): a campaign that failed, or a node that failed, keeps
-    /// its node held meanwhile.
+    /// their undrain; running or not, those an operation of which may still run
+    /// ([`Self::acting_on`]): a hook recorded and maybe delivered, or taken by the agent, until
+    /// it ended or can no longer run ([`HookStop::may_still_run`]); a drain, undrain or move
+    /// away recorded (maybe submitted) or unfinished in Ganeti. A campaign that failed, or a
+    /// node that failed or was sent back, keeps its node held meanwhile.
     pub fn holds(&self) -> Vec<(String, Holder)> {
         let holder = Holder::Campaign { id: self.id() };
         let running = !self.state().is_final();
-        let hooking: BTreeSet<&str> = self
-            .ops
-            .values()
-            .filter(|op| matches!(op.kind, OpKind::Hook { .. }) && op.state.is_in_flight())
-            .map(|op| op.node.as_str())
-            .collect();
+        let acting = self.acting_on();
         self.campaign
             .groups
             .iter()
             .flat_map(|g| g.nodes.iter())
-            .filter(|n| (running && Self::disrupts(n.step)) || hooking.contains(n.node.as_str()))
+            .filter(|n| (running && Self::disrupts(n.step)) || acting.contains(n.node.as_str()))
             .map(|n| (n.node.clone(), holder.clone()))
+            .collect()
+    }
+
+    /// The nodes an operation of the campaign in flight acts on, whatever the campaign's or
+    /// the node's step: its hook, its drain or undrain, or a move of its primaries or
+    /// secondaries away. Its failure tag disrupts nothing, and a migration back only touches the
+    /// node it brings an instance to ([`Self::touched`]).
+    fn acting_on(&self) -> BTreeSet<&str> {
+        self.in_flight()
+            .filter(|op| match op.kind {
+                OpKind::Hook { .. } | OpKind::Drain | OpKind::Undrain => true,
+                OpKind::Migrate { .. } | OpKind::ReplaceSecondary { .. } => {
+                    op.step != NodeStep::MigrateBack
+                }
+                OpKind::Tag { .. } => false,
+            })
+            .map(|op| op.node.as_str())
             .collect()
     }
 

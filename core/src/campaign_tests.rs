@@ -2184,3 +2184,82 @@ fn the_next_group_waits_until_the_undrains_it_comes_after_are_submitted() {
     assert!(r.needs_group());
     assert_eq!(r.releasing(), BTreeSet::from(["b".to_owned()]));
 }
+
+/// A node whose drain job hangs in Ganeti until its step times out: failed, the campaign with it
+/// (or, continuing on failure, only the node), while the job may still drain it.
+#[test]
+fn a_node_failed_while_its_drain_job_runs_stays_held_until_the_job_ends() {
+    let holder = Holder::Campaign {
+        id: Uuid::from_u128(7),
+    };
+    for continue_on_failure in [false, true] {
+        let mut w = world();
+        let mut r = started(
+            CampaignRequest {
+                continue_on_failure,
+                ..request()
+            },
+            &w,
+        );
+        w.now_ms += 1000;
+        r.advance(&w);
+        let drain = r
+            .in_flight()
+            .find(|op| op.node == "a" && op.kind == OpKind::Drain)
+            .unwrap()
+            .key
+            .clone();
+        // Submitted (the moves away beside it), and then nothing ends.
+        let keys: Vec<String> = r.in_flight().map(|op| op.key.clone()).collect();
+        for (job, key) in keys.iter().enumerate() {
+            let op = r.ops_mut().get_mut(key).unwrap();
+            op.state = OpState::Submitted;
+            op.job_id = Some(job as u64 + 4);
+        }
+        w.now_ms = r.node("a").unwrap().step_deadline_ms.unwrap() + 2000;
+        r.advance(&w);
+        assert_eq!(step_of(&r, "a"), NodeStep::Failed, "{continue_on_failure}");
+        assert_eq!(
+            r.state() == CampaignState::Failed,
+            !continue_on_failure,
+            "{continue_on_failure}"
+        );
+        // Its failure tag set: the tag releases nothing the drain job may still do.
+        let tags: Vec<String> = tag_keys(&r, "a");
+        for key in &tags {
+            r.ops_mut().get_mut(key).unwrap().state = OpState::Succeeded;
+        }
+        assert!(
+            r.holds().contains(&("a".to_owned(), holder.clone())),
+            "continue_on_failure {continue_on_failure}: a is not held while its drain job \
+             runs: {:?}",
+            r.holds()
+        );
+        // Its drain job ended: its move away still runs.
+        let op = r.ops_mut().get_mut(&drain).unwrap();
+        op.state = OpState::Succeeded;
+        op.finished_ms = Some(w.now_ms);
+        assert!(
+            r.holds().contains(&("a".to_owned(), holder.clone())),
+            "{continue_on_failure}: a is not held while its move away runs: {:?}",
+            r.holds()
+        );
+        // Every job of it ended: the node failed (left drained, someone's drain) is held no
+        // more.
+        let keys: Vec<String> = r
+            .in_flight()
+            .filter(|op| op.node == "a")
+            .map(|op| op.key.clone())
+            .collect();
+        for key in keys {
+            let op = r.ops_mut().get_mut(&key).unwrap();
+            op.state = OpState::Succeeded;
+            op.finished_ms = Some(w.now_ms);
+        }
+        assert!(
+            !r.holds().iter().any(|(n, _)| n == "a"),
+            "{continue_on_failure}: {:?}",
+            r.holds()
+        );
+    }
+}

@@ -1088,3 +1088,76 @@ async fn an_instance_started_on_a_drained_node_is_moved_before_its_hook() {
     assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
     server.abort();
 }
+
+/// A campaign whose drain jobs never end in Ganeti: the drain step times out, the node fails and
+/// the campaign with it, and the node stays the campaign's in the gate's view (no other holder
+/// admitted on it) while its drain job is unfinished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_drain_job_runs_stays_held_after_its_campaign_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = cluster(&dir.path().join("no-users")).await;
+    let mut request = nodecare_protocol::maintenance::CampaignRequest::new("reboot");
+    request.timeouts.drain_s = 1;
+    request.timeouts.move_s = 1;
+    let record = nodecare_coordinator::campaign::Record::new(
+        uuid::Uuid::new_v4(),
+        request,
+        "ops",
+        nodecare_protocol::now_ms(),
+    );
+    let holder = record.holder();
+    h.coordinator.api().store.save_campaign(&record).unwrap();
+    // Every job of the first group starts and never ends.
+    h.sim.stick_next_jobs(100);
+    let stored = |h: &Harness| h.coordinator.api().store.campaigns().unwrap().remove(0);
+    let round = std::time::Duration::from_secs(60);
+    for _ in 0..40 {
+        tokio::time::timeout(round, h.round())
+            .await
+            .expect("a round hung")
+            .unwrap();
+        if stored(&h).state().is_final() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
+    let failed = stored(&h);
+    assert_eq!(failed.state(), CampaignState::Failed, "{failed:#?}");
+    // One more round judges with the campaign failed.
+    tokio::time::timeout(round, h.round())
+        .await
+        .expect("a round hung")
+        .unwrap();
+    let draining: Vec<String> = h.sim.with_cluster(|c| {
+        c.jobs
+            .values()
+            .filter(|j| !j.status.is_final())
+            .filter_map(|j| match &j.op {
+                SimOp::SetNodeParams {
+                    node,
+                    drained: Some(true),
+                    ..
+                } => Some(node.clone()),
+                _ => None,
+            })
+            .collect()
+    });
+    assert!(!draining.is_empty(), "no drain job left unfinished");
+    let in_force = h
+        .coordinator
+        .api()
+        .board
+        .gate
+        .read()
+        .unwrap()
+        .as_ref()
+        .map(|g| g.in_force.nodes.clone())
+        .unwrap_or_default();
+    for node in &draining {
+        assert_eq!(
+            in_force.get(node),
+            Some(&holder),
+            "{node} is not held while the failed campaign's drain job runs there: {in_force:?}"
+        );
+    }
+}
