@@ -22,8 +22,10 @@
 //!
 //! Between the recording of a repair and the moment Ganeti shows its pending tag (or a tag
 //! change's jobs end), the instance is *in flight*: the duty leaves it alone. Once done, the
-//! holder's entries are forgotten. After a crash the executor adopts the jobs Ganeti shows by
-//! their reason trail, and submits again those it does not show (the job list is complete).
+//! holder's entries are forgotten. After a crash or a lost answer the executor adopts the jobs
+//! Ganeti shows by their reason trail; of those it does not show (the job list is complete), a
+//! later operation is submitted again, and a repair none of whose operations reached Ganeti is
+//! canceled and planned again, judged again by the gate ([`UNADOPTED`]).
 //! RAPI's reinstall job carries no reason trail: its entry is marked submitted before Ganeti is
 //! asked, so an uncertain reinstall is never submitted again; its entry fails, and the repair
 //! ends in a `failure` result tag naming the jobs so far, with why in the run's errors.
@@ -47,10 +49,14 @@ pub use nodecare_exec::instance_repair::{
 };
 
 /// What becomes of a repair's entry whose submission is uncertain and that Ganeti's job list
-/// does not show: submitted again (the list is complete, and every repair job but the reinstall
-/// carries its trail; an uncertain reinstall stays held while the list shows a reinstall of its
-/// instance unfinished, then fails, never submitted twice).
-pub const UNADOPTED: Unadopted = Unadopted::Retry;
+/// does not show (the list is complete, and every repair job but the reinstall carries its
+/// trail): when none of the repair's operations reached Ganeti, the repair is canceled and
+/// forgotten, and the duty plans it again from the cluster as it is, for the gate to judge
+/// again (the cluster may have changed since it was admitted: storage no longer whole, the
+/// repair no longer needed); a later operation, after one that ran, is submitted again. An
+/// uncertain reinstall stays held while the list shows a reinstall of its instance unfinished,
+/// then fails, never submitted twice.
+pub const UNADOPTED: Unadopted = Unadopted::JudgeAgain;
 
 /// Whether `holder` is an instance repair's (or its tag change's).
 pub const fn is_instance_repair(holder: &Holder) -> bool {

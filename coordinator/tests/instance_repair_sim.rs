@@ -960,3 +960,92 @@ async fn a_result_tag_change_that_failed_is_written_again_under_a_new_intent() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A repair whose first job may have been submitted (the answer lost) and that Ganeti's job
+/// list then shows was never queued (its job vanished at once) has had none of its jobs run:
+/// it is judged again by the gate, re-planned from the cluster as it is, never submitted again
+/// under its old reason-trail key. Held back by the gate's breaker the round after, nothing
+/// is submitted; the breaker closed, the repair goes under a new uuid; and once the drain that
+/// made it needed is undone, no repair is left to run.
+#[tokio::test]
+async fn a_repair_none_of_whose_jobs_ran_is_judged_again() {
+    let sim = sim("inst1:drbd:2,inst2:drbd:3");
+    sim.with_cluster(|c| {
+        c.cluster_tags.push(format!("{PREFIX}migrate"));
+        c.nodes.get_mut("node2.sim.test").unwrap().drained = true;
+    });
+    let (_dir, store) = open_store();
+    let policy = Policy::default();
+    let migrations = |sim: &Simulation| -> Vec<String> {
+        sim.submissions()
+            .into_iter()
+            .filter(|s| s.op_id == "OP_INSTANCE_MIGRATE")
+            .map(|s| s.reason_text.unwrap_or_default())
+            .collect()
+    };
+    // Admitted; its migration's answer is lost and the job vanishes from the queue at once.
+    sim.vanish_next_jobs(1);
+    let lossy = LostAnswers {
+        inner: sim.client(),
+    };
+    let first = round_via(&lossy, &store, 1000, &policy).await;
+    assert_eq!(first.assessment.repairs.len(), 1, "{first:?}");
+    let uuid = first.assessment.repairs[0].plan.uuid;
+    assert!(
+        first
+            .report
+            .errors
+            .iter()
+            .any(|e| e.contains("answer lost")),
+        "{:?}",
+        first.report
+    );
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    assert_eq!(migrations(&sim).len(), 1);
+
+    // The gate refuses everything now: the repair, none of whose jobs ran, is not submitted.
+    let breaker = Policy {
+        breaker: Some("too many incidents".into()),
+        ..Policy::default()
+    };
+    let held = round_reporting(&sim, &store, 1100, &breaker).await;
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    assert_eq!(
+        migrations(&sim).len(),
+        1,
+        "submitted again without the gate: {:?}",
+        migrations(&sim)
+    );
+    assert_eq!(held.assessment.repairs.len(), 1, "{:?}", held.assessment);
+    assert_ne!(held.assessment.repairs[0].plan.uuid, uuid);
+    assert_eq!(held.report.blocked.len(), 1, "{:?}", held.report);
+    assert!(
+        !open_repairs(&store)
+            .iter()
+            .any(|e| e.holder == gate::Holder::InstanceRepair { id: uuid }),
+        "{:?}",
+        open_repairs(&store)
+    );
+
+    // The drain undone: nothing left to repair, nothing submitted.
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().drained = false);
+    let undone = round(&sim, &store, 1200, &policy).await;
+    assert!(undone.assessment.repairs.is_empty(), "{undone:?}");
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    assert_eq!(migrations(&sim).len(), 1, "{:?}", migrations(&sim));
+
+    // Drained again, the gate open: a new repair, under a reason-trail key of its own.
+    sim.with_cluster(|c| c.nodes.get_mut("node2.sim.test").unwrap().drained = true);
+    let again = round(&sim, &store, 1300, &policy).await;
+    assert_eq!(again.report.submitted.len(), 1, "{again:?}");
+    assert_ne!(again.report.submitted[0].1, uuid);
+    assert!(sim.settle(Duration::from_secs(10)).await);
+    let all = migrations(&sim);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(!all[1].contains(&uuid.to_string()), "{all:?}");
+    assert!(
+        sim.duplicate_intents().is_empty(),
+        "{:?}",
+        sim.duplicate_intents()
+    );
+}

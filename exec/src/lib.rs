@@ -29,6 +29,12 @@ pub enum Unadopted {
     Fail,
     /// It is submitted again (the job list is complete, so it was not submitted).
     Retry,
+    /// It is submitted again when its holder has begun (an entry of it has a job, or was
+    /// asked for without one): it continues what the gate admitted. When nothing of its holder
+    /// reached Ganeti it is canceled (`never submitted`), and what comes after it never runs:
+    /// its duty proposes the work again, planned from the cluster as it is now, and the gate
+    /// judges it again (as a new disruption, never a continuation).
+    JudgeAgain,
 }
 
 /// An entry whose state the executor changed, with the job read (when one was).
@@ -696,6 +702,7 @@ impl Executor {
                 let found = e
                     .trail()
                     .and_then(|trail| by_reason.get(&(trail, e.key.clone())).copied());
+                let begun = begun(&entries, &e.holder);
                 let mut e = e.clone();
                 match (found, unadopted(&e.holder)) {
                     (Some(job), _) => {
@@ -709,6 +716,15 @@ impl Executor {
                             why: "never submitted".into(),
                         };
                         e.finished_ms = Some(now_ms);
+                    }
+                    (None, Unadopted::JudgeAgain) if !begun => {
+                        e.state = State::Canceled {
+                            why: "never submitted: nothing of its holder reached Ganeti, its \
+                                  work is judged again"
+                                .into(),
+                        };
+                        e.finished_ms = Some(now_ms);
+                        tracing::info!(holder = %e.holder, key = %e.key, "uncertain submission never reached Ganeti: canceled, judged again");
                     }
                     (None, _) => continue,
                 }
@@ -1073,6 +1089,19 @@ fn cancel_order(
         }
     }
     phases.into_iter().filter(|p| !p.is_empty()).collect()
+}
+
+/// Whether any of `holder`'s `entries` reached Ganeti: it has a job, or was asked for without
+/// one (a job carrying no reason trail).
+fn begun(entries: &[Entry], holder: &Holder) -> bool {
+    entries.iter().any(|e| {
+        &e.holder == holder
+            && (e.job.is_some()
+                || matches!(
+                    e.state,
+                    State::Submitted | State::Succeeded | State::TimedOut
+                ))
+    })
 }
 
 /// Whether the listed job of entry `e` still runs with `e`'s reason trail and leaves `e` as

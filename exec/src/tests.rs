@@ -1224,3 +1224,67 @@ async fn archived_jobs_are_read_with_their_outcome() {
         "{changed:#?}"
     );
 }
+
+/// With [`Unadopted::JudgeAgain`], an uncertain entry that a complete job list does not show
+/// is canceled when nothing of its holder reached Ganeti (what comes after it never runs, and
+/// nothing is submitted: its duty proposes the work again), and submitted again when its holder
+/// has begun. Uncertainty still submits nothing before adoption.
+#[tokio::test]
+async fn an_unadopted_entry_of_a_holder_that_never_began_is_judged_again() {
+    let w = world().await;
+    let fresh = holder(31);
+    let chain_of = |h: &Holder| -> Vec<Entry> { chain(&w, h).into_iter().take(2).collect() };
+    w.exec.record(&chain_of(&fresh)).unwrap();
+    // The drain's answer is lost and its job vanishes from the queue at once.
+    lose_next_answer(&w);
+    w.sim.vanish_next_jobs(1);
+    let first = w.exec.submit_reporting(&w.ganeti, None, 1).await.unwrap();
+    assert_eq!(first.refused.len(), 1, "{first:?}");
+    w.exec.submit(&w.ganeti, None, 2).await.unwrap();
+    assert_eq!(
+        w.sim.submissions().len(),
+        1,
+        "not submitted again before adoption"
+    );
+    // A holder that began: its drain has a job; its migrate, recorded after, is uncertain.
+    let begun = holder(32);
+    let mut begun_chain = chain_of(&begun);
+    let migrate = begun_chain.pop().unwrap();
+    w.exec.record(&begun_chain).unwrap();
+    assert_eq!(
+        w.exec
+            .submit(&w.ganeti, Some(&begun), 3)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    w.exec.record(&[migrate]).unwrap();
+    let changed = w
+        .exec
+        .adopt_of(&w.ganeti, |_| true, |_| Unadopted::JudgeAgain, 4)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(changed.len(), 1, "{changed:#?}");
+    assert_eq!(changed[0].holder, fresh);
+    assert_eq!(changed[0].key, "drain");
+    assert!(
+        matches!(&changed[0].state, State::Canceled { why } if why.starts_with("never submitted")),
+        "{changed:?}"
+    );
+    let submitted = w.exec.submit(&w.ganeti, None, 5).await.unwrap();
+    let keys: Vec<(Holder, String)> = submitted
+        .iter()
+        .map(|e| (e.holder.clone(), e.key.clone()))
+        .collect();
+    assert_eq!(keys, vec![(begun.clone(), "migrate_a".to_owned())]);
+    let of_fresh = w.exec.ledger().of_holder(&fresh).unwrap();
+    assert!(
+        of_fresh
+            .iter()
+            .all(|e| matches!(e.state, State::Canceled { .. })),
+        "{of_fresh:?}"
+    );
+    assert!(w.sim.duplicate_intents().is_empty());
+}

@@ -242,13 +242,14 @@ const FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE: bool = false;
 /// ran after 12 quiet rounds of milliseconds (the incident names it and waits at most
 /// `repair_timeout`).
 const FOUND_DEFECT_NOT_LIVE: bool = false;
-/// Seen by this test (invariant 4, seed 820 with maintenance-window seeds, replays alone), not
-/// fixed yet: an instance repair admitted while storage was whole had its first job vanish
-/// from Ganeti's queue at once; a later round submitted the same operation again (same
+/// Seen by this test (invariant 4, seed 820 with maintenance-window seeds, replays alone): an
+/// instance repair admitted while storage was whole had its first job's answer lost and the job
+/// vanish from Ganeti's queue at once; a later round submitted the same operation again (same
 /// reason-trail key) without the gate, while a DRBD minor was `WFConnection` (and the drain
-/// that made the repair needed had been undone). A repair none of whose jobs ran would have to
-/// be judged again, as an evacuation none of whose jobs is recorded is (`Proposal::fresh`).
-const FOUND_INSTANCE_REPAIR_RESUBMITTED_WHILE_STORAGE_NOT_WHOLE: bool = true;
+/// that made the repair needed had been undone). Fixed: a repair none of whose operations
+/// reached Ganeti (adoption's complete job list shows none) is canceled and planned again
+/// from the cluster as it is, judged again by the gate (`Unadopted::JudgeAgain`).
+const FOUND_INSTANCE_REPAIR_RESUBMITTED_WHILE_STORAGE_NOT_WHOLE: bool = false;
 
 /// Rounds after the faults stop within which every holder must end (invariant 8).
 const QUIET_ROUNDS: usize = 12;
