@@ -349,15 +349,19 @@ impl NodeRepair {
             .collect();
         let disrupted: Vec<String> = decision.in_force.nodes.keys().cloned().collect();
         // Nodes another tool or duty holds (a grant, a campaign, balancing, an instance
-        // repair): no move of an evacuation acts on them, not even a secondary's replacement
-        // on its primary.
+        // repair), or an incident that is no longer active while a job of it still runs there
+        // (a canceled evacuation's drain): no move of an evacuation acts on them, not even a
+        // secondary's replacement on its primary. Active incidents are left out: peer
+        // evacuations replace each other's secondaries by design.
         let other_holders: Vec<(String, String)> = decision
             .in_force
             .nodes
             .iter()
             .chain(&decision.in_force.touched)
-            .filter(|(_, holder)| {
-                !matches!(holder, Holder::Incident { .. } | Holder::Someone { .. })
+            .filter(|(_, holder)| match holder {
+                Holder::Someone { .. } => false,
+                Holder::Incident { id } => by_id.get(id).is_some_and(|i| !i.is_active()),
+                _ => true,
             })
             .map(|(node, holder)| (node.clone(), holder.to_string()))
             .collect();
