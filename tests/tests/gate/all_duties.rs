@@ -234,7 +234,10 @@ const FOUND_UNNAMED_DISRUPTION_BESIDE_ANOTHER: bool = false;
 /// granted was replaced (only the moves' targets and secondaries were checked), and a grant
 /// asked between rounds was judged without the nodes the last round's moves go to (the gate's
 /// decision came before they were planned).
-const FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE: bool = false;
+///
+/// Seen again once (seed 1604 of the 2 000 of `scripts/test`, replays alone): once jobs settled,
+/// an evacuation's replace-disks of d7 involved node8, granted meanwhile. Reported until fixed.
+const FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE: bool = true;
 /// Liveness (invariant 8, seeds 46, 69, 81, 86, 94 of 100): found in the checker's quiet
 /// phase, not in nodecare. A broken minor on the master was never healed (`stop_faults` left
 /// node 1 out); a node left drained by an incident the operator canceled was never returned
@@ -242,6 +245,11 @@ const FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE: bool = false;
 /// ran after 12 quiet rounds of milliseconds (the incident names it and waits at most
 /// `repair_timeout`).
 const FOUND_DEFECT_NOT_LIVE: bool = false;
+/// Seen by this test (invariant 8, seeds 1417 and 1427 of the 2 000 of `scripts/test`, replay
+/// alone): a campaign whose first group's drain started in the last round before faults stopped
+/// is still `aborting` 12 quiet rounds later, its node drained. Reported until fixed; only a
+/// liveness report naming aborting campaigns alone is covered.
+const FOUND_CAMPAIGN_ABORT_NOT_LIVE: bool = true;
 /// Seen by this test (invariant 4, seed 820 with maintenance-window seeds, replays alone): an
 /// instance repair admitted while storage was whole had its first job's answer lost and the job
 /// vanish from Ganeti's queue at once; a later round submitted the same operation again (same
@@ -2253,7 +2261,15 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         println!("{line}");
         tally.violations.push(Violation {
             invariant: "every holder ends once faults stop",
-            known: FOUND_DEFECT_NOT_LIVE.then_some("FOUND_DEFECT_NOT_LIVE"),
+            known: if FOUND_CAMPAIGN_ABORT_NOT_LIVE
+                && unended
+                    .iter()
+                    .all(|u| u.starts_with("campaign ") && u.ends_with(" aborting"))
+            {
+                Some("FOUND_CAMPAIGN_ABORT_NOT_LIVE")
+            } else {
+                FOUND_DEFECT_NOT_LIVE.then_some("FOUND_DEFECT_NOT_LIVE")
+            },
             what: line,
         });
     }
