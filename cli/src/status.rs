@@ -144,25 +144,40 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
     }
     let mut out = String::new();
     let round = &overview.round;
-    let _ignored = writeln!(
-        out,
-        "coordinator on {}{}: round {} took {} ms, {} agents read, {} without a verified report{}",
-        overview.node,
-        round
-            .ganeti_version
-            .as_deref()
-            .map(|v| format!(" (Ganeti {v})"))
-            .unwrap_or_default(),
-        round.number,
-        round.duration_ms,
-        round.agents,
-        round.agents_failed,
-        round
-            .error
-            .as_deref()
-            .map(|e| format!(", error: {e}"))
-            .unwrap_or_default(),
-    );
+    if round.number == 0 {
+        // A coordinator that just started (a new master first takes over the state the master
+        // candidates keep, waiting out the old master's lease) has no round to show yet.
+        let _ignored = writeln!(
+            out,
+            "coordinator on {}: no round finished yet{}",
+            overview.node,
+            round
+                .error
+                .as_deref()
+                .map(|e| format!(", error: {e}"))
+                .unwrap_or_default(),
+        );
+    } else {
+        let _ignored = writeln!(
+            out,
+            "coordinator on {}{}: round {} took {} ms, {} agents read, {} without a verified report{}",
+            overview.node,
+            round
+                .ganeti_version
+                .as_deref()
+                .map(|v| format!(" (Ganeti {v})"))
+                .unwrap_or_default(),
+            round.number,
+            round.duration_ms,
+            round.agents,
+            round.agents_failed,
+            round
+                .error
+                .as_deref()
+                .map(|e| format!(", error: {e}"))
+                .unwrap_or_default(),
+        );
+    }
     out.push_str(&render_gate(overview));
     if overview.incidents.is_empty() {
         out.push_str("\nno incidents\n");
@@ -171,7 +186,9 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
         out.push_str(&incidents);
     }
     out.push_str(&render_instance_repairs(overview));
-    if agents.is_empty() {
+    if overview.agents.is_empty() {
+        out.push_str("\nno agent read yet\n");
+    } else if agents.is_empty() {
         let _ignored = writeln!(
             out,
             "\nall {} agents gave verified reports",

@@ -109,6 +109,21 @@ fn status_without_incidents() {
 }
 
 #[test]
+fn status_before_the_first_round() {
+    let body = r#"{"node":"n1","round":{"number":0,"started_ms":0,"duration_ms":0,"agents":0,
+        "agents_failed":0,"jobs_submitted":0,"error":null},"incidents":[],"agents":[],
+        "intents":[],"jobs":[]}"#;
+    let url = coordinator(vec![("200 OK", body.to_owned())]);
+    let (ok, stdout, stderr) = nodecare(&url, &[]);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.starts_with("coordinator on n1: no round finished yet\n"),
+        "{stdout}"
+    );
+    golden("status-before-first-round.txt", &stdout);
+}
+
+#[test]
 fn errors_are_clear() {
     let url = coordinator(vec![
         (

@@ -445,10 +445,11 @@ N3=$NODECARE_GNT_NODE3_NAME
 if base; then
 # ---- S0b: the version nodecare shows ---------------------------------------------------------
 # `nodecare status` names the Ganeti the round read (software_version of /2/info), and /1/status
-# carries it in its Ganeti-Version header.
+# carries it in its Ganeti-Version header. The first round comes after the takeover, which waits
+# out the old master's lease: on a slow machine that is most of a minute after the start.
 version=${NODECARE_GNT_SOFTWARE_VERSION:-}
 shown="" header=""
-for _ in $(seq 1 30); do
+for _ in $(seq 1 150); do
   shown=$("$CLI" status --url "http://127.0.0.1:$COORD_FWD" 2>/dev/null | head -n 1)
   header=$(curl -s -m 10 -D - -o /dev/null "http://127.0.0.1:$COORD_FWD/1/status" | tr -d '\r' | sed -n 's/^[Gg]aneti-[Vv]ersion: //p')
   [[ -n $version && $shown == *"(Ganeti $version)"* && $header == "$version" ]] && break
