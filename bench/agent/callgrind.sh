@@ -10,11 +10,12 @@
 # HTTP stack (client included), and one signed diagnose report. HOT_PATHS=path uses that binary.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-N=${1:-1000}
+. bench/lib.sh
+N=${1:-$(bench_size 10 1000)}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 2; }
 if [[ -z ${HOT_PATHS:-} ]]; then
-  cargo build --release --locked -p nodecare-agent --example hot_paths >&2
-  HOT_PATHS=${CARGO_TARGET_DIR:-target}/release/examples/hot_paths
+  bench_build -p nodecare-agent --example hot_paths
+  HOT_PATHS=$BENCH_TARGET/examples/hot_paths
 fi
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT

@@ -16,13 +16,16 @@
 # AGENT_BIN=path uses that binary instead of building one. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DURATION=${1:-300}
-PAIRS=${2:-3}
+. bench/lib.sh
+DURATION=${1:-$(bench_size 3 300)}
+PAIRS=${2:-$(bench_size 1 3)}
+# Start-up (the first runs, mond's first confd answers) is not rest: seconds left out.
+SETTLE=${SETTLE:-$(bench_size 2 15)}
 BASE_PORT=${BASE_PORT:-18171}
 [[ -x /usr/sbin/ganeti-mond ]] || { echo "ganeti-mond not found: apt-get install ganeti" >&2; exit 2; }
 if [[ -z ${AGENT_BIN:-} ]]; then
-  cargo build --release --locked -p nodecare-agent --bin nodecare-agent >&2
-  AGENT_BIN=${CARGO_TARGET_DIR:-target}/release/nodecare-agent
+  bench_build -p nodecare-agent --bin nodecare-agent
+  AGENT_BIN=$BENCH_TARGET/nodecare-agent
 fi
 
 WORK=$(mktemp -d)
@@ -48,6 +51,7 @@ for script in ${SCRIPTS:-always-ok ecc-memory smart-disks}; do
   install -o root -g root -m 0755 "whitelist-examples/diagnose/$script" "$WORK/diagnose/$script"
 done
 head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$WORK/hmac.key"; echo >>"$WORK/hmac.key"
+chmod 600 "$WORK/hmac.key"  # the agent refuses a key others can read
 
 pairs=""
 for i in $(seq "$PAIRS"); do
@@ -63,8 +67,7 @@ for i in $(seq "$PAIRS"); do
   wait_for "curl -fs http://127.0.0.1:$agent_port/1/report/node/diagnose/signed" 30
   pairs+="$agent_pid $mond_pid "
 done
-# Start-up (the first runs, mond's first confd answers) is not rest.
-sleep 15
+sleep "$SETTLE"
 python3 - "$DURATION" $pairs <<'PY'
 import glob, sys, time
 duration = int(sys.argv[1])

@@ -10,8 +10,9 @@
 # p50/p99 latency for both, the ratio, and the agent's RSS. Needs root.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DURATION=${1:-10}
-CONNECTIONS=${2:-16}
+. bench/lib.sh
+DURATION=${1:-$(bench_size 1 10)}
+CONNECTIONS=${2:-$(bench_size 4 16)}
 AGENT_PORT=${AGENT_PORT:-18161}
 MOND_PORT=${MOND_PORT:-18162}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 2; }
@@ -23,8 +24,8 @@ if [[ ${PIN:-0} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
 fi
 [[ -x /usr/sbin/ganeti-mond ]] || { echo "ganeti-mond not found: apt-get install ganeti" >&2; exit 2; }
 
-cargo build --release --locked -p nodecare-agent --bin nodecare-agent >&2
-BIN=${CARGO_TARGET_DIR:-target}/release
+bench_build -p nodecare-agent --bin nodecare-agent
+BIN=$BENCH_TARGET
 
 WORK=$(mktemp -d)
 AGENT_PID=""

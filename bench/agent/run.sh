@@ -8,8 +8,9 @@
 # agent's RSS; see docs/PERFORMANCE.md for the goals.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DURATION=${1:-10}
-CONNECTIONS=${2:-16}
+. bench/lib.sh
+DURATION=${1:-$(bench_size 1 10)}
+CONNECTIONS=${2:-$(bench_size 4 16)}
 AGENT_PORT=${AGENT_PORT:-18151}
 BARE_PORT=${BARE_PORT:-18152}
 command -v wrk >/dev/null || { echo "wrk not found: apt-get install wrk" >&2; exit 2; }
@@ -20,8 +21,8 @@ if [[ ${PIN:-0} == 1 && $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
   PIN_SERVER=(taskset -c 0) PIN_CLIENT=(taskset -c 1)
 fi
 
-cargo build --release --locked -p nodecare-agent --bin nodecare-agent --example bare_hyper >&2
-BIN=${CARGO_TARGET_DIR:-target}/release
+bench_build -p nodecare-agent --bin nodecare-agent --example bare_hyper
+BIN=$BENCH_TARGET
 
 WORK=$(mktemp -d)
 AGENT_PID="" BARE_PID=""

@@ -4,6 +4,7 @@
 # Usage: bench/campaign/run.sh [NODES INSTANCES JOB_S REBOOT_S]   (default: 200 4000 0.5 20)
 set -eu
 cd "$(dirname "$0")/../.."
-cargo build --quiet --release -p nodecare-tests --bin nodecare-bench-campaign
+. bench/lib.sh
+bench_build -p nodecare-tests --bin nodecare-bench-campaign
 ulimit -n 20000 2>/dev/null || true
-exec "${CARGO_TARGET_DIR:-target}/release/nodecare-bench-campaign" "$@"
+exec "$BENCH_TARGET/nodecare-bench-campaign" "$@"

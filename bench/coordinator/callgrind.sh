@@ -14,13 +14,14 @@
 # BENCH_BIN=path uses that build of nodecare-bench-coordinator instead of building one.
 set -eu
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 . bench/coordinator/agents.sh
 count=${1:-1000}
 rounds=${2:-2}
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 2; }
 if [ -z "${BENCH_BIN:-}" ]; then
-    cargo build --quiet --release -p nodecare-tests --bin nodecare-bench-coordinator
-    BENCH_BIN=${CARGO_TARGET_DIR:-target}/release/nodecare-bench-coordinator
+    bench_build -p nodecare-tests --bin nodecare-bench-coordinator
+    BENCH_BIN=$BENCH_TARGET/nodecare-bench-coordinator
 fi
 raise_nofile "$count"
 work=$(mktemp -d)

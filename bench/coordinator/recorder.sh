@@ -5,12 +5,13 @@
 # BENCH_BIN=path uses that build of nodecare-bench-coordinator instead of building one.
 set -eu
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 . bench/coordinator/agents.sh
 rounds=${1:-20}
 [ $# -gt 0 ] && shift
 if [ -z "${BENCH_BIN:-}" ]; then
-    cargo build --quiet --release -p nodecare-tests --bin nodecare-bench-coordinator
-    BENCH_BIN=${CARGO_TARGET_DIR:-target}/release/nodecare-bench-coordinator
+    bench_build -p nodecare-tests --bin nodecare-bench-coordinator
+    BENCH_BIN=$BENCH_TARGET/nodecare-bench-coordinator
 fi
 work=$(mktemp -d)
 cleanup() { stop_agents; rm -rf "$work"; }

@@ -7,8 +7,9 @@
 # BENCH_BIN=path uses that build of nodecare-bench-coordinator instead of building one.
 set -eu
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 if [ -z "${BENCH_BIN:-}" ]; then
-    cargo build --quiet --release -p nodecare-tests --bin nodecare-bench-coordinator
-    BENCH_BIN=${CARGO_TARGET_DIR:-target}/release/nodecare-bench-coordinator
+    bench_build -p nodecare-tests --bin nodecare-bench-coordinator
+    BENCH_BIN=$BENCH_TARGET/nodecare-bench-coordinator
 fi
 "$BENCH_BIN" state-growth "${1:-1000}" "${2:-10000}"

@@ -11,11 +11,12 @@
 # Ganeti inside the benchmark's process, as before (its answers then count in the RSS).
 set -eu
 cd "$(dirname "$0")/../.."
+. bench/lib.sh
 . bench/coordinator/agents.sh
 if [ -z "${BENCH_BIN:-}" ]; then
-    cargo build --quiet --release -p nodecare-tests --bin nodecare-bench-coordinator \
+    bench_build -p nodecare-tests --bin nodecare-bench-coordinator \
         -p nodecare-ganeti-sim --bin nodecare-ganeti-sim
-    BENCH_BIN=${CARGO_TARGET_DIR:-target}/release/nodecare-bench-coordinator
+    BENCH_BIN=$BENCH_TARGET/nodecare-bench-coordinator
 fi
 SIM_BIN=${SIM_BIN:-$(dirname "$BENCH_BIN")/nodecare-ganeti-sim}
 count=${1:-5000}

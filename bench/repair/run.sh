@@ -14,8 +14,12 @@
 # Knobs: FLOOD_PATIENT (200), FLOOD_IMPATIENT (16), FLOOD_PROBE_MS (200), FLOOD_DELAY_MS (1500).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export FLOOD_SECONDS=${FLOOD_SECONDS:-30}
-export FLOOD_MAX_REQUESTS=${FLOOD_MAX_REQUESTS:-500000}
+. bench/lib.sh
+export FLOOD_SECONDS=${FLOOD_SECONDS:-$(bench_size 3 30)}
+export FLOOD_MAX_REQUESTS=${FLOOD_MAX_REQUESTS:-$(bench_size 5000 500000)}
+export FLOOD_PATIENT=${FLOOD_PATIENT:-$(bench_size 20 200)}
+release=--release
+[ "$BENCH_SMOKE" = 1 ] && release=
 timeout $((FLOOD_SECONDS + 600)) \
-    cargo test --release -p nodecare-agent --test repair_flood -- \
+    cargo test $release --locked -p nodecare-agent --test repair_flood -- \
     --ignored --exact flood_benchmark --nocapture --test-threads 1

@@ -6,12 +6,13 @@
 # Needs python3 and, for the comparison, hroller (ganeti-htools-3.0).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-TIMEOUT=${1:-400}
+. bench/lib.sh
+TIMEOUT=${1:-$(bench_size 60 400)}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-cargo build --release -q -p nodecare-cli
-NODECARE=target/release/nodecare
+bench_build -p nodecare-cli --bin nodecare
+NODECARE=$BENCH_TARGET/nodecare
 
 # name nodes instances group-size
 CASES=(
@@ -19,6 +20,7 @@ CASES=(
   "1000/20000 1000 20000 50"
   "5000/50000 5000 50000 100"
 )
+[[ $BENCH_SMOKE == 1 ]] && CASES=("20/200 20 200 5")
 
 # Prints "<seconds> <max RSS KB>" of a command, its stdout to $2.
 measure() {

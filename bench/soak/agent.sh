@@ -9,11 +9,12 @@
 # was refused. BIN=target/debug uses a debug build instead of building the release one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-SECONDS_TOTAL=${SOAK_SECONDS:-600}
+. bench/lib.sh
+SECONDS_TOTAL=${SOAK_SECONDS:-$(bench_size 10 600)}
 PORT=${SOAK_PORT:-18161}
-BIN=${BIN:-target/release}
-if [[ $BIN == target/release ]]; then
-  cargo build --release --locked -p nodecare-agent --bin nodecare-agent >&2
+if [[ -z ${BIN:-} ]]; then
+  bench_build -p nodecare-agent --bin nodecare-agent
+  BIN=$BENCH_TARGET
 fi
 WORK=$(mktemp -d)
 AGENT_PID=""

@@ -9,6 +9,7 @@
 #   SOAK_SECONDS=900 bench/soak/coordinator.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export SOAK_SECONDS=${SOAK_SECONDS:-3600}
+. bench/lib.sh
+export SOAK_SECONDS=${SOAK_SECONDS:-$(bench_size 20 3600)}
 exec cargo nextest run --locked -p nodecare-tests --test coordinator soak::coordinator_soak \
     --run-ignored only --no-capture

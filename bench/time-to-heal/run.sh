@@ -5,11 +5,20 @@
 # new verdict, the first Ganeti job is received, the node holds no primary instance, and the
 # repairready tag is on the node. Two runs in one cluster: round by round (`job_chains = false`,
 # node2, 4 possible targets) then job chains (the default, node3, 3 possible targets).
-# Root, Debian 12; release binaries in target/release (built unless --no-build). Not run in CI.
+# Root, Debian 12; release binaries in target/release (built unless --no-build). CI runs its smoke
+# mode (BENCH_SMOKE=1: debug binaries, agents diagnose and the coordinator rounds every 2 s, the
+# job-chain run only).
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 GNT=$ROOT/tests/ganeti
+# shellcheck disable=SC1091
+. "$ROOT/bench/lib.sh"
+# The package's defaults: agents diagnose every 60 s, the coordinator rounds every 30 s.
+DIAGNOSE_S=$(bench_size 2 60)
+ROUND_S=$(bench_size 2 30)
+# The coordinator's first rounds (every agent seen Ok) before a verdict flips.
+FIRST_ROUNDS_S=$(bench_size 10 35)
 BUILD=1
 for a in "$@"; do
   case $a in
@@ -31,10 +40,10 @@ cleanup() {
 }
 trap cleanup EXIT
 if [[ $BUILD -eq 1 ]]; then
-  (cd "$ROOT" && cargo build --release -p nodecare-agent -p nodecare-coordinator) >&2 || exit 1
+  (cd "$ROOT" && bench_build -p nodecare-agent -p nodecare-coordinator) || exit 1
 fi
-AGENT=$ROOT/target/release/nodecare-agent
-COORD=$ROOT/target/release/nodecare-coordinator
+AGENT=$ROOT/$BENCH_TARGET/nodecare-agent
+COORD=$ROOT/$BENCH_TARGET/nodecare-coordinator
 log "cluster up (5 nodes)"
 "$GNT/cluster-up.sh" --nodes 5 --instances "$INSTANCES" --no-mond >&2 || { echo "cluster-up failed" >&2; exit 1; }
 # shellcheck disable=SC1091
@@ -58,7 +67,7 @@ for ((i = 1; i <= NODECARE_GNT_NODES; i++)); do
   chmod 0755 "$nroot/etc/ganeti/node-diagnose-commands/bench-state"
   "$GNT/node-exec.sh" "$i" --bg "agent-$i" "$AGENT" --listen "${!ip_var}:1815" --node-name "${!name_var}" \
     --hmac-key /var/lib/ganeti/hmac.key --state-dir "$S/heal/agent-state-$i" \
-    --diagnose-dir /etc/ganeti/node-diagnose-commands --log info >/dev/null || exit 1
+    --diagnose-dir /etc/ganeti/node-diagnose-commands --diagnose-interval-secs "$DIAGNOSE_S" --log info >/dev/null || exit 1
 done
 run() { # NAME NODE-INDEX JOB_CHAINS
   local name=$1 i=$2 chains=$3 node_var="NODECARE_GNT_NODE${2}_NAME"
@@ -68,8 +77,9 @@ run() { # NAME NODE-INDEX JOB_CHAINS
     --node-name "$NODECARE_GNT_MASTER" --state-dir "$S/heal/coord-state-$name" \
     --listen "$NODECARE_GNT_NODE1_IP:$COORD_PORT" --hmac-key /var/lib/ganeti/hmac.key \
     --rapi-url "https://$NODECARE_GNT_CLUSTER_IP:5080" --rapi-certificate /var/lib/ganeti/rapi.pem \
-    --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 2 --min-healthy-nodes 2 >/dev/null || exit 1
-  sleep 35 # the coordinator's first rounds: every agent seen Ok
+    --rapi-credentials "$S/rapi-credentials" --max-disrupted-nodes 2 --min-healthy-nodes 2 \
+    --round-interval "$ROUND_S" >/dev/null || exit 1
+  sleep "$FIRST_ROUNDS_S" # the coordinator's first rounds: every agent seen Ok
   local last_job
   last_job=$(rapi "/2/jobs" | py "print(max([int(j['id']) for j in d] or [0]))")
   log "$name: $node says evacuate"
@@ -105,6 +115,6 @@ print(f"{name:14} verdict printed {since(printed, flip)} after the flip; from th
       f"repairready tag {since(tagged, printed)}; {jobs} Ganeti jobs")
 PY
 }
-echo "time to heal, 5-node Ganeti 3.0.2 cluster, node with 5 instances, default intervals"
-run round-by-round 2 false
+echo "time to heal, 5-node Ganeti 3.0.2 cluster, node with 5 instances, diagnose every $DIAGNOSE_S s, rounds every $ROUND_S s"
+[[ $BENCH_SMOKE == 1 ]] || run round-by-round 2 false
 run chains 3 true
