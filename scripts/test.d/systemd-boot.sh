@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Boot test: the packages on a real systemd. Boots a Debian 12 root (debootstrap, cached) with
-# systemd 252 as PID 1 in its own PID and mount namespaces (tests/systemd/boot-lib.sh), then does
+# Boot test: the packages on a real systemd. Boots a Debian 12 root (debootstrap, cached; Debian 13
+# with NODECARE_SYSTEMD_SUITE=trixie, scripts/test.d/systemd-boot-trixie.sh) with systemd as PID 1 in its own PID and mount namespaces (tests/systemd/boot-lib.sh), then does
 # what an operator does on a node and checks what the units promise:
 #
 #  1. `apt install ./nodecare-agent_…deb ./nodecare-coordinator_…deb` (the README's
@@ -90,7 +90,7 @@ if [ ! -s "$out/$agent_deb" ] || [ ! -s "$out/$coordinator_deb" ]; then
 fi
 
 # --- boot -------------------------------------------------------------------------------------
-lower=$(boot_cached_root) || fail "cannot make the Debian 12 root"
+lower=$(boot_cached_root) || fail "cannot make the $boot_release root"
 trap boot_stop EXIT
 boot_work=$(mktemp -d /tmp/nodecare-systemd.XXXXXX)
 upper=$boot_work/upper
@@ -130,7 +130,7 @@ deb=$upper/srv/nodecare-test-repo/nodecare-test-upgrade_2.0_all.deb
 echo 'deb [trusted=yes] file:/srv/nodecare-test-repo ./' >"$upper/etc/apt/sources.list"
 
 boot_start "$lower" || fail "the root did not boot"
-say "booted systemd $(in_root systemctl --version | head -n 1 | cut -d' ' -f2) as PID 1 in $((SECONDS - started)) s"
+say "booted $boot_release, systemd $(in_root systemctl --version | head -n 1 | cut -d' ' -f2) as PID 1 in $((SECONDS - started)) s"
 in_root systemctl is-active systemd-journald dbus >/dev/null || fail "journald or dbus is not active"
 
 # --- 1. install -------------------------------------------------------------------------------

@@ -1,13 +1,19 @@
-# Boots a Debian 12 root with systemd as PID 1 in its own PID and mount namespaces, for
+# Boots a Debian 12 (or 13: NODECARE_SYSTEMD_SUITE=trixie) root with systemd as PID 1 in its own PID and mount namespaces, for
 # scripts/test.d/systemd-boot.sh. Source it; needs root, debootstrap, unshare, nsenter.
 #
 # The root is made once with debootstrap and cached under $NODECARE_SYSTEMD_CACHE (default
 # /var/cache/nodecare-systemd-test), keyed on the suite and the package list. Every boot runs on
 # an overlay of the cached root (changes go to a fresh upper directory), so a run never changes
 # the cache. systemd-nspawn is not used: it needs a host system bus, which these machines lack;
-# systemd 252 boots as PID 1 under `unshare --pid --fork --mount` with journald, dbus and logind.
+# systemd (252 in Debian 12, 257 in 13) boots as PID 1 under `unshare --pid --fork --mount` with
+# journald, dbus and logind.
 
-boot_suite=bookworm
+boot_suite=${NODECARE_SYSTEMD_SUITE:-bookworm}
+case $boot_suite in
+    bookworm) boot_release="Debian 12" ;;
+    trixie) boot_release="Debian 13" ;;
+    *) boot_release="Debian $boot_suite" ;;
+esac
 boot_mirror=${NODECARE_SYSTEMD_MIRROR:-http://deb.debian.org/debian}
 # What the test needs in the node: systemd and dbus (the init), python3 (example scripts and
 # hooks), curl (the agent's HTTP API), procps (pgrep).
