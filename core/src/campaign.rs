@@ -2246,10 +2246,19 @@ impl Record {
                     }
                     _ if rebooted => self.set_step(name, NodeStep::WaitHealthy, now),
                     Ok(Some(true)) => self.set_step(name, NodeStep::WaitHealthy, now),
-                    // Recorded, not delivered: an abort stops it; until it is sent, what
-                    // would keep it from being sent is seen to (instances moved away).
+                    // Recorded, not delivered: an abort stops it (once a request that went
+                    // out can no longer be taken, [`HookStop::may_still_run`]); until it is
+                    // sent, what would keep it from being sent is seen to (instances moved
+                    // away).
                     _ if undelivered && aborting => {
-                        self.wait(name, "the hook to be stopped: the campaign aborts".into());
+                        let waiting = match self.hooks_sent_until.get(&key) {
+                            Some(until) if *until >= now => format!(
+                                "the hook to be stopped: the campaign aborts, and a request sent \
+                                 for it may still reach its agent until {until} (Unix ms)"
+                            ),
+                            _ => "the hook to be stopped: the campaign aborts".to_owned(),
+                        };
+                        self.wait(name, waiting);
                     }
                     _ if undelivered => match self.before_hook(name, &prefix, world, back, planned)
                     {

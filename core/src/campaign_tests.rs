@@ -1763,6 +1763,63 @@ fn an_abort_stops_a_hook_not_delivered_and_sends_the_node_back() {
     assert!(!w.nodes["a"].drained);
 }
 
+/// An abort while a hook's request went out (its answer lost, or its agent away when it came):
+/// the agent may still take it until its expiry, so the node waits at its hook, held, and says
+/// until when; once past it the hook is canceled (the agent does not have it), the node goes
+/// back (undrained, its primaries back, skipped) and the abort ends.
+#[test]
+fn an_abort_waits_out_a_hook_request_that_went_out_saying_until_when_then_ends() {
+    let mut w = world();
+    let mut r = started(request(), &w);
+    until_hook_recorded(&mut r, &mut w, "a");
+    let a = hook_op(&r, "a");
+    let until = w.now_ms + 2_500;
+    r.note_hook_sent(&a.key, until);
+    r.abort(w.now_ms).unwrap();
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(r.state(), CampaignState::Aborting);
+    assert_eq!(step_of(&r, "a"), NodeStep::Hook);
+    assert_eq!(
+        r.node("a").unwrap().waiting_for.as_deref(),
+        Some(
+            format!(
+                "the hook to be stopped: the campaign aborts, and a request sent for it may \
+                 still reach its agent until {until} (Unix ms)"
+            )
+            .as_str()
+        )
+    );
+    assert!(
+        r.holds().iter().any(|(node, _)| node == "a"),
+        "{:?}",
+        r.holds()
+    );
+    let stop = r
+        .hooks_to_stop()
+        .into_iter()
+        .find(|s| s.key == a.key)
+        .unwrap();
+    assert!(stop.confirm && stop.may_still_run(w.now_ms), "{stop:?}");
+    // Past its expiry the agent can no longer take it: the executor cancels it (and any other
+    // hook not delivered), and the abort goes on.
+    w.now_ms = until + 1;
+    assert!(!stop.may_still_run(w.now_ms));
+    for stop in r.hooks_to_stop() {
+        let op = r.ops_mut().get_mut(&stop.key).unwrap();
+        op.state = OpState::Failed;
+        op.canceled = true;
+        op.error = Some(stop.why);
+    }
+    run(&mut r, &mut w, 10);
+    assert_eq!(r.state(), CampaignState::Aborted);
+    assert_eq!(step_of(&r, "a"), NodeStep::Skipped);
+    assert_eq!(r.campaign.failure, None);
+    assert_eq!(w.instances["i1"].primary, "a");
+    assert!(!w.nodes["a"].drained);
+    assert_eq!(r.holds(), vec![]);
+}
+
 /// Group 0 (`b`) up to its undrain, recorded and not finished; then group 1 (`later`) starts,
 /// as the gate admits it with `b` released.
 fn next_group_while_undraining(w: &mut World, later: &str, request: CampaignRequest) -> Record {
