@@ -1298,3 +1298,99 @@ fn node_states(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+    use nodecare_protocol::what_if::{BreakerKey, CapKey};
+
+    #[test]
+    fn every_gate_policy_key_changes_the_gate() {
+        let mut gate =
+            crate::daemon::reconcile_settings(&crate::config::Config::default(), "n1".into()).gate;
+        for (key, value) in [
+            ("max_disrupted_nodes", "7"),
+            ("max_disrupted_percent", "12.5"),
+            ("min_healthy_nodes", "4"),
+            ("grace", "90"),
+            ("breaker.max_incident_nodes", "11"),
+            ("breaker.max_incident_percent", "45"),
+            ("breaker.min_incident_nodes", "6"),
+            ("breaker.window_secs", "30"),
+            ("breaker.max_unreachable_percent", "80"),
+            ("breaker.auto_close_secs", "600"),
+            ("group_caps.rack-a.max_disrupted_nodes", "3"),
+        ] {
+            let key = PolicyKey::parse(key).unwrap();
+            let value = key.value(value).unwrap();
+            apply_policy(&mut gate, &key, value);
+        }
+        assert_eq!(gate.cluster.max_disrupted_nodes, 7);
+        assert_eq!(gate.cluster.max_disrupted_percent, Some(12.5));
+        assert_eq!(gate.cluster.min_healthy_nodes, 4);
+        assert_eq!(gate.grace, Duration::from_secs(90));
+        assert_eq!(gate.breaker.max_incident_nodes, 11);
+        assert!((gate.breaker.max_incident_percent - 45.0).abs() < f64::EPSILON);
+        assert_eq!(gate.breaker.min_incident_nodes, 6);
+        assert!((gate.breaker.window_secs - 30.0).abs() < f64::EPSILON);
+        assert!((gate.breaker.max_unreachable_percent - 80.0).abs() < f64::EPSILON);
+        assert_eq!(gate.breaker.auto_close_secs, Some(600.0));
+        assert_eq!(gate.groups["rack-a"].max_disrupted_nodes, 3);
+        let none = PolicyKey::Cluster(CapKey::MaxDisruptedPercent);
+        apply_policy(&mut gate, &none, none.value("none").unwrap());
+        assert_eq!(gate.cluster.max_disrupted_percent, None);
+        let close = PolicyKey::Breaker(BreakerKey::AutoCloseSecs);
+        apply_policy(&mut gate, &close, close.value("none").unwrap());
+        assert_eq!(gate.breaker.auto_close_secs, None);
+    }
+
+    #[tokio::test]
+    async fn the_simulated_cluster_shows_what_rapi_showed() {
+        let sim = Simulation::new(
+            SimConfig::from_spec(3, "a:drbd:2,b:plain:3,c:diskless:3", "t").unwrap(),
+        )
+        .unwrap();
+        sim.with_cluster(|c| {
+            let n2 = c.nodes.get_mut("node2.t").unwrap();
+            n2.memory_total_mib = 8192;
+            n2.memory_reserved_mib = 1000;
+            n2.disk_free_mib = Some(1234);
+            c.nodes.get_mut("node3.t").unwrap().memory_unknown = true;
+            c.instances.get_mut("a.t").unwrap().disk_sizes = Some(vec![10_240, 512]);
+            c.crash_instance("b.t").unwrap();
+        });
+        let live = sim.client();
+        let (nodes, instances) = (
+            Ganeti::nodes(&live).await.unwrap(),
+            Ganeti::instances(&live).await.unwrap(),
+        );
+        let copy = simulate("node1.t", &nodes, &instances, 7).unwrap();
+        let client = copy.client();
+        let (again, again_instances) = (
+            Ganeti::nodes(&client).await.unwrap(),
+            Ganeti::instances(&client).await.unwrap(),
+        );
+        let key = |n: &Node| (n.name.clone(), n.memory_free, n.memory_total, n.disk_free);
+        assert_eq!(
+            again.iter().map(key).collect::<Vec<_>>(),
+            nodes.iter().map(key).collect::<Vec<_>>()
+        );
+        assert_eq!(again[2].memory_free, None, "unknown memory stays unknown");
+        let key = |i: &Instance| {
+            (
+                i.name.clone(),
+                i.status.clone(),
+                i.admin_state.clone(),
+                i.memory,
+                i.disk_sizes.clone(),
+            )
+        };
+        assert_eq!(
+            again_instances.iter().map(key).collect::<Vec<_>>(),
+            instances.iter().map(key).collect::<Vec<_>>()
+        );
+        assert_eq!(instances[1].status, "ERROR_down");
+    }
+}

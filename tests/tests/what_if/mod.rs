@@ -3,6 +3,12 @@
 //! that the coordinator then submits to the simulated cluster once the change is real, and
 //! changes nothing before.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "test code: the helpers of the tests"
+)]
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::gate::all_duties::{Watch, Watched};
