@@ -35,7 +35,11 @@ pub(crate) struct WhatIfArgs {
     /// A rolling-maintenance campaign starts: `all`, or the nodes, comma-separated.
     #[arg(long, value_name = "all|NODE,NODE")]
     campaign: Option<String>,
-    /// KEY=VALUE: a cluster-wide policy setting (max_disrupted_nodes, min_healthy_nodes).
+    /// KEY=VALUE: a setting of the gate's policy, spelled as in the configuration:
+    /// max_disrupted_nodes, max_disrupted_percent, min_healthy_nodes (also
+    /// group_caps.GROUP.max_disrupted_nodes and so on), grace (seconds), breaker.max_incident_nodes,
+    /// breaker.max_incident_percent, breaker.min_incident_nodes, breaker.window_secs,
+    /// breaker.max_unreachable_percent, breaker.auto_close_secs; `none` where no cap is one.
     /// Repeatable.
     #[arg(long, value_name = "KEY=VALUE")]
     policy: Vec<String>,
@@ -69,18 +73,8 @@ pub(crate) fn query(args: &WhatIfArgs) -> Result<Query, String> {
         let (key, value) = pair
             .split_once('=')
             .ok_or_else(|| format!("--policy: KEY=VALUE expected, got {pair:?}"))?;
-        let key = match key {
-            "max_disrupted_nodes" => PolicyKey::MaxDisruptedNodes,
-            "min_healthy_nodes" => PolicyKey::MinHealthyNodes,
-            other => {
-                return Err(format!(
-                    "--policy: unknown key {other:?} (max_disrupted_nodes, min_healthy_nodes)"
-                ));
-            }
-        };
-        let value = value
-            .parse()
-            .map_err(|_| format!("--policy: {pair}: a whole number expected"))?;
+        let key = PolicyKey::parse(key).map_err(|e| format!("--{e}"))?;
+        let value = key.value(value).map_err(|e| format!("--{e}"))?;
         changes.push(Change::Policy { key, value });
     }
     for text in &args.drain {
@@ -137,10 +131,17 @@ pub(crate) fn render(what_if: &WhatIf) -> String {
     let mut out = String::new();
     let changes: Vec<String> = what_if.changes.iter().map(Change::describe).collect();
     let _ignored = writeln!(out, "what if: {}", changes.join(", "));
-    let from = what_if.start.recorded_round.map_or_else(
-        || "no recorded round".to_owned(),
+    let mut from = what_if.start.recorded_round.map_or_else(
+        || "the cluster and the agents as read at the request".to_owned(),
         |n| format!("the verdicts of recorded round {n}"),
     );
+    if what_if.start.jobs_in_flight > 0 {
+        let _ignored = write!(
+            from,
+            " and nodecare's {} job(s) in flight",
+            what_if.start.jobs_in_flight
+        );
+    }
     let _ignored = writeln!(
         out,
         "from {}, with {from}; one round every {} s",
@@ -221,16 +222,22 @@ pub(crate) fn render(what_if: &WhatIf) -> String {
             "  incident {} on {}: {}, {}{new}",
             i.uuid, i.node, i.action, i.status
         );
-        match &i.blocked_by {
-            Some(blocked) => {
+        match (&i.why, &i.blocked_by) {
+            (Some(why), _) => {
+                let _ignored = writeln!(out, "; {why}");
+            }
+            (None, Some(blocked)) => {
                 let _ignored = writeln!(out, "; waits: {blocked}");
             }
-            None => out.push('\n'),
+            (None, None) => out.push('\n'),
         }
     }
     for c in &what_if.campaigns {
         let new = if c.new { " (new)" } else { "" };
-        let _ignored = writeln!(out, "  campaign {}: {}{new}", c.id, c.state);
+        let _ignored = match &c.why {
+            Some(why) => writeln!(out, "  campaign {}: {}{new}; {why}", c.id, c.state),
+            None => writeln!(out, "  campaign {}: {}{new}", c.id, c.state),
+        };
     }
     for note in &what_if.notes {
         let _ignored = writeln!(out, "note: {note}");
@@ -312,6 +319,8 @@ mod tests {
             (vec!["--drain", "a b"], "not a node name"),
             (vec!["--policy", "speed=2"], "unknown key"),
             (vec!["--policy", "max_disrupted_nodes=x"], "whole number"),
+            (vec!["--policy", "breaker.nope=1"], "unknown key"),
+            (vec!["--policy", "grace=soon"], "a number"),
             (vec![], "nothing to try"),
             (vec!["--drain", "n", "--rounds", "99"], "--rounds"),
             (vec!["--drain", "n", "--at", "yesterday"], "--at"),

@@ -153,10 +153,11 @@ impl Coordinator {
         if let Err(error) = crate::auth::Users::load(&config.users) {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }
-        let what_if = Arc::new(crate::what_if::WhatIfContext::new(
-            settings.clone(),
-            config.round_interval_duration()?,
-        ));
+        // A what-if reads the agents as the rounds do, through the same scraper.
+        let what_if = Arc::new(
+            crate::what_if::WhatIfContext::new(settings.clone(), config.round_interval_duration()?)
+                .with_agents(Arc::new(scraper.clone())),
+        );
         let ganeti_for_api = Arc::clone(&ganeti);
         let ganeti_for_waits = Arc::clone(&ganeti);
         let agents_for_api = repairs.clone();

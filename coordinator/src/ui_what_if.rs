@@ -9,7 +9,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use nodecare_protocol::what_if::{
-    Change, Ending, MAX_ROUNDS, PolicyKey, Query, WhatIf, is_node_name, parse_verdict,
+    CapKey, Change, Ending, MAX_ROUNDS, PolicyKey, Query, WhatIf, is_node_name, parse_verdict,
 };
 
 use crate::api::ApiState;
@@ -72,12 +72,9 @@ pub fn form_query(query: Option<&str>) -> Result<Option<Query>, String> {
         });
     }
     if let Some(cap) = cap {
-        changes.push(Change::Policy {
-            key: PolicyKey::MaxDisruptedNodes,
-            value: cap
-                .parse()
-                .map_err(|_| "max_disrupted_nodes: a whole number expected".to_owned())?,
-        });
+        let key = PolicyKey::Cluster(CapKey::MaxDisruptedNodes);
+        let value = key.value(cap)?;
+        changes.push(Change::Policy { key, value });
     }
     if campaign {
         changes.push(Change::Campaign { nodes: Vec::new() });
@@ -145,11 +142,14 @@ fn answer(what_if: &WhatIf) -> Markup {
                     @if n.changed { " (changed)" } }
             }
             @for c in &what_if.campaigns {
-                li { "campaign " code { (c.id) } ": " b { (c.state) } @if c.new { " (new)" } }
+                li { "campaign " code { (c.id) } ": " b { (c.state) } @if c.new { " (new)" }
+                    @if let Some(why) = &c.why { " — " span.why { (why) } } }
             }
             @for i in &what_if.incidents {
                 li { "incident " code { (i.uuid) } " on " (i.node) ": " (i.action) ", " b { (i.status) }
-                    @if let Some(blocked) = &i.blocked_by { " — waits: " span.blocked-by { (blocked) } } }
+                    @if i.new { " (new)" }
+                    @if let Some(why) = &i.why { " — " span.why { (why) } }
+                    @else if let Some(blocked) = &i.blocked_by { " — waits: " span.blocked-by { (blocked) } } }
             }
         }
         @for note in &what_if.notes { p.mute { (note) } }
@@ -233,8 +233,8 @@ mod tests {
                     verdict: DiagnoseStatus::EvacuateFailover
                 },
                 Change::Policy {
-                    key: PolicyKey::MaxDisruptedNodes,
-                    value: 2
+                    key: PolicyKey::Cluster(CapKey::MaxDisruptedNodes),
+                    value: nodecare_protocol::what_if::PolicyValue(Some(2.0))
                 },
                 Change::Campaign { nodes: Vec::new() },
             ]
@@ -270,6 +270,7 @@ mod tests {
                 at_ms: 1_000,
                 recorded_round: None,
                 interval_ms: 30_000,
+                jobs_in_flight: 0,
             },
             rounds: vec![WhatIfRound {
                 number: 1,
@@ -293,6 +294,7 @@ mod tests {
                 action: "evacuate".into(),
                 status: "noted".into(),
                 blocked_by: Some("node2 first".into()),
+                why: Some("waits: node2 first".into()),
                 new: true,
             }],
             campaigns: Vec::new(),

@@ -4,12 +4,17 @@
 //! It is the daemon's [`Reconciler`] with the daemon's duties, gate and executor, given
 //! three things instead of the real ones, so that it can reach nothing outside the process:
 //!
-//! * Ganeti: a [`Simulation`] of the cluster as RAPI shows it now, whose jobs succeed at once
-//!   and change the simulated cluster as Ganeti would (the drain sets the flag, a migration
-//!   moves the primary); it is reached through its in-process client only;
-//! * the agents: [`SimulatedAgents`], answering each node with the verdict of the recorded
-//!   round (or its incident's), the hypothetical ones laid over them, storage as the recorded
-//!   round saw it; and [`RepairClient::simulated`], which holds no HTTP client;
+//! * Ganeti: a [`Simulation`] of the cluster as RAPI shows it at the request (its free memory
+//!   and disk, disk sizes, instance states, unknown memory left unknown), seeded with
+//!   nodecare's jobs in flight under their own ids and in their state ([`seed_jobs`]), so that
+//!   the executor follows them as the daemon does; its jobs succeed at once and change the
+//!   simulated cluster as Ganeti would (the drain sets the flag, a migration moves the
+//!   primary); it is reached through its in-process client only;
+//! * the agents: [`SimulatedAgents`], answering each node as its agent answered at the
+//!   request, read through the round's own [`AgentReader`] (or, asked with `at`, with the
+//!   verdicts of a recorded round), the hypothetical verdicts laid over them, the storage
+//!   problems recomputed each round from the storage reports read at the request and the
+//!   simulated cluster; and [`RepairClient::simulated`], which holds no HTTP client;
 //! * the state: [`Store::private_copy`], an in-memory copy, without replication, the flight
 //!   recorder off; the clock is simulated, one round interval per round.
 //!
@@ -24,14 +29,14 @@ use std::time::Duration;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::{SimConfig, SimInstance, SimNode};
 use nodecare_protocol::what_if::{
-    Change, EndCampaign, EndIncident, EndNode, Ending, MAX_ROUNDS, PolicyKey, PredictedJob, Query,
-    Start, Wait, WhatIf, WhatIfRound,
+    Change, EndCampaign, EndIncident, EndNode, Ending, MAX_ROUNDS, PolicyKey, PolicyValue,
+    PredictedJob, Query, Start, Wait, WhatIf, WhatIfRound,
 };
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus, NodeVerdict, ScriptVerdict};
 
 use crate::board::Board;
-use crate::exec::ledger::Ledger as _;
-use crate::ganeti::{Ganeti, Instance, Node};
+use crate::exec::ledger::{Entry, Ledger as _};
+use crate::ganeti::{Ganeti, Instance, JobId, JobStatus, JobSummary, Node, Reason};
 use crate::gate::StorageProblem;
 use crate::incident::RepairStatus;
 use crate::reconcile::{Clock, ReconcileSettings, Reconciler};
@@ -40,6 +45,7 @@ use crate::round::agents::{AgentFuture, AgentReader};
 use crate::scrape::{
     AgentOutcome, AgentResult, AgentTarget, AgentUrls, Observation, StorageHealth,
 };
+use crate::storage::{StorageObservation, StorageReading};
 use crate::store::Store;
 
 /// Most nodes a what-if simulates.
@@ -51,13 +57,17 @@ pub const TIME_LIMIT: Duration = Duration::from_secs(60);
 /// The name hypothetical verdicts and the what-if's own records carry.
 pub const WHAT_IF: &str = "what-if";
 
-/// What a what-if needs of the daemon: its round settings and interval, and one permit.
+/// What a what-if needs of the daemon: its round settings and interval, where its rounds read
+/// the agents, and one permit.
 #[derive(Debug)]
 pub struct WhatIfContext {
     /// The daemon's round settings.
     pub settings: ReconcileSettings,
     /// The round interval: the simulated clock's step.
     pub interval: Duration,
+    /// Where the daemon's rounds read the agents (none: the agents answer as in the last
+    /// recorded round).
+    agents: Option<Arc<dyn AgentReader>>,
     permit: tokio::sync::Semaphore,
 }
 
@@ -67,8 +77,17 @@ impl WhatIfContext {
         Self {
             settings,
             interval,
+            agents: None,
             permit: tokio::sync::Semaphore::new(1),
         }
+    }
+
+    /// The same context reading the agents at each request through `agents`, as the
+    /// daemon's rounds do.
+    #[must_use]
+    pub fn with_agents(mut self, agents: Arc<dyn AgentReader>) -> Self {
+        self.agents = Some(agents);
+        self
     }
 
     /// The one permit: `None` while another what-if runs.
@@ -91,15 +110,34 @@ pub enum WhatIfError {
     Read(String),
 }
 
+/// How the agents of a what-if answer, hypothetical verdicts aside.
+#[derive(Debug, Clone)]
+pub enum Answers {
+    /// As each one answered at the request (offline nodes are not read).
+    Read(BTreeMap<String, AgentOutcome>),
+    /// As a recorded round saw them (`Ok`, `evacuate`, `unknown (…)`).
+    Recorded(BTreeMap<String, String>),
+}
+
+/// The storage health of a what-if's rounds.
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// The storage reports read at the request: each round judges them against the simulated
+    /// cluster as it is then (a node not read reports no DRBD minor).
+    Read(BTreeMap<String, StorageReading>),
+    /// The storage problems a recorded round saw.
+    Recorded(Vec<StorageProblem>),
+}
+
 /// The agents of a what-if: verdicts in memory, nothing sent.
 #[derive(Debug)]
 pub struct SimulatedAgents {
     /// Hypothetical verdicts, by node.
     hypothetical: BTreeMap<String, DiagnoseStatus>,
-    /// What the recorded round saw, by node (`Ok`, `evacuate`, `unknown (…)`).
-    recorded: BTreeMap<String, String>,
-    /// The storage problems the recorded round saw.
-    storage: Vec<StorageProblem>,
+    /// How the nodes answer otherwise.
+    answers: Answers,
+    /// The storage reports or problems.
+    storage: Storage,
     /// The private copy (its incidents' verdicts are repeated as their agents would).
     store: Arc<Store>,
     /// The simulated repairs and hooks: a node's boot id changes with each one run there.
@@ -108,21 +146,47 @@ pub struct SimulatedAgents {
 }
 
 impl SimulatedAgents {
-    /// Agents answering `recorded` verdicts with `hypothetical` ones laid over them.
+    /// Agents answering `answers` with `hypothetical` verdicts laid over them.
     pub fn new(
         store: Arc<Store>,
         repairs: RepairClient,
-        recorded: BTreeMap<String, String>,
+        answers: Answers,
         hypothetical: BTreeMap<String, DiagnoseStatus>,
-        storage: Vec<StorageProblem>,
+        storage: Storage,
     ) -> Self {
         Self {
             hypothetical,
-            recorded,
+            answers,
             storage,
             store,
             repairs,
             sequence: AtomicU64::new(1),
+        }
+    }
+
+    /// The boot id a node reports: after a hook (or repair) run there by the simulation, a new
+    /// one, as after a reboot.
+    fn boot_id(&self, node: &str, read: Option<&String>) -> Option<String> {
+        match self.repairs.simulated_runs(node) {
+            0 => read.cloned(),
+            runs => Some(format!("{WHAT_IF}-boot-{runs}")),
+        }
+    }
+
+    /// `read`, as the agent reports it again at `now_ms` (the same verdict, a fresh report).
+    fn again(&self, node: &str, read: &Observation, now_ms: u64) -> Observation {
+        let lifetime = read
+            .expires_at_ms
+            .saturating_sub(read.collected_at_ms)
+            .max(60_000);
+        Observation {
+            sequence: read
+                .sequence
+                .max(self.sequence.fetch_add(1, Ordering::Relaxed)),
+            collected_at_ms: now_ms,
+            expires_at_ms: now_ms.saturating_add(lifetime),
+            boot_id: self.boot_id(node, read.boot_id.as_ref()),
+            ..read.clone()
         }
     }
 
@@ -145,9 +209,19 @@ impl SimulatedAgents {
                 })
                 .map(|i| (i.verdict.clone(), i.original.clone()))
         };
-        let status = match self.hypothetical.get(node) {
-            Some(status) => *status,
-            None => match self.recorded.get(node).map(String::as_str) {
+        let status = match (self.hypothetical.get(node), &self.answers) {
+            (Some(status), _) => *status,
+            (None, Answers::Read(read)) => {
+                return match read.get(node) {
+                    Some(AgentOutcome::Verified(o)) => {
+                        AgentOutcome::Verified(self.again(node, o, now_ms))
+                    }
+                    Some(other) => other.clone(),
+                    // Offline at the request, online since: it answers as a healthy node.
+                    None => self.made(DiagnoseStatus::Ok, None, node, now_ms),
+                };
+            }
+            (None, Answers::Recorded(recorded)) => match recorded.get(node).map(String::as_str) {
                 Some(seen) if seen.starts_with("unknown (") => {
                     return AgentOutcome::Unreachable(format!("as recorded: {seen}"));
                 }
@@ -157,12 +231,28 @@ impl SimulatedAgents {
                 None => DiagnoseStatus::Ok,
             },
         };
-        let (verdict, original) = match of_incident(status) {
-            Some(found) if status.is_actionable() => found,
-            _ => match synthetic_verdict(status) {
-                Some(made) => made,
-                None => return AgentOutcome::Unverifiable("cannot make a verdict".into()),
+        let found = of_incident(status).filter(|_| status.is_actionable());
+        self.made(status, found, node, now_ms)
+    }
+
+    /// A verified report of `status` (the verdict of an incident found, else one made).
+    fn made(
+        &self,
+        status: DiagnoseStatus,
+        found: Option<(NodeVerdict, CanonicalJson)>,
+        node: &str,
+        now_ms: u64,
+    ) -> AgentOutcome {
+        let read_boot = match &self.answers {
+            Answers::Read(read) => match read.get(node) {
+                Some(AgentOutcome::Verified(o) | AgentOutcome::Stale(o)) => o.boot_id.clone(),
+                _ => None,
             },
+            Answers::Recorded(_) => None,
+        };
+        let (verdict, original) = match found.or_else(|| synthetic_verdict(status)) {
+            Some(made) => made,
+            None => return AgentOutcome::Unverifiable("cannot make a verdict".into()),
         };
         AgentOutcome::Verified(Observation {
             verdict: Arc::new(verdict),
@@ -172,13 +262,54 @@ impl SimulatedAgents {
             expires_at_ms: now_ms.saturating_add(600_000),
             stale_reason: None,
             // A hook (or repair) run on the node counts as a reboot: a new boot id.
-            boot_id: Some(format!(
-                "{WHAT_IF}-boot-{}",
-                self.repairs.simulated_runs(node)
-            )),
+            boot_id: match &self.answers {
+                Answers::Read(_) => self.boot_id(node, read_boot.as_ref()),
+                Answers::Recorded(_) => Some(format!(
+                    "{WHAT_IF}-boot-{}",
+                    self.repairs.simulated_runs(node)
+                )),
+            },
             reboot_required: None,
         })
     }
+}
+
+/// The storage reports of `readings` as the agents of `nodes` report them again at `now_ms`;
+/// a node holding DRBD instances that was not read reports no minor.
+pub fn storage_again(
+    nodes: &[Node],
+    instances: &[Instance],
+    readings: &BTreeMap<String, StorageReading>,
+    now_ms: u64,
+) -> BTreeMap<String, StorageReading> {
+    let drbd = crate::storage::drbd_nodes(nodes, instances);
+    nodes
+        .iter()
+        .filter(|n| !n.offline)
+        .filter(|n| readings.contains_key(&n.name) || drbd.contains(&n.name))
+        .map(|n| {
+            let again = match readings.get(&n.name) {
+                Some(StorageReading::Verified(o)) => {
+                    let mut o = o.clone();
+                    let lifetime = o.expires_at_ms.saturating_sub(o.payload.collected_at_ms);
+                    o.payload.collected_at_ms = now_ms;
+                    o.expires_at_ms = now_ms.saturating_add(lifetime.max(60_000));
+                    StorageReading::Verified(o)
+                }
+                Some(missing) => missing.clone(),
+                None => StorageReading::Verified(StorageObservation {
+                    payload: nodecare_protocol::storage::StoragePayload {
+                        drbd: nodecare_protocol::DrbdState::Minors { minors: Vec::new() },
+                        collected_at_ms: now_ms,
+                        interval_ms: 10_000,
+                    },
+                    sequence: 0,
+                    expires_at_ms: now_ms.saturating_add(600_000),
+                }),
+            };
+            (n.name.clone(), again)
+        })
+        .collect()
 }
 
 /// A verdict of `status` as one diagnose script named `what-if` would give it.
@@ -219,50 +350,85 @@ impl AgentReader for SimulatedAgents {
     fn storage<'a>(
         &'a self,
         nodes: &'a [Node],
-        _instances: &'a [Instance],
+        instances: &'a [Instance],
         _urls: &'a AgentUrls,
         sequences: &'a BTreeMap<String, u64>,
-        _now_ms: u64,
+        now_ms: u64,
     ) -> AgentFuture<'a, StorageHealth> {
         Box::pin(async move {
-            let present: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-            StorageHealth {
-                readings: BTreeMap::new(),
-                problems: self
-                    .storage
-                    .iter()
-                    .filter(|p| p.nodes.iter().all(|n| present.contains(n.as_str())))
-                    .cloned()
-                    .collect(),
-                sequences: sequences.clone(),
+            match &self.storage {
+                Storage::Read(readings) => {
+                    let readings = storage_again(nodes, instances, readings, now_ms);
+                    StorageHealth {
+                        problems: crate::storage::storage_problems(
+                            nodes,
+                            instances,
+                            &readings,
+                            now_ms,
+                            crate::scrape::DEFAULT_STORAGE_MAX_AGE_MS,
+                        ),
+                        readings,
+                        sequences: sequences.clone(),
+                    }
+                }
+                Storage::Recorded(problems) => {
+                    let present: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+                    StorageHealth {
+                        readings: BTreeMap::new(),
+                        problems: problems
+                            .iter()
+                            .filter(|p| p.nodes.iter().all(|n| present.contains(n.as_str())))
+                            .cloned()
+                            .collect(),
+                        sequences: sequences.clone(),
+                    }
+                }
             }
         })
     }
 }
 
-/// The simulated cluster: Ganeti's `nodes` and `instances` as they are now, `master` first;
-/// jobs finish at once and are numbered after `last_job`.
+/// The simulated cluster: Ganeti's `nodes` and `instances` as RAPI shows them now, `master`
+/// first: their free memory (unknown stays unknown), free disk, disk sizes and states; jobs
+/// finish at once and are numbered after `last_job`.
 pub fn simulate(
     master: &str,
     nodes: &[Node],
     instances: &[Instance],
     last_job: u64,
 ) -> Result<Simulation, WhatIfError> {
+    // The memory the running primaries use, as the simulation counts it: what RAPI shows in
+    // use beyond that stays in use (the hypervisor's, other processes').
+    let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+    let running = |i: &Instance| matches!(i.status.as_str(), "running" | "ERROR_up");
+    for i in instances.iter().filter(|i| running(i)) {
+        *used.entry(i.primary_node.as_str()).or_default() += i.memory.unwrap_or(0);
+    }
     let mut sim_nodes: Vec<SimNode> = nodes
         .iter()
-        .map(|n| SimNode {
-            name: n.name.clone(),
-            uuid: n.uuid.clone(),
-            drained: n.drained,
-            offline: n.offline,
-            master_candidate: n.master_candidate,
-            // Not read from Ganeti: it only decides which node a drain promotes to master
-            // candidate in the pool's place (the drains ask for `auto_promote`).
-            master_capable: true,
-            vm_capable: n.vm_capable,
-            memory_total_mib: n.memory_total.unwrap_or(0),
-            tags: n.tags.clone(),
-            ip: n.primary_ip.clone(),
+        .map(|n| {
+            let known = n.memory_total.zip(n.memory_free);
+            SimNode {
+                name: n.name.clone(),
+                uuid: n.uuid.clone(),
+                drained: n.drained,
+                offline: n.offline,
+                master_candidate: n.master_candidate,
+                // Not read from Ganeti: it only decides which node a drain promotes to master
+                // candidate in the pool's place (the drains ask for `auto_promote`).
+                master_capable: true,
+                vm_capable: n.vm_capable,
+                memory_total_mib: known.map_or(0, |(total, _)| total),
+                memory_reserved_mib: known.map_or(0, |(total, free)| {
+                    total
+                        .saturating_sub(free)
+                        .saturating_sub(used.get(n.name.as_str()).copied().unwrap_or(0))
+                }),
+                memory_unknown: known.is_none() && !n.offline,
+                disk_free_mib: Some(n.disk_free.unwrap_or(0)),
+                tags: n.tags.clone(),
+                ip: n.primary_ip.clone(),
+            }
         })
         .collect();
     let Some(at) = sim_nodes.iter().position(|n| n.name == master) else {
@@ -280,9 +446,11 @@ pub fn simulate(
             disk_template: i.disk_template.as_str().to_owned(),
             pnode: i.primary_node.clone(),
             snodes: i.secondary_nodes.clone(),
+            // Unknown memory stays unknown: RAPI's `maxmem` 0 reads as none.
             memory_mib: i.memory.unwrap_or(0),
-            running: i.admin_state == "up",
+            running: running(i),
             tags: i.tags.clone(),
+            disk_sizes: Some(i.disk_sizes.clone()),
         })
         .collect();
     let sim = Simulation::new(SimConfig {
@@ -293,8 +461,95 @@ pub fn simulate(
         candidate_pool_size: None,
     })
     .map_err(WhatIfError::Read)?;
-    sim.with_cluster(|c| c.number_jobs_after(last_job));
+    sim.with_cluster(|c| {
+        // Marked up and not running: crashed (`ERROR_down`), as Ganeti shows it.
+        for i in instances {
+            if i.admin_state == "up" && !running(i) && i.status != "ERROR_nodeoffline" {
+                let _unknown = c.crash_instance(&i.name);
+            }
+        }
+        c.number_jobs_after(last_job);
+    });
     Ok(sim)
+}
+
+/// One of nodecare's jobs in flight at the request: its ledger entry and its job as Ganeti
+/// shows it.
+#[derive(Debug, Clone)]
+pub struct InFlight {
+    /// The ledger entry (unfinished, with its job).
+    pub entry: Entry,
+    /// The job's status.
+    pub status: JobStatus,
+    /// The reason trail text nodecare gave it.
+    pub reason: Option<String>,
+    /// Its result, once it ended.
+    pub result: Option<serde_json::Value>,
+}
+
+/// Seeds `sim` with nodecare's jobs in flight, under their own ids, oldest first: a queued or
+/// running job runs (and changes the simulated cluster) as soon as the simulation advances, one
+/// that already ended keeps its status and result without running again (its effect is in the
+/// cluster as read). The executor and node repair follow them by their ids as in the daemon.
+pub async fn seed_jobs(sim: &Simulation, jobs: &[InFlight]) -> Result<(), WhatIfError> {
+    let client = sim.client();
+    let mut sorted: Vec<&InFlight> = jobs.iter().filter(|j| j.entry.job.is_some()).collect();
+    sorted.sort_by_key(|j| j.entry.job);
+    let mut seeded: BTreeMap<(String, String), JobId> = BTreeMap::new();
+    for job in sorted {
+        let entry = &job.entry;
+        let (Some(id), Some(op), Some(trail)) = (entry.job, entry.action.op(), entry.trail())
+        else {
+            continue;
+        };
+        let holder = entry.holder.to_string();
+        let depends: Vec<JobId> = entry
+            .after
+            .iter()
+            .filter_map(|key| seeded.get(&(holder.clone(), key.clone())).copied())
+            .collect();
+        let description = job
+            .reason
+            .as_deref()
+            .and_then(Reason::description_of)
+            .unwrap_or(&entry.description);
+        let reason = Reason::new(trail, entry.key.clone(), description).after(depends);
+        let ended = job.status.is_final();
+        sim.with_cluster(|c| {
+            c.number_next_job(id);
+            // An ended job must not run again: it is held until its end is written.
+            if ended {
+                c.stick_next = 1;
+            }
+        });
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the simulation's own client: nothing leaves the process"
+        )]
+        let got = client
+            .submit(op, &reason)
+            .await
+            .map_err(|e| WhatIfError::Read(format!("seeding job {id}: {e}")))?;
+        if got != id {
+            return Err(WhatIfError::Read(format!(
+                "seeding job {id}: the simulation numbered it {got}"
+            )));
+        }
+        if ended {
+            sim.with_cluster(|c| {
+                c.stuck.remove(&id);
+                let now = c.jobs.get(&id).map_or(0, |j| j.received_ms);
+                if let Some(seeded) = c.jobs.get_mut(&id) {
+                    seeded.status = job.status;
+                    seeded.start_ms = Some(now);
+                    seeded.end_ms = Some(now);
+                    seeded.opresult = job.result.clone().unwrap_or(serde_json::Value::Null);
+                }
+            });
+        }
+        seeded.insert((holder, entry.key.clone()), id);
+    }
+    Ok(())
 }
 
 /// What the live coordinator gives a what-if.
@@ -308,50 +563,175 @@ pub struct Live<'a> {
     pub context: &'a WhatIfContext,
 }
 
+/// What a what-if starts from: the cluster, nodecare's jobs in flight, the agents, as read
+/// at the request.
+#[derive(Debug, Clone)]
+pub struct AtRequest {
+    /// Ganeti's nodes.
+    pub nodes: Vec<Node>,
+    /// Ganeti's instances.
+    pub instances: Vec<Instance>,
+    /// nodecare's jobs in flight.
+    pub in_flight: Vec<InFlight>,
+    /// How the agents answer.
+    pub answers: Answers,
+    /// The storage reports or problems.
+    pub storage: Storage,
+    /// The recorded round the agents answer as (asked with `at`, or without an agent reader).
+    pub recorded_round: Option<u64>,
+}
+
+/// The jobs among `ids` as Ganeti lists them.
+async fn jobs_of(
+    ganeti: &dyn Ganeti,
+    ids: &BTreeSet<JobId>,
+) -> Result<Vec<JobSummary>, WhatIfError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    ganeti
+        .jobs_among(ids)
+        .await
+        .map_err(|e| WhatIfError::Read(format!("Ganeti: {e}")))
+}
+
+/// Reads the cluster and nodecare's jobs in flight as one picture: the jobs' states before and
+/// after the cluster is read must agree (a job that ended in between would be both in the
+/// cluster and still to run), else it is read again (at most 5 times).
+pub async fn read_cluster(
+    store: &Store,
+    ganeti: &dyn Ganeti,
+) -> Result<(Vec<Node>, Vec<Instance>, Vec<InFlight>), WhatIfError> {
+    let entries: Vec<Entry> = store
+        .entries()
+        .map_err(|e| WhatIfError::Read(e.to_string()))?
+        .into_iter()
+        .filter(|e| e.state.is_unfinished() && e.job.is_some() && e.action.op().is_some())
+        .collect();
+    let ids: BTreeSet<JobId> = entries.iter().filter_map(|e| e.job).collect();
+    let states = |jobs: &[JobSummary]| -> BTreeMap<JobId, JobStatus> {
+        jobs.iter().map(|j| (j.id, j.status)).collect()
+    };
+    let mut attempt = 0;
+    let (nodes, instances, jobs) = loop {
+        attempt += 1;
+        let before = jobs_of(ganeti, &ids).await?;
+        let nodes = ganeti
+            .nodes()
+            .await
+            .map_err(|e| WhatIfError::Read(format!("Ganeti: {e}")))?;
+        let instances = ganeti
+            .instances()
+            .await
+            .map_err(|e| WhatIfError::Read(format!("Ganeti: {e}")))?;
+        let after = jobs_of(ganeti, &ids).await?;
+        if states(&before) == states(&after) || attempt == 5 {
+            break (nodes, instances, after);
+        }
+    };
+    let mut in_flight = Vec::new();
+    for entry in entries {
+        let Some(job) = jobs.iter().find(|j| Some(j.id) == entry.job) else {
+            // Not in Ganeti's queue: the simulation has no such job, as Ganeti has none.
+            continue;
+        };
+        let result = match job.status {
+            JobStatus::Error | JobStatus::Canceled => ganeti
+                .job(job.id)
+                .await
+                .ok()
+                .and_then(|j| j.opresult.into_iter().next()),
+            _ => None,
+        };
+        in_flight.push(InFlight {
+            status: job.status,
+            reason: job
+                .reasons
+                .iter()
+                .find(|r| Reason::parse_text(&r.text).is_some())
+                .map(|r| r.text.clone()),
+            result,
+            entry,
+        });
+    }
+    Ok((nodes, instances, in_flight))
+}
+
 /// Runs the what-if `query` against the live coordinator's state, changing nothing of it.
 pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
     let Some(_permit) = live.context.permit() else {
         return Err(WhatIfError::Busy);
     };
-    let nodes = live
-        .ganeti
-        .nodes()
-        .await
-        .map_err(|e| WhatIfError::Read(format!("Ganeti: {e}")))?;
-    let instances = live
-        .ganeti
-        .instances()
-        .await
-        .map_err(|e| WhatIfError::Read(format!("Ganeti: {e}")))?;
+    let (nodes, instances, in_flight) = read_cluster(live.store, live.ganeti).await?;
     // A wrong question costs no copy of the state.
     check(query, &nodes)?;
+    let start_ms = nodecare_protocol::now_ms();
+    let recorded = match (query.at_ms, &live.context.agents) {
+        (Some(_), _) | (None, None) => {
+            let recorded = live
+                .store
+                .recorded_rounds(query.at_ms, 1)
+                .map_err(|e| WhatIfError::Read(e.to_string()))?
+                .into_iter()
+                .next();
+            if let (Some(at), None) = (query.at_ms, &recorded) {
+                return Err(WhatIfError::Input(format!(
+                    "at: no round is recorded at or before {at}"
+                )));
+            }
+            Some(recorded)
+        }
+        (None, Some(_)) => None,
+    };
+    let (answers, storage, recorded_round) = match (recorded, &live.context.agents) {
+        (Some(recorded), _) => (
+            Answers::Recorded(
+                recorded
+                    .as_ref()
+                    .map(|r| r.record.verdicts.clone())
+                    .unwrap_or_default(),
+            ),
+            Storage::Recorded(
+                recorded
+                    .as_ref()
+                    .map(|r| r.record.gate.view.storage.clone())
+                    .unwrap_or_default(),
+            ),
+            recorded.map(|r| r.round),
+        ),
+        (None, Some(agents)) => {
+            let (answers, storage) = read_agents(
+                &**agents,
+                live.store,
+                &live.context.settings,
+                &nodes,
+                &instances,
+                start_ms,
+            )
+            .await?;
+            (answers, storage, None)
+        }
+        (None, None) => (
+            Answers::Recorded(BTreeMap::new()),
+            Storage::Recorded(Vec::new()),
+            None,
+        ),
+    };
     let copy = live
         .store
         .private_copy()
         .map_err(|e| WhatIfError::Read(e.to_string()))?;
-    let recorded = live
-        .store
-        .recorded_rounds(query.at_ms, 1)
-        .map_err(|e| WhatIfError::Read(e.to_string()))?
-        .into_iter()
-        .next();
-    if let (Some(at), None) = (query.at_ms, &recorded) {
-        return Err(WhatIfError::Input(format!(
-            "at: no round is recorded at or before {at}"
-        )));
-    }
-    let start_ms = nodecare_protocol::now_ms();
+    let start = AtRequest {
+        nodes,
+        instances,
+        in_flight,
+        answers,
+        storage,
+        recorded_round,
+    };
     tokio::time::timeout(
         TIME_LIMIT,
-        simulate_rounds(
-            live.context,
-            copy,
-            &nodes,
-            &instances,
-            recorded.as_ref(),
-            query,
-            start_ms,
-        ),
+        simulate_rounds(live.context, copy, start, query, start_ms),
     )
     .await
     .map_err(|_elapsed| {
@@ -360,6 +740,48 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
             TIME_LIMIT.as_secs()
         ))
     })?
+}
+
+/// Every online node's agent and the storage reports, read as the daemon's round reads them
+/// (nothing of what is read is kept).
+pub async fn read_agents(
+    agents: &dyn AgentReader,
+    store: &Store,
+    settings: &ReconcileSettings,
+    nodes: &[Node],
+    instances: &[Instance],
+    now_ms: u64,
+) -> Result<(Answers, Storage), WhatIfError> {
+    let targets: Vec<AgentTarget> = nodes
+        .iter()
+        .filter(|node| !node.offline)
+        .map(|node| AgentTarget {
+            node: node.name.clone(),
+            node_uuid: node.uuid.clone(),
+            base_url: settings.agent_urls.base(node),
+        })
+        .collect();
+    let sequences = store
+        .agent_sequences()
+        .map_err(|e| WhatIfError::Read(e.to_string()))?;
+    let read = agents.diagnose(targets, &sequences, now_ms).await;
+    let storage_sequences: BTreeMap<String, u64> = store
+        .document(crate::reconcile::STORAGE_SEQUENCES_DOCUMENT)
+        .map_err(|e| WhatIfError::Read(e.to_string()))?
+        .unwrap_or_default();
+    let storage = agents
+        .storage(
+            nodes,
+            instances,
+            &settings.agent_urls,
+            &storage_sequences,
+            now_ms,
+        )
+        .await;
+    Ok((
+        Answers::Read(read.into_iter().map(|r| (r.node, r.outcome)).collect()),
+        Storage::Read(storage.readings),
+    ))
 }
 
 /// Checks `query` against the cluster: known nodes, a cluster small enough.
@@ -503,18 +925,53 @@ fn apply_changes(
                     .save_campaign(&record)
                     .map_err(|e| WhatIfError::Read(e.to_string()))?;
             }
-            Change::Policy { key, value } => {
-                let value = usize::try_from(*value).unwrap_or(usize::MAX);
-                match key {
-                    PolicyKey::MaxDisruptedNodes => {
-                        settings.gate.cluster.max_disrupted_nodes = value;
-                    }
-                    PolicyKey::MinHealthyNodes => settings.gate.cluster.min_healthy_nodes = value,
-                }
-            }
+            Change::Policy { key, value } => apply_policy(&mut settings.gate, key, *value),
         }
     }
     Ok(())
+}
+
+/// Sets the gate's policy setting `key` to `value` in `gate`. A cap of a node group without
+/// caps of its own starts from no cap at all.
+pub fn apply_policy(
+    gate: &mut crate::reconcile::GateSettings,
+    key: &PolicyKey,
+    value: PolicyValue,
+) {
+    use nodecare_protocol::what_if::{BreakerKey, CapKey};
+    let set_cap = |caps: &mut crate::gate::Caps, cap: CapKey| match cap {
+        CapKey::MaxDisruptedNodes => caps.max_disrupted_nodes = value.count(),
+        CapKey::MaxDisruptedPercent => caps.max_disrupted_percent = value.0,
+        CapKey::MinHealthyNodes => caps.min_healthy_nodes = value.count(),
+    };
+    let number = value.0.unwrap_or(0.0);
+    match key {
+        PolicyKey::Cluster(cap) => set_cap(&mut gate.cluster, *cap),
+        PolicyKey::Group { group, cap } => set_cap(
+            gate.groups
+                .entry(group.clone())
+                .or_insert(crate::gate::Caps {
+                    max_disrupted_nodes: usize::MAX,
+                    max_disrupted_percent: None,
+                    min_healthy_nodes: 0,
+                }),
+            *cap,
+        ),
+        PolicyKey::Grace => {
+            gate.grace = Duration::try_from_secs_f64(number).unwrap_or(Duration::MAX)
+        }
+        PolicyKey::Breaker(key) => {
+            let breaker = &mut gate.breaker;
+            match key {
+                BreakerKey::MaxIncidentNodes => breaker.max_incident_nodes = value.count(),
+                BreakerKey::MaxIncidentPercent => breaker.max_incident_percent = number,
+                BreakerKey::MinIncidentNodes => breaker.min_incident_nodes = value.count(),
+                BreakerKey::WindowSecs => breaker.window_secs = number,
+                BreakerKey::MaxUnreachablePercent => breaker.max_unreachable_percent = number,
+                BreakerKey::AutoCloseSecs => breaker.auto_close_secs = value.0,
+            }
+        }
+    }
 }
 
 /// The jobs submitted since the `from`-th submission, as predictions of round `round`.
@@ -537,12 +994,19 @@ fn jobs_since(sim: &Simulation, from: usize, round: u32) -> Vec<PredictedJob> {
 async fn simulate_rounds(
     context: &WhatIfContext,
     copy: Store,
-    nodes: &[Node],
-    instances: &[Instance],
-    recorded: Option<&crate::recorder::Recorded>,
+    start: AtRequest,
     query: &Query,
     start_ms: u64,
 ) -> Result<WhatIf, WhatIfError> {
+    let AtRequest {
+        nodes,
+        instances,
+        in_flight,
+        answers,
+        storage,
+        recorded_round,
+    } = start;
+    let (nodes, instances) = (nodes.as_slice(), instances.as_slice());
     let limit = query.rounds.unwrap_or(MAX_ROUNDS).clamp(1, MAX_ROUNDS);
     let interval_ms = u64::try_from(context.interval.as_millis())
         .unwrap_or(u64::MAX)
@@ -568,6 +1032,9 @@ async fn simulate_rounds(
     settings.record_rounds = false;
     settings.ssconf_dir = None;
     let sim = simulate(&settings.node_name, nodes, instances, last_job)?;
+    // The nodes as read, before the jobs in flight change them.
+    let start_nodes = sim.with_cluster(|c| node_states(c));
+    seed_jobs(&sim, &in_flight).await?;
     let start_campaigns: BTreeSet<String> = store
         .campaigns()
         .map_err(|e| WhatIfError::Read(e.to_string()))?
@@ -592,16 +1059,13 @@ async fn simulate_rounds(
         })
         .collect();
     let repairs = RepairClient::simulated();
+    let from_agents = matches!(answers, Answers::Read(_));
     let agents = SimulatedAgents::new(
         Arc::clone(&store),
         repairs.clone(),
-        recorded
-            .map(|r| r.record.verdicts.clone())
-            .unwrap_or_default(),
+        answers,
         hypothetical,
-        recorded
-            .map(|r| r.record.gate.view.storage.clone())
-            .unwrap_or_default(),
+        storage,
     );
     let now = Arc::new(AtomicU64::new(start_ms));
     let clock = {
@@ -615,7 +1079,6 @@ async fn simulate_rounds(
         .iter()
         .map(|i| i.uuid)
         .collect();
-    let start_nodes = sim.with_cluster(|c| node_states(c));
     let mut reconciler = Reconciler::with_agents(
         Arc::new(sim.client()),
         Arc::clone(&store),
@@ -735,6 +1198,7 @@ async fn simulate_rounds(
             node: i.node.clone(),
             action: i.action.as_str().to_owned(),
             status: i.repair_status.as_str().to_owned(),
+            why: incident_why(&i),
             blocked_by: i.blocked_by.clone(),
             new: !start_incidents.contains(&i.uuid),
         })
@@ -746,13 +1210,16 @@ async fn simulate_rounds(
         .map(|r| EndCampaign {
             id: r.campaign.id.clone(),
             state: r.state().to_string(),
+            why: campaign_why(&r.campaign),
             new: !start_campaigns.contains(&r.campaign.id),
         })
         .collect();
-    let mut notes = vec![
-        "Ganeti's jobs succeed at once; agents answer the recorded verdicts with the changes laid over them; live repairs and campaign hooks succeed at once".to_owned(),
-    ];
-    if recorded.is_none() {
+    let mut notes = vec![if from_agents {
+        "Ganeti's jobs succeed at once; the agents answer as they did at the request, with the changes laid over them; live repairs and campaign hooks succeed at once".to_owned()
+    } else {
+        "Ganeti's jobs succeed at once; the agents answer the recorded verdicts with the changes laid over them; live repairs and campaign hooks succeed at once".to_owned()
+    }];
+    if !from_agents && recorded_round.is_none() {
         notes.push("no round is recorded: every agent without an incident answers Ok".into());
     }
     if query.at_ms.is_some() {
@@ -760,13 +1227,20 @@ async fn simulate_rounds(
             "the cluster is Ganeti's now; the recorded round gives the verdicts and storage".into(),
         );
     }
+    if !in_flight.is_empty() {
+        notes.push(format!(
+            "nodecare's {} job(s) in flight keep running in the simulation and succeed (those already ended keep their outcome)",
+            in_flight.len()
+        ));
+    }
     let jobs = rounds.iter().flat_map(|r| r.jobs.clone()).collect();
     Ok(WhatIf {
         changes: query.changes.clone(),
         start: Start {
             at_ms: start_ms,
-            recorded_round: recorded.map(|r| r.round),
+            recorded_round,
             interval_ms,
+            jobs_in_flight: in_flight.len(),
         },
         rounds,
         jobs,
@@ -776,6 +1250,35 @@ async fn simulate_rounds(
         ending,
         notes,
     })
+}
+
+/// Why an incident ends as it does: its failure, what it waits for, what it left behind.
+pub fn incident_why(incident: &crate::incident::Incident) -> Option<String> {
+    match incident.repair_status {
+        RepairStatus::Failed => Some(match &incident.failure {
+            Some(failure) => format!("failed: {failure}"),
+            None => "failed (no reason recorded)".to_owned(),
+        }),
+        RepairStatus::Canceled => Some("canceled by an operator".to_owned()),
+        RepairStatus::Noted | RepairStatus::Pending => incident
+            .blocked_by
+            .as_ref()
+            .map(|blocked| format!("waits: {blocked}")),
+        _ => incident.warning.clone(),
+    }
+}
+
+/// Why a campaign ends as it does: the failure that stopped it, what keeps its next group
+/// from starting.
+pub fn campaign_why(campaign: &nodecare_protocol::maintenance::Campaign) -> Option<String> {
+    match (&campaign.failure, &campaign.blocked_by) {
+        (Some(failure), _) => Some(format!(
+            "failed on {} ({}): {}",
+            failure.node, failure.step, failure.why
+        )),
+        (None, Some(blocked)) => Some(format!("waits: {blocked}")),
+        (None, None) => None,
+    }
 }
 
 /// Each node's (drained, offline, primaries).
@@ -794,4 +1297,100 @@ fn node_states(
             (n.name.clone(), (n.drained, n.offline, primaries))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use super::*;
+    use nodecare_protocol::what_if::{BreakerKey, CapKey};
+
+    #[test]
+    fn every_gate_policy_key_changes_the_gate() {
+        let mut gate =
+            crate::daemon::reconcile_settings(&crate::config::Config::default(), "n1".into()).gate;
+        for (key, value) in [
+            ("max_disrupted_nodes", "7"),
+            ("max_disrupted_percent", "12.5"),
+            ("min_healthy_nodes", "4"),
+            ("grace", "90"),
+            ("breaker.max_incident_nodes", "11"),
+            ("breaker.max_incident_percent", "45"),
+            ("breaker.min_incident_nodes", "6"),
+            ("breaker.window_secs", "30"),
+            ("breaker.max_unreachable_percent", "80"),
+            ("breaker.auto_close_secs", "600"),
+            ("group_caps.rack-a.max_disrupted_nodes", "3"),
+        ] {
+            let key = PolicyKey::parse(key).unwrap();
+            let value = key.value(value).unwrap();
+            apply_policy(&mut gate, &key, value);
+        }
+        assert_eq!(gate.cluster.max_disrupted_nodes, 7);
+        assert_eq!(gate.cluster.max_disrupted_percent, Some(12.5));
+        assert_eq!(gate.cluster.min_healthy_nodes, 4);
+        assert_eq!(gate.grace, Duration::from_secs(90));
+        assert_eq!(gate.breaker.max_incident_nodes, 11);
+        assert!((gate.breaker.max_incident_percent - 45.0).abs() < f64::EPSILON);
+        assert_eq!(gate.breaker.min_incident_nodes, 6);
+        assert!((gate.breaker.window_secs - 30.0).abs() < f64::EPSILON);
+        assert!((gate.breaker.max_unreachable_percent - 80.0).abs() < f64::EPSILON);
+        assert_eq!(gate.breaker.auto_close_secs, Some(600.0));
+        assert_eq!(gate.groups["rack-a"].max_disrupted_nodes, 3);
+        let none = PolicyKey::Cluster(CapKey::MaxDisruptedPercent);
+        apply_policy(&mut gate, &none, none.value("none").unwrap());
+        assert_eq!(gate.cluster.max_disrupted_percent, None);
+        let close = PolicyKey::Breaker(BreakerKey::AutoCloseSecs);
+        apply_policy(&mut gate, &close, close.value("none").unwrap());
+        assert_eq!(gate.breaker.auto_close_secs, None);
+    }
+
+    #[tokio::test]
+    async fn the_simulated_cluster_shows_what_rapi_showed() {
+        let sim = Simulation::new(
+            SimConfig::from_spec(3, "a:drbd:2,b:plain:3,c:diskless:3", "t").unwrap(),
+        )
+        .unwrap();
+        sim.with_cluster(|c| {
+            let n2 = c.nodes.get_mut("node2.t").unwrap();
+            n2.memory_total_mib = 8192;
+            n2.memory_reserved_mib = 1000;
+            n2.disk_free_mib = Some(1234);
+            c.nodes.get_mut("node3.t").unwrap().memory_unknown = true;
+            c.instances.get_mut("a.t").unwrap().disk_sizes = Some(vec![10_240, 512]);
+            c.crash_instance("b.t").unwrap();
+        });
+        let live = sim.client();
+        let (nodes, instances) = (
+            Ganeti::nodes(&live).await.unwrap(),
+            Ganeti::instances(&live).await.unwrap(),
+        );
+        let copy = simulate("node1.t", &nodes, &instances, 7).unwrap();
+        let client = copy.client();
+        let (again, again_instances) = (
+            Ganeti::nodes(&client).await.unwrap(),
+            Ganeti::instances(&client).await.unwrap(),
+        );
+        let key = |n: &Node| (n.name.clone(), n.memory_free, n.memory_total, n.disk_free);
+        assert_eq!(
+            again.iter().map(key).collect::<Vec<_>>(),
+            nodes.iter().map(key).collect::<Vec<_>>()
+        );
+        assert_eq!(again[2].memory_free, None, "unknown memory stays unknown");
+        let key = |i: &Instance| {
+            (
+                i.name.clone(),
+                i.status.clone(),
+                i.admin_state.clone(),
+                i.memory,
+                i.disk_sizes.clone(),
+            )
+        };
+        assert_eq!(
+            again_instances.iter().map(key).collect::<Vec<_>>(),
+            instances.iter().map(key).collect::<Vec<_>>()
+        );
+        assert_eq!(instances[1].status, "ERROR_down");
+    }
 }

@@ -41,7 +41,7 @@ struct InstanceView<'a> {
     tags: &'a [String],
     beparams: BeParams,
     #[serde(rename = "disk.sizes")]
-    disk_sizes: &'static [u64],
+    disk_sizes: &'a [u64],
     disk_usage: u64,
     #[serde(rename = "nic.macs")]
     nic_macs: [&'static str; 1],
@@ -84,6 +84,17 @@ pub struct SimNode {
     pub tags: Vec<String>,
     #[serde(default)]
     pub ip: String,
+    /// Memory in use that no instance of the simulation accounts for (MiB: the hypervisor's,
+    /// other processes'): RAPI's free memory is the total less this and the running primaries'.
+    #[serde(default)]
+    pub memory_reserved_mib: u64,
+    /// RAPI shows no memory figures for the node (`mfree`, `mtotal` null: its hypervisor did
+    /// not answer).
+    #[serde(default)]
+    pub memory_unknown: bool,
+    /// The free disk RAPI shows (`dfree`, MiB; none: 100 000).
+    #[serde(default)]
+    pub disk_free_mib: Option<u64>,
 }
 
 fn yes() -> bool {
@@ -110,6 +121,10 @@ pub struct SimInstance {
     pub running: bool,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// Its disks' sizes as RAPI shows them (`disk.sizes`, MiB; none: one disk of 1 GiB, none
+    /// for a diskless instance).
+    #[serde(default)]
+    pub disk_sizes: Option<Vec<u64>>,
 }
 
 fn default_instance_memory() -> u64 {
@@ -162,6 +177,9 @@ impl SimConfig {
                 memory_total_mib: default_memory(),
                 tags: Vec::new(),
                 ip: format!("198.18.0.{}", 10 + i),
+                memory_reserved_mib: 0,
+                memory_unknown: false,
+                disk_free_mib: None,
             })
             .collect();
         let mut sim_instances = Vec::new();
@@ -207,6 +225,7 @@ impl SimConfig {
                 memory_mib: default_instance_memory(),
                 running: true,
                 tags: Vec::new(),
+                disk_sizes: None,
             });
         }
         Ok(Self {
@@ -756,8 +775,11 @@ impl SimCluster {
     }
 
     fn memory_free(&self, node: &str) -> u64 {
-        let total = self.nodes.get(node).map_or(0, |n| n.memory_total_mib);
-        total.saturating_sub(self.memory_used(node))
+        self.nodes.get(node).map_or(0, |n| {
+            n.memory_total_mib
+                .saturating_sub(n.memory_reserved_mib)
+                .saturating_sub(self.memory_used(node))
+        })
     }
 
     /// Submits a job; `reason_text` is the client's `reason` (as RAPI's `gnt:user` entry) and
@@ -838,6 +860,14 @@ impl SimCluster {
     /// up to `last` exist elsewhere: no id is given twice).
     pub fn number_jobs_after(&mut self, last: JobId) {
         self.next_job = self.next_job.max(last.saturating_add(1));
+    }
+
+    /// Gives the next submitted job the id `id`, lower than jobs already there or not (a copy
+    /// of a cluster seeded with the jobs in flight elsewhere, with their ids, oldest first).
+    pub fn number_next_job(&mut self, id: JobId) {
+        self.next_job = id;
+        self.unfinished_from = self.unfinished_from.min(id);
+        self.due_ms = 0;
     }
 
     /// Id the next submitted job gets.
@@ -1698,11 +1728,15 @@ impl SimCluster {
     pub fn node_json_in(&self, node: &SimNode, load: &NodeLoad<'_>) -> Value {
         let pinst = &load.primaries;
         let sinst = &load.secondaries;
-        let (mfree, mtotal, mnode) = if node.offline {
+        let (mfree, mtotal, mnode) = if node.offline || node.memory_unknown {
             (Value::Null, Value::Null, Value::Null)
         } else {
             (
-                json!(node.memory_total_mib.saturating_sub(load.memory_used_mib)),
+                json!(
+                    node.memory_total_mib
+                        .saturating_sub(node.memory_reserved_mib)
+                        .saturating_sub(load.memory_used_mib)
+                ),
                 json!(node.memory_total_mib),
                 json!(512),
             )
@@ -1727,7 +1761,7 @@ impl SimCluster {
             "mfree": mfree,
             "mtotal": mtotal,
             "mnode": mnode,
-            "dfree": if node.offline { Value::Null } else { json!(100_000) },
+            "dfree": if node.offline { Value::Null } else { json!(node.disk_free_mib.unwrap_or(100_000)) },
             "dtotal": if node.offline { Value::Null } else { json!(200_000) },
             "ctotal": if node.offline { Value::Null } else { json!(2) },
             "cnodes": if node.offline { Value::Null } else { json!(1) },
@@ -1797,10 +1831,10 @@ impl SimCluster {
         } else {
             "ADMIN_down"
         };
-        let disks: &'static [u64] = if inst.disk_template == "diskless" {
-            &[]
-        } else {
-            &[1024]
+        let disks: &[u64] = match &inst.disk_sizes {
+            Some(sizes) => sizes,
+            None if inst.disk_template == "diskless" => &[],
+            None => &[1024],
         };
         InstanceView {
             name: &inst.name,

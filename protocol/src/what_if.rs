@@ -4,7 +4,8 @@
 //!
 //! The query names the changes (`verdict=NODE:STATUS`, `drain=NODE`, `offline=NODE`,
 //! `grant=NODE`, `campaign=all` or `campaign=NODE,NODE`, `policy=KEY:VALUE`), in the order they
-//! apply, and optionally `at=MS` (start from the last recorded round at or before that time)
+//! apply, and optionally `at=MS` (the agents answer as in the last recorded round at or before
+//! that time, not as they answer now)
 //! and `rounds=N` (at most [`MAX_ROUNDS`]). Times are Unix milliseconds.
 
 use serde::{Deserialize, Serialize};
@@ -22,34 +23,242 @@ pub const MAX_QUERY_BYTES: usize = 8192;
 /// Most nodes a campaign of a what-if names.
 pub const MAX_CAMPAIGN_NODES: usize = 256;
 
-/// A policy setting a what-if may change (the cluster's caps).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PolicyKey {
+/// A cap of the gate (cluster-wide, or of one node group).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CapKey {
     /// Most vm-capable nodes disrupted at once.
     MaxDisruptedNodes,
+    /// Most vm-capable nodes disrupted at once, in percent (`none`: no such cap).
+    MaxDisruptedPercent,
     /// Fewest healthy nodes left.
     MinHealthyNodes,
 }
 
-impl PolicyKey {
-    /// The spelling in the configuration and the query.
+impl CapKey {
+    const ALL: [Self; 3] = [
+        Self::MaxDisruptedNodes,
+        Self::MaxDisruptedPercent,
+        Self::MinHealthyNodes,
+    ];
+
+    /// The spelling in the configuration.
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::MaxDisruptedNodes => "max_disrupted_nodes",
+            Self::MaxDisruptedPercent => "max_disrupted_percent",
             Self::MinHealthyNodes => "min_healthy_nodes",
         }
     }
+}
 
-    fn parse(text: &str) -> Result<Self, String> {
-        match text {
-            "max_disrupted_nodes" => Ok(Self::MaxDisruptedNodes),
-            "min_healthy_nodes" => Ok(Self::MinHealthyNodes),
-            other => Err(format!(
-                "policy: unknown key {:?} (max_disrupted_nodes, min_healthy_nodes)",
-                clip(other)
-            )),
+/// A setting of the storm breaker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerKey {
+    /// Open when more than this many nodes opened incidents within the window.
+    MaxIncidentNodes,
+    /// Open when more than this percentage of the nodes opened incidents within the window.
+    MaxIncidentPercent,
+    /// The percentage rule needs at least this many nodes with incidents.
+    MinIncidentNodes,
+    /// The window, in seconds.
+    WindowSecs,
+    /// Open when more than this percentage of the agents give no verified report.
+    MaxUnreachablePercent,
+    /// Close by itself after this many seconds without a storm (`none`: only an operator).
+    AutoCloseSecs,
+}
+
+impl BreakerKey {
+    const ALL: [Self; 6] = [
+        Self::MaxIncidentNodes,
+        Self::MaxIncidentPercent,
+        Self::MinIncidentNodes,
+        Self::WindowSecs,
+        Self::MaxUnreachablePercent,
+        Self::AutoCloseSecs,
+    ];
+
+    /// The spelling in the configuration's `[breaker]` section.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxIncidentNodes => "max_incident_nodes",
+            Self::MaxIncidentPercent => "max_incident_percent",
+            Self::MinIncidentNodes => "min_incident_nodes",
+            Self::WindowSecs => "window_secs",
+            Self::MaxUnreachablePercent => "max_unreachable_percent",
+            Self::AutoCloseSecs => "auto_close_secs",
         }
+    }
+}
+
+/// A setting of the gate's policy a what-if may change, spelled as in the configuration:
+/// `max_disrupted_nodes`, `max_disrupted_percent`, `min_healthy_nodes`, `grace`,
+/// `breaker.KEY`, `group_caps.GROUP.CAP`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum PolicyKey {
+    /// A cluster-wide cap.
+    Cluster(CapKey),
+    /// A cap of one node group (by name or uuid).
+    Group {
+        /// The node group.
+        group: String,
+        /// The cap.
+        cap: CapKey,
+    },
+    /// Seconds a planned disruption's failure domain is not acted on.
+    Grace,
+    /// A setting of the storm breaker.
+    Breaker(BreakerKey),
+}
+
+/// Every key `--policy` takes, for an error message.
+pub const POLICY_KEYS: &str = "CAP, grace, breaker.{max_incident_nodes,max_incident_percent,min_incident_nodes,window_secs,max_unreachable_percent,auto_close_secs}, group_caps.GROUP.CAP; CAP: max_disrupted_nodes, max_disrupted_percent, min_healthy_nodes";
+
+impl PolicyKey {
+    /// The spelling in the configuration and the query.
+    pub fn as_text(&self) -> String {
+        match self {
+            Self::Cluster(cap) => cap.as_str().to_owned(),
+            Self::Group { group, cap } => format!("group_caps.{group}.{}", cap.as_str()),
+            Self::Grace => "grace".to_owned(),
+            Self::Breaker(key) => format!("breaker.{}", key.as_str()),
+        }
+    }
+
+    /// Reads a key (an unknown one is an error naming every key).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let cap = |name: &str| CapKey::ALL.into_iter().find(|c| c.as_str() == name);
+        let found = if text == "grace" {
+            Some(Self::Grace)
+        } else if let Some(name) = text.strip_prefix("breaker.") {
+            BreakerKey::ALL
+                .into_iter()
+                .find(|k| k.as_str() == name)
+                .map(Self::Breaker)
+        } else if let Some(rest) = text.strip_prefix("group_caps.") {
+            rest.rsplit_once('.').and_then(|(group, name)| {
+                let group_ok = !group.is_empty()
+                    && group.len() <= crate::limits::MAX_NAME_BYTES
+                    && group
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-' || b == b'_');
+                cap(name).filter(|_| group_ok).map(|cap| Self::Group {
+                    group: group.to_owned(),
+                    cap,
+                })
+            })
+        } else {
+            cap(text).map(Self::Cluster)
+        };
+        found.ok_or_else(|| format!("policy: unknown key {:?} (keys: {POLICY_KEYS})", clip(text)))
+    }
+
+    /// Whether the key takes `none` (no such cap, no automatic close).
+    pub const fn takes_none(&self) -> bool {
+        matches!(
+            self,
+            Self::Cluster(CapKey::MaxDisruptedPercent)
+                | Self::Group {
+                    cap: CapKey::MaxDisruptedPercent,
+                    ..
+                }
+                | Self::Breaker(BreakerKey::AutoCloseSecs)
+        )
+    }
+
+    /// Whether the key is a whole count of nodes (else a number: a percentage, seconds).
+    pub const fn is_count(&self) -> bool {
+        matches!(
+            self,
+            Self::Cluster(CapKey::MaxDisruptedNodes | CapKey::MinHealthyNodes)
+                | Self::Group {
+                    cap: CapKey::MaxDisruptedNodes | CapKey::MinHealthyNodes,
+                    ..
+                }
+                | Self::Breaker(BreakerKey::MaxIncidentNodes | BreakerKey::MinIncidentNodes)
+        )
+    }
+
+    /// Reads a value of this key: a whole number for counts, a number at or above 0 for
+    /// percentages and seconds (percentages at most 100), `none` where the key takes it.
+    pub fn value(&self, text: &str) -> Result<PolicyValue, String> {
+        let key = self.as_text();
+        if text == "none" {
+            return if self.takes_none() {
+                Ok(PolicyValue(None))
+            } else {
+                Err(format!("policy: {key} takes no `none`"))
+            };
+        }
+        if self.is_count() {
+            return text
+                .parse::<u64>()
+                .map(|n| PolicyValue(Some(n as f64)))
+                .map_err(|_| {
+                    format!(
+                        "policy: {key}: a whole number expected, got {:?}",
+                        clip(text)
+                    )
+                });
+        }
+        let number = text
+            .parse::<f64>()
+            .ok()
+            .filter(|n| n.is_finite() && *n >= 0.0)
+            .ok_or_else(|| {
+                format!(
+                    "policy: {key}: a number at or above 0 expected, got {:?}",
+                    clip(text)
+                )
+            })?;
+        let percent = matches!(
+            self,
+            Self::Cluster(CapKey::MaxDisruptedPercent)
+                | Self::Group {
+                    cap: CapKey::MaxDisruptedPercent,
+                    ..
+                }
+                | Self::Breaker(BreakerKey::MaxIncidentPercent | BreakerKey::MaxUnreachablePercent)
+        );
+        if percent && number > 100.0 {
+            return Err(format!(
+                "policy: {key}: a percentage from 0 to 100, got {number}"
+            ));
+        }
+        Ok(PolicyValue(Some(number)))
+    }
+}
+
+impl TryFrom<String> for PolicyKey {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        Self::parse(&text)
+    }
+}
+
+impl From<PolicyKey> for String {
+    fn from(key: PolicyKey) -> Self {
+        key.as_text()
+    }
+}
+
+/// A policy value: a number, or `none` (no such cap).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PolicyValue(pub Option<f64>);
+
+impl Eq for PolicyValue {}
+
+impl PolicyValue {
+    /// The value as a count (`none`: the largest).
+    pub fn count(self) -> usize {
+        self.0.map_or(usize::MAX, |n| n as usize)
+    }
+
+    /// The value as written in a query (`none`, `2`, `12.5`).
+    pub fn as_text(self) -> String {
+        self.0.map_or_else(|| "none".to_owned(), |n| n.to_string())
     }
 }
 
@@ -84,12 +293,12 @@ pub enum Change {
         /// The nodes.
         nodes: Vec<String>,
     },
-    /// A cluster-wide policy setting is changed.
+    /// A setting of the gate's policy is changed.
     Policy {
         /// The setting.
         key: PolicyKey,
-        /// Its value.
-        value: u64,
+        /// Its value (`null`: none).
+        value: PolicyValue,
     },
 }
 
@@ -103,7 +312,9 @@ impl Change {
             Self::Grant { node } => format!("grant {node}"),
             Self::Campaign { nodes } if nodes.is_empty() => "campaign all".to_owned(),
             Self::Campaign { nodes } => format!("campaign {}", nodes.join(",")),
-            Self::Policy { key, value } => format!("policy {}={value}", key.as_str()),
+            Self::Policy { key, value } => {
+                format!("policy {}={}", key.as_text(), value.as_text())
+            }
         }
     }
 
@@ -126,7 +337,9 @@ impl Change {
             Self::Grant { node } => format!("grant={node}"),
             Self::Campaign { nodes } if nodes.is_empty() => "campaign=all".to_owned(),
             Self::Campaign { nodes } => format!("campaign={}", nodes.join(",")),
-            Self::Policy { key, value } => format!("policy={}:{value}", key.as_str()),
+            Self::Policy { key, value } => {
+                format!("policy={}:{}", key.as_text(), value.as_text())
+            }
         }
     }
 }
@@ -250,13 +463,12 @@ impl Query {
                     Change::Campaign { nodes }
                 }
                 "policy" => {
-                    let (name, value) = value.split_once(':').ok_or_else(|| {
+                    let (name, value) = value.rsplit_once(':').ok_or_else(|| {
                         format!("policy: KEY:VALUE expected, got {:?}", clip(value))
                     })?;
-                    Change::Policy {
-                        key: PolicyKey::parse(name)?,
-                        value: number("policy", value)?,
-                    }
+                    let key = PolicyKey::parse(name)?;
+                    let value = key.value(value)?;
+                    Change::Policy { key, value }
                 }
                 other => return Err(format!("unknown parameter {:?}", clip(other))),
             };
@@ -285,12 +497,23 @@ impl Query {
 pub struct Start {
     /// The simulated clock's first round (Unix ms).
     pub at_ms: u64,
-    /// The recorded round whose verdicts the agents answer with (none: no round recorded;
-    /// every agent without an incident answers `Ok`).
+    /// The recorded round whose verdicts and storage the agents answer with, when asked with
+    /// `at` (none: the agents as read at the request).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recorded_round: Option<u64>,
     /// The simulated clock's step: the coordinator's round interval (ms).
     pub interval_ms: u64,
+    /// nodecare's Ganeti jobs in flight at the start, which keep running in the simulation.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub jobs_in_flight: usize,
+}
+
+#[allow(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if"
+)]
+const fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// A Ganeti job the coordinator would submit.
@@ -378,6 +601,10 @@ pub struct EndIncident {
     /// What blocks it, when the gate refuses it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocked_by: Option<String>,
+    /// Why it ends as it does: why it failed, what it waits for, what a completed one left
+    /// behind (none when there is nothing to say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
     /// Whether the what-if opened it.
     pub new: bool,
 }
@@ -389,6 +616,10 @@ pub struct EndCampaign {
     pub id: String,
     /// Where it is (`running`, `done`, …).
     pub state: String,
+    /// Why it ends as it does: the failure that stopped it, what keeps its next group from
+    /// starting (none when there is nothing to say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
     /// Whether the what-if started it.
     pub new: bool,
 }
@@ -452,6 +683,27 @@ mod tests {
         let text = "verdict=node9:evacuate&drain=node5&offline=node2&grant=node4&campaign=all&campaign=n1,n2&policy=max_disrupted_nodes:2&at=5&rounds=7";
         let query = Query::parse(Some(text)).unwrap();
         assert_eq!(query.changes.len(), 7);
+        for key in [
+            "max_disrupted_percent:12.5",
+            "max_disrupted_percent:none",
+            "min_healthy_nodes:3",
+            "grace:0",
+            "breaker.max_incident_nodes:9",
+            "breaker.max_incident_percent:40",
+            "breaker.min_incident_nodes:2",
+            "breaker.window_secs:60",
+            "breaker.max_unreachable_percent:75",
+            "breaker.auto_close_secs:none",
+            "group_caps.rack-a.max_disrupted_nodes:2",
+            "group_caps.default.min_healthy_nodes:1",
+        ] {
+            let one = format!("policy={key}");
+            let query = Query::parse(Some(&one)).unwrap();
+            assert_eq!(query.to_query_string(), one);
+            let json = serde_json::to_string(&query.changes).unwrap();
+            let back: Vec<Change> = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, query.changes, "{json}");
+        }
         assert_eq!(
             query.changes[0],
             Change::Verdict {
@@ -462,8 +714,8 @@ mod tests {
         assert_eq!(
             query.changes[6],
             Change::Policy {
-                key: PolicyKey::MaxDisruptedNodes,
-                value: 2
+                key: PolicyKey::Cluster(CapKey::MaxDisruptedNodes),
+                value: PolicyValue(Some(2.0))
             }
         );
         assert_eq!((query.at_ms, query.rounds), (Some(5), Some(7)));
@@ -482,6 +734,12 @@ mod tests {
             ("drain=", "not a node name"),
             ("policy=max_disrupted_nodes:two", "whole number"),
             ("policy=speed:2", "unknown key"),
+            ("policy=speed:2", "window_secs"),
+            ("policy=breaker.speed:2", "unknown key"),
+            ("policy=group_caps..max_disrupted_nodes:2", "unknown key"),
+            ("policy=min_healthy_nodes:none", "takes no `none`"),
+            ("policy=max_disrupted_percent:150", "from 0 to 100"),
+            ("policy=grace:-1", "at or above 0"),
             ("rounds=0", "from 1 to"),
             ("rounds=51", "from 1 to"),
             ("at=1&at=2", "given twice"),
@@ -493,7 +751,7 @@ mod tests {
         ] {
             let error = Query::parse(Some(bad)).unwrap_err();
             assert!(error.contains(says), "{bad:.80}: {error}");
-            assert!(error.len() < 200, "{error}");
+            assert!(error.len() < 300, "{error}");
         }
     }
 }
