@@ -997,7 +997,7 @@ pub async fn cancel(
     match cancel_incident(&state.store, uuid).await {
         Ok(outcome @ (CancelOutcome::Canceled | CancelOutcome::Forgotten)) => {
             if outcome == CancelOutcome::Canceled {
-                crate::api::stop_canceled_jobs(&state, uuid).await;
+                let _answered = crate::api::stop_canceled_jobs_in_time(&state, uuid).await;
             }
             tracing::info!(%uuid, %user, "incident canceled from the web page");
             Redirect::to("/ui/admin/").into_response()
