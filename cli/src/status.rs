@@ -425,12 +425,10 @@ fn cancel_without_answer(args: &CancelArgs, lost: &str) -> ExitCode {
     });
     let canceled = match &state {
         Ok((status, _)) if *status == reqwest::StatusCode::NOT_FOUND => Some("forgotten"),
-        Ok((status, body)) if status.is_success() => {
-            serde_json::from_str::<serde_json::Value>(body)
-                .ok()
-                .filter(|incident| incident["repair_status"] == "canceled")
-                .map(|_| "canceled")
-        }
+        Ok((status, body)) if status.is_success() => serde_json::from_str::<IncidentSummary>(body)
+            .ok()
+            .filter(|incident| incident.repair_status == "canceled")
+            .map(|_| "canceled"),
         _ => None,
     };
     match canceled {

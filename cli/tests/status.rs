@@ -200,7 +200,7 @@ fn cancel(url: &str, args: &[&str]) -> (bool, String, String) {
 fn a_cancel_whose_answer_is_lost_reads_the_incident() {
     let incident = serde_json::json!({
         "id": "6f1f0b0e-3c1d-4b8e-9d2a-7c5e4f3a2b10", "node": "node2", "action": "evacuate",
-        "repair_status": "canceled", "jobs": [7, 8], "tag": "repairready:x", "tag_applied": false,
+        "repair-status": "canceled", "jobs": [7, 8], "tag": "repairready:x", "tag_applied": false,
         "acknowledged": false, "mtime": 0.0
     })
     .to_string();
@@ -218,7 +218,12 @@ fn a_cancel_whose_answer_is_lost_reads_the_incident() {
         "{stdout}"
     );
     // Not canceled after all: a failure that says so.
-    let not = serde_json::json!({"repair_status": "evacuating"}).to_string();
+    let not = serde_json::json!({
+        "id": "6f1f0b0e-3c1d-4b8e-9d2a-7c5e4f3a2b10", "node": "node2", "action": "evacuate",
+        "repair-status": "pending", "tag": "repairready:x", "tag_applied": false,
+        "acknowledged": false, "mtime": 0.0
+    })
+    .to_string();
     let url = coordinator(vec![("", String::new()), ("200 OK", not)]);
     let (ok, stdout, stderr) = cancel(&url, &[]);
     assert!(!ok, "{stdout}");

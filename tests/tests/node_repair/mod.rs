@@ -788,6 +788,38 @@ async fn a_cancel_is_answered_before_ganeti_s_late_answers() {
         assert!(std::time::Instant::now() < deadline, "{now:#?}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The rounds record how each job ended: those Ganeti canceled read canceled, not failed.
+    h.sim
+        .set_http_faults(nodecare_ganeti_sim::HttpFaults::default());
+    h.sim.settle(Duration::from_secs(10)).await;
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let detail: serde_json::Value = reqwest::get(format!("{url}/1/incidents/{}", incident.uuid))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let states: Vec<(String, String)> = detail["intents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["key"].as_str().unwrap_or_default().to_owned(),
+                i["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        states.iter().any(|(_, state)| state == "canceled"),
+        "{states:?}"
+    );
+    assert!(
+        states.iter().all(|(_, state)| state != "failed"),
+        "{states:?}"
+    );
     server.abort();
 }
 
