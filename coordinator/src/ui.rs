@@ -676,7 +676,7 @@ fn incident_block(
 }
 
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
-fn format_time(secs: f64) -> String {
+pub(crate) fn format_time(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
         return "?".into();
     }
