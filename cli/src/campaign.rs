@@ -401,7 +401,15 @@ pub(crate) fn span(ms: u64) -> String {
 
 /// The group in flight: the last one started, unless it finished.
 fn in_flight(campaign: &Campaign) -> Option<&CampaignGroup> {
-    campaign.groups.last().filter(|g| g.finished_ms.is_none())
+    campaign
+        .groups
+        .last()
+        .filter(|g| g.finished_ms.is_none() && !campaign.state.is_final())
+}
+
+/// The campaign's state once it ended (`None` while it runs).
+fn ended(campaign: &Campaign) -> Option<CampaignState> {
+    campaign.state.is_final().then_some(campaign.state)
 }
 
 /// How long the campaign has run (until it ended).
@@ -482,15 +490,22 @@ fn progress_line(campaign: &Campaign, now: u64) -> String {
     line
 }
 
-fn node_line(node: &CampaignNode, width: usize, now: u64) -> String {
-    let mut line = match &node.failure {
-        Some(failure) => format!(
+/// One node of a group: its step, and while the campaign runs how long it has been in it, when
+/// it times out and what it waits for. A campaign that ended left its unfinished nodes where
+/// they stopped: nothing of them is pending.
+fn node_line(node: &CampaignNode, width: usize, now: u64, ended: Option<CampaignState>) -> String {
+    let mut line = match (&node.failure, ended) {
+        (Some(failure), _) => format!(
             "  {:width$}  failed in {}: {}",
             node.node, failure.step, failure.why
         ),
-        None => format!("  {:width$}  {}", node.node, node.step),
+        (None, Some(state)) if !node.step.is_final() => format!(
+            "  {:width$}  stopped in {}: the campaign {state}",
+            node.node, node.step
+        ),
+        (None, _) => format!("  {:width$}  {}", node.node, node.step),
     };
-    if !node.step.is_final() {
+    if !node.step.is_final() && ended.is_none() {
         if let Some(started) = node.step_started_ms {
             let _ignored = write!(line, " for {}", span(now.saturating_sub(started)));
         }
@@ -518,7 +533,7 @@ fn current_lines(campaign: &Campaign, now: u64) -> String {
     if let Some(group) = in_flight(campaign) {
         let width = group.nodes.iter().map(|n| n.node.len()).max().unwrap_or(0);
         for node in &group.nodes {
-            let _ignored = writeln!(out, "{}", node_line(node, width, now));
+            let _ignored = writeln!(out, "{}", node_line(node, width, now, None));
         }
     }
     out
@@ -612,16 +627,20 @@ pub(crate) fn render_campaign(campaign: &Campaign, now: u64) -> String {
         };
         let _ignored = writeln!(out, "{line}");
         for node in &group.nodes {
-            let _ignored = writeln!(out, "{}", node_line(node, width, now));
+            let _ignored = writeln!(out, "{}", node_line(node, width, now, ended(c)));
         }
     }
     for (offset, nodes) in c.planned.iter().enumerate() {
         if offset == 0 {
             let _ignored = out.write_str("\n");
         }
+        let what = match ended(c) {
+            Some(state) => format!("not run (the campaign {state})"),
+            None => "planned".to_owned(),
+        };
         let _ignored = writeln!(
             out,
-            "group {} of {total_groups}: planned: {}",
+            "group {} of {total_groups}: {what}: {}",
             c.groups.len() + offset + 1,
             nodes.join(", ")
         );

@@ -336,15 +336,27 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
         if let Some((user, password)) = &credentials {
             request = request.basic_auth(user, Some(password));
         }
-        let response = request
-            .send()
-            .map_err(|e| format!("cannot reach the coordinator at {url}: {e}"))?;
+        let response = match request.send() {
+            Ok(response) => response,
+            // Never sent: nothing was canceled.
+            Err(e) if e.is_connect() => {
+                return Err(format!("cannot reach the coordinator at {url}: {e}"));
+            }
+            // Sent, but no answer came (a timeout, a connection closed under it): the cancel
+            // may be recorded all the same; the incident tells.
+            Err(e) => return Ok(Err(e.to_string())),
+        };
         let status = response.status();
         let body = response
             .text()
             .map_err(|e| format!("{url}: cannot read the answer: {e}"))?;
-        Ok((status, body))
+        Ok(Ok((status, body)))
     });
+    let result = match result {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(lost)) => return cancel_without_answer(&args, &lost),
+        Err(error) => Err(error),
+    };
     match result {
         Ok((status, body)) if status.is_success() => {
             if args.json {
@@ -354,6 +366,9 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
             match serde_json::from_str::<CancelAnswer>(&body) {
                 Ok(answer) => {
                     println!("incident {} {}", args.incident, answer.result);
+                    if let Some(following) = &answer.following {
+                        println!("  {following}");
+                    }
                     for job in &answer.jobs {
                         if job.canceled {
                             println!("  job {} ({}): canceled", job.job, job.intent);
@@ -388,13 +403,74 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
     }
 }
 
+/// A cancel sent whose answer did not come (`lost`: why): the incident as the coordinator
+/// reads it now tells whether the cancel is recorded. One that reads canceled (or is gone) is
+/// reported as canceled: an accepted cancel is never reported as a failure.
+fn cancel_without_answer(args: &CancelArgs, lost: &str) -> ExitCode {
+    let url = format!(
+        "{}/1/incidents/{}",
+        args.url.trim_end_matches('/'),
+        args.incident
+    );
+    let state = client().and_then(|client| {
+        let response = client
+            .get(&url)
+            .send()
+            .map_err(|e| format!("cannot reach the coordinator at {url}: {e}"))?;
+        let status = response.status();
+        let body = response
+            .text()
+            .map_err(|e| format!("{url}: cannot read the answer: {e}"))?;
+        Ok((status, body))
+    });
+    let canceled = match &state {
+        Ok((status, _)) if *status == reqwest::StatusCode::NOT_FOUND => Some("forgotten"),
+        Ok((status, body)) if status.is_success() => serde_json::from_str::<IncidentSummary>(body)
+            .ok()
+            .filter(|incident| incident.repair_status == "canceled")
+            .map(|_| "canceled"),
+        _ => None,
+    };
+    match canceled {
+        Some(result) => {
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"id": args.incident, "result": result, "jobs": []})
+                );
+            } else {
+                println!("incident {} {result}", args.incident);
+                println!(
+                    "  the coordinator's answer did not come ({lost}), but the incident reads {result}; Ganeti's answers to the cancels of its jobs follow in its history: nodecare incidents show {}",
+                    args.incident
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!(
+                "nodecare cancel: the coordinator's answer did not come ({lost}), and the incident does not read canceled{}: run the cancel again",
+                match &state {
+                    Err(error) => format!(" ({error})"),
+                    Ok((status, _)) if !status.is_success() => format!(" (HTTP {status})"),
+                    Ok(_) => String::new(),
+                }
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// The coordinator's answer to a cancel (`{"id", "result": "canceled" | "forgotten"}`).
 #[derive(Debug, Deserialize)]
 struct CancelAnswer {
     result: String,
-    /// What the cancel did to each unfinished job.
+    /// What the cancel did to each unfinished job whose cancel Ganeti answered in time.
     #[serde(default)]
     jobs: Vec<nodecare_protocol::status::CanceledJob>,
+    /// Set when Ganeti's answers to some cancels follow (reported in the incident's history).
+    #[serde(default)]
+    following: Option<String>,
 }
 
 #[cfg(test)]

@@ -180,6 +180,8 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
         "removed by an operator (acknowledged)"
     } else if i.tag_applied {
         "on the node"
+    } else if i.repair_status == "canceled" {
+        "never set: the incident was canceled"
     } else {
         "not yet on the node"
     };

@@ -131,6 +131,26 @@ fn status_of_one_campaign_shows_groups_nodes_and_times() {
     assert_eq!(seen[0].path, format!("/1/maintenance/{ID}"));
 }
 
+/// A failed campaign shows where it stopped and why; nothing of it reads as pending (no step
+/// timing out, nothing waited for, no group planned to run).
+#[test]
+fn status_of_a_failed_campaign_shows_where_it_stopped_and_why() {
+    let failed: Campaign =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("failed.json")).unwrap()).unwrap();
+    let (url, _seen) = coordinator(vec![("200 OK", json(&failed))]);
+    let (code, stdout, stderr) = nodecare(&url, &["roll", "status", ID]);
+    assert_eq!(code, Some(0), "{stderr}");
+    golden("failed.txt", &stdout);
+    for pending in [
+        "times out in",
+        "waiting for",
+        "planned:",
+        "estimated time left",
+    ] {
+        assert!(!stdout.contains(pending), "{pending:?} in {stdout}");
+    }
+}
+
 #[test]
 fn status_lists_campaigns() {
     let mut done = running();

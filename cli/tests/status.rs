@@ -11,7 +11,8 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::Command;
 
-/// Serves `answers` (status line, body), one per connection, then stops; returns the base URL.
+/// Serves `answers` (status line, body; an empty status line closes the connection without an
+/// answer), one per connection, then stops; returns the base URL.
 fn coordinator(answers: Vec<(&'static str, String)>) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -26,6 +27,10 @@ fn coordinator(answers: Vec<(&'static str, String)>) -> String {
                 line.clear();
             }
             let mut stream = reader.into_inner();
+            if status.is_empty() {
+                // No answer: the connection closes under the request.
+                continue;
+            }
             let _ignored = write!(
                 stream,
                 "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -168,4 +173,79 @@ fn status_shows_the_domains_grants_overrides_and_breaker() {
         assert!(stdout.contains(needle), "{needle:?} not in\n{stdout}");
     }
     golden("status-gate.txt", &stdout);
+}
+
+fn cancel(url: &str, args: &[&str]) -> (bool, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_nodecare"))
+        .args([
+            "cancel",
+            "6f1f0b0e-3c1d-4b8e-9d2a-7c5e4f3a2b10",
+            "--url",
+            url,
+        ])
+        .args(args)
+        .env_remove("NODECARE_COORDINATOR_URL")
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+/// A cancel whose answer never comes (the coordinator recorded it, the answer was lost or
+/// late) is not reported as a failure: the incident, read again, says it is canceled.
+#[test]
+fn a_cancel_whose_answer_is_lost_reads_the_incident() {
+    let incident = serde_json::json!({
+        "id": "6f1f0b0e-3c1d-4b8e-9d2a-7c5e4f3a2b10", "node": "node2", "action": "evacuate",
+        "repair-status": "canceled", "jobs": [7, 8], "tag": "repairready:x", "tag_applied": false,
+        "acknowledged": false, "mtime": 0.0
+    })
+    .to_string();
+    let url = coordinator(vec![("", String::new()), ("200 OK", incident)]);
+    let (ok, stdout, stderr) = cancel(&url, &[]);
+    assert!(ok, "{stdout}{stderr}");
+    let stdout = stdout.replace(&url, "URL");
+    let first = stdout.lines().next().unwrap_or_default().to_owned();
+    assert_eq!(
+        first,
+        "incident 6f1f0b0e-3c1d-4b8e-9d2a-7c5e4f3a2b10 canceled"
+    );
+    assert!(
+        stdout.contains("but the incident reads canceled"),
+        "{stdout}"
+    );
+    // Not canceled after all: a failure that says so.
+    let not = serde_json::json!({
+        "id": "6f1f0b0e-3c1d-4b8e-9d2a-7c5e4f3a2b10", "node": "node2", "action": "evacuate",
+        "repair-status": "pending", "tag": "repairready:x", "tag_applied": false,
+        "acknowledged": false, "mtime": 0.0
+    })
+    .to_string();
+    let url = coordinator(vec![("", String::new()), ("200 OK", not)]);
+    let (ok, stdout, stderr) = cancel(&url, &[]);
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains("the incident does not read canceled"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("cannot reach"), "{stderr}");
+}
+
+/// The coordinator answers once the cancel is recorded; Ganeti's answers that follow are
+/// announced.
+#[test]
+fn a_cancel_answered_before_ganeti_s_answers_says_they_follow() {
+    let answer = serde_json::json!({
+        "id": "6f1f0b0e-3c1d-4b8e-9d2a-7c5e4f3a2b10", "result": "canceled",
+        "jobs": [{"job": 7, "intent": "migrate-web", "canceled": true, "message": ""}],
+        "following": "Ganeti's answers to 2 more cancels follow in the incident's history"
+    })
+    .to_string();
+    let url = coordinator(vec![("200 OK", answer)]);
+    let (ok, stdout, stderr) = cancel(&url, &[]);
+    assert!(ok, "{stderr}");
+    golden("cancel-following.txt", &stdout);
 }

@@ -246,6 +246,19 @@ fn incident_show_has_history_jobs_and_scripts() {
     golden("incident-show-json.txt", &stdout);
 }
 
+/// A canceled incident reads canceled: its tag was never set (and never will be), the jobs
+/// Ganeti canceled read canceled.
+#[test]
+fn a_canceled_incident_reads_canceled() {
+    let id = "0b1e0000-0000-4000-8000-000000000005";
+    let body = std::fs::read_to_string(fixture("views/incident-canceled.json")).unwrap();
+    let (url, _requests) = coordinator(vec![body]);
+    let (code, stdout, stderr) = nodecare(&["incidents", "show", id], &url);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stdout.contains("not yet on the node"), "{stdout}");
+    golden("incident-show-canceled.txt", &stdout);
+}
+
 /// Not on a terminal, `watch` prints the view with a time stamp, then only when it changes.
 #[test]
 fn watch_prints_changes_only() {

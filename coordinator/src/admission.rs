@@ -24,7 +24,7 @@
 //! with the round (the incident lock), so that a grant and the round's own admissions never
 //! both open a failure domain.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use axum::Json;
@@ -340,6 +340,35 @@ pub fn domains_and_waiting(
     (domains, waiting)
 }
 
+/// The verdicts a grace holds back (`held`: node → verdict), each as a waiting line naming the
+/// grace's holder, the node it disrupts and when the grace ends (pure).
+pub fn graced_waiting(
+    held: &BTreeMap<String, String>,
+    graces: &BTreeMap<String, crate::gate::Grace>,
+) -> Vec<Waiting> {
+    held.iter()
+        .filter_map(|(node, verdict)| {
+            let grace = graces.get(node)?;
+            let disruption = if &grace.disrupted == node {
+                format!("{}'s disruption of it", grace.holder)
+            } else {
+                format!(
+                    "{}'s disruption of {}, its DRBD peer",
+                    grace.holder, grace.disrupted
+                )
+            };
+            Some(Waiting {
+                duty: "node-repair".to_owned(),
+                subject: format!("node {node}"),
+                blocked_by: format!(
+                    "verdict {verdict} not acted on: in the grace of {disruption}, until {}",
+                    crate::ui::format_time(grace.until_ms as f64 / 1000.0)
+                ),
+            })
+        })
+        .collect()
+}
+
 /// Reads the [`GateStatus`] from the store and the board.
 pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreError> {
     let now = nodecare_protocol::now_ms();
@@ -358,6 +387,20 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         ),
         None => (Vec::new(), Vec::new()),
     };
+    let mut waiting = waiting;
+    let held = state
+        .board
+        .held_in_grace
+        .read()
+        .map(|held| held.clone())
+        .unwrap_or_default();
+    let graces = state
+        .board
+        .graces
+        .read()
+        .map(|graces| graces.clone())
+        .unwrap_or_default();
+    waiting.extend(graced_waiting(&held, &graces));
     Ok(GateStatus {
         domains,
         waiting,

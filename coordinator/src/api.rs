@@ -76,6 +76,33 @@ pub(crate) async fn stop_canceled_jobs(
     jobs
 }
 
+/// How long a cancel's answer waits for Ganeti's answers to the cancels of the incident's jobs
+/// ([`stop_canceled_jobs_in_time`]): the cancel is recorded before; Ganeti may answer late (a
+/// job waiting for its locks), and a client gives up after some seconds.
+pub const CANCEL_ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// [`stop_canceled_jobs`] on a task of its own, for the answer to a recorded cancel: the jobs
+/// whose cancels Ganeti answered within [`CANCEL_ANSWER_WAIT`], or `None` when its answers
+/// follow (the task goes on; each answer goes into the incident's history).
+pub(crate) async fn stop_canceled_jobs_in_time(
+    state: &ApiState,
+    uuid: Uuid,
+) -> Option<Vec<nodecare_protocol::status::CanceledJob>> {
+    let task_state = state.clone();
+    let mut task = tokio::spawn(async move { stop_canceled_jobs(&task_state, uuid).await });
+    match tokio::time::timeout(CANCEL_ANSWER_WAIT, &mut task).await {
+        Ok(Ok(jobs)) => Some(jobs),
+        Ok(Err(error)) => {
+            tracing::warn!(incident = %uuid, %error, "the cancels' task ended; the round cancels the jobs");
+            Some(Vec::new())
+        }
+        Err(_) => {
+            tracing::info!(incident = %uuid, "Ganeti's answers to the cancels follow");
+            None
+        }
+    }
+}
+
 /// Whether Ganeti names `node` its master (read now; `false` when it cannot be read).
 async fn is_master(ganeti: &dyn crate::ganeti::Ganeti, node: &str) -> bool {
     match ganeti.cluster_info().await {

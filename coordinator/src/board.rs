@@ -24,6 +24,11 @@ pub struct Board {
     pub targets: RwLock<Vec<AgentTarget>>,
     /// What the gate saw and decided in the last round (none before the first round).
     pub gate: RwLock<Option<crate::gate::GateSnapshot>>,
+    /// The graces of planned disruptions in the last round, by node ([`crate::gate::grace`]).
+    pub graces: RwLock<BTreeMap<String, crate::gate::Grace>>,
+    /// The actionable verdicts the last round did not act on because their node was in grace:
+    /// node → verdict (`evacuate`, …).
+    pub held_in_grace: RwLock<BTreeMap<String, String>>,
     /// What the instance-repair duty found in the last round (instances not healthy).
     pub instance_repairs: RwLock<Vec<nodecare_protocol::status::InstanceRepairSummary>>,
     /// What balancing did last (none while it is off or before its first run).

@@ -293,11 +293,23 @@ pub fn rebooting(store: &Store) -> Result<std::collections::BTreeSet<String>, St
 /// rebooting now (their hook runs or they are coming back) from `now_ms`, so their failure
 /// domain stays in grace (no incident, no storm) throughout the reboot; nodes whose reboot
 /// ended from that moment, for the grace after it (finished campaigns too).
-pub fn planned_disruptions(store: &Store, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+pub fn planned_disruptions(
+    store: &Store,
+    now_ms: u64,
+) -> Result<Vec<crate::gate::Planned>, StoreError> {
     Ok(store
         .campaigns()?
         .iter()
-        .flat_map(|r| r.planned_disruptions(now_ms))
+        .flat_map(|r| {
+            let holder = format!("maintenance campaign {}", r.id());
+            r.planned_disruptions(now_ms)
+                .into_iter()
+                .map(move |(node, from_ms)| crate::gate::Planned {
+                    node,
+                    from_ms,
+                    holder: holder.clone(),
+                })
+        })
         .collect())
 }
 

@@ -122,6 +122,9 @@ pub async fn explanation(
         .map_err(|e| internal(e.to_string()))?
         .map_err(internal)?;
     Ok(match (&query, &operation) {
+        (Query::Node { node, at_ms: None }, _) => {
+            with_grace(explain_node(&rounds, node, None), &grace_now(state, node))
+        }
         (Query::Node { node, at_ms }, _) => explain_node(&rounds, node, *at_ms),
         (Query::Record(id), _) => match Uuid::parse_str(id) {
             Ok(id) => explain_record(&rounds, id),
@@ -130,6 +133,43 @@ pub async fn explanation(
         (Query::Job(job), Some(operation)) => explain_job(&rounds, *job, operation),
         (Query::Job(_), None) => return Err(internal("job without its operation".into())),
     })
+}
+
+/// The waiting line of `node`'s grace now (the verdict it holds back, the grace's holder and
+/// end), if the last round left it in the grace of a planned disruption.
+fn grace_now(state: &ApiState, node: &str) -> Option<String> {
+    let graces = state.board.graces.read().ok()?;
+    let grace = graces.get(node)?;
+    let held = state.board.held_in_grace.read().ok()?.get(node).cloned();
+    let line = crate::admission::graced_waiting(
+        &std::collections::BTreeMap::from([(node.to_owned(), held.clone().unwrap_or_default())]),
+        &std::collections::BTreeMap::from([(node.to_owned(), grace.clone())]),
+    )
+    .into_iter()
+    .next()?
+    .blocked_by;
+    // Without a verdict held back: the grace alone.
+    Some(match held {
+        Some(_) => line,
+        None => line
+            .split_once(" not acted on: ")
+            .map_or(line.clone(), |(_, grace)| grace.to_owned()),
+    })
+}
+
+/// `explanation` of a node now, with its grace (`grace`, [`grace_now`]) first: a node in grace
+/// waits for it, so a recorded round that did not judge the node (the latest one, shown for
+/// what held it) is not what holds it now and is left out.
+fn with_grace(mut explanation: Explanation, grace: &Option<String>) -> Explanation {
+    let Some(grace) = grace else {
+        return explanation;
+    };
+    let judged = explanation.note.is_none();
+    if !judged {
+        explanation.rounds.clear();
+    }
+    explanation.note = Some(format!("now waiting: {grace}"));
+    explanation
 }
 
 /// `GET /1/explain`.

@@ -439,6 +439,9 @@ async fn incident(State(state): State<ApiState>, Path(text): Path<String>) -> Re
     .into_response()
 }
 
+/// What a cancel's answer says when Ganeti's answers to the cancels of its jobs come later.
+const CANCELS_FOLLOW: &str = "the cancel is recorded; Ganeti's answers to the cancels of its jobs follow in the incident's history";
+
 async fn cancel(
     State(state): State<ApiState>,
     Path(text): Path<String>,
@@ -455,8 +458,20 @@ async fn cancel(
     match cancel_incident(&state.store, uuid).await {
         Ok(CancelOutcome::Canceled) => {
             tracing::info!(%uuid, %user, "incident canceled");
-            let jobs = crate::api::stop_canceled_jobs(&state, uuid).await;
-            Json(json!({"id": uuid, "result": "canceled", "jobs": jobs})).into_response()
+            // Answered once the cancel is recorded and Ganeti answered the cancels of its
+            // jobs, or after a short wait: Ganeti's answers then follow in its history.
+            match crate::api::stop_canceled_jobs_in_time(&state, uuid).await {
+                Some(jobs) => {
+                    Json(json!({"id": uuid, "result": "canceled", "jobs": jobs})).into_response()
+                }
+                None => Json(json!({
+                    "id": uuid,
+                    "result": "canceled",
+                    "jobs": [],
+                    "following": CANCELS_FOLLOW,
+                }))
+                .into_response(),
+            }
         }
         Ok(CancelOutcome::Forgotten) => {
             Json(json!({"id": uuid, "result": "forgotten"})).into_response()

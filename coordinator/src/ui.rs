@@ -162,6 +162,7 @@ fn intent_state(state: IntentState) -> &'static str {
         IntentState::Succeeded => "success",
         IntentState::Failed => "error",
         IntentState::Replanned => "replanned",
+        IntentState::Canceled => "canceled",
     }
 }
 
@@ -451,7 +452,23 @@ fn campaigns_section(campaigns: &[Campaign], now: u64) -> Markup {
                             }
                         } }
                     }
-                    @if !c.planned.is_empty() {
+                    @if let Some(g) = c.groups.last().filter(|g| g.finished_ms.is_none() && c.state.is_final()) {
+                        p.mute { "Stopped: "
+                            @for (i, n) in g.nodes.iter().filter(|n| n.failure.is_none() && !n.step.is_final()).enumerate() {
+                                @if i > 0 { ", " }
+                                (n.node) " in " (n.step.as_str())
+                            }
+                            " (the campaign " (c.state.as_str()) ")"
+                        }
+                    }
+                    @if !c.planned.is_empty() && c.state.is_final() {
+                        p.mute { "Not run (the campaign " (c.state.as_str()) "): "
+                            @for (i, group) in c.planned.iter().enumerate() {
+                                @if i > 0 { "; " }
+                                (group.join(", "))
+                            }
+                        }
+                    } @else if !c.planned.is_empty() {
                         p.mute { "Planned next: "
                             @for (i, group) in c.planned.iter().enumerate() {
                                 @if i > 0 { "; " }
@@ -599,6 +616,7 @@ fn incident_block(
                 @else if let (true, Some(who)) = (incident.tag_applied, &incident.acknowledgement_asked_by) {
                     "on the node; acknowledged by " (who) ", the coordinator removes it" }
                 @else if incident.tag_applied { "on the node; remove it to acknowledge" }
+                @else if incident.repair_status == RepairStatus::Canceled { "never set (the incident was canceled)" }
                 @else { "not yet on the node" }
                 @if !incident.observed { span.mute { "; the node no longer reports this verdict" } }
             }
@@ -658,7 +676,7 @@ fn incident_block(
 }
 
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
-fn format_time(secs: f64) -> String {
+pub(crate) fn format_time(secs: f64) -> String {
     if !secs.is_finite() || secs < 0.0 {
         return "?".into();
     }
@@ -997,7 +1015,7 @@ pub async fn cancel(
     match cancel_incident(&state.store, uuid).await {
         Ok(outcome @ (CancelOutcome::Canceled | CancelOutcome::Forgotten)) => {
             if outcome == CancelOutcome::Canceled {
-                crate::api::stop_canceled_jobs(&state, uuid).await;
+                let _answered = crate::api::stop_canceled_jobs_in_time(&state, uuid).await;
             }
             tracing::info!(%uuid, %user, "incident canceled from the web page");
             Redirect::to("/ui/admin/").into_response()

@@ -919,13 +919,18 @@ impl Record {
     /// ms the grace runs from. A node rebooting now (its hook runs or it is coming back) is in
     /// grace from `now_ms`, so throughout its reboot; a node whose reboot ended is in grace
     /// from that moment, for the grace after it. A node a finished campaign left rebooting is
-    /// in grace from the campaign's end.
+    /// in grace from the campaign's end. A failed campaign, or a node of it that failed, plans
+    /// nothing any more: its grace ends with the failure (a problem it left is acted on).
     pub fn planned_disruptions(&self, now_ms: u64) -> Vec<(String, u64)> {
         let running = !self.state().is_final();
+        if self.state() == CampaignState::Failed {
+            return Vec::new();
+        }
         self.campaign
             .groups
             .iter()
             .flat_map(|g| g.nodes.iter())
+            .filter(|n| n.step != NodeStep::Failed)
             .filter_map(|n| {
                 let from = if Self::rebooting(n.step) {
                     if running {

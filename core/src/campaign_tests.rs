@@ -1067,22 +1067,35 @@ fn a_rebooted_node_stays_in_grace_after_it_leaves_wait_healthy() {
     };
     let grace_ms = 600_000;
     let now = left + 5_000;
-    let planned = r.planned_disruptions(now);
-    let graced = gate::grace(&view_at(now), &planned, grace_ms);
-    assert_eq!(graced.get("a"), Some(&(left + grace_ms)), "{planned:?}");
-    assert_eq!(
-        graced.get("a2"),
-        Some(&(left + grace_ms)),
-        "its whole domain"
-    );
-    assert_eq!(graced.get("c"), None);
+    let planned_at = |now: u64| -> Vec<gate::Planned> {
+        r.planned_disruptions(now)
+            .into_iter()
+            .map(|(node, from_ms)| gate::Planned {
+                node,
+                from_ms,
+                holder: "maintenance campaign c".to_owned(),
+            })
+            .collect()
+    };
+    // "a" shares a DRBD instance with "c" (another domain); "a2" shares nothing with it.
+    let peers = BTreeMap::from([
+        ("a".to_owned(), BTreeSet::from(["c".to_owned()])),
+        ("c".to_owned(), BTreeSet::from(["a".to_owned()])),
+    ]);
+    let planned = planned_at(now);
+    let graced = gate::grace(&view_at(now), &planned, &peers, grace_ms);
+    let until = |node: &str| graced.get(node).map(|g| g.until_ms);
+    assert_eq!(until("a"), Some(left + grace_ms), "{planned:?}");
+    assert_eq!(until("c"), Some(left + grace_ms), "its DRBD peer");
+    assert_eq!(until("a2"), None, "not the rest of its domain");
     // The grace ends.
     let later = left + grace_ms + 1;
-    let planned = r.planned_disruptions(later);
-    assert_eq!(
-        gate::grace(&view_at(later), &planned, grace_ms).get("a"),
-        None
-    );
+    let planned = planned_at(later);
+    assert!(gate::grace(&view_at(later), &planned, &peers, grace_ms).is_empty());
+    // A failed campaign's grace ends with its failure.
+    let mut failed = r.clone();
+    failed.campaign.state = CampaignState::Failed;
+    assert!(failed.planned_disruptions(now).is_empty());
 }
 
 /// Issue 25 (2): a node whose original primaries migrate back is held by its campaign until

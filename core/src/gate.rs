@@ -1172,33 +1172,100 @@ fn join(nodes: &BTreeSet<String>) -> String {
         .join(", ")
 }
 
-/// The grace of planned disruptions (Ceph's `noout`): for each planned disruption (an
-/// admission grant, a maintenance reboot) of a node, started at Unix ms `started`, every node
-/// of that node's failure domain is in grace until `started + grace_ms`. Nodes in grace that
-/// report a problem or go silent open no incident and count for no storm. Returns node → end
-/// of its grace (only graces still running at `view.now_ms`).
-pub fn grace(view: &View, planned: &[(String, u64)], grace_ms: u64) -> BTreeMap<String, u64> {
-    let mut until_by_domain: BTreeMap<&str, u64> = BTreeMap::new();
-    for (node, started) in planned {
-        let Some(facts) = view.nodes.get(node) else {
-            continue;
-        };
-        let until = started.saturating_add(grace_ms);
-        if until > view.now_ms {
-            let entry = until_by_domain
-                .entry(facts.domain.as_str())
-                .or_insert(until);
-            *entry = (*entry).max(until);
+/// A planned disruption of a node (an admission grant, a maintenance reboot), for the grace:
+/// the node, the Unix ms its grace runs from, and its holder for people (`maintenance campaign
+/// <id>`, `admission <id> of <requester>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// The node disrupted.
+    pub node: String,
+    /// Unix ms the grace runs from.
+    pub from_ms: u64,
+    /// Who plans it, for people.
+    pub holder: String,
+}
+
+/// A node's grace: until when (Unix ms), and the planned disruption it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grace {
+    /// Unix ms it ends.
+    pub until_ms: u64,
+    /// The planned disruption's holder, for people.
+    pub holder: String,
+    /// The node that disruption is of.
+    pub disrupted: String,
+}
+
+impl std::fmt::Display for Grace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the grace of {}'s disruption of {} until {} ms",
+            self.holder, self.disrupted, self.until_ms
+        )
+    }
+}
+
+/// The nodes each node shares a DRBD instance with (its instances' other nodes), by node: what
+/// a disruption of the node touches besides itself (their disks resync while it is away).
+pub fn drbd_peers(instances: &[crate::ganeti::Instance]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut peers: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for instance in instances.iter().filter(|i| !i.secondary_nodes.is_empty()) {
+        let nodes: Vec<&String> = std::iter::once(&instance.primary_node)
+            .chain(&instance.secondary_nodes)
+            .collect();
+        for a in &nodes {
+            for b in &nodes {
+                if a != b {
+                    peers.entry((*a).clone()).or_default().insert((*b).clone());
+                }
+            }
         }
     }
-    view.nodes
-        .values()
-        .filter_map(|facts| {
-            until_by_domain
-                .get(facts.domain.as_str())
-                .map(|until| (facts.name.clone(), *until))
-        })
-        .collect()
+    peers
+}
+
+/// The grace of planned disruptions (Ceph's `noout`, scoped to what the disruption touches):
+/// for each planned disruption of a node, the node itself and the nodes that share a DRBD
+/// instance with it (`peers`, [`drbd_peers`]) are in grace until `from_ms + grace_ms`. Nodes
+/// in grace that report a problem or go silent open no incident and count for no storm; other
+/// nodes of its failure domain are not in grace (a real problem there is acted on, the gate
+/// judging it against the disruption). A holder that failed plans no disruption any more, so
+/// its grace ends then. Returns node → its grace, the latest ending one (only graces still
+/// running at `view.now_ms`).
+pub fn grace(
+    view: &View,
+    planned: &[Planned],
+    peers: &BTreeMap<String, BTreeSet<String>>,
+    grace_ms: u64,
+) -> BTreeMap<String, Grace> {
+    let mut graces: BTreeMap<String, Grace> = BTreeMap::new();
+    for disruption in planned {
+        if !view.nodes.contains_key(&disruption.node) {
+            continue;
+        }
+        let until_ms = disruption.from_ms.saturating_add(grace_ms);
+        if until_ms <= view.now_ms {
+            continue;
+        }
+        let touched = std::iter::once(&disruption.node)
+            .chain(peers.get(&disruption.node).into_iter().flatten())
+            .filter(|node| view.nodes.contains_key(*node));
+        for node in touched {
+            let grace = Grace {
+                until_ms,
+                holder: disruption.holder.clone(),
+                disrupted: disruption.node.clone(),
+            };
+            match graces.get(node) {
+                Some(kept) if kept.until_ms >= until_ms => {}
+                _ => {
+                    graces.insert(node.clone(), grace);
+                }
+            }
+        }
+    }
+    graces
 }
 
 /// Sorts proposals into the order the gate serves them.
@@ -2353,15 +2420,37 @@ mod tests {
     }
 
     #[test]
-    fn grace_covers_the_planned_disruptions_domain_until_it_ends() {
+    fn grace_covers_what_the_planned_disruption_touches_until_it_ends() {
         let view = view();
-        let planned = vec![("n3".to_owned(), 500), ("gone".to_owned(), 900)];
-        let graced = grace(&view, &planned, 1_000);
+        let planned = |node: &str, from_ms: u64| Planned {
+            node: node.to_owned(),
+            from_ms,
+            holder: "maintenance campaign c1".to_owned(),
+        };
+        let planned = vec![planned("n3", 500), planned("gone", 900)];
+        // n3 and its DRBD peer n1 (another domain); not n4, n3's domain mate.
+        let peers = BTreeMap::from([
+            ("n3".to_owned(), BTreeSet::from(["n1".to_owned()])),
+            ("n1".to_owned(), BTreeSet::from(["n3".to_owned()])),
+        ]);
+        let graced = grace(&view, &planned, &peers, 1_000);
+        let of = |disrupted: &str| Grace {
+            until_ms: 1_500,
+            holder: "maintenance campaign c1".to_owned(),
+            disrupted: disrupted.to_owned(),
+        };
         assert_eq!(
             graced,
-            BTreeMap::from([("n3".to_owned(), 1_500), ("n4".to_owned(), 1_500)])
+            BTreeMap::from([("n3".to_owned(), of("n3")), ("n1".to_owned(), of("n3"))])
         );
-        assert!(grace(&view, &planned, 500).is_empty(), "ended at 1000");
+        assert_eq!(
+            of("n3").to_string(),
+            "the grace of maintenance campaign c1's disruption of n3 until 1500 ms"
+        );
+        assert!(
+            grace(&view, &planned, &peers, 500).is_empty(),
+            "ended at 1000"
+        );
     }
 
     #[test]

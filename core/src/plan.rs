@@ -1271,7 +1271,7 @@ pub fn judge_failed_step(
         JobFailure::Precondition { kind, message } => match step {
             None => FailedStep::Failed(failure_text(kind, message)),
             Some(step) if replans >= MAX_REPLANS => FailedStep::Failed(format!(
-                "{} of {} refused {} times, each time because the cluster changed under it; last: {}",
+                "{} of {} refused {} times (planned again {replans} times, at most {MAX_REPLANS}), each time because the cluster changed under it; last: {}",
                 step.verb(),
                 step.instance(),
                 replans + 1,
@@ -1636,6 +1636,29 @@ mod tests {
         assert!(
             why.contains("refused 4 times") && why.contains("wrong_state"),
             "{why}"
+        );
+        // The message and the documents count alike: a move is planned again at most
+        // MAX_REPLANS times, so the refusal that fails it is the (MAX_REPLANS + 1)th.
+        assert!(
+            why.contains(&format!(
+                "refused {} times (planned again {MAX_REPLANS} times, at most {MAX_REPLANS})",
+                MAX_REPLANS + 1
+            )),
+            "{why}"
+        );
+        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+        let said = format!(
+            "planned again at most {MAX_REPLANS} times per instance: refused a {}th time",
+            MAX_REPLANS + 1
+        );
+        assert_eq!(
+            readme
+                .replace("\n  ", " ")
+                .replace('\n', " ")
+                .matches(&said)
+                .count(),
+            2,
+            "README.md says {said:?} where it counts"
         );
     }
 

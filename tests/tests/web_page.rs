@@ -107,6 +107,28 @@ fn fixed_snapshot() -> Snapshot {
             Some(18),
         ),
     ];
+    // Canceled: its tag is never set, the jobs Ganeti canceled read canceled.
+    let mut canceled = incident(3, "node4", "evacuate", json!({"fan": 2}));
+    canceled.repair_status = RepairStatus::Canceled;
+    canceled.jobs = vec![21, 22];
+    let canceled_intents = vec![
+        intent(
+            3,
+            IntentSpec::Drain {
+                node: "node4".into(),
+            },
+            IntentState::Succeeded,
+            Some(21),
+        ),
+        intent(
+            3,
+            IntentSpec::Offline {
+                node: "node4".into(),
+            },
+            IntentState::Canceled,
+            Some(22),
+        ),
+    ];
     Snapshot {
         node: "node1".into(),
         now_ms: NOW_MS,
@@ -120,7 +142,11 @@ fn fixed_snapshot() -> Snapshot {
             error: None,
             ganeti_version: Some("3.1.0".into()),
         },
-        incidents: vec![(running, intents), (blocked, Vec::new())],
+        incidents: vec![
+            (running, intents),
+            (blocked, Vec::new()),
+            (canceled, canceled_intents),
+        ],
         agents: vec![
             agent("node1", AgentState::Ok, Some(DiagnoseStatus::Ok)),
             agent("node2", AgentState::Ok, Some(DiagnoseStatus::Evacuate)),
@@ -189,6 +215,11 @@ fn fixed_campaigns() -> Vec<Campaign> {
     };
     let mut failed_node = node("node2", NodeStep::Failed);
     failed_node.failure = Some(failure.clone());
+    // Stopped by the failure: nothing of it is pending.
+    let mut stopped = node("node5", NodeStep::Drain);
+    stopped.step_started_ms = Some(NOW_MS - 86_100_000);
+    stopped.step_deadline_ms = Some(NOW_MS - 85_800_000);
+    stopped.waiting_for = Some("the drain job".into());
     let failed = Campaign {
         id: Uuid::from_u128(19).to_string(),
         request: CampaignRequest::new("apt-upgrade-and-reboot"),
@@ -197,7 +228,7 @@ fn fixed_campaigns() -> Vec<Campaign> {
         finished_ms: Some(NOW_MS - 86_000_000),
         groups: vec![CampaignGroup {
             index: 0,
-            nodes: vec![failed_node],
+            nodes: vec![failed_node, stopped],
             started_ms: Some(NOW_MS - 86_300_000),
             finished_ms: None,
         }],

@@ -212,6 +212,20 @@ impl NodeRepair {
                         Event::Progress(format!("job {job_id} ({}): {again}", intent.key)),
                     );
                 }
+                // A job of a canceled incident that Ganeti canceled never ran: canceled, not
+                // failed.
+                (Err((why, _)), None)
+                    if incident.repair_status == RepairStatus::Canceled
+                        && matches!(entry.state, State::Canceled { .. }) =>
+                {
+                    intent.state = IntentState::Canceled;
+                    intent.error = Some(why.clone());
+                    tracing::info!(incident = %incident.uuid, intent = %intent.key, job = job_id, %why, "job canceled");
+                    self.note(
+                        &mut incident,
+                        Event::Progress(format!("job {job_id} ({}) canceled: {why}", intent.key)),
+                    );
+                }
                 (Err((why, _)), judged) => {
                     let why = match judged {
                         Some(plan::FailedStep::Failed(judged)) if !why.contains(&judged) => {

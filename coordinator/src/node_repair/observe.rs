@@ -10,7 +10,13 @@ impl NodeRepair {
     /// unverifiable agent change nothing.
     pub(super) fn observe_verdicts(&self, input: &RoundInput) -> Result<(), RoundError> {
         let nodes = &input.nodes[..];
-        let graced = &input.graced;
+        let graced: BTreeMap<String, u64> = input
+            .graced
+            .iter()
+            .map(|(node, grace)| (node.clone(), grace.until_ms))
+            .collect();
+        let graced = &graced;
+        let mut held_in_grace = BTreeMap::new();
         let results = &input.agents[..];
         let mut incidents = self.store.incidents()?;
         let node_uuids: BTreeSet<&str> = nodes.iter().map(|n| n.uuid.as_str()).collect();
@@ -86,9 +92,13 @@ impl NodeRepair {
                     until_ms,
                 } => {
                     tracing::info!(%node, verdict = status.as_str(), grace_until_ms = until_ms,
-                        "verdict not acted on: the node's failure domain is in the grace of a planned disruption");
+                        "verdict not acted on: the node is in the grace of a planned disruption");
+                    held_in_grace.insert(node, status.as_str().to_owned());
                 }
             }
+        }
+        if let Ok(mut board) = self.board.held_in_grace.write() {
+            *board = held_in_grace;
         }
         Ok(())
     }

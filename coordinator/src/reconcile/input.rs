@@ -92,7 +92,15 @@ impl Reconciler {
                 "admission expired");
         }
         let grace_ms = u64::try_from(self.settings.gate.grace.as_millis()).unwrap_or(u64::MAX);
-        let graced = gate::grace(&view, &self.planned_disruptions(now)?, grace_ms);
+        let graced = gate::grace(
+            &view,
+            &self.planned_disruptions(now)?,
+            &gate::drbd_peers(&instances),
+            grace_ms,
+        );
+        if let Ok(mut board) = self.board.graces.write() {
+            board.clone_from(&graced);
+        }
         // The storm breaker counts agents that stopped answering outside a grace.
         let failed_outside_grace = failed_with_history
             .iter()
@@ -283,10 +291,10 @@ impl Reconciler {
             .collect()
     }
 
-    /// Planned disruptions (node, Unix ms its grace runs from): admission grants (from their
-    /// last renewal) and maintenance reboots (throughout, then from their end), whose failure
-    /// domains get a grace.
-    fn planned_disruptions(&self, now: u64) -> Result<Vec<(String, u64)>, RoundError> {
+    /// Planned disruptions (node, Unix ms its grace runs from, holder): admission grants (from
+    /// their last renewal) and maintenance reboots (throughout, then from their end), which
+    /// get a grace ([`gate::grace`]).
+    fn planned_disruptions(&self, now: u64) -> Result<Vec<gate::Planned>, RoundError> {
         Ok(self
             .store
             .planned_grants(now)?

@@ -152,8 +152,8 @@ pub struct RoundInput {
     pub agents_seen: BTreeMap<String, AgentNow>,
     /// Agents outside a grace that gave no verified report (the breaker's signal).
     pub failed_outside_grace: usize,
-    /// Nodes in the grace of a planned disruption, until when (Unix ms).
-    pub graced: BTreeMap<String, u64>,
+    /// Nodes in the grace of a planned disruption, with its end and holder.
+    pub graced: BTreeMap<String, crate::gate::Grace>,
     /// DRBD instances degraded with both nodes online past the grace, and why.
     pub degraded: BTreeMap<String, String>,
     /// Admission grants in force, read under the incident lock (the admission API grants under
@@ -362,7 +362,16 @@ mod tests {
         );
         let input = RoundInput {
             now_ms: 1_500,
-            graced: [(nodes[2].name.clone(), 9_000)].into_iter().collect(),
+            graced: [(
+                nodes[2].name.clone(),
+                crate::gate::Grace {
+                    until_ms: 9_000,
+                    holder: "maintenance campaign c1".into(),
+                    disrupted: nodes[2].name.clone(),
+                },
+            )]
+            .into_iter()
+            .collect(),
             degraded: [("inst1".to_owned(), "minor 0".to_owned())]
                 .into_iter()
                 .collect(),

@@ -239,17 +239,21 @@ impl Store {
     /// The grants not expired at `now_ms` as planned disruptions for the grace
     /// ([`crate::gate::grace`]): node, Unix ms the grace runs from, the grant's last renewal
     /// (else when it was granted). A renewal starts the grace again.
-    pub fn planned_grants(&self, now_ms: u64) -> Result<Vec<(String, u64)>, StoreError> {
+    pub fn planned_grants(&self, now_ms: u64) -> Result<Vec<crate::gate::Planned>, StoreError> {
         let renewals: BTreeMap<String, u64> =
             self.document(GRANT_RENEWALS_DOCUMENT)?.unwrap_or_default();
         Ok(self
             .grants(now_ms)?
             .into_iter()
             .map(|grant| {
-                let from = renewals
+                let from_ms = renewals
                     .get(&grant.id)
                     .map_or(grant.granted_ms, |renewed| (*renewed).max(grant.granted_ms));
-                (grant.node, from)
+                crate::gate::Planned {
+                    holder: format!("admission {} of {}", grant.id, grant.requester),
+                    node: grant.node,
+                    from_ms,
+                }
             })
             .collect())
     }
@@ -913,8 +917,11 @@ mod tests {
             .unwrap();
         let planned = store.planned_grants(60_000).unwrap();
         assert_eq!(
-            planned,
-            vec![("n1".to_owned(), 50_000), ("n2".to_owned(), 1_000)]
+            planned
+                .iter()
+                .map(|p| (p.node.as_str(), p.from_ms))
+                .collect::<Vec<_>>(),
+            vec![("n1", 50_000), ("n2", 1_000)]
         );
         let facts = |name: &str| crate::gate::NodeFacts {
             name: name.into(),
@@ -937,8 +944,14 @@ mod tests {
             now_ms: 60_000,
         };
         // A grace of 30 s: n2's (granted at 1 s) ended, n1's (renewed at 50 s) runs.
-        let graced = crate::gate::grace(&view, &planned, 30_000);
-        assert_eq!(graced, BTreeMap::from([("n1".to_owned(), 80_000)]));
+        let graced = crate::gate::grace(&view, &planned, &BTreeMap::new(), 30_000);
+        assert_eq!(
+            graced
+                .iter()
+                .map(|(node, grace)| (node.as_str(), grace.until_ms))
+                .collect::<Vec<_>>(),
+            vec![("n1", 80_000)]
+        );
     }
 
     #[test]

@@ -364,8 +364,9 @@ async fn storage_not_whole_or_unknown_blocks_a_new_disruption() {
 }
 
 /// An admission granted to another tool holds its node's domain: an incident in another domain
-/// waits, naming the grant; nodes of the granted domain saying `evacuate` within the grace open
-/// no incident; once the grant is released, the waiting incident proceeds.
+/// waits, naming the grant; the granted node saying `evacuate` within the grace opens no
+/// incident, and the status names that wait (the grace, its holder and end); once the grant
+/// is released, the waiting incident proceeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_holds_its_domain_and_its_grace_holds_back_incidents() {
     let mut h = two_racks("a:diskless:2,b:diskless:5", 3).await;
@@ -384,12 +385,45 @@ async fn a_grant_holds_its_domain_and_its_grace_holds_back_incidents() {
     store.save_grant(&grant, now, false).unwrap();
     // Node 2 (rack a) says evacuate: rack b is held by the grant.
     h.agents.get(&node(2)).unwrap().set_verdict(evacuate(2));
-    // Node 5 (rack b, the grant's domain) says evacuate within the grace: no incident.
-    h.agents.get(&node(5)).unwrap().set_verdict(evacuate(5));
+    // Node 4 (granted) says evacuate within the grace: no incident, a waiting line.
+    h.agents.get(&node(4)).unwrap().set_verdict(evacuate(4));
     for _ in 0..3 {
         h.round().await.unwrap();
     }
     let incidents = h.incidents().unwrap();
+    assert!(
+        incidents.iter().all(|i| i.node != node(4)),
+        "{incidents:#?}"
+    );
+    let gate = nodecare_coordinator::admission::gate_status(h.coordinator.api()).unwrap();
+    let line = gate
+        .waiting
+        .iter()
+        .find(|w| w.subject == format!("node {}", node(4)))
+        .unwrap_or_else(|| panic!("{:#?}", gate.waiting));
+    assert!(
+        line.blocked_by.starts_with(
+            "verdict evacuate not acted on: in the grace of admission 00000000-0000-0000-0000-00000000004d of kured's disruption of it, until "
+        ),
+        "{line:?}"
+    );
+    // `explain NODE` shows the grace, not an older round that did not judge the node.
+    let explained = nodecare_coordinator::explain_api::explanation(
+        h.coordinator.api(),
+        Some(&format!("node={}", node(4))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        explained.note.as_deref(),
+        Some(format!("now waiting: {}", line.blocked_by).as_str()),
+        "{explained:#?}"
+    );
+    assert!(explained.rounds.is_empty(), "{explained:#?}");
+    let incidents: Vec<_> = incidents
+        .into_iter()
+        .filter(|i| i.node == node(2))
+        .collect();
     assert_eq!(incidents.len(), 1, "{incidents:#?}");
     let why = incidents[0].blocked_by.clone().unwrap_or_default();
     assert!(
@@ -405,7 +439,7 @@ async fn a_grant_holds_its_domain_and_its_grace_holds_back_incidents() {
         )
         .unwrap();
     assert!(
-        h.until(20, |i| i.iter().any(
+        h.until(60, |i| i.iter().any(
             |i| i.node == node(2) && i.repair_status == RepairStatus::Completed
         ))
         .await

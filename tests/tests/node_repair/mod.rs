@@ -735,6 +735,94 @@ async fn a_cancel_right_after_a_restart_cancels_the_queued_jobs_at_once() {
     server.abort();
 }
 
+/// A cancel is answered once it is recorded, also when Ganeti answers its job cancels late (a
+/// job waiting for its locks): the answer says Ganeti's answers follow, the cancels go on, and
+/// what Ganeti answered goes into the incident's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_is_answered_before_ganeti_s_late_answers() {
+    let (mut h, _users) = with_writer(4, "a:diskless:2,b:diskless:2", |_| {}).await;
+    h.sim.set_job_delay(Duration::from_millis(1500));
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    h.coordinator.round().await.unwrap();
+    let incident = on(&h.incidents().unwrap(), 2);
+    assert!(incident.jobs.len() >= 4, "{incident:#?}");
+    let (url, server) = serve_api(&h).await;
+    h.sim.set_http_faults(nodecare_ganeti_sim::HttpFaults {
+        slow_answer: 20,
+        hang_ms: 6_000,
+        method: Some("DELETE".into()),
+        ..nodecare_ganeti_sim::HttpFaults::default()
+    });
+    let asked = std::time::Instant::now();
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/incidents/{}/cancel", incident.uuid))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    let took = asked.elapsed();
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    assert!(
+        took < Duration::from_millis(3_000),
+        "answered after {took:?}: {body}"
+    );
+    assert_eq!(body["result"], "canceled", "{body}");
+    assert!(
+        body["following"]
+            .as_str()
+            .is_some_and(|f| f.contains("follow in the incident's history")),
+        "{body}"
+    );
+    // The cancels went on: their answers are in the incident's history.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now = on(&h.incidents().unwrap(), 2);
+        if now.history.iter().any(|e| e.event.starts_with("cancel: ")) {
+            assert_eq!(now.repair_status, RepairStatus::Canceled, "{now:#?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{now:#?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The rounds record how each job ended: those Ganeti canceled read canceled, not failed.
+    h.sim
+        .set_http_faults(nodecare_ganeti_sim::HttpFaults::default());
+    h.sim.settle(Duration::from_secs(10)).await;
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let detail: serde_json::Value = reqwest::get(format!("{url}/1/incidents/{}", incident.uuid))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let states: Vec<(String, String)> = detail["intents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["key"].as_str().unwrap_or_default().to_owned(),
+                i["state"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        states.iter().any(|(_, state)| state == "canceled"),
+        "{states:?}"
+    );
+    assert!(
+        states.iter().all(|(_, state)| state != "failed"),
+        "{states:?}"
+    );
+    server.abort();
+}
+
 /// A cancel the API could not pass on to Ganeti (here: nobody asked) is carried out by the next
 /// round first thing, before any job of the chain starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

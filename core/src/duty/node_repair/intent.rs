@@ -190,6 +190,9 @@ pub enum IntentState {
     /// ran because a job it depended on did not succeed): the step is planned again from the
     /// cluster as it is. Not a failure of the incident.
     Replanned,
+    /// Never ran: its incident was canceled, and Ganeti canceled the job before it started
+    /// (or as a job it depended on was canceled).
+    Canceled,
 }
 
 impl IntentState {
@@ -201,6 +204,7 @@ impl IntentState {
             "succeeded" => Some(Self::Succeeded),
             "failed" => Some(Self::Failed),
             "replanned" => Some(Self::Replanned),
+            "canceled" => Some(Self::Canceled),
             _ => None,
         }
     }
@@ -306,7 +310,7 @@ pub fn after_cancel(node: &str, own: &[&Intent]) -> Option<String> {
     }
     let stopped: Vec<&str> = ganeti
         .iter()
-        .filter(|i| i.state == IntentState::Failed)
+        .filter(|i| matches!(i.state, IntentState::Failed | IntentState::Canceled))
         .map(|i| i.key.as_str())
         .collect();
     if !stopped.is_empty() {
@@ -347,7 +351,7 @@ pub fn service_facts(node: &Node, own: &[&Intent]) -> ServiceFacts {
             .map(|i| match i.state {
                 IntentState::Planned | IntentState::Submitted => ServiceJob::InFlight,
                 IntentState::Succeeded => ServiceJob::Succeeded,
-                IntentState::Failed | IntentState::Replanned => {
+                IntentState::Failed | IntentState::Replanned | IntentState::Canceled => {
                     ServiceJob::Failed(i.error.clone().unwrap_or_else(|| "job failed".into()))
                 }
             })
@@ -391,6 +395,9 @@ const SPEC: &str = "spec";
 const LOCKS: &str = "locks";
 const SUBMITTED_MS: &str = "submitted-ms";
 const NOTE: &str = "note";
+/// Set (to `canceled`) on the entry of an intent in [`IntentState::Canceled`]: the ledger's
+/// `canceled` state is otherwise read as [`IntentState::Replanned`].
+const ENDED: &str = "ended";
 
 /// The holds of a step on incident node `node`.
 fn holds(spec: &IntentSpec, node: &str) -> Vec<Hold> {
@@ -471,6 +478,10 @@ pub fn to_entry(intent: &Intent, node: &str) -> Result<Entry, IntentError> {
         IntentState::Succeeded => State::Succeeded,
         IntentState::Failed => State::Failed { why },
         IntentState::Replanned => State::Canceled { why },
+        IntentState::Canceled => {
+            entry.about.insert(ENDED.to_owned(), "canceled".to_owned());
+            State::Canceled { why }
+        }
     };
     if let (Some(note), IntentState::Planned | IntentState::Submitted | IntentState::Succeeded) =
         (&intent.error, intent.state)
@@ -515,6 +526,9 @@ pub fn from_entry(entry: &Entry) -> Result<Option<Intent>, IntentError> {
         }
         State::Succeeded => (IntentState::Succeeded, entry.about.get(NOTE).cloned()),
         State::Failed { why } => (IntentState::Failed, some(why)),
+        State::Canceled { why } if entry.about.get(ENDED).is_some_and(|e| e == "canceled") => {
+            (IntentState::Canceled, some(why))
+        }
         State::Canceled { why } => (IntentState::Replanned, some(why)),
     };
     Ok(Some(Intent {
@@ -830,6 +844,10 @@ mod tests {
             (IntentState::Succeeded, Some("done already".to_owned())),
             (IntentState::Failed, Some("job 3 error: no".to_owned())),
             (IntentState::Replanned, Some("precondition".to_owned())),
+            (
+                IntentState::Canceled,
+                Some("job 3 canceled: canceled".to_owned()),
+            ),
         ];
         for spec in &specs {
             for (state, error) in &states {
