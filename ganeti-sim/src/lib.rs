@@ -237,7 +237,10 @@ impl Drop for SimServer {
 
 impl Simulation {
     pub fn new(config: SimConfig) -> Result<Self, String> {
-        let cluster = SimCluster::new(config)?;
+        let mut cluster = SimCluster::new(config)?;
+        cluster.trail_epoch_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
         Ok(Self {
             shared: Arc::new(Shared {
                 writes: Mutex::new(Vec::new()),
@@ -869,6 +872,43 @@ impl Transport for InProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reason_trails_are_stamped_on_the_wall_clock() {
+        let sim = Simulation::new(SimConfig::from_spec(2, "", "sim.test").unwrap()).unwrap();
+        let before_ns = u64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos(),
+        )
+        .unwrap();
+        let now = sim.now_ms();
+        let job = sim.with_cluster(|c| {
+            let id = c.submit(
+                crate::model::SimOp::SetNodeParams {
+                    node: "node2.sim.test".into(),
+                    drained: Some(true),
+                    offline: None,
+                    auto_promote: false,
+                },
+                Some("nodecare incident=x intent=drain"),
+                "nodes",
+                now,
+            );
+            let job = c.jobs.get(&id).unwrap().clone();
+            c.job_json(&job, false)
+        });
+        let trail = job["ops"][0]["reason"].as_array().unwrap();
+        for entry in trail {
+            let ns = entry[2].as_u64().unwrap();
+            // Within a minute of the wall clock, not milliseconds since the simulation began.
+            assert!(
+                ns + 60_000_000_000 >= before_ns && ns <= before_ns + 60_000_000_000,
+                "{entry} vs {before_ns}"
+            );
+        }
+    }
 
     #[test]
     fn base64_decodes() {

@@ -565,6 +565,11 @@ pub struct SimCluster {
     /// them out, a query naming them (`GET /2/jobs/<id>`) still shows them.
     pub archived: std::collections::BTreeSet<JobId>,
     next_job: JobId,
+    /// Wall-clock milliseconds at the simulation's millisecond 0: reason-trail timestamps are
+    /// wall-clock nanoseconds, as Ganeti's are, so that a trail read back (`nodecare explain
+    /// JOB`) names the moment on the coordinator's clock. 0 (the model alone) keeps them on the
+    /// simulation's clock.
+    pub trail_epoch_ms: u64,
     /// No job below this id is unfinished ([`Self::advance`]).
     unfinished_from: JobId,
     /// No job changes state on its own before this time ([`Self::advance`] looks at none
@@ -648,6 +653,7 @@ impl SimCluster {
             stuck: std::collections::BTreeSet::new(),
             archived: std::collections::BTreeSet::new(),
             next_job: 1,
+            trail_epoch_ms: 0,
             unfinished_from: 0,
             due_ms: u64::MAX,
             encoded_nodes: None,
@@ -793,7 +799,9 @@ impl SimCluster {
     ) -> JobId {
         let id = self.next_job;
         self.next_job += 1;
-        let ns = now_ms.saturating_mul(1_000_000);
+        let ns = now_ms
+            .saturating_add(self.trail_epoch_ms)
+            .saturating_mul(1_000_000);
         let mut reason = Vec::new();
         if let Some(text) = reason_text.filter(|t| !t.is_empty()) {
             reason.push(("gnt:user".to_owned(), text.to_owned(), ns));
@@ -1980,7 +1988,9 @@ impl SimCluster {
             reason.push(json!([
                 format!("gnt:opcode:{tag}"),
                 format!("job={};index=0", job.id),
-                start * 1_000_000
+                start
+                    .saturating_add(self.trail_epoch_ms)
+                    .saturating_mul(1_000_000)
             ]));
         }
         op.insert("reason".into(), Value::Array(reason));
