@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/nodecare/agent.toml";
 /// Default listen address: mond's port on every address.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:1815";
+/// Default ssconf directory (Ganeti's).
+pub const DEFAULT_SSCONF_DIR: &str = "/var/lib/ganeti";
 /// Default state directory (sequence number, last verdict).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nodecare/agent";
 
@@ -92,6 +94,12 @@ pub struct Config {
     pub boot_id_path: PathBuf,
     /// The reboot sentinel: its existence is reported in the signed diagnose payload.
     pub reboot_required_path: PathBuf,
+    /// Ganeti's ssconf directory: the master candidates' and the master's addresses there take
+    /// the connections kept for the cluster's own callers ([`crate::peers`]).
+    pub ssconf_dir: PathBuf,
+    /// More addresses that take the connections kept for the cluster's own callers (e.g. a
+    /// coordinator's address ssconf does not list).
+    pub reserved_peers: Vec<std::net::IpAddr>,
 }
 
 impl Default for Config {
@@ -121,6 +129,8 @@ impl Default for Config {
             repair_command_timeouts_secs: std::collections::BTreeMap::new(),
             boot_id_path: PathBuf::from(crate::boot::DEFAULT_BOOT_ID_PATH),
             reboot_required_path: PathBuf::from(crate::boot::DEFAULT_REBOOT_REQUIRED_PATH),
+            ssconf_dir: PathBuf::from(DEFAULT_SSCONF_DIR),
+            reserved_peers: Vec::new(),
         }
     }
 }

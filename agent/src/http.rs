@@ -47,8 +47,11 @@ pub struct HttpState {
     pub stale_after: Duration,
     /// What confd says about this node; `None` off a Ganeti cluster.
     pub cluster: Option<nodecare_collectors::confd::ViewHandle>,
-    /// Long-poll waiters by peer address (at most [`crate::limits::MAX_WAITERS_PER_PEER`] each).
+    /// Long-poll waiters by peer address (at most [`crate::limits::MAX_WAITERS_PER_PEER`] each,
+    /// [`crate::limits::RESERVED_WAITERS`] kept for the cluster's own callers).
     pub waiters: Arc<crate::limits::Slots>,
+    /// The cluster's own callers (the coordinator, the master candidates), by address.
+    pub peers: Arc<crate::peers::ReservedPeers>,
     /// Refused requests, counted.
     pub refusals: Arc<crate::refusals::Refusals>,
 }
@@ -223,6 +226,7 @@ async fn signed(
     query: Option<&str>,
     waiters: &Arc<crate::limits::Slots>,
     peer: std::net::IpAddr,
+    share: crate::limits::Share,
 ) -> HttpResponse {
     let watch = match parse_signed_query(query) {
         Ok(Some(watch)) => watch,
@@ -234,12 +238,22 @@ async fn signed(
     if !newer(&sequence.borrow_and_update()) && !watch.wait.is_zero() {
         // Each waiter holds a receiver and a timer, nothing else; their number is bounded, in
         // total and per peer address, so that no other caller can take the coordinator's.
+        // The last few are kept for the cluster's own callers ([`crate::peers`]).
         // Dropping the request (client gone, agent stopping) drops both.
-        let Ok(_slot) = waiters.try_take(peer) else {
-            return waiters_taken(&format!(
-                "this address holds {} long-polls already; retry later",
-                crate::limits::MAX_WAITERS_PER_PEER
-            ));
+        let _slot = match waiters.try_take_as(peer, share) {
+            Ok(slot) => slot,
+            Err(crate::limits::Full::Peer) => {
+                return waiters_taken(&format!(
+                    "this address holds {} long-polls already; retry later",
+                    crate::limits::MAX_WAITERS_PER_PEER
+                ));
+            }
+            Err(crate::limits::Full::Total) => {
+                return waiters_taken(&format!(
+                    "all {} long-poll waiters open to this address are taken; retry later",
+                    crate::cache::MAX_WAITERS - crate::limits::RESERVED_WAITERS
+                ));
+            }
         };
         let Ok(_permit) = Arc::clone(cache.waiters()).try_acquire_owned() else {
             return waiters_taken(&format!(
@@ -440,6 +454,7 @@ pub async fn route(
                 request.uri().query(),
                 &state.waiters,
                 peer.ip(),
+                state.peers.share(peer.ip()),
             )
             .await;
             if response.status() == StatusCode::SERVICE_UNAVAILABLE
@@ -486,6 +501,8 @@ mod tests {
     use http_body_util::BodyExt;
     use nodecare_collectors::Registry;
 
+    const SHARED: crate::limits::Share = crate::limits::Share::Shared;
+
     fn cache() -> Arc<ReportCache> {
         Arc::new(ReportCache::new(&Registry::new()))
     }
@@ -493,7 +510,14 @@ mod tests {
     /// A long-poll from a peer of its own (no per-peer cap).
     async fn signed_any(cache: &ReportCache, query: Option<&str>) -> HttpResponse {
         let unbounded = crate::limits::Slots::new(usize::MAX, usize::MAX);
-        signed(cache, query, &unbounded, [127, 0, 0, 1].into()).await
+        signed(
+            cache,
+            query,
+            &unbounded,
+            [127, 0, 0, 1].into(),
+            crate::limits::Share::Shared,
+        )
+        .await
     }
 
     fn store(cache: &ReportCache, sequence: u64) {
@@ -678,7 +702,7 @@ mod tests {
         for _ in 0..crate::limits::MAX_WAITERS_PER_PEER {
             let (cache, waiters) = (Arc::clone(&cache), Arc::clone(&waiters));
             held.spawn(async move {
-                signed(&cache, Some("after=7&wait=60"), &waiters, flooder)
+                signed(&cache, Some("after=7&wait=60"), &waiters, flooder, SHARED)
                     .await
                     .status()
             });
@@ -687,7 +711,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         for _ in 0..70 {
-            let answer = signed(&cache, Some("after=7&wait=60"), &waiters, flooder).await;
+            let answer = signed(&cache, Some("after=7&wait=60"), &waiters, flooder, SHARED).await;
             assert_eq!(answer.status(), StatusCode::SERVICE_UNAVAILABLE);
             assert!(answer.headers().contains_key(header::RETRY_AFTER));
         }
@@ -695,7 +719,13 @@ mod tests {
         let coordinator: std::net::IpAddr = [192, 0, 2, 1].into();
         let watch = tokio::time::timeout(
             Duration::from_millis(300),
-            signed(&cache, Some("after=7&wait=60"), &waiters, coordinator),
+            signed(
+                &cache,
+                Some("after=7&wait=60"),
+                &waiters,
+                coordinator,
+                SHARED,
+            ),
         )
         .await;
         assert!(watch.is_err(), "the coordinator's watch waits");

@@ -12,6 +12,7 @@ pub mod http;
 pub mod limits;
 pub mod load;
 pub mod metrics;
+pub mod peers;
 pub mod refusals;
 pub mod repair;
 pub mod replica;
@@ -331,6 +332,11 @@ pub async fn serve_with_limits(
         Err(_) => None,
     };
     let repair = repair::open_with_key_file(config.repair(&node), &config.hmac_key);
+    let peers = peers::ReservedPeers::new(
+        Some(config.ssconf_dir.clone()),
+        config.reserved_peers.clone(),
+    );
+    tasks.spawn(Arc::clone(&peers).run_refresh(peers::REFRESH_INTERVAL, shutdown_rx.clone()));
     let http_state = Arc::new(HttpState {
         cache: Arc::clone(&cache),
         started: now,
@@ -342,11 +348,17 @@ pub async fn serve_with_limits(
         sign_counters,
         stale_after: config.signature_ttl(),
         cluster,
-        waiters: limits::Slots::new(cache::MAX_WAITERS, limits::MAX_WAITERS_PER_PEER),
+        waiters: limits::Slots::with_reserve(
+            cache::MAX_WAITERS,
+            limits::MAX_WAITERS_PER_PEER,
+            limits::RESERVED_WAITERS,
+        ),
+        peers: Arc::clone(&peers),
         refusals: Arc::clone(&refusals),
     });
     let limits = connection_limits.unwrap_or_else(limits::ConnectionLimits::for_this_process);
-    let connection_slots = limits::Slots::new(limits.max_connections, limits.max_per_peer);
+    let connection_slots =
+        limits::Slots::with_reserve(limits.max_connections, limits.max_per_peer, limits.reserved);
     let mut accept_shutdown = shutdown_rx.clone();
     tasks.spawn(async move {
         let mut connections = JoinSet::new();
@@ -366,8 +378,10 @@ pub async fn serve_with_limits(
                     continue;
                 }
             };
-            // Beyond the caps: closed at once, counted, not logged one by one.
-            let Ok(slot) = connection_slots.try_take(peer.ip()) else {
+            // Beyond the caps: closed at once, counted, not logged one by one. The cluster's
+            // own callers, known by their address, may also take the reserve.
+            let share = http_state.peers.share(peer.ip());
+            let Ok(slot) = connection_slots.try_take_as(peer.ip(), share) else {
                 http_state.refusals.count_from(
                     refusals::Endpoint::Connection,
                     hyper::StatusCode::SERVICE_UNAVAILABLE,

@@ -3,19 +3,24 @@
 //! (`docs/PROTOCOL.md`, "Limits of the agent's HTTP API", lists them all).
 //!
 //! Unauthenticated callers share the agent with the coordinator; the caps keep any one address
-//! from taking what the coordinator needs (its watch, its pushes, its scrapes), and the total cap
-//! stays well below the descriptor limit so that the agent's own work (scripts, state files,
-//! collectors) always finds descriptors.
+//! from taking what the coordinator needs (its watch, its pushes, its scrapes), a reserve of
+//! connections and waiters only the cluster's own callers may take ([`crate::peers`]: the
+//! master candidates, the master's address) keeps many addresses together from taking it, and
+//! the total cap stays well below the descriptor limit so that the agent's own work (scripts,
+//! state files, collectors) always finds descriptors.
 
 use std::time::Duration;
 
-pub use nodecare_daemon::slots::{Slot, Slots};
+pub use nodecare_daemon::slots::{Full, Share, Slot, Slots};
 
 /// Connections open at once, at most (lowered when the descriptor limit is low; see
 /// [`ConnectionLimits::for_descriptor_limit`]).
 pub const MAX_CONNECTIONS: usize = 512;
 /// Connections open at once from one peer address, at most.
 pub const MAX_CONNECTIONS_PER_PEER: usize = 64;
+/// Connections of [`MAX_CONNECTIONS`] only the cluster's own callers may take (lowered to a
+/// quarter of a lowered total).
+pub const RESERVED_CONNECTIONS: usize = 64;
 /// Descriptors kept for the agent's own work beyond its connections.
 pub const DESCRIPTOR_RESERVE: u64 = 512;
 /// How long a client may take to send a request's header.
@@ -26,6 +31,8 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_CONNECTION_BUFFER_BYTES: usize = 64 * 1024;
 /// Long-poll waiters of one peer address at once, at most (the coordinator keeps one per agent).
 pub const MAX_WAITERS_PER_PEER: usize = 4;
+/// Long-poll waiters of [`crate::cache::MAX_WAITERS`] only the cluster's own callers may take.
+pub const RESERVED_WAITERS: usize = 8;
 /// `Retry-After` (seconds) of a long-poll refused because its waiters are all taken.
 pub const WAITERS_RETRY_AFTER_SECS: u64 = 5;
 
@@ -36,6 +43,8 @@ pub struct ConnectionLimits {
     pub max_connections: usize,
     /// Connections at once from one address.
     pub max_per_peer: usize,
+    /// Connections of `max_connections` kept for the cluster's own callers.
+    pub reserved: usize,
     /// Header read timeout.
     pub header_read_timeout: Duration,
     /// Idle timeout.
@@ -47,6 +56,7 @@ impl Default for ConnectionLimits {
         Self {
             max_connections: MAX_CONNECTIONS,
             max_per_peer: MAX_CONNECTIONS_PER_PEER,
+            reserved: RESERVED_CONNECTIONS,
             header_read_timeout: HEADER_READ_TIMEOUT,
             idle_timeout: IDLE_TIMEOUT,
         }
@@ -62,6 +72,7 @@ impl ConnectionLimits {
         Self {
             max_connections,
             max_per_peer: MAX_CONNECTIONS_PER_PEER.min(max_connections),
+            reserved: RESERVED_CONNECTIONS.min(max_connections / 4),
             ..Self::default()
         }
     }
@@ -97,5 +108,7 @@ mod tests {
             16
         );
         assert_eq!(ConnectionLimits::for_descriptor_limit(100).max_per_peer, 16);
+        assert_eq!(ConnectionLimits::for_descriptor_limit(65_536).reserved, 64);
+        assert_eq!(ConnectionLimits::for_descriptor_limit(100).reserved, 4);
     }
 }

@@ -457,3 +457,271 @@ async fn silent_and_idle_connections_are_closed() {
     assert!(started.elapsed() < Duration::from_secs(4));
     agent.shutdown().await;
 }
+
+/// One request from `source` on a new connection: its status and body, or `None` when the
+/// connection was closed (or not answered within 5 s).
+async fn try_request(
+    source: [u8; 4],
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Option<(u16, Vec<u8>)> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.bind(SocketAddr::from((source, 0))).ok()?;
+    let mut stream = socket.connect(address).await.ok()?;
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.ok()?;
+    stream.write_all(body).await.ok()?;
+    let mut raw = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut raw))
+        .await
+        .ok()?
+        .ok()?;
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let status = String::from_utf8_lossy(&raw[..split])
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some((status, raw[split + 4..].to_vec()))
+}
+
+/// `addresses` addresses (127.0.1.1, 127.0.1.2, …) each keeping `per_address` connections open
+/// with an unfinished request head, reopening each one the agent closes 10 ms later, until
+/// dropped. Counts the connections refused (closed at once).
+struct Flood {
+    _tasks: tokio::task::JoinSet<()>,
+    refused: Arc<AtomicU64>,
+}
+
+impl Flood {
+    fn start(address: SocketAddr, addresses: u8, per_address: usize) -> Self {
+        let refused = Arc::new(AtomicU64::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 1..=addresses {
+            for _ in 0..per_address {
+                let refused = Arc::clone(&refused);
+                tasks.spawn(async move {
+                    loop {
+                        let Some(mut stream) = connect_or_none([127, 0, 1, n], address).await
+                        else {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        };
+                        if stream
+                            .write_all(b"PUT /1/replica HTTP/1.1\r\nHost: x\r\n")
+                            .await
+                            .is_ok()
+                        {
+                            let mut byte = [0_u8; 1];
+                            // Held until the agent closes it (at once when over a cap).
+                            let _closed = stream.read(&mut byte).await;
+                        }
+                        refused.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                });
+            }
+        }
+        Self {
+            _tasks: tasks,
+            refused,
+        }
+    }
+}
+
+async fn connect_or_none(source: [u8; 4], to: SocketAddr) -> Option<TcpStream> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.bind(SocketAddr::from((source, 0))).ok()?;
+    socket.connect(to).await.ok()
+}
+
+/// What the coordinator's calls from 127.0.0.1 got during one flood.
+#[derive(Debug, Default)]
+struct CoordinatorCalls {
+    scrapes_ok: usize,
+    pushes_ok: usize,
+    reads_ok: usize,
+    takeover_read_ok: bool,
+    calls: usize,
+    slowest: Duration,
+}
+
+async fn coordinator_calls(address: SocketAddr, key: &HmacKey, epoch: u64) -> CoordinatorCalls {
+    const ROUNDS: u64 = 10;
+    let coordinator = [127, 0, 0, 1];
+    let signer = Signer::new(key.clone(), NODE);
+    let mut calls = CoordinatorCalls::default();
+    let timed = |started: Instant, calls: &mut CoordinatorCalls| {
+        calls.calls += 1;
+        calls.slowest = calls.slowest.max(started.elapsed());
+    };
+    for number in 0..ROUNDS {
+        let started = Instant::now();
+        let scrape = try_request(
+            coordinator,
+            address,
+            "GET",
+            "/1/report/node/diagnose/signed",
+            b"",
+        )
+        .await;
+        timed(started, &mut calls);
+        if scrape.is_some_and(|(status, _)| status == 200) {
+            calls.scrapes_ok += 1;
+        }
+        let snapshot = format!("state {epoch}.{number}").into_bytes();
+        let header = nodecare_protocol::replica::ReplicaHeader::describe(
+            NODE,
+            "node0.example.com",
+            nodecare_protocol::replica::Generation { epoch, number },
+            &snapshot,
+            now_ms(),
+        );
+        let frame = nodecare_protocol::replica::sign_push(
+            &signer,
+            &header,
+            &snapshot,
+            number,
+            now_ms(),
+            60_000,
+        )
+        .unwrap();
+        let started = Instant::now();
+        let push = try_request(coordinator, address, "PUT", "/1/replica", &frame).await;
+        timed(started, &mut calls);
+        if push.is_some_and(|(status, _)| status == 200) {
+            calls.pushes_ok += 1;
+        }
+        let read = |read_epoch: Option<u64>| {
+            nodecare_protocol::replica::sign_read(
+                &signer,
+                &nodecare_protocol::replica::ReplicaRead {
+                    node: NODE.into(),
+                    read_nonce: format!("read{epoch}x{number}"),
+                    epoch: read_epoch,
+                },
+                number,
+                now_ms(),
+                30_000,
+            )
+            .unwrap()
+        };
+        let started = Instant::now();
+        let answer =
+            try_request(coordinator, address, "POST", "/1/replica/read", &read(None)).await;
+        timed(started, &mut calls);
+        if answer.is_some_and(|(status, _)| status == 200) {
+            calls.reads_ok += 1;
+        }
+        if number + 1 == ROUNDS {
+            // A takeover's read, promising the next epoch.
+            let answer = try_request(
+                coordinator,
+                address,
+                "POST",
+                "/1/replica/read",
+                &read(Some(epoch + 1)),
+            )
+            .await;
+            calls.takeover_read_ok = answer.is_some_and(|(status, body)| {
+                status == 200
+                    && nodecare_protocol::replica::open_answer(
+                        &nodecare_protocol::KeyRing::single(key.clone()),
+                        &body,
+                        now_ms(),
+                        nodecare_protocol::VerifyPolicy::default(),
+                        NODE,
+                        &format!("read{epoch}x{number}"),
+                        Some(epoch + 1),
+                    )
+                    .is_ok()
+            });
+        }
+    }
+    calls
+}
+
+/// A flood of unfinished requests from 10, then 40 addresses (64 connections each, reopened
+/// as soon as closed) fills every connection open to them; the coordinator's scrapes, replica
+/// pushes and reads and a takeover's read, from an address ssconf lists as a master candidate,
+/// are all served. Also the figure of `docs/RELIABILITY.md` (`--nocapture` prints it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_many_addresses_leaves_the_coordinator_its_connections() {
+    let Some(_serial) = root_test().await else {
+        return;
+    };
+    let fixture = fixture();
+    ok_script(&fixture);
+    let ssconf = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ssconf.path().join("ssconf_master_candidates_ips"),
+        "127.0.0.1\n127.0.0.2\n",
+    )
+    .unwrap();
+    let config = Config {
+        ssconf_dir: ssconf.path().to_owned(),
+        ..config(&fixture)
+    };
+    let collectors =
+        nodecare_agent::collectors(&config, nodecare_collectors::Registry::new()).unwrap();
+    let listener = tokio::net::TcpListener::bind("0.0.0.0:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let limits = nodecare_agent::limits::ConnectionLimits::default();
+    let agent = nodecare_agent::serve_with_limits(config, collectors, listener, Some(limits))
+        .await
+        .unwrap();
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    signed_sequence(address).await;
+    let key = nodecare_agent::signing::load_key(&fixture.key).unwrap();
+    let shared = limits.max_connections - limits.reserved;
+    for (round, addresses) in [(1_u64, 10_u8), (2, 40)] {
+        let flood = Flood::start(
+            address,
+            addresses,
+            nodecare_agent::limits::MAX_CONNECTIONS_PER_PEER,
+        );
+        // Wait until the flood holds every connection open to it.
+        let started = Instant::now();
+        loop {
+            if flood.refused.load(Ordering::Relaxed) as usize
+                >= usize::from(addresses) * nodecare_agent::limits::MAX_CONNECTIONS_PER_PEER
+                    - shared
+            {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the flood never filled the shared connections"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let calls = coordinator_calls(address, &key, round * 2 - 1).await;
+        let refused = flood.refused.load(Ordering::Relaxed);
+        eprintln!(
+            "flood from {addresses} addresses x {}: {refused} flood connections refused; coordinator: scrapes {}/10, pushes {}/10, reads {}/10, takeover read {}, slowest call {:?}",
+            nodecare_agent::limits::MAX_CONNECTIONS_PER_PEER,
+            calls.scrapes_ok,
+            calls.pushes_ok,
+            calls.reads_ok,
+            calls.takeover_read_ok,
+            calls.slowest
+        );
+        assert_eq!(
+            (calls.scrapes_ok, calls.pushes_ok, calls.reads_ok),
+            (10, 10, 10),
+            "{addresses} addresses: {calls:?}"
+        );
+        assert!(calls.takeover_read_ok, "{addresses} addresses: {calls:?}");
+        // The flood still gets nothing beyond the shared connections: another address is refused.
+        let outsider = try_request([127, 0, 2, 1], address, "GET", "/healthz", b"").await;
+        assert_eq!(outsider, None, "{addresses} addresses: an outsider got in");
+        drop(flood);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    agent.shutdown().await;
+}

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nodecare_protocol::repair::CheckAnswer;
 use nodecare_protocol::status::AgentStatus;
 
-use crate::api::{DEFAULT_URL, client, credentials, fetch, message};
+use crate::api::{DEFAULT_URL, client_for, credentials, fetch, message};
 
 /// `nodecare check`.
 #[derive(Debug, clap::Args)]
@@ -58,8 +58,8 @@ fn check(args: &CheckArgs) -> Result<ExitCode, String> {
         args.password_file.as_deref(),
         std::env::var("NODECARE_PASSWORD").ok(),
     )?;
-    let client = client()?;
-    let mut request = client.post(&url);
+    let (client, target) = client_for(&url)?;
+    let mut request = client.post(target);
     if let Some((user, password)) = &credentials {
         request = request.basic_auth(user, Some(password));
     }

@@ -17,7 +17,7 @@ use nodecare_protocol::gate::{
 use reqwest::StatusCode;
 use serde::Serialize;
 
-use crate::api::{DEFAULT_URL, client, credentials, fetch, message};
+use crate::api::{DEFAULT_URL, client_for, credentials, fetch, message};
 use crate::fields::{now_ms, utc};
 use crate::list::{Field, ListArgs, render, select};
 
@@ -313,8 +313,8 @@ pub(crate) fn send(
         write.password_file.as_deref(),
         std::env::var("NODECARE_PASSWORD").ok(),
     )?;
-    let client = client()?;
-    let mut request = client.request(method, &url);
+    let (client, target) = client_for(&url)?;
+    let mut request = client.request(method, target);
     if let Some((user, password)) = &credentials {
         request = request.basic_auth(user, Some(password));
     }

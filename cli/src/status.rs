@@ -8,7 +8,7 @@ use clap::Args;
 use nodecare_protocol::status::{AgentState, IncidentSummary, Overview};
 use serde::Deserialize;
 
-use crate::api::{DEFAULT_URL, client, credentials, fetch, message};
+use crate::api::{DEFAULT_URL, client_for, credentials, fetch, message};
 use crate::fields::{INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_FIELDS, NodeRow, now_ms};
 use crate::list::{Field, ListArgs, Style, json_rows, render_table, select};
 
@@ -331,8 +331,8 @@ pub(crate) fn run_cancel(args: CancelArgs) -> ExitCode {
         }
     };
     let anonymous = credentials.is_none();
-    let result = client().and_then(|client| {
-        let mut request = client.post(&url);
+    let result = client_for(&url).and_then(|(client, target)| {
+        let mut request = client.post(target);
         if let Some((user, password)) = &credentials {
             request = request.basic_auth(user, Some(password));
         }

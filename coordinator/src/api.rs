@@ -123,10 +123,18 @@ pub fn random_key() -> Arc<[u8; 32]> {
 }
 
 /// Whether the request authenticates a user with `write` (its name if so).
+///
+/// A caller of the local socket ([`crate::server::serve_local`]: root, the coordinator's own
+/// user or a member of `api_socket_group`) without credentials writes as `local:<user>`.
 pub(crate) fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
+    if authorization.is_none()
+        && let Some(caller) = crate::server::local_caller()
+    {
+        return Ok(format!("local:{}", caller.name));
+    }
     crate::auth::authorize_write(state.users.as_deref(), authorization)
 }
 

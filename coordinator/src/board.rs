@@ -43,6 +43,8 @@ pub struct Board {
     pub round_done: tokio::sync::Notify,
     /// Jobs Ganeti was already asked to cancel (by the API or a round), asked once each.
     pub cancels_asked: crate::exec::CancelsAsked,
+    /// The addresses operators authenticated from (the API's reserved connections).
+    pub operators: crate::server::Operators,
 }
 
 impl Board {

@@ -270,6 +270,9 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
+    if let Some((listener, access)) = local_socket(&config) {
+        coordinator = coordinator.with_local_socket(listener, access);
+    }
     tracing::info!(node = %node_name, listen = %config.listen, interval_s = config.round_interval,
         "nodecare-coordinator running (it acts while this node is the master)");
     let _watchdog = crate::systemd::notify_ready_on_progress(coordinator.progress());
@@ -279,6 +282,35 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
     };
     coordinator.run(listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The API's local socket (`api_socket`) bound, and who may use it; `None` (logged) when it is
+/// off or cannot be bound: the API on the network still serves.
+fn local_socket(config: &Config) -> Option<(tokio::net::UnixListener, crate::server::LocalAccess)> {
+    if config.api_socket.as_os_str().is_empty() {
+        return None;
+    }
+    let group = if config.api_socket_group.is_empty() {
+        None
+    } else {
+        match nix::unistd::Group::from_name(&config.api_socket_group) {
+            Ok(Some(group)) => Some(group.gid.as_raw()),
+            Ok(None) | Err(_) => {
+                tracing::warn!(group = %config.api_socket_group, "api_socket_group does not exist: the local socket is for root only");
+                None
+            }
+        }
+    };
+    match crate::server::bind_local(&config.api_socket) {
+        Ok(listener) => {
+            tracing::info!(socket = %config.api_socket.display(), group = %config.api_socket_group, "the API serves the local socket too");
+            Some((listener, crate::server::LocalAccess { group }))
+        }
+        Err(error) => {
+            tracing::warn!(socket = %config.api_socket.display(), %error, "no local socket for the API: the CLI on this node uses the network");
+            None
+        }
+    }
 }
 
 /// `--once`: one round on the master (exit 11 elsewhere).

@@ -49,6 +49,8 @@ pub struct Coordinator {
     retention: crate::store::retention::RetentionConfig,
     /// The HTTP API's limits.
     server_limits: crate::server::ServerLimits,
+    /// The API's local socket and who may use it ([`crate::server::serve_local`]).
+    local_socket: Option<(tokio::net::UnixListener, crate::server::LocalAccess)>,
     /// Ganeti, for the job waits that wake the round loop ([`crate::job_wait`]).
     ganeti: Arc<dyn Ganeti>,
 }
@@ -208,10 +210,10 @@ impl Coordinator {
                 interval.saturating_add(stall),
             )),
             retention: config.retention,
-            server_limits: crate::server::ServerLimits {
-                max_connections: config.api_max_connections,
-                ..crate::server::ServerLimits::default()
-            },
+            server_limits: crate::server::ServerLimits::with_max_connections(
+                config.api_max_connections,
+            ),
+            local_socket: None,
             ganeti: ganeti_for_waits,
         })
     }
@@ -233,6 +235,18 @@ impl Coordinator {
     /// ([`crate::systemd::notify_ready_on_progress`]).
     pub fn progress(&self) -> Arc<nodecare_daemon::systemd::Progress> {
         Arc::clone(&self.progress)
+    }
+
+    /// The same coordinator serving its API on the local socket `listener` too, for the callers
+    /// `access` allows.
+    #[must_use]
+    pub fn with_local_socket(
+        mut self,
+        listener: tokio::net::UnixListener,
+        access: crate::server::LocalAccess,
+    ) -> Self {
+        self.local_socket = Some((listener, access));
+        self
     }
 
     /// The API state (for in-process callers).
@@ -311,6 +325,20 @@ impl Coordinator {
             None => None,
         };
         let app = crate::http::router_with(self.api.clone(), self.server_limits);
+        let (stop_local, local_stopped) = tokio::sync::oneshot::channel::<()>();
+        let local_server = self.local_socket.take().map(|(listener, access)| {
+            let app = app.clone();
+            let board = Arc::clone(&self.api.board);
+            let limits = self.server_limits;
+            tokio::spawn(async move {
+                crate::server::serve_local(listener, app, limits, access, board, async {
+                    if local_stopped.await.is_err() {
+                        tracing::debug!("local API stop sender dropped");
+                    }
+                })
+                .await;
+            })
+        });
         let (stop_api, api_stopped) = tokio::sync::oneshot::channel::<()>();
         let server_board = Arc::clone(&self.api.board);
         let limits = self.server_limits;
@@ -440,6 +468,14 @@ impl Coordinator {
         }
         if let Err(error) = server.await {
             tracing::debug!(%error, "API task ended abnormally");
+        }
+        if stop_local.send(()).is_err() {
+            tracing::debug!("local API already stopped");
+        }
+        if let Some(local_server) = local_server
+            && let Err(error) = local_server.await
+        {
+            tracing::debug!(%error, "local API task ended abnormally");
         }
         result
     }

@@ -54,6 +54,7 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
     let replicate = state.replicator.clone();
     let board = std::sync::Arc::clone(&state.board);
     let throttle = std::sync::Arc::new(crate::auth::Throttle::default());
+    let users: Option<std::sync::Arc<std::path::Path>> = state.users.as_deref().map(Into::into);
     Router::new()
         .route("/", get(root))
         .route("/1/replication", get(replication))
@@ -129,7 +130,10 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
             move |request: axum::extract::Request, next: axum::middleware::Next| {
                 let board = std::sync::Arc::clone(&board);
                 let throttle = std::sync::Arc::clone(&throttle);
-                async move { crate::server::guard(board, throttle, limits, request, next).await }
+                let users = users.clone();
+                async move {
+                    crate::server::guard(board, throttle, users, limits, request, next).await
+                }
             },
         ))
         .with_state(state)

@@ -129,7 +129,7 @@ pub struct CoordinatorMetrics {
 }
 
 /// Every reason of `nodecare_coordinator_api_refused`.
-pub const API_REFUSALS: [&str; 11] = [
+pub const API_REFUSALS: [&str; 13] = [
     "connection_cap",
     "client_cap",
     "accept_error",
@@ -141,6 +141,8 @@ pub const API_REFUSALS: [&str; 11] = [
     "auth_failure",
     "auth_throttled",
     "auth_slowed",
+    "local_refused",
+    "local_cap",
 ];
 
 /// Every cause of `nodecare_coordinator_watch_backoffs`.
@@ -350,7 +352,8 @@ impl CoordinatorMetrics {
             "nodecare_coordinator_api_refused",
             "Connections and requests the HTTP API refused, by reason (connection_cap, client_cap, accept_error, \
              header_timeout, body_timeout, body_too_large, cross_site, content_type, auth_failure, \
-             auth_throttled, auth_slowed: an attempt slowed, not refused)",
+             auth_throttled, auth_slowed: an attempt slowed, not refused; local_refused: a caller of the \
+             local socket neither root nor in api_socket_group, local_cap: the local socket's connections)",
             api_refused.clone(),
         );
         for reason in API_REFUSALS {
@@ -827,9 +830,9 @@ mod tests {
         let samples = text.lines().filter(|l| !l.starts_with('#')).count();
         // 15 incident series, 4 agent outcomes, 18 job series (9 kinds, submitted and
         // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
-        // deletes, 10 API refusal reasons, 3 watch back-off causes, 2 histograms, scalars:
+        // deletes, 13 API refusal reasons, 3 watch back-off causes, 2 histograms, scalars:
         // independent of the number of nodes, incidents and campaigns.
-        assert!(samples < 126, "{samples} series:\n{text}");
+        assert!(samples < 128, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

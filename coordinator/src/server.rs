@@ -6,7 +6,16 @@
 //!   connection over the cap is answered `503` with `Retry-After: 1` (one non-blocking write) and
 //!   closed at once. One client address holds at most [`ServerLimits::max_per_client`]
 //!   (default 32) of them, so that one host cannot take every connection from the operators, the
-//!   CLI and Prometheus.
+//!   CLI and Prometheus. An eighth of them ([`ServerLimits::reserved`]) is kept for the addresses
+//!   operators authenticated from ([`Operators`]): a connection is placed by its address when it
+//!   is accepted, so that many addresses together never take every connection from the
+//!   operators.
+//! - **Local socket** ([`serve_local`]): the CLI on the master reaches the same API over a Unix
+//!   socket (`api_socket`, `/run/nodecare/coordinator.sock`) with connections of its own, for
+//!   root, the coordinator's own user and the members of `api_socket_group` only (the caller's
+//!   credentials, `SO_PEERCRED`). Such a caller is an operator who may write without a password
+//!   ([`local_caller`]) and is never throttled, so that floods and password guessing on the
+//!   network never lock the master's operators out.
 //! - **Header timeout** ([`ServerLimits::header_timeout`], 10 s): a request head not complete
 //!   within it closes the connection (slowloris); it also bounds a kept-alive connection idle
 //!   between requests.
@@ -30,10 +39,11 @@
 //! An accept error (e.g. `EMFILE`) is counted, logged at most once a minute and retried after
 //! 50 ms, never in a busy loop.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Body;
@@ -42,8 +52,8 @@ use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use nodecare_daemon::slots::{Full, Slots};
-use tokio::net::TcpListener;
+use nodecare_daemon::slots::{Full, Share, Slots};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::task::JoinSet;
 
 use crate::api::error;
@@ -56,6 +66,9 @@ pub struct ServerLimits {
     pub max_connections: usize,
     /// Most connections open at once from one client address.
     pub max_per_client: usize,
+    /// Connections of `max_connections` only the addresses operators authenticated from
+    /// ([`Operators`]) may take.
+    pub reserved: usize,
     /// Longest time to receive a request head (and longest idle time between requests).
     pub header_timeout: Duration,
     /// Longest time to receive a request body.
@@ -73,11 +86,23 @@ pub const DEFAULT_MAX_PER_CLIENT: usize = 32;
 /// Default [`ServerLimits::max_body_bytes`].
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+impl ServerLimits {
+    /// The defaults with at most `max_connections` connections, an eighth of them reserved.
+    pub fn with_max_connections(max_connections: usize) -> Self {
+        Self {
+            max_connections,
+            reserved: max_connections / 8,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_per_client: DEFAULT_MAX_PER_CLIENT,
+            reserved: DEFAULT_MAX_CONNECTIONS / 8,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             max_body_bytes: MAX_BODY_BYTES,
@@ -101,7 +126,11 @@ pub async fn serve(
     board: Arc<Board>,
     shutdown: impl Future<Output = ()> + Send,
 ) {
-    let slots = Slots::new(limits.max_connections, limits.max_per_client);
+    let slots = Slots::with_reserve(
+        limits.max_connections,
+        limits.max_per_client,
+        limits.reserved,
+    );
     let mut connections = JoinSet::new();
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut accept_errors = crate::auth::LogLimiter::new(Duration::from_secs(60));
@@ -125,7 +154,12 @@ pub async fn serve(
                 continue;
             }
         };
-        let slot = match slots.try_take(peer.ip()) {
+        let share = if board.operators.knows(peer.ip()) {
+            Share::Reserved
+        } else {
+            Share::Shared
+        };
+        let slot = match slots.try_take_as(peer.ip(), share) {
             Ok(slot) => slot,
             Err(full) => {
                 let (reason, limiter, max, what) = match full {
@@ -158,60 +192,319 @@ pub async fn serve(
             tracing::debug!(%peer, %error, "cannot disable Nagle");
         }
         let app = app.clone();
-        let mut stopped = stopped.clone();
-        let board = Arc::clone(&board);
-        connections.spawn(async move {
-            let _slot = slot;
-            let service =
-                hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-                    let mut request = request.map(Body::new);
-                    request.extensions_mut().insert(ConnectInfo(peer));
-                    let app = app.clone();
-                    async move {
-                        use tower_service::Service as _;
-                        let mut app = app;
-                        app.call(request).await
-                    }
-                });
-            let connection = http1::Builder::new()
-                .timer(TokioTimer::new())
-                .keep_alive(true)
-                .header_read_timeout(limits.header_timeout)
-                .max_buf_size(64 * 1024)
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            let life = tokio::time::sleep(limits.connection_lifetime);
-            tokio::pin!(life);
-            let result = tokio::select! {
-                result = connection.as_mut() => result,
-                () = &mut life => {
-                    connection.as_mut().graceful_shutdown();
-                    match tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await {
-                        Ok(result) => result,
-                        Err(_) => return,
-                    }
-                }
-                _ = stopped.changed() => {
-                    connection.as_mut().graceful_shutdown();
-                    if tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await.is_err() {
-                        tracing::debug!(%peer, "API connection dropped at shutdown");
-                    }
-                    return;
-                }
-            };
-            if let Err(error) = result {
-                if error.is_timeout() {
-                    board.metrics.api_refused("header_timeout");
-                }
-                tracing::debug!(%peer, %error, "API connection ended with an error");
+        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            let mut request = request.map(Body::new);
+            request.extensions_mut().insert(ConnectInfo(peer));
+            let app = app.clone();
+            async move {
+                use tower_service::Service as _;
+                let mut app = app;
+                app.call(request).await
             }
         });
+        connections.spawn(serve_connection(
+            TokioIo::new(stream),
+            service,
+            limits,
+            stopped.clone(),
+            Arc::clone(&board),
+            peer.to_string(),
+            slot,
+        ));
     }
     drop(listener);
     if stop.send(true).is_err() {
         tracing::debug!("no API connection left to stop");
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// Serves one connection within `limits` (header timeout, connection life, a graceful end at
+/// shutdown), holding `slot` until it ends.
+async fn serve_connection<I, S, B>(
+    io: I,
+    service: S,
+    limits: ServerLimits,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+    board: Arc<Board>,
+    peer: String,
+    slot: impl Send,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B> + Send,
+    S::Future: Send,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let _slot = slot;
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(64 * 1024)
+        .serve_connection(io, service);
+    tokio::pin!(connection);
+    let life = tokio::time::sleep(limits.connection_lifetime);
+    tokio::pin!(life);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = &mut life => {
+            connection.as_mut().graceful_shutdown();
+            match tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await {
+                Ok(result) => result,
+                Err(_) => return,
+            }
+        }
+        _ = stopped.changed() => {
+            connection.as_mut().graceful_shutdown();
+            if tokio::time::timeout(SHUTDOWN_GRACE, connection.as_mut()).await.is_err() {
+                tracing::debug!(%peer, "API connection dropped at shutdown");
+            }
+            return;
+        }
+    };
+    if let Err(error) = result {
+        if error.is_timeout() {
+            board.metrics.api_refused("header_timeout");
+        }
+        tracing::debug!(%peer, %error, "API connection ended with an error");
+    }
+}
+
+/// The addresses operators authenticated from (a user of the users file with the right
+/// password), most recent first: their connections may take the reserved share of the API's
+/// connections ([`ServerLimits::reserved`]). At most [`Operators::MAX_ADDRESSES`], the least
+/// recently seen forgotten first; kept in memory only (after a restart an operator's first
+/// authenticated request from an address places it again).
+#[derive(Debug, Default)]
+pub struct Operators {
+    seen: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+impl Operators {
+    /// Most addresses remembered.
+    pub const MAX_ADDRESSES: usize = 1024;
+
+    /// Whether an operator authenticated from `ip`.
+    pub fn knows(&self, ip: IpAddr) -> bool {
+        self.seen
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains_key(&ip.to_canonical())
+    }
+
+    /// Records that an operator authenticated from `ip` now.
+    pub fn learn(&self, ip: IpAddr) {
+        self.learn_at(ip, Instant::now());
+    }
+
+    /// [`Self::learn`] at `now`.
+    pub fn learn_at(&self, ip: IpAddr, now: Instant) {
+        let ip = ip.to_canonical();
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if !seen.contains_key(&ip)
+            && seen.len() >= Self::MAX_ADDRESSES
+            && let Some(oldest) = seen.iter().min_by_key(|(_, at)| **at).map(|(ip, _)| *ip)
+        {
+            seen.remove(&oldest);
+        }
+        if seen.insert(ip, now).is_none() {
+            tracing::info!(client = %ip, "an operator authenticated from this address: its connections may take the API's reserved share");
+        }
+    }
+}
+
+/// A caller of the local socket, known by its credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalCaller {
+    /// Its user id.
+    pub uid: u32,
+    /// Its user name (`uid <n>` when it has none).
+    pub name: String,
+}
+
+tokio::task_local! {
+    static LOCAL_CALLER: LocalCaller;
+}
+
+/// The caller of the local socket the current request came from, if it came from there.
+pub fn local_caller() -> Option<LocalCaller> {
+    LOCAL_CALLER.try_with(Clone::clone).ok()
+}
+
+/// Who may use the local socket besides root and the coordinator's own user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LocalAccess {
+    /// The group (`api_socket_group`) whose members may, if any.
+    pub group: Option<u32>,
+}
+
+/// Connections of the local socket open at once, at most.
+pub const LOCAL_MAX_CONNECTIONS: usize = 64;
+
+/// Whether a caller with user `uid`, primary group `gid` and supplementary `groups` may use
+/// the local socket of a coordinator running as `own_uid`. Pure.
+pub fn local_caller_allowed(
+    uid: u32,
+    gid: u32,
+    groups: &[u32],
+    own_uid: u32,
+    access: LocalAccess,
+) -> bool {
+    uid == 0
+        || uid == own_uid
+        || access
+            .group
+            .is_some_and(|group| gid == group || groups.contains(&group))
+}
+
+/// The supplementary groups of process `pid` (its `Groups:` line in `/proc/<pid>/status`);
+/// none when it cannot be read.
+fn supplementary_groups(pid: Option<i32>) -> Vec<u32> {
+    let Some(pid) = pid else {
+        return Vec::new();
+    };
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("Groups:"))
+        .map(|groups| {
+            groups
+                .split_whitespace()
+                .filter_map(|gid| gid.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The answer to a local caller that may not use the socket, written without waiting.
+const LOCAL_REFUSED: &[u8] = b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: 82\r\nConnection: close\r\n\r\n{\"code\":403,\"message\":\"the local socket is for root and the members of api_socket_group\"}";
+
+/// Serves `app` (as [`serve`] does) on the local socket `listener` until `shutdown`
+/// completes: for the callers `access` allows (by their credentials, `SO_PEERCRED`), at most
+/// [`LOCAL_MAX_CONNECTIONS`] at once, with the timeouts of `limits`. Requests run with their
+/// [`LocalCaller`] ([`local_caller`]).
+pub async fn serve_local(
+    listener: UnixListener,
+    app: Router,
+    limits: ServerLimits,
+    access: LocalAccess,
+    board: Arc<Board>,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(LOCAL_MAX_CONNECTIONS));
+    let own_uid = nix::unistd::geteuid().as_raw();
+    let mut connections = JoinSet::new();
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut refused_log = crate::auth::LogLimiter::new(Duration::from_secs(60));
+    let mut accept_errors = crate::auth::LogLimiter::new(Duration::from_secs(60));
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(error) => {
+                board.metrics.api_refused("accept_error");
+                if let Some(suppressed) = accept_errors.allow() {
+                    tracing::warn!(%error, suppressed, "the local socket cannot accept a connection; retrying");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let credentials = match stream.peer_cred() {
+            Ok(credentials) => credentials,
+            Err(error) => {
+                tracing::debug!(%error, "a local caller without credentials: closed");
+                continue;
+            }
+        };
+        let (uid, gid) = (credentials.uid(), credentials.gid());
+        let groups = supplementary_groups(credentials.pid());
+        if !local_caller_allowed(uid, gid, &groups, own_uid, access) {
+            board.metrics.api_refused("local_refused");
+            if let Some(suppressed) = refused_log.allow() {
+                tracing::warn!(
+                    uid,
+                    gid,
+                    suppressed,
+                    "local socket refused to a caller neither root nor in api_socket_group"
+                );
+            }
+            if let Err(error) = stream.try_write(LOCAL_REFUSED) {
+                tracing::debug!(%error, "cannot answer a refused local caller");
+            }
+            continue;
+        }
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            board.metrics.api_refused("local_cap");
+            if let Err(error) = stream.try_write(OVER_CAP) {
+                tracing::debug!(%error, "cannot answer a refused local caller");
+            }
+            continue;
+        };
+        let name = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map_or_else(|| format!("uid {uid}"), |user| user.name);
+        let caller = LocalCaller { uid, name };
+        let app = app.clone();
+        let label = format!("local:{}", caller.name);
+        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            let request = request.map(Body::new);
+            let app = app.clone();
+            LOCAL_CALLER.scope(caller.clone(), async move {
+                use tower_service::Service as _;
+                let mut app = app;
+                app.call(request).await
+            })
+        });
+        connections.spawn(serve_connection(
+            TokioIo::new(stream),
+            service,
+            limits,
+            stopped.clone(),
+            Arc::clone(&board),
+            label,
+            slot,
+        ));
+    }
+    drop(listener);
+    if stop.send(true).is_err() {
+        tracing::debug!("no local API connection left to stop");
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// Binds the local socket at `path`: a socket left there by a coordinator no longer running is
+/// replaced; one a running coordinator answers on is left alone (an error). The socket is
+/// `0666`: who may use it is decided by the caller's credentials ([`serve_local`]), which
+/// lets the members of `api_socket_group` in without giving the file to that group.
+pub fn bind_local(path: &std::path::Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
+    if let Ok(metadata) = std::fs::symlink_metadata(path) {
+        if !metadata.file_type().is_socket() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AddrInUse,
+                format!("another coordinator answers on {}", path.display()),
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+    Ok(listener)
 }
 
 fn is_write(method: &Method) -> bool {
@@ -273,6 +566,7 @@ pub fn json_content_type(headers: &HeaderMap, body_len: usize) -> Result<(), Str
 pub async fn guard(
     board: Arc<Board>,
     throttle: Arc<crate::auth::Throttle>,
+    users: Option<Arc<std::path::Path>>,
     limits: ServerLimits,
     request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -282,6 +576,11 @@ pub async fn guard(
         .get::<ConnectInfo<SocketAddr>>()
         .map(|info| info.0.ip());
     let credentials = request.headers().contains_key(header::AUTHORIZATION);
+    let authorization = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     // The user an attempt names (unchecked: only its failures are counted under it).
     let user = if credentials {
         let authorization = request
@@ -294,7 +593,8 @@ pub async fn guard(
     } else {
         String::new()
     };
-    let admission = if credentials {
+    let local = local_caller().is_some();
+    let admission = if credentials && !local {
         throttle.admit(client, &user)
     } else {
         crate::auth::Admission::Go
@@ -380,9 +680,24 @@ pub async fn guard(
     let response = next
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
-    if credentials && response.status() == StatusCode::UNAUTHORIZED {
+    if credentials && !local && response.status() == StatusCode::UNAUTHORIZED {
         board.metrics.api_refused("auth_failure");
         throttle.failed(client, &user);
+    }
+    // An address an operator authenticated from may take the reserved connections from now on.
+    if credentials
+        && !matches!(
+            response.status(),
+            StatusCode::UNAUTHORIZED | StatusCode::TOO_MANY_REQUESTS
+        )
+        && let Some(client) = client
+        && !board.operators.knows(client)
+        && let Some(users) = users.as_deref()
+        && let Ok((name, password)) = crate::auth::basic_credentials(authorization.as_deref())
+        && crate::auth::Users::load(users)
+            .is_ok_and(|users| users.check(&name, &password).is_some())
+    {
+        board.operators.learn(client);
     }
     response.into_response()
 }
@@ -396,4 +711,50 @@ fn closing(mut response: Response) -> Response {
         axum::http::HeaderValue::from_static("close"),
     );
     response
+}
+
+#[cfg(test)]
+mod local_tests {
+    use super::*;
+
+    #[test]
+    fn the_local_socket_is_for_root_its_own_user_and_the_group() {
+        let none = LocalAccess::default();
+        let admins = LocalAccess { group: Some(500) };
+        // (uid, gid, supplementary groups, access) → allowed; the coordinator runs as uid 0.
+        for (uid, gid, groups, access, allowed) in [
+            (0, 0, vec![], none, true),
+            (1000, 1000, vec![], none, false),
+            (1000, 1000, vec![500], none, false),
+            (1000, 1000, vec![500], admins, true),
+            (1000, 500, vec![], admins, true),
+            (1000, 1000, vec![501], admins, false),
+        ] {
+            assert_eq!(
+                local_caller_allowed(uid, gid, &groups, 0, access),
+                allowed,
+                "{uid} {gid} {groups:?} {access:?}"
+            );
+        }
+        // A coordinator running as its own user lets that user in.
+        assert!(local_caller_allowed(990, 990, &[], 990, none));
+    }
+
+    #[test]
+    fn operators_addresses_are_bounded_and_the_oldest_forgotten() {
+        let operators = Operators::default();
+        let start = Instant::now();
+        let address = |n: u32| IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+        for n in 0..u32::try_from(Operators::MAX_ADDRESSES).unwrap_or(u32::MAX) {
+            operators.learn_at(address(n), start + Duration::from_millis(u64::from(n)));
+        }
+        // Seen again: the newest.
+        operators.learn_at(address(0), start + Duration::from_secs(10));
+        operators.learn_at(address(5000), start + Duration::from_secs(11));
+        assert!(operators.knows(address(0)));
+        assert!(!operators.knows(address(1)), "the least recently seen went");
+        assert!(operators.knows(address(5000)));
+        assert!(operators.knows("::ffff:10.0.19.136".parse().unwrap()));
+        assert!(!operators.knows("127.0.0.1".parse().unwrap()));
+    }
 }

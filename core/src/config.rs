@@ -17,6 +17,8 @@ use crate::plan::{EvacuationPolicy, ImmovablePolicy};
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/nodecare/coordinator.toml";
 /// Default state directory.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/nodecare";
+/// Default local socket of the API (the CLI on the master uses it when it is there).
+pub const DEFAULT_API_SOCKET: &str = "/run/nodecare/coordinator.sock";
 /// Default listen address (maintd's port).
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:1816";
 /// Default seconds between rounds.
@@ -86,6 +88,12 @@ pub struct Config {
     /// Most connections the HTTP API holds open at once (more are answered 503 and closed);
     /// keep it well below the unit's `LimitNOFILE` (65536), whose rest serves the agents.
     pub api_max_connections: usize,
+    /// The API's local socket, with connections of its own, for the CLI on this node: root, the
+    /// coordinator's own user and the members of `api_socket_group` use it without a password
+    /// and unaffected by floods and throttling on the network. Empty: none.
+    pub api_socket: PathBuf,
+    /// The group whose members may use `api_socket` besides root; empty: root only.
+    pub api_socket_group: String,
     /// Seconds between rounds.
     pub round_interval: f64,
     /// Seconds a Ganeti job may run before its incident fails.
@@ -265,6 +273,8 @@ impl Default for Config {
                 .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 1816))),
             users: PathBuf::from(DEFAULT_USERS_PATH),
             api_max_connections: DEFAULT_MAX_CONNECTIONS,
+            api_socket: PathBuf::from(DEFAULT_API_SOCKET),
+            api_socket_group: String::new(),
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
             record_rounds: true,

@@ -1,7 +1,13 @@
 //! The coordinator's API against hostile clients: slow and idle connections are closed, the
 //! connection cap answers 503 and keeps the API serving, bodies are bounded in size and time,
-//! cross-site writes and non-JSON writes are refused, and password guessing is throttled.
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
+//! cross-site writes and non-JSON writes are refused, password guessing is throttled, and
+//! floods from many addresses leave operators the connections kept for them and the local socket.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::disallowed_methods,
+    reason = "tests; the CLI's binary runs as an operator would run it"
+)]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -29,6 +35,7 @@ fn small_limits() -> ServerLimits {
     ServerLimits {
         max_connections: 8,
         max_per_client: 32,
+        reserved: 0,
         header_timeout: Duration::from_secs(1),
         body_timeout: Duration::from_secs(1),
         max_body_bytes: 64 * 1024,
@@ -381,4 +388,240 @@ async fn others_guessing_never_lock_the_operator_out() {
     );
     assert!(metric(addr, "auth_slowed").await >= 1);
     assert_eq!(metric(addr, "auth_throttled").await, 5);
+}
+
+/// The `nodecare` binary: `NODECARE_BIN`, else `nodecare` in the profile directory this test
+/// binary was built into.
+fn nodecare_bin() -> std::path::PathBuf {
+    if let Some(path) = std::env::var_os("NODECARE_BIN") {
+        return std::path::PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe
+        .parent()
+        .filter(|dir| dir.ends_with("deps"))
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("nodecare");
+    assert!(
+        bin.is_file(),
+        "{} does not exist: build it first with `cargo build -p nodecare-cli`, or set NODECARE_BIN",
+        bin.display()
+    );
+    bin
+}
+
+/// `addresses` addresses (127.0.1.1, …) each keeping `per_address` connections open with an
+/// unfinished request head, reopening each one closed 10 ms later, until dropped; counts the
+/// connections closed (refused at once, or cut by the head timeout).
+struct Flood {
+    _tasks: tokio::task::JoinSet<()>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Flood {
+    fn start(addr: SocketAddr, addresses: u8, per_address: usize) -> Self {
+        let closed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let mut tasks = tokio::task::JoinSet::new();
+        for n in 1..=addresses {
+            for _ in 0..per_address {
+                let closed = std::sync::Arc::clone(&closed);
+                tasks.spawn(async move {
+                    loop {
+                        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                        if socket.bind(SocketAddr::from(([127, 0, 1, n], 0))).is_ok()
+                            && let Ok(mut stream) = socket.connect(addr).await
+                            && stream
+                                .write_all(b"GET /1/status HTTP/1.1\r\n")
+                                .await
+                                .is_ok()
+                        {
+                            let mut buffer = [0_u8; 256];
+                            while let Ok(read) = stream.read(&mut buffer).await {
+                                if read == 0 {
+                                    break;
+                                }
+                            }
+                        }
+                        closed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                });
+            }
+        }
+        Self {
+            _tasks: tasks,
+            closed,
+        }
+    }
+
+    fn closed(&self) -> u64 {
+        self.closed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// An operator's reads and writes during a flood: over the network from an address an operator
+/// authenticated from before, and with the CLI over the local socket.
+#[derive(Debug, Default)]
+struct OperatorCalls {
+    reads_ok: usize,
+    writes_ok: usize,
+    cli_ok: usize,
+    calls: usize,
+    slowest: Duration,
+    outsider: Option<u16>,
+}
+
+/// A flood of unfinished requests from 10, then 40 addresses (32 connections each, the
+/// per-address cap, reopened as soon as closed) never keeps operators out of the API: an
+/// address an operator authenticated from takes the reserved connections, and the CLI on the
+/// master reaches the coordinator over its local socket (`nodecare breaker reset` without a
+/// password, as root). Also the figure of `docs/RELIABILITY.md` (`--nocapture` prints it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_from_many_addresses_never_keep_the_operators_out() {
+    let limits = ServerLimits::default();
+    let (h, addr, _server) = start(limits).await;
+    let socket_dir = tempfile::tempdir().unwrap();
+    let socket = socket_dir.path().join("coordinator.sock");
+    let local = nodecare_coordinator::server::bind_local(&socket).unwrap();
+    let mut api = h.coordinator.api().clone();
+    api.users = Some(h.state_dir.path().join("users"));
+    let board = std::sync::Arc::clone(&api.board);
+    let app = nodecare_coordinator::http::router_with(api, limits);
+    let _local_server = tokio::spawn(nodecare_coordinator::server::serve_local(
+        local,
+        app,
+        limits,
+        nodecare_coordinator::server::LocalAccess::default(),
+        board,
+        std::future::pending(),
+    ));
+    let from = |address: [u8; 4]| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from(address))
+            .timeout(Duration::from_secs(5))
+            // A new connection for every request, as after a reconnect.
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+    let operator = from([127, 0, 3, 1]);
+    // The operator signs in once, before any flood.
+    let answer = operator
+        .get(format!("http://{addr}/1/breaker"))
+        .basic_auth("admin", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let shared = limits.max_connections - limits.reserved;
+    for addresses in [10_u8, 40] {
+        let flood = Flood::start(addr, addresses, limits.max_per_client);
+        let held = (usize::from(addresses) * limits.max_per_client).min(shared);
+        let started = Instant::now();
+        let over = (usize::from(addresses) * limits.max_per_client).saturating_sub(shared);
+        while usize::try_from(flood.closed()).unwrap() < over {
+            assert!(
+                started.elapsed() < Duration::from_secs(8),
+                "the flood never filled the API"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        h.coordinator
+            .api()
+            .store
+            .set_breaker_open("test storm", nodecare_protocol::now_ms())
+            .unwrap();
+        let mut calls = OperatorCalls::default();
+        for _ in 0..10 {
+            let started = Instant::now();
+            let read = operator.get(format!("http://{addr}/1/status")).send().await;
+            calls.calls += 1;
+            calls.slowest = calls.slowest.max(started.elapsed());
+            if read.is_ok_and(|answer| answer.status() == 200) {
+                calls.reads_ok += 1;
+            }
+        }
+        for _ in 0..5 {
+            let started = Instant::now();
+            let write = operator
+                .post(format!("http://{addr}/1/breaker/reset"))
+                .basic_auth("admin", Some("secret"))
+                .send()
+                .await;
+            calls.calls += 1;
+            calls.slowest = calls.slowest.max(started.elapsed());
+            // 200: reset; 409: already closed by the previous one.
+            if write.is_ok_and(|answer| [200, 409].contains(&answer.status().as_u16())) {
+                calls.writes_ok += 1;
+            }
+        }
+        h.coordinator
+            .api()
+            .store
+            .set_breaker_open("test storm", nodecare_protocol::now_ms())
+            .unwrap();
+        let url = format!("unix:{}", socket.display());
+        for args in [&["breaker", "status"][..], &["breaker", "reset"][..]] {
+            let mut command = std::process::Command::new(nodecare_bin());
+            command
+                .args(args)
+                .args(["--url", &url])
+                .env_remove("NODECARE_COORDINATOR_URL")
+                .env_remove("NODECARE_USER")
+                .env_remove("NODECARE_PASSWORD");
+            let started = Instant::now();
+            let output = tokio::task::spawn_blocking(move || command.output())
+                .await
+                .unwrap()
+                .unwrap();
+            calls.calls += 1;
+            calls.slowest = calls.slowest.max(started.elapsed());
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            if output.status.success()
+                && (args[1] == "status" || stdout.contains("reset by local:"))
+            {
+                calls.cli_ok += 1;
+            } else {
+                eprintln!(
+                    "nodecare {args:?}: {:?} {stdout} {}",
+                    output.status,
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+        }
+        // An address no operator authenticated from shares what the flood left.
+        calls.outsider = from([127, 0, 4, 1])
+            .get(format!("http://{addr}/1/status"))
+            .send()
+            .await
+            .ok()
+            .map(|answer| answer.status().as_u16());
+        eprintln!(
+            "flood from {addresses} addresses x {}: {} flood connections held at most, {} closed; operator: reads {}/10, writes {}/5, CLI over the local socket {}/2, slowest call {:?}; an address never signed in: {:?}",
+            limits.max_per_client,
+            held,
+            flood.closed(),
+            calls.reads_ok,
+            calls.writes_ok,
+            calls.cli_ok,
+            calls.slowest,
+            calls.outsider,
+        );
+        assert_eq!(
+            (calls.reads_ok, calls.writes_ok, calls.cli_ok),
+            (10, 5, 2),
+            "{addresses} addresses: {calls:?}"
+        );
+        if usize::from(addresses) * limits.max_per_client > shared {
+            assert_ne!(
+                calls.outsider,
+                Some(200),
+                "the flood filled the shared connections"
+            );
+        }
+        drop(flood);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
 }
