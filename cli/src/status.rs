@@ -412,9 +412,9 @@ fn cancel_without_answer(args: &CancelArgs, lost: &str) -> ExitCode {
         args.url.trim_end_matches('/'),
         args.incident
     );
-    let state = client().and_then(|client| {
+    let state = client_for(&url).and_then(|(client, target)| {
         let response = client
-            .get(&url)
+            .get(target)
             .send()
             .map_err(|e| format!("cannot reach the coordinator at {url}: {e}"))?;
         let status = response.status();
