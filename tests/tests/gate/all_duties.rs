@@ -1737,7 +1737,8 @@ impl World {
             });
         }
         if random.below(3) == 0 {
-            self.h.sim.with_cluster(|c| {
+            let returned = self.h.sim.with_cluster(|c| {
+                let mut returned = Vec::new();
                 for n in c.nodes.values_mut() {
                     if n.tags.iter().any(|t| t.starts_with("maintd:repairready:"))
                         || (n.tags.iter().any(|t| t.starts_with("maintd:repairfailed:"))
@@ -1752,9 +1753,12 @@ impl World {
                         n.drained = false;
                         n.offline = false;
                         n.tags.retain(|t| !t.starts_with("maintd:"));
+                        returned.push(n.name.clone());
                     }
                 }
+                returned
             });
+            self.aim_repaired(&returned);
         }
         Ok(())
     }
@@ -1804,6 +1808,7 @@ impl World {
         }
         self.down.clear();
         self.aim_stop();
+        self.aim_keep_failing();
         self.broken = None;
         self.live_repair.clear();
         self.h.sim.set_http_faults(HttpFaults::default());
@@ -1880,7 +1885,8 @@ impl World {
                     .collect()
             })
             .unwrap_or_default();
-        self.h.sim.with_cluster(|c| {
+        let returned = self.h.sim.with_cluster(|c| {
+            let mut returned = Vec::new();
             let left: BTreeMap<String, String> = left_by(c)
                 .into_iter()
                 .map(|(node, holder)| (node.to_owned(), holder))
@@ -1899,9 +1905,12 @@ impl World {
                     n.drained = false;
                     n.offline = false;
                     n.tags.retain(|t| !t.starts_with("maintd:"));
+                    returned.push(n.name.clone());
                 }
             }
+            returned
         });
+        self.aim_repaired(&returned);
     }
 
     /// Whether a repair command an agent took still runs.
@@ -2513,6 +2522,16 @@ struct Aim {
     back: BTreeSet<String>,
     /// Aimed faults done, by kind (the seed's tally).
     done: BTreeMap<&'static str, usize>,
+    /// The round two DRBD peers fail for good (half of the seeds that are no maintenance
+    /// window, drawn apart: [`Aim::peers`]): a correlated failure that lasts (a disk batch), so
+    /// that both evacuations must end without an operator, whatever the caps.
+    peers_fail_at: Option<usize>,
+    /// The generator of the failing peers.
+    peers: Random,
+    /// The nodes failing for good, with their verdict: said again every round, after the
+    /// faults stopped too, until nodecare gave the node back and the operator, returning it,
+    /// repaired it.
+    failing: BTreeMap<String, nodecare_protocol::NodeVerdict>,
 }
 
 impl Aim {
@@ -2525,7 +2544,12 @@ impl Aim {
         } else {
             (random.below(2) == 0, false)
         };
+        let mut peers = aim_random(seed ^ 0xD2BD);
+        let peers_fail_at = (!calm_seed(seed) && peers.below(2) == 0).then(|| 1 + peers.below(6));
         Self {
+            peers_fail_at,
+            peers,
+            failing: BTreeMap::new(),
             random,
             chain,
             armed,
@@ -2550,6 +2574,10 @@ impl World {
     /// gave it up, and brings it back once its node is in service again; notes the campaign's
     /// groups (which hook belongs to which group, invariant 7).
     async fn aim_before_round(&mut self, round: usize) -> anyhow::Result<()> {
+        if self.aim.peers_fail_at == Some(round) {
+            self.aim_peers_fail(round);
+        }
+        self.aim_keep_failing();
         if round == 0 && self.aim.armed {
             for i in 1..=self.shape.nodes {
                 if let Some(agent) = self.h.agents.get(&node(i)) {
@@ -2828,6 +2856,66 @@ impl World {
         }
         let away: Vec<String> = self.aim.away.keys().cloned().collect();
         self.aim.back.extend(away);
+    }
+
+    /// Both nodes of a DRBD instance (the master apart) fail for good: `evacuate` or
+    /// `evacuate-failover` each, equal or different.
+    fn aim_peers_fail(&mut self, round: usize) {
+        let pairs: Vec<(String, String)> = self.h.sim.with_cluster(|c| {
+            c.instances
+                .values()
+                .filter(|i| i.disk_template == "drbd")
+                .filter_map(|i| Some((i.pnode.clone(), i.snodes.first()?.clone())))
+                .filter(|(p, s)| *p != node(1) && *s != node(1))
+                .collect()
+        });
+        let Some((first, second)) = pairs.get(self.aim.peers.below(pairs.len().max(1))) else {
+            return;
+        };
+        for name in [first, second] {
+            let v = if self.aim.peers.below(3) == 0 {
+                verdict("evacuate-failover", json!({"disk": "sdd"}), None)
+            } else {
+                verdict("evacuate", json!({"disk": "sdd"}), None)
+            };
+            if trace() {
+                println!(
+                    "round {round}: {name} says {} for good (with its DRBD peer)",
+                    v.status.as_str()
+                );
+            }
+            self.aim.failing.insert(name.clone(), v);
+        }
+        *self
+            .aim
+            .done
+            .entry("two DRBD peers failing for good")
+            .or_default() += 1;
+    }
+
+    /// The nodes failing for good say so again (the plan's verdicts or the faults' end may
+    /// have said otherwise).
+    fn aim_keep_failing(&mut self) {
+        for (name, v) in &self.aim.failing {
+            if let Some(agent) = self.h.agents.get(name) {
+                agent.set_verdict(v.clone());
+            }
+            self.live_repair.remove(name);
+        }
+    }
+
+    /// The operator returned `names` to service: those failing for good were repaired.
+    fn aim_repaired(&mut self, names: &[String]) {
+        for name in names {
+            if self.aim.failing.remove(name).is_some() {
+                if let Some(agent) = self.h.agents.get(name) {
+                    agent.set_verdict(verdict("Ok", json!({}), None));
+                }
+                if trace() {
+                    println!("{name} repaired by the operator");
+                }
+            }
+        }
     }
 
     /// A long maintenance window's events: only the campaign acts (asked for at the first
