@@ -1750,10 +1750,10 @@ impl World {
                                 n.name, n.tags
                             );
                         }
+                        returned.push((n.name.clone(), n.tags.clone()));
                         n.drained = false;
                         n.offline = false;
                         n.tags.retain(|t| !t.starts_with("maintd:"));
-                        returned.push(n.name.clone());
                     }
                 }
                 returned
@@ -1902,10 +1902,10 @@ impl World {
                             || t.starts_with("maintd:repairfailed:")
                     })
                 {
+                    returned.push((n.name.clone(), n.tags.clone()));
                     n.drained = false;
                     n.offline = false;
                     n.tags.retain(|t| !t.starts_with("maintd:"));
-                    returned.push(n.name.clone());
                 }
             }
             returned
@@ -2528,10 +2528,10 @@ struct Aim {
     peers_fail_at: Option<usize>,
     /// The generator of the failing peers.
     peers: Random,
-    /// The nodes failing for good, with their verdict: said again every round, after the
-    /// faults stopped too, until nodecare gave the node back and the operator, returning it,
-    /// repaired it.
-    failing: BTreeMap<String, nodecare_protocol::NodeVerdict>,
+    /// The nodes failing for good, with their verdict and the tags nodecare had given them
+    /// before: said again every round, after the faults stopped too, until nodecare gave the
+    /// node back (a tag it did not have then) and the operator, returning it, repaired it.
+    failing: BTreeMap<String, (nodecare_protocol::NodeVerdict, Vec<String>)>,
 }
 
 impl Aim {
@@ -2884,7 +2884,8 @@ impl World {
                     v.status.as_str()
                 );
             }
-            self.aim.failing.insert(name.clone(), v);
+            let tags = self.h.node_tags(name);
+            self.aim.failing.insert(name.clone(), (v, tags));
         }
         *self
             .aim
@@ -2896,7 +2897,7 @@ impl World {
     /// The nodes failing for good say so again (the plan's verdicts or the faults' end may
     /// have said otherwise).
     fn aim_keep_failing(&mut self) {
-        for (name, v) in &self.aim.failing {
+        for (name, (v, _)) in &self.aim.failing {
             if let Some(agent) = self.h.agents.get(name) {
                 agent.set_verdict(v.clone());
             }
@@ -2904,10 +2905,17 @@ impl World {
         }
     }
 
-    /// The operator returned `names` to service: those failing for good were repaired.
-    fn aim_repaired(&mut self, names: &[String]) {
-        for name in names {
-            if self.aim.failing.remove(name).is_some() {
+    /// The operator returned `nodes` to service (each with the tags it had): those failing for
+    /// good that nodecare gave back since they began failing were repaired.
+    fn aim_repaired(&mut self, nodes: &[(String, Vec<String>)]) {
+        for (name, tags) in nodes {
+            let given_back = self.aim.failing.get(name).is_some_and(|(_, before)| {
+                tags.iter().any(|t| {
+                    (t.starts_with("maintd:repairready:") || t.starts_with("maintd:repairfailed:"))
+                        && !before.contains(t)
+                })
+            });
+            if given_back && self.aim.failing.remove(name).is_some() {
                 if let Some(agent) = self.h.agents.get(name) {
                     agent.set_verdict(verdict("Ok", json!({}), None));
                 }
