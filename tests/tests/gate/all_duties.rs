@@ -1631,13 +1631,15 @@ impl World {
                 }
             });
         }
-        // The operator cancels an open incident now and then (a live repair may be running).
+        // The operator cancels an open incident now and then (a live repair may be running),
+        // never one of a node failing for good: those are left to nodecare.
         if random.below(6) == 0 {
             let overview: nodecare_protocol::status::Overview = self.read("/1/overview").await?;
             let open: Vec<&nodecare_protocol::status::IncidentSummary> = overview
                 .incidents
                 .iter()
                 .filter(|i| matches!(i.repair_status.as_str(), "noted" | "pending"))
+                .filter(|i| !self.aim.failing.contains_key(&i.node))
                 .collect();
             if let Some(incident) = open.get(random.below(open.len().max(1))) {
                 let at = self.h.sim.now_ms();
@@ -2287,6 +2289,18 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
     }
     if trace() {
         // Every job of the seed, for a replay's reader.
+        if let Ok(incidents) = w.h.incidents() {
+            for i in incidents {
+                println!(
+                    i.uuid,
+                    i.node,
+                    i.history
+                        .iter()
+                        .map(|h| h.event.clone())
+                        .collect::<Vec<_>>()
+                );
+            }
+        }
         w.h.sim.with_cluster(|c| {
             for s in &c.submissions {
                 match c.jobs.get(&s.job) {
@@ -2706,16 +2720,19 @@ impl World {
             .lock()
             .map(|d| d.cancels.iter().map(|(id, _)| id.clone()).collect())
             .unwrap_or_default();
-        // An incident's drain not ended, with jobs of it waiting for it in Ganeti's queue.
+        // An incident's drain not ended, with jobs of it waiting for it in Ganeti's queue (not
+        // of a node failing for good: those are left to nodecare).
+        let failing = &self.aim.failing;
         let draining: Option<String> = self.h.sim.with_cluster(|c| {
             c.jobs.values().find_map(|drain| {
                 let (incident, _, text, internal) = nodecare_reason(drain)?;
                 let draining = matches!(
-                    drain.op,
+                    &drain.op,
                     SimOp::SetNodeParams {
+                        node,
                         drained: Some(true),
                         ..
-                    }
+                    } if !failing.contains_key(node)
                 );
                 let queued_behind = c.jobs.values().any(|j| {
                     !j.status.is_final() && j.depends.iter().any(|(dep, _)| *dep == drain.id)
