@@ -2288,10 +2288,12 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         });
     }
     if trace() {
-        // Every job of the seed, for a replay's reader.
+        // Every incident kept, with its history, and every job of the seed, for a replay's
+        // reader.
         if let Ok(incidents) = w.h.incidents() {
             for i in incidents {
                 println!(
+                    "incident {} on {}: {:?}",
                     i.uuid,
                     i.node,
                     i.history
