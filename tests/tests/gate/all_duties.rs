@@ -71,7 +71,10 @@
 //! cancels answered late; a cancel of an incident whose repair command runs, and a grant of its
 //! node asked at once; and half of the maintenance windows are long ones (`chain_seed`): half as
 //! many rounds again, only the campaign acting, room for its moves, a master with no instance,
-//! so that its groups chain; in a third of them an undrain under a chained group fails. They
+//! so that its groups chain; in a third of them an undrain under a chained group fails; in
+//! half of the other seeds two DRBD peers fail for good at once (until nodecare gave the node
+//! back and the operator returned it, repaired; the operator cancels neither incident), so
+//! that both evacuations must end by themselves (invariant 8). They
 //! are judged by three more checks: no hook while an undrain of an earlier group of its
 //! campaign is queued or running (7); no grant of a node while a repair command runs there
 //! (9); no node tagged failed by its campaign whose last job never ran because a job of
