@@ -129,10 +129,14 @@ impl NodeRepair {
             {
                 submitted += self.untag(&mut incident, node, &own, &who).await?;
             }
+            // An incident is forgotten only once no job of it may still act in Ganeti (a
+            // failed evacuation's move still running): until then it is kept, acknowledged,
+            // and its nodes stay held.
+            let in_flight = own.iter().any(|i| i.state.is_in_flight());
             let acknowledged_now = incident.awaits_acknowledgement(&node.tags);
             if acknowledged_now {
                 match incident.apply(Event::TagRemoved, self.now_s()) {
-                    Ok(Disposition::Forget) if !returning => {
+                    Ok(Disposition::Forget) if !returning && !in_flight => {
                         tracing::info!(incident = %incident.uuid, node = %incident.node, "tag removed; incident forgotten");
                         self.store.forget_incident(incident.uuid)?;
                         continue;
@@ -143,10 +147,19 @@ impl NodeRepair {
                     }
                     Err(_) => continue,
                 }
+            } else if incident.acknowledged
+                && !returning
+                && !in_flight
+                && incident.disposition() == Disposition::Forget
+            {
+                // Acknowledged while a job of it still ran; that job has ended.
+                tracing::info!(incident = %incident.uuid, node = %incident.node, "its last job ended; acknowledged incident forgotten");
+                self.store.forget_incident(incident.uuid)?;
+                continue;
             }
             if returning && incident.acknowledged {
                 submitted += self.return_to_service(&mut incident, node, &own).await?;
-            } else if node.offline && incident.acknowledged && !acknowledged_now {
+            } else if node.offline && incident.acknowledged && !acknowledged_now && !in_flight {
                 // An offline node reports nothing and nodecare will not bring it back: the
                 // acknowledgement hands it to the operator (docs: "The end of an incident").
                 // One round after the acknowledgement, so that every reader of the round's
@@ -239,7 +252,9 @@ impl NodeRepair {
                 return Ok(0);
             }
             ServiceStep::Done => {
-                if incident.disposition() == Disposition::Forget {
+                if incident.disposition() == Disposition::Forget
+                    && !own.iter().any(|i| i.state.is_in_flight())
+                {
                     tracing::info!(incident = %incident.uuid, node = %incident.node, "node back in service; incident forgotten");
                     self.store.forget_incident(incident.uuid)?;
                 }

@@ -408,3 +408,128 @@ async fn a_grant_between_rounds_is_refused_the_target_of_a_move_in_flight() {
     assert_eq!(status, 201, "a grant of {other}: {body}");
     server.abort();
 }
+
+/// A failed evacuation whose failure tag the operator removed while a move of it still runs in
+/// Ganeti (a secondary's replacement, stuck) is kept until that job ends: the node it leaves
+/// and the node the move goes to stay held, so a grant of either is refused naming the
+/// incident. Once the job has ended the incident is forgotten and the node is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acknowledged_failed_evacuation_holds_its_nodes_while_a_move_of_it_runs() {
+    use nodecare_ganeti_sim::model::{JobFailureRule, SimOp};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").expect("users");
+    // d: primary node1, secondary node2; l runs on node2.
+    let mut h = Harness::new(4, "d:drbd:1,l:diskless:2", move |config| {
+        config.users = users;
+        config.max_disrupted_nodes = 2;
+        config.min_healthy_nodes = 1;
+    })
+    .await
+    .expect("harness");
+    let (url, server) = serve(&h).await;
+    // Drained by hand already: the moves start at once, side by side.
+    h.sim.with_cluster(|c| {
+        if let Some(n) = c.nodes.get_mut(&node(2)) {
+            n.drained = true;
+        }
+    });
+    // Long enough that the replacement is still unfinished when it is made to stick.
+    h.sim.set_job_delay(Duration::from_millis(1000));
+    h.sim.fail_jobs(JobFailureRule {
+        op_id: None,
+        target: Some("l.sim.test".into()),
+        count: Some(1),
+        message: "injected failure".into(),
+    });
+    h.agents.get(&node(2)).expect("agent").set_verdict(verdict(
+        "evacuate",
+        json!({"disk": "sdb"}),
+        None,
+    ));
+    h.coordinator.round().await.expect("round");
+    // The secondary's replacement sticks in Ganeti.
+    let replacement = h.sim.with_cluster(|c| {
+        let id = c.jobs.values().find_map(|j| match &j.op {
+            SimOp::ReplaceDisks {
+                remote_node: Some(target),
+                ..
+            } => Some((j.id, target.clone())),
+            _ => None,
+        });
+        if let Some((id, _)) = &id {
+            c.stuck.insert(*id);
+        }
+        id
+    });
+    let Some((job, target)) = replacement else {
+        panic!(
+            "the round replaces d's secondary: {:?}",
+            h.sim.with_cluster(|c| c
+                .jobs
+                .values()
+                .map(|j| (j.id, j.op.op_id()))
+                .collect::<Vec<_>>())
+        );
+    };
+    let incident = h
+        .incidents()
+        .expect("incidents")
+        .into_iter()
+        .find(|i| i.node == node(2))
+        .expect("an incident on node2");
+    let failed_tag = format!("maintd:repairfailed:{}", incident.uuid);
+    let tagged = |h: &Harness| h.node_tags(&node(2)).contains(&failed_tag);
+    for _ in 0..5 {
+        if tagged(&h) {
+            break;
+        }
+        h.round().await.expect("round");
+    }
+    assert!(
+        tagged(&h),
+        "the evacuation fails and tags node2: {:#?}",
+        h.incidents()
+    );
+    // The operator returns node2 while the replacement still runs.
+    h.sim.with_cluster(|c| {
+        if let Some(n) = c.nodes.get_mut(&node(2)) {
+            n.drained = false;
+            n.tags.retain(|t| *t != failed_tag);
+        }
+    });
+    for round in 0..2 {
+        h.round().await.expect("round");
+        let status = h.sim.with_cluster(|c| c.jobs[&job].status);
+        assert!(!status.is_final(), "job {job} still runs: {status:?}");
+        for held in [node(2), target.clone()] {
+            let (status, body) = ask_grant(&url, &held).await;
+            assert_eq!(
+                status,
+                429,
+                "round {round}: a grant of {held} while job {job} replacing d's secondary {} -> {target} runs: {body}",
+                node(2)
+            );
+            assert!(body.contains(&incident.uuid.to_string()), "{body}");
+        }
+    }
+    // The job ends (the node reports healthy): the incident is forgotten, the node granted.
+    h.agents
+        .get(&node(2))
+        .expect("agent")
+        .set_verdict(verdict("Ok", json!({}), None));
+    h.sim.with_cluster(|c| c.stuck.remove(&job));
+    h.sim.settle(Duration::from_secs(5)).await;
+    h.round().await.expect("round");
+    h.round().await.expect("round");
+    assert!(
+        h.incidents()
+            .expect("incidents")
+            .iter()
+            .all(|i| i.uuid != incident.uuid),
+        "forgotten once its jobs ended"
+    );
+    let (status, body) = ask_grant(&url, &node(2)).await;
+    assert_eq!(status, 201, "a grant of node2 once the job ended: {body}");
+    server.abort();
+}

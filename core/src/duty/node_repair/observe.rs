@@ -11,7 +11,7 @@ use uuid::Uuid;
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus, NodeVerdict};
 
 use super::intent::escalation_target;
-use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
+use crate::incident::{Action, Disposition, Event, Incident};
 
 /// One node's verified, fresh verdict of this round.
 #[derive(Debug, Clone, Copy)]
@@ -33,7 +33,8 @@ pub struct Facts<'a> {
     pub graced: &'a BTreeMap<String, u64>,
     /// Incidents whose tag job is in flight (about to complete).
     pub tagging: &'a BTreeSet<Uuid>,
-    /// Incidents with Ganeti jobs in flight, or a repair command the agent may be running.
+    /// Incidents with Ganeti jobs in flight, or a repair command the agent may be running:
+    /// kept, whatever their state, until these end.
     pub in_flight: &'a BTreeSet<Uuid>,
     /// The round's time (Unix seconds).
     pub time: f64,
@@ -144,11 +145,10 @@ pub fn observe(
             };
             let before = incident.serial_no;
             match incident.apply(event, facts.time) {
-                // A canceled incident is kept until its jobs have ended (what ran is recorded).
-                Ok(Disposition::Forget)
-                    if incident.repair_status == RepairStatus::Canceled
-                        && facts.in_flight.contains(&incident.uuid) =>
-                {
+                // An incident is kept until its jobs have ended: what ran is recorded, and its
+                // nodes stay held while a job of it may still act there (a canceled
+                // evacuation's drain, a failed one's move).
+                Ok(Disposition::Forget) if facts.in_flight.contains(&incident.uuid) => {
                     out.push(Observed::Save(incident.clone()));
                 }
                 Ok(Disposition::Forget) => out.push(Observed::Forget(incident.clone())),
@@ -408,6 +408,35 @@ mod tests {
         );
         world.in_flight.clear();
         let out = run(vec![canceled], &[seen(&ok)], &world);
+        assert!(
+            out.iter().any(|o| matches!(o, Observed::Forget(_))),
+            "forgotten once they ended: {out:?}"
+        );
+    }
+
+    /// A failed incident whose failure tag was removed (acknowledged: forgotten when no longer
+    /// seen) is kept while a job of it still runs, as a canceled one is.
+    #[test]
+    fn an_acknowledged_failed_incident_is_kept_while_its_jobs_run() {
+        let mut world = World::new();
+        let mut failed = incident("evacuate", "disk");
+        failed
+            .apply(Event::ActionStarted("drain".into()), 110.0)
+            .unwrap();
+        failed
+            .apply(Event::ActionFailed("job 7 vanished".into()), 120.0)
+            .unwrap();
+        failed.apply(Event::TagApplied, 130.0).unwrap();
+        failed.apply(Event::TagRemoved, 140.0).unwrap();
+        let ok = verdict("Ok", "");
+        world.in_flight.insert(failed.uuid);
+        let out = run(vec![failed.clone()], &[seen(&ok)], &world);
+        assert!(
+            !out.iter().any(|o| matches!(o, Observed::Forget(_))),
+            "kept while its jobs run: {out:?}"
+        );
+        world.in_flight.clear();
+        let out = run(vec![failed], &[seen(&ok)], &world);
         assert!(
             out.iter().any(|o| matches!(o, Observed::Forget(_))),
             "forgotten once they ended: {out:?}"
