@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use nodecare_protocol::maintenance::{
-    Campaign, CampaignCheck, CampaignGroup, CampaignList, CampaignNode, CampaignRequest, CampaignState,
-    MAINTENANCE_PATH, StepTimeouts,
+    Campaign, CampaignCheck, CampaignGroup, CampaignList, CampaignNode, CampaignRequest,
+    CampaignState, MAINTENANCE_PATH, StepTimeouts,
 };
 
 use crate::api::{DEFAULT_URL, fetch};

@@ -693,7 +693,10 @@ impl Record {
         };
         let request = &self.campaign.request;
         let allowed: String = [
-            (request.allow_unpinned_machine_version, "--allow-unpinned-machine-version"),
+            (
+                request.allow_unpinned_machine_version,
+                "--allow-unpinned-machine-version",
+            ),
             (request.allow_mixed_versions, "--allow-mixed-versions"),
         ]
         .into_iter()

@@ -176,7 +176,10 @@ pub struct CampaignRequest {
     pub dry_run: bool,
 }
 
-#[expect(clippy::trivially_copy_pass_by_ref, reason = "serde's skip_serializing_if")]
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if"
+)]
 const fn is_false(value: &bool) -> bool {
     !*value
 }
