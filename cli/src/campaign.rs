@@ -250,12 +250,14 @@ fn dry_run_answer(json: bool, result: Result<(reqwest::StatusCode, String), Stri
 fn render_check(check: &CampaignCheck) -> String {
     let mut out = String::new();
     if check.refused {
-        let _ = write!(out, "the campaign would be refused: {}", check.message);
+        out.push_str("the campaign would be refused: ");
+        out.push_str(&check.message);
     } else {
         out.push_str("the campaign would start");
     }
     for line in &check.overrides {
-        let _ = write!(out, "\n  {line}");
+        out.push_str("\n  ");
+        out.push_str(line);
     }
     out
 }

@@ -207,11 +207,21 @@ mod tests {
 
     const UNPINNED: MachineVersion = MachineVersion::Unpinned;
 
+    /// Hypervisors, the cluster's machine_version, the instances, the unpinned found.
+    type PinCase = (
+        &'static [&'static str],
+        Option<&'static str>,
+        Vec<Instance>,
+        Vec<&'static str>,
+    );
+    /// Nodes with their versions, the mixed versions found.
+    type VersionCase = (Vec<Node>, Vec<(&'static str, Vec<&'static str>)>);
+
     #[test]
     fn unpinned_running_kvm_instances_are_found_where_kvm_is_enabled_and_not_pinned() {
         let pinned = MachineVersion::Pinned("pc-i440fx-7.2".into());
         // (hypervisors, cluster machine_version, instances, unpinned found)
-        let cases: Vec<(&[&str], Option<&str>, Vec<Instance>, Vec<&str>)> = vec![
+        let cases: Vec<PinCase> = vec![
             (
                 &["kvm"],
                 None,
@@ -294,7 +304,7 @@ mod tests {
     #[test]
     fn mixed_versions_are_the_known_versions_that_differ() {
         // (nodes with their versions, mixed found)
-        let cases: Vec<(Vec<Node>, Vec<(&str, Vec<&str>)>)> = vec![
+        let cases: Vec<VersionCase> = vec![
             // The master's from /2/info, the others unknown: nothing mixed.
             (vec![versioned("n1", None), versioned("n2", None)], vec![]),
             (
