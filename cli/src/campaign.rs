@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use nodecare_protocol::maintenance::{
-    Campaign, CampaignGroup, CampaignList, CampaignNode, CampaignRequest, CampaignState,
-    MAINTENANCE_PATH, StepTimeouts,
+    Campaign, CampaignCheck, CampaignGroup, CampaignList, CampaignNode, CampaignRequest,
+    CampaignState, MAINTENANCE_PATH, StepTimeouts,
 };
 
 use crate::api::{DEFAULT_URL, fetch};
@@ -75,6 +75,19 @@ pub(crate) struct ExecuteArgs {
     /// Time limit of migrating a node's original primaries back [default: 1h].
     #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "execute")]
     migrate_back_timeout: Option<u64>,
+    /// Start although running KVM instances have no pinned `machine_version` (neither their
+    /// own nor the cluster's): a live migration between qemu versions may crash them. Recorded
+    /// in the campaign and the jobs' reasons.
+    #[arg(long, requires = "execute")]
+    allow_unpinned_machine_version: bool,
+    /// Start although the nodes run different Ganeti versions. Recorded as above.
+    #[arg(long, requires = "execute")]
+    allow_mixed_versions: bool,
+    /// Only run the coordinator's checks before a start (unpinned KVM `machine_version`, mixed
+    /// Ganeti versions) against the cluster as it is now and print what they find; nothing
+    /// starts. Exit 0 when the campaign would start, 1 when it would be refused.
+    #[arg(long, requires = "execute")]
+    dry_run: bool,
     #[command(flatten)]
     write: WriteArgs,
 }
@@ -166,6 +179,9 @@ fn request(selection: &Selection, args: &ExecuteArgs) -> Result<CampaignRequest,
             migrate_back_s: args.migrate_back_timeout.unwrap_or(defaults.migrate_back_s),
         },
         reason: args.reason.clone(),
+        allow_unpinned_machine_version: args.allow_unpinned_machine_version,
+        allow_mixed_versions: args.allow_mixed_versions,
+        dry_run: args.dry_run,
     };
     request.validate().map(|()| request)
 }
@@ -184,6 +200,9 @@ pub(crate) fn execute(selection: &Selection, args: &ExecuteArgs) -> ExitCode {
         MAINTENANCE_PATH,
         Some(&body),
     );
+    if args.dry_run {
+        return dry_run_answer(args.write.json, result);
+    }
     answer(COMMAND, args.write.json, result, |_, c: Campaign| {
         let (_, nodes) = c.nodes_progress();
         let planned = match c.groups_total() {
@@ -196,6 +215,51 @@ pub(crate) fn execute(selection: &Selection, args: &ExecuteArgs) -> ExitCode {
             c.id, c.request.hook, c.id
         )
     })
+}
+
+/// Prints the answer of `nodecare roll --execute --dry-run`: exit 0 when the campaign would
+/// start, 1 when the checks would refuse it (or the coordinator refused the request).
+fn dry_run_answer(json: bool, result: Result<(reqwest::StatusCode, String), String>) -> ExitCode {
+    const COMMAND: &str = "roll --execute --dry-run";
+    let (status, text) = match result {
+        Ok(answer) => answer,
+        Err(error) => return fail(COMMAND, &error),
+    };
+    if !status.is_success() {
+        return answer(COMMAND, json, Ok((status, text)), |_, c: CampaignCheck| {
+            render_check(&c)
+        });
+    }
+    let check: CampaignCheck = match serde_json::from_str(&text) {
+        Ok(check) => check,
+        Err(e) => return fail(COMMAND, &format!("unexpected answer: {e}")),
+    };
+    if json {
+        println!("{text}");
+    } else {
+        println!("{}", render_check(&check));
+    }
+    if check.refused {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// The dry run's findings for people.
+fn render_check(check: &CampaignCheck) -> String {
+    let mut out = String::new();
+    if check.refused {
+        out.push_str("the campaign would be refused: ");
+        out.push_str(&check.message);
+    } else {
+        out.push_str("the campaign would start");
+    }
+    for line in &check.overrides {
+        out.push_str("\n  ");
+        out.push_str(line);
+    }
+    out
 }
 
 /// Runs `nodecare roll status|pause|resume|abort`.
@@ -779,6 +843,7 @@ mod tests {
             failures: Vec::new(),
             blocked_by: None,
             warnings: Vec::new(),
+            overrides: Vec::new(),
         }
     }
 
@@ -861,6 +926,9 @@ mod tests {
             healthy_timeout: None,
             undrain_timeout: None,
             migrate_back_timeout: None,
+            allow_unpinned_machine_version: false,
+            allow_mixed_versions: false,
+            dry_run: false,
             write: WriteArgs {
                 url: "http://127.0.0.1:1".into(),
                 user: None,

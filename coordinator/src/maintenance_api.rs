@@ -3,7 +3,7 @@
 //!
 //! | Path | Answer |
 //! |---|---|
-//! | `POST /1/maintenance` | start a campaign ([`CampaignRequest`]): `201` with the [`Campaign`], its `failure_domains` the coordinator's; `400` bad request (failure domains other than the coordinator's included); `409` while another campaign is not finished; write auth |
+//! | `POST /1/maintenance` | start a campaign ([`CampaignRequest`]): `201` with the [`Campaign`], its `failure_domains` the coordinator's, its `overrides` the checks before the start that its flags overrode; `400` bad request (failure domains other than the coordinator's included); `409` while another campaign is not finished, or when the checks before the start refuse it ([`crate::upgrade_check`]: running KVM instances without a pinned `machine_version`, mixed Ganeti versions; the message names them); `503` when Ganeti cannot be read for them; with `dry_run`, `200` with the checks' [`CampaignCheck`] and nothing started; write auth |
 //! | `GET /1/maintenance` | every campaign, newest first ([`CampaignList`]) |
 //! | `GET /1/maintenance/<id>` | one campaign; `404` unknown |
 //! | `POST /1/maintenance/<id>/pause`, `/resume`, `/abort` | the command: `200` with the campaign after it; `404` unknown; `409` when its state refuses the command; write auth |
@@ -15,11 +15,12 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use nodecare_protocol::maintenance::{Campaign, CampaignList, CampaignRequest};
+use nodecare_protocol::maintenance::{Campaign, CampaignCheck, CampaignList, CampaignRequest};
 use uuid::Uuid;
 
 use crate::api::{ApiState, authorize_write, error, internal, refused};
 use crate::campaign::Record;
+use crate::upgrade_check::{UpgradeCheck, UpgradeCheckOptions};
 
 /// `POST /1/maintenance`.
 pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
@@ -42,6 +43,28 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Byte
     {
         return error(StatusCode::BAD_REQUEST, why);
     }
+    let check = match upgrade_check(&state, &request).await {
+        Ok(check) => check,
+        Err(response) => return *response,
+    };
+    if request.dry_run {
+        return Json(CampaignCheck {
+            refused: check.refuses(),
+            message: if check.refuses() {
+                check.to_string()
+            } else {
+                String::new()
+            },
+            unpinned_machine_version: check.unpinned.clone(),
+            mixed_versions: check.mixed_versions.clone(),
+            overrides: check.overrides(),
+        })
+        .into_response();
+    }
+    if check.refuses() {
+        tracing::warn!(%who, refusal = %check, "maintenance campaign refused");
+        return error(StatusCode::CONFLICT, format!("campaign refused: {check}"));
+    }
     let _guard = state.incident_lock.lock().await;
     let campaigns = match state.store.campaigns() {
         Ok(campaigns) => campaigns,
@@ -57,14 +80,48 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Byte
             ),
         );
     }
-    let record = Record::new(Uuid::new_v4(), request, &who, nodecare_protocol::now_ms());
+    let mut record = Record::new(Uuid::new_v4(), request, &who, nodecare_protocol::now_ms());
+    record.campaign.overrides = check.overrides();
     if let Err(e) = state.store.save_campaign(&record) {
         return internal(e);
+    }
+    for overridden in &record.campaign.overrides {
+        tracing::warn!(campaign = %record.campaign.id, %who, %overridden, "maintenance campaign started with a check overridden");
     }
     tracing::info!(campaign = %record.campaign.id, %who, hook = %record.campaign.request.hook, "maintenance campaign started");
     // Its first group is planned by the next round: now, not at the next interval.
     state.board.wake.notify_one();
     (StatusCode::CREATED, Json(record.campaign)).into_response()
+}
+
+/// The checks before a campaign starts ([`crate::upgrade_check`]) against the cluster as
+/// Ganeti answers now; `503` when Ganeti cannot be read (a campaign is not started blind).
+async fn upgrade_check(
+    state: &ApiState,
+    request: &CampaignRequest,
+) -> Result<UpgradeCheck, Box<Response>> {
+    let options = UpgradeCheckOptions {
+        allow_unpinned_machine_version: request.allow_unpinned_machine_version,
+        allow_mixed_versions: request.allow_mixed_versions,
+    };
+    let Some(ganeti) = &state.ganeti else {
+        return Err(Box::new(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "cannot check the cluster before the campaign: no Ganeti client".to_owned(),
+        )));
+    };
+    let unavailable = |e: crate::ganeti::GanetiError| {
+        Box::new(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("cannot check the cluster before the campaign: Ganeti: {e}"),
+        ))
+    };
+    let info = ganeti.cluster_info().await.map_err(unavailable)?;
+    let nodes = ganeti.nodes().await.map_err(unavailable)?;
+    let instances = ganeti.instances().await.map_err(unavailable)?;
+    Ok(crate::upgrade_check::check(
+        &info, &nodes, &instances, options,
+    ))
 }
 
 /// `GET /1/maintenance`.

@@ -798,6 +798,7 @@ mod tests {
             failures: Vec::new(),
             blocked_by: Some("the gate".into()),
             warnings: Vec::new(),
+            overrides: Vec::new(),
         };
         let mut completed = running.clone();
         completed.state = CampaignState::Completed;

@@ -2313,6 +2313,7 @@ mod tests {
             memory: Some(1),
             tags: Vec::new(),
             disk_sizes: Vec::new(),
+            machine_version: nodecare_ganeti::MachineVersion::NotKvm,
         };
         let plain = Instance {
             name: "inst2".into(),

@@ -541,6 +541,7 @@ impl Record {
                 failures: Vec::new(),
                 blocked_by: None,
                 warnings: Vec::new(),
+                overrides: Vec::new(),
             },
             moves: BTreeMap::new(),
             ops: Ops::default(),
@@ -690,8 +691,20 @@ impl Record {
             OpKind::Hook { .. } => format!("hook on {}", op.node),
             OpKind::Tag { tag } => format!("tagging {} {tag}", op.node),
         };
+        let request = &self.campaign.request;
+        let allowed: String = [
+            (
+                request.allow_unpinned_machine_version,
+                "--allow-unpinned-machine-version",
+            ),
+            (request.allow_mixed_versions, "--allow-mixed-versions"),
+        ]
+        .into_iter()
+        .filter(|(set, _)| *set)
+        .map(|(_, flag)| format!(" ({flag})"))
+        .collect();
         format!(
-            "maintenance campaign {} group {} step {}: {what}",
+            "maintenance campaign {} group {} step {}: {what}{allowed}",
             self.campaign.id, group, op.step
         )
     }

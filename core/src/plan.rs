@@ -1377,6 +1377,7 @@ pub mod tests_support {
             memory_free: Some(4096),
             memory_total: Some(8192),
             disk_free: Some(100_000),
+            software_version: None,
         }
     }
 
@@ -1393,6 +1394,7 @@ pub mod tests_support {
             memory: Some(memory),
             tags: vec![],
             disk_sizes: vec![],
+            machine_version: crate::ganeti::MachineVersion::NotKvm,
         }
     }
 
@@ -1448,6 +1450,7 @@ mod tests {
             memory: Some(1024),
             tags: vec![],
             disk_sizes: vec![1024],
+            machine_version: nodecare_ganeti::MachineVersion::NotKvm,
         }
     }
 

@@ -280,6 +280,7 @@ mod tests {
             memory: Some(1024),
             tags: Vec::new(),
             disk_sizes: vec![10_240],
+            machine_version: nodecare_ganeti::MachineVersion::NotKvm,
         }
     }
 

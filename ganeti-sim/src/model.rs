@@ -45,10 +45,19 @@ struct InstanceView<'a> {
     disk_usage: u64,
     #[serde(rename = "nic.macs")]
     nic_macs: [&'static str; 1],
+    hvparams: HvParams<'a>,
+    custom_hvparams: HvParams<'a>,
     network_port: Option<u64>,
     serial_no: u64,
     ctime: f64,
     mtime: f64,
+}
+
+/// An instance's hypervisor parameters as RAPI shows them (the one read).
+#[derive(Debug, Serialize)]
+struct HvParams<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    machine_version: Option<&'a str>,
 }
 
 /// An instance's backend parameters as RAPI shows them.
@@ -590,6 +599,33 @@ pub struct SimCluster {
     /// Instances marked up that are not running (crashed: Ganeti's `ERROR_down`), which the
     /// watcher starts again ([`Self::run_watcher`]).
     error_down: std::collections::BTreeSet<String>,
+    /// The hypervisor every instance runs on (`fake` by default; `kvm`, `xen-pvm`) and the
+    /// hypervisor parameters RAPI shows; change it with [`crate::Simulation::with_cluster`].
+    pub hypervisor: SimHypervisor,
+}
+
+/// The simulated cluster's hypervisor and the parameters of it that RAPI answers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SimHypervisor {
+    /// `enabled_hypervisors` and `default_hypervisor` of `/2/info`; empty: `fake`.
+    pub name: String,
+    /// The cluster's `hvparams.kvm.machine_version` (`""`: not pinned).
+    pub kvm_machine_version: String,
+    /// Instances' own `machine_version` (`custom_hvparams`), by instance name.
+    pub instance_machine_versions: BTreeMap<String, String>,
+    /// Nodes' Ganeti versions, by node name, shown as the node's `software_version` (Ganeti's
+    /// own RAPI node answers have none; the master's is `/2/info`'s, 3.0.2).
+    pub node_versions: BTreeMap<String, String>,
+}
+
+impl SimHypervisor {
+    fn name(&self) -> &str {
+        if self.name.is_empty() {
+            "fake"
+        } else {
+            &self.name
+        }
+    }
 }
 
 fn fake_uuid(kind: u8, n: usize) -> String {
@@ -662,6 +698,7 @@ impl SimCluster {
             queried_ops: std::collections::HashMap::new(),
             memory_used: std::cell::OnceCell::new(),
             error_down: std::collections::BTreeSet::new(),
+            hypervisor: SimHypervisor::default(),
         })
     }
 
@@ -1688,8 +1725,9 @@ impl SimCluster {
             "protocol_version": 3_000_000,
             "config_version": 3_000_000,
             "architecture": ["64bits", "x86_64"],
-            "default_hypervisor": "fake",
-            "enabled_hypervisors": ["fake"],
+            "default_hypervisor": self.hypervisor.name(),
+            "enabled_hypervisors": [self.hypervisor.name()],
+            "hvparams": {"kvm": {"machine_version": self.hypervisor.kvm_machine_version}},
             "enabled_disk_templates": ["diskless", "file", "sharedfile", "plain", "drbd"],
             "default_iallocator": "hail",
             "master_netdev": "eth0",
@@ -1781,6 +1819,7 @@ impl SimCluster {
             "ctime": 0.0,
             "mtime": 0.0,
             "ndparams": {"exclusive_storage": false, "spindle_count": 1, "ssh_port": 22},
+            "software_version": self.hypervisor.node_versions.get(&node.name),
         })
     }
 
@@ -1871,11 +1910,30 @@ impl SimCluster {
             disk_sizes: disks,
             disk_usage: disks.iter().sum(),
             nic_macs: ["aa:00:00:00:00:01"],
+            hvparams: self.hvparams(inst, true),
+            custom_hvparams: self.hvparams(inst, false),
             network_port: None,
             serial_no: 1,
             ctime: 0.0,
             mtime: 0.0,
         }
+    }
+
+    /// An instance's hypervisor parameters as RAPI shows them: `filled` (the cluster's and its
+    /// own) or its own; only KVM's have a `machine_version`.
+    fn hvparams(&self, inst: &SimInstance, filled: bool) -> HvParams<'_> {
+        if self.hypervisor.name() != "kvm" {
+            return HvParams {
+                machine_version: None,
+            };
+        }
+        let own = self.hypervisor.instance_machine_versions.get(&inst.name);
+        let machine_version = if filled {
+            Some(own.unwrap_or(&self.hypervisor.kvm_machine_version).as_str())
+        } else {
+            own.map(String::as_str)
+        };
+        HvParams { machine_version }
     }
 
     pub fn group_json(&self) -> Value {

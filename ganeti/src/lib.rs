@@ -148,9 +148,15 @@ pub struct ClusterInfo {
     /// Default instance allocator (`default_iallocator`, usually `hail`); empty → `None`.
     #[serde(default)]
     pub default_iallocator: Option<String>,
-    /// Ganeti software version (`software_version`).
+    /// Ganeti software version (`software_version`): the master's.
     #[serde(default)]
     pub software_version: Option<String>,
+    /// The hypervisors instances may use (`enabled_hypervisors`).
+    #[serde(default)]
+    pub enabled_hypervisors: Vec<String>,
+    /// The cluster's KVM `machine_version` (`hvparams.kvm.machine_version`); empty → `None`.
+    #[serde(default)]
+    pub kvm_machine_version: Option<String>,
 }
 
 /// A node's role letter as RAPI reports it (`role`).
@@ -223,6 +229,10 @@ pub struct Node {
     /// Free disk in MiB (`dfree`, the default volume group), when known.
     #[serde(default)]
     pub disk_free: Option<u64>,
+    /// The node's Ganeti version (`software_version`), when its answer names one: Ganeti
+    /// 3.0.2's and 3.1's RAPI node answers do not (`/2/info` names the master's).
+    #[serde(default)]
+    pub software_version: Option<String>,
 }
 
 impl Node {
@@ -370,6 +380,25 @@ pub struct Instance {
     /// Size of each disk in MiB (`disk.sizes`).
     #[serde(default)]
     pub disk_sizes: Vec<u64>,
+    /// Its KVM `machine_version` as its hypervisor parameters show it (`hvparams`, filled
+    /// from the cluster's, and `custom_hvparams`, its own).
+    #[serde(default)]
+    pub machine_version: MachineVersion,
+}
+
+/// An instance's KVM `machine_version`: the machine type qemu emulates. Unpinned, each qemu
+/// picks its own newest, and a live migration between two qemu versions (a rolling upgrade)
+/// may crash the instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MachineVersion {
+    /// Not a KVM instance (its hypervisor parameters have no `machine_version`), or not known.
+    #[default]
+    NotKvm,
+    /// A KVM instance whose `machine_version` is empty.
+    Unpinned,
+    /// A KVM instance pinned to this machine type (e.g. `pc-i440fx-7.2`).
+    Pinned(String),
 }
 
 /// Which disks `replace-disks` replaces (RAPI `mode`).

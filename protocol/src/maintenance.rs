@@ -163,6 +163,45 @@ pub struct CampaignRequest {
         deserialize_with = "crate::limits::optional_text"
     )]
     pub reason: Option<String>,
+    /// `--allow-unpinned-machine-version`: start although running KVM instances have no pinned
+    /// `machine_version` (recorded in [`Campaign::overrides`] and the jobs' reasons).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_unpinned_machine_version: bool,
+    /// `--allow-mixed-versions`: start although the nodes run different Ganeti versions
+    /// (recorded as above).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_mixed_versions: bool,
+    /// `--dry-run`: only check (the answer is a [`CampaignCheck`]); nothing starts.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dry_run: bool,
+}
+
+#[expect(
+    clippy::trivially_copy_pass_by_ref,
+    reason = "serde's skip_serializing_if"
+)]
+const fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+/// The answer of a dry run (`POST /1/maintenance` with `dry_run`): what the coordinator checks
+/// before a campaign starts, against the cluster as it is now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CampaignCheck {
+    /// Whether the campaign would be refused.
+    pub refused: bool,
+    /// The refusal's message (empty when it would start).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    /// Running KVM instances without a pinned `machine_version`.
+    #[serde(default)]
+    pub unpinned_machine_version: Vec<String>,
+    /// The Ganeti versions known per node when they differ (version → nodes).
+    #[serde(default)]
+    pub mixed_versions: std::collections::BTreeMap<String, Vec<String>>,
+    /// The findings the request's flags override, as the campaign would record them.
+    #[serde(default)]
+    pub overrides: Vec<String>,
 }
 
 impl CampaignRequest {
@@ -181,6 +220,9 @@ impl CampaignRequest {
             continue_on_failure: false,
             timeouts: StepTimeouts::default(),
             reason: None,
+            allow_unpinned_machine_version: false,
+            allow_mixed_versions: false,
+            dry_run: false,
         }
     }
 
@@ -428,6 +470,10 @@ pub struct Campaign {
     /// Planner warnings of the last plan (skipped nodes and why).
     #[serde(default)]
     pub warnings: Vec<String>,
+    /// What the checks before the start found and the request's flags overrode (e.g.
+    /// `allowed unpinned machine_version: inst1`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub overrides: Vec<String>,
 }
 
 impl Campaign {

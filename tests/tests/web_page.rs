@@ -206,6 +206,7 @@ fn fixed_campaigns() -> Vec<Campaign> {
         failures: Vec::new(),
         blocked_by: None,
         warnings: Vec::new(),
+        overrides: Vec::new(),
     };
     let failure = Failure {
         node: "node2".into(),

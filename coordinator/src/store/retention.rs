@@ -497,6 +497,7 @@ mod tests {
             failures: Vec::new(),
             blocked_by: None,
             warnings: Vec::new(),
+            overrides: Vec::new(),
         };
         // (state, finished, updated, expired)
         let table = [

@@ -25,6 +25,7 @@ fn node(name: &str, offline: bool, drained: bool) -> Node {
         memory_free: Some(4096),
         memory_total: Some(8192),
         disk_free: None,
+        software_version: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn inst(name: &str, template: &str, primary: &str, secondary: &[&str], tags: &[&
         memory: Some(512),
         tags: tags.iter().map(|t| (*t).to_owned()).collect(),
         disk_sizes: vec![1024],
+        machine_version: nodecare_ganeti::MachineVersion::NotKvm,
     }
 }
 

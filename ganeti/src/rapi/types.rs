@@ -57,6 +57,25 @@ pub struct RapiClusterInfo {
     /// The cluster's instance policy (htools reads it).
     #[serde(default)]
     pub ipolicy: Option<RapiIPolicy>,
+    /// The cluster's hypervisor parameters, per hypervisor (only `kvm`'s `machine_version` is
+    /// read).
+    #[serde(default)]
+    pub hvparams: Option<ClusterHvParams>,
+}
+
+/// `hvparams` of `/2/info` (subset).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterHvParams {
+    #[serde(default)]
+    pub kvm: Option<HvParams>,
+}
+
+/// Hypervisor parameters (subset): the one the campaigns' checks read.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HvParams {
+    /// KVM only; `""` when not pinned.
+    #[serde(default)]
+    pub machine_version: Option<String>,
 }
 
 /// One instance specification of an instance policy.
@@ -97,6 +116,12 @@ impl From<RapiClusterInfo> for ganeti::ClusterInfo {
             uuid: non_empty(w.uuid),
             default_iallocator: non_empty(w.default_iallocator),
             software_version: non_empty(w.software_version),
+            enabled_hypervisors: w.enabled_hypervisors,
+            kvm_machine_version: w
+                .hvparams
+                .and_then(|hv| hv.kvm)
+                .and_then(|kvm| kvm.machine_version)
+                .and_then(non_empty),
         }
     }
 }
@@ -161,6 +186,9 @@ pub struct RapiNode {
     /// Filled node parameters.
     #[serde(default)]
     pub ndparams: Option<NodeNdParams>,
+    /// The node's Ganeti version, when the answer names one (Ganeti 3.0.2's and 3.1's do not).
+    #[serde(default)]
+    pub software_version: Option<String>,
 }
 
 /// Filled node parameters of a node (subset).
@@ -195,6 +223,7 @@ impl From<RapiNode> for ganeti::Node {
             memory_free: w.mfree,
             memory_total: w.mtotal,
             disk_free: w.dfree,
+            software_version: w.software_version.and_then(non_empty),
         }
     }
 }
@@ -234,6 +263,29 @@ pub struct RapiInstance {
     /// Whether the instance is only planned (Ganeti 3.0 forthcoming instances).
     #[serde(default)]
     pub forthcoming: Option<bool>,
+    /// Filled hypervisor parameters (the cluster's, the OS's and its own).
+    #[serde(default)]
+    pub hvparams: Option<HvParams>,
+    /// Its own hypervisor parameters.
+    #[serde(default)]
+    pub custom_hvparams: Option<HvParams>,
+}
+
+/// An instance's `machine_version` from its filled and own hypervisor parameters: only KVM's
+/// parameters have the key.
+fn machine_version(filled: Option<HvParams>, own: Option<HvParams>) -> ganeti::MachineVersion {
+    let values: Vec<String> = [filled, own]
+        .into_iter()
+        .flatten()
+        .filter_map(|hv| hv.machine_version)
+        .collect();
+    if values.is_empty() {
+        return ganeti::MachineVersion::NotKvm;
+    }
+    values.into_iter().find(|v| !v.trim().is_empty()).map_or(
+        ganeti::MachineVersion::Unpinned,
+        ganeti::MachineVersion::Pinned,
+    )
 }
 
 impl From<RapiInstance> for ganeti::Instance {
@@ -249,6 +301,7 @@ impl From<RapiInstance> for ganeti::Instance {
             memory: w.beparams.maxmem.filter(|m| *m > 0),
             tags: w.tags,
             disk_sizes: w.disk_sizes,
+            machine_version: machine_version(w.hvparams, w.custom_hvparams),
         }
     }
 }

@@ -1161,3 +1161,114 @@ async fn a_node_whose_drain_job_runs_stays_held_after_its_campaign_failed() {
         );
     }
 }
+
+/// On a KVM cluster a campaign whose running instances have no pinned `machine_version` is
+/// refused, naming them (and the dry run says so without starting anything); with
+/// `allow_unpinned_machine_version` it starts, and the override is in its record and in its
+/// jobs' reasons.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_on_kvm_with_an_unpinned_machine_version_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let mut h = cluster(&users).await;
+    h.sim.with_cluster(|c| {
+        c.hypervisor.name = "kvm".into();
+        for name in c.instances.keys() {
+            if name != "d1.sim.test" {
+                c.hypervisor
+                    .instance_machine_versions
+                    .insert(name.clone(), "pc-i440fx-7.2".into());
+            }
+        }
+    });
+    let (url, server) = serve_api(&h).await;
+    let client = reqwest::Client::new();
+    let post = |body: serde_json::Value| {
+        client
+            .post(format!("{url}/1/maintenance"))
+            .basic_auth("ops", Some("secret"))
+            .json(&body)
+            .send()
+    };
+
+    let answer = post(serde_json::json!({"hook": "apt-upgrade-and-reboot", "dry_run": true}))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let check: nodecare_protocol::maintenance::CampaignCheck = answer.json().await.unwrap();
+    assert!(check.refused, "{check:?}");
+    assert_eq!(
+        check.unpinned_machine_version,
+        vec!["d1.sim.test".to_owned()]
+    );
+    assert!(h.coordinator.api().store.campaigns().unwrap().is_empty());
+
+    let answer = post(serde_json::json!({"hook": "apt-upgrade-and-reboot"}))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 409);
+    let text = answer.text().await.unwrap();
+    assert!(
+        text.contains("without a pinned machine_version (d1.sim.test)")
+            && text.contains("--allow-unpinned-machine-version"),
+        "{text}"
+    );
+    assert!(h.coordinator.api().store.campaigns().unwrap().is_empty());
+
+    let answer = post(serde_json::json!({
+        "hook": "apt-upgrade-and-reboot",
+        "allow_unpinned_machine_version": true,
+    }))
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 201);
+    let started: Campaign = answer.json().await.unwrap();
+    assert_eq!(
+        started.overrides,
+        vec!["allowed unpinned machine_version: d1.sim.test".to_owned()]
+    );
+    assert_eq!(campaign(&h).overrides, started.overrides);
+    assert!(campaign(&h).request.allow_unpinned_machine_version);
+    for _ in 0..5 {
+        h.round().await.unwrap();
+    }
+    let reasons: Vec<String> = h
+        .sim
+        .submissions()
+        .into_iter()
+        .filter_map(|s| s.reason_text)
+        .filter(|t| t.contains(&format!("maintenance campaign {}", started.id)))
+        .collect();
+    assert!(!reasons.is_empty(), "no job of the campaign");
+    for reason in &reasons {
+        assert!(
+            reason.contains("(--allow-unpinned-machine-version)"),
+            "{reason}"
+        );
+    }
+    server.abort();
+}
+
+/// Not KVM (the simulation's `fake` hypervisor, as on Xen): the machine version is not checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_on_a_cluster_without_kvm_is_not_checked_for_machine_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let h = cluster(&users).await;
+    let (url, server) = serve_api(&h).await;
+    let check: nodecare_protocol::maintenance::CampaignCheck = reqwest::Client::new()
+        .post(format!("{url}/1/maintenance"))
+        .basic_auth("ops", Some("secret"))
+        .json(&serde_json::json!({"hook": "reboot", "dry_run": true}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(!check.refused, "{check:?}");
+    assert!(check.unpinned_machine_version.is_empty());
+    server.abort();
+}
