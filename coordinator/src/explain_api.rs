@@ -143,21 +143,24 @@ pub async fn explanation(
 /// [`campaign_now`]); nothing for another record or one the store forgot.
 fn record_now(state: &ApiState, id: Uuid) -> Result<Vec<String>, String> {
     let store = &state.store;
-    if let Some(incident) = store
-        .incidents()
-        .map_err(|e| e.to_string())?
+    let incidents = store.incidents().map_err(|e| e.to_string())?;
+    // A cycle of waits it is part of, with the way out.
+    let snapshot = state.board.gate.read().ok().and_then(|s| s.clone());
+    let cycles = crate::admission::cycle_waiting(snapshot.as_ref(), &incidents)
         .into_iter()
-        .find(|i| i.uuid == id)
-    {
-        return Ok(incident_now(&incident));
+        .map(|w| w.blocked_by)
+        .filter(|line| line.contains(&id.to_string()));
+    if let Some(incident) = incidents.iter().find(|i| i.uuid == id) {
+        return Ok(incident_now(incident).into_iter().chain(cycles).collect());
     }
+    let cycles: Vec<String> = cycles.collect();
     let Some(record) = store
         .campaigns()
         .map_err(|e| e.to_string())?
         .into_iter()
         .find(|r| r.id() == id)
     else {
-        return Ok(Vec::new());
+        return Ok(cycles);
     };
     let graces = state
         .board
@@ -171,7 +174,10 @@ fn record_now(state: &ApiState, id: Uuid) -> Result<Vec<String>, String> {
         .read()
         .map(|held| held.clone())
         .unwrap_or_default();
-    Ok(campaign_now(&record.campaign, &graces, &held))
+    Ok(campaign_now(&record.campaign, &graces, &held)
+        .into_iter()
+        .chain(cycles)
+        .collect())
 }
 
 /// Unix ms as a UTC time for people.
@@ -453,6 +459,40 @@ mod tests {
             incident_now(&incident)[1],
             "failed at 2025-11-26 02:42:40 UTC: no target with room"
         );
+    }
+
+    #[test]
+    fn two_incidents_waiting_for_each_other_s_node_are_one_line_with_the_way_out() {
+        let mut a = incident();
+        let mut b = incident();
+        b.uuid = Uuid::from_u128(8);
+        b.node = "node2".into();
+        a.apply(
+            Event::Blocked(
+                "waiting to move inst1 (its secondary node2 has an active incident)".into(),
+            ),
+            1_764_124_830.0,
+        )
+        .unwrap();
+        b.apply(
+            Event::Blocked(
+                "waiting to move inst2 (its secondary node1 has an active incident)".into(),
+            ),
+            1_764_124_830.0,
+        )
+        .unwrap();
+        let lines = crate::admission::cycle_waiting(None, &[a.clone(), b.clone()]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(
+            lines[0].blocked_by,
+            format!(
+                "incident {} and incident {} wait for each other: end one (`nodecare cancel {}` or `nodecare cancel {}`) or raise max_disrupted_nodes",
+                a.uuid, b.uuid, a.uuid, b.uuid
+            )
+        );
+        // Once one no longer waits, no cycle.
+        b.apply(Event::Unblocked, 1_764_124_900.0).unwrap();
+        assert!(crate::admission::cycle_waiting(None, &[a, b]).is_empty());
     }
 
     fn campaign() -> nodecare_protocol::maintenance::Campaign {

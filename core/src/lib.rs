@@ -29,6 +29,7 @@ pub mod plan;
 pub mod recorder;
 pub mod retention;
 pub mod storage;
+pub mod waits;
 
 /// The Ganeti trait's types (the `nodecare-ganeti` crate, without its RAPI client).
 pub use nodecare_ganeti as ganeti;
