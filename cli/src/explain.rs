@@ -143,6 +143,9 @@ pub(crate) fn render(explanation: &Explanation) -> String {
             let _ignored = writeln!(out, "job {id}");
         }
     }
+    for line in &explanation.now {
+        let _ignored = writeln!(out, "  {line}");
+    }
     if let Some(job) = &explanation.job {
         let _ignored = writeln!(
             out,
@@ -253,6 +256,7 @@ mod tests {
                 at_ms: Some(1_764_125_000_000),
             },
             job: None,
+            now: Vec::new(),
             rounds: vec![refused_round()],
             note: None,
         };
@@ -281,6 +285,7 @@ mod tests {
                 recorded_ms: 1_764_124_860_000,
                 round: Some(17),
             }),
+            now: Vec::new(),
             rounds: vec![admitted],
             note: None,
         };
@@ -294,6 +299,7 @@ mod tests {
                 id: "00000000-0000-0000-0000-000000000009".into(),
             },
             job: None,
+            now: Vec::new(),
             rounds: Vec::new(),
             note: Some(
                 "no recorded round judged a proposal of 00000000-0000-0000-0000-000000000009"
@@ -301,6 +307,50 @@ mod tests {
             ),
         };
         golden("record-nothing.txt", &render(&explanation));
+    }
+
+    #[test]
+    fn a_waiting_incident_reads_with_the_planner_s_wait_first() {
+        let mut continued = refused_round();
+        continued.repeats = 0;
+        continued.last_ms = continued.at_ms;
+        continued.judgements[0].admitted = true;
+        continued.judgements[0].blocked_by = None;
+        continued.judgements[0].rule = "the continuation of a disruption its holder holds".into();
+        let explanation = Explanation {
+            subject: Subject::Record {
+                id: "00000000-0000-0000-0000-000000000002".into(),
+            },
+            job: None,
+            now: vec![
+                "incident of node7.example: evacuate, pending; jobs 4711, 4712".into(),
+                "waiting since 2025-11-26 02:41:30 UTC: waiting to move inst3 (its secondary node8.example has an active incident)".into(),
+            ],
+            rounds: vec![continued],
+            note: None,
+        };
+        golden("record-waiting.txt", &render(&explanation));
+    }
+
+    #[test]
+    fn a_failed_campaign_reads_with_where_and_why() {
+        let explanation = Explanation {
+            subject: Subject::Record {
+                id: "00000000-0000-0000-0000-000000000003".into(),
+            },
+            job: None,
+            now: vec![
+                "maintenance campaign 00000000-0000-0000-0000-000000000003: failed, 2 of 6 node(s) done".into(),
+                "failed on node3.example in step wait-healthy at 2025-11-26 02:51:00 UTC: not healthy within 10m".into(),
+                "grace: node3.example, of its disruption, until 2025-11-26 03:01:00 UTC".into(),
+            ],
+            rounds: Vec::new(),
+            note: Some(
+                "no recorded round judged a proposal of 00000000-0000-0000-0000-000000000003"
+                    .into(),
+            ),
+        };
+        golden("campaign-failed.txt", &render(&explanation));
     }
 
     #[test]

@@ -369,6 +369,43 @@ pub fn graced_waiting(
         .collect()
 }
 
+/// The holders that wait on each other now (pure), one waiting line per cycle with the way out
+/// ([`crate::waits`]): the proposals `snapshot` refused and the active `incidents`' waits,
+/// against the nodes its disruptions in force and the incidents hold.
+pub fn cycle_waiting(
+    snapshot: Option<&GateSnapshot>,
+    incidents: &[crate::incident::Incident],
+) -> Vec<Waiting> {
+    let mut waits: Vec<(String, String)> = snapshot
+        .into_iter()
+        .flat_map(|s| s.decision.refused())
+        .map(|(proposal, blocked)| (proposal.holder.to_string(), blocked.to_string()))
+        .collect();
+    let active = incidents.iter().filter(|i| i.is_active());
+    waits.extend(active.clone().filter_map(|i| {
+        i.blocked_by
+            .as_ref()
+            .map(|why| (format!("incident {}", i.uuid), why.clone()))
+    }));
+    let mut held: std::collections::BTreeMap<String, String> = snapshot
+        .into_iter()
+        .flat_map(|s| s.in_force.nodes.iter().chain(&s.in_force.touched))
+        .map(|(node, holder)| (node.clone(), holder.to_string()))
+        .collect();
+    for incident in active {
+        held.entry(incident.node.clone())
+            .or_insert_with(|| format!("incident {}", incident.uuid));
+    }
+    crate::waits::cycles(&crate::waits::graph(&waits, &held))
+        .iter()
+        .map(|cycle| Waiting {
+            duty: "gate".to_owned(),
+            subject: "deadlock".to_owned(),
+            blocked_by: crate::waits::cycle_line(cycle),
+        })
+        .collect()
+}
+
 /// Reads the [`GateStatus`] from the store and the board.
 pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreError> {
     let now = nodecare_protocol::now_ms();
@@ -377,7 +414,9 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
     let overrides = store.overrides(now, now.saturating_sub(ENDED_OVERRIDES_SHOWN_MS))?;
     let breaker = store.breaker()?;
     let audit = store.audit_log(AUDIT_SHOWN)?;
-    let (domains, waiting) = match snapshot_of(state) {
+    let snapshot = snapshot_of(state);
+    let cycles = cycle_waiting(snapshot.as_ref(), &store.incidents()?);
+    let (domains, waiting) = match snapshot {
         Some(snapshot) => domains_and_waiting(
             &snapshot,
             store.grants_in_force(now)?,
@@ -401,6 +440,7 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         .map(|graces| graces.clone())
         .unwrap_or_default();
     waiting.extend(graced_waiting(&held, &graces));
+    waiting.extend(cycles);
     Ok(GateStatus {
         domains,
         waiting,

@@ -4,7 +4,7 @@
 //! | Query | Answer |
 //! |---|---|
 //! | `node=NODE[&at=MS]` | the last recorded round at or before `at` (default: now) that judged a proposal on the node |
-//! | `record=UUID` | every recorded round where the judgement of that incident, campaign, grant, … changed |
+//! | `record=UUID` | every recorded round where the judgement of that incident, campaign, grant, … changed; first, where an incident or campaign is now and what it waits for |
 //! | `job=ID` | the operation a Ganeti job belongs to (by the ledger, else by its reason trail) and its round |
 //!
 //! The answer is [`nodecare_protocol::explain::Explanation`]; `400` for a bad query, `404` for a
@@ -127,12 +127,208 @@ pub async fn explanation(
         }
         (Query::Node { node, at_ms }, _) => explain_node(&rounds, node, *at_ms),
         (Query::Record(id), _) => match Uuid::parse_str(id) {
-            Ok(id) => explain_record(&rounds, id),
+            Ok(id) => {
+                let mut explanation = explain_record(&rounds, id);
+                explanation.now = record_now(state, id).map_err(internal)?;
+                explanation
+            }
             Err(e) => return Err((StatusCode::BAD_REQUEST, format!("record: {e}"))),
         },
         (Query::Job(job), Some(operation)) => explain_job(&rounds, *job, operation),
         (Query::Job(_), None) => return Err(internal("job without its operation".into())),
     })
+}
+
+/// Where the incident or campaign `id` is now and what it waits for ([`incident_now`],
+/// [`campaign_now`]); nothing for another record or one the store forgot.
+fn record_now(state: &ApiState, id: Uuid) -> Result<Vec<String>, String> {
+    let store = &state.store;
+    let incidents = store.incidents().map_err(|e| e.to_string())?;
+    // A cycle of waits it is part of, with the way out.
+    let snapshot = state.board.gate.read().ok().and_then(|s| s.clone());
+    let cycles = crate::admission::cycle_waiting(snapshot.as_ref(), &incidents)
+        .into_iter()
+        .map(|w| w.blocked_by)
+        .filter(|line| line.contains(&id.to_string()));
+    if let Some(incident) = incidents.iter().find(|i| i.uuid == id) {
+        return Ok(incident_now(incident).into_iter().chain(cycles).collect());
+    }
+    let cycles: Vec<String> = cycles.collect();
+    let Some(record) = store
+        .campaigns()
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .find(|r| r.id() == id)
+    else {
+        return Ok(cycles);
+    };
+    let graces = state
+        .board
+        .graces
+        .read()
+        .map(|graces| graces.clone())
+        .unwrap_or_default();
+    let held = state
+        .board
+        .held_in_grace
+        .read()
+        .map(|held| held.clone())
+        .unwrap_or_default();
+    Ok(campaign_now(&record.campaign, &graces, &held)
+        .into_iter()
+        .chain(cycles)
+        .collect())
+}
+
+/// Unix ms as a UTC time for people.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "Unix milliseconds stay far below 2^52"
+)]
+fn utc_ms(ms: u64) -> String {
+    crate::ui::format_time(ms as f64 / 1000.0)
+}
+
+/// An incident now, for people (pure): its node, action, status and jobs; while active, the
+/// latest wait its planner or the gate recorded (`blocked_by`) and since when (the history entry
+/// that recorded it), or the latest step left for a later round; once ended, how.
+pub fn incident_now(incident: &crate::incident::Incident) -> Vec<String> {
+    use crate::incident::RepairStatus;
+    let jobs = if incident.jobs.is_empty() {
+        String::new()
+    } else {
+        let ids: Vec<String> = incident.jobs.iter().map(ToString::to_string).collect();
+        format!("; jobs {}", ids.join(", "))
+    };
+    let mut lines = vec![format!(
+        "incident of {}: {}, {}{jobs}",
+        incident.node,
+        incident.action.as_str(),
+        incident.repair_status.as_str()
+    )];
+    let since = |event: &str| {
+        incident
+            .history
+            .iter()
+            .rev()
+            .find(|h| h.event == event)
+            .map_or(incident.mtime, |h| h.at)
+    };
+    match incident.repair_status {
+        RepairStatus::Failed => lines.push(format!(
+            "failed at {}: {}",
+            crate::ui::format_time(incident.mtime),
+            incident.failure.as_deref().unwrap_or("no reason recorded")
+        )),
+        RepairStatus::Canceled => lines.push(format!(
+            "canceled at {}",
+            crate::ui::format_time(incident.mtime)
+        )),
+        _ if incident.is_active() => {
+            if let Some(why) = &incident.blocked_by {
+                lines.push(format!(
+                    "waiting since {}: {why}",
+                    crate::ui::format_time(since(&format!("blocked: {why}")))
+                ));
+            } else if let Some(later) = incident
+                .history
+                .last()
+                .filter(|h| h.event.starts_with("left for a later round: "))
+            {
+                lines.push(format!(
+                    "at {}: {}",
+                    crate::ui::format_time(later.at),
+                    later.event
+                ));
+            }
+        }
+        _ => {}
+    }
+    if let Some(warning) = &incident.warning {
+        lines.push(format!("warning: {warning}"));
+    }
+    lines
+}
+
+/// A campaign now, for people (pure): its state and progress; the failure that stopped it
+/// (node, step, why) and the nodes that failed before; while it runs, what keeps its next group
+/// from starting and what each node of its group in flight waits for; the graces its planned
+/// disruptions hold (`graces`: node → grace), with the verdicts they hold back (`held`: node →
+/// verdict).
+pub fn campaign_now(
+    campaign: &nodecare_protocol::maintenance::Campaign,
+    graces: &std::collections::BTreeMap<String, crate::gate::Grace>,
+    held: &std::collections::BTreeMap<String, String>,
+) -> Vec<String> {
+    use nodecare_protocol::maintenance::CampaignState;
+    let (done, total) = campaign.nodes_progress();
+    let mut lines = vec![format!(
+        "maintenance campaign {}: {}, {done} of {total} node(s) done",
+        campaign.id, campaign.state
+    )];
+    if let Some(failure) = &campaign.failure {
+        lines.push(format!(
+            "failed on {} in step {} at {}: {}",
+            failure.node,
+            failure.step,
+            utc_ms(failure.at_ms),
+            failure.why
+        ));
+    }
+    for failure in &campaign.failures {
+        if campaign.failure.as_ref() != Some(failure) {
+            lines.push(format!(
+                "{} failed in step {} at {} and is left drained: {}",
+                failure.node,
+                failure.step,
+                utc_ms(failure.at_ms),
+                failure.why
+            ));
+        }
+    }
+    let running = matches!(
+        campaign.state,
+        CampaignState::Running | CampaignState::Paused | CampaignState::Aborting
+    );
+    if running {
+        if let Some(blocked) = &campaign.blocked_by {
+            lines.push(format!("waiting to start its next group: {blocked}"));
+        }
+        for node in campaign
+            .groups
+            .iter()
+            .flat_map(|g| &g.nodes)
+            .filter(|n| !n.step.is_final())
+        {
+            let waits = node
+                .waiting_for
+                .as_ref()
+                .map_or_else(String::new, |w| format!(", waiting for {w}"));
+            let deadline = node
+                .step_deadline_ms
+                .map_or_else(String::new, |d| format!(" (times out at {})", utc_ms(d)));
+            lines.push(format!(
+                "{} in step {}{waits}{deadline}",
+                node.node, node.step
+            ));
+        }
+    }
+    let holder = format!("maintenance campaign {}", campaign.id);
+    for (node, grace) in graces.iter().filter(|(_, g)| g.holder == holder) {
+        let of = if &grace.disrupted == node {
+            "its disruption".to_owned()
+        } else {
+            format!("the disruption of {}, its DRBD peer", grace.disrupted)
+        };
+        let holds = held
+            .get(node)
+            .map_or_else(String::new, |v| format!("; verdict {v} not acted on"));
+        lines.push(format!(
+            "grace: {node}, of {of}, until {}{holds}",
+            utc_ms(grace.until_ms)
+        ));
+    }
+    lines
 }
 
 /// The waiting line of `node`'s grace now (the verdict it holds back, the grace's holder and
@@ -177,5 +373,223 @@ pub async fn explain(State(state): State<ApiState>, RawQuery(query): RawQuery) -
     match explanation(&state, query.as_deref()).await {
         Ok(explanation) => Json(explanation).into_response(),
         Err((status, message)) => error(status, message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
+
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::incident::{Action, Event, Incident, RepairStatus};
+    use nodecare_protocol::maintenance::{
+        CampaignGroup, CampaignNode, CampaignRequest, CampaignState, Failure, NodeStep,
+    };
+
+    fn incident() -> Incident {
+        let verdict = nodecare_protocol::NodeVerdict::merge(
+            [(
+                "disk".to_owned(),
+                nodecare_protocol::ScriptVerdict::parse(br#"{"status":"evacuate"}"#).unwrap(),
+            )]
+            .into_iter()
+            .collect(),
+        )
+        .unwrap();
+        let original =
+            nodecare_protocol::CanonicalJson::new(&serde_json::to_value(&verdict).unwrap())
+                .unwrap();
+        Incident::new(
+            Uuid::from_u128(7),
+            "node1",
+            "uuid-node1",
+            verdict,
+            original,
+            Action::Evacuate,
+            1_764_124_800.0,
+        )
+    }
+
+    #[test]
+    fn a_waiting_incident_says_its_latest_wait_and_since_when() {
+        let mut incident = incident();
+        incident
+            .apply(
+                Event::ActionStarted("draining node1".into()),
+                1_764_124_810.0,
+            )
+            .unwrap();
+        incident.jobs.push(4711);
+        let why = "waiting to move inst3 (its secondary node2 has an active incident)";
+        incident
+            .apply(Event::Blocked(why.into()), 1_764_124_830.0)
+            .unwrap();
+        // Repeated in later rounds: still waiting since the first.
+        incident
+            .apply(Event::Blocked(why.into()), 1_764_124_890.0)
+            .unwrap();
+        assert_eq!(
+            incident_now(&incident),
+            vec![
+                "incident of node1: evacuate, pending; jobs 4711".to_owned(),
+                format!("waiting since 2025-11-26 02:40:30 UTC: {why}"),
+            ]
+        );
+        incident.apply(Event::Unblocked, 1_764_124_900.0).unwrap();
+        incident
+            .apply(
+                Event::Progress("left for a later round: the move of inst3".into()),
+                1_764_124_900.0,
+            )
+            .unwrap();
+        assert_eq!(
+            incident_now(&incident)[1],
+            "at 2025-11-26 02:41:40 UTC: left for a later round: the move of inst3"
+        );
+        incident
+            .apply(
+                Event::ActionFailed("no target with room".into()),
+                1_764_124_960.0,
+            )
+            .unwrap();
+        assert_eq!(incident.repair_status, RepairStatus::Failed);
+        assert_eq!(
+            incident_now(&incident)[1],
+            "failed at 2025-11-26 02:42:40 UTC: no target with room"
+        );
+    }
+
+    #[test]
+    fn two_incidents_waiting_for_each_other_s_node_are_one_line_with_the_way_out() {
+        let mut a = incident();
+        let mut b = incident();
+        b.uuid = Uuid::from_u128(8);
+        b.node = "node2".into();
+        a.apply(
+            Event::Blocked(
+                "waiting to move inst1 (its secondary node2 has an active incident)".into(),
+            ),
+            1_764_124_830.0,
+        )
+        .unwrap();
+        b.apply(
+            Event::Blocked(
+                "waiting to move inst2 (its secondary node1 has an active incident)".into(),
+            ),
+            1_764_124_830.0,
+        )
+        .unwrap();
+        let lines = crate::admission::cycle_waiting(None, &[a.clone(), b.clone()]);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert_eq!(
+            lines[0].blocked_by,
+            format!(
+                "incident {} and incident {} wait for each other: end one (`nodecare cancel {}` or `nodecare cancel {}`) or raise max_disrupted_nodes",
+                a.uuid, b.uuid, a.uuid, b.uuid
+            )
+        );
+        // Once one no longer waits, no cycle.
+        b.apply(Event::Unblocked, 1_764_124_900.0).unwrap();
+        assert!(crate::admission::cycle_waiting(None, &[a, b]).is_empty());
+    }
+
+    fn campaign() -> nodecare_protocol::maintenance::Campaign {
+        crate::campaign::Record::new(
+            Uuid::from_u128(3),
+            CampaignRequest::new("reboot"),
+            "alice",
+            1_764_124_800_000,
+        )
+        .campaign
+    }
+
+    fn node(name: &str, step: NodeStep) -> CampaignNode {
+        CampaignNode {
+            node: name.into(),
+            step,
+            step_started_ms: None,
+            step_deadline_ms: None,
+            original_primaries: Vec::new(),
+            boot_id_before: None,
+            waiting_for: None,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn a_campaign_says_where_it_failed_what_it_waits_for_and_its_graces() {
+        let holder = "maintenance campaign 00000000-0000-0000-0000-000000000003";
+        let graces = BTreeMap::from([
+            (
+                "node3".to_owned(),
+                crate::gate::Grace {
+                    until_ms: 1_764_125_400_000,
+                    holder: holder.into(),
+                    disrupted: "node3".into(),
+                },
+            ),
+            (
+                "node4".to_owned(),
+                crate::gate::Grace {
+                    until_ms: 1_764_125_400_000,
+                    holder: holder.into(),
+                    disrupted: "node3".into(),
+                },
+            ),
+            (
+                "node9".to_owned(),
+                crate::gate::Grace {
+                    until_ms: 1_764_125_400_000,
+                    holder: "admission x of kured".into(),
+                    disrupted: "node9".into(),
+                },
+            ),
+        ]);
+        let held = BTreeMap::from([("node4".to_owned(), "evacuate".to_owned())]);
+        let mut running = campaign();
+        running.groups = vec![CampaignGroup {
+            index: 0,
+            nodes: vec![
+                CampaignNode {
+                    waiting_for: Some("boot id unchanged".into()),
+                    step_deadline_ms: Some(1_764_125_100_000),
+                    ..node("node3", NodeStep::WaitHealthy)
+                },
+                node("node5", NodeStep::Done),
+            ],
+            started_ms: Some(1_764_124_800_000),
+            finished_ms: None,
+        }];
+        running.planned = vec![vec!["node6".into()]];
+        assert_eq!(
+            campaign_now(&running, &graces, &held),
+            vec![
+                format!("{holder}: running, 1 of 3 node(s) done"),
+                "node3 in step wait-healthy, waiting for boot id unchanged (times out at 2025-11-26 02:45:00 UTC)".to_owned(),
+                "grace: node3, of its disruption, until 2025-11-26 02:50:00 UTC".to_owned(),
+                "grace: node4, of the disruption of node3, its DRBD peer, until 2025-11-26 02:50:00 UTC; verdict evacuate not acted on".to_owned(),
+            ]
+        );
+        let mut failed = running;
+        failed.state = CampaignState::Failed;
+        let failure = Failure {
+            node: "node3".into(),
+            step: NodeStep::WaitHealthy,
+            why: "not healthy within 10m".into(),
+            at_ms: 1_764_125_400_000,
+        };
+        failed.failure = Some(failure.clone());
+        failed.failures = vec![failure];
+        failed.groups[0].nodes[0].step = NodeStep::Failed;
+        let lines = campaign_now(&failed, &BTreeMap::new(), &BTreeMap::new());
+        assert_eq!(
+            lines,
+            vec![
+                format!("{holder}: failed, 2 of 3 node(s) done"),
+                "failed on node3 in step wait-healthy at 2025-11-26 02:50:00 UTC: not healthy within 10m".to_owned(),
+            ]
+        );
     }
 }

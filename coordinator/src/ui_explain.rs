@@ -75,6 +75,9 @@ pub fn render(explanation: &Explanation, now: u64) -> String {
                     h1 { "Why: " (name) }
                     p.mute { "From the coordinator's flight recorder: the rounds that decided about it. " a href="/ui/" { "Back to the page" } }
                 }
+                @if !explanation.now.is_empty() {
+                    ul.now { @for line in &explanation.now { li { (line) } } }
+                }
                 @if let Some(job) = &explanation.job {
                     p { (job.description) " (" (job.intent) " of " (job.holder) "), " b { (job.state) } }
                     p.mute {

@@ -1153,6 +1153,9 @@ async fn simulate_rounds(
                 });
             }
         }
+        // Verdicts a grace held back: the waiting line the status shows, under the grace's
+        // holder.
+        waits.extend(grace_waits(&board));
         let error = result.err().map(|e| e.to_string());
         let after = state_of(&sim, &store);
         let quiet = jobs.is_empty() && after == before;
@@ -1250,6 +1253,39 @@ async fn simulate_rounds(
         ending,
         notes,
     })
+}
+
+/// The verdicts the last round held back in a grace (`board`), each as a wait of the grace's
+/// holder whose `why` is the waiting line of the status ([`crate::admission::graced_waiting`]).
+fn grace_waits(board: &Board) -> Vec<Wait> {
+    let graces = board
+        .graces
+        .read()
+        .map(|graces| graces.clone())
+        .unwrap_or_default();
+    let held = board
+        .held_in_grace
+        .read()
+        .map(|held| held.clone())
+        .unwrap_or_default();
+    held.iter()
+        .filter_map(|(node, verdict)| {
+            let grace = graces.get(node)?;
+            let line = crate::admission::graced_waiting(
+                &BTreeMap::from([(node.clone(), verdict.clone())]),
+                &BTreeMap::from([(node.clone(), grace.clone())]),
+            )
+            .into_iter()
+            .next()?;
+            Some(Wait {
+                holder: grace.holder.clone(),
+                subject: line.subject,
+                rule: nodecare_protocol::what_if::GRACE_WAITS.to_owned(),
+                why: line.blocked_by,
+                blocked_by: None,
+            })
+        })
+        .collect()
 }
 
 /// Why an incident ends as it does: its failure, what it waits for, what it left behind.

@@ -30,6 +30,7 @@ pub mod recorder;
 pub mod retention;
 pub mod storage;
 pub mod upgrade_check;
+pub mod waits;
 
 /// The Ganeti trait's types (the `nodecare-ganeti` crate, without its RAPI client).
 pub use nodecare_ganeti as ganeti;

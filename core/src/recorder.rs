@@ -392,6 +392,7 @@ pub fn explain_node(rounds: &[Recorded], node: &str, at_ms: Option<u64>) -> Expl
         return Explanation {
             subject,
             job: None,
+            now: Vec::new(),
             rounds: Vec::new(),
             note: Some(format!("{node} is not a node of the cluster as recorded")),
         };
@@ -399,6 +400,7 @@ pub fn explain_node(rounds: &[Recorded], node: &str, at_ms: Option<u64>) -> Expl
     Explanation {
         subject,
         job: None,
+        now: Vec::new(),
         rounds: chosen
             .map(|r| explained_round(r, Some(node), |j| judges_node(j, node)))
             .into_iter()
@@ -461,6 +463,7 @@ pub fn explain_record(rounds: &[Recorded], id: uuid::Uuid) -> Explanation {
     Explanation {
         subject: Subject::Record { id: id.to_string() },
         job: None,
+        now: Vec::new(),
         rounds: explained,
         note,
     }
@@ -588,6 +591,7 @@ pub fn explain_job(rounds: &[Recorded], job: u64, operation: &Operation) -> Expl
             recorded_ms: operation.recorded_ms,
             round,
         }),
+        now: Vec::new(),
         rounds: explained,
         note,
     }

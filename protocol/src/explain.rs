@@ -41,6 +41,11 @@ pub struct Explanation {
     /// For a job: what its reason trail says and the operation it belongs to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub job: Option<ExplainedJob>,
+    /// Where the subject is and what it waits for now, as its duty keeps it, for people: an
+    /// incident's status, jobs and latest wait (since when), or its end; a campaign's failure
+    /// (node, step, why), what its nodes wait for, its graces. Shown first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub now: Vec<String>,
     /// The recorded rounds that decided about the subject, oldest first (for a node at a time:
     /// the last one at or before that time; for a record: each round that judged it
     /// differently).

@@ -552,6 +552,10 @@ pub struct Wait {
 /// [`Wait::rule`] of what a duty held back itself.
 pub const DUTY_WAITS: &str = "its duty waits";
 
+/// [`Wait::rule`] of a verdict the grace of a planned disruption holds back (its holder is the
+/// grace's holder).
+pub const GRACE_WAITS: &str = "the grace of a planned disruption";
+
 /// One simulated round.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WhatIfRound {

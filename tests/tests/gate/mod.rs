@@ -430,6 +430,23 @@ async fn a_grant_holds_its_domain_and_its_grace_holds_back_incidents() {
         why.starts_with("failure domain rack:b is disrupted (node4.sim.test: admission 00000000-0000-0000-0000-00000000004d of kured)"),
         "{why}"
     );
+    // `explain INCIDENT` shows that wait first, since when, not only the rounds.
+    let explained = nodecare_coordinator::explain_api::explanation(
+        h.coordinator.api(),
+        Some(&format!("record={}", incidents[0].uuid)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        explained.now.first().map(String::as_str),
+        Some(format!("incident of {}: evacuate, noted", node(2)).as_str()),
+        "{explained:#?}"
+    );
+    let waiting = explained.now.get(1).cloned().unwrap_or_default();
+    assert!(
+        waiting.starts_with("waiting since ") && waiting.ends_with(&format!(" UTC: {why}")),
+        "{explained:#?}"
+    );
     assert!(drained(&h).is_empty());
     store
         .release_grant(

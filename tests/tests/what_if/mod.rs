@@ -532,3 +532,67 @@ async fn the_what_if_equals_the_daemons_rounds_job_for_job() {
         .await;
     }
 }
+
+/// A verdict the grace of a granted admission would hold back is a wait of the what-if, under
+/// the grant's holder, with the same waiting line (holder, end) as the status once the verdict
+/// is real.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_what_if_shows_a_verdict_held_in_a_grace_as_the_status_does() {
+    let mut h = Harness::new(5, "a:drbd:2,b:diskless:3", |_| {})
+        .await
+        .unwrap();
+    h.round().await.unwrap();
+    let now = nodecare_protocol::now_ms();
+    let grant = nodecare_protocol::gate::Grant {
+        id: uuid::Uuid::from_u128(77).to_string(),
+        node: node(4),
+        reason: "kernel update".into(),
+        requester: "kured".into(),
+        granted_ms: now,
+        expires_ms: now + 600_000,
+        who: "ops".into(),
+    };
+    h.coordinator
+        .api()
+        .store
+        .save_grant(&grant, now, false)
+        .unwrap();
+    let predicted = what_if_api::what_if(
+        h.coordinator.api(),
+        Some(&format!("verdict={}:evacuate", node(4))),
+    )
+    .await
+    .unwrap();
+    let holder = "admission 00000000-0000-0000-0000-00000000004d of kured";
+    let wait = predicted
+        .rounds
+        .first()
+        .and_then(|r| {
+            r.waits
+                .iter()
+                .find(|w| w.rule == nodecare_protocol::what_if::GRACE_WAITS)
+        })
+        .cloned()
+        .unwrap_or_else(|| panic!("{:#?}", predicted.rounds));
+    assert_eq!(wait.holder, holder);
+    assert_eq!(wait.subject, format!("node {}", node(4)));
+    // The same line as the status once the verdict is real.
+    h.agents
+        .get(&node(4))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    h.round().await.unwrap();
+    let gate = nodecare_coordinator::admission::gate_status(h.coordinator.api()).unwrap();
+    let line = gate
+        .waiting
+        .iter()
+        .find(|w| w.subject == format!("node {}", node(4)))
+        .unwrap_or_else(|| panic!("{:#?}", gate.waiting));
+    assert_eq!(wait.why, line.blocked_by);
+    assert!(
+        wait.why.starts_with(&format!(
+            "verdict evacuate not acted on: in the grace of {holder}'s disruption of it, until "
+        )),
+        "{wait:?}"
+    );
+}
