@@ -58,13 +58,9 @@ pub mod what_if;
 pub mod what_if_api;
 
 /// The pure decisions (the `nodecare-core` crate), under the names they had here.
-<<<<<<< HEAD
 pub use nodecare_core::{
-    breaker, campaign, duty, gate, incident, load, plan, storage, upgrade_check,
+    breaker, campaign, duty, gate, incident, load, plan, storage, upgrade_check, waits,
 };
-=======
-pub use nodecare_core::{breaker, campaign, duty, gate, incident, load, plan, storage, waits};
->>>>>>> wt-g
 pub use nodecare_daemon::systemd;
 /// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).
 pub use nodecare_ganeti as ganeti;
