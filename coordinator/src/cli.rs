@@ -307,7 +307,16 @@ fn local_socket(config: &Config) -> Option<(tokio::net::UnixListener, crate::ser
             Some((listener, crate::server::LocalAccess { group }))
         }
         Err(error) => {
-            tracing::warn!(socket = %config.api_socket.display(), %error, "no local socket for the API: the CLI on this node uses the network");
+            let default_without_directory = config.api_socket.as_os_str()
+                == nodecare_core::config::DEFAULT_API_SOCKET
+                && config.api_socket.parent().is_some_and(|dir| !dir.exists());
+            if default_without_directory {
+                // Outside the packaged unit (its RuntimeDirectory makes /run/nodecare) the
+                // default socket has no directory: nothing is wrong, the network serves.
+                tracing::info!(socket = %config.api_socket.display(), "no local socket for the API (its directory does not exist; the packaged unit makes it): the CLI on this node uses the network");
+            } else {
+                tracing::warn!(socket = %config.api_socket.display(), %error, "no local socket for the API: the CLI on this node uses the network");
+            }
             None
         }
     }
