@@ -9,30 +9,7 @@ use crate::list::{Field, age};
 
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
 pub(crate) fn utc(unix_seconds: f64) -> String {
-    if !unix_seconds.is_finite() || unix_seconds < 0.0 {
-        return "?".to_owned();
-    }
-    // Whole seconds; the float is well within i64 for any real date.
-    #[allow(clippy::cast_possible_truncation)]
-    let secs = unix_seconds.floor() as i64;
-    let days = secs.div_euclid(86_400);
-    let rest = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    nodecare_protocol::clock::utc_text(unix_seconds)
 }
 
 /// The TAG cell: the tag only while it is on the node (applied and not removed).

@@ -24,7 +24,7 @@
 //! with the round (the incident lock), so that a grant and the round's own admissions never
 //! both open a failure domain.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use axum::Json;
@@ -340,35 +340,6 @@ pub fn domains_and_waiting(
     (domains, waiting)
 }
 
-/// The verdicts a grace holds back (`held`: node → verdict), each as a waiting line naming the
-/// grace's holder, the node it disrupts and when the grace ends (pure).
-pub fn graced_waiting(
-    held: &BTreeMap<String, String>,
-    graces: &BTreeMap<String, crate::gate::Grace>,
-) -> Vec<Waiting> {
-    held.iter()
-        .filter_map(|(node, verdict)| {
-            let grace = graces.get(node)?;
-            let disruption = if &grace.disrupted == node {
-                format!("{}'s disruption of it", grace.holder)
-            } else {
-                format!(
-                    "{}'s disruption of {}, its DRBD peer",
-                    grace.holder, grace.disrupted
-                )
-            };
-            Some(Waiting {
-                duty: "node-repair".to_owned(),
-                subject: format!("node {node}"),
-                blocked_by: format!(
-                    "verdict {verdict} not acted on: in the grace of {disruption}, until {}",
-                    crate::ui::format_time(grace.until_ms as f64 / 1000.0)
-                ),
-            })
-        })
-        .collect()
-}
-
 /// The holders that wait on each other now (pure), one waiting line per cycle with the way out
 /// ([`crate::waits`]): the proposals `snapshot` refused and the active `incidents`' waits,
 /// against the nodes its disruptions in force and the incidents hold.
@@ -439,7 +410,7 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         .read()
         .map(|graces| graces.clone())
         .unwrap_or_default();
-    waiting.extend(graced_waiting(&held, &graces));
+    waiting.extend(crate::grace_waiting::graced_waiting(&held, &graces));
     waiting.extend(cycles);
     Ok(GateStatus {
         domains,

@@ -131,7 +131,7 @@ pub(crate) fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<S
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());
     if authorization.is_none()
-        && let Some(caller) = crate::server::local_caller()
+        && let Some(caller) = crate::callers::local_caller()
     {
         return Ok(format!("local:{}", caller.name));
     }

@@ -44,7 +44,7 @@ pub struct Board {
     /// Jobs Ganeti was already asked to cancel (by the API or a round), asked once each.
     pub cancels_asked: crate::exec::CancelsAsked,
     /// The addresses operators authenticated from (the API's reserved connections).
-    pub operators: crate::server::Operators,
+    pub operators: crate::callers::Operators,
 }
 
 impl Board {

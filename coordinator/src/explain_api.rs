@@ -337,7 +337,7 @@ fn grace_now(state: &ApiState, node: &str) -> Option<String> {
     let graces = state.board.graces.read().ok()?;
     let grace = graces.get(node)?;
     let held = state.board.held_in_grace.read().ok()?.get(node).cloned();
-    let line = crate::admission::graced_waiting(
+    let line = crate::grace_waiting::graced_waiting(
         &std::collections::BTreeMap::from([(node.to_owned(), held.clone().unwrap_or_default())]),
         &std::collections::BTreeMap::from([(node.to_owned(), grace.clone())]),
     )

@@ -27,12 +27,14 @@ pub mod api;
 pub mod auth;
 pub mod balance;
 pub mod board;
+pub mod callers;
 pub mod campaign_exec;
 pub mod cli;
 pub mod daemon;
 pub mod explain_api;
 /// The executor over the ledger (the nodecare-exec crate).
 pub use nodecare_exec as exec;
+pub mod grace_waiting;
 pub mod harep;
 pub mod http;
 pub mod instance_repair_exec;

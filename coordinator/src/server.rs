@@ -39,11 +39,10 @@
 //! An accept error (e.g. `EMFILE`) is counted, logged at most once a minute and retried after
 //! 50 ms, never in a busy loop.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
@@ -58,6 +57,7 @@ use tokio::task::JoinSet;
 
 use crate::api::error;
 use crate::board::Board;
+pub use crate::callers::{LocalCaller, Operators, local_caller};
 
 /// The server's limits (see the module documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -272,67 +272,6 @@ async fn serve_connection<I, S, B>(
     }
 }
 
-/// The addresses operators authenticated from (a user of the users file with the right
-/// password), most recent first: their connections may take the reserved share of the API's
-/// connections ([`ServerLimits::reserved`]). At most [`Operators::MAX_ADDRESSES`], the least
-/// recently seen forgotten first; kept in memory only (after a restart an operator's first
-/// authenticated request from an address places it again).
-#[derive(Debug, Default)]
-pub struct Operators {
-    seen: Mutex<HashMap<IpAddr, Instant>>,
-}
-
-impl Operators {
-    /// Most addresses remembered.
-    pub const MAX_ADDRESSES: usize = 1024;
-
-    /// Whether an operator authenticated from `ip`.
-    pub fn knows(&self, ip: IpAddr) -> bool {
-        self.seen
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(&ip.to_canonical())
-    }
-
-    /// Records that an operator authenticated from `ip` now.
-    pub fn learn(&self, ip: IpAddr) {
-        self.learn_at(ip, Instant::now());
-    }
-
-    /// [`Self::learn`] at `now`.
-    pub fn learn_at(&self, ip: IpAddr, now: Instant) {
-        let ip = ip.to_canonical();
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if !seen.contains_key(&ip)
-            && seen.len() >= Self::MAX_ADDRESSES
-            && let Some(oldest) = seen.iter().min_by_key(|(_, at)| **at).map(|(ip, _)| *ip)
-        {
-            seen.remove(&oldest);
-        }
-        if seen.insert(ip, now).is_none() {
-            tracing::info!(client = %ip, "an operator authenticated from this address: its connections may take the API's reserved share");
-        }
-    }
-}
-
-/// A caller of the local socket, known by its credentials.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalCaller {
-    /// Its user id.
-    pub uid: u32,
-    /// Its user name (`uid <n>` when it has none).
-    pub name: String,
-}
-
-tokio::task_local! {
-    static LOCAL_CALLER: LocalCaller;
-}
-
-/// The caller of the local socket the current request came from, if it came from there.
-pub fn local_caller() -> Option<LocalCaller> {
-    LOCAL_CALLER.try_with(Clone::clone).ok()
-}
-
 /// Who may use the local socket besides root and the coordinator's own user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LocalAccess {
@@ -458,7 +397,7 @@ pub async fn serve_local(
         let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
             let request = request.map(Body::new);
             let app = app.clone();
-            LOCAL_CALLER.scope(caller.clone(), async move {
+            crate::callers::scope_local_caller(caller.clone(), async move {
                 use tower_service::Service as _;
                 let mut app = app;
                 app.call(request).await
@@ -715,6 +654,9 @@ fn closing(mut response: Response) -> Response {
 
 #[cfg(test)]
 mod local_tests {
+    use std::net::IpAddr;
+    use std::time::Instant;
+
     use super::*;
 
     #[test]

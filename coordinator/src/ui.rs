@@ -677,30 +677,7 @@ fn incident_block(
 
 /// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
 pub(crate) fn format_time(secs: f64) -> String {
-    if !secs.is_finite() || secs < 0.0 {
-        return "?".into();
-    }
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let total = secs as u64;
-    let days = total / 86_400;
-    let rem = total % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    #[allow(clippy::cast_possible_wrap)]
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    nodecare_protocol::clock::utc_text(secs)
 }
 
 /// The CSRF token of `user` under `key`.

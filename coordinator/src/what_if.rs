@@ -1256,7 +1256,7 @@ async fn simulate_rounds(
 }
 
 /// The verdicts the last round held back in a grace (`board`), each as a wait of the grace's
-/// holder whose `why` is the waiting line of the status ([`crate::admission::graced_waiting`]).
+/// holder whose `why` is the waiting line of the status ([`crate::grace_waiting::graced_waiting`]).
 fn grace_waits(board: &Board) -> Vec<Wait> {
     let graces = board
         .graces
@@ -1271,7 +1271,7 @@ fn grace_waits(board: &Board) -> Vec<Wait> {
     held.iter()
         .filter_map(|(node, verdict)| {
             let grace = graces.get(node)?;
-            let line = crate::admission::graced_waiting(
+            let line = crate::grace_waiting::graced_waiting(
                 &BTreeMap::from([(node.clone(), verdict.clone())]),
                 &BTreeMap::from([(node.clone(), grace.clone())]),
             )

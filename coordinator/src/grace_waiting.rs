@@ -1,0 +1,35 @@
+//! A verdict held back by a grace, as the waiting line the status, the page and the what-if show
+//! (pure; shared by `admission`'s gate status and `what_if`, it imports neither).
+
+use std::collections::BTreeMap;
+
+use nodecare_protocol::gate::Waiting;
+
+/// The verdicts a grace holds back (`held`: node → verdict), each as a waiting line naming the
+/// grace's holder, the node it disrupts and when the grace ends (pure).
+pub fn graced_waiting(
+    held: &BTreeMap<String, String>,
+    graces: &BTreeMap<String, crate::gate::Grace>,
+) -> Vec<Waiting> {
+    held.iter()
+        .filter_map(|(node, verdict)| {
+            let grace = graces.get(node)?;
+            let disruption = if &grace.disrupted == node {
+                format!("{}'s disruption of it", grace.holder)
+            } else {
+                format!(
+                    "{}'s disruption of {}, its DRBD peer",
+                    grace.holder, grace.disrupted
+                )
+            };
+            Some(Waiting {
+                duty: "node-repair".to_owned(),
+                subject: format!("node {node}"),
+                blocked_by: format!(
+                    "verdict {verdict} not acted on: in the grace of {disruption}, until {}",
+                    nodecare_protocol::clock::utc_text(grace.until_ms as f64 / 1000.0)
+                ),
+            })
+        })
+        .collect()
+}
