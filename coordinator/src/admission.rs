@@ -398,18 +398,7 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         None => (Vec::new(), Vec::new()),
     };
     let mut waiting = waiting;
-    let held = state
-        .board
-        .held_in_grace
-        .read()
-        .map(|held| held.clone())
-        .unwrap_or_default();
-    let graces = state
-        .board
-        .graces
-        .read()
-        .map(|graces| graces.clone())
-        .unwrap_or_default();
+    let (graces, held) = state.board.graces_now();
     waiting.extend(crate::grace_waiting::graced_waiting(&held, &graces));
     waiting.extend(cycles);
     Ok(GateStatus {

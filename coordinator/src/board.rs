@@ -48,6 +48,26 @@ pub struct Board {
 }
 
 impl Board {
+    /// The last round's graces by node, and the verdicts they held back (node → verdict).
+    pub fn graces_now(
+        &self,
+    ) -> (
+        BTreeMap<String, crate::gate::Grace>,
+        BTreeMap<String, String>,
+    ) {
+        let graces = self
+            .graces
+            .read()
+            .map(|graces| graces.clone())
+            .unwrap_or_default();
+        let held = self
+            .held_in_grace
+            .read()
+            .map(|held| held.clone())
+            .unwrap_or_default();
+        (graces, held)
+    }
+
     /// Starts the webhook worker: from now on, the board's changes are POSTed to `settings.url`.
     /// The worker ends when the board is dropped.
     pub fn start_webhook(

@@ -162,18 +162,7 @@ fn record_now(state: &ApiState, id: Uuid) -> Result<Vec<String>, String> {
     else {
         return Ok(cycles);
     };
-    let graces = state
-        .board
-        .graces
-        .read()
-        .map(|graces| graces.clone())
-        .unwrap_or_default();
-    let held = state
-        .board
-        .held_in_grace
-        .read()
-        .map(|held| held.clone())
-        .unwrap_or_default();
+    let (graces, held) = state.board.graces_now();
     Ok(campaign_now(&record.campaign, &graces, &held)
         .into_iter()
         .chain(cycles)
@@ -334,22 +323,12 @@ pub fn campaign_now(
 /// The waiting line of `node`'s grace now (the verdict it holds back, the grace's holder and
 /// end), if the last round left it in the grace of a planned disruption.
 fn grace_now(state: &ApiState, node: &str) -> Option<String> {
-    let graces = state.board.graces.read().ok()?;
+    let (graces, held) = state.board.graces_now();
     let grace = graces.get(node)?;
-    let held = state.board.held_in_grace.read().ok()?.get(node).cloned();
-    let line = crate::grace_waiting::graced_waiting(
-        &std::collections::BTreeMap::from([(node.to_owned(), held.clone().unwrap_or_default())]),
-        &std::collections::BTreeMap::from([(node.to_owned(), grace.clone())]),
-    )
-    .into_iter()
-    .next()?
-    .blocked_by;
     // Without a verdict held back: the grace alone.
-    Some(match held {
-        Some(_) => line,
-        None => line
-            .split_once(" not acted on: ")
-            .map_or(line.clone(), |(_, grace)| grace.to_owned()),
+    Some(match held.get(node) {
+        Some(verdict) => crate::grace_waiting::grace_line(node, verdict, grace).blocked_by,
+        None => format!("in the {}", crate::grace_waiting::grace_text(node, grace)),
     })
 }
 

@@ -12,24 +12,34 @@ pub fn graced_waiting(
     graces: &BTreeMap<String, crate::gate::Grace>,
 ) -> Vec<Waiting> {
     held.iter()
-        .filter_map(|(node, verdict)| {
-            let grace = graces.get(node)?;
-            let disruption = if &grace.disrupted == node {
-                format!("{}'s disruption of it", grace.holder)
-            } else {
-                format!(
-                    "{}'s disruption of {}, its DRBD peer",
-                    grace.holder, grace.disrupted
-                )
-            };
-            Some(Waiting {
-                duty: "node-repair".to_owned(),
-                subject: format!("node {node}"),
-                blocked_by: format!(
-                    "verdict {verdict} not acted on: in the grace of {disruption}, until {}",
-                    nodecare_protocol::clock::utc_text(grace.until_ms as f64 / 1000.0)
-                ),
-            })
-        })
+        .filter_map(|(node, verdict)| Some(grace_line(node, verdict, graces.get(node)?)))
         .collect()
+}
+
+/// The waiting line of `node`, whose `verdict` `grace` holds back (pure).
+pub fn grace_line(node: &str, verdict: &str, grace: &crate::gate::Grace) -> Waiting {
+    Waiting {
+        duty: "node-repair".to_owned(),
+        subject: format!("node {node}"),
+        blocked_by: format!(
+            "verdict {verdict} not acted on: in the {}",
+            grace_text(node, grace)
+        ),
+    }
+}
+
+/// `grace of HOLDER's disruption of …, until TIME` (pure): the grace alone, without a verdict.
+pub fn grace_text(node: &str, grace: &crate::gate::Grace) -> String {
+    let disruption = if grace.disrupted == node {
+        format!("{}'s disruption of it", grace.holder)
+    } else {
+        format!(
+            "{}'s disruption of {}, its DRBD peer",
+            grace.holder, grace.disrupted
+        )
+    };
+    format!(
+        "grace of {disruption}, until {}",
+        nodecare_protocol::clock::utc_text(grace.until_ms as f64 / 1000.0)
+    )
 }

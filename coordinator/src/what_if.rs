@@ -1258,25 +1258,11 @@ async fn simulate_rounds(
 /// The verdicts the last round held back in a grace (`board`), each as a wait of the grace's
 /// holder whose `why` is the waiting line of the status ([`crate::grace_waiting::graced_waiting`]).
 fn grace_waits(board: &Board) -> Vec<Wait> {
-    let graces = board
-        .graces
-        .read()
-        .map(|graces| graces.clone())
-        .unwrap_or_default();
-    let held = board
-        .held_in_grace
-        .read()
-        .map(|held| held.clone())
-        .unwrap_or_default();
+    let (graces, held) = board.graces_now();
     held.iter()
         .filter_map(|(node, verdict)| {
             let grace = graces.get(node)?;
-            let line = crate::grace_waiting::graced_waiting(
-                &BTreeMap::from([(node.clone(), verdict.clone())]),
-                &BTreeMap::from([(node.clone(), grace.clone())]),
-            )
-            .into_iter()
-            .next()?;
+            let line = crate::grace_waiting::grace_line(node, verdict, grace);
             Some(Wait {
                 holder: grace.holder.clone(),
                 subject: line.subject,
