@@ -255,6 +255,13 @@ const FOUND_INCIDENT_MOVE_ON_A_GRANTED_NODE: bool = false;
 /// can no longer take the request (within the hook step's 3 s), then sends the node back; the
 /// 12 quiet rounds took 0.3 s. They now count only once such a request expired.
 const FOUND_DEFECT_NOT_LIVE: bool = false;
+/// Seen by this test (invariant 8, seeds 64 and 66 with two DRBD peers failing for good; replays
+/// alone now and then): failing nodes whose instances only other failing nodes could take wait
+/// on each other. One evacuation waits to move an instance ("only nodes with an active incident
+/// could take it") while the other waits for the first one's failure domain. Each wait is named
+/// and `nodecare status` shows the pair as a cycle with the way out, but nothing ends it without
+/// an operator. Reported, not fatal, until the planner stops counting on failing nodes.
+const FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER: bool = true;
 /// Seen by this test (invariant 4, seed 820 with maintenance-window seeds, replays alone): an
 /// instance repair admitted while storage was whole had its first job's answer lost and the job
 /// vanish from Ganeti's queue at once; a later round submitted the same operation again (same
@@ -2290,7 +2297,15 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         println!("{line}");
         tally.violations.push(Violation {
             invariant: "every holder ends once faults stop",
-            known: FOUND_DEFECT_NOT_LIVE.then_some("FOUND_DEFECT_NOT_LIVE"),
+            known: if FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER
+                && unended
+                    .iter()
+                    .any(|u| u.contains("only nodes with an active incident could take"))
+            {
+                Some("FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER")
+            } else {
+                FOUND_DEFECT_NOT_LIVE.then_some("FOUND_DEFECT_NOT_LIVE")
+            },
             what: line,
         });
     }
