@@ -448,6 +448,12 @@ pub struct AgentNow {
     pub reboot_required: Option<bool>,
     /// Its verdict is `Ok`.
     pub ok: bool,
+    /// What its verdict asks for when it is actionable (`live-repair`, `evacuate`,
+    /// `evacuate-failover`): a node in wait-healthy that came back so fails its step at once,
+    /// and node repair takes it over (waiting would hold it from node repair until the step's
+    /// timeout).
+    #[serde(default)]
+    pub asks: Option<nodecare_protocol::DiagnoseStatus>,
     /// When its diagnose run finished, Unix ms.
     pub collected_at_ms: u64,
 }
@@ -2301,6 +2307,24 @@ impl Record {
                     .filter(|(nodes, _)| nodes.contains(name))
                     .map(|(_, what)| what.as_str())
                     .collect();
+                // A node that came back asking for a repair (a report of this boot, or one
+                // collected after a hook that does not reboot) is node repair's: the campaign
+                // gives it up now instead of holding it until the step's timeout.
+                let asks = agent
+                    .filter(|a| rebooted && (!no_reboot || a.collected_at_ms >= since))
+                    .and_then(|a| a.asks);
+                if let Some(asks) = asks {
+                    self.fail(
+                        name,
+                        format!(
+                            "came back with a verified `{}` verdict: node repair takes it over",
+                            asks.as_str()
+                        ),
+                        now,
+                        planned,
+                    );
+                    return;
+                }
                 let missing = if !rebooted {
                     "a new boot id".to_owned()
                 } else if !agent.is_some_and(|a| a.ok) {

@@ -21,6 +21,7 @@ fn world() -> World {
                 boot_id: Some(format!("{n}-boot-1")),
                 reboot_required: Some(n != "b"),
                 ok: true,
+                asks: None,
                 collected_at_ms: T0,
             },
         );
@@ -665,6 +666,58 @@ fn abort_before_the_hook_sends_nodes_back_and_skips_them() {
     assert_eq!(w.instances["i1"].primary, "a");
     assert_eq!(w.instances["i2"].primary, "b");
     assert!(!w.nodes["a"].drained && !w.nodes["b"].drained);
+}
+
+/// A node that comes back from its hook asking for a repair is node repair's: its step fails
+/// at once, naming the verdict, and the campaign holds it no longer (waiting for `Ok` would
+/// hold it from node repair until `healthy_s`). A report of the boot before does not count.
+#[test]
+fn a_node_that_comes_back_asking_for_a_repair_fails_at_once_and_is_released() {
+    for (asks, aborted) in [
+        (nodecare_protocol::DiagnoseStatus::Evacuate, false),
+        (nodecare_protocol::DiagnoseStatus::LiveRepair, false),
+        (nodecare_protocol::DiagnoseStatus::EvacuateFailover, true),
+    ] {
+        let mut w = world();
+        let mut r = started(request(), &w);
+        for _ in 0..3 {
+            w.now_ms += 1000;
+            r.advance(&w);
+            execute_all(&mut r, &mut w);
+        }
+        assert_eq!(step_of(&r, "a"), NodeStep::WaitHealthy);
+        if aborted {
+            r.abort(w.now_ms).unwrap();
+        }
+        let agent = w.agents.get_mut("a").unwrap();
+        let new_boot = agent.boot_id.clone();
+        // The boot before still asking: no new boot id yet, the node waits.
+        agent.boot_id = Some("a-boot-1".into());
+        agent.ok = false;
+        agent.asks = Some(asks);
+        w.now_ms += 1000;
+        r.advance(&w);
+        assert_eq!(step_of(&r, "a"), NodeStep::WaitHealthy, "{asks:?}");
+        // This boot asks: the node fails now, and is held no more.
+        w.agents.get_mut("a").unwrap().boot_id = new_boot;
+        w.now_ms += 1000;
+        r.advance(&w);
+        assert_eq!(step_of(&r, "a"), NodeStep::Failed, "{asks:?}");
+        let failure = r.node("a").unwrap().failure.clone().unwrap();
+        assert_eq!(failure.step, NodeStep::WaitHealthy);
+        assert!(
+            failure.why.contains(asks.as_str()) && failure.why.contains("node repair"),
+            "{}",
+            failure.why
+        );
+        execute_all(&mut r, &mut w);
+        assert!(
+            !r.holds().iter().any(|(node, _)| node == "a"),
+            "{asks:?}: {:?}",
+            r.holds()
+        );
+        assert!(r.state().is_final(), "{asks:?}: {:?}", r.state());
+    }
 }
 
 #[test]
@@ -1313,6 +1366,7 @@ fn ring() -> World {
                 boot_id: Some(format!("{n}-boot-1")),
                 reboot_required: Some(true),
                 ok: true,
+                asks: None,
                 collected_at_ms: T0,
             },
         );

@@ -637,6 +637,11 @@ impl<'a> Round<'a> {
 
     /// Healthy, undisrupted nodes held back only by their active incident: moves that could go
     /// there wait rather than fail.
+    /// Nodes `candidate` accepts that are held now but will be free again: healthy, in service,
+    /// held by an incident that leaves them in service (a live repair) or by another holder.
+    /// A node being evacuated is never among them: its own evacuation takes it out of service,
+    /// so an evacuation waiting for it would wait for good (and its evacuation may wait for this
+    /// one's failure domain).
     fn held_by_incidents(&self, candidate: impl Fn(&Node) -> bool) -> Vec<&'a str> {
         self.nodes
             .values()
@@ -644,10 +649,30 @@ impl<'a> Round<'a> {
                 n.is_healthy()
                     && !self.disrupted.contains(&n.name)
                     && self.with_incidents.contains(&n.name)
+                    && !self.evacuations.contains(&n.name)
                     && candidate(n)
             })
             .map(|n| n.name.as_str())
             .collect()
+    }
+
+    /// For an evacuation that cannot succeed: the nodes `candidate` accepts that are being
+    /// evacuated too (never a target), named in its reason.
+    fn evacuating_too(&self, candidate: impl Fn(&Node) -> bool) -> String {
+        let names: Vec<&str> = self
+            .nodes
+            .values()
+            .filter(|n| self.evacuations.contains(&n.name) && candidate(n))
+            .map(|n| n.name.as_str())
+            .collect();
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (being evacuated too, never a target: {})",
+                names.join(", ")
+            )
+        }
     }
 
     fn plan_primary(
@@ -767,16 +792,17 @@ impl<'a> Round<'a> {
             let held = self.held_by_incidents(|n| n.name != source && n.group == group);
             if !held.is_empty() {
                 return Ok(Attempt::Wait(format!(
-                    "only nodes with an active incident could take it: {}",
+                    "only nodes held for now could take it: {}",
                     held.join(", ")
                 )));
             }
             return Err(format!(
-                "no node in the group of {source} can take instance {} ({} MiB)",
+                "no node in the group of {source} can take instance {} ({} MiB){}",
                 instance.name,
                 instance
                     .memory
-                    .map_or_else(|| "?".to_owned(), |m| m.to_string())
+                    .map_or_else(|| "?".to_owned(), |m| m.to_string()),
+                self.evacuating_too(|n| n.name != source && n.group == group)
             ));
         }
         let known_free = |n: &Node| {
@@ -869,18 +895,19 @@ impl<'a> Round<'a> {
             let held = self.held_by_incidents(eligible);
             if !held.is_empty() {
                 return Ok(Attempt::Wait(format!(
-                    "its secondary {peer} is being evacuated too and only nodes with an active incident could take it: {}",
+                    "its secondary {peer} is being evacuated too and only nodes held for now could take it: {}",
                     held.join(", ")
                 )));
             }
             return Err(format!(
                 "cannot move {} off {source}: its secondary {peer} is being evacuated too and no \
-                 node of its group has the disk ({} MiB) and memory ({} MiB) for a new secondary",
+                 node of its group has the disk ({} MiB) and memory ({} MiB) for a new secondary{}",
                 instance.name,
                 drbd_disk_need(instance).map_or_else(|| "?".to_owned(), |d| d.to_string()),
                 instance
                     .memory
-                    .map_or_else(|| "?".to_owned(), |m| m.to_string())
+                    .map_or_else(|| "?".to_owned(), |m| m.to_string()),
+                self.evacuating_too(eligible)
             ));
         }
         let known_free = |n: &Node| {
@@ -1012,21 +1039,24 @@ impl<'a> Round<'a> {
             let held = self.held_by_incidents(eligible);
             if !held.is_empty() {
                 return Ok(Attempt::Wait(format!(
-                    "only nodes with an active incident could take its secondary: {}",
+                    "only nodes held for now could take its secondary: {}",
                     held.join(", ")
                 )));
             }
             return Err(if candidates.is_empty() {
                 format!(
-                    "no node can take the secondary of instance {} (primary {})",
-                    instance.name, instance.primary_node
+                    "no node can take the secondary of instance {} (primary {}){}",
+                    instance.name,
+                    instance.primary_node,
+                    self.evacuating_too(eligible)
                 )
             } else {
                 format!(
-                    "no node has the disk space ({} MiB) for the secondary of instance {} (primary {})",
+                    "no node has the disk space ({} MiB) for the secondary of instance {} (primary {}){}",
                     drbd_disk_need(instance).unwrap_or(0),
                     instance.name,
-                    instance.primary_node
+                    instance.primary_node,
+                    self.evacuating_too(eligible)
                 )
             });
         }
@@ -2306,6 +2336,34 @@ mod tests {
             round.plan_evacuation("n1", false),
             EvacuationStep::Wait(_)
         ));
+        // ... unless they are being evacuated too: their evacuations take them out of service,
+        // so waiting for them would wait for good (two failing peers waiting on each other, the
+        // other one for this one's failure domain). The evacuation fails, naming them.
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()])
+            .with_active_incidents(["n2".to_owned()])
+            .with_active_evacuations(["n1".to_owned(), "n3".to_owned()]);
+        let EvacuationStep::Wait(why) = round.plan_evacuation("n1", false) else {
+            panic!("did not wait for a live repair's node")
+        };
+        assert!(why.contains("held for now could take it: n2"), "{why}");
+        let hand_drained = vec![drained(node("n1")), drained(node("n2")), node("n3")];
+        let mut round = Round::new(&hand_drained, &instances, [], ["n1".to_owned()])
+            .with_active_evacuations(["n1".to_owned(), "n3".to_owned()]);
+        let EvacuationStep::Fail(why) = round.plan_evacuation("n1", false) else {
+            panic!("waited for a node being evacuated")
+        };
+        assert!(
+            why.contains("being evacuated too, never a target: n3"),
+            "{why}"
+        );
+        // The same for a new secondary: only a node being evacuated has the disk for it.
+        let instances = vec![inst("d", "drbd", "n2", &["n1"])];
+        let mut round = Round::new(&nodes, &instances, [], ["n1".to_owned()])
+            .with_active_evacuations(["n1".to_owned(), "n3".to_owned()]);
+        let EvacuationStep::Fail(why) = round.plan_evacuation("n1", false) else {
+            panic!("waited for a node being evacuated")
+        };
+        assert!(why.contains("never a target: n3"), "{why}");
     }
 
     /// Issue 11, defect 3: unknown free memory means "does not fit" (the move waits, visibly).

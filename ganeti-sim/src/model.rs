@@ -482,6 +482,9 @@ pub struct SimJob {
     /// Whether `depends` has been satisfied (the job may run).
     #[serde(default)]
     depends_met: bool,
+    /// When its cancel was first asked for (`DELETE /2/jobs/<id>`), whatever its status then.
+    #[serde(default)]
+    pub cancel_asked_ms: Option<u64>,
 }
 
 /// Counts the memory of `i` (when running) on its primary node in `used`.
@@ -889,6 +892,7 @@ impl SimCluster {
                 forced_failure,
                 depends: Vec::new(),
                 depends_met: false,
+                cancel_asked_ms: None,
             },
         );
         self.due_ms = self.due_ms.min(now_ms.saturating_add(delay / 2));
@@ -961,6 +965,7 @@ impl SimCluster {
     /// (see [`Self::set_depends`]). `None`: no such job.
     pub fn cancel_job(&mut self, id: JobId, now_ms: u64) -> Option<(bool, String)> {
         let job = self.jobs.get_mut(&id)?;
+        job.cancel_asked_ms.get_or_insert(now_ms);
         if job.status != JobStatus::Queued {
             return Some((false, format!("Job {id} is no longer waiting in the queue")));
         }

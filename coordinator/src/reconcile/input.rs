@@ -140,6 +140,7 @@ impl Reconciler {
                         boot_id: o.boot_id.clone(),
                         reboot_required: o.reboot_required,
                         ok: o.verdict.status == DiagnoseStatus::Ok,
+                        asks: o.verdict.status.is_actionable().then_some(o.verdict.status),
                         collected_at_ms: o.collected_at_ms,
                     },
                 )),

@@ -32,14 +32,14 @@ pub fn propose(
         .filter_map(|node| moves.get(node))
         .flatten()
         .flat_map(|mv| {
-            // A mirrored instance migrates to its secondary; a shared one to its target.
-            let secondaries = match &mv.target {
-                Some(_) => Vec::new(),
-                None => world
-                    .instances
-                    .get(&mv.instance)
-                    .map(|i| i.secondaries.clone())
-                    .unwrap_or_default(),
+            // A mirrored instance migrates to its secondary as Ganeti shows it now (the plan's
+            // target is the secondary when the group was planned: another holder may have
+            // replaced it since); a shared one to its target.
+            let instance = world.instances.get(&mv.instance);
+            let secondaries = match (&mv.target, instance) {
+                (_, Some(i)) if i.mirrored => i.secondaries.clone(),
+                (None, Some(i)) => i.secondaries.clone(),
+                _ => Vec::new(),
             };
             mv.target
                 .iter()
@@ -48,6 +48,15 @@ pub fn propose(
                 .chain(secondaries)
                 .collect::<Vec<_>>()
         })
+        // hroller's plan lists no move of a mirrored instance: a running one migrates to its
+        // secondary (as Ganeti shows it now), which the group touches too.
+        .chain(
+            world
+                .instances
+                .values()
+                .filter(|i| i.running && i.mirrored && disrupts.contains(&i.primary))
+                .flat_map(|i| i.secondaries.iter().cloned()),
+        )
         .filter(|node| !disrupts.contains(node))
         .collect();
     // The memory of the running primaries that move off the group (N+1 on the rest); unknown
@@ -241,6 +250,76 @@ mod tests {
             d.judgements[0].outcome.is_ok(),
             "{:?}",
             d.judgements[0].outcome
+        );
+    }
+
+    /// A running mirrored instance on the group's nodes migrates to its secondary as Ganeti
+    /// shows it now, whether the plan lists its move (hroller's does not) or not, and with
+    /// whatever secondary the plan saw: the group touches it, and an evacuation admitted on it
+    /// in the same round blocks the group (seed 1449 of the safety checker: a campaign migrated
+    /// a DRBD instance onto a node an incident was draining).
+    #[test]
+    fn a_mirrored_move_touches_the_secondary_as_it_is_now() {
+        let v = view(&[
+            ("n1", "rack:a", Some(512)),
+            ("n2", "rack:b", Some(1)),
+            ("n3", "rack:c", Some(1)),
+        ]);
+        let mut world = World::default();
+        world.instances.insert(
+            "d1".into(),
+            crate::campaign::InstanceNow {
+                primary: "n1".into(),
+                secondaries: vec!["n3".into()],
+                running: true,
+                mirrored: true,
+                memory: Some(256),
+                local: false,
+            },
+        );
+        // As hroller plans it: no move listed for the mirrored instance.
+        let p = propose(&record(vec![vec!["n1"]]), &v, &world, &BTreeMap::new()).unwrap();
+        assert_eq!(p.touches, BTreeSet::from(["n3".into()]));
+        // Listed with the secondary it had when the group was planned: both.
+        let moves = BTreeMap::from([(
+            "n1".to_owned(),
+            vec![PlannedMove {
+                instance: "d1".into(),
+                target: Some("n2".into()),
+                new_secondary: None,
+            }],
+        )]);
+        let p = propose(&record(vec![vec!["n1"]]), &v, &world, &moves).unwrap();
+        assert_eq!(p.touches, BTreeSet::from(["n2".into(), "n3".into()]));
+        let evacuation = Proposal {
+            duty: Duty::NodeRepair,
+            holder: Holder::Incident {
+                id: Uuid::from_u128(9),
+            },
+            subject: "n3".into(),
+            invasiveness: 3,
+            since_ms: 0,
+            disrupts: BTreeSet::from(["n3".into()]),
+            touches: BTreeSet::new(),
+            fresh: true,
+            moves_memory: Some(0),
+            after_releases: BTreeMap::new(),
+            reason: "evacuate".into(),
+        };
+        let policy = Policy {
+            cluster: Caps {
+                max_disrupted_nodes: 3,
+                max_disrupted_percent: None,
+                min_healthy_nodes: 0,
+            },
+            ..Policy::default()
+        };
+        let d = gate::decide(&v, &policy, &InForce::default(), vec![evacuation, p]);
+        assert!(d.judgements[0].outcome.is_ok(), "{:?}", d.judgements[0]);
+        assert!(
+            matches!(&d.judgements[1].outcome, Err(gate::BlockedBy::Conflict { node, .. }) if node == "n3"),
+            "{:?}",
+            d.judgements[1].outcome
         );
     }
 

@@ -82,7 +82,8 @@
 //!
 //! Seeds: `NODECARE_ALL_DUTIES_SEED=<n>` replays one seed; `NODECARE_ALL_DUTIES_SEEDS=<k>` runs
 //! k seeds from `NODECARE_ALL_DUTIES_FIRST` (default 1; k defaults to [`DEFAULT_SEEDS`]);
-//! `NODECARE_ALL_DUTIES_ROUNDS` the rounds per seed. The failing seed is printed. A check that today's main is known to fail is reported
+//! `NODECARE_ALL_DUTIES_ROUNDS` the rounds per seed; `NODECARE_ALL_DUTIES_EXPLAIN_JOBS=19,25`
+//! prints at the end what the flight recorder says of those jobs (`GET /1/explain?job=`). The failing seed is printed. A check that today's main is known to fail is reported
 //! and not fatal while its `KNOWN_DEFECT_*` switch is on; `NODECARE_ALL_DUTIES_STRICT=1` makes
 //! every check fatal.
 
@@ -259,9 +260,11 @@ const FOUND_DEFECT_NOT_LIVE: bool = false;
 /// alone now and then): failing nodes whose instances only other failing nodes could take wait
 /// on each other. One evacuation waits to move an instance ("only nodes with an active incident
 /// could take it") while the other waits for the first one's failure domain. Each wait is named
-/// and `nodecare status` shows the pair as a cycle with the way out, but nothing ends it without
-/// an operator. Reported, not fatal, until the planner stops counting on failing nodes.
-const FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER: bool = true;
+/// and `nodecare status` shows the pair as a cycle with the way out, but nothing ended it without
+/// an operator (21 of 2 000 seeds). Fixed: a node being evacuated is never counted as a future
+/// target; an evacuation that only such nodes could serve fails at once, naming them
+/// (`plan::tests::nodes_with_active_incidents_are_never_targets`).
+const FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER: bool = false;
 /// Seen by this test (invariant 4, seed 820 with maintenance-window seeds, replays alone): an
 /// instance repair admitted while storage was whole had its first job's answer lost and the job
 /// vanish from Ganeti's queue at once; a later round submitted the same operation again (same
@@ -1829,6 +1832,19 @@ impl World {
             c.stick_next = 0;
             c.stuck.clear();
         });
+        // The operator, told the storm is over (every agent back), closes the breaker: open, it
+        // holds every new disruption until an operator resets it, by design (409: it is closed).
+        let reset = self
+            .client
+            .post(format!("{}/1/breaker/reset", self.url))
+            .basic_auth(USER, Some(PASSWORD))
+            .send()
+            .await?;
+        anyhow::ensure!(
+            reset.status().is_success() || reset.status() == reqwest::StatusCode::CONFLICT,
+            "breaker reset: {}",
+            reset.status()
+        );
         for grant in self.grants().await? {
             self.client
                 .delete(format!("{}/1/disruptions/{}", self.url, grant.id))
@@ -2073,17 +2089,26 @@ fn check_cancels(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>
             {
                 continue;
             }
+            // Started after the cancel could reach Ganeti: a violation unless nodecare asked
+            // Ganeti to cancel it and the ask came after the start (a loaded machine's API
+            // takes longer than CANCEL_RACE_MS) within CANCEL_ASK_MS of the operator's cancel.
+            let asked_in_time = job
+                .cancel_asked_ms
+                .is_some_and(|asked| asked <= at + CANCEL_ASK_MS);
             if let Some(start) = job.start_ms
                 && start > at + CANCEL_RACE_MS
+                && !(asked_in_time && job.cancel_asked_ms.is_some_and(|asked| asked >= start))
             {
                 violations.push(Violation {
                     invariant: "nothing queued at a cancel starts after it",
                     known: FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL
                         .then_some("FOUND_QUEUED_JOBS_START_AFTER_A_CANCEL"),
                     what: format!(
-                        "job {} {} of incident {holder}, queued when the incident was canceled at {at} ms, started at {start} ms",
+                        "job {} {} of incident {holder}, queued when the incident was canceled at {at} ms, started at {start} ms, its cancel asked of Ganeti {}",
                         job.id,
-                        job.op.summary()
+                        job.op.summary(),
+                        job.cancel_asked_ms
+                            .map_or_else(|| "never".to_owned(), |t| format!("at {t} ms"))
                     ),
                 });
             }
@@ -2097,6 +2122,13 @@ fn check_cancels(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>
 /// chains first. A job whose start comes before the cancel reaches Ganeti starts: nodecare
 /// cannot prevent that; one queued then never starts after it.
 const CANCEL_RACE_MS: u64 = 100;
+
+/// How long nodecare may take to ask Ganeti to cancel a queued job of a canceled incident on a
+/// loaded machine (seeds side by side): a job that started before the ask, within this bound,
+/// started before the cancel reached Ganeti (nodecare cannot prevent that); one never asked
+/// for, or asked for later, is a violation. The API answers a cancel once it is recorded,
+/// within `CANCEL_ANSWER_WAIT` (2 s), and follows the rest.
+const CANCEL_ASK_MS: u64 = 2_000;
 
 /// Runs one round. A round that fails (Ganeti unreachable, its job list unreadable) is what
 /// the faults make happen: it is retried by the next, as the daemon's loop does.
@@ -2300,7 +2332,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             known: if FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER
                 && unended
                     .iter()
-                    .any(|u| u.contains("only nodes with an active incident could take"))
+                    .any(|u| u.contains("only nodes held for now could take"))
             {
                 Some("FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER")
             } else {
@@ -2308,6 +2340,19 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             },
             what: line,
         });
+    }
+    // A replay's reader asks why jobs were submitted: the flight recorder's rounds about each.
+    if let Ok(jobs) = std::env::var("NODECARE_ALL_DUTIES_EXPLAIN_JOBS") {
+        for job in jobs.split(',') {
+            let body = w
+                .client
+                .get(format!("{}/1/explain?job={job}", w.url))
+                .send()
+                .await?
+                .text()
+                .await?;
+            println!("EXPLAIN {body}");
+        }
     }
     if trace() {
         // Every incident kept, with its history, and every job of the seed, for a replay's
