@@ -45,6 +45,8 @@ pub struct Board {
     pub cancels_asked: crate::exec::CancelsAsked,
     /// The addresses operators authenticated from (the API's reserved connections).
     pub operators: crate::callers::Operators,
+    /// The explanations being computed ([`crate::explain_api::EXPLAIN_CONCURRENCY`] at most).
+    pub explains: crate::explain_api::ExplainSlots,
 }
 
 impl Board {

@@ -90,13 +90,45 @@ fn read_rounds(store: Arc<Store>, until_ms: Option<u64>) -> Result<Vec<Recorded>
         .map_err(|e| e.to_string())
 }
 
-/// The explanation `query` asks for, or the error answer (`400`, `404`, `500`, `502`) as
-/// `(status, message)`.
+/// Explanations computed at once, at most: each decodes up to [`EXPLAIN_ROUNDS`] recorded
+/// rounds, so that callers asking many at once cannot take the coordinator's memory and CPU
+/// from its rounds. One more is answered `503` with `Retry-After: 1`.
+pub const EXPLAIN_CONCURRENCY: usize = 4;
+
+/// The permits of [`EXPLAIN_CONCURRENCY`], on the board.
+#[derive(Debug)]
+pub struct ExplainSlots(tokio::sync::Semaphore);
+
+impl Default for ExplainSlots {
+    fn default() -> Self {
+        Self(tokio::sync::Semaphore::new(EXPLAIN_CONCURRENCY))
+    }
+}
+
+impl ExplainSlots {
+    /// A permit, or `None` while [`EXPLAIN_CONCURRENCY`] explanations are being computed.
+    pub fn try_take(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.0.try_acquire().ok()
+    }
+}
+
+/// The message of an explanation refused because [`EXPLAIN_CONCURRENCY`] are being computed.
+pub const EXPLAIN_BUSY: &str = "explanations being computed at once: try again in a second";
+
+/// The explanation `query` asks for, or the error answer (`400`, `404`, `500`, `502`, `503`
+/// while [`EXPLAIN_CONCURRENCY`] are being computed) as `(status, message)`.
 pub async fn explanation(
     state: &ApiState,
     query: Option<&str>,
 ) -> Result<Explanation, (StatusCode, String)> {
     let query = Query::parse(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
+    let Some(_permit) = state.board.explains.try_take() else {
+        state.board.metrics.api_refused("explain_busy");
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{EXPLAIN_CONCURRENCY} {EXPLAIN_BUSY}"),
+        ));
+    };
     let operation = match &query {
         Query::Job(job) => match operation_of_job(state, *job).await? {
             Some(operation) => Some(operation),
@@ -351,8 +383,19 @@ fn with_grace(mut explanation: Explanation, grace: &Option<String>) -> Explanati
 pub async fn explain(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
     match explanation(&state, query.as_deref()).await {
         Ok(explanation) => Json(explanation).into_response(),
-        Err((status, message)) => error(status, message),
+        Err((status, message)) => with_retry_after(status, error(status, message)),
     }
+}
+
+/// A `503` answer says when to ask again (`Retry-After: 1`).
+pub fn with_retry_after(status: StatusCode, mut response: Response) -> Response {
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+    }
+    response
 }
 
 #[cfg(test)]

@@ -129,7 +129,7 @@ pub struct CoordinatorMetrics {
 }
 
 /// Every reason of `nodecare_coordinator_api_refused`.
-pub const API_REFUSALS: [&str; 13] = [
+pub const API_REFUSALS: [&str; 14] = [
     "connection_cap",
     "client_cap",
     "accept_error",
@@ -143,6 +143,7 @@ pub const API_REFUSALS: [&str; 13] = [
     "auth_slowed",
     "local_refused",
     "local_cap",
+    "explain_busy",
 ];
 
 /// Every cause of `nodecare_coordinator_watch_backoffs`.

@@ -28,7 +28,9 @@
 //!   refused (`403`): `Sec-Fetch-Site` other than `same-origin` or `none`, or an `Origin` that does
 //!   not name the `Host` the request was sent to. A JSON API write with a body must say
 //!   `Content-Type: application/json` (`415`); the web page's forms (`/ui/admin/…`) have their
-//!   own checks ([`crate::ui`]).
+//!   own checks ([`crate::ui`]). The reads with a cost ([`COSTLY_READS`]: `explain` and
+//!   `what-if`, JSON and pages) are refused from another site the same way, so that no other
+//!   site's page makes a browser decode the flight recorder or run a what-if.
 //! - **Password guessing** ([`crate::auth::Throttle`]): failed basic-auth attempts are counted per
 //!   client address and user, and per user, and logged (rate-limited); past 10 failures of one
 //!   user from one address in a minute, that address is answered `429` with `Retry-After` for
@@ -450,15 +452,29 @@ fn is_write(method: &Method) -> bool {
     !matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
+/// The reads with a cost (the flight recorder decoded, a what-if's rounds run), which another
+/// site's page must not make a browser ask for, as it must not make it write: `explain` and
+/// `what-if`, in the JSON API and as pages.
+pub const COSTLY_READS: [&str; 4] = ["/1/explain", "/1/what-if", "/ui/explain", "/ui/what-if"];
+
+fn is_costly_read(method: &Method, path: &str) -> bool {
+    !is_write(method) && COSTLY_READS.contains(&path)
+}
+
 /// Why a write comes from another site, if it does: `Sec-Fetch-Site` other than `same-origin`
 /// or `none`, or an `Origin` that does not name the `Host`. A request with neither (the CLI,
 /// curl) passes. Pure.
 pub fn cross_site(headers: &HeaderMap) -> Option<String> {
+    cross_site_request(headers, "write")
+}
+
+/// As [`cross_site`], for a request of kind `what` (a write, a costly read).
+fn cross_site_request(headers: &HeaderMap, what: &str) -> Option<String> {
     if let Some(site) = headers.get("sec-fetch-site") {
         let site = site.to_str().unwrap_or("");
         if !site.eq_ignore_ascii_case("same-origin") && !site.eq_ignore_ascii_case("none") {
             return Some(format!(
-                "write from another site (Sec-Fetch-Site: {site}) refused"
+                "{what} from another site (Sec-Fetch-Site: {site}) refused"
             ));
         }
     }
@@ -475,7 +491,7 @@ pub fn cross_site(headers: &HeaderMap) -> Option<String> {
     match authority {
         Some(authority) if !host.is_empty() && authority.eq_ignore_ascii_case(host) => None,
         _ => Some(format!(
-            "write from origin {origin:?} to {host:?} refused (cross-site protection)"
+            "{what} from origin {origin:?} to {host:?} refused (cross-site protection)"
         )),
     }
 }
@@ -557,7 +573,17 @@ pub async fn guard(
         return response;
     }
     let write = is_write(request.method());
-    if write && let Some(message) = cross_site(request.headers()) {
+    let costly = is_costly_read(request.method(), request.uri().path());
+    if (write || costly)
+        && let Some(message) = cross_site_request(
+            request.headers(),
+            if write {
+                "write"
+            } else {
+                "costly read (explain, what-if)"
+            },
+        )
+    {
         board.metrics.api_refused("cross_site");
         tracing::info!(client = ?client, path = %request.uri().path(), "{message}");
         return error(StatusCode::FORBIDDEN, message);

@@ -110,7 +110,10 @@ pub async fn page(State(state): State<ApiState>, RawQuery(query): RawQuery) -> R
             } else {
                 StatusCode::INTERNAL_SERVER_ERROR
             };
-            (status, html_page(body.into_string())).into_response()
+            crate::explain_api::with_retry_after(
+                status,
+                (status, html_page(body.into_string())).into_response(),
+            )
         }
     }
 }

@@ -208,10 +208,14 @@ for value in "$max_connections" "$reserve" "$nofile"; do
     [ -n "$value" ] || fail "cannot read the agent's limits from agent/src/limits.rs and its unit"
 done
 if [ $((nofile - reserve)) -lt "$max_connections" ]; then max_connections=$((nofile - reserve)); fi
+# The slots only the cluster's own callers may take (a quarter of a lowered total at most).
+reserved=$(limit_const RESERVED_CONNECTIONS)
+[ -n "$reserved" ] || fail "cannot read RESERVED_CONNECTIONS from agent/src/limits.rs"
+if [ $((max_connections / 4)) -lt "$reserved" ]; then reserved=$((max_connections / 4)); fi
 agent_pid=$(show nodecare-agent MainPID)
 restarts=$(show nodecare-agent NRestarts)
 flood_args=("$max_connections" "$(limit_const MAX_CONNECTIONS_PER_PEER)" "$(limit_const HEADER_READ_TIMEOUT)" \
-    "$(limit_const IDLE_TIMEOUT)" "$agent_pid")
+    "$(limit_const IDLE_TIMEOUT)" "$agent_pid" "$reserved")
 flood_started=$SECONDS
 flood=$(in_root python3 /root/agent-flood.py 1815 "${flood_args[@]}" 2>&1) ||
     fail "the agent under its unit did not survive the connection floods: $flood"
@@ -221,7 +225,7 @@ flood=$(in_root python3 /root/agent-flood.py 1815 "${flood_args[@]}" 2>&1) ||
 refused=$(in_root curl -fsS --max-time 5 http://127.0.0.1:1815/metrics |
     sed -n 's/^nodecare_agent_requests_refused_total{endpoint="connection"[^}]*} \([0-9]*\)\(\.0\)\{0,1\}$/\1/p' | head -n 1)
 [ "${refused:-0}" -ge 48 ] || fail "the agent's /metrics counts ${refused:-no} refused connections, not the flood's 48 and more"
-say "4b. floods (caps ${flood_args[*]:0:2}, timeouts ${flood_args[*]:2:2} s): the agent kept answering, was not restarted; $flood; $refused connections refused (/metrics); $((SECONDS - flood_started)) s"
+say "4b. floods (caps ${flood_args[*]:0:2}, ${reserved} reserved, timeouts ${flood_args[*]:2:2} s): the agent kept answering, was not restarted; $flood; $refused connections refused (/metrics); $((SECONDS - flood_started)) s"
 
 # --- 2. the agent under its unit ---------------------------------------------------------------
 # Short intervals so the test need not wait minutes: an operator's change of the conffile.

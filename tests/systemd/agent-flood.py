@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Connection floods against the packaged agent, for scripts/test.d/systemd-boot.sh (step 4b).
 
-    agent-flood.py PORT MAX_CONNECTIONS MAX_PER_PEER HEADER_TIMEOUT IDLE_TIMEOUT AGENT_PID
+    agent-flood.py PORT MAX_CONNECTIONS MAX_PER_PEER HEADER_TIMEOUT IDLE_TIMEOUT AGENT_PID RESERVED
 
 Runs in the booted root (its python3) against the agent on 127.0.0.1:PORT, with the caps and
 timeouts of agent/src/limits.rs. One keep-alive connection (from 127.0.0.1, opened first, as
@@ -11,8 +11,9 @@ the coordinator's are) must be answered with `/1/report/all` through all of it:
     chunked) are refused with 413, an oversized header with 431 (or a close);
  2. MAX_PER_PEER + 16 idle connections from one address: the 16 beyond the per-peer cap are
     closed at once;
- 3. idle connections from further addresses until the total cap is reached and 32 more: those
-    beyond it are closed at once, and so is a new connection from 127.0.0.1; the agent's open
+ 3. idle connections from further addresses until the total cap less the RESERVED slots only
+    the cluster's own callers may take is reached, and 32 more: those beyond it are closed at
+    once, and so is a new connection from 127.0.0.1 (not a cluster address here); the agent's open
     descriptors (/proc/AGENT_PID/fd) stay below its soft limit (/proc/AGENT_PID/limits);
  4. slow-loris: 16 new connections send a request header one byte a second, and a request
     body stalls: the agent closes them after HEADER_TIMEOUT (408 for the body);
@@ -39,6 +40,9 @@ MAX_PER_PEER = int(sys.argv[3])
 HEADER_TIMEOUT = float(sys.argv[4])
 IDLE_TIMEOUT = float(sys.argv[5])
 AGENT_PID = int(sys.argv[6])
+RESERVED = int(sys.argv[7])
+# The slots any caller may take: the reserved ones are the master candidates' and the master's.
+OPEN_TO_ALL = MAX_CONNECTIONS - RESERVED
 STARTED = time.monotonic()
 measured = {}
 
@@ -169,7 +173,7 @@ report_all("with one address at its cap")
 
 # 3. Beyond the total cap, from further addresses (64 each).
 flood = []
-want = MAX_CONNECTIONS + 32 - 1 - len(held)  # the kept connection holds one slot
+want = OPEN_TO_ALL + 32 - 1 - len(held)  # the kept connection holds one slot
 address = 4
 while len(flood) < want:
     for _ in range(min(MAX_PER_PEER, want - len(flood))):
@@ -179,8 +183,11 @@ closed = closed_by_agent(flood, 2.0)
 held += [sock for sock in flood if sock not in closed]
 for sock in closed:
     sock.close()
-if len(held) != MAX_CONNECTIONS - 1:
-    fail(f"the agent holds {len(held)} flood connections, not its cap {MAX_CONNECTIONS} less the kept one")
+if len(held) != OPEN_TO_ALL - 1:
+    fail(
+        f"the agent holds {len(held)} flood connections, not its cap {MAX_CONNECTIONS} less "
+        f"{RESERVED} reserved and the kept one"
+    )
 measured["total"] = f"{len(held)} held, {len(closed)} closed from {address - 4} addresses"
 report_all("with every connection slot taken")
 descriptors = len(os.listdir(f"/proc/{AGENT_PID}/fd"))

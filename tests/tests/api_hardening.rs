@@ -175,6 +175,88 @@ async fn the_connection_cap_answers_503_and_the_api_keeps_serving() {
     assert!(metric(addr, "connection_cap").await >= 1);
 }
 
+/// The reads with a cost (`explain`, `what-if`, JSON and pages) are refused from another site
+/// as writes are; the same reads from the coordinator's own page, a typed address or the CLI
+/// pass, and cheap reads pass from anywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn costly_reads_from_another_site_are_refused() {
+    let (h, addr, _server) = start(small_limits()).await;
+    let client = reqwest::Client::new();
+    let before = metric(addr, "cross_site").await;
+    let costly = [
+        "/1/explain?node=node1.sim.test",
+        "/ui/explain?node=node1.sim.test",
+        "/1/what-if?verdict=node2.sim.test:evacuate",
+        "/ui/what-if?verdict=node2.sim.test:evacuate",
+    ];
+    for path in costly {
+        for (name, value) in [
+            ("origin", "http://evil.example"),
+            ("sec-fetch-site", "cross-site"),
+            ("sec-fetch-site", "same-site"),
+        ] {
+            let answer = client
+                .get(format!("http://{addr}{path}"))
+                .header(name, value)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 403, "{path} with {name}: {value}");
+            let text = answer.text().await.unwrap();
+            assert!(text.contains("costly read"), "{path}: {text}");
+        }
+        for (name, value) in [
+            ("sec-fetch-site", "same-origin"),
+            ("sec-fetch-site", "none"),
+            ("x-nothing", "the CLI"),
+        ] {
+            let answer = client
+                .get(format!("http://{addr}{path}"))
+                .header(name, value)
+                .send()
+                .await
+                .unwrap();
+            assert_ne!(answer.status(), 403, "{path} with {name}: {value}");
+        }
+    }
+    assert_eq!(metric(addr, "cross_site").await, before + 12);
+    // No more than EXPLAIN_CONCURRENCY explanations at once: with every permit taken, one more
+    // is answered 503 with Retry-After, as JSON and as a page.
+    let permits: Vec<_> = (0..nodecare_coordinator::explain_api::EXPLAIN_CONCURRENCY)
+        .map(|_| h.coordinator.api().board.explains.try_take().unwrap())
+        .collect();
+    for path in [
+        "/1/explain?node=node1.sim.test",
+        "/ui/explain?node=node1.sim.test",
+    ] {
+        let answer = client
+            .get(format!("http://{addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 503, "{path}");
+        assert_eq!(answer.headers()["retry-after"], "1", "{path}");
+        let text = answer.text().await.unwrap();
+        assert!(text.contains("try again"), "{path}: {text}");
+    }
+    assert_eq!(metric(addr, "explain_busy").await, 2);
+    drop(permits);
+    let answer = client
+        .get(format!("http://{addr}/1/explain?node=node1.sim.test"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    // A cheap read from another site is answered.
+    let answer = client
+        .get(format!("http://{addr}/1/status"))
+        .header("sec-fetch-site", "cross-site")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_bodies_cross_site_and_non_json_writes_are_refused() {
     let (_h, addr, _server) = start(small_limits()).await;
