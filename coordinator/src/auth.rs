@@ -173,6 +173,20 @@ impl Users {
     }
 }
 
+/// Whether `authorization` names a user of the users file with the right password, writer or
+/// not (`api_reads_need_login`); the user's name if so.
+pub fn authorize_read(path: Option<&Path>, authorization: Option<&str>) -> Result<String, Refusal> {
+    let Some(path) = path else {
+        return Err(Refusal::Disabled("no users file is configured".into()));
+    };
+    let users = Users::load(path).map_err(|e| Refusal::Disabled(e.to_string()))?;
+    let (name, password) = basic_credentials(authorization)?;
+    users
+        .check(&name, &password)
+        .map(|_| name)
+        .ok_or_else(|| Refusal::Unauthenticated("unknown user or wrong password".into()))
+}
+
 /// `{HA1}` hash of a user's password: hex MD5 of `user:Ganeti Remote API:password`.
 pub fn ha1(user: &str, password: &str) -> String {
     hex::encode(Md5::digest(format!("{user}:{HA1_REALM}:{password}")))

@@ -210,9 +210,10 @@ impl Coordinator {
                 interval.saturating_add(stall),
             )),
             retention: config.retention,
-            server_limits: crate::server::ServerLimits::with_max_connections(
-                config.api_max_connections,
-            ),
+            server_limits: crate::server::ServerLimits {
+                reads_need_login: config.api_reads_need_login,
+                ..crate::server::ServerLimits::with_max_connections(config.api_max_connections)
+            },
             local_socket: None,
             ganeti: ganeti_for_waits,
         })

@@ -79,6 +79,9 @@ pub struct ServerLimits {
     pub max_body_bytes: usize,
     /// Longest life of a connection before it is shut down gracefully.
     pub connection_lifetime: Duration,
+    /// Every read needs a user of the users file too (`api_reads_need_login`), not only writes;
+    /// the local socket's callers excepted.
+    pub reads_need_login: bool,
 }
 
 /// Default [`ServerLimits::max_connections`].
@@ -108,6 +111,7 @@ impl Default for ServerLimits {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             max_body_bytes: MAX_BODY_BYTES,
+            reads_need_login: false,
             connection_lifetime: Duration::from_secs(60),
         }
     }
@@ -588,6 +592,18 @@ pub async fn guard(
         tracing::info!(client = ?client, path = %request.uri().path(), "{message}");
         return error(StatusCode::FORBIDDEN, message);
     }
+    if limits.reads_need_login
+        && !write
+        && !local
+        && let Err(refusal) =
+            crate::auth::authorize_read(users.as_deref(), authorization.as_deref())
+    {
+        if credentials && matches!(refusal, crate::auth::Refusal::Unauthenticated(_)) {
+            board.metrics.api_refused("auth_failure");
+            throttle.failed(client, &user);
+        }
+        return read_refused(request.uri().path(), &refusal);
+    }
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -665,6 +681,30 @@ pub async fn guard(
         board.operators.learn(client);
     }
     response.into_response()
+}
+
+/// A read refused under `api_reads_need_login`: `401` with the challenge of the API or, for the
+/// page (`/ui/`), of the page's realm; `403` when no users file can be read.
+fn read_refused(path: &str, refusal: &crate::auth::Refusal) -> Response {
+    let status = match refusal {
+        crate::auth::Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        crate::auth::Refusal::NotWriter(_) | crate::auth::Refusal::Disabled(_) => {
+            StatusCode::FORBIDDEN
+        }
+    };
+    let mut response = error(status, format!("reads need a login here: {refusal}"));
+    if status == StatusCode::UNAUTHORIZED {
+        let challenge = if path.starts_with("/ui/") || path == "/ui" {
+            crate::ui::ADMIN_CHALLENGE
+        } else {
+            crate::api::API_CHALLENGE
+        };
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static(challenge),
+        );
+    }
+    response
 }
 
 /// A refusal given before the whole body was read: the rest of the body is still on the

@@ -94,6 +94,10 @@ pub struct Config {
     pub api_socket: PathBuf,
     /// The group whose members may use `api_socket` besides root; empty: root only.
     pub api_socket_group: String,
+    /// Every read of the HTTP API (status, incidents, the page, `/metrics`, explain) needs a
+    /// user of `users` too, not only writes (the local socket's callers excepted). Off by
+    /// default: the reads show what Ganeti's own commands show on the management network.
+    pub api_reads_need_login: bool,
     /// Seconds between rounds.
     pub round_interval: f64,
     /// Seconds a Ganeti job may run before its incident fails.
@@ -275,6 +279,7 @@ impl Default for Config {
             api_max_connections: DEFAULT_MAX_CONNECTIONS,
             api_socket: PathBuf::from(DEFAULT_API_SOCKET),
             api_socket_group: String::new(),
+            api_reads_need_login: false,
             round_interval: DEFAULT_ROUND_INTERVAL_SECS,
             job_timeout: 3600.0,
             record_rounds: true,

@@ -40,6 +40,7 @@ fn small_limits() -> ServerLimits {
         body_timeout: Duration::from_secs(1),
         max_body_bytes: 64 * 1024,
         connection_lifetime: Duration::from_secs(4),
+        reads_need_login: false,
     }
 }
 
@@ -255,6 +256,77 @@ async fn costly_reads_from_another_site_are_refused() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
+}
+
+/// `api_reads_need_login`: every read needs a user of the users file (a reader is enough),
+/// answered 401 with the API's challenge or, under `/ui/`, the page's; wrong passwords count
+/// as failed logins. Off (the default), reads need none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_need_a_login_when_the_site_asks_for_it() {
+    let (h, open, _server) = start(small_limits()).await;
+    let client = reqwest::Client::new();
+    let answer = client
+        .get(format!("http://{open}/1/status"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let users = h.state_dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "admin secret write\nviewer look read\n")
+        .unwrap();
+    let mut api = h.coordinator.api().clone();
+    api.users = Some(users);
+    let limits = ServerLimits {
+        reads_need_login: true,
+        ..small_limits()
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let board = std::sync::Arc::clone(&api.board);
+    let app = nodecare_coordinator::http::router_with(api, limits);
+    let _closed = tokio::spawn(serve(listener, app, limits, board, std::future::pending()));
+    let failures = metric(open, "auth_failure").await;
+    for (path, realm) in [
+        ("/1/status", "nodecare API"),
+        ("/1/overview", "nodecare API"),
+        ("/metrics", "nodecare API"),
+        ("/ui/", "nodecare admin page"),
+    ] {
+        let answer = client
+            .get(format!("http://{addr}{path}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 401, "{path}");
+        let challenge = answer.headers()["www-authenticate"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(challenge.contains(realm), "{path}: {challenge}");
+        for (user, password, status) in [
+            ("viewer", "look", 200),
+            ("admin", "secret", 200),
+            ("viewer", "nope", 401),
+        ] {
+            let answer = client
+                .get(format!("http://{addr}{path}"))
+                .basic_auth(user, Some(password))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), status, "{path} as {user}:{password}");
+        }
+    }
+    // The wrong passwords were counted as failed logins (the board is shared).
+    assert_eq!(metric(open, "auth_failure").await, failures + 4);
+    // A reader still cannot write.
+    let answer = client
+        .post(format!("http://{addr}/1/breaker/reset"))
+        .basic_auth("viewer", Some("look"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
