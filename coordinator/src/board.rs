@@ -9,6 +9,28 @@ use crate::notify::{Notification, QUEUE_CAPACITY, WebhookError, WebhookSettings}
 use crate::scrape::{AgentStatus, AgentTarget};
 use nodecare_protocol::status::RoundSummary;
 
+/// Explanations computed at once, at most: each decodes up to [`crate::explain_api::EXPLAIN_ROUNDS`] recorded
+/// rounds, so that callers asking many at once cannot take the coordinator's memory and CPU
+/// from its rounds. One more is answered `503` with `Retry-After: 1`.
+pub const EXPLAIN_CONCURRENCY: usize = 4;
+
+/// The permits of [`EXPLAIN_CONCURRENCY`], on the board.
+#[derive(Debug)]
+pub struct ExplainSlots(tokio::sync::Semaphore);
+
+impl Default for ExplainSlots {
+    fn default() -> Self {
+        Self(tokio::sync::Semaphore::new(EXPLAIN_CONCURRENCY))
+    }
+}
+
+impl ExplainSlots {
+    /// A permit, or `None` while [`EXPLAIN_CONCURRENCY`] explanations are being computed.
+    pub fn try_take(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.0.try_acquire().ok()
+    }
+}
+
 /// State shared with the HTTP API.
 #[derive(Debug, Default)]
 pub struct Board {
@@ -45,8 +67,8 @@ pub struct Board {
     pub cancels_asked: crate::exec::CancelsAsked,
     /// The addresses operators authenticated from (the API's reserved connections).
     pub operators: crate::callers::Operators,
-    /// The explanations being computed ([`crate::explain_api::EXPLAIN_CONCURRENCY`] at most).
-    pub explains: crate::explain_api::ExplainSlots,
+    /// The explanations being computed ([`EXPLAIN_CONCURRENCY`] at most).
+    pub explains: ExplainSlots,
 }
 
 impl Board {

@@ -90,33 +90,11 @@ fn read_rounds(store: Arc<Store>, until_ms: Option<u64>) -> Result<Vec<Recorded>
         .map_err(|e| e.to_string())
 }
 
-/// Explanations computed at once, at most: each decodes up to [`EXPLAIN_ROUNDS`] recorded
-/// rounds, so that callers asking many at once cannot take the coordinator's memory and CPU
-/// from its rounds. One more is answered `503` with `Retry-After: 1`.
-pub const EXPLAIN_CONCURRENCY: usize = 4;
-
-/// The permits of [`EXPLAIN_CONCURRENCY`], on the board.
-#[derive(Debug)]
-pub struct ExplainSlots(tokio::sync::Semaphore);
-
-impl Default for ExplainSlots {
-    fn default() -> Self {
-        Self(tokio::sync::Semaphore::new(EXPLAIN_CONCURRENCY))
-    }
-}
-
-impl ExplainSlots {
-    /// A permit, or `None` while [`EXPLAIN_CONCURRENCY`] explanations are being computed.
-    pub fn try_take(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        self.0.try_acquire().ok()
-    }
-}
-
-/// The message of an explanation refused because [`EXPLAIN_CONCURRENCY`] are being computed.
+/// The message of an explanation refused because [`crate::board::EXPLAIN_CONCURRENCY`] are being computed.
 pub const EXPLAIN_BUSY: &str = "explanations being computed at once: try again in a second";
 
 /// The explanation `query` asks for, or the error answer (`400`, `404`, `500`, `502`, `503`
-/// while [`EXPLAIN_CONCURRENCY`] are being computed) as `(status, message)`.
+/// while [`crate::board::EXPLAIN_CONCURRENCY`] are being computed) as `(status, message)`.
 pub async fn explanation(
     state: &ApiState,
     query: Option<&str>,
@@ -126,7 +104,7 @@ pub async fn explanation(
         state.board.metrics.api_refused("explain_busy");
         return Err((
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("{EXPLAIN_CONCURRENCY} {EXPLAIN_BUSY}"),
+            format!("{} {EXPLAIN_BUSY}", crate::board::EXPLAIN_CONCURRENCY),
         ));
     };
     let operation = match &query {

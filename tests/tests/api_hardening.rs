@@ -223,7 +223,7 @@ async fn costly_reads_from_another_site_are_refused() {
     assert_eq!(metric(addr, "cross_site").await, before + 12);
     // No more than EXPLAIN_CONCURRENCY explanations at once: with every permit taken, one more
     // is answered 503 with Retry-After, as JSON and as a page.
-    let permits: Vec<_> = (0..nodecare_coordinator::explain_api::EXPLAIN_CONCURRENCY)
+    let permits: Vec<_> = (0..nodecare_coordinator::board::EXPLAIN_CONCURRENCY)
         .map(|_| h.coordinator.api().board.explains.try_take().unwrap())
         .collect();
     for path in [
