@@ -553,7 +553,7 @@ pub async fn stop_incident_jobs(
     }
     let ledger: Arc<dyn Ledger> = store.clone();
     let executor = Executor::new(ledger).with_cancels_asked(Arc::clone(&board.cancels_asked));
-    let answers: Vec<CanceledJob> = executor
+    let mut answers: Vec<CanceledJob> = executor
         .cancel_jobs(ganeti, &Holder::Incident { id: uuid })
         .await?
         .into_iter()
@@ -564,6 +564,7 @@ pub async fn stop_incident_jobs(
             message: a.message,
         })
         .collect();
+    answers.extend(stop_unknown_jobs(ganeti, store, board, uuid).await?);
     if !answers.is_empty()
         && let Some(mut incident) = store.incident(uuid)?
     {
@@ -582,6 +583,81 @@ pub async fn stop_incident_jobs(
             Event::Progress(format!("cancel: {}", said.join("; "))),
         );
         store.save_incident(&incident)?;
+    }
+    Ok(answers)
+}
+
+/// The queued jobs of canceled incident `uuid` whose submission is uncertain (its answer was
+/// lost: the job id is not known until a round adopts the job by its reason trail), found in
+/// Ganeti's job list by that reason trail and asked to cancel now, earliest first, so that none
+/// starts before the next round; asked once each (`board.cancels_asked`). The round adopts them
+/// as it does any uncertain submission. Ganeti's job list not readable: nothing asked (the
+/// round adopts, then cancels).
+async fn stop_unknown_jobs(
+    ganeti: &dyn Ganeti,
+    store: &Arc<Store>,
+    board: &Board,
+    uuid: Uuid,
+) -> Result<Vec<CanceledJob>, StoreError> {
+    let intents: Vec<Intent> = store
+        .intents()?
+        .into_iter()
+        .filter(|i| i.incident == uuid && i.spec.is_ganeti_job())
+        .collect();
+    if !intents
+        .iter()
+        .any(|i| i.state == IntentState::Planned && i.job_id.is_none())
+    {
+        return Ok(Vec::new());
+    }
+    let known: BTreeSet<JobId> = intents.iter().filter_map(|i| i.job_id).collect();
+    let jobs = match ganeti.jobs().await {
+        Ok(jobs) => jobs,
+        Err(error) => {
+            tracing::warn!(incident = %uuid, %error, "cannot list Ganeti's jobs to cancel those of submissions that were uncertain: the next round adopts them, then cancels them");
+            return Ok(Vec::new());
+        }
+    };
+    let mut unknown: Vec<(JobId, String)> = jobs
+        .iter()
+        .filter(|job| {
+            matches!(
+                job.status,
+                crate::ganeti::JobStatus::Queued | crate::ganeti::JobStatus::Waiting
+            )
+        })
+        .filter(|job| !known.contains(&job.id))
+        .filter_map(|job| {
+            job.reasons
+                .iter()
+                .find_map(|entry| Reason::parse_text(&entry.text))
+                .filter(|reason| reason.incident == uuid)
+                .map(|reason| (job.id, reason.intent))
+        })
+        .collect();
+    unknown.sort_unstable();
+    let mut answers = Vec::new();
+    for (job, intent) in unknown {
+        let first = board
+            .cancels_asked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(job);
+        if !first {
+            continue;
+        }
+        let (canceled, message) = match ganeti.cancel_job(job).await {
+            Ok(answer) => (answer.canceled, answer.message),
+            Err(error) => (false, format!("cannot ask Ganeti to cancel it: {error}")),
+        };
+        tracing::info!(incident = %uuid, job, intent = %intent, canceled, %message,
+            "job cancel (its submission was uncertain)");
+        answers.push(CanceledJob {
+            job,
+            intent,
+            canceled,
+            message,
+        });
     }
     Ok(answers)
 }

@@ -735,6 +735,60 @@ async fn a_cancel_right_after_a_restart_cancels_the_queued_jobs_at_once() {
     server.abort();
 }
 
+/// A cancel reaches a queued job whose submission answer was lost: nodecare does not know its id
+/// until a round adopts it by its reason trail, so the cancel looks it up in Ganeti's job list
+/// by that trail and cancels it at once, before any round (before: it stayed queued and ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_a_job_whose_submission_answer_was_lost() {
+    let (mut h, _users) = with_writer(4, "a:diskless:2,b:diskless:2", |_| {}).await;
+    h.sim.set_job_delay(Duration::from_millis(3000));
+    h.sim.set_http_faults(nodecare_ganeti_sim::HttpFaults {
+        lose_answer: 1,
+        method: Some("PUT".into()),
+        ..nodecare_ganeti_sim::HttpFaults::default()
+    });
+    h.agents
+        .get(&node(2))
+        .unwrap()
+        .set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    // The round may end with the lost answer's error: what it recorded stays.
+    if let Err(error) = h.coordinator.round().await {
+        eprintln!("round: {error}");
+    }
+    h.sim
+        .set_http_faults(nodecare_ganeti_sim::HttpFaults::default());
+    let incident = on(&h.incidents().unwrap(), 2);
+    // The drain reached Ganeti, its answer did not: queued there, unknown to nodecare.
+    let queued: Vec<u64> = h.sim.peek(|c| {
+        c.jobs
+            .values()
+            .filter(|j| j.status == nodecare_ganeti::JobStatus::Queued)
+            .map(|j| j.id)
+            .collect()
+    });
+    assert_eq!(queued.len(), 1, "{queued:?} ({incident:#?})");
+    assert!(
+        incident.jobs.iter().all(|j| !queued.contains(j)),
+        "the job id is not known yet: {incident:#?}"
+    );
+    let (url, server) = serve_api(&h).await;
+    let answer = reqwest::Client::new()
+        .post(format!("{url}/1/incidents/{}/cancel", incident.uuid))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let body: serde_json::Value = answer.json().await.unwrap();
+    let status = h.sim.peek(|c| c.jobs[&queued[0]].status);
+    assert_eq!(status, nodecare_ganeti::JobStatus::Canceled, "{body}");
+    assert!(
+        body.to_string().contains(&format!("\"job\":{}", queued[0])),
+        "the answer names the job: {body}"
+    );
+    server.abort();
+}
+
 /// A cancel is answered once it is recorded, also when Ganeti answers its job cancels late (a
 /// job waiting for its locks): the answer says Ganeti's answers follow, the cancels go on, and
 /// what Ganeti answered goes into the incident's history.
