@@ -145,15 +145,20 @@ pub const API_CHALLENGE: &str = "Basic realm=\"nodecare API\", charset=\"UTF-8\"
 
 /// A refused write: 401 (with a Basic challenge) or 403, as a JSON error.
 pub(crate) fn refused(refusal: &Refusal) -> Response {
+    refused_as(refusal, refusal.to_string(), API_CHALLENGE)
+}
+
+/// A refusal answered `message`: 401 with `challenge`, or 403, as a JSON error.
+pub(crate) fn refused_as(refusal: &Refusal, message: String, challenge: &'static str) -> Response {
     let status = match refusal {
         Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
         Refusal::NotWriter(_) | Refusal::Disabled(_) => StatusCode::FORBIDDEN,
     };
-    let mut response = error(status, refusal.to_string());
+    let mut response = error(status, message);
     if status == StatusCode::UNAUTHORIZED {
         response.headers_mut().insert(
             header::WWW_AUTHENTICATE,
-            HeaderValue::from_static(API_CHALLENGE),
+            HeaderValue::from_static(challenge),
         );
     }
     response

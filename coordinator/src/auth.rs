@@ -162,10 +162,20 @@ impl Users {
     /// Whether `authorization` (an HTTP `Authorization` header value, if any) names a user that
     /// may write; the user's name if so.
     pub fn authorize_write(&self, authorization: Option<&str>) -> Result<String, Refusal> {
+        let (name, user) = self.authorize_read(authorization)?;
+        if user.write {
+            Ok(name)
+        } else {
+            Err(Refusal::NotWriter(name))
+        }
+    }
+
+    /// Whether `authorization` names a user with the right password, writer or not; the user's
+    /// name and entry if so.
+    pub fn authorize_read(&self, authorization: Option<&str>) -> Result<(String, &User), Refusal> {
         let (name, password) = basic_credentials(authorization)?;
         match self.check(&name, &password) {
-            Some(user) if user.write => Ok(name),
-            Some(_) => Err(Refusal::NotWriter(name)),
+            Some(user) => Ok((name, user)),
             None => Err(Refusal::Unauthenticated(
                 "unknown user or wrong password".into(),
             )),
@@ -173,18 +183,10 @@ impl Users {
     }
 }
 
-/// Whether `authorization` names a user of the users file with the right password, writer or
-/// not (`api_reads_need_login`); the user's name if so.
+/// Whether `authorization` names a user of the users file at `path` (read now) with the right
+/// password, writer or not (`api_reads_need_login`); the user's name if so.
 pub fn authorize_read(path: Option<&Path>, authorization: Option<&str>) -> Result<String, Refusal> {
-    let Some(path) = path else {
-        return Err(Refusal::Disabled("no users file is configured".into()));
-    };
-    let users = Users::load(path).map_err(|e| Refusal::Disabled(e.to_string()))?;
-    let (name, password) = basic_credentials(authorization)?;
-    users
-        .check(&name, &password)
-        .map(|_| name)
-        .ok_or_else(|| Refusal::Unauthenticated("unknown user or wrong password".into()))
+    Ok(users_at(path)?.authorize_read(authorization)?.0)
 }
 
 /// `{HA1}` hash of a user's password: hex MD5 of `user:Ganeti Remote API:password`.
@@ -243,11 +245,15 @@ pub fn authorize_write(
     path: Option<&Path>,
     authorization: Option<&str>,
 ) -> Result<String, Refusal> {
+    users_at(path)?.authorize_write(authorization)
+}
+
+/// The users file at `path`, read now; a missing or invalid one disables what needs it.
+fn users_at(path: Option<&Path>) -> Result<Users, Refusal> {
     let Some(path) = path else {
         return Err(Refusal::Disabled("no users file is configured".into()));
     };
-    let users = Users::load(path).map_err(|e| Refusal::Disabled(e.to_string()))?;
-    users.authorize_write(authorization)
+    Users::load(path).map_err(|e| Refusal::Disabled(e.to_string()))
 }
 
 /// Lets a log line through at most once per period; counts what it held back.

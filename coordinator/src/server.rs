@@ -686,25 +686,16 @@ pub async fn guard(
 /// A read refused under `api_reads_need_login`: `401` with the challenge of the API or, for the
 /// page (`/ui/`), of the page's realm; `403` when no users file can be read.
 fn read_refused(path: &str, refusal: &crate::auth::Refusal) -> Response {
-    let status = match refusal {
-        crate::auth::Refusal::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
-        crate::auth::Refusal::NotWriter(_) | crate::auth::Refusal::Disabled(_) => {
-            StatusCode::FORBIDDEN
-        }
+    let challenge = if path.starts_with("/ui/") || path == "/ui" {
+        crate::ui::ADMIN_CHALLENGE
+    } else {
+        crate::api::API_CHALLENGE
     };
-    let mut response = error(status, format!("reads need a login here: {refusal}"));
-    if status == StatusCode::UNAUTHORIZED {
-        let challenge = if path.starts_with("/ui/") || path == "/ui" {
-            crate::ui::ADMIN_CHALLENGE
-        } else {
-            crate::api::API_CHALLENGE
-        };
-        response.headers_mut().insert(
-            header::WWW_AUTHENTICATE,
-            axum::http::HeaderValue::from_static(challenge),
-        );
-    }
-    response
+    crate::api::refused_as(
+        refusal,
+        format!("reads need a login here: {refusal}"),
+        challenge,
+    )
 }
 
 /// A refusal given before the whole body was read: the rest of the body is still on the

@@ -19,16 +19,26 @@ use tokio::net::TcpStream;
 
 async fn start(limits: ServerLimits) -> (Harness, SocketAddr, tokio::task::JoinHandle<()>) {
     let h = Harness::new(2, "", |_| {}).await.unwrap();
-    let users = h.state_dir.path().join("users");
-    nodecare_tests::harness::write_secret(&users, "admin secret write\n").unwrap();
+    let (addr, server) = serve_with(&h, "admin secret write\n", limits).await;
+    (h, addr, server)
+}
+
+/// Serves `h`'s API with the users file `users` (written now) and `limits`.
+async fn serve_with(
+    h: &Harness,
+    users: &str,
+    limits: ServerLimits,
+) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let path = h.state_dir.path().join("users");
+    nodecare_tests::harness::write_secret(&path, users).unwrap();
     let mut api = h.coordinator.api().clone();
-    api.users = Some(users);
+    api.users = Some(path);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let board = std::sync::Arc::clone(&api.board);
     let app = nodecare_coordinator::http::router_with(api, limits);
     let server = tokio::spawn(serve(listener, app, limits, board, std::future::pending()));
-    (h, addr, server)
+    (addr, server)
 }
 
 fn small_limits() -> ServerLimits {
@@ -271,20 +281,11 @@ async fn reads_need_a_login_when_the_site_asks_for_it() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
-    let users = h.state_dir.path().join("users");
-    nodecare_tests::harness::write_secret(&users, "admin secret write\nviewer look read\n")
-        .unwrap();
-    let mut api = h.coordinator.api().clone();
-    api.users = Some(users);
     let limits = ServerLimits {
         reads_need_login: true,
         ..small_limits()
     };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let board = std::sync::Arc::clone(&api.board);
-    let app = nodecare_coordinator::http::router_with(api, limits);
-    let _closed = tokio::spawn(serve(listener, app, limits, board, std::future::pending()));
+    let (addr, _closed) = serve_with(&h, "admin secret write\nviewer look read\n", limits).await;
     let failures = metric(open, "auth_failure").await;
     for (path, realm) in [
         ("/1/status", "nodecare API"),

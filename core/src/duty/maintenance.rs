@@ -31,25 +31,10 @@ pub fn propose(
         .iter()
         .filter_map(|node| moves.get(node))
         .flatten()
-        .flat_map(|mv| {
-            // A mirrored instance migrates to its secondary as Ganeti shows it now (the plan's
-            // target is the secondary when the group was planned: another holder may have
-            // replaced it since); a shared one to its target.
-            let instance = world.instances.get(&mv.instance);
-            let secondaries = match (&mv.target, instance) {
-                (_, Some(i)) if i.mirrored => i.secondaries.clone(),
-                (None, Some(i)) => i.secondaries.clone(),
-                _ => Vec::new(),
-            };
-            mv.target
-                .iter()
-                .chain(mv.new_secondary.iter())
-                .cloned()
-                .chain(secondaries)
-                .collect::<Vec<_>>()
-        })
-        // hroller's plan lists no move of a mirrored instance: a running one migrates to its
-        // secondary (as Ganeti shows it now), which the group touches too.
+        .flat_map(|mv| mv.target.iter().chain(mv.new_secondary.iter()).cloned())
+        // A running mirrored instance migrates to its secondary as Ganeti shows it now, whether
+        // the plan lists its move (hroller's does not) or not, and whatever secondary the plan
+        // saw: the group touches it too.
         .chain(
             world
                 .instances
