@@ -41,6 +41,7 @@ use crate::gate::{
     BlockedBy, Decision, Duty, GateSnapshot, Holder, InForce, Override, Policy, Proposal,
 };
 use crate::store::Revoked;
+use nodecare_core::calendar::CalendarNow;
 use nodecare_protocol::gate::{
     AuditEntry, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus, Grant,
     OverrideRequest, OverrideView, Refusal as GateRefusal, Waiting,
@@ -110,15 +111,20 @@ pub fn in_force_now(snapshot: &GateSnapshot, grants: Vec<(String, Holder)>) -> I
     in_force
 }
 
-/// The policy now: the last round's caps, with the overrides in force now and the breaker as
-/// the store has it (open also when the round saw it open and nobody reset it since).
+/// The policy now: the last round's caps, with the overrides in force now, the breaker as
+/// the store has it (open also when the round saw it open and nobody reset it since) and the
+/// calendar now when given (a freeze set since the round counts at once).
 pub fn policy_now(
     snapshot: &GateSnapshot,
     overrides: Vec<Override>,
     breaker: &BreakerView,
+    calendar: Option<&CalendarNow>,
 ) -> Policy {
     let mut policy = snapshot.policy.clone();
     policy.overrides = overrides;
+    if let Some(calendar) = calendar {
+        policy.calendar = calendar.clone();
+    }
     let reset_since_round = breaker
         .reset_ms
         .is_some_and(|reset| reset >= snapshot.view.now_ms);
@@ -166,6 +172,7 @@ pub fn judge_request(
     grants: Vec<(String, Holder)>,
     overrides: Vec<Override>,
     breaker: &BreakerView,
+    calendar: Option<&CalendarNow>,
     request: &DisruptionRequest,
     holder: Holder,
     now_ms: u64,
@@ -178,7 +185,7 @@ pub fn judge_request(
     }
     let mut view = crate::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
-    let policy = policy_now(snapshot, overrides, breaker);
+    let policy = policy_now(snapshot, overrides, breaker, calendar);
     let in_force = in_force_now(snapshot, grants);
     let proposal = Proposal {
         duty: Duty::Admission,
@@ -313,7 +320,7 @@ pub fn domains_and_waiting(
 ) -> (Vec<DomainStatus>, Vec<Waiting>) {
     let mut view = crate::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
-    let policy = policy_now(snapshot, overrides, breaker);
+    let policy = policy_now(snapshot, overrides, breaker, None);
     let in_force = in_force_now(snapshot, grants);
     let domains = crate::gate::domain_states(&view, &policy, &in_force)
         .into_iter()
@@ -520,14 +527,28 @@ pub async fn request(State(state): State<ApiState>, headers: HeaderMap, body: By
         (Ok(g), Ok(o), Ok(b)) => (g, o, b),
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return internal(e),
     };
+    let calendar = match crate::api::calendar_now(&state, now) {
+        Ok(calendar) => calendar,
+        Err(e) => return internal(e),
+    };
     let id = Uuid::new_v4();
     let holder = Holder::Grant {
         id,
         requester: request.requester.clone(),
     };
     let snapshot = snapshot_of(&state);
-    let judged = fresh_view(snapshot.as_ref(), now, state.gate_view_max_age)
-        .and_then(|view| judge_request(view, grants, overrides, &breaker, &request, holder, now));
+    let judged = fresh_view(snapshot.as_ref(), now, state.gate_view_max_age).and_then(|view| {
+        judge_request(
+            view,
+            grants,
+            overrides,
+            &breaker,
+            Some(&calendar),
+            &request,
+            holder,
+            now,
+        )
+    });
     match judged {
         Ok(decision) => {
             let how = decision
@@ -907,6 +928,7 @@ mod tests {
                     grants,
                     overrides,
                     breaker,
+                    None,
                     &request(node),
                     grant(99),
                     NOW,
@@ -1291,7 +1313,7 @@ mod tests {
                     let holder = grant(n as u128 + 100);
                     let before = in_force_now(&snapshot, grants.clone());
                     let outcome = judge_request(
-                        &snapshot, grants.clone(), Vec::new(), &breaker,
+                        &snapshot, grants.clone(), Vec::new(), &breaker, None,
                         &request(node), holder.clone(), NOW,
                     );
                     match outcome {

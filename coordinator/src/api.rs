@@ -45,6 +45,20 @@ pub struct ApiState {
     pub failure_domains: crate::gate::DomainSource,
     /// What a what-if needs of the daemon (`GET /1/what-if`); `None`: what-ifs are refused.
     pub what_if: Option<Arc<crate::what_if::WhatIfContext>>,
+    /// The configuration's maintenance windows and freezes (the run-time freezes are the
+    /// state's).
+    pub calendar: Arc<nodecare_core::calendar::Calendar>,
+}
+
+/// Where the calendar stands at `now_ms`: the configuration's windows and freezes with the
+/// run-time freezes of the state.
+pub fn calendar_now(
+    state: &ApiState,
+    now_ms: u64,
+) -> Result<nodecare_core::calendar::CalendarNow, crate::store::StoreError> {
+    let mut calendar = nodecare_core::calendar::Calendar::clone(&state.calendar);
+    calendar.freezes.extend(state.store.freezes()?);
+    Ok(calendar.at(now_ms))
 }
 
 /// After a cancel is recorded: the incident's jobs that have not started are canceled now

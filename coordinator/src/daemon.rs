@@ -151,7 +151,9 @@ impl Coordinator {
         let board = Arc::new(Board::default());
         let watches = watches.map(|watches| watches.with_board(&board));
         let incident_lock = Arc::new(tokio::sync::Mutex::new(()));
-        let settings = reconcile_settings(config, node_name.clone());
+        let mut settings = reconcile_settings(config, node_name.clone());
+        settings.gate.calendar = crate::config::calendar(config)?;
+        let calendar = Arc::new(settings.gate.calendar.clone());
         if let Err(error) = crate::auth::Users::load(&config.users) {
             tracing::warn!(%error, "writes (cancel, the web page's actions) are refused until the users file is fixed");
         }
@@ -195,6 +197,7 @@ impl Coordinator {
             replicator,
             failure_domains: config.domain_source(),
             what_if: Some(what_if),
+            calendar,
         };
         let interval = config.round_interval_duration()?;
         let stall = Config::duration(config.round_stall_timeout);
@@ -493,6 +496,8 @@ pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettin
             groups: config.group_caps.clone(),
             breaker: config.breaker,
             grace: crate::config::Config::duration(config.grace),
+            // Loaded with its time zone by the daemon ([`crate::config::calendar`]).
+            calendar: nodecare_core::calendar::Calendar::always_open(),
         },
         job_chains: config.job_chains,
         evacuation: config.evacuation_policy(),

@@ -106,6 +106,32 @@ pub mod config {
         crate::install_crypto_provider();
         Ok(RapiClient::new(rapi)?.with_reason_source(&config.reason_source)?)
     }
+
+    /// The calendar of the configuration's `[calendar]` section, in its time zone (read now
+    /// from the system's zoneinfo; empty: the system's own zone), with the configuration's
+    /// freezes only (the run-time ones are the state's, added each round).
+    pub fn calendar(config: &Config) -> Result<nodecare_core::calendar::Calendar, ConfigError> {
+        let section = &config.calendar;
+        let (zone, name) = if section.time_zone.is_empty() {
+            let zone = jiff::tz::TimeZone::system();
+            let name = zone
+                .iana_name()
+                .unwrap_or("the system's time zone")
+                .to_owned();
+            (zone, name)
+        } else {
+            let zone = jiff::tz::TimeZone::get(&section.time_zone).map_err(|error| {
+                ConfigError::Invalid(format!(
+                    "calendar.time_zone {:?}: {error}",
+                    section.time_zone
+                ))
+            })?;
+            (zone, section.time_zone.clone())
+        };
+        section
+            .calendar(zone, &name, &[])
+            .map_err(|e| ConfigError::Invalid(format!("calendar: {e}")))
+    }
 }
 
 /// Installs rustls's `ring` provider as the process default (idempotent). Every HTTP client of

@@ -108,6 +108,8 @@ pub struct CoordinatorMetrics {
     breaker_open: Gauge,
     grants: Gauge,
     overrides: Gauge,
+    window_open: Gauge,
+    frozen: Gauge,
     /// The balancing duty's runs and moves.
     pub balancing: BalancingMetrics,
     campaigns: Family<Labels, Gauge>,
@@ -272,6 +274,19 @@ impl CoordinatorMetrics {
             "1 while the storm breaker is open (no new disruption starts), else 0",
             breaker_open.clone(),
         );
+        let window_open = Gauge::default();
+        window_open.set(1);
+        registry.register(
+            "nodecare_coordinator_maintenance_window_open",
+            "1 while a maintenance window is open or none is configured (planned work may start), else 0",
+            window_open.clone(),
+        );
+        let frozen = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_frozen",
+            "1 while a maintenance freeze is in force (no planned work starts), else 0",
+            frozen.clone(),
+        );
         let grants = Gauge::default();
         registry.register(
             "nodecare_coordinator_grants",
@@ -428,6 +443,8 @@ impl CoordinatorMetrics {
             breaker_open,
             grants,
             overrides,
+            window_open,
+            frozen,
             balancing,
             campaigns,
             campaign_group,
@@ -563,6 +580,14 @@ impl CoordinatorMetrics {
         self.breaker_open.set(i64::from(breaker_open));
         self.grants.set(gauge_value(grants));
         self.overrides.set(gauge_value(overrides));
+    }
+
+    /// Sets the calendar's gauges: a maintenance window open (or none configured), a freeze
+    /// in force.
+    pub fn set_calendar(&self, calendar: &nodecare_core::calendar::CalendarNow) {
+        self.window_open
+            .set(i64::from(calendar.window.as_ref().is_none_or(|w| w.open)));
+        self.frozen.set(i64::from(calendar.freeze.is_some()));
     }
 
     /// Sets the campaign gauges from the stored campaigns: how many in each state, and the

@@ -445,7 +445,13 @@ impl Reconciler {
             groups: gate::group_caps(&settings.groups, &input.group_names),
             overrides: input.overrides.clone(),
             breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
+            calendar: {
+                let mut calendar = settings.calendar.clone();
+                calendar.freezes.extend(self.store.freezes()?);
+                calendar.at(now)
+            },
         };
+        self.board.metrics.set_calendar(&policy.calendar);
         let mut proposals = Vec::new();
         for duty in duties.iter_mut() {
             proposals.extend(duty.propose(services, &input, &in_force).await?);

@@ -24,6 +24,8 @@ use crate::incident::Incident;
 
 mod admission;
 mod campaign_ops;
+mod freezes;
+pub use freezes::{FREEZES_DOCUMENT, Lifted};
 mod instance_repairs;
 mod ledger;
 mod node_repair;

@@ -406,6 +406,7 @@ async fn the_endpoint_answers_what_it_can() {
         replicator: None,
         failure_domains: nodecare_coordinator::gate::DomainSource::default(),
         what_if: Some(Arc::clone(&context)),
+        calendar: Arc::default(),
     };
     let answer = nodecare_coordinator::what_if_api::what_if(
         &state,
@@ -433,6 +434,7 @@ async fn the_endpoint_answers_what_it_can() {
     drop(held);
     let off = ApiState {
         what_if: None,
+        calendar: Arc::default(),
         ..state.clone()
     };
     let (got, _) = nodecare_coordinator::what_if_api::what_if(&off, Some("drain=node2.sim.test"))

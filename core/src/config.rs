@@ -164,6 +164,8 @@ pub struct Config {
     pub retention: crate::retention::RetentionConfig,
     /// The state's replicas on the master candidates (master failover).
     pub replication: ReplicationSection,
+    /// Maintenance windows and freezes: when planned work may start.
+    pub calendar: crate::calendar::CalendarConfig,
 }
 
 /// `[replication]`: the state kept by the agents of the master candidates, so that the
@@ -307,6 +309,7 @@ impl Default for Config {
             instance_repair: InstanceRepairSection::default(),
             retention: crate::retention::RetentionConfig::default(),
             replication: ReplicationSection::default(),
+            calendar: crate::calendar::CalendarConfig::default(),
         }
     }
 }
@@ -384,6 +387,9 @@ impl Config {
 
     /// Checks value ranges.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.calendar
+            .calendar(jiff::tz::TimeZone::UTC, "UTC", &[])
+            .map_err(|e| ConfigError::Invalid(format!("calendar: {e}")))?;
         self.round_interval_duration()?;
         seconds("job_timeout", self.job_timeout, 1.0)?;
         seconds("round_stall_timeout", self.round_stall_timeout, 0.1)?;

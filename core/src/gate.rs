@@ -11,6 +11,9 @@
 //! The rules, in the order they are checked for a proposal that opens a new disruption:
 //!
 //! 1. **Storm breaker**: while it is open nothing new starts (work in flight goes on).
+//! 1b. **Maintenance windows and freezes** ([`crate::calendar`]): a kind of work that obeys
+//!    them starts only inside a window and never in a freeze (campaigns, balancing and
+//!    admissions by default; repairs by rule); what started goes on.
 //! 2. **Failure domains**: disrupted nodes (drained, offline, evacuating, rebooting, being
 //!    repaired, whoever did it) sit in one failure domain at a time. An operator override of a
 //!    domain waives this rule (and the caps) for that domain until it expires.
@@ -53,6 +56,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+use crate::calendar::{CalendarNow, WorkKind};
 
 /// A duty of the coordinator, in the order the gate serves them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -306,6 +311,26 @@ pub struct Policy {
     pub overrides: Vec<Override>,
     /// Why the storm breaker is open, if it is.
     pub breaker: Option<String>,
+    /// Maintenance windows and freezes at this round ([`crate::calendar`]).
+    #[serde(default, skip_serializing_if = "is_default_calendar")]
+    pub calendar: CalendarNow,
+}
+
+fn is_default_calendar(calendar: &CalendarNow) -> bool {
+    *calendar == CalendarNow::default()
+}
+
+/// The kind of work a proposal is, as the calendar tells them apart: a node repair that
+/// disrupts no node is a live repair, one that does is an evacuation.
+pub fn work_kind(proposal: &Proposal) -> WorkKind {
+    match proposal.duty {
+        Duty::NodeRepair if proposal.disrupts.is_empty() => WorkKind::LiveRepair,
+        Duty::NodeRepair => WorkKind::Evacuation,
+        Duty::InstanceRepair => WorkKind::InstanceRepair,
+        Duty::Maintenance => WorkKind::Campaign,
+        Duty::Balancing => WorkKind::Balancing,
+        Duty::Admission => WorkKind::Admission,
+    }
 }
 
 /// The cluster as the gate sees it this round.
@@ -895,6 +920,9 @@ fn judge(
     }
     if let Some(why) = &policy.breaker {
         return Err(BlockedBy::Breaker { why: why.clone() });
+    }
+    if let Some(block) = policy.calendar.blocks(work_kind(proposal)) {
+        return Err(block);
     }
     if new.is_empty() {
         // Disrupts no node: no domain or cap is used. Work that moves nothing (a live repair:
@@ -1979,6 +2007,120 @@ mod tests {
         assert_eq!(
             outcome(&decision, 2),
             Err("storm breaker open: 3 of 6 nodes opened incidents within 60 s".into())
+        );
+    }
+
+    /// Maintenance windows and freezes hold new planned work only: a campaign's new group
+    /// waits outside its window and in a freeze, naming it; what its holder already holds goes
+    /// on; an evacuation starts outside a window and in a freeze unless the rules say so.
+    #[test]
+    fn calendar_holds_new_planned_work_and_names_the_window_or_freeze() {
+        use crate::calendar::{CalendarNow, CalendarRules, Freeze, FreezeNow, Obeys, WindowNow};
+        let view = view();
+        let as_campaign = |n: u128, node: &str| Proposal {
+            duty: Duty::Maintenance,
+            ..repair(n, node)
+        };
+        let closed = CalendarNow {
+            window: Some(WindowNow {
+                open: false,
+                closes_ms: None,
+                next_ms: Some(9_000),
+                text: "Tue 2026-12-08 02:00 UTC (Tue,Thu 02:00-05:00)".into(),
+            }),
+            freeze: None,
+            rules: CalendarRules::default(),
+        };
+        let policy = Policy {
+            calendar: closed.clone(),
+            ..roomy()
+        };
+        // Campaign 1 holds n1 (a group it started); campaign 2 would start on n3.
+        let in_force = InForce::new(&view, [("n1".to_owned(), Holder::Incident { id: id(1) })]);
+        let decision = decide(
+            &view,
+            &policy,
+            &in_force,
+            vec![as_campaign(1, "n1"), as_campaign(2, "n2"), repair(3, "n1")],
+        );
+        assert_eq!(outcome(&decision, 1), Ok(Admitted::Continuation));
+        assert_eq!(
+            outcome(&decision, 2),
+            Err("outside the maintenance window (next: Tue 2026-12-08 02:00 UTC (Tue,Thu 02:00-05:00))".into())
+        );
+        // An evacuation is not held by windows (it waits for n1's holder, as always).
+        let decision = decide(&view, &policy, &InForce::default(), vec![repair(3, "n3")]);
+        assert_eq!(outcome(&decision, 3), Ok(Admitted::New));
+        // A freeze holds planned work, open window or not; evacuations by rule only.
+        let frozen = CalendarNow {
+            window: None,
+            freeze: Some(FreezeNow {
+                freeze: Freeze {
+                    id: id(7),
+                    from_ms: 0,
+                    until_ms: 5_000,
+                    reason: "year end".into(),
+                    who: "alice".into(),
+                    created_ms: 0,
+                    lifted_ms: None,
+                    lifted_by: None,
+                },
+                until: "Sun 2027-01-03 00:00 UTC".into(),
+            }),
+            rules: CalendarRules::default(),
+        };
+        let policy = Policy {
+            calendar: frozen.clone(),
+            ..roomy()
+        };
+        let decision = decide(
+            &view,
+            &policy,
+            &InForce::default(),
+            vec![as_campaign(2, "n2"), repair(3, "n3")],
+        );
+        assert_eq!(
+            outcome(&decision, 2),
+            Err(format!(
+                "frozen until Sun 2027-01-03 00:00 UTC: year end (freeze {})",
+                id(7)
+            ))
+        );
+        assert_eq!(outcome(&decision, 3), Ok(Admitted::New));
+        let strict = Policy {
+            calendar: CalendarNow {
+                rules: CalendarRules {
+                    evacuations: Obeys::Freezes,
+                    ..CalendarRules::default()
+                },
+                ..frozen
+            },
+            ..roomy()
+        };
+        let decision = decide(&view, &strict, &InForce::default(), vec![repair(3, "n3")]);
+        assert!(outcome(&decision, 3).is_err_and(|e| e.starts_with("frozen until")));
+        // A live repair (disrupts nothing) obeys only when its rule says so.
+        let live = Proposal {
+            disrupts: BTreeSet::new(),
+            touches: ["n2".to_owned()].into(),
+            moves_memory: Some(0),
+            ..repair(4, "n2")
+        };
+        let decision = decide(&view, &policy, &InForce::default(), vec![live.clone()]);
+        assert_eq!(outcome(&decision, 4), Ok(Admitted::New));
+        let in_windows = Policy {
+            calendar: CalendarNow {
+                rules: CalendarRules {
+                    live_repairs: Obeys::Windows,
+                    ..CalendarRules::default()
+                },
+                ..closed
+            },
+            ..roomy()
+        };
+        let decision = decide(&view, &in_windows, &InForce::default(), vec![live]);
+        assert!(
+            outcome(&decision, 4).is_err_and(|e| e.starts_with("outside the maintenance window"))
         );
     }
 

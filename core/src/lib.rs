@@ -18,6 +18,7 @@
 //! fails when one comes in.
 
 pub mod breaker;
+pub mod calendar;
 pub mod campaign;
 pub mod config;
 pub mod duty;

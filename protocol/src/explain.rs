@@ -161,6 +161,8 @@ impl BlockedBy {
             Self::Conflict { .. } => "one holder per node",
             Self::UnknownNode { .. } => "node must be in the cluster",
             Self::Master { .. } => "the master is not evacuated",
+            Self::Freeze { .. } => "no planned work in a freeze",
+            Self::OutsideWindow { .. } => "planned work inside a maintenance window",
             Self::Other => "unknown rule",
         }
     }

@@ -141,6 +141,22 @@ pub enum BlockedBy {
         /// The node.
         node: String,
     },
+    /// A maintenance freeze is in force (`nodecare freeze`, or `[calendar]` of the
+    /// configuration), and this kind of work waits for its end.
+    Freeze {
+        /// The freeze.
+        id: String,
+        /// Why it was set.
+        reason: String,
+        /// When it ends, for people.
+        until: String,
+    },
+    /// No maintenance window is open, and this kind of work starts only inside one.
+    OutsideWindow {
+        /// The next window, for people (`Tue 2026-12-08 02:00 Europe/Berlin (Tue,Thu
+        /// 02:00-05:00)`).
+        next: String,
+    },
     /// A kind this reader does not know.
     #[serde(other)]
     Other,
@@ -179,6 +195,12 @@ impl std::fmt::Display for BlockedBy {
                 f,
                 "{node} is the master: move the master first (gnt-cluster master-failover on another master candidate)"
             ),
+            Self::Freeze { id, reason, until } => {
+                write!(f, "frozen until {until}: {reason} (freeze {id})")
+            }
+            Self::OutsideWindow { next } => {
+                write!(f, "outside the maintenance window (next: {next})")
+            }
             Self::Other => f.write_str("blocked (for a reason this version cannot name)"),
         }
     }

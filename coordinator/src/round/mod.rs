@@ -81,6 +81,9 @@ pub struct GateSettings {
     pub breaker: BreakerPolicy,
     /// How long nodes of a planned disruption's domain opening incidents are not acted on.
     pub grace: Duration,
+    /// Maintenance windows and the configuration's freezes (the run-time ones are read from
+    /// the state each round).
+    pub calendar: nodecare_core::calendar::Calendar,
 }
 
 /// Why a round stopped.

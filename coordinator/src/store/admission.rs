@@ -69,7 +69,7 @@ pub enum Revoked {
     NotFound,
 }
 
-fn audit(
+pub(super) fn audit(
     connection: &Connection,
     now_ms: u64,
     who: &str,
