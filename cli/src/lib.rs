@@ -11,6 +11,7 @@ mod campaign;
 mod check;
 mod explain;
 mod fields;
+mod freeze;
 mod gate;
 mod harep;
 mod list;
@@ -76,6 +77,11 @@ enum Command {
     /// The storm breaker: show it, or reset it once the cause of the storm is understood.
     #[command(after_help = EXIT_HELP)]
     Breaker(gate::BreakerArgs),
+    /// Maintenance freezes: `freeze --until TIME --reason WHY` holds planned work (campaigns,
+    /// balancing, other tools' requests) until then; `freeze list` shows the windows and
+    /// freezes, `freeze lift ID` ends one early (audited).
+    #[command(after_help = EXIT_HELP)]
+    Freeze(freeze::FreezeArgs),
     /// Run a node's diagnose scripts now (through its agent, signed by the coordinator).
     Check(check::CheckArgs),
     /// Why the coordinator did (or did not do) something: a node (`--at TIME`), an incident's
@@ -107,6 +113,7 @@ pub fn run() -> ExitCode {
         Command::Disruption(args) => gate::run_disruption(args),
         Command::Budget(args) => gate::run_budget(args),
         Command::Breaker(args) => gate::run_breaker(args),
+        Command::Freeze(args) => freeze::run_freeze(args),
         Command::Check(args) => check::run_check(args),
         Command::Explain(args) => explain::run_explain(args),
         Command::WhatIf(args) => what_if::run_what_if(args),

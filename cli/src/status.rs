@@ -206,16 +206,24 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
 /// shows none of them (before its first round, or an older coordinator).
 pub(crate) fn render_gate(overview: &Overview) -> String {
     let breaker = &overview.breaker;
+    let calendar = overview
+        .calendar
+        .as_ref()
+        .filter(|c| c.window.is_some() || !c.freezes.is_empty());
     let anything = !overview.domains.is_empty()
         || !overview.grants.is_empty()
         || !overview.overrides.is_empty()
         || breaker.open
-        || breaker.reset_ms.is_some();
+        || breaker.reset_ms.is_some()
+        || calendar.is_some();
     if !anything {
         return String::new();
     }
     let mut out = String::new();
     let _ignored = writeln!(out, "\n{}", crate::gate::breaker_line(breaker));
+    if let Some(calendar) = calendar {
+        let _ignored = writeln!(out, "{}", crate::freeze::calendar_text(calendar));
+    }
     if !overview.domains.is_empty() {
         let busy = overview
             .domains

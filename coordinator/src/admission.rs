@@ -304,6 +304,8 @@ pub struct GateStatus {
     pub breaker: BreakerView,
     /// The last lines of the audit log, oldest first.
     pub audit: Vec<AuditEntry>,
+    /// Maintenance windows and freezes now.
+    pub calendar: nodecare_core::calendar::CalendarStatus,
 }
 
 /// How many audit lines status pages show.
@@ -415,6 +417,7 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         overrides,
         breaker,
         audit,
+        calendar: crate::freeze_api::status(state, now)?,
     })
 }
 
@@ -458,14 +461,14 @@ pub struct Failed {
 }
 
 impl Failed {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
         }
     }
 
-    fn internal(e: impl std::fmt::Display) -> Self {
+    pub(crate) fn internal(e: impl std::fmt::Display) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
     }
 }
@@ -477,7 +480,10 @@ impl IntoResponse for Failed {
 }
 
 /// Decodes a JSON body into `T`, or a `400` naming what is wrong.
-fn body_of<T: serde::de::DeserializeOwned>(body: &[u8], what: &str) -> Result<T, Failed> {
+pub(crate) fn body_of<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, Failed> {
     serde_json::from_slice(body).map_err(|e| {
         Failed::new(
             StatusCode::BAD_REQUEST,
@@ -595,7 +601,7 @@ pub async fn list(State(state): State<ApiState>) -> Response {
     }
 }
 
-fn parse_id(text: &str, what: &str) -> Result<Uuid, Failed> {
+pub(crate) fn parse_id(text: &str, what: &str) -> Result<Uuid, Failed> {
     Uuid::parse_str(text).map_err(|_| {
         Failed::new(
             StatusCode::BAD_REQUEST,

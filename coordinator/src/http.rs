@@ -82,6 +82,11 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
             "/1/overrides/{id}",
             delete(crate::admission::revoke_override),
         )
+        .route(
+            "/1/freezes",
+            get(crate::freeze_api::list).post(crate::freeze_api::set),
+        )
+        .route("/1/freezes/{id}", delete(crate::freeze_api::delete))
         .route("/1/breaker", get(crate::admission::breaker))
         .route("/1/breaker/reset", post(crate::admission::reset_breaker))
         .route("/1/audit", get(crate::admission::audit))

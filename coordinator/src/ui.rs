@@ -530,6 +530,32 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                 } }
             }
         }
+        @if gate.calendar.window.is_some() || !gate.calendar.freezes.is_empty() {
+            section id="calendar" {
+                h2 { "Maintenance windows and freezes" }
+                @if let Some(window) = &gate.calendar.window {
+                    p {
+                        "Windows (" (gate.calendar.time_zone) "): " (gate.calendar.windows.join("; ")) ". "
+                        @if window.open { span.ok { "Open" } ": " (window.text) "." } @else { span.warn { "Closed" } "; next: " (window.text) "." }
+                    }
+                }
+                @if !gate.calendar.freezes.is_empty() {
+                    div.wrap { table {
+                        thead { tr { th { "from" } th { "until" } th { "state" } th { "set by" } th { "reason" } } }
+                        tbody { @for f in &gate.calendar.freezes {
+                            tr {
+                                td { (f.from) }
+                                td { (f.until) }
+                                td { @if f.active { span.warn { "in force" } } @else if let Some(by) = &f.lifted_by { "lifted by " (by) } @else { "not in force" } }
+                                td { (f.who) }
+                                td { (f.reason) }
+                            }
+                        } }
+                    } }
+                }
+                p.mute { "Planned work (campaigns, balancing, other tools' requests) starts only inside a window and never in a freeze; `nodecare freeze` sets, lists and lifts freezes." }
+            }
+        }
         section id="overrides" {
             h2 { "Overrides" }
             @if gate.overrides.is_empty() {

@@ -15,6 +15,10 @@
 //! started (a campaign's group, an evacuation's next moves) goes on, so a campaign that reaches
 //! the end of its window finishes its group and stops before the next one.
 
+pub use nodecare_protocol::calendar::{
+    CalendarRules, CalendarStatus, FreezeRequest, FreezeView, Obeys, WindowNow, WorkKind,
+};
+
 use jiff::Timestamp;
 use jiff::civil::{Date, DateTime, Time, Weekday};
 use jiff::tz::TimeZone;
@@ -234,107 +238,6 @@ impl Freeze {
     }
 }
 
-/// Whether a kind of work obeys the windows and the freezes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Obeys {
-    /// Starts at any time.
-    #[default]
-    AnyTime,
-    /// Starts only inside a window, never in a freeze.
-    Windows,
-    /// Starts at any time but never in a freeze.
-    Freezes,
-}
-
-impl Obeys {
-    const fn windows(self) -> bool {
-        matches!(self, Self::Windows)
-    }
-    const fn freezes(self) -> bool {
-        matches!(self, Self::Windows | Self::Freezes)
-    }
-}
-
-/// What each kind of work obeys (`[calendar]` of the configuration).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default, rename_all = "snake_case")]
-pub struct CalendarRules {
-    /// Rolling-maintenance campaigns (each group starts only inside a window).
-    pub campaigns: Obeys,
-    /// Balancing moves.
-    pub balancing: Obeys,
-    /// Other tools' admission requests (`POST /1/disruptions`): planned disruptions.
-    pub admissions: Obeys,
-    /// Live repairs of failing nodes.
-    pub live_repairs: Obeys,
-    /// Instance repairs (harep's duty).
-    pub instance_repairs: Obeys,
-    /// Evacuations of failing nodes.
-    pub evacuations: Obeys,
-}
-
-impl Default for CalendarRules {
-    /// Planned work (campaigns, balancing, admissions) obeys windows and freezes; repairs of
-    /// what is failing start at any time.
-    fn default() -> Self {
-        Self {
-            campaigns: Obeys::Windows,
-            balancing: Obeys::Windows,
-            admissions: Obeys::Windows,
-            live_repairs: Obeys::AnyTime,
-            instance_repairs: Obeys::AnyTime,
-            evacuations: Obeys::AnyTime,
-        }
-    }
-}
-
-/// The kinds of work the calendar tells apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum WorkKind {
-    /// A campaign's group.
-    Campaign,
-    /// A balancing move.
-    Balancing,
-    /// Another tool's admission request.
-    Admission,
-    /// A live repair.
-    LiveRepair,
-    /// An instance repair.
-    InstanceRepair,
-    /// An evacuation of a failing node.
-    Evacuation,
-}
-
-impl WorkKind {
-    /// For people.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Campaign => "campaign",
-            Self::Balancing => "balancing",
-            Self::Admission => "admission",
-            Self::LiveRepair => "live repair",
-            Self::InstanceRepair => "instance repair",
-            Self::Evacuation => "evacuation",
-        }
-    }
-}
-
-impl CalendarRules {
-    /// What `kind` obeys.
-    pub const fn of(&self, kind: WorkKind) -> Obeys {
-        match kind {
-            WorkKind::Campaign => self.campaigns,
-            WorkKind::Balancing => self.balancing,
-            WorkKind::Admission => self.admissions,
-            WorkKind::LiveRepair => self.live_repairs,
-            WorkKind::InstanceRepair => self.instance_repairs,
-            WorkKind::Evacuation => self.evacuations,
-        }
-    }
-}
-
 /// A calendar: its windows, its freezes, its time zone and its rules.
 #[derive(Debug, Clone)]
 pub struct Calendar {
@@ -348,22 +251,6 @@ pub struct Calendar {
     pub zone_name: String,
     /// What obeys what.
     pub rules: CalendarRules,
-}
-
-/// Where the windows stand at a moment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WindowNow {
-    /// A window is open.
-    pub open: bool,
-    /// Open: Unix ms it closes (the end of the windows that follow each other without a gap).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub closes_ms: Option<u64>,
-    /// Closed: Unix ms the next one opens.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub next_ms: Option<u64>,
-    /// The window open now, or the next one, for people: `Tue 2026-12-08 02:00 Europe/Berlin
-    /// (Tue,Thu 02:00-05:00)`.
-    pub text: String,
 }
 
 /// What the gate reads of the calendar this round (part of its policy, recorded with it).
@@ -574,6 +461,103 @@ impl Calendar {
             .compatible()
             .map_err(|e| bad(&e))?;
         to_ms(at).ok_or_else(|| bad(&"before 1970"))
+    }
+}
+
+/// Longest freeze a request may set: a year.
+pub const MAX_FREEZE_MS: u64 = 366 * 24 * 3600 * 1000;
+
+impl Calendar {
+    /// The freeze `request` asks `who` to set at `now_ms` (its id given), checked: it begins
+    /// `from` (default: now) and ends `until` or after `duration_s` (exactly one), in the
+    /// future, within [`MAX_FREEZE_MS`], with a reason.
+    pub fn freeze_of(
+        &self,
+        request: &FreezeRequest,
+        who: &str,
+        now_ms: u64,
+        id: Uuid,
+    ) -> Result<Freeze, CalendarError> {
+        check_reason(&request.reason)?;
+        let from_ms = match &request.from {
+            Some(from) => self.parse_moment(from)?,
+            None => now_ms,
+        };
+        let until_ms = match (&request.until, request.duration_s) {
+            (Some(until), None) => self.parse_moment(until)?,
+            (None, Some(seconds)) => from_ms.saturating_add(seconds.saturating_mul(1000)),
+            _ => {
+                return Err(CalendarError(
+                    "say when the freeze ends: exactly one of until and duration_s".to_owned(),
+                ));
+            }
+        };
+        if until_ms <= from_ms {
+            return Err(CalendarError(format!(
+                "the freeze would end ({}) before it begins ({})",
+                self.describe_ms(until_ms),
+                self.describe_ms(from_ms)
+            )));
+        }
+        if until_ms <= now_ms {
+            return Err(CalendarError(format!(
+                "the freeze would end in the past ({})",
+                self.describe_ms(until_ms)
+            )));
+        }
+        if until_ms - from_ms > MAX_FREEZE_MS {
+            return Err(CalendarError(
+                "a freeze lasts at most a year: set another when it ends".to_owned(),
+            ));
+        }
+        Ok(Freeze {
+            id,
+            from_ms,
+            until_ms,
+            reason: request.reason.trim().to_owned(),
+            who: who.to_owned(),
+            created_ms: now_ms,
+            lifted_ms: None,
+            lifted_by: None,
+        })
+    }
+
+    /// `freeze` as the API shows it at `now_ms`.
+    pub fn view_of(&self, freeze: &Freeze, now_ms: u64) -> FreezeView {
+        FreezeView {
+            id: freeze.id.to_string(),
+            from_ms: freeze.from_ms,
+            until_ms: freeze.until_ms,
+            from: self.describe_ms(freeze.from_ms),
+            until: self.describe_ms(freeze.until_ms),
+            reason: freeze.reason.clone(),
+            who: freeze.who.clone(),
+            created_ms: freeze.created_ms,
+            lifted_ms: freeze.lifted_ms,
+            lifted_by: freeze.lifted_by.clone(),
+            active: freeze.in_force(now_ms),
+        }
+    }
+
+    /// The calendar at `now_ms` as the API shows it (`GET /1/freezes`): its freezes not ended
+    /// a week before, earliest first.
+    pub fn status(&self, now_ms: u64) -> CalendarStatus {
+        let mut freezes: Vec<&Freeze> = self
+            .freezes
+            .iter()
+            .filter(|f| !f.ended(now_ms.saturating_sub(7 * 24 * 3600 * 1000)))
+            .collect();
+        freezes.sort_by_key(|f| (f.from_ms, f.until_ms, f.id));
+        CalendarStatus {
+            time_zone: self.zone_name.clone(),
+            windows: self.windows.iter().map(|w| w.text.clone()).collect(),
+            window: self.window_at(now_ms),
+            rules: self.rules,
+            freezes: freezes
+                .into_iter()
+                .map(|f| self.view_of(f, now_ms))
+                .collect(),
+        }
     }
 }
 

@@ -15,6 +15,7 @@
 //! - [`gate`]: the coordinator's admission API, overrides, storm breaker and failure domains.
 //! - [`maintenance`]: rolling maintenance campaigns (`/1/maintenance`) and the hook's stdin.
 
+pub mod calendar;
 pub mod canonical;
 pub mod clock;
 pub mod diagnose;

@@ -272,6 +272,9 @@ pub struct Overview {
     /// Instances the instance-repair duty is repairing or would repair (empty when it is off).
     #[serde(default)]
     pub instance_repairs: Vec<InstanceRepairSummary>,
+    /// Maintenance windows and freezes now (`None`: a coordinator that does not send them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<crate::calendar::CalendarStatus>,
 }
 
 #[cfg(test)]

@@ -328,6 +328,7 @@ fn fixed_gate() -> GateStatus {
             ),
             why: "firmware campaign".into(),
         }],
+        calendar: Default::default(),
     }
 }
 

@@ -324,3 +324,73 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_freeze_request_is_checked_before_it_is_kept() {
+    let c = calendar(&[], "UTC");
+    let now = ms(&c, "2026-12-07T12:00");
+    let ask = |from: Option<&str>, until: Option<&str>, duration_s: Option<u64>, reason: &str| {
+        c.freeze_of(
+            &FreezeRequest {
+                from: from.map(str::to_owned),
+                until: until.map(str::to_owned),
+                duration_s,
+                reason: reason.to_owned(),
+            },
+            "alice",
+            now,
+            Uuid::nil(),
+        )
+    };
+    let year_end = ask(Some("2026-12-20"), Some("2027-01-03"), None, "year end");
+    assert_eq!(
+        year_end
+            .as_ref()
+            .map(|f| (f.from_ms, f.until_ms, f.who.as_str())),
+        Ok((ms(&c, "2026-12-20"), ms(&c, "2027-01-03"), "alice"))
+    );
+    assert_eq!(
+        ask(None, None, Some(3600), "incident").map(|f| (f.from_ms, f.until_ms)),
+        Ok((now, now + 3_600_000))
+    );
+    let refusals: &[(Option<&str>, Option<&str>, Option<u64>, &str, &str)] = &[
+        (None, None, None, "x", "exactly one of until and duration_s"),
+        (None, Some("2027-01-03"), Some(60), "x", "exactly one"),
+        (
+            Some("2027-01-03"),
+            Some("2026-12-20"),
+            None,
+            "x",
+            "before it begins",
+        ),
+        (
+            Some("2026-01-01"),
+            Some("2026-02-01"),
+            None,
+            "x",
+            "in the past",
+        ),
+        (None, Some("2028-06-01"), None, "x", "at most a year"),
+        (None, Some("2026-12-20"), None, "", "needs a reason"),
+        (None, Some("soon"), None, "x", "not a date"),
+    ];
+    for (from, until, duration, reason, says) in refusals {
+        match ask(*from, *until, *duration, reason) {
+            Ok(freeze) => panic!("{from:?} {until:?} {duration:?}: kept {freeze:?}"),
+            Err(error) => assert!(error.0.contains(says), "{error}"),
+        }
+    }
+    // As the API shows it.
+    let mut frozen = c.clone();
+    frozen.freezes.extend(year_end);
+    let status = frozen.status(ms(&c, "2026-12-21"));
+    assert_eq!(status.time_zone, "UTC");
+    assert_eq!(status.freezes.len(), 1);
+    assert!(
+        status
+            .freezes
+            .iter()
+            .all(|f| f.active && f.until == "Sun 2027-01-03 00:00 UTC")
+    );
+    assert!(frozen.status(ms(&c, "2027-01-11")).freezes.is_empty());
+}
