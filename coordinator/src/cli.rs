@@ -214,6 +214,8 @@ fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
     let mut config = crate::config::load(&args.config, given(matches, "config"))?;
     args.apply(matches, &mut config);
     config.validate()?;
+    // The calendar's time zone is read from the system now: an unknown one stops the start.
+    crate::config::calendar(&config)?;
     let node_name = match &config.node_name {
         Some(name) => name.clone(),
         None => hostname()?,

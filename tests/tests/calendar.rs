@@ -231,3 +231,56 @@ async fn outside_its_window_a_request_waits_naming_the_next_window() {
         .unwrap();
     assert!(metrics.contains("nodecare_coordinator_maintenance_window_open 0"));
 }
+
+/// `--check-config` reads the calendar's time zone from the system: an unknown one, or a
+/// window that does not parse, is a configuration error (exit code 2) naming it.
+#[test]
+fn check_config_refuses_an_unknown_time_zone_and_a_bad_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let key_path = dir.path().join("hmac.key");
+    std::fs::write(&key_path, b"nodecare-test-cluster-hmac-key\n").unwrap();
+    std::fs::set_permissions(
+        &key_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let run = |calendar: &str| {
+        let config = format!(
+            "node_name = \"n1\"\nstate_dir = {:?}\nhmac_key = {:?}\n[rapi]\nurl = \"http://127.0.0.1:9\"\nallow_plain_http = true\n{calendar}",
+            dir.path().join("state"),
+            key_path,
+        );
+        let path = dir.path().join("coordinator.toml");
+        std::fs::write(&path, config).unwrap();
+        #[allow(
+            clippy::disallowed_methods,
+            reason = "the test runs the daemon's binary"
+        )]
+        let output =
+            std::process::Command::new(env!("CARGO_BIN_EXE_nodecare-coordinator-under-test"))
+                .arg("--config")
+                .arg(&path)
+                .arg("--check-config")
+                .env("NODECARE_LOG", "error")
+                .output()
+                .unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stdout, stderr) =
+        run("[calendar]\ntime_zone = \"UTC\"\nwindows = [\"Tue,Thu 02:00-05:00\"]\n");
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains("Tue,Thu 02:00-05:00"), "{stdout}");
+    let (code, _, stderr) = run("[calendar]\ntime_zone = \"Mars/Olympus_Mons\"\n");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("calendar.time_zone \"Mars/Olympus_Mons\""),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run("[calendar]\nwindows = [\"Tue 02:00\"]\n");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("window \"Tue 02:00\""), "{stderr}");
+}

@@ -394,3 +394,53 @@ fn a_freeze_request_is_checked_before_it_is_kept() {
     );
     assert!(frozen.status(ms(&c, "2027-01-11")).freezes.is_empty());
 }
+
+#[test]
+fn the_configuration_s_calendar_parses_and_is_checked() {
+    let config = crate::config::Config::parse(
+        r#"
+[calendar]
+time_zone = "Europe/Berlin"
+windows = ["Tue,Thu 02:00-05:00", "Sat 00:00-24:00"]
+freezes = [{ from = "2026-12-20", until = "2027-01-03", reason = "year-end change freeze" }]
+
+[calendar.rules]
+evacuations = "freezes"
+live_repairs = "windows"
+"#,
+    );
+    let config = config.unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.validate().is_ok());
+    assert_eq!(config.calendar.windows.len(), 2);
+    assert_eq!(config.calendar.rules.evacuations, Obeys::Freezes);
+    assert_eq!(config.calendar.rules.campaigns, Obeys::Windows);
+    // The packaged file's defaults are the code's.
+    assert_eq!(
+        crate::config::Config::default().calendar,
+        CalendarConfig::default()
+    );
+    for (text, says) in [
+        (
+            "[calendar]\nwindows = [\"Tue 02:00\"]\n",
+            "calendar: window",
+        ),
+        (
+            "[calendar.rules]\ncampaigns = \"sometimes\"\n",
+            "unknown variant",
+        ),
+        ("[calendar]\nwindow = []\n", "unknown field"),
+        (
+            "[calendar]\nfreezes = [{ from = \"2027-01-03\", until = \"2026-12-20\", reason = \"x\" }]\n",
+            "before it begins",
+        ),
+    ] {
+        let error = crate::config::Config::parse(text)
+            .and_then(|c| c.validate().map(|()| c))
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert!(
+            error.as_ref().is_err_and(|e| e.contains(says)),
+            "{text}: {error:?}"
+        );
+    }
+}
