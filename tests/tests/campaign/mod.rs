@@ -1272,3 +1272,79 @@ async fn a_campaign_on_a_cluster_without_kvm_is_not_checked_for_machine_versions
     assert!(check.unpinned_machine_version.is_empty());
     server.abort();
 }
+
+/// A freeze set while a group reboots (as a window that closes): the group finishes, the next
+/// one waits, saying for what, and no hook reaches its nodes; once the freeze is lifted the
+/// campaign goes on and completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freeze_lets_the_group_finish_and_holds_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let mut h = cluster_with(&users, |config| config.max_disrupted_nodes = 1).await;
+    let (url, server) = serve_api(&h).await;
+    let client = reqwest::Client::new();
+    h.round().await.unwrap();
+    start_reboot_campaign(&url).await;
+    let mut runs = BTreeMap::new();
+    let mut freeze: Option<String> = None;
+    let mut frozen_rounds = 0;
+    for _ in 0..120 {
+        h.round().await.unwrap();
+        reboot_after_hooks(&h.agents, &mut runs);
+        let now = campaign(&h);
+        if now.state.is_final() {
+            break;
+        }
+        let first_hooked = now.groups.len() == 1
+            && now.groups[0]
+                .nodes
+                .iter()
+                .all(|n| matches!(n.step, NodeStep::Hook | NodeStep::WaitHealthy));
+        if freeze.is_none() && first_hooked {
+            let answer = client
+                .post(format!("{url}/1/freezes"))
+                .basic_auth("ops", Some("secret"))
+                .json(&serde_json::json!({"duration_s": 3600, "reason": "change freeze"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), 201);
+            let view: nodecare_protocol::calendar::FreezeView = answer.json().await.unwrap();
+            freeze = Some(view.id);
+            continue;
+        }
+        let Some(id) = &freeze else { continue };
+        let first_done = now.groups[0].nodes.iter().all(|n| n.step == NodeStep::Done);
+        if first_done && frozen_rounds < 4 {
+            // Between groups, held: nothing of the next group starts, and the campaign says why.
+            frozen_rounds += 1;
+            assert_eq!(now.groups.len(), 1, "{now:#?}");
+            let hooked: usize = runs.values().map(BTreeSet::len).sum();
+            assert_eq!(hooked, 1, "{runs:?}");
+            assert!(
+                now.blocked_by
+                    .as_deref()
+                    .is_some_and(|b| b.starts_with("frozen until") && b.contains("change freeze")),
+                "{now:#?}"
+            );
+            if frozen_rounds == 4 {
+                let answer = client
+                    .delete(format!("{url}/1/freezes/{id}"))
+                    .basic_auth("ops", Some("secret"))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(answer.status(), 200);
+            }
+        }
+    }
+    let done = campaign(&h);
+    assert_eq!(frozen_rounds, 4, "{done:#?}");
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    for i in 1..=NODES {
+        assert_eq!(runs[&node(i)].len(), 1, "hooks of {}", node(i));
+    }
+    assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
+    server.abort();
+}
