@@ -111,17 +111,29 @@ pub fn in_force_now(snapshot: &GateSnapshot, grants: Vec<(String, Holder)>) -> I
     in_force
 }
 
+/// What stands now beside the last round's snapshot: the overrides in force, the breaker as
+/// the store has it and, when given, the calendar now.
+#[derive(Debug, Clone, Copy)]
+pub struct Standing<'a> {
+    /// The overrides in force now.
+    pub overrides: &'a [Override],
+    /// The breaker as the store has it.
+    pub breaker: &'a BreakerView,
+    /// The calendar now (`None`: the round's).
+    pub calendar: Option<&'a CalendarNow>,
+}
+
 /// The policy now: the last round's caps, with the overrides in force now, the breaker as
 /// the store has it (open also when the round saw it open and nobody reset it since) and the
 /// calendar now when given (a freeze set since the round counts at once).
-pub fn policy_now(
-    snapshot: &GateSnapshot,
-    overrides: Vec<Override>,
-    breaker: &BreakerView,
-    calendar: Option<&CalendarNow>,
-) -> Policy {
+pub fn policy_now(snapshot: &GateSnapshot, standing: Standing<'_>) -> Policy {
+    let Standing {
+        overrides,
+        breaker,
+        calendar,
+    } = standing;
     let mut policy = snapshot.policy.clone();
-    policy.overrides = overrides;
+    policy.overrides = overrides.to_vec();
     if let Some(calendar) = calendar {
         policy.calendar = calendar.clone();
     }
@@ -170,9 +182,7 @@ pub fn fresh_view(
 pub fn judge_request(
     snapshot: &GateSnapshot,
     grants: Vec<(String, Holder)>,
-    overrides: Vec<Override>,
-    breaker: &BreakerView,
-    calendar: Option<&CalendarNow>,
+    standing: Standing<'_>,
     request: &DisruptionRequest,
     holder: Holder,
     now_ms: u64,
@@ -185,7 +195,7 @@ pub fn judge_request(
     }
     let mut view = crate::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
-    let policy = policy_now(snapshot, overrides, breaker, calendar);
+    let policy = policy_now(snapshot, standing);
     let in_force = in_force_now(snapshot, grants);
     let proposal = Proposal {
         duty: Duty::Admission,
@@ -322,7 +332,14 @@ pub fn domains_and_waiting(
 ) -> (Vec<DomainStatus>, Vec<Waiting>) {
     let mut view = crate::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
-    let policy = policy_now(snapshot, overrides, breaker, None);
+    let policy = policy_now(
+        snapshot,
+        Standing {
+            overrides: &overrides,
+            breaker,
+            calendar: None,
+        },
+    );
     let in_force = in_force_now(snapshot, grants);
     let domains = crate::gate::domain_states(&view, &policy, &in_force)
         .into_iter()
@@ -547,9 +564,11 @@ pub async fn request(State(state): State<ApiState>, headers: HeaderMap, body: By
         judge_request(
             view,
             grants,
-            overrides,
-            &breaker,
-            Some(&calendar),
+            Standing {
+                overrides: &overrides,
+                breaker: &breaker,
+                calendar: Some(&calendar),
+            },
             &request,
             holder,
             now,
@@ -932,9 +951,11 @@ mod tests {
                 judge_request(
                     view,
                     grants,
-                    overrides,
-                    breaker,
-                    None,
+                    Standing {
+                        overrides: &overrides,
+                        breaker,
+                        calendar: None,
+                    },
                     &request(node),
                     grant(99),
                     NOW,
@@ -1319,7 +1340,8 @@ mod tests {
                     let holder = grant(n as u128 + 100);
                     let before = in_force_now(&snapshot, grants.clone());
                     let outcome = judge_request(
-                        &snapshot, grants.clone(), Vec::new(), &breaker, None,
+                        &snapshot, grants.clone(),
+                        Standing { overrides: &[], breaker: &breaker, calendar: None },
                         &request(node), holder.clone(), NOW,
                     );
                     match outcome {

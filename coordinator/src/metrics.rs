@@ -738,6 +738,8 @@ mod tests {
             "nodecare_coordinator_breaker_open 1",
             "nodecare_coordinator_grants 2",
             "nodecare_coordinator_overrides_active 1",
+            "nodecare_coordinator_maintenance_window_open 1",
+            "nodecare_coordinator_frozen 0",
             "nodecare_coordinator_jobs_submitted_total{kind=\"drain\"} 1",
             "nodecare_coordinator_jobs_submitted_total{kind=\"migrate\"} 0",
             "nodecare_coordinator_jobs_failed_total{kind=\"tag\"} 1",
@@ -774,7 +776,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 36);
+        assert_eq!(types, 38);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -860,7 +862,7 @@ mod tests {
         // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
         // deletes, 14 API refusal reasons, 3 watch back-off causes, 2 histograms, scalars:
         // independent of the number of nodes, incidents and campaigns.
-        assert!(samples < 130, "{samples} series:\n{text}");
+        assert!(samples < 132, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

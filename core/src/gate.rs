@@ -11,9 +11,9 @@
 //! The rules, in the order they are checked for a proposal that opens a new disruption:
 //!
 //! 1. **Storm breaker**: while it is open nothing new starts (work in flight goes on).
-//! 1b. **Maintenance windows and freezes** ([`crate::calendar`]): a kind of work that obeys
-//!    them starts only inside a window and never in a freeze (campaigns, balancing and
-//!    admissions by default; repairs by rule); what started goes on.
+//!    Nor, by [`crate::calendar`], does a kind of work that obeys maintenance windows and
+//!    freezes outside a window or in a freeze (campaigns, balancing and admissions by default;
+//!    repairs by rule).
 //! 2. **Failure domains**: disrupted nodes (drained, offline, evacuating, rebooting, being
 //!    repaired, whoever did it) sit in one failure domain at a time. An operator override of a
 //!    domain waives this rule (and the caps) for that domain until it expires.

@@ -353,7 +353,14 @@ fn a_freeze_request_is_checked_before_it_is_kept() {
         ask(None, None, Some(3600), "incident").map(|f| (f.from_ms, f.until_ms)),
         Ok((now, now + 3_600_000))
     );
-    let refusals: &[(Option<&str>, Option<&str>, Option<u64>, &str, &str)] = &[
+    type Refusal<'a> = (
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<u64>,
+        &'a str,
+        &'a str,
+    );
+    let refusals: &[Refusal<'_>] = &[
         (None, None, None, "x", "exactly one of until and duration_s"),
         (None, Some("2027-01-03"), Some(60), "x", "exactly one"),
         (
