@@ -500,6 +500,7 @@ pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettin
             calendar: nodecare_core::calendar::Calendar::always_open(),
         },
         job_chains: config.job_chains,
+        ladder: config.repair_ladder,
         evacuation: config.evacuation_policy(),
         undrain_on_ack: config.undrain_on_ack,
         job_timeout: Config::duration(config.job_timeout),

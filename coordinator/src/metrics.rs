@@ -110,6 +110,7 @@ pub struct CoordinatorMetrics {
     overrides: Gauge,
     window_open: Gauge,
     frozen: Gauge,
+    laddered: Family<Labels, Counter>,
     /// The balancing duty's runs and moves.
     pub balancing: BalancingMetrics,
     campaigns: Family<Labels, Gauge>,
@@ -281,6 +282,15 @@ impl CoordinatorMetrics {
             "1 while a maintenance window is open or none is configured (planned work may start), else 0",
             window_open.clone(),
         );
+        let laddered = Family::<Labels, Counter>::default();
+        registry.register(
+            "nodecare_coordinator_escalations",
+            "Incidents opened more invasive than their verdict asked, by the node's repair history ([repair_ladder]), by why",
+            laddered.clone(),
+        );
+        for why in ["live_repair_limit", "failed_again"] {
+            laddered.get_or_create(&labels(&[("why", why)])).inc_by(0);
+        }
         let frozen = Gauge::default();
         registry.register(
             "nodecare_coordinator_frozen",
@@ -445,6 +455,7 @@ impl CoordinatorMetrics {
             overrides,
             window_open,
             frozen,
+            laddered,
             balancing,
             campaigns,
             campaign_group,
@@ -580,6 +591,13 @@ impl CoordinatorMetrics {
         self.breaker_open.set(i64::from(breaker_open));
         self.grants.set(gauge_value(grants));
         self.overrides.set(gauge_value(overrides));
+    }
+
+    /// Counts an incident escalated by its node's repair history.
+    pub fn laddered(&self, why: nodecare_core::duty::node_repair::ladder::Why) {
+        self.laddered
+            .get_or_create(&labels(&[("why", why.as_str())]))
+            .inc();
     }
 
     /// Sets the calendar's gauges: a maintenance window open (or none configured), a freeze
@@ -776,7 +794,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 38);
+        assert_eq!(types, 39);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -862,7 +880,7 @@ mod tests {
         // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
         // deletes, 14 API refusal reasons, 3 watch back-off causes, 2 histograms, scalars:
         // independent of the number of nodes, incidents and campaigns.
-        assert!(samples < 132, "{samples} series:\n{text}");
+        assert!(samples < 134, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

@@ -166,6 +166,8 @@ pub struct Config {
     pub replication: ReplicationSection,
     /// Maintenance windows and freezes: when planned work may start.
     pub calendar: crate::calendar::CalendarConfig,
+    /// The escalation ladder: repairs bounded by each node's repair history.
+    pub repair_ladder: crate::duty::node_repair::ladder::LadderPolicy,
 }
 
 /// `[replication]`: the state kept by the agents of the master candidates, so that the
@@ -310,6 +312,7 @@ impl Default for Config {
             retention: crate::retention::RetentionConfig::default(),
             replication: ReplicationSection::default(),
             calendar: crate::calendar::CalendarConfig::default(),
+            repair_ladder: crate::duty::node_repair::ladder::LadderPolicy::default(),
         }
     }
 }
@@ -387,6 +390,9 @@ impl Config {
 
     /// Checks value ranges.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.repair_ladder
+            .validate()
+            .map_err(ConfigError::Invalid)?;
         self.calendar
             .calendar(jiff::tz::TimeZone::UTC, "UTC", &[])
             .map_err(|e| ConfigError::Invalid(format!("calendar: {e}")))?;

@@ -2,7 +2,11 @@
 //! acknowledges them.
 
 use super::*;
+use crate::duty::node_repair::ladder::{Repaired, record};
 use crate::duty::node_repair::observe::{Facts, Observed, Seen, observe};
+
+/// The store document of the nodes' repair history ([`Repaired`], the ladder's input).
+pub(crate) const REPAIR_HISTORY_DOCUMENT: &str = "repair_history";
 
 impl NodeRepair {
     /// Verified verdicts open, escalate, observe or close incidents (the caller holds the
@@ -53,11 +57,17 @@ impl NodeRepair {
                 _ => None,
             })
             .collect();
+        let mut history: Vec<Repaired> = self
+            .store
+            .document(REPAIR_HISTORY_DOCUMENT)?
+            .unwrap_or_default();
         let facts = Facts {
             graced,
             tagging: &tagging,
             in_flight: &in_flight,
             time: self.now_s(),
+            history: &history,
+            ladder: &self.settings.ladder,
         };
         for observed in observe(incidents, &seen, facts, &mut Uuid::new_v4) {
             match observed {
@@ -82,6 +92,15 @@ impl NodeRepair {
                     tracing::info!(%incident, %node, from = from.as_str(), to = to.as_str(),
                         "incident escalated");
                 }
+                Observed::Laddered {
+                    incident,
+                    node,
+                    escalation,
+                } => {
+                    tracing::warn!(%incident, %node, to = escalation.to.as_str(),
+                        why = escalation.why.as_str(), "{}", escalation.said);
+                    self.board.metrics.laddered(escalation.why);
+                }
                 Observed::WaitsForTag { incident, node } => {
                     tracing::info!(%incident, %node,
                         "more invasive verdict; waiting for the incident's tag job first");
@@ -99,6 +118,16 @@ impl NodeRepair {
         }
         if let Ok(mut board) = self.board.held_in_grace.write() {
             *board = held_in_grace;
+        }
+        // Every incident's outcome, kept per node for the ladder (written when it changed).
+        if record(
+            &mut history,
+            &self.store.incidents()?,
+            self.now_s(),
+            self.settings.ladder.keep_secs(),
+        ) {
+            self.store
+                .save_document(REPAIR_HISTORY_DOCUMENT, &history)?;
         }
         Ok(())
     }

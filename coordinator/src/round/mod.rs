@@ -48,6 +48,8 @@ pub struct ReconcileSettings {
     pub gate: GateSettings,
     /// Plan and submit an evacuation as one job chain per round.
     pub job_chains: bool,
+    /// The escalation ladder (`[repair_ladder]`).
+    pub ladder: nodecare_core::duty::node_repair::ladder::LadderPolicy,
     /// How evacuations end (immovable instances, offlining the node).
     pub evacuation: EvacuationPolicy,
     /// Return the node to service when an incident is acknowledged.

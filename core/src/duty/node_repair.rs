@@ -22,6 +22,7 @@ use crate::gate::{Duty, Holder, Proposal};
 use crate::incident::{Action, Incident, RepairStatus};
 
 pub mod intent;
+pub mod ladder;
 pub mod observe;
 #[cfg(test)]
 mod peer_evacuations;

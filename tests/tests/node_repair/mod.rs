@@ -1176,3 +1176,62 @@ async fn a_grant_between_rounds_waits_behind_a_node_repair_waiting_for_the_budge
     );
     server.abort();
 }
+
+/// The escalation ladder: with at most one live repair a day, a node live-repaired once
+/// (completed, acknowledged, forgotten) that asks for a second is evacuated instead, and the
+/// incident's history says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_live_repair_within_the_window_is_an_evacuation() {
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:3", |config| {
+        config.repair_ladder.max_live_repairs = 1;
+    })
+    .await
+    .unwrap();
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    agent.set_verdict(verdict("live-repair", json!({"fan": 1}), Some("reset-fan")));
+    agent.set_repair(RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::from_millis(10),
+    });
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    let first = on(&h.incidents().unwrap(), 2);
+    assert_eq!(first.action, Action::LiveRepair);
+    // Fixed: the node says Ok, the operator acknowledges (removes the tag), it is forgotten.
+    agent.set_verdict(verdict("Ok", json!({}), None));
+    h.sim.with_cluster(|c| {
+        if let Some(n) = c.nodes.get_mut(&node(2)) {
+            n.tags.retain(|t| *t != first.tag);
+        }
+    });
+    assert!(
+        h.until(10, |i| i.is_empty()).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    // The fan again, an hour later in the day: the ladder says evacuate.
+    agent.set_verdict(verdict("live-repair", json!({"fan": 2}), Some("reset-fan")));
+    h.round().await.unwrap();
+    let second = on(&h.incidents().unwrap(), 2);
+    assert_ne!(second.uuid, first.uuid);
+    assert_eq!(second.action, Action::Evacuate, "{second:#?}");
+    assert!(
+        second.history.iter().any(|e| e
+            .event
+            .contains(&format!("2nd live repair of {} in 24 h", node(2)))),
+        "{second:#?}"
+    );
+    assert!(
+        h.until(30, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    assert!(
+        h.sim
+            .with_cluster(|c| c.instances.values().all(|i| i.pnode != node(2))),
+        "the node was not evacuated"
+    );
+}

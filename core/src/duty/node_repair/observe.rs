@@ -38,6 +38,10 @@ pub struct Facts<'a> {
     pub in_flight: &'a BTreeSet<Uuid>,
     /// The round's time (Unix seconds).
     pub time: f64,
+    /// The nodes' repair history ([`super::ladder::record`]).
+    pub history: &'a [super::ladder::Repaired],
+    /// The escalation ladder.
+    pub ladder: &'a super::ladder::LadderPolicy,
 }
 
 /// What becomes of the incidents, in order.
@@ -67,6 +71,16 @@ pub enum Observed {
         incident: Uuid,
         /// Its node.
         node: String,
+    },
+    /// A new incident opened with a more invasive action than its verdict asks, by the node's
+    /// repair history (its `Open` came before).
+    Laddered {
+        /// The incident.
+        incident: Uuid,
+        /// Its node.
+        node: String,
+        /// Why, as a label and for people.
+        escalation: super::ladder::Escalation,
     },
     /// An actionable verdict not acted on: the node's failure domain is in the grace of a
     /// planned disruption.
@@ -174,17 +188,37 @@ pub fn observe(
         if escalated.is_none()
             && let Some(action) = action
         {
-            let incident = Incident::new(
+            let laddered = super::ladder::escalation(
+                facts.history,
+                result.node_uuid,
+                result.node,
+                action,
+                facts.time,
+                facts.ladder,
+            );
+            let mut incident = Incident::new(
                 new_id(),
                 result.node,
                 result.node_uuid,
                 verdict.clone(),
                 result.original.clone(),
-                action,
+                laddered.as_ref().map_or(action, |e| e.to),
                 facts.time,
             );
+            if let Some(escalation) = &laddered {
+                // Recorded in its history: `incidents show`, `explain` and the page say why.
+                let _kept = incident.apply(Event::Progress(escalation.said.clone()), facts.time);
+            }
             incidents.push(incident.clone());
+            let uuid = incident.uuid;
             out.push(Observed::Open(incident));
+            if let Some(escalation) = laddered {
+                out.push(Observed::Laddered {
+                    incident: uuid,
+                    node: result.node.to_owned(),
+                    escalation,
+                });
+            }
         }
     }
     out
@@ -234,6 +268,13 @@ mod tests {
         )
     }
 
+    const LADDER_OFF: super::super::ladder::LadderPolicy = super::super::ladder::LadderPolicy {
+        max_live_repairs: 0,
+        window_secs: 86_400.0,
+        settle_secs: 0.0,
+        escalate_to: Action::Evacuate,
+    };
+
     struct World {
         graced: BTreeMap<String, u64>,
         tagging: BTreeSet<Uuid>,
@@ -255,6 +296,8 @@ mod tests {
                 tagging: &self.tagging,
                 in_flight: &self.in_flight,
                 time: 200.0,
+                history: &[],
+                ladder: &LADDER_OFF,
             }
         }
     }
@@ -441,5 +484,57 @@ mod tests {
             out.iter().any(|o| matches!(o, Observed::Forget(_))),
             "forgotten once they ended: {out:?}"
         );
+    }
+
+    /// A node live-repaired twice today that asks for a third is evacuated instead, and its
+    /// incident says why.
+    #[test]
+    fn a_live_repair_past_the_ladder_s_limit_opens_an_evacuation() {
+        use super::super::ladder::{LadderPolicy, Repaired, Why};
+        let history: Vec<Repaired> = (1..=2)
+            .map(|n| Repaired {
+                incident: Uuid::from_u128(100 + n),
+                node_uuid: "uuid-node1".into(),
+                action: Action::LiveRepair,
+                opened_s: 100.0 + n as f64,
+                ended_s: Some(150.0),
+                status: crate::incident::RepairStatus::Completed,
+            })
+            .collect();
+        let ladder = LadderPolicy {
+            max_live_repairs: 2,
+            ..LadderPolicy::default()
+        };
+        let world = World::new();
+        let facts = Facts {
+            history: &history,
+            ladder: &ladder,
+            ..world.facts()
+        };
+        let fan = verdict("live-repair", "fan");
+        let out = observe(Vec::new(), &[seen(&fan)], facts, &mut || Uuid::from_u128(9));
+        let [
+            Observed::Open(opened),
+            Observed::Laddered { escalation, .. },
+        ] = out.as_slice()
+        else {
+            panic!("{out:#?}");
+        };
+        assert_eq!(opened.action, Action::Evacuate);
+        assert_eq!(opened.verdict.status, DiagnoseStatus::LiveRepair);
+        assert_eq!(escalation.why, Why::LiveRepairLimit);
+        assert!(
+            opened
+                .history
+                .iter()
+                .any(|h| h.event.contains("3rd live repair of node1 in 24 h")),
+            "{:?}",
+            opened.history
+        );
+        // Without the ladder: the live repair it asks for.
+        let out = observe(Vec::new(), &[seen(&fan)], world.facts(), &mut || {
+            Uuid::from_u128(9)
+        });
+        assert!(matches!(out.as_slice(), [Observed::Open(i)] if i.action == Action::LiveRepair));
     }
 }
