@@ -119,6 +119,11 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
             post(crate::ui::acknowledge),
         )
         .route("/ui/admin/overrides", post(crate::ui::set_override))
+        .route("/ui/admin/freezes", post(crate::ui::set_freeze))
+        .route(
+            "/ui/admin/freezes/{id}/lift",
+            post(crate::ui::lift_freeze),
+        )
         .route(
             "/ui/admin/overrides/{id}/revoke",
             post(crate::ui::revoke_override),

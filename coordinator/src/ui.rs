@@ -541,7 +541,7 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                 }
                 @if !gate.calendar.freezes.is_empty() {
                     div.wrap { table {
-                        thead { tr { th { "from" } th { "until" } th { "state" } th { "set by" } th { "reason" } } }
+                        thead { tr { th { "from" } th { "until" } th { "state" } th { "set by" } th { "reason" } @if actions.is_some() { th {} } } }
                         tbody { @for f in &gate.calendar.freezes {
                             tr {
                                 td { (f.from) }
@@ -549,11 +549,32 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                                 td { @if f.active { span.warn { "in force" } } @else if let Some(by) = &f.lifted_by { "lifted by " (by) } @else { "not in force" } }
                                 td { (f.who) }
                                 td { (f.reason) }
+                                @if let Some(actions) = actions {
+                                    td { @if f.active && f.who != "config" {
+                                        form method="post" action={ (base) "freezes/" (f.id) "/lift" } {
+                                            input type="hidden" name="csrf" value=(actions.csrf);
+                                            button type="submit" { "Lift" }
+                                        }
+                                    } }
+                                }
                             }
                         } }
                     } }
                 }
                 p.mute { "Planned work (campaigns, balancing, other tools' requests) starts only inside a window and never in a freeze; `nodecare freeze` sets, lists and lifts freezes." }
+            }
+        }
+        @if let Some(actions) = actions {
+            section id="freeze" {
+                form.override method="post" action={ (base) "freezes" } {
+                    input type="hidden" name="csrf" value=(actions.csrf);
+                    "Freeze planned work for "
+                    input type="number" name="hours" value="2" min="1" max="8784" required;
+                    " hour(s), because "
+                    input type="text" name="reason" placeholder="reason (audited)" required;
+                    " "
+                    button type="submit" { "Freeze" }
+                }
             }
         }
         section id="overrides" {
@@ -955,6 +976,66 @@ pub async fn set_override(
         reason,
     };
     match crate::admission::add_override(&state, &user, &request, nodecare_protocol::now_ms()) {
+        Ok(_) => Redirect::to("/ui/admin/").into_response(),
+        Err(failed) => failed_page(failed),
+    }
+}
+
+/// `POST /ui/admin/freezes` (fields `hours`, `reason`): a freeze from now.
+pub async fn set_freeze(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let user = match check_writer(&state, &headers, &body) {
+        Ok(user) => user,
+        Err(refused) => return refused.into_response(),
+    };
+    let fields = decoded_field(&body, "hours").and_then(|hours| {
+        let reason = decoded_field(&body, "reason")?;
+        let hours: u64 = hours.trim().parse().map_err(|_| {
+            Refused::new(
+                StatusCode::BAD_REQUEST,
+                format!("not a number of hours: {hours:?}"),
+            )
+        })?;
+        Ok((hours, reason))
+    });
+    let (hours, reason) = match fields {
+        Ok(fields) => fields,
+        Err(refused) => return refused.into_response(),
+    };
+    let request = nodecare_core::calendar::FreezeRequest {
+        from: None,
+        until: None,
+        duration_s: Some(hours.saturating_mul(3600)),
+        reason,
+    };
+    match crate::freeze_api::add(&state, &user, &request, nodecare_protocol::now_ms()) {
+        Ok(_) => Redirect::to("/ui/admin/").into_response(),
+        Err(failed) => failed_page(failed),
+    }
+}
+
+/// `POST /ui/admin/freezes/<id>/lift`.
+pub async fn lift_freeze(
+    State(state): State<ApiState>,
+    Path(text): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let user = match check_writer(&state, &headers, &body) {
+        Ok(user) => user,
+        Err(refused) => return refused.into_response(),
+    };
+    let Ok(id) = Uuid::parse_str(&text) else {
+        return refusal_page(
+            StatusCode::BAD_REQUEST,
+            &format!("not a freeze id: {text:?}"),
+            false,
+        );
+    };
+    match crate::freeze_api::lift(&state, &user, id) {
         Ok(_) => Redirect::to("/ui/admin/").into_response(),
         Err(failed) => failed_page(failed),
     }

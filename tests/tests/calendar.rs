@@ -284,3 +284,78 @@ fn check_config_refuses_an_unknown_time_zone_and_a_bad_window() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("window \"Tue 02:00\""), "{stderr}");
 }
+
+/// The admin page sets a freeze (form token, same origin) and lifts it; the page lists it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_sets_and_lifts_a_freeze() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "admin secret write\n").unwrap();
+    let mut h = Harness::new(3, "a:diskless:1", move |config| {
+        config.users = users;
+        config.calendar.time_zone = "UTC".into();
+    })
+    .await
+    .unwrap();
+    let base = serve(&h).await;
+    h.round().await.unwrap();
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let admin_page = || async {
+        client
+            .get(format!("{base}/ui/admin/"))
+            .basic_auth("admin", Some("secret"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let page = admin_page().await;
+    assert!(page.contains("action=\"/ui/admin/freezes\""), "{page}");
+    assert!(!page.contains("section id=\"calendar\""));
+    let token = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let post = |path: String, body: String| {
+        client
+            .post(format!("{base}{path}"))
+            .basic_auth("admin", Some("secret"))
+            .header("origin", base.clone())
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    // Without the form's token: refused, nothing kept.
+    let answer = post("/ui/admin/freezes".into(), "hours=2&reason=x".into())
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 403);
+    assert!(h.coordinator.api().store.freezes().unwrap().is_empty());
+    let answer = post(
+        "/ui/admin/freezes".into(),
+        format!("csrf={token}&hours=2&reason=storage+firmware+window"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status(), 303);
+    let freezes = h.coordinator.api().store.freezes().unwrap();
+    assert_eq!(freezes.len(), 1);
+    assert_eq!(freezes[0].who, "admin");
+    assert_eq!(freezes[0].reason, "storage firmware window");
+    let page = admin_page().await;
+    assert!(page.contains("section id=\"calendar\""), "{page}");
+    assert!(page.contains("storage firmware window"));
+    let lift = format!("/ui/admin/freezes/{}/lift", freezes[0].id);
+    assert!(page.contains(&lift), "{page}");
+    let answer = post(lift, format!("csrf={token}")).await.unwrap();
+    assert_eq!(answer.status(), 303);
+    let freezes = h.coordinator.api().store.freezes().unwrap();
+    assert_eq!(freezes[0].lifted_by.as_deref(), Some("admin"));
+}
