@@ -34,7 +34,7 @@ use crate::admission::GateStatus;
 use crate::api::ApiState;
 use crate::auth::{self, Refusal};
 use crate::incident::{Event, Incident, RepairStatus};
-use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident, now_s};
+use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident};
 use crate::scrape::{AgentState, AgentStatus};
 use crate::store::{Intent, IntentSpec, IntentState};
 use nodecare_protocol::maintenance::{Campaign, CampaignNode, CampaignState, NodeStep};
@@ -1034,7 +1034,7 @@ pub async fn acknowledge(
     };
     let who = format!("{user} on the nodecare web page");
     if incident
-        .apply(Event::AcknowledgementAsked(who), now_s())
+        .apply(Event::AcknowledgementAsked(who), nodecare_protocol::now_s())
         .is_err()
     {
         return refusal_page(

@@ -1,13 +1,25 @@
-//! The one wall clock of nodecare: Unix milliseconds, the unit of every time at the wire.
+//! The one wall clock of nodecare: Unix milliseconds, the unit of every time at the wire (and
+//! Unix seconds, the incidents' clock).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The time since the Unix epoch now (zero if the clock is before 1970).
+fn since_epoch() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
 
 /// The current Unix time in milliseconds (0 if the clock is before 1970, saturating far in the
 /// future).
 pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
+    u64::try_from(since_epoch().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The current Unix time in seconds, with its fraction (0 if the clock is before 1970): the
+/// clock of incidents and their history.
+pub fn now_s() -> f64 {
+    since_epoch().as_secs_f64()
 }
 
 /// Unix seconds as people read them, `YYYY-MM-DD HH:MM:SS UTC` (`?` for a time before 1970 or
@@ -55,5 +67,7 @@ mod tests {
         let first = super::now_ms();
         assert!(first > 1_577_836_800_000, "{first}");
         assert!(super::now_ms() >= first);
+        let seconds = super::now_s();
+        assert!(seconds > 1_577_836_800.0, "{seconds}");
     }
 }

@@ -10,7 +10,7 @@
 //! - [`load`]: the payload of the signed load report (mond's `cpu-avg-load` and `kvm-inst-rss`).
 //! - [`repair`]: the signed repair request and the repair record.
 //! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
-//! - [`clock`]: the one wall clock, Unix milliseconds.
+//! - [`clock`]: the one wall clock, Unix milliseconds (and seconds).
 //! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 //! - [`gate`]: the coordinator's admission API, overrides, storm breaker and failure domains.
 //! - [`maintenance`]: rolling maintenance campaigns (`/1/maintenance`) and the hook's stdin.
@@ -35,7 +35,7 @@ pub mod verdict;
 pub mod what_if;
 
 pub use canonical::{CanonicalError, CanonicalJson, canonical_bytes, fingerprint_of};
-pub use clock::now_ms;
+pub use clock::{now_ms, now_s};
 pub use diagnose::DiagnosePayload;
 pub use load::{CpuAvgLoad, LoadPayload};
 pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};
