@@ -10,7 +10,7 @@
 //! - [`load`]: the payload of the signed load report (mond's `cpu-avg-load` and `kvm-inst-rss`).
 //! - [`repair`]: the signed repair request and the repair record.
 //! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
-//! - [`clock`]: the one wall clock, Unix milliseconds (and seconds).
+//! - [`clock`]: the one wall clock, Unix milliseconds (and seconds), and the one date text.
 //! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 //! - [`gate`]: the coordinator's admission API, overrides, storm breaker and failure domains.
 //! - [`maintenance`]: rolling maintenance campaigns (`/1/maintenance`) and the hook's stdin.
