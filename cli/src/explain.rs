@@ -204,7 +204,12 @@ mod tests {
     use nodecare_protocol::gate::BlockedBy;
 
     fn golden(name: &str, text: &str) {
-        crate::golden::assert_golden("explain", name, text);
+        nodecare_protocol::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/explain")
+                .join(name),
+            text,
+        );
     }
 
     fn refused_round() -> ExplainedRound {

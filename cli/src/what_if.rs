@@ -283,7 +283,12 @@ mod tests {
     }
 
     fn golden(name: &str, text: &str) {
-        crate::golden::assert_golden("what-if", name, text);
+        nodecare_protocol::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/what-if")
+                .join(name),
+            text,
+        );
     }
 
     #[test]

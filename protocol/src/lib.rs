@@ -14,12 +14,15 @@
 //! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 //! - [`gate`]: the coordinator's admission API, overrides, storm breaker and failure domains.
 //! - [`maintenance`]: rolling maintenance campaigns (`/1/maintenance`) and the hook's stdin.
+//! - `golden` (feature `test-support`): the one golden-file check of every crate's tests.
 
 pub mod canonical;
 pub mod clock;
 pub mod diagnose;
 pub mod explain;
 pub mod gate;
+#[cfg(any(test, feature = "test-support"))]
+pub mod golden;
 pub mod json;
 pub mod limits;
 pub mod load;
