@@ -1062,7 +1062,7 @@ mod tests {
     }
 
     /// The names, types and help of every metric (values and sample order normalised), as
-    /// scrapers and dashboards see them. `NODECARE_BLESS=1` rewrites the golden file.
+    /// scrapers and dashboards see them. `UPDATE_GOLDEN=1` rewrites the golden file.
     #[test]
     fn golden_names_types_and_help() {
         let mut input = rich_input();
@@ -1094,16 +1094,9 @@ mod tests {
             out.push_str(&sample);
             out.push('\n');
         }
-        let path =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metrics.txt");
-        if std::env::var_os("NODECARE_BLESS").is_some() {
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, &out).unwrap();
-        }
-        let golden = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            golden == out,
-            "/metrics names changed (NODECARE_BLESS=1 to accept):\n{out}"
+        nodecare_protocol::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/metrics.txt"),
+            &out,
         );
     }
 

@@ -85,10 +85,7 @@ async fn metrics_show_script_runs_verdict_signatures_and_refusals() {
     let config = config(&fixture);
     let collectors = nodecare_agent::collectors(&config, Registry::new()).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let before = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
+    let before = nodecare_protocol::now_s();
     let agent = nodecare_agent::serve_with(config, collectors, listener)
         .await
         .unwrap();
@@ -115,10 +112,7 @@ async fn metrics_show_script_runs_verdict_signatures_and_refusals() {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(std::path::Path::new(&dir).join("agent.txt"), &metrics).unwrap();
     }
-    let after = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs_f64();
+    let after = nodecare_protocol::now_s();
 
     let value = |series: &str| {
         sample(&metrics, series).unwrap_or_else(|| panic!("no {series} in\n{metrics}"))

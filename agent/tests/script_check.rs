@@ -69,20 +69,11 @@ fn check(setup: &Setup, file: &Path, extra: &[&str]) -> (i32, String) {
 }
 
 fn assert_golden(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/script-check")
-        .join(format!("{name}.txt"));
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|error| panic!("{}: {error} (UPDATE_GOLDEN=1 writes it)", path.display()));
-    assert_eq!(
+    nodecare_protocol::golden::assert_golden(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden/script-check")
+            .join(format!("{name}.txt")),
         actual,
-        expected,
-        "{name}: the report differs from {}",
-        path.display()
     );
 }
 

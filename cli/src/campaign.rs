@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use nodecare_protocol::clock::utc_text_ms;
 use nodecare_protocol::maintenance::{
     Campaign, CampaignCheck, CampaignGroup, CampaignList, CampaignNode, CampaignRequest,
     CampaignState, MAINTENANCE_PATH, StepTimeouts,
@@ -23,7 +24,7 @@ use nodecare_protocol::maintenance::{
 
 use crate::api::{DEFAULT_URL, fetch};
 use crate::fields::now_ms;
-use crate::gate::{WriteArgs, answer, fail, parse_duration, send, utc_ms};
+use crate::gate::{WriteArgs, answer, fail, parse_duration, send};
 use crate::list::{Field, ListArgs, render, select};
 
 /// The campaign options of `nodecare roll` (with `--execute`).
@@ -616,11 +617,11 @@ pub(crate) fn render_campaign(campaign: &Campaign, now: u64) -> String {
     let _ignored = writeln!(out, "{about}");
     let mut times = format!(
         "submitted {}, elapsed {}",
-        utc_ms(c.created_ms),
+        utc_text_ms(c.created_ms),
         span(elapsed_ms(c, now))
     );
     if let Some(finished) = c.finished_ms {
-        let _ignored = write!(times, ", ended {}", utc_ms(finished));
+        let _ignored = write!(times, ", ended {}", utc_text_ms(finished));
     } else {
         let left = estimate_left_ms(c, now).map_or_else(
             || "estimated time left: unknown until a group finishes".to_owned(),
@@ -645,7 +646,7 @@ pub(crate) fn render_campaign(campaign: &Campaign, now: u64) -> String {
             f.node,
             f.step,
             f.why,
-            utc_ms(f.at_ms)
+            utc_text_ms(f.at_ms)
         );
     }
     for f in &c.failures {
@@ -655,7 +656,7 @@ pub(crate) fn render_campaign(campaign: &Campaign, now: u64) -> String {
             f.node,
             f.step,
             f.why,
-            utc_ms(f.at_ms)
+            utc_text_ms(f.at_ms)
         );
     }
     let total_groups = c.groups_total();
@@ -772,7 +773,7 @@ const CAMPAIGN_FIELDS: &[Field<Row>] = &[
         name: "submitted",
         title: "Submitted",
         numeric: false,
-        cell: |r| Some(utc_ms(r.0.created_ms)),
+        cell: |r| Some(utc_text_ms(r.0.created_ms)),
     },
     Field {
         name: "who",

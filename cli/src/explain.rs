@@ -9,10 +9,10 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::Args;
+use nodecare_protocol::clock::utc_text_ms;
 use nodecare_protocol::explain::{ExplainedJudgement, ExplainedRound, Explanation, Query, Subject};
 
 use crate::api::DEFAULT_URL;
-use crate::fields::utc;
 
 /// `nodecare explain`.
 #[derive(Debug, Args)]
@@ -43,12 +43,6 @@ pub(crate) fn parse_at(text: &str) -> Result<u64, String> {
     crate::gate::parse_time(text)
         .map(|time| time.unix_ms(crate::fields::now_ms()))
         .map_err(|e| format!("--at: {e}"))
-}
-
-/// Unix ms as UTC text.
-pub(crate) fn at(ms: u64) -> String {
-    #[allow(clippy::cast_precision_loss, reason = "Unix ms stay far below 2^52")]
-    utc(ms as f64 / 1000.0)
 }
 
 fn judgement(out: &mut String, j: &ExplainedJudgement) {
@@ -85,7 +79,7 @@ pub(crate) fn round(out: &mut String, r: &ExplainedRound) {
         out,
         "round {} at {} on {}",
         r.round,
-        at(r.at_ms),
+        utc_text_ms(r.at_ms),
         r.coordinator
     );
     if r.repeats > 0 {
@@ -93,7 +87,7 @@ pub(crate) fn round(out: &mut String, r: &ExplainedRound) {
             out,
             " (decided the same {} more time(s), the last at {})",
             r.repeats,
-            at(r.last_ms)
+            utc_text_ms(r.last_ms)
         );
     }
     out.push('\n');
@@ -133,7 +127,8 @@ pub(crate) fn render(explanation: &Explanation) -> String {
     let mut out = String::new();
     match &explanation.subject {
         Subject::Node { node, at_ms } => {
-            let when = at_ms.map_or_else(|| "now".to_owned(), |ms| format!("at {}", at(ms)));
+            let when =
+                at_ms.map_or_else(|| "now".to_owned(), |ms| format!("at {}", utc_text_ms(ms)));
             let _ignored = writeln!(out, "node {node}, {when}");
         }
         Subject::Record { id } => {
@@ -162,11 +157,11 @@ pub(crate) fn render(explanation: &Explanation) -> String {
                 let _ignored = writeln!(
                     out,
                     "  recorded at {}, planned in round {number}",
-                    at(job.recorded_ms)
+                    utc_text_ms(job.recorded_ms)
                 );
             }
             None => {
-                let _ignored = writeln!(out, "  recorded at {}", at(job.recorded_ms));
+                let _ignored = writeln!(out, "  recorded at {}", utc_text_ms(job.recorded_ms));
             }
         }
     }
@@ -209,7 +204,12 @@ mod tests {
     use nodecare_protocol::gate::BlockedBy;
 
     fn golden(name: &str, text: &str) {
-        crate::golden::assert_golden("explain", name, text);
+        nodecare_protocol::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/explain")
+                .join(name),
+            text,
+        );
     }
 
     fn refused_round() -> ExplainedRound {

@@ -3,14 +3,10 @@
 //! coordinator's typed status.
 
 use nodecare_protocol::DiagnoseStatus;
+use nodecare_protocol::clock::{utc_text, utc_text_ms};
 use nodecare_protocol::status::{AgentStatus, IncidentSummary};
 
 use crate::list::{Field, age};
-
-/// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
-pub(crate) fn utc(unix_seconds: f64) -> String {
-    nodecare_protocol::clock::utc_text(unix_seconds)
-}
 
 /// The TAG cell: the tag only while it is on the node (applied and not removed).
 pub(crate) fn tag_cell(incident: &IncidentSummary) -> String {
@@ -38,7 +34,7 @@ pub(crate) fn note_cell(incident: &IncidentSummary) -> String {
     }
     if incident.acknowledged {
         notes.push(match incident.acknowledged_at {
-            Some(at) => format!("acknowledged {} (tag removed)", utc(at)),
+            Some(at) => format!("acknowledged {} (tag removed)", utc_text(at)),
             None => "acknowledged (tag removed)".to_owned(),
         });
     }
@@ -144,7 +140,7 @@ pub(crate) const INCIDENT_FIELDS: &[Field<IncidentSummary>] = &[
         name: "mtime",
         title: "Modified",
         numeric: false,
-        cell: |i| Some(utc(i.mtime)),
+        cell: |i| Some(utc_text(i.mtime)),
     },
     Field {
         name: "note",
@@ -235,8 +231,7 @@ pub(crate) const NODE_FIELDS: &[Field<NodeRow>] = &[
         name: "last_ok",
         title: "LastVerified",
         numeric: false,
-        #[allow(clippy::cast_precision_loss)]
-        cell: |r| r.status.last_ok_ms.map(|ms| utc(ms as f64 / 1000.0)),
+        cell: |r| r.status.last_ok_ms.map(utc_text_ms),
     },
 ];
 

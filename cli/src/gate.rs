@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use nodecare_protocol::clock::{civil_from_days, days_from_civil, utc_text_ms};
 use nodecare_protocol::gate::{
     BreakerReset, BreakerView, DisruptionRequest, Grant, OverrideRequest, OverrideView, Refusal,
 };
@@ -18,7 +19,7 @@ use reqwest::StatusCode;
 use serde::Serialize;
 
 use crate::api::{DEFAULT_URL, client_for, credentials, fetch, message};
-use crate::fields::{now_ms, utc};
+use crate::fields::now_ms;
 use crate::list::{Field, ListArgs, render, select};
 
 /// Exit code of a request the gate refused.
@@ -216,17 +217,6 @@ impl Time {
     }
 }
 
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's days_from_civil).
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 fn parse_clock(text: &str) -> Option<u64> {
     let parts: Vec<&str> = text.split(':').collect();
     if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.len() != 2) {
@@ -273,30 +263,12 @@ pub(crate) fn parse_time(text: &str) -> Result<Time, String> {
     }
     let days = days_from_civil(year, month, day);
     // A day that does not exist (February 30) comes back as another date.
-    if utc_date(days) != (year, month, day) {
+    if civil_from_days(days) != (year, month, day) {
         return Err(bad());
     }
     let secs = parse_clock(clock).ok_or_else(bad)?;
     let days = u64::try_from(days).map_err(|_| bad())?;
     Ok(Time::At((days * 86_400 + secs) * 1000))
-}
-
-fn utc_date(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(month <= 2), month, day)
-}
-
-/// Unix ms as `YYYY-MM-DD HH:MM:SS UTC`.
-pub(crate) fn utc_ms(ms: u64) -> String {
-    #[allow(clippy::cast_precision_loss)]
-    utc(ms as f64 / 1000.0)
 }
 
 /// Sends a write and returns the status and body.
@@ -445,7 +417,7 @@ fn request(args: &RequestArgs) -> ExitCode {
                 grant.id,
                 grant.node,
                 grant.requester,
-                utc_ms(grant.expires_ms)
+                utc_text_ms(grant.expires_ms)
             )
         }),
     }
@@ -478,7 +450,7 @@ pub(crate) fn run_budget(args: BudgetArgs) -> ExitCode {
                     "override {} of {} until {} (revoke with: nodecare budget revoke {})",
                     o.id,
                     o.domain,
-                    utc_ms(o.until_ms),
+                    utc_text_ms(o.until_ms),
                     o.id
                 )
             })
@@ -539,14 +511,14 @@ pub(crate) fn breaker_line(breaker: &BreakerView) -> String {
     let mut text = if breaker.open {
         format!(
             "storm breaker OPEN since {}: {} (no new disruption starts; `nodecare breaker reset` closes it)",
-            breaker.since_ms.map_or_else(|| "?".to_owned(), utc_ms),
+            breaker.since_ms.map_or_else(|| "?".to_owned(), utc_text_ms),
             breaker.why.as_deref().unwrap_or("no reason recorded")
         )
     } else {
         "storm breaker closed".to_owned()
     };
     if let (Some(by), Some(at)) = (&breaker.reset_by, breaker.reset_ms) {
-        let _ignored = write!(text, "; last reset by {by} at {}", utc_ms(at));
+        let _ignored = write!(text, "; last reset by {by} at {}", utc_text_ms(at));
     }
     text
 }
@@ -598,13 +570,13 @@ pub(crate) const GRANT_FIELDS: &[Field<Grant>] = &[
         name: "expires",
         title: "Expires",
         numeric: false,
-        cell: |g| Some(utc_ms(g.expires_ms)),
+        cell: |g| Some(utc_text_ms(g.expires_ms)),
     },
     Field {
         name: "granted",
         title: "Granted",
         numeric: false,
-        cell: |g| Some(utc_ms(g.granted_ms)),
+        cell: |g| Some(utc_text_ms(g.granted_ms)),
     },
     Field {
         name: "who",
@@ -652,7 +624,7 @@ pub(crate) const OVERRIDE_FIELDS: &[Field<OverrideView>] = &[
         name: "until",
         title: "Until",
         numeric: false,
-        cell: |o| Some(utc_ms(o.until_ms)),
+        cell: |o| Some(utc_text_ms(o.until_ms)),
     },
     Field {
         name: "state",
@@ -670,7 +642,7 @@ pub(crate) const OVERRIDE_FIELDS: &[Field<OverrideView>] = &[
         name: "created",
         title: "Created",
         numeric: false,
-        cell: |o| Some(utc_ms(o.created_ms)),
+        cell: |o| Some(utc_text_ms(o.created_ms)),
     },
     Field {
         name: "reason",

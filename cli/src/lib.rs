@@ -21,10 +21,6 @@ mod status;
 mod views;
 mod what_if;
 
-/// Golden files of the CLI's unit tests.
-#[cfg(test)]
-mod golden;
-
 const VIEW_HELP: &str = "Like gnt-* list commands: -o selects the incidents table's fields (those of \
 `nodecare incidents`), -O the agents table's (those of `nodecare nodes`); `+FIELDS` adds to the \
 defaults. --no-headers and --separator apply to both tables and leave out the summary lines: the \

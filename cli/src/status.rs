@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::Args;
+use nodecare_protocol::clock::utc_text_ms;
 use nodecare_protocol::status::{AgentState, IncidentSummary, Overview};
 use serde::Deserialize;
 
@@ -248,7 +249,7 @@ pub(crate) fn render_gate(overview: &Overview) -> String {
                 let _ignored = write!(line, ", disrupted: {}", held.join(", "));
             }
             if let Some(until) = domain.override_until_ms {
-                let _ignored = write!(line, "; overridden until {}", crate::gate::utc_ms(until));
+                let _ignored = write!(line, "; overridden until {}", utc_text_ms(until));
             }
             let _ignored = writeln!(out, "{line}");
         }
@@ -272,7 +273,7 @@ pub(crate) fn render_gate(overview: &Overview) -> String {
                 grant.id,
                 grant.node,
                 grant.requester,
-                crate::gate::utc_ms(grant.expires_ms),
+                utc_text_ms(grant.expires_ms),
                 grant.who,
                 grant.reason
             );
@@ -286,7 +287,7 @@ pub(crate) fn render_gate(overview: &Overview) -> String {
                 "  {} {} until {}, {} (set by {}): {}",
                 o.id,
                 o.domain,
-                crate::gate::utc_ms(o.until_ms),
+                utc_text_ms(o.until_ms),
                 crate::gate::override_state(o),
                 o.who,
                 o.reason
@@ -483,8 +484,6 @@ struct CancelAnswer {
 
 #[cfg(test)]
 mod tests {
-    use crate::fields::utc;
-
     #[test]
     fn instance_repairs_are_listed_with_what_holds_them() {
         let mut overview: nodecare_protocol::status::Overview = serde_json::from_value(serde_json::json!({
@@ -504,14 +503,5 @@ mod tests {
             super::render_instance_repairs(&overview),
             "\ninstance repairs:\n  inst3 Needs repair (failover): primary node4 is offline; waits: storm breaker open: storm\n"
         );
-    }
-
-    #[test]
-    fn utc_formats_unix_seconds() {
-        assert_eq!(utc(0.0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc(1_795_431_150.7), "2026-11-23 10:52:30 UTC");
-        assert_eq!(utc(951_782_400.0), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc(-1.0), "?");
-        assert_eq!(utc(f64::NAN), "?");
     }
 }

@@ -7,11 +7,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use nodecare_protocol::clock::{utc_text, utc_text_ms};
 use nodecare_protocol::status::{AgentStatus, IncidentDetail, IncidentSummary, Overview};
 
 use crate::api::{DEFAULT_URL, fetch};
 use crate::fields::{
-    INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_DEFAULTS, NODE_FIELDS, NodeRow, now_ms, utc,
+    INCIDENT_DEFAULTS, INCIDENT_FIELDS, NODE_DEFAULTS, NODE_FIELDS, NodeRow, now_ms,
 };
 use crate::list::{ListArgs, render, select};
 use crate::status::{ViewArgs, render_overview};
@@ -187,7 +188,7 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
     };
     line(2, format!("tag: {} ({tag_state})", i.tag));
     if let Some(at) = i.acknowledged_at {
-        line(2, format!("acknowledged at: {}", utc(at)));
+        line(2, format!("acknowledged at: {}", utc_text(at)));
     }
     if let Some(blocked) = &i.blocked_by {
         line(2, format!("blocked by: {blocked}"));
@@ -199,9 +200,9 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
         line(2, format!("warning: {warning}"));
     }
     if let Some(ctime) = detail.ctime {
-        line(2, format!("created: {}", utc(ctime)));
+        line(2, format!("created: {}", utc_text(ctime)));
     }
-    line(2, format!("modified: {}", utc(i.mtime)));
+    line(2, format!("modified: {}", utc_text(i.mtime)));
     let verdict = &detail.verdict;
     line(2, format!("verdict: {}", verdict.status.as_str()));
     line(4, format!("fingerprint: {}", verdict.fingerprint));
@@ -272,7 +273,7 @@ pub(crate) fn render_incident(detail: &IncidentDetail) -> String {
     for entry in &detail.history {
         line(
             4,
-            format!("- {} {}: {}", utc(entry.at), entry.status, entry.event),
+            format!("- {} {}: {}", utc_text(entry.at), entry.status, entry.event),
         );
     }
     out
@@ -300,8 +301,7 @@ pub(crate) fn run_watch(args: WatchArgs) -> ExitCode {
                 .map_err(|e| format!("{url}: not a coordinator overview: {e}"))
         });
         let text = view.unwrap_or_else(|error| format!("error: {error}\n"));
-        #[allow(clippy::cast_precision_loss)]
-        let stamp = utc(now_ms() as f64 / 1000.0);
+        let stamp = utc_text_ms(now_ms());
         let mut stdout = std::io::stdout().lock();
         let written = if terminal {
             write!(

@@ -9,12 +9,13 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use clap::Args;
+use nodecare_protocol::clock::utc_text_ms;
 use nodecare_protocol::what_if::{
     Change, Ending, MAX_ROUNDS, PolicyKey, Query, WhatIf, is_node_name, parse_verdict,
 };
 
 use crate::api::DEFAULT_URL;
-use crate::explain::{at, parse_at, round};
+use crate::explain::{parse_at, round};
 
 /// `nodecare what-if`.
 #[derive(Debug, Args)]
@@ -145,7 +146,7 @@ pub(crate) fn render(what_if: &WhatIf) -> String {
     let _ignored = writeln!(
         out,
         "from {}, with {from}; one round every {} s",
-        at(what_if.start.at_ms),
+        utc_text_ms(what_if.start.at_ms),
         what_if.start.interval_ms / 1000
     );
     for r in &what_if.rounds {
@@ -157,7 +158,7 @@ pub(crate) fn render(what_if: &WhatIf) -> String {
                     out,
                     "round {} at {}: the gate judged nothing",
                     r.number,
-                    at(r.at_ms)
+                    utc_text_ms(r.at_ms)
                 );
             }
         }
@@ -282,7 +283,12 @@ mod tests {
     }
 
     fn golden(name: &str, text: &str) {
-        crate::golden::assert_golden("what-if", name, text);
+        nodecare_protocol::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/what-if")
+                .join(name),
+            text,
+        );
     }
 
     #[test]

@@ -49,17 +49,7 @@ fn nodecare(args: &[&str]) -> (Option<i32>, String, String) {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = fixture(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        actual,
-        expected,
-        "output differs from {} (UPDATE_GOLDEN=1 rewrites it)",
-        path.display()
-    );
+    nodecare_protocol::golden::assert_golden(fixture(name), actual);
 }
 
 #[test]

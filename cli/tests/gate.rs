@@ -88,18 +88,11 @@ fn nodecare(url: &str, args: &[&str]) -> (Option<i32>, String, String) {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/gate")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
+    nodecare_protocol::golden::assert_golden(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/gate")
+            .join(name),
         actual,
-        expected,
-        "output differs from {} (UPDATE_GOLDEN=1 rewrites it)",
-        path.display()
     );
 }
 

@@ -84,17 +84,7 @@ fn nodecare(args: &[&str], url: &str) -> (Option<i32>, String, String) {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = fixture("views").join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        actual,
-        expected,
-        "output differs from {} (UPDATE_GOLDEN=1 rewrites it)",
-        path.display()
-    );
+    nodecare_protocol::golden::assert_golden(fixture("views").join(name), actual);
 }
 
 /// Each list command in each form: plain, `--no-headers`, `--separator`, `-o`, `-o +`, `--json`.

@@ -30,13 +30,13 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use uuid::Uuid;
 
 use crate::api::ApiState;
-use crate::api::{authorize_write, error, internal, refused};
+use crate::api::{Writer, error, internal};
 use crate::gate::{
     BlockedBy, Decision, Duty, GateSnapshot, Holder, InForce, Override, Policy, Proposal,
 };
@@ -510,11 +510,7 @@ pub(crate) fn body_of<T: serde::de::DeserializeOwned>(
 }
 
 /// `POST /1/disruptions`.
-pub async fn request(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
+pub async fn request(State(state): State<ApiState>, Writer(who): Writer, body: Bytes) -> Response {
     let request: DisruptionRequest = match body_of(&body, "disruption request") {
         Ok(request) => request,
         Err(response) => return response.into_response(),
@@ -633,12 +629,8 @@ pub(crate) fn parse_id(text: &str, what: &str) -> Result<Uuid, Failed> {
 pub async fn release(
     State(state): State<ApiState>,
     Path(text): Path<String>,
-    headers: HeaderMap,
+    Writer(who): Writer,
 ) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
     let id = match parse_id(&text, "disruption") {
         Ok(id) => id,
         Err(response) => return response.into_response(),
@@ -665,13 +657,9 @@ pub async fn release(
 /// `POST /1/overrides`.
 pub async fn set_override(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    Writer(who): Writer,
     body: Bytes,
 ) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
     let request: OverrideRequest = match body_of(&body, "override request") {
         Ok(request) => request,
         Err(response) => return response.into_response(),
@@ -787,12 +775,8 @@ pub(crate) fn revoke(state: &ApiState, who: &str, id: Uuid) -> Result<OverrideVi
 pub async fn revoke_override(
     State(state): State<ApiState>,
     Path(text): Path<String>,
-    headers: HeaderMap,
+    Writer(who): Writer,
 ) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
     let id = match parse_id(&text, "override") {
         Ok(id) => id,
         Err(response) => return response.into_response(),
@@ -836,13 +820,9 @@ pub(crate) async fn reset(state: &ApiState, who: &str, why: &str) -> Result<Brea
 /// `POST /1/breaker/reset`.
 pub async fn reset_breaker(
     State(state): State<ApiState>,
-    headers: HeaderMap,
+    Writer(who): Writer,
     body: Bytes,
 ) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
     let request: BreakerReset = if body.iter().all(u8::is_ascii_whitespace) {
         BreakerReset::default()
     } else {

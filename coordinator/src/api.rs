@@ -1,9 +1,12 @@
 //! What the HTTP API's handlers share: the JSON API ([`crate::http`]) and the web status page
-//! ([`crate::ui`]) both take an [`ApiState`]; the write check and the JSON error answers.
+//! ([`crate::ui`]) both take an [`ApiState`]; the write check of the JSON API ([`Writer`]) and
+//! the JSON error answers.
 
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
@@ -136,11 +139,27 @@ pub fn random_key() -> Arc<[u8; 32]> {
     Arc::new(key)
 }
 
+/// A user with `write`, by name: what every write of the JSON API asks for in its signature. A
+/// request without one is answered [`refused`] (401 with the API's challenge, or 403) before
+/// the handler runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Writer(pub String);
+
+impl FromRequestParts<ApiState> for Writer {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Response> {
+        authorize_write(state, &parts.headers)
+            .map(Self)
+            .map_err(|refusal| refused(&refusal))
+    }
+}
+
 /// Whether the request authenticates a user with `write` (its name if so).
 ///
 /// A caller of the local socket ([`crate::server::serve_local`]: root, the coordinator's own
 /// user or a member of `api_socket_group`) without credentials writes as `local:<user>`.
-pub(crate) fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
+fn authorize_write(state: &ApiState, headers: &HeaderMap) -> Result<String, Refusal> {
     let authorization = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok());

@@ -230,13 +230,6 @@ fn prepare(args: &Args, matches: &ArgMatches) -> anyhow::Result<Prepared> {
     })
 }
 
-/// The milliseconds since the Unix epoch now.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,

@@ -273,13 +273,7 @@ impl Coordinator {
     /// retried at the next run.
     async fn apply_retention(&self) {
         let policy = self.retention.policy();
-        let now_ms = u64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_millis(),
-        )
-        .unwrap_or(u64::MAX);
+        let now_ms = nodecare_protocol::now_ms();
         let pruned = {
             let _guard = self.api.incident_lock.lock().await;
             self.api.store.apply_retention(&policy, now_ms)

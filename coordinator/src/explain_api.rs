@@ -16,6 +16,7 @@ use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use nodecare_protocol::clock::{utc_text, utc_text_ms};
 use nodecare_protocol::explain::{Explanation, Query};
 use uuid::Uuid;
 
@@ -179,15 +180,6 @@ fn record_now(state: &ApiState, id: Uuid) -> Result<Vec<String>, String> {
         .collect())
 }
 
-/// Unix ms as a UTC time for people.
-#[expect(
-    clippy::cast_precision_loss,
-    reason = "Unix milliseconds stay far below 2^52"
-)]
-fn utc_ms(ms: u64) -> String {
-    crate::ui::format_time(ms as f64 / 1000.0)
-}
-
 /// An incident now, for people (pure): its node, action, status and jobs; while active, the
 /// latest wait its planner or the gate recorded (`blocked_by`) and since when (the history entry
 /// that recorded it), or the latest step left for a later round; once ended, how.
@@ -216,29 +208,22 @@ pub fn incident_now(incident: &crate::incident::Incident) -> Vec<String> {
     match incident.repair_status {
         RepairStatus::Failed => lines.push(format!(
             "failed at {}: {}",
-            crate::ui::format_time(incident.mtime),
+            utc_text(incident.mtime),
             incident.failure.as_deref().unwrap_or("no reason recorded")
         )),
-        RepairStatus::Canceled => lines.push(format!(
-            "canceled at {}",
-            crate::ui::format_time(incident.mtime)
-        )),
+        RepairStatus::Canceled => lines.push(format!("canceled at {}", utc_text(incident.mtime))),
         _ if incident.is_active() => {
             if let Some(why) = &incident.blocked_by {
                 lines.push(format!(
                     "waiting since {}: {why}",
-                    crate::ui::format_time(since(&format!("blocked: {why}")))
+                    utc_text(since(&format!("blocked: {why}")))
                 ));
             } else if let Some(later) = incident
                 .history
                 .last()
                 .filter(|h| h.event.starts_with("left for a later round: "))
             {
-                lines.push(format!(
-                    "at {}: {}",
-                    crate::ui::format_time(later.at),
-                    later.event
-                ));
+                lines.push(format!("at {}: {}", utc_text(later.at), later.event));
             }
         }
         _ => {}
@@ -270,7 +255,7 @@ pub fn campaign_now(
             "failed on {} in step {} at {}: {}",
             failure.node,
             failure.step,
-            utc_ms(failure.at_ms),
+            utc_text_ms(failure.at_ms),
             failure.why
         ));
     }
@@ -280,7 +265,7 @@ pub fn campaign_now(
                 "{} failed in step {} at {} and is left drained: {}",
                 failure.node,
                 failure.step,
-                utc_ms(failure.at_ms),
+                utc_text_ms(failure.at_ms),
                 failure.why
             ));
         }
@@ -303,9 +288,9 @@ pub fn campaign_now(
                 .waiting_for
                 .as_ref()
                 .map_or_else(String::new, |w| format!(", waiting for {w}"));
-            let deadline = node
-                .step_deadline_ms
-                .map_or_else(String::new, |d| format!(" (times out at {})", utc_ms(d)));
+            let deadline = node.step_deadline_ms.map_or_else(String::new, |d| {
+                format!(" (times out at {})", utc_text_ms(d))
+            });
             lines.push(format!(
                 "{} in step {}{waits}{deadline}",
                 node.node, node.step
@@ -324,7 +309,7 @@ pub fn campaign_now(
             .map_or_else(String::new, |v| format!("; verdict {v} not acted on"));
         lines.push(format!(
             "grace: {node}, of {of}, until {}{holds}",
-            utc_ms(grace.until_ms)
+            utc_text_ms(grace.until_ms)
         ));
     }
     lines

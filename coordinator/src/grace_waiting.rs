@@ -40,6 +40,6 @@ pub fn grace_text(node: &str, grace: &crate::gate::Grace) -> String {
     };
     format!(
         "grace of {disruption}, until {}",
-        nodecare_protocol::clock::utc_text(grace.until_ms as f64 / 1000.0)
+        nodecare_protocol::clock::utc_text_ms(grace.until_ms)
     )
 }

@@ -31,7 +31,7 @@ use axum::routing::{delete, get, post};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
-pub(crate) use crate::api::{authorize_write, error, internal, refused};
+pub(crate) use crate::api::{Writer, error, internal};
 use crate::incident::Incident;
 use crate::plan::Move;
 use crate::reconcile::{Board, CancelOutcome, RoundSummary, cancel_incident};
@@ -459,12 +459,8 @@ const CANCELS_FOLLOW: &str = "the cancel is recorded; Ganeti's answers to the ca
 async fn cancel(
     State(state): State<ApiState>,
     Path(text): Path<String>,
-    headers: HeaderMap,
+    Writer(user): Writer,
 ) -> Response {
-    let user = match authorize_write(&state, &headers) {
-        Ok(user) => user,
-        Err(refusal) => return refused(&refusal),
-    };
     let uuid = match parse_uuid(&text) {
         Ok(uuid) => uuid,
         Err(message) => return error(StatusCode::BAD_REQUEST, message),
@@ -501,12 +497,8 @@ async fn cancel(
 async fn check(
     State(state): State<ApiState>,
     Path(node): Path<String>,
-    headers: HeaderMap,
+    Writer(user): Writer,
 ) -> Response {
-    let user = match authorize_write(&state, &headers) {
-        Ok(user) => user,
-        Err(refusal) => return refused(&refusal),
-    };
     let Some(agents) = &state.agents else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,

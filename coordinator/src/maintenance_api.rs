@@ -13,21 +13,17 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use nodecare_protocol::maintenance::{Campaign, CampaignCheck, CampaignList, CampaignRequest};
 use uuid::Uuid;
 
-use crate::api::{ApiState, authorize_write, error, internal, refused};
+use crate::api::{ApiState, Writer, error, internal};
 use crate::campaign::Record;
 use crate::upgrade_check::{UpgradeCheck, UpgradeCheckOptions};
 
 /// `POST /1/maintenance`.
-pub async fn start(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
+pub async fn start(State(state): State<ApiState>, Writer(who): Writer, body: Bytes) -> Response {
     let mut request: CampaignRequest = match serde_json::from_slice(&body) {
         Ok(request) => request,
         Err(e) => {
@@ -161,12 +157,8 @@ pub async fn show(State(state): State<ApiState>, Path(id): Path<String>) -> Resp
 pub async fn command(
     State(state): State<ApiState>,
     Path((id, command)): Path<(String, String)>,
-    headers: HeaderMap,
+    Writer(who): Writer,
 ) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
     let _guard = state.incident_lock.lock().await;
     let mut record = match find(&state, &id) {
         Ok(record) => record,

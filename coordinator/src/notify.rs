@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -96,9 +96,7 @@ impl Default for Changes {
     fn default() -> Self {
         Self {
             seen: Mutex::new(None),
-            since: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
+            since: nodecare_protocol::now_s(),
             sender: OnceLock::new(),
         }
     }

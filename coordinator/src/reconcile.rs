@@ -32,7 +32,6 @@ use crate::store::Store;
 
 mod input;
 
-pub(crate) use crate::round::now_s;
 pub use crate::round::{GateSettings, ReconcileSettings, RoundError};
 
 use crate::node_repair::is_incident;

@@ -34,9 +34,10 @@ use crate::admission::GateStatus;
 use crate::api::ApiState;
 use crate::auth::{self, Refusal};
 use crate::incident::{Event, Incident, RepairStatus};
-use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident, now_s};
+use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident};
 use crate::scrape::{AgentState, AgentStatus};
 use crate::store::{Intent, IntentSpec, IntentState};
+use nodecare_protocol::clock::{utc_text, utc_text_ms};
 use nodecare_protocol::maintenance::{Campaign, CampaignNode, CampaignState, NodeStep};
 
 /// Seconds between reloads of the page.
@@ -502,7 +503,7 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                                 @if domain.disrupted.is_empty() { span.mute { "none" } }
                                 @for d in &domain.disrupted { span.warn { (d.node) } " (" (d.holder) ")" br; }
                             }
-                            td { @match domain.override_until_ms { Some(until) => { "until " (format_time(until as f64 / 1000.0)) }, None => "-" } }
+                            td { @match domain.override_until_ms { Some(until) => { "until " (utc_text_ms(until)) }, None => "-" } }
                         }
                     } }
                 } }
@@ -587,7 +588,7 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                     tbody { @for o in &gate.overrides {
                         tr {
                             td { (o.domain) }
-                            td { (format_time(o.until_ms as f64 / 1000.0)) }
+                            td { (utc_text_ms(o.until_ms)) }
                             td { @if o.active { span.warn { "active" } } @else if let Some(by) = &o.revoked_by { "revoked by " (by) } @else { "expired" } }
                             td { (o.who) }
                             td { (o.reason) }
@@ -627,7 +628,7 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                 details {
                     summary { "The last " (gate.audit.len()) " changes to grants, overrides and the breaker" }
                     ol { @for e in &gate.audit {
-                        li { (format_time(e.at_ms as f64 / 1000.0)) " " b { (e.who) } ": " (e.what) " (" (e.why) ")" }
+                        li { (utc_text_ms(e.at_ms)) " " b { (e.who) } ": " (e.what) " (" (e.why) ")" }
                     } }
                 }
             }
@@ -698,7 +699,7 @@ fn incident_block(
             details {
                 summary { "History (" (incident.history.len()) ")" }
                 ol { @for entry in &incident.history {
-                    li { (format_time(entry.at)) " " b { (entry.status.as_str()) } ": " (entry.event) }
+                    li { (utc_text(entry.at)) " " b { (entry.status.as_str()) } ": " (entry.event) }
                 } }
             }
             @if let Some(actions) = actions {
@@ -720,11 +721,6 @@ fn incident_block(
             }
         }
     }
-}
-
-/// Unix seconds as `YYYY-MM-DD HH:MM:SS UTC`.
-pub(crate) fn format_time(secs: f64) -> String {
-    nodecare_protocol::clock::utc_text(secs)
 }
 
 /// The CSRF token of `user` under `key`.
@@ -1141,7 +1137,7 @@ pub async fn acknowledge(
     };
     let who = format!("{user} on the nodecare web page");
     if incident
-        .apply(Event::AcknowledgementAsked(who), now_s())
+        .apply(Event::AcknowledgementAsked(who), nodecare_protocol::now_s())
         .is_err()
     {
         return refusal_page(
@@ -1178,13 +1174,6 @@ mod tests {
         assert_eq!(age(1_000_000, 0), "16m");
         assert_eq!(age(0, 5), "0s");
         assert_eq!(age(86_400_000 * 3, 0), "3d");
-    }
-
-    #[test]
-    fn times_are_utc() {
-        assert_eq!(format_time(0.0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(format_time(1_795_000_000.5), "2026-11-18 11:06:40 UTC");
-        assert_eq!(format_time(f64::NAN), "?");
     }
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {

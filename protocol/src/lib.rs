@@ -10,10 +10,11 @@
 //! - [`load`]: the payload of the signed load report (mond's `cpu-avg-load` and `kvm-inst-rss`).
 //! - [`repair`]: the signed repair request and the repair record.
 //! - [`json`]: strict JSON reading (a repeated key is an error, never "the last one wins").
-//! - [`clock`]: the one wall clock, Unix milliseconds.
+//! - [`clock`]: the one wall clock, Unix milliseconds (and seconds), and the one date text.
 //! - [`status`]: the coordinator's status API, as `nodecare status` reads it.
 //! - [`gate`]: the coordinator's admission API, overrides, storm breaker and failure domains.
 //! - [`maintenance`]: rolling maintenance campaigns (`/1/maintenance`) and the hook's stdin.
+//! - `golden` (feature `test-support`): the one golden-file check of every crate's tests.
 
 pub mod calendar;
 pub mod canonical;
@@ -21,6 +22,8 @@ pub mod clock;
 pub mod diagnose;
 pub mod explain;
 pub mod gate;
+#[cfg(any(test, feature = "test-support"))]
+pub mod golden;
 pub mod json;
 pub mod limits;
 pub mod load;
@@ -36,7 +39,7 @@ pub mod verdict;
 pub mod what_if;
 
 pub use canonical::{CanonicalError, CanonicalJson, canonical_bytes, fingerprint_of};
-pub use clock::now_ms;
+pub use clock::{now_ms, now_s};
 pub use diagnose::DiagnosePayload;
 pub use load::{CpuAvgLoad, LoadPayload};
 pub use report::{CollectorListEntry, Report, ReportKind, StatusCode};

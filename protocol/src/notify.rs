@@ -83,13 +83,15 @@ mod tests {
             blocked_by: None,
             at: 1_795_000_000.5,
         };
-        let text = serde_json::to_string_pretty(&notification).unwrap();
-        let golden = include_str!("../tests/golden/notification.json");
-        assert_eq!(text.trim_end(), golden.trim_end());
-        let back: Notification = serde_json::from_str(golden).unwrap();
+        let text = serde_json::to_string_pretty(&notification).unwrap() + "\n";
+        crate::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/notification.json"),
+            &text,
+        );
+        let back: Notification = serde_json::from_str(&text).unwrap();
         assert_eq!(back, notification);
         assert!(
-            serde_json::from_str::<Notification>(&golden.replace("\"at\"", "\"extra\": 1, \"at\""))
+            serde_json::from_str::<Notification>(&text.replace("\"at\"", "\"extra\": 1, \"at\""))
                 .is_err()
         );
     }

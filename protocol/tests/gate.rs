@@ -12,6 +12,7 @@ use nodecare_protocol::gate::{
     AuditEntry, BlockedBy, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus,
     Grant, OverrideRequest, OverrideView, Refusal, Waiting,
 };
+use nodecare_protocol::golden::assert_golden;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -21,17 +22,8 @@ fn check<T: Serialize + DeserializeOwned + PartialEq + Debug>(name: &str, value:
         .join(format!("{name}.json"));
     let mut actual = serde_json::to_string_pretty(value).unwrap();
     actual.push('\n');
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&path, &actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        actual,
-        expected,
-        "{} differs (UPDATE_GOLDEN=1 rewrites it)",
-        path.display()
-    );
-    let back: T = serde_json::from_str(&expected).unwrap();
+    assert_golden(&path, &actual);
+    let back: T = serde_json::from_str(&actual).unwrap();
     assert_eq!(&back, value, "{name} does not decode to the same value");
 }
 

@@ -4,8 +4,8 @@
 //! implementation produces: the canonical bytes the MAC covers, the MAC, and the envelope as
 //! served. Any change of wire bytes fails here. `docs/PROTOCOL.md` explains the files.
 //!
-//! After an intended format change, rewrite the files with `NODECARE_BLESS_VECTORS=1 cargo test
-//! -p nodecare-protocol --test vectors` and review the diff.
+//! After an intended format change, rewrite the files with `UPDATE_GOLDEN=1 cargo test -p
+//! nodecare-protocol --test vectors` and review the diff.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
@@ -29,32 +29,9 @@ fn dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors")
 }
 
-fn bless() -> bool {
-    std::env::var_os("NODECARE_BLESS_VECTORS").is_some()
-}
-
 /// Compares `actual` with the file `name` byte for byte (or writes it when blessing).
 fn check(name: &str, actual: &[u8]) {
-    let path = dir().join(name);
-    if bless() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected =
-        std::fs::read(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
-    if expected != actual {
-        let at = expected
-            .iter()
-            .zip(actual)
-            .position(|(a, b)| a != b)
-            .unwrap_or(expected.len().min(actual.len()));
-        panic!(
-            "wire bytes changed: {name} differs from the known answer at byte {at}\n\
-             expected: {}\n  actual: {}",
-            String::from_utf8_lossy(&expected),
-            String::from_utf8_lossy(actual)
-        );
-    }
+    nodecare_protocol::golden::assert_golden(dir().join(name), actual);
 }
 
 fn read(name: &str) -> Vec<u8> {

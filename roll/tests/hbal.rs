@@ -90,17 +90,7 @@ fn real_outputs_read_as_the_golden_plans() {
         writeln!(all, "== {}", path.file_name().unwrap().to_string_lossy()).unwrap();
         all.push_str(&render(&plan));
     }
-    let golden = data_dir().join("plans.golden");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&golden, &all).unwrap();
-    }
-    let expected = std::fs::read_to_string(&golden).unwrap_or_default();
-    assert_eq!(
-        all,
-        expected,
-        "plans differ from {} (UPDATE_GOLDEN=1 rewrites it)",
-        golden.display()
-    );
+    nodecare_protocol::golden::assert_golden(data_dir().join("plans.golden"), &all);
 }
 
 /// Runs `hbal -t FILE -C [args]`: exit code and stdout.

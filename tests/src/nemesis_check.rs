@@ -44,6 +44,7 @@ use std::fmt;
 
 use nodecare_ganeti::rapi::types::RapiJob;
 use nodecare_ganeti::{JobId, JobStatus, Reason};
+use nodecare_protocol::clock::{days_from_civil, utc_iso_ms};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -295,7 +296,7 @@ impl fmt::Display for Violation {
                 request,
                 why,
             } => {
-                write!(f, "{request} from {from} at {} ({why})", utc(*at_ms))
+                write!(f, "{request} from {from} at {} ({why})", utc_iso_ms(*at_ms))
             }
             Self::CanceledActed {
                 incident,
@@ -304,18 +305,18 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "incident {incident} canceled at {}: {what}",
-                utc(*canceled_ms)
+                utc_iso_ms(*canceled_ms)
             ),
             Self::GrantForgotten { id, node, at_ms } => write!(
                 f,
                 "grant {id} of {node} in force but not in the grant list read at {}",
-                utc(*at_ms)
+                utc_iso_ms(*at_ms)
             ),
             Self::BudgetExceeded { at_ms, nodes, max } => write!(
                 f,
                 "{} nodes disrupted at {} (max {max}): {}",
                 nodes.len(),
-                utc(*at_ms),
+                utc_iso_ms(*at_ms),
                 nodes.join(", ")
             ),
             Self::CampaignNodeTwice {
@@ -334,7 +335,7 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "campaign {campaign}'s hook ran on {node} at {} while {} ran there",
-                utc(*at_ms),
+                utc_iso_ms(*at_ms),
                 running.join(", ")
             ),
             Self::HookAfterFailure {
@@ -345,8 +346,8 @@ impl fmt::Display for Violation {
             } => write!(
                 f,
                 "campaign {campaign}'s hook ran on {node} at {}, after the campaign failed it at {}",
-                utc(*at_ms),
-                utc(*failed_ms)
+                utc_iso_ms(*at_ms),
+                utc_iso_ms(*failed_ms)
             ),
             Self::NotFinished { what } => f.write_str(what),
         }
@@ -736,17 +737,6 @@ pub fn unfake_audit_times(audits: &mut BTreeMap<String, Vec<AuditLine>>, jumps: 
     }
 }
 
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// `YYYY-MM-DD`, `HH:MM:SS` and a fraction of a second → Unix ms.
 fn civil_ms(date: &str, time: &str, frac: &str) -> Option<u64> {
     let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
@@ -781,29 +771,6 @@ pub fn parse_rapi_time(text: &str) -> Option<u64> {
     let (date, time) = text.trim().split_once(' ')?;
     let (hms, frac) = time.split_once(',').unwrap_or((time, ""));
     civil_ms(date, hms, frac)
-}
-
-fn utc(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // civil_from_days
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
 }
 
 fn ts_ms(ts: Option<(u64, u64)>) -> Option<u64> {
@@ -1029,13 +996,13 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
                         match (superseded, stood) {
                             (Some((t, n)), _) => Some(format!(
                                 "its takeover at {} was superseded by {n}'s at {}",
-                                utc(own),
-                                utc(*t)
+                                utc_iso_ms(own),
+                                utc_iso_ms(*t)
                             )),
                             (None, Some(t)) => Some(format!(
                                 "it stood down at {} after its takeover at {}",
-                                utc(t),
-                                utc(own)
+                                utc_iso_ms(t),
+                                utc_iso_ms(own)
                             )),
                             (None, None) => None,
                         }
@@ -1069,7 +1036,7 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
                 report.violations.push(Violation::CanceledActed {
                     incident: incident.to_owned(),
                     canceled_ms: e.t_ms,
-                    what: format!("job {} received at {}", job.id, utc(received)),
+                    what: format!("job {} received at {}", job.id, utc_iso_ms(received)),
                 });
             }
         }
@@ -1082,7 +1049,7 @@ pub fn check(inputs: &Inputs, settings: &Settings) -> Result<Report, InputError>
                 report.violations.push(Violation::CanceledActed {
                     incident: incident.to_owned(),
                     canceled_ms: e.t_ms,
-                    what: format!("repair accepted by {node}'s agent at {}", utc(a.at)),
+                    what: format!("repair accepted by {node}'s agent at {}", utc_iso_ms(a.at)),
                 });
             }
         }
@@ -1944,7 +1911,7 @@ mod tests {
         assert_eq!(parse_iso_ms("1970-01-01T00:00:01.5Z"), Some(1500));
         assert_eq!(parse_iso_ms("2026-13-01T00:00:00Z"), None);
         assert_eq!(
-            utc(parse_iso_ms("2026-11-27T03:17:12.512Z").unwrap()),
+            utc_iso_ms(parse_iso_ms("2026-11-27T03:17:12.512Z").unwrap()),
             "2026-11-27T03:17:12.512Z"
         );
 
@@ -2038,7 +2005,7 @@ mod tests {
             );
             let r = check(&i, &Settings::default()).unwrap();
             assert!(
-                r.to_string().contains(&utc(T + 30_000)),
+                r.to_string().contains(&utc_iso_ms(T + 30_000)),
                 "offset {offset_s} s: {r}"
             );
         }

@@ -333,18 +333,11 @@ fn fixed_gate() -> GateStatus {
 }
 
 fn golden(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/web")
-        .join(name);
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, actual).unwrap();
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        expected == actual,
-        "output differs from {} (UPDATE_GOLDEN=1 rewrites it)\n{actual}",
-        path.display()
+    nodecare_protocol::golden::assert_golden(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/web")
+            .join(name),
+        actual,
     );
 }
 

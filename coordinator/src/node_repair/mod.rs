@@ -23,9 +23,9 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use nodecare_protocol::now_ms;
 use nodecare_protocol::repair::{RepairRequest, RepairState};
 use nodecare_protocol::status::CanceledJob;
+use nodecare_protocol::{now_ms, now_s};
 
 use crate::board::Board;
 use crate::duty::node_repair;
@@ -41,7 +41,7 @@ use crate::plan::{
 };
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::round::{Duty, Holds, Judged, Phase, RoundInput, Services};
-use crate::round::{ReconcileSettings, RoundError, now_s};
+use crate::round::{ReconcileSettings, RoundError};
 use crate::scrape::AgentOutcome;
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
 

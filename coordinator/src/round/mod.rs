@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::board::Board;
 use crate::breaker::BreakerPolicy;
@@ -118,12 +118,6 @@ impl From<crate::exec::ledger::LedgerError> for RoundError {
     fn from(error: crate::exec::ledger::LedgerError) -> Self {
         Self::Store(StoreError::Ledger(error))
     }
-}
-
-pub(crate) fn now_s() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// A duty's phase: a future borrowing the duty and the round.
