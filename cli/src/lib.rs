@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod api;
+mod approval;
 mod balance;
 mod campaign;
 mod check;
@@ -73,6 +74,10 @@ enum Command {
     /// The storm breaker: show it, or reset it once the cause of the storm is understood.
     #[command(after_help = EXIT_HELP)]
     Breaker(gate::BreakerArgs),
+    /// The work that waits for an approval (`[approvals]`): `approval grant ID --ticket T`,
+    /// `approval refuse ID --reason R` (audited), `approval list`.
+    #[command(after_help = EXIT_HELP)]
+    Approval(approval::ApprovalArgs),
     /// Maintenance freezes: `freeze --until TIME --reason WHY` holds planned work (campaigns,
     /// balancing, other tools' requests) until then; `freeze list` shows the windows and
     /// freezes, `freeze lift ID` ends one early (audited).
@@ -110,6 +115,7 @@ pub fn run() -> ExitCode {
         Command::Budget(args) => gate::run_budget(args),
         Command::Breaker(args) => gate::run_breaker(args),
         Command::Freeze(args) => freeze::run_freeze(args),
+        Command::Approval(args) => approval::run_approval(args),
         Command::Check(args) => check::run_check(args),
         Command::Explain(args) => explain::run_explain(args),
         Command::WhatIf(args) => what_if::run_what_if(args),

@@ -459,7 +459,7 @@ pub async fn audit(State(state): State<ApiState>, RawQuery(query): RawQuery) -> 
     }
 }
 
-fn snapshot_of(state: &ApiState) -> Option<GateSnapshot> {
+pub(crate) fn snapshot_of(state: &ApiState) -> Option<GateSnapshot> {
     state
         .board
         .gate

@@ -492,6 +492,7 @@ pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettin
             grace: crate::config::Config::duration(config.grace),
             // Loaded with its time zone by the daemon ([`crate::config::calendar`]).
             calendar: nodecare_core::calendar::Calendar::always_open(),
+            approvals: config.approvals.require.clone(),
         },
         job_chains: config.job_chains,
         ladder: config.repair_ladder,

@@ -87,6 +87,10 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
             get(crate::freeze_api::list).post(crate::freeze_api::set),
         )
         .route("/1/freezes/{id}", delete(crate::freeze_api::delete))
+        .route(
+            "/1/approvals",
+            get(crate::approval_api::list).post(crate::approval_api::set),
+        )
         .route("/1/breaker", get(crate::admission::breaker))
         .route("/1/breaker/reset", post(crate::admission::reset_breaker))
         .route("/1/audit", get(crate::admission::audit))

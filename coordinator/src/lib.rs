@@ -24,6 +24,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod approval_api;
 pub mod auth;
 pub mod balance;
 pub mod board;
@@ -62,7 +63,8 @@ pub mod what_if_api;
 
 /// The pure decisions (the `nodecare-core` crate), under the names they had here.
 pub use nodecare_core::{
-    breaker, campaign, duty, gate, incident, load, plan, storage, upgrade_check, waits,
+    approval, breaker, calendar, campaign, duty, gate, incident, load, plan, storage,
+    upgrade_check, waits,
 };
 pub use nodecare_daemon::systemd;
 /// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).

@@ -449,8 +449,21 @@ impl Reconciler {
                 calendar.freezes.extend(self.store.freezes()?);
                 calendar.at(now)
             },
+            approvals: nodecare_core::approval::Approvals {
+                required: settings.approvals.clone(),
+                records: self.store.approvals()?,
+            },
         };
         self.board.metrics.set_calendar(&policy.calendar);
+        // Every job of an approved holder carries its change ticket in its reason trail.
+        self.executor.set_tickets(
+            policy
+                .approvals
+                .records
+                .iter()
+                .filter_map(|r| r.ticket.clone().map(|t| (r.id, t)))
+                .collect(),
+        );
         let mut proposals = Vec::new();
         for duty in duties.iter_mut() {
             proposals.extend(duty.propose(services, &input, &in_force).await?);

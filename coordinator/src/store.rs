@@ -23,8 +23,10 @@ use crate::gate::FlagChange;
 use crate::incident::Incident;
 
 mod admission;
+mod approvals;
 mod campaign_ops;
 mod freezes;
+pub use approvals::APPROVALS_DOCUMENT;
 pub use freezes::{FREEZES_DOCUMENT, Lifted};
 mod instance_repairs;
 mod ledger;

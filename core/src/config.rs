@@ -168,6 +168,8 @@ pub struct Config {
     pub calendar: crate::calendar::CalendarConfig,
     /// The escalation ladder: repairs bounded by each node's repair history.
     pub repair_ladder: crate::duty::node_repair::ladder::LadderPolicy,
+    /// The kinds of work that need an approval before they start.
+    pub approvals: crate::approval::ApprovalsConfig,
 }
 
 /// `[replication]`: the state kept by the agents of the master candidates, so that the
@@ -313,6 +315,7 @@ impl Default for Config {
             replication: ReplicationSection::default(),
             calendar: crate::calendar::CalendarConfig::default(),
             repair_ladder: crate::duty::node_repair::ladder::LadderPolicy::default(),
+            approvals: crate::approval::ApprovalsConfig::default(),
         }
     }
 }
@@ -390,6 +393,7 @@ impl Config {
 
     /// Checks value ranges.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        self.approvals.validate().map_err(ConfigError::Invalid)?;
         self.repair_ladder
             .validate()
             .map_err(ConfigError::Invalid)?;

@@ -314,6 +314,13 @@ pub struct Policy {
     /// Maintenance windows and freezes at this round ([`crate::calendar`]).
     #[serde(default, skip_serializing_if = "is_default_calendar")]
     pub calendar: CalendarNow,
+    /// What needs an approval, and the decisions ([`crate::approval`]).
+    #[serde(default, skip_serializing_if = "is_default_approvals")]
+    pub approvals: crate::approval::Approvals,
+}
+
+fn is_default_approvals(approvals: &crate::approval::Approvals) -> bool {
+    *approvals == crate::approval::Approvals::default()
 }
 
 fn is_default_calendar(calendar: &CalendarNow) -> bool {
@@ -922,6 +929,12 @@ fn judge(
         return Err(BlockedBy::Breaker { why: why.clone() });
     }
     if let Some(block) = policy.calendar.blocks(work_kind(proposal)) {
+        return Err(block);
+    }
+    if let Some(block) = policy
+        .approvals
+        .blocks(work_kind(proposal), &proposal.holder)
+    {
         return Err(block);
     }
     if new.is_empty() {

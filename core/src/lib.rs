@@ -17,6 +17,7 @@
 //! No IO crate is a dependency (no tokio, reqwest, rusqlite, axum, maud, hyper): `tests/pure.rs`
 //! fails when one comes in.
 
+pub mod approval;
 pub mod breaker;
 pub mod calendar;
 pub mod campaign;

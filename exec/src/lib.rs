@@ -97,6 +97,8 @@ pub struct Executor {
     cancels_asked: CancelsAsked,
     /// The entries whose submission may have reached Ganeti without the ledger knowing.
     unsure: Mutex<Unsure>,
+    /// The change tickets of approved holders, by holder id: added to their jobs' reasons.
+    tickets: Mutex<BTreeMap<uuid::Uuid, String>>,
 }
 
 /// The entries whose submission may have reached Ganeti although they are recorded without a
@@ -127,6 +129,7 @@ impl Executor {
             ledger,
             cancels_asked: Arc::new(Mutex::new(BTreeSet::new())),
             unsure: Mutex::new(Unsure::default()),
+            tickets: Mutex::new(BTreeMap::new()),
         };
         // Unreadable now: at the first look.
         drop(executor.unsure());
@@ -199,6 +202,27 @@ impl Executor {
         }
     }
 
+    /// Sets the change tickets of the approved holders (by holder id): every job of theirs
+    /// submitted from now on says `(ticket <ticket>)` in its reason.
+    pub fn set_tickets(&self, tickets: BTreeMap<uuid::Uuid, String>) {
+        *self
+            .tickets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tickets;
+    }
+
+    /// `text`, with the change ticket of `entry`'s holder when it has one.
+    fn with_ticket(&self, entry: &Entry, text: &str) -> String {
+        let tickets = self
+            .tickets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match nodecare_core::approval::holder_id(&entry.holder).and_then(|id| tickets.get(&id)) {
+            Some(ticket) => format!("{text} (ticket {ticket})"),
+            None => text.to_owned(),
+        }
+    }
+
     /// The same executor asking Ganeti to cancel a job only if nobody sharing `asked` did.
     #[must_use]
     pub fn with_cancels_asked(mut self, asked: CancelsAsked) -> Self {
@@ -229,7 +253,8 @@ impl Executor {
             tracing::info!(holder = %entry.holder, key = %entry.key, %why, "not submitted");
             return Ok(EntrySubmission::NotSent(why));
         }
-        let reason = Reason::new(trail, entry.key.clone(), text.to_owned()).after(depends);
+        let reason =
+            Reason::new(trail, entry.key.clone(), self.with_ticket(entry, text)).after(depends);
         let answer = self.submit_one(ganeti, entry, op, &reason).await?;
         self.note_answer(
             entry,
@@ -464,8 +489,12 @@ impl Executor {
                     tracing::debug!(%holder, key = %entry.key, "submission uncertain: not submitted again");
                     continue;
                 }
-                let reason =
-                    Reason::new(trail, entry.key.clone(), entry.description.clone()).after(depends);
+                let reason = Reason::new(
+                    trail,
+                    entry.key.clone(),
+                    self.with_ticket(&entry, &entry.description),
+                )
+                .after(depends);
                 in_layer.insert(entry.key.clone());
                 layer.push((entry, reason));
             }

@@ -163,6 +163,7 @@ impl BlockedBy {
             Self::Master { .. } => "the master is not evacuated",
             Self::Freeze { .. } => "no planned work in a freeze",
             Self::OutsideWindow { .. } => "planned work inside a maintenance window",
+            Self::Approval { .. } => "approved before it starts",
             Self::Other => "unknown rule",
         }
     }

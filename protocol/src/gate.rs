@@ -157,6 +157,16 @@ pub enum BlockedBy {
         /// 02:00-05:00)`).
         next: String,
     },
+    /// This kind of work needs an approval (`[approvals]`), which it has not been given.
+    Approval {
+        /// Who waits (`maintenance campaign <uuid>`).
+        holder: String,
+        /// Its id, which an approval names.
+        id: String,
+        /// Refused, and why (with who refused); `None`: not decided yet.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        refused: Option<String>,
+    },
     /// A kind this reader does not know.
     #[serde(other)]
     Other,
@@ -201,6 +211,19 @@ impl std::fmt::Display for BlockedBy {
             Self::OutsideWindow { next } => {
                 write!(f, "outside the maintenance window (next: {next})")
             }
+            Self::Approval {
+                holder,
+                id,
+                refused: None,
+            } => write!(
+                f,
+                "waiting for an approval of {holder} (nodecare approval grant {id} --ticket …)"
+            ),
+            Self::Approval {
+                holder,
+                refused: Some(why),
+                ..
+            } => write!(f, "{holder} refused: {why}"),
             Self::Other => f.write_str("blocked (for a reason this version cannot name)"),
         }
     }
@@ -444,4 +467,72 @@ mod tests {
         let later: BlockedBy = serde_json::from_str(r#"{"kind":"moon-phase","x":1}"#).unwrap();
         assert_eq!(later, BlockedBy::Other);
     }
+}
+
+/// `POST /1/approvals`: approve the work of holder `id` (an incident, a campaign, an instance
+/// repair) with a change ticket, or refuse it with a reason; exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApprovalRequest {
+    /// The holder's id (a uuid).
+    #[serde(deserialize_with = "crate::limits::name")]
+    pub id: String,
+    /// The change ticket it is approved with (1 to 64 bytes: letters, digits, `-_.:/#`).
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::limits::optional_name"
+    )]
+    pub ticket: Option<String>,
+    /// Why it is refused.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::limits::optional_text"
+    )]
+    pub refuse: Option<String>,
+}
+
+/// A decision on a holder's work, as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalView {
+    /// The holder's id.
+    pub id: String,
+    /// Approved with this change ticket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
+    /// Refused, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// Who decided.
+    pub who: String,
+    /// Unix ms of the decision.
+    pub at_ms: u64,
+}
+
+/// `GET /1/approvals`: what needs an approval, what waits for one (as the last round judged),
+/// and the decisions kept.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ApprovalsStatus {
+    /// The kinds of work that need one (`campaign`, `evacuation`, `live-repair`,
+    /// `instance-repair`).
+    pub required: Vec<String>,
+    /// Holders waiting for one: `(holder, id)`.
+    pub waiting: Vec<ApprovalWaiting>,
+    /// The decisions, newest last.
+    pub decisions: Vec<ApprovalView>,
+}
+
+/// A holder whose work waits for an approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalWaiting {
+    /// Who (`maintenance campaign <uuid>`).
+    pub holder: String,
+    /// Its id.
+    pub id: String,
+    /// What it would do (`reboot group 1 of 3 (n1, n2)`).
+    pub subject: String,
+    /// Refused before, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }

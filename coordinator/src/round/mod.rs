@@ -86,6 +86,8 @@ pub struct GateSettings {
     /// Maintenance windows and the configuration's freezes (the run-time ones are read from
     /// the state each round).
     pub calendar: nodecare_core::calendar::Calendar,
+    /// The kinds of work that need an approval (`[approvals] require`).
+    pub approvals: Vec<nodecare_core::calendar::WorkKind>,
 }
 
 /// Why a round stopped.

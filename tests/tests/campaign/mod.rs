@@ -1348,3 +1348,106 @@ async fn a_freeze_lets_the_group_finish_and_holds_the_next_one() {
     assert_eq!(h.sim.duplicate_intents(), Vec::<String>::new());
     server.abort();
 }
+
+/// A campaign that needs an approval waits, saying so, with no job in Ganeti; refused, it says
+/// why; approved with a change ticket, it runs, and every job of it carries the ticket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_campaign_waits_for_its_approval_and_carries_its_ticket() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let mut h = cluster_with(&users, |config| {
+        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+    })
+    .await;
+    let (url, server) = serve_api(&h).await;
+    let client = reqwest::Client::new();
+    h.round().await.unwrap();
+    start_reboot_campaign(&url).await;
+    let id = campaign(&h).id;
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let waiting = campaign(&h);
+    assert!(waiting.groups.is_empty(), "{waiting:#?}");
+    assert_eq!(
+        waiting.blocked_by.as_deref(),
+        Some(
+            format!(
+                "waiting for an approval of maintenance campaign {id} (nodecare approval grant {id} --ticket …)"
+            )
+            .as_str()
+        )
+    );
+    assert!(
+        h.sim.submissions().is_empty()
+            || h.sim.with_cluster(|c| c.nodes.values().all(|n| !n.drained))
+    );
+    let listed: nodecare_protocol::gate::ApprovalsStatus = client
+        .get(format!("{url}/1/approvals"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed.required, ["campaign"]);
+    assert_eq!(listed.waiting.len(), 1);
+    assert_eq!(listed.waiting[0].id, id);
+    let decide = |body: serde_json::Value| {
+        client
+            .post(format!("{url}/1/approvals"))
+            .basic_auth("ops", Some("secret"))
+            .json(&body)
+            .send()
+    };
+    // Bad decisions are a clear 400.
+    for body in [
+        serde_json::json!({"id": id, "ticket": "CHG 1"}),
+        serde_json::json!({"id": id}),
+        serde_json::json!({"id": "nosuch", "ticket": "CHG-1"}),
+    ] {
+        assert_eq!(decide(body.clone()).await.unwrap().status(), 400, "{body}");
+    }
+    // Refused: it says why.
+    let answer = decide(serde_json::json!({"id": id, "refuse": "no change window this week"}))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    h.round().await.unwrap();
+    assert_eq!(
+        campaign(&h).blocked_by.as_deref(),
+        Some(
+            format!("maintenance campaign {id} refused: no change window this week (by ops)")
+                .as_str()
+        )
+    );
+    // Approved with a ticket: it runs to its end, every job carrying the ticket.
+    let answer = decide(serde_json::json!({"id": id, "ticket": "CHG-4711"}))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201);
+    let mut runs = BTreeMap::new();
+    for _ in 0..80 {
+        h.round().await.unwrap();
+        reboot_after_hooks(&h.agents, &mut runs);
+        if campaign(&h).state.is_final() {
+            break;
+        }
+    }
+    let done = campaign(&h);
+    assert_eq!(done.state, CampaignState::Completed, "{done:#?}");
+    let ours: Vec<String> = h
+        .sim
+        .submissions()
+        .into_iter()
+        .filter_map(|s| s.reason_text)
+        .filter(|t| t.contains(&format!("maintenance campaign {id}")))
+        .collect();
+    assert!(!ours.is_empty());
+    assert!(
+        ours.iter().all(|t| t.contains("(ticket CHG-4711)")),
+        "{ours:#?}"
+    );
+    server.abort();
+}

@@ -1,0 +1,249 @@
+//! Approvals (pure): named kinds of work that start only once an operator (or the change
+//! system, through the API) approved them, with a change ticket that then travels in the reason
+//! trail of every Ganeti job of that work. A refusal is kept with its reason and shown where the
+//! work waits. Only new work waits: an approval is asked once per holder (an incident, a
+//! campaign, an instance repair), before its first disruption.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::calendar::WorkKind;
+use crate::gate::{BlockedBy, Holder};
+
+/// Most approval records kept (the oldest go first).
+pub const MAX_RECORDS: usize = 512;
+/// Most bytes of a change ticket.
+pub const MAX_TICKET_BYTES: usize = 64;
+
+/// `[approvals]` of the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsConfig {
+    /// The kinds of work that need an approval before they start: `campaign`, `evacuation`,
+    /// `live-repair`, `instance-repair`. None by default.
+    pub require: Vec<WorkKind>,
+}
+
+impl ApprovalsConfig {
+    /// Checks the kinds (balancing runs and other tools' requests have no holder to approve).
+    pub fn validate(&self) -> Result<(), String> {
+        for kind in &self.require {
+            if matches!(kind, WorkKind::Balancing | WorkKind::Admission) {
+                return Err(format!(
+                    "approvals.require: {} cannot require an approval (use maintenance windows \
+                     and freezes for it); approvable: campaign, evacuation, live-repair, \
+                     instance-repair",
+                    kind.as_str()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An operator's (or the change system's) decision on a holder's work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalRecord {
+    /// The holder's id (incident, campaign or instance repair).
+    pub id: Uuid,
+    /// Approved, with this change ticket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<String>,
+    /// Refused, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// Who decided.
+    pub who: String,
+    /// Unix ms of the decision.
+    pub at_ms: u64,
+}
+
+/// What the gate reads of the approvals this round (part of its policy, recorded with it).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Approvals {
+    /// The kinds of work that need one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required: Vec<WorkKind>,
+    /// The decisions kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub records: Vec<ApprovalRecord>,
+}
+
+/// The id an approval names a holder by (`None`: a holder nobody approves).
+pub const fn holder_id(holder: &Holder) -> Option<Uuid> {
+    match holder {
+        Holder::Incident { id } | Holder::Campaign { id } | Holder::InstanceRepair { id } => {
+            Some(*id)
+        }
+        Holder::Balancing { .. } | Holder::Grant { .. } | Holder::Someone { .. } => None,
+    }
+}
+
+impl Approvals {
+    /// The latest decision on holder `id`.
+    pub fn decision(&self, id: Uuid) -> Option<&ApprovalRecord> {
+        self.records
+            .iter()
+            .filter(|r| r.id == id)
+            .max_by_key(|r| r.at_ms)
+    }
+
+    /// The change ticket `holder`'s work was approved with.
+    pub fn ticket(&self, holder: &Holder) -> Option<&str> {
+        self.decision(holder_id(holder)?)
+            .and_then(|r| r.ticket.as_deref())
+    }
+
+    /// Why `kind` of `holder` may not start yet (`None`: it may).
+    pub fn blocks(&self, kind: WorkKind, holder: &Holder) -> Option<BlockedBy> {
+        if !self.required.contains(&kind) {
+            return None;
+        }
+        let id = holder_id(holder)?;
+        match self.decision(id) {
+            Some(record) if record.ticket.is_some() => None,
+            Some(record) => Some(BlockedBy::Approval {
+                holder: holder.to_string(),
+                id: id.to_string(),
+                refused: Some(format!(
+                    "{} (by {})",
+                    record.refused.as_deref().unwrap_or("refused"),
+                    record.who
+                )),
+            }),
+            None => Some(BlockedBy::Approval {
+                holder: holder.to_string(),
+                id: id.to_string(),
+                refused: None,
+            }),
+        }
+    }
+}
+
+/// A change ticket: 1 to [`MAX_TICKET_BYTES`] bytes of letters, digits and `-_.:/#`.
+pub fn check_ticket(ticket: &str) -> Result<(), String> {
+    if ticket.is_empty() || ticket.len() > MAX_TICKET_BYTES {
+        return Err(format!(
+            "a change ticket has 1 to {MAX_TICKET_BYTES} bytes, got {}",
+            ticket.len()
+        ));
+    }
+    if !ticket
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "-_.:/#".contains(c))
+    {
+        return Err(format!(
+            "a change ticket is letters, digits and -_.:/# only, got {ticket:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// Adds `record` to `records`, keeping the newest [`MAX_RECORDS`].
+pub fn keep(records: &mut Vec<ApprovalRecord>, record: ApprovalRecord) {
+    records.push(record);
+    if records.len() > MAX_RECORDS {
+        records.sort_by_key(|r| r.at_ms);
+        let excess = records.len() - MAX_RECORDS;
+        records.drain(..excess);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn campaign(n: u128) -> Holder {
+        Holder::Campaign {
+            id: Uuid::from_u128(n),
+        }
+    }
+
+    #[test]
+    fn required_work_waits_for_an_approval_and_a_refusal_says_why() {
+        let mut approvals = Approvals {
+            required: vec![WorkKind::Campaign, WorkKind::Evacuation],
+            records: Vec::new(),
+        };
+        let waits = approvals.blocks(WorkKind::Campaign, &campaign(1));
+        assert_eq!(
+            waits.map(|b| b.to_string()),
+            Some(format!(
+                "waiting for an approval of maintenance campaign {} (nodecare approval grant {} --ticket …)",
+                Uuid::from_u128(1),
+                Uuid::from_u128(1)
+            ))
+        );
+        // Not required: never waits.
+        assert_eq!(
+            approvals.blocks(
+                WorkKind::LiveRepair,
+                &Holder::Incident {
+                    id: Uuid::from_u128(2)
+                }
+            ),
+            None
+        );
+        keep(
+            &mut approvals.records,
+            ApprovalRecord {
+                id: Uuid::from_u128(1),
+                ticket: None,
+                refused: Some("no change window this week".into()),
+                who: "bob".into(),
+                at_ms: 10,
+            },
+        );
+        assert_eq!(
+            approvals
+                .blocks(WorkKind::Campaign, &campaign(1))
+                .map(|b| b.to_string()),
+            Some(format!(
+                "maintenance campaign {} refused: no change window this week (by bob)",
+                Uuid::from_u128(1)
+            ))
+        );
+        // A later approval wins, and its ticket is the holder's.
+        keep(
+            &mut approvals.records,
+            ApprovalRecord {
+                id: Uuid::from_u128(1),
+                ticket: Some("CHG-4711".into()),
+                refused: None,
+                who: "alice".into(),
+                at_ms: 20,
+            },
+        );
+        assert_eq!(approvals.blocks(WorkKind::Campaign, &campaign(1)), None);
+        assert_eq!(approvals.ticket(&campaign(1)), Some("CHG-4711"));
+        assert_eq!(approvals.ticket(&campaign(2)), None);
+    }
+
+    #[test]
+    fn tickets_and_kinds_are_checked() {
+        assert!(check_ticket("CHG-4711").is_ok());
+        assert!(check_ticket("").is_err());
+        assert!(check_ticket("a b").is_err());
+        assert!(check_ticket(&"x".repeat(65)).is_err());
+        let bad = ApprovalsConfig {
+            require: vec![WorkKind::Balancing],
+        };
+        assert!(bad.validate().is_err_and(|e| e.contains("balancing")));
+        let records: Vec<ApprovalRecord> = Vec::new();
+        let mut records = records;
+        for n in 0..(MAX_RECORDS as u64 + 10) {
+            keep(
+                &mut records,
+                ApprovalRecord {
+                    id: Uuid::from_u128(u128::from(n)),
+                    ticket: Some("t".into()),
+                    refused: None,
+                    who: "a".into(),
+                    at_ms: n,
+                },
+            );
+        }
+        assert_eq!(records.len(), MAX_RECORDS);
+        assert!(records.iter().all(|r| r.at_ms >= 10));
+    }
+}
