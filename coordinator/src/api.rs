@@ -51,6 +51,8 @@ pub struct ApiState {
     /// The configuration's maintenance windows and freezes (the run-time freezes are the
     /// state's).
     pub calendar: Arc<nodecare_core::calendar::Calendar>,
+    /// The change system asked for approvals (`[approvals] webhook`); `None`: operators decide.
+    pub approval_hook: Option<Arc<crate::approval_hook::ApprovalHook>>,
 }
 
 /// Where the calendar stands at `now_ms`: the configuration's windows and freezes with the

@@ -60,6 +60,13 @@ pub(crate) fn status(state: &ApiState) -> Result<ApprovalsStatus, StoreError> {
             .collect(),
         waiting,
         decisions: state.store.approvals()?.iter().map(view).collect(),
+        change_system: state.approval_hook.as_ref().map(|h| h.url().to_owned()),
+        change_system_error: state.approval_hook.as_ref().and_then(|h| {
+            h.last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone()
+        }),
     })
 }
 

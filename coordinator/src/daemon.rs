@@ -198,6 +198,8 @@ impl Coordinator {
             failure_domains: config.domain_source(),
             what_if: Some(what_if),
             calendar,
+            approval_hook: crate::approval_hook::ApprovalHook::new(&config.approvals)
+                .map_err(|e| crate::config::ConfigError::Invalid(format!("approvals: {e:#}")))?,
         };
         let interval = config.round_interval_duration()?;
         let stall = Config::duration(config.round_stall_timeout);
@@ -404,6 +406,9 @@ impl Coordinator {
             let was_acting = self.api.board.acting.load(Ordering::Relaxed);
             match outcome {
                 Ok(summary) => {
+                    if let Some(hook) = &self.api.approval_hook {
+                        hook.after_round(&self.api);
+                    }
                     if !was_acting {
                         announced_standby = false;
                         tracing::info!(node = %self.api.node_name, "this node is the master: acting");

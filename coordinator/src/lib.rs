@@ -25,6 +25,7 @@
 pub mod admission;
 pub mod api;
 pub mod approval_api;
+pub mod approval_hook;
 pub mod auth;
 pub mod balance;
 pub mod board;

@@ -407,6 +407,7 @@ async fn the_endpoint_answers_what_it_can() {
         failure_domains: nodecare_coordinator::gate::DomainSource::default(),
         what_if: Some(Arc::clone(&context)),
         calendar: Arc::default(),
+        approval_hook: None,
     };
     let answer = nodecare_coordinator::what_if_api::what_if(
         &state,
@@ -435,6 +436,7 @@ async fn the_endpoint_answers_what_it_can() {
     let off = ApiState {
         what_if: None,
         calendar: Arc::default(),
+        approval_hook: None,
         ..state.clone()
     };
     let (got, _) = nodecare_coordinator::what_if_api::what_if(&off, Some("drain=node2.sim.test"))

@@ -16,17 +16,64 @@ pub const MAX_RECORDS: usize = 512;
 pub const MAX_TICKET_BYTES: usize = 64;
 
 /// `[approvals]` of the configuration.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ApprovalsConfig {
     /// The kinds of work that need an approval before they start: `campaign`, `evacuation`,
     /// `live-repair`, `instance-repair`. None by default.
     pub require: Vec<WorkKind>,
+    /// The change system asked for each waiting holder (`https://…`); empty: operators decide
+    /// (`nodecare approval`). Down or not answering, the work keeps waiting (fails closed).
+    pub webhook: String,
+    /// The certificate the change system's HTTPS must present (PEM, pinned like RAPI's).
+    pub webhook_certificate: String,
+    /// Seconds one request to the change system may take.
+    pub webhook_timeout_secs: f64,
+    /// Seconds before a holder the change system answered `later` (or did not answer) is asked
+    /// again.
+    pub webhook_interval_secs: f64,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> Self {
+        Self {
+            require: Vec::new(),
+            webhook: String::new(),
+            webhook_certificate: String::new(),
+            webhook_timeout_secs: 10.0,
+            webhook_interval_secs: 60.0,
+        }
+    }
 }
 
 impl ApprovalsConfig {
     /// Checks the kinds (balancing runs and other tools' requests have no holder to approve).
     pub fn validate(&self) -> Result<(), String> {
+        let url = self.webhook.trim();
+        if !url.is_empty() {
+            if url.starts_with("https://") {
+                if self.webhook_certificate.trim().is_empty() {
+                    return Err(
+                        "approvals.webhook over https needs approvals.webhook_certificate (the PEM to pin)"
+                            .to_owned(),
+                    );
+                }
+            } else if !url.starts_with("http://") {
+                return Err(format!(
+                    "approvals.webhook must be an http:// or https:// URL, got {url:?}"
+                ));
+            }
+        }
+        for (name, secs) in [
+            ("webhook_timeout_secs", self.webhook_timeout_secs),
+            ("webhook_interval_secs", self.webhook_interval_secs),
+        ] {
+            if !secs.is_finite() || secs < 0.1 {
+                return Err(format!(
+                    "approvals.{name} must be at least 0.1 seconds, got {secs}"
+                ));
+            }
+        }
         for kind in &self.require {
             if matches!(kind, WorkKind::Balancing | WorkKind::Admission) {
                 return Err(format!(
@@ -227,7 +274,17 @@ mod tests {
         assert!(check_ticket(&"x".repeat(65)).is_err());
         let bad = ApprovalsConfig {
             require: vec![WorkKind::Balancing],
+            ..ApprovalsConfig::default()
         };
+        let no_pin = ApprovalsConfig {
+            webhook: "https://change.example/nodecare".into(),
+            ..ApprovalsConfig::default()
+        };
+        assert!(
+            no_pin
+                .validate()
+                .is_err_and(|e| e.contains("webhook_certificate"))
+        );
         assert!(bad.validate().is_err_and(|e| e.contains("balancing")));
         let records: Vec<ApprovalRecord> = Vec::new();
         let mut records = records;

@@ -521,6 +521,12 @@ pub struct ApprovalsStatus {
     pub waiting: Vec<ApprovalWaiting>,
     /// The decisions, newest last.
     pub decisions: Vec<ApprovalView>,
+    /// The change system asked (`[approvals] webhook`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_system: Option<String>,
+    /// Its last failure to decide (down, slow, a bad answer): the work keeps waiting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_system_error: Option<String>,
 }
 
 /// A holder whose work waits for an approval.
@@ -535,4 +541,38 @@ pub struct ApprovalWaiting {
     /// Refused before, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
+}
+
+/// What the coordinator posts to the change system (`[approvals] webhook`) for work that waits
+/// for an approval.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApprovalAsk {
+    /// The holder's id, which the answer approves.
+    pub id: String,
+    /// Who waits (`maintenance campaign <uuid>`, `incident <uuid>`).
+    pub holder: String,
+    /// What it would do (`reboot group 1 of 3 (n1, n2)`, `node node3`).
+    pub subject: String,
+    /// The coordinator's node (the cluster's master).
+    pub coordinator: String,
+}
+
+/// The change system's answer to an [`ApprovalAsk`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "kebab-case")]
+pub enum ApprovalAnswer {
+    /// Approved, with the change ticket.
+    Approve {
+        /// The ticket.
+        #[serde(deserialize_with = "crate::limits::name")]
+        ticket: String,
+    },
+    /// Refused.
+    Refuse {
+        /// Why.
+        #[serde(deserialize_with = "crate::limits::text")]
+        reason: String,
+    },
+    /// Not decided yet: asked again later.
+    Later,
 }

@@ -1451,3 +1451,110 @@ async fn a_campaign_waits_for_its_approval_and_carries_its_ticket() {
     );
     server.abort();
 }
+
+/// The change system behind `[approvals] webhook` is asked for the waiting campaign: `later`
+/// keeps it waiting, then its approval (with a ticket) lets it run; a change system that is
+/// down approves nothing, and the error is shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_system_approves_a_campaign_and_a_down_one_approves_nothing() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let asked = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&asked);
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(move |body: axum::Json<serde_json::Value>| {
+            let seen = Arc::clone(&seen);
+            async move {
+                assert!(
+                    body.0["holder"]
+                        .as_str()
+                        .is_some_and(|h| h.starts_with("maintenance campaign"))
+                );
+                if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+                    axum::Json(serde_json::json!({"decision": "later"}))
+                } else {
+                    axum::Json(serde_json::json!({"decision": "approve", "ticket": "CHG-9"}))
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let change = format!("http://{}/", listener.local_addr().unwrap());
+    let change_server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let webhook = change.clone();
+    let mut h = cluster_with(&users, move |config| {
+        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+        config.approvals.webhook = webhook;
+        config.approvals.webhook_interval_secs = 0.1;
+    })
+    .await;
+    let (url, server) = serve_api(&h).await;
+    h.round().await.unwrap();
+    start_reboot_campaign(&url).await;
+    let id = campaign(&h).id;
+    let api = h.coordinator.api().clone();
+    let hook = api.approval_hook.clone().expect("the change system's hook");
+    let mut started = false;
+    for _ in 0..40 {
+        h.round().await.unwrap();
+        hook.after_round(&api);
+        tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+        if !campaign(&h).groups.is_empty() {
+            started = true;
+            break;
+        }
+    }
+    assert!(started, "{:#?}", campaign(&h));
+    assert!(asked.load(Ordering::SeqCst) >= 2);
+    let decisions = api.store.approvals().unwrap();
+    assert!(
+        decisions.iter().any(|d| d.id.to_string() == id
+            && d.ticket.as_deref() == Some("CHG-9")
+            && d.who == "change system"),
+        "{decisions:#?}"
+    );
+    server.abort();
+    change_server.abort();
+
+    // Down: nothing approves, the campaign waits, the error is shown.
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/", listener.local_addr().unwrap())
+    };
+    let mut h = cluster_with(&users, move |config| {
+        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+        config.approvals.webhook = closed;
+        config.approvals.webhook_interval_secs = 0.1;
+        config.approvals.webhook_timeout_secs = 1.0;
+    })
+    .await;
+    let (url, server) = serve_api(&h).await;
+    h.round().await.unwrap();
+    start_reboot_campaign(&url).await;
+    let api = h.coordinator.api().clone();
+    let hook = api.approval_hook.clone().expect("the change system's hook");
+    for _ in 0..5 {
+        h.round().await.unwrap();
+        hook.after_round(&api);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(campaign(&h).groups.is_empty(), "{:#?}", campaign(&h));
+    let status: nodecare_protocol::gate::ApprovalsStatus = reqwest::Client::new()
+        .get(format!("{url}/1/approvals"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status.waiting.len(), 1);
+    assert!(status.change_system_error.is_some(), "{status:#?}");
+    assert!(status.decisions.is_empty());
+    server.abort();
+}
