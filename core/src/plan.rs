@@ -237,6 +237,34 @@ pub struct Round<'a> {
     policy: EvacuationPolicy,
 }
 
+/// The prefix of an instance tag that sets its evacuation priority: `nodecare:priority:0` to
+/// `nodecare:priority:9` (higher first when room is short).
+pub const PRIORITY_TAG_PREFIX: &str = "nodecare:priority:";
+
+/// An instance's evacuation priority: its `nodecare:priority:N` tag (0 to 9; the highest when
+/// it has several), [`DEFAULT_PRIORITY`] without one (or with one that is not 0 to 9).
+pub fn evacuation_priority(instance: &Instance) -> u8 {
+    instance
+        .tags
+        .iter()
+        .filter_map(|t| t.strip_prefix(PRIORITY_TAG_PREFIX))
+        .filter_map(|n| n.parse::<u8>().ok())
+        .filter(|n| *n <= 9)
+        .max()
+        .unwrap_or(DEFAULT_PRIORITY)
+}
+
+/// ` [priority N]` for an instance whose priority is not the default, else nothing.
+fn priority_note(instance: &Instance) -> String {
+    match evacuation_priority(instance) {
+        DEFAULT_PRIORITY => String::new(),
+        n => format!(" [priority {n}]"),
+    }
+}
+
+/// The evacuation priority of an instance without a priority tag.
+pub const DEFAULT_PRIORITY: u8 = 5;
+
 impl<'a> Round<'a> {
     /// Starts a round. `in_flight` are the locks of jobs still running; `disrupted` are the
     /// nodes the gate counts as disrupted after its decision (never move targets; drained
@@ -253,8 +281,14 @@ impl<'a> Round<'a> {
             .map(|node| node.name.clone())
             .collect();
         all_disrupted.extend(disrupted);
+        // The instances with the highest evacuation priority are planned first (they take the
+        // room there is when it is short), then by name.
         let mut sorted: Vec<&Instance> = instances.iter().collect();
-        sorted.sort_by(|a, b| a.name.cmp(&b.name));
+        sorted.sort_by(|a, b| {
+            evacuation_priority(b)
+                .cmp(&evacuation_priority(a))
+                .then_with(|| a.name.cmp(&b.name))
+        });
         Self {
             nodes: nodes
                 .iter()
@@ -563,7 +597,11 @@ impl<'a> Round<'a> {
             }
             match self.plan_primary(node, instance, failover)? {
                 Attempt::Planned(planned) => moves.push(planned),
-                Attempt::Wait(why) => waiting.push(format!("{} ({why})", instance.name)),
+                Attempt::Wait(why) => waiting.push(format!(
+                    "{}{} ({why})",
+                    instance.name,
+                    priority_note(instance)
+                )),
             }
         }
         for instance in secondaries.iter().copied() {
@@ -1521,6 +1559,45 @@ mod tests {
             errors: errors.iter().map(|e| (*e).to_owned()).collect(),
             reasons: vec![],
         }
+    }
+
+    /// When room is short, the instance with the highest evacuation priority moves first,
+    /// whatever its name, and what waits says its priority.
+    #[test]
+    fn the_highest_priority_moves_first_when_room_is_short() {
+        let mut room = node("n2");
+        room.memory_free = Some(1500);
+        let nodes = vec![drained(node("n1")), room];
+        let mut low = inst("a-batch", "diskless", "n1", &[]);
+        low.tags = vec!["nodecare:priority:1".into()];
+        let mut high = inst("z-database", "diskless", "n1", &[]);
+        high.tags = vec!["nodecare:priority:9".into(), "nodecare:priority:x".into()];
+        let plain = inst("m-web", "diskless", "n1", &[]);
+        assert_eq!(
+            (
+                evacuation_priority(&low),
+                evacuation_priority(&high),
+                evacuation_priority(&plain)
+            ),
+            (1, 9, DEFAULT_PRIORITY)
+        );
+        let instances = vec![low, high, plain];
+        let mut round = Round::new(&nodes, &instances, Vec::new(), Vec::new());
+        let EvacuationStep::Chain(chain) = round.plan_evacuation_chain("n1", false) else {
+            panic!("no chain");
+        };
+        assert_eq!(wave_instances(&chain), [vec!["z-database".to_owned()]]);
+        assert_eq!(chain.waiting.len(), 2, "{:?}", chain.waiting);
+        assert!(
+            chain.waiting[0].starts_with("m-web ("),
+            "{:?}",
+            chain.waiting
+        );
+        assert!(
+            chain.waiting[1].starts_with("a-batch [priority 1] ("),
+            "{:?}",
+            chain.waiting
+        );
     }
 
     #[test]
