@@ -214,6 +214,7 @@ impl Duty for NodeRepair {
         _in_force: &'a InForce,
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
+            let hold = (self.settings.ladder, self.now_s());
             let (incidents, intents) = self.records()?;
             let evacuating: BTreeSet<Uuid> = intents
                 .iter()
@@ -227,7 +228,16 @@ impl Duty for NodeRepair {
                 })
                 .map(|i| i.incident)
                 .collect();
-            let duty = node_repair::propose(incidents, &input.nodes, &input.instances, &evacuating);
+            let duty = node_repair::propose(
+                incidents,
+                &input.nodes,
+                &input.instances,
+                &evacuating,
+                node_repair::Hold {
+                    ladder: &hold.0,
+                    now_s: hold.1,
+                },
+            );
             self.waiting = duty.waiting;
             Ok(duty.proposals)
         })

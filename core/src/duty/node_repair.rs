@@ -57,6 +57,25 @@ fn primary_memory(node: &str, instances: &[Instance]) -> Option<u64> {
         .try_fold(0u64, |sum, i| Some(sum.saturating_add(i.memory?)))
 }
 
+/// How long verdicts must hold before they act, and the round's time.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold<'a> {
+    /// The policy (`[repair_ladder]`).
+    pub ladder: &'a ladder::LadderPolicy,
+    /// The round's time, Unix seconds.
+    pub now_s: f64,
+}
+
+impl Hold<'static> {
+    /// Nothing held.
+    pub const fn none() -> Self {
+        Self {
+            ladder: &ladder::LadderPolicy::OFF,
+            now_s: 0.0,
+        }
+    }
+}
+
 /// The proposals of the active incidents in `incidents`. `evacuating` are the incidents whose
 /// evacuation has begun (a drain, move or offline job recorded): a pending evacuation not among
 /// them (escalated from a live repair, or admitted in a round that ended before its first job
@@ -67,6 +86,7 @@ pub fn propose(
     nodes: &[Node],
     instances: &[Instance],
     evacuating: &BTreeSet<Uuid>,
+    hold: Hold<'_>,
 ) -> Proposals {
     let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
     let mut active: Vec<&Incident> = incidents.iter().filter(|i| i.is_active()).collect();
@@ -99,6 +119,20 @@ pub fn propose(
             || evacuating.contains(&incident.uuid)
             || node.drained
             || node.offline;
+        // A verdict that must hold a while before it acts (`[repair_ladder] hold_*_secs`).
+        let (secs, key) = hold.ladder.hold(incident.action);
+        let held = hold.now_s - incident.ctime;
+        if incident.repair_status == RepairStatus::Noted && secs > 0.0 && held < secs {
+            out.waiting.push((
+                incident.uuid,
+                format!(
+                    "the {} verdict must hold {secs:.0} s before it acts (repair_ladder.{key}): {:.0} s so far",
+                    incident.verdict.status.as_str(),
+                    held.max(0.0)
+                ),
+            ));
+            continue;
+        }
         if incident.action.is_evacuation() && !begun {
             let shared = starting.iter().find_map(|(other, first)| {
                 instances
@@ -386,6 +420,7 @@ mod tests {
             &nodes,
             &instances,
             &BTreeSet::new(),
+            Hold::none(),
         );
         let holders: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
         assert_eq!(
@@ -425,6 +460,7 @@ mod tests {
             &nodes,
             &[drbd],
             &BTreeSet::new(),
+            Hold::none(),
         );
         let holders: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
         assert_eq!(holders, [Holder::Incident { id: first.uuid }]);
@@ -436,13 +472,62 @@ mod tests {
     /// first job was recorded (a crash), holds its node already (pending) but has not begun: it
     /// is judged in full (fresh) until its drain, a move or its offline is recorded, even when
     /// someone else drained the node meanwhile (an operator: that drain is not its own).
+    /// A verdict that must hold a while waits, saying how long so far, then acts; a begun
+    /// incident is never held again.
+    #[test]
+    fn a_verdict_that_must_hold_waits_then_acts() {
+        let nodes = vec![node("n1"), node("n2")];
+        let incident = incident_on(1, &nodes[0], Action::Evacuate, 100.0);
+        let ladder = ladder::LadderPolicy {
+            hold_evacuate_secs: 60.0,
+            ..ladder::LadderPolicy::OFF
+        };
+        let at = |now_s: f64, incident: &Incident| {
+            propose(
+                std::slice::from_ref(incident),
+                &nodes,
+                &[],
+                &BTreeSet::new(),
+                Hold {
+                    ladder: &ladder,
+                    now_s,
+                },
+            )
+        };
+        let early = at(130.0, &incident);
+        assert!(early.proposals.is_empty());
+        assert_eq!(
+            early.waiting,
+            [(
+                incident.uuid,
+                "the evacuate verdict must hold 60 s before it acts (repair_ladder.hold_evacuate_secs): 30 s so far"
+                    .to_owned()
+            )]
+        );
+        assert_eq!(at(160.0, &incident).proposals.len(), 1);
+        // A live repair has its own hold (none here).
+        let live = incident_on(2, &nodes[1], Action::LiveRepair, 100.0);
+        assert_eq!(at(101.0, &live).proposals.len(), 1);
+        let mut begun = incident.clone();
+        begun.repair_status = RepairStatus::Pending;
+        assert_eq!(at(101.0, &begun).proposals.len(), 1);
+    }
+
     #[test]
     fn an_escalated_evacuation_is_fresh_until_it_begins() {
         let mut nodes = vec![node("n1")];
         let mut incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
         incident.repair_status = RepairStatus::Pending;
         let fresh = |incident: &Incident, nodes: &[Node], started: &BTreeSet<Uuid>| {
-            propose(std::slice::from_ref(incident), nodes, &[], started).proposals[0].fresh
+            propose(
+                std::slice::from_ref(incident),
+                nodes,
+                &[],
+                started,
+                Hold::none(),
+            )
+            .proposals[0]
+                .fresh
         };
         assert!(fresh(&incident, &nodes, &BTreeSet::new()));
         assert!(!fresh(&incident, &nodes, &BTreeSet::from([incident.uuid])));
@@ -463,7 +548,13 @@ mod tests {
         let mut unknown = instance("i1", "n1", 512);
         unknown.memory = None;
         let incident = incident_on(1, &nodes[0], Action::Evacuate, 1.0);
-        let out = propose(&[incident], &nodes, &[unknown], &BTreeSet::new());
+        let out = propose(
+            &[incident],
+            &nodes,
+            &[unknown],
+            &BTreeSet::new(),
+            Hold::none(),
+        );
         assert_eq!(out.proposals[0].moves_memory, None);
     }
 
@@ -506,6 +597,7 @@ mod tests {
             &nodes,
             &instances,
             &BTreeSet::from([evacuation.uuid]),
+            Hold::none(),
         )
         .proposals;
         let decision = gate::decide(&view, &Policy::default(), &in_force, proposals);
@@ -574,6 +666,7 @@ mod tests {
             &nodes,
             &instances,
             &BTreeSet::from([first.uuid]),
+            Hold::none(),
         )
         .proposals;
         let decision = gate::decide(&view, &policy, &in_force, proposals);
@@ -600,6 +693,7 @@ mod tests {
             &nodes,
             &instances,
             &BTreeSet::new(),
+            Hold::none(),
         );
         let proposed: Vec<Holder> = out.proposals.iter().map(|p| p.holder.clone()).collect();
         assert_eq!(
@@ -642,6 +736,7 @@ mod tests {
             &nodes,
             &instances,
             &BTreeSet::new(),
+            Hold::none(),
         )
         .proposals;
         let decision = gate::decide(&view, &policy, &in_force, proposals);
@@ -696,7 +791,7 @@ mod tests {
             },
             ..Policy::default()
         };
-        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new()).proposals;
+        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new(), Hold::none()).proposals;
         let decision = gate::decide(&view, &policy, &in_force, proposals);
         let outcome = |id| {
             decision
@@ -710,7 +805,7 @@ mod tests {
             breaker: Some("storm".into()),
             ..policy.clone()
         };
-        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new()).proposals;
+        let proposals = propose(&incidents, &nodes, &[], &BTreeSet::new(), Hold::none()).proposals;
         let decision = gate::decide(&view, &stormy, &in_force, proposals);
         assert_eq!(
             decision

@@ -27,17 +27,29 @@ pub struct LadderPolicy {
     pub settle_secs: f64,
     /// What a live repair escalates to.
     pub escalate_to: Action,
+    /// Seconds a `live-repair` verdict must hold (its incident stays noted, the verdict still
+    /// reported) before it acts. 0: at once.
+    pub hold_live_repair_secs: f64,
+    /// Seconds an `evacuate` or `evacuate-failover` verdict must hold before it acts.
+    pub hold_evacuate_secs: f64,
 }
 
 impl Default for LadderPolicy {
     fn default() -> Self {
-        Self {
-            max_live_repairs: 0,
-            window_secs: 86_400.0,
-            settle_secs: 0.0,
-            escalate_to: Action::Evacuate,
-        }
+        Self::OFF
     }
+}
+
+impl LadderPolicy {
+    /// The default: nothing escalated by history, nothing held.
+    pub const OFF: Self = Self {
+        max_live_repairs: 0,
+        window_secs: 86_400.0,
+        settle_secs: 0.0,
+        escalate_to: Action::Evacuate,
+        hold_live_repair_secs: 0.0,
+        hold_evacuate_secs: 0.0,
+    };
 }
 
 impl LadderPolicy {
@@ -55,12 +67,33 @@ impl LadderPolicy {
                 self.settle_secs
             ));
         }
+        for (name, secs) in [
+            ("hold_live_repair_secs", self.hold_live_repair_secs),
+            ("hold_evacuate_secs", self.hold_evacuate_secs),
+        ] {
+            if !secs.is_finite() || secs < 0.0 {
+                return Err(format!(
+                    "repair_ladder.{name} must be a number of seconds, got {secs}"
+                ));
+            }
+        }
         if self.escalate_to == Action::LiveRepair {
             return Err(
                 "repair_ladder.escalate_to must be evacuate or evacuate-failover".to_owned(),
             );
         }
         Ok(())
+    }
+
+    /// How long a verdict asking for `action` must hold before it acts, and the key that says
+    /// so.
+    pub const fn hold(&self, action: Action) -> (f64, &'static str) {
+        match action {
+            Action::LiveRepair => (self.hold_live_repair_secs, "hold_live_repair_secs"),
+            Action::Evacuate | Action::EvacuateFailover => {
+                (self.hold_evacuate_secs, "hold_evacuate_secs")
+            }
+        }
     }
 
     /// How long the history must remember an outcome.

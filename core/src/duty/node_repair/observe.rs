@@ -273,6 +273,8 @@ mod tests {
         window_secs: 86_400.0,
         settle_secs: 0.0,
         escalate_to: Action::Evacuate,
+        hold_live_repair_secs: 0.0,
+        hold_evacuate_secs: 0.0,
     };
 
     struct World {

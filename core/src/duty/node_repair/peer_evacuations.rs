@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use super::{holds, propose, touches};
+use super::{Hold, holds, propose, touches};
 use crate::ganeti::{DiskTemplate, Instance, Node};
 use crate::gate::{self, Caps, DomainSource, Holder, InForce, Policy, View};
 use crate::incident::{Action, Incident, RepairStatus};
@@ -128,7 +128,13 @@ impl Sim {
             &view,
             touches(&self.incidents, &self.nodes, &self.instances),
         );
-        let proposals = propose(&self.incidents, &self.nodes, &self.instances, &self.begun);
+        let proposals = propose(
+            &self.incidents,
+            &self.nodes,
+            &self.instances,
+            &self.begun,
+            Hold::none(),
+        );
         let decision = gate::decide(&view, &self.policy, &in_force, proposals.proposals);
         let active = |evacuation: bool| -> Vec<String> {
             self.incidents
