@@ -51,6 +51,12 @@ pub(crate) struct WhatIfArgs {
     /// Most rounds to run (at most 50).
     #[arg(long, default_value_t = MAX_ROUNDS)]
     rounds: u32,
+    /// Run the simulated rounds from this time instead of now (Unix seconds or a UTC time, as
+    /// --at): maintenance windows and freezes are judged at the simulated times, so "what if
+    /// the campaign started Tuesday 02:00" shows which groups its window lets through. The
+    /// cluster is taken as it is now.
+    #[arg(long)]
+    from: Option<String>,
     /// Print the coordinator's JSON answer.
     #[arg(long)]
     json: bool,
@@ -122,6 +128,7 @@ pub(crate) fn query(args: &WhatIfArgs) -> Result<Query, String> {
         changes,
         at_ms: args.at.as_deref().map(parse_at).transpose()?,
         rounds: Some(args.rounds),
+        from_ms: args.from.as_deref().map(parse_at).transpose()?,
     };
     // What the coordinator will read back (the bounds on changes and lengths, at once).
     Query::parse(Some(&query.to_query_string()))

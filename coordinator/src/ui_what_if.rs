@@ -83,6 +83,7 @@ pub fn form_query(query: Option<&str>) -> Result<Option<Query>, String> {
         changes,
         at_ms: None,
         rounds: None,
+        from_ms: None,
     }))
 }
 

@@ -665,7 +665,16 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
     let (nodes, instances, in_flight) = read_cluster(live.store, live.ganeti).await?;
     // A wrong question costs no copy of the state.
     check(query, &nodes)?;
-    let start_ms = nodecare_protocol::now_ms();
+    let now_ms = nodecare_protocol::now_ms();
+    let start_ms = match query.from_ms {
+        Some(from)
+            if from > now_ms.saturating_add(nodecare_protocol::what_if::MAX_FROM_AHEAD_MS) =>
+        {
+            return Err(WhatIfError::Input("from: at most a year ahead".to_owned()));
+        }
+        Some(from) => from.max(now_ms),
+        None => now_ms,
+    };
     let recorded = match (query.at_ms, &live.context.agents) {
         (Some(_), _) | (None, None) => {
             let recorded = live

@@ -491,3 +491,55 @@ async fn a_campaign_is_tried_on_the_copy() {
         "node 5 after node 4: {steps:?}"
     );
 }
+
+/// Maintenance windows in a what-if: asked while no window is open, the campaign waits (no
+/// job); asked `from` the next window's opening, its groups go through.
+#[tokio::test]
+async fn a_what_if_from_a_window_s_opening_lets_the_campaign_through() {
+    let sim = cluster();
+    let store = Store::open_memory().unwrap();
+    // A window three days from today (UTC), an hour long: closed now, whatever the day.
+    let now = nodecare_protocol::now_ms();
+    let days = now / 86_400_000;
+    let names = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    let day = names[usize::try_from((days + 3) % 7).unwrap()];
+    let config = nodecare_coordinator::calendar::CalendarConfig {
+        windows: vec![format!("{day} 02:00-06:00")],
+        ..Default::default()
+    };
+    let calendar = config
+        .calendar(jiff::tz::TimeZone::UTC, "UTC", &[])
+        .unwrap();
+    let opens = calendar
+        .at(now)
+        .window
+        .and_then(|w| w.next_ms)
+        .expect("the next window");
+    let mut windowed = settings(1);
+    windowed.gate.calendar = calendar;
+    let closed = ask(
+        &sim,
+        &store,
+        windowed.clone(),
+        "campaign=node4.sim.test,node5.sim.test&rounds=5",
+    )
+    .await
+    .unwrap();
+    assert!(closed.jobs.is_empty(), "{:?}", predicted(&closed));
+    let open = ask(
+        &sim,
+        &store,
+        windowed,
+        &format!("campaign=node4.sim.test,node5.sim.test&rounds=20&from={opens}"),
+    )
+    .await
+    .unwrap();
+    assert!(
+        open.jobs
+            .iter()
+            .any(|j| j.opcode == "OP_NODE_SET_PARAMS" && j.target == node(4)),
+        "{:?}",
+        predicted(&open)
+    );
+    assert!(sim.submissions().is_empty());
+}

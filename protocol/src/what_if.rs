@@ -6,7 +6,8 @@
 //! `grant=NODE`, `campaign=all` or `campaign=NODE,NODE`, `policy=KEY:VALUE`), in the order they
 //! apply, and optionally `at=MS` (the agents answer as in the last recorded round at or before
 //! that time, not as they answer now)
-//! and `rounds=N` (at most [`MAX_ROUNDS`]). Times are Unix milliseconds.
+//! `rounds=N` (at most [`MAX_ROUNDS`]) and `from=MS` (the simulated rounds run from then, not
+//! now: maintenance windows and freezes are judged at the simulated times). Times are Unix milliseconds.
 
 use serde::{Deserialize, Serialize};
 
@@ -369,7 +370,13 @@ pub struct Query {
     pub at_ms: Option<u64>,
     /// Most rounds to run (`None`: [`MAX_ROUNDS`]).
     pub rounds: Option<u32>,
+    /// The simulated rounds run from this time (`None`: now): maintenance windows and freezes
+    /// are judged at the simulated times (`from=MS`, at most [`MAX_FROM_AHEAD_MS`] ahead).
+    pub from_ms: Option<u64>,
 }
+
+/// How far ahead `from` may be: a year.
+pub const MAX_FROM_AHEAD_MS: u64 = 366 * 24 * 3600 * 1000;
 
 /// Whether `text` may be a node name (letters, digits, `.`, `-`, `_`; at most
 /// [`crate::limits::MAX_NAME_BYTES`]).
@@ -414,10 +421,12 @@ impl Query {
                 .split_once('=')
                 .ok_or_else(|| format!("{}: a key=value pair expected", clip(pair)))?;
             let change = match key {
-                "at" | "rounds" => {
+                "at" | "rounds" | "from" => {
                     let n = number(key, value)?;
                     let slot_given = if key == "at" {
                         parsed.at_ms.replace(n).is_some()
+                    } else if key == "from" {
+                        parsed.from_ms.replace(n).is_some()
                     } else {
                         let rounds = u32::try_from(n)
                             .ok()
@@ -487,6 +496,7 @@ impl Query {
             .map(Change::query_pair)
             .chain(self.at_ms.map(|at| format!("at={at}")))
             .chain(self.rounds.map(|n| format!("rounds={n}")))
+            .chain(self.from_ms.map(|from| format!("from={from}")))
             .collect::<Vec<_>>()
             .join("&")
     }
