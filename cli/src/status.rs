@@ -211,12 +211,17 @@ pub(crate) fn render_gate(overview: &Overview) -> String {
         .calendar
         .as_ref()
         .filter(|c| c.window.is_some() || !c.freezes.is_empty());
+    let approvals = overview
+        .approvals
+        .as_ref()
+        .filter(|a| !a.waiting.is_empty());
     let anything = !overview.domains.is_empty()
         || !overview.grants.is_empty()
         || !overview.overrides.is_empty()
         || breaker.open
         || breaker.reset_ms.is_some()
-        || calendar.is_some();
+        || calendar.is_some()
+        || approvals.is_some();
     if !anything {
         return String::new();
     }
@@ -224,6 +229,19 @@ pub(crate) fn render_gate(overview: &Overview) -> String {
     let _ignored = writeln!(out, "\n{}", crate::gate::breaker_line(breaker));
     if let Some(calendar) = calendar {
         let _ignored = writeln!(out, "{}", crate::freeze::calendar_text(calendar));
+    }
+    if let Some(approvals) = approvals {
+        for w in &approvals.waiting {
+            let state = w.refused.as_deref().map_or_else(
+                || "waiting for an approval".to_owned(),
+                |why| format!("refused: {why}"),
+            );
+            let _ignored = writeln!(
+                out,
+                "approval: {} {} ({}): {state}",
+                w.id, w.holder, w.subject
+            );
+        }
     }
     if !overview.domains.is_empty() {
         let busy = overview

@@ -316,6 +316,8 @@ pub struct GateStatus {
     pub audit: Vec<AuditEntry>,
     /// Maintenance windows and freezes now.
     pub calendar: nodecare_core::calendar::CalendarStatus,
+    /// What needs an approval, what waits for one, the decisions.
+    pub approvals: nodecare_protocol::gate::ApprovalsStatus,
 }
 
 /// How many audit lines status pages show.
@@ -435,6 +437,7 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         breaker,
         audit,
         calendar: crate::freeze_api::status(state, now)?,
+        approvals: crate::approval_api::status(state)?,
     })
 }
 

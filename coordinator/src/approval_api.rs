@@ -99,7 +99,15 @@ pub(crate) fn decide(
             check_ticket(ticket).map_err(|e| Failed::new(StatusCode::BAD_REQUEST, e))?;
             (Some(ticket.clone()), None)
         }
-        (None, Some(why)) if !why.trim().is_empty() => (None, Some(why.trim().to_owned())),
+        (None, Some(why)) if !why.trim().is_empty() => {
+            nodecare_protocol::limits::check_len(
+                "refuse",
+                why,
+                nodecare_protocol::limits::MAX_TEXT_BYTES,
+            )
+            .map_err(|e| Failed::new(StatusCode::BAD_REQUEST, e))?;
+            (None, Some(why.trim().to_owned()))
+        }
         _ => {
             return Err(Failed::new(
                 StatusCode::BAD_REQUEST,

@@ -124,6 +124,7 @@ pub fn router_with(state: ApiState, limits: crate::server::ServerLimits) -> Rout
         )
         .route("/ui/admin/overrides", post(crate::ui::set_override))
         .route("/ui/admin/freezes", post(crate::ui::set_freeze))
+        .route("/ui/admin/approvals", post(crate::ui::decide_approval))
         .route(
             "/ui/admin/freezes/{id}/lift",
             post(crate::ui::lift_freeze),

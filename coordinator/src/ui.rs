@@ -565,6 +565,47 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                 p.mute { "Planned work (campaigns, balancing, other tools' requests) starts only inside a window and never in a freeze; `nodecare freeze` sets, lists and lifts freezes." }
             }
         }
+        @if !gate.approvals.required.is_empty() || !gate.approvals.waiting.is_empty() {
+            section id="approvals" {
+                h2 { "Approvals" }
+                p { "Needed for: " (gate.approvals.required.join(", ")) "." }
+                @if gate.approvals.waiting.is_empty() {
+                    p.mute { "Nothing waits for an approval." }
+                } @else {
+                    div.wrap { table {
+                        thead { tr { th { "waiting" } th { "would" } th { "state" } @if actions.is_some() { th {} } } }
+                        tbody { @for w in &gate.approvals.waiting {
+                            tr {
+                                td { (w.holder) }
+                                td { (w.subject) }
+                                td { @if let Some(why) = &w.refused { span.warn { "refused: " (why) } } @else { "waiting" } }
+                                @if let Some(actions) = actions {
+                                    td {
+                                        form method="post" action={ (base) "approvals" } {
+                                            input type="hidden" name="csrf" value=(actions.csrf);
+                                            input type="hidden" name="id" value=(w.id);
+                                            input type="text" name="ticket" placeholder="change ticket" required;
+                                            " "
+                                            button type="submit" { "Approve" }
+                                        }
+                                        form method="post" action={ (base) "approvals" } {
+                                            input type="hidden" name="csrf" value=(actions.csrf);
+                                            input type="hidden" name="id" value=(w.id);
+                                            input type="text" name="refuse" placeholder="why not" required;
+                                            " "
+                                            button type="submit" { "Refuse" }
+                                        }
+                                    }
+                                }
+                            }
+                        } }
+                    } }
+                }
+                @if let Some(error) = &gate.approvals.change_system_error {
+                    p.warn { "The change system did not decide: " (error) }
+                }
+            }
+        }
         @if let Some(actions) = actions {
             section id="freeze" {
                 form.override method="post" action={ (base) "freezes" } {
@@ -1008,6 +1049,31 @@ pub async fn set_freeze(
         reason,
     };
     match crate::freeze_api::add(&state, &user, &request, nodecare_protocol::now_ms()) {
+        Ok(_) => Redirect::to("/ui/admin/").into_response(),
+        Err(failed) => failed_page(failed),
+    }
+}
+
+/// `POST /ui/admin/approvals` (fields `id` and `ticket`, or `id` and `refuse`).
+pub async fn decide_approval(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let user = match check_writer(&state, &headers, &body) {
+        Ok(user) => user,
+        Err(refused) => return refused.into_response(),
+    };
+    let id = match decoded_field(&body, "id") {
+        Ok(id) => id,
+        Err(refused) => return refused.into_response(),
+    };
+    let request = nodecare_protocol::gate::ApprovalRequest {
+        id,
+        ticket: decoded_field(&body, "ticket").ok(),
+        refuse: decoded_field(&body, "refuse").ok(),
+    };
+    match crate::approval_api::decide(&state, &user, &request, nodecare_protocol::now_ms()) {
         Ok(_) => Redirect::to("/ui/admin/").into_response(),
         Err(failed) => failed_page(failed),
     }

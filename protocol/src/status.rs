@@ -275,6 +275,10 @@ pub struct Overview {
     /// Maintenance windows and freezes now (`None`: a coordinator that does not send them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calendar: Option<crate::calendar::CalendarStatus>,
+    /// What needs an approval, what waits for one, the decisions (`None`: a coordinator that
+    /// does not send them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<crate::gate::ApprovalsStatus>,
 }
 
 #[cfg(test)]

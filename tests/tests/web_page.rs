@@ -329,6 +329,7 @@ fn fixed_gate() -> GateStatus {
             why: "firmware campaign".into(),
         }],
         calendar: Default::default(),
+        approvals: Default::default(),
     }
 }
 

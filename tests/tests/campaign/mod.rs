@@ -1558,3 +1558,58 @@ async fn the_change_system_approves_a_campaign_and_a_down_one_approves_nothing()
     assert!(status.decisions.is_empty());
     server.abort();
 }
+
+/// The admin page lists the campaign waiting for its approval and approves it with a ticket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_page_approves_a_waiting_campaign() {
+    let dir = tempfile::tempdir().unwrap();
+    let users = dir.path().join("users");
+    nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
+    let mut h = cluster_with(&users, |config| {
+        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+    })
+    .await;
+    let (url, server) = serve_api(&h).await;
+    h.round().await.unwrap();
+    start_reboot_campaign(&url).await;
+    h.round().await.unwrap();
+    let id = campaign(&h).id;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let page = client
+        .get(format!("{url}/ui/admin/"))
+        .basic_auth("ops", Some("secret"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("section id=\"approvals\""), "{page}");
+    assert!(page.contains(&format!("value=\"{id}\"")), "{page}");
+    let token = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .to_owned();
+    let answer = client
+        .post(format!("{url}/ui/admin/approvals"))
+        .basic_auth("ops", Some("secret"))
+        .header("origin", url.clone())
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("csrf={token}&id={id}&ticket=CHG-77"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 303);
+    let decisions = h.coordinator.api().store.approvals().unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0].ticket.as_deref(), Some("CHG-77"));
+    assert_eq!(decisions[0].who, "ops");
+    h.round().await.unwrap();
+    assert!(!campaign(&h).groups.is_empty(), "{:#?}", campaign(&h));
+    server.abort();
+}
