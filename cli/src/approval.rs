@@ -146,3 +146,53 @@ fn status_text(status: &ApprovalsStatus) -> String {
     }
     lines.join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodecare_protocol::gate::ApprovalWaiting;
+
+    /// `nodecare approval list`.
+    #[test]
+    fn the_approvals_read_as_golden() {
+        let status = ApprovalsStatus {
+            required: vec!["campaign".into(), "evacuation".into()],
+            waiting: vec![
+                ApprovalWaiting {
+                    holder: "maintenance campaign 7c1d0000-0000-4000-8000-000000000001".into(),
+                    id: "7c1d0000-0000-4000-8000-000000000001".into(),
+                    subject: "reboot group 1 of 3 (node1, node4)".into(),
+                    refused: None,
+                },
+                ApprovalWaiting {
+                    holder: "incident 9a0f0000-0000-4000-8000-000000000002".into(),
+                    id: "9a0f0000-0000-4000-8000-000000000002".into(),
+                    subject: "node node7".into(),
+                    refused: Some("no change window this week (by bob)".into()),
+                },
+            ],
+            decisions: vec![
+                ApprovalView {
+                    id: "9a0f0000-0000-4000-8000-000000000002".into(),
+                    ticket: None,
+                    refused: Some("no change window this week".into()),
+                    who: "bob".into(),
+                    at_ms: 1,
+                },
+                ApprovalView {
+                    id: "11110000-0000-4000-8000-000000000003".into(),
+                    ticket: Some("CHG-4711".into()),
+                    refused: None,
+                    who: "change system".into(),
+                    at_ms: 2,
+                },
+            ],
+            change_system: None,
+            change_system_error: None,
+        };
+        nodecare_protocol::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/approval/list.txt"),
+            &format!("{}\n", status_text(&status)),
+        );
+    }
+}

@@ -186,3 +186,71 @@ const fn obeys(obeys: nodecare_protocol::calendar::Obeys) -> &'static str {
         nodecare_protocol::calendar::Obeys::Freezes => "not in freezes",
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nodecare_protocol::calendar::{CalendarRules, FreezeView, Obeys, WindowNow};
+
+    fn golden(name: &str, text: &str) {
+        nodecare_protocol::golden::assert_golden(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/freeze")
+                .join(name),
+            text,
+        );
+    }
+
+    /// `nodecare freeze list` and the calendar lines of `nodecare status`.
+    #[test]
+    fn the_calendar_reads_as_golden() {
+        let status = CalendarStatus {
+            time_zone: "Europe/Berlin".into(),
+            windows: vec!["Tue,Thu 02:00-05:00".into()],
+            window: Some(WindowNow {
+                open: false,
+                closes_ms: None,
+                next_ms: Some(1_796_000_000_000),
+                text: "Tue 2026-12-08 02:00 Europe/Berlin (Tue,Thu 02:00-05:00)".into(),
+            }),
+            rules: CalendarRules {
+                evacuations: Obeys::Freezes,
+                ..CalendarRules::default()
+            },
+            freezes: vec![
+                FreezeView {
+                    id: "00000000-0000-0000-0000-000000000001".into(),
+                    from_ms: 1,
+                    until_ms: 4_000_000_000_000,
+                    from: "Sun 2026-12-20 00:00 Europe/Berlin".into(),
+                    until: "Sun 2027-01-03 00:00 Europe/Berlin".into(),
+                    reason: "year-end change freeze".into(),
+                    who: "config".into(),
+                    created_ms: 0,
+                    lifted_ms: None,
+                    lifted_by: None,
+                    active: true,
+                },
+                FreezeView {
+                    id: "5b2e0000-0000-4000-8000-000000000002".into(),
+                    from_ms: 1,
+                    until_ms: 2,
+                    from: "Mon 2026-12-07 03:00 Europe/Berlin".into(),
+                    until: "Mon 2026-12-07 05:00 Europe/Berlin".into(),
+                    reason: "incident 4711".into(),
+                    who: "alice".into(),
+                    created_ms: 1,
+                    lifted_ms: Some(2),
+                    lifted_by: Some("bob".into()),
+                    active: false,
+                },
+            ],
+        };
+        golden("calendar.txt", &format!("{}\n", calendar_text(&status)));
+        let none = CalendarStatus {
+            time_zone: "UTC".into(),
+            ..CalendarStatus::default()
+        };
+        golden("calendar-none.txt", &format!("{}\n", calendar_text(&none)));
+    }
+}
