@@ -192,7 +192,7 @@ mod tests {
         };
         nodecare_protocol::golden::assert_golden(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/approval/list.txt"),
-            &format!("{}\n", status_text(&status)),
+            format!("{}\n", status_text(&status)),
         );
     }
 }
