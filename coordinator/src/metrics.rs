@@ -111,6 +111,7 @@ pub struct CoordinatorMetrics {
     window_open: Gauge,
     frozen: Gauge,
     laddered: Family<Labels, Counter>,
+    approvals_waiting: Gauge,
     /// The balancing duty's runs and moves.
     pub balancing: BalancingMetrics,
     campaigns: Family<Labels, Gauge>,
@@ -281,6 +282,12 @@ impl CoordinatorMetrics {
             "nodecare_coordinator_maintenance_window_open",
             "1 while a maintenance window is open or none is configured (planned work may start), else 0",
             window_open.clone(),
+        );
+        let approvals_waiting = Gauge::default();
+        registry.register(
+            "nodecare_coordinator_approvals_waiting",
+            "Holders whose work the last round held back for an approval ([approvals]), refused ones included",
+            approvals_waiting.clone(),
         );
         let laddered = Family::<Labels, Counter>::default();
         registry.register(
@@ -456,6 +463,7 @@ impl CoordinatorMetrics {
             window_open,
             frozen,
             laddered,
+            approvals_waiting,
             balancing,
             campaigns,
             campaign_group,
@@ -591,6 +599,11 @@ impl CoordinatorMetrics {
         self.breaker_open.set(i64::from(breaker_open));
         self.grants.set(gauge_value(grants));
         self.overrides.set(gauge_value(overrides));
+    }
+
+    /// Sets how many holders wait for an approval.
+    pub fn set_approvals_waiting(&self, waiting: usize) {
+        self.approvals_waiting.set(gauge_value(waiting));
     }
 
     /// Counts an incident escalated by its node's repair history.
@@ -794,7 +807,7 @@ mod tests {
         let helps = text.lines().filter(|l| l.starts_with("# HELP ")).count();
         let types = text.lines().filter(|l| l.starts_with("# TYPE ")).count();
         assert_eq!(helps, types);
-        assert_eq!(types, 39);
+        assert_eq!(types, 40);
         // Groups no longer disrupted drop to zero.
         metrics.set_disruptions(["g3"], 1);
         let text = metrics.render(&[], std::iter::empty());
@@ -880,7 +893,7 @@ mod tests {
         // failed), 3 notification results, 6 campaign states, 6 kinds of rows retention
         // deletes, 14 API refusal reasons, 3 watch back-off causes, 2 histograms, scalars:
         // independent of the number of nodes, incidents and campaigns.
-        assert!(samples < 134, "{samples} series:\n{text}");
+        assert!(samples < 135, "{samples} series:\n{text}");
         assert!(text.contains("nodecare_coordinator_agents{outcome=\"unreachable\"} 500"));
     }
 }

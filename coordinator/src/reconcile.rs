@@ -469,6 +469,12 @@ impl Reconciler {
             proposals.extend(duty.propose(services, &input, &in_force).await?);
         }
         let decision = gate::decide(view, &policy, &in_force, proposals);
+        self.board.metrics.set_approvals_waiting(
+            decision
+                .refused()
+                .filter(|(_, blocked)| matches!(blocked, gate::BlockedBy::Approval { .. }))
+                .count(),
+        );
         self.board.metrics.set_disruptions(
             decision.in_force.nodes.keys().map(|name| {
                 view.nodes
