@@ -80,6 +80,11 @@
 //! (9); no node tagged failed by its campaign whose last job never ran because a job of
 //! another node it came after failed or was canceled (11).
 //!
+//! Outside maintenance windows the operator also sets a maintenance freeze now and then and
+//! lifts it a round or so later (drawn apart too, `freeze_random`; lifted when the faults stop),
+//! judged by one more check: nothing planned starts in a freeze, no balancing run's first job
+//! received and no grant admitted while it is in force (12).
+//!
 //! Seeds: `NODECARE_ALL_DUTIES_SEED=<n>` replays one seed; `NODECARE_ALL_DUTIES_SEEDS=<k>` runs
 //! k seeds from `NODECARE_ALL_DUTIES_FIRST` (default 1; k defaults to [`DEFAULT_SEEDS`]);
 //! `NODECARE_ALL_DUTIES_ROUNDS` the rounds per seed; `NODECARE_ALL_DUTIES_EXPLAIN_JOBS=19,25`
@@ -983,6 +988,11 @@ struct World {
     deliveries: Arc<std::sync::Mutex<Deliveries>>,
     /// The faults aimed at a moment.
     aim: Aim,
+    /// The operator's maintenance freeze in force (its id), set and lifted now and then
+    /// outside maintenance windows, drawn from a generator of its own ([`freeze_random`]).
+    freeze: Option<String>,
+    /// The generator of the freezes.
+    freezes: Random,
 }
 
 /// The commands the agents took, each judged at the moment its agent took it against the
@@ -1003,6 +1013,8 @@ struct Deliveries {
     repair_ms: BTreeMap<String, u64>,
     /// Incidents the operator canceled, with the simulated time the cancel was sent.
     cancels: Vec<(String, u64)>,
+    /// The operator's maintenance freezes: simulated times set and lifted (`None`: in force).
+    freezes: Vec<(u64, Option<u64>)>,
     /// What was broken when a hook was taken.
     found: Vec<Violation>,
     /// Node → the last campaign group it was shown in before the round.
@@ -1280,7 +1292,71 @@ impl World {
             crashes: 0,
             deliveries,
             aim: Aim::new(seed),
+            freeze: None,
+            freezes: freeze_random(seed),
         })
+    }
+
+    /// The operator sets a maintenance freeze now and then (one round in eight), and lifts it
+    /// (one round in two); every freeze is recorded with the simulated times it held.
+    async fn operator_freezes(&mut self, round: usize) -> anyhow::Result<()> {
+        if self.calm {
+            return Ok(());
+        }
+        match self.freeze.clone() {
+            None if self.freezes.below(8) == 0 => {
+                let at = self.h.sim.now_ms();
+                let answer = self
+                    .client
+                    .post(format!("{}/1/freezes", self.url))
+                    .basic_auth(USER, Some(PASSWORD))
+                    .json(&json!({"duration_s": 3600, "reason": "seed freeze"}))
+                    .send()
+                    .await?;
+                anyhow::ensure!(
+                    answer.status() == 201,
+                    "POST /1/freezes: {}",
+                    answer.status()
+                );
+                let freeze: nodecare_protocol::calendar::FreezeView = answer.json().await?;
+                if trace() {
+                    println!("round {round}: freeze {} set", freeze.id);
+                }
+                self.freeze = Some(freeze.id);
+                if let Ok(mut d) = self.deliveries.lock() {
+                    d.freezes.push((at, None));
+                }
+            }
+            Some(id) if self.freezes.below(2) == 0 => self.lift_freeze(&id, round).await?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The operator lifts freeze `id`.
+    async fn lift_freeze(&mut self, id: &str, round: usize) -> anyhow::Result<()> {
+        let answer = self
+            .client
+            .delete(format!("{}/1/freezes/{id}", self.url))
+            .basic_auth(USER, Some(PASSWORD))
+            .send()
+            .await?;
+        anyhow::ensure!(
+            answer.status() == 200,
+            "DELETE /1/freezes: {}",
+            answer.status()
+        );
+        if trace() {
+            println!("round {round}: freeze {id} lifted");
+        }
+        let at = self.h.sim.now_ms();
+        self.freeze = None;
+        if let Ok(mut d) = self.deliveries.lock()
+            && let Some(span) = d.freezes.last_mut()
+        {
+            span.1 = Some(at);
+        }
+        Ok(())
     }
 
     /// Reads `path` of the coordinator's API and decodes it.
@@ -1520,6 +1596,7 @@ impl World {
                 }
             }
         });
+        self.operator_freezes(round).await?;
         // Another tool asks for a node, or releases one.
         if random.below(2) == 0 && !self.calm {
             let name = node(2 + random.below(nodes - 1));
@@ -1541,6 +1618,19 @@ impl World {
                 println!("round {round}: grant of {name} for {ttl} s: {status}");
             }
             self.grants += u64::from(matches!(status, 200 | 201));
+            // Invariant 12: nothing planned starts in a freeze (a renewal, 200, goes on).
+            if status == 201
+                && let Some(freeze) = &self.freeze
+                && let Ok(mut d) = self.deliveries.lock()
+            {
+                d.found.push(Violation {
+                    invariant: "nothing planned starts in a freeze",
+                    known: None,
+                    what: format!(
+                        "a grant of {name} admitted (201) while freeze {freeze} was in force"
+                    ),
+                });
+            }
             self.note_grant(&name, status);
         }
         if random.below(4) == 0 {
@@ -1821,6 +1911,9 @@ impl World {
             }
         }
         self.down.clear();
+        if let Some(id) = self.freeze.clone() {
+            self.lift_freeze(&id, usize::MAX).await?;
+        }
         self.aim_stop();
         self.aim_keep_failing();
         self.broken = None;
@@ -2217,6 +2310,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             w.h.sim.with_cluster(|c| {
                 check_repairs(c, &d, &mut found);
                 check_cancels(c, &d, &mut found);
+                check_freezes(c, &d, &mut found);
                 check_failed_by_dependency(c, &d, &mut found);
             });
             check_grants_during_repairs(&d, &mut found);
@@ -2560,6 +2654,49 @@ async fn run(first: u64, count: u64, rounds: usize) {
 // it; a cancel while a repair command runs; a chained group whose previous group's undrain
 // fails). They are drawn from a generator of their own ([`aim_random`]), so that a seed where
 // no such moment comes follows the plan it had without them.
+
+/// The generator of the operator's freezes of `seed`, apart from the seed's plan.
+fn freeze_random(seed: u64) -> Random {
+    aim_random(seed ^ 0xF3EE)
+}
+
+/// Invariant 12: nothing planned starts in a freeze: no balancing run's first job was received
+/// while a freeze of the operator was in force (the freeze is set and lifted between rounds).
+fn check_freezes(c: &SimCluster, d: &Deliveries, violations: &mut Vec<Violation>) {
+    if d.freezes.is_empty() {
+        return;
+    }
+    let mut first: BTreeMap<String, &SimJob> = BTreeMap::new();
+    for job in c.jobs.values() {
+        let Some((holder, _, text, internal)) = nodecare_reason(job) else {
+            continue;
+        };
+        if internal || duty_and_holder(&holder, &text).0 != "balancing" {
+            continue;
+        }
+        let entry = first.entry(holder).or_insert(job);
+        if job.received_ms < entry.received_ms {
+            *entry = job;
+        }
+    }
+    for (run, job) in first {
+        if let Some((set, lifted)) = d.freezes.iter().find(|(set, lifted)| {
+            job.received_ms >= *set && lifted.is_none_or(|l| job.received_ms < l)
+        }) {
+            violations.push(Violation {
+                invariant: "nothing planned starts in a freeze",
+                known: None,
+                what: format!(
+                    "balancing run {run} started (job {} {} received at {} ms) in the freeze set at {set} ms, {}",
+                    job.id,
+                    job.op.summary(),
+                    job.received_ms,
+                    lifted.map_or_else(|| "still in force".to_owned(), |l| format!("lifted at {l} ms"))
+                ),
+            });
+        }
+    }
+}
 
 /// The generator of the aimed faults of `seed`, apart from the seed's plan.
 fn aim_random(seed: u64) -> Random {
