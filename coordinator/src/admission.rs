@@ -35,7 +35,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use uuid::Uuid;
 
-use crate::api::ApiState;
+use crate::api::{ApiState, Failed, body_of, parse_id, snapshot_of};
 use crate::api::{Writer, error, internal};
 use crate::gate::{
     BlockedBy, Decision, Duty, GateSnapshot, Holder, InForce, Override, Policy, Proposal,
@@ -462,56 +462,6 @@ pub async fn audit(State(state): State<ApiState>, RawQuery(query): RawQuery) -> 
     }
 }
 
-pub(crate) fn snapshot_of(state: &ApiState) -> Option<GateSnapshot> {
-    state
-        .board
-        .gate
-        .read()
-        .ok()
-        .and_then(|snapshot| snapshot.clone())
-}
-
-/// An error answer (`{"code", "message"}`), small enough to pass around in a `Result`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failed {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl Failed {
-    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self {
-            status,
-            message: message.into(),
-        }
-    }
-
-    pub(crate) fn internal(e: impl std::fmt::Display) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
-    }
-}
-
-impl IntoResponse for Failed {
-    fn into_response(self) -> Response {
-        error(self.status, self.message)
-    }
-}
-
-/// Decodes a JSON body into `T`, or a `400` naming what is wrong.
-pub(crate) fn body_of<T: serde::de::DeserializeOwned>(
-    body: &[u8],
-    what: &str,
-) -> Result<T, Failed> {
-    serde_json::from_slice(body).map_err(|e| {
-        Failed::new(
-            StatusCode::BAD_REQUEST,
-            format!("not a valid {what} body: {e}"),
-        )
-    })
-}
-
 /// `POST /1/disruptions`.
 pub async fn request(State(state): State<ApiState>, Writer(who): Writer, body: Bytes) -> Response {
     let request: DisruptionRequest = match body_of(&body, "disruption request") {
@@ -617,15 +567,6 @@ pub async fn list(State(state): State<ApiState>) -> Response {
         Ok(grants) => Json(grants).into_response(),
         Err(e) => internal(e),
     }
-}
-
-pub(crate) fn parse_id(text: &str, what: &str) -> Result<Uuid, Failed> {
-    Uuid::parse_str(text).map_err(|_| {
-        Failed::new(
-            StatusCode::BAD_REQUEST,
-            format!("not a {what} id: {text:?}"),
-        )
-    })
 }
 
 /// `DELETE /1/disruptions/<id>`.

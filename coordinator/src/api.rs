@@ -214,3 +214,63 @@ pub(crate) fn internal(error: impl std::fmt::Display) -> Response {
 fn error_response(status: StatusCode, message: String) -> Response {
     error(status, message)
 }
+
+/// The last round's gate snapshot, as the board keeps it.
+pub(crate) fn snapshot_of(state: &ApiState) -> Option<crate::gate::GateSnapshot> {
+    state
+        .board
+        .gate
+        .read()
+        .ok()
+        .and_then(|snapshot| snapshot.clone())
+}
+
+/// An error answer (`{"code", "message"}`), small enough to pass around in a `Result`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failed {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Failed {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn internal(e: impl std::fmt::Display) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    }
+}
+
+impl IntoResponse for Failed {
+    fn into_response(self) -> Response {
+        error(self.status, self.message)
+    }
+}
+
+/// Decodes a JSON body into `T`, or a `400` naming what is wrong.
+pub(crate) fn body_of<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<T, Failed> {
+    serde_json::from_slice(body).map_err(|e| {
+        Failed::new(
+            StatusCode::BAD_REQUEST,
+            format!("not a valid {what} body: {e}"),
+        )
+    })
+}
+
+pub(crate) fn parse_id(text: &str, what: &str) -> Result<Uuid, Failed> {
+    Uuid::parse_str(text).map_err(|_| {
+        Failed::new(
+            StatusCode::BAD_REQUEST,
+            format!("not a {what} id: {text:?}"),
+        )
+    })
+}

@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
-use crate::admission::{Failed, body_of, snapshot_of};
 use crate::api::{ApiState, Writer, internal};
+use crate::api::{Failed, body_of, snapshot_of};
 use crate::store::StoreError;
 use nodecare_core::approval::{ApprovalRecord, check_ticket};
 use nodecare_protocol::gate::{
@@ -28,7 +28,7 @@ fn view(record: &ApprovalRecord) -> ApprovalView {
 }
 
 /// The approvals as the API shows them.
-pub(crate) fn status(state: &ApiState) -> Result<ApprovalsStatus, StoreError> {
+pub fn status(state: &ApiState) -> Result<ApprovalsStatus, StoreError> {
     let snapshot = snapshot_of(state);
     let waiting = snapshot
         .iter()

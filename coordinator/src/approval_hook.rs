@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nodecare_core::approval::{ApprovalRecord, ApprovalsConfig, check_ticket};
-use nodecare_protocol::gate::{ApprovalAnswer, ApprovalAsk};
+use nodecare_protocol::gate::{ApprovalAnswer, ApprovalAsk, ApprovalWaiting};
 use uuid::Uuid;
 
-use crate::api::ApiState;
+use crate::board::Board;
+use crate::store::Store;
 
 /// Most bytes of an answer read.
 const MAX_ANSWER_BYTES: usize = 64 * 1024;
@@ -74,12 +75,16 @@ impl ApprovalHook {
         &self.url
     }
 
-    /// After a round: asks, on a task of its own, for the holders waiting for an approval that
-    /// were not asked within the interval (nothing when a previous pass still runs).
-    pub fn after_round(self: &Arc<Self>, state: &ApiState) {
-        let Ok(status) = crate::approval_api::status(state) else {
-            return;
-        };
+    /// After a round: asks, on a task of its own, for the holders `waiting` for an approval
+    /// that were not asked within the interval (nothing when a previous pass still runs); the
+    /// decisions go to `store`, and wake the rounds of `board`.
+    pub fn after_round(
+        self: &Arc<Self>,
+        waiting: Vec<ApprovalWaiting>,
+        store: &Arc<Store>,
+        board: &Arc<Board>,
+        coordinator: &str,
+    ) {
         let now = Instant::now();
         let due: Vec<ApprovalAsk> = {
             let mut asked = self
@@ -87,8 +92,7 @@ impl ApprovalHook {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             asked.retain(|_, at| now.duration_since(*at) < self.interval);
-            status
-                .waiting
+            waiting
                 .into_iter()
                 .filter(|w| w.refused.is_none())
                 .filter_map(|w| {
@@ -99,7 +103,7 @@ impl ApprovalHook {
                             id: w.id,
                             holder: w.holder,
                             subject: w.subject,
-                            coordinator: state.node_name.clone(),
+                            coordinator: coordinator.to_owned(),
                         }
                     })
                 })
@@ -109,18 +113,18 @@ impl ApprovalHook {
             return;
         }
         let hook = Arc::clone(self);
-        let state = state.clone();
+        let (store, board) = (Arc::clone(store), Arc::clone(board));
         tokio::spawn(async move {
             let Ok(_one) = hook.busy.try_lock() else {
                 return;
             };
             for ask in due {
-                hook.ask(&state, &ask).await;
+                hook.ask(&store, &board, &ask).await;
             }
         });
     }
 
-    async fn ask(&self, state: &ApiState, ask: &ApprovalAsk) {
+    async fn ask(&self, store: &Store, board: &Board, ask: &ApprovalAsk) {
         let answer = match self.post(ask).await {
             Ok(answer) => answer,
             Err(error) => {
@@ -155,14 +159,14 @@ impl ApprovalHook {
             who: CHANGE_SYSTEM.to_owned(),
             at_ms: nodecare_protocol::now_ms(),
         };
-        match state.store.add_approval(record) {
+        match store.add_approval(record) {
             Ok(()) => {
                 *self
                     .last_error
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
                 tracing::warn!(id = %ask.id, "the change system decided");
-                state.board.wake.notify_one();
+                board.wake.notify_one();
             }
             Err(error) => {
                 tracing::error!(id = %ask.id, %error, "cannot keep the change system's decision")

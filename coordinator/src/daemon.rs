@@ -406,8 +406,15 @@ impl Coordinator {
             let was_acting = self.api.board.acting.load(Ordering::Relaxed);
             match outcome {
                 Ok(summary) => {
-                    if let Some(hook) = &self.api.approval_hook {
-                        hook.after_round(&self.api);
+                    if let Some(hook) = &self.api.approval_hook
+                        && let Ok(status) = crate::approval_api::status(&self.api)
+                    {
+                        hook.after_round(
+                            status.waiting,
+                            &self.api.store,
+                            &self.api.board,
+                            &self.api.node_name,
+                        );
                     }
                     if !was_acting {
                         announced_standby = false;

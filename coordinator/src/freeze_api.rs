@@ -9,8 +9,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
-use crate::admission::{Failed, body_of, parse_id};
 use crate::api::{ApiState, Writer, internal};
+use crate::api::{Failed, body_of, parse_id};
 use crate::store::{Lifted, StoreError};
 use nodecare_core::calendar::{Calendar, CalendarStatus, FreezeRequest, FreezeView};
 

@@ -977,7 +977,7 @@ fn decoded_field(body: &[u8], name: &str) -> Result<String, Refused> {
 }
 
 /// The answer to a refused API-level action, as a page.
-fn failed_page(failed: crate::admission::Failed) -> Response {
+fn failed_page(failed: crate::api::Failed) -> Response {
     refusal_page(failed.status, &failed.message, false)
 }
 

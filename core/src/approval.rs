@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::calendar::WorkKind;
-use crate::gate::{BlockedBy, Holder};
+use nodecare_protocol::gate::BlockedBy;
 
 /// Most approval records kept (the oldest go first).
 pub const MAX_RECORDS: usize = 512;
@@ -116,16 +116,6 @@ pub struct Approvals {
     pub records: Vec<ApprovalRecord>,
 }
 
-/// The id an approval names a holder by (`None`: a holder nobody approves).
-pub const fn holder_id(holder: &Holder) -> Option<Uuid> {
-    match holder {
-        Holder::Incident { id } | Holder::Campaign { id } | Holder::InstanceRepair { id } => {
-            Some(*id)
-        }
-        Holder::Balancing { .. } | Holder::Grant { .. } | Holder::Someone { .. } => None,
-    }
-}
-
 impl Approvals {
     /// The latest decision on holder `id`.
     pub fn decision(&self, id: Uuid) -> Option<&ApprovalRecord> {
@@ -135,22 +125,22 @@ impl Approvals {
             .max_by_key(|r| r.at_ms)
     }
 
-    /// The change ticket `holder`'s work was approved with.
-    pub fn ticket(&self, holder: &Holder) -> Option<&str> {
-        self.decision(holder_id(holder)?)
-            .and_then(|r| r.ticket.as_deref())
+    /// The change ticket the work of holder `id` was approved with.
+    pub fn ticket(&self, id: Uuid) -> Option<&str> {
+        self.decision(id).and_then(|r| r.ticket.as_deref())
     }
 
-    /// Why `kind` of `holder` may not start yet (`None`: it may).
-    pub fn blocks(&self, kind: WorkKind, holder: &Holder) -> Option<BlockedBy> {
+    /// Why `kind` of the holder `id` (`None`: a holder nobody approves), named `holder` for
+    /// people, may not start yet (`None`: it may).
+    pub fn blocks(&self, kind: WorkKind, id: Option<Uuid>, holder: &str) -> Option<BlockedBy> {
         if !self.required.contains(&kind) {
             return None;
         }
-        let id = holder_id(holder)?;
+        let id = id?;
         match self.decision(id) {
             Some(record) if record.ticket.is_some() => None,
             Some(record) => Some(BlockedBy::Approval {
-                holder: holder.to_string(),
+                holder: holder.to_owned(),
                 id: id.to_string(),
                 refused: Some(format!(
                     "{} (by {})",
@@ -159,7 +149,7 @@ impl Approvals {
                 )),
             }),
             None => Some(BlockedBy::Approval {
-                holder: holder.to_string(),
+                holder: holder.to_owned(),
                 id: id.to_string(),
                 refused: None,
             }),
@@ -200,10 +190,19 @@ pub fn keep(records: &mut Vec<ApprovalRecord>, record: ApprovalRecord) {
 mod tests {
     use super::*;
 
-    fn campaign(n: u128) -> Holder {
-        Holder::Campaign {
-            id: Uuid::from_u128(n),
-        }
+    fn campaign(n: u128) -> (WorkKind, Option<Uuid>, String) {
+        (
+            WorkKind::Campaign,
+            Some(Uuid::from_u128(n)),
+            format!("maintenance campaign {}", Uuid::from_u128(n)),
+        )
+    }
+
+    fn blocks(
+        approvals: &Approvals,
+        (kind, id, holder): (WorkKind, Option<Uuid>, String),
+    ) -> Option<BlockedBy> {
+        approvals.blocks(kind, id, &holder)
     }
 
     #[test]
@@ -212,7 +211,7 @@ mod tests {
             required: vec![WorkKind::Campaign, WorkKind::Evacuation],
             records: Vec::new(),
         };
-        let waits = approvals.blocks(WorkKind::Campaign, &campaign(1));
+        let waits = blocks(&approvals, campaign(1));
         assert_eq!(
             waits.map(|b| b.to_string()),
             Some(format!(
@@ -223,12 +222,7 @@ mod tests {
         );
         // Not required: never waits.
         assert_eq!(
-            approvals.blocks(
-                WorkKind::LiveRepair,
-                &Holder::Incident {
-                    id: Uuid::from_u128(2)
-                }
-            ),
+            approvals.blocks(WorkKind::LiveRepair, Some(Uuid::from_u128(2)), "incident"),
             None
         );
         keep(
@@ -242,9 +236,7 @@ mod tests {
             },
         );
         assert_eq!(
-            approvals
-                .blocks(WorkKind::Campaign, &campaign(1))
-                .map(|b| b.to_string()),
+            blocks(&approvals, campaign(1)).map(|b| b.to_string()),
             Some(format!(
                 "maintenance campaign {} refused: no change window this week (by bob)",
                 Uuid::from_u128(1)
@@ -261,9 +253,9 @@ mod tests {
                 at_ms: 20,
             },
         );
-        assert_eq!(approvals.blocks(WorkKind::Campaign, &campaign(1)), None);
-        assert_eq!(approvals.ticket(&campaign(1)), Some("CHG-4711"));
-        assert_eq!(approvals.ticket(&campaign(2)), None);
+        assert_eq!(blocks(&approvals, campaign(1)), None);
+        assert_eq!(approvals.ticket(Uuid::from_u128(1)), Some("CHG-4711"));
+        assert_eq!(approvals.ticket(Uuid::from_u128(2)), None);
     }
 
     #[test]

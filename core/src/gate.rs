@@ -146,6 +146,19 @@ impl Holder {
     }
 }
 
+impl Holder {
+    /// The id an approval names the holder by (`None`: a holder nobody approves: a balancing
+    /// run, another tool's grant, someone outside nodecare).
+    pub const fn approval_id(&self) -> Option<Uuid> {
+        match self {
+            Self::Incident { id } | Self::Campaign { id } | Self::InstanceRepair { id } => {
+                Some(*id)
+            }
+            Self::Balancing { .. } | Self::Grant { .. } | Self::Someone { .. } => None,
+        }
+    }
+}
+
 impl fmt::Display for Holder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -931,10 +944,11 @@ fn judge(
     if let Some(block) = policy.calendar.blocks(work_kind(proposal)) {
         return Err(block);
     }
-    if let Some(block) = policy
-        .approvals
-        .blocks(work_kind(proposal), &proposal.holder)
-    {
+    if let Some(block) = policy.approvals.blocks(
+        work_kind(proposal),
+        proposal.holder.approval_id(),
+        &proposal.holder.to_string(),
+    ) {
         return Err(block);
     }
     if new.is_empty() {

@@ -217,7 +217,7 @@ impl Executor {
             .tickets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        match nodecare_core::approval::holder_id(&entry.holder).and_then(|id| tickets.get(&id)) {
+        match entry.holder.approval_id().and_then(|id| tickets.get(&id)) {
             Some(ticket) => format!("{text} (ticket {ticket})"),
             None => text.to_owned(),
         }

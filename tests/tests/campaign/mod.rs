@@ -1500,7 +1500,14 @@ async fn the_change_system_approves_a_campaign_and_a_down_one_approves_nothing()
     let mut started = false;
     for _ in 0..40 {
         h.round().await.unwrap();
-        hook.after_round(&api);
+        hook.after_round(
+            nodecare_coordinator::approval_api::status(&api)
+                .unwrap()
+                .waiting,
+            &api.store,
+            &api.board,
+            &api.node_name,
+        );
         tokio::time::sleep(std::time::Duration::from_millis(150)).await;
         if !campaign(&h).groups.is_empty() {
             started = true;
@@ -1541,7 +1548,14 @@ async fn the_change_system_approves_a_campaign_and_a_down_one_approves_nothing()
     let hook = api.approval_hook.clone().expect("the change system's hook");
     for _ in 0..5 {
         h.round().await.unwrap();
-        hook.after_round(&api);
+        hook.after_round(
+            nodecare_coordinator::approval_api::status(&api)
+                .unwrap()
+                .waiting,
+            &api.store,
+            &api.board,
+            &api.node_name,
+        );
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
     assert!(campaign(&h).groups.is_empty(), "{:#?}", campaign(&h));
