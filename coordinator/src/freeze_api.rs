@@ -5,12 +5,12 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
 use crate::admission::{Failed, body_of, parse_id};
-use crate::api::{ApiState, authorize_write, internal, refused};
+use crate::api::{ApiState, Writer, internal};
 use crate::store::{Lifted, StoreError};
 use nodecare_core::calendar::{Calendar, CalendarStatus, FreezeRequest, FreezeView};
 
@@ -58,11 +58,7 @@ pub(crate) fn add(
 }
 
 /// `POST /1/freezes`.
-pub async fn set(State(state): State<ApiState>, headers: HeaderMap, body: Bytes) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
+pub async fn set(State(state): State<ApiState>, Writer(who): Writer, body: Bytes) -> Response {
     let request: FreezeRequest = match body_of(&body, "freeze request") {
         Ok(request) => request,
         Err(response) => return response.into_response(),
@@ -111,12 +107,8 @@ pub(crate) fn lift(state: &ApiState, who: &str, id: Uuid) -> Result<FreezeView, 
 pub async fn delete(
     State(state): State<ApiState>,
     Path(text): Path<String>,
-    headers: HeaderMap,
+    Writer(who): Writer,
 ) -> Response {
-    let who = match authorize_write(&state, &headers) {
-        Ok(who) => who,
-        Err(refusal) => return refused(&refusal),
-    };
     let id = match parse_id(&text, "freeze") {
         Ok(id) => id,
         Err(response) => return response.into_response(),
