@@ -167,7 +167,7 @@ pub const CHUNK_NODES: usize = 64;
 
 /// What holds a record's chunks together: the view's storage health (the view without its time,
 /// which is the round's) and how many chunks there are.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Frame {
     storage: Vec<StorageProblem>,
     view_chunks: u32,
@@ -430,33 +430,51 @@ pub fn explain_record(rounds: &[Recorded], id: uuid::Uuid) -> Explanation {
             .map(|j| j.outcome.clone())
             .collect::<Vec<_>>()
     };
-    let last = judged.len().saturating_sub(1);
-    let mut previous = None;
-    judged = judged
-        .into_iter()
+    let judged = changes(judged.into_iter().map(|r| (r, outcome(r))));
+    record_explanation(
+        id,
+        judged.into_iter().map(|r| record_round(r, id)).collect(),
+    )
+}
+
+/// Of rounds in order, each with its outcome, those whose outcome differs from the one before,
+/// and the last.
+fn changes<R, T: PartialEq>(rounds: impl IntoIterator<Item = (R, T)>) -> Vec<R> {
+    let mut kept: Vec<(R, bool)> = Vec::new();
+    let mut previous: Option<T> = None;
+    for (round, outcome) in rounds {
+        let changed = previous.as_ref() != Some(&outcome);
+        previous = Some(outcome);
+        kept.push((round, changed));
+    }
+    let last = kept.len().saturating_sub(1);
+    kept.into_iter()
         .enumerate()
-        .filter(|(i, r)| {
-            let now = outcome(r);
-            let keep = previous.as_ref() != Some(&now) || *i == last;
-            previous = Some(now);
-            keep
-        })
-        .map(|(_, r)| r)
-        .collect();
-    let explained = judged
+        .filter(|(i, (_, changed))| *changed || *i == last)
+        .map(|(_, (round, _))| round)
+        .collect()
+}
+
+/// The node a judgement of holder `id`'s in `decision` disrupts (its first judgement's first),
+/// whose verdict and holder an explanation of that judgement shows.
+pub fn disrupted_by(decision: &crate::gate::Decision, id: Option<uuid::Uuid>) -> Option<String> {
+    decision
+        .judgements
         .iter()
-        .map(|r| {
-            let node = r
-                .record
-                .gate
-                .decision
-                .judgements
-                .iter()
-                .find(|j| of(j))
-                .and_then(|j| j.proposal.disrupts.iter().next().cloned());
-            explained_round(r, node.as_deref(), of)
-        })
-        .collect::<Vec<_>>();
+        .find(|j| j.proposal.holder.id() == id)
+        .and_then(|j| j.proposal.disrupts.iter().next().cloned())
+}
+
+/// One round of [`explain_record`]: the judgements of record `id`, with the node it disrupts.
+fn record_round(recorded: &Recorded, id: uuid::Uuid) -> ExplainedRound {
+    let node = disrupted_by(&recorded.record.gate.decision, Some(id));
+    explained_round(recorded, node.as_deref(), |j| {
+        j.proposal.holder.id() == Some(id)
+    })
+}
+
+/// The explanation of record `id` from its rounds ([`record_round`]).
+fn record_explanation(id: uuid::Uuid, explained: Vec<ExplainedRound>) -> Explanation {
     let note = explained.is_empty().then(|| {
         format!("no recorded round judged a proposal of {id} (it proposed nothing to the gate, or retention forgot it)")
     });
@@ -569,7 +587,7 @@ pub fn explain_job(rounds: &[Recorded], job: u64, operation: &Operation) -> Expl
             let node = operation
                 .node
                 .clone()
-                .or_else(|| judged(r).and_then(|p| p.disrupts.iter().next().cloned()));
+                .or_else(|| disrupted_by(&r.record.gate.decision, id));
             explained_round(r, node.as_deref(), |j| j.proposal.holder.id() == id)
         })
         .collect();
@@ -596,6 +614,8 @@ pub fn explain_job(rounds: &[Recorded], job: u64, operation: &Operation) -> Expl
         note,
     }
 }
+
+pub mod index;
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod tests_support {
