@@ -631,6 +631,49 @@ pub mod tests_support {
     /// `node1` is held by incident 1, incident 2 proposes to evacuate `node2` under a cap of
     /// `max` disrupted nodes (refused at 1, admitted at 2).
     pub fn round(now_ms: u64, max: usize, nodes: usize) -> RoundRecord {
+        judging(now_ms, max, nodes, &[("node1", 1)], &[(2, "node2")])
+    }
+
+    /// Round `i` of a varied series on `nodes` nodes (at least 8), two rounds at each time
+    /// (`1 000 * (i / 2 + 1)` ms): which nodes incidents hold, which incidents propose to
+    /// evacuate which nodes and the cap change from round to round (incidents 2, 5, 9 propose,
+    /// on `node2`, `node3` and the last node); every node has a verdict.
+    pub fn varied(i: u64, nodes: usize) -> RoundRecord {
+        let last = format!("node{}", nodes.saturating_sub(1));
+        let mixed = i.wrapping_mul(2_654_435_761) >> 7;
+        let held: &[(&str, u128)] = match mixed % 4 {
+            0 => &[("node1", 1)],
+            1 => &[("node2", 2)],
+            2 => &[],
+            _ => &[("node5", 9), ("node7", 5)],
+        };
+        let proposals: Vec<(u128, &str)> = match (mixed / 4) % 4 {
+            0 => vec![(2, "node2")],
+            1 => vec![(5, "node3"), (2, "node2")],
+            2 => vec![(9, &last)],
+            _ => vec![(5, "node7"), (9, &last), (2, "node2")],
+        };
+        let max = 1 + usize::from((mixed / 16) % 2 == 1);
+        let mut record = judging(1_000 * (i / 2 + 1), max, nodes, held, &proposals);
+        for n in 0..nodes {
+            record
+                .verdicts
+                .entry(format!("node{n}"))
+                .or_insert_with(|| "Ok".into());
+        }
+        record
+    }
+
+    /// A round at `now_ms` on `nodes` nodes (`node0` the master, racks `rack:0`..`rack:3`),
+    /// `held` (node, incident) in force, incidents proposing to evacuate nodes (`proposals`:
+    /// incident, node) under a cap of `max` disrupted nodes; `node2` says `evacuate`.
+    pub fn judging(
+        now_ms: u64,
+        max: usize,
+        nodes: usize,
+        held: &[(&str, u128)],
+        proposals: &[(u128, &str)],
+    ) -> RoundRecord {
         let view = View {
             nodes: (0..nodes)
                 .map(|n| {
@@ -663,21 +706,28 @@ pub mod tests_support {
         let incident = |n| Holder::Incident {
             id: uuid::Uuid::from_u128(n),
         };
-        let in_force = InForce::new(&view, [("node1".to_owned(), incident(1))]);
-        let proposal = Proposal {
-            duty: Duty::NodeRepair,
-            holder: incident(2),
-            subject: "node node2".into(),
-            invasiveness: 2,
-            since_ms: 5,
-            disrupts: ["node2".to_owned()].into(),
-            touches: BTreeSet::new(),
-            fresh: false,
-            moves_memory: Some(1024),
-            after_releases: std::collections::BTreeMap::new(),
-            reason: "evacuate".into(),
-        };
-        let decision = decide(&view, &policy, &in_force, vec![proposal]);
+        let in_force = InForce::new(
+            &view,
+            held.iter()
+                .map(|(node, n)| ((*node).to_owned(), incident(*n))),
+        );
+        let proposals = proposals
+            .iter()
+            .map(|(n, node)| Proposal {
+                duty: Duty::NodeRepair,
+                holder: incident(*n),
+                subject: format!("node {node}"),
+                invasiveness: 2,
+                since_ms: 5,
+                disrupts: [(*node).to_owned()].into(),
+                touches: BTreeSet::new(),
+                fresh: false,
+                moves_memory: Some(1024),
+                after_releases: std::collections::BTreeMap::new(),
+                reason: "evacuate".into(),
+            })
+            .collect();
+        let decision = decide(&view, &policy, &in_force, proposals);
         RoundRecord {
             now_ms,
             coordinator: "node0".into(),

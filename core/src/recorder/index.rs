@@ -129,14 +129,17 @@ pub trait RoundIndex {
 }
 
 /// A recorded round read in part for an explanation: its frame, policy, what was in force and
-/// its decision whole, and of its view and verdicts only the nodes the explanation shows (its
-/// focus, and every node in force, whose failure domain it names). Its view is not the round's
-/// whole view: it explains, it does not replay.
+/// its decision whole; of its view only the nodes the explanation shows (its focus, and every
+/// node in force, whose failure domain it names), of its verdicts only the focus's. Its view is
+/// not the round's whole view: it explains, it does not replay.
 #[derive(Debug)]
 pub struct Excerpt {
     recorded: Recorded,
     frame: Frame,
+    /// The nodes whose facts it keeps: the focus and the nodes in force.
     wanted: BTreeSet<String>,
+    /// The node whose verdict it keeps.
+    focus: Option<String>,
     nodes: BTreeMap<String, NodeFacts>,
     verdicts: SeenVerdicts,
 }
@@ -167,11 +170,12 @@ impl Excerpt {
         let policy: Policy = decode(Part::Policy, policy)?;
         let in_force: InForce = decode(Part::InForce, in_force)?;
         let decision: Decision = decode(Part::Decision, decision)?;
+        let focus = focus(&decision);
         let wanted = in_force
             .nodes
             .keys()
             .cloned()
-            .chain(focus(&decision))
+            .chain(focus.clone())
             .collect();
         Ok(Self {
             recorded: Recorded {
@@ -192,36 +196,39 @@ impl Excerpt {
             },
             frame,
             wanted,
+            focus,
             nodes: BTreeMap::new(),
             verdicts: SeenVerdicts::new(),
         })
     }
 
     /// The chunks of its view and verdicts (each with its first and last node, when known) it
-    /// reads: those that may hold a node it shows. A chunk whose bounds are unknown (recorded
-    /// before the index kept them) is read.
+    /// reads: those of the view that may hold a node it shows, those of the verdicts that may
+    /// hold its focus. A chunk whose bounds are unknown (recorded before the index kept them)
+    /// is read.
     pub fn chunks_to_read<'a>(
         &self,
         chunks: impl IntoIterator<Item = (Part, Option<(&'a str, &'a str)>)>,
     ) -> Vec<Part> {
         let (view, verdicts) = (self.frame.view_chunks, self.frame.verdict_chunks);
+        let focus: BTreeSet<String> = self.focus.iter().cloned().collect();
+        let holds = |nodes: &BTreeSet<String>, bounds: Option<(&str, &str)>| {
+            bounds.is_none_or(|(first, last)| {
+                nodes
+                    .range::<str, _>((
+                        std::ops::Bound::Included(first),
+                        std::ops::Bound::Included(last),
+                    ))
+                    .next()
+                    .is_some()
+            })
+        };
         chunks
             .into_iter()
-            .filter(|(part, _)| match part {
-                Part::View(i) => *i < view,
-                Part::Verdicts(i) => *i < verdicts,
+            .filter(|(part, bounds)| match part {
+                Part::View(i) => *i < view && holds(&self.wanted, *bounds),
+                Part::Verdicts(i) => *i < verdicts && holds(&focus, *bounds),
                 _ => false,
-            })
-            .filter(|(_, bounds)| {
-                bounds.is_none_or(|(first, last)| {
-                    self.wanted
-                        .range::<str, _>((
-                            std::ops::Bound::Included(first),
-                            std::ops::Bound::Included(last),
-                        ))
-                        .next()
-                        .is_some()
-                })
             })
             .map(|(part, _)| part)
             .collect()
@@ -243,7 +250,7 @@ impl Excerpt {
                 self.verdicts.extend(
                     chunk
                         .into_iter()
-                        .filter(|(node, _)| self.wanted.contains(node)),
+                        .filter(|(node, _)| self.focus.as_ref() == Some(node)),
                 );
             }
             Part::Frame | Part::Policy | Part::InForce | Part::Decision => {}
