@@ -11,10 +11,14 @@
 //! process's peak RSS (SQLite's own page cache included), the CPU time and the parts decoded,
 //! and whether both answers are the same.
 //!
+//! Every round also judges incident 3's proposal to evacuate `node5`, refused by the cap or by
+//! the free memory the round saw (its figures change every round).
+//!
 //! Queries: `node` (node2, which every round judges: the latest round), `quiet-node` (a node no
-//! round judges: the latest round, said so), `record` (the incident every round judges, its
-//! outcome changing each round: every round is shown), `job` (an operation of that incident
-//! forgotten by the ledger, in the middle of the rounds: its round and the newest that names it).
+//! round judges: the latest round, said so), `record` (incident 2, which every round refuses
+//! alike: the first round and the last are shown), `record-every-round` (incident 3: every
+//! round is shown), `job` (an operation of incident 2 forgotten by the ledger, in the middle of
+//! the rounds: its round and the newest that names it).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,7 +27,10 @@ use anyhow::bail;
 use nodecare_coordinator::explain_api::{
     EXPLAIN_ROUNDS, job_from_recorder, node_from_recorder, record_from_recorder,
 };
-use nodecare_coordinator::recorder::{Operation, explain_job, explain_node, explain_record};
+use nodecare_coordinator::gate::{Holder, Proposal, decide};
+use nodecare_coordinator::recorder::{
+    Operation, RoundRecord, explain_job, explain_node, explain_record,
+};
 use nodecare_coordinator::store::Store;
 use nodecare_protocol::explain::Explanation;
 use nodecare_tests::state_growth::{ROUND_MS, changing_round};
@@ -117,6 +124,9 @@ fn measure(
     query: impl FnOnce(&Store) -> anyhow::Result<Explanation>,
 ) -> anyhow::Result<Cost> {
     let store = Store::open_dir(dir)?;
+    // What earlier queries freed goes back to the system first: the RSS grows by what this one
+    // takes.
+    nodecare_coordinator::memory::release_free_memory();
     // Peak RSS from here on (Linux: 5 resets VmHWM to VmRSS).
     if let Err(error) = std::fs::write("/proc/self/clear_refs", "5") {
         eprintln!("the peak RSS is not reset ({error}): its growth is from the peak before");
@@ -137,6 +147,30 @@ fn measure(
     })
 }
 
+/// `record` judged again with one more proposal: incident 3 evacuating `node5` (in the domain
+/// of `node1`, which incident 1 holds), refused by the cap or by the free memory the round saw,
+/// which changes every round: each round shows a new outcome of incident 3.
+fn with_incident_3(mut record: RoundRecord) -> RoundRecord {
+    let gate = &record.gate;
+    let mut proposals: Vec<Proposal> = gate
+        .decision
+        .judgements
+        .iter()
+        .map(|j| j.proposal.clone())
+        .collect();
+    proposals.push(Proposal {
+        holder: Holder::Incident {
+            id: uuid::Uuid::from_u128(3),
+        },
+        subject: "node node5".into(),
+        disrupts: ["node5".to_owned()].into(),
+        moves_memory: Some(10_000_000),
+        ..proposals[0].clone()
+    });
+    record.gate.decision = decide(&gate.view, &gate.policy, &gate.in_force, proposals);
+    record
+}
+
 fn mib(bytes: f64) -> f64 {
     bytes / (1024.0 * 1024.0)
 }
@@ -149,10 +183,11 @@ fn main() -> anyhow::Result<()> {
     {
         let store = Store::open_dir(state.path())?;
         for round in 0..rounds {
-            store.record_round(&changing_round(round, nodes))?;
+            store.record_round(&with_incident_3(changing_round(round, nodes)))?;
         }
     }
     let incident = uuid::Uuid::from_u128(2);
+    let changing = uuid::Uuid::from_u128(3);
     let first_ms = changing_round(0, 1).now_ms;
     let operation = Operation {
         trail: incident,
@@ -197,6 +232,16 @@ fn main() -> anyhow::Result<()> {
                 ))
             }),
             Box::new(|s| Ok(record_from_recorder(s, incident)?)),
+        ),
+        (
+            "record-every-round",
+            Box::new(|s| {
+                Ok(explain_record(
+                    &s.recorded_rounds(None, EXPLAIN_ROUNDS)?,
+                    changing,
+                ))
+            }),
+            Box::new(|s| Ok(record_from_recorder(s, changing)?)),
         ),
         (
             "job",
