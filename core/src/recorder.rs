@@ -7,7 +7,8 @@
 //! store keeps each part of a record ([`Part`]) once, by its content.
 //!
 //! Everything here is pure: the coordinator's store reads and writes the records, and the
-//! explanations are built from the records read back.
+//! explanations are built from the records read back. The store also indexes each round as it
+//! writes it ([`index`]), so that an explanation reads back only the rounds it shows.
 
 use std::collections::BTreeMap;
 

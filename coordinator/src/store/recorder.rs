@@ -175,7 +175,9 @@ fn in_savepoint(
 }
 
 /// Indexes the judgements of the rounds that have none indexed (recorded before the index, or
-/// judging nothing), one decision at a time (a decision shared by rounds decoded once).
+/// judging nothing), one decision at a time (a decision shared by rounds decoded once). A round
+/// whose decision is missing or does not decode is left out: the state still opens, and the
+/// round is an error only where it is read, as before.
 fn index_rounds_without(connection: &Connection) -> Result<(), StoreError> {
     let rounds: Vec<(i64, String)> = connection
         .prepare(
@@ -186,23 +188,22 @@ fn index_rounds_without(connection: &Connection) -> Result<(), StoreError> {
         )?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    let mut last: Option<(String, Vec<IndexedJudgement>)> = None;
+    let mut last: Option<(String, Option<Vec<IndexedJudgement>>)> = None;
     for (round, hash) in rounds {
         if last.as_ref().is_none_or(|(known, _)| *known != hash) {
-            let bytes: Vec<u8> = connection
+            let bytes: Option<Vec<u8>> = connection
                 .query_row(
                     "SELECT bytes FROM recorder.recorder_parts WHERE hash = ?1",
                     params![hash],
                     |row| row.get(0),
                 )
-                .optional()?
-                .ok_or_else(|| corrupt(format!("round {round}: part decision missing")))?;
-            let decision: Decision = serde_json::from_slice(&bytes)
-                .map_err(|error| corrupt(format!("round {round}: part decision: {error}")))?;
-            let index = index_decision(&decision).map_err(corrupt)?;
+                .optional()?;
+            let index = bytes
+                .and_then(|bytes| serde_json::from_slice::<Decision>(&bytes).ok())
+                .and_then(|decision| index_decision(&decision).ok());
             last = Some((hash, index));
         }
-        if let Some((_, index)) = &last {
+        if let Some((_, Some(index))) = &last {
             write_index(connection, round, index)?;
         }
     }
@@ -820,6 +821,44 @@ mod tests {
         store.record_round(&varied(40, 150)).unwrap();
         assert!(count("recorder_chunks") > 0);
         assert_explained_alike(&store, 41, 150, 2_000);
+    }
+
+    #[test]
+    fn an_old_round_that_does_not_decode_is_left_out_of_the_index_and_the_state_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        {
+            let store = Store::open(&path).unwrap();
+            for i in 0..4 {
+                store.record_round(&varied(i, 20)).unwrap();
+            }
+            store
+                .lock()
+                .execute_batch(
+                    "DROP TABLE recorder.recorder_judged;
+                     DROP TABLE recorder.recorder_judged_nodes;
+                     DROP TABLE recorder.recorder_chunks;
+                     UPDATE recorder.recorder_parts SET bytes = x'00'
+                     WHERE hash = (SELECT hash FROM recorder.recorder_round_parts
+                                   WHERE round = 2 AND part = 'decision');",
+                )
+                .unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let indexed: Vec<i64> = store
+            .lock()
+            .prepare("SELECT DISTINCT round FROM recorder.recorder_judged ORDER BY round")
+            .unwrap()
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(indexed, vec![1, 3, 4]);
+        // Read, it is the error it was.
+        let error = store
+            .read_recorded_rounds(None, 10, |r| r.excerpt(2, &|_| None).map(|_| ()))
+            .unwrap_err();
+        assert!(error.to_string().contains("round 2"), "{error}");
     }
 
     #[test]
