@@ -9,9 +9,10 @@ use crate::notify::{Notification, QUEUE_CAPACITY, WebhookError, WebhookSettings}
 use crate::scrape::{AgentStatus, AgentTarget};
 use nodecare_protocol::status::RoundSummary;
 
-/// Explanations computed at once, at most: each decodes up to [`crate::explain_api::EXPLAIN_ROUNDS`] recorded
-/// rounds, so that callers asking many at once cannot take the coordinator's memory and CPU
-/// from its rounds. One more is answered `503` with `Retry-After: 1`.
+/// Explanations computed at once, at most: each looks through up to
+/// [`crate::explain_api::EXPLAIN_ROUNDS`] recorded rounds by the recorder's index and decodes
+/// only those it shows, yet callers asking many at once must not take the coordinator's CPU and
+/// the store's lock from its rounds. One more is answered `503` with `Retry-After: 1`.
 pub const EXPLAIN_CONCURRENCY: usize = 4;
 
 /// The permits of [`EXPLAIN_CONCURRENCY`], on the board.

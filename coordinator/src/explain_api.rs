@@ -22,11 +22,46 @@ use uuid::Uuid;
 
 use crate::api::{ApiState, error};
 use crate::exec::ledger::{Ledger as _, trail_key};
-use crate::recorder::{Operation, Recorded, explain_job, explain_node, explain_record};
-use crate::store::Store;
+use crate::recorder::Operation;
+use crate::recorder::index::{explain_job_indexed, explain_node_indexed, explain_record_indexed};
+use crate::store::{Store, StoreError};
 
-/// Most recorded rounds an explanation reads (the newest).
+/// Most recorded rounds an explanation looks through (the newest at or before its time). It
+/// chooses among them by the recorder's index and reads only the rounds it shows
+/// ([`nodecare_core::recorder::index`]).
 pub const EXPLAIN_ROUNDS: usize = 2_000;
+
+/// What the flight recorder says of `node` at `at_ms` (`None`: the latest;
+/// [`nodecare_core::recorder::explain_node`]), read through its index: one round.
+pub fn node_from_recorder(
+    store: &Store,
+    node: &str,
+    at_ms: Option<u64>,
+) -> Result<Explanation, StoreError> {
+    store.read_recorded_rounds(at_ms, EXPLAIN_ROUNDS, |rounds| {
+        explain_node_indexed(rounds, node, at_ms)
+    })
+}
+
+/// What the flight recorder says of record `id` ([`nodecare_core::recorder::explain_record`]),
+/// read through its index: the rounds where its judgement changed, one at a time.
+pub fn record_from_recorder(store: &Store, id: Uuid) -> Result<Explanation, StoreError> {
+    store.read_recorded_rounds(None, EXPLAIN_ROUNDS, |rounds| {
+        explain_record_indexed(rounds, id)
+    })
+}
+
+/// What the flight recorder says of job `job` of `operation`
+/// ([`nodecare_core::recorder::explain_job`]), read through its index: at most two rounds.
+pub fn job_from_recorder(
+    store: &Store,
+    job: u64,
+    operation: &Operation,
+) -> Result<Explanation, StoreError> {
+    store.read_recorded_rounds(None, EXPLAIN_ROUNDS, |rounds| {
+        explain_job_indexed(rounds, job, operation)
+    })
+}
 
 /// The operation of job `job`: its ledger entry (by job id, else by the reason trail Ganeti keeps
 /// for it), or, once the ledger forgot it, what the reason trail alone says.
@@ -85,12 +120,6 @@ async fn operation_of_job(
     }))
 }
 
-fn read_rounds(store: Arc<Store>, until_ms: Option<u64>) -> Result<Vec<Recorded>, String> {
-    store
-        .recorded_rounds(until_ms, EXPLAIN_ROUNDS)
-        .map_err(|e| e.to_string())
-}
-
 /// The message of an explanation refused because [`crate::board::EXPLAIN_CONCURRENCY`] are being computed.
 pub const EXPLAIN_BUSY: &str = "explanations being computed at once: try again in a second";
 
@@ -122,31 +151,36 @@ pub async fn explanation(
         },
         _ => None,
     };
-    let until = match &query {
-        Query::Node { at_ms, .. } => *at_ms,
+    let internal = |e: String| (StatusCode::INTERNAL_SERVER_ERROR, e);
+    let record = match &query {
+        Query::Record(id) => match Uuid::parse_str(id) {
+            Ok(id) => Some(id),
+            Err(e) => return Err((StatusCode::BAD_REQUEST, format!("record: {e}"))),
+        },
         _ => None,
     };
     let store = Arc::clone(&state.store);
-    let internal = |e: String| (StatusCode::INTERNAL_SERVER_ERROR, e);
-    let rounds = tokio::task::spawn_blocking(move || read_rounds(store, until))
+    let recorded = {
+        let query = query.clone();
+        let operation = operation.clone();
+        tokio::task::spawn_blocking(move || match (&query, record, &operation) {
+            (Query::Node { node, at_ms }, _, _) => node_from_recorder(&store, node, *at_ms),
+            (_, Some(id), _) => record_from_recorder(&store, id),
+            (Query::Job(job), _, Some(operation)) => job_from_recorder(&store, *job, operation),
+            _ => Err(StoreError::Corrupt("job without its operation".into())),
+        })
         .await
         .map_err(|e| internal(e.to_string()))?
-        .map_err(internal)?;
-    Ok(match (&query, &operation) {
-        (Query::Node { node, at_ms: None }, _) => {
-            with_grace(explain_node(&rounds, node, None), &grace_now(state, node))
+        .map_err(|e| internal(e.to_string()))?
+    };
+    Ok(match (&query, record) {
+        (Query::Node { node, at_ms: None }, _) => with_grace(recorded, &grace_now(state, node)),
+        (_, Some(id)) => {
+            let mut explanation = recorded;
+            explanation.now = record_now(state, id).map_err(internal)?;
+            explanation
         }
-        (Query::Node { node, at_ms }, _) => explain_node(&rounds, node, *at_ms),
-        (Query::Record(id), _) => match Uuid::parse_str(id) {
-            Ok(id) => {
-                let mut explanation = explain_record(&rounds, id);
-                explanation.now = record_now(state, id).map_err(internal)?;
-                explanation
-            }
-            Err(e) => return Err((StatusCode::BAD_REQUEST, format!("record: {e}"))),
-        },
-        (Query::Job(job), Some(operation)) => explain_job(&rounds, *job, operation),
-        (Query::Job(_), None) => return Err(internal("job without its operation".into())),
+        _ => recorded,
     })
 }
 

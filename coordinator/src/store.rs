@@ -36,7 +36,7 @@ pub mod retention;
 mod snapshot;
 pub use admission::{BREAKER_DOCUMENT, GRANT_RENEWALS_DOCUMENT, Revoked, SYSTEM};
 pub use nodecare_protocol::gate::AuditEntry;
-pub use recorder::Written;
+pub use recorder::{RecordedRounds, Written};
 
 /// Schema version stored in `PRAGMA user_version`.
 const SCHEMA_VERSION: i64 = 6;
@@ -94,6 +94,8 @@ pub struct Store {
     /// Rows changed in the recorder's database (history, not replicated): left out of
     /// [`Store::changes`].
     history_changes: AtomicU64,
+    /// Parts of recorded rounds decoded by the reads of the recorder, since the store opened.
+    recorder_parts_decoded: AtomicU64,
 }
 
 /// The flight recorder's database beside the state's at `state` (`state.db` →
@@ -152,6 +154,7 @@ impl Store {
             ledger_memory,
             campaigns_read: Mutex::default(),
             history_changes: AtomicU64::new(0),
+            recorder_parts_decoded: AtomicU64::new(0),
         })
     }
 

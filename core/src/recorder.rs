@@ -7,7 +7,8 @@
 //! store keeps each part of a record ([`Part`]) once, by its content.
 //!
 //! Everything here is pure: the coordinator's store reads and writes the records, and the
-//! explanations are built from the records read back.
+//! explanations are built from the records read back. The store also indexes each round as it
+//! writes it ([`index`]), so that an explanation reads back only the rounds it shows.
 
 use std::collections::BTreeMap;
 
@@ -167,7 +168,7 @@ pub const CHUNK_NODES: usize = 64;
 
 /// What holds a record's chunks together: the view's storage health (the view without its time,
 /// which is the round's) and how many chunks there are.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Frame {
     storage: Vec<StorageProblem>,
     view_chunks: u32,
@@ -430,33 +431,51 @@ pub fn explain_record(rounds: &[Recorded], id: uuid::Uuid) -> Explanation {
             .map(|j| j.outcome.clone())
             .collect::<Vec<_>>()
     };
-    let last = judged.len().saturating_sub(1);
-    let mut previous = None;
-    judged = judged
-        .into_iter()
+    let judged = changes(judged.into_iter().map(|r| (r, outcome(r))));
+    record_explanation(
+        id,
+        judged.into_iter().map(|r| record_round(r, id)).collect(),
+    )
+}
+
+/// Of rounds in order, each with its outcome, those whose outcome differs from the one before,
+/// and the last.
+fn changes<R, T: PartialEq>(rounds: impl IntoIterator<Item = (R, T)>) -> Vec<R> {
+    let mut kept: Vec<(R, bool)> = Vec::new();
+    let mut previous: Option<T> = None;
+    for (round, outcome) in rounds {
+        let changed = previous.as_ref() != Some(&outcome);
+        previous = Some(outcome);
+        kept.push((round, changed));
+    }
+    let last = kept.len().saturating_sub(1);
+    kept.into_iter()
         .enumerate()
-        .filter(|(i, r)| {
-            let now = outcome(r);
-            let keep = previous.as_ref() != Some(&now) || *i == last;
-            previous = Some(now);
-            keep
-        })
-        .map(|(_, r)| r)
-        .collect();
-    let explained = judged
+        .filter(|(i, (_, changed))| *changed || *i == last)
+        .map(|(_, (round, _))| round)
+        .collect()
+}
+
+/// The node a judgement of holder `id`'s in `decision` disrupts (its first judgement's first),
+/// whose verdict and holder an explanation of that judgement shows.
+pub fn disrupted_by(decision: &crate::gate::Decision, id: Option<uuid::Uuid>) -> Option<String> {
+    decision
+        .judgements
         .iter()
-        .map(|r| {
-            let node = r
-                .record
-                .gate
-                .decision
-                .judgements
-                .iter()
-                .find(|j| of(j))
-                .and_then(|j| j.proposal.disrupts.iter().next().cloned());
-            explained_round(r, node.as_deref(), of)
-        })
-        .collect::<Vec<_>>();
+        .find(|j| j.proposal.holder.id() == id)
+        .and_then(|j| j.proposal.disrupts.iter().next().cloned())
+}
+
+/// One round of [`explain_record`]: the judgements of record `id`, with the node it disrupts.
+fn record_round(recorded: &Recorded, id: uuid::Uuid) -> ExplainedRound {
+    let node = disrupted_by(&recorded.record.gate.decision, Some(id));
+    explained_round(recorded, node.as_deref(), |j| {
+        j.proposal.holder.id() == Some(id)
+    })
+}
+
+/// The explanation of record `id` from its rounds ([`record_round`]).
+fn record_explanation(id: uuid::Uuid, explained: Vec<ExplainedRound>) -> Explanation {
     let note = explained.is_empty().then(|| {
         format!("no recorded round judged a proposal of {id} (it proposed nothing to the gate, or retention forgot it)")
     });
@@ -569,7 +588,7 @@ pub fn explain_job(rounds: &[Recorded], job: u64, operation: &Operation) -> Expl
             let node = operation
                 .node
                 .clone()
-                .or_else(|| judged(r).and_then(|p| p.disrupts.iter().next().cloned()));
+                .or_else(|| disrupted_by(&r.record.gate.decision, id));
             explained_round(r, node.as_deref(), |j| j.proposal.holder.id() == id)
         })
         .collect();
@@ -597,6 +616,8 @@ pub fn explain_job(rounds: &[Recorded], job: u64, operation: &Operation) -> Expl
     }
 }
 
+pub mod index;
+
 #[cfg(any(test, feature = "test-support"))]
 pub mod tests_support {
     use std::collections::BTreeSet;
@@ -611,6 +632,49 @@ pub mod tests_support {
     /// `node1` is held by incident 1, incident 2 proposes to evacuate `node2` under a cap of
     /// `max` disrupted nodes (refused at 1, admitted at 2).
     pub fn round(now_ms: u64, max: usize, nodes: usize) -> RoundRecord {
+        judging(now_ms, max, nodes, &[("node1", 1)], &[(2, "node2")])
+    }
+
+    /// Round `i` of a varied series on `nodes` nodes (at least 8), two rounds at each time
+    /// (`1 000 * (i / 2 + 1)` ms): which nodes incidents hold, which incidents propose to
+    /// evacuate which nodes and the cap change from round to round (incidents 2, 5, 9 propose,
+    /// on `node2`, `node3` and the last node); every node has a verdict.
+    pub fn varied(i: u64, nodes: usize) -> RoundRecord {
+        let last = format!("node{}", nodes.saturating_sub(1));
+        let mixed = i.wrapping_mul(2_654_435_761) >> 7;
+        let held: &[(&str, u128)] = match mixed % 4 {
+            0 => &[("node1", 1)],
+            1 => &[("node2", 2)],
+            2 => &[],
+            _ => &[("node5", 9), ("node7", 5)],
+        };
+        let proposals: Vec<(u128, &str)> = match (mixed / 4) % 4 {
+            0 => vec![(2, "node2")],
+            1 => vec![(5, "node3"), (2, "node2")],
+            2 => vec![(9, &last)],
+            _ => vec![(5, "node7"), (9, &last), (2, "node2")],
+        };
+        let max = 1 + usize::from((mixed / 16) % 2 == 1);
+        let mut record = judging(1_000 * (i / 2 + 1), max, nodes, held, &proposals);
+        for n in 0..nodes {
+            record
+                .verdicts
+                .entry(format!("node{n}"))
+                .or_insert_with(|| "Ok".into());
+        }
+        record
+    }
+
+    /// A round at `now_ms` on `nodes` nodes (`node0` the master, racks `rack:0`..`rack:3`),
+    /// `held` (node, incident) in force, incidents proposing to evacuate nodes (`proposals`:
+    /// incident, node) under a cap of `max` disrupted nodes; `node2` says `evacuate`.
+    pub fn judging(
+        now_ms: u64,
+        max: usize,
+        nodes: usize,
+        held: &[(&str, u128)],
+        proposals: &[(u128, &str)],
+    ) -> RoundRecord {
         let view = View {
             nodes: (0..nodes)
                 .map(|n| {
@@ -643,21 +707,28 @@ pub mod tests_support {
         let incident = |n| Holder::Incident {
             id: uuid::Uuid::from_u128(n),
         };
-        let in_force = InForce::new(&view, [("node1".to_owned(), incident(1))]);
-        let proposal = Proposal {
-            duty: Duty::NodeRepair,
-            holder: incident(2),
-            subject: "node node2".into(),
-            invasiveness: 2,
-            since_ms: 5,
-            disrupts: ["node2".to_owned()].into(),
-            touches: BTreeSet::new(),
-            fresh: false,
-            moves_memory: Some(1024),
-            after_releases: std::collections::BTreeMap::new(),
-            reason: "evacuate".into(),
-        };
-        let decision = decide(&view, &policy, &in_force, vec![proposal]);
+        let in_force = InForce::new(
+            &view,
+            held.iter()
+                .map(|(node, n)| ((*node).to_owned(), incident(*n))),
+        );
+        let proposals = proposals
+            .iter()
+            .map(|(n, node)| Proposal {
+                duty: Duty::NodeRepair,
+                holder: incident(*n),
+                subject: format!("node {node}"),
+                invasiveness: 2,
+                since_ms: 5,
+                disrupts: [(*node).to_owned()].into(),
+                touches: BTreeSet::new(),
+                fresh: false,
+                moves_memory: Some(1024),
+                after_releases: std::collections::BTreeMap::new(),
+                reason: "evacuate".into(),
+            })
+            .collect();
+        let decision = decide(&view, &policy, &in_force, proposals);
         RoundRecord {
             now_ms,
             coordinator: "node0".into(),

@@ -18,6 +18,7 @@ SMOKES=(
   "bench/agent/run.sh||^agent/bare throughput: diagnose [0-9]+%"
   "bench/campaign/run.sh|12 48 0.05 0.2|^mean after / before wall over [0-9]+ pairs: [0-9.]+"
   "bench/coordinator/callgrind.sh|20 1|^watched: [0-9]+ instructions per round"
+  "bench/coordinator/explain.sh|20 10|^query=node rounds_shown=1 whole: heap_peak_mib=[0-9.]+ .* index: heap_peak_mib=[0-9.]+ .* same=true"
   "bench/coordinator/recorder.sh|2 30|^agents=30 rounds=2 median_round_with_recorder=[0-9.]+ .*ratio=[0-9.]+"
   "bench/coordinator/run.sh|30|^agents=30 round=3 seconds=[0-9.]+ peak_rss_mib=[0-9.]+"
   "bench/coordinator/state.sh|20 40|^nodes=20 rounds=40 seconds=[0-9.]+ recorded_bytes=[0-9]+"

@@ -430,3 +430,275 @@ fn a_job_whose_record_was_forgotten_is_explained_from_its_reason_trail() {
     assert_eq!(job.holder, format!("record {}", Uuid::from_u128(77)));
     assert_eq!(job.round, Some(2));
 }
+
+/// The rounds of a slice as an index finds them (the store's index in memory), reading each round
+/// it is asked for through its parts, as the store does; counts the parts it decodes.
+struct Memory<'a> {
+    rounds: &'a [Recorded],
+    decoded: std::cell::Cell<usize>,
+}
+
+impl Memory<'_> {
+    fn newest(&self, at_most_ms: Option<u64>, keep: impl Fn(&Recorded) -> bool) -> Option<u64> {
+        self.rounds
+            .iter()
+            .filter(|r| at_most_ms.is_none_or(|at| r.record.now_ms <= at))
+            .filter(|r| keep(r))
+            .max_by_key(|r| (r.record.now_ms, r.round))
+            .map(|r| r.round)
+    }
+}
+
+impl index::RoundIndex for Memory<'_> {
+    type Error = RecordError;
+
+    fn latest_judging_node(&self, node: &str, at: Option<u64>) -> Result<Option<u64>, RecordError> {
+        Ok(self.newest(at, |r| {
+            index::index_decision(&r.record.gate.decision)
+                .unwrap()
+                .iter()
+                .any(|j| j.nodes.contains(node))
+        }))
+    }
+
+    fn latest_judging(
+        &self,
+        id: Uuid,
+        admitted_only: bool,
+        at: Option<u64>,
+    ) -> Result<Option<u64>, RecordError> {
+        Ok(self.newest(at, |r| {
+            index::index_decision(&r.record.gate.decision)
+                .unwrap()
+                .iter()
+                .any(|j| j.holder == Some(id) && (j.admitted || !admitted_only))
+        }))
+    }
+
+    fn latest(&self, at: Option<u64>) -> Result<Option<u64>, RecordError> {
+        Ok(self.newest(at, |_| true))
+    }
+
+    fn judgements_of(&self, id: Uuid) -> Result<Vec<index::HolderJudged>, RecordError> {
+        let mut rounds: Vec<&Recorded> = self.rounds.iter().collect();
+        rounds.sort_by_key(|r| (r.record.now_ms, r.round));
+        Ok(rounds
+            .into_iter()
+            .flat_map(|r| {
+                index::index_decision(&r.record.gate.decision)
+                    .unwrap()
+                    .into_iter()
+                    .filter(|j| j.holder == Some(id))
+                    .map(|j| index::HolderJudged {
+                        round: r.round,
+                        outcome: j.outcome,
+                    })
+            })
+            .collect())
+    }
+
+    fn excerpt(
+        &self,
+        round: u64,
+        focus: &dyn Fn(&crate::gate::Decision) -> Option<String>,
+    ) -> Result<Recorded, RecordError> {
+        let r = self.rounds.iter().find(|r| r.round == round).unwrap();
+        let parts: BTreeMap<Part, Vec<u8>> = r.record.parts().unwrap().into_iter().collect();
+        let whole = index::EXCERPT_PARTS.map(|part| parts[&part].as_slice());
+        let mut excerpt = index::Excerpt::new(
+            r.round,
+            r.record.now_ms,
+            r.last_ms,
+            r.repeats,
+            r.record.coordinator.clone(),
+            whole,
+            focus,
+        )?;
+        let bounds = r.record.chunk_bounds();
+        let chunks = excerpt.chunks_to_read(
+            bounds
+                .iter()
+                .map(|(part, first, last)| (*part, Some((first.as_str(), last.as_str())))),
+        );
+        self.decoded.set(self.decoded.get() + 4 + chunks.len());
+        for part in chunks {
+            excerpt.add(part, &parts[&part])?;
+        }
+        Ok(excerpt.finish())
+    }
+}
+
+/// `record` with 200 more nodes (`x000`..`x199`, each with a verdict): four chunks of each.
+fn big(mut record: RoundRecord) -> RoundRecord {
+    let template = record.gate.view.nodes["n4"].clone();
+    for n in 0..200 {
+        let name = format!("x{n:03}");
+        let mut facts = template.clone();
+        facts.name.clone_from(&name);
+        facts.domain = format!("rack:{}", n % 3);
+        std::sync::Arc::make_mut(&mut record.gate.view)
+            .nodes
+            .insert(name.clone(), facts);
+        record.verdicts.insert(name, format!("Ok {n}"));
+    }
+    record
+}
+
+/// Rounds of several holders, nodes and outcomes, two at each time, newest first (as the store
+/// gives them).
+fn varied_rounds() -> Vec<Recorded> {
+    let mut seed: u64 = 7;
+    let mut next = |n: u64| {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        (seed >> 33) % n
+    };
+    let mut rounds: Vec<Recorded> = (0..60)
+        .map(|i| {
+            let held: &[(&str, u128)] = match next(4) {
+                0 => &[("n1", 1)],
+                1 => &[("n3", 2)],
+                2 => &[],
+                _ => &[("x050", 9), ("x180", 5)],
+            };
+            let proposals = match next(4) {
+                0 => vec![repair(2, "n3")],
+                1 => vec![repair(5, "n2"), repair(2, "n3")],
+                2 => vec![repair(9, "x120")],
+                _ => vec![repair(5, "x180"), repair(9, "x120"), repair(2, "n3")],
+            };
+            let max = 1 + usize::try_from(next(2)).unwrap();
+            recorded(i + 1, big(round(1_000 * (i / 2 + 1), held, proposals, max)))
+        })
+        .collect();
+    rounds.reverse();
+    rounds
+}
+
+#[test]
+fn explanations_through_the_index_are_those_of_every_round_and_read_only_what_they_show() {
+    let rounds = varied_rounds();
+    let memory = Memory {
+        rounds: &rounds,
+        decoded: std::cell::Cell::new(0),
+    };
+    let times = [
+        None,
+        Some(0),
+        Some(999),
+        Some(1_000),
+        Some(7_500),
+        Some(18_000),
+        Some(40_000),
+    ];
+    for node in [
+        "n1", "n2", "n3", "n4", "x000", "x050", "x120", "x180", "x199", "nope",
+    ] {
+        for at in times {
+            memory.decoded.set(0);
+            assert_eq!(
+                index::explain_node_indexed(&memory, node, at).unwrap(),
+                explain_node(&rounds, node, at),
+                "{node} at {at:?}"
+            );
+            // One round: its 4 whole parts, at most 3 chunks of the view (the node's and those
+            // of the nodes in force) and 1 of the verdicts (the node's) of the 4 of each.
+            assert!(
+                memory.decoded.get() <= 8,
+                "{node} at {at:?}: {}",
+                memory.decoded.get()
+            );
+        }
+    }
+    for id in [1, 2, 5, 9, 77] {
+        let id = Uuid::from_u128(id);
+        assert_eq!(
+            index::explain_record_indexed(&memory, id).unwrap(),
+            explain_record(&rounds, id),
+            "{id}"
+        );
+    }
+    for trail in [2, 5, 9, 77] {
+        for holder in [Some(format!("incident {}", Uuid::from_u128(trail))), None] {
+            for node in [Some("x180".to_owned()), None] {
+                for recorded_ms in [0, 999, 1_000, 4_000, 12_345, 30_000, 99_000] {
+                    let operation = Operation {
+                        trail: Uuid::from_u128(trail),
+                        holder: holder.clone(),
+                        intent: "drain".into(),
+                        description: "drain".into(),
+                        state: "succeeded".into(),
+                        recorded_ms,
+                        node: node.clone(),
+                    };
+                    assert_eq!(
+                        index::explain_job_indexed(&memory, 7, &operation).unwrap(),
+                        explain_job(&rounds, 7, &operation),
+                        "{operation:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_chunk_is_read_when_it_may_hold_a_node_shown_or_its_bounds_are_unknown() {
+    let record = big(round(1_000, &[("n1", 1)], vec![repair(2, "x120")], 1));
+    let parts: BTreeMap<Part, Vec<u8>> = record.parts().unwrap().into_iter().collect();
+    let whole = index::EXCERPT_PARTS.map(|part| parts[&part].as_slice());
+    let excerpt = index::Excerpt::new(3, 1_000, 1_000, 0, "n1".into(), whole, &|d| {
+        disrupted_by(d, Some(Uuid::from_u128(2)))
+    })
+    .unwrap();
+    let bounds = record.chunk_bounds();
+    // n1..n4 and x000..x059 in the first chunk, then x060..x123, x124..x187, x188..x199.
+    assert_eq!(bounds[1], (Part::View(1), "x060".into(), "x123".into()));
+    let known = bounds
+        .iter()
+        .map(|(part, first, last)| (*part, Some((first.as_str(), last.as_str()))));
+    assert_eq!(
+        excerpt.chunks_to_read(known),
+        vec![Part::View(0), Part::View(1), Part::Verdicts(1)]
+    );
+    let unknown = bounds.iter().map(|(part, _, _)| (*part, None));
+    assert_eq!(excerpt.chunks_to_read(unknown).len(), 8);
+    let mut excerpt = excerpt;
+    for part in [
+        Part::View(0),
+        Part::View(1),
+        Part::Verdicts(0),
+        Part::Verdicts(1),
+    ] {
+        excerpt.add(part, &parts[&part]).unwrap();
+    }
+    let read = excerpt.finish();
+    assert_eq!(
+        read.record.gate.view.nodes.keys().collect::<Vec<_>>(),
+        vec!["n1", "x120"]
+    );
+    assert_eq!(
+        read.record.verdicts,
+        [("x120".to_owned(), "Ok 120".to_owned())]
+            .into_iter()
+            .collect()
+    );
+    assert_eq!(read.record.gate.decision, record.gate.decision);
+}
+
+#[test]
+fn the_index_of_a_decision_names_each_judgement_s_holder_outcome_and_nodes() {
+    let mut proposal = repair(5, "n2");
+    proposal.touches.insert("n4".into());
+    let record = round(1_000, &[("n1", 1)], vec![proposal, repair(2, "n3")], 2);
+    let index = index::index_decision(&record.gate.decision).unwrap();
+    assert_eq!(index.len(), 2);
+    assert_eq!(index[0].seq, 0);
+    assert_eq!(index[0].holder, Some(Uuid::from_u128(5)));
+    assert_eq!(
+        index[0].nodes,
+        ["n2".to_owned(), "n4".to_owned()].into_iter().collect()
+    );
+    assert_eq!(index[1].holder, Some(Uuid::from_u128(2)));
+    assert!(index[0].admitted && !index[1].admitted);
+    assert_ne!(index[0].outcome, index[1].outcome);
+}
