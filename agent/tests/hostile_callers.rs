@@ -549,6 +549,8 @@ struct CoordinatorCalls {
     takeover_read_ok: bool,
     calls: usize,
     slowest: Duration,
+    /// What the calls that did not get 200 got (`None`: no answer).
+    missed: Vec<String>,
 }
 
 async fn coordinator_calls(address: SocketAddr, key: &HmacKey, epoch: u64) -> CoordinatorCalls {
@@ -594,8 +596,13 @@ async fn coordinator_calls(address: SocketAddr, key: &HmacKey, epoch: u64) -> Co
         let started = Instant::now();
         let push = try_request(coordinator, address, "PUT", "/1/replica", &frame).await;
         timed(started, &mut calls);
-        if push.is_some_and(|(status, _)| status == 200) {
+        if push.as_ref().is_some_and(|(status, _)| *status == 200) {
             calls.pushes_ok += 1;
+        } else {
+            calls.missed.push(format!(
+                "push {number}: {:?}",
+                push.map(|(status, body)| (status, String::from_utf8_lossy(&body).into_owned()))
+            ));
         }
         let read = |read_epoch: Option<u64>| {
             nodecare_protocol::replica::sign_read(
