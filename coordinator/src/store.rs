@@ -168,19 +168,7 @@ impl Store {
         &self,
         name: &str,
     ) -> Result<Option<T>, StoreError> {
-        let connection = self.lock();
-        let text: Option<String> = connection
-            .query_row(
-                "SELECT record FROM documents WHERE name = ?1",
-                params![name],
-                |row| row.get(0),
-            )
-            .optional()?;
-        text.map(|text| {
-            serde_json::from_str(&text)
-                .map_err(|error| StoreError::Corrupt(format!("document {name}: {error}")))
-        })
-        .transpose()
+        document_in(&self.lock(), name)
     }
 
     /// Stores `value` under `name`, replacing what was there.
@@ -189,14 +177,7 @@ impl Store {
         name: &str,
         value: &T,
     ) -> Result<(), StoreError> {
-        let text = serde_json::to_string(value)
-            .map_err(|error| StoreError::Corrupt(format!("encoding document {name}: {error}")))?;
-        self.lock().execute(
-            "INSERT INTO documents (name, record) VALUES (?1, ?2)
-             ON CONFLICT(name) DO UPDATE SET record = excluded.record",
-            params![name, text],
-        )?;
-        Ok(())
+        save_document_in(&self.lock(), name, value)
     }
 
     /// Every balancing move (the ledger's balancing entries), oldest first.
@@ -543,6 +524,42 @@ fn migrate(connection: &Connection) -> Result<(), StoreError> {
     }
     // The flight recorder's rounds, in their own database (an index on the ledger).
     recorder::migrate(connection)?;
+    Ok(())
+}
+
+/// The document stored under `name` through `connection` (a transaction of several writes, or
+/// the connection itself), if any.
+pub(super) fn document_in<T: serde::de::DeserializeOwned>(
+    connection: &Connection,
+    name: &str,
+) -> Result<Option<T>, StoreError> {
+    let text: Option<String> = connection
+        .query_row(
+            "SELECT record FROM documents WHERE name = ?1",
+            params![name],
+            |row| row.get(0),
+        )
+        .optional()?;
+    text.map(|text| {
+        serde_json::from_str(&text)
+            .map_err(|error| StoreError::Corrupt(format!("document {name}: {error}")))
+    })
+    .transpose()
+}
+
+/// Stores `value` under `name` through `connection`, replacing what was there.
+pub(super) fn save_document_in<T: serde::Serialize>(
+    connection: &Connection,
+    name: &str,
+    value: &T,
+) -> Result<(), StoreError> {
+    let text = serde_json::to_string(value)
+        .map_err(|error| StoreError::Corrupt(format!("encoding document {name}: {error}")))?;
+    connection.execute(
+        "INSERT INTO documents (name, record) VALUES (?1, ?2)
+         ON CONFLICT(name) DO UPDATE SET record = excluded.record",
+        params![name, text],
+    )?;
     Ok(())
 }
 

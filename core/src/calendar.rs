@@ -464,6 +464,9 @@ impl Calendar {
     }
 }
 
+/// How long an ended freeze is still listed: a week.
+pub const ENDED_SHOWN_MS: u64 = 7 * 24 * 3600 * 1000;
+
 /// Longest freeze a request may set: a year.
 pub const MAX_FREEZE_MS: u64 = 366 * 24 * 3600 * 1000;
 
@@ -545,7 +548,7 @@ impl Calendar {
         let mut freezes: Vec<&Freeze> = self
             .freezes
             .iter()
-            .filter(|f| !f.ended(now_ms.saturating_sub(7 * 24 * 3600 * 1000)))
+            .filter(|f| !f.ended(now_ms.saturating_sub(ENDED_SHOWN_MS)))
             .collect();
         freezes.sort_by_key(|f| (f.from_ms, f.until_ms, f.id));
         CalendarStatus {

@@ -69,7 +69,19 @@ impl NodeRepair {
             history: &history,
             ladder: &self.settings.ladder,
         };
+        // The incidents as this round leaves them, for the repair history (no second read).
+        let mut kept: BTreeMap<Uuid, Incident> =
+            incidents.iter().map(|i| (i.uuid, i.clone())).collect();
         for observed in observe(incidents, &seen, facts, &mut Uuid::new_v4) {
+            match &observed {
+                Observed::Save(incident) | Observed::Open(incident) => {
+                    kept.insert(incident.uuid, incident.clone());
+                }
+                Observed::Forget(incident) => {
+                    kept.remove(&incident.uuid);
+                }
+                _ => {}
+            }
             match observed {
                 Observed::Save(incident) => self.store.save_incident(&incident)?,
                 Observed::Forget(incident) => {
@@ -120,9 +132,10 @@ impl NodeRepair {
             *board = held_in_grace;
         }
         // Every incident's outcome, kept per node for the ladder (written when it changed).
+        let kept: Vec<Incident> = kept.into_values().collect();
         if record(
             &mut history,
-            &self.store.incidents()?,
+            &kept,
             self.now_s(),
             self.settings.ladder.keep_secs(),
         ) {

@@ -13,9 +13,12 @@ impl Store {
         Ok(self.document(APPROVALS_DOCUMENT)?.unwrap_or_default())
     }
 
-    /// Keeps a decision, with its audit line.
+    /// Keeps a decision, with its audit line, in one transaction.
     pub fn add_approval(&self, record: ApprovalRecord) -> Result<(), StoreError> {
-        let mut records = self.approvals()?;
+        let mut connection = self.lock();
+        let transaction = connection.transaction()?;
+        let mut records: Vec<ApprovalRecord> =
+            super::document_in(&transaction, APPROVALS_DOCUMENT)?.unwrap_or_default();
         let what = match &record.ticket {
             Some(ticket) => format!("approve {} with ticket {ticket}", record.id),
             None => format!("refuse {}", record.id),
@@ -26,7 +29,9 @@ impl Store {
             .unwrap_or_else(|| "approved".to_owned());
         let (who, at_ms) = (record.who.clone(), record.at_ms);
         keep(&mut records, record);
-        self.save_document(APPROVALS_DOCUMENT, &records)?;
-        self.audit(at_ms, &who, &what, &why)
+        super::save_document_in(&transaction, APPROVALS_DOCUMENT, &records)?;
+        super::admission::audit(&transaction, at_ms, &who, &what, &why)?;
+        transaction.commit()?;
+        Ok(())
     }
 }

@@ -2,7 +2,6 @@
 //! with it, every change audited. The configuration's freezes are not stored: they are the
 //! configuration's.
 
-use rusqlite::{OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{Store, StoreError};
@@ -11,8 +10,8 @@ use nodecare_core::calendar::{Freeze, MAX_FREEZES};
 /// The store document holding the run-time freezes (a list of [`Freeze`]).
 pub const FREEZES_DOCUMENT: &str = "freezes";
 
-/// How long an ended freeze is still listed (and kept in the state): a week.
-const ENDED_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
+/// How long an ended freeze is still listed (and kept in the state).
+const ENDED_KEPT_MS: u64 = nodecare_core::calendar::ENDED_SHOWN_MS;
 
 /// What lifting a freeze found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -26,31 +25,11 @@ pub enum Lifted {
 }
 
 fn read(connection: &rusqlite::Connection) -> Result<Vec<Freeze>, StoreError> {
-    let text: Option<String> = connection
-        .query_row(
-            "SELECT record FROM documents WHERE name = ?1",
-            params![FREEZES_DOCUMENT],
-            |row| row.get(0),
-        )
-        .optional()?;
-    text.map_or_else(
-        || Ok(Vec::new()),
-        |text| {
-            serde_json::from_str(&text)
-                .map_err(|e| StoreError::Corrupt(format!("document {FREEZES_DOCUMENT}: {e}")))
-        },
-    )
+    Ok(super::document_in(connection, FREEZES_DOCUMENT)?.unwrap_or_default())
 }
 
 fn write(connection: &rusqlite::Connection, freezes: &[Freeze]) -> Result<(), StoreError> {
-    let text = serde_json::to_string(freezes)
-        .map_err(|e| StoreError::Corrupt(format!("encoding {FREEZES_DOCUMENT}: {e}")))?;
-    connection.execute(
-        "INSERT INTO documents (name, record) VALUES (?1, ?2)
-         ON CONFLICT(name) DO UPDATE SET record = excluded.record",
-        params![FREEZES_DOCUMENT, text],
-    )?;
-    Ok(())
+    super::save_document_in(connection, FREEZES_DOCUMENT, &freezes)
 }
 
 impl Store {

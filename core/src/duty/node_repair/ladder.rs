@@ -129,6 +129,11 @@ pub fn record(
     keep_secs: f64,
 ) -> bool {
     let mut changed = false;
+    let mut at: std::collections::HashMap<Uuid, usize> = history
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.incident, i))
+        .collect();
     for incident in incidents {
         let ended = matches!(
             incident.repair_status,
@@ -142,7 +147,7 @@ pub fn record(
             ended_s: None,
             status: incident.repair_status,
         };
-        match history.iter_mut().find(|r| r.incident == incident.uuid) {
+        match at.get(&incident.uuid).and_then(|i| history.get_mut(*i)) {
             Some(known) => {
                 let ended_s = match known.ended_s {
                     Some(at) => Some(at),
@@ -160,6 +165,7 @@ pub fn record(
                 }
             }
             None => {
+                at.insert(incident.uuid, history.len());
                 history.push(Repaired {
                     ended_s: ended.then_some(incident.mtime),
                     ..entry
@@ -170,9 +176,8 @@ pub fn record(
     }
     let before = history.len();
     let cutoff = now_s - keep_secs;
-    history.retain(|r| {
-        incidents.iter().any(|i| i.uuid == r.incident) || r.ended_s.unwrap_or(r.opened_s) >= cutoff
-    });
+    let current: std::collections::HashSet<Uuid> = incidents.iter().map(|i| i.uuid).collect();
+    history.retain(|r| current.contains(&r.incident) || r.ended_s.unwrap_or(r.opened_s) >= cutoff);
     if history.len() > MAX_ENTRIES {
         history.sort_by(|a, b| {
             a.ended_s
