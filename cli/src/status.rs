@@ -113,6 +113,48 @@ fn render_instance_repairs(overview: &Overview) -> String {
     out
 }
 
+/// The failback part of the status: each evacuated node whose instances go back, and where
+/// each instance stands.
+fn render_failback(overview: &Overview) -> String {
+    let mut out = String::new();
+    if overview.failback.is_empty() {
+        return out;
+    }
+    out.push_str(
+        "
+failback (instances going back to the node they were evacuated from):
+",
+    );
+    for home in &overview.failback {
+        let state = match (&home.ended_ms, &home.not_ready, home.healthy_since_ms) {
+            (Some(ended), _, _) => format!("done {}", utc_text_ms(*ended)),
+            (None, Some(why), _) => format!("not ready: {why}"),
+            (None, None, Some(since)) => format!("healthy since {}", utc_text_ms(since)),
+            (None, None, None) => "health not known yet".to_owned(),
+        };
+        let _ignored = writeln!(out, "  {} (incident {}): {state}", home.node, home.incident);
+        for bound in &home.instances {
+            let _ignored = writeln!(
+                out,
+                "    {} {}{}{}",
+                bound.instance,
+                bound.state,
+                bound
+                    .why
+                    .as_deref()
+                    .map(|why| format!(": {why}"))
+                    .unwrap_or_default(),
+                if bound.attempts > 0 {
+                    format!(" ({} move(s) home)", bound.attempts)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    out
+}
+
 /// Renders `/1/overview` as `args` asks. By default: the last round, the incidents table and
 /// the agents table (agents that are not `ok`, or all with `-a`). With `--no-headers` or
 /// `--separator`: only the two tables' lines, separated by one empty line. With `--json`: an
@@ -187,6 +229,7 @@ pub(crate) fn render_overview(overview: &Overview, args: &ViewArgs, fields: &Vie
         out.push_str(&incidents);
     }
     out.push_str(&render_instance_repairs(overview));
+    out.push_str(&render_failback(overview));
     if overview.agents.is_empty() {
         out.push_str("\nno agent read yet\n");
     } else if agents.is_empty() {

@@ -318,6 +318,9 @@ pub struct GateStatus {
     pub calendar: nodecare_core::calendar::CalendarStatus,
     /// What needs an approval, what waits for one, the decisions.
     pub approvals: nodecare_protocol::gate::ApprovalsStatus,
+    /// Completed evacuations whose instances go back to their node (failback).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub failback: Vec<nodecare_protocol::status::HomecomingView>,
 }
 
 /// How many audit lines status pages show.
@@ -438,6 +441,15 @@ pub fn gate_status(state: &ApiState) -> Result<GateStatus, crate::store::StoreEr
         audit,
         calendar: crate::freeze_api::status(state, now)?,
         approvals: crate::approval_api::status(state)?,
+        failback: {
+            let waiting = state
+                .board
+                .failback_waiting
+                .read()
+                .map(|w| w.clone())
+                .unwrap_or_default();
+            crate::failback::views(&crate::failback::homecomings(&state.store)?, &waiting)
+        },
     })
 }
 

@@ -274,6 +274,7 @@ pub struct Balancer {
     source: Option<Arc<dyn ClusterSource>>,
     load: Option<Arc<dyn LoadSource>>,
     last_run_ms: Mutex<Option<u64>>,
+    failback: crate::duty::failback::FailbackConfig,
 }
 
 impl Balancer {
@@ -284,7 +285,20 @@ impl Balancer {
             source,
             load: None,
             last_run_ms: Mutex::new(None),
+            failback: crate::duty::failback::FailbackConfig::default(),
         }
+    }
+
+    /// The same balancer, moving evacuated instances back as `failback` says.
+    #[must_use]
+    pub const fn with_failback(mut self, failback: crate::duty::failback::FailbackConfig) -> Self {
+        self.failback = failback;
+        self
+    }
+
+    /// How failback is configured.
+    pub const fn failback(&self) -> &crate::duty::failback::FailbackConfig {
+        &self.failback
     }
 
     /// Reads the agents' load from `load` from now on (with `load = true`).
@@ -476,7 +490,8 @@ impl Balancer {
     }
 
     /// Records the operations of the balancing jobs the gate admitted and has the executor
-    /// submit them; returns how many Ganeti jobs were submitted.
+    /// submit them; returns how many Ganeti jobs were submitted, and the instances whose first
+    /// job was.
     pub async fn execute(
         &self,
         ganeti: &dyn Ganeti,
@@ -485,14 +500,14 @@ impl Balancer {
         decision: &Decision,
         round: &BalancingRound,
         now_ms: u64,
-    ) -> Result<usize, LedgerError> {
+    ) -> Result<(usize, Vec<String>), LedgerError> {
         let Some(run) = round.run else {
-            return Ok(0);
+            return Ok((0, Vec::new()));
         };
         let holder = Holder::Balancing { id: run };
         let mut refused = Vec::new();
         let mut entries: Vec<Entry> = Vec::new();
-        let mut jobs: Vec<(String, String)> = Vec::new();
+        let mut jobs: Vec<(String, String, String)> = Vec::new();
         for judgement in &decision.judgements {
             let Holder::Balancing { id } = &judgement.proposal.holder else {
                 continue;
@@ -535,16 +550,17 @@ impl Balancer {
             jobs.push((
                 crate::exec::ledger::trail_key(&format!("{}-1", job.instance)),
                 format!("{}: {} => {}", job.instance, job.from, job.to),
+                job.instance.clone(),
             ));
         }
         // Durable before anything is submitted.
         executor.record(&entries)?;
         let submitted = executor.submit(ganeti, Some(&holder), now_ms).await?;
-        let started: Vec<String> = jobs
+        let (started, instances): (Vec<String>, Vec<String>) = jobs
             .into_iter()
-            .filter(|(first, _)| submitted.iter().any(|e| &e.key == first))
-            .map(|(_, job)| job)
-            .collect();
+            .filter(|(first, _, _)| submitted.iter().any(|e| &e.key == first))
+            .map(|(_, job, instance)| (job, instance))
+            .unzip();
         board.metrics.balancing.moves("refused", refused.len());
         board.metrics.balancing.moves("submitted", started.len());
         Self::set_status(board, |s| {
@@ -552,7 +568,7 @@ impl Balancer {
             s.submitted = started;
             s.waiting = None;
         });
-        Ok(submitted.len())
+        Ok((submitted.len(), instances))
     }
 
     /// Counts the outcomes of the balancing moves the executor saw end (`changed`: of this
@@ -600,8 +616,8 @@ fn placement(p: &nodecare_roll::hbal::Placement) -> Vec<String> {
         .collect()
 }
 
-/// The balancing moves in flight.
-fn in_flight(executor: &Executor) -> Result<usize, LedgerError> {
+/// The balancing moves in flight (hbal's and failback's).
+pub fn in_flight(executor: &Executor) -> Result<usize, LedgerError> {
     Ok(executor
         .ledger()
         .unfinished()?

@@ -56,6 +56,8 @@ pub struct Board {
     pub instance_repairs: RwLock<Vec<nodecare_protocol::status::InstanceRepairSummary>>,
     /// What balancing did last (none while it is off or before its first run).
     pub balancing: RwLock<Option<crate::duty::balancing::BalanceStatus>>,
+    /// Instances waiting to go back home (failback), with why, as the last round planned.
+    pub failback_waiting: RwLock<BTreeMap<String, String>>,
     /// Whether this coordinator is acting (its last mastership check found this node the
     /// master); a coordinator on another master candidate stands by.
     pub acting: std::sync::atomic::AtomicBool,

@@ -177,11 +177,11 @@ impl Coordinator {
         if let Some(replicator) = &replicator {
             reconciler = reconciler.with_replicator(Arc::clone(replicator));
         }
-        if config.balancing.enabled {
-            reconciler = reconciler.with_balancer(crate::balance::Balancer::new(
-                config.balancing.clone(),
-                None,
-            ));
+        if config.balancing.enabled || config.failback.enabled {
+            reconciler = reconciler.with_balancer(
+                crate::balance::Balancer::new(config.balancing.clone(), None)
+                    .with_failback(config.failback),
+            );
         }
         let api = ApiState {
             store,
@@ -508,6 +508,7 @@ pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettin
         },
         job_chains: config.job_chains,
         ladder: config.repair_ladder,
+        failback: config.failback,
         evacuation: config.evacuation_policy(),
         undrain_on_ack: config.undrain_on_ack,
         job_timeout: Config::duration(config.job_timeout),

@@ -34,6 +34,7 @@ pub mod campaign_exec;
 pub mod cli;
 pub mod daemon;
 pub mod explain_api;
+pub mod failback;
 pub mod freeze_api;
 /// The executor over the ledger (the nodecare-exec crate).
 pub use nodecare_exec as exec;

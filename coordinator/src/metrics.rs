@@ -906,6 +906,8 @@ pub struct BalancingMetrics {
     hbal_ok: Gauge,
     load: Gauge,
     load_missing: Gauge,
+    failback: Family<Vec<(&'static str, String)>, Counter>,
+    failback_waiting: Gauge,
 }
 
 impl fmt::Debug for BalancingMetrics {
@@ -944,6 +946,24 @@ impl BalancingMetrics {
             "Online nodes without a verified, current load report at the last hbal run",
             metrics.load_missing.clone(),
         );
+        registry.register(
+            "nodecare_coordinator_failback_instances",
+            "Instances an evacuation moved off a node, on their way back to it ([failback]), by \
+             outcome (proposed, submitted, back, given-up)",
+            metrics.failback.clone(),
+        );
+        registry.register(
+            "nodecare_coordinator_failback_waiting",
+            "Instances waiting to go back to their node (settle period, memory, holders, \
+             windows), as the last round planned",
+            metrics.failback_waiting.clone(),
+        );
+        for outcome in ["proposed", "submitted", "back", "given-up"] {
+            metrics
+                .failback
+                .get_or_create(&vec![("outcome", outcome.to_owned())])
+                .inc_by(0);
+        }
         for result in ["ok", "failed"] {
             metrics
                 .runs
@@ -986,5 +1006,16 @@ impl BalancingMetrics {
         self.moves
             .get_or_create(&vec![("outcome", outcome.to_owned())])
             .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+    }
+
+    pub(crate) fn failback(&self, outcome: &str, count: usize) {
+        self.failback
+            .get_or_create(&vec![("outcome", outcome.to_owned())])
+            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
+    }
+
+    pub(crate) fn failback_waiting(&self, count: usize) {
+        self.failback_waiting
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 }

@@ -606,6 +606,24 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                 }
             }
         }
+        @if !gate.failback.is_empty() {
+            section id="failback" {
+                h2 { "Failback" }
+                p.mute { "Instances an evacuation moved off a node go back once it is back in service and healthy for the settle period ([failback])." }
+                table {
+                    thead { tr { th { "Node" } th { "Since" } th { "Instance" } th { "State" } th { "Why" } } }
+                    tbody { @for home in &gate.failback { @for bound in &home.instances {
+                        tr {
+                            td { (home.node) }
+                            td { @if let Some(since) = home.healthy_since_ms { "healthy since " (utc_text_ms(since)) } @else if let Some(why) = &home.not_ready { (why) } }
+                            td { (bound.instance) }
+                            td { (bound.state) }
+                            td { (bound.why.as_deref().unwrap_or("")) }
+                        }
+                    } } }
+                }
+            }
+        }
         @if let Some(actions) = actions {
             section id="freeze" {
                 form.override method="post" action={ (base) "freezes" } {

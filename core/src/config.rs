@@ -170,6 +170,8 @@ pub struct Config {
     pub repair_ladder: crate::duty::node_repair::ladder::LadderPolicy,
     /// The kinds of work that need an approval before they start.
     pub approvals: crate::approval::ApprovalsConfig,
+    /// Failback: the instances an evacuation moved off a node, back once it is healthy.
+    pub failback: crate::duty::failback::FailbackConfig,
 }
 
 /// `[replication]`: the state kept by the agents of the master candidates, so that the
@@ -316,6 +318,7 @@ impl Default for Config {
             calendar: crate::calendar::CalendarConfig::default(),
             repair_ladder: crate::duty::node_repair::ladder::LadderPolicy::default(),
             approvals: crate::approval::ApprovalsConfig::default(),
+            failback: crate::duty::failback::FailbackConfig::default(),
         }
     }
 }
@@ -394,6 +397,7 @@ impl Config {
     /// Checks value ranges.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.approvals.validate().map_err(ConfigError::Invalid)?;
+        self.failback.validate().map_err(ConfigError::Invalid)?;
         self.repair_ladder
             .validate()
             .map_err(ConfigError::Invalid)?;

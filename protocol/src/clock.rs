@@ -24,6 +24,29 @@ pub fn now_s() -> f64 {
     since_epoch().as_secs_f64()
 }
 
+/// Unix milliseconds as Unix seconds.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "Unix milliseconds stay far below 2^52"
+)]
+pub fn ms_to_s(ms: u64) -> f64 {
+    ms as f64 / 1000.0
+}
+
+/// Unix seconds as Unix milliseconds (0 before 1970, saturating far in the future).
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "clamped to the range of u64 milliseconds"
+)]
+pub fn s_to_ms(s: f64) -> u64 {
+    if s.is_finite() && s > 0.0 {
+        (s * 1000.0).min(u64::MAX as f64) as u64
+    } else {
+        0
+    }
+}
+
 /// Days since 1970-01-01 of a civil (proleptic Gregorian) date, month 1 to 12 (Howard Hinnant's
 /// `days_from_civil`).
 pub fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {

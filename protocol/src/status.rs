@@ -279,6 +279,44 @@ pub struct Overview {
     /// does not send them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approvals: Option<crate::gate::ApprovalsStatus>,
+    /// Completed evacuations whose instances go back to their node once it is healthy
+    /// (`[failback]`), each instance with where it stands.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failback: Vec<HomecomingView>,
+}
+
+/// A completed evacuation whose instances go back to its node (failback).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HomecomingView {
+    /// The incident that evacuated the node.
+    pub incident: String,
+    /// The node.
+    pub node: String,
+    /// Unix ms from which the node has been back in service and healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_since_ms: Option<u64>,
+    /// Why the node is not back in service and healthy (`node2 is drained`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready: Option<String>,
+    /// Unix ms every instance was back or given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<u64>,
+    /// The instances.
+    pub instances: Vec<HomeboundView>,
+}
+
+/// One instance of a homecoming.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HomeboundView {
+    /// The instance.
+    pub instance: String,
+    /// `waiting`, `back` or `given up`.
+    pub state: String,
+    /// Why it waits or was given up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// Moves home submitted.
+    pub attempts: u32,
 }
 
 #[cfg(test)]

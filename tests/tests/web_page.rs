@@ -330,6 +330,27 @@ fn fixed_gate() -> GateStatus {
         }],
         calendar: Default::default(),
         approvals: Default::default(),
+        failback: vec![nodecare_protocol::status::HomecomingView {
+            incident: Uuid::from_u128(3).to_string(),
+            node: "node4".into(),
+            healthy_since_ms: Some(NOW_MS - 120_000),
+            not_ready: None,
+            ended_ms: None,
+            instances: vec![
+                nodecare_protocol::status::HomeboundView {
+                    instance: "web1".into(),
+                    state: "back".into(),
+                    why: None,
+                    attempts: 1,
+                },
+                nodecare_protocol::status::HomeboundView {
+                    instance: "db1".into(),
+                    state: "waiting".into(),
+                    why: Some("node4 healthy for 2 min of 10 min (settle_secs)".into()),
+                    attempts: 0,
+                },
+            ],
+        }],
     }
 }
 

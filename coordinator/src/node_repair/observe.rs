@@ -142,6 +142,10 @@ impl NodeRepair {
             self.store
                 .save_document(REPAIR_HISTORY_DOCUMENT, &history)?;
         }
+        // Failback: completed evacuations noted, their nodes watched.
+        if self.settings.failback.enabled {
+            crate::failback::observe(&self.store, &kept, &intents, nodes, results, self.now_s())?;
+        }
         Ok(())
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::{Duty, Holds, Judged, Phase, RoundInput, Services, nothing};
 use crate::balance::{Balancer, BalancingRound, ClusterSource};
+
 use crate::exec::Changed;
 use crate::gate::{InForce, Proposal};
 
@@ -62,17 +63,41 @@ impl Duty for Balancing {
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
             let incidents = services.store.incidents()?;
-            self.round = self
-                .balancer
-                .propose(
-                    services.executor,
+            // Failback first: while instances go back home, hbal waits for them.
+            let mut failback = crate::duty::balancing::Proposals::default();
+            if self.balancer.failback().enabled {
+                let in_flight = crate::balance::in_flight(services.executor)?;
+                let blocked =
+                    crate::duty::balancing::blocked_nodes(&incidents, &input.nodes, in_force);
+                failback = crate::failback::propose(
+                    services.store,
                     services.board,
-                    &incidents,
+                    self.balancer.failback(),
                     &input.nodes,
-                    in_force,
+                    &input.instances,
+                    &blocked,
+                    in_flight,
                     input.now_ms,
-                )
-                .await?;
+                    uuid::Uuid::new_v4,
+                )?;
+            }
+            self.round = if failback.proposals.is_empty() {
+                self.balancer
+                    .propose(
+                        services.executor,
+                        services.board,
+                        &incidents,
+                        &input.nodes,
+                        in_force,
+                        input.now_ms,
+                    )
+                    .await?
+            } else {
+                BalancingRound {
+                    run: Some(uuid::Uuid::new_v4()),
+                    proposals: failback,
+                }
+            };
             Ok(self.round.proposals.proposals.clone())
         })
     }
@@ -85,7 +110,7 @@ impl Duty for Balancing {
     ) -> Phase<'a, usize> {
         Box::pin(async move {
             let round = std::mem::take(&mut self.round);
-            Ok(self
+            let (jobs, submitted) = self
                 .balancer
                 .execute(
                     services.ganeti,
@@ -95,7 +120,23 @@ impl Duty for Balancing {
                     &round,
                     input.now_ms,
                 )
-                .await?)
+                .await?;
+            // Each failback move submitted counts an attempt of its instance.
+            let home: Vec<String> = round
+                .proposals
+                .jobs
+                .iter()
+                .filter(|p| p.group == crate::failback::GROUP)
+                .filter(|p| submitted.contains(&p.job.instance))
+                .map(|p| p.job.instance.clone())
+                .collect();
+            services
+                .board
+                .metrics
+                .balancing
+                .failback("submitted", home.len());
+            crate::failback::attempted(services.store, &home)?;
+            Ok(jobs)
         })
     }
 

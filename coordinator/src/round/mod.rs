@@ -50,6 +50,9 @@ pub struct ReconcileSettings {
     pub job_chains: bool,
     /// The escalation ladder (`[repair_ladder]`).
     pub ladder: nodecare_core::duty::node_repair::ladder::LadderPolicy,
+    /// Failback (`[failback]`): node repair notes what evacuations moved and watches their
+    /// nodes; the balancing duty moves the instances back.
+    pub failback: nodecare_core::duty::failback::FailbackConfig,
     /// How evacuations end (immovable instances, offlining the node).
     pub evacuation: EvacuationPolicy,
     /// Return the node to service when an incident is acknowledged.

@@ -6,8 +6,11 @@
 //! - [`maintenance`]: the next reboot group of a rolling maintenance campaign (executed by
 //!   the coordinator's `campaign_exec`).
 //! - [`balancing`]: the first job set of Ganeti's `hbal` (maintd's balancing).
+//! - [`failback`]: the instances an evacuation moved off a node, back to it once it is healthy
+//!   (proposed and carried out as balancing moves).
 
 pub mod balancing;
+pub mod failback;
 pub mod instance_repair;
 pub mod maintenance;
 pub mod node_repair;

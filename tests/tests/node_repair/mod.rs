@@ -2,6 +2,7 @@
 //! instances that cannot move, and returning the node to service on acknowledgement.
 
 mod drbd_peers;
+mod failback;
 
 use std::sync::Arc;
 use std::time::Duration;
