@@ -817,6 +817,7 @@ mod tests {
             master: false,
             memory_free: Some(4096),
             primary_memory: Some(0),
+            primaries: 0,
         }
     }
 

@@ -505,6 +505,7 @@ pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettin
             // Loaded with its time zone by the daemon ([`crate::config::calendar`]).
             calendar: nodecare_core::calendar::Calendar::always_open(),
             approvals: config.approvals.require.clone(),
+            approvals_moves_above: config.approvals.moves_above,
         },
         job_chains: config.job_chains,
         ladder: config.repair_ladder,

@@ -451,6 +451,7 @@ impl Reconciler {
             },
             approvals: nodecare_core::approval::Approvals {
                 required: settings.approvals.clone(),
+                moves_above: settings.approvals_moves_above,
                 records: self.store.approvals()?,
             },
         };

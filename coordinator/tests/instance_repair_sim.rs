@@ -52,6 +52,7 @@ fn view(nodes: &[Node]) -> View {
                         master: false,
                         memory_free: n.memory_free,
                         primary_memory: Some(0),
+                        primaries: 0,
                     },
                 )
             })

@@ -22,6 +22,10 @@ pub struct ApprovalsConfig {
     /// The kinds of work that need an approval before they start: `campaign`, `evacuation`,
     /// `live-repair`, `instance-repair`. None by default.
     pub require: Vec<WorkKind>,
+    /// Any new disruption of an incident, a campaign or an instance repair that moves more than
+    /// this many instances (the primaries of the nodes it drains or reboots) needs an approval
+    /// too, whatever its kind. None by default.
+    pub moves_above: Option<usize>,
     /// The change system asked for each waiting holder (`https://…`); empty: operators decide
     /// (`nodecare approval`). Down or not answering, the work keeps waiting (fails closed).
     pub webhook: String,
@@ -38,6 +42,7 @@ impl Default for ApprovalsConfig {
     fn default() -> Self {
         Self {
             require: Vec::new(),
+            moves_above: None,
             webhook: String::new(),
             webhook_certificate: String::new(),
             webhook_timeout_secs: 10.0,
@@ -111,6 +116,9 @@ pub struct Approvals {
     /// The kinds of work that need one.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub required: Vec<WorkKind>,
+    /// Work moving more instances than this needs one too, whatever its kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moves_above: Option<usize>,
     /// The decisions kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub records: Vec<ApprovalRecord>,
@@ -131,12 +139,28 @@ impl Approvals {
     }
 
     /// Why `kind` of the holder `id` (`None`: a holder nobody approves), named `holder` for
-    /// people, may not start yet (`None`: it may).
-    pub fn blocks(&self, kind: WorkKind, id: Option<Uuid>, holder: &str) -> Option<BlockedBy> {
-        if !self.required.contains(&kind) {
+    /// people, moving `moves` instances, may not start yet (`None`: it may).
+    pub fn blocks(
+        &self,
+        kind: WorkKind,
+        id: Option<Uuid>,
+        holder: &str,
+        moves: usize,
+    ) -> Option<BlockedBy> {
+        let many = self.moves_above.filter(|above| moves > *above);
+        if !self.required.contains(&kind) && many.is_none() {
             return None;
         }
         let id = id?;
+        let holder = match many {
+            Some(above) if !self.required.contains(&kind) => {
+                format!(
+                    "{holder} (moves {moves} instances, more than approvals.moves_above = {above})"
+                )
+            }
+            _ => holder.to_owned(),
+        };
+        let holder = holder.as_str();
         match self.decision(id) {
             Some(record) if record.ticket.is_some() => None,
             Some(record) => Some(BlockedBy::Approval {
@@ -202,13 +226,53 @@ mod tests {
         approvals: &Approvals,
         (kind, id, holder): (WorkKind, Option<Uuid>, String),
     ) -> Option<BlockedBy> {
-        approvals.blocks(kind, id, &holder)
+        approvals.blocks(kind, id, &holder, 1)
+    }
+
+    /// `moves_above`: work of any approvable kind that moves more instances waits, and says
+    /// why; work of a kind nobody approves (balancing, grants) never does.
+    #[test]
+    fn work_moving_many_instances_waits_for_an_approval() {
+        let approvals = Approvals {
+            moves_above: Some(10),
+            ..Approvals::default()
+        };
+        let id = Some(Uuid::from_u128(3));
+        assert_eq!(
+            approvals.blocks(WorkKind::Evacuation, id, "incident 3", 10),
+            None
+        );
+        assert_eq!(
+            approvals
+                .blocks(WorkKind::Evacuation, id, "incident 3", 11)
+                .map(|b| b.to_string()),
+            Some(format!(
+                "waiting for an approval of incident 3 (moves 11 instances, more than \
+                 approvals.moves_above = 10) (nodecare approval grant {} --ticket …)",
+                Uuid::from_u128(3)
+            ))
+        );
+        assert_eq!(
+            approvals.blocks(WorkKind::Balancing, None, "balancing", 50),
+            None
+        );
+        // Required anyway: the usual words.
+        let both = Approvals {
+            required: vec![WorkKind::Campaign],
+            moves_above: Some(1),
+            ..Approvals::default()
+        };
+        assert!(matches!(
+            both.blocks(WorkKind::Campaign, id, "maintenance campaign 3", 5),
+            Some(BlockedBy::Approval { holder, .. }) if holder == "maintenance campaign 3"
+        ));
     }
 
     #[test]
     fn required_work_waits_for_an_approval_and_a_refusal_says_why() {
         let mut approvals = Approvals {
             required: vec![WorkKind::Campaign, WorkKind::Evacuation],
+            moves_above: None,
             records: Vec::new(),
         };
         let waits = blocks(&approvals, campaign(1));
@@ -222,7 +286,12 @@ mod tests {
         );
         // Not required: never waits.
         assert_eq!(
-            approvals.blocks(WorkKind::LiveRepair, Some(Uuid::from_u128(2)), "incident"),
+            approvals.blocks(
+                WorkKind::LiveRepair,
+                Some(Uuid::from_u128(2)),
+                "incident",
+                0
+            ),
             None
         );
         keep(

@@ -1111,6 +1111,7 @@ fn a_rebooted_node_stays_in_grace_after_it_leaves_wait_healthy() {
                     master: false,
                     memory_free: None,
                     primary_memory: None,
+                    primaries: 0,
                 };
                 ((*n).to_owned(), facts)
             })
@@ -1200,6 +1201,7 @@ fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
                     master: false,
                     memory_free: Some(1 << 20),
                     primary_memory: Some(0),
+                    primaries: 0,
                 };
                 ((*n).to_owned(), facts)
             })

@@ -216,6 +216,10 @@ pub struct NodeFacts {
     /// Memory of the running instances whose primary this node is, in MiB (`None` when an
     /// instance's size is unknown).
     pub primary_memory: Option<u64>,
+    /// How many instances have this node as their primary (what draining or rebooting it
+    /// moves).
+    #[serde(default)]
+    pub primaries: usize,
 }
 
 impl NodeFacts {
@@ -378,7 +382,11 @@ impl View {
         // Each node's primaries' memory, in one pass over the instances (`None` once one of
         // them has no known memory).
         let mut memory_of: BTreeMap<&str, Option<u64>> = BTreeMap::new();
+        let mut primaries_of: BTreeMap<&str, usize> = BTreeMap::new();
         for instance in instances {
+            *primaries_of
+                .entry(instance.primary_node.as_str())
+                .or_default() += 1;
             let sum = memory_of
                 .entry(instance.primary_node.as_str())
                 .or_insert(Some(0));
@@ -407,6 +415,7 @@ impl View {
                     master: node.role == crate::ganeti::NodeRole::Master,
                     memory_free: node.memory_free,
                     primary_memory,
+                    primaries: primaries_of.get(node.name.as_str()).copied().unwrap_or(0),
                 };
                 (node.name.clone(), facts)
             })
@@ -948,6 +957,10 @@ fn judge(
         work_kind(proposal),
         proposal.holder.approval_id(),
         &proposal.holder.to_string(),
+        new.iter()
+            .filter_map(|node| view.nodes.get(node))
+            .map(|facts| facts.primaries)
+            .sum(),
     ) {
         return Err(block);
     }
@@ -1561,6 +1574,7 @@ mod tests {
             master: false,
             memory_free: Some(4096),
             primary_memory: Some(0),
+            primaries: 0,
         }
     }
 

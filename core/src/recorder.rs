@@ -689,6 +689,7 @@ pub mod tests_support {
                         master: n == 0,
                         memory_free: Some(4096),
                         primary_memory: Some(1024),
+                        primaries: 0,
                     };
                     (name, facts)
                 })

@@ -593,6 +593,7 @@ mod tests {
                             master: false,
                             memory_free: Some(100_000),
                             primary_memory: Some(0),
+                            primaries: 0,
                         },
                     )
                 })

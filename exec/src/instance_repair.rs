@@ -513,6 +513,7 @@ pub fn view_of(nodes: &[Node], now_ms: u64) -> View {
                         master: n.role == NodeRole::Master,
                         memory_free: n.memory_free,
                         primary_memory: None,
+                        primaries: 0,
                     },
                 )
             })

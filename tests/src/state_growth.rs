@@ -40,6 +40,7 @@ pub fn changing_round(round: u64, nodes: usize) -> RoundRecord {
                     master: n == 0,
                     memory_free: Some(60_000 + moving % 100_000),
                     primary_memory: Some(1024 + round % 512),
+                    primaries: 0,
                 };
                 (name, facts)
             })

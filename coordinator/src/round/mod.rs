@@ -91,6 +91,8 @@ pub struct GateSettings {
     pub calendar: nodecare_core::calendar::Calendar,
     /// The kinds of work that need an approval (`[approvals] require`).
     pub approvals: Vec<nodecare_core::calendar::WorkKind>,
+    /// Work moving more instances than this needs an approval too (`[approvals] moves_above`).
+    pub approvals_moves_above: Option<usize>,
 }
 
 /// Why a round stopped.

@@ -933,6 +933,7 @@ mod tests {
             master: false,
             memory_free: None,
             primary_memory: None,
+            primaries: 0,
         };
         let view = crate::gate::View {
             nodes: [

@@ -109,6 +109,7 @@ mod tests {
                             master: false,
                             memory_free: Some(100_000),
                             primary_memory: *memory,
+                            primaries: 0,
                         },
                     )
                 })

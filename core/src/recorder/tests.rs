@@ -28,6 +28,7 @@ fn view(now_ms: u64) -> View {
                 master: false,
                 memory_free: Some(4096),
                 primary_memory: Some(0),
+                primaries: 0,
             },
         )
     })

@@ -1236,3 +1236,53 @@ async fn a_second_live_repair_within_the_window_is_an_evacuation() {
         "the node was not evacuated"
     );
 }
+
+/// `[approvals] moves_above`: an evacuation that moves more instances than that waits for an
+/// approval (its incident says so, no job is submitted); approved, its jobs carry the ticket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evacuation_moving_many_instances_waits_for_an_approval() {
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:2,c:diskless:3", |c| {
+        c.approvals.moves_above = Some(1);
+    })
+    .await
+    .unwrap();
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    agent.set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    for _ in 0..3 {
+        h.round().await.unwrap();
+    }
+    let waiting = on(&h.incidents().unwrap(), 2);
+    assert_eq!(waiting.repair_status, RepairStatus::Noted);
+    assert!(
+        waiting.blocked_by.as_deref().is_some_and(|b| b.contains(
+            "(moves 2 instances, more than approvals.moves_above = 1) (nodecare approval grant"
+        )),
+        "{waiting:#?}"
+    );
+    assert!(h.sim.submissions().is_empty());
+    h.coordinator
+        .api()
+        .store
+        .add_approval(nodecare_coordinator::approval::ApprovalRecord {
+            id: waiting.uuid,
+            ticket: Some("CHG-99".into()),
+            refused: None,
+            who: "alice".into(),
+            at_ms: nodecare_protocol::now_ms(),
+        })
+        .unwrap();
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    let submissions = h.sim.submissions();
+    assert!(!submissions.is_empty());
+    assert!(
+        submissions.iter().filter(|s| !s.internal).all(|s| s
+            .reason_text
+            .as_deref()
+            .is_some_and(|r| r.contains("CHG-99"))),
+        "{submissions:#?}"
+    );
+}
