@@ -80,7 +80,7 @@ skip() { RESULTS+=("SKIP $1: $2"); echo "SKIP $1: $2"; }
 # S1–S4 are left out too (the cluster, the agents, the coordinator and the full candidate pool
 # stay).
 want() { [[ -z ${NODECARE_E2E_ONLY:-} || " $NODECARE_E2E_ONLY " == *" $1 "* ]]; }
-STANDALONE=" seams freeze "
+STANDALONE=" seams freeze failback "
 base() {
   local w
   [[ -n ${NODECARE_E2E_ONLY:-} ]] || return 0

@@ -1,0 +1,119 @@
+# S10c (sourced by run.sh): an approval for large work, then failback, on the real cluster
+# (`NODECARE_E2E_ONLY=failback` runs it after the cluster, the agents and the coordinator only).
+#
+# The coordinator is restarted with `[approvals] moves_above = 1` and `[failback] enabled = true,
+# settle_secs = 6`. node5 holds two diskless instances and says `evacuate`: its incident waits,
+# `blocked_by` naming moves_above, and Ganeti gets no job for it; `nodecare approval grant ID
+# --ticket …` approves it, the evacuation runs, and every one of its jobs carries the ticket in
+# its reason trail. The node is repaired (its verdict `Ok`) and returned to service by the
+# operator: after the settle period both instances migrate back to node5, each by one job whose
+# reason trail says failback, and the status lists them back. The coordinator is restarted as
+# it was.
+
+# Restarts the coordinator with coord.toml plus TOML tables appended (none: as it was).
+failback_restart_coordinator() { # [TOML-TABLES]
+  "$GNT/node-exec.sh" 1 --stop coordinator >/dev/null 2>&1 || true
+  rm -f "$S/pids/bg-coordinator.pid"
+  if [[ $# -gt 0 ]]; then
+    cp "$S/e2e/coord.toml" "$S/e2e/coord.toml.before-failback"
+    printf '%s\n' "$1" >>"$S/e2e/coord.toml"
+  elif [[ -e $S/e2e/coord.toml.before-failback ]]; then
+    mv "$S/e2e/coord.toml.before-failback" "$S/e2e/coord.toml"
+  fi
+  start_coordinator || log "S10c: the coordinator did not start again"
+  for _ in $(seq 30); do coord /1/agents >/dev/null 2>&1 && break; sleep 1; done
+}
+
+scenario_failback() {
+  local node=$NODECARE_GNT_NODE5_NAME url="http://127.0.0.1:$COORD_FWD" t0=$(date +%s)
+  local uuid="" blocked="" k ans bad="" jobs missing status back="" home full
+  master_healthy S10c
+  log "S10c approval of a large evacuation of $node, then failback"
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
+  return_to_service "$node"
+  for name in fb1 fb2; do
+    held_instance_on "$name" diskless "$node" || { fail "S10c failback" "cannot put $name on $node"; return; }
+  done
+  if ! wait_status 60 "not any(i.get('repair-status') in ('noted', 'pending') for i in d)"; then
+    fail "S10c failback" "precondition: incidents still active: $(coord /1/status | head -c 400)"
+    return
+  fi
+  failback_restart_coordinator '[approvals]
+moves_above = 1
+[failback]
+enabled = true
+settle_secs = 6.0'
+  # The first round comes after the takeover's wait.
+  for ((k = 0; k < 120; k++)); do
+    coord /1/overview | jq_py "sys.exit(0 if d['round']['number'] >= 1 else 1)" 2>/dev/null && break
+    sleep 1
+  done
+  echo '{"status":"evacuate","details":"e2e: large evacuation"}' >"$S/e2e/diag-5"
+  for ((k = 0; k < 90; k++)); do
+    ans=$(coord /1/status | jq_py "print(next((i['id'] + ' ' + (i.get('blocked_by') or '') for i in d if i.get('node')=='$node' and i.get('repair-status')=='noted'), ''))" 2>/dev/null)
+    uuid=${ans%% *}
+    blocked=${ans#* }
+    [[ $blocked == *moves_above* ]] && break
+    sleep 1
+  done
+  if [[ $blocked != *"moves 2 instances, more than approvals.moves_above = 1"* ]]; then
+    fail "S10c approval" "the evacuation did not wait for an approval: '$ans' $(coord /1/status | head -c 400)"
+    echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
+    failback_restart_coordinator
+    return
+  fi
+  sleep 4
+  [[ $(node_json "$node" | jq_py "print(d['drained'])") == False ]] || bad+=" $node drained before the approval;"
+  ans=$(NODECARE_PASSWORD=e2e-secret "$CLI" approval grant "$uuid" --ticket CHG-E2E-7 --user e2e --url "$url" 2>&1) \
+    || bad+=" nodecare approval grant: $ans;"
+  if ! wait_status 240 "any(i.get('node')=='$node' and i.get('repair-status')=='completed' for i in d)"; then
+    fail "S10c approval" "not evacuated after the approval: $bad $(coord /1/status | head -c 500)"
+    echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
+    return_to_service "$node"
+    failback_restart_coordinator
+    return
+  fi
+  # Every job of the incident carries the ticket.
+  jobs=$(coord /1/status | jq_py "print(' '.join(str(j) for i in d if i['id']=='$uuid' for j in i.get('jobs', [])))")
+  missing=""
+  for j in $jobs; do
+    rapi GET "/2/jobs/$j" | jq_py "sys.exit(0 if 'CHG-E2E-7' in json.dumps(d.get('ops', [])) else 1)" || missing+=" $j"
+  done
+  [[ -n $jobs && -z $missing ]] || bad+=" jobs without the ticket:$missing (of $jobs);"
+  if [[ -z $bad ]]; then
+    pass "S10c approval: $node's evacuation of 2 instances waited ('${blocked:0:80}…') with no job, approved by nodecare approval grant, its jobs ($jobs) carry CHG-E2E-7"
+  else
+    fail "S10c approval" "$bad"
+  fi
+  # Repaired and returned to service by the operator: the instances go back after settle_secs.
+  bad=""
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
+  return_to_service "$node"
+  for ((k = 0; k < 240; k++)); do
+    home=$(primaries_of "$node")
+    [[ $home == *fb1.* && $home == *fb2.* ]] && break
+    ((k % 20 == 19)) && master_healthy "S10c (after $((k + 1))s of failback)"
+    sleep 1
+  done
+  [[ $home == *fb1.* && $home == *fb2.* ]] || bad+=" not back on $node: '$home' $(coord /1/overview | jq_py "print(d.get('failback'))" 2>/dev/null | head -c 400);"
+  for ((k = 0; k < 30; k++)); do
+    back=$(coord /1/overview | jq_py "print(' '.join(b['instance'].split('.')[0] for h in d.get('failback', []) if h['incident']=='$uuid' for b in h['instances'] if b['state']=='back'))" 2>/dev/null)
+    [[ $back == "fb1 fb2" ]] && break
+    sleep 1
+  done
+  [[ $back == "fb1 fb2" ]] || bad+=" the status lists back: '$back';"
+  jobs=$(rapi GET "/2/jobs?bulk=1" | jq_py "
+print(sum(1 for j in d if 'balancing (failback ' in json.dumps(j.get('ops', [])) and 'gnt:daemon:maintd' in json.dumps(j.get('ops', [])) and j.get('status') == 'success'))")
+  [[ $jobs == 2 ]] || bad+=" $jobs successful failback jobs, not 2;"
+  status=$("$CLI" status --url "$url" 2>/dev/null | grep -A3 "^failback")
+  if [[ -z $bad ]]; then
+    pass "S10c failback: fb1 and fb2 migrated back to $node after its return and $((6)) s healthy, one job each with the reason trail ($(($(date +%s) - t0)) s): $(tr '\n' ' ' <<<"$status" | head -c 200)"
+  else
+    fail "S10c failback" "$bad"
+  fi
+  failback_restart_coordinator
+  for name in fb1 fb2; do
+    full=$(rapi GET /2/instances | jq_py "print(next((i['id'] for i in d if i['id'].split('.')[0] == '$name'), ''))")
+    [[ -z $full ]] || wait_job "$(rapi DELETE "/2/instances/$full" | job_of)" 180 >/dev/null
+  done
+}
