@@ -30,6 +30,10 @@ pub(crate) struct WhatIfArgs {
     /// Someone else sets the node offline. Repeatable.
     #[arg(long, value_name = "NODE")]
     offline: Vec<String>,
+    /// The operator returns the node to service: online, undrained, its `maintd:` tags removed
+    /// (what failback then moves back shows). Repeatable.
+    #[arg(long = "return", value_name = "NODE")]
+    return_: Vec<String>,
     /// Another tool is granted the node (an admission grant). Repeatable.
     #[arg(long, value_name = "NODE")]
     grant: Vec<String>,
@@ -94,6 +98,11 @@ pub(crate) fn query(args: &WhatIfArgs) -> Result<Query, String> {
             node: node("offline", text)?,
         });
     }
+    for text in &args.return_ {
+        changes.push(Change::Return {
+            node: node("return", text)?,
+        });
+    }
     for text in &args.grant {
         changes.push(Change::Grant {
             node: node("grant", text)?,
@@ -119,7 +128,7 @@ pub(crate) fn query(args: &WhatIfArgs) -> Result<Query, String> {
         });
     }
     if changes.is_empty() {
-        return Err("nothing to try: give a change (--verdict, --drain, --offline, --grant, --campaign, --policy)".into());
+        return Err("nothing to try: give a change (--verdict, --drain, --offline, --return, --grant, --campaign, --policy)".into());
     }
     if !(1..=MAX_ROUNDS).contains(&args.rounds) {
         return Err(format!("--rounds: from 1 to {MAX_ROUNDS}"));

@@ -887,6 +887,15 @@ fn apply_changes(
                     n.offline = true;
                 }
             }),
+            Change::Return { node } => sim.with_cluster(|c| {
+                if let Some(n) = c.nodes.get_mut(node) {
+                    // An offline node showed no memory figures: they stay unknown.
+                    n.memory_unknown |= n.offline && n.memory_total_mib == 0;
+                    n.offline = false;
+                    n.drained = false;
+                    n.tags.retain(|t| !t.starts_with("maintd:"));
+                }
+            }),
             Change::Grant { node } => {
                 let grant = nodecare_protocol::gate::Grant {
                     id: uuid::Uuid::new_v4().to_string(),
@@ -1088,6 +1097,7 @@ async fn simulate_rounds(
         .iter()
         .map(|i| i.uuid)
         .collect();
+    let failback = settings.failback;
     let mut reconciler = Reconciler::with_agents(
         Arc::new(sim.client()),
         Arc::clone(&store),
@@ -1098,6 +1108,14 @@ async fn simulate_rounds(
         Arc::new(tokio::sync::Mutex::new(())),
     )
     .with_clock(clock);
+    // Failback's moves home, as the daemon's balancing duty proposes them (hbal is not run
+    // here: its moves are the daemon's to find).
+    if failback.enabled {
+        reconciler = reconciler.with_balancer(
+            crate::balance::Balancer::new(crate::duty::balancing::BalancingConfig::default(), None)
+                .with_failback(failback),
+        );
+    }
     let mut rounds = Vec::new();
     let mut ending = Ending::RoundLimit { rounds: limit };
     let mut before = state_of(&sim, &store);

@@ -2,7 +2,7 @@
 //! copy of its state with the same duties and gate as its rounds (`nodecare what-if`, the web
 //! page's form). Nothing it tries is written or sent.
 //!
-//! The query names the changes (`verdict=NODE:STATUS`, `drain=NODE`, `offline=NODE`,
+//! The query names the changes (`verdict=NODE:STATUS`, `drain=NODE`, `offline=NODE`, `return=NODE`,
 //! `grant=NODE`, `campaign=all` or `campaign=NODE,NODE`, `policy=KEY:VALUE`), in the order they
 //! apply, and optionally `at=MS` (the agents answer as in the last recorded round at or before
 //! that time, not as they answer now)
@@ -284,6 +284,12 @@ pub enum Change {
         /// The node.
         node: String,
     },
+    /// The operator returns the node to service: online, undrained, its `maintd:` tags removed
+    /// (its finished incidents acknowledged).
+    Return {
+        /// The node.
+        node: String,
+    },
     /// Another tool is granted the node (an admission grant).
     Grant {
         /// The node.
@@ -310,6 +316,7 @@ impl Change {
             Self::Verdict { node, verdict } => format!("verdict {node}={}", verdict.as_str()),
             Self::Drain { node } => format!("drain {node}"),
             Self::Offline { node } => format!("offline {node}"),
+            Self::Return { node } => format!("return {node}"),
             Self::Grant { node } => format!("grant {node}"),
             Self::Campaign { nodes } if nodes.is_empty() => "campaign all".to_owned(),
             Self::Campaign { nodes } => format!("campaign {}", nodes.join(",")),
@@ -325,6 +332,7 @@ impl Change {
             Self::Verdict { node, .. }
             | Self::Drain { node }
             | Self::Offline { node }
+            | Self::Return { node }
             | Self::Grant { node } => Some(node),
             Self::Campaign { .. } | Self::Policy { .. } => None,
         }
@@ -335,6 +343,7 @@ impl Change {
             Self::Verdict { node, verdict } => format!("verdict={node}:{}", verdict.as_str()),
             Self::Drain { node } => format!("drain={node}"),
             Self::Offline { node } => format!("offline={node}"),
+            Self::Return { node } => format!("return={node}"),
             Self::Grant { node } => format!("grant={node}"),
             Self::Campaign { nodes } if nodes.is_empty() => "campaign=all".to_owned(),
             Self::Campaign { nodes } => format!("campaign={}", nodes.join(",")),
@@ -452,6 +461,9 @@ impl Query {
                     node: node(key, value)?,
                 },
                 "offline" => Change::Offline {
+                    node: node(key, value)?,
+                },
+                "return" => Change::Return {
                     node: node(key, value)?,
                 },
                 "grant" => Change::Grant {

@@ -596,3 +596,57 @@ async fn a_what_if_shows_a_verdict_held_in_a_grace_as_the_status_does() {
         "{wait:?}"
     );
 }
+
+/// Failback in a what-if: once an evacuation completed (the node left drained, its memory
+/// known), `return=NODE` with the node's verdict `Ok` predicts the moves home, and the daemon
+/// submits the same jobs once the operator returns the node to service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_what_if_predicts_the_moves_home_of_a_returned_node() {
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:2,c:diskless:3", |c| {
+        c.failback.enabled = true;
+        c.failback.settle_secs = 0.0;
+        c.offline_after_evacuation = false;
+    })
+    .await
+    .unwrap();
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    agent.set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
+    let completed = |i: &[nodecare_coordinator::incident::Incident]| {
+        i.len() == 1
+            && i[0].repair_status == nodecare_coordinator::incident::RepairStatus::Completed
+    };
+    assert!(h.until(20, completed).await.unwrap());
+    h.round().await.unwrap();
+    let noted = nodecare_coordinator::failback::homecomings(&h.coordinator.api().store).unwrap();
+    assert_eq!(noted.len(), 1, "{noted:#?}");
+    let before = ran(&h).len();
+    let query = format!("return={}&verdict={}:Ok", node(2), node(2));
+    let predicted = what_if_api::what_if(h.coordinator.api(), Some(&query))
+        .await
+        .unwrap();
+    assert_eq!(ran(&h).len(), before, "the what-if submitted nothing");
+    let home: Vec<_> = predicted
+        .jobs
+        .iter()
+        .filter(|j| j.operation.starts_with("balancing (failback "))
+        .map(|j| (j.opcode.clone(), j.target.clone(), j.operation.clone()))
+        .collect();
+    assert_eq!(home.len(), 2, "{predicted:#?}");
+    // Made real: the node repaired, returned and acknowledged.
+    agent.set_verdict(verdict("Ok", json!(null), None));
+    h.sim.with_cluster(|c| {
+        let n = c.nodes.get_mut(&node(2)).unwrap();
+        n.offline = false;
+        n.drained = false;
+        n.tags.retain(|t| !t.starts_with("maintd:"));
+    });
+    for _ in 0..10 {
+        h.round().await.unwrap();
+    }
+    let done: Vec<_> = ran(&h)
+        .into_iter()
+        .skip(before)
+        .filter(|(_, _, operation)| operation.starts_with("balancing (failback "))
+        .collect();
+    assert_eq!(done, home);
+}
