@@ -5,7 +5,8 @@
 # ours in a node, a live migration), filters-compat.sh (docs/ganeti-filters.md's filters hold
 # nodecare's jobs; POSIX regular expressions), htools-compat.sh (hbal and hroller of both
 # releases on Ganeti's 50 test clusters) and nodecare's own standalone end-to-end scenarios
-# (tests/e2e-ganeti/run.sh: a campaign at the seams, a maintenance freeze) on a 5-node 3.1 cluster. docs/ganeti-versions.md says what each part costs and
+# (tests/e2e-ganeti/run.sh: a campaign at the seams, a maintenance freeze, the ladder, an
+# approval and failback) on a 5-node 3.1 cluster. docs/ganeti-versions.md says what each part costs and
 # what it shows. Needs root, Ganeti's packages (htools-compat.sh compares with them) and
 # debootstrap; CI installs them.
 set -euo pipefail
@@ -39,12 +40,13 @@ echo "ganeti31: htools done ($(( $(date +%s) - start )) s)"
 # nodecare itself on 3.1: a 5-node cluster from the same root, the agents and the coordinator,
 # the full master-candidate pool (drains need auto_promote), a campaign at the seams (an
 # instance started on a drained node moved before its hook; an agent away past its hook
-# timeout) and a maintenance freeze holding a request and a campaign (run.sh's standalone
+# timeout), a maintenance freeze holding a request and a campaign, and the escalation ladder,
+# an approval of a large evacuation and failback of its instances (run.sh's standalone
 # scenarios; the release binaries e2e-ganeti.sh built, or a build of its own).
 tests/ganeti/cluster-down.sh --quiet >/dev/null 2>&1 || true
 e2e_build=--no-build
 [ -x target/release/nodecare-coordinator ] && [ -x target/release/nodecare-agent ] && [ -x target/release/nodecare ] || e2e_build=
 NODECARE_E2E_STATE=${NODECARE_GANETI31_E2E_STATE:-/tmp/nodecare-e2e31} NODECARE_E2E_PREFIX=nce31 \
-  NODECARE_E2E_ONLY="seams freeze" tests/e2e-ganeti/run.sh $e2e_build || status=1
+  NODECARE_E2E_ONLY="seams freeze failback" tests/e2e-ganeti/run.sh $e2e_build || status=1
 echo "ganeti31: $(( $(date +%s) - start )) s in all"
 exit "$status"

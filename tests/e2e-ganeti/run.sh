@@ -34,6 +34,8 @@
 #           job runs.
 #        S10 (s10-campaign.sh) a rolling maintenance campaign over every node survives a kill -9
 #           of the coordinator: hooks once each, no instance down, primaries back.
+#        S10c (s10c-failback.sh) the escalation ladder, an approval of a large evacuation with
+#           its ticket in every job, evacuation priority, failback of its instances.
 #        S11 (s11-failover.sh, last) Ganeti master failovers with coordinators on three master
 #           candidates: the standbys act on nothing; mid-evacuation `gnt-cluster
 #           master-failover` to node2, whose coordinator finishes the evacuation while the old

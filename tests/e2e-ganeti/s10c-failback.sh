@@ -1,14 +1,20 @@
-# S10c (sourced by run.sh): an approval for large work, then failback, on the real cluster
-# (`NODECARE_E2E_ONLY=failback` runs it after the cluster, the agents and the coordinator only).
+# S10c (sourced by run.sh): the escalation ladder, an approval for large work, evacuation
+# priorities and failback, on the real cluster (`NODECARE_E2E_ONLY=failback` runs it after the
+# cluster, the agents and the coordinator only).
 #
-# The coordinator is restarted with `[approvals] moves_above = 1` and `[failback] enabled = true,
-# settle_secs = 6`. node5 holds two diskless instances and says `evacuate`: its incident waits,
-# `blocked_by` naming moves_above, and Ganeti gets no job for it; `nodecare approval grant ID
-# --ticket …` approves it, the evacuation runs, and every one of its jobs carries the ticket in
-# its reason trail. The node is repaired (its verdict `Ok`) and returned to service by the
-# operator: after the settle period both instances migrate back to node5, each by one job whose
-# reason trail says failback, and the status lists them back. The coordinator is restarted as
-# it was.
+# The coordinator is restarted with `[repair_ladder] max_live_repairs = 1`, `[approvals]
+# moves_above = 0` and `[failback] enabled = true, settle_secs = 6`.
+# ladder: node4 (one instance) is live-repaired, acknowledged and healthy; its second
+#   `live-repair` verdict opens an `evacuate` incident whose history says why, which waits for
+#   an approval (it would move an instance) and is canceled with no job in Ganeti.
+# approval: node5 holds two diskless instances, fb2 tagged `nodecare:priority:9`, and says
+#   `evacuate`: its incident waits, `blocked_by` naming moves_above, and Ganeti gets no job for
+#   it; `nodecare approval grant ID --ticket …` approves it, the evacuation runs, fb2 first, and
+#   every one of its jobs carries the ticket in its reason trail.
+# failback: the node is repaired (its verdict `Ok`) and returned to service by the operator:
+#   after the settle period both instances migrate back to node5, fb2 first, each by one job
+#   whose reason trail says failback, and the status lists them back.
+# The coordinator is restarted as it was.
 
 # Restarts the coordinator with coord.toml plus TOML tables appended (none: as it was).
 failback_restart_coordinator() { # [TOML-TABLES]
@@ -26,20 +32,27 @@ failback_restart_coordinator() { # [TOML-TABLES]
 
 scenario_failback() {
   local node=$NODECARE_GNT_NODE5_NAME url="http://127.0.0.1:$COORD_FWD" t0=$(date +%s)
-  local uuid="" blocked="" k ans bad="" jobs missing status back="" home full
+  local uuid="" blocked="" k ans bad="" jobs missing status back="" home full order
+  local n4=$NODECARE_GNT_NODE4_NAME first="" second="" history
   master_healthy S10c
-  log "S10c approval of a large evacuation of $node, then failback"
-  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
+  log "S10c the ladder on $n4; approval of a large evacuation of $node, then failback"
+  for i in 4 5; do echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-$i"; done
   return_to_service "$node"
+  return_to_service "$n4"
   for name in fb1 fb2; do
     held_instance_on "$name" diskless "$node" || { fail "S10c failback" "cannot put $name on $node"; return; }
   done
+  held_instance_on fb3 diskless "$n4" || { fail "S10c failback" "cannot put fb3 on $n4"; return; }
+  full=$(rapi GET /2/instances | jq_py "print(next(i['id'] for i in d if i['id'].startswith('fb2.')))")
+  wait_job "$(rapi PUT "/2/instances/$full/tags?tag=nodecare:priority:9" | job_of)" >/dev/null
   if ! wait_status 60 "not any(i.get('repair-status') in ('noted', 'pending') for i in d)"; then
     fail "S10c failback" "precondition: incidents still active: $(coord /1/status | head -c 400)"
     return
   fi
-  failback_restart_coordinator '[approvals]
-moves_above = 1
+  failback_restart_coordinator '[repair_ladder]
+max_live_repairs = 1
+[approvals]
+moves_above = 0
 [failback]
 enabled = true
 settle_secs = 6.0'
@@ -48,6 +61,32 @@ settle_secs = 6.0'
     coord /1/overview | jq_py "sys.exit(0 if d['round']['number'] >= 1 else 1)" 2>/dev/null && break
     sleep 1
   done
+  # The ladder: a first live repair, acknowledged; the second is an evacuation.
+  echo '{"status":"live-repair","command":"e2e-fix","details":"e2e: fan"}' >"$S/e2e/diag-4"
+  if wait_status 90 "any(i.get('node')=='$n4' and i.get('action')=='live-repair' and i.get('repair-status')=='completed' for i in d)"; then
+    echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-4"
+    return_to_service "$n4"
+    wait_status 60 "not any(i.get('node')=='$n4' for i in d)" || bad+=" the first incident of $n4 was not forgotten;"
+    echo '{"status":"live-repair","command":"e2e-fix","details":"e2e: fan again"}' >"$S/e2e/diag-4"
+    if wait_status 60 "any(i.get('node')=='$n4' and i.get('action')=='evacuate' and 'moves_above' in (i.get('blocked_by') or '') for i in d)"; then
+      second=$(coord /1/status | jq_py "print(next(i['id'] for i in d if i.get('node')=='$n4'))")
+      history=$(coord "/1/incidents/$second" | jq_py "print(' | '.join(h['event'] for h in d['history']))")
+      [[ $history == *"2nd live repair of $n4 in 24 h"* ]] || bad+=" the escalated incident's history: $history;"
+      [[ $(node_json "$n4" | jq_py "print(d['drained'])") == False ]] || bad+=" $n4 drained while waiting for the approval;"
+      coordw POST "/1/incidents/$second/cancel" >/dev/null
+    else
+      bad+=" the second live repair of $n4 was not escalated: $(coord /1/status | head -c 400);"
+    fi
+  else
+    bad+=" the first live repair of $n4 did not complete: $(coord /1/status | head -c 400);"
+  fi
+  echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-4"
+  if [[ -z $bad ]]; then
+    pass "S10c ladder: $n4's second live repair within 24 h opened as evacuate ('${history##*| }'), waited for an approval, canceled with no job"
+  else
+    fail "S10c ladder" "$bad"
+  fi
+  bad=""
   echo '{"status":"evacuate","details":"e2e: large evacuation"}' >"$S/e2e/diag-5"
   for ((k = 0; k < 90; k++)); do
     ans=$(coord /1/status | jq_py "print(next((i['id'] + ' ' + (i.get('blocked_by') or '') for i in d if i.get('node')=='$node' and i.get('repair-status')=='noted'), ''))" 2>/dev/null)
@@ -56,7 +95,7 @@ settle_secs = 6.0'
     [[ $blocked == *moves_above* ]] && break
     sleep 1
   done
-  if [[ $blocked != *"moves 2 instances, more than approvals.moves_above = 1"* ]]; then
+  if [[ $blocked != *"moves 2 instances, more than approvals.moves_above = 0"* ]]; then
     fail "S10c approval" "the evacuation did not wait for an approval: '$ans' $(coord /1/status | head -c 400)"
     echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-5"
     failback_restart_coordinator
@@ -80,8 +119,16 @@ settle_secs = 6.0'
     rapi GET "/2/jobs/$j" | jq_py "sys.exit(0 if 'CHG-E2E-7' in json.dumps(d.get('ops', [])) else 1)" || missing+=" $j"
   done
   [[ -n $jobs && -z $missing ]] || bad+=" jobs without the ticket:$missing (of $jobs);"
+  # The priority: fb2's migration before fb1's.
+  order=""
+  for j in $jobs; do
+    order+=$(rapi GET "/2/jobs/$j" | jq_py "
+t = json.dumps(d.get('ops', []))
+print(' fb1' if 'fb1.' in t and 'MIGRATE' in t.upper() else ' fb2' if 'fb2.' in t and 'MIGRATE' in t.upper() else '')")
+  done
+  [[ $order == " fb2 fb1" ]] || bad+=" migrations in the order '$order', not fb2 (priority 9) first;"
   if [[ -z $bad ]]; then
-    pass "S10c approval: $node's evacuation of 2 instances waited ('${blocked:0:80}…') with no job, approved by nodecare approval grant, its jobs ($jobs) carry CHG-E2E-7"
+    pass "S10c approval: $node's evacuation of 2 instances (fb2, priority 9, moved first) waited ('${blocked:0:80}…') with no job, approved by nodecare approval grant, its jobs ($jobs) carry CHG-E2E-7"
   else
     fail "S10c approval" "$bad"
   fi
@@ -103,16 +150,16 @@ settle_secs = 6.0'
   done
   [[ $back == "fb1 fb2" ]] || bad+=" the status lists back: '$back';"
   jobs=$(rapi GET "/2/jobs?bulk=1" | jq_py "
-print(sum(1 for j in d if 'balancing (failback ' in json.dumps(j.get('ops', [])) and 'gnt:daemon:maintd' in json.dumps(j.get('ops', [])) and j.get('status') == 'success'))")
-  [[ $jobs == 2 ]] || bad+=" $jobs successful failback jobs, not 2;"
+print(' '.join(('fb1' if 'fb1.' in json.dumps(j['ops']) else 'fb2') for j in sorted(d, key=lambda j: j['id']) if 'balancing (failback ' in json.dumps(j.get('ops', [])) and 'gnt:daemon:maintd' in json.dumps(j.get('ops', [])) and j.get('status') == 'success'))")
+  [[ $jobs == "fb2 fb1" ]] || bad+=" successful failback jobs '$jobs', not fb2 then fb1;"
   status=$("$CLI" status --url "$url" 2>/dev/null | grep -A3 "^failback")
   if [[ -z $bad ]]; then
-    pass "S10c failback: fb1 and fb2 migrated back to $node after its return and $((6)) s healthy, one job each with the reason trail ($(($(date +%s) - t0)) s): $(tr '\n' ' ' <<<"$status" | head -c 200)"
+    pass "S10c failback: fb2 (priority 9), then fb1 migrated back to $node after its return and 6 s healthy, one job each with the reason trail ($(($(date +%s) - t0)) s): $(tr '\n' ' ' <<<"$status" | head -c 200)"
   else
     fail "S10c failback" "$bad"
   fi
   failback_restart_coordinator
-  for name in fb1 fb2; do
+  for name in fb1 fb2 fb3; do
     full=$(rapi GET /2/instances | jq_py "print(next((i['id'] for i in d if i['id'].split('.')[0] == '$name'), ''))")
     [[ -z $full ]] || wait_job "$(rapi DELETE "/2/instances/$full" | job_of)" 180 >/dev/null
   done

@@ -67,8 +67,16 @@ impl Duty for Balancing {
             let mut failback = crate::duty::balancing::Proposals::default();
             if self.balancer.failback().enabled {
                 let in_flight = crate::balance::in_flight(services.executor)?;
-                let blocked =
+                let mut blocked =
                     crate::duty::balancing::blocked_nodes(&incidents, &input.nodes, in_force);
+                // A node a balancing move in flight takes an instance off or onto.
+                for (node, holder) in &in_force.touched {
+                    if matches!(holder, crate::gate::Holder::Balancing { .. }) {
+                        blocked
+                            .entry(node.clone())
+                            .or_insert_with(|| "a balancing move in flight".to_owned());
+                    }
+                }
                 failback = crate::failback::propose(
                     services.store,
                     services.board,

@@ -394,9 +394,10 @@ fn minutes(secs: f64) -> String {
 
 /// The moves home of this round: for each homecoming whose node has been healthy for
 /// `settle_secs`, its waiting instances, highest evacuation priority first, as long as fewer
-/// than `max_moves` failback moves are `in_flight` and their home has the memory free; every
-/// other waiting instance with why. `blocked`: nodes failback must not touch, with why (held
-/// by another holder, an open incident).
+/// than `max_moves` failback moves are `in_flight`, their home has the memory free and no other
+/// move of this round touches their nodes; every other waiting instance with why. `blocked`:
+/// nodes failback must not touch, with why (held by another holder, an open incident, a
+/// balancing move in flight).
 pub fn plan(
     homecomings: &[Homecoming],
     config: &FailbackConfig,
@@ -412,6 +413,9 @@ pub fn plan(
     let mut room = config.max_moves.saturating_sub(in_flight);
     // Memory promised to each home this round.
     let mut promised: BTreeMap<String, u64> = BTreeMap::new();
+    // Nodes a move planned this round takes an instance off or onto: one move per node at a
+    // time (the gate would refuse a second one touching the same node).
+    let mut used: BTreeMap<String, String> = BTreeMap::new();
     // Instances of every ready homecoming, highest priority first, then in the order they
     // left.
     let mut ready: Vec<(u8, usize, &Homecoming, &Instance)> = Vec::new();
@@ -457,6 +461,16 @@ pub fn plan(
             })
         {
             wait(why);
+            continue;
+        }
+        if let Some(other) = [home, instance.primary_node.as_str()]
+            .iter()
+            .find_map(|node| used.get(*node).map(|other| (*node, other)))
+        {
+            wait(format!(
+                "{}: waits for the move home of {}",
+                other.0, other.1
+            ));
             continue;
         }
         let running = instance.status == "running";
@@ -505,6 +519,8 @@ pub fn plan(
             continue;
         }
         room -= 1;
+        used.insert(home.to_owned(), instance.name.clone());
+        used.insert(instance.primary_node.clone(), instance.name.clone());
         let drbd = instance.disk_template == DiskTemplate::Drbd;
         let target = (!drbd).then(|| home.to_owned());
         let op = if running {

@@ -258,7 +258,9 @@ fn moves_start_after_the_settle_period_within_max_moves_and_free_memory() {
         0,
         1_600.0,
     );
-    assert_eq!(due.moves.len(), 2, "{due:?}");
+    // One move per node at a time: inst2 waits for inst1's.
+    assert_eq!(due.moves.len(), 1, "{due:?}");
+    assert_eq!(due.waiting[0].2, "node2: waits for the move home of inst1");
     let first = &due.moves[0];
     assert_eq!(first.job.instance, "inst1");
     assert_eq!(first.job.from.primary, "node3");
@@ -277,21 +279,21 @@ fn moves_start_after_the_settle_period_within_max_moves_and_free_memory() {
         "{}",
         first.reason
     );
-    // One in flight: one more.
-    let one = plan(
+    // Two in flight: none more.
+    let none = plan(
         &list,
         &config,
         &nodes,
         &away(),
         &BTreeMap::new(),
-        1,
+        2,
         1_600.0,
     );
-    assert_eq!(one.moves.len(), 1);
-    assert!(one.waiting[0].2.contains("max_moves = 2"), "{one:?}");
-    // 1500 MiB free on node2: the first fits, the second waits.
+    assert!(none.moves.is_empty());
+    assert!(none.waiting[0].2.contains("max_moves = 2"), "{none:?}");
+    // 1000 MiB free on node2: neither fits.
     let mut tight = nodes.clone();
-    tight[1].memory_free = Some(1500);
+    tight[1].memory_free = Some(1000);
     let short = plan(
         &list,
         &config,
@@ -301,10 +303,10 @@ fn moves_start_after_the_settle_period_within_max_moves_and_free_memory() {
         0,
         1_600.0,
     );
-    assert_eq!(short.moves.len(), 1);
+    assert!(short.moves.is_empty());
     assert_eq!(
         short.waiting[0].2,
-        "inst2 needs 1024 MiB, node2 has 476 MiB free"
+        "inst1 needs 1024 MiB, node2 has 1000 MiB free"
     );
     // Unknown free memory waits.
     tight[1].memory_free = None;
@@ -458,7 +460,8 @@ fn config_validation() {
 proptest! {
     /// Whatever the cluster, a plan never moves more than `max_moves` minus those in flight,
     /// never before the settle period, never an instance not waiting, never onto a node that is
-    /// not its home, and never more memory onto a home than it has free.
+    /// not its home, never more memory onto a home than it has free, and never two moves
+    /// touching one node.
     #[test]
     fn a_plan_keeps_its_promises(
         since in proptest::option::of(0.0f64..2_000.0),
@@ -489,6 +492,12 @@ proptest! {
         if !out.moves.is_empty() {
             prop_assert!(free.is_some_and(|f| total <= f));
             prop_assert!(out.moves.iter().all(|m| m.memory.is_some()));
+        }
+        let mut touched = BTreeSet::new();
+        for m in &out.moves {
+            for node in m.job.nodes() {
+                prop_assert!(touched.insert(node), "two moves touch one node: {:?}", out.moves);
+            }
         }
         for m in &out.moves {
             prop_assert_eq!(&m.job.to.primary, "node2");
