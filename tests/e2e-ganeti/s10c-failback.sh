@@ -72,6 +72,7 @@ settle_secs = 6.0'
       second=$(coord /1/status | jq_py "print(next(i['id'] for i in d if i.get('node')=='$n4'))")
       history=$(coord "/1/incidents/$second" | jq_py "print(' | '.join(h['event'] for h in d['history']))")
       [[ $history == *"2nd live repair of $n4 in 24 h"* ]] || bad+=" the escalated incident's history: $history;"
+      history=$(grep -o "[^|]*2nd live repair of [^|]*" <<<"$history" | head -n 1)
       [[ $(node_json "$n4" | jq_py "print(d['drained'])") == False ]] || bad+=" $n4 drained while waiting for the approval;"
       coordw POST "/1/incidents/$second/cancel" >/dev/null
     else
@@ -82,7 +83,7 @@ settle_secs = 6.0'
   fi
   echo '{"status":"Ok","details":"e2e"}' >"$S/e2e/diag-4"
   if [[ -z $bad ]]; then
-    pass "S10c ladder: $n4's second live repair within 24 h opened as evacuate ('${history##*| }'), waited for an approval, canceled with no job"
+    pass "S10c ladder: $n4's second live repair within 24 h opened as evacuate ('${history# }'), waited for an approval, canceled with no job"
   else
     fail "S10c ladder" "$bad"
   fi
@@ -144,7 +145,7 @@ print(' fb1' if 'fb1.' in t and 'MIGRATE' in t.upper() else ' fb2' if 'fb2.' in 
   done
   [[ $home == *fb1.* && $home == *fb2.* ]] || bad+=" not back on $node: '$home' $(coord /1/overview | jq_py "print(d.get('failback'))" 2>/dev/null | head -c 400);"
   for ((k = 0; k < 30; k++)); do
-    back=$(coord /1/overview | jq_py "print(' '.join(b['instance'].split('.')[0] for h in d.get('failback', []) if h['incident']=='$uuid' for b in h['instances'] if b['state']=='back'))" 2>/dev/null)
+    back=$(coord /1/overview | jq_py "print(' '.join(sorted(b['instance'].split('.')[0] for h in d.get('failback', []) if h['incident']=='$uuid' for b in h['instances'] if b['state']=='back')))" 2>/dev/null)
     [[ $back == "fb1 fb2" ]] && break
     sleep 1
   done
