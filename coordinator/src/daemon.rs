@@ -508,7 +508,7 @@ pub fn reconcile_settings(config: &Config, node_name: String) -> ReconcileSettin
             approvals_moves_above: config.approvals.moves_above,
         },
         job_chains: config.job_chains,
-        ladder: config.repair_ladder,
+        ladder: config.repair_ladder.clone(),
         failback: config.failback,
         evacuation: config.evacuation_policy(),
         undrain_on_ack: config.undrain_on_ack,

@@ -154,8 +154,9 @@ impl Approvals {
         let id = id?;
         let holder = match many {
             Some(above) if !self.required.contains(&kind) => {
+                let plural = if moves == 1 { "" } else { "s" };
                 format!(
-                    "{holder} (moves {moves} instances, more than approvals.moves_above = {above})"
+                    "{holder} (moves {moves} instance{plural}, more than approvals.moves_above = {above})"
                 )
             }
             _ => holder.to_owned(),

@@ -214,7 +214,7 @@ impl Duty for NodeRepair {
         _in_force: &'a InForce,
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
-            let hold = (self.settings.ladder, self.now_s());
+            let hold = (self.settings.ladder.clone(), self.now_s());
             let (incidents, intents) = self.records()?;
             let evacuating: BTreeSet<Uuid> = intents
                 .iter()

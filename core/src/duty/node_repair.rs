@@ -66,11 +66,14 @@ pub struct Hold<'a> {
     pub now_s: f64,
 }
 
+/// The ladder that holds and escalates nothing.
+static LADDER_OFF: ladder::LadderPolicy = ladder::LadderPolicy::OFF;
+
 impl Hold<'static> {
     /// Nothing held.
     pub const fn none() -> Self {
         Self {
-            ladder: &ladder::LadderPolicy::OFF,
+            ladder: &LADDER_OFF,
             now_s: 0.0,
         }
     }

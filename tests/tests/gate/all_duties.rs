@@ -5,7 +5,8 @@
 //! evacuate, evacuate-failover, unknown, unreachable); a broken DRBD minor now and then; harep's
 //! tags on instances (`[instance_repair] enabled`); one rolling maintenance campaign
 //! (`POST /1/maintenance`, hooks played as reboots); balancing (`[balancing] enabled`, the real
-//! `hbal`); admission grants of another tool (`POST /1/disruptions`, released or left to
+//! `hbal`) and failback (`[failback] enabled`: evacuated instances back home, as balancing
+//! moves); admission grants of another tool (`POST /1/disruptions`, released or left to
 //! expire); failing, vanishing and stuck jobs (the simulation's fault injection; a stuck job
 //! finishes some rounds later); coordinator crashes (dropped in the middle of a round or between
 //! rounds, restarted on the same state directory); an operator returning repaired nodes to
@@ -1149,6 +1150,9 @@ impl World {
             config.balancing.interval = 1.0;
             config.balancing.load = false;
             config.balancing.hbal = HBAL.into();
+            // Failback's moves home are balancing moves: judged by the same invariants.
+            config.failback.enabled = !chain;
+            config.failback.settle_secs = 1.0;
         })
         .await?;
         h.coordinator

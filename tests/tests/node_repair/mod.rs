@@ -1286,3 +1286,55 @@ async fn an_evacuation_moving_many_instances_waits_for_an_approval() {
         "{submissions:#?}"
     );
 }
+
+/// `[repair_ladder.commands.reset-fan]`: the command's own limit, read from the verdict's
+/// command, escalates its second live repair; the history says which limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_command_s_own_limit_escalates() {
+    let mut h = Harness::new(4, "a:diskless:2,b:diskless:3", |config| {
+        config.repair_ladder.commands = std::collections::BTreeMap::from([(
+            "reset-fan".to_owned(),
+            nodecare_coordinator::duty::node_repair::ladder::CommandLimit {
+                max_live_repairs: 1,
+                window_secs: None,
+                escalate_to: Some(Action::EvacuateFailover),
+            },
+        )]);
+    })
+    .await
+    .unwrap();
+    let agent = h.agents.get(&node(2)).unwrap().clone();
+    agent.set_verdict(verdict("live-repair", json!({"fan": 1}), Some("reset-fan")));
+    agent.set_repair(RepairBehaviour {
+        exit_code: 0,
+        duration: Duration::from_millis(10),
+    });
+    assert!(
+        h.until(20, completed).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    let first = on(&h.incidents().unwrap(), 2);
+    agent.set_verdict(verdict("Ok", json!({}), None));
+    h.sim.with_cluster(|c| {
+        if let Some(n) = c.nodes.get_mut(&node(2)) {
+            n.tags.retain(|t| *t != first.tag);
+        }
+    });
+    assert!(
+        h.until(10, |i| i.is_empty()).await.unwrap(),
+        "{:#?}",
+        h.incidents()
+    );
+    agent.set_verdict(verdict("live-repair", json!({"fan": 2}), Some("reset-fan")));
+    h.round().await.unwrap();
+    let second = on(&h.incidents().unwrap(), 2);
+    assert_eq!(second.action, Action::EvacuateFailover, "{second:#?}");
+    assert!(
+        second.history.iter().any(|e| e.event.contains(&format!(
+            "2nd live repair of {} with reset-fan in 24 h (at most 1, repair_ladder.commands.reset-fan.max_live_repairs)",
+            node(2)
+        ))),
+        "{second:#?}"
+    );
+}

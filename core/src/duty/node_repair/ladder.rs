@@ -2,7 +2,13 @@
 //! for a while ([`record`]), and a new verdict is escalated by it ([`escalation`]) instead of
 //! repaired the same way again: at most `max_live_repairs` live repairs of a node within
 //! `window_secs`, then the next one escalates; a node that fails again within `settle_secs` of
-//! a repair that completed is escalated rather than repaired the same way.
+//! a repair that completed is escalated rather than repaired the same way. A repair command
+//! can have a limit of its own (`[repair_ladder.commands.<command>]`), counted over the live
+//! repairs with that command; and a node that stayed healthy (no incident open on it) for
+//! `reset_after_healthy_secs` after its last repair starts afresh: the repairs before no longer
+//! count.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -12,8 +18,23 @@ use crate::incident::{Action, Incident, RepairStatus};
 /// Most entries the history keeps (the oldest ended ones go first).
 pub const MAX_ENTRIES: usize = 2_000;
 
-/// `[repair_ladder]` of the configuration. The defaults escalate nothing (as before).
+/// `[repair_ladder.commands.<command>]`: the limit of live repairs with one repair command.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CommandLimit {
+    /// Most live repairs of one node with this command within the window; the next verdict
+    /// asking for one is escalated.
+    pub max_live_repairs: u32,
+    /// The window, in seconds (none: the ladder's `window_secs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_secs: Option<f64>,
+    /// What it escalates to (none: the ladder's `escalate_to`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate_to: Option<Action>,
+}
+
+/// `[repair_ladder]` of the configuration. The defaults escalate nothing (as before).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LadderPolicy {
     /// Most live repairs of one node within `window_secs`; the next verdict asking for one is
@@ -32,6 +53,12 @@ pub struct LadderPolicy {
     pub hold_live_repair_secs: f64,
     /// Seconds an `evacuate` or `evacuate-failover` verdict must hold before it acts.
     pub hold_evacuate_secs: f64,
+    /// Seconds a node must stay healthy (no incident open on it) after its last repair ended
+    /// before its counters reset: the repairs before count no more. 0: only the window counts.
+    pub reset_after_healthy_secs: f64,
+    /// Limits of their own for repair commands, by command name (counted over the live repairs
+    /// with that command; the ladder's own limit counts them all).
+    pub commands: BTreeMap<String, CommandLimit>,
 }
 
 impl Default for LadderPolicy {
@@ -49,6 +76,8 @@ impl LadderPolicy {
         escalate_to: Action::Evacuate,
         hold_live_repair_secs: 0.0,
         hold_evacuate_secs: 0.0,
+        reset_after_healthy_secs: 0.0,
+        commands: BTreeMap::new(),
     };
 }
 
@@ -70,6 +99,7 @@ impl LadderPolicy {
         for (name, secs) in [
             ("hold_live_repair_secs", self.hold_live_repair_secs),
             ("hold_evacuate_secs", self.hold_evacuate_secs),
+            ("reset_after_healthy_secs", self.reset_after_healthy_secs),
         ] {
             if !secs.is_finite() || secs < 0.0 {
                 return Err(format!(
@@ -81,6 +111,42 @@ impl LadderPolicy {
             return Err(
                 "repair_ladder.escalate_to must be evacuate or evacuate-failover".to_owned(),
             );
+        }
+        if self.commands.len() > 256 {
+            return Err(format!(
+                "repair_ladder.commands: {} commands, at most 256",
+                self.commands.len()
+            ));
+        }
+        for (command, limit) in &self.commands {
+            if command.is_empty()
+                || command.len() > 128
+                || !command
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(format!(
+                    "repair_ladder.commands: {command:?} is not a repair command's name"
+                ));
+            }
+            if limit.max_live_repairs == 0 {
+                return Err(format!(
+                    "repair_ladder.commands.{command}.max_live_repairs must be at least 1"
+                ));
+            }
+            if limit
+                .window_secs
+                .is_some_and(|secs| !secs.is_finite() || secs <= 0.0)
+            {
+                return Err(format!(
+                    "repair_ladder.commands.{command}.window_secs must be a positive number of seconds"
+                ));
+            }
+            if limit.escalate_to == Some(Action::LiveRepair) {
+                return Err(format!(
+                    "repair_ladder.commands.{command}.escalate_to must be evacuate or evacuate-failover"
+                ));
+            }
         }
         Ok(())
     }
@@ -98,7 +164,11 @@ impl LadderPolicy {
 
     /// How long the history must remember an outcome.
     pub fn keep_secs(&self) -> f64 {
-        self.window_secs.max(self.settle_secs).max(3_600.0)
+        self.commands
+            .values()
+            .filter_map(|c| c.window_secs)
+            .fold(self.window_secs.max(self.settle_secs), f64::max)
+            .max(3_600.0)
     }
 }
 
@@ -118,6 +188,9 @@ pub struct Repaired {
     pub ended_s: Option<f64>,
     /// How it stands or ended.
     pub status: RepairStatus,
+    /// A live repair's command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
 }
 
 /// Brings `history` up to date with the incidents stored now at `now_s`, and forgets what is
@@ -146,6 +219,9 @@ pub fn record(
             opened_s: incident.ctime,
             ended_s: None,
             status: incident.repair_status,
+            command: (incident.action == Action::LiveRepair)
+                .then(|| incident.verdict.command.clone())
+                .flatten(),
         };
         match at.get(&incident.uuid).and_then(|i| history.get_mut(*i)) {
             Some(known) => {
@@ -157,10 +233,12 @@ pub fn record(
                 if known.status != incident.repair_status
                     || known.action != incident.action
                     || known.ended_s != ended_s
+                    || known.command != entry.command
                 {
                     known.status = incident.repair_status;
                     known.action = incident.action;
                     known.ended_s = ended_s;
+                    known.command = entry.command;
                     changed = true;
                 }
             }
@@ -242,17 +320,80 @@ pub struct Escalation {
     pub said: String,
 }
 
-/// What a new verdict asking for `action` on node `node` (uuid `node_uuid`) becomes at
-/// `now_s`, given the node's `history`: `None` when it is acted on as asked.
+/// From when a node's repairs count, given its history (`mine`) at `now_s`: the start of the
+/// repair that followed its last healthy stretch (no incident open) of at least `reset_secs`,
+/// or `now_s` when it has been healthy that long since its last repair; `None`: all count.
+fn counted_from(mine: &[&Repaired], now_s: f64, reset_secs: f64) -> Option<f64> {
+    if reset_secs <= 0.0 {
+        return None;
+    }
+    let mut sorted: Vec<&Repaired> = mine.to_vec();
+    sorted.sort_by(|a, b| a.opened_s.total_cmp(&b.opened_s));
+    let mut from = None;
+    // The end of the last repair so far (`INFINITY` while one is open).
+    let mut busy_until: Option<f64> = None;
+    for repair in sorted {
+        if busy_until.is_some_and(|end| repair.opened_s - end >= reset_secs) {
+            from = Some(repair.opened_s);
+        }
+        let end = repair.ended_s.unwrap_or(f64::INFINITY);
+        busy_until = Some(busy_until.map_or(end, |until: f64| until.max(end)));
+    }
+    if busy_until.is_some_and(|end| now_s - end >= reset_secs) {
+        from = Some(now_s);
+    }
+    from
+}
+
+/// What a new verdict asking for `action` (a live repair: with `command`) on node `node` (uuid
+/// `node_uuid`) becomes at `now_s`, given the node's `history`: `None` when it is acted on as
+/// asked.
 pub fn escalation(
     history: &[Repaired],
     node_uuid: &str,
     node: &str,
     action: Action,
+    command: Option<&str>,
     now_s: f64,
     policy: &LadderPolicy,
 ) -> Option<Escalation> {
-    let mine = || history.iter().filter(move |r| r.node_uuid == node_uuid);
+    let all: Vec<&Repaired> = history
+        .iter()
+        .filter(|r| r.node_uuid == node_uuid)
+        .collect();
+    let from = counted_from(&all, now_s, policy.reset_after_healthy_secs);
+    let mine = || {
+        all.iter()
+            .copied()
+            .filter(move |r| from.is_none_or(|from| r.opened_s >= from))
+    };
+    if action == Action::LiveRepair
+        && let Some(command) = command
+        && let Some(limit) = policy.commands.get(command)
+    {
+        let window = limit.window_secs.unwrap_or(policy.window_secs);
+        let done = mine()
+            .filter(|r| {
+                r.action == Action::LiveRepair
+                    && r.command.as_deref() == Some(command)
+                    && r.opened_s >= now_s - window
+            })
+            .count();
+        if done >= usize::try_from(limit.max_live_repairs).unwrap_or(usize::MAX) {
+            let to = limit.escalate_to.unwrap_or(policy.escalate_to);
+            return Some(Escalation {
+                to,
+                why: Why::LiveRepairLimit,
+                said: format!(
+                    "{} live repair of {node} with {command} in {} (at most {}, repair_ladder.commands.{command}.max_live_repairs): escalated to {}",
+                    ordinal(done + 1),
+                    span(window),
+                    limit.max_live_repairs,
+                    to.as_str()
+                ),
+            });
+        }
+    }
     let next = |action: Action| match action {
         Action::LiveRepair => Some(policy.escalate_to),
         Action::Evacuate => Some(Action::EvacuateFailover),
@@ -321,6 +462,7 @@ mod tests {
             } else {
                 RepairStatus::Pending
             },
+            command: (action == Action::LiveRepair).then(|| "reset-fan".to_owned()),
         }
     }
 
@@ -345,6 +487,7 @@ mod tests {
             "u7",
             "node7",
             Action::LiveRepair,
+            None,
             now,
             &twice_a_day(),
         );
@@ -363,6 +506,7 @@ mod tests {
                 "u8",
                 "node8",
                 Action::LiveRepair,
+                None,
                 now,
                 &twice_a_day()
             ),
@@ -374,6 +518,7 @@ mod tests {
                 "u7",
                 "node7",
                 Action::LiveRepair,
+                None,
                 10_000.0 + DAY + 1.0,
                 &twice_a_day()
             ),
@@ -386,6 +531,7 @@ mod tests {
                 "u7",
                 "node7",
                 Action::LiveRepair,
+                None,
                 now,
                 &LadderPolicy::default()
             ),
@@ -400,7 +546,15 @@ mod tests {
             ..LadderPolicy::default()
         };
         let history = vec![repaired(1, Action::Evacuate, 1_000.0, Some(2_000.0))];
-        let again = escalation(&history, "u7", "node7", Action::Evacuate, 3_200.0, &policy);
+        let again = escalation(
+            &history,
+            "u7",
+            "node7",
+            Action::Evacuate,
+            None,
+            3_200.0,
+            &policy,
+        );
         assert_eq!(
             again.as_ref().map(|e| (e.to, e.why)),
             Some((Action::EvacuateFailover, Why::FailedAgain))
@@ -411,7 +565,15 @@ mod tests {
         );
         // After the settle period, or a failed repair, or another action: as asked.
         assert_eq!(
-            escalation(&history, "u7", "node7", Action::Evacuate, 5_700.0, &policy),
+            escalation(
+                &history,
+                "u7",
+                "node7",
+                Action::Evacuate,
+                None,
+                5_700.0,
+                &policy
+            ),
             None
         );
         assert_eq!(
@@ -420,6 +582,7 @@ mod tests {
                 "u7",
                 "node7",
                 Action::LiveRepair,
+                None,
                 3_200.0,
                 &policy
             ),
@@ -430,7 +593,15 @@ mod tests {
             ..history[0].clone()
         }];
         assert_eq!(
-            escalation(&failed, "u7", "node7", Action::Evacuate, 3_200.0, &policy),
+            escalation(
+                &failed,
+                "u7",
+                "node7",
+                Action::Evacuate,
+                None,
+                3_200.0,
+                &policy
+            ),
             None
         );
         // Nothing is above evacuate-failover.
@@ -446,11 +617,117 @@ mod tests {
                 "u7",
                 "node7",
                 Action::EvacuateFailover,
+                None,
                 3_200.0,
                 &policy
             ),
             None
         );
+    }
+
+    /// `[repair_ladder.commands.reset-fan]`: its own limit counts the live repairs with that
+    /// command only, and escalates to its own action.
+    #[test]
+    fn a_repair_command_has_a_limit_of_its_own() {
+        let policy = LadderPolicy {
+            commands: BTreeMap::from([(
+                "reset-fan".to_owned(),
+                CommandLimit {
+                    max_live_repairs: 1,
+                    window_secs: Some(3_600.0),
+                    escalate_to: Some(Action::EvacuateFailover),
+                },
+            )]),
+            ..LadderPolicy::default()
+        };
+        let history = vec![repaired(1, Action::LiveRepair, 1_000.0, Some(1_100.0))];
+        assert_eq!(
+            escalation(
+                &history,
+                "u7",
+                "node7",
+                Action::LiveRepair,
+                Some("reset-fan"),
+                2_000.0,
+                &policy
+            ),
+            Some(Escalation {
+                to: Action::EvacuateFailover,
+                why: Why::LiveRepairLimit,
+                said: "2nd live repair of node7 with reset-fan in 60 min (at most 1, repair_ladder.commands.reset-fan.max_live_repairs): escalated to evacuate-failover".into()
+            })
+        );
+        // Another command, or past the command's window: as asked.
+        for (command, now) in [(Some("reset-psu"), 2_000.0), (Some("reset-fan"), 4_700.0)] {
+            assert_eq!(
+                escalation(
+                    &history,
+                    "u7",
+                    "node7",
+                    Action::LiveRepair,
+                    command,
+                    now,
+                    &policy
+                ),
+                None,
+                "{command:?} at {now}"
+            );
+        }
+    }
+
+    /// `reset_after_healthy_secs`: a node healthy (no incident open) that long after its last
+    /// repair starts afresh; a shorter stretch, or an incident still open, does not reset.
+    #[test]
+    fn a_node_healthy_long_enough_starts_afresh() {
+        let policy = LadderPolicy {
+            max_live_repairs: 1,
+            reset_after_healthy_secs: 3_600.0,
+            ..LadderPolicy::default()
+        };
+        let once = vec![repaired(1, Action::LiveRepair, 1_000.0, Some(1_100.0))];
+        let asked = |history: &[Repaired], now: f64| {
+            escalation(
+                history,
+                "u7",
+                "node7",
+                Action::LiveRepair,
+                Some("reset-fan"),
+                now,
+                &policy,
+            )
+            .map(|e| e.to)
+        };
+        assert_eq!(asked(&once, 2_000.0), Some(Action::Evacuate));
+        assert_eq!(asked(&once, 4_700.0), None);
+        // A healthy stretch long enough in the middle: only the repairs after it count.
+        let twice = vec![
+            repaired(1, Action::LiveRepair, 1_000.0, Some(1_100.0)),
+            repaired(2, Action::LiveRepair, 10_000.0, Some(10_100.0)),
+        ];
+        assert_eq!(asked(&twice, 10_500.0), Some(Action::Evacuate));
+        let policy2 = LadderPolicy {
+            max_live_repairs: 2,
+            ..policy.clone()
+        };
+        assert_eq!(
+            escalation(
+                &twice,
+                "u7",
+                "node7",
+                Action::LiveRepair,
+                None,
+                10_500.0,
+                &policy2
+            ),
+            None,
+            "the first repair, before the healthy stretch, no longer counts"
+        );
+        // An incident still open: never healthy since.
+        let open = vec![
+            repaired(1, Action::LiveRepair, 1_000.0, Some(1_100.0)),
+            repaired(2, Action::Evacuate, 1_200.0, None),
+        ];
+        assert_eq!(asked(&open, 9_000.0), Some(Action::Evacuate));
     }
 
     #[test]
@@ -476,6 +753,41 @@ mod tests {
                     ..LadderPolicy::default()
                 },
                 "escalate_to",
+            ),
+            (
+                LadderPolicy {
+                    reset_after_healthy_secs: -5.0,
+                    ..LadderPolicy::default()
+                },
+                "reset_after_healthy_secs",
+            ),
+            (
+                LadderPolicy {
+                    commands: BTreeMap::from([(
+                        "a b".to_owned(),
+                        CommandLimit {
+                            max_live_repairs: 1,
+                            window_secs: None,
+                            escalate_to: None,
+                        },
+                    )]),
+                    ..LadderPolicy::default()
+                },
+                "not a repair command",
+            ),
+            (
+                LadderPolicy {
+                    commands: BTreeMap::from([(
+                        "reset-fan".to_owned(),
+                        CommandLimit {
+                            max_live_repairs: 0,
+                            window_secs: None,
+                            escalate_to: None,
+                        },
+                    )]),
+                    ..LadderPolicy::default()
+                },
+                "commands.reset-fan.max_live_repairs",
             ),
         ] {
             assert!(
@@ -504,7 +816,7 @@ mod tests {
                 .collect();
             let policy = LadderPolicy { max_live_repairs: max, settle_secs: settle, ..LadderPolicy::default() };
             let asked = action(asked);
-            if let Some(e) = escalation(&history, "u7", "node7", asked, now, &policy) {
+            if let Some(e) = escalation(&history, "u7", "node7", asked, None, now, &policy) {
                 prop_assert!(e.to.invasiveness() > asked.invasiveness());
                 prop_assert!(e.to != Action::LiveRepair);
                 prop_assert!(!e.said.is_empty());
@@ -561,6 +873,32 @@ mod tests {
         assert_eq!(history.len(), 1);
         assert!(record(&mut history, &[], 3_801.0, 3_600.0));
         assert!(history.is_empty());
+    }
+
+    /// A command's limit as the configuration spells it.
+    #[test]
+    fn a_command_limit_is_read_from_the_configuration() {
+        let config = crate::config::Config::parse(
+            "[repair_ladder]\nreset_after_healthy_secs = 600.0\n\
+             [repair_ladder.commands.reset-fan]\nmax_live_repairs = 2\nescalate_to = \"evacuate-failover\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.repair_ladder.reset_after_healthy_secs, 600.0);
+        assert_eq!(
+            config.repair_ladder.commands.get("reset-fan"),
+            Some(&CommandLimit {
+                max_live_repairs: 2,
+                window_secs: None,
+                escalate_to: Some(Action::EvacuateFailover),
+            })
+        );
+        assert!(
+            crate::config::Config::parse(
+                "[repair_ladder.commands.reset-fan]\nmax_live_repairs = 0\n"
+            )
+            .and_then(|c| c.validate())
+            .is_err()
+        );
     }
 
     /// The packaged configuration's `[repair_ladder]` section, every commented key set as

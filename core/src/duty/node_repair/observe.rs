@@ -193,6 +193,7 @@ pub fn observe(
                 result.node_uuid,
                 result.node,
                 action,
+                verdict.command.as_deref(),
                 facts.time,
                 facts.ladder,
             );
@@ -268,14 +269,7 @@ mod tests {
         )
     }
 
-    const LADDER_OFF: super::super::ladder::LadderPolicy = super::super::ladder::LadderPolicy {
-        max_live_repairs: 0,
-        window_secs: 86_400.0,
-        settle_secs: 0.0,
-        escalate_to: Action::Evacuate,
-        hold_live_repair_secs: 0.0,
-        hold_evacuate_secs: 0.0,
-    };
+    static LADDER_OFF: super::super::ladder::LadderPolicy = super::super::ladder::LadderPolicy::OFF;
 
     struct World {
         graced: BTreeMap<String, u64>,
@@ -501,6 +495,7 @@ mod tests {
                 opened_s: 100.0 + n as f64,
                 ended_s: Some(150.0),
                 status: crate::incident::RepairStatus::Completed,
+                command: Some("reset-fan".into()),
             })
             .collect();
         let ladder = LadderPolicy {
