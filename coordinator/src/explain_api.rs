@@ -231,6 +231,9 @@ pub fn incident_now(incident: &crate::incident::Incident) -> Vec<String> {
         incident.action.as_str(),
         incident.repair_status.as_str()
     )];
+    if let Some(said) = crate::duty::node_repair::ladder::said_of(incident) {
+        lines.push(format!("opened by its node's repair history: {said}"));
+    }
     let since = |event: &str| {
         incident
             .history
@@ -477,6 +480,24 @@ mod tests {
         assert_eq!(
             incident_now(&incident)[1],
             "failed at 2025-11-26 02:42:40 UTC: no target with room"
+        );
+    }
+
+    /// An incident the repair ladder opened more invasive says why, in explain and what-if.
+    #[test]
+    fn an_incident_opened_by_the_ladder_says_why() {
+        let mut incident = incident();
+        let said = "3rd live repair of node1 in 24 h (at most 2, repair_ladder.max_live_repairs): escalated to evacuate";
+        incident
+            .apply(Event::Progress(said.into()), 1_764_124_800.0)
+            .unwrap();
+        assert_eq!(
+            incident_now(&incident)[1],
+            format!("opened by its node's repair history: {said}")
+        );
+        assert_eq!(
+            crate::what_if::incident_why(&incident).as_deref(),
+            Some(said)
         );
     }
 

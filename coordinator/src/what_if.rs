@@ -1303,6 +1303,16 @@ fn grace_waits(board: &Board) -> Vec<Wait> {
 
 /// Why an incident ends as it does: its failure, what it waits for, what it left behind.
 pub fn incident_why(incident: &crate::incident::Incident) -> Option<String> {
+    let why = incident_end(incident);
+    match (crate::duty::node_repair::ladder::said_of(incident), why) {
+        (Some(said), Some(why)) => Some(format!("{said}; {why}")),
+        (Some(said), None) => Some(said.to_owned()),
+        (None, why) => why,
+    }
+}
+
+/// How an incident ends, or what it waits for.
+fn incident_end(incident: &crate::incident::Incident) -> Option<String> {
     match incident.repair_status {
         RepairStatus::Failed => Some(match &incident.failure {
             Some(failure) => format!("failed: {failure}"),

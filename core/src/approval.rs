@@ -20,7 +20,8 @@ pub const MAX_TICKET_BYTES: usize = 64;
 #[serde(deny_unknown_fields, default)]
 pub struct ApprovalsConfig {
     /// The kinds of work that need an approval before they start: `campaign`, `evacuation`,
-    /// `live-repair`, `instance-repair`. None by default.
+    /// `live-repair`, `instance-repair` (every instance repair), `reinstall` (harep's reinstalls
+    /// only). None by default.
     pub require: Vec<WorkKind>,
     /// Any new disruption of an incident, a campaign or an instance repair that moves more than
     /// this many instances (the primaries of the nodes it drains or reboots) needs an approval
@@ -84,7 +85,7 @@ impl ApprovalsConfig {
                 return Err(format!(
                     "approvals.require: {} cannot require an approval (use maintenance windows \
                      and freezes for it); approvable: campaign, evacuation, live-repair, \
-                     instance-repair",
+                     instance-repair, reinstall",
                     kind.as_str()
                 ));
             }
@@ -148,12 +149,14 @@ impl Approvals {
         moves: usize,
     ) -> Option<BlockedBy> {
         let many = self.moves_above.filter(|above| moves > *above);
-        if !self.required.contains(&kind) && many.is_none() {
+        let required = self.required.contains(&kind)
+            || (kind == WorkKind::Reinstall && self.required.contains(&WorkKind::InstanceRepair));
+        if !required && many.is_none() {
             return None;
         }
         let id = id?;
         let holder = match many {
-            Some(above) if !self.required.contains(&kind) => {
+            Some(above) if !required => {
                 let plural = if moves == 1 { "" } else { "s" };
                 format!(
                     "{holder} (moves {moves} instance{plural}, more than approvals.moves_above = {above})"
@@ -228,6 +231,35 @@ mod tests {
         (kind, id, holder): (WorkKind, Option<Uuid>, String),
     ) -> Option<BlockedBy> {
         approvals.blocks(kind, id, &holder, 1)
+    }
+
+    /// `instance-repair` covers reinstalls; `reinstall` alone leaves the other instance repairs
+    /// free.
+    #[test]
+    fn reinstalls_are_instance_repairs_unless_named_alone() {
+        let id = Some(Uuid::from_u128(4));
+        let all = Approvals {
+            required: vec![WorkKind::InstanceRepair],
+            ..Approvals::default()
+        };
+        assert!(
+            all.blocks(WorkKind::Reinstall, id, "instance repair 4", 0)
+                .is_some()
+        );
+        let reinstalls = Approvals {
+            required: vec![WorkKind::Reinstall],
+            ..Approvals::default()
+        };
+        assert!(
+            reinstalls
+                .blocks(WorkKind::Reinstall, id, "instance repair 4", 0)
+                .is_some()
+        );
+        assert!(
+            reinstalls
+                .blocks(WorkKind::InstanceRepair, id, "instance repair 4", 0)
+                .is_none()
+        );
     }
 
     /// `moves_above`: work of any approvable kind that moves more instances waits, and says

@@ -344,12 +344,19 @@ fn is_default_calendar(calendar: &CalendarNow) -> bool {
     *calendar == CalendarNow::default()
 }
 
+/// The invasiveness of an instance repair that reinstalls its instance (harep's most invasive
+/// repair): its own kind of work ([`WorkKind::Reinstall`]).
+pub const REINSTALL_INVASIVENESS: u8 = 4;
+
 /// The kind of work a proposal is, as the calendar tells them apart: a node repair that
 /// disrupts no node is a live repair, one that does is an evacuation.
 pub fn work_kind(proposal: &Proposal) -> WorkKind {
     match proposal.duty {
         Duty::NodeRepair if proposal.disrupts.is_empty() => WorkKind::LiveRepair,
         Duty::NodeRepair => WorkKind::Evacuation,
+        Duty::InstanceRepair if proposal.invasiveness >= REINSTALL_INVASIVENESS => {
+            WorkKind::Reinstall
+        }
         Duty::InstanceRepair => WorkKind::InstanceRepair,
         Duty::Maintenance => WorkKind::Campaign,
         Duty::Balancing => WorkKind::Balancing,

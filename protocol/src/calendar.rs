@@ -78,6 +78,9 @@ pub enum WorkKind {
     InstanceRepair,
     /// An evacuation of a failing node.
     Evacuation,
+    /// An instance repair that reinstalls its instance (harep's `reinstall`): an instance
+    /// repair for the calendar, and for approvals too unless named on its own.
+    Reinstall,
 }
 
 impl WorkKind {
@@ -90,6 +93,7 @@ impl WorkKind {
             Self::LiveRepair => "live repair",
             Self::InstanceRepair => "instance repair",
             Self::Evacuation => "evacuation",
+            Self::Reinstall => "reinstall",
         }
     }
 }
@@ -102,7 +106,7 @@ impl CalendarRules {
             WorkKind::Balancing => self.balancing,
             WorkKind::Admission => self.admissions,
             WorkKind::LiveRepair => self.live_repairs,
-            WorkKind::InstanceRepair => self.instance_repairs,
+            WorkKind::InstanceRepair | WorkKind::Reinstall => self.instance_repairs,
             WorkKind::Evacuation => self.evacuations,
         }
     }

@@ -120,7 +120,7 @@ impl RepairType {
             Self::FixStorage => 1,
             Self::Migrate => 2,
             Self::Failover => 3,
-            Self::Reinstall => 4,
+            Self::Reinstall => crate::gate::REINSTALL_INVASIVENESS,
         }
     }
 }

@@ -320,6 +320,16 @@ pub struct Escalation {
     pub said: String,
 }
 
+/// What the ladder said when it opened `incident` more invasive than its verdict asked (the
+/// line of its history), if it did.
+pub fn said_of(incident: &Incident) -> Option<&str> {
+    incident
+        .history
+        .iter()
+        .map(|h| h.event.as_str())
+        .find(|event| event.contains("repair_ladder.") && event.contains("): escalated to "))
+}
+
 /// From when a node's repairs count, given its history (`mine`) at `now_s`: the start of the
 /// repair that followed its last healthy stretch (no incident open) of at least `reset_secs`,
 /// or `now_s` when it has been healthy that long since its last repair; `None`: all count.
