@@ -217,6 +217,55 @@ pub fn keep(records: &mut Vec<ApprovalRecord>, record: ApprovalRecord) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn kind(n: u8) -> WorkKind {
+        [
+            WorkKind::Campaign,
+            WorkKind::Evacuation,
+            WorkKind::LiveRepair,
+            WorkKind::InstanceRepair,
+            WorkKind::Reinstall,
+        ][usize::from(n % 5)]
+    }
+
+    proptest! {
+        /// Work waits exactly when its kind (or instance repairs, for a reinstall) is required,
+        /// or it moves more than `moves_above`, and the holder's latest decision is not an
+        /// approval; holders nobody approves never wait.
+        #[test]
+        fn work_waits_exactly_when_it_needs_an_approval_it_lacks(
+            required in prop::collection::vec(0u8..5, 0..4),
+            asked in 0u8..5,
+            above in prop::option::of(0usize..5),
+            moves in 0usize..8,
+            decisions in prop::collection::vec((any::<bool>(), 0u64..100), 0..4),
+            approvable in any::<bool>(),
+        ) {
+            let id = Uuid::from_u128(9);
+            let mut approvals = Approvals {
+                required: required.iter().map(|n| kind(*n)).collect(),
+                moves_above: above,
+                records: Vec::new(),
+            };
+            for (approve, at_ms) in &decisions {
+                keep(&mut approvals.records, ApprovalRecord {
+                    id,
+                    ticket: approve.then(|| "CHG-1".to_owned()),
+                    refused: (!approve).then(|| "no".to_owned()),
+                    who: "op".into(),
+                    at_ms: *at_ms,
+                });
+            }
+            let asked = kind(asked);
+            let needs = approvals.required.contains(&asked)
+                || (asked == WorkKind::Reinstall && approvals.required.contains(&WorkKind::InstanceRepair))
+                || above.is_some_and(|a| moves > a);
+            let approved = approvals.decision(id).is_some_and(|d| d.ticket.is_some());
+            let blocked = approvals.blocks(asked, approvable.then_some(id), "holder", moves);
+            prop_assert_eq!(blocked.is_some(), approvable && needs && !approved, "{:?}", blocked);
+        }
+    }
 
     fn campaign(n: u128) -> (WorkKind, Option<Uuid>, String) {
         (
