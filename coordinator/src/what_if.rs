@@ -801,7 +801,11 @@ pub fn check(query: &Query, nodes: &[Node]) -> Result<(), WhatIfError> {
             nodes.len()
         )));
     }
-    let known: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    check_names(query, &nodes.iter().map(|n| n.name.as_str()).collect())
+}
+
+/// Checks that every node `query` names is `known`.
+pub fn check_names(query: &Query, known: &BTreeSet<&str>) -> Result<(), WhatIfError> {
     for change in &query.changes {
         let named: Vec<&str> = match change {
             Change::Campaign { nodes } => nodes.iter().map(String::as_str).collect(),

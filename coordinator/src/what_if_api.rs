@@ -2,7 +2,8 @@
 //! Read-only, like `/1/explain`: it runs on a private copy and changes nothing.
 //!
 //! The query is [`nodecare_protocol::what_if::Query`]; the answer
-//! [`nodecare_protocol::what_if::WhatIf`]; `400` for a bad query or an unknown node, `429`
+//! [`nodecare_protocol::what_if::WhatIf`]; `400` for a bad query or an unknown node (one the
+//! last round did not see is refused before any read of Ganeti), `429`
 //! while another what-if runs, `502` when Ganeti cannot be read, `503` when what-ifs are off.
 
 use axum::Json;
@@ -20,6 +21,17 @@ pub async fn what_if(
     query: Option<&str>,
 ) -> Result<WhatIf, (StatusCode, String)> {
     let query = Query::parse(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
+    // A question naming a node the last round did not see is answered before any read of
+    // Ganeti (a node added since then is known once the next round has run).
+    let seen = state.board.gate.read().ok().and_then(|gate| {
+        gate.as_ref().map(|snapshot| {
+            let known = snapshot.view.nodes.keys().map(String::as_str).collect();
+            crate::what_if::check_names(&query, &known)
+        })
+    });
+    if let Some(Err(e)) = seen {
+        return Err((StatusCode::BAD_REQUEST, e.to_string()));
+    }
     let (Some(context), Some(ganeti)) = (&state.what_if, &state.ganeti) else {
         return Err((
             StatusCode::SERVICE_UNAVAILABLE,

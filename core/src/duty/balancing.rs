@@ -205,8 +205,9 @@ pub fn propose(
                 disrupts: BTreeSet::new(),
                 touches: job.nodes(),
                 fresh: false,
-                // The job migrates, fails over or copies the instance: never "nothing moves".
-                moves_memory: memory.get(&job.instance).copied(),
+                // The job migrates, fails over or copies the instance: never "nothing moves" (0 MiB
+                // reads as unknown).
+                moves_memory: memory.get(&job.instance).copied().filter(|m| *m > 0),
                 after_releases: BTreeMap::new(),
                 reason: format!(
                     "hbal: {} {} => {} ({}; score {:.8})",

@@ -368,7 +368,8 @@ pub struct FailbackMove {
     pub incident: Uuid,
     /// The move, as a balancing job.
     pub job: HbalJob,
-    /// The instance's memory in MiB (`None`: not known; `Some(0)` for a stopped instance).
+    /// The instance's memory in MiB (`None`: not known), as the gate reads what a move moves
+    /// (a stopped instance's too: its failover is a move).
     pub memory: Option<u64>,
     /// Why, for people.
     pub reason: String,
@@ -482,14 +483,17 @@ pub fn plan(
             ));
             continue;
         }
-        let memory = if running { instance.memory } else { Some(0) };
+        // What it moves, for the gate: never "nothing moves" (a failover of a stopped instance
+        // is a move too, held while storage is not whole; 0 MiB reads as unknown); only a
+        // running one needs room.
+        let memory = instance.memory.filter(|m| *m > 0);
         if running {
             let free = nodes
                 .iter()
                 .find(|n| n.name == home)
                 .and_then(|n| n.memory_free);
             let taken = promised.get(home).copied().unwrap_or(0);
-            match (memory, free) {
+            match (instance.memory, free) {
                 (None, _) => {
                     wait(format!("{}'s memory is not known", instance.name));
                     continue;

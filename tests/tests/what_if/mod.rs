@@ -650,3 +650,32 @@ async fn a_what_if_predicts_the_moves_home_of_a_returned_node() {
         .collect();
     assert_eq!(done, home);
 }
+
+/// A what-if naming a node the last round did not see is refused before any read of Ganeti:
+/// with every RAPI request failing, the answer is still `400` naming the node, not `502`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_about_an_unknown_node_reads_nothing_of_ganeti() {
+    let mut h = Harness::new(3, "a:diskless:2", |_| {}).await.unwrap();
+    h.round().await.unwrap();
+    h.sim.set_http_faults(nodecare_ganeti_sim::HttpFaults {
+        fail_5xx: 1_000,
+        ..Default::default()
+    });
+    let answer = what_if_api::what_if(h.coordinator.api(), Some("drain=nosuch")).await;
+    h.sim
+        .set_http_faults(nodecare_ganeti_sim::HttpFaults::default());
+    match answer {
+        Err((status, message)) => {
+            assert_eq!(status, 400, "{message}");
+            assert!(message.contains("unknown node nosuch"), "{message}");
+        }
+        Ok(answer) => panic!("answered: {answer:?}"),
+    }
+    // A known node goes on to read Ganeti as before.
+    let known = format!("drain={}", node(2));
+    assert!(
+        what_if_api::what_if(h.coordinator.api(), Some(&known))
+            .await
+            .is_ok()
+    );
+}
