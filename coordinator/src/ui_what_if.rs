@@ -189,7 +189,11 @@ pub fn render(result: Option<Result<&WhatIf, &str>>) -> String {
 }
 
 /// `GET /ui/what-if`.
-pub async fn page(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
+pub async fn page(
+    State(state): State<ApiState>,
+    extensions: axum::http::Extensions,
+    RawQuery(query): RawQuery,
+) -> Response {
     let asked = match form_query(query.as_deref()) {
         Ok(asked) => asked,
         Err(message) => {
@@ -203,7 +207,8 @@ pub async fn page(State(state): State<ApiState>, RawQuery(query): RawQuery) -> R
     let Some(asked) = asked else {
         return html_page(render(None));
     };
-    match crate::what_if_api::what_if(&state, Some(&asked.to_query_string())).await {
+    let caller = crate::what_if_api::caller_of(&extensions);
+    match crate::what_if_api::what_if_by(&state, Some(&asked.to_query_string()), caller).await {
         Ok(what_if) => html_page(render(Some(Ok(&what_if)))),
         Err((status, message)) => (status, html_page(render(Some(Err(&message))))).into_response(),
     }

@@ -19,7 +19,9 @@
 //!   recorder off; the clock is simulated, one round interval per round.
 //!
 //! Bounded: at most [`MAX_NODES`] nodes, [`MAX_ROUNDS`] rounds, [`TIME_LIMIT`] of work, one
-//! what-if at a time ([`WhatIfContext::permit`]).
+//! what-if at a time, the next ones waiting their turn first come, first served, one per
+//! caller, at most [`MAX_WAITING`] for at most [`QUEUE_WAIT`] ([`WhatIfContext::turn`]): a
+//! caller asking back to back waits behind everyone who asked meanwhile.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -68,7 +70,52 @@ pub struct WhatIfContext {
     /// Where the daemon's rounds read the agents (none: the agents answer as in the last
     /// recorded round).
     agents: Option<Arc<dyn AgentReader>>,
+    /// The one what-if that runs at a time; the next ones wait in turn (tokio's semaphore
+    /// serves its waiters first come, first served).
     permit: tokio::sync::Semaphore,
+    /// The callers whose what-if runs or waits: one each.
+    callers: std::sync::Mutex<BTreeSet<Caller>>,
+    /// How long a what-if waits for its turn.
+    queue_wait: Duration,
+}
+
+/// Who asks for a what-if (the address it comes from; `Local`: the local socket or the
+/// process itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Caller {
+    /// The CLI on the local socket, or a caller in the process.
+    Local,
+    /// A caller over the network.
+    Address(std::net::IpAddr),
+}
+
+/// Most what-ifs waiting for their turn at once.
+pub const MAX_WAITING: usize = 8;
+
+/// How long a what-if waits for its turn by default.
+pub const QUEUE_WAIT: Duration = Duration::from_secs(20);
+
+/// A what-if's turn: held while it runs; its caller may ask again once it is dropped.
+#[derive(Debug)]
+pub struct Turn<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    _caller: CallerMark<'a>,
+}
+
+/// Marks a caller as running or waiting until dropped.
+#[derive(Debug)]
+struct CallerMark<'a> {
+    callers: &'a std::sync::Mutex<BTreeSet<Caller>>,
+    caller: Caller,
+}
+
+impl Drop for CallerMark<'_> {
+    fn drop(&mut self) {
+        self.callers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&self.caller);
+    }
 }
 
 impl WhatIfContext {
@@ -79,6 +126,53 @@ impl WhatIfContext {
             interval,
             agents: None,
             permit: tokio::sync::Semaphore::new(1),
+            callers: std::sync::Mutex::new(BTreeSet::new()),
+            queue_wait: QUEUE_WAIT,
+        }
+    }
+
+    /// The same context, a what-if waiting at most `wait` for its turn.
+    #[must_use]
+    pub const fn with_queue_wait(mut self, wait: Duration) -> Self {
+        self.queue_wait = wait;
+        self
+    }
+
+    /// `caller`'s turn, first come, first served: refused at once while `caller` has a what-if
+    /// running or waiting, or [`MAX_WAITING`] wait; refused after waiting `queue_wait`.
+    pub async fn turn(&self, caller: Caller) -> Result<Turn<'_>, WhatIfError> {
+        {
+            let mut callers = self
+                .callers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if callers.contains(&caller) {
+                return Err(WhatIfError::Busy(
+                    "your earlier what-if is still running or waiting; ask again when it ends"
+                        .to_owned(),
+                ));
+            }
+            if callers.len() > MAX_WAITING {
+                return Err(WhatIfError::Busy(format!(
+                    "{MAX_WAITING} what-ifs wait already; try again later"
+                )));
+            }
+            callers.insert(caller);
+        }
+        let mark = CallerMark {
+            callers: &self.callers,
+            caller,
+        };
+        match tokio::time::timeout(self.queue_wait, self.permit.acquire()).await {
+            Ok(Ok(permit)) => Ok(Turn {
+                _permit: permit,
+                _caller: mark,
+            }),
+            Ok(Err(_closed)) => Err(WhatIfError::Busy("what-ifs are stopping".to_owned())),
+            Err(_elapsed) => Err(WhatIfError::Busy(format!(
+                "waited {} s behind other what-ifs; try again later",
+                self.queue_wait.as_secs()
+            ))),
         }
     }
 
@@ -102,9 +196,10 @@ pub enum WhatIfError {
     /// The question is wrong (unknown node, too many nodes, no recorded round at that time).
     #[error("{0}")]
     Input(String),
-    /// Another what-if runs.
-    #[error("another what-if is running; try again when it ends")]
-    Busy,
+    /// Its turn did not come (the caller's earlier what-if runs, too many wait, or it waited
+    /// too long), and why.
+    #[error("{0}")]
+    Busy(String),
     /// The live state or Ganeti could not be read.
     #[error("{0}")]
     Read(String),
@@ -561,6 +656,8 @@ pub struct Live<'a> {
     pub ganeti: &'a dyn Ganeti,
     /// The daemon's settings and interval.
     pub context: &'a WhatIfContext,
+    /// Who asks.
+    pub caller: Caller,
 }
 
 /// What a what-if starts from: the cluster, nodecare's jobs in flight, the agents, as read
@@ -659,9 +756,7 @@ pub async fn read_cluster(
 
 /// Runs the what-if `query` against the live coordinator's state, changing nothing of it.
 pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
-    let Some(_permit) = live.context.permit() else {
-        return Err(WhatIfError::Busy);
-    };
+    let _turn = live.context.turn(live.caller).await?;
     let (nodes, instances, in_flight) = read_cluster(live.store, live.ganeti).await?;
     // A wrong question costs no copy of the state.
     check(query, &nodes)?;

@@ -3,8 +3,9 @@
 //!
 //! The query is [`nodecare_protocol::what_if::Query`]; the answer
 //! [`nodecare_protocol::what_if::WhatIf`]; `400` for a bad query or an unknown node (one the
-//! last round did not see is refused before any read of Ganeti), `429`
-//! while another what-if runs, `502` when Ganeti cannot be read, `503` when what-ifs are off.
+//! last round did not see is refused before any read of Ganeti), `429` when its turn does not
+//! come (the caller's earlier what-if still runs or waits, too many wait, or it waited too
+//! long; one runs at a time, the others wait first come, first served), `502` when Ganeti cannot be read, `503` when what-ifs are off.
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
@@ -13,12 +14,29 @@ use axum::response::{IntoResponse, Response};
 use nodecare_protocol::what_if::{Query, WhatIf};
 
 use crate::api::{ApiState, error};
-use crate::what_if::{Live, WhatIfError};
+use crate::what_if::{Caller, Live, WhatIfError};
 
-/// The what-if `query` asks for, or the error answer as `(status, message)`.
+/// Who asks, from the connection the request came on (none: the local socket).
+pub fn caller_of(extensions: &axum::http::Extensions) -> Caller {
+    extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(Caller::Local, |info| Caller::Address(info.0.ip()))
+}
+
+/// The what-if `query` asks for (by a caller in the process), or the error answer as
+/// `(status, message)`.
 pub async fn what_if(
     state: &ApiState,
     query: Option<&str>,
+) -> Result<WhatIf, (StatusCode, String)> {
+    what_if_by(state, query, Caller::Local).await
+}
+
+/// The what-if `query` asks for, asked by `caller`, or the error answer.
+pub async fn what_if_by(
+    state: &ApiState,
+    query: Option<&str>,
+    caller: Caller,
 ) -> Result<WhatIf, (StatusCode, String)> {
     let query = Query::parse(query).map_err(|message| (StatusCode::BAD_REQUEST, message))?;
     // A question naming a node the last round did not see is answered before any read of
@@ -42,11 +60,12 @@ pub async fn what_if(
         store: &state.store,
         ganeti: &**ganeti,
         context,
+        caller,
     };
     crate::what_if::run(live, &query).await.map_err(|e| {
         let status = match &e {
             WhatIfError::Input(_) => StatusCode::BAD_REQUEST,
-            WhatIfError::Busy => StatusCode::TOO_MANY_REQUESTS,
+            WhatIfError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             WhatIfError::Read(_) => StatusCode::BAD_GATEWAY,
         };
         (status, e.to_string())
@@ -54,8 +73,12 @@ pub async fn what_if(
 }
 
 /// `GET /1/what-if`.
-pub async fn get(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
-    match what_if(&state, query.as_deref()).await {
+pub async fn get(
+    State(state): State<ApiState>,
+    extensions: axum::http::Extensions,
+    RawQuery(query): RawQuery,
+) -> Response {
+    match what_if_by(&state, query.as_deref(), caller_of(&extensions)).await {
         Ok(answer) => Json(answer).into_response(),
         Err((status, message)) => error(status, message),
     }

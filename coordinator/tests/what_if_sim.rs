@@ -225,6 +225,7 @@ async fn ask(
         store,
         ganeti: &ganeti,
         context: &context,
+        caller: what_if::Caller::Local,
     };
     what_if::run(live, &Query::parse(Some(query)).unwrap()).await
 }
@@ -369,19 +370,69 @@ async fn bad_questions_get_clear_answers() {
         assert!(matches!(error, WhatIfError::Input(_)), "{query}: {error:?}");
         assert!(error.to_string().contains(says), "{query}: {error}");
     }
-    // One at a time.
-    let context = WhatIfContext::new(settings(1), Duration::from_secs(30));
+    // One at a time: the next one waits its turn, here at most 50 ms.
+    let context = WhatIfContext::new(settings(1), Duration::from_secs(30))
+        .with_queue_wait(Duration::from_millis(50));
     let _held = context.permit().unwrap();
     let ganeti = sim.client();
     let live = Live {
         store: &store,
         ganeti: &ganeti,
         context: &context,
+        caller: what_if::Caller::Local,
     };
     assert!(matches!(
         what_if::run(live, &Query::default()).await,
-        Err(WhatIfError::Busy)
+        Err(WhatIfError::Busy(_))
     ));
+}
+
+/// One what-if runs at a time; the others wait their turn first come, first served, one per
+/// caller: a caller asking again while its what-if waits is refused at once, another caller
+/// waits and runs once the running one ends.
+#[tokio::test]
+async fn what_ifs_wait_their_turn_one_per_caller() {
+    use nodecare_coordinator::what_if::Caller;
+    let sim = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_dir(dir.path()).unwrap();
+    let context = WhatIfContext::new(settings(1), Duration::from_secs(30))
+        .with_queue_wait(Duration::from_secs(10));
+    let held = context.permit().unwrap();
+    let ganeti = sim.client();
+    let a = Caller::Address("192.0.2.1".parse().unwrap());
+    let b = Caller::Address("192.0.2.2".parse().unwrap());
+    let query = Query::default();
+    let ask = |caller| {
+        what_if::run(
+            Live {
+                store: &store,
+                ganeti: &ganeti,
+                context: &context,
+                caller,
+            },
+            &query,
+        )
+    };
+    let first_a = ask(a);
+    let first_b = ask(b);
+    let again_a = async {
+        // Asked while a's first one waits.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let answer = ask(a).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(held);
+        answer
+    };
+    let (first_a, first_b, again_a) = tokio::join!(first_a, first_b, again_a);
+    assert!(
+        matches!(&again_a, Err(WhatIfError::Busy(why)) if why.contains("your earlier what-if")),
+        "{again_a:?}"
+    );
+    assert!(first_a.is_ok(), "{first_a:?}");
+    assert!(first_b.is_ok(), "{first_b:?}");
+    // Their turns ended: a asks again and runs.
+    assert!(ask(a).await.is_ok());
 }
 
 #[tokio::test]
@@ -391,7 +442,10 @@ async fn the_endpoint_answers_what_it_can() {
     let sim = cluster();
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open_dir(dir.path()).unwrap());
-    let context = Arc::new(WhatIfContext::new(settings(1), Duration::from_secs(30)));
+    let context = Arc::new(
+        WhatIfContext::new(settings(1), Duration::from_secs(30))
+            .with_queue_wait(Duration::from_millis(50)),
+    );
     let state = ApiState {
         store: Arc::clone(&store),
         board: Arc::new(Board::default()),
