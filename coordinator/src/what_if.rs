@@ -56,6 +56,10 @@ pub const MAX_NODES: usize = 1_000;
 /// Most time one what-if works (wall clock).
 pub const TIME_LIMIT: Duration = Duration::from_secs(60);
 
+/// The work budget of one what-if's rounds (wall clock): no round starts after it, and the
+/// answer says it was cut ([`Ending::Cut`]).
+pub const WORK_BUDGET: Duration = Duration::from_secs(20);
+
 /// The name hypothetical verdicts and the what-if's own records carry.
 pub const WHAT_IF: &str = "what-if";
 
@@ -77,6 +81,8 @@ pub struct WhatIfContext {
     callers: std::sync::Mutex<BTreeSet<Caller>>,
     /// How long a what-if waits for its turn.
     queue_wait: Duration,
+    /// The work budget of a what-if's rounds.
+    budget: Duration,
 }
 
 /// Who asks for a what-if (the address it comes from; `Local`: the local socket or the
@@ -128,7 +134,15 @@ impl WhatIfContext {
             permit: tokio::sync::Semaphore::new(1),
             callers: std::sync::Mutex::new(BTreeSet::new()),
             queue_wait: QUEUE_WAIT,
+            budget: WORK_BUDGET,
         }
+    }
+
+    /// The same context, the rounds of a what-if working at most `budget`.
+    #[must_use]
+    pub const fn with_budget(mut self, budget: Duration) -> Self {
+        self.budget = budget;
+        self
     }
 
     /// The same context, a what-if waiting at most `wait` for its turn.
@@ -1218,7 +1232,15 @@ async fn simulate_rounds(
     let mut rounds = Vec::new();
     let mut ending = Ending::RoundLimit { rounds: limit };
     let mut before = state_of(&sim, &store);
+    let started = std::time::Instant::now();
     for number in 1..=limit {
+        if number > 1 && started.elapsed() >= context.budget {
+            ending = Ending::Cut {
+                rounds: number - 1,
+                budget_s: context.budget.as_secs(),
+            };
+            break;
+        }
         let at_ms = start_ms.saturating_add(interval_ms.saturating_mul(u64::from(number - 1)));
         now.store(at_ms, Ordering::Relaxed);
         let submitted = sim.submissions().len();

@@ -597,3 +597,33 @@ async fn a_what_if_from_a_window_s_opening_lets_the_campaign_through() {
     );
     assert!(sim.submissions().is_empty());
 }
+
+/// A what-if whose work budget runs out answers with the rounds it ran, and says it was cut.
+#[tokio::test]
+async fn a_what_if_past_its_work_budget_is_cut_and_says_so() {
+    let sim = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_dir(dir.path()).unwrap();
+    let context =
+        WhatIfContext::new(settings(1), Duration::from_secs(30)).with_budget(Duration::ZERO);
+    let ganeti = sim.client_on(MASTER);
+    let answer = what_if::run(
+        Live {
+            store: &store,
+            ganeti: &ganeti,
+            context: &context,
+            caller: what_if::Caller::Local,
+        },
+        &Query::parse(Some("verdict=node2.sim.test:evacuate")).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        answer.ending,
+        nodecare_protocol::what_if::Ending::Cut {
+            rounds: 1,
+            budget_s: 0
+        }
+    );
+    assert_eq!(answer.rounds.len(), 1);
+}

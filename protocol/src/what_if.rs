@@ -671,6 +671,13 @@ pub enum Ending {
         /// Why.
         error: String,
     },
+    /// Its work budget ran out: the answer covers the rounds run so far.
+    Cut {
+        /// The rounds run.
+        rounds: u32,
+        /// The budget, in seconds.
+        budget_s: u64,
+    },
 }
 
 /// The answer of `GET /1/what-if`.
