@@ -214,6 +214,20 @@ impl FakeAgent {
         self.state.changed();
     }
 
+    /// The node reboots: a new boot id, and every repair command still running is ended by the
+    /// reboot (`interrupted`), as the real agent reports a command its node's reboot killed.
+    pub fn reboot(&self, boot_id: &str) {
+        if let Ok(mut runs) = self.state.runs.lock() {
+            for run in runs.values_mut() {
+                if run.record.state == RepairState::Running {
+                    run.record.state = RepairState::Interrupted;
+                    run.record.finished_at_ms = Some(now_ms());
+                }
+            }
+        }
+        self.set_boot_id(Some(boot_id));
+    }
+
     /// Sets the reboot sentinel its diagnose payload carries from now on (`None`: absent).
     pub fn set_reboot_required(&self, required: Option<bool>) {
         if let Ok(mut boot) = self.state.boot.lock() {

@@ -1882,7 +1882,8 @@ impl World {
                 .to_owned();
             let boots = self.played.get(&name).map_or(0, BTreeSet::len);
             if let Some(agent) = self.h.agents.get(&name) {
-                agent.set_boot_id(Some(&format!("boot-{i}-{boots}")));
+                // A reboot ends what its agent ran (the hook included).
+                agent.reboot(&format!("boot-{i}-{boots}"));
             }
         }
         for i in 1..=self.shape.nodes {
@@ -2425,6 +2426,35 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
             "seed {seed}: {QUIET_ROUNDS} rounds after faults stopped, not ended: {unended:?}; disrupted {disrupted:?}, their tags {tags:?}"
         );
         println!("{line}");
+        if std::env::var_os("NODECARE_ALL_DUTIES_TRACE").is_some() {
+            // For the reader of a replay: the ledger's unfinished entries and the campaigns.
+            let store = &w.h.coordinator.api().store;
+            if let Ok(entries) = nodecare_coordinator::exec::ledger::Ledger::unfinished(&**store) {
+                for e in entries {
+                    println!(
+                        "unfinished entry: {} {} {:?} {} {}",
+                        e.holder,
+                        e.key,
+                        e.state,
+                        e.description,
+                        serde_json::to_string(&e.action).unwrap_or_default()
+                    );
+                }
+                for i in 1..=w.shape.nodes {
+                    if let Some(agent) = w.h.agents.get(&node(i)) {
+                        println!("agent {}: repairs {:?}", node(i), agent.repair_commands());
+                    }
+                }
+            }
+            if let Ok(campaigns) = store.campaigns() {
+                for r in campaigns {
+                    println!(
+                        "campaign: {}",
+                        serde_json::to_string(&r.campaign).unwrap_or_default()
+                    );
+                }
+            }
+        }
         tally.violations.push(Violation {
             invariant: "every holder ends once faults stop",
             known: if FOUND_FAILING_PEERS_WAIT_ON_EACH_OTHER
