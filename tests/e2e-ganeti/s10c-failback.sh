@@ -3,7 +3,9 @@
 # cluster, the agents and the coordinator only).
 #
 # The coordinator is restarted with `[repair_ladder] max_live_repairs = 1`, `[approvals]
-# moves_above = 0` and `[failback] enabled = true, settle_secs = 6`.
+# moves_above = 0`, `[failback] enabled = true, settle_secs = 6` and a maintenance window that
+# is closed now (balancing, failback's moves, may start at any time).
+# window: another tool's request is refused, naming the window.
 # ladder: node4 (one instance) is live-repaired, acknowledged and healthy; its second
 #   `live-repair` verdict opens an `evacuate` incident whose history says why, which waits for
 #   an approval (it would move an instance) and is canceled with no job in Ganeti.
@@ -49,18 +51,38 @@ scenario_failback() {
     fail "S10c failback" "precondition: incidents still active: $(coord /1/status | head -c 400)"
     return
   fi
-  failback_restart_coordinator '[repair_ladder]
+  # A maintenance window closed now (two hours ahead, UTC): other tools' requests wait for it;
+  # balancing (failback's moves) may start at any time.
+  local h1 h2 window ans code
+  h1=$(( (10#$(date -u +%H) + 2) % 24 ))
+  h2=$(( (h1 + 1) % 24 ))
+  window=$(printf 'daily %02d:00-%02d:00' "$h1" "$h2")
+  failback_restart_coordinator "[repair_ladder]
 max_live_repairs = 1
 [approvals]
 moves_above = 0
 [failback]
 enabled = true
-settle_secs = 6.0'
+settle_secs = 6.0
+[calendar]
+time_zone = \"UTC\"
+windows = [\"$window\"]
+[calendar.rules]
+balancing = \"any-time\""
   # The first round comes after the takeover's wait.
   for ((k = 0; k < 120; k++)); do
     coord /1/overview | jq_py "sys.exit(0 if d['round']['number'] >= 1 else 1)" 2>/dev/null && break
     sleep 1
   done
+  # The window: another tool's request is refused outside it, naming it.
+  ans=$(coordw POST /1/disruptions "{\"node\":\"$NODECARE_GNT_NODE3_NAME\",\"reason\":\"e2e: kernel update\",\"requester\":\"e2e-reboot\",\"ttl_s\":600}")
+  code=$(tail -n 1 <<<"$ans")
+  if [[ $code == 429 ]] && sed '$d' <<<"$ans" | grep -q "outside the maintenance window (next: "; then
+    pass "S10c window: another tool's request outside '$window' UTC refused: $(sed '$d' <<<"$ans" | jq_py "print(d['blocked_by'])" 2>/dev/null | head -c 160)"
+  else
+    fail "S10c window" "the request outside '$window' got HTTP $code: $(sed '$d' <<<"$ans" | head -c 300)"
+    [[ $code == 201 ]] && coordw DELETE "/1/disruptions/$(sed '$d' <<<"$ans" | jq_py "print(d['id'])")" >/dev/null
+  fi
   # The ladder: a first live repair, acknowledged; the second is an evacuation.
   echo '{"status":"live-repair","command":"e2e-fix","details":"e2e: fan"}' >"$S/e2e/diag-4"
   if wait_status 90 "any(i.get('node')=='$n4' and i.get('action')=='live-repair' and i.get('repair-status')=='completed' for i in d)"; then
