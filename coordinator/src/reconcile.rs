@@ -5,16 +5,16 @@
 //!
 //! 1. Check that this node is the master (else stop with [`RoundError::NotMaster`]); with
 //!    replication, take the newest state over first.
-//! 2. Under the incident lock, every duty follows its jobs ([`Duty::follow`]) around the
+//! 2. Under the incident lock, every duty follows its jobs ([`RoundDuty::follow`]) around the
 //!    executor, which adopts after a crash the jobs Ganeti shows with an entry's reason trail,
 //!    submits the ready entries and follows every job to its outcome. Only then is the cluster
 //!    read, so the snapshot is never older than the job results it is combined with.
 //! 3. The round's one input ([`RoundInput`]) is read: nodes, instances, groups, storage health,
 //!    every online node's agent, the grace of planned disruptions, degraded instances, `now`.
-//! 4. The duties react to it ([`Duty::observe`]: node repair's verdicts and acknowledgements).
+//! 4. The duties react to it ([`RoundDuty::observe`]: node repair's verdicts and acknowledgements).
 //! 5. What is in force is built from every duty's holds and the executor's ledger, the storm
 //!    breaker steps, every duty proposes, and the gate decides once for all of them.
-//! 6. Every duty carries out what the gate admitted ([`Duty::execute`]).
+//! 6. Every duty carries out what the gate admitted ([`RoundDuty::execute`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ use crate::gate::{self, GateSnapshot, Holder, InForce};
 use crate::incident::RepairStatus;
 use crate::repair::RepairClient;
 use crate::round::agents::AgentReader;
-use crate::round::{Duty, Holds, Judged, Services};
+use crate::round::{Holds, Judged, RoundDuty, Services};
 use crate::scrape::Scraper;
 use crate::store::Store;
 
@@ -91,7 +91,7 @@ pub struct Reconciler {
     rounds: u64,
     /// The duties, in the order their holds are laid over each other (a later holder wins a
     /// node).
-    duties: Vec<Box<dyn Duty>>,
+    duties: Vec<Box<dyn RoundDuty>>,
     /// The executor over the store's ledger (shared with node repair).
     executor: Arc<crate::exec::Executor>,
     /// DRBD instances seen degraded with both nodes online, and since when (Unix ms).
@@ -102,7 +102,7 @@ pub struct Reconciler {
     recorder: crate::recorder::FlightRecorder,
 }
 
-impl std::fmt::Debug for dyn Duty {
+impl std::fmt::Debug for dyn RoundDuty {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name())
     }
@@ -150,7 +150,7 @@ impl Reconciler {
         );
         // The registry: one line per duty, in the order their holds are laid over each other
         // (nodecare's incidents, grants and campaigns win a node over an instance repair).
-        let duties: Vec<Box<dyn Duty>> = vec![
+        let duties: Vec<Box<dyn RoundDuty>> = vec![
             Box::new(crate::round::instance_repair::InstanceRepair::default()),
             Box::new(NodeRepair::new(
                 Arc::clone(&ganeti),
@@ -295,7 +295,7 @@ impl Reconciler {
 
     async fn round_inner(
         &mut self,
-        duties: &mut [Box<dyn Duty>],
+        duties: &mut [Box<dyn RoundDuty>],
         summary: &mut RoundSummary,
     ) -> Result<(), RoundError> {
         // The round's one clock.

@@ -6,7 +6,7 @@
 //! - [`observe`]: verdicts open, escalate and close incidents; tag removal acknowledges them;
 //! - [`step`]: the steps of an admitted incident;
 //! - [`jobs`]: submitting, adopting after a crash and following its jobs;
-//! - this file: the duty's phases ([`Duty`]) and canceling an incident (the API and the page).
+//! - this file: the duty's phases ([`RoundDuty`]) and canceling an incident (the API and the page).
 //!
 //! The decisions themselves are pure and tested in `nodecare-core`
 //! (`duty::node_repair`, `incident`, `plan`).
@@ -40,7 +40,7 @@ use crate::plan::{
     return_to_service,
 };
 use crate::repair::{RepairAnswer, RepairClient};
-use crate::round::{Duty, Holds, Judged, Phase, RoundInput, Services};
+use crate::round::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
 use crate::round::{ReconcileSettings, RoundError};
 use crate::scrape::AgentOutcome;
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
@@ -126,7 +126,7 @@ impl NodeRepair {
     }
 }
 
-impl Duty for NodeRepair {
+impl RoundDuty for NodeRepair {
     fn name(&self) -> &'static str {
         "node-repair"
     }

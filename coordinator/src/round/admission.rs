@@ -1,14 +1,14 @@
 //! Admissions granted to other tools (`/1/admission`): a holder like the duties, which proposes
 //! nothing (grants are decided when asked for) and holds the nodes of its grants in force.
 
-use super::{Duty, Holds, Judged, Phase, RoundInput, Services, nothing};
+use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services, nothing};
 use crate::gate::{InForce, Proposal};
 
 /// The admission grants.
 #[derive(Debug, Default)]
 pub struct Admission;
 
-impl Duty for Admission {
+impl RoundDuty for Admission {
     fn name(&self) -> &'static str {
         "admission"
     }

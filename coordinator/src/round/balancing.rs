@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Duty, Holds, Judged, Phase, RoundInput, Services, nothing};
+use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services, nothing};
 use crate::balance::{Balancer, BalancingRound, ClusterSource};
 
 use crate::exec::Changed;
@@ -28,7 +28,7 @@ impl Balancing {
     }
 }
 
-impl Duty for Balancing {
+impl RoundDuty for Balancing {
     fn name(&self) -> &'static str {
         "balancing"
     }

@@ -2,7 +2,7 @@
 //! for its next group proposes it; its operations are entries of the executor's ledger
 //! ([`crate::campaign_exec`]).
 
-use super::{Duty, Holds, Judged, Phase, RoundInput, Services};
+use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
 use crate::campaign::Record;
 use crate::campaign_exec::{self, CampaignRound, Context};
 use crate::gate::{InForce, Proposal};
@@ -44,7 +44,7 @@ fn context<'a>(services: Services<'a>, input: &'a RoundInput) -> Context<'a> {
     }
 }
 
-impl Duty for Campaigns {
+impl RoundDuty for Campaigns {
     fn name(&self) -> &'static str {
         "campaigns"
     }

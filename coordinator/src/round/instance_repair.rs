@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use super::{Duty, Holds, Judged, Phase, RoundInput, Services};
+use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
 use crate::duty::instance_repair::{Assessment, Inputs, assess};
 use crate::gate::{self, InForce, Proposal};
 use crate::instance_repair_exec::{self as exec, Collected};
@@ -21,7 +21,7 @@ pub struct InstanceRepair {
     assessment: Option<Assessment>,
 }
 
-impl Duty for InstanceRepair {
+impl RoundDuty for InstanceRepair {
     fn name(&self) -> &'static str {
         "instance-repair"
     }

@@ -2,19 +2,19 @@
 //!
 //! Each round builds one [`RoundInput`] (the cluster as Ganeti shows it, the agents seen, storage
 //! health, the grace of planned disruptions, degraded instances, and one `now`) and hands it to
-//! every [`Duty`] of the registry, in the same phases:
+//! every [`RoundDuty`] of the registry, in the same phases:
 //!
-//! 1. [`Duty::follow`] and [`Duty::settle`]: before the cluster is read, under the incident
+//! 1. [`RoundDuty::follow`] and [`RoundDuty::settle`]: before the cluster is read, under the incident
 //!    lock, the duty follows what it does not hand to the executor yet, then (after the
 //!    executor adopted, submitted and followed its entries) settles what they changed;
-//! 2. [`Duty::observe`]: it reacts to what the round input shows (node repair: verdicts and
+//! 2. [`RoundDuty::observe`]: it reacts to what the round input shows (node repair: verdicts and
 //!    acknowledgements);
-//! 3. [`Duty::holds`]: it says what it holds in force (nodes disrupted, nodes touched, flags it
+//! 3. [`RoundDuty::holds`]: it says what it holds in force (nodes disrupted, nodes touched, flags it
 //!    left), from which the gate's [`InForce`] is built together with the executor's ledger;
-//! 4. [`Duty::propose`]: its proposals; the gate judges every duty's proposals at once;
-//! 5. [`Duty::execute`]: it turns what the gate admitted into operations.
+//! 4. [`RoundDuty::propose`]: its proposals; the gate judges every duty's proposals at once;
+//! 5. [`RoundDuty::execute`]: it turns what the gate admitted into operations.
 //!
-//! A new duty is one type implementing [`Duty`] and one line in
+//! A new duty is one type implementing [`RoundDuty`] and one line in
 //! [`crate::reconcile::Reconciler::new`]'s registry.
 
 use std::collections::BTreeMap;
@@ -229,7 +229,7 @@ pub struct Judged<'a> {
 
 /// One duty behind the gate: it proposes from the round's input, turns what the gate admitted
 /// into operations, and says what it holds.
-pub trait Duty: Send + Sync {
+pub trait RoundDuty: Send + Sync {
     /// Its name (logs).
     fn name(&self) -> &'static str;
 
