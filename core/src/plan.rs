@@ -255,7 +255,7 @@ pub fn evacuation_priority(instance: &Instance) -> u8 {
 }
 
 /// ` [priority N]` for an instance whose priority is not the default, else nothing.
-fn priority_note(instance: &Instance) -> String {
+pub(crate) fn priority_note(instance: &Instance) -> String {
     match evacuation_priority(instance) {
         DEFAULT_PRIORITY => String::new(),
         n => format!(" [priority {n}]"),

@@ -28,9 +28,10 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::duty::node_repair::intent::{Intent, IntentSpec, IntentState};
+use crate::duty::node_repair::ladder::span;
 use crate::ganeti::{DiskTemplate, Instance, Node};
 use crate::incident::{Incident, RepairStatus};
-use crate::plan::{Move, evacuation_priority};
+use crate::plan::{Move, evacuation_priority, priority_note};
 
 /// How long a homecoming waits for its node at most (then what has not gone back is given up).
 pub const KEEP_SECS: f64 = 7.0 * 86_400.0;
@@ -385,14 +386,6 @@ pub struct FailbackPlan {
     pub waiting: Vec<(String, String, String)>,
 }
 
-fn minutes(secs: f64) -> String {
-    if secs >= 120.0 {
-        format!("{:.0} min", secs / 60.0)
-    } else {
-        format!("{secs:.0} s")
-    }
-}
-
 /// The moves home of this round: for each homecoming whose node has been healthy for
 /// `settle_secs`, its waiting instances, highest evacuation priority first, as long as fewer
 /// than `max_moves` failback moves are `in_flight`, their home has the memory free and no other
@@ -427,8 +420,8 @@ pub fn plan(
             (None, None) => Some(format!("{home}'s health is not known")),
             (Some(since), None) if now_s - since < config.settle_secs => Some(format!(
                 "{home} healthy for {} of {} (settle_secs)",
-                minutes((now_s - since).max(0.0)),
-                minutes(config.settle_secs)
+                span((now_s - since).max(0.0)),
+                span(config.settle_secs)
             )),
             (Some(_), None) => None,
         };
@@ -446,7 +439,7 @@ pub fn plan(
         }
     }
     ready.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    for (priority, _, homecoming, instance) in ready {
+    for (_, _, homecoming, instance) in ready {
         let home = homecoming.node.as_str();
         let mut wait = |why: String| {
             out.waiting
@@ -540,11 +533,7 @@ pub fn plan(
             primary: home.to_owned(),
             secondary: drbd.then(|| instance.primary_node.clone()),
         };
-        let note = if priority == crate::plan::DEFAULT_PRIORITY {
-            String::new()
-        } else {
-            format!(" [priority {priority}]")
-        };
+        let note = priority_note(instance);
         out.moves.push(FailbackMove {
             incident: homecoming.incident,
             reason: format!(

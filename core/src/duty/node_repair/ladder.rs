@@ -269,7 +269,7 @@ pub fn record(
 }
 
 /// Seconds as people read a span (`24 h`, `90 min`, `45 s`).
-fn span(seconds: f64) -> String {
+pub(crate) fn span(seconds: f64) -> String {
     if seconds >= 7_200.0 && (seconds % 3_600.0).abs() < 1.0 {
         format!("{:.0} h", seconds / 3_600.0)
     } else if seconds >= 120.0 {
