@@ -217,8 +217,13 @@ pub(crate) fn render(what_if: &WhatIf) -> String {
             format!("STILL CHANGING after {rounds} rounds (the round limit)")
         }
         Ending::Failed { round, error } => format!("round {round} FAILED: {error}"),
-        Ending::Cut { rounds, budget_s } => format!(
-            "cut after {rounds} round(s): the what-if's work budget of {budget_s} s ran out (ask for fewer rounds)"
+        Ending::Cut {
+            rounds,
+            budget_s,
+            by,
+        } => format!(
+            "cut after {rounds} round(s): the what-if's budget of {budget_s} s of {} ran out (ask for fewer rounds)",
+            by.as_str()
         ),
     };
     let _ignored = writeln!(out, "\nend: {ending}");

@@ -35,6 +35,9 @@ impl ExplainSlots {
 /// State shared with the HTTP API.
 #[derive(Debug, Default)]
 pub struct Board {
+    /// Whether a round runs now: work that yields to the rounds (a what-if) waits while it is
+    /// true ([`crate::reconcile::Reconciler::round`] sets it).
+    pub round_running: tokio::sync::watch::Sender<bool>,
     /// Agent status per node.
     pub agents: RwLock<BTreeMap<String, AgentStatus>>,
     /// Last round.

@@ -160,7 +160,8 @@ impl Coordinator {
         // A what-if reads the agents as the rounds do, through the same scraper.
         let what_if = Arc::new(
             crate::what_if::WhatIfContext::new(settings.clone(), config.round_interval_duration()?)
-                .with_agents(Arc::new(scraper.clone())),
+                .with_agents(Arc::new(scraper.clone()))
+                .with_rounds(board.round_running.subscribe()),
         );
         let ganeti_for_api = Arc::clone(&ganeti);
         let ganeti_for_waits = Arc::clone(&ganeti);

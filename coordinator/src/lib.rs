@@ -27,6 +27,7 @@ pub mod api;
 pub mod approval_api;
 pub mod approval_hook;
 pub mod auth;
+pub mod background;
 pub mod balance;
 pub mod board;
 pub mod callers;

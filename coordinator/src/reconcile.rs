@@ -112,6 +112,23 @@ impl std::fmt::Debug for dyn RoundDuty {
 /// instance-repair duty replaces the broken side (a resync or a reconnect usually ends sooner).
 pub const DEGRADED_GRACE_MS: u64 = 5 * 60 * 1000;
 
+/// Marks a round as running on the board until dropped (also when the round fails).
+#[derive(Debug)]
+struct RoundRunning<'a>(&'a tokio::sync::watch::Sender<bool>);
+
+impl<'a> RoundRunning<'a> {
+    fn new(running: &'a tokio::sync::watch::Sender<bool>) -> Self {
+        running.send_replace(true);
+        Self(running)
+    }
+}
+
+impl Drop for RoundRunning<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
+    }
+}
+
 impl Reconciler {
     /// A reconciler.
     pub fn new(
@@ -252,6 +269,8 @@ impl Reconciler {
     /// Runs one round and records its summary.
     pub async fn round(&mut self) -> Result<RoundSummary, RoundError> {
         self.rounds += 1;
+        let board = Arc::clone(&self.board);
+        let _running = RoundRunning::new(&board.round_running);
         let started = std::time::Instant::now();
         let mut summary = RoundSummary {
             number: self.rounds,

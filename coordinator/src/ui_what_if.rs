@@ -116,7 +116,7 @@ fn answer(what_if: &WhatIf) -> Markup {
                 Ending::Settled { rounds } => { "Nothing changes after " (rounds) " round(s)." }
                 Ending::RoundLimit { rounds } => { "Still changing after " (rounds) " rounds (the limit)." }
                 Ending::Failed { round, error } => { "Round " (round) " failed: " (error) }
-                Ending::Cut { rounds, budget_s } => { "Cut after " (rounds) " round(s): the work budget of " (budget_s) " s ran out (ask for fewer rounds)." }
+                Ending::Cut { rounds, budget_s, by } => { "Cut after " (rounds) " round(s): the budget of " (budget_s) " s of " (by.as_str()) " ran out (ask for fewer rounds)." }
             }
             " One round every " (what_if.start.interval_ms / 1000) " s."
         }

@@ -31,14 +31,17 @@ use std::time::Duration;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::{SimConfig, SimInstance, SimNode};
 use nodecare_protocol::what_if::{
-    Change, EndCampaign, EndIncident, EndNode, Ending, MAX_ROUNDS, PolicyKey, PolicyValue,
+    Change, CutBy, EndCampaign, EndIncident, EndNode, Ending, MAX_ROUNDS, PolicyKey, PolicyValue,
     PredictedJob, Query, Start, Wait, WhatIf, WhatIfRound,
 };
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus, NodeVerdict, ScriptVerdict};
 
 use crate::board::Board;
 use crate::exec::ledger::{Entry, Ledger as _};
-use crate::ganeti::{Ganeti, Instance, JobId, JobStatus, JobSummary, Node, Reason};
+use crate::ganeti::{
+    ClusterInfo, Ganeti, GanetiFuture, Group, Instance, Job, JobCancel, JobId, JobStatus,
+    JobSummary, Node, Op, Reason, TagTarget,
+};
 use crate::gate::StorageProblem;
 use crate::incident::RepairStatus;
 use crate::reconcile::{Clock, ReconcileSettings, Reconciler};
@@ -56,9 +59,17 @@ pub const MAX_NODES: usize = 1_000;
 /// Most time one what-if works (wall clock).
 pub const TIME_LIMIT: Duration = Duration::from_secs(60);
 
-/// The work budget of one what-if's rounds (wall clock): no round starts after it, and the
-/// answer says it was cut ([`Ending::Cut`]).
+/// The work budget of one what-if's rounds (the processor time of the thread they run on): no
+/// round starts after it, and the answer says it was cut ([`Ending::Cut`]).
 pub const WORK_BUDGET: Duration = Duration::from_secs(20);
+
+/// The wall-clock budget of one what-if's rounds: on a busy machine the rounds (at a lowered
+/// priority, [`crate::background`]) get little processor time; no round starts after it.
+pub const WALL_BUDGET: Duration = Duration::from_secs(40);
+
+/// Most time a what-if waits for one of the daemon's rounds to end before it goes on
+/// ([`yield_to_rounds`]).
+pub const YIELD_MAX: Duration = Duration::from_secs(5);
 
 /// The name hypothetical verdicts and the what-if's own records carry.
 pub const WHAT_IF: &str = "what-if";
@@ -74,15 +85,21 @@ pub struct WhatIfContext {
     /// Where the daemon's rounds read the agents (none: the agents answer as in the last
     /// recorded round).
     agents: Option<Arc<dyn AgentReader>>,
+    /// Whether one of the daemon's rounds runs: a what-if reads and simulates each round only
+    /// between them.
+    rounds: Option<tokio::sync::watch::Receiver<bool>>,
     /// The one what-if that runs at a time; the next ones wait in turn (tokio's semaphore
-    /// serves its waiters first come, first served).
-    permit: tokio::sync::Semaphore,
+    /// serves its waiters first come, first served). Its rounds hold it until they end, also
+    /// when their caller went away.
+    permit: Arc<tokio::sync::Semaphore>,
     /// The callers whose what-if runs or waits: one each.
     callers: std::sync::Mutex<BTreeSet<Caller>>,
     /// How long a what-if waits for its turn.
     queue_wait: Duration,
-    /// The work budget of a what-if's rounds.
+    /// The work budget of a what-if's rounds (processor time).
     budget: Duration,
+    /// Their wall-clock budget.
+    wall_budget: Duration,
 }
 
 /// Who asks for a what-if (the address it comes from; `Local`: the local socket or the
@@ -104,7 +121,7 @@ pub const QUEUE_WAIT: Duration = Duration::from_secs(20);
 /// A what-if's turn: held while it runs; its caller may ask again once it is dropped.
 #[derive(Debug)]
 pub struct Turn<'a> {
-    _permit: tokio::sync::SemaphorePermit<'a>,
+    permit: tokio::sync::OwnedSemaphorePermit,
     _caller: CallerMark<'a>,
 }
 
@@ -131,17 +148,26 @@ impl WhatIfContext {
             settings,
             interval,
             agents: None,
-            permit: tokio::sync::Semaphore::new(1),
+            rounds: None,
+            permit: Arc::new(tokio::sync::Semaphore::new(1)),
             callers: std::sync::Mutex::new(BTreeSet::new()),
             queue_wait: QUEUE_WAIT,
             budget: WORK_BUDGET,
+            wall_budget: WALL_BUDGET,
         }
     }
 
-    /// The same context, the rounds of a what-if working at most `budget`.
+    /// The same context, the rounds of a what-if using at most `budget` of processor time.
     #[must_use]
     pub const fn with_budget(mut self, budget: Duration) -> Self {
         self.budget = budget;
+        self
+    }
+
+    /// The same context, the rounds of a what-if taking at most `budget` of wall-clock time.
+    #[must_use]
+    pub const fn with_wall_budget(mut self, budget: Duration) -> Self {
+        self.wall_budget = budget;
         self
     }
 
@@ -177,9 +203,10 @@ impl WhatIfContext {
             callers: &self.callers,
             caller,
         };
-        match tokio::time::timeout(self.queue_wait, self.permit.acquire()).await {
+        match tokio::time::timeout(self.queue_wait, Arc::clone(&self.permit).acquire_owned()).await
+        {
             Ok(Ok(permit)) => Ok(Turn {
-                _permit: permit,
+                permit,
                 _caller: mark,
             }),
             Ok(Err(_closed)) => Err(WhatIfError::Busy("what-ifs are stopping".to_owned())),
@@ -195,6 +222,15 @@ impl WhatIfContext {
     #[must_use]
     pub fn with_agents(mut self, agents: Arc<dyn AgentReader>) -> Self {
         self.agents = Some(agents);
+        self
+    }
+
+    /// The same context yielding to the daemon's rounds (`running`: [`Board::round_running`]):
+    /// it reads the cluster and runs each simulated round only while none runs (waiting at most
+    /// [`YIELD_MAX`] each time).
+    #[must_use]
+    pub fn with_rounds(mut self, running: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.rounds = Some(running);
         self
     }
 
@@ -217,6 +253,9 @@ pub enum WhatIfError {
     /// The live state or Ganeti could not be read.
     #[error("{0}")]
     Read(String),
+    /// The coordinator could not run it (its thread could not start).
+    #[error("{0}")]
+    Local(String),
 }
 
 /// How the agents of a what-if answer, hypothetical verdicts aside.
@@ -770,7 +809,11 @@ pub async fn read_cluster(
 
 /// Runs the what-if `query` against the live coordinator's state, changing nothing of it.
 pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
-    let _turn = live.context.turn(live.caller).await?;
+    let Turn {
+        permit,
+        _caller: _mark,
+    } = live.context.turn(live.caller).await?;
+    yield_to_rounds(live.context.rounds.as_ref()).await;
     let (nodes, instances, in_flight) = read_cluster(live.store, live.ganeti).await?;
     // A wrong question costs no copy of the state.
     check(query, &nodes)?;
@@ -839,6 +882,7 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
         .store
         .private_copy()
         .map_err(|e| WhatIfError::Read(e.to_string()))?;
+
     let start = AtRequest {
         nodes,
         instances,
@@ -847,17 +891,161 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
         storage,
         recorded_round,
     };
-    tokio::time::timeout(
-        TIME_LIMIT,
-        simulate_rounds(live.context, copy, start, query, start_ms),
-    )
+    let simulating = Simulating {
+        settings: live.context.settings.clone(),
+        interval: live.context.interval,
+        budget: live.context.budget,
+        wall_budget: live.context.wall_budget,
+        rounds: live.context.rounds.clone(),
+    };
+    let query = query.clone();
+    // The rounds run on a thread of their own at a lowered priority, holding the turn's permit
+    // until they end: the daemon's rounds and API come first, and their processor time is
+    // what the budget counts.
+    crate::background::run("nodecare-what-if", move |stop| async move {
+        let _permit = permit;
+        tokio::time::timeout(
+            TIME_LIMIT,
+            simulate_rounds(&simulating, copy, start, &query, start_ms, &stop),
+        )
+        .await
+        .map_err(|_elapsed| {
+            WhatIfError::Input(format!(
+                "the what-if took longer than {} s: ask for fewer rounds",
+                TIME_LIMIT.as_secs()
+            ))
+        })?
+    })
     .await
-    .map_err(|_elapsed| {
-        WhatIfError::Input(format!(
-            "the what-if took longer than {} s: ask for fewer rounds",
-            TIME_LIMIT.as_secs()
-        ))
-    })?
+    .map_err(|e| WhatIfError::Local(e.to_string()))?
+}
+
+/// What a what-if's rounds need of the daemon's context.
+#[derive(Debug)]
+struct Simulating {
+    settings: ReconcileSettings,
+    interval: Duration,
+    budget: Duration,
+    wall_budget: Duration,
+    rounds: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+/// Waits while one of the daemon's rounds runs (`running`), at most [`YIELD_MAX`]: the rounds
+/// go first.
+async fn yield_to_rounds(running: Option<&tokio::sync::watch::Receiver<bool>>) {
+    if let Some(running) = running.filter(|running| *running.borrow()) {
+        let mut running = running.clone();
+        let _waited = tokio::time::timeout(YIELD_MAX, running.wait_for(|running| !running)).await;
+    }
+}
+
+/// The simulated Ganeti of a what-if's rounds, yielding to the daemon's rounds before each
+/// call: a daemon round that starts while a simulated round runs waits at most for the work
+/// between two calls.
+#[derive(Debug)]
+struct Yielding {
+    inner: Arc<dyn Ganeti>,
+    rounds: Option<tokio::sync::watch::Receiver<bool>>,
+}
+
+impl Yielding {
+    async fn first(&self) {
+        yield_to_rounds(self.rounds.as_ref()).await;
+    }
+}
+
+impl Ganeti for Yielding {
+    fn cluster_info(&self) -> GanetiFuture<'_, ClusterInfo> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.cluster_info().await
+        })
+    }
+
+    fn nodes(&self) -> GanetiFuture<'_, Vec<Node>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.nodes().await
+        })
+    }
+
+    fn instances(&self) -> GanetiFuture<'_, Vec<Instance>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.instances().await
+        })
+    }
+
+    fn node_tags<'a>(&'a self, node: &'a str) -> GanetiFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.node_tags(node).await
+        })
+    }
+
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "a decorator passing on the executor's own submission to the simulation"
+    )]
+    fn submit<'a>(&'a self, op: &'a Op, reason: &'a Reason) -> GanetiFuture<'a, JobId> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.submit(op, reason).await
+        })
+    }
+
+    fn groups(&self) -> GanetiFuture<'_, Vec<Group>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.groups().await
+        })
+    }
+
+    fn tags<'a>(&'a self, target: &'a TagTarget) -> GanetiFuture<'a, Vec<String>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.tags(target).await
+        })
+    }
+
+    fn job(&self, id: JobId) -> GanetiFuture<'_, Job> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.job(id).await
+        })
+    }
+
+    fn jobs(&self) -> GanetiFuture<'_, Vec<JobSummary>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.jobs().await
+        })
+    }
+
+    fn jobs_among<'a>(&'a self, ids: &'a BTreeSet<JobId>) -> GanetiFuture<'a, Vec<JobSummary>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.jobs_among(ids).await
+        })
+    }
+
+    fn cancel_job(&self, id: JobId) -> GanetiFuture<'_, JobCancel> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.cancel_job(id).await
+        })
+    }
+
+    fn wait_job_change(
+        &self,
+        id: JobId,
+        previous: Option<JobStatus>,
+    ) -> GanetiFuture<'_, Option<JobStatus>> {
+        Box::pin(async move {
+            self.first().await;
+            self.inner.wait_job_change(id, previous).await
+        })
+    }
 }
 
 /// Every online node's agent and the storage reports, read as the daemon's round reads them
@@ -1123,11 +1311,12 @@ fn jobs_since(sim: &Simulation, from: usize, round: u32) -> Vec<PredictedJob> {
 
 /// The rounds of a what-if on the private `copy` of the state.
 async fn simulate_rounds(
-    context: &WhatIfContext,
+    context: &Simulating,
     copy: Store,
     start: AtRequest,
     query: &Query,
     start_ms: u64,
+    stop: &crate::background::Stop,
 ) -> Result<WhatIf, WhatIfError> {
     let AtRequest {
         nodes,
@@ -1212,7 +1401,10 @@ async fn simulate_rounds(
         .collect();
     let failback = settings.failback;
     let mut reconciler = Reconciler::with_agents(
-        Arc::new(sim.client()),
+        Arc::new(Yielding {
+            inner: Arc::new(sim.client()),
+            rounds: context.rounds.clone(),
+        }),
         Arc::clone(&store),
         Arc::new(agents),
         repairs,
@@ -1233,13 +1425,30 @@ async fn simulate_rounds(
     let mut ending = Ending::RoundLimit { rounds: limit };
     let mut before = state_of(&sim, &store);
     let started = std::time::Instant::now();
+    let cpu_started = crate::background::cpu_time();
     for number in 1..=limit {
-        if number > 1 && started.elapsed() >= context.budget {
-            ending = Ending::Cut {
-                rounds: number - 1,
-                budget_s: context.budget.as_secs(),
-            };
+        yield_to_rounds(context.rounds.as_ref()).await;
+        if stop.asked() {
+            // Nobody waits for the answer.
             break;
+        }
+        if number > 1 {
+            let cut = if crate::background::cpu_time().saturating_sub(cpu_started) >= context.budget
+            {
+                Some((context.budget, CutBy::Cpu))
+            } else if started.elapsed() >= context.wall_budget {
+                Some((context.wall_budget, CutBy::Wall))
+            } else {
+                None
+            };
+            if let Some((budget, by)) = cut {
+                ending = Ending::Cut {
+                    rounds: number - 1,
+                    budget_s: budget.as_secs(),
+                    by,
+                };
+                break;
+            }
         }
         let at_ms = start_ms.saturating_add(interval_ms.saturating_mul(u64::from(number - 1)));
         now.store(at_ms, Ordering::Relaxed);

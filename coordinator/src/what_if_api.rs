@@ -67,6 +67,7 @@ pub async fn what_if_by(
             WhatIfError::Input(_) => StatusCode::BAD_REQUEST,
             WhatIfError::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
             WhatIfError::Read(_) => StatusCode::BAD_GATEWAY,
+            WhatIfError::Local(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
         (status, e.to_string())
     })

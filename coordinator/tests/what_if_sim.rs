@@ -598,6 +598,38 @@ async fn a_what_if_from_a_window_s_opening_lets_the_campaign_through() {
     assert!(sim.submissions().is_empty());
 }
 
+/// A what-if yields to the daemon's rounds: while one runs, it neither reads the cluster nor
+/// runs a simulated round; it goes on once the round ended.
+#[tokio::test]
+async fn a_what_if_waits_while_a_daemon_round_runs() {
+    let sim = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open_dir(dir.path()).unwrap();
+    let (running, rounds) = tokio::sync::watch::channel(true);
+    let context = WhatIfContext::new(settings(1), Duration::from_secs(30)).with_rounds(rounds);
+    let ganeti = sim.client_on(MASTER);
+    let query = Query::parse(Some("verdict=node2.sim.test:evacuate")).unwrap();
+    let asked = what_if::run(
+        Live {
+            store: &store,
+            ganeti: &ganeti,
+            context: &context,
+            caller: what_if::Caller::Local,
+        },
+        &query,
+    );
+    tokio::pin!(asked);
+    // The round runs: nothing is answered (nor read).
+    let early = tokio::time::timeout(Duration::from_millis(500), asked.as_mut()).await;
+    assert!(early.is_err(), "answered while a round ran: {early:?}");
+    running.send_replace(false);
+    let answer = tokio::time::timeout(Duration::from_secs(10), asked)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!answer.jobs.is_empty(), "{answer:?}");
+}
+
 /// A what-if whose work budget runs out answers with the rounds it ran, and says it was cut.
 #[tokio::test]
 async fn a_what_if_past_its_work_budget_is_cut_and_says_so() {
@@ -622,8 +654,32 @@ async fn a_what_if_past_its_work_budget_is_cut_and_says_so() {
         answer.ending,
         nodecare_protocol::what_if::Ending::Cut {
             rounds: 1,
-            budget_s: 0
+            budget_s: 0,
+            by: nodecare_protocol::what_if::CutBy::Cpu,
         }
     );
     assert_eq!(answer.rounds.len(), 1);
+    // On a machine so busy that the rounds (at their lowered priority) take long, the time
+    // they take cuts them too.
+    let context =
+        WhatIfContext::new(settings(1), Duration::from_secs(30)).with_wall_budget(Duration::ZERO);
+    let answer = what_if::run(
+        Live {
+            store: &store,
+            ganeti: &ganeti,
+            context: &context,
+            caller: what_if::Caller::Local,
+        },
+        &Query::parse(Some("verdict=node2.sim.test:evacuate")).unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        answer.ending,
+        nodecare_protocol::what_if::Ending::Cut {
+            rounds: 1,
+            budget_s: 0,
+            by: nodecare_protocol::what_if::CutBy::Wall,
+        }
+    );
 }

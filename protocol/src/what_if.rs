@@ -677,7 +677,33 @@ pub enum Ending {
         rounds: u32,
         /// The budget, in seconds.
         budget_s: u64,
+        /// Which budget: the processor time its rounds used, or the time they took on a busy
+        /// machine.
+        #[serde(default)]
+        by: CutBy,
     },
+}
+
+/// Which budget cut a what-if ([`Ending::Cut`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CutBy {
+    /// The processor time of its rounds.
+    #[default]
+    Cpu,
+    /// The wall-clock time of its rounds (the machine was busy: the what-if runs at a lowered
+    /// priority).
+    Wall,
+}
+
+impl CutBy {
+    /// How the budget reads in a sentence (`processor time`, `time`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Cpu => "processor time",
+            Self::Wall => "time on a busy machine",
+        }
+    }
 }
 
 /// The answer of `GET /1/what-if`.

@@ -4,5 +4,6 @@
 pub mod fake_agent;
 pub mod harness;
 pub mod htools;
+pub mod measure;
 pub mod nemesis_check;
 pub mod state_growth;

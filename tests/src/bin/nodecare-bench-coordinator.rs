@@ -18,6 +18,13 @@
 //! round refuses node 2's incident; two coordinators over the same agents, one recording rounds
 //! and one not, run ROUNDS rounds each in turn; prints each one's median round, their ratio, and
 //! what the recorder kept (rounds, distinct parts, bytes).
+//! `what-if FILE BLOCKS`: what a what-if (`GET /1/what-if?verdict=NODE:evacuate`, asked as
+//! the API asks it) costs the coordinator: one asked alone, three times (the heap's peak above
+//! what it was before, the peak RSS's growth, the process's processor time, the wall time, the
+//! simulated rounds); eight callers at once (one runs at a time, the others wait their turn);
+//! and the daemon's own rounds, BLOCKS times 5 rounds back to back with no what-if, then 5
+//! while one caller asks what-ifs back to back: each side's median round and their ratio. The
+//! daemon watches the agents, as packaged (`BENCH_WATCH=0`: it does not).
 //! `state-growth NODES ROUNDS`: the state's growth on a changing cluster
 //! ([`nodecare_tests::state_growth`]): ROUNDS rounds on NODES nodes, each deciding anew, two
 //! audit lines and one override with the longest reasons per round, retention (the default
@@ -35,17 +42,15 @@ use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::SimConfig;
 use nodecare_tests::fake_agent::FakeAgents;
 use nodecare_tests::harness::{DOMAIN, node, simulated_cluster_config, test_key};
+use nodecare_tests::measure::{
+    Counting, heap_now, heap_peak, process_cpu, reset_heap_peak, reset_rss_peak, status_kib,
+};
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
 
 fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status.lines().find_map(|line| {
-                line.strip_prefix("VmHWM:")
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-        })
-        .unwrap_or(0)
+    status_kib("VmHWM:")
 }
 
 async fn serve_agents(count: usize, file: &str, first: usize, flip: &str) -> anyhow::Result<()> {
@@ -105,15 +110,7 @@ fn agents_file(file: &str) -> anyhow::Result<BTreeMap<String, String>> {
 }
 
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status.lines().find_map(|line| {
-                line.strip_prefix("VmRSS:")
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-        })
-        .unwrap_or(0)
+    status_kib("VmRSS:")
 }
 
 /// The coordinator daemon over FILE's agents (`node url` lines) with one watch per agent and
@@ -121,6 +118,7 @@ fn rss_kib() -> u64 {
 struct Watched {
     count: usize,
     board: Arc<nodecare_coordinator::reconcile::Board>,
+    api: nodecare_coordinator::api::ApiState,
     stop: tokio::sync::oneshot::Sender<()>,
     running: tokio::task::JoinHandle<anyhow::Result<()>>,
     _state: tempfile::TempDir,
@@ -130,7 +128,10 @@ struct Watched {
 
 /// The simulated Ganeti of `count` nodes: the process at `BENCH_SIM_URL` (plain HTTP) when set,
 /// else one in this process.
-fn simulated_ganeti(count: usize) -> anyhow::Result<(Arc<dyn Ganeti>, Option<Simulation>)> {
+fn simulated_ganeti(
+    count: usize,
+    instances: &str,
+) -> anyhow::Result<(Arc<dyn Ganeti>, Option<Simulation>)> {
     if let Ok(url) = std::env::var("BENCH_SIM_URL") {
         let config = nodecare_ganeti::rapi::config::RapiConfig::new(
             url.trim(),
@@ -140,22 +141,27 @@ fn simulated_ganeti(count: usize) -> anyhow::Result<(Arc<dyn Ganeti>, Option<Sim
             .with_context(|| format!("a RAPI client of {url}"))?;
         return Ok((Arc::new(client), None));
     }
-    let sim = Simulation::new(SimConfig::from_spec(count, "", DOMAIN).map_err(anyhow::Error::msg)?)
-        .map_err(anyhow::Error::msg)?;
+    let sim = Simulation::new(
+        SimConfig::from_spec(count, instances, DOMAIN).map_err(anyhow::Error::msg)?,
+    )
+    .map_err(anyhow::Error::msg)?;
     Ok((Arc::new(sim.client()), Some(sim)))
 }
 
 impl Watched {
-    async fn start(file: &str) -> anyhow::Result<Self> {
+    /// The daemon over FILE's agents, with a simulated Ganeti of `instances` (a spec), watching
+    /// the agents or not.
+    async fn start(file: &str, instances: &str, watch: bool) -> anyhow::Result<Self> {
         let overrides = agents_file(file)?;
         let count = overrides.len();
-        let (ganeti, sim) = simulated_ganeti(count)?;
+        let (ganeti, sim) = simulated_ganeti(count, instances)?;
         let state = tempfile::tempdir()?;
         let mut config = simulated_cluster_config(node(1), state.path().to_path_buf(), overrides);
         config.round_interval = 3600.0;
-        config.agents.watch = true;
+        config.agents.watch = watch;
         let coordinator = Coordinator::new(&config, node(1), ganeti, test_key())?;
         let board = Arc::clone(&coordinator.api().board);
+        let api = coordinator.api().clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let running = tokio::spawn(async move {
@@ -169,6 +175,7 @@ impl Watched {
         let daemon = Self {
             count,
             board,
+            api,
             stop,
             running,
             _state: state,
@@ -196,7 +203,7 @@ impl Watched {
 }
 
 async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
-    let daemon = Watched::start(file).await?;
+    let daemon = Watched::start(file, "", true).await?;
     let (count, board) = (daemon.count, Arc::clone(&daemon.board));
     let last_round = || daemon.last_round();
     let first = last_round();
@@ -280,7 +287,7 @@ async fn watch(file: &str, settle: Duration) -> anyhow::Result<()> {
 /// The daemon with watches over FILE's agents: the first round, `settle`, then `rounds` rounds
 /// one after another, each started through the board's wake-up.
 async fn watched_rounds(file: &str, rounds: u64, settle: Duration) -> anyhow::Result<()> {
-    let daemon = Watched::start(file).await?;
+    let daemon = Watched::start(file, "", true).await?;
     let (count, board) = (daemon.count, Arc::clone(&daemon.board));
     let last_round = || daemon.last_round();
     tokio::time::sleep(settle).await;
@@ -455,6 +462,168 @@ async fn recorder(file: &str, rounds: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// One what-if asked of `api` by `caller` as `GET /1/what-if?{query}` asks it: its answer's
+/// simulated rounds and jobs, or the error answer.
+async fn ask_what_if(
+    api: &nodecare_coordinator::api::ApiState,
+    query: &str,
+    caller: std::net::IpAddr,
+) -> Result<(usize, usize, String), String> {
+    nodecare_coordinator::what_if_api::what_if_by(
+        api,
+        Some(query),
+        nodecare_coordinator::what_if::Caller::Address(caller),
+    )
+    .await
+    .map(|answer| {
+        (
+            answer.rounds.len(),
+            answer.jobs.len(),
+            format!("{:?}", answer.ending),
+        )
+    })
+    .map_err(|(status, message)| format!("{status}: {message}"))
+}
+
+fn mib(bytes: f64) -> f64 {
+    bytes / (1024.0 * 1024.0)
+}
+
+async fn what_if_cost(file: &str, blocks: usize, watch: bool) -> anyhow::Result<()> {
+    let count = agents_file(file)?.len();
+    // Two DRBD instances a node, each with the next node as secondary.
+    let instances: Vec<String> = (1..=count)
+        .flat_map(|i| [format!("inst{i}a:drbd:{i}"), format!("inst{i}b:drbd:{i}")])
+        .collect();
+    let daemon = Watched::start(file, &instances.join(","), watch).await?;
+    let api = daemon.api.clone();
+    // One more round, the watches settled.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    timed_round(&daemon).await?;
+    let query = std::env::var("BENCH_WHAT_IF_QUERY")
+        .unwrap_or_else(|_| format!("verdict={}:evacuate", node(count.min(5))));
+    let address = |a: u8, b: u8| std::net::IpAddr::from([10, 0, a, b]);
+    // One alone, three times.
+    for run in 1..=3 {
+        let rss_before = reset_rss_peak();
+        let heap_before = reset_heap_peak();
+        let cpu = process_cpu();
+        let started = Instant::now();
+        let answer = ask_what_if(&api, &query, address(0, 1)).await;
+        let wall = started.elapsed();
+        let cpu = process_cpu().saturating_sub(cpu);
+        let (rounds, jobs, ending) = answer.map_err(anyhow::Error::msg)?;
+        println!(
+            "what_if=alone nodes={count} watch={watch} run={run} heap_peak_mib={:.1} rss_growth_mib={:.1} cpu_seconds={:.3} wall_seconds={:.3} rounds={rounds} jobs={jobs} ending={ending}",
+            mib(heap_peak().saturating_sub(heap_before) as f64),
+            status_kib("VmHWM:").saturating_sub(rss_before) as f64 / 1024.0,
+            cpu.as_secs_f64(),
+            wall.as_secs_f64(),
+        );
+    }
+    // Eight callers at once.
+    let rss_before = reset_rss_peak();
+    let heap_before = reset_heap_peak();
+    let cpu = process_cpu();
+    let started = Instant::now();
+    let mut asked = tokio::task::JoinSet::new();
+    for caller in 1..=8u8 {
+        let api = api.clone();
+        let query = query.clone();
+        asked.spawn(async move { ask_what_if(&api, &query, address(1, caller)).await });
+    }
+    let (mut answered, mut refused) = (0, Vec::new());
+    while let Some(done) = asked.join_next().await {
+        match done? {
+            Ok(_) => answered += 1,
+            Err(why) => refused.push(why),
+        }
+    }
+    println!(
+        "what_if=eight_at_once nodes={count} watch={watch} heap_peak_mib={:.1} rss_growth_mib={:.1} cpu_seconds={:.3} wall_seconds={:.3} answered={answered} refused={} heap_after_mib={:.1}",
+        mib(heap_peak().saturating_sub(heap_before) as f64),
+        status_kib("VmHWM:").saturating_sub(rss_before) as f64 / 1024.0,
+        process_cpu().saturating_sub(cpu).as_secs_f64(),
+        started.elapsed().as_secs_f64(),
+        refused.len(),
+        mib(heap_now().saturating_sub(heap_before) as f64),
+    );
+    for why in refused.iter().take(2) {
+        println!("what_if=eight_at_once refused: {why}");
+    }
+    // The daemon's rounds with no what-if, then while one caller asks back to back: rounds a
+    // quarter of a second apart (as the daemon runs them: one every interval, or when a watch
+    // sees a change), then back to back (the worst case: each round starts as the last ends).
+    for gap_ms in [250u64, 0] {
+        let (mut quiet, mut loaded, mut answers) = (Vec::new(), Vec::new(), 0usize);
+        for _ in 0..blocks.max(1) {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+                quiet.push(timed_round(&daemon).await?);
+            }
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let client = {
+                let (api, query, stop) = (api.clone(), query.clone(), Arc::clone(&stop));
+                tokio::spawn(async move {
+                    let mut answered = 0usize;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        if ask_what_if(&api, &query, address(2, 1)).await.is_ok() {
+                            answered += 1;
+                        }
+                    }
+                    answered
+                })
+            };
+            // The client's first what-if is under way before the first round is timed.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_millis(gap_ms)).await;
+                loaded.push(timed_round(&daemon).await?);
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            answers += client.await?;
+        }
+        let p90 = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() * 9 / 10).copied().unwrap_or(0.0)
+        };
+        let (m_quiet, m_loaded) = (median(quiet.clone()), median(loaded.clone()));
+        println!(
+            "what_if=rounds nodes={count} watch={watch} gap_ms={gap_ms} rounds={} median_round_quiet={m_quiet:.4} median_round_with_what_ifs={m_loaded:.4} ratio={:.3} p90_quiet={:.4} p90_with_what_ifs={:.4} what_ifs_answered={answers}",
+            quiet.len(),
+            m_loaded / m_quiet.max(f64::MIN_POSITIVE),
+            p90(quiet),
+            p90(loaded),
+        );
+    }
+    daemon.stop().await
+}
+
+/// Wakes the daemon's round and waits for it: the seconds from the wake to its end.
+async fn timed_round(daemon: &Watched) -> anyhow::Result<f64> {
+    let before = daemon.last_round().number;
+    let done = daemon.board.round_done.notified();
+    tokio::pin!(done);
+    done.as_mut().enable();
+    let started = Instant::now();
+    daemon.board.wake.notify_one();
+    done.await;
+    let took = started.elapsed().as_secs_f64();
+    let round = daemon.last_round();
+    if round.number <= before {
+        bail!("round {} ended, not the one woken", round.number);
+    }
+    if round.agents != daemon.count || round.agents_failed != 0 {
+        bail!(
+            "round {}: {} agents read, {} failed",
+            round.number,
+            round.agents,
+            round.agents_failed
+        );
+    }
+    Ok(took)
+}
+
 fn state_growth(nodes: usize, rounds: u64) -> anyhow::Result<()> {
     use nodecare_tests::state_growth::{Workload, grow, within_limit};
     let state = tempfile::tempdir()?;
@@ -522,6 +691,11 @@ fn main() -> anyhow::Result<()> {
             let n: usize = args.get(3).map_or(Ok(20), |s| s.parse())?;
             runtime.block_on(recorder(args.get(2).context("file")?, n))
         }
+        Some("what-if") => {
+            let blocks: usize = args.get(3).map_or(Ok(4), |s| s.parse())?;
+            let watch = std::env::var("BENCH_WATCH").map_or(true, |w| w != "0");
+            runtime.block_on(what_if_cost(args.get(2).context("file")?, blocks, watch))
+        }
         Some("state-growth") => {
             let nodes: usize = args.get(2).map_or(Ok(1000), |s| s.parse())?;
             let rounds: u64 = args.get(3).map_or(Ok(10_000), |s| s.parse())?;
@@ -539,7 +713,7 @@ fn main() -> anyhow::Result<()> {
             ))
         }
         _ => bail!(
-            "usage: nodecare-bench-coordinator serve-agents N FILE [FIRST [FLIP]] | round FILE [ROUNDS] | watch FILE [SETTLE_SECONDS] | watched-rounds FILE ROUNDS [SETTLE_SECONDS] | recorder FILE ROUNDS | state-growth NODES ROUNDS"
+            "usage: nodecare-bench-coordinator serve-agents N FILE [FIRST [FLIP]] | round FILE [ROUNDS] | watch FILE [SETTLE_SECONDS] | watched-rounds FILE ROUNDS [SETTLE_SECONDS] | recorder FILE ROUNDS | what-if FILE BLOCKS | state-growth NODES ROUNDS"
         ),
     }
 }

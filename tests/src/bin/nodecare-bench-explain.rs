@@ -20,9 +20,6 @@
 //! round is shown), `job` (an operation of incident 2 forgotten by the ledger, in the middle of
 //! the rounds: its round and the newest that names it).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use anyhow::bail;
 use nodecare_coordinator::explain_api::{
     EXPLAIN_ROUNDS, job_from_recorder, node_from_recorder, record_from_recorder,
@@ -33,81 +30,11 @@ use nodecare_coordinator::recorder::{
 };
 use nodecare_coordinator::store::Store;
 use nodecare_protocol::explain::Explanation;
+use nodecare_tests::measure::{Counting, heap_peak, reset_heap_peak, reset_rss_peak, status_kib};
 use nodecare_tests::state_growth::{ROUND_MS, changing_round};
-
-/// The system's allocator, counting the bytes allocated now and their peak.
-struct Counting;
-
-static NOW: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-#[expect(
-    unsafe_code,
-    reason = "a global allocator is an unsafe trait; this one only counts, then calls System"
-)]
-// SAFETY: every call goes to `System` with the caller's arguments; the counters are atomics.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let pointer = unsafe { System.alloc(layout) };
-        if !pointer.is_null() {
-            let now = NOW.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        pointer
-    }
-
-    unsafe fn dealloc(&self, pointer: *mut u8, layout: Layout) {
-        // SAFETY: the caller's contract, passed on.
-        unsafe { System.dealloc(pointer, layout) };
-        NOW.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-
-    unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: the caller's contract, passed on.
-        let moved = unsafe { System.realloc(pointer, layout, new_size) };
-        if !moved.is_null() {
-            NOW.fetch_sub(layout.size(), Ordering::Relaxed);
-            let now = NOW.fetch_add(new_size, Ordering::Relaxed) + new_size;
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        }
-        moved
-    }
-}
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-/// A line of `/proc/self/status` in KiB (0 where unknown).
-fn status_kib(field: &str) -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status.lines().find_map(|line| {
-                line.strip_prefix(field)
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            })
-        })
-        .unwrap_or(0)
-}
-
-/// This thread's CPU time.
-fn thread_cpu() -> std::time::Duration {
-    let mut time = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    #[expect(unsafe_code, reason = "clock_gettime(2) has no safe wrapper")]
-    // SAFETY: `time` is a valid timespec to fill.
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &raw mut time) };
-    if read != 0 {
-        return std::time::Duration::ZERO;
-    }
-    std::time::Duration::new(
-        u64::try_from(time.tv_sec).unwrap_or(0),
-        u32::try_from(time.tv_nsec).unwrap_or(0),
-    )
-}
 
 /// What answering one query cost.
 struct Cost {
@@ -126,20 +53,14 @@ fn measure(
     let store = Store::open_dir(dir)?;
     // What earlier queries freed goes back to the system first: the RSS grows by what this one
     // takes.
-    nodecare_coordinator::memory::release_free_memory();
-    // Peak RSS from here on (Linux: 5 resets VmHWM to VmRSS).
-    if let Err(error) = std::fs::write("/proc/self/clear_refs", "5") {
-        eprintln!("the peak RSS is not reset ({error}): its growth is from the peak before");
-    }
-    let rss_before = status_kib("VmRSS:");
-    let heap_before = NOW.load(Ordering::Relaxed);
-    PEAK.store(heap_before, Ordering::Relaxed);
+    let rss_before = reset_rss_peak();
+    let heap_before = reset_heap_peak();
     let decoded = store.recorder_parts_decoded();
-    let cpu = thread_cpu();
+    let cpu = nodecare_coordinator::background::cpu_time();
     let answer = query(&store)?;
-    let cpu = thread_cpu().saturating_sub(cpu);
+    let cpu = nodecare_coordinator::background::cpu_time().saturating_sub(cpu);
     Ok(Cost {
-        heap_peak_bytes: PEAK.load(Ordering::Relaxed).saturating_sub(heap_before),
+        heap_peak_bytes: heap_peak().saturating_sub(heap_before),
         rss_growth_kib: status_kib("VmHWM:").saturating_sub(rss_before),
         cpu,
         parts_decoded: store.recorder_parts_decoded() - decoded,
