@@ -111,13 +111,9 @@ pub(crate) fn run_approval(args: ApprovalArgs) -> ExitCode {
 /// The approvals for people.
 fn status_text(status: &ApprovalsStatus) -> String {
     let mut lines = Vec::new();
-    if status.required.is_empty() {
-        lines.push("approvals: nothing needs one".to_owned());
-    } else {
-        lines.push(format!(
-            "approvals needed for: {}",
-            status.required.join(", ")
-        ));
+    match status.needed_for() {
+        None => lines.push("approvals: nothing needs one".to_owned()),
+        Some(needed) => lines.push(format!("approvals needed for: {needed}")),
     }
     if status.waiting.is_empty() {
         lines.push("waiting: none".to_owned());
@@ -157,6 +153,7 @@ mod tests {
     fn the_approvals_read_as_golden() {
         let status = ApprovalsStatus {
             required: vec!["campaign".into(), "evacuation".into()],
+            moves_above: Some(10),
             waiting: vec![
                 ApprovalWaiting {
                     holder: "maintenance campaign 7c1d0000-0000-4000-8000-000000000001".into(),

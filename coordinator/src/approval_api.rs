@@ -58,6 +58,7 @@ pub fn status(state: &ApiState) -> Result<ApprovalsStatus, StoreError> {
                     .unwrap_or_default()
             })
             .collect(),
+        moves_above: snapshot.iter().find_map(|s| s.policy.approvals.moves_above),
         waiting,
         decisions: state.store.approvals()?.iter().map(view).collect(),
         change_system: state.approval_hook.as_ref().map(|h| h.url().to_owned()),

@@ -565,10 +565,10 @@ fn gate_section(gate: &GateStatus, now: u64, actions: Option<&Actions>, base: &s
                 p.mute { "Planned work (campaigns, balancing, other tools' requests) starts only inside a window and never in a freeze; `nodecare freeze` sets, lists and lifts freezes." }
             }
         }
-        @if !gate.approvals.required.is_empty() || !gate.approvals.waiting.is_empty() {
+        @if gate.approvals.needed_for().is_some() || !gate.approvals.waiting.is_empty() {
             section id="approvals" {
                 h2 { "Approvals" }
-                p { "Needed for: " (gate.approvals.required.join(", ")) "." }
+                p { "Needed for: " (gate.approvals.needed_for().unwrap_or_default()) "." }
                 @if gate.approvals.waiting.is_empty() {
                     p.mute { "Nothing waits for an approval." }
                 } @else {

@@ -291,6 +291,8 @@ pub struct SimulatedAgents {
     /// The simulated repairs and hooks: a node's boot id changes with each one run there.
     repairs: RepairClient,
     sequence: AtomicU64,
+    /// Whether one of the daemon's rounds runs: each read waits for it to end.
+    rounds: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl SimulatedAgents {
@@ -309,7 +311,16 @@ impl SimulatedAgents {
             store,
             repairs,
             sequence: AtomicU64::new(1),
+            rounds: None,
         }
+    }
+
+    /// The same agents waiting, before each read, while one of the daemon's rounds runs
+    /// (`running`: [`Board::round_running`]).
+    #[must_use]
+    pub fn yielding_to(mut self, running: Option<tokio::sync::watch::Receiver<bool>>) -> Self {
+        self.rounds = running;
+        self
     }
 
     /// The boot id a node reports: after a hook (or repair) run there by the simulation, a new
@@ -482,6 +493,7 @@ impl AgentReader for SimulatedAgents {
         now_ms: u64,
     ) -> AgentFuture<'a, Vec<AgentResult>> {
         Box::pin(async move {
+            yield_to_rounds(self.rounds.as_ref()).await;
             let incidents = self.store.incidents().unwrap_or_default();
             targets
                 .into_iter()
@@ -504,6 +516,7 @@ impl AgentReader for SimulatedAgents {
         now_ms: u64,
     ) -> AgentFuture<'a, StorageHealth> {
         Box::pin(async move {
+            yield_to_rounds(self.rounds.as_ref()).await;
             match &self.storage {
                 Storage::Read(readings) => {
                     let readings = storage_again(nodes, instances, readings, now_ms);
@@ -817,6 +830,7 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
     let (nodes, instances, in_flight) = read_cluster(live.store, live.ganeti).await?;
     // A wrong question costs no copy of the state.
     check(query, &nodes)?;
+    yield_to_rounds(live.context.rounds.as_ref()).await;
     let now_ms = nodecare_protocol::now_ms();
     let start_ms = match query.from_ms {
         Some(from)
@@ -878,6 +892,7 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
             None,
         ),
     };
+    yield_to_rounds(live.context.rounds.as_ref()).await;
     let copy = live
         .store
         .private_copy()
@@ -1386,7 +1401,8 @@ async fn simulate_rounds(
         answers,
         hypothetical,
         storage,
-    );
+    )
+    .yielding_to(context.rounds.clone());
     let now = Arc::new(AtomicU64::new(start_ms));
     let clock = {
         let now = Arc::clone(&now);

@@ -517,6 +517,10 @@ pub struct ApprovalsStatus {
     /// The kinds of work that need one (`campaign`, `evacuation`, `live-repair`,
     /// `instance-repair`).
     pub required: Vec<String>,
+    /// `[approvals] moves_above`: work of an approvable kind whose drained or rebooted nodes are
+    /// the primary of more instances needs one too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moves_above: Option<usize>,
     /// Holders waiting for one: `(holder, id)`.
     pub waiting: Vec<ApprovalWaiting>,
     /// The decisions, newest last.
@@ -527,6 +531,24 @@ pub struct ApprovalsStatus {
     /// Its last failure to decide (down, slow, a bad answer): the work keeps waiting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change_system_error: Option<String>,
+}
+
+impl ApprovalsStatus {
+    /// What needs an approval, in words (`campaign, evacuation; work moving more than 10
+    /// instances`); none when nothing does.
+    pub fn needed_for(&self) -> Option<String> {
+        let kinds = (!self.required.is_empty()).then(|| self.required.join(", "));
+        let many = self.moves_above.map(|above| {
+            let plural = if above == 1 { "" } else { "s" };
+            format!("work moving more than {above} instance{plural}")
+        });
+        match (kinds, many) {
+            (None, None) => None,
+            (Some(kinds), None) => Some(kinds),
+            (None, Some(many)) => Some(many),
+            (Some(kinds), Some(many)) => Some(format!("{kinds}; {many}")),
+        }
+    }
 }
 
 /// A holder whose work waits for an approval.

@@ -22,7 +22,7 @@ SMOKES=(
   "bench/coordinator/recorder.sh|2 30|^agents=30 rounds=2 median_round_with_recorder=[0-9.]+ .*ratio=[0-9.]+"
   "bench/coordinator/run.sh|30|^agents=30 round=3 seconds=[0-9.]+ peak_rss_mib=[0-9.]+"
   "bench/coordinator/state.sh|20 40|^nodes=20 rounds=40 seconds=[0-9.]+ recorded_bytes=[0-9]+"
-  "bench/coordinator/what-if.sh|1 30|^what_if=rounds nodes=30 watch=true gap_ms=0 rounds=5 median_round_quiet=[0-9.]+ .*ratio=[0-9.]+"
+  "bench/coordinator/what-if.sh|1 30|^what_if=control nodes=30 watch=true gap_ms=250 median_round_quiet=[0-9.]+ .*ratio=[0-9.]+"
   "bench/coordinator/watch.sh|30 2|^agents=30 flip_to_round_start_ms=[0-9]+ flip_to_verdict_seen_ms=[0-9]+"
   "bench/repair/run.sh||^valid request latency under flood *: n=[1-9][0-9]* p50=[0-9.]+ ms"
   "bench/roll/run.sh||^\| 20/200 \| [0-9.]+ s"

@@ -24,7 +24,8 @@
 //! simulated rounds); eight callers at once (one runs at a time, the others wait their turn);
 //! and the daemon's own rounds, BLOCKS times 5 rounds back to back with no what-if, then 5
 //! while one caller asks what-ifs back to back: each side's median round and their ratio. The
-//! daemon watches the agents, as packaged (`BENCH_WATCH=0`: it does not).
+//! daemon watches the agents, as packaged (`BENCH_WATCH=0`: it does not). Then the control: the
+//! same rounds beside a busy loop on a thread at the what-if's nice value.
 //! `state-growth NODES ROUNDS`: the state's growth on a changing cluster
 //! ([`nodecare_tests::state_growth`]): ROUNDS rounds on NODES nodes, each deciding anew, two
 //! audit lines and one override with the longest reasons per round, retention (the default
@@ -596,6 +597,33 @@ async fn what_if_cost(file: &str, blocks: usize, watch: bool) -> anyhow::Result<
             p90(loaded),
         );
     }
+    // The control: the same rounds beside a busy loop on a thread at the what-if's nice value
+    // (what any work at a lowered priority costs the rounds on this machine).
+    let (mut quiet, mut busy) = (Vec::new(), Vec::new());
+    for _ in 0..blocks.max(1) {
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            quiet.push(timed_round(&daemon).await?);
+        }
+        let spinner = tokio::spawn(nodecare_coordinator::background::run(
+            "bench-busy-loop",
+            |stop| async move {
+                while !stop.asked() {
+                    std::hint::spin_loop();
+                }
+            },
+        ));
+        for _ in 0..5 {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            busy.push(timed_round(&daemon).await?);
+        }
+        spinner.abort();
+    }
+    let (m_quiet, m_busy) = (median(quiet), median(busy));
+    println!(
+        "what_if=control nodes={count} watch={watch} gap_ms=250 median_round_quiet={m_quiet:.4} median_round_beside_a_niced_busy_loop={m_busy:.4} ratio={:.3}",
+        m_busy / m_quiet.max(f64::MIN_POSITIVE)
+    );
     daemon.stop().await
 }
 

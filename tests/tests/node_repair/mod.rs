@@ -1260,6 +1260,20 @@ async fn an_evacuation_moving_many_instances_waits_for_an_approval() {
         "{waiting:#?}"
     );
     assert!(h.sim.submissions().is_empty());
+    // `GET /1/approvals` says what needs one, the threshold too.
+    let listed = nodecare_coordinator::approval_api::status(h.coordinator.api()).unwrap();
+    assert_eq!(listed.moves_above, Some(1));
+    assert_eq!(
+        listed.needed_for().as_deref(),
+        Some("work moving more than 1 instance")
+    );
+    assert!(
+        listed
+            .waiting
+            .iter()
+            .any(|w| w.id == waiting.uuid.to_string()),
+        "{listed:#?}"
+    );
     h.coordinator
         .api()
         .store
