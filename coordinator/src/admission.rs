@@ -17,7 +17,7 @@
 //! Writes need HTTP basic auth of a user with `write` in the users file (as `cancel`); every
 //! write is logged and written to the store's audit log with the user, the time and the reason.
 //!
-//! An admission request is judged by [`crate::gate::decide`] as a proposal of the
+//! An admission request is judged by [`nodecare_core::gate::decide`] as a proposal of the
 //! [`Duty::Admission`] duty against the last round's view of the cluster ([`GateSnapshot`]),
 //! with the grants, overrides and breaker as the store has them now, behind the node repairs
 //! the last round left waiting (judged first, as a round judges them). The judging is serialised
@@ -37,11 +37,11 @@ use uuid::Uuid;
 
 use crate::api::{ApiState, Failed, body_of, parse_id, snapshot_of};
 use crate::api::{Writer, error, internal};
-use crate::gate::{
-    BlockedBy, Decision, Duty, GateSnapshot, Holder, InForce, Override, Policy, Proposal,
-};
 use crate::store::Revoked;
 use nodecare_core::calendar::CalendarNow;
+use nodecare_core::gate::{
+    BlockedBy, Decision, Duty, GateSnapshot, Holder, InForce, Override, Policy, Proposal,
+};
 use nodecare_protocol::gate::{
     AuditEntry, BreakerReset, BreakerView, Disrupted, DisruptionRequest, DomainStatus, Grant,
     OverrideRequest, OverrideView, Refusal as GateRefusal, Waiting,
@@ -193,7 +193,7 @@ pub fn judge_request(
             request.node
         )));
     }
-    let mut view = crate::gate::View::clone(&snapshot.view);
+    let mut view = nodecare_core::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
     let policy = policy_now(snapshot, standing);
     let in_force = in_force_now(snapshot, grants);
@@ -215,7 +215,7 @@ pub fn judge_request(
         after_releases: std::collections::BTreeMap::new(),
         reason: format!("{} (requested by {})", request.reason, request.requester),
     };
-    let decision = crate::gate::decide(&view, &policy, &in_force, vec![proposal.clone()]);
+    let decision = nodecare_core::gate::decide(&view, &policy, &in_force, vec![proposal.clone()]);
     match decision.judgements.first().map(|j| &j.outcome) {
         Some(Ok(_)) => {
             match behind_waiting_repairs(snapshot, &view, &policy, &in_force, proposal) {
@@ -236,7 +236,7 @@ pub fn judge_request(
 /// grant asked between rounds thus never takes the budget an incident waits for.
 fn behind_waiting_repairs(
     snapshot: &GateSnapshot,
-    view: &crate::gate::View,
+    view: &nodecare_core::gate::View,
     policy: &Policy,
     in_force: &InForce,
     proposal: Proposal,
@@ -251,7 +251,7 @@ fn behind_waiting_repairs(
         return None;
     }
     let holder = proposal.holder.clone();
-    let decision = crate::gate::decide(
+    let decision = nodecare_core::gate::decide(
         view,
         policy,
         in_force,
@@ -335,7 +335,7 @@ pub fn domains_and_waiting(
     breaker: &BreakerView,
     now_ms: u64,
 ) -> (Vec<DomainStatus>, Vec<Waiting>) {
-    let mut view = crate::gate::View::clone(&snapshot.view);
+    let mut view = nodecare_core::gate::View::clone(&snapshot.view);
     view.now_ms = now_ms;
     let policy = policy_now(
         snapshot,
@@ -346,7 +346,7 @@ pub fn domains_and_waiting(
         },
     );
     let in_force = in_force_now(snapshot, grants);
-    let domains = crate::gate::domain_states(&view, &policy, &in_force)
+    let domains = nodecare_core::gate::domain_states(&view, &policy, &in_force)
         .into_iter()
         .map(|state| DomainStatus {
             domain: state.domain,
@@ -372,11 +372,11 @@ pub fn domains_and_waiting(
 }
 
 /// The holders that wait on each other now (pure), one waiting line per cycle with the way out
-/// ([`crate::waits`]): the proposals `snapshot` refused and the active `incidents`' waits,
+/// ([`nodecare_core::waits`]): the proposals `snapshot` refused and the active `incidents`' waits,
 /// against the nodes its disruptions in force and the incidents hold.
 pub fn cycle_waiting(
     snapshot: Option<&GateSnapshot>,
-    incidents: &[crate::incident::Incident],
+    incidents: &[nodecare_core::incident::Incident],
 ) -> Vec<Waiting> {
     let mut waits: Vec<(String, String)> = snapshot
         .into_iter()
@@ -398,12 +398,12 @@ pub fn cycle_waiting(
         held.entry(incident.node.clone())
             .or_insert_with(|| format!("incident {}", incident.uuid));
     }
-    crate::waits::cycles(&crate::waits::graph(&waits, &held))
+    nodecare_core::waits::cycles(&nodecare_core::waits::graph(&waits, &held))
         .iter()
         .map(|cycle| Waiting {
             duty: "gate".to_owned(),
             subject: "deadlock".to_owned(),
-            blocked_by: crate::waits::cycle_line(cycle),
+            blocked_by: nodecare_core::waits::cycle_line(cycle),
         })
         .collect()
 }
@@ -802,7 +802,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::gate::{Admitted, Caps, NodeFacts, StorageProblem, View};
+    use nodecare_core::gate::{Admitted, Caps, NodeFacts, StorageProblem, View};
 
     const NOW: u64 = 1_795_000_000_000;
 
@@ -1002,14 +1002,17 @@ mod tests {
             .in_force
             .nodes
             .insert("n1".into(), grant(1));
-        snapshot.decision.judgements.push(crate::gate::Judgement {
-            proposal: repair,
-            outcome: Err(BlockedBy::Domain {
-                busy: "rack:a".into(),
-                holders: vec!["n1: admission of kured".into()],
-                wanted: "rack:b".into(),
-            }),
-        });
+        snapshot
+            .decision
+            .judgements
+            .push(nodecare_core::gate::Judgement {
+                proposal: repair,
+                outcome: Err(BlockedBy::Domain {
+                    busy: "rack:a".into(),
+                    holders: vec!["n1: admission of kured".into()],
+                    wanted: "rack:b".into(),
+                }),
+            });
         let closed = BreakerView::default();
         // Grant 1 was released since: a grant in rack a would keep rack b closed to the repair.
         match judge(&snapshot, vec![], vec![], &closed, "n2") {
@@ -1242,7 +1245,7 @@ mod tests {
                 ..Policy::default()
             };
             GateSnapshot {
-                decision: crate::gate::decide(&view, &policy, &in_force, Vec::new()),
+                decision: nodecare_core::gate::decide(&view, &policy, &in_force, Vec::new()),
                 view: view.into(),
                 policy,
                 in_force,

@@ -36,7 +36,7 @@ pub struct ApiState {
     pub max_disrupted_nodes: usize,
     /// Ganeti, to cancel a canceled incident's unfinished jobs at once (the round does it
     /// otherwise); `None` leaves it to the round.
-    pub ganeti: Option<Arc<dyn crate::ganeti::Ganeti>>,
+    pub ganeti: Option<Arc<dyn nodecare_ganeti::Ganeti>>,
     /// Signs requests to the agents (`nodecare check`); `None` disables them.
     pub agents: Option<crate::repair::RepairClient>,
     /// How old the last round's view of the cluster may be for an admission request to be
@@ -45,7 +45,7 @@ pub struct ApiState {
     /// The state's replication to the master candidates; `None`: off.
     pub replicator: Option<Arc<crate::replica::Replicator>>,
     /// The coordinator's failure domains, with which every campaign is planned.
-    pub failure_domains: crate::gate::DomainSource,
+    pub failure_domains: nodecare_core::gate::DomainSource,
     /// What a what-if needs of the daemon (`GET /1/what-if`); `None`: what-ifs are refused.
     pub what_if: Option<Arc<crate::what_if::WhatIfContext>>,
     /// The configuration's maintenance windows and freezes (the run-time freezes are the
@@ -123,7 +123,7 @@ pub(crate) async fn stop_canceled_jobs_in_time(
 }
 
 /// Whether Ganeti names `node` its master (read now; `false` when it cannot be read).
-async fn is_master(ganeti: &dyn crate::ganeti::Ganeti, node: &str) -> bool {
+async fn is_master(ganeti: &dyn nodecare_ganeti::Ganeti, node: &str) -> bool {
     match ganeti.cluster_info().await {
         Ok(info) => info.master == node,
         Err(error) => {
@@ -216,7 +216,7 @@ fn error_response(status: StatusCode, message: String) -> Response {
 }
 
 /// The last round's gate snapshot, as the board keeps it.
-pub(crate) fn snapshot_of(state: &ApiState) -> Option<crate::gate::GateSnapshot> {
+pub(crate) fn snapshot_of(state: &ApiState) -> Option<nodecare_core::gate::GateSnapshot> {
     state
         .board
         .gate

@@ -5,12 +5,12 @@
 //! flight), [`Balancer::propose`] reads the cluster through RAPI ([`ClusterSource`]), writes it
 //! in the htools text format, feeds it to `hbal -t /dev/stdin -C -G GROUP …` per node group in
 //! the executor's sandbox (no shell, empty environment, timeout, output cap), reads the plans
-//! strictly and turns their first job sets into proposals ([`crate::duty::balancing`]). A
+//! strictly and turns their first job sets into proposals ([`nodecare_core::duty::balancing`]). A
 //! missing or failing hbal, or an output it cannot read, is reported in the status and the
 //! metrics and nothing else happens.
 //!
 //! [`Balancer::execute`] records every operation of each admitted job as an entry of the
-//! executor's ledger ([`crate::exec`], held by the run, viewed as a [`BalanceMove`]), durable
+//! executor's ledger ([`nodecare_exec`], held by the run, viewed as a [`BalanceMove`]), durable
 //! before anything is submitted, and has the executor submit them as Ganeti jobs, each
 //! depending on the one before it, with the reason trail `gnt:daemon:maintd` naming the run and
 //! the move. The executor follows them; after a crash, a move recorded but not known as
@@ -20,7 +20,7 @@
 //!
 //! Dynamic load: with `load = true` (the default) the run reads every online node's signed load
 //! report ([`LoadSource`], the agents' `cpu-avg-load` and `kvm-inst-rss`), verifies it, and
-//! gives it to hbal as maintd did (`--mond=yes --mond-data FILE`, [`crate::load`]), with
+//! gives it to hbal as maintd did (`--mond=yes --mond-data FILE`, [`nodecare_core::load`]), with
 //! `--exit-on-missing-mond-data` so that hbal never drops it silently. When a node's load is
 //! missing, unverifiable or old, the load is left out (hbal balances on the static resources
 //! alone) and the status and `/metrics` say so and why.
@@ -38,12 +38,12 @@ use nodecare_roll::{Cluster, htext};
 use uuid::Uuid;
 
 use crate::board::Board;
-use crate::duty::balancing::{self, BalancingConfig, Proposals};
-use crate::exec::ledger::{Entry, Hold, LedgerError};
-use crate::exec::{Changed, Executor, Unadopted};
-use crate::ganeti::{Ganeti, Node};
-use crate::gate::{Decision, Holder, InForce};
-use crate::incident::Incident;
+use nodecare_core::duty::balancing::{self, BalancingConfig, Proposals};
+use nodecare_core::gate::{Decision, Holder, InForce};
+use nodecare_core::incident::Incident;
+use nodecare_exec::ledger::{Entry, Hold, LedgerError};
+use nodecare_exec::{Changed, Executor, Unadopted};
+use nodecare_ganeti::{Ganeti, Node};
 
 /// How long finished balancing moves are kept (for the status and the API).
 const MOVES_KEPT_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -60,7 +60,7 @@ pub trait ClusterSource: Send + Sync + fmt::Debug {
     fn cluster(&self) -> SourceFuture<'_>;
 }
 
-impl ClusterSource for crate::ganeti::rapi::RapiClient {
+impl ClusterSource for nodecare_ganeti::rapi::RapiClient {
     fn cluster(&self) -> SourceFuture<'_> {
         Box::pin(async move {
             let answers = nodecare_roll::from_rapi::DecodedAnswers {
@@ -108,7 +108,7 @@ pub enum BalanceError {
 
 /// A future of a [`LoadSource`].
 pub type LoadFuture<'a> =
-    Pin<Box<dyn Future<Output = BTreeMap<String, crate::load::LoadReading>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = BTreeMap<String, nodecare_core::load::LoadReading>> + Send + 'a>>;
 
 /// Where the agents' load reports come from.
 pub trait LoadSource: Send + Sync + fmt::Debug {
@@ -255,8 +255,8 @@ pub async fn plans(
     Ok(out)
 }
 
-pub use crate::duty::balancing::{BalanceMove, BalanceStatus, GroupPlan, MoveState};
 pub use crate::metrics::BalancingMetrics;
+pub use nodecare_core::duty::balancing::{BalanceMove, BalanceStatus, GroupPlan, MoveState};
 
 /// The balancing duty's proposals of one round.
 #[derive(Debug, Clone, Default)]
@@ -274,7 +274,7 @@ pub struct Balancer {
     source: Option<Arc<dyn ClusterSource>>,
     load: Option<Arc<dyn LoadSource>>,
     last_run_ms: Mutex<Option<u64>>,
-    failback: crate::duty::failback::FailbackConfig,
+    failback: nodecare_core::duty::failback::FailbackConfig,
 }
 
 impl Balancer {
@@ -285,19 +285,22 @@ impl Balancer {
             source,
             load: None,
             last_run_ms: Mutex::new(None),
-            failback: crate::duty::failback::FailbackConfig::default(),
+            failback: nodecare_core::duty::failback::FailbackConfig::default(),
         }
     }
 
     /// The same balancer, moving evacuated instances back as `failback` says.
     #[must_use]
-    pub const fn with_failback(mut self, failback: crate::duty::failback::FailbackConfig) -> Self {
+    pub const fn with_failback(
+        mut self,
+        failback: nodecare_core::duty::failback::FailbackConfig,
+    ) -> Self {
         self.failback = failback;
         self
     }
 
     /// How failback is configured.
-    pub const fn failback(&self) -> &crate::duty::failback::FailbackConfig {
+    pub const fn failback(&self) -> &nodecare_core::duty::failback::FailbackConfig {
         &self.failback
     }
 
@@ -313,14 +316,14 @@ impl Balancer {
         cluster: &Cluster,
         nodes: &[Node],
         now_ms: u64,
-    ) -> Option<crate::load::MondData> {
+    ) -> Option<nodecare_core::load::MondData> {
         if !self.config.load {
             return None;
         }
-        let load_nodes: Vec<crate::load::LoadNode> = cluster
+        let load_nodes: Vec<nodecare_core::load::LoadNode> = cluster
             .nodes
             .iter()
-            .map(|n| crate::load::LoadNode {
+            .map(|n| nodecare_core::load::LoadNode {
                 name: n.name.clone(),
                 offline: n.offline,
             })
@@ -339,7 +342,7 @@ impl Balancer {
             Some(source) => source.load(&online, now_ms).await,
             None => BTreeMap::new(),
         };
-        Some(crate::load::mond_data(
+        Some(nodecare_core::load::mond_data(
             &load_nodes,
             &readings,
             now_ms,
@@ -414,7 +417,7 @@ impl Balancer {
         };
         let load_text = load.as_ref().map_or_else(
             || "off (balancing.load = false)".to_owned(),
-            crate::load::MondData::describe,
+            nodecare_core::load::MondData::describe,
         );
         match &load {
             Some(data) if data.file.is_none() => {
@@ -548,7 +551,7 @@ impl Balancer {
                 entries.push(entry);
             }
             jobs.push((
-                crate::exec::ledger::trail_key(&format!("{}-1", job.instance)),
+                nodecare_exec::ledger::trail_key(&format!("{}-1", job.instance)),
                 format!("{}: {} => {}", job.instance, job.from, job.to),
                 job.instance.clone(),
             ));

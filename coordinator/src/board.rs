@@ -49,16 +49,16 @@ pub struct Board {
     /// The agents the last round read (what the watches follow).
     pub targets: RwLock<Vec<AgentTarget>>,
     /// What the gate saw and decided in the last round (none before the first round).
-    pub gate: RwLock<Option<crate::gate::GateSnapshot>>,
-    /// The graces of planned disruptions in the last round, by node ([`crate::gate::grace`]).
-    pub graces: RwLock<BTreeMap<String, crate::gate::Grace>>,
+    pub gate: RwLock<Option<nodecare_core::gate::GateSnapshot>>,
+    /// The graces of planned disruptions in the last round, by node ([`nodecare_core::gate::grace`]).
+    pub graces: RwLock<BTreeMap<String, nodecare_core::gate::Grace>>,
     /// The actionable verdicts the last round did not act on because their node was in grace:
     /// node → verdict (`evacuate`, …).
     pub held_in_grace: RwLock<BTreeMap<String, String>>,
     /// What the instance-repair duty found in the last round (instances not healthy).
     pub instance_repairs: RwLock<Vec<nodecare_protocol::status::InstanceRepairSummary>>,
     /// What balancing did last (none while it is off or before its first run).
-    pub balancing: RwLock<Option<crate::duty::balancing::BalanceStatus>>,
+    pub balancing: RwLock<Option<nodecare_core::duty::balancing::BalanceStatus>>,
     /// Instances waiting to go back home (failback), with why, as the last round planned.
     pub failback_waiting: RwLock<BTreeMap<String, String>>,
     /// Whether this coordinator is acting (its last mastership check found this node the
@@ -70,7 +70,7 @@ pub struct Board {
     /// Signalled (to every waiter) at the end of every round.
     pub round_done: tokio::sync::Notify,
     /// Jobs Ganeti was already asked to cancel (by the API or a round), asked once each.
-    pub cancels_asked: crate::exec::CancelsAsked,
+    pub cancels_asked: nodecare_exec::CancelsAsked,
     /// The addresses operators authenticated from (the API's reserved connections).
     pub operators: crate::callers::Operators,
     /// The explanations being computed ([`EXPLAIN_CONCURRENCY`] at most).
@@ -82,7 +82,7 @@ impl Board {
     pub fn graces_now(
         &self,
     ) -> (
-        BTreeMap<String, crate::gate::Grace>,
+        BTreeMap<String, nodecare_core::gate::Grace>,
         BTreeMap<String, String>,
     ) {
         let graces = self

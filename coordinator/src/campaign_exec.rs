@@ -1,6 +1,6 @@
-//! Rolling maintenance campaigns (IO): the executor of [`crate::campaign`].
+//! Rolling maintenance campaigns (IO): the executor of [`nodecare_core::campaign`].
 //!
-//! Each campaign operation is an entry of the executor's ledger ([`crate::exec`]), held by the
+//! Each campaign operation is an entry of the executor's ledger ([`nodecare_exec`]), held by the
 //! campaign (`Holder::Campaign`) under its key, so its reason trail (`gnt:daemon:maintd`, the
 //! campaign id as the incident and the operation's key as the intent) is the trail of its job.
 //! The executor submits, adopts (after a crash, by the reason trail; not found, submitted
@@ -10,7 +10,7 @@
 //!
 //! 1. [`prepare`] (before the gate) follows the campaign's hooks; a campaign due for its next
 //!    group is planned again against the cluster as it is (the roll planner) and its next
-//!    group proposed ([`crate::duty::maintenance`]).
+//!    group proposed ([`nodecare_core::duty::maintenance`]).
 //! 2. [`execute`] (after the gate) starts an admitted group, shows what blocks a refused one,
 //!    advances the state machine, records the operations it plans in the ledger (durable
 //!    before anything is submitted) and has the executor submit them; hooks are sent here.
@@ -27,17 +27,17 @@ use nodecare_protocol::maintenance::{CampaignRequest, HOOK_NO_REBOOT_LINE};
 use nodecare_protocol::repair::{RepairRequest, RepairState};
 use uuid::Uuid;
 
-use crate::campaign::{
-    self, AgentNow, CampaignOp, InstanceNow, NodeNow, OpKind, OpState, Ops, PlannedMove, Record,
-    World,
-};
-use crate::exec::Executor;
-use crate::exec::ledger::State;
-use crate::ganeti::{Ganeti, Instance, Node};
-use crate::gate::{Decision, Holder, Proposal, StorageProblem, View};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::scrape::AgentUrls;
 use crate::store::{Store, StoreError};
+use nodecare_core::campaign::{
+    self, AgentNow, CampaignOp, InstanceNow, NodeNow, OpKind, OpState, Ops, PlannedMove, Record,
+    World,
+};
+use nodecare_core::gate::{Decision, Holder, Proposal, StorageProblem, View};
+use nodecare_exec::Executor;
+use nodecare_exec::ledger::State;
+use nodecare_ganeti::{Ganeti, Instance, Node};
 
 /// What the executor needs.
 #[derive(Debug, Clone, Copy)]
@@ -55,7 +55,7 @@ pub struct Context<'a> {
     /// The nodes as read this round.
     pub nodes: &'a [Node],
     /// The coordinator's failure domains: every campaign is planned with them.
-    pub domains: &'a crate::gate::DomainSource,
+    pub domains: &'a nodecare_core::gate::DomainSource,
 }
 
 /// The campaigns' part of one round.
@@ -172,7 +172,7 @@ impl Known {
         &mut self,
         cluster: &nodecare_roll::Cluster,
         record: &Record,
-        domains: &crate::gate::DomainSource,
+        domains: &nodecare_core::gate::DomainSource,
     ) -> PlanOutcome {
         let request = &record.campaign.request;
         if let Some(planned) = self.plans.get(&record.id())
@@ -248,7 +248,7 @@ pub fn holds(store: &Store, known: &[Record]) -> Result<Vec<(String, Holder)>, S
 }
 
 /// The nodes every unfinished campaign holds without disrupting them (their primaries
-/// migrating back), for [`crate::gate::InForce::with_touched`].
+/// migrating back), for [`nodecare_core::gate::InForce::with_touched`].
 pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
     Ok(store
         .campaigns()?
@@ -259,13 +259,13 @@ pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
 }
 
 /// The drained flags every stored campaign's jobs set or cleared, for
-/// [`crate::gate::left_by`]; the operations of the campaigns in `known` (this round's, from
+/// [`nodecare_core::gate::left_by`]; the operations of the campaigns in `known` (this round's, from
 /// [`follow`]) are not read again.
 pub fn flag_changes(
     store: &Store,
     executor: &Executor,
     known: &[Record],
-) -> Result<Vec<crate::gate::FlagChange>, StoreError> {
+) -> Result<Vec<nodecare_core::gate::FlagChange>, StoreError> {
     let mut changes = Vec::new();
     for mut record in store.campaigns()? {
         match known.iter().find(|k| k.id() == record.id()) {
@@ -296,7 +296,7 @@ pub fn rebooting(store: &Store) -> Result<std::collections::BTreeSet<String>, St
 pub fn planned_disruptions(
     store: &Store,
     now_ms: u64,
-) -> Result<Vec<crate::gate::Planned>, StoreError> {
+) -> Result<Vec<nodecare_core::gate::Planned>, StoreError> {
     Ok(store
         .campaigns()?
         .iter()
@@ -304,7 +304,7 @@ pub fn planned_disruptions(
             let holder = format!("maintenance campaign {}", r.id());
             r.planned_disruptions(now_ms)
                 .into_iter()
-                .map(move |(node, from_ms)| crate::gate::Planned {
+                .map(move |(node, from_ms)| nodecare_core::gate::Planned {
                     node,
                     from_ms,
                     holder: holder.clone(),
@@ -322,7 +322,7 @@ pub struct Planning<'a> {
     /// Ganeti's instances.
     pub instances: &'a [Instance],
     /// Ganeti's node groups.
-    pub groups: &'a [crate::ganeti::Group],
+    pub groups: &'a [nodecare_ganeti::Group],
     /// The master node's name.
     pub master: &'a str,
 }
@@ -400,7 +400,7 @@ pub async fn prepare(
                     if record.complete_if_done(world.now_ms) {
                         tracing::info!(campaign = %record.campaign.id, "maintenance campaign completed");
                     } else if let Some(proposal) =
-                        crate::duty::maintenance::propose(&record, view, world, &moves)
+                        nodecare_core::duty::maintenance::propose(&record, view, world, &moves)
                     {
                         round.moves.insert(record.id(), moves);
                         round.proposals.push(proposal);
@@ -463,7 +463,7 @@ fn as_back(instances: &[Instance], back: &BTreeMap<String, String>) -> Vec<Insta
 fn plan(
     cluster: &nodecare_roll::Cluster,
     record: &Record,
-    domains: &crate::gate::DomainSource,
+    domains: &nodecare_core::gate::DomainSource,
 ) -> PlanOutcome {
     let options = campaign::roll_options(&record.campaign.request, domains)?;
     let plan = nodecare_roll::plan(cluster, &options).map_err(|e| format!("planning: {e}"))?;
@@ -524,11 +524,11 @@ pub async fn execute(
                     }
                 }
                 Err(
-                    blocked @ (crate::gate::BlockedBy::Cap { .. }
-                    | crate::gate::BlockedBy::Capacity { .. }),
+                    blocked @ (nodecare_core::gate::BlockedBy::Cap { .. }
+                    | nodecare_core::gate::BlockedBy::Capacity { .. }),
                 ) if record.shrinks_after_refusal(matches!(
                     blocked,
-                    crate::gate::BlockedBy::Capacity { .. }
+                    nodecare_core::gate::BlockedBy::Capacity { .. }
                 )) =>
                 {
                     let why = format!("{blocked}; trying smaller groups");
@@ -1008,7 +1008,7 @@ async fn follow_hooks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gate::StorageProblem;
+    use nodecare_core::gate::StorageProblem;
     use nodecare_protocol::repair::RepairRecord;
 
     fn run(state: RepairState, exit_code: Option<i32>, stdout: &str) -> RepairAnswer {
@@ -1142,11 +1142,11 @@ mod tests {
     #[test]
     fn a_plan_is_made_again_only_once_what_it_is_planned_from_changed() {
         let nodes: Vec<Node> = ["n0", "n1", "n2", "n3"]
-            .map(crate::plan::tests_support::node)
+            .map(nodecare_core::plan::tests_support::node)
             .to_vec();
         let cluster = campaign::roll_cluster(&nodes, &[], &[], "n0");
         let record = Record::new(Uuid::from_u128(1), CampaignRequest::new("reboot"), "t", 1);
-        let domains = crate::gate::DomainSource::default();
+        let domains = nodecare_core::gate::DomainSource::default();
         let mut known = Known::default();
         let first = known.plan(&cluster, &record, &domains);
         assert_eq!(first, plan(&cluster, &record, &domains));

@@ -15,13 +15,13 @@ use crate::config::{
     DEFAULT_ROUND_INTERVAL_SECS, DEFAULT_STATE_DIR, EXIT_CONFIG, EXIT_NOT_MASTER,
 };
 use crate::daemon::Coordinator;
-use crate::ganeti::Ganeti;
-use crate::ganeti::rapi::RapiClient;
 use crate::reconcile::RoundError;
 use crate::scrape::DEFAULT_AGENT_URL_TEMPLATE;
 use anyhow::Context as _;
 use clap::parser::ValueSource;
 use clap::{ArgMatches, FromArgMatches as _, Parser};
+use nodecare_ganeti::Ganeti;
+use nodecare_ganeti::rapi::RapiClient;
 use nodecare_protocol::HmacKey;
 use nodecare_protocol::sign::DEFAULT_HMAC_KEY_PATH;
 
@@ -270,10 +270,10 @@ async fn run(prepared: Prepared, once: bool) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(node = %node_name, listen = %config.listen, interval_s = config.round_interval,
         "nodecare-coordinator running (it acts while this node is the master)");
-    let _watchdog = crate::systemd::notify_ready_on_progress(coordinator.progress());
+    let _watchdog = nodecare_daemon::systemd::notify_ready_on_progress(coordinator.progress());
     let shutdown = async {
         shutdown_signal().await;
-        crate::systemd::notify_stopping();
+        nodecare_daemon::systemd::notify_stopping();
     };
     coordinator.run(listener, shutdown).await?;
     Ok(ExitCode::SUCCESS)
@@ -646,7 +646,7 @@ mod tests {
 
     #[test]
     fn replay_rounds_finds_a_recorded_decision_the_gate_would_not_make() {
-        use crate::gate::Admitted;
+        use nodecare_core::gate::Admitted;
         use nodecare_core::recorder::tests_support::round;
         let dir = tempfile::tempdir().unwrap();
         let config = Config {

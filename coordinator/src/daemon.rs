@@ -10,13 +10,13 @@ use nodecare_protocol::{HmacKey, KeyRing, VerifyPolicy};
 use tokio::net::TcpListener;
 
 use crate::config::Config;
-use crate::ganeti::Ganeti;
 use crate::http::ApiState;
 use crate::reconcile::{Board, ReconcileSettings, Reconciler, RoundError};
 use crate::repair::RepairClient;
 use crate::scrape::{ScrapeSettings, Scraper};
 use crate::store::{Store, StoreError};
 use crate::watch::{WatchSettings, Watches};
+use nodecare_ganeti::Ganeti;
 
 /// Why the coordinator cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -239,7 +239,7 @@ impl Coordinator {
     }
 
     /// The round loop's progress: what feeds the systemd watchdog
-    /// ([`crate::systemd::notify_ready_on_progress`]).
+    /// ([`nodecare_daemon::systemd::notify_ready_on_progress`]).
     pub fn progress(&self) -> Arc<nodecare_daemon::systemd::Progress> {
         Arc::clone(&self.progress)
     }
@@ -355,7 +355,7 @@ impl Coordinator {
         // A job in flight that ends starts a round at once; dropped (stopped) with the loop.
         let _job_waits = crate::job_wait::JobWaits::spawn(
             Arc::clone(&self.ganeti),
-            Arc::clone(&self.api.store) as Arc<dyn crate::exec::ledger::Ledger>,
+            Arc::clone(&self.api.store) as Arc<dyn nodecare_exec::ledger::Ledger>,
             Arc::clone(&self.api.board),
             crate::job_wait::JobWaitSettings::default(),
         );

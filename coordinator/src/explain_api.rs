@@ -21,10 +21,10 @@ use nodecare_protocol::explain::{Explanation, Query};
 use uuid::Uuid;
 
 use crate::api::{ApiState, error};
-use crate::exec::ledger::{Ledger as _, trail_key};
 use crate::recorder::Operation;
 use crate::recorder::index::{explain_job_indexed, explain_node_indexed, explain_record_indexed};
 use crate::store::{Store, StoreError};
+use nodecare_exec::ledger::{Ledger as _, trail_key};
 
 /// Most recorded rounds an explanation looks through (the newest at or before its time). It
 /// chooses among them by the recorder's index and reads only the rounds it shows
@@ -85,7 +85,7 @@ async fn operation_of_job(
     };
     let found = match ganeti.job(job).await {
         Ok(found) => found,
-        Err(crate::ganeti::GanetiError::NotFound(_)) => return Ok(None),
+        Err(nodecare_ganeti::GanetiError::NotFound(_)) => return Ok(None),
         Err(e) => {
             return Err((StatusCode::BAD_GATEWAY, format!("job {job}: Ganeti: {e}")));
         }
@@ -93,7 +93,7 @@ async fn operation_of_job(
     let Some((entry, reason)) = found
         .reasons
         .iter()
-        .find_map(|r| crate::ganeti::Reason::parse_text(&r.text).map(|parsed| (r, parsed)))
+        .find_map(|r| nodecare_ganeti::Reason::parse_text(&r.text).map(|parsed| (r, parsed)))
     else {
         return Ok(None);
     };
@@ -106,7 +106,7 @@ async fn operation_of_job(
     }
     // Forgotten by the ledger (its record was acknowledged and forgotten): the trail tells
     // whose it was and when it was submitted.
-    let description = crate::ganeti::Reason::description_of(&entry.text)
+    let description = nodecare_ganeti::Reason::description_of(&entry.text)
         .unwrap_or_default()
         .to_owned();
     Ok(Some(Operation {
@@ -217,8 +217,8 @@ fn record_now(state: &ApiState, id: Uuid) -> Result<Vec<String>, String> {
 /// An incident now, for people (pure): its node, action, status and jobs; while active, the
 /// latest wait its planner or the gate recorded (`blocked_by`) and since when (the history entry
 /// that recorded it), or the latest step left for a later round; once ended, how.
-pub fn incident_now(incident: &crate::incident::Incident) -> Vec<String> {
-    use crate::incident::RepairStatus;
+pub fn incident_now(incident: &nodecare_core::incident::Incident) -> Vec<String> {
+    use nodecare_core::incident::RepairStatus;
     let jobs = if incident.jobs.is_empty() {
         String::new()
     } else {
@@ -231,7 +231,7 @@ pub fn incident_now(incident: &crate::incident::Incident) -> Vec<String> {
         incident.action.as_str(),
         incident.repair_status.as_str()
     )];
-    if let Some(said) = crate::duty::node_repair::ladder::said_of(incident) {
+    if let Some(said) = nodecare_core::duty::node_repair::ladder::said_of(incident) {
         lines.push(format!("opened by its node's repair history: {said}"));
     }
     let since = |event: &str| {
@@ -278,7 +278,7 @@ pub fn incident_now(incident: &crate::incident::Incident) -> Vec<String> {
 /// verdict).
 pub fn campaign_now(
     campaign: &nodecare_protocol::maintenance::Campaign,
-    graces: &std::collections::BTreeMap<String, crate::gate::Grace>,
+    graces: &std::collections::BTreeMap<String, nodecare_core::gate::Grace>,
     held: &std::collections::BTreeMap<String, String>,
 ) -> Vec<String> {
     use nodecare_protocol::maintenance::CampaignState;
@@ -405,7 +405,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::incident::{Action, Event, Incident, RepairStatus};
+    use nodecare_core::incident::{Action, Event, Incident, RepairStatus};
     use nodecare_protocol::maintenance::{
         CampaignGroup, CampaignNode, CampaignRequest, CampaignState, Failure, NodeStep,
     };
@@ -536,7 +536,7 @@ mod tests {
     }
 
     fn campaign() -> nodecare_protocol::maintenance::Campaign {
-        crate::campaign::Record::new(
+        nodecare_core::campaign::Record::new(
             Uuid::from_u128(3),
             CampaignRequest::new("reboot"),
             "alice",
@@ -564,7 +564,7 @@ mod tests {
         let graces = BTreeMap::from([
             (
                 "node3".to_owned(),
-                crate::gate::Grace {
+                nodecare_core::gate::Grace {
                     until_ms: 1_764_125_400_000,
                     holder: holder.into(),
                     disrupted: "node3".into(),
@@ -572,7 +572,7 @@ mod tests {
             ),
             (
                 "node4".to_owned(),
-                crate::gate::Grace {
+                nodecare_core::gate::Grace {
                     until_ms: 1_764_125_400_000,
                     holder: holder.into(),
                     disrupted: "node3".into(),
@@ -580,7 +580,7 @@ mod tests {
             ),
             (
                 "node9".to_owned(),
-                crate::gate::Grace {
+                nodecare_core::gate::Grace {
                     until_ms: 1_764_125_400_000,
                     holder: "admission x of kured".into(),
                     disrupted: "node9".into(),

@@ -12,14 +12,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use crate::board::Board;
-use crate::duty::balancing::{Proposals, Proposed};
-use crate::duty::failback::{self, FailbackConfig, FailbackPlan, Health, HomeState, Homecoming};
-use crate::duty::node_repair::intent::Intent;
-use crate::ganeti::{Instance, Node};
-use crate::gate::{Duty, Holder, Proposal};
-use crate::incident::Incident;
 use crate::scrape::{AgentOutcome, AgentResult};
 use crate::store::{Store, StoreError};
+use nodecare_core::duty::balancing::{Proposals, Proposed};
+use nodecare_core::duty::failback::{
+    self, FailbackConfig, FailbackPlan, Health, HomeState, Homecoming,
+};
+use nodecare_core::duty::node_repair::intent::Intent;
+use nodecare_core::gate::{Duty, Holder, Proposal};
+use nodecare_core::incident::Incident;
+use nodecare_ganeti::{Instance, Node};
 use nodecare_protocol::DiagnoseStatus;
 use nodecare_protocol::status::{HomeboundView, HomecomingView};
 

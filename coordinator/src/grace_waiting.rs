@@ -9,7 +9,7 @@ use nodecare_protocol::gate::Waiting;
 /// grace's holder, the node it disrupts and when the grace ends (pure).
 pub fn graced_waiting(
     held: &BTreeMap<String, String>,
-    graces: &BTreeMap<String, crate::gate::Grace>,
+    graces: &BTreeMap<String, nodecare_core::gate::Grace>,
 ) -> Vec<Waiting> {
     held.iter()
         .filter_map(|(node, verdict)| Some(grace_line(node, verdict, graces.get(node)?)))
@@ -17,7 +17,7 @@ pub fn graced_waiting(
 }
 
 /// The waiting line of `node`, whose `verdict` `grace` holds back (pure).
-pub fn grace_line(node: &str, verdict: &str, grace: &crate::gate::Grace) -> Waiting {
+pub fn grace_line(node: &str, verdict: &str, grace: &nodecare_core::gate::Grace) -> Waiting {
     Waiting {
         duty: "node-repair".to_owned(),
         subject: format!("node {node}"),
@@ -29,7 +29,7 @@ pub fn grace_line(node: &str, verdict: &str, grace: &crate::gate::Grace) -> Wait
 }
 
 /// `grace of HOLDER's disruption of …, until TIME` (pure): the grace alone, without a verdict.
-pub fn grace_text(node: &str, grace: &crate::gate::Grace) -> String {
+pub fn grace_text(node: &str, grace: &nodecare_core::gate::Grace) -> String {
     let disruption = if grace.disrupted == node {
         format!("{}'s disruption of it", grace.holder)
     } else {

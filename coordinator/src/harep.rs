@@ -15,11 +15,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use crate::config::Config;
-use crate::exec::Executor;
-use crate::ganeti::Ganeti;
-use crate::ganeti::rapi::{RapiClient, RapiConfig};
 use crate::instance_repair_exec::{self, RunOptions};
 use crate::store::Store;
+use nodecare_exec::Executor;
+use nodecare_ganeti::Ganeti;
+use nodecare_ganeti::rapi::{RapiClient, RapiConfig};
 
 /// harep's options, as given.
 #[derive(Debug, Clone, Default)]

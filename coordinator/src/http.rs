@@ -32,11 +32,11 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 pub(crate) use crate::api::{Writer, error, internal};
-use crate::incident::Incident;
-use crate::plan::Move;
 use crate::reconcile::{Board, CancelOutcome, RoundSummary, cancel_incident};
 use crate::scrape::AgentStatus;
 use crate::store::{Intent, IntentSpec, IntentState};
+use nodecare_core::incident::Incident;
+use nodecare_core::plan::Move;
 
 pub use crate::api::{ApiState, random_key};
 
@@ -635,7 +635,7 @@ mod tests {
             "uuid-node1",
             verdict,
             original,
-            crate::incident::Action::Evacuate,
+            nodecare_core::incident::Action::Evacuate,
             100.0,
         );
         let agents = BTreeMap::new();

@@ -1,14 +1,14 @@
 //! Instance auto-repair, the executor's side: reads what the duty
-//! ([`crate::duty::instance_repair`]) needs from Ganeti and the ledger, and records what it
-//! decided as ledger entries, carried out by the executor ([`crate::exec::Executor`]): tag
+//! ([`nodecare_core::duty::instance_repair`]) needs from Ganeti and the ledger, and records what it
+//! decided as ledger entries, carried out by the executor ([`nodecare_exec::Executor`]): tag
 //! changes at once, repairs once the gate admits them.
 //!
 //! A repair runs as harep's, through RAPI: one job per operation (RAPI has no multi-opcode
 //! job). Its entries ([`repair_entries`]) are held by the repair (`Holder::InstanceRepair`, the
 //! repair's uuid, which is every job's `incident=`), recorded before anything is submitted, each
 //! operation submitted once the one before has succeeded (RAPI's reinstall cannot carry
-//! `depends`: [`crate::exec::ledger::Entry::unchained`]), each holding the instance's nodes
-//! while unfinished ([`crate::exec::ledger::Hold::Repairing`]: the gate's in-force view counts
+//! `depends`: [`nodecare_exec::ledger::Entry::unchained`]), each holding the instance's nodes
+//! while unfinished ([`nodecare_exec::ledger::Hold::Repairing`]: the gate's in-force view counts
 //! every running repair). Then the `pending:` tag naming the jobs, then the removal of the tags
 //! it supersedes: the tag's ids are known only after submission, so its entries are recorded in
 //! a later pass, once every operation has its job ([`repair_step`], pure), by this module, not
@@ -34,13 +34,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use uuid::Uuid;
 
-use crate::duty::instance_repair::{
+use nodecare_core::duty::instance_repair::{
     Assessment, Inputs, PlannedRepair, RepairData, RepairResult, TagChange,
 };
-use crate::exec::ledger::{Entry, State};
-use crate::exec::{Executor, Unadopted};
-use crate::ganeti::{Ganeti, GanetiError, Group, Instance, TagTarget};
-use crate::gate::{Decision, Holder, InForce, Policy};
+use nodecare_core::gate::{Decision, Holder, InForce, Policy};
+use nodecare_exec::ledger::{Entry, State};
+use nodecare_exec::{Executor, Unadopted};
+use nodecare_ganeti::{Ganeti, GanetiError, Group, Instance, TagTarget};
 
 pub use nodecare_exec::instance_repair::{
     Collected, INTENT_PREFIX, OneShot, Record, RepairHolds, RepairStep, RunOptions, RunReport,
@@ -327,7 +327,11 @@ async fn run_repair(
             .ops
             .iter()
             .map(|op| {
-                crate::duty::instance_repair::harep_job(&plan.instance, std::slice::from_ref(op), 0)
+                nodecare_core::duty::instance_repair::harep_job(
+                    &plan.instance,
+                    std::slice::from_ref(op),
+                    0,
+                )
             })
             .collect();
         report.lines.push(format!("jobs: [{}]", jobs.join(",")));
@@ -384,7 +388,7 @@ async fn submit(ctx: Ctx<'_>, holder: &Holder, report: &mut RunReport) {
 
 /// harep's words for a submission Ganeti did not accept.
 fn refused(entry: &Entry, error: &GanetiError) -> String {
-    use crate::ganeti::Op;
+    use nodecare_ganeti::Op;
     match entry.action.op() {
         Some(Op::AddTags { target, tags }) => {
             format!(
@@ -573,7 +577,7 @@ pub async fn run_once_with(
         degraded: &degraded,
         in_flight: &collected.in_flight,
     };
-    let assessment = crate::duty::instance_repair::assess(&inputs, new_uuid);
+    let assessment = nodecare_core::duty::instance_repair::assess(&inputs, new_uuid);
     let view = view_of(&nodes, now_ms);
     let held = holds(
         &instances,
@@ -582,7 +586,7 @@ pub async fn run_once_with(
         &collected.repairs_in_flight,
     );
     let in_force = InForce::new(&view, held.disrupted).with_touched(&view, held.touched);
-    let decision = crate::gate::decide(&view, policy, &in_force, assessment.proposals());
+    let decision = nodecare_core::gate::decide(&view, policy, &in_force, assessment.proposals());
     let mut report = run_instance_repairs_with(
         ganeti,
         executor,

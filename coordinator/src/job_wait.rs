@@ -26,7 +26,7 @@ use nodecare_ganeti::{Ganeti, GanetiError, JobId, JobStatus};
 use tokio::task::{AbortHandle, JoinSet};
 
 use crate::board::Board;
-use crate::exec::ledger::{Entry, Ledger, State};
+use nodecare_exec::ledger::{Entry, Ledger, State};
 
 /// How the waiter waits.
 #[derive(Debug, Clone, Copy)]
@@ -107,12 +107,12 @@ fn batches_of(spans: &[(JobId, JobId)]) -> BTreeMap<JobId, JobId> {
 
 /// The oldest and youngest job to wait on of each holder (see [`to_wait_on`]).
 fn spans(in_flight: &[Entry], ended: &BTreeSet<JobId>) -> Vec<(JobId, JobId)> {
-    let unfinished: BTreeSet<(&crate::gate::Holder, &str)> = in_flight
+    let unfinished: BTreeSet<(&nodecare_core::gate::Holder, &str)> = in_flight
         .iter()
         .filter(|e| e.state.is_unfinished() && !e.job.is_some_and(|job| ended.contains(&job)))
         .map(|e| (&e.holder, e.key.as_str()))
         .collect();
-    let mut span: BTreeMap<&crate::gate::Holder, (JobId, JobId)> = BTreeMap::new();
+    let mut span: BTreeMap<&nodecare_core::gate::Holder, (JobId, JobId)> = BTreeMap::new();
     for e in in_flight {
         let Some(job) = following(e) else { continue };
         if ended.contains(&job)
@@ -312,8 +312,8 @@ async fn await_batch(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::ledger::{Action, Entry};
-    use crate::gate::Holder;
+    use nodecare_core::gate::Holder;
+    use nodecare_exec::ledger::{Action, Entry};
     use nodecare_ganeti::Op;
 
     fn entry(holder: u128, key: &str, job: Option<JobId>, state: State) -> Entry {
@@ -420,7 +420,7 @@ mod tests {
     ) -> (
         nodecare_ganeti_sim::Simulation,
         Arc<dyn Ganeti>,
-        crate::exec::Executor,
+        nodecare_exec::Executor,
         Arc<Board>,
         JobWaits,
     ) {
@@ -430,8 +430,8 @@ mod tests {
         .unwrap();
         sim.set_job_delay(delay);
         let ganeti: Arc<dyn Ganeti> = Arc::new(sim.client());
-        let ledger: Arc<dyn Ledger> = Arc::new(crate::exec::ledger::MemoryLedger::default());
-        let executor = crate::exec::Executor::new(Arc::clone(&ledger));
+        let ledger: Arc<dyn Ledger> = Arc::new(nodecare_exec::ledger::MemoryLedger::default());
+        let executor = nodecare_exec::Executor::new(Arc::clone(&ledger));
         let board = Arc::new(Board::default());
         board.acting.store(true, Ordering::Relaxed);
         let waits = JobWaits::spawn(Arc::clone(&ganeti), ledger, Arc::clone(&board), settings);

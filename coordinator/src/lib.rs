@@ -1,26 +1,21 @@
 //! nodecare-coordinator: the master-side daemon that turns signed self-diagnose reports into
 //! Ganeti repair actions (the role of Ganeti's never-released maintd).
 //!
-//! The pure decisions live in the `nodecare-core` crate and are re-exported here under their
-//! old names ([`incident`], [`plan`], [`gate`], [`breaker`], [`duty`], [`storage`], [`load`],
-//! [`campaign`], the parsing of [`config`]); this crate is their IO.
+//! The pure decisions live in the `nodecare-core` crate (`nodecare_core::{incident, plan, gate,
+//! breaker, duty, storage, load, campaign, …}`), the executor in `nodecare-exec`, the Ganeti
+//! trait and the RAPI client in `nodecare-ganeti`; each is named by its own crate. This crate
+//! is their IO:
 //!
-//! - [`ganeti`]: the Ganeti operations needed, as a trait, and the RAPI client that implements
-//!   it (the `nodecare-ganeti` crate).
-//! - [`incident`]: incidents and their lifecycle (pure state machine).
-//! - [`plan`]: evacuation planning (pure).
-//! - [`gate`]: which proposed disruptions start this round: failure domains, caps, storage
-//!   health, the storm breaker ([`breaker`]), overrides (pure); [`duty`]: the duties that propose.
 //! - [`scrape`]: reading and verifying the agents' signed reports.
-//! - [`storage`]: storage health (DRBD, instances on drained or offline nodes) for the gate (pure).
 //! - [`repair`]: signed live-repair requests to agents.
 //! - [`store`]: durable state (SQLite).
-//! - [`reconcile`]: the round, an idempotent reconciler.
+//! - [`reconcile`]: the round, an idempotent reconciler; [`round`]: its input and duties.
 //! - [`auth`]: the users file and HTTP basic auth of writes.
 //! - [`metrics`]: `/metrics`; [`notify`]: the incident webhook.
 //! - [`admission`]: the gate's write API (other tools' admission requests, overrides, the
 //!   storm breaker's reset).
-//! - [`http`]: the status API; [`ui`]: the web status page; [`daemon`] ties it all together; [`config`]: the configuration.
+//! - [`http`]: the status API; [`ui`]: the web status page; [`daemon`] ties it all together;
+//!   [`config`]: the configuration (`nodecare_core::config`, read from its file here).
 
 pub mod admission;
 pub mod api;
@@ -37,8 +32,6 @@ pub mod daemon;
 pub mod explain_api;
 pub mod failback;
 pub mod freeze_api;
-/// The executor over the ledger (the nodecare-exec crate).
-pub use nodecare_exec as exec;
 pub mod grace_waiting;
 pub mod harep;
 pub mod http;
@@ -64,15 +57,6 @@ pub mod watch;
 pub mod what_if;
 pub mod what_if_api;
 
-/// The pure decisions (the `nodecare-core` crate), under the names they had here.
-pub use nodecare_core::{
-    approval, breaker, calendar, campaign, duty, gate, incident, load, plan, storage,
-    upgrade_check, waits,
-};
-pub use nodecare_daemon::systemd;
-/// The Ganeti trait, its types and the RAPI client (the `nodecare-ganeti` crate).
-pub use nodecare_ganeti as ganeti;
-
 pub use cli::command;
 
 /// The configuration: parsed and checked by `nodecare_core::config`, read from its file here.
@@ -81,7 +65,7 @@ pub mod config {
 
     use std::path::Path;
 
-    use crate::ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
+    use nodecare_ganeti::rapi::{Credentials, RapiClient, RapiConfig, ServerTrust};
 
     /// Reads the configuration file `path`; a missing file is an error only if `required`.
     pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {

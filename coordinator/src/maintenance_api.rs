@@ -3,7 +3,7 @@
 //!
 //! | Path | Answer |
 //! |---|---|
-//! | `POST /1/maintenance` | start a campaign ([`CampaignRequest`]): `201` with the [`Campaign`], its `failure_domains` the coordinator's, its `overrides` the checks before the start that its flags overrode; `400` bad request (failure domains other than the coordinator's included); `409` while another campaign is not finished, or when the checks before the start refuse it ([`crate::upgrade_check`]: running KVM instances without a pinned `machine_version`, mixed Ganeti versions; the message names them); `503` when Ganeti cannot be read for them; with `dry_run`, `200` with the checks' [`CampaignCheck`] and nothing started; write auth |
+//! | `POST /1/maintenance` | start a campaign ([`CampaignRequest`]): `201` with the [`Campaign`], its `failure_domains` the coordinator's, its `overrides` the checks before the start that its flags overrode; `400` bad request (failure domains other than the coordinator's included); `409` while another campaign is not finished, or when the checks before the start refuse it ([`nodecare_core::upgrade_check`]: running KVM instances without a pinned `machine_version`, mixed Ganeti versions; the message names them); `503` when Ganeti cannot be read for them; with `dry_run`, `200` with the checks' [`CampaignCheck`] and nothing started; write auth |
 //! | `GET /1/maintenance` | every campaign, newest first ([`CampaignList`]) |
 //! | `GET /1/maintenance/<id>` | one campaign; `404` unknown |
 //! | `POST /1/maintenance/<id>/pause`, `/resume`, `/abort` | the command: `200` with the campaign after it; `404` unknown; `409` when its state refuses the command; write auth |
@@ -19,8 +19,8 @@ use nodecare_protocol::maintenance::{Campaign, CampaignCheck, CampaignList, Camp
 use uuid::Uuid;
 
 use crate::api::{ApiState, Writer, error, internal};
-use crate::campaign::Record;
-use crate::upgrade_check::{UpgradeCheck, UpgradeCheckOptions};
+use nodecare_core::campaign::Record;
+use nodecare_core::upgrade_check::{UpgradeCheck, UpgradeCheckOptions};
 
 /// `POST /1/maintenance`.
 pub async fn start(State(state): State<ApiState>, Writer(who): Writer, body: Bytes) -> Response {
@@ -33,10 +33,9 @@ pub async fn start(State(state): State<ApiState>, Writer(who): Writer, body: Byt
             );
         }
     };
-    if let Err(why) = request
-        .validate()
-        .and_then(|()| crate::campaign::adopt_failure_domains(&mut request, &state.failure_domains))
-    {
+    if let Err(why) = request.validate().and_then(|()| {
+        nodecare_core::campaign::adopt_failure_domains(&mut request, &state.failure_domains)
+    }) {
         return error(StatusCode::BAD_REQUEST, why);
     }
     let check = match upgrade_check(&state, &request).await {
@@ -90,7 +89,7 @@ pub async fn start(State(state): State<ApiState>, Writer(who): Writer, body: Byt
     (StatusCode::CREATED, Json(record.campaign)).into_response()
 }
 
-/// The checks before a campaign starts ([`crate::upgrade_check`]) against the cluster as
+/// The checks before a campaign starts ([`nodecare_core::upgrade_check`]) against the cluster as
 /// Ganeti answers now; `503` when Ganeti cannot be read (a campaign is not started blind).
 async fn upgrade_check(
     state: &ApiState,
@@ -106,7 +105,7 @@ async fn upgrade_check(
             "cannot check the cluster before the campaign: no Ganeti client".to_owned(),
         )));
     };
-    let unavailable = |e: crate::ganeti::GanetiError| {
+    let unavailable = |e: nodecare_ganeti::GanetiError| {
         Box::new(error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("cannot check the cluster before the campaign: Ganeti: {e}"),
@@ -115,7 +114,7 @@ async fn upgrade_check(
     let info = ganeti.cluster_info().await.map_err(unavailable)?;
     let nodes = ganeti.nodes().await.map_err(unavailable)?;
     let instances = ganeti.instances().await.map_err(unavailable)?;
-    Ok(crate::upgrade_check::check(
+    Ok(nodecare_core::upgrade_check::check(
         &info, &nodes, &instances, options,
     ))
 }

@@ -16,9 +16,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::incident::{Action, Incident, RepairStatus};
 use crate::scrape::AgentStatus;
 use crate::store::IntentSpec;
+use nodecare_core::incident::{Action, Incident, RepairStatus};
 use nodecare_protocol::maintenance::{Campaign, CampaignState, NodeStep};
 
 /// The `Content-Type` of [`CoordinatorMetrics::render`]'s text.
@@ -58,7 +58,7 @@ type Labels = Vec<(&'static str, String)>;
 
 /// The job kind label of an intent (`None` for repairs, which are not Ganeti jobs).
 pub fn job_kind(spec: &IntentSpec) -> Option<&'static str> {
-    use crate::plan::Move;
+    use nodecare_core::plan::Move;
     match spec {
         IntentSpec::Drain { .. } => Some("drain"),
         IntentSpec::Tag { .. } => Some("tag"),

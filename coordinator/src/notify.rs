@@ -14,8 +14,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use crate::incident::{Incident, RepairStatus};
 use crate::metrics::CoordinatorMetrics;
+use nodecare_core::incident::{Incident, RepairStatus};
 
 /// Notifications waiting to be sent at most; more are dropped (and counted).
 pub const QUEUE_CAPACITY: usize = 256;
@@ -211,7 +211,7 @@ mod tests {
             "uuid-node1",
             verdict,
             original,
-            crate::incident::Action::Evacuate,
+            nodecare_core::incident::Action::Evacuate,
             100.0,
         );
         incident.repair_status = status;

@@ -21,14 +21,14 @@ use std::sync::Arc;
 
 use nodecare_protocol::now_ms;
 
-use crate::ganeti::{ClusterInfo, Ganeti};
-use crate::gate::{self, GateSnapshot, Holder, InForce};
-use crate::incident::RepairStatus;
 use crate::repair::RepairClient;
 use crate::round::agents::AgentReader;
 use crate::round::{Holds, Judged, RoundDuty, Services};
 use crate::scrape::Scraper;
 use crate::store::Store;
+use nodecare_core::gate::{self, GateSnapshot, Holder, InForce};
+use nodecare_core::incident::RepairStatus;
+use nodecare_ganeti::{ClusterInfo, Ganeti};
 
 mod input;
 
@@ -93,7 +93,7 @@ pub struct Reconciler {
     /// node).
     duties: Vec<Box<dyn RoundDuty>>,
     /// The executor over the store's ledger (shared with node repair).
-    executor: Arc<crate::exec::Executor>,
+    executor: Arc<nodecare_exec::Executor>,
     /// DRBD instances seen degraded with both nodes online, and since when (Unix ms).
     degraded_since: BTreeMap<String, u64>,
     /// The state's replication to the master candidates (none: off).
@@ -161,9 +161,10 @@ impl Reconciler {
         board: Arc<Board>,
         incident_lock: Arc<tokio::sync::Mutex<()>>,
     ) -> Self {
-        let ledger: Arc<dyn crate::exec::ledger::Ledger> = store.clone();
+        let ledger: Arc<dyn nodecare_exec::ledger::Ledger> = store.clone();
         let executor = Arc::new(
-            crate::exec::Executor::new(ledger).with_cancels_asked(Arc::clone(&board.cancels_asked)),
+            nodecare_exec::Executor::new(ledger)
+                .with_cancels_asked(Arc::clone(&board.cancels_asked)),
         );
         // The registry: one line per duty, in the order their holds are laid over each other
         // (nodecare's incidents, grants and campaigns win a node over an instance repair).
@@ -357,16 +358,16 @@ impl Reconciler {
                 |holder| match holder {
                     Holder::Balancing { .. } => crate::balance::UNADOPTED,
                     Holder::InstanceRepair { .. } => crate::instance_repair_exec::UNADOPTED,
-                    _ => crate::exec::Unadopted::Retry,
+                    _ => nodecare_exec::Unadopted::Retry,
                 },
                 now,
             )
             .await?;
         let listed = adopted.is_some();
-        let mut changed: Vec<crate::exec::Changed> = adopted
+        let mut changed: Vec<nodecare_exec::Changed> = adopted
             .unwrap_or_default()
             .into_iter()
-            .map(|entry| crate::exec::Changed { entry, job: None })
+            .map(|entry| nodecare_exec::Changed { entry, job: None })
             .collect();
         if listed {
             self.executor

@@ -7,10 +7,10 @@
 
 pub use nodecare_core::recorder::*;
 
-use crate::gate::GateSnapshot;
 use crate::round::RoundInput;
 use crate::scrape::AgentOutcome;
 use crate::store::{Store, StoreError, Written};
+use nodecare_core::gate::GateSnapshot;
 
 /// How long repeats of a recorded round may go unwritten (they are written at once when a
 /// different round is recorded).

@@ -38,12 +38,12 @@ use nodecare_protocol::replica::{
 use nodecare_protocol::{HmacKey, KeyRing, Signer, VerifyPolicy, now_ms};
 use serde::Serialize;
 
-use crate::ganeti::{
+use crate::scrape::AgentUrls;
+use crate::store::{Store, StoreError};
+use nodecare_ganeti::{
     ClusterInfo, Ganeti, GanetiError, GanetiFuture, Group, Instance, Job, JobCancel, JobId,
     JobSummary, Node, Op, Reason, TagTarget,
 };
-use crate::scrape::AgentUrls;
-use crate::store::{Store, StoreError};
 
 /// The store document holding the generation of the state (the last one pushed or restored).
 pub const GENERATION_DOCUMENT: &str = "replica-generation";
@@ -78,7 +78,7 @@ pub struct Peer {
 pub fn candidates(nodes: &[Node], urls: &AgentUrls) -> Vec<Peer> {
     let mut peers: Vec<Peer> = nodes
         .iter()
-        .filter(|node| node.master_candidate || node.role == crate::ganeti::NodeRole::Master)
+        .filter(|node| node.master_candidate || node.role == nodecare_ganeti::NodeRole::Master)
         .map(|node| Peer {
             node: node.name.clone(),
             base_url: urls.base(node),

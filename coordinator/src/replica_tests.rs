@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::ganeti::NodeRole;
+use nodecare_ganeti::NodeRole;
 
 /// Agents kept in memory, each judging pushes and reads as the real agent does (`decide_push`,
 /// `decide_read`): for tests of takeovers, fencing and lost agents without HTTP.
@@ -417,7 +417,7 @@ async fn a_takeover_waits_out_the_old_masters_lease_before_it_pushes() {
 /// could start under: the write is held back (pushed again first, once), and Ganeti gets no job.
 #[tokio::test]
 async fn a_write_is_not_started_when_its_confirmation_outlasted_the_lease() {
-    use crate::ganeti::{Op, Reason};
+    use nodecare_ganeti::{Op, Reason};
     let dir = tempfile::tempdir().unwrap();
     let peers = Arc::new(MemoryPeers::new(key()));
     let (_, replicator) = replicator(dir.path(), "n1", &peers);
@@ -621,7 +621,7 @@ async fn the_old_masters_push_after_a_takeovers_read_is_refused() {
 
 #[tokio::test]
 async fn ganeti_writes_wait_for_the_state() {
-    use crate::ganeti::{Op, Reason};
+    use nodecare_ganeti::{Op, Reason};
     let dir = tempfile::tempdir().unwrap();
     let peers = Arc::new(MemoryPeers::new(key()));
     let (_, replicator) = replicator(dir.path(), "n1", &peers);

@@ -42,9 +42,9 @@ use nodecare_protocol::{
 use tokio::task::JoinSet;
 
 pub use crate::config::{AgentUrls, DEFAULT_AGENT_URL_TEMPLATE};
-use crate::ganeti::{Instance, Node};
-use crate::load::LoadReading;
-use crate::storage::{Missing, StorageObservation, StorageReading};
+use nodecare_core::load::LoadReading;
+use nodecare_core::storage::{Missing, StorageObservation, StorageReading};
+use nodecare_ganeti::{Instance, Node};
 
 /// Path of the signed diagnose report on the agent.
 pub const SIGNED_DIAGNOSE_PATH: &str = "/1/report/node/diagnose/signed";
@@ -477,7 +477,7 @@ pub struct KeptStorage {
     /// The node's watch's lapses when it was read ([`WatchedAgent::lapses`]).
     pub lapses: u64,
     /// The reading.
-    pub observation: crate::storage::StorageObservation,
+    pub observation: nodecare_core::storage::StorageObservation,
 }
 
 /// Whether a storage reading `kept` from an earlier round stands for the agent's latest at
@@ -700,7 +700,7 @@ impl Scraper {
     }
 
     /// Reads the signed storage report of every target (the nodes of
-    /// [`crate::storage::drbd_nodes`], see [`storage_targets`]), with the same bounded
+    /// [`nodecare_core::storage::drbd_nodes`], see [`storage_targets`]), with the same bounded
     /// concurrency and timeouts as [`Self::scrape`]; `sequences` holds the last accepted storage
     /// report sequence per node (kept apart from the diagnose report's). With watches, a
     /// reading kept from an earlier round is used again while the agent cannot have a newer one
@@ -885,15 +885,15 @@ pub const DEFAULT_STORAGE_MAX_AGE_MS: u64 = 60_000;
 pub struct StorageHealth {
     /// Per node holding DRBD instances, what its report gave.
     pub readings: BTreeMap<String, StorageReading>,
-    /// The storage problems, for [`crate::gate::View::storage`].
-    pub problems: Vec<crate::gate::StorageProblem>,
+    /// The storage problems, for [`nodecare_core::gate::View::storage`].
+    pub problems: Vec<nodecare_core::gate::StorageProblem>,
     /// The last accepted storage report sequence per node, to pass to the next round.
     pub sequences: BTreeMap<String, u64>,
 }
 
 impl Scraper {
     /// Reads the storage report of every node holding DRBD instances and judges the cluster's
-    /// storage ([`crate::storage::storage_problems`]). `sequences` are the last accepted
+    /// storage ([`nodecare_core::storage::storage_problems`]). `sequences` are the last accepted
     /// storage report sequences (those of the previous round's [`StorageHealth`]).
     pub async fn storage_health(
         &self,
@@ -923,8 +923,13 @@ impl Scraper {
             }
             readings.insert(result.node, result.reading);
         }
-        let problems =
-            crate::storage::storage_problems(nodes, instances, &readings, now_ms(), max_age_ms);
+        let problems = nodecare_core::storage::storage_problems(
+            nodes,
+            instances,
+            &readings,
+            now_ms(),
+            max_age_ms,
+        );
         StorageHealth {
             readings,
             problems,
@@ -947,14 +952,14 @@ pub struct StorageResult {
     pub elapsed: Duration,
 }
 
-/// The storage report targets: the nodes holding DRBD instances ([`crate::storage::drbd_nodes`]),
+/// The storage report targets: the nodes holding DRBD instances ([`nodecare_core::storage::drbd_nodes`]),
 /// with their agent URLs. Pure.
 pub fn storage_targets(
     nodes: &[Node],
     instances: &[Instance],
     urls: &AgentUrls,
 ) -> Vec<AgentTarget> {
-    let wanted = crate::storage::drbd_nodes(nodes, instances);
+    let wanted = nodecare_core::storage::drbd_nodes(nodes, instances);
     nodes
         .iter()
         .filter(|node| wanted.contains(&node.name))
@@ -1898,7 +1903,7 @@ mod tests {
 
     #[test]
     fn urls_follow_template_and_overrides() {
-        let mut node = crate::plan::tests_support::node("n1");
+        let mut node = nodecare_core::plan::tests_support::node("n1");
         node.primary_ip = "10.0.0.1".into();
         let mut urls = AgentUrls {
             template: DEFAULT_AGENT_URL_TEMPLATE.into(),
@@ -2114,7 +2119,7 @@ mod tests {
         KeptStorage {
             base_url: base_url.into(),
             lapses,
-            observation: crate::storage::StorageObservation {
+            observation: nodecare_core::storage::StorageObservation {
                 payload,
                 sequence: 7,
                 expires_at_ms: NOW + 60_000,
@@ -2295,11 +2300,11 @@ mod tests {
 
     #[tokio::test]
     async fn scrape_storage_reads_only_drbd_nodes_and_keeps_sequences_per_kind() {
-        use crate::ganeti::DiskTemplate;
+        use nodecare_ganeti::DiskTemplate;
         let good = serve_once("200 OK", body("n1", 7, storage_payload("Connected"))).await;
         let down = serve_once("503 Service Unavailable", br#"{"error":"no key"}"#.to_vec()).await;
         let mut nodes: Vec<Node> = ["n1", "n2", "n3"]
-            .map(crate::plan::tests_support::node)
+            .map(nodecare_core::plan::tests_support::node)
             .to_vec();
         nodes[2].offline = true;
         let instance = Instance {

@@ -16,11 +16,11 @@ use std::sync::{Mutex, MutexGuard};
 use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
-pub use crate::duty::node_repair::intent::{
+pub use nodecare_core::duty::node_repair::intent::{
     Intent, IntentSpec, IntentState, incident_flag_changes,
 };
-use crate::gate::FlagChange;
-use crate::incident::Incident;
+use nodecare_core::gate::FlagChange;
+use nodecare_core::incident::Incident;
 
 mod admission;
 mod approvals;
@@ -55,7 +55,7 @@ pub enum StoreError {
     TooNew(i64),
     /// The executor's ledger failed.
     #[error(transparent)]
-    Ledger(#[from] crate::exec::ledger::LedgerError),
+    Ledger(#[from] nodecare_exec::ledger::LedgerError),
     /// A write would grow the replicated state past the budget of what it writes: refused,
     /// the state left as it was (why, and what to do about it).
     #[error("{0}")]
@@ -90,7 +90,7 @@ pub struct Store {
     ledger_memory: ledger::Memory,
     /// The campaigns last read, each with the text it was decoded from: a round reads them
     /// several times, and decodes only those whose stored text changed.
-    campaigns_read: Mutex<Vec<(String, crate::campaign::Record)>>,
+    campaigns_read: Mutex<Vec<(String, nodecare_core::campaign::Record)>>,
     /// Rows changed in the recorder's database (history, not replicated): left out of
     /// [`Store::changes`].
     history_changes: AtomicU64,
@@ -181,12 +181,14 @@ impl Store {
     }
 
     /// Every balancing move (the ledger's balancing entries), oldest first.
-    pub fn balancing_moves(&self) -> Result<Vec<crate::duty::balancing::BalanceMove>, StoreError> {
-        use crate::exec::ledger::Ledger as _;
+    pub fn balancing_moves(
+        &self,
+    ) -> Result<Vec<nodecare_core::duty::balancing::BalanceMove>, StoreError> {
+        use nodecare_exec::ledger::Ledger as _;
         Ok(self
             .entries()?
             .iter()
-            .filter_map(crate::duty::balancing::BalanceMove::from_entry)
+            .filter_map(nodecare_core::duty::balancing::BalanceMove::from_entry)
             .collect())
     }
 
@@ -194,9 +196,9 @@ impl Store {
     /// others (moves written by hand, and by earlier versions).
     pub fn save_balancing_moves(
         &self,
-        moves: &[crate::duty::balancing::BalanceMove],
+        moves: &[nodecare_core::duty::balancing::BalanceMove],
     ) -> Result<(), StoreError> {
-        use crate::exec::ledger::Ledger as _;
+        use nodecare_exec::ledger::Ledger as _;
         let entries = self.entries()?;
         let mut new = Vec::new();
         for m in moves {
@@ -219,13 +221,13 @@ impl Store {
     /// Forgets the balancing runs recorded before `before_ms` whose moves are all finished;
     /// returns how many moves were forgotten.
     pub fn prune_balancing_moves(&self, before_ms: u64) -> Result<usize, StoreError> {
-        use crate::exec::ledger::Ledger as _;
+        use nodecare_exec::ledger::Ledger as _;
         Ok(self.prune("balancing", before_ms)?)
     }
 
     /// Every stored maintenance campaign, newest first. A campaign whose stored text is the one
     /// last read is not decoded again.
-    pub fn campaigns(&self) -> Result<Vec<crate::campaign::Record>, StoreError> {
+    pub fn campaigns(&self) -> Result<Vec<nodecare_core::campaign::Record>, StoreError> {
         let texts = {
             let connection = self.lock();
             let mut statement = connection.prepare_cached(
@@ -246,7 +248,7 @@ impl Store {
                 None => serde_json::from_str(&text)
                     .map_err(|error| StoreError::Corrupt(format!("campaign: {error}")))?,
             };
-            campaigns.push(crate::campaign::Record::clone(&record));
+            campaigns.push(nodecare_core::campaign::Record::clone(&record));
             now_read.push((text, record));
         }
         *read = now_read;
@@ -254,7 +256,10 @@ impl Store {
     }
 
     /// Stores (inserts or replaces) a maintenance campaign.
-    pub fn save_campaign(&self, record: &crate::campaign::Record) -> Result<(), StoreError> {
+    pub fn save_campaign(
+        &self,
+        record: &nodecare_core::campaign::Record,
+    ) -> Result<(), StoreError> {
         save_campaign_in(&self.lock(), record)
     }
 
@@ -262,9 +267,9 @@ impl Store {
     /// durable write; returns the entries recorded.
     pub fn save_campaign_recording(
         &self,
-        record: &crate::campaign::Record,
-        entries: &[crate::exec::ledger::Entry],
-    ) -> Result<Vec<crate::exec::ledger::Entry>, crate::exec::ledger::LedgerError> {
+        record: &nodecare_core::campaign::Record,
+        entries: &[nodecare_exec::ledger::Entry],
+    ) -> Result<Vec<nodecare_exec::ledger::Entry>, nodecare_exec::ledger::LedgerError> {
         self.record_with(entries, |transaction| save_campaign_in(transaction, record))
     }
 
@@ -335,7 +340,7 @@ impl Store {
             remembered.extend(left);
             self.save_document(
                 LEFT_FLAGS_DOCUMENT,
-                &crate::gate::latest_flag_changes(remembered),
+                &nodecare_core::gate::latest_flag_changes(remembered),
             )?;
         }
         let mut connection = self.lock();
@@ -351,10 +356,13 @@ impl Store {
 
     /// The drained and offline flags set by forgotten incidents that nodes in `view` still
     /// carry; those of nodes seen back in service since are dropped for good
-    /// ([`crate::gate::still_left`]).
-    pub fn left_flags(&self, view: &crate::gate::View) -> Result<Vec<FlagChange>, StoreError> {
+    /// ([`nodecare_core::gate::still_left`]).
+    pub fn left_flags(
+        &self,
+        view: &nodecare_core::gate::View,
+    ) -> Result<Vec<FlagChange>, StoreError> {
         let remembered: Vec<FlagChange> = self.document(LEFT_FLAGS_DOCUMENT)?.unwrap_or_default();
-        let kept = crate::gate::still_left(view, remembered.clone());
+        let kept = nodecare_core::gate::still_left(view, remembered.clone());
         if kept != remembered {
             self.save_document(LEFT_FLAGS_DOCUMENT, &kept)?;
         }
@@ -579,13 +587,13 @@ fn save_incident(connection: &Connection, incident: &Incident) -> Result<(), Sto
         && stored
             .get("repair-status")
             .and_then(serde_json::Value::as_str)
-            == Some(crate::incident::RepairStatus::Canceled.as_str())
+            == Some(nodecare_core::incident::RepairStatus::Canceled.as_str())
     {
         let serial = stored
             .get("serial_no")
             .and_then(serde_json::Value::as_u64)
             .unwrap_or(0);
-        if incident.repair_status != crate::incident::RepairStatus::Canceled
+        if incident.repair_status != nodecare_core::incident::RepairStatus::Canceled
             || incident.serial_no <= serial
         {
             tracing::debug!(incident = %incident.uuid, "an older copy of a canceled incident is not saved");
@@ -624,7 +632,7 @@ fn decode_incident(text: &str) -> Result<Incident, serde_json::Error> {
 /// Saves (inserts or replaces) campaign `record` through `connection`.
 fn save_campaign_in(
     connection: &Connection,
-    record: &crate::campaign::Record,
+    record: &nodecare_core::campaign::Record,
 ) -> Result<(), StoreError> {
     let text = serde_json::to_string(record)
         .map_err(|error| StoreError::Corrupt(format!("encoding campaign: {error}")))?;
@@ -692,8 +700,8 @@ pub(crate) fn file_bytes(connection: &Connection, schema: &str) -> Result<u64, S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::incident::{Action, Event};
-    use crate::plan::Lock;
+    use nodecare_core::incident::{Action, Event};
+    use nodecare_core::plan::Lock;
     use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
 
     pub(super) fn incident(n: u128) -> Incident {
@@ -774,7 +782,7 @@ mod tests {
 
     #[test]
     fn balancing_moves_round_trip_and_old_finished_runs_are_forgotten() {
-        use crate::duty::balancing::{BalanceMove, MoveState};
+        use nodecare_core::duty::balancing::{BalanceMove, MoveState};
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.db")).unwrap();
         let stored = |run: u128, key: &str, state: MoveState, created_ms: u64| BalanceMove {

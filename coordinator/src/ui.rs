@@ -33,10 +33,10 @@ use uuid::Uuid;
 use crate::admission::GateStatus;
 use crate::api::ApiState;
 use crate::auth::{self, Refusal};
-use crate::incident::{Event, Incident, RepairStatus};
 use crate::reconcile::{CancelOutcome, RoundSummary, cancel_incident};
 use crate::scrape::{AgentState, AgentStatus};
 use crate::store::{Intent, IntentSpec, IntentState};
+use nodecare_core::incident::{Event, Incident, RepairStatus};
 use nodecare_protocol::clock::{utc_text, utc_text_ms};
 use nodecare_protocol::maintenance::{Campaign, CampaignNode, CampaignState, NodeStep};
 

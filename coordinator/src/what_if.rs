@@ -37,21 +37,21 @@ use nodecare_protocol::what_if::{
 use nodecare_protocol::{CanonicalJson, DiagnoseStatus, NodeVerdict, ScriptVerdict};
 
 use crate::board::Board;
-use crate::exec::ledger::{Entry, Ledger as _};
-use crate::ganeti::{
-    ClusterInfo, Ganeti, GanetiFuture, Group, Instance, Job, JobCancel, JobId, JobStatus,
-    JobSummary, Node, Op, Reason, TagTarget,
-};
-use crate::gate::StorageProblem;
-use crate::incident::RepairStatus;
 use crate::reconcile::{Clock, ReconcileSettings, Reconciler};
 use crate::repair::RepairClient;
 use crate::round::agents::{AgentFuture, AgentReader};
 use crate::scrape::{
     AgentOutcome, AgentResult, AgentTarget, AgentUrls, Observation, StorageHealth,
 };
-use crate::storage::{StorageObservation, StorageReading};
 use crate::store::Store;
+use nodecare_core::gate::StorageProblem;
+use nodecare_core::incident::RepairStatus;
+use nodecare_core::storage::{StorageObservation, StorageReading};
+use nodecare_exec::ledger::{Entry, Ledger as _};
+use nodecare_ganeti::{
+    ClusterInfo, Ganeti, GanetiFuture, Group, Instance, Job, JobCancel, JobId, JobStatus,
+    JobSummary, Node, Op, Reason, TagTarget,
+};
 
 /// Most nodes a what-if simulates.
 pub const MAX_NODES: usize = 1_000;
@@ -352,7 +352,7 @@ impl SimulatedAgents {
     fn outcome(
         &self,
         node: &str,
-        incidents: &[crate::incident::Incident],
+        incidents: &[nodecare_core::incident::Incident],
         now_ms: u64,
     ) -> AgentOutcome {
         let of_incident = |status: DiagnoseStatus| {
@@ -441,7 +441,7 @@ pub fn storage_again(
     readings: &BTreeMap<String, StorageReading>,
     now_ms: u64,
 ) -> BTreeMap<String, StorageReading> {
-    let drbd = crate::storage::drbd_nodes(nodes, instances);
+    let drbd = nodecare_core::storage::drbd_nodes(nodes, instances);
     nodes
         .iter()
         .filter(|n| !n.offline)
@@ -521,7 +521,7 @@ impl AgentReader for SimulatedAgents {
                 Storage::Read(readings) => {
                     let readings = storage_again(nodes, instances, readings, now_ms);
                     StorageHealth {
-                        problems: crate::storage::storage_problems(
+                        problems: nodecare_core::storage::storage_problems(
                             nodes,
                             instances,
                             &readings,
@@ -1250,11 +1250,18 @@ fn apply_changes(
                 request
                     .validate()
                     .and_then(|()| {
-                        crate::campaign::adopt_failure_domains(&mut request, &settings.gate.domains)
+                        nodecare_core::campaign::adopt_failure_domains(
+                            &mut request,
+                            &settings.gate.domains,
+                        )
                     })
                     .map_err(|e| input(format!("campaign: {e}")))?;
-                let record =
-                    crate::campaign::Record::new(uuid::Uuid::new_v4(), request, WHAT_IF, now_ms);
+                let record = nodecare_core::campaign::Record::new(
+                    uuid::Uuid::new_v4(),
+                    request,
+                    WHAT_IF,
+                    now_ms,
+                );
                 store
                     .save_campaign(&record)
                     .map_err(|e| WhatIfError::Read(e.to_string()))?;
@@ -1273,7 +1280,7 @@ pub fn apply_policy(
     value: PolicyValue,
 ) {
     use nodecare_protocol::what_if::{BreakerKey, CapKey};
-    let set_cap = |caps: &mut crate::gate::Caps, cap: CapKey| match cap {
+    let set_cap = |caps: &mut nodecare_core::gate::Caps, cap: CapKey| match cap {
         CapKey::MaxDisruptedNodes => caps.max_disrupted_nodes = value.count(),
         CapKey::MaxDisruptedPercent => caps.max_disrupted_percent = value.0,
         CapKey::MinHealthyNodes => caps.min_healthy_nodes = value.count(),
@@ -1284,7 +1291,7 @@ pub fn apply_policy(
         PolicyKey::Group { group, cap } => set_cap(
             gate.groups
                 .entry(group.clone())
-                .or_insert(crate::gate::Caps {
+                .or_insert(nodecare_core::gate::Caps {
                     max_disrupted_nodes: usize::MAX,
                     max_disrupted_percent: None,
                     min_healthy_nodes: 0,
@@ -1433,8 +1440,11 @@ async fn simulate_rounds(
     // here: its moves are the daemon's to find).
     if failback.enabled {
         reconciler = reconciler.with_balancer(
-            crate::balance::Balancer::new(crate::duty::balancing::BalancingConfig::default(), None)
-                .with_failback(failback),
+            crate::balance::Balancer::new(
+                nodecare_core::duty::balancing::BalancingConfig::default(),
+                None,
+            )
+            .with_failback(failback),
         );
     }
     let mut rounds = Vec::new();
@@ -1648,9 +1658,12 @@ fn grace_waits(board: &Board) -> Vec<Wait> {
 }
 
 /// Why an incident ends as it does: its failure, what it waits for, what it left behind.
-pub fn incident_why(incident: &crate::incident::Incident) -> Option<String> {
+pub fn incident_why(incident: &nodecare_core::incident::Incident) -> Option<String> {
     let why = incident_end(incident);
-    match (crate::duty::node_repair::ladder::said_of(incident), why) {
+    match (
+        nodecare_core::duty::node_repair::ladder::said_of(incident),
+        why,
+    ) {
         (Some(said), Some(why)) => Some(format!("{said}; {why}")),
         (Some(said), None) => Some(said.to_owned()),
         (None, why) => why,
@@ -1658,7 +1671,7 @@ pub fn incident_why(incident: &crate::incident::Incident) -> Option<String> {
 }
 
 /// How an incident ends, or what it waits for.
-fn incident_end(incident: &crate::incident::Incident) -> Option<String> {
+fn incident_end(incident: &nodecare_core::incident::Incident) -> Option<String> {
     match incident.repair_status {
         RepairStatus::Failed => Some(match &incident.failure {
             Some(failure) => format!("failed: {failure}"),

@@ -11,12 +11,12 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use nodecare_coordinator::duty::instance_repair::{self, Assessment, Inputs};
-use nodecare_coordinator::exec::Executor;
-use nodecare_coordinator::ganeti::{Ganeti, Node};
-use nodecare_coordinator::gate::{self, Caps, InForce, NodeFacts, Policy, View};
 use nodecare_coordinator::instance_repair_exec::{self, RunReport};
 use nodecare_coordinator::store::Store;
+use nodecare_core::duty::instance_repair::{self, Assessment, Inputs};
+use nodecare_core::gate::{self, Caps, InForce, NodeFacts, Policy, View};
+use nodecare_exec::Executor;
+use nodecare_ganeti::{Ganeti, Node};
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::{JobFailureRule, SimConfig};
 
@@ -150,7 +150,7 @@ fn open_store() -> (tempfile::TempDir, Executor) {
 }
 
 /// The instance repairs (and tag changes) the ledger holds.
-fn open_repairs(store: &Executor) -> Vec<nodecare_coordinator::exec::ledger::Entry> {
+fn open_repairs(store: &Executor) -> Vec<nodecare_exec::ledger::Entry> {
     store
         .ledger()
         .entries()
@@ -681,21 +681,21 @@ async fn one_shot_dry_run_prints_harep_output_and_submits_nothing() {
 /// finds the job by its reason, submits nothing twice and writes the pending tag naming it.
 #[tokio::test]
 async fn a_repair_interrupted_by_a_crash_is_completed_without_duplicates() {
-    repair_interrupted_by_a_crash(nodecare_coordinator::ganeti::REASON_SOURCE).await;
+    repair_interrupted_by_a_crash(nodecare_ganeti::REASON_SOURCE).await;
 }
 
 /// After an upgrade: the job was submitted by a version whose reason source was
 /// `gnt:daemon:nodecare`; it is still adopted, not submitted again.
 #[tokio::test]
 async fn a_job_submitted_under_the_legacy_reason_source_is_adopted() {
-    repair_interrupted_by_a_crash(nodecare_coordinator::ganeti::LEGACY_REASON_SOURCE).await;
+    repair_interrupted_by_a_crash(nodecare_ganeti::LEGACY_REASON_SOURCE).await;
 }
 
 /// A repair recorded, its job submitted with the reason `source`, then a crash: the next round
 /// adopts the job.
 async fn repair_interrupted_by_a_crash(source: &str) {
-    use nodecare_coordinator::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
-    use nodecare_coordinator::ganeti::{Op, Reason};
+    use nodecare_core::duty::instance_repair::{RepairOp, RepairPlan, RepairType};
+    use nodecare_ganeti::{Op, Reason};
 
     let sim = sim("inst1:drbd:2,inst2:drbd:3");
     tag(&sim, "inst1.sim.test", &["failover"]);
@@ -768,66 +768,53 @@ async fn repair_interrupted_by_a_crash(source: &str) {
 /// never arrives: a timeout, a crash).
 #[derive(Debug)]
 struct LostAnswers {
-    inner: nodecare_coordinator::ganeti::rapi::RapiClient,
+    inner: nodecare_ganeti::rapi::RapiClient,
 }
 
 impl Ganeti for LostAnswers {
-    fn cluster_info(
-        &self,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::ClusterInfo>
-    {
+    fn cluster_info(&self) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::ClusterInfo> {
         Ganeti::cluster_info(&self.inner)
     }
-    fn nodes(&self) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<Node>> {
+    fn nodes(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<Node>> {
         Ganeti::nodes(&self.inner)
     }
-    fn instances(
-        &self,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::Instance>>
-    {
+    fn instances(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Instance>> {
         Ganeti::instances(&self.inner)
     }
     fn submit<'a>(
         &'a self,
-        op: &'a nodecare_coordinator::ganeti::Op,
-        reason: &'a nodecare_coordinator::ganeti::Reason,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'a, nodecare_coordinator::ganeti::JobId> {
+        op: &'a nodecare_ganeti::Op,
+        reason: &'a nodecare_ganeti::Reason,
+    ) -> nodecare_ganeti::GanetiFuture<'a, nodecare_ganeti::JobId> {
         Box::pin(async move {
             Ganeti::submit(&self.inner, op, reason).await?;
-            Err(nodecare_coordinator::ganeti::GanetiError::Transport(
+            Err(nodecare_ganeti::GanetiError::Transport(
                 "answer lost".into(),
             ))
         })
     }
-    fn groups(
-        &self,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::Group>>
-    {
+    fn groups(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::Group>> {
         Ganeti::groups(&self.inner)
     }
     fn tags<'a>(
         &'a self,
-        target: &'a nodecare_coordinator::ganeti::TagTarget,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'a, Vec<String>> {
+        target: &'a nodecare_ganeti::TagTarget,
+    ) -> nodecare_ganeti::GanetiFuture<'a, Vec<String>> {
         Ganeti::tags(&self.inner, target)
     }
     fn job(
         &self,
-        id: nodecare_coordinator::ganeti::JobId,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::Job> {
+        id: nodecare_ganeti::JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::Job> {
         Ganeti::job(&self.inner, id)
     }
-    fn jobs(
-        &self,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, Vec<nodecare_coordinator::ganeti::JobSummary>>
-    {
+    fn jobs(&self) -> nodecare_ganeti::GanetiFuture<'_, Vec<nodecare_ganeti::JobSummary>> {
         Ganeti::jobs(&self.inner)
     }
     fn cancel_job(
         &self,
-        id: nodecare_coordinator::ganeti::JobId,
-    ) -> nodecare_coordinator::ganeti::GanetiFuture<'_, nodecare_coordinator::ganeti::JobCancel>
-    {
+        id: nodecare_ganeti::JobId,
+    ) -> nodecare_ganeti::GanetiFuture<'_, nodecare_ganeti::JobCancel> {
         Ganeti::cancel_job(&self.inner, id)
     }
 }

@@ -11,8 +11,6 @@ use std::time::Duration;
 use nodecare_coordinator::board::Board;
 use nodecare_coordinator::config::Config;
 use nodecare_coordinator::daemon::reconcile_settings;
-use nodecare_coordinator::ganeti::{Instance, Node};
-use nodecare_coordinator::gate::StorageProblem;
 use nodecare_coordinator::reconcile::Reconciler;
 use nodecare_coordinator::repair::RepairClient;
 use nodecare_coordinator::round::agents::{AgentFuture, AgentReader};
@@ -20,6 +18,8 @@ use nodecare_coordinator::scrape::{
     AgentOutcome, AgentResult, AgentTarget, AgentUrls, Observation, StorageHealth,
 };
 use nodecare_coordinator::store::Store;
+use nodecare_core::gate::StorageProblem;
+use nodecare_ganeti::{Instance, Node};
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::SimConfig;
 use nodecare_protocol::DiagnoseStatus;

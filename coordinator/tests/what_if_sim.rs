@@ -14,7 +14,6 @@ use std::time::Duration;
 use nodecare_coordinator::board::Board;
 use nodecare_coordinator::config::Config;
 use nodecare_coordinator::daemon::reconcile_settings;
-use nodecare_coordinator::ganeti::{Instance, Node};
 use nodecare_coordinator::reconcile::{ReconcileSettings, Reconciler};
 use nodecare_coordinator::repair::RepairClient;
 use nodecare_coordinator::round::agents::{AgentFuture, AgentReader};
@@ -23,6 +22,7 @@ use nodecare_coordinator::scrape::{
 };
 use nodecare_coordinator::store::Store;
 use nodecare_coordinator::what_if::{self, Live, WhatIfContext, WhatIfError};
+use nodecare_ganeti::{Instance, Node};
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::SimConfig;
 use nodecare_protocol::what_if::{Ending, Query, WhatIf};
@@ -458,7 +458,7 @@ async fn the_endpoint_answers_what_it_can() {
         agents: None,
         gate_view_max_age: Duration::from_secs(60),
         replicator: None,
-        failure_domains: nodecare_coordinator::gate::DomainSource::default(),
+        failure_domains: nodecare_core::gate::DomainSource::default(),
         what_if: Some(Arc::clone(&context)),
         calendar: Arc::default(),
         approval_hook: None,
@@ -557,7 +557,7 @@ async fn a_what_if_from_a_window_s_opening_lets_the_campaign_through() {
     let days = now / 86_400_000;
     let names = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
     let day = names[usize::try_from((days + 3) % 7).unwrap()];
-    let config = nodecare_coordinator::calendar::CalendarConfig {
+    let config = nodecare_core::calendar::CalendarConfig {
         windows: vec![format!("{day} 02:00-06:00")],
         ..Default::default()
     };

@@ -2,7 +2,7 @@
 //! Maintenance windows and moments as operators and API callers write them (`[calendar]`
 //! windows, `/1/freezes` `from` and `until`), and freeze requests: parse or fail cleanly.
 use libfuzzer_sys::fuzz_target;
-use nodecare_coordinator::calendar::{Calendar, FreezeRequest, Window};
+use nodecare_core::calendar::{Calendar, FreezeRequest, Window};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use libfuzzer_sys::fuzz_target;
 // The RAPI client is built with the coordinator (`--features coordinator`).
-use nodecare_coordinator::ganeti::rapi::client::{job_list_jobs, job_query_jobs};
+use nodecare_ganeti::rapi::client::{job_list_jobs, job_query_jobs};
 
 fuzz_target!(|data: &[u8]| {
     let _ = job_query_jobs(data);

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use nodecare_coordinator::config::{AgentsConfig, Config, RapiSection};
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::incident::Incident;
 use nodecare_coordinator::reconcile::RoundSummary;
+use nodecare_core::incident::Incident;
 use nodecare_ganeti::Ganeti;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::SimConfig;

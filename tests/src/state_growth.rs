@@ -7,12 +7,12 @@
 
 use std::time::Instant;
 
-use nodecare_coordinator::gate::{
-    Caps, Duty, GateSnapshot, Holder, InForce, NodeFacts, Override, Policy, Proposal, View, decide,
-};
 use nodecare_coordinator::recorder::RoundRecord;
 use nodecare_coordinator::store::Store;
 use nodecare_coordinator::store::retention::RetentionPolicy;
+use nodecare_core::gate::{
+    Caps, Duty, GateSnapshot, Holder, InForce, NodeFacts, Override, Policy, Proposal, View, decide,
+};
 use nodecare_protocol::limits::{MAX_NAME_BYTES, MAX_TEXT_BYTES};
 use nodecare_protocol::replica::MAX_REPLICA_BYTES;
 

@@ -413,7 +413,7 @@ async fn an_override_past_the_state_budget_is_refused_with_507() {
     let mut n = 0_u128;
     loop {
         n += 1;
-        let new = nodecare_coordinator::gate::Override {
+        let new = nodecare_core::gate::Override {
             id: uuid::Uuid::from_u128(n),
             domain: domain.clone(),
             until_ms: now + 3_600_000,

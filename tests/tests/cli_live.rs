@@ -13,7 +13,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use nodecare_coordinator::incident::RepairStatus;
+use nodecare_core::incident::RepairStatus;
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
@@ -404,9 +404,9 @@ async fn explain_names_the_rule_of_a_refusal_and_traces_every_job_to_its_round()
         c.jobs
             .values()
             .filter(|j| {
-                j.reason.iter().any(|(_, text, _)| {
-                    nodecare_coordinator::ganeti::Reason::parse_text(text).is_some()
-                })
+                j.reason
+                    .iter()
+                    .any(|(_, text, _)| nodecare_ganeti::Reason::parse_text(text).is_some())
             })
             .map(|j| j.id)
             .collect::<Vec<_>>()

@@ -12,8 +12,8 @@ mod state_growth;
 mod watchdog;
 mod what_if;
 
-use nodecare_coordinator::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_coordinator::reconcile::{CancelOutcome, RoundError, cancel_incident};
+use nodecare_core::incident::{RepairStatus, TAG_FAILED_PREFIX, TAG_READY_PREFIX};
 use nodecare_ganeti_sim::model::JobFailureRule;
 use nodecare_tests::fake_agent::{RepairBehaviour, verdict};
 use nodecare_tests::harness::{Harness, node};
@@ -423,8 +423,7 @@ async fn agents_verified_before_a_restart_still_count_for_the_breaker() {
     for n in 2..=4 {
         h.agents.get(&node(n)).unwrap().set_down(true);
     }
-    let ganeti: std::sync::Arc<dyn nodecare_coordinator::ganeti::Ganeti> =
-        std::sync::Arc::new(h.sim.client());
+    let ganeti: std::sync::Arc<dyn nodecare_ganeti::Ganeti> = std::sync::Arc::new(h.sim.client());
     let fresh =
         nodecare_coordinator::daemon::Coordinator::new(&h.config, node(1), ganeti, h.key.clone())
             .unwrap();

@@ -9,12 +9,12 @@ use std::time::Duration;
 
 use nodecare_coordinator::admission::GateStatus;
 use nodecare_coordinator::http::{ApiState, router};
-use nodecare_coordinator::incident::{Action, HistoryEntry, Incident, RepairStatus};
-use nodecare_coordinator::plan::Move;
 use nodecare_coordinator::reconcile::RoundSummary;
 use nodecare_coordinator::scrape::{AgentState, AgentStatus};
 use nodecare_coordinator::store::{Intent, IntentSpec, IntentState};
 use nodecare_coordinator::ui::{Actions, Snapshot, render};
+use nodecare_core::incident::{Action, HistoryEntry, Incident, RepairStatus};
+use nodecare_core::plan::Move;
 use nodecare_protocol::gate::{
     AuditEntry, BreakerView, Disrupted, DomainStatus, Grant, OverrideView, Waiting,
 };

@@ -27,7 +27,7 @@ impl NodeRepair {
             .adopt_of(
                 &*self.ganeti,
                 is_incident,
-                |_| crate::exec::Unadopted::Retry,
+                |_| nodecare_exec::Unadopted::Retry,
                 self.now,
             )
             .await?
@@ -128,7 +128,7 @@ impl NodeRepair {
         self.time_out_jobs(&changed).await?;
         // The cluster as it is, read once when a failed job needs judging.
         let mut instances: Option<Option<Vec<Instance>>> = None;
-        for crate::exec::Changed { entry, job } in changed {
+        for nodecare_exec::Changed { entry, job } in changed {
             let Some(mut intent) = intent_of(&entry)? else {
                 continue;
             };
@@ -256,7 +256,7 @@ impl NodeRepair {
 
     /// Jobs still running past `job_timeout` fail their (active) incident; they are still
     /// followed, and their end is recorded when it comes.
-    async fn time_out_jobs(&self, changed: &[crate::exec::Changed]) -> Result<(), RoundError> {
+    async fn time_out_jobs(&self, changed: &[nodecare_exec::Changed]) -> Result<(), RoundError> {
         let limit = u64::try_from(self.settings.job_timeout.as_millis()).unwrap_or(u64::MAX);
         for intent in self.ganeti_intents(IntentState::Submitted)? {
             let Some(job_id) = intent.job_id else {
@@ -459,8 +459,8 @@ impl NodeRepair {
 }
 
 /// The intent an incident's ledger entry records (`None`: another holder's entry).
-fn intent_of(entry: &crate::exec::ledger::Entry) -> Result<Option<Intent>, RoundError> {
-    crate::duty::node_repair::intent::from_entry(entry)
+fn intent_of(entry: &nodecare_exec::ledger::Entry) -> Result<Option<Intent>, RoundError> {
+    nodecare_core::duty::node_repair::intent::from_entry(entry)
         .map_err(|e| RoundError::Store(StoreError::Corrupt(e.to_string())))
 }
 

@@ -28,22 +28,22 @@ use nodecare_protocol::status::CanceledJob;
 use nodecare_protocol::{now_ms, now_s};
 
 use crate::board::Board;
-use crate::duty::node_repair;
-use crate::duty::node_repair::intent::{after_cancel, next_key, service_facts};
-use crate::exec::ledger::{Ledger, State};
-use crate::exec::{EntrySubmission, Executor};
-use crate::ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
-use crate::gate::{Admitted, Holder, InForce, Proposal};
-use crate::incident::{Action, Disposition, Event, Incident, RepairStatus};
-use crate::plan::{
-    self, EvacuationChain, EvacuationFinish, EvacuationStep, Lock, Round, ServiceStep,
-    return_to_service,
-};
 use crate::repair::{RepairAnswer, RepairClient};
 use crate::round::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
 use crate::round::{ReconcileSettings, RoundError};
 use crate::scrape::AgentOutcome;
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
+use nodecare_core::duty::node_repair;
+use nodecare_core::duty::node_repair::intent::{after_cancel, next_key, service_facts};
+use nodecare_core::gate::{Admitted, Holder, InForce, Proposal};
+use nodecare_core::incident::{Action, Disposition, Event, Incident, RepairStatus};
+use nodecare_core::plan::{
+    self, EvacuationChain, EvacuationFinish, EvacuationStep, Lock, Round, ServiceStep,
+    return_to_service,
+};
+use nodecare_exec::ledger::{Ledger, State};
+use nodecare_exec::{EntrySubmission, Executor};
+use nodecare_ganeti::{Ganeti, GanetiError, Instance, JobId, Node, Reason};
 
 /// How often the round tries to remove the tag of an incident whose acknowledgement was asked
 /// for through nodecare before it leaves it to the operator (`gnt-node remove-tags`).
@@ -633,7 +633,7 @@ async fn stop_unknown_jobs(
         .filter(|job| {
             matches!(
                 job.status,
-                crate::ganeti::JobStatus::Queued | crate::ganeti::JobStatus::Waiting
+                nodecare_ganeti::JobStatus::Queued | nodecare_ganeti::JobStatus::Waiting
             )
         })
         .filter(|job| !known.contains(&job.id))
@@ -675,7 +675,7 @@ async fn stop_unknown_jobs(
 /// The nodecare reason `job` carries when it names another incident or intent than `intent`
 /// (the job id is not the job submitted for it); `None` when it is that job, or carries no
 /// nodecare reason at all (nothing to tell them apart by).
-fn foreign_job(job: &crate::ganeti::Job, intent: &Intent) -> Option<String> {
+fn foreign_job(job: &nodecare_ganeti::Job, intent: &Intent) -> Option<String> {
     let reason = job
         .reasons
         .iter()
@@ -694,7 +694,7 @@ fn note(incident: &mut Incident, event: Event) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ganeti::{Job, JobStatus, ReasonEntry};
+    use nodecare_ganeti::{Job, JobStatus, ReasonEntry};
 
     fn intent(key: &str, spec: IntentSpec, state: IntentState) -> Intent {
         Intent {

@@ -2,8 +2,8 @@
 //! acknowledges them.
 
 use super::*;
-use crate::duty::node_repair::ladder::{Repaired, record};
-use crate::duty::node_repair::observe::{Facts, Observed, Seen, observe};
+use nodecare_core::duty::node_repair::ladder::{Repaired, record};
+use nodecare_core::duty::node_repair::observe::{Facts, Observed, Seen, observe};
 
 /// The store document of the nodes' repair history ([`Repaired`], the ladder's input).
 pub(crate) const REPAIR_HISTORY_DOCUMENT: &str = "repair_history";

@@ -9,12 +9,12 @@ use super::{
     BREAKER_DOCUMENT, DEGRADED_GRACE_MS, Reconciler, RoundError, RoundSummary,
     STORAGE_SEQUENCES_DOCUMENT,
 };
-use crate::breaker::{self, BreakerState};
-use crate::ganeti::{GanetiError, Instance, Node};
-use crate::gate;
-use crate::incident::Incident;
 use crate::round::RoundInput;
 use crate::scrape::{AgentOutcome, AgentTarget};
+use nodecare_core::breaker::{self, BreakerState};
+use nodecare_core::gate;
+use nodecare_core::incident::Incident;
+use nodecare_ganeti::{GanetiError, Instance, Node};
 
 /// A read of Ganeti on a task of its own, aborted when dropped before it is awaited (a round
 /// that ends early leaves no read behind).
@@ -136,7 +136,7 @@ impl Reconciler {
             .filter_map(|result| match &result.outcome {
                 AgentOutcome::Verified(o) => Some((
                     result.node.clone(),
-                    crate::campaign::AgentNow {
+                    nodecare_core::campaign::AgentNow {
                         boot_id: o.boot_id.clone(),
                         reboot_required: o.reboot_required,
                         ok: o.verdict.status == DiagnoseStatus::Ok,
@@ -242,7 +242,7 @@ impl Reconciler {
         &mut self,
         nodes: &[Node],
         instances: &[Instance],
-        readings: &BTreeMap<String, crate::storage::StorageReading>,
+        readings: &BTreeMap<String, nodecare_core::storage::StorageReading>,
         now: u64,
     ) -> BTreeMap<String, String> {
         let online: BTreeSet<&str> = nodes
@@ -252,7 +252,7 @@ impl Reconciler {
             .collect();
         let mut now_degraded: BTreeMap<String, String> = BTreeMap::new();
         for (node, reading) in readings {
-            let crate::storage::StorageReading::Verified(observation) = reading else {
+            let nodecare_core::storage::StorageReading::Verified(observation) = reading else {
                 continue;
             };
             let nodecare_protocol::DrbdState::Minors { minors } = &observation.payload.drbd else {

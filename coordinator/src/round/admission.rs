@@ -2,7 +2,7 @@
 //! nothing (grants are decided when asked for) and holds the nodes of its grants in force.
 
 use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services, nothing};
-use crate::gate::{InForce, Proposal};
+use nodecare_core::gate::{InForce, Proposal};
 
 /// The admission grants.
 #[derive(Debug, Default)]

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::ganeti::{Instance, Node};
 use crate::scrape::{AgentResult, AgentTarget, AgentUrls, Scraper, StorageHealth};
+use nodecare_ganeti::{Instance, Node};
 
 /// A future of an [`AgentReader`].
 pub type AgentFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services, nothing};
 use crate::balance::{Balancer, BalancingRound, ClusterSource};
 
-use crate::exec::Changed;
-use crate::gate::{InForce, Proposal};
+use nodecare_core::gate::{InForce, Proposal};
+use nodecare_exec::Changed;
 
 /// The balancing duty.
 #[derive(Debug)]
@@ -64,14 +64,17 @@ impl RoundDuty for Balancing {
         Box::pin(async move {
             let incidents = services.store.incidents()?;
             // Failback first: while instances go back home, hbal waits for them.
-            let mut failback = crate::duty::balancing::Proposals::default();
+            let mut failback = nodecare_core::duty::balancing::Proposals::default();
             if self.balancer.failback().enabled {
                 let in_flight = crate::balance::in_flight(services.executor)?;
-                let mut blocked =
-                    crate::duty::balancing::blocked_nodes(&incidents, &input.nodes, in_force);
+                let mut blocked = nodecare_core::duty::balancing::blocked_nodes(
+                    &incidents,
+                    &input.nodes,
+                    in_force,
+                );
                 // A node a balancing move in flight takes an instance off or onto.
                 for (node, holder) in &in_force.touched {
-                    if matches!(holder, crate::gate::Holder::Balancing { .. }) {
+                    if matches!(holder, nodecare_core::gate::Holder::Balancing { .. }) {
                         blocked
                             .entry(node.clone())
                             .or_insert_with(|| "a balancing move in flight".to_owned());

@@ -3,15 +3,15 @@
 //! ([`crate::campaign_exec`]).
 
 use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
-use crate::campaign::Record;
 use crate::campaign_exec::{self, CampaignRound, Context};
-use crate::gate::{InForce, Proposal};
+use nodecare_core::campaign::Record;
+use nodecare_core::gate::{InForce, Proposal};
 
 /// The campaigns' duty.
 #[derive(Debug, Default)]
 pub struct Campaigns {
     /// What the state machine sees this round (from the round's input, in `observe`).
-    world: Option<crate::campaign::World>,
+    world: Option<nodecare_core::campaign::World>,
     /// The campaigns this round works on, with their operations, read once in `observe`
     /// ([`campaign_exec::follow`]).
     active: Option<Vec<Record>>,
@@ -21,7 +21,7 @@ pub struct Campaigns {
     known: campaign_exec::Known,
 }
 
-fn world_of(services: Services<'_>, input: &RoundInput) -> crate::campaign::World {
+fn world_of(services: Services<'_>, input: &RoundInput) -> nodecare_core::campaign::World {
     campaign_exec::world(
         &input.nodes,
         &input.instances,

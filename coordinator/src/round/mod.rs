@@ -24,18 +24,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::board::Board;
-use crate::breaker::BreakerPolicy;
-use crate::campaign::AgentNow;
-use crate::exec::{Changed, Executor};
-use crate::ganeti::GanetiError;
-use crate::ganeti::{Ganeti, Group, Instance, Node};
-use crate::gate::{
-    Caps, Decision, DomainSource, FlagChange, Holder, InForce, Policy, Proposal, View,
-};
-use crate::plan::EvacuationPolicy;
 use crate::repair::RepairClient;
 use crate::scrape::{AgentResult, AgentUrls};
 use crate::store::{Store, StoreError};
+use nodecare_core::breaker::BreakerPolicy;
+use nodecare_core::campaign::AgentNow;
+use nodecare_core::gate::{
+    Caps, Decision, DomainSource, FlagChange, Holder, InForce, Policy, Proposal, View,
+};
+use nodecare_core::plan::EvacuationPolicy;
+use nodecare_exec::{Changed, Executor};
+use nodecare_ganeti::GanetiError;
+use nodecare_ganeti::{Ganeti, Group, Instance, Node};
 
 /// Settings of the reconciler.
 #[derive(Debug, Clone)]
@@ -121,8 +121,8 @@ pub enum RoundError {
     Local(String),
 }
 
-impl From<crate::exec::ledger::LedgerError> for RoundError {
-    fn from(error: crate::exec::ledger::LedgerError) -> Self {
+impl From<nodecare_exec::ledger::LedgerError> for RoundError {
+    fn from(error: nodecare_exec::ledger::LedgerError) -> Self {
         Self::Store(StoreError::Ledger(error))
     }
 }
@@ -150,7 +150,7 @@ pub struct RoundInput {
     /// Group uuid → name.
     pub group_names: BTreeMap<String, String>,
     /// The gate's view of the cluster (failure domains, storage health); shared with the
-    /// round's gate snapshot ([`crate::gate::GateSnapshot`]).
+    /// round's gate snapshot ([`nodecare_core::gate::GateSnapshot`]).
     pub view: std::sync::Arc<View>,
     /// Every online node's agent as this round read it.
     pub agents: Vec<AgentResult>,
@@ -159,14 +159,14 @@ pub struct RoundInput {
     /// Agents outside a grace that gave no verified report (the breaker's signal).
     pub failed_outside_grace: usize,
     /// Nodes in the grace of a planned disruption, with its end and holder.
-    pub graced: BTreeMap<String, crate::gate::Grace>,
+    pub graced: BTreeMap<String, nodecare_core::gate::Grace>,
     /// DRBD instances degraded with both nodes online past the grace, and why.
     pub degraded: BTreeMap<String, String>,
     /// Admission grants in force, read under the incident lock (the admission API grants under
     /// it too).
     pub grants: Vec<(String, Holder)>,
     /// Operator overrides in force, read with the grants.
-    pub overrides: Vec<crate::gate::Override>,
+    pub overrides: Vec<nodecare_core::gate::Override>,
 }
 
 impl RoundInput {
@@ -292,8 +292,8 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
     use super::*;
-    use crate::ganeti::Ganeti;
     use crate::scrape::{AgentOutcome, Observation};
+    use nodecare_ganeti::Ganeti;
     use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
 
     /// A round's input, as a simulated cluster and its agents give it, is recorded as JSON and
@@ -350,7 +350,7 @@ mod tests {
                 elapsed: Duration::from_millis(12),
             })
             .collect();
-        let storage = vec![crate::gate::StorageProblem {
+        let storage = vec![nodecare_core::gate::StorageProblem {
             nodes: [nodes[1].name.clone(), nodes[2].name.clone()]
                 .into_iter()
                 .collect(),
@@ -370,7 +370,7 @@ mod tests {
             now_ms: 1_500,
             graced: [(
                 nodes[2].name.clone(),
-                crate::gate::Grace {
+                nodecare_core::gate::Grace {
                     until_ms: 9_000,
                     holder: "maintenance campaign c1".into(),
                     disrupted: nodes[2].name.clone(),

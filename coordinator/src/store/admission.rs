@@ -7,8 +7,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{Store, StoreError, to_i64, to_u64};
-use crate::breaker::BreakerState;
-use crate::gate::{Holder, Override};
+use nodecare_core::breaker::BreakerState;
+use nodecare_core::gate::{Holder, Override};
 use nodecare_protocol::gate::{AuditEntry, BreakerView, Grant, OverrideView};
 
 /// The store document holding the storm breaker's state ([`BreakerState`]).
@@ -237,9 +237,12 @@ impl Store {
     }
 
     /// The grants not expired at `now_ms` as planned disruptions for the grace
-    /// ([`crate::gate::grace`]): node, Unix ms the grace runs from, the grant's last renewal
+    /// ([`nodecare_core::gate::grace`]): node, Unix ms the grace runs from, the grant's last renewal
     /// (else when it was granted). A renewal starts the grace again.
-    pub fn planned_grants(&self, now_ms: u64) -> Result<Vec<crate::gate::Planned>, StoreError> {
+    pub fn planned_grants(
+        &self,
+        now_ms: u64,
+    ) -> Result<Vec<nodecare_core::gate::Planned>, StoreError> {
         let renewals: BTreeMap<String, u64> =
             self.document(GRANT_RENEWALS_DOCUMENT)?.unwrap_or_default();
         Ok(self
@@ -249,7 +252,7 @@ impl Store {
                 let from_ms = renewals
                     .get(&grant.id)
                     .map_or(grant.granted_ms, |renewed| (*renewed).max(grant.granted_ms));
-                crate::gate::Planned {
+                nodecare_core::gate::Planned {
                     holder: format!("admission {} of {}", grant.id, grant.requester),
                     node: grant.node,
                     from_ms,
@@ -589,7 +592,7 @@ impl Store {
         Ok(true)
     }
 
-    /// An operator closes the storm breaker ([`crate::breaker::reset`]: incidents opened before
+    /// An operator closes the storm breaker ([`nodecare_core::breaker::reset`]: incidents opened before
     /// now no longer count), with an audit line; whether it was open.
     pub fn reset_breaker(&self, who: &str, why: &str, now_ms: u64) -> Result<bool, StoreError> {
         let mut connection = self.lock();
@@ -598,7 +601,7 @@ impl Store {
         if state.open.is_none() {
             return Ok(false);
         }
-        Self::save_breaker_state(&transaction, &crate::breaker::reset(state, now_ms))?;
+        Self::save_breaker_state(&transaction, &nodecare_core::breaker::reset(state, now_ms))?;
         audit(&transaction, now_ms, who, RESET_WHAT, why)?;
         transaction.commit()?;
         Ok(true)
@@ -923,7 +926,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             vec![("n1", 50_000), ("n2", 1_000)]
         );
-        let facts = |name: &str| crate::gate::NodeFacts {
+        let facts = |name: &str| nodecare_core::gate::NodeFacts {
             name: name.into(),
             group: "g".into(),
             domain: format!("rack:{name}"),
@@ -935,7 +938,7 @@ mod tests {
             primary_memory: None,
             primaries: 0,
         };
-        let view = crate::gate::View {
+        let view = nodecare_core::gate::View {
             nodes: [
                 ("n1".to_owned(), facts("n1")),
                 ("n2".to_owned(), facts("n2")),
@@ -945,7 +948,7 @@ mod tests {
             now_ms: 60_000,
         };
         // A grace of 30 s: n2's (granted at 1 s) ended, n1's (renewed at 50 s) runs.
-        let graced = crate::gate::grace(&view, &planned, &BTreeMap::new(), 30_000);
+        let graced = nodecare_core::gate::grace(&view, &planned, &BTreeMap::new(), 30_000);
         assert_eq!(
             graced
                 .iter()

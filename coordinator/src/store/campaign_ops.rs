@@ -10,8 +10,8 @@ use std::collections::BTreeSet;
 use rusqlite::{Connection, params};
 
 use super::StoreError;
-use crate::campaign::{CampaignOp, Record};
-use crate::exec::ledger;
+use nodecare_core::campaign::{CampaignOp, Record};
+use nodecare_exec::ledger;
 
 /// Moves the campaigns' operations into the ledger (after schema version 3's `ledger` table).
 pub(super) fn migrate(connection: &Connection) -> Result<(), StoreError> {
@@ -72,10 +72,10 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::campaign::{OpKind, OpState};
-    use crate::exec::ledger::{Action, AgentOp, Hold, Ledger as _, State};
-    use crate::gate::Holder;
     use crate::store::Store;
+    use nodecare_core::campaign::{OpKind, OpState};
+    use nodecare_core::gate::Holder;
+    use nodecare_exec::ledger::{Action, AgentOp, Hold, Ledger as _, State};
 
     fn op(
         key: &str,
@@ -270,7 +270,7 @@ mod tests {
                  migrate-back: migrating db to its secondary"
             );
             // n1 released only once its undrain succeeds; n2 drained.
-            let held = crate::exec::ledger::in_force(&entries);
+            let held = nodecare_exec::ledger::in_force(&entries);
             assert_eq!(
                 held.nodes.keys().map(String::as_str).collect::<Vec<_>>(),
                 ["n1", "n2"]

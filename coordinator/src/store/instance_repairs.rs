@@ -12,9 +12,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use super::StoreError;
-use crate::exec::ledger::{self, Entry, State};
-use crate::gate::Holder;
 use crate::instance_repair_exec::{Record, repair_entries, tag_entries, tag_identity};
+use nodecare_core::gate::Holder;
+use nodecare_exec::ledger::{self, Entry, State};
 
 /// Moves the stored instance repairs into the ledger (after schema version 3's `ledger` table)
 /// and drops their table.
@@ -83,7 +83,7 @@ pub(super) fn entries(record: &Record, id: Uuid) -> Vec<Entry> {
             if let Some(tag_job) = tag_job {
                 let submitted: Vec<u64> = jobs.iter().copied().flatten().collect();
                 let holder = Holder::InstanceRepair { id: plan.uuid };
-                let target = crate::ganeti::TagTarget::Instance(plan.instance.clone());
+                let target = nodecare_ganeti::TagTarget::Instance(plan.instance.clone());
                 let tag = plan.pending_tag(&submitted);
                 let mut tags = tag_entries(
                     &holder,
@@ -132,10 +132,10 @@ mod tests {
     use rusqlite::Connection;
 
     use super::*;
-    use crate::duty::instance_repair::{RepairOp, RepairPlan, RepairType, TagChange};
-    use crate::exec::ledger::{Ledger as _, Op};
-    use crate::ganeti::TagTarget;
     use crate::store::Store;
+    use nodecare_core::duty::instance_repair::{RepairOp, RepairPlan, RepairType, TagChange};
+    use nodecare_exec::ledger::{Ledger as _, Op};
+    use nodecare_ganeti::TagTarget;
 
     fn plan() -> RepairPlan {
         RepairPlan {

@@ -1,4 +1,4 @@
-//! The executor's ledger in the state database ([`crate::exec::ledger`]): one row per entry,
+//! The executor's ledger in the state database ([`nodecare_exec::ledger`]): one row per entry,
 //! keyed by its id (never reused) and unique per holder and key, with the entry as JSON.
 //! Schema version 3 adds the table and carries the balancing moves of earlier versions over
 //! (their `balancing_moves` table is dropped).
@@ -9,9 +9,9 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Store, StoreError, to_i64};
-use crate::duty::balancing::BalanceMove;
-use crate::exec::ledger::{self, Entry, Ledger, LedgerError};
-use crate::gate::Holder;
+use nodecare_core::duty::balancing::BalanceMove;
+use nodecare_core::gate::Holder;
+use nodecare_exec::ledger::{self, Entry, Ledger, LedgerError};
 
 /// Creates the ledger (schema version 3) and moves the balancing moves into it.
 pub(super) fn migrate(connection: &Connection) -> Result<(), StoreError> {
@@ -572,7 +572,7 @@ mod tests {
     use uuid::Uuid;
 
     use super::*;
-    use crate::exec::ledger::{Action, Hold, Op, State};
+    use nodecare_exec::ledger::{Action, Hold, Op, State};
 
     fn entry(holder: u128, key: &str) -> Entry {
         Entry::new(
@@ -786,7 +786,7 @@ mod tests {
     /// ledger, their run as the holder, and a snapshot of it restores the same way.
     #[test]
     fn version_2_databases_and_snapshots_carry_their_balancing_moves_over() {
-        use crate::duty::balancing::MoveState;
+        use nodecare_core::duty::balancing::MoveState;
         use nodecare_roll::hbal::HbalOp;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("old.db");

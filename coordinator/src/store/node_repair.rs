@@ -1,4 +1,4 @@
-//! Node repair's intents in the executor's ledger ([`crate::exec::ledger`]): each [`Intent`]
+//! Node repair's intents in the executor's ledger ([`nodecare_exec::ledger`]): each [`Intent`]
 //! is one entry held by its incident (`Holder::Incident`), under its key (so reason trails stay
 //! what they were). Its step is the entry's action (a Ganeti `Op`, or the agent's live repair),
 //! its locks become holds (drain: drained, offline: offline, live repair: repairing; undrain
@@ -12,8 +12,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use uuid::Uuid;
 
 use super::{Intent, IntentState, StoreError, decode_incident, to_i64, to_u64};
-use crate::duty::node_repair::intent::{from_entry, to_entry};
-use crate::exec::ledger::{self, Entry};
+use nodecare_core::duty::node_repair::intent::{from_entry, to_entry};
+use nodecare_exec::ledger::{self, Entry};
 
 /// How incidents are stored as holders (`incident:<uuid>`).
 const HOLDER_PREFIX: &str = "incident:";
@@ -182,12 +182,12 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
     use super::*;
-    use crate::exec::ledger::{Ledger as _, State};
-    use crate::gate::Holder;
-    use crate::plan::{Lock, Move};
     use crate::store::IntentSpec;
     use crate::store::Store;
     use crate::store::tests::incident;
+    use nodecare_core::gate::Holder;
+    use nodecare_core::plan::{Lock, Move};
+    use nodecare_exec::ledger::{Ledger as _, State};
 
     fn intent(incident: Uuid, key: &str, spec: IntentSpec, state: IntentState) -> Intent {
         Intent {
@@ -205,7 +205,12 @@ mod tests {
     }
 
     /// A new store (in the directory returned) with incident 1's drain of node1 planned.
-    fn store_with_a_drain() -> (tempfile::TempDir, Store, crate::incident::Incident, Intent) {
+    fn store_with_a_drain() -> (
+        tempfile::TempDir,
+        Store,
+        nodecare_core::incident::Incident,
+        Intent,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.db")).unwrap();
         let first = incident(1);

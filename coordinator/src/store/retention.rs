@@ -20,7 +20,7 @@ use uuid::Uuid;
 
 use super::admission::{AUDIT, OVERRIDES, trim_audit};
 use super::{Store, StoreError, decode_incident, ensure_incremental_vacuum, file_bytes, to_i64};
-use crate::incident::{Incident, RepairStatus};
+use nodecare_core::incident::{Incident, RepairStatus};
 use nodecare_protocol::maintenance::Campaign;
 
 pub use nodecare_core::retention::{
@@ -179,14 +179,16 @@ impl Store {
             })?;
             for row in rows {
                 let (id, text) = row?;
-                let Ok(record) = serde_json::from_str::<crate::campaign::Record>(&text) else {
+                let Ok(record) = serde_json::from_str::<nodecare_core::campaign::Record>(&text)
+                else {
                     continue;
                 };
                 if !campaign_expired(&record.campaign, now_ms, keep) {
                     continue;
                 }
                 // Its operations are ledger entries: it goes with them once none is in flight.
-                let holder = crate::exec::ledger::holder_text(&record.holder()).unwrap_or_default();
+                let holder =
+                    nodecare_exec::ledger::holder_text(&record.holder()).unwrap_or_default();
                 let in_flight: i64 = transaction.query_row(
                     "SELECT count(*) FROM ledger
                      WHERE holder = ?1 AND state IN ('recorded', 'submitted', 'timed-out')",
@@ -300,7 +302,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::incident::Action;
+    use nodecare_core::incident::Action;
     use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
 
     const DAY_MS: u64 = 86_400_000;
@@ -643,7 +645,7 @@ mod tests {
     /// An old finished campaign goes with its ledger entries, unless one is still in flight.
     #[test]
     fn old_finished_campaigns_go_with_their_ledger_entries() {
-        use crate::exec::ledger::{Action, Entry, Ledger as _, Op, State};
+        use nodecare_exec::ledger::{Action, Entry, Ledger as _, Op, State};
         use nodecare_protocol::maintenance::CampaignState;
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("state.db")).unwrap();
@@ -656,7 +658,7 @@ mod tests {
             rounds_kept: 5_000,
         };
         let campaign = |n: u128| {
-            let mut r = crate::campaign::Record::new(
+            let mut r = nodecare_core::campaign::Record::new(
                 Uuid::from_u128(n),
                 nodecare_protocol::maintenance::CampaignRequest::new("reboot"),
                 "ops",

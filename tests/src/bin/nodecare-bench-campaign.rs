@@ -28,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use nodecare_coordinator::campaign::{self, Record};
 use nodecare_coordinator::store::Store;
+use nodecare_core::campaign::{self, Record};
 use nodecare_ganeti::Ganeti;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_protocol::maintenance::NodeStep;

@@ -24,11 +24,11 @@ use anyhow::bail;
 use nodecare_coordinator::explain_api::{
     EXPLAIN_ROUNDS, job_from_recorder, node_from_recorder, record_from_recorder,
 };
-use nodecare_coordinator::gate::{Holder, Proposal, decide};
 use nodecare_coordinator::recorder::{
     Operation, RoundRecord, explain_job, explain_node, explain_record,
 };
 use nodecare_coordinator::store::Store;
+use nodecare_core::gate::{Holder, Proposal, decide};
 use nodecare_protocol::explain::Explanation;
 use nodecare_tests::measure::{Counting, heap_peak, reset_heap_peak, reset_rss_peak, status_kib};
 use nodecare_tests::state_growth::{ROUND_MS, changing_round};

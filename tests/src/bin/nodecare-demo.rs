@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use nodecare_coordinator::config::Config;
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::incident::{Incident, RepairStatus};
+use nodecare_core::incident::{Incident, RepairStatus};
 use nodecare_ganeti::Ganeti;
 use nodecare_ganeti_sim::Simulation;
 use nodecare_ganeti_sim::model::SimConfig;

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::exec::ledger::{Entry, Ledger as _, Op, State};
+use nodecare_exec::ledger::{Entry, Ledger as _, Op, State};
 use nodecare_ganeti::Ganeti;
 use nodecare_ganeti_sim::model::{SimJob, SimOp};
 use nodecare_protocol::maintenance::{Campaign, CampaignState, NodeStep};
@@ -259,7 +259,7 @@ async fn a_restart_in_the_middle_of_a_group_goes_on_without_a_job_twice() {
     let dir = tempfile::tempdir().unwrap();
     let mut h = cluster(&dir.path().join("no-users")).await;
     let (before, _) = layout(&h);
-    let record = nodecare_coordinator::campaign::Record::new(
+    let record = nodecare_core::campaign::Record::new(
         uuid::Uuid::new_v4(),
         nodecare_protocol::maintenance::CampaignRequest::new("reboot"),
         "ops",
@@ -576,7 +576,7 @@ async fn lost_answers_and_unreadable_job_lists_submit_no_job_twice() {
     use nodecare_ganeti_sim::HttpFaults;
     let dir = tempfile::tempdir().unwrap();
     let mut h = cluster(&dir.path().join("no-users")).await;
-    let record = nodecare_coordinator::campaign::Record::new(
+    let record = nodecare_core::campaign::Record::new(
         uuid::Uuid::new_v4(),
         nodecare_protocol::maintenance::CampaignRequest::new("reboot"),
         "ops",
@@ -675,7 +675,7 @@ async fn a_hook_its_agent_never_had_is_not_sent_once_its_node_failed() {
     let hooks = watch_hooks(&h);
     let mut request = nodecare_protocol::maintenance::CampaignRequest::new("reboot");
     request.timeouts.hook_s = 2;
-    let record = nodecare_coordinator::campaign::Record::new(
+    let record = nodecare_core::campaign::Record::new(
         uuid::Uuid::new_v4(),
         request,
         "ops",
@@ -762,7 +762,7 @@ async fn a_hook_sent_before_its_campaign_failed_holds_its_node_until_it_expires(
     }
     let mut request = nodecare_protocol::maintenance::CampaignRequest::new("reboot");
     request.timeouts.hook_s = 8;
-    let record = nodecare_coordinator::campaign::Record::new(
+    let record = nodecare_core::campaign::Record::new(
         uuid::Uuid::new_v4(),
         request,
         "ops",
@@ -1099,7 +1099,7 @@ async fn a_node_whose_drain_job_runs_stays_held_after_its_campaign_failed() {
     let mut request = nodecare_protocol::maintenance::CampaignRequest::new("reboot");
     request.timeouts.drain_s = 1;
     request.timeouts.move_s = 1;
-    let record = nodecare_coordinator::campaign::Record::new(
+    let record = nodecare_core::campaign::Record::new(
         uuid::Uuid::new_v4(),
         request,
         "ops",
@@ -1357,7 +1357,7 @@ async fn a_campaign_waits_for_its_approval_and_carries_its_ticket() {
     let users = dir.path().join("users");
     nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
     let mut h = cluster_with(&users, |config| {
-        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+        config.approvals.require = vec![nodecare_core::calendar::WorkKind::Campaign];
     })
     .await;
     let (url, server) = serve_api(&h).await;
@@ -1486,7 +1486,7 @@ async fn the_change_system_approves_a_campaign_and_a_down_one_approves_nothing()
     nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
     let webhook = change.clone();
     let mut h = cluster_with(&users, move |config| {
-        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+        config.approvals.require = vec![nodecare_core::calendar::WorkKind::Campaign];
         config.approvals.webhook = webhook;
         config.approvals.webhook_interval_secs = 0.1;
     })
@@ -1535,7 +1535,7 @@ async fn the_change_system_approves_a_campaign_and_a_down_one_approves_nothing()
         format!("http://{}/", listener.local_addr().unwrap())
     };
     let mut h = cluster_with(&users, move |config| {
-        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+        config.approvals.require = vec![nodecare_core::calendar::WorkKind::Campaign];
         config.approvals.webhook = closed;
         config.approvals.webhook_interval_secs = 0.1;
         config.approvals.webhook_timeout_secs = 1.0;
@@ -1580,7 +1580,7 @@ async fn the_admin_page_approves_a_waiting_campaign() {
     let users = dir.path().join("users");
     nodecare_tests::harness::write_secret(&users, "ops secret write\n").unwrap();
     let mut h = cluster_with(&users, |config| {
-        config.approvals.require = vec![nodecare_coordinator::calendar::WorkKind::Campaign];
+        config.approvals.require = vec![nodecare_core::calendar::WorkKind::Campaign];
     })
     .await;
     let (url, server) = serve_api(&h).await;

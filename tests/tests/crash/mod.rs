@@ -16,8 +16,8 @@ use crate::gate::all_duties::{Watch, Watched};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use nodecare_coordinator::incident::RepairStatus;
 use nodecare_coordinator::store::Store;
+use nodecare_core::incident::RepairStatus;
 use nodecare_ganeti_sim::model::SimConfig;
 use nodecare_ganeti_sim::{HttpFaults, Simulation};
 use nodecare_tests::fake_agent::{FakeAgents, RepairBehaviour, verdict};
@@ -553,7 +553,7 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
     // A campaign as `POST /1/maintenance` records it; a new one once the last one finished, so
     // that every kill lands in some campaign.
     let start_campaign = || {
-        let record = nodecare_coordinator::campaign::Record::new(
+        let record = nodecare_core::campaign::Record::new(
             uuid::Uuid::new_v4(),
             CampaignRequest::new("reboot"),
             "ops",
@@ -575,7 +575,7 @@ async fn sigkill_during_a_campaign_reboots_each_node_once() {
             .unwrap()
     };
     // A finished campaign: completed, every node rebooted, the instances back, nodes in service.
-    let check_finished = |record: &nodecare_coordinator::campaign::Record| {
+    let check_finished = |record: &nodecare_core::campaign::Record| {
         assert_eq!(
             record.campaign.state,
             CampaignState::Completed,

@@ -268,7 +268,7 @@ async fn exactly_one_coordinator_acts_while_the_master_moves() {
 fn incident_on(
     store: &nodecare_coordinator::store::Store,
     name: &str,
-) -> Option<nodecare_coordinator::incident::Incident> {
+) -> Option<nodecare_core::incident::Incident> {
     store
         .incidents()
         .unwrap()
@@ -281,7 +281,7 @@ fn incident_on(
 /// incident the operator canceled on node1 stays canceled on node2.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_state_follows_the_master() {
-    use nodecare_coordinator::incident::RepairStatus;
+    use nodecare_core::incident::RepairStatus;
     let sim = Simulation::new(
         SimConfig::from_spec(
             4,

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use nodecare_coordinator::incident::RepairStatus;
+use nodecare_core::incident::RepairStatus;
 use nodecare_ganeti_sim::HttpFaults;
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};

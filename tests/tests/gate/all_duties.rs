@@ -100,7 +100,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt as _;
 
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::gate::Caps;
+use nodecare_core::gate::Caps;
 use nodecare_ganeti::{Ganeti, JobId, Reason};
 use nodecare_ganeti_sim::HttpFaults;
 use nodecare_ganeti_sim::model::{JobFailureRule, SimCluster, SimJob, SimOp};
@@ -2429,7 +2429,7 @@ async fn run_seed(seed: u64, rounds: usize) -> anyhow::Result<Tally> {
         if std::env::var_os("NODECARE_ALL_DUTIES_TRACE").is_some() {
             // For the reader of a replay: the ledger's unfinished entries and the campaigns.
             let store = &w.h.coordinator.api().store;
-            if let Ok(entries) = nodecare_coordinator::exec::ledger::Ledger::unfinished(&**store) {
+            if let Ok(entries) = nodecare_exec::ledger::Ledger::unfinished(&**store) {
                 for e in entries {
                     println!(
                         "unfinished entry: {} {} {:?} {} {}",

@@ -6,10 +6,10 @@ mod seams;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use nodecare_coordinator::breaker::BreakerState;
-use nodecare_coordinator::gate::{Caps, DomainSource};
-use nodecare_coordinator::incident::RepairStatus;
 use nodecare_coordinator::reconcile::BREAKER_DOCUMENT;
+use nodecare_core::breaker::BreakerState;
+use nodecare_core::gate::{Caps, DomainSource};
+use nodecare_core::incident::RepairStatus;
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
 use serde_json::json;
@@ -192,7 +192,7 @@ async fn storm_opens_the_breaker_and_nothing_beyond_the_cap_acts() {
     store
         .save_document(
             BREAKER_DOCUMENT,
-            &nodecare_coordinator::breaker::reset(breaker, nodecare_protocol::now_ms()),
+            &nodecare_core::breaker::reset(breaker, nodecare_protocol::now_ms()),
         )
         .unwrap();
     h.round().await.unwrap();
@@ -610,8 +610,7 @@ async fn random_verdict_streams_keep_the_gate_s_invariants() {
                     waits += usize::from(incident.blocked_by.is_some());
                     assert!(
                         incident.blocked_by.is_some()
-                            || incident.action
-                                == nodecare_coordinator::incident::Action::LiveRepair,
+                            || incident.action == nodecare_core::incident::Action::LiveRepair,
                         "{} waits without a reason: {context}",
                         incident.node
                     );
@@ -684,7 +683,7 @@ async fn an_evacuation_that_cannot_succeed_fails_at_once_even_when_the_gate_hold
 /// movable instances leave, the file instance is shut down, the node tagged repairready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_evacuation_waits_under_the_configured_immovable_policy() {
-    use nodecare_coordinator::plan::ImmovablePolicy;
+    use nodecare_core::plan::ImmovablePolicy;
     let mut h = Harness::new(6, "a:diskless:2,b:diskless:5,f:file:5", |config| {
         config.failure_domains = "rack:".into();
         config.max_disrupted_nodes = 3;
@@ -894,7 +893,7 @@ async fn an_override_is_in_the_history_and_the_job_reasons() {
     h.coordinator
         .api()
         .store
-        .add_override(&nodecare_coordinator::gate::Override {
+        .add_override(&nodecare_core::gate::Override {
             id: uuid::Uuid::from_u128(5),
             domain: "rack:b".into(),
             until_ms: now + 600_000,

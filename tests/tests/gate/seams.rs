@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use nodecare_coordinator::incident::RepairStatus;
+use nodecare_core::incident::RepairStatus;
 use nodecare_ganeti::JobStatus;
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};

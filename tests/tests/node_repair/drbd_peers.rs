@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use nodecare_coordinator::incident::{Incident, RepairStatus};
+use nodecare_core::incident::{Incident, RepairStatus};
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
 use serde_json::json;

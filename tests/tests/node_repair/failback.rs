@@ -5,9 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests")]
 
 use super::*;
-use nodecare_coordinator::duty::failback::HomeState;
+use nodecare_core::duty::failback::HomeState;
 
-fn homecomings(h: &Harness) -> Vec<nodecare_coordinator::duty::failback::Homecoming> {
+fn homecomings(h: &Harness) -> Vec<nodecare_core::duty::failback::Homecoming> {
     nodecare_coordinator::failback::homecomings(&h.coordinator.api().store).unwrap()
 }
 
@@ -102,7 +102,7 @@ async fn a_move_home_waits_for_the_gate() {
         c.failback.enabled = true;
         c.failback.settle_secs = 0.0;
         c.calendar.time_zone = "UTC".into();
-        c.calendar.freezes = vec![nodecare_coordinator::calendar::FreezeConfig {
+        c.calendar.freezes = vec![nodecare_core::calendar::FreezeConfig {
             from: "2000-01-01".into(),
             until: "2999-01-01".into(),
             reason: "year-end freeze".into(),

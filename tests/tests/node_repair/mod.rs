@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nodecare_coordinator::daemon::Coordinator;
-use nodecare_coordinator::incident::{Action, Incident, RepairStatus, TAG_FAILED_PREFIX};
-use nodecare_coordinator::plan::ImmovablePolicy;
+use nodecare_core::incident::{Action, Incident, RepairStatus, TAG_FAILED_PREFIX};
+use nodecare_core::plan::ImmovablePolicy;
 use nodecare_ganeti::Ganeti;
 use nodecare_ganeti_sim::model::JobFailureRule;
 use nodecare_tests::fake_agent::{RepairBehaviour, verdict};
@@ -541,7 +541,7 @@ async fn a_move_whose_goal_already_holds_does_not_fail_the_evacuation() {
             .find_map(|i| match i.spec {
                 nodecare_coordinator::store::IntentSpec::Move {
                     planned:
-                        nodecare_coordinator::plan::Move::Migrate {
+                        nodecare_core::plan::Move::Migrate {
                             instance,
                             target: Some(target),
                         },
@@ -1277,7 +1277,7 @@ async fn an_evacuation_moving_many_instances_waits_for_an_approval() {
     h.coordinator
         .api()
         .store
-        .add_approval(nodecare_coordinator::approval::ApprovalRecord {
+        .add_approval(nodecare_core::approval::ApprovalRecord {
             id: waiting.uuid,
             ticket: Some("CHG-99".into()),
             refused: None,
@@ -1308,7 +1308,7 @@ async fn a_repair_command_s_own_limit_escalates() {
     let mut h = Harness::new(4, "a:diskless:2,b:diskless:3", |config| {
         config.repair_ladder.commands = std::collections::BTreeMap::from([(
             "reset-fan".to_owned(),
-            nodecare_coordinator::duty::node_repair::ladder::CommandLimit {
+            nodecare_core::duty::node_repair::ladder::CommandLimit {
                 max_live_repairs: 1,
                 window_secs: None,
                 escalate_to: Some(Action::EvacuateFailover),

@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::gate::all_duties::{Watch, Watched};
-use nodecare_coordinator::exec::ledger::Ledger as _;
 use nodecare_coordinator::{what_if, what_if_api};
+use nodecare_exec::ledger::Ledger as _;
 use nodecare_protocol::what_if::{Ending, WhatIf};
 use nodecare_tests::fake_agent::verdict;
 use nodecare_tests::harness::{Harness, node};
@@ -293,7 +293,7 @@ async fn one_case(
         ));
     }
     if campaign {
-        let record = nodecare_coordinator::campaign::Record::new(
+        let record = nodecare_core::campaign::Record::new(
             uuid::Uuid::new_v4(),
             nodecare_protocol::maintenance::CampaignRequest::new("reboot"),
             "ops",
@@ -611,9 +611,8 @@ async fn a_what_if_predicts_the_moves_home_of_a_returned_node() {
     .unwrap();
     let agent = h.agents.get(&node(2)).unwrap().clone();
     agent.set_verdict(verdict("evacuate", json!({"disk": "sdb"}), None));
-    let completed = |i: &[nodecare_coordinator::incident::Incident]| {
-        i.len() == 1
-            && i[0].repair_status == nodecare_coordinator::incident::RepairStatus::Completed
+    let completed = |i: &[nodecare_core::incident::Incident]| {
+        i.len() == 1 && i[0].repair_status == nodecare_core::incident::RepairStatus::Completed
     };
     assert!(h.until(20, completed).await.unwrap());
     h.round().await.unwrap();
