@@ -5,7 +5,7 @@
 //! [`nodecare_protocol::what_if::WhatIf`]; `400` for a bad query or an unknown node (one the
 //! last round did not see is refused before any read of Ganeti), `429` when its turn does not
 //! come (the caller's earlier what-if still runs or waits, too many wait, or it waited too
-//! long; one runs at a time, the others wait first come, first served), `502` when Ganeti cannot be read, `503` when what-ifs are off.
+//! long; one runs at a time, the others wait first come, first served), `502` when Ganeti cannot be read, `503` when what-ifs are off, `500` when its thread cannot start.
 
 use axum::Json;
 use axum::extract::{RawQuery, State};
