@@ -1,4 +1,4 @@
-# Shared by run.sh and watch.sh (sourced): descriptors and the fake agents.
+# Shared by the coordinator's benchmarks (sourced): descriptors and the fake agents.
 # Fake agents run in processes of AGENTS_PER_PROCESS (default 4000) agents each, since every
 # process has its own descriptor limit: an agent holds its listener, the coordinator's watch and
 # a kept connection.
@@ -61,4 +61,21 @@ start_agents() {
     done
     # shellcheck disable=SC2086
     cat $shards >"$3"
+}
+
+# each_agent_count MODE "COUNTS" [ARG...]: for each count of COUNTS, that many fake agents
+# started, `$BENCH_BIN MODE FILE ARG...` run over them (FILE: their `node url` lines), the agents
+# stopped; the work files are removed when the script exits.
+each_agent_count() {
+    mode=$1; counts=$2; shift 2
+    work=$(mktemp -d)
+    trap 'stop_agents; rm -rf "$work"' EXIT
+    trap 'exit 130' INT TERM
+    for count in $counts; do
+        raise_nofile "$count"
+        file="$work/agents-$count"
+        start_agents "$BENCH_BIN" "$count" "$file"
+        "$BENCH_BIN" "$mode" "$file" "$@"
+        stop_agents
+    done
 }

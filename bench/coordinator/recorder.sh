@@ -13,14 +13,4 @@ if [ -z "${BENCH_BIN:-}" ]; then
     bench_build -p nodecare-tests --bin nodecare-bench-coordinator
     BENCH_BIN=$BENCH_TARGET/nodecare-bench-coordinator
 fi
-work=$(mktemp -d)
-cleanup() { stop_agents; rm -rf "$work"; }
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-for count in ${*:-1000 5000}; do
-    raise_nofile "$count"
-    file="$work/agents-$count"
-    start_agents "$BENCH_BIN" "$count" "$file"
-    "$BENCH_BIN" recorder "$file" "$rounds"
-    stop_agents
-done
+each_agent_count recorder "${*:-1000 5000}" "$rounds"

@@ -78,16 +78,12 @@ pub const WHAT_IF: &str = "what-if";
 /// the agents, and one permit.
 #[derive(Debug)]
 pub struct WhatIfContext {
-    /// The daemon's round settings.
-    pub settings: ReconcileSettings,
-    /// The round interval: the simulated clock's step.
-    pub interval: Duration,
+    /// What its rounds need: the daemon's settings and interval, the budgets, the daemon's
+    /// rounds to give way to.
+    simulating: Simulating,
     /// Where the daemon's rounds read the agents (none: the agents answer as in the last
     /// recorded round).
     agents: Option<Arc<dyn AgentReader>>,
-    /// Whether one of the daemon's rounds runs: a what-if reads and simulates each round only
-    /// between them.
-    rounds: Option<tokio::sync::watch::Receiver<bool>>,
     /// The one what-if that runs at a time; the next ones wait in turn (tokio's semaphore
     /// serves its waiters first come, first served). Its rounds hold it until they end, also
     /// when their caller went away.
@@ -96,10 +92,6 @@ pub struct WhatIfContext {
     callers: std::sync::Mutex<BTreeSet<Caller>>,
     /// How long a what-if waits for its turn.
     queue_wait: Duration,
-    /// The work budget of a what-if's rounds (processor time).
-    budget: Duration,
-    /// Their wall-clock budget.
-    wall_budget: Duration,
 }
 
 /// Who asks for a what-if (the address it comes from; `Local`: the local socket or the
@@ -145,29 +137,31 @@ impl WhatIfContext {
     /// A context for the daemon's `settings` and round `interval`.
     pub fn new(settings: ReconcileSettings, interval: Duration) -> Self {
         Self {
-            settings,
-            interval,
+            simulating: Simulating {
+                settings,
+                interval,
+                budget: WORK_BUDGET,
+                wall_budget: WALL_BUDGET,
+                rounds: None,
+            },
             agents: None,
-            rounds: None,
             permit: Arc::new(tokio::sync::Semaphore::new(1)),
             callers: std::sync::Mutex::new(BTreeSet::new()),
             queue_wait: QUEUE_WAIT,
-            budget: WORK_BUDGET,
-            wall_budget: WALL_BUDGET,
         }
     }
 
     /// The same context, the rounds of a what-if using at most `budget` of processor time.
     #[must_use]
     pub const fn with_budget(mut self, budget: Duration) -> Self {
-        self.budget = budget;
+        self.simulating.budget = budget;
         self
     }
 
     /// The same context, the rounds of a what-if taking at most `budget` of wall-clock time.
     #[must_use]
     pub const fn with_wall_budget(mut self, budget: Duration) -> Self {
-        self.wall_budget = budget;
+        self.simulating.wall_budget = budget;
         self
     }
 
@@ -230,7 +224,7 @@ impl WhatIfContext {
     /// [`YIELD_MAX`] each time).
     #[must_use]
     pub fn with_rounds(mut self, running: tokio::sync::watch::Receiver<bool>) -> Self {
-        self.rounds = Some(running);
+        self.simulating.rounds = Some(running);
         self
     }
 
@@ -826,11 +820,11 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
         permit,
         _caller: _mark,
     } = live.context.turn(live.caller).await?;
-    yield_to_rounds(live.context.rounds.as_ref()).await;
+    yield_to_rounds(live.context.simulating.rounds.as_ref()).await;
     let (nodes, instances, in_flight) = read_cluster(live.store, live.ganeti).await?;
     // A wrong question costs no copy of the state.
     check(query, &nodes)?;
-    yield_to_rounds(live.context.rounds.as_ref()).await;
+    yield_to_rounds(live.context.simulating.rounds.as_ref()).await;
     let now_ms = nodecare_protocol::now_ms();
     let start_ms = match query.from_ms {
         Some(from)
@@ -878,7 +872,7 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
             let (answers, storage) = read_agents(
                 &**agents,
                 live.store,
-                &live.context.settings,
+                &live.context.simulating.settings,
                 &nodes,
                 &instances,
                 start_ms,
@@ -892,7 +886,7 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
             None,
         ),
     };
-    yield_to_rounds(live.context.rounds.as_ref()).await;
+    yield_to_rounds(live.context.simulating.rounds.as_ref()).await;
     let copy = live
         .store
         .private_copy()
@@ -906,13 +900,7 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
         storage,
         recorded_round,
     };
-    let simulating = Simulating {
-        settings: live.context.settings.clone(),
-        interval: live.context.interval,
-        budget: live.context.budget,
-        wall_budget: live.context.wall_budget,
-        rounds: live.context.rounds.clone(),
-    };
+    let simulating = live.context.simulating.clone();
     let query = query.clone();
     // The rounds run on a thread of their own at a lowered priority, holding the turn's permit
     // until they end: the daemon's rounds and API come first, and their processor time is
@@ -935,13 +923,19 @@ pub async fn run(live: Live<'_>, query: &Query) -> Result<WhatIf, WhatIfError> {
     .map_err(|e| WhatIfError::Local(e.to_string()))?
 }
 
-/// What a what-if's rounds need of the daemon's context.
-#[derive(Debug)]
+/// What a what-if's rounds need of the daemon's context (a copy goes to their thread).
+#[derive(Debug, Clone)]
 struct Simulating {
+    /// The daemon's round settings.
     settings: ReconcileSettings,
+    /// The round interval: the simulated clock's step.
     interval: Duration,
+    /// The work budget of the rounds (processor time).
     budget: Duration,
+    /// Their wall-clock budget.
     wall_budget: Duration,
+    /// Whether one of the daemon's rounds runs: a what-if reads and simulates each round only
+    /// between them.
     rounds: Option<tokio::sync::watch::Receiver<bool>>,
 }
 

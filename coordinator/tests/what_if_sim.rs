@@ -219,12 +219,22 @@ async fn ask(
     query: &str,
 ) -> Result<WhatIf, WhatIfError> {
     let context = WhatIfContext::new(settings, Duration::from_secs(30));
+    ask_in(sim, store, &context, query).await
+}
+
+/// [`ask`] in `context`.
+async fn ask_in(
+    sim: &Simulation,
+    store: &Store,
+    context: &WhatIfContext,
+    query: &str,
+) -> Result<WhatIf, WhatIfError> {
     // The master's RAPI daemon: every write sent to it is recorded (`Simulation::writes`).
     let ganeti = sim.client_on(MASTER);
     let live = Live {
         store,
         ganeti: &ganeti,
-        context: &context,
+        context,
         caller: what_if::Caller::Local,
     };
     what_if::run(live, &Query::parse(Some(query)).unwrap()).await
@@ -607,17 +617,7 @@ async fn a_what_if_waits_while_a_daemon_round_runs() {
     let store = Store::open_dir(dir.path()).unwrap();
     let (running, rounds) = tokio::sync::watch::channel(true);
     let context = WhatIfContext::new(settings(1), Duration::from_secs(30)).with_rounds(rounds);
-    let ganeti = sim.client_on(MASTER);
-    let query = Query::parse(Some("verdict=node2.sim.test:evacuate")).unwrap();
-    let asked = what_if::run(
-        Live {
-            store: &store,
-            ganeti: &ganeti,
-            context: &context,
-            caller: what_if::Caller::Local,
-        },
-        &query,
-    );
+    let asked = ask_in(&sim, &store, &context, "verdict=node2.sim.test:evacuate");
     tokio::pin!(asked);
     // The round runs: nothing is answered (nor read).
     let early = tokio::time::timeout(Duration::from_millis(500), asked.as_mut()).await;
@@ -638,18 +638,9 @@ async fn a_what_if_past_its_work_budget_is_cut_and_says_so() {
     let store = Store::open_dir(dir.path()).unwrap();
     let context =
         WhatIfContext::new(settings(1), Duration::from_secs(30)).with_budget(Duration::ZERO);
-    let ganeti = sim.client_on(MASTER);
-    let answer = what_if::run(
-        Live {
-            store: &store,
-            ganeti: &ganeti,
-            context: &context,
-            caller: what_if::Caller::Local,
-        },
-        &Query::parse(Some("verdict=node2.sim.test:evacuate")).unwrap(),
-    )
-    .await
-    .unwrap();
+    let answer = ask_in(&sim, &store, &context, "verdict=node2.sim.test:evacuate")
+        .await
+        .unwrap();
     assert_eq!(
         answer.ending,
         nodecare_protocol::what_if::Ending::Cut {
@@ -663,17 +654,9 @@ async fn a_what_if_past_its_work_budget_is_cut_and_says_so() {
     // they take cuts them too.
     let context =
         WhatIfContext::new(settings(1), Duration::from_secs(30)).with_wall_budget(Duration::ZERO);
-    let answer = what_if::run(
-        Live {
-            store: &store,
-            ganeti: &ganeti,
-            context: &context,
-            caller: what_if::Caller::Local,
-        },
-        &Query::parse(Some("verdict=node2.sim.test:evacuate")).unwrap(),
-    )
-    .await
-    .unwrap();
+    let answer = ask_in(&sim, &store, &context, "verdict=node2.sim.test:evacuate")
+        .await
+        .unwrap();
     assert_eq!(
         answer.ending,
         nodecare_protocol::what_if::Ending::Cut {
