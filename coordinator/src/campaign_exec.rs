@@ -229,54 +229,28 @@ pub fn active(ctx: Context<'_>, known: &mut Known) -> Result<Vec<Record>, StoreE
         .collect())
 }
 
-/// The nodes every campaign holds disrupted (for the gate's disruptions in force): those of
-/// the unfinished campaigns, and those whose hook may still run ([`Record::holds`]), read from
-/// the campaigns of `known` (this round's, from [`follow`], with their operations): a
-/// campaign not among them has no operation in flight.
-pub fn holds(store: &Store, known: &[Record]) -> Result<Vec<(String, Holder)>, StoreError> {
-    Ok(store
-        .campaigns()?
-        .iter()
-        .flat_map(|record| {
-            known
-                .iter()
-                .find(|k| k.id() == record.id())
-                .unwrap_or(record)
-                .holds()
-        })
-        .collect())
-}
-
-/// The nodes every unfinished campaign holds without disrupting them (their primaries
-/// migrating back), for [`nodecare_core::gate::InForce::with_touched`].
-pub fn touched(store: &Store) -> Result<Vec<(String, Holder)>, StoreError> {
-    Ok(store
-        .campaigns()?
-        .iter()
-        .filter(|r| !r.state().is_final())
-        .flat_map(Record::touched)
-        .collect())
-}
-
-/// The drained flags every stored campaign's jobs set or cleared, for
-/// [`nodecare_core::gate::left_by`]; the operations of the campaigns in `known` (this round's, from
-/// [`follow`]) are not read again.
-pub fn flag_changes(
+/// Every stored campaign with its operations, for what they hold in force: those of `known`
+/// (this round's, from [`follow`], with their operations) as they are, the others (finished,
+/// nothing in flight) with their operations read from the ledger. One read of the campaigns;
+/// [`nodecare_core::campaign::held`] then says what they hold.
+pub fn stored_with_ops(
     store: &Store,
     executor: &Executor,
     known: &[Record],
-) -> Result<Vec<nodecare_core::gate::FlagChange>, StoreError> {
-    let mut changes = Vec::new();
-    for mut record in store.campaigns()? {
-        match known.iter().find(|k| k.id() == record.id()) {
-            Some(known) => changes.extend(known.flag_changes()),
-            None => {
-                record.set_ops(&executor.ledger().shared_of_holder(&record.holder())?);
-                changes.extend(record.flag_changes());
-            }
-        }
-    }
-    Ok(changes)
+) -> Result<Vec<Record>, StoreError> {
+    store
+        .campaigns()?
+        .into_iter()
+        .map(
+            |mut record| match known.iter().find(|k| k.id() == record.id()) {
+                Some(known) => Ok(known.clone()),
+                None => {
+                    record.set_ops(&executor.ledger().shared_of_holder(&record.holder())?);
+                    Ok(record)
+                }
+            },
+        )
+        .collect()
 }
 
 /// The nodes every running campaign is rebooting now ([`Record::rebooting_nodes`]), whose

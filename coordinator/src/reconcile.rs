@@ -23,9 +23,10 @@ use nodecare_protocol::now_ms;
 
 use crate::repair::RepairClient;
 use crate::round::agents::AgentReader;
-use crate::round::{Holds, Judged, RoundDuty, Services};
+use crate::round::{Judged, RoundDuty, Services};
 use crate::scrape::Scraper;
 use crate::store::Store;
+use nodecare_core::gate::Holds;
 use nodecare_core::gate::{self, GateSnapshot, Holder, InForce};
 use nodecare_core::incident::RepairStatus;
 use nodecare_ganeti::{ClusterInfo, Ganeti};

@@ -2392,6 +2392,22 @@ impl Record {
     }
 }
 
+/// What the campaigns of `records` (each with its operations) hold in force: disrupted, the
+/// nodes of the unfinished ones and those an operation in flight acts on ([`Record::holds`]);
+/// touched, the nodes an unfinished one migrates primaries back to ([`Record::touched`]); left,
+/// the drained flags their jobs set or cleared ([`Record::flag_changes`]).
+pub fn held(records: &[Record]) -> crate::gate::Holds {
+    crate::gate::Holds {
+        disrupted: records.iter().flat_map(Record::holds).collect(),
+        touched: records
+            .iter()
+            .filter(|r| !r.state().is_final())
+            .flat_map(Record::touched)
+            .collect(),
+        left: records.iter().flat_map(Record::flag_changes).collect(),
+    }
+}
+
 /// The planned moves of one reboot group of a roll [`nodecare_roll::Plan`], by node name.
 pub fn group_moves(
     cluster: &nodecare_roll::Cluster,

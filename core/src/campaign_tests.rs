@@ -1186,6 +1186,17 @@ fn a_node_migrating_back_is_held_until_its_primaries_are_back() {
         "{:?}",
         r.touched()
     );
+    // What the round takes as the campaigns' holds is the records' own, in one call; its drain
+    // and undrain of `a` are flags it left.
+    let held = crate::campaign::held(std::slice::from_ref(&r));
+    assert_eq!(held.disrupted, r.holds());
+    assert_eq!(held.touched, r.touched());
+    assert_eq!(held.left, r.flag_changes());
+    assert!(
+        held.left.iter().any(|f| f.node == "a" && f.set),
+        "{:?}",
+        held.left
+    );
     // The gate as the round builds it: an incident's drain of `a` is refused.
     let view = View {
         nodes: ["a", "b", "c"]

@@ -450,6 +450,18 @@ pub fn group_caps(
         .collect()
 }
 
+/// What one duty holds in force, from which (with the executor's ledger) the gate's [`InForce`]
+/// is built.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Holds {
+    /// Nodes it disrupts (drained, rebooting, repairing), and as whom.
+    pub disrupted: Vec<(String, Holder)>,
+    /// Nodes it touches without disrupting them (targets of moves, peers).
+    pub touched: Vec<(String, Holder)>,
+    /// Drain and offline flags it changed (so that the gate knows who left a node so).
+    pub left: Vec<FlagChange>,
+}
+
 /// The disruptions in force: who holds which node.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct InForce {

@@ -29,12 +29,13 @@ use nodecare_protocol::{now_ms, now_s};
 
 use crate::board::Board;
 use crate::repair::{RepairAnswer, RepairClient};
-use crate::round::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
+use crate::round::{Judged, Phase, RoundDuty, RoundInput, Services};
 use crate::round::{ReconcileSettings, RoundError};
 use crate::scrape::AgentOutcome;
 use crate::store::{Intent, IntentSpec, IntentState, Store, StoreError};
 use nodecare_core::duty::node_repair;
 use nodecare_core::duty::node_repair::intent::{after_cancel, next_key, service_facts};
+use nodecare_core::gate::Holds;
 use nodecare_core::gate::{Admitted, Holder, InForce, Proposal};
 use nodecare_core::incident::{Action, Disposition, Event, Incident, RepairStatus};
 use nodecare_core::plan::{
@@ -68,7 +69,7 @@ pub struct NodeRepair {
     waiting: Vec<(Uuid, String)>,
     /// The incidents and their intents as this round's holds read them (under the incident
     /// lock, which the round holds until its steps are taken): what it proposes and steps from.
-    records: Option<(Vec<Incident>, Vec<Intent>)>,
+    records: Option<node_repair::Records>,
 }
 
 impl NodeRepair {
@@ -112,10 +113,13 @@ impl NodeRepair {
     }
 
     /// The incidents and intents this round read (read now if it has not).
-    fn records(&mut self) -> Result<&(Vec<Incident>, Vec<Intent>), RoundError> {
+    fn records(&mut self) -> Result<&node_repair::Records, RoundError> {
         let records = match self.records.take() {
             Some(records) => records,
-            None => (self.store.incidents()?, self.store.intents()?),
+            None => node_repair::Records {
+                incidents: self.store.incidents()?,
+                intents: self.store.intents()?,
+            },
         };
         Ok(self.records.insert(records))
     }
@@ -157,56 +161,20 @@ impl RoundDuty for NodeRepair {
         })
     }
 
+    /// What its incidents hold: one read of its records, then [`node_repair::held`] (pure).
     fn holds<'a>(&'a mut self, _services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds> {
         Box::pin(async move {
             self.records = None;
-            let (incidents, intents) = self.records()?;
+            let held = node_repair::held(self.records()?, &input.nodes, &input.instances);
             Ok(Holds {
-                disrupted: node_repair::holds(incidents, &input.nodes)
-                    .into_iter()
-                    .chain(node_repair::jobs_in_flight(
-                        incidents,
-                        &input.nodes,
-                        intents
-                            .iter()
-                            .filter(|i| {
-                                matches!(
-                                    i.spec,
-                                    IntentSpec::Drain { .. }
-                                        | IntentSpec::Move { .. }
-                                        | IntentSpec::Offline { .. }
-                                ) && i.state.is_in_flight()
-                            })
-                            .map(|i| i.incident),
-                    ))
-                    .collect(),
-                touched: node_repair::touches(incidents, &input.nodes, &input.instances)
-                    .into_iter()
-                    .chain(node_repair::move_targets(intents.iter().filter_map(
-                        |i| match &i.spec {
-                            IntentSpec::Move { planned } if i.state.is_in_flight() => {
-                                Some((i.incident, planned))
-                            }
-                            _ => None,
-                        },
-                    )))
-                    .chain(node_repair::repairs_in_flight(
-                        incidents,
-                        &input.nodes,
-                        intents
-                            .iter()
-                            .filter(|i| {
-                                matches!(i.spec, IntentSpec::Repair { .. })
-                                    && i.state.is_in_flight()
-                            })
-                            .map(|i| i.incident),
-                    ))
-                    .collect(),
-                left: crate::store::incident_flag_changes(incidents, intents),
+                disrupted: held.disrupted,
+                touched: held.touched,
+                left: held.left,
             })
         })
     }
 
+    /// Its proposals from the records its holds read: [`node_repair::propose`] (pure).
     fn propose<'a>(
         &'a mut self,
         _services: Services<'a>,
@@ -214,28 +182,16 @@ impl RoundDuty for NodeRepair {
         _in_force: &'a InForce,
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
-            let hold = (self.settings.ladder.clone(), self.now_s());
-            let (incidents, intents) = self.records()?;
-            let evacuating: BTreeSet<Uuid> = intents
-                .iter()
-                .filter(|i| {
-                    matches!(
-                        i.spec,
-                        IntentSpec::Drain { .. }
-                            | IntentSpec::Move { .. }
-                            | IntentSpec::Offline { .. }
-                    )
-                })
-                .map(|i| i.incident)
-                .collect();
+            let ladder = self.settings.ladder.clone();
+            let records = self.records()?;
             let duty = node_repair::propose(
-                incidents,
+                &records.incidents,
                 &input.nodes,
                 &input.instances,
-                &evacuating,
+                &node_repair::evacuating(&records.intents),
                 node_repair::Hold {
-                    ladder: &hold.0,
-                    now_s: hold.1,
+                    ladder: &ladder,
+                    now_s: input.now_s(),
                 },
             );
             self.waiting = duty.waiting;
@@ -264,7 +220,7 @@ impl NodeRepair {
         let instances = &input.instances[..];
         let decision = judged.decision;
         self.records()?;
-        let (incidents, intents) = self.records.take().unwrap_or_default();
+        let node_repair::Records { incidents, intents } = self.records.take().unwrap_or_default();
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
         let mut submitted = 0;
         // Failed incidents still owe their failure tag.

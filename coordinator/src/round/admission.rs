@@ -1,7 +1,8 @@
 //! Admissions granted to other tools (`/1/admission`): a holder like the duties, which proposes
 //! nothing (grants are decided when asked for) and holds the nodes of its grants in force.
 
-use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services, nothing};
+use super::{Judged, Phase, RoundDuty, RoundInput, Services, nothing};
+use nodecare_core::gate::Holds;
 use nodecare_core::gate::{InForce, Proposal};
 
 /// The admission grants.

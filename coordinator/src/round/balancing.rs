@@ -4,8 +4,9 @@
 
 use std::sync::Arc;
 
-use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services, nothing};
+use super::{Judged, Phase, RoundDuty, RoundInput, Services, nothing};
 use crate::balance::{Balancer, BalancingRound, ClusterSource};
+use nodecare_core::gate::Holds;
 
 use nodecare_core::gate::{InForce, Proposal};
 use nodecare_exec::Changed;

@@ -2,9 +2,10 @@
 //! for its next group proposes it; its operations are entries of the executor's ledger
 //! ([`crate::campaign_exec`]).
 
-use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
+use super::{Judged, Phase, RoundDuty, RoundInput, Services};
 use crate::campaign_exec::{self, CampaignRound, Context};
 use nodecare_core::campaign::Record;
+use nodecare_core::gate::Holds;
 use nodecare_core::gate::{InForce, Proposal};
 
 /// The campaigns' duty.
@@ -69,18 +70,12 @@ impl RoundDuty for Campaigns {
 
     fn holds<'a>(&'a mut self, services: Services<'a>, _input: &'a RoundInput) -> Phase<'a, Holds> {
         Box::pin(async move {
-            Ok(Holds {
-                disrupted: campaign_exec::holds(
-                    services.store,
-                    self.active.as_deref().unwrap_or_default(),
-                )?,
-                touched: campaign_exec::touched(services.store)?,
-                left: campaign_exec::flag_changes(
-                    services.store,
-                    services.executor,
-                    self.active.as_deref().unwrap_or_default(),
-                )?,
-            })
+            let records = campaign_exec::stored_with_ops(
+                services.store,
+                services.executor,
+                self.active.as_deref().unwrap_or_default(),
+            )?;
+            Ok(nodecare_core::campaign::held(&records))
         })
     }
 

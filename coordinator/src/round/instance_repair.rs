@@ -7,9 +7,10 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use super::{Holds, Judged, Phase, RoundDuty, RoundInput, Services};
+use super::{Judged, Phase, RoundDuty, RoundInput, Services};
 use crate::instance_repair_exec::{self as exec, Collected};
 use nodecare_core::duty::instance_repair::{Assessment, Inputs, assess};
+use nodecare_core::gate::Holds;
 use nodecare_core::gate::{self, InForce, Proposal};
 
 /// The instance-repair duty.

@@ -30,7 +30,7 @@ use crate::store::{Store, StoreError};
 use nodecare_core::breaker::BreakerPolicy;
 use nodecare_core::campaign::AgentNow;
 use nodecare_core::gate::{
-    Caps, Decision, DomainSource, FlagChange, Holder, InForce, Policy, Proposal, View,
+    Caps, Decision, DomainSource, Holder, Holds, InForce, Policy, Proposal, View,
 };
 use nodecare_core::plan::EvacuationPolicy;
 use nodecare_exec::{Changed, Executor};
@@ -188,17 +188,6 @@ impl RoundInput {
     pub fn now_s(&self) -> f64 {
         self.now_ms as f64 / 1000.0
     }
-}
-
-/// What a duty holds in force.
-#[derive(Debug, Default)]
-pub struct Holds {
-    /// Nodes it disrupts (drained, rebooting, repairing), and as whom.
-    pub disrupted: Vec<(String, Holder)>,
-    /// Nodes it touches without disrupting them (targets of moves, peers).
-    pub touched: Vec<(String, Holder)>,
-    /// Drain and offline flags it changed (so that the gate knows who left a node so).
-    pub left: Vec<FlagChange>,
 }
 
 /// The services every duty may use.

@@ -18,8 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use uuid::Uuid;
 
 use crate::ganeti::{Instance, Node};
-use crate::gate::{Duty, Holder, Proposal};
+use crate::gate::{Duty, Holder, Holds, Proposal};
 use crate::incident::{Action, Incident, RepairStatus};
+use intent::{Intent, IntentSpec};
 
 pub mod intent;
 pub mod ladder;
@@ -77,6 +78,77 @@ impl Hold<'static> {
             now_s: 0.0,
         }
     }
+}
+
+/// Node repair's records as a round reads them: its incidents and their intents (the ledger's
+/// entries of the incidents). Everything the duty holds and proposes is a function of these and
+/// of the cluster ([`held`], [`evacuating`], [`propose`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Records {
+    /// Every incident kept.
+    pub incidents: Vec<Incident>,
+    /// Every intent of those incidents.
+    pub intents: Vec<Intent>,
+}
+
+/// What the incidents of `records` hold in force on the cluster of `nodes` and `instances`:
+/// disrupted, pending evacuations ([`holds`]) and nodes a drain, move or offline job of theirs
+/// may still act on ([`jobs_in_flight`]); touched, pending live repairs and DRBD peers
+/// ([`touches`]), the targets of moves in flight ([`move_targets`]) and nodes whose repair
+/// command may still run ([`repairs_in_flight`]); left, the drained and offline flags their jobs
+/// set or cleared ([`intent::incident_flag_changes`]).
+pub fn held(records: &Records, nodes: &[Node], instances: &[Instance]) -> Holds {
+    let Records { incidents, intents } = records;
+    let in_flight = |evacuation: bool| {
+        intents
+            .iter()
+            .filter(move |i| {
+                i.state.is_in_flight()
+                    && if evacuation {
+                        matches!(
+                            i.spec,
+                            IntentSpec::Drain { .. }
+                                | IntentSpec::Move { .. }
+                                | IntentSpec::Offline { .. }
+                        )
+                    } else {
+                        matches!(i.spec, IntentSpec::Repair { .. })
+                    }
+            })
+            .map(|i| i.incident)
+    };
+    Holds {
+        disrupted: holds(incidents, nodes)
+            .into_iter()
+            .chain(jobs_in_flight(incidents, nodes, in_flight(true)))
+            .collect(),
+        touched: touches(incidents, nodes, instances)
+            .into_iter()
+            .chain(move_targets(intents.iter().filter_map(|i| match &i.spec {
+                IntentSpec::Move { planned } if i.state.is_in_flight() => {
+                    Some((i.incident, planned))
+                }
+                _ => None,
+            })))
+            .chain(repairs_in_flight(incidents, nodes, in_flight(false)))
+            .collect(),
+        left: intent::incident_flag_changes(incidents, intents),
+    }
+}
+
+/// The incidents whose evacuation has begun: a drain, move or offline intent recorded, in any
+/// state (what [`propose`] takes as `evacuating`).
+pub fn evacuating(intents: &[Intent]) -> BTreeSet<Uuid> {
+    intents
+        .iter()
+        .filter(|i| {
+            matches!(
+                i.spec,
+                IntentSpec::Drain { .. } | IntentSpec::Move { .. } | IntentSpec::Offline { .. }
+            )
+        })
+        .map(|i| i.incident)
+        .collect()
 }
 
 /// The proposals of the active incidents in `incidents`. `evacuating` are the incidents whose
@@ -386,6 +458,83 @@ mod tests {
         assert_eq!(
             holds(&incidents, &nodes),
             [("n2".to_owned(), Holder::Incident { id: pending.uuid })]
+        );
+    }
+
+    fn intent_of(incident: Uuid, spec: IntentSpec, state: intent::IntentState) -> Intent {
+        Intent {
+            incident,
+            key: "k".into(),
+            spec,
+            locks: Vec::new(),
+            state,
+            job_id: None,
+            created_ms: 5,
+            submitted_ms: Some(6),
+            finished_ms: None,
+            error: None,
+        }
+    }
+
+    /// What node repair holds is read from its records alone: a canceled evacuation whose drain
+    /// job may still run disrupts its node, a pending one disrupts its node, a canceled live
+    /// repair whose command may still run touches its node, and a drain that succeeded is a
+    /// flag its incident left. An intent that ended holds nothing.
+    #[test]
+    fn what_node_repair_holds_is_a_function_of_its_records() {
+        use intent::IntentState::{Submitted, Succeeded};
+        let nodes = vec![node("n1"), node("n2"), node("n3"), node("n4")];
+        let mut canceled = incident_on(1, &nodes[0], Action::Evacuate, 10.0);
+        canceled.repair_status = RepairStatus::Canceled;
+        let mut pending = incident_on(2, &nodes[1], Action::Evacuate, 10.0);
+        pending.repair_status = RepairStatus::Pending;
+        let mut repair = incident_on(3, &nodes[2], Action::LiveRepair, 10.0);
+        repair.repair_status = RepairStatus::Canceled;
+        let mut done = incident_on(4, &nodes[3], Action::LiveRepair, 10.0);
+        done.repair_status = RepairStatus::Canceled;
+        let drain = |n: &str| IntentSpec::Drain { node: n.into() };
+        let command = |n: &str| IntentSpec::Repair {
+            node: n.into(),
+            command: "fw".into(),
+        };
+        let records = Records {
+            incidents: vec![
+                canceled.clone(),
+                pending.clone(),
+                repair.clone(),
+                done.clone(),
+            ],
+            intents: vec![
+                intent_of(canceled.uuid, drain("n1"), Submitted),
+                intent_of(pending.uuid, drain("n2"), Succeeded),
+                intent_of(repair.uuid, command("n3"), Submitted),
+                intent_of(done.uuid, command("n4"), Succeeded),
+            ],
+        };
+        let held = held(&records, &nodes, &[]);
+        let by = |id: Uuid| Holder::Incident { id };
+        assert_eq!(
+            held.disrupted,
+            [
+                ("n2".to_owned(), by(pending.uuid)),
+                ("n1".to_owned(), by(canceled.uuid))
+            ]
+        );
+        assert_eq!(held.touched, [("n3".to_owned(), by(repair.uuid))]);
+        assert_eq!(
+            held.left
+                .iter()
+                .map(|f| (f.node.as_str(), f.flag.as_str(), f.set))
+                .collect::<Vec<_>>(),
+            [("n2", "drained", true)]
+        );
+        assert_eq!(
+            evacuating(&records.intents),
+            BTreeSet::from([canceled.uuid, pending.uuid])
+        );
+        assert_eq!(
+            super::held(&Records::default(), &nodes, &[]),
+            Holds::default()
         );
     }
 
