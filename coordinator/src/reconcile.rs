@@ -424,34 +424,11 @@ impl Reconciler {
             )
             .collect();
         let own_account = |h: &Holder| is_incident(h) || matches!(h, Holder::Campaign { .. });
-        let ledger_held = self
-            .executor
-            .in_force(|h| open.contains(h) || !own_account(h))?;
-        let (net_touched, ledger_touched): (Vec<_>, Vec<_>) =
-            ledger_held.touching().partition(|(_, h)| own_account(h));
-        let (net_nodes, ledger_nodes): (Vec<_>, Vec<_>) = ledger_held
-            .nodes
-            .into_iter()
-            .partition(|(_, h)| own_account(h));
         let view = &input.view;
-        let in_force = InForce::new(
-            view,
-            net_nodes
-                .into_iter()
-                .chain(holds.disrupted)
-                .chain(ledger_nodes),
-        )
-        .with_touched(
-            view,
-            net_touched
-                .into_iter()
-                .chain(holds.touched)
-                .chain(ledger_touched),
-        )
-        .with_left_by(&gate::left_by(
-            view,
-            holds.left.into_iter().chain(self.store.left_flags(view)?),
-        ));
+        let in_force = self
+            .executor
+            .in_force(|h| open.contains(h) || !own_account(h))?
+            .in_force_with(view, holds, own_account, self.store.left_flags(view)?);
         let breaker = self.breaker_round(
             &input.nodes,
             &incidents,

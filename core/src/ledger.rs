@@ -320,6 +320,47 @@ pub struct Held {
 }
 
 impl Held {
+    /// The disruptions in force of a round, from what the duties say they hold (`duties`) and
+    /// what this ledger holds. A holder whose duty gives its own account (`own_account`:
+    /// incidents and campaigns) has its ledger holds counted as a safety net under that
+    /// account: where both name a node, the duty's holder is the one shown. The other holders
+    /// (balancing, instance repair) hold what their entries hold, over any duty's account. The
+    /// nodes drained or offline by someone else are named by who left them so, from the flags
+    /// the duties left and `more_left` (those recorded apart, the store's).
+    pub fn in_force_with(
+        &self,
+        view: &crate::gate::View,
+        duties: crate::gate::Holds,
+        own_account: impl Fn(&Holder) -> bool,
+        more_left: impl IntoIterator<Item = crate::gate::FlagChange>,
+    ) -> crate::gate::InForce {
+        let (net_touched, ledger_touched): (Vec<_>, Vec<_>) =
+            self.touching().partition(|(_, h)| own_account(h));
+        let (net_nodes, ledger_nodes): (Vec<_>, Vec<_>) = self
+            .nodes
+            .iter()
+            .map(|(node, holder)| (node.clone(), holder.clone()))
+            .partition(|(_, h)| own_account(h));
+        crate::gate::InForce::new(
+            view,
+            net_nodes
+                .into_iter()
+                .chain(duties.disrupted)
+                .chain(ledger_nodes),
+        )
+        .with_touched(
+            view,
+            net_touched
+                .into_iter()
+                .chain(duties.touched)
+                .chain(ledger_touched),
+        )
+        .with_left_by(&crate::gate::left_by(
+            view,
+            duties.left.into_iter().chain(more_left),
+        ))
+    }
+
     /// The nodes held without being disrupted, for [`crate::gate::InForce::touched`]: those of
     /// a live repair, and those an instance moves off or onto while its job is unfinished (a
     /// balancing move in flight: no other holder drains, grants or moves there meanwhile). A
@@ -680,6 +721,83 @@ mod tests {
         Holder::Incident {
             id: Uuid::from_u128(n),
         }
+    }
+
+    /// The round's disruptions in force: an incident's own account wins over its ledger hold
+    /// of the same node (a safety net under it, still counted where the duty said nothing);
+    /// balancing's ledger holds count as they are; a node drained by hand is someone's, named
+    /// by the record whose job left it drained.
+    #[test]
+    fn what_is_in_force_joins_the_duties_account_and_the_ledger() {
+        use crate::gate::{FlagChange, Holds, NodeFacts, View};
+        let facts = |name: &str, drained: bool| NodeFacts {
+            name: name.to_owned(),
+            group: "g".into(),
+            domain: format!("rack:{name}"),
+            vm_capable: true,
+            drained,
+            offline: false,
+            master: false,
+            memory_free: Some(1 << 20),
+            primary_memory: Some(0),
+            primaries: 0,
+        };
+        let view = View {
+            nodes: [
+                facts("a", true),
+                facts("b", false),
+                facts("c", false),
+                facts("d", true),
+                facts("e", false),
+            ]
+            .into_iter()
+            .map(|f| (f.name.clone(), f))
+            .collect(),
+            storage: Vec::new(),
+            now_ms: 1_000,
+        };
+        let balancing = Holder::Balancing {
+            id: Uuid::from_u128(9),
+        };
+        let ledger = Held {
+            nodes: [
+                ("a".to_owned(), incident(1)),
+                ("b".to_owned(), incident(2)),
+                ("c".to_owned(), balancing.clone()),
+            ]
+            .into_iter()
+            .collect(),
+            touched: BTreeMap::new(),
+            moving: [("e".to_owned(), BTreeSet::from([balancing.clone()]))]
+                .into_iter()
+                .collect(),
+        };
+        let duties = Holds {
+            disrupted: vec![("a".to_owned(), incident(3))],
+            touched: Vec::new(),
+            left: Vec::new(),
+        };
+        let own = |h: &Holder| matches!(h, Holder::Incident { .. });
+        let left = FlagChange {
+            node: "d".into(),
+            flag: "drained".into(),
+            set: true,
+            at_ms: 10,
+            by: "incident 5 (canceled)".into(),
+        };
+        let in_force = ledger.in_force_with(&view, duties, own, [left]);
+        assert_eq!(in_force.nodes.get("a"), Some(&incident(3)));
+        assert_eq!(in_force.nodes.get("b"), Some(&incident(2)));
+        assert_eq!(in_force.nodes.get("c"), Some(&balancing));
+        assert_eq!(
+            in_force.nodes.get("d"),
+            Some(&Holder::Someone {
+                flag: "drained".into(),
+                left_by: Some("incident 5 (canceled)".into()),
+            })
+        );
+        assert_eq!(in_force.touched.get("e"), Some(&balancing));
+        assert!(!in_force.nodes.contains_key("e"));
     }
 
     fn entry(id: u64, holder: &Holder, key: &str, state: State, holds: Vec<Hold>) -> Entry {
