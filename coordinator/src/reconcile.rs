@@ -11,9 +11,11 @@
 //!    read, so the snapshot is never older than the job results it is combined with.
 //! 3. The round's one input ([`RoundInput`]) is read: nodes, instances, groups, storage health,
 //!    every online node's agent, the grace of planned disruptions, degraded instances, `now`.
-//! 4. The duties react to it ([`RoundDuty::observe`]: node repair's verdicts and acknowledgements).
-//! 5. What is in force is built from every duty's holds and the executor's ledger, the storm
-//!    breaker steps, every duty proposes, and the gate decides once for all of them.
+//! 4. The duties react to it ([`RoundDuty::observe`]: node repair's verdicts and acknowledgements),
+//!    then node repair's records as they left them join the input (`RoundInput::node_repair`).
+//! 5. What is in force is built from every duty's holds and the executor's ledger
+//!    (`ledger::Held::in_force_with`, pure), the storm breaker steps, every duty proposes, and
+//!    the gate decides once for all of them.
 //! 6. Every duty carries out what the gate admitted ([`RoundDuty::execute`]).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -397,6 +399,11 @@ impl Reconciler {
         for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.observe(services, &input).await?;
         }
+        // Node repair's records as its observation left them, read once for the round.
+        input.node_repair = nodecare_core::duty::node_repair::Records {
+            incidents: self.store.incidents()?,
+            intents: self.store.intents()?,
+        };
         // What is in force: every duty's holds, then the executor's ledger for the holders
         // that do not report their own (balancing).
         let mut holds = Holds::default();
@@ -410,7 +417,7 @@ impl Reconciler {
         // holds of its own) hold, and, as a safety net under the duties' own account, what the
         // entries of open incidents and campaigns hold (a hold no duty reported still counts;
         // where both name a node, the duty's holder is the one shown).
-        let incidents = self.store.incidents()?;
+        let incidents = &input.node_repair.incidents;
         let open: BTreeSet<Holder> = incidents
             .iter()
             .filter(|i| i.repair_status == RepairStatus::Pending)
@@ -431,7 +438,7 @@ impl Reconciler {
             .in_force_with(view, holds, own_account, self.store.left_flags(view)?);
         let breaker = self.breaker_round(
             &input.nodes,
-            &incidents,
+            incidents,
             summary.agents,
             input.failed_outside_grace,
             now,

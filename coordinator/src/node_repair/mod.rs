@@ -67,9 +67,6 @@ pub struct NodeRepair {
     override_note: Option<String>,
     /// Incidents this round's proposals left waiting, and why.
     waiting: Vec<(Uuid, String)>,
-    /// The incidents and their intents as this round's holds read them (under the incident
-    /// lock, which the round holds until its steps are taken): what it proposes and steps from.
-    records: Option<node_repair::Records>,
 }
 
 impl NodeRepair {
@@ -92,7 +89,6 @@ impl NodeRepair {
             now: 0,
             override_note: None,
             waiting: Vec::new(),
-            records: None,
         }
     }
 
@@ -110,18 +106,6 @@ impl NodeRepair {
         if let Err(error) = incident.apply(event, self.now_s()) {
             tracing::debug!(%error, "event not applied");
         }
-    }
-
-    /// The incidents and intents this round read (read now if it has not).
-    fn records(&mut self) -> Result<&node_repair::Records, RoundError> {
-        let records = match self.records.take() {
-            Some(records) => records,
-            None => node_repair::Records {
-                incidents: self.store.incidents()?,
-                intents: self.store.intents()?,
-            },
-        };
-        Ok(self.records.insert(records))
     }
 
     /// The incidents' own intents.
@@ -161,11 +145,10 @@ impl RoundDuty for NodeRepair {
         })
     }
 
-    /// What its incidents hold: one read of its records, then [`node_repair::held`] (pure).
+    /// What its incidents hold: [`node_repair::held`] of the round's records (pure).
     fn holds<'a>(&'a mut self, _services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds> {
         Box::pin(async move {
-            self.records = None;
-            let held = node_repair::held(self.records()?, &input.nodes, &input.instances);
+            let held = node_repair::held(&input.node_repair, &input.nodes, &input.instances);
             Ok(Holds {
                 disrupted: held.disrupted,
                 touched: held.touched,
@@ -174,7 +157,7 @@ impl RoundDuty for NodeRepair {
         })
     }
 
-    /// Its proposals from the records its holds read: [`node_repair::propose`] (pure).
+    /// Its proposals from the round's records: [`node_repair::propose`] (pure).
     fn propose<'a>(
         &'a mut self,
         _services: Services<'a>,
@@ -182,15 +165,14 @@ impl RoundDuty for NodeRepair {
         _in_force: &'a InForce,
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
-            let ladder = self.settings.ladder.clone();
-            let records = self.records()?;
+            let records = &input.node_repair;
             let duty = node_repair::propose(
                 &records.incidents,
                 &input.nodes,
                 &input.instances,
                 &node_repair::evacuating(&records.intents),
                 node_repair::Hold {
-                    ladder: &ladder,
+                    ladder: &self.settings.ladder,
                     now_s: input.now_s(),
                 },
             );
@@ -219,8 +201,7 @@ impl NodeRepair {
         let nodes = &input.nodes[..];
         let instances = &input.instances[..];
         let decision = judged.decision;
-        self.records()?;
-        let node_repair::Records { incidents, intents } = self.records.take().unwrap_or_default();
+        let node_repair::Records { incidents, intents } = &input.node_repair;
         let by_uuid: BTreeMap<&str, &Node> = nodes.iter().map(|n| (n.uuid.as_str(), n)).collect();
         let mut submitted = 0;
         // Failed incidents still owe their failure tag.
@@ -228,7 +209,7 @@ impl NodeRepair {
             .iter()
             .filter(|i| i.repair_status == RepairStatus::Failed && !i.tag_applied)
         {
-            let own = Self::own(&intents, incident.uuid);
+            let own = Self::own(intents, incident.uuid);
             let tagging = own
                 .iter()
                 .any(|i| matches!(i.spec, IntentSpec::Tag { .. }) && i.state.is_in_flight());
@@ -260,7 +241,7 @@ impl NodeRepair {
             let Some(node) = by_uuid.get(incident.node_uuid.as_str()) else {
                 continue;
             };
-            if let Some(repair) = Self::own(&intents, incident.uuid)
+            if let Some(repair) = Self::own(intents, incident.uuid)
                 .into_iter()
                 .find(|i| matches!(i.spec, IntentSpec::Repair { .. }) && i.state.is_in_flight())
             {
@@ -273,7 +254,7 @@ impl NodeRepair {
         for (uuid, why) in std::mem::take(&mut self.waiting) {
             if let Some(incident) = by_id.get(&uuid) {
                 let mut incident = (*incident).clone();
-                self.follow_held_back_repair(&mut incident, &by_uuid, &intents)
+                self.follow_held_back_repair(&mut incident, &by_uuid, intents)
                     .await?;
                 if incident.apply(Event::Blocked(why), self.now_s()).is_ok() {
                     self.store.save_incident(&incident)?;
@@ -373,7 +354,7 @@ impl NodeRepair {
                     continue;
                 }
                 Err(blocked) => {
-                    self.follow_held_back_repair(&mut incident, &by_uuid, &intents)
+                    self.follow_held_back_repair(&mut incident, &by_uuid, intents)
                         .await?;
                     if incident
                         .apply(Event::Blocked(blocked.to_string()), self.now_s())
@@ -387,7 +368,7 @@ impl NodeRepair {
             let Some(node) = by_uuid.get(incident.node_uuid.as_str()).copied() else {
                 continue;
             };
-            let own = Self::own(&intents, incident.uuid);
+            let own = Self::own(intents, incident.uuid);
             // One step at a time: wait for this incident's jobs in flight.
             if own
                 .iter()

@@ -161,6 +161,7 @@ impl Reconciler {
             degraded,
             grants: Vec::new(),
             overrides: Vec::new(),
+            node_repair: nodecare_core::duty::node_repair::Records::default(),
         })
     }
 

@@ -63,13 +63,13 @@ impl RoundDuty for Balancing {
         in_force: &'a InForce,
     ) -> Phase<'a, Vec<Proposal>> {
         Box::pin(async move {
-            let incidents = services.store.incidents()?;
+            let incidents = &input.node_repair.incidents;
             // Failback first: while instances go back home, hbal waits for them.
             let mut failback = nodecare_core::duty::balancing::Proposals::default();
             if self.balancer.failback().enabled {
                 let in_flight = crate::balance::in_flight(services.executor)?;
                 let mut blocked = nodecare_core::duty::balancing::blocked_nodes(
-                    &incidents,
+                    incidents,
                     &input.nodes,
                     in_force,
                 );
@@ -98,7 +98,7 @@ impl RoundDuty for Balancing {
                     .propose(
                         services.executor,
                         services.board,
-                        &incidents,
+                        incidents,
                         &input.nodes,
                         in_force,
                         input.now_ms,

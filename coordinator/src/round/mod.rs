@@ -167,6 +167,12 @@ pub struct RoundInput {
     pub grants: Vec<(String, Holder)>,
     /// Operator overrides in force, read with the grants.
     pub overrides: Vec<nodecare_core::gate::Override>,
+    /// Node repair's incidents and their intents, read under the incident lock once the duties
+    /// observed the round (node repair opens, updates and forgets incidents there): what node
+    /// repair holds, proposes and steps from, and what the round's breaker and balancing read
+    /// of the incidents.
+    #[serde(default)]
+    pub node_repair: nodecare_core::duty::node_repair::Records,
 }
 
 impl RoundInput {
@@ -378,6 +384,7 @@ mod tests {
                 },
             )],
             overrides: Vec::new(),
+            node_repair: nodecare_core::duty::node_repair::Records::default(),
             agents_seen: BTreeMap::new(),
             failed_outside_grace: 2,
             nodes,

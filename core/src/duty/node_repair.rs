@@ -83,7 +83,7 @@ impl Hold<'static> {
 /// Node repair's records as a round reads them: its incidents and their intents (the ledger's
 /// entries of the incidents). Everything the duty holds and proposes is a function of these and
 /// of the cluster ([`held`], [`evacuating`], [`propose`]).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Records {
     /// Every incident kept.
     pub incidents: Vec<Incident>,
