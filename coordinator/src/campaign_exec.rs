@@ -120,7 +120,30 @@ pub fn world(
             .filter(|p| !p.drained)
             .map(|p| (p.nodes.clone(), p.what.clone()))
             .collect(),
+        held: BTreeMap::new(),
     }
+}
+
+/// The nodes held as the round starts, with who: every hold of the executor's ledger (a
+/// finished holder's too: conservative) and the admission grants in force, for
+/// [`World::held`].
+pub fn held(
+    executor: &Executor,
+    grants: &[(String, Holder)],
+) -> Result<BTreeMap<String, std::collections::BTreeSet<Holder>>, nodecare_exec::ledger::LedgerError>
+{
+    let ledger = executor.in_force(|_| true)?;
+    let mut held: BTreeMap<String, std::collections::BTreeSet<Holder>> = BTreeMap::new();
+    for (node, holder) in ledger
+        .nodes
+        .iter()
+        .map(|(n, h)| (n.clone(), h.clone()))
+        .chain(ledger.touching())
+        .chain(grants.iter().cloned())
+    {
+        held.entry(node).or_default().insert(holder);
+    }
+    Ok(held)
 }
 
 /// What the campaigns' duty keeps from one round to the next: each campaign's operations as

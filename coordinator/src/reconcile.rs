@@ -396,6 +396,8 @@ impl Reconciler {
         // Grants and overrides change through the API under this lock: read under it.
         input.grants = self.store.grants_in_force(now)?;
         input.overrides = self.store.overrides_in_force(now)?;
+        input.freezes = self.store.freezes()?;
+        input.approvals = self.store.approvals()?;
         for duty in duties.iter_mut() {
             summary.jobs_submitted += duty.observe(services, &input).await?;
         }
@@ -444,22 +446,7 @@ impl Reconciler {
             now,
         )?;
         let settings = &self.settings.gate;
-        let policy = gate::Policy {
-            cluster: settings.cluster,
-            groups: gate::group_caps(&settings.groups, &input.group_names),
-            overrides: input.overrides.clone(),
-            breaker: breaker.open.as_ref().map(|(_, why)| why.clone()),
-            calendar: {
-                let mut calendar = settings.calendar.clone();
-                calendar.freezes.extend(self.store.freezes()?);
-                calendar.at(now)
-            },
-            approvals: nodecare_core::approval::Approvals {
-                required: settings.approvals.clone(),
-                moves_above: settings.approvals_moves_above,
-                records: self.store.approvals()?,
-            },
-        };
+        let policy = settings.policy(&input, breaker.open.as_ref().map(|(_, why)| why.clone()));
         self.board.metrics.set_calendar(&policy.calendar);
         // Every job of an approved holder carries its change ticket in its reason trail.
         self.executor.set_tickets(

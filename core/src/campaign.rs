@@ -474,6 +474,10 @@ pub struct World {
     /// The master node: Ganeti cannot drain it (only a master failover changes its role), so
     /// its drain step is skipped; its primaries still move away before its hook.
     pub master: String,
+    /// The nodes holders hold (disrupted or touched) as the round starts, with who: an
+    /// instance the plan did not see goes to none held by another holder
+    /// ([`Record::unplanned_target`]), since the gate never judged that move.
+    pub held: BTreeMap<String, BTreeSet<Holder>>,
 }
 
 impl World {
@@ -1830,7 +1834,7 @@ impl Record {
 
     /// Where an instance running on `name` that the plan did not see may go: its secondary
     /// (DRBD: `None`), or the node with the most free memory that fits it, neither drained nor
-    /// offline nor held by this campaign; why nowhere.
+    /// offline nor held by this campaign or another holder; why nowhere.
     fn unplanned_target(
         &self,
         name: &str,
@@ -1849,9 +1853,14 @@ impl Record {
                     .flat_map(|g| g.nodes.iter().map(|n| n.node.clone())),
             )
             .collect();
+        let own = self.holder();
         let usable = |node: &str| {
             node != name
                 && !held.contains(node)
+                && world
+                    .held
+                    .get(node)
+                    .is_none_or(|holders| holders.iter().all(|h| *h == own))
                 && world
                     .nodes
                     .get(node)
@@ -1884,7 +1893,9 @@ impl Record {
             .max_by(|a, b| a.0.cmp(&b.0).then_with(|| b.1.cmp(a.1)))
             .map(|(_, node)| Some(node.clone()))
             .ok_or_else(|| {
-                format!("no node outside the campaign's is undrained with {memory} MiB free")
+                format!(
+                    "no node outside the campaign's is undrained, held by no one else and has {memory} MiB free"
+                )
             })
     }
 

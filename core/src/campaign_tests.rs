@@ -2099,6 +2099,45 @@ fn an_instance_started_on_the_node_after_the_plan_moves_before_the_hook() {
     ));
     let waiting = r.node("a").unwrap().waiting_for.clone().unwrap();
     assert!(waiting.contains("a safe target for late"), "{waiting}");
+
+    // The only other node held by another holder (a canceled incident's repair command still
+    // running there): never a target, since the gate did not judge this move.
+    let mut w = world();
+    for n in ["a", "b", "c"] {
+        w.nodes.get_mut(n).unwrap().memory_free = Some(1024);
+    }
+    let mut r = started(request(), &w);
+    w.now_ms += 1000;
+    r.advance(&w);
+    execute_all(&mut r, &mut w);
+    w.held.insert(
+        "c".into(),
+        std::collections::BTreeSet::from([Holder::Incident {
+            id: Uuid::from_u128(77),
+        }]),
+    );
+    w.instances.insert("late".into(), unplanned("a"));
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert!(
+        !r.ops.contains_key("g0-a-move-late-migrate"),
+        "{:?}",
+        r.ops.keys()
+    );
+    assert!(!r.ops.contains_key("g0-a-hook"));
+    let waiting = r.node("a").unwrap().waiting_for.clone().unwrap();
+    assert!(waiting.contains("a safe target for late"), "{waiting}");
+    // Once the holder let go, it is the target.
+    w.held.clear();
+    w.now_ms += 1000;
+    r.advance(&w);
+    assert_eq!(
+        r.ops["g0-a-move-late-migrate"].kind,
+        OpKind::Migrate {
+            instance: "late".into(),
+            target: Some("c".into())
+        }
+    );
 }
 
 /// With `continue_on_failure`, an undrain that fails fails its own node only: the next group,

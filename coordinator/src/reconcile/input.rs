@@ -162,6 +162,8 @@ impl Reconciler {
             grants: Vec::new(),
             overrides: Vec::new(),
             node_repair: nodecare_core::duty::node_repair::Records::default(),
+            freezes: Vec::new(),
+            approvals: Vec::new(),
         })
     }
 

@@ -2,7 +2,7 @@
 //! for its next group proposes it; its operations are entries of the executor's ledger
 //! ([`crate::campaign_exec`]).
 
-use super::{Judged, Phase, RoundDuty, RoundInput, Services};
+use super::{Judged, Phase, RoundDuty, RoundError, RoundInput, Services};
 use crate::campaign_exec::{self, CampaignRound, Context};
 use nodecare_core::campaign::Record;
 use nodecare_core::gate::Holds;
@@ -22,15 +22,20 @@ pub struct Campaigns {
     known: campaign_exec::Known,
 }
 
-fn world_of(services: Services<'_>, input: &RoundInput) -> nodecare_core::campaign::World {
-    campaign_exec::world(
+fn world_of(
+    services: Services<'_>,
+    input: &RoundInput,
+) -> Result<nodecare_core::campaign::World, RoundError> {
+    let mut world = campaign_exec::world(
         &input.nodes,
         &input.instances,
         input.agents_seen.clone(),
         &input.view.storage,
         &services.settings.node_name,
         input.now_ms,
-    )
+    );
+    world.held = campaign_exec::held(services.executor, &input.grants)?;
+    Ok(world)
 }
 
 fn context<'a>(services: Services<'a>, input: &'a RoundInput) -> Context<'a> {
@@ -59,7 +64,7 @@ impl RoundDuty for Campaigns {
         input: &'a RoundInput,
     ) -> Phase<'a, usize> {
         Box::pin(async move {
-            let world = world_of(services, input);
+            let world = world_of(services, input)?;
             let (submitted, active) =
                 campaign_exec::follow(context(services, input), &world, &mut self.known).await?;
             self.world = Some(world);
@@ -89,7 +94,7 @@ impl RoundDuty for Campaigns {
             let master = &services.settings.node_name;
             let world = match self.world.take() {
                 Some(world) => world,
-                None => world_of(services, input),
+                None => world_of(services, input)?,
             };
             let active = match self.active.take() {
                 Some(active) => active,

@@ -95,6 +95,30 @@ pub struct GateSettings {
     pub approvals_moves_above: Option<usize>,
 }
 
+impl GateSettings {
+    /// The gate's policy of a round (pure): these settings with the caps of the input's groups,
+    /// its overrides, freezes and approval decisions, at its time, and the breaker's state
+    /// (`breaker`: why it is open).
+    pub fn policy(&self, input: &RoundInput, breaker: Option<String>) -> Policy {
+        Policy {
+            cluster: self.cluster,
+            groups: nodecare_core::gate::group_caps(&self.groups, &input.group_names),
+            overrides: input.overrides.clone(),
+            breaker,
+            calendar: {
+                let mut calendar = self.calendar.clone();
+                calendar.freezes.extend(input.freezes.iter().cloned());
+                calendar.at(input.now_ms)
+            },
+            approvals: nodecare_core::approval::Approvals {
+                required: self.approvals.clone(),
+                moves_above: self.approvals_moves_above,
+                records: input.approvals.clone(),
+            },
+        }
+    }
+}
+
 /// Why a round stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RoundError {
@@ -173,6 +197,12 @@ pub struct RoundInput {
     /// of the incidents.
     #[serde(default)]
     pub node_repair: nodecare_core::duty::node_repair::Records,
+    /// The run-time maintenance freezes (`/1/freezes`), read with the grants.
+    #[serde(default)]
+    pub freezes: Vec<nodecare_core::calendar::Freeze>,
+    /// The approval decisions kept (`/1/approvals`), read with the grants.
+    #[serde(default)]
+    pub approvals: Vec<nodecare_core::approval::ApprovalRecord>,
 }
 
 impl RoundInput {
@@ -291,6 +321,75 @@ mod tests {
     use nodecare_ganeti::Ganeti;
     use nodecare_protocol::{CanonicalJson, NodeVerdict, ScriptVerdict};
 
+    /// The gate's policy is a function of the settings and the round's input alone: the
+    /// input's freezes in force at its time, its approval decisions, its overrides, the caps of
+    /// its groups by name, and the breaker's state as given.
+    #[test]
+    fn the_policy_is_the_settings_over_the_round_s_input() {
+        let caps = Caps {
+            max_disrupted_nodes: 2,
+            max_disrupted_percent: None,
+            min_healthy_nodes: 1,
+        };
+        let settings = GateSettings {
+            groups: [("uuid-1".to_owned(), caps)].into_iter().collect(),
+            approvals_moves_above: Some(10),
+            ..GateSettings::default()
+        };
+        let freeze = nodecare_core::calendar::Freeze {
+            id: uuid::Uuid::from_u128(7),
+            from_ms: 1_000,
+            until_ms: 9_000,
+            reason: "change freeze".into(),
+            who: "ops".into(),
+            created_ms: 500,
+            lifted_ms: None,
+            lifted_by: None,
+        };
+        let approval = nodecare_core::approval::ApprovalRecord {
+            id: uuid::Uuid::from_u128(8),
+            ticket: Some("CHG-1".into()),
+            refused: None,
+            who: "ops".into(),
+            at_ms: 900,
+        };
+        let input = RoundInput {
+            now_ms: 2_000,
+            nodes: Vec::new(),
+            instances: Vec::new(),
+            groups: None,
+            group_names: [("uuid-1".to_owned(), "rack-a".to_owned())]
+                .into_iter()
+                .collect(),
+            view: Arc::new(View::default()),
+            agents: Vec::new(),
+            agents_seen: BTreeMap::new(),
+            failed_outside_grace: 0,
+            graced: BTreeMap::new(),
+            degraded: BTreeMap::new(),
+            grants: Vec::new(),
+            overrides: Vec::new(),
+            node_repair: nodecare_core::duty::node_repair::Records::default(),
+            freezes: vec![freeze.clone()],
+            approvals: vec![approval.clone()],
+        };
+        let policy = settings.policy(&input, Some("storm".into()));
+        assert_eq!(policy.groups.get("rack-a"), Some(&caps));
+        assert_eq!(policy.breaker.as_deref(), Some("storm"));
+        assert_eq!(
+            policy.calendar.freeze.as_ref().map(|f| &f.freeze),
+            Some(&freeze)
+        );
+        assert_eq!(policy.approvals.records, [approval]);
+        assert_eq!(policy.approvals.moves_above, Some(10));
+        // After the freeze, the same settings and input at a later time: no freeze.
+        let later = RoundInput {
+            now_ms: 10_000,
+            ..input
+        };
+        assert!(settings.policy(&later, None).calendar.freeze.is_none());
+    }
+
     /// A round's input, as a simulated cluster and its agents give it, is recorded as JSON and
     /// read back whole: every agent outcome, the view with storage problems, grants, overrides.
     #[tokio::test]
@@ -385,6 +484,8 @@ mod tests {
             )],
             overrides: Vec::new(),
             node_repair: nodecare_core::duty::node_repair::Records::default(),
+            freezes: Vec::new(),
+            approvals: Vec::new(),
             agents_seen: BTreeMap::new(),
             failed_outside_grace: 2,
             nodes,
