@@ -1161,6 +1161,23 @@ fn reserved_in_force(view: &View, in_force: &InForce) -> Vec<Reservation> {
     by_holder.into_values().collect()
 }
 
+/// What an admitted `proposal` moves off its nodes, for the N+1 check: its own
+/// [`Proposal::moves_memory`], and at least the memory still on the nodes drained or offline
+/// outside nodecare that it takes over (they stay disrupted while it holds them, whether it
+/// moves their instances, as an evacuation does, or not, as an instance repair taking over a
+/// drained secondary does). `None` when either is unknown.
+fn moves_with_takeover(reserved: &[Reservation], proposal: &Proposal) -> Option<u64> {
+    let taken_over = reserved
+        .iter()
+        .filter(|r| {
+            r.holder != proposal.holder
+                && matches!(r.holder, Holder::Someone { .. })
+                && r.nodes.is_subset(&proposal.disrupts)
+        })
+        .try_fold(0u64, |sum, r| Some(sum.saturating_add(r.memory?)))?;
+    proposal.moves_memory.map(|own| own.max(taken_over))
+}
+
 fn capacity_refusal(
     view: &View,
     in_force: &InForce,
@@ -1168,7 +1185,7 @@ fn capacity_refusal(
     proposal: &Proposal,
     new: &BTreeSet<String>,
 ) -> Option<String> {
-    let Some(needed) = proposal.moves_memory else {
+    let Some(needed) = moves_with_takeover(reserved, proposal) else {
         return Some(format!(
             "memory of the instances on {} unknown",
             proposal.subject
@@ -1437,6 +1454,7 @@ pub fn decide(
                 // What it moves is set aside for the proposals judged after it; it replaces
                 // what its holder (or nobody, on a node drained outside nodecare it takes
                 // over) held reserved on these nodes.
+                let memory = moves_with_takeover(&reserved, &proposal);
                 reserved.retain(|r| {
                     !(r.holder == proposal.holder || matches!(r.holder, Holder::Someone { .. }))
                         || !r.nodes.is_subset(&proposal.disrupts)
@@ -1444,7 +1462,7 @@ pub fn decide(
                 reserved.push(Reservation {
                     holder: proposal.holder.clone(),
                     nodes: proposal.disrupts.clone(),
-                    memory: proposal.moves_memory,
+                    memory,
                 });
             }
         }
@@ -2279,6 +2297,75 @@ mod tests {
                 ))
             );
         }
+    }
+
+    /// A holder that takes over a node drained outside nodecare without moving its instances
+    /// (an instance repair replacing a drained secondary) leaves them there: their memory stays
+    /// reserved, for its own judgement and for the proposals judged after it (found by the
+    /// safety checker at seed 4485: a campaign group admitted with the memory of a node drained
+    /// by hand forgotten).
+    #[test]
+    fn a_node_taken_over_keeps_the_memory_of_what_is_still_on_it() {
+        let mut view = tight(1000);
+        let n1 = view.nodes.get_mut("n1").expect("n1");
+        n1.drained = true;
+        n1.primary_memory = Some(3500);
+        let fix = Proposal {
+            duty: Duty::InstanceRepair,
+            holder: Holder::InstanceRepair { id: id(1) },
+            subject: "instance d1".into(),
+            moves_memory: Some(0),
+            ..repair(1, "n1")
+        };
+        // A campaign's group, judged after the instance repair (the duties' order).
+        let second = Proposal {
+            duty: Duty::Maintenance,
+            holder: Holder::Campaign { id: id(2) },
+            subject: "reboot group 1 of 1 (n2)".into(),
+            moves_memory: Some(1000),
+            ..repair(2, "n2")
+        };
+        let in_force = InForce::new(&view, []);
+        let of_fix = |decision: &Decision| {
+            decision
+                .of(&Holder::InstanceRepair { id: id(1) })
+                .expect("judged")
+                .outcome
+                .clone()
+                .map_err(|b| b.to_string())
+        };
+        let decision = decide(&view, &roomy(), &in_force, vec![fix.clone(), second]);
+        assert!(of_fix(&decision).is_ok(), "{decision:?}");
+        let refused = decision
+            .of(&Holder::Campaign { id: id(2) })
+            .expect("judged")
+            .outcome
+            .clone()
+            .map_err(|b| b.to_string())
+            .expect_err("n1's 3500 MiB stay reserved");
+        assert!(
+            refused
+                .starts_with("capacity: the instances of reboot group 1 of 1 (n2) need 1000 MiB")
+                && refused.contains("3500 MiB"),
+            "{refused}"
+        );
+        // Its own judgement counts them too: with 3000 MiB free it is refused.
+        let mut small_view = tight(750);
+        let n1 = small_view.nodes.get_mut("n1").expect("n1");
+        n1.drained = true;
+        n1.primary_memory = Some(3500);
+        let decision = decide(
+            &small_view,
+            &roomy(),
+            &InForce::new(&small_view, []),
+            vec![fix],
+        );
+        assert!(
+            of_fix(&decision)
+                .expect_err("no room for n1's instances")
+                .starts_with("capacity: the instances of instance d1 need 3500 MiB"),
+            "{decision:?}"
+        );
     }
 
     /// Issue 25 (1): what already moves in force (the primaries still on a node an incident
