@@ -1197,11 +1197,13 @@ fn capacity_refusal(
         .map(|f| f.group.as_str())
         .collect();
     // What others move off nodes of these groups needs room on the same healthy nodes (a node
-    // drained outside nodecare the proposal takes over is counted in its own memory).
+    // drained outside nodecare the proposal takes over is counted in its own memory), and so
+    // does what its own holder still has on nodes it holds outside this proposal (a campaign's
+    // node that failed in an earlier group, drained with its instances still on it).
     let others: Vec<&Reservation> = reserved
         .iter()
         .filter(|r| {
-            r.holder != proposal.holder
+            !(r.holder == proposal.holder && r.nodes.is_subset(&proposal.disrupts))
                 && !r.nodes.is_subset(new)
                 && r.nodes.iter().any(|n| {
                     view.nodes
@@ -2364,6 +2366,48 @@ mod tests {
             of_fix(&decision)
                 .expect_err("no room for n1's instances")
                 .starts_with("capacity: the instances of instance d1 need 3500 MiB"),
+            "{decision:?}"
+        );
+    }
+
+    /// A holder's next disruption counts what it still has on the nodes it holds outside it:
+    /// a campaign's node that failed in an earlier group (drained, its instances still on it)
+    /// keeps their memory reserved when its next group is judged (found by the safety checker
+    /// at seed 6726).
+    #[test]
+    fn a_holder_s_next_disruption_counts_what_is_still_on_its_other_nodes() {
+        let mut view = tight(1000);
+        let n1 = view.nodes.get_mut("n1").expect("n1");
+        n1.drained = true;
+        n1.primary_memory = Some(1500);
+        let campaign = Holder::Campaign { id: id(2) };
+        let in_force = InForce::new(&view, [("n1".to_owned(), campaign.clone())]);
+        let next = Proposal {
+            duty: Duty::Maintenance,
+            holder: campaign.clone(),
+            subject: "reboot group 2 of 3 (n2)".into(),
+            moves_memory: Some(3000),
+            ..repair(2, "n2")
+        };
+        let decision = decide(&view, &roomy(), &in_force, vec![next.clone()]);
+        let refused = decision
+            .of(&campaign)
+            .expect("judged")
+            .outcome
+            .clone()
+            .map_err(|b| b.to_string())
+            .expect_err("n1's 1500 MiB still to place");
+        assert!(
+            refused
+                .starts_with("capacity: the instances of reboot group 2 of 3 (n2) need 3000 MiB")
+                && refused.contains("1500 MiB"),
+            "{refused}"
+        );
+        // With n1 empty, the same group fits.
+        view.nodes.get_mut("n1").expect("n1").primary_memory = Some(0);
+        let decision = decide(&view, &roomy(), &in_force, vec![next]);
+        assert!(
+            decision.of(&campaign).expect("judged").outcome.is_ok(),
             "{decision:?}"
         );
     }
