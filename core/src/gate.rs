@@ -1203,8 +1203,8 @@ fn capacity_refusal(
     let others: Vec<&Reservation> = reserved
         .iter()
         .filter(|r| {
-            !(r.holder == proposal.holder && r.nodes.is_subset(&proposal.disrupts))
-                && !r.nodes.is_subset(new)
+            let own_here = r.holder == proposal.holder && r.nodes.is_subset(&proposal.disrupts);
+            !(own_here || r.nodes.is_subset(new))
                 && r.nodes.iter().any(|n| {
                     view.nodes
                         .get(n)
