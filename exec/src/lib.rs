@@ -716,6 +716,22 @@ impl Executor {
                     .or_insert(job.id);
             }
         }
+        // A recorded entry whose job Ganeti shows is adopted whatever the entries before it
+        // show: the job of one it came after may have left the list (archived, lost) while its
+        // own is still there, and it must never be submitted a second time.
+        let shown: Vec<usize> = entries
+            .iter()
+            .enumerate()
+            .filter(|(at, e)| {
+                e.state == State::Recorded
+                    && e.action.op().is_some()
+                    && !uncertain.contains(at)
+                    && e.trail()
+                        .is_some_and(|trail| by_reason.contains_key(&(trail, e.key.clone())))
+            })
+            .map(|(at, _)| at)
+            .collect();
+        uncertain.extend(shown);
         // A chain submitted whole before a crash (its marks written together, after the
         // submissions) is adopted whole: each adoption may make the entries after it
         // uncertain in turn, and they are looked for too before anything is submitted again.

@@ -938,6 +938,63 @@ async fn a_submission_whose_answer_is_lost_is_not_submitted_again_before_adoptio
     assert_eq!(w.sim.submissions().len(), 1);
 }
 
+/// A chain submitted whole before a crash, the job of its first entry gone from Ganeti's list
+/// (archived, lost) while the second's is still there: the second is adopted, never submitted
+/// again, whatever becomes of the first (found by the safety checker at seed 4634: an instance
+/// repair's untag ran twice under one intent).
+#[tokio::test]
+async fn an_entry_whose_job_is_listed_is_adopted_though_the_one_before_left_the_list() {
+    let w = world().await;
+    let h = holder(41);
+    // The holder has begun: an earlier entry of it ran.
+    record_tags(&w, &h, 1);
+    assert_eq!(w.exec.submit(&w.ganeti, None, 1).await.unwrap().len(), 1);
+    let tag = |key: &str, tag: &str| {
+        Entry::new(
+            h.clone(),
+            key,
+            Action::ganeti(Op::add_node_tags(&w.node, vec![tag.to_owned()])),
+            "tag",
+            0,
+            DAY_MS,
+        )
+    };
+    let pair = vec![
+        tag("first", "a"),
+        tag("second", "b").after(["first".to_owned()]),
+    ];
+    // Before the crash: recorded and submitted whole, the first job vanishing at once; the
+    // marks of the submissions never written (this ledger is the state before them).
+    let crashed = Executor::new(Arc::new(MemoryLedger::default()));
+    crashed.record(&pair).unwrap();
+    w.sim.vanish_next_jobs(1);
+    crashed.submit(&w.ganeti, None, 2).await.unwrap();
+    let second_jobs = || {
+        w.sim
+            .submissions()
+            .iter()
+            .filter(|s| s.intent.as_deref().is_some_and(|i| i.ends_with("/second")))
+            .count()
+    };
+    assert_eq!(second_jobs(), 1, "{:?}", w.sim.submissions());
+    // After it: the same entries recorded, nothing known of their jobs.
+    w.exec.record(&pair).unwrap();
+    let changed = w
+        .exec
+        .adopt_of(&w.ganeti, |_| true, |_| Unadopted::JudgeAgain, 3)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        changed.iter().any(|e| e.key == "second" && e.job.is_some()),
+        "{changed:#?}"
+    );
+    w.exec.submit(&w.ganeti, None, 4).await.unwrap();
+    w.exec.poll(&w.ganeti, 5).await.unwrap();
+    w.exec.submit(&w.ganeti, None, 6).await.unwrap();
+    assert_eq!(second_jobs(), 1, "{:?}", w.sim.submissions());
+}
+
 /// A failed read of Ganeti's job list holds every submission back (of every holder) until a
 /// read succeeds; a complete list that does not show an uncertain entry's job lets it be
 /// submitted again.
