@@ -1162,17 +1162,21 @@ fn reserved_in_force(view: &View, in_force: &InForce) -> Vec<Reservation> {
 }
 
 /// What an admitted `proposal` moves off its nodes, for the N+1 check: its own
-/// [`Proposal::moves_memory`], and at least the memory still on the nodes drained or offline
-/// outside nodecare that it takes over (they stay disrupted while it holds them, whether it
-/// moves their instances, as an evacuation does, or not, as an instance repair taking over a
-/// drained secondary does). `None` when either is unknown.
-fn moves_with_takeover(reserved: &[Reservation], proposal: &Proposal) -> Option<u64> {
+/// [`Proposal::moves_memory`], and at least the memory still on the nodes drained outside
+/// nodecare that it takes over (they stay disrupted while it holds them, whether it moves their
+/// instances, as an evacuation does, or not, as an instance repair taking over a drained
+/// secondary does; an offline node runs none of its instances, its own moves say what has to
+/// go). `None` when either is unknown.
+fn moves_with_takeover(view: &View, reserved: &[Reservation], proposal: &Proposal) -> Option<u64> {
     let taken_over = reserved
         .iter()
         .filter(|r| {
             r.holder != proposal.holder
                 && matches!(r.holder, Holder::Someone { .. })
                 && r.nodes.is_subset(&proposal.disrupts)
+                && r.nodes
+                    .iter()
+                    .all(|n| view.nodes.get(n).is_some_and(|f| !f.offline))
         })
         .try_fold(0u64, |sum, r| Some(sum.saturating_add(r.memory?)))?;
     proposal.moves_memory.map(|own| own.max(taken_over))
@@ -1185,7 +1189,7 @@ fn capacity_refusal(
     proposal: &Proposal,
     new: &BTreeSet<String>,
 ) -> Option<String> {
-    let Some(needed) = moves_with_takeover(reserved, proposal) else {
+    let Some(needed) = moves_with_takeover(view, reserved, proposal) else {
         return Some(format!(
             "memory of the instances on {} unknown",
             proposal.subject
@@ -1456,7 +1460,7 @@ pub fn decide(
                 // What it moves is set aside for the proposals judged after it; it replaces
                 // what its holder (or nobody, on a node drained outside nodecare it takes
                 // over) held reserved on these nodes.
-                let memory = moves_with_takeover(&reserved, &proposal);
+                let memory = moves_with_takeover(view, &reserved, &proposal);
                 reserved.retain(|r| {
                     !(r.holder == proposal.holder || matches!(r.holder, Holder::Someone { .. }))
                         || !r.nodes.is_subset(&proposal.disrupts)
@@ -2351,6 +2355,19 @@ mod tests {
                 && refused.contains("3500 MiB"),
             "{refused}"
         );
+        // An offline node runs none of its instances: taking it over adds nothing, an unknown
+        // size there included (harep's failover off an offline node).
+        let mut offline = view.clone();
+        let n1 = offline.nodes.get_mut("n1").expect("n1");
+        n1.offline = true;
+        n1.primary_memory = None;
+        let decision = decide(
+            &offline,
+            &roomy(),
+            &InForce::new(&offline, []),
+            vec![fix.clone()],
+        );
+        assert!(of_fix(&decision).is_ok(), "{decision:?}");
         // Its own judgement counts them too: with 3000 MiB free it is refused.
         let mut small_view = tight(750);
         let n1 = small_view.nodes.get_mut("n1").expect("n1");
