@@ -2011,6 +2011,15 @@ fn a_hook_waits_for_the_releases_its_group_was_admitted_with() {
     }
 }
 
+/// [`world`] with `free` MiB free on every node.
+fn world_with_free(free: u64) -> World {
+    let mut w = world();
+    for node in w.nodes.values_mut() {
+        node.memory_free = Some(free);
+    }
+    w
+}
+
 /// An instance started on the node after its group was planned (by its owner, or Ganeti's
 /// watcher) is moved before the hook, like a planned one, and comes back after; with no safe
 /// target the node waits, saying why; a hook recorded before it started is not sent while it
@@ -2026,10 +2035,7 @@ fn an_instance_started_on_the_node_after_the_plan_moves_before_the_hook() {
         memory: Some(64),
     };
     // Started before the hook was planned: moved to the only safe node (c), then the hook.
-    let mut w = world();
-    for n in ["a", "b", "c"] {
-        w.nodes.get_mut(n).unwrap().memory_free = Some(1024);
-    }
+    let mut w = world_with_free(1024);
     let mut r = started(request(), &w);
     w.now_ms += 1000;
     r.advance(&w);
@@ -2057,10 +2063,7 @@ fn an_instance_started_on_the_node_after_the_plan_moves_before_the_hook() {
     );
 
     // Started after the hook was recorded, not delivered: not sent while it runs there; moved.
-    let mut w = world();
-    for n in ["a", "b", "c"] {
-        w.nodes.get_mut(n).unwrap().memory_free = Some(1024);
-    }
+    let mut w = world_with_free(1024);
     let mut r = started(request(), &w);
     until_hook_recorded(&mut r, &mut w, "a");
     let hook = hook_op(&r, "a");
@@ -2102,10 +2105,7 @@ fn an_instance_started_on_the_node_after_the_plan_moves_before_the_hook() {
 
     // The only other node held by another holder (a canceled incident's repair command still
     // running there): never a target, since the gate did not judge this move.
-    let mut w = world();
-    for n in ["a", "b", "c"] {
-        w.nodes.get_mut(n).unwrap().memory_free = Some(1024);
-    }
+    let mut w = world_with_free(1024);
     let mut r = started(request(), &w);
     w.now_ms += 1000;
     r.advance(&w);

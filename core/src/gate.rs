@@ -1678,9 +1678,11 @@ mod tests {
     }
 
     fn outcome(decision: &Decision, n: u128) -> Result<Admitted, String> {
-        let judgement = decision
-            .of(&Holder::Incident { id: id(n) })
-            .expect("judged");
+        outcome_of(decision, &Holder::Incident { id: id(n) })
+    }
+
+    fn outcome_of(decision: &Decision, holder: &Holder) -> Result<Admitted, String> {
+        let judgement = decision.of(holder).expect("judged");
         judgement.outcome.clone().map_err(|b| b.to_string())
     }
 
@@ -2332,22 +2334,11 @@ mod tests {
             ..repair(2, "n2")
         };
         let in_force = InForce::new(&view, []);
-        let of_fix = |decision: &Decision| {
-            decision
-                .of(&Holder::InstanceRepair { id: id(1) })
-                .expect("judged")
-                .outcome
-                .clone()
-                .map_err(|b| b.to_string())
-        };
+        let of_fix =
+            |decision: &Decision| outcome_of(decision, &Holder::InstanceRepair { id: id(1) });
         let decision = decide(&view, &roomy(), &in_force, vec![fix.clone(), second]);
         assert!(of_fix(&decision).is_ok(), "{decision:?}");
-        let refused = decision
-            .of(&Holder::Campaign { id: id(2) })
-            .expect("judged")
-            .outcome
-            .clone()
-            .map_err(|b| b.to_string())
+        let refused = outcome_of(&decision, &Holder::Campaign { id: id(2) })
             .expect_err("n1's 3500 MiB stay reserved");
         assert!(
             refused
@@ -2407,13 +2398,7 @@ mod tests {
             ..repair(2, "n2")
         };
         let decision = decide(&view, &roomy(), &in_force, vec![next.clone()]);
-        let refused = decision
-            .of(&campaign)
-            .expect("judged")
-            .outcome
-            .clone()
-            .map_err(|b| b.to_string())
-            .expect_err("n1's 1500 MiB still to place");
+        let refused = outcome_of(&decision, &campaign).expect_err("n1's 1500 MiB still to place");
         assert!(
             refused
                 .starts_with("capacity: the instances of reboot group 2 of 3 (n2) need 3000 MiB")
@@ -2423,10 +2408,7 @@ mod tests {
         // With n1 empty, the same group fits.
         view.nodes.get_mut("n1").expect("n1").primary_memory = Some(0);
         let decision = decide(&view, &roomy(), &in_force, vec![next]);
-        assert!(
-            decision.of(&campaign).expect("judged").outcome.is_ok(),
-            "{decision:?}"
-        );
+        assert!(outcome_of(&decision, &campaign).is_ok(), "{decision:?}");
     }
 
     /// Issue 25 (1): what already moves in force (the primaries still on a node an incident

@@ -148,12 +148,11 @@ impl RoundDuty for NodeRepair {
     /// What its incidents hold: [`node_repair::held`] of the round's records (pure).
     fn holds<'a>(&'a mut self, _services: Services<'a>, input: &'a RoundInput) -> Phase<'a, Holds> {
         Box::pin(async move {
-            let held = node_repair::held(&input.node_repair, &input.nodes, &input.instances);
-            Ok(Holds {
-                disrupted: held.disrupted,
-                touched: held.touched,
-                left: held.left,
-            })
+            Ok(node_repair::held(
+                &input.node_repair,
+                &input.nodes,
+                &input.instances,
+            ))
         })
     }
 

@@ -34,7 +34,16 @@ fn world_of(
         &services.settings.node_name,
         input.now_ms,
     );
-    world.held = campaign_exec::held(services.executor, &input.grants)?;
+    // Only a running campaign plans moves the gate did not judge (`World::held`): the ledger
+    // is read for them alone.
+    if services
+        .store
+        .campaigns()?
+        .iter()
+        .any(|r| !r.state().is_final())
+    {
+        world.held = campaign_exec::held(services.executor, &input.grants)?;
+    }
     Ok(world)
 }
 

@@ -99,28 +99,20 @@ pub struct Records {
 /// set or cleared ([`intent::incident_flag_changes`]).
 pub fn held(records: &Records, nodes: &[Node], instances: &[Instance]) -> Holds {
     let Records { incidents, intents } = records;
-    let in_flight = |evacuation: bool| {
+    let in_flight = |step: fn(&IntentSpec) -> bool| {
         intents
             .iter()
-            .filter(move |i| {
-                i.state.is_in_flight()
-                    && if evacuation {
-                        matches!(
-                            i.spec,
-                            IntentSpec::Drain { .. }
-                                | IntentSpec::Move { .. }
-                                | IntentSpec::Offline { .. }
-                        )
-                    } else {
-                        matches!(i.spec, IntentSpec::Repair { .. })
-                    }
-            })
+            .filter(move |i| i.state.is_in_flight() && step(&i.spec))
             .map(|i| i.incident)
     };
     Holds {
         disrupted: holds(incidents, nodes)
             .into_iter()
-            .chain(jobs_in_flight(incidents, nodes, in_flight(true)))
+            .chain(jobs_in_flight(
+                incidents,
+                nodes,
+                in_flight(IntentSpec::is_evacuation),
+            ))
             .collect(),
         touched: touches(incidents, nodes, instances)
             .into_iter()
@@ -130,7 +122,11 @@ pub fn held(records: &Records, nodes: &[Node], instances: &[Instance]) -> Holds 
                 }
                 _ => None,
             })))
-            .chain(repairs_in_flight(incidents, nodes, in_flight(false)))
+            .chain(repairs_in_flight(
+                incidents,
+                nodes,
+                in_flight(|spec| matches!(spec, IntentSpec::Repair { .. })),
+            ))
             .collect(),
         left: intent::incident_flag_changes(incidents, intents),
     }
@@ -141,12 +137,7 @@ pub fn held(records: &Records, nodes: &[Node], instances: &[Instance]) -> Holds 
 pub fn evacuating(intents: &[Intent]) -> BTreeSet<Uuid> {
     intents
         .iter()
-        .filter(|i| {
-            matches!(
-                i.spec,
-                IntentSpec::Drain { .. } | IntentSpec::Move { .. } | IntentSpec::Offline { .. }
-            )
-        })
+        .filter(|i| i.spec.is_evacuation())
         .map(|i| i.incident)
         .collect()
 }

@@ -75,6 +75,14 @@ impl IntentSpec {
         !matches!(self, Self::Repair { .. })
     }
 
+    /// Whether it is a step of evacuating its node: a drain, a move or setting it offline.
+    pub const fn is_evacuation(&self) -> bool {
+        matches!(
+            self,
+            Self::Drain { .. } | Self::Move { .. } | Self::Offline { .. }
+        )
+    }
+
     /// The Ganeti write of the step; `None` for a repair (the agent runs it).
     pub fn op(&self) -> Option<Op> {
         Some(match self {
